@@ -1,0 +1,107 @@
+"""The error taxonomy shared by the engine, the services and the clients.
+
+One base error, `SeglogError`. Every subclass carries a stable `reason` (a machine-readable
+name, mirrored by the API's reason codes) and a `retriable` flag: a retriable error may
+succeed if the caller tries again later (a leader moved, a node restarted); a non-retriable
+one will fail the same way every time (the input is bad).
+
+Operating errors (bad input, corrupt bytes, I/O failures) are raised as these errors, never
+as `assert`s, which vanish under `python -O`.
+"""
+
+from __future__ import annotations
+
+
+class SeglogError(Exception):
+    """Base of every error seglog raises on purpose."""
+
+    reason = "UNKNOWN"
+    retriable = False
+
+
+class CorruptRecordError(SeglogError):
+    """Bytes that claim to be records are not: bad CRC, torn batch, impossible lengths."""
+
+    reason = "CORRUPT_MESSAGE"
+    retriable = False
+
+
+class InvalidRecordError(SeglogError):
+    """Well-formed bytes that break a rule: record count vs offsets, compression, magic."""
+
+    reason = "INVALID_RECORD"
+
+
+class InvalidTimestampError(InvalidRecordError):
+    """A batch timestamp outside the window the log accepts."""
+
+    reason = "INVALID_TIMESTAMP"
+
+
+class RecordTooLargeError(SeglogError):
+    """A batch larger than `max_message_bytes`."""
+
+    reason = "MESSAGE_TOO_LARGE"
+
+
+class UnsupportedCompressionError(InvalidRecordError):
+    """A compression codec id that seglog does not know."""
+
+    reason = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class OffsetOutOfRangeError(SeglogError):
+    """A fetch or seek outside [log start offset, log end offset]."""
+
+    reason = "OFFSET_OUT_OF_RANGE"
+
+
+class InvalidOffsetError(SeglogError):
+    """An offset that can never be valid: negative, or going backwards where it must not."""
+
+    reason = "INVALID_OFFSET"
+
+
+class UnknownTopicOrPartitionError(SeglogError):
+    reason = "UNKNOWN_TOPIC_OR_PARTITION"
+    retriable = True
+
+
+class TopicAlreadyExistsError(SeglogError):
+    reason = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidConfigError(SeglogError):
+    """A configuration key that does not exist or a value out of range."""
+
+    reason = "INVALID_CONFIG"
+
+
+class NotLeaderError(SeglogError):
+    reason = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+
+
+class NodeUnavailableError(SeglogError):
+    reason = "NODE_UNAVAILABLE"
+    retriable = True
+
+
+class LogClosedError(SeglogError):
+    """An operation on a log (or index, or file) that has been closed or deleted."""
+
+    reason = "LOG_CLOSED"
+    retriable = True
+
+
+class StorageError(SeglogError):
+    """An I/O error from the disk (full, read-only, gone). The log was cut back first."""
+
+    reason = "KAFKA_STORAGE_ERROR"
+    retriable = True
+
+
+class CorruptIndexError(SeglogError):
+    """An index file that fails its sanity check; the caller rebuilds it from the log."""
+
+    reason = "CORRUPT_INDEX"

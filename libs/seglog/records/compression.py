@@ -1,0 +1,174 @@
+"""The five codecs of Kafka's `attributes` bits 0-2, with the framings Kafka writes and reads.
+
+| id | codec  | framing on the wire                                                        |
+|----|--------|----------------------------------------------------------------------------|
+| 0  | none   | -                                                                          |
+| 1  | gzip   | a gzip member (RFC 1952), as java.util.zip.GZIPOutputStream writes          |
+| 2  | snappy | xerial snappy-java's stream: 16-byte header b"\\x82SNAPPY\\x00", version 1,    |
+|    |        | compatible version 1, then blocks of (int32 length, raw snappy block).      |
+|    |        | Reading also accepts a bare raw snappy block (old non-Java clients).        |
+| 3  | lz4    | an LZ4 frame (magic 0x184D2204); v2 batches use the standard header checksum |
+| 4  | zstd   | one or more zstd frames                                                    |
+
+With compression the whole records section of a batch (everything after the 61-byte header)
+is one compressed stream.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+import zlib
+from collections.abc import Callable
+
+import cramjam
+import lz4.frame
+import zstandard
+
+from ..errors import CorruptRecordError, UnsupportedCompressionError
+
+
+class CompressionType(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @classmethod
+    def from_name(cls, name: str) -> CompressionType:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise UnsupportedCompressionError(
+                f"unknown compression type {name!r}; expected one of "
+                f"{', '.join(c.name.lower() for c in cls)}"
+            ) from None
+
+
+_XERIAL_HEADER = b"\x82SNAPPY\x00"
+_XERIAL_PREAMBLE = _XERIAL_HEADER + struct.pack(">ii", 1, 1)
+# snappy-java's default block size: each 32 KiB of input is one raw snappy block.
+_XERIAL_BLOCK_BYTES = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+
+def _gzip_compress(data: bytes | memoryview) -> bytes:
+    # wbits=31 writes a gzip member, the framing GZIPOutputStream produces.
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _gzip_decompress(data: bytes | memoryview) -> bytes:
+    # wbits=47 accepts gzip or zlib headers; concatenated members are legal gzip.
+    out = bytearray()
+    remaining = bytes(data)
+    while remaining:
+        d = zlib.decompressobj(47)
+        out += d.decompress(remaining)
+        if not d.eof:
+            raise CorruptRecordError("gzip stream ends before its end-of-stream marker")
+        remaining = d.unused_data
+    return bytes(out)
+
+
+def _snappy_compress(data: bytes | memoryview) -> bytes:
+    parts = [_XERIAL_PREAMBLE]
+    view = memoryview(data)
+    for start in range(0, len(view), _XERIAL_BLOCK_BYTES):
+        block = bytes(cramjam.snappy.compress_raw(view[start : start + _XERIAL_BLOCK_BYTES]))
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_decompress(data: bytes | memoryview) -> bytes:
+    view = memoryview(data)
+    if bytes(view[:8]) != _XERIAL_HEADER:
+        return bytes(cramjam.snappy.decompress_raw(view))
+    out = bytearray()
+    pos = len(_XERIAL_PREAMBLE)
+    end = len(view)
+    while pos < end:
+        if pos + 4 > end:
+            raise CorruptRecordError(f"xerial snappy block length cut at position {pos}")
+        (block_bytes,) = _INT32.unpack_from(view, pos)
+        pos += 4
+        if block_bytes < 0 or pos + block_bytes > end:
+            raise CorruptRecordError(
+                f"xerial snappy block of {block_bytes} bytes at position {pos} "
+                f"runs past the end of the stream ({end} bytes)"
+            )
+        out += cramjam.snappy.decompress_raw(view[pos : pos + block_bytes])
+        pos += block_bytes
+    return bytes(out)
+
+
+def _lz4_compress(data: bytes | memoryview) -> bytes:
+    # 64 KiB independent blocks, as KafkaLZ4BlockOutputStream writes them.
+    return lz4.frame.compress(
+        data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False
+    )
+
+
+def _lz4_decompress(data: bytes | memoryview) -> bytes:
+    return lz4.frame.decompress(data)
+
+
+_ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
+
+
+def _zstd_compress(data: bytes | memoryview) -> bytes:
+    return _ZSTD_COMPRESSOR.compress(data)
+
+
+def _zstd_decompress(data: bytes | memoryview) -> bytes:
+    # The frame may omit its content size (streaming writers do): read across frames.
+    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+
+_Codec = Callable[[bytes | memoryview], bytes]
+_COMPRESSORS: dict[int, _Codec] = {
+    CompressionType.GZIP: _gzip_compress,
+    CompressionType.SNAPPY: _snappy_compress,
+    CompressionType.LZ4: _lz4_compress,
+    CompressionType.ZSTD: _zstd_compress,
+}
+_DECOMPRESSORS: dict[int, _Codec] = {
+    CompressionType.GZIP: _gzip_decompress,
+    CompressionType.SNAPPY: _snappy_decompress,
+    CompressionType.LZ4: _lz4_decompress,
+    CompressionType.ZSTD: _zstd_decompress,
+}
+
+
+def check_codec(codec_id: int) -> CompressionType:
+    try:
+        return CompressionType(codec_id)
+    except ValueError:
+        raise UnsupportedCompressionError(
+            f"compression codec id {codec_id} in attributes; expected 0-4"
+        ) from None
+
+
+def compress(codec_id: int, data: bytes | memoryview) -> bytes:
+    codec = check_codec(codec_id)
+    if codec is CompressionType.NONE:
+        return bytes(data)
+    return _COMPRESSORS[codec](data)
+
+
+def decompress(codec_id: int, data: bytes | memoryview) -> bytes:
+    """Decompress one records section; any codec failure becomes CorruptRecordError."""
+    codec = check_codec(codec_id)
+    if codec is CompressionType.NONE:
+        return bytes(data)
+    try:
+        return _DECOMPRESSORS[codec](data)
+    except CorruptRecordError:
+        raise
+    except Exception as exc:  # each codec library raises its own error types
+        raise CorruptRecordError(
+            f"{codec.name.lower()} records section of {len(data)} bytes does not decompress: "
+            f"{exc}"
+        ) from exc
