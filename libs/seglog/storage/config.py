@@ -1,0 +1,140 @@
+"""Configs: frozen dataclasses with Kafka's names (snake_case) and Kafka's defaults.
+
+`LogConfig` is per log (topic-level overrides apply on top of the manager's defaults);
+`LogManagerConfig` is per storage node. Overrides may use Kafka's dotted names
+(`segment.bytes`) or the field names (`segment_bytes`); unknown keys and out-of-range
+values raise InvalidConfigError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidConfigError
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+CLEANUP_DELETE = "delete"
+CLEANUP_COMPACT = "compact"
+_CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 60 * 60 * 1000
+    segment_jitter_ms: int = 0
+    index_interval_bytes: int = 4096
+    index_size_max_bytes: int = 10 * 1024 * 1024  # Kafka's segment.index.bytes
+    max_message_bytes: int = 1024 * 1024 + 12  # 1048588, Kafka's default
+    message_timestamp_type: str = CREATE_TIME
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 60 * 60 * 1000  # Kafka 4.0's default: 1 hour
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    retention_ms: int = 7 * 24 * 60 * 60 * 1000
+    retention_bytes: int = -1
+    cleanup_policy: str = CLEANUP_DELETE
+    delete_retention_ms: int = 24 * 60 * 60 * 1000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    file_delete_delay_ms: int = 60 * 1000
+
+    def __post_init__(self) -> None:
+        _at_least(self, "segment_bytes", 14)  # Kafka: LegacyRecord.RECORD_OVERHEAD_V0
+        _at_least(self, "segment_ms", 1)
+        _at_least(self, "segment_jitter_ms", 0)
+        _at_least(self, "index_interval_bytes", 0)
+        _at_least(self, "index_size_max_bytes", 12 * 2)
+        _at_least(self, "max_message_bytes", 0)
+        _at_least(self, "message_timestamp_before_max_ms", 0)
+        _at_least(self, "message_timestamp_after_max_ms", 0)
+        _at_least(self, "flush_messages", 1)
+        _at_least(self, "flush_ms", 0)
+        _at_least(self, "retention_ms", -1)
+        _at_least(self, "retention_bytes", -1)
+        _at_least(self, "delete_retention_ms", 0)
+        _at_least(self, "min_compaction_lag_ms", 0)
+        _at_least(self, "max_compaction_lag_ms", 1)
+        _at_least(self, "file_delete_delay_ms", 0)
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise InvalidConfigError(
+                f"min_cleanable_dirty_ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}"
+            )
+        if self.cleanup_policy not in _CLEANUP_POLICIES:
+            raise InvalidConfigError(
+                f"cleanup_policy must be delete, compact or compact,delete; got "
+                f"{self.cleanup_policy!r}"
+            )
+        if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+            raise InvalidConfigError(
+                f"message_timestamp_type must be CreateTime or LogAppendTime; got "
+                f"{self.message_timestamp_type!r}"
+            )
+
+    @property
+    def compact(self) -> bool:
+        return CLEANUP_COMPACT in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return CLEANUP_DELETE in self.cleanup_policy
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
+        return dataclasses.replace(self, **_normalize(type(self), overrides))
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogManagerConfig:
+    log_dirs: tuple[str, ...]
+    retention_check_interval_ms: int = 5 * 60 * 1000
+    flush_scheduler_interval_ms: int = 1000
+    flush_recovery_point_interval_ms: int = 60 * 1000
+    num_recovery_threads_per_data_dir: int = 2
+    cleaner_enable: bool = True
+    cleaner_backoff_ms: int = 15 * 1000
+    cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not self.log_dirs:
+            raise InvalidConfigError("log_dirs must name at least one directory")
+        for name in (
+            "retention_check_interval_ms", "flush_scheduler_interval_ms",
+            "flush_recovery_point_interval_ms", "num_recovery_threads_per_data_dir",
+            "cleaner_backoff_ms",
+        ):
+            _at_least(self, name, 1)
+
+
+def _at_least(config: object, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise InvalidConfigError(f"{name} must be at least {minimum}, got {value}")
+
+
+def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    aliases = {"segment_index_bytes": "index_size_max_bytes"}
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        name = key.replace(".", "_")
+        name = aliases.get(name, name)
+        if name not in names:
+            raise InvalidConfigError(f"unknown config {key!r}")
+        field_type = names[name].type
+        if isinstance(value, str) and field_type in ("int", "float"):
+            try:
+                value = int(value) if field_type == "int" else float(value)
+            except ValueError:
+                raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+        out[name] = value
+    return out

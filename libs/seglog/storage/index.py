@@ -1,0 +1,185 @@
+"""AbstractIndex: the entry-agnostic half of `.index` and `.timeindex` files.
+
+An index file is an array of fixed-size big-endian entries, memory-mapped. A writable index
+is preallocated to `max_index_bytes` (10 MiB by default, rounded down to whole entries) so
+appends never grow the file, and trimmed to its real size when its segment rolls or closes.
+
+Index files carry no checksum: they are derived data. After an unclean shutdown the segments
+past the recovery point have their indexes rebuilt from the log, which is the truth; a file
+that fails `sanity_check` is rebuilt the same way.
+
+Lookups are binary searches that try the warm tail first. Appends land at the end and most
+fetches read near the end, so searching the last 8192 bytes (the pages most recently touched)
+before the rest keeps the common lookup off pages that may have been evicted.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+
+from ..errors import CorruptIndexError, InvalidOffsetError, LogClosedError
+
+WARM_SECTION_BYTES = 8192
+
+
+class AbstractIndex:
+    ENTRY: struct.Struct  # set by subclasses
+    KIND = "index"
+
+    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool = True):
+        self.path = path
+        self.base_offset = base_offset
+        entry_bytes = self.ENTRY.size
+        self.max_index_bytes = max_index_bytes - max_index_bytes % entry_bytes
+        if self.max_index_bytes < entry_bytes:
+            raise CorruptIndexError(f"index size {max_index_bytes} is below one entry")
+        existed = path.exists() and path.stat().st_size > 0
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = os.fstat(self._fd).st_size
+        if not existed:
+            self._entries = 0
+            length = self.max_index_bytes if writable else 0
+        else:
+            self._entries = length // entry_bytes
+            if writable:
+                length = max(length, self.max_index_bytes)
+        if length != os.fstat(self._fd).st_size:
+            os.ftruncate(self._fd, length)
+        self._map: mmap.mmap | None = mmap.mmap(self._fd, length) if length else None
+        self._length = length
+
+    # -- entries -------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self._length // self.ENTRY.size
+
+    def is_full(self) -> bool:
+        return self._entries >= self.max_entries
+
+    def _raw_entry(self, n: int) -> tuple[int, ...]:
+        if self._map is None:
+            raise LogClosedError(f"{self.path} is closed")
+        return self.ENTRY.unpack_from(self._map, n * self.ENTRY.size)
+
+    def _key(self, n: int) -> int:
+        """The value binary search compares: relative offset or timestamp."""
+        raise NotImplementedError
+
+    def _write_entry(self, *fields: int) -> None:
+        if self.is_full():
+            raise CorruptIndexError(
+                f"attempt to append to a full index {self.path} ({self._entries} entries)"
+            )
+        if self._map is None:
+            raise LogClosedError(f"{self.path} is closed")
+        self.ENTRY.pack_into(self._map, self._entries * self.ENTRY.size, *fields)
+        self._entries += 1
+
+    def relative_offset(self, offset: int) -> int:
+        """Base 50, offset 55 is stored as 5: the entry keeps 4 bytes for the offset."""
+        relative = offset - self.base_offset
+        if relative < 0 or relative > 0x7FFFFFFF:
+            raise InvalidOffsetError(
+                f"offset {offset} does not fit an index with base offset {self.base_offset}"
+            )
+        return relative
+
+    # -- search --------------------------------------------------------------------------
+
+    def _largest_lower_bound_slot(self, target: int) -> int:
+        """The slot of the largest entry whose key <= target; -1 when there is none."""
+        n = self._entries
+        if n == 0 or self._key(0) > target:
+            return -1
+        warm_entries = WARM_SECTION_BYTES // self.ENTRY.size
+        first_warm = max(0, n - warm_entries)
+        if self._key(first_warm) <= target:
+            return self._binary_search(target, first_warm, n - 1)
+        return self._binary_search(target, 0, first_warm)
+
+    def _binary_search(self, target: int, low: int, high: int) -> int:
+        # invariant: key(low) <= target; answer in [low, high]
+        while low < high:
+            mid = (low + high + 1) >> 1
+            if self._key(mid) <= target:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def truncate_to_entries(self, entries: int) -> None:
+        if self._map is not None:
+            start = entries * self.ENTRY.size
+            end = self._entries * self.ENTRY.size
+            self._map[start:end] = bytes(end - start)
+        self._entries = entries
+
+    def resize(self, new_length: int) -> None:
+        """Remap the file at `new_length` bytes (rounded down to whole entries)."""
+        new_length -= new_length % self.ENTRY.size
+        new_length = max(new_length, self._entries * self.ENTRY.size)
+        if self._map is not None:
+            self._map.flush()
+            self._map.close()
+            self._map = None
+        os.ftruncate(self._fd, new_length)
+        self._length = new_length
+        if new_length:
+            self._map = mmap.mmap(self._fd, new_length)
+
+    def trim_to_valid_size(self) -> None:
+        self.resize(self._entries * self.ENTRY.size)
+
+    def flush(self) -> None:
+        if self._map is not None:
+            self._map.flush()
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self.truncate_to_entries(0)
+        if self._length < self.max_index_bytes:
+            self.resize(self.max_index_bytes)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.trim_to_valid_size()
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def rename_to(self, path: Path) -> None:
+        os.replace(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _check_untrimmed_tail(self) -> None:
+        """A file left at its preallocated size by a crash ends in zero entries."""
+        if self._entries and not any(self._raw_entry(self._entries - 1)):
+            raise CorruptIndexError(
+                f"{self.KIND} {self.path} ends in an all-zero entry: preallocated and never "
+                f"trimmed ({self._entries} entry slots)"
+            )

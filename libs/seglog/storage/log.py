@@ -1,0 +1,552 @@
+"""Log: one partition directory `<topic>-<partition>`, a sorted run of segments.
+
+Offsets and watermarks, each named once:
+
+- log start offset: the first offset a reader may fetch (moves forward with retention and
+  `delete_records_before`; may sit inside the first segment).
+- log end offset (LEO): the offset the next appended record receives.
+- recovery point: every offset below it is fsynced; segments from the one holding it onward
+  are scanned and rebuilt after an unclean shutdown.
+
+Append path (no per-record work): validate every batch of the input (header, lengths, CRC-32C,
+count, size, timestamps) before writing a byte; assign offsets by rewriting each batch's
+first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch: outside the CRC); write all
+batches with one vectored write; add sparse index entries.
+"""
+
+from __future__ import annotations
+
+import bisect
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import (
+    CorruptRecordError,
+    InvalidOffsetError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from ..records.batch import (
+    CONTROL_MASK,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    BatchHeader,
+    check_crc,
+    check_header,
+    read_header,
+    stamp_log_append_time,
+)
+from ..records.legacy import read_message, upconvert
+from . import log_files
+from .checkpoint import DataDir
+from .clock import SYSTEM_CLOCK, Clock
+from .config import LOG_APPEND_TIME, LogConfig
+from .segment import AppendedBatch, LogSegment
+
+# ListOffsets' special timestamps, as Kafka's.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+# The first 16 bytes of a batch are rewritten on append: baseOffset, batchLength,
+# partitionLeaderEpoch. The CRC starts at byte 21, so none of them are covered by it.
+_REWRITTEN_PREFIX = struct.Struct(">qii")
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the log stamps LogAppendTime
+    log_start_offset: int
+    batch_count: int
+    valid_bytes: int
+
+
+@dataclass(frozen=True)
+class TimestampAndOffset:
+    timestamp_ms: int
+    offset: int
+
+
+class Log:
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock) -> None:
+        self.directory = directory
+        self.topic, self.partition = log_files.parse_topic_partition(directory)
+        self.config = config
+        self.clock = clock
+        self._lock = threading.RLock()
+        self._segments: list[LogSegment] = []
+        self._base_offsets: list[int] = []
+        self._log_end_offset = 0
+        self._log_start_offset = 0
+        self._recovery_point = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.now_ms()
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self._data_dir: DataDir | None = None
+
+    # -- opening and recovery ----------------------------------------------------------
+
+    @classmethod
+    def open(cls, directory: str | Path, config: LogConfig | None = None, *,
+             clock: Clock = SYSTEM_CLOCK) -> Log:
+        """Open (or create) the log, recovering whatever an unclean shutdown left behind."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, config or LogConfig(), clock)
+        tp = (log.topic, log.partition)
+        log._data_dir = DataDir.acquire(directory.parent, tp)
+        try:
+            log._load()
+        except BaseException:
+            log._data_dir.release(tp, clean=False)
+            raise
+        return log
+
+    def _load(self) -> None:
+        from .recovery import load_segments
+
+        assert self._data_dir is not None
+        tp = (self.topic, self.partition)
+        checkpointed_start = self._data_dir.log_start_offsets.get(tp, 0)
+        recovery_point = (
+            None if self._data_dir.clean_shutdown else self._data_dir.recovery_points.get(tp, 0)
+        )
+        loaded = load_segments(self, recovery_point)
+        if not loaded.segments:
+            start = max(checkpointed_start, 0)
+            loaded.segments = [self._new_segment(start)]
+            loaded.log_end_offset = start
+        self._set_segments(loaded.segments)
+        self._log_end_offset = loaded.log_end_offset
+        self._log_start_offset = min(
+            max(checkpointed_start, self._segments[0].base_offset), self._log_end_offset
+        )
+        self._recovery_point = self._log_end_offset if recovery_point is None else min(
+            max(recovery_point, loaded.recovered_up_to), self._log_end_offset
+        )
+        for segment in self._segments[:-1]:
+            segment.on_become_inactive()
+        self._make_active(self._segments[-1])
+        self._update_data_dir()
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.open(
+            self.directory, base_offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            index_size_max_bytes=self.config.index_size_max_bytes,
+            rolling_jitter_ms=self.config.segment_jitter_ms,
+            now_ms=self.clock.now_ms(),
+        )
+
+    def _make_active(self, segment: LogSegment) -> None:
+        for index in (segment.offset_index, segment.time_index):
+            if index.max_entries * index.ENTRY.size < index.max_index_bytes:
+                index.resize(self.config.index_size_max_bytes)
+
+    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
+        # Copy-on-write: readers take the two lists without the lock and see a consistent pair.
+        ordered = sorted(segments, key=lambda s: s.base_offset)
+        self._segments = ordered
+        self._base_offsets = [s.base_offset for s in ordered]
+
+    # -- public facts ------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # -- append ------------------------------------------------------------------------
+
+    def append(self, records: bytes | bytearray | memoryview, *,
+               leader_epoch: int | None = None) -> LogAppendInfo:
+        """Validate the whole input, then append it with offsets from the log end offset."""
+        view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
+        now_ms = self.clock.now_ms()
+        view, batches = self._validate(view, now_ms)
+        stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        with self._lock:
+            self._check_open()
+            first_offset = self._log_end_offset
+            buffers, appended, max_timestamp = self._assign_offsets(
+                view, batches, first_offset, leader_epoch, stamp_ms
+            )
+            next_offset = appended[-1].last_offset + 1
+            total_bytes = sum(b.size_in_bytes for b in appended)
+            segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
+            segment.append(buffers, appended)
+            self._log_end_offset = next_offset
+            self._unflushed_messages += next_offset - first_offset
+            if self._unflushed_messages >= self.config.flush_messages:
+                self.flush()
+            return LogAppendInfo(
+                first_offset, next_offset - 1, max_timestamp, stamp_ms, self._log_start_offset,
+                len(appended), total_bytes,
+            )
+
+    def _validate(self, view: memoryview, now_ms: int) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
+        """Every check that needs no record decoding, over the whole input, before any write.
+
+        Legacy (magic 0/1) entries are up-converted to v2 first, as a broker does for old
+        producers; that is the only path here that touches individual records.
+        """
+        total = len(view)
+        if total == 0:
+            raise InvalidRecordError("empty append: no batches in the input")
+        batches: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        while pos < total:
+            if total - pos <= MAGIC_OFFSET:
+                raise CorruptRecordError(
+                    f"input ends with {total - pos} stray bytes at position {pos}: "
+                    f"too short for a batch header"
+                )
+            magic = view[pos + MAGIC_OFFSET]
+            if magic in (0, 1):
+                return self._validate(memoryview(self._upconvert_all(view)), now_ms)
+            header = read_header(view, pos)
+            check_header(header, pos)
+            size = header.size_in_bytes
+            if pos + size > total:
+                raise CorruptRecordError(
+                    f"batch at position {pos} declares {size} bytes but the input has "
+                    f"{total - pos} left"
+                )
+            self._check_batch(view, pos, header, now_ms)
+            batches.append((pos, header))
+            pos += size
+        return view, batches
+
+    def _check_batch(self, view: memoryview, pos: int, header: BatchHeader, now_ms: int) -> None:
+        size = header.size_in_bytes
+        if size > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch at position {pos} is {size} bytes, larger than max_message_bytes "
+                f"{self.config.max_message_bytes}"
+            )
+        if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"batch at position {pos}: recordCount {header.record_count} does not match "
+                f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
+            )
+        check_crc(view, pos, header)
+        if self.config.message_timestamp_type != LOG_APPEND_TIME and not header.attributes & CONTROL_MASK:
+            earliest = now_ms - self.config.message_timestamp_before_max_ms
+            latest = now_ms + self.config.message_timestamp_after_max_ms
+            for name, ts in (("baseTimestamp", header.base_timestamp),
+                             ("maxTimestamp", header.max_timestamp)):
+                if ts < earliest or ts > latest:
+                    raise InvalidTimestampError(
+                        f"batch at position {pos}: {name} {ts} outside the accepted window "
+                        f"[{earliest}, {latest}] (message_timestamp_before_max_ms / "
+                        f"message_timestamp_after_max_ms around now {now_ms})"
+                    )
+
+    @staticmethod
+    def _upconvert_all(view: memoryview) -> bytes:
+        parts = []
+        pos = 0
+        while pos < len(view):
+            if view[pos + MAGIC_OFFSET] == MAGIC_V2:
+                size = read_header(view, pos).size_in_bytes
+                parts.append(bytes(view[pos : pos + size]))
+            else:
+                message = read_message(view, pos)
+                parts.append(upconvert(message))
+                size = message.size_in_bytes
+            pos += size
+        return b"".join(parts)
+
+    def _assign_offsets(
+        self, view: memoryview, batches: list[tuple[int, BatchHeader]], first_offset: int,
+        leader_epoch: int | None, stamp_ms: int,
+    ) -> tuple[list[bytes | bytearray | memoryview], list[AppendedBatch], int]:
+        buffers: list[bytes | bytearray | memoryview] = []
+        appended: list[AppendedBatch] = []
+        next_offset = first_offset
+        max_timestamp = NO_TIMESTAMP
+        for pos, header in batches:
+            size = header.size_in_bytes
+            epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
+            if stamp_ms != NO_TIMESTAMP:
+                # LogAppendTime changes covered bytes: this batch is copied and re-checksummed.
+                copy = bytearray(view[pos : pos + size])
+                stamp_log_append_time(copy, 0, stamp_ms)
+                _REWRITTEN_PREFIX.pack_into(copy, 0, next_offset, header.batch_length, epoch)
+                buffers.append(copy)
+                batch_max_ts = stamp_ms
+            else:
+                buffers.append(_REWRITTEN_PREFIX.pack(next_offset, header.batch_length, epoch))
+                buffers.append(view[pos + _REWRITTEN_PREFIX.size : pos + size])
+                batch_max_ts = header.max_timestamp
+            last_offset = next_offset + header.last_offset_delta
+            appended.append(AppendedBatch(size, last_offset, batch_max_ts))
+            max_timestamp = max(max_timestamp, batch_max_ts)
+            next_offset = last_offset + 1
+        return buffers, appended, max_timestamp
+
+    def _maybe_roll(self, messages_bytes: int, max_timestamp: int, max_offset: int,
+                    now_ms: int) -> LogSegment:
+        segment = self._segments[-1]
+        if segment.should_roll(
+            messages_bytes=messages_bytes, max_timestamp=max_timestamp, max_offset=max_offset,
+            segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms,
+            now_ms=now_ms,
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (a no-op on an empty one)."""
+        with self._lock:
+            self._check_open()
+            active = self._segments[-1]
+            if active.size == 0 and active.base_offset == self._log_end_offset:
+                return active
+            active.on_become_inactive()
+            segment = self._new_segment(self._log_end_offset)
+            self._make_active(segment)
+            self._set_segments([*self._segments, segment])
+            return segment
+
+    # -- read --------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, min_one_message: bool = True) -> bytes:
+        """Raw bytes of whole batches from the batch holding `offset`, up to `max_bytes`
+        (at least one batch when `min_one_message`), exactly as stored.
+
+        As in Kafka, one read serves one segment: a read that reaches a segment's end returns
+        what that segment holds, and the caller continues from the next offset.
+        The first batch may start before `offset` (offsets inside a batch are not split)."""
+        if offset < 0 or max_bytes < 0:
+            raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
+        log_end = self._log_end_offset
+        start = self._log_start_offset
+        if offset < start or offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
+            )
+        if offset == log_end:
+            return b""
+        segments, bases = self._segments, self._base_offsets
+        index = max(bisect.bisect_right(bases, offset) - 1, 0)
+        for segment in segments[index:]:
+            result = segment.read(offset, max_bytes, min_one_message=min_one_message)
+            if result is not None:
+                return result.data
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
+        """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
+        LATEST_TIMESTAMP (-1) and EARLIEST_TIMESTAMP (-2). None when no record qualifies."""
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_end_offset)
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp_ms < 0:
+            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1 nor -2")
+        start = self._log_start_offset
+        for segment in self._segments:
+            if segment.size == 0 or segment.max_timestamp_so_far < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, max(start, segment.base_offset))
+            if found is not None:
+                return TimestampAndOffset(found[1], found[0])
+        return None
+
+    # -- truncation and deletion -------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset >= `offset`. Truncation works on whole
+        batches: a batch straddling `offset` goes too, and the log end offset becomes the
+        offset after the last batch kept (<= `offset`)."""
+        if offset < 0:
+            raise InvalidOffsetError(f"truncate_to({offset}): negative offset")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return
+            if offset <= self._segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return
+            keep = [s for s in self._segments if s.base_offset < offset]
+            for segment in self._segments[len(keep):]:
+                segment.delete_files()
+            self._set_segments(keep)
+            active = keep[-1]
+            active.truncate_to(offset)
+            self._make_active(active)
+            self._log_end_offset = active.read_next_offset()
+            self._recovery_point = min(self._recovery_point, self._log_end_offset)
+            self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._update_data_dir()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset` (a follower far behind does this)."""
+        if offset < 0:
+            raise InvalidOffsetError(f"truncate_fully_and_start_at({offset}): negative offset")
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.delete_files()
+            segment = self._new_segment(offset)
+            self._make_active(segment)
+            self._set_segments([segment])
+            self._log_end_offset = self._log_start_offset = self._recovery_point = offset
+            self._update_data_dir()
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset forward (Kafka's DeleteRecords); whole segments below it
+        are removed by the next retention pass. Returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if offset < 0 or offset > self._log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {offset}: log ends at {self._log_end_offset}"
+                )
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self._update_data_dir()
+            return self._log_start_offset
+
+    def delete_segments(self, doomed: Sequence[LogSegment]) -> None:
+        """Take segments out of the log now; their files go after `file_delete_delay_ms`."""
+        with self._lock:
+            self._check_open()
+            doomed_ids = {id(s) for s in doomed}
+            if len(doomed_ids) >= len(self._segments):
+                self.roll()
+            keep = [s for s in self._segments if id(s) not in doomed_ids]
+            self._set_segments(keep)
+            due_ms = self.clock.now_ms() + self.config.file_delete_delay_ms
+            for segment in doomed:
+                segment.change_suffix("", log_files.DELETED_SUFFIX)
+                self._pending_deletes.append((due_ms, segment))
+            self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
+            self._update_data_dir()
+        self.delete_due_files()
+
+    def delete_due_files(self) -> None:
+        now = self.clock.now_ms()
+        with self._lock:
+            due = [s for t, s in self._pending_deletes if t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+        for segment in due:
+            segment.delete_files()
+
+    def replace_segments(self, new_segments: Sequence[LogSegment],
+                         old_segments: Sequence[LogSegment]) -> None:
+        """Swap cleaned segments in for the ones they replace (the cleaner's last step)."""
+        from .recovery import complete_swap
+
+        with self._lock:
+            self._check_open()
+            old_ids = {id(s) for s in old_segments}
+            keep = [s for s in self._segments if id(s) not in old_ids]
+            self._set_segments([*keep, *new_segments])
+            complete_swap(new_segments, old_segments)
+
+    # -- flush, close ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment holding unflushed offsets and advance the recovery point."""
+        with self._lock:
+            self._check_open()
+            target = self._log_end_offset
+            for segment in self._segments:
+                nxt = bisect.bisect_right(self._base_offsets, segment.base_offset)
+                upper = self._base_offsets[nxt] if nxt < len(self._base_offsets) else None
+                if upper is None or upper > self._recovery_point:
+                    segment.flush()
+            log_files.fsync_directory(self.directory)
+            self._recovery_point = target
+            self._unflushed_messages = 0
+            self._last_flush_ms = self.clock.now_ms()
+            self._update_data_dir()
+
+    def maybe_flush(self) -> None:
+        """Time-based flush policy (`flush_ms`), driven by the log manager's scheduler."""
+        if self._unflushed_messages and self.clock.now_ms() - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+
+    def _update_data_dir(self) -> None:
+        if self._data_dir is not None:
+            self._data_dir.update(
+                (self.topic, self.partition),
+                recovery_point=self._recovery_point,
+                log_start_offset=self._log_start_offset,
+            )
+
+    def checkpoint(self) -> None:
+        if self._data_dir is not None:
+            self._data_dir.checkpoint()
+
+    def close(self) -> None:
+        """Flush, trim the indexes and mark this log cleanly closed."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.delete_files()
+            self._pending_deletes = []
+            self._closed = True
+        if self._data_dir is not None:
+            self._data_dir.release((self.topic, self.partition), clean=True)
+
+    def delete(self) -> None:
+        """Remove the whole partition directory."""
+        import shutil
+
+        with self._lock:
+            for segment in self._segments:
+                segment.delete_files()
+            self._closed = True
+        if self._data_dir is not None:
+            self._data_dir.forget((self.topic, self.partition))
+            self._data_dir.release((self.topic, self.partition), clean=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log {self.directory} is closed")
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, start={self._log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "Log", "LogAppendInfo", "TimestampAndOffset"]

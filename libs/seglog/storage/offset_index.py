@@ -1,0 +1,74 @@
+"""OffsetIndex (`.index`): maps offsets to file positions in the segment's `.log`.
+
+Each 8-byte entry is (relative offset int32, position int32). The offset is stored relative
+to the segment's base offset: base 50, offset 55 is stored as 5. That keeps entries at 8
+bytes and is why a segment rolls before its offsets span more than 2**31 - 1.
+
+The index is sparse: the segment adds an entry (the batch's last offset, the batch's
+position) only after every `index_interval_bytes` of appended data. A lookup returns the
+entry with the largest offset <= the target; the log is scanned forward from its position.
+An empty index (or a target below the first entry) answers (base offset, 0).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from ..errors import CorruptIndexError, InvalidOffsetError
+from .index import AbstractIndex
+
+
+class OffsetPosition(NamedTuple):
+    offset: int
+    position: int
+
+
+class OffsetIndex(AbstractIndex):
+    ENTRY = struct.Struct(">ii")
+    KIND = "offset index"
+
+    def _key(self, n: int) -> int:
+        return self._raw_entry(n)[0]
+
+    def entry(self, n: int) -> OffsetPosition:
+        relative, position = self._raw_entry(n)
+        return OffsetPosition(self.base_offset + relative, position)
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry(self._entries - 1).offset if self._entries else self.base_offset
+
+    def append(self, offset: int, position: int) -> None:
+        if self._entries and offset <= self.last_offset:
+            raise InvalidOffsetError(
+                f"attempt to append an offset ({offset}) no larger than the last offset "
+                f"appended ({self.last_offset}) to {self.path}"
+            )
+        if self._entries and position <= self.entry(self._entries - 1).position:
+            raise CorruptIndexError(
+                f"attempt to append position {position} no larger than the last position "
+                f"{self.entry(self._entries - 1).position} to {self.path}"
+            )
+        self._write_entry(self.relative_offset(offset), position)
+
+    def lookup(self, target_offset: int) -> OffsetPosition:
+        slot = self._largest_lower_bound_slot(target_offset - self.base_offset)
+        return OffsetPosition(self.base_offset, 0) if slot < 0 else self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset >= `offset`."""
+        slot = self._largest_lower_bound_slot(offset - self.base_offset)
+        keep = 0 if slot < 0 else slot + (1 if self.entry(slot).offset < offset else 0)
+        self.truncate_to_entries(keep)
+
+    def sanity_check(self, log_bytes: int) -> None:
+        if self._entries == 0:
+            return
+        self._check_untrimmed_tail()
+        last = self.entry(self._entries - 1)
+        if last.offset < self.base_offset or last.position >= log_bytes:
+            raise CorruptIndexError(
+                f"corrupt offset index {self.path}: last entry {last} with base offset "
+                f"{self.base_offset} and a log of {log_bytes} bytes"
+            )

@@ -1,0 +1,149 @@
+"""Loading a log directory after any kind of stop, clean or not.
+
+Order of work, each step safe to repeat if the process dies during it:
+
+1. Leftovers: `*.tmp` and `*.cleaned` files are incomplete work and are deleted;
+   `*.deleted` files were already out of the log and are deleted; a `.swap` group is a
+   finished cleaner output: the live segments it replaces are deleted and the swap files
+   renamed to their final names (see `complete_swap`). Index files without a `.log` go.
+2. Every `.log` opens as a segment. A segment is recovered (indexes rebuilt from the log,
+   invalid tail cut) when it holds offsets at or past the recovery point, or when its
+   indexes are missing or fail their sanity check. With a clean-shutdown marker only the
+   latter applies.
+3. A segment whose tail was cut ends the log: any segment after it is deleted, since its
+   data followed corruption and cannot be trusted to continue the offsets.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from . import log_files
+from .segment import LogSegment
+
+if TYPE_CHECKING:
+    from .log import Log
+
+
+@dataclass
+class LoadedSegments:
+    segments: list[LogSegment] = field(default_factory=list)
+    log_end_offset: int = 0
+    recovered_up_to: int = 0
+    bytes_truncated: int = 0
+
+
+def _open_segment(log: Log, base_offset: int, suffix: str = "") -> LogSegment:
+    return LogSegment.open(
+        log.directory, base_offset,
+        index_interval_bytes=log.config.index_interval_bytes,
+        index_size_max_bytes=log.config.index_size_max_bytes,
+        rolling_jitter_ms=log.config.segment_jitter_ms,
+        now_ms=log.clock.now_ms(),
+        suffix=suffix,
+    )
+
+
+def remove_leftovers(log: Log) -> None:
+    directory = log.directory
+    swaps = []
+    for path in sorted(directory.iterdir()):
+        name = path.name
+        if name.endswith((".tmp", log_files.CLEANED_SUFFIX, log_files.DELETED_SUFFIX)):
+            path.unlink()
+        elif name.endswith(log_files.LOG_SUFFIX + log_files.SWAP_SUFFIX):
+            swaps.append(log_files.offset_from_name(name))
+    for base_offset in swaps:
+        _finish_swap_on_disk(log, base_offset)
+    for path in directory.iterdir():
+        if path.name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX, log_files.SWAP_SUFFIX)):
+            if not log_files.log_path(directory, log_files.offset_from_name(path.name)).exists() \
+                    and not path.name.endswith(log_files.SWAP_SUFFIX):
+                path.unlink()
+    log_files.fsync_directory(directory)
+
+
+def _finish_swap_on_disk(log: Log, swap_base: int) -> None:
+    """A `.swap` segment replaces the live segments whose base offsets fall in
+    [swap base, swap next offset). A live segment whose records were all cleaned away may lie
+    past the swap's next offset and survive: it holds only superseded records, offsets stay
+    increasing, and the next cleaning removes it."""
+    directory = log.directory
+    swap = _open_segment(log, swap_base, log_files.SWAP_SUFFIX)
+    swap.recover()
+    next_offset = swap.read_next_offset()
+    for path in directory.iterdir():
+        if path.name.endswith(log_files.LOG_SUFFIX):
+            base = log_files.offset_from_name(path.name)
+            if swap_base <= base < next_offset:
+                for suffix_path in (path, log_files.index_path(directory, base),
+                                    log_files.time_index_path(directory, base)):
+                    if suffix_path.exists():
+                        suffix_path.unlink()
+    swap.change_suffix(log_files.SWAP_SUFFIX, "")
+    swap.close()
+
+
+def complete_swap(new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
+    """The in-process half of a swap: new segments are `.swap` files on entry. Old segments
+    are removed before the swap files take their final names, so a crash in between leaves a
+    `.swap` that the next load finishes (`_finish_swap_on_disk`)."""
+    for segment in old_segments:
+        segment.delete_files()
+    for segment in new_segments:
+        segment.change_suffix(log_files.SWAP_SUFFIX, "")
+    if new_segments:
+        log_files.fsync_directory(new_segments[0].log.path.parent)
+
+
+def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
+    """Open every segment, recovering what needs it. `recovery_point` None means the data
+    dir was shut down cleanly."""
+    remove_leftovers(log)
+    bases = sorted(
+        log_files.offset_from_name(p.name)
+        for p in log.directory.iterdir()
+        if p.name.endswith(log_files.LOG_SUFFIX)
+    )
+    loaded = LoadedSegments()
+    for i, base in enumerate(bases):
+        segment = _open_segment(log, base)
+        next_base = bases[i + 1] if i + 1 < len(bases) else None
+        unflushed = recovery_point is not None and (next_base is None or next_base > recovery_point)
+        if unflushed or segment.needs_recovery():
+            cut = segment.recover()
+            loaded.bytes_truncated += cut
+            if cut:
+                loaded.segments.append(segment)
+                _delete_segments_after(log, bases[i + 1 :])
+                break
+        loaded.segments.append(segment)
+    if loaded.segments:
+        last = loaded.segments[-1]
+        loaded.log_end_offset = last.read_next_offset()
+        # An empty segment after a cut-down one still starts at its own base offset.
+        loaded.log_end_offset = max(loaded.log_end_offset, last.base_offset)
+        loaded.recovered_up_to = loaded.log_end_offset
+    return loaded
+
+
+def _delete_segments_after(log: Log, bases: Sequence[int]) -> None:
+    for base in bases:
+        for path in (log_files.log_path(log.directory, base), log_files.index_path(log.directory, base),
+                     log_files.time_index_path(log.directory, base)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def segment_paths(directory: Path, base_offset: int) -> list[Path]:
+    return [
+        log_files.log_path(directory, base_offset),
+        log_files.index_path(directory, base_offset),
+        log_files.time_index_path(directory, base_offset),
+    ]

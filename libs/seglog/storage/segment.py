@@ -1,0 +1,326 @@
+"""LogSegment: one `.log` file with its `.index` and `.timeindex`, named by base offset.
+
+The segment owns the index bookkeeping: after every `index_interval_bytes` of appended data it
+adds an offset-index entry (the batch's last offset, the batch's position) and a time-index
+entry (the largest timestamp so far, the offset of the batch that carried it). Both indexes
+are derived from the log and can be rebuilt from it (`recover`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import CorruptIndexError
+from ..records.batch import NO_TIMESTAMP, RecordBatch
+from . import log_files
+from .file_records import BatchPosition, FileRecords
+from .offset_index import OffsetIndex
+from .time_index import TimeIndex
+
+
+class AppendedBatch(NamedTuple):
+    """What the segment needs to know of each batch it appends, in file order."""
+
+    size_in_bytes: int
+    last_offset: int
+    max_timestamp: int
+
+
+@dataclass(frozen=True)
+class SegmentRead:
+    """Whole batches read from a segment: `data` starts at `first_offset`'s batch."""
+
+    data: bytes
+    position: int
+    first_batch_base_offset: int
+
+
+class LogSegment:
+    def __init__(
+        self,
+        log: FileRecords,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        rolling_jitter_ms: int,
+        created_ms: int,
+    ) -> None:
+        self.log = log
+        self.offset_index = offset_index
+        self.time_index = time_index
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.rolling_jitter_ms = rolling_jitter_ms
+        self.created_ms = created_ms
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp = base_offset
+        # The first batch's max timestamp: segment_ms rolls measure from it (Kafka's
+        # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
+        self.rolling_based_timestamp: int | None = None
+        self.bytes_since_last_index_entry = 0
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        index_size_max_bytes: int,
+        rolling_jitter_ms: int,
+        now_ms: int,
+        suffix: str = "",
+    ) -> LogSegment:
+        """Open or create the segment's three files; indexes that are missing come back empty
+        (`needs_recovery` tells the caller to rebuild them)."""
+        log = FileRecords.open(log_files.log_path(directory, base_offset, suffix))
+        offset_index = OffsetIndex(
+            log_files.index_path(directory, base_offset, suffix), base_offset, index_size_max_bytes
+        )
+        time_index = TimeIndex(
+            log_files.time_index_path(directory, base_offset, suffix),
+            base_offset,
+            index_size_max_bytes,
+        )
+        segment = cls(
+            log, offset_index, time_index, base_offset,
+            index_interval_bytes=index_interval_bytes,
+            rolling_jitter_ms=rolling_jitter_ms,
+            created_ms=now_ms,
+        )
+        segment._load_state()
+        return segment
+
+    def _load_state(self) -> None:
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far = last.timestamp_ms
+        self.offset_of_max_timestamp = last.offset
+        entries = self.offset_index.entries
+        last_position = self.offset_index.entry(entries - 1).position if entries else 0
+        self.bytes_since_last_index_entry = self.log.size - last_position
+
+    # -- facts -------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self.log.size
+
+    def needs_recovery(self) -> bool:
+        """Indexes missing or failing their sanity check: rebuild from the log."""
+        if self.log.size and self.offset_index.entries == 0 and self.log.size > self.index_interval_bytes:
+            return True
+        try:
+            self.offset_index.sanity_check(self.log.size)
+            self.time_index.sanity_check()
+        except CorruptIndexError:
+            return True
+        return False
+
+    def read_next_offset(self) -> int:
+        """The offset after the last batch: scan forward from the last index entry."""
+        start = self.offset_index.lookup(1 << 62)
+        next_offset = self.base_offset
+        for found in self.log.batches(start.position):
+            next_offset = found.header.next_offset
+        return next_offset
+
+    def first_batch_timestamp(self) -> int | None:
+        if self.log.size == 0:
+            return None
+        return self.log.header_at(0).max_timestamp
+
+    @property
+    def largest_timestamp_ms(self) -> int:
+        """The largest record timestamp, or the file's mtime when no batch has one."""
+        if self.max_timestamp_so_far >= 0:
+            return self.max_timestamp_so_far
+        return int(os.stat(self.log.path).st_mtime * 1000)
+
+    # -- append ------------------------------------------------------------------------
+
+    def append(
+        self, buffers: Sequence[bytes | bytearray | memoryview], batches: Sequence[AppendedBatch]
+    ) -> None:
+        """Write the batches' bytes (one vectored write) and add their index entries."""
+        position = self.log.size
+        self.log.append(buffers)
+        if self.rolling_based_timestamp is None and batches:
+            self.rolling_based_timestamp = batches[0].max_timestamp
+        for batch in batches:
+            self._index_batch(position, batch.size_in_bytes, batch.last_offset, batch.max_timestamp)
+            position += batch.size_in_bytes
+
+    def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp_so_far:
+            self.max_timestamp_so_far = max_timestamp
+            self.offset_of_max_timestamp = last_offset
+        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
+            self.offset_index.is_full() or self.time_index.is_full()
+        ):
+            self.offset_index.append(last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
+            self.bytes_since_last_index_entry = 0
+        self.bytes_since_last_index_entry += size
+
+    def should_roll(self, *, messages_bytes: int, max_timestamp: int, max_offset: int,
+                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
+        if self.log.size > segment_bytes - messages_bytes:
+            return True
+        if self.log.size > 0:
+            if self.rolling_based_timestamp is None:
+                self.rolling_based_timestamp = self.first_batch_timestamp()
+            waited_ms = (
+                max_timestamp - self.rolling_based_timestamp
+                if self.rolling_based_timestamp is not None and self.rolling_based_timestamp >= 0
+                else now_ms - self.created_ms
+            )
+            if waited_ms > segment_ms - self.rolling_jitter_ms:
+                return True
+        if self.offset_index.is_full() or self.time_index.is_full():
+            return True
+        return max_offset - self.base_offset > 0x7FFFFFFF
+
+    # -- read --------------------------------------------------------------------------
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
+        """The batch holding `offset` (or the first after it), starting from the index."""
+        entry = self.offset_index.lookup(offset)
+        return self.log.search_offset(offset, max(entry.position, start_position))
+
+    def read(self, start_offset: int, max_bytes: int, *, max_position: int | None = None,
+             min_one_message: bool = False) -> SegmentRead | None:
+        """Whole batches from the one holding `start_offset`, at most `max_bytes` of them
+        (or exactly the first batch when it alone is larger and `min_one_message`)."""
+        end = self.log.size if max_position is None else min(max_position, self.log.size)
+        start = self.translate_offset(start_offset)
+        if start is None or start.position >= end:
+            return None
+        first_size = start.header.size_in_bytes
+        if first_size > max_bytes:
+            if not min_one_message:
+                return SegmentRead(b"", start.position, start.header.base_offset)
+            data = self.log.read(start.position, first_size)
+            return SegmentRead(data, start.position, start.header.base_offset)
+        data = self.log.read(start.position, min(max_bytes, end - start.position))
+        whole = _whole_batches_bytes(data)
+        if whole != len(data):
+            data = data[:whole]
+        return SegmentRead(data, start.position, start.header.base_offset)
+
+    def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after `start_offset` whose timestamp
+        >= `timestamp_ms`: the time index narrows the start, one batch is decoded."""
+        entry = self.time_index.lookup(timestamp_ms)
+        start = self.offset_index.lookup(max(entry.offset, start_offset)).position
+        found = self.log.search_timestamp(timestamp_ms, start)
+        if found is None:
+            return None
+        batch = RecordBatch(self.log.read(found.position, found.header.size_in_bytes))
+        for record in batch.records():
+            if record.timestamp_ms >= timestamp_ms and record.offset >= start_offset:
+                return record.offset, record.timestamp_ms
+        return None
+
+    # -- recovery and truncation -------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild both indexes from the log and cut the invalid tail; return bytes cut."""
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.max_timestamp_so_far = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.bytes_since_last_index_entry = 0
+        self.rolling_based_timestamp = None
+        valid_bytes = 0
+        for position, header in self.log.scan_valid_prefix(self.base_offset):
+            if self.rolling_based_timestamp is None:
+                self.rolling_based_timestamp = header.max_timestamp
+            self._index_batch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+            valid_bytes = position + header.size_in_bytes
+        return self.log.truncate_to(valid_bytes)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose base offset >= `offset`; return bytes removed."""
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position = found.position if found.header.base_offset >= offset else (
+            found.position + found.header.size_in_bytes
+        )
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        cut = self.log.truncate_to(position)
+        self._recompute_max_timestamp()
+        self.bytes_since_last_index_entry = self.log.size - (
+            self.offset_index.entry(self.offset_index.entries - 1).position
+            if self.offset_index.entries else 0
+        )
+        if self.log.size == 0:
+            self.rolling_based_timestamp = None
+        return cut
+
+    def _recompute_max_timestamp(self) -> None:
+        last = self.time_index.last_entry
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = last.timestamp_ms, last.offset
+        start = self.offset_index.lookup(1 << 62).position
+        for _, header in self.log.batches(start):
+            if header.max_timestamp > self.max_timestamp_so_far:
+                self.max_timestamp_so_far = header.max_timestamp
+                self.offset_of_max_timestamp = header.last_offset
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def on_become_inactive(self) -> None:
+        """The segment stops being the active one: final time entry, trim the indexes."""
+        self.time_index.maybe_append(
+            self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+        )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def flush(self) -> None:
+        self.log.flush()
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self.max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.close()
+        self.time_index.close()
+        self.log.close()
+
+    def change_suffix(self, old_suffix: str, new_suffix: str) -> None:
+        """Rename the three files (`.log` -> `.log.deleted`, and so on)."""
+        for f in (self.log, self.offset_index, self.time_index):
+            name = f.path.name
+            base = name[: len(name) - len(old_suffix)] if old_suffix else name
+            f.rename_to(f.path.with_name(base + new_suffix))
+
+    def delete_files(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.log.delete()
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
+
+
+def _whole_batches_bytes(data: bytes) -> int:
+    """Length of the prefix of `data` made of whole batches (walks 12-byte prefixes only)."""
+    end = len(data)
+    pos = 0
+    while pos + 12 <= end:
+        size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
+        if pos + size > end:
+            break
+        pos += size
+    return pos

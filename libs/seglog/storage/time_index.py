@@ -1,0 +1,88 @@
+"""TimeIndex (`.timeindex`): maps timestamps to offsets.
+
+Each 12-byte entry is (timestamp int64, relative offset int32). An entry records the largest
+timestamp seen so far in the segment and the offset of the batch that carried it, so the
+timestamps in the file only ever increase; an append whose timestamp is not larger than the
+last entry's is skipped.
+
+A lookup returns the entry with the largest timestamp <= the target: every batch before its
+offset has a smaller max timestamp, so the search for the first batch whose max timestamp
+>= the target can start there. An empty index answers (-1, base offset).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from ..errors import CorruptIndexError, InvalidOffsetError
+from ..records.batch import NO_TIMESTAMP
+from .index import AbstractIndex
+
+
+class TimestampOffset(NamedTuple):
+    timestamp_ms: int
+    offset: int
+
+
+class TimeIndex(AbstractIndex):
+    ENTRY = struct.Struct(">qi")
+    KIND = "time index"
+
+    def _key(self, n: int) -> int:
+        return self._raw_entry(n)[0]
+
+    def is_full(self) -> bool:
+        # One slot stays free for the entry a segment writes when it rolls.
+        return self._entries >= self.max_entries - 1
+
+    def entry(self, n: int) -> TimestampOffset:
+        timestamp, relative = self._raw_entry(n)
+        return TimestampOffset(timestamp, self.base_offset + relative)
+
+    @property
+    def last_entry(self) -> TimestampOffset:
+        if self._entries == 0:
+            return TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        return self.entry(self._entries - 1)
+
+    def maybe_append(self, timestamp_ms: int, offset: int, *, skip_full_check: bool = False) -> None:
+        """Append when the timestamp is larger than the last entry's.
+
+        `skip_full_check` lets the final entry of a rolling segment land in the slot the
+        roll reserved for it.
+        """
+        last = self.last_entry
+        if self._entries and offset < last.offset:
+            raise InvalidOffsetError(
+                f"attempt to append an offset ({offset}) smaller than the last offset "
+                f"appended ({last.offset}) to {self.path}"
+            )
+        if self._entries and timestamp_ms <= last.timestamp_ms:
+            return
+        if self._entries >= self.max_entries or (not skip_full_check and self.is_full()):
+            raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
+        self._write_entry(timestamp_ms, self.relative_offset(offset))
+
+    def lookup(self, target_ms: int) -> TimestampOffset:
+        slot = self._largest_lower_bound_slot(target_ms)
+        return TimestampOffset(NO_TIMESTAMP, self.base_offset) if slot < 0 else self.entry(slot)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset >= `offset` (timestamps are not sorted by that key,
+        but offsets in the file increase too, so a linear walk back from the end suffices)."""
+        keep = self._entries
+        while keep and self.entry(keep - 1).offset >= offset:
+            keep -= 1
+        self.truncate_to_entries(keep)
+
+    def sanity_check(self) -> None:
+        if self._entries == 0:
+            return
+        self._check_untrimmed_tail()
+        last = self.last_entry
+        if last.offset < self.base_offset or last.timestamp_ms < self.entry(0).timestamp_ms:
+            raise CorruptIndexError(
+                f"corrupt time index {self.path}: last entry {last}, first entry "
+                f"{self.entry(0)}, base offset {self.base_offset}"
+            )
