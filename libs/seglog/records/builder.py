@@ -14,6 +14,7 @@ from crc32c import crc32c
 
 from ..errors import InvalidRecordError, RecordTooLargeError
 from .batch import (
+    Record,
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_BYTES,
@@ -278,3 +279,50 @@ def build_batch(
     for key, value in records:
         builder.append(key, value, timestamp_ms)
     return builder.build()
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    compression: int = CompressionType.NONE,
+    attributes: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    max_timestamp: int | None = None,
+) -> bytes:
+    """A batch whose records keep their own offsets (gaps allowed): what compaction writes
+    and what legacy up-conversion produces. Not a hot path: one encode per record."""
+    if not records:
+        raise InvalidRecordError("cannot encode a batch with no records")
+    base_ts = records[0].timestamp_ms
+    parts = []
+    for record in records:
+        body = bytearray(_RECORD_ATTRIBUTES)
+        body += encode_varint(record.timestamp_ms - base_ts)
+        body += encode_varint(record.offset - base_offset)
+        for field in (record.key, record.value):
+            if field is None:
+                body += _NULL
+            else:
+                body += encode_varint(len(field))
+                body += field
+        body += _encode_headers(record.headers) if record.headers else _NO_HEADERS
+        parts.append(encode_varint(len(body)))
+        parts.append(bytes(body))
+    section = b"".join(parts)
+    if compression != CompressionType.NONE:
+        section = compress(compression, section)
+    out = bytearray(HEADER_BYTES) + section
+    if max_timestamp is None:
+        max_timestamp = max(r.timestamp_ms for r in records)
+    HEADER.pack_into(
+        out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
+        (attributes & ~0x07) | compression, last_offset_delta, base_ts, max_timestamp,
+        producer_id, producer_epoch, base_sequence, len(records),
+    )
+    out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    return bytes(out)

@@ -28,30 +28,14 @@ import zlib
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, UnsupportedCompressionError
-from .batch import (
-    CREATE_TIME,
-    CRC_OFFSET,
-    HEADER,
-    HEADER_BYTES,
-    LOG_APPEND_TIME,
-    LOG_OVERHEAD,
-    MAGIC_V2,
-    NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    NO_TIMESTAMP,
-    Record,
-    compute_crc,
-)
-from .compression import CompressionType, compress, decompress
-from .varint import encode_varint
+from .batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record
+from .builder import encode_batch
+from .compression import CompressionType, decompress
 
 ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
 ENTRY_PREFIX_BYTES = ENTRY_PREFIX.size  # 18
 _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")
-CRC = struct.Struct(">I")
 # crc(4) + magic(1) + attributes(1) + key length(4) + value length(4)
 MIN_MESSAGE_SIZE_V0 = 14
 MIN_MESSAGE_SIZE_V1 = MIN_MESSAGE_SIZE_V0 + 8
@@ -177,31 +161,12 @@ def upconvert(message: LegacyMessage) -> bytes:
     """
     messages = inner_messages(message) if message.codec != CompressionType.NONE else [message]
     base_offset = messages[0].offset
-    base_ts = messages[0].timestamp_ms
-    parts = []
-    for m in messages:
-        body = bytearray(b"\x00")
-        body += encode_varint(m.timestamp_ms - base_ts)
-        body += encode_varint(m.offset - base_offset)
-        for field in (m.key, m.value):
-            if field is None:
-                body += encode_varint(-1)
-            else:
-                body += encode_varint(len(field)) + field
-        body += encode_varint(0)
-        parts.append(encode_varint(len(body)) + bytes(body))
-    records = b"".join(parts)
-    if message.codec != CompressionType.NONE:
-        records = compress(message.codec, records)
-    out = bytearray(HEADER_BYTES) + records
-    HEADER.pack_into(
-        out, 0, base_offset, len(out) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0,
-        message.codec, messages[-1].offset - base_offset, base_ts,
-        max(m.timestamp_ms for m in messages), NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE,
-        len(messages),
+    return encode_batch(
+        [Record(m.offset, m.timestamp_ms, m.key, m.value, ()) for m in messages],
+        base_offset=base_offset,
+        last_offset_delta=messages[-1].offset - base_offset,
+        compression=message.codec,
     )
-    CRC.pack_into(out, CRC_OFFSET, compute_crc(out, 0, len(out)))
-    return bytes(out)
 
 
 def records_of(message: LegacyMessage) -> list[Record]:

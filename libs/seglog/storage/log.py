@@ -93,6 +93,8 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._closed = False
         self._data_dir: DataDir | None = None
+        # Offsets below this were compacted by the cleaner (Kafka's cleaner checkpoint).
+        self.cleaned_up_to_offset = 0
 
     # -- opening and recovery ----------------------------------------------------------
 
@@ -447,13 +449,18 @@ class Log:
                 self.roll()
             keep = [s for s in self._segments if id(s) not in doomed_ids]
             self._set_segments(keep)
-            due_ms = self.clock.now_ms() + self.config.file_delete_delay_ms
             for segment in doomed:
                 segment.change_suffix("", log_files.DELETED_SUFFIX)
-                self._pending_deletes.append((due_ms, segment))
+            self.schedule_delete(doomed)
             self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
             self._update_data_dir()
         self.delete_due_files()
+
+    def schedule_delete(self, segments: Sequence[LogSegment]) -> None:
+        """Files already renamed to `.deleted` go after `file_delete_delay_ms`."""
+        due_ms = self.clock.now_ms() + self.config.file_delete_delay_ms
+        with self._lock:
+            self._pending_deletes.extend((due_ms, s) for s in segments)
 
     def delete_due_files(self) -> None:
         now = self.clock.now_ms()
@@ -473,7 +480,7 @@ class Log:
             old_ids = {id(s) for s in old_segments}
             keep = [s for s in self._segments if id(s) not in old_ids]
             self._set_segments([*keep, *new_segments])
-            complete_swap(new_segments, old_segments)
+            complete_swap(self, new_segments, old_segments)
 
     # -- flush, close ------------------------------------------------------------------
 

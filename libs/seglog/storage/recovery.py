@@ -88,16 +88,18 @@ def _finish_swap_on_disk(log: Log, swap_base: int) -> None:
     swap.close()
 
 
-def complete_swap(new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]) -> None:
-    """The in-process half of a swap: new segments are `.swap` files on entry. Old segments
-    are removed before the swap files take their final names, so a crash in between leaves a
-    `.swap` that the next load finishes (`_finish_swap_on_disk`)."""
+def complete_swap(log: Log, new_segments: Sequence[LogSegment],
+                  old_segments: Sequence[LogSegment]) -> None:
+    """The in-process half of a swap; new segments are `.swap` files on entry. Old segments
+    are renamed to `.deleted` (readers holding them keep reading; the files go after
+    `file_delete_delay_ms`) before the swap files take their final names, so a crash in
+    between leaves a `.swap` that the next load finishes (`_finish_swap_on_disk`)."""
     for segment in old_segments:
-        segment.delete_files()
+        segment.change_suffix("", log_files.DELETED_SUFFIX)
+    log.schedule_delete(old_segments)
     for segment in new_segments:
         segment.change_suffix(log_files.SWAP_SUFFIX, "")
-    if new_segments:
-        log_files.fsync_directory(new_segments[0].log.path.parent)
+    log_files.fsync_directory(log.directory)
 
 
 def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:

@@ -1,0 +1,184 @@
+"""LogManager: every log of a storage node, over one or more data dirs, and their
+background work.
+
+- Logs are created in the data dir holding the fewest logs; opened in parallel at start
+  (`num_recovery_threads_per_data_dir` threads per dir), since recovery is per log.
+- Per-topic overrides sit on top of the default LogConfig.
+- One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
+  recovery-point checkpoints, retention (`retention_check_interval_ms`), and compaction
+  (`cleaner_backoff_ms`) when the cleaner is enabled. Each task catches and logs its own
+  errors so that one bad log does not stop the others' maintenance.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from . import log_files
+from .clock import SYSTEM_CLOCK, Clock
+from .config import LogConfig, LogManagerConfig
+from .log import Log
+from .retention import delete_old_segments
+
+logger = logging.getLogger(__name__)
+TopicPartition = tuple[str, int]
+
+
+class LogManager:
+    def __init__(self, config: LogManagerConfig, default_log_config: LogConfig | None = None,
+                 *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.config = config
+        self.default_log_config = default_log_config or LogConfig()
+        self.clock = clock
+        self._logs: dict[TopicPartition, Log] = {}
+        self._topic_overrides: dict[str, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        self._dirs = [Path(d) for d in config.log_dirs]
+        for d in self._dirs:
+            d.mkdir(parents=True, exist_ok=True)
+
+    # -- start-up ----------------------------------------------------------------------
+
+    def load_logs(self) -> None:
+        """Open every partition directory found under the data dirs, in parallel."""
+        found: list[Path] = []
+        for d in self._dirs:
+            for child in sorted(d.iterdir()):
+                if child.is_dir() and not child.name.endswith("-delete"):
+                    try:
+                        log_files.parse_topic_partition(child)
+                    except ValueError:
+                        continue
+                    found.append(child)
+        workers = max(1, self.config.num_recovery_threads_per_data_dir * len(self._dirs))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            logs = list(pool.map(self._open_existing, found))
+        with self._lock:
+            for log in logs:
+                self._logs[(log.topic, log.partition)] = log
+
+    def _open_existing(self, directory: Path) -> Log:
+        topic, _ = log_files.parse_topic_partition(directory)
+        return Log.open(directory, self.config_for(topic), clock=self.clock)
+
+    def startup(self) -> None:
+        self.load_logs()
+        self._stop.clear()
+        self._scheduler = threading.Thread(target=self._run_scheduler, name="log-manager", daemon=True)
+        self._scheduler.start()
+
+    # -- logs --------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        overrides = self._topic_overrides.get(topic)
+        return self.default_log_config.with_overrides(overrides) if overrides else self.default_log_config
+
+    def set_topic_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
+        self.default_log_config.with_overrides(overrides)  # validate before storing
+        with self._lock:
+            self._topic_overrides[topic] = dict(overrides)
+            for (t, _), log in self._logs.items():
+                if t == topic:
+                    log.config = self.config_for(topic)
+
+    def create_log(self, topic: str, partition: int, overrides: Mapping[str, Any] | None = None,
+                   *, exist_ok: bool = True) -> Log:
+        with self._lock:
+            existing = self._logs.get((topic, partition))
+            if existing is not None:
+                if not exist_ok:
+                    raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
+                return existing
+            if overrides:
+                self.set_topic_overrides(topic, overrides)
+            data_dir = min(self._dirs, key=lambda d: sum(1 for log in self._logs.values()
+                                                         if log.directory.parent == d))
+            log = Log.open(data_dir / f"{topic}-{partition}", self.config_for(topic), clock=self.clock)
+            self._logs[(topic, partition)] = log
+            return log
+
+    def get_log(self, topic: str, partition: int) -> Log:
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+        return log
+
+    def logs(self) -> dict[TopicPartition, Log]:
+        return dict(self._logs)
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+        log.delete()
+
+    # -- background work ---------------------------------------------------------------
+
+    def _run_scheduler(self) -> None:
+        tasks: list[tuple[int, Callable[[], None]]] = [
+            (self.config.flush_scheduler_interval_ms, self.flush_dirty_logs),
+            (self.config.flush_recovery_point_interval_ms, self.checkpoint_recovery_points),
+            (self.config.retention_check_interval_ms, self.cleanup_logs),
+        ]
+        if self.config.cleaner_enable:
+            tasks.append((self.config.cleaner_backoff_ms, self.compact_logs))
+        next_run = [self.clock.now_ms() + interval for interval, _ in tasks]
+        while not self._stop.is_set():
+            now = self.clock.now_ms()
+            for i, (interval, task) in enumerate(tasks):
+                if now >= next_run[i]:
+                    self._run_safely(task)
+                    next_run[i] = now + interval
+            wait_ms = max(1, min(next_run) - self.clock.now_ms())
+            # Bounded wait: a manual clock in tests advances without waking us.
+            self._stop.wait(min(wait_ms, 100) / 1000)
+
+    def _run_safely(self, task: Callable[[], None]) -> None:
+        try:
+            task()
+        except Exception:
+            logger.exception("log manager task %s failed", task.__name__)
+
+    def flush_dirty_logs(self) -> None:
+        for log in self.logs().values():
+            log.maybe_flush()
+
+    def checkpoint_recovery_points(self) -> None:
+        seen = set()
+        for log in self.logs().values():
+            if log.directory.parent not in seen:
+                seen.add(log.directory.parent)
+                log.checkpoint()
+
+    def cleanup_logs(self) -> int:
+        """One retention pass over every log; returns how many segments were deleted."""
+        now = self.clock.now_ms()
+        return sum(delete_old_segments(log, now) for log in self.logs().values())
+
+    def compact_logs(self) -> int:
+        """One cleaner pass over every log whose policy includes compact."""
+        from .cleaner import Cleaner
+
+        cleaner = Cleaner(clock=self.clock)
+        return sum(cleaner.maybe_clean(log) for log in self.logs().values() if log.config.compact)
+
+    def shutdown(self) -> None:
+        """Stop background work, then flush and close every log (clean-shutdown marker)."""
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join(timeout=30)
+            self._scheduler = None
+        with self._lock:
+            logs = list(self._logs.values())
+            self._logs.clear()
+        for log in logs:
+            log.close()
