@@ -246,15 +246,14 @@ class LogSegment:
         return self.log.truncate_to(valid_bytes)
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch whose base offset >= `offset`; return bytes removed."""
+        """Remove every batch holding an offset >= `offset` (a straddling batch goes whole);
+        return bytes removed."""
         found = self.translate_offset(offset)
         if found is None:
             return 0
-        position = found.position if found.header.base_offset >= offset else (
-            found.position + found.header.size_in_bytes
-        )
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
+        position = found.position
+        self.offset_index.truncate_to(found.header.base_offset)
+        self.time_index.truncate_to(found.header.base_offset)
         cut = self.log.truncate_to(position)
         self._recompute_max_timestamp()
         self.bytes_since_last_index_entry = self.log.size - (

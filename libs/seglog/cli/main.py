@@ -1,0 +1,33 @@
+"""Entry point of the `seglog` console script."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .dump import main_dump
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seglog", description="seglog command-line tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dump = sub.add_parser("dump", help="print the batches of .log files and index entries")
+    dump.add_argument("files", nargs="+", help=".log, .index or .timeindex files")
+    dump.add_argument("--records", action="store_true", help="print every record of each batch")
+    dump.add_argument("--verify", action="store_true", help="check index entries against the log")
+    dump.add_argument("--json", action="store_true", help="one JSON object per line")
+    dump.set_defaults(handler=main_dump)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except OSError as exc:
+        print(f"seglog: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

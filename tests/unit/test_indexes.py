@@ -1,0 +1,75 @@
+import pytest
+
+from seglog.errors import CorruptIndexError, InvalidOffsetError
+from seglog.storage import OffsetIndex, TimeIndex
+
+
+def test_offset_index_stores_offsets_relative_to_the_base(tmp_path):
+    index = OffsetIndex(tmp_path / "00000000000000000050.index", 50, 1024)
+    index.append(55, 4096)
+    index.close()
+    raw = (tmp_path / "00000000000000000050.index").read_bytes()
+    assert raw == (5).to_bytes(4, "big") + (4096).to_bytes(4, "big")  # trimmed on close
+
+
+def test_offset_index_lookup_finds_the_largest_entry_not_above_the_target(tmp_path):
+    # Enough entries that the warm tail (8192 bytes = 1024 entries) and the cold head differ.
+    index = OffsetIndex(tmp_path / "0.index", 0, 1 << 20)
+    for i in range(1, 3000):
+        index.append(i * 10, i * 100)
+    assert index.lookup(5) == (0, 0)  # below the first entry
+    assert index.lookup(10) == (10, 100)
+    assert index.lookup(15) == (10, 100)  # cold section
+    assert index.lookup(29_985) == (29_980, 299_800)  # warm section
+    assert index.lookup(10**9) == (29_990, 299_900)
+
+
+def test_offset_index_refuses_offsets_that_do_not_increase(tmp_path):
+    index = OffsetIndex(tmp_path / "0.index", 0, 1024)
+    index.append(9, 100)
+    with pytest.raises(InvalidOffsetError, match=r"offset \(7\) no larger than the last offset appended \(9\)"):
+        index.append(7, 200)
+
+
+def test_offset_index_reports_full_and_refuses_more(tmp_path):
+    index = OffsetIndex(tmp_path / "0.index", 0, 8 * 3)
+    for i in range(3):
+        index.append(i + 1, (i + 1) * 10)
+    assert index.is_full()
+    with pytest.raises(CorruptIndexError, match="full index"):
+        index.append(10, 1000)
+
+
+def test_offset_index_truncate_and_reopen(tmp_path):
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 1024)
+    for i in range(1, 10):
+        index.append(i * 2, i * 50)
+    index.truncate_to(9)  # drops entries with offsets 10, 12, ... 18
+    assert index.entries == 4 and index.lookup(100).offset == 8
+    index.close()
+    reopened = OffsetIndex(path, 0, 1024, writable=False)
+    assert reopened.entries == 4 and reopened.lookup(7) == (6, 150)
+
+
+def test_untrimmed_index_fails_its_sanity_check(tmp_path):
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 1024)
+    index.append(3, 100)
+    index.flush()  # left at its preallocated 1024 bytes, as a crash leaves it
+    reopened = OffsetIndex(path, 0, 1024, writable=False)
+    with pytest.raises(CorruptIndexError, match="preallocated"):
+        reopened.sanity_check(log_bytes=10_000)
+
+
+def test_time_index_keeps_only_increasing_timestamps(tmp_path):
+    index = TimeIndex(tmp_path / "100.timeindex", 100, 1200)
+    index.maybe_append(1000, 100)
+    index.maybe_append(900, 105)  # not larger: skipped
+    index.maybe_append(2000, 110)
+    assert index.entries == 2
+    assert index.lookup(1500) == (1000, 100)
+    assert index.lookup(500) == (-1, 100)
+    assert index.lookup(2500) == (2000, 110)
+    index.truncate_to(110)
+    assert index.entries == 1
