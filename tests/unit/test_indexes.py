@@ -1,5 +1,4 @@
 import pytest
-
 from seglog.errors import CorruptIndexError, InvalidOffsetError
 from seglog.storage import OffsetIndex, TimeIndex
 

@@ -5,7 +5,6 @@ import textwrap
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-
 from seglog.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -13,10 +12,11 @@ from seglog.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from seglog.records import CompressionType, RecordBatchBuilder, iter_batches, iter_records
+from seglog.records import CompressionType, iter_batches, iter_records
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.cleaner import Cleaner
 from seglog.storage.retention import delete_old_segments
+
 from tests.conftest import make_batch
 
 

@@ -14,7 +14,6 @@ from crc32c import crc32c
 
 from ..errors import InvalidRecordError, RecordTooLargeError
 from .batch import (
-    Record,
     ATTRIBUTES_OFFSET,
     HEADER,
     HEADER_BYTES,
@@ -25,6 +24,7 @@ from .batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     TRANSACTIONAL_MASK,
+    Record,
 )
 from .compression import CompressionType, check_codec, compress
 from .varint import VARINT_TABLE, VARINT_TABLE_OFFSET, encode_varint

@@ -19,7 +19,6 @@ from .batch import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, Record, RecordBatch
 from .legacy import LegacyMessage, read_message, records_of
 
 
-
 def iter_batches(
     buffer: bytes | bytearray | memoryview, *, validate: bool = True
 ) -> Iterator[RecordBatch | LegacyMessage]:

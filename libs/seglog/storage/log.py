@@ -34,7 +34,6 @@ from ..errors import (
 )
 from ..records.batch import (
     CONTROL_MASK,
-    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
     NO_TIMESTAMP,
