@@ -113,7 +113,7 @@ def test_damaged_indexes_are_rebuilt_from_the_log(tmp_path, damage):
         if damage == "delete":
             path.unlink()
         else:
-            path.write_bytes(b"\x00" * 7 + os.urandom(33))
+            path.write_bytes(b"\x00" * 7 + random.Random(suffix).randbytes(33))
     log = Log.open(directory, LogConfig(index_interval_bytes=100))
     assert len(read_all(log)) == 30
     log.close()

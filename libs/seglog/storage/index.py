@@ -176,6 +176,11 @@ class AbstractIndex:
         except FileNotFoundError:
             pass
 
+    def _entries_bytes(self) -> bytes:
+        if self._map is None:
+            raise LogClosedError(f"{self.path} is closed")
+        return self._map[: self._entries * self.ENTRY.size]
+
     def _check_untrimmed_tail(self) -> None:
         """A file left at its preallocated size by a crash ends in zero entries."""
         if self._entries and not any(self._raw_entry(self._entries - 1)):

@@ -67,6 +67,14 @@ class OffsetIndex(AbstractIndex):
             return
         self._check_untrimmed_tail()
         last = self.entry(self._entries - 1)
+        previous = (-1, -1)
+        for relative, position in self.ENTRY.iter_unpack(self._entries_bytes()):
+            if relative <= previous[0] or position <= previous[1] or relative < 0:
+                raise CorruptIndexError(
+                    f"corrupt offset index {self.path}: entry ({relative}, {position}) after "
+                    f"{previous} does not increase"
+                )
+            previous = (relative, position)
         if last.offset < self.base_offset or last.position >= log_bytes:
             raise CorruptIndexError(
                 f"corrupt offset index {self.path}: last entry {last} with base offset "

@@ -81,6 +81,14 @@ class TimeIndex(AbstractIndex):
             return
         self._check_untrimmed_tail()
         last = self.last_entry
+        previous = (-(1 << 63), -1)
+        for timestamp, relative in self.ENTRY.iter_unpack(self._entries_bytes()):
+            if timestamp <= previous[0] or relative < previous[1] or relative < 0:
+                raise CorruptIndexError(
+                    f"corrupt time index {self.path}: entry ({timestamp}, {relative}) after "
+                    f"{previous} is not monotonic"
+                )
+            previous = (timestamp, relative)
         if last.offset < self.base_offset or last.timestamp_ms < self.entry(0).timestamp_ms:
             raise CorruptIndexError(
                 f"corrupt time index {self.path}: last entry {last}, first entry "
