@@ -140,9 +140,10 @@ class Log:
         self._make_active(self._segments[-1])
         self._update_data_dir()
 
-    def _new_segment(self, base_offset: int) -> LogSegment:
+    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
+        """Open (or create) a segment of this log with its configured index settings."""
         return LogSegment.open(
-            self.directory, base_offset,
+            self.directory, base_offset, suffix=suffix,
             index_interval_bytes=self.config.index_interval_bytes,
             index_size_max_bytes=self.config.index_size_max_bytes,
             rolling_jitter_ms=self.config.segment_jitter_ms,

@@ -38,14 +38,7 @@ class LoadedSegments:
 
 
 def _open_segment(log: Log, base_offset: int, suffix: str = "") -> LogSegment:
-    return LogSegment.open(
-        log.directory, base_offset,
-        index_interval_bytes=log.config.index_interval_bytes,
-        index_size_max_bytes=log.config.index_size_max_bytes,
-        rolling_jitter_ms=log.config.segment_jitter_ms,
-        now_ms=log.clock.now_ms(),
-        suffix=suffix,
-    )
+    return log._new_segment(base_offset, suffix)
 
 
 def remove_leftovers(log: Log) -> None:
