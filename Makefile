@@ -24,7 +24,8 @@ bench: $(STAMP) proto
 	$(BIN)/python -m bench
 
 lint: $(STAMP)
-	$(BIN)/ruff check libs tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 clean:

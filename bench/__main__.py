@@ -28,8 +28,10 @@ def best_of(runs: int, fn: Callable[[], float]) -> float:
 def report(name: str, figure: float, baseline: float, unit: str, target: float | None) -> None:
     ratio = figure / baseline
     verdict = "" if target is None else ("  ok" if ratio >= target else f"  BELOW {target}x")
-    print(f"{name:48s} {figure:10.1f} {unit:8s} baseline {baseline:10.1f} {unit:8s} "
-          f"ratio {ratio:5.2f}x{verdict}")
+    print(
+        f"{name:48s} {figure:10.1f} {unit:8s} baseline {baseline:10.1f} {unit:8s} "
+        f"ratio {ratio:5.2f}x{verdict}"
+    )
 
 
 def batch_of(total_bytes: int) -> bytes:
@@ -66,9 +68,13 @@ def bench_append(tmp: Path, batch_bytes: int, batches_per_call: int, total_bytes
         return elapsed
 
     mb = calls * len(payload) / MIB
-    report(f"append {batch_bytes // 1024} KiB batches x{batches_per_call}/call (MB/s)",
-           mb / best_of(3, seglog), mb / best_of(3, raw), "MB/s",
-           0.8 if batch_bytes >= MIB // 2 else 0.5)
+    report(
+        f"append {batch_bytes // 1024} KiB batches x{batches_per_call}/call (MB/s)",
+        mb / best_of(3, seglog),
+        mb / best_of(3, raw),
+        "MB/s",
+        0.8 if batch_bytes >= MIB // 2 else 0.5,
+    )
 
 
 def bench_read_and_recovery(tmp: Path) -> None:
@@ -103,8 +109,13 @@ def bench_read_and_recovery(tmp: Path) -> None:
         return time.perf_counter() - start
 
     mb = len(offsets) * MIB / MIB
-    report(f"read 1 MiB at random offsets, {LOG_BYTES // MIB} MiB log (MB/s)",
-           mb / best_of(3, seglog), mb / best_of(3, raw), "MB/s", 0.5)
+    report(
+        f"read 1 MiB at random offsets, {LOG_BYTES // MIB} MiB log (MB/s)",
+        mb / best_of(3, seglog),
+        mb / best_of(3, raw),
+        "MB/s",
+        0.5,
+    )
     log.close()
 
     def raw_sequential() -> float:
@@ -124,8 +135,13 @@ def bench_read_and_recovery(tmp: Path) -> None:
         return elapsed
 
     size_mb = path.stat().st_size / MIB
-    report("recovery with indexes gone (MB/s)", size_mb / best_of(2, recovery),
-           size_mb / best_of(2, raw_sequential), "MB/s", None)
+    report(
+        "recovery with indexes gone (MB/s)",
+        size_mb / best_of(2, recovery),
+        size_mb / best_of(2, raw_sequential),
+        "MB/s",
+        None,
+    )
     os.close(fd)
     shutil.rmtree(directory)
 
@@ -166,10 +182,20 @@ def bench_codec() -> None:
         return time.perf_counter() - start
 
     baseline = records / best_of(3, kafka_python_encode) / 1e6
-    report("encode 100 B records, append() (M rec/s)", records / best_of(3, seglog_append) / 1e6,
-           baseline, "M rec/s", 4.0)
-    report("encode 100 B records, append_many() (M rec/s)", records / best_of(3, seglog_bulk) / 1e6,
-           baseline, "M rec/s", 4.0)
+    report(
+        "encode 100 B records, append() (M rec/s)",
+        records / best_of(3, seglog_append) / 1e6,
+        baseline,
+        "M rec/s",
+        4.0,
+    )
+    report(
+        "encode 100 B records, append_many() (M rec/s)",
+        records / best_of(3, seglog_bulk) / 1e6,
+        baseline,
+        "M rec/s",
+        4.0,
+    )
     builder = RecordBatchBuilder()
     builder.append_many([value] * 1000, timestamp_ms=ts)
     raw = builder.build()
@@ -187,8 +213,13 @@ def bench_codec() -> None:
                 record.value  # noqa: B018 - touch the record as a consumer would
         return time.perf_counter() - start
 
-    report("decode 100 B records (M rec/s)", 150_000 / best_of(3, seglog_decode) / 1e6,
-           150_000 / best_of(3, kafka_python_decode) / 1e6, "M rec/s", 3.0)
+    report(
+        "decode 100 B records (M rec/s)",
+        150_000 / best_of(3, seglog_decode) / 1e6,
+        150_000 / best_of(3, kafka_python_decode) / 1e6,
+        "M rec/s",
+        3.0,
+    )
 
 
 def main() -> int:

@@ -36,7 +36,8 @@ def test_sigkill_at_a_random_moment_keeps_every_acknowledged_record(tmp_path, se
     directory = tmp_path / "crash-0"
     proc = subprocess.Popen(
         [sys.executable, "-c", WRITER.format(root=os.getcwd(), directory=str(directory))],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     acknowledged = -1
     target = random.Random(seed).randint(50, 400)

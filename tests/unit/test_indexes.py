@@ -26,7 +26,9 @@ def test_offset_index_lookup_finds_the_largest_entry_not_above_the_target(tmp_pa
 def test_offset_index_refuses_offsets_that_do_not_increase(tmp_path):
     index = OffsetIndex(tmp_path / "0.index", 0, 1024)
     index.append(9, 100)
-    with pytest.raises(InvalidOffsetError, match=r"offset \(7\) no larger than the last offset appended \(9\)"):
+    with pytest.raises(
+        InvalidOffsetError, match=r"offset \(7\) no larger than the last offset appended \(9\)"
+    ):
         index.append(7, 200)
 
 

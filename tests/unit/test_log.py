@@ -59,7 +59,8 @@ def test_kafka_python_batches_append_survive_reopen_and_read_back_identical(tmp_
         decoded = DefaultRecordBatch(stored_raw)
         assert decoded.validate_crc()
         assert [(r.key, r.value, list(r.headers)) for r in decoded] == [
-            (b"key", b"v" * 200, [("h", b"1")]), (None, None, [])
+            (b"key", b"v" * 200, [("h", b"1")]),
+            (None, None, []),
         ]
     log.close()
 
@@ -85,7 +86,9 @@ def test_append_assigns_offsets_from_the_log_end(tmp_path):
     ],
     ids=["truncated", "stray-bytes", "magic", "crc"],
 )
-def test_bad_input_raises_a_named_error_and_leaves_the_log_unchanged(tmp_path, mangle, error, message):
+def test_bad_input_raises_a_named_error_and_leaves_the_log_unchanged(
+    tmp_path, mangle, error, message
+):
     log = Log.open(tmp_path / "t-0")
     log.append(make_batch([b"kept"]))
     before = (log.log_end_offset, log.active_segment.size)
@@ -107,6 +110,7 @@ def test_inconsistent_record_count_is_invalid(tmp_path):
     raw = bytearray(make_batch([b"a", b"b"]))
     raw[57:61] = (3).to_bytes(4, "big")  # count 3, lastOffsetDelta 1; CRC recomputed
     from seglog.records.batch import compute_crc
+
     raw[17:21] = compute_crc(raw, 0, len(raw)).to_bytes(4, "big")
     log = Log.open(tmp_path / "t-0")
     with pytest.raises(InvalidRecordError, match="recordCount 3 does not match lastOffsetDelta 1"):
@@ -210,9 +214,12 @@ def test_retention_by_time_rolls_the_active_segment_when_it_alone_expired(tmp_pa
 
 def test_retention_by_size_and_by_log_start_offset(tmp_path, now_ms):
     clock = ManualClock(now_ms)
-    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=300, retention_bytes=700,
-                                               file_delete_delay_ms=0), clock=clock)
-    for i in range(12):
+    log = Log.open(
+        tmp_path / "t-0",
+        LogConfig(segment_bytes=300, retention_bytes=700, file_delete_delay_ms=0),
+        clock=clock,
+    )
+    for _ in range(12):
         log.append(make_batch([b"x" * 100], timestamp_ms=now_ms))
     assert delete_old_segments(log, clock.now_ms()) > 0
     assert log.size_in_bytes <= 700 + 300
@@ -225,8 +232,12 @@ def test_retention_by_size_and_by_log_start_offset(tmp_path, now_ms):
 
 def test_compaction_keeps_the_latest_record_per_key_and_their_offsets(tmp_path, now_ms):
     clock = ManualClock(now_ms)
-    config = LogConfig(segment_bytes=600, cleanup_policy="compact", delete_retention_ms=1000,
-                       file_delete_delay_ms=0)
+    config = LogConfig(
+        segment_bytes=600,
+        cleanup_policy="compact",
+        delete_retention_ms=1000,
+        file_delete_delay_ms=0,
+    )
     log = Log.open(tmp_path / "c-0", config, clock=clock)
     expected = {}
     for i in range(60):

@@ -32,8 +32,11 @@ class LogModel(RuleBasedStateMachine):
     def end(self):
         return self.batches[-1][-1][0] + 1 if self.batches else 0
 
-    @rule(values=st.lists(st.binary(max_size=60), min_size=1, max_size=6),
-          ts_step=st.integers(0, 50), codec=st.sampled_from([0, 1, 3, 4]))
+    @rule(
+        values=st.lists(st.binary(max_size=60), min_size=1, max_size=6),
+        ts_step=st.integers(0, 50),
+        codec=st.sampled_from([0, 1, 3, 4]),
+    )
     def append(self, values, ts_step, codec):
         ts = BASE_MS + len(self.records) * 5 + ts_step
         builder = RecordBatchBuilder(compression=codec)
@@ -91,7 +94,9 @@ class LogModel(RuleBasedStateMachine):
 
 
 LogModel.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=25, deadline=None,
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_log_matches_an_in_memory_model = LogModel.TestCase

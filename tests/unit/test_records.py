@@ -34,10 +34,26 @@ GOLDEN_FROM_KAFKA_PYTHON = bytes.fromhex(
 
 
 def test_varint_round_trips_edges():
-    for value in (0, -1, 1, 63, -64, 64, 8191, -8192, 8192, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)):
+    for value in (
+        0,
+        -1,
+        1,
+        63,
+        -64,
+        64,
+        8191,
+        -8192,
+        8192,
+        2**31 - 1,
+        -(2**31),
+        2**63 - 1,
+        -(2**63),
+    ):
         encoded = encode_varint(value)
         assert decode_varint(encoded, 0) == (value, len(encoded))
-    assert encode_varint(0) == b"\x00" and encode_varint(-1) == b"\x01" and encode_varint(1) == b"\x02"
+    assert (
+        encode_varint(0) == b"\x00" and encode_varint(-1) == b"\x01" and encode_varint(1) == b"\x02"
+    )
     assert encode_varint(300) == bytes([0xD8, 0x04])
 
 
@@ -146,7 +162,9 @@ def test_iter_batches_stops_quietly_at_a_partial_tail():
     assert len(list(iter_batches(raw + raw[:30]))) == 2
 
 
-@pytest.mark.parametrize(("magic", "codec"), [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)])
+@pytest.mark.parametrize(
+    ("magic", "codec"), [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)]
+)
 def test_legacy_message_sets_read_and_upconvert(magic, codec):
     builder = LegacyRecordBatchBuilder(magic, codec, 1 << 20)
     for i in range(4):

@@ -35,8 +35,12 @@ def _log_entries(path: Path, with_records: bool) -> Iterator[dict[str, Any]]:
         (length,) = _LENGTH.unpack_from(data, pos + 8)
         size = length + LOG_OVERHEAD
         if length < 0 or pos + size > len(data):
-            yield {"error": "truncated batch", "position": pos, "declared_size": size,
-                   "available": len(data) - pos}
+            yield {
+                "error": "truncated batch",
+                "position": pos,
+                "declared_size": size,
+                "available": len(data) - pos,
+            }
             return
         magic = data[pos + MAGIC_OFFSET]
         try:
@@ -52,25 +56,45 @@ def _describe(data: bytes, pos: int, magic: int, with_records: bool) -> dict[str
         batch = RecordBatch(data, pos)
         h = batch.header
         entry: dict[str, Any] = {
-            "base_offset": h.base_offset, "last_offset": h.last_offset, "position": pos,
-            "size": h.size_in_bytes, "count": h.record_count, "magic": h.magic,
-            "codec": h.compression.name.lower(), "crc": h.crc, "crc_valid": batch.is_valid(),
-            "base_timestamp": h.base_timestamp, "max_timestamp": h.max_timestamp,
+            "base_offset": h.base_offset,
+            "last_offset": h.last_offset,
+            "position": pos,
+            "size": h.size_in_bytes,
+            "count": h.record_count,
+            "magic": h.magic,
+            "codec": h.compression.name.lower(),
+            "crc": h.crc,
+            "crc_valid": batch.is_valid(),
+            "base_timestamp": h.base_timestamp,
+            "max_timestamp": h.max_timestamp,
             "timestamp_type": "LogAppendTime" if h.timestamp_type else "CreateTime",
-            "producer_id": h.producer_id, "partition_leader_epoch": h.partition_leader_epoch,
-            "is_transactional": h.is_transactional, "is_control": h.is_control,
+            "producer_id": h.producer_id,
+            "partition_leader_epoch": h.partition_leader_epoch,
+            "is_transactional": h.is_transactional,
+            "is_control": h.is_control,
         }
         records = batch.records() if with_records and entry["crc_valid"] else None
     else:
         message = read_message(data, pos)
-        entry = {"offset": message.offset, "position": pos, "size": message.size_in_bytes,
-                 "magic": message.magic, "codec": message.codec, "crc_valid": True,
-                 "timestamp": message.timestamp_ms}
+        entry = {
+            "offset": message.offset,
+            "position": pos,
+            "size": message.size_in_bytes,
+            "magic": message.magic,
+            "codec": message.codec,
+            "crc_valid": True,
+            "timestamp": message.timestamp_ms,
+        }
         records = records_of(message) if with_records else None
     if records is not None:
         entry["records"] = [
-            {"offset": r.offset, "timestamp": r.timestamp_ms, "key": _text(r.key),
-             "value": _text(r.value), "headers": [[k, _text(v)] for k, v in r.headers]}
+            {
+                "offset": r.offset,
+                "timestamp": r.timestamp_ms,
+                "key": _text(r.key),
+                "value": _text(r.value),
+                "headers": [[k, _text(v)] for k, v in r.headers],
+            }
             for r in records
         ]
     return entry
@@ -119,13 +143,17 @@ def _batch_table(log_data: bytes) -> list[tuple[int, int, int, int]]:
     return out
 
 
-def _verify(entry: dict[str, Any], batches: list[tuple[int, int, int, int]],
-            time_index: bool) -> tuple[bool, str | None]:
+def _verify(
+    entry: dict[str, Any], batches: list[tuple[int, int, int, int]], time_index: bool
+) -> tuple[bool, str | None]:
     if time_index:
         for _, base, last, running_max in batches:
             if base <= entry["offset"] <= last:
                 if running_max < entry["timestamp"]:
-                    return False, f"log's max timestamp up to offset {entry['offset']} is {running_max}"
+                    return (
+                        False,
+                        f"log's max timestamp up to offset {entry['offset']} is {running_max}",
+                    )
                 return True, None
         return False, f"offset {entry['offset']} not found in the log"
     for pos, base, last, _ in batches:
@@ -164,12 +192,11 @@ def _as_text(entry: dict[str, Any]) -> str:
     records = entry.pop("records", None)
     line = " ".join(f"{k}: {v}" for k, v in entry.items())
     if records:
-        line += "".join(
-            "\n| " + " ".join(f"{k}: {v}" for k, v in r.items()) for r in records
-        )
+        line += "".join("\n| " + " ".join(f"{k}: {v}" for k, v in r.items()) for r in records)
     return line
 
 
 def main_dump(args: Any) -> int:
-    return dump(args.files, records=args.records, verify=args.verify, as_json=args.json,
-                out=sys.stdout)
+    return dump(
+        args.files, records=args.records, verify=args.verify, as_json=args.json, out=sys.stdout
+    )

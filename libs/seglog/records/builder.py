@@ -66,9 +66,19 @@ class RecordBatchBuilder:
     """
 
     __slots__ = (
-        "_parts", "_records_bytes", "_codec", "_max_bytes", "_attributes", "_producer_id",
-        "_producer_epoch", "_base_sequence", "_partition_leader_epoch", "_base_offset",
-        "_base_timestamp", "_max_timestamp", "_count",
+        "_parts",
+        "_records_bytes",
+        "_codec",
+        "_max_bytes",
+        "_attributes",
+        "_producer_id",
+        "_producer_epoch",
+        "_base_sequence",
+        "_partition_leader_epoch",
+        "_base_offset",
+        "_base_timestamp",
+        "_max_timestamp",
+        "_count",
     )
 
     def __init__(
@@ -141,7 +151,8 @@ class RecordBatchBuilder:
             base_timestamp = self._base_timestamp
             ts_delta = timestamp_ms - base_timestamp
         ts_part = (
-            table[ts_delta + table_offset] if _TABLE_LOW <= ts_delta < high
+            table[ts_delta + table_offset]
+            if _TABLE_LOW <= ts_delta < high
             else encode_varint(ts_delta)
         )
         offset_part = table[count + table_offset] if count < high else encode_varint(count)
@@ -157,17 +168,32 @@ class RecordBatchBuilder:
             value_part = table[n + table_offset] if n < high else encode_varint(n)
         headers_part = _encode_headers(headers) if headers else _NO_HEADERS
         size = (
-            1 + len(ts_part) + len(offset_part) + len(key_part) + len(key) + len(value_part)
-            + len(value) + len(headers_part)
+            1
+            + len(ts_part)
+            + len(offset_part)
+            + len(key_part)
+            + len(key)
+            + len(value_part)
+            + len(value)
+            + len(headers_part)
         )
         length_part = table[size + table_offset] if size < high else encode_varint(size)
         record_bytes = len(length_part) + size
         if count and HEADER_BYTES + self._records_bytes + record_bytes > self._max_bytes:
             return False
-        self._parts.extend((
-            length_part, _RECORD_ATTRIBUTES, ts_part, offset_part, key_part, key, value_part,
-            value, headers_part,
-        ))
+        self._parts.extend(
+            (
+                length_part,
+                _RECORD_ATTRIBUTES,
+                ts_part,
+                offset_part,
+                key_part,
+                key,
+                value_part,
+                value,
+                headers_part,
+            )
+        )
         self._records_bytes += record_bytes
         self._base_timestamp = base_timestamp
         if count == 0 or timestamp_ms > self._max_timestamp:
@@ -215,7 +241,11 @@ class RecordBatchBuilder:
                 value_part = table[n + table_offset] if n < high else encode_varint(n)
             offset_part = table[count + table_offset] if count < high else encode_varint(count)
             size = (
-                fixed_bytes + len(offset_part) + len(key_part) + len(key) + len(value_part)
+                fixed_bytes
+                + len(offset_part)
+                + len(key_part)
+                + len(key)
+                + len(value_part)
                 + len(value)
             )
             length_part = table[size + table_offset] if size < high else encode_varint(size)
@@ -320,9 +350,23 @@ def encode_batch(
     if max_timestamp is None:
         max_timestamp = max(r.timestamp_ms for r in records)
     HEADER.pack_into(
-        out, 0, base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, MAGIC_V2, 0,
-        (attributes & ~0x07) | compression, last_offset_delta, base_ts, max_timestamp,
-        producer_id, producer_epoch, base_sequence, len(records),
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC_V2,
+        0,
+        (attributes & ~0x07) | compression,
+        last_offset_delta,
+        base_ts,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
     )
-    out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc32c(
+        memoryview(out)[ATTRIBUTES_OFFSET:]
+    ).to_bytes(4, "big")
     return bytes(out)

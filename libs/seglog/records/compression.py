@@ -106,13 +106,15 @@ def _snappy_decompress(data: bytes | memoryview) -> bytes:
 
 def _lz4_compress(data: bytes | memoryview) -> bytes:
     # 64 KiB independent blocks, as KafkaLZ4BlockOutputStream writes them.
-    return lz4.frame.compress(
+    compressed: bytes = lz4.frame.compress(
         data, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False
     )
+    return compressed
 
 
 def _lz4_decompress(data: bytes | memoryview) -> bytes:
-    return lz4.frame.decompress(data)
+    decompressed: bytes = lz4.frame.decompress(data)
+    return decompressed
 
 
 _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
@@ -169,6 +171,5 @@ def decompress(codec_id: int, data: bytes | memoryview) -> bytes:
         raise
     except Exception as exc:  # each codec library raises its own error types
         raise CorruptRecordError(
-            f"{codec.name.lower()} records section of {len(data)} bytes does not decompress: "
-            f"{exc}"
+            f"{codec.name.lower()} records section of {len(data)} bytes does not decompress: {exc}"
         ) from exc

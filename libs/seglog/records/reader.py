@@ -44,7 +44,9 @@ def iter_batches(
         pos += LOG_OVERHEAD + length
 
 
-def iter_records(buffer: bytes | bytearray | memoryview, *, validate: bool = True) -> Iterator[Record]:
+def iter_records(
+    buffer: bytes | bytearray | memoryview, *, validate: bool = True
+) -> Iterator[Record]:
     """Every record in the buffer, legacy entries up-read, in order."""
     for entry in iter_batches(buffer, validate=validate):
         if isinstance(entry, RecordBatch):

@@ -38,9 +38,7 @@ def encode_varint(value: int) -> bytes:
     return _encode_unsigned(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
 
 
-VARINT_TABLE: list[bytes] = [
-    _encode_unsigned(zigzag(v)) for v in range(_TABLE_MIN, _TABLE_MAX)
-]
+VARINT_TABLE: list[bytes] = [_encode_unsigned(zigzag(v)) for v in range(_TABLE_MIN, _TABLE_MAX)]
 VARINT_TABLE_OFFSET = -_TABLE_MIN
 
 # One-byte varints decode through a table: byte b (< 0x80) holds zigzag value b.

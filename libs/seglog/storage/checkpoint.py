@@ -51,7 +51,9 @@ def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
 
 def write_checkpoint(path: Path, entries: dict[TopicPartition, int]) -> None:
     lines = [str(_VERSION), str(len(entries))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(entries.items())
+    ]
     atomic_write(path, ("\n".join(lines) + "\n").encode())
 
 

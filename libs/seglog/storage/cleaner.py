@@ -44,7 +44,10 @@ class Cleaner:
         now = self.clock.now_ms()
         out = []
         for segment in log.segments[:-1]:
-            if segment.size and segment.largest_timestamp_ms > now - log.config.min_compaction_lag_ms:
+            if (
+                segment.size
+                and segment.largest_timestamp_ms > now - log.config.min_compaction_lag_ms
+            ):
                 break
             out.append(segment)
         return out
@@ -101,15 +104,18 @@ class Cleaner:
             groups.append([segment])
         return groups
 
-    def _clean_group(self, log: Log, group: Sequence[LogSegment], latest: dict[bytes, int],
-                     horizon_ms: int) -> LogSegment | None:
+    def _clean_group(
+        self, log: Log, group: Sequence[LogSegment], latest: dict[bytes, int], horizon_ms: int
+    ) -> LogSegment | None:
         directory = log.directory
         base = group[0].base_offset
         cleaned = LogSegment.open(
-            directory, base,
+            directory,
+            base,
             index_interval_bytes=log.config.index_interval_bytes,
             index_size_max_bytes=log.config.index_size_max_bytes,
-            rolling_jitter_ms=0, now_ms=self.clock.now_ms(),
+            rolling_jitter_ms=0,
+            now_ms=self.clock.now_ms(),
             suffix=log_files.CLEANED_SUFFIX,
         )
         for segment in group:
@@ -120,7 +126,9 @@ class Cleaner:
                 if kept is not None:
                     batch = RecordBatch(kept)
                     h = batch.header
-                    cleaned.append([kept], [AppendedBatch(h.size_in_bytes, h.last_offset, h.max_timestamp)])
+                    cleaned.append(
+                        [kept], [AppendedBatch(h.size_in_bytes, h.last_offset, h.max_timestamp)]
+                    )
         if cleaned.size == 0:
             cleaned.delete_files()
             return None
@@ -131,11 +139,14 @@ class Cleaner:
         return cleaned
 
     @staticmethod
-    def _retained_batch(raw: bytes, latest: dict[bytes, int], drop_tombstones: bool) -> bytes | None:
+    def _retained_batch(
+        raw: bytes, latest: dict[bytes, int], drop_tombstones: bool
+    ) -> bytes | None:
         batch = RecordBatch(raw)
         records = batch.records()
         kept = [
-            r for r in records
+            r
+            for r in records
             if r.key is None
             or (latest.get(r.key) == r.offset and not (drop_tombstones and r.value is None))
         ]

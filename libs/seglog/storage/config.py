@@ -106,8 +106,10 @@ class LogManagerConfig:
         if not self.log_dirs:
             raise InvalidConfigError("log_dirs must name at least one directory")
         for name in (
-            "retention_check_interval_ms", "flush_scheduler_interval_ms",
-            "flush_recovery_point_interval_ms", "num_recovery_threads_per_data_dir",
+            "retention_check_interval_ms",
+            "flush_scheduler_interval_ms",
+            "flush_recovery_point_interval_ms",
+            "num_recovery_threads_per_data_dir",
             "cleaner_backoff_ms",
         ):
             _at_least(self, name, 1)

@@ -92,11 +92,15 @@ class FileRecords:
                 written += n
         except OSError as exc:
             self._cut_back(position)
-            raise StorageError(f"append to {self.path} at position {position} failed: {exc}") from exc
+            raise StorageError(
+                f"append to {self.path} at position {position} failed: {exc}"
+            ) from exc
         self._size = position + written
         return written
 
-    def _finish_short_write(self, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int) -> int:
+    def _finish_short_write(
+        self, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int
+    ) -> int:
         joined = memoryview(b"".join(bytes(b) for b in chunk))[done:]
         extra = 0
         while extra < len(joined):
@@ -138,7 +142,9 @@ class FileRecords:
     def read_all(self) -> bytes:
         return self.read(0, self._size)
 
-    def write_to(self, out: int | socket.socket, position: int = 0, length: int | None = None) -> int:
+    def write_to(
+        self, out: int | socket.socket, position: int = 0, length: int | None = None
+    ) -> int:
         """Copy [position, position + length) to a descriptor or socket with `os.sendfile`."""
         if length is None:
             length = self._size - position
@@ -229,13 +235,18 @@ class FileRecords:
         if position + HEADER_BYTES > self._size:
             return None
         header = self.header_at(position)
-        if header.batch_length < HEADER_BYTES - LOG_OVERHEAD or position + header.size_in_bytes > self._size:
+        if (
+            header.batch_length < HEADER_BYTES - LOG_OVERHEAD
+            or position + header.size_in_bytes > self._size
+        ):
             return None
         data = self.read(position, header.size_in_bytes)
         return self._valid_header(memoryview(data), 0, position, next_offset)
 
     @staticmethod
-    def _valid_header(view: memoryview, pos: int, file_position: int, next_offset: int) -> BatchHeader | None:
+    def _valid_header(
+        view: memoryview, pos: int, file_position: int, next_offset: int
+    ) -> BatchHeader | None:
         if view[pos + MAGIC_OFFSET] != MAGIC_V2:
             return None
         header = BatchHeader._make(HEADER.unpack_from(view, pos))

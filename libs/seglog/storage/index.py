@@ -29,7 +29,9 @@ class AbstractIndex:
     ENTRY: struct.Struct  # set by subclasses
     KIND = "index"
 
-    def __init__(self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool = True):
+    def __init__(
+        self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool = True
+    ):
         self.path = path
         self.base_offset = base_offset
         entry_bytes = self.ENTRY.size

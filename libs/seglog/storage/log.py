@@ -98,8 +98,9 @@ class Log:
     # -- opening and recovery ----------------------------------------------------------
 
     @classmethod
-    def open(cls, directory: str | Path, config: LogConfig | None = None, *,
-             clock: Clock = SYSTEM_CLOCK) -> Log:
+    def open(
+        cls, directory: str | Path, config: LogConfig | None = None, *, clock: Clock = SYSTEM_CLOCK
+    ) -> Log:
         """Open (or create) the log, recovering whatever an unclean shutdown left behind."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -132,8 +133,10 @@ class Log:
         self._log_start_offset = min(
             max(checkpointed_start, self._segments[0].base_offset), self._log_end_offset
         )
-        self._recovery_point = self._log_end_offset if recovery_point is None else min(
-            max(recovery_point, loaded.recovered_up_to), self._log_end_offset
+        self._recovery_point = (
+            self._log_end_offset
+            if recovery_point is None
+            else min(max(recovery_point, loaded.recovered_up_to), self._log_end_offset)
         )
         for segment in self._segments[:-1]:
             segment.on_become_inactive()
@@ -143,7 +146,9 @@ class Log:
     def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
         """Open (or create) a segment of this log with its configured index settings."""
         return LogSegment.open(
-            self.directory, base_offset, suffix=suffix,
+            self.directory,
+            base_offset,
+            suffix=suffix,
             index_interval_bytes=self.config.index_interval_bytes,
             index_size_max_bytes=self.config.index_size_max_bytes,
             rolling_jitter_ms=self.config.segment_jitter_ms,
@@ -189,10 +194,13 @@ class Log:
 
     # -- append ------------------------------------------------------------------------
 
-    def append(self, records: bytes | bytearray | memoryview, *,
-               leader_epoch: int | None = None) -> LogAppendInfo:
+    def append(
+        self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None
+    ) -> LogAppendInfo:
         """Validate the whole input, then append it with offsets from the log end offset."""
-        view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
+        view = (
+            memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
+        )
         now_ms = self.clock.now_ms()
         view, batches = self._validate(view, now_ms)
         stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
@@ -211,11 +219,18 @@ class Log:
             if self._unflushed_messages >= self.config.flush_messages:
                 self.flush()
             return LogAppendInfo(
-                first_offset, next_offset - 1, max_timestamp, stamp_ms, self._log_start_offset,
-                len(appended), total_bytes,
+                first_offset,
+                next_offset - 1,
+                max_timestamp,
+                stamp_ms,
+                self._log_start_offset,
+                len(appended),
+                total_bytes,
             )
 
-    def _validate(self, view: memoryview, now_ms: int) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
+    def _validate(
+        self, view: memoryview, now_ms: int
+    ) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
         """Every check that needs no record decoding, over the whole input, before any write.
 
         Legacy (magic 0/1) entries are up-converted to v2 first, as a broker does for old
@@ -261,11 +276,16 @@ class Log:
                 f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
             )
         check_crc(view, pos, header)
-        if self.config.message_timestamp_type != LOG_APPEND_TIME and not header.attributes & CONTROL_MASK:
+        if (
+            self.config.message_timestamp_type != LOG_APPEND_TIME
+            and not header.attributes & CONTROL_MASK
+        ):
             earliest = now_ms - self.config.message_timestamp_before_max_ms
             latest = now_ms + self.config.message_timestamp_after_max_ms
-            for name, ts in (("baseTimestamp", header.base_timestamp),
-                             ("maxTimestamp", header.max_timestamp)):
+            for name, ts in (
+                ("baseTimestamp", header.base_timestamp),
+                ("maxTimestamp", header.max_timestamp),
+            ):
                 if ts < earliest or ts > latest:
                     raise InvalidTimestampError(
                         f"batch at position {pos}: {name} {ts} outside the accepted window "
@@ -289,8 +309,12 @@ class Log:
         return b"".join(parts)
 
     def _assign_offsets(
-        self, view: memoryview, batches: list[tuple[int, BatchHeader]], first_offset: int,
-        leader_epoch: int | None, stamp_ms: int,
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        first_offset: int,
+        leader_epoch: int | None,
+        stamp_ms: int,
     ) -> tuple[list[bytes | bytearray | memoryview], list[AppendedBatch], int]:
         buffers: list[bytes | bytearray | memoryview] = []
         appended: list[AppendedBatch] = []
@@ -316,12 +340,16 @@ class Log:
             next_offset = last_offset + 1
         return buffers, appended, max_timestamp
 
-    def _maybe_roll(self, messages_bytes: int, max_timestamp: int, max_offset: int,
-                    now_ms: int) -> LogSegment:
+    def _maybe_roll(
+        self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
+    ) -> LogSegment:
         segment = self._segments[-1]
         if segment.should_roll(
-            messages_bytes=messages_bytes, max_timestamp=max_timestamp, max_offset=max_offset,
-            segment_bytes=self.config.segment_bytes, segment_ms=self.config.segment_ms,
+            messages_bytes=messages_bytes,
+            max_timestamp=max_timestamp,
+            max_offset=max_offset,
+            segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.segment_ms,
             now_ms=now_ms,
         ):
             return self.roll()
@@ -401,7 +429,7 @@ class Log:
                 self.truncate_fully_and_start_at(offset)
                 return
             keep = [s for s in self._segments if s.base_offset < offset]
-            for segment in self._segments[len(keep):]:
+            for segment in self._segments[len(keep) :]:
                 segment.delete_files()
             self._set_segments(keep)
             active = keep[-1]
@@ -470,8 +498,9 @@ class Log:
         for segment in due:
             segment.delete_files()
 
-    def replace_segments(self, new_segments: Sequence[LogSegment],
-                         old_segments: Sequence[LogSegment]) -> None:
+    def replace_segments(
+        self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+    ) -> None:
         """Swap cleaned segments in for the ones they replace (the cleaner's last step)."""
         from .recovery import complete_swap
 
@@ -502,7 +531,10 @@ class Log:
 
     def maybe_flush(self) -> None:
         """Time-based flush policy (`flush_ms`), driven by the log manager's scheduler."""
-        if self._unflushed_messages and self.clock.now_ms() - self._last_flush_ms >= self.config.flush_ms:
+        if (
+            self._unflushed_messages
+            and self.clock.now_ms() - self._last_flush_ms >= self.config.flush_ms
+        ):
             self.flush()
 
     def _update_data_dir(self) -> None:

@@ -3,15 +3,18 @@ background work.
 
 - Logs are created in the data dir holding the fewest logs; opened in parallel at start
   (`num_recovery_threads_per_data_dir` threads per dir), since recovery is per log.
-- Per-topic overrides sit on top of the default LogConfig.
+- Per-topic overrides sit on top of the default LogConfig. They are kept in
+  `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
+  opens its logs with the same settings before anyone tells it again.
 - One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
   recovery-point checkpoints, retention (`retention_check_interval_ms`), and compaction
-  (`cleaner_backoff_ms`) when the cleaner is enabled. Each task catches and logs its own
-  errors so that one bad log does not stop the others' maintenance.
+  (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is logged and
+  does not stop the other logs' maintenance.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -28,22 +31,37 @@ from .retention import delete_old_segments
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
+TOPIC_OVERRIDES_FILE = "topic-config-overrides.json"
 
 
 class LogManager:
-    def __init__(self, config: LogManagerConfig, default_log_config: LogConfig | None = None,
-                 *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        config: LogManagerConfig,
+        default_log_config: LogConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.config = config
         self.default_log_config = default_log_config or LogConfig()
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
-        self._topic_overrides: dict[str, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._dirs = [Path(d) for d in config.log_dirs]
         for d in self._dirs:
             d.mkdir(parents=True, exist_ok=True)
+        self._overrides_path = self._dirs[0] / TOPIC_OVERRIDES_FILE
+        self._topic_overrides = self._read_overrides()
+
+    def _read_overrides(self) -> dict[str, dict[str, Any]]:
+        if not self._overrides_path.exists():
+            return {}
+        stored: dict[str, dict[str, Any]] = json.loads(self._overrides_path.read_text())
+        for overrides in stored.values():
+            self.default_log_config.with_overrides(overrides)  # a bad file fails loudly at start
+        return stored
 
     # -- start-up ----------------------------------------------------------------------
 
@@ -72,25 +90,42 @@ class LogManager:
     def startup(self) -> None:
         self.load_logs()
         self._stop.clear()
-        self._scheduler = threading.Thread(target=self._run_scheduler, name="log-manager", daemon=True)
+        self._scheduler = threading.Thread(
+            target=self._run_scheduler, name="log-manager", daemon=True
+        )
         self._scheduler.start()
 
     # -- logs --------------------------------------------------------------------------
 
     def config_for(self, topic: str) -> LogConfig:
         overrides = self._topic_overrides.get(topic)
-        return self.default_log_config.with_overrides(overrides) if overrides else self.default_log_config
+        return (
+            self.default_log_config.with_overrides(overrides)
+            if overrides
+            else self.default_log_config
+        )
 
     def set_topic_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
         self.default_log_config.with_overrides(overrides)  # validate before storing
         with self._lock:
             self._topic_overrides[topic] = dict(overrides)
+            self._write_overrides()
             for (t, _), log in self._logs.items():
                 if t == topic:
                     log.config = self.config_for(topic)
 
-    def create_log(self, topic: str, partition: int, overrides: Mapping[str, Any] | None = None,
-                   *, exist_ok: bool = True) -> Log:
+    def _write_overrides(self) -> None:
+        payload = json.dumps(self._topic_overrides, sort_keys=True, indent=1).encode()
+        log_files.atomic_write(self._overrides_path, payload)
+
+    def create_log(
+        self,
+        topic: str,
+        partition: int,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        exist_ok: bool = True,
+    ) -> Log:
         with self._lock:
             existing = self._logs.get((topic, partition))
             if existing is not None:
@@ -99,9 +134,13 @@ class LogManager:
                 return existing
             if overrides:
                 self.set_topic_overrides(topic, overrides)
-            data_dir = min(self._dirs, key=lambda d: sum(1 for log in self._logs.values()
-                                                         if log.directory.parent == d))
-            log = Log.open(data_dir / f"{topic}-{partition}", self.config_for(topic), clock=self.clock)
+            data_dir = min(
+                self._dirs,
+                key=lambda d: sum(1 for log in self._logs.values() if log.directory.parent == d),
+            )
+            log = Log.open(
+                data_dir / f"{topic}-{partition}", self.config_for(topic), clock=self.clock
+            )
             self._logs[(topic, partition)] = log
             return log
 
@@ -120,11 +159,15 @@ class LogManager:
         if log is None:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
         log.delete()
+        with self._lock:
+            if topic in self._topic_overrides and not any(t == topic for t, _ in self._logs):
+                del self._topic_overrides[topic]
+                self._write_overrides()
 
     # -- background work ---------------------------------------------------------------
 
     def _run_scheduler(self) -> None:
-        tasks: list[tuple[int, Callable[[], None]]] = [
+        tasks: list[tuple[int, Callable[[], object]]] = [
             (self.config.flush_scheduler_interval_ms, self.flush_dirty_logs),
             (self.config.flush_recovery_point_interval_ms, self.checkpoint_recovery_points),
             (self.config.retention_check_interval_ms, self.cleanup_logs),
@@ -142,15 +185,26 @@ class LogManager:
             # Bounded wait: a manual clock in tests advances without waking us.
             self._stop.wait(min(wait_ms, 100) / 1000)
 
-    def _run_safely(self, task: Callable[[], None]) -> None:
+    def _run_safely(self, task: Callable[[], object]) -> None:
         try:
             task()
         except Exception:
             logger.exception("log manager task %s failed", task.__name__)
 
+    def _each_log(self, action: Callable[[Log], int | None], logs: list[Log] | None = None) -> int:
+        """Run `action` on every log; a failure is logged and the next log still gets its turn."""
+        done = 0
+        for log in self.logs().values() if logs is None else logs:
+            try:
+                done += action(log) or 0
+            except Exception:
+                logger.exception(
+                    "log manager task %s failed on %r", getattr(action, "__name__", action), log
+                )
+        return done
+
     def flush_dirty_logs(self) -> None:
-        for log in self.logs().values():
-            log.maybe_flush()
+        self._each_log(Log.maybe_flush)
 
     def checkpoint_recovery_points(self) -> None:
         seen = set()
@@ -162,14 +216,16 @@ class LogManager:
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns how many segments were deleted."""
         now = self.clock.now_ms()
-        return sum(delete_old_segments(log, now) for log in self.logs().values())
+        return self._each_log(lambda log: delete_old_segments(log, now))
 
     def compact_logs(self) -> int:
         """One cleaner pass over every log whose policy includes compact."""
         from .cleaner import Cleaner
 
         cleaner = Cleaner(clock=self.clock)
-        return sum(cleaner.maybe_clean(log) for log in self.logs().values() if log.config.compact)
+        return self._each_log(
+            cleaner.maybe_clean, [log for log in self.logs().values() if log.config.compact]
+        )
 
     def shutdown(self) -> None:
         """Stop background work, then flush and close every log (clean-shutdown marker)."""

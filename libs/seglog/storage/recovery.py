@@ -52,11 +52,12 @@ def remove_leftovers(log: Log) -> None:
             swaps.append(log_files.offset_from_name(name))
     for base_offset in swaps:
         _finish_swap_on_disk(log, base_offset)
+    # An index whose segment is gone (deleted, or never fully created) is an orphan.
     for path in directory.iterdir():
-        if path.name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX, log_files.SWAP_SUFFIX)):
-            if not log_files.log_path(directory, log_files.offset_from_name(path.name)).exists() \
-                    and not path.name.endswith(log_files.SWAP_SUFFIX):
-                path.unlink()
+        is_index = path.name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX))
+        offset = log_files.offset_from_name(path.name) if is_index else -1
+        if is_index and not log_files.log_path(directory, offset).exists():
+            path.unlink()
     log_files.fsync_directory(directory)
 
 
@@ -73,16 +74,20 @@ def _finish_swap_on_disk(log: Log, swap_base: int) -> None:
         if path.name.endswith(log_files.LOG_SUFFIX):
             base = log_files.offset_from_name(path.name)
             if swap_base <= base < next_offset:
-                for suffix_path in (path, log_files.index_path(directory, base),
-                                    log_files.time_index_path(directory, base)):
+                for suffix_path in (
+                    path,
+                    log_files.index_path(directory, base),
+                    log_files.time_index_path(directory, base),
+                ):
                     if suffix_path.exists():
                         suffix_path.unlink()
     swap.change_suffix(log_files.SWAP_SUFFIX, "")
     swap.close()
 
 
-def complete_swap(log: Log, new_segments: Sequence[LogSegment],
-                  old_segments: Sequence[LogSegment]) -> None:
+def complete_swap(
+    log: Log, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
+) -> None:
     """The in-process half of a swap; new segments are `.swap` files on entry. Old segments
     are renamed to `.deleted` (readers holding them keep reading; the files go after
     `file_delete_delay_ms`) before the swap files take their final names, so a crash in
@@ -128,8 +133,11 @@ def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
 
 def _delete_segments_after(log: Log, bases: Sequence[int]) -> None:
     for base in bases:
-        for path in (log_files.log_path(log.directory, base), log_files.index_path(log.directory, base),
-                     log_files.time_index_path(log.directory, base)):
+        for path in (
+            log_files.log_path(log.directory, base),
+            log_files.index_path(log.directory, base),
+            log_files.time_index_path(log.directory, base),
+        ):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -89,7 +89,10 @@ class LogSegment:
             index_size_max_bytes,
         )
         segment = cls(
-            log, offset_index, time_index, base_offset,
+            log,
+            offset_index,
+            time_index,
+            base_offset,
             index_interval_bytes=index_interval_bytes,
             rolling_jitter_ms=rolling_jitter_ms,
             created_ms=now_ms,
@@ -113,7 +116,11 @@ class LogSegment:
 
     def needs_recovery(self) -> bool:
         """Indexes missing or failing their sanity check: rebuild from the log."""
-        if self.log.size and self.offset_index.entries == 0 and self.log.size > self.index_interval_bytes:
+        if (
+            self.log.size
+            and self.offset_index.entries == 0
+            and self.log.size > self.index_interval_bytes
+        ):
             return True
         try:
             self.offset_index.sanity_check(self.log.size)
@@ -168,8 +175,16 @@ class LogSegment:
             self.bytes_since_last_index_entry = 0
         self.bytes_since_last_index_entry += size
 
-    def should_roll(self, *, messages_bytes: int, max_timestamp: int, max_offset: int,
-                    segment_bytes: int, segment_ms: int, now_ms: int) -> bool:
+    def should_roll(
+        self,
+        *,
+        messages_bytes: int,
+        max_timestamp: int,
+        max_offset: int,
+        segment_bytes: int,
+        segment_ms: int,
+        now_ms: int,
+    ) -> bool:
         if self.log.size > segment_bytes - messages_bytes:
             return True
         if self.log.size > 0:
@@ -193,8 +208,14 @@ class LogSegment:
         entry = self.offset_index.lookup(offset)
         return self.log.search_offset(offset, max(entry.position, start_position))
 
-    def read(self, start_offset: int, max_bytes: int, *, max_position: int | None = None,
-             min_one_message: bool = False) -> SegmentRead | None:
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+    ) -> SegmentRead | None:
         """Whole batches from the one holding `start_offset`, at most `max_bytes` of them
         (or exactly the first batch when it alone is larger and `min_one_message`)."""
         end = self.log.size if max_position is None else min(max_position, self.log.size)
@@ -213,7 +234,9 @@ class LogSegment:
             data = data[:whole]
         return SegmentRead(data, start.position, start.header.base_offset)
 
-    def find_offset_by_timestamp(self, timestamp_ms: int, start_offset: int) -> tuple[int, int] | None:
+    def find_offset_by_timestamp(
+        self, timestamp_ms: int, start_offset: int
+    ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` whose timestamp
         >= `timestamp_ms`: the time index narrows the start, one batch is decoded."""
         entry = self.time_index.lookup(timestamp_ms)
@@ -241,7 +264,9 @@ class LogSegment:
         for position, header in self.log.scan_valid_prefix(self.base_offset):
             if self.rolling_based_timestamp is None:
                 self.rolling_based_timestamp = header.max_timestamp
-            self._index_batch(position, header.size_in_bytes, header.last_offset, header.max_timestamp)
+            self._index_batch(
+                position, header.size_in_bytes, header.last_offset, header.max_timestamp
+            )
             valid_bytes = position + header.size_in_bytes
         return self.log.truncate_to(valid_bytes)
 
@@ -258,7 +283,8 @@ class LogSegment:
         self._recompute_max_timestamp()
         self.bytes_since_last_index_entry = self.log.size - (
             self.offset_index.entry(self.offset_index.entries - 1).position
-            if self.offset_index.entries else 0
+            if self.offset_index.entries
+            else 0
         )
         if self.log.size == 0:
             self.rolling_based_timestamp = None

@@ -46,7 +46,9 @@ class TimeIndex(AbstractIndex):
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entry(self._entries - 1)
 
-    def maybe_append(self, timestamp_ms: int, offset: int, *, skip_full_check: bool = False) -> None:
+    def maybe_append(
+        self, timestamp_ms: int, offset: int, *, skip_full_check: bool = False
+    ) -> None:
         """Append when the timestamp is larger than the last entry's.
 
         `skip_full_check` lets the final entry of a rolling segment land in the slot the
