@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench lint proto install clean
+PROTOS := $(wildcard proto/seglog/v1/*.proto)
+GENERATED := libs/seglog/v1/.generated
+
+.PHONY: test bench lint proto install run clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,8 +17,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Generated gRPC code arrives with the services; nothing to generate yet.
-proto: $(STAMP)
+# Generated code goes to libs/seglog/v1 (package seglog.v1), never edited, never committed.
+$(GENERATED): $(STAMP) $(PROTOS)
+	rm -rf libs/seglog/v1
+	mkdir -p libs/seglog/v1
+	$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=libs --pyi_out=libs \
+		--grpc_python_out=libs $(PROTOS)
+	touch libs/seglog/v1/__init__.py $(GENERATED)
+
+proto: $(GENERATED)
+
+# A local cluster: gateway on 127.0.0.1:7070 and three storage nodes, data under ./data.
+run: $(STAMP) proto
+	$(BIN)/python -m services.local_cluster --data-dir data
 
 test: $(STAMP) proto
 	$(BIN)/python -m pytest -q tests
@@ -23,10 +37,10 @@ test: $(STAMP) proto
 bench: $(STAMP) proto
 	$(BIN)/python -m bench
 
-lint: $(STAMP)
+lint: $(STAMP) proto
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info libs/*.egg-info
+	rm -rf $(VENV) build *.egg-info libs/*.egg-info libs/seglog/v1

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
 from seglog.records import RecordBatch, RecordBatchBuilder
 from seglog.storage import Log, LogConfig
 

@@ -1,6 +1,7 @@
 import time
 
 import pytest
+
 from seglog.records import RecordBatchBuilder
 
 

@@ -105,3 +105,53 @@ class CorruptIndexError(SeglogError):
     """An index file that fails its sanity check; the caller rebuilds it from the log."""
 
     reason = "CORRUPT_INDEX"
+
+
+class RecordListTooLargeError(SeglogError):
+    """A whole request larger than the server accepts (`max_request_bytes`)."""
+
+    reason = "RECORD_LIST_TOO_LARGE"
+
+
+class InvalidPartitionsError(SeglogError):
+    reason = "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactorError(SeglogError):
+    reason = "INVALID_REPLICATION_FACTOR"
+
+
+class InvalidRequiredAcksError(SeglogError):
+    """acks other than 0 and 1: `all` needs replication, which does not exist yet."""
+
+    reason = "INVALID_REQUIRED_ACKS"
+
+
+class InvalidRequestError(SeglogError):
+    """A request that is malformed as a whole (missing fields, duplicates, bad ranges)."""
+
+    reason = "INVALID_REQUEST"
+
+
+class LeaderNotAvailableError(SeglogError):
+    """The partition's leader is on a node that is down or unreachable."""
+
+    reason = "LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class RequestTimedOutError(SeglogError):
+    reason = "REQUEST_TIMED_OUT"
+    retriable = True
+
+
+def error_classes() -> dict[str, type[SeglogError]]:
+    """Every error class by its reason (the most specific class wins a shared reason)."""
+    found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}
+    pending: list[type[SeglogError]] = [SeglogError]
+    while pending:
+        cls = pending.pop()
+        for sub in cls.__subclasses__():
+            found.setdefault(sub.reason, sub)
+            pending.append(sub)
+    return found

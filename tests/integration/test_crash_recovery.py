@@ -9,9 +9,9 @@ import textwrap
 import time
 
 import pytest
+
 from seglog.records import iter_records
 from seglog.storage import Log, LogConfig
-
 from tests.conftest import make_batch
 from tests.unit.test_log import read_all
 

@@ -1,4 +1,5 @@
 import pytest
+
 from seglog.errors import CorruptIndexError, InvalidOffsetError
 from seglog.storage import OffsetIndex, TimeIndex
 

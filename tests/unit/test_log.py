@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
 from seglog.errors import (
     CorruptRecordError,
     InvalidRecordError,
@@ -16,7 +17,6 @@ from seglog.records import CompressionType, iter_batches, iter_records
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.cleaner import Cleaner
 from seglog.storage.retention import delete_old_segments
-
 from tests.conftest import make_batch
 
 

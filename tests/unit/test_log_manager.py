@@ -2,6 +2,7 @@ import threading
 import time
 
 import pytest
+
 from seglog.errors import InvalidConfigError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
 from seglog.storage import LogConfig, ManualClock
 from seglog.storage import log as log_module
@@ -12,7 +13,6 @@ from seglog.storage.checkpoint import (
 )
 from seglog.storage.config import LogManagerConfig
 from seglog.storage.log_manager import LogManager
-
 from tests.conftest import make_batch
 
 

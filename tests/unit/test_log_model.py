@@ -8,9 +8,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from seglog.records import RecordBatchBuilder, iter_records
 from seglog.storage import Log, LogConfig
-
 from tests.unit.test_log import read_all
 
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=90, index_size_max_bytes=240)

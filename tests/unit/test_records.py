@@ -4,6 +4,7 @@ import zlib
 import pytest
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
 from seglog.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 from seglog.records import (
     CompressionType,

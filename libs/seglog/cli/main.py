@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..client.gateway import default_bootstrap
+from ..errors import SeglogError
+from . import consume, produce, topics
 from .dump import main_dump
 
 
@@ -17,6 +20,16 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_argument("--verify", action="store_true", help="check index entries against the log")
     dump.add_argument("--json", action="store_true", help="one JSON object per line")
     dump.set_defaults(handler=main_dump)
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--bootstrap",
+        default=default_bootstrap(),
+        help="the gateway's address (env SEGLOG_BOOTSTRAP; default 127.0.0.1:7070)",
+    )
+    topics.add_parser(sub, common)
+    produce.add_parser(sub, common)
+    consume.add_parser(sub, common)
     return parser
 
 
@@ -24,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.handler(args))
+    except SeglogError as exc:
+        print(f"seglog: {exc.reason}: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"seglog: {exc}", file=sys.stderr)
         return 2

@@ -102,6 +102,12 @@ class LogManagerConfig:
     cleaner_backoff_ms: int = 15 * 1000
     cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
 
+    @classmethod
+    def from_overrides(
+        cls, log_dirs: tuple[str, ...], overrides: Mapping[str, Any]
+    ) -> LogManagerConfig:
+        return cls(log_dirs=log_dirs, **_normalize(cls, overrides))
+
     def __post_init__(self) -> None:
         if not self.log_dirs:
             raise InvalidConfigError("log_dirs must name at least one directory")
@@ -124,6 +130,7 @@ def _at_least(config: object, name: str, minimum: int) -> None:
 
 
 def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted or snake_case names to field names; string values to the field's type."""
     names = {f.name: f for f in dataclasses.fields(cls)}
     aliases = {"segment_index_bytes": "index_size_max_bytes"}
     out: dict[str, Any] = {}
@@ -138,5 +145,9 @@ def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
                 value = int(value) if field_type == "int" else float(value)
             except ValueError:
                 raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+        elif isinstance(value, str) and field_type == "bool":
+            if value.lower() not in ("true", "false"):
+                raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+            value = value.lower() == "true"
         out[name] = value
     return out

@@ -23,32 +23,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from opentelemetry import trace
+
 from ..errors import (
-    CorruptRecordError,
     InvalidOffsetError,
-    InvalidRecordError,
-    InvalidTimestampError,
     LogClosedError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
 )
 from ..records.batch import (
-    CONTROL_MASK,
-    MAGIC_OFFSET,
-    MAGIC_V2,
     NO_TIMESTAMP,
     BatchHeader,
-    check_crc,
-    check_header,
-    read_header,
     stamp_log_append_time,
 )
-from ..records.legacy import read_message, upconvert
 from . import log_files
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
 from .segment import AppendedBatch, LogSegment
+from .validation import ValidatedRecords, validate_records
+
+tracer = trace.get_tracer("seglog.storage")
 
 # ListOffsets' special timestamps, as Kafka's.
 LATEST_TIMESTAMP = -1
@@ -67,6 +61,14 @@ class LogAppendInfo:
     log_start_offset: int
     batch_count: int
     valid_bytes: int
+
+
+@dataclass(frozen=True)
+class LogReadResult:
+    data: bytes
+    next_offset: int  # where the next read continues (== the fetch offset when data is empty)
+    high_watermark: int  # the log end offset when the read began
+    log_start_offset: int
 
 
 @dataclass(frozen=True)
@@ -194,15 +196,38 @@ class Log:
 
     # -- append ------------------------------------------------------------------------
 
+    def validate(self, records: bytes | bytearray | memoryview) -> ValidatedRecords:
+        """Check the whole input against this log's config without writing anything, so a
+        caller holding several partitions' inputs can check them all before appending any."""
+        with tracer.start_as_current_span("seglog.log.validate") as span:
+            validated = validate_records(records, self.config, self.clock.now_ms())
+            span.set_attribute("seglog.bytes", len(validated.view))
+            span.set_attribute("seglog.batch_count", len(validated.batches))
+            return validated
+
     def append(
-        self, records: bytes | bytearray | memoryview, *, leader_epoch: int | None = None
+        self,
+        records: bytes | bytearray | memoryview | ValidatedRecords,
+        *,
+        leader_epoch: int | None = None,
     ) -> LogAppendInfo:
-        """Validate the whole input, then append it with offsets from the log end offset."""
-        view = (
-            memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
-        )
-        now_ms = self.clock.now_ms()
-        view, batches = self._validate(view, now_ms)
+        """Validate the whole input (unless it comes from `validate`), then append it with
+        offsets from the log end offset."""
+        with tracer.start_as_current_span("seglog.log.append") as span:
+            span.set_attribute("seglog.topic", self.topic)
+            span.set_attribute("seglog.partition", self.partition)
+            validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
+            info = self._append_validated(validated, leader_epoch)
+            span.set_attribute("seglog.bytes", info.valid_bytes)
+            span.set_attribute("seglog.batch_count", info.batch_count)
+            span.set_attribute("seglog.first_offset", info.first_offset)
+            span.set_attribute("seglog.last_offset", info.last_offset)
+            return info
+
+    def _append_validated(
+        self, validated: ValidatedRecords, leader_epoch: int | None
+    ) -> LogAppendInfo:
+        view, batches, now_ms = validated.view, validated.batches, validated.validated_at_ms
         stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
         with self._lock:
             self._check_open()
@@ -227,86 +252,6 @@ class Log:
                 len(appended),
                 total_bytes,
             )
-
-    def _validate(
-        self, view: memoryview, now_ms: int
-    ) -> tuple[memoryview, list[tuple[int, BatchHeader]]]:
-        """Every check that needs no record decoding, over the whole input, before any write.
-
-        Legacy (magic 0/1) entries are up-converted to v2 first, as a broker does for old
-        producers; that is the only path here that touches individual records.
-        """
-        total = len(view)
-        if total == 0:
-            raise InvalidRecordError("empty append: no batches in the input")
-        batches: list[tuple[int, BatchHeader]] = []
-        pos = 0
-        while pos < total:
-            if total - pos <= MAGIC_OFFSET:
-                raise CorruptRecordError(
-                    f"input ends with {total - pos} stray bytes at position {pos}: "
-                    f"too short for a batch header"
-                )
-            magic = view[pos + MAGIC_OFFSET]
-            if magic in (0, 1):
-                return self._validate(memoryview(self._upconvert_all(view)), now_ms)
-            header = read_header(view, pos)
-            check_header(header, pos)
-            size = header.size_in_bytes
-            if pos + size > total:
-                raise CorruptRecordError(
-                    f"batch at position {pos} declares {size} bytes but the input has "
-                    f"{total - pos} left"
-                )
-            self._check_batch(view, pos, header, now_ms)
-            batches.append((pos, header))
-            pos += size
-        return view, batches
-
-    def _check_batch(self, view: memoryview, pos: int, header: BatchHeader, now_ms: int) -> None:
-        size = header.size_in_bytes
-        if size > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"batch at position {pos} is {size} bytes, larger than max_message_bytes "
-                f"{self.config.max_message_bytes}"
-            )
-        if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
-            raise InvalidRecordError(
-                f"batch at position {pos}: recordCount {header.record_count} does not match "
-                f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
-            )
-        check_crc(view, pos, header)
-        if (
-            self.config.message_timestamp_type != LOG_APPEND_TIME
-            and not header.attributes & CONTROL_MASK
-        ):
-            earliest = now_ms - self.config.message_timestamp_before_max_ms
-            latest = now_ms + self.config.message_timestamp_after_max_ms
-            for name, ts in (
-                ("baseTimestamp", header.base_timestamp),
-                ("maxTimestamp", header.max_timestamp),
-            ):
-                if ts < earliest or ts > latest:
-                    raise InvalidTimestampError(
-                        f"batch at position {pos}: {name} {ts} outside the accepted window "
-                        f"[{earliest}, {latest}] (message_timestamp_before_max_ms / "
-                        f"message_timestamp_after_max_ms around now {now_ms})"
-                    )
-
-    @staticmethod
-    def _upconvert_all(view: memoryview) -> bytes:
-        parts = []
-        pos = 0
-        while pos < len(view):
-            if view[pos + MAGIC_OFFSET] == MAGIC_V2:
-                size = read_header(view, pos).size_in_bytes
-                parts.append(bytes(view[pos : pos + size]))
-            else:
-                message = read_message(view, pos)
-                parts.append(upconvert(message))
-                size = message.size_in_bytes
-            pos += size
-        return b"".join(parts)
 
     def _assign_offsets(
         self,
@@ -377,6 +322,12 @@ class Log:
         As in Kafka, one read serves one segment: a read that reaches a segment's end returns
         what that segment holds, and the caller continues from the next offset.
         The first batch may start before `offset` (offsets inside a batch are not split)."""
+        return self.read_records(offset, max_bytes, min_one_message=min_one_message).data
+
+    def read_records(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> LogReadResult:
+        """`read`, with the offset to continue from and the watermarks seen by the read."""
         if offset < 0 or max_bytes < 0:
             raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
         log_end = self._log_end_offset
@@ -386,14 +337,20 @@ class Log:
                 f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
             )
         if offset == log_end:
-            return b""
-        segments, bases = self._segments, self._base_offsets
-        index = max(bisect.bisect_right(bases, offset) - 1, 0)
-        for segment in segments[index:]:
-            result = segment.read(offset, max_bytes, min_one_message=min_one_message)
-            if result is not None:
-                return result.data
-        return b""
+            return LogReadResult(b"", offset, log_end, start)
+        with tracer.start_as_current_span("seglog.log.read") as span:
+            span.set_attribute("seglog.topic", self.topic)
+            span.set_attribute("seglog.partition", self.partition)
+            span.set_attribute("seglog.fetch_offset", offset)
+            segments, bases = self._segments, self._base_offsets
+            index = max(bisect.bisect_right(bases, offset) - 1, 0)
+            for segment in segments[index:]:
+                result = segment.read(offset, max_bytes, min_one_message=min_one_message)
+                if result is not None:
+                    span.set_attribute("seglog.bytes", len(result.data))
+                    span.set_attribute("seglog.next_offset", result.next_offset)
+                    return LogReadResult(result.data, result.next_offset, log_end, start)
+            return LogReadResult(b"", offset, log_end, start)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
@@ -515,8 +472,10 @@ class Log:
 
     def flush(self) -> None:
         """fsync every segment holding unflushed offsets and advance the recovery point."""
-        with self._lock:
+        with self._lock, tracer.start_as_current_span("seglog.log.flush") as span:
             self._check_open()
+            span.set_attribute("seglog.topic", self.topic)
+            span.set_attribute("seglog.partition", self.partition)
             target = self._log_end_offset
             for segment in self._segments:
                 nxt = bisect.bisect_right(self._base_offsets, segment.base_offset)

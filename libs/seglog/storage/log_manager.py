@@ -32,6 +32,7 @@ from .retention import delete_old_segments
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 TOPIC_OVERRIDES_FILE = "topic-config-overrides.json"
+STRAY_SUFFIX = "-stray"
 
 
 class LogManager:
@@ -163,6 +164,24 @@ class LogManager:
             if topic in self._topic_overrides and not any(t == topic for t, _ in self._logs):
                 del self._topic_overrides[topic]
                 self._write_overrides()
+
+    def set_aside_log(self, topic: str, partition: int) -> Path:
+        """Close a log and rename its directory `<topic>-<partition>-stray`, out of the
+        manager's sight but on disk: for a log this node holds and the registry no longer
+        assigns to it, which an operator may still want back."""
+        with self._lock:
+            log = self._logs.pop((topic, partition), None)
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+        log.close()
+        target = log.directory.with_name(log.directory.name + STRAY_SUFFIX)
+        suffix = 0
+        while target.exists():
+            suffix += 1
+            target = log.directory.with_name(f"{log.directory.name}{STRAY_SUFFIX}.{suffix}")
+        log.directory.rename(target)
+        log_files.fsync_directory(target.parent)
+        return target
 
     # -- background work ---------------------------------------------------------------
 

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from opentelemetry import trace
+
 from ..errors import CorruptIndexError
-from ..records.batch import NO_TIMESTAMP, RecordBatch
+from ..records.batch import LAST_OFFSET_DELTA_OFFSET, NO_TIMESTAMP, RecordBatch
 from . import log_files
 from .file_records import BatchPosition, FileRecords
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
+
+tracer = trace.get_tracer("seglog.storage")
 
 
 class AppendedBatch(NamedTuple):
@@ -37,6 +41,7 @@ class SegmentRead:
     data: bytes
     position: int
     first_batch_base_offset: int
+    next_offset: int  # the offset after the last batch in `data`
 
 
 class LogSegment:
@@ -156,12 +161,18 @@ class LogSegment:
     ) -> None:
         """Write the batches' bytes (one vectored write) and add their index entries."""
         position = self.log.size
-        self.log.append(buffers)
+        with tracer.start_as_current_span("seglog.segment.write") as span:
+            span.set_attribute("seglog.segment_base_offset", self.base_offset)
+            span.set_attribute("seglog.position", position)
+            self.log.append(buffers)
         if self.rolling_based_timestamp is None and batches:
             self.rolling_based_timestamp = batches[0].max_timestamp
-        for batch in batches:
-            self._index_batch(position, batch.size_in_bytes, batch.last_offset, batch.max_timestamp)
-            position += batch.size_in_bytes
+        with tracer.start_as_current_span("seglog.segment.index"):
+            for batch in batches:
+                self._index_batch(
+                    position, batch.size_in_bytes, batch.last_offset, batch.max_timestamp
+                )
+                position += batch.size_in_bytes
 
     def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
         if max_timestamp > self.max_timestamp_so_far:
@@ -205,8 +216,11 @@ class LogSegment:
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
         """The batch holding `offset` (or the first after it), starting from the index."""
-        entry = self.offset_index.lookup(offset)
-        return self.log.search_offset(offset, max(entry.position, start_position))
+        with tracer.start_as_current_span("seglog.segment.index_lookup") as span:
+            entry = self.offset_index.lookup(offset)
+            found = self.log.search_offset(offset, max(entry.position, start_position))
+            span.set_attribute("seglog.position", -1 if found is None else found.position)
+            return found
 
     def read(
         self,
@@ -223,16 +237,17 @@ class LogSegment:
         if start is None or start.position >= end:
             return None
         first_size = start.header.size_in_bytes
+        first_base = start.header.base_offset
         if first_size > max_bytes:
             if not min_one_message:
-                return SegmentRead(b"", start.position, start.header.base_offset)
+                return SegmentRead(b"", start.position, first_base, first_base)
             data = self.log.read(start.position, first_size)
-            return SegmentRead(data, start.position, start.header.base_offset)
+            return SegmentRead(data, start.position, first_base, start.header.next_offset)
         data = self.log.read(start.position, min(max_bytes, end - start.position))
-        whole = _whole_batches_bytes(data)
+        whole, last_batch = _whole_batches(data)
         if whole != len(data):
             data = data[:whole]
-        return SegmentRead(data, start.position, start.header.base_offset)
+        return SegmentRead(data, start.position, first_base, _next_offset_after(data, last_batch))
 
     def find_offset_by_timestamp(
         self, timestamp_ms: int, start_offset: int
@@ -339,13 +354,22 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
 
 
-def _whole_batches_bytes(data: bytes) -> int:
-    """Length of the prefix of `data` made of whole batches (walks 12-byte prefixes only)."""
+def _whole_batches(data: bytes) -> tuple[int, int]:
+    """(length of the prefix of `data` made of whole batches, position of its last batch);
+    walks the 12-byte prefixes only."""
     end = len(data)
-    pos = 0
+    pos = last = 0
     while pos + 12 <= end:
         size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
         if pos + size > end:
             break
+        last = pos
         pos += size
-    return pos
+    return pos, last
+
+
+def _next_offset_after(data: bytes, last_batch_position: int) -> int:
+    """baseOffset + lastOffsetDelta + 1 of the batch at `last_batch_position`."""
+    base = int.from_bytes(data[last_batch_position : last_batch_position + 8], "big")
+    delta_at = last_batch_position + LAST_OFFSET_DELTA_OFFSET
+    return base + int.from_bytes(data[delta_at : delta_at + 4], "big") + 1

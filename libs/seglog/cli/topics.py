@@ -1,0 +1,96 @@
+"""`seglog topics create|list|describe|delete`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..client.gateway import GatewayClient
+from ..v1 import common_pb2
+
+
+def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    topics = sub.add_parser("topics", help="create, list, describe and delete topics")
+    actions = topics.add_subparsers(dest="action", required=True)
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=-1, help="default: 1")
+    create.add_argument("--replication-factor", type=int, default=-1, help="default: 1")
+    create.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="topic config with Kafka's name, e.g. retention.ms=60000 (repeatable)",
+    )
+    create.set_defaults(handler=create_topic)
+
+    listing = actions.add_parser("list", parents=[common], help="list topic names")
+    listing.add_argument("--include-internal", action="store_true")
+    listing.set_defaults(handler=list_topics)
+
+    describe = actions.add_parser("describe", parents=[common], help="partitions and offsets")
+    describe.add_argument("names", nargs="*", help="default: every topic")
+    describe.set_defaults(handler=describe_topics)
+
+    delete = actions.add_parser("delete", parents=[common], help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(handler=delete_topic)
+
+
+def parse_configs(items: list[str]) -> dict[str, str]:
+    configs = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"seglog: --config {item!r}: expected NAME=VALUE")
+        configs[name] = value
+    return configs
+
+
+def create_topic(args: argparse.Namespace) -> int:
+    with GatewayClient(args.bootstrap) as client:
+        client.create_topic(
+            args.name, args.partitions, args.replication_factor, parse_configs(args.config)
+        )
+    print(f"Created topic {args.name}.")
+    return 0
+
+
+def list_topics(args: argparse.Namespace) -> int:
+    with GatewayClient(args.bootstrap) as client:
+        for topic in client.list_topics(args.include_internal):
+            print(topic.name)
+    return 0
+
+
+def describe_topics(args: argparse.Namespace) -> int:
+    status = 0
+    with GatewayClient(args.bootstrap) as client:
+        for topic in client.describe_topics(args.names):
+            if topic.error:
+                print(f"Topic: {topic.name}\tError: {topic.error_message}")
+                status = 1
+                continue
+            configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
+            print(
+                f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}\t"
+                f"ReplicationFactor: {topic.replication_factor}\tConfigs: {configs}"
+            )
+            for p in topic.partitions:
+                line = (
+                    f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+                    f"Replicas: {','.join(map(str, p.replicas))}\tLeaderEpoch: {p.leader_epoch}\t"
+                    f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}"
+                )
+                if p.error:
+                    line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
+                print(line)
+    return status
+
+
+def delete_topic(args: argparse.Namespace) -> int:
+    with GatewayClient(args.bootstrap) as client:
+        client.delete_topic(args.name)
+    print(f"Deleted topic {args.name}.")
+    return 0

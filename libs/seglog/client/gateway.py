@@ -1,0 +1,160 @@
+"""A thin, typed client of the Gateway service: one channel, the generated stub, seglog errors
+instead of raw gRPC ones. The CLI and the higher-level clients sit on it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from ..errors import SeglogError
+from ..rpc.channels import open_channel
+from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+LATEST = -1
+EARLIEST = -2
+
+
+def default_bootstrap() -> str:
+    return os.environ.get("SEGLOG_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+
+
+@dataclass(frozen=True)
+class FetchPosition:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int = 1024 * 1024
+    leader_epoch: int = -1
+
+
+class GatewayClient:
+    def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self.bootstrap = bootstrap or default_bootstrap()
+        self.timeout_s = timeout_s
+        self._channel = open_channel(self.bootstrap)
+        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> GatewayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: object, timeout_s: float | None = None) -> object:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    # -- topics --------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        request = gateway_pb2.CreateTopicsRequest(validate_only=validate_only)
+        request.topics.add(
+            name=name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs=dict(configs or {}),
+        )
+        response = self._call("CreateTopics", request)
+        _raise_first(response.topics)  # type: ignore[attr-defined]
+
+    def delete_topic(self, name: str) -> None:
+        response = self._call("DeleteTopics", gateway_pb2.DeleteTopicsRequest(names=[name]))
+        _raise_first(response.topics)  # type: ignore[attr-defined]
+
+    def list_topics(self, include_internal: bool = False) -> list[gateway_pb2.TopicListing]:
+        request = gateway_pb2.ListTopicsRequest(include_internal=include_internal)
+        return list(self._call("ListTopics", request).topics)  # type: ignore[attr-defined]
+
+    def describe_topics(self, names: Iterable[str] = ()) -> list[gateway_pb2.TopicDescription]:
+        request = gateway_pb2.DescribeTopicsRequest(names=list(names))
+        return list(self._call("DescribeTopics", request).topics)  # type: ignore[attr-defined]
+
+    def describe_topic(self, name: str) -> gateway_pb2.TopicDescription:
+        (description,) = self.describe_topics([name])
+        if description.error:
+            raise error_from_code(description.error, description.error_message)
+        return description
+
+    def describe_cluster(self) -> gateway_pb2.DescribeClusterResponse:
+        response = self._call("DescribeCluster", gateway_pb2.DescribeClusterRequest())
+        return response  # type: ignore[return-value]
+
+    # -- data ----------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        batches: Mapping[int, bytes],
+        *,
+        acks: int = 1,
+        timeout_ms: int = 30_000,
+        leader_epochs: Mapping[int, int] | None = None,
+    ) -> list[common_pb2.PartitionProduceResult]:
+        """Send encoded batches per partition; per-partition results (errors not raised)."""
+        request = common_pb2.ProduceRequest(topic=topic, acks=acks, timeout_ms=timeout_ms)
+        for partition, records in batches.items():
+            epoch = (leader_epochs or {}).get(partition, -1)
+            request.partitions.add(partition=partition, records=records, current_leader_epoch=epoch)
+        response = self._call("Produce", request, timeout_ms / 1000 + 5)
+        return list(response.partitions)  # type: ignore[attr-defined]
+
+    def fetch(
+        self,
+        positions: Iterable[FetchPosition],
+        *,
+        min_bytes: int = 1,
+        max_wait_ms: int = 500,
+        max_bytes: int = 50 * 1024 * 1024,
+    ) -> Iterator[common_pb2.FetchResponse]:
+        request = common_pb2.FetchRequest(
+            min_bytes=min_bytes, max_wait_ms=max_wait_ms, max_bytes=max_bytes
+        )
+        for p in positions:
+            request.partitions.add(
+                topic=p.topic,
+                partition=p.partition,
+                fetch_offset=p.offset,
+                partition_max_bytes=p.max_bytes,
+                current_leader_epoch=p.leader_epoch,
+            )
+        try:
+            yield from self._stub.Fetch(request, timeout=max_wait_ms / 1000 + self.timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+
+    def list_offsets(
+        self, topic: str, timestamps: Mapping[int, int]
+    ) -> dict[int, common_pb2.ListOffsetsResult]:
+        """partition -> timestamp (LATEST, EARLIEST or ms) in; partition -> result out."""
+        request = common_pb2.ListOffsetsRequest()
+        for partition, timestamp in timestamps.items():
+            request.partitions.add(topic=topic, partition=partition, timestamp=timestamp)
+        response = self._call("ListOffsets", request)
+        return {r.partition: r for r in response.partitions}  # type: ignore[attr-defined]
+
+
+def _raise_first(results: Iterable[gateway_pb2.TopicResult]) -> None:
+    for result in results:
+        if result.error:
+            raise error_from_code(result.error, result.error_message)
+
+
+__all__ = ["EARLIEST", "LATEST", "FetchPosition", "GatewayClient", "SeglogError"]

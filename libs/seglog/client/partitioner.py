@@ -1,0 +1,40 @@
+"""Kafka's default partitioner for keyed records: `(murmur2(key) & 0x7fffffff) % partitions`,
+with murmur2 exactly as Kafka's `Utils.murmur2` (seed 0x9747b28c, 32-bit signed result), so a
+key lands on the same partition number it would in Kafka."""
+
+from __future__ import annotations
+
+_SEED = 0x9747B28C
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of `data`, as a signed 32-bit int."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail == 3:
+        h ^= data[whole + 2] << 16
+    if tail >= 2:
+        h ^= data[whole + 1] << 8
+    if tail >= 1:
+        h ^= data[whole]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for_key(key: bytes, num_partitions: int) -> int:
+    if num_partitions < 1:
+        raise ValueError(f"num_partitions must be >= 1, got {num_partitions}")
+    return (murmur2(key) & 0x7FFFFFFF) % num_partitions

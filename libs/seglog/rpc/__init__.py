@@ -1,0 +1,2 @@
+"""What the gRPC services and clients share: the error ↔ status mapping, the raw fetch
+framing, channel and server options."""

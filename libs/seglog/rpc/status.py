@@ -1,0 +1,112 @@
+"""The one place where seglog errors become gRPC statuses and back.
+
+A call that fails as a whole ends with the status code below and a `google.rpc.Status` in the
+trailing metadata (`grpc-status-details-bin`) holding one `google.rpc.ErrorInfo`:
+domain "seglog", reason = the error's reason (the proto's `ErrorCode` names), metadata
+{"retriable": "true"|"false"}. Per-partition results carry the same reasons as `ErrorCode`
+values instead, so one bad partition does not fail its neighbours.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from .. import errors
+from ..errors import SeglogError
+from ..v1 import common_pb2
+
+DOMAIN = "seglog"
+
+_STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
+    "UNKNOWN": grpc.StatusCode.INTERNAL,
+    "CORRUPT_MESSAGE": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_RECORD": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_TIMESTAMP": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNSUPPORTED_COMPRESSION_TYPE": grpc.StatusCode.INVALID_ARGUMENT,
+    "MESSAGE_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
+    "RECORD_LIST_TOO_LARGE": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "OFFSET_OUT_OF_RANGE": grpc.StatusCode.OUT_OF_RANGE,
+    "INVALID_OFFSET": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNKNOWN_TOPIC_OR_PARTITION": grpc.StatusCode.NOT_FOUND,
+    "TOPIC_ALREADY_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+    "INVALID_CONFIG": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_PARTITIONS": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_REPLICATION_FACTOR": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_REQUIRED_ACKS": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_REQUEST": grpc.StatusCode.INVALID_ARGUMENT,
+    "NOT_LEADER_OR_FOLLOWER": grpc.StatusCode.FAILED_PRECONDITION,
+    "LEADER_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "NODE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "REQUEST_TIMED_OUT": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "KAFKA_STORAGE_ERROR": grpc.StatusCode.UNAVAILABLE,
+    "LOG_CLOSED": grpc.StatusCode.UNAVAILABLE,
+    "CORRUPT_INDEX": grpc.StatusCode.INTERNAL,
+}
+
+# For statuses that arrive without details (the transport's own failures).
+_ERROR_BY_STATUS: dict[grpc.StatusCode, type[SeglogError]] = {
+    grpc.StatusCode.UNAVAILABLE: errors.NodeUnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.RequestTimedOutError,
+    grpc.StatusCode.NOT_FOUND: errors.UnknownTopicOrPartitionError,
+    grpc.StatusCode.OUT_OF_RANGE: errors.OffsetOutOfRangeError,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidRequestError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.RecordListTooLargeError,
+}
+
+_ERROR_CLASSES = errors.error_classes()
+
+
+def status_code_for(error: SeglogError) -> grpc.StatusCode:
+    return _STATUS_BY_REASON.get(error.reason, grpc.StatusCode.INTERNAL)
+
+
+def error_code_for(error: BaseException) -> int:
+    """The proto `ErrorCode` of an error (UNKNOWN for anything not a SeglogError)."""
+    reason = error.reason if isinstance(error, SeglogError) else "UNKNOWN"
+    return common_pb2.ErrorCode.Value(reason)
+
+
+def to_rpc_status(error: SeglogError) -> grpc.Status:
+    info = error_details_pb2.ErrorInfo(
+        reason=error.reason,
+        domain=DOMAIN,
+        metadata={"retriable": "true" if error.retriable else "false"},
+    )
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    code = status_code_for(error)
+    status = status_pb2.Status(
+        code=getattr(code_pb2, code.name), message=str(error) or error.reason, details=[detail]
+    )
+    return rpc_status.to_status(status)
+
+
+def abort(context: grpc.ServicerContext, error: SeglogError) -> NoReturn:
+    context.abort_with_status(to_rpc_status(error))
+    raise AssertionError("abort_with_status returned")  # it always raises
+
+
+def error_from_code(code: int, message: str = "") -> SeglogError:
+    """The error for a per-partition `ErrorCode` (code must not be NONE)."""
+    reason = common_pb2.ErrorCode.Name(code)
+    return _ERROR_CLASSES.get(reason, SeglogError)(message or reason)
+
+
+def error_from_rpc(error: grpc.RpcError) -> SeglogError:
+    """The seglog error behind a failed call: from its ErrorInfo when it carries one, else
+    from the bare status code (a transport failure, a deadline)."""
+    call = error if isinstance(error, grpc.Call) else None
+    code = call.code() if call is not None else grpc.StatusCode.UNKNOWN
+    message = (call.details() if call is not None else None) or str(error)
+    status = rpc_status.from_call(call) if call is not None else None
+    if status is not None:
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info) and info.domain == DOMAIN:
+                return _ERROR_CLASSES.get(info.reason, SeglogError)(message)
+    return _ERROR_BY_STATUS.get(code, SeglogError)(f"{code.name}: {message}")

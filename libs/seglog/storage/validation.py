@@ -1,0 +1,117 @@
+"""Append-path validation: every check that needs no record decoding, over a whole input,
+before any byte of it is written.
+
+Per batch: the header (magic, lengths), the declared size against the input, recordCount
+against lastOffsetDelta, `max_message_bytes`, the CRC-32C (in C), and the batch's base and max
+timestamps against `message_timestamp_{before,after}_max_ms` (CreateTime topics; control
+batches are exempt). Legacy (magic 0/1) entries are up-converted to v2 first, as a broker does
+for old producers; that is the only path here that touches individual records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+)
+from ..records.batch import (
+    CONTROL_MASK,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    BatchHeader,
+    check_crc,
+    check_header,
+    read_header,
+)
+from ..records.legacy import read_message, upconvert
+from .config import LOG_APPEND_TIME, LogConfig
+
+
+@dataclass(frozen=True)
+class ValidatedRecords:
+    """An input that passed validation: its bytes (v2 only) and each batch's position and
+    header, ready for offsets to be assigned."""
+
+    view: memoryview
+    batches: list[tuple[int, BatchHeader]]
+    validated_at_ms: int
+
+
+def validate_records(
+    records: bytes | bytearray | memoryview, config: LogConfig, now_ms: int
+) -> ValidatedRecords:
+    view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
+    total = len(view)
+    if total == 0:
+        raise InvalidRecordError("empty append: no batches in the input")
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    while pos < total:
+        if total - pos <= MAGIC_OFFSET:
+            raise CorruptRecordError(
+                f"input ends with {total - pos} stray bytes at position {pos}: "
+                f"too short for a batch header"
+            )
+        if view[pos + MAGIC_OFFSET] in (0, 1):
+            return validate_records(_upconvert_all(view), config, now_ms)
+        header = read_header(view, pos)
+        check_header(header, pos)
+        size = header.size_in_bytes
+        if pos + size > total:
+            raise CorruptRecordError(
+                f"batch at position {pos} declares {size} bytes but the input has "
+                f"{total - pos} left"
+            )
+        _check_batch(view, pos, header, config, now_ms)
+        batches.append((pos, header))
+        pos += size
+    return ValidatedRecords(view, batches, now_ms)
+
+
+def _check_batch(
+    view: memoryview, pos: int, header: BatchHeader, config: LogConfig, now_ms: int
+) -> None:
+    size = header.size_in_bytes
+    if size > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"batch at position {pos} is {size} bytes, larger than max_message_bytes "
+            f"{config.max_message_bytes}"
+        )
+    if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"batch at position {pos}: recordCount {header.record_count} does not match "
+            f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
+        )
+    check_crc(view, pos, header)
+    if config.message_timestamp_type != LOG_APPEND_TIME and not header.attributes & CONTROL_MASK:
+        earliest = now_ms - config.message_timestamp_before_max_ms
+        latest = now_ms + config.message_timestamp_after_max_ms
+        for name, ts in (
+            ("baseTimestamp", header.base_timestamp),
+            ("maxTimestamp", header.max_timestamp),
+        ):
+            if ts < earliest or ts > latest:
+                raise InvalidTimestampError(
+                    f"batch at position {pos}: {name} {ts} outside the accepted window "
+                    f"[{earliest}, {latest}] (message_timestamp_before_max_ms / "
+                    f"message_timestamp_after_max_ms around now {now_ms})"
+                )
+
+
+def _upconvert_all(view: memoryview) -> bytes:
+    parts = []
+    pos = 0
+    while pos < len(view):
+        if view[pos + MAGIC_OFFSET] == MAGIC_V2:
+            size = read_header(view, pos).size_in_bytes
+            parts.append(bytes(view[pos : pos + size]))
+        else:
+            message = read_message(view, pos)
+            parts.append(upconvert(message))
+            size = message.size_in_bytes
+        pos += size
+    return b"".join(parts)

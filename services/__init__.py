@@ -1,0 +1,1 @@
+"""seglog's two servers: the gateway (routing, leader registry) and the storage node."""

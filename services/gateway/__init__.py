@@ -1,0 +1,1 @@
+"""The gateway: the API clients call, routing by partition leader, and the leader registry."""

@@ -1,0 +1,285 @@
+"""The leader registry: topics, their partitions' replicas, leader and leader epoch, and the
+storage nodes that have registered.
+
+Durable state lives in one JSON file in the gateway's data dir, rewritten atomically (temp
+file, fsync, rename, fsync of the dir) on every change, so a gateway killed at any moment
+restarts with everything it had acknowledged:
+
+    {"version": 1,
+     "nodes": {"1": {"address": "127.0.0.1:7101"}},
+     "topics": {"orders": {"replication_factor": 1, "configs": {"retention.ms": "60000"},
+                           "partitions": [{"replicas": [1], "leader": 1, "leader_epoch": 0}]}}}
+
+Liveness is not persisted: a node is live while its last heartbeat is younger than the
+session timeout. After a gateway start every known node gets one session timeout of grace, so
+routing works at once and a node that stays silent is declared down after that.
+
+Leader epochs: a partition's epoch starts at 0 and increases each time its leader's node
+registers anew (a new session, as when Kafka re-elects a leader after a broker restart);
+clients holding an older epoch get NOT_LEADER_OR_FOLLOWER and refresh metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seglog.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.storage import LogConfig
+from seglog.storage.log_files import atomic_write
+
+REGISTRY_FILE = "registry.json"
+_VERSION = 1
+# Kafka's rule for topic names.
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+DEFAULT_NUM_PARTITIONS = 1
+DEFAULT_REPLICATION_FACTOR = 1
+
+
+@dataclass
+class PartitionAssignment:
+    replicas: list[int]
+    leader: int
+    leader_epoch: int = 0
+
+
+@dataclass
+class Topic:
+    name: str
+    replication_factor: int
+    configs: dict[str, str]
+    partitions: list[PartitionAssignment]
+
+    @property
+    def internal(self) -> bool:
+        return self.name.startswith("__")
+
+
+@dataclass
+class Node:
+    node_id: int
+    address: str
+    last_heartbeat: float | None = None  # time.monotonic() of the last heartbeat
+    grace_until: float = 0.0
+    heard_from: bool = field(default=False)
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    address: str | None
+    live: bool
+
+
+class Registry:
+    def __init__(self, data_dir: Path, *, session_timeout_ms: int = 9000) -> None:
+        self.path = data_dir / REGISTRY_FILE
+        self.session_timeout_s = session_timeout_ms / 1000
+        self._lock = threading.RLock()
+        self.topics: dict[str, Topic] = {}
+        self.nodes: dict[int, Node] = {}
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        state = json.loads(self.path.read_text())
+        if state.get("version") != _VERSION:
+            raise ValueError(f"{self.path}: unknown registry version {state.get('version')!r}")
+        grace = time.monotonic() + self.session_timeout_s
+        for node_id, node in state["nodes"].items():
+            self.nodes[int(node_id)] = Node(int(node_id), node["address"], grace_until=grace)
+        for name, topic in state["topics"].items():
+            self.topics[name] = Topic(
+                name,
+                topic["replication_factor"],
+                dict(topic["configs"]),
+                [PartitionAssignment(**p) for p in topic["partitions"]],
+            )
+
+    def _save(self) -> None:
+        state = {
+            "version": _VERSION,
+            "nodes": {str(n.node_id): {"address": n.address} for n in self.nodes.values()},
+            "topics": {
+                t.name: {
+                    "replication_factor": t.replication_factor,
+                    "configs": t.configs,
+                    "partitions": [
+                        {"replicas": p.replicas, "leader": p.leader, "leader_epoch": p.leader_epoch}
+                        for p in t.partitions
+                    ],
+                }
+                for t in self.topics.values()
+            },
+        }
+        atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    # -- nodes ---------------------------------------------------------------------------
+
+    def register_node(self, node_id: int, address: str) -> None:
+        """A node starting a session: record its address, bump its partitions' epochs."""
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                node = self.nodes[node_id] = Node(node_id, address)
+            node.address = address
+            node.last_heartbeat = time.monotonic()
+            node.heard_from = True
+            for topic in self.topics.values():
+                for p in topic.partitions:
+                    if p.leader == node_id:
+                        p.leader_epoch += 1
+            self._save()
+
+    def heartbeat(self, node_id: int, address: str) -> bool:
+        """Record a heartbeat; False when the node must register first (unknown to this
+        registry, or its address changed)."""
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None or node.address != address:
+                return False
+            node.last_heartbeat = time.monotonic()
+            node.heard_from = True
+            return True
+
+    def is_live(self, node_id: int) -> bool:
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                return False
+            now = time.monotonic()
+            if (
+                node.last_heartbeat is not None
+                and now - node.last_heartbeat < self.session_timeout_s
+            ):
+                return True
+            return not node.heard_from and now < node.grace_until
+
+    def live_nodes(self) -> list[int]:
+        with self._lock:
+            return sorted(n for n in self.nodes if self.is_live(n))
+
+    def leader_counts(self) -> dict[int, int]:
+        with self._lock:
+            counts = dict.fromkeys(self.nodes, 0)
+            for topic in self.topics.values():
+                for p in topic.partitions:
+                    counts[p.leader] = counts.get(p.leader, 0) + 1
+            return counts
+
+    def assignment_for(self, node_id: int) -> list[tuple[Topic, int, PartitionAssignment]]:
+        with self._lock:
+            return [
+                (topic, i, p)
+                for topic in self.topics.values()
+                for i, p in enumerate(topic.partitions)
+                if node_id in p.replicas
+            ]
+
+    # -- topics --------------------------------------------------------------------------
+
+    def validate_new_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> tuple[int, int]:
+        """Every check CreateTopics makes; returns (partitions, replication factor) with the
+        defaults applied for -1."""
+        if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
+            raise InvalidRequestError(
+                f"topic name {name!r} is illegal: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+            )
+        if num_partitions == -1:
+            num_partitions = DEFAULT_NUM_PARTITIONS
+        if num_partitions < 1:
+            raise InvalidPartitionsError(f"num_partitions must be >= 1, got {num_partitions}")
+        if replication_factor == -1:
+            replication_factor = DEFAULT_REPLICATION_FACTOR
+        if replication_factor != 1:
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor}: only 1 is supported until "
+                f"replication exists"
+            )
+        try:
+            LogConfig().with_overrides(configs)
+        except (InvalidConfigError, TypeError, ValueError) as exc:
+            raise InvalidConfigError(f"topic {name}: {exc}") from None
+        with self._lock:
+            if name in self.topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            if len(self.live_nodes()) < replication_factor:
+                raise InvalidReplicationFactorError(
+                    f"replication factor {replication_factor} is larger than the "
+                    f"{len(self.live_nodes())} live storage nodes"
+                )
+        return num_partitions, replication_factor
+
+    def create_topic(
+        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> Topic:
+        """Place the partitions on live nodes, each on the node leading the fewest partitions
+        so far (ties to the lower id), and persist."""
+        with self._lock:
+            num_partitions, replication_factor = self.validate_new_topic(
+                name, num_partitions, replication_factor, configs
+            )
+            live = self.live_nodes()
+            counts = {n: c for n, c in self.leader_counts().items() if n in live}
+            partitions = []
+            for _ in range(num_partitions):
+                leader = min(live, key=lambda n: (counts[n], n))
+                counts[leader] += 1
+                partitions.append(PartitionAssignment([leader], leader, 0))
+            topic = Topic(name, replication_factor, dict(configs), partitions)
+            self.topics[name] = topic
+            self._save()
+            return topic
+
+    def delete_topic(self, name: str) -> Topic:
+        with self._lock:
+            topic = self.topics.pop(name, None)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            self._save()
+            return topic
+
+    def topic(self, name: str) -> Topic:
+        with self._lock:
+            topic = self.topics.get(name)
+            if topic is None:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            return topic
+
+    def route(self, topic_name: str, partition: int) -> Route:
+        with self._lock:
+            topic = self.topic(topic_name)
+            if not 0 <= partition < len(topic.partitions):
+                raise UnknownTopicOrPartitionError(
+                    f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
+                )
+            p = topic.partitions[partition]
+            node = self.nodes.get(p.leader)
+            return Route(
+                topic_name,
+                partition,
+                p.leader,
+                p.leader_epoch,
+                node.address if node else None,
+                self.is_live(p.leader),
+            )

@@ -1,0 +1,114 @@
+"""Assembles a gateway: registry, node connections, the Gateway and Registry services,
+health, reflection and tracing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from opentelemetry import trace
+
+from seglog.rpc import wire
+from seglog.v1 import common_pb2, gateway_pb2
+from services import serving
+
+from .nodes import NodeConnections
+from .registry import Registry
+from .service import GatewayService
+
+logger = logging.getLogger(__name__)
+GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
+REGISTRY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Registry"].full_name
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    listen: str = "127.0.0.1:7070"
+    data_dir: Path = Path("data/gateway")
+    # Kafka's broker.session.timeout.ms and broker.heartbeat.interval.ms.
+    session_timeout_ms: int = 9000
+    heartbeat_interval_ms: int = 2000
+
+
+class Gateway:
+    def __init__(
+        self, config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None = None
+    ) -> None:
+        self.config = config
+        self.registry = Registry(config.data_dir, session_timeout_ms=config.session_timeout_ms)
+        self.connections = NodeConnections(tracer_provider)
+        self.service = GatewayService(
+            self.registry, self.connections, heartbeat_interval_ms=config.heartbeat_interval_ms
+        )
+        self.tracer_provider = tracer_provider
+        self.server: grpc.Server | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.listen.rsplit(':', 1)[0]}:{self.port}"
+
+    def _handlers(self) -> list[grpc.GenericRpcHandler]:
+        s = self.service
+        unary = serving.unary
+        gateway = {
+            "CreateTopics": unary(
+                s.CreateTopics, gateway_pb2.CreateTopicsRequest, gateway_pb2.CreateTopicsResponse
+            ),
+            "DeleteTopics": unary(
+                s.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
+            ),
+            "ListTopics": unary(
+                s.ListTopics, gateway_pb2.ListTopicsRequest, gateway_pb2.ListTopicsResponse
+            ),
+            "DescribeTopics": unary(
+                s.DescribeTopics,
+                gateway_pb2.DescribeTopicsRequest,
+                gateway_pb2.DescribeTopicsResponse,
+            ),
+            "DescribeCluster": unary(
+                s.DescribeCluster,
+                gateway_pb2.DescribeClusterRequest,
+                gateway_pb2.DescribeClusterResponse,
+            ),
+            # Produce and Fetch take the request's wire bytes: the gateway forwards them.
+            "Produce": grpc.unary_unary_rpc_method_handler(
+                s.Produce,
+                request_deserializer=wire.identity,
+                response_serializer=common_pb2.ProduceResponse.SerializeToString,
+            ),
+            "Fetch": grpc.unary_stream_rpc_method_handler(
+                s.Fetch, request_deserializer=wire.identity, response_serializer=wire.identity
+            ),
+            "ListOffsets": unary(
+                s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
+            ),
+        }
+        registry = {
+            "RegisterNode": unary(
+                s.RegisterNode, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment
+            ),
+            "Heartbeat": unary(s.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
+        }
+        return [
+            grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
+            grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
+        ]
+
+    def start(self) -> None:
+        self.server, _, self.port = serving.build_server(
+            self.config.listen,
+            self._handlers(),
+            [GATEWAY_SERVICE, REGISTRY_SERVICE],
+            tracer_provider=self.tracer_provider,
+        )
+        self.server.start()
+        logger.info("gateway serving on %s", self.address)
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        if self.server is not None:
+            self.server.stop(grace_s).wait()
+        self.service.close()
+        self.connections.close()

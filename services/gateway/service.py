@@ -1,0 +1,559 @@
+"""The Gateway and Registry gRPC services.
+
+Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
+when all its partitions live on one node (the usual case for a producer grouping by leader);
+a request spanning nodes is first validated whole here with the engine's own checks (headers,
+CRCs, sizes, timestamps; no record is decoded), then split and sent concurrently, and the
+per-partition results merged in request order. Fetch streams are relayed as wire bytes.
+
+Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
+with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
+UNAVAILABLE (LEADER_NOT_AVAILABLE, retriable). In a fetch, those become per-partition error
+messages, so one bad partition does not hide its neighbours' data.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import grpc
+
+from seglog.errors import (
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    SeglogError,
+)
+from seglog.rpc import wire
+from seglog.rpc.status import abort, error_code_for, error_from_rpc
+from seglog.storage import LogConfig
+from seglog.storage.validation import validate_records
+from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
+
+from .nodes import NodeConnection, NodeConnections
+from .registry import Registry, Route
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+@dataclass(frozen=True)
+class _Target:
+    node_id: int
+    connection: NodeConnection
+
+
+class GatewayService:
+    def __init__(
+        self,
+        registry: Registry,
+        connections: NodeConnections,
+        *,
+        heartbeat_interval_ms: int = 2000,
+    ) -> None:
+        self.registry = registry
+        self.connections = connections
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="fanout")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _route(self, topic: str, partition: int, client_epoch: int) -> tuple[Route, _Target]:
+        route = self.registry.route(topic, partition)
+        if client_epoch >= 0 and client_epoch != route.leader_epoch:
+            raise NotLeaderError(
+                f"{topic}-{partition}: leader epoch {client_epoch} is stale, the current one "
+                f"is {route.leader_epoch}; refresh metadata"
+            )
+        if not route.live or route.address is None:
+            raise LeaderNotAvailableError(
+                f"{topic}-{partition}: leader node {route.leader} is not available"
+            )
+        return route, _Target(route.leader, self.connections.get(route.leader, route.address))
+
+    def _node_failure(self, target: _Target, exc: grpc.RpcError) -> SeglogError:
+        error = error_from_rpc(exc)
+        if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+            return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
+        return error
+
+    # -- Produce -------------------------------------------------------------------------
+
+    def Produce(self, raw: bytes, context: grpc.ServicerContext) -> common_pb2.ProduceResponse:
+        request = common_pb2.ProduceRequest.FromString(raw)
+        try:
+            by_node = self._check_produce(request)
+        except SeglogError as exc:
+            abort(context, exc)
+        timeout_s = (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        if request.acks == 0:
+            return self._produce_without_acks(raw, request, by_node, timeout_s)
+        if len(by_node) == 1:
+            target, _ = next(iter(by_node.values()))
+            try:
+                response: common_pb2.ProduceResponse = target.connection.append_raw(
+                    raw, timeout=timeout_s
+                )
+                return response
+            except grpc.RpcError as exc:
+                abort(context, self._node_failure(target, exc))
+        return self._produce_across_nodes(request, by_node, timeout_s)
+
+    def _check_produce(
+        self, request: common_pb2.ProduceRequest
+    ) -> dict[int, tuple[_Target, list[int]]]:
+        """Everything known here, before anything is sent: acks, topic, partitions, epochs,
+        leaders up; returns request indexes grouped by leader node."""
+        if request.acks not in (0, 1):
+            raise InvalidRequiredAcksError(
+                f"acks={request.acks}: only 0 and 1 are supported until replication exists "
+                f"(acks=all needs in-sync replicas)"
+            )
+        if not request.partitions:
+            raise InvalidRequestError(f"produce to {request.topic!r} names no partition")
+        by_node: dict[int, tuple[_Target, list[int]]] = {}
+        seen: set[int] = set()
+        for i, data in enumerate(request.partitions):
+            if data.partition in seen:
+                raise InvalidRequestError(
+                    f"{request.topic}-{data.partition} appears twice in one request"
+                )
+            seen.add(data.partition)
+            _, target = self._route(request.topic, data.partition, data.current_leader_epoch)
+            by_node.setdefault(target.node_id, (target, []))[1].append(i)
+        if len(by_node) > 1:
+            # Split across nodes, the request could be half written if one node refused its
+            # part: validate every batch here first, with the topic's configs.
+            config = LogConfig().with_overrides(self.registry.topic(request.topic).configs)
+            now_ms = _now_ms()
+            for data in request.partitions:
+                try:
+                    validate_records(data.records, config, now_ms)
+                except SeglogError as exc:
+                    raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
+        return by_node
+
+    def _sub_request(self, request: common_pb2.ProduceRequest, indexes: list[int]) -> bytes:
+        sub = common_pb2.ProduceRequest(
+            topic=request.topic, acks=request.acks, timeout_ms=request.timeout_ms
+        )
+        sub.partitions.extend(request.partitions[i] for i in indexes)
+        return sub.SerializeToString()
+
+    def _produce_across_nodes(
+        self,
+        request: common_pb2.ProduceRequest,
+        by_node: dict[int, tuple[_Target, list[int]]],
+        timeout_s: float,
+    ) -> common_pb2.ProduceResponse:
+        calls = {
+            node_id: target.connection.append_raw.future(
+                self._sub_request(request, indexes), timeout=timeout_s
+            )
+            for node_id, (target, indexes) in by_node.items()
+        }
+        results: dict[int, common_pb2.PartitionProduceResult] = {}
+        for node_id, (target, indexes) in by_node.items():
+            try:
+                for result in calls[node_id].result().partitions:
+                    results[result.partition] = result
+            except grpc.RpcError as exc:
+                error = self._node_failure(target, exc)
+                for i in indexes:
+                    partition = request.partitions[i].partition
+                    results[partition] = common_pb2.PartitionProduceResult(
+                        partition=partition,
+                        error=error_code_for(error),
+                        error_message=str(error),
+                        base_offset=-1,
+                        last_offset=-1,
+                    )
+        response = common_pb2.ProduceResponse(topic=request.topic)
+        response.partitions.extend(results[p.partition] for p in request.partitions)
+        return response
+
+    def _produce_without_acks(
+        self,
+        raw: bytes,
+        request: common_pb2.ProduceRequest,
+        by_node: dict[int, tuple[_Target, list[int]]],
+        timeout_s: float,
+    ) -> common_pb2.ProduceResponse:
+        """acks=0: hand the batches to the nodes and answer at once (offsets unknown, -1),
+        as Kafka does; a node's refusal is only logged."""
+        for node_id, (target, indexes) in by_node.items():
+            payload = raw if len(by_node) == 1 else self._sub_request(request, indexes)
+            call = target.connection.append_raw.future(payload, timeout=timeout_s)
+            call.add_done_callback(_log_failed_call(node_id))
+        response = common_pb2.ProduceResponse(topic=request.topic)
+        for data in request.partitions:
+            response.partitions.add(partition=data.partition, base_offset=-1, last_offset=-1)
+        return response
+
+    # -- Fetch ---------------------------------------------------------------------------
+
+    def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        request = common_pb2.FetchRequest.FromString(raw)
+        by_node: dict[int, tuple[_Target, list[int]]] = {}
+        for i, p in enumerate(request.partitions):
+            try:
+                _, target = self._route(p.topic, p.partition, p.current_leader_epoch)
+            except SeglogError as exc:
+                yield _fetch_error(p.topic, p.partition, exc)
+                continue
+            by_node.setdefault(target.node_id, (target, []))[1].append(i)
+        if not by_node:
+            return
+        if len(by_node) == 1 and len(next(iter(by_node.values()))[1]) == len(request.partitions):
+            target, indexes = next(iter(by_node.values()))
+            yield from self._relay(target, raw, request, indexes, context)
+            return
+        yield from self._fetch_across_nodes(request, by_node, context)
+
+    def _relay(
+        self,
+        target: _Target,
+        payload: bytes,
+        request: common_pb2.FetchRequest,
+        indexes: list[int],
+        context: grpc.ServicerContext,
+    ) -> Iterator[bytes]:
+        timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
+        stream = target.connection.fetch_raw(payload, timeout=timeout_s)
+        cancel = getattr(stream, "cancel", None)
+        if cancel is not None:  # the traced channel hands back a plain generator
+            context.add_callback(cancel)
+        try:
+            yield from stream
+        except grpc.RpcError as exc:
+            error = self._node_failure(target, exc)
+            for i in indexes:
+                p = request.partitions[i]
+                yield _fetch_error(p.topic, p.partition, error)
+
+    def _fetch_across_nodes(
+        self,
+        request: common_pb2.FetchRequest,
+        by_node: dict[int, tuple[_Target, list[int]]],
+        context: grpc.ServicerContext,
+    ) -> Iterator[bytes]:
+        """One sub-fetch per node, concurrently; messages are relayed as they arrive. Each
+        node gets the whole `max_bytes` budget (a budget is per node, as per broker in
+        Kafka)."""
+        out: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
+        stop = threading.Event()
+
+        def pump(target: _Target, indexes: list[int]) -> None:
+            sub = common_pb2.FetchRequest(
+                min_bytes=request.min_bytes,
+                max_wait_ms=request.max_wait_ms,
+                max_bytes=request.max_bytes,
+            )
+            sub.partitions.extend(request.partitions[i] for i in indexes)
+            try:
+                for message in self._relay(target, sub.SerializeToString(), sub, indexes, context):
+                    while not stop.is_set():
+                        try:
+                            out.put(message, timeout=0.5)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+            finally:
+                out.put(None)
+
+        pumps = [
+            threading.Thread(target=pump, args=(target, indexes), daemon=True, name="fetch-pump")
+            for target, indexes in by_node.values()
+        ]
+        for thread in pumps:
+            thread.start()
+        finished = 0
+        try:
+            while finished < len(pumps):
+                message = out.get()
+                if message is None:
+                    finished += 1
+                else:
+                    yield message
+        finally:
+            stop.set()
+            while finished < len(pumps):  # unblock pumps still trying to put
+                try:
+                    if out.get(timeout=0.5) is None:
+                        finished += 1
+                except queue.Empty:
+                    if not any(t.is_alive() for t in pumps):
+                        break
+
+    # -- ListOffsets ---------------------------------------------------------------------
+
+    def ListOffsets(
+        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.ListOffsetsResponse:
+        results: dict[int, common_pb2.ListOffsetsResult] = {}
+        by_node: dict[int, tuple[_Target, list[int]]] = {}
+        for i, p in enumerate(request.partitions):
+            try:
+                _, target = self._route(p.topic, p.partition, p.current_leader_epoch)
+            except SeglogError as exc:
+                results[i] = _list_offsets_error(p, exc)
+                continue
+            by_node.setdefault(target.node_id, (target, []))[1].append(i)
+        calls = {}
+        for node_id, (target, indexes) in by_node.items():
+            sub = common_pb2.ListOffsetsRequest()
+            sub.partitions.extend(request.partitions[i] for i in indexes)
+            calls[node_id] = target.connection.stub.ListOffsets.future(
+                sub, timeout=DEFAULT_TIMEOUT_MS / 1000
+            )
+        for node_id, (target, indexes) in by_node.items():
+            try:
+                answered = calls[node_id].result().partitions
+                for i, result in zip(indexes, answered, strict=True):
+                    results[i] = result
+            except grpc.RpcError as exc:
+                error = self._node_failure(target, exc)
+                for i in indexes:
+                    results[i] = _list_offsets_error(request.partitions[i], error)
+        response = common_pb2.ListOffsetsResponse()
+        response.partitions.extend(results[i] for i in range(len(request.partitions)))
+        return response
+
+    # -- topics --------------------------------------------------------------------------
+
+    def CreateTopics(
+        self, request: gateway_pb2.CreateTopicsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.CreateTopicsResponse:
+        response = gateway_pb2.CreateTopicsResponse()
+        for new in request.topics:
+            result = response.topics.add(name=new.name)
+            try:
+                if request.validate_only:
+                    self.registry.validate_new_topic(
+                        new.name, new.num_partitions, new.replication_factor, dict(new.configs)
+                    )
+                    continue
+                topic = self.registry.create_topic(
+                    new.name, new.num_partitions, new.replication_factor, dict(new.configs)
+                )
+            except SeglogError as exc:
+                result.error = error_code_for(exc)
+                result.error_message = str(exc)
+                continue
+            self._create_on_nodes(topic.name)
+        return response
+
+    def _create_on_nodes(self, topic_name: str) -> None:
+        """Tell each leader now; a node that misses this gets the partition from its next
+        heartbeat's assignment."""
+        topic = self.registry.topic(topic_name)
+        calls = []
+        for i, p in enumerate(topic.partitions):
+            route = self.registry.route(topic_name, i)
+            if route.address is None:
+                continue
+            stub = self.connections.get(p.leader, route.address).stub
+            calls.append(
+                stub.CreatePartition.future(
+                    storage_pb2.CreatePartitionRequest(
+                        topic=topic_name,
+                        partition=i,
+                        leader_epoch=p.leader_epoch,
+                        configs=topic.configs,
+                    ),
+                    timeout=DEFAULT_TIMEOUT_MS / 1000,
+                )
+            )
+        for call in calls:
+            try:
+                call.result()
+            except grpc.RpcError as exc:
+                logger.warning("creating a partition of %s on its node failed: %s", topic_name, exc)
+
+    def DeleteTopics(
+        self, request: gateway_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DeleteTopicsResponse:
+        response = gateway_pb2.DeleteTopicsResponse()
+        for name in request.names:
+            result = response.topics.add(name=name)
+            try:
+                topic = self.registry.delete_topic(name)
+            except SeglogError as exc:
+                result.error = error_code_for(exc)
+                result.error_message = str(exc)
+                continue
+            for i, p in enumerate(topic.partitions):
+                node = self.registry.nodes.get(p.leader)
+                if node is None:
+                    continue
+                try:
+                    self.connections.get(p.leader, node.address).stub.DeletePartition(
+                        storage_pb2.DeletePartitionRequest(topic=name, partition=i),
+                        timeout=DEFAULT_TIMEOUT_MS / 1000,
+                    )
+                except grpc.RpcError as exc:
+                    logger.warning("deleting %s-%d on node %d failed: %s", name, i, p.leader, exc)
+        return response
+
+    def ListTopics(
+        self, request: gateway_pb2.ListTopicsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.ListTopicsResponse:
+        response = gateway_pb2.ListTopicsResponse()
+        for name in sorted(self.registry.topics):
+            topic = self.registry.topics.get(name)
+            if topic is None or (topic.internal and not request.include_internal):
+                continue
+            response.topics.add(
+                name=name, num_partitions=len(topic.partitions), internal=topic.internal
+            )
+        return response
+
+    def DescribeTopics(
+        self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DescribeTopicsResponse:
+        names = list(request.names) or sorted(self.registry.topics)
+        response = gateway_pb2.DescribeTopicsResponse()
+        wanted: dict[int, list[tuple[str, int]]] = {}
+        described: dict[tuple[str, int], gateway_pb2.PartitionDescription] = {}
+        for name in names:
+            description = response.topics.add(name=name)
+            try:
+                topic = self.registry.topic(name)
+            except SeglogError as exc:
+                description.error = error_code_for(exc)
+                description.error_message = str(exc)
+                continue
+            description.replication_factor = topic.replication_factor
+            description.configs.update(topic.configs)
+            for i, p in enumerate(topic.partitions):
+                part = description.partitions.add(
+                    partition=i, leader=p.leader, leader_epoch=p.leader_epoch
+                )
+                part.replicas.extend(p.replicas)
+                part.log_start_offset = part.log_end_offset = -1
+                described[(name, i)] = part
+                wanted.setdefault(p.leader, []).append((name, i))
+        self._fill_offsets(wanted, described)
+        return response
+
+    def _fill_offsets(
+        self,
+        wanted: dict[int, list[tuple[str, int]]],
+        described: dict[tuple[str, int], gateway_pb2.PartitionDescription],
+    ) -> None:
+        calls = {}
+        for node_id, partitions in wanted.items():
+            node = self.registry.nodes.get(node_id)
+            if node is None or not self.registry.is_live(node_id):
+                error = LeaderNotAvailableError(f"node {node_id} is not available")
+                for tp in partitions:
+                    described[tp].error = error_code_for(error)
+                    described[tp].error_message = str(error)
+                continue
+            ask = storage_pb2.DescribePartitionsRequest()
+            for topic, partition in partitions:
+                ask.partitions.add(topic=topic, partition=partition)
+            stub = self.connections.get(node_id, node.address).stub
+            calls[node_id] = stub.DescribePartitions.future(ask, timeout=5)
+        for node_id, call in calls.items():
+            try:
+                for state in call.result().partitions:
+                    part = described[(state.topic, state.partition)]
+                    part.log_start_offset = state.log_start_offset
+                    part.log_end_offset = state.log_end_offset
+                    part.error = state.error
+            except grpc.RpcError as exc:
+                error = LeaderNotAvailableError(f"node {node_id}: {error_from_rpc(exc)}")
+                for tp in wanted[node_id]:
+                    described[tp].error = error_code_for(error)
+                    described[tp].error_message = str(error)
+
+    def DescribeCluster(
+        self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DescribeClusterResponse:
+        response = gateway_pb2.DescribeClusterResponse(
+            session_timeout_ms=int(self.registry.session_timeout_s * 1000)
+        )
+        counts = self.registry.leader_counts()
+        for node_id, node in sorted(self.registry.nodes.items()):
+            age = -1
+            if node.last_heartbeat is not None:
+                age = int((time.monotonic() - node.last_heartbeat) * 1000)
+            response.nodes.add(
+                node_id=node_id,
+                address=node.address,
+                live=self.registry.is_live(node_id),
+                last_heartbeat_age_ms=age,
+                leader_partitions=counts.get(node_id, 0),
+            )
+        return response
+
+    # -- Registry (called by storage nodes) ----------------------------------------------
+
+    def RegisterNode(
+        self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeAssignment:
+        if request.node_id < 0 or not request.address:
+            abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
+        self.registry.register_node(request.node_id, request.address)
+        logger.info("node %d registered at %s", request.node_id, request.address)
+        return self._assignment(request.node_id)
+
+    def Heartbeat(
+        self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeAssignment:
+        if not self.registry.heartbeat(request.node_id, request.address):
+            return self.RegisterNode(request, context)
+        return self._assignment(request.node_id)
+
+    def _assignment(self, node_id: int) -> gateway_pb2.NodeAssignment:
+        assignment = gateway_pb2.NodeAssignment(heartbeat_interval_ms=self.heartbeat_interval_ms)
+        for topic, i, p in self.registry.assignment_for(node_id):
+            assignment.partitions.add(
+                topic=topic.name, partition=i, leader_epoch=p.leader_epoch, configs=topic.configs
+            )
+        return assignment
+
+
+def _fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
+    return wire.encode_fetch_response(
+        topic, partition, -1, -1, b"", error_code_for(error), str(error)
+    )
+
+
+def _list_offsets_error(
+    p: common_pb2.ListOffsetsPartition, error: SeglogError
+) -> common_pb2.ListOffsetsResult:
+    return common_pb2.ListOffsetsResult(
+        topic=p.topic,
+        partition=p.partition,
+        error=error_code_for(error),
+        error_message=str(error),
+        offset=-1,
+        timestamp=-1,
+    )
+
+
+def _log_failed_call(node_id: int):  # type: ignore[no-untyped-def]
+    def done(call: grpc.Future) -> None:
+        if call.exception() is not None:
+            logger.warning("acks=0 produce to node %d failed: %s", node_id, call.exception())
+
+    return done
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,125 @@
+"""Starting and stopping seglog server processes, for the local cluster, tests and benchmarks:
+each process is started here, waited on until it prints its address, and stopped by its own
+pid (SIGTERM, then SIGKILL after a grace period)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+READY_TIMEOUT_S = 60.0
+
+
+class ServerProcess:
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        stderr_path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.module = module
+        self.args = list(args)
+        self.env = {**os.environ, **(env or {})}
+        self.stderr_path = stderr_path
+        self.process: subprocess.Popen[bytes] | None = None
+        self.address = ""
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
+        """Start and wait for the `... listening on HOST:PORT` line; return the address."""
+        stderr = open(self.stderr_path, "ab") if self.stderr_path else None  # noqa: SIM115
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", self.module, *self.args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=self.env,
+            )
+        finally:
+            if stderr is not None:
+                stderr.close()
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self._stdout().readline()))
+        reader.daemon = True
+        reader.start()
+        reader.join(timeout_s)
+        text = line[0].decode().strip() if line else ""
+        if " listening on " not in text:
+            self.kill()
+            raise RuntimeError(
+                f"{self.name} did not start (exit code {self.process.poll()}); "
+                f"see {self.stderr_path or 'its stderr'}"
+            )
+        self.address = text.rsplit(" ", 1)[1]
+        # Keep draining stdout so the child can never block on a full pipe.
+        threading.Thread(target=self._stdout().read, daemon=True).start()
+        return self.address
+
+    def _stdout(self):  # type: ignore[no-untyped-def]
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 20.0) -> int | None:
+        """SIGTERM, wait up to `grace_s`, then SIGKILL; returns the exit code."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def gateway_process(
+    listen: str, data_dir: Path, *, extra_args: Sequence[str] = (), **kwargs: object
+) -> ServerProcess:
+    args = ["--listen", listen, "--data-dir", str(data_dir), *extra_args]
+    return ServerProcess("gateway", "services.gateway", args, **kwargs)  # type: ignore[arg-type]
+
+
+def node_process(
+    node_id: int,
+    listen: str,
+    data_dir: Path,
+    gateway: str,
+    *,
+    extra_args: Sequence[str] = (),
+    **kwargs: object,
+) -> ServerProcess:
+    args = [
+        "--node-id",
+        str(node_id),
+        "--listen",
+        listen,
+        "--data-dir",
+        str(data_dir),
+        "--gateway",
+        gateway,
+        *extra_args,
+    ]
+    return ServerProcess(f"node-{node_id}", "services.storage_node", args, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,102 @@
+"""What both servers share: building a gRPC server with health, reflection and tracing,
+flags with environment equivalents, and stopping on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from opentelemetry import trace
+
+from seglog import tracing
+from seglog.rpc.channels import MAX_REQUEST_BYTES
+
+
+def env_flag(
+    parser: argparse.ArgumentParser, flag: str, env: str, help: str, **kwargs: Any
+) -> None:
+    """A flag whose default comes from an environment variable (the flag wins)."""
+    default = os.environ.get(env, kwargs.pop("default", None))
+    required = default is None and kwargs.pop("required", False)
+    parser.add_argument(
+        flag, default=default, required=required, help=f"{help} (env {env})", **kwargs
+    )
+
+
+def unary(fn: Callable[..., Any], request_cls: Any, response_cls: Any) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        fn,
+        request_deserializer=request_cls.FromString,
+        response_serializer=response_cls.SerializeToString,
+    )
+
+
+def build_server(
+    listen: str,
+    handlers: Iterable[grpc.GenericRpcHandler],
+    service_names: Iterable[str],
+    *,
+    max_workers: int = 32,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> tuple[grpc.Server, health.HealthServicer, int]:
+    """A started-ready (not yet started) server bound to `listen`; returns the bound port."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        handlers=list(handlers),
+        interceptors=tracing.server_interceptors(tracer_provider),
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = list(service_names)
+    reflection.enable_server_reflection(
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    for name in ["", *names]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, health_servicer, port
+
+
+def wait_for_signal() -> int:
+    """Block until SIGTERM or SIGINT; return the signal number."""
+    received: list[int] = []
+    done = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        received.append(signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    while not done.wait(1.0):
+        pass
+    return received[0]
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=os.environ.get("SEGLOG_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )

@@ -1,0 +1,1 @@
+"""The storage node: one LogManager on one data dir, served over gRPC."""

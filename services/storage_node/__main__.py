@@ -1,0 +1,91 @@
+"""Run a storage node: python -m services.storage_node --node-id N --data-dir DIR ... (--help)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from seglog import tracing
+from seglog.errors import SeglogError
+from services import serving
+
+from .server import NodeConfig, StorageNode
+
+logger = logging.getLogger("services.storage_node")
+
+
+def parse_args(argv: list[str] | None = None) -> NodeConfig:
+    parser = argparse.ArgumentParser(prog="python -m services.storage_node")
+    serving.env_flag(
+        parser, "--node-id", "SEGLOG_NODE_ID", "this node's id", type=int, required=True
+    )
+    serving.env_flag(
+        parser, "--listen", "SEGLOG_LISTEN", "address to serve on", default="127.0.0.1:0"
+    )
+    serving.env_flag(parser, "--data-dir", "SEGLOG_DATA_DIR", "the node's data dir", required=True)
+    serving.env_flag(parser, "--gateway", "SEGLOG_GATEWAY", "the gateway's registry address")
+    serving.env_flag(
+        parser,
+        "--advertised-address",
+        "SEGLOG_ADVERTISED_ADDRESS",
+        "address the gateway should dial (default: the listen address and bound port)",
+    )
+    serving.env_flag(
+        parser,
+        "--heartbeat-interval-ms",
+        "SEGLOG_HEARTBEAT_INTERVAL_MS",
+        "heartbeat period",
+        type=int,
+        default=2000,
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="engine setting with Kafka's name, e.g. log.segment.bytes=1048576 or "
+        "retention.check.interval.ms=1000 (repeatable)",
+    )
+    args = parser.parse_args(argv)
+    engine_configs = {}
+    for item in args.config:
+        name, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--config {item!r}: expected NAME=VALUE")
+        engine_configs[name] = value
+    return NodeConfig(
+        node_id=int(args.node_id),
+        listen=args.listen,
+        data_dir=Path(args.data_dir),
+        gateway=args.gateway,
+        advertised_address=args.advertised_address,
+        heartbeat_interval_ms=int(args.heartbeat_interval_ms),
+        engine_configs=engine_configs,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    serving.configure_logging()
+    config = parse_args(argv)
+    provider = tracing.configure_tracing(f"seglog-storage-node-{config.node_id}")
+    try:
+        node = StorageNode(config, tracer_provider=provider)
+        node.start()
+    except (SeglogError, OSError) as exc:
+        logger.error("cannot start: %s", exc)
+        return 1
+    # The line tests and the local cluster wait for: the bound address.
+    print(f"storage node {config.node_id} listening on {node.address}", flush=True)
+    signum = serving.wait_for_signal()
+    logger.info("%s: stopping", signal.Signals(signum).name)
+    node.stop()
+    if provider is not None:
+        provider.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

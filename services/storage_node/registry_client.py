@@ -1,0 +1,102 @@
+"""The node's session with the gateway's registry: register at start, heartbeat every
+`heartbeat_interval_ms`, and bring the hosted partitions in line with each answer.
+
+Reconciliation: an assigned partition the node lacks is created (with its leader epoch and
+topic configs); a hosted partition no longer assigned (its topic was deleted while the node
+was away) is closed and set aside as `<topic>-<partition>-stray`, kept on disk rather than
+deleted, so a registry mistake cannot destroy data.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+from opentelemetry import trace
+
+from seglog.errors import SeglogError
+from seglog.rpc.channels import open_channel
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+
+from .service import StorageNodeService
+
+logger = logging.getLogger(__name__)
+
+
+class RegistrySession:
+    def __init__(
+        self,
+        gateway: str,
+        node_id: int,
+        address: str,
+        service: StorageNodeService,
+        *,
+        heartbeat_interval_ms: int = 2000,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.service = service
+        self.interval_s = heartbeat_interval_ms / 1000
+        self._channel = open_channel(gateway)
+        self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="registry-session", daemon=True)
+        self.registered = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self._channel.close()
+
+    def _heartbeat_message(self) -> gateway_pb2.NodeHeartbeat:
+        message = gateway_pb2.NodeHeartbeat(node_id=self.node_id, address=self.address)
+        for topic, partition in sorted(self.service.logs.logs()):
+            message.partitions.add(topic=topic, partition=partition)
+        return message
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
+            try:
+                assignment = call(self._heartbeat_message(), timeout=max(self.interval_s, 1.0))
+            except grpc.RpcError as exc:
+                if self.registered.is_set():
+                    logger.warning("heartbeat to the gateway failed: %s", exc.code())
+                self.registered.clear()  # register afresh once the gateway is back
+            else:
+                if not self.registered.is_set():
+                    logger.info("registered with the gateway as node %d", self.node_id)
+                self.registered.set()
+                if assignment.heartbeat_interval_ms > 0:
+                    self.interval_s = assignment.heartbeat_interval_ms / 1000
+                self.reconcile(assignment)
+            self._stop.wait(self.interval_s)
+
+    def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
+        hosted = set(self.service.logs.logs())
+        assigned = set()
+        for p in assignment.partitions:
+            tp = (p.topic, p.partition)
+            assigned.add(tp)
+            known_epoch = self.service.leader_epoch(p.topic, p.partition)
+            if tp not in hosted or known_epoch != p.leader_epoch:
+                try:
+                    self.service.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
+                except SeglogError:
+                    logger.exception("cannot create assigned partition %s-%d", *tp)
+        for tp in hosted - assigned:
+            try:
+                path = self.service.logs.set_aside_log(*tp)
+                logger.warning(
+                    "partition %s-%d is no longer assigned here: set aside as %s",
+                    tp[0],
+                    tp[1],
+                    path.name,
+                )
+            except SeglogError:
+                logger.exception("cannot set aside partition %s-%d", *tp)

@@ -1,0 +1,145 @@
+"""Assembles a storage node: LogManager, the StorageNode service, health, reflection,
+tracing, and the registry session with the gateway."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from opentelemetry import trace
+
+from seglog.rpc import wire
+from seglog.storage import LogConfig, LogManagerConfig
+from seglog.storage.log_manager import LogManager
+from seglog.v1 import common_pb2, storage_pb2
+from services import serving
+
+from .registry_client import RegistrySession
+from .service import DEFAULT_CHUNK_BYTES, StorageNodeService
+
+logger = logging.getLogger(__name__)
+SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["StorageNode"].full_name
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: int
+    listen: str
+    data_dir: Path
+    gateway: str | None = None
+    advertised_address: str | None = None
+    heartbeat_interval_ms: int = 2000
+    fetch_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
+    # LogManagerConfig fields for the node's background work.
+    engine_configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def split_engine_configs(configs: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Kafka broker names (`log.retention.ms`, `log.segment.bytes`) and plain topic names go
+    to the default LogConfig; the rest must be LogManagerConfig fields."""
+    log_fields = set(LogConfig.__dataclass_fields__)
+    log_overrides, manager_overrides = {}, {}
+    for key, value in configs.items():
+        name = key.removeprefix("log.").replace(".", "_")
+        if name in log_fields or name in ("segment_index_bytes",):
+            log_overrides[key.removeprefix("log.")] = value
+        else:
+            manager_overrides[key] = value
+    return log_overrides, manager_overrides
+
+
+class StorageNode:
+    def __init__(
+        self, config: NodeConfig, *, tracer_provider: trace.TracerProvider | None = None
+    ) -> None:
+        self.config = config
+        log_overrides, manager_overrides = split_engine_configs(config.engine_configs)
+        default_log_config = LogConfig().with_overrides(log_overrides)
+        manager_config = LogManagerConfig.from_overrides((str(config.data_dir),), manager_overrides)
+        self.logs = LogManager(manager_config, default_log_config)
+        self.service = StorageNodeService(self.logs, chunk_bytes=config.fetch_chunk_bytes)
+        self.tracer_provider = tracer_provider
+        self.server: grpc.Server | None = None
+        self.port = 0
+        self.session: RegistrySession | None = None
+
+    @property
+    def address(self) -> str:
+        if self.config.advertised_address:
+            return self.config.advertised_address
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    def _handlers(self) -> grpc.GenericRpcHandler:
+        s = self.service
+        return grpc.method_handlers_generic_handler(
+            SERVICE_NAME,
+            {
+                "Append": serving.unary(
+                    s.Append, common_pb2.ProduceRequest, common_pb2.ProduceResponse
+                ),
+                "Fetch": grpc.unary_stream_rpc_method_handler(
+                    s.Fetch,
+                    request_deserializer=common_pb2.FetchRequest.FromString,
+                    response_serializer=wire.identity,
+                ),
+                "ListOffsets": serving.unary(
+                    s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
+                ),
+                "CreatePartition": serving.unary(
+                    s.CreatePartition,
+                    storage_pb2.CreatePartitionRequest,
+                    storage_pb2.CreatePartitionResponse,
+                ),
+                "DeletePartition": serving.unary(
+                    s.DeletePartition,
+                    storage_pb2.DeletePartitionRequest,
+                    storage_pb2.DeletePartitionResponse,
+                ),
+                "DescribePartitions": serving.unary(
+                    s.DescribePartitions,
+                    storage_pb2.DescribePartitionsRequest,
+                    storage_pb2.DescribePartitionsResponse,
+                ),
+            },
+        )
+
+    def start(self) -> None:
+        self.logs.startup()
+        self.server, _, self.port = serving.build_server(
+            self.config.listen,
+            [self._handlers()],
+            [SERVICE_NAME],
+            tracer_provider=self.tracer_provider,
+        )
+        self.server.start()
+        logger.info(
+            "storage node %d serving on %s (%d partitions)",
+            self.config.node_id,
+            self.address,
+            len(self.logs.logs()),
+        )
+        if self.config.gateway:
+            self.session = RegistrySession(
+                self.config.gateway,
+                self.config.node_id,
+                self.address,
+                self.service,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                tracer_provider=self.tracer_provider,
+            )
+            self.session.start()
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting calls, let in-flight ones finish, then flush and close every log
+        (which writes the clean-shutdown marker)."""
+        if self.session is not None:
+            self.session.stop()
+        if self.server is not None:
+            self.service.stop()
+            self.server.stop(grace_s).wait()
+        self.logs.shutdown()
