@@ -11,6 +11,7 @@ import grpc
 from opentelemetry import trace
 
 from seglog.rpc import wire
+from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.v1 import common_pb2, gateway_pb2
 from services import serving
 
@@ -30,6 +31,7 @@ class GatewayConfig:
     # Kafka's broker.session.timeout.ms and broker.heartbeat.interval.ms.
     session_timeout_ms: int = 9000
     heartbeat_interval_ms: int = 2000
+    max_request_bytes: int = MAX_REQUEST_BYTES
 
 
 class Gateway:
@@ -102,6 +104,7 @@ class Gateway:
             self.config.listen,
             self._handlers(),
             [GATEWAY_SERVICE, REGISTRY_SERVICE],
+            max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
         )
         self.server.start()

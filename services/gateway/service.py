@@ -31,7 +31,7 @@ from seglog.errors import (
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import wire
+from seglog.rpc import client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.storage import LogConfig
 from seglog.storage.validation import validate_records
@@ -130,7 +130,7 @@ class GatewayService:
                     f"{request.topic}-{data.partition} appears twice in one request"
                 )
             seen.add(data.partition)
-            _, target = self._route(request.topic, data.partition, data.current_leader_epoch)
+            _, target = self._route(request.topic, data.partition, client_leader_epoch(data))
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
         if len(by_node) > 1:
             # Split across nodes, the request could be half written if one node refused its
@@ -208,7 +208,7 @@ class GatewayService:
         by_node: dict[int, tuple[_Target, list[int]]] = {}
         for i, p in enumerate(request.partitions):
             try:
-                _, target = self._route(p.topic, p.partition, p.current_leader_epoch)
+                _, target = self._route(p.topic, p.partition, client_leader_epoch(p))
             except SeglogError as exc:
                 yield _fetch_error(p.topic, p.partition, exc)
                 continue
@@ -307,7 +307,7 @@ class GatewayService:
         by_node: dict[int, tuple[_Target, list[int]]] = {}
         for i, p in enumerate(request.partitions):
             try:
-                _, target = self._route(p.topic, p.partition, p.current_leader_epoch)
+                _, target = self._route(p.topic, p.partition, client_leader_epoch(p))
             except SeglogError as exc:
                 results[i] = _list_offsets_error(p, exc)
                 continue

@@ -28,7 +28,7 @@ from seglog.errors import (
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import wire
+from seglog.rpc import client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for
 from seglog.storage import Log
 from seglog.storage.log_manager import LogManager
@@ -129,7 +129,7 @@ class StorageNodeService:
                 )
             seen.add(data.partition)
             log = self.logs.get_log(request.topic, data.partition)
-            self._check_epoch(request.topic, data.partition, data.current_leader_epoch)
+            self._check_epoch(request.topic, data.partition, client_leader_epoch(data))
             try:
                 validated = log.validate(data.records)
             except SeglogError as exc:
@@ -178,7 +178,7 @@ class StorageNodeService:
             state = _FetchState(p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, None)
             try:
                 state.log = self.logs.get_log(p.topic, p.partition)
-                self._check_epoch(p.topic, p.partition, p.current_leader_epoch)
+                self._check_epoch(p.topic, p.partition, client_leader_epoch(p))
                 if p.partition_max_bytes <= 0:
                     raise InvalidRequestError(
                         f"{p.topic}-{p.partition}: partition_max_bytes must be > 0"
@@ -264,7 +264,7 @@ class StorageNodeService:
             result = response.partitions.add(topic=p.topic, partition=p.partition)
             try:
                 log = self.logs.get_log(p.topic, p.partition)
-                self._check_epoch(p.topic, p.partition, p.current_leader_epoch)
+                self._check_epoch(p.topic, p.partition, client_leader_epoch(p))
                 found = log.offset_for_timestamp(p.timestamp)
             except SeglogError as exc:
                 result.error = error_code_for(exc)

@@ -1,0 +1,337 @@
+"""Real processes: the local cluster and the CLI, a storage node SIGKILLed in the middle of a
+produce stream, a gateway SIGKILLed and restarted, and traces exported over OTLP."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from seglog.client.gateway import FetchPosition, GatewayClient
+from seglog.client.partitioner import partition_for_key
+from seglog.errors import SeglogError
+from seglog.records import iter_batches, iter_records
+from services.processes import ServerProcess, gateway_process, node_process
+from tests.cluster import batch, wait_until
+
+FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
+
+
+class ProcessCluster:
+    def __init__(self, root, nodes=2, env=None):
+        self.root = root
+        self.env = env or {}
+        self.gateway = gateway_process(
+            "127.0.0.1:0",
+            root / "gateway",
+            extra_args=FAST,
+            env=self.env,
+            stderr_path=root / "gateway.log",
+        )
+        self.gateway.start()
+        self.nodes: dict[int, ServerProcess] = {}
+        for node_id in range(1, nodes + 1):
+            self.start_node(node_id, "127.0.0.1:0")
+        self.client = GatewayClient(self.gateway.address)
+        assert wait_until(
+            lambda: sum(n.live for n in self.client.describe_cluster().nodes) == nodes
+        )
+
+    def start_node(self, node_id, listen):
+        node = node_process(
+            node_id,
+            listen,
+            self.root / f"node-{node_id}",
+            self.gateway.address,
+            extra_args=["--heartbeat-interval-ms", "200"],
+            env=self.env,
+            stderr_path=self.root / f"node-{node_id}.log",
+        )
+        node.start()
+        self.nodes[node_id] = node
+        return node
+
+    def restart_gateway(self):
+        port = self.gateway.address.rsplit(":", 1)[1]
+        self.gateway = gateway_process(
+            f"127.0.0.1:{port}",
+            self.root / "gateway",
+            extra_args=FAST,
+            env=self.env,
+            stderr_path=self.root / "gateway.log",
+        )
+        self.gateway.start()
+
+    def close(self):
+        self.client.close()
+        for node in self.nodes.values():
+            node.stop()
+        self.gateway.stop()
+
+
+@pytest.fixture
+def processes(tmp_path):
+    cluster = ProcessCluster(tmp_path)
+    yield cluster
+    cluster.close()
+
+
+def read_partition(client, topic, partition):
+    """Every record of a partition, checking every batch's CRC with kafka-python as well."""
+    records, offset = [], 0
+    latest = client.list_offsets(topic, {partition: -1})[partition]
+    assert latest.error == 0, latest.error_message
+    end = latest.offset
+    while offset < end:
+        (message,) = list(client.fetch([FetchPosition(topic, partition, offset)], max_wait_ms=0))
+        assert message.error == 0, message.error_message
+        for stored in iter_batches(message.records):
+            assert DefaultRecordBatch(bytes(stored.raw())).validate_crc()
+        got = [r for r in iter_records(message.records) if r.offset >= offset]
+        records += got
+        offset = got[-1].offset + 1
+    return records
+
+
+def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(processes):
+    client = processes.client
+    client.create_topic("events", 4)
+    leaders = {p.partition: p.leader for p in client.describe_topic("events").partitions}
+    victim = leaders[0]
+    acked: dict[int, list[bytes]] = {p: [] for p in range(4)}
+    errors: dict[int, int] = {p: 0 for p in range(4)}
+    after_kill: dict[int, int] = {p: 0 for p in range(4)}
+    killed = threading.Event()
+    stop = threading.Event()
+
+    def produce():
+        with GatewayClient(processes.gateway.address, timeout_s=5) as producer:
+            i = 0
+            while not stop.is_set() and i < 100_000:
+                for p in range(4):
+                    values = [b"%d-%d-%d" % (p, i, j) for j in range(50)]
+                    try:
+                        (result,) = producer.produce("events", {p: batch(values)}, timeout_ms=3000)
+                    except SeglogError:
+                        errors[p] += 1
+                        continue
+                    if result.error:
+                        errors[p] += 1
+                        continue
+                    acked[p] += values
+                    if killed.is_set():
+                        after_kill[p] += 1
+                i += 1
+
+    thread = threading.Thread(target=produce)
+    thread.start()
+    assert wait_until(lambda: len(acked[0]) >= 2000)
+    os.kill(processes.nodes[victim].pid, signal.SIGKILL)
+    processes.nodes[victim].process.wait()
+    killed.set()
+    # The other node keeps serving while the victim is down.
+    others = [p for p, leader in leaders.items() if leader != victim]
+    assert wait_until(lambda: all(after_kill[p] >= 20 for p in others))
+    assert wait_until(lambda: errors[0] > 0)
+    processes.start_node(victim, processes.nodes[victim].address)
+    assert wait_until(lambda: after_kill[0] > 0, 30)  # the restarted node takes writes again
+    stop.set()
+    thread.join(60)
+
+    for p in range(4):
+        stored = read_partition(client, "events", p)
+        values = [r.value for r in stored]
+        assert [r.offset for r in stored] == list(range(len(stored)))
+        # Every acknowledged record is there, in order (an unacknowledged one may be too).
+        position = 0
+        for value in acked[p]:
+            position = values.index(value, position) + 1
+
+
+def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processes):
+    client = processes.client
+    client.create_topic("kept", 3, configs={"retention.ms": "3600000"})
+    before = client.describe_topic("kept")
+    for p in range(3):
+        client.produce("kept", {p: batch([b"before"])})
+    processes.gateway.kill()
+    processes.restart_gateway()
+    after = client.describe_topic("kept")
+    assert [(p.leader, list(p.replicas)) for p in after.partitions] == [
+        (p.leader, list(p.replicas)) for p in before.partitions
+    ]
+    assert dict(after.configs) == {"retention.ms": "3600000"}
+    for p in range(3):
+        (result,) = client.produce("kept", {p: batch([b"after"])})
+        assert (result.error, result.base_offset) == (0, 1)
+        assert [r.value for r in read_partition(client, "kept", p)] == [b"before", b"after"]
+
+
+def run_cli(*args, bootstrap, stdin=None):
+    env = {**os.environ, "SEGLOG_BOOTSTRAP": bootstrap}
+    return subprocess.run(
+        [sys.executable, "-m", "seglog.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_local_cluster_and_cli(tmp_path):
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.local_cluster",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = runner.stdout.readline()
+        address = re.search(r"gateway on (\S+)", line).group(1)
+        ok = run_cli(
+            "topics",
+            "create",
+            "lines",
+            "--partitions",
+            "3",
+            "--config",
+            "retention.ms=600000",
+            bootstrap=address,
+        )
+        assert ok.returncode == 0, ok.stderr
+        assert run_cli("topics", "list", bootstrap=address).stdout.split() == [b"lines"]
+        dup = run_cli("topics", "create", "lines", bootstrap=address)
+        assert dup.returncode == 1 and b"TOPIC_ALREADY_EXISTS" in dup.stderr
+
+        keyed = b"".join(b"user%d:v%d\n" % (i % 7, i) for i in range(60))
+        produced = run_cli(
+            "produce", "lines", "--key-separator", ":", bootstrap=address, stdin=keyed
+        )
+        assert produced.returncode == 0, produced.stderr
+        out = run_cli(
+            "consume", "lines", "--from-beginning", "--max-messages", "60", bootstrap=address
+        )
+        assert out.returncode == 0, out.stderr
+        rows = [line.split(b"\t") for line in out.stdout.splitlines()]
+        assert len(rows) == 60
+        for partition, _offset, _ts, key, _value in rows:
+            assert int(partition) == partition_for_key(key, 3)  # Kafka's keyed placement
+        assert sorted(r[4] for r in rows) == sorted(b"v%d" % i for i in range(60))
+
+        run_cli("produce", "lines", "--partition", "1", bootstrap=address, stdin=b"x\ny\nz\n")
+        desc = run_cli("topics", "describe", "lines", bootstrap=address).stdout.decode()
+        assert "Partition: 1" in desc and "retention.ms=600000" in desc
+        end_1 = int(re.search(r"Partition: 1\t.*LogEndOffset: (\d+)", desc).group(1))
+        tail = run_cli(
+            "consume",
+            "lines",
+            "--partition",
+            "1",
+            "--offset",
+            str(end_1 - 3),
+            "--max-messages",
+            "3",
+            bootstrap=address,
+        )
+        assert [r.split(b"\t")[4] for r in tail.stdout.splitlines()] == [b"x", b"y", b"z"]
+        later = run_cli(
+            "consume",
+            "lines",
+            "--timestamp",
+            str(time.time_ns() // 10**6 + 10**6),
+            "--timeout-ms",
+            "300",
+            bootstrap=address,
+        )
+        assert later.returncode == 0 and later.stdout == b""
+        bad = run_cli("produce", "lines", "--partition", "9", bootstrap=address, stdin=b"x\n")
+        assert bad.returncode == 1 and b"partitions 0..2" in bad.stderr
+
+        assert run_cli("topics", "delete", "lines", bootstrap=address).returncode == 0
+        assert run_cli("topics", "list", bootstrap=address).stdout == b""
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(60)
+    assert runner.returncode == 0
+    for node in ("node-1", "node-2", "node-3"):
+        assert (tmp_path / "data" / node / ".kafka_cleanshutdown").exists()
+
+
+class _Receiver(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self):
+        self.spans = []  # (service name, span)
+
+    def Export(self, request, context):
+        for resource_spans in request.resource_spans:
+            attrs = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    self.spans.append((attrs.get("service.name"), span))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+def test_processes_export_one_trace_per_call_over_otlp(tmp_path):
+    receiver = _Receiver()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_INSECURE": "true",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    cluster = ProcessCluster(tmp_path, nodes=1, env=env)
+    try:
+        cluster.client.create_topic("traced", 1)
+        cluster.client.produce("traced", {0: batch([b"hello"])})
+
+        def produce_trace():
+            gateway_spans = [
+                s
+                for svc, s in receiver.spans
+                if svc == "seglog-gateway" and s.name == "/seglog.v1.Gateway/Produce"
+            ]
+            if not gateway_spans:
+                return None
+            trace_id = gateway_spans[0].trace_id
+            return [(svc, s) for svc, s in receiver.spans if s.trace_id == trace_id]
+
+        assert wait_until(
+            lambda: (
+                produce_trace() and any(s.name == "seglog.log.append" for _, s in produce_trace())
+            ),
+            30,
+        )
+        spans = produce_trace()
+        services = {svc for svc, _ in spans}
+        assert services == {"seglog-gateway", "seglog-storage-node-1"}
+        by_id = {s.span_id: s for _, s in spans}
+        node_server = next(
+            s
+            for svc, s in spans
+            if svc == "seglog-storage-node-1" and s.name == "/seglog.v1.StorageNode/Append"
+        )
+        gateway_client = by_id[node_server.parent_span_id]
+        assert gateway_client.name == "/seglog.v1.StorageNode/Append"
+        assert not any("Health" in s.name for _, s in receiver.spans)
+    finally:
+        cluster.close()
+        server.stop(0)

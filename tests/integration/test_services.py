@@ -1,0 +1,365 @@
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from kafka.record.default_records import DefaultRecordBatch
+
+from seglog.client.gateway import EARLIEST, LATEST, FetchPosition
+from seglog.errors import (
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    LeaderNotAvailableError,
+    NotLeaderError,
+    RecordListTooLargeError,
+    RecordTooLargeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from seglog.records import iter_batches, iter_records
+from seglog.rpc.status import error_from_rpc
+from seglog.v1 import common_pb2, gateway_pb2
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+
+
+def produce_raw(cluster, topic, batches, *, acks=1, epochs=None):
+    request = common_pb2.ProduceRequest(topic=topic, acks=acks, timeout_ms=10_000)
+    for partition, records in batches.items():
+        request.partitions.add(
+            partition=partition,
+            records=records,
+            current_leader_epoch=(epochs or {}).get(partition, -1),
+        )
+    try:
+        return cluster.stub.Produce(request, timeout=30)
+    except grpc.RpcError as exc:
+        raise error_from_rpc(exc) from None
+
+
+def fetch_all(cluster, topic, partition, offset=0, **kwargs):
+    messages = list(
+        cluster.client.fetch(
+            [FetchPosition(topic, partition, offset, kwargs.pop("max_bytes", 1 << 24))],
+            max_wait_ms=kwargs.pop("max_wait_ms", 0),
+            **kwargs,
+        )
+    )
+    return messages
+
+
+def log_end_offsets(cluster, topic, partitions):
+    return [cluster.log(topic, p).log_end_offset for p in range(partitions)]
+
+
+def test_produce_and_fetch_across_nodes_keep_batches_byte_for_byte(cluster):
+    cluster.client.create_topic("orders", 6)
+    placement = {cluster.gateway.registry.route("orders", p).leader for p in range(6)}
+    assert placement == {1, 2, 3}  # balanced over the three nodes
+    sent = {p: batch([b"p%d-%d" % (p, i) for i in range(5)], compression=p % 5) for p in range(6)}
+    response = produce_raw(cluster, "orders", sent)
+    assert [r.partition for r in response.partitions] == list(range(6))
+    assert all(
+        r.error == 0 and r.base_offset == 0 and r.last_offset == 4 for r in response.partitions
+    )
+    second = produce_raw(cluster, "orders", {4: sent[4]})
+    assert second.partitions[0].base_offset == 5
+
+    for p in range(6):
+        (message,) = fetch_all(cluster, "orders", p)
+        assert message.high_watermark == (10 if p == 4 else 5)
+        stored = [bytes(b.raw()) for b in iter_batches(message.records)]
+        # Only baseOffset and partitionLeaderEpoch change; the CRC-covered bytes do not.
+        assert stored[0][8:12] == sent[p][8:12] and stored[0][16:] == sent[p][16:]
+        assert DefaultRecordBatch(stored[0]).validate_crc()
+        values = [r.value for r in iter_records(message.records)]
+        assert values[:5] == [b"p%d-%d" % (p, i) for i in range(5)]
+
+
+def test_a_request_spanning_nodes_with_one_corrupt_batch_writes_nothing(cluster):
+    cluster.client.create_topic("t", 3)
+    good = batch([b"ok"])
+    bad = bytearray(batch([b"corrupt me"]))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="t-2"):
+        produce_raw(cluster, "t", {0: good, 1: good, 2: bytes(bad)})
+    assert log_end_offsets(cluster, "t", 3) == [0, 0, 0]
+    with pytest.raises(CorruptRecordError):
+        produce_raw(cluster, "t", {2: bytes(bad)})  # single node: the node refuses
+    assert log_end_offsets(cluster, "t", 3) == [0, 0, 0]
+    with pytest.raises(CorruptRecordError):
+        produce_raw(cluster, "t", {0: good[:-3]})  # torn batch
+    assert log_end_offsets(cluster, "t", 3) == [0, 0, 0]
+
+
+def test_bad_requests_get_clear_statuses_and_change_nothing(cluster):
+    cluster.client.create_topic("t", 2, configs={"max.message.bytes": "2000"})
+    good = batch([b"x"])
+    cases = [
+        (UnknownTopicOrPartitionError, grpc.StatusCode.NOT_FOUND, "nope", {0: good}, 1),
+        (UnknownTopicOrPartitionError, grpc.StatusCode.NOT_FOUND, "t", {7: good}, 1),
+        (InvalidRequiredAcksError, grpc.StatusCode.INVALID_ARGUMENT, "t", {0: good}, -1),
+        (RecordTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "t", {0: batch([b"y" * 5000])}, 1),
+        (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT, "t", {}, 1),
+    ]
+    for error, code, topic, batches, acks in cases:
+        request = common_pb2.ProduceRequest(topic=topic, acks=acks)
+        for p, records in batches.items():
+            request.partitions.add(partition=p, records=records)
+        with pytest.raises(grpc.RpcError) as info:
+            cluster.stub.Produce(request, timeout=10)
+        assert info.value.code() == code
+        assert isinstance(error_from_rpc(info.value), error)
+    assert log_end_offsets(cluster, "t", 2) == [0, 0]
+
+
+def test_acks_all_is_refused_with_a_message_naming_replication(cluster):
+    cluster.client.create_topic("t", 1)
+    with pytest.raises(InvalidRequiredAcksError, match="replication"):
+        produce_raw(cluster, "t", {0: batch([b"x"])}, acks=-1)
+    assert cluster.log("t", 0).log_end_offset == 0
+
+
+def test_oversize_request_is_refused_before_routing(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1, max_request_bytes=256 * 1024)
+    try:
+        cluster.client.create_topic("t", 1)
+        big = b"".join(batch([b"z" * 60_000]) for _ in range(6))
+        with pytest.raises(RecordListTooLargeError):
+            produce_raw(cluster, "t", {0: big})
+        assert cluster.log("t", 0).log_end_offset == 0
+    finally:
+        cluster.close()
+
+
+def test_acks_zero_answers_without_offsets_and_the_records_arrive(cluster):
+    cluster.client.create_topic("t", 1)
+    response = produce_raw(cluster, "t", {0: batch([b"a", b"b"])}, acks=0)
+    assert response.partitions[0].base_offset == -1
+    assert wait_until(lambda: cluster.log("t", 0).log_end_offset == 2)
+
+
+def test_stale_leader_epoch_gets_not_leader(cluster):
+    cluster.client.create_topic("t", 1)
+    epoch = cluster.client.describe_topic("t").partitions[0].leader_epoch
+    produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch})
+    with pytest.raises(NotLeaderError, match="refresh metadata"):
+        produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch + 7})
+    (message,) = list(
+        cluster.client.fetch([FetchPosition("t", 0, 0, leader_epoch=epoch + 7)], max_wait_ms=0)
+    )
+    assert common_pb2.ErrorCode.Name(message.error) == "NOT_LEADER_OR_FOLLOWER"
+
+
+def test_fetch_long_poll_is_woken_by_an_append(cluster):
+    cluster.client.create_topic("t", 1)
+    request = common_pb2.FetchRequest(min_bytes=1, max_wait_ms=60_000, max_bytes=1 << 20)
+    request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    result = {}
+
+    def fetch():
+        # The call's deadline (20 s) is far below max_wait_ms (60 s): only a wake-up by the
+        # append can answer in time.
+        result["messages"] = list(cluster.stub.Fetch(request, timeout=20))
+
+    thread = threading.Thread(target=fetch)
+    thread.start()
+    time.sleep(0.3)  # let the fetch reach its wait (it would also be correct if it had not)
+    produce_raw(cluster, "t", {0: batch([b"wake up"])})
+    thread.join(30)
+    (message,) = result["messages"]
+    assert [r.value for r in iter_records(message.records)] == [b"wake up"]
+
+
+def test_fetch_waits_for_min_bytes_then_answers_with_what_it_has(cluster):
+    cluster.client.create_topic("t", 1)
+    produce_raw(cluster, "t", {0: batch([b"small"])})
+    messages = fetch_all(cluster, "t", 0, min_bytes=1 << 20, max_wait_ms=200)
+    assert [r.value for m in messages for r in iter_records(m.records)] == [b"small"]
+
+
+def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        cluster.nodes[1].service.chunk_bytes = 64 * 1024
+        cluster.client.create_topic("t", 1)
+        for i in range(20):
+            produce_raw(cluster, "t", {0: batch([bytes([i]) * 16_000])})
+        messages = fetch_all(cluster, "t", 0)
+        assert len(messages) > 1
+        assert all(len(m.records) <= 64 * 1024 for m in messages)
+        for m in messages:  # each message holds whole batches
+            assert sum(b.size_in_bytes for b in iter_batches(m.records)) == len(m.records)
+        joined = b"".join(m.records for m in messages)
+        log = cluster.log("t", 0)
+        assert joined == log.read(0, 1 << 24)
+        # max_bytes below one batch still returns that batch (progress is always possible).
+        (first,) = fetch_all(cluster, "t", 0, max_bytes=100)
+        assert len(list(iter_batches(first.records))) == 1
+        # A fetch from the middle starts at the batch holding the offset.
+        (middle,) = fetch_all(cluster, "t", 0, offset=7, max_bytes=10)
+        assert next(iter_records(middle.records)).offset == 7
+    finally:
+        cluster.close()
+
+
+def test_fetch_out_of_range_and_unknown_partition_are_per_partition_errors(cluster):
+    cluster.client.create_topic("t", 2)
+    produce_raw(cluster, "t", {0: batch([b"a"]), 1: batch([b"b"])})
+    positions = [
+        FetchPosition("t", 0, 99),
+        FetchPosition("t", 1, 0),
+        FetchPosition("missing", 0, 0),
+    ]
+    messages = list(cluster.client.fetch(positions, max_wait_ms=0))
+    by_tp = {(m.topic, m.partition): m for m in messages}
+    assert common_pb2.ErrorCode.Name(by_tp[("t", 0)].error) == "OFFSET_OUT_OF_RANGE"
+    assert by_tp[("t", 0)].high_watermark == 1
+    assert [r.value for r in iter_records(by_tp[("t", 1)].records)] == [b"b"]
+    assert common_pb2.ErrorCode.Name(by_tp[("missing", 0)].error) == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(cluster):
+    cluster.client.create_topic("t", 1)
+    base = time.time_ns() // 1_000_000 - 10_000
+    for i in range(5):
+        produce_raw(cluster, "t", {0: batch([b"%d" % i] * 3, timestamp_ms=base + i * 1000)})
+    assert cluster.client.list_offsets("t", {0: EARLIEST})[0].offset == 0
+    assert cluster.client.list_offsets("t", {0: LATEST})[0].offset == 15
+    found = cluster.client.list_offsets("t", {0: base + 2500})[0]
+    assert (found.offset, found.timestamp) == (9, base + 3000)
+    assert cluster.client.list_offsets("t", {0: base + 99_999})[0].offset == -1
+    cluster.log("t", 0).delete_records_before(6)
+    assert cluster.client.list_offsets("t", {0: EARLIEST})[0].offset == 6
+
+
+def test_topic_admin_validation(cluster):
+    cluster.client.create_topic("good.topic_1", 2, configs={"retention.ms": "1000"})
+    with pytest.raises(TopicAlreadyExistsError):
+        cluster.client.create_topic("good.topic_1", 2)
+    with pytest.raises(InvalidRequestError):
+        cluster.client.create_topic("bad name!", 1)
+    with pytest.raises(InvalidPartitionsError):
+        cluster.client.create_topic("t0", 0)
+    with pytest.raises(InvalidReplicationFactorError, match="replication"):
+        cluster.client.create_topic("t3", 1, 3)
+    with pytest.raises(InvalidConfigError):
+        cluster.client.create_topic("tc", 1, configs={"retention.ms": "soon"})
+    with pytest.raises(InvalidConfigError):
+        cluster.client.create_topic("tc", 1, configs={"no.such.config": "1"})
+    cluster.client.create_topic("validated", 1, validate_only=True)
+    names = [t.name for t in cluster.client.list_topics()]
+    assert names == ["good.topic_1"]
+    description = cluster.client.describe_topic("good.topic_1")
+    assert dict(description.configs) == {"retention.ms": "1000"}
+    assert cluster.log("good.topic_1", 1).config.retention_ms == 1000
+    cluster.client.delete_topic("good.topic_1")
+    assert cluster.client.list_topics() == []
+    with pytest.raises(UnknownTopicOrPartitionError):
+        cluster.client.delete_topic("good.topic_1")
+    assert all(not node.logs.logs() for node in cluster.nodes.values())
+
+
+def test_internal_topics_are_listed_only_on_request(cluster):
+    cluster.client.create_topic("__consumer_offsets", 1, configs={"cleanup.policy": "compact"})
+    assert cluster.client.list_topics() == []
+    (listing,) = cluster.client.list_topics(include_internal=True)
+    assert listing.internal
+
+
+def test_describe_reports_offsets_and_cluster_liveness(cluster):
+    cluster.client.create_topic("t", 3)
+    produce_raw(cluster, "t", {1: batch([b"a", b"b"])})
+    description = cluster.client.describe_topic("t")
+    assert [p.log_end_offset for p in description.partitions] == [0, 2, 0]
+    assert [p.replicas[0] for p in description.partitions] == [
+        p.leader for p in description.partitions
+    ]
+    nodes = cluster.client.describe_cluster().nodes
+    assert [(n.node_id, n.live) for n in nodes] == [(1, True), (2, True), (3, True)]
+
+
+def test_a_node_down_is_unavailable_and_others_keep_serving(cluster):
+    cluster.client.create_topic("t", 3)
+    down = cluster.gateway.registry.route("t", 0).leader
+    cluster.stop_node(down)
+    assert wait_until(lambda: not cluster.gateway.registry.is_live(down), SESSION_TIMEOUT_MS / 100)
+    with pytest.raises(LeaderNotAvailableError) as info:
+        produce_raw(cluster, "t", {0: batch([b"x"])})
+    assert info.value.retriable
+    for p in (1, 2):
+        assert produce_raw(cluster, "t", {p: batch([b"x"])}).partitions[0].error == 0
+    live = {n.node_id: n.live for n in cluster.client.describe_cluster().nodes}
+    assert live[down] is False
+    description = cluster.client.describe_topic("t")
+    assert common_pb2.ErrorCode.Name(description.partitions[0].error) == "LEADER_NOT_AVAILABLE"
+
+    cluster.start_node(down)
+    assert produce_raw(cluster, "t", {0: batch([b"back"])}).partitions[0].error == 0
+    # A new session is a new leadership term: the epoch moved on.
+    assert cluster.client.describe_topic("t").partitions[0].leader_epoch == 1
+
+
+def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
+    cluster.client.create_topic("t", 4, configs={"segment.bytes": "1048576"})
+    produce_raw(cluster, "t", {p: batch([b"before"]) for p in range(4)})
+    before = gateway_pb2.DescribeTopicsResponse.FromString(
+        cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest()).SerializeToString()
+    )
+    port = cluster.gateway.port
+    cluster.gateway.stop(grace_s=1)
+    cluster.start_gateway(port)
+    after = cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest())
+    assert [(p.leader, p.replicas[:]) for p in after.topics[0].partitions] == [
+        (p.leader, p.replicas[:]) for p in before.topics[0].partitions
+    ]
+    assert dict(after.topics[0].configs) == {"segment.bytes": "1048576"}
+    response = produce_raw(cluster, "t", {p: batch([b"after"]) for p in range(4)})
+    assert all(r.error == 0 and r.base_offset == 1 for r in response.partitions)
+
+
+def test_a_node_that_missed_a_delete_sets_the_partition_aside(cluster):
+    cluster.client.create_topic("gone", 3)
+    node_id = cluster.gateway.registry.route("gone", 0).leader
+    node_dir = cluster.nodes[node_id].config.data_dir
+    cluster.stop_node(node_id)
+    cluster.client.delete_topic("gone")
+    cluster.start_node(node_id)
+    assert wait_until(lambda: (node_dir / "gone-0-stray").is_dir())
+    assert not cluster.nodes[node_id].logs.logs()
+    assert not (node_dir / "gone-0").exists()
+
+
+def test_a_node_that_missed_a_create_gets_its_partitions_from_heartbeats(cluster):
+    registry = cluster.gateway.registry
+    # Create in the registry only, as if every CreatePartition call had been lost.
+    registry.create_topic("late", 3, 1, {"retention.ms": "5000"})
+    for p in range(3):
+        assert wait_until(lambda p=p: ("late", p) in cluster.leader_of("late", p).logs.logs())
+    assert cluster.log("late", 2).config.retention_ms == 5000
+
+
+def test_health_and_reflection_are_served(cluster):
+    health = health_pb2_grpc.HealthStub(cluster.channel)
+    answer = health.Check(health_pb2.HealthCheckRequest(service="seglog.v1.Gateway"), timeout=5)
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    reflection = reflection_pb2_grpc.ServerReflectionStub(cluster.channel)
+    (reply,) = list(
+        reflection.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+        )
+    )
+    names = {s.name for s in reply.list_services_response.service}
+    assert {"seglog.v1.Gateway", "seglog.v1.Registry", "grpc.health.v1.Health"} <= names
+    node_channel = grpc.insecure_channel(cluster.nodes[1].address)
+    try:
+        health = health_pb2_grpc.HealthStub(node_channel)
+        request = health_pb2.HealthCheckRequest(service="seglog.v1.StorageNode")
+        assert health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        node_channel.close()

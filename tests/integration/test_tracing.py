@@ -1,0 +1,120 @@
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from seglog.rpc.channels import open_channel
+from seglog.v1 import common_pb2, gateway_pb2_grpc
+from tests.cluster import LocalCluster, batch, wait_until
+
+_EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+
+
+@pytest.fixture(scope="module")
+def traced_cluster(tmp_path_factory):
+    # The engine's spans go through the global provider, which can be set once per process.
+    trace.set_tracer_provider(_PROVIDER)
+    if trace.get_tracer_provider() is not _PROVIDER:
+        pytest.fail("another test set the global tracer provider first")
+    cluster = LocalCluster(tmp_path_factory.mktemp("traced"), nodes=1, tracer_provider=_PROVIDER)
+    cluster.client.create_topic("t", 1)
+    yield cluster
+    cluster.close()
+
+
+def children(spans, parent):
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
+
+
+def in_trace(span):
+    return [
+        s for s in _EXPORTER.get_finished_spans() if s.context.trace_id == span.context.trace_id
+    ]
+
+
+def one(spans, name):
+    found = [s for s in spans if s.name == name]
+    assert len(found) == 1, (name, [s.name for s in spans])
+    return found[0]
+
+
+def test_a_produce_is_one_trace_through_gateway_node_and_engine(traced_cluster):
+    channel = open_channel(traced_cluster.address, traced=True, tracer_provider=_PROVIDER)
+    stub = gateway_pb2_grpc.GatewayStub(channel)
+    _EXPORTER.clear()
+    request = common_pb2.ProduceRequest(topic="t", acks=1)
+    request.partitions.add(partition=0, records=batch([b"a", b"b", b"c"]))
+    stub.Produce(request, timeout=10)
+    assert wait_until(
+        lambda: any(s.name == "seglog.log.append" for s in _EXPORTER.get_finished_spans())
+    )
+    client = [
+        s
+        for s in _EXPORTER.get_finished_spans()
+        if s.name == "/seglog.v1.Gateway/Produce" and s.parent is None
+    ]
+    assert len(client) == 1 and client[0].kind == trace.SpanKind.CLIENT
+    # Heartbeats from the node make traces of their own; this call's trace holds the rest.
+    spans = in_trace(client[0])
+    assert {s.name for s in spans} >= {"seglog.log.append", "/seglog.v1.StorageNode/Append"}
+    (gateway_server,) = children(spans, client[0])
+    assert gateway_server.kind == trace.SpanKind.SERVER
+    (to_node,) = children(spans, gateway_server)
+    assert to_node.name == "/seglog.v1.StorageNode/Append" and to_node.kind == trace.SpanKind.CLIENT
+    (node_server,) = children(spans, to_node)
+    assert node_server.kind == trace.SpanKind.SERVER
+    names = {s.name for s in children(spans, node_server)}
+    assert {"seglog.log.validate", "seglog.log.append"} <= names
+    append = one(spans, "seglog.log.append")
+    assert {s.name for s in children(spans, append)} == {
+        "seglog.segment.write",
+        "seglog.segment.index",
+    }
+    assert append.attributes["seglog.topic"] == "t"
+    assert append.attributes["seglog.partition"] == 0
+    assert append.attributes["seglog.batch_count"] == 1
+    assert (append.attributes["seglog.first_offset"], append.attributes["seglog.last_offset"]) == (
+        0,
+        2,
+    )
+    assert append.attributes["seglog.bytes"] > 61
+    channel.close()
+
+
+def test_a_fetch_traces_the_engine_read_and_health_checks_are_not_traced(traced_cluster):
+    _EXPORTER.clear()
+    messages = list(
+        traced_cluster.stub.Fetch(
+            common_pb2.FetchRequest(
+                max_wait_ms=0,
+                max_bytes=1 << 20,
+                partitions=[
+                    common_pb2.FetchPartition(
+                        topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+                    )
+                ],
+            ),
+            timeout=10,
+        )
+    )
+    assert messages
+    assert wait_until(
+        lambda: any(s.name == "seglog.log.read" for s in _EXPORTER.get_finished_spans())
+    )
+    read = one(_EXPORTER.get_finished_spans(), "seglog.log.read")
+    spans = in_trace(read)
+    assert read.attributes["seglog.fetch_offset"] == 0
+    assert any(s.name == "seglog.segment.index_lookup" for s in children(spans, read))
+    # This client is not traced: the gateway's server span is the trace's root.
+    (root,) = [s for s in spans if s.parent is None]
+    assert root.name == "/seglog.v1.Gateway/Fetch" and root.kind == trace.SpanKind.SERVER
+    assert {s.name for s in spans} >= {"/seglog.v1.StorageNode/Fetch", "seglog.log.read"}
+
+    _EXPORTER.clear()
+    health = health_pb2_grpc.HealthStub(traced_cluster.channel)
+    health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+    assert not [s for s in _EXPORTER.get_finished_spans() if "Health" in s.name]

@@ -1,0 +1,89 @@
+import grpc
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
+from seglog import errors
+from seglog.client.partitioner import murmur2, partition_for_key
+from seglog.rpc import wire
+from seglog.rpc.status import error_code_for, error_from_code, status_code_for, to_rpc_status
+from seglog.v1 import common_pb2
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(
+    topic=st.text(max_size=40),
+    partition=INT32,
+    error=st.sampled_from(common_pb2.ErrorCode.values()),
+    message=st.text(max_size=60),
+    high_watermark=INT64,
+    log_start_offset=INT64,
+    records=st.binary(max_size=300),
+)
+def test_fetch_response_wire_bytes_equal_protobuf_serialization(
+    topic, partition, error, message, high_watermark, log_start_offset, records
+):
+    fields = dict(
+        topic=topic,
+        partition=partition,
+        error=error,
+        error_message=message,
+        high_watermark=high_watermark,
+        log_start_offset=log_start_offset,
+        records=records,
+    )
+    expected = common_pb2.FetchResponse(**fields).SerializeToString()
+    encoded = wire.encode_fetch_response(
+        topic, partition, high_watermark, log_start_offset, records, error, message
+    )
+    assert encoded == expected
+    assert common_pb2.FetchResponse.FromString(encoded) == common_pb2.FetchResponse(**fields)
+
+
+def test_every_reason_code_has_an_error_class_and_a_status():
+    for name, value in common_pb2.ErrorCode.items():
+        if name == "NONE":
+            continue
+        error = error_from_code(value, "boom")
+        assert error.reason == name, name
+        assert error_code_for(error) == value
+        if name != "UNKNOWN":
+            assert status_code_for(error) != grpc.StatusCode.INTERNAL or name == "CORRUPT_INDEX"
+    # ...and every error class's reason is a proto code.
+    for reason in errors.error_classes():
+        assert reason in common_pb2.ErrorCode.keys()
+
+
+def test_status_details_carry_reason_and_retriable():
+    status = to_rpc_status(errors.LeaderNotAvailableError("node 3 is down"))
+    assert status.code == grpc.StatusCode.UNAVAILABLE
+    assert status.details == "node 3 is down"
+    ((key, value),) = status.trailing_metadata
+    assert key == "grpc-status-details-bin"
+    assert b"LEADER_NOT_AVAILABLE" in value and b"retriable" in value
+
+
+KAFKA_MURMUR2_VECTORS = {
+    # Kafka's UtilsTest.testMurmur2
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+def test_murmur2_matches_kafka_test_vectors():
+    for data, expected in KAFKA_MURMUR2_VECTORS.items():
+        assert murmur2(data) == expected
+
+
+@given(st.binary(max_size=64), st.integers(1, 500))
+def test_partition_for_key_matches_kafka_python(key, partitions):
+    assert murmur2(key) & 0xFFFFFFFF == kafka_python_murmur2(key)
+    assert (
+        partition_for_key(key, partitions) == (kafka_python_murmur2(key) & 0x7FFFFFFF) % partitions
+    )
