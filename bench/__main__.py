@@ -1,6 +1,7 @@
 """`make bench`: each figure beside a baseline measured in the same run, as a ratio.
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
+`python -m bench engine` or `python -m bench services` runs one group.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -223,15 +225,22 @@ def bench_codec() -> None:
     )
 
 
-def main() -> int:
-    tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
-    try:
-        bench_codec()
-        bench_append(tmp, MIB - 4096, 1, 512 * MIB)
-        bench_append(tmp, 16 * 1024, 64, 512 * MIB)
-        bench_read_and_recovery(tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench [engine] [services]`: both groups when none is named."""
+    groups = set(sys.argv[1:] if argv is None else argv) or {"engine", "services"}
+    if "engine" in groups:
+        tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
+        try:
+            bench_codec()
+            bench_append(tmp, MIB - 4096, 1, 512 * MIB)
+            bench_append(tmp, 16 * 1024, 64, 512 * MIB)
+            bench_read_and_recovery(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if "services" in groups:
+        from . import services
+
+        services.run(report)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""The bare gRPC baseline: a server with raw-bytes handlers and nothing else.
+
+    /bench.Echo/Put     unary: takes any payload, answers 8 bytes
+    /bench.Echo/Stream  server stream: request = chunk count (8 bytes) and chunk size
+                        (8 bytes); yields that many prebuilt FetchResponse wire messages
+
+Prints `echo listening on HOST:PORT` and serves until SIGTERM."""
+
+from __future__ import annotations
+
+import sys
+from concurrent import futures
+
+import grpc
+
+from seglog.rpc import wire
+from services import serving
+
+
+def main() -> int:
+    def put(payload: bytes, context: grpc.ServicerContext) -> bytes:
+        return len(payload).to_bytes(8, "big")
+
+    def stream(request: bytes, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+        count = int.from_bytes(request[:8], "big")
+        size = int.from_bytes(request[8:16], "big")
+        chunk = wire.encode_fetch_response("bench", 0, 1, 0, b"\x00" * size)
+        for _ in range(count):
+            yield chunk
+
+    handler = grpc.method_handlers_generic_handler(
+        "bench.Echo",
+        {
+            "Put": grpc.unary_unary_rpc_method_handler(
+                put, request_deserializer=wire.identity, response_serializer=wire.identity
+            ),
+            "Stream": grpc.unary_stream_rpc_method_handler(
+                stream, request_deserializer=wire.identity, response_serializer=wire.identity
+            ),
+        },
+    )
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        handlers=[handler],
+        options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(f"echo listening on 127.0.0.1:{port}", flush=True)
+    serving.wait_for_signal()
+    server.stop(2).wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Service benchmarks: produce and fetch through the gateway and straight to a storage node,
+each beside a bare gRPC call moving the same bytes, measured in the same run.
+
+- produce: 1 MiB requests of 64 x 16 KiB batches, acks=1, one partition on one node,
+  against a bare unary call carrying the same 1 MiB payloads (raw-bytes handlers). The bare
+  call writes nothing; a plain sequential write of the same bytes to the same file system is
+  printed too, as the disk's ceiling.
+- fetch: the same partition read back in fetch streams, against a bare server stream of 1 MiB
+  FetchResponse messages written by a raw serializer; both clients parse normal messages.
+
+SEGLOG_BENCH_SERVICE_MIB sets how much is produced per run (default 256).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from seglog.records import RecordBatchBuilder
+from seglog.rpc import wire
+from seglog.rpc.channels import open_channel
+from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.processes import ServerProcess, gateway_process, node_process
+
+MIB = 1024 * 1024
+SERVICE_MIB = int(os.environ.get("SEGLOG_BENCH_SERVICE_MIB", 256))
+FETCH_MAX_BYTES = 32 * MIB
+
+
+def _request_of_batches(topic: str, batch_bytes: int, batches: int) -> bytes:
+    builder = RecordBatchBuilder()
+    value = b"v" * (batch_bytes - 61 - 10)
+    builder.append(None, value)
+    one = builder.build()
+    request = common_pb2.ProduceRequest(topic=topic, acks=1, timeout_ms=30_000)
+    request.partitions.add(partition=0, records=one * batches)
+    return request.SerializeToString()
+
+
+def _timed(calls: int, fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return time.perf_counter() - start
+
+
+def _produce(channel: grpc.Channel, method: str, payload: bytes, calls: int) -> float:
+    call = channel.unary_unary(
+        method,
+        request_serializer=wire.identity,
+        response_deserializer=common_pb2.ProduceResponse.FromString,
+    )
+
+    def once() -> None:
+        response = call(payload, timeout=60)
+        if response.partitions[0].error:
+            raise RuntimeError(response.partitions[0].error_message)
+
+    once()  # warm up the connection
+    return _timed(calls, once)
+
+
+def _fetch(channel: grpc.Channel, method: str, topic: str, end_offset: int) -> tuple[float, int]:
+    call = channel.unary_stream(
+        method,
+        request_serializer=common_pb2.FetchRequest.SerializeToString,
+        response_deserializer=common_pb2.FetchResponse.FromString,
+    )
+    start = time.perf_counter()
+    offset, moved = 0, 0
+    while offset < end_offset:
+        request = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=FETCH_MAX_BYTES)
+        request.partitions.add(
+            topic=topic, partition=0, fetch_offset=offset, partition_max_bytes=FETCH_MAX_BYTES
+        )
+        for message in call(request, timeout=60):
+            if message.error:
+                raise RuntimeError(message.error_message)
+            records = message.records
+            moved += len(records)
+            if records:
+                # The next offset: baseOffset + lastOffsetDelta + 1 of the last batch. Batches
+                # here are all the same size, so the last one starts at len - size.
+                size = int.from_bytes(records[8:12], "big") + 12
+                last = len(records) - size
+                base = int.from_bytes(records[last : last + 8], "big")
+                offset = base + int.from_bytes(records[last + 23 : last + 27], "big") + 1
+    return time.perf_counter() - start, moved
+
+
+def _baseline_disk(directory: Path, payload: bytes, calls: int) -> float:
+    """The same bytes written sequentially to a file in the same file system: the ceiling
+    that any durable produce path shares with this one."""
+    path = directory / "disk-baseline"
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        return _timed(calls, lambda: os.write(fd, payload))
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def _baseline_put(channel: grpc.Channel, payload: bytes, calls: int) -> float:
+    call = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
+    call(payload, timeout=60)
+    return _timed(calls, lambda: call(payload, timeout=60))
+
+
+def _baseline_stream(channel: grpc.Channel, total_bytes: int) -> float:
+    call = channel.unary_stream(
+        "/bench.Echo/Stream", wire.identity, common_pb2.FetchResponse.FromString
+    )
+    chunks = total_bytes // MIB
+    start = time.perf_counter()
+    moved = sum(
+        len(m.records)
+        for m in call(chunks.to_bytes(8, "big") + MIB.to_bytes(8, "big"), timeout=120)
+    )
+    assert moved == chunks * MIB
+    return time.perf_counter() - start
+
+
+def run(report) -> None:  # type: ignore[no-untyped-def]
+    calls = SERVICE_MIB
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-") as tmp:
+        root = Path(tmp)
+        echo = ServerProcess("echo", "bench.echo_server", [])
+        gateway = gateway_process("127.0.0.1:0", root / "gateway")
+        processes: list[ServerProcess] = [echo, gateway]
+        try:
+            echo.start()
+            gateway.start()
+            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
+            processes.append(node)
+            node.start()
+            admin = open_channel(gateway.address)
+            stub = gateway_pb2_grpc.GatewayStub(admin)  # type: ignore[no-untyped-call]
+            deadline = time.monotonic() + 30
+            while not stub.DescribeCluster(gateway_pb2.DescribeClusterRequest()).nodes:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the storage node never registered")
+                time.sleep(0.05)
+            for topic in ("via-gateway", "direct"):
+                request = gateway_pb2.CreateTopicsRequest()
+                request.topics.add(name=topic, num_partitions=1, replication_factor=1)
+                stub.CreateTopics(request)
+            echo_channel = open_channel(echo.address)
+            node_channel = open_channel(node.address)
+
+            gateway_payload = _request_of_batches("via-gateway", 16 * 1024, 64)
+            direct_payload = _request_of_batches("direct", 16 * 1024, 64)
+            mb = calls * len(gateway_payload) / MIB
+            base = _baseline_put(echo_channel, gateway_payload, calls)
+            via = _produce(admin, "/seglog.v1.Gateway/Produce", gateway_payload, calls)
+            direct = _produce(node_channel, "/seglog.v1.StorageNode/Append", direct_payload, calls)
+            disk = _baseline_disk(root, gateway_payload, calls)
+            report(
+                "produce via gateway, 1 MiB reqs, acks=1 (MB/s)", mb / via, mb / base, "MB/s", 0.5
+            )
+            report("produce straight to node (MB/s)", mb / direct, mb / base, "MB/s", None)
+            report(
+                "  the same bytes, os.write to the data fs (MB/s)",
+                mb / disk,
+                mb / base,
+                "MB/s",
+                None,
+            )
+            report(
+                "  produce via gateway against that disk (MB/s)", mb / via, mb / disk, "MB/s", None
+            )
+
+            end = (calls + 1) * 64
+            via_s, via_bytes = _fetch(admin, "/seglog.v1.Gateway/Fetch", "via-gateway", end)
+            direct_s, direct_bytes = _fetch(
+                node_channel, "/seglog.v1.StorageNode/Fetch", "direct", end
+            )
+            base_s = _baseline_stream(echo_channel, via_bytes)
+            report(
+                "fetch via gateway (MB/s)",
+                via_bytes / MIB / via_s,
+                via_bytes / MIB / base_s,
+                "MB/s",
+                0.5,
+            )
+            report(
+                "fetch straight from node (MB/s)",
+                direct_bytes / MIB / direct_s,
+                via_bytes / MIB / base_s,
+                "MB/s",
+                None,
+            )
+            for channel in (admin, echo_channel, node_channel):
+                channel.close()
+        finally:
+            for process in reversed(processes):
+                process.stop()
