@@ -32,6 +32,7 @@ from seglog.rpc import client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for
 from seglog.storage import Log
 from seglog.storage.log_manager import LogManager
+from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2, storage_pb2
 
 logger = logging.getLogger(__name__)
@@ -112,7 +113,9 @@ class StorageNodeService:
         self._wake_fetchers()
         return response
 
-    def _check_append(self, request: common_pb2.ProduceRequest) -> list[tuple[int, Log, object]]:
+    def _check_append(
+        self, request: common_pb2.ProduceRequest
+    ) -> list[tuple[int, Log, ValidatedRecords]]:
         if request.acks not in (0, 1):
             raise InvalidRequiredAcksError(
                 f"acks={request.acks}: only 0 and 1 are supported until replication exists "

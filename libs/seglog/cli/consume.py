@@ -20,7 +20,9 @@ from ..records import iter_records
 from ..rpc.status import error_from_code
 
 
-def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     consume = sub.add_parser("consume", parents=[common], help="print records of a topic")
     consume.add_argument("topic")
     start = consume.add_mutually_exclusive_group()

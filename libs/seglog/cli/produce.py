@@ -22,7 +22,9 @@ from ..rpc.status import error_from_code
 CODECS = {c.name.lower(): c for c in CompressionType}
 
 
-def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     produce = sub.add_parser("produce", parents=[common], help="send stdin lines as records")
     produce.add_argument("topic")
     produce.add_argument("--partition", type=int, help="send every record to this partition")

@@ -8,7 +8,9 @@ from ..client.gateway import GatewayClient
 from ..v1 import common_pb2
 
 
-def add_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
     topics = sub.add_parser("topics", help="create, list, describe and delete topics")
     actions = topics.add_subparsers(dest="action", required=True)
 

@@ -37,7 +37,7 @@ class GatewayClient:
         self.bootstrap = bootstrap or default_bootstrap()
         self.timeout_s = timeout_s
         self._channel = open_channel(self.bootstrap)
-        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)  # type: ignore[no-untyped-call]
+        self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()

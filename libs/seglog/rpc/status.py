@@ -65,7 +65,7 @@ def status_code_for(error: SeglogError) -> grpc.StatusCode:
     return _STATUS_BY_REASON.get(error.reason, grpc.StatusCode.INTERNAL)
 
 
-def error_code_for(error: BaseException) -> int:
+def error_code_for(error: BaseException) -> common_pb2.ErrorCode:
     """The proto `ErrorCode` of an error (UNKNOWN for anything not a SeglogError)."""
     reason = error.reason if isinstance(error, SeglogError) else "UNKNOWN"
     return common_pb2.ErrorCode.Value(reason)
