@@ -10,7 +10,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from opentelemetry import trace
 
 from seglog import tracing
+from seglog.errors import SeglogError
 from seglog.rpc.channels import MAX_REQUEST_BYTES
 
 
@@ -93,6 +94,41 @@ def wait_for_signal() -> int:
     while not done.wait(1.0):
         pass
     return received[0]
+
+
+class Server(Protocol):
+    @property
+    def address(self) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, grace_s: float = ...) -> None: ...
+
+
+def run_until_signalled(
+    name: str,
+    service_name: str,
+    build: Callable[[trace.TracerProvider | None], Server],
+) -> int:
+    """A server process's life: logging and tracing from the environment, start, print
+    `<name> listening on HOST:PORT` (the line launchers wait for), serve until SIGTERM or
+    SIGINT, stop gracefully, flush the spans."""
+    configure_logging()
+    logger = logging.getLogger(f"services.{service_name}")
+    provider = tracing.configure_tracing(service_name)
+    try:
+        server = build(provider)
+        server.start()
+    except (OSError, ValueError, SeglogError) as exc:
+        logger.error("cannot start: %s", exc)
+        return 1
+    print(f"{name} listening on {server.address}", flush=True)
+    signum = wait_for_signal()
+    logger.info("%s: stopping", signal.Signals(signum).name)
+    server.stop()
+    if provider is not None:
+        provider.shutdown()
+    return 0
 
 
 def configure_logging() -> None:

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
 from pathlib import Path
 
-from seglog import tracing
 from services import serving
 
 from .server import Gateway, GatewayConfig
-
-logger = logging.getLogger("services.gateway")
 
 
 def parse_args(argv: list[str] | None = None) -> GatewayConfig:
@@ -50,22 +45,10 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    serving.configure_logging()
     config = parse_args(argv)
-    provider = tracing.configure_tracing("seglog-gateway")
-    try:
-        gateway = Gateway(config, tracer_provider=provider)
-        gateway.start()
-    except (OSError, ValueError) as exc:
-        logger.error("cannot start: %s", exc)
-        return 1
-    print(f"gateway listening on {gateway.address}", flush=True)
-    signum = serving.wait_for_signal()
-    logger.info("%s: stopping", signal.Signals(signum).name)
-    gateway.stop()
-    if provider is not None:
-        provider.shutdown()
-    return 0
+    return serving.run_until_signalled(
+        "gateway", "seglog-gateway", lambda provider: Gateway(config, tracer_provider=provider)
+    )
 
 
 if __name__ == "__main__":

@@ -26,12 +26,11 @@ import grpc
 
 from seglog.errors import (
     InvalidRequestError,
-    InvalidRequiredAcksError,
     LeaderNotAvailableError,
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import client_leader_epoch, wire
+from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.storage import LogConfig
 from seglog.storage.validation import validate_records
@@ -115,21 +114,9 @@ class GatewayService:
     ) -> dict[int, tuple[_Target, list[int]]]:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
         leaders up; returns request indexes grouped by leader node."""
-        if request.acks not in (0, 1):
-            raise InvalidRequiredAcksError(
-                f"acks={request.acks}: only 0 and 1 are supported until replication exists "
-                f"(acks=all needs in-sync replicas)"
-            )
-        if not request.partitions:
-            raise InvalidRequestError(f"produce to {request.topic!r} names no partition")
+        check_produce_request(request)
         by_node: dict[int, tuple[_Target, list[int]]] = {}
-        seen: set[int] = set()
         for i, data in enumerate(request.partitions):
-            if data.partition in seen:
-                raise InvalidRequestError(
-                    f"{request.topic}-{data.partition} appears twice in one request"
-                )
-            seen.add(data.partition)
             _, target = self._route(request.topic, data.partition, client_leader_epoch(data))
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
         if len(by_node) > 1:

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
 import sys
 from pathlib import Path
 
-from seglog import tracing
-from seglog.errors import SeglogError
 from services import serving
 
 from .server import NodeConfig, StorageNode
-
-logger = logging.getLogger("services.storage_node")
 
 
 def parse_args(argv: list[str] | None = None) -> NodeConfig:
@@ -68,23 +62,12 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
-    serving.configure_logging()
     config = parse_args(argv)
-    provider = tracing.configure_tracing(f"seglog-storage-node-{config.node_id}")
-    try:
-        node = StorageNode(config, tracer_provider=provider)
-        node.start()
-    except (SeglogError, OSError) as exc:
-        logger.error("cannot start: %s", exc)
-        return 1
-    # The line tests and the local cluster wait for: the bound address.
-    print(f"storage node {config.node_id} listening on {node.address}", flush=True)
-    signum = serving.wait_for_signal()
-    logger.info("%s: stopping", signal.Signals(signum).name)
-    node.stop()
-    if provider is not None:
-        provider.shutdown()
-    return 0
+    return serving.run_until_signalled(
+        f"storage node {config.node_id}",
+        f"seglog-storage-node-{config.node_id}",
+        lambda provider: StorageNode(config, tracer_provider=provider),
+    )
 
 
 if __name__ == "__main__":

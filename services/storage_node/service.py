@@ -24,11 +24,10 @@ import grpc
 
 from seglog.errors import (
     InvalidRequestError,
-    InvalidRequiredAcksError,
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import client_leader_epoch, wire
+from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for
 from seglog.storage import Log
 from seglog.storage.log_manager import LogManager
@@ -116,21 +115,9 @@ class StorageNodeService:
     def _check_append(
         self, request: common_pb2.ProduceRequest
     ) -> list[tuple[int, Log, ValidatedRecords]]:
-        if request.acks not in (0, 1):
-            raise InvalidRequiredAcksError(
-                f"acks={request.acks}: only 0 and 1 are supported until replication exists "
-                f"(acks=all needs in-sync replicas)"
-            )
-        if not request.partitions:
-            raise InvalidRequestError(f"produce to {request.topic!r} names no partition")
-        seen: set[int] = set()
+        check_produce_request(request)
         checked = []
         for data in request.partitions:
-            if data.partition in seen:
-                raise InvalidRequestError(
-                    f"{request.topic}-{data.partition} appears twice in one request"
-                )
-            seen.add(data.partition)
             log = self.logs.get_log(request.topic, data.partition)
             self._check_epoch(request.topic, data.partition, client_leader_epoch(data))
             try:
