@@ -25,7 +25,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from seglog.errors import (
@@ -72,7 +72,7 @@ class Node:
     address: str
     last_heartbeat: float | None = None  # time.monotonic() of the last heartbeat
     grace_until: float = 0.0
-    heard_from: bool = field(default=False)
+    heard_from: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.v1 import common_pb2, gateway_pb2
 from services import serving
 
+from .admin import AdminService, RegistryService
 from .nodes import NodeConnections
 from .registry import Registry
 from .service import GatewayService
@@ -41,8 +42,10 @@ class Gateway:
         self.config = config
         self.registry = Registry(config.data_dir, session_timeout_ms=config.session_timeout_ms)
         self.connections = NodeConnections(tracer_provider)
-        self.service = GatewayService(
-            self.registry, self.connections, heartbeat_interval_ms=config.heartbeat_interval_ms
+        self.service = GatewayService(self.registry, self.connections)
+        self.admin = AdminService(self.registry, self.connections)
+        self.registry_service = RegistryService(
+            self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
         )
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
@@ -53,25 +56,25 @@ class Gateway:
         return f"{self.config.listen.rsplit(':', 1)[0]}:{self.port}"
 
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
-        s = self.service
+        s, a, r = self.service, self.admin, self.registry_service
         unary = serving.unary
         gateway = {
             "CreateTopics": unary(
-                s.CreateTopics, gateway_pb2.CreateTopicsRequest, gateway_pb2.CreateTopicsResponse
+                a.CreateTopics, gateway_pb2.CreateTopicsRequest, gateway_pb2.CreateTopicsResponse
             ),
             "DeleteTopics": unary(
-                s.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
+                a.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
             ),
             "ListTopics": unary(
-                s.ListTopics, gateway_pb2.ListTopicsRequest, gateway_pb2.ListTopicsResponse
+                a.ListTopics, gateway_pb2.ListTopicsRequest, gateway_pb2.ListTopicsResponse
             ),
             "DescribeTopics": unary(
-                s.DescribeTopics,
+                a.DescribeTopics,
                 gateway_pb2.DescribeTopicsRequest,
                 gateway_pb2.DescribeTopicsResponse,
             ),
             "DescribeCluster": unary(
-                s.DescribeCluster,
+                a.DescribeCluster,
                 gateway_pb2.DescribeClusterRequest,
                 gateway_pb2.DescribeClusterResponse,
             ),
@@ -90,9 +93,9 @@ class Gateway:
         }
         registry = {
             "RegisterNode": unary(
-                s.RegisterNode, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment
+                r.RegisterNode, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment
             ),
-            "Heartbeat": unary(s.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
+            "Heartbeat": unary(r.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
         }
         return [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
@@ -113,5 +116,4 @@ class Gateway:
     def stop(self, grace_s: float = 10.0) -> None:
         if self.server is not None:
             self.server.stop(grace_s).wait()
-        self.service.close()
         self.connections.close()

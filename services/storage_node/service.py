@@ -28,7 +28,7 @@ from seglog.errors import (
     SeglogError,
 )
 from seglog.rpc import check_produce_request, client_leader_epoch, wire
-from seglog.rpc.status import abort, error_code_for
+from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import Log
 from seglog.storage.log_manager import LogManager
 from seglog.storage.validation import ValidatedRecords
@@ -101,8 +101,7 @@ class StorageNodeService:
             try:
                 info = log.append(validated, leader_epoch=self._leader_epoch_or_none(log))
             except SeglogError as exc:
-                result.error = error_code_for(exc)
-                result.error_message = str(exc)
+                set_error(result, exc)
                 result.base_offset = result.last_offset = -1
                 continue
             result.base_offset = info.first_offset
@@ -257,8 +256,7 @@ class StorageNodeService:
                 self._check_epoch(p.topic, p.partition, client_leader_epoch(p))
                 found = log.offset_for_timestamp(p.timestamp)
             except SeglogError as exc:
-                result.error = error_code_for(exc)
-                result.error_message = str(exc)
+                set_error(result, exc)
                 result.offset = result.timestamp = -1
                 continue
             result.offset = -1 if found is None else found.offset

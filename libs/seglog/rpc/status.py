@@ -71,6 +71,12 @@ def error_code_for(error: BaseException) -> common_pb2.ErrorCode:
     return common_pb2.ErrorCode.Value(reason)
 
 
+def set_error(result: object, error: BaseException) -> None:
+    """Fill a per-item result's `error` and `error_message` fields."""
+    result.error = error_code_for(error)  # type: ignore[attr-defined]
+    result.error_message = str(error)  # type: ignore[attr-defined]
+
+
 def to_rpc_status(error: SeglogError) -> grpc.Status:
     info = error_details_pb2.ErrorInfo(
         reason=error.reason,

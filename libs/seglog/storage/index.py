@@ -15,6 +15,7 @@ before the rest keeps the common lookup off pages that may have been evicted.
 
 from __future__ import annotations
 
+import abc
 import mmap
 import os
 import struct
@@ -25,7 +26,7 @@ from ..errors import CorruptIndexError, InvalidOffsetError, LogClosedError
 WARM_SECTION_BYTES = 8192
 
 
-class AbstractIndex:
+class AbstractIndex(abc.ABC):
     ENTRY: struct.Struct  # set by subclasses
     KIND = "index"
 
@@ -71,9 +72,9 @@ class AbstractIndex:
             raise LogClosedError(f"{self.path} is closed")
         return self.ENTRY.unpack_from(self._map, n * self.ENTRY.size)
 
+    @abc.abstractmethod
     def _key(self, n: int) -> int:
         """The value binary search compares: relative offset or timestamp."""
-        raise NotImplementedError
 
     def _write_entry(self, *fields: int) -> None:
         if self.is_full():
