@@ -112,13 +112,21 @@ _ONE_BYTE = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
 
 
 class Record(NamedTuple):
-    """One decoded record. `headers` is a tuple of (str key, bytes-or-None value)."""
+    """One decoded record. `headers` is a tuple of (str key, bytes-or-None value).
+
+    The consumer's records are these too: `topic`, `partition` and `timestamp_type`
+    (CREATE_TIME or LOG_APPEND_TIME) are filled in when the decoder is told them, so a
+    fetched record costs one tuple, not a record plus a wrapper.
+    """
 
     offset: int
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...] = ()
+    topic: str = ""
+    partition: int = -1
+    timestamp_type: int = CREATE_TIME
 
 
 class BatchHeader(NamedTuple):
@@ -246,9 +254,9 @@ class RecordBatch:
         data = memoryview(self._buffer)[start : self.position + self.size_in_bytes]
         return decompress(self.header.attributes & COMPRESSION_MASK, data)
 
-    def records(self) -> list[Record]:
+    def records(self, topic: str = "", partition: int = -1) -> list[Record]:
         """Decode every record, checking counts, lengths and offset deltas."""
-        return decode_records(self.records_section(), self.header, self.position)
+        return decode_records(self.records_section(), self.header, self.position, topic, partition)
 
     def __iter__(self) -> Iterator[Record]:
         return iter(self.records())
@@ -261,7 +269,9 @@ class RecordBatch:
         )
 
 
-def decode_records(data: bytes, header: BatchHeader, position: int = 0) -> list[Record]:  # noqa: C901
+def decode_records(  # noqa: C901
+    data: bytes, header: BatchHeader, position: int = 0, topic: str = "", partition: int = -1
+) -> list[Record]:
     """Decode a records section. One tight loop: this is the consumer's hot path.
 
     Varints of one and two bytes (every length below 8192) are decoded inline; only longer
@@ -274,6 +284,7 @@ def decode_records(data: bytes, header: BatchHeader, position: int = 0) -> list[
     base_offset = header.base_offset
     base_ts = header.base_timestamp
     log_append_ts = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+    timestamp_type = CREATE_TIME if log_append_ts is None else LOG_APPEND_TIME
     count = header.record_count
     last_delta = header.last_offset_delta
     one = _ONE_BYTE
@@ -370,7 +381,21 @@ def decode_records(data: bytes, header: BatchHeader, position: int = 0) -> list[
                 )
             prev_delta = offset_delta
             ts = base_ts + ts_delta if log_append_ts is None else log_append_ts
-            append(new(Record, (base_offset + offset_delta, ts, key, value, headers)))
+            append(
+                new(
+                    Record,
+                    (
+                        base_offset + offset_delta,
+                        ts,
+                        key,
+                        value,
+                        headers,
+                        topic,
+                        partition,
+                        timestamp_type,
+                    ),
+                )
+            )
     except IndexError:
         raise CorruptRecordError(
             f"batch at position {position}: records section ends inside record "

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from crc32c import crc32c
 
-from ..errors import InvalidRecordError, RecordTooLargeError
+from ..errors import InvalidRecordError
 from .batch import (
     ATTRIBUTES_OFFSET,
     HEADER,
@@ -266,16 +266,38 @@ class RecordBatchBuilder:
 
     def build(self) -> bytes:
         """Finish the batch: compress the records section, fill in the header and CRC."""
+        records = self._records()
+        out = bytearray(HEADER_BYTES)
+        out += records
+        self._fill_header(out, len(out))
+        return bytes(out)
+
+    def build_into(self, buffer: bytearray) -> memoryview | bytes:
+        """As `build`, written into `buffer` (a producer's pooled buffer) when it fits;
+        a batch that compressed larger than the buffer comes back as new bytes instead."""
+        records = self._records()
+        size = HEADER_BYTES + len(records)
+        if size > len(buffer):
+            out = bytearray(HEADER_BYTES)
+            out += records
+            self._fill_header(out, size)
+            return bytes(out)
+        buffer[HEADER_BYTES:size] = records
+        self._fill_header(buffer, size)
+        return memoryview(buffer)[:size]
+
+    def _records(self) -> bytes:
         if self._count == 0:
             raise InvalidRecordError("cannot build a batch with no records")
         records = b"".join(self._parts)
-        out = bytearray(HEADER_BYTES)
-        out += records if self._codec == CompressionType.NONE else compress(self._codec, records)
+        return records if self._codec == CompressionType.NONE else compress(self._codec, records)
+
+    def _fill_header(self, out: bytearray, size: int) -> None:
         HEADER.pack_into(
             out,
             0,
             self._base_offset,
-            len(out) - LOG_OVERHEAD,
+            size - LOG_OVERHEAD,
             self._partition_leader_epoch,
             MAGIC_V2,
             0,  # crc, filled below
@@ -288,13 +310,8 @@ class RecordBatchBuilder:
             self._base_sequence,
             self._count,
         )
-        crc = crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])
+        crc = crc32c(memoryview(out)[ATTRIBUTES_OFFSET:size])
         out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc.to_bytes(4, "big")
-        if len(out) > self._max_bytes and self._count > 1:
-            raise RecordTooLargeError(
-                f"batch of {len(out)} bytes exceeds max_bytes {self._max_bytes}"
-            )
-        return bytes(out)
 
 
 def build_batch(
