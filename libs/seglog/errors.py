@@ -145,6 +145,57 @@ class RequestTimedOutError(SeglogError):
     retriable = True
 
 
+class CoordinatorNotAvailableError(SeglogError):
+    """The group coordinator cannot serve yet: the offsets topic has no live leader."""
+
+    reason = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+
+
+class CoordinatorLoadInProgressError(SeglogError):
+    """The coordinator is still reading a group's committed offsets back."""
+
+    reason = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+
+
+class RebalanceInProgressError(SeglogError):
+    """The group is rebalancing: the member must join again before it commits or fetches."""
+
+    reason = "REBALANCE_IN_PROGRESS"
+    retriable = True
+
+
+class UnknownMemberIdError(SeglogError):
+    """The coordinator does not know the member (it timed out or left): join anew."""
+
+    reason = "UNKNOWN_MEMBER_ID"
+
+
+class IllegalGenerationError(SeglogError):
+    """The member speaks for an older generation of the group: join again."""
+
+    reason = "ILLEGAL_GENERATION"
+
+
+class InvalidGroupIdError(SeglogError):
+    reason = "INVALID_GROUP_ID"
+
+
+class InvalidSessionTimeoutError(SeglogError):
+    reason = "INVALID_SESSION_TIMEOUT"
+
+
+class GroupIdNotFoundError(SeglogError):
+    reason = "GROUP_ID_NOT_FOUND"
+
+
+class InconsistentGroupProtocolError(SeglogError):
+    """A member's assignment strategies share none with the group's."""
+
+    reason = "INCONSISTENT_GROUP_PROTOCOL"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason (the most specific class wins a shared reason)."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}

@@ -46,6 +46,15 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "KAFKA_STORAGE_ERROR": grpc.StatusCode.UNAVAILABLE,
     "LOG_CLOSED": grpc.StatusCode.UNAVAILABLE,
     "CORRUPT_INDEX": grpc.StatusCode.INTERNAL,
+    "COORDINATOR_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "COORDINATOR_LOAD_IN_PROGRESS": grpc.StatusCode.UNAVAILABLE,
+    "REBALANCE_IN_PROGRESS": grpc.StatusCode.ABORTED,
+    "UNKNOWN_MEMBER_ID": grpc.StatusCode.FAILED_PRECONDITION,
+    "ILLEGAL_GENERATION": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_GROUP_ID": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_SESSION_TIMEOUT": grpc.StatusCode.INVALID_ARGUMENT,
+    "GROUP_ID_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "INCONSISTENT_GROUP_PROTOCOL": grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 # For statuses that arrive without details (the transport's own failures).
