@@ -35,12 +35,39 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=2000,
     )
+    serving.env_flag(
+        parser,
+        "--offsets-topic-num-partitions",
+        "SEGLOG_OFFSETS_TOPIC_NUM_PARTITIONS",
+        "partitions of __consumer_offsets, fixed when it is first created",
+        type=int,
+        default=50,
+    )
+    serving.env_flag(
+        parser,
+        "--group-initial-rebalance-delay-ms",
+        "SEGLOG_GROUP_INITIAL_REBALANCE_DELAY_MS",
+        "how long a new group waits for more members before its first assignment",
+        type=int,
+        default=3000,
+    )
+    serving.env_flag(
+        parser,
+        "--group-min-session-timeout-ms",
+        "SEGLOG_GROUP_MIN_SESSION_TIMEOUT_MS",
+        "the shortest consumer session timeout accepted",
+        type=int,
+        default=6000,
+    )
     args = parser.parse_args(argv)
     return GatewayConfig(
         listen=args.listen,
         data_dir=Path(args.data_dir),
         session_timeout_ms=int(args.session_timeout_ms),
         heartbeat_interval_ms=int(args.heartbeat_interval_ms),
+        offsets_topic_num_partitions=int(args.offsets_topic_num_partitions),
+        group_initial_rebalance_delay_ms=int(args.group_initial_rebalance_delay_ms),
+        group_min_session_timeout_ms=int(args.group_min_session_timeout_ms),
     )
 
 

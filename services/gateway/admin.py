@@ -49,6 +49,13 @@ class AdminService:
             self._create_on_nodes(topic.name)
         return response
 
+    def create_internal_topic(
+        self, name: str, num_partitions: int, configs: dict[str, str]
+    ) -> None:
+        """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes."""
+        self.registry.create_topic(name, num_partitions, 1, configs)
+        self._create_on_nodes(name)
+
     def _create_on_nodes(self, topic_name: str) -> None:
         """Tell each leader now; a node that misses this gets the partition from its next
         heartbeat's assignment."""

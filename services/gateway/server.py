@@ -12,17 +12,21 @@ from opentelemetry import trace
 
 from seglog.rpc import wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
-from seglog.v1 import common_pb2, gateway_pb2
+from seglog.v1 import common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
 from .admin import AdminService, RegistryService
+from .group_service import GroupCoordinatorService
+from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
+from .offsets_store import OffsetsStore
 from .registry import Registry
 from .service import GatewayService
 
 logger = logging.getLogger(__name__)
 GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 REGISTRY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Registry"].full_name
+GROUPS_SERVICE = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,12 @@ class GatewayConfig:
     session_timeout_ms: int = 9000
     heartbeat_interval_ms: int = 2000
     max_request_bytes: int = MAX_REQUEST_BYTES
+    # Kafka's offsets.topic.num.partitions, group.initial.rebalance.delay.ms,
+    # group.min.session.timeout.ms and group.max.session.timeout.ms.
+    offsets_topic_num_partitions: int = 50
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
 
 
 class Gateway:
@@ -47,6 +57,21 @@ class Gateway:
         self.registry_service = RegistryService(
             self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
         )
+        self.coordinator = GroupCoordinator(
+            self.registry,
+            CoordinatorConfig(
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+            ),
+        )
+        self.offsets = OffsetsStore(
+            self.registry,
+            self.connections,
+            self.admin.create_internal_topic,
+            num_partitions=config.offsets_topic_num_partitions,
+        )
+        self.group_service = GroupCoordinatorService(self.registry, self.coordinator, self.offsets)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.port = 0
@@ -97,16 +122,43 @@ class Gateway:
             ),
             "Heartbeat": unary(r.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
         }
+        g = self.group_service
+        groups = {
+            "JoinGroup": unary(
+                g.JoinGroup, groups_pb2.JoinGroupRequest, groups_pb2.JoinGroupResponse
+            ),
+            "Heartbeat": unary(
+                g.Heartbeat, groups_pb2.GroupHeartbeatRequest, groups_pb2.GroupHeartbeatResponse
+            ),
+            "LeaveGroup": unary(
+                g.LeaveGroup, groups_pb2.LeaveGroupRequest, groups_pb2.LeaveGroupResponse
+            ),
+            "CommitOffsets": unary(
+                g.CommitOffsets, groups_pb2.CommitOffsetsRequest, groups_pb2.CommitOffsetsResponse
+            ),
+            "FetchOffsets": unary(
+                g.FetchOffsets, groups_pb2.FetchOffsetsRequest, groups_pb2.FetchOffsetsResponse
+            ),
+            "ListGroups": unary(
+                g.ListGroups, groups_pb2.ListGroupsRequest, groups_pb2.ListGroupsResponse
+            ),
+            "DescribeGroups": unary(
+                g.DescribeGroups,
+                groups_pb2.DescribeGroupsRequest,
+                groups_pb2.DescribeGroupsResponse,
+            ),
+        }
         return [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
             grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
+            grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
         ]
 
     def start(self) -> None:
         self.server, _, self.port = serving.build_server(
             self.config.listen,
             self._handlers(),
-            [GATEWAY_SERVICE, REGISTRY_SERVICE],
+            [GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
         )
@@ -116,4 +168,5 @@ class Gateway:
     def stop(self, grace_s: float = 10.0) -> None:
         if self.server is not None:
             self.server.stop(grace_s).wait()
+        self.coordinator.close()
         self.connections.close()

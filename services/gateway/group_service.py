@@ -1,0 +1,183 @@
+"""The GroupCoordinator gRPC service: membership calls go to the coordinator (groups.py),
+offset commits and fetches to the offsets store (offsets_store.py). Errors are answered in
+the response's `error` field, so a consumer reads REBALANCE_IN_PROGRESS and the like as data,
+not as failed calls."""
+
+from __future__ import annotations
+
+import grpc
+
+from seglog.errors import GroupIdNotFoundError, SeglogError, UnknownTopicOrPartitionError
+from seglog.rpc.status import set_error
+from seglog.v1 import groups_pb2
+
+from .groups import EMPTY, GroupCoordinator
+from .offsets_store import OffsetsStore
+from .registry import Registry
+
+
+class GroupCoordinatorService:
+    def __init__(
+        self, registry: Registry, coordinator: GroupCoordinator, offsets: OffsetsStore
+    ) -> None:
+        self.registry = registry
+        self.coordinator = coordinator
+        self.offsets = offsets
+
+    def JoinGroup(
+        self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.JoinGroupResponse:
+        response = groups_pb2.JoinGroupResponse()
+        try:
+            result = self.coordinator.join(
+                request.group_id,
+                request.member_id,
+                client_id=request.client_id,
+                client_host=context.peer(),
+                topics=tuple(request.topics),
+                strategies=tuple(request.assignment_strategies),
+                session_timeout_ms=request.session_timeout_ms,
+                rebalance_timeout_ms=request.rebalance_timeout_ms,
+            )
+        except SeglogError as exc:
+            set_error(response, exc)
+            return response
+        response.generation_id = result.generation
+        response.member_id = result.member_id
+        response.assignment_strategy = result.strategy
+        response.member_count = result.member_count
+        for topic, partitions in sorted(result.assignment.items()):
+            response.assignment.add(topic=topic, partitions=partitions)
+        return response
+
+    def Heartbeat(
+        self, request: groups_pb2.GroupHeartbeatRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.GroupHeartbeatResponse:
+        response = groups_pb2.GroupHeartbeatResponse()
+        try:
+            self.coordinator.heartbeat(request.group_id, request.member_id, request.generation_id)
+        except SeglogError as exc:
+            set_error(response, exc)
+        return response
+
+    def LeaveGroup(
+        self, request: groups_pb2.LeaveGroupRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.LeaveGroupResponse:
+        response = groups_pb2.LeaveGroupResponse()
+        try:
+            self.coordinator.leave(request.group_id, request.member_id)
+        except SeglogError as exc:
+            set_error(response, exc)
+        return response
+
+    def CommitOffsets(
+        self, request: groups_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.CommitOffsetsResponse:
+        response = groups_pb2.CommitOffsetsResponse()
+        try:
+            self.coordinator.check_commit(
+                request.group_id, request.member_id, request.generation_id
+            )
+        except SeglogError as exc:
+            set_error(response, exc)
+            return response
+        valid = []
+        for commit in request.offsets:
+            result = response.partitions.add(topic=commit.topic, partition=commit.partition)
+            topic = self.registry.topics.get(commit.topic)
+            if topic is None or not 0 <= commit.partition < len(topic.partitions):
+                set_error(
+                    result,
+                    UnknownTopicOrPartitionError(
+                        f"{commit.topic}-{commit.partition} does not exist"
+                    ),
+                )
+                continue
+            valid.append(
+                (
+                    commit.topic,
+                    commit.partition,
+                    commit.offset,
+                    commit.leader_epoch,
+                    commit.metadata,
+                )
+            )
+        try:
+            self.offsets.commit(request.group_id, valid)
+        except SeglogError as exc:
+            for result in response.partitions:
+                if not result.error:
+                    set_error(result, exc)
+        return response
+
+    def FetchOffsets(
+        self, request: groups_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.FetchOffsetsResponse:
+        response = groups_pb2.FetchOffsetsResponse()
+        try:
+            committed = self.offsets.committed(request.group_id)
+        except SeglogError as exc:
+            set_error(response, exc)
+            return response
+        if request.partitions:
+            wanted = [(tp.topic, p) for tp in request.partitions for p in tp.partitions]
+        else:
+            wanted = sorted(committed)
+        for topic, partition in wanted:
+            entry = committed.get((topic, partition))
+            out = response.offsets.add(topic=topic, partition=partition, offset=-1, leader_epoch=-1)
+            if entry is not None:
+                out.offset = entry.offset
+                out.leader_epoch = entry.leader_epoch
+                out.metadata = entry.metadata
+                out.commit_timestamp_ms = entry.commit_timestamp_ms
+        return response
+
+    def ListGroups(
+        self, request: groups_pb2.ListGroupsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.ListGroupsResponse:
+        response = groups_pb2.ListGroupsResponse()
+        group_ids = set(self.coordinator.group_ids())
+        try:
+            group_ids |= self.offsets.group_ids()
+        except SeglogError:
+            pass  # groups known only by their offsets show up once those can be read
+        for group_id in sorted(group_ids):
+            group = self.coordinator.snapshot(group_id)
+            response.groups.add(
+                group_id=group_id,
+                state=group.state if group is not None else EMPTY,
+                member_count=len(group.members) if group is not None else 0,
+            )
+        return response
+
+    def DescribeGroups(
+        self, request: groups_pb2.DescribeGroupsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.DescribeGroupsResponse:
+        response = groups_pb2.DescribeGroupsResponse()
+        for group_id in request.group_ids:
+            description = response.groups.add(group_id=group_id)
+            group = self.coordinator.snapshot(group_id)
+            if group is None:
+                try:
+                    known = bool(self.offsets.committed(group_id))
+                except SeglogError as exc:
+                    set_error(description, exc)
+                    continue
+                if not known:
+                    set_error(description, GroupIdNotFoundError(f"group {group_id!r} not found"))
+                    continue
+                description.state = EMPTY
+                continue
+            description.state = group.state
+            description.generation_id = group.generation
+            description.assignment_strategy = group.strategy
+            for member in sorted(group.members.values(), key=lambda m: m.member_id):
+                out = description.members.add(
+                    member_id=member.member_id,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                )
+                for topic, partitions in sorted(member.assignment.items()):
+                    out.assignment.add(topic=topic, partitions=partitions)
+        return response

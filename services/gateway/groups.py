@@ -1,0 +1,340 @@
+"""The group coordinator: consumer group membership, rebalances and committed offsets.
+
+States (Kafka's names): Empty (no members), PreparingRebalance (waiting for members to join
+again), Stable (a generation with an assignment). A rebalance starts when a member joins,
+leaves, or misses its session timeout; members learn of it from their heartbeats
+(REBALANCE_IN_PROGRESS) and call JoinGroup again. It completes when every known member has
+joined, or when the longest rebalance timeout of the members passes (those still missing
+are removed). The first rebalance of an empty group waits `initial_rebalance_delay_ms`
+(Kafka's group.initial.rebalance.delay.ms) so that consumers started together land in one
+generation. The coordinator computes the assignment itself (range or roundrobin, the first
+strategy in the first member's list that every member supports).
+
+Membership is held in memory: after a gateway restart, members get UNKNOWN_MEMBER_ID on their
+next heartbeat and join anew. Committed offsets are durable (offsets_store.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from seglog.errors import (
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    RebalanceInProgressError,
+    SeglogError,
+    UnknownMemberIdError,
+)
+
+from .assignors import ASSIGNORS
+from .registry import Registry
+
+EMPTY = "Empty"
+PREPARING_REBALANCE = "PreparingRebalance"
+STABLE = "Stable"
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    topics: tuple[str, ...]
+    strategies: tuple[str, ...]
+    session_timeout_s: float
+    rebalance_timeout_s: float
+    last_heartbeat: float
+    joining: bool = False
+    assignment: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    strategy: str = ""
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_deadline: float = 0.0
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    generation: int
+    member_id: str
+    strategy: str
+    assignment: dict[str, list[int]]
+    member_count: int
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    initial_rebalance_delay_ms: int = 3000
+    min_session_timeout_ms: int = 6000
+    max_session_timeout_ms: int = 1_800_000
+
+
+class GroupCoordinator:
+    def __init__(self, registry: Registry, config: CoordinatorConfig) -> None:
+        self.registry = registry
+        self.config = config
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._groups: dict[str, Group] = {}
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, name="group-sessions", daemon=True)
+        self._reaper.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self._changed.notify_all()
+
+    # -- membership --------------------------------------------------------------------------
+
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        topics: tuple[str, ...],
+        strategies: tuple[str, ...],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        """Join (or join again) and wait until the rebalance completes."""
+        if not group_id:
+            raise InvalidGroupIdError("group_id must not be empty")
+        low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
+        if not low <= session_timeout_ms <= high:
+            raise InvalidSessionTimeoutError(
+                f"session_timeout_ms {session_timeout_ms} is outside the coordinator's "
+                f"range [{low}, {high}]"
+            )
+        strategies = tuple(s for s in strategies if s in ASSIGNORS)
+        if not strategies:
+            raise InconsistentGroupProtocolError(
+                f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
+            )
+        now = time.monotonic()
+        with self._lock:
+            group = self._groups.setdefault(group_id, Group(group_id))
+            if member_id:
+                member = group.members.get(member_id)
+                if member is None:
+                    raise UnknownMemberIdError(
+                        f"member {member_id} is not in group {group_id}: join without an id"
+                    )
+            else:
+                member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
+                member = None
+            others = [m.strategies for m in group.members.values() if m.member_id != member_id]
+            if not _common_strategy([*others, strategies]):
+                raise InconsistentGroupProtocolError(
+                    f"strategies {list(strategies)} share none with group {group_id}'s members"
+                )
+            if member is None:
+                member = group.members[member_id] = Member(
+                    member_id, client_id, client_host, topics, strategies, 0, 0, now
+                )
+            member.topics = topics
+            member.strategies = strategies
+            member.session_timeout_s = session_timeout_ms / 1000
+            member.rebalance_timeout_s = max(rebalance_timeout_ms, 0) / 1000
+            member.last_heartbeat = now
+            member.joining = True
+            if group.state != PREPARING_REBALANCE:
+                self._begin_rebalance(group, now)
+            self._maybe_complete(group, now)
+            while member.joining and not self._stop.is_set():
+                if group.members.get(member_id) is not member:
+                    raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
+                now = time.monotonic()
+                if now >= group.rebalance_deadline:
+                    self._complete_rebalance(group, now)
+                    break
+                self._changed.wait(group.rebalance_deadline - now)
+                self._maybe_complete(group, time.monotonic())
+            if member.joining:
+                raise RebalanceInProgressError("the coordinator is shutting down")
+            return JoinResult(
+                group.generation,
+                member_id,
+                group.strategy,
+                {t: list(ps) for t, ps in member.assignment.items()},
+                len(group.members),
+            )
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+        with self._lock:
+            group, member = self._member(group_id, member_id)
+            member.last_heartbeat = time.monotonic()
+            if group.state == PREPARING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
+            if generation != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation} of group {group_id} is stale; "
+                    f"the current one is {group.generation}"
+                )
+
+    def leave(self, group_id: str, member_id: str) -> None:
+        with self._lock:
+            group, _ = self._member(group_id, member_id)
+            self._remove(group, member_id, time.monotonic())
+
+    def check_commit(self, group_id: str, member_id: str, generation: int) -> None:
+        """May this commit proceed? A member commits for its current generation (during a
+        rebalance too, so it can commit before joining again); a consumer without a member id
+        (manual assignment) only while the group has no members."""
+        if not group_id:
+            raise InvalidGroupIdError("group_id must not be empty")
+        with self._lock:
+            group = self._groups.get(group_id)
+            if not member_id and generation < 0:
+                if group is not None and group.members:
+                    raise UnknownMemberIdError(
+                        f"group {group_id} has active members: only they may commit"
+                    )
+                return
+            if group is None or member_id not in group.members:
+                raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+            if generation != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation} of group {group_id} is stale; "
+                    f"the current one is {group.generation}"
+                )
+            group.members[member_id].last_heartbeat = time.monotonic()
+
+    # -- description ------------------------------------------------------------------------
+
+    def snapshot(self, group_id: str) -> Group | None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is None:
+                return None
+            return Group(
+                group.group_id,
+                group.state,
+                group.generation,
+                group.strategy,
+                {
+                    m.member_id: Member(
+                        m.member_id,
+                        m.client_id,
+                        m.client_host,
+                        m.topics,
+                        m.strategies,
+                        m.session_timeout_s,
+                        m.rebalance_timeout_s,
+                        m.last_heartbeat,
+                        m.joining,
+                        {t: list(ps) for t, ps in m.assignment.items()},
+                    )
+                    for m in group.members.values()
+                },
+                group.rebalance_deadline,
+            )
+
+    def group_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._groups)
+
+    # -- the state machine (callers hold the lock) ----------------------------------------------
+
+    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+        return group, member
+
+    def _begin_rebalance(self, group: Group, now: float) -> None:
+        if group.state == EMPTY and group.generation == 0 or not _has_stable_members(group):
+            wait_s = self.config.initial_rebalance_delay_ms / 1000
+        else:
+            wait_s = max((m.rebalance_timeout_s for m in group.members.values()), default=0.0)
+        group.state = PREPARING_REBALANCE
+        group.rebalance_deadline = now + wait_s
+        self._changed.notify_all()
+
+    def _maybe_complete(self, group: Group, now: float) -> None:
+        if group.state != PREPARING_REBALANCE:
+            return
+        everyone_joined = all(m.joining for m in group.members.values())
+        initial = group.generation == 0 or not _has_stable_members(group)
+        if (everyone_joined and not initial) or now >= group.rebalance_deadline:
+            self._complete_rebalance(group, now)
+
+    def _complete_rebalance(self, group: Group, now: float) -> None:
+        for member_id in [m.member_id for m in group.members.values() if not m.joining]:
+            del group.members[member_id]  # did not join again in time
+        if not group.members:
+            group.state = EMPTY
+            group.generation += 1
+            self._changed.notify_all()
+            return
+        group.generation += 1
+        group.strategy = _common_strategy([m.strategies for m in group.members.values()])
+        subscriptions = {m.member_id: m.topics for m in group.members.values()}
+        partitions = {}
+        for topic in sorted({t for m in group.members.values() for t in m.topics}):
+            described = self.registry.topics.get(topic)
+            if described is not None:
+                partitions[topic] = len(described.partitions)
+        assignment = ASSIGNORS[group.strategy](subscriptions, partitions)
+        for member in group.members.values():
+            member.assignment = assignment.get(member.member_id, {})
+            member.joining = False
+            member.last_heartbeat = now
+        group.state = STABLE
+        self._changed.notify_all()
+
+    def _remove(self, group: Group, member_id: str, now: float) -> None:
+        group.members.pop(member_id, None)
+        if not group.members:
+            if group.state != EMPTY:
+                group.state = EMPTY
+                group.generation += 1
+            self._changed.notify_all()
+            return
+        if group.state == STABLE:
+            self._begin_rebalance(group, now)
+        self._maybe_complete(group, now)
+        self._changed.notify_all()
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(0.05):
+            now = time.monotonic()
+            with self._lock:
+                for group in list(self._groups.values()):
+                    for member in list(group.members.values()):
+                        if member.joining:
+                            continue  # waiting in JoinGroup counts as alive
+                        if now - member.last_heartbeat > member.session_timeout_s:
+                            self._remove(group, member.member_id, now)
+                    if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
+                        self._complete_rebalance(group, now)
+
+
+def _has_stable_members(group: Group) -> bool:
+    return any(m.assignment or not m.joining for m in group.members.values())
+
+
+def _common_strategy(preferences: list[tuple[str, ...]]) -> str:
+    """The first strategy of the first member's list that every member supports."""
+    if not preferences:
+        return ""
+    for strategy in preferences[0]:
+        if all(strategy in p for p in preferences[1:]):
+            return strategy
+    return ""
+
+
+__all__ = ["CoordinatorConfig", "GroupCoordinator", "JoinResult", "SeglogError"]
