@@ -1,0 +1,404 @@
+"""The producer's RecordAccumulator: per partition, a deque of batches being filled or
+waiting to be sent, in Kafka's shape.
+
+`append` adds a record to the partition's open batch, or takes a buffer from the BufferPool
+for a new one (blocking up to `max_block_ms` when memory is spent). The sender asks `ready`
+which leader nodes have a sendable batch (full, lingered `linger_ms`, flushed, closing, or
+memory exhausted), then `drain`s whole batches per node into requests of at most
+`max_request_size`. A partition with a request in flight is muted until it completes: only one
+request per partition is ever outstanding, so a retry, re-enqueued at the front of its deque,
+can never be overtaken by a later batch — per-partition order holds with
+`max_in_flight_requests_per_connection` > 1, across partitions.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..records import HEADER_BYTES, RecordBatchBuilder
+from ..records.builder import Headers
+from .buffer_pool import BufferPool
+from .config import ProducerConfig
+from .futures import BatchResult, BulkFuture, Callback, RecordFuture
+from .metadata import Metadata
+
+# Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
+RECORD_OVERHEAD_BYTES = 21
+
+TopicPartition = tuple[str, int]
+
+
+class ProducerBatch:
+    __slots__ = (
+        "topic",
+        "partition",
+        "builder",
+        "buffer",
+        "result",
+        "created_s",
+        "attempts",
+        "retry_at_s",
+        "callbacks",
+        "data",
+        "record_count",
+    )
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
+        self.topic = topic
+        self.partition = partition
+        self.builder: RecordBatchBuilder | None = builder
+        self.buffer = buffer
+        self.result = BatchResult()
+        self.created_s = time.monotonic()
+        self.attempts = 0
+        self.retry_at_s = 0.0
+        self.callbacks: list[tuple[RecordFuture, Callback]] = []
+        # The encoded batch, set when the batch is closed for sending.
+        self.data: memoryview | bytes | None = None
+        self.record_count = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self.builder is not None
+
+    def try_append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture | None:
+        builder = self.builder
+        if builder is None or not builder.append(key, value, timestamp_ms, headers):
+            return None
+        future = RecordFuture(
+            self.result, self.topic, self.partition, builder.record_count - 1, timestamp_ms
+        )
+        if callback is not None:
+            self.callbacks.append((future, callback))
+        return future
+
+    def is_full(self) -> bool:
+        builder = self.builder
+        return builder is None or builder.size_in_bytes >= len(self.buffer)
+
+    def close(self) -> None:
+        """Encode the batch into its buffer; no more appends."""
+        builder = self.builder
+        if builder is None:
+            return
+        self.record_count = builder.record_count
+        self.data = builder.build_into(self.buffer)
+        self.builder = None
+
+    @property
+    def size_in_bytes(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        assert self.builder is not None
+        return self.builder.size_in_bytes
+
+    def complete(self, base_offset: int, log_append_time_ms: int, error: BaseException | None):
+        """Resolve every record's future and run the callbacks, in the order sent."""
+        self.result.set(base_offset, log_append_time_ms, error)
+        for future, callback in self.callbacks:
+            try:
+                future._run_callback(callback)
+            except Exception:  # noqa: BLE001 - a user callback must not stop the sender
+                import logging
+
+                logging.getLogger(__name__).exception("a producer callback raised")
+
+
+@dataclass
+class ProduceRequestPlan:
+    """Batches drained for one request: one topic, one leader node."""
+
+    node_id: int
+    topic: str
+    batches: dict[int, list[ProducerBatch]]
+
+    def all_batches(self) -> Iterable[ProducerBatch]:
+        for batches in self.batches.values():
+            yield from batches
+
+
+class RecordAccumulator:
+    def __init__(self, config: ProducerConfig, pool: BufferPool, metadata: Metadata) -> None:
+        self.config = config
+        self.pool = pool
+        self.metadata = metadata
+        self._codec = config.compression
+        self._lock = threading.Lock()
+        self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        self._muted: set[TopicPartition] = set()
+        self._incomplete: set[ProducerBatch] = set()
+        self._flushes_in_progress = 0
+        self._closing = False
+        self._linger_s = config.linger_ms / 1000
+
+    # -- appending (caller threads) --------------------------------------------------------
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+        *,
+        abort_on_new_batch: bool = False,
+    ) -> tuple[RecordFuture | None, bool]:
+        """(future, wake the sender). With `abort_on_new_batch`, (None, False) when the record
+        would need a new batch: the sticky partitioner then moves on and tries again."""
+        tp = (topic, partition)
+        with self._lock:
+            future, wake = self._append_to_last(tp, key, value, timestamp_ms, headers, callback)
+            if future is not None:
+                return future, wake
+        if abort_on_new_batch:
+            return None, False
+        size = max(
+            self.config.batch_size,
+            HEADER_BYTES
+            + RECORD_OVERHEAD_BYTES
+            + _size(key)
+            + _size(value)
+            + _headers_size(headers),
+        )
+        buffer = self.pool.allocate(size, self.config.max_block_ms)
+        with self._lock:
+            future, wake = self._append_to_last(tp, key, value, timestamp_ms, headers, callback)
+            if future is not None:
+                self.pool.deallocate(buffer)  # another thread opened a batch meanwhile
+                return future, wake
+            batch = self._new_batch(tp, buffer)
+            future = batch.try_append(key, value, timestamp_ms, headers, callback)
+            assert future is not None  # a fresh batch takes its first record whatever its size
+            return future, True
+
+    def append_many(
+        self,
+        topic: str,
+        partition: int,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        timestamp_ms: int,
+        bulk: BulkFuture,
+    ) -> None:
+        """The bulk path: fill batches with `builder.append_many`, no future per record."""
+        tp = (topic, partition)
+        done = 0
+        total = len(values)
+        while done < total:
+            with self._lock:
+                dq = self._batches.get(tp)
+                batch = dq[-1] if dq else None
+                if batch is not None and batch.builder is not None:
+                    start = batch.builder.record_count
+                    # Slices about one batch long: the builder stops at the first record
+                    # that does not fit, and slicing the rest each time would be quadratic.
+                    first = values[done]
+                    end = done + max(16, 2 * self.config.batch_size // (_size(first) + 8))
+                    taken = batch.builder.append_many(
+                        values[done:end],
+                        keys[done:end] if keys is not None else None,
+                        timestamp_ms,
+                    )
+                    if taken:
+                        bulk._add(batch.result, partition, start, taken, timestamp_ms)
+                        done += taken
+                        continue
+            # The open batch is full (or absent): a new buffer, outside the lock.
+            value = values[done]
+            key = keys[done] if keys is not None else None
+            size = max(
+                self.config.batch_size,
+                HEADER_BYTES + RECORD_OVERHEAD_BYTES + _size(key) + _size(value),
+            )
+            buffer = self.pool.allocate(size, self.config.max_block_ms)
+            with self._lock:
+                self._new_batch(tp, buffer)
+
+    def _append_to_last(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> tuple[RecordFuture | None, bool]:
+        dq = self._batches.get(tp)
+        if not dq:
+            return None, False
+        last = dq[-1]
+        future = last.try_append(key, value, timestamp_ms, headers, callback)
+        if future is None:
+            last.close()  # full: ready to go, and the sender should know
+            return None, True
+        return future, len(dq) > 1 or last.is_full()
+
+    def _new_batch(self, tp: TopicPartition, buffer: bytearray) -> ProducerBatch:
+        dq = self._batches.get(tp)
+        if dq is None:
+            dq = self._batches[tp] = collections.deque()
+        elif dq and dq[-1].is_open:
+            dq[-1].close()
+        builder = RecordBatchBuilder(compression=self._codec, max_bytes=len(buffer))
+        batch = ProducerBatch(tp[0], tp[1], builder, buffer)
+        dq.append(batch)
+        self._incomplete.add(batch)
+        return batch
+
+    # -- the sender's side -------------------------------------------------------------------
+
+    def ready(self, now_s: float) -> tuple[set[int], float, set[str]]:
+        """(nodes with a sendable batch, seconds until the next batch may become sendable,
+        topics whose leader is unknown)."""
+        ready_nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_check_s = self._linger_s if self._linger_s > 0 else 0.1
+        exhausted = self.pool.queued_waiters > 0
+        with self._lock:
+            hurry = exhausted or self._closing or self._flushes_in_progress > 0
+            for tp, dq in self._batches.items():
+                if not dq or tp in self._muted:
+                    continue
+                info = self.metadata.cached(tp[0])
+                if info is None or tp[1] >= info.num_partitions:
+                    unknown.add(tp[0])
+                    continue
+                leader = info.partitions[tp[1]].leader
+                if leader in ready_nodes:
+                    continue
+                first = dq[0]
+                if first.attempts and now_s < first.retry_at_s:
+                    next_check_s = min(next_check_s, first.retry_at_s - now_s)
+                    continue
+                waited_s = now_s - first.created_s
+                if hurry or len(dq) > 1 or first.is_full() or waited_s >= self._linger_s:
+                    ready_nodes.add(leader)
+                else:
+                    next_check_s = min(next_check_s, self._linger_s - waited_s)
+        return ready_nodes, max(next_check_s, 0.0), unknown
+
+    def drain(self, node_id: int, now_s: float) -> list[ProduceRequestPlan]:
+        """Take sendable batches led by `node_id`, one request per topic, each at most
+        `max_request_size` (a single batch larger than that still goes, alone)."""
+        plans: dict[str, ProduceRequestPlan] = {}
+        size = 0
+        limit = self.config.max_request_size
+        with self._lock:
+            for tp, dq in self._batches.items():
+                if not dq or tp in self._muted:
+                    continue
+                info = self.metadata.cached(tp[0])
+                if info is None or tp[1] >= info.num_partitions:
+                    continue
+                if info.partitions[tp[1]].leader != node_id:
+                    continue
+                if dq[0].attempts and now_s < dq[0].retry_at_s:
+                    continue
+                taken: list[ProducerBatch] = []
+                while dq:
+                    batch = dq[0]
+                    batch_size = batch.size_in_bytes
+                    if size and size + batch_size > limit:
+                        break
+                    dq.popleft()
+                    batch.close()
+                    taken.append(batch)
+                    size += len(batch.data or b"")
+                if taken:
+                    self._muted.add(tp)
+                    plan = plans.get(tp[0])
+                    if plan is None:
+                        plan = plans[tp[0]] = ProduceRequestPlan(node_id, tp[0], {})
+                    plan.batches[tp[1]] = taken
+                if size >= limit:
+                    break
+        return list(plans.values())
+
+    def unmute(self, topic: str, partition: int) -> None:
+        with self._lock:
+            self._muted.discard((topic, partition))
+
+    def reenqueue(self, batches: Sequence[ProducerBatch], now_s: float) -> None:
+        """Put a partition's failed batches back at the front, in their order, to retry."""
+        with self._lock:
+            for batch in reversed(batches):
+                batch.attempts += 1
+                batch.retry_at_s = now_s + self.config.retry_backoff_ms / 1000
+                dq = self._batches.setdefault((batch.topic, batch.partition), collections.deque())
+                dq.appendleft(batch)
+
+    def completed(self, batch: ProducerBatch) -> None:
+        """The batch's futures are resolved: give its buffer back."""
+        with self._lock:
+            self._incomplete.discard(batch)
+        self.pool.deallocate(batch.buffer)
+
+    def expired(self, now_s: float) -> list[ProducerBatch]:
+        """Queued batches older than delivery_timeout_ms, taken out of their deques."""
+        timeout_s = self.config.delivery_timeout_ms / 1000
+        out: list[ProducerBatch] = []
+        with self._lock:
+            for dq in self._batches.values():
+                while dq and now_s - dq[0].created_s >= timeout_s:
+                    batch = dq.popleft()
+                    batch.close()
+                    out.append(batch)
+        return out
+
+    def abort_all(self) -> list[ProducerBatch]:
+        with self._lock:
+            out = [batch for dq in self._batches.values() for batch in dq]
+            self._batches.clear()
+        for batch in out:
+            batch.close()
+        return out
+
+    # -- flush and close -----------------------------------------------------------------------
+
+    def begin_flush(self) -> list[ProducerBatch]:
+        with self._lock:
+            self._flushes_in_progress += 1
+            return list(self._incomplete)
+
+    def end_flush(self) -> None:
+        with self._lock:
+            self._flushes_in_progress -= 1
+
+    def begin_close(self) -> None:
+        with self._lock:
+            self._closing = True
+
+    def topics(self) -> set[str]:
+        with self._lock:
+            return {topic for (topic, _), dq in self._batches.items() if dq}
+
+    def has_undrained(self) -> bool:
+        with self._lock:
+            return any(self._batches.values())
+
+    def has_incomplete(self) -> bool:
+        with self._lock:
+            return bool(self._incomplete)
+
+
+def _size(data: bytes | None) -> int:
+    return 0 if data is None else len(data)
+
+
+def _headers_size(headers: Headers | None) -> int:
+    if not headers:
+        return 0
+    return sum(len(k.encode()) + _size(v) + 10 for k, v in headers)

@@ -1,0 +1,192 @@
+"""Client configs: Kafka's producer and consumer settings, with Kafka's names in snake_case
+and Kafka's defaults. Built from keyword arguments; an unknown key or an inconsistent value
+raises InvalidConfigError naming the setting, before any connection is opened.
+
+Dotted names are accepted too (`linger.ms` for `linger_ms`), so configs copied from a Kafka
+client's properties work unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import InvalidConfigError
+from ..records.compression import CompressionType
+
+INT_MAX = (1 << 31) - 1
+
+COMPRESSION_TYPES = {c.name.lower(): c for c in CompressionType}
+ASSIGNMENT_STRATEGIES = ("range", "roundrobin")
+AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducerConfig:
+    client_id: str = "seglog-producer"
+    acks: int = 1
+    linger_ms: int = 5
+    batch_size: int = 16384
+    buffer_memory: int = 32 * 1024 * 1024
+    max_block_ms: int = 60_000
+    compression_type: str = "none"
+    retries: int = INT_MAX
+    retry_backoff_ms: int = 100
+    delivery_timeout_ms: int = 120_000
+    request_timeout_ms: int = 30_000
+    max_in_flight_requests_per_connection: int = 5
+    max_request_size: int = 1024 * 1024
+    metadata_max_age_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        if self.acks in ("all", -1, "-1"):
+            raise InvalidConfigError(
+                "acks=all needs replication, which seglog does not have yet; use 0 or 1"
+            )
+        if self.acks not in (0, 1, "0", "1"):
+            raise InvalidConfigError(f"acks must be 0 or 1, got {self.acks!r}")
+        object.__setattr__(self, "acks", int(self.acks))
+        _check_ints(self)
+        _at_least(self, "linger_ms", 0)
+        _at_least(self, "batch_size", 0)
+        _at_least(self, "buffer_memory", 1)
+        _at_least(self, "max_block_ms", 0)
+        _at_least(self, "retries", 0)
+        _at_least(self, "retry_backoff_ms", 0)
+        _at_least(self, "request_timeout_ms", 1)
+        _at_least(self, "delivery_timeout_ms", 1)
+        _at_least(self, "max_in_flight_requests_per_connection", 1)
+        _at_least(self, "max_request_size", 1)
+        _at_least(self, "metadata_max_age_ms", 0)
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise InvalidConfigError(
+                f"compression_type must be one of {sorted(COMPRESSION_TYPES)}, "
+                f"got {self.compression_type!r}"
+            )
+        # Kafka's own check: a batch must get at least one full request attempt after lingering.
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            raise InvalidConfigError(
+                f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
+                f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms})"
+            )
+        if self.batch_size > self.buffer_memory:
+            raise InvalidConfigError(
+                f"batch_size ({self.batch_size}) cannot exceed buffer_memory ({self.buffer_memory})"
+            )
+
+    @property
+    def compression(self) -> CompressionType:
+        return COMPRESSION_TYPES[self.compression_type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerConfig:
+    client_id: str = "seglog-consumer"
+    group_id: str | None = None
+    fetch_min_bytes: int = 1
+    fetch_max_wait_ms: int = 500
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    max_partition_fetch_bytes: int = 1024 * 1024
+    max_poll_records: int = 500
+    auto_offset_reset: str = "latest"
+    enable_auto_commit: bool = True
+    auto_commit_interval_ms: int = 5000
+    check_crcs: bool = True
+    session_timeout_ms: int = 45_000
+    heartbeat_interval_ms: int = 3000
+    max_poll_interval_ms: int = 300_000
+    partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+
+    def __post_init__(self) -> None:
+        _check_ints(self)
+        _at_least(self, "fetch_min_bytes", 1)
+        _at_least(self, "fetch_max_wait_ms", 0)
+        _at_least(self, "fetch_max_bytes", 1)
+        _at_least(self, "max_partition_fetch_bytes", 1)
+        _at_least(self, "max_poll_records", 1)
+        _at_least(self, "auto_commit_interval_ms", 0)
+        _at_least(self, "session_timeout_ms", 1)
+        _at_least(self, "heartbeat_interval_ms", 1)
+        _at_least(self, "max_poll_interval_ms", 1)
+        _at_least(self, "request_timeout_ms", 1)
+        _at_least(self, "retry_backoff_ms", 0)
+        _at_least(self, "metadata_max_age_ms", 0)
+        if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
+            raise InvalidConfigError(
+                f"auto_offset_reset must be one of {list(AUTO_OFFSET_RESETS)}, "
+                f"got {self.auto_offset_reset!r}"
+            )
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise InvalidConfigError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be lower than "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        strategies = self.partition_assignment_strategy
+        if isinstance(strategies, str):
+            strategies = tuple(s.strip() for s in strategies.split(","))
+            object.__setattr__(self, "partition_assignment_strategy", strategies)
+        if not strategies or any(s not in ASSIGNMENT_STRATEGIES for s in strategies):
+            raise InvalidConfigError(
+                f"partition_assignment_strategy must list some of {list(ASSIGNMENT_STRATEGIES)}, "
+                f"got {strategies!r}"
+            )
+        if self.group_id == "":
+            raise InvalidConfigError("group_id must not be empty; leave it unset for no group")
+        if self.group_id is None and self.enable_auto_commit and self._explicit_auto_commit:
+            raise InvalidConfigError("enable_auto_commit needs a group_id")
+
+    # Set by from_kwargs: whether the caller asked for auto commit explicitly. Kafka's
+    # consumer turns the default off without a group but refuses an explicit request.
+    _explicit_auto_commit: bool = dataclasses.field(default=False, repr=False)
+
+    @property
+    def auto_commit(self) -> bool:
+        return self.enable_auto_commit and self.group_id is not None
+
+
+C = TypeVar("C", ProducerConfig, ConsumerConfig)
+
+
+def from_kwargs(cls: type[C], config: Mapping[str, Any]) -> C:
+    """Build `cls` from user keyword arguments, rejecting unknown names with a suggestion."""
+    fields = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+    values: dict[str, Any] = {}
+    for raw_name, value in config.items():
+        name = raw_name.replace(".", "_").replace("-", "_")
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InvalidConfigError(f"unknown {cls.__name__} setting {raw_name!r}{hint}")
+        if name in values:
+            raise InvalidConfigError(f"setting {raw_name!r} given twice")
+        values[name] = value
+    if cls is ConsumerConfig and "enable_auto_commit" in values:
+        values["_explicit_auto_commit"] = bool(values["enable_auto_commit"])
+    return cls(**values)
+
+
+def _check_ints(config: object) -> None:
+    for field in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, field.name)
+        if field.type in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
+            if isinstance(value, str) and value.lstrip("-").isdigit():
+                object.__setattr__(config, field.name, int(value))
+                continue
+            raise InvalidConfigError(f"{field.name} must be an integer, got {value!r}")
+        if field.type in ("bool", bool) and not isinstance(value, bool):
+            if isinstance(value, str) and value.lower() in ("true", "false"):
+                object.__setattr__(config, field.name, value.lower() == "true")
+                continue
+            raise InvalidConfigError(f"{field.name} must be true or false, got {value!r}")
+
+
+def _at_least(config: object, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if value < minimum:
+        raise InvalidConfigError(f"{name} must be at least {minimum}, got {value}")

@@ -1,0 +1,374 @@
+"""The consumer: Kafka's, in shape and settings.
+
+    consumer = Consumer(bootstrap="127.0.0.1:7070", group_id="billing",
+                        auto_offset_reset="earliest")
+    consumer.subscribe(["orders"])
+    for record in consumer:              # or: records = consumer.poll(timeout_ms=1000)
+        handle(record.key, record.value)
+
+Records are `seglog.records.Record` tuples: topic, partition, offset, timestamp_ms,
+timestamp_type, key, value, headers. Fetching runs ahead on a background thread
+(fetcher.py); decoding (and CRC checks, with `check_crcs`) happen in `poll`.
+
+Starting positions: the group's committed offset when there is one, else `auto_offset_reset`
+(earliest, latest, or none: NoOffsetForPartitionError). With `enable_auto_commit`, positions
+are committed every `auto_commit_interval_ms` from `poll`, before a rebalance hands the
+partitions away, and on `close` — at-least-once, as in Kafka.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from ..errors import OffsetOutOfRangeError, SeglogError
+from ..records import Record
+from .config import ConsumerConfig, from_kwargs
+from .fetcher import Fetcher
+from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap
+from .membership import CommitFailedError, GroupMembership
+from .metadata import Metadata
+from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
+
+
+class NoOffsetForPartitionError(OffsetOutOfRangeError):
+    """No committed offset and `auto_offset_reset` is none."""
+
+
+class Consumer:
+    def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
+        self.config = from_kwargs(ConsumerConfig, config)
+        self.bootstrap = bootstrap or default_bootstrap()
+        self._client = GatewayClient(
+            self.bootstrap, timeout_s=self.config.request_timeout_ms / 1000
+        )
+        self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
+        self._fetcher = Fetcher(self.config, self._client._stub)
+        self._group: GroupMembership | None = None
+        if self.config.group_id is not None:
+            self._group = GroupMembership(self.config, self._client._channel)
+        self._subscription: tuple[str, ...] = ()
+        self._assigned: set[TopicPartition] = set()
+        self._manual = False
+        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
+        self._commit_executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._closed = False
+        self._lock = threading.RLock()
+
+    # -- what to read ------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Read exactly these partitions; no group membership (commits still go to the group
+        when `group_id` is set, as Kafka allows)."""
+        if self._subscription:
+            raise SeglogError("assign() after subscribe(): call unsubscribe() first")
+        wanted = {TopicPartition(*tp) for tp in partitions}
+        for tp in wanted:
+            info = self._metadata.topic(tp.topic)
+            if not 0 <= tp.partition < info.num_partitions:
+                raise SeglogError(
+                    f"{tp.topic} has partitions 0..{info.num_partitions - 1}, not {tp.partition}"
+                )
+        self._manual = True
+        self._set_assignment(wanted)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Join the group and read whatever share of these topics it assigns."""
+        if self._group is None:
+            raise SeglogError("subscribe() needs a group_id; use assign() without one")
+        if self._manual:
+            raise SeglogError("subscribe() after assign(): call unsubscribe() first")
+        topics = tuple(sorted(set(topics)))
+        if not topics:
+            raise SeglogError("subscribe() needs at least one topic")
+        if topics != self._subscription:
+            self._subscription = topics
+            self._group.request_rejoin()
+
+    def unsubscribe(self) -> None:
+        if self._group is not None and self._subscription:
+            self._maybe_commit_before_revoke()
+            self._group.leave()
+            self._group = GroupMembership(self.config, self._client._channel)
+        self._subscription = ()
+        self._manual = False
+        self._set_assignment(set())
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assigned)
+
+    def subscription(self) -> set[str]:
+        return set(self._subscription)
+
+    @property
+    def generation(self) -> int:
+        """The group generation of the current assignment (-1 without a group)."""
+        return self._group.generation if self._group is not None else -1
+
+    def _set_assignment(self, partitions: set[TopicPartition]) -> None:
+        self._assigned = set(partitions)
+        self._fetcher.assign(self._assigned)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[Record]:
+        """Records fetched since the last poll, at most `max_records` (default
+        `max_poll_records`); waits up to `timeout_ms` for some to arrive."""
+        if self._closed:
+            raise SeglogError("poll after close")
+        limit = max_records or self.config.max_poll_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            self._ensure_assignment()
+            self._update_positions()
+            self._raise_fetch_errors()
+            records = self._fetcher.collect(limit)
+            self._maybe_auto_commit()
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return records
+            # Wake at least every heartbeat interval to react to a rebalance.
+            self._fetcher.wait_for_data(min(remaining, self.config.heartbeat_interval_ms / 1000))
+
+    def __iter__(self) -> Iterator[Record]:
+        while not self._closed:
+            yield from self.poll(timeout_ms=self.config.fetch_max_wait_ms)
+
+    def _ensure_assignment(self) -> None:
+        group = self._group
+        if group is None or not self._subscription or not group.rejoin_needed:
+            return
+        self._maybe_commit_before_revoke()
+        self._set_assignment(set())  # nothing is read while the group decides
+        self._set_assignment(group.join(self._subscription))
+
+    def _maybe_commit_before_revoke(self) -> None:
+        if self.config.auto_commit and self._assigned:
+            try:
+                self.commit()
+            except CommitFailedError:
+                pass  # the group moved on already; the next owner reads from the last commit
+
+    def _update_positions(self) -> None:
+        missing = self._fetcher.missing_positions()
+        if not missing:
+            return
+        committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        if self._group is not None:
+            committed = self._group.committed(missing)
+        reset: list[TopicPartition] = []
+        for tp in missing:
+            entry = committed.get(tp)
+            if entry is not None:
+                self._fetcher.seek(tp, entry.offset)
+            else:
+                reset.append(tp)
+        if reset:
+            self._reset_positions(reset)
+
+    def _reset_positions(self, partitions: list[TopicPartition]) -> None:
+        policy = self.config.auto_offset_reset
+        if policy == "none":
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions)
+            raise NoOffsetForPartitionError(
+                f"no committed offset for {names} and auto_offset_reset is none"
+            )
+        target = EARLIEST if policy == "earliest" else LATEST
+        for tp, offset in self._list_offsets({tp: target for tp in partitions}).items():
+            self._fetcher.seek(tp, offset[0])
+
+    def _raise_fetch_errors(self) -> None:
+        for tp, error in self._fetcher.errors():
+            if isinstance(error, OffsetOutOfRangeError) and self.config.auto_offset_reset != "none":
+                self._reset_positions([tp])
+                continue
+            raise error
+
+    # -- positions ---------------------------------------------------------------------------
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        if offset < 0:
+            raise SeglogError(f"seek to a negative offset ({offset})")
+        self._fetcher.seek(TopicPartition(*partition), offset)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        targets = [TopicPartition(*tp) for tp in partitions] or sorted(self._assigned)
+        for tp, (offset, _) in self._list_offsets(dict.fromkeys(targets, EARLIEST)).items():
+            self._fetcher.seek(tp, offset)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        targets = [TopicPartition(*tp) for tp in partitions] or sorted(self._assigned)
+        for tp, (offset, _) in self._list_offsets(dict.fromkeys(targets, LATEST)).items():
+            self._fetcher.seek(tp, offset)
+
+    def position(self, partition: TopicPartition | tuple[str, int]) -> int:
+        """The offset of the next record `poll` will return for the partition."""
+        tp = TopicPartition(*partition)
+        if tp not in self._assigned:
+            raise SeglogError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        self._update_positions()
+        position = self._fetcher.positions().get(tp)
+        assert position is not None
+        return position
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """Per partition, the earliest offset whose timestamp is >= the given one (through the
+        time index), or None when no record is that late."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise SeglogError(f"negative timestamp {ts} for {tp.topic}-{tp.partition}")
+        found = self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()})
+        return {
+            tp: OffsetAndTimestamp(offset, ts) if offset >= 0 else None
+            for tp, (offset, ts) in found.items()
+        }
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        found = self._list_offsets(
+            dict.fromkeys(map(lambda p: TopicPartition(*p), partitions), EARLIEST)
+        )
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        found = self._list_offsets(
+            dict.fromkeys(map(lambda p: TopicPartition(*p), partitions), LATEST)
+        )
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def _list_offsets(
+        self, targets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, ts in targets.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = ts
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for topic, wanted in by_topic.items():
+            for partition, result in self._client.list_offsets(topic, wanted).items():
+                if result.error:
+                    from ..rpc.status import error_from_code
+
+                    raise error_from_code(result.error, result.error_message)
+                out[TopicPartition(topic, partition)] = (result.offset, result.timestamp)
+        return out
+
+    # -- committing --------------------------------------------------------------------------
+
+    def _group_or_raise(self) -> GroupMembership:
+        if self._group is None:
+            raise SeglogError("committing offsets needs a group_id")
+        return self._group
+
+    def _current_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(position)
+            for tp, position in self._fetcher.positions().items()
+            if position is not None and tp in self._assigned
+        }
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None):
+        """Commit `offsets` (default: the current positions) and wait for the answer.
+        Raises CommitFailedError when the group rebalanced in between."""
+        group = self._group_or_raise()
+        chosen = self._current_offsets() if offsets is None else _normalize(offsets)
+        if chosen:
+            group.commit(chosen, as_member=bool(self._subscription))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
+        callback: CommitCallback | None = None,
+    ) -> concurrent.futures.Future[None]:
+        """Commit on a background thread (one at a time, in order); `callback(offsets,
+        exception)` runs when it completes."""
+        group = self._group_or_raise()
+        chosen = self._current_offsets() if offsets is None else _normalize(offsets)
+        as_member = bool(self._subscription)
+        if self._commit_executor is None:
+            self._commit_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix=f"{self.config.client_id}-commit"
+            )
+
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                if chosen:
+                    group.commit(chosen, as_member=as_member)
+            except BaseException as exc:  # noqa: BLE001 - handed to the callback and future
+                error = exc
+            if callback is not None:
+                callback(chosen, error)
+            if error is not None:
+                raise error
+
+        return self._commit_executor.submit(run)
+
+    def committed(
+        self, partitions: TopicPartition | Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        group = self._group_or_raise()
+        if isinstance(partitions, TopicPartition):
+            partitions = [partitions]
+        return group.committed([TopicPartition(*tp) for tp in partitions])
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config.auto_commit or not self._assigned:
+            return
+        now = time.monotonic()
+        if now < self._next_auto_commit:
+            return
+        self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
+        self.commit_async()
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._fetcher.set_paused({TopicPartition(*tp) for tp in partitions}, True)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._fetcher.set_paused({TopicPartition(*tp) for tp in partitions}, False)
+
+    def close(self, autocommit: bool = True) -> None:
+        """Commit (with auto commit on), leave the group at once, stop fetching."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if autocommit and self.config.auto_commit and self._assigned:
+                try:
+                    self.commit()
+                except SeglogError:
+                    pass  # the group moved on; the next owner reads from the last commit
+            if self._commit_executor is not None:
+                self._commit_executor.shutdown(wait=True)
+            if self._group is not None:
+                self._group.leave()
+                self._group.close()
+        finally:
+            self._fetcher.close()
+            self._client.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _normalize(
+    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    return {
+        TopicPartition(*tp): meta
+        if isinstance(meta, OffsetAndMetadata)
+        else OffsetAndMetadata(meta)
+        for tp, meta in offsets.items()
+    }

@@ -1,0 +1,332 @@
+"""The consumer's fetcher: a background thread that keeps one Fetch stream in flight while
+the caller works through what came before (pipelining), and the decoding of what it brought.
+
+Each partition has a `position` (the next offset handed to the caller) and a `fetch_offset`
+(the next offset to ask for), which runs ahead of it by what is buffered. A partition is
+fetched again only while its undecoded buffered bytes stay below
+`max_partition_fetch_bytes`, and nothing is fetched while the whole buffer exceeds
+`fetch_max_bytes`, so memory is bounded at about one fetch ahead.
+
+A seek or a change of assignment bumps the partition's `epoch`: data fetched for an older
+epoch is dropped when it arrives, and the stream in flight is cancelled so the next request
+carries the new positions at once. The fetch thread reads only batch headers (to learn the
+next fetch offset); records are decoded by `collect` on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+
+from ..errors import SeglogError
+from ..records import Record, RecordBatch, iter_batches
+from ..records.legacy import LegacyMessage, records_of
+from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import common_pb2, gateway_pb2_grpc
+from .config import ConsumerConfig
+from .structs import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23  # after baseOffset, length, leader epoch, magic, crc, attributes
+
+
+@dataclass
+class PartitionState:
+    position: int | None = None
+    fetch_offset: int | None = None
+    epoch: int = 0
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    buffered_bytes: int = 0
+    paused: bool = False
+    # An error the fetch thread met, for the caller's next poll to handle or raise.
+    error: SeglogError | None = None
+
+
+@dataclass
+class CompletedFetch:
+    tp: TopicPartition
+    epoch: int
+    records: bytes
+    next_offset: int
+
+
+@dataclass
+class _Pending:
+    tp: TopicPartition
+    epoch: int
+    records: list[Record]
+    index: int
+    next_offset: int
+
+
+def next_offset_after(records: bytes, start: int) -> int:
+    """The offset after the last whole batch in `records` (headers only)."""
+    pos = 0
+    end = len(records)
+    next_offset = start
+    while end - pos >= 27:
+        base_offset, length = _HEADER.unpack_from(records, pos)
+        if pos + 12 + length > end:
+            break
+        if records[pos + 16] >= 2:
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
+            next_offset = base_offset + delta + 1
+        else:
+            # Legacy entries: a wrapper's offset is that of its last inner message.
+            next_offset = base_offset + 1
+        pos += 12 + length
+    return next_offset
+
+
+class Fetcher:
+    def __init__(self, config: ConsumerConfig, stub: gateway_pb2_grpc.GatewayStub) -> None:
+        self.config = config
+        self.stub = stub
+        self._lock = threading.Lock()
+        self._data_ready = threading.Condition(self._lock)
+        self._work = threading.Condition(self._lock)
+        self.states: dict[TopicPartition, PartitionState] = {}
+        self._completed: collections.deque[CompletedFetch] = collections.deque()
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._buffered_bytes = 0
+        self._call: grpc.Call | None = None
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"{config.client_id}-fetcher", daemon=True
+        )
+        self._thread.start()
+
+    # -- the caller's side ------------------------------------------------------------------
+
+    def assign(self, partitions: set[TopicPartition]) -> None:
+        with self._lock:
+            for tp in list(self.states):
+                if tp not in partitions:
+                    del self.states[tp]
+            for tp in partitions:
+                self.states.setdefault(tp, PartitionState())
+            self._pending = collections.deque(p for p in self._pending if p.tp in partitions)
+            self._interrupt()
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        with self._lock:
+            state = self.states.get(tp)
+            if state is None:
+                raise SeglogError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+            state.position = state.fetch_offset = offset
+            state.epoch += 1
+            state.buffered_bytes = 0
+            state.error = None
+            self._pending = collections.deque(p for p in self._pending if p.tp != tp)
+            self._interrupt()
+
+    def set_paused(self, tps: set[TopicPartition], paused: bool) -> None:
+        with self._lock:
+            for tp in tps:
+                if tp in self.states:
+                    self.states[tp].paused = paused
+            self._interrupt()
+
+    def positions(self) -> dict[TopicPartition, int | None]:
+        with self._lock:
+            return {tp: s.position for tp, s in self.states.items()}
+
+    def missing_positions(self) -> list[TopicPartition]:
+        with self._lock:
+            return [tp for tp, s in self.states.items() if s.position is None]
+
+    def errors(self) -> list[tuple[TopicPartition, SeglogError]]:
+        """Errors met since the last call, cleared; the partition stops until it is sought."""
+        with self._lock:
+            out = [(tp, s.error) for tp, s in self.states.items() if s.error is not None]
+            for tp, _ in out:
+                self.states[tp].error = None
+            return out  # type: ignore[return-value]
+
+    def collect(self, max_records: int) -> list[Record]:
+        """Up to `max_records` decoded records, in fetch order, advancing positions."""
+        out: list[Record] = []
+        while len(out) < max_records:
+            pending = self._next_pending()
+            if pending is None:
+                break
+            take = max_records - len(out)
+            records = pending.records
+            chunk = records[pending.index : pending.index + take]
+            pending.index += len(chunk)
+            with self._lock:
+                state = self.states.get(pending.tp)
+                if state is None or state.epoch != pending.epoch:
+                    self._drop_pending(pending)
+                    continue
+                out.extend(chunk)
+                if pending.index >= len(records):
+                    state.position = pending.next_offset
+                    self._drop_pending(pending)
+                elif chunk:
+                    state.position = chunk[-1].offset + 1
+        return out
+
+    def wait_for_data(self, timeout_s: float) -> None:
+        with self._lock:
+            if not self._completed and not self._pending and not self._has_errors():
+                self._data_ready.wait(timeout_s)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._interrupt()
+        self._thread.join(timeout=5)
+
+    def _has_errors(self) -> bool:
+        return any(s.error is not None for s in self.states.values())
+
+    def _drop_pending(self, pending: _Pending) -> None:
+        if self._pending and self._pending[0] is pending:
+            self._pending.popleft()
+
+    def _next_pending(self) -> _Pending | None:
+        """The partly served fetch, or the next completed one, decoded."""
+        with self._lock:
+            if self._pending:
+                return self._pending[0]
+            while self._completed:
+                fetch = self._completed.popleft()
+                self._buffered_bytes -= len(fetch.records)
+                state = self.states.get(fetch.tp)
+                if state is None or state.epoch != fetch.epoch:
+                    continue
+                state.buffered_bytes -= len(fetch.records)
+                position = state.position if state.position is not None else 0
+                break
+            else:
+                return None
+            self._work.notify()  # room to fetch more
+        records = self._decode(fetch, position)
+        pending = _Pending(fetch.tp, fetch.epoch, records, 0, fetch.next_offset)
+        with self._lock:
+            self._pending.append(pending)
+        return pending
+
+    def _decode(self, fetch: CompletedFetch, position: int) -> list[Record]:
+        topic, partition = fetch.tp
+        out: list[Record] = []
+        for batch in iter_batches(fetch.records, validate=self.config.check_crcs):
+            if isinstance(batch, LegacyMessage):
+                out.extend(
+                    r._replace(topic=topic, partition=partition)
+                    for r in records_of(batch)
+                    if r.offset >= position
+                )
+                continue
+            header = batch.header
+            if header.last_offset < position or header.is_control:
+                continue
+            records = batch.records(topic, partition)
+            if records and records[0].offset < position:
+                records = [r for r in records if r.offset >= position]
+            out.extend(records)
+        return out
+
+    # -- the fetch thread -------------------------------------------------------------------
+
+    def _interrupt(self) -> None:
+        """Cancel the stream in flight and wake the thread (the lock is held)."""
+        call = self._call
+        if call is not None:
+            call.cancel()
+        self._work.notify_all()
+        self._data_ready.notify_all()
+
+    def _fetchable(self) -> list[tuple[TopicPartition, int, int]]:
+        if self._buffered_bytes >= self.config.fetch_max_bytes:
+            return []
+        return [
+            (tp, s.fetch_offset, s.epoch)
+            for tp, s in self.states.items()
+            if s.fetch_offset is not None
+            and not s.paused
+            and s.error is None
+            and s.buffered_bytes < self.config.max_partition_fetch_bytes
+        ]
+
+    def _run(self) -> None:
+        backoff_s = self.config.retry_backoff_ms / 1000
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                wanted = self._fetchable()
+                if not wanted:
+                    self._work.wait(0.5)
+                    continue
+                request = common_pb2.FetchRequest(
+                    min_bytes=self.config.fetch_min_bytes,
+                    max_wait_ms=self.config.fetch_max_wait_ms,
+                    max_bytes=self.config.fetch_max_bytes,
+                )
+                for tp, offset, _ in wanted:
+                    request.partitions.add(
+                        topic=tp.topic,
+                        partition=tp.partition,
+                        fetch_offset=offset,
+                        partition_max_bytes=self.config.max_partition_fetch_bytes,
+                    )
+                epochs = {tp: epoch for tp, _, epoch in wanted}
+                timeout_s = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
+                call = self.stub.Fetch(request, timeout=timeout_s)
+                self._call = call
+            try:
+                failed = False
+                for message in call:
+                    failed |= self._on_message(message, epochs)
+                if failed:
+                    time.sleep(backoff_s)  # a leader is down or moving: do not spin
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                    logger.debug("fetch failed: %s", error_from_rpc(exc))
+                    time.sleep(backoff_s)
+            finally:
+                with self._lock:
+                    self._call = None
+
+    def _on_message(
+        self, message: common_pb2.FetchResponse, epochs: dict[TopicPartition, int]
+    ) -> bool:
+        """Buffer one message's batches; True when it carried a retriable error."""
+        tp = TopicPartition(message.topic, message.partition)
+        with self._lock:
+            state = self.states.get(tp)
+            if state is None or state.epoch != epochs.get(tp) or state.fetch_offset is None:
+                return False
+            if message.error:
+                error = error_from_code(message.error, message.error_message)
+                if error.retriable:
+                    return True  # asked again next round
+                state.error = error
+                self._data_ready.notify_all()
+                return False
+            state.high_watermark = message.high_watermark
+            state.log_start_offset = message.log_start_offset
+            records = message.records
+            if not records:
+                return False
+            next_offset = next_offset_after(records, state.fetch_offset)
+            if next_offset <= state.fetch_offset:
+                return False
+            self._completed.append(CompletedFetch(tp, state.epoch, records, next_offset))
+            state.fetch_offset = next_offset
+            state.buffered_bytes += len(records)
+            self._buffered_bytes += len(records)
+            self._data_ready.notify_all()
+            return False

@@ -1,0 +1,146 @@
+"""What `Producer.send` hands back: a future per record that resolves to its RecordMetadata.
+
+A record's future holds only its batch's shared result and its index in the batch (as
+Kafka's FutureRecordMetadata): the offset is the batch's base offset plus that index, so
+completing a batch of thousands of records sets one event, not thousands.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ..errors import SeglogError
+
+
+class RecordMetadata(NamedTuple):
+    topic: str
+    partition: int
+    # -1 when acks=0: the producer never hears the offset.
+    offset: int
+    timestamp_ms: int
+
+
+class BatchMetadata(NamedTuple):
+    """A run of records sent by `send_many`: offsets base_offset .. base_offset+count-1."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+    timestamp_ms: int
+
+
+Callback = Callable[[RecordMetadata | None, BaseException | None], object]
+
+
+class BatchResult:
+    """The outcome of one produce batch, shared by the futures of its records."""
+
+    __slots__ = ("_done", "base_offset", "log_append_time_ms", "error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.base_offset = -1
+        self.log_append_time_ms = -1
+        self.error: BaseException | None = None
+
+    def set(self, base_offset: int, log_append_time_ms: int, error: BaseException | None) -> None:
+        self.base_offset = base_offset
+        self.log_append_time_ms = log_append_time_ms
+        self.error = error
+        self._done.set()
+
+    def is_done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout_s: float | None) -> None:
+        if not self._done.wait(timeout_s):
+            raise TimeoutError(f"the record was not acknowledged within {timeout_s} s")
+        if self.error is not None:
+            raise self.error
+
+
+class RecordFuture:
+    __slots__ = ("_result", "topic", "partition", "_index", "_timestamp_ms")
+
+    def __init__(
+        self, result: BatchResult, topic: str, partition: int, index: int, timestamp_ms: int
+    ) -> None:
+        self._result = result
+        self.topic = topic
+        self.partition = partition
+        self._index = index
+        self._timestamp_ms = timestamp_ms
+
+    def done(self) -> bool:
+        return self._result.is_done()
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """The record's metadata; raises its delivery error, or TimeoutError."""
+        self._result.wait(timeout)
+        return self._metadata()
+
+    result = get
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            self._result.wait(timeout)
+        except TimeoutError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the delivery error is the answer
+            return exc
+        return None
+
+    def _metadata(self) -> RecordMetadata:
+        result = self._result
+        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
+        timestamp = result.log_append_time_ms
+        return RecordMetadata(
+            self.topic, self.partition, offset, self._timestamp_ms if timestamp < 0 else timestamp
+        )
+
+    def _run_callback(self, callback: Callback) -> None:
+        error = self._result.error
+        callback(None if error is not None else self._metadata(), error)
+
+
+class BulkFuture:
+    """The future of a `send_many` call: resolves when every record is acknowledged."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        # (batch result, partition, index of the first record in the batch, count, timestamp)
+        self._runs: list[tuple[BatchResult, int, int, int, int]] = []
+
+    def _add(self, result: BatchResult, partition: int, index: int, count: int, ts: int) -> None:
+        self._runs.append((result, partition, index, count, ts))
+
+    @property
+    def record_count(self) -> int:
+        return sum(run[3] for run in self._runs)
+
+    def done(self) -> bool:
+        return all(run[0].is_done() for run in self._runs)
+
+    def get(self, timeout: float | None = None) -> list[BatchMetadata]:
+        """Metadata per run of records, in the order sent; raises the first delivery error."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for result, partition, index, count, ts in self._runs:
+            result.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            base = result.base_offset + index if result.base_offset >= 0 else -1
+            stamp = result.log_append_time_ms if result.log_append_time_ms >= 0 else ts
+            out.append(BatchMetadata(self.topic, partition, base, count, stamp))
+        return out
+
+    result = get
+
+    def errors(self) -> list[BaseException]:
+        return [r.error for r, *_ in self._runs if r.is_done() and r.error is not None]
+
+
+class ProducerClosedError(SeglogError):
+    """`send` after `close`."""

@@ -1,0 +1,229 @@
+"""A consumer's side of its group: joining, heartbeats on their own thread, committing and
+reading committed offsets through the gateway's GroupCoordinator service.
+
+The heartbeat thread only keeps the session alive and notices a rebalance (or a lost
+membership); the consumer joins again from its own thread, inside `poll`, so that partitions
+change hands between polls and never under the caller's feet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+
+import grpc
+
+from ..errors import (
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    SeglogError,
+    UnknownMemberIdError,
+)
+from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import groups_pb2, groups_pb2_grpc
+from .config import ConsumerConfig
+from .structs import OffsetAndMetadata, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+
+class CommitFailedError(SeglogError):
+    """A commit refused because the group rebalanced (Kafka's CommitFailedException): the
+    partitions may now belong to another member, which will read from the last commit."""
+
+    reason = "REBALANCE_IN_PROGRESS"
+
+
+_REJOIN_ERRORS = (RebalanceInProgressError, UnknownMemberIdError, IllegalGenerationError)
+
+
+class GroupMembership:
+    def __init__(self, config: ConsumerConfig, channel: grpc.Channel) -> None:
+        assert config.group_id is not None
+        self.config = config
+        self.group_id = config.group_id
+        self.stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
+        self.member_id = ""
+        self.generation = -1
+        self.assignment: set[TopicPartition] = set()
+        self._rejoin_needed = threading.Event()
+        self._rejoin_needed.set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timeout_s = config.request_timeout_ms / 1000
+        self._heartbeats = threading.Thread(
+            target=self._heartbeat_loop, name=f"{config.client_id}-heartbeat", daemon=True
+        )
+        self._heartbeats.start()
+
+    @property
+    def rejoin_needed(self) -> bool:
+        return self._rejoin_needed.is_set()
+
+    def request_rejoin(self) -> None:
+        self._rejoin_needed.set()
+
+    def join(self, topics: Iterable[str]) -> set[TopicPartition]:
+        """Join (again) and wait for the new generation; returns its assignment."""
+        request = groups_pb2.JoinGroupRequest(
+            group_id=self.group_id,
+            client_id=self.config.client_id,
+            topics=sorted(topics),
+            session_timeout_ms=self.config.session_timeout_ms,
+            rebalance_timeout_ms=self.config.max_poll_interval_ms,
+            assignment_strategies=list(self.config.partition_assignment_strategy),
+        )
+        backoff_s = self.config.retry_backoff_ms / 1000
+        while not self._stop.is_set():
+            with self._lock:
+                request.member_id = self.member_id
+            try:
+                # The coordinator answers when the rebalance completes: up to the longest
+                # rebalance timeout of the members, so no short deadline here.
+                response = self.stub.JoinGroup(
+                    request, timeout=self.config.max_poll_interval_ms / 1000 + self._timeout_s
+                )
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc)
+                if not error.retriable:
+                    raise error from None
+                time.sleep(backoff_s)
+                continue
+            if response.error:
+                error = error_from_code(response.error, response.error_message)
+                if isinstance(error, UnknownMemberIdError):
+                    with self._lock:
+                        self.member_id = ""
+                    continue
+                if error.retriable:
+                    time.sleep(backoff_s)
+                    continue
+                raise error
+            with self._lock:
+                self.member_id = response.member_id
+                self.generation = response.generation_id
+                self.assignment = {
+                    TopicPartition(tp.topic, p) for tp in response.assignment for p in tp.partitions
+                }
+                self._rejoin_needed.clear()
+            logger.info(
+                "joined group %s generation %d as %s: %d partitions",
+                self.group_id,
+                self.generation,
+                self.member_id,
+                len(self.assignment),
+            )
+            return set(self.assignment)
+        raise SeglogError("the consumer is closing")
+
+    def leave(self) -> None:
+        self._stop.set()
+        with self._lock:
+            member_id, self.member_id, self.generation = self.member_id, "", -1
+        if member_id:
+            try:
+                self.stub.LeaveGroup(
+                    groups_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=member_id),
+                    timeout=self._timeout_s,
+                )
+            except grpc.RpcError as exc:
+                logger.warning("leaving group %s failed: %s", self.group_id, error_from_rpc(exc))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._heartbeats.join(timeout=5)
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, as_member: bool):
+        """Commit; `as_member` when partitions came from the group (subscribe), else as a
+        consumer that assigned itself partitions."""
+        with self._lock:
+            member_id, generation = (self.member_id, self.generation) if as_member else ("", -1)
+        request = groups_pb2.CommitOffsetsRequest(
+            group_id=self.group_id, member_id=member_id, generation_id=generation
+        )
+        for tp, meta in offsets.items():
+            request.offsets.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=meta.offset,
+                leader_epoch=meta.leader_epoch,
+                metadata=meta.metadata,
+            )
+        try:
+            response = self.stub.CommitOffsets(request, timeout=self._timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        if response.error:
+            error = error_from_code(response.error, response.error_message)
+            if isinstance(error, _REJOIN_ERRORS):
+                self._rejoin_needed.set()
+                raise CommitFailedError(
+                    f"commit refused, the group has rebalanced: {error}; the partitions will "
+                    f"be read again from the last committed offsets"
+                ) from None
+            raise error
+        for result in response.partitions:
+            if result.error:
+                raise error_from_code(result.error, result.error_message)
+
+    def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        wanted = list(partitions)
+        request = groups_pb2.FetchOffsetsRequest(group_id=self.group_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        for topic, parts in by_topic.items():
+            request.partitions.add(topic=topic, partitions=parts)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                response = self.stub.FetchOffsets(request, timeout=self._timeout_s)
+            except grpc.RpcError as exc:
+                raise error_from_rpc(exc) from None
+            if not response.error:
+                break
+            error = error_from_code(response.error, response.error_message)
+            if not error.retriable or time.monotonic() >= deadline:
+                raise error
+            time.sleep(self.config.retry_backoff_ms / 1000)
+        out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        for entry in response.offsets:
+            if entry.offset >= 0:
+                out[TopicPartition(entry.topic, entry.partition)] = OffsetAndMetadata(
+                    entry.offset, entry.metadata, entry.leader_epoch
+                )
+        return out
+
+    # -- heartbeats -------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        interval_s = self.config.heartbeat_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            with self._lock:
+                member_id, generation = self.member_id, self.generation
+            if not member_id:
+                continue
+            try:
+                response = self.stub.Heartbeat(
+                    groups_pb2.GroupHeartbeatRequest(
+                        group_id=self.group_id, member_id=member_id, generation_id=generation
+                    ),
+                    timeout=self._timeout_s,
+                )
+            except grpc.RpcError as exc:
+                logger.debug("heartbeat failed: %s", error_from_rpc(exc))
+                continue
+            if response.error:
+                error = error_from_code(response.error, response.error_message)
+                if isinstance(error, UnknownMemberIdError):
+                    with self._lock:
+                        if self.member_id == member_id:
+                            self.member_id = ""
+                if isinstance(error, _REJOIN_ERRORS):
+                    self._rejoin_needed.set()

@@ -1,0 +1,104 @@
+"""The clients' view of the cluster: each topic's partitions, their leader node and leader
+epoch, learnt from the gateway's DescribeTopics and refreshed when it goes stale.
+
+The producer groups batches by leader node (one request per node, which the gateway forwards
+to that node as it arrived) and both clients send the epoch they saw, so a leader that
+restarted answers NOT_LEADER_OR_FOLLOWER and the client refreshes here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import SeglogError, UnknownTopicOrPartitionError
+from ..rpc.status import error_from_code
+from .gateway import GatewayClient
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: tuple[PartitionInfo, ...]
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partitions)
+
+
+class Metadata:
+    def __init__(self, client: GatewayClient, *, max_age_ms: int = 300_000) -> None:
+        self._client = client
+        self._max_age_s = max_age_ms / 1000
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicInfo] = {}
+        self._fetched_at: dict[str, float] = {}
+        self._stale: set[str] = set()
+
+    def topic(self, name: str) -> TopicInfo:
+        """The topic's metadata, fetched when missing, stale or older than the max age."""
+        with self._lock:
+            info = self._topics.get(name)
+            fresh = (
+                info is not None
+                and name not in self._stale
+                and time.monotonic() - self._fetched_at[name] < self._max_age_s
+            )
+        if fresh:
+            assert info is not None
+            return info
+        return self.refresh([name])[name]
+
+    def cached(self, name: str) -> TopicInfo | None:
+        with self._lock:
+            return self._topics.get(name)
+
+    def invalidate(self, name: str) -> None:
+        """Mark for refresh on next use (a leader moved or a node went away)."""
+        with self._lock:
+            self._stale.add(name)
+
+    def needs_refresh(self, name: str) -> bool:
+        with self._lock:
+            return name in self._stale or name not in self._topics
+
+    def refresh(self, names: Iterable[str]) -> dict[str, TopicInfo]:
+        """Ask the gateway; raises the topic's error (UNKNOWN_TOPIC_OR_PARTITION, …)."""
+        out: dict[str, TopicInfo] = {}
+        for description in self._client.describe_topics(list(names)):
+            if description.error:
+                error = error_from_code(description.error, description.error_message)
+                if isinstance(error, UnknownTopicOrPartitionError):
+                    raise UnknownTopicOrPartitionError(f"topic {description.name!r} does not exist")
+                raise error
+            info = TopicInfo(
+                description.name,
+                tuple(
+                    PartitionInfo(p.partition, p.leader, p.leader_epoch)
+                    for p in sorted(description.partitions, key=lambda p: p.partition)
+                ),
+            )
+            out[info.name] = info
+        now = time.monotonic()
+        with self._lock:
+            for name, info in out.items():
+                self._topics[name] = info
+                self._fetched_at[name] = now
+                self._stale.discard(name)
+        return out
+
+    def try_refresh(self, names: Iterable[str]) -> SeglogError | None:
+        try:
+            self.refresh(names)
+        except SeglogError as exc:
+            return exc
+        return None

@@ -1,0 +1,246 @@
+"""The producer: `send` puts a record in its partition's open batch and returns at once; a
+sender thread ships batches to their leaders. Kafka's producer, in shape and in settings.
+
+    with Producer(bootstrap="127.0.0.1:7070", linger_ms=10) as producer:
+        future = producer.send("orders", b"value", key=b"customer-7")
+        metadata = future.get(timeout=10)       # RecordMetadata(topic, partition, offset, ...)
+
+Partitioning (Kafka's defaults): an explicit partition is used as given (checked against the
+topic's partition count); a keyed record goes to murmur2(key) & 0x7fffffff % partitions;
+records without a key stick to one partition until its batch is closed, then move to another
+(KIP-480), so unkeyed traffic fills whole batches instead of spraying one record per batch.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
+from ..records.builder import Headers
+from .accumulator import RecordAccumulator
+from .buffer_pool import BufferPool
+from .config import ProducerConfig, from_kwargs
+from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
+from .gateway import GatewayClient, default_bootstrap
+from .metadata import Metadata
+from .partitioner import partition_for_key
+from .sender import Sender
+
+_BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+class Producer:
+    def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
+        self.config = from_kwargs(ProducerConfig, config)
+        self.bootstrap = bootstrap or default_bootstrap()
+        self._client = GatewayClient(
+            self.bootstrap, timeout_s=self.config.request_timeout_ms / 1000
+        )
+        self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
+        self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)
+        self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
+        self._sender = Sender(self.config, self._accumulator, self._metadata, self._client._stub)
+        self._sticky: dict[str, int] = {}
+        self._sticky_lock = threading.Lock()
+        self._closed = False
+        self._sender.start()
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+        callback: Callback | None = None,
+    ) -> RecordFuture:
+        """Queue one record; the future resolves to its RecordMetadata once acknowledged.
+
+        Blocks only to fetch the topic's metadata the first time, or up to `max_block_ms`
+        when `buffer_memory` is spent. `callback(metadata, exception)` runs on the sender
+        thread when the record completes.
+        """
+        if self._closed:
+            raise ProducerClosedError("send after close")
+        if value is not None and type(value) not in _BYTES_TYPES:
+            raise TypeError(f"value must be bytes or None, not {type(value).__name__}")
+        if key is not None and type(key) not in _BYTES_TYPES:
+            raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+        self._check_size(key, value, headers)
+        num_partitions = self._num_partitions(topic)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        accumulator = self._accumulator
+        if partition is None and key is None:
+            # Sticky: try the current partition without opening a batch; if it needs a new
+            # one, move on first, so the record opens the batch on the new partition.
+            partition = self._sticky_partition(topic, num_partitions)
+            future, wake = accumulator.append(
+                topic, partition, key, value, timestamp_ms, headers, callback,
+                abort_on_new_batch=True,
+            )  # fmt: skip
+            if future is None:
+                partition = self._next_sticky(topic, num_partitions, partition)
+                future, wake = accumulator.append(
+                    topic, partition, key, value, timestamp_ms, headers, callback
+                )
+        else:
+            if partition is None:
+                partition = partition_for_key(bytes(key), num_partitions)  # type: ignore[arg-type]
+            elif not 0 <= partition < num_partitions:
+                raise InvalidPartitionsError(
+                    f"partition {partition} is not in the range [0..{num_partitions - 1}] "
+                    f"of topic {topic!r}"
+                )
+            future, wake = accumulator.append(
+                topic, partition, key, value, timestamp_ms, headers, callback
+            )
+        assert future is not None
+        if wake:
+            self._sender.wakeup()
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> BulkFuture:
+        """Queue many records sharing one timestamp and no headers: the bulk path, with one
+        future for the lot (resolving to a BatchMetadata per run of consecutive offsets).
+
+        Partitions as `send` does: `partition` if given, else each key's partition, else
+        sticky batches across the partitions."""
+        if self._closed:
+            raise ProducerClosedError("send after close")
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        num_partitions = self._num_partitions(topic)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        bulk = BulkFuture(topic)
+        if not values:
+            return bulk
+        accumulator = self._accumulator
+        if partition is not None:
+            if not 0 <= partition < num_partitions:
+                raise InvalidPartitionsError(
+                    f"partition {partition} is not in the range [0..{num_partitions - 1}] "
+                    f"of topic {topic!r}"
+                )
+            accumulator.append_many(topic, partition, values, keys, timestamp_ms, bulk)
+        elif keys is not None and any(k is not None for k in keys):
+            by_partition: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
+            sticky = self._sticky_partition(topic, num_partitions)
+            for key, value in zip(keys, values, strict=True):
+                p = sticky if key is None else partition_for_key(key, num_partitions)
+                group = by_partition.get(p)
+                if group is None:
+                    group = by_partition[p] = ([], [])
+                group[0].append(value)
+                group[1].append(key)
+            for p, (part_values, part_keys) in by_partition.items():
+                accumulator.append_many(topic, p, part_values, part_keys, timestamp_ms, bulk)
+        else:
+            # Sticky in whole batches: one partition per batch_size worth of records.
+            per_batch = max(1, self.config.batch_size // (len(values[0] or b"") + 16))
+            for start in range(0, len(values), per_batch):
+                p = self._sticky_partition(topic, num_partitions)
+                chunk = values[start : start + per_batch]
+                accumulator.append_many(topic, p, chunk, None, timestamp_ms, bulk)
+                self._next_sticky(topic, num_partitions, p)
+        self._sender.wakeup()
+        return bulk
+
+    def _check_size(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
+        size = (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+        if size > self.config.max_request_size or size > self.config.buffer_memory:
+            raise RecordTooLargeError(
+                f"a record of {size} bytes is larger than max_request_size "
+                f"({self.config.max_request_size}) or buffer_memory ({self.config.buffer_memory})"
+            )
+
+    def _num_partitions(self, topic: str) -> int:
+        info = self._metadata.cached(topic)
+        if info is None:
+            info = self._metadata.topic(topic)
+        return info.num_partitions
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return list(range(self._metadata.topic(topic).num_partitions))
+
+    def _sticky_partition(self, topic: str, num_partitions: int) -> int:
+        partition = self._sticky.get(topic)
+        if partition is None:
+            with self._sticky_lock:
+                partition = self._sticky.setdefault(topic, random.randrange(num_partitions))
+        return partition
+
+    def _next_sticky(self, topic: str, num_partitions: int, previous: int) -> int:
+        """Move the topic's sticky partition off `previous` (another thread may already have)."""
+        with self._sticky_lock:
+            current = self._sticky.get(topic, previous)
+            if current == previous:
+                if num_partitions > 1:
+                    current = random.randrange(num_partitions - 1)
+                    current += current >= previous  # any partition but the previous one
+                self._sticky[topic] = current
+            return current
+
+    # -- completing -------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything queued now (ignoring linger_ms) and wait until each record has
+        completed, successfully or not. Raises TimeoutError if `timeout` passes first."""
+        batches = self._accumulator.begin_flush()
+        try:
+            self._sender.wakeup()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for batch in batches:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    batch.result.wait(remaining)
+                except TimeoutError:
+                    raise TimeoutError(f"flush did not complete within {timeout} s") from None
+                except SeglogError:
+                    pass  # the record's own future reports it
+        finally:
+            self._accumulator.end_flush()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued, wait up to `timeout` (forever when None), then stop; records
+        still unsent after that fail with an error on their futures."""
+        if self._closed:
+            return
+        self._closed = True
+        self._accumulator.begin_close()
+        self._sender.initiate_close(force=timeout == 0)
+        self._sender.join(timeout)
+        if self._sender.is_alive():
+            self._sender.initiate_close(force=True)
+            self._sender.join()
+        self._pool.close()
+        self._client.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def metrics(self) -> dict[str, int]:
+        return {
+            "buffer_available_bytes": self._pool.available_bytes,
+            "waiting_threads": self._pool.queued_waiters,
+            "requests_in_flight": self._sender.in_flight_requests,
+        }

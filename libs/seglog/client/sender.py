@@ -1,0 +1,245 @@
+"""The producer's sender thread: drains the accumulator into Produce requests, one per leader
+node and topic, keeps up to `max_in_flight_requests_per_connection` in flight per node, and
+settles each batch when its answer comes back.
+
+Answers arrive on gRPC's threads and are queued; the sender thread handles them itself, so the
+accumulator's deques and the callbacks are only ever touched from here (callbacks run on the
+sender thread, as in Kafka's producer: keep them short).
+
+Per batch: success resolves its futures with offsets counted from the partition's base offset;
+a retriable error (leader moved or down, node restarting, timeout) puts it back at the front of
+its partition to retry after `retry_backoff_ms`, refreshing metadata first when the leader may
+have changed; anything else, or `retries` used up, or `delivery_timeout_ms` passed, fails it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+import grpc
+
+from ..errors import (
+    LeaderNotAvailableError,
+    NodeUnavailableError,
+    NotLeaderError,
+    RequestTimedOutError,
+    SeglogError,
+    UnknownTopicOrPartitionError,
+)
+from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import common_pb2, gateway_pb2_grpc
+from .accumulator import ProducerBatch, ProduceRequestPlan, RecordAccumulator
+from .config import ProducerConfig
+from .metadata import Metadata
+
+logger = logging.getLogger(__name__)
+
+# Errors after which the client's view of leaders may be wrong.
+_METADATA_ERRORS = (
+    NotLeaderError,
+    LeaderNotAvailableError,
+    NodeUnavailableError,
+    UnknownTopicOrPartitionError,
+)
+_IDLE_WAIT_S = 0.1
+
+
+class Sender(threading.Thread):
+    def __init__(
+        self,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: Metadata,
+        stub: gateway_pb2_grpc.GatewayStub,
+    ) -> None:
+        super().__init__(name=f"{config.client_id}-sender", daemon=True)
+        self.config = config
+        self.accumulator = accumulator
+        self.metadata = metadata
+        self.stub = stub
+        self._wakeup = threading.Event()
+        self._answers: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._in_flight: dict[int, int] = {}
+        self._running = True
+        self._force_close = False
+        self._request_timeout_s = config.request_timeout_ms / 1000
+        self._metadata_retry_at_s = 0.0
+
+    def wakeup(self) -> None:
+        self._wakeup.set()
+
+    def initiate_close(self, *, force: bool) -> None:
+        """Stop after what is queued is sent (or at once, failing it, when `force`)."""
+        self._force_close = self._force_close or force
+        self._running = False
+        self.wakeup()
+
+    @property
+    def in_flight_requests(self) -> int:
+        return sum(self._in_flight.values())
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while self._running:
+            self._run_once()
+        while not self._force_close and (
+            self.accumulator.has_undrained() or self.in_flight_requests
+        ):
+            self._run_once()
+        for batch in self.accumulator.abort_all():
+            self._fail(batch, SeglogError("the producer was closed before the batch was sent"))
+        while self.in_flight_requests:
+            self._handle_answers(block_s=self._request_timeout_s)
+
+    def _run_once(self) -> None:
+        self._handle_answers(block_s=0)
+        now = time.monotonic()
+        for batch in self.accumulator.expired(now):
+            self._fail(batch, _delivery_timeout(batch, self.config))
+        ready_nodes, wait_s, unknown = self.accumulator.ready(now)
+        if unknown and now >= self._metadata_retry_at_s:
+            error = self.metadata.try_refresh(unknown)
+            if error is not None:
+                logger.warning("metadata refresh for %s failed: %s", sorted(unknown), error)
+                self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
+        stale = [t for t in self._topics_needing_refresh() if now >= self._metadata_retry_at_s]
+        if stale and self.metadata.try_refresh(stale) is not None:
+            self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
+        limit = self.config.max_in_flight_requests_per_connection
+        for node_id in ready_nodes:
+            if self._in_flight.get(node_id, 0) >= limit:
+                continue
+            for plan in self.accumulator.drain(node_id, now):
+                self._send(plan)
+        if self._wakeup.wait(min(wait_s, _IDLE_WAIT_S) if self._answers.empty() else 0):
+            self._wakeup.clear()
+
+    def _topics_needing_refresh(self) -> list[str]:
+        return [t for t in self.accumulator.topics() if self.metadata.needs_refresh(t)]
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _send(self, plan: ProduceRequestPlan) -> None:
+        info = self.metadata.cached(plan.topic)
+        request = common_pb2.ProduceRequest(
+            topic=plan.topic, acks=self.config.acks, timeout_ms=self.config.request_timeout_ms
+        )
+        for partition, batches in plan.batches.items():
+            epoch = info.partitions[partition].leader_epoch if info is not None else -1
+            request.partitions.add(
+                partition=partition,
+                records=b"".join(batch.data for batch in batches),  # type: ignore[misc]
+                current_leader_epoch=epoch,
+            )
+        self._in_flight[plan.node_id] = self._in_flight.get(plan.node_id, 0) + 1
+        call = self.stub.Produce.future(request, timeout=self._request_timeout_s)
+        if self.config.acks == 0:
+            # Nobody waits for an answer: the records count as sent now, as in Kafka.
+            for partition, batches in plan.batches.items():
+                for batch in batches:
+                    self._succeed(batch, -1, -1)
+                self.accumulator.unmute(plan.topic, partition)
+            call.add_done_callback(lambda _: self._post(lambda: self._request_done(plan.node_id)))
+            return
+        call.add_done_callback(lambda answered: self._post(lambda: self._on_answer(plan, answered)))
+
+    def _post(self, handler: Callable[[], None]) -> None:
+        self._answers.put(handler)
+        self._wakeup.set()
+
+    def _handle_answers(self, block_s: float) -> None:
+        try:
+            handler = self._answers.get(timeout=block_s) if block_s else self._answers.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            handler()
+            try:
+                handler = self._answers.get_nowait()
+            except queue.Empty:
+                return
+
+    def _request_done(self, node_id: int) -> None:
+        self._in_flight[node_id] -= 1
+
+    def _on_answer(self, plan: ProduceRequestPlan, call: grpc.Future) -> None:
+        self._request_done(plan.node_id)
+        now = time.monotonic()
+        try:
+            response = call.result()
+        except grpc.RpcError as exc:
+            error = error_from_rpc(exc)
+            for partition, batches in plan.batches.items():
+                self._settle_failed(plan.topic, partition, batches, error, now)
+            return
+        answered = set()
+        for result in response.partitions:
+            batches = plan.batches.get(result.partition)
+            if batches is None or result.partition in answered:
+                continue
+            answered.add(result.partition)
+            if result.error:
+                error = error_from_code(result.error, result.error_message)
+                self._settle_failed(plan.topic, result.partition, batches, error, now)
+                continue
+            base_offset = result.base_offset
+            for batch in batches:
+                self._succeed(batch, base_offset, result.log_append_time_ms)
+                base_offset += batch.record_count
+            self.accumulator.unmute(plan.topic, result.partition)
+        for partition, batches in plan.batches.items():
+            if partition not in answered:
+                error = SeglogError(f"no answer for {plan.topic}-{partition} in the response")
+                self._settle_failed(plan.topic, partition, batches, error, now)
+
+    def _settle_failed(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[ProducerBatch],
+        error: SeglogError,
+        now_s: float,
+    ) -> None:
+        if isinstance(error, _METADATA_ERRORS):
+            self.metadata.invalidate(topic)
+        timeout_s = self.config.delivery_timeout_ms / 1000
+        # Batches are in partition order, oldest first: those that may not retry form a
+        # prefix; the rest go back to the front of the partition, order intact.
+        failed = 0
+        for batch in batches:
+            if (
+                error.retriable
+                and not self._force_close
+                and batch.attempts < self.config.retries
+                and now_s - batch.created_s < timeout_s
+            ):
+                break
+            past_deadline = now_s - batch.created_s >= timeout_s
+            self._fail(batch, _delivery_timeout(batch, self.config) if past_deadline else error)
+            failed += 1
+        if failed < len(batches):
+            logger.debug("retrying %s-%d: %s", topic, partition, error)
+            self.accumulator.reenqueue(batches[failed:], now_s)
+        self.accumulator.unmute(topic, partition)
+
+    def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
+        batch.complete(base_offset, log_append_time_ms, None)
+        self.accumulator.completed(batch)
+
+    def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        batch.complete(-1, -1, error)
+        self.accumulator.completed(batch)
+
+
+def _delivery_timeout(batch: ProducerBatch, config: ProducerConfig) -> RequestTimedOutError:
+    age_ms = int((time.monotonic() - batch.created_s) * 1000)
+    return RequestTimedOutError(
+        f"{batch.record_count} records for {batch.topic}-{batch.partition} expired: "
+        f"{age_ms} ms since the batch was created, past delivery_timeout_ms "
+        f"({config.delivery_timeout_ms}) after {batch.attempts + 1} attempts"
+    )
