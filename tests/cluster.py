@@ -16,6 +16,13 @@ from services.storage_node.server import NodeConfig, StorageNode
 
 HEARTBEAT_MS = 100
 SESSION_TIMEOUT_MS = 1500
+# Small groups settle fast: few offsets partitions, a short first-rebalance wait, and
+# consumer sessions short enough for tests to watch one expire.
+GROUP_SETTINGS = {
+    "offsets_topic_num_partitions": 3,
+    "group_initial_rebalance_delay_ms": 200,
+    "group_min_session_timeout_ms": 100,
+}
 
 
 def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.02) -> bool:
@@ -31,7 +38,7 @@ class LocalCluster:
     def __init__(self, root: Path, nodes: int = 3, tracer_provider=None, **gateway_config) -> None:
         self.root = root
         self.tracer_provider = tracer_provider
-        self.gateway_config = gateway_config
+        self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
         self.gateway: Gateway | None = None
         self.nodes: dict[int, StorageNode] = {}
         self.node_ports: dict[int, int] = {}
@@ -78,6 +85,13 @@ class LocalCluster:
 
     def stop_node(self, node_id: int) -> None:
         self.nodes.pop(node_id).stop(grace_s=2)
+
+    def restart_gateway(self) -> Gateway:
+        """Stop the gateway and start a new one on the same port and data dir."""
+        assert self.gateway is not None
+        port = self.gateway.port
+        self.gateway.stop(grace_s=1)
+        return self.start_gateway(port)
 
     def leader_of(self, topic: str, partition: int) -> StorageNode:
         assert self.gateway is not None

@@ -61,6 +61,9 @@ class Group:
     strategy: str = ""
     members: dict[str, Member] = field(default_factory=dict)
     rebalance_deadline: float = 0.0
+    # Whether the rebalance in progress started from no assigned members: it then waits
+    # out the initial delay for more to arrive instead of completing when all have joined.
+    initial_rebalance: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,7 @@ class GroupCoordinator:
                     for m in group.members.values()
                 },
                 group.rebalance_deadline,
+                group.initial_rebalance,
             )
 
     def group_ids(self) -> list[str]:
@@ -256,7 +260,8 @@ class GroupCoordinator:
         return group, member
 
     def _begin_rebalance(self, group: Group, now: float) -> None:
-        if group.state == EMPTY and group.generation == 0 or not _has_stable_members(group):
+        group.initial_rebalance = not _has_stable_members(group)
+        if group.initial_rebalance:
             wait_s = self.config.initial_rebalance_delay_ms / 1000
         else:
             wait_s = max((m.rebalance_timeout_s for m in group.members.values()), default=0.0)
@@ -268,8 +273,7 @@ class GroupCoordinator:
         if group.state != PREPARING_REBALANCE:
             return
         everyone_joined = all(m.joining for m in group.members.values())
-        initial = group.generation == 0 or not _has_stable_members(group)
-        if (everyone_joined and not initial) or now >= group.rebalance_deadline:
+        if (everyone_joined and not group.initial_rebalance) or now >= group.rebalance_deadline:
             self._complete_rebalance(group, now)
 
     def _complete_rebalance(self, group: Group, now: float) -> None:

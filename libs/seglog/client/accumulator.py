@@ -103,7 +103,9 @@ class ProducerBatch:
         assert self.builder is not None
         return self.builder.size_in_bytes
 
-    def complete(self, base_offset: int, log_append_time_ms: int, error: BaseException | None):
+    def complete(
+        self, base_offset: int, log_append_time_ms: int, error: BaseException | None
+    ) -> None:
         """Resolve every record's future and run the callbacks, in the order sent."""
         self.result.set(base_offset, log_append_time_ms, error)
         for future, callback in self.callbacks:
@@ -296,7 +298,9 @@ class RecordAccumulator:
         plans: dict[str, ProduceRequestPlan] = {}
         size = 0
         limit = self.config.max_request_size
+        exhausted = self.pool.queued_waiters > 0
         with self._lock:
+            hurry = exhausted or self._closing or self._flushes_in_progress > 0
             for tp, dq in self._batches.items():
                 if not dq or tp in self._muted:
                     continue
@@ -310,6 +314,13 @@ class RecordAccumulator:
                 taken: list[ProducerBatch] = []
                 while dq:
                     batch = dq[0]
+                    if (
+                        batch.is_open
+                        and not hurry
+                        and not batch.is_full()
+                        and now_s - batch.created_s < self._linger_s
+                    ):
+                        break  # still filling: it goes when it lingered or fills up
                     batch_size = batch.size_in_bytes
                     if size and size + batch_size > limit:
                         break

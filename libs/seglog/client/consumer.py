@@ -274,7 +274,9 @@ class Consumer:
             if position is not None and tp in self._assigned
         }
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None):
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
+    ) -> None:
         """Commit `offsets` (default: the current positions) and wait for the answer.
         Raises CommitFailedError when the group rebalanced in between."""
         group = self._group_or_raise()

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import grpc
 
 from ..errors import SeglogError
-from ..records import Record, RecordBatch, iter_batches
+from ..records import Record, iter_batches
 from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import common_pb2, gateway_pb2_grpc
@@ -151,7 +151,7 @@ class Fetcher:
             out = [(tp, s.error) for tp, s in self.states.items() if s.error is not None]
             for tp, _ in out:
                 self.states[tp].error = None
-            return out  # type: ignore[return-value]
+            return out
 
     def collect(self, max_records: int) -> list[Record]:
         """Up to `max_records` decoded records, in fetch order, advancing positions."""
@@ -293,7 +293,7 @@ class Fetcher:
                 if failed:
                     time.sleep(backoff_s)  # a leader is down or moving: do not spin
             except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.CANCELLED:  # type: ignore[attr-defined]
+                if exc.code() != grpc.StatusCode.CANCELLED:
                     logger.debug("fetch failed: %s", error_from_rpc(exc))
                     time.sleep(backoff_s)
             finally:

@@ -137,7 +137,9 @@ class GroupMembership:
 
     # -- offsets ----------------------------------------------------------------------------
 
-    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, as_member: bool):
+    def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata], *, as_member: bool
+    ) -> None:
         """Commit; `as_member` when partitions came from the group (subscribe), else as a
         consumer that assigned itself partitions."""
         with self._lock:

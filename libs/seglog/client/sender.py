@@ -179,9 +179,9 @@ class Sender(threading.Thread):
             return
         answered = set()
         for result in response.partitions:
-            batches = plan.batches.get(result.partition)
-            if batches is None or result.partition in answered:
+            if result.partition not in plan.batches or result.partition in answered:
                 continue
+            batches = plan.batches[result.partition]
             answered.add(result.partition)
             if result.error:
                 error = error_from_code(result.error, result.error_message)

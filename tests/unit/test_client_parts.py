@@ -1,0 +1,150 @@
+"""Client and coordinator parts that need no cluster: the buffer pool, the assignors, the
+__consumer_offsets record formats, the fetcher's header walk."""
+
+import struct
+import threading
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
+from seglog.client.fetcher import next_offset_after
+from seglog.records import RecordBatchBuilder
+from services.gateway.assignors import range_assign, roundrobin_assign
+from services.gateway.offsets_store import (
+    CommittedOffset,
+    decode_offset_key,
+    decode_offset_value,
+    encode_offset_key,
+    encode_offset_value,
+    java_string_hash,
+    partition_for_group,
+)
+
+# -- buffer pool ---------------------------------------------------------------------------
+
+
+def test_pool_reuses_batch_buffers_and_accounts_for_odd_sizes():
+    pool = BufferPool(total_bytes=4096, poolable_size=1024)
+    first = pool.allocate(1024, max_block_ms=0)
+    pool.deallocate(first)
+    assert pool.allocate(1024, max_block_ms=0) is first  # from the free list
+    big = pool.allocate(2048, max_block_ms=0)  # a record larger than batch_size
+    assert len(big) == 2048 and pool.available_bytes == 1024
+    pool.deallocate(big)
+    assert pool.available_bytes == 3072
+
+
+def test_exhausted_pool_blocks_until_memory_returns_then_times_out():
+    pool = BufferPool(total_bytes=2048, poolable_size=1024)
+    held = [pool.allocate(1024, 0), pool.allocate(1024, 0)]
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(pool.allocate(1024, max_block_ms=10_000)))
+    waiter.start()
+    assert _eventually(lambda: pool.queued_waiters == 1)
+    pool.deallocate(held.pop())
+    waiter.join(10)
+    assert len(got) == 1 and len(got[0]) == 1024
+    started = time.monotonic()
+    with pytest.raises(BufferExhaustedError, match="after 50 ms"):
+        pool.allocate(1024, max_block_ms=50)
+    assert time.monotonic() - started >= 0.05
+    assert pool.queued_waiters == 0
+
+
+def test_a_buffer_larger_than_the_whole_pool_is_refused_at_once():
+    pool = BufferPool(total_bytes=1024, poolable_size=512)
+    with pytest.raises(Exception, match="larger than buffer_memory"):
+        pool.allocate(4096, max_block_ms=10_000)
+
+
+def _eventually(predicate, timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+# -- assignors -----------------------------------------------------------------------------
+
+
+def test_range_gives_contiguous_runs_extra_partitions_first():
+    subscriptions = {"c": ("t",), "a": ("t", "u"), "b": ("t",)}
+    assert range_assign(subscriptions, {"t": 7, "u": 2}) == {
+        "a": {"t": [0, 1, 2], "u": [0, 1]},
+        "b": {"t": [3, 4]},
+        "c": {"t": [5, 6]},
+    }
+
+
+def test_roundrobin_deals_partitions_skipping_unsubscribed_members():
+    subscriptions = {"a": ("t", "u"), "b": ("t",)}
+    assert roundrobin_assign(subscriptions, {"t": 3, "u": 2}) == {
+        "a": {"t": [0, 2], "u": [0, 1]},
+        "b": {"t": [1]},
+    }
+
+
+@given(
+    members=st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=6, unique=True),
+    counts=st.lists(st.integers(0, 20), min_size=1, max_size=3),
+    strategy=st.sampled_from([range_assign, roundrobin_assign]),
+)
+def test_every_partition_goes_to_exactly_one_member(members, counts, strategy):
+    partitions = {f"t{i}": n for i, n in enumerate(counts)}
+    subscriptions = {m: tuple(partitions) for m in members}
+    assignment = strategy(subscriptions, partitions)
+    owned = [(t, p) for topics in assignment.values() for t, ps in topics.items() for p in ps]
+    assert sorted(owned) == sorted((t, p) for t, n in partitions.items() for p in range(n))
+    sizes = [sum(len(ps) for ps in topics.values()) for topics in assignment.values()]
+    if strategy is roundrobin_assign:
+        assert max(sizes) - min(sizes) <= 1
+
+
+# -- __consumer_offsets formats --------------------------------------------------------------
+
+
+def test_group_partition_uses_javas_string_hash_and_kafkas_abs():
+    assert java_string_hash("hello") == 99162322  # "hello".hashCode() in Java
+    assert java_string_hash("") == 0
+    # Java's famous Integer.MIN_VALUE hash: Kafka's Utils.abs maps it to 0, not to itself.
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert partition_for_group("polygenelubricants", 50) == 0
+    assert partition_for_group("hello", 50) == 99162322 % 50
+
+
+def test_offset_key_and_value_have_kafkas_layout():
+    key = encode_offset_key("g", "orders", 3)
+    assert key == struct.pack(">h", 1) + b"\x00\x01g" + b"\x00\x06orders" + struct.pack(">i", 3)
+    value = encode_offset_value(42, 5, "meta", 1_700_000_000_000)
+    assert value == (
+        struct.pack(">hqi", 3, 42, 5) + b"\x00\x04meta" + struct.pack(">q", 1_700_000_000_000)
+    )
+    assert decode_offset_key(key) == ("g", "orders", 3)
+    assert decode_offset_value(value) == CommittedOffset(42, 5, "meta", 1_700_000_000_000)
+
+
+def test_older_offset_values_and_group_metadata_keys_are_read():
+    v1 = struct.pack(">hq", 1, 9) + b"\x00\x00" + struct.pack(">qq", 111, 222)
+    assert decode_offset_value(v1) == CommittedOffset(9, -1, "", 111)
+    group_metadata_key = struct.pack(">h", 2) + b"\x00\x01g"
+    assert decode_offset_key(group_metadata_key) is None
+
+
+# -- fetcher -------------------------------------------------------------------------------
+
+
+def test_next_offset_is_read_from_the_last_whole_batch():
+    first = RecordBatchBuilder(base_offset=10)
+    for i in range(3):
+        first.append(None, b"%d" % i, 0)
+    second = RecordBatchBuilder(base_offset=13)
+    second.append(None, b"x", 0)
+    data = first.build() + second.build()
+    assert next_offset_after(data, 10) == 14
+    assert next_offset_after(data[:-5], 10) == 13  # a cut-off batch is not counted
+    assert next_offset_after(b"", 7) == 7
