@@ -1,10 +1,12 @@
 """`seglog consume TOPIC`: print records as `partition offset timestamp key value`, tab
-separated (key `null` when absent).
+separated (key `null` when absent), through the Consumer.
 
-Start: the log end (new records only, as Kafka's console consumer), `--from-beginning`,
-`--offset N` (with `--partition`), or `--timestamp MS` (the first record at or after it, found
-through the time index). Stops after `--max-messages`, after `--timeout-ms` without a new
-record, or on Ctrl-C.
+Without `--group`: the partitions are assigned directly and reading starts at the log end
+(new records only, as Kafka's console consumer), `--from-beginning`, `--offset N` (with
+`--partition`), or `--timestamp MS` (the first record at or after it, through the time index).
+With `--group`: the consumer joins the group, starts at its committed offsets (or where
+`--from-beginning` says when it has none) and commits as it goes.
+Stops after `--max-messages`, after `--timeout-ms` without a new record, or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import sys
 import time
 from typing import TextIO
 
-from ..client.gateway import EARLIEST, LATEST, FetchPosition, GatewayClient
-from ..errors import InvalidRequestError, OffsetOutOfRangeError
-from ..records import iter_records
-from ..rpc.status import error_from_code
+from ..client.consumer import Consumer
+from ..client.structs import TopicPartition
+from ..errors import InvalidRequestError
+from .options import parse_properties
 
 
 def add_parser(
@@ -30,8 +32,16 @@ def add_parser(
     start.add_argument("--offset", type=int, help="start offset (needs --partition)")
     start.add_argument("--timestamp", type=int, help="start at the first record >= this ms")
     consume.add_argument("--partition", type=int, help="read only this partition")
+    consume.add_argument("--group", help="read as a member of this consumer group")
     consume.add_argument("--max-messages", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, help="stop when no record arrived for this long")
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any consumer setting, Kafka's name (repeatable), e.g. fetch.max.wait.ms=100",
+    )
     consume.set_defaults(handler=consume_records)
 
 
@@ -39,76 +49,74 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
-def start_offsets(client: GatewayClient, args: argparse.Namespace) -> dict[int, int]:
-    description = client.describe_topic(args.topic)
-    partitions = [p.partition for p in description.partitions]
-    if args.partition is not None:
-        if args.partition not in partitions:
-            raise InvalidRequestError(
-                f"--partition {args.partition}: {args.topic} has partitions "
-                f"0..{len(partitions) - 1}"
-            )
-        partitions = [args.partition]
-    if args.offset is not None:
-        if args.partition is None:
+def _open(args: argparse.Namespace) -> Consumer:
+    config: dict[str, object] = {
+        "auto_offset_reset": "earliest" if args.from_beginning else "latest",
+        **parse_properties(args.property),
+    }
+    if args.group is not None:
+        if args.partition is not None or args.offset is not None or args.timestamp is not None:
+            raise InvalidRequestError("--group reads the group's share: no --partition/--offset")
+        consumer = Consumer(args.bootstrap, group_id=args.group, **config)
+        consumer.subscribe([args.topic])
+        return consumer
+    consumer = Consumer(args.bootstrap, **config)
+    try:
+        partitions = len(consumer.partitions_for(args.topic))
+        chosen = list(range(partitions))
+        if args.partition is not None:
+            if not 0 <= args.partition < partitions:
+                raise InvalidRequestError(
+                    f"--partition {args.partition}: {args.topic} has partitions 0..{partitions - 1}"
+                )
+            chosen = [args.partition]
+        if args.offset is not None and args.partition is None:
             raise InvalidRequestError("--offset needs --partition")
-        return {args.partition: args.offset}
-    if args.timestamp is not None:
-        wanted = dict.fromkeys(partitions, args.timestamp)
-    else:
-        wanted = dict.fromkeys(partitions, EARLIEST if args.from_beginning else LATEST)
-    offsets = {}
-    for partition, result in client.list_offsets(args.topic, wanted).items():
-        if result.error:
-            raise error_from_code(result.error, result.error_message)
-        if result.offset < 0:  # nothing at or after the timestamp: wait at the end
-            end = client.list_offsets(args.topic, {partition: LATEST})[partition]
-            offsets[partition] = end.offset
-        else:
-            offsets[partition] = result.offset
-    return offsets
+        tps = [TopicPartition(args.topic, p) for p in chosen]
+        consumer.assign(tps)
+        if args.offset is not None:
+            consumer.seek(tps[0], args.offset)
+        elif args.timestamp is not None:
+            found = consumer.offsets_for_times(dict.fromkeys(tps, args.timestamp))
+            late = [tp for tp, hit in found.items() if hit is None]
+            if late:
+                consumer.seek_to_end(*late)  # nothing that late: wait at the end
+            for tp, hit in found.items():
+                if hit is not None:
+                    consumer.seek(tp, hit.offset)
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer
 
 
 def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     printed = 0
-    with GatewayClient(args.bootstrap) as client:
-        offsets = start_offsets(client, args)
-        last_record = time.monotonic()
-        try:
-            while args.max_messages is None or printed < args.max_messages:
-                positions = [FetchPosition(args.topic, p, o) for p, o in sorted(offsets.items())]
-                got = False
-                for message in client.fetch(positions, max_wait_ms=500):
-                    if message.error:
-                        error = error_from_code(message.error, message.error_message)
-                        if isinstance(error, OffsetOutOfRangeError):
-                            raise error
-                        continue
-                    for record in iter_records(message.records):
-                        if record.offset < offsets[message.partition]:
-                            continue
-                        print(
-                            f"{message.partition}\t{record.offset}\t{record.timestamp_ms}\t"
-                            f"{_text(record.key)}\t{_text(record.value)}",
-                            file=out,
-                        )
-                        offsets[message.partition] = record.offset + 1
-                        printed += 1
-                        got = True
-                        if args.max_messages is not None and printed >= args.max_messages:
-                            break
-                    if args.max_messages is not None and printed >= args.max_messages:
-                        break
-                out.flush()
-                if got:
-                    last_record = time.monotonic()
-                elif (
-                    args.timeout_ms is not None
-                    and (time.monotonic() - last_record) * 1000 >= args.timeout_ms
-                ):
-                    break
-        except KeyboardInterrupt:
-            pass
+    consumer = _open(args)
+    last_record = time.monotonic()
+    try:
+        while args.max_messages is None or printed < args.max_messages:
+            wanted = None if args.max_messages is None else args.max_messages - printed
+            records = consumer.poll(timeout_ms=200, max_records=wanted)
+            for record in records:
+                print(
+                    f"{record.partition}\t{record.offset}\t{record.timestamp_ms}\t"
+                    f"{_text(record.key)}\t{_text(record.value)}",
+                    file=out,
+                )
+            printed += len(records)
+            out.flush()
+            if records:
+                last_record = time.monotonic()
+            elif (
+                args.timeout_ms is not None
+                and (time.monotonic() - last_record) * 1000 >= args.timeout_ms
+            ):
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
     print(f"Processed a total of {printed} messages", file=sys.stderr)
     return 0

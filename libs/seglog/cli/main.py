@@ -7,7 +7,7 @@ import sys
 
 from ..client.gateway import default_bootstrap
 from ..errors import SeglogError
-from . import consume, produce, topics
+from . import consume, groups, perf, produce, topics
 from .dump import main_dump
 
 
@@ -30,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_parser(sub, common)
     produce.add_parser(sub, common)
     consume.add_parser(sub, common)
+    groups.add_parser(sub, common)
+    perf.add_parser(sub, common)
     return parser
 
 

@@ -1,6 +1,29 @@
-"""Python clients for seglog's gateway."""
+"""Python clients for seglog: Producer, Consumer and Admin, with Kafka's settings and
+guarantees; GatewayClient is the thin typed layer under them."""
 
-from .gateway import GatewayClient
+from .admin import Admin
+from .consumer import Consumer, NoOffsetForPartitionError
+from .futures import BatchMetadata, RecordMetadata
+from .gateway import EARLIEST, LATEST, GatewayClient
+from .membership import CommitFailedError
 from .partitioner import murmur2, partition_for_key
+from .producer import Producer
+from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
-__all__ = ["GatewayClient", "murmur2", "partition_for_key"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "BatchMetadata",
+    "CommitFailedError",
+    "Consumer",
+    "GatewayClient",
+    "NoOffsetForPartitionError",
+    "OffsetAndMetadata",
+    "OffsetAndTimestamp",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "murmur2",
+    "partition_for_key",
+]

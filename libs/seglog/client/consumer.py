@@ -99,6 +99,9 @@ class Consumer:
         self._manual = False
         self._set_assignment(set())
 
+    def partitions_for(self, topic: str) -> list[int]:
+        return list(range(self._metadata.topic(topic).num_partitions))
+
     def assignment(self) -> set[TopicPartition]:
         return set(self._assigned)
 

@@ -1,0 +1,194 @@
+"""Admin: topics, offsets, the cluster, and consumer groups with their committed offsets and
+lag — what Kafka's AdminClient and kafka-consumer-groups.sh answer.
+
+    with Admin(bootstrap="127.0.0.1:7070") as admin:
+        admin.create_topic("orders", num_partitions=6, configs={"retention.ms": "86400000"})
+        for tp, lag in admin.list_group_offsets("billing").items(): ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from ..errors import SeglogError
+from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import gateway_pb2, groups_pb2, groups_pb2_grpc
+from .gateway import EARLIEST, LATEST, GatewayClient
+from .structs import OffsetAndTimestamp, TopicPartition
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    group_id: str
+    state: str
+    member_count: int
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    client_id: str
+    client_host: str
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    generation: int
+    assignment_strategy: str
+    members: tuple[MemberDescription, ...]
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """A group's position in one partition: lag = log end offset - committed offset."""
+
+    committed: int
+    log_end_offset: int
+    lag: int
+    metadata: str = ""
+
+
+class Admin:
+    def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self._client = GatewayClient(bootstrap, timeout_s=timeout_s)
+        self._groups = groups_pb2_grpc.GroupCoordinatorStub(self._client._channel)
+        self.timeout_s = timeout_s
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- topics and cluster ----------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        self._client.create_topic(
+            name, num_partitions, replication_factor, configs, validate_only=validate_only
+        )
+
+    def delete_topic(self, name: str) -> None:
+        self._client.delete_topic(name)
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        return [t.name for t in self._client.list_topics(include_internal)]
+
+    def describe_topics(self, names: Iterable[str] = ()) -> list[gateway_pb2.TopicDescription]:
+        return self._client.describe_topics(names)
+
+    def describe_cluster(self) -> gateway_pb2.DescribeClusterResponse:
+        return self._client.describe_cluster()
+
+    def list_offsets(
+        self, specs: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        """Per partition: EARLIEST, LATEST or a timestamp in ms -> (offset, timestamp); offset
+        -1 when no record is as late as the timestamp."""
+        by_topic: dict[str, dict[int, int]] = {}
+        for tp, spec in specs.items():
+            by_topic.setdefault(tp.topic, {})[tp.partition] = spec
+        out: dict[TopicPartition, OffsetAndTimestamp] = {}
+        for topic, wanted in by_topic.items():
+            for partition, result in self._client.list_offsets(topic, wanted).items():
+                if result.error:
+                    raise error_from_code(result.error, result.error_message)
+                out[TopicPartition(topic, partition)] = OffsetAndTimestamp(
+                    result.offset, result.timestamp
+                )
+        return out
+
+    # -- groups ------------------------------------------------------------------------------
+
+    def _call(self, method: str, request: object) -> object:
+        try:
+            response = getattr(self._groups, method)(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        error = getattr(response, "error", 0)
+        if error:
+            raise error_from_code(error, response.error_message)
+        return response
+
+    def list_groups(self) -> list[GroupListing]:
+        response = self._call("ListGroups", groups_pb2.ListGroupsRequest())
+        return [
+            GroupListing(g.group_id, g.state, g.member_count)
+            for g in response.groups  # type: ignore[attr-defined]
+        ]
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        request = groups_pb2.DescribeGroupsRequest(group_ids=list(group_ids))
+        response = self._call("DescribeGroups", request)
+        out = []
+        for g in response.groups:  # type: ignore[attr-defined]
+            if g.error:
+                raise error_from_code(g.error, g.error_message)
+            members = tuple(
+                MemberDescription(
+                    m.member_id,
+                    m.client_id,
+                    m.client_host,
+                    frozenset(
+                        TopicPartition(tp.topic, p) for tp in m.assignment for p in tp.partitions
+                    ),
+                )
+                for m in g.members
+            )
+            out.append(
+                GroupDescription(
+                    g.group_id, g.state, g.generation_id, g.assignment_strategy, members
+                )
+            )
+        return out
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        (description,) = self.describe_groups([group_id])
+        return description
+
+    def list_group_offsets(self, group_id: str) -> dict[TopicPartition, GroupOffset]:
+        """Every partition the group has committed, with the log end offset and the lag."""
+        response = self._call("FetchOffsets", groups_pb2.FetchOffsetsRequest(group_id=group_id))
+        committed = {
+            TopicPartition(o.topic, o.partition): o
+            for o in response.offsets  # type: ignore[attr-defined]
+        }
+        if not committed:
+            return {}
+        try:
+            ends = self.list_offsets(dict.fromkeys(committed, LATEST))
+        except SeglogError:
+            ends = {}
+        out = {}
+        for tp, entry in sorted(committed.items()):
+            end = ends[tp].offset if tp in ends else -1
+            lag = max(end - entry.offset, 0) if end >= 0 else -1
+            out[tp] = GroupOffset(entry.offset, end, lag, entry.metadata)
+        return out
+
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Admin",
+    "GroupDescription",
+    "GroupListing",
+    "GroupOffset",
+    "MemberDescription",
+]

@@ -1,0 +1,113 @@
+"""Admin and the client-backed CLI commands (produce, consume --group, groups, perf) against
+an in-process cluster, through `seglog.cli.main.main`."""
+
+import io
+import sys
+
+from seglog.cli.main import main
+from seglog.client.admin import EARLIEST, LATEST, Admin, GroupOffset
+from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import OffsetAndTimestamp, TopicPartition
+
+
+def run(cluster, capsys, monkeypatch, *argv, stdin=b""):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main([*argv, "--bootstrap", cluster.address])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_admin_topics_offsets_groups_and_lag(cluster):
+    with Admin(cluster.address) as admin:
+        admin.create_topic("audit", 2, configs={"retention.ms": "3600000"})
+        assert admin.list_topics() == ["audit"]
+        with Producer(cluster.address) as producer:
+            for i in range(10):
+                producer.send("audit", b"%d" % i, partition=0, timestamp_ms=1000 + i)
+        tp0, tp1 = TopicPartition("audit", 0), TopicPartition("audit", 1)
+        assert admin.list_offsets({tp0: EARLIEST, tp1: LATEST, TopicPartition("audit", 0): 1004})[
+            tp0
+        ] == OffsetAndTimestamp(4, 1004)
+        with Consumer(cluster.address, group_id="auditors", enable_auto_commit=False) as consumer:
+            consumer.assign([tp0])
+            consumer.commit({tp0: 6})
+        assert [g.group_id for g in admin.list_groups()] == ["auditors"]
+        assert admin.list_group_offsets("auditors") == {tp0: GroupOffset(6, 10, 4)}
+        description = admin.describe_group("auditors")
+        assert description.state == "Empty" and description.members == ()
+        assert "__consumer_offsets" in admin.list_topics(include_internal=True)
+        assert "__consumer_offsets" not in admin.list_topics()
+
+
+def test_cli_produce_consume_with_a_group_and_groups_describe(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("lines", 3)
+    lines = b"".join(b"k%d:v%d\n" % (i % 5, i) for i in range(40))
+    code, _, err = run(
+        cluster, capsys, monkeypatch, "produce", "lines", "--key-separator", ":", stdin=lines
+    )
+    assert code == 0 and "Produced 40 records" in err
+    code, out, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "consume",
+        "lines",
+        "--group",
+        "readers",
+        "--from-beginning",
+        "--max-messages",
+        "40",
+        "--property",
+        "heartbeat.interval.ms=100",
+    )
+    assert code == 0
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert sorted(r[4] for r in rows) == sorted(f"v{i}" for i in range(40))
+    # The group committed what it read on close: a second run has nothing left.
+    code, out, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "consume",
+        "lines",
+        "--group",
+        "readers",
+        "--timeout-ms",
+        "300",
+    )
+    assert code == 0 and out == ""
+    code, out, _ = run(cluster, capsys, monkeypatch, "groups", "list")
+    assert out.split("\t")[0] == "readers"
+    run(cluster, capsys, monkeypatch, "produce", "lines", "--partition", "2", stdin=b"late\n")
+    code, out, _ = run(cluster, capsys, monkeypatch, "groups", "describe", "readers")
+    assert code == 0 and "State: Empty" in out
+    table = [line.split() for line in out.splitlines()[1:]]
+    assert table[0][:5] == ["TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG"]
+    lags = {int(row[1]): int(row[4]) for row in table[1:]}
+    assert lags[2] == 1 and lags[0] == 0 and lags[1] == 0
+
+
+def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("load", 2)
+    code, out, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "perf",
+        "produce",
+        "load",
+        "--num-records",
+        "5000",
+        "--record-size",
+        "50",
+        "--compression",
+        "lz4",
+    )
+    assert code == 0
+    assert out.startswith("5000 records sent, ") and "ms 99th" in out
+    code, out, _ = run(
+        cluster, capsys, monkeypatch, "perf", "consume", "load", "--messages", "5000"
+    )
+    assert code == 0 and out.startswith("5000 records consumed, ")
+    assert "MB/sec" in out and "ms 50th" in out
