@@ -26,6 +26,8 @@ from .config import ProducerConfig
 from .futures import BatchResult, BulkFuture, Callback, RecordFuture
 from .metadata import Metadata
 
+_new_future = tuple.__new__
+
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
 RECORD_OVERHEAD_BYTES = 21
 
@@ -76,7 +78,7 @@ class ProducerBatch:
         builder = self.builder
         if builder is None or not builder.append(key, value, timestamp_ms, headers):
             return None
-        future = RecordFuture(
+        future = RecordFuture.of(
             self.result, self.topic, self.partition, builder.record_count - 1, timestamp_ms
         )
         if callback is not None:
@@ -185,6 +187,34 @@ class RecordAccumulator:
             future = batch.try_append(key, value, timestamp_ms, headers, callback)
             assert future is not None  # a fresh batch takes its first record whatever its size
             return future, True
+
+    def try_append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture | None:
+        """The hot path of `send`: the record into the partition's open batch, or None when
+        there is none or it is full (then `append` does the rest)."""
+        with self._lock:
+            dq = self._batches.get((topic, partition))
+            if not dq:
+                return None
+            batch = dq[-1]
+            builder = batch.builder
+            if builder is None or not builder.append(key, value, timestamp_ms, headers):
+                return None
+            future = _new_future(
+                RecordFuture,
+                (batch.result, topic, partition, builder.record_count - 1, timestamp_ms),
+            )
+            if callback is not None:
+                batch.callbacks.append((future, callback))
+            return future
 
     def append_many(
         self,

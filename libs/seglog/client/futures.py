@@ -63,31 +63,37 @@ class BatchResult:
             raise self.error
 
 
-class RecordFuture:
-    __slots__ = ("_result", "topic", "partition", "_index", "_timestamp_ms")
+class RecordFuture(tuple):  # type: ignore[type-arg]
+    """(batch result, topic, partition, index in batch, timestamp). A tuple, because `send`
+    makes one per record and a tuple is the cheapest object CPython builds."""
 
-    def __init__(
-        self, result: BatchResult, topic: str, partition: int, index: int, timestamp_ms: int
-    ) -> None:
-        self._result = result
-        self.topic = topic
-        self.partition = partition
-        self._index = index
-        self._timestamp_ms = timestamp_ms
+    __slots__ = ()
+
+    @staticmethod
+    def of(result: BatchResult, topic: str, partition: int, index: int, ts: int) -> RecordFuture:
+        return _new_tuple(RecordFuture, (result, topic, partition, index, ts))
+
+    @property
+    def topic(self) -> str:
+        return self[1]
+
+    @property
+    def partition(self) -> int:
+        return self[2]
 
     def done(self) -> bool:
-        return self._result.is_done()
+        return self[0].is_done()
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata; raises its delivery error, or TimeoutError."""
-        self._result.wait(timeout)
+        self[0].wait(timeout)
         return self._metadata()
 
     result = get
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
-            self._result.wait(timeout)
+            self[0].wait(timeout)
         except TimeoutError:
             raise
         except BaseException as exc:  # noqa: BLE001 - the delivery error is the answer
@@ -95,16 +101,23 @@ class RecordFuture:
         return None
 
     def _metadata(self) -> RecordMetadata:
-        result = self._result
-        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
-        timestamp = result.log_append_time_ms
+        result, topic, partition, index, timestamp_ms = self
+        offset = result.base_offset + index if result.base_offset >= 0 else -1
+        append_time = result.log_append_time_ms
         return RecordMetadata(
-            self.topic, self.partition, offset, self._timestamp_ms if timestamp < 0 else timestamp
+            topic, partition, offset, timestamp_ms if append_time < 0 else append_time
         )
 
     def _run_callback(self, callback: Callback) -> None:
-        error = self._result.error
+        error = self[0].error
         callback(None if error is not None else self._metadata(), error)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"RecordFuture({self.topic}-{self.partition}, {state})"
+
+
+_new_tuple = tuple.__new__
 
 
 class BulkFuture:

@@ -33,6 +33,13 @@ from .sender import Sender
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
+def _check_types(key: object, value: object) -> None:
+    if value is not None and type(value) not in _BYTES_TYPES:
+        raise TypeError(f"value must be bytes or None, not {type(value).__name__}")
+    if key is not None and type(key) not in _BYTES_TYPES:
+        raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
+
+
 class Producer:
     def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
         self.config = from_kwargs(ProducerConfig, config)
@@ -45,6 +52,9 @@ class Producer:
         self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
         self._sender = Sender(self.config, self._accumulator, self._metadata, self._client._stub)
         self._sticky: dict[str, int] = {}
+        # Plain dicts read without a lock on the hot path (a dict get is atomic in CPython).
+        self._partition_counts: dict[str, int] = {}
+        self._max_record_bytes = min(self.config.max_request_size, self.config.buffer_memory)
         self._sticky_lock = threading.Lock()
         self._closed = False
         self._sender.start()
@@ -69,42 +79,60 @@ class Producer:
         """
         if self._closed:
             raise ProducerClosedError("send after close")
-        if value is not None and type(value) not in _BYTES_TYPES:
-            raise TypeError(f"value must be bytes or None, not {type(value).__name__}")
-        if key is not None and type(key) not in _BYTES_TYPES:
-            raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
-        self._check_size(key, value, headers)
-        num_partitions = self._num_partitions(topic)
+        num_partitions = self._partition_counts.get(topic)
+        if num_partitions is None:
+            num_partitions = self._num_partitions(topic)
+        if (type(value) is not bytes and value is not None) or (
+            type(key) is not bytes and key is not None
+        ):
+            _check_types(key, value)
+        if (0 if value is None else len(value)) + (
+            0 if key is None else len(key)
+        ) > self._max_record_bytes:
+            self._check_size(key, value)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        accumulator = self._accumulator
-        if partition is None and key is None:
-            # Sticky: try the current partition without opening a batch; if it needs a new
-            # one, move on first, so the record opens the batch on the new partition.
-            partition = self._sticky_partition(topic, num_partitions)
-            future, wake = accumulator.append(
-                topic, partition, key, value, timestamp_ms, headers, callback,
-                abort_on_new_batch=True,
-            )  # fmt: skip
-            if future is None:
-                partition = self._next_sticky(topic, num_partitions, partition)
-                future, wake = accumulator.append(
+        if partition is None:
+            if key is None:
+                partition = self._sticky.get(topic)
+                if partition is None:
+                    partition = self._sticky_partition(topic, num_partitions)
+                future = self._accumulator.try_append(
                     topic, partition, key, value, timestamp_ms, headers, callback
                 )
-        else:
-            if partition is None:
-                partition = partition_for_key(bytes(key), num_partitions)  # type: ignore[arg-type]
-            elif not 0 <= partition < num_partitions:
-                raise InvalidPartitionsError(
-                    f"partition {partition} is not in the range [0..{num_partitions - 1}] "
-                    f"of topic {topic!r}"
-                )
-            future, wake = accumulator.append(
+                if future is not None:
+                    return future
+                # The sticky partition's batch is full or gone: move on, so the record
+                # opens a batch on the next partition (KIP-480).
+                future, wake = self._accumulator.append(
+                    topic, partition, key, value, timestamp_ms, headers, callback,
+                    abort_on_new_batch=True,
+                )  # fmt: skip
+                if future is None:
+                    partition = self._next_sticky(topic, num_partitions, partition)
+                    future, wake = self._accumulator.append(
+                        topic, partition, key, value, timestamp_ms, headers, callback
+                    )
+                if wake:
+                    self._sender.wakeup()
+                assert future is not None
+                return future
+            partition = partition_for_key(bytes(key), num_partitions)
+        elif not 0 <= partition < num_partitions:
+            raise InvalidPartitionsError(
+                f"partition {partition} is not in the range [0..{num_partitions - 1}] "
+                f"of topic {topic!r}"
+            )
+        future = self._accumulator.try_append(
+            topic, partition, key, value, timestamp_ms, headers, callback
+        )
+        if future is None:
+            future, wake = self._accumulator.append(
                 topic, partition, key, value, timestamp_ms, headers, callback
             )
+            if wake:
+                self._sender.wakeup()
         assert future is not None
-        if wake:
-            self._sender.wakeup()
         return future
 
     def send_many(
@@ -161,19 +189,20 @@ class Producer:
         self._sender.wakeup()
         return bulk
 
-    def _check_size(self, key: bytes | None, value: bytes | None, headers: Headers | None) -> None:
+    def _check_size(self, key: bytes | None, value: bytes | None) -> None:
         size = (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-        if size > self.config.max_request_size or size > self.config.buffer_memory:
+        if size > self._max_record_bytes:
             raise RecordTooLargeError(
                 f"a record of {size} bytes is larger than max_request_size "
                 f"({self.config.max_request_size}) or buffer_memory ({self.config.buffer_memory})"
             )
 
     def _num_partitions(self, topic: str) -> int:
-        info = self._metadata.cached(topic)
-        if info is None:
-            info = self._metadata.topic(topic)
-        return info.num_partitions
+        """The topic's partition count, fetched the first time (bounded by max_block_ms as
+        Kafka's waitOnMetadata is, through the request timeout)."""
+        count = self._metadata.topic(topic).num_partitions
+        self._partition_counts[topic] = count
+        return count
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._metadata.topic(topic).num_partitions))
