@@ -1,7 +1,8 @@
 """`make bench`: each figure beside a baseline measured in the same run, as a ratio.
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
-`python -m bench engine` or `python -m bench services` runs one group.
+`python -m bench engine`, `python -m bench services` or `python -m bench clients` runs one
+group.
 """
 
 from __future__ import annotations
@@ -226,8 +227,8 @@ def bench_codec() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench [engine] [services]`: both groups when none is named."""
-    groups = set(sys.argv[1:] if argv is None else argv) or {"engine", "services"}
+    """`python -m bench [engine] [services] [clients]`: every group when none is named."""
+    groups = set(sys.argv[1:] if argv is None else argv) or {"engine", "services", "clients"}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
         try:
@@ -241,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import services
 
         services.run(report)
+    if "clients" in groups:
+        from . import clients
+
+        clients.run(report)
     return 0
 
 

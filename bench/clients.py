@@ -1,0 +1,201 @@
+"""Client benchmarks: seglog's Producer and Consumer end to end through a gateway and a
+storage node (separate processes), beside confluent-kafka (librdkafka) against its in-process
+mock cluster (`test.mock.num.brokers`) doing the same work, in the same run.
+
+- produce: 100-byte records, acks=1, linger 5 ms, 16 KiB batches, one `send()` per record
+  (and, without a baseline of its own, `send_many`), no compression, then lz4 and zstd.
+- consume: the same count of 100-byte records read back in a poll loop that touches every
+  value. librdkafka's mock cluster keeps only a few MiB per partition, so the read-back count
+  is small (SEGLOG_BENCH_CONSUME_RECORDS, default 40 000) and each side takes its best of 5.
+
+SEGLOG_BENCH_PRODUCE_RECORDS sets the produce count (default 1 000 000).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import confluent_kafka
+
+from seglog.client.admin import Admin
+from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from services.processes import ServerProcess, gateway_process, node_process
+
+PRODUCE_RECORDS = int(os.environ.get("SEGLOG_BENCH_PRODUCE_RECORDS", 1_000_000))
+CONSUME_RECORDS = int(os.environ.get("SEGLOG_BENCH_CONSUME_RECORDS", 40_000))
+PARTITIONS = 4  # what the mock cluster auto-creates
+VALUE = b"v" * 100
+PRODUCER_SETTINGS = {"acks": 1, "linger_ms": 5, "batch_size": 16384}
+
+
+def _confluent_produce(records: int, compression: str) -> tuple[float, confluent_kafka.Producer]:
+    producer = confluent_kafka.Producer(
+        {
+            "test.mock.num.brokers": 1,
+            "acks": 1,
+            "linger.ms": 5,
+            "batch.size": 16384,
+            "compression.type": compression,
+            "log_level": 3,
+        }
+    )
+    producer.list_topics(timeout=10)
+    produce = producer.produce
+    start = time.perf_counter()
+    for _ in range(records):
+        while True:
+            try:
+                produce("bench", VALUE)
+                break
+            except BufferError:
+                producer.poll(0.001)  # the local queue is full: let librdkafka drain it
+    producer.flush()
+    return time.perf_counter() - start, producer
+
+
+def _confluent_consume(mock: confluent_kafka.Producer, records: int) -> float:
+    metadata = mock.list_topics("bench", timeout=10)
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition("bench", p, confluent_kafka.OFFSET_BEGINNING)
+            for p in range(PARTITIONS)
+        ]
+    )
+    count = 0
+    size = 0
+    start = time.perf_counter()
+    deadline = time.monotonic() + 60
+    while count < records and time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None or message.error():
+            continue
+        size += len(message.value())
+        count += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    if count < records:
+        raise RuntimeError(f"the mock cluster gave back {count} of {records} records")
+    return elapsed
+
+
+def _seglog_produce(bootstrap: str, topic: str, records: int, compression: str) -> float:
+    with Producer(bootstrap, compression_type=compression, **PRODUCER_SETTINGS) as producer:
+        producer.send(topic, VALUE).get(timeout=30)  # metadata and connection warm
+        send = producer.send
+        start = time.perf_counter()
+        for _ in range(records):
+            send(topic, VALUE)
+        producer.flush()
+        return time.perf_counter() - start
+
+
+def _seglog_produce_many(bootstrap: str, topic: str, records: int) -> float:
+    values = [VALUE] * 10_000
+    with Producer(bootstrap, **PRODUCER_SETTINGS) as producer:
+        producer.send(topic, VALUE).get(timeout=30)
+        start = time.perf_counter()
+        for _ in range(records // len(values)):
+            producer.send_many(topic, values)
+        producer.flush()
+        return time.perf_counter() - start
+
+
+def _seglog_consume(bootstrap: str, topic: str, records: int) -> float:
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        count = 0
+        size = 0
+        start = time.perf_counter()
+        deadline = time.monotonic() + 60
+        while count < records and time.monotonic() < deadline:
+            for record in consumer.poll(timeout_ms=1000):
+                size += len(record.value)  # type: ignore[arg-type]
+                count += 1
+        elapsed = time.perf_counter() - start
+    if count < records:
+        raise RuntimeError(f"read back {count} of {records} records")
+    return elapsed
+
+
+def _best(runs: int, fn: Callable[[], float]) -> float:
+    return min(fn() for _ in range(runs))
+
+
+def run(report) -> None:  # type: ignore[no-untyped-def]
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-clients-") as tmp:
+        root = Path(tmp)
+        gateway = gateway_process("127.0.0.1:0", root / "gateway")
+        processes: list[ServerProcess] = [gateway]
+        try:
+            gateway.start()
+            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
+            processes.append(node)
+            node.start()
+            with Admin(gateway.address) as admin:
+                deadline = time.monotonic() + 30
+                while not admin.describe_cluster().nodes:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the storage node never registered")
+                    time.sleep(0.05)
+                for name in ("produce-none", "produce-lz4", "produce-zstd", "many", "readback"):
+                    admin.create_topic(name, PARTITIONS)
+
+            mock_elapsed = {}
+            for codec in ("none", "lz4", "zstd"):
+                elapsed, mock = _confluent_produce(PRODUCE_RECORDS, codec)
+                mock_elapsed[codec] = elapsed
+                if codec == "none":
+                    # Read back from a fresh mock topic small enough to be kept whole.
+                    # It loses a few of the first records to the topic's auto-creation:
+                    # produce a margin more than is read.
+                    _, small = _confluent_produce(CONSUME_RECORDS * 5 // 4, "none")
+                    consume_base = _best(5, lambda m=small: _confluent_consume(m, CONSUME_RECORDS))
+                del mock
+            for codec in ("none", "lz4", "zstd"):
+                elapsed = _seglog_produce(
+                    gateway.address, f"produce-{codec}", PRODUCE_RECORDS, codec
+                )
+                report(
+                    f"producer send(), 100 B, {codec} (k rec/s)",
+                    PRODUCE_RECORDS / elapsed / 1e3,
+                    PRODUCE_RECORDS / mock_elapsed[codec] / 1e3,
+                    "k rec/s",
+                    0.5,
+                )
+            elapsed = _seglog_produce_many(gateway.address, "many", PRODUCE_RECORDS)
+            report(
+                "producer send_many(), 100 B, none (k rec/s)",
+                PRODUCE_RECORDS / elapsed / 1e3,
+                PRODUCE_RECORDS / mock_elapsed["none"] / 1e3,
+                "k rec/s",
+                None,
+            )
+            _seglog_produce(gateway.address, "readback", CONSUME_RECORDS, "none")
+            consume = _best(
+                5, lambda: _seglog_consume(gateway.address, "readback", CONSUME_RECORDS)
+            )
+            report(
+                f"consumer poll loop, {CONSUME_RECORDS} x 100 B (k rec/s)",
+                CONSUME_RECORDS / consume / 1e3,
+                CONSUME_RECORDS / consume_base / 1e3,
+                "k rec/s",
+                2.0,
+            )
+        finally:
+            for process in reversed(processes):
+                process.stop()
