@@ -233,6 +233,23 @@ def test_local_cluster_and_cli(tmp_path):
         for partition, _offset, _ts, key, _value in rows:
             assert int(partition) == partition_for_key(key, 3)  # Kafka's keyed placement
         assert sorted(r[4] for r in rows) == sorted(b"v%d" % i for i in range(60))
+        # A consumer group with the gateway's default settings: the first join creates
+        # __consumer_offsets (50 partitions over the three nodes), the close commits.
+        grouped = run_cli(
+            "consume",
+            "lines",
+            "--group",
+            "readers",
+            "--from-beginning",
+            "--max-messages",
+            "60",
+            bootstrap=address,
+        )
+        assert grouped.returncode == 0, grouped.stderr
+        assert len(grouped.stdout.splitlines()) == 60
+        described = run_cli("groups", "describe", "readers", bootstrap=address).stdout.decode()
+        lags = [line.split()[4] for line in described.splitlines()[2:]]
+        assert lags == ["0", "0", "0"], described
 
         run_cli("produce", "lines", "--partition", "1", bootstrap=address, stdin=b"x\ny\nz\n")
         desc = run_cli("topics", "describe", "lines", bootstrap=address).stdout.decode()
