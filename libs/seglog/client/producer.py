@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
 from ..records.builder import Headers
@@ -31,6 +31,12 @@ from .partitioner import partition_for_key
 from .sender import Sender
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
+
+
+def _partition_out_of_range(topic: str, partition: int, num_partitions: int) -> NoReturn:
+    raise InvalidPartitionsError(
+        f"partition {partition} is not in the range [0..{num_partitions - 1}] of topic {topic!r}"
+    )
 
 
 def _check_types(key: object, value: object) -> None:
@@ -119,10 +125,7 @@ class Producer:
                 return future
             partition = partition_for_key(bytes(key), num_partitions)
         elif not 0 <= partition < num_partitions:
-            raise InvalidPartitionsError(
-                f"partition {partition} is not in the range [0..{num_partitions - 1}] "
-                f"of topic {topic!r}"
-            )
+            _partition_out_of_range(topic, partition, num_partitions)
         future = self._accumulator.try_append(
             topic, partition, key, value, timestamp_ms, headers, callback
         )
@@ -161,10 +164,7 @@ class Producer:
         accumulator = self._accumulator
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                raise InvalidPartitionsError(
-                    f"partition {partition} is not in the range [0..{num_partitions - 1}] "
-                    f"of topic {topic!r}"
-                )
+                _partition_out_of_range(topic, partition, num_partitions)
             accumulator.append_many(topic, partition, values, keys, timestamp_ms, bulk)
         elif keys is not None and any(k is not None for k in keys):
             by_partition: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
