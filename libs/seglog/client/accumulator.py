@@ -14,6 +14,7 @@ can never be overtaken by a later batch — per-partition order holds with
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,7 @@ from .config import ProducerConfig
 from .futures import BatchResult, BulkFuture, Callback, RecordFuture
 from .metadata import Metadata
 
+logger = logging.getLogger(__name__)
 _new_future = tuple.__new__
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
@@ -114,9 +116,7 @@ class ProducerBatch:
             try:
                 future._run_callback(callback)
             except Exception:  # noqa: BLE001 - a user callback must not stop the sender
-                import logging
-
-                logging.getLogger(__name__).exception("a producer callback raised")
+                logger.exception("a producer callback raised")
 
 
 @dataclass
@@ -148,46 +148,6 @@ class RecordAccumulator:
 
     # -- appending (caller threads) --------------------------------------------------------
 
-    def append(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int,
-        headers: Headers | None,
-        callback: Callback | None,
-        *,
-        abort_on_new_batch: bool = False,
-    ) -> tuple[RecordFuture | None, bool]:
-        """(future, wake the sender). With `abort_on_new_batch`, (None, False) when the record
-        would need a new batch: the sticky partitioner then moves on and tries again."""
-        tp = (topic, partition)
-        with self._lock:
-            future, wake = self._append_to_last(tp, key, value, timestamp_ms, headers, callback)
-            if future is not None:
-                return future, wake
-        if abort_on_new_batch:
-            return None, False
-        size = max(
-            self.config.batch_size,
-            HEADER_BYTES
-            + RECORD_OVERHEAD_BYTES
-            + _size(key)
-            + _size(value)
-            + _headers_size(headers),
-        )
-        buffer = self.pool.allocate(size, self.config.max_block_ms)
-        with self._lock:
-            future, wake = self._append_to_last(tp, key, value, timestamp_ms, headers, callback)
-            if future is not None:
-                self.pool.deallocate(buffer)  # another thread opened a batch meanwhile
-                return future, wake
-            batch = self._new_batch(tp, buffer)
-            future = batch.try_append(key, value, timestamp_ms, headers, callback)
-            assert future is not None  # a fresh batch takes its first record whatever its size
-            return future, True
-
     def try_append(
         self,
         topic: str,
@@ -198,15 +158,20 @@ class RecordAccumulator:
         headers: Headers | None,
         callback: Callback | None,
     ) -> RecordFuture | None:
-        """The hot path of `send`: the record into the partition's open batch, or None when
-        there is none or it is full (then `append` does the rest)."""
+        """The hot path of `send`: the record into the partition's open batch. None when
+        there is no open batch, or it is full, in which case it is closed here so the sender
+        ships it without waiting out linger; `append` then opens the next one."""
         with self._lock:
             dq = self._batches.get((topic, partition))
             if not dq:
                 return None
             batch = dq[-1]
             builder = batch.builder
-            if builder is None or not builder.append(key, value, timestamp_ms, headers):
+            if builder is None:
+                return None
+            # ProducerBatch.try_append, inlined: one call less per record.
+            if not builder.append(key, value, timestamp_ms, headers):
+                batch.close()
                 return None
             future = _new_future(
                 RecordFuture,
@@ -214,6 +179,40 @@ class RecordAccumulator:
             )
             if callback is not None:
                 batch.callbacks.append((future, callback))
+            return future
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture:
+        """After `try_append` found no room: a buffer from the pool (blocking up to
+        `max_block_ms`, outside the lock), then a new batch holding the record."""
+        size = max(
+            self.config.batch_size,
+            HEADER_BYTES
+            + RECORD_OVERHEAD_BYTES
+            + _size(key)
+            + _size(value)
+            + _headers_size(headers),
+        )
+        buffer = self.pool.allocate(size, self.config.max_block_ms)
+        tp = (topic, partition)
+        with self._lock:
+            dq = self._batches.get(tp)
+            if dq and dq[-1].is_open:  # another thread opened one while this one waited
+                future = dq[-1].try_append(key, value, timestamp_ms, headers, callback)
+                if future is not None:
+                    self.pool.deallocate(buffer)
+                    return future
+            batch = self._new_batch(tp, buffer)
+            future = batch.try_append(key, value, timestamp_ms, headers, callback)
+            assert future is not None  # a fresh batch takes its first record whatever its size
             return future
 
     def append_many(
@@ -258,25 +257,6 @@ class RecordAccumulator:
             buffer = self.pool.allocate(size, self.config.max_block_ms)
             with self._lock:
                 self._new_batch(tp, buffer)
-
-    def _append_to_last(
-        self,
-        tp: TopicPartition,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int,
-        headers: Headers | None,
-        callback: Callback | None,
-    ) -> tuple[RecordFuture | None, bool]:
-        dq = self._batches.get(tp)
-        if not dq:
-            return None, False
-        last = dq[-1]
-        future = last.try_append(key, value, timestamp_ms, headers, callback)
-        if future is None:
-            last.close()  # full: ready to go, and the sender should know
-            return None, True
-        return future, len(dq) > 1 or last.is_full()
 
     def _new_batch(self, tp: TopicPartition, buffer: bytearray) -> ProducerBatch:
         dq = self._batches.get(tp)

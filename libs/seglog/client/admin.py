@@ -16,7 +16,7 @@ import grpc
 from ..errors import SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import gateway_pb2, groups_pb2, groups_pb2_grpc
-from .gateway import EARLIEST, LATEST, GatewayClient
+from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
 
 
@@ -101,18 +101,7 @@ class Admin:
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Per partition: EARLIEST, LATEST or a timestamp in ms -> (offset, timestamp); offset
         -1 when no record is as late as the timestamp."""
-        by_topic: dict[str, dict[int, int]] = {}
-        for tp, spec in specs.items():
-            by_topic.setdefault(tp.topic, {})[tp.partition] = spec
-        out: dict[TopicPartition, OffsetAndTimestamp] = {}
-        for topic, wanted in by_topic.items():
-            for partition, result in self._client.list_offsets(topic, wanted).items():
-                if result.error:
-                    raise error_from_code(result.error, result.error_message)
-                out[TopicPartition(topic, partition)] = OffsetAndTimestamp(
-                    result.offset, result.timestamp
-                )
-        return out
+        return partition_offsets(self._client, specs)
 
     # -- groups ------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import Record
 from .config import ConsumerConfig, from_kwargs
 from .fetcher import Fetcher
-from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap
+from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
 from .metadata import Metadata
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -237,31 +237,18 @@ class Consumer:
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         found = self._list_offsets(
-            dict.fromkeys(map(lambda p: TopicPartition(*p), partitions), EARLIEST)
+            dict.fromkeys((TopicPartition(*p) for p in partitions), EARLIEST)
         )
         return {tp: offset for tp, (offset, _) in found.items()}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        found = self._list_offsets(
-            dict.fromkeys(map(lambda p: TopicPartition(*p), partitions), LATEST)
-        )
+        found = self._list_offsets(dict.fromkeys((TopicPartition(*p) for p in partitions), LATEST))
         return {tp: offset for tp, (offset, _) in found.items()}
 
     def _list_offsets(
         self, targets: Mapping[TopicPartition, int]
-    ) -> dict[TopicPartition, tuple[int, int]]:
-        by_topic: dict[str, dict[int, int]] = {}
-        for tp, ts in targets.items():
-            by_topic.setdefault(tp.topic, {})[tp.partition] = ts
-        out: dict[TopicPartition, tuple[int, int]] = {}
-        for topic, wanted in by_topic.items():
-            for partition, result in self._client.list_offsets(topic, wanted).items():
-                if result.error:
-                    from ..rpc.status import error_from_code
-
-                    raise error_from_code(result.error, result.error_message)
-                out[TopicPartition(topic, partition)] = (result.offset, result.timestamp)
-        return out
+    ) -> dict[TopicPartition, OffsetAndTimestamp]:
+        return partition_offsets(self._client, targets)
 
     # -- committing --------------------------------------------------------------------------
 

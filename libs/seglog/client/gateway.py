@@ -13,6 +13,7 @@ from ..errors import SeglogError
 from ..rpc.channels import open_channel
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from .structs import OffsetAndTimestamp, TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
 LATEST = -1
@@ -149,6 +150,25 @@ class GatewayClient:
             request.partitions.add(topic=topic, partition=partition, timestamp=timestamp)
         response = self._call("ListOffsets", request)
         return {r.partition: r for r in response.partitions}  # type: ignore[attr-defined]
+
+
+def partition_offsets(
+    client: GatewayClient, specs: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, OffsetAndTimestamp]:
+    """ListOffsets across topics: per partition EARLIEST, LATEST or a timestamp in ms ->
+    (offset, timestamp), offset -1 when no record is that late; a partition's error raises."""
+    by_topic: dict[str, dict[int, int]] = {}
+    for tp, spec in specs.items():
+        by_topic.setdefault(tp.topic, {})[tp.partition] = spec
+    out: dict[TopicPartition, OffsetAndTimestamp] = {}
+    for topic, wanted in by_topic.items():
+        for partition, result in client.list_offsets(topic, wanted).items():
+            if result.error:
+                raise error_from_code(result.error, result.error_message)
+            out[TopicPartition(topic, partition)] = OffsetAndTimestamp(
+                result.offset, result.timestamp
+            )
+    return out
 
 
 def _raise_first(results: Iterable[gateway_pb2.TopicResult]) -> None:

@@ -110,32 +110,19 @@ class Producer:
                     return future
                 # The sticky partition's batch is full or gone: move on, so the record
                 # opens a batch on the next partition (KIP-480).
-                future, wake = self._accumulator.append(
-                    topic, partition, key, value, timestamp_ms, headers, callback,
-                    abort_on_new_batch=True,
-                )  # fmt: skip
-                if future is None:
-                    partition = self._next_sticky(topic, num_partitions, partition)
-                    future, wake = self._accumulator.append(
-                        topic, partition, key, value, timestamp_ms, headers, callback
-                    )
-                if wake:
-                    self._sender.wakeup()
-                assert future is not None
-                return future
-            partition = partition_for_key(bytes(key), num_partitions)
+                partition = self._next_sticky(topic, num_partitions, partition)
+            else:
+                partition = partition_for_key(bytes(key), num_partitions)
         elif not 0 <= partition < num_partitions:
             _partition_out_of_range(topic, partition, num_partitions)
         future = self._accumulator.try_append(
             topic, partition, key, value, timestamp_ms, headers, callback
         )
         if future is None:
-            future, wake = self._accumulator.append(
+            future = self._accumulator.append(
                 topic, partition, key, value, timestamp_ms, headers, callback
             )
-            if wake:
-                self._sender.wakeup()
-        assert future is not None
+            self._sender.wakeup()  # a batch was closed, a new one opened
         return future
 
     def send_many(

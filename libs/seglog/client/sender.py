@@ -102,14 +102,12 @@ class Sender(threading.Thread):
         for batch in self.accumulator.expired(now):
             self._fail(batch, _delivery_timeout(batch, self.config))
         ready_nodes, wait_s, unknown = self.accumulator.ready(now)
-        if unknown and now >= self._metadata_retry_at_s:
-            error = self.metadata.try_refresh(unknown)
+        refresh = unknown | {t for t in self.accumulator.topics() if self.metadata.needs_refresh(t)}
+        if refresh and now >= self._metadata_retry_at_s:
+            error = self.metadata.try_refresh(refresh)
             if error is not None:
-                logger.warning("metadata refresh for %s failed: %s", sorted(unknown), error)
+                logger.warning("metadata refresh for %s failed: %s", sorted(refresh), error)
                 self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
-        stale = [t for t in self._topics_needing_refresh() if now >= self._metadata_retry_at_s]
-        if stale and self.metadata.try_refresh(stale) is not None:
-            self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
         limit = self.config.max_in_flight_requests_per_connection
         for node_id in ready_nodes:
             if self._in_flight.get(node_id, 0) >= limit:
@@ -118,9 +116,6 @@ class Sender(threading.Thread):
                 self._send(plan)
         if self._wakeup.wait(min(wait_s, _IDLE_WAIT_S) if self._answers.empty() else 0):
             self._wakeup.clear()
-
-    def _topics_needing_refresh(self) -> list[str]:
-        return [t for t in self.accumulator.topics() if self.metadata.needs_refresh(t)]
 
     # -- requests ---------------------------------------------------------------------------
 
