@@ -17,7 +17,6 @@ batches with one vectored write; add sparse index entries.
 from __future__ import annotations
 
 import bisect
-import struct
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,17 +29,13 @@ from ..errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from ..records.batch import (
-    NO_TIMESTAMP,
-    BatchHeader,
-    stamp_log_append_time,
-)
+from ..records.batch import NO_TIMESTAMP
 from . import log_files
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
-from .segment import AppendedBatch, LogSegment
-from .validation import ValidatedRecords, validate_records
+from .segment import LogSegment
+from .validation import ValidatedRecords, assign_offsets, validate_records
 
 tracer = trace.get_tracer("seglog.storage")
 
@@ -49,7 +44,6 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 # The first 16 bytes of a batch are rewritten on append: baseOffset, batchLength,
 # partitionLeaderEpoch. The CRC starts at byte 21, so none of them are covered by it.
-_REWRITTEN_PREFIX = struct.Struct(">qii")
 
 
 @dataclass(frozen=True)
@@ -232,7 +226,7 @@ class Log:
         with self._lock:
             self._check_open()
             first_offset = self._log_end_offset
-            buffers, appended, max_timestamp = self._assign_offsets(
+            buffers, appended, max_timestamp = assign_offsets(
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
             next_offset = appended[-1].last_offset + 1
@@ -252,38 +246,6 @@ class Log:
                 len(appended),
                 total_bytes,
             )
-
-    def _assign_offsets(
-        self,
-        view: memoryview,
-        batches: list[tuple[int, BatchHeader]],
-        first_offset: int,
-        leader_epoch: int | None,
-        stamp_ms: int,
-    ) -> tuple[list[bytes | bytearray | memoryview], list[AppendedBatch], int]:
-        buffers: list[bytes | bytearray | memoryview] = []
-        appended: list[AppendedBatch] = []
-        next_offset = first_offset
-        max_timestamp = NO_TIMESTAMP
-        for pos, header in batches:
-            size = header.size_in_bytes
-            epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
-            if stamp_ms != NO_TIMESTAMP:
-                # LogAppendTime changes covered bytes: this batch is copied and re-checksummed.
-                copy = bytearray(view[pos : pos + size])
-                stamp_log_append_time(copy, 0, stamp_ms)
-                _REWRITTEN_PREFIX.pack_into(copy, 0, next_offset, header.batch_length, epoch)
-                buffers.append(copy)
-                batch_max_ts = stamp_ms
-            else:
-                buffers.append(_REWRITTEN_PREFIX.pack(next_offset, header.batch_length, epoch))
-                buffers.append(view[pos + _REWRITTEN_PREFIX.size : pos + size])
-                batch_max_ts = header.max_timestamp
-            last_offset = next_offset + header.last_offset_delta
-            appended.append(AppendedBatch(size, last_offset, batch_max_ts))
-            max_timestamp = max(max_timestamp, batch_max_ts)
-            next_offset = last_offset + 1
-        return buffers, appended, max_timestamp
 
     def _maybe_roll(
         self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int

@@ -1,5 +1,5 @@
-"""Append-path validation: every check that needs no record decoding, over a whole input,
-before any byte of it is written.
+"""The append path before the write: validation, every check that needs no record decoding,
+over a whole input, before any byte of it is written; then offset assignment.
 
 Per batch: the header (magic, lengths), the declared size against the input, recordCount
 against lastOffsetDelta, `max_message_bytes`, the CRC-32C (in C), and the batch's base and max
@@ -10,6 +10,7 @@ for old producers; that is the only path here that touches individual records.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from ..errors import (
@@ -22,13 +23,19 @@ from ..records.batch import (
     CONTROL_MASK,
     MAGIC_OFFSET,
     MAGIC_V2,
+    NO_TIMESTAMP,
     BatchHeader,
     check_crc,
     check_header,
     read_header,
+    stamp_log_append_time,
 )
 from ..records.legacy import read_message, upconvert
 from .config import LOG_APPEND_TIME, LogConfig
+from .segment import AppendedBatch
+
+# baseOffset, batchLength, partitionLeaderEpoch: the prefix an append rewrites.
+_REWRITTEN_PREFIX = struct.Struct(">qii")
 
 
 @dataclass(frozen=True)
@@ -115,3 +122,40 @@ def _upconvert_all(view: memoryview) -> bytes:
             size = message.size_in_bytes
         pos += size
     return b"".join(parts)
+
+
+def assign_offsets(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    first_offset: int,
+    leader_epoch: int | None,
+    stamp_ms: int,
+) -> tuple[list[bytes | bytearray | memoryview], list[AppendedBatch], int]:
+    """Give validated batches their offsets from `first_offset` on, without copying them:
+    per batch, a new 16-byte prefix (baseOffset, batchLength, partitionLeaderEpoch, none of
+    them under the CRC) followed by a view of the rest. With LogAppendTime the timestamps,
+    which the CRC covers, change too, so such a batch is copied and re-checksummed.
+    Returns (buffers to write in order, what each batch became, the largest timestamp)."""
+    buffers: list[bytes | bytearray | memoryview] = []
+    appended: list[AppendedBatch] = []
+    next_offset = first_offset
+    max_timestamp = NO_TIMESTAMP
+    for pos, header in batches:
+        size = header.size_in_bytes
+        epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
+        if stamp_ms != NO_TIMESTAMP:
+            # LogAppendTime changes covered bytes: this batch is copied and re-checksummed.
+            copy = bytearray(view[pos : pos + size])
+            stamp_log_append_time(copy, 0, stamp_ms)
+            _REWRITTEN_PREFIX.pack_into(copy, 0, next_offset, header.batch_length, epoch)
+            buffers.append(copy)
+            batch_max_ts = stamp_ms
+        else:
+            buffers.append(_REWRITTEN_PREFIX.pack(next_offset, header.batch_length, epoch))
+            buffers.append(view[pos + _REWRITTEN_PREFIX.size : pos + size])
+            batch_max_ts = header.max_timestamp
+        last_offset = next_offset + header.last_offset_delta
+        appended.append(AppendedBatch(size, last_offset, batch_max_ts))
+        max_timestamp = max(max_timestamp, batch_max_ts)
+        next_offset = last_offset + 1
+    return buffers, appended, max_timestamp
