@@ -108,8 +108,10 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
     victim = leaders[0]
     acked: dict[int, list[bytes]] = {p: [] for p in range(4)}
     errors: dict[int, int] = {p: 0 for p in range(4)}
-    after_kill: dict[int, int] = {p: 0 for p in range(4)}
-    killed = threading.Event()
+    # Successes counted by the phase in which their call *started*: a call that began before
+    # the kill may return after it, and must not pass for one the restarted node served.
+    phase = ["before"]
+    successes = {name: {p: 0 for p in range(4)} for name in ("before", "killed", "restarted")}
     stop = threading.Event()
 
     def produce():
@@ -118,6 +120,7 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
             while not stop.is_set() and i < 100_000:
                 for p in range(4):
                     values = [b"%d-%d-%d" % (p, i, j) for j in range(50)]
+                    started_in = phase[0]
                     try:
                         (result,) = producer.produce("events", {p: batch(values)}, timeout_ms=3000)
                     except SeglogError:
@@ -127,8 +130,7 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
                         errors[p] += 1
                         continue
                     acked[p] += values
-                    if killed.is_set():
-                        after_kill[p] += 1
+                    successes[started_in][p] += 1
                 i += 1
 
     thread = threading.Thread(target=produce)
@@ -136,13 +138,15 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
     assert wait_until(lambda: len(acked[0]) >= 2000)
     os.kill(processes.nodes[victim].pid, signal.SIGKILL)
     processes.nodes[victim].process.wait()
-    killed.set()
+    phase[0] = "killed"
     # The other node keeps serving while the victim is down.
     others = [p for p, leader in leaders.items() if leader != victim]
-    assert wait_until(lambda: all(after_kill[p] >= 20 for p in others))
+    assert wait_until(lambda: all(successes["killed"][p] >= 20 for p in others))
     assert wait_until(lambda: errors[0] > 0)
     processes.start_node(victim, processes.nodes[victim].address)
-    assert wait_until(lambda: after_kill[0] > 0, 30)  # the restarted node takes writes again
+    phase[0] = "restarted"
+    # The restarted node takes writes again.
+    assert wait_until(lambda: successes["restarted"][0] > 0, 30)
     stop.set()
     thread.join(60)
 
