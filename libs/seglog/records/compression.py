@@ -144,6 +144,9 @@ _DECOMPRESSORS: dict[int, _Codec] = {
 }
 
 
+MAX_CODEC = max(CompressionType)
+
+
 def check_codec(codec_id: int) -> CompressionType:
     try:
         return CompressionType(codec_id)

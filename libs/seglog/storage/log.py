@@ -22,14 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from opentelemetry import trace
-
 from ..errors import (
     InvalidOffsetError,
     LogClosedError,
     OffsetOutOfRangeError,
 )
 from ..records.batch import NO_TIMESTAMP
+from ..spans import EngineTracer
 from . import log_files
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
@@ -37,7 +36,7 @@ from .config import LOG_APPEND_TIME, LogConfig
 from .segment import LogSegment
 from .validation import ValidatedRecords, assign_offsets, validate_records
 
-tracer = trace.get_tracer("seglog.storage")
+tracer = EngineTracer("seglog.storage")
 
 # ListOffsets' special timestamps, as Kafka's.
 LATEST_TIMESTAMP = -1
@@ -230,7 +229,7 @@ class Log:
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
             next_offset = appended[-1].last_offset + 1
-            total_bytes = sum(b.size_in_bytes for b in appended)
+            total_bytes = len(view)  # the batches tile the validated input
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             segment.append(buffers, appended)
             self._log_end_offset = next_offset

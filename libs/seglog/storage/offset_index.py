@@ -40,16 +40,18 @@ class OffsetIndex(AbstractIndex):
         return self.entry(self._entries - 1).offset if self._entries else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
-        if self._entries and offset <= self.last_offset:
-            raise InvalidOffsetError(
-                f"attempt to append an offset ({offset}) no larger than the last offset "
-                f"appended ({self.last_offset}) to {self.path}"
-            )
-        if self._entries and position <= self.entry(self._entries - 1).position:
-            raise CorruptIndexError(
-                f"attempt to append position {position} no larger than the last position "
-                f"{self.entry(self._entries - 1).position} to {self.path}"
-            )
+        if self._entries:
+            last_relative, last_position = self._raw_entry(self._entries - 1)
+            if offset - self.base_offset <= last_relative:
+                raise InvalidOffsetError(
+                    f"attempt to append an offset ({offset}) no larger than the last offset "
+                    f"appended ({self.base_offset + last_relative}) to {self.path}"
+                )
+            if position <= last_position:
+                raise CorruptIndexError(
+                    f"attempt to append position {position} no larger than the last position "
+                    f"{last_position} to {self.path}"
+                )
         self._write_entry(self.relative_offset(offset), position)
 
     def lookup(self, target_offset: int) -> OffsetPosition:

@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from opentelemetry import trace
-
 from ..errors import CorruptIndexError
 from ..records.batch import LAST_OFFSET_DELTA_OFFSET, NO_TIMESTAMP, RecordBatch
+from ..spans import EngineTracer
 from . import log_files
 from .file_records import BatchPosition, FileRecords
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
-tracer = trace.get_tracer("seglog.storage")
+tracer = EngineTracer("seglog.storage")
 
 
 class AppendedBatch(NamedTuple):
@@ -168,23 +167,34 @@ class LogSegment:
         if self.rolling_based_timestamp is None and batches:
             self.rolling_based_timestamp = batches[0].max_timestamp
         with tracer.start_as_current_span("seglog.segment.index"):
-            for batch in batches:
-                self._index_batch(
-                    position, batch.size_in_bytes, batch.last_offset, batch.max_timestamp
-                )
-                position += batch.size_in_bytes
+            self._index_batches(position, batches)
 
-    def _index_batch(self, position: int, size: int, last_offset: int, max_timestamp: int) -> None:
-        if max_timestamp > self.max_timestamp_so_far:
+    def _index_batches(self, position: int, batches: Sequence[AppendedBatch]) -> None:
+        """Track the largest timestamp, and add an index entry (the batch's last offset and
+        position) for a batch that starts after more than `index_interval_bytes` appended
+        since the previous entry, as Kafka's LogSegment does. Runs once per appended batch:
+        the counters live in locals until the end."""
+        interval = self.index_interval_bytes
+        since_last_entry = self.bytes_since_last_index_entry
+        max_timestamp = self.max_timestamp_so_far
+        offset_of_max_timestamp = self.offset_of_max_timestamp
+        offset_index, time_index = self.offset_index, self.time_index
+        try:
+            for size, last_offset, timestamp in batches:
+                if timestamp > max_timestamp:
+                    max_timestamp, offset_of_max_timestamp = timestamp, last_offset
+                if since_last_entry > interval and not (
+                    offset_index.is_full() or time_index.is_full()
+                ):
+                    offset_index.append(last_offset, position)
+                    time_index.maybe_append(max_timestamp, offset_of_max_timestamp)
+                    since_last_entry = 0
+                since_last_entry += size
+                position += size
+        finally:
+            self.bytes_since_last_index_entry = since_last_entry
             self.max_timestamp_so_far = max_timestamp
-            self.offset_of_max_timestamp = last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes and not (
-            self.offset_index.is_full() or self.time_index.is_full()
-        ):
-            self.offset_index.append(last_offset, position)
-            self.time_index.maybe_append(self.max_timestamp_so_far, self.offset_of_max_timestamp)
-            self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += size
+            self.offset_of_max_timestamp = offset_of_max_timestamp
 
     def should_roll(
         self,
@@ -279,8 +289,9 @@ class LogSegment:
         for position, header in self.log.scan_valid_prefix(self.base_offset):
             if self.rolling_based_timestamp is None:
                 self.rolling_based_timestamp = header.max_timestamp
-            self._index_batch(
-                position, header.size_in_bytes, header.last_offset, header.max_timestamp
+            self._index_batches(
+                position,
+                (AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp),),
             )
             valid_bytes = position + header.size_in_bytes
         return self.log.truncate_to(valid_bytes)

@@ -54,14 +54,15 @@ class TimeIndex(AbstractIndex):
         `skip_full_check` lets the final entry of a rolling segment land in the slot the
         roll reserved for it.
         """
-        last = self.last_entry
-        if self._entries and offset < last.offset:
-            raise InvalidOffsetError(
-                f"attempt to append an offset ({offset}) smaller than the last offset "
-                f"appended ({last.offset}) to {self.path}"
-            )
-        if self._entries and timestamp_ms <= last.timestamp_ms:
-            return
+        if self._entries:
+            last_timestamp_ms, last_relative = self._raw_entry(self._entries - 1)
+            if offset - self.base_offset < last_relative:
+                raise InvalidOffsetError(
+                    f"attempt to append an offset ({offset}) smaller than the last offset "
+                    f"appended ({self.base_offset + last_relative}) to {self.path}"
+                )
+            if timestamp_ms <= last_timestamp_ms:
+                return
         if self._entries >= self.max_entries or (not skip_full_check and self.is_full()):
             raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
         self._write_entry(timestamp_ms, self.relative_offset(offset))

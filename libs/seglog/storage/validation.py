@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NoReturn
+
+from crc32c import crc32c
 
 from ..errors import (
     CorruptRecordError,
@@ -20,9 +23,15 @@ from ..errors import (
     RecordTooLargeError,
 )
 from ..records.batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
     CONTROL_MASK,
+    HEADER,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
+    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     BatchHeader,
     check_crc,
@@ -30,6 +39,7 @@ from ..records.batch import (
     read_header,
     stamp_log_append_time,
 )
+from ..records.compression import MAX_CODEC
 from ..records.legacy import read_message, upconvert
 from .config import LOG_APPEND_TIME, LogConfig
 from .segment import AppendedBatch
@@ -55,28 +65,66 @@ def validate_records(
     total = len(view)
     if total == 0:
         raise InvalidRecordError("empty append: no batches in the input")
+    # The loop runs once per batch on the storage node's append path: the checks are
+    # inlined comparisons, and only a batch that fails one goes through `_explain`, which
+    # names the problem.
+    unpack = HEADER.unpack_from
+    make_header = BatchHeader._make
+    max_message_bytes = config.max_message_bytes
+    check_timestamps = config.message_timestamp_type != LOG_APPEND_TIME
+    earliest = now_ms - config.message_timestamp_before_max_ms
+    latest = now_ms + config.message_timestamp_after_max_ms
     batches: list[tuple[int, BatchHeader]] = []
+    append = batches.append
     pos = 0
     while pos < total:
-        if total - pos <= MAGIC_OFFSET:
-            raise CorruptRecordError(
-                f"input ends with {total - pos} stray bytes at position {pos}: "
-                f"too short for a batch header"
+        if total - pos < HEADER_BYTES or view[pos + MAGIC_OFFSET] != MAGIC_V2:
+            if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] in (0, 1):
+                return validate_records(_upconvert_all(view), config, now_ms)
+            _explain(view, pos, config, now_ms)
+        fields = unpack(view, pos)
+        # fields: 1 batchLength, 4 crc, 5 attributes, 6 lastOffsetDelta, 7 baseTimestamp,
+        # 8 maxTimestamp, 12 recordCount
+        size = fields[1] + LOG_OVERHEAD
+        count = fields[12]
+        attributes = fields[5]
+        if (
+            fields[1] < MIN_BATCH_LENGTH
+            or pos + size > total
+            or size > max_message_bytes
+            or count <= 0
+            or count != fields[6] + 1
+            or attributes & COMPRESSION_MASK > MAX_CODEC
+            or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != fields[4]
+            or (
+                check_timestamps
+                and not attributes & CONTROL_MASK
+                and not (earliest <= fields[7] <= latest and earliest <= fields[8] <= latest)
             )
-        if view[pos + MAGIC_OFFSET] in (0, 1):
-            return validate_records(_upconvert_all(view), config, now_ms)
-        header = read_header(view, pos)
-        check_header(header, pos)
-        size = header.size_in_bytes
-        if pos + size > total:
-            raise CorruptRecordError(
-                f"batch at position {pos} declares {size} bytes but the input has "
-                f"{total - pos} left"
-            )
-        _check_batch(view, pos, header, config, now_ms)
-        batches.append((pos, header))
+        ):
+            _explain(view, pos, config, now_ms)
+        append((pos, make_header(fields)))
         pos += size
     return ValidatedRecords(view, batches, now_ms)
+
+
+def _explain(view: memoryview, pos: int, config: LogConfig, now_ms: int) -> NoReturn:
+    """Raise the error that names what is wrong with the batch at `pos`."""
+    total = len(view)
+    if total - pos <= MAGIC_OFFSET:
+        raise CorruptRecordError(
+            f"input ends with {total - pos} stray bytes at position {pos}: "
+            f"too short for a batch header"
+        )
+    header = read_header(view, pos)
+    check_header(header, pos)
+    size = header.size_in_bytes
+    if pos + size > total:
+        raise CorruptRecordError(
+            f"batch at position {pos} declares {size} bytes but the input has {total - pos} left"
+        )
+    _check_batch(view, pos, header, config, now_ms)
+    raise AssertionError(f"batch at position {pos} failed validation for no named reason")
 
 
 def _check_batch(
@@ -138,24 +186,29 @@ def assign_offsets(
     Returns (buffers to write in order, what each batch became, the largest timestamp)."""
     buffers: list[bytes | bytearray | memoryview] = []
     appended: list[AppendedBatch] = []
+    add_buffer, add_batch = buffers.append, appended.append
+    pack_prefix = _REWRITTEN_PREFIX.pack
+    new_batch = tuple.__new__  # AppendedBatch(...) without the generated __new__: once per batch
     next_offset = first_offset
     max_timestamp = NO_TIMESTAMP
     for pos, header in batches:
-        size = header.size_in_bytes
+        batch_length = header.batch_length
+        size = batch_length + LOG_OVERHEAD
         epoch = header.partition_leader_epoch if leader_epoch is None else leader_epoch
         if stamp_ms != NO_TIMESTAMP:
             # LogAppendTime changes covered bytes: this batch is copied and re-checksummed.
             copy = bytearray(view[pos : pos + size])
             stamp_log_append_time(copy, 0, stamp_ms)
-            _REWRITTEN_PREFIX.pack_into(copy, 0, next_offset, header.batch_length, epoch)
-            buffers.append(copy)
+            _REWRITTEN_PREFIX.pack_into(copy, 0, next_offset, batch_length, epoch)
+            add_buffer(copy)
             batch_max_ts = stamp_ms
         else:
-            buffers.append(_REWRITTEN_PREFIX.pack(next_offset, header.batch_length, epoch))
-            buffers.append(view[pos + _REWRITTEN_PREFIX.size : pos + size])
+            add_buffer(pack_prefix(next_offset, batch_length, epoch))
+            add_buffer(view[pos + _REWRITTEN_PREFIX.size : pos + size])
             batch_max_ts = header.max_timestamp
         last_offset = next_offset + header.last_offset_delta
-        appended.append(AppendedBatch(size, last_offset, batch_max_ts))
-        max_timestamp = max(max_timestamp, batch_max_ts)
+        add_batch(new_batch(AppendedBatch, (size, last_offset, batch_max_ts)))
+        if batch_max_ts > max_timestamp:
+            max_timestamp = batch_max_ts
         next_offset = last_offset + 1
     return buffers, appended, max_timestamp
