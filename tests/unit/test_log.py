@@ -2,8 +2,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from seglog.errors import (
@@ -12,11 +15,13 @@ from seglog.errors import (
     InvalidTimestampError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    SeglogError,
 )
 from seglog.records import CompressionType, iter_batches, iter_records
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.cleaner import Cleaner
 from seglog.storage.retention import delete_old_segments
+from seglog.storage.validation import validate_records
 from tests.conftest import make_batch
 
 
@@ -97,6 +102,28 @@ def test_bad_input_raises_a_named_error_and_leaves_the_log_unchanged(
         log.append(good + mangle(make_batch([b"z"])))  # the good batch in front is not written
     assert (log.log_end_offset, log.active_segment.size) == before
     log.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    position=st.integers(min_value=0, max_value=200),
+    value=st.integers(min_value=0, max_value=255),
+    max_message_bytes=st.sampled_from([100, 1_000_000]),
+)
+def test_any_byte_changed_is_accepted_or_refused_by_name_never_half_written(
+    position, value, max_message_bytes
+):
+    """The fast per-batch checks and the checks that name the error must agree: a batch the
+    fast loop refuses always gets its named error, and a refused input writes nothing."""
+    raw = bytearray(make_batch([b"x", b"y" * 20]) + make_batch([b"z"] * 3))
+    raw[position % len(raw)] = value
+    config = LogConfig(max_message_bytes=max_message_bytes)
+    try:
+        validated = validate_records(bytes(raw), config, time.time_ns() // 1_000_000)
+    except SeglogError as exc:
+        assert type(exc) is not SeglogError and str(exc)
+    else:
+        assert sum(h.size_in_bytes for _, h in validated.batches) == len(raw)
 
 
 def test_empty_append_is_invalid(tmp_path):
