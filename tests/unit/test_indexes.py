@@ -75,3 +75,22 @@ def test_time_index_keeps_only_increasing_timestamps(tmp_path):
     assert index.lookup(2500) == (2000, 110)
     index.truncate_to(110)
     assert index.entries == 1
+
+
+def test_offset_index_appends_many_entries_in_one_write_and_checks_each(tmp_path):
+    index = OffsetIndex(tmp_path / "0.index", 0, 1024)
+    index.append_entries([(3, 100), (7, 200), (9, 350)])
+    assert [index.entry(n) for n in range(3)] == [(3, 100), (7, 200), (9, 350)]
+    with pytest.raises(CorruptIndexError, match="position 300 no larger"):
+        index.append_entries([(12, 400), (15, 300)])
+    assert index.entries == 3  # nothing of a refused list is written
+
+
+def test_time_index_reserves_its_last_slot_for_the_rolling_segment(tmp_path):
+    index = TimeIndex(tmp_path / "0.timeindex", 0, 12 * 3)
+    index.append_entries([(1000, 1), (900, 2), (2000, 3)])  # 900 is not larger: skipped
+    assert index.entries == 2 and index.is_full() and index.free_slots() == 0
+    with pytest.raises(CorruptIndexError, match="full time index"):
+        index.maybe_append(3000, 4)
+    index.maybe_append(3000, 4, skip_full_check=True)  # the roll's final entry
+    assert index.entries == 3 and index.last_entry == (3000, 4)

@@ -85,7 +85,7 @@ class FileRecords:
         try:
             for i in range(0, len(buffers), _IOV_MAX):
                 chunk = buffers[i : i + _IOV_MAX]
-                expected = sum(len(b) for b in chunk)
+                expected = sum(map(len, chunk))
                 n = os.pwritev(fd, chunk, position + written)
                 if n != expected:  # short write: finish it byte-exactly
                     n += self._finish_short_write(chunk, n, position + written)

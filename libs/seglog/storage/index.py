@@ -19,6 +19,8 @@ import abc
 import mmap
 import os
 import struct
+from collections.abc import Sequence
+from itertools import starmap
 from pathlib import Path
 
 from ..errors import CorruptIndexError, InvalidOffsetError, LogClosedError
@@ -76,15 +78,26 @@ class AbstractIndex(abc.ABC):
     def _key(self, n: int) -> int:
         """The value binary search compares: relative offset or timestamp."""
 
+    def free_slots(self) -> int:
+        """How many more entries the segment may append."""
+        return self.max_entries - self._entries
+
     def _write_entry(self, *fields: int) -> None:
-        if self.is_full():
+        self._write_entries([fields])
+
+    def _write_entries(self, entries: Sequence[Sequence[int]]) -> None:
+        """Append entries (already checked by the subclass) with one write into the map."""
+        if len(entries) > self.max_entries - self._entries:
             raise CorruptIndexError(
-                f"attempt to append to a full index {self.path} ({self._entries} entries)"
+                f"attempt to append {len(entries)} entries to a full index {self.path} "
+                f"({self._entries} of {self.max_entries} entries used)"
             )
         if self._map is None:
             raise LogClosedError(f"{self.path} is closed")
-        self.ENTRY.pack_into(self._map, self._entries * self.ENTRY.size, *fields)
-        self._entries += 1
+        start = self._entries * self.ENTRY.size
+        data = b"".join(starmap(self.ENTRY.pack, entries))
+        self._map[start : start + len(data)] = data
+        self._entries += len(entries)
 
     def relative_offset(self, offset: int) -> int:
         """Base 50, offset 55 is stored as 5: the entry keeps 4 bytes for the offset."""

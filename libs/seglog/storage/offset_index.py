@@ -13,6 +13,7 @@ An empty index (or a target below the first entry) answers (base offset, 0).
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import CorruptIndexError, InvalidOffsetError
@@ -40,19 +41,35 @@ class OffsetIndex(AbstractIndex):
         return self.entry(self._entries - 1).offset if self._entries else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
+        self.append_entries([(offset, position)])
+
+    def append_entries(self, entries: Sequence[tuple[int, int]]) -> None:
+        """Append (offset, position) entries, both strictly increasing: the first is checked
+        against the last entry in the file, and each against the one before it."""
+        if not entries:
+            return
+        base = self.base_offset
         if self._entries:
             last_relative, last_position = self._raw_entry(self._entries - 1)
-            if offset - self.base_offset <= last_relative:
+        else:
+            last_relative, last_position = -1, -1
+        relative_entries = []
+        for offset, position in entries:
+            relative = offset - base
+            if relative <= last_relative:
                 raise InvalidOffsetError(
                     f"attempt to append an offset ({offset}) no larger than the last offset "
-                    f"appended ({self.base_offset + last_relative}) to {self.path}"
+                    f"appended ({base + last_relative}) to {self.path}"
                 )
             if position <= last_position:
                 raise CorruptIndexError(
                     f"attempt to append position {position} no larger than the last position "
                     f"{last_position} to {self.path}"
                 )
-        self._write_entry(self.relative_offset(offset), position)
+            relative_entries.append((relative, position))
+            last_relative, last_position = relative, position
+        self.relative_offset(entries[-1][0])  # the largest must fit the 4-byte field
+        self._write_entries(relative_entries)
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         slot = self._largest_lower_bound_slot(target_offset - self.base_offset)

@@ -171,30 +171,32 @@ class LogSegment:
 
     def _index_batches(self, position: int, batches: Sequence[AppendedBatch]) -> None:
         """Track the largest timestamp, and add an index entry (the batch's last offset and
-        position) for a batch that starts after more than `index_interval_bytes` appended
-        since the previous entry, as Kafka's LogSegment does. Runs once per appended batch:
-        the counters live in locals until the end."""
+        position, and the largest timestamp so far) for a batch that starts after more than
+        `index_interval_bytes` appended since the previous entry, as Kafka's LogSegment does.
+        Runs once per appended batch: counters live in locals, and each index gets its new
+        entries in one write at the end."""
         interval = self.index_interval_bytes
         since_last_entry = self.bytes_since_last_index_entry
         max_timestamp = self.max_timestamp_so_far
         offset_of_max_timestamp = self.offset_of_max_timestamp
-        offset_index, time_index = self.offset_index, self.time_index
-        try:
-            for size, last_offset, timestamp in batches:
-                if timestamp > max_timestamp:
-                    max_timestamp, offset_of_max_timestamp = timestamp, last_offset
-                if since_last_entry > interval and not (
-                    offset_index.is_full() or time_index.is_full()
-                ):
-                    offset_index.append(last_offset, position)
-                    time_index.maybe_append(max_timestamp, offset_of_max_timestamp)
-                    since_last_entry = 0
-                since_last_entry += size
-                position += size
-        finally:
-            self.bytes_since_last_index_entry = since_last_entry
-            self.max_timestamp_so_far = max_timestamp
-            self.offset_of_max_timestamp = offset_of_max_timestamp
+        room = min(self.offset_index.free_slots(), self.time_index.free_slots())
+        offset_entries: list[tuple[int, int]] = []
+        time_entries: list[tuple[int, int]] = []
+        for size, last_offset, timestamp in batches:
+            if timestamp > max_timestamp:
+                max_timestamp, offset_of_max_timestamp = timestamp, last_offset
+            if since_last_entry > interval and room:
+                offset_entries.append((last_offset, position))
+                time_entries.append((max_timestamp, offset_of_max_timestamp))
+                room -= 1
+                since_last_entry = 0
+            since_last_entry += size
+            position += size
+        self.offset_index.append_entries(offset_entries)
+        self.time_index.append_entries(time_entries)
+        self.bytes_since_last_index_entry = since_last_entry
+        self.max_timestamp_so_far = max_timestamp
+        self.offset_of_max_timestamp = offset_of_max_timestamp
 
     def should_roll(
         self,

@@ -13,6 +13,7 @@ offset has a smaller max timestamp, so the search for the first batch whose max 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import CorruptIndexError, InvalidOffsetError
@@ -46,6 +47,9 @@ class TimeIndex(AbstractIndex):
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
         return self.entry(self._entries - 1)
 
+    def free_slots(self) -> int:
+        return max(0, self.max_entries - 1 - self._entries)
+
     def maybe_append(
         self, timestamp_ms: int, offset: int, *, skip_full_check: bool = False
     ) -> None:
@@ -54,18 +58,36 @@ class TimeIndex(AbstractIndex):
         `skip_full_check` lets the final entry of a rolling segment land in the slot the
         roll reserved for it.
         """
+        self._append_increasing([(timestamp_ms, offset)], reserved_slot_usable=skip_full_check)
+
+    def append_entries(self, entries: Sequence[tuple[int, int]]) -> None:
+        """`maybe_append` for each (timestamp, offset) in turn, with one write."""
+        self._append_increasing(entries, reserved_slot_usable=False)
+
+    def _append_increasing(
+        self, entries: Sequence[tuple[int, int]], *, reserved_slot_usable: bool
+    ) -> None:
+        base = self.base_offset
+        last_timestamp_ms: int | None = None
+        last_relative = -1
         if self._entries:
             last_timestamp_ms, last_relative = self._raw_entry(self._entries - 1)
-            if offset - self.base_offset < last_relative:
+        kept = []
+        for timestamp_ms, offset in entries:
+            if offset - base < last_relative:
                 raise InvalidOffsetError(
                     f"attempt to append an offset ({offset}) smaller than the last offset "
-                    f"appended ({self.base_offset + last_relative}) to {self.path}"
+                    f"appended ({base + last_relative}) to {self.path}"
                 )
-            if timestamp_ms <= last_timestamp_ms:
-                return
-        if self._entries >= self.max_entries or (not skip_full_check and self.is_full()):
+            if last_timestamp_ms is not None and timestamp_ms <= last_timestamp_ms:
+                continue
+            last_timestamp_ms, last_relative = timestamp_ms, self.relative_offset(offset)
+            kept.append((timestamp_ms, last_relative))
+        room = self.max_entries - self._entries - (0 if reserved_slot_usable else 1)
+        if len(kept) > room:
             raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
-        self._write_entry(timestamp_ms, self.relative_offset(offset))
+        if kept:
+            self._write_entries(kept)
 
     def lookup(self, target_ms: int) -> TimestampOffset:
         slot = self._largest_lower_bound_slot(target_ms)
