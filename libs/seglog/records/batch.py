@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from crc32c import crc32c
 
@@ -277,14 +277,15 @@ def decode_records(  # noqa: C901
     Varints of one and two bytes (every length below 8192) are decoded inline; only longer
     ones pay for a call.
 
-    Checks: every record's bytes end where its length says; offset deltas strictly increase
-    and stay within lastOffsetDelta (compaction leaves gaps, so they need not be contiguous);
-    the count of decoded records equals recordCount; no bytes are left over.
+    Checks: every record's fields end where its length says (a length that is negative or
+    runs past the section fails that check, or ends the section inside a record); offset
+    deltas strictly increase and stay within lastOffsetDelta (compaction leaves gaps, so they
+    need not be contiguous); the count of decoded records equals recordCount; no bytes are
+    left over.
     """
     base_offset = header.base_offset
     base_ts = header.base_timestamp
-    log_append_ts = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    timestamp_type = CREATE_TIME if log_append_ts is None else LOG_APPEND_TIME
+    log_append_time = bool(header.attributes & TIMESTAMP_TYPE_MASK)
     count = header.record_count
     last_delta = header.last_offset_delta
     one = _ONE_BYTE
@@ -306,23 +307,17 @@ def decode_records(  # noqa: C901
                 pos += 2
             else:
                 length, pos = decode_varint(data, pos)
-            record_end = pos + length
-            if length < 0 or record_end > end:
-                raise CorruptRecordError(
-                    f"record of {length} bytes at position {pos} runs past the "
-                    f"records section ({end} bytes)"
-                )
-            pos += 1  # record attributes, unused
-            b = data[pos]
+            record_end = pos + length  # checked with the fields' end below
+            b = data[pos + 1]  # after the record attributes byte, unused
             if b < 0x80:
                 ts_delta = one[b]
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                u = (b & 0x7F) | (data[pos + 1] << 7)
-                ts_delta = (u >> 1) ^ -(u & 1)
                 pos += 2
+            elif data[pos + 2] < 0x80:
+                u = (b & 0x7F) | (data[pos + 2] << 7)
+                ts_delta = (u >> 1) ^ -(u & 1)
+                pos += 3
             else:
-                ts_delta, pos = decode_varint(data, pos)
+                ts_delta, pos = decode_varint(data, pos + 1)
             b = data[pos]
             if b < 0x80:
                 offset_delta = one[b]
@@ -363,36 +358,27 @@ def decode_records(  # noqa: C901
             else:
                 value = data[pos : pos + n]
                 pos += n
-            b = data[pos]
-            if b == 0:
+            if data[pos] == 0:
                 headers: tuple[tuple[str, bytes | None], ...] = ()
                 pos += 1
             else:
                 headers, pos = _decode_headers(data, pos)
-            if pos != record_end:
-                raise CorruptRecordError(
-                    f"record at offset delta {offset_delta} declares {length} bytes but its "
-                    f"fields take {length + pos - record_end}"
-                )
-            if offset_delta <= prev_delta or offset_delta > last_delta:
-                raise CorruptRecordError(
-                    f"record offset delta {offset_delta} after {prev_delta} in a batch whose "
-                    f"lastOffsetDelta is {last_delta}"
-                )
+            # One branch for the three per-record checks; the error path sorts them out.
+            if pos != record_end or offset_delta <= prev_delta or offset_delta > last_delta:
+                _raise_record_error(length, pos - record_end, offset_delta, prev_delta, last_delta)
             prev_delta = offset_delta
-            ts = base_ts + ts_delta if log_append_ts is None else log_append_ts
             append(
                 new(
                     Record,
                     (
                         base_offset + offset_delta,
-                        ts,
+                        base_ts + ts_delta,
                         key,
                         value,
                         headers,
                         topic,
                         partition,
-                        timestamp_type,
+                        CREATE_TIME,
                     ),
                 )
             )
@@ -405,7 +391,25 @@ def decode_records(  # noqa: C901
         raise CorruptRecordError(
             f"batch at position {position}: {end - pos} bytes left after its {count} records"
         )
+    if log_append_time:
+        # Every record of a LogAppendTime batch carries the batch's maxTimestamp.
+        stamp = header.max_timestamp
+        out = [r._replace(timestamp_ms=stamp, timestamp_type=LOG_APPEND_TIME) for r in out]
     return out
+
+
+def _raise_record_error(
+    length: int, overrun: int, offset_delta: int, prev_delta: int, last_delta: int
+) -> NoReturn:
+    if overrun:
+        raise CorruptRecordError(
+            f"record at offset delta {offset_delta} declares {length} bytes but its "
+            f"fields take {length + overrun}"
+        )
+    raise CorruptRecordError(
+        f"record offset delta {offset_delta} after {prev_delta} in a batch whose "
+        f"lastOffsetDelta is {last_delta}"
+    )
 
 
 def _decode_headers(data: bytes, pos: int) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
