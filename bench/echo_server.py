@@ -18,6 +18,8 @@ from services import serving
 
 
 def main() -> int:
+    serving.keep_freed_buffers_for_reuse()  # as the seglog servers do: the same allocator
+
     def put(payload: bytes, context: grpc.ServicerContext) -> bytes:
         return len(payload).to_bytes(8, "big")
 

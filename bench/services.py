@@ -24,6 +24,7 @@ from seglog.records import RecordBatchBuilder
 from seglog.rpc import wire
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services import serving
 from services.processes import ServerProcess, gateway_process, node_process
 
 MIB = 1024 * 1024
@@ -125,6 +126,10 @@ def _baseline_stream(channel: grpc.Channel, total_bytes: int) -> float:
 
 
 def run(report) -> None:  # type: ignore[no-untyped-def]
+    # This process parses every 1 MiB message of both the baselines and seglog's calls; with
+    # glibc's defaults each may land on fresh pages, which made the baselines swing 2x
+    # between runs.
+    serving.keep_freed_buffers_for_reuse()
     calls = SERVICE_MIB
     with tempfile.TemporaryDirectory(prefix="seglog-bench-") as tmp:
         root = Path(tmp)
