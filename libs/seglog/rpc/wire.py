@@ -65,7 +65,7 @@ def encode_fetch_response(
     partition: int,
     high_watermark: int,
     log_start_offset: int,
-    records: bytes = b"",
+    records: bytes | memoryview = b"",
     error: int = 0,
     error_message: str = "",
 ) -> bytes:

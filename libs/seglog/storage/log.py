@@ -58,7 +58,7 @@ class LogAppendInfo:
 
 @dataclass(frozen=True)
 class LogReadResult:
-    data: bytes
+    data: bytes | memoryview
     next_offset: int  # where the next read continues (== the fetch offset when data is empty)
     high_watermark: int  # the log end offset when the read began
     log_start_offset: int
@@ -276,9 +276,12 @@ class Log:
 
     # -- read --------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, min_one_message: bool = True) -> bytes:
-        """Raw bytes of whole batches from the batch holding `offset`, up to `max_bytes`
-        (at least one batch when `min_one_message`), exactly as stored.
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> bytes | memoryview:
+        """Raw bytes (bytes, or a memoryview of them) of whole batches from the batch holding
+        `offset`, up to `max_bytes` (at least one batch when `min_one_message`), exactly as
+        stored.
 
         As in Kafka, one read serves one segment: a read that reaches a segment's end returns
         what that segment holds, and the caller continues from the next offset.

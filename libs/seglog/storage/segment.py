@@ -35,9 +35,10 @@ class AppendedBatch(NamedTuple):
 
 @dataclass(frozen=True)
 class SegmentRead:
-    """Whole batches read from a segment: `data` starts at `first_offset`'s batch."""
+    """Whole batches read from a segment: `data` starts at `first_offset`'s batch. A read
+    that ended inside a batch is cut back with a memoryview, not a copy of the rest."""
 
-    data: bytes
+    data: bytes | memoryview
     position: int
     first_batch_base_offset: int
     next_offset: int  # the offset after the last batch in `data`
@@ -257,9 +258,13 @@ class LogSegment:
             return SegmentRead(data, start.position, first_base, start.header.next_offset)
         data = self.log.read(start.position, min(max_bytes, end - start.position))
         whole, last_batch = _whole_batches(data)
-        if whole != len(data):
-            data = data[:whole]
-        return SegmentRead(data, start.position, first_base, _next_offset_after(data, last_batch))
+        next_offset = _next_offset_after(data, last_batch)
+        return SegmentRead(
+            data if whole == len(data) else memoryview(data)[:whole],
+            start.position,
+            first_base,
+            next_offset,
+        )
 
     def find_offset_by_timestamp(
         self, timestamp_ms: int, start_offset: int
