@@ -71,7 +71,12 @@ class GatewayService:
 
     def _node_failure(self, target: _Target, exc: grpc.RpcError) -> SeglogError:
         error = error_from_rpc(exc)
-        if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+        # CANCELLED: the node's channel was closed under the call (the node re-registered
+        # at a new address) or the node stopped mid-call.
+        if isinstance(exc, grpc.Call) and exc.code() in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.CANCELLED,
+        ):
             return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
         return error
 

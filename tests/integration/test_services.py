@@ -1,5 +1,6 @@
 import threading
 import time
+from concurrent import futures
 
 import grpc
 import pytest
@@ -16,6 +17,7 @@ from seglog.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     LeaderNotAvailableError,
+    NodeUnavailableError,
     NotLeaderError,
     RecordListTooLargeError,
     RecordTooLargeError,
@@ -363,3 +365,39 @@ def test_health_and_reflection_are_served(cluster):
         assert health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
     finally:
         node_channel.close()
+
+
+def test_a_call_cut_off_by_its_channel_closing_is_a_retriable_error():
+    """What the gateway sees when a node re-registers at a new address while a produce waits
+    on the old channel (the gateway closes it), and what a client sees when its channel goes:
+    the outcome is unknown, so producers must retry rather than fail the batch."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(request, context):
+        entered.set()
+        release.wait(10)
+        return request
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler(
+                "t.Hold", {"Hold": grpc.unary_unary_rpc_method_handler(hold)}
+            )
+        ]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        call = channel.unary_unary("/t.Hold/Hold").future(b"x", timeout=10)
+        assert entered.wait(10)
+        channel.close()
+        with pytest.raises(grpc.RpcError) as info:
+            call.result(timeout=10)
+        assert info.value.code() == grpc.StatusCode.CANCELLED
+        error = error_from_rpc(info.value)
+        assert isinstance(error, NodeUnavailableError) and error.retriable
+    finally:
+        release.set()
+        server.stop(0)

@@ -60,6 +60,9 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
 # For statuses that arrive without details (the transport's own failures).
 _ERROR_BY_STATUS: dict[grpc.StatusCode, type[SeglogError]] = {
     grpc.StatusCode.UNAVAILABLE: errors.NodeUnavailableError,
+    # A call torn down before its answer (its channel closed, the server stopping): the
+    # outcome is unknown, as after a dropped connection, which Kafka clients retry.
+    grpc.StatusCode.CANCELLED: errors.NodeUnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.RequestTimedOutError,
     grpc.StatusCode.NOT_FOUND: errors.UnknownTopicOrPartitionError,
     grpc.StatusCode.OUT_OF_RANGE: errors.OffsetOutOfRangeError,
