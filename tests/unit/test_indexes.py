@@ -94,3 +94,6 @@ def test_time_index_reserves_its_last_slot_for_the_rolling_segment(tmp_path):
         index.maybe_append(3000, 4)
     index.maybe_append(3000, 4, skip_full_check=True)  # the roll's final entry
     assert index.entries == 3 and index.last_entry == (3000, 4)
+    index.append_entries([])  # a segment's append that adds no entry: nothing to refuse
+    index.append_entries([(2500, 5)])  # not larger than the last: skipped, not refused
+    assert index.entries == 3

@@ -292,16 +292,15 @@ class LogSegment:
         self.offset_of_max_timestamp = self.base_offset
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp = None
-        valid_bytes = 0
-        for position, header in self.log.scan_valid_prefix(self.base_offset):
-            if self.rolling_based_timestamp is None:
-                self.rolling_based_timestamp = header.max_timestamp
-            self._index_batches(
-                position,
-                (AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp),),
-            )
-            valid_bytes = position + header.size_in_bytes
-        return self.log.truncate_to(valid_bytes)
+        # The valid prefix is contiguous from position 0: index it as one append.
+        batches = [
+            AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp)
+            for _, header in self.log.scan_valid_prefix(self.base_offset)
+        ]
+        if batches:
+            self.rolling_based_timestamp = batches[0].max_timestamp
+        self._index_batches(0, batches)
+        return self.log.truncate_to(sum(batch.size_in_bytes for batch in batches))
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= `offset` (a straddling batch goes whole);

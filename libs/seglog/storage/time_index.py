@@ -83,11 +83,12 @@ class TimeIndex(AbstractIndex):
                 continue
             last_timestamp_ms, last_relative = timestamp_ms, self.relative_offset(offset)
             kept.append((timestamp_ms, last_relative))
+        if not kept:
+            return
         room = self.max_entries - self._entries - (0 if reserved_slot_usable else 1)
         if len(kept) > room:
             raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
-        if kept:
-            self._write_entries(kept)
+        self._write_entries(kept)
 
     def lookup(self, target_ms: int) -> TimestampOffset:
         slot = self._largest_lower_bound_slot(target_ms)

@@ -82,28 +82,29 @@ def validate_records(
             if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] in (0, 1):
                 return validate_records(_upconvert_all(view), config, now_ms)
             _explain(view, pos, config, now_ms)
-        fields = unpack(view, pos)
-        # fields: 1 batchLength, 4 crc, 5 attributes, 6 lastOffsetDelta, 7 baseTimestamp,
-        # 8 maxTimestamp, 12 recordCount
-        size = fields[1] + LOG_OVERHEAD
-        count = fields[12]
-        attributes = fields[5]
+        header = make_header(unpack(view, pos))
+        size = header.batch_length + LOG_OVERHEAD
+        count = header.record_count
+        attributes = header.attributes
         if (
-            fields[1] < MIN_BATCH_LENGTH
+            header.batch_length < MIN_BATCH_LENGTH
             or pos + size > total
             or size > max_message_bytes
             or count <= 0
-            or count != fields[6] + 1
+            or count != header.last_offset_delta + 1
             or attributes & COMPRESSION_MASK > MAX_CODEC
-            or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != fields[4]
+            or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc
             or (
                 check_timestamps
                 and not attributes & CONTROL_MASK
-                and not (earliest <= fields[7] <= latest and earliest <= fields[8] <= latest)
+                and not (
+                    earliest <= header.base_timestamp <= latest
+                    and earliest <= header.max_timestamp <= latest
+                )
             )
         ):
             _explain(view, pos, config, now_ms)
-        append((pos, make_header(fields)))
+        append((pos, header))
         pos += size
     return ValidatedRecords(view, batches, now_ms)
 
