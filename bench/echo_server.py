@@ -4,32 +4,59 @@
     /bench.Echo/Stream  server stream: request = chunk count (8 bytes) and chunk size
                         (8 bytes); yields that many prebuilt FetchResponse wire messages
 
+With `--relay-to HOST:PORT` it serves both by forwarding to that echo server instead: the
+payload passed on unchanged, the stream's messages yielded unchanged. Two bare hops doing no
+work: the ceiling of any design in which a gateway relays calls to a storage node.
+
 Prints `echo listening on HOST:PORT` and serves until SIGTERM."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from concurrent import futures
 
 import grpc
 
 from seglog.rpc import wire
+from seglog.rpc.channels import open_channel
 from services import serving
 
+Put = Callable[[bytes, grpc.ServicerContext], bytes]
+Stream = Callable[[bytes, grpc.ServicerContext], Iterator[bytes]]
 
-def main() -> int:
-    serving.keep_freed_buffers_for_reuse()  # as the seglog servers do: the same allocator
 
+def _echo() -> tuple[Put, Stream]:
     def put(payload: bytes, context: grpc.ServicerContext) -> bytes:
         return len(payload).to_bytes(8, "big")
 
-    def stream(request: bytes, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+    def stream(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         count = int.from_bytes(request[:8], "big")
         size = int.from_bytes(request[8:16], "big")
         chunk = wire.encode_fetch_response("bench", 0, 1, 0, b"\x00" * size)
         for _ in range(count):
             yield chunk
 
+    return put, stream
+
+
+def _relay(upstream_address: str) -> tuple[Put, Stream]:
+    channel = open_channel(upstream_address)
+    upstream_put = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
+    upstream_stream = channel.unary_stream("/bench.Echo/Stream", wire.identity, wire.identity)
+
+    def put(payload: bytes, context: grpc.ServicerContext) -> bytes:
+        return upstream_put(payload, timeout=60)  # type: ignore[no-any-return]
+
+    def stream(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        yield from upstream_stream(request, timeout=120)
+
+    return put, stream
+
+
+def main(argv: list[str]) -> int:
+    serving.keep_freed_buffers_for_reuse()  # as the seglog servers do: the same allocator
+    put, stream = _relay(argv[1]) if argv[:1] == ["--relay-to"] else _echo()
     handler = grpc.method_handlers_generic_handler(
         "bench.Echo",
         {
@@ -55,4 +82,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
