@@ -60,6 +60,11 @@ def configure_tracing(default_service_name: str) -> TracerProvider | None:
 def server_interceptors(
     tracer_provider: trace.TracerProvider | None = None,
 ) -> Sequence[grpc.ServerInterceptor]:
+    """The tracing interceptor, or none when tracing is off (no provider): with nothing to
+    export, its per-call and per-message wrappers cost the data path ~6% and record nothing.
+    A service without tracing then passes no trace context on to the services it calls."""
+    if tracer_provider is None:
+        return []
     return [server_interceptor(tracer_provider=tracer_provider, filter_=_NOT_HEALTH)]
 
 

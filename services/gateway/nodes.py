@@ -1,5 +1,5 @@
-"""Channels from the gateway to storage nodes: one per node, traced, replaced when a node
-comes back at another address.
+"""Channels from the gateway to storage nodes: one per node, traced when tracing is on,
+replaced when a node comes back at another address.
 
 Besides the typed stub, each connection has two raw callables: `append_raw` sends a
 ProduceRequest's wire bytes as received from the client, and `fetch_raw` yields the node's
@@ -44,7 +44,12 @@ class NodeConnections:
                 return conn
             if conn is not None:
                 conn.channel.close()
-            channel = open_channel(address, traced=True, tracer_provider=self._tracer_provider)
+            # Untraced when tracing is off, as the servers are (tracing.server_interceptors).
+            channel = open_channel(
+                address,
+                traced=self._tracer_provider is not None,
+                tracer_provider=self._tracer_provider,
+            )
             conn = NodeConnection(
                 address,
                 channel,
