@@ -97,3 +97,27 @@ def test_time_index_reserves_its_last_slot_for_the_rolling_segment(tmp_path):
     index.append_entries([])  # a segment's append that adds no entry: nothing to refuse
     index.append_entries([(2500, 5)])  # not larger than the last: skipped, not refused
     assert index.entries == 3
+
+
+def test_entries_reach_the_file_as_appended_and_truncation_zeroes_them_there(tmp_path):
+    # Entries are written through the file descriptor and read through the map: the file
+    # (read here by a separate open, as a crashed process's successor would) and the lookups
+    # must agree before any close or flush.
+    path = tmp_path / "00000000000000000100.index"
+    index = OffsetIndex(path, 100, 1 << 20)
+    index.append_entries([(110, 4096), (120, 8192), (130, 12288)])
+
+    def entry(relative: int, position: int) -> bytes:
+        return relative.to_bytes(4, "big") + position.to_bytes(4, "big")
+
+    assert path.read_bytes()[:24] == entry(10, 4096) + entry(20, 8192) + entry(30, 12288)
+    assert index.lookup(125) == (120, 8192)
+    index.truncate_to(120)
+    assert path.read_bytes()[:24] == entry(10, 4096) + bytes(16)
+    assert index.lookup(125) == (110, 4096)
+    index.append(140, 16384)
+    assert path.read_bytes()[:16] == entry(10, 4096) + entry(40, 16384)
+    assert index.lookup(10**6) == (140, 16384)
+    index.flush()
+    index.close()
+    assert path.read_bytes() == entry(10, 4096) + entry(40, 16384)

