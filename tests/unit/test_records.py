@@ -2,6 +2,8 @@ import struct
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
@@ -122,9 +124,37 @@ def test_append_many_builds_the_same_bytes_as_append():
 
 def test_builder_refuses_records_past_max_bytes_but_always_takes_the_first():
     builder = RecordBatchBuilder(max_bytes=200)
-    assert builder.append(None, b"x" * 500, 1)
-    assert not builder.append(None, b"y", 1)
+    assert builder.append(None, b"x" * 500, 1) == 1  # the record count
+    assert builder.append(None, b"y", 1) == 0
     assert builder.record_count == 1
+
+
+_FIELD = st.one_of(
+    st.none(),
+    st.binary(max_size=300),
+    st.integers(min_value=16_000, max_value=20_000).map(lambda n: b"b" * n),  # long varints
+)
+_HEADERS = st.lists(
+    st.tuples(st.text(max_size=5), st.one_of(st.none(), st.binary(max_size=5))), max_size=2
+)
+_TIMESTAMP_DELTA = st.one_of(
+    st.integers(min_value=-100, max_value=100), st.integers(min_value=-(10**10), max_value=10**10)
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_FIELD, _FIELD, _TIMESTAMP_DELTA, _HEADERS), min_size=1, max_size=30))
+def test_builder_writes_the_bytes_kafka_python_writes_for_any_records(records):
+    ours = RecordBatchBuilder()
+    theirs = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    base_ms = 1_700_000_000_000
+    for i, (key, value, delta_ms, headers) in enumerate(records):
+        assert ours.append(key, value, base_ms + delta_ms, headers) == i + 1
+        theirs.append(i, base_ms + delta_ms, key, value, headers)
+    built, expected = ours.build(), bytes(theirs.build())
+    # Byte for byte but partitionLeaderEpoch (outside the CRC): kafka-python writes 0 where
+    # Kafka's producer writes -1.
+    assert built[:12] + built[16:] == expected[:12] + expected[16:]
 
 
 def test_bad_crc_is_reported_with_both_values():

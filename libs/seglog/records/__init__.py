@@ -2,7 +2,8 @@
 up-convert), and the five compression codecs.
 
 Builder: `RecordBatchBuilder(compression=..., max_bytes=...)`, `.append(key, value,
-timestamp_ms, headers)`, `.append_many(values, keys)`, `.build() -> bytes`.
+timestamp_ms, headers)` (the record count, 0 when the record does not fit),
+`.append_many(values, keys)`, `.build() -> bytes`.
 Reader: `iter_batches(buffer)` yields `RecordBatch` (headers only; `.records()` decodes) or
 legacy entries; `iter_records(buffer)` yields every `Record`.
 """

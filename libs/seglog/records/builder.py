@@ -36,6 +36,10 @@ _TABLE_HIGH = len(VARINT_TABLE) - VARINT_TABLE_OFFSET
 _NULL = encode_varint(-1)
 _NO_HEADERS = encode_varint(0)
 _RECORD_ATTRIBUTES = b"\x00"
+# Two fields that always sit side by side, looked up as one part: attributes (always 0) with
+# the timestamp delta, and a null key's length with the value's length.
+_ATTRIBUTES_AND_TS_DELTA = [_RECORD_ATTRIBUTES + v for v in VARINT_TABLE]
+_NULL_KEY_AND_LENGTH = [_NULL + VARINT_TABLE[n + VARINT_TABLE_OFFSET] for n in range(_TABLE_HIGH)]
 # Largest overhead of one record beyond key, value and headers: length (5), attributes (1),
 # timestampDelta (10), offsetDelta (5), key length (5), value length (5), header count (5).
 MAX_RECORD_OVERHEAD = 36
@@ -136,40 +140,49 @@ class RecordBatchBuilder:
         value: bytes | None,
         timestamp_ms: int | None = None,
         headers: Headers | None = None,
-    ) -> bool:
-        """Add one record; False (and nothing added) when it does not fit in `max_bytes`."""
-        table = VARINT_TABLE
-        table_offset = VARINT_TABLE_OFFSET
-        high = _TABLE_HIGH
+    ) -> int:
+        """Add one record; returns the record count, or 0 (and nothing added) when the record
+        does not fit in `max_bytes` — so its truth is whether the record was added."""
         count = self._count
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        if count == 0:
-            base_timestamp = timestamp_ms
-            ts_delta = 0
-        else:
+        if count:
             base_timestamp = self._base_timestamp
             ts_delta = timestamp_ms - base_timestamp
-        ts_part = (
-            table[ts_delta + table_offset]
+        else:
+            base_timestamp = timestamp_ms
+            ts_delta = 0
+        table = VARINT_TABLE
+        table_offset = VARINT_TABLE_OFFSET
+        high = _TABLE_HIGH
+        head = (
+            _ATTRIBUTES_AND_TS_DELTA[ts_delta + table_offset]
             if _TABLE_LOW <= ts_delta < high
-            else encode_varint(ts_delta)
+            else _RECORD_ATTRIBUTES + encode_varint(ts_delta)
         )
         offset_part = table[count + table_offset] if count < high else encode_varint(count)
+        headers_part = _encode_headers(headers) if headers else _NO_HEADERS
+        if value is None:
+            value_part, value = _NULL, b""
+        else:
+            n = len(value)
+            if key is None and n < high:
+                # The common record: null key and value length as one precomputed part.
+                value_part = _NULL_KEY_AND_LENGTH[n]
+                size = len(head) + len(offset_part) + len(value_part) + n + len(headers_part)
+                length_part = table[size + table_offset] if size < high else encode_varint(size)
+                parts = (length_part, head, offset_part, value_part, value, headers_part)
+                return self._add(
+                    parts, len(length_part) + size, count, base_timestamp, timestamp_ms
+                )
+            value_part = table[n + table_offset] if n < high else encode_varint(n)
         if key is None:
             key_part, key = _NULL, b""
         else:
             n = len(key)
             key_part = table[n + table_offset] if n < high else encode_varint(n)
-        if value is None:
-            value_part, value = _NULL, b""
-        else:
-            n = len(value)
-            value_part = table[n + table_offset] if n < high else encode_varint(n)
-        headers_part = _encode_headers(headers) if headers else _NO_HEADERS
         size = (
-            1
-            + len(ts_part)
+            len(head)
             + len(offset_part)
             + len(key_part)
             + len(key)
@@ -178,28 +191,28 @@ class RecordBatchBuilder:
             + len(headers_part)
         )
         length_part = table[size + table_offset] if size < high else encode_varint(size)
-        record_bytes = len(length_part) + size
-        if count and HEADER_BYTES + self._records_bytes + record_bytes > self._max_bytes:
-            return False
-        self._parts.extend(
-            (
-                length_part,
-                _RECORD_ATTRIBUTES,
-                ts_part,
-                offset_part,
-                key_part,
-                key,
-                value_part,
-                value,
-                headers_part,
-            )
-        )
-        self._records_bytes += record_bytes
+        parts = (length_part, head, offset_part, key_part, key, value_part, value, headers_part)
+        return self._add(parts, len(length_part) + size, count, base_timestamp, timestamp_ms)
+
+    def _add(
+        self,
+        parts: tuple[bytes, ...],
+        record_bytes: int,
+        count: int,
+        base_timestamp: int,
+        timestamp_ms: int,
+    ) -> int:
+        records_bytes = self._records_bytes + record_bytes
+        if count and HEADER_BYTES + records_bytes > self._max_bytes:
+            return 0
+        self._parts += parts
+        self._records_bytes = records_bytes
         self._base_timestamp = base_timestamp
         if count == 0 or timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms
-        self._count = count + 1
-        return True
+        count += 1
+        self._count = count
+        return count
 
     def append_many(
         self,
