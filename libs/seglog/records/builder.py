@@ -171,7 +171,14 @@ class RecordBatchBuilder:
                 value_part = _NULL_KEY_AND_LENGTH[n]
                 size = len(head) + len(offset_part) + len(value_part) + n + len(headers_part)
                 length_part = table[size + table_offset] if size < high else encode_varint(size)
-                parts = (length_part, head, offset_part, value_part, value, headers_part)
+                parts: tuple[bytes, ...] = (
+                    length_part,
+                    head,
+                    offset_part,
+                    value_part,
+                    value,
+                    headers_part,
+                )
                 return self._add(
                     parts, len(length_part) + size, count, base_timestamp, timestamp_ms
                 )
