@@ -8,19 +8,12 @@ Reader: `iter_batches(buffer)` yields `RecordBatch` (headers only; `.records()` 
 legacy entries; `iter_records(buffer)` yields every `Record`.
 """
 
-from .batch import (
-    CREATE_TIME,
-    HEADER_BYTES,
-    LOG_APPEND_TIME,
-    BatchHeader,
-    Record,
-    RecordBatch,
-    read_header,
-)
+from .batch import HEADER_BYTES, BatchHeader, RecordBatch, read_header
 from .builder import RecordBatchBuilder, build_batch
 from .compression import CompressionType
 from .legacy import LegacyMessage, upconvert
 from .reader import iter_batches, iter_records
+from .record import CREATE_TIME, LOG_APPEND_TIME, Record
 
 __all__ = [
     "CREATE_TIME",

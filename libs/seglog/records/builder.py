@@ -24,9 +24,9 @@ from .batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     TRANSACTIONAL_MASK,
-    Record,
 )
 from .compression import CompressionType, check_codec, compress
+from .record import Record
 from .varint import VARINT_TABLE, VARINT_TABLE_OFFSET, encode_varint
 
 Headers = Sequence[tuple[str, bytes | None]]

@@ -28,9 +28,10 @@ import zlib
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, UnsupportedCompressionError
-from .batch import CREATE_TIME, LOG_APPEND_TIME, NO_TIMESTAMP, Record
+from .batch import NO_TIMESTAMP
 from .builder import encode_batch
 from .compression import CompressionType, decompress
+from .record import CREATE_TIME, LOG_APPEND_TIME, Record
 
 ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
 ENTRY_PREFIX_BYTES = ENTRY_PREFIX.size  # 18

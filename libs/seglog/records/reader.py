@@ -15,8 +15,9 @@ import struct
 from collections.abc import Iterator
 
 from ..errors import CorruptRecordError
-from .batch import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, Record, RecordBatch
+from .batch import LOG_OVERHEAD, MAGIC_OFFSET, MAGIC_V2, RecordBatch
 from .legacy import LegacyMessage, read_message, records_of
+from .record import Record
 
 
 def iter_batches(

@@ -42,7 +42,7 @@ VARINT_TABLE: list[bytes] = [_encode_unsigned(zigzag(v)) for v in range(_TABLE_M
 VARINT_TABLE_OFFSET = -_TABLE_MIN
 
 # One-byte varints decode through a table: byte b (< 0x80) holds zigzag value b.
-_ONE_BYTE = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
+ONE_BYTE_VALUES = [(b >> 1) ^ -(b & 1) for b in range(0x80)]
 
 
 def decode_varint(buffer: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
@@ -58,7 +58,7 @@ def decode_varint(buffer: bytes | bytearray | memoryview, pos: int) -> tuple[int
             f"varint at position {pos} runs past the end of the buffer ({len(buffer)} bytes)"
         ) from None
     if b < 0x80:
-        return _ONE_BYTE[b], pos + 1
+        return ONE_BYTE_VALUES[b], pos + 1
     result = b & 0x7F
     shift = 7
     start = pos
