@@ -129,6 +129,32 @@ def test_builder_refuses_records_past_max_bytes_but_always_takes_the_first():
     assert builder.record_count == 1
 
 
+def test_append_value_writes_kafka_python_bytes_at_the_edges_of_its_tables():
+    # Value lengths and timestamp deltas around where the varint tables end, where
+    # append_value hands the record to the general path.
+    lengths = [0, 1, 63, 64, 16_370, 16_371, 16_372, 16_383, 16_384, 16_385, 20_000]
+    deltas = [0, 8191, 8192, -8192, -8193, 10**12]
+    ours = RecordBatchBuilder()
+    theirs = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    base_ms = 1_700_000_000_000
+    for i, (n, delta_ms) in enumerate((n, d) for n in lengths for d in deltas):
+        assert ours.append_value(b"v" * n, base_ms + delta_ms) == i + 1
+        theirs.append(i, base_ms + delta_ms, None, b"v" * n, [])
+    built, expected = ours.build(), bytes(theirs.build())
+    assert built[:12] + built[16:] == expected[:12] + expected[16:]
+
+
+def test_append_value_refuses_a_record_past_max_bytes_and_adds_nothing():
+    builder = RecordBatchBuilder(max_bytes=300)
+    assert builder.append_value(b"x" * 100, 1) == 1
+    assert builder.append_value(b"x" * 100, 2) == 2
+    size = builder.size_in_bytes
+    assert builder.append_value(b"x" * 100, 3) == 0
+    assert (builder.record_count, builder.size_in_bytes) == (2, size)
+    batch = RecordBatch(builder.build())
+    assert [r.timestamp_ms for r in batch.records()] == [1, 2]
+
+
 _FIELD = st.one_of(
     st.none(),
     st.binary(max_size=300),

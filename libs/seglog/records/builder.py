@@ -73,7 +73,7 @@ class RecordBatchBuilder:
         "_parts",
         "_records_bytes",
         "_codec",
-        "_max_bytes",
+        "_max_records_bytes",
         "_attributes",
         "_producer_id",
         "_producer_epoch",
@@ -104,7 +104,7 @@ class RecordBatchBuilder:
             )
         if is_transactional and producer_id == NO_PRODUCER_ID:
             raise InvalidRecordError("a transactional batch needs a producer id")
-        self._max_bytes = max_bytes
+        self._max_records_bytes = max_bytes - HEADER_BYTES
         self._attributes = self._codec | (TRANSACTIONAL_MASK if is_transactional else 0)
         self._producer_id = producer_id
         self._producer_epoch = producer_epoch
@@ -132,7 +132,7 @@ class RecordBatchBuilder:
         if self._count == 0:
             return True
         extra = MAX_RECORD_OVERHEAD + len(key or b"") + len(value or b"")
-        return HEADER_BYTES + self._records_bytes + extra <= self._max_bytes
+        return self._records_bytes + extra <= self._max_records_bytes
 
     def append(
         self,
@@ -143,15 +143,55 @@ class RecordBatchBuilder:
     ) -> int:
         """Add one record; returns the record count, or 0 (and nothing added) when the record
         does not fit in `max_bytes` — so its truth is whether the record was added."""
-        count = self._count
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        if count:
-            base_timestamp = self._base_timestamp
-            ts_delta = timestamp_ms - base_timestamp
-        else:
-            base_timestamp = timestamp_ms
-            ts_delta = 0
+        if key is None and not headers and value is not None:
+            return self.append_value(value, timestamp_ms)
+        return self._append_record(key, value, timestamp_ms, headers)
+
+    def append_value(self, value: bytes, timestamp_ms: int) -> int:
+        """`append(None, value, timestamp_ms)`: the common record, with no key and no headers,
+        on a path of its own (the producer's per-record hot path). Every varint of an ordinary
+        record comes from a table, with attributes and the null key folded into their
+        neighbours' parts; anything outside the tables takes `append`'s general path."""
+        count = self._count
+        ts_delta = timestamp_ms - self._base_timestamp if count else 0
+        n = len(value)
+        if not (_TABLE_LOW <= ts_delta < _TABLE_HIGH and n < _TABLE_HIGH and count < _TABLE_HIGH):
+            return self._append_record(None, value, timestamp_ms, None)
+        offset = VARINT_TABLE_OFFSET
+        head = _ATTRIBUTES_AND_TS_DELTA[ts_delta + offset]
+        offset_part = VARINT_TABLE[count + offset]
+        value_part = _NULL_KEY_AND_LENGTH[n]
+        # + 1: the header count, always the one byte of _NO_HEADERS here.
+        size = len(head) + len(offset_part) + len(value_part) + n + 1
+        if size >= _TABLE_HIGH:
+            return self._append_record(None, value, timestamp_ms, None)
+        length_part = VARINT_TABLE[size + offset]
+        records_bytes = self._records_bytes + len(length_part) + size
+        if count and records_bytes > self._max_records_bytes:
+            return 0
+        self._parts += (length_part, head, offset_part, value_part, value, _NO_HEADERS)
+        # _booked, inlined: a call less per record.
+        self._records_bytes = records_bytes
+        if count == 0:
+            self._base_timestamp = self._max_timestamp = timestamp_ms
+        elif timestamp_ms > self._max_timestamp:
+            self._max_timestamp = timestamp_ms
+        count += 1
+        self._count = count
+        return count
+
+    def _append_record(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+    ) -> int:
+        """Any record: a key, headers, a null value, or fields beyond the varint tables."""
+        count = self._count
+        ts_delta = timestamp_ms - self._base_timestamp if count else 0
         table = VARINT_TABLE
         table_offset = VARINT_TABLE_OFFSET
         high = _TABLE_HIGH
@@ -166,22 +206,6 @@ class RecordBatchBuilder:
             value_part, value = _NULL, b""
         else:
             n = len(value)
-            if key is None and n < high:
-                # The common record: null key and value length as one precomputed part.
-                value_part = _NULL_KEY_AND_LENGTH[n]
-                size = len(head) + len(offset_part) + len(value_part) + n + len(headers_part)
-                length_part = table[size + table_offset] if size < high else encode_varint(size)
-                parts: tuple[bytes, ...] = (
-                    length_part,
-                    head,
-                    offset_part,
-                    value_part,
-                    value,
-                    headers_part,
-                )
-                return self._add(
-                    parts, len(length_part) + size, count, base_timestamp, timestamp_ms
-                )
             value_part = table[n + table_offset] if n < high else encode_varint(n)
         if key is None:
             key_part, key = _NULL, b""
@@ -198,24 +222,27 @@ class RecordBatchBuilder:
             + len(headers_part)
         )
         length_part = table[size + table_offset] if size < high else encode_varint(size)
-        parts = (length_part, head, offset_part, key_part, key, value_part, value, headers_part)
-        return self._add(parts, len(length_part) + size, count, base_timestamp, timestamp_ms)
-
-    def _add(
-        self,
-        parts: tuple[bytes, ...],
-        record_bytes: int,
-        count: int,
-        base_timestamp: int,
-        timestamp_ms: int,
-    ) -> int:
-        records_bytes = self._records_bytes + record_bytes
-        if count and HEADER_BYTES + records_bytes > self._max_bytes:
+        records_bytes = self._records_bytes + len(length_part) + size
+        if count and records_bytes > self._max_records_bytes:
             return 0
-        self._parts += parts
+        self._parts += (
+            length_part,
+            head,
+            offset_part,
+            key_part,
+            key,
+            value_part,
+            value,
+            headers_part,
+        )
+        return self._booked(count, records_bytes, timestamp_ms)
+
+    def _booked(self, count: int, records_bytes: int, timestamp_ms: int) -> int:
+        """Account for record number `count`, just added; returns the new record count."""
         self._records_bytes = records_bytes
-        self._base_timestamp = base_timestamp
-        if count == 0 or timestamp_ms > self._max_timestamp:
+        if count == 0:
+            self._base_timestamp = self._max_timestamp = timestamp_ms
+        elif timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms
         count += 1
         self._count = count
@@ -242,7 +269,7 @@ class RecordBatchBuilder:
         head = _RECORD_ATTRIBUTES + encode_varint(timestamp_ms - base_timestamp)
         # attributes + timestampDelta + header count
         fixed_bytes = len(head) + 1
-        room = self._max_bytes - HEADER_BYTES - self._records_bytes
+        room = self._max_records_bytes - self._records_bytes
         parts: list[bytes] = []
         extend = parts.extend
         key_iter = iter(keys) if keys is not None else None
@@ -277,7 +304,7 @@ class RecordBatchBuilder:
             count += 1
         if count > start:
             self._parts += parts
-            self._records_bytes = self._max_bytes - HEADER_BYTES - room
+            self._records_bytes = self._max_records_bytes - room
             self._base_timestamp = base_timestamp
             if start == 0 or timestamp_ms > self._max_timestamp:
                 self._max_timestamp = timestamp_ms
