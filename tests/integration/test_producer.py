@@ -9,7 +9,7 @@ from kafka.partitioner.default import DefaultPartitioner
 
 from seglog.client.buffer_pool import BufferExhaustedError
 from seglog.client.consumer import Consumer
-from seglog.client.futures import BatchMetadata, RecordMetadata
+from seglog.client.futures import BatchMetadata, ProducerClosedError, RecordMetadata
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.errors import (
@@ -83,6 +83,64 @@ def test_unkeyed_records_stick_to_a_partition_until_its_batch_closes(cluster):
     assert len(runs) == 5
     assert all(count == per_batch for _, count in runs)
     assert all(a[0] != b[0] for a, b in zip(runs, runs[1:], strict=False))
+
+
+def test_an_unkeyed_record_after_its_batch_was_sent_opens_a_batch_elsewhere(cluster):
+    cluster.client.create_topic("resticky", 3)
+    with Producer(cluster.address, linger_ms=5) as producer:
+        first = producer.send("resticky", b"one").get(timeout=10)  # lingered, sent, answered
+        second = producer.send("resticky", b"two").get(timeout=10)
+        third = producer.send("resticky", b"three", headers=[("h", b"x")]).get(timeout=10)
+    # KIP-480: the sticky partition moves on when its batch is sent, never back at once.
+    assert first.partition != second.partition != third.partition
+    stored = read_all(cluster.address, "resticky", 3, 3)
+    assert sorted((p, r.offset, r.value) for p, rs in stored.items() for r in rs) == sorted(
+        [
+            (first.partition, first.offset, b"one"),
+            (second.partition, second.offset, b"two"),
+            (third.partition, third.offset, b"three"),
+        ]
+    )
+
+
+def test_unkeyed_records_in_one_batch_keep_their_headers_timestamps_and_callbacks(cluster):
+    cluster.client.create_topic("unkeyed", 2)
+    seen = []
+    with Producer(cluster.address, linger_ms=60_000) as producer:
+        futures = [
+            producer.send("unkeyed", b"plain"),
+            producer.send(
+                "unkeyed",
+                b"with headers",
+                headers=[("h", b"1"), ("none", None)],
+                callback=lambda md, exc: seen.append((md, exc)),
+            ),
+            producer.send("unkeyed", b"stamped", timestamp_ms=1_600_000_000_000),
+        ]
+        producer.flush(timeout=10)
+        metadata = [f.get(timeout=0) for f in futures]
+    assert len({md.partition for md in metadata}) == 1
+    assert [md.offset for md in metadata] == [0, 1, 2]
+    assert seen == [(metadata[1], None)]
+    stored = read_all(cluster.address, "unkeyed", 2, 3)[metadata[0].partition]
+    assert [(r.key, r.value, r.headers) for r in stored] == [
+        (None, b"plain", ()),
+        (None, b"with headers", (("h", b"1"), ("none", None))),
+        (None, b"stamped", ()),
+    ]
+    assert stored[2].timestamp_ms == 1_600_000_000_000
+
+
+def test_send_after_close_is_refused_even_with_a_batch_open(cluster):
+    cluster.client.create_topic("closed", 1)
+    producer = Producer(cluster.address, linger_ms=60_000)
+    future = producer.send("closed", b"queued")
+    producer.close(timeout=10)
+    assert future.get(timeout=0).offset == 0  # close sent what was queued
+    with pytest.raises(ProducerClosedError, match="send after close"):
+        producer.send("closed", b"late")
+    with pytest.raises(ProducerClosedError):
+        producer.send("closed", b"late", key=b"k")
 
 
 def test_explicit_partition_is_checked_and_used(cluster):

@@ -141,6 +141,9 @@ class RecordAccumulator:
         self._acquire = self._lock.acquire
         self._release = self._lock.release
         self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
+        # Per topic, the batch its unkeyed records go to (the open batch of the topic's sticky
+        # partition): `try_append_sticky` reaches it without the partition's deque.
+        self._sticky_batches: dict[str, ProducerBatch] = {}
         self._muted: set[TopicPartition] = set()
         self._incomplete: set[ProducerBatch] = set()
         self._flushes_in_progress = 0
@@ -185,6 +188,50 @@ class RecordAccumulator:
             return future
         finally:
             self._release()
+
+    def try_append_sticky(
+        self,
+        topic: str,
+        value: bytes,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture | None:
+        """The hot path of an unkeyed `send`: the record into the topic's sticky batch (set by
+        `stick`). None when there is none, or it was closed, or it is full (closed here)."""
+        self._acquire()
+        try:
+            batch = self._sticky_batches.get(topic)
+            if batch is None:
+                return None
+            builder = batch.builder
+            if builder is None:
+                return None
+            count = (
+                builder.append(None, value, timestamp_ms, headers)
+                if headers
+                else builder.append_value(value, timestamp_ms)
+            )
+            if not count:
+                batch.close()
+                del self._sticky_batches[topic]
+                return None
+            future = _new_future(
+                RecordFuture, (batch.result, topic, batch.partition, count - 1, timestamp_ms)
+            )
+            if callback is not None:
+                batch.callbacks.append((future, callback))
+            return future
+        finally:
+            self._release()
+
+    def stick(self, topic: str, partition: int) -> None:
+        """Make the open batch of `partition`, if any, the one the topic's unkeyed records
+        go to until it closes."""
+        with self._lock:
+            dq = self._batches.get((topic, partition))
+            if dq and dq[-1].is_open and not self._closing:
+                self._sticky_batches[topic] = dq[-1]
 
     def append(
         self,
@@ -388,6 +435,7 @@ class RecordAccumulator:
         with self._lock:
             out = [batch for dq in self._batches.values() for batch in dq]
             self._batches.clear()
+            self._sticky_batches.clear()
         for batch in out:
             batch.close()
         return out
@@ -406,6 +454,7 @@ class RecordAccumulator:
     def begin_close(self) -> None:
         with self._lock:
             self._closing = True
+            self._sticky_batches.clear()  # `send` after close must take the checked path
 
     def topics(self) -> set[str]:
         with self._lock:

@@ -83,6 +83,33 @@ class Producer:
         when `buffer_memory` is spent. `callback(metadata, exception)` runs on the sender
         thread when the record completes.
         """
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        if (
+            key is None
+            and partition is None
+            and type(value) is bytes
+            and len(value) <= self._max_record_bytes
+        ):
+            future = self._accumulator.try_append_sticky(
+                topic, value, timestamp_ms, headers, callback
+            )
+            if future is not None:
+                return future
+        return self._send(topic, value, key, partition, timestamp_ms, headers, callback)
+
+    def _send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture:
+        """`send` with every check: the first record of a topic or of a batch, keyed records,
+        explicit partitions."""
         if self._closed:
             raise ProducerClosedError("send after close")
         num_partitions = self._partition_counts.get(topic)
@@ -96,33 +123,35 @@ class Producer:
             0 if key is None else len(key)
         ) > self._max_record_bytes:
             self._check_size(key, value)
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
-        if partition is None:
-            if key is None:
-                partition = self._sticky.get(topic)
-                if partition is None:
-                    partition = self._sticky_partition(topic, num_partitions)
-                future = self._accumulator.try_append(
-                    topic, partition, key, value, timestamp_ms, headers, callback
-                )
-                if future is not None:
-                    return future
-                # The sticky partition's batch is full or gone: move on, so the record
-                # opens a batch on the next partition (KIP-480).
-                partition = self._next_sticky(topic, num_partitions, partition)
-            else:
-                partition = partition_for_key(bytes(key), num_partitions)
+        accumulator = self._accumulator
+        sticky = key is None and partition is None
+        if sticky:
+            partition = self._sticky.get(topic)
+            if partition is None:
+                partition = self._sticky_partition(topic, num_partitions)
+            future = accumulator.try_append(
+                topic, partition, key, value, timestamp_ms, headers, callback
+            )
+            if future is not None:
+                accumulator.stick(topic, partition)
+                return future
+            # The sticky partition's batch is full or gone: move on, so the record
+            # opens a batch on the next partition (KIP-480).
+            partition = self._next_sticky(topic, num_partitions, partition)
+        elif partition is None:
+            partition = partition_for_key(bytes(key), num_partitions)  # type: ignore[arg-type]
         elif not 0 <= partition < num_partitions:
             _partition_out_of_range(topic, partition, num_partitions)
-        future = self._accumulator.try_append(
+        future = accumulator.try_append(
             topic, partition, key, value, timestamp_ms, headers, callback
         )
         if future is None:
-            future = self._accumulator.append(
+            future = accumulator.append(
                 topic, partition, key, value, timestamp_ms, headers, callback
             )
             self._sender.wakeup()  # a batch was closed, a new one opened
+        if sticky:
+            accumulator.stick(topic, partition)
         return future
 
     def send_many(
