@@ -242,7 +242,9 @@ class GatewayService:
             )
             sub.partitions.extend(request.partitions[i] for i in indexes)
             try:
-                for message in self._relay(target, sub.SerializeToString(), sub, indexes, context):
+                payload = sub.SerializeToString()
+                # `indexes` point into the whole request: errors are named from it.
+                for message in self._relay(target, payload, request, indexes, context):
                     while not stop.is_set():
                         try:
                             out.put(message, timeout=0.5)

@@ -307,6 +307,26 @@ def test_a_node_down_is_unavailable_and_others_keep_serving(cluster):
     assert cluster.client.describe_topic("t").partitions[0].leader_epoch == 1
 
 
+def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluster):
+    cluster.client.create_topic("spread", 3)
+    leaders = [cluster.gateway.registry.route("spread", p).leader for p in range(3)]
+    assert len(set(leaders)) == 3
+    produce_raw(cluster, "spread", {p: batch([b"p%d" % p]) for p in range(3)})
+    down = leaders[2]
+    cluster.stop_node(down)  # the gateway still routes to it: its session has not expired
+    messages = list(
+        cluster.client.fetch(
+            [FetchPosition("spread", p, 0, 1 << 20) for p in range(3)], max_wait_ms=0
+        )
+    )
+    by_partition = {m.partition: m for m in messages}
+    assert sorted(by_partition) == [0, 1, 2]
+    for p in (0, 1):
+        assert by_partition[p].error == 0
+        assert [r.value for r in iter_records(by_partition[p].records)] == [b"p%d" % p]
+    assert common_pb2.ErrorCode.Name(by_partition[2].error) == "LEADER_NOT_AVAILABLE"
+
+
 def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
     cluster.client.create_topic("t", 4, configs={"segment.bytes": "1048576"})
     produce_raw(cluster, "t", {p: batch([b"before"]) for p in range(4)})
