@@ -1,5 +1,6 @@
-"""Client and coordinator parts that need no cluster: the buffer pool, the assignors, the
-__consumer_offsets record formats, the fetcher's header walk."""
+"""Client and coordinator parts that need no cluster: the buffer pool, the accumulator's
+sender-side rounds, the assignors, the __consumer_offsets record formats, the fetcher's header
+walk."""
 
 import struct
 import threading
@@ -9,8 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
+from seglog.client.config import ProducerConfig
 from seglog.client.fetcher import next_offset_after
+from seglog.client.metadata import PartitionInfo, TopicInfo
 from seglog.records import RecordBatchBuilder
 from services.gateway.assignors import range_assign, roundrobin_assign
 from services.gateway.offsets_store import (
@@ -67,6 +71,53 @@ def _eventually(predicate, timeout_s=5.0):
             return True
         time.sleep(0.005)
     return False
+
+
+# -- accumulator ---------------------------------------------------------------------------
+
+
+class _OneLeader:
+    """The metadata the accumulator reads: every partition of every topic led by node 1."""
+
+    def cached(self, name):
+        return TopicInfo(name, tuple(PartitionInfo(p, 1, 0) for p in range(2)))
+
+
+def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buffers():
+    config = ProducerConfig(batch_size=256, buffer_memory=4096, linger_ms=0, retry_backoff_ms=50)
+    pool = BufferPool(config.buffer_memory, config.batch_size)
+    accumulator = RecordAccumulator(config, pool, _OneLeader())
+    futures = [accumulator.append("t", 0, None, b"x" * 150, i, None, None) for i in range(3)]
+    now = time.monotonic()
+    assert accumulator.ready(now).nodes == {1}
+    (plan,) = accumulator.drain(1, now)
+    first, second, third = plan.batches[0]
+    assert accumulator.ready(now).nodes == set()  # muted: its request is in flight
+    first.complete(0, -1, None)
+    settled = Settlement(completed=[first], retries=[second, third], unmuted=[("t", 0)])
+    check = accumulator.ready(now, settled)
+    assert pool.available_bytes == 4096 - 2 * 256  # the completed batch's buffer is back
+    assert check.nodes == set() and 0 < check.wait_s <= 0.05  # backing off before the retry
+    later = now + 0.05
+    assert accumulator.ready(later).nodes == {1}
+    (retry,) = accumulator.drain(1, later)
+    assert retry.batches[0] == [second, third]  # in their order, ahead of anything newer
+    assert [batch.attempts for batch in (second, third)] == [1, 1]
+    assert futures[0].get(timeout=0).offset == 0 and not futures[1].done()
+
+
+def test_ready_takes_out_batches_past_the_delivery_timeout():
+    config = ProducerConfig(linger_ms=60_000, delivery_timeout_ms=90_000)
+    accumulator = RecordAccumulator(
+        config, BufferPool(config.buffer_memory, config.batch_size), _OneLeader()
+    )
+    accumulator.append("t", 1, None, b"late", 0, None, None)
+    now = time.monotonic()
+    check = accumulator.ready(now)
+    assert (check.nodes, check.expired, check.queued_topics) == (set(), [], {"t"})
+    check = accumulator.ready(now + 90)
+    assert [(b.topic, b.partition, b.record_count) for b in check.expired] == [("t", 1, 1)]
+    assert not accumulator.has_undrained()
 
 
 # -- assignors -----------------------------------------------------------------------------

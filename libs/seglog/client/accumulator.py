@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..records import HEADER_BYTES, RecordBatchBuilder
 from ..records.builder import Headers
@@ -116,6 +116,33 @@ class ProducerBatch:
                 future._run_callback(callback)
             except Exception:  # noqa: BLE001 - a user callback must not stop the sender
                 logger.exception("a producer callback raised")
+
+
+@dataclass
+class Settlement:
+    """Batches the sender is done with, handed back in one step, under one lock: `completed`
+    give back their buffers, `retries` (in partition order) go back to the front of their
+    partitions, and `unmuted` partitions may send again — after their retries are queued, so
+    no later batch can overtake one. One step rather than a lock per batch: a contended lock
+    sends the sender thread to the back of the queue for the GIL, behind `send`."""
+
+    completed: list[ProducerBatch] = field(default_factory=list)
+    retries: list[ProducerBatch] = field(default_factory=list)
+    unmuted: list[TopicPartition] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.completed or self.retries or self.unmuted)
+
+
+@dataclass
+class ReadyCheck:
+    """The sender's view of the accumulator for one round, taken in one pass."""
+
+    nodes: set[int]  # leaders with a sendable batch
+    wait_s: float  # until the next batch may become sendable
+    unknown_topics: set[str]  # topics with batches but no known leader
+    queued_topics: set[str]  # topics with batches
+    expired: list[ProducerBatch]  # taken out: past delivery_timeout_ms
 
 
 @dataclass
@@ -324,17 +351,29 @@ class RecordAccumulator:
 
     # -- the sender's side -------------------------------------------------------------------
 
-    def ready(self, now_s: float) -> tuple[set[int], float, set[str]]:
-        """(nodes with a sendable batch, seconds until the next batch may become sendable,
-        topics whose leader is unknown)."""
+    def ready(self, now_s: float, settled: Settlement | None = None) -> ReadyCheck:
+        """Apply `settled`, take out batches past delivery_timeout_ms, and find the leader
+        nodes with a sendable batch (full, lingered, flushed, closing, or memory exhausted)."""
         ready_nodes: set[int] = set()
         unknown: set[str] = set()
+        queued: set[str] = set()
+        expired: list[ProducerBatch] = []
         next_check_s = self._linger_s if self._linger_s > 0 else 0.1
+        timeout_s = self.config.delivery_timeout_ms / 1000
         exhausted = self.pool.queued_waiters > 0
         with self._lock:
+            if settled:
+                self._apply(settled, now_s)
             hurry = exhausted or self._closing or self._flushes_in_progress > 0
             for tp, dq in self._batches.items():
-                if not dq or tp in self._muted:
+                while dq and now_s - dq[0].created_s >= timeout_s:
+                    batch = dq.popleft()
+                    batch.close()
+                    expired.append(batch)
+                if not dq:
+                    continue
+                queued.add(tp[0])
+                if tp in self._muted:
                     continue
                 info = self.metadata.cached(tp[0])
                 if info is None or tp[1] >= info.num_partitions:
@@ -352,7 +391,9 @@ class RecordAccumulator:
                     ready_nodes.add(leader)
                 else:
                     next_check_s = min(next_check_s, self._linger_s - waited_s)
-        return ready_nodes, max(next_check_s, 0.0), unknown
+        if settled:
+            self._give_back(settled)
+        return ReadyCheck(ready_nodes, max(next_check_s, 0.0), unknown, queued, expired)
 
     def drain(self, node_id: int, now_s: float) -> list[ProduceRequestPlan]:
         """Take sendable batches led by `node_id`, one request per topic, each at most
@@ -400,36 +441,25 @@ class RecordAccumulator:
                     break
         return list(plans.values())
 
-    def unmute(self, topic: str, partition: int) -> None:
+    def settle(self, settled: Settlement, now_s: float) -> None:
+        """Apply `settled` outside a `ready` round (when the sender stops)."""
         with self._lock:
-            self._muted.discard((topic, partition))
+            self._apply(settled, now_s)
+        self._give_back(settled)
 
-    def reenqueue(self, batches: Sequence[ProducerBatch], now_s: float) -> None:
-        """Put a partition's failed batches back at the front, in their order, to retry."""
-        with self._lock:
-            for batch in reversed(batches):
-                batch.attempts += 1
-                batch.retry_at_s = now_s + self.config.retry_backoff_ms / 1000
-                dq = self._batches.setdefault((batch.topic, batch.partition), collections.deque())
-                dq.appendleft(batch)
-
-    def completed(self, batch: ProducerBatch) -> None:
-        """The batch's futures are resolved: give its buffer back."""
-        with self._lock:
+    def _apply(self, settled: Settlement, now_s: float) -> None:
+        for batch in settled.completed:
             self._incomplete.discard(batch)
-        self.pool.deallocate(batch.buffer)
+        retry_at_s = now_s + self.config.retry_backoff_ms / 1000
+        for batch in reversed(settled.retries):
+            batch.attempts += 1
+            batch.retry_at_s = retry_at_s
+            dq = self._batches.setdefault((batch.topic, batch.partition), collections.deque())
+            dq.appendleft(batch)
+        self._muted.difference_update(settled.unmuted)
 
-    def expired(self, now_s: float) -> list[ProducerBatch]:
-        """Queued batches older than delivery_timeout_ms, taken out of their deques."""
-        timeout_s = self.config.delivery_timeout_ms / 1000
-        out: list[ProducerBatch] = []
-        with self._lock:
-            for dq in self._batches.values():
-                while dq and now_s - dq[0].created_s >= timeout_s:
-                    batch = dq.popleft()
-                    batch.close()
-                    out.append(batch)
-        return out
+    def _give_back(self, settled: Settlement) -> None:
+        self.pool.deallocate_all([batch.buffer for batch in settled.completed])
 
     def abort_all(self) -> list[ProducerBatch]:
         with self._lock:
@@ -456,17 +486,9 @@ class RecordAccumulator:
             self._closing = True
             self._sticky_batches.clear()  # `send` after close must take the checked path
 
-    def topics(self) -> set[str]:
-        with self._lock:
-            return {topic for (topic, _), dq in self._batches.items() if dq}
-
     def has_undrained(self) -> bool:
         with self._lock:
             return any(self._batches.values())
-
-    def has_incomplete(self) -> bool:
-        with self._lock:
-            return bool(self._incomplete)
 
 
 def _size(data: bytes | None) -> int:

@@ -81,11 +81,17 @@ class BufferPool:
                     self._waiters[0].notify()
 
     def deallocate(self, buffer: bytearray) -> None:
+        self.deallocate_all([buffer])
+
+    def deallocate_all(self, buffers: list[bytearray]) -> None:
+        if not buffers:
+            return
         with self._lock:
-            if len(buffer) == self.poolable_size:
-                self._free.append(buffer)
-            else:
-                self._unallocated += len(buffer)
+            for buffer in buffers:
+                if len(buffer) == self.poolable_size:
+                    self._free.append(buffer)
+                else:
+                    self._unallocated += len(buffer)
             if self._waiters:
                 self._waiters[0].notify()
 

@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import common_pb2, gateway_pb2_grpc
-from .accumulator import ProducerBatch, ProduceRequestPlan, RecordAccumulator
+from .accumulator import ProducerBatch, ProduceRequestPlan, RecordAccumulator, Settlement
 from .config import ProducerConfig
 from .metadata import Metadata
 
@@ -68,6 +68,8 @@ class Sender(threading.Thread):
         self._force_close = False
         self._request_timeout_s = config.request_timeout_ms / 1000
         self._metadata_retry_at_s = 0.0
+        # What this round's answers settled, handed to the accumulator at the next `ready`.
+        self._settled = Settlement()
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -88,33 +90,44 @@ class Sender(threading.Thread):
         while self._running:
             self._run_once()
         while not self._force_close and (
-            self.accumulator.has_undrained() or self.in_flight_requests
+            self.accumulator.has_undrained() or self.in_flight_requests or self._settled
         ):
             self._run_once()
         for batch in self.accumulator.abort_all():
             self._fail(batch, SeglogError("the producer was closed before the batch was sent"))
         while self.in_flight_requests:
             self._handle_answers(block_s=self._request_timeout_s)
+        self.accumulator.settle(self._take_settled(), time.monotonic())
+
+    def _take_settled(self) -> Settlement:
+        settled, self._settled = self._settled, Settlement()
+        return settled
 
     def _run_once(self) -> None:
         self._handle_answers(block_s=0)
         now = time.monotonic()
-        for batch in self.accumulator.expired(now):
+        check = self.accumulator.ready(now, self._take_settled())
+        for batch in check.expired:  # settled with the next round
             self._fail(batch, _delivery_timeout(batch, self.config))
-        ready_nodes, wait_s, unknown = self.accumulator.ready(now)
-        refresh = unknown | {t for t in self.accumulator.topics() if self.metadata.needs_refresh(t)}
+        refresh = check.unknown_topics | {
+            t for t in check.queued_topics if self.metadata.needs_refresh(t)
+        }
         if refresh and now >= self._metadata_retry_at_s:
             error = self.metadata.try_refresh(refresh)
             if error is not None:
                 logger.warning("metadata refresh for %s failed: %s", sorted(refresh), error)
                 self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
         limit = self.config.max_in_flight_requests_per_connection
-        for node_id in ready_nodes:
+        for node_id in check.nodes:
             if self._in_flight.get(node_id, 0) >= limit:
                 continue
             for plan in self.accumulator.drain(node_id, now):
                 self._send(plan)
-        if self._wakeup.wait(min(wait_s, _IDLE_WAIT_S) if self._answers.empty() else 0):
+        if self._settled:
+            wait_s = 0.0  # batches to hand back (expired, or acks=0): another round at once
+        else:
+            wait_s = min(check.wait_s, _IDLE_WAIT_S) if self._answers.empty() else 0
+        if self._wakeup.wait(wait_s):
             self._wakeup.clear()
 
     # -- requests ---------------------------------------------------------------------------
@@ -138,7 +151,7 @@ class Sender(threading.Thread):
             for partition, batches in plan.batches.items():
                 for batch in batches:
                     self._succeed(batch, -1, -1)
-                self.accumulator.unmute(plan.topic, partition)
+                self._settled.unmuted.append((plan.topic, partition))
             call.add_done_callback(lambda _: self._post(lambda: self._request_done(plan.node_id)))
             return
         call.add_done_callback(lambda answered: self._post(lambda: self._on_answer(plan, answered)))
@@ -186,7 +199,7 @@ class Sender(threading.Thread):
             for batch in batches:
                 self._succeed(batch, base_offset, result.log_append_time_ms)
                 base_offset += batch.record_count
-            self.accumulator.unmute(plan.topic, result.partition)
+            self._settled.unmuted.append((plan.topic, result.partition))
         for partition, batches in plan.batches.items():
             if partition not in answered:
                 error = SeglogError(f"no answer for {plan.topic}-{partition} in the response")
@@ -219,16 +232,16 @@ class Sender(threading.Thread):
             failed += 1
         if failed < len(batches):
             logger.debug("retrying %s-%d: %s", topic, partition, error)
-            self.accumulator.reenqueue(batches[failed:], now_s)
-        self.accumulator.unmute(topic, partition)
+            self._settled.retries.extend(batches[failed:])
+        self._settled.unmuted.append((topic, partition))
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
         batch.complete(base_offset, log_append_time_ms, None)
-        self.accumulator.completed(batch)
+        self._settled.completed.append(batch)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         batch.complete(-1, -1, error)
-        self.accumulator.completed(batch)
+        self._settled.completed.append(batch)
 
 
 def _delivery_timeout(batch: ProducerBatch, config: ProducerConfig) -> RequestTimedOutError:
