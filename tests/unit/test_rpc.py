@@ -42,6 +42,36 @@ def test_fetch_response_wire_bytes_equal_protobuf_serialization(
     assert common_pb2.FetchResponse.FromString(encoded) == common_pb2.FetchResponse(**fields)
 
 
+_BATCHES = st.lists(st.binary(max_size=40), max_size=3)
+
+
+@given(
+    st.text(max_size=20),
+    st.sampled_from([-1, 0, 1]),
+    st.integers(min_value=0, max_value=2**31 - 1),
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=2**31 - 1),
+            st.integers(min_value=-(2**31), max_value=2**31 - 1),
+            _BATCHES,
+        ),
+        max_size=4,
+    ),
+)
+def test_produce_request_wire_bytes_equal_protobuf_serialization(
+    topic, acks, timeout_ms, partitions
+):
+    expected = common_pb2.ProduceRequest(topic=topic, acks=acks, timeout_ms=timeout_ms)
+    for partition, epoch, batches in partitions:
+        expected.partitions.add(
+            partition=partition, records=b"".join(batches), current_leader_epoch=epoch
+        )
+    batches_as_views = [(p, e, [memoryview(b) for b in bs]) for p, e, bs in partitions]
+    encoded = wire.encode_produce_request(topic, acks, timeout_ms, batches_as_views)
+    assert encoded == expected.SerializeToString()
+    assert common_pb2.ProduceRequest.FromString(encoded) == expected
+
+
 def test_every_reason_code_has_an_error_class_and_a_status():
     for name, value in common_pb2.ErrorCode.items():
         if name == "NONE":

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 import grpc
 
 from ..errors import SeglogError
+from ..rpc import wire
 from ..rpc.channels import open_channel
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from .structs import OffsetAndTimestamp, TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
+_PRODUCE = "/seglog.v1.Gateway/Produce"
 LATEST = -1
 EARLIEST = -2
 
@@ -39,6 +41,12 @@ class GatewayClient:
         self.timeout_s = timeout_s
         self._channel = open_channel(self.bootstrap)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
+        # Produce with the request already in wire bytes (rpc/wire.py): the producer's path.
+        self.produce_raw = self._channel.unary_unary(
+            _PRODUCE,
+            request_serializer=wire.identity,
+            response_deserializer=common_pb2.ProduceResponse.FromString,
+        )
 
     def close(self) -> None:
         self._channel.close()

@@ -56,7 +56,9 @@ class Producer:
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)
         self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
-        self._sender = Sender(self.config, self._accumulator, self._metadata, self._client._stub)
+        self._sender = Sender(
+            self.config, self._accumulator, self._metadata, self._client.produce_raw
+        )
         self._sticky: dict[str, int] = {}
         # Plain dicts read without a lock on the hot path (a dict get is atomic in CPython).
         self._partition_counts: dict[str, int] = {}

@@ -30,8 +30,8 @@ from ..errors import (
     SeglogError,
     UnknownTopicOrPartitionError,
 )
+from ..rpc import wire
 from ..rpc.status import error_from_code, error_from_rpc
-from ..v1 import common_pb2, gateway_pb2_grpc
 from .accumulator import ProducerBatch, ProduceRequestPlan, RecordAccumulator, Settlement
 from .config import ProducerConfig
 from .metadata import Metadata
@@ -54,13 +54,13 @@ class Sender(threading.Thread):
         config: ProducerConfig,
         accumulator: RecordAccumulator,
         metadata: Metadata,
-        stub: gateway_pb2_grpc.GatewayStub,
+        produce: grpc.UnaryUnaryMultiCallable,
     ) -> None:
         super().__init__(name=f"{config.client_id}-sender", daemon=True)
         self.config = config
         self.accumulator = accumulator
         self.metadata = metadata
-        self.stub = stub
+        self.produce = produce  # takes ProduceRequest wire bytes
         self._wakeup = threading.Event()
         self._answers: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._in_flight: dict[int, int] = {}
@@ -134,18 +134,21 @@ class Sender(threading.Thread):
 
     def _send(self, plan: ProduceRequestPlan) -> None:
         info = self.metadata.cached(plan.topic)
-        request = common_pb2.ProduceRequest(
-            topic=plan.topic, acks=self.config.acks, timeout_ms=self.config.request_timeout_ms
+        request = wire.encode_produce_request(
+            plan.topic,
+            self.config.acks,
+            self.config.request_timeout_ms,
+            [
+                (
+                    partition,
+                    info.partitions[partition].leader_epoch if info is not None else -1,
+                    [batch.data for batch in batches if batch.data is not None],
+                )
+                for partition, batches in plan.batches.items()
+            ],
         )
-        for partition, batches in plan.batches.items():
-            epoch = info.partitions[partition].leader_epoch if info is not None else -1
-            request.partitions.add(
-                partition=partition,
-                records=b"".join(batch.data for batch in batches),  # type: ignore[misc]
-                current_leader_epoch=epoch,
-            )
         self._in_flight[plan.node_id] = self._in_flight.get(plan.node_id, 0) + 1
-        call = self.stub.Produce.future(request, timeout=self._request_timeout_s)
+        call = self.produce.future(request, timeout=self._request_timeout_s)
         if self.config.acks == 0:
             # Nobody waits for an answer: the records count as sent now, as in Kafka.
             for partition, batches in plan.batches.items():
