@@ -14,7 +14,9 @@ from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
 from seglog.client.config import ProducerConfig
 from seglog.client.fetcher import next_offset_after
+from seglog.client.futures import BatchResult
 from seglog.client.metadata import PartitionInfo, TopicInfo
+from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
 from services.gateway.assignors import range_assign, roundrobin_assign
 from services.gateway.offsets_store import (
@@ -118,6 +120,29 @@ def test_ready_takes_out_batches_past_the_delivery_timeout():
     check = accumulator.ready(now + 90)
     assert [(b.topic, b.partition, b.record_count) for b in check.expired] == [("t", 1, 1)]
     assert not accumulator.has_undrained()
+
+
+def test_batch_result_wakes_waiters_from_before_and_answers_those_after_at_once():
+    result = BatchResult()
+    woken = []
+    waiters = [
+        threading.Thread(target=lambda: woken.append(result.wait(timeout_s=10) or "ok"))
+        for _ in range(3)
+    ]
+    for waiter in waiters:
+        waiter.start()
+    with pytest.raises(TimeoutError, match="within 0.01 s"):
+        result.wait(timeout_s=0.01)
+    assert not result.is_done()
+    result.set(7, -1, None)
+    for waiter in waiters:
+        waiter.join(10)
+    assert woken == ["ok"] * 3 and result.is_done()
+    result.wait(timeout_s=0)  # done: no waiting at all
+    failed = BatchResult()
+    failed.set(-1, -1, RequestTimedOutError("expired"))
+    with pytest.raises(RequestTimedOutError, match="expired"):
+        failed.wait(timeout_s=None)
 
 
 # -- assignors -----------------------------------------------------------------------------

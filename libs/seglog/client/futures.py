@@ -36,13 +36,21 @@ class BatchMetadata(NamedTuple):
 Callback = Callable[[RecordMetadata | None, BaseException | None], object]
 
 
-class BatchResult:
-    """The outcome of one produce batch, shared by the futures of its records."""
+# Guards every BatchResult's waiter event: its creation by a waiter against `set`.
+_WAITERS_LOCK = threading.Lock()
 
-    __slots__ = ("_done", "base_offset", "log_append_time_ms", "error")
+
+class BatchResult:
+    """The outcome of one produce batch, shared by the futures of its records.
+
+    Its event exists only once somebody waits: most batches complete with nobody waiting,
+    and an Event per batch (a Condition, a lock, a deque) cost `send` ~3% of its time."""
+
+    __slots__ = ("_done", "_waiters", "base_offset", "log_append_time_ms", "error")
 
     def __init__(self) -> None:
-        self._done = threading.Event()
+        self._done = False
+        self._waiters: threading.Event | None = None
         self.base_offset = -1
         self.log_append_time_ms = -1
         self.error: BaseException | None = None
@@ -51,14 +59,23 @@ class BatchResult:
         self.base_offset = base_offset
         self.log_append_time_ms = log_append_time_ms
         self.error = error
-        self._done.set()
+        with _WAITERS_LOCK:
+            self._done = True
+            waiters = self._waiters
+        if waiters is not None:
+            waiters.set()
 
     def is_done(self) -> bool:
-        return self._done.is_set()
+        return self._done
 
     def wait(self, timeout_s: float | None) -> None:
-        if not self._done.wait(timeout_s):
-            raise TimeoutError(f"the record was not acknowledged within {timeout_s} s")
+        if not self._done:
+            with _WAITERS_LOCK:
+                waiters = None if self._done else self._waiters
+                if waiters is None and not self._done:
+                    waiters = self._waiters = threading.Event()
+            if waiters is not None and not waiters.wait(timeout_s):
+                raise TimeoutError(f"the record was not acknowledged within {timeout_s} s")
         if self.error is not None:
             raise self.error
 

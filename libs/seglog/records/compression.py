@@ -147,13 +147,18 @@ _DECOMPRESSORS: dict[int, _Codec] = {
 MAX_CODEC = max(CompressionType)
 
 
+# By id: a dict lookup, where calling the enum takes ~1 us (this runs once per batch read,
+# written or checked).
+_CODECS_BY_ID = {codec.value: codec for codec in CompressionType}
+
+
 def check_codec(codec_id: int) -> CompressionType:
-    try:
-        return CompressionType(codec_id)
-    except ValueError:
+    codec = _CODECS_BY_ID.get(codec_id)
+    if codec is None:
         raise UnsupportedCompressionError(
             f"compression codec id {codec_id} in attributes; expected 0-4"
-        ) from None
+        )
+    return codec
 
 
 def compress(codec_id: int, data: bytes | memoryview) -> bytes:
