@@ -13,7 +13,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -21,12 +20,10 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 from seglog.records import RecordBatch, RecordBatchBuilder
 from seglog.storage import Log, LogConfig
 
+from .timing import best_of
+
 MIB = 1024 * 1024
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
-
-
-def best_of(runs: int, fn: Callable[[], float]) -> float:
-    return min(fn() for _ in range(runs))
 
 
 def report(name: str, figure: float, baseline: float, unit: str, target: float | None) -> None:

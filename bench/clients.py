@@ -3,7 +3,8 @@ storage node (separate processes), beside confluent-kafka (librdkafka) against i
 mock cluster (`test.mock.num.brokers`) doing the same work, in the same run.
 
 - produce: 100-byte records, acks=1, linger 5 ms, 16 KiB batches, one `send()` per record
-  (and, without a baseline of its own, `send_many`), no compression, then lz4 and zstd.
+  (and, without a baseline of its own, `send_many`), no compression, then lz4 and zstd; each
+  side's best of 3 runs, the sides taking turns.
 - consume: the same count of 100-byte records read back in a poll loop that touches every
   value. librdkafka's mock cluster keeps only a few MiB per partition, so the read-back count
   is small (SEGLOG_BENCH_CONSUME_RECORDS, default 40 000) and each side takes its best of 5.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import confluent_kafka
@@ -27,11 +27,14 @@ from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from services.processes import ServerProcess, gateway_process, node_process
 
+from .timing import best_in_turns, best_of
+
 PRODUCE_RECORDS = int(os.environ.get("SEGLOG_BENCH_PRODUCE_RECORDS", 1_000_000))
 CONSUME_RECORDS = int(os.environ.get("SEGLOG_BENCH_CONSUME_RECORDS", 40_000))
 PARTITIONS = 4  # what the mock cluster auto-creates
 VALUE = b"v" * 100
 PRODUCER_SETTINGS = {"acks": 1, "linger_ms": 5, "batch_size": 16384}
+ROUNDS = 3  # producer runs per side and codec, in turns; each side's best counts
 
 
 def _confluent_produce(records: int, compression: str) -> tuple[float, confluent_kafka.Producer]:
@@ -132,10 +135,6 @@ def _seglog_consume(bootstrap: str, topic: str, records: int) -> float:
     return elapsed
 
 
-def _best(runs: int, fn: Callable[[], float]) -> float:
-    return min(fn() for _ in range(runs))
-
-
 def run(report) -> None:  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory(prefix="seglog-bench-clients-") as tmp:
         root = Path(tmp)
@@ -155,25 +154,27 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 for name in ("produce-none", "produce-lz4", "produce-zstd", "many", "readback"):
                     admin.create_topic(name, PARTITIONS)
 
+            # Read back from a fresh mock topic small enough to be kept whole. It loses a
+            # few of the first records to the topic's auto-creation: produce a margin more.
+            _, small = _confluent_produce(CONSUME_RECORDS * 5 // 4, "none")
+            consume_base = best_of(5, lambda m=small: _confluent_consume(m, CONSUME_RECORDS))
+            del small  # its mock cluster, gone before the timed runs
             mock_elapsed = {}
             for codec in ("none", "lz4", "zstd"):
-                elapsed, mock = _confluent_produce(PRODUCE_RECORDS, codec)
-                mock_elapsed[codec] = elapsed
-                if codec == "none":
-                    # Read back from a fresh mock topic small enough to be kept whole.
-                    # It loses a few of the first records to the topic's auto-creation:
-                    # produce a margin more than is read.
-                    _, small = _confluent_produce(CONSUME_RECORDS * 5 // 4, "none")
-                    consume_base = _best(5, lambda m=small: _confluent_consume(m, CONSUME_RECORDS))
-                del mock
-            for codec in ("none", "lz4", "zstd"):
-                elapsed = _seglog_produce(
-                    gateway.address, f"produce-{codec}", PRODUCE_RECORDS, codec
+                best = best_in_turns(
+                    {
+                        "mock": lambda c=codec: _confluent_produce(PRODUCE_RECORDS, c)[0],
+                        "seglog": lambda c=codec: _seglog_produce(
+                            gateway.address, f"produce-{c}", PRODUCE_RECORDS, c
+                        ),
+                    },
+                    ROUNDS,
                 )
+                mock_elapsed[codec] = best["mock"]
                 report(
                     f"producer send(), 100 B, {codec} (k rec/s)",
-                    PRODUCE_RECORDS / elapsed / 1e3,
-                    PRODUCE_RECORDS / mock_elapsed[codec] / 1e3,
+                    PRODUCE_RECORDS / best["seglog"] / 1e3,
+                    PRODUCE_RECORDS / best["mock"] / 1e3,
                     "k rec/s",
                     0.5,
                 )
@@ -186,7 +187,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 None,
             )
             _seglog_produce(gateway.address, "readback", CONSUME_RECORDS, "none")
-            consume = _best(
+            consume = best_of(
                 5, lambda: _seglog_consume(gateway.address, "readback", CONSUME_RECORDS)
             )
             report(

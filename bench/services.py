@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -30,6 +29,8 @@ from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services import serving
 from services.processes import ServerProcess, gateway_process, node_process
+
+from .timing import best_in_turns
 
 MIB = 1024 * 1024
 SERVICE_MIB = int(os.environ.get("SEGLOG_BENCH_SERVICE_MIB", 256))
@@ -45,16 +46,6 @@ def _request_of_batches(topic: str, batch_bytes: int, batches: int) -> bytes:
     request = common_pb2.ProduceRequest(topic=topic, acks=1, timeout_ms=30_000)
     request.partitions.add(partition=0, records=one * batches)
     return request.SerializeToString()
-
-
-def _best_in_turns(runs: dict[str, Callable[[], float]]) -> dict[str, float]:
-    """Each run's best time of ROUNDS, the runs taking turns round by round, so that a slow
-    moment of this shared machine lands on one round of one side, not on one side."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(ROUNDS):
-        for name, run in runs.items():
-            times[name].append(run())
-    return {name: min(elapsed) for name, elapsed in times.items()}
 
 
 def _timed(calls: int, fn) -> float:  # type: ignore[no-untyped-def]
@@ -178,7 +169,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             direct_payload = _request_of_batches("direct", 16 * 1024, 64)
             calls = max(1, SERVICE_MIB // ROUNDS)
             mb = calls * len(gateway_payload) / MIB
-            produce_s = _best_in_turns(
+            produce_s = best_in_turns(
                 {
                     "base": lambda: _baseline_put(echo_channel, gateway_payload, calls),
                     "via": lambda: _produce(
@@ -189,7 +180,8 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                     ),
                     "relay": lambda: _baseline_put(relay_channel, gateway_payload, calls),
                     "disk": lambda: _baseline_disk(root, gateway_payload, calls),
-                }
+                },
+                ROUNDS,
             )
             base, via, direct, relayed, disk = (
                 produce_s[name] for name in ("base", "via", "direct", "relay", "disk")
@@ -221,7 +213,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             _, via_bytes = _fetch(admin, "/seglog.v1.Gateway/Fetch", "via-gateway", end)
             _, direct_bytes = _fetch(node_channel, "/seglog.v1.StorageNode/Fetch", "direct", end)
             assert via_bytes == direct_bytes
-            fetch_s = _best_in_turns(
+            fetch_s = best_in_turns(
                 {
                     "via": lambda: _fetch(admin, "/seglog.v1.Gateway/Fetch", "via-gateway", end)[0],
                     "direct": lambda: _fetch(
@@ -229,7 +221,8 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                     )[0],
                     "base": lambda: _baseline_stream(echo_channel, via_bytes),
                     "relay": lambda: _baseline_stream(relay_channel, via_bytes),
-                }
+                },
+                ROUNDS,
             )
             via_s, direct_s, base_s, relayed_s = (
                 fetch_s[name] for name in ("via", "direct", "base", "relay")
