@@ -6,9 +6,11 @@ for a new one (blocking up to `max_block_ms` when memory is spent); unkeyed reco
 topic's sticky batch through `try_append_sticky` without the partition's deque. The sender
 asks `ready` which leader nodes have a sendable batch (full, lingered `linger_ms`, flushed,
 closing, or memory exhausted), then `drain`s whole batches per node into requests of at most
-`max_request_size`; what the answers settled comes back as one `Settlement` per round. A partition with a request in flight is muted until it completes: only one
-request per partition is ever outstanding, so a retry, re-enqueued at the front of its deque,
-can never be overtaken by a later batch — per-partition order holds with
+`max_request_size`; what the answers settled comes back as one `Settlement` per round.
+
+A partition with a request in flight is muted until it completes: only one request per
+partition is ever outstanding, so a retry, re-enqueued at the front of its deque, can never be
+overtaken by a later batch — per-partition order holds with
 `max_in_flight_requests_per_connection` > 1, across partitions.
 """
 
