@@ -281,6 +281,49 @@ def test_a_member_that_stops_heartbeating_is_removed(cluster):
     assert common_pb2.ErrorCode.Name(answer.error) == "UNKNOWN_MEMBER_ID"
 
 
+def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(cluster):
+    cluster.client.create_topic("paced", 2)
+    config = dict(
+        group_id="pacers",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_interval_ms=800,
+        **GROUP_CONFIG,
+    )
+    slow = Consumer(cluster.address, client_id="slow", **config)
+    quick = Consumer(cluster.address, client_id="quick", **config)
+    stop = threading.Event()
+
+    def keep_polling():
+        while not stop.is_set():
+            quick.poll(timeout_ms=50)
+
+    try:
+        slow.subscribe(["paced"])
+        assert wait_until(lambda: slow.poll(timeout_ms=50) is not None and slow.assignment())
+        quick.subscribe(["paced"])
+        poller = threading.Thread(target=keep_polling)
+        poller.start()
+        one_each = lambda: len(slow.assignment()) == len(quick.assignment()) == 1  # noqa: E731
+        assert wait_until(lambda: slow.poll(timeout_ms=50) is not None and one_each())
+        taken = slow.assignment()
+        # Heartbeats go on, but no poll for longer than max_poll_interval_ms: the slow
+        # consumer leaves, and the quick one is given both partitions without waiting out
+        # the slow one's session.
+        assert wait_until(lambda: len(quick.assignment()) == 2, timeout_s=10)
+        with pytest.raises(CommitFailedError, match="max_poll_interval_ms"):
+            slow.commit({tp: 0 for tp in taken})
+        # Its next polls join the group again.
+        assert wait_until(lambda: slow.poll(timeout_ms=50) is not None and one_each())
+        slow.commit({tp: 0 for tp in slow.assignment()})
+    finally:
+        stop.set()
+        if "poller" in locals():
+            poller.join(10)
+        slow.close()
+        quick.close()
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

@@ -127,6 +127,8 @@ class Consumer:
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
+            if self._group is not None:
+                self._group.polled()
             self._ensure_assignment()
             self._update_positions()
             self._raise_fetch_errors()

@@ -4,6 +4,11 @@ reading committed offsets through the gateway's GroupCoordinator service.
 The heartbeat thread only keeps the session alive and notices a rebalance (or a lost
 membership); the consumer joins again from its own thread, inside `poll`, so that partitions
 change hands between polls and never under the caller's feet.
+
+As in Kafka (KIP-62), heartbeats prove the process alive, `poll` proves it making progress:
+when a member has not polled for `max_poll_interval_ms`, the heartbeat thread leaves the group
+for it, so its partitions go to members that are reading. Its commits then fail with
+CommitFailedError, and its next `poll` joins again.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ class GroupMembership:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._timeout_s = config.request_timeout_ms / 1000
+        self._last_poll_s = time.monotonic()
+        self._left_for_slow_poll = False
         self._heartbeats = threading.Thread(
             target=self._heartbeat_loop, name=f"{config.client_id}-heartbeat", daemon=True
         )
@@ -64,6 +71,10 @@ class GroupMembership:
 
     def request_rejoin(self) -> None:
         self._rejoin_needed.set()
+
+    def polled(self) -> None:
+        """The consumer is in `poll`: restart the max_poll_interval_ms clock."""
+        self._last_poll_s = time.monotonic()
 
     def join(self, topics: Iterable[str]) -> set[TopicPartition]:
         """Join (again) and wait for the new generation; returns its assignment."""
@@ -107,6 +118,8 @@ class GroupMembership:
                 self.assignment = {
                     TopicPartition(tp.topic, p) for tp in response.assignment for p in tp.partitions
                 }
+                self._left_for_slow_poll = False
+                self._last_poll_s = time.monotonic()  # the join itself may have taken long
                 self._rejoin_needed.clear()
             logger.info(
                 "joined group %s generation %d as %s: %d partitions",
@@ -120,8 +133,15 @@ class GroupMembership:
 
     def leave(self) -> None:
         self._stop.set()
+        self._leave_group()
+
+    def _leave_group(self, *, slow_poll: bool = False) -> None:
         with self._lock:
             member_id, self.member_id, self.generation = self.member_id, "", -1
+            if slow_poll:
+                # With the member id gone in the same step: the next join is a new member's.
+                self._left_for_slow_poll = True
+                self._rejoin_needed.set()
         if member_id:
             try:
                 self.stub.LeaveGroup(
@@ -144,6 +164,14 @@ class GroupMembership:
         consumer that assigned itself partitions."""
         with self._lock:
             member_id, generation = (self.member_id, self.generation) if as_member else ("", -1)
+            if as_member and self._left_for_slow_poll:
+                raise CommitFailedError(
+                    f"commit refused: this consumer left group {self.group_id} because it did "
+                    f"not poll within max_poll_interval_ms ({self.config.max_poll_interval_ms}), "
+                    f"and its partitions went to other members. Poll more often (lower "
+                    f"max_poll_records or speed up the work between polls) or raise "
+                    f"max_poll_interval_ms; the next poll joins the group again"
+                )
         request = groups_pb2.CommitOffsetsRequest(
             group_id=self.group_id, member_id=member_id, generation_id=generation
         )
@@ -204,12 +232,29 @@ class GroupMembership:
 
     # -- heartbeats -------------------------------------------------------------------------
 
+    def _leave_for_slow_poll(self, stalled_s: float) -> None:
+        logger.warning(
+            "consumer %s has not polled for %.1f s, past max_poll_interval_ms (%d): leaving "
+            "group %s so its partitions go to members that are reading; the next poll joins "
+            "again. Poll more often (lower max_poll_records) or raise max_poll_interval_ms.",
+            self.config.client_id,
+            stalled_s,
+            self.config.max_poll_interval_ms,
+            self.group_id,
+        )
+        self._leave_group(slow_poll=True)
+
     def _heartbeat_loop(self) -> None:
         interval_s = self.config.heartbeat_interval_ms / 1000
+        max_poll_interval_s = self.config.max_poll_interval_ms / 1000
         while not self._stop.wait(interval_s):
             with self._lock:
                 member_id, generation = self.member_id, self.generation
             if not member_id:
+                continue
+            stalled_s = time.monotonic() - self._last_poll_s
+            if stalled_s > max_poll_interval_s and not self._rejoin_needed.is_set():
+                self._leave_for_slow_poll(stalled_s)
                 continue
             try:
                 response = self.stub.Heartbeat(
