@@ -2,7 +2,8 @@
 
 States (Kafka's names): Empty (no members), PreparingRebalance (waiting for members to join
 again), Stable (a generation with an assignment). A rebalance starts when a member joins,
-leaves, or misses its session timeout; members learn of it from their heartbeats
+leaves, or misses its session timeout, and when a topic the group subscribes to is created,
+deleted or changes its partition count; members learn of it from their heartbeats
 (REBALANCE_IN_PROGRESS) and call JoinGroup again. It completes when every known member has
 joined, or when the longest rebalance timeout of the members passes (those still missing
 are removed). The first rebalance of an empty group waits `initial_rebalance_delay_ms`
@@ -16,6 +17,7 @@ next heartbeat and join anew. Committed offsets are durable (offsets_store.py).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -33,6 +35,8 @@ from seglog.errors import (
 
 from .assignors import ASSIGNORS
 from .registry import Registry
+
+logger = logging.getLogger(__name__)
 
 EMPTY = "Empty"
 PREPARING_REBALANCE = "PreparingRebalance"
@@ -64,6 +68,8 @@ class Group:
     # Whether the rebalance in progress started from no assigned members: it then waits
     # out the initial delay for more to arrive instead of completing when all have joined.
     initial_rebalance: bool = False
+    # Partition counts of the subscribed topics that exist, as the assignment saw them.
+    partition_counts: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -287,11 +293,8 @@ class GroupCoordinator:
         group.generation += 1
         group.strategy = _common_strategy([m.strategies for m in group.members.values()])
         subscriptions = {m.member_id: m.topics for m in group.members.values()}
-        partitions = {}
-        for topic in sorted({t for m in group.members.values() for t in m.topics}):
-            described = self.registry.topics.get(topic)
-            if described is not None:
-                partitions[topic] = len(described.partitions)
+        partitions = self._partition_counts(group)
+        group.partition_counts = partitions
         assignment = ASSIGNORS[group.strategy](subscriptions, partitions)
         for member in group.members.values():
             member.assignment = assignment.get(member.member_id, {})
@@ -299,6 +302,14 @@ class GroupCoordinator:
             member.last_heartbeat = now
         group.state = STABLE
         self._changed.notify_all()
+
+    def _partition_counts(self, group: Group) -> dict[str, int]:
+        counts = {}
+        for topic in sorted({t for m in group.members.values() for t in m.topics}):
+            described = self.registry.topics.get(topic)
+            if described is not None:
+                counts[topic] = len(described.partitions)
+        return counts
 
     def _remove(self, group: Group, member_id: str, now: float) -> None:
         group.members.pop(member_id, None)
@@ -325,6 +336,14 @@ class GroupCoordinator:
                             self._remove(group, member.member_id, now)
                     if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
                         self._complete_rebalance(group, now)
+                    elif (
+                        group.state == STABLE
+                        and self._partition_counts(group) != group.partition_counts
+                    ):
+                        # A subscribed topic came, went or changed: assign again, as
+                        # Kafka's consumers do when their metadata shows it.
+                        logger.info("topics of group %s changed: rebalancing", group.group_id)
+                        self._begin_rebalance(group, now)
 
 
 def _has_stable_members(group: Group) -> bool:

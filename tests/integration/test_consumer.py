@@ -324,6 +324,38 @@ def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(clu
         quick.close()
 
 
+def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(cluster):
+    cluster.client.create_topic("present", 1)
+    with Consumer(
+        cluster.address, group_id="watchers-of-topics", auto_offset_reset="earliest", **GROUP_CONFIG
+    ) as consumer:
+        consumer.subscribe(["present", "later"])
+        assert wait_until(
+            lambda: consumer.poll(timeout_ms=50) is not None and consumer.assignment()
+        )
+        assert consumer.assignment() == {TopicPartition("present", 0)}
+        first_generation = consumer.generation
+
+        cluster.client.create_topic("later", 2)
+        produce(cluster.address, "later", [b"new-%d" % i for i in range(4)], partition=1)
+        read = drain(consumer, 4)
+        assert sorted(r.value for r in read) == [b"new-%d" % i for i in range(4)]
+        assert consumer.assignment() == {
+            TopicPartition("present", 0),
+            TopicPartition("later", 0),
+            TopicPartition("later", 1),
+        }
+        assert consumer.generation > first_generation
+
+        cluster.client.delete_topic("later")
+        assert wait_until(
+            lambda: (
+                consumer.poll(timeout_ms=50) is not None
+                and consumer.assignment() == {TopicPartition("present", 0)}
+            )
+        )
+
+
 @pytest.mark.parametrize(
     "config, message",
     [

@@ -19,6 +19,7 @@ partitions away, and on `close` — at-least-once, as in Kafka.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -32,6 +33,8 @@ from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partiti
 from .membership import CommitFailedError, GroupMembership
 from .metadata import Metadata
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+
+logger = logging.getLogger(__name__)
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
 
@@ -160,6 +163,10 @@ class Consumer:
                 self.commit()
             except CommitFailedError:
                 pass  # the group moved on already; the next owner reads from the last commit
+            except SeglogError as exc:
+                # As Kafka's auto-commit on rebalance: a failure (a partition whose topic was
+                # just deleted, the coordinator briefly away) is logged, not raised from poll.
+                logger.warning("auto-commit before the rebalance failed: %s", exc)
 
     def _update_positions(self) -> None:
         missing = self._fetcher.missing_positions()
