@@ -4,7 +4,8 @@ mock cluster (`test.mock.num.brokers`) doing the same work, in the same run.
 
 - produce: 100-byte records, acks=1, linger 5 ms, 16 KiB batches, one `send()` per record
   (and, without a baseline of its own, `send_many`), no compression, then lz4 and zstd; each
-  side's best of 3 runs, the sides taking turns.
+  side's best of 3 runs, the sides taking turns. Also keyed records (1000 keys in turn),
+  reported beside the same work by confluent-kafka with no target of its own.
 - consume: the same count of 100-byte records read back in a poll loop that touches every
   value. librdkafka's mock cluster keeps only a few MiB per partition, so the read-back count
   is small (SEGLOG_BENCH_CONSUME_RECORDS, default 40 000) and each side takes its best of 5.
@@ -35,9 +36,12 @@ PARTITIONS = 4  # what the mock cluster auto-creates
 VALUE = b"v" * 100
 PRODUCER_SETTINGS = {"acks": 1, "linger_ms": 5, "batch_size": 16384}
 ROUNDS = 3  # producer runs per side and codec, in turns; each side's best counts
+KEYS = [b"customer-%d" % i for i in range(1000)]  # keyed records: ids that repeat
 
 
-def _confluent_produce(records: int, compression: str) -> tuple[float, confluent_kafka.Producer]:
+def _confluent_produce(
+    records: int, compression: str, keys: list[bytes] | None = None
+) -> tuple[float, confluent_kafka.Producer]:
     producer = confluent_kafka.Producer(
         {
             "test.mock.num.brokers": 1,
@@ -51,10 +55,11 @@ def _confluent_produce(records: int, compression: str) -> tuple[float, confluent
     producer.list_topics(timeout=10)
     produce = producer.produce
     start = time.perf_counter()
-    for _ in range(records):
+    for i in range(records):
+        key = keys[i % len(keys)] if keys else None
         while True:
             try:
-                produce("bench", VALUE)
+                produce("bench", VALUE, key=key)
                 break
             except BufferError:
                 producer.poll(0.001)  # the local queue is full: let librdkafka drain it
@@ -96,13 +101,19 @@ def _confluent_consume(mock: confluent_kafka.Producer, records: int) -> float:
     return elapsed
 
 
-def _seglog_produce(bootstrap: str, topic: str, records: int, compression: str) -> float:
+def _seglog_produce(
+    bootstrap: str, topic: str, records: int, compression: str, keys: list[bytes] | None = None
+) -> float:
     with Producer(bootstrap, compression_type=compression, **PRODUCER_SETTINGS) as producer:
         producer.send(topic, VALUE).get(timeout=30)  # metadata and connection warm
         send = producer.send
         start = time.perf_counter()
-        for _ in range(records):
-            send(topic, VALUE)
+        if keys:
+            for i in range(records):
+                send(topic, VALUE, key=keys[i % len(keys)])
+        else:
+            for _ in range(records):
+                send(topic, VALUE)
         producer.flush()
         return time.perf_counter() - start
 
@@ -151,7 +162,14 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                     if time.monotonic() > deadline:
                         raise RuntimeError("the storage node never registered")
                     time.sleep(0.05)
-                for name in ("produce-none", "produce-lz4", "produce-zstd", "many", "readback"):
+                for name in (
+                    "produce-none",
+                    "produce-lz4",
+                    "produce-zstd",
+                    "keyed",
+                    "many",
+                    "readback",
+                ):
                     admin.create_topic(name, PARTITIONS)
 
             # Read back from a fresh mock topic small enough to be kept whole. It loses a
@@ -178,6 +196,22 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                     "k rec/s",
                     0.5,
                 )
+            best = best_in_turns(
+                {
+                    "mock": lambda: _confluent_produce(PRODUCE_RECORDS, "none", KEYS)[0],
+                    "seglog": lambda: _seglog_produce(
+                        gateway.address, "keyed", PRODUCE_RECORDS, "none", KEYS
+                    ),
+                },
+                ROUNDS,
+            )
+            report(
+                f"producer send(), 100 B, {len(KEYS)} keys, none (k rec/s)",
+                PRODUCE_RECORDS / best["seglog"] / 1e3,
+                PRODUCE_RECORDS / best["mock"] / 1e3,
+                "k rec/s",
+                None,
+            )
             elapsed = _seglog_produce_many(gateway.address, "many", PRODUCE_RECORDS)
             report(
                 "producer send_many(), 100 B, none (k rec/s)",

@@ -10,6 +10,7 @@ from kafka.partitioner.default import DefaultPartitioner
 from seglog.client.buffer_pool import BufferExhaustedError
 from seglog.client.consumer import Consumer
 from seglog.client.futures import BatchMetadata, ProducerClosedError, RecordMetadata
+from seglog.client.partitioner import partition_for_key
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.errors import (
@@ -129,6 +130,29 @@ def test_unkeyed_records_in_one_batch_keep_their_headers_timestamps_and_callback
         (None, b"stamped", ()),
     ]
     assert stored[2].timestamp_ms == 1_600_000_000_000
+
+
+def test_keyed_records_tombstones_and_bytearray_keys_share_their_partitions_batches(cluster):
+    cluster.client.create_topic("keyed-batches", 3)
+    keys = [b"a", b"b", b"c", b"a", bytearray(b"b"), b"c"]
+    values = [b"1", b"2", b"3", None, b"5", b"6"]
+    with Producer(cluster.address, linger_ms=60_000) as producer:
+        futures = [
+            producer.send("keyed-batches", v, key=k) for k, v in zip(keys, values, strict=True)
+        ]
+        producer.flush(timeout=10)
+        metadata = [f.get(timeout=0) for f in futures]
+    for i, j in ((0, 3), (1, 4), (2, 5)):  # the same key: the same partition, in order
+        assert (
+            metadata[i].partition == metadata[j].partition == partition_for_key(bytes(keys[i]), 3)
+        )
+        assert metadata[j].offset > metadata[i].offset
+    stored = read_all(cluster.address, "keyed-batches", 3, len(keys))
+    got = {
+        (md.partition, md.offset): (bytes(k), v)
+        for md, k, v in zip(metadata, keys, values, strict=True)
+    }
+    assert {(p, r.offset): (r.key, r.value) for p, rs in stored.items() for r in rs} == got
 
 
 def test_send_after_close_is_refused_even_with_a_batch_open(cluster):

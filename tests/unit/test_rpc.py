@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
 from seglog import errors
-from seglog.client.partitioner import murmur2, partition_for_key
+from seglog.client.partitioner import KeyPartitioner, murmur2, partition_for_key
 from seglog.rpc import wire
 from seglog.rpc.status import error_code_for, error_from_code, status_code_for, to_rpc_status
 from seglog.v1 import common_pb2
@@ -110,6 +110,15 @@ KAFKA_MURMUR2_VECTORS = {
 def test_murmur2_matches_kafka_test_vectors():
     for data, expected in KAFKA_MURMUR2_VECTORS.items():
         assert murmur2(data) == expected
+
+
+@given(st.lists(st.binary(max_size=24), min_size=1, max_size=40), st.integers(1, 500))
+def test_key_partitioner_remembers_keys_without_changing_their_partitions(keys, partitions):
+    partitioner = KeyPartitioner(max_keys=8)  # small: the memory starts over mid-list
+    for _ in range(2):
+        for key in keys:
+            assert partitioner.partition(key, partitions) == partition_for_key(key, partitions)
+            assert partitioner.partition(key, 7) == partition_for_key(key, 7)
 
 
 @given(st.binary(max_size=64), st.integers(1, 500))

@@ -27,7 +27,7 @@ from .config import ProducerConfig, from_kwargs
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
 from .gateway import GatewayClient, default_bootstrap
 from .metadata import Metadata
-from .partitioner import partition_for_key
+from .partitioner import KeyPartitioner
 from .sender import Sender
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -60,6 +60,7 @@ class Producer:
             self.config, self._accumulator, self._metadata, self._client.produce_raw
         )
         self._sticky: dict[str, int] = {}
+        self._key_partitioner = KeyPartitioner()
         # Plain dicts read without a lock on the hot path (a dict get is atomic in CPython).
         self._partition_counts: dict[str, int] = {}
         self._max_record_bytes = min(self.config.max_request_size, self.config.buffer_memory)
@@ -87,17 +88,34 @@ class Producer:
         """
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        if (
-            key is None
-            and partition is None
-            and type(value) is bytes
-            and len(value) <= self._max_record_bytes
-        ):
-            future = self._accumulator.try_append_sticky(
-                topic, value, timestamp_ms, headers, callback
-            )
-            if future is not None:
-                return future
+        if partition is None:
+            # The two common records, into a batch already open, with the fewest checks;
+            # anything else (or a batch to open) takes _send.
+            if key is None:
+                if type(value) is bytes and len(value) <= self._max_record_bytes:
+                    future = self._accumulator.try_append_sticky(
+                        topic, value, timestamp_ms, headers, callback
+                    )
+                    if future is not None:
+                        return future
+            elif type(key) is bytes and (value is None or type(value) is bytes):
+                num_partitions = self._partition_counts.get(topic)
+                if (
+                    num_partitions is not None
+                    and not self._closed
+                    and len(key) + (0 if value is None else len(value)) <= self._max_record_bytes
+                ):
+                    future = self._accumulator.try_append(
+                        topic,
+                        self._key_partitioner.partition(key, num_partitions),
+                        key,
+                        value,
+                        timestamp_ms,
+                        headers,
+                        callback,
+                    )
+                    if future is not None:
+                        return future
         return self._send(topic, value, key, partition, timestamp_ms, headers, callback)
 
     def _send(
@@ -141,7 +159,7 @@ class Producer:
             # opens a batch on the next partition (KIP-480).
             partition = self._next_sticky(topic, num_partitions, partition)
         elif partition is None:
-            partition = partition_for_key(bytes(key), num_partitions)  # type: ignore[arg-type]
+            partition = self._key_partitioner.partition(bytes(key), num_partitions)  # type: ignore[arg-type]
         elif not 0 <= partition < num_partitions:
             _partition_out_of_range(topic, partition, num_partitions)
         future = accumulator.try_append(
@@ -187,8 +205,9 @@ class Producer:
         elif keys is not None and any(k is not None for k in keys):
             by_partition: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
             sticky = self._sticky_partition(topic, num_partitions)
+            key_partition = self._key_partitioner.partition
             for key, value in zip(keys, values, strict=True):
-                p = sticky if key is None else partition_for_key(key, num_partitions)
+                p = sticky if key is None else key_partition(bytes(key), num_partitions)
                 group = by_partition.get(p)
                 if group is None:
                     group = by_partition[p] = ([], [])
