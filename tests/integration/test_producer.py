@@ -18,6 +18,7 @@ from seglog.errors import (
     InvalidPartitionsError,
     RecordTooLargeError,
     RequestTimedOutError,
+    SeglogError,
 )
 from seglog.records import RecordBatchBuilder
 from tests.cluster import LocalCluster
@@ -153,6 +154,27 @@ def test_keyed_records_tombstones_and_bytearray_keys_share_their_partitions_batc
         for md, k, v in zip(metadata, keys, values, strict=True)
     }
     assert {(p, r.offset): (r.key, r.value) for p, rs in stored.items() for r in rs} == got
+
+
+def test_a_topic_recreated_with_fewer_partitions_is_followed(cluster):
+    cluster.client.create_topic("reborn", 3)
+    settings = dict(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2000)
+    with Producer(cluster.address, retry_backoff_ms=50, **settings) as producer:
+        assert {producer.send("reborn", b"%d" % i).get(timeout=10).partition for i in range(3)}
+        cluster.client.delete_topic("reborn")
+        cluster.client.create_topic("reborn", 1)
+        # Records sent to partitions that are gone fail, but the producer learns the new
+        # count from those failures and its later records, keyed or not, land.
+        deadline = time.monotonic() + 20
+        while True:
+            unkeyed = producer.send("reborn", b"after")
+            keyed = producer.send("reborn", b"keyed", key=b"customer-7")
+            try:
+                landed = [unkeyed.get(timeout=10), keyed.get(timeout=10)]
+                break
+            except SeglogError:
+                assert time.monotonic() < deadline
+    assert [md.partition for md in landed] == [0, 0]
 
 
 def test_send_after_close_is_refused_even_with_a_batch_open(cluster):

@@ -43,6 +43,9 @@ class Metadata:
         self._topics: dict[str, TopicInfo] = {}
         self._fetched_at: dict[str, float] = {}
         self._stale: set[str] = set()
+        # Each known topic's partition count, kept current by `refresh`; the producer's send
+        # path reads it without the lock (a dict get is atomic in CPython).
+        self.partition_counts: dict[str, int] = {}
 
     def topic(self, name: str) -> TopicInfo:
         """The topic's metadata, fetched when missing, stale or older than the max age."""
@@ -68,8 +71,14 @@ class Metadata:
             self._stale.add(name)
 
     def needs_refresh(self, name: str) -> bool:
+        """Unknown, marked stale, or older than the max age (metadata_max_age_ms)."""
         with self._lock:
-            return name in self._stale or name not in self._topics
+            fetched_at = self._fetched_at.get(name)
+            return (
+                name in self._stale
+                or fetched_at is None
+                or time.monotonic() - fetched_at >= self._max_age_s
+            )
 
     def refresh(self, names: Iterable[str]) -> dict[str, TopicInfo]:
         """Ask the gateway; raises the topic's error (UNKNOWN_TOPIC_OR_PARTITION, …)."""
@@ -94,6 +103,7 @@ class Metadata:
                 self._topics[name] = info
                 self._fetched_at[name] = now
                 self._stale.discard(name)
+                self.partition_counts[name] = info.num_partitions
         return out
 
     def try_refresh(self, names: Iterable[str]) -> SeglogError | None:

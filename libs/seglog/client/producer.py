@@ -61,8 +61,7 @@ class Producer:
         )
         self._sticky: dict[str, int] = {}
         self._key_partitioner = KeyPartitioner()
-        # Plain dicts read without a lock on the hot path (a dict get is atomic in CPython).
-        self._partition_counts: dict[str, int] = {}
+        self._partition_counts = self._metadata.partition_counts  # kept current by refreshes
         self._max_record_bytes = min(self.config.max_request_size, self.config.buffer_memory)
         self._sticky_lock = threading.Lock()
         self._closed = False
@@ -146,9 +145,7 @@ class Producer:
         accumulator = self._accumulator
         sticky = key is None and partition is None
         if sticky:
-            partition = self._sticky.get(topic)
-            if partition is None:
-                partition = self._sticky_partition(topic, num_partitions)
+            partition = self._sticky_partition(topic, num_partitions)
             future = accumulator.try_append(
                 topic, partition, key, value, timestamp_ms, headers, callback
             )
@@ -237,18 +234,19 @@ class Producer:
     def _num_partitions(self, topic: str) -> int:
         """The topic's partition count, fetched the first time (bounded by max_block_ms as
         Kafka's waitOnMetadata is, through the request timeout)."""
-        count = self._metadata.topic(topic).num_partitions
-        self._partition_counts[topic] = count
-        return count
+        return self._metadata.topic(topic).num_partitions
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._metadata.topic(topic).num_partitions))
 
     def _sticky_partition(self, topic: str, num_partitions: int) -> int:
         partition = self._sticky.get(topic)
-        if partition is None:
+        if partition is None or partition >= num_partitions:
             with self._sticky_lock:
-                partition = self._sticky.setdefault(topic, random.randrange(num_partitions))
+                partition = self._sticky.get(topic)
+                # None at first; too high when the topic was re-created with fewer partitions.
+                if partition is None or partition >= num_partitions:
+                    partition = self._sticky[topic] = random.randrange(num_partitions)
         return partition
 
     def _next_sticky(self, topic: str, num_partitions: int, previous: int) -> int:
