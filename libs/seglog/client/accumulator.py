@@ -3,7 +3,7 @@ waiting to be sent, in Kafka's shape.
 
 `append` adds a record to the partition's open batch, or takes a buffer from the BufferPool
 for a new one (blocking up to `max_block_ms` when memory is spent); unkeyed records reach their
-topic's sticky batch through `try_append_sticky` without the partition's deque. The sender
+topic's sticky batch through `try_append` without the partition's deque. The sender
 asks `ready` which leader nodes have a sendable batch (full, lingered `linger_ms`, flushed,
 closing, or memory exhausted), then `drain`s whole batches per node into requests of at most
 `max_request_size`; what the answers settled comes back as one `Settlement` per round.
@@ -17,9 +17,7 @@ overtaken by a later batch — per-partition order holds with
 from __future__ import annotations
 
 import collections
-import logging
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -27,98 +25,16 @@ from ..records import HEADER_BYTES, RecordBatchBuilder
 from ..records.builder import Headers
 from .buffer_pool import BufferPool
 from .config import ProducerConfig
-from .futures import BatchResult, BulkFuture, Callback, RecordFuture
+from .futures import BulkFuture, Callback, RecordFuture
 from .metadata import Metadata
+from .producer_batch import ProducerBatch
 
-logger = logging.getLogger(__name__)
 _new_future = tuple.__new__
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
 RECORD_OVERHEAD_BYTES = 21
 
 TopicPartition = tuple[str, int]
-
-
-class ProducerBatch:
-    __slots__ = (
-        "topic",
-        "partition",
-        "builder",
-        "buffer",
-        "result",
-        "created_s",
-        "attempts",
-        "retry_at_s",
-        "callbacks",
-        "data",
-        "record_count",
-    )
-
-    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
-        self.topic = topic
-        self.partition = partition
-        self.builder: RecordBatchBuilder | None = builder
-        self.buffer = buffer
-        self.result = BatchResult()
-        self.created_s = time.monotonic()
-        self.attempts = 0
-        self.retry_at_s = 0.0
-        self.callbacks: list[tuple[RecordFuture, Callback]] = []
-        # The encoded batch, set when the batch is closed for sending.
-        self.data: memoryview | bytes | None = None
-        self.record_count = 0
-
-    @property
-    def is_open(self) -> bool:
-        return self.builder is not None
-
-    def try_append(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        timestamp_ms: int,
-        headers: Headers | None,
-        callback: Callback | None,
-    ) -> RecordFuture | None:
-        builder = self.builder
-        count = 0 if builder is None else builder.append(key, value, timestamp_ms, headers)
-        if not count:
-            return None
-        future = RecordFuture.of(self.result, self.topic, self.partition, count - 1, timestamp_ms)
-        if callback is not None:
-            self.callbacks.append((future, callback))
-        return future
-
-    def is_full(self) -> bool:
-        builder = self.builder
-        return builder is None or builder.size_in_bytes >= len(self.buffer)
-
-    def close(self) -> None:
-        """Encode the batch into its buffer; no more appends."""
-        builder = self.builder
-        if builder is None:
-            return
-        self.record_count = builder.record_count
-        self.data = builder.build_into(self.buffer)
-        self.builder = None
-
-    @property
-    def size_in_bytes(self) -> int:
-        if self.data is not None:
-            return len(self.data)
-        assert self.builder is not None
-        return self.builder.size_in_bytes
-
-    def complete(
-        self, base_offset: int, log_append_time_ms: int, error: BaseException | None
-    ) -> None:
-        """Resolve every record's future and run the callbacks, in the order sent."""
-        self.result.set(base_offset, log_append_time_ms, error)
-        for future, callback in self.callbacks:
-            try:
-                future._run_callback(callback)
-            except Exception:  # noqa: BLE001 - a user callback must not stop the sender
-                logger.exception("a producer callback raised")
 
 
 @dataclass
@@ -172,7 +88,7 @@ class RecordAccumulator:
         self._release = self._lock.release
         self._batches: dict[TopicPartition, collections.deque[ProducerBatch]] = {}
         # Per topic, the batch its unkeyed records go to (the open batch of the topic's sticky
-        # partition): `try_append_sticky` reaches it without the partition's deque.
+        # partition): `try_append` reaches it without the partition's deque.
         self._sticky_batches: dict[str, ProducerBatch] = {}
         self._muted: set[TopicPartition] = set()
         self._incomplete: set[ProducerBatch] = set()
@@ -185,66 +101,38 @@ class RecordAccumulator:
     def try_append(
         self,
         topic: str,
-        partition: int,
+        partition: int | None,
         key: bytes | None,
         value: bytes | None,
         timestamp_ms: int,
         headers: Headers | None,
         callback: Callback | None,
     ) -> RecordFuture | None:
-        """The hot path of `send`: the record into the partition's open batch. None when
-        there is no open batch, or it is full, in which case it is closed here so the sender
-        ships it without waiting out linger; `append` then opens the next one."""
+        """The hot path of `send`: the record into the open batch of `partition`, or, with
+        partition None, of the topic's sticky batch (set by `stick`). None when there is no
+        open batch, or it is full, in which case it is closed here so the sender ships it
+        without waiting out linger; `append` then opens the next one."""
         # acquire/release rather than `with`: ~40 ns less per record, measured.
         self._acquire()
         try:
-            dq = self._batches.get((topic, partition))
-            if not dq:
-                return None
-            batch = dq[-1]
-            builder = batch.builder
-            if builder is None:
-                return None
-            # ProducerBatch.try_append, inlined: one call less per record.
-            count = builder.append(key, value, timestamp_ms, headers)
-            if not count:
-                batch.close()
-                return None
-            future = _new_future(
-                RecordFuture, (batch.result, topic, partition, count - 1, timestamp_ms)
-            )
-            if callback is not None:
-                batch.callbacks.append((future, callback))
-            return future
-        finally:
-            self._release()
-
-    def try_append_sticky(
-        self,
-        topic: str,
-        value: bytes,
-        timestamp_ms: int,
-        headers: Headers | None,
-        callback: Callback | None,
-    ) -> RecordFuture | None:
-        """The hot path of an unkeyed `send`: the record into the topic's sticky batch (set by
-        `stick`). None when there is none, or it was closed, or it is full (closed here)."""
-        self._acquire()
-        try:
-            batch = self._sticky_batches.get(topic)
+            if partition is None:
+                batch = self._sticky_batches.get(topic)
+            else:
+                dq = self._batches.get((topic, partition))
+                batch = dq[-1] if dq else None
             if batch is None:
                 return None
             builder = batch.builder
             if builder is None:
                 return None
+            # ProducerBatch.try_append, inlined: one call less per record.
             count = (
-                builder.append(None, value, timestamp_ms, headers)
-                if headers
-                else builder.append_value(value, timestamp_ms)
+                builder.append_value(value, timestamp_ms)
+                if key is None and not headers and value is not None
+                else builder.append(key, value, timestamp_ms, headers)
             )
             if not count:
                 batch.close()
-                del self._sticky_batches[topic]
                 return None
             future = _new_future(
                 RecordFuture, (batch.result, topic, batch.partition, count - 1, timestamp_ms)

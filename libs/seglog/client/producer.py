@@ -92,8 +92,8 @@ class Producer:
             # anything else (or a batch to open) takes _send.
             if key is None:
                 if type(value) is bytes and len(value) <= self._max_record_bytes:
-                    future = self._accumulator.try_append_sticky(
-                        topic, value, timestamp_ms, headers, callback
+                    future = self._accumulator.try_append(
+                        topic, None, None, value, timestamp_ms, headers, callback
                     )
                     if future is not None:
                         return future

@@ -32,9 +32,10 @@ from ..errors import (
 )
 from ..rpc import wire
 from ..rpc.status import error_from_code, error_from_rpc
-from .accumulator import ProducerBatch, ProduceRequestPlan, RecordAccumulator, Settlement
+from .accumulator import ProduceRequestPlan, RecordAccumulator, Settlement
 from .config import ProducerConfig
 from .metadata import Metadata
+from .producer_batch import ProducerBatch
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class Sender(threading.Thread):
                 (
                     partition,
                     info.partitions[partition].leader_epoch if info is not None else -1,
-                    [batch.data for batch in batches if batch.data is not None],
+                    [batch.encoded for batch in batches],
                 )
                 for partition, batches in plan.batches.items()
             ],

@@ -1,0 +1,103 @@
+"""One batch of the producer's: filled by `send` through its builder, closed (encoded into
+its pooled buffer) for sending, and completed when its answer comes back, which resolves the
+futures of all its records at once and runs their callbacks on the sender thread."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..records import RecordBatchBuilder
+from ..records.builder import Headers
+from .futures import BatchResult, Callback, RecordFuture
+
+logger = logging.getLogger(__name__)
+
+
+class ProducerBatch:
+    __slots__ = (
+        "topic",
+        "partition",
+        "builder",
+        "buffer",
+        "result",
+        "created_s",
+        "attempts",
+        "retry_at_s",
+        "callbacks",
+        "data",
+        "record_count",
+    )
+
+    def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
+        self.topic = topic
+        self.partition = partition
+        self.builder: RecordBatchBuilder | None = builder
+        self.buffer = buffer
+        self.result = BatchResult()
+        self.created_s = time.monotonic()
+        self.attempts = 0
+        self.retry_at_s = 0.0
+        self.callbacks: list[tuple[RecordFuture, Callback]] = []
+        # The encoded batch, set when the batch is closed for sending.
+        self.data: memoryview | bytes | None = None
+        self.record_count = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self.builder is not None
+
+    def try_append(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Headers | None,
+        callback: Callback | None,
+    ) -> RecordFuture | None:
+        builder = self.builder
+        count = 0 if builder is None else builder.append(key, value, timestamp_ms, headers)
+        if not count:
+            return None
+        future = RecordFuture.of(self.result, self.topic, self.partition, count - 1, timestamp_ms)
+        if callback is not None:
+            self.callbacks.append((future, callback))
+        return future
+
+    def is_full(self) -> bool:
+        builder = self.builder
+        return builder is None or builder.size_in_bytes >= len(self.buffer)
+
+    def close(self) -> None:
+        """Encode the batch into its buffer; no more appends."""
+        builder = self.builder
+        if builder is None:
+            return
+        self.record_count = builder.record_count
+        self.data = builder.build_into(self.buffer)
+        self.builder = None
+
+    @property
+    def encoded(self) -> memoryview | bytes:
+        """The batch's bytes, once closed."""
+        if self.data is None:
+            raise RuntimeError(f"batch {self.topic}-{self.partition} read before it was closed")
+        return self.data
+
+    @property
+    def size_in_bytes(self) -> int:
+        if self.data is not None:
+            return len(self.data)
+        assert self.builder is not None
+        return self.builder.size_in_bytes
+
+    def complete(
+        self, base_offset: int, log_append_time_ms: int, error: BaseException | None
+    ) -> None:
+        """Resolve every record's future and run the callbacks, in the order sent."""
+        self.result.set(base_offset, log_append_time_ms, error)
+        for future, callback in self.callbacks:
+            try:
+                future._run_callback(callback)
+            except Exception:  # noqa: BLE001 - a user callback must not stop the sender
+                logger.exception("a producer callback raised")
