@@ -53,10 +53,10 @@ def test_exhausted_pool_blocks_until_memory_returns_then_times_out():
     pool.deallocate(held.pop())
     waiter.join(10)
     assert len(got) == 1 and len(got[0]) == 1024
-    started = time.monotonic()
+    started_ns = time.monotonic_ns()
     with pytest.raises(BufferExhaustedError, match="after 50 ms"):
         pool.allocate(1024, max_block_ms=50)
-    assert time.monotonic() - started >= 0.05
+    assert time.monotonic_ns() - started_ns >= 50_000_000
     assert pool.queued_waiters == 0
 
 
@@ -99,8 +99,12 @@ def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buff
     settled = Settlement(completed=[first], retries=[second, third], unmuted=[("t", 0)])
     check = accumulator.ready(now, settled)
     assert pool.available_bytes == 4096 - 2 * 256  # the completed batch's buffer is back
-    assert check.nodes == set() and 0 < check.wait_s <= 0.05  # backing off before the retry
-    later = now + 0.05
+    assert check.nodes == set() and 0 < check.wait_s  # backing off before the retry
+    # The backoff is retry_backoff_ms; compared in whole milliseconds, since (now + 0.05) - now
+    # is not 0.05 in floating point for every value of the clock.
+    assert round(check.wait_s * 1000) == 50
+    assert accumulator.ready(now + check.wait_s / 2).nodes == set()
+    later = now + check.wait_s  # exact: the difference of two close floats is representable
     assert accumulator.ready(later).nodes == {1}
     (retry,) = accumulator.drain(1, later)
     assert retry.batches[0] == [second, third]  # in their order, ahead of anything newer

@@ -57,7 +57,8 @@ class BufferPool:
             # Wait in line: memory freed goes to the oldest waiter first.
             turn = threading.Condition(self._lock)
             self._waiters.append(turn)
-            deadline = time.monotonic() + max_block_ms / 1000
+            # Integer nanoseconds: the wait never ends a rounding error before max_block_ms.
+            deadline_ns = time.monotonic_ns() + max_block_ms * 1_000_000
             try:
                 while True:
                     if self._closed:
@@ -68,13 +69,13 @@ class BufferPool:
                         if self._unallocated + self._free_bytes() >= size:
                             self._reserve(size)
                             return bytearray(size)
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    remaining_ns = deadline_ns - time.monotonic_ns()
+                    if remaining_ns <= 0:
                         raise BufferExhaustedError(
                             f"no producer memory for {size} bytes after {max_block_ms} ms "
                             f"(buffer_memory {self.total_bytes}); batches are not completing"
                         )
-                    turn.wait(remaining)
+                    turn.wait(remaining_ns / 1e9)
             finally:
                 self._waiters.remove(turn)
                 if self._waiters:
