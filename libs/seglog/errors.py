@@ -133,6 +133,13 @@ class InvalidRequestError(SeglogError):
     reason = "INVALID_REQUEST"
 
 
+class InvalidTopicError(SeglogError):
+    """An illegal topic name, or a client request on an internal (`__`) topic, which only
+    the cluster itself writes (Kafka's INVALID_TOPIC_EXCEPTION)."""
+
+    reason = "INVALID_TOPIC"
+
+
 class LeaderNotAvailableError(SeglogError):
     """The partition's leader is on a node that is down or unreachable."""
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from services import serving
 
+from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC
 from .server import Gateway, GatewayConfig
 
 
@@ -59,6 +60,22 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=6000,
     )
+    serving.env_flag(
+        parser,
+        "--max-partitions-per-topic",
+        "SEGLOG_MAX_PARTITIONS_PER_TOPIC",
+        "the most partitions one topic may have",
+        type=int,
+        default=DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    )
+    serving.env_flag(
+        parser,
+        "--max-partitions",
+        "SEGLOG_MAX_PARTITIONS",
+        "the most partitions the whole cluster may have",
+        type=int,
+        default=DEFAULT_MAX_PARTITIONS,
+    )
     args = parser.parse_args(argv)
     return GatewayConfig(
         listen=args.listen,
@@ -68,6 +85,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         offsets_topic_num_partitions=int(args.offsets_topic_num_partitions),
         group_initial_rebalance_delay_ms=int(args.group_initial_rebalance_delay_ms),
         group_min_session_timeout_ms=int(args.group_min_session_timeout_ms),
+        max_partitions_per_topic=int(args.max_partitions_per_topic),
+        max_partitions=int(args.max_partitions),
     )
 
 

@@ -53,7 +53,7 @@ class AdminService:
         self, name: str, num_partitions: int, configs: dict[str, str]
     ) -> None:
         """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes."""
-        self.registry.create_topic(name, num_partitions, 1, configs)
+        self.registry.create_topic(name, num_partitions, 1, configs, internal=True)
         self._create_on_nodes(name)
 
     def _create_on_nodes(self, topic_name: str) -> None:
@@ -211,14 +211,14 @@ class RegistryService:
     ) -> gateway_pb2.NodeAssignment:
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
-        self.registry.register_node(request.node_id, request.address)
+        self.registry.register_node(request.node_id, request.address, _offline(request))
         logger.info("node %d registered at %s", request.node_id, request.address)
         return self._assignment(request.node_id)
 
     def Heartbeat(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
-        if not self.registry.heartbeat(request.node_id, request.address):
+        if not self.registry.heartbeat(request.node_id, request.address, _offline(request)):
             return self.RegisterNode(request, context)
         return self._assignment(request.node_id)
 
@@ -229,3 +229,9 @@ class RegistryService:
                 topic=topic.name, partition=i, leader_epoch=p.leader_epoch, configs=topic.configs
             )
         return assignment
+
+
+def _offline(heartbeat: gateway_pb2.NodeHeartbeat) -> dict[tuple[str, int], str]:
+    return {
+        (p.topic, p.partition): p.offline_reason for p in heartbeat.partitions if p.offline_reason
+    }

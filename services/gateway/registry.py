@@ -22,28 +22,31 @@ clients holding an older epoch get NOT_LEADER_OR_FOLLOWER and refresh metadata.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from seglog.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
-    InvalidRequestError,
+    InvalidTopicError,
+    StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from seglog.storage import LogConfig
+from seglog.storage import LogConfig, log_files
 from seglog.storage.log_files import atomic_write
 
 REGISTRY_FILE = "registry.json"
 _VERSION = 1
-# Kafka's rule for topic names.
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 DEFAULT_NUM_PARTITIONS = 1
+# Kafka's controller refuses one operation creating more than 10,000 partitions
+# (QuorumController.MAX_RECORDS_PER_USER_OP). The cluster-wide bound keeps the whole cluster
+# within what its nodes can hold open (each partition holds at least three files open).
+DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
+DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 
 
@@ -63,7 +66,12 @@ class Topic:
 
     @property
     def internal(self) -> bool:
-        return self.name.startswith("__")
+        return is_internal_topic(self.name)
+
+
+def is_internal_topic(name: str) -> bool:
+    """`__consumer_offsets` and any other `__` topic: written only by the cluster itself."""
+    return name.startswith("__")
 
 
 @dataclass
@@ -73,6 +81,8 @@ class Node:
     last_heartbeat: float | None = None  # time.monotonic() of the last heartbeat
     grace_until: float = 0.0
     heard_from: bool = False
+    # Partitions the node reported it cannot serve, with its reason (from its heartbeats).
+    offline: dict[tuple[str, int], str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -86,8 +96,17 @@ class Route:
 
 
 class Registry:
-    def __init__(self, data_dir: Path, *, session_timeout_ms: int = 9000) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        session_timeout_ms: int = 9000,
+        max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
+    ) -> None:
         self.path = data_dir / REGISTRY_FILE
+        self.max_partitions_per_topic = max_partitions_per_topic
+        self.max_partitions = max_partitions
         self.session_timeout_s = session_timeout_ms / 1000
         self._lock = threading.RLock()
         self.topics: dict[str, Topic] = {}
@@ -134,13 +153,16 @@ class Registry:
 
     # -- nodes ---------------------------------------------------------------------------
 
-    def register_node(self, node_id: int, address: str) -> None:
+    def register_node(
+        self, node_id: int, address: str, offline: dict[tuple[str, int], str] | None = None
+    ) -> None:
         """A node starting a session: record its address, bump its partitions' epochs."""
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
                 node = self.nodes[node_id] = Node(node_id, address)
             node.address = address
+            node.offline = dict(offline or {})
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             for topic in self.topics.values():
@@ -149,13 +171,16 @@ class Registry:
                         p.leader_epoch += 1
             self._save()
 
-    def heartbeat(self, node_id: int, address: str) -> bool:
+    def heartbeat(
+        self, node_id: int, address: str, offline: dict[tuple[str, int], str] | None = None
+    ) -> bool:
         """Record a heartbeat; False when the node must register first (unknown to this
         registry, or its address changed)."""
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None or node.address != address:
                 return False
+            node.offline = dict(offline or {})
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             return True
@@ -197,18 +222,29 @@ class Registry:
     # -- topics --------------------------------------------------------------------------
 
     def validate_new_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
     ) -> tuple[int, int]:
         """Every check CreateTopics makes; returns (partitions, replication factor) with the
-        defaults applied for -1."""
-        if not _LEGAL_TOPIC.fullmatch(name) or name in (".", ".."):
-            raise InvalidRequestError(
-                f"topic name {name!r} is illegal: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+        defaults applied for -1. Only the gateway itself (`internal`) creates `__` topics."""
+        log_files.check_topic_name(name)
+        if is_internal_topic(name) and not internal:
+            raise InvalidTopicError(
+                f"topic {name!r}: names starting with '__' are reserved for internal topics"
             )
         if num_partitions == -1:
             num_partitions = DEFAULT_NUM_PARTITIONS
-        if num_partitions < 1:
-            raise InvalidPartitionsError(f"num_partitions must be >= 1, got {num_partitions}")
+        if not 1 <= num_partitions <= self.max_partitions_per_topic:
+            raise InvalidPartitionsError(
+                f"num_partitions must be in [1, {self.max_partitions_per_topic}] "
+                f"(the gateway's --max-partitions-per-topic), got {num_partitions}"
+            )
+        log_files.check_directory_name_fits(name, num_partitions)
         if replication_factor == -1:
             replication_factor = DEFAULT_REPLICATION_FACTOR
         if replication_factor != 1:
@@ -223,6 +259,13 @@ class Registry:
         with self._lock:
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            existing = sum(len(t.partitions) for t in self.topics.values())
+            if existing + num_partitions > self.max_partitions:
+                raise InvalidPartitionsError(
+                    f"{num_partitions} more partitions would make {existing + num_partitions} "
+                    f"in the cluster, over its limit of {self.max_partitions} "
+                    f"(the gateway's --max-partitions)"
+                )
             if len(self.live_nodes()) < replication_factor:
                 raise InvalidReplicationFactorError(
                     f"replication factor {replication_factor} is larger than the "
@@ -231,13 +274,19 @@ class Registry:
         return num_partitions, replication_factor
 
     def create_topic(
-        self, name: str, num_partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
     ) -> Topic:
         """Place the partitions on live nodes, each on the node leading the fewest partitions
         so far (ties to the lower id), and persist."""
         with self._lock:
             num_partitions, replication_factor = self.validate_new_topic(
-                name, num_partitions, replication_factor, configs
+                name, num_partitions, replication_factor, configs, internal=internal
             )
             live = self.live_nodes()
             counts = {n: c for n, c in self.leader_counts().items() if n in live}
@@ -252,6 +301,8 @@ class Registry:
             return topic
 
     def delete_topic(self, name: str) -> Topic:
+        if is_internal_topic(name):
+            raise InvalidTopicError(f"topic {name!r} is internal: clients cannot delete it")
         with self._lock:
             topic = self.topics.pop(name, None)
             if topic is None:
@@ -275,6 +326,11 @@ class Registry:
                 )
             p = topic.partitions[partition]
             node = self.nodes.get(p.leader)
+            reason = None if node is None else node.offline.get((topic_name, partition))
+            if reason is not None:
+                raise StorageError(
+                    f"{topic_name}-{partition} is offline on node {p.leader}: {reason}"
+                )
             return Route(
                 topic_name,
                 partition,

@@ -20,7 +20,7 @@ from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
 from .offsets_store import OffsetsStore
-from .registry import Registry
+from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC, Registry
 from .service import GatewayService
 
 logger = logging.getLogger(__name__)
@@ -43,6 +43,8 @@ class GatewayConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
+    max_partitions: int = DEFAULT_MAX_PARTITIONS
 
 
 class Gateway:
@@ -50,7 +52,12 @@ class Gateway:
         self, config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None = None
     ) -> None:
         self.config = config
-        self.registry = Registry(config.data_dir, session_timeout_ms=config.session_timeout_ms)
+        self.registry = Registry(
+            config.data_dir,
+            session_timeout_ms=config.session_timeout_ms,
+            max_partitions_per_topic=config.max_partitions_per_topic,
+            max_partitions=config.max_partitions,
+        )
         self.connections = NodeConnections(tracer_provider)
         self.service = GatewayService(self.registry, self.connections)
         self.admin = AdminService(self.registry, self.connections)

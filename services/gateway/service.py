@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import grpc
 
 from seglog.errors import (
+    InvalidTopicError,
     LeaderNotAvailableError,
     NotLeaderError,
     SeglogError,
@@ -36,7 +37,7 @@ from seglog.storage.validation import validate_records
 from seglog.v1 import common_pb2
 
 from .nodes import NodeConnection, NodeConnections
-from .registry import Registry, Route
+from .registry import Registry, Route, is_internal_topic
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,10 @@ class GatewayService:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
         leaders up; returns request indexes grouped by leader node."""
         check_produce_request(request)
+        if is_internal_topic(request.topic):
+            raise InvalidTopicError(
+                f"topic {request.topic!r} is internal: only the cluster itself writes it"
+            )
         by_node: dict[int, tuple[_Target, list[int]]] = {}
         for i, data in enumerate(request.partitions):
             _, target = self._route(request.topic, data.partition, client_leader_epoch(data))

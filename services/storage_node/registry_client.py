@@ -5,6 +5,11 @@ Reconciliation: an assigned partition the node lacks is created (with its leader
 topic configs); a hosted partition no longer assigned (its topic was deleted while the node
 was away) is closed and set aside as `<topic>-<partition>-stray`, kept on disk rather than
 deleted, so a registry mistake cannot destroy data.
+
+Nothing one partition does may end the session: any error while reconciling a partition
+(an OSError such as EMFILE, EFBIG or ENAMETOOLONG included) takes that partition offline
+with the reason, which the next heartbeat reports, and the loop goes on; a failure of the
+loop itself is logged and the next interval tries again.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ import threading
 import grpc
 from opentelemetry import trace
 
-from seglog.errors import SeglogError
 from seglog.rpc.channels import open_channel
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 
@@ -57,28 +61,37 @@ class RegistrySession:
         message = gateway_pb2.NodeHeartbeat(node_id=self.node_id, address=self.address)
         for topic, partition in sorted(self.service.logs.logs()):
             message.partitions.add(topic=topic, partition=partition)
+        for (topic, partition), reason in sorted(self.service.logs.offline().items()):
+            message.partitions.add(topic=topic, partition=partition, offline_reason=reason)
         return message
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
             try:
-                assignment = call(self._heartbeat_message(), timeout=max(self.interval_s, 1.0))
-            except grpc.RpcError as exc:
-                if self.registered.is_set():
-                    logger.warning("heartbeat to the gateway failed: %s", exc.code())
-                self.registered.clear()  # register afresh once the gateway is back
-            else:
-                if not self.registered.is_set():
-                    logger.info("registered with the gateway as node %d", self.node_id)
-                self.registered.set()
-                if assignment.heartbeat_interval_ms > 0:
-                    self.interval_s = assignment.heartbeat_interval_ms / 1000
-                self.reconcile(assignment)
+                self._beat()
+            except Exception:  # the session outlives any one failure; next interval retries
+                logger.exception("registry session step failed")
             self._stop.wait(self.interval_s)
+
+    def _beat(self) -> None:
+        call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
+        try:
+            assignment = call(self._heartbeat_message(), timeout=max(self.interval_s, 1.0))
+        except grpc.RpcError as exc:
+            if self.registered.is_set():
+                logger.warning("heartbeat to the gateway failed: %s", exc.code())
+            self.registered.clear()  # register afresh once the gateway is back
+            return
+        if not self.registered.is_set():
+            logger.info("registered with the gateway as node %d", self.node_id)
+        self.registered.set()
+        if assignment.heartbeat_interval_ms > 0:
+            self.interval_s = assignment.heartbeat_interval_ms / 1000
+        self.reconcile(assignment)
 
     def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
         hosted = set(self.service.logs.logs())
+        offline = self.service.logs.offline()
         assigned = set()
         for p in assignment.partitions:
             tp = (p.topic, p.partition)
@@ -87,8 +100,8 @@ class RegistrySession:
             if tp not in hosted or known_epoch != p.leader_epoch:
                 try:
                     self.service.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
-                except SeglogError:
-                    logger.exception("cannot create assigned partition %s-%d", *tp)
+                except Exception as exc:
+                    self._partition_failed(tp, "create", exc, offline.get(tp))
         for tp in hosted - assigned:
             try:
                 path = self.service.logs.set_aside_log(*tp)
@@ -98,5 +111,15 @@ class RegistrySession:
                     tp[1],
                     path.name,
                 )
-            except SeglogError:
-                logger.exception("cannot set aside partition %s-%d", *tp)
+            except Exception as exc:
+                self._partition_failed(tp, "set aside", exc, offline.get(tp))
+        for tp in set(offline) - assigned:
+            self.service.logs.forget_offline(*tp)  # its topic is gone: nothing to report
+
+    def _partition_failed(
+        self, tp: tuple[str, int], action: str, exc: Exception, previous_reason: str | None
+    ) -> None:
+        reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
+        self.service.logs.mark_offline(*tp, reason)
+        if previous_reason is None:  # once, not every heartbeat while it stays offline
+            logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)

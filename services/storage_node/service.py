@@ -29,7 +29,7 @@ from seglog.errors import (
 )
 from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
-from seglog.storage import Log
+from seglog.storage import Log, log_files
 from seglog.storage.log_manager import LogManager
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2, storage_pb2
@@ -67,6 +67,8 @@ class StorageNodeService:
     def create_partition(
         self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
     ) -> Log:
+        # The same checks the gateway makes: this API is reachable by any caller.
+        log_files.check_topic_name(topic)
         if configs:
             self.logs.set_topic_overrides(topic, dict(configs))
         log = self.logs.create_log(topic, partition)
@@ -74,6 +76,7 @@ class StorageNodeService:
         return log
 
     def delete_partition(self, topic: str, partition: int) -> None:
+        log_files.check_topic_name(topic)
         self.logs.delete_log(topic, partition)
         self._epochs.pop((topic, partition), None)
         self._wake_fetchers()

@@ -99,7 +99,7 @@ def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buff
     settled = Settlement(completed=[first], retries=[second, third], unmuted=[("t", 0)])
     check = accumulator.ready(now, settled)
     assert pool.available_bytes == 4096 - 2 * 256  # the completed batch's buffer is back
-    assert check.nodes == set() and 0 < check.wait_s  # backing off before the retry
+    assert check.nodes == set() and check.wait_s > 0  # backing off before the retry
     # The backoff is retry_backoff_ms; compared in whole milliseconds, since (now + 0.05) - now
     # is not 0.05 in floating point for every value of the clock.
     assert round(check.wait_s * 1000) == 50

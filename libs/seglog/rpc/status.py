@@ -55,6 +55,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "INVALID_SESSION_TIMEOUT": grpc.StatusCode.INVALID_ARGUMENT,
     "GROUP_ID_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INCONSISTENT_GROUP_PROTOCOL": grpc.StatusCode.INVALID_ARGUMENT,
+    "INVALID_TOPIC": grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 # For statuses that arrive without details (the transport's own failures).

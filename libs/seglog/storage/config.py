@@ -9,6 +9,7 @@ values raise InvalidConfigError.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,23 +49,10 @@ class LogConfig:
     file_delete_delay_ms: int = 60 * 1000
 
     def __post_init__(self) -> None:
-        _at_least(self, "segment_bytes", 14)  # Kafka: LegacyRecord.RECORD_OVERHEAD_V0
-        _at_least(self, "segment_ms", 1)
-        _at_least(self, "segment_jitter_ms", 0)
-        _at_least(self, "index_interval_bytes", 0)
-        _at_least(self, "index_size_max_bytes", 12 * 2)
-        _at_least(self, "max_message_bytes", 0)
-        _at_least(self, "message_timestamp_before_max_ms", 0)
-        _at_least(self, "message_timestamp_after_max_ms", 0)
-        _at_least(self, "flush_messages", 1)
-        _at_least(self, "flush_ms", 0)
-        _at_least(self, "retention_ms", -1)
-        _at_least(self, "retention_bytes", -1)
-        _at_least(self, "delete_retention_ms", 0)
-        _at_least(self, "min_compaction_lag_ms", 0)
-        _at_least(self, "max_compaction_lag_ms", 1)
-        _at_least(self, "file_delete_delay_ms", 0)
-        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+        for name, (minimum, maximum) in _LOG_CONFIG_RANGES.items():
+            _in_range(self, name, minimum, maximum)
+        ratio = self.min_cleanable_dirty_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0.0 <= ratio <= 1.0:
             raise InvalidConfigError(
                 f"min_cleanable_dirty_ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}"
             )
@@ -118,15 +106,65 @@ class LogManagerConfig:
             "num_recovery_threads_per_data_dir",
             "cleaner_backoff_ms",
         ):
-            _at_least(self, name, 1)
+            _in_range(self, name, 1, INT_MAX if name.startswith("num_") else LONG_MAX)
+        # Kafka: log.cleaner.dedupe.buffer.size is a long, at least 1 MiB.
+        _in_range(self, "cleaner_dedupe_buffer_size", 1024 * 1024, LONG_MAX)
 
 
-def _at_least(config: object, name: str, minimum: int) -> None:
+# Kafka's field types and lower bounds (TopicConfig / LogConfig's ConfigDef). Fields Kafka
+# types as int are int32 here too; `segment_bytes` and `index_size_max_bytes` must also fit
+# the 4-byte file positions of the offset index.
+_LOG_CONFIG_RANGES: dict[str, tuple[int, int]] = {
+    "segment_bytes": (14, INT_MAX),  # Kafka: LegacyRecord.RECORD_OVERHEAD_V0
+    "segment_ms": (1, LONG_MAX),
+    "segment_jitter_ms": (0, LONG_MAX),
+    "index_interval_bytes": (0, INT_MAX),
+    "index_size_max_bytes": (12 * 2, INT_MAX),  # room for two time-index entries
+    "max_message_bytes": (0, INT_MAX),
+    "message_timestamp_before_max_ms": (0, LONG_MAX),
+    "message_timestamp_after_max_ms": (0, LONG_MAX),
+    "flush_messages": (1, LONG_MAX),
+    "flush_ms": (0, LONG_MAX),
+    "retention_ms": (-1, LONG_MAX),
+    "retention_bytes": (-1, LONG_MAX),
+    "delete_retention_ms": (0, LONG_MAX),
+    "min_compaction_lag_ms": (0, LONG_MAX),
+    "max_compaction_lag_ms": (1, LONG_MAX),
+    "file_delete_delay_ms": (0, LONG_MAX),
+}
+# Only ASCII digits with an optional minus: int() would also take " 5", "5_000" and "５".
+_STRICT_INT = re.compile(r"-?[0-9]+")
+_STRICT_FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+
+def _in_range(config: object, name: str, minimum: int, maximum: int) -> None:
     value = getattr(config, name)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidConfigError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise InvalidConfigError(f"{name} must be at least {minimum}, got {value}")
+        raise InvalidConfigError(f"{_kafka_name(name)} must be an integer, got {value!r}")
+    if not minimum <= value <= maximum:
+        raise InvalidConfigError(
+            f"{_kafka_name(name)} must be in [{minimum}, {maximum}], got {value}"
+        )
+
+
+def _kafka_name(field_name: str) -> str:
+    """`index_size_max_bytes` -> `segment.index.bytes`: errors speak Kafka's names."""
+    return _KAFKA_NAMES.get(field_name, field_name.replace("_", "."))
+
+
+_KAFKA_NAMES = {"index_size_max_bytes": "segment.index.bytes"}
+
+
+def parse_int(key: str, value: str) -> int:
+    if not _STRICT_INT.fullmatch(value):
+        raise InvalidConfigError(f"{key} must be an integer (ASCII digits), got {value!r}")
+    return int(value)
+
+
+def parse_float(key: str, value: str) -> float:
+    if not _STRICT_FLOAT.fullmatch(value):
+        raise InvalidConfigError(f"{key} must be a decimal number, got {value!r}")
+    return float(value)
 
 
 def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,10 +179,7 @@ def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
             raise InvalidConfigError(f"unknown config {key!r}")
         field_type = names[name].type
         if isinstance(value, str) and field_type in ("int", "float"):
-            try:
-                value = int(value) if field_type == "int" else float(value)
-            except ValueError:
-                raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+            value = parse_int(key, value) if field_type == "int" else parse_float(key, value)
         elif isinstance(value, str) and field_type == "bool":
             if value.lower() not in ("true", "false"):
                 raise InvalidConfigError(f"{key} must be true or false, got {value!r}")

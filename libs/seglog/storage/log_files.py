@@ -9,7 +9,10 @@ cleaner output about to replace the segments it covers).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from ..errors import InvalidPartitionsError, InvalidTopicError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -18,6 +21,55 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+
+
+# Kafka's rule for topic names: 1-249 of [a-zA-Z0-9._-], never "." or "..".
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+# A partition directory is `<topic>-<partition>`; the longest name the node ever gives it is
+# the stray one, `<topic>-<partition>-stray.<n>` with n < MAX_STRAY_COPIES (LogManager).
+MAX_STRAY_COPIES = 1000
+STRAY_SUFFIX = "-stray"
+LONGEST_DIRECTORY_SUFFIX = len(f"{STRAY_SUFFIX}.{MAX_STRAY_COPIES - 1}")
+# NAME_MAX of Linux filesystems (ext4, xfs, tmpfs): the longest single path component.
+NAME_MAX_BYTES = 255
+MAX_PARTITION_ID = (1 << 31) - 1
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's legal names; raises InvalidTopicError naming the rule broken."""
+    if not name or len(name) > MAX_TOPIC_NAME_LENGTH or not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: use 1-{MAX_TOPIC_NAME_LENGTH} of [a-zA-Z0-9._-]"
+        )
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name {name!r} is illegal: not '.' or '..'")
+
+
+def check_directory_name_fits(name: str, num_partitions: int) -> None:
+    """The longest directory a partition of this topic may ever have must fit NAME_MAX."""
+    longest = len(name) + 1 + len(str(max(num_partitions - 1, 0))) + LONGEST_DIRECTORY_SUFFIX
+    if longest > NAME_MAX_BYTES:
+        allowed = NAME_MAX_BYTES - 1 - len(str(max(num_partitions - 1, 0)))
+        allowed -= LONGEST_DIRECTORY_SUFFIX
+        raise InvalidTopicError(
+            f"topic name {name!r} is {len(name)} characters: with {num_partitions} partitions "
+            f"its directories need names up to {longest} bytes, over the filesystem's "
+            f"{NAME_MAX_BYTES}; use at most {allowed} characters"
+        )
+
+
+def partition_dir(data_dir: Path, topic: str, partition: int) -> Path:
+    """`<data_dir>/<topic>-<partition>`, the only way a partition's path is built: refuses
+    names that are illegal, too long for the filesystem, or that would leave the data dir."""
+    check_topic_name(topic)
+    if isinstance(partition, bool) or not 0 <= partition <= MAX_PARTITION_ID:
+        raise InvalidPartitionsError(f"partition {partition} is outside [0, {MAX_PARTITION_ID}]")
+    check_directory_name_fits(topic, partition + 1)
+    path = data_dir / f"{topic}-{partition}"
+    if path.resolve().parent != data_dir.resolve():
+        raise InvalidTopicError(f"topic name {topic!r} leads outside the data dir")
+    return path
 
 
 def filename_prefix(offset: int) -> str:

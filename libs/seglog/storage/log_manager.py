@@ -3,6 +3,10 @@ background work.
 
 - Logs are created in the data dir holding the fewest logs; opened in parallel at start
   (`num_recovery_threads_per_data_dir` threads per dir), since recovery is per log.
+- A partition that cannot be opened or created (an I/O error such as EMFILE or EFBIG, a
+  config its files cannot honour) goes offline with the reason instead of failing the node:
+  `get_log` answers KAFKA_STORAGE_ERROR naming it, and every other partition keeps serving
+  (Kafka takes a whole log dir offline; a single partition is the finer unit here).
 - Per-topic overrides sit on top of the default LogConfig. They are kept in
   `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
   opens its logs with the same settings before anyone tells it again.
@@ -16,13 +20,19 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from ..errors import (
+    SeglogError,
+    StorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from . import log_files
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, LogManagerConfig
@@ -32,7 +42,7 @@ from .retention import delete_old_segments
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 TOPIC_OVERRIDES_FILE = "topic-config-overrides.json"
-STRAY_SUFFIX = "-stray"
+STRAY_SUFFIX = log_files.STRAY_SUFFIX
 
 
 class LogManager:
@@ -47,6 +57,7 @@ class LogManager:
         self.default_log_config = default_log_config or LogConfig()
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
+        self._offline: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
@@ -60,8 +71,12 @@ class LogManager:
         if not self._overrides_path.exists():
             return {}
         stored: dict[str, dict[str, Any]] = json.loads(self._overrides_path.read_text())
-        for overrides in stored.values():
-            self.default_log_config.with_overrides(overrides)  # a bad file fails loudly at start
+        for topic, overrides in stored.items():
+            try:
+                self.default_log_config.with_overrides(overrides)
+            except SeglogError as exc:
+                # Its partitions go offline with this reason when they open; the rest serve.
+                logger.error("stored configs of topic %s are invalid: %s", topic, exc)
         return stored
 
     # -- start-up ----------------------------------------------------------------------
@@ -79,14 +94,23 @@ class LogManager:
                     found.append(child)
         workers = max(1, self.config.num_recovery_threads_per_data_dir * len(self._dirs))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            logs = list(pool.map(self._open_existing, found))
+            opened = list(pool.map(self._open_existing, found))
         with self._lock:
-            for log in logs:
-                self._logs[(log.topic, log.partition)] = log
+            for directory, log, reason in opened:
+                tp = log_files.parse_topic_partition(directory)
+                if log is not None:
+                    self._logs[tp] = log
+                else:
+                    self._offline[tp] = reason
 
-    def _open_existing(self, directory: Path) -> Log:
-        topic, _ = log_files.parse_topic_partition(directory)
-        return Log.open(directory, self.config_for(topic), clock=self.clock)
+    def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str]:
+        topic, partition = log_files.parse_topic_partition(directory)
+        try:
+            return directory, Log.open(directory, self.config_for(topic), clock=self.clock), ""
+        except (OSError, SeglogError) as exc:
+            reason = f"cannot open {directory.name}: {exc}"
+            logger.error("partition %s-%d goes offline: %s", topic, partition, reason)
+            return directory, None, reason
 
     def startup(self) -> None:
         self.load_logs()
@@ -133,32 +157,61 @@ class LogManager:
                 if not exist_ok:
                     raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
                 return existing
-            if overrides:
-                self.set_topic_overrides(topic, overrides)
             data_dir = min(
                 self._dirs,
                 key=lambda d: sum(1 for log in self._logs.values() if log.directory.parent == d),
             )
-            log = Log.open(
-                data_dir / f"{topic}-{partition}", self.config_for(topic), clock=self.clock
-            )
+            directory = log_files.partition_dir(data_dir, topic, partition)
+            if overrides:
+                self.set_topic_overrides(topic, overrides)
+            try:
+                log = Log.open(directory, self.config_for(topic), clock=self.clock)
+            except (OSError, SeglogError) as exc:
+                reason = f"cannot create {directory.name}: {exc}"
+                self._offline[(topic, partition)] = reason
+                raise StorageError(f"{topic}-{partition} is offline: {reason}") from exc
+            self._offline.pop((topic, partition), None)
             self._logs[(topic, partition)] = log
             return log
 
     def get_log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))
         if log is None:
+            reason = self._offline.get((topic, partition))
+            if reason is not None:
+                raise StorageError(f"{topic}-{partition} is offline on this node: {reason}")
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
         return log
 
     def logs(self) -> dict[TopicPartition, Log]:
         return dict(self._logs)
 
+    def offline(self) -> dict[TopicPartition, str]:
+        """Partitions this node holds but cannot serve, with the reason."""
+        return dict(self._offline)
+
+    def mark_offline(self, topic: str, partition: int, reason: str) -> None:
+        with self._lock:
+            if (topic, partition) not in self._logs:
+                self._offline[(topic, partition)] = reason
+
+    def forget_offline(self, topic: str, partition: int) -> None:
+        with self._lock:
+            self._offline.pop((topic, partition), None)
+
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            was_offline = self._offline.pop((topic, partition), None) is not None
         if log is None:
-            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+            if not was_offline:
+                raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+            # An offline partition's files are removed without opening them.
+            for data_dir in self._dirs:
+                directory = log_files.partition_dir(data_dir, topic, partition)
+                if directory.is_dir():
+                    shutil.rmtree(directory, ignore_errors=True)
+            return
         log.delete()
         with self._lock:
             if topic in self._topic_overrides and not any(t == topic for t, _ in self._logs):
@@ -178,8 +231,16 @@ class LogManager:
         suffix = 0
         while target.exists():
             suffix += 1
+            if suffix >= log_files.MAX_STRAY_COPIES:
+                raise StorageError(
+                    f"{log.directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
+                    f"exist; remove some before this partition can be set aside"
+                )
             target = log.directory.with_name(f"{log.directory.name}{STRAY_SUFFIX}.{suffix}")
-        log.directory.rename(target)
+        try:
+            log.directory.rename(target)
+        except OSError as exc:
+            raise StorageError(f"cannot set {log.directory.name} aside: {exc}") from exc
         log_files.fsync_directory(target.parent)
         return target
 

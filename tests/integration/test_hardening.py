@@ -1,0 +1,140 @@
+"""One request must not kill a node or a cluster: names, limits, internal topics, the storage
+node's own API, and partitions that cannot be opened."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from seglog.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    StorageError,
+)
+from seglog.rpc.status import error_from_rpc
+from seglog.storage import log_files
+from seglog.v1 import storage_pb2, storage_pb2_grpc
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    c = LocalCluster(tmp_path, nodes=1, max_partitions_per_topic=8, max_partitions=12)
+    yield c
+    c.close()
+
+
+def _produce(cluster, topic, partition, values):
+    (result,) = cluster.client.produce(topic, {partition: batch(values)})
+    return result
+
+
+def test_topic_names_must_leave_room_for_every_directory_the_node_makes(cluster):
+    longest = 255 - len("-0") - log_files.LONGEST_DIRECTORY_SUFFIX
+    cluster.client.create_topic("a" * longest, 1)
+    with pytest.raises(InvalidTopicError, match="over the filesystem's 255"):
+        cluster.client.create_topic("b" * (longest + 1), 1)
+    # Eleven partitions (0..10) need one more digit in the directory name.
+    with pytest.raises(InvalidTopicError, match="at most"):
+        cluster.client.create_topic("c" * longest, 11)
+    with pytest.raises(InvalidTopicError, match="illegal"):
+        cluster.client.create_topic("d" * 250, 1)
+    assert _produce(cluster, "a" * longest, 0, [b"x"]).base_offset == 0
+
+
+def test_partition_counts_are_bounded_per_topic_and_per_cluster(small_cluster):
+    with pytest.raises(InvalidPartitionsError, match=r"\[1, 8\]"):
+        small_cluster.client.create_topic("huge", 2**31 - 1)
+    small_cluster.client.create_topic("eight", 8)
+    with pytest.raises(InvalidPartitionsError, match="over its limit of 12"):
+        small_cluster.client.create_topic("five", 5)
+    small_cluster.client.create_topic("four", 4)
+    assert sorted(t.name for t in small_cluster.client.list_topics()) == ["eight", "four"]
+
+
+def test_clients_cannot_create_delete_or_produce_into_internal_topics(cluster):
+    with pytest.raises(InvalidTopicError, match="reserved for internal topics"):
+        cluster.client.create_topic("__mine", 1)
+    cluster.gateway.admin.create_internal_topic("__consumer_offsets", 1, {})
+    with pytest.raises(InvalidTopicError, match="internal"):
+        cluster.client.delete_topic("__consumer_offsets")
+    with pytest.raises(InvalidTopicError, match="only the cluster itself writes it"):
+        cluster.client.produce("__consumer_offsets", {0: batch([b"forged"])})
+    assert cluster.log("__consumer_offsets", 0).log_end_offset == 0
+
+
+def test_the_storage_node_api_refuses_paths_outside_its_data_dir(cluster, tmp_path):
+    node = cluster.nodes[1]
+    outside = tmp_path / "precious-0"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"x")
+    with grpc.insecure_channel(node.address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        for call, request in [
+            (
+                stub.DeletePartition,
+                storage_pb2.DeletePartitionRequest(topic="../precious", partition=0),
+            ),
+            (
+                stub.CreatePartition,
+                storage_pb2.CreatePartitionRequest(topic="../escaped", partition=0),
+            ),
+            (stub.CreatePartition, storage_pb2.CreatePartitionRequest(topic="..", partition=0)),
+        ]:
+            with pytest.raises(grpc.RpcError) as caught:
+                call(request, timeout=10)
+            assert isinstance(error_from_rpc(caught.value), InvalidTopicError)
+    assert (outside / "keep").exists()
+    assert not (tmp_path / "escaped-0").exists()
+
+
+def test_a_partition_that_cannot_be_created_goes_offline_and_the_node_keeps_serving(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        node = cluster.nodes[1]
+        # A plain file where the partition's directory must go: a real OSError on create.
+        (node.config.data_dir / "t-0").write_bytes(b"in the way")
+        cluster.client.create_topic("t", 2)
+        assert _produce(cluster, "t", 1, [b"fine"]).base_offset == 0
+        assert wait_until(lambda: "t-0" in _offline_reason(cluster, 1))
+        # A retriable KAFKA_STORAGE_ERROR that names the partition and the reason.
+        with pytest.raises(StorageError, match="t-0 is offline on node 1: .*File exists") as e:
+            _produce(cluster, "t", 0, [b"lost?"])
+        assert e.value.retriable
+        # The session outlives the failure: heartbeats go on past several session timeouts.
+        before = cluster.gateway.registry.nodes[1].last_heartbeat
+        assert wait_until(lambda: cluster.gateway.registry.nodes[1].last_heartbeat != before)
+        assert cluster.gateway.registry.is_live(1)
+        # Once the obstacle is gone the next heartbeat brings the partition online.
+        (node.config.data_dir / "t-0").unlink()
+        assert wait_until(lambda: "t-0" not in _offline_reason(cluster, 1))
+        assert _produce(cluster, "t", 0, [b"back"]).base_offset == 0
+    finally:
+        cluster.close()
+
+
+def test_a_node_restarts_with_an_unopenable_partition_on_disk_and_serves_the_rest(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        cluster.client.create_topic("t", 2)
+        for partition in (0, 1):
+            assert _produce(cluster, "t", partition, [b"a", b"b"]).error == 0
+        data_dir = cluster.nodes[1].config.data_dir
+        cluster.stop_node(1)
+        segment = data_dir / "t-0" / "00000000000000000000.log"
+        segment.unlink()
+        segment.mkdir()  # a directory where the segment file was: open() fails
+        node = cluster.start_node(1)
+        with pytest.raises(StorageError, match="offline"):
+            node.logs.get_log("t", 0)
+        assert node.logs.get_log("t", 1).log_end_offset == 2
+        assert wait_until(lambda: "t-0" in _offline_reason(cluster, 1))
+        assert _produce(cluster, "t", 1, [b"c"]).base_offset == 2
+        assert SESSION_TIMEOUT_MS > 0 and cluster.gateway.registry.is_live(1)
+    finally:
+        cluster.close()
+
+
+def _offline_reason(cluster, node_id: int) -> str:
+    node = cluster.gateway.registry.nodes.get(node_id)
+    return " ".join(f"{t}-{p}: {r}" for (t, p), r in (node.offline if node else {}).items())
