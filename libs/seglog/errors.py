@@ -140,6 +140,12 @@ class InvalidTopicError(SeglogError):
     reason = "INVALID_TOPIC"
 
 
+class OffsetMetadataTooLargeError(SeglogError):
+    """Commit metadata over `offset.metadata.max.bytes` (Kafka's OFFSET_METADATA_TOO_LARGE)."""
+
+    reason = "OFFSET_METADATA_TOO_LARGE"
+
+
 class LeaderNotAvailableError(SeglogError):
     """The partition's leader is on a node that is down or unreachable."""
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import grpc
 
-from seglog.errors import GroupIdNotFoundError, SeglogError, UnknownTopicOrPartitionError
+from seglog.errors import (
+    GroupIdNotFoundError,
+    InvalidOffsetError,
+    OffsetMetadataTooLargeError,
+    SeglogError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.rpc.status import set_error
 from seglog.v1 import groups_pb2
 
@@ -15,14 +21,23 @@ from .groups import EMPTY, GroupCoordinator
 from .offsets_store import OffsetsStore
 from .registry import Registry
 
+# Kafka's offset.metadata.max.bytes.
+OFFSET_METADATA_MAX_BYTES = 4096
+
 
 class GroupCoordinatorService:
     def __init__(
-        self, registry: Registry, coordinator: GroupCoordinator, offsets: OffsetsStore
+        self,
+        registry: Registry,
+        coordinator: GroupCoordinator,
+        offsets: OffsetsStore,
+        *,
+        offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
     ) -> None:
         self.registry = registry
         self.coordinator = coordinator
         self.offsets = offsets
+        self.offset_metadata_max_bytes = offset_metadata_max_bytes
 
     def JoinGroup(
         self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
@@ -84,14 +99,9 @@ class GroupCoordinatorService:
         valid = []
         for commit in request.offsets:
             result = response.partitions.add(topic=commit.topic, partition=commit.partition)
-            topic = self.registry.topics.get(commit.topic)
-            if topic is None or not 0 <= commit.partition < len(topic.partitions):
-                set_error(
-                    result,
-                    UnknownTopicOrPartitionError(
-                        f"{commit.topic}-{commit.partition} does not exist"
-                    ),
-                )
+            problem = self._check_commit_entry(commit)
+            if problem is not None:
+                set_error(result, problem)
                 continue
             valid.append(
                 (
@@ -109,6 +119,22 @@ class GroupCoordinatorService:
                 if not result.error:
                     set_error(result, exc)
         return response
+
+    def _check_commit_entry(self, commit: groups_pb2.OffsetCommit) -> SeglogError | None:
+        topic = self.registry.topics.get(commit.topic)
+        if topic is None or not 0 <= commit.partition < len(topic.partitions):
+            return UnknownTopicOrPartitionError(f"{commit.topic}-{commit.partition} does not exist")
+        if commit.offset < 0:
+            return InvalidOffsetError(
+                f"{commit.topic}-{commit.partition}: committed offset {commit.offset} is negative"
+            )
+        size = len(commit.metadata.encode())
+        if size > self.offset_metadata_max_bytes:
+            return OffsetMetadataTooLargeError(
+                f"{commit.topic}-{commit.partition}: metadata is {size} bytes, over "
+                f"offset.metadata.max.bytes {self.offset_metadata_max_bytes}"
+            )
+        return None
 
     def FetchOffsets(
         self, request: groups_pb2.FetchOffsetsRequest, context: grpc.ServicerContext

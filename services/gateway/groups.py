@@ -27,6 +27,7 @@ from seglog.errors import (
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     RebalanceInProgressError,
     SeglogError,
@@ -35,6 +36,21 @@ from seglog.errors import (
 
 from .assignors import ASSIGNORS
 from .registry import Registry
+
+# Group ids are int16-length strings in __consumer_offsets keys (Kafka's format).
+MAX_GROUP_ID_BYTES = 32767
+
+
+def check_group_id(group_id: str) -> None:
+    if not group_id:
+        raise InvalidGroupIdError("group_id must not be empty")
+    size = len(group_id.encode())
+    if size > MAX_GROUP_ID_BYTES:
+        raise InvalidGroupIdError(
+            f"group_id is {size} bytes in UTF-8, over the {MAX_GROUP_ID_BYTES} its stored "
+            f"key format holds"
+        )
+
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +135,9 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
     ) -> JoinResult:
         """Join (or join again) and wait until the rebalance completes."""
-        if not group_id:
-            raise InvalidGroupIdError("group_id must not be empty")
+        check_group_id(group_id)
+        if rebalance_timeout_ms < 0:
+            raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
         low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
         if not low <= session_timeout_ms <= high:
             raise InvalidSessionTimeoutError(
@@ -202,8 +219,7 @@ class GroupCoordinator:
         """May this commit proceed? A member commits for its current generation (during a
         rebalance too, so it can commit before joining again); a consumer without a member id
         (manual assignment) only while the group has no members."""
-        if not group_id:
-            raise InvalidGroupIdError("group_id must not be empty")
+        check_group_id(group_id)
         with self._lock:
             group = self._groups.get(group_id)
             if not member_id and generation < 0:

@@ -30,7 +30,7 @@ from seglog.errors import (
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import check_produce_request, client_leader_epoch, wire
+from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.storage import LogConfig
 from seglog.storage.validation import validate_records
@@ -190,6 +190,10 @@ class GatewayService:
 
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         request = common_pb2.FetchRequest.FromString(raw)
+        try:
+            check_fetch_request(request)
+        except SeglogError as exc:
+            abort(context, exc)
         by_node: dict[int, tuple[_Target, list[int]]] = {}
         for i, p in enumerate(request.partitions):
             try:

@@ -27,7 +27,7 @@ from seglog.errors import (
     NotLeaderError,
     SeglogError,
 )
-from seglog.rpc import check_produce_request, client_leader_epoch, wire
+from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import Log, log_files
 from seglog.storage.log_manager import LogManager
@@ -148,6 +148,10 @@ class StorageNodeService:
     def Fetch(
         self, request: common_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
+        try:
+            check_fetch_request(request)
+        except SeglogError as exc:
+            abort(context, exc)
         states = self._fetch_states(request)
         deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
         min_bytes = max(request.min_bytes, 0)

@@ -8,12 +8,20 @@ import pytest
 
 from seglog.errors import (
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidTopicError,
     StorageError,
 )
 from seglog.rpc.status import error_from_rpc
 from seglog.storage import log_files
-from seglog.v1 import storage_pb2, storage_pb2_grpc
+from seglog.v1 import (
+    common_pb2,
+    gateway_pb2_grpc,
+    groups_pb2,
+    groups_pb2_grpc,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
 
 
@@ -138,3 +146,68 @@ def test_a_node_restarts_with_an_unopenable_partition_on_disk_and_serves_the_res
 def _offline_reason(cluster, node_id: int) -> str:
     node = cluster.gateway.registry.nodes.get(node_id)
     return " ".join(f"{t}-{p}: {r}" for (t, p), r in (node.offline if node else {}).items())
+
+
+# -- whole-request bounds -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_wait_ms", -1), ("max_wait_ms", 10**9), ("min_bytes", -5), ("max_bytes", -1)],
+)
+def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(
+    cluster, field, value
+):
+    cluster.client.create_topic("t", 1)
+    request = common_pb2.FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 20)
+    setattr(request, field, value)
+    request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    node_address = cluster.leader_of("t", 0).address
+    for address, stub_class in [
+        (cluster.address, gateway_pb2_grpc.GatewayStub),
+        (node_address, storage_pb2_grpc.StorageNodeStub),
+    ]:
+        with grpc.insecure_channel(address) as channel:
+            with pytest.raises(grpc.RpcError) as caught:
+                list(stub_class(channel).Fetch(request, timeout=10))
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert field in caught.value.details()
+
+
+def test_a_negative_produce_timeout_is_invalid_not_a_retriable_deadline(cluster):
+    cluster.client.create_topic("t", 1)
+    with pytest.raises(InvalidRequestError, match="timeout_ms -1 is negative") as caught:
+        cluster.client.produce("t", {0: batch([b"x"])}, timeout_ms=-1)
+    assert not caught.value.retriable
+    assert cluster.log("t", 0).log_end_offset == 0
+
+
+def test_group_ids_metadata_and_committed_offsets_are_checked(cluster):
+    cluster.client.create_topic("t", 1)
+    with grpc.insecure_channel(cluster.address) as channel:
+        groups = groups_pb2_grpc.GroupCoordinatorStub(channel)
+        huge_id = "g" * 40_000
+        joined = groups.JoinGroup(
+            groups_pb2.JoinGroupRequest(
+                group_id=huge_id,
+                topics=["t"],
+                session_timeout_ms=10_000,
+                rebalance_timeout_ms=1000,
+                assignment_strategies=["range"],
+            ),
+            timeout=10,
+        )
+        assert common_pb2.ErrorCode.Name(joined.error) == "INVALID_GROUP_ID"
+        commit = groups_pb2.CommitOffsetsRequest(group_id="g", generation_id=-1)
+        commit.offsets.add(topic="t", partition=0, offset=-7)
+        commit.offsets.add(topic="t", partition=0, offset=3, metadata="m" * 5000)
+        answer = groups.CommitOffsets(commit, timeout=10)
+        reasons = [common_pb2.ErrorCode.Name(r.error) for r in answer.partitions]
+        assert reasons == ["INVALID_OFFSET", "OFFSET_METADATA_TOO_LARGE"]
+        assert "4096" in answer.partitions[1].error_message
+        fetched = groups.FetchOffsets(groups_pb2.FetchOffsetsRequest(group_id="g"), timeout=10)
+        assert list(fetched.offsets) == []  # nothing was written
+        too_big = groups_pb2.CommitOffsetsRequest(group_id=huge_id, generation_id=-1)
+        too_big.offsets.add(topic="t", partition=0, offset=1)
+        answer = groups.CommitOffsets(too_big, timeout=10)
+        assert common_pb2.ErrorCode.Name(answer.error) == "INVALID_GROUP_ID"

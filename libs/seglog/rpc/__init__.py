@@ -25,6 +25,29 @@ def check_produce_request(request: object) -> None:
     partitions = [data.partition for data in request.partitions]  # type: ignore[attr-defined]
     if not partitions:
         raise InvalidRequestError(f"produce to {topic!r} names no partition")
+    timeout_ms = request.timeout_ms  # type: ignore[attr-defined]
+    if timeout_ms < 0:
+        raise InvalidRequestError(f"produce to {topic!r}: timeout_ms {timeout_ms} is negative")
     if len(set(partitions)) != len(partitions):
         twice = next(p for p in partitions if partitions.count(p) > 1)
         raise InvalidRequestError(f"{topic}-{twice} appears twice in one request")
+
+
+# A long poll longer than this is refused: every waiting fetch holds a wait slot on the node.
+MAX_FETCH_WAIT_MS = 5 * 60 * 1000
+
+
+def check_fetch_request(request: object) -> None:
+    """A fetch's whole-request fields, checked by the gateway and the node alike; a bad one
+    fails the call with INVALID_ARGUMENT instead of passing for a retriable timeout."""
+    max_wait_ms = request.max_wait_ms  # type: ignore[attr-defined]
+    min_bytes = request.min_bytes  # type: ignore[attr-defined]
+    max_bytes = request.max_bytes  # type: ignore[attr-defined]
+    if not 0 <= max_wait_ms <= MAX_FETCH_WAIT_MS:
+        raise InvalidRequestError(
+            f"fetch max_wait_ms {max_wait_ms} is outside [0, {MAX_FETCH_WAIT_MS}]"
+        )
+    if min_bytes < 0:
+        raise InvalidRequestError(f"fetch min_bytes {min_bytes} is negative")
+    if max_bytes < 0:
+        raise InvalidRequestError(f"fetch max_bytes {max_bytes} is negative")

@@ -56,6 +56,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "GROUP_ID_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
     "INCONSISTENT_GROUP_PROTOCOL": grpc.StatusCode.INVALID_ARGUMENT,
     "INVALID_TOPIC": grpc.StatusCode.INVALID_ARGUMENT,
+    "OFFSET_METADATA_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
 }
 
 # For statuses that arrive without details (the transport's own failures).
