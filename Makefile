@@ -9,7 +9,7 @@ GENERATED := libs/seglog/v1/.generated
 
 .PHONY: test bench lint proto install run clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml libs/seglog/records/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==24.3.1
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -43,4 +43,4 @@ lint: $(STAMP) proto
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info libs/*.egg-info libs/seglog/v1
+	rm -rf $(VENV) build *.egg-info libs/*.egg-info libs/seglog/v1 libs/seglog/records/*.so

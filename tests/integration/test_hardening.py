@@ -155,9 +155,7 @@ def _offline_reason(cluster, node_id: int) -> str:
     ("field", "value"),
     [("max_wait_ms", -1), ("max_wait_ms", 10**9), ("min_bytes", -5), ("max_bytes", -1)],
 )
-def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(
-    cluster, field, value
-):
+def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(cluster, field, value):
     cluster.client.create_topic("t", 1)
     request = common_pb2.FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 20)
     setattr(request, field, value)

@@ -12,6 +12,10 @@
 
 With compression the whole records section of a batch (everything after the 61-byte header)
 is one compressed stream.
+
+Decompression can be bounded (`max_bytes`): a stream that would inflate past it stops there
+with CorruptRecordError, having produced at most about `max_bytes` (a small request must
+not cost a server gigabytes; 261 KB of nested gzip once inflated to 1.1 GB).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ _XERIAL_PREAMBLE = _XERIAL_HEADER + struct.pack(">ii", 1, 1)
 # snappy-java's default block size: each 32 KiB of input is one raw snappy block.
 _XERIAL_BLOCK_BYTES = 32 * 1024
 _INT32 = struct.Struct(">i")
+# Without a bound from the caller (a client reading what a server already checked).
+UNBOUNDED_BYTES = 1 << 62
 
 
 def _gzip_compress(data: bytes | memoryview) -> bytes:
@@ -59,13 +65,19 @@ def _gzip_compress(data: bytes | memoryview) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
-def _gzip_decompress(data: bytes | memoryview) -> bytes:
+class _TooLarge(Exception):
+    pass
+
+
+def _gzip_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
     # wbits=47 accepts gzip or zlib headers; concatenated members are legal gzip.
     out = bytearray()
     remaining = bytes(data)
     while remaining:
         d = zlib.decompressobj(47)
-        out += d.decompress(remaining)
+        out += d.decompress(remaining, min(max_bytes + 1 - len(out), UNBOUNDED_BYTES))
+        if len(out) > max_bytes:
+            raise _TooLarge
         if not d.eof:
             raise CorruptRecordError("gzip stream ends before its end-of-stream marker")
         remaining = d.unused_data
@@ -82,9 +94,24 @@ def _snappy_compress(data: bytes | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _snappy_decompress(data: bytes | memoryview) -> bytes:
+def _raw_snappy_length(block: memoryview) -> int:
+    """A raw snappy block opens with its uncompressed length as a varint: read it first, so
+    nothing is inflated past the bound."""
+    length = shift = 0
+    for i in range(min(len(block), 5)):
+        byte = block[i]
+        length |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return length
+        shift += 7
+    raise CorruptRecordError("snappy block has no valid length preamble")
+
+
+def _snappy_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_HEADER:
+        if _raw_snappy_length(view) > max_bytes:
+            raise _TooLarge
         return bytes(cramjam.snappy.decompress_raw(view))
     out = bytearray()
     pos = len(_XERIAL_PREAMBLE)
@@ -99,7 +126,10 @@ def _snappy_decompress(data: bytes | memoryview) -> bytes:
                 f"xerial snappy block of {block_bytes} bytes at position {pos} "
                 f"runs past the end of the stream ({end} bytes)"
             )
-        out += cramjam.snappy.decompress_raw(view[pos : pos + block_bytes])
+        block = view[pos : pos + block_bytes]
+        if len(out) + _raw_snappy_length(block) > max_bytes:
+            raise _TooLarge
+        out += cramjam.snappy.decompress_raw(block)
         pos += block_bytes
     return bytes(out)
 
@@ -112,9 +142,32 @@ def _lz4_compress(data: bytes | memoryview) -> bytes:
     return compressed
 
 
-def _lz4_decompress(data: bytes | memoryview) -> bytes:
-    decompressed: bytes = lz4.frame.decompress(data)
-    return decompressed
+def _lz4_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
+    if max_bytes >= UNBOUNDED_BYTES:
+        decompressed: bytes = lz4.frame.decompress(data)
+        return decompressed
+    out = bytearray()
+    remaining = bytes(data)
+    while remaining:  # one or more frames, each read in bounded steps
+        d = lz4.frame.LZ4FrameDecompressor()
+        out += d.decompress(remaining, max_length=_step(out, max_bytes))
+        while not d.eof and not d.needs_input and len(out) <= max_bytes:
+            out += d.decompress(b"", max_length=_step(out, max_bytes))
+        if len(out) > max_bytes:
+            raise _TooLarge
+        if not d.eof:
+            raise CorruptRecordError("lz4 stream ends before its end mark")
+        remaining = d.unused_data
+    return bytes(out)
+
+
+# Bounded decompressors produce output in steps of at most this, so a bound of many
+# megabytes is never allocated up front.
+_STEP_BYTES = 1024 * 1024
+
+
+def _step(out: bytearray, max_bytes: int) -> int:
+    return min(_STEP_BYTES, max_bytes + 1 - len(out))
 
 
 _ZSTD_COMPRESSOR = zstandard.ZstdCompressor(level=3)
@@ -124,19 +177,29 @@ def _zstd_compress(data: bytes | memoryview) -> bytes:
     return _ZSTD_COMPRESSOR.compress(data)
 
 
-def _zstd_decompress(data: bytes | memoryview) -> bytes:
+def _zstd_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
     # The frame may omit its content size (streaming writers do): read across frames.
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    if max_bytes >= UNBOUNDED_BYTES:
+        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    out = bytearray()
+    while len(out) <= max_bytes:
+        chunk = reader.read(_step(out, max_bytes))
+        if not chunk:
+            return bytes(out)
+        out += chunk
+    raise _TooLarge
 
 
 _Codec = Callable[[bytes | memoryview], bytes]
+_BoundedCodec = Callable[[bytes | memoryview, int], bytes]
 _COMPRESSORS: dict[int, _Codec] = {
     CompressionType.GZIP: _gzip_compress,
     CompressionType.SNAPPY: _snappy_compress,
     CompressionType.LZ4: _lz4_compress,
     CompressionType.ZSTD: _zstd_compress,
 }
-_DECOMPRESSORS: dict[int, _Codec] = {
+_DECOMPRESSORS: dict[int, _BoundedCodec] = {
     CompressionType.GZIP: _gzip_decompress,
     CompressionType.SNAPPY: _snappy_decompress,
     CompressionType.LZ4: _lz4_decompress,
@@ -168,13 +231,19 @@ def compress(codec_id: int, data: bytes | memoryview) -> bytes:
     return _COMPRESSORS[codec](data)
 
 
-def decompress(codec_id: int, data: bytes | memoryview) -> bytes:
-    """Decompress one records section; any codec failure becomes CorruptRecordError."""
+def decompress(codec_id: int, data: bytes | memoryview, max_bytes: int = UNBOUNDED_BYTES) -> bytes:
+    """Decompress one records section, to at most `max_bytes`; any codec failure, and an
+    output that would pass the bound, becomes CorruptRecordError."""
     codec = check_codec(codec_id)
     if codec is CompressionType.NONE:
         return bytes(data)
     try:
-        return _DECOMPRESSORS[codec](data)
+        return _DECOMPRESSORS[codec](data, max_bytes)
+    except _TooLarge:
+        raise CorruptRecordError(
+            f"{codec.name.lower()} records section of {len(data)} bytes decompresses to more "
+            f"than {max_bytes} bytes"
+        ) from None
     except CorruptRecordError:
         raise
     except Exception as exc:  # each codec library raises its own error types

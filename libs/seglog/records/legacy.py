@@ -30,7 +30,7 @@ from typing import NamedTuple
 from ..errors import CorruptRecordError, UnsupportedCompressionError
 from .batch import NO_TIMESTAMP
 from .builder import encode_batch
-from .compression import CompressionType, decompress
+from .compression import UNBOUNDED_BYTES, CompressionType, decompress
 from .record import CREATE_TIME, LOG_APPEND_TIME, Record
 
 ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
@@ -118,15 +118,18 @@ def _read_bytes(view: memoryview, pos: int, end: int, position: int) -> tuple[by
     return bytes(view[pos : pos + n]), pos + n
 
 
-def inner_messages(wrapper: LegacyMessage) -> list[LegacyMessage]:
-    """The messages inside a compressed wrapper, with absolute offsets and timestamps."""
+def inner_messages(
+    wrapper: LegacyMessage, max_uncompressed_bytes: int = UNBOUNDED_BYTES
+) -> list[LegacyMessage]:
+    """The messages inside a compressed wrapper, with absolute offsets and timestamps; the
+    wrapper may decompress to at most `max_uncompressed_bytes`."""
     if wrapper.codec == CompressionType.LZ4 and wrapper.magic == 0:
         raise UnsupportedCompressionError(
             "magic 0 lz4 messages use Kafka's pre-KIP-57 frame checksum, which is not read"
         )
     if wrapper.value is None:
         raise CorruptRecordError(f"compressed wrapper at offset {wrapper.offset} has no value")
-    data = decompress(wrapper.codec, wrapper.value)
+    data = decompress(wrapper.codec, wrapper.value, max_uncompressed_bytes)
     inner = []
     pos = 0
     while pos < len(data):
@@ -152,7 +155,7 @@ def inner_messages(wrapper: LegacyMessage) -> list[LegacyMessage]:
     return inner
 
 
-def upconvert(message: LegacyMessage) -> bytes:
+def upconvert(message: LegacyMessage, max_uncompressed_bytes: int = UNBOUNDED_BYTES) -> bytes:
     """One legacy entry (plain or a wrapper) as one v2 batch with the same offsets and codec.
 
     Offsets are kept exactly: the batch's baseOffset is the first message's offset and each
@@ -160,14 +163,24 @@ def upconvert(message: LegacyMessage) -> bytes:
     A LogAppendTime wrapper's timestamp becomes each record's timestamp (the batch is
     CreateTime with explicit timestamps; what a reader sees is the same).
     """
-    messages = inner_messages(message) if message.codec != CompressionType.NONE else [message]
+    return upconvert_counted(message, max_uncompressed_bytes)[0]
+
+
+def upconvert_counted(
+    message: LegacyMessage, max_uncompressed_bytes: int = UNBOUNDED_BYTES
+) -> tuple[bytes, int]:
+    """`upconvert`, with the bytes its wrapper decompressed to (0 for a plain message)."""
+    compressed = message.codec != CompressionType.NONE
+    messages = inner_messages(message, max_uncompressed_bytes) if compressed else [message]
+    inflated = sum(m.size_in_bytes for m in messages) if compressed else 0
     base_offset = messages[0].offset
-    return encode_batch(
+    batch = encode_batch(
         [Record(m.offset, m.timestamp_ms, m.key, m.value, ()) for m in messages],
         base_offset=base_offset,
         last_offset_delta=messages[-1].offset - base_offset,
         compression=message.codec,
     )
+    return batch, inflated
 
 
 def records_of(message: LegacyMessage) -> list[Record]:

@@ -47,6 +47,9 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60 * 1000
+    # seglog's own bound (Kafka has none): a batch's records section may decompress to at most
+    # this many bytes when it is validated, so a small request cannot cost gigabytes.
+    max_uncompressed_batch_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name, (minimum, maximum) in _LOG_CONFIG_RANGES.items():
@@ -131,6 +134,7 @@ _LOG_CONFIG_RANGES: dict[str, tuple[int, int]] = {
     "min_compaction_lag_ms": (0, LONG_MAX),
     "max_compaction_lag_ms": (1, LONG_MAX),
     "file_delete_delay_ms": (0, LONG_MAX),
+    "max_uncompressed_batch_bytes": (1024, 1024 * 1024 * 1024),
 }
 # Only ASCII digits with an optional minus: int() would also take " 5", "5_000" and "５".
 _STRICT_INT = re.compile(r"-?[0-9]+")

@@ -39,8 +39,9 @@ from ..records.batch import (
     read_header,
     stamp_log_append_time,
 )
+from ..records.checks import check_records
 from ..records.compression import MAX_CODEC
-from ..records.legacy import read_message, upconvert
+from ..records.legacy import read_message, upconvert_counted
 from .config import LOG_APPEND_TIME, LogConfig
 from .segment import AppendedBatch
 
@@ -80,7 +81,8 @@ def validate_records(
     while pos < total:
         if total - pos < HEADER_BYTES or view[pos + MAGIC_OFFSET] != MAGIC_V2:
             if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] in (0, 1):
-                return validate_records(_upconvert_all(view), config, now_ms)
+                upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
+                return validate_records(upconverted, config, now_ms)
             _explain(view, pos, config, now_ms)
         header = make_header(unpack(view, pos))
         size = header.batch_length + LOG_OVERHEAD
@@ -104,9 +106,31 @@ def validate_records(
             )
         ):
             _explain(view, pos, config, now_ms)
+        _check_inside(view, pos, header, config, earliest if check_timestamps else None)
         append((pos, header))
         pos += size
     return ValidatedRecords(view, batches, now_ms)
+
+
+def _check_inside(
+    view: memoryview, pos: int, header: BatchHeader, config: LogConfig, earliest: int | None
+) -> None:
+    """The records inside the batch (records/checks.py), and their earliest timestamp
+    against the window when the topic keeps CreateTime."""
+    timestamps = check_records(
+        view,
+        pos,
+        header,
+        require_keys=config.compact,
+        max_uncompressed_bytes=config.max_uncompressed_batch_bytes,
+        check_max_timestamp=earliest is not None,
+    )
+    if earliest is not None and not header.attributes & CONTROL_MASK:
+        if timestamps.min_ms < earliest:
+            raise InvalidTimestampError(
+                f"batch at position {pos}: a record's timestamp {timestamps.min_ms} is before "
+                f"the accepted window's start {earliest} (message_timestamp_before_max_ms)"
+            )
 
 
 def _explain(view: memoryview, pos: int, config: LogConfig, now_ms: int) -> NoReturn:
@@ -158,16 +182,26 @@ def _check_batch(
                 )
 
 
-def _upconvert_all(view: memoryview) -> bytes:
+def _upconvert_all(view: memoryview, max_uncompressed_bytes: int) -> bytes:
+    """Every legacy entry as a v2 batch. The whole input's decompressed wrappers share one
+    budget: nested gzip wrappers must not turn a 1 MB request into gigabytes."""
     parts = []
     pos = 0
+    budget = max_uncompressed_bytes
     while pos < len(view):
         if view[pos + MAGIC_OFFSET] == MAGIC_V2:
             size = read_header(view, pos).size_in_bytes
             parts.append(bytes(view[pos : pos + size]))
         else:
             message = read_message(view, pos)
-            parts.append(upconvert(message))
+            converted, inflated = upconvert_counted(message, budget)
+            budget -= inflated
+            if budget < 0:
+                raise CorruptRecordError(
+                    f"legacy messages up to position {pos} decompress to more than "
+                    f"{max_uncompressed_bytes} bytes (max_uncompressed_batch_bytes)"
+                )
+            parts.append(converted)
             size = message.size_in_bytes
         pos += size
     return b"".join(parts)
