@@ -165,9 +165,8 @@ def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(clus
         (cluster.address, gateway_pb2_grpc.GatewayStub),
         (node_address, storage_pb2_grpc.StorageNodeStub),
     ]:
-        with grpc.insecure_channel(address) as channel:
-            with pytest.raises(grpc.RpcError) as caught:
-                list(stub_class(channel).Fetch(request, timeout=10))
+        with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as caught:
+            list(stub_class(channel).Fetch(request, timeout=10))
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert field in caught.value.details()
 

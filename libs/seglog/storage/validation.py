@@ -125,12 +125,15 @@ def _check_inside(
         max_uncompressed_bytes=config.max_uncompressed_batch_bytes,
         check_max_timestamp=earliest is not None,
     )
-    if earliest is not None and not header.attributes & CONTROL_MASK:
-        if timestamps.min_ms < earliest:
-            raise InvalidTimestampError(
-                f"batch at position {pos}: a record's timestamp {timestamps.min_ms} is before "
-                f"the accepted window's start {earliest} (message_timestamp_before_max_ms)"
-            )
+    if (
+        earliest is not None
+        and not header.attributes & CONTROL_MASK
+        and timestamps.min_ms < earliest
+    ):
+        raise InvalidTimestampError(
+            f"batch at position {pos}: a record's timestamp {timestamps.min_ms} is before "
+            f"the accepted window's start {earliest} (message_timestamp_before_max_ms)"
+        )
 
 
 def _explain(view: memoryview, pos: int, config: LogConfig, now_ms: int) -> NoReturn:
