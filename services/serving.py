@@ -21,6 +21,7 @@ from opentelemetry import trace
 from seglog import tracing
 from seglog.errors import SeglogError
 from seglog.rpc.channels import MAX_REQUEST_BYTES
+from services.wait_slots import SERVER_MAX_WORKERS
 
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -75,7 +76,7 @@ def build_server(
     handlers: Iterable[grpc.GenericRpcHandler],
     service_names: Iterable[str],
     *,
-    max_workers: int = 32,
+    max_workers: int = SERVER_MAX_WORKERS,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> tuple[grpc.Server, health.HealthServicer, int]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import grpc
 
 from seglog.errors import (
+    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     InvalidOffsetError,
     OffsetMetadataTooLargeError,
@@ -16,8 +17,9 @@ from seglog.errors import (
 )
 from seglog.rpc.status import set_error
 from seglog.v1 import groups_pb2
+from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
-from .groups import EMPTY, GroupCoordinator
+from .groups import EMPTY, GroupCoordinator, JoinResult
 from .offsets_store import OffsetsStore
 from .registry import Registry
 
@@ -38,25 +40,28 @@ class GroupCoordinatorService:
         self.coordinator = coordinator
         self.offsets = offsets
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
+        # A join waits for its rebalance on a gateway thread: a quarter of the pool at most,
+        # so node heartbeats, produce and fetch always find one.
+        self.waiting_joins = WaitSlots(SERVER_MAX_WORKERS // 4)
 
     def JoinGroup(
         self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
     ) -> groups_pb2.JoinGroupResponse:
         response = groups_pb2.JoinGroupResponse()
-        try:
-            result = self.coordinator.join(
-                request.group_id,
-                request.member_id,
-                client_id=request.client_id,
-                client_host=context.peer(),
-                topics=tuple(request.topics),
-                strategies=tuple(request.assignment_strategies),
-                session_timeout_ms=request.session_timeout_ms,
-                rebalance_timeout_ms=request.rebalance_timeout_ms,
+        if not self.waiting_joins.try_acquire():
+            busy = CoordinatorNotAvailableError(
+                f"{self.waiting_joins.limit} group joins are already waiting on this "
+                f"coordinator; retry"
             )
+            set_error(response, busy)
+            return response
+        try:
+            result = self._join(request, context)
         except SeglogError as exc:
             set_error(response, exc)
             return response
+        finally:
+            self.waiting_joins.release()
         response.generation_id = result.generation
         response.member_id = result.member_id
         response.assignment_strategy = result.strategy
@@ -64,6 +69,20 @@ class GroupCoordinatorService:
         for topic, partitions in sorted(result.assignment.items()):
             response.assignment.add(topic=topic, partitions=partitions)
         return response
+
+    def _join(
+        self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
+    ) -> JoinResult:
+        return self.coordinator.join(
+            request.group_id,
+            request.member_id,
+            client_id=request.client_id,
+            client_host=context.peer(),
+            topics=tuple(request.topics),
+            strategies=tuple(request.assignment_strategies),
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+        )
 
     def Heartbeat(
         self, request: groups_pb2.GroupHeartbeatRequest, context: grpc.ServicerContext

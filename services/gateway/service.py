@@ -19,7 +19,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
@@ -35,6 +35,7 @@ from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.storage import LogConfig
 from seglog.storage.validation import validate_records
 from seglog.v1 import common_pb2
+from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from .nodes import NodeConnection, NodeConnections
 from .registry import Registry, Route, is_internal_topic
@@ -51,9 +52,16 @@ class _Target:
 
 
 class GatewayService:
-    def __init__(self, registry: Registry, connections: NodeConnections) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        connections: NodeConnections,
+        *,
+        max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+    ) -> None:
         self.registry = registry
         self.connections = connections
+        self.waiting_fetches = WaitSlots(max_waiting_fetches)
 
     # -- routing -------------------------------------------------------------------------
 
@@ -194,6 +202,23 @@ class GatewayService:
             check_fetch_request(request)
         except SeglogError as exc:
             abort(context, exc)
+        # A relayed long poll holds a gateway thread for as long as the node waits: past the
+        # bound, the node is asked to answer at once with what it has.
+        if request.max_wait_ms > 0 and not self.waiting_fetches.try_acquire():
+            request.max_wait_ms = 0
+            raw = request.SerializeToString()
+            yield from self._fetch(request, raw, context)
+            return
+        release = _once(self.waiting_fetches.release) if request.max_wait_ms > 0 else _noop
+        context.add_callback(release)
+        try:
+            yield from self._fetch(request, raw, context)
+        finally:
+            release()
+
+    def _fetch(
+        self, request: common_pb2.FetchRequest, raw: bytes, context: grpc.ServicerContext
+    ) -> Iterator[bytes]:
         by_node: dict[int, tuple[_Target, list[int]]] = {}
         for i, p in enumerate(request.partitions):
             try:
@@ -349,6 +374,26 @@ def _log_failed_call(node_id: int):  # type: ignore[no-untyped-def]
             logger.warning("acks=0 produce to node %d failed: %s", node_id, call.exception())
 
     return done
+
+
+def _once(action: Callable[[], None]) -> Callable[[], None]:
+    """`action`, run at most once however many times the result is called (a call's end and
+    its cancellation callback may both release its slot)."""
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def run() -> None:
+        with lock:
+            if done.is_set():
+                return
+            done.set()
+        action()
+
+    return run
+
+
+def _noop() -> None:
+    pass
 
 
 def _now_ms() -> int:

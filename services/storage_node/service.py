@@ -30,9 +30,11 @@ from seglog.errors import (
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import Log, log_files
+from seglog.storage.log import ReadPosition
 from seglog.storage.log_manager import LogManager
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2, storage_pb2
+from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +50,20 @@ class _FetchState:
     max_bytes: int
     log: Log | None
     error: SeglogError | None = None
+    position: ReadPosition | None = None  # where `offset` was found, reused while waiting
 
 
 class StorageNodeService:
-    def __init__(self, logs: LogManager, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        logs: LogManager,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+    ) -> None:
         self.logs = logs
         self.chunk_bytes = chunk_bytes
+        self.waiting_fetches = WaitSlots(max_waiting_fetches)
         self._epochs: dict[tuple[str, int], int] = {}
         self._appended = threading.Condition()
         self._append_seq = 0
@@ -153,20 +163,37 @@ class StorageNodeService:
         except SeglogError as exc:
             abort(context, exc)
         states = self._fetch_states(request)
-        deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
         min_bytes = max(request.min_bytes, 0)
-        while True:
+        # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
+        # and the rest answer with what they have now, as if max_wait_ms had passed.
+        if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
+            try:
+                context.add_callback(self._wake_fetchers)  # a cancelled call stops waiting
+                self._wait_for_bytes(states, min_bytes, request.max_wait_ms, context)
+            finally:
+                self.waiting_fetches.release()
+        if not context.is_active():
+            return
+        yield from self._stream(states, request.max_bytes or (1 << 31) - 1)
+
+    def _wait_for_bytes(
+        self,
+        states: list[_FetchState],
+        min_bytes: int,
+        max_wait_ms: int,
+        context: grpc.ServicerContext,
+    ) -> None:
+        deadline = time.monotonic() + max_wait_ms / 1000
+        while context.is_active() and not self._stopping:
             seq = self._append_seq
-            available = self._available_bytes(states, min_bytes)
+            if self._available_bytes(states, min_bytes) >= min_bytes:
+                return
             remaining = deadline - time.monotonic()
-            if available >= min_bytes or remaining <= 0 or self._stopping:
-                break
-            if not context.is_active():
+            if remaining <= 0:
                 return
             with self._appended:
                 if self._append_seq == seq:
                     self._appended.wait(remaining)
-        yield from self._stream(states, request.max_bytes or (1 << 31) - 1)
 
     def _fetch_states(self, request: common_pb2.FetchRequest) -> list[_FetchState]:
         states = []
@@ -185,22 +212,22 @@ class StorageNodeService:
         return states
 
     def _available_bytes(self, states: list[_FetchState], enough: int) -> int:
-        """Bytes ready to send, counted until `enough` (errors count: they answer at once)."""
+        """Bytes ready to send, counted from file positions until `enough` (errors count:
+        they answer at once)."""
         total = 0
         for state in states:
             if state.error is not None:
                 return enough
-            assert state.log is not None
-            if state.offset != state.log.log_end_offset:
-                if enough <= 1:
-                    return enough
-                try:
-                    read = state.log.read_records(state.offset, enough - total)
-                except SeglogError:
-                    return enough  # out of range: answer now with the error
-                total += max(len(read.data), 1)
-                if total >= enough:
-                    return total
+            log = state.log
+            assert log is not None
+            if state.offset == log.log_end_offset:
+                continue
+            if enough <= 1 or not log.log_start_offset <= state.offset <= log.log_end_offset:
+                return enough  # data, or an out-of-range error to answer now
+            state.position = log.bytes_from(state.offset, state.position)
+            total += max(state.position.available_bytes, 1)
+            if total >= enough:
+                return total
         return total
 
     def _stream(self, states: list[_FetchState], max_bytes: int) -> Iterator[bytes]:

@@ -3,8 +3,11 @@ node's own API, and partitions that cannot be opened."""
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from seglog.errors import (
     InvalidPartitionsError,
@@ -208,3 +211,76 @@ def test_group_ids_metadata_and_committed_offsets_are_checked(cluster):
         too_big.offsets.add(topic="t", partition=0, offset=1)
         answer = groups.CommitOffsets(too_big, timeout=10)
         assert common_pb2.ErrorCode.Name(answer.error) == "INVALID_GROUP_ID"
+
+
+# -- resources stay bounded under load ----------------------------------------------------
+
+
+def test_idle_long_polls_cannot_freeze_a_node_or_the_gateway_and_cancelling_releases_them(
+    cluster,
+):
+    cluster.client.create_topic("idle", 1)
+    node = cluster.leader_of("idle", 0)
+    request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1 << 20, max_bytes=1 << 20)
+    request.partitions.add(topic="idle", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    channel = grpc.insecure_channel(cluster.address)
+    try:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        calls = [stub.Fetch(request, timeout=120) for _ in range(40)]
+        answered: list[int] = []
+
+        def read(call) -> None:
+            try:
+                for _ in call:
+                    pass
+                answered.append(1)
+            except grpc.RpcError:
+                pass  # cancelled below
+
+        readers = [threading.Thread(target=read, args=(call,), daemon=True) for call in calls]
+        for reader in readers:
+            reader.start()
+        gateway_slots = cluster.gateway.service.waiting_fetches
+        assert wait_until(lambda: gateway_slots.in_use == gateway_slots.limit)
+        assert wait_until(lambda: node.service.waiting_fetches.in_use == gateway_slots.limit)
+        # Past the bound, fetches answer at once (here: nothing to read) instead of waiting.
+        assert wait_until(lambda: len(answered) == 40 - gateway_slots.limit)
+        # Appends, health checks and node heartbeats still find threads.
+        assert _produce(cluster, "idle", 0, [b"still served"]).base_offset == 0
+        for address in (cluster.address, node.address):
+            with grpc.insecure_channel(address) as probe:
+                health = health_pb2_grpc.HealthStub(probe).Check(
+                    health_pb2.HealthCheckRequest(), timeout=5
+                )
+                assert health.status == health_pb2.HealthCheckResponse.SERVING
+        assert cluster.gateway.registry.is_live(node.config.node_id)
+        for call in calls:
+            call.cancel()
+        for reader in readers:
+            reader.join(10)
+        # Cancelled calls give their waits back at once, not when max_wait_ms runs out.
+        assert wait_until(lambda: gateway_slots.in_use == 0, timeout_s=10)
+        assert wait_until(lambda: node.service.waiting_fetches.in_use == 0, timeout_s=10)
+    finally:
+        channel.close()
+
+
+def test_min_bytes_is_counted_from_file_positions_across_segments(tmp_path):
+    from seglog.storage import Log, LogConfig
+
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=4096))
+    try:
+        sizes = []
+        for _ in range(10):
+            records = batch([bytes(900)] * 2)
+            sizes.append(len(records))
+            log.append(records)
+        assert len(log.segments) > 2
+        first = log.bytes_from(0)
+        assert first.available_bytes == sum(sizes) == log.size_in_bytes
+        middle = log.bytes_from(7)  # the batch holding offset 7 starts at offset 6
+        assert middle.available_bytes == sum(sizes[3:])
+        assert log.bytes_from(7, middle) == middle  # the hint skips the lookup
+        assert log.bytes_from(log.log_end_offset).available_bytes == 0
+    finally:
+        log.close()

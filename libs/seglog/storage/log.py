@@ -65,6 +65,16 @@ class LogReadResult:
 
 
 @dataclass(frozen=True)
+class ReadPosition:
+    """Where a read at some offset starts (its batch's segment and file position) and the
+    bytes from there to the log end."""
+
+    segment: LogSegment
+    position: int
+    available_bytes: int
+
+
+@dataclass(frozen=True)
 class TimestampAndOffset:
     timestamp_ms: int
     offset: int
@@ -315,6 +325,31 @@ class Log:
                     span.set_attribute("seglog.next_offset", result.next_offset)
                     return LogReadResult(result.data, result.next_offset, log_end, start)
             return LogReadResult(b"", offset, log_end, start)
+
+    def bytes_from(self, offset: int, hint: ReadPosition | None = None) -> ReadPosition:
+        """How many bytes lie from the batch holding `offset` to the log end, counted from
+        file positions and segment sizes (a waiting fetch's `min_bytes`), never by reading
+        the data. `hint`, a result of an earlier call for the same offset, skips the index
+        lookup while its segment is still in the log."""
+        segments, bases = self._segments, self._base_offsets
+        if hint is not None and any(s is hint.segment for s in segments):
+            segment, position = hint.segment, hint.position
+        else:
+            index = max(bisect.bisect_right(bases, offset) - 1, 0)
+            segment, position = segments[index], segments[index].size
+            for candidate in segments[index:]:
+                found = candidate.translate_offset(offset)
+                if found is not None:
+                    segment, position = candidate, found.position
+                    break
+        after = False
+        available = 0
+        for s in segments:
+            if s is segment:
+                available, after = s.size - position, True
+            elif after:
+                available += s.size
+        return ReadPosition(segment, position, max(available, 0))
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
