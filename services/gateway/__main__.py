@@ -10,6 +10,7 @@ from services import serving
 
 from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC
 from .server import Gateway, GatewayConfig
+from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
 def parse_args(argv: list[str] | None = None) -> GatewayConfig:
@@ -76,6 +77,14 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=DEFAULT_MAX_PARTITIONS,
     )
+    serving.env_flag(
+        parser,
+        "--max-unacknowledged-bytes",
+        "SEGLOG_MAX_UNACKNOWLEDGED_BYTES",
+        "acks=0 produce bytes held while their nodes have not answered; past it, back off",
+        type=int,
+        default=DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
+    )
     args = parser.parse_args(argv)
     return GatewayConfig(
         listen=args.listen,
@@ -87,6 +96,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         group_min_session_timeout_ms=int(args.group_min_session_timeout_ms),
         max_partitions_per_topic=int(args.max_partitions_per_topic),
         max_partitions=int(args.max_partitions),
+        max_unacknowledged_bytes=int(args.max_unacknowledged_bytes),
     )
 
 

@@ -21,7 +21,7 @@ from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
 from .offsets_store import OffsetsStore
 from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC, Registry
-from .service import GatewayService
+from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
 logger = logging.getLogger(__name__)
 GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
@@ -45,6 +45,7 @@ class GatewayConfig:
     group_max_session_timeout_ms: int = 1_800_000
     max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
     max_partitions: int = DEFAULT_MAX_PARTITIONS
+    max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
 class Gateway:
@@ -59,7 +60,11 @@ class Gateway:
             max_partitions=config.max_partitions,
         )
         self.connections = NodeConnections(tracer_provider)
-        self.service = GatewayService(self.registry, self.connections)
+        self.service = GatewayService(
+            self.registry,
+            self.connections,
+            max_unacknowledged_bytes=config.max_unacknowledged_bytes,
+        )
         self.admin = AdminService(self.registry, self.connections)
         self.registry_service = RegistryService(
             self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms

@@ -28,6 +28,7 @@ from seglog.errors import (
     InvalidTopicError,
     LeaderNotAvailableError,
     NotLeaderError,
+    RequestTimedOutError,
     SeglogError,
 )
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
@@ -43,6 +44,8 @@ from .registry import Registry, Route, is_internal_topic
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_MS = 30_000
+# acks=0 payloads the gateway holds while their nodes have not answered (a hung leader).
+DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -58,10 +61,14 @@ class GatewayService:
         connections: NodeConnections,
         *,
         max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+        max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
     ) -> None:
         self.registry = registry
         self.connections = connections
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
+        self.max_unacknowledged_bytes = max_unacknowledged_bytes
+        self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
+        self._unacknowledged_lock = threading.Lock()
 
     # -- routing -------------------------------------------------------------------------
 
@@ -99,7 +106,10 @@ class GatewayService:
             abort(context, exc)
         timeout_s = (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         if request.acks == 0:
-            return self._produce_without_acks(raw, request, by_node, timeout_s)
+            try:
+                return self._produce_without_acks(raw, request, by_node, timeout_s)
+            except SeglogError as exc:
+                abort(context, exc)
         if len(by_node) == 1:
             target, _ = next(iter(by_node.values()))
             try:
@@ -184,11 +194,31 @@ class GatewayService:
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
         """acks=0: hand the batches to the nodes and answer at once (offsets unknown, -1),
-        as Kafka does; a node's refusal is only logged."""
+        as Kafka does; a node's refusal is only logged. What the nodes have not answered yet
+        is held here, so it is bounded (`max_unacknowledged_bytes`): past it the producer is
+        told to back off (a retriable REQUEST_TIMED_OUT) instead of the gateway growing."""
+        with self._unacknowledged_lock:
+            if self._unacknowledged_bytes + len(raw) > self.max_unacknowledged_bytes:
+                raise RequestTimedOutError(
+                    f"{self._unacknowledged_bytes} bytes of acks=0 produce are still "
+                    f"unanswered by their nodes (bound {self.max_unacknowledged_bytes}); "
+                    f"retry later"
+                )
+            self._unacknowledged_bytes += len(raw)
+        pending = [len(raw)]
+        remaining_calls = [len(by_node)]
+
+        def settled(call: grpc.Future, node_id: int) -> None:
+            _log_failed_call(node_id)(call)
+            with self._unacknowledged_lock:
+                remaining_calls[0] -= 1
+                if remaining_calls[0] == 0:
+                    self._unacknowledged_bytes -= pending[0]
+
         for node_id, (target, indexes) in by_node.items():
             payload = raw if len(by_node) == 1 else self._sub_request(request, indexes)
             call = target.connection.append_raw.future(payload, timeout=timeout_s)
-            call.add_done_callback(_log_failed_call(node_id))
+            call.add_done_callback(lambda call, node_id=node_id: settled(call, node_id))
         response = common_pb2.ProduceResponse(topic=request.topic)
         for data in request.partitions:
             response.partitions.add(partition=data.partition, base_offset=-1, last_offset=-1)

@@ -26,13 +26,13 @@ FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
 
 class ProcessCluster:
-    def __init__(self, root, nodes=2, env=None):
+    def __init__(self, root, nodes=2, env=None, gateway_args=()):
         self.root = root
         self.env = env or {}
         self.gateway = gateway_process(
             "127.0.0.1:0",
             root / "gateway",
-            extra_args=FAST,
+            extra_args=[*FAST, *gateway_args],
             env=self.env,
             stderr_path=root / "gateway.log",
         )
@@ -356,3 +356,42 @@ def test_processes_export_one_trace_per_call_over_otlp(tmp_path):
     finally:
         cluster.close()
         server.stop(0)
+
+
+def test_acks0_through_the_gateway_is_bounded_while_a_leader_hangs(tmp_path):
+    # A long session timeout: the stopped node stays the routed leader during the test.
+    cluster = ProcessCluster(
+        tmp_path,
+        nodes=1,
+        gateway_args=[
+            "--session-timeout-ms",
+            "60000",
+            "--max-unacknowledged-bytes",
+            str(2 * 1024 * 1024),
+        ],
+    )
+    node = cluster.nodes[1]
+    try:
+        cluster.client.create_topic("t", 1)
+        payload = batch([os.urandom(100_000)] * 6)  # ~600 KB
+        os.kill(node.pid, signal.SIGSTOP)
+        accepted = 0
+        with pytest.raises(SeglogError, match="still unanswered") as caught:
+            for _ in range(20):
+                cluster.client.produce("t", {0: payload}, acks=0, timeout_ms=120_000)
+                accepted += 1
+        assert caught.value.retriable and accepted == 3  # 3 x 600 KB fit in 2 MiB, 4 do not
+        os.kill(node.pid, signal.SIGCONT)
+        # Once the node answers what it held, the gateway takes acks=0 produce again.
+        assert wait_until(lambda: _acks0_accepted(cluster.client, payload), timeout_s=30)
+    finally:
+        os.kill(node.pid, signal.SIGCONT)
+        cluster.close()
+
+
+def _acks0_accepted(client, payload):
+    try:
+        client.produce("t", {0: payload}, acks=0)
+        return True
+    except SeglogError:
+        return False
