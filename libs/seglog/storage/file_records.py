@@ -134,7 +134,7 @@ class FileRecords:
     def slice(self, position: int, size: int) -> FileRecords:
         """A view of [position, position + size) sharing this file's descriptor."""
         if position < 0 or size < 0 or position + size > self._size:
-            raise CorruptRecordError(
+            raise AssertionError(  # a programmer error, not corrupt data
                 f"slice [{position}, {position + size}) outside {self.path} (size {self._size})"
             )
         return FileRecords(self.path, self.fd, size, start=self._start + position, is_slice=True)
@@ -149,7 +149,7 @@ class FileRecords:
         if length is None:
             length = self._size - position
         if position < 0 or position + length > self._size:
-            raise CorruptRecordError(f"write_to range outside {self.path} (size {self._size})")
+            raise AssertionError(f"write_to range outside {self.path} (size {self._size})")
         out_fd = out.fileno() if isinstance(out, socket.socket) else out
         sent = 0
         offset = self._start + position
@@ -277,7 +277,7 @@ class FileRecords:
     def truncate_to(self, size: int) -> int:
         """Cut the file to `size` bytes; return how many bytes were cut."""
         if size < 0 or size > self._size:
-            raise CorruptRecordError(
+            raise AssertionError(  # a programmer error, not corrupt data
                 f"cannot truncate {self.path} (size {self._size}) to {size} bytes"
             )
         cut = self._size - size

@@ -102,7 +102,8 @@ class AbstractIndex(abc.ABC):
     def _write_entries(self, entries: Sequence[Sequence[int]]) -> None:
         """Append entries (already checked by the subclass) with one write into the map."""
         if len(entries) > self.max_entries - self._entries:
-            raise CorruptIndexError(
+            # A programmer error (callers check free_slots), not corrupt data.
+            raise AssertionError(
                 f"attempt to append {len(entries)} entries to a full index {self.path} "
                 f"({self._entries} of {self.max_entries} entries used)"
             )

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import CorruptIndexError
+from ..errors import CorruptIndexError, StorageError
 from ..records.batch import LAST_OFFSET_DELTA_OFFSET, NO_TIMESTAMP, RecordBatch
 from ..spans import EngineTracer
 from . import log_files
@@ -159,16 +159,55 @@ class LogSegment:
     def append(
         self, buffers: Sequence[bytes | bytearray | memoryview], batches: Sequence[AppendedBatch]
     ) -> None:
-        """Write the batches' bytes (one vectored write) and add their index entries."""
+        """Write the batches' bytes (one vectored write) and add their index entries.
+
+        All or nothing: when the index write fails (a full disk), the log is cut back to its
+        size before the call, the indexes to their entries before it, and a retriable
+        StorageError is raised, so the partition takes appends again once space returns
+        and no byte of the failed append is ever served."""
         position = self.log.size
         with tracer.start_as_current_span("seglog.segment.write") as span:
             span.set_attribute("seglog.segment_base_offset", self.base_offset)
             span.set_attribute("seglog.position", position)
             self.log.append(buffers)
+        before = self._index_state()
         if self.rolling_based_timestamp is None and batches:
             self.rolling_based_timestamp = batches[0].max_timestamp
-        with tracer.start_as_current_span("seglog.segment.index"):
-            self._index_batches(position, batches)
+        try:
+            with tracer.start_as_current_span("seglog.segment.index"):
+                self._index_batches(position, batches)
+        except OSError as exc:
+            self._roll_back(position, before)
+            raise StorageError(
+                f"index write for {self.log.path} failed, append rolled back to position "
+                f"{position}: {exc}"
+            ) from exc
+
+    def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
+        return (
+            self.offset_index.entries,
+            self.time_index.entries,
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp,
+            self.rolling_based_timestamp,
+            self.bytes_since_last_index_entry,
+        )
+
+    def _roll_back(self, position: int, state: tuple[int, int, int, int, int | None, int]) -> None:
+        (
+            offset_entries,
+            time_entries,
+            self.max_timestamp_so_far,
+            self.offset_of_max_timestamp,
+            self.rolling_based_timestamp,
+            self.bytes_since_last_index_entry,
+        ) = state
+        self.log.truncate_to(position)
+        for index, entries in ((self.offset_index, offset_entries), (self.time_index, time_entries)):
+            try:
+                index.truncate_to_entries(entries)
+            except OSError:
+                pass  # the entry count is what readers use; the original error is reported
 
     def _index_batches(self, position: int, batches: Sequence[AppendedBatch]) -> None:
         """Track the largest timestamp, and add an index entry (the batch's last offset and
