@@ -45,3 +45,62 @@ def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_p
         assert _values(reopened) == [b"a", b"b", b"c"]  # nothing of the failed append
     finally:
         reopened.close()
+
+
+def test_a_roll_leaves_the_flush_to_the_scheduler_which_advances_the_recovery_point(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=2048))
+    try:
+        for _ in range(9):
+            log.append(batch([bytes(500)]))
+        assert len(log.segments) >= 3
+        # The append path did not flush: the rolled segments wait for the scheduled task.
+        assert log.recovery_point == 0
+        log.maybe_flush()  # what LogManager's flush scheduler runs every interval
+        assert log.recovery_point == log.active_segment.base_offset > 0
+        log.append(batch([bytes(500)]))
+        log.maybe_flush()
+        assert log.recovery_point == log.active_segment.base_offset
+    finally:
+        log.close()
+
+
+def test_a_clean_shutdown_marker_does_not_hide_a_torn_tail(tmp_path):
+    log = Log.open(tmp_path / "t-0")
+    for value in (b"a", b"b", b"c"):
+        log.append(batch([value]))
+    path = log.active_segment.log.path
+    log.close()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    whole = path.stat().st_size
+    with open(path, "ab") as tail:
+        tail.write(batch([b"torn"])[:30])  # a partial batch after the marker was written
+    reopened = Log.open(tmp_path / "t-0")
+    try:
+        assert path.stat().st_size == whole
+        assert _values(reopened) == [b"a", b"b", b"c"] and reopened.log_end_offset == 3
+        assert reopened.append(batch([b"d"])).first_offset == 3
+    finally:
+        reopened.close()
+
+
+def test_an_index_entry_pointing_inside_a_batch_is_detected_and_rebuilt(tmp_path):
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
+    for i in range(6):
+        log.append(batch([b"%d" % i * 100]))
+    index_path = log.active_segment.offset_index.path
+    log.close()
+    raw = bytearray(index_path.read_bytes())
+    assert len(raw) >= 16
+    last = len(raw) - 8
+    position = int.from_bytes(raw[last + 4 : last + 8], "big")
+    raw[last + 4 : last + 8] = (position + 7).to_bytes(4, "big")  # inside its batch
+    index_path.write_bytes(bytes(raw))
+    reopened = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
+    try:
+        entry = reopened.active_segment.offset_index.entry(
+            reopened.active_segment.offset_index.entries - 1
+        )
+        assert entry.position == position  # rebuilt from the log
+        assert [r.offset for r in iter_records(reopened.read(5, 1 << 20))][-1] == 5
+    finally:
+        reopened.close()

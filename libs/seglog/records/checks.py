@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError, InvalidRecordError
-from . import _scan
+from ._scan import scan_records
 from .batch import COMPRESSION_MASK, CONTROL_MASK, HEADER_BYTES, TIMESTAMP_TYPE_MASK, BatchHeader
 from .compression import decompress
 
@@ -52,7 +52,7 @@ def check_records(
             raise CorruptRecordError(f"batch at position {position}: {exc}") from None
     control = bool(header.attributes & CONTROL_MASK)
     try:
-        low, high = _scan.scan_records(section, header.record_count, require_keys and not control)
+        low, high = scan_records(section, header.record_count, require_keys and not control)
     except ValueError as exc:
         error = InvalidRecordError if "null key" in str(exc) else CorruptRecordError
         raise error(f"batch at position {position}: {exc}") from None

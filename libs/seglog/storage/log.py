@@ -95,6 +95,9 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        # Offsets below this sit in rolled segments waiting for the scheduled flush that
+        # Kafka runs after a roll (off the append path): then the recovery point moves here.
+        self._rolled_up_to = 0
         self._closed = False
         self._data_dir: DataDir | None = None
         # Offsets below this were compacted by the cleaner (Kafka's cleaner checkpoint).
@@ -282,6 +285,7 @@ class Log:
             segment = self._new_segment(self._log_end_offset)
             self._make_active(segment)
             self._set_segments([*self._segments, segment])
+            self._rolled_up_to = segment.base_offset
             return segment
 
     # -- read --------------------------------------------------------------------------
@@ -487,8 +491,29 @@ class Log:
             self._last_flush_ms = self.clock.now_ms()
             self._update_data_dir()
 
+    def flush_up_to(self, offset: int) -> None:
+        """fsync the segments wholly below `offset` and move the recovery point there, so a
+        crash rescans only what follows (Kafka's flush of a rolled segment)."""
+        with self._lock:
+            self._check_open()
+            if offset <= self._recovery_point:
+                return
+            bases = self._base_offsets
+            for i, segment in enumerate(self._segments):
+                upper = bases[i + 1] if i + 1 < len(bases) else None
+                if upper is None or upper > offset:
+                    break
+                if upper > self._recovery_point:
+                    segment.flush()
+            log_files.fsync_directory(self.directory)
+            self._recovery_point = offset
+            self._update_data_dir()
+
     def maybe_flush(self) -> None:
-        """Time-based flush policy (`flush_ms`), driven by the log manager's scheduler."""
+        """Driven by the log manager's scheduler: the flush a roll asked for (its rolled
+        segments), then the time-based policy (`flush_ms`)."""
+        if self._rolled_up_to > self._recovery_point:
+            self.flush_up_to(self._rolled_up_to)
         if (
             self._unflushed_messages
             and self.clock.now_ms() - self._last_flush_ms >= self.config.flush_ms

@@ -10,12 +10,18 @@ Order of work, each step safe to repeat if the process dies during it:
    invalid tail cut) when it holds offsets at or past the recovery point, or when its
    indexes are missing or fail their sanity check. With a clean-shutdown marker only the
    latter applies.
-3. A segment whose tail was cut ends the log: any segment after it is deleted, since its
-   data followed corruption and cannot be trusted to continue the offsets.
+   Under a clean-shutdown marker the last segment is still checked for a torn tail
+   (`has_torn_tail`, a walk from its last index entry), which is cheap.
+3. A segment whose tail was cut ends the log only when it is the unflushed tail (it holds
+   offsets at or past the recovery point): any segment after it is deleted, since its data
+   followed corruption and cannot be trusted to continue the offsets. Corruption found in a
+   segment below the recovery point (fsynced, so not a crash's torn write) is reported and
+   only that segment's invalid bytes are cut: the segments after it stay.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +33,8 @@ from .segment import LogSegment
 
 if TYPE_CHECKING:
     from .log import Log
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -113,14 +121,28 @@ def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
     for i, base in enumerate(bases):
         segment = _open_segment(log, base)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
-        unflushed = recovery_point is not None and (next_base is None or next_base > recovery_point)
-        if unflushed or segment.needs_recovery():
+        is_tail = next_base is None or recovery_point is None or next_base > recovery_point
+        unflushed = recovery_point is not None and is_tail
+        if (
+            unflushed
+            or segment.needs_recovery()
+            or (next_base is None and recovery_point is None and segment.has_torn_tail())
+        ):
             cut = segment.recover()
             loaded.bytes_truncated += cut
-            if cut:
+            if cut and is_tail:
                 loaded.segments.append(segment)
                 _delete_segments_after(log, bases[i + 1 :])
                 break
+            if cut:
+                logger.error(
+                    "%s: %d invalid bytes cut from flushed segment %d (below the recovery "
+                    "point %s); the segments after it are kept",
+                    log.directory.name,
+                    cut,
+                    base,
+                    recovery_point,
+                )
         loaded.segments.append(segment)
     if loaded.segments:
         last = loaded.segments[-1]

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import CorruptIndexError, StorageError
-from ..records.batch import LAST_OFFSET_DELTA_OFFSET, NO_TIMESTAMP, RecordBatch
+from ..records.batch import (
+    HEADER_BYTES,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    RecordBatch,
+)
 from ..spans import EngineTracer
 from . import log_files
 from .file_records import BatchPosition, FileRecords
@@ -132,7 +139,38 @@ class LogSegment:
             self.time_index.sanity_check()
         except CorruptIndexError:
             return True
-        return False
+        return not self._index_points_at_batches()
+
+    def _index_points_at_batches(self) -> bool:
+        """Do sampled offset-index entries (first, middle, last) sit on the start of the batch
+        holding their offset? An entry pointing inside a batch would make reads search from
+        the wrong place and skip to the next segment; a few header reads catch it."""
+        entries = self.offset_index.entries
+        for slot in sorted({0, entries // 2, entries - 1} if entries else set()):
+            entry = self.offset_index.entry(slot)
+            if entry.position + HEADER_BYTES > self.log.size:
+                return False
+            header = self.log.header_at(entry.position)
+            if (
+                header.magic != MAGIC_V2
+                or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
+                or not header.base_offset <= entry.offset <= header.last_offset
+            ):
+                return False
+        return True
+
+    def has_torn_tail(self) -> bool:
+        """Does the file end inside a batch? Walks the headers from the last index entry (at
+        most about `index_interval_bytes` and one batch), so it is cheap even when a clean
+        shutdown says no recovery is needed: a file extended after the marker was written,
+        or a partial write, must still be noticed."""
+        position = self.offset_index.lookup(1 << 62).position
+        if not 0 <= position <= self.log.size:
+            return True
+        end = position
+        for found in self.log.batches(position):
+            end = found.position + found.header.size_in_bytes
+        return end != self.log.size
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: scan forward from the last index entry."""
@@ -203,7 +241,10 @@ class LogSegment:
             self.bytes_since_last_index_entry,
         ) = state
         self.log.truncate_to(position)
-        for index, entries in ((self.offset_index, offset_entries), (self.time_index, time_entries)):
+        for index, entries in (
+            (self.offset_index, offset_entries),
+            (self.time_index, time_entries),
+        ):
             try:
                 index.truncate_to_entries(entries)
             except OSError:
