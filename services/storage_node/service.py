@@ -167,10 +167,19 @@ class StorageNodeService:
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
         if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
+            waiting = [True]
+
+            def woken_if_cancelled() -> None:
+                # Runs when the call ends; only a call that ends while it waits (cancelled)
+                # needs the waiters woken, not every fetch that completes.
+                if waiting[0]:
+                    self._wake_fetchers()
+
             try:
-                context.add_callback(self._wake_fetchers)  # a cancelled call stops waiting
+                context.add_callback(woken_if_cancelled)
                 self._wait_for_bytes(states, min_bytes, request.max_wait_ms, context)
             finally:
+                waiting[0] = False
                 self.waiting_fetches.release()
         if not context.is_active():
             return
