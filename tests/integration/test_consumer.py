@@ -11,10 +11,10 @@ from seglog.client.consumer import Consumer, NoOffsetForPartitionError
 from seglog.client.membership import CommitFailedError
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from seglog.errors import InvalidConfigError
+from seglog.errors import CorruptRecordError, InvalidConfigError
 from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
-from tests.cluster import wait_until
+from tests.cluster import batch, wait_until
 
 GROUP_CONFIG = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100}
 
@@ -374,3 +374,36 @@ def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(clus
 def test_bad_consumer_configs_are_refused(config, message):
     with pytest.raises(InvalidConfigError, match=message):
         Consumer("127.0.0.1:1", **config)
+
+
+def _corrupt_second_batch(log) -> int:
+    """Flip a byte inside the second batch's records on disk; its base offset."""
+    path = log.active_segment.log.path
+    data = bytearray(path.read_bytes())
+    first_length = int.from_bytes(data[8:12], "big")
+    second = 12 + first_length
+    second_length = int.from_bytes(data[second + 8 : second + 12], "big")
+    data[second + 12 + second_length - 1] ^= 0xFF
+    with open(path, "r+b") as f:
+        f.seek(second)
+        f.write(data[second : second + 12 + second_length])
+    return int.from_bytes(data[second : second + 8], "big")
+
+
+def test_a_corrupt_batch_raises_at_its_offset_every_poll_and_skips_nothing(cluster):
+    cluster.client.create_topic("damaged", 1)
+    for start in (0, 10, 20):  # three batches of ten records
+        cluster.client.produce("damaged", {0: batch([b"%d" % i for i in range(start, start + 10)])})
+    corrupt_offset = _corrupt_second_batch(cluster.log("damaged", 0))
+    assert corrupt_offset == 10
+    tp = TopicPartition("damaged", 0)
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        before = drain(consumer, 10)
+        assert [r.value for r in before] == [b"%d" % i for i in range(10)]
+        for _ in range(3):  # the same error for the same offset, every time
+            with pytest.raises(CorruptRecordError, match="offset 10"):
+                drain(consumer, 1, timeout_s=10)
+            assert consumer.position(tp) == 10
+        consumer.seek(tp, 20)
+        assert [r.value for r in drain(consumer, 10)] == [b"%d" % i for i in range(20, 30)]

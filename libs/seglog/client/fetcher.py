@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..errors import SeglogError
+from ..errors import CorruptRecordError, SeglogError
 from ..records import Record, iter_batches
 from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code, error_from_rpc
@@ -67,6 +67,10 @@ class _Pending:
     records: list[Record]
     index: int
     next_offset: int
+    # A batch that would not decode: its records stop here, and once the records before it
+    # are handed out the partition waits at `error_offset` with this error.
+    error: SeglogError | None = None
+    error_offset: int = 0
 
 
 def next_offset_after(records: bytes, start: int) -> int:
@@ -171,8 +175,11 @@ class Fetcher:
                     continue
                 out.extend(chunk)
                 if pending.index >= len(records):
-                    state.position = pending.next_offset
                     self._drop_pending(pending)
+                    if pending.error is None:
+                        state.position = pending.next_offset
+                    else:
+                        self._stop_at_corrupt_batch(state, pending)
                 elif chunk:
                     state.position = chunk[-1].offset + 1
         return out
@@ -187,6 +194,17 @@ class Fetcher:
             self._closed = True
             self._interrupt()
         self._thread.join(timeout=5)
+
+    def _stop_at_corrupt_batch(self, state: PartitionState, pending: _Pending) -> None:
+        """As Kafka's consumer: the position stays at the batch that would not decode, so
+        every poll raises for it (fetching it again) until the caller seeks past it; nothing
+        after it is delivered, so nothing is skipped (the lock is held)."""
+        state.position = state.fetch_offset = pending.error_offset
+        state.epoch += 1  # drops what was fetched after the corrupt batch
+        state.buffered_bytes = 0
+        state.error = pending.error
+        self._pending = collections.deque(p for p in self._pending if p.tp != pending.tp)
+        self._interrupt()
 
     def _has_errors(self) -> bool:
         return any(s.error is not None for s in self.states.values())
@@ -212,31 +230,42 @@ class Fetcher:
             else:
                 return None
             self._work.notify()  # room to fetch more
-        records = self._decode(fetch, position)
-        pending = _Pending(fetch.tp, fetch.epoch, records, 0, fetch.next_offset)
+        pending = self._decode(fetch, position)
         with self._lock:
             self._pending.append(pending)
         return pending
 
-    def _decode(self, fetch: CompletedFetch, position: int) -> list[Record]:
+    def _decode(self, fetch: CompletedFetch, position: int) -> _Pending:
+        """The fetch's records from `position` on; a batch that fails its CRC or does not
+        decode ends them, recorded on the result with the offset it sits at."""
         topic, partition = fetch.tp
         out: list[Record] = []
-        for batch in iter_batches(fetch.records, validate=self.config.check_crcs):
-            if isinstance(batch, LegacyMessage):
-                out.extend(
-                    r._replace(topic=topic, partition=partition)
-                    for r in records_of(batch)
-                    if r.offset >= position
-                )
-                continue
-            header = batch.header
-            if header.last_offset < position or header.is_control:
-                continue
-            records = batch.records(topic, partition)
-            if records and records[0].offset < position:
-                records = [r for r in records if r.offset >= position]
-            out.extend(records)
-        return out
+        pending = _Pending(fetch.tp, fetch.epoch, out, 0, fetch.next_offset)
+        reached = position  # the offset after the last batch decoded
+        try:
+            for batch in iter_batches(fetch.records, validate=self.config.check_crcs):
+                if isinstance(batch, LegacyMessage):
+                    out.extend(
+                        r._replace(topic=topic, partition=partition)
+                        for r in records_of(batch)
+                        if r.offset >= position
+                    )
+                    reached = max(reached, batch.offset + 1)
+                    continue
+                header = batch.header
+                if header.last_offset >= position and not header.is_control:
+                    records = batch.records(topic, partition)
+                    if records and records[0].offset < position:
+                        records = [r for r in records if r.offset >= position]
+                    out.extend(records)
+                reached = max(reached, header.last_offset + 1)
+        except (SeglogError, ValueError, IndexError, struct.error) as exc:
+            pending.error_offset = reached
+            pending.error = CorruptRecordError(
+                f"{topic}-{partition}: the batch at offset {reached} is corrupt ({exc}); "
+                "seek past it to go on reading"
+            )
+        return pending
 
     # -- the fetch thread -------------------------------------------------------------------
 
