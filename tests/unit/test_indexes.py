@@ -78,6 +78,17 @@ def test_time_index_keeps_only_increasing_timestamps(tmp_path):
     assert index.entries == 1
 
 
+def test_time_index_never_writes_the_no_timestamp_value(tmp_path):
+    # A segment whose batches carry no timestamp (-1) rolls or closes with no time entry,
+    # as Kafka's maybeAppend compares against the (-1, baseOffset) of an empty index.
+    index = TimeIndex(tmp_path / "100.timeindex", 100, 1200)
+    index.maybe_append(-1, 100, skip_full_check=True)
+    index.append_entries([(-1, 101), (-1, 102)])
+    assert index.entries == 0
+    index.append_entries([(-1, 103), (0, 104)])
+    assert [index.entry(n) for n in range(index.entries)] == [(0, 104)]
+
+
 def test_offset_index_appends_many_entries_in_one_write_and_checks_each(tmp_path):
     index = OffsetIndex(tmp_path / "0.index", 0, 1024)
     index.append_entries([(3, 100), (7, 200), (9, 350)])

@@ -17,10 +17,11 @@ from seglog.errors import (
     RecordTooLargeError,
     SeglogError,
 )
-from seglog.records import CompressionType, iter_batches, iter_records
+from seglog.records import CompressionType, RecordBatchBuilder, iter_batches, iter_records
 from seglog.storage import Log, LogConfig, ManualClock
-from seglog.storage.cleaner import Cleaner
+from seglog.storage.log import MAX_TIMESTAMP, TimestampAndOffset
 from seglog.storage.retention import delete_old_segments
+from seglog.storage.segment import SegmentFactory
 from seglog.storage.validation import validate_records
 from tests.conftest import make_batch
 
@@ -257,45 +258,6 @@ def test_retention_by_size_and_by_log_start_offset(tmp_path, now_ms):
     log.close()
 
 
-def test_compaction_keeps_the_latest_record_per_key_and_their_offsets(tmp_path, now_ms):
-    clock = ManualClock(now_ms)
-    config = LogConfig(
-        segment_bytes=600,
-        cleanup_policy="compact",
-        delete_retention_ms=1000,
-        file_delete_delay_ms=0,
-    )
-    log = Log.open(tmp_path / "c-0", config, clock=clock)
-    expected = {}
-    for i in range(60):
-        key = b"k%d" % (i % 5)
-        value = None if i == 41 else b"v%d" % i  # k1's tombstone
-        log.append(make_batch([value], keys=[key], timestamp_ms=clock.now_ms(), compression=i % 5))
-    before = read_all(log)
-    for record in before:
-        expected[record.key] = record
-    assert Cleaner(clock=clock).maybe_clean(log) > 0
-    after = read_all(log)
-    by_key = {}
-    for record in after:
-        by_key.setdefault(record.key, []).append(record)
-    active_base = log.active_segment.base_offset
-    for key, record in expected.items():
-        assert by_key[key][-1] == record  # latest value, same offset
-        assert len([r for r in by_key[key] if r.offset < active_base]) <= 1
-    assert len(after) < len(before)
-    # Tombstones go only after delete_retention_ms.
-    clock.advance(5000)
-    log.cleaned_up_to_offset = 0
-    Cleaner(clock=clock).clean(log, log.segments[:-1])
-    compacted = read_all(log)
-    assert all(r.value is not None for r in compacted if r.offset < log.active_segment.base_offset)
-    log.close()
-    reopened = Log.open(tmp_path / "c-0", config, clock=clock)
-    assert read_all(reopened) == compacted
-    reopened.close()
-
-
 def test_disk_full_mid_append_cuts_the_log_back_and_raises(tmp_path):
     # A real write failure: RLIMIT_FSIZE makes the kernel refuse bytes past the limit.
     script = textwrap.dedent(f"""
@@ -317,3 +279,56 @@ def test_disk_full_mid_append_cuts_the_log_back_and_raises(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["storage-error", "1", "True"], out.stderr
     assert os.path.getsize(tmp_path / "t-0" / "00000000000000000000.log") < 5000
+
+
+def test_retention_bytes_zero_deletes_the_active_segments_data_too(tmp_path, now_ms):
+    clock = ManualClock(now_ms)
+    config = LogConfig(retention_bytes=0, file_delete_delay_ms=0)
+    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    for i in range(3):
+        log.append(make_batch([b"%d" % i], timestamp_ms=now_ms))
+    assert delete_old_segments(log, clock.now_ms()) == 1
+    assert log.log_start_offset == log.log_end_offset == 3
+    assert log.size_in_bytes == 0 and read_all(log) == []
+    log.close()
+
+
+def test_segment_jitter_is_drawn_per_segment_below_segment_ms(tmp_path):
+    config = LogConfig(segment_ms=100, segment_jitter_ms=10_000)
+    factory = SegmentFactory(tmp_path / "t-0", config, ManualClock())
+    (tmp_path / "t-0").mkdir()
+    jitters = set()
+    for base in range(0, 200, 4):
+        segment = factory.open(base)
+        jitters.add(segment.rolling_jitter_ms)
+        segment.close()
+    assert all(0 <= j < 100 for j in jitters)
+    assert len(jitters) > 1  # drawn per segment, not one value for the log
+    assert (
+        SegmentFactory(tmp_path / "t-0", LogConfig(), ManualClock()).open(0).rolling_jitter_ms == 0
+    )
+
+
+def test_offsets_for_times_looks_past_records_below_the_log_start(tmp_path, now_ms):
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    builder = RecordBatchBuilder()
+    for ts in (now_ms - 900, now_ms - 100, now_ms - 900):  # offsets 0..2, max at offset 1
+        builder.append(None, b"x", ts)
+    log.append(builder.build())
+    log.append(make_batch([b"later"], timestamp_ms=now_ms - 50))  # offset 3
+    assert log.offset_for_timestamp(now_ms - 200).offset == 1
+    log.delete_records_before(2)
+    # The first batch's max timestamp reaches the target only through offset 1, which is
+    # below the log start: the search goes on to the next batch.
+    assert log.offset_for_timestamp(now_ms - 200) == TimestampAndOffset(now_ms - 50, 3)
+    log.close()
+
+
+def test_list_offsets_max_timestamp_finds_the_record_with_the_largest_timestamp(tmp_path, now_ms):
+    log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=200))
+    assert log.offset_for_timestamp(MAX_TIMESTAMP) is None
+    for i, ts in enumerate([now_ms - 500, now_ms - 10, now_ms - 300, now_ms - 10, now_ms - 700]):
+        log.append(make_batch([b"%d" % i], timestamp_ms=ts))
+    assert len(log.segments) > 1
+    assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(now_ms - 10, 1)
+    log.close()

@@ -99,7 +99,8 @@ class Admin:
     def list_offsets(
         self, specs: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
-        """Per partition: EARLIEST, LATEST or a timestamp in ms -> (offset, timestamp); offset
+        """Per partition: EARLIEST, LATEST, MAX_TIMESTAMP or a timestamp in ms ->
+        (offset, timestamp); offset
         -1 when no record is as late as the timestamp."""
         return partition_offsets(self._client, specs)
 

@@ -20,6 +20,7 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
 _PRODUCE = "/seglog.v1.Gateway/Produce"
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp (Kafka's OffsetSpec.maxTimestamp)
 
 
 def default_bootstrap() -> str:
@@ -152,7 +153,8 @@ class GatewayClient:
     def list_offsets(
         self, topic: str, timestamps: Mapping[int, int]
     ) -> dict[int, common_pb2.ListOffsetsResult]:
-        """partition -> timestamp (LATEST, EARLIEST or ms) in; partition -> result out."""
+        """partition -> timestamp (LATEST, EARLIEST, MAX_TIMESTAMP or ms) in; partition ->
+        result out."""
         request = common_pb2.ListOffsetsRequest()
         for partition, timestamp in timestamps.items():
             request.partitions.add(topic=topic, partition=partition, timestamp=timestamp)
@@ -163,7 +165,8 @@ class GatewayClient:
 def partition_offsets(
     client: GatewayClient, specs: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, OffsetAndTimestamp]:
-    """ListOffsets across topics: per partition EARLIEST, LATEST or a timestamp in ms ->
+    """ListOffsets across topics: per partition EARLIEST, LATEST, MAX_TIMESTAMP or a
+    timestamp in ms ->
     (offset, timestamp), offset -1 when no record is that late; a partition's error raises."""
     by_topic: dict[str, dict[int, int]] = {}
     for tp, spec in specs.items():

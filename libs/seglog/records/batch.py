@@ -141,6 +141,12 @@ class BatchHeader(NamedTuple):
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_MASK)
 
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When the cleaner first kept tombstones of this batch it stamped the time after
+        which they may go (attribute bit 0x40) into baseTimestamp, as Kafka's cleaner does."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_MASK else None
+
 
 def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse the header at `position`; the buffer must hold all 61 bytes."""

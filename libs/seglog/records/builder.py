@@ -15,6 +15,8 @@ from crc32c import crc32c
 from ..errors import InvalidRecordError
 from .batch import (
     ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    DELETE_HORIZON_MASK,
     HEADER,
     HEADER_BYTES,
     LOG_OVERHEAD,
@@ -24,6 +26,7 @@ from .batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     TRANSACTIONAL_MASK,
+    BatchHeader,
 )
 from .compression import CompressionType, check_codec, compress
 from .record import Record
@@ -387,12 +390,15 @@ def encode_batch(
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
     max_timestamp: int | None = None,
+    base_timestamp: int | None = None,
 ) -> bytes:
     """A batch whose records keep their own offsets (gaps allowed): what compaction writes
-    and what legacy up-conversion produces. Not a hot path: one encode per record."""
+    and what legacy up-conversion produces. Not a hot path: one encode per record.
+    `base_timestamp` defaults to the first record's; the cleaner passes a delete horizon
+    (with attribute bit 0x40), and record timestamps stay exact as deltas from it."""
     if not records:
         raise InvalidRecordError("cannot encode a batch with no records")
-    base_ts = records[0].timestamp_ms
+    base_ts = records[0].timestamp_ms if base_timestamp is None else base_timestamp
     parts = []
     for record in records:
         body = bytearray(_RECORD_ATTRIBUTES)
@@ -429,6 +435,34 @@ def encode_batch(
         producer_epoch,
         base_sequence,
         len(records),
+    )
+    out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc32c(
+        memoryview(out)[ATTRIBUTES_OFFSET:]
+    ).to_bytes(4, "big")
+    return bytes(out)
+
+
+def encode_empty_batch(header: BatchHeader) -> bytes:
+    """A batch with no records that keeps `header`'s offsets, producer fields and max
+    timestamp (Kafka's DefaultRecordBatch.writeEmptyHeader): what the cleaner leaves when it
+    removes every record of a batch whose last offset must survive."""
+    out = bytearray(HEADER_BYTES)
+    HEADER.pack_into(
+        out,
+        0,
+        header.base_offset,
+        HEADER_BYTES - LOG_OVERHEAD,
+        header.partition_leader_epoch,
+        MAGIC_V2,
+        0,
+        header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_MASK),
+        header.last_offset_delta,
+        header.max_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        0,
     )
     out[ATTRIBUTES_OFFSET - 4 : ATTRIBUTES_OFFSET] = crc32c(
         memoryview(out)[ATTRIBUTES_OFFSET:]

@@ -1,6 +1,8 @@
 """Per-data-dir state files, in Kafka's formats.
 
-`recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` are text files:
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
+`cleaner-offset-checkpoint` (the first offset the cleaner has not compacted, per compacted
+log; rewritten after each cleaning as Kafka's LogCleanerManager does) are text files:
 
     0                 <- version
     2                 <- number of entries
@@ -8,16 +10,14 @@
     orders 1 977
 
 written atomically (temp file, fsync, rename, fsync of the directory). `.kafka_cleanshutdown`
-is an empty marker written when every log of the data dir closed cleanly; its presence at
-start-up means no segment needs recovery.
-
-A `DataDir` is shared by the logs open under one directory in this process; it is dropped
-when the last of them closes, so a later open reads the files afresh.
+is the marker written when every log of the data dir closed cleanly, in Kafka's format
+(`{"version":0,"brokerEpoch":N}`, the epoch kept from the marker found at open, -1 when none);
+its presence at start-up means no segment needs recovery.
 """
 
 from __future__ import annotations
 
-import os
+import json
 import threading
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from .log_files import atomic_write, fsync_directory
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 _VERSION = 0
 
@@ -58,58 +59,74 @@ def write_checkpoint(path: Path, entries: dict[TopicPartition, int]) -> None:
 
 
 class DataDir:
-    _registry: dict[Path, DataDir] = {}
-    _registry_lock = threading.Lock()
+    """One data directory's checkpoint files and clean-shutdown marker, owned by whoever
+    opened the logs in it: the LogManager (one per directory it manages), or a Log opened
+    alone (which then owns its parent directory and must be its only log)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         marker = path / CLEAN_SHUTDOWN_MARKER
         self.clean_shutdown = marker.exists()
+        self.broker_epoch = _read_broker_epoch(marker) if self.clean_shutdown else -1
         if self.clean_shutdown:
             # From now on a crash is unclean again until every log closes cleanly.
             marker.unlink()
             fsync_directory(path)
         self.recovery_points = read_checkpoint(path / RECOVERY_POINT_CHECKPOINT)
         self.log_start_offsets = read_checkpoint(path / LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = read_checkpoint(path / CLEANER_OFFSET_CHECKPOINT)
         self._lock = threading.Lock()
         self._open: set[TopicPartition] = set()
         self._all_closed_cleanly = True
 
-    @classmethod
-    def acquire(cls, path: Path, tp: TopicPartition) -> DataDir:
-        path = path.resolve()
-        with cls._registry_lock:
-            data_dir = cls._registry.get(path)
-            if data_dir is None:
-                data_dir = cls._registry[path] = DataDir(path)
-            data_dir._open.add(tp)
-            return data_dir
+    def opened(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._open.add(tp)
 
-    def release(self, tp: TopicPartition, *, clean: bool) -> None:
-        with DataDir._registry_lock:
+    def closed(self, tp: TopicPartition, *, clean: bool) -> None:
+        with self._lock:
             self._open.discard(tp)
             self._all_closed_cleanly &= clean
-            if self._open:
-                return
-            DataDir._registry.pop(self.path, None)
+
+    def close(self) -> None:
+        """The owner's last step: checkpoint, and mark the directory cleanly shut down when
+        every log opened in it closed cleanly (none is left open)."""
         self.checkpoint()
-        if self._all_closed_cleanly:
-            fd = os.open(self.path / CLEAN_SHUTDOWN_MARKER, os.O_WRONLY | os.O_CREAT, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-            fsync_directory(self.path)
+        with self._lock:
+            clean = self._all_closed_cleanly and not self._open
+        if clean:
+            # Kafka's CleanShutdownFileHandler content; the broker epoch read at open is kept.
+            content = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch})
+            atomic_write(self.path / CLEAN_SHUTDOWN_MARKER, content.encode())
 
     def update(self, tp: TopicPartition, *, recovery_point: int, log_start_offset: int) -> None:
         with self._lock:
             self.recovery_points[tp] = recovery_point
             self.log_start_offsets[tp] = log_start_offset
 
+    def set_cleaner_offset(self, tp: TopicPartition, offset: int) -> None:
+        with self._lock:
+            self.cleaner_offsets[tp] = offset
+            write_checkpoint(self.path / CLEANER_OFFSET_CHECKPOINT, dict(self.cleaner_offsets))
+
     def forget(self, tp: TopicPartition) -> None:
         with self._lock:
             self.recovery_points.pop(tp, None)
             self.log_start_offsets.pop(tp, None)
+            if self.cleaner_offsets.pop(tp, None) is not None:
+                write_checkpoint(self.path / CLEANER_OFFSET_CHECKPOINT, dict(self.cleaner_offsets))
 
     def checkpoint(self) -> None:
         with self._lock:
             write_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT, dict(self.recovery_points))
             write_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT, dict(self.log_start_offsets))
+
+
+def _read_broker_epoch(marker: Path) -> int:
+    """Kafka writes `{"version":0,"brokerEpoch":N}`; older brokers and seglog before this
+    wrote an empty file, which still means a clean shutdown."""
+    try:
+        epoch = json.loads(marker.read_text()).get("brokerEpoch", -1)
+        return epoch if isinstance(epoch, int) else -1
+    except (ValueError, AttributeError, OSError):
+        return -1

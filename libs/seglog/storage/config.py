@@ -64,6 +64,11 @@ class LogConfig:
                 f"cleanup_policy must be delete, compact or compact,delete; got "
                 f"{self.cleanup_policy!r}"
             )
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise InvalidConfigError(
+                f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) must not exceed "
+                f"max.compaction.lag.ms ({self.max_compaction_lag_ms})"
+            )
         if self.message_timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise InvalidConfigError(
                 f"message_timestamp_type must be CreateTime or LogAppendTime; got "
@@ -77,6 +82,15 @@ class LogConfig:
     @property
     def delete(self) -> bool:
         return CLEANUP_DELETE in self.cleanup_policy
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long a segment may stay active: `segment_ms`, capped by
+        `max_compaction_lag_ms` on compacted topics so that no record waits longer than that
+        in the uncleanable active segment (Kafka's LogConfig.maxSegmentMs)."""
+        if self.compact:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> LogConfig:
         return dataclasses.replace(self, **_normalize(type(self), overrides))

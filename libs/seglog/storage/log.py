@@ -16,7 +16,6 @@ batches with one vectored write; add sparse index entries.
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,9 @@ from . import log_files
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
-from .segment import LogSegment
+from .log_loader import load_log
+from .log_segments import LogSegments
+from .segment import LogSegment, SegmentFactory
 from .validation import ValidatedRecords, assign_offsets, validate_records
 
 tracer = EngineTracer("seglog.storage")
@@ -41,6 +42,7 @@ tracer = EngineTracer("seglog.storage")
 # ListOffsets' special timestamps, as Kafka's.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
 # The first 16 bytes of a batch are rewritten on append: baseOffset, batchLength,
 # partitionLeaderEpoch. The CRC starts at byte 21, so none of them are covered by it.
 
@@ -81,14 +83,21 @@ class TimestampAndOffset:
 
 
 class Log:
-    def __init__(self, directory: Path, config: LogConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        data_dir: DataDir,
+        *,
+        owns_data_dir: bool,
+    ) -> None:
         self.directory = directory
         self.topic, self.partition = log_files.parse_topic_partition(directory)
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
-        self._segments: list[LogSegment] = []
-        self._base_offsets: list[int] = []
+        self._segments = LogSegments()
         self._log_end_offset = 0
         self._log_start_offset = 0
         self._recovery_point = 0
@@ -99,80 +108,76 @@ class Log:
         # Kafka runs after a roll (off the append path): then the recovery point moves here.
         self._rolled_up_to = 0
         self._closed = False
-        self._data_dir: DataDir | None = None
-        # Offsets below this were compacted by the cleaner (Kafka's cleaner checkpoint).
-        self.cleaned_up_to_offset = 0
+        self._data_dir = data_dir
+        self._owns_data_dir = owns_data_dir
 
     # -- opening and recovery ----------------------------------------------------------
 
     @classmethod
     def open(
-        cls, directory: str | Path, config: LogConfig | None = None, *, clock: Clock = SYSTEM_CLOCK
+        cls,
+        directory: str | Path,
+        config: LogConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        data_dir: DataDir | None = None,
     ) -> Log:
-        """Open (or create) the log, recovering whatever an unclean shutdown left behind."""
+        """Open (or create) the log, recovering whatever an unclean shutdown left behind.
+        `data_dir` is the LogManager's object for the parent directory; without one the log
+        owns its parent directory's checkpoints alone."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        log = cls(directory, config or LogConfig(), clock)
+        owns = data_dir is None
+        log = cls(
+            directory,
+            config or LogConfig(),
+            clock,
+            DataDir(directory.parent) if data_dir is None else data_dir,
+            owns_data_dir=owns,
+        )
         tp = (log.topic, log.partition)
-        log._data_dir = DataDir.acquire(directory.parent, tp)
+        log._data_dir.opened(tp)
         try:
             log._load()
         except BaseException:
-            log._data_dir.release(tp, clean=False)
+            log._data_dir.closed(tp, clean=False)
             raise
         return log
 
-    def _load(self) -> None:
-        from .recovery import load_segments
+    @property
+    def segment_factory(self) -> SegmentFactory:
+        return SegmentFactory(self.directory, self.config, self.clock)
 
-        assert self._data_dir is not None
+    def _load(self) -> None:
         tp = (self.topic, self.partition)
         checkpointed_start = self._data_dir.log_start_offsets.get(tp, 0)
         recovery_point = (
             None if self._data_dir.clean_shutdown else self._data_dir.recovery_points.get(tp, 0)
         )
-        loaded = load_segments(self, recovery_point)
+        loaded = load_log(self.segment_factory, recovery_point)
         if not loaded.segments:
             start = max(checkpointed_start, 0)
-            loaded.segments = [self._new_segment(start)]
+            loaded.segments = [self.segment_factory.open(start)]
             loaded.log_end_offset = start
-        self._set_segments(loaded.segments)
+        self._segments.set(loaded.segments)
         self._log_end_offset = loaded.log_end_offset
         self._log_start_offset = min(
-            max(checkpointed_start, self._segments[0].base_offset), self._log_end_offset
+            max(checkpointed_start, self._segments.first.base_offset), self._log_end_offset
         )
         self._recovery_point = (
             self._log_end_offset
             if recovery_point is None
             else min(max(recovery_point, loaded.recovered_up_to), self._log_end_offset)
         )
-        for segment in self._segments[:-1]:
+        for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
-        self._make_active(self._segments[-1])
+        self._make_active(self._segments.active)
         self._update_data_dir()
-
-    def _new_segment(self, base_offset: int, suffix: str = "") -> LogSegment:
-        """Open (or create) a segment of this log with its configured index settings."""
-        return LogSegment.open(
-            self.directory,
-            base_offset,
-            suffix=suffix,
-            index_interval_bytes=self.config.index_interval_bytes,
-            index_size_max_bytes=self.config.index_size_max_bytes,
-            rolling_jitter_ms=self.config.segment_jitter_ms,
-            now_ms=self.clock.now_ms(),
-        )
 
     def _make_active(self, segment: LogSegment) -> None:
         for index in (segment.offset_index, segment.time_index):
             if index.max_entries * index.ENTRY.size < index.max_index_bytes:
                 index.resize(self.config.index_size_max_bytes)
-
-    def _set_segments(self, segments: Sequence[LogSegment]) -> None:
-        # Copy-on-write: readers take the two lists without the lock and see a consistent pair.
-        ordered = sorted(segments, key=lambda s: s.base_offset)
-        self._segments = ordered
-        self._base_offsets = [s.base_offset for s in ordered]
 
     # -- public facts ------------------------------------------------------------------
 
@@ -190,15 +195,24 @@ class Log:
 
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return self._segments.as_list()
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self._segments.active
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return self._segments.size_in_bytes
+
+    @property
+    def cleaned_up_to_offset(self) -> int:
+        """Offsets below this were compacted by the cleaner (Kafka's cleaner-offset-checkpoint,
+        kept across restarts in the data dir)."""
+        return self._data_dir.cleaner_offsets.get((self.topic, self.partition), 0)
+
+    def set_cleaned_up_to(self, offset: int) -> None:
+        self._data_dir.set_cleaner_offset((self.topic, self.partition), offset)
 
     # -- append ------------------------------------------------------------------------
 
@@ -262,13 +276,13 @@ class Log:
     def _maybe_roll(
         self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
     ) -> LogSegment:
-        segment = self._segments[-1]
+        segment = self._segments.active
         if segment.should_roll(
             messages_bytes=messages_bytes,
             max_timestamp=max_timestamp,
             max_offset=max_offset,
             segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.segment_ms,
+            segment_ms=self.config.max_segment_ms,
             now_ms=now_ms,
         ):
             return self.roll()
@@ -278,13 +292,13 @@ class Log:
         """Start a new active segment at the log end offset (a no-op on an empty one)."""
         with self._lock:
             self._check_open()
-            active = self._segments[-1]
+            active = self._segments.active
             if active.size == 0 and active.base_offset == self._log_end_offset:
                 return active
             active.on_become_inactive()
-            segment = self._new_segment(self._log_end_offset)
+            segment = self.segment_factory.open(self._log_end_offset)
             self._make_active(segment)
-            self._set_segments([*self._segments, segment])
+            self._segments.add(segment)
             self._rolled_up_to = segment.base_offset
             return segment
 
@@ -320,9 +334,8 @@ class Log:
             span.set_attribute("seglog.topic", self.topic)
             span.set_attribute("seglog.partition", self.partition)
             span.set_attribute("seglog.fetch_offset", offset)
-            segments, bases = self._segments, self._base_offsets
-            index = max(bisect.bisect_right(bases, offset) - 1, 0)
-            for segment in segments[index:]:
+            snapshot = self._segments.snapshot()
+            for segment in snapshot.segments[snapshot.floor_index(offset) :]:
                 result = segment.read(offset, max_bytes, min_one_message=min_one_message)
                 if result is not None:
                     span.set_attribute("seglog.bytes", len(result.data))
@@ -335,11 +348,12 @@ class Log:
         file positions and segment sizes (a waiting fetch's `min_bytes`), never by reading
         the data. `hint`, a result of an earlier call for the same offset, skips the index
         lookup while its segment is still in the log."""
-        segments, bases = self._segments, self._base_offsets
+        snapshot = self._segments.snapshot()
+        segments = snapshot.segments
         if hint is not None and any(s is hint.segment for s in segments):
             segment, position = hint.segment, hint.position
         else:
-            index = max(bisect.bisect_right(bases, offset) - 1, 0)
+            index = snapshot.floor_index(offset)
             segment, position = segments[index], segments[index].size
             for candidate in segments[index:]:
                 found = candidate.translate_offset(offset)
@@ -357,13 +371,16 @@ class Log:
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
-        LATEST_TIMESTAMP (-1) and EARLIEST_TIMESTAMP (-2). None when no record qualifies."""
+        LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2) and MAX_TIMESTAMP (-3). None when no
+        record qualifies."""
         if timestamp_ms == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_end_offset)
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp_ms == MAX_TIMESTAMP:
+            return self._offset_of_max_timestamp()
         if timestamp_ms < 0:
-            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1 nor -2")
+            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1, -2 nor -3")
         start = self._log_start_offset
         for segment in self._segments:
             if segment.size == 0 or segment.max_timestamp_so_far < timestamp_ms:
@@ -372,6 +389,23 @@ class Log:
             if found is not None:
                 return TimestampAndOffset(found[1], found[0])
         return None
+
+    def _offset_of_max_timestamp(self) -> TimestampAndOffset | None:
+        """The record holding the log's largest timestamp (the first such when several tie),
+        as Kafka answers ListOffsets MAX_TIMESTAMP: the segment with the largest timestamp
+        from the segments' running maxima, then its one batch decoded."""
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if segment.size and segment.max_timestamp_so_far > (
+                best.max_timestamp_so_far if best is not None else NO_TIMESTAMP
+            ):
+                best = segment
+        if best is None:
+            return None
+        found = best.find_offset_by_timestamp(best.max_timestamp_so_far, self._log_start_offset)
+        if found is None:  # its records all lie below the log start offset
+            return None
+        return TimestampAndOffset(found[1], found[0])
 
     # -- truncation and deletion -------------------------------------------------------
 
@@ -385,13 +419,13 @@ class Log:
             self._check_open()
             if offset >= self._log_end_offset:
                 return
-            if offset <= self._segments[0].base_offset:
+            if offset <= self._segments.first.base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return
             keep = [s for s in self._segments if s.base_offset < offset]
-            for segment in self._segments[len(keep) :]:
+            for segment in self._segments.as_list()[len(keep) :]:
                 segment.delete_files()
-            self._set_segments(keep)
+            self._segments.set(keep)
             active = keep[-1]
             active.truncate_to(offset)
             self._make_active(active)
@@ -408,9 +442,9 @@ class Log:
             self._check_open()
             for segment in self._segments:
                 segment.delete_files()
-            segment = self._new_segment(offset)
+            segment = self.segment_factory.open(offset)
             self._make_active(segment)
-            self._set_segments([segment])
+            self._segments.set([segment])
             self._log_end_offset = self._log_start_offset = self._recovery_point = offset
             self._update_data_dir()
 
@@ -435,8 +469,8 @@ class Log:
             doomed_ids = {id(s) for s in doomed}
             if len(doomed_ids) >= len(self._segments):
                 self.roll()
-            keep = [s for s in self._segments if id(s) not in doomed_ids]
-            self._set_segments(keep)
+            self._segments.remove(doomed)
+            keep = self._segments.as_list()
             for segment in doomed:
                 segment.change_suffix("", log_files.DELETED_SUFFIX)
             self.schedule_delete(doomed)
@@ -461,15 +495,20 @@ class Log:
     def replace_segments(
         self, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
     ) -> None:
-        """Swap cleaned segments in for the ones they replace (the cleaner's last step)."""
-        from .recovery import complete_swap
-
+        """Swap cleaned segments in for the ones they replace (the cleaner's last step). The
+        new segments are `.swap` files on entry. The old ones are renamed to `.deleted`
+        (readers holding them keep reading; the files go after `file_delete_delay_ms`) before
+        the swap files take their final names, so a crash in between leaves a `.swap` that the
+        next load finishes (log_loader)."""
         with self._lock:
             self._check_open()
-            old_ids = {id(s) for s in old_segments}
-            keep = [s for s in self._segments if id(s) not in old_ids]
-            self._set_segments([*keep, *new_segments])
-            complete_swap(self, new_segments, old_segments)
+            self._segments.replace(new_segments, old_segments)
+            for segment in old_segments:
+                segment.change_suffix("", log_files.DELETED_SUFFIX)
+            self.schedule_delete(old_segments)
+            for segment in new_segments:
+                segment.change_suffix(log_files.SWAP_SUFFIX, "")
+            log_files.fsync_directory(self.directory)
 
     # -- flush, close ------------------------------------------------------------------
 
@@ -480,9 +519,9 @@ class Log:
             span.set_attribute("seglog.topic", self.topic)
             span.set_attribute("seglog.partition", self.partition)
             target = self._log_end_offset
-            for segment in self._segments:
-                nxt = bisect.bisect_right(self._base_offsets, segment.base_offset)
-                upper = self._base_offsets[nxt] if nxt < len(self._base_offsets) else None
+            snapshot = self._segments.snapshot()
+            for i, segment in enumerate(snapshot.segments):
+                upper = snapshot.upper_bound_of(i)
                 if upper is None or upper > self._recovery_point:
                     segment.flush()
             log_files.fsync_directory(self.directory)
@@ -498,9 +537,9 @@ class Log:
             self._check_open()
             if offset <= self._recovery_point:
                 return
-            bases = self._base_offsets
-            for i, segment in enumerate(self._segments):
-                upper = bases[i + 1] if i + 1 < len(bases) else None
+            snapshot = self._segments.snapshot()
+            for i, segment in enumerate(snapshot.segments):
+                upper = snapshot.upper_bound_of(i)
                 if upper is None or upper > offset:
                     break
                 if upper > self._recovery_point:
@@ -521,16 +560,14 @@ class Log:
             self.flush()
 
     def _update_data_dir(self) -> None:
-        if self._data_dir is not None:
-            self._data_dir.update(
-                (self.topic, self.partition),
-                recovery_point=self._recovery_point,
-                log_start_offset=self._log_start_offset,
-            )
+        self._data_dir.update(
+            (self.topic, self.partition),
+            recovery_point=self._recovery_point,
+            log_start_offset=self._log_start_offset,
+        )
 
     def checkpoint(self) -> None:
-        if self._data_dir is not None:
-            self._data_dir.checkpoint()
+        self._data_dir.checkpoint()
 
     def close(self) -> None:
         """Flush, trim the indexes and mark this log cleanly closed."""
@@ -544,8 +581,9 @@ class Log:
                 segment.delete_files()
             self._pending_deletes = []
             self._closed = True
-        if self._data_dir is not None:
-            self._data_dir.release((self.topic, self.partition), clean=True)
+        self._data_dir.closed((self.topic, self.partition), clean=True)
+        if self._owns_data_dir:
+            self._data_dir.close()
 
     def delete(self) -> None:
         """Remove the whole partition directory."""
@@ -555,9 +593,10 @@ class Log:
             for segment in self._segments:
                 segment.delete_files()
             self._closed = True
-        if self._data_dir is not None:
-            self._data_dir.forget((self.topic, self.partition))
-            self._data_dir.release((self.topic, self.partition), clean=True)
+        self._data_dir.forget((self.topic, self.partition))
+        self._data_dir.closed((self.topic, self.partition), clean=True)
+        if self._owns_data_dir:
+            self._data_dir.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _check_open(self) -> None:
@@ -571,4 +610,11 @@ class Log:
         )
 
 
-__all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "Log", "LogAppendInfo", "TimestampAndOffset"]
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "Log",
+    "LogAppendInfo",
+    "TimestampAndOffset",
+]

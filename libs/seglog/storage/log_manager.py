@@ -34,6 +34,8 @@ from ..errors import (
     UnknownTopicOrPartitionError,
 )
 from . import log_files
+from .checkpoint import DataDir
+from .cleaner import Cleaner
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, LogManagerConfig
 from .log import Log
@@ -64,6 +66,10 @@ class LogManager:
         self._dirs = [Path(d) for d in config.log_dirs]
         for d in self._dirs:
             d.mkdir(parents=True, exist_ok=True)
+        # One object per data dir for its checkpoints and clean-shutdown marker, shared by the
+        # logs in it and closed (marker written) by shutdown.
+        self._data_dirs = {d: DataDir(d) for d in self._dirs}
+        self.cleaner = Cleaner(clock=clock, dedupe_buffer_bytes=config.cleaner_dedupe_buffer_size)
         self._overrides_path = self._dirs[0] / TOPIC_OVERRIDES_FILE
         self._topic_overrides = self._read_overrides()
 
@@ -106,7 +112,7 @@ class LogManager:
     def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str]:
         topic, partition = log_files.parse_topic_partition(directory)
         try:
-            return directory, Log.open(directory, self.config_for(topic), clock=self.clock), ""
+            return directory, self._open_log(directory, topic), ""
         except (OSError, SeglogError) as exc:
             reason = f"cannot open {directory.name}: {exc}"
             logger.error("partition %s-%d goes offline: %s", topic, partition, reason)
@@ -165,14 +171,23 @@ class LogManager:
             if overrides:
                 self.set_topic_overrides(topic, overrides)
             try:
-                log = Log.open(directory, self.config_for(topic), clock=self.clock)
+                log = self._open_log(directory, topic)
             except (OSError, SeglogError) as exc:
                 reason = f"cannot create {directory.name}: {exc}"
                 self._offline[(topic, partition)] = reason
                 raise StorageError(f"{topic}-{partition} is offline: {reason}") from exc
             self._offline.pop((topic, partition), None)
+            self.cleaner.uncleanable.pop((topic, partition), None)
             self._logs[(topic, partition)] = log
             return log
+
+    def _open_log(self, directory: Path, topic: str) -> Log:
+        return Log.open(
+            directory,
+            self.config_for(topic),
+            clock=self.clock,
+            data_dir=self._data_dirs[directory.parent],
+        )
 
     def get_log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))
@@ -227,6 +242,7 @@ class LogManager:
         if log is None:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
         log.close()
+        self._data_dirs[log.directory.parent].forget((topic, partition))
         target = log.directory.with_name(log.directory.name + STRAY_SUFFIX)
         suffix = 0
         while target.exists():
@@ -287,11 +303,8 @@ class LogManager:
         self._each_log(Log.maybe_flush)
 
     def checkpoint_recovery_points(self) -> None:
-        seen = set()
-        for log in self.logs().values():
-            if log.directory.parent not in seen:
-                seen.add(log.directory.parent)
-                log.checkpoint()
+        for data_dir in self._data_dirs.values():
+            data_dir.checkpoint()
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns how many segments were deleted."""
@@ -299,12 +312,10 @@ class LogManager:
         return self._each_log(lambda log: delete_old_segments(log, now))
 
     def compact_logs(self) -> int:
-        """One cleaner pass over every log whose policy includes compact."""
-        from .cleaner import Cleaner
-
-        cleaner = Cleaner(clock=self.clock)
+        """One cleaner pass over every log whose policy includes compact (a partition the
+        cleaner failed on is skipped until it is re-created)."""
         return self._each_log(
-            cleaner.maybe_clean, [log for log in self.logs().values() if log.config.compact]
+            self.cleaner.maybe_clean, [log for log in self.logs().values() if log.config.compact]
         )
 
     def shutdown(self) -> None:
@@ -318,3 +329,5 @@ class LogManager:
             self._logs.clear()
         for log in logs:
             log.close()
+        for data_dir in self._data_dirs.values():
+            data_dir.close()

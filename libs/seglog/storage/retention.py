@@ -4,7 +4,8 @@ Three rules, each walking from the oldest segment and stopping at the first that
 (segments are deleted oldest first, never from the middle):
 
 - time: the segment's largest timestamp is older than `retention_ms`;
-- size: the log is larger than `retention_bytes` by at least the segment's size;
+- size: the log is larger than `retention_bytes` by at least the segment's size (the active
+  segment included, so `retention_bytes` 0 deletes everything written);
 - log start offset: every offset of the segment is below the log start offset.
 
 The active segment counts too: when it alone is expired by time (or by the start offset)
@@ -34,8 +35,10 @@ def _over_size(log: Log) -> list[LogSegment]:
         return []
     excess = log.size_in_bytes - log.config.retention_bytes
     out = []
-    for segment in log.segments[:-1]:  # size retention never takes the active segment
-        if excess < segment.size:
+    for segment in log.segments:
+        # As Kafka: the active segment counts too when it holds data, which only
+        # retention_bytes=0 reaches (it then rolls and every record goes).
+        if segment.size == 0 or excess < segment.size:
             break
         excess -= segment.size
         out.append(segment)

@@ -9,6 +9,7 @@ are derived from the log and can be rebuilt from it (`recover`).
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
+from .clock import Clock
+from .config import LogConfig
 from .file_records import BatchPosition, FileRecords
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
@@ -350,17 +353,21 @@ class LogSegment:
         self, timestamp_ms: int, start_offset: int
     ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `start_offset` whose timestamp
-        >= `timestamp_ms`: the time index narrows the start, one batch is decoded."""
+        >= `timestamp_ms`: the time index narrows the start, then batches whose max timestamp
+        reaches the target are decoded in turn (as Kafka's FileRecords.searchForTimestamp), so
+        a batch whose qualifying records all sit below `start_offset` does not end the search."""
         entry = self.time_index.lookup(timestamp_ms)
-        start = self.offset_index.lookup(max(entry.offset, start_offset)).position
-        found = self.log.search_timestamp(timestamp_ms, start)
-        if found is None:
-            return None
-        batch = RecordBatch(self.log.read(found.position, found.header.size_in_bytes))
-        for record in batch.records():
-            if record.timestamp_ms >= timestamp_ms and record.offset >= start_offset:
-                return record.offset, record.timestamp_ms
-        return None
+        position = self.offset_index.lookup(max(entry.offset, start_offset)).position
+        while True:
+            found = self.log.search_timestamp(timestamp_ms, position)
+            if found is None:
+                return None
+            if found.header.last_offset >= start_offset:
+                batch = RecordBatch(self.log.read(found.position, found.header.size_in_bytes))
+                for record in batch.records():
+                    if record.timestamp_ms >= timestamp_ms and record.offset >= start_offset:
+                        return record.offset, record.timestamp_ms
+            position = found.position + found.header.size_in_bytes
 
     # -- recovery and truncation -------------------------------------------------------
 
@@ -449,6 +456,36 @@ class LogSegment:
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, path={self.log.path})"
+
+
+@dataclass(frozen=True)
+class SegmentFactory:
+    """Opens (or creates) the segments of one log directory with the log's settings: the
+    one place the log, its loader and the cleaner get segments from."""
+
+    directory: Path
+    config: LogConfig
+    clock: Clock
+
+    def open(self, base_offset: int, suffix: str = "") -> LogSegment:
+        return LogSegment.open(
+            self.directory,
+            base_offset,
+            suffix=suffix,
+            index_interval_bytes=self.config.index_interval_bytes,
+            index_size_max_bytes=self.config.index_size_max_bytes,
+            rolling_jitter_ms=random_segment_jitter_ms(self.config),
+            now_ms=self.clock.now_ms(),
+        )
+
+
+def random_segment_jitter_ms(config: LogConfig) -> int:
+    """As Kafka's LogConfig.randomSegmentJitter: drawn per segment, uniformly from
+    [0, min(segment.jitter.ms, segment.ms)), so segments of many partitions created together
+    do not all roll in the same instant."""
+    if config.segment_jitter_ms == 0:
+        return 0
+    return random.randrange(min(config.segment_jitter_ms, config.segment_ms))
 
 
 def _whole_batches(data: bytes) -> tuple[int, int]:

@@ -68,7 +68,9 @@ class TimeIndex(AbstractIndex):
         self, entries: Sequence[tuple[int, int]], *, reserved_slot_usable: bool
     ) -> None:
         base = self.base_offset
-        last_timestamp_ms: int | None = None
+        # As Kafka's lastEntry of an empty index, (-1, baseOffset): an entry is written only
+        # for a larger timestamp, so the "no timestamp" -1 never becomes one.
+        last_timestamp_ms = NO_TIMESTAMP
         last_relative = -1
         if self._entries:
             last_timestamp_ms, last_relative = self._raw_entry(self._entries - 1)
@@ -79,7 +81,7 @@ class TimeIndex(AbstractIndex):
                     f"attempt to append an offset ({offset}) smaller than the last offset "
                     f"appended ({base + last_relative}) to {self.path}"
                 )
-            if last_timestamp_ms is not None and timestamp_ms <= last_timestamp_ms:
+            if timestamp_ms <= last_timestamp_ms:
                 continue
             last_timestamp_ms, last_relative = timestamp_ms, self.relative_offset(offset)
             kept.append((timestamp_ms, last_relative))

@@ -1,11 +1,14 @@
-"""Loading a log directory after any kind of stop, clean or not.
+"""Loading a log directory after any kind of stop, clean or not (Kafka's LogLoader): a
+function of the directory, the segment factory and the recovery point that returns the
+loaded segments and offsets, and never touches a Log.
 
 Order of work, each step safe to repeat if the process dies during it:
 
 1. Leftovers: `*.tmp` and `*.cleaned` files are incomplete work and are deleted;
    `*.deleted` files were already out of the log and are deleted; a `.swap` group is a
    finished cleaner output: the live segments it replaces are deleted and the swap files
-   renamed to their final names (see `complete_swap`). Index files without a `.log` go.
+   renamed to their final names (the in-process half is `Log.replace_segments`). Index
+   files without a `.log` go.
 2. Every `.log` opens as a segment. A segment is recovered (indexes rebuilt from the log,
    invalid tail cut) when it holds offsets at or past the recovery point, or when its
    indexes are missing or fail their sanity check. With a clean-shutdown marker only the
@@ -26,31 +29,23 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from . import log_files
-from .segment import LogSegment
-
-if TYPE_CHECKING:
-    from .log import Log
+from .segment import LogSegment, SegmentFactory
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class LoadedSegments:
+class LoadedLogOffsets:
     segments: list[LogSegment] = field(default_factory=list)
     log_end_offset: int = 0
     recovered_up_to: int = 0
     bytes_truncated: int = 0
 
 
-def _open_segment(log: Log, base_offset: int, suffix: str = "") -> LogSegment:
-    return log._new_segment(base_offset, suffix)
-
-
-def remove_leftovers(log: Log) -> None:
-    directory = log.directory
+def remove_leftovers(factory: SegmentFactory) -> None:
+    directory = factory.directory
     swaps = []
     for path in sorted(directory.iterdir()):
         name = path.name
@@ -59,7 +54,7 @@ def remove_leftovers(log: Log) -> None:
         elif name.endswith(log_files.LOG_SUFFIX + log_files.SWAP_SUFFIX):
             swaps.append(log_files.offset_from_name(name))
     for base_offset in swaps:
-        _finish_swap_on_disk(log, base_offset)
+        _finish_swap_on_disk(factory, base_offset)
     # An index whose segment is gone (deleted, or never fully created) is an orphan.
     for path in directory.iterdir():
         is_index = path.name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX))
@@ -69,57 +64,39 @@ def remove_leftovers(log: Log) -> None:
     log_files.fsync_directory(directory)
 
 
-def _finish_swap_on_disk(log: Log, swap_base: int) -> None:
+def _finish_swap_on_disk(factory: SegmentFactory, swap_base: int) -> None:
     """A `.swap` segment replaces the live segments whose base offsets fall in
     [swap base, swap next offset). A live segment whose records were all cleaned away may lie
     past the swap's next offset and survive: it holds only superseded records, offsets stay
     increasing, and the next cleaning removes it."""
-    directory = log.directory
-    swap = _open_segment(log, swap_base, log_files.SWAP_SUFFIX)
+    directory = factory.directory
+    swap = factory.open(swap_base, log_files.SWAP_SUFFIX)
     swap.recover()
     next_offset = swap.read_next_offset()
     for path in directory.iterdir():
         if path.name.endswith(log_files.LOG_SUFFIX):
             base = log_files.offset_from_name(path.name)
             if swap_base <= base < next_offset:
-                for suffix_path in (
-                    path,
-                    log_files.index_path(directory, base),
-                    log_files.time_index_path(directory, base),
-                ):
+                for suffix_path in segment_paths(directory, base):
                     if suffix_path.exists():
                         suffix_path.unlink()
     swap.change_suffix(log_files.SWAP_SUFFIX, "")
     swap.close()
 
 
-def complete_swap(
-    log: Log, new_segments: Sequence[LogSegment], old_segments: Sequence[LogSegment]
-) -> None:
-    """The in-process half of a swap; new segments are `.swap` files on entry. Old segments
-    are renamed to `.deleted` (readers holding them keep reading; the files go after
-    `file_delete_delay_ms`) before the swap files take their final names, so a crash in
-    between leaves a `.swap` that the next load finishes (`_finish_swap_on_disk`)."""
-    for segment in old_segments:
-        segment.change_suffix("", log_files.DELETED_SUFFIX)
-    log.schedule_delete(old_segments)
-    for segment in new_segments:
-        segment.change_suffix(log_files.SWAP_SUFFIX, "")
-    log_files.fsync_directory(log.directory)
-
-
-def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
+def load_log(factory: SegmentFactory, recovery_point: int | None) -> LoadedLogOffsets:
     """Open every segment, recovering what needs it. `recovery_point` None means the data
     dir was shut down cleanly."""
-    remove_leftovers(log)
+    directory = factory.directory
+    remove_leftovers(factory)
     bases = sorted(
         log_files.offset_from_name(p.name)
-        for p in log.directory.iterdir()
+        for p in directory.iterdir()
         if p.name.endswith(log_files.LOG_SUFFIX)
     )
-    loaded = LoadedSegments()
+    loaded = LoadedLogOffsets()
     for i, base in enumerate(bases):
-        segment = _open_segment(log, base)
+        segment = factory.open(base)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         is_tail = next_base is None or recovery_point is None or next_base > recovery_point
         unflushed = recovery_point is not None and is_tail
@@ -132,13 +109,13 @@ def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
             loaded.bytes_truncated += cut
             if cut and is_tail:
                 loaded.segments.append(segment)
-                _delete_segments_after(log, bases[i + 1 :])
+                _delete_segments(directory, bases[i + 1 :])
                 break
             if cut:
                 logger.error(
                     "%s: %d invalid bytes cut from flushed segment %d (below the recovery "
                     "point %s); the segments after it are kept",
-                    log.directory.name,
+                    directory.name,
                     cut,
                     base,
                     recovery_point,
@@ -153,13 +130,9 @@ def load_segments(log: Log, recovery_point: int | None) -> LoadedSegments:
     return loaded
 
 
-def _delete_segments_after(log: Log, bases: Sequence[int]) -> None:
+def _delete_segments(directory: Path, bases: Sequence[int]) -> None:
     for base in bases:
-        for path in (
-            log_files.log_path(log.directory, base),
-            log_files.index_path(log.directory, base),
-            log_files.time_index_path(log.directory, base),
-        ):
+        for path in segment_paths(directory, base):
             try:
                 os.unlink(path)
             except FileNotFoundError:
