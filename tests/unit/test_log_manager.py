@@ -1,3 +1,4 @@
+import json
 import threading
 import time
 
@@ -191,3 +192,29 @@ def test_one_failing_log_does_not_stop_maintenance_of_the_others(tmp_path, caplo
     assert wait_until(lambda: healthy.log_start_offset == healthy.log_end_offset)
     assert "disk gone" in caplog.text or wait_until(lambda: "disk gone" in caplog.text)
     mgr.shutdown()
+
+
+def test_each_manager_owns_its_data_dirs_and_writes_kafkas_clean_shutdown_marker(tmp_path):
+    clock = ManualClock()
+    (tmp_path / "d0").mkdir()
+    # A marker as a Kafka broker writes it: read as a clean shutdown, its epoch kept.
+    (tmp_path / "d0" / CLEAN_SHUTDOWN_MARKER).write_text('{"version":0,"brokerEpoch":42}')
+    first = manager(tmp_path, clock, dirs=("d0",))
+    first.startup()
+    assert not (tmp_path / "d0" / CLEAN_SHUTDOWN_MARKER).exists()  # unclean until shutdown
+    first.create_log("a", 0).append(make_batch([b"x"], timestamp_ms=clock.now_ms()))
+    # A second manager on another directory shares nothing with the first: closing all of
+    # its logs marks its own directory alone.
+    second = manager(tmp_path, clock, dirs=("d1",))
+    second.startup()
+    second.create_log("b", 0)
+    second.shutdown()
+    assert (tmp_path / "d1" / CLEAN_SHUTDOWN_MARKER).exists()
+    assert not (tmp_path / "d0" / CLEAN_SHUTDOWN_MARKER).exists()
+    # Deleting the last log of a directory mid-run writes no marker: only shutdown does.
+    first.delete_log("a", 0)
+    assert not (tmp_path / "d0" / CLEAN_SHUTDOWN_MARKER).exists()
+    first.shutdown()
+    marker = json.loads((tmp_path / "d0" / CLEAN_SHUTDOWN_MARKER).read_text())
+    assert marker == {"version": 0, "brokerEpoch": 42}
+    assert json.loads((tmp_path / "d1" / CLEAN_SHUTDOWN_MARKER).read_text())["brokerEpoch"] == -1

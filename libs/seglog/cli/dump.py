@@ -118,6 +118,11 @@ def _index_entries(path: Path, verify: bool) -> Iterator[dict[str, Any]]:
     batches = _batch_table(log_data) if log_data is not None else []
     for n in range(len(data) // entry_struct.size):
         a, b = entry_struct.unpack_from(data, n * entry_struct.size)
+        # An active segment's index is preallocated with zeros (and a crash leaves it so):
+        # as DumpLogSegments, stop at the first entry after the first whose relative offset
+        # is 0, instead of listing (and failing) the unused slots.
+        if n > 0 and (b if time_index else a) == 0:
+            return
         if time_index:
             entry: dict[str, Any] = {"timestamp": a, "offset": base + b}
         else:
