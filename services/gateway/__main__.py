@@ -8,6 +8,10 @@ from pathlib import Path
 
 from services import serving
 
+from .offsets_store import (
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
+)
 from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC
 from .server import Gateway, GatewayConfig
 from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
@@ -85,6 +89,22 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
     )
+    serving.env_flag(
+        parser,
+        "--offsets-retention-minutes",
+        "SEGLOG_OFFSETS_RETENTION_MINUTES",
+        "committed offsets of empty groups are deleted after this long (Kafka's default)",
+        type=int,
+        default=DEFAULT_OFFSETS_RETENTION_MINUTES,
+    )
+    serving.env_flag(
+        parser,
+        "--offsets-retention-check-interval-ms",
+        "SEGLOG_OFFSETS_RETENTION_CHECK_INTERVAL_MS",
+        "how often expired committed offsets are looked for",
+        type=int,
+        default=DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    )
     args = parser.parse_args(argv)
     return GatewayConfig(
         listen=args.listen,
@@ -97,6 +117,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         max_partitions_per_topic=int(args.max_partitions_per_topic),
         max_partitions=int(args.max_partitions),
         max_unacknowledged_bytes=int(args.max_unacknowledged_bytes),
+        offsets_retention_minutes=int(args.offsets_retention_minutes),
+        offsets_retention_check_interval_ms=int(args.offsets_retention_check_interval_ms),
     )
 
 

@@ -12,7 +12,10 @@ generation. The coordinator computes the assignment itself (range or roundrobin,
 strategy in the first member's list that every member supports).
 
 Membership is held in memory: after a gateway restart, members get UNKNOWN_MEMBER_ID on their
-next heartbeat and join anew. Committed offsets are durable (offsets_store.py).
+next heartbeat and join anew. Committed offsets are durable (offsets_store.py), and so is each
+group's GroupMetadata record, as Kafka writes it: after every completed rebalance and when the
+group becomes empty (its timestamp starts the offsets' retention clock). Those records are
+written by a thread of their own, never under the coordinator's lock.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from seglog.errors import (
@@ -35,6 +39,13 @@ from seglog.errors import (
 )
 
 from .assignors import ASSIGNORS
+from .offsets_formats import (
+    CONSUMER_PROTOCOL_TYPE,
+    GroupMetadata,
+    MemberMetadata,
+    encode_assignment,
+    encode_subscription,
+)
 from .registry import Registry
 
 # Group ids are int16-length strings in __consumer_offsets keys (Kafka's format).
@@ -86,6 +97,8 @@ class Group:
     initial_rebalance: bool = False
     # Partition counts of the subscribed topics that exist, as the assignment saw them.
     partition_counts: dict[str, int] = field(default_factory=dict)
+    # Wall-clock ms of the last state change (Kafka's currentStateTimestamp).
+    state_timestamp_ms: int = -1
 
 
 @dataclass(frozen=True)
@@ -105,15 +118,26 @@ class CoordinatorConfig:
 
 
 class GroupCoordinator:
-    def __init__(self, registry: Registry, config: CoordinatorConfig) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        config: CoordinatorConfig,
+        persist: Callable[[str, GroupMetadata], None] | None = None,
+    ) -> None:
         self.registry = registry
         self.config = config
+        self._persist = persist
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._groups: dict[str, Group] = {}
+        self._unpersisted: dict[str, GroupMetadata] = {}
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="group-sessions", daemon=True)
         self._reaper.start()
+        self._writer = threading.Thread(
+            target=self._persist_loop, name="group-metadata", daemon=True
+        )
+        self._writer.start()
 
     def close(self) -> None:
         self._stop.set()
@@ -272,6 +296,50 @@ class GroupCoordinator:
         with self._lock:
             return list(self._groups)
 
+    def groups_with_members(self) -> set[str]:
+        with self._lock:
+            return {g.group_id for g in self._groups.values() if g.members}
+
+    def wait_persisted(self, timeout_s: float) -> bool:
+        """Have the GroupMetadata records of every change so far been handed to the store?"""
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            while self._unpersisted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    # -- GroupMetadata records -------------------------------------------------------------------
+
+    def _state_changed(self, group: Group) -> None:
+        """Record the change's time and queue the group's record (the lock is held)."""
+        group.state_timestamp_ms = time.time_ns() // 1_000_000
+        if self._persist is not None:
+            self._unpersisted[group.group_id] = _metadata_of(group)
+            self._changed.notify_all()
+
+    def _persist_loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._unpersisted and not self._stop.is_set():
+                    self._changed.wait(0.5)
+                if self._stop.is_set():
+                    return
+                pending = dict(self._unpersisted)
+            for group_id, metadata in pending.items():
+                try:
+                    assert self._persist is not None
+                    self._persist(group_id, metadata)
+                except Exception as exc:  # noqa: BLE001 - a later change writes it again
+                    logger.warning("storing the metadata of group %s failed: %s", group_id, exc)
+            with self._lock:
+                for group_id, metadata in pending.items():
+                    if self._unpersisted.get(group_id) is metadata:
+                        del self._unpersisted[group_id]
+                self._changed.notify_all()
+
     # -- the state machine (callers hold the lock) ----------------------------------------------
 
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
@@ -304,6 +372,7 @@ class GroupCoordinator:
         if not group.members:
             group.state = EMPTY
             group.generation += 1
+            self._state_changed(group)
             self._changed.notify_all()
             return
         group.generation += 1
@@ -317,6 +386,7 @@ class GroupCoordinator:
             member.joining = False
             member.last_heartbeat = now
         group.state = STABLE
+        self._state_changed(group)
         self._changed.notify_all()
 
     def _partition_counts(self, group: Group) -> dict[str, int]:
@@ -333,6 +403,7 @@ class GroupCoordinator:
             if group.state != EMPTY:
                 group.state = EMPTY
                 group.generation += 1
+                self._state_changed(group)
             self._changed.notify_all()
             return
         if group.state == STABLE:
@@ -360,6 +431,29 @@ class GroupCoordinator:
                         # Kafka's consumers do when their metadata shows it.
                         logger.info("topics of group %s changed: rebalancing", group.group_id)
                         self._begin_rebalance(group, now)
+
+
+def _metadata_of(group: Group) -> GroupMetadata:
+    members = sorted(group.members.values(), key=lambda m: m.member_id)
+    return GroupMetadata(
+        CONSUMER_PROTOCOL_TYPE,
+        group.generation,
+        group.strategy or None,
+        members[0].member_id if members else None,
+        group.state_timestamp_ms,
+        tuple(
+            MemberMetadata(
+                m.member_id,
+                m.client_id,
+                m.client_host,
+                int(m.rebalance_timeout_s * 1000),
+                int(m.session_timeout_s * 1000),
+                encode_subscription(m.topics),
+                encode_assignment(m.assignment),
+            )
+            for m in members
+        ),
+    )
 
 
 def _has_stable_members(group: Group) -> bool:

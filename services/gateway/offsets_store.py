@@ -1,22 +1,19 @@
-"""Committed offsets, kept the way Kafka keeps them: records in the compacted internal topic
-`__consumer_offsets`, one per (group, topic, partition), the newest winning. Compaction keeps
-the topic small; a gateway that restarts reads each partition of it back before answering
-for the groups it holds.
+"""Committed offsets and group metadata, kept the way Kafka keeps them: records in the
+compacted internal topic `__consumer_offsets` (formats in offsets_formats.py), one per
+(group, topic, partition) and one per group, the newest winning. Compaction keeps the topic
+small; a gateway that restarts reads each partition of it back before answering for the
+groups it holds. A group's records live in partition `abs(java_hash(group_id)) % partitions`,
+as in Kafka.
 
-A group's records live in partition `abs(java_hash(group_id)) % partitions`, as in Kafka.
-Key and value are Kafka's own formats (big-endian; a string is an int16 length + UTF-8):
+Reading back survives damage: a batch that fails its CRC or does not decode, or a record
+that does not parse, is logged and skipped (its groups answer from their earlier records)
+instead of failing every group of the partition.
 
-    key   (OffsetCommitKey, version 1)    int16 version=1, string group, string topic,
-                                          int32 partition
-    value (OffsetCommitValue, version 3)  int16 version=3, int64 offset, int32 leader_epoch,
-                                          string metadata, int64 commit_timestamp
-          versions 0-2 are read too:      v0 offset, metadata, timestamp;
-                                          v1 offset, metadata, commit_ts, expire_ts;
-                                          v2 offset, metadata, commit_ts
-    a null value (tombstone) deletes the committed offset.
-
-Keys of version 0 are offset keys as well; version 2 keys hold Kafka's group metadata, which
-seglog does not write (membership is rebuilt by the members joining again) and skips.
+Committed offsets expire as Kafka's do (KIP-211) after `offsets.retention.minutes`: those of
+a group with members never; of an empty consumer group counted from when it became empty
+(its GroupMetadata record's currentStateTimestamp); of a group that never had members
+(offsets committed by assign() users) from each offset's commit time. Expired offsets are
+deleted with tombstones, and an empty group left with no offsets loses its metadata too.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -35,11 +32,27 @@ from seglog.errors import (
     CoordinatorNotAvailableError,
     SeglogError,
 )
-from seglog.records import RecordBatch, RecordBatchBuilder, iter_batches
+from seglog.records import RecordBatch, RecordBatchBuilder
+from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
 from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.v1 import common_pb2
 
 from .nodes import NodeConnections
+from .offsets_formats import (
+    CONSUMER_PROTOCOL_TYPE,
+    GROUP_METADATA_KEY_VERSION,
+    CommittedOffset,
+    GroupMetadata,
+    decode_group_key,
+    decode_group_value,
+    decode_offset_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    key_type,
+)
 from .registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -47,23 +60,14 @@ logger = logging.getLogger(__name__)
 OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's offsets.topic.segment.bytes; compaction is what keeps the topic small.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+# Kafka's offsets.retention.minutes (7 days) and offsets.retention.check.interval.ms.
+DEFAULT_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
+DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 _LOAD_FETCH_BYTES = 8 * 1024 * 1024
 _NODE_CALL_TIMEOUT_S = 30.0
-
-_INT16 = struct.Struct(">h")
-_INT32 = struct.Struct(">i")
-_INT64 = struct.Struct(">q")
-
-
-@dataclass(frozen=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp_ms: int
-
-
-# -- Kafka's formats ------------------------------------------------------------------------
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT = 23
 
 
 def java_string_hash(text: str) -> int:
@@ -80,66 +84,17 @@ def partition_for_group(group_id: str, num_partitions: int) -> int:
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions  # Kafka's Utils.abs
 
 
-def _string(text: str) -> bytes:
-    data = text.encode()
-    return _INT16.pack(len(data)) + data
-
-
-def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
-    return _INT16.pack(1) + _string(group_id) + _string(topic) + _INT32.pack(partition)
-
-
-def encode_offset_value(offset: int, leader_epoch: int, metadata: str, commit_ts_ms: int) -> bytes:
-    return (
-        _INT16.pack(3)
-        + _INT64.pack(offset)
-        + _INT32.pack(leader_epoch)
-        + _string(metadata)
-        + _INT64.pack(commit_ts_ms)
-    )
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, fmt: struct.Struct) -> int:
-        (value,) = fmt.unpack_from(self.data, self.pos)
-        self.pos += fmt.size
-        return int(value)
-
-    def string(self) -> str:
-        n = self.take(_INT16)
-        text = self.data[self.pos : self.pos + n].decode()
-        self.pos += n
-        return text
-
-
-def decode_offset_key(data: bytes) -> tuple[str, str, int] | None:
-    """(group, topic, partition) of an offset key; None for group-metadata keys."""
-    reader = _Reader(data)
-    version = reader.take(_INT16)
-    if version not in (0, 1):
-        return None
-    return reader.string(), reader.string(), reader.take(_INT32)
-
-
-def decode_offset_value(data: bytes) -> CommittedOffset:
-    reader = _Reader(data)
-    version = reader.take(_INT16)
-    offset = reader.take(_INT64)
-    leader_epoch = reader.take(_INT32) if version >= 3 else -1
-    metadata = reader.string()
-    timestamp = reader.take(_INT64)
-    if version > 3:
-        raise SeglogError(f"offset commit value version {version} is not supported")
-    return CommittedOffset(offset, leader_epoch, metadata, timestamp)
-
-
 # -- the store -------------------------------------------------------------------------------
 
 GroupOffsets = dict[tuple[str, int], CommittedOffset]
+
+
+@dataclass
+class PartitionContents:
+    """What one `__consumer_offsets` partition holds, as compaction would leave it."""
+
+    offsets: dict[str, GroupOffsets] = field(default_factory=dict)
+    groups: dict[str, GroupMetadata] = field(default_factory=dict)
 
 
 class OffsetsStore:
@@ -157,8 +112,7 @@ class OffsetsStore:
         self.default_num_partitions = num_partitions
         self._lock = threading.Lock()
         self._partition_locks: dict[int, threading.Lock] = {}
-        # offsets partition -> group -> (topic, partition) -> committed offset
-        self._cache: dict[int, dict[str, GroupOffsets]] = {}
+        self._cache: dict[int, PartitionContents] = {}
 
     @property
     def num_partitions(self) -> int:
@@ -196,24 +150,23 @@ class OffsetsStore:
 
     # -- reading back --------------------------------------------------------------------------
 
-    def _loaded(self, partition: int) -> dict[str, GroupOffsets]:
+    def _loaded(self, partition: int) -> PartitionContents:
         self._ensure_topic()
-        groups = self._cache.get(partition)
-        if groups is not None:
-            return groups
+        contents = self._cache.get(partition)
+        if contents is not None:
+            return contents
         with self._partition_lock(partition):
-            groups = self._cache.get(partition)
-            if groups is None:
-                groups = self._load(partition)
-                self._cache[partition] = groups
-        return groups
+            contents = self._cache.get(partition)
+            if contents is None:
+                contents = self._load(partition)
+                self._cache[partition] = contents
+        return contents
 
-    def _load(self, partition: int) -> dict[str, GroupOffsets]:
+    def _load(self, partition: int) -> PartitionContents:
         """Read the partition from its start to its high watermark, the newest record per key
         winning, as compaction would leave it."""
         stub = self._leader(partition).stub
-        groups: dict[str, GroupOffsets] = {}
-        offset = 0
+        contents = PartitionContents()
         try:
             earliest = stub.ListOffsets(
                 common_pb2.ListOffsetsRequest(
@@ -239,15 +192,23 @@ class OffsetsStore:
                     partition_max_bytes=_LOAD_FETCH_BYTES,
                 )
                 high_watermark = offset
+                started_at = offset
                 for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
                     if message.error:
                         raise error_from_code(message.error, message.error_message)
                     high_watermark = message.high_watermark
-                    for batch in iter_batches(message.records):
-                        if isinstance(batch, RecordBatch):
-                            self._apply(groups, batch)
-                            offset = max(offset, batch.header.next_offset)
+                    offset = max(offset, self._apply_all(contents, partition, message.records))
                 if offset >= high_watermark:
+                    break
+                if offset == started_at:
+                    logger.error(
+                        "%s-%d: cannot read past offset %d (high watermark %d); serving what "
+                        "was read before it",
+                        OFFSETS_TOPIC,
+                        partition,
+                        offset,
+                        high_watermark,
+                    )
                     break
         except grpc.RpcError as exc:
             raise CoordinatorLoadInProgressError(
@@ -261,41 +222,64 @@ class OffsetsStore:
             raise
         logger.info(
             "loaded committed offsets of %d groups from %s-%d",
-            len(groups),
+            len(contents.offsets),
             OFFSETS_TOPIC,
             partition,
         )
-        return groups
+        return contents
+
+    def _apply_all(self, contents: PartitionContents, partition: int, records: bytes) -> int:
+        """Apply every whole batch of a fetch; return the offset after the last one. A batch
+        that is corrupt is logged and skipped, found by its length and offsets alone."""
+        pos = 0
+        next_offset = -1
+        while len(records) - pos >= HEADER_BYTES:
+            base_offset, length = _BASE_AND_LENGTH.unpack_from(records, pos)
+            if length < HEADER_BYTES - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > len(records):
+                break
+            (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
+            try:
+                batch = RecordBatch(records, pos)
+                batch.validate()
+                self._apply(contents, batch)
+            except (SeglogError, ValueError, struct.error) as exc:
+                logger.error(
+                    "%s-%d: skipping the corrupt batch at offset %d: %s",
+                    OFFSETS_TOPIC,
+                    partition,
+                    base_offset,
+                    exc,
+                )
+            next_offset = max(next_offset, base_offset + max(delta, 0) + 1)
+            pos += LOG_OVERHEAD + length
+        return next_offset
 
     @staticmethod
-    def _apply(groups: dict[str, GroupOffsets], batch: RecordBatch) -> None:
+    def _apply(contents: PartitionContents, batch: RecordBatch) -> None:
         if batch.header.is_control:
             return
         for record in batch.records():
             if record.key is None:
                 continue
-            key = decode_offset_key(record.key)
-            if key is None:
-                continue
-            group_id, topic, partition = key
-            if record.value is None:
-                offsets = groups.get(group_id)
-                if offsets is not None:
-                    offsets.pop((topic, partition), None)
-                    if not offsets:
-                        del groups[group_id]
-                continue
-            groups.setdefault(group_id, {})[(topic, partition)] = decode_offset_value(record.value)
+            try:
+                _apply_record(contents, record.key, record.value)
+            except (SeglogError, ValueError, struct.error) as exc:
+                logger.error(
+                    "%s: skipping the record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc
+                )
 
     def committed(self, group_id: str) -> GroupOffsets:
-        return dict(self._loaded(self.partition_for(group_id)).get(group_id, {}))
+        return dict(self._loaded(self.partition_for(group_id)).offsets.get(group_id, {}))
+
+    def group_metadata(self, group_id: str) -> GroupMetadata | None:
+        return self._loaded(self.partition_for(group_id)).groups.get(group_id)
 
     def group_ids(self) -> set[str]:
         """Every group with committed offsets (reads back every partition not yet loaded)."""
         self._ensure_topic()
         found: set[str] = set()
         for partition in range(self.num_partitions):
-            found.update(self._loaded(partition))
+            found.update(self._loaded(partition).offsets)
         return found
 
     # -- writing -------------------------------------------------------------------------------
@@ -304,7 +288,7 @@ class OffsetsStore:
         """Append one batch with a record per (topic, partition, offset, epoch, metadata);
         the cache changes only once the leader has written it."""
         partition = self.partition_for(group_id)
-        groups = self._loaded(partition)
+        contents = self._loaded(partition)
         now_ms = time.time_ns() // 1_000_000
         builder = RecordBatchBuilder()
         entries: GroupOffsets = {}
@@ -319,20 +303,111 @@ class OffsetsStore:
             )
         if not entries:
             return
-        request = common_pb2.ProduceRequest(topic=OFFSETS_TOPIC, acks=1, timeout_ms=30_000)
-        request.partitions.add(partition=partition, records=builder.build())
         with self._partition_lock(partition):
-            try:
-                response = self._leader(partition).stub.Append(
-                    request, timeout=_NODE_CALL_TIMEOUT_S
+            self._append(partition, builder.build())
+            contents.offsets.setdefault(group_id, {}).update(entries)
+
+    def store_group(self, group_id: str, group: GroupMetadata) -> None:
+        """Write a group's GroupMetadata record (Kafka's key type 2): its generation, protocol
+        and members, after each rebalance and when it becomes empty."""
+        partition = self.partition_for(group_id)
+        contents = self._loaded(partition)
+        now_ms = time.time_ns() // 1_000_000
+        builder = RecordBatchBuilder()
+        builder.append(encode_group_key(group_id), encode_group_value(group), now_ms)
+        with self._partition_lock(partition):
+            self._append(partition, builder.build())
+            contents.groups[group_id] = group
+
+    def expire_offsets(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
+        """Delete the committed offsets past retention in the loaded partitions; return how
+        many went. `active_groups` have members now, and keep theirs."""
+        expired_count = 0
+        for partition, contents in list(self._cache.items()):
+            for group_id, offsets in list(contents.offsets.items()):
+                if group_id in active_groups:
+                    continue
+                meta = contents.groups.get(group_id)
+                empty_since = (
+                    meta.current_state_timestamp_ms
+                    if meta is not None
+                    and meta.protocol_type == CONSUMER_PROTOCOL_TYPE
+                    and not meta.members
+                    and meta.current_state_timestamp_ms >= 0
+                    else None
                 )
-            except grpc.RpcError as exc:
-                error = error_from_rpc(exc)
-                raise CoordinatorNotAvailableError(f"writing offsets failed: {error}") from None
-            result = response.partitions[0]
-            if result.error:
-                error = error_from_code(result.error, result.error_message)
-                if error.retriable:
-                    raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
-                raise error
-            groups.setdefault(group_id, {}).update(entries)
+                expired = [
+                    tp
+                    for tp, c in offsets.items()
+                    if now_ms - (c.commit_timestamp_ms if empty_since is None else empty_since)
+                    >= retention_ms
+                ]
+                if expired:
+                    drop_group = len(expired) == len(offsets) and meta is not None
+                    self._delete(partition, contents, group_id, expired, drop_group, now_ms)
+                    expired_count += len(expired)
+        return expired_count
+
+    def _delete(
+        self,
+        partition: int,
+        contents: PartitionContents,
+        group_id: str,
+        expired: list[tuple[str, int]],
+        drop_group: bool,
+        now_ms: int,
+    ) -> None:
+        builder = RecordBatchBuilder()
+        for topic, topic_partition in expired:
+            builder.append(encode_offset_key(group_id, topic, topic_partition), None, now_ms)
+        if drop_group:
+            builder.append(encode_group_key(group_id), None, now_ms)
+        with self._partition_lock(partition):
+            self._append(partition, builder.build())
+            offsets = contents.offsets.get(group_id, {})
+            for tp in expired:
+                offsets.pop(tp, None)
+            if not offsets:
+                contents.offsets.pop(group_id, None)
+            if drop_group:
+                contents.groups.pop(group_id, None)
+        logger.info(
+            "expired %d committed offsets of group %s%s",
+            len(expired),
+            group_id,
+            " and its metadata" if drop_group else "",
+        )
+
+    def _append(self, partition: int, records: bytes) -> None:
+        request = common_pb2.ProduceRequest(topic=OFFSETS_TOPIC, acks=1, timeout_ms=30_000)
+        request.partitions.add(partition=partition, records=records)
+        try:
+            response = self._leader(partition).stub.Append(request, timeout=_NODE_CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            error = error_from_rpc(exc)
+            raise CoordinatorNotAvailableError(f"writing offsets failed: {error}") from None
+        result = response.partitions[0]
+        if result.error:
+            error = error_from_code(result.error, result.error_message)
+            if error.retriable:
+                raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
+            raise error
+
+
+def _apply_record(contents: PartitionContents, key: bytes, value: bytes | None) -> None:
+    if key_type(key) == GROUP_METADATA_KEY_VERSION:
+        group_id = decode_group_key(key)
+        if value is None:
+            contents.groups.pop(group_id, None)
+        else:
+            contents.groups[group_id] = decode_group_value(value)
+        return
+    group_id, topic, partition = decode_offset_key(key)
+    if value is None:
+        offsets = contents.offsets.get(group_id)
+        if offsets is not None:
+            offsets.pop((topic, partition), None)
+            if not offsets:
+                del contents.offsets[group_id]
+        return
+    contents.offsets.setdefault(group_id, {})[(topic, partition)] = decode_offset_value(value)

@@ -4,6 +4,8 @@ health, reflection and tracing."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,11 @@ from .admin import AdminService, RegistryService
 from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
-from .offsets_store import OffsetsStore
+from .offsets_store import (
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
+    OffsetsStore,
+)
 from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC, Registry
 from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
@@ -46,6 +52,9 @@ class GatewayConfig:
     max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES
+    # Kafka's offsets.retention.minutes and offsets.retention.check.interval.ms.
+    offsets_retention_minutes: int = DEFAULT_OFFSETS_RETENTION_MINUTES
+    offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS
 
 
 class Gateway:
@@ -69,6 +78,12 @@ class Gateway:
         self.registry_service = RegistryService(
             self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
         )
+        self.offsets = OffsetsStore(
+            self.registry,
+            self.connections,
+            self.admin.create_internal_topic,
+            num_partitions=config.offsets_topic_num_partitions,
+        )
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(
@@ -76,12 +91,11 @@ class Gateway:
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
                 max_session_timeout_ms=config.group_max_session_timeout_ms,
             ),
+            persist=self.offsets.store_group,
         )
-        self.offsets = OffsetsStore(
-            self.registry,
-            self.connections,
-            self.admin.create_internal_topic,
-            num_partitions=config.offsets_topic_num_partitions,
+        self._stop = threading.Event()
+        self._expiry = threading.Thread(
+            target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
         )
         self.group_service = GroupCoordinatorService(self.registry, self.coordinator, self.offsets)
         self.tracer_provider = tracer_provider
@@ -175,9 +189,26 @@ class Gateway:
             tracer_provider=self.tracer_provider,
         )
         self.server.start()
+        self._expiry.start()
         logger.info("gateway serving on %s", self.address)
 
+    def expire_offsets(self) -> int:
+        """One pass of committed-offset expiry (offsets.retention.minutes)."""
+        return self.offsets.expire_offsets(
+            time.time_ns() // 1_000_000,
+            self.config.offsets_retention_minutes * 60_000,
+            self.coordinator.groups_with_members(),
+        )
+
+    def _expire_offsets_loop(self) -> None:
+        while not self._stop.wait(self.config.offsets_retention_check_interval_ms / 1000):
+            try:
+                self.expire_offsets()
+            except Exception:
+                logger.exception("expiring committed offsets failed")
+
     def stop(self, grace_s: float = 10.0) -> None:
+        self._stop.set()
         if self.server is not None:
             self.server.stop(grace_s).wait()
         self.coordinator.close()

@@ -2,7 +2,6 @@
 sender-side rounds, the assignors, the __consumer_offsets record formats, the fetcher's header
 walk."""
 
-import struct
 import threading
 import time
 
@@ -20,11 +19,6 @@ from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
 from services.gateway.assignors import range_assign, roundrobin_assign
 from services.gateway.offsets_store import (
-    CommittedOffset,
-    decode_offset_key,
-    decode_offset_value,
-    encode_offset_key,
-    encode_offset_value,
     java_string_hash,
     partition_for_group,
 )
@@ -195,24 +189,6 @@ def test_group_partition_uses_javas_string_hash_and_kafkas_abs():
     assert java_string_hash("polygenelubricants") == -(2**31)
     assert partition_for_group("polygenelubricants", 50) == 0
     assert partition_for_group("hello", 50) == 99162322 % 50
-
-
-def test_offset_key_and_value_have_kafkas_layout():
-    key = encode_offset_key("g", "orders", 3)
-    assert key == struct.pack(">h", 1) + b"\x00\x01g" + b"\x00\x06orders" + struct.pack(">i", 3)
-    value = encode_offset_value(42, 5, "meta", 1_700_000_000_000)
-    assert value == (
-        struct.pack(">hqi", 3, 42, 5) + b"\x00\x04meta" + struct.pack(">q", 1_700_000_000_000)
-    )
-    assert decode_offset_key(key) == ("g", "orders", 3)
-    assert decode_offset_value(value) == CommittedOffset(42, 5, "meta", 1_700_000_000_000)
-
-
-def test_older_offset_values_and_group_metadata_keys_are_read():
-    v1 = struct.pack(">hq", 1, 9) + b"\x00\x00" + struct.pack(">qq", 111, 222)
-    assert decode_offset_value(v1) == CommittedOffset(9, -1, "", 111)
-    group_metadata_key = struct.pack(">h", 2) + b"\x00\x01g"
-    assert decode_offset_key(group_metadata_key) is None
 
 
 # -- fetcher -------------------------------------------------------------------------------

@@ -267,10 +267,11 @@ class Consumer:
         return self._group
 
     def _current_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        # As Kafka's consumer, a commit carries the leader epoch of the last record read.
         return {
-            tp: OffsetAndMetadata(position)
-            for tp, position in self._fetcher.positions().items()
-            if position is not None and tp in self._assigned
+            tp: OffsetAndMetadata(position, "", epoch)
+            for tp, (position, epoch) in self._fetcher.positions_with_epochs().items()
+            if tp in self._assigned
         }
 
     def commit(

@@ -15,12 +15,13 @@ next fetch offset); records are decoded by `collect` on the caller's thread.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import logging
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -42,6 +43,9 @@ _LAST_OFFSET_DELTA_AT = 23  # after baseOffset, length, leader epoch, magic, crc
 @dataclass
 class PartitionState:
     position: int | None = None
+    # The leader epoch of the batch holding the last record handed out (Kafka's
+    # offsetEpoch): commits carry it, -1 after a seek.
+    position_epoch: int = -1
     fetch_offset: int | None = None
     epoch: int = 0
     high_watermark: int = -1
@@ -67,6 +71,9 @@ class _Pending:
     records: list[Record]
     index: int
     next_offset: int
+    # Where each batch's records start in `records`, and its partition leader epoch.
+    batch_starts: list[int] = field(default_factory=list)
+    batch_epochs: list[int] = field(default_factory=list)
     # A batch that would not decode: its records stop here, and once the records before it
     # are handed out the partition waits at `error_offset` with this error.
     error: SeglogError | None = None
@@ -128,6 +135,7 @@ class Fetcher:
             if state is None:
                 raise SeglogError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
             state.position = state.fetch_offset = offset
+            state.position_epoch = -1
             state.epoch += 1
             state.buffered_bytes = 0
             state.error = None
@@ -144,6 +152,15 @@ class Fetcher:
     def positions(self) -> dict[TopicPartition, int | None]:
         with self._lock:
             return {tp: s.position for tp, s in self.states.items()}
+
+    def positions_with_epochs(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Known positions with the leader epoch of the last record handed out before each."""
+        with self._lock:
+            return {
+                tp: (s.position, s.position_epoch)
+                for tp, s in self.states.items()
+                if s.position is not None
+            }
 
     def missing_positions(self) -> list[TopicPartition]:
         with self._lock:
@@ -174,6 +191,9 @@ class Fetcher:
                     self._drop_pending(pending)
                     continue
                 out.extend(chunk)
+                if chunk:
+                    slot = bisect.bisect_right(pending.batch_starts, pending.index - 1) - 1
+                    state.position_epoch = pending.batch_epochs[slot] if slot >= 0 else -1
                 if pending.index >= len(records):
                     self._drop_pending(pending)
                     if pending.error is None:
@@ -245,6 +265,8 @@ class Fetcher:
         try:
             for batch in iter_batches(fetch.records, validate=self.config.check_crcs):
                 if isinstance(batch, LegacyMessage):
+                    pending.batch_starts.append(len(out))
+                    pending.batch_epochs.append(-1)  # legacy entries carry no leader epoch
                     out.extend(
                         r._replace(topic=topic, partition=partition)
                         for r in records_of(batch)
@@ -257,6 +279,9 @@ class Fetcher:
                     records = batch.records(topic, partition)
                     if records and records[0].offset < position:
                         records = [r for r in records if r.offset >= position]
+                    if records:
+                        pending.batch_starts.append(len(out))
+                        pending.batch_epochs.append(header.partition_leader_epoch)
                     out.extend(records)
                 reached = max(reached, header.last_offset + 1)
         except (SeglogError, ValueError, IndexError, struct.error) as exc:
