@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -31,10 +30,9 @@ from seglog.errors import (
     RequestTimedOutError,
     SeglogError,
 )
+from seglog.records.checks import check_relayed_records
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
-from seglog.storage import LogConfig
-from seglog.storage.validation import validate_records
 from seglog.v1 import common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
@@ -137,12 +135,11 @@ class GatewayService:
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
         if len(by_node) > 1:
             # Split across nodes, the request could be half written if one node refused its
-            # part: validate every batch here first, with the topic's configs.
-            config = LogConfig().with_overrides(self.registry.topic(request.topic).configs)
-            now_ms = _now_ms()
+            # part for malformed bytes: check here first what no config changes (limits and
+            # timestamps are each node's own to judge, by its configs, as Kafka's broker does).
             for data in request.partitions:
                 try:
-                    validate_records(data.records, config, now_ms)
+                    check_relayed_records(data.records)
                 except SeglogError as exc:
                     raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
         return by_node
@@ -424,7 +421,3 @@ def _once(action: Callable[[], None]) -> Callable[[], None]:
 
 def _noop() -> None:
     pass
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

@@ -13,9 +13,10 @@ from seglog.errors import (
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
+    SeglogError,
     StorageError,
 )
-from seglog.rpc.status import error_from_rpc
+from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.storage import log_files
 from seglog.v1 import (
     common_pb2,
@@ -284,3 +285,29 @@ def test_min_bytes_is_counted_from_file_positions_across_segments(tmp_path):
         assert log.bytes_from(log.log_end_offset).available_bytes == 0
     finally:
         log.close()
+
+
+def test_the_gateway_and_the_nodes_judge_a_split_request_by_the_same_rules(tmp_path):
+    # The nodes run with a larger max.message.bytes than the engine's default: a batch they
+    # accept must not be refused by the gateway's own idea of the limit, and a malformed
+    # batch in any part of a request split across nodes still fails it whole.
+    cluster = LocalCluster(tmp_path, nodes=0)
+    try:
+        for node_id in (1, 2):
+            cluster.start_node(node_id, **{"max.message.bytes": str(3 * 1024 * 1024)})
+        cluster.client.create_topic("large", 2)
+        leaders = {cluster.gateway.registry.route("large", p).leader for p in (0, 1)}
+        assert leaders == {1, 2}
+        big = batch([b"x" * (2 * 1024 * 1024)])
+        results = cluster.client.produce("large", {0: big, 1: batch([b"small"])})
+        assert [r.error for r in results] == [0, 0]
+        broken = bytearray(batch([b"y"]))
+        broken[-1] ^= 0xFF
+        with pytest.raises(SeglogError, match="CRC"):
+            results = cluster.client.produce("large", {0: batch([b"z"]), 1: bytes(broken)})
+            for r in results:
+                if r.error:
+                    raise error_from_code(r.error, r.error_message)
+        assert cluster.log("large", 0).log_end_offset == 1  # nothing of it was written
+    finally:
+        cluster.close()

@@ -1,6 +1,11 @@
-"""What is checked inside a v2 batch before it is accepted, beyond its header and CRC: pure
-functions of the batch's bytes and limits passed in (no config object), so the gateway and
-the storage node apply the same rules.
+"""What is checked in a batch before it is accepted: pure functions of the batch's bytes and
+limits passed in (no config object), so the gateway and the storage node apply the same
+rules. The storage node's append path (storage/validation.py) runs the header checks inlined
+in one loop and calls these to name what failed; a relay that does not know the node's
+configs (the gateway) calls `check_relayed_records`, which checks only what no config changes.
+
+Header (`check_batch`): magic, batchLength against the header and the input, the size limit,
+recordCount against lastOffsetDelta, a known codec, the CRC-32C.
 
 Inside (as Kafka's LogValidator): the records section decompresses under the declared codec
 to at most `max_uncompressed_bytes`; it holds exactly recordCount records whose lengths,
@@ -14,10 +19,102 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..errors import CorruptRecordError, InvalidRecordError
+from ..errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+)
 from ._scan import scan_records
-from .batch import COMPRESSION_MASK, CONTROL_MASK, HEADER_BYTES, TIMESTAMP_TYPE_MASK, BatchHeader
+from .batch import (
+    COMPRESSION_MASK,
+    CONTROL_MASK,
+    HEADER_BYTES,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    TIMESTAMP_TYPE_MASK,
+    BatchHeader,
+    check_crc,
+    check_header,
+    read_header,
+)
 from .compression import decompress
+from .legacy import read_message
+
+
+def check_batch(
+    view: memoryview, position: int, header: BatchHeader, *, max_batch_bytes: int | None
+) -> None:
+    """The header-level checks of the v2 batch at `position`; raise the error naming the
+    first that fails. `max_batch_bytes` None: no size limit (a relay's view)."""
+    check_header(header, position)
+    size = header.size_in_bytes
+    if position + size > len(view):
+        raise CorruptRecordError(
+            f"batch at position {position} declares {size} bytes but the input has "
+            f"{len(view) - position} left"
+        )
+    if max_batch_bytes is not None and size > max_batch_bytes:
+        raise RecordTooLargeError(
+            f"batch at position {position} is {size} bytes, larger than max_message_bytes "
+            f"{max_batch_bytes}"
+        )
+    if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"batch at position {position}: recordCount {header.record_count} does not match "
+            f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
+        )
+    check_crc(view, position, header)
+
+
+def check_timestamp_window(
+    position: int, header: BatchHeader, earliest_ms: int, latest_ms: int
+) -> None:
+    """A CreateTime batch's base and max timestamps inside [earliest, latest]."""
+    for name, ts in (
+        ("baseTimestamp", header.base_timestamp),
+        ("maxTimestamp", header.max_timestamp),
+    ):
+        if ts < earliest_ms or ts > latest_ms:
+            raise InvalidTimestampError(
+                f"batch at position {position}: {name} {ts} outside the accepted window "
+                f"[{earliest_ms}, {latest_ms}] (message_timestamp_before_max_ms / "
+                f"message_timestamp_after_max_ms)"
+            )
+
+
+def check_relayed_records(records: bytes | bytearray | memoryview) -> None:
+    """What a relay can check without the node's configs, so that a request split across
+    nodes is refused whole when any part of it is malformed: every entry framed, v2 headers
+    and CRCs (legacy entries: their CRC), uncompressed records sections walked. Size limits,
+    timestamps, keys on compacted topics and compressed contents are the node's to check
+    with its own configs; they never differ between what it accepts and what it stores."""
+    view = memoryview(records).cast("B")
+    if not len(view):
+        raise InvalidRecordError("empty append: no batches in the input")
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos <= MAGIC_OFFSET:
+            raise CorruptRecordError(
+                f"input ends with {len(view) - pos} stray bytes at position {pos}: "
+                f"too short for a batch header"
+            )
+        magic = view[pos + MAGIC_OFFSET]
+        if magic in (0, 1):
+            pos += read_message(view, pos).size_in_bytes
+            continue
+        header = read_header(view, pos)
+        check_batch(view, pos, header, max_batch_bytes=None)
+        if magic == MAGIC_V2 and not header.attributes & COMPRESSION_MASK:
+            check_records(
+                view,
+                pos,
+                header,
+                require_keys=False,
+                max_uncompressed_bytes=header.size_in_bytes,
+                check_max_timestamp=False,
+            )
+        pos += header.size_in_bytes
 
 
 class RecordTimestamps(NamedTuple):

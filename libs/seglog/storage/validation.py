@@ -20,7 +20,6 @@ from ..errors import (
     CorruptRecordError,
     InvalidRecordError,
     InvalidTimestampError,
-    RecordTooLargeError,
 )
 from ..records.batch import (
     ATTRIBUTES_OFFSET,
@@ -34,12 +33,10 @@ from ..records.batch import (
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
     BatchHeader,
-    check_crc,
-    check_header,
     read_header,
     stamp_log_append_time,
 )
-from ..records.checks import check_records
+from ..records.checks import check_batch, check_records, check_timestamp_window
 from ..records.compression import MAX_CODEC
 from ..records.legacy import read_message, upconvert_counted
 from .config import LOG_APPEND_TIME, LogConfig
@@ -145,44 +142,15 @@ def _explain(view: memoryview, pos: int, config: LogConfig, now_ms: int) -> NoRe
             f"too short for a batch header"
         )
     header = read_header(view, pos)
-    check_header(header, pos)
-    size = header.size_in_bytes
-    if pos + size > total:
-        raise CorruptRecordError(
-            f"batch at position {pos} declares {size} bytes but the input has {total - pos} left"
-        )
-    _check_batch(view, pos, header, config, now_ms)
-    raise AssertionError(f"batch at position {pos} failed validation for no named reason")
-
-
-def _check_batch(
-    view: memoryview, pos: int, header: BatchHeader, config: LogConfig, now_ms: int
-) -> None:
-    size = header.size_in_bytes
-    if size > config.max_message_bytes:
-        raise RecordTooLargeError(
-            f"batch at position {pos} is {size} bytes, larger than max_message_bytes "
-            f"{config.max_message_bytes}"
-        )
-    if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
-        raise InvalidRecordError(
-            f"batch at position {pos}: recordCount {header.record_count} does not match "
-            f"lastOffsetDelta {header.last_offset_delta} (expected count = delta + 1)"
-        )
-    check_crc(view, pos, header)
+    check_batch(view, pos, header, max_batch_bytes=config.max_message_bytes)
     if config.message_timestamp_type != LOG_APPEND_TIME and not header.attributes & CONTROL_MASK:
-        earliest = now_ms - config.message_timestamp_before_max_ms
-        latest = now_ms + config.message_timestamp_after_max_ms
-        for name, ts in (
-            ("baseTimestamp", header.base_timestamp),
-            ("maxTimestamp", header.max_timestamp),
-        ):
-            if ts < earliest or ts > latest:
-                raise InvalidTimestampError(
-                    f"batch at position {pos}: {name} {ts} outside the accepted window "
-                    f"[{earliest}, {latest}] (message_timestamp_before_max_ms / "
-                    f"message_timestamp_after_max_ms around now {now_ms})"
-                )
+        check_timestamp_window(
+            pos,
+            header,
+            now_ms - config.message_timestamp_before_max_ms,
+            now_ms + config.message_timestamp_after_max_ms,
+        )
+    raise AssertionError(f"batch at position {pos} failed validation for no named reason")
 
 
 def _upconvert_all(view: memoryview, max_uncompressed_bytes: int) -> bytes:
