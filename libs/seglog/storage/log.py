@@ -28,11 +28,12 @@ from ..errors import (
 )
 from ..records.batch import NO_TIMESTAMP
 from ..spans import EngineTracer
-from . import log_files
+from . import log_files, log_reads
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
 from .log_loader import load_log
+from .log_reads import ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
 from .segment import LogSegment, SegmentFactory
 from .validation import ValidatedRecords, assign_offsets, validate_records
@@ -64,22 +65,6 @@ class LogReadResult:
     next_offset: int  # where the next read continues (== the fetch offset when data is empty)
     high_watermark: int  # the log end offset when the read began
     log_start_offset: int
-
-
-@dataclass(frozen=True)
-class ReadPosition:
-    """Where a read at some offset starts (its batch's segment and file position) and the
-    bytes from there to the log end."""
-
-    segment: LogSegment
-    position: int
-    available_bytes: int
-
-
-@dataclass(frozen=True)
-class TimestampAndOffset:
-    timestamp_ms: int
-    offset: int
 
 
 class Log:
@@ -348,26 +333,7 @@ class Log:
         file positions and segment sizes (a waiting fetch's `min_bytes`), never by reading
         the data. `hint`, a result of an earlier call for the same offset, skips the index
         lookup while its segment is still in the log."""
-        snapshot = self._segments.snapshot()
-        segments = snapshot.segments
-        if hint is not None and any(s is hint.segment for s in segments):
-            segment, position = hint.segment, hint.position
-        else:
-            index = snapshot.floor_index(offset)
-            segment, position = segments[index], segments[index].size
-            for candidate in segments[index:]:
-                found = candidate.translate_offset(offset)
-                if found is not None:
-                    segment, position = candidate, found.position
-                    break
-        after = False
-        available = 0
-        for s in segments:
-            if s is segment:
-                available, after = s.size - position, True
-            elif after:
-                available += s.size
-        return ReadPosition(segment, position, max(available, 0))
+        return log_reads.bytes_from(self._segments.snapshot(), offset, hint)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
@@ -377,35 +343,12 @@ class Log:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_end_offset)
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        snapshot, start = self._segments.snapshot(), self._log_start_offset
         if timestamp_ms == MAX_TIMESTAMP:
-            return self._offset_of_max_timestamp()
+            return log_reads.offset_of_max_timestamp(snapshot, start)
         if timestamp_ms < 0:
             raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1, -2 nor -3")
-        start = self._log_start_offset
-        for segment in self._segments:
-            if segment.size == 0 or segment.max_timestamp_so_far < timestamp_ms:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp_ms, max(start, segment.base_offset))
-            if found is not None:
-                return TimestampAndOffset(found[1], found[0])
-        return None
-
-    def _offset_of_max_timestamp(self) -> TimestampAndOffset | None:
-        """The record holding the log's largest timestamp (the first such when several tie),
-        as Kafka answers ListOffsets MAX_TIMESTAMP: the segment with the largest timestamp
-        from the segments' running maxima, then its one batch decoded."""
-        best: LogSegment | None = None
-        for segment in self._segments:
-            if segment.size and segment.max_timestamp_so_far > (
-                best.max_timestamp_so_far if best is not None else NO_TIMESTAMP
-            ):
-                best = segment
-        if best is None:
-            return None
-        found = best.find_offset_by_timestamp(best.max_timestamp_so_far, self._log_start_offset)
-        if found is None:  # its records all lie below the log start offset
-            return None
-        return TimestampAndOffset(found[1], found[0])
+        return log_reads.offset_for_timestamp(snapshot, timestamp_ms, start)
 
     # -- truncation and deletion -------------------------------------------------------
 
