@@ -30,8 +30,8 @@ from seglog.errors import (
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import Log, log_files
-from seglog.storage.log_reads import ReadPosition
 from seglog.storage.log_manager import LogManager
+from seglog.storage.log_reads import ReadPosition
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
