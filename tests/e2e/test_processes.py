@@ -395,3 +395,51 @@ def _acks0_accepted(client, payload):
         return True
     except SeglogError:
         return False
+
+
+def _produce_outcomes(client, topic, partitions):
+    """partition -> None when a record was stored, else the error's message."""
+    out = {}
+    for p in range(partitions):
+        try:
+            (result,) = client.produce(topic, {p: batch([b"v"])})
+            out[p] = None if result.error == 0 else result.error_message
+        except SeglogError as exc:
+            out[p] = str(exc)
+    return out
+
+
+def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path):
+    # A real EMFILE: the node's open-file limit is lowered under it, then a topic asks for
+    # more partitions than it can open. Partitions that cannot open go offline with the
+    # reason; the registry session, the node and the partitions it holds go on, and the
+    # offline ones come back once descriptors are available again.
+    import resource
+
+    cluster = ProcessCluster(tmp_path, nodes=1)
+    try:
+        node = cluster.nodes[1]
+        in_use = len(os.listdir(f"/proc/{node.pid}/fd"))
+        _, hard = resource.prlimit(node.pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(node.pid, resource.RLIMIT_NOFILE, (in_use + 40, hard))
+        cluster.client.create_topic("crowded", 30)
+
+        def settled():
+            outcomes = _produce_outcomes(cluster.client, "crowded", 30)
+            return outcomes if any(v and "open files" in v for v in outcomes.values()) else None
+
+        assert wait_until(settled, timeout_s=30)
+        outcomes = settled()
+        assert any(v is None for v in outcomes.values())  # the partitions it opened serve
+        (described,) = cluster.client.describe_cluster().nodes
+        assert described.live
+        # Only a registry session still reconciling after EMFILE brings them back.
+        resource.prlimit(node.pid, resource.RLIMIT_NOFILE, (hard, hard))
+
+        def all_served():
+            outcomes = _produce_outcomes(cluster.client, "crowded", 30)
+            return all(v is None for v in outcomes.values())
+
+        assert wait_until(all_served, timeout_s=30)
+    finally:
+        cluster.close()
