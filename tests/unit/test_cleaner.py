@@ -13,7 +13,7 @@ from seglog.records.builder import encode_batch
 from seglog.records.record import Record
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_checkpoint
-from seglog.storage.cleaner import OFFSET_MAP_BYTES_PER_ENTRY, Cleaner
+from seglog.storage.cleaner import OFFSET_MAP_BYTES_PER_ENTRY, Cleaner, OffsetMap
 from tests.conftest import make_batch
 from tests.unit.test_log import files, read_all
 
@@ -226,3 +226,17 @@ def test_a_corrupt_batch_marks_the_partition_uncleanable_and_it_keeps_serving(tm
 def test_cleaner_config_conflicts_are_refused():
     with pytest.raises(Exception, match="min.compaction.lag.ms"):
         LogConfig(min_compaction_lag_ms=10, max_compaction_lag_ms=5)
+
+
+def test_the_offset_map_lives_in_one_buffer_of_the_configured_size():
+    offset_map = OffsetMap(8 * OFFSET_MAP_BYTES_PER_ENTRY)  # 8 slots, 7 keys at 90%
+    assert len(offset_map._table) == 8 * OFFSET_MAP_BYTES_PER_ENTRY
+    records = [Record(i, 0, b"key-%d" % i, b"v") for i in range(6)]
+    assert offset_map.put_batch(records, 0)
+    # Keys collide in 8 slots and probe on; a later offset for a key replaces the earlier.
+    assert offset_map.put_batch([Record(9, 0, b"key-3", b"v")], 0)
+    assert offset_map.put_batch([Record(6, 0, b"key-6", b"v")], 0)
+    assert [offset_map.get(b"key-%d" % i) for i in range(7)] == [0, 1, 2, 9, 4, 5, 6]
+    assert offset_map.get(b"absent") == -1 and len(offset_map) == 7
+    assert not offset_map.put_batch([Record(10, 0, b"one-more", b"v")], 0)  # full
+    assert offset_map.get(b"one-more") == -1

@@ -13,9 +13,9 @@ One pass over a log:
    compacted topics, so no record waits longer than that in the active segment).
 2. Offset map: key -> offset of its latest record in the dirty range, for data batches only
    (control batches carry transaction markers, not keys). The map is bounded as Kafka's
-   SkimpyOffsetMap is: `log.cleaner.dedupe.buffer.size` / 24 bytes per entry, filled to 90%;
-   keys are kept as their 16-byte MD5 digests. A full map ends the pass at the last batch it
-   covers, and the next pass goes on from there.
+   SkimpyOffsetMap is: one buffer of `log.cleaner.dedupe.buffer.size` bytes holding 24-byte
+   slots (a key's 16-byte MD5 digest, an 8-byte offset), filled to 90%. A full map ends the
+   pass at the last batch it covers, and the next pass goes on from there.
 3. Segments from the log start up to the map's end are grouped (the group's bytes <=
    `segment_bytes`, offsets spanning < 2**31) and each group is rewritten into one
    `.cleaned` segment at its first base offset. In a data batch a record stays when its
@@ -46,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -62,16 +63,23 @@ logger = logging.getLogger(__name__)
 
 OFFSET_MAP_BYTES_PER_ENTRY = 24  # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 8-byte offset
 OFFSET_MAP_LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor default
+_DIGEST_BYTES = 16
+_EMPTY_DIGEST = bytes(_DIGEST_BYTES)
+_OFFSET = struct.Struct(">q")
 TopicPartition = tuple[str, int]
 
 
 class OffsetMap:
-    """key digest -> latest offset, holding at most `capacity` keys."""
+    """key -> latest offset in `dedupe_buffer_bytes` of memory, as Kafka's SkimpyOffsetMap:
+    an open-addressing table of 24-byte slots (the key's 16-byte MD5, an 8-byte offset) in one
+    preallocated buffer, filled to 90%. The memory is exactly the setting, however many or
+    large the keys; a digest of all zeros marks an empty slot."""
 
     def __init__(self, dedupe_buffer_bytes: int) -> None:
-        slots = dedupe_buffer_bytes // OFFSET_MAP_BYTES_PER_ENTRY
-        self.capacity = int(slots * OFFSET_MAP_LOAD_FACTOR)
-        self._offsets: dict[bytes, int] = {}
+        self.slots = dedupe_buffer_bytes // OFFSET_MAP_BYTES_PER_ENTRY
+        self.capacity = int(self.slots * OFFSET_MAP_LOAD_FACTOR)
+        self._table = bytearray(self.slots * OFFSET_MAP_BYTES_PER_ENTRY)
+        self._size = 0
         self.latest_offset = -1  # the last offset of the last batch the map covers
 
     @staticmethod
@@ -79,24 +87,42 @@ class OffsetMap:
         return hashlib.md5(key, usedforsecurity=False).digest()
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return self._size
+
+    def _slot_of(self, digest: bytes) -> int:
+        """The slot holding `digest`, or the empty slot where it would go (linear probing
+        from the digest's first 8 bytes)."""
+        table, slots = self._table, self.slots
+        slot = int.from_bytes(digest[:8], "big") % slots
+        while True:
+            at = slot * OFFSET_MAP_BYTES_PER_ENTRY
+            stored = table[at : at + _DIGEST_BYTES]
+            if stored in (digest, _EMPTY_DIGEST):
+                return slot
+            slot = slot + 1 if slot + 1 < slots else 0
 
     def get(self, key: bytes) -> int:
-        return self._offsets.get(self.digest(key), -1)
+        at = self._slot_of(self.digest(key)) * OFFSET_MAP_BYTES_PER_ENTRY
+        if self._table[at : at + _DIGEST_BYTES] == _EMPTY_DIGEST:
+            return -1
+        return int(_OFFSET.unpack_from(self._table, at + _DIGEST_BYTES)[0])
 
     def put_batch(self, records: Sequence[Record], start_offset: int) -> bool:
         """Add a batch's keyed records at or past `start_offset`; False, adding nothing,
-        when they do not fit (a batch is mapped whole or not at all)."""
-        digests = [
-            (self.digest(r.key), r.offset)
-            for r in records
-            if r.key is not None and r.offset >= start_offset
-        ]
-        new_keys = {d for d, _ in digests if d not in self._offsets}
-        if len(self._offsets) + len(new_keys) > self.capacity:
+        when they might not fit (a batch is mapped whole or not at all)."""
+        keyed = [r for r in records if r.key is not None and r.offset >= start_offset]
+        if self._size + len(keyed) > self.capacity:
             return False
-        for digest, offset in digests:
-            self._offsets[digest] = offset
+        table = self._table
+        for record in keyed:
+            digest = self.digest(record.key)  # type: ignore[arg-type]
+            if digest == _EMPTY_DIGEST:
+                continue  # one key in 2**128 hashes to the empty mark; it is not deduplicated
+            at = self._slot_of(digest) * OFFSET_MAP_BYTES_PER_ENTRY
+            if table[at : at + _DIGEST_BYTES] == _EMPTY_DIGEST:
+                table[at : at + _DIGEST_BYTES] = digest
+                self._size += 1
+            _OFFSET.pack_into(table, at + _DIGEST_BYTES, record.offset)
         return True
 
 
