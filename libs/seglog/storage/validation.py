@@ -21,6 +21,7 @@ from ..errors import (
     InvalidRecordError,
     InvalidTimestampError,
 )
+from ..records._scan import scan_records
 from ..records.batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
@@ -32,6 +33,7 @@ from ..records.batch import (
     MAGIC_V2,
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     read_header,
     stamp_log_append_time,
@@ -42,6 +44,9 @@ from ..records.legacy import read_message, upconvert_counted
 from .config import LOG_APPEND_TIME, LogConfig
 from .segment import AppendedBatch
 
+# Batches whose inside needs more than the C walk: decompression, control records, or a
+# LogAppendTime stamp that the max timestamp check must not compare.
+_SLOW_PATH_ATTRIBUTES = COMPRESSION_MASK | CONTROL_MASK | TIMESTAMP_TYPE_MASK
 # baseOffset, batchLength, partitionLeaderEpoch: the prefix an append rewrites.
 _REWRITTEN_PREFIX = struct.Struct(">qii")
 
@@ -67,11 +72,13 @@ def validate_records(
     # inlined comparisons, and only a batch that fails one goes through `_explain`, which
     # names the problem.
     unpack = HEADER.unpack_from
-    make_header = BatchHeader._make
+    new_tuple = tuple.__new__  # BatchHeader._make without its length check: once per batch
     max_message_bytes = config.max_message_bytes
     check_timestamps = config.message_timestamp_type != LOG_APPEND_TIME
     earliest = now_ms - config.message_timestamp_before_max_ms
     latest = now_ms + config.message_timestamp_after_max_ms
+    scan = scan_records
+    require_keys = config.compact
     batches: list[tuple[int, BatchHeader]] = []
     append = batches.append
     pos = 0
@@ -81,7 +88,7 @@ def validate_records(
                 upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
                 return validate_records(upconverted, config, now_ms)
             _explain(view, pos, config, now_ms)
-        header = make_header(unpack(view, pos))
+        header = new_tuple(BatchHeader, unpack(view, pos))
         size = header.batch_length + LOG_OVERHEAD
         count = header.record_count
         attributes = header.attributes
@@ -103,7 +110,22 @@ def validate_records(
             )
         ):
             _explain(view, pos, config, now_ms)
-        _check_inside(view, pos, header, config, earliest if check_timestamps else None)
+        if attributes & _SLOW_PATH_ATTRIBUTES:
+            _check_inside(view, pos, header, config, earliest if check_timestamps else None)
+        else:
+            # Uncompressed CreateTime data, the common case: the C walk and the timestamp
+            # checks inline; a failure goes through `_check_inside` to be named.
+            try:
+                low, high = scan(view[pos + HEADER_BYTES : pos + size], count, require_keys)
+                base_ts = header.base_timestamp
+                inside_ok = header.max_timestamp >= base_ts and (
+                    not check_timestamps
+                    or (base_ts + high == header.max_timestamp and base_ts + low >= earliest)
+                )
+            except ValueError:
+                inside_ok = False
+            if not inside_ok:
+                _check_inside(view, pos, header, config, earliest if check_timestamps else None)
         append((pos, header))
         pos += size
     return ValidatedRecords(view, batches, now_ms)
