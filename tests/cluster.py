@@ -116,3 +116,12 @@ def batch(values, *, keys=None, timestamp_ms=None, compression=0) -> bytes:
     for key, value in zip(keys, values, strict=True):
         builder.append(key, value, ts)
     return builder.build()
+
+
+def drain(consumer, expected: int, timeout_s: float = 20):
+    """Poll until `expected` records arrived or the deadline passed; what arrived."""
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expected and time.monotonic() < deadline:
+        out.extend(consumer.poll(timeout_ms=200))
+    return out

@@ -237,12 +237,18 @@ def decode_group_key(data: bytes) -> str:
     return reader.string()
 
 
-def decode_offset_value(data: bytes) -> CommittedOffset:
+def _value_reader(data: bytes, what: str) -> tuple[_Reader, int]:
+    """A reader past the value's version (0-4 known; 4+ flexible), and the version."""
     version = _Reader(data).take(_INT16)
     if not 0 <= version <= 4:
-        raise CorruptRecordError(f"offset commit value version {version} is not supported")
+        raise CorruptRecordError(f"{what} value version {version} is not supported")
     reader = _Reader(data, flexible=version >= 4)
-    reader.pos = 2
+    reader.pos = _INT16.size
+    return reader, version
+
+
+def decode_offset_value(data: bytes) -> CommittedOffset:
+    reader, version = _value_reader(data, "offset commit")
     offset = reader.take(_INT64)
     leader_epoch = reader.take(_INT32) if version >= 3 else -1
     metadata = reader.string()
@@ -254,11 +260,7 @@ def decode_offset_value(data: bytes) -> CommittedOffset:
 
 
 def decode_group_value(data: bytes) -> GroupMetadata:
-    version = _Reader(data).take(_INT16)
-    if not 0 <= version <= 4:
-        raise CorruptRecordError(f"group metadata value version {version} is not supported")
-    reader = _Reader(data, flexible=version >= 4)
-    reader.pos = 2
+    reader, version = _value_reader(data, "group metadata")
     protocol_type = reader.string()
     generation = reader.take(_INT32)
     protocol = reader.nullable_string()

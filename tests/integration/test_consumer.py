@@ -14,7 +14,7 @@ from seglog.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPa
 from seglog.errors import CorruptRecordError, InvalidConfigError
 from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
-from tests.cluster import batch, wait_until
+from tests.cluster import batch, drain, wait_until
 
 GROUP_CONFIG = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100}
 
@@ -23,14 +23,6 @@ def produce(address, topic, values, **send):
     with Producer(address, linger_ms=0) as producer:
         futures = [producer.send(topic, v, **send) for v in values]
         return [f.get(timeout=10) for f in futures]
-
-
-def drain(consumer, expected, timeout_s=20):
-    out = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < expected and time.monotonic() < deadline:
-        out.extend(consumer.poll(timeout_ms=200))
-    return out
 
 
 def test_assigned_partitions_are_read_in_order_with_every_field(cluster):

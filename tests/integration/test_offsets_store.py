@@ -4,25 +4,20 @@ and a read-back that survives a corrupt batch."""
 
 from __future__ import annotations
 
-import time
-
 from seglog.client.consumer import Consumer
 from seglog.client.structs import TopicPartition
 from seglog.records import RecordBatch
 from services.gateway.offsets_formats import decode_subscription_topics
 from services.gateway.offsets_store import OFFSETS_TOPIC
-from tests.cluster import batch, wait_until
+from tests.cluster import batch, drain, wait_until
 
 GROUP = dict(session_timeout_ms=1500, heartbeat_interval_ms=100, enable_auto_commit=False)
 RETENTION_MS = 60_000
 
 
-def drain(consumer, expected, timeout_s=20):
-    out = []
-    deadline = time.monotonic() + timeout_s
-    while len(out) < expected and time.monotonic() < deadline:
-        out.extend(consumer.poll(timeout_ms=200))
-    return out
+def restart_gateway(cluster):
+    cluster.restart_gateway()
+    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
 
 
 def test_a_commit_carries_the_leader_epoch_of_the_records_read(cluster):
@@ -58,8 +53,7 @@ def test_group_metadata_records_follow_rebalances_and_survive_a_restart(cluster)
     empty = cluster.gateway.offsets.group_metadata("watchers")
     assert empty.members == () and empty.generation > stable_generation
     assert empty.current_state_timestamp_ms >= meta.current_state_timestamp_ms
-    cluster.restart_gateway()
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    restart_gateway(cluster)
     assert cluster.gateway.offsets.group_metadata("watchers") == empty  # read back
 
 
@@ -88,8 +82,7 @@ def test_committed_offsets_expire_after_retention_by_kafkas_rules(cluster):
     assert offsets.expire_offsets(empty_since + RETENTION_MS, RETENTION_MS, set()) == 1
     assert offsets.group_metadata("members") is None  # an empty group with no offsets goes
     # The deletions are tombstones in the topic: a restarted gateway reads none of it back.
-    cluster.restart_gateway()
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    restart_gateway(cluster)
     assert cluster.gateway.offsets.group_ids() == set()
     assert cluster.gateway.offsets.group_metadata("members") is None
 
@@ -116,8 +109,7 @@ def test_a_corrupt_batch_in_the_offsets_topic_costs_only_its_own_commits(cluster
     with open(path, "r+b") as f:
         f.seek(last)
         f.write(data[last:])
-    cluster.restart_gateway()
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    restart_gateway(cluster)
     with Consumer(cluster.address, group_id="auditors", **GROUP) as c:
         assert c.committed(tp)[tp].offset == 20  # the batch before it is still read
         c.assign([tp])
