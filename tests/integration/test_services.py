@@ -8,7 +8,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from kafka.record.default_records import DefaultRecordBatch
 
-from seglog.client.gateway import EARLIEST, LATEST, FetchPosition
+from seglog.client.gateway import EARLIEST, LATEST, MAX_TIMESTAMP, FetchPosition
 from seglog.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -237,6 +237,8 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster):
     found = cluster.client.list_offsets("t", {0: base + 2500})[0]
     assert (found.offset, found.timestamp) == (9, base + 3000)
     assert cluster.client.list_offsets("t", {0: base + 99_999})[0].offset == -1
+    newest = cluster.client.list_offsets("t", {0: MAX_TIMESTAMP})[0]
+    assert (newest.offset, newest.timestamp) == (12, base + 4000)  # first of the newest batch
     cluster.log("t", 0).delete_records_before(6)
     assert cluster.client.list_offsets("t", {0: EARLIEST})[0].offset == 6
 
