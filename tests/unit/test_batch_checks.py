@@ -15,6 +15,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from seglog.errors import CorruptRecordError, InvalidRecordError, InvalidTimestampError
 from seglog.records import RecordBatchBuilder
+from seglog.records._scan import scan_input
 from seglog.records.batch import (
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -23,9 +24,11 @@ from seglog.records.batch import (
     LAST_OFFSET_DELTA_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     RECORD_COUNT_OFFSET,
+    BatchHeader,
     compute_crc,
+    read_header,
 )
-from seglog.records.compression import CompressionType, compress, decompress
+from seglog.records.compression import MAX_CODEC, CompressionType, compress, decompress
 from seglog.storage import LogConfig
 from seglog.storage.validation import validate_records
 
@@ -163,3 +166,22 @@ def test_every_well_formed_batch_passes_the_inner_checks(records, codec):
         builder.append(key, value, NOW_MS)
     validated = _validate(builder.build())
     assert len(validated.batches) == 1
+
+
+def test_one_c_call_checks_a_whole_input_and_stops_at_the_first_bad_batch():
+    good = bytes(_batch([b"a", b"b"]))
+    packed = bytes(_batch([b"c" * 50] * 3, compression=CompressionType.LZ4))
+    broken = bytearray(_batch([b"d", b"e"]))
+    struct.pack_into(">i", broken, RECORD_COUNT_OFFSET, 3)  # three claimed, two held
+    struct.pack_into(">i", broken, LAST_OFFSET_DELTA_OFFSET, 2)
+    raw = good + packed + _reseal(broken) + good
+    batches, slow, stop = scan_input(
+        raw, BatchHeader, 1 << 20, MAX_CODEC, True, NOW_MS - 1000, NOW_MS + 1000, False
+    )
+    assert [pos for pos, _ in batches] == [0, len(good)]
+    assert batches[1][1] == read_header(raw, len(good))  # field for field, as Python reads it
+    assert isinstance(batches[0][1], BatchHeader)
+    assert slow == [1]  # compressed: its inside is checked after decompression
+    assert stop == len(good) + len(packed)
+    with pytest.raises(CorruptRecordError, match="holds 2 records, recordCount says 3"):
+        validate_records(raw, LogConfig(), NOW_MS)

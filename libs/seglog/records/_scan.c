@@ -67,20 +67,21 @@ static int skip_bytes(cursor *c, Py_ssize_t limit, int64_t min_length, int64_t *
     return 0;
 }
 
-static PyObject *scan_records(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    long record_count;
-    int require_keys;
-    if (!PyArg_ParseTuple(args, "y*lp", &view, &record_count, &require_keys)) return NULL;
-    cursor c = {(const unsigned char *)view.buf, 0, view.len};
-    int64_t min_delta = INT64_MAX, max_delta = INT64_MIN;
+static const char RECORD_COUNT_PROBLEM[] = "record count";
+
+/* Walk one records section; NULL when it is whole, else what is wrong (with the record's
+ * index and start position in *index / *record_start). */
+static const char *scan_section(const unsigned char *buf, Py_ssize_t len, long record_count,
+                                int require_keys, int64_t *min_delta, int64_t *max_delta,
+                                long *index_out, Py_ssize_t *record_start) {
+    cursor c = {buf, 0, len};
     long index = 0;
-    PyObject *result = NULL;
+    *min_delta = INT64_MAX;
+    *max_delta = INT64_MIN;
     const char *problem = NULL;
-    Py_ssize_t record_start = 0;
     while (c.pos < c.end) {
         int64_t length, value;
-        record_start = c.pos;
+        *record_start = c.pos;
         if (index >= record_count) { problem = "more records than recordCount"; break; }
         if (read_varlong(&c, c.end, 5, &length) < 0) { problem = "bad length varint"; break; }
         if (length < 1 || length > c.end - c.pos) {
@@ -91,8 +92,8 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
         if (read_varlong(&c, limit, 10, &value) < 0) {
             problem = "bad timestampDelta varlong"; break;
         }
-        if (value < min_delta) min_delta = value;
-        if (value > max_delta) max_delta = value;
+        if (value < *min_delta) *min_delta = value;
+        if (value > *max_delta) *max_delta = value;
         if (read_varlong(&c, limit, 5, &value) < 0) { problem = "bad offsetDelta varint"; break; }
         if (value != index) { problem = "offsetDelta is not the record's index"; break; }
         if (skip_bytes(&c, limit, -1, &value) < 0) { problem = "bad key length"; break; }
@@ -113,15 +114,150 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
         if (c.pos != limit) { problem = "fields do not end where the length says"; break; }
         index++;
     }
-    if (problem != NULL) {
-        fail(index, record_start, problem);
-    } else if (index != record_count) {
+    *index_out = index;
+    if (problem == NULL && index != record_count) problem = RECORD_COUNT_PROBLEM;
+    if (index == 0) *min_delta = *max_delta = 0;
+    return problem;
+}
+
+static PyObject *scan_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long record_count;
+    int require_keys;
+    if (!PyArg_ParseTuple(args, "y*lp", &view, &record_count, &require_keys)) return NULL;
+    int64_t min_delta, max_delta;
+    long index;
+    Py_ssize_t record_start = 0;
+    const char *problem = scan_section((const unsigned char *)view.buf, view.len, record_count,
+                                       require_keys, &min_delta, &max_delta, &index,
+                                       &record_start);
+    PyObject *result = NULL;
+    if (problem == NULL) {
+        result = Py_BuildValue("(LL)", (long long)min_delta, (long long)max_delta);
+    } else if (problem == RECORD_COUNT_PROBLEM) {
         PyErr_Format(PyExc_ValueError, "records section holds %ld records, recordCount says %ld",
                      index, record_count);
     } else {
-        if (index == 0) min_delta = max_delta = 0;
-        result = Py_BuildValue("(LL)", (long long)min_delta, (long long)max_delta);
+        fail(index, record_start, problem);
     }
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* The v2 batch header, big-endian (see batch.py's HEADER). */
+#define HEADER_BYTES 61
+#define LOG_OVERHEAD 12
+#define MIN_BATCH_LENGTH (HEADER_BYTES - LOG_OVERHEAD)
+#define COMPRESSION_MASK 0x07
+#define TIMESTAMP_TYPE_MASK 0x08
+#define CONTROL_MASK 0x20
+
+static int64_t be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+static int32_t be32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+static int16_t be16(const unsigned char *p) {
+    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
+}
+
+/* scan_input(view, header_class, max_message_bytes, max_codec, check_timestamps, earliest,
+ *            latest, require_keys) -> (batches, slow, stop)
+ *
+ * The storage node's append checks for a whole input in one call, except the CRC (the caller
+ * checks it with the crc32c library): per v2 batch the header's lengths, size limit,
+ * recordCount against lastOffsetDelta, codec, the timestamp window (CreateTime, data
+ * batches), and, for uncompressed CreateTime data batches, the records section walked with
+ * the header's timestamps agreeing with the records'. `batches` holds (position, header) for
+ * each batch that passed, built as `header_class` (a tuple subclass); `slow` the indexes in
+ * `batches` of compressed, control or LogAppendTime batches, whose inside the caller checks;
+ * `stop` the position of the first batch that is not v2 or failed a check (the input's
+ * length when none did), which the caller examines to name the problem. */
+static PyObject *scan_input(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *header_class;
+    long long max_message_bytes, earliest, latest;
+    int max_codec, check_timestamps, require_keys;
+    if (!PyArg_ParseTuple(args, "y*OLipLLp", &view, &header_class, &max_message_bytes,
+                          &max_codec, &check_timestamps, &earliest, &latest, &require_keys))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t total = view.len, pos = 0;
+    PyObject *batches = PyList_New(0), *slow = PyList_New(0), *result = NULL;
+    if (batches == NULL || slow == NULL) goto done;
+    if (!PyType_Check(header_class) ||
+        !PyType_IsSubtype((PyTypeObject *)header_class, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "header_class must be a tuple subclass");
+        goto done;
+    }
+    while (pos < total) {
+        if (total - pos < HEADER_BYTES || buf[pos + 16] != 2) break;
+        const unsigned char *h = buf + pos;
+        int64_t base_offset = be64(h);
+        int32_t batch_length = be32(h + 8);
+        int32_t leader_epoch = be32(h + 12);
+        uint32_t crc = (uint32_t)be32(h + 17);
+        int16_t attributes = be16(h + 21);
+        int32_t last_offset_delta = be32(h + 23);
+        int64_t base_ts = be64(h + 27);
+        int64_t max_ts = be64(h + 35);
+        int64_t producer_id = be64(h + 43);
+        int16_t producer_epoch = be16(h + 51);
+        int32_t base_sequence = be32(h + 53);
+        int32_t count = be32(h + 57);
+        Py_ssize_t size = (Py_ssize_t)batch_length + LOG_OVERHEAD;
+        if (batch_length < MIN_BATCH_LENGTH || size > total - pos || size > max_message_bytes ||
+            count <= 0 || (int64_t)count != (int64_t)last_offset_delta + 1 ||
+            (attributes & COMPRESSION_MASK) > max_codec)
+            break;
+        int control = attributes & CONTROL_MASK;
+        if (check_timestamps && !control &&
+            !(earliest <= base_ts && base_ts <= latest && earliest <= max_ts && max_ts <= latest))
+            break;
+        int is_slow = (attributes & (COMPRESSION_MASK | CONTROL_MASK | TIMESTAMP_TYPE_MASK)) != 0;
+        if (!is_slow) {
+            int64_t low, high;
+            long index;
+            Py_ssize_t record_start;
+            if (scan_section(h + HEADER_BYTES, size - HEADER_BYTES, count, require_keys, &low,
+                             &high, &index, &record_start) != NULL)
+                break;
+            if (max_ts < base_ts) break;
+            if (check_timestamps && (base_ts + high != max_ts || base_ts + low < earliest)) break;
+        }
+        PyObject *fields = Py_BuildValue("(LiibkhiLLLhii)", (long long)base_offset, batch_length,
+                                         leader_epoch, 2, (unsigned long)crc, attributes,
+                                         last_offset_delta, (long long)base_ts,
+                                         (long long)max_ts, (long long)producer_id,
+                                         producer_epoch, base_sequence, count);
+        if (fields == NULL) goto done;
+        /* tuple.__new__(header_class, fields): the NamedTuple without its Python __new__. */
+        PyObject *new_args = PyTuple_Pack(1, fields);
+        Py_DECREF(fields);
+        if (new_args == NULL) goto done;
+        PyObject *header = PyTuple_Type.tp_new((PyTypeObject *)header_class, new_args, NULL);
+        Py_DECREF(new_args);
+        if (header == NULL) goto done;
+        PyObject *entry = Py_BuildValue("(nN)", pos, header);
+        if (entry == NULL) goto done;
+        int failed = PyList_Append(batches, entry);
+        Py_DECREF(entry);
+        if (failed < 0) goto done;
+        if (is_slow) {
+            PyObject *at = PyLong_FromSsize_t(PyList_GET_SIZE(batches) - 1);
+            if (at == NULL || PyList_Append(slow, at) < 0) { Py_XDECREF(at); goto done; }
+            Py_DECREF(at);
+        }
+        pos += size;
+    }
+    result = Py_BuildValue("(OOn)", batches, slow, pos);
+done:
+    Py_XDECREF(batches);
+    Py_XDECREF(slow);
     PyBuffer_Release(&view);
     return result;
 }
@@ -129,6 +265,9 @@ static PyObject *scan_records(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(section, record_count, require_keys) -> (min, max) timestamp delta"},
+    {"scan_input", scan_input, METH_VARARGS,
+     "scan_input(view, header_class, max_message_bytes, max_codec, check_timestamps, "
+     "earliest, latest, require_keys) -> (batches, slow, stop)"},
     {NULL, NULL, 0, NULL},
 };
 

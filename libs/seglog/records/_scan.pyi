@@ -1,4 +1,16 @@
 # Types of the C module _scan.c.
+from typing import Any
+
 def scan_records(
     section: bytes | memoryview, record_count: int, require_keys: bool
 ) -> tuple[int, int]: ...
+def scan_input(
+    view: bytes | memoryview,
+    header_class: type[tuple[int, ...]],
+    max_message_bytes: int,
+    max_codec: int,
+    check_timestamps: bool,
+    earliest: int,
+    latest: int,
+    require_keys: bool,
+) -> tuple[list[tuple[int, Any]], list[int], int]: ...

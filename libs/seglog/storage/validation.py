@@ -1,11 +1,14 @@
-"""The append path before the write: validation, every check that needs no record decoding,
-over a whole input, before any byte of it is written; then offset assignment.
+"""The append path before the write: validation of a whole input before any byte of it is
+written, then offset assignment.
 
 Per batch: the header (magic, lengths), the declared size against the input, recordCount
-against lastOffsetDelta, `max_message_bytes`, the CRC-32C (in C), and the batch's base and max
+against lastOffsetDelta, `max_message_bytes`, the CRC-32C, the batch's base and max
 timestamps against `message_timestamp_{before,after}_max_ms` (CreateTime topics; control
-batches are exempt). Legacy (magic 0/1) entries are up-converted to v2 first, as a broker does
-for old producers; that is the only path here that touches individual records.
+batches are exempt), and the records inside (records/checks.py). Headers and uncompressed
+records sections are checked by one C call over the whole input (records/_scan.c), CRCs by
+the crc32c library; compressed, control and LogAppendTime batches have their insides checked
+in Python after decompression. Legacy (magic 0/1) entries are up-converted to v2 first, as a
+broker does for old producers; that is the only path here that touches individual records.
 """
 
 from __future__ import annotations
@@ -21,19 +24,14 @@ from ..errors import (
     InvalidRecordError,
     InvalidTimestampError,
 )
-from ..records._scan import scan_records
+from ..records._scan import scan_input
 from ..records.batch import (
     ATTRIBUTES_OFFSET,
-    COMPRESSION_MASK,
     CONTROL_MASK,
-    HEADER,
-    HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
-    MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
     BatchHeader,
     read_header,
     stamp_log_append_time,
@@ -44,9 +42,6 @@ from ..records.legacy import read_message, upconvert_counted
 from .config import LOG_APPEND_TIME, LogConfig
 from .segment import AppendedBatch
 
-# Batches whose inside needs more than the C walk: decompression, control records, or a
-# LogAppendTime stamp that the max timestamp check must not compare.
-_SLOW_PATH_ATTRIBUTES = COMPRESSION_MASK | CONTROL_MASK | TIMESTAMP_TYPE_MASK
 # baseOffset, batchLength, partitionLeaderEpoch: the prefix an append rewrites.
 _REWRITTEN_PREFIX = struct.Struct(">qii")
 
@@ -68,66 +63,35 @@ def validate_records(
     total = len(view)
     if total == 0:
         raise InvalidRecordError("empty append: no batches in the input")
-    # The loop runs once per batch on the storage node's append path: the checks are
-    # inlined comparisons, and only a batch that fails one goes through `_explain`, which
-    # names the problem.
-    unpack = HEADER.unpack_from
-    new_tuple = tuple.__new__  # BatchHeader._make without its length check: once per batch
-    max_message_bytes = config.max_message_bytes
     check_timestamps = config.message_timestamp_type != LOG_APPEND_TIME
     earliest = now_ms - config.message_timestamp_before_max_ms
     latest = now_ms + config.message_timestamp_after_max_ms
-    scan = scan_records
-    require_keys = config.compact
-    batches: list[tuple[int, BatchHeader]] = []
-    append = batches.append
-    pos = 0
-    while pos < total:
-        if total - pos < HEADER_BYTES or view[pos + MAGIC_OFFSET] != MAGIC_V2:
-            if total - pos > MAGIC_OFFSET and view[pos + MAGIC_OFFSET] in (0, 1):
-                upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
-                return validate_records(upconverted, config, now_ms)
-            _explain(view, pos, config, now_ms)
-        header = new_tuple(BatchHeader, unpack(view, pos))
-        size = header.batch_length + LOG_OVERHEAD
-        count = header.record_count
-        attributes = header.attributes
-        if (
-            header.batch_length < MIN_BATCH_LENGTH
-            or pos + size > total
-            or size > max_message_bytes
-            or count <= 0
-            or count != header.last_offset_delta + 1
-            or attributes & COMPRESSION_MASK > MAX_CODEC
-            or crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) != header.crc
-            or (
-                check_timestamps
-                and not attributes & CONTROL_MASK
-                and not (
-                    earliest <= header.base_timestamp <= latest
-                    and earliest <= header.max_timestamp <= latest
-                )
-            )
+    # One C call checks every header and walks every uncompressed records section (no
+    # Python work per batch but the CRC); it stops at the first batch that is not v2 or fails
+    # a check, and only that batch goes through `_explain`, which names the problem.
+    batches, slow, stop = scan_input(
+        view,
+        BatchHeader,
+        config.max_message_bytes,
+        MAX_CODEC,
+        check_timestamps,
+        earliest,
+        latest,
+        config.compact,
+    )
+    slow_indexes = set(slow)
+    for index, (pos, header) in enumerate(batches):
+        if crc32c(view[pos + ATTRIBUTES_OFFSET : pos + header.batch_length + LOG_OVERHEAD]) != (
+            header.crc
         ):
             _explain(view, pos, config, now_ms)
-        if attributes & _SLOW_PATH_ATTRIBUTES:
+        if index in slow_indexes:
             _check_inside(view, pos, header, config, earliest if check_timestamps else None)
-        else:
-            # Uncompressed CreateTime data, the common case: the C walk and the timestamp
-            # checks inline; a failure goes through `_check_inside` to be named.
-            try:
-                low, high = scan(view[pos + HEADER_BYTES : pos + size], count, require_keys)
-                base_ts = header.base_timestamp
-                inside_ok = header.max_timestamp >= base_ts and (
-                    not check_timestamps
-                    or (base_ts + high == header.max_timestamp and base_ts + low >= earliest)
-                )
-            except ValueError:
-                inside_ok = False
-            if not inside_ok:
-                _check_inside(view, pos, header, config, earliest if check_timestamps else None)
-        append((pos, header))
-        pos += size
+    if stop < total:
+        if total - stop > MAGIC_OFFSET and view[stop + MAGIC_OFFSET] in (0, 1):
+            upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
+            return validate_records(upconverted, config, now_ms)
+        _explain(view, stop, config, now_ms)
     return ValidatedRecords(view, batches, now_ms)
 
 
@@ -172,6 +136,9 @@ def _explain(view: memoryview, pos: int, config: LogConfig, now_ms: int) -> NoRe
             now_ms - config.message_timestamp_before_max_ms,
             now_ms + config.message_timestamp_after_max_ms,
         )
+    check_timestamps = config.message_timestamp_type != LOG_APPEND_TIME
+    earliest = now_ms - config.message_timestamp_before_max_ms
+    _check_inside(view, pos, header, config, earliest if check_timestamps else None)
     raise AssertionError(f"batch at position {pos} failed validation for no named reason")
 
 
