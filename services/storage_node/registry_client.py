@@ -23,7 +23,7 @@ from opentelemetry import trace
 from seglog.rpc.channels import open_channel
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 
-from .service import StorageNodeService
+from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 
@@ -34,14 +34,14 @@ class RegistrySession:
         gateway: str,
         node_id: int,
         address: str,
-        service: StorageNodeService,
+        replicas: ReplicaManager,
         *,
         heartbeat_interval_ms: int = 2000,
         tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.node_id = node_id
         self.address = address
-        self.service = service
+        self.replicas = replicas
         self.interval_s = heartbeat_interval_ms / 1000
         self._channel = open_channel(gateway)
         self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
@@ -59,9 +59,9 @@ class RegistrySession:
 
     def _heartbeat_message(self) -> gateway_pb2.NodeHeartbeat:
         message = gateway_pb2.NodeHeartbeat(node_id=self.node_id, address=self.address)
-        for topic, partition in sorted(self.service.logs.logs()):
+        for topic, partition in self.replicas.hosted():
             message.partitions.add(topic=topic, partition=partition)
-        for (topic, partition), reason in sorted(self.service.logs.offline().items()):
+        for (topic, partition), reason in sorted(self.replicas.offline().items()):
             message.partitions.add(topic=topic, partition=partition, offline_reason=reason)
         return message
 
@@ -90,21 +90,21 @@ class RegistrySession:
         self.reconcile(assignment)
 
     def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
-        hosted = set(self.service.logs.logs())
-        offline = self.service.logs.offline()
+        hosted = set(self.replicas.hosted())
+        offline = self.replicas.offline()
         assigned = set()
         for p in assignment.partitions:
             tp = (p.topic, p.partition)
             assigned.add(tp)
-            known_epoch = self.service.leader_epoch(p.topic, p.partition)
+            known_epoch = self.replicas.leader_epoch(p.topic, p.partition)
             if tp not in hosted or known_epoch != p.leader_epoch:
                 try:
-                    self.service.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
+                    self.replicas.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
                 except Exception as exc:
                     self._partition_failed(tp, "create", exc, offline.get(tp))
         for tp in hosted - assigned:
             try:
-                path = self.service.logs.set_aside_log(*tp)
+                path = self.replicas.set_aside_partition(*tp)
                 logger.warning(
                     "partition %s-%d is no longer assigned here: set aside as %s",
                     tp[0],
@@ -114,12 +114,12 @@ class RegistrySession:
             except Exception as exc:
                 self._partition_failed(tp, "set aside", exc, offline.get(tp))
         for tp in set(offline) - assigned:
-            self.service.logs.forget_offline(*tp)  # its topic is gone: nothing to report
+            self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
 
     def _partition_failed(
         self, tp: tuple[str, int], action: str, exc: Exception, previous_reason: str | None
     ) -> None:
         reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
-        self.service.logs.mark_offline(*tp, reason)
+        self.replicas.mark_offline(*tp, reason)
         if previous_reason is None:  # once, not every heartbeat while it stays offline
             logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)

@@ -1,5 +1,5 @@
-"""Assembles a storage node: LogManager, the StorageNode service, health, reflection,
-tracing, and the registry session with the gateway."""
+"""Assembles a storage node: LogManager, the ReplicaManager over it, the StorageNode
+servicer, health, reflection, tracing, and the registry session with the gateway."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from seglog.v1 import common_pb2, storage_pb2
 from services import serving
 
 from .registry_client import RegistrySession
-from .service import DEFAULT_CHUNK_BYTES, StorageNodeService
+from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager
+from .service import StorageNodeService
 
 logger = logging.getLogger(__name__)
 SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["StorageNode"].full_name
@@ -61,7 +62,8 @@ class StorageNode:
         default_log_config = LogConfig().with_overrides(log_overrides)
         manager_config = LogManagerConfig.from_overrides((str(config.data_dir),), manager_overrides)
         self.logs = LogManager(manager_config, default_log_config)
-        self.service = StorageNodeService(self.logs, chunk_bytes=config.fetch_chunk_bytes)
+        self.replicas = ReplicaManager(self.logs, chunk_bytes=config.fetch_chunk_bytes)
+        self.service = StorageNodeService(self.replicas)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.port = 0
@@ -128,7 +130,7 @@ class StorageNode:
                 self.config.gateway,
                 self.config.node_id,
                 self.address,
-                self.service,
+                self.replicas,
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                 tracer_provider=self.tracer_provider,
             )
@@ -140,6 +142,6 @@ class StorageNode:
         if self.session is not None:
             self.session.stop()
         if self.server is not None:
-            self.service.stop()
+            self.replicas.stop()
             self.server.stop(grace_s).wait()
         self.logs.shutdown()

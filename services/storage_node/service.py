@@ -1,103 +1,39 @@
-"""The StorageNode gRPC service over one LogManager.
+"""The StorageNode gRPC servicer: a thin layer over the ReplicaManager (replica_manager.py),
+as Kafka's KafkaApis over its ReplicaManager. It checks request fields, translates protobuf
+to and from the manager's calls, and bounds how many fetches may wait at once; what the node
+does with partitions lives in the manager.
 
-Append: the whole request is checked (acks, duplicate partitions, every partition hosted and
-at the caller's leader epoch, every batch validated by the engine) before any partition is
-appended; a failure there fails the call with its status and writes nothing.
-
-Fetch: a long poll. The node answers as soon as `min_bytes` are available across the
-requested partitions or `max_wait_ms` passes; appends wake waiting fetches through one
-condition variable (no polling). The answer streams whole batches as stored, in messages of
-at most `chunk_bytes` (a single larger batch travels alone), written as wire bytes directly
-(seglog.rpc.wire). Every requested partition gets at least one message carrying its
-watermarks, and its error if it has one.
+Fetch answers stream the manager's chunks as wire bytes directly (seglog.rpc.wire), without
+building a protobuf message around the records.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import (
-    InvalidRequestError,
-    NotLeaderError,
-    SeglogError,
-)
+from seglog.errors import SeglogError
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
-from seglog.storage import Log, log_files
-from seglog.storage.log_manager import LogManager
-from seglog.storage.log_reads import ReadPosition
-from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from .replica_manager import FetchChunk, ReplicaManager
+
 logger = logging.getLogger(__name__)
-
-DEFAULT_CHUNK_BYTES = 1024 * 1024
-NO_EPOCH = -1
-
-
-@dataclass
-class _FetchState:
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    log: Log | None
-    error: SeglogError | None = None
-    position: ReadPosition | None = None  # where `offset` was found, reused while waiting
 
 
 class StorageNodeService:
     def __init__(
         self,
-        logs: LogManager,
+        replicas: ReplicaManager,
         *,
-        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
     ) -> None:
-        self.logs = logs
-        self.chunk_bytes = chunk_bytes
+        self.replicas = replicas
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
-        self._epochs: dict[tuple[str, int], int] = {}
-        self._appended = threading.Condition()
-        self._append_seq = 0
-        self._stopping = False
-
-    # -- partitions ----------------------------------------------------------------------
-
-    def leader_epoch(self, topic: str, partition: int) -> int:
-        return self._epochs.get((topic, partition), NO_EPOCH)
-
-    def create_partition(
-        self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
-    ) -> Log:
-        # The same checks the gateway makes: this API is reachable by any caller.
-        log_files.check_topic_name(topic)
-        if configs:
-            self.logs.set_topic_overrides(topic, dict(configs))
-        log = self.logs.create_log(topic, partition)
-        self._epochs[(topic, partition)] = leader_epoch
-        return log
-
-    def delete_partition(self, topic: str, partition: int) -> None:
-        log_files.check_topic_name(topic)
-        self.logs.delete_log(topic, partition)
-        self._epochs.pop((topic, partition), None)
-        self._wake_fetchers()
-
-    def _check_epoch(self, topic: str, partition: int, client_epoch: int) -> None:
-        known = self._epochs.get((topic, partition), NO_EPOCH)
-        if client_epoch >= 0 and known >= 0 and client_epoch != known:
-            raise NotLeaderError(
-                f"{topic}-{partition}: request carries leader epoch {client_epoch}, this node "
-                f"leads epoch {known}; refresh metadata"
-            )
 
     # -- Append --------------------------------------------------------------------------
 
@@ -105,53 +41,27 @@ class StorageNodeService:
         self, request: common_pb2.ProduceRequest, context: grpc.ServicerContext
     ) -> common_pb2.ProduceResponse:
         try:
-            checked = self._check_append(request)
+            check_produce_request(request)
+            results = self.replicas.append(
+                request.topic,
+                [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
+            )
         except SeglogError as exc:
             abort(context, exc)
         response = common_pb2.ProduceResponse(topic=request.topic)
-        for partition, log, validated in checked:
-            result = response.partitions.add(partition=partition)
-            try:
-                info = log.append(validated, leader_epoch=self._leader_epoch_or_none(log))
-            except SeglogError as exc:
-                set_error(result, exc)
+        for appended in results:
+            result = response.partitions.add(partition=appended.partition)
+            if appended.info is None:
+                assert appended.error is not None
+                set_error(result, appended.error)
                 result.base_offset = result.last_offset = -1
                 continue
+            info = appended.info
             result.base_offset = info.first_offset
             result.last_offset = info.last_offset
             result.log_append_time_ms = info.log_append_time_ms
             result.log_start_offset = info.log_start_offset
-        self._wake_fetchers()
         return response
-
-    def _check_append(
-        self, request: common_pb2.ProduceRequest
-    ) -> list[tuple[int, Log, ValidatedRecords]]:
-        check_produce_request(request)
-        checked = []
-        for data in request.partitions:
-            log = self.logs.get_log(request.topic, data.partition)
-            self._check_epoch(request.topic, data.partition, client_leader_epoch(data))
-            try:
-                validated = log.validate(data.records)
-            except SeglogError as exc:
-                raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
-            checked.append((data.partition, log, validated))
-        return checked
-
-    def _leader_epoch_or_none(self, log: Log) -> int | None:
-        epoch = self._epochs.get((log.topic, log.partition), NO_EPOCH)
-        return epoch if epoch >= 0 else None
-
-    def _wake_fetchers(self) -> None:
-        with self._appended:
-            self._append_seq += 1
-            self._appended.notify_all()
-
-    def stop(self) -> None:
-        """Wake every waiting fetch so it answers with what it has."""
-        self._stopping = True
-        self._wake_fetchers()
 
     # -- Fetch ---------------------------------------------------------------------------
 
@@ -162,8 +72,18 @@ class StorageNodeService:
             check_fetch_request(request)
         except SeglogError as exc:
             abort(context, exc)
-        states = self._fetch_states(request)
-        min_bytes = max(request.min_bytes, 0)
+        states = self.replicas.fetch_states(
+            [
+                (
+                    p.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    client_leader_epoch(p),
+                )
+                for p in request.partitions
+            ]
+        )
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
         if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
@@ -173,118 +93,20 @@ class StorageNodeService:
                 # Runs when the call ends; only a call that ends while it waits (cancelled)
                 # needs the waiters woken, not every fetch that completes.
                 if waiting[0]:
-                    self._wake_fetchers()
+                    self.replicas.wake_fetchers()
 
             try:
                 context.add_callback(woken_if_cancelled)
-                self._wait_for_bytes(states, min_bytes, request.max_wait_ms, context)
+                self.replicas.wait_for_fetch(
+                    states, max(request.min_bytes, 0), request.max_wait_ms, context.is_active
+                )
             finally:
                 waiting[0] = False
                 self.waiting_fetches.release()
         if not context.is_active():
             return
-        yield from self._stream(states, request.max_bytes or (1 << 31) - 1)
-
-    def _wait_for_bytes(
-        self,
-        states: list[_FetchState],
-        min_bytes: int,
-        max_wait_ms: int,
-        context: grpc.ServicerContext,
-    ) -> None:
-        deadline = time.monotonic() + max_wait_ms / 1000
-        while context.is_active() and not self._stopping:
-            seq = self._append_seq
-            if self._available_bytes(states, min_bytes) >= min_bytes:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            with self._appended:
-                if self._append_seq == seq:
-                    self._appended.wait(remaining)
-
-    def _fetch_states(self, request: common_pb2.FetchRequest) -> list[_FetchState]:
-        states = []
-        for p in request.partitions:
-            state = _FetchState(p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, None)
-            try:
-                state.log = self.logs.get_log(p.topic, p.partition)
-                self._check_epoch(p.topic, p.partition, client_leader_epoch(p))
-                if p.partition_max_bytes <= 0:
-                    raise InvalidRequestError(
-                        f"{p.topic}-{p.partition}: partition_max_bytes must be > 0"
-                    )
-            except SeglogError as exc:
-                state.error = exc
-            states.append(state)
-        return states
-
-    def _available_bytes(self, states: list[_FetchState], enough: int) -> int:
-        """Bytes ready to send, counted from file positions until `enough` (errors count:
-        they answer at once)."""
-        total = 0
-        for state in states:
-            if state.error is not None:
-                return enough
-            log = state.log
-            assert log is not None
-            if state.offset == log.log_end_offset:
-                continue
-            if enough <= 1 or not log.log_start_offset <= state.offset <= log.log_end_offset:
-                return enough  # data, or an out-of-range error to answer now
-            state.position = log.bytes_from(state.offset, state.position)
-            total += max(state.position.available_bytes, 1)
-            if total >= enough:
-                return total
-        return total
-
-    def _stream(self, states: list[_FetchState], max_bytes: int) -> Iterator[bytes]:
-        budget = max_bytes
-        sent_data = False
-        for state in states:
-            if state.error is not None:
-                yield self._error_message(state, state.error)
-                continue
-            assert state.log is not None
-            log = state.log
-            offset = state.offset
-            partition_budget = state.max_bytes
-            messages = 0
-            while True:
-                limit = min(self.chunk_bytes, partition_budget, budget)
-                try:
-                    read = log.read_records(offset, max(limit, 0), min_one_message=not sent_data)
-                except SeglogError as exc:
-                    if messages == 0:
-                        yield self._error_message(state, exc)
-                        messages += 1
-                    break
-                if read.data or messages == 0:
-                    yield wire.encode_fetch_response(
-                        state.topic,
-                        state.partition,
-                        read.high_watermark,
-                        read.log_start_offset,
-                        read.data,
-                    )
-                    messages += 1
-                if not read.data:
-                    break
-                sent_data = True
-                offset = read.next_offset
-                partition_budget -= len(read.data)
-                budget -= len(read.data)
-                if partition_budget <= 0 or budget <= 0 or offset >= read.high_watermark:
-                    break
-
-    def _error_message(self, state: _FetchState, error: SeglogError) -> bytes:
-        hw = lso = -1
-        if state.log is not None:
-            hw, lso = state.log.log_end_offset, state.log.log_start_offset
-        return wire.encode_fetch_response(
-            state.topic, state.partition, hw, lso, b"", error_code_for(error), str(error)
-        )
+        for chunk in self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1):
+            yield _encode_chunk(chunk)
 
     # -- ListOffsets, CreatePartition, DeletePartition, DescribePartitions -----------------
 
@@ -295,23 +117,23 @@ class StorageNodeService:
         for p in request.partitions:
             result = response.partitions.add(topic=p.topic, partition=p.partition)
             try:
-                log = self.logs.get_log(p.topic, p.partition)
-                self._check_epoch(p.topic, p.partition, client_leader_epoch(p))
-                found = log.offset_for_timestamp(p.timestamp)
+                found = self.replicas.list_offset(
+                    p.topic, p.partition, p.timestamp, client_leader_epoch(p)
+                )
             except SeglogError as exc:
                 set_error(result, exc)
                 result.offset = result.timestamp = -1
                 continue
             result.offset = -1 if found is None else found.offset
             result.timestamp = -1 if found is None else found.timestamp_ms
-            result.leader_epoch = self.leader_epoch(p.topic, p.partition)
+            result.leader_epoch = self.replicas.leader_epoch(p.topic, p.partition)
         return response
 
     def CreatePartition(
         self, request: storage_pb2.CreatePartitionRequest, context: grpc.ServicerContext
     ) -> storage_pb2.CreatePartitionResponse:
         try:
-            self.create_partition(
+            self.replicas.create_partition(
                 request.topic, request.partition, request.leader_epoch, request.configs
             )
         except SeglogError as exc:
@@ -322,7 +144,7 @@ class StorageNodeService:
         self, request: storage_pb2.DeletePartitionRequest, context: grpc.ServicerContext
     ) -> storage_pb2.DeletePartitionResponse:
         try:
-            self.delete_partition(request.topic, request.partition)
+            self.replicas.delete_partition(request.topic, request.partition)
         except SeglogError as exc:
             abort(context, exc)
         return storage_pb2.DeletePartitionResponse()
@@ -331,17 +153,38 @@ class StorageNodeService:
         self, request: storage_pb2.DescribePartitionsRequest, context: grpc.ServicerContext
     ) -> storage_pb2.DescribePartitionsResponse:
         response = storage_pb2.DescribePartitionsResponse()
-        wanted = [(p.topic, p.partition) for p in request.partitions] or sorted(self.logs.logs())
+        wanted = [(p.topic, p.partition) for p in request.partitions] or self.replicas.hosted()
         for topic, partition in wanted:
-            state = response.partitions.add(topic=topic, partition=partition)
-            state.leader_epoch = self.leader_epoch(topic, partition)
-            try:
-                log = self.logs.get_log(topic, partition)
-                state.log_start_offset = log.log_start_offset
-                state.log_end_offset = log.log_end_offset
-                state.size_bytes = log.size_in_bytes
-                state.segment_count = len(log.segments)
-            except SeglogError as exc:
-                state.error = error_code_for(exc)
+            described = self.replicas.describe(topic, partition)
+            state = response.partitions.add(
+                topic=topic, partition=partition, leader_epoch=described.leader_epoch
+            )
+            if described.error is not None:
+                state.error = error_code_for(described.error)
                 state.log_start_offset = state.log_end_offset = -1
+                continue
+            state.log_start_offset = described.log_start_offset
+            state.log_end_offset = described.log_end_offset
+            state.size_bytes = described.size_bytes
+            state.segment_count = described.segment_count
         return response
+
+
+def _encode_chunk(chunk: FetchChunk) -> bytes:
+    if chunk.error is None:
+        return wire.encode_fetch_response(
+            chunk.topic,
+            chunk.partition,
+            chunk.high_watermark,
+            chunk.log_start_offset,
+            chunk.read(),
+        )
+    return wire.encode_fetch_response(
+        chunk.topic,
+        chunk.partition,
+        chunk.high_watermark,
+        chunk.log_start_offset,
+        b"",
+        error_code_for(chunk.error),
+        str(chunk.error),
+    )

@@ -189,7 +189,7 @@ def test_fetch_waits_for_min_bytes_then_answers_with_what_it_has(cluster):
 def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
-        cluster.nodes[1].service.chunk_bytes = 64 * 1024
+        cluster.nodes[1].replicas.chunk_bytes = 64 * 1024
         cluster.client.create_topic("t", 1)
         for i in range(20):
             produce_raw(cluster, "t", {0: batch([bytes([i]) * 16_000])})

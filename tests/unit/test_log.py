@@ -332,3 +332,34 @@ def test_list_offsets_max_timestamp_finds_the_record_with_the_largest_timestamp(
     assert len(log.segments) > 1
     assert log.offset_for_timestamp(MAX_TIMESTAMP) == TimestampAndOffset(now_ms - 10, 1)
     log.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 700), min_size=1, max_size=40),
+    interval=st.sampled_from([0, 100, 1000, 1 << 20]),
+    offset_seed=st.integers(0, 10_000),
+    max_bytes=st.integers(0, 6000),
+)
+def test_locating_a_read_finds_the_same_whole_batches_as_walking_them(
+    tmp_path_factory, sizes, interval, offset_seed, max_bytes
+):
+    # The read's end comes from the offset index and a few headers, not from reading the
+    # batches: it must match a walk over every batch in the file.
+    directory = tmp_path_factory.mktemp("locate") / "t-0"
+    log = Log.open(directory, LogConfig(index_interval_bytes=interval))
+    ts = time.time_ns() // 1_000_000
+    for i, size in enumerate(sizes):
+        log.append(make_batch([b"v" * size] * (1 + i % 3), timestamp_ms=ts))
+    offset = offset_seed % log.log_end_offset
+    found = log.locate_records(offset, max_bytes, min_one_message=False)
+    data = log.active_segment.log.read(0, log.active_segment.size)
+    batches = [(b.position, b.size_in_bytes, b.header) for b in iter_batches(data)]
+    first = next(i for i, (_, _, h) in enumerate(batches) if h.last_offset >= offset)
+    start = batches[first][0]
+    taken = [b for b in batches[first:] if b[0] + b[1] - start <= max_bytes]
+    assert found.size == sum(b[1] for b in taken)
+    expected_next = taken[-1][2].next_offset if taken else batches[first][2].base_offset
+    assert found.next_offset == expected_next
+    assert found.read() == data[start : start + found.size]
+    log.close()

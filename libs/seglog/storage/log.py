@@ -35,7 +35,7 @@ from .config import LOG_APPEND_TIME, LogConfig
 from .log_loader import load_log
 from .log_reads import ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
-from .segment import LogSegment, SegmentFactory
+from .segment import LogSegment, SegmentFactory, SegmentSlice
 from .validation import ValidatedRecords, assign_offsets, validate_records
 
 tracer = EngineTracer("seglog.storage")
@@ -65,6 +65,24 @@ class LogReadResult:
     next_offset: int  # where the next read continues (== the fetch offset when data is empty)
     high_watermark: int  # the log end offset when the read began
     log_start_offset: int
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """A read's place in the log: whole batches in one segment's file (None: nothing to
+    read), where the next read continues, and the watermarks when it was found."""
+
+    segment_slice: SegmentSlice | None
+    next_offset: int  # == the fetch offset when there is nothing to read
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def size(self) -> int:
+        return 0 if self.segment_slice is None else self.segment_slice.size
+
+    def read(self) -> bytes:
+        return b"" if self.segment_slice is None else self.segment_slice.read()
 
 
 class Log:
@@ -305,6 +323,17 @@ class Log:
         self, offset: int, max_bytes: int, *, min_one_message: bool = True
     ) -> LogReadResult:
         """`read`, with the offset to continue from and the watermarks seen by the read."""
+        found = self.locate_records(offset, max_bytes, min_one_message=min_one_message)
+        return LogReadResult(
+            found.read(), found.next_offset, found.high_watermark, found.log_start_offset
+        )
+
+    def locate_records(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> LogSlice:
+        """Where `read`'s bytes lie (segment, position, size: Kafka's FetchDataInfo), found
+        from the indexes and a few batch headers without reading the batches, so a caller
+        can send them from the file or read them once."""
         if offset < 0 or max_bytes < 0:
             raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
         log_end = self._log_end_offset
@@ -314,19 +343,19 @@ class Log:
                 f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
             )
         if offset == log_end:
-            return LogReadResult(b"", offset, log_end, start)
+            return LogSlice(None, offset, log_end, start)
         with tracer.start_as_current_span("seglog.log.read") as span:
             span.set_attribute("seglog.topic", self.topic)
             span.set_attribute("seglog.partition", self.partition)
             span.set_attribute("seglog.fetch_offset", offset)
             snapshot = self._segments.snapshot()
             for segment in snapshot.segments[snapshot.floor_index(offset) :]:
-                result = segment.read(offset, max_bytes, min_one_message=min_one_message)
-                if result is not None:
-                    span.set_attribute("seglog.bytes", len(result.data))
-                    span.set_attribute("seglog.next_offset", result.next_offset)
-                    return LogReadResult(result.data, result.next_offset, log_end, start)
-            return LogReadResult(b"", offset, log_end, start)
+                found = segment.locate(offset, max_bytes, min_one_message=min_one_message)
+                if found is not None:
+                    span.set_attribute("seglog.bytes", found.size)
+                    span.set_attribute("seglog.next_offset", found.next_offset)
+                    return LogSlice(found, found.next_offset, log_end, start)
+            return LogSlice(None, offset, log_end, start)
 
     def bytes_from(self, offset: int, hint: ReadPosition | None = None) -> ReadPosition:
         """How many bytes lie from the batch holding `offset` to the log end, counted from
@@ -559,5 +588,6 @@ __all__ = [
     "MAX_TIMESTAMP",
     "Log",
     "LogAppendInfo",
+    "LogSlice",
     "TimestampAndOffset",
 ]

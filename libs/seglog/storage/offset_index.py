@@ -75,6 +75,18 @@ class OffsetIndex(AbstractIndex):
         slot = self._largest_lower_bound_slot(target_offset - self.base_offset)
         return OffsetPosition(self.base_offset, 0) if slot < 0 else self.entry(slot)
 
+    def floor_position(self, position: int) -> OffsetPosition | None:
+        """The entry with the largest file position <= `position` (positions increase with
+        offsets, so the entries are sorted by both), or None."""
+        low, high, found = 0, self._entries - 1, -1
+        while low <= high:
+            middle = (low + high) // 2
+            if self._raw_entry(middle)[1] <= position:
+                found, low = middle, middle + 1
+            else:
+                high = middle - 1
+        return None if found < 0 else self.entry(found)
+
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset >= `offset`."""
         slot = self._largest_lower_bound_slot(offset - self.base_offset)

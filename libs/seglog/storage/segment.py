@@ -18,7 +18,6 @@ from typing import NamedTuple
 from ..errors import CorruptIndexError, StorageError
 from ..records.batch import (
     HEADER_BYTES,
-    LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
     MAGIC_V2,
     NO_TIMESTAMP,
@@ -44,14 +43,18 @@ class AppendedBatch(NamedTuple):
 
 
 @dataclass(frozen=True)
-class SegmentRead:
-    """Whole batches read from a segment: `data` starts at `first_offset`'s batch. A read
-    that ended inside a batch is cut back with a memoryview, not a copy of the rest."""
+class SegmentSlice:
+    """Where whole batches from some offset lie in a segment's `.log`, found without reading
+    them (Kafka's FetchDataInfo): `size` bytes from `position`, ending before `next_offset`."""
 
-    data: bytes | memoryview
+    segment: LogSegment
     position: int
+    size: int
     first_batch_base_offset: int
-    next_offset: int  # the offset after the last batch in `data`
+    next_offset: int
+
+    def read(self) -> bytes:
+        return self.segment.log.read(self.position, self.size) if self.size else b""
 
 
 class LogSegment:
@@ -318,35 +321,43 @@ class LogSegment:
             span.set_attribute("seglog.position", -1 if found is None else found.position)
             return found
 
-    def read(
+    def locate(
         self,
         start_offset: int,
         max_bytes: int,
         *,
         max_position: int | None = None,
         min_one_message: bool = False,
-    ) -> SegmentRead | None:
-        """Whole batches from the one holding `start_offset`, at most `max_bytes` of them
-        (or exactly the first batch when it alone is larger and `min_one_message`)."""
+    ) -> SegmentSlice | None:
+        """`read`'s answer as a place in the file, without reading the batches: the end of
+        the last whole batch within `max_bytes` is found from the offset index's entry at or
+        below that position and a walk over the few headers after it."""
         end = self.log.size if max_position is None else min(max_position, self.log.size)
         start = self.translate_offset(start_offset)
         if start is None or start.position >= end:
             return None
-        first_size = start.header.size_in_bytes
-        first_base = start.header.base_offset
-        if first_size > max_bytes:
-            if not min_one_message:
-                return SegmentRead(b"", start.position, first_base, first_base)
-            data = self.log.read(start.position, first_size)
-            return SegmentRead(data, start.position, first_base, start.header.next_offset)
-        data = self.log.read(start.position, min(max_bytes, end - start.position))
-        whole, last_batch = _whole_batches(data)
-        next_offset = _next_offset_after(data, last_batch)
-        return SegmentRead(
-            data if whole == len(data) else memoryview(data)[:whole],
-            start.position,
-            first_base,
-            next_offset,
+        first = start.header
+        if first.size_in_bytes > max_bytes:
+            size = first.size_in_bytes if min_one_message else 0
+            next_offset = first.next_offset if min_one_message else first.base_offset
+            return SegmentSlice(self, start.position, size, first.base_offset, next_offset)
+        target = min(start.position + max_bytes, end)
+        last_end = start.position + first.size_in_bytes
+        next_offset = first.next_offset
+        entry = self.offset_index.floor_position(target)
+        position = last_end if entry is None else max(entry.position, last_end)
+        if position > last_end:
+            # Every batch before an index entry's batch is whole and below `target`: the
+            # slice reaches at least the entry's position, where the next batch starts.
+            last_end, next_offset = position, self.log.header_at(position).base_offset
+        while position + HEADER_BYTES <= target:
+            header = self.log.header_at(position)
+            if header.magic != MAGIC_V2 or position + header.size_in_bytes > target:
+                break
+            position += header.size_in_bytes
+            last_end, next_offset = position, header.next_offset
+        return SegmentSlice(
+            self, start.position, last_end - start.position, first.base_offset, next_offset
         )
 
     def find_offset_by_timestamp(
@@ -486,24 +497,3 @@ def random_segment_jitter_ms(config: LogConfig) -> int:
     if config.segment_jitter_ms == 0:
         return 0
     return random.randrange(min(config.segment_jitter_ms, config.segment_ms))
-
-
-def _whole_batches(data: bytes) -> tuple[int, int]:
-    """(length of the prefix of `data` made of whole batches, position of its last batch);
-    walks the 12-byte prefixes only."""
-    end = len(data)
-    pos = last = 0
-    while pos + 12 <= end:
-        size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
-        if pos + size > end:
-            break
-        last = pos
-        pos += size
-    return pos, last
-
-
-def _next_offset_after(data: bytes, last_batch_position: int) -> int:
-    """baseOffset + lastOffsetDelta + 1 of the batch at `last_batch_position`."""
-    base = int.from_bytes(data[last_batch_position : last_batch_position + 8], "big")
-    delta_at = last_batch_position + LAST_OFFSET_DELTA_OFFSET
-    return base + int.from_bytes(data[delta_at : delta_at + 4], "big") + 1
