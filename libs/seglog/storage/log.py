@@ -26,12 +26,13 @@ from ..errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from ..records.batch import NO_TIMESTAMP
+from ..records.batch import NO_TIMESTAMP, BatchHeader
 from ..spans import EngineTracer
 from . import log_files, log_reads
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
+from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
@@ -113,6 +114,7 @@ class Log:
         self._closed = False
         self._data_dir = data_dir
         self._owns_data_dir = owns_data_dir
+        self.leader_epochs = LeaderEpochCache(directory)
 
     # -- opening and recovery ----------------------------------------------------------
 
@@ -157,7 +159,7 @@ class Log:
         recovery_point = (
             None if self._data_dir.clean_shutdown else self._data_dir.recovery_points.get(tp, 0)
         )
-        loaded = load_log(self.segment_factory, recovery_point)
+        loaded = load_log(self.segment_factory, recovery_point, self.leader_epochs)
         if not loaded.segments:
             start = max(checkpointed_start, 0)
             loaded.segments = [self.segment_factory.open(start)]
@@ -172,6 +174,7 @@ class Log:
             if recovery_point is None
             else min(max(recovery_point, loaded.recovered_up_to), self._log_end_offset)
         )
+        self.leader_epochs.truncate_from_start(self._log_start_offset)
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
         self._make_active(self._segments.active)
@@ -259,6 +262,7 @@ class Log:
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
             next_offset = appended[-1].last_offset + 1
+            self._assign_epochs(batches, first_offset, leader_epoch)
             total_bytes = len(view)  # the batches tile the validated input
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             segment.append(buffers, appended)
@@ -275,6 +279,27 @@ class Log:
                 len(appended),
                 total_bytes,
             )
+
+    def _assign_epochs(
+        self, batches: list[tuple[int, BatchHeader]], first_offset: int, leader_epoch: int | None
+    ) -> None:
+        """A batch with a larger partitionLeaderEpoch than the latest starts that epoch: the
+        node stamps its own epoch on every batch (one check); without it the batches keep
+        theirs (one check per batch, as Kafka's append)."""
+        epochs = self.leader_epochs
+        if leader_epoch is not None:
+            if leader_epoch > epochs.latest_epoch:
+                epochs.assign(leader_epoch, first_offset)
+            return
+        offset = first_offset
+        for _, header in batches:
+            if header.partition_leader_epoch > epochs.latest_epoch:
+                epochs.assign(header.partition_leader_epoch, offset)
+            offset += header.last_offset_delta + 1
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetsForLeaderEpoch answer: (the largest epoch <= `epoch`, its end)."""
+        return self.leader_epochs.end_offset_for(epoch, self._log_end_offset)
 
     def _maybe_roll(
         self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
@@ -402,6 +427,7 @@ class Log:
             active.truncate_to(offset)
             self._make_active(active)
             self._log_end_offset = active.read_next_offset()
+            self.leader_epochs.truncate_from_end(self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             self._update_data_dir()
@@ -418,6 +444,7 @@ class Log:
             self._make_active(segment)
             self._segments.set([segment])
             self._log_end_offset = self._log_start_offset = self._recovery_point = offset
+            self.leader_epochs.clear()
             self._update_data_dir()
 
     def delete_records_before(self, offset: int) -> int:
@@ -431,6 +458,7 @@ class Log:
                 )
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
+                self.leader_epochs.truncate_from_start(offset)
                 self._update_data_dir()
             return self._log_start_offset
 
@@ -447,6 +475,7 @@ class Log:
                 segment.change_suffix("", log_files.DELETED_SUFFIX)
             self.schedule_delete(doomed)
             self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
+            self.leader_epochs.truncate_from_start(self._log_start_offset)
             self._update_data_dir()
         self.delete_due_files()
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import log_files
+from .leader_epoch_cache import LeaderEpochCache
 from .segment import LogSegment, SegmentFactory
 
 logger = logging.getLogger(__name__)
@@ -84,9 +85,12 @@ def _finish_swap_on_disk(factory: SegmentFactory, swap_base: int) -> None:
     swap.close()
 
 
-def load_log(factory: SegmentFactory, recovery_point: int | None) -> LoadedLogOffsets:
+def load_log(
+    factory: SegmentFactory, recovery_point: int | None, epochs: LeaderEpochCache
+) -> LoadedLogOffsets:
     """Open every segment, recovering what needs it. `recovery_point` None means the data
-    dir was shut down cleanly."""
+    dir was shut down cleanly. A recovered segment's batches rebuild the leader epochs from
+    its base offset on; the epochs are cut to the loaded log's end."""
     directory = factory.directory
     remove_leftovers(factory)
     bases = sorted(
@@ -105,7 +109,8 @@ def load_log(factory: SegmentFactory, recovery_point: int | None) -> LoadedLogOf
             or segment.needs_recovery()
             or (next_base is None and recovery_point is None and segment.has_torn_tail())
         ):
-            cut = segment.recover()
+            epochs.truncate_from_end(base)
+            cut = segment.recover(epochs)
             loaded.bytes_truncated += cut
             if cut and is_tail:
                 loaded.segments.append(segment)
@@ -127,6 +132,7 @@ def load_log(factory: SegmentFactory, recovery_point: int | None) -> LoadedLogOf
         # An empty segment after a cut-down one still starts at its own base offset.
         loaded.log_end_offset = max(loaded.log_end_offset, last.base_offset)
         loaded.recovered_up_to = loaded.log_end_offset
+    epochs.truncate_from_end(loaded.log_end_offset)
     return loaded
 
 

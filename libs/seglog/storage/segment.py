@@ -28,6 +28,7 @@ from . import log_files
 from .clock import Clock
 from .config import LogConfig
 from .file_records import BatchPosition, FileRecords
+from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
@@ -382,8 +383,10 @@ class LogSegment:
 
     # -- recovery and truncation -------------------------------------------------------
 
-    def recover(self) -> int:
-        """Rebuild both indexes from the log and cut the invalid tail; return bytes cut."""
+    def recover(self, epochs: LeaderEpochCache | None = None) -> int:
+        """Rebuild both indexes from the log and cut the invalid tail; return bytes cut.
+        With `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known
+        starts that epoch at its base offset, as Kafka's LogSegment.recover does."""
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -391,9 +394,14 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp = None
         # The valid prefix is contiguous from position 0: index it as one append.
+        headers = [header for _, header in self.log.scan_valid_prefix(self.base_offset)]
+        if epochs is not None:
+            for header in headers:
+                if header.partition_leader_epoch > epochs.latest_epoch:
+                    epochs.assign(header.partition_leader_epoch, header.base_offset)
         batches = [
             AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp)
-            for _, header in self.log.scan_valid_prefix(self.base_offset)
+            for header in headers
         ]
         if batches:
             self.rolling_based_timestamp = batches[0].max_timestamp

@@ -1,0 +1,128 @@
+"""The leader epochs of one partition and where each began (Kafka's LeaderEpochFileCache),
+kept in the partition directory's `leader-epoch-checkpoint` in Kafka's text format:
+
+    0               <- version
+    2               <- number of entries
+    0 0             <- epoch start_offset, epochs and offsets increasing
+    3 1042
+
+written atomically whenever it changes. A replica that becomes follower asks the new leader
+for the end of its latest epoch (`end_offset_for`) and truncates what diverges (KIP-101,
+KIP-279). Entries are assigned as batches are appended (a batch whose partitionLeaderEpoch is
+larger than the latest starts an epoch at its base offset), rebuilt from the batches when
+segments are recovered, cut with the log on truncation and moved with the log start offset.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+from ..errors import CorruptRecordError
+from .log_files import atomic_write
+
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+_VERSION = 0
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+def read_epoch_entries(path: Path) -> list[EpochEntry]:
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    try:
+        version, count = int(lines[0]), int(lines[1])
+        if version != _VERSION or len(lines) - 2 != count:
+            raise ValueError(f"version {version}, {count} entries declared, {len(lines) - 2} found")
+        entries = []
+        for line in lines[2:]:
+            epoch, start = line.split(" ")
+            entries.append(EpochEntry(int(epoch), int(start)))
+    except (ValueError, IndexError) as exc:
+        raise CorruptRecordError(f"malformed leader epoch checkpoint {path}: {exc}") from None
+    for before, after in zip(entries, entries[1:], strict=False):
+        if after.epoch <= before.epoch or after.start_offset < before.start_offset:
+            raise CorruptRecordError(f"leader epoch checkpoint {path}: {after} after {before}")
+    return entries
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LEADER_EPOCH_CHECKPOINT
+        self._lock = threading.Lock()
+        self._entries = read_epoch_entries(self.path)
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return list(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        entries = self._entries
+        return entries[-1].epoch if entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Record that `epoch` begins at `start_offset`. Entries it contradicts (an epoch as
+        large, or a start offset as late) go first, as in Kafka."""
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
+        with self._lock:
+            latest = self._entries[-1] if self._entries else None
+            if latest is not None and latest.epoch == epoch and latest.start_offset <= start_offset:
+                return
+            kept = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
+            self._entries = [*kept, EpochEntry(epoch, start_offset)]
+            self._write()
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(the largest epoch <= requested, the offset where it ended): the latest epoch ends
+        at the log end; an epoch below every entry ends where the first entry starts;
+        (-1, -1) when nothing is known."""
+        entries = self._entries
+        if requested_epoch == UNDEFINED_EPOCH or not entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if entries[-1].epoch == requested_epoch:
+            return requested_epoch, log_end_offset
+        higher = next((e for e in entries if e.epoch > requested_epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        floor = [e for e in entries if e.epoch <= requested_epoch]
+        if not floor:
+            return requested_epoch, higher.start_offset
+        return floor[-1].epoch, higher.start_offset
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop the entries starting at or after `end_offset` (the log was cut there)."""
+        with self._lock:
+            kept = [e for e in self._entries if e.start_offset < end_offset]
+            if len(kept) != len(self._entries):
+                self._entries = kept
+                self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log now starts at `start_offset`: the epoch holding it starts there."""
+        with self._lock:
+            before = [e for e in self._entries if e.start_offset <= start_offset]
+            if not before or (len(before) == 1 and before[0].start_offset == start_offset):
+                return
+            after = [e for e in self._entries if e.start_offset > start_offset]
+            self._entries = [EpochEntry(before[-1].epoch, start_offset), *after]
+            self._write()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = []
+            self._write()
+
+    def _write(self) -> None:
+        lines = [str(_VERSION), str(len(self._entries))]
+        lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
+        if self.path.parent.exists():
+            atomic_write(self.path, ("\n".join(lines) + "\n").encode())
