@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from seglog.errors import CorruptRecordError
+from seglog.errors import CorruptRecordError, InvalidRecordError
 from seglog.storage import Log, LogConfig
 from seglog.storage.leader_epoch_cache import (
     LEADER_EPOCH_CHECKPOINT,
@@ -86,3 +86,58 @@ def test_batches_keep_their_own_epochs_without_a_leader_stamp(tmp_path, now_ms):
     log.append(bytes(raw))
     assert log.leader_epochs.entries == [EpochEntry(3, 0)]
     log.close()
+
+
+def _replicate(leader: Log, follower: Log, max_bytes: int) -> int:
+    """Follower fetches from its log end, as a replica fetcher does; returns appends made."""
+    appends = 0
+    while follower.log_end_offset < leader.log_end_offset:
+        found = leader.locate_records(follower.log_end_offset, max_bytes)
+        assert found.segment_slice is not None
+        follower.append_as_follower(
+            found.read(), segment_base_offset=found.segment_slice.segment.base_offset
+        )
+        appends += 1
+    return appends
+
+
+def test_a_follower_appends_the_leaders_bytes_and_ends_byte_identical(tmp_path, now_ms):
+    config = LogConfig(segment_bytes=2000, index_interval_bytes=300)
+    leader = Log.open(tmp_path / "leader" / "t-0", config)
+    follower = Log.open(tmp_path / "follower" / "t-0", config)
+    for i in range(60):
+        epoch = 0 if i < 25 else 3
+        values = [b"v%d-" % i * (1 + i % 7)] * (1 + i % 4)
+        leader.append(make_batch(values, timestamp_ms=now_ms + i), leader_epoch=epoch)
+    assert _replicate(leader, follower, max_bytes=700) > len(leader.segments)
+    assert follower.log_end_offset == leader.log_end_offset
+    assert follower.leader_epochs.entries == leader.leader_epochs.entries
+    assert [s.base_offset for s in follower.segments] == [s.base_offset for s in leader.segments]
+    leader.close()
+    follower.close()
+    names = sorted(p.name for p in (tmp_path / "leader" / "t-0").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "follower" / "t-0").iterdir())
+    for name in names:
+        ours = (tmp_path / "follower" / "t-0" / name).read_bytes()
+        assert ours == (tmp_path / "leader" / "t-0" / name).read_bytes(), name
+
+
+def test_a_follower_refuses_what_it_cannot_append_as_is(tmp_path, now_ms):
+    leader = Log.open(tmp_path / "leader" / "t-0", LogConfig())
+    follower = Log.open(tmp_path / "follower" / "t-0", LogConfig())
+    for _ in range(3):
+        leader.append(make_batch([b"x", b"y"], timestamp_ms=now_ms), leader_epoch=1)
+    data = leader.read(0, 1 << 20)
+    follower.append_as_follower(data)
+    with pytest.raises(InvalidRecordError, match="below the next offset 6"):
+        follower.append_as_follower(data)  # offsets already held
+    leader.append(make_batch([b"z"], timestamp_ms=now_ms), leader_epoch=1)
+    corrupt = bytearray(leader.read(6, 1 << 20))
+    corrupt[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        follower.append_as_follower(bytes(corrupt))
+    assert follower.log_end_offset == 6  # nothing of a refused append is written
+    follower.append_as_follower(leader.read(6, 1 << 20))
+    assert follower.read(0, 1 << 20) == leader.read(0, 1 << 20)
+    leader.close()
+    follower.close()

@@ -36,8 +36,13 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
-from .segment import LogSegment, SegmentFactory, SegmentSlice
-from .validation import ValidatedRecords, assign_offsets, validate_records
+from .segment import AppendedBatch, LogSegment, SegmentFactory, SegmentSlice
+from .validation import (
+    ValidatedRecords,
+    assign_offsets,
+    validate_follower_records,
+    validate_records,
+)
 
 tracer = EngineTracer("seglog.storage")
 
@@ -280,6 +285,48 @@ class Log:
                 total_bytes,
             )
 
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, segment_base_offset: int | None = None
+    ) -> LogAppendInfo:
+        """Append the leader's batches as they are, offsets, timestamps and epochs kept (Kafka's
+        appendAsFollower): nothing is re-encoded, so the bytes on disk are the leader's.
+        `segment_base_offset`, the base offset of the leader's segment the bytes were read
+        from, rolls a new segment there when it is past the active one, so segment files
+        match the leader's one for one."""
+        view = memoryview(records).cast("B")
+        with self._lock:
+            self._check_open()
+            batches = validate_follower_records(view, self._log_end_offset)
+            first_offset = batches[0][1].base_offset
+            last = batches[-1][1]
+            appended = [
+                AppendedBatch(h.size_in_bytes, h.last_offset, h.max_timestamp) for _, h in batches
+            ]
+            max_timestamp = max(b.max_timestamp for b in appended)
+            active = self._segments.active
+            if (
+                segment_base_offset is not None
+                and active.base_offset < segment_base_offset <= first_offset
+            ):
+                self._roll_at(segment_base_offset)
+            else:
+                self._maybe_roll(len(view), max_timestamp, last.last_offset, self.clock.now_ms())
+            self._assign_epochs(batches, first_offset, None)
+            self._segments.active.append([view], appended)
+            self._log_end_offset = last.next_offset
+            self._unflushed_messages += last.next_offset - first_offset
+            if self._unflushed_messages >= self.config.flush_messages:
+                self.flush()
+            return LogAppendInfo(
+                first_offset,
+                last.last_offset,
+                max_timestamp,
+                NO_TIMESTAMP,
+                self._log_start_offset,
+                len(batches),
+                len(view),
+            )
+
     def _assign_epochs(
         self, batches: list[tuple[int, BatchHeader]], first_offset: int, leader_epoch: int | None
     ) -> None:
@@ -293,6 +340,8 @@ class Log:
             return
         offset = first_offset
         for _, header in batches:
+            if header.base_offset > offset:  # a follower's batches carry their offsets
+                offset = header.base_offset
             if header.partition_leader_epoch > epochs.latest_epoch:
                 epochs.assign(header.partition_leader_epoch, offset)
             offset += header.last_offset_delta + 1
@@ -320,15 +369,23 @@ class Log:
         """Start a new active segment at the log end offset (a no-op on an empty one)."""
         with self._lock:
             self._check_open()
-            active = self._segments.active
-            if active.size == 0 and active.base_offset == self._log_end_offset:
-                return active
+            return self._roll_at(self._log_end_offset)
+
+    def _roll_at(self, base_offset: int) -> LogSegment:
+        active = self._segments.active
+        if active.size == 0 and active.base_offset == base_offset:
+            return active
+        if active.size == 0:
+            # An empty active segment is replaced rather than left between two others.
+            active.delete_files()
+            self._segments.remove([active])
+        else:
             active.on_become_inactive()
-            segment = self.segment_factory.open(self._log_end_offset)
-            self._make_active(segment)
-            self._segments.add(segment)
-            self._rolled_up_to = segment.base_offset
-            return segment
+        segment = self.segment_factory.open(base_offset)
+        self._make_active(segment)
+        self._segments.add(segment)
+        self._rolled_up_to = segment.base_offset
+        return segment
 
     # -- read --------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from ..records._scan import scan_input
 from ..records.batch import (
     ATTRIBUTES_OFFSET,
     CONTROL_MASK,
+    HEADER_BYTES,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
@@ -93,6 +94,35 @@ def validate_records(
             return validate_records(upconverted, config, now_ms)
         _explain(view, stop, config, now_ms)
     return ValidatedRecords(view, batches, now_ms)
+
+
+def validate_follower_records(
+    records: bytes | bytearray | memoryview, next_offset: int
+) -> list[tuple[int, BatchHeader]]:
+    """A follower's check of the leader's bytes before appending them as they are (Kafka's
+    appendAsFollower): whole v2 batches, CRC-valid, offsets increasing from `next_offset` on
+    (gaps allowed: a compacted leader has them). The leader validated the records; size
+    limits and timestamps are its configs' to judge, not the follower's."""
+    view = memoryview(records).cast("B")
+    batches: list[tuple[int, BatchHeader]] = []
+    pos = 0
+    expected = next_offset
+    while pos < len(view):
+        if len(view) - pos < HEADER_BYTES:
+            raise CorruptRecordError(f"replicated data ends inside a batch header at {pos}")
+        header = read_header(view, pos)
+        check_batch(view, pos, header, max_batch_bytes=None)
+        if header.base_offset < expected:
+            raise InvalidRecordError(
+                f"replicated batch at position {pos} starts at offset {header.base_offset}, "
+                f"below the next offset {expected}: offsets must increase"
+            )
+        batches.append((pos, header))
+        expected = header.next_offset
+        pos += header.size_in_bytes
+    if not batches:
+        raise InvalidRecordError("empty replicated append: no batches")
+    return batches
 
 
 def _check_inside(
