@@ -1,5 +1,6 @@
 import struct
 import zlib
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,9 @@ from seglog.records import (
     iter_records,
     upconvert,
 )
+from seglog.records import record as record_module
+from seglog.records.batch import read_header, stamp_log_append_time
+from seglog.records.record import Record
 from seglog.records.varint import decode_varint, encode_varint
 
 CODECS = list(CompressionType)
@@ -181,6 +185,48 @@ def test_builder_writes_the_bytes_kafka_python_writes_for_any_records(records):
     # Byte for byte but partitionLeaderEpoch (outside the CRC): kafka-python writes 0 where
     # Kafka's producer writes -1.
     assert built[:12] + built[16:] == expected[:12] + expected[16:]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(_FIELD, _FIELD, _TIMESTAMP_DELTA, _HEADERS), min_size=1, max_size=30),
+    st.booleans(),
+)
+def test_the_c_decoder_reads_what_kafka_python_wrote_as_the_python_loop_does(
+    records, log_append_time
+):
+    theirs = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+    base_ms = 1_700_000_000_000
+    for i, (key, value, delta_ms, headers) in enumerate(records):
+        theirs.append(i, base_ms + delta_ms, key, value, headers)
+    raw = bytearray(theirs.build())
+    if log_append_time:
+        stamp_log_append_time(raw, 0, base_ms + 5)
+    batch = RecordBatch(bytes(raw))
+    decoded = batch.records("t", 3)
+    expected = [
+        (i, base_ms + 5 if log_append_time else base_ms + d, k, v, tuple(h))
+        for i, (k, v, d, h) in enumerate(records)
+    ]
+    assert [(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in decoded] == expected
+    assert all(type(r) is Record and (r.topic, r.partition) == ("t", 3) for r in decoded)
+    # The Python loop, which names problems, agrees.
+    with mock.patch.object(record_module, "decode_section", _refuse):
+        assert batch.records("t", 3) == decoded
+
+
+def _refuse(*args):
+    raise ValueError("forced")
+
+
+def test_the_c_decoder_hands_a_malformed_section_to_the_loop_that_names_it():
+    builder = RecordBatchBuilder()
+    builder.append(b"k", b"v", 1_700_000_000_000)
+    raw = bytearray(builder.build())
+    raw[-1] = 0x02  # the record's header count says one header, and none follows
+    header = read_header(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="runs past the end"):
+        record_module.decode_records(bytes(raw[61:]), header)
 
 
 def test_bad_crc_is_reported_with_both_values():

@@ -262,9 +262,143 @@ done:
     return result;
 }
 
+/* decode_section(section, record_class, base_offset, base_timestamp, record_count,
+ *                last_offset_delta, topic, partition, timestamp_type, stamp)
+ *     -> list[record_class]
+ *
+ * The consumer's decoder of an (uncompressed or decompressed) records section: one
+ * `record_class` tuple per record (offset, timestamp_ms, key, value, headers, topic,
+ * partition, timestamp_type), headers a tuple of (str key, bytes-or-None value). With
+ * `stamp` >= 0 (a LogAppendTime batch) every record carries that timestamp. Any problem
+ * raises ValueError without a detailed message: the caller decodes again in Python to name
+ * it (record.py's decode_records, whose checks this mirrors). */
+static PyObject *bytes_or_none(const unsigned char *p, int64_t n) {
+    if (n < 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
+}
+
+static PyObject *decode_headers(cursor *c, Py_ssize_t limit, int64_t count) {
+    PyObject *headers = PyTuple_New((Py_ssize_t)count);
+    if (headers == NULL) return NULL;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t n;
+        if (read_varlong(c, limit, 5, &n) < 0 || n < 0 || n > limit - c->pos) goto bad;
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)n, NULL);
+        if (key == NULL) goto bad;
+        c->pos += (Py_ssize_t)n;
+        if (read_varlong(c, limit, 5, &n) < 0 || n < -1 || n > limit - c->pos) {
+            Py_DECREF(key);
+            goto bad;
+        }
+        PyObject *value = bytes_or_none(c->p + c->pos, n);
+        if (n > 0) c->pos += (Py_ssize_t)n;
+        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+        Py_DECREF(key);
+        Py_XDECREF(value);
+        if (pair == NULL) goto bad;
+        PyTuple_SET_ITEM(headers, (Py_ssize_t)i, pair);
+    }
+    return headers;
+bad:
+    Py_DECREF(headers);
+    return NULL;
+}
+
+static PyObject *decode_section(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *record_class, *topic, *partition, *timestamp_type;
+    long long base_offset, base_ts, stamp;
+    long record_count, last_delta;
+    if (!PyArg_ParseTuple(args, "y*OLLllOOOL", &view, &record_class, &base_offset, &base_ts,
+                          &record_count, &last_delta, &topic, &partition, &timestamp_type,
+                          &stamp))
+        return NULL;
+    PyObject *out = NULL;
+    if (!PyType_Check(record_class) ||
+        !PyType_IsSubtype((PyTypeObject *)record_class, &PyTuple_Type) || record_count < 0 ||
+        record_count > view.len) {
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        goto done;
+    }
+    out = PyList_New(record_count);
+    if (out == NULL) goto done;
+    cursor c = {(const unsigned char *)view.buf, 0, view.len};
+    int64_t prev_delta = -1;
+    for (long i = 0; i < record_count; i++) {
+        int64_t length, ts_delta, offset_delta, key_n, value_n, header_count;
+        if (read_varlong(&c, c.end, 5, &length) < 0 || length < 1 || length > c.end - c.pos)
+            goto bad;
+        Py_ssize_t limit = c.pos + (Py_ssize_t)length;
+        c.pos += 1; /* attributes */
+        if (read_varlong(&c, limit, 10, &ts_delta) < 0) goto bad;
+        if (read_varlong(&c, limit, 5, &offset_delta) < 0) goto bad;
+        if (offset_delta <= prev_delta || offset_delta > last_delta) goto bad;
+        prev_delta = offset_delta;
+        if (read_varlong(&c, limit, 5, &key_n) < 0 || key_n < -1 || key_n > limit - c.pos)
+            goto bad;
+        const unsigned char *key_p = c.p + c.pos;
+        if (key_n > 0) c.pos += (Py_ssize_t)key_n;
+        if (read_varlong(&c, limit, 5, &value_n) < 0 || value_n < -1 || value_n > limit - c.pos)
+            goto bad;
+        const unsigned char *value_p = c.p + c.pos;
+        if (value_n > 0) c.pos += (Py_ssize_t)value_n;
+        if (read_varlong(&c, limit, 5, &header_count) < 0 || header_count < 0 ||
+            header_count > limit - c.pos)
+            goto bad;
+        PyObject *headers = decode_headers(&c, limit, header_count);
+        if (headers == NULL) goto bad;
+        if (c.pos != limit) {
+            Py_DECREF(headers);
+            goto bad;
+        }
+        PyObject *fields = PyTuple_New(8);
+        if (fields == NULL) {
+            Py_DECREF(headers);
+            goto bad;
+        }
+        PyObject *key = bytes_or_none(key_p, key_n), *value = bytes_or_none(value_p, value_n);
+        PyTuple_SET_ITEM(fields, 0, PyLong_FromLongLong(base_offset + offset_delta));
+        PyTuple_SET_ITEM(fields, 1, PyLong_FromLongLong(stamp >= 0 ? stamp : base_ts + ts_delta));
+        PyTuple_SET_ITEM(fields, 2, key);
+        PyTuple_SET_ITEM(fields, 3, value);
+        PyTuple_SET_ITEM(fields, 4, headers);
+        Py_INCREF(topic);
+        PyTuple_SET_ITEM(fields, 5, topic);
+        Py_INCREF(partition);
+        PyTuple_SET_ITEM(fields, 6, partition);
+        Py_INCREF(timestamp_type);
+        PyTuple_SET_ITEM(fields, 7, timestamp_type);
+        for (int f = 0; f < 4; f++) {
+            if (PyTuple_GET_ITEM(fields, f) == NULL) {
+                Py_DECREF(fields);
+                goto bad;
+            }
+        }
+        PyObject *new_args = PyTuple_Pack(1, fields);
+        Py_DECREF(fields);
+        if (new_args == NULL) goto bad;
+        PyObject *record = PyTuple_Type.tp_new((PyTypeObject *)record_class, new_args, NULL);
+        Py_DECREF(new_args);
+        if (record == NULL) goto bad;
+        PyList_SET_ITEM(out, i, record);
+    }
+    if (c.pos != c.end) goto bad;
+    goto done;
+bad:
+    Py_CLEAR(out);
+    PyErr_Clear();
+    PyErr_SetString(PyExc_ValueError, "records section does not decode");
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(section, record_count, require_keys) -> (min, max) timestamp delta"},
+    {"decode_section", decode_section, METH_VARARGS,
+     "decode_section(section, record_class, base_offset, base_timestamp, record_count, "
+     "last_offset_delta, topic, partition, timestamp_type, stamp) -> list of records"},
     {"scan_input", scan_input, METH_VARARGS,
      "scan_input(view, header_class, max_message_bytes, max_codec, check_timestamps, "
      "earliest, latest, require_keys) -> (batches, slow, stop)"},

@@ -14,3 +14,15 @@ def scan_input(
     latest: int,
     require_keys: bool,
 ) -> tuple[list[tuple[int, Any]], list[int], int]: ...
+def decode_section(
+    section: bytes | memoryview,
+    record_class: type[Any],
+    base_offset: int,
+    base_timestamp: int,
+    record_count: int,
+    last_offset_delta: int,
+    topic: str,
+    partition: int,
+    timestamp_type: int,
+    stamp: int,
+) -> list[Any]: ...

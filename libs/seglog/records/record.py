@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ..errors import CorruptRecordError
+from ._scan import decode_section
 from .varint import ONE_BYTE_VALUES, decode_varint
 
 if TYPE_CHECKING:
@@ -62,9 +63,28 @@ def decode_records(  # noqa: C901
     need not be contiguous); the count of decoded records equals recordCount; no bytes are
     left over.
     """
+    log_append_time = header.timestamp_type == LOG_APPEND_TIME
+    try:
+        if log_append_time and header.max_timestamp < 0:
+            raise ValueError("a stamp of -1 is the Python loop's to apply")
+        # The C decoder (records/_scan.c) builds the same records without Python work per
+        # field; on any problem it gives up and the loop below names it.
+        return decode_section(
+            data,
+            Record,
+            header.base_offset,
+            header.base_timestamp,
+            header.record_count,
+            header.last_offset_delta,
+            topic,
+            partition,
+            LOG_APPEND_TIME if log_append_time else CREATE_TIME,
+            header.max_timestamp if log_append_time else -1,
+        )
+    except ValueError:
+        pass
     base_offset = header.base_offset
     base_ts = header.base_timestamp
-    log_append_time = header.timestamp_type == LOG_APPEND_TIME
     count = header.record_count
     last_delta = header.last_offset_delta
     one = ONE_BYTE_VALUES
