@@ -228,8 +228,14 @@ def bench_codec() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench [engine] [services] [clients]`: every group when none is named."""
-    groups = set(sys.argv[1:] if argv is None else argv) or {"engine", "services", "clients"}
+    """`python -m bench [engine] [services] [clients] [consumer]`: every group when none is
+    named."""
+    groups = set(sys.argv[1:] if argv is None else argv) or {
+        "engine",
+        "services",
+        "clients",
+        "consumer",
+    }
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
         try:
@@ -247,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import clients
 
         clients.run(report)
+    if "consumer" in groups:
+        from . import consumer
+
+        consumer.run(report)
     return 0
 
 

@@ -6,9 +6,7 @@ mock cluster (`test.mock.num.brokers`) doing the same work, in the same run.
   (and, without a baseline of its own, `send_many`), no compression, then lz4 and zstd; each
   side's best of 3 runs, the sides taking turns. Also keyed records (1000 keys in turn),
   reported beside the same work by confluent-kafka with no target of its own.
-- consume: the same count of 100-byte records read back in a poll loop that touches every
-  value. librdkafka's mock cluster keeps only a few MiB per partition, so the read-back count
-  is small (SEGLOG_BENCH_CONSUME_RECORDS, default 40 000) and each side takes its best of 5.
+The consumer's figures are bench/consumer.py's (steady state, both of confluent's loops).
 
 SEGLOG_BENCH_PRODUCE_RECORDS sets the produce count (default 1 000 000).
 """
@@ -23,15 +21,12 @@ from pathlib import Path
 import confluent_kafka
 
 from seglog.client.admin import Admin
-from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
-from seglog.client.structs import TopicPartition
 from services.processes import ServerProcess, gateway_process, node_process
 
-from .timing import best_in_turns, best_of
+from .timing import best_in_turns
 
 PRODUCE_RECORDS = int(os.environ.get("SEGLOG_BENCH_PRODUCE_RECORDS", 1_000_000))
-CONSUME_RECORDS = int(os.environ.get("SEGLOG_BENCH_CONSUME_RECORDS", 40_000))
 PARTITIONS = 4  # what the mock cluster auto-creates
 VALUE = b"v" * 100
 PRODUCER_SETTINGS = {"acks": 1, "linger_ms": 5, "batch_size": 16384}
@@ -67,40 +62,6 @@ def _confluent_produce(
     return time.perf_counter() - start, producer
 
 
-def _confluent_consume(mock: confluent_kafka.Producer, records: int) -> float:
-    metadata = mock.list_topics("bench", timeout=10)
-    bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    consumer.assign(
-        [
-            confluent_kafka.TopicPartition("bench", p, confluent_kafka.OFFSET_BEGINNING)
-            for p in range(PARTITIONS)
-        ]
-    )
-    count = 0
-    size = 0
-    start = time.perf_counter()
-    deadline = time.monotonic() + 60
-    while count < records and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is None or message.error():
-            continue
-        size += len(message.value())
-        count += 1
-    elapsed = time.perf_counter() - start
-    consumer.close()
-    if count < records:
-        raise RuntimeError(f"the mock cluster gave back {count} of {records} records")
-    return elapsed
-
-
 def _seglog_produce(
     bootstrap: str, topic: str, records: int, compression: str, keys: list[bytes] | None = None
 ) -> float:
@@ -129,23 +90,6 @@ def _seglog_produce_many(bootstrap: str, topic: str, records: int) -> float:
         return time.perf_counter() - start
 
 
-def _seglog_consume(bootstrap: str, topic: str, records: int) -> float:
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
-        count = 0
-        size = 0
-        start = time.perf_counter()
-        deadline = time.monotonic() + 60
-        while count < records and time.monotonic() < deadline:
-            for record in consumer.poll(timeout_ms=1000):
-                size += len(record.value)  # type: ignore[arg-type]
-                count += 1
-        elapsed = time.perf_counter() - start
-    if count < records:
-        raise RuntimeError(f"read back {count} of {records} records")
-    return elapsed
-
-
 def run(report) -> None:  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory(prefix="seglog-bench-clients-") as tmp:
         root = Path(tmp)
@@ -168,15 +112,9 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                     "produce-zstd",
                     "keyed",
                     "many",
-                    "readback",
                 ):
                     admin.create_topic(name, PARTITIONS)
 
-            # Read back from a fresh mock topic small enough to be kept whole. It loses a
-            # few of the first records to the topic's auto-creation: produce a margin more.
-            _, small = _confluent_produce(CONSUME_RECORDS * 5 // 4, "none")
-            consume_base = best_of(5, lambda m=small: _confluent_consume(m, CONSUME_RECORDS))
-            del small  # its mock cluster, gone before the timed runs
             mock_elapsed = {}
             for codec in ("none", "lz4", "zstd"):
                 best = best_in_turns(
@@ -219,17 +157,6 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 PRODUCE_RECORDS / mock_elapsed["none"] / 1e3,
                 "k rec/s",
                 None,
-            )
-            _seglog_produce(gateway.address, "readback", CONSUME_RECORDS, "none")
-            consume = best_of(
-                5, lambda: _seglog_consume(gateway.address, "readback", CONSUME_RECORDS)
-            )
-            report(
-                f"consumer poll loop, {CONSUME_RECORDS} x 100 B (k rec/s)",
-                CONSUME_RECORDS / consume / 1e3,
-                CONSUME_RECORDS / consume_base / 1e3,
-                "k rec/s",
-                2.0,
             )
         finally:
             for process in reversed(processes):
