@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -25,6 +26,8 @@ class AdminService:
     def __init__(self, registry: Registry, connections: NodeConnections) -> None:
         self.registry = registry
         self.connections = connections
+        # Called with a deleted topic's name (the offsets store drops its committed offsets).
+        self.topic_deleted_listeners: list[Callable[[str], object]] = []
 
     # -- topics --------------------------------------------------------------------------
 
@@ -105,6 +108,11 @@ class AdminService:
                     )
                 except grpc.RpcError as exc:
                     logger.warning("deleting %s-%d on node %d failed: %s", name, i, p.leader, exc)
+            for listener in self.topic_deleted_listeners:
+                try:
+                    listener(name)
+                except Exception as exc:  # noqa: BLE001 - the topic is gone either way
+                    logger.warning("cleaning up after topic %s failed: %s", name, exc)
         return response
 
     def ListTopics(

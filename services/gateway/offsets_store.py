@@ -348,6 +348,21 @@ class OffsetsStore:
                     expired_count += len(expired)
         return expired_count
 
+    def delete_topic_offsets(self, topic: str) -> int:
+        """Delete every group's committed offsets for `topic` (it was deleted), as Kafka's
+        coordinator does, so a topic created again under the name is not read from offsets
+        that belonged to the old one; returns how many went."""
+        self.group_ids()  # every partition read back
+        deleted = 0
+        now_ms = time.time_ns() // 1_000_000
+        for partition, contents in list(self._cache.items()):
+            for group_id, offsets in list(contents.offsets.items()):
+                doomed = [tp for tp in offsets if tp[0] == topic]
+                if doomed:
+                    self._delete(partition, contents, group_id, doomed, False, now_ms, "deleted")
+                    deleted += len(doomed)
+        return deleted
+
     def _delete(
         self,
         partition: int,
@@ -356,6 +371,7 @@ class OffsetsStore:
         expired: list[tuple[str, int]],
         drop_group: bool,
         now_ms: int,
+        why: str = "expired",
     ) -> None:
         builder = RecordBatchBuilder()
         for topic, topic_partition in expired:
@@ -372,7 +388,8 @@ class OffsetsStore:
             if drop_group:
                 contents.groups.pop(group_id, None)
         logger.info(
-            "expired %d committed offsets of group %s%s",
+            "%s %d committed offsets of group %s%s",
+            why,
             len(expired),
             group_id,
             " and its metadata" if drop_group else "",

@@ -84,6 +84,7 @@ class Gateway:
             self.admin.create_internal_topic,
             num_partitions=config.offsets_topic_num_partitions,
         )
+        self.admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(

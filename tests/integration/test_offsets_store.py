@@ -115,3 +115,25 @@ def test_a_corrupt_batch_in_the_offsets_topic_costs_only_its_own_commits(cluster
         c.assign([tp])
         c.commit({tp: 40})  # and the group keeps working
         assert c.committed(tp)[tp].offset == 40
+
+
+def test_deleting_a_topic_deletes_its_committed_offsets(cluster):
+    cluster.client.create_topic("reborn", 1)
+    cluster.client.create_topic("kept", 1)
+    tp, other = TopicPartition("reborn", 0), TopicPartition("kept", 0)
+    with Consumer(cluster.address, group_id="readers", **GROUP) as c:
+        c.assign([tp, other])
+        c.commit({tp: 1, other: 7})
+    cluster.client.delete_topic("reborn")
+    cluster.client.create_topic("reborn", 1)
+    cluster.client.produce("reborn", {0: batch([b"first", b"second"])})
+    config = dict(group_id="readers", auto_offset_reset="earliest", **GROUP)
+    with Consumer(cluster.address, **config) as c:
+        assert c.committed([tp, other]) == {tp: None, other: c.committed(other)[other]}
+        assert c.committed(other)[other].offset == 7  # other topics' offsets stay
+        c.assign([tp])
+        # Read from the new topic's start, not from the old topic's offset 1 (which
+        # would skip a record of the new topic silently).
+        assert [r.value for r in drain(c, 2)] == [b"first", b"second"]
+    restart_gateway(cluster)  # the deletion is in the topic, not only in memory
+    assert set(cluster.gateway.offsets.committed("readers")) == {("kept", 0)}
