@@ -352,6 +352,8 @@ class OffsetsStore:
         """Delete every group's committed offsets for `topic` (it was deleted), as Kafka's
         coordinator does, so a topic created again under the name is not read from offsets
         that belonged to the old one; returns how many went."""
+        if OFFSETS_TOPIC not in self.registry.topics:
+            return 0  # no group ever committed: nothing to delete (and nothing to create)
         self.group_ids()  # every partition read back
         deleted = 0
         now_ms = time.time_ns() // 1_000_000
