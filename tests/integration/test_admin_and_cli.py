@@ -1,12 +1,16 @@
 """Admin and the client-backed CLI commands (produce, consume --group, groups, perf) against
 an in-process cluster, through `seglog.cli.main.main`."""
 
+import importlib.metadata
 import io
 import sys
+
+import pytest
 
 from seglog.cli.main import main
 from seglog.client.admin import EARLIEST, LATEST, Admin, GroupOffset
 from seglog.client.consumer import Consumer
+from seglog.client.gateway import with_default_port
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndTimestamp, TopicPartition
 
@@ -111,3 +115,28 @@ def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, 
     )
     assert code == 0 and out.startswith("5000 records consumed, ")
     assert "MB/sec" in out and "ms 50th" in out
+
+
+def test_the_bootstrap_option_goes_before_or_after_the_subcommand_with_kafkas_name(cluster, capsys):
+    cluster.client.create_topic("placed", 1)
+    for argv in (
+        ["--bootstrap-server", cluster.address, "topics", "list"],
+        ["--bootstrap", cluster.address, "topics", "list"],
+        ["topics", "list", "--bootstrap-server", cluster.address],
+        ["--bootstrap", "127.0.0.1:1", "topics", "list", "--bootstrap", cluster.address],
+    ):
+        assert main(argv) == 0, argv
+        assert "placed" in capsys.readouterr().out
+
+
+def test_version_and_addresses_without_a_port(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"seglog {importlib.metadata.version('seglog')}"
+    assert with_default_port("broker.example") == "broker.example:7070"
+    assert with_default_port("10.0.0.5") == "10.0.0.5:7070"
+    assert with_default_port("10.0.0.5:9000") == "10.0.0.5:9000"
+    assert with_default_port("[::1]") == "[::1]:7070"
+    assert with_default_port("[::1]:9000") == "[::1]:9000"
+    assert with_default_port("unix:/run/seglog.sock") == "unix:/run/seglog.sock"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 
 from ..client.gateway import default_bootstrap
@@ -10,9 +11,24 @@ from ..errors import SeglogError
 from . import consume, groups, perf, produce, topics
 from .dump import main_dump
 
+BOOTSTRAP_HELP = (
+    "the gateway's address, host[:port] (env SEGLOG_BOOTSTRAP; default 127.0.0.1:7070, "
+    "port 7070 when none is given); --bootstrap-server as in Kafka's tools"
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seglog", description="seglog command-line tools")
+    parser.add_argument("--version", action="version", version=f"seglog {_version()}")
+    # Accepted before the subcommand here and after it (`common`); a value given after it
+    # wins, and none given anywhere means the default.
+    parser.add_argument(
+        "--bootstrap",
+        "--bootstrap-server",
+        dest="bootstrap",
+        default=default_bootstrap(),
+        help=BOOTSTRAP_HELP,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     dump = sub.add_parser("dump", help="print the batches of .log files and index entries")
     dump.add_argument("files", nargs="+", help=".log, .index or .timeindex files")
@@ -24,8 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--bootstrap",
-        default=default_bootstrap(),
-        help="the gateway's address (env SEGLOG_BOOTSTRAP; default 127.0.0.1:7070)",
+        "--bootstrap-server",
+        dest="bootstrap",
+        default=argparse.SUPPRESS,
+        help=BOOTSTRAP_HELP,
     )
     topics.add_parser(sub, common)
     produce.add_parser(sub, common)
@@ -33,6 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(sub, common)
     perf.add_parser(sub, common)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("seglog")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

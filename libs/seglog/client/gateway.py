@@ -23,8 +23,21 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3  # the record with the largest timestamp (Kafka's OffsetSpec.maxTimestamp)
 
 
+DEFAULT_PORT = 7070
+
+
 def default_bootstrap() -> str:
     return os.environ.get("SEGLOG_BOOTSTRAP", DEFAULT_BOOTSTRAP)
+
+
+def with_default_port(address: str) -> str:
+    """`host` -> `host:7070` (gRPC would otherwise try 443); `host:port`, `[v6]:port` and
+    `unix:` targets are kept as they are."""
+    if address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return address
+    if address.startswith("["):
+        return address if "]:" in address else f"{address}:{DEFAULT_PORT}"
+    return address if ":" in address else f"{address}:{DEFAULT_PORT}"
 
 
 @dataclass(frozen=True)
@@ -38,7 +51,7 @@ class FetchPosition:
 
 class GatewayClient:
     def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
-        self.bootstrap = bootstrap or default_bootstrap()
+        self.bootstrap = with_default_port(bootstrap or default_bootstrap())
         self.timeout_s = timeout_s
         self._channel = open_channel(self.bootstrap)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
