@@ -15,12 +15,13 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
 from seglog.records import iter_batches, iter_records
 from services.processes import ServerProcess, gateway_process, node_process
-from tests.cluster import batch, wait_until
+from tests.cluster import LocalCluster, batch, wait_until
 
 FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
@@ -443,3 +444,70 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
         assert wait_until(all_served, timeout_s=30)
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def in_process_cluster(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1)
+    yield cluster
+    cluster.close()
+
+
+def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
+    in_process_cluster,
+):
+    # A CLI consumer in a group with a 60 s session: SIGTERM must make it leave at once, so
+    # the other member gets every partition long before the session would have expired.
+    cluster = in_process_cluster
+    cluster.client.create_topic("shared", 2)
+    env = {**os.environ, "SEGLOG_BOOTSTRAP": cluster.address}
+    member = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "seglog.cli.main",
+            "consume",
+            "shared",
+            "--group",
+            "g",
+            "--property",
+            "session.timeout.ms=60000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        with Consumer(
+            cluster.address, group_id="g", session_timeout_ms=60000, heartbeat_interval_ms=100
+        ) as other:
+            other.subscribe(["shared"])
+
+            def share(count):
+                other.poll(timeout_ms=50)
+                return len(other.assignment()) == count
+
+            assert wait_until(lambda: share(1), timeout_s=30)  # one partition each
+            member.send_signal(signal.SIGTERM)
+            assert member.wait(timeout=20) == 0
+            assert wait_until(lambda: share(2), timeout_s=15)  # not 60 s later
+        assert b"Traceback" not in member.stderr.read()
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    # `consume | head -1`: the reader goes away; the consumer ends quietly with status 0.
+    cluster.client.produce("shared", {0: batch([b"line-%d" % i for i in range(500)])})
+    piped = subprocess.run(
+        f"{sys.executable} -m seglog.cli.main consume shared --from-beginning "
+        "--max-messages 500 | head -1; echo status=${PIPESTATUS[0]} >&2",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert piped.stdout.count(b"\n") == 1
+    assert b"status=0" in piped.stderr and b"Traceback" not in piped.stderr, piped.stderr
+    assert b"Broken pipe" not in piped.stderr

@@ -6,20 +6,25 @@ Without `--group`: the partitions are assigned directly and reading starts at th
 `--partition`), or `--timestamp MS` (the first record at or after it, through the time index).
 With `--group`: the consumer joins the group, starts at its committed offsets (or where
 `--from-beginning` says when it has none) and commits as it goes.
-Stops after `--max-messages`, after `--timeout-ms` without a new record, or on Ctrl-C.
+Stops after `--max-messages`, after `--timeout-ms` without a new record, on Ctrl-C or
+SIGTERM (a group member leaves its group first), or quietly when its reader goes away.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from ..client.consumer import Consumer
 from ..client.structs import TopicPartition
 from ..errors import InvalidRequestError
-from .options import parse_properties
+from .options import parse_properties, plural
 
 
 def add_parser(
@@ -90,11 +95,37 @@ def _open(args: argparse.Namespace) -> Consumer:
     return consumer
 
 
+def _interrupt_on_sigterm() -> Callable[[], None]:
+    """SIGTERM (timeout, systemd, docker stop) ends the loop as Ctrl-C does, so a group
+    member leaves its group at once instead of waiting out its session; returns the undo."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (`consume | head`): send the rest of our output nowhere, so
+    neither this loop nor the interpreter's exit reports a broken pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     printed = 0
     consumer = _open(args)
     last_record = time.monotonic()
+    restore_sigterm = _interrupt_on_sigterm()
     try:
         while args.max_messages is None or printed < args.max_messages:
             wanted = None if args.max_messages is None else args.max_messages - printed
@@ -116,7 +147,10 @@ def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 break
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:
+        _quiet_stdout()
     finally:
+        restore_sigterm()
         consumer.close()
-    print(f"Processed a total of {printed} messages", file=sys.stderr)
+    print(f"Processed a total of {plural(printed, 'message')}", file=sys.stderr)
     return 0

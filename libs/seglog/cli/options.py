@@ -14,3 +14,8 @@ def parse_properties(pairs: list[str]) -> dict[str, str]:
             raise InvalidConfigError(f"--property {pair!r}: expected NAME=VALUE")
         out[name.strip()] = value.strip()
     return out
+
+
+def plural(count: int, noun: str) -> str:
+    """'1 record', '2 records'."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from ..client.producer import Producer
 from ..errors import InvalidPartitionsError, SeglogError
-from .options import parse_properties
+from .options import parse_properties, plural
 
 
 def add_parser(
@@ -81,5 +81,5 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
     if failures:
         error = failures[0]
         raise error if isinstance(error, SeglogError) else SeglogError(str(error))
-    print(f"Produced {count} records to {args.topic}.", file=sys.stderr)
+    print(f"Produced {plural(count, 'record')} to {args.topic}.", file=sys.stderr)
     return 0
