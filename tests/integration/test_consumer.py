@@ -399,3 +399,36 @@ def test_a_corrupt_batch_raises_at_its_offset_every_poll_and_skips_nothing(clust
             assert consumer.position(tp) == 10
         consumer.seek(tp, 20)
         assert [r.value for r in drain(consumer, 10)] == [b"%d" % i for i in range(20, 30)]
+
+
+def test_kafka_python_and_confluent_names_serializers_and_consumer_timeout(cluster):
+    import json
+
+    cluster.client.create_topic("docs", 1)
+    with Producer(
+        bootstrap_servers=[cluster.address],
+        value_serializer=lambda v: json.dumps(v).encode(),
+        key_serializer=lambda k: None if k is None else k.encode(),
+        **{"queue.buffering.max.ms": 0, "enable.idempotence": False},
+    ) as producer:
+        assert producer.config.linger_ms == 0
+        producer.send("docs", {"n": 1}, key="a").get(timeout=10)
+        producer.send("docs", {"n": 2}).get(timeout=10)
+    with Consumer(
+        **{"bootstrap.servers": cluster.address},
+        auto_offset_reset="earliest",
+        value_deserializer=lambda v: json.loads(v),
+        key_deserializer=lambda k: None if k is None else k.decode(),
+        consumer_timeout_ms=300,
+    ) as consumer:
+        consumer.assign([TopicPartition("docs", 0)])
+        started = time.monotonic()
+        got = [(r.key, r.value) for r in consumer]  # ends 300 ms after the last record
+        assert got == [("a", {"n": 1}), (None, {"n": 2})]
+        assert time.monotonic() - started < 15
+    with pytest.raises(InvalidConfigError, match="given twice"):
+        Consumer(cluster.address, bootstrap_servers=cluster.address)
+    with pytest.raises(InvalidConfigError, match="enable_idempotence needs acks=all"):
+        Producer(cluster.address, enable_idempotence=True)
+    with pytest.raises(InvalidConfigError, match="value_serializer must be a callable"):
+        Producer(cluster.address, value_serializer="json")

@@ -3,14 +3,18 @@ and Kafka's defaults. Built from keyword arguments; an unknown key or an inconsi
 raises InvalidConfigError naming the setting, before any connection is opened.
 
 Dotted names are accepted too (`linger.ms` for `linger_ms`), so configs copied from a Kafka
-client's properties work unchanged.
+client's properties work unchanged, and so are the names kafka-python and confluent-kafka
+(librdkafka) use for the same settings (`ALIASES`). kafka-python's serializers and
+deserializers (`key_serializer`, `value_deserializer`, ...) are callables applied to keys and
+values, and its `consumer_timeout_ms` ends iteration over a consumer that long after the last
+record. The gateway's address may be given as `bootstrap_servers` / `bootstrap.servers`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -40,12 +44,21 @@ class ProducerConfig:
     max_in_flight_requests_per_connection: int = 5
     max_request_size: int = 1024 * 1024
     metadata_max_age_ms: int = 300_000
+    enable_idempotence: bool = False
+    key_serializer: Callable[[Any], bytes | None] | None = None
+    value_serializer: Callable[[Any], bytes | None] | None = None
 
     def __post_init__(self) -> None:
         if self.acks in ("all", -1, "-1"):
             raise InvalidConfigError(
                 "acks=all needs replication, which seglog does not have yet; use 0 or 1"
             )
+        if self.enable_idempotence in (True, "true", "True"):
+            raise InvalidConfigError(
+                "enable_idempotence needs acks=all and replication, which seglog does not "
+                "have yet; set it to false"
+            )
+        _check_callables(self, "key_serializer", "value_serializer")
         if self.acks not in (0, 1, "0", "1"):
             raise InvalidConfigError(f"acks must be 0 or 1, got {self.acks!r}")
         object.__setattr__(self, "acks", int(self.acks))
@@ -102,9 +115,14 @@ class ConsumerConfig:
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     metadata_max_age_ms: int = 300_000
+    key_deserializer: Callable[[bytes | None], Any] | None = None
+    value_deserializer: Callable[[bytes | None], Any] | None = None
+    # kafka-python's: iterating the consumer ends this long after the last record (-1: never).
+    consumer_timeout_ms: int = -1
 
     def __post_init__(self) -> None:
         _check_ints(self)
+        _check_callables(self, "key_deserializer", "value_deserializer")
         _at_least(self, "fetch_min_bytes", 1)
         _at_least(self, "fetch_max_wait_ms", 0)
         _at_least(self, "fetch_max_bytes", 1)
@@ -152,6 +170,18 @@ class ConsumerConfig:
 
 C = TypeVar("C", ProducerConfig, ConsumerConfig)
 
+# Other clients' names for the same settings (after dots become underscores).
+ALIASES = {
+    # librdkafka (confluent-kafka)
+    "queue_buffering_max_ms": "linger_ms",
+    "compression_codec": "compression_type",
+    "message_timeout_ms": "delivery_timeout_ms",
+    "max_in_flight": "max_in_flight_requests_per_connection",
+    "topic_metadata_refresh_interval_ms": "metadata_max_age_ms",
+    # kafka-python
+    "max_in_flight_requests": "max_in_flight_requests_per_connection",
+}
+
 
 def from_kwargs(cls: type[C], config: Mapping[str, Any]) -> C:
     """Build `cls` from user keyword arguments, rejecting unknown names with a suggestion."""
@@ -159,6 +189,7 @@ def from_kwargs(cls: type[C], config: Mapping[str, Any]) -> C:
     values: dict[str, Any] = {}
     for raw_name, value in config.items():
         name = raw_name.replace(".", "_").replace("-", "_")
+        name = ALIASES.get(name, name)
         if name not in fields:
             close = difflib.get_close_matches(name, fields, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -184,6 +215,33 @@ def _check_ints(config: object) -> None:
                 object.__setattr__(config, field.name, value.lower() == "true")
                 continue
             raise InvalidConfigError(f"{field.name} must be true or false, got {value!r}")
+
+
+def _check_callables(config: object, *names: str) -> None:
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and not callable(value):
+            raise InvalidConfigError(f"{name} must be a callable, got {value!r}")
+
+
+def pop_bootstrap(bootstrap: str | None, config: dict[str, Any]) -> str | None:
+    """The gateway's address from the positional argument or kafka-python's and
+    confluent-kafka's names for it, given once."""
+    given = [config.pop(k) for k in ("bootstrap_servers", "bootstrap.servers") if k in config]
+    if bootstrap is not None:
+        given.insert(0, bootstrap)
+    if len(given) > 1:
+        raise InvalidConfigError("the gateway's address is given twice (bootstrap_servers)")
+    if not given:
+        return None
+    value = given[0]
+    if isinstance(value, list | tuple):
+        if len(value) != 1:
+            raise InvalidConfigError(
+                f"bootstrap_servers: one gateway address is needed, got {list(value)}"
+            )
+        value = value[0]
+    return str(value)
 
 
 def _at_least(config: object, name: str, minimum: int) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import Record
-from .config import ConsumerConfig, from_kwargs
+from .config import ConsumerConfig, from_kwargs, pop_bootstrap
 from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
@@ -45,6 +45,7 @@ class NoOffsetForPartitionError(OffsetOutOfRangeError):
 
 class Consumer:
     def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
+        bootstrap = pop_bootstrap(bootstrap, config)
         self.config = from_kwargs(ConsumerConfig, config)
         self.bootstrap = bootstrap or default_bootstrap()
         self._client = GatewayClient(
@@ -138,6 +139,8 @@ class Consumer:
             records = self._fetcher.collect(limit)
             self._maybe_auto_commit()
             if records:
+                if self._deserializing:
+                    return self._deserialized(records)
                 return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -146,8 +149,39 @@ class Consumer:
             self._fetcher.wait_for_data(min(remaining, self.config.heartbeat_interval_ms / 1000))
 
     def __iter__(self) -> Iterator[Record]:
+        """Records as they come; with `consumer_timeout_ms` the iteration ends that long after
+        the last record (kafka-python's behaviour), else it follows the log until close."""
+        idle_limit_s = self.config.consumer_timeout_ms / 1000
+        last_record = time.monotonic()
         while not self._closed:
-            yield from self.poll(timeout_ms=self.config.fetch_max_wait_ms)
+            wait_ms = self.config.fetch_max_wait_ms
+            if idle_limit_s >= 0:
+                left_ms = int((idle_limit_s - (time.monotonic() - last_record)) * 1000)
+                wait_ms = max(0, min(wait_ms, left_ms))
+            records = self.poll(timeout_ms=wait_ms)
+            if records:
+                last_record = time.monotonic()
+                yield from records
+            elif idle_limit_s >= 0 and time.monotonic() - last_record >= idle_limit_s:
+                return
+
+    @property
+    def _deserializing(self) -> bool:
+        return (
+            self.config.key_deserializer is not None or self.config.value_deserializer is not None
+        )
+
+    def _deserialized(self, records: list[Record]) -> list[Record]:
+        """kafka-python's deserializers applied to every key and value, None included."""
+        keys = self.config.key_deserializer
+        values = self.config.value_deserializer
+        return [
+            r._replace(
+                key=r.key if keys is None else keys(r.key),
+                value=r.value if values is None else values(r.value),
+            )
+            for r in records
+        ]
 
     def _ensure_assignment(self) -> None:
         group = self._group

@@ -23,7 +23,7 @@ from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
 from ..records.builder import Headers
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
-from .config import ProducerConfig, from_kwargs
+from .config import ProducerConfig, from_kwargs, pop_bootstrap
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
 from .gateway import GatewayClient, default_bootstrap
 from .metadata import Metadata
@@ -48,8 +48,12 @@ def _check_types(key: object, value: object) -> None:
 
 class Producer:
     def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
+        bootstrap = pop_bootstrap(bootstrap, config)
         self.config = from_kwargs(ProducerConfig, config)
         self.bootstrap = bootstrap or default_bootstrap()
+        if self.config.key_serializer is not None or self.config.value_serializer is not None:
+            # kafka-python's serializers: only producers that set them pay for the call.
+            self.send = self._send_serialized  # type: ignore[method-assign]
         self._client = GatewayClient(
             self.bootstrap, timeout_s=self.config.request_timeout_ms / 1000
         )
@@ -116,6 +120,25 @@ class Producer:
                     if future is not None:
                         return future
         return self._send(topic, value, key, partition, timestamp_ms, headers, callback)
+
+    def _send_serialized(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: Headers | None = None,
+        callback: Callback | None = None,
+    ) -> RecordFuture:
+        """`send` after the configured serializers, called as kafka-python calls them (on
+        every key and value, None included)."""
+        key_serializer, value_serializer = self.config.key_serializer, self.config.value_serializer
+        if key_serializer is not None:
+            key = key_serializer(key)
+        if value_serializer is not None:
+            value = value_serializer(value)
+        return Producer.send(self, topic, value, key, partition, timestamp_ms, headers, callback)
 
     def _send(
         self,
