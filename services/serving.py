@@ -56,10 +56,12 @@ def env_flag(
     parser: argparse.ArgumentParser, flag: str, env: str, help: str, **kwargs: Any
 ) -> None:
     """A flag whose default comes from an environment variable (the flag wins)."""
-    default = os.environ.get(env, kwargs.pop("default", None))
+    built_in = kwargs.pop("default", None)
+    default = os.environ.get(env, built_in)
     required = default is None and kwargs.pop("required", False)
+    shown = f"; default {built_in}" if built_in is not None else ""
     parser.add_argument(
-        flag, default=default, required=required, help=f"{help} (env {env})", **kwargs
+        flag, default=default, required=required, help=f"{help} (env {env}{shown})", **kwargs
     )
 
 

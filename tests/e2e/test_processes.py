@@ -511,3 +511,19 @@ def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
     assert piped.stdout.count(b"\n") == 1
     assert b"status=0" in piped.stderr and b"Traceback" not in piped.stderr, piped.stderr
     assert b"Broken pipe" not in piped.stderr
+
+
+def test_the_services_help_shows_each_flags_default():
+    for module, expected in (
+        ("services.gateway", "SEGLOG_SESSION_TIMEOUT_MS; default 9000"),
+        ("services.storage_node", "SEGLOG_HEARTBEAT_INTERVAL_MS; default 2000"),
+    ):
+        shown = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "COLUMNS": "400"},
+        )
+        assert expected in shown.stdout, shown.stdout

@@ -140,3 +140,23 @@ def test_version_and_addresses_without_a_port(capsys):
     assert with_default_port("[::1]") == "[::1]:7070"
     assert with_default_port("[::1]:9000") == "[::1]:9000"
     assert with_default_port("unix:/run/seglog.sock") == "unix:/run/seglog.sock"
+
+
+def test_topics_describe_without_names_shows_user_topics(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("users", 2)
+    with Consumer(cluster.address, group_id="g", enable_auto_commit=False) as consumer:
+        consumer.assign([TopicPartition("users", 0)])
+        consumer.commit({TopicPartition("users", 0): 0})  # creates __consumer_offsets
+    code, out, _ = run(cluster, capsys, monkeypatch, "topics", "describe")
+    assert code == 0
+    assert [line.split("\t")[0] for line in out.splitlines() if line.startswith("Topic:")] == [
+        "Topic: users"
+    ]
+    code, out, _ = run(cluster, capsys, monkeypatch, "topics", "describe", "--include-internal")
+    assert "Topic: __consumer_offsets" in out and "Topic: users" in out
+
+
+def test_the_cli_pointed_at_a_storage_node_says_so(cluster, capsys):
+    node_address = cluster.nodes[1].address
+    assert main(["topics", "list", "--bootstrap", node_address]) == 1
+    assert "is it a storage node's address" in capsys.readouterr().err

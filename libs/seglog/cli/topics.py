@@ -32,7 +32,10 @@ def add_parser(
     listing.set_defaults(handler=list_topics)
 
     describe = actions.add_parser("describe", parents=[common], help="partitions and offsets")
-    describe.add_argument("names", nargs="*", help="default: every topic")
+    describe.add_argument("names", nargs="*", help="default: every user topic")
+    describe.add_argument(
+        "--include-internal", action="store_true", help="with no names: internal topics too"
+    )
     describe.set_defaults(handler=describe_topics)
 
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
@@ -69,7 +72,12 @@ def list_topics(args: argparse.Namespace) -> int:
 def describe_topics(args: argparse.Namespace) -> int:
     status = 0
     with GatewayClient(args.bootstrap) as client:
-        for topic in client.describe_topics(args.names):
+        names = args.names or [
+            t.name for t in client.list_topics(getattr(args, "include_internal", False))
+        ]
+        if not names:
+            return 0  # describe_topics([]) would mean every topic, internal ones included
+        for topic in client.describe_topics(names):
             if topic.error:
                 print(f"Topic: {topic.name}\tError: {topic.error_message}")
                 status = 1

@@ -129,4 +129,11 @@ def error_from_rpc(error: grpc.RpcError) -> SeglogError:
             info = error_details_pb2.ErrorInfo()
             if detail.Unpack(info) and info.domain == DOMAIN:
                 return _ERROR_CLASSES.get(info.reason, SeglogError)(message)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        # The address serves gRPC but not this API: most often a storage node's address
+        # given where the gateway's belongs (or the reverse).
+        message += (
+            " (the address answers but does not serve this seglog API: is it a storage "
+            "node's address where the gateway's is needed?)"
+        )
     return _ERROR_BY_STATUS.get(code, SeglogError)(f"{code.name}: {message}")
