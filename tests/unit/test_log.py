@@ -148,7 +148,7 @@ def test_inconsistent_record_count_is_invalid(tmp_path):
 
 def test_batch_over_max_message_bytes_is_refused(tmp_path):
     log = Log.open(tmp_path / "t-0", LogConfig(max_message_bytes=500))
-    with pytest.raises(RecordTooLargeError, match="larger than max_message_bytes 500"):
+    with pytest.raises(RecordTooLargeError, match="larger than max.message.bytes 500"):
         log.append(make_batch([b"x" * 600]))
     assert log.log_end_offset == 0
     log.close()

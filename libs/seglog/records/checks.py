@@ -56,7 +56,7 @@ def check_batch(
         )
     if max_batch_bytes is not None and size > max_batch_bytes:
         raise RecordTooLargeError(
-            f"batch at position {position} is {size} bytes, larger than max_message_bytes "
+            f"batch at position {position} is {size} bytes, larger than max.message.bytes "
             f"{max_batch_bytes}"
         )
     if header.record_count == 0 or header.record_count != header.last_offset_delta + 1:
@@ -78,8 +78,8 @@ def check_timestamp_window(
         if ts < earliest_ms or ts > latest_ms:
             raise InvalidTimestampError(
                 f"batch at position {position}: {name} {ts} outside the accepted window "
-                f"[{earliest_ms}, {latest_ms}] (message_timestamp_before_max_ms / "
-                f"message_timestamp_after_max_ms)"
+                f"[{earliest_ms}, {latest_ms}] (message.timestamp.before.max.ms / "
+                f"message.timestamp.after.max.ms)"
             )
 
 

@@ -145,7 +145,7 @@ def _check_inside(
     ):
         raise InvalidTimestampError(
             f"batch at position {pos}: a record's timestamp {timestamps.min_ms} is before "
-            f"the accepted window's start {earliest} (message_timestamp_before_max_ms)"
+            f"the accepted window's start {earliest} (message.timestamp.before.max.ms)"
         )
 
 
@@ -189,7 +189,7 @@ def _upconvert_all(view: memoryview, max_uncompressed_bytes: int) -> bytes:
             if budget < 0:
                 raise CorruptRecordError(
                     f"legacy messages up to position {pos} decompress to more than "
-                    f"{max_uncompressed_bytes} bytes (max_uncompressed_batch_bytes)"
+                    f"{max_uncompressed_bytes} bytes (max.uncompressed.batch.bytes)"
                 )
             parts.append(converted)
             size = message.size_in_bytes
