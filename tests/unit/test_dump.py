@@ -4,6 +4,7 @@ import io
 import json
 
 from seglog.cli.dump import dump
+from seglog.cli.main import main
 from seglog.storage import Log, LogConfig
 from tests.conftest import make_batch
 
@@ -41,3 +42,36 @@ def test_verify_reports_an_entry_that_points_inside_a_batch(tmp_path, now_ms):
     assert dump([str(index_path)], records=False, verify=True, as_json=True, out=out) == 1
     first = json.loads(out.getvalue().splitlines()[0])
     assert first["valid"] is False and "no batch starts" in first["problem"]
+
+
+def test_dump_finds_a_topics_partitions_under_a_cluster_data_dir(tmp_path, now_ms, capsys):
+    for node, partition in (("node-1", 0), ("node-2", 1)):
+        log = Log.open(tmp_path / node / f"orders-{partition}", LogConfig())
+        log.append(make_batch([b"p%d" % partition], timestamp_ms=now_ms))
+        log.close()
+    Log.open(tmp_path / "node-1" / "orders-eu-0", LogConfig()).close()  # another topic
+    assert main(["dump", "--topic", "orders", "--data-dir", str(tmp_path), "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(line["file"].split("/")[-2] for line in lines) == ["orders-0", "orders-1"]
+    assert (
+        main(
+            [
+                "dump",
+                "--topic",
+                "orders",
+                "--partition",
+                "1",
+                "--verify",
+                "--data-dir",
+                str(tmp_path),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    files = {
+        json.loads(line)["file"].rsplit(".", 1)[1] for line in capsys.readouterr().out.splitlines()
+    }
+    assert files <= {"log", "index", "timeindex"} and "log" in files
+    assert main(["dump", "--topic", "missing", "--data-dir", str(tmp_path)]) == 1
+    assert "no missing-* partition directory" in capsys.readouterr().err

@@ -6,6 +6,8 @@
   `.log` beside it (the offset exists at that position / the timestamp is that offset's
   batch max so far).
 - `--json`: one JSON object per line instead of text.
+- `--topic T [--partition N] [--data-dir data]`: every file of those partitions found under a
+  cluster's data dir (each node's directory under it too), instead of naming files.
 """
 
 from __future__ import annotations
@@ -201,7 +203,34 @@ def _as_text(entry: dict[str, Any]) -> str:
     return line
 
 
+def partition_files(data_dir: Path, topic: str, partition: int | None, verify: bool) -> list[str]:
+    """The `.log` files (and with `verify` the indexes) of a topic's partitions anywhere under
+    a cluster's data dir (`make run` keeps each node's under `node-N/`), in offset order."""
+    log_files.check_topic_name(topic)
+    pattern = f"{topic}-{'*' if partition is None else partition}"
+    suffixes = [log_files.LOG_SUFFIX]
+    if verify:
+        suffixes += [log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX]
+    found = []
+    for directory in sorted({*data_dir.glob(pattern), *data_dir.glob(f"*/{pattern}")}):
+        try:
+            if log_files.parse_topic_partition(directory)[0] != topic:
+                continue
+        except ValueError:
+            continue
+        found += sorted(str(f) for f in directory.iterdir() if f.name.endswith(tuple(suffixes)))
+    return found
+
+
 def main_dump(args: Any) -> int:
-    return dump(
-        args.files, records=args.records, verify=args.verify, as_json=args.json, out=sys.stdout
-    )
+    files = list(args.files)
+    if args.topic is not None:
+        files += partition_files(Path(args.data_dir), args.topic, args.partition, args.verify)
+        if not files:
+            where = f"{args.topic}-{'*' if args.partition is None else args.partition}"
+            print(f"seglog: no {where} partition directory under {args.data_dir}", file=sys.stderr)
+            return 1
+    elif not files:
+        print("seglog: dump needs FILE arguments or --topic", file=sys.stderr)
+        return 2
+    return dump(files, records=args.records, verify=args.verify, as_json=args.json, out=sys.stdout)
