@@ -28,8 +28,11 @@ $(GENERATED): $(STAMP) $(PROTOS)
 proto: $(GENERATED)
 
 # A local cluster: gateway on 127.0.0.1:7070 and three storage nodes, data under ./data.
+# make run PORT=7080 DATA_DIR=/tmp/seglog-data
+PORT ?= 7070
+DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m services.local_cluster --data-dir data
+	$(BIN)/python -m services.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT)
 
 test: $(STAMP) proto
 	$(BIN)/python -m pytest -q tests

@@ -4,14 +4,20 @@
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
-port is 0. Ctrl-C or SIGTERM stops everything: nodes first, each flushing and writing its
-clean-shutdown marker, then the gateway.
+port is 0. A second cluster on a port already served is refused at once.
+
+A storage node that dies is reported and the cluster keeps running without it, so failover
+can be watched; SIGHUP (`kill -HUP <pid>`, the pid is printed) restarts the nodes that are
+down. The gateway's death stops the cluster. Ctrl-C or SIGTERM stops everything: nodes first,
+each flushing and writing its clean-shutdown marker, then the gateway.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
@@ -29,9 +35,18 @@ def main(argv: list[str] | None = None) -> int:
     data = Path(args.data_dir)
     (data / "logs").mkdir(parents=True, exist_ok=True)
     host, port = args.listen.rsplit(":", 1)
+    if int(port) != 0 and _listening(host, int(port)):
+        print(
+            f"seglog local cluster: {args.listen} is already served (a cluster already "
+            f"running? stop it, or choose another port: make run PORT=...)",
+            file=sys.stderr,
+        )
+        return 1
     stop = threading.Event()
+    restart = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGHUP, lambda *_: restart.set())
 
     gateway = gateway_process(
         args.listen, data / "gateway", stderr_path=data / "logs" / "gateway.log"
@@ -53,12 +68,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seglog local cluster: gateway on {address}", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
-        print(f"  data in {data}/, logs in {data / 'logs'}/; Ctrl-C stops", flush=True)
-        while not stop.wait(0.5):
-            for process in [gateway, *nodes]:
-                if not process.alive():
-                    print(f"{process.name} exited; stopping the cluster", file=sys.stderr)
-                    stop.set()
+        print(
+            f"  data in {data}/, logs in {data / 'logs'}/; Ctrl-C stops, "
+            f"kill -HUP {os.getpid()} restarts dead nodes",
+            flush=True,
+        )
+        reported: set[str] = set()
+        while not stop.wait(0.2):
+            if not gateway.alive():
+                print("gateway exited; stopping the cluster", file=sys.stderr, flush=True)
+                break
+            for node in nodes:
+                if not node.alive() and node.name not in reported:
+                    reported.add(node.name)
+                    print(
+                        f"{node.name} exited; the cluster goes on without it "
+                        f"(kill -HUP {os.getpid()} restarts it)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            if restart.is_set():
+                restart.clear()
+                for node in nodes:
+                    if node.alive():
+                        continue
+                    try:
+                        node.start()
+                    except RuntimeError as exc:
+                        print(f"restarting {node.name} failed: {exc}", file=sys.stderr)
+                        continue
+                    reported.discard(node.name)
+                    print(f"  restarted {node.name} on {node.address}", flush=True)
     except RuntimeError as exc:
         print(f"seglog local cluster: {exc}", file=sys.stderr)
         return 1
@@ -68,6 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         gateway.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

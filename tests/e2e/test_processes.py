@@ -527,3 +527,61 @@ def test_the_services_help_shows_each_flags_default():
             env={**os.environ, "COLUMNS": "400"},
         )
         assert expected in shown.stdout, shown.stdout
+
+
+def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
+    tmp_path,
+):
+    errors = tmp_path / "cluster.err"
+    with open(errors, "wb") as err:
+        runner = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.local_cluster",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--listen",
+                "127.0.0.1:0",
+                "--nodes",
+                "2",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    try:
+        lines = [runner.stdout.readline().decode() for _ in range(3)]
+        address = re.search(r"gateway on (\S+)", lines[0]).group(1)
+        node_pid = int(re.search(r"node-1 on \S+ \(pid (\d+)\)", lines[1]).group(1))
+        client = GatewayClient(address)
+        assert wait_until(lambda: sum(n.live for n in client.describe_cluster().nodes) == 2)
+        os.kill(node_pid, signal.SIGKILL)
+        assert wait_until(lambda: b"node-1 exited" in errors.read_bytes())
+        assert runner.poll() is None  # still running, without node-1
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.local_cluster",
+                "--data-dir",
+                str(tmp_path / "other"),
+                "--listen",
+                address,
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1 and b"already served" in second.stderr
+        runner.send_signal(signal.SIGHUP)
+        restarted = runner.stdout.readline().decode()
+        while "data in" in restarted:  # the banner's last line
+            restarted = runner.stdout.readline().decode()
+        assert "restarted node-1" in restarted
+        assert wait_until(
+            lambda: {n.node_id for n in client.describe_cluster().nodes if n.live} == {1, 2}
+        )
+        client.close()
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
