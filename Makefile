@@ -9,7 +9,15 @@ GENERATED := libs/seglog/v1/.generated
 
 .PHONY: test bench lint proto install run clean
 
+# Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
+# whose interpreter no longer runs is removed and built again rather than reused.
 $(STAMP): pyproject.toml libs/seglog/records/_scan.c
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+		echo "seglog needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) --version 2>&1)." \
+			"Run: make PYTHON=python3.11 ..." >&2; exit 1; }
+	@if [ -d $(VENV) ] && { [ ! -e $(STAMP) ] || ! $(BIN)/python -c '' 2>/dev/null; }; then \
+		echo "removing $(VENV): its last install did not finish or it no longer runs" >&2; \
+		rm -rf $(VENV); fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==24.3.1
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
