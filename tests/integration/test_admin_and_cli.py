@@ -13,6 +13,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import with_default_port
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndTimestamp, TopicPartition
+from tests.cluster import wait_until
 
 
 def run(cluster, capsys, monkeypatch, *argv, stdin=b""):
@@ -160,3 +161,79 @@ def test_the_cli_pointed_at_a_storage_node_says_so(cluster, capsys):
     node_address = cluster.nodes[1].address
     assert main(["topics", "list", "--bootstrap", node_address]) == 1
     assert "is it a storage node's address" in capsys.readouterr().err
+
+
+def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("ledger", 2)
+    with Producer(cluster.address) as producer:
+        for i in range(10):
+            producer.send("ledger", b"%d" % i, partition=i % 2, timestamp_ms=1_700_000_000_000 + i)
+    tp0, tp1 = TopicPartition("ledger", 0), TopicPartition("ledger", 1)
+    with Admin(cluster.address) as admin:
+        admin.alter_group_offsets("auditors", {tp0: 2, tp1: 3})
+
+        def committed():
+            return {tp: o.committed for tp, o in admin.list_group_offsets("auditors").items()}
+
+        code, out, err = run(
+            cluster,
+            capsys,
+            monkeypatch,
+            "groups",
+            "reset-offsets",
+            "auditors",
+            "--topic",
+            "ledger",
+            "--to-earliest",
+        )
+        assert code == 0 and "Dry run" in err
+        assert out.splitlines() == [
+            "GROUP     TOPIC   PARTITION  NEW-OFFSET",
+            "auditors  ledger  0          0",
+            "auditors  ledger  1          0",
+        ]
+        assert committed() == {tp0: 2, tp1: 3}  # a dry run changes nothing
+        code, out, _ = run(
+            cluster,
+            capsys,
+            monkeypatch,
+            "groups",
+            "reset-offsets",
+            "auditors",
+            "--topic",
+            "ledger:1",
+            "--shift-by",
+            "10",
+            "--execute",
+        )
+        assert code == 0 and out.splitlines()[1].split() == ["auditors", "ledger", "1", "5"]
+        assert committed() == {tp0: 2, tp1: 5}  # clamped to the log end
+        # The first record at or after 1_700_000_000_004 (written as offset 2 of partition 0).
+        code, out, _ = run(
+            cluster,
+            capsys,
+            monkeypatch,
+            "groups",
+            "reset-offsets",
+            "auditors",
+            "--all-topics",
+            "--to-datetime",
+            "2023-11-14T22:13:20.004+00:00",
+            "--execute",
+        )
+        assert code == 0 and committed() == {tp0: 2, tp1: 2}
+        with Consumer(cluster.address, group_id="auditors", session_timeout_ms=6000) as member:
+            member.subscribe(["ledger"])
+            assert wait_until(lambda: (member.poll(timeout_ms=50), member.assignment())[1])
+            code, _, err = run(
+                cluster,
+                capsys,
+                monkeypatch,
+                "groups",
+                "reset-offsets",
+                "auditors",
+                "--all-topics",
+                "--to-latest",
+                "--execute",
+            )
+            assert code == 1 and "active members" in err

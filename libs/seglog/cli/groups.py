@@ -1,14 +1,20 @@
-"""`seglog groups list|describe`: consumer groups, their members and assignments, and per
-partition the committed offset, the log end offset and the lag (as kafka-consumer-groups.sh
---describe prints them)."""
+"""`seglog groups list|describe|reset-offsets`: consumer groups, their members and
+assignments, and per partition the committed offset, the log end offset and the lag (as
+kafka-consumer-groups.sh --describe prints them); reset-offsets moves an inactive group's
+committed offsets as kafka-consumer-groups.sh --reset-offsets does: a dry run that prints the
+new offsets unless `--execute`, targets clamped to each partition's [earliest, latest]."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from typing import TextIO
 
-from ..client.admin import Admin
+from ..client.admin import EARLIEST, LATEST, Admin
+from ..client.structs import TopicPartition
+from ..errors import InvalidRequestError
+from ..rpc.status import error_from_code
 
 
 def add_parser(
@@ -23,6 +29,29 @@ def add_parser(
     )
     describe.add_argument("group")
     describe.set_defaults(handler=describe_group)
+
+    reset = actions.add_parser(
+        "reset-offsets", parents=[common], help="move an inactive group's committed offsets"
+    )
+    reset.add_argument("group")
+    scope = reset.add_mutually_exclusive_group(required=True)
+    scope.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC[:P,P]",
+        help="a topic, or some of its partitions (repeatable)",
+    )
+    scope.add_argument("--all-topics", action="store_true", help="every topic it committed")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true")
+    target.add_argument("--to-latest", action="store_true")
+    target.add_argument("--to-offset", type=int, metavar="N")
+    target.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2026-11-23T10:00:00Z")
+    target.add_argument("--shift-by", type=int, metavar="N", help="from the committed offset")
+    mode = reset.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print only (the default)")
+    mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    reset.set_defaults(handler=reset_offsets)
 
 
 def list_groups(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -64,4 +93,80 @@ def describe_group(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
         )
+    return 0
+
+
+def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicPartition]:
+    if args.all_topics:
+        return sorted(admin.list_group_offsets(args.group))
+    chosen: list[TopicPartition] = []
+    for spec in args.topic:
+        topic, _, listed = spec.partition(":")
+        (described,) = admin.describe_topics([topic])
+        if described.error:
+            raise error_from_code(described.error, described.error_message)
+        count = len(described.partitions)
+        numbers = [int(p) for p in listed.split(",")] if listed else list(range(count))
+        bad = [p for p in numbers if not 0 <= p < count]
+        if bad:
+            raise InvalidRequestError(f"{topic} has partitions 0..{count - 1}, not {bad}")
+        chosen += [TopicPartition(topic, p) for p in numbers]
+    return sorted(set(chosen))
+
+
+def _targets(
+    admin: Admin, args: argparse.Namespace, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    earliest = {
+        tp: o.offset for tp, o in admin.list_offsets(dict.fromkeys(partitions, EARLIEST)).items()
+    }
+    latest = {
+        tp: o.offset for tp, o in admin.list_offsets(dict.fromkeys(partitions, LATEST)).items()
+    }
+    if args.to_earliest:
+        wanted = earliest
+    elif args.to_latest:
+        wanted = latest
+    elif args.to_offset is not None:
+        wanted = dict.fromkeys(partitions, args.to_offset)
+    elif args.to_datetime is not None:
+        moment = datetime.datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+        found = admin.list_offsets(dict.fromkeys(partitions, int(moment.timestamp() * 1000)))
+        wanted = {tp: hit.offset if hit.offset >= 0 else latest[tp] for tp, hit in found.items()}
+    else:
+        committed = admin.list_group_offsets(args.group)
+        missing = [tp for tp in partitions if tp not in committed]
+        if missing:
+            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing)
+            raise InvalidRequestError(f"--shift-by needs a committed offset; none for {names}")
+        wanted = {tp: committed[tp].committed + args.shift_by for tp in partitions}
+    return {tp: min(max(wanted[tp], earliest[tp]), latest[tp]) for tp in partitions}
+
+
+def reset_offsets(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    with Admin(args.bootstrap) as admin:
+        group = admin.describe_group(args.group)
+        if group.members:
+            raise InvalidRequestError(
+                f"group {args.group} is {group.state} with {len(group.members)} active "
+                f"members: offsets can be reset only while it is inactive"
+            )
+        partitions = _partitions(admin, args)
+        targets = _targets(admin, args, partitions)
+        rows = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
+        rows += [(args.group, tp.topic, str(tp.partition), str(o)) for tp, o in targets.items()]
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for row in rows:
+            print(
+                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out
+            )
+        if args.execute:
+            admin.alter_group_offsets(args.group, targets)
+        else:
+            print(
+                "Dry run: nothing changed; add --execute to commit these offsets.", file=sys.stderr
+            )
     return 0

@@ -172,6 +172,17 @@ class Admin:
             out[tp] = GroupOffset(entry.offset, end, lag, entry.metadata)
         return out
 
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set a group's committed offsets (Kafka's AdminClient.alterConsumerGroupOffsets);
+        refused while the group has active members, who own their positions."""
+        request = groups_pb2.CommitOffsetsRequest(group_id=group_id, member_id="", generation_id=-1)
+        for tp, offset in sorted(offsets.items()):
+            request.offsets.add(topic=tp.topic, partition=tp.partition, offset=offset)
+        response = self._call("CommitOffsets", request)
+        for result in response.partitions:  # type: ignore[attr-defined]
+            if result.error:
+                raise error_from_code(result.error, result.error_message)
+
 
 __all__ = [
     "EARLIEST",
