@@ -146,6 +146,18 @@ class OffsetMetadataTooLargeError(SeglogError):
     reason = "OFFSET_METADATA_TOO_LARGE"
 
 
+class NonEmptyGroupError(SeglogError):
+    """The group has active members: it cannot be deleted (Kafka's NON_EMPTY_GROUP)."""
+
+    reason = "NON_EMPTY_GROUP"
+
+
+class GroupSubscribedToTopicError(SeglogError):
+    """The group's members read the topic whose offsets were to be deleted."""
+
+    reason = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
 class LeaderNotAvailableError(SeglogError):
     """The partition's leader is on a node that is down or unreachable."""
 

@@ -10,6 +10,7 @@ import grpc
 from seglog.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     InvalidOffsetError,
     OffsetMetadataTooLargeError,
     SeglogError,
@@ -19,7 +20,7 @@ from seglog.rpc.status import set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
-from .groups import EMPTY, GroupCoordinator, JoinResult
+from .groups import EMPTY, GroupCoordinator, JoinResult, check_group_id
 from .offsets_store import OffsetsStore
 from .registry import Registry
 
@@ -225,4 +226,39 @@ class GroupCoordinatorService:
                 )
                 for topic, partitions in sorted(member.assignment.items()):
                     out.assignment.add(topic=topic, partitions=partitions)
+        return response
+
+    def DeleteGroups(
+        self, request: groups_pb2.DeleteGroupsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.DeleteGroupsResponse:
+        response = groups_pb2.DeleteGroupsResponse()
+        for group_id in request.group_ids:
+            result = response.groups.add(group_id=group_id)
+            try:
+                check_group_id(group_id)
+                self.coordinator.delete_group(group_id)
+                self.offsets.delete_group(group_id)
+            except SeglogError as exc:
+                set_error(result, exc)
+        return response
+
+    def DeleteOffsets(
+        self, request: groups_pb2.DeleteOffsetsRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.DeleteOffsetsResponse:
+        response = groups_pb2.DeleteOffsetsResponse()
+        try:
+            check_group_id(request.group_id)
+            read = self.coordinator.subscribed_topics(request.group_id)
+            busy = sorted({p.topic for p in request.partitions} & read)
+            if busy:
+                raise GroupSubscribedToTopicError(
+                    f"members of group {request.group_id} read {', '.join(busy)}: their "
+                    f"offsets cannot be deleted while they do"
+                )
+            response.deleted = self.offsets.delete_offsets(
+                request.group_id,
+                [(p.topic, n) for p in request.partitions for n in p.partitions],
+            )
+        except SeglogError as exc:
+            set_error(response, exc)
         return response

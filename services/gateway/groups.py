@@ -33,6 +33,7 @@ from seglog.errors import (
     InvalidGroupIdError,
     InvalidRequestError,
     InvalidSessionTimeoutError,
+    NonEmptyGroupError,
     RebalanceInProgressError,
     SeglogError,
     UnknownMemberIdError,
@@ -295,6 +296,23 @@ class GroupCoordinator:
     def group_ids(self) -> list[str]:
         with self._lock:
             return list(self._groups)
+
+    def delete_group(self, group_id: str) -> None:
+        """Forget an empty group (its offsets and record are the store's to delete)."""
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.members:
+                raise NonEmptyGroupError(
+                    f"group {group_id} has {len(group.members)} active members: only an "
+                    f"empty group can be deleted"
+                )
+            self._groups.pop(group_id, None)
+            self._unpersisted.pop(group_id, None)
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        with self._lock:
+            group = self._groups.get(group_id)
+            return {t for m in group.members.values() for t in m.topics} if group else set()
 
     def groups_with_members(self) -> set[str]:
         with self._lock:

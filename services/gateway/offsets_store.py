@@ -30,6 +30,7 @@ import grpc
 from seglog.errors import (
     CoordinatorLoadInProgressError,
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     SeglogError,
 )
 from seglog.records import RecordBatch, RecordBatchBuilder
@@ -347,6 +348,28 @@ class OffsetsStore:
                     self._delete(partition, contents, group_id, expired, drop_group, now_ms)
                     expired_count += len(expired)
         return expired_count
+
+    def delete_group(self, group_id: str) -> int:
+        """Delete a group's committed offsets and its metadata record (tombstones); returns
+        how many offsets went. GROUP_ID_NOT_FOUND when it has neither."""
+        partition = self.partition_for(group_id)
+        contents = self._loaded(partition)
+        offsets = list(contents.offsets.get(group_id, {}))
+        if not offsets and group_id not in contents.groups:
+            raise GroupIdNotFoundError(f"group {group_id!r} has no offsets or metadata")
+        now_ms = time.time_ns() // 1_000_000
+        self._delete(partition, contents, group_id, offsets, True, now_ms, "deleted")
+        return len(offsets)
+
+    def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> int:
+        partition = self.partition_for(group_id)
+        contents = self._loaded(partition)
+        held = contents.offsets.get(group_id, {})
+        doomed = [tp for tp in partitions if tp in held]
+        if doomed:
+            now_ms = time.time_ns() // 1_000_000
+            self._delete(partition, contents, group_id, doomed, False, now_ms, "deleted")
+        return len(doomed)
 
     def delete_topic_offsets(self, topic: str) -> int:
         """Delete every group's committed offsets for `topic` (it was deleted), as Kafka's

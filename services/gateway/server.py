@@ -174,6 +174,14 @@ class Gateway:
                 groups_pb2.DescribeGroupsRequest,
                 groups_pb2.DescribeGroupsResponse,
             ),
+            "DeleteGroups": unary(
+                g.DeleteGroups, groups_pb2.DeleteGroupsRequest, groups_pb2.DeleteGroupsResponse
+            ),
+            "DeleteOffsets": unary(
+                g.DeleteOffsets,
+                groups_pb2.DeleteOffsetsRequest,
+                groups_pb2.DeleteOffsetsResponse,
+            ),
         }
         return [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),

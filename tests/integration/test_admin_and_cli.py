@@ -237,3 +237,36 @@ def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch)
                 "--execute",
             )
             assert code == 1 and "active members" in err
+
+
+def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("a", 2)
+    cluster.client.create_topic("b", 1)
+    a0, a1, b0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+    with Admin(cluster.address) as admin:
+        admin.alter_group_offsets("old", {a0: 0, a1: 0, b0: 0})
+        code, out, _ = run(
+            cluster, capsys, monkeypatch, "groups", "delete-offsets", "old", "--topic", "a:1"
+        )
+        assert code == 0 and out.strip() == "Deleted 1 committed offset of group old."
+        assert set(admin.list_group_offsets("old")) == {a0, b0}
+        with Consumer(cluster.address, group_id="old", session_timeout_ms=6000) as member:
+            member.subscribe(["b"])
+            assert wait_until(lambda: (member.poll(timeout_ms=50), member.assignment())[1])
+            code, _, err = run(cluster, capsys, monkeypatch, "groups", "delete", "old")
+            assert code == 1 and "NON_EMPTY_GROUP" in err
+            code, _, err = run(
+                cluster, capsys, monkeypatch, "groups", "delete-offsets", "old", "--topic", "b"
+            )
+            assert code == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in err
+        assert wait_until(lambda: not admin.describe_group("old").members)
+        code, out, _ = run(cluster, capsys, monkeypatch, "groups", "delete", "old")
+        assert code == 0 and out.strip() == "Deleted group old."
+        assert admin.list_group_offsets("old") == {}
+        assert "old" not in [g.group_id for g in admin.list_groups()]
+        code, _, err = run(cluster, capsys, monkeypatch, "groups", "delete", "old")
+        assert code == 1 and "GROUP_ID_NOT_FOUND" in err
+    cluster.restart_gateway()  # the deletion is in __consumer_offsets
+    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    assert cluster.gateway.offsets.committed("old") == {}
+    assert cluster.gateway.offsets.group_metadata("old") is None

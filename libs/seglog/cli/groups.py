@@ -1,8 +1,9 @@
-"""`seglog groups list|describe|reset-offsets`: consumer groups, their members and
-assignments, and per partition the committed offset, the log end offset and the lag (as
-kafka-consumer-groups.sh --describe prints them); reset-offsets moves an inactive group's
-committed offsets as kafka-consumer-groups.sh --reset-offsets does: a dry run that prints the
-new offsets unless `--execute`, targets clamped to each partition's [earliest, latest]."""
+"""`seglog groups list|describe|reset-offsets|delete|delete-offsets`, as
+kafka-consumer-groups.sh: groups with their members and assignments, and per partition the
+committed offset, the log end offset and the lag; reset-offsets moves an inactive group's
+committed offsets (a dry run printing the new offsets unless `--execute`, targets clamped to
+each partition's [earliest, latest]); delete removes empty groups with their offsets;
+delete-offsets removes a group's offsets for topics its members do not read."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..client.admin import EARLIEST, LATEST, Admin
 from ..client.structs import TopicPartition
 from ..errors import InvalidRequestError
 from ..rpc.status import error_from_code
+from .options import plural
 
 
 def add_parser(
@@ -52,6 +54,20 @@ def add_parser(
     mode.add_argument("--dry-run", action="store_true", help="print only (the default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     reset.set_defaults(handler=reset_offsets)
+
+    delete = actions.add_parser(
+        "delete", parents=[common], help="delete empty groups with their committed offsets"
+    )
+    delete.add_argument("groups", nargs="+")
+    delete.set_defaults(handler=delete_groups)
+    delete_offsets = actions.add_parser(
+        "delete-offsets", parents=[common], help="delete a group's offsets for some topics"
+    )
+    delete_offsets.add_argument("group")
+    delete_offsets.add_argument(
+        "--topic", action="append", required=True, metavar="TOPIC[:P,P]", help="(repeatable)"
+    )
+    delete_offsets.set_defaults(handler=delete_group_offsets, all_topics=False)
 
 
 def list_groups(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -169,4 +185,26 @@ def reset_offsets(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(
                 "Dry run: nothing changed; add --execute to commit these offsets.", file=sys.stderr
             )
+    return 0
+
+
+def delete_groups(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    with Admin(args.bootstrap) as admin:
+        results = admin.delete_groups(args.groups)
+    status = 0
+    for group_id, error in results.items():
+        if error is None:
+            print(f"Deleted group {group_id}.", file=out)
+        else:
+            print(f"seglog: {error.reason}: {error}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def delete_group_offsets(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    with Admin(args.bootstrap) as admin:
+        deleted = admin.delete_group_offsets(args.group, _partitions(admin, args))
+    print(f"Deleted {plural(deleted, 'committed offset')} of group {args.group}.", file=out)
     return 0

@@ -172,6 +172,29 @@ class Admin:
             out[tp] = GroupOffset(entry.offset, end, lag, entry.metadata)
         return out
 
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, SeglogError | None]:
+        """Kafka's deleteConsumerGroups: per group None, or why it was not deleted (active
+        members: NON_EMPTY_GROUP; unknown: GROUP_ID_NOT_FOUND)."""
+        response = self._call(
+            "DeleteGroups", groups_pb2.DeleteGroupsRequest(group_ids=list(group_ids))
+        )
+        return {
+            r.group_id: error_from_code(r.error, r.error_message) if r.error else None
+            for r in response.groups  # type: ignore[attr-defined]
+        }
+
+    def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> int:
+        """Kafka's deleteConsumerGroupOffsets, for topics its members do not read; returns
+        how many committed offsets were deleted."""
+        request = groups_pb2.DeleteOffsetsRequest(group_id=group_id)
+        by_topic: dict[str, list[int]] = {}
+        for tp in partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        for topic, numbers in sorted(by_topic.items()):
+            request.partitions.add(topic=topic, partitions=sorted(numbers))
+        response = self._call("DeleteOffsets", request)
+        return int(response.deleted)  # type: ignore[attr-defined]
+
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Set a group's committed offsets (Kafka's AdminClient.alterConsumerGroupOffsets);
         refused while the group has active members, who own their positions."""

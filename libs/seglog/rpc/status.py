@@ -57,6 +57,8 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "INCONSISTENT_GROUP_PROTOCOL": grpc.StatusCode.INVALID_ARGUMENT,
     "INVALID_TOPIC": grpc.StatusCode.INVALID_ARGUMENT,
     "OFFSET_METADATA_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
+    "NON_EMPTY_GROUP": grpc.StatusCode.FAILED_PRECONDITION,
+    "GROUP_SUBSCRIBED_TO_TOPIC": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).
