@@ -1,8 +1,10 @@
 """Admin and the client-backed CLI commands (produce, consume --group, groups, perf) against
 an in-process cluster, through `seglog.cli.main.main`."""
 
+import base64
 import importlib.metadata
 import io
+import json
 import sys
 
 import pytest
@@ -270,3 +272,57 @@ def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
     assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
     assert cluster.gateway.offsets.committed("old") == {}
     assert cluster.gateway.offsets.group_metadata("old") is None
+
+
+def test_produce_headers_and_files_and_consume_output_formats(
+    cluster, capsys, monkeypatch, tmp_path
+):
+    cluster.client.create_topic("fmt", 1)
+    lines = b"trace:1,flag\tk1=a\tb\n" + b"\tk2=plain\n"
+    code, _, err = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "produce",
+        "fmt",
+        "--parse-headers",
+        "--key-separator",
+        "=",
+        "--header",
+        "src=cli",
+        stdin=lines,
+    )
+    assert code == 0 and "Produced 2 records" in err
+    (tmp_path / "value.bin").write_bytes(b"\xff\x00binary\nvalue")
+    (tmp_path / "key.txt").write_bytes(b"filekey")
+    code, _, err = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "produce",
+        "fmt",
+        "--value-file",
+        str(tmp_path / "value.bin"),
+        "--key-file",
+        str(tmp_path / "key.txt"),
+    )
+    assert code == 0 and "Produced 1 record to fmt." in err
+    read = ("consume", "fmt", "--from-beginning", "--max-messages", "3")
+    code, out, _ = run(cluster, capsys, monkeypatch, *read, "--print-headers")
+    rows = [line.split("\t") for line in out.splitlines()]
+    assert len(rows) == 3 and all(len(row) == 6 for row in rows)  # the tab stayed escaped
+    assert rows[0][3:] == ["k1", "a\\tb", "src=cli,trace=1,flag=null"]
+    assert rows[1][3:] == ["k2", "plain", "src=cli"]
+    assert rows[2][3:5] == ["filekey", "\\xff\x00binary\\nvalue"]
+    code, out, _ = run(cluster, capsys, monkeypatch, *read, "--format", "%p/%o %k=%s (%K,%S)\\n")
+    assert out.splitlines()[:2] == ["0/0 k1=a\tb (2,3)", "0/1 k2=plain (2,5)"]
+    code, out, _ = run(cluster, capsys, monkeypatch, *read, "--json")
+    first, _, third = (json.loads(line) for line in out.splitlines())
+    assert first["value"] == "a\tb" and first["value_encoding"] == "utf-8"
+    assert first["headers"][1:] == [
+        {"key": "trace", "value": "1", "value_encoding": "utf-8"},
+        {"key": "flag", "value": None, "value_encoding": None},
+    ]
+    assert third["value_encoding"] == "base64"
+    assert base64.b64decode(third["value"]) == b"\xff\x00binary\nvalue"
+    assert third["timestamp_type"] == "CreateTime" and third["offset"] == 2

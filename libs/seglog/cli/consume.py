@@ -1,5 +1,6 @@
 """`seglog consume TOPIC`: print records as `partition offset timestamp key value`, tab
-separated (key `null` when absent), through the Consumer.
+separated with tabs and newlines in them escaped (key `null` when absent), or through
+`--format` / `--json` (record_format.py), through the Consumer.
 
 Without `--group`: the partitions are assigned directly and reading starts at the log end
 (new records only, as Kafka's console consumer), `--from-beginning`, `--offset N` (with
@@ -25,6 +26,7 @@ from ..client.consumer import Consumer
 from ..client.structs import TopicPartition
 from ..errors import InvalidRequestError
 from .options import parse_properties, plural
+from .record_format import default_line, format_line, json_line
 
 
 def add_parser(
@@ -47,11 +49,13 @@ def add_parser(
         metavar="NAME=VALUE",
         help="any consumer setting, Kafka's name (repeatable), e.g. fetch.max.wait.ms=100",
     )
+    output = consume.add_mutually_exclusive_group()
+    output.add_argument("--format", help="kcat-style format string, e.g. '%%k=%%s\\n'")
+    output.add_argument("--json", action="store_true", help="one JSON object per record")
+    consume.add_argument(
+        "--print-headers", action="store_true", help="a headers column in the default output"
+    )
     consume.set_defaults(handler=consume_records)
-
-
-def _text(data: bytes | None) -> str:
-    return "null" if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
 def _open(args: argparse.Namespace) -> Consumer:
@@ -131,11 +135,12 @@ def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
             wanted = None if args.max_messages is None else args.max_messages - printed
             records = consumer.poll(timeout_ms=200, max_records=wanted)
             for record in records:
-                print(
-                    f"{record.partition}\t{record.offset}\t{record.timestamp_ms}\t"
-                    f"{_text(record.key)}\t{_text(record.value)}",
-                    file=out,
-                )
+                if args.format is not None:
+                    out.write(format_line(record, args.format))
+                elif args.json:
+                    print(json_line(record), file=out)
+                else:
+                    print(default_line(record, print_headers=args.print_headers), file=out)
             printed += len(records)
             out.flush()
             if records:

@@ -3,16 +3,21 @@
 The partition of a line is `--partition` when given; else, with `--key-separator`, Kafka's
 murmur2 of the key; else the sticky partitioner's choice. Batching follows the producer's
 settings (`--batch-size`, `--linger-ms`, `--compression`, or any `--property name=value`).
+Headers: `--header k=v` on every record (kcat -H), and with `--parse-headers` each line's own
+(kafka-console-producer's parse.headers format). `--value-file` (and `--key-file`) send one
+record whose value (and key) are a file's bytes.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
+from pathlib import Path
 from typing import BinaryIO
 
 from ..client.producer import Producer
-from ..errors import InvalidPartitionsError, SeglogError
+from ..errors import InvalidPartitionsError, InvalidRequestError, SeglogError
 from .options import parse_properties, plural
 
 
@@ -38,12 +43,63 @@ def add_parser(
         metavar="NAME=VALUE",
         help="any producer setting, Kafka's name (repeatable), e.g. max.request.size=2097152",
     )
+    produce.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a header on every record (repeatable), as kcat -H",
+    )
+    produce.add_argument(
+        "--parse-headers",
+        action="store_true",
+        help="each line starts with its headers, as kafka-console-producer's parse.headers: "
+        "k1:v1,k2:v2<TAB>[key<SEP>]value",
+    )
+    produce.add_argument("--headers-delimiter", default="\t", help="after the headers (TAB)")
+    produce.add_argument("--headers-separator", default=",", help="between headers (,)")
+    produce.add_argument("--headers-key-separator", default=":", help="in a header (:)")
+    produce.add_argument(
+        "--value-file", help="send one record whose value is this file's bytes (not stdin)"
+    )
+    produce.add_argument("--key-file", help="with --value-file: the record's key, from a file")
     produce.set_defaults(handler=produce_lines)
 
 
+def _fixed_headers(items: list[str]) -> list[tuple[str, bytes | None]]:
+    headers: list[tuple[str, bytes | None]] = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidRequestError(f"--header {item!r}: expected KEY=VALUE")
+        headers.append((name, value.encode()))
+    return headers
+
+
+def _split_headers(
+    line: bytes, args: argparse.Namespace, number: int
+) -> tuple[list[tuple[str, bytes | None]], bytes]:
+    """kafka-console-producer's parse.headers: `k1:v1,k2:v2<delimiter>rest`; a header
+    without the key separator has a null value."""
+    delimiter = args.headers_delimiter.encode()
+    head, sep, rest = line.partition(delimiter)
+    if not sep:
+        raise InvalidRequestError(f"line {number}: no headers delimiter {delimiter!r}")
+    headers: list[tuple[str, bytes | None]] = []
+    for item in head.split(args.headers_separator.encode()) if head else []:
+        name, sep, value = item.partition(args.headers_key_separator.encode())
+        headers.append((name.decode("utf-8"), value if sep else None))
+    return headers, rest
+
+
 def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
-    lines = stdin or sys.stdin.buffer
+    lines: Iterable[bytes] = stdin or sys.stdin.buffer
+    if args.value_file is not None:
+        lines = []  # one record from files instead of stdin
+    elif args.key_file is not None:
+        raise InvalidRequestError("--key-file goes with --value-file")
     separator = args.key_separator.encode() if args.key_separator is not None else None
+    fixed_headers = _fixed_headers(args.header)
     config = {
         "acks": args.acks,
         "compression_type": args.compression,
@@ -64,8 +120,23 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
             raise InvalidPartitionsError(
                 f"--partition {args.partition}: {args.topic} has partitions 0..{partitions - 1}"
             )
+        if args.value_file is not None:
+            file_key = None if args.key_file is None else Path(args.key_file).read_bytes()
+            producer.send(
+                args.topic,
+                Path(args.value_file).read_bytes(),
+                key=file_key,
+                partition=args.partition,
+                headers=fixed_headers or None,
+                callback=on_completion,
+            )
+            count += 1
         for line in lines:
             line = line.rstrip(b"\r\n")
+            headers = fixed_headers
+            if args.parse_headers:
+                parsed, line = _split_headers(line, args, count + 1)
+                headers = [*fixed_headers, *parsed]
             key: bytes | None = None
             if separator is not None:
                 key, sep, value = line.partition(separator)
@@ -74,7 +145,12 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
             else:
                 value = line
             producer.send(
-                args.topic, value, key=key, partition=args.partition, callback=on_completion
+                args.topic,
+                value,
+                key=key,
+                partition=args.partition,
+                headers=headers or None,
+                callback=on_completion,
             )
             count += 1
         producer.flush()
