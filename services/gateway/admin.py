@@ -52,6 +52,23 @@ class AdminService:
             self._create_on_nodes(topic.name)
         return response
 
+    def CreatePartitions(
+        self, request: gateway_pb2.CreatePartitionsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.CreatePartitionsResponse:
+        response = gateway_pb2.CreatePartitionsResponse()
+        for wanted in request.topics:
+            result = response.topics.add(name=wanted.topic)
+            try:
+                self.registry.create_partitions(
+                    wanted.topic, wanted.count, validate_only=request.validate_only
+                )
+            except SeglogError as exc:
+                set_error(result, exc)
+                continue
+            if not request.validate_only:
+                self._create_on_nodes(wanted.topic)
+        return response
+
     def create_internal_topic(
         self, name: str, num_partitions: int, configs: dict[str, str]
     ) -> None:

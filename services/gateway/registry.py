@@ -300,6 +300,45 @@ class Registry:
             self._save()
             return topic
 
+    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Topic:
+        """Grow a topic to `count` partitions, the new ones placed as create_topic places
+        them; INVALID_PARTITIONS for a count that does not grow it or passes a limit."""
+        if is_internal_topic(name):
+            raise InvalidTopicError(f"topic {name!r} is internal: clients cannot change it")
+        with self._lock:
+            topic = self.topic(name)
+            current = len(topic.partitions)
+            if count <= current:
+                raise InvalidPartitionsError(
+                    f"topic {name} has {current} partitions: the count can only grow, not "
+                    f"become {count}"
+                )
+            if count > self.max_partitions_per_topic:
+                raise InvalidPartitionsError(
+                    f"{count} partitions pass the limit of {self.max_partitions_per_topic} per "
+                    f"topic (the gateway's --max-partitions-per-topic)"
+                )
+            existing = sum(len(t.partitions) for t in self.topics.values())
+            if existing + count - current > self.max_partitions:
+                raise InvalidPartitionsError(
+                    f"{count - current} more partitions would make "
+                    f"{existing + count - current} in the cluster, over its limit of "
+                    f"{self.max_partitions} (the gateway's --max-partitions)"
+                )
+            log_files.check_directory_name_fits(name, count)
+            live = self.live_nodes()
+            if not live:
+                raise InvalidReplicationFactorError("no live storage node to place partitions on")
+            if validate_only:
+                return topic
+            counts = {n: c for n, c in self.leader_counts().items() if n in live}
+            for _ in range(count - current):
+                leader = min(live, key=lambda n: (counts[n], n))
+                counts[leader] += 1
+                topic.partitions.append(PartitionAssignment([leader], leader, 0))
+            self._save()
+            return topic
+
     def delete_topic(self, name: str) -> Topic:
         if is_internal_topic(name):
             raise InvalidTopicError(f"topic {name!r} is internal: clients cannot delete it")

@@ -117,6 +117,11 @@ class Gateway:
             "DeleteTopics": unary(
                 a.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
             ),
+            "CreatePartitions": unary(
+                a.CreatePartitions,
+                gateway_pb2.CreatePartitionsRequest,
+                gateway_pb2.CreatePartitionsResponse,
+            ),
             "ListTopics": unary(
                 a.ListTopics, gateway_pb2.ListTopicsRequest, gateway_pb2.ListTopicsResponse
             ),

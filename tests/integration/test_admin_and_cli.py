@@ -326,3 +326,28 @@ def test_produce_headers_and_files_and_consume_output_formats(
     assert third["value_encoding"] == "base64"
     assert base64.b64decode(third["value"]) == b"\xff\x00binary\nvalue"
     assert third["timestamp_type"] == "CreateTime" and third["offset"] == 2
+
+
+def test_topics_alter_adds_partitions_and_keyed_records_follow_the_new_count(
+    cluster, capsys, monkeypatch
+):
+    from seglog.client.partitioner import partition_for_key
+    from seglog.errors import InvalidPartitionsError, InvalidTopicError
+
+    cluster.client.create_topic("growing", 2)
+    code, out, _ = run(
+        cluster, capsys, monkeypatch, "topics", "alter", "growing", "--partitions", "5"
+    )
+    assert code == 0 and "now has 5 partitions" in out
+    with Admin(cluster.address) as admin:
+        assert len(admin.describe_topics(["growing"])[0].partitions) == 5
+        with pytest.raises(InvalidPartitionsError, match="can only grow"):
+            admin.create_partitions("growing", 3)
+        with pytest.raises(InvalidTopicError):
+            admin.create_partitions("__consumer_offsets", 60)
+    # Every new partition is served, and keyed records land at murmur2(key) % 5.
+    keys = [b"key-%d" % i for i in range(40)]
+    with Producer(cluster.address, linger_ms=0) as producer:
+        metadata = [producer.send("growing", b"v", key=k).get(timeout=10) for k in keys]
+    assert [m.partition for m in metadata] == [partition_for_key(k, 5) for k in keys]
+    assert {m.partition for m in metadata} == set(range(5))

@@ -38,6 +38,11 @@ def add_parser(
     )
     describe.set_defaults(handler=describe_topics)
 
+    alter = actions.add_parser("alter", parents=[common], help="grow a topic's partitions")
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, required=True, help="the new, larger count")
+    alter.set_defaults(handler=alter_topic)
+
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(handler=delete_topic)
@@ -97,6 +102,16 @@ def describe_topics(args: argparse.Namespace) -> int:
                     line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
                 print(line)
     return status
+
+
+def alter_topic(args: argparse.Namespace) -> int:
+    with GatewayClient(args.bootstrap) as client:
+        client.create_partitions(args.name, args.partitions)
+    print(
+        f"Topic {args.name} now has {args.partitions} partitions; keyed records of new sends "
+        f"map to the new count.",
+    )
+    return 0
 
 
 def delete_topic(args: argparse.Namespace) -> int:

@@ -87,6 +87,12 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self._client.delete_topic(name)
 
+    def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow `topic` to `count` partitions (Kafka's AdminClient.createPartitions). Keyed
+        records go to murmur2(key) % count, so most keys move to other partitions, as in
+        Kafka: per-key order holds only within each partition count."""
+        self._client.create_partitions(topic, count, validate_only=validate_only)
+
     def list_topics(self, include_internal: bool = False) -> list[str]:
         return [t.name for t in self._client.list_topics(include_internal)]
 

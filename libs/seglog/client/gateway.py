@@ -102,6 +102,12 @@ class GatewayClient:
         response = self._call("DeleteTopics", gateway_pb2.DeleteTopicsRequest(names=[name]))
         _raise_first(response.topics)  # type: ignore[attr-defined]
 
+    def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
+        request = gateway_pb2.CreatePartitionsRequest(validate_only=validate_only)
+        request.topics.add(topic=topic, count=count)
+        response = self._call("CreatePartitions", request)
+        _raise_first(response.topics)  # type: ignore[attr-defined]
+
     def list_topics(self, include_internal: bool = False) -> list[gateway_pb2.TopicListing]:
         request = gateway_pb2.ListTopicsRequest(include_internal=include_internal)
         return list(self._call("ListTopics", request).topics)  # type: ignore[attr-defined]
