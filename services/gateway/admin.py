@@ -12,6 +12,7 @@ import grpc
 
 from seglog.errors import InvalidRequestError, LeaderNotAvailableError, SeglogError
 from seglog.rpc.status import abort, error_from_rpc, set_error
+from seglog.storage.config import described_configs
 from seglog.v1 import gateway_pb2, storage_pb2
 
 from .nodes import NodeConnections
@@ -67,6 +68,40 @@ class AdminService:
                 continue
             if not request.validate_only:
                 self._create_on_nodes(wanted.topic)
+        return response
+
+    def DescribeConfigs(
+        self, request: gateway_pb2.DescribeConfigsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DescribeConfigsResponse:
+        response = gateway_pb2.DescribeConfigsResponse()
+        for name in request.topics:
+            described = response.topics.add(topic=name)
+            try:
+                topic = self.registry.topic(name)
+                leader = self.registry.nodes.get(topic.partitions[0].leader)
+                node_defaults = leader.log_config_defaults if leader is not None else {}
+                for key, value, source in described_configs(node_defaults, topic.configs):
+                    described.entries.add(name=key, value=value, source=source)
+            except SeglogError as exc:
+                set_error(described, exc)
+        return response
+
+    def AlterConfigs(
+        self, request: gateway_pb2.AlterConfigsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.AlterConfigsResponse:
+        response = gateway_pb2.AlterConfigsResponse()
+        try:
+            self.registry.alter_topic_configs(
+                request.topic,
+                dict(request.set),
+                list(request.delete),
+                validate_only=request.validate_only,
+            )
+        except SeglogError as exc:
+            set_error(response, exc)
+            return response
+        if not request.validate_only:
+            self._create_on_nodes(request.topic)  # the leaders take the new configs now
         return response
 
     def create_internal_topic(
@@ -236,7 +271,12 @@ class RegistryService:
     ) -> gateway_pb2.NodeAssignment:
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
-        self.registry.register_node(request.node_id, request.address, _offline(request))
+        self.registry.register_node(
+            request.node_id,
+            request.address,
+            _offline(request),
+            dict(request.log_config_defaults),
+        )
         logger.info("node %d registered at %s", request.node_id, request.address)
         return self._assignment(request.node_id)
 

@@ -37,6 +37,7 @@ from seglog.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.storage import LogConfig, log_files
+from seglog.storage.config import check_config_names
 from seglog.storage.log_files import atomic_write
 
 REGISTRY_FILE = "registry.json"
@@ -83,6 +84,8 @@ class Node:
     heard_from: bool = False
     # Partitions the node reported it cannot serve, with its reason (from its heartbeats).
     offline: dict[tuple[str, int], str] = field(default_factory=dict)
+    # Its own topic defaults (--config log.*), Kafka's names, from its heartbeats.
+    log_config_defaults: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,11 @@ class Registry:
     # -- nodes ---------------------------------------------------------------------------
 
     def register_node(
-        self, node_id: int, address: str, offline: dict[tuple[str, int], str] | None = None
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None = None,
+        log_config_defaults: dict[str, str] | None = None,
     ) -> None:
         """A node starting a session: record its address, bump its partitions' epochs."""
         with self._lock:
@@ -163,6 +170,7 @@ class Registry:
                 node = self.nodes[node_id] = Node(node_id, address)
             node.address = address
             node.offline = dict(offline or {})
+            node.log_config_defaults = dict(log_config_defaults or {})
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             for topic in self.topics.values():
@@ -336,6 +344,33 @@ class Registry:
                 leader = min(live, key=lambda n: (counts[n], n))
                 counts[leader] += 1
                 topic.partitions.append(PartitionAssignment([leader], leader, 0))
+            self._save()
+            return topic
+
+    def alter_topic_configs(
+        self,
+        name: str,
+        set_configs: dict[str, str],
+        delete: list[str],
+        *,
+        validate_only: bool = False,
+    ) -> Topic:
+        """Kafka's IncrementalAlterConfigs: set some overrides, delete others (back to the
+        node's or Kafka's default); the whole result is validated before anything changes."""
+        if is_internal_topic(name):
+            raise InvalidTopicError(f"topic {name!r} is internal: its configs are the cluster's")
+        with self._lock:
+            topic = self.topic(name)
+            configs = {k: v for k, v in topic.configs.items() if k not in delete}
+            configs.update(set_configs)
+            try:
+                check_config_names(delete)
+                LogConfig().with_overrides(configs)
+            except (InvalidConfigError, TypeError, ValueError) as exc:
+                raise InvalidConfigError(f"topic {name}: {exc}") from None
+            if validate_only:
+                return topic
+            topic.configs = configs
             self._save()
             return topic
 

@@ -117,6 +117,14 @@ class Gateway:
             "DeleteTopics": unary(
                 a.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
             ),
+            "DescribeConfigs": unary(
+                a.DescribeConfigs,
+                gateway_pb2.DescribeConfigsRequest,
+                gateway_pb2.DescribeConfigsResponse,
+            ),
+            "AlterConfigs": unary(
+                a.AlterConfigs, gateway_pb2.AlterConfigsRequest, gateway_pb2.AlterConfigsResponse
+            ),
             "CreatePartitions": unary(
                 a.CreatePartitions,
                 gateway_pb2.CreatePartitionsRequest,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 
 import grpc
 from opentelemetry import trace
@@ -38,7 +39,9 @@ class RegistrySession:
         *,
         heartbeat_interval_ms: int = 2000,
         tracer_provider: trace.TracerProvider | None = None,
+        log_config_defaults: Mapping[str, str] | None = None,
     ) -> None:
+        self.log_config_defaults = dict(log_config_defaults or {})
         self.node_id = node_id
         self.address = address
         self.replicas = replicas
@@ -58,7 +61,11 @@ class RegistrySession:
         self._channel.close()
 
     def _heartbeat_message(self) -> gateway_pb2.NodeHeartbeat:
-        message = gateway_pb2.NodeHeartbeat(node_id=self.node_id, address=self.address)
+        message = gateway_pb2.NodeHeartbeat(
+            node_id=self.node_id,
+            address=self.address,
+            log_config_defaults=self.log_config_defaults,
+        )
         for topic, partition in self.replicas.hosted():
             message.partitions.add(topic=topic, partition=partition)
         for (topic, partition), reason in sorted(self.replicas.offline().items()):
@@ -97,7 +104,11 @@ class RegistrySession:
             tp = (p.topic, p.partition)
             assigned.add(tp)
             known_epoch = self.replicas.leader_epoch(p.topic, p.partition)
-            if tp not in hosted or known_epoch != p.leader_epoch:
+            if (
+                tp not in hosted
+                or known_epoch != p.leader_epoch
+                or self.replicas.topic_configs(p.topic) != dict(p.configs)
+            ):
                 try:
                     self.replicas.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
                 except Exception as exc:

@@ -104,12 +104,16 @@ class ReplicaManager:
     def offline(self) -> dict[TopicPartition, str]:
         return self.logs.offline()
 
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """The topic's overrides as the registry last gave them."""
+        return {k: str(v) for k, v in self.logs.topic_overrides(topic).items()}
+
     def create_partition(
         self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
     ) -> Log:
         # The same checks the gateway makes: the node's API is reachable by any caller.
         log_files.check_topic_name(topic)
-        if configs:
+        if dict(configs) != self.topic_configs(topic):
             self.logs.set_topic_overrides(topic, dict(configs))
         log = self.logs.create_log(topic, partition)
         self._epochs[(topic, partition)] = leader_epoch

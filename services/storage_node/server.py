@@ -133,6 +133,7 @@ class StorageNode:
                 self.replicas,
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                 tracer_provider=self.tracer_provider,
+                log_config_defaults=split_engine_configs(self.config.engine_configs)[0],
             )
             self.session.start()
 

@@ -351,3 +351,51 @@ def test_topics_alter_adds_partitions_and_keyed_records_follow_the_new_count(
         metadata = [producer.send("growing", b"v", key=k).get(timeout=10) for k in keys]
     assert [m.partition for m in metadata] == [partition_for_key(k, 5) for k in keys]
     assert {m.partition for m in metadata} == set(range(5))
+
+
+def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
+    from seglog.errors import InvalidConfigError, InvalidTopicError
+    from tests.cluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path, nodes=0)
+    try:
+        cluster.start_node(1, **{"log.retention.ms": "3600000"})  # the node's own default
+        cluster.client.create_topic("cfg", 1, configs={"segment.bytes": "1048576"})
+        code, out, _ = run(cluster, capsys, monkeypatch, "configs", "describe", "--topic", "cfg")
+        assert code == 0
+        lines = dict(line.strip().split("\t") for line in out.splitlines()[1:])
+        assert lines["segment.bytes=1048576"] == "source=topic"
+        assert lines["retention.ms=3600000"] == "source=node"
+        assert lines["cleanup.policy=delete"] == "source=default"
+        code, out, _ = run(
+            cluster,
+            capsys,
+            monkeypatch,
+            "configs",
+            "alter",
+            "--topic",
+            "cfg",
+            "--add-config",
+            "retention.ms=60000,max.message.bytes=2000000",
+            "--delete-config",
+            "segment.bytes",
+        )
+        assert code == 0 and "Completed" in out
+        with Admin(cluster.address) as admin:
+            described = admin.describe_configs("cfg")
+            assert described["retention.ms"] == ("60000", "topic")
+            assert described["segment.bytes"][1] == "default"
+            assert described["max.message.bytes"] == ("2000000", "topic")
+            # The leader applies the new overrides to the open log.
+            log = cluster.log("cfg", 0)
+            assert wait_until(lambda: log.config.retention_ms == 60000)
+            assert log.config.segment_bytes == 1024 * 1024 * 1024
+            with pytest.raises(InvalidConfigError, match="retention.ms"):
+                admin.alter_configs("cfg", {"retention.ms": "soon"})
+            with pytest.raises(InvalidConfigError, match="unknown config"):
+                admin.alter_configs("cfg", {}, ["no.such.config"])
+            assert admin.describe_configs("cfg")["retention.ms"] == ("60000", "topic")
+            with pytest.raises(InvalidTopicError):
+                admin.alter_configs("__consumer_offsets", {"retention.ms": "1"})
+    finally:
+        cluster.close()

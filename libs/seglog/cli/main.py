@@ -8,7 +8,7 @@ import sys
 
 from ..client.gateway import default_bootstrap
 from ..errors import SeglogError
-from . import consume, groups, perf, produce, topics
+from . import configs, consume, groups, perf, produce, topics
 from .dump import main_dump
 
 BOOTSTRAP_HELP = (
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=BOOTSTRAP_HELP,
     )
     topics.add_parser(sub, common)
+    configs.add_parser(sub, common)
     produce.add_parser(sub, common)
     consume.add_parser(sub, common)
     groups.add_parser(sub, common)

@@ -87,6 +87,22 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         self._client.delete_topic(name)
 
+    def describe_configs(self, topic: str) -> dict[str, tuple[str, str]]:
+        """Every topic config: Kafka name -> (effective value, source), the source being
+        "topic" (its override), "node" (the leader node's default) or "default" (Kafka's)."""
+        return {e.name: (e.value, e.source) for e in self._client.describe_configs(topic)}
+
+    def alter_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str],
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Kafka's incrementalAlterConfigs: set and delete overrides, validated together."""
+        self._client.alter_configs(topic, set_configs, delete, validate_only=validate_only)
+
     def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
         """Grow `topic` to `count` partitions (Kafka's AdminClient.createPartitions). Keyed
         records go to murmur2(key) % count, so most keys move to other partitions, as in

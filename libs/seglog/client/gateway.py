@@ -108,6 +108,28 @@ class GatewayClient:
         response = self._call("CreatePartitions", request)
         _raise_first(response.topics)  # type: ignore[attr-defined]
 
+    def describe_configs(self, topic: str) -> list[gateway_pb2.ConfigEntry]:
+        response = self._call("DescribeConfigs", gateway_pb2.DescribeConfigsRequest(topics=[topic]))
+        (described,) = response.topics  # type: ignore[attr-defined]
+        if described.error:
+            raise error_from_code(described.error, described.error_message)
+        return list(described.entries)
+
+    def alter_configs(
+        self,
+        topic: str,
+        set_configs: Mapping[str, str],
+        delete: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        request = gateway_pb2.AlterConfigsRequest(
+            topic=topic, set=dict(set_configs), delete=list(delete), validate_only=validate_only
+        )
+        response = self._call("AlterConfigs", request)
+        if response.error:  # type: ignore[attr-defined]
+            raise error_from_code(response.error, response.error_message)  # type: ignore[attr-defined]
+
     def list_topics(self, include_internal: bool = False) -> list[gateway_pb2.TopicListing]:
         request = gateway_pb2.ListTopicsRequest(include_internal=include_internal)
         return list(self._call("ListTopics", request).topics)  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,3 +204,41 @@ def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
             value = value.lower() == "true"
         out[name] = value
     return out
+
+
+_KAFKA_NAMES = {"index_size_max_bytes": "segment.index.bytes"}
+
+
+def kafka_name(field_name: str) -> str:
+    """A LogConfig field's Kafka topic-config name (`retention_ms` -> `retention.ms`)."""
+    return _KAFKA_NAMES.get(field_name, field_name.replace("_", "."))
+
+
+def described_configs(
+    node_defaults: Mapping[str, Any], topic_overrides: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    """Every topic config as (Kafka name, effective value, source), the source being where
+    the value comes from: the topic's override, the node's default, or Kafka's default."""
+    defaults = LogConfig()
+    node = _normalize(LogConfig, node_defaults)
+    topic = _normalize(LogConfig, topic_overrides)
+    out = []
+    for field in dataclasses.fields(LogConfig):
+        name = field.name
+        if name in topic:
+            value, source = topic[name], "topic"
+        elif name in node:
+            value, source = node[name], "node"
+        else:
+            value, source = getattr(defaults, name), "default"
+        out.append((kafka_name(name), str(value), source))
+    return sorted(out)
+
+
+def check_config_names(names: Iterable[str]) -> None:
+    """INVALID_CONFIG for a name that is no topic config (Kafka's or its field name)."""
+    fields = {f.name for f in dataclasses.fields(LogConfig)}
+    for key in names:
+        name = key.replace(".", "_")
+        if name not in fields and name != "segment_index_bytes":
+            raise InvalidConfigError(f"unknown config {key!r}")

@@ -136,6 +136,9 @@ class LogManager:
             else self.default_log_config
         )
 
+    def topic_overrides(self, topic: str) -> dict[str, Any]:
+        return dict(self._topic_overrides.get(topic) or {})
+
     def set_topic_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
         self.default_log_config.with_overrides(overrides)  # validate before storing
         with self._lock:

@@ -1,0 +1,67 @@
+"""`seglog configs describe|alter --topic T`: a topic's configs as kafka-configs.sh shows and
+changes them: every config with its effective value and where it comes from (`topic` for the
+topic's override, `node` for the leader node's `--config log.*` default, `default` for
+Kafka's), and `--add-config k=v,k2=v2` / `--delete-config k` applied together after one
+validation of the result."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from ..client.admin import Admin
+from ..errors import InvalidConfigError
+
+
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    configs = sub.add_parser("configs", help="describe and alter topic configs")
+    actions = configs.add_subparsers(dest="action", required=True)
+    describe = actions.add_parser("describe", parents=[common], help="every config and source")
+    describe.add_argument("--topic", required=True)
+    describe.add_argument(
+        "--overrides-only", action="store_true", help="only what the topic sets itself"
+    )
+    describe.set_defaults(handler=describe_configs)
+    alter = actions.add_parser("alter", parents=[common], help="set and delete overrides")
+    alter.add_argument("--topic", required=True)
+    alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
+    alter.set_defaults(handler=alter_configs)
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        for pair in item.split(","):
+            name, sep, value = pair.partition("=")
+            if not sep or not name:
+                raise InvalidConfigError(f"--add-config {pair!r}: expected NAME=VALUE")
+            out[name.strip()] = value.strip()
+    return out
+
+
+def describe_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    with Admin(args.bootstrap) as admin:
+        entries = admin.describe_configs(args.topic)
+    print(f"Configs for topic {args.topic}:", file=out)
+    for name, (value, source) in sorted(entries.items()):
+        if args.overrides_only and source != "topic":
+            continue
+        print(f"  {name}={value}\tsource={source}", file=out)
+    return 0
+
+
+def alter_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    set_configs = _pairs(args.add_config)
+    delete = [n.strip() for item in args.delete_config for n in item.split(",") if n.strip()]
+    if not set_configs and not delete:
+        raise InvalidConfigError("nothing to change: give --add-config or --delete-config")
+    with Admin(args.bootstrap) as admin:
+        admin.alter_configs(args.topic, set_configs, delete)
+    print(f"Completed updating configs for topic {args.topic}.", file=out)
+    return 0
