@@ -15,7 +15,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import with_default_port
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndTimestamp, TopicPartition
-from tests.cluster import wait_until
+from tests.cluster import drain, wait_until
 
 
 def run(cluster, capsys, monkeypatch, *argv, stdin=b""):
@@ -116,8 +116,38 @@ def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, 
     code, out, _ = run(
         cluster, capsys, monkeypatch, "perf", "consume", "load", "--messages", "5000"
     )
-    assert code == 0 and out.startswith("5000 records consumed, ")
-    assert "MB/sec" in out and "ms 50th" in out
+    first, summary = out.splitlines()
+    assert code == 0 and first.startswith("first record after ")
+    assert summary.startswith("5000 records consumed, ")
+    assert "MB/sec" in summary and "ms 50th" in summary
+    assert "record age at receipt, not end-to-end latency" in summary
+    # Values differ from record to record, so lz4 has no repeats to remove.
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("load", 0)])
+        values = [r.value for r in consumer.poll(timeout_ms=2000, max_records=500)]
+    assert len(values) > 100 and len(set(values)) == len(values)
+
+
+def test_cli_perf_produce_takes_values_from_a_payload_file(cluster, capsys, monkeypatch, tmp_path):
+    cluster.client.create_topic("lines", 1)
+    (tmp_path / "payloads.txt").write_bytes(b"alpha\nbeta\n\ngamma\n")
+    code, out, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        "perf",
+        "produce",
+        "lines",
+        "--num-records",
+        "6",
+        "--payload-file",
+        str(tmp_path / "payloads.txt"),
+    )
+    assert code == 0 and out.startswith("6 records sent")
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition("lines", 0)])
+        values = [r.value for r in drain(consumer, 6)]
+    assert values == [b"alpha", b"beta", b"gamma"] * 2
 
 
 def test_the_bootstrap_option_goes_before_or_after_the_subcommand_with_kafkas_name(cluster, capsys):
