@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
@@ -585,3 +586,33 @@ def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_secon
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)
+
+
+def _readme_first_session() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## A first session", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
+    # Against a fresh cluster, as written (the gateway's address through SEGLOG_BOOTSTRAP):
+    # every command must succeed and return; a command that followed the log forever would
+    # hit the timeout.
+    cluster = LocalCluster(tmp_path, nodes=3)
+    try:
+        script = "set -euo pipefail\n" + _readme_first_session()
+        result = subprocess.run(
+            ["bash", "-c", script],
+            cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "SEGLOG_BOOTSTRAP": cluster.address},
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+        out = result.stdout.decode()
+        assert "Created topic orders." in out and "Deleted topic orders." in out
+        assert "1000000 records sent" in out
+        assert re.search(r"^100000\d records consumed", out, re.MULTILINE)
+    finally:
+        cluster.close()
