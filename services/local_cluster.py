@@ -48,8 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGHUP, lambda *_: restart.set())
 
+    # Services log to files; what they print (console traces with
+    # OTEL_TRACES_EXPORTER=console) comes through to this terminal.
+    echo = sys.stdout.buffer
     gateway = gateway_process(
-        args.listen, data / "gateway", stderr_path=data / "logs" / "gateway.log"
+        args.listen,
+        data / "gateway",
+        stderr_path=data / "logs" / "gateway.log",
+        echo_stdout=echo,
     )
     nodes: list[ServerProcess] = []
     try:
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                 data / f"node-{node_id}",
                 address,
                 stderr_path=data / "logs" / f"node-{node_id}.log",
+                echo_stdout=echo,
             )
             nodes.append(node)
             node.start()

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 READY_TIMEOUT_S = 60.0
 
@@ -24,7 +25,9 @@ class ServerProcess:
         *,
         env: Mapping[str, str] | None = None,
         stderr_path: Path | None = None,
+        echo_stdout: BinaryIO | None = None,
     ) -> None:
+        self.echo_stdout = echo_stdout
         self.name = name
         self.module = module
         self.args = list(args)
@@ -64,9 +67,17 @@ class ServerProcess:
                 f"see {self.stderr_path or 'its stderr'}"
             )
         self.address = text.rsplit(" ", 1)[1]
-        # Keep draining stdout so the child can never block on a full pipe.
-        threading.Thread(target=self._stdout().read, daemon=True).start()
+        # Keep draining stdout so the child can never block on a full pipe; what it prints
+        # there (console traces) goes to `echo_stdout` when one is given.
+        threading.Thread(target=self._drain, daemon=True).start()
         return self.address
+
+    def _drain(self) -> None:
+        stdout, echo = self._stdout(), self.echo_stdout
+        for line in stdout:
+            if echo is not None:
+                echo.write(line)
+                echo.flush()
 
     def _stdout(self):  # type: ignore[no-untyped-def]
         assert self.process is not None and self.process.stdout is not None

@@ -616,3 +616,49 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
         assert re.search(r"^100000\d records consumed", out, re.MULTILINE)
     finally:
         cluster.close()
+
+
+def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.local_cluster",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    printed: list[bytes] = []
+    try:
+        address = re.search(rb"gateway on (\S+)", runner.stdout.readline()).group(1).decode()
+        threading.Thread(
+            target=lambda: printed.extend(iter(runner.stdout.readline, b"")), daemon=True
+        ).start()
+        cli = subprocess.run(
+            [sys.executable, "-m", "seglog.cli.main", "topics", "list"],
+            env={**env, "SEGLOG_BOOTSTRAP": address},
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        # The CLI's own client span, and the gateway's server span of the same trace.
+        client_span = re.search(rb'"trace_id": "(0x[0-9a-f]+)"', cli.stdout)
+        assert b"/seglog.v1.Gateway/ListTopics" in cli.stdout and client_span
+        trace_id = client_span.group(1)
+        assert wait_until(lambda: trace_id in b"".join(printed), timeout_s=30)
+        assert b"/seglog.v1.Gateway/ListTopics" in b"".join(printed)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)

@@ -6,8 +6,9 @@ import argparse
 import importlib.metadata
 import sys
 
-from ..client.gateway import default_bootstrap
+from ..client.gateway import default_bootstrap, trace_client_calls
 from ..errors import SeglogError
+from ..tracing import configure_tracing
 from . import configs, consume, groups, perf, produce, topics
 from .dump import main_dump
 
@@ -66,6 +67,10 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # OTEL_TRACES_EXPORTER=console|otlp traces the CLI's own calls too, joined to the
+    # services' spans of the same trace.
+    provider = configure_tracing("seglog-cli")
+    trace_client_calls(provider)
     try:
         return int(args.handler(args))
     except SeglogError as exc:
@@ -74,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"seglog: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if provider is not None:
+            provider.shutdown()  # exports the spans still batched
+            trace_client_calls(None)
 
 
 if __name__ == "__main__":

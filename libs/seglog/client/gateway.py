@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import grpc
+from opentelemetry import trace
 
 from ..errors import SeglogError
 from ..rpc import wire
@@ -24,6 +25,16 @@ MAX_TIMESTAMP = -3  # the record with the largest timestamp (Kafka's OffsetSpec.
 
 
 DEFAULT_PORT = 7070
+
+
+# Set by programs that trace their own calls (the CLI, from OTEL_* variables): every client
+# they make then passes trace context to the gateway.
+_tracer_provider: trace.TracerProvider | None = None
+
+
+def trace_client_calls(provider: trace.TracerProvider | None) -> None:
+    global _tracer_provider
+    _tracer_provider = provider
 
 
 def default_bootstrap() -> str:
@@ -53,7 +64,10 @@ class GatewayClient:
     def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
         self.bootstrap = with_default_port(bootstrap or default_bootstrap())
         self.timeout_s = timeout_s
-        self._channel = open_channel(self.bootstrap)
+        provider = _tracer_provider
+        self._channel = open_channel(
+            self.bootstrap, traced=provider is not None, tracer_provider=provider
+        )
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         # Produce with the request already in wire bytes (rpc/wire.py): the producer's path.
         self.produce_raw = self._channel.unary_unary(
