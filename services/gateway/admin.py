@@ -24,9 +24,16 @@ NODE_CALL_TIMEOUT_S = 30.0
 
 
 class AdminService:
-    def __init__(self, registry: Registry, connections: NodeConnections) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        connections: NodeConnections,
+        settings: dict[str, str] | None = None,
+    ) -> None:
         self.registry = registry
         self.connections = connections
+        # The gateway's own settings, Kafka's names where Kafka has them (DescribeConfigs).
+        self.settings = dict(settings or {})
         # Called with a deleted topic's name (the offsets store drops its committed offsets).
         self.topic_deleted_listeners: list[Callable[[str], object]] = []
 
@@ -84,6 +91,13 @@ class AdminService:
                     described.entries.add(name=key, value=value, source=source)
             except SeglogError as exc:
                 set_error(described, exc)
+        if request.cluster:
+            for key, value in sorted(self.settings.items()):
+                response.gateway.add(name=key, value=value, source="gateway")
+            for node_id, node in sorted(self.registry.nodes.items()):
+                listed = response.nodes.add(node_id=node_id)
+                for key, value in sorted(node.log_config_defaults.items()):
+                    listed.entries.add(name=key, value=value, source="node")
         return response
 
     def AlterConfigs(

@@ -3,6 +3,7 @@ health, reflection and tracing."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -57,6 +58,26 @@ class GatewayConfig:
     offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS
 
 
+# The gateway's settings under the names Kafka gives the same broker settings.
+_KAFKA_SETTING_NAMES = {
+    "session_timeout_ms": "broker.session.timeout.ms",
+    "heartbeat_interval_ms": "broker.heartbeat.interval.ms",
+    "max_request_bytes": "socket.request.max.bytes",
+}
+
+
+def described_settings(config: GatewayConfig) -> dict[str, str]:
+    """The settings DescribeConfigs shows for the cluster (the listen address and data dir
+    are the process's, not the cluster's)."""
+    out = {}
+    for field in dataclasses.fields(config):
+        if field.name in ("listen", "data_dir"):
+            continue
+        name = _KAFKA_SETTING_NAMES.get(field.name, field.name.replace("_", "."))
+        out[name] = str(getattr(config, field.name))
+    return out
+
+
 class Gateway:
     def __init__(
         self, config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None = None
@@ -74,7 +95,7 @@ class Gateway:
             self.connections,
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
         )
-        self.admin = AdminService(self.registry, self.connections)
+        self.admin = AdminService(self.registry, self.connections, described_settings(config))
         self.registry_service = RegistryService(
             self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
         )

@@ -397,6 +397,13 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
         assert lines["segment.bytes=1048576"] == "source=topic"
         assert lines["retention.ms=3600000"] == "source=node"
         assert lines["cleanup.policy=delete"] == "source=default"
+        code, out, _ = run(cluster, capsys, monkeypatch, "configs", "describe", "--cluster")
+        assert code == 0
+        sections = out.split("Configs for ")
+        assert sections[1].startswith("gateway:")
+        assert "  broker.session.timeout.ms=" in sections[1]
+        assert "  offsets.retention.minutes=10080" in sections[1]
+        assert sections[2].startswith("node 1:") and "  retention.ms=3600000" in sections[2]
         code, out, _ = run(
             cluster,
             capsys,

@@ -20,7 +20,11 @@ def add_parser(
     configs = sub.add_parser("configs", help="describe and alter topic configs")
     actions = configs.add_subparsers(dest="action", required=True)
     describe = actions.add_parser("describe", parents=[common], help="every config and source")
-    describe.add_argument("--topic", required=True)
+    target = describe.add_mutually_exclusive_group(required=True)
+    target.add_argument("--topic")
+    target.add_argument(
+        "--cluster", action="store_true", help="the gateway's settings and nodes' defaults"
+    )
     describe.add_argument(
         "--overrides-only", action="store_true", help="only what the topic sets itself"
     )
@@ -45,6 +49,14 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 def describe_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if args.cluster:
+        with Admin(args.bootstrap) as admin:
+            cluster = admin.describe_cluster_configs()
+        for scope, settings in cluster.items():
+            print(f"Configs for {scope}:", file=out)
+            for name, value in sorted(settings.items()):
+                print(f"  {name}={value}", file=out)
+        return 0
     with Admin(args.bootstrap) as admin:
         entries = admin.describe_configs(args.topic)
     print(f"Configs for topic {args.topic}:", file=out)

@@ -92,6 +92,15 @@ class Admin:
         "topic" (its override), "node" (the leader node's default) or "default" (Kafka's)."""
         return {e.name: (e.value, e.source) for e in self._client.describe_configs(topic)}
 
+    def describe_cluster_configs(self) -> dict[str, dict[str, str]]:
+        """The cluster's settings: "gateway" -> its settings, "node <id>" -> that node's
+        topic defaults (its --config log.* settings)."""
+        response = self._client.describe_cluster_configs()
+        out = {"gateway": {e.name: e.value for e in response.gateway}}
+        for node in response.nodes:
+            out[f"node {node.node_id}"] = {e.name: e.value for e in node.entries}
+        return out
+
     def alter_configs(
         self,
         topic: str,

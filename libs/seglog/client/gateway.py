@@ -129,6 +129,10 @@ class GatewayClient:
             raise error_from_code(described.error, described.error_message)
         return list(described.entries)
 
+    def describe_cluster_configs(self) -> gateway_pb2.DescribeConfigsResponse:
+        request = gateway_pb2.DescribeConfigsRequest(cluster=True)
+        return self._call("DescribeConfigs", request)  # type: ignore[return-value]
+
     def alter_configs(
         self,
         topic: str,
