@@ -15,7 +15,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import with_default_port
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndTimestamp, TopicPartition
-from tests.cluster import drain, wait_until
+from tests.cluster import batch, drain, wait_until
 
 
 def run(cluster, capsys, monkeypatch, *argv, stdin=b""):
@@ -436,3 +436,17 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
                 admin.alter_configs("__consumer_offsets", {"retention.ms": "1"})
     finally:
         cluster.close()
+
+
+def test_groups_describe_shows_a_dash_for_partitions_never_committed(cluster, capsys, monkeypatch):
+    cluster.client.create_topic("half", 2)
+    cluster.client.produce("half", {1: batch([b"x", b"y"])})
+    with Consumer(cluster.address, group_id="half-readers", enable_auto_commit=False) as member:
+        member.subscribe(["half"])
+        assert wait_until(lambda: len((member.poll(timeout_ms=50), member.assignment())[1]) == 2)
+        member.commit({TopicPartition("half", 0): 0})
+        code, out, _ = run(cluster, capsys, monkeypatch, "groups", "describe", "half-readers")
+    rows = {row[1]: row[2:5] for row in (line.split() for line in out.splitlines()[2:])}
+    assert code == 0
+    assert rows["0"] == ["0", "0", "0"]
+    assert rows["1"] == ["-", "2", "-"]  # never committed: not 0, and its log end is shown

@@ -83,23 +83,28 @@ def describe_group(args: argparse.Namespace, out: TextIO | None = None) -> int:
     with Admin(args.bootstrap) as admin:
         group = admin.describe_group(args.group)
         offsets = admin.list_group_offsets(args.group)
+        owner = {tp: m for m in group.members for tp in m.assignment}
+        # A partition assigned but never committed shows `-` for its offset and lag, as
+        # kafka-consumer-groups does, and still its log end offset.
+        uncommitted = [tp for tp in owner if tp not in offsets]
+        ends = admin.list_offsets(dict.fromkeys(uncommitted, LATEST)) if uncommitted else {}
     print(
         f"Group: {group.group_id}\tState: {group.state}\tGeneration: {group.generation}\t"
         f"Strategy: {group.assignment_strategy or '-'}\tMembers: {len(group.members)}",
         file=out,
     )
-    owner = {tp: m for m in group.members for tp in m.assignment}
     header = ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID")
     rows = [header]
     for tp in sorted(set(offsets) | set(owner)):
         offset = offsets.get(tp)
         member = owner.get(tp)
+        end = str(offset.log_end_offset) if offset else str(ends[tp].offset) if tp in ends else "-"
         rows.append(
             (
                 tp.topic,
                 str(tp.partition),
                 str(offset.committed) if offset else "-",
-                str(offset.log_end_offset) if offset else "-",
+                end,
                 str(offset.lag) if offset else "-",
                 member.member_id if member else "-",
             )
