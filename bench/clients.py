@@ -14,16 +14,13 @@ SEGLOG_BENCH_PRODUCE_RECORDS sets the produce count (default 1 000 000).
 from __future__ import annotations
 
 import os
-import tempfile
 import time
-from pathlib import Path
 
 import confluent_kafka
 
-from seglog.client.admin import Admin
 from seglog.client.producer import Producer
-from services.processes import ServerProcess, gateway_process, node_process
 
+from .cluster import one_node_cluster
 from .timing import best_in_turns
 
 PRODUCE_RECORDS = int(os.environ.get("SEGLOG_BENCH_PRODUCE_RECORDS", 1_000_000))
@@ -91,73 +88,49 @@ def _seglog_produce_many(bootstrap: str, topic: str, records: int) -> float:
 
 
 def run(report) -> None:  # type: ignore[no-untyped-def]
-    with tempfile.TemporaryDirectory(prefix="seglog-bench-clients-") as tmp:
-        root = Path(tmp)
-        gateway = gateway_process("127.0.0.1:0", root / "gateway")
-        processes: list[ServerProcess] = [gateway]
-        try:
-            gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
-            processes.append(node)
-            node.start()
-            with Admin(gateway.address) as admin:
-                deadline = time.monotonic() + 30
-                while not admin.describe_cluster().nodes:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the storage node never registered")
-                    time.sleep(0.05)
-                for name in (
-                    "produce-none",
-                    "produce-lz4",
-                    "produce-zstd",
-                    "keyed",
-                    "many",
-                ):
-                    admin.create_topic(name, PARTITIONS)
-
-            mock_elapsed = {}
-            for codec in ("none", "lz4", "zstd"):
-                best = best_in_turns(
-                    {
-                        "mock": lambda c=codec: _confluent_produce(PRODUCE_RECORDS, c)[0],
-                        "seglog": lambda c=codec: _seglog_produce(
-                            gateway.address, f"produce-{c}", PRODUCE_RECORDS, c
-                        ),
-                    },
-                    ROUNDS,
-                )
-                mock_elapsed[codec] = best["mock"]
-                report(
-                    f"producer send(), 100 B, {codec} (k rec/s)",
-                    PRODUCE_RECORDS / best["seglog"] / 1e3,
-                    PRODUCE_RECORDS / best["mock"] / 1e3,
-                    "k rec/s",
-                    0.5,
-                )
+    with one_node_cluster(
+        "seglog-bench-clients-",
+        ("produce-none", "produce-lz4", "produce-zstd", "keyed", "many"),
+        PARTITIONS,
+    ) as address:
+        mock_elapsed = {}
+        for codec in ("none", "lz4", "zstd"):
             best = best_in_turns(
                 {
-                    "mock": lambda: _confluent_produce(PRODUCE_RECORDS, "none", KEYS)[0],
-                    "seglog": lambda: _seglog_produce(
-                        gateway.address, "keyed", PRODUCE_RECORDS, "none", KEYS
+                    "mock": lambda c=codec: _confluent_produce(PRODUCE_RECORDS, c)[0],
+                    "seglog": lambda c=codec: _seglog_produce(
+                        address, f"produce-{c}", PRODUCE_RECORDS, c
                     ),
                 },
                 ROUNDS,
             )
+            mock_elapsed[codec] = best["mock"]
             report(
-                f"producer send(), 100 B, {len(KEYS)} keys, none (k rec/s)",
+                f"producer send(), 100 B, {codec} (k rec/s)",
                 PRODUCE_RECORDS / best["seglog"] / 1e3,
                 PRODUCE_RECORDS / best["mock"] / 1e3,
                 "k rec/s",
-                None,
+                0.5,
             )
-            elapsed = _seglog_produce_many(gateway.address, "many", PRODUCE_RECORDS)
-            report(
-                "producer send_many(), 100 B, none (k rec/s)",
-                PRODUCE_RECORDS / elapsed / 1e3,
-                PRODUCE_RECORDS / mock_elapsed["none"] / 1e3,
-                "k rec/s",
-                None,
-            )
-        finally:
-            for process in reversed(processes):
-                process.stop()
+        best = best_in_turns(
+            {
+                "mock": lambda: _confluent_produce(PRODUCE_RECORDS, "none", KEYS)[0],
+                "seglog": lambda: _seglog_produce(address, "keyed", PRODUCE_RECORDS, "none", KEYS),
+            },
+            ROUNDS,
+        )
+        report(
+            f"producer send(), 100 B, {len(KEYS)} keys, none (k rec/s)",
+            PRODUCE_RECORDS / best["seglog"] / 1e3,
+            PRODUCE_RECORDS / best["mock"] / 1e3,
+            "k rec/s",
+            None,
+        )
+        elapsed = _seglog_produce_many(address, "many", PRODUCE_RECORDS)
+        report(
+            "producer send_many(), 100 B, none (k rec/s)",
+            PRODUCE_RECORDS / elapsed / 1e3,
+            PRODUCE_RECORDS / mock_elapsed["none"] / 1e3,
+            "k rec/s",
+            None,
+        )

@@ -16,19 +16,16 @@ lz4 and zstd batches.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import confluent_kafka
 
-from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from services.processes import ServerProcess, gateway_process, node_process
 
+from .cluster import one_node_cluster
 from .timing import best_in_turns
 
 PARTITIONS = 4  # what the mock cluster auto-creates
@@ -209,58 +206,41 @@ def _best(runs: dict[str, Callable[[], Timing]]) -> dict[str, tuple[float, float
 
 
 def run(report) -> None:  # type: ignore[no-untyped-def]
-    with tempfile.TemporaryDirectory(prefix="seglog-bench-consumer-") as tmp:
-        root = Path(tmp)
-        gateway = gateway_process("127.0.0.1:0", root / "gateway")
-        processes: list[ServerProcess] = [gateway]
-        try:
-            gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
-            processes.append(node)
-            node.start()
-            with Admin(gateway.address) as admin:
-                deadline = time.monotonic() + 30
-                while not admin.describe_cluster().nodes:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError("the storage node never registered")
-                    time.sleep(0.05)
-                for i in range(len(SHAPES)):
-                    admin.create_topic(f"read-{i}", PARTITIONS)
-            for i, shape in enumerate(SHAPES):
-                mock, bootstrap, kept = _mock_fill(shape)
-                topic = f"read-{i}"
-                _seglog_fill(gateway.address, topic, shape, kept)
-                best = _best(
-                    {
-                        "poll": lambda b=bootstrap, k=kept: _confluent_read(b, k, batch=False),
-                        "consume": lambda b=bootstrap, k=kept: _confluent_read(b, k, batch=True),
-                        "seglog": lambda t=topic, k=kept: _seglog_read(gateway.address, t, k),
-                    }
-                )
-                del mock
-                ours = 1 / best["seglog"][0] / 1e3
-                targets = (1.0, 0.8) if i == 0 else (None, None)
-                report(
-                    f"consumer steady, {shape.name}, vs poll() (k rec/s)",
-                    ours,
-                    1 / best["poll"][0] / 1e3,
-                    "k rec/s",
-                    targets[0],
-                )
-                report(
-                    f"consumer steady, {shape.name}, vs consume() (k rec/s)",
-                    ours,
-                    1 / best["consume"][0] / 1e3,
-                    "k rec/s",
-                    targets[1],
-                )
-                report(
-                    f"  time to first record, {shape.name} (1/s)",
-                    1 / best["seglog"][1],
-                    1 / min(best["poll"][1], best["consume"][1]),
-                    "1/s",
-                    1.0 if i == 0 else None,
-                )
-        finally:
-            for process in reversed(processes):
-                process.stop()
+    with one_node_cluster(
+        "seglog-bench-consumer-", [f"read-{i}" for i in range(len(SHAPES))], PARTITIONS
+    ) as address:
+        for i, shape in enumerate(SHAPES):
+            mock, bootstrap, kept = _mock_fill(shape)
+            topic = f"read-{i}"
+            _seglog_fill(address, topic, shape, kept)
+            best = _best(
+                {
+                    "poll": lambda b=bootstrap, k=kept: _confluent_read(b, k, batch=False),
+                    "consume": lambda b=bootstrap, k=kept: _confluent_read(b, k, batch=True),
+                    "seglog": lambda t=topic, k=kept: _seglog_read(address, t, k),
+                }
+            )
+            del mock
+            ours = 1 / best["seglog"][0] / 1e3
+            targets = (1.0, 0.8) if i == 0 else (None, None)
+            report(
+                f"consumer steady, {shape.name}, vs poll() (k rec/s)",
+                ours,
+                1 / best["poll"][0] / 1e3,
+                "k rec/s",
+                targets[0],
+            )
+            report(
+                f"consumer steady, {shape.name}, vs consume() (k rec/s)",
+                ours,
+                1 / best["consume"][0] / 1e3,
+                "k rec/s",
+                targets[1],
+            )
+            report(
+                f"  time to first record, {shape.name} (1/s)",
+                1 / best["seglog"][1],
+                1 / min(best["poll"][1], best["consume"][1]),
+                "1/s",
+                1.0 if i == 0 else None,
+            )

@@ -530,23 +530,27 @@ def test_the_services_help_shows_each_flags_default():
         assert expected in shown.stdout, shown.stdout
 
 
+def _local_cluster_command(data_dir, *, nodes, listen="127.0.0.1:0"):
+    return [
+        sys.executable,
+        "-m",
+        "services.local_cluster",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        listen,
+        "--nodes",
+        str(nodes),
+    ]
+
+
 def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
     tmp_path,
 ):
     errors = tmp_path / "cluster.err"
     with open(errors, "wb") as err:
         runner = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "services.local_cluster",
-                "--data-dir",
-                str(tmp_path / "data"),
-                "--listen",
-                "127.0.0.1:0",
-                "--nodes",
-                "2",
-            ],
+            _local_cluster_command(tmp_path / "data", nodes=2),
             stdout=subprocess.PIPE,
             stderr=err,
         )
@@ -625,17 +629,7 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.local_cluster",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listen",
-            "127.0.0.1:0",
-            "--nodes",
-            "1",
-        ],
+        _local_cluster_command(tmp_path / "data", nodes=1),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,

@@ -1,0 +1,39 @@
+"""A gateway and one storage node as processes, for the benchmarks that go end to end."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from seglog.client.admin import Admin
+from services.processes import ServerProcess, gateway_process, node_process
+
+
+@contextmanager
+def one_node_cluster(prefix: str, topics: Iterable[str], partitions: int) -> Iterator[str]:
+    """Start both, wait for the node to register, create `topics`; yield the gateway's
+    address; stop both (by their own pids) on the way out."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        root = Path(tmp)
+        gateway = gateway_process("127.0.0.1:0", root / "gateway")
+        processes: list[ServerProcess] = [gateway]
+        try:
+            gateway.start()
+            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
+            processes.append(node)
+            node.start()
+            with Admin(gateway.address) as admin:
+                deadline = time.monotonic() + 30
+                while not admin.describe_cluster().nodes:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the storage node never registered")
+                    time.sleep(0.05)
+                for name in topics:
+                    admin.create_topic(name, partitions)
+            yield gateway.address
+        finally:
+            for process in reversed(processes):
+                process.stop()
