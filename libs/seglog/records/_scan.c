@@ -27,6 +27,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     const unsigned char *p;
@@ -277,13 +278,38 @@ static PyObject *bytes_or_none(const unsigned char *p, int64_t n) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
 
-static PyObject *decode_headers(cursor *c, Py_ssize_t limit, int64_t count) {
+/* Header keys repeat from record to record (the same few names in the same order): the
+ * key decoded at each position is kept and reused when the next record's bytes match it. */
+#define KEY_CACHE_SLOTS 8
+typedef struct {
+    PyObject *keys[KEY_CACHE_SLOTS];
+} key_cache;
+
+static PyObject *header_key(key_cache *cache, int64_t i, const unsigned char *p, int64_t n) {
+    if (i < KEY_CACHE_SLOTS && cache->keys[i] != NULL) {
+        Py_ssize_t size;
+        const char *cached = PyUnicode_AsUTF8AndSize(cache->keys[i], &size);
+        if (cached != NULL && size == n && memcmp(cached, p, (size_t)n) == 0) {
+            Py_INCREF(cache->keys[i]);
+            return cache->keys[i];
+        }
+    }
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, NULL);
+    if (key != NULL && i < KEY_CACHE_SLOTS) {
+        Py_XDECREF(cache->keys[i]);
+        Py_INCREF(key);
+        cache->keys[i] = key;
+    }
+    return key;
+}
+
+static PyObject *decode_headers(cursor *c, Py_ssize_t limit, int64_t count, key_cache *cache) {
     PyObject *headers = PyTuple_New((Py_ssize_t)count);
     if (headers == NULL) return NULL;
     for (int64_t i = 0; i < count; i++) {
         int64_t n;
         if (read_varlong(c, limit, 5, &n) < 0 || n < 0 || n > limit - c->pos) goto bad;
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)c->p + c->pos, (Py_ssize_t)n, NULL);
+        PyObject *key = header_key(cache, i, c->p + c->pos, n);
         if (key == NULL) goto bad;
         c->pos += (Py_ssize_t)n;
         if (read_varlong(c, limit, 5, &n) < 0 || n < -1 || n > limit - c->pos) {
@@ -314,6 +340,7 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
                           &stamp))
         return NULL;
     PyObject *out = NULL;
+    key_cache cache = {{NULL}};
     if (!PyType_Check(record_class) ||
         !PyType_IsSubtype((PyTypeObject *)record_class, &PyTuple_Type) || record_count < 0 ||
         record_count > view.len) {
@@ -345,7 +372,7 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
         if (read_varlong(&c, limit, 5, &header_count) < 0 || header_count < 0 ||
             header_count > limit - c.pos)
             goto bad;
-        PyObject *headers = decode_headers(&c, limit, header_count);
+        PyObject *headers = decode_headers(&c, limit, header_count, &cache);
         if (headers == NULL) goto bad;
         if (c.pos != limit) {
             Py_DECREF(headers);
@@ -389,6 +416,7 @@ bad:
     PyErr_Clear();
     PyErr_SetString(PyExc_ValueError, "records section does not decode");
 done:
+    for (int slot = 0; slot < KEY_CACHE_SLOTS; slot++) Py_XDECREF(cache.keys[slot]);
     PyBuffer_Release(&view);
     return out;
 }
