@@ -158,19 +158,22 @@ _STRICT_FLOAT = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]
 def _in_range(config: object, name: str, minimum: int, maximum: int) -> None:
     value = getattr(config, name)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidConfigError(f"{_kafka_name(name)} must be an integer, got {value!r}")
+        raise InvalidConfigError(f"{kafka_name(name)} must be an integer, got {value!r}")
     if not minimum <= value <= maximum:
         raise InvalidConfigError(
-            f"{_kafka_name(name)} must be in [{minimum}, {maximum}], got {value}"
+            f"{kafka_name(name)} must be in [{minimum}, {maximum}], got {value}"
         )
 
 
-def _kafka_name(field_name: str) -> str:
-    """`index_size_max_bytes` -> `segment.index.bytes`: errors speak Kafka's names."""
+def kafka_name(field_name: str) -> str:
+    """A LogConfig field's Kafka topic-config name (`retention_ms` -> `retention.ms`,
+    `index_size_max_bytes` -> `segment.index.bytes`): errors and descriptions speak Kafka's."""
     return _KAFKA_NAMES.get(field_name, field_name.replace("_", "."))
 
 
+# The one field whose name is not Kafka's with underscores; the reverse maps Kafka's name in.
 _KAFKA_NAMES = {"index_size_max_bytes": "segment.index.bytes"}
+_FIELDS_BY_KAFKA_NAME = {v.replace(".", "_"): k for k, v in _KAFKA_NAMES.items()}
 
 
 def parse_int(key: str, value: str) -> int:
@@ -188,7 +191,7 @@ def parse_float(key: str, value: str) -> float:
 def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted or snake_case names to field names; string values to the field's type."""
     names = {f.name: f for f in dataclasses.fields(cls)}
-    aliases = {"segment_index_bytes": "index_size_max_bytes"}
+    aliases = _FIELDS_BY_KAFKA_NAME
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         name = key.replace(".", "_")
@@ -204,14 +207,6 @@ def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
             value = value.lower() == "true"
         out[name] = value
     return out
-
-
-_KAFKA_NAMES = {"index_size_max_bytes": "segment.index.bytes"}
-
-
-def kafka_name(field_name: str) -> str:
-    """A LogConfig field's Kafka topic-config name (`retention_ms` -> `retention.ms`)."""
-    return _KAFKA_NAMES.get(field_name, field_name.replace("_", "."))
 
 
 def described_configs(
@@ -237,8 +232,4 @@ def described_configs(
 
 def check_config_names(names: Iterable[str]) -> None:
     """INVALID_CONFIG for a name that is no topic config (Kafka's or its field name)."""
-    fields = {f.name for f in dataclasses.fields(LogConfig)}
-    for key in names:
-        name = key.replace(".", "_")
-        if name not in fields and name != "segment_index_bytes":
-            raise InvalidConfigError(f"unknown config {key!r}")
+    _normalize(LogConfig, dict.fromkeys(names))
