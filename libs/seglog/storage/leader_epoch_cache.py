@@ -16,6 +16,7 @@ segments are recovered, cut with the log on truncation and moved with the log st
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -80,6 +81,13 @@ class LeaderEpochCache:
             kept = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
             self._entries = [*kept, EpochEntry(epoch, start_offset)]
             self._write()
+
+    def assign_from_batches(self, batches: Iterable[tuple[int, int]]) -> None:
+        """(partitionLeaderEpoch, base offset) of batches in log order: one larger than the
+        latest epoch starts that epoch at its base offset (Kafka's append and recovery)."""
+        for epoch, base_offset in batches:
+            if epoch > self.latest_epoch:
+                self.assign(epoch, base_offset)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(the largest epoch <= requested, the offset where it ended): the latest epoch ends

@@ -26,7 +26,7 @@ from ..errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from ..records.batch import NO_TIMESTAMP, BatchHeader
+from ..records.batch import NO_TIMESTAMP
 from ..spans import EngineTracer
 from . import log_files, log_reads
 from .checkpoint import DataDir
@@ -34,9 +34,9 @@ from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LogConfig
 from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
-from .log_reads import ReadPosition, TimestampAndOffset
+from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
-from .segment import AppendedBatch, LogSegment, SegmentFactory, SegmentSlice
+from .segment import AppendedBatch, LogSegment, SegmentFactory
 from .validation import (
     ValidatedRecords,
     assign_offsets,
@@ -63,32 +63,6 @@ class LogAppendInfo:
     log_start_offset: int
     batch_count: int
     valid_bytes: int
-
-
-@dataclass(frozen=True)
-class LogReadResult:
-    data: bytes | memoryview
-    next_offset: int  # where the next read continues (== the fetch offset when data is empty)
-    high_watermark: int  # the log end offset when the read began
-    log_start_offset: int
-
-
-@dataclass(frozen=True)
-class LogSlice:
-    """A read's place in the log: whole batches in one segment's file (None: nothing to
-    read), where the next read continues, and the watermarks when it was found."""
-
-    segment_slice: SegmentSlice | None
-    next_offset: int  # == the fetch offset when there is nothing to read
-    high_watermark: int
-    log_start_offset: int
-
-    @property
-    def size(self) -> int:
-        return 0 if self.segment_slice is None else self.segment_slice.size
-
-    def read(self) -> bytes:
-        return b"" if self.segment_slice is None else self.segment_slice.read()
 
 
 class Log:
@@ -267,14 +241,16 @@ class Log:
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
             next_offset = appended[-1].last_offset + 1
-            self._assign_epochs(batches, first_offset, leader_epoch)
+            if leader_epoch is not None:  # the node stamps its epoch: one check per append
+                self.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
+            else:  # the batches keep theirs
+                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
+                self.leader_epochs.assign_from_batches(
+                    zip((h.partition_leader_epoch for _, h in batches), bases, strict=True)
+                )
             total_bytes = len(view)  # the batches tile the validated input
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
-            segment.append(buffers, appended)
-            self._log_end_offset = next_offset
-            self._unflushed_messages += next_offset - first_offset
-            if self._unflushed_messages >= self.config.flush_messages:
-                self.flush()
+            self._write(segment, buffers, appended, first_offset, next_offset)
             return LogAppendInfo(
                 first_offset,
                 next_offset - 1,
@@ -311,12 +287,10 @@ class Log:
                 self._roll_at(segment_base_offset)
             else:
                 self._maybe_roll(len(view), max_timestamp, last.last_offset, self.clock.now_ms())
-            self._assign_epochs(batches, first_offset, None)
-            self._segments.active.append([view], appended)
-            self._log_end_offset = last.next_offset
-            self._unflushed_messages += last.next_offset - first_offset
-            if self._unflushed_messages >= self.config.flush_messages:
-                self.flush()
+            self.leader_epochs.assign_from_batches(
+                (h.partition_leader_epoch, h.base_offset) for _, h in batches
+            )
+            self._write(self._segments.active, [view], appended, first_offset, last.next_offset)
             return LogAppendInfo(
                 first_offset,
                 last.last_offset,
@@ -327,24 +301,21 @@ class Log:
                 len(view),
             )
 
-    def _assign_epochs(
-        self, batches: list[tuple[int, BatchHeader]], first_offset: int, leader_epoch: int | None
+    def _write(
+        self,
+        segment: LogSegment,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        appended: Sequence[AppendedBatch],
+        first_offset: int,
+        next_offset: int,
     ) -> None:
-        """A batch with a larger partitionLeaderEpoch than the latest starts that epoch: the
-        node stamps its own epoch on every batch (one check); without it the batches keep
-        theirs (one check per batch, as Kafka's append)."""
-        epochs = self.leader_epochs
-        if leader_epoch is not None:
-            if leader_epoch > epochs.latest_epoch:
-                epochs.assign(leader_epoch, first_offset)
-            return
-        offset = first_offset
-        for _, header in batches:
-            if header.base_offset > offset:  # a follower's batches carry their offsets
-                offset = header.base_offset
-            if header.partition_leader_epoch > epochs.latest_epoch:
-                epochs.assign(header.partition_leader_epoch, offset)
-            offset += header.last_offset_delta + 1
+        """The end of every append, leader's or follower's: write, move the log end offset,
+        flush when `flush_messages` says so (the lock is held)."""
+        segment.append(buffers, appended)
+        self._log_end_offset = next_offset
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer: (the largest epoch <= `epoch`, its end)."""

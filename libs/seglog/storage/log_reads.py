@@ -1,4 +1,5 @@
-"""Lookups over a log's segments that read no more than they must: bytes from an offset to
+"""What a log's reads answer (LogSlice: where the bytes lie; LogReadResult: the bytes), and
+lookups over its segments that read no more than they must: bytes from an offset to
 the log end counted from file positions, and the offset for a timestamp (Kafka's ListOffsets)
 narrowed by the segments' running maxima and their time indexes. Each works on one
 `SegmentsSnapshot`, so it sees a consistent log while appends, rolls and swaps go on."""
@@ -9,7 +10,33 @@ from dataclasses import dataclass
 
 from ..records.batch import NO_TIMESTAMP
 from .log_segments import SegmentsSnapshot
-from .segment import LogSegment
+from .segment import LogSegment, SegmentSlice
+
+
+@dataclass(frozen=True)
+class LogReadResult:
+    data: bytes | memoryview
+    next_offset: int  # where the next read continues (== the fetch offset when data is empty)
+    high_watermark: int  # the log end offset when the read began
+    log_start_offset: int
+
+
+@dataclass(frozen=True)
+class LogSlice:
+    """A read's place in the log: whole batches in one segment's file (None: nothing to
+    read), where the next read continues, and the watermarks when it was found."""
+
+    segment_slice: SegmentSlice | None
+    next_offset: int  # == the fetch offset when there is nothing to read
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def size(self) -> int:
+        return 0 if self.segment_slice is None else self.segment_slice.size
+
+    def read(self) -> bytes:
+        return b"" if self.segment_slice is None else self.segment_slice.read()
 
 
 @dataclass(frozen=True)

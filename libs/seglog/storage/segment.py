@@ -396,9 +396,7 @@ class LogSegment:
         # The valid prefix is contiguous from position 0: index it as one append.
         headers = [header for _, header in self.log.scan_valid_prefix(self.base_offset)]
         if epochs is not None:
-            for header in headers:
-                if header.partition_leader_epoch > epochs.latest_epoch:
-                    epochs.assign(header.partition_leader_epoch, header.base_offset)
+            epochs.assign_from_batches((h.partition_leader_epoch, h.base_offset) for h in headers)
         batches = [
             AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp)
             for header in headers
