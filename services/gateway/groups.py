@@ -40,6 +40,7 @@ from seglog.errors import (
 )
 
 from .assignors import ASSIGNORS
+from .group_metadata_writer import GroupMetadataWriter
 from .offsets_formats import (
     CONSUMER_PROTOCOL_TYPE,
     GroupMetadata,
@@ -127,21 +128,18 @@ class GroupCoordinator:
     ) -> None:
         self.registry = registry
         self.config = config
-        self._persist = persist
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._groups: dict[str, Group] = {}
-        self._unpersisted: dict[str, GroupMetadata] = {}
+        self._writer = GroupMetadataWriter(persist) if persist is not None else None
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="group-sessions", daemon=True)
         self._reaper.start()
-        self._writer = threading.Thread(
-            target=self._persist_loop, name="group-metadata", daemon=True
-        )
-        self._writer.start()
 
     def close(self) -> None:
         self._stop.set()
+        if self._writer is not None:
+            self._writer.close()
         with self._lock:
             self._changed.notify_all()
 
@@ -307,7 +305,8 @@ class GroupCoordinator:
                     f"empty group can be deleted"
                 )
             self._groups.pop(group_id, None)
-            self._unpersisted.pop(group_id, None)
+            if self._writer is not None:
+                self._writer.discard(group_id)
 
     def subscribed_topics(self, group_id: str) -> set[str]:
         with self._lock:
@@ -320,43 +319,14 @@ class GroupCoordinator:
 
     def wait_persisted(self, timeout_s: float) -> bool:
         """Have the GroupMetadata records of every change so far been handed to the store?"""
-        deadline = time.monotonic() + timeout_s
-        with self._lock:
-            while self._unpersisted:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
-
-    # -- GroupMetadata records -------------------------------------------------------------------
+        return self._writer is None or self._writer.wait_idle(timeout_s)
 
     def _state_changed(self, group: Group) -> None:
-        """Record the change's time and queue the group's record (the lock is held)."""
+        """Record the change's time and queue the group's GroupMetadata record (the lock is
+        held; the writer thread writes it)."""
         group.state_timestamp_ms = time.time_ns() // 1_000_000
-        if self._persist is not None:
-            self._unpersisted[group.group_id] = _metadata_of(group)
-            self._changed.notify_all()
-
-    def _persist_loop(self) -> None:
-        while True:
-            with self._lock:
-                while not self._unpersisted and not self._stop.is_set():
-                    self._changed.wait(0.5)
-                if self._stop.is_set():
-                    return
-                pending = dict(self._unpersisted)
-            for group_id, metadata in pending.items():
-                try:
-                    assert self._persist is not None
-                    self._persist(group_id, metadata)
-                except Exception as exc:  # noqa: BLE001 - a later change writes it again
-                    logger.warning("storing the metadata of group %s failed: %s", group_id, exc)
-            with self._lock:
-                for group_id, metadata in pending.items():
-                    if self._unpersisted.get(group_id) is metadata:
-                        del self._unpersisted[group_id]
-                self._changed.notify_all()
+        if self._writer is not None:
+            self._writer.submit(group.group_id, _metadata_of(group))
 
     # -- the state machine (callers hold the lock) ----------------------------------------------
 

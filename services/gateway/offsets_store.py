@@ -53,6 +53,7 @@ from .offsets_formats import (
     encode_offset_key,
     encode_offset_value,
     key_type,
+    partition_for_group,
 )
 from .registry import Registry
 
@@ -69,20 +70,6 @@ _NODE_CALL_TIMEOUT_S = 30.0
 _BASE_AND_LENGTH = struct.Struct(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def partition_for_group(group_id: str, num_partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions  # Kafka's Utils.abs
 
 
 # -- the store -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from seglog.client.metadata import PartitionInfo, TopicInfo
 from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
 from services.gateway.assignors import range_assign, roundrobin_assign
-from services.gateway.offsets_store import (
+from services.gateway.offsets_formats import (
     java_string_hash,
     partition_for_group,
 )

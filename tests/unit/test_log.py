@@ -21,7 +21,7 @@ from seglog.records import CompressionType, RecordBatchBuilder, iter_batches, it
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.log import MAX_TIMESTAMP, TimestampAndOffset
 from seglog.storage.retention import delete_old_segments
-from seglog.storage.segment import SegmentFactory
+from seglog.storage.segment_factory import SegmentFactory
 from seglog.storage.validation import validate_records
 from tests.conftest import make_batch
 

@@ -36,7 +36,8 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments
-from .segment import AppendedBatch, LogSegment, SegmentFactory
+from .segment import AppendedBatch, LogSegment
+from .segment_factory import SegmentFactory
 from .validation import (
     ValidatedRecords,
     assign_offsets,

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from . import log_files
 from .leader_epoch_cache import LeaderEpochCache
-from .segment import LogSegment, SegmentFactory
+from .segment import LogSegment
+from .segment_factory import SegmentFactory
 
 logger = logging.getLogger(__name__)
 
