@@ -9,8 +9,8 @@ import pytest
 
 from seglog.records import RecordBatchBuilder
 from seglog.records.batch import CONTROL_MASK, DELETE_HORIZON_MASK, RecordBatch
-from seglog.records.builder import encode_batch
 from seglog.records.record import Record
+from seglog.records.rewrite import encode_batch
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_checkpoint
 from seglog.storage.cleaner import OFFSET_MAP_BYTES_PER_ENTRY, Cleaner, OffsetMap

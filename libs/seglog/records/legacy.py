@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 from ..errors import CorruptRecordError, UnsupportedCompressionError
 from .batch import NO_TIMESTAMP
-from .builder import encode_batch
 from .compression import UNBOUNDED_BYTES, CompressionType, decompress
 from .record import CREATE_TIME, LOG_APPEND_TIME, Record
+from .rewrite import encode_batch
 
 ENTRY_PREFIX = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
 ENTRY_PREFIX_BYTES = ENTRY_PREFIX.size  # 18

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
 from ..records.batch import COMPRESSION_MASK, DELETE_HORIZON_MASK, BatchHeader, RecordBatch
-from ..records.builder import encode_batch, encode_empty_batch
 from ..records.record import LOG_APPEND_TIME, Record
+from ..records.rewrite import encode_batch, encode_empty_batch
 from . import log_files
 from .clock import SYSTEM_CLOCK, Clock
 from .log import Log
