@@ -3,6 +3,8 @@ its own gRPC server on a loopback port, with short heartbeats."""
 
 from __future__ import annotations
 
+import io
+import sys
 import time
 from pathlib import Path
 
@@ -125,3 +127,13 @@ def drain(consumer, expected: int, timeout_s: float = 20):
     while len(out) < expected and time.monotonic() < deadline:
         out.extend(consumer.poll(timeout_ms=200))
     return out
+
+
+def cli_in_process(cluster, capsys, monkeypatch, *argv, stdin=b""):
+    """`seglog ARGV --bootstrap <cluster>` in this process: (exit code, stdout, stderr)."""
+    from seglog.cli.main import main
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    code = main([*argv, "--bootstrap", cluster.address])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

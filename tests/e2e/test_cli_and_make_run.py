@@ -1,0 +1,228 @@
+"""Real processes for what users meet first: the CLI under signals and pipes, `make run`
+(a dead node, SIGHUP, a second run, console traces), the services' --help, and every command
+of the README's first session."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from seglog.client.consumer import Consumer
+from seglog.client.gateway import GatewayClient
+from tests.cluster import LocalCluster, batch, wait_until
+
+
+@pytest.fixture
+def in_process_cluster(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1)
+    yield cluster
+    cluster.close()
+
+
+def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
+    in_process_cluster,
+):
+    # A CLI consumer in a group with a 60 s session: SIGTERM must make it leave at once, so
+    # the other member gets every partition long before the session would have expired.
+    cluster = in_process_cluster
+    cluster.client.create_topic("shared", 2)
+    env = {**os.environ, "SEGLOG_BOOTSTRAP": cluster.address}
+    member = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "seglog.cli.main",
+            "consume",
+            "shared",
+            "--group",
+            "g",
+            "--property",
+            "session.timeout.ms=60000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        with Consumer(
+            cluster.address, group_id="g", session_timeout_ms=60000, heartbeat_interval_ms=100
+        ) as other:
+            other.subscribe(["shared"])
+
+            def share(count):
+                other.poll(timeout_ms=50)
+                return len(other.assignment()) == count
+
+            assert wait_until(lambda: share(1), timeout_s=30)  # one partition each
+            member.send_signal(signal.SIGTERM)
+            assert member.wait(timeout=20) == 0
+            assert wait_until(lambda: share(2), timeout_s=15)  # not 60 s later
+        assert b"Traceback" not in member.stderr.read()
+    finally:
+        if member.poll() is None:
+            member.kill()
+            member.wait()
+    # `consume | head -1`: the reader goes away; the consumer ends quietly with status 0.
+    cluster.client.produce("shared", {0: batch([b"line-%d" % i for i in range(500)])})
+    piped = subprocess.run(
+        f"{sys.executable} -m seglog.cli.main consume shared --from-beginning "
+        "--max-messages 500 | head -1; echo status=${PIPESTATUS[0]} >&2",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert piped.stdout.count(b"\n") == 1
+    assert b"status=0" in piped.stderr and b"Traceback" not in piped.stderr, piped.stderr
+    assert b"Broken pipe" not in piped.stderr
+
+
+def test_the_services_help_shows_each_flags_default():
+    for module, expected in (
+        ("services.gateway", "SEGLOG_SESSION_TIMEOUT_MS; default 9000"),
+        ("services.storage_node", "SEGLOG_HEARTBEAT_INTERVAL_MS; default 2000"),
+    ):
+        shown = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+            env={**os.environ, "COLUMNS": "400"},
+        )
+        assert expected in shown.stdout, shown.stdout
+
+
+def _local_cluster_command(data_dir, *, nodes, listen="127.0.0.1:0"):
+    return [
+        sys.executable,
+        "-m",
+        "services.local_cluster",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        listen,
+        "--nodes",
+        str(nodes),
+    ]
+
+
+def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
+    tmp_path,
+):
+    errors = tmp_path / "cluster.err"
+    with open(errors, "wb") as err:
+        runner = subprocess.Popen(
+            _local_cluster_command(tmp_path / "data", nodes=2),
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+    try:
+        lines = [runner.stdout.readline().decode() for _ in range(3)]
+        address = re.search(r"gateway on (\S+)", lines[0]).group(1)
+        node_pid = int(re.search(r"node-1 on \S+ \(pid (\d+)\)", lines[1]).group(1))
+        client = GatewayClient(address)
+        assert wait_until(lambda: sum(n.live for n in client.describe_cluster().nodes) == 2)
+        os.kill(node_pid, signal.SIGKILL)
+        assert wait_until(lambda: b"node-1 exited" in errors.read_bytes())
+        assert runner.poll() is None  # still running, without node-1
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "services.local_cluster",
+                "--data-dir",
+                str(tmp_path / "other"),
+                "--listen",
+                address,
+            ],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert second.returncode == 1 and b"already served" in second.stderr
+        runner.send_signal(signal.SIGHUP)
+        restarted = runner.stdout.readline().decode()
+        while "data in" in restarted:  # the banner's last line
+            restarted = runner.stdout.readline().decode()
+        assert "restarted node-1" in restarted
+        assert wait_until(
+            lambda: {n.node_id for n in client.describe_cluster().nodes if n.live} == {1, 2}
+        )
+        client.close()
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
+
+
+def _readme_first_session() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## A first session", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
+    # Against a fresh cluster, as written (the gateway's address through SEGLOG_BOOTSTRAP):
+    # every command must succeed and return; a command that followed the log forever would
+    # hit the timeout.
+    cluster = LocalCluster(tmp_path, nodes=3)
+    try:
+        script = "set -euo pipefail\n" + _readme_first_session()
+        result = subprocess.run(
+            ["bash", "-c", script],
+            cwd=Path(__file__).resolve().parents[2],
+            env={**os.environ, "SEGLOG_BOOTSTRAP": cluster.address},
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr.decode()[-3000:]
+        out = result.stdout.decode()
+        assert "Created topic orders." in out and "Deleted topic orders." in out
+        assert "1000000 records sent" in out
+        assert re.search(r"^100000\d records consumed", out, re.MULTILINE)
+    finally:
+        cluster.close()
+
+
+def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
+    env = {
+        **os.environ,
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    runner = subprocess.Popen(
+        _local_cluster_command(tmp_path / "data", nodes=1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    printed: list[bytes] = []
+    try:
+        address = re.search(rb"gateway on (\S+)", runner.stdout.readline()).group(1).decode()
+        threading.Thread(
+            target=lambda: printed.extend(iter(runner.stdout.readline, b"")), daemon=True
+        ).start()
+        cli = subprocess.run(
+            [sys.executable, "-m", "seglog.cli.main", "topics", "list"],
+            env={**env, "SEGLOG_BOOTSTRAP": address},
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        # The CLI's own client span, and the gateway's server span of the same trace.
+        client_span = re.search(rb'"trace_id": "(0x[0-9a-f]+)"', cli.stdout)
+        assert b"/seglog.v1.Gateway/ListTopics" in cli.stdout and client_span
+        trace_id = client_span.group(1)
+        assert wait_until(lambda: trace_id in b"".join(printed), timeout_s=30)
+        assert b"/seglog.v1.Gateway/ListTopics" in b"".join(printed)
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(timeout=60)
