@@ -1,8 +1,11 @@
 """Per-data-dir state files, in Kafka's formats.
 
-`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint` and
-`cleaner-offset-checkpoint` (the first offset the cleaner has not compacted, per compacted
-log; rewritten after each cleaning as Kafka's LogCleanerManager does) are text files:
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`replication-offset-checkpoint` (each partition's high watermark, leader or follower, written
+every `replica.high.watermark.checkpoint.interval.ms` and at shutdown, as Kafka's
+ReplicaManager does) and `cleaner-offset-checkpoint` (the first offset the cleaner has not
+compacted, per compacted log; rewritten after each cleaning as Kafka's LogCleanerManager
+does) are text files:
 
     0                 <- version
     2                 <- number of entries
@@ -27,6 +30,7 @@ from .log_files import atomic_write, fsync_directory
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 _VERSION = 0
 
@@ -75,6 +79,7 @@ class DataDir:
         self.recovery_points = read_checkpoint(path / RECOVERY_POINT_CHECKPOINT)
         self.log_start_offsets = read_checkpoint(path / LOG_START_OFFSET_CHECKPOINT)
         self.cleaner_offsets = read_checkpoint(path / CLEANER_OFFSET_CHECKPOINT)
+        self.high_watermarks = read_checkpoint(path / HIGH_WATERMARK_CHECKPOINT)
         self._lock = threading.Lock()
         self._open: set[TopicPartition] = set()
         self._all_closed_cleanly = True
@@ -104,6 +109,9 @@ class DataDir:
             self.recovery_points[tp] = recovery_point
             self.log_start_offsets[tp] = log_start_offset
 
+    def set_high_watermark(self, tp: TopicPartition, offset: int) -> None:
+        self.high_watermarks[tp] = offset  # one dict store: called on every append
+
     def set_cleaner_offset(self, tp: TopicPartition, offset: int) -> None:
         with self._lock:
             self.cleaner_offsets[tp] = offset
@@ -113,6 +121,7 @@ class DataDir:
         with self._lock:
             self.recovery_points.pop(tp, None)
             self.log_start_offsets.pop(tp, None)
+            self.high_watermarks.pop(tp, None)
             if self.cleaner_offsets.pop(tp, None) is not None:
                 write_checkpoint(self.path / CLEANER_OFFSET_CHECKPOINT, dict(self.cleaner_offsets))
 
@@ -120,6 +129,11 @@ class DataDir:
         with self._lock:
             write_checkpoint(self.path / RECOVERY_POINT_CHECKPOINT, dict(self.recovery_points))
             write_checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT, dict(self.log_start_offsets))
+        self.checkpoint_high_watermarks()
+
+    def checkpoint_high_watermarks(self) -> None:
+        with self._lock:
+            write_checkpoint(self.path / HIGH_WATERMARK_CHECKPOINT, dict(self.high_watermarks))
 
 
 def _read_broker_epoch(marker: Path) -> int:

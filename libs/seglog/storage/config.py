@@ -102,6 +102,7 @@ class LogManagerConfig:
     retention_check_interval_ms: int = 5 * 60 * 1000
     flush_scheduler_interval_ms: int = 1000
     flush_recovery_point_interval_ms: int = 60 * 1000
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
     num_recovery_threads_per_data_dir: int = 2
     cleaner_enable: bool = True
     cleaner_backoff_ms: int = 15 * 1000
@@ -120,6 +121,7 @@ class LogManagerConfig:
             "retention_check_interval_ms",
             "flush_scheduler_interval_ms",
             "flush_recovery_point_interval_ms",
+            "replica_high_watermark_checkpoint_interval_ms",
             "num_recovery_threads_per_data_dir",
             "cleaner_backoff_ms",
         ):

@@ -7,6 +7,11 @@ Offsets and watermarks, each named once:
 - log end offset (LEO): the offset the next appended record receives.
 - recovery point: every offset below it is fsynced; segments from the one holding it onward
   are scanned and rebuilt after an unclean shutdown.
+- high watermark (HW): every offset below it is on every in-sync replica, so consumers read
+  only below it. Whoever owns the partition's replication moves it (a lone replica: to the
+  log end on each append); the log keeps it within [log start, LEO] across truncation and
+  checkpoints it in `replication-offset-checkpoint`. A read bounded by it stops at the HW's
+  file position, which is a batch boundary (replicas copy whole batches).
 
 Append path (no per-record work): validate every batch of the input (header, lengths, CRC-32C,
 count, size, timestamps) before writing a byte; assign offsets by rewriting each batch's
@@ -35,7 +40,7 @@ from .config import LOG_APPEND_TIME, LogConfig
 from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
-from .log_segments import LogSegments
+from .log_segments import LogSegments, SegmentsSnapshot
 from .segment import AppendedBatch, LogSegment
 from .segment_factory import SegmentFactory
 from .validation import (
@@ -85,6 +90,9 @@ class Log:
         self._log_end_offset = 0
         self._log_start_offset = 0
         self._recovery_point = 0
+        self._high_watermark = 0
+        # (HW offset, its segment, its file position there): where HW-bounded reads stop.
+        self._high_watermark_position: tuple[int, LogSegment, int] | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = clock.now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -155,6 +163,7 @@ class Log:
             else min(max(recovery_point, loaded.recovered_up_to), self._log_end_offset)
         )
         self.leader_epochs.truncate_from_start(self._log_start_offset)
+        self._set_high_watermark(self._data_dir.high_watermarks.get(tp, 0))
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
         self._make_active(self._segments.active)
@@ -174,6 +183,10 @@ class Log:
     @property
     def log_end_offset(self) -> int:
         return self._log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
 
     @property
     def recovery_point(self) -> int:
@@ -318,6 +331,41 @@ class Log:
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
 
+    # -- high watermark ------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW (clamped to [log start, LEO]): a follower takes its leader's this way.
+        Returns the HW set."""
+        with self._lock:
+            return self._set_high_watermark(offset)
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the HW forward to `offset` (clamped), never back: the leader's rule. True
+        when it moved."""
+        with self._lock:
+            if offset <= self._high_watermark:
+                return False
+            before = self._high_watermark
+            return self._set_high_watermark(offset) != before
+
+    def _set_high_watermark(self, offset: int) -> int:
+        hw = min(max(offset, self._log_start_offset), self._log_end_offset)
+        self._high_watermark = hw
+        self._data_dir.set_high_watermark((self.topic, self.partition), hw)
+        return hw
+
+    def _bound_at(self, offset: int, snapshot: SegmentsSnapshot) -> tuple[LogSegment, int]:
+        """The segment and file position where a read bounded at `offset` stops (cached for
+        the current HW, which moves far less often than reads happen)."""
+        cached = self._high_watermark_position
+        if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
+            return cached[1], cached[2]
+        segment = snapshot.segments[snapshot.floor_index(offset)]
+        found = segment.translate_offset(offset)
+        position = segment.size if found is None else found.position
+        self._high_watermark_position = (offset, segment, position)
+        return segment, position
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetsForLeaderEpoch answer: (the largest epoch <= `epoch`, its end)."""
         return self.leader_epochs.end_offset_for(epoch, self._log_end_offset)
@@ -383,11 +431,18 @@ class Log:
         )
 
     def locate_records(
-        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = True,
+        max_offset: int | None = None,
     ) -> LogSlice:
         """Where `read`'s bytes lie (segment, position, size: Kafka's FetchDataInfo), found
         from the indexes and a few batch headers without reading the batches, so a caller
-        can send them from the file or read them once."""
+        can send them from the file or read them once. `max_offset` (a consumer's read: the
+        high watermark) bounds the read: nothing at or past it is returned, and a fetch
+        offset between it and the log end finds nothing rather than an error, as in Kafka."""
         if offset < 0 or max_bytes < 0:
             raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
         log_end = self._log_end_offset
@@ -396,42 +451,76 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
             )
-        if offset == log_end:
-            return LogSlice(None, offset, log_end, start)
+        upper = log_end if max_offset is None else min(max_offset, log_end)
+        if offset >= upper:
+            return LogSlice(None, offset, upper, start)
         with tracer.start_as_current_span("seglog.log.read") as span:
             span.set_attribute("seglog.topic", self.topic)
             span.set_attribute("seglog.partition", self.partition)
             span.set_attribute("seglog.fetch_offset", offset)
             snapshot = self._segments.snapshot()
+            bound: tuple[LogSegment, int] | None = None
+            if upper < log_end:
+                bound = self._bound_at(upper, snapshot)
             for segment in snapshot.segments[snapshot.floor_index(offset) :]:
-                found = segment.locate(offset, max_bytes, min_one_message=min_one_message)
+                max_position = None
+                if bound is not None and segment is bound[0]:
+                    max_position = bound[1]
+                found = segment.locate(
+                    offset, max_bytes, min_one_message=min_one_message, max_position=max_position
+                )
                 if found is not None:
                     span.set_attribute("seglog.bytes", found.size)
                     span.set_attribute("seglog.next_offset", found.next_offset)
-                    return LogSlice(found, found.next_offset, log_end, start)
-            return LogSlice(None, offset, log_end, start)
+                    return LogSlice(found, found.next_offset, upper, start)
+                if max_position is not None:
+                    break  # the bound's segment ends the read
+            return LogSlice(None, offset, upper, start)
 
-    def bytes_from(self, offset: int, hint: ReadPosition | None = None) -> ReadPosition:
-        """How many bytes lie from the batch holding `offset` to the log end, counted from
-        file positions and segment sizes (a waiting fetch's `min_bytes`), never by reading
-        the data. `hint`, a result of an earlier call for the same offset, skips the index
-        lookup while its segment is still in the log."""
-        return log_reads.bytes_from(self._segments.snapshot(), offset, hint)
+    def bytes_from(
+        self, offset: int, hint: ReadPosition | None = None, *, max_offset: int | None = None
+    ) -> ReadPosition:
+        """How many bytes lie from the batch holding `offset` to the log end (or to
+        `max_offset`, the high watermark of a consumer's read), counted from file positions
+        and segment sizes (a waiting fetch's `min_bytes`), never by reading the data.
+        `hint`, a result of an earlier call for the same offset, skips the index lookup
+        while its segment is still in the log."""
+        snapshot = self._segments.snapshot()
+        found = log_reads.bytes_from(snapshot, offset, hint)
+        if max_offset is None or max_offset >= self._log_end_offset:
+            return found
+        if max_offset <= offset:
+            return ReadPosition(found.segment, found.position, 0)
+        bound_segment, bound_position = self._bound_at(max_offset, snapshot)
+        past_bound = log_reads.bytes_from(
+            snapshot, max_offset, ReadPosition(bound_segment, bound_position, 0)
+        ).available_bytes
+        return ReadPosition(
+            found.segment, found.position, max(found.available_bytes - past_bound, 0)
+        )
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, max_offset: int | None = None
+    ) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
         LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2) and MAX_TIMESTAMP (-3). None when no
-        record qualifies."""
+        record qualifies. `max_offset` (a consumer's: the high watermark) hides the offsets
+        at or past it: LATEST answers it, and a record found past it is not an answer."""
+        upper = (
+            self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
+        )
         if timestamp_ms == LATEST_TIMESTAMP:
-            return TimestampAndOffset(NO_TIMESTAMP, self._log_end_offset)
+            return TimestampAndOffset(NO_TIMESTAMP, upper)
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
         snapshot, start = self._segments.snapshot(), self._log_start_offset
         if timestamp_ms == MAX_TIMESTAMP:
-            return log_reads.offset_of_max_timestamp(snapshot, start)
-        if timestamp_ms < 0:
+            found = log_reads.offset_of_max_timestamp(snapshot, start)
+        elif timestamp_ms < 0:
             raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1, -2 nor -3")
-        return log_reads.offset_for_timestamp(snapshot, timestamp_ms, start)
+        else:
+            found = log_reads.offset_for_timestamp(snapshot, timestamp_ms, start)
+        return None if found is None or found.offset >= upper else found
 
     # -- truncation and deletion -------------------------------------------------------
 
@@ -459,6 +548,8 @@ class Log:
             self.leader_epochs.truncate_from_end(self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
+            self._high_watermark_position = None
+            self._set_high_watermark(self._high_watermark)
             self._update_data_dir()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -473,6 +564,8 @@ class Log:
             self._make_active(segment)
             self._segments.set([segment])
             self._log_end_offset = self._log_start_offset = self._recovery_point = offset
+            self._high_watermark_position = None
+            self._set_high_watermark(offset)
             self.leader_epochs.clear()
             self._update_data_dir()
 
@@ -487,6 +580,7 @@ class Log:
                 )
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
+                self._set_high_watermark(self._high_watermark)
                 self.leader_epochs.truncate_from_start(offset)
                 self._update_data_dir()
             return self._log_start_offset
@@ -504,6 +598,7 @@ class Log:
                 segment.change_suffix("", log_files.DELETED_SUFFIX)
             self.schedule_delete(doomed)
             self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
+            self._set_high_watermark(self._high_watermark)
             self.leader_epochs.truncate_from_start(self._log_start_offset)
             self._update_data_dir()
         self.delete_due_files()

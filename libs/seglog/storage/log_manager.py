@@ -11,7 +11,7 @@ background work.
   `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
   opens its logs with the same settings before anyone tells it again.
 - One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
-  recovery-point checkpoints, retention (`retention_check_interval_ms`), and compaction
+  recovery-point and high-watermark checkpoints, retention (`retention_check_interval_ms`), and compaction
   (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is logged and
   does not stop the other logs' maintenance.
 """
@@ -270,6 +270,10 @@ class LogManager:
             (self.config.flush_scheduler_interval_ms, self.flush_dirty_logs),
             (self.config.flush_recovery_point_interval_ms, self.checkpoint_recovery_points),
             (self.config.retention_check_interval_ms, self.cleanup_logs),
+            (
+                self.config.replica_high_watermark_checkpoint_interval_ms,
+                self.checkpoint_high_watermarks,
+            ),
         ]
         if self.config.cleaner_enable:
             tasks.append((self.config.cleaner_backoff_ms, self.compact_logs))
@@ -308,6 +312,10 @@ class LogManager:
     def checkpoint_recovery_points(self) -> None:
         for data_dir in self._data_dirs.values():
             data_dir.checkpoint()
+
+    def checkpoint_high_watermarks(self) -> None:
+        for data_dir in self._data_dirs.values():
+            data_dir.checkpoint_high_watermarks()
 
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns how many segments were deleted."""

@@ -24,6 +24,9 @@ class SegmentsSnapshot:
         """Index of the segment that would hold `offset` (the first one when below all)."""
         return max(bisect.bisect_right(self.base_offsets, offset) - 1, 0)
 
+    def contains(self, segment: LogSegment) -> bool:
+        return any(s is segment for s in self.segments)
+
     def upper_bound_of(self, index: int) -> int | None:
         """The next segment's base offset: every offset of segment `index` is below it."""
         return self.base_offsets[index + 1] if index + 1 < len(self.base_offsets) else None
