@@ -221,6 +221,49 @@ class InconsistentGroupProtocolError(SeglogError):
     reason = "INCONSISTENT_GROUP_PROTOCOL"
 
 
+class FencedLeaderEpochError(SeglogError):
+    """The request's leader epoch is older than the partition's (a replica or client behind
+    on metadata): refresh it before retrying."""
+
+    reason = "FENCED_LEADER_EPOCH"
+    retriable = True
+
+
+class UnknownLeaderEpochError(SeglogError):
+    """The request's leader epoch is newer than this replica knows: it has not learnt of the
+    new leadership yet."""
+
+    reason = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+
+
+class NotEnoughReplicasError(SeglogError):
+    """acks=all with fewer in-sync replicas than `min.insync.replicas`: nothing was written."""
+
+    reason = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(SeglogError):
+    """Written by the leader, but the in-sync replicas fell below `min.insync.replicas`
+    before they all had it."""
+
+    reason = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+
+
+class InvalidUpdateVersionError(SeglogError):
+    """An AlterPartition based on an older partition epoch than the registry's."""
+
+    reason = "INVALID_UPDATE_VERSION"
+
+
+class IneligibleReplicaError(SeglogError):
+    """An AlterPartition adding a replica that may not join the ISR (its node is down)."""
+
+    reason = "INELIGIBLE_REPLICA"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason (the most specific class wins a shared reason)."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}

@@ -12,7 +12,11 @@ from .offsets_store import (
     DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     DEFAULT_OFFSETS_RETENTION_MINUTES,
 )
-from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC
+from .registry import (
+    DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_REPLICATION_FACTOR,
+)
 from .server import Gateway, GatewayConfig
 from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
@@ -105,6 +109,38 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     )
+    serving.env_flag(
+        parser,
+        "--default-replication-factor",
+        "SEGLOG_DEFAULT_REPLICATION_FACTOR",
+        "replicas of a topic created without a replication factor",
+        type=int,
+        default=DEFAULT_REPLICATION_FACTOR,
+    )
+    serving.env_flag(
+        parser,
+        "--offsets-topic-replication-factor",
+        "SEGLOG_OFFSETS_TOPIC_REPLICATION_FACTOR",
+        "replicas of __consumer_offsets (fewer when fewer nodes are live at its creation)",
+        type=int,
+        default=3,
+    )
+    serving.env_flag(
+        parser,
+        "--auto-leader-rebalance-enable",
+        "SEGLOG_AUTO_LEADER_REBALANCE_ENABLE",
+        "give leadership back to each partition's preferred replica (true/false)",
+        default="true",
+        choices=["true", "false"],
+    )
+    serving.env_flag(
+        parser,
+        "--leader-imbalance-check-interval-seconds",
+        "SEGLOG_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS",
+        "how often preferred leaders are restored",
+        type=int,
+        default=300,
+    )
     args = parser.parse_args(argv)
     return GatewayConfig(
         listen=args.listen,
@@ -119,6 +155,10 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         max_unacknowledged_bytes=int(args.max_unacknowledged_bytes),
         offsets_retention_minutes=int(args.offsets_retention_minutes),
         offsets_retention_check_interval_ms=int(args.offsets_retention_check_interval_ms),
+        default_replication_factor=int(args.default_replication_factor),
+        offsets_topic_replication_factor=int(args.offsets_topic_replication_factor),
+        auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
+        leader_imbalance_check_interval_seconds=int(args.leader_imbalance_check_interval_seconds),
     )
 
 

@@ -13,8 +13,9 @@ import grpc
 from seglog.errors import InvalidRequestError, LeaderNotAvailableError, SeglogError
 from seglog.rpc.status import abort, error_from_rpc, set_error
 from seglog.storage.config import described_configs
-from seglog.v1 import gateway_pb2, storage_pb2
+from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
+from .controller import partition_states
 from .nodes import NodeConnections
 from .registry import Registry
 
@@ -29,8 +30,11 @@ class AdminService:
         registry: Registry,
         connections: NodeConnections,
         settings: dict[str, str] | None = None,
+        *,
+        offsets_topic_replication_factor: int = 3,
     ) -> None:
         self.registry = registry
+        self.offsets_topic_replication_factor = offsets_topic_replication_factor
         self.connections = connections
         # The gateway's own settings, Kafka's names where Kafka has them (DescribeConfigs).
         self.settings = dict(settings or {})
@@ -121,36 +125,34 @@ class AdminService:
     def create_internal_topic(
         self, name: str, num_partitions: int, configs: dict[str, str]
     ) -> None:
-        """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes."""
-        self.registry.create_topic(name, num_partitions, 1, configs, internal=True)
+        """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes.
+        Replicated `offsets.topic.replication.factor` times, or on every live node when
+        fewer are up (Kafka would wait for enough brokers; a small cluster should work)."""
+        live = len(self.registry.live_nodes())
+        replication_factor = max(1, min(self.offsets_topic_replication_factor, live))
+        self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
 
     def _create_on_nodes(self, topic_name: str) -> None:
-        """Tell each leader now; a node that misses this gets the partition from its next
-        heartbeat's assignment."""
+        """Tell every replica's node now, so the leaders serve as soon as this returns; a
+        node that misses this gets the partitions from its next heartbeat's answer."""
         topic = self.registry.topic(topic_name)
+        wanted = [(topic_name, i) for i in range(len(topic.partitions))]
+        addresses = self.registry.addresses()
+        states = partition_states(self.registry, wanted)
         calls = []
-        for i, p in enumerate(topic.partitions):
-            route = self.registry.route(topic_name, i)
-            if route.address is None:
+        for node_id in sorted({r for p in topic.partitions for r in p.replicas}):
+            if node_id not in addresses:
                 continue
-            stub = self.connections.get(p.leader, route.address).stub
-            calls.append(
-                stub.CreatePartition.future(
-                    storage_pb2.CreatePartitionRequest(
-                        topic=topic_name,
-                        partition=i,
-                        leader_epoch=p.leader_epoch,
-                        configs=topic.configs,
-                    ),
-                    timeout=NODE_CALL_TIMEOUT_S,
-                )
-            )
+            stub = self.connections.get(node_id, addresses[node_id]).stub
+            message = gateway_pb2.NodeAssignment(node_addresses=states.node_addresses)
+            message.partitions.extend(s for s in states.partitions if node_id in s.replicas)
+            calls.append(stub.UpdatePartitions.future(message, timeout=NODE_CALL_TIMEOUT_S))
         for call in calls:
             try:
                 call.result()
             except grpc.RpcError as exc:
-                logger.warning("creating a partition of %s on its node failed: %s", topic_name, exc)
+                logger.warning("creating partitions of %s on a node failed: %s", topic_name, exc)
 
     def DeleteTopics(
         self, request: gateway_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
@@ -163,17 +165,20 @@ class AdminService:
             except SeglogError as exc:
                 set_error(result, exc)
                 continue
+            addresses = self.registry.addresses()
             for i, p in enumerate(topic.partitions):
-                node = self.registry.nodes.get(p.leader)
-                if node is None:
-                    continue
-                try:
-                    self.connections.get(p.leader, node.address).stub.DeletePartition(
-                        storage_pb2.DeletePartitionRequest(topic=name, partition=i),
-                        timeout=NODE_CALL_TIMEOUT_S,
-                    )
-                except grpc.RpcError as exc:
-                    logger.warning("deleting %s-%d on node %d failed: %s", name, i, p.leader, exc)
+                for replica in p.replicas:
+                    if replica not in addresses:
+                        continue
+                    try:
+                        self.connections.get(replica, addresses[replica]).stub.DeletePartition(
+                            storage_pb2.DeletePartitionRequest(topic=name, partition=i),
+                            timeout=NODE_CALL_TIMEOUT_S,
+                        )
+                    except grpc.RpcError as exc:  # its next heartbeat sets the partition aside
+                        logger.warning(
+                            "deleting %s-%d on node %d failed: %s", name, i, replica, exc.code()
+                        )
             for listener in self.topic_deleted_listeners:
                 try:
                     listener(name)
@@ -212,12 +217,28 @@ class AdminService:
             description.configs.update(topic.configs)
             for i, p in enumerate(topic.partitions):
                 part = description.partitions.add(
-                    partition=i, leader=p.leader, leader_epoch=p.leader_epoch
+                    partition=i,
+                    leader=p.leader,
+                    leader_epoch=p.leader_epoch,
+                    partition_epoch=p.partition_epoch,
                 )
                 part.replicas.extend(p.replicas)
-                part.log_start_offset = part.log_end_offset = -1
+                part.isr.extend(p.isr)
+                part.log_start_offset = part.log_end_offset = part.high_watermark = -1
+                if p.leader < 0:
+                    set_error(
+                        part,
+                        LeaderNotAvailableError(f"offline: no replica of its ISR {p.isr} is live"),
+                    )
+                for replica in p.replicas:
+                    part.replica_states.add(
+                        node_id=replica,
+                        log_end_offset=-1,
+                        high_watermark=-1,
+                        live=self.registry.is_live(replica),
+                    )
+                    wanted.setdefault(replica, []).append((name, i))
                 described[(name, i)] = part
-                wanted.setdefault(p.leader, []).append((name, i))
         self._fill_offsets(wanted, described)
         return response
 
@@ -226,13 +247,12 @@ class AdminService:
         wanted: dict[int, list[tuple[str, int]]],
         described: dict[tuple[str, int], gateway_pb2.PartitionDescription],
     ) -> None:
+        """Ask every replica's node for its view (log start and end, high watermark); the
+        leader's view is the partition's."""
         calls = {}
         for node_id, partitions in wanted.items():
             node = self.registry.nodes.get(node_id)
             if node is None or not self.registry.is_live(node_id):
-                error = LeaderNotAvailableError(f"node {node_id} is not available")
-                for tp in partitions:
-                    set_error(described[tp], error)
                 continue
             ask = storage_pb2.DescribePartitionsRequest()
             for topic, partition in partitions:
@@ -241,15 +261,27 @@ class AdminService:
             calls[node_id] = stub.DescribePartitions.future(ask, timeout=5)
         for node_id, call in calls.items():
             try:
-                for state in call.result().partitions:
-                    part = described[(state.topic, state.partition)]
-                    part.log_start_offset = state.log_start_offset
-                    part.log_end_offset = state.log_end_offset
-                    part.error = state.error
+                states = call.result().partitions
             except grpc.RpcError as exc:
                 error = LeaderNotAvailableError(f"node {node_id}: {error_from_rpc(exc)}")
                 for tp in wanted[node_id]:
-                    set_error(described[tp], error)
+                    if described[tp].leader == node_id:
+                        set_error(described[tp], error)
+                continue
+            for state in states:
+                part = described[(state.topic, state.partition)]
+                for replica in part.replica_states:
+                    if replica.node_id == node_id and state.error == common_pb2.NONE:
+                        replica.log_end_offset = state.log_end_offset
+                        replica.high_watermark = state.high_watermark
+                if part.leader == node_id:
+                    part.log_start_offset = state.log_start_offset
+                    part.log_end_offset = state.log_end_offset
+                    part.high_watermark = state.high_watermark
+                    part.error = state.error
+        for part in described.values():
+            if part.leader >= 0 and part.log_end_offset < 0 and not part.error:
+                set_error(part, LeaderNotAvailableError(f"node {part.leader} is not available"))
 
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
@@ -273,8 +305,9 @@ class AdminService:
 
 
 class RegistryService:
-    """Node sessions: registration bumps the node's leader epochs (a new leadership term);
-    each answer lists the partitions the node must host."""
+    """Node sessions: registration fences the node's previous incarnation (registry.py);
+    each answer carries the states of the partitions the node holds replicas of, and
+    AlterPartition carries leaders' ISR changes."""
 
     def __init__(self, registry: Registry, *, heartbeat_interval_ms: int = 2000) -> None:
         self.registry = registry
@@ -292,21 +325,42 @@ class RegistryService:
             dict(request.log_config_defaults),
         )
         logger.info("node %d registered at %s", request.node_id, request.address)
-        return self._assignment(request.node_id)
+        return self._assignment(request)
 
     def Heartbeat(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
         if not self.registry.heartbeat(request.node_id, request.address, _offline(request)):
             return self.RegisterNode(request, context)
-        return self._assignment(request.node_id)
+        return self._assignment(request)
 
-    def _assignment(self, node_id: int) -> gateway_pb2.NodeAssignment:
-        assignment = gateway_pb2.NodeAssignment(heartbeat_interval_ms=self.heartbeat_interval_ms)
-        for topic, i, p in self.registry.assignment_for(node_id):
-            assignment.partitions.add(
-                topic=topic.name, partition=i, leader_epoch=p.leader_epoch, configs=topic.configs
+    def AlterPartition(
+        self, request: gateway_pb2.AlterPartitionRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.AlterPartitionResponse:
+        response = gateway_pb2.AlterPartitionResponse()
+        try:
+            self.registry.alter_partition(
+                request.node_id,
+                request.topic,
+                request.partition,
+                request.leader_epoch,
+                request.partition_epoch,
+                list(request.new_isr),
             )
+        except SeglogError as exc:
+            set_error(response, exc)
+        states = partition_states(self.registry, [(request.topic, request.partition)])
+        if states.partitions:
+            response.partition.CopyFrom(states.partitions[0])
+        return response
+
+    def _assignment(self, request: gateway_pb2.NodeHeartbeat) -> gateway_pb2.NodeAssignment:
+        should_shut_down = False
+        if request.want_shutdown:
+            should_shut_down = self.registry.controlled_shutdown(request.node_id)
+        assignment = partition_states(self.registry, node_id=request.node_id)
+        assignment.heartbeat_interval_ms = self.heartbeat_interval_ms
+        assignment.should_shut_down = should_shut_down
         return assignment
 
 

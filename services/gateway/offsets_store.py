@@ -59,6 +59,8 @@ from .registry import Registry
 
 logger = logging.getLogger(__name__)
 
+OFFSETS_COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
+
 OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's offsets.topic.segment.bytes; compaction is what keeps the topic small.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
@@ -408,7 +410,11 @@ class OffsetsStore:
         )
 
     def _append(self, partition: int, records: bytes) -> None:
-        request = common_pb2.ProduceRequest(topic=OFFSETS_TOPIC, acks=1, timeout_ms=30_000)
+        # acks=all, as Kafka's coordinator writes: a commit acknowledged is on every in-sync
+        # replica, and reading back (below the high watermark) finds it.
+        request = common_pb2.ProduceRequest(
+            topic=OFFSETS_TOPIC, acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS
+        )
         request.partitions.add(partition=partition, records=records)
         try:
             response = self._leader(partition).stub.Append(request, timeout=_NODE_CALL_TIMEOUT_S)

@@ -1,5 +1,6 @@
-"""The leader registry: topics, their partitions' replicas, leader and leader epoch, and the
-storage nodes that have registered.
+"""The leader registry and its controller role: topics, each partition's registration
+(replicas, leader, leader epoch, ISR, partition epoch: Kafka's PartitionRegistration), and
+the storage nodes that have registered.
 
 Durable state lives in one JSON file in the gateway's data dir, rewritten atomically (temp
 file, fsync, rename, fsync of the dir) on every change, so a gateway killed at any moment
@@ -7,31 +8,56 @@ restarts with everything it had acknowledged:
 
     {"version": 1,
      "nodes": {"1": {"address": "127.0.0.1:7101"}},
-     "topics": {"orders": {"replication_factor": 1, "configs": {"retention.ms": "60000"},
-                           "partitions": [{"replicas": [1], "leader": 1, "leader_epoch": 0}]}}}
+     "topics": {"orders": {"replication_factor": 2, "configs": {"retention.ms": "60000"},
+                           "partitions": [{"replicas": [1, 2], "leader": 1, "leader_epoch": 0,
+                                           "isr": [1, 2], "partition_epoch": 0}]}}}
+
+(`isr` and `partition_epoch` absent, as files written before replication have them, read
+as every replica and 0.)
 
 Liveness is not persisted: a node is live while its last heartbeat is younger than the
 session timeout. After a gateway start every known node gets one session timeout of grace, so
 routing works at once and a node that stays silent is declared down after that.
 
-Leader epochs: a partition's epoch starts at 0 and increases each time its leader's node
-registers anew (a new session, as when Kafka re-elects a leader after a broker restart);
-clients holding an older epoch get NOT_LEADER_OR_FOLLOWER and refresh metadata.
+The controller's rules are Kafka's (KRaft's ReplicationControlManager and
+PartitionChangeBuilder):
+- Placement: each partition's replicas on distinct live nodes, the leader (first replica,
+  the preferred one) on the node leading fewest partitions, the followers on the nodes
+  holding fewest replicas.
+- A node is fenced when its session expires and when it registers anew (a restarted process
+  may have lost unflushed records): it leaves every ISR where another member remains, and
+  each partition it led elects the first replica, in assignment order, that is in the ISR,
+  live and not shutting down. No such replica: leader -1, the partition is offline, and its
+  last ISR member is kept so it is elected when it returns (unclean election is off).
+- A leader change bumps the leader epoch; every change bumps the partition epoch.
+- Leaders change their ISR through AlterPartition (`alter_partition`), fenced by both epochs.
+- Controlled shutdown: a node asking to stop loses its leaderships and ISR memberships the
+  same way; it may stop once it leads nothing.
+- Preferred leaders: `rebalance_leaders` moves leadership back to the first replica when it
+  is in the ISR and live (Kafka's auto.leader.rebalance.enable).
+Every change is handed to `listeners` (the gateway pushes it to the replicas' nodes).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from seglog.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidRequestError,
     InvalidTopicError,
+    InvalidUpdateVersionError,
+    LeaderNotAvailableError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -39,6 +65,8 @@ from seglog.errors import (
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names
 from seglog.storage.log_files import atomic_write
+
+logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "registry.json"
 _VERSION = 1
@@ -49,6 +77,8 @@ DEFAULT_NUM_PARTITIONS = 1
 DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
+NO_LEADER = -1
+MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
 
 
 @dataclass
@@ -56,6 +86,30 @@ class PartitionAssignment:
     replicas: list[int]
     leader: int
     leader_epoch: int = 0
+    isr: list[int] = field(default_factory=list)
+    partition_epoch: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.isr:
+            self.isr = list(self.replicas)
+
+    def copy(self) -> PartitionAssignment:
+        return PartitionAssignment(
+            list(self.replicas),
+            self.leader,
+            self.leader_epoch,
+            list(self.isr),
+            self.partition_epoch,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "replicas": self.replicas,
+            "leader": self.leader,
+            "leader_epoch": self.leader_epoch,
+            "isr": self.isr,
+            "partition_epoch": self.partition_epoch,
+        }
 
 
 @dataclass
@@ -86,6 +140,11 @@ class Node:
     offline: dict[tuple[str, int], str] = field(default_factory=dict)
     # Its own topic defaults (--config log.*), Kafka's names, from its heartbeats.
     log_config_defaults: dict[str, str] = field(default_factory=dict)
+    fenced: bool = False  # its session expired: out of every ISR, leads nothing
+    shutting_down: bool = False  # asked for a controlled shutdown
+
+
+PartitionChange = tuple[str, int]  # (topic, partition) whose registration changed
 
 
 @dataclass(frozen=True)
@@ -106,8 +165,12 @@ class Registry:
         session_timeout_ms: int = 9000,
         max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
+        default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
     ) -> None:
         self.path = data_dir / REGISTRY_FILE
+        self.default_replication_factor = default_replication_factor
+        # Called (outside the lock) with the partitions whose registration changed.
+        self.listeners: list[Callable[[list[PartitionChange]], object]] = []
         self.max_partitions_per_topic = max_partitions_per_topic
         self.max_partitions = max_partitions
         self.session_timeout_s = session_timeout_ms / 1000
@@ -144,10 +207,7 @@ class Registry:
                 t.name: {
                     "replication_factor": t.replication_factor,
                     "configs": t.configs,
-                    "partitions": [
-                        {"replicas": p.replicas, "leader": p.leader, "leader_epoch": p.leader_epoch}
-                        for p in t.partitions
-                    ],
+                    "partitions": [p.to_json() for p in t.partitions],
                 }
                 for t in self.topics.values()
             },
@@ -163,35 +223,202 @@ class Registry:
         offline: dict[tuple[str, int], str] | None = None,
         log_config_defaults: dict[str, str] | None = None,
     ) -> None:
-        """A node starting a session: record its address, bump its partitions' epochs."""
+        """A node starting a session: its previous incarnation is fenced (it may have lost
+        unflushed records), then it is live again: elected where it was the last in-sync
+        replica, a follower elsewhere until it catches up and its leader adds it back."""
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
                 node = self.nodes[node_id] = Node(node_id, address)
+            changed = self._fence(node_id)
             node.address = address
             node.offline = dict(offline or {})
             node.log_config_defaults = dict(log_config_defaults or {})
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
-            for topic in self.topics.values():
-                for p in topic.partitions:
-                    if p.leader == node_id:
-                        p.leader_epoch += 1
+            node.fenced = node.shutting_down = False
+            changed |= self._elect_leaderless()
             self._save()
+        self._notify(changed)
 
     def heartbeat(
         self, node_id: int, address: str, offline: dict[tuple[str, int], str] | None = None
     ) -> bool:
         """Record a heartbeat; False when the node must register first (unknown to this
-        registry, or its address changed)."""
+        registry, its address changed, or its session expired and it was fenced)."""
         with self._lock:
             node = self.nodes.get(node_id)
-            if node is None or node.address != address:
+            if node is None or node.address != address or node.fenced:
                 return False
             node.offline = dict(offline or {})
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             return True
+
+    def check_sessions(self) -> list[PartitionChange]:
+        """The controller's tick: fence every node whose session expired (Kafka's
+        BrokerHeartbeatManager), elect leaders where one became possible."""
+        with self._lock:
+            changed: set[PartitionChange] = set()
+            for node in self.nodes.values():
+                if not node.fenced and not self.is_live(node.node_id):
+                    node.fenced = True
+                    changed |= self._fence(node.node_id)
+            changed |= self._elect_leaderless()
+            if changed:
+                self._save()
+        return self._notify(changed)
+
+    def controlled_shutdown(self, node_id: int) -> bool:
+        """A node asks to stop (Kafka's WantShutDown): its leaderships move to other in-sync
+        replicas and it leaves the ISRs it shares. True once it leads nothing."""
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                return True
+            changed: set[PartitionChange] = set()
+            if not node.shutting_down:
+                node.shutting_down = True
+                changed = self._fence(node_id)
+                if changed:
+                    self._save()
+            leads = any(p.leader == node_id for t in self.topics.values() for p in t.partitions)
+        self._notify(changed)
+        return not leads
+
+    def rebalance_leaders(self) -> list[PartitionChange]:
+        """Kafka's preferred-leader election: each partition whose first replica is in the
+        ISR and eligible but does not lead gets it back as leader."""
+        with self._lock:
+            changed: set[PartitionChange] = set()
+            for topic in self.topics.values():
+                for i, p in enumerate(topic.partitions):
+                    preferred = p.replicas[0]
+                    if p.leader != preferred and preferred in p.isr and self._eligible(preferred):
+                        self._change_leader(p, preferred)
+                        changed.add((topic.name, i))
+            if changed:
+                self._save()
+        return self._notify(changed)
+
+    def alter_partition(
+        self,
+        node_id: int,
+        topic_name: str,
+        partition: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        new_isr: list[int],
+    ) -> PartitionAssignment:
+        """Kafka's AlterPartition, as the controller validates it; returns the partition's
+        new registration. Errors change nothing."""
+        with self._lock:
+            p = self._partition(topic_name, partition)
+            tp = f"{topic_name}-{partition}"
+            if leader_epoch < p.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{tp}: AlterPartition at leader epoch {leader_epoch}, the partition is at "
+                    f"{p.leader_epoch}"
+                )
+            if node_id != p.leader or leader_epoch != p.leader_epoch:
+                raise InvalidRequestError(
+                    f"{tp}: node {node_id} at leader epoch {leader_epoch} is not its leader "
+                    f"(node {p.leader}, epoch {p.leader_epoch})"
+                )
+            if partition_epoch != p.partition_epoch:
+                raise InvalidUpdateVersionError(
+                    f"{tp}: AlterPartition at partition epoch {partition_epoch}, the partition "
+                    f"is at {p.partition_epoch}"
+                )
+            if (
+                len(set(new_isr)) != len(new_isr)
+                or not set(new_isr) <= set(p.replicas)
+                or node_id not in new_isr
+            ):
+                raise InvalidRequestError(
+                    f"{tp}: ISR {new_isr} must be distinct replicas of {p.replicas} including "
+                    f"the leader {node_id}"
+                )
+            for replica in set(new_isr) - set(p.isr):
+                if not self._eligible(replica):
+                    raise IneligibleReplicaError(
+                        f"{tp}: replica {replica} cannot join the ISR: its node is not live"
+                    )
+            p.isr = [r for r in p.replicas if r in new_isr]  # assignment order
+            p.partition_epoch += 1
+            self._save()
+            return p.copy()
+
+    def _partition(self, topic_name: str, partition: int) -> PartitionAssignment:
+        topic = self.topic(topic_name)
+        if not 0 <= partition < len(topic.partitions):
+            raise UnknownTopicOrPartitionError(
+                f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
+            )
+        return topic.partitions[partition]
+
+    def _eligible(self, node_id: int) -> bool:
+        """May lead or join an ISR: registered, live, not fenced, not shutting down."""
+        node = self.nodes.get(node_id)
+        return (
+            node is not None
+            and not node.fenced
+            and not node.shutting_down
+            and self.is_live(node_id)
+        )
+
+    def _fence(self, node_id: int) -> set[PartitionChange]:
+        changed = set()
+        for topic in self.topics.values():
+            for i, p in enumerate(topic.partitions):
+                if node_id not in p.replicas:
+                    continue
+                moved = False
+                if node_id in p.isr and len(p.isr) > 1:
+                    p.isr.remove(node_id)
+                    moved = True
+                if p.leader == node_id:
+                    self._change_leader(p, self._choose_leader(p, exclude=node_id))
+                    changed.add((topic.name, i))
+                elif moved:
+                    p.partition_epoch += 1
+                    changed.add((topic.name, i))
+        return changed
+
+    def _elect_leaderless(self) -> set[PartitionChange]:
+        changed = set()
+        for topic in self.topics.values():
+            for i, p in enumerate(topic.partitions):
+                if p.leader == NO_LEADER:
+                    leader = self._choose_leader(p)
+                    if leader != NO_LEADER:
+                        self._change_leader(p, leader)
+                        changed.add((topic.name, i))
+        return changed
+
+    def _choose_leader(self, p: PartitionAssignment, exclude: int | None = None) -> int:
+        """Kafka's clean election: the first replica in assignment order that is in the ISR
+        and eligible."""
+        for replica in p.replicas:
+            if replica != exclude and replica in p.isr and self._eligible(replica):
+                return replica
+        return NO_LEADER
+
+    @staticmethod
+    def _change_leader(p: PartitionAssignment, leader: int) -> None:
+        p.leader = leader
+        p.leader_epoch += 1
+        p.partition_epoch += 1
+
+    def _notify(self, changed: set[PartitionChange]) -> list[PartitionChange]:
+        ordered = sorted(changed)
+        if ordered:
+            for listener in self.listeners:
+                try:
+                    listener(ordered)
+                except Exception:
+                    logger.exception("a registry listener failed")
+        return ordered
 
     def is_live(self, node_id: int) -> bool:
         with self._lock:
@@ -215,13 +442,64 @@ class Registry:
             counts = dict.fromkeys(self.nodes, 0)
             for topic in self.topics.values():
                 for p in topic.partitions:
-                    counts[p.leader] = counts.get(p.leader, 0) + 1
+                    if p.leader != NO_LEADER:
+                        counts[p.leader] = counts.get(p.leader, 0) + 1
             return counts
+
+    def replica_counts(self) -> dict[int, int]:
+        with self._lock:
+            counts = dict.fromkeys(self.nodes, 0)
+            for topic in self.topics.values():
+                for p in topic.partitions:
+                    for replica in p.replicas:
+                        counts[replica] = counts.get(replica, 0) + 1
+            return counts
+
+    def _place(self, count: int, replication_factor: int) -> list[PartitionAssignment]:
+        """Replicas on distinct eligible nodes: the leader where fewest partitions are led,
+        the followers where fewest replicas are held (ties: the next ids after the leader,
+        so equal loads spread round the ring)."""
+        nodes = [n for n in self.live_nodes() if self._eligible(n)]
+        leaders = {n: c for n, c in self.leader_counts().items() if n in nodes}
+        held = {n: c for n, c in self.replica_counts().items() if n in nodes}
+        for n in nodes:
+            leaders.setdefault(n, 0)
+            held.setdefault(n, 0)
+        ring = max(nodes, default=0) + 1
+        placed = []
+        for _ in range(count):
+            leader = min(nodes, key=lambda n: (leaders[n], held[n], n))
+            followers = sorted(
+                (n for n in nodes if n != leader),
+                key=lambda n: (held[n], (n - leader) % ring),
+            )[: replication_factor - 1]
+            leaders[leader] += 1
+            for n in (leader, *followers):
+                held[n] += 1
+            replicas = [leader, *followers]
+            placed.append(PartitionAssignment(replicas, leader, 0, list(replicas), 0))
+        return placed
+
+    def partitions_of(
+        self, wanted: list[PartitionChange]
+    ) -> list[tuple[Topic, int, PartitionAssignment]]:
+        """The named partitions that still exist, each with a copy of its registration."""
+        with self._lock:
+            out = []
+            for name, i in wanted:
+                topic = self.topics.get(name)
+                if topic is not None and 0 <= i < len(topic.partitions):
+                    out.append((topic, i, topic.partitions[i].copy()))
+            return out
+
+    def addresses(self) -> dict[int, str]:
+        with self._lock:
+            return {n: node.address for n, node in self.nodes.items()}
 
     def assignment_for(self, node_id: int) -> list[tuple[Topic, int, PartitionAssignment]]:
         with self._lock:
             return [
-                (topic, i, p)
+                (topic, i, p.copy())
                 for topic in self.topics.values()
                 for i, p in enumerate(topic.partitions)
                 if node_id in p.replicas
@@ -254,11 +532,11 @@ class Registry:
             )
         log_files.check_directory_name_fits(name, num_partitions)
         if replication_factor == -1:
-            replication_factor = DEFAULT_REPLICATION_FACTOR
-        if replication_factor != 1:
+            replication_factor = self.default_replication_factor
+        if not 1 <= replication_factor <= MAX_REPLICATION_FACTOR:
             raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor}: only 1 is supported until "
-                f"replication exists"
+                f"replication factor must be in [1, {MAX_REPLICATION_FACTOR}] (or -1 for the "
+                f"gateway's default.replication.factor), got {replication_factor}"
             )
         try:
             LogConfig().with_overrides(configs)
@@ -274,10 +552,11 @@ class Registry:
                     f"in the cluster, over its limit of {self.max_partitions} "
                     f"(the gateway's --max-partitions)"
                 )
-            if len(self.live_nodes()) < replication_factor:
+            eligible = [n for n in self.live_nodes() if self._eligible(n)]
+            if len(eligible) < replication_factor:
                 raise InvalidReplicationFactorError(
                     f"replication factor {replication_factor} is larger than the "
-                    f"{len(self.live_nodes())} live storage nodes"
+                    f"{len(eligible)} live storage nodes ({eligible})"
                 )
         return num_partitions, replication_factor
 
@@ -290,19 +569,12 @@ class Registry:
         *,
         internal: bool = False,
     ) -> Topic:
-        """Place the partitions on live nodes, each on the node leading the fewest partitions
-        so far (ties to the lower id), and persist."""
+        """Place the partitions (`_place`) and persist."""
         with self._lock:
             num_partitions, replication_factor = self.validate_new_topic(
                 name, num_partitions, replication_factor, configs, internal=internal
             )
-            live = self.live_nodes()
-            counts = {n: c for n, c in self.leader_counts().items() if n in live}
-            partitions = []
-            for _ in range(num_partitions):
-                leader = min(live, key=lambda n: (counts[n], n))
-                counts[leader] += 1
-                partitions.append(PartitionAssignment([leader], leader, 0))
+            partitions = self._place(num_partitions, replication_factor)
             topic = Topic(name, replication_factor, dict(configs), partitions)
             self.topics[name] = topic
             self._save()
@@ -334,16 +606,15 @@ class Registry:
                     f"{self.max_partitions} (the gateway's --max-partitions)"
                 )
             log_files.check_directory_name_fits(name, count)
-            live = self.live_nodes()
-            if not live:
-                raise InvalidReplicationFactorError("no live storage node to place partitions on")
+            eligible = [n for n in self.live_nodes() if self._eligible(n)]
+            if len(eligible) < topic.replication_factor:
+                raise InvalidReplicationFactorError(
+                    f"topic {name} has replication factor {topic.replication_factor}, larger "
+                    f"than the {len(eligible)} live storage nodes ({eligible})"
+                )
             if validate_only:
                 return topic
-            counts = {n: c for n, c in self.leader_counts().items() if n in live}
-            for _ in range(count - current):
-                leader = min(live, key=lambda n: (counts[n], n))
-                counts[leader] += 1
-                topic.partitions.append(PartitionAssignment([leader], leader, 0))
+            topic.partitions.extend(self._place(count - current, topic.replication_factor))
             self._save()
             return topic
 
@@ -399,6 +670,11 @@ class Registry:
                     f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
                 )
             p = topic.partitions[partition]
+            if p.leader == NO_LEADER:
+                raise LeaderNotAvailableError(
+                    f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
+                    f"live (unclean leader election is off)"
+                )
             node = self.nodes.get(p.leader)
             reason = None if node is None else node.offline.get((topic_name, partition))
             if reason is not None:

@@ -19,6 +19,7 @@ from seglog.v1 import common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
 from .admin import AdminService, RegistryService
+from .controller import Controller
 from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
@@ -27,7 +28,12 @@ from .offsets_store import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     OffsetsStore,
 )
-from .registry import DEFAULT_MAX_PARTITIONS, DEFAULT_MAX_PARTITIONS_PER_TOPIC, Registry
+from .registry import (
+    DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_REPLICATION_FACTOR,
+    Registry,
+)
 from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
 logger = logging.getLogger(__name__)
@@ -56,6 +62,11 @@ class GatewayConfig:
     # Kafka's offsets.retention.minutes and offsets.retention.check.interval.ms.
     offsets_retention_minutes: int = DEFAULT_OFFSETS_RETENTION_MINUTES
     offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS
+    # Kafka's replication settings of the controller and topic defaults.
+    default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    offsets_topic_replication_factor: int = 3
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
 
 
 # The gateway's settings under the names Kafka gives the same broker settings.
@@ -88,14 +99,26 @@ class Gateway:
             session_timeout_ms=config.session_timeout_ms,
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
+            default_replication_factor=config.default_replication_factor,
         )
         self.connections = NodeConnections(tracer_provider)
+        self.controller = Controller(
+            self.registry,
+            self.connections,
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_seconds=config.leader_imbalance_check_interval_seconds,
+        )
         self.service = GatewayService(
             self.registry,
             self.connections,
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
         )
-        self.admin = AdminService(self.registry, self.connections, described_settings(config))
+        self.admin = AdminService(
+            self.registry,
+            self.connections,
+            described_settings(config),
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+        )
         self.registry_service = RegistryService(
             self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
         )
@@ -182,6 +205,11 @@ class Gateway:
                 r.RegisterNode, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment
             ),
             "Heartbeat": unary(r.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
+            "AlterPartition": unary(
+                r.AlterPartition,
+                gateway_pb2.AlterPartitionRequest,
+                gateway_pb2.AlterPartitionResponse,
+            ),
         }
         g = self.group_service
         groups = {
@@ -233,6 +261,7 @@ class Gateway:
         )
         self.server.start()
         self._expiry.start()
+        self.controller.start()
         logger.info("gateway serving on %s", self.address)
 
     def expire_offsets(self) -> int:
@@ -252,6 +281,7 @@ class Gateway:
 
     def stop(self, grace_s: float = 10.0) -> None:
         self._stop.set()
+        self.controller.stop()
         if self.server is not None:
             self.server.stop(grace_s).wait()
         self.coordinator.close()

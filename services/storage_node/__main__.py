@@ -41,7 +41,8 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         default=[],
         metavar="NAME=VALUE",
         help="engine setting with Kafka's name, e.g. log.segment.bytes=1048576 or "
-        "retention.check.interval.ms=1000 (repeatable)",
+        "retention.check.interval.ms=1000, replica.lag.time.max.ms=10000, "
+        "controlled.shutdown.enable=false (repeatable)",
     )
     args = parser.parse_args(argv)
     engine_configs = {}
@@ -50,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         if not sep:
             parser.error(f"--config {item!r}: expected NAME=VALUE")
         engine_configs[name] = value
+    shutdown_enable = engine_configs.pop("controlled.shutdown.enable", "true").lower()
+    if shutdown_enable not in ("true", "false"):
+        parser.error("--config controlled.shutdown.enable must be true or false")
+    shutdown_timeout_ms = engine_configs.pop("controlled.shutdown.timeout.ms", "30000")
+    if not shutdown_timeout_ms.isdigit():
+        parser.error("--config controlled.shutdown.timeout.ms must be a number of ms")
     return NodeConfig(
         node_id=int(args.node_id),
         listen=args.listen,
@@ -58,6 +65,8 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         advertised_address=args.advertised_address,
         heartbeat_interval_ms=int(args.heartbeat_interval_ms),
         engine_configs=engine_configs,
+        controlled_shutdown_enable=shutdown_enable == "true",
+        controlled_shutdown_timeout_ms=int(shutdown_timeout_ms),
     )
 
 

@@ -1,10 +1,14 @@
 """The node's session with the gateway's registry: register at start, heartbeat every
 `heartbeat_interval_ms`, and bring the hosted partitions in line with each answer.
 
-Reconciliation: an assigned partition the node lacks is created (with its leader epoch and
-topic configs); a hosted partition no longer assigned (its topic was deleted while the node
-was away) is closed and set aside as `<topic>-<partition>-stray`, kept on disk rather than
-deleted, so a registry mistake cannot destroy data.
+Reconciliation: every assigned partition's state (replicas, leader, epochs, ISR, configs) is
+handed to the replica manager, which creates what it lacks and takes the role; the registry
+pushes the same states between heartbeats (StorageNode.UpdatePartitions). A hosted partition
+no longer assigned (its topic was deleted while the node was away) is closed and set aside
+as `<topic>-<partition>-stray`, kept on disk rather than deleted, so a registry mistake
+cannot destroy data. The session also carries the manager's ISR changes to the registry
+(AlterPartition) and the controlled shutdown: heartbeats saying `want_shutdown` until the
+registry answers that the node leads nothing any more.
 
 Nothing one partition does may end the session: any error while reconciling a partition
 (an OSError such as EMFILE, EFBIG or ENAMETOOLONG included) takes that partition offline
@@ -16,14 +20,17 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 
 import grpc
 from opentelemetry import trace
 
 from seglog.rpc.channels import open_channel
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+from seglog.rpc.status import error_from_code
+from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
+from .partition import IsrProposal, Registration
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -51,12 +58,17 @@ class RegistrySession:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-session", daemon=True)
         self.registered = threading.Event()
+        self.want_shutdown = False
+        self._beat_now = threading.Event()
+        self.may_shut_down = threading.Event()
+        replicas.alter_partition = self.alter_partition
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._beat_now.set()
         self._thread.join(timeout=10)
         self._channel.close()
 
@@ -65,6 +77,7 @@ class RegistrySession:
             node_id=self.node_id,
             address=self.address,
             log_config_defaults=self.log_config_defaults,
+            want_shutdown=self.want_shutdown,
         )
         for topic, partition in self.replicas.hosted():
             message.partitions.add(topic=topic, partition=partition)
@@ -78,42 +91,46 @@ class RegistrySession:
                 self._beat()
             except Exception:  # the session outlives any one failure; next interval retries
                 logger.exception("registry session step failed")
-            self._stop.wait(self.interval_s)
+            self._beat_now.wait(self.interval_s)
+            self._beat_now.clear()
+
+    def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the registry to move this node's leaderships away (Kafka's controlled
+        shutdown); True once it answered that the node leads nothing, False at the timeout."""
+        if not self.registered.is_set():
+            return False
+        self.want_shutdown = True
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._beat_now.set()  # the session thread heartbeats at once
+            if self.may_shut_down.wait(min(0.05, max(deadline - time.monotonic(), 0))):
+                return True
+        return False
 
     def _beat(self) -> None:
+        # A session is registered once; later heartbeats keep it. A gateway that does not
+        # know it (restarted without it, or fenced it after a missed session) answers a
+        # heartbeat by registering it anew, so a failed heartbeat is simply retried.
         call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
         try:
             assignment = call(self._heartbeat_message(), timeout=max(self.interval_s, 1.0))
         except grpc.RpcError as exc:
             if self.registered.is_set():
                 logger.warning("heartbeat to the gateway failed: %s", exc.code())
-            self.registered.clear()  # register afresh once the gateway is back
             return
-        if not self.registered.is_set():
-            logger.info("registered with the gateway as node %d", self.node_id)
-        self.registered.set()
         if assignment.heartbeat_interval_ms > 0:
             self.interval_s = assignment.heartbeat_interval_ms / 1000
         self.reconcile(assignment)
+        if not self.registered.is_set():  # once its partitions have their roles
+            logger.info("registered with the gateway as node %d", self.node_id)
+            self.registered.set()
+        if self.want_shutdown and assignment.should_shut_down:
+            self.may_shut_down.set()
 
     def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
-        hosted = set(self.replicas.hosted())
         offline = self.replicas.offline()
-        assigned = set()
-        for p in assignment.partitions:
-            tp = (p.topic, p.partition)
-            assigned.add(tp)
-            known_epoch = self.replicas.leader_epoch(p.topic, p.partition)
-            if (
-                tp not in hosted
-                or known_epoch != p.leader_epoch
-                or self.replicas.topic_configs(p.topic) != dict(p.configs)
-            ):
-                try:
-                    self.replicas.create_partition(p.topic, p.partition, p.leader_epoch, p.configs)
-                except Exception as exc:
-                    self._partition_failed(tp, "create", exc, offline.get(tp))
-        for tp in hosted - assigned:
+        assigned = apply_partition_states(self.replicas, assignment)
+        for tp in set(self.replicas.hosted()) - assigned:
             try:
                 path = self.replicas.set_aside_partition(*tp)
                 logger.warning(
@@ -123,14 +140,60 @@ class RegistrySession:
                     path.name,
                 )
             except Exception as exc:
-                self._partition_failed(tp, "set aside", exc, offline.get(tp))
+                partition_failed(self.replicas, tp, "set aside", exc, offline.get(tp))
         for tp in set(offline) - assigned:
             self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
 
-    def _partition_failed(
-        self, tp: tuple[str, int], action: str, exc: Exception, previous_reason: str | None
-    ) -> None:
-        reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
-        self.replicas.mark_offline(*tp, reason)
-        if previous_reason is None:  # once, not every heartbeat while it stays offline
-            logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)
+    def alter_partition(self, proposal: IsrProposal) -> Registration:
+        """Kafka's AlterPartition, sent for the replica manager's ISR changes."""
+        response = self._stub.AlterPartition(
+            gateway_pb2.AlterPartitionRequest(
+                node_id=self.node_id,
+                topic=proposal.topic,
+                partition=proposal.partition,
+                leader_epoch=proposal.leader_epoch,
+                partition_epoch=proposal.partition_epoch,
+                new_isr=proposal.new_isr,
+            ),
+            timeout=5,
+        )
+        if response.error != common_pb2.NONE:
+            raise error_from_code(response.error, response.error_message)
+        return registration_of(response.partition)
+
+
+def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
+    return Registration(
+        p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
+    )
+
+
+def apply_partition_states(
+    replicas: ReplicaManager, assignment: gateway_pb2.NodeAssignment
+) -> set[tuple[str, int]]:
+    """Apply each partition state (the heartbeat answer, or the registry's push); returns
+    the partitions named. A partition that fails goes offline with the reason."""
+    offline = replicas.offline()
+    replicas.node_addresses.update(assignment.node_addresses)
+    named = set()
+    for p in assignment.partitions:
+        tp = (p.topic, p.partition)
+        named.add(tp)
+        try:
+            replicas.apply_state(p.topic, p.partition, p.configs, registration_of(p))
+        except Exception as exc:
+            partition_failed(replicas, tp, "create", exc, offline.get(tp))
+    return named
+
+
+def partition_failed(
+    replicas: ReplicaManager,
+    tp: tuple[str, int],
+    action: str,
+    exc: Exception,
+    previous_reason: str | None,
+) -> None:
+    reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
+    replicas.mark_offline(*tp, reason)
+    if previous_reason is None:  # once, not every heartbeat while it stays offline
+        logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)

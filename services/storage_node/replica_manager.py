@@ -1,15 +1,19 @@
-"""The storage node's domain object (Kafka's ReplicaManager): the partitions it hosts, each
-with its log and leader epoch, appends, and fetches that wait for data. The gRPC servicer
-(service.py) only translates calls to and from it, and the registry session reconciles
-through it; replication state (roles, ISR, watermarks) joins the partitions here.
+"""The storage node's domain object (Kafka's ReplicaManager): the partitions it hosts (each a
+`Partition`: log, role, followers, ISR, high watermark), appends, fetches that wait for data,
+and replication: the fetchers that copy from leaders (replica_fetcher.py) and the ISR changes
+it proposes to the registry. The gRPC servicer (service.py) only translates calls to and from
+it, and the registry session feeds it the partition states the registry decides.
 
-Append: the whole request is checked (every partition hosted and at the caller's leader
-epoch, every batch validated by the engine) before any partition is appended; a failure there
-fails the call and writes nothing.
+Append: the whole request is checked (every partition led here at the caller's leader epoch,
+with enough in-sync replicas for acks=all, every batch validated by the engine) before any
+partition is appended; a failure there fails the call and writes nothing. acks=all then
+waits (Kafka's DelayedProduce) until the high watermark passes each partition's batches.
 
 Fetch: a long poll. `wait_for_fetch` returns as soon as `min_bytes` are available across the
 requested partitions (counted from file positions, never by reading) or `max_wait_ms` passes;
-appends wake waiting fetches through one condition variable (no polling). `read_chunks` then
+appends and high-watermark moves wake waiting fetches through one condition variable (no
+polling). Consumers read below the high watermark; a follower (`replica_id` >= 0) reads to
+the log end, and its fetch offset tells the leader how far it has copied. `read_chunks` then
 yields whole batches as stored, at most `chunk_bytes` per chunk (a single larger batch
 travels alone), each chunk saying which segment and file position its bytes come from; every
 requested partition gets at least one chunk carrying its watermarks, and its error if any.
@@ -17,22 +21,48 @@ requested partition gets at least one chunk carrying its watermarks, and its err
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seglog.errors import InvalidRequestError, NotLeaderError, SeglogError
+from seglog.errors import (
+    InvalidRequestError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    SeglogError,
+)
 from seglog.storage import Log, log_files
 from seglog.storage.log import LogAppendInfo, LogSlice, TimestampAndOffset
 from seglog.storage.log_manager import LogManager
 from seglog.storage.log_reads import ReadPosition
 from seglog.storage.validation import ValidatedRecords
 
+from .partition import IsrProposal, Partition, Registration
+from .replica_fetcher import FetcherSettings, ReplicaFetcher
+
+logger = logging.getLogger(__name__)
+
 DEFAULT_CHUNK_BYTES = 1024 * 1024
 NO_EPOCH = -1
+CONSUMER = -1  # the replica id of a client fetch
+ACKS_ALL = -1
 TopicPartition = tuple[str, int]
+# Sends an ISR proposal to the registry; answers the partition's new registration.
+AlterPartition = Callable[[IsrProposal], Registration]
+
+
+@dataclass(frozen=True)
+class ReplicationSettings:
+    """Kafka's replica.* settings, with its defaults."""
+
+    replica_lag_time_max_ms: int = 30_000
+    fetcher: FetcherSettings = FetcherSettings()
 
 
 @dataclass
@@ -46,6 +76,14 @@ class FetchState:
     log: Log | None
     error: SeglogError | None = None
     position: ReadPosition | None = None  # where `offset` was found, reused while waiting
+    replica_id: int = CONSUMER
+    diverging: tuple[int, int] | None = None  # (epoch, end offset) answered to a follower
+
+    def max_offset(self) -> int | None:
+        """Consumers read below the high watermark; followers to the log end."""
+        if self.replica_id >= 0 or self.log is None:
+            return None
+        return self.log.high_watermark
 
 
 @dataclass(frozen=True)
@@ -60,9 +98,16 @@ class FetchChunk:
     log_start_offset: int
     found: LogSlice | None = None
     error: SeglogError | None = None
+    diverging: tuple[int, int] | None = None
 
     def read(self) -> bytes:
         return b"" if self.found is None else self.found.read()
+
+    @property
+    def segment_base_offset(self) -> int:
+        if self.found is None or self.found.segment_slice is None:
+            return 0
+        return self.found.segment_slice.segment.base_offset
 
 
 @dataclass(frozen=True)
@@ -82,21 +127,69 @@ class PartitionDescription:
     size_bytes: int = 0
     segment_count: int = 0
     error: SeglogError | None = None
+    high_watermark: int = -1
+    role: str = ""
 
 
 class ReplicaManager:
-    def __init__(self, logs: LogManager, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+    def __init__(
+        self,
+        logs: LogManager,
+        *,
+        node_id: int = 0,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        replication: ReplicationSettings | None = None,
+    ) -> None:
         self.logs = logs
+        self.node_id = node_id
         self.chunk_bytes = chunk_bytes
-        self._epochs: dict[TopicPartition, int] = {}
-        self._appended = threading.Condition()
-        self._append_seq = 0
+        self.replication = replication or ReplicationSettings()
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._partitions_lock = threading.RLock()
+        self._progress = threading.Condition()  # appends and high-watermark moves
+        self._progress_seq = 0
         self._stopping = False
+        self.node_addresses: dict[int, str] = {}
+        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self.alter_partition: AlterPartition | None = None
+        self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
+        self._isr_thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the ISR maintenance (Kafka's isr-expiration and AlterPartition sending)."""
+        self._isr_thread = threading.Thread(target=self._isr_loop, name="isr", daemon=True)
+        self._isr_thread.start()
+
+    def stop(self) -> None:
+        """Stop fetchers and ISR work; wake every waiting fetch so it answers with what it has."""
+        self._stopping = True
+        self._proposals.put(None)
+        with self._partitions_lock:
+            fetchers = list(self._fetchers.values())
+            self._fetchers.clear()
+        for fetcher in fetchers:
+            fetcher.shutdown()
+        if self._isr_thread is not None:
+            self._isr_thread.join(timeout=5)
+        self.wake_fetchers()
 
     # -- partitions ----------------------------------------------------------------------
 
+    def partition(self, topic: str, partition: int) -> Partition:
+        found = self._partitions.get((topic, partition))
+        if found is None:
+            self.logs.get_log(topic, partition)  # its precise error: unknown, or offline
+            raise NotLeaderError(
+                f"{topic}-{partition}: this node has not received its state from the registry "
+                f"yet; refresh metadata"
+            )
+        return found
+
     def leader_epoch(self, topic: str, partition: int) -> int:
-        return self._epochs.get((topic, partition), NO_EPOCH)
+        found = self._partitions.get((topic, partition))
+        return NO_EPOCH if found is None else found.leader_epoch
 
     def hosted(self) -> list[TopicPartition]:
         return sorted(self.logs.logs())
@@ -108,27 +201,79 @@ class ReplicaManager:
         """The topic's overrides as the registry last gave them."""
         return {k: str(v) for k, v in self.logs.topic_overrides(topic).items()}
 
-    def create_partition(
-        self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
-    ) -> Log:
+    def registration(self, topic: str, partition: int) -> Registration | None:
+        found = self._partitions.get((topic, partition))
+        return None if found is None else found.registration
+
+    def apply_state(
+        self, topic: str, partition: int, configs: Mapping[str, str], registration: Registration
+    ) -> None:
+        """Host the partition under the registry's registration (Kafka's LeaderAndIsr /
+        metadata delta): create its log if needed, take the role, start or stop fetching.
+        A registration no newer than the one held changes nothing but configs."""
         # The same checks the gateway makes: the node's API is reachable by any caller.
         log_files.check_topic_name(topic)
         if dict(configs) != self.topic_configs(topic):
             self.logs.set_topic_overrides(topic, dict(configs))
-        log = self.logs.create_log(topic, partition)
-        self._epochs[(topic, partition)] = leader_epoch
-        return log
+        tp = (topic, partition)
+        with self._partitions_lock:
+            held = self._partitions.get(tp)
+            if held is None:
+                log = self.logs.create_log(topic, partition)
+                held = self._partitions[tp] = Partition(topic, partition, log, self.node_id)
+            if not held.apply(registration):
+                return
+            self._update_fetching(held)
+        self.wake_fetchers()
+
+    def host_as_sole_leader(
+        self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
+    ) -> Log:
+        """A partition with this node as its only replica (tests and tools without a
+        registry)."""
+        me = (self.node_id,)
+        self.apply_state(
+            topic, partition, configs, Registration(self.node_id, leader_epoch, 0, me, me)
+        )
+        return self.logs.get_log(topic, partition)
+
+    def _update_fetching(self, held: Partition) -> None:
+        tp = (held.topic, held.partition)
+        for fetcher in self._fetchers.values():
+            fetcher.remove_partition(tp)
+        r = held.registration
+        if r is None or held.is_leader or r.leader < 0 or self._stopping:
+            return
+        address = self.node_addresses.get(r.leader)
+        if address is None:
+            logger.warning("%s-%d: no address known for leader %d", *tp, r.leader)
+            return
+        existing = self._fetchers.get(r.leader)
+        if existing is not None and existing.address == address:
+            fetcher = existing
+        else:
+            if existing is not None:
+                existing.shutdown()
+            fetcher = ReplicaFetcher(self, r.leader, address, self.replication.fetcher)
+            self._fetchers[r.leader] = fetcher
+            fetcher.start()
+        fetcher.add_partition(held)
 
     def delete_partition(self, topic: str, partition: int) -> None:
         log_files.check_topic_name(topic)
+        self._forget(topic, partition)
         self.logs.delete_log(topic, partition)
-        self._epochs.pop((topic, partition), None)
         self.wake_fetchers()
 
     def set_aside_partition(self, topic: str, partition: int) -> Path:
-        path = self.logs.set_aside_log(topic, partition)
-        self._epochs.pop((topic, partition), None)
-        return path
+        self._forget(topic, partition)
+        return self.logs.set_aside_log(topic, partition)
+
+    def _forget(self, topic: str, partition: int) -> None:
+        with self._partitions_lock:
+            for fetcher in self._fetchers.values():
+                fetcher.remove_partition((topic, partition))
+            self._partitions.pop((topic, partition), None)
 
     def mark_offline(self, topic: str, partition: int, reason: str) -> None:
         self.logs.mark_offline(topic, partition, reason)
@@ -136,69 +281,147 @@ class ReplicaManager:
     def forget_offline(self, topic: str, partition: int) -> None:
         self.logs.forget_offline(topic, partition)
 
-    def check_epoch(self, topic: str, partition: int, client_epoch: int) -> None:
-        known = self._epochs.get((topic, partition), NO_EPOCH)
-        if client_epoch >= 0 and known >= 0 and client_epoch != known:
-            raise NotLeaderError(
-                f"{topic}-{partition}: request carries leader epoch {client_epoch}, this node "
-                f"leads epoch {known}; refresh metadata"
-            )
-
     # -- append --------------------------------------------------------------------------
 
-    def append(self, topic: str, entries: Sequence[tuple[int, bytes, int]]) -> list[AppendResult]:
+    def append(
+        self, topic: str, entries: Sequence[tuple[int, bytes, int]], acks: int = 1
+    ) -> list[AppendResult]:
         """Append (partition, records, client leader epoch) entries, all checked first: an
         error raised here wrote nothing; a partition's own append failure is its result's."""
-        checked: list[tuple[int, Log, ValidatedRecords]] = []
-        for partition, records, client_epoch in entries:
-            log = self.logs.get_log(topic, partition)
-            self.check_epoch(topic, partition, client_epoch)
+        checked: list[tuple[int, Partition, ValidatedRecords]] = []
+        for number, records, client_epoch in entries:
+            held = self.partition(topic, number)
+            held.require_leader(client_epoch)
+            if acks == ACKS_ALL:
+                held.check_enough_replicas()
             try:
-                checked.append((partition, log, log.validate(records)))
+                checked.append((number, held, held.log.validate(records)))
             except SeglogError as exc:
-                raise type(exc)(f"{topic}-{partition}: {exc}") from None
+                raise type(exc)(f"{topic}-{number}: {exc}") from None
         results = []
-        for partition, log, validated in checked:
+        for number, held, validated in checked:
             try:
-                info = log.append(validated, leader_epoch=self._leader_epoch_or_none(log))
-                results.append(AppendResult(partition, info))
+                info = held.log.append(validated, leader_epoch=held.leader_epoch)
+                results.append(AppendResult(number, info))
             except SeglogError as exc:
-                results.append(AppendResult(partition, None, exc))
+                results.append(AppendResult(number, None, exc))
+            held.maybe_increment_high_watermark()
         self.wake_fetchers()
         return results
 
-    def _leader_epoch_or_none(self, log: Log) -> int | None:
-        epoch = self._epochs.get((log.topic, log.partition), NO_EPOCH)
-        return epoch if epoch >= 0 else None
+    def wait_for_replication(
+        self, topic: str, results: list[AppendResult], timeout_ms: int
+    ) -> list[AppendResult]:
+        """acks=all (Kafka's DelayedProduce): wait until the high watermark passes each
+        partition's batches; then NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+        min.insync.replicas meanwhile, REQUEST_TIMED_OUT if the time ran out."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        waiting = {r.partition: r for r in results if r.info is not None}
+
+        def replicated(result: AppendResult) -> bool:
+            assert result.info is not None
+            held = self._partitions.get((topic, result.partition))
+            return held is None or held.log.high_watermark > result.info.last_offset
+
+        while not self._stopping:
+            seq = self._progress_seq
+            waiting = {p: r for p, r in waiting.items() if not replicated(r)}
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                break
+            with self._progress:
+                if self._progress_seq == seq:
+                    self._progress.wait(remaining)
+        out = []
+        for result in results:
+            if result.info is None:
+                out.append(result)
+            elif result.partition in waiting:
+                out.append(
+                    AppendResult(
+                        result.partition,
+                        None,
+                        RequestTimedOutError(
+                            f"{topic}-{result.partition}: the in-sync replicas did not all "
+                            f"copy offsets {result.info.first_offset}-{result.info.last_offset} "
+                            f"within {timeout_ms} ms"
+                        ),
+                    )
+                )
+            else:
+                held = self._partitions.get((topic, result.partition))
+                if held is not None and not held.enough_replicas_after_append():
+                    out.append(
+                        AppendResult(
+                            result.partition,
+                            None,
+                            NotEnoughReplicasAfterAppendError(
+                                f"{topic}-{result.partition}: written, but the ISR "
+                                f"{list(held.isr)} fell below min.insync.replicas"
+                            ),
+                        )
+                    )
+                else:
+                    out.append(result)
+        return out
 
     def wake_fetchers(self) -> None:
-        with self._appended:
-            self._append_seq += 1
-            self._appended.notify_all()
-
-    def stop(self) -> None:
-        """Wake every waiting fetch so it answers with what it has."""
-        self._stopping = True
-        self.wake_fetchers()
+        with self._progress:
+            self._progress_seq += 1
+            self._progress.notify_all()
 
     # -- fetch ---------------------------------------------------------------------------
 
-    def fetch_states(self, wanted: Sequence[tuple[str, int, int, int, int]]) -> list[FetchState]:
-        """(topic, partition, fetch offset, partition max bytes, client leader epoch) each."""
+    def fetch_states(
+        self,
+        wanted: Sequence[tuple[str, int, int, int, int, int]],
+        replica_id: int = CONSUMER,
+    ) -> list[FetchState]:
+        """(topic, partition, fetch offset, partition max bytes, client leader epoch, last
+        fetched epoch) each. A follower's fetch is checked against the leader's epochs
+        (Kafka's FENCED/UNKNOWN_LEADER_EPOCH, diverging epoch) and records how far it has
+        copied."""
         states = []
-        for topic, partition, offset, max_bytes, client_epoch in wanted:
-            state = FetchState(topic, partition, offset, max_bytes, None)
+        for topic, number, offset, max_bytes, client_epoch, last_fetched_epoch in wanted:
+            state = FetchState(topic, number, offset, max_bytes, None, replica_id=replica_id)
             try:
-                state.log = self.logs.get_log(topic, partition)
-                self.check_epoch(topic, partition, client_epoch)
+                held = self.partition(topic, number)
+                state.log = held.log
                 if max_bytes <= 0:
-                    raise InvalidRequestError(
-                        f"{topic}-{partition}: partition_max_bytes must be > 0"
-                    )
+                    raise InvalidRequestError(f"{topic}-{number}: partition_max_bytes must be > 0")
+                if replica_id >= 0:
+                    self._follower_fetch(held, state, client_epoch, last_fetched_epoch)
+                else:
+                    held.require_leader(client_epoch)
             except SeglogError as exc:
                 state.error = exc
             states.append(state)
         return states
+
+    def _follower_fetch(
+        self, held: Partition, state: FetchState, client_epoch: int, last_fetched_epoch: int
+    ) -> None:
+        held.require_leader(-1)
+        held.check_leader_epoch(client_epoch)
+        if state.replica_id not in (held.registration.replicas if held.registration else ()):
+            raise InvalidRequestError(
+                f"{held.topic}-{held.partition}: node {state.replica_id} is not a replica"
+            )
+        log = held.log
+        if last_fetched_epoch >= 0:
+            epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
+            if epoch < last_fetched_epoch or end < state.offset:
+                state.diverging = (epoch, end)
+                return
+        if not log.log_start_offset <= state.offset <= log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"{held.topic}-{held.partition}: follower fetch offset {state.offset} is outside "
+                f"[{log.log_start_offset}, {log.log_end_offset}]"
+            )
+        proposal = held.record_follower_fetch(state.replica_id, state.offset, log.log_start_offset)
+        if proposal is not None:
+            self._proposals.put(proposal)
+        self.wake_fetchers()  # the high watermark may have moved: acks=all and consumers
 
     def wait_for_fetch(
         self,
@@ -211,30 +434,32 @@ class ReplicaManager:
         the caller went away, or the node is stopping."""
         deadline = time.monotonic() + max_wait_ms / 1000
         while is_active() and not self._stopping:
-            seq = self._append_seq
+            seq = self._progress_seq
             if self._available_bytes(states, min_bytes) >= min_bytes:
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            with self._appended:
-                if self._append_seq == seq:
-                    self._appended.wait(remaining)
+            with self._progress:
+                if self._progress_seq == seq:
+                    self._progress.wait(remaining)
 
     def _available_bytes(self, states: list[FetchState], enough: int) -> int:
-        """Bytes ready to send, counted from file positions until `enough` (errors count:
-        they answer at once)."""
+        """Bytes ready to send, counted from file positions until `enough` (errors and
+        diverging answers count: they answer at once)."""
         total = 0
         for state in states:
-            if state.error is not None:
+            if state.error is not None or state.diverging is not None:
                 return enough
             log = state.log
             assert log is not None
-            if state.offset == log.log_end_offset:
+            max_offset = state.max_offset()
+            upper = log.log_end_offset if max_offset is None else max_offset
+            if state.offset >= upper and state.offset <= log.log_end_offset:
                 continue
             if enough <= 1 or not log.log_start_offset <= state.offset <= log.log_end_offset:
                 return enough  # data, or an out-of-range error to answer now
-            state.position = log.bytes_from(state.offset, state.position)
+            state.position = log.bytes_from(state.offset, state.position, max_offset=max_offset)
             total += max(state.position.available_bytes, 1)
             if total >= enough:
                 return total
@@ -249,13 +474,27 @@ class ReplicaManager:
                 continue
             log = state.log
             assert log is not None
+            if state.diverging is not None:
+                yield FetchChunk(
+                    state.topic,
+                    state.partition,
+                    log.high_watermark,
+                    log.log_start_offset,
+                    diverging=state.diverging,
+                )
+                continue
             offset = state.offset
             partition_budget = state.max_bytes
             chunks = 0
             while True:
                 limit = min(self.chunk_bytes, partition_budget, budget)
                 try:
-                    found = log.locate_records(offset, max(limit, 0), min_one_message=not sent_data)
+                    found = log.locate_records(
+                        offset,
+                        max(limit, 0),
+                        min_one_message=not sent_data,
+                        max_offset=state.max_offset(),
+                    )
                 except SeglogError as exc:
                     if chunks == 0:
                         yield self._error_chunk(state, exc)
@@ -265,7 +504,7 @@ class ReplicaManager:
                     yield FetchChunk(
                         state.topic,
                         state.partition,
-                        found.high_watermark,
+                        log.high_watermark,
                         found.log_start_offset,
                         found,
                     )
@@ -283,24 +522,75 @@ class ReplicaManager:
     def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
         hw = lso = -1
         if state.log is not None:
-            hw, lso = state.log.log_end_offset, state.log.log_start_offset
+            hw, lso = state.log.high_watermark, state.log.log_start_offset
         return FetchChunk(state.topic, state.partition, hw, lso, None, error)
+
+    # -- ISR -----------------------------------------------------------------------------
+
+    def _isr_loop(self) -> None:
+        """Send ISR proposals one at a time; every replica.lag.time.max.ms / 2, look for
+        followers to drop (Kafka's isr-expiration task)."""
+        period_s = self.replication.replica_lag_time_max_ms / 2000
+        next_check = time.monotonic() + period_s
+        while not self._stopping:
+            try:
+                proposal = self._proposals.get(timeout=max(next_check - time.monotonic(), 0))
+            except queue.Empty:
+                proposal = None
+                next_check = time.monotonic() + period_s
+                for held in list(self._partitions.values()):
+                    shrink = held.shrink_proposal(self.replication.replica_lag_time_max_ms)
+                    if shrink is not None:
+                        self._send_proposal(held, shrink)
+                continue
+            if proposal is None:
+                return
+            proposer = self._partitions.get((proposal.topic, proposal.partition))
+            if proposer is not None:
+                self._send_proposal(proposer, proposal)
+
+    def _send_proposal(self, held: Partition, proposal: IsrProposal) -> None:
+        if self.alter_partition is None:
+            held.proposal_failed()
+            return
+        try:
+            registration = self.alter_partition(proposal)
+        except Exception as exc:  # the registry said no, or is unreachable: retry later
+            logger.info(
+                "AlterPartition %s-%d to ISR %s failed: %s",
+                proposal.topic,
+                proposal.partition,
+                list(proposal.new_isr),
+                exc,
+            )
+            held.proposal_failed()
+            return
+        logger.info(
+            "%s-%d: ISR is now %s", proposal.topic, proposal.partition, list(registration.isr)
+        )
+        held.apply(registration)
+        held.maybe_increment_high_watermark()
+        self.wake_fetchers()
 
     # -- offsets and descriptions --------------------------------------------------------
 
     def list_offset(
         self, topic: str, partition: int, timestamp_ms: int, client_epoch: int
     ) -> TimestampAndOffset | None:
-        log = self.logs.get_log(topic, partition)
-        self.check_epoch(topic, partition, client_epoch)
-        return log.offset_for_timestamp(timestamp_ms)
+        """Kafka's ListOffsets for a client: only offsets below the high watermark (LATEST
+        is the high watermark)."""
+        held = self.partition(topic, partition)
+        held.require_leader(client_epoch)
+        return held.log.offset_for_timestamp(timestamp_ms, max_offset=held.log.high_watermark)
 
     def describe(self, topic: str, partition: int) -> PartitionDescription:
         epoch = self.leader_epoch(topic, partition)
         try:
-            log = self.logs.get_log(topic, partition)
+            held = self.partition(topic, partition)
         except SeglogError as exc:
             return PartitionDescription(topic, partition, epoch, error=exc)
+        log = held.log
+        role = "" if held.registration is None else "leader" if held.is_leader else "follower"
         return PartitionDescription(
             topic,
             partition,
@@ -309,4 +599,6 @@ class ReplicaManager:
             log.log_end_offset,
             log.size_in_bytes,
             len(log.segments),
+            high_watermark=log.high_watermark,
+            role=role,
         )

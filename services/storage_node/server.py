@@ -11,14 +11,16 @@ from pathlib import Path
 import grpc
 from opentelemetry import trace
 
+from seglog.errors import InvalidConfigError
 from seglog.rpc import wire
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
-from seglog.v1 import common_pb2, storage_pb2
+from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 
 from .registry_client import RegistrySession
-from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager
+from .replica_fetcher import FetcherSettings
+from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager, ReplicationSettings
 from .service import StorageNodeService
 
 logger = logging.getLogger(__name__)
@@ -34,6 +36,10 @@ class NodeConfig:
     advertised_address: str | None = None
     heartbeat_interval_ms: int = 2000
     fetch_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    # Kafka's controlled.shutdown.enable, and how long a stop waits for its leaderships to
+    # move (Kafka waits up to 5 minutes; a planned restart here should not wait that long).
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_timeout_ms: int = 30_000
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work.
     engine_configs: Mapping[str, str] = field(default_factory=dict)
@@ -41,16 +47,36 @@ class NodeConfig:
 
 def split_engine_configs(configs: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """Kafka broker names (`log.retention.ms`, `log.segment.bytes`) and plain topic names go
-    to the default LogConfig; the rest must be LogManagerConfig fields."""
+    to the default LogConfig; the rest (but `replica.*`, see replication_settings) must be
+    LogManagerConfig fields."""
     log_fields = set(LogConfig.__dataclass_fields__)
     log_overrides, manager_overrides = {}, {}
     for key, value in configs.items():
         name = key.removeprefix("log.").replace(".", "_")
         if name in log_fields or name in ("segment_index_bytes",):
             log_overrides[key.removeprefix("log.")] = value
-        else:
+        elif name not in _REPLICATION_FIELDS:
             manager_overrides[key] = value
     return log_overrides, manager_overrides
+
+
+_FETCHER_FIELDS = set(FetcherSettings.__dataclass_fields__)
+_REPLICATION_FIELDS = _FETCHER_FIELDS | {"replica_lag_time_max_ms"}
+
+
+def replication_settings(configs: Mapping[str, str]) -> ReplicationSettings:
+    """Kafka's replica.lag.time.max.ms and replica.fetch.* settings from --config."""
+    fetcher: dict[str, int] = {}
+    top: dict[str, int] = {}
+    for key, value in configs.items():
+        name = key.replace(".", "_")
+        if name not in _REPLICATION_FIELDS:
+            continue
+        number = int(value)
+        if number < (0 if name == "replica_fetch_wait_max_ms" else 1):
+            raise InvalidConfigError(f"{key} must be positive, got {value}")
+        (fetcher if name in _FETCHER_FIELDS else top)[name] = number
+    return ReplicationSettings(fetcher=FetcherSettings(**fetcher), **top)
 
 
 class StorageNode:
@@ -62,7 +88,12 @@ class StorageNode:
         default_log_config = LogConfig().with_overrides(log_overrides)
         manager_config = LogManagerConfig.from_overrides((str(config.data_dir),), manager_overrides)
         self.logs = LogManager(manager_config, default_log_config)
-        self.replicas = ReplicaManager(self.logs, chunk_bytes=config.fetch_chunk_bytes)
+        self.replicas = ReplicaManager(
+            self.logs,
+            node_id=config.node_id,
+            chunk_bytes=config.fetch_chunk_bytes,
+            replication=replication_settings(config.engine_configs),
+        )
         self.service = StorageNodeService(self.replicas)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
@@ -92,10 +123,10 @@ class StorageNode:
                 "ListOffsets": serving.unary(
                     s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
                 ),
-                "CreatePartition": serving.unary(
-                    s.CreatePartition,
-                    storage_pb2.CreatePartitionRequest,
-                    storage_pb2.CreatePartitionResponse,
+                "UpdatePartitions": serving.unary(
+                    s.UpdatePartitions,
+                    gateway_pb2.NodeAssignment,
+                    storage_pb2.UpdatePartitionsResponse,
                 ),
                 "DeletePartition": serving.unary(
                     s.DeletePartition,
@@ -112,6 +143,7 @@ class StorageNode:
 
     def start(self) -> None:
         self.logs.startup()
+        self.replicas.start()
         self.server, _, self.port = serving.build_server(
             self.config.listen,
             [self._handlers()],
@@ -139,8 +171,13 @@ class StorageNode:
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting calls, let in-flight ones finish, then flush and close every log
-        (which writes the clean-shutdown marker)."""
+        (which writes the clean-shutdown marker). With a registry, leaderships move to other
+        in-sync replicas first (controlled shutdown), so acks=all producers barely pause."""
         if self.session is not None:
+            if self.config.controlled_shutdown_enable and not self.session.controlled_shutdown(
+                self.config.controlled_shutdown_timeout_ms / 1000
+            ):
+                logger.warning("controlled shutdown did not finish: stopping anyway")
             self.session.stop()
         if self.server is not None:
             self.replicas.stop()

@@ -17,10 +17,14 @@ import grpc
 from seglog.errors import SeglogError
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
-from seglog.v1 import common_pb2, storage_pb2
+from seglog.storage import log_files
+from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
-from .replica_manager import FetchChunk, ReplicaManager
+from .registry_client import apply_partition_states
+from .replica_manager import ACKS_ALL, CONSUMER, FetchChunk, ReplicaManager
+
+DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +49,14 @@ class StorageNodeService:
             results = self.replicas.append(
                 request.topic,
                 [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
+                request.acks,
             )
         except SeglogError as exc:
             abort(context, exc)
+        if request.acks == ACKS_ALL:
+            results = self.replicas.wait_for_replication(
+                request.topic, results, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
+            )
         response = common_pb2.ProduceResponse(topic=request.topic)
         for appended in results:
             result = response.partitions.add(partition=appended.partition)
@@ -72,6 +81,7 @@ class StorageNodeService:
             check_fetch_request(request)
         except SeglogError as exc:
             abort(context, exc)
+        replica_id = request.replica_id if request.HasField("replica_id") else CONSUMER
         states = self.replicas.fetch_states(
             [
                 (
@@ -80,9 +90,11 @@ class StorageNodeService:
                     p.fetch_offset,
                     p.partition_max_bytes,
                     client_leader_epoch(p),
+                    p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1,
                 )
                 for p in request.partitions
-            ]
+            ],
+            replica_id,
         )
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
@@ -106,9 +118,9 @@ class StorageNodeService:
         if not context.is_active():
             return
         for chunk in self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1):
-            yield _encode_chunk(chunk)
+            yield _encode_chunk(chunk, replica_id >= 0)
 
-    # -- ListOffsets, CreatePartition, DeletePartition, DescribePartitions -----------------
+    # -- ListOffsets, UpdatePartitions, DeletePartition, DescribePartitions -----------------
 
     def ListOffsets(
         self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
@@ -129,16 +141,18 @@ class StorageNodeService:
             result.leader_epoch = self.replicas.leader_epoch(p.topic, p.partition)
         return response
 
-    def CreatePartition(
-        self, request: storage_pb2.CreatePartitionRequest, context: grpc.ServicerContext
-    ) -> storage_pb2.CreatePartitionResponse:
+    def UpdatePartitions(
+        self, request: gateway_pb2.NodeAssignment, context: grpc.ServicerContext
+    ) -> storage_pb2.UpdatePartitionsResponse:
         try:
-            self.replicas.create_partition(
-                request.topic, request.partition, request.leader_epoch, request.configs
-            )
+            for (
+                p
+            ) in request.partitions:  # before anything: the node's API is reachable by any caller
+                log_files.check_topic_name(p.topic)
         except SeglogError as exc:
             abort(context, exc)
-        return storage_pb2.CreatePartitionResponse()
+        apply_partition_states(self.replicas, request)
+        return storage_pb2.UpdatePartitionsResponse()
 
     def DeletePartition(
         self, request: storage_pb2.DeletePartitionRequest, context: grpc.ServicerContext
@@ -167,10 +181,16 @@ class StorageNodeService:
             state.log_end_offset = described.log_end_offset
             state.size_bytes = described.size_bytes
             state.segment_count = described.segment_count
+            state.high_watermark = described.high_watermark
+            state.role = described.role
         return response
 
 
-def _encode_chunk(chunk: FetchChunk) -> bytes:
+def _encode_chunk(chunk: FetchChunk, for_replica: bool) -> bytes:
+    suffix = b""
+    if for_replica:
+        epoch, end = chunk.diverging if chunk.diverging is not None else (None, 0)
+        suffix = wire.fetch_response_suffix(epoch, end, chunk.segment_base_offset)
     if chunk.error is None:
         return wire.encode_fetch_response(
             chunk.topic,
@@ -178,6 +198,7 @@ def _encode_chunk(chunk: FetchChunk) -> bytes:
             chunk.high_watermark,
             chunk.log_start_offset,
             chunk.read(),
+            suffix=suffix,
         )
     return wire.encode_fetch_response(
         chunk.topic,

@@ -20,6 +20,7 @@ from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.storage import log_files
 from seglog.v1 import (
     common_pb2,
+    gateway_pb2,
     gateway_pb2_grpc,
     groups_pb2,
     groups_pb2_grpc,
@@ -88,10 +89,17 @@ def test_the_storage_node_api_refuses_paths_outside_its_data_dir(cluster, tmp_pa
                 storage_pb2.DeletePartitionRequest(topic="../precious", partition=0),
             ),
             (
-                stub.CreatePartition,
-                storage_pb2.CreatePartitionRequest(topic="../escaped", partition=0),
+                stub.UpdatePartitions,
+                gateway_pb2.NodeAssignment(
+                    partitions=[gateway_pb2.AssignedPartition(topic="../escaped", leader=1)]
+                ),
             ),
-            (stub.CreatePartition, storage_pb2.CreatePartitionRequest(topic="..", partition=0)),
+            (
+                stub.UpdatePartitions,
+                gateway_pb2.NodeAssignment(
+                    partitions=[gateway_pb2.AssignedPartition(topic="..", leader=1)]
+                ),
+            ),
         ]:
             with pytest.raises(grpc.RpcError) as caught:
                 call(request, timeout=10)

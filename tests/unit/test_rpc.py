@@ -21,9 +21,21 @@ INT64 = st.integers(-(2**63), 2**63 - 1)
     high_watermark=INT64,
     log_start_offset=INT64,
     records=st.binary(max_size=300),
+    diverging_epoch=st.one_of(st.none(), st.integers(min_value=-(2**31), max_value=2**31 - 1)),
+    diverging_end_offset=INT64,
+    segment_base_offset=INT64,
 )
 def test_fetch_response_wire_bytes_equal_protobuf_serialization(
-    topic, partition, error, message, high_watermark, log_start_offset, records
+    topic,
+    partition,
+    error,
+    message,
+    high_watermark,
+    log_start_offset,
+    records,
+    diverging_epoch,
+    diverging_end_offset,
+    segment_base_offset,
 ):
     fields = dict(
         topic=topic,
@@ -33,10 +45,15 @@ def test_fetch_response_wire_bytes_equal_protobuf_serialization(
         high_watermark=high_watermark,
         log_start_offset=log_start_offset,
         records=records,
+        diverging_end_offset=diverging_end_offset,
+        segment_base_offset=segment_base_offset,
     )
+    if diverging_epoch is not None:
+        fields["diverging_epoch"] = diverging_epoch
     expected = common_pb2.FetchResponse(**fields).SerializeToString()
+    suffix = wire.fetch_response_suffix(diverging_epoch, diverging_end_offset, segment_base_offset)
     encoded = wire.encode_fetch_response(
-        topic, partition, high_watermark, log_start_offset, records, error, message
+        topic, partition, high_watermark, log_start_offset, records, error, message, suffix=suffix
     )
     assert encoded == expected
     assert common_pb2.FetchResponse.FromString(encoded) == common_pb2.FetchResponse(**fields)

@@ -17,11 +17,8 @@ def check_produce_request(request: object) -> None:
     than 0 and 1, no partitions, a partition named twice."""
     acks = request.acks  # type: ignore[attr-defined]
     topic = request.topic  # type: ignore[attr-defined]
-    if acks not in (0, 1):
-        raise InvalidRequiredAcksError(
-            f"acks={acks}: only 0 and 1 are supported until replication exists "
-            f"(acks=all needs in-sync replicas)"
-        )
+    if acks not in (0, 1, -1):
+        raise InvalidRequiredAcksError(f"acks={acks}: must be 0, 1 or -1 (all)")
     partitions = [data.partition for data in request.partitions]  # type: ignore[attr-defined]
     if not partitions:
         raise InvalidRequestError(f"produce to {topic!r} names no partition")

@@ -59,6 +59,12 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "OFFSET_METADATA_TOO_LARGE": grpc.StatusCode.INVALID_ARGUMENT,
     "NON_EMPTY_GROUP": grpc.StatusCode.FAILED_PRECONDITION,
     "GROUP_SUBSCRIBED_TO_TOPIC": grpc.StatusCode.FAILED_PRECONDITION,
+    "FENCED_LEADER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
+    "UNKNOWN_LEADER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
+    "NOT_ENOUGH_REPLICAS": grpc.StatusCode.UNAVAILABLE,
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": grpc.StatusCode.UNAVAILABLE,
+    "INVALID_UPDATE_VERSION": grpc.StatusCode.FAILED_PRECONDITION,
+    "INELIGIBLE_REPLICA": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -14,6 +14,11 @@ field is written whenever it is set). `FetchResponse`:
     field 5 high_watermark   int64   tag 0x28  varint
     field 6 log_start_offset int64   tag 0x30  varint
     field 7 records          bytes   tag 0x3A  varint length, raw bytes
+    field 8 diverging_epoch  int32   tag 0x40  varint, optional: written when set
+    field 9 diverging_end_offset int64 tag 0x48 varint
+    field 10 segment_base_offset int64 tag 0x50 varint
+
+Fields 8-10 (replica fetches only) follow the records: `fetch_response_suffix`.
 
 `ProduceRequest`, each `PartitionRecords` a length-delimited submessage:
 
@@ -76,6 +81,20 @@ def fetch_response_prefix(
     return b"".join(parts)
 
 
+def fetch_response_suffix(
+    diverging_epoch: int | None = None, diverging_end_offset: int = 0, segment_base_offset: int = 0
+) -> bytes:
+    """The replica-fetch fields after the records."""
+    parts = []
+    if diverging_epoch is not None:
+        parts += [b"\x40", _varint(diverging_epoch)]
+    if diverging_end_offset:
+        parts += [b"\x48", _varint(diverging_end_offset)]
+    if segment_base_offset:
+        parts += [b"\x50", _varint(segment_base_offset)]
+    return b"".join(parts)
+
+
 def encode_fetch_response(
     topic: str,
     partition: int,
@@ -84,11 +103,13 @@ def encode_fetch_response(
     records: bytes | memoryview = b"",
     error: int = 0,
     error_message: str = "",
+    *,
+    suffix: bytes = b"",
 ) -> bytes:
     prefix = fetch_response_prefix(
         topic, partition, high_watermark, log_start_offset, len(records), error, error_message
     )
-    return prefix + records if records else prefix
+    return b"".join((prefix, records, suffix)) if records or suffix else prefix
 
 
 def encode_produce_request(

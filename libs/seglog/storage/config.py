@@ -47,6 +47,8 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     file_delete_delay_ms: int = 60 * 1000
+    # acks=all needs this many in-sync replicas (and the high watermark stays put below it).
+    min_insync_replicas: int = 1
     # seglog's own bound (Kafka has none): a batch's records section may decompress to at most
     # this many bytes when it is validated, so a small request cannot cost gigabytes.
     max_uncompressed_batch_bytes: int = 64 * 1024 * 1024
@@ -140,6 +142,7 @@ _LOG_CONFIG_RANGES: dict[str, tuple[int, int]] = {
     "index_interval_bytes": (0, INT_MAX),
     "index_size_max_bytes": (12 * 2, INT_MAX),  # room for two time-index entries
     "max_message_bytes": (0, INT_MAX),
+    "min_insync_replicas": (1, INT_MAX),
     "message_timestamp_before_max_ms": (0, LONG_MAX),
     "message_timestamp_after_max_ms": (0, LONG_MAX),
     "flush_messages": (1, LONG_MAX),

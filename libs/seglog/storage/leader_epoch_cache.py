@@ -69,6 +69,9 @@ class LeaderEpochCache:
         entries = self._entries
         return entries[-1].epoch if entries else UNDEFINED_EPOCH
 
+    def start_offset_of(self, epoch: int) -> int | None:
+        return next((e.start_offset for e in self._entries if e.epoch == epoch), None)
+
     def assign(self, epoch: int, start_offset: int) -> None:
         """Record that `epoch` begins at `start_offset`. Entries it contradicts (an epoch as
         large, or a start offset as late) go first, as in Kafka."""

@@ -11,9 +11,9 @@ background work.
   `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
   opens its logs with the same settings before anyone tells it again.
 - One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
-  recovery-point and high-watermark checkpoints, retention (`retention_check_interval_ms`), and compaction
-  (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is logged and
-  does not stop the other logs' maintenance.
+  recovery-point and high-watermark checkpoints, retention (`retention_check_interval_ms`),
+  and compaction (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is
+  logged and does not stop the other logs' maintenance.
 """
 
 from __future__ import annotations

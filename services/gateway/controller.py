@@ -1,0 +1,134 @@
+"""The registry's controller loop and the partition states it tells the nodes.
+
+One thread fences nodes whose session expired (their leaderships move, they leave the ISRs:
+Registry.check_sessions) every quarter session timeout, and, with
+`auto.leader.rebalance.enable`, gives leadership back to preferred replicas every
+`leader.imbalance.check.interval.seconds`.
+
+Every registration change is pushed at once to the nodes holding a replica of the partition
+(StorageNode.UpdatePartitions, Kafka's LeaderAndIsr), so a failover does not wait for the
+nodes' next heartbeats; the heartbeat answers carry the same states and repair any push that
+was lost. Pushes run on their own thread, so a slow node never holds the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+
+import grpc
+
+from seglog.v1 import gateway_pb2
+
+from .nodes import NodeConnections
+from .registry import PartitionChange, Registry
+
+logger = logging.getLogger(__name__)
+
+PUSH_TIMEOUT_S = 2.0
+
+
+def partition_states(
+    registry: Registry, partitions: list[PartitionChange] | None = None, node_id: int | None = None
+) -> gateway_pb2.NodeAssignment:
+    """A NodeAssignment of the given partitions (or every partition `node_id` holds a replica
+    of), with every node's address so followers can reach their leaders."""
+    assignment = gateway_pb2.NodeAssignment()
+    if partitions is None:
+        chosen = registry.assignment_for(-1 if node_id is None else node_id)
+    else:
+        chosen = registry.partitions_of(partitions)
+    for topic, i, p in chosen:
+        assignment.partitions.add(
+            topic=topic.name,
+            partition=i,
+            leader_epoch=p.leader_epoch,
+            configs=topic.configs,
+            leader=p.leader,
+            replicas=p.replicas,
+            isr=p.isr,
+            partition_epoch=p.partition_epoch,
+        )
+    assignment.node_addresses.update(registry.addresses())
+    return assignment
+
+
+class Controller:
+    def __init__(
+        self,
+        registry: Registry,
+        connections: NodeConnections,
+        *,
+        auto_leader_rebalance_enable: bool = True,
+        leader_imbalance_check_interval_seconds: float = 300,
+    ) -> None:
+        self.registry = registry
+        self.connections = connections
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.rebalance_interval_s = leader_imbalance_check_interval_seconds
+        self._stop = threading.Event()
+        self._pushes: queue.Queue[list[PartitionChange] | None] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._run, name="controller", daemon=True),
+            threading.Thread(target=self._push_loop, name="partition-state-push", daemon=True),
+        ]
+        registry.listeners.append(self._pushes.put)
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pushes.put(None)
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout=5)
+
+    def _run(self) -> None:
+        tick_s = max(self.registry.session_timeout_s / 4, 0.05)
+        until_rebalance_s = self.rebalance_interval_s
+        while not self._stop.wait(tick_s):
+            try:
+                self.registry.check_sessions()
+                until_rebalance_s -= tick_s
+                if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
+                    until_rebalance_s = self.rebalance_interval_s
+                    self.registry.rebalance_leaders()
+            except Exception:
+                logger.exception("controller step failed")
+
+    def _push_loop(self) -> None:
+        while True:
+            changed = self._pushes.get()
+            if changed is None:
+                return
+            while not self._pushes.empty():  # coalesce a burst into one push per node
+                more = self._pushes.get()
+                if more is None:
+                    return
+                changed = sorted(set(changed) | set(more))
+            try:
+                self._push(changed)
+            except Exception:
+                logger.exception("pushing partition states failed")
+
+    def _push(self, changed: list[PartitionChange]) -> None:
+        by_node: dict[int, list[PartitionChange]] = {}
+        for topic, i, p in self.registry.partitions_of(changed):
+            for replica in p.replicas:
+                by_node.setdefault(replica, []).append((topic.name, i))
+        addresses = self.registry.addresses()
+        calls = []
+        for node_id, partitions in by_node.items():
+            if node_id not in addresses or not self.registry.is_live(node_id):
+                continue
+            stub = self.connections.get(node_id, addresses[node_id]).stub
+            message = partition_states(self.registry, partitions)
+            calls.append((node_id, stub.UpdatePartitions.future(message, timeout=PUSH_TIMEOUT_S)))
+        for node_id, call in calls:
+            try:
+                call.result()
+            except grpc.RpcError as exc:  # its next heartbeat carries the same states
+                logger.info("pushing partition states to node %d failed: %s", node_id, exc.code())

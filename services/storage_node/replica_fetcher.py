@@ -1,0 +1,292 @@
+"""A follower's fetcher (Kafka's ReplicaFetcherThread): one thread per leader node, copying
+the partitions this node follows there by fetching from the leader's StorageNode.Fetch with
+`replica_id` set, node to node.
+
+Each round asks, per partition, from the follower's log end offset, naming the leader epoch
+it follows and the epoch of its last batch. The answers are applied in order:
+- records: appended as the leader stored them (Log.append_as_follower: offsets, timestamps
+  and epochs kept, nothing re-encoded), rolling segments at the leader's segment base
+  offsets so the files end byte-identical; then the high watermark becomes the leader's
+  (clamped to the log end) and the log start moves up to the leader's.
+- a diverging epoch (KIP-320/KIP-595): the follower holds batches the leader does not; it
+  truncates to the offset Kafka's AbstractFetcherThread computes (below) and fetches again.
+- OFFSET_OUT_OF_RANGE: the leader is asked for its log end and start offsets; the follower
+  truncates to a shorter leader log, or starts empty at the leader's log start when it has
+  fallen behind retention.
+- other errors (a fenced or unknown epoch, the leader down): the partition backs off for
+  `replica.fetch.backoff.ms`; the registry's next state moves it to its new leader.
+
+Truncation point for a diverging epoch (leader answered epoch E ending at offset X):
+    X undefined (-1)                        -> the high watermark
+    locally, epoch E's entry is E itself    -> min(local end of E, X, LEO)
+    locally, the largest epoch <= E is F<E  -> min(local end of F, LEO), then ask again
+    nothing known locally for E             -> min(X, LEO)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import grpc
+
+from seglog.rpc.channels import open_channel
+from seglog.storage import Log
+from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+
+from .partition import Partition
+
+if TYPE_CHECKING:
+    from .replica_manager import ReplicaManager
+
+logger = logging.getLogger(__name__)
+
+_FETCH = "/seglog.v1.StorageNode/Fetch"
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class FetcherSettings:
+    """Kafka's replica.fetch.* settings, with its defaults."""
+
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1024 * 1024
+    replica_fetch_response_max_bytes: int = 10 * 1024 * 1024
+    replica_fetch_backoff_ms: int = 1000
+
+
+@dataclass
+class _Followed:
+    partition: Partition
+    leader_epoch: int  # the term this fetcher follows; a newer one comes as a new entry
+    backoff_until: float = 0.0
+
+
+def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> int:
+    """Where a follower cuts its log when the leader answered a diverging epoch."""
+    leo = log.log_end_offset
+    if leader_end_offset < 0:
+        return min(log.high_watermark, leo)
+    local_epoch, local_end = log.end_offset_for_epoch(leader_epoch)
+    if local_epoch < 0:
+        return min(leader_end_offset, leo)
+    if local_epoch == leader_epoch:
+        return min(local_end, leader_end_offset, leo)
+    return min(local_end, leo)
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        manager: ReplicaManager,
+        leader_id: int,
+        address: str,
+        settings: FetcherSettings,
+    ) -> None:
+        self.manager = manager
+        self.leader_id = leader_id
+        self.address = address
+        self.settings = settings
+        self._partitions: dict[TopicPartition, _Followed] = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._stop = threading.Event()
+        self._channel = open_channel(address)
+        self._fetch = self._channel.unary_stream(
+            _FETCH,
+            request_serializer=common_pb2.FetchRequest.SerializeToString,
+            response_deserializer=common_pb2.FetchResponse.FromString,
+        )
+        self._stub = storage_pb2_grpc.StorageNodeStub(self._channel)
+        self._call: grpc.Call | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"replica-fetcher-{leader_id}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._changed.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        self._channel.close()
+
+    def add_partition(self, partition: Partition) -> None:
+        tp = (partition.topic, partition.partition)
+        with self._lock:
+            self._partitions[tp] = _Followed(partition, partition.leader_epoch)
+        self._prepare(partition)
+        self._wake()
+
+    def remove_partition(self, tp: TopicPartition) -> None:
+        with self._lock:
+            removed = self._partitions.pop(tp, None)
+        if removed is not None:
+            self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        call = self._call
+        if call is not None:
+            call.cancel()  # a long poll without the changed partitions: ask again
+
+    @staticmethod
+    def _prepare(partition: Partition) -> None:
+        """Kafka's initial fetch state: a log with epochs fetches from its end with its last
+        epoch (the leader then says whether it diverges); without epochs it can prove
+        nothing, so it truncates to its high watermark first."""
+        log = partition.log
+        if log.leader_epochs.latest_epoch < 0 and log.log_end_offset > log.high_watermark:
+            with partition._lock:
+                log.truncate_to(log.high_watermark)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            request, followed = self._build_request()
+            if request is None:
+                self._changed.wait(0.5 if followed else 5)
+                self._changed.clear()
+                continue
+            self._changed.clear()
+            try:
+                self._call = self._fetch(
+                    request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30
+                )
+                for response in self._call:
+                    self._apply(response, followed)
+            except grpc.RpcError as exc:
+                if self._stop.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
+                    continue
+                logger.info("fetch from leader %d failed: %s", self.leader_id, exc.code())
+                self._back_off_all(followed)
+            except Exception:
+                logger.exception("replica fetcher for leader %d failed", self.leader_id)
+                self._back_off_all(followed)
+            finally:
+                self._call = None
+
+    def _build_request(
+        self,
+    ) -> tuple[common_pb2.FetchRequest | None, dict[TopicPartition, _Followed]]:
+        now = time.monotonic()
+        with self._lock:
+            followed = dict(self._partitions)
+        request = common_pb2.FetchRequest(
+            replica_id=self.manager.node_id,
+            min_bytes=self.settings.replica_fetch_min_bytes,
+            max_wait_ms=self.settings.replica_fetch_wait_max_ms,
+            max_bytes=self.settings.replica_fetch_response_max_bytes,
+        )
+        ready = {}
+        for tp, entry in followed.items():
+            if entry.backoff_until > now:
+                continue
+            log = entry.partition.log
+            part = request.partitions.add(
+                topic=tp[0],
+                partition=tp[1],
+                fetch_offset=log.log_end_offset,
+                partition_max_bytes=self.settings.replica_fetch_max_bytes,
+                current_leader_epoch=entry.leader_epoch,
+                log_start_offset=log.log_start_offset,
+            )
+            latest = log.leader_epochs.latest_epoch
+            if latest >= 0:
+                part.last_fetched_epoch = latest
+            ready[tp] = entry
+        return (request if ready else None), followed
+
+    def _back_off_all(self, followed: dict[TopicPartition, _Followed]) -> None:
+        until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
+        for entry in followed.values():
+            entry.backoff_until = until
+        self._stop.wait(min(self.settings.replica_fetch_backoff_ms / 1000, 1.0))
+
+    def _apply(
+        self, response: common_pb2.FetchResponse, followed: dict[TopicPartition, _Followed]
+    ) -> None:
+        tp = (response.topic, response.partition)
+        entry = followed.get(tp)
+        with self._lock:
+            current = self._partitions.get(tp)
+        if entry is None or current is not entry:
+            return  # no longer followed here, or followed under a newer term
+        partition = entry.partition
+        with partition._lock:
+            registration = partition.registration
+            if (
+                registration is None
+                or registration.leader != self.leader_id
+                or registration.leader_epoch != entry.leader_epoch
+            ):
+                return
+            log = partition.log
+            if response.error != common_pb2.NONE:
+                self._fetch_error(entry, response)
+                return
+            if response.HasField("diverging_epoch"):
+                target = truncation_offset(
+                    log, response.diverging_epoch, response.diverging_end_offset
+                )
+                logger.info(
+                    "%s-%d: diverges from leader %d (epoch %d ends at %d there): truncating to %d",
+                    tp[0],
+                    tp[1],
+                    self.leader_id,
+                    response.diverging_epoch,
+                    response.diverging_end_offset,
+                    target,
+                )
+                log.truncate_to(target)
+                return
+            if response.records:
+                log.append_as_follower(
+                    response.records, segment_base_offset=response.segment_base_offset
+                )
+            log.update_high_watermark(min(response.high_watermark, log.log_end_offset))
+            if log.log_start_offset < response.log_start_offset <= log.log_end_offset:
+                log.delete_records_before(response.log_start_offset)
+
+    def _fetch_error(self, entry: _Followed, response: common_pb2.FetchResponse) -> None:
+        log = entry.partition.log
+        if response.error == common_pb2.OFFSET_OUT_OF_RANGE:
+            try:
+                described = self._stub.DescribePartitions(
+                    storage_pb2.DescribePartitionsRequest(
+                        partitions=[
+                            storage_pb2.HostedPartitionRef(
+                                topic=response.topic, partition=response.partition
+                            )
+                        ]
+                    ),
+                    timeout=5,
+                ).partitions[0]
+            except (grpc.RpcError, IndexError):
+                described = None
+            if described is not None and described.error == common_pb2.NONE:
+                if described.log_end_offset < log.log_end_offset:
+                    log.truncate_to(described.log_end_offset)
+                    return
+                if described.log_start_offset > log.log_end_offset:
+                    log.truncate_fully_and_start_at(described.log_start_offset)
+                    return
+        logger.info(
+            "%s-%d: fetch from leader %d: %s %s",
+            response.topic,
+            response.partition,
+            self.leader_id,
+            common_pb2.ErrorCode.Name(response.error),
+            response.error_message,
+        )
+        entry.backoff_until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
