@@ -45,7 +45,9 @@ def add_parser(
     produce.add_argument("--num-records", type=int, required=True)
     produce.add_argument("--record-size", type=int, default=100, help="bytes per value")
     produce.add_argument("--throughput", type=int, default=-1, help="records/s cap, -1: none")
-    produce.add_argument("--acks", type=int, choices=(0, 1), default=1)
+    produce.add_argument(
+        "--acks", choices=("0", "1", "-1", "all"), default="all", help="default: all"
+    )
     produce.add_argument(
         "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
     )

@@ -30,7 +30,9 @@ def add_parser(
     produce.add_argument(
         "--key-separator", help="split each line at the first SEP into key and value"
     )
-    produce.add_argument("--acks", type=int, choices=(0, 1), default=1)
+    produce.add_argument(
+        "--acks", choices=("0", "1", "-1", "all"), default="all", help="default: all"
+    )
     produce.add_argument(
         "--compression", choices=("none", "gzip", "snappy", "lz4", "zstd"), default="none"
     )

@@ -17,7 +17,12 @@ def add_parser(
     create = actions.add_parser("create", parents=[common], help="create a topic")
     create.add_argument("name")
     create.add_argument("--partitions", type=int, default=-1, help="default: 1")
-    create.add_argument("--replication-factor", type=int, default=-1, help="default: 1")
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        help="replicas on distinct nodes (default: the gateway's default.replication.factor)",
+    )
     create.add_argument(
         "--config",
         action="append",
@@ -93,10 +98,18 @@ def describe_topics(args: argparse.Namespace) -> int:
                 f"ReplicationFactor: {topic.replication_factor}\tConfigs: {configs}"
             )
             for p in topic.partitions:
+                # Kafka's layout, then each replica's own log end offset and high watermark.
+                replicas = " ".join(
+                    f"{r.node_id}:{r.log_end_offset}/{r.high_watermark}"
+                    + ("" if r.live else "(down)")
+                    for r in p.replica_states
+                )
                 line = (
                     f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                    f"Replicas: {','.join(map(str, p.replicas))}\tLeaderEpoch: {p.leader_epoch}\t"
-                    f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}"
+                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+                    f"\tLeaderEpoch: {p.leader_epoch}\tHighWatermark: {p.high_watermark}\t"
+                    f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
+                    f"ReplicaLogEnd/HW: {replicas}"
                 )
                 if p.error:
                     line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"

@@ -31,7 +31,7 @@ AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 @dataclass(frozen=True, kw_only=True)
 class ProducerConfig:
     client_id: str = "seglog-producer"
-    acks: int = 1
+    acks: int = -1  # "all", Kafka's default since 3.0
     linger_ms: int = 5
     batch_size: int = 16384
     buffer_memory: int = 32 * 1024 * 1024
@@ -49,18 +49,16 @@ class ProducerConfig:
     value_serializer: Callable[[Any], bytes | None] | None = None
 
     def __post_init__(self) -> None:
-        if self.acks in ("all", -1, "-1"):
-            raise InvalidConfigError(
-                "acks=all needs replication, which seglog does not have yet; use 0 or 1"
-            )
         if self.enable_idempotence in (True, "true", "True"):
             raise InvalidConfigError(
-                "enable_idempotence needs acks=all and replication, which seglog does not "
-                "have yet; set it to false"
+                "enable_idempotence is not implemented yet (producer ids and sequences); "
+                "set it to false"
             )
         _check_callables(self, "key_serializer", "value_serializer")
-        if self.acks not in (0, 1, "0", "1"):
-            raise InvalidConfigError(f"acks must be 0 or 1, got {self.acks!r}")
+        if self.acks == "all":
+            object.__setattr__(self, "acks", -1)
+        if self.acks not in (0, 1, -1, "0", "1", "-1"):
+            raise InvalidConfigError(f"acks must be 0, 1, -1 or all, got {self.acks!r}")
         object.__setattr__(self, "acks", int(self.acks))
         _check_ints(self)
         _at_least(self, "linger_ms", 0)
