@@ -37,8 +37,16 @@ def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.02) -> 
 
 
 class LocalCluster:
-    def __init__(self, root: Path, nodes: int = 3, tracer_provider=None, **gateway_config) -> None:
+    def __init__(
+        self,
+        root: Path,
+        nodes: int = 3,
+        tracer_provider=None,
+        node_configs: dict[str, str] | None = None,
+        **gateway_config,
+    ) -> None:
         self.root = root
+        self.node_configs = dict(node_configs or {})
         self.tracer_provider = tracer_provider
         self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
         self.gateway: Gateway | None = None
@@ -76,7 +84,7 @@ class LocalCluster:
             data_dir=self.root / f"node-{node_id}",
             gateway=self.address,
             heartbeat_interval_ms=HEARTBEAT_MS,
-            engine_configs=engine_configs,
+            engine_configs={**self.node_configs, **engine_configs},
         )
         node = StorageNode(config, tracer_provider=self.tracer_provider)
         node.start()
@@ -85,8 +93,10 @@ class LocalCluster:
         assert node.session is not None and node.session.registered.wait(15)
         return node
 
-    def stop_node(self, node_id: int) -> None:
-        self.nodes.pop(node_id).stop(grace_s=2)
+    def stop_node(self, node_id: int, *, controlled: bool = True) -> None:
+        """Stop a node; `controlled=False` skips the controlled shutdown, so its leaderships
+        move only when its session expires (a crash, as far as the registry can tell)."""
+        self.nodes.pop(node_id).stop(grace_s=0 if not controlled else 2, controlled=controlled)
 
     def restart_gateway(self) -> Gateway:
         """Stop the gateway and start a new one on the same port and data dir."""

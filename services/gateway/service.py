@@ -26,6 +26,7 @@ import grpc
 from seglog.errors import (
     InvalidTopicError,
     LeaderNotAvailableError,
+    NodeUnavailableError,
     NotLeaderError,
     RequestTimedOutError,
     SeglogError,
@@ -85,12 +86,10 @@ class GatewayService:
 
     def _node_failure(self, target: _Target, exc: grpc.RpcError) -> SeglogError:
         error = error_from_rpc(exc)
-        # CANCELLED: the node's channel was closed under the call (the node re-registered
-        # at a new address) or the node stopped mid-call.
-        if isinstance(exc, grpc.Call) and exc.code() in (
-            grpc.StatusCode.UNAVAILABLE,
-            grpc.StatusCode.CANCELLED,
-        ):
+        # The transport's own failure (no seglog reason attached), or CANCELLED: the node's
+        # channel was closed under the call (the node re-registered at a new address) or
+        # the node stopped mid-call. A node's own answer keeps its reason.
+        if isinstance(error, NodeUnavailableError):
             return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
         return error
 

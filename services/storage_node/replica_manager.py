@@ -287,13 +287,12 @@ class ReplicaManager:
         self, topic: str, entries: Sequence[tuple[int, bytes, int]], acks: int = 1
     ) -> list[AppendResult]:
         """Append (partition, records, client leader epoch) entries, all checked first: an
-        error raised here wrote nothing; a partition's own append failure is its result's."""
+        error raised here wrote nothing; a partition's own failure (too few in-sync replicas
+        for acks=all: nothing written there; an append error) is its result's."""
         checked: list[tuple[int, Partition, ValidatedRecords]] = []
         for number, records, client_epoch in entries:
             held = self.partition(topic, number)
             held.require_leader(client_epoch)
-            if acks == ACKS_ALL:
-                held.check_enough_replicas()
             try:
                 checked.append((number, held, held.log.validate(records)))
             except SeglogError as exc:
@@ -301,6 +300,8 @@ class ReplicaManager:
         results = []
         for number, held, validated in checked:
             try:
+                if acks == ACKS_ALL:
+                    held.check_enough_replicas()  # Kafka's per-partition refusal
                 info = held.log.append(validated, leader_epoch=held.leader_epoch)
                 results.append(AppendResult(number, info))
             except SeglogError as exc:

@@ -169,12 +169,14 @@ class StorageNode:
             )
             self.session.start()
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 10.0, *, controlled: bool | None = None) -> None:
         """Stop accepting calls, let in-flight ones finish, then flush and close every log
         (which writes the clean-shutdown marker). With a registry, leaderships move to other
         in-sync replicas first (controlled shutdown), so acks=all producers barely pause."""
+        if controlled is None:
+            controlled = self.config.controlled_shutdown_enable
         if self.session is not None:
-            if self.config.controlled_shutdown_enable and not self.session.controlled_shutdown(
+            if controlled and not self.session.controlled_shutdown(
                 self.config.controlled_shutdown_timeout_ms / 1000
             ):
                 logger.warning("controlled shutdown did not finish: stopping anyway")
