@@ -7,9 +7,11 @@ listen on the ports after the gateway's (7071, 7072, 7073), or on free ports whe
 port is 0. A second cluster on a port already served is refused at once.
 
 A storage node that dies is reported and the cluster keeps running without it, so failover
-can be watched; SIGHUP (`kill -HUP <pid>`, the pid is printed) restarts the nodes that are
-down. The gateway's death stops the cluster. Ctrl-C or SIGTERM stops everything: nodes first,
-each flushing and writing its clean-shutdown marker, then the gateway.
+can be watched (topics default to three replicas, min.insync.replicas=2); SIGHUP
+(`kill -HUP <pid>`, the pid is printed) restarts the nodes that are down. The gateway's
+death stops the cluster. Ctrl-C or SIGTERM stops everything: nodes first, each moving its
+leaderships away (controlled shutdown), flushing and writing its clean-shutdown marker,
+then the gateway.
 """
 
 from __future__ import annotations
@@ -51,9 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     # Services log to files; what they print (console traces with
     # OTEL_TRACES_EXPORTER=console) comes through to this terminal.
     echo = sys.stdout.buffer
+    # Topics default to three replicas and acks=all to two in sync, so killing one node
+    # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
+    replication_factor = min(3, args.nodes)
+    min_insync_replicas = max(1, min(2, args.nodes - 1))
     gateway = gateway_process(
         args.listen,
         data / "gateway",
+        extra_args=["--default-replication-factor", str(replication_factor)],
         stderr_path=data / "logs" / "gateway.log",
         echo_stdout=echo,
     )
@@ -67,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{host}:{node_port}",
                 data / f"node-{node_id}",
                 address,
+                extra_args=["--config", f"min.insync.replicas={min_insync_replicas}"],
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
             )
