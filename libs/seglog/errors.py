@@ -264,6 +264,19 @@ class IneligibleReplicaError(SeglogError):
     reason = "INELIGIBLE_REPLICA"
 
 
+class OutOfOrderSequenceError(SeglogError):
+    """A batch's sequence does not continue its producer's (Kafka's
+    OUT_OF_ORDER_SEQUENCE_NUMBER): a batch before it was lost."""
+
+    reason = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(SeglogError):
+    """A batch from an older epoch of its producer than the partition has seen."""
+
+    reason = "INVALID_PRODUCER_EPOCH"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason (the most specific class wins a shared reason)."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}

@@ -55,7 +55,8 @@ class ProducerConfig:
                 "set it to false"
             )
         _check_callables(self, "key_serializer", "value_serializer")
-        if self.acks == "all":
+        acks: object = self.acks
+        if acks == "all":
             object.__setattr__(self, "acks", -1)
         if self.acks not in (0, 1, -1, "0", "1", "-1"):
             raise InvalidConfigError(f"acks must be 0, 1, -1 or all, got {self.acks!r}")

@@ -65,6 +65,8 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "NOT_ENOUGH_REPLICAS_AFTER_APPEND": grpc.StatusCode.UNAVAILABLE,
     "INVALID_UPDATE_VERSION": grpc.StatusCode.FAILED_PRECONDITION,
     "INELIGIBLE_REPLICA": grpc.StatusCode.FAILED_PRECONDITION,
+    "OUT_OF_ORDER_SEQUENCE_NUMBER": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_PRODUCER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -22,7 +22,7 @@ batches with one vectored write; add sparse index entries.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from ..errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from ..records.batch import NO_TIMESTAMP
+from ..records.batch import CONTROL_MASK, NO_TIMESTAMP, BatchHeader
 from ..spans import EngineTracer
 from . import log_files, log_reads
 from .checkpoint import DataDir
@@ -41,6 +41,7 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments, SegmentsSnapshot
+from .producer_state import ProducerBatch, ProducerStateManager, last_sequence_of
 from .segment import AppendedBatch, LogSegment
 from .segment_factory import SegmentFactory
 from .validation import (
@@ -52,6 +53,8 @@ from .validation import (
 
 tracer = EngineTracer("seglog.storage")
 
+# Kafka's producer.id.expiration.ms: a producer silent this long is forgotten (checked at rolls).
+PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000
 # ListOffsets' special timestamps, as Kafka's.
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -103,6 +106,7 @@ class Log:
         self._data_dir = data_dir
         self._owns_data_dir = owns_data_dir
         self.leader_epochs = LeaderEpochCache(directory)
+        self.producer_state = ProducerStateManager(directory)
 
     # -- opening and recovery ----------------------------------------------------------
 
@@ -164,10 +168,29 @@ class Log:
         )
         self.leader_epochs.truncate_from_start(self._log_start_offset)
         self._set_high_watermark(self._data_dir.high_watermarks.get(tp, 0))
+        self._rebuild_producer_state()
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
         self._make_active(self._segments.active)
         self._update_data_dir()
+
+    def _rebuild_producer_state(self) -> None:
+        """Kafka's rebuildProducerState: the newest valid snapshot at or below the log end,
+        then the batch headers after it (no record is decoded)."""
+        start = self.producer_state.latest_loadable(self._log_end_offset)
+        offset = self._log_start_offset if start is None else start
+        if offset >= self._log_end_offset:
+            return
+        snapshot = self._segments.snapshot()
+        replayed = []
+        for segment in snapshot.segments[snapshot.floor_index(offset) :]:
+            found = segment.translate_offset(offset) if segment.base_offset < offset else None
+            position = 0 if found is None else found.position
+            for batch in segment.log.batches(position):
+                header = batch.header
+                if header.last_offset >= offset and header.producer_id >= 0:
+                    replayed.append((header, header.base_offset, header.last_offset))
+        self.producer_state.update(_producer_batches(replayed))
 
     def _make_active(self, segment: LogSegment) -> None:
         for index in (segment.offset_index, segment.time_index):
@@ -251,6 +274,21 @@ class Log:
         with self._lock:
             self._check_open()
             first_offset = self._log_end_offset
+            idempotent = any(h.producer_id >= 0 for _, h in batches)
+            if idempotent:
+                duplicate = self.producer_state.check_append(
+                    _producer_batches((h, 0, 0) for _, h in batches)
+                )
+                if duplicate is not None:  # a retry: answered, not written again
+                    return LogAppendInfo(
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        duplicate.timestamp_ms,
+                        NO_TIMESTAMP,
+                        self._log_start_offset,
+                        0,
+                        0,
+                    )
             buffers, appended, max_timestamp = assign_offsets(
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
@@ -265,6 +303,14 @@ class Log:
             total_bytes = len(view)  # the batches tile the validated input
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             self._write(segment, buffers, appended, first_offset, next_offset)
+            if idempotent:
+                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
+                self.producer_state.update(
+                    _producer_batches(
+                        (h, base, a.last_offset)
+                        for (_, h), base, a in zip(batches, bases, appended, strict=True)
+                    )
+                )
             return LogAppendInfo(
                 first_offset,
                 next_offset - 1,
@@ -305,6 +351,9 @@ class Log:
                 (h.partition_leader_epoch, h.base_offset) for _, h in batches
             )
             self._write(self._segments.active, [view], appended, first_offset, last.next_offset)
+            self.producer_state.update(
+                _producer_batches((h, h.base_offset, h.last_offset) for _, h in batches)
+            )
             return LogAppendInfo(
                 first_offset,
                 last.last_offset,
@@ -405,6 +454,10 @@ class Log:
         self._make_active(segment)
         self._segments.add(segment)
         self._rolled_up_to = segment.base_offset
+        # Kafka's roll: the producer state as of the new segment's base, so a later load
+        # replays from here; fsynced with the rolled segment by the scheduled flush.
+        self.producer_state.remove_expired(self.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
+        self.producer_state.take_snapshot(base_offset, sync=False)
         return segment
 
     # -- read --------------------------------------------------------------------------
@@ -550,6 +603,8 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
             self._high_watermark_position = None
             self._set_high_watermark(self._high_watermark)
+            self.producer_state.delete_snapshots_from(self._log_end_offset + 1)
+            self._rebuild_producer_state()
             self._update_data_dir()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -567,6 +622,8 @@ class Log:
             self._high_watermark_position = None
             self._set_high_watermark(offset)
             self.leader_epochs.clear()
+            self.producer_state.delete_snapshots_from(0)
+            self.producer_state.clear()
             self._update_data_dir()
 
     def delete_records_before(self, offset: int) -> int:
@@ -599,6 +656,7 @@ class Log:
             self.schedule_delete(doomed)
             self._log_start_offset = max(self._log_start_offset, keep[0].base_offset)
             self._set_high_watermark(self._high_watermark)
+            self.producer_state.delete_snapshots_below(self._log_start_offset)
             self.leader_epochs.truncate_from_start(self._log_start_offset)
             self._update_data_dir()
         self.delete_due_files()
@@ -700,6 +758,7 @@ class Log:
             if self._closed:
                 return
             self.flush()
+            self.producer_state.take_snapshot(self._log_end_offset)
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletes:
@@ -744,3 +803,23 @@ __all__ = [
     "LogSlice",
     "TimestampAndOffset",
 ]
+
+
+def _producer_batches(
+    batches: Iterable[tuple[BatchHeader, int, int]],
+) -> list[ProducerBatch]:
+    """(header, first offset, last offset) of appended batches -> the idempotent producers'
+    data batches among them (control batches carry no sequence)."""
+    return [
+        ProducerBatch(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            last_sequence_of(h.base_sequence, h.last_offset_delta),
+            first,
+            last,
+            h.max_timestamp,
+        )
+        for h, first, last in batches
+        if h.producer_id >= 0 and not h.attributes & CONTROL_MASK
+    ]

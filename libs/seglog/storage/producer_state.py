@@ -1,0 +1,296 @@
+"""Idempotent producers' state in one partition (Kafka's ProducerStateManager): for each
+producer id, its epoch and the metadata of its last five batches, so a retried batch is
+recognised and answered with its original offsets, and a gap in sequence numbers is refused.
+
+The rules are Kafka's (ProducerAppendInfo, ProducerStateEntry), for appends from clients:
+- a batch whose epoch and [first, last] sequence equal one of the cached five is a
+  duplicate: nothing is written, the original offsets are answered;
+- an epoch older than the producer's: INVALID_PRODUCER_EPOCH;
+- a newer epoch must start at sequence 0 (when an epoch was known):
+  OUT_OF_ORDER_SEQUENCE_NUMBER otherwise; a new epoch forgets the cached batches;
+- the same epoch must continue at last sequence + 1 (0 after 2^31-1):
+  OUT_OF_ORDER_SEQUENCE_NUMBER otherwise;
+- a producer this partition knows nothing of (new, or its records all deleted) may start at
+  any sequence.
+Batches copied by followers update the state without checks, so a new leader dedupes too.
+
+Snapshots (`<20-digit offset>.snapshot` beside the segments, Kafka's format, big-endian):
+
+    int16  version = 1
+    uint32 crc       CRC-32C of everything after it
+    int32  count
+    count x { int64 producer_id, int16 epoch, int32 last_sequence, int64 last_offset,
+              int32 offset_delta (last offset - first offset of the last batch),
+              int64 timestamp, int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1) }
+
+A snapshot holds the state as of its offset, and only each producer's last batch (as in
+Kafka, a reloaded producer dedupes against that one batch). They are written when a segment
+rolls (at the new segment's base) and when the log closes (at its end); loading takes the
+newest valid one at or below the log end and replays the batch headers after it. A snapshot
+that fails its CRC is deleted and the next older one is used.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from ..errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+from . import log_files
+
+SNAPSHOT_SUFFIX = ".snapshot"
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_ID = -1
+NO_EPOCH = -1
+INT_MAX = 2**31 - 1
+_VERSION = 1
+_HEAD = struct.Struct(">hIi")  # version, crc, count
+_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes
+
+
+@dataclass(frozen=True)
+class BatchMetadata:
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    timestamp_ms: int
+
+
+@dataclass
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_EPOCH
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
+    )
+    last_timestamp_ms: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+    def find_duplicate(self, epoch: int, first: int, last: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_sequence == first and batch.last_sequence == last:
+                return batch
+        return None
+
+
+@dataclass(frozen=True)
+class ProducerBatch:
+    """What the state needs of one appended batch (from its header)."""
+
+    producer_id: int
+    epoch: int
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp_ms: int
+
+
+def last_sequence_of(base_sequence: int, last_offset_delta: int) -> int:
+    """Sequences wrap past 2^31-1 to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
+    return (base_sequence + last_offset_delta) % (INT_MAX + 1)
+
+
+class ProducerStateManager:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.producers: dict[int, ProducerEntry] = {}
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def check(self, batch: ProducerBatch) -> BatchMetadata | None:
+        """A client's batch: its duplicate's metadata if it is a retry, else None when it
+        may be appended; raises when its sequence or epoch is refused."""
+        entry = self.producers.get(batch.producer_id)
+        if entry is None or entry.epoch == NO_EPOCH:
+            return None
+        duplicate = entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
+        if duplicate is not None:
+            return duplicate
+        where = f"producer {batch.producer_id} in {self.directory.name}"
+        if batch.epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"{where}: epoch {batch.epoch} is older than the last seen epoch {entry.epoch}"
+            )
+        if batch.epoch > entry.epoch:
+            if batch.first_sequence != 0:
+                raise OutOfOrderSequenceError(
+                    f"{where}: a new epoch {batch.epoch} must start at sequence 0, not "
+                    f"{batch.first_sequence}"
+                )
+            return None
+        last = entry.last_sequence
+        if entry.batches and not _in_sequence(last, batch.first_sequence):
+            raise OutOfOrderSequenceError(
+                f"{where}: sequence {batch.first_sequence} does not follow {last} (a batch "
+                f"before it is missing)"
+            )
+        return None
+
+    def check_append(self, batches: Iterable[ProducerBatch]) -> BatchMetadata | None:
+        """`check` for every producer batch of one append, in order (a later batch of the
+        same producer continues the earlier one); the first duplicate found answers for the
+        whole append, as in Kafka."""
+        pending: dict[int, tuple[int, int]] = {}
+        for batch in batches:
+            seen = pending.get(batch.producer_id)
+            if seen is None:
+                duplicate = self.check(batch)
+                if duplicate is not None:
+                    return duplicate
+            elif batch.epoch == seen[0] and not _in_sequence(seen[1], batch.first_sequence):
+                raise OutOfOrderSequenceError(
+                    f"producer {batch.producer_id} in {self.directory.name}: sequence "
+                    f"{batch.first_sequence} does not follow {seen[1]} in the same request"
+                )
+            pending[batch.producer_id] = (batch.epoch, batch.last_sequence)
+        return None
+
+    def update(self, batches: Iterable[ProducerBatch]) -> None:
+        """Record appended batches (leader's after `check`, or a follower's copies)."""
+        for batch in batches:
+            entry = self.producers.get(batch.producer_id)
+            if entry is None:
+                entry = self.producers[batch.producer_id] = ProducerEntry(batch.producer_id)
+            if batch.epoch != entry.epoch:
+                entry.epoch = batch.epoch
+                entry.batches.clear()
+            entry.batches.append(
+                BatchMetadata(
+                    batch.first_sequence,
+                    batch.last_sequence,
+                    batch.first_offset,
+                    batch.last_offset,
+                    batch.max_timestamp_ms,
+                )
+            )
+            entry.last_timestamp_ms = max(entry.last_timestamp_ms, batch.max_timestamp_ms)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
+        """Kafka's producer.id.expiration.ms: forget producers silent for that long."""
+        for producer_id in [
+            p for p, e in self.producers.items() if now_ms - e.last_timestamp_ms >= expiration_ms
+        ]:
+            del self.producers[producer_id]
+
+    def clear(self) -> None:
+        self.producers = {}
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_path(self, offset: int) -> Path:
+        return self.directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            stem = path.name[: -len(SNAPSHOT_SUFFIX)]
+            if stem.isdigit() and len(stem) == 20:
+                offsets.append(int(stem))
+        return sorted(offsets)
+
+    def take_snapshot(self, offset: int, *, sync: bool = True) -> None:
+        """Write the state as of `offset` (temp file, rename; fsynced when `sync`: a roll
+        leaves that to the scheduled flush of the rolled segment, as Kafka does, and a torn
+        unsynced snapshot fails its CRC at load and the next older one is used)."""
+        entries = []
+        for producer_id, entry in sorted(self.producers.items()):
+            last = entry.batches[-1] if entry.batches else None
+            entries.append(
+                _ENTRY.pack(
+                    producer_id,
+                    entry.epoch,
+                    last.last_sequence if last else -1,
+                    last.last_offset if last else -1,
+                    (last.last_offset - last.first_offset) if last else 0,
+                    entry.last_timestamp_ms,
+                    -1,
+                    -1,
+                )
+            )
+        body = struct.pack(">i", len(entries)) + b"".join(entries)
+        data = struct.pack(">hI", _VERSION, crc32c.crc32c(body)) + body
+        path = self.snapshot_path(offset)
+        if sync:
+            log_files.atomic_write(path, data)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+    def load_snapshot(self, offset: int) -> None:
+        """Replace the state with the snapshot at `offset`; CorruptRecordError (and the
+        file deleted) when it is not a valid one."""
+        path = self.snapshot_path(offset)
+        data = path.read_bytes()
+        try:
+            version, crc, count = _HEAD.unpack_from(data)
+            if version != _VERSION:
+                raise ValueError(f"unknown version {version}")
+            if crc32c.crc32c(data[6:]) != crc:
+                raise ValueError("CRC mismatch")
+            if len(data) != _HEAD.size + count * _ENTRY.size:
+                raise ValueError(f"{count} entries declared, {len(data)} bytes")
+        except (struct.error, ValueError) as exc:
+            path.unlink(missing_ok=True)
+            raise CorruptRecordError(f"producer snapshot {path.name}: {exc}") from None
+        producers = {}
+        for i in range(count):
+            pid, epoch, last_seq, last_offset, delta, timestamp, _, _ = _ENTRY.unpack_from(
+                data, _HEAD.size + i * _ENTRY.size
+            )
+            entry = ProducerEntry(pid, epoch, last_timestamp_ms=timestamp)
+            if last_offset >= 0:
+                entry.batches.append(
+                    BatchMetadata(
+                        (last_seq - delta) % (INT_MAX + 1),
+                        last_seq,
+                        last_offset - delta,
+                        last_offset,
+                        timestamp,
+                    )
+                )
+            producers[pid] = entry
+        self.producers = producers
+
+    def delete_snapshots_from(self, offset: int) -> None:
+        """Snapshots at or past `offset` describe offsets the log no longer has."""
+        for snapshot in self.snapshot_offsets():
+            if snapshot >= offset:
+                self.snapshot_path(snapshot).unlink(missing_ok=True)
+
+    def delete_snapshots_below(self, offset: int) -> None:
+        """Keep the newest snapshot at or below `offset` (where loading starts) and later."""
+        older = [s for s in self.snapshot_offsets() if s <= offset]
+        for snapshot in older[:-1]:
+            self.snapshot_path(snapshot).unlink(missing_ok=True)
+
+    def latest_loadable(self, log_end_offset: int) -> int | None:
+        """Load the newest valid snapshot at or below the log end; its offset, or None."""
+        for snapshot in reversed(self.snapshot_offsets()):
+            if snapshot > log_end_offset:
+                self.snapshot_path(snapshot).unlink(missing_ok=True)
+                continue
+            try:
+                self.load_snapshot(snapshot)
+                return snapshot
+            except (CorruptRecordError, OSError):
+                continue
+        self.clear()
+        return None
+
+
+def _in_sequence(last: int, first: int) -> bool:
+    return first == last + 1 or (first == 0 and last == INT_MAX)
