@@ -5,8 +5,9 @@ heartbeat. Produce, Fetch and ListOffsets are in service.py."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -35,6 +36,8 @@ class AdminService:
     ) -> None:
         self.registry = registry
         self.offsets_topic_replication_factor = offsets_topic_replication_factor
+        self._producer_ids: Iterator[int] | None = None
+        self._producer_ids_lock = threading.Lock()
         self.connections = connections
         # The gateway's own settings, Kafka's names where Kafka has them (DescribeConfigs).
         self.settings = dict(settings or {})
@@ -282,6 +285,27 @@ class AdminService:
         for part in described.values():
             if part.leader >= 0 and part.log_end_offset < 0 and not part.error:
                 set_error(part, LeaderNotAvailableError(f"node {part.leader} is not available"))
+
+    def InitProducerId(
+        self, request: gateway_pb2.InitProducerIdRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.InitProducerIdResponse:
+        response = gateway_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        if request.transactional_id:
+            set_error(
+                response,
+                InvalidRequestError("transactions are not supported: leave transactional_id empty"),
+            )
+            return response
+        with self._producer_ids_lock:
+            if not self._producer_ids:
+                self._producer_ids = iter(self.registry.allocate_producer_ids())
+            producer_id = next(self._producer_ids, None)
+            if producer_id is None:
+                self._producer_ids = iter(self.registry.allocate_producer_ids())
+                producer_id = next(self._producer_ids)
+        response.producer_id = producer_id
+        response.producer_epoch = 0
+        return response
 
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext

@@ -13,7 +13,8 @@ restarts with everything it had acknowledged:
                                            "isr": [1, 2], "partition_epoch": 0}]}}}
 
 (`isr` and `partition_epoch` absent, as files written before replication have them, read
-as every replica and 0.)
+as every replica and 0; `next_producer_id_block`, the first producer id not yet handed out,
+absent reads as 0.)
 
 Liveness is not persisted: a node is live while its last heartbeat is younger than the
 session timeout. After a gateway start every known node gets one session timeout of grace, so
@@ -79,6 +80,7 @@ DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 NO_LEADER = -1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
+PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
 @dataclass
@@ -177,6 +179,7 @@ class Registry:
         self._lock = threading.RLock()
         self.topics: dict[str, Topic] = {}
         self.nodes: dict[int, Node] = {}
+        self.next_producer_id_block = 0  # the first id of the next block to hand out
         data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -189,6 +192,7 @@ class Registry:
         if state.get("version") != _VERSION:
             raise ValueError(f"{self.path}: unknown registry version {state.get('version')!r}")
         grace = time.monotonic() + self.session_timeout_s
+        self.next_producer_id_block = int(state.get("next_producer_id_block", 0))
         for node_id, node in state["nodes"].items():
             self.nodes[int(node_id)] = Node(int(node_id), node["address"], grace_until=grace)
         for name, topic in state["topics"].items():
@@ -202,6 +206,7 @@ class Registry:
     def _save(self) -> None:
         state = {
             "version": _VERSION,
+            "next_producer_id_block": self.next_producer_id_block,
             "nodes": {str(n.node_id): {"address": n.address} for n in self.nodes.values()},
             "topics": {
                 t.name: {
@@ -213,6 +218,15 @@ class Registry:
             },
         }
         atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
+        """A block of producer ids no one has had (Kafka's ProducerIdsBlock), persisted
+        before it is handed out."""
+        with self._lock:
+            start = self.next_producer_id_block
+            self.next_producer_id_block = start + count
+            self._save()
+            return range(start, start + count)
 
     # -- nodes ---------------------------------------------------------------------------
 

@@ -199,6 +199,11 @@ class Gateway:
             "ListOffsets": unary(
                 s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
             ),
+            "InitProducerId": unary(
+                a.InitProducerId,
+                gateway_pb2.InitProducerIdRequest,
+                gateway_pb2.InitProducerIdResponse,
+            ),
         }
         registry = {
             "RegisterNode": unary(

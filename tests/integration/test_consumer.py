@@ -428,7 +428,7 @@ def test_kafka_python_and_confluent_names_serializers_and_consumer_timeout(clust
         assert time.monotonic() - started < 15
     with pytest.raises(InvalidConfigError, match="given twice"):
         Consumer(cluster.address, bootstrap_servers=cluster.address)
-    with pytest.raises(InvalidConfigError, match="enable_idempotence is not implemented"):
-        Producer(cluster.address, enable_idempotence=True)
+    with pytest.raises(InvalidConfigError, match="conflicts with acks=1"):
+        Producer(cluster.address, enable_idempotence=True, acks=1)
     with pytest.raises(InvalidConfigError, match="value_serializer must be a callable"):
         Producer(cluster.address, value_serializer="json")

@@ -44,16 +44,13 @@ class ProducerConfig:
     max_in_flight_requests_per_connection: int = 5
     max_request_size: int = 1024 * 1024
     metadata_max_age_ms: int = 300_000
-    enable_idempotence: bool = False
+    # None: Kafka's default (on, unless acks, retries or in-flight settings rule it out,
+    # KIP-679); True with such settings fails at construction.
+    enable_idempotence: bool | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
 
     def __post_init__(self) -> None:
-        if self.enable_idempotence in (True, "true", "True"):
-            raise InvalidConfigError(
-                "enable_idempotence is not implemented yet (producer ids and sequences); "
-                "set it to false"
-            )
         _check_callables(self, "key_serializer", "value_serializer")
         acks: object = self.acks
         if acks == "all":
@@ -61,6 +58,13 @@ class ProducerConfig:
         if self.acks not in (0, 1, -1, "0", "1", "-1"):
             raise InvalidConfigError(f"acks must be 0, 1, -1 or all, got {self.acks!r}")
         object.__setattr__(self, "acks", int(self.acks))
+        idempotence: object = self.enable_idempotence
+        if isinstance(idempotence, str):
+            if idempotence.lower() not in ("true", "false"):
+                raise InvalidConfigError(
+                    f"enable_idempotence must be true or false, got {idempotence!r}"
+                )
+            idempotence = idempotence.lower() == "true"
         _check_ints(self)
         _at_least(self, "linger_ms", 0)
         _at_least(self, "batch_size", 0)
@@ -78,6 +82,28 @@ class ProducerConfig:
                 f"compression_type must be one of {sorted(COMPRESSION_TYPES)}, "
                 f"got {self.compression_type!r}"
             )
+        conflicts = [
+            reason
+            for reason, bad in (
+                (f"acks={self.acks} (needs all)", self.acks != -1),
+                ("retries=0", self.retries == 0),
+                (
+                    f"max_in_flight_requests_per_connection="
+                    f"{self.max_in_flight_requests_per_connection} (at most 5)",
+                    self.max_in_flight_requests_per_connection > 5,
+                ),
+            )
+            if bad
+        ]
+        if idempotence is True and conflicts:
+            raise InvalidConfigError(
+                f"enable_idempotence=true conflicts with {', '.join(conflicts)}"
+            )
+        object.__setattr__(
+            self,
+            "enable_idempotence",
+            bool(idempotence) if idempotence is not None else not conflicts,
+        )
         # Kafka's own check: a batch must get at least one full request attempt after lingering.
         if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
             raise InvalidConfigError(

@@ -209,6 +209,13 @@ class GatewayClient:
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
 
+    def init_producer_id(self) -> tuple[int, int]:
+        """Kafka's InitProducerId: (producer id, epoch) for an idempotent producer."""
+        response = self._call("InitProducerId", gateway_pb2.InitProducerIdRequest())
+        if response.error:  # type: ignore[attr-defined]
+            raise error_from_code(response.error, response.error_message)  # type: ignore[attr-defined]
+        return response.producer_id, response.producer_epoch  # type: ignore[attr-defined]
+
     def list_offsets(
         self, topic: str, timestamps: Mapping[int, int]
     ) -> dict[int, common_pb2.ListOffsetsResult]:

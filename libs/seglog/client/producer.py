@@ -61,7 +61,11 @@ class Producer:
         self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)
         self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
         self._sender = Sender(
-            self.config, self._accumulator, self._metadata, self._client.produce_raw
+            self.config,
+            self._accumulator,
+            self._metadata,
+            self._client.produce_raw,
+            self._client.init_producer_id if self.config.enable_idempotence else None,
         )
         self._sticky: dict[str, int] = {}
         self._key_partitioner = KeyPartitioner()

@@ -5,11 +5,21 @@ futures of all its records at once and runs their callbacks on the sender thread
 from __future__ import annotations
 
 import logging
+import struct
 import time
+
+from crc32c import crc32c
 
 from ..records import RecordBatchBuilder
 from ..records.builder import Headers
 from .futures import BatchResult, Callback, RecordFuture
+
+# RecordBatch v2 header: crc at 17 (over bytes 21..end), producerId/Epoch/baseSequence at 43.
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21
+_PRODUCER_OFFSET = 43
+_CRC = struct.Struct(">I")
+_PRODUCER_FIELDS = struct.Struct(">qhi")
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +37,7 @@ class ProducerBatch:
         "callbacks",
         "data",
         "record_count",
+        "base_sequence",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
@@ -42,6 +53,7 @@ class ProducerBatch:
         # The encoded batch, set when the batch is closed for sending.
         self.data: memoryview | bytes | None = None
         self.record_count = 0
+        self.base_sequence: int | None = None  # set when an idempotent producer first sends it
 
     @property
     def is_open(self) -> bool:
@@ -76,6 +88,20 @@ class ProducerBatch:
         self.record_count = builder.record_count
         self.data = builder.build_into(self.buffer)
         self.builder = None
+
+    def stamp_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+        """Write the idempotent producer's id, epoch and this batch's first sequence into the
+        closed batch (header bytes 43-56, inside the CRC, which is computed again): sequences
+        are given in the order batches are first sent, so a batch that never goes out leaves
+        no gap. Retries send the same bytes."""
+        data = self.data
+        if data is None or isinstance(data, bytes):
+            raise RuntimeError(f"batch {self.topic}-{self.partition} is not closed into a buffer")
+        _PRODUCER_FIELDS.pack_into(
+            data, _PRODUCER_OFFSET, producer_id, producer_epoch, base_sequence
+        )
+        _CRC.pack_into(data, _CRC_OFFSET, crc32c(data[_ATTRIBUTES_OFFSET:]))
+        self.base_sequence = base_sequence
 
     @property
     def encoded(self) -> memoryview | bytes:

@@ -6,6 +6,13 @@ Answers arrive on gRPC's threads and are queued; the sender thread handles them 
 accumulator's deques and the callbacks are only ever touched from here (callbacks run on the
 sender thread, as in Kafka's producer: keep them short).
 
+Idempotence (`enable_idempotence`, on by default as in Kafka): the sender takes a producer id
+from the gateway (InitProducerId) and numbers each partition's batches with sequences when
+they are first sent, so the leader recognises a retried batch and answers it with its
+original offsets instead of writing it twice. One request per partition is in flight at a
+time (the accumulator mutes a partition until its answer), so sequences reach the leader in
+order.
+
 Per batch: success resolves its futures with offsets counted from the partition's base offset;
 a retriable error (leader moved or down, node restarting, timeout) puts it back at the front of
 its partition to retry after `retry_backoff_ms`, refreshing metadata first when the leader may
@@ -47,6 +54,7 @@ _METADATA_ERRORS = (
     UnknownTopicOrPartitionError,
 )
 _IDLE_WAIT_S = 0.1
+_SEQUENCE_WRAP = 2**31  # sequences wrap past Int.MaxValue to 0, as Kafka's
 
 
 class Sender(threading.Thread):
@@ -56,6 +64,7 @@ class Sender(threading.Thread):
         accumulator: RecordAccumulator,
         metadata: Metadata,
         produce: grpc.UnaryUnaryMultiCallable,
+        init_producer_id: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         super().__init__(name=f"{config.client_id}-sender", daemon=True)
         self.config = config
@@ -71,6 +80,12 @@ class Sender(threading.Thread):
         self._metadata_retry_at_s = 0.0
         # What this round's answers settled, handed to the accumulator at the next `ready`.
         self._settled = Settlement()
+        # Idempotence: the producer id and epoch, and each partition's next sequence. A
+        # sequenced batch that fails leaves its partition's sequence unknown to us: a new
+        # producer id is taken and sequences start again at 0 (Kafka bumps the epoch).
+        self._init_producer_id = init_producer_id
+        self._producer: tuple[int, int] | None = None
+        self._sequences: dict[tuple[str, int], int] = {}
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -119,6 +134,14 @@ class Sender(threading.Thread):
                 logger.warning("metadata refresh for %s failed: %s", sorted(refresh), error)
                 self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
         limit = self.config.max_in_flight_requests_per_connection
+        if self._init_producer_id is not None and self._producer is None and check.nodes:
+            try:
+                self._producer = self._init_producer_id()
+                self._sequences = {}
+            except SeglogError as exc:
+                logger.warning("InitProducerId failed, retrying: %s", exc)
+                self._wakeup.wait(self.config.retry_backoff_ms / 1000)
+                return
         for node_id in check.nodes:
             if self._in_flight.get(node_id, 0) >= limit:
                 continue
@@ -134,6 +157,15 @@ class Sender(threading.Thread):
     # -- requests ---------------------------------------------------------------------------
 
     def _send(self, plan: ProduceRequestPlan) -> None:
+        if self._producer is not None:
+            producer_id, epoch = self._producer
+            for partition, batches in plan.batches.items():
+                tp = (plan.topic, partition)
+                for batch in batches:
+                    if batch.base_sequence is None:
+                        sequence = self._sequences.get(tp, 0)
+                        batch.stamp_producer(producer_id, epoch, sequence)
+                        self._sequences[tp] = (sequence + batch.record_count) % _SEQUENCE_WRAP
         info = self.metadata.cached(plan.topic)
         request = wire.encode_produce_request(
             plan.topic,
@@ -244,6 +276,8 @@ class Sender(threading.Thread):
         self._settled.completed.append(batch)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        if batch.base_sequence is not None and self._init_producer_id is not None:
+            self._producer = None  # its partition's sequence is now unknown: start afresh
         batch.complete(-1, -1, error)
         self._settled.completed.append(batch)
 
