@@ -115,6 +115,7 @@ class AppendResult:
     partition: int
     info: LogAppendInfo | None
     error: SeglogError | None = None
+    leader_epoch: int = NO_EPOCH  # the term the append was made in
 
 
 @dataclass(frozen=True)
@@ -302,8 +303,9 @@ class ReplicaManager:
             try:
                 if acks == ACKS_ALL:
                     held.check_enough_replicas()  # Kafka's per-partition refusal
-                info = held.log.append(validated, leader_epoch=held.leader_epoch)
-                results.append(AppendResult(number, info))
+                epoch = held.leader_epoch
+                info = held.log.append(validated, leader_epoch=epoch)
+                results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
                 results.append(AppendResult(number, None, exc))
             held.maybe_increment_high_watermark()
@@ -315,14 +317,22 @@ class ReplicaManager:
     ) -> list[AppendResult]:
         """acks=all (Kafka's DelayedProduce): wait until the high watermark passes each
         partition's batches; then NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
-        min.insync.replicas meanwhile, REQUEST_TIMED_OUT if the time ran out."""
+        min.insync.replicas meanwhile, REQUEST_TIMED_OUT if the time ran out, and
+        NOT_LEADER_OR_FOLLOWER if the leadership moved before that (as Kafka's
+        checkEnoughReplicasReachOffset: a deposed leader's log may be truncated and refilled
+        by the new leader, so its high watermark no longer says anything about these
+        batches; the producer retries at the new leader, which dedupes what it has)."""
         deadline = time.monotonic() + timeout_ms / 1000
         waiting = {r.partition: r for r in results if r.info is not None}
+        deposed: set[int] = set()
 
         def replicated(result: AppendResult) -> bool:
             assert result.info is not None
             held = self._partitions.get((topic, result.partition))
-            return held is None or held.log.high_watermark > result.info.last_offset
+            if held is None or not held.is_leader or held.leader_epoch != result.leader_epoch:
+                deposed.add(result.partition)
+                return True
+            return held.log.high_watermark > result.info.last_offset
 
         while not self._stopping:
             seq = self._progress_seq
@@ -337,6 +347,18 @@ class ReplicaManager:
         for result in results:
             if result.info is None:
                 out.append(result)
+            elif result.partition in deposed:
+                out.append(
+                    AppendResult(
+                        result.partition,
+                        None,
+                        NotLeaderError(
+                            f"{topic}-{result.partition}: leadership moved (epoch "
+                            f"{result.leader_epoch}) before the in-sync replicas had offsets "
+                            f"{result.info.first_offset}-{result.info.last_offset}; retry"
+                        ),
+                    )
+                )
             elif result.partition in waiting:
                 out.append(
                     AppendResult(

@@ -5,6 +5,8 @@ errors that write nothing."""
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import pytest
 
@@ -256,6 +258,30 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
     values = [r.value for r in _records([_read_all(logs[old_leader])])]
     assert values == [b"shared", b"new-1", b"new-2"]
     assert _segment_bytes(logs[old_leader]) == _segment_bytes(logs[follower])
+
+
+def test_an_acks_all_write_waiting_when_leadership_moves_answers_not_leader(cluster):
+    cluster.client.create_topic("moving", 1, 3)
+    assert _produce(cluster, "moving", [b"first"]).error == 0
+    p = _registration(cluster, "moving")
+    leader_node = cluster.nodes[p.leader]
+
+    def refuse(held, state, *args):
+        raise grpc.RpcError("dropped")
+
+    leader_node.replicas._follower_fetch = refuse  # nothing more replicates from it
+    answers = []
+    writer = threading.Thread(
+        target=lambda: answers.append(_produce(cluster, "moving", [b"stuck"], timeout_ms=20_000))
+    )
+    writer.start()
+    assert wait_until(lambda: leader_node.logs.get_log("moving", 0).log_end_offset == 2)
+    # The registry moves the leadership while the write waits for its followers: the old
+    # leader's log will be truncated and refilled, so it must not answer success.
+    cluster.gateway.registry.controlled_shutdown(p.leader)
+    writer.join(timeout=20)
+    [answer] = answers
+    assert common_pb2.ErrorCode.Name(answer.error) == "NOT_LEADER_OR_FOLLOWER"
 
 
 def _read_all(log):
