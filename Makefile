@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test bench lint proto install run clean
+.PHONY: test bench lint proto install run clean fault-campaign
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -47,6 +47,12 @@ test: $(STAMP) proto
 
 bench: $(STAMP) proto
 	$(BIN)/python -m bench
+
+# A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one): replication under
+# SIGKILL, SIGSTOP/SIGCONT and SIGTERM of random nodes; prints cycles, acks, losses, duplicates.
+CYCLES ?= 40
+fault-campaign: $(STAMP) proto
+	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED))
 
 lint: $(STAMP) proto
 	$(BIN)/ruff check .

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -53,14 +54,15 @@ HEAL_TIMEOUT_S = 90.0
 ACTIONS = ("kill", "crash", "stop", "term")
 
 
-def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+def wait_for(predicate, timeout_s: float, what: str, state=None, interval_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(interval_s)
     if not predicate():
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        seen = f"; state: {state()}" if state is not None else ""
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{seen}")
 
 
 @dataclass
@@ -140,6 +142,21 @@ class Cluster:
             p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) and not p.error
             for p in topic.partitions
         ) and all(node.alive() for node in self.nodes.values())
+
+    def state(self) -> str:
+        try:
+            [topic] = self.client.describe_topics([TOPIC])
+        except Exception as exc:
+            return f"describe failed: {exc}"
+        alive = {n: node.alive() for n, node in self.nodes.items()}
+        parts = []
+        for p in topic.partitions:
+            replicas = [(r.node_id, r.log_end_offset, r.high_watermark) for r in p.replica_states]
+            parts.append(
+                f"p{p.partition} leader {p.leader} epoch {p.leader_epoch} isr {list(p.isr)} "
+                f"replicas (node, end, hw) {replicas}"
+            )
+        return f"processes alive {alive}; " + "; ".join(parts)
 
     def live(self, node_id: int) -> bool:
         try:
@@ -318,7 +335,12 @@ def run(root: Path, cycles: int, seed: int, producers_count: int = 3) -> Report:
         producers.start()
         watcher.start()
         for _ in range(cycles):
-            wait_for(cluster.healed, HEAL_TIMEOUT_S, "every ISR to be whole again")
+            wait_for(
+                cluster.healed,
+                HEAL_TIMEOUT_S,
+                "every ISR to be whole again",
+                lambda: cluster.state(),
+            )
             before = producers.count()
             wait_for(lambda b=before: producers.count() > b + 50, 60, "acknowledged writes")
             node_id = rng.randint(1, NODES)
@@ -364,13 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--producers", type=int, default=3)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="seglog-campaign-") as tmp:
-        print(f"fault campaign: seed {args.seed}, data in {tmp}", flush=True)
-        report = run(Path(tmp), args.cycles, args.seed, args.producers)
+    root = Path(tempfile.mkdtemp(prefix="seglog-campaign-"))
+    print(f"fault campaign: seed {args.seed}, data and logs in {root}", flush=True)
+    report = run(root, args.cycles, args.seed, args.producers)  # kept when it raises
     print(report.summary())
     for kind in ("lost", "duplicates", "out_of_order", "vanished", "divergent_replicas"):
         for line in getattr(report, kind)[:10]:
             print(f"  {kind}: {line}")
+    if report.ok:
+        shutil.rmtree(root, ignore_errors=True)
     return 0 if report.ok else 1
 
 
