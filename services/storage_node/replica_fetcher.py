@@ -248,7 +248,13 @@ class ReplicaFetcher:
                     response.diverging_end_offset,
                     target,
                 )
+                before = (log.log_end_offset, log.leader_epochs.latest_epoch)
                 log.truncate_to(target)
+                if (log.log_end_offset, log.leader_epochs.latest_epoch) == before:
+                    # No progress: asking again at once would get the same answer.
+                    entry.backoff_until = (
+                        time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
+                    )
                 return
             if response.records:
                 log.append_as_follower(

@@ -141,3 +141,13 @@ def test_a_follower_refuses_what_it_cannot_append_as_is(tmp_path, now_ms):
     assert follower.read(0, 1 << 20) == leader.read(0, 1 << 20)
     leader.close()
     follower.close()
+
+
+def test_truncating_at_the_log_end_drops_an_epoch_that_starts_there(tmp_path, now_ms):
+    # A replica that became leader (epoch 3 recorded at its log end) and appended nothing
+    # before losing the leadership: the empty epoch must go, or every fetch would diverge.
+    log = Log.open(tmp_path / "t-0")
+    log.append(make_batch([b"a"], timestamp_ms=now_ms), leader_epoch=1)
+    log.leader_epochs.assign(3, log.log_end_offset)
+    log.truncate_to(log.log_end_offset)
+    assert log.leader_epochs.entries == [EpochEntry(1, 0)]

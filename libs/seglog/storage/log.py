@@ -586,6 +586,11 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
+                # Nothing to cut, but an epoch entry may start at the log end: a replica
+                # that became leader (which records its epoch's start) and appended nothing
+                # before another was elected. Kept, it would make every fetch diverge again
+                # (Kafka's truncateTo drops it the same way).
+                self.leader_epochs.truncate_from_end(self._log_end_offset)
                 return
             if offset <= self._segments.first.base_offset:
                 self.truncate_fully_and_start_at(offset)
