@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import sys
 import threading
 from pathlib import Path
+
+from seglog.rpc import grants
 
 from .processes import ServerProcess, gateway_process, node_process
 
@@ -53,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     # Services log to files; what they print (console traces with
     # OTEL_TRACES_EXPORTER=console) comes through to this terminal.
     echo = sys.stdout.buffer
+    # The secret that signs bulk transfer grants, made once per data dir (mode 0600) and
+    # given to every process through the environment, never on a command line.
+    secret = _cluster_secret(data / "cluster-secret")
+    env = {grants.CLUSTER_SECRET_ENV: secret}
     # Topics default to three replicas and acks=all to two in sync, so killing one node
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
@@ -61,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         args.listen,
         data / "gateway",
         extra_args=["--default-replication-factor", str(replication_factor)],
+        env=env,
         stderr_path=data / "logs" / "gateway.log",
         echo_stdout=echo,
     )
@@ -75,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 data / f"node-{node_id}",
                 address,
                 extra_args=["--config", f"min.insync.replicas={min_insync_replicas}"],
+                env=env,
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
             )
@@ -123,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         gateway.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _cluster_secret(path: Path) -> str:
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+    return path.read_text().strip()
 
 
 def _listening(host: str, port: int) -> bool:

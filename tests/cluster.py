@@ -17,6 +17,8 @@ from services.gateway.server import Gateway, GatewayConfig
 from services.storage_node.server import NodeConfig, StorageNode
 
 HEARTBEAT_MS = 100
+# The bulk fetch path is on in test clusters (consumers use it by default), as under make run.
+CLUSTER_SECRET = b"test-cluster-secret-0123456789"
 SESSION_TIMEOUT_MS = 1500
 # Small groups settle fast: few offsets partitions, a short first-rebalance wait, and
 # consumer sessions short enough for tests to watch one expire.
@@ -47,6 +49,7 @@ class LocalCluster:
     ) -> None:
         self.root = root
         self.node_configs = dict(node_configs or {})
+        self.cluster_secret = gateway_config.get("cluster_secret", CLUSTER_SECRET)
         self.tracer_provider = tracer_provider
         self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
         self.gateway: Gateway | None = None
@@ -70,7 +73,7 @@ class LocalCluster:
             data_dir=self.root / "gateway",
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
-            **self.gateway_config,
+            **{"cluster_secret": CLUSTER_SECRET, **self.gateway_config},
         )
         self.gateway = Gateway(config, tracer_provider=self.tracer_provider)
         self.gateway.start()
@@ -85,6 +88,7 @@ class LocalCluster:
             gateway=self.address,
             heartbeat_interval_ms=HEARTBEAT_MS,
             engine_configs={**self.node_configs, **engine_configs},
+            cluster_secret=self.cluster_secret,
         )
         node = StorageNode(config, tracer_provider=self.tracer_provider)
         node.start()

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from seglog.rpc import grants
 from services import serving
 
 from .offsets_store import (
@@ -141,7 +142,26 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=300,
     )
+    serving.env_flag(
+        parser,
+        "--cluster-secret",
+        grants.CLUSTER_SECRET_ENV,
+        "secret shared with the nodes to sign bulk transfer grants (16+ characters); "
+        "without it the bulk fetch path is off",
+    )
+    serving.env_flag(
+        parser,
+        "--fetch-grant-ttl-ms",
+        "SEGLOG_FETCH_GRANT_TTL_MS",
+        "how long a bulk transfer grant stays valid",
+        type=int,
+        default=grants.DEFAULT_GRANT_TTL_MS,
+    )
     args = parser.parse_args(argv)
+    try:
+        secret = grants.cluster_secret(args.cluster_secret)
+    except ValueError as exc:
+        parser.error(str(exc))
     return GatewayConfig(
         listen=args.listen,
         data_dir=Path(args.data_dir),
@@ -159,6 +179,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         offsets_topic_replication_factor=int(args.offsets_topic_replication_factor),
         auto_leader_rebalance_enable=args.auto_leader_rebalance_enable == "true",
         leader_imbalance_check_interval_seconds=int(args.leader_imbalance_check_interval_seconds),
+        cluster_secret=secret,
+        fetch_grant_ttl_ms=int(args.fetch_grant_ttl_ms),
     )
 
 

@@ -347,6 +347,7 @@ class RegistryService:
             request.address,
             _offline(request),
             dict(request.log_config_defaults),
+            request.bulk_address,
         )
         logger.info("node %d registered at %s", request.node_id, request.address)
         return self._assignment(request)
@@ -354,7 +355,9 @@ class RegistryService:
     def Heartbeat(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
-        if not self.registry.heartbeat(request.node_id, request.address, _offline(request)):
+        if not self.registry.heartbeat(
+            request.node_id, request.address, _offline(request), request.bulk_address
+        ):
             return self.RegisterNode(request, context)
         return self._assignment(request)
 

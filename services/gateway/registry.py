@@ -142,6 +142,7 @@ class Node:
     offline: dict[tuple[str, int], str] = field(default_factory=dict)
     # Its own topic defaults (--config log.*), Kafka's names, from its heartbeats.
     log_config_defaults: dict[str, str] = field(default_factory=dict)
+    bulk_address: str = ""  # its bulk fetch listener, from its heartbeats ("" when none)
     fenced: bool = False  # its session expired: out of every ISR, leads nothing
     shutting_down: bool = False  # asked for a controlled shutdown
 
@@ -157,6 +158,7 @@ class Route:
     leader_epoch: int
     address: str | None
     live: bool
+    bulk_address: str = ""
 
 
 class Registry:
@@ -236,6 +238,7 @@ class Registry:
         address: str,
         offline: dict[tuple[str, int], str] | None = None,
         log_config_defaults: dict[str, str] | None = None,
+        bulk_address: str = "",
     ) -> None:
         """A node starting a session: its previous incarnation is fenced (it may have lost
         unflushed records), then it is live again: elected where it was the last in-sync
@@ -246,6 +249,7 @@ class Registry:
                 node = self.nodes[node_id] = Node(node_id, address)
             changed = self._fence(node_id)
             node.address = address
+            node.bulk_address = bulk_address
             node.offline = dict(offline or {})
             node.log_config_defaults = dict(log_config_defaults or {})
             node.last_heartbeat = time.monotonic()
@@ -256,7 +260,11 @@ class Registry:
         self._notify(changed)
 
     def heartbeat(
-        self, node_id: int, address: str, offline: dict[tuple[str, int], str] | None = None
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None = None,
+        bulk_address: str = "",
     ) -> bool:
         """Record a heartbeat; False when the node must register first (unknown to this
         registry, its address changed, or its session expired and it was fenced)."""
@@ -265,6 +273,7 @@ class Registry:
             if node is None or node.address != address or node.fenced:
                 return False
             node.offline = dict(offline or {})
+            node.bulk_address = bulk_address
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             return True
@@ -702,4 +711,5 @@ class Registry:
                 p.leader_epoch,
                 node.address if node else None,
                 self.is_live(p.leader),
+                node.bulk_address if node else "",
             )

@@ -13,9 +13,9 @@ from pathlib import Path
 import grpc
 from opentelemetry import trace
 
-from seglog.rpc import wire
+from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
-from seglog.v1 import common_pb2, gateway_pb2, groups_pb2
+from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
 from .admin import AdminService, RegistryService
@@ -67,6 +67,9 @@ class GatewayConfig:
     offsets_topic_replication_factor: int = 3
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
+    # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off.
+    cluster_secret: bytes | None = dataclasses.field(default=None, repr=False)
+    fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS
 
 
 # The gateway's settings under the names Kafka gives the same broker settings.
@@ -83,6 +86,9 @@ def described_settings(config: GatewayConfig) -> dict[str, str]:
     out = {}
     for field in dataclasses.fields(config):
         if field.name in ("listen", "data_dir"):
+            continue
+        if field.name == "cluster_secret":  # never shown; only whether one is set
+            out["bulk.fetch.enabled"] = str(config.cluster_secret is not None).lower()
             continue
         name = _KAFKA_SETTING_NAMES.get(field.name, field.name.replace("_", "."))
         out[name] = str(getattr(config, field.name))
@@ -112,6 +118,8 @@ class Gateway:
             self.registry,
             self.connections,
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
+            cluster_secret=config.cluster_secret,
+            fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
         )
         self.admin = AdminService(
             self.registry,
@@ -198,6 +206,9 @@ class Gateway:
             ),
             "ListOffsets": unary(
                 s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
+            ),
+            "FetchGrants": unary(
+                s.FetchGrants, bulk_pb2.FetchGrantsRequest, bulk_pb2.FetchGrantsResponse
             ),
             "InitProducerId": unary(
                 a.InitProducerId,

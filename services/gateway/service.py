@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import grpc
 
 from seglog.errors import (
+    InvalidRequestError,
     InvalidTopicError,
     LeaderNotAvailableError,
     NodeUnavailableError,
@@ -32,9 +33,15 @@ from seglog.errors import (
     SeglogError,
 )
 from seglog.records.checks import check_relayed_records
-from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
+from seglog.rpc import (
+    check_fetch_request,
+    check_produce_request,
+    client_leader_epoch,
+    grants,
+    wire,
+)
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
-from seglog.v1 import common_pb2
+from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from .nodes import NodeConnection, NodeConnections
@@ -61,8 +68,12 @@ class GatewayService:
         *,
         max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
         max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
+        cluster_secret: bytes | None = None,
+        fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
     ) -> None:
         self.registry = registry
+        self.cluster_secret = cluster_secret
+        self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
         self.max_unacknowledged_bytes = max_unacknowledged_bytes
@@ -92,6 +103,51 @@ class GatewayService:
         if isinstance(error, NodeUnavailableError):
             return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
         return error
+
+    # -- FetchGrants (the bulk path) -----------------------------------------------------
+
+    def FetchGrants(
+        self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
+    ) -> bulk_pb2.FetchGrantsResponse:
+        """Route each partition as Fetch does; one signed grant per leader node with a bulk
+        listener. What cannot go that way (no secret, no listener, a routing error) is named
+        in `errors`, and the client reads it through Fetch."""
+        response = bulk_pb2.FetchGrantsResponse()
+        by_node: dict[int, tuple[Route, list[tuple[str, int, int, int]]]] = {}
+        for p in request.partitions:
+            try:
+                if is_internal_topic(p.topic):
+                    raise InvalidTopicError(f"topic {p.topic!r} is internal")
+                if self.cluster_secret is None:
+                    raise InvalidRequestError(
+                        "the bulk fetch path is off: the gateway has no cluster secret"
+                    )
+                route, _ = self._route(p.topic, p.partition, client_leader_epoch(p))
+                if not route.bulk_address:
+                    raise InvalidRequestError(f"node {route.leader} has no bulk listener")
+            except SeglogError as exc:
+                response.errors.add(
+                    topic=p.topic,
+                    partition=p.partition,
+                    error=error_code_for(exc),
+                    error_message=str(exc),
+                )
+                continue
+            entry = by_node.setdefault(route.leader, (route, []))
+            entry[1].append((p.topic, p.partition, p.fetch_offset, route.leader_epoch))
+        for node_id, (route, partitions) in by_node.items():
+            assert self.cluster_secret is not None
+            grant, signature, expires_at_ms = grants.issue(
+                self.cluster_secret, node_id, partitions, self.fetch_grant_ttl_ms
+            )
+            response.grants.add(
+                node_id=node_id,
+                bulk_address=route.bulk_address,
+                grant=grant,
+                signature=signature,
+                expires_at_ms=expires_at_ms,
+            )
+        return response
 
     # -- Produce -------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from seglog.rpc import grants
 from services import serving
 
 from .server import NodeConfig, StorageNode
@@ -34,6 +35,22 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         "heartbeat period",
         type=int,
         default=2000,
+    )
+    serving.env_flag(
+        parser,
+        "--cluster-secret",
+        grants.CLUSTER_SECRET_ENV,
+        "secret shared with the gateway to verify bulk transfer grants (16+ characters); "
+        "without it the bulk fetch path is off",
+    )
+    serving.env_flag(
+        parser, "--bulk-listen", "SEGLOG_BULK_LISTEN", "bulk fetch address (default: any port)"
+    )
+    serving.env_flag(
+        parser,
+        "--advertised-bulk-address",
+        "SEGLOG_ADVERTISED_BULK_ADDRESS",
+        "bulk address clients should dial (default: the bound one)",
     )
     parser.add_argument(
         "--config",
@@ -67,7 +84,17 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         engine_configs=engine_configs,
         controlled_shutdown_enable=shutdown_enable == "true",
         controlled_shutdown_timeout_ms=int(shutdown_timeout_ms),
+        cluster_secret=_secret(parser, args.cluster_secret),
+        bulk_listen=args.bulk_listen,
+        advertised_bulk_address=args.advertised_bulk_address,
     )
+
+
+def _secret(parser: argparse.ArgumentParser, value: str | None) -> bytes | None:
+    try:
+        return grants.cluster_secret(value)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:

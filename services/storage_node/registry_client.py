@@ -47,7 +47,9 @@ class RegistrySession:
         heartbeat_interval_ms: int = 2000,
         tracer_provider: trace.TracerProvider | None = None,
         log_config_defaults: Mapping[str, str] | None = None,
+        bulk_address: str = "",
     ) -> None:
+        self.bulk_address = bulk_address
         self.log_config_defaults = dict(log_config_defaults or {})
         self.node_id = node_id
         self.address = address
@@ -78,6 +80,7 @@ class RegistrySession:
             address=self.address,
             log_config_defaults=self.log_config_defaults,
             want_shutdown=self.want_shutdown,
+            bulk_address=self.bulk_address,
         )
         for topic, partition in self.replicas.hosted():
             message.partitions.add(topic=topic, partition=partition)

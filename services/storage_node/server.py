@@ -18,6 +18,7 @@ from seglog.storage.log_manager import LogManager
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 
+from .bulk_server import BulkServer
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
 from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager, ReplicationSettings
@@ -40,6 +41,11 @@ class NodeConfig:
     # move (Kafka waits up to 5 minutes; a planned restart here should not wait that long).
     controlled_shutdown_enable: bool = True
     controlled_shutdown_timeout_ms: int = 30_000
+    # The bulk fetch listener (bulk.md), on when the cluster secret is set: its address
+    # (default: the listen host, any free port) and the address clients should dial.
+    cluster_secret: bytes | None = None
+    bulk_listen: str | None = None
+    advertised_bulk_address: str | None = None
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work.
     engine_configs: Mapping[str, str] = field(default_factory=dict)
@@ -99,6 +105,7 @@ class StorageNode:
         self.server: grpc.Server | None = None
         self.port = 0
         self.session: RegistrySession | None = None
+        self.bulk: BulkServer | None = None
 
     @property
     def address(self) -> str:
@@ -141,9 +148,21 @@ class StorageNode:
             },
         )
 
+    @property
+    def bulk_address(self) -> str:
+        if self.bulk is None:
+            return ""
+        return self.config.advertised_bulk_address or self.bulk.address
+
     def start(self) -> None:
         self.logs.startup()
         self.replicas.start()
+        if self.config.cluster_secret is not None:
+            listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
+            self.bulk = BulkServer(
+                listen, self.replicas, self.config.node_id, self.config.cluster_secret
+            )
+            self.bulk.start()
         self.server, _, self.port = serving.build_server(
             self.config.listen,
             [self._handlers()],
@@ -166,6 +185,7 @@ class StorageNode:
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                 tracer_provider=self.tracer_provider,
                 log_config_defaults=split_engine_configs(self.config.engine_configs)[0],
+                bulk_address=self.bulk_address,
             )
             self.session.start()
 
@@ -181,6 +201,8 @@ class StorageNode:
             ):
                 logger.warning("controlled shutdown did not finish: stopping anyway")
             self.session.stop()
+        if self.bulk is not None:
+            self.bulk.stop()
         if self.server is not None:
             self.replicas.stop()
             self.server.stop(grace_s).wait()

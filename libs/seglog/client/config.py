@@ -26,6 +26,7 @@ INT_MAX = (1 << 31) - 1
 COMPRESSION_TYPES = {c.name.lower(): c for c in CompressionType}
 ASSIGNMENT_STRATEGIES = ("range", "roundrobin")
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
+FETCH_TRANSPORTS = ("auto", "bulk", "grpc")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,10 +145,19 @@ class ConsumerConfig:
     value_deserializer: Callable[[bytes | None], Any] | None = None
     # kafka-python's: iterating the consumer ends this long after the last record (-1: never).
     consumer_timeout_ms: int = -1
+    # seglog's own: "auto" reads from the leaders' bulk listeners (sendfile, no copy on the
+    # node) when the cluster has them and falls back to the gateway's gRPC Fetch; "bulk" and
+    # "grpc" force one (bulk: a partition without a grant waits and retries).
+    fetch_transport: str = "auto"
 
     def __post_init__(self) -> None:
         _check_ints(self)
         _check_callables(self, "key_deserializer", "value_deserializer")
+        if self.fetch_transport not in FETCH_TRANSPORTS:
+            raise InvalidConfigError(
+                f"fetch_transport must be one of {list(FETCH_TRANSPORTS)}, "
+                f"got {self.fetch_transport!r}"
+            )
         _at_least(self, "fetch_min_bytes", 1)
         _at_least(self, "fetch_max_wait_ms", 0)
         _at_least(self, "fetch_max_bytes", 1)

@@ -30,6 +30,7 @@ from ..records import Record, iter_batches
 from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import common_pb2, gateway_pb2_grpc
+from .bulk import BulkFetchError, BulkMessage, BulkReader
 from .config import ConsumerConfig
 from .structs import TopicPartition
 
@@ -60,7 +61,7 @@ class PartitionState:
 class CompletedFetch:
     tp: TopicPartition
     epoch: int
-    records: bytes
+    records: bytes | memoryview
     next_offset: int
 
 
@@ -80,7 +81,7 @@ class _Pending:
     error_offset: int = 0
 
 
-def next_offset_after(records: bytes, start: int) -> int:
+def next_offset_after(records: bytes | memoryview, start: int) -> int:
     """The offset after the last whole batch in `records` (headers only)."""
     pos = 0
     end = len(records)
@@ -111,6 +112,7 @@ class Fetcher:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._buffered_bytes = 0
         self._call: grpc.Call | None = None
+        self._bulk = BulkReader(stub, config.request_timeout_ms / 1000)
         self._closed = False
         self._thread = threading.Thread(
             target=self._run, name=f"{config.client_id}-fetcher", daemon=True
@@ -214,6 +216,7 @@ class Fetcher:
             self._closed = True
             self._interrupt()
         self._thread.join(timeout=5)
+        self._bulk.close()
 
     def _stop_at_corrupt_batch(self, state: PartitionState, pending: _Pending) -> None:
         """As Kafka's consumer: the position stays at the batch that would not decode, so
@@ -299,6 +302,7 @@ class Fetcher:
         call = self._call
         if call is not None:
             call.cancel()
+        self._bulk.interrupt()
         self._work.notify_all()
         self._data_ready.notify_all()
 
@@ -316,6 +320,7 @@ class Fetcher:
 
     def _run(self) -> None:
         backoff_s = self.config.retry_backoff_ms / 1000
+        transport = self.config.fetch_transport
         while True:
             with self._lock:
                 if self._closed:
@@ -324,38 +329,103 @@ class Fetcher:
                 if not wanted:
                     self._work.wait(0.5)
                     continue
-                request = common_pb2.FetchRequest(
-                    min_bytes=self.config.fetch_min_bytes,
-                    max_wait_ms=self.config.fetch_max_wait_ms,
-                    max_bytes=self.config.fetch_max_bytes,
-                )
-                for tp, offset, _ in wanted:
-                    request.partitions.add(
-                        topic=tp.topic,
-                        partition=tp.partition,
-                        fetch_offset=offset,
-                        partition_max_bytes=self.config.max_partition_fetch_bytes,
-                    )
                 epochs = {tp: epoch for tp, _, epoch in wanted}
-                timeout_s = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
-                call = self.stub.Fetch(request, timeout=timeout_s)
-                self._call = call
+            rest = wanted
+            failed = False
+            if transport != "grpc":
+                rest, failed = self._bulk_round(wanted, epochs)
+                if transport == "bulk" and rest:
+                    failed = True  # forced: these wait for a grant instead of the gateway
+                    rest = []
+            if rest:
+                failed |= self._grpc_round(rest, epochs, wait=len(rest) == len(wanted))
+            if failed:
+                time.sleep(backoff_s)  # a leader is down or moving: do not spin
+
+    def _bulk_round(
+        self,
+        wanted: list[tuple[TopicPartition, int, int]],
+        epochs: dict[TopicPartition, int],
+    ) -> tuple[list[tuple[TopicPartition, int, int]], bool]:
+        """Fetch what has a grant from the leaders' bulk listeners: every request is sent
+        before any answer is read, so the nodes' long polls run side by side. Returns what
+        must go through the gateway, and whether a retriable error was met."""
+        by_grant, fallback = self._bulk.route([(tp, offset) for tp, offset, _ in wanted])
+        rest = {tp for tp in fallback}
+        sent = []
+        for grant, partitions in by_grant.values():
+            request = common_pb2.FetchRequest(
+                min_bytes=self.config.fetch_min_bytes,
+                max_wait_ms=self.config.fetch_max_wait_ms if not fallback else 0,
+                max_bytes=self.config.fetch_max_bytes,
+            )
+            for tp, offset in partitions:
+                request.partitions.add(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    fetch_offset=offset,
+                    partition_max_bytes=self.config.max_partition_fetch_bytes,
+                )
             try:
-                failed = False
-                for message in call:
+                sent.append((grant, self._bulk.send(grant, request), partitions))
+            except BulkFetchError:
+                rest.update(tp for tp, _ in partitions)
+        failed = False
+        for grant, sock, partitions in sent:
+            try:
+                for message in self._bulk.receive(grant, sock):
+                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
+                        self._bulk.forget(TopicPartition(message.topic, message.partition))
                     failed |= self._on_message(message, epochs)
-                if failed:
-                    time.sleep(backoff_s)  # a leader is down or moving: do not spin
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.CANCELLED:
-                    logger.debug("fetch failed: %s", error_from_rpc(exc))
-                    time.sleep(backoff_s)
-            finally:
-                with self._lock:
-                    self._call = None
+            except BulkFetchError as exc:
+                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+                for tp, _ in partitions:
+                    self._bulk.forget(tp)
+                failed = True
+        return [w for w in wanted if w[0] in rest], failed
+
+    def _grpc_round(
+        self,
+        wanted: list[tuple[TopicPartition, int, int]],
+        epochs: dict[TopicPartition, int],
+        *,
+        wait: bool,
+    ) -> bool:
+        """One Fetch through the gateway; True when a retriable error was met."""
+        with self._lock:
+            if self._closed:
+                return False
+            request = common_pb2.FetchRequest(
+                min_bytes=self.config.fetch_min_bytes,
+                max_wait_ms=self.config.fetch_max_wait_ms if wait else 0,
+                max_bytes=self.config.fetch_max_bytes,
+            )
+            for tp, offset, _ in wanted:
+                request.partitions.add(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    fetch_offset=offset,
+                    partition_max_bytes=self.config.max_partition_fetch_bytes,
+                )
+            timeout_s = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
+            call = self.stub.Fetch(request, timeout=timeout_s)
+            self._call = call
+        try:
+            failed = False
+            for message in call:
+                failed |= self._on_message(message, epochs)
+            return failed
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.CANCELLED:
+                logger.debug("fetch failed: %s", error_from_rpc(exc))
+                return True
+            return False
+        finally:
+            with self._lock:
+                self._call = None
 
     def _on_message(
-        self, message: common_pb2.FetchResponse, epochs: dict[TopicPartition, int]
+        self, message: common_pb2.FetchResponse | BulkMessage, epochs: dict[TopicPartition, int]
     ) -> bool:
         """Buffer one message's batches; True when it carried a retriable error."""
         tp = TopicPartition(message.topic, message.partition)

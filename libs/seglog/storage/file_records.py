@@ -143,18 +143,26 @@ class FileRecords:
         return self.read(0, self._size)
 
     def write_to(
-        self, out: int | socket.socket, position: int = 0, length: int | None = None
+        self,
+        out: int | socket.socket,
+        position: int = 0,
+        length: int | None = None,
+        *,
+        fd: int | None = None,
     ) -> int:
-        """Copy [position, position + length) to a descriptor or socket with `os.sendfile`."""
+        """Copy [position, position + length) to a descriptor or socket with `os.sendfile`
+        (no user-space copy). `fd`, a duplicate of this file's descriptor, keeps the file
+        open for the transfer whatever happens to this object meanwhile."""
         if length is None:
             length = self._size - position
         if position < 0 or position + length > self._size:
             raise AssertionError(f"write_to range outside {self.path} (size {self._size})")
         out_fd = out.fileno() if isinstance(out, socket.socket) else out
+        in_fd = self.fd if fd is None else fd
         sent = 0
         offset = self._start + position
         while sent < length:
-            n = os.sendfile(out_fd, self.fd, offset + sent, length - sent)
+            n = os.sendfile(out_fd, in_fd, offset + sent, length - sent)
             if n == 0:
                 raise CorruptRecordError(
                     f"{self.path} was truncated underneath a transfer at {offset + sent}"
@@ -261,8 +269,25 @@ class FileRecords:
         return header
 
     def search_offset(self, target_offset: int, start_position: int) -> BatchPosition | None:
-        """The first batch at or after `start_position` whose last offset >= target."""
-        for found in self.batches(start_position, chunk_bytes=SEARCH_CHUNK_BYTES):
+        """The first batch at or after `start_position` whose last offset >= target. Large
+        batches are stepped over header by header (61 bytes read each); once they are small,
+        one chunk read walks many at once. Either way the records themselves are not read
+        when the batches are large (a sendfile transfer then copies nothing)."""
+        position = start_position
+        while position + HEADER_BYTES <= self._size:
+            header = self.header_at(position)
+            if (
+                header.magic != MAGIC_V2
+                or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
+                or position + header.size_in_bytes > self._size
+            ):
+                return None
+            if header.last_offset >= target_offset:
+                return BatchPosition(position, header)
+            position += header.size_in_bytes
+            if header.size_in_bytes < SEARCH_CHUNK_BYTES // 4:
+                break  # small batches: walk them from a chunk
+        for found in self.batches(position, chunk_bytes=SEARCH_CHUNK_BYTES):
             if found.header.last_offset >= target_offset:
                 return found
         return None

@@ -1,0 +1,51 @@
+"""The bulk path's framing (proto/seglog/v1/bulk.md): each message a big-endian u32 length and
+the serialized protobuf; records follow a chunk header as raw bytes. Shared by the storage
+node's bulk server and the consumer's bulk reader."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any, TypeVar
+
+from google.protobuf.message import Message
+
+MAX_MESSAGE_BYTES = 1024 * 1024
+_LENGTH = struct.Struct(">I")
+M = TypeVar("M", bound=Message)
+
+
+def send_message(sock: socket.socket, message: Message) -> None:
+    data = message.SerializeToString()
+    sock.sendall(_LENGTH.pack(len(data)) + data)
+
+
+def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
+    """Fill `view` from the socket (recv_into, no intermediate copy); ConnectionError when
+    the peer closes first."""
+    got = 0
+    total = len(view)
+    while got < total:
+        n = sock.recv_into(view[got:], total - got)
+        if n == 0:
+            raise ConnectionError(f"connection closed after {got} of {total} bytes")
+        got += n
+
+
+def recv_message(sock: socket.socket, cls: type[M]) -> M | None:
+    """The next message, or None when the peer closed the connection between messages."""
+    head = bytearray(_LENGTH.size)
+    view = memoryview(head)
+    first = sock.recv_into(view, len(head))
+    if first == 0:
+        return None
+    if first < len(head):
+        recv_exactly_into(sock, view[first:])
+    (length,) = _LENGTH.unpack(head)
+    if length > MAX_MESSAGE_BYTES:
+        raise ConnectionError(f"a {length}-byte message is over the {MAX_MESSAGE_BYTES} limit")
+    body = bytearray(length)
+    recv_exactly_into(sock, memoryview(body))
+    message: Any = cls()
+    message.ParseFromString(bytes(body))
+    return message

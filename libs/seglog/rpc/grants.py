@@ -1,0 +1,88 @@
+"""Transfer grants for the bulk fetch path (proto/seglog/v1/bulk.proto, bulk.md): the gateway
+signs, storage nodes verify, with a secret the cluster shares (HMAC-SHA256 over the
+serialized TransferGrant). A grant names one node, the partitions it may serve to the holder
+with the offset each may start at and the leader epoch, and an expiry."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import InvalidRequestError
+from ..v1 import bulk_pb2
+
+GRANT_VERSION = 1
+DEFAULT_GRANT_TTL_MS = 30_000
+CLUSTER_SECRET_ENV = "SEGLOG_CLUSTER_SECRET"
+
+
+def cluster_secret(value: str | None) -> bytes | None:
+    """The secret from a flag's value (or SEGLOG_CLUSTER_SECRET); None: the bulk path is off."""
+    value = value if value is not None else os.environ.get(CLUSTER_SECRET_ENV)
+    if not value:
+        return None
+    if len(value) < 16:
+        raise ValueError("the cluster secret must be at least 16 characters")
+    return value.encode()
+
+
+def sign(secret: bytes, grant: bytes) -> bytes:
+    return hmac.new(secret, grant, hashlib.sha256).digest()
+
+
+def issue(
+    secret: bytes,
+    node_id: int,
+    partitions: Iterable[tuple[str, int, int, int]],
+    ttl_ms: int = DEFAULT_GRANT_TTL_MS,
+) -> tuple[bytes, bytes, int]:
+    """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch)."""
+    expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
+    grant = bulk_pb2.TransferGrant(
+        version=GRANT_VERSION, node_id=node_id, expires_at_ms=expires_at_ms
+    )
+    for topic, partition, min_offset, leader_epoch in partitions:
+        grant.partitions.add(
+            topic=topic, partition=partition, min_offset=min_offset, leader_epoch=leader_epoch
+        )
+    data = grant.SerializeToString()
+    return data, sign(secret, data), expires_at_ms
+
+
+@dataclass(frozen=True)
+class VerifiedGrant:
+    node_id: int
+    expires_at_ms: int
+    partitions: dict[tuple[str, int], tuple[int, int]]  # -> (min offset, leader epoch)
+
+
+def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
+    """The grant's content, once its signature, version, node and expiry check out;
+    InvalidRequestError naming what failed otherwise."""
+    if not hmac.compare_digest(sign(secret, grant), signature):
+        raise InvalidRequestError("transfer grant: the signature does not verify")
+    try:
+        parsed = bulk_pb2.TransferGrant.FromString(grant)
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+        raise InvalidRequestError(f"transfer grant: malformed ({exc})") from None
+    if parsed.version != GRANT_VERSION:
+        raise InvalidRequestError(f"transfer grant: unknown version {parsed.version}")
+    if parsed.node_id != node_id:
+        raise InvalidRequestError(
+            f"transfer grant: issued for node {parsed.node_id}, this is node {node_id}"
+        )
+    now_ms = time.time_ns() // 1_000_000
+    if parsed.expires_at_ms <= now_ms:
+        raise InvalidRequestError(
+            f"transfer grant: expired {now_ms - parsed.expires_at_ms} ms ago; ask the gateway "
+            f"for a new one"
+        )
+    return VerifiedGrant(
+        parsed.node_id,
+        parsed.expires_at_ms,
+        {(p.topic, p.partition): (p.min_offset, p.leader_epoch) for p in parsed.partitions},
+    )

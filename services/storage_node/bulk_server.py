@@ -1,0 +1,192 @@
+"""The storage node's bulk listener (proto/seglog/v1/bulk.md): plain TCP beside gRPC, one
+thread per connection, serving fetches whose transfer grant verifies. Segment bytes go to
+the socket with `os.sendfile` from the `.log` file (Kafka's FileRecords.writeTo ->
+transferTo): the node copies nothing in user space.
+
+What is served is what the gRPC Fetch serves a consumer (ReplicaManager.fetch_states /
+wait_for_fetch / read_chunks): whole batches as stored, at least one, up to the max bytes,
+below the high watermark, at the grant's leader epoch. A segment removed from the log during
+a transfer is still readable: removed segments keep their files open for
+`file.delete.delay.ms`, and each transfer sends from a duplicate of the file's descriptor,
+which keeps the file alive until it is done. Anything that fails mid-answer closes the
+connection, so the client never takes a partial chunk for data.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+
+from seglog.errors import InvalidRequestError, SeglogError
+from seglog.rpc import bulk_wire, check_fetch_request, grants
+from seglog.rpc.status import error_code_for
+from seglog.v1 import bulk_pb2
+
+from .replica_manager import FetchChunk, ReplicaManager
+
+logger = logging.getLogger(__name__)
+
+BULK_VERSION = 1
+DEFAULT_MAX_CONNECTIONS = 256
+
+
+class BulkServer:
+    def __init__(
+        self,
+        listen: str,
+        replicas: ReplicaManager,
+        node_id: int,
+        secret: bytes,
+        *,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        host, port = listen.rsplit(":", 1)
+        self.replicas = replicas
+        self.node_id = node_id
+        self.secret = secret
+        self.max_connections = max_connections
+        self._socket = socket.create_server((host, int(port)), reuse_port=False)
+        self.host = host
+        self.port = self._socket.getsockname()[1]
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._accept_loop, name="bulk-accept", daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        try:
+            self._socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._socket.close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            _shutdown(conn)
+        self._thread.join(timeout=5)
+
+    def _accept_loop(self) -> None:
+        while not self._stopping:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:
+                return
+            with self._lock:
+                if len(self._connections) >= self.max_connections:
+                    conn.close()  # the client falls back to the gRPC path
+                    continue
+                self._connections.add(conn)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._serve, args=(conn,), name="bulk", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            while not self._stopping:
+                request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
+                if request is None:
+                    return
+                if not self._answer(conn, request):
+                    return
+        except (OSError, ConnectionError, SeglogError) as exc:
+            logger.debug("bulk connection ended: %s", exc)
+        except Exception:
+            logger.exception("bulk connection failed")
+        finally:
+            with self._lock:
+                self._connections.discard(conn)
+            _shutdown(conn)
+            conn.close()
+
+    def _answer(self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest) -> bool:
+        """Serve one fetch; False when it was refused (the connection is then closed)."""
+        try:
+            wanted = self._check(request)
+        except SeglogError as exc:
+            bulk_wire.send_message(
+                conn,
+                bulk_pb2.BulkFetchChunk(
+                    error=error_code_for(exc), error_message=str(exc), end=True
+                ),
+            )
+            return False
+        fetch = request.fetch
+        states = self.replicas.fetch_states(wanted)
+        if fetch.max_wait_ms > 0:
+            self.replicas.wait_for_fetch(
+                states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
+            )
+        for chunk in self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1):
+            self._send_chunk(conn, chunk)
+        bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+        return True
+
+    def _check(
+        self, request: bulk_pb2.BulkFetchRequest
+    ) -> list[tuple[str, int, int, int, int, int]]:
+        """The whole request against its grant, before anything is read."""
+        if request.version != BULK_VERSION:
+            raise InvalidRequestError(
+                f"bulk protocol version {request.version}: this node speaks {BULK_VERSION}"
+            )
+        grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
+        check_fetch_request(request.fetch)
+        wanted = []
+        for p in request.fetch.partitions:
+            granted = grant.partitions.get((p.topic, p.partition))
+            if granted is None:
+                raise InvalidRequestError(
+                    f"transfer grant: {p.topic}-{p.partition} is not granted on this node"
+                )
+            min_offset, leader_epoch = granted
+            if p.fetch_offset < min_offset:
+                raise InvalidRequestError(
+                    f"transfer grant: {p.topic}-{p.partition} from offset {p.fetch_offset} is "
+                    f"below the granted {min_offset}"
+                )
+            wanted.append(
+                (p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, leader_epoch, -1)
+            )
+        return wanted
+
+    @staticmethod
+    def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> None:
+        header = bulk_pb2.BulkFetchChunk(
+            topic=chunk.topic,
+            partition=chunk.partition,
+            high_watermark=chunk.high_watermark,
+            log_start_offset=chunk.log_start_offset,
+        )
+        if chunk.error is not None:
+            header.error = error_code_for(chunk.error)
+            header.error_message = str(chunk.error)
+            bulk_wire.send_message(conn, header)
+            return
+        found = chunk.found.segment_slice if chunk.found is not None else None
+        if found is None or not found.size:
+            bulk_wire.send_message(conn, header)
+            return
+        records = found.segment.log
+        held = os.dup(records.fd)  # the file stays alive for this transfer, whatever happens
+        try:
+            header.records_length = found.size
+            bulk_wire.send_message(conn, header)
+            records.write_to(conn, found.position, found.size, fd=held)
+        finally:
+            os.close(held)
+
+
+def _shutdown(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
