@@ -1,0 +1,144 @@
+"""The bulk fetch path's benchmarks (a gateway and one storage node, separate processes on
+loopback, the cluster secret set), each beside a baseline measured in the same run:
+
+- a Consumer (Kafka's default fetch sizes) reading SEGLOG_BENCH_BULK_MIB (default 1024) MiB
+  of SEGLOG_BENCH_BULK_RECORD_BYTES (default 256 KiB) records, one per batch, through the
+  bulk path, against a bare os.sendfile of the same segment files over loopback TCP to a
+  recv_into loop (bench/sendfile_server.py). Records are decoded as any poll decodes them;
+  with small records that work, not the transfer, sets the pace (16 KiB: ~0.7x);
+- the storage node's CPU seconds per GiB served on the bulk path, against the same on the
+  gRPC stream path through the gateway (the consumer with fetch_transport=grpc), read from
+  /proc/<pid>/stat around each read; the gRPC consumer's rate is printed beside it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from seglog.client.consumer import Consumer
+from seglog.client.gateway import GatewayClient
+from seglog.client.structs import TopicPartition
+from seglog.rpc.channels import open_channel
+from seglog.v1 import common_pb2
+from services import serving
+from services.processes import ServerProcess, gateway_process, node_process
+
+from .services import _request_of_batches
+
+MIB = 1024 * 1024
+BULK_MIB = int(os.environ.get("SEGLOG_BENCH_BULK_MIB", 1024))
+SECRET = "bench-cluster-secret-0123456789abcdef"
+TOPIC = "bulk"
+BATCH_BYTES = int(os.environ.get("SEGLOG_BENCH_BULK_RECORD_BYTES", 256 * 1024))
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _consume(address: str, transport: str, end_offset: int) -> float:
+    with Consumer(
+        address,
+        auto_offset_reset="earliest",
+        fetch_transport=transport,
+        check_crcs=False,  # what is measured is the transfer, not the CRC
+    ) as consumer:
+        consumer.assign([TopicPartition(TOPIC, 0)])
+        start = time.perf_counter()
+        seen = 0
+        while seen < end_offset:
+            seen += len(consumer.poll(timeout_ms=1000, max_records=100_000))
+        return time.perf_counter() - start
+
+
+def _bare_sendfile(address: str, total: int) -> float:
+    host, port = address.rsplit(":", 1)
+    buffer = bytearray(4 * MIB)
+    view = memoryview(buffer)
+    start = time.perf_counter()
+    with socket.create_connection((host, int(port))) as sock:
+        got = 0
+        while True:
+            n = sock.recv_into(view)
+            if not n:
+                break
+            got += n
+    assert got == total, (got, total)
+    return time.perf_counter() - start
+
+
+def run(report) -> None:  # type: ignore[no-untyped-def]
+    serving.keep_freed_buffers_for_reuse()
+    env = {"SEGLOG_CLUSTER_SECRET": SECRET}
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-bulk-") as tmp:
+        root = Path(tmp)
+        gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)
+        processes: list[ServerProcess] = [gateway]
+        try:
+            gateway.start()
+            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address, env=env)
+            processes.append(node)
+            node.start()
+            client = GatewayClient(gateway.address)
+            deadline = time.monotonic() + 30
+            while not [n for n in client.describe_cluster().nodes if n.live]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the storage node never registered")
+                time.sleep(0.05)
+            client.create_topic(TOPIC, 1, 1)
+            payload = _request_of_batches(TOPIC, BATCH_BYTES, MIB // BATCH_BYTES)
+            channel = open_channel(gateway.address)
+            produce = channel.unary_unary(
+                "/seglog.v1.Gateway/Produce",
+                request_serializer=lambda b: b,
+                response_deserializer=common_pb2.ProduceResponse.FromString,
+            )
+            for _ in range(BULK_MIB):
+                produce(payload, timeout=60)
+            channel.close()
+            end = client.list_offsets(TOPIC, {0: -1})[0].offset
+            client.close()
+            files = sorted(str(p) for p in (root / "node-1" / f"{TOPIC}-0").glob("*.log"))
+            total = sum(os.path.getsize(f) for f in files)
+            bare = ServerProcess("sendfile", "bench.sendfile_server", files)
+            processes.append(bare)
+            bare.start()
+            times: dict[str, list[float]] = {"bulk": [], "grpc": [], "bare": []}
+            cpu: dict[str, list[float]] = {"bulk": [], "grpc": []}
+            for _ in range(3):
+                for transport in ("bulk", "grpc"):
+                    before = _cpu_seconds(node.pid)
+                    times[transport].append(_consume(gateway.address, transport, end))
+                    cpu[transport].append(_cpu_seconds(node.pid) - before)
+                times["bare"].append(_bare_sendfile(bare.address, total))
+            mb = total / MIB
+            gib = total / (1024 * MIB)
+            report(
+                f"consumer via bulk path, {mb:.0f} MiB (MB/s)",
+                mb / min(times["bulk"]),
+                mb / min(times["bare"]),
+                "MB/s",
+                0.8,
+            )
+            report(
+                "consumer via gateway gRPC stream (MB/s)",
+                mb / min(times["grpc"]),
+                mb / min(times["bare"]),
+                "MB/s",
+                None,
+            )
+            # Lower is better here: the baseline is the gRPC path's CPU, the target a ceiling.
+            bulk_cpu, grpc_cpu = min(cpu["bulk"]) / gib, min(cpu["grpc"]) / gib
+            print(
+                f"{'node CPU per GiB served, bulk vs gRPC (s/GiB)':48s} {bulk_cpu:10.3f} s/GiB    "
+                f"baseline {grpc_cpu:10.3f} s/GiB    ratio {bulk_cpu / grpc_cpu:5.2f}x"
+                f"{'  ok' if bulk_cpu / grpc_cpu <= 0.3 else '  ABOVE 0.3x'}"
+            )
+        finally:
+            for process in reversed(processes):
+                process.stop()
