@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 
 _NO_SPAN = trace.INVALID_SPAN
 _UNKNOWN = object()
@@ -38,12 +39,31 @@ class EngineTracer:
         if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:
             trace.get_tracer_provider()  # loads and installs the provider the variable names
 
-    def start_as_current_span(self, name: str) -> trace.Span:
-        """A context manager yielding the span (`with tracer.start_as_current_span(...)`)."""
+    def start_as_current_span(
+        self,
+        name: str,
+        *,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        context: Context | None = None,
+    ) -> trace.Span:
+        """A context manager yielding the span (`with tracer.start_as_current_span(...)`);
+        `context` (extracted from a carrier) makes it the child of a remote span."""
         tracer = self._tracer
         if tracer is None:
             if not _provider_installed():
                 return _NO_SPAN
             # The global provider is set once per process: the tracer can be kept.
             tracer = self._tracer = trace.get_tracer_provider().get_tracer(self._name)
-        return tracer.start_as_current_span(name)  # type: ignore[return-value]
+        return tracer.start_as_current_span(name, context=context, kind=kind)  # type: ignore[return-value]
+
+    def start_span(
+        self, name: str, *, kind: trace.SpanKind = trace.SpanKind.INTERNAL
+    ) -> trace.Span:
+        """A span that is not made current (the caller ends it), for work that outlives one
+        call frame: a transfer sent in one call and received in another."""
+        tracer = self._tracer
+        if tracer is None:
+            if not _provider_installed():
+                return _NO_SPAN
+            tracer = self._tracer = trace.get_tracer_provider().get_tracer(self._name)
+        return tracer.start_span(name, kind=kind)

@@ -19,14 +19,18 @@ import os
 import socket
 import threading
 
+from opentelemetry import propagate, trace
+
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc import bulk_wire, check_fetch_request, grants
 from seglog.rpc.status import error_code_for
+from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 
 from .replica_manager import FetchChunk, ReplicaManager
 
 logger = logging.getLogger(__name__)
+tracer = EngineTracer("seglog.storage_node.bulk")
 
 BULK_VERSION = 1
 DEFAULT_MAX_CONNECTIONS = 256
@@ -120,14 +124,21 @@ class BulkServer:
             )
             return False
         fetch = request.fetch
-        states = self.replicas.fetch_states(wanted)
-        if fetch.max_wait_ms > 0:
-            self.replicas.wait_for_fetch(
-                states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
-            )
-        for chunk in self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1):
-            self._send_chunk(conn, chunk)
-        bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+        parent = propagate.extract(request.trace_context) if request.trace_context else None
+        with tracer.start_as_current_span(
+            "seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent
+        ) as span:
+            states = self.replicas.fetch_states(wanted)
+            if fetch.max_wait_ms > 0:
+                self.replicas.wait_for_fetch(
+                    states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
+                )
+            sent = 0
+            for chunk in self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1):
+                sent += self._send_chunk(conn, chunk)
+            bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+            span.set_attribute("seglog.node_id", self.node_id)
+            span.set_attribute("seglog.bytes", sent)
         return True
 
     def _check(
@@ -159,7 +170,8 @@ class BulkServer:
         return wanted
 
     @staticmethod
-    def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> None:
+    def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> int:
+        """Send one chunk; the record bytes it sent."""
         header = bulk_pb2.BulkFetchChunk(
             topic=chunk.topic,
             partition=chunk.partition,
@@ -170,11 +182,11 @@ class BulkServer:
             header.error = error_code_for(chunk.error)
             header.error_message = str(chunk.error)
             bulk_wire.send_message(conn, header)
-            return
+            return 0
         found = chunk.found.segment_slice if chunk.found is not None else None
         if found is None or not found.size:
             bulk_wire.send_message(conn, header)
-            return
+            return 0
         records = found.segment.log
         held = os.dup(records.fd)  # the file stays alive for this transfer, whatever happens
         try:
@@ -183,6 +195,7 @@ class BulkServer:
             records.write_to(conn, found.position, found.size, fd=held)
         finally:
             os.close(held)
+        return found.size
 
 
 def _shutdown(conn: socket.socket) -> None:

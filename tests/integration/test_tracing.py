@@ -118,3 +118,32 @@ def test_a_fetch_traces_the_engine_read_and_health_checks_are_not_traced(traced_
     health = health_pb2_grpc.HealthStub(traced_cluster.channel)
     health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
     assert not [s for s in _EXPORTER.get_finished_spans() if "Health" in s.name]
+
+
+def test_a_bulk_transfer_is_a_client_span_with_the_nodes_span_in_its_trace(traced_cluster):
+    from seglog.client.bulk import BulkReader
+    from seglog.client.structs import TopicPartition
+
+    traced_cluster.client.produce("t", {0: batch([b"bulk"] * 10)})
+    _EXPORTER.clear()
+    reader = BulkReader(traced_cluster.stub, 10)
+    by_grant, fallback = reader.route([(TopicPartition("t", 0), 0)])
+    assert not fallback
+    [(grant, _)] = by_grant.values()
+    request = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
+    request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    messages = list(reader.receive(grant, reader.send(grant, request)))
+    reader.close()
+    size = sum(len(m.records) for m in messages)
+    assert size > 0
+    assert wait_until(
+        lambda: any(s.name == "seglog.bulk.serve" for s in _EXPORTER.get_finished_spans())
+    )
+    client = one(_EXPORTER.get_finished_spans(), "seglog.bulk.fetch")
+    assert client.kind == trace.SpanKind.CLIENT
+    assert client.attributes["seglog.bytes"] == size
+    assert client.attributes["seglog.node_id"] == grant.node_id
+    assert client.end_time > client.start_time
+    (served,) = children(in_trace(client), client)
+    assert served.name == "seglog.bulk.serve" and served.kind == trace.SpanKind.SERVER
+    assert served.attributes["seglog.bytes"] == size

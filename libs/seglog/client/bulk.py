@@ -16,11 +16,15 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from opentelemetry import propagate, trace
+
 from ..rpc import bulk_wire
+from ..spans import EngineTracer
 from ..v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
 from .structs import TopicPartition
 
 logger = logging.getLogger(__name__)
+tracer = EngineTracer("seglog.client.bulk")
 
 BULK_VERSION = 1
 UNREACHABLE_S = 30.0
@@ -75,6 +79,7 @@ class BulkReader:
         self._connections: dict[str, socket.socket] = {}
         self._unreachable_until: dict[str, float] = {}
         self._no_grant_until: dict[TopicPartition, float] = {}
+        self._spans: dict[int, trace.Span] = {}  # the transfer span of each answer awaited
         self._lock = threading.Lock()
 
     # -- grants ------------------------------------------------------------------------------
@@ -148,16 +153,17 @@ class BulkReader:
     def send(self, grant: Grant, request: common_pb2.FetchRequest) -> socket.socket:
         """Send one fetch to the grant's node; its answer is read with `receive`."""
         sock = self._connection(grant.bulk_address)
+        message = bulk_pb2.BulkFetchRequest(
+            version=BULK_VERSION, grant=grant.grant, signature=grant.signature, fetch=request
+        )
+        span = tracer.start_span("seglog.bulk.fetch", kind=trace.SpanKind.CLIENT)
+        if span.is_recording():
+            self._spans[id(sock)] = span
+            span.set_attribute("seglog.node_id", grant.node_id)
+            span.set_attribute("net.peer.name", grant.bulk_address)
+            propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
         try:
-            bulk_wire.send_message(
-                sock,
-                bulk_pb2.BulkFetchRequest(
-                    version=BULK_VERSION,
-                    grant=grant.grant,
-                    signature=grant.signature,
-                    fetch=request,
-                ),
-            )
+            bulk_wire.send_message(sock, message)
         except OSError as exc:
             self._broken(grant.bulk_address, sock, exc)
             raise BulkFetchError(str(exc)) from None
@@ -166,6 +172,8 @@ class BulkReader:
     def receive(self, grant: Grant, sock: socket.socket) -> Iterator[BulkMessage]:
         """The answer's chunks, each whole; BulkFetchError (after the chunks already
         yielded) when the connection fails or the node refuses the request."""
+        span = self._spans.pop(id(sock), None)
+        received = 0
         try:
             while True:
                 header = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
@@ -174,12 +182,14 @@ class BulkReader:
                 if header.end:
                     if header.error:
                         raise BulkFetchError(f"refused: {header.error_message}")
+                    _end_span(span, received, None)
                     return
                 records: memoryview | bytes = b""
                 if header.records_length:
                     buffer = bytearray(header.records_length)
                     records = memoryview(buffer)
                     bulk_wire.recv_exactly_into(sock, records)
+                    received += header.records_length
                 yield BulkMessage(
                     header.topic,
                     header.partition,
@@ -190,6 +200,7 @@ class BulkReader:
                     records,
                 )
         except (OSError, ConnectionError, BulkFetchError) as exc:
+            _end_span(span, received, exc)
             self._broken(grant.bulk_address, sock, exc)
             if isinstance(exc, BulkFetchError):
                 raise
@@ -235,3 +246,13 @@ class BulkReader:
             sock.close()
         except OSError:
             pass
+
+
+def _end_span(span: trace.Span | None, received: int, error: BaseException | None) -> None:
+    """The transfer span (bytes, node; its duration is the transfer's) ends with its answer."""
+    if span is None or not span.is_recording():
+        return
+    span.set_attribute("seglog.bytes", received)
+    if error is not None:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
+    span.end()
