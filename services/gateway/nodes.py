@@ -1,9 +1,10 @@
 """Channels from the gateway to storage nodes: one per node, traced when tracing is on,
 replaced when a node comes back at another address.
 
-Besides the typed stub, each connection has two raw callables: `append_raw` sends a
-ProduceRequest's wire bytes as received from the client, and `fetch_raw` yields the node's
-FetchResponse messages as wire bytes, so the gateway relays them without parsing."""
+Besides the typed stub, each connection has raw callables: `append_raw` sends a
+ProduceRequest's wire bytes as received from the client, `append_relay` does the same and
+hands back the node's answer as wire bytes, and `fetch_raw` yields the node's FetchResponse
+messages as wire bytes, so the gateway relays them without parsing."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class NodeConnection:
     stub: storage_pb2_grpc.StorageNodeStub
     append_raw: Any  # grpc.UnaryUnaryMultiCallable: bytes -> ProduceResponse
     fetch_raw: Any  # grpc.UnaryStreamMultiCallable: bytes -> iterator of bytes
+    append_relay: Any  # grpc.UnaryUnaryMultiCallable: bytes -> the answer's bytes
 
 
 class NodeConnections:
@@ -61,6 +63,9 @@ class NodeConnections:
                 ),
                 channel.unary_stream(
                     _FETCH, request_serializer=wire.identity, response_deserializer=wire.identity
+                ),
+                channel.unary_unary(
+                    _APPEND, request_serializer=wire.identity, response_deserializer=wire.identity
                 ),
             )
             self._connections[node_id] = conn

@@ -197,9 +197,7 @@ class Gateway:
             ),
             # Produce and Fetch take the request's wire bytes: the gateway forwards them.
             "Produce": grpc.unary_unary_rpc_method_handler(
-                s.Produce,
-                request_deserializer=wire.identity,
-                response_serializer=common_pb2.ProduceResponse.SerializeToString,
+                s.Produce, request_deserializer=wire.identity, response_serializer=wire.identity
             ),
             "Fetch": grpc.unary_stream_rpc_method_handler(
                 s.Fetch, request_deserializer=wire.identity, response_serializer=wire.identity

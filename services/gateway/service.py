@@ -151,32 +151,38 @@ class GatewayService:
 
     # -- Produce -------------------------------------------------------------------------
 
-    def Produce(self, raw: bytes, context: grpc.ServicerContext) -> common_pb2.ProduceResponse:
-        request = common_pb2.ProduceRequest.FromString(raw)
+    def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        """Answers the ProduceResponse's wire bytes: the node's own, relayed unparsed, when
+        one node takes the whole request."""
+        # Routing reads topic, partitions, epochs, acks and timeout; the records are skipped
+        # (not copied) and the request's own bytes go on when one node takes it all.
         try:
-            by_node = self._check_produce(request)
+            scanned = wire.scan_produce_request(raw)
+        except ValueError as exc:
+            abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
+        try:
+            by_node = self._check_produce(scanned)
         except SeglogError as exc:
             abort(context, exc)
-        timeout_s = (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
-        if request.acks == 0:
+        timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        if scanned.acks == 0 or len(by_node) > 1:
+            request = common_pb2.ProduceRequest.FromString(raw)
+        if scanned.acks == 0:
             try:
-                return self._produce_without_acks(raw, request, by_node, timeout_s)
+                answer = self._produce_without_acks(raw, request, by_node, timeout_s)
             except SeglogError as exc:
                 abort(context, exc)
+            return answer.SerializeToString()
         if len(by_node) == 1:
             target, _ = next(iter(by_node.values()))
             try:
-                response: common_pb2.ProduceResponse = target.connection.append_raw(
-                    raw, timeout=timeout_s
-                )
-                return response
+                relayed: bytes = target.connection.append_relay(raw, timeout=timeout_s)
+                return relayed
             except grpc.RpcError as exc:
                 abort(context, self._node_failure(target, exc))
-        return self._produce_across_nodes(request, by_node, timeout_s)
+        return self._produce_across_nodes(request, by_node, timeout_s).SerializeToString()
 
-    def _check_produce(
-        self, request: common_pb2.ProduceRequest
-    ) -> dict[int, tuple[_Target, list[int]]]:
+    def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[_Target, list[int]]]:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
         leaders up; returns request indexes grouped by leader node."""
         check_produce_request(request)

@@ -1,4 +1,5 @@
 import grpc
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
@@ -87,6 +88,25 @@ def test_produce_request_wire_bytes_equal_protobuf_serialization(
     encoded = wire.encode_produce_request(topic, acks, timeout_ms, batches_as_views)
     assert encoded == expected.SerializeToString()
     assert common_pb2.ProduceRequest.FromString(encoded) == expected
+    # The gateway's routing scan reads the same fields without copying the records.
+    scanned = wire.scan_produce_request(encoded)
+    assert (scanned.topic, scanned.acks, scanned.timeout_ms) == (topic, acks, timeout_ms)
+    assert [
+        (p.partition, bytes(p.records), p.current_leader_epoch) for p in scanned.partitions
+    ] == [(p.partition, p.records, p.current_leader_epoch) for p in expected.partitions]
+
+
+def test_the_routing_scan_refuses_malformed_requests():
+    good = common_pb2.ProduceRequest(topic="t", acks=1)
+    good.partitions.add(partition=3, records=b"x" * 10)
+    data = good.SerializeToString()
+    for broken in (
+        data[:-3],
+        data + b"\x12\x7f",
+        b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+    ):
+        with pytest.raises(ValueError):
+            wire.scan_produce_request(broken)
 
 
 def test_every_reason_code_has_an_error_class_and_a_status():

@@ -37,6 +37,7 @@ equals `SerializeToString()` of the same message byte for byte (tests hold it fo
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 _MASK_64 = (1 << 64) - 1
 
@@ -138,6 +139,108 @@ def encode_produce_request(
     if timeout_ms:
         parts += [b"\x20", _varint(timeout_ms)]
     return b"".join(parts)
+
+
+@dataclass
+class ScannedPartition:
+    """A PartitionRecords as routing needs it: its records stay a view of the request."""
+
+    partition: int = 0
+    records: memoryview = memoryview(b"")
+    current_leader_epoch: int | None = None
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name, for shared checks
+        return name == "current_leader_epoch" and self.current_leader_epoch is not None
+
+
+@dataclass
+class ScannedProduce:
+    """A ProduceRequest's routing fields, read without copying the records (the gateway
+    forwards the request's own bytes when one node takes all its partitions)."""
+
+    topic: str = ""
+    acks: int = 0
+    timeout_ms: int = 0
+    partitions: list[ScannedPartition] = field(default_factory=list)
+
+
+def scan_produce_request(raw: bytes) -> ScannedProduce:
+    """Parse a ProduceRequest's wire bytes (the layout above), skipping over the records;
+    ValueError when they are not a well-formed ProduceRequest."""
+    view = memoryview(raw)
+    out = ScannedProduce()
+    pos, end = 0, len(view)
+    while pos < end:
+        key, pos = _read_varint(view, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 2:
+            length, pos = _read_varint(view, pos)
+            if pos + length > end:
+                raise ValueError("a length-delimited field runs past the end")
+            if number == 1:
+                out.topic = bytes(view[pos : pos + length]).decode()
+            elif number == 2:
+                out.partitions.append(_scan_partition(view[pos : pos + length]))
+            pos += length
+        elif wire_type == 0:
+            value, pos = _read_varint(view, pos)
+            if number == 3:
+                out.acks = _int32(value)
+            elif number == 4:
+                out.timeout_ms = _int32(value)
+        else:
+            pos = _skip(view, pos, wire_type)
+    return out
+
+
+def _scan_partition(view: memoryview) -> ScannedPartition:
+    out = ScannedPartition()
+    pos, end = 0, len(view)
+    while pos < end:
+        key, pos = _read_varint(view, pos)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 2:
+            length, pos = _read_varint(view, pos)
+            if pos + length > end:
+                raise ValueError("a length-delimited field runs past the end")
+            if number == 2:
+                out.records = view[pos : pos + length]
+            pos += length
+        elif wire_type == 0:
+            value, pos = _read_varint(view, pos)
+            if number == 1:
+                out.partition = _int32(value)
+            elif number == 3:
+                out.current_leader_epoch = _int32(value)
+        else:
+            pos = _skip(view, pos, wire_type)
+    return out
+
+
+def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(view) or shift > 63:
+            raise ValueError("a truncated or overlong varint")
+        byte = view[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _int32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _skip(view: memoryview, pos: int, wire_type: int) -> int:
+    if wire_type == 1:
+        return pos + 8
+    if wire_type == 5:
+        return pos + 4
+    raise ValueError(f"unsupported wire type {wire_type}")
 
 
 def identity(data: bytes) -> bytes:
