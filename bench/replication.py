@@ -54,7 +54,9 @@ def _wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-un
 class BenchCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.gateway = gateway_process("127.0.0.1:0", root / "gateway")
+        # With the cluster secret, as make run has it: followers copy over the bulk path.
+        env = {"SEGLOG_CLUSTER_SECRET": "bench-cluster-secret-0123456789abcdef"}
+        self.gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)
         self.gateway.start()
         self.nodes: dict[int, ServerProcess] = {}
         for node_id in (1, 2, 3):
@@ -64,6 +66,7 @@ class BenchCluster:
                 root / f"node-{node_id}",
                 self.gateway.address,
                 extra_args=["--config", "min.insync.replicas=2"],
+                env=env,
             )
             self.nodes[node_id].start()
         self.client = GatewayClient(self.gateway.address)

@@ -148,7 +148,10 @@ class AdminService:
             if node_id not in addresses:
                 continue
             stub = self.connections.get(node_id, addresses[node_id]).stub
-            message = gateway_pb2.NodeAssignment(node_addresses=states.node_addresses)
+            message = gateway_pb2.NodeAssignment(
+                node_addresses=states.node_addresses,
+                node_bulk_addresses=states.node_bulk_addresses,
+            )
             message.partitions.extend(s for s in states.partitions if node_id in s.replicas)
             calls.append(stub.UpdatePartitions.future(message, timeout=NODE_CALL_TIMEOUT_S))
         for call in calls:

@@ -51,6 +51,7 @@ def partition_states(
             partition_epoch=p.partition_epoch,
         )
     assignment.node_addresses.update(registry.addresses())
+    assignment.node_bulk_addresses.update(registry.bulk_addresses())
     return assignment
 
 

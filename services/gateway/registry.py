@@ -519,6 +519,10 @@ class Registry:
         with self._lock:
             return {n: node.address for n, node in self.nodes.items()}
 
+    def bulk_addresses(self) -> dict[int, str]:
+        with self._lock:
+            return {n: node.bulk_address for n, node in self.nodes.items() if node.bulk_address}
+
     def assignment_for(self, node_id: int) -> list[tuple[Topic, int, PartitionAssignment]]:
         with self._lock:
             return [

@@ -22,12 +22,12 @@ import threading
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, SeglogError
-from seglog.rpc import bulk_wire, check_fetch_request, grants
+from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 
-from .replica_manager import FetchChunk, ReplicaManager
+from .replica_manager import CONSUMER, FetchChunk, ReplicaManager
 
 logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.storage_node.bulk")
@@ -114,7 +114,7 @@ class BulkServer:
     def _answer(self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest) -> bool:
         """Serve one fetch; False when it was refused (the connection is then closed)."""
         try:
-            wanted = self._check(request)
+            wanted, replica_id = self._check(request)
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
@@ -128,7 +128,7 @@ class BulkServer:
         with tracer.start_as_current_span(
             "seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent
         ) as span:
-            states = self.replicas.fetch_states(wanted)
+            states = self.replicas.fetch_states(wanted, replica_id)
             if fetch.max_wait_ms > 0:
                 self.replicas.wait_for_fetch(
                     states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
@@ -143,16 +143,23 @@ class BulkServer:
 
     def _check(
         self, request: bulk_pb2.BulkFetchRequest
-    ) -> list[tuple[str, int, int, int, int, int]]:
-        """The whole request against its grant, before anything is read."""
+    ) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
+        """The whole request against its grant, before anything is read: the partitions as
+        fetch_states takes them, and the replica id (-1: a consumer)."""
         if request.version != BULK_VERSION:
             raise InvalidRequestError(
                 f"bulk protocol version {request.version}: this node speaks {BULK_VERSION}"
             )
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
-        check_fetch_request(request.fetch)
+        fetch = request.fetch
+        check_fetch_request(fetch)
+        replica_id = fetch.replica_id if fetch.HasField("replica_id") else CONSUMER
+        if replica_id != (CONSUMER if grant.replica_id is None else grant.replica_id):
+            raise InvalidRequestError(
+                f"transfer grant: replica id {replica_id} is not the granted one"
+            )
         wanted = []
-        for p in request.fetch.partitions:
+        for p in fetch.partitions:
             granted = grant.partitions.get((p.topic, p.partition))
             if granted is None:
                 raise InvalidRequestError(
@@ -164,10 +171,20 @@ class BulkServer:
                     f"transfer grant: {p.topic}-{p.partition} from offset {p.fetch_offset} is "
                     f"below the granted {min_offset}"
                 )
+            if grant.replica_id is not None:  # Kafka's replica fetch: the request's epochs
+                leader_epoch = client_leader_epoch(p)
+            last_fetched = p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1
             wanted.append(
-                (p.topic, p.partition, p.fetch_offset, p.partition_max_bytes, leader_epoch, -1)
+                (
+                    p.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    p.partition_max_bytes,
+                    leader_epoch,
+                    last_fetched,
+                )
             )
-        return wanted
+        return wanted, replica_id
 
     @staticmethod
     def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> int:
@@ -177,7 +194,10 @@ class BulkServer:
             partition=chunk.partition,
             high_watermark=chunk.high_watermark,
             log_start_offset=chunk.log_start_offset,
+            segment_base_offset=chunk.segment_base_offset,
         )
+        if chunk.diverging is not None:
+            header.diverging_epoch, header.diverging_end_offset = chunk.diverging
         if chunk.error is not None:
             header.error = error_code_for(chunk.error)
             header.error_message = str(chunk.error)

@@ -178,6 +178,7 @@ def apply_partition_states(
     the partitions named. A partition that fails goes offline with the reason."""
     offline = replicas.offline()
     replicas.node_addresses.update(assignment.node_addresses)
+    replicas.node_bulk_addresses.update(assignment.node_bulk_addresses)
     named = set()
     for p in assignment.partitions:
         tp = (p.topic, p.partition)

@@ -1,6 +1,8 @@
 """A follower's fetcher (Kafka's ReplicaFetcherThread): one thread per leader node, copying
-the partitions this node follows there by fetching from the leader's StorageNode.Fetch with
-`replica_id` set, node to node.
+the partitions this node follows there by Kafka's replica fetch (`replica_id` set), node to
+node: through the leader's bulk listener when the cluster has a secret (the leader sends
+from its files with sendfile, this side receives into the buffer it appends from; see
+proto/seglog/v1/bulk.md), else, or while the bulk path fails, StorageNode.Fetch.
 
 Each round asks, per partition, from the follower's log end offset, naming the leader epoch
 it follows and the epoch of its last batch. The answers are applied in order:
@@ -26,6 +28,7 @@ Truncation point for a diverging epoch (leader answered epoch E ending at offset
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -33,9 +36,11 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from seglog.errors import InvalidRequestError, SeglogError
+from seglog.rpc import bulk_wire, grants
 from seglog.rpc.channels import open_channel
 from seglog.storage import Log
-from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
 from .partition import Partition
 
@@ -45,6 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FETCH = "/seglog.v1.StorageNode/Fetch"
+BULK_RETRY_S = 30.0  # after a bulk failure, the gRPC path this long
 TopicPartition = tuple[str, int]
 
 
@@ -86,8 +92,16 @@ class ReplicaFetcher:
         leader_id: int,
         address: str,
         settings: FetcherSettings,
+        *,
+        bulk_address: str = "",
+        secret: bytes | None = None,
     ) -> None:
         self.manager = manager
+        self.bulk_address = bulk_address
+        self.secret = secret
+        self._bulk_socket: socket.socket | None = None
+        self._bulk_unusable_until = 0.0
+        self._interrupted = threading.Event()
         self.leader_id = leader_id
         self.address = address
         self.settings = settings
@@ -116,6 +130,7 @@ class ReplicaFetcher:
         call = self._call
         if call is not None:
             call.cancel()
+        self._close_bulk()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         self._channel.close()
@@ -138,6 +153,9 @@ class ReplicaFetcher:
         call = self._call
         if call is not None:
             call.cancel()  # a long poll without the changed partitions: ask again
+        if self._bulk_socket is not None:
+            self._interrupted.set()
+            self._close_bulk()  # the same on the bulk path
 
     @staticmethod
     def _prepare(partition: Partition) -> None:
@@ -159,12 +177,24 @@ class ReplicaFetcher:
                 self._changed.clear()
                 continue
             self._changed.clear()
+            if self._bulk_usable():
+                self._interrupted.clear()
+                try:
+                    self._fetch_bulk(request, followed)
+                    continue
+                except (OSError, ConnectionError, SeglogError) as exc:
+                    if self._stop.is_set() or self._interrupted.is_set():
+                        self._interrupted.clear()  # woken on purpose: ask again at once
+                        continue
+                    # The gRPC path serves meanwhile; the bulk one is tried again later.
+                    logger.info("bulk fetch from leader %d failed: %s", self.leader_id, exc)
+                    self._close_bulk(unusable_for_s=BULK_RETRY_S)
             try:
                 self._call = self._fetch(
                     request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30
                 )
                 for response in self._call:
-                    self._apply(response, followed)
+                    self._apply(response, response.records, followed)
             except grpc.RpcError as exc:
                 if self._stop.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
                     continue
@@ -175,6 +205,61 @@ class ReplicaFetcher:
                 self._back_off_all(followed)
             finally:
                 self._call = None
+
+    # -- the bulk path (bulk.md): the leader sends from its files, this side recv_into ------
+
+    def _bulk_usable(self) -> bool:
+        return (
+            self.secret is not None
+            and bool(self.bulk_address)
+            and time.monotonic() >= self._bulk_unusable_until
+        )
+
+    def _fetch_bulk(
+        self, request: common_pb2.FetchRequest, followed: dict[TopicPartition, _Followed]
+    ) -> None:
+        assert self.secret is not None
+        grant, signature, _ = grants.issue(
+            self.secret,
+            self.leader_id,
+            [(p.topic, p.partition, 0, -1) for p in request.partitions],
+            replica_id=self.manager.node_id,
+        )
+        sock = self._bulk_socket
+        if sock is None:
+            host, port = self.bulk_address.rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            sock.settimeout(None)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._bulk_socket = sock
+        bulk_wire.send_message(
+            sock,
+            bulk_pb2.BulkFetchRequest(version=1, grant=grant, signature=signature, fetch=request),
+        )
+        while True:
+            header = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
+            if header is None:
+                raise ConnectionError("the leader closed the bulk connection mid-answer")
+            if header.end:
+                if header.error:
+                    raise InvalidRequestError(f"bulk fetch refused: {header.error_message}")
+                return
+            records: memoryview | bytes = b""
+            if header.records_length:
+                records = memoryview(bytearray(header.records_length))
+                bulk_wire.recv_exactly_into(sock, records)
+            self._apply(header, records, followed)
+
+    def _close_bulk(self, unusable_for_s: float = 0.0) -> None:
+        sock, self._bulk_socket = self._bulk_socket, None
+        if unusable_for_s:
+            self._bulk_unusable_until = time.monotonic() + unusable_for_s
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
 
     def _build_request(
         self,
@@ -214,7 +299,10 @@ class ReplicaFetcher:
         self._stop.wait(min(self.settings.replica_fetch_backoff_ms / 1000, 1.0))
 
     def _apply(
-        self, response: common_pb2.FetchResponse, followed: dict[TopicPartition, _Followed]
+        self,
+        response: common_pb2.FetchResponse | bulk_pb2.BulkFetchChunk,
+        records: bytes | memoryview,
+        followed: dict[TopicPartition, _Followed],
     ) -> None:
         tp = (response.topic, response.partition)
         entry = followed.get(tp)
@@ -256,15 +344,15 @@ class ReplicaFetcher:
                         time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
                     )
                 return
-            if response.records:
-                log.append_as_follower(
-                    response.records, segment_base_offset=response.segment_base_offset
-                )
+            if records:
+                log.append_as_follower(records, segment_base_offset=response.segment_base_offset)
             log.update_high_watermark(min(response.high_watermark, log.log_end_offset))
             if log.log_start_offset < response.log_start_offset <= log.log_end_offset:
                 log.delete_records_before(response.log_start_offset)
 
-    def _fetch_error(self, entry: _Followed, response: common_pb2.FetchResponse) -> None:
+    def _fetch_error(
+        self, entry: _Followed, response: common_pb2.FetchResponse | bulk_pb2.BulkFetchChunk
+    ) -> None:
         log = entry.partition.log
         if response.error == common_pb2.OFFSET_OUT_OF_RANGE:
             try:

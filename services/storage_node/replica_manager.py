@@ -151,6 +151,8 @@ class ReplicaManager:
         self._progress_seq = 0
         self._stopping = False
         self.node_addresses: dict[int, str] = {}
+        self.node_bulk_addresses: dict[int, str] = {}
+        self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self.alter_partition: AlterPartition | None = None
         self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
@@ -249,13 +251,25 @@ class ReplicaManager:
         if address is None:
             logger.warning("%s-%d: no address known for leader %d", *tp, r.leader)
             return
+        bulk_address = self.node_bulk_addresses.get(r.leader, "")
         existing = self._fetchers.get(r.leader)
-        if existing is not None and existing.address == address:
+        if (
+            existing is not None
+            and existing.address == address
+            and existing.bulk_address == bulk_address
+        ):
             fetcher = existing
         else:
             if existing is not None:
                 existing.shutdown()
-            fetcher = ReplicaFetcher(self, r.leader, address, self.replication.fetcher)
+            fetcher = ReplicaFetcher(
+                self,
+                r.leader,
+                address,
+                self.replication.fetcher,
+                bulk_address=bulk_address,
+                secret=self.cluster_secret,
+            )
             self._fetchers[r.leader] = fetcher
             fetcher.start()
         fetcher.add_partition(held)

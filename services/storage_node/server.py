@@ -163,6 +163,7 @@ class StorageNode:
                 listen, self.replicas, self.config.node_id, self.config.cluster_secret
             )
             self.bulk.start()
+            self.replicas.cluster_secret = self.config.cluster_secret
         self.server, _, self.port = serving.build_server(
             self.config.listen,
             [self._handlers()],

@@ -73,6 +73,16 @@ def _isr(cluster, topic, partition=0):
 def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
     cluster.client.create_topic("copied", 1, 3, configs={"segment.bytes": "2048"})
     p = _registration(cluster, "copied")
+    leader_bulk = cluster.nodes[p.leader].bulk
+    replica_answers = []
+    real_check = leader_bulk._check
+
+    def check(request):
+        wanted, replica_id = real_check(request)
+        replica_answers.append(replica_id)
+        return wanted, replica_id
+
+    leader_bulk._check = check  # followers copy through the leader's bulk listener
     assert sorted(p.replicas) == [1, 2, 3] and len(set(p.replicas)) == 3
     for i in range(40):
         result = _produce(cluster, "copied", [b"value-%d" % i * 10, b"second"])
@@ -84,6 +94,7 @@ def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
     for node_id, log in logs.items():
         assert _segment_bytes(log) == leader_files, f"node {node_id} differs"
         assert log.leader_epochs.entries == logs[p.leader].leader_epochs.entries
+    assert {r for r in replica_answers if r >= 0} == set(p.replicas) - {p.leader}
 
 
 def test_consumers_read_only_below_the_high_watermark(cluster):
@@ -237,11 +248,16 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
     # acks=1 records nobody else has, then dies.
     leader_node = cluster.nodes[old_leader]
     real_follower_fetch = leader_node.replicas._follower_fetch
+    refused = []
 
     def refuse(held, state, *args):
+        refused.append(state.offset)
         raise grpc.RpcError("dropped")
 
     leader_node.replicas._follower_fetch = refuse
+    # Once a fetch is refused, the follower's long poll begun before has ended: nothing
+    # appended from now on can reach it.
+    assert wait_until(lambda: refused)
     for value in (b"lost-1", b"lost-2", b"lost-3"):
         assert _produce(cluster, "diverge", [value], acks=1).error == 0
     assert leader_node.logs.get_log("diverge", 0).log_end_offset == 4
@@ -266,10 +282,14 @@ def test_an_acks_all_write_waiting_when_leadership_moves_answers_not_leader(clus
     p = _registration(cluster, "moving")
     leader_node = cluster.nodes[p.leader]
 
+    refused = set()
+
     def refuse(held, state, *args):
+        refused.add(state.replica_id)
         raise grpc.RpcError("dropped")
 
     leader_node.replicas._follower_fetch = refuse  # nothing more replicates from it
+    assert wait_until(lambda: len(refused) == 2)  # both followers' earlier polls have ended
     answers = []
     writer = threading.Thread(
         target=lambda: answers.append(_produce(cluster, "moving", [b"stuck"], timeout_ms=20_000))

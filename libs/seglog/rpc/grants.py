@@ -39,12 +39,18 @@ def issue(
     node_id: int,
     partitions: Iterable[tuple[str, int, int, int]],
     ttl_ms: int = DEFAULT_GRANT_TTL_MS,
+    *,
+    replica_id: int | None = None,
 ) -> tuple[bytes, bytes, int]:
-    """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch)."""
+    """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch);
+    with `replica_id`, a follower's grant for replica fetches."""
     expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
     grant = bulk_pb2.TransferGrant(
         version=GRANT_VERSION, node_id=node_id, expires_at_ms=expires_at_ms
     )
+    if replica_id is not None:
+        grant.replica = True
+        grant.replica_id = replica_id
     for topic, partition, min_offset, leader_epoch in partitions:
         grant.partitions.add(
             topic=topic, partition=partition, min_offset=min_offset, leader_epoch=leader_epoch
@@ -58,6 +64,7 @@ class VerifiedGrant:
     node_id: int
     expires_at_ms: int
     partitions: dict[tuple[str, int], tuple[int, int]]  # -> (min offset, leader epoch)
+    replica_id: int | None = None  # a follower's grant
 
 
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
@@ -85,4 +92,5 @@ def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> Verif
         parsed.node_id,
         parsed.expires_at_ms,
         {(p.topic, p.partition): (p.min_offset, p.leader_epoch) for p in parsed.partitions},
+        parsed.replica_id if parsed.replica else None,
     )
