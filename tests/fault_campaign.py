@@ -102,6 +102,9 @@ class Cluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
+        # The cluster secret on, as make run has it: followers and the watching consumer
+        # use the bulk path.
+        env = {"SEGLOG_CLUSTER_SECRET": "campaign-cluster-secret-0123456789"}
         self.gateway = gateway_process(
             "127.0.0.1:0",
             root / "gateway",
@@ -116,6 +119,7 @@ class Cluster:
                 "3",
             ],
             stderr_path=root / "logs" / "gateway.log",
+            env=env,
         )
         self.address = self.gateway.start()
         self.nodes: dict[int, ServerProcess] = {}
@@ -128,6 +132,7 @@ class Cluster:
                 self.address,
                 extra_args=["--heartbeat-interval-ms", "200", *configs],
                 stderr_path=root / "logs" / f"node-{node_id}.log",
+                env=env,
             )
             node.start()
             self.nodes[node_id] = node
