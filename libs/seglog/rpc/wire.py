@@ -36,7 +36,7 @@ equals `SerializeToString()` of the same message byte for byte (tests hold it fo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 _MASK_64 = (1 << 64) - 1
@@ -167,34 +167,34 @@ class ScannedProduce:
 def scan_produce_request(raw: bytes) -> ScannedProduce:
     """Parse a ProduceRequest's wire bytes (the layout above), skipping over the records;
     ValueError when they are not a well-formed ProduceRequest."""
-    view = memoryview(raw)
     out = ScannedProduce()
-    pos, end = 0, len(view)
-    while pos < end:
-        key, pos = _read_varint(view, pos)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == 2:
-            length, pos = _read_varint(view, pos)
-            if pos + length > end:
-                raise ValueError("a length-delimited field runs past the end")
-            if number == 1:
-                out.topic = bytes(view[pos : pos + length]).decode()
-            elif number == 2:
-                out.partitions.append(_scan_partition(view[pos : pos + length]))
-            pos += length
-        elif wire_type == 0:
-            value, pos = _read_varint(view, pos)
-            if number == 3:
-                out.acks = _int32(value)
-            elif number == 4:
-                out.timeout_ms = _int32(value)
-        else:
-            pos = _skip(view, pos, wire_type)
+    for number, value in _fields(memoryview(raw)):
+        if number == 1 and isinstance(value, memoryview):
+            out.topic = bytes(value).decode()
+        elif number == 2 and isinstance(value, memoryview):
+            out.partitions.append(_scan_partition(value))
+        elif number == 3 and isinstance(value, int):
+            out.acks = _int32(value)
+        elif number == 4 and isinstance(value, int):
+            out.timeout_ms = _int32(value)
     return out
 
 
 def _scan_partition(view: memoryview) -> ScannedPartition:
     out = ScannedPartition()
+    for number, value in _fields(view):
+        if number == 1 and isinstance(value, int):
+            out.partition = _int32(value)
+        elif number == 2 and isinstance(value, memoryview):
+            out.records = value
+        elif number == 3 and isinstance(value, int):
+            out.current_leader_epoch = _int32(value)
+    return out
+
+
+def _fields(view: memoryview) -> Iterator[tuple[int, int | memoryview | None]]:
+    """(field number, value) of a message's fields: varints as ints, length-delimited ones
+    as views of the message (not copied), fixed-width ones skipped (None)."""
     pos, end = 0, len(view)
     while pos < end:
         key, pos = _read_varint(view, pos)
@@ -203,18 +203,16 @@ def _scan_partition(view: memoryview) -> ScannedPartition:
             length, pos = _read_varint(view, pos)
             if pos + length > end:
                 raise ValueError("a length-delimited field runs past the end")
-            if number == 2:
-                out.records = view[pos : pos + length]
+            yield number, view[pos : pos + length]
             pos += length
         elif wire_type == 0:
             value, pos = _read_varint(view, pos)
-            if number == 1:
-                out.partition = _int32(value)
-            elif number == 3:
-                out.current_leader_epoch = _int32(value)
+            yield number, value
+        elif wire_type in (1, 5):
+            pos += 8 if wire_type == 1 else 4
+            yield number, None
         else:
-            pos = _skip(view, pos, wire_type)
-    return out
+            raise ValueError(f"unsupported wire type {wire_type}")
 
 
 def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
@@ -233,14 +231,6 @@ def _read_varint(view: memoryview, pos: int) -> tuple[int, int]:
 def _int32(value: int) -> int:
     value &= 0xFFFFFFFF
     return value - (1 << 32) if value >= 1 << 31 else value
-
-
-def _skip(view: memoryview, pos: int, wire_type: int) -> int:
-    if wire_type == 1:
-        return pos + 8
-    if wire_type == 5:
-        return pos + 4
-    raise ValueError(f"unsupported wire type {wire_type}")
 
 
 def identity(data: bytes) -> bytes:
