@@ -81,6 +81,7 @@ def build_server(
     max_workers: int = SERVER_MAX_WORKERS,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     tracer_provider: trace.TracerProvider | None = None,
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
     """A started-ready (not yet started) server bound to `listen`; returns the bound port."""
     server = grpc.server(
@@ -104,7 +105,10 @@ def build_server(
         ],
         server,
     )
-    port = server.add_insecure_port(listen)
+    if credentials is None:
+        port = server.add_insecure_port(listen)
+    else:
+        port = server.add_secure_port(listen, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
     for name in ["", *names]:

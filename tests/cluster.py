@@ -12,6 +12,13 @@ import grpc
 
 from seglog.client.gateway import GatewayClient
 from seglog.records import RecordBatchBuilder
+from seglog.security.certs import (
+    GATEWAY_IDENTITY,
+    CertificateAuthority,
+    node_identity,
+    write_issued,
+)
+from seglog.security.tls import ClientSecurity, TlsFiles
 from seglog.v1 import gateway_pb2_grpc
 from services.gateway.server import Gateway, GatewayConfig
 from services.storage_node.server import NodeConfig, StorageNode
@@ -45,9 +52,18 @@ class LocalCluster:
         nodes: int = 3,
         tracer_provider=None,
         node_configs: dict[str, str] | None = None,
+        tls: bool = False,
         **gateway_config,
     ) -> None:
+        """`tls`: a cluster CA made for this cluster (under root/tls), the gateway and each
+        node with their own certificates (mutual TLS inside the cluster); `client_security`
+        is what a client with certificate `client` needs."""
         self.root = root
+        self.ca: CertificateAuthority | None = None
+        if tls:
+            self.ca = CertificateAuthority.create()
+            self.ca.write(root / "tls")
+            gateway_config.setdefault("tls", self.tls_files(GATEWAY_IDENTITY))
         self.node_configs = dict(node_configs or {})
         self.cluster_secret = gateway_config.get("cluster_secret", CLUSTER_SECRET)
         self.tracer_provider = tracer_provider
@@ -58,9 +74,29 @@ class LocalCluster:
         self.start_gateway()
         for node_id in range(1, nodes + 1):
             self.start_node(node_id)
-        self.client = GatewayClient(self.address)
-        self.channel = grpc.insecure_channel(self.address)
+        self.client = GatewayClient(self.address, security=self.client_security())
+        security = self.client_security()
+        self.channel = (
+            grpc.insecure_channel(self.address)
+            if security is None
+            else grpc.secure_channel(self.address, security.channel_credentials())
+        )
         self.stub = gateway_pb2_grpc.GatewayStub(self.channel)
+
+    def tls_files(self, identity: str) -> TlsFiles:
+        """A certificate for `identity` from the cluster CA (made once, kept under root/tls)."""
+        assert self.ca is not None
+        directory = self.root / "tls"
+        cert, key = directory / f"{identity}.pem", directory / f"{identity}.key"
+        if not cert.exists():
+            write_issued(self.ca.issue(identity), directory, identity)
+        return TlsFiles(cert, key, directory / "ca.pem")
+
+    def client_security(self, identity: str = "client") -> ClientSecurity | None:
+        if self.ca is None:
+            return None
+        files = self.tls_files(identity)
+        return ClientSecurity(files.ca, files.cert, files.key)
 
     @property
     def address(self) -> str:
@@ -89,6 +125,7 @@ class LocalCluster:
             heartbeat_interval_ms=HEARTBEAT_MS,
             engine_configs={**self.node_configs, **engine_configs},
             cluster_secret=self.cluster_secret,
+            tls=None if self.ca is None else self.tls_files(node_identity(node_id)),
         )
         node = StorageNode(config, tracer_provider=self.tracer_provider)
         node.start()

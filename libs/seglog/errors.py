@@ -277,6 +277,12 @@ class InvalidProducerEpochError(SeglogError):
     reason = "INVALID_PRODUCER_EPOCH"
 
 
+class PermissionDeniedError(SeglogError):
+    """The caller's identity may not do this (names the operation and the resource)."""
+
+    reason = "PERMISSION_DENIED"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason (the most specific class wins a shared reason)."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}

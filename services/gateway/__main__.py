@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from seglog.rpc import grants
+from seglog.security.tls import TlsFiles
 from services import serving
 
 from .offsets_store import (
@@ -157,9 +158,18 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         type=int,
         default=grants.DEFAULT_GRANT_TTL_MS,
     )
+    serving.env_flag(parser, "--tls-cert", "SEGLOG_TLS_CERT", "PEM certificate (gateway)")
+    serving.env_flag(parser, "--tls-key", "SEGLOG_TLS_KEY", "PEM private key")
+    serving.env_flag(
+        parser,
+        "--tls-ca",
+        "SEGLOG_TLS_CA",
+        "PEM cluster CA: every caller (nodes: node-<id>) presents a certificate from it",
+    )
     args = parser.parse_args(argv)
     try:
         secret = grants.cluster_secret(args.cluster_secret)
+        tls = TlsFiles.from_flags(args.tls_cert, args.tls_key, args.tls_ca)
     except ValueError as exc:
         parser.error(str(exc))
     return GatewayConfig(
@@ -181,6 +191,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         leader_imbalance_check_interval_seconds=int(args.leader_imbalance_check_interval_seconds),
         cluster_secret=secret,
         fetch_grant_ttl_ms=int(args.fetch_grant_ttl_ms),
+        tls=tls,
     )
 
 

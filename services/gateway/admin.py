@@ -11,8 +11,15 @@ from collections.abc import Callable, Iterator
 
 import grpc
 
-from seglog.errors import InvalidRequestError, LeaderNotAvailableError, SeglogError
+from seglog.errors import (
+    InvalidRequestError,
+    LeaderNotAvailableError,
+    PermissionDeniedError,
+    SeglogError,
+)
 from seglog.rpc.status import abort, error_from_rpc, set_error
+from seglog.security.certs import node_identity
+from seglog.security.tls import peer_identity
 from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
@@ -336,13 +343,35 @@ class RegistryService:
     each answer carries the states of the partitions the node holds replicas of, and
     AlterPartition carries leaders' ISR changes."""
 
-    def __init__(self, registry: Registry, *, heartbeat_interval_ms: int = 2000) -> None:
+    def __init__(
+        self,
+        registry: Registry,
+        *,
+        heartbeat_interval_ms: int = 2000,
+        node_certificates: bool = False,
+    ) -> None:
         self.registry = registry
         self.heartbeat_interval_ms = heartbeat_interval_ms
+        # With TLS and a cluster CA: a node id is claimed only with that node's certificate.
+        self.node_certificates = node_certificates
+
+    def _check_node(self, context: grpc.ServicerContext, node_id: int, action: str) -> None:
+        if not self.node_certificates:
+            return
+        identity = peer_identity(context)
+        if identity != node_identity(node_id):
+            abort(
+                context,
+                PermissionDeniedError(
+                    f"{action} as node {node_id} needs that node's certificate "
+                    f"({node_identity(node_id)}), not {identity or 'none'}"
+                ),
+            )
 
     def RegisterNode(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
+        self._check_node(context, request.node_id, "registering")
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
         self.registry.register_node(
@@ -358,6 +387,7 @@ class RegistryService:
     def Heartbeat(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
+        self._check_node(context, request.node_id, "heartbeating")
         if not self.registry.heartbeat(
             request.node_id, request.address, _offline(request), request.bulk_address
         ):
@@ -367,6 +397,7 @@ class RegistryService:
     def AlterPartition(
         self, request: gateway_pb2.AlterPartitionRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.AlterPartitionResponse:
+        self._check_node(context, request.node_id, "altering a partition")
         response = gateway_pb2.AlterPartitionResponse()
         try:
             self.registry.alter_partition(

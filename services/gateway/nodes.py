@@ -34,8 +34,14 @@ class NodeConnection:
 
 
 class NodeConnections:
-    def __init__(self, tracer_provider: trace.TracerProvider | None = None) -> None:
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None = None,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._tracer_provider = tracer_provider
+        self._credentials = credentials
         self._lock = threading.Lock()
         self._connections: dict[int, NodeConnection] = {}
 
@@ -51,6 +57,7 @@ class NodeConnections:
                 address,
                 traced=self._tracer_provider is not None,
                 tracer_provider=self._tracer_provider,
+                credentials=self._credentials,
             )
             conn = NodeConnection(
                 address,

@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
+from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
@@ -70,6 +71,12 @@ class GatewayConfig:
     # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off.
     cluster_secret: bytes | None = dataclasses.field(default=None, repr=False)
     fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS
+    # TLS on the gateway's listener (certificate subject `gateway`). With the cluster CA it
+    # is mutual TLS: every caller presents a certificate from that CA (gRPC's Python server
+    # can require client certificates or not ask for them, nothing between), storage nodes
+    # their own (node-<id>) to register, heartbeat or alter partitions; the gateway dials
+    # the nodes with its certificate.
+    tls: TlsFiles | None = None
 
 
 # The gateway's settings under the names Kafka gives the same broker settings.
@@ -86,6 +93,9 @@ def described_settings(config: GatewayConfig) -> dict[str, str]:
     out = {}
     for field in dataclasses.fields(config):
         if field.name in ("listen", "data_dir"):
+            continue
+        if field.name == "tls":
+            out["security.protocol"] = "SSL" if config.tls is not None else "PLAINTEXT"
             continue
         if field.name == "cluster_secret":  # never shown; only whether one is set
             out["bulk.fetch.enabled"] = str(config.cluster_secret is not None).lower()
@@ -107,7 +117,10 @@ class Gateway:
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
         )
-        self.connections = NodeConnections(tracer_provider)
+        self.connections = NodeConnections(
+            tracer_provider,
+            credentials=None if config.tls is None else channel_credentials(config.tls),
+        )
         self.controller = Controller(
             self.registry,
             self.connections,
@@ -128,7 +141,9 @@ class Gateway:
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
         )
         self.registry_service = RegistryService(
-            self.registry, heartbeat_interval_ms=config.heartbeat_interval_ms
+            self.registry,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            node_certificates=config.tls is not None and config.tls.ca is not None,
         )
         self.offsets = OffsetsStore(
             self.registry,
@@ -272,6 +287,11 @@ class Gateway:
             [GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
+            credentials=None
+            if self.config.tls is None
+            else server_credentials(
+                self.config.tls, "required" if self.config.tls.ca is not None else "none"
+            ),
         )
         self.server.start()
         self._expiry.start()

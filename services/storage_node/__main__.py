@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from seglog.rpc import grants
+from seglog.security.tls import TlsFiles
 from services import serving
 
 from .server import NodeConfig, StorageNode
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         "SEGLOG_ADVERTISED_BULK_ADDRESS",
         "bulk address clients should dial (default: the bound one)",
     )
+    serving.env_flag(parser, "--tls-cert", "SEGLOG_TLS_CERT", "PEM certificate (node-<id>)")
+    serving.env_flag(parser, "--tls-key", "SEGLOG_TLS_KEY", "PEM private key")
+    serving.env_flag(parser, "--tls-ca", "SEGLOG_TLS_CA", "PEM cluster CA (mutual TLS)")
     parser.add_argument(
         "--config",
         action="append",
@@ -85,9 +89,20 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         controlled_shutdown_enable=shutdown_enable == "true",
         controlled_shutdown_timeout_ms=int(shutdown_timeout_ms),
         cluster_secret=_secret(parser, args.cluster_secret),
+        tls=_tls(parser, args),
         bulk_listen=args.bulk_listen,
         advertised_bulk_address=args.advertised_bulk_address,
     )
+
+
+def _tls(parser: argparse.ArgumentParser, args: argparse.Namespace) -> TlsFiles | None:
+    try:
+        files = TlsFiles.from_flags(args.tls_cert, args.tls_key, args.tls_ca)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if files is not None and files.ca is None:
+        parser.error("a node's TLS needs the cluster CA too (--tls-ca): its API is mutual TLS")
+    return files
 
 
 def _secret(parser: argparse.ArgumentParser, value: str | None) -> bytes | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import ssl
 import threading
 
 from opentelemetry import propagate, trace
@@ -24,6 +25,7 @@ from opentelemetry import propagate, trace
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
+from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 
@@ -45,7 +47,11 @@ class BulkServer:
         secret: bytes,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        tls: TlsFiles | None = None,
     ) -> None:
+        # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
+        # (no kernel TLS here): the grant still decides what is served.
+        self._ssl = None if tls is None else server_ssl_context(tls, "optional")
         host, port = listen.rsplit(":", 1)
         self.replicas = replicas
         self.node_id = node_id
@@ -95,6 +101,12 @@ class BulkServer:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
+            if self._ssl is not None:
+                plain = conn
+                conn = self._ssl.wrap_socket(conn, server_side=True)
+                with self._lock:
+                    self._connections.discard(plain)
+                    self._connections.add(conn)
             while not self._stopping:
                 request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
                 if request is None:
@@ -212,7 +224,16 @@ class BulkServer:
         try:
             header.records_length = found.size
             bulk_wire.send_message(conn, header)
-            records.write_to(conn, found.position, found.size, fd=held)
+            if isinstance(conn, ssl.SSLSocket):  # encrypted: through the ssl module
+                with os.fdopen(held, "rb", closefd=False) as file:
+                    # sendfile seeks only for a non-zero offset, and a dup shares the file
+                    # position: always seek.
+                    file.seek(found.position)
+                    sent = conn.sendfile(file, found.position, found.size)
+                if sent != found.size:
+                    raise ConnectionError(f"sent {sent} of {found.size} bytes: the file shrank")
+            else:
+                records.write_to(conn, found.position, found.size, fd=held)
         finally:
             os.close(held)
         return found.size

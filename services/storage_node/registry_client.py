@@ -28,6 +28,7 @@ from opentelemetry import trace
 
 from seglog.rpc.channels import open_channel
 from seglog.rpc.status import error_from_code
+from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 from .partition import IsrProposal, Registration
@@ -48,6 +49,7 @@ class RegistrySession:
         tracer_provider: trace.TracerProvider | None = None,
         log_config_defaults: Mapping[str, str] | None = None,
         bulk_address: str = "",
+        tls: TlsFiles | None = None,
     ) -> None:
         self.bulk_address = bulk_address
         self.log_config_defaults = dict(log_config_defaults or {})
@@ -55,7 +57,9 @@ class RegistrySession:
         self.address = address
         self.replicas = replicas
         self.interval_s = heartbeat_interval_ms / 1000
-        self._channel = open_channel(gateway)
+        self._channel = open_channel(
+            gateway, credentials=None if tls is None else channel_credentials(tls)
+        )
         self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-session", daemon=True)

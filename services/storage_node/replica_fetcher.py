@@ -39,6 +39,7 @@ import grpc
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc import bulk_wire, grants
 from seglog.rpc.channels import open_channel
+from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_context
 from seglog.storage import Log
 from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
@@ -95,6 +96,7 @@ class ReplicaFetcher:
         *,
         bulk_address: str = "",
         secret: bytes | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.manager = manager
         self.bulk_address = bulk_address
@@ -109,7 +111,10 @@ class ReplicaFetcher:
         self._lock = threading.Lock()
         self._changed = threading.Event()
         self._stop = threading.Event()
-        self._channel = open_channel(address)
+        self.tls = tls
+        self._channel = open_channel(
+            address, credentials=None if tls is None else channel_credentials(tls)
+        )
         self._fetch = self._channel.unary_stream(
             _FETCH,
             request_serializer=common_pb2.FetchRequest.SerializeToString,
@@ -229,6 +234,8 @@ class ReplicaFetcher:
         if sock is None:
             host, port = self.bulk_address.rsplit(":", 1)
             sock = socket.create_connection((host, int(port)), timeout=5)
+            if self.tls is not None:
+                sock = client_ssl_context(self.tls).wrap_socket(sock, server_hostname=host)
             sock.settimeout(None)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._bulk_socket = sock

@@ -37,6 +37,7 @@ from seglog.errors import (
     RequestTimedOutError,
     SeglogError,
 )
+from seglog.security.tls import TlsFiles
 from seglog.storage import Log, log_files
 from seglog.storage.log import LogAppendInfo, LogSlice, TimestampAndOffset
 from seglog.storage.log_manager import LogManager
@@ -153,6 +154,7 @@ class ReplicaManager:
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
+        self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self._fetchers: dict[int, ReplicaFetcher] = {}
         self.alter_partition: AlterPartition | None = None
         self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
@@ -269,6 +271,7 @@ class ReplicaManager:
                 self.replication.fetcher,
                 bulk_address=bulk_address,
                 secret=self.cluster_secret,
+                tls=self.tls,
             )
             self._fetchers[r.leader] = fetcher
             fetcher.start()

@@ -4,15 +4,19 @@ servicer, health, reflection, tracing, and the registry session with the gateway
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from opentelemetry import trace
 
-from seglog.errors import InvalidConfigError
+from seglog.errors import InvalidConfigError, PermissionDeniedError
 from seglog.rpc import wire
+from seglog.rpc.status import abort
+from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
+from seglog.security.tls import TlsFiles, peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
@@ -46,6 +50,10 @@ class NodeConfig:
     cluster_secret: bytes | None = None
     bulk_listen: str | None = None
     advertised_bulk_address: str | None = None
+    # TLS: the node's certificate (subject `node-<id>`, from the cluster CA) and the CA. Its
+    # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
+    # certificate; it dials the gateway and its peers with its own.
+    tls: TlsFiles | None = None
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work.
     engine_configs: Mapping[str, str] = field(default_factory=dict)
@@ -100,6 +108,7 @@ class StorageNode:
             chunk_bytes=config.fetch_chunk_bytes,
             replication=replication_settings(config.engine_configs),
         )
+        self.replicas.tls = config.tls
         self.service = StorageNodeService(self.replicas)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
@@ -116,37 +125,59 @@ class StorageNode:
 
     def _handlers(self) -> grpc.GenericRpcHandler:
         s = self.service
+        guard = self._cluster_only if self.config.tls is not None else _unguarded
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
                 "Append": serving.unary(
-                    s.Append, common_pb2.ProduceRequest, common_pb2.ProduceResponse
+                    guard(s.Append), common_pb2.ProduceRequest, common_pb2.ProduceResponse
                 ),
                 "Fetch": grpc.unary_stream_rpc_method_handler(
-                    s.Fetch,
+                    guard(s.Fetch),
                     request_deserializer=common_pb2.FetchRequest.FromString,
                     response_serializer=wire.identity,
                 ),
                 "ListOffsets": serving.unary(
-                    s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
+                    guard(s.ListOffsets),
+                    common_pb2.ListOffsetsRequest,
+                    common_pb2.ListOffsetsResponse,
                 ),
                 "UpdatePartitions": serving.unary(
-                    s.UpdatePartitions,
+                    guard(s.UpdatePartitions),
                     gateway_pb2.NodeAssignment,
                     storage_pb2.UpdatePartitionsResponse,
                 ),
                 "DeletePartition": serving.unary(
-                    s.DeletePartition,
+                    guard(s.DeletePartition),
                     storage_pb2.DeletePartitionRequest,
                     storage_pb2.DeletePartitionResponse,
                 ),
                 "DescribePartitions": serving.unary(
-                    s.DescribePartitions,
+                    guard(s.DescribePartitions),
                     storage_pb2.DescribePartitionsRequest,
                     storage_pb2.DescribePartitionsResponse,
                 ),
             },
         )
+
+    @staticmethod
+    def _cluster_only(method: Callable[..., Any]) -> Callable[..., Any]:
+        """The storage-node API serves the gateway and peer nodes only: a caller whose
+        certificate names anything else is refused before the method runs."""
+
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            identity = peer_identity(context)
+            if identity != GATEWAY_IDENTITY and node_id_of(identity or "") is None:
+                abort(
+                    context,
+                    PermissionDeniedError(
+                        f"the storage-node API serves the gateway and nodes only, not "
+                        f"{identity or 'a caller without a certificate'}"
+                    ),
+                )
+            return method(request, context)
+
+        return guarded
 
     @property
     def bulk_address(self) -> str:
@@ -160,15 +191,23 @@ class StorageNode:
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
             self.bulk = BulkServer(
-                listen, self.replicas, self.config.node_id, self.config.cluster_secret
+                listen,
+                self.replicas,
+                self.config.node_id,
+                self.config.cluster_secret,
+                tls=self.config.tls,
             )
             self.bulk.start()
             self.replicas.cluster_secret = self.config.cluster_secret
+        credentials = None
+        if self.config.tls is not None:
+            credentials = server_credentials(self.config.tls, "required")
         self.server, _, self.port = serving.build_server(
             self.config.listen,
             [self._handlers()],
             [SERVICE_NAME],
             tracer_provider=self.tracer_provider,
+            credentials=credentials,
         )
         self.server.start()
         logger.info(
@@ -187,6 +226,7 @@ class StorageNode:
                 tracer_provider=self.tracer_provider,
                 log_config_defaults=split_engine_configs(self.config.engine_configs)[0],
                 bulk_address=self.bulk_address,
+                tls=self.config.tls,
             )
             self.session.start()
 
@@ -208,3 +248,7 @@ class StorageNode:
             self.replicas.stop()
             self.server.stop(grace_s).wait()
         self.logs.shutdown()
+
+
+def _unguarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    return method

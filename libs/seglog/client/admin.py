@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..errors import SeglogError
+from ..errors import InvalidConfigError, SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
+from ..security.tls import ClientSecurity
 from ..v1 import gateway_pb2, groups_pb2, groups_pb2_grpc
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
@@ -55,8 +56,23 @@ class GroupOffset:
 
 
 class Admin:
-    def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
-        self._client = GatewayClient(bootstrap, timeout_s=timeout_s)
+    def __init__(
+        self,
+        bootstrap: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        security_protocol: str = "",
+        ssl_cafile: str | None = None,
+        ssl_certfile: str | None = None,
+        ssl_keyfile: str | None = None,
+    ) -> None:
+        try:
+            security = ClientSecurity.resolve(
+                security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile
+            )
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from None
+        self._client = GatewayClient(bootstrap, timeout_s=timeout_s, security=security)
         self._groups = groups_pb2_grpc.GroupCoordinatorStub(self._client._channel)
         self.timeout_s = timeout_s
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -72,8 +73,15 @@ class BulkFetchError(Exception):
 
 
 class BulkReader:
-    def __init__(self, stub: gateway_pb2_grpc.GatewayStub, timeout_s: float) -> None:
+    def __init__(
+        self,
+        stub: gateway_pb2_grpc.GatewayStub,
+        timeout_s: float,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self.stub = stub
+        self.ssl_context = ssl_context
         self.timeout_s = timeout_s
         self._grants: dict[TopicPartition, Grant] = {}
         self._connections: dict[str, socket.socket] = {}
@@ -228,6 +236,8 @@ class BulkReader:
         host, port = address.rsplit(":", 1)
         try:
             sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+            if self.ssl_context is not None:
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
         except OSError as exc:
             self._unreachable_until[address] = time.monotonic() + UNREACHABLE_S
             raise BulkFetchError(f"cannot reach {address}: {exc}") from None

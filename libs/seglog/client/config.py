@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidConfigError
 from ..records.compression import CompressionType
+from ..security.tls import ClientSecurity
 
 INT_MAX = (1 << 31) - 1
 
@@ -50,6 +51,12 @@ class ProducerConfig:
     enable_idempotence: bool | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
+    # TLS, kafka-python's names: "SSL" or "PLAINTEXT" ("" : SSL when SEGLOG_TLS_CA /
+    # SEGLOG_TLS_CERT / SEGLOG_TLS_KEY are set); the CA and the client's own certificate.
+    security_protocol: str = ""
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
         _check_callables(self, "key_serializer", "value_serializer")
@@ -149,6 +156,12 @@ class ConsumerConfig:
     # node) when the cluster has them and falls back to the gateway's gRPC Fetch; "bulk" and
     # "grpc" force one (bulk: a partition without a grant waits and retries).
     fetch_transport: str = "auto"
+    # TLS, kafka-python's names: "SSL" or "PLAINTEXT" ("" : SSL when SEGLOG_TLS_CA /
+    # SEGLOG_TLS_CERT / SEGLOG_TLS_KEY are set); the CA and the client's own certificate.
+    security_protocol: str = ""
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
 
     def __post_init__(self) -> None:
         _check_ints(self)
@@ -283,3 +296,12 @@ def _at_least(config: object, name: str, minimum: int) -> None:
     value = getattr(config, name)
     if value < minimum:
         raise InvalidConfigError(f"{name} must be at least {minimum}, got {value}")
+
+
+def client_security(config: ProducerConfig | ConsumerConfig) -> ClientSecurity | None:
+    try:
+        return ClientSecurity.resolve(
+            config.security_protocol, config.ssl_cafile, config.ssl_certfile, config.ssl_keyfile
+        )
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None

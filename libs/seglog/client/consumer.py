@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import Record
-from .config import ConsumerConfig, from_kwargs, pop_bootstrap
+from .config import ConsumerConfig, client_security, from_kwargs, pop_bootstrap
 from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
@@ -49,10 +49,12 @@ class Consumer:
         self.config = from_kwargs(ConsumerConfig, config)
         self.bootstrap = bootstrap or default_bootstrap()
         self._client = GatewayClient(
-            self.bootstrap, timeout_s=self.config.request_timeout_ms / 1000
+            self.bootstrap,
+            timeout_s=self.config.request_timeout_ms / 1000,
+            security=client_security(self.config),
         )
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
-        self._fetcher = Fetcher(self.config, self._client._stub)
+        self._fetcher = Fetcher(self.config, self._client._stub, self._client.security)
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
             self._group = GroupMembership(self.config, self._client._channel)

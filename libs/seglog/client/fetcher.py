@@ -29,6 +29,7 @@ from ..errors import CorruptRecordError, SeglogError
 from ..records import Record, iter_batches
 from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code, error_from_rpc
+from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
 from .bulk import BulkFetchError, BulkMessage, BulkReader
 from .config import ConsumerConfig
@@ -101,7 +102,12 @@ def next_offset_after(records: bytes | memoryview, start: int) -> int:
 
 
 class Fetcher:
-    def __init__(self, config: ConsumerConfig, stub: gateway_pb2_grpc.GatewayStub) -> None:
+    def __init__(
+        self,
+        config: ConsumerConfig,
+        stub: gateway_pb2_grpc.GatewayStub,
+        security: ClientSecurity | None = None,
+    ) -> None:
         self.config = config
         self.stub = stub
         self._lock = threading.Lock()
@@ -112,7 +118,11 @@ class Fetcher:
         self._pending: collections.deque[_Pending] = collections.deque()
         self._buffered_bytes = 0
         self._call: grpc.Call | None = None
-        self._bulk = BulkReader(stub, config.request_timeout_ms / 1000)
+        self._bulk = BulkReader(
+            stub,
+            config.request_timeout_ms / 1000,
+            ssl_context=None if security is None else security.ssl_context(),
+        )
         self._closed = False
         self._thread = threading.Thread(
             target=self._run, name=f"{config.client_id}-fetcher", daemon=True

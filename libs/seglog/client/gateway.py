@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from opentelemetry import trace
@@ -14,6 +15,7 @@ from ..errors import SeglogError
 from ..rpc import wire
 from ..rpc.channels import open_channel
 from ..rpc.status import error_from_code, error_from_rpc
+from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from .structs import OffsetAndTimestamp, TopicPartition
 
@@ -60,13 +62,28 @@ class FetchPosition:
     leader_epoch: int = -1
 
 
+_FROM_ENV = ClientSecurity(ca=Path("-"))  # sentinel: resolve from the environment
+
+
 class GatewayClient:
-    def __init__(self, bootstrap: str | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        security: ClientSecurity | None = _FROM_ENV,
+    ) -> None:
+        """`security`: TLS settings (None: plaintext); by default from SEGLOG_TLS_CA,
+        SEGLOG_TLS_CERT and SEGLOG_TLS_KEY when set."""
         self.bootstrap = with_default_port(bootstrap or default_bootstrap())
         self.timeout_s = timeout_s
+        self.security = ClientSecurity.resolve() if security is _FROM_ENV else security
         provider = _tracer_provider
         self._channel = open_channel(
-            self.bootstrap, traced=provider is not None, tracer_provider=provider
+            self.bootstrap,
+            traced=provider is not None,
+            tracer_provider=provider,
+            credentials=None if self.security is None else self.security.channel_credentials(),
         )
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         # Produce with the request already in wire bytes (rpc/wire.py): the producer's path.

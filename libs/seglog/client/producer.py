@@ -23,7 +23,7 @@ from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
 from ..records.builder import Headers
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
-from .config import ProducerConfig, from_kwargs, pop_bootstrap
+from .config import ProducerConfig, client_security, from_kwargs, pop_bootstrap
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
 from .gateway import GatewayClient, default_bootstrap
 from .metadata import Metadata
@@ -55,7 +55,9 @@ class Producer:
             # kafka-python's serializers: only producers that set them pay for the call.
             self.send = self._send_serialized  # type: ignore[method-assign]
         self._client = GatewayClient(
-            self.bootstrap, timeout_s=self.config.request_timeout_ms / 1000
+            self.bootstrap,
+            timeout_s=self.config.request_timeout_ms / 1000,
+            security=client_security(self.config),
         )
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)

@@ -24,9 +24,17 @@ def channel_options() -> list[tuple[str, Any]]:
 
 
 def open_channel(
-    address: str, *, traced: bool = False, tracer_provider: trace.TracerProvider | None = None
+    address: str,
+    *,
+    traced: bool = False,
+    tracer_provider: trace.TracerProvider | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> grpc.Channel:
-    channel = grpc.insecure_channel(address, options=channel_options())
+    """A channel to a seglog server; TLS when `credentials` are given (security/tls.py)."""
+    if credentials is not None:
+        channel = grpc.secure_channel(address, credentials, options=channel_options())
+    else:
+        channel = grpc.insecure_channel(address, options=channel_options())
     if traced:
         return tracing.traced_channel(channel, tracer_provider)
     return channel

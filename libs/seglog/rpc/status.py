@@ -67,6 +67,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "INELIGIBLE_REPLICA": grpc.StatusCode.FAILED_PRECONDITION,
     "OUT_OF_ORDER_SEQUENCE_NUMBER": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_PRODUCER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
+    "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
 }
 
 # For statuses that arrive without details (the transport's own failures).

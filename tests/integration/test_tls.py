@@ -1,0 +1,196 @@
+"""TLS and mutual TLS with certificates made per test run by the cluster's own CA: a TLS
+cluster that replicates, produces and consumes (the bulk path included); plaintext, foreign,
+certificate-less and expired callers refused; a node id claimed only with its certificate;
+the storage-node API closed to everyone but the gateway and nodes; certificates rotated
+under running producers."""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import threading
+
+import grpc
+import pytest
+
+from seglog.client.consumer import Consumer
+from seglog.client.gateway import GatewayClient
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from seglog.errors import PermissionDeniedError
+from seglog.rpc.status import error_from_rpc
+from seglog.security.certs import CertificateAuthority, write_issued
+from seglog.security.tls import ClientSecurity, channel_credentials
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
+from tests.cluster import LocalCluster, wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("tls"), nodes=2, tls=True)
+    yield c
+    c.close()
+
+
+def _ssl_settings(security: ClientSecurity) -> dict[str, str]:
+    return {
+        "ssl_cafile": str(security.ca),
+        "ssl_certfile": str(security.cert),
+        "ssl_keyfile": str(security.key),
+    }
+
+
+def test_a_tls_cluster_replicates_produces_and_consumes(cluster):
+    cluster.client.create_topic("secret", 1, 2)
+    settings = _ssl_settings(cluster.client_security("alice"))
+    with Producer(cluster.address, linger_ms=0, **settings) as producer:
+        for i in range(20):
+            producer.send("secret", b"v%d" % i).get(timeout=10)
+    assert wait_until(
+        lambda: (
+            {
+                r.log_end_offset
+                for r in cluster.client.describe_topic("secret").partitions[0].replica_states
+            }
+            == {20}
+        )
+    )
+    with Consumer(cluster.address, auto_offset_reset="earliest", **settings) as consumer:
+        consumer.assign([TopicPartition("secret", 0)])
+        values = []
+        assert wait_until(
+            lambda: (
+                values.extend(r.value for r in consumer.poll(timeout_ms=50)) or len(values) >= 20
+            )
+        )
+    assert values == [b"v%d" % i for i in range(20)]
+
+
+def _describe(address, credentials=None):
+    channel = (
+        grpc.insecure_channel(address)
+        if credentials is None
+        else grpc.secure_channel(address, credentials)
+    )
+    with channel:
+        return gateway_pb2_grpc.GatewayStub(channel).DescribeCluster(
+            gateway_pb2.DescribeClusterRequest(), timeout=5
+        )
+
+
+def test_plaintext_foreign_certificateless_and_expired_callers_are_refused(cluster, tmp_path):
+    with pytest.raises(grpc.RpcError) as plaintext:
+        _describe(cluster.address)
+    assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+    ca_file = cluster.root / "tls" / "ca.pem"
+    # Verifies the gateway but shows no certificate: mutual TLS says no.
+    with pytest.raises(grpc.RpcError):
+        _describe(cluster.address, grpc.ssl_channel_credentials(ca_file.read_bytes()))
+    # A certificate from another CA.
+    foreign = CertificateAuthority.create("someone else")
+    issued = foreign.issue("mallory")
+    with pytest.raises(grpc.RpcError):
+        _describe(
+            cluster.address,
+            grpc.ssl_channel_credentials(ca_file.read_bytes(), issued.key_pem, issued.cert_pem),
+        )
+    # The cluster's CA, but expired.
+    assert cluster.ca is not None
+    old = cluster.ca.issue(
+        "late",
+        valid_days=1,
+        not_before=datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3),
+    )
+    with pytest.raises(grpc.RpcError):
+        _describe(
+            cluster.address,
+            grpc.ssl_channel_credentials(ca_file.read_bytes(), old.key_pem, old.cert_pem),
+        )
+    # And the cluster's own client certificate works.
+    good = cluster.tls_files("bob")
+    assert _describe(cluster.address, channel_credentials(good)).nodes
+
+
+def test_a_node_id_is_claimed_only_with_that_nodes_certificate(cluster):
+    registry_before = cluster.gateway.registry.nodes[1].address
+    impostor = cluster.tls_files("node-2")  # a real node's certificate, claiming id 1
+    with grpc.secure_channel(cluster.address, channel_credentials(impostor)) as channel:
+        stub = gateway_pb2_grpc.RegistryStub(channel)
+        for call in (stub.RegisterNode, stub.Heartbeat):
+            with pytest.raises(grpc.RpcError) as denied:
+                call(gateway_pb2.NodeHeartbeat(node_id=1, address="127.0.0.1:1"), timeout=5)
+            error = error_from_rpc(denied.value)
+            assert isinstance(error, PermissionDeniedError) and "node-1" in str(error)
+        with pytest.raises(grpc.RpcError) as altered:
+            stub.AlterPartition(
+                gateway_pb2.AlterPartitionRequest(node_id=1, topic="x", partition=0), timeout=5
+            )
+        assert isinstance(error_from_rpc(altered.value), PermissionDeniedError)
+    assert cluster.gateway.registry.nodes[1].address == registry_before
+
+
+def test_the_storage_node_api_serves_only_the_gateway_and_nodes(cluster):
+    node = cluster.nodes[1]
+    ask = storage_pb2.DescribePartitionsRequest()
+    client = cluster.tls_files("carol")
+    with (
+        grpc.secure_channel(node.address, channel_credentials(client)) as channel,
+        pytest.raises(grpc.RpcError) as denied,
+    ):
+        storage_pb2_grpc.StorageNodeStub(channel).DescribePartitions(ask, timeout=5)
+    assert isinstance(error_from_rpc(denied.value), PermissionDeniedError)
+    assert "carol" in str(error_from_rpc(denied.value))
+    gateway = cluster.tls_files("gateway")
+    with grpc.secure_channel(node.address, channel_credentials(gateway)) as channel:
+        storage_pb2_grpc.StorageNodeStub(channel).DescribePartitions(ask, timeout=5)
+    with grpc.insecure_channel(node.address) as channel, pytest.raises(grpc.RpcError):
+        storage_pb2_grpc.StorageNodeStub(channel).DescribePartitions(ask, timeout=5)
+
+
+def _served_certificate(address: str, security: ClientSecurity) -> bytes:
+    host, port = address.rsplit(":", 1)
+    context = security.ssl_context()
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        certificate = tls.getpeercert(binary_form=True)
+    assert certificate is not None
+    return certificate
+
+
+def test_certificates_rotate_without_a_restart_or_a_failed_write(cluster):
+    cluster.client.create_topic("rotating", 1, 2)
+    security = cluster.client_security("dave")
+    assert security is not None
+    before = _served_certificate(cluster.address, security)
+    failures: list[BaseException] = []
+    acked = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(cluster.address, linger_ms=0, **_ssl_settings(security)) as producer:
+            while not stop.is_set():
+                try:
+                    acked.append(producer.send("rotating", b"x").get(timeout=10))
+                except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                    failures.append(exc)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    try:
+        assert wait_until(lambda: len(acked) > 20)
+        assert cluster.ca is not None
+        for identity in ("gateway", "node-1", "node-2"):  # as cert-manager renews them
+            write_issued(cluster.ca.issue(identity), cluster.root / "tls", identity)
+        count = len(acked)
+        assert wait_until(lambda: len(acked) > count + 20)
+        assert wait_until(lambda: _served_certificate(cluster.address, security) != before)
+    finally:
+        stop.set()
+        writer.join(timeout=30)
+    assert not failures
+    # New clients still connect and work against the renewed certificates.
+    with GatewayClient(cluster.address, security=security) as client:
+        assert client.describe_topic("rotating").partitions[0].high_watermark >= len(acked)
