@@ -26,6 +26,13 @@ import threading
 from pathlib import Path
 
 from seglog.rpc import grants
+from seglog.security.certs import (
+    GATEWAY_IDENTITY,
+    CertificateAuthority,
+    node_identity,
+    write_issued,
+)
+from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
 from .processes import ServerProcess, gateway_process, node_process
 
@@ -35,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--listen", default="127.0.0.1:7070", help="the gateway's address")
     parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="mutual TLS everywhere, with a cluster CA made once into DATA_DIR/tls",
+    )
     args = parser.parse_args(argv)
 
     data = Path(args.data_dir)
@@ -60,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     # given to every process through the environment, never on a command line.
     secret = _cluster_secret(data / "cluster-secret")
     env = {grants.CLUSTER_SECRET_ENV: secret}
+    gateway_tls: list[str] = []
+    node_tls: dict[int, list[str]] = {}
+    if args.tls:
+        gateway_tls, node_tls = _tls_flags(data / "tls", args.nodes)
     # Topics default to three replicas and acks=all to two in sync, so killing one node
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
@@ -67,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     gateway = gateway_process(
         args.listen,
         data / "gateway",
-        extra_args=["--default-replication-factor", str(replication_factor)],
+        extra_args=["--default-replication-factor", str(replication_factor), *gateway_tls],
         env=env,
         stderr_path=data / "logs" / "gateway.log",
         echo_stdout=echo,
@@ -82,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{host}:{node_port}",
                 data / f"node-{node_id}",
                 address,
-                extra_args=["--config", f"min.insync.replicas={min_insync_replicas}"],
+                extra_args=[
+                    "--config",
+                    f"min.insync.replicas={min_insync_replicas}",
+                    *node_tls.get(node_id, []),
+                ],
                 env=env,
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
@@ -97,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
             f"kill -HUP {os.getpid()} restarts dead nodes",
             flush=True,
         )
+        if args.tls:
+            tls = data / "tls"
+            print(
+                f"  mutual TLS: clients use a certificate from {tls}/ca.pem; the CLI with\n"
+                f"    export {TLS_CA_ENV}={tls}/ca.pem {TLS_CERT_ENV}={tls}/admin.pem "
+                f"{TLS_KEY_ENV}={tls}/admin.key",
+                flush=True,
+            )
         reported: set[str] = set()
         while not stop.wait(0.2):
             if not gateway.alive():
@@ -132,6 +160,26 @@ def main(argv: list[str] | None = None) -> int:
         gateway.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _tls_flags(directory: Path, nodes: int) -> tuple[list[str], dict[int, list[str]]]:
+    """A cluster CA and the gateway's, each node's and an `admin` client's certificates,
+    made once into `directory` (kept between runs, renewed by deleting them)."""
+    if (directory / "ca.pem").exists():
+        authority = CertificateAuthority.load(directory / "ca.pem", directory / "ca.key")
+    else:
+        authority = CertificateAuthority.create()
+        authority.write(directory)
+    ca = str(directory / "ca.pem")
+
+    def flags(identity: str) -> list[str]:
+        if not (directory / f"{identity}.pem").exists():
+            write_issued(authority.issue(identity), directory, identity)
+        cert, key = directory / f"{identity}.pem", directory / f"{identity}.key"
+        return ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca]
+
+    flags("admin")
+    return flags(GATEWAY_IDENTITY), {n: flags(node_identity(n)) for n in range(1, nodes + 1)}
 
 
 def _cluster_secret(path: Path) -> str:
