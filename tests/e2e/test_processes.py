@@ -443,3 +443,44 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
         assert wait_until(all_served, timeout_s=30)
     finally:
         cluster.close()
+
+
+def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "services.local_cluster",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        address = re.search(r"gateway on (\S+)", runner.stdout.readline()).group(1)
+        exports = ""
+        while "export" not in exports:
+            exports = runner.stdout.readline()
+        variables = dict(item.split("=", 1) for item in exports.split()[1:])
+        env_backup = dict(os.environ)
+        os.environ.update(variables)  # the CLI picks its certificate up from these
+        try:
+            assert run_cli("topics", "create", "sealed", bootstrap=address).returncode == 0
+            produced = run_cli("produce", "sealed", bootstrap=address, stdin=b"a\nb\nc\n")
+            assert produced.returncode == 0, produced.stderr
+            out = run_cli(
+                "consume", "sealed", "--from-beginning", "--max-messages", "3", bootstrap=address
+            )
+            assert out.returncode == 0 and out.stdout.count(b"\n") == 3, out.stderr
+        finally:
+            os.environ.clear()
+            os.environ.update(env_backup)
+        refused = run_cli("topics", "list", bootstrap=address)  # no certificate: plaintext
+        assert refused.returncode == 1 and b"UNAVAILABLE" in refused.stderr
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(60)
