@@ -166,6 +166,29 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         "SEGLOG_TLS_CA",
         "PEM cluster CA: every caller (nodes: node-<id>) presents a certificate from it",
     )
+    serving.env_flag(
+        parser,
+        "--authorizer",
+        "SEGLOG_AUTHORIZER",
+        "check every call against the ACLs (Kafka's authorizer; true/false)",
+        default="false",
+        choices=["true", "false"],
+    )
+    serving.env_flag(
+        parser,
+        "--super-users",
+        "SEGLOG_SUPER_USERS",
+        "principals allowed everything, ';'-separated (Kafka's super.users: User:admin)",
+        default="",
+    )
+    serving.env_flag(
+        parser,
+        "--allow-everyone-if-no-acl-found",
+        "SEGLOG_ALLOW_EVERYONE_IF_NO_ACL_FOUND",
+        "a resource no ACL names is open to all (true/false)",
+        default="false",
+        choices=["true", "false"],
+    )
     args = parser.parse_args(argv)
     try:
         secret = grants.cluster_secret(args.cluster_secret)
@@ -192,6 +215,9 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         cluster_secret=secret,
         fetch_grant_ttl_ms=int(args.fetch_grant_ttl_ms),
         tls=tls,
+        authorizer=args.authorizer == "true",
+        super_users=tuple(u.strip() for u in args.super_users.split(";") if u.strip()),
+        allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found == "true",
     )
 
 

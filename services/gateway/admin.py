@@ -18,11 +18,13 @@ from seglog.errors import (
     SeglogError,
 )
 from seglog.rpc.status import abort, error_from_rpc, set_error
+from seglog.security.acls import AclBinding
 from seglog.security.certs import node_identity
 from seglog.security.tls import peer_identity
 from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
+from .authorization import Authorization
 from .controller import partition_states
 from .nodes import NodeConnections
 from .registry import Registry
@@ -40,8 +42,10 @@ class AdminService:
         settings: dict[str, str] | None = None,
         *,
         offsets_topic_replication_factor: int = 3,
+        authorization: Authorization | None = None,
     ) -> None:
         self.registry = registry
+        self.authorization = authorization
         self.offsets_topic_replication_factor = offsets_topic_replication_factor
         self._producer_ids: Iterator[int] | None = None
         self._producer_ids_lock = threading.Lock()
@@ -207,6 +211,10 @@ class AdminService:
             topic = self.registry.topics.get(name)
             if topic is None or (topic.internal and not request.include_internal):
                 continue
+            if self.authorization is not None and not self.authorization.allowed(
+                context, "Describe", "topic", name
+            ):
+                continue  # as Kafka: only the topics the principal may describe
             response.topics.add(
                 name=name, num_partitions=len(topic.partitions), internal=topic.internal
             )
@@ -317,6 +325,36 @@ class AdminService:
         response.producer_epoch = 0
         return response
 
+    # -- ACLs ------------------------------------------------------------------------------
+
+    def CreateAcls(
+        self, request: gateway_pb2.CreateAclsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.CreateAclsResponse:
+        try:
+            self.registry.add_acls([_binding(a) for a in request.acls])
+        except SeglogError as exc:
+            abort(context, exc)
+        return gateway_pb2.CreateAclsResponse()
+
+    def DescribeAcls(
+        self, request: gateway_pb2.DescribeAclsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DescribeAclsResponse:
+        response = gateway_pb2.DescribeAclsResponse()
+        for acl in self.registry.acls:
+            if (
+                (not request.principal or acl.principal == request.principal)
+                and (not request.resource_type or acl.resource_type == request.resource_type)
+                and (not request.resource_name or acl.resource_name == request.resource_name)
+            ):
+                response.acls.add(**acl.to_json())
+        return response
+
+    def DeleteAcls(
+        self, request: gateway_pb2.DeleteAclsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DeleteAclsResponse:
+        deleted = self.registry.delete_acls([_binding(a) for a in request.acls])
+        return gateway_pb2.DeleteAclsResponse(deleted=deleted)
+
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeClusterResponse:
@@ -423,6 +461,18 @@ class RegistryService:
         assignment.heartbeat_interval_ms = self.heartbeat_interval_ms
         assignment.should_shut_down = should_shut_down
         return assignment
+
+
+def _binding(acl: gateway_pb2.AclBinding) -> AclBinding:
+    return AclBinding(
+        acl.principal,
+        acl.host or "*",
+        acl.resource_type,
+        acl.pattern_type or "literal",
+        acl.resource_name,
+        acl.operation,
+        acl.permission or "allow",
+    )
 
 
 def _offline(heartbeat: gateway_pb2.NodeHeartbeat) -> dict[tuple[str, int], str]:

@@ -14,7 +14,7 @@ restarts with everything it had acknowledged:
 
 (`isr` and `partition_epoch` absent, as files written before replication have them, read
 as every replica and 0; `next_producer_id_block`, the first producer id not yet handed out,
-absent reads as 0.)
+absent reads as 0; `acls`, Kafka-model ACL bindings, absent reads as none.)
 
 Liveness is not persisted: a node is live while its last heartbeat is younger than the
 session timeout. After a gateway start every known node gets one session timeout of grace, so
@@ -63,6 +63,7 @@ from seglog.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from seglog.security.acls import AclBinding
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names
 from seglog.storage.log_files import atomic_write
@@ -182,6 +183,9 @@ class Registry:
         self.topics: dict[str, Topic] = {}
         self.nodes: dict[int, Node] = {}
         self.next_producer_id_block = 0  # the first id of the next block to hand out
+        self.acls: list[AclBinding] = []
+        # Called (outside the lock) with every ACL after a change.
+        self.acl_listeners: list[Callable[[list[AclBinding]], object]] = []
         data_dir.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -195,6 +199,7 @@ class Registry:
             raise ValueError(f"{self.path}: unknown registry version {state.get('version')!r}")
         grace = time.monotonic() + self.session_timeout_s
         self.next_producer_id_block = int(state.get("next_producer_id_block", 0))
+        self.acls = [AclBinding(**acl) for acl in state.get("acls", [])]
         for node_id, node in state["nodes"].items():
             self.nodes[int(node_id)] = Node(int(node_id), node["address"], grace_until=grace)
         for name, topic in state["topics"].items():
@@ -209,6 +214,7 @@ class Registry:
         state = {
             "version": _VERSION,
             "next_producer_id_block": self.next_producer_id_block,
+            "acls": [acl.to_json() for acl in self.acls],
             "nodes": {str(n.node_id): {"address": n.address} for n in self.nodes.values()},
             "topics": {
                 t.name: {
@@ -220,6 +226,30 @@ class Registry:
             },
         }
         atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+
+    def add_acls(self, acls: list[AclBinding]) -> None:
+        """Kafka's CreateAcls: all checked first; persisted before they apply."""
+        for acl in acls:
+            acl.check()
+        with self._lock:
+            self.acls = sorted(
+                set(self.acls) | set(acls), key=lambda a: tuple(a.to_json().values())
+            )
+            self._save()
+            current = list(self.acls)
+        for listener in self.acl_listeners:
+            listener(current)
+
+    def delete_acls(self, acls: list[AclBinding]) -> int:
+        with self._lock:
+            doomed = set(acls) & set(self.acls)
+            self.acls = [a for a in self.acls if a not in doomed]
+            if doomed:
+                self._save()
+            current = list(self.acls)
+        for listener in self.acl_listeners:
+            listener(current)
+        return len(doomed)
 
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
         """A block of producer ids no one has had (Kafka's ProducerIdsBlock), persisted

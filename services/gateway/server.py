@@ -20,6 +20,7 @@ from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
 from .admin import AdminService, RegistryService
+from .authorization import Authorization
 from .controller import Controller
 from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
@@ -77,6 +78,11 @@ class GatewayConfig:
     # their own (node-<id>) to register, heartbeat or alter partitions; the gateway dials
     # the nodes with its certificate.
     tls: TlsFiles | None = None
+    # Kafka's authorizer (authorizer.class.name set), super.users ("User:a;User:b") and
+    # allow.everyone.if.no.acl.found (false, as with Kafka's StandardAuthorizer).
+    authorizer: bool = False
+    super_users: tuple[str, ...] = ()
+    allow_everyone_if_no_acl_found: bool = False
 
 
 # The gateway's settings under the names Kafka gives the same broker settings.
@@ -117,6 +123,13 @@ class Gateway:
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
         )
+        self.authorization = Authorization(
+            self.registry.acls,
+            enabled=config.authorizer,
+            super_users=config.super_users,
+            allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+        )
+        self.registry.acl_listeners.append(self.authorization.update)
         self.connections = NodeConnections(
             tracer_provider,
             credentials=None if config.tls is None else channel_credentials(config.tls),
@@ -139,6 +152,7 @@ class Gateway:
             self.connections,
             described_settings(config),
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            authorization=self.authorization,
         )
         self.registry_service = RegistryService(
             self.registry,
@@ -177,54 +191,86 @@ class Gateway:
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
         s, a, r = self.service, self.admin, self.registry_service
         unary = serving.unary
+        guard = self.authorization.guard
         gateway = {
             "CreateTopics": unary(
-                a.CreateTopics, gateway_pb2.CreateTopicsRequest, gateway_pb2.CreateTopicsResponse
+                guard("CreateTopics", a.CreateTopics),
+                gateway_pb2.CreateTopicsRequest,
+                gateway_pb2.CreateTopicsResponse,
             ),
             "DeleteTopics": unary(
-                a.DeleteTopics, gateway_pb2.DeleteTopicsRequest, gateway_pb2.DeleteTopicsResponse
+                guard("DeleteTopics", a.DeleteTopics),
+                gateway_pb2.DeleteTopicsRequest,
+                gateway_pb2.DeleteTopicsResponse,
             ),
             "DescribeConfigs": unary(
-                a.DescribeConfigs,
+                guard("DescribeConfigs", a.DescribeConfigs),
                 gateway_pb2.DescribeConfigsRequest,
                 gateway_pb2.DescribeConfigsResponse,
             ),
             "AlterConfigs": unary(
-                a.AlterConfigs, gateway_pb2.AlterConfigsRequest, gateway_pb2.AlterConfigsResponse
+                guard("AlterConfigs", a.AlterConfigs),
+                gateway_pb2.AlterConfigsRequest,
+                gateway_pb2.AlterConfigsResponse,
             ),
             "CreatePartitions": unary(
-                a.CreatePartitions,
+                guard("CreatePartitions", a.CreatePartitions),
                 gateway_pb2.CreatePartitionsRequest,
                 gateway_pb2.CreatePartitionsResponse,
             ),
             "ListTopics": unary(
-                a.ListTopics, gateway_pb2.ListTopicsRequest, gateway_pb2.ListTopicsResponse
+                guard("ListTopics", a.ListTopics),
+                gateway_pb2.ListTopicsRequest,
+                gateway_pb2.ListTopicsResponse,
             ),
             "DescribeTopics": unary(
-                a.DescribeTopics,
+                guard("DescribeTopics", a.DescribeTopics),
                 gateway_pb2.DescribeTopicsRequest,
                 gateway_pb2.DescribeTopicsResponse,
             ),
             "DescribeCluster": unary(
-                a.DescribeCluster,
+                guard("DescribeCluster", a.DescribeCluster),
                 gateway_pb2.DescribeClusterRequest,
                 gateway_pb2.DescribeClusterResponse,
             ),
             # Produce and Fetch take the request's wire bytes: the gateway forwards them.
             "Produce": grpc.unary_unary_rpc_method_handler(
-                s.Produce, request_deserializer=wire.identity, response_serializer=wire.identity
+                guard("Produce", s.Produce),
+                request_deserializer=wire.identity,
+                response_serializer=wire.identity,
             ),
             "Fetch": grpc.unary_stream_rpc_method_handler(
-                s.Fetch, request_deserializer=wire.identity, response_serializer=wire.identity
+                guard("Fetch", s.Fetch),
+                request_deserializer=wire.identity,
+                response_serializer=wire.identity,
             ),
             "ListOffsets": unary(
-                s.ListOffsets, common_pb2.ListOffsetsRequest, common_pb2.ListOffsetsResponse
+                guard("ListOffsets", s.ListOffsets),
+                common_pb2.ListOffsetsRequest,
+                common_pb2.ListOffsetsResponse,
             ),
             "FetchGrants": unary(
-                s.FetchGrants, bulk_pb2.FetchGrantsRequest, bulk_pb2.FetchGrantsResponse
+                guard("FetchGrants", s.FetchGrants),
+                bulk_pb2.FetchGrantsRequest,
+                bulk_pb2.FetchGrantsResponse,
+            ),
+            "CreateAcls": unary(
+                guard("CreateAcls", a.CreateAcls),
+                gateway_pb2.CreateAclsRequest,
+                gateway_pb2.CreateAclsResponse,
+            ),
+            "DescribeAcls": unary(
+                guard("DescribeAcls", a.DescribeAcls),
+                gateway_pb2.DescribeAclsRequest,
+                gateway_pb2.DescribeAclsResponse,
+            ),
+            "DeleteAcls": unary(
+                guard("DeleteAcls", a.DeleteAcls),
+                gateway_pb2.DeleteAclsRequest,
+                gateway_pb2.DeleteAclsResponse,
             ),
             "InitProducerId": unary(
-                a.InitProducerId,
+                guard("InitProducerId", a.InitProducerId),
                 gateway_pb2.InitProducerIdRequest,
                 gateway_pb2.InitProducerIdResponse,
             ),
@@ -243,33 +289,47 @@ class Gateway:
         g = self.group_service
         groups = {
             "JoinGroup": unary(
-                g.JoinGroup, groups_pb2.JoinGroupRequest, groups_pb2.JoinGroupResponse
+                guard("JoinGroup", g.JoinGroup),
+                groups_pb2.JoinGroupRequest,
+                groups_pb2.JoinGroupResponse,
             ),
             "Heartbeat": unary(
-                g.Heartbeat, groups_pb2.GroupHeartbeatRequest, groups_pb2.GroupHeartbeatResponse
+                guard("Heartbeat", g.Heartbeat),
+                groups_pb2.GroupHeartbeatRequest,
+                groups_pb2.GroupHeartbeatResponse,
             ),
             "LeaveGroup": unary(
-                g.LeaveGroup, groups_pb2.LeaveGroupRequest, groups_pb2.LeaveGroupResponse
+                guard("LeaveGroup", g.LeaveGroup),
+                groups_pb2.LeaveGroupRequest,
+                groups_pb2.LeaveGroupResponse,
             ),
             "CommitOffsets": unary(
-                g.CommitOffsets, groups_pb2.CommitOffsetsRequest, groups_pb2.CommitOffsetsResponse
+                guard("CommitOffsets", g.CommitOffsets),
+                groups_pb2.CommitOffsetsRequest,
+                groups_pb2.CommitOffsetsResponse,
             ),
             "FetchOffsets": unary(
-                g.FetchOffsets, groups_pb2.FetchOffsetsRequest, groups_pb2.FetchOffsetsResponse
+                guard("FetchOffsets", g.FetchOffsets),
+                groups_pb2.FetchOffsetsRequest,
+                groups_pb2.FetchOffsetsResponse,
             ),
             "ListGroups": unary(
-                g.ListGroups, groups_pb2.ListGroupsRequest, groups_pb2.ListGroupsResponse
+                guard("ListGroups", g.ListGroups),
+                groups_pb2.ListGroupsRequest,
+                groups_pb2.ListGroupsResponse,
             ),
             "DescribeGroups": unary(
-                g.DescribeGroups,
+                guard("DescribeGroups", g.DescribeGroups),
                 groups_pb2.DescribeGroupsRequest,
                 groups_pb2.DescribeGroupsResponse,
             ),
             "DeleteGroups": unary(
-                g.DeleteGroups, groups_pb2.DeleteGroupsRequest, groups_pb2.DeleteGroupsResponse
+                guard("DeleteGroups", g.DeleteGroups),
+                groups_pb2.DeleteGroupsRequest,
+                groups_pb2.DeleteGroupsResponse,
             ),
             "DeleteOffsets": unary(
-                g.DeleteOffsets,
+                guard("DeleteOffsets", g.DeleteOffsets),
                 groups_pb2.DeleteOffsetsRequest,
                 groups_pb2.DeleteOffsetsResponse,
             ),

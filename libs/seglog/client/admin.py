@@ -15,6 +15,7 @@ import grpc
 
 from ..errors import InvalidConfigError, SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
+from ..security.acls import AclBinding
 from ..security.tls import ClientSecurity
 from ..v1 import gateway_pb2, groups_pb2, groups_pb2_grpc
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
@@ -152,6 +153,47 @@ class Admin:
         return partition_offsets(self._client, specs)
 
     # -- groups ------------------------------------------------------------------------------
+
+    # -- ACLs (Kafka's model: security/acls.py) ----------------------------------------------
+
+    def create_acls(self, acls: Iterable[AclBinding]) -> None:
+        self._client._call(
+            "CreateAcls",
+            gateway_pb2.CreateAclsRequest(
+                acls=[gateway_pb2.AclBinding(**a.to_json()) for a in acls]
+            ),
+        )
+
+    def describe_acls(
+        self, principal: str = "", resource_type: str = "", resource_name: str = ""
+    ) -> list[AclBinding]:
+        response = self._client._call(
+            "DescribeAcls",
+            gateway_pb2.DescribeAclsRequest(
+                principal=principal, resource_type=resource_type, resource_name=resource_name
+            ),
+        )
+        return [
+            AclBinding(
+                a.principal,
+                a.host,
+                a.resource_type,
+                a.pattern_type,
+                a.resource_name,
+                a.operation,
+                a.permission,
+            )
+            for a in response.acls  # type: ignore[attr-defined]
+        ]
+
+    def delete_acls(self, acls: Iterable[AclBinding]) -> int:
+        response = self._client._call(
+            "DeleteAcls",
+            gateway_pb2.DeleteAclsRequest(
+                acls=[gateway_pb2.AclBinding(**a.to_json()) for a in acls]
+            ),
+        )
+        return int(response.deleted)  # type: ignore[attr-defined]
 
     def _call(self, method: str, request: object) -> object:
         try:

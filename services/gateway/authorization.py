@@ -1,0 +1,158 @@
+"""Authorization at the gateway: every call's principal is checked per resource against the
+ACLs (security/acls.py) before any work, when the authorizer is on (`--authorizer`).
+
+The principal is `User:<common name>` of the caller's verified certificate (Kafka's default
+principal builder for SSL), `User:ANONYMOUS` without one. What each call needs is Kafka's
+(the operation Kafka's broker checks for the same request):
+
+    Produce                    Write on each topic
+    Fetch, FetchGrants         Read on each topic
+    ListOffsets                Describe on each topic
+    InitProducerId             IdempotentWrite on the cluster
+    CreateTopics               Create on each topic
+    DeleteTopics               Delete on each topic
+    CreatePartitions           Alter on each topic
+    DescribeTopics             Describe on each topic named (all topics: Describe on cluster)
+    ListTopics                 lists only the topics the principal may Describe
+    DescribeConfigs            DescribeConfigs on each topic (and on the cluster with it)
+    AlterConfigs               AlterConfigs on the topic
+    DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
+    CreateAcls, DeleteAcls     Alter on the cluster
+    JoinGroup, Heartbeat, LeaveGroup            Read on the group
+    CommitOffsets              Read on the group and on each topic
+    FetchOffsets, DescribeGroups                Describe on the group(s)
+    DeleteGroups, DeleteOffsets                 Delete on the group(s)
+
+A denied call answers PERMISSION_DENIED naming the principal, operation and resource, and
+nothing is done; denials are counted (`denied`) and the principal is set on the call's span.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+from opentelemetry import trace
+
+from seglog.errors import PermissionDeniedError
+from seglog.rpc import wire
+from seglog.rpc.status import abort
+from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
+from seglog.security.tls import peer_identity
+from seglog.v1 import common_pb2
+
+Need = tuple[str, str, str]  # (operation, resource type, resource name)
+CLUSTER = ("cluster", CLUSTER_NAME)
+
+
+def principal_of(context: grpc.ServicerContext) -> str:
+    identity = peer_identity(context)
+    return f"User:{identity}" if identity else ANONYMOUS
+
+
+def host_of(context: grpc.ServicerContext) -> str:
+    peer = context.peer()  # "ipv4:127.0.0.1:5432", "ipv6:[::1]:5432"
+    address = peer.split(":", 1)[1] if ":" in peer else peer
+    return address.rsplit(":", 1)[0].strip("[]")
+
+
+def _cluster(operation: str) -> list[Need]:
+    return [(operation, *CLUSTER)]
+
+
+def _topics(operation: str, names: Iterable[str]) -> list[Need]:
+    return [(operation, "topic", name) for name in names]
+
+
+# What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
+# takes unparsed).
+RULES: dict[str, Callable[[Any], list[Need]]] = {
+    "Produce": lambda raw: _topics("Write", [wire.scan_produce_request(raw).topic]),
+    "Fetch": lambda raw: _topics(
+        "Read", {p.topic for p in common_pb2.FetchRequest.FromString(raw).partitions}
+    ),
+    "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
+    "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
+    "InitProducerId": lambda r: _cluster("IdempotentWrite"),
+    "CreateTopics": lambda r: _topics("Create", [t.name for t in r.topics]),
+    "DeleteTopics": lambda r: _topics("Delete", r.names),
+    "CreatePartitions": lambda r: _topics("Alter", [t.topic for t in r.topics]),
+    "DescribeTopics": lambda r: _topics("Describe", r.names) if r.names else _cluster("Describe"),
+    "DescribeConfigs": lambda r: (
+        _topics("DescribeConfigs", r.topics) + (_cluster("DescribeConfigs") if r.cluster else [])
+    ),
+    "AlterConfigs": lambda r: _topics("AlterConfigs", [r.topic]),
+    "DescribeCluster": lambda r: _cluster("Describe"),
+    "ListGroups": lambda r: _cluster("Describe"),
+    "DescribeAcls": lambda r: _cluster("Describe"),
+    "CreateAcls": lambda r: _cluster("Alter"),
+    "DeleteAcls": lambda r: _cluster("Alter"),
+    "JoinGroup": lambda r: [("Read", "group", r.group_id)],
+    "Heartbeat": lambda r: [("Read", "group", r.group_id)],
+    "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
+    "CommitOffsets": lambda r: (
+        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.partitions})
+    ),
+    "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
+    "DescribeGroups": lambda r: [("Describe", "group", g) for g in r.group_ids],
+    "DeleteGroups": lambda r: [("Delete", "group", g) for g in r.group_ids],
+    "DeleteOffsets": lambda r: [("Delete", "group", r.group_id)],
+}
+
+
+class Authorization:
+    def __init__(
+        self,
+        acls: Iterable[AclBinding],
+        *,
+        enabled: bool,
+        super_users: Iterable[str] = (),
+        allow_everyone_if_no_acl_found: bool = False,
+    ) -> None:
+        self.enabled = enabled
+        self.authorizer = Authorizer(
+            acls,
+            super_users=super_users,
+            allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
+        )
+        self.denied = 0
+        self._lock = threading.Lock()
+
+    def update(self, acls: list[AclBinding]) -> None:
+        self.authorizer.replace(acls)
+
+    def allowed(self, context: grpc.ServicerContext, operation: str, kind: str, name: str) -> bool:
+        if not self.enabled:
+            return True
+        return self.authorizer.authorize(
+            principal_of(context), host_of(context), operation, kind, name
+        )
+
+    def guard(self, method_name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+        """The handler, checked first against the call's needs (unchanged when off)."""
+        rule = RULES.get(method_name)
+        if not self.enabled or rule is None:
+            return handler
+
+        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
+            principal, host = principal_of(context), host_of(context)
+            trace.get_current_span().set_attribute("seglog.principal", principal)
+            try:
+                needs = rule(request)
+            except ValueError:
+                needs = []  # malformed: the handler refuses it with its own error
+            for operation, kind, name in needs:
+                if not self.authorizer.authorize(principal, host, operation, kind, name):
+                    with self._lock:
+                        self.denied += 1
+                    abort(
+                        context,
+                        PermissionDeniedError(
+                            f"{principal} may not {operation} {kind} {name!r} ({method_name})"
+                        ),
+                    )
+            return handler(request, context)
+
+        return guarded
