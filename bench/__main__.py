@@ -1,7 +1,8 @@
 """`make bench`: each figure beside a baseline measured in the same run, as a ratio.
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
-`python -m bench engine` (or services, clients, consumer, replication, bulk) runs one group.
+`python -m bench engine` (or services, clients, consumer, replication, bulk, security) runs
+one group.
 """
 
 from __future__ import annotations
@@ -227,8 +228,8 @@ def bench_codec() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]`: every
-    group when none is named."""
+    """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
+    [security]`: every group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {
         "engine",
         "services",
@@ -236,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "consumer",
         "replication",
         "bulk",
+        "security",
     }
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
@@ -258,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import consumer
 
         consumer.run(report)
+    if "security" in groups:
+        from . import security
+
+        security.run(report)
     if "bulk" in groups:
         from . import bulk
 
