@@ -121,7 +121,7 @@ class LocalCluster:
             node_id=node_id,
             listen=f"127.0.0.1:{port}",
             data_dir=self.root / f"node-{node_id}",
-            gateway=self.address,
+            gateway=self.gateway.internal_address,
             heartbeat_interval_ms=HEARTBEAT_MS,
             engine_configs={**self.node_configs, **engine_configs},
             cluster_secret=self.cluster_secret,

@@ -137,6 +137,8 @@ class Cluster:
             node.start()
             self.nodes[node_id] = node
         self.client = GatewayClient(self.address, timeout_s=10)
+        # A node prints its address before its first heartbeat reaches the gateway.
+        wait_for(self._all_registered, HEAL_TIMEOUT_S, "every node registered")
 
     def healed(self) -> bool:
         try:
@@ -162,6 +164,13 @@ class Cluster:
                 f"replicas (node, end, hw) {replicas}"
             )
         return f"processes alive {alive}; " + "; ".join(parts)
+
+    def _all_registered(self) -> bool:
+        try:
+            live = {n.node_id for n in self.client.describe_cluster().nodes if n.live}
+        except Exception:
+            return False
+        return live == set(self.nodes)
 
     def live(self, node_id: int) -> bool:
         try:

@@ -283,6 +283,12 @@ class PermissionDeniedError(SeglogError):
     reason = "PERMISSION_DENIED"
 
 
+class AuthenticationError(SeglogError):
+    """A bearer token that does not verify (Kafka's SASL_AUTHENTICATION_FAILED)."""
+
+    reason = "SASL_AUTHENTICATION_FAILED"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason (the most specific class wins a shared reason)."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from seglog.rpc import grants
 from seglog.security.tls import TlsFiles
+from seglog.security.tokens import TokenVerifier
 from services import serving
 
 from .offsets_store import (
@@ -168,6 +169,25 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
     )
     serving.env_flag(
         parser,
+        "--tls-client-auth",
+        "SEGLOG_TLS_CLIENT_AUTH",
+        "required: clients present certificates; none: they use bearer tokens, and nodes "
+        "call the --internal-listen address",
+        default="required",
+        choices=["required", "none"],
+    )
+    serving.env_flag(
+        parser, "--internal-listen", "SEGLOG_INTERNAL_LISTEN", "the nodes' listener (mutual TLS)"
+    )
+    serving.env_flag(
+        parser, "--oauth-jwks-file", "SEGLOG_OAUTH_JWKS_FILE", "JWT key set for bearer tokens"
+    )
+    serving.env_flag(parser, "--oauth-audience", "SEGLOG_OAUTH_AUDIENCE", "required JWT audience")
+    serving.env_flag(
+        parser, "--token-file", "SEGLOG_TOKEN_FILE", "static bearer tokens: '<token> <name>' lines"
+    )
+    serving.env_flag(
+        parser,
         "--authorizer",
         "SEGLOG_AUTHORIZER",
         "check every call against the ACLs (Kafka's authorizer; true/false)",
@@ -215,6 +235,15 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         cluster_secret=secret,
         fetch_grant_ttl_ms=int(args.fetch_grant_ttl_ms),
         tls=tls,
+        tls_client_auth=args.tls_client_auth,
+        internal_listen=args.internal_listen,
+        tokens=TokenVerifier(
+            Path(args.oauth_jwks_file) if args.oauth_jwks_file else None,
+            Path(args.token_file) if args.token_file else None,
+            args.oauth_audience,
+        )
+        if args.oauth_jwks_file or args.token_file
+        else None,
         authorizer=args.authorizer == "true",
         super_users=tuple(u.strip() for u in args.super_users.split(";") if u.strip()),
         allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found == "true",

@@ -1,8 +1,10 @@
 """Authorization at the gateway: every call's principal is checked per resource against the
 ACLs (security/acls.py) before any work, when the authorizer is on (`--authorizer`).
 
-The principal is `User:<common name>` of the caller's verified certificate (Kafka's default
-principal builder for SSL), `User:ANONYMOUS` without one. What each call needs is Kafka's
+The principal is the bearer token's (security/tokens.py) when the call carries one — a token
+that does not verify is refused with SASL_AUTHENTICATION_FAILED — else `User:<common name>`
+of the caller's verified certificate (Kafka's default principal builder for SSL), else
+`User:ANONYMOUS`. What each call needs is Kafka's
 (the operation Kafka's broker checks for the same request):
 
     Produce                    Write on each topic
@@ -36,18 +38,25 @@ from typing import Any
 import grpc
 from opentelemetry import trace
 
-from seglog.errors import PermissionDeniedError
+from seglog.errors import AuthenticationError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
 from seglog.security.tls import peer_identity
+from seglog.security.tokens import TokenVerifier
 from seglog.v1 import common_pb2
 
 Need = tuple[str, str, str]  # (operation, resource type, resource name)
 CLUSTER = ("cluster", CLUSTER_NAME)
 
 
-def principal_of(context: grpc.ServicerContext) -> str:
+def principal_of(context: grpc.ServicerContext, tokens: TokenVerifier | None = None) -> str:
+    """A bearer token's principal when the call carries one (AuthenticationError when it does
+    not verify), else the certificate's, else User:ANONYMOUS."""
+    if tokens is not None:
+        for key, value in context.invocation_metadata():
+            if key == "authorization" and value.startswith("Bearer "):
+                return tokens.principal(value[len("Bearer ") :])
     identity = peer_identity(context)
     return f"User:{identity}" if identity else ANONYMOUS
 
@@ -79,6 +88,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "CreateTopics": lambda r: _topics("Create", [t.name for t in r.topics]),
     "DeleteTopics": lambda r: _topics("Delete", r.names),
     "CreatePartitions": lambda r: _topics("Alter", [t.topic for t in r.topics]),
+    "ListTopics": lambda r: [],  # filtered by the handler; authenticated here
     "DescribeTopics": lambda r: _topics("Describe", r.names) if r.names else _cluster("Describe"),
     "DescribeConfigs": lambda r: (
         _topics("DescribeConfigs", r.topics) + (_cluster("DescribeConfigs") if r.cluster else [])
@@ -110,8 +120,10 @@ class Authorization:
         enabled: bool,
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
+        tokens: TokenVerifier | None = None,
     ) -> None:
         self.enabled = enabled
+        self.tokens = tokens
         self.authorizer = Authorizer(
             acls,
             super_users=super_users,
@@ -126,19 +138,27 @@ class Authorization:
     def allowed(self, context: grpc.ServicerContext, operation: str, kind: str, name: str) -> bool:
         if not self.enabled:
             return True
-        return self.authorizer.authorize(
-            principal_of(context), host_of(context), operation, kind, name
-        )
+        try:
+            principal = principal_of(context, self.tokens)
+        except AuthenticationError:
+            return False
+        return self.authorizer.authorize(principal, host_of(context), operation, kind, name)
 
     def guard(self, method_name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """The handler, checked first against the call's needs (unchanged when off)."""
         rule = RULES.get(method_name)
-        if not self.enabled or rule is None:
+        if rule is None or not (self.enabled or self.tokens is not None):
             return handler
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            principal, host = principal_of(context), host_of(context)
+            try:
+                principal = principal_of(context, self.tokens)
+            except AuthenticationError as exc:
+                abort(context, exc)
+            host = host_of(context)
             trace.get_current_span().set_attribute("seglog.principal", principal)
+            if not self.enabled:
+                return handler(request, context)
             try:
                 needs = rule(request)
             except ValueError:

@@ -16,6 +16,7 @@ from opentelemetry import trace
 from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
+from seglog.security.tokens import TokenVerifier
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
@@ -42,6 +43,7 @@ logger = logging.getLogger(__name__)
 GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
 REGISTRY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Registry"].full_name
 GROUPS_SERVICE = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
+_SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of _handlers()
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,14 @@ class GatewayConfig:
     # their own (node-<id>) to register, heartbeat or alter partitions; the gateway dials
     # the nodes with its certificate.
     tls: TlsFiles | None = None
+    # "required": every caller of the listener above presents a certificate from the CA;
+    # "none": clients are not asked for one (they authenticate with bearer tokens), and the
+    # Registry (nodes' calls, mutual TLS) moves to `internal_listen` (Kafka's separate
+    # inter-broker listener), default the same host on any free port.
+    tls_client_auth: str = "required"
+    internal_listen: str | None = None
+    # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
+    tokens: TokenVerifier | None = None
     # Kafka's authorizer (authorizer.class.name set), super.users ("User:a;User:b") and
     # allow.everyone.if.no.acl.found (false, as with Kafka's StandardAuthorizer).
     authorizer: bool = False
@@ -99,6 +109,8 @@ def described_settings(config: GatewayConfig) -> dict[str, str]:
     out = {}
     for field in dataclasses.fields(config):
         if field.name in ("listen", "data_dir"):
+            continue
+        if field.name == "tokens":
             continue
         if field.name == "tls":
             out["security.protocol"] = "SSL" if config.tls is not None else "PLAINTEXT"
@@ -128,6 +140,7 @@ class Gateway:
             enabled=config.authorizer,
             super_users=config.super_users,
             allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+            tokens=config.tokens,
         )
         self.registry.acl_listeners.append(self.authorization.update)
         self.connections = NodeConnections(
@@ -183,6 +196,8 @@ class Gateway:
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.port = 0
+        self.internal_server: grpc.Server | None = None
+        self.internal_port = 0
 
     @property
     def address(self) -> str:
@@ -340,23 +355,57 @@ class Gateway:
             grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
         ]
 
+    @property
+    def separate_internal_listener(self) -> bool:
+        tls = self.config.tls
+        return tls is not None and tls.ca is not None and self.config.tls_client_auth == "none"
+
+    @property
+    def internal_address(self) -> str:
+        """Where nodes call the Registry: the internal listener when there is one."""
+        if self.internal_server is None:
+            return self.address
+        host = (self.config.internal_listen or self.config.listen).rsplit(":", 1)[0]
+        return f"{host}:{self.internal_port}"
+
     def start(self) -> None:
+        handlers = self._handlers()
+        tls = self.config.tls
+        if self.separate_internal_listener:
+            assert tls is not None
+            registry = [
+                h for h, name in zip(handlers, _SERVICES, strict=True) if name == REGISTRY_SERVICE
+            ]
+            listen = self.config.internal_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
+            self.internal_server, _, self.internal_port = serving.build_server(
+                listen,
+                registry,
+                [REGISTRY_SERVICE],
+                tracer_provider=self.tracer_provider,
+                credentials=server_credentials(tls, "required"),
+            )
+            self.internal_server.start()
+            handlers = [
+                h for h, name in zip(handlers, _SERVICES, strict=True) if name != REGISTRY_SERVICE
+            ]
+        client_auth = "none"
+        if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
+            client_auth = "required"
         self.server, _, self.port = serving.build_server(
             self.config.listen,
-            self._handlers(),
-            [GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE],
+            handlers,
+            [GATEWAY_SERVICE, GROUPS_SERVICE]
+            + ([] if self.separate_internal_listener else [REGISTRY_SERVICE]),
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
-            credentials=None
-            if self.config.tls is None
-            else server_credentials(
-                self.config.tls, "required" if self.config.tls.ca is not None else "none"
-            ),
+            credentials=None if tls is None else server_credentials(tls, client_auth),
         )
         self.server.start()
         self._expiry.start()
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
+        if self.internal_server is not None:
+            logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
 
     def expire_offsets(self) -> int:
         """One pass of committed-offset expiry (offsets.retention.minutes)."""
@@ -378,5 +427,7 @@ class Gateway:
         self.controller.stop()
         if self.server is not None:
             self.server.stop(grace_s).wait()
+        if self.internal_server is not None:
+            self.internal_server.stop(grace_s).wait()
         self.coordinator.close()
         self.connections.close()

@@ -57,6 +57,7 @@ class ProducerConfig:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    bearer_token: str | None = None  # OAUTHBEARER's role; or SEGLOG_BEARER_TOKEN
 
     def __post_init__(self) -> None:
         _check_callables(self, "key_serializer", "value_serializer")
@@ -162,6 +163,7 @@ class ConsumerConfig:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    bearer_token: str | None = None  # OAUTHBEARER's role; or SEGLOG_BEARER_TOKEN
 
     def __post_init__(self) -> None:
         _check_ints(self)
@@ -301,7 +303,11 @@ def _at_least(config: object, name: str, minimum: int) -> None:
 def client_security(config: ProducerConfig | ConsumerConfig) -> ClientSecurity | None:
     try:
         return ClientSecurity.resolve(
-            config.security_protocol, config.ssl_cafile, config.ssl_certfile, config.ssl_keyfile
+            config.security_protocol,
+            config.ssl_cafile,
+            config.ssl_certfile,
+            config.ssl_keyfile,
+            config.bearer_token,
         )
     except ValueError as exc:
         raise InvalidConfigError(str(exc)) from None

@@ -68,6 +68,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "OUT_OF_ORDER_SEQUENCE_NUMBER": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_PRODUCER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
     "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
+    "SASL_AUTHENTICATION_FAILED": grpc.StatusCode.UNAUTHENTICATED,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -130,6 +130,7 @@ def client_ssl_context(files: TlsFiles | None, ca: Path | None = None) -> ssl.SS
 
 
 TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV = "SEGLOG_TLS_CA", "SEGLOG_TLS_CERT", "SEGLOG_TLS_KEY"
+BEARER_TOKEN_ENV = "SEGLOG_BEARER_TOKEN"
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
@@ -141,6 +142,7 @@ class ClientSecurity:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    bearer_token: str | None = None  # sent as `authorization: Bearer ...` on every call
 
     @classmethod
     def resolve(
@@ -149,6 +151,7 @@ class ClientSecurity:
         cafile: str | None = None,
         certfile: str | None = None,
         keyfile: str | None = None,
+        bearer_token: str | None = None,
     ) -> ClientSecurity | None:
         """From explicit settings, else from SEGLOG_TLS_CA / _CERT / _KEY (what `make run
         TLS=1` prints to export); None: plaintext."""
@@ -159,13 +162,14 @@ class ClientSecurity:
             )
         if protocol == "PLAINTEXT":
             return None
+        bearer_token = bearer_token or os.environ.get(BEARER_TOKEN_ENV) or None
         if not (cafile or certfile or keyfile):
             cafile = os.environ.get(TLS_CA_ENV)
             certfile = os.environ.get(TLS_CERT_ENV)
             keyfile = os.environ.get(TLS_KEY_ENV)
         if not (cafile or certfile or keyfile):
-            if protocol == "SSL":
-                return cls()  # the system's CAs
+            if protocol == "SSL" or bearer_token:
+                return cls(bearer_token=bearer_token)  # the system's CAs
             return None
         if bool(certfile) != bool(keyfile):
             raise ValueError("a client certificate needs its key too (ssl_certfile, ssl_keyfile)")
@@ -173,14 +177,20 @@ class ClientSecurity:
             Path(cafile) if cafile else None,
             Path(certfile) if certfile else None,
             Path(keyfile) if keyfile else None,
+            bearer_token,
         )
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(
+        credentials = grpc.ssl_channel_credentials(
             root_certificates=self.ca.read_bytes() if self.ca else None,
             private_key=self.key.read_bytes() if self.key else None,
             certificate_chain=self.cert.read_bytes() if self.cert else None,
         )
+        if self.bearer_token:
+            return grpc.composite_channel_credentials(
+                credentials, grpc.access_token_call_credentials(self.bearer_token)
+            )
+        return credentials
 
     def ssl_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
