@@ -7,6 +7,7 @@ one group.
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import shutil
@@ -23,6 +24,7 @@ from seglog.storage import Log, LogConfig
 from .timing import best_of
 
 MIB = 1024 * 1024
+SERVICE_GROUPS = ("services", "clients", "consumer", "security", "bulk", "replication")
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 
 
@@ -230,15 +232,7 @@ def bench_codec() -> None:
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
     [security]`: every group when none is named."""
-    groups = set(sys.argv[1:] if argv is None else argv) or {
-        "engine",
-        "services",
-        "clients",
-        "consumer",
-        "replication",
-        "bulk",
-        "security",
-    }
+    groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))
         try:
@@ -248,30 +242,9 @@ def main(argv: list[str] | None = None) -> int:
             bench_read_and_recovery(tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    if "services" in groups:
-        from . import services
-
-        services.run(report)
-    if "clients" in groups:
-        from . import clients
-
-        clients.run(report)
-    if "consumer" in groups:
-        from . import consumer
-
-        consumer.run(report)
-    if "security" in groups:
-        from . import security
-
-        security.run(report)
-    if "bulk" in groups:
-        from . import bulk
-
-        bulk.run(report)
-    if "replication" in groups:
-        from . import replication
-
-        replication.run(report)
+    for name in SERVICE_GROUPS:  # each a module of this package with run(report)
+        if name in groups:
+            importlib.import_module(f"{__package__}.{name}").run(report)
     return 0
 
 

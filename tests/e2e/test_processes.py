@@ -191,8 +191,9 @@ def run_cli(*args, bootstrap, stdin=None):
     )
 
 
-def test_local_cluster_and_cli(tmp_path):
-    runner = subprocess.Popen(
+def _local_cluster(tmp_path, *extra: str) -> subprocess.Popen:
+    """`make run`'s cluster on free ports; its first line names the gateway."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -201,10 +202,15 @@ def test_local_cluster_and_cli(tmp_path):
             str(tmp_path / "data"),
             "--listen",
             "127.0.0.1:0",
+            *extra,
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def test_local_cluster_and_cli(tmp_path):
+    runner = _local_cluster(tmp_path)
     try:
         line = runner.stdout.readline()
         address = re.search(r"gateway on (\S+)", line).group(1)
@@ -446,20 +452,7 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
 
 
 def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
-    runner = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.local_cluster",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listen",
-            "127.0.0.1:0",
-            "--tls",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    runner = _local_cluster(tmp_path, "--tls")
     try:
         address = re.search(r"gateway on (\S+)", runner.stdout.readline()).group(1)
         exports = ""
