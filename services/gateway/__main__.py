@@ -188,6 +188,14 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
     )
     serving.env_flag(
         parser,
+        "--ssl-principal-mapping-rules",
+        "SEGLOG_SSL_PRINCIPAL_MAPPING_RULES",
+        "Kafka's RULE:pattern/replacement/[LU],...,DEFAULT over the certificate's subject DN "
+        "(default: its CN)",
+        default="",
+    )
+    serving.env_flag(
+        parser,
         "--authorizer",
         "SEGLOG_AUTHORIZER",
         "check every call against the ACLs (Kafka's authorizer; true/false)",
@@ -244,6 +252,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         )
         if args.oauth_jwks_file or args.token_file
         else None,
+        ssl_principal_mapping_rules=args.ssl_principal_mapping_rules,
         authorizer=args.authorizer == "true",
         super_users=tuple(u.strip() for u in args.super_users.split(";") if u.strip()),
         allow_everyone_if_no_acl_found=args.allow_everyone_if_no_acl_found == "true",

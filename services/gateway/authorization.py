@@ -42,6 +42,7 @@ from seglog.errors import AuthenticationError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
+from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import peer_identity
 from seglog.security.tokens import TokenVerifier
 from seglog.v1 import common_pb2
@@ -50,15 +51,29 @@ Need = tuple[str, str, str]  # (operation, resource type, resource name)
 CLUSTER = ("cluster", CLUSTER_NAME)
 
 
-def principal_of(context: grpc.ServicerContext, tokens: TokenVerifier | None = None) -> str:
+def principal_of(
+    context: grpc.ServicerContext,
+    tokens: TokenVerifier | None = None,
+    mapper: PrincipalMapper | None = None,
+) -> str:
     """A bearer token's principal when the call carries one (AuthenticationError when it does
-    not verify), else the certificate's, else User:ANONYMOUS."""
+    not verify), else the certificate's (its CN, or its subject DN through the mapping
+    rules), else User:ANONYMOUS."""
     if tokens is not None:
         for key, value in context.invocation_metadata():
             if key == "authorization" and value.startswith("Bearer "):
                 return tokens.principal(value[len("Bearer ") :])
     identity = peer_identity(context)
-    return f"User:{identity}" if identity else ANONYMOUS
+    if identity is None:
+        return ANONYMOUS
+    if mapper is not None:
+        subjects = context.auth_context().get("x509_subject")
+        subject = subjects[0].decode() if subjects else f"CN={identity}"
+        name = mapper.name(subject)
+        if name is None:
+            raise AuthenticationError(f"no ssl.principal.mapping.rules rule matches {subject!r}")
+        return f"User:{name}"
+    return f"User:{identity}"
 
 
 def host_of(context: grpc.ServicerContext) -> str:
@@ -121,9 +136,11 @@ class Authorization:
         super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
         tokens: TokenVerifier | None = None,
+        mapper: PrincipalMapper | None = None,
     ) -> None:
         self.enabled = enabled
         self.tokens = tokens
+        self.mapper = mapper
         self.authorizer = Authorizer(
             acls,
             super_users=super_users,
@@ -139,7 +156,7 @@ class Authorization:
         if not self.enabled:
             return True
         try:
-            principal = principal_of(context, self.tokens)
+            principal = principal_of(context, self.tokens, self.mapper)
         except AuthenticationError:
             return False
         return self.authorizer.authorize(principal, host_of(context), operation, kind, name)
@@ -152,7 +169,7 @@ class Authorization:
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             try:
-                principal = principal_of(context, self.tokens)
+                principal = principal_of(context, self.tokens, self.mapper)
             except AuthenticationError as exc:
                 abort(context, exc)
             host = host_of(context)

@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
+from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
 from seglog.security.tokens import TokenVerifier
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
@@ -88,6 +89,8 @@ class GatewayConfig:
     internal_listen: str | None = None
     # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
     tokens: TokenVerifier | None = None
+    # Kafka's ssl.principal.mapping.rules over the certificate's subject DN ("": its CN).
+    ssl_principal_mapping_rules: str = ""
     # Kafka's authorizer (authorizer.class.name set), super.users ("User:a;User:b") and
     # allow.everyone.if.no.acl.found (false, as with Kafka's StandardAuthorizer).
     authorizer: bool = False
@@ -141,6 +144,9 @@ class Gateway:
             super_users=config.super_users,
             allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
             tokens=config.tokens,
+            mapper=PrincipalMapper(config.ssl_principal_mapping_rules)
+            if config.ssl_principal_mapping_rules
+            else None,
         )
         self.registry.acl_listeners.append(self.authorization.update)
         self.connections = NodeConnections(

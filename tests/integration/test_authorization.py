@@ -155,3 +155,28 @@ def test_the_acls_command_adds_lists_and_removes(cluster, capsys, monkeypatch):
         "x",
     )
     assert code == 1 and "User:<name>" in err
+
+
+def test_principal_mapping_rules_name_certificate_holders(tmp_path):
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=1,
+        tls=True,
+        authorizer=True,
+        super_users=("User:admin", "User:client"),
+        ssl_principal_mapping_rules=r"RULE:^CN=admin$/admin/,RULE:^CN=client$/client/,"
+        r"RULE:^CN=(.*)$/team-$1/L",
+    )
+    try:
+        with _admin(cluster) as admin:
+            admin.create_topic("mapped", 1, 1)
+            admin.create_acls([acl("team-erin", "Write", "mapped")])
+        with _as(cluster, "Erin") as erin:
+            assert erin.produce("mapped", {0: batch([b"ok"])})[0].error == 0
+        with (
+            _as(cluster, "frank") as frank,
+            pytest.raises(PermissionDeniedError, match="team-frank"),
+        ):
+            frank.produce("mapped", {0: batch([b"no"])})
+    finally:
+        cluster.close()
