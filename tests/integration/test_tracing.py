@@ -147,3 +147,30 @@ def test_a_bulk_transfer_is_a_client_span_with_the_nodes_span_in_its_trace(trace
     (served,) = children(in_trace(client), client)
     assert served.name == "seglog.bulk.serve" and served.kind == trace.SpanKind.SERVER
     assert served.attributes["seglog.bytes"] == size
+
+
+def test_an_authorized_call_carries_its_principal_not_its_credentials(tmp_path):
+    # A second cluster with TLS and the authorizer, under the same global provider.
+    trace.set_tracer_provider(_PROVIDER)
+    cluster = LocalCluster(
+        tmp_path, nodes=1, tracer_provider=_PROVIDER, tls=True, authorizer=True,
+        super_users=("User:client",),
+    )  # fmt: skip
+    try:
+        _EXPORTER.clear()
+        cluster.client.create_topic("who", 1, 1)
+        assert wait_until(
+            lambda: any(
+                s.name == "/seglog.v1.Gateway/CreateTopics" and s.kind == trace.SpanKind.SERVER
+                for s in _EXPORTER.get_finished_spans()
+            )
+        )
+        server = [
+            s
+            for s in _EXPORTER.get_finished_spans()
+            if s.name == "/seglog.v1.Gateway/CreateTopics" and s.kind == trace.SpanKind.SERVER
+        ]
+        assert server[0].attributes["seglog.principal"] == "User:client"
+        assert all("Bearer" not in str(v) for s in server for v in s.attributes.values())
+    finally:
+        cluster.close()
