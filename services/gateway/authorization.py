@@ -93,7 +93,8 @@ def _topics(operation: str, names: Iterable[str]) -> list[Need]:
 # What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
 # takes unparsed).
 RULES: dict[str, Callable[[Any], list[Need]]] = {
-    "Produce": lambda raw: _topics("Write", [wire.scan_produce_request(raw).topic]),
+    # The topic only: the handler scans the request itself right after.
+    "Produce": lambda raw: _topics("Write", [wire.produce_topic(raw)]),
     "Fetch": lambda raw: _topics(
         "Read", {p.topic for p in common_pb2.FetchRequest.FromString(raw).partitions}
     ),

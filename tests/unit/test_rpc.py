@@ -91,6 +91,7 @@ def test_produce_request_wire_bytes_equal_protobuf_serialization(
     # The gateway's routing scan reads the same fields without copying the records.
     scanned = wire.scan_produce_request(encoded)
     assert (scanned.topic, scanned.acks, scanned.timeout_ms) == (topic, acks, timeout_ms)
+    assert wire.produce_topic(encoded) == topic
     assert [
         (p.partition, bytes(p.records), p.current_leader_epoch) for p in scanned.partitions
     ] == [(p.partition, p.records, p.current_leader_epoch) for p in expected.partitions]

@@ -180,6 +180,16 @@ def scan_produce_request(raw: bytes) -> ScannedProduce:
     return out
 
 
+def produce_topic(raw: bytes) -> str:
+    """A ProduceRequest's topic alone: field 1 comes first on the wire (encode_produce_request
+    and protobuf's serializers write fields in order), so nothing past it is read."""
+    for number, value in _fields(memoryview(raw)):
+        if number == 1 and isinstance(value, memoryview):
+            return bytes(value).decode()
+        break  # no topic first: the full scan decides what the request is
+    return scan_produce_request(raw).topic
+
+
 def _scan_partition(view: memoryview) -> ScannedPartition:
     out = ScannedPartition()
     for number, value in _fields(view):
