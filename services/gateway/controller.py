@@ -22,7 +22,8 @@ import grpc
 from seglog.v1 import gateway_pb2
 
 from .nodes import NodeConnections
-from .registry import PartitionChange, Registry
+from .partition_changes import PartitionChange
+from .registry import Registry
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ Liveness is not persisted: a node is live while its last heartbeat is younger th
 session timeout. After a gateway start every known node gets one session timeout of grace, so
 routing works at once and a node that stays silent is declared down after that.
 
-The controller's rules are Kafka's (KRaft's ReplicationControlManager and
-PartitionChangeBuilder):
+The controller's decisions, made here under the registry's lock by the rules in
+partition_changes.py (Kafka's PartitionChangeBuilder):
 - Placement: each partition's replicas on distinct live nodes, the leader (first replica,
   the preferred one) on the node leading fewest partitions, the followers on the nodes
   holding fewest replicas.
@@ -50,14 +50,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seglog.errors import (
-    FencedLeaderEpochError,
-    IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
-    InvalidRequestError,
     InvalidTopicError,
-    InvalidUpdateVersionError,
     LeaderNotAvailableError,
     StorageError,
     TopicAlreadyExistsError,
@@ -67,6 +63,17 @@ from seglog.security.acls import AclBinding
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names
 from seglog.storage.log_files import atomic_write
+
+from .partition_changes import (
+    NO_LEADER,
+    PartitionAssignment,
+    PartitionChange,
+    alter_isr,
+    elect_leaderless,
+    fence,
+    place,
+    restore_preferred,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,40 +86,8 @@ DEFAULT_NUM_PARTITIONS = 1
 DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
-NO_LEADER = -1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
-
-
-@dataclass
-class PartitionAssignment:
-    replicas: list[int]
-    leader: int
-    leader_epoch: int = 0
-    isr: list[int] = field(default_factory=list)
-    partition_epoch: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.isr:
-            self.isr = list(self.replicas)
-
-    def copy(self) -> PartitionAssignment:
-        return PartitionAssignment(
-            list(self.replicas),
-            self.leader,
-            self.leader_epoch,
-            list(self.isr),
-            self.partition_epoch,
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "replicas": self.replicas,
-            "leader": self.leader,
-            "leader_epoch": self.leader_epoch,
-            "isr": self.isr,
-            "partition_epoch": self.partition_epoch,
-        }
 
 
 @dataclass
@@ -146,9 +121,6 @@ class Node:
     bulk_address: str = ""  # its bulk fetch listener, from its heartbeats ("" when none)
     fenced: bool = False  # its session expired: out of every ISR, leads nothing
     shutting_down: bool = False  # asked for a controlled shutdown
-
-
-PartitionChange = tuple[str, int]  # (topic, partition) whose registration changed
 
 
 @dataclass(frozen=True)
@@ -277,7 +249,7 @@ class Registry:
             node = self.nodes.get(node_id)
             if node is None:
                 node = self.nodes[node_id] = Node(node_id, address)
-            changed = self._fence(node_id)
+            changed = fence(self._registrations(), node_id, self._eligible)
             node.address = address
             node.bulk_address = bulk_address
             node.offline = dict(offline or {})
@@ -285,7 +257,7 @@ class Registry:
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             node.fenced = node.shutting_down = False
-            changed |= self._elect_leaderless()
+            changed |= elect_leaderless(self._registrations(), self._eligible)
             self._save()
         self._notify(changed)
 
@@ -316,8 +288,8 @@ class Registry:
             for node in self.nodes.values():
                 if not node.fenced and not self.is_live(node.node_id):
                     node.fenced = True
-                    changed |= self._fence(node.node_id)
-            changed |= self._elect_leaderless()
+                    changed |= fence(self._registrations(), node.node_id, self._eligible)
+            changed |= elect_leaderless(self._registrations(), self._eligible)
             if changed:
                 self._save()
         return self._notify(changed)
@@ -332,7 +304,7 @@ class Registry:
             changed: set[PartitionChange] = set()
             if not node.shutting_down:
                 node.shutting_down = True
-                changed = self._fence(node_id)
+                changed = fence(self._registrations(), node_id, self._eligible)
                 if changed:
                     self._save()
             leads = any(p.leader == node_id for t in self.topics.values() for p in t.partitions)
@@ -343,13 +315,7 @@ class Registry:
         """Kafka's preferred-leader election: each partition whose first replica is in the
         ISR and eligible but does not lead gets it back as leader."""
         with self._lock:
-            changed: set[PartitionChange] = set()
-            for topic in self.topics.values():
-                for i, p in enumerate(topic.partitions):
-                    preferred = p.replicas[0]
-                    if p.leader != preferred and preferred in p.isr and self._eligible(preferred):
-                        self._change_leader(p, preferred)
-                        changed.add((topic.name, i))
+            changed = restore_preferred(self._registrations(), self._eligible)
             if changed:
                 self._save()
         return self._notify(changed)
@@ -367,38 +333,15 @@ class Registry:
         new registration. Errors change nothing."""
         with self._lock:
             p = self._partition(topic_name, partition)
-            tp = f"{topic_name}-{partition}"
-            if leader_epoch < p.leader_epoch:
-                raise FencedLeaderEpochError(
-                    f"{tp}: AlterPartition at leader epoch {leader_epoch}, the partition is at "
-                    f"{p.leader_epoch}"
-                )
-            if node_id != p.leader or leader_epoch != p.leader_epoch:
-                raise InvalidRequestError(
-                    f"{tp}: node {node_id} at leader epoch {leader_epoch} is not its leader "
-                    f"(node {p.leader}, epoch {p.leader_epoch})"
-                )
-            if partition_epoch != p.partition_epoch:
-                raise InvalidUpdateVersionError(
-                    f"{tp}: AlterPartition at partition epoch {partition_epoch}, the partition "
-                    f"is at {p.partition_epoch}"
-                )
-            if (
-                len(set(new_isr)) != len(new_isr)
-                or not set(new_isr) <= set(p.replicas)
-                or node_id not in new_isr
-            ):
-                raise InvalidRequestError(
-                    f"{tp}: ISR {new_isr} must be distinct replicas of {p.replicas} including "
-                    f"the leader {node_id}"
-                )
-            for replica in set(new_isr) - set(p.isr):
-                if not self._eligible(replica):
-                    raise IneligibleReplicaError(
-                        f"{tp}: replica {replica} cannot join the ISR: its node is not live"
-                    )
-            p.isr = [r for r in p.replicas if r in new_isr]  # assignment order
-            p.partition_epoch += 1
+            alter_isr(
+                p,
+                f"{topic_name}-{partition}",
+                node_id,
+                leader_epoch,
+                partition_epoch,
+                new_isr,
+                self._eligible,
+            )
             self._save()
             return p.copy()
 
@@ -420,48 +363,12 @@ class Registry:
             and self.is_live(node_id)
         )
 
-    def _fence(self, node_id: int) -> set[PartitionChange]:
-        changed = set()
-        for topic in self.topics.values():
-            for i, p in enumerate(topic.partitions):
-                if node_id not in p.replicas:
-                    continue
-                moved = False
-                if node_id in p.isr and len(p.isr) > 1:
-                    p.isr.remove(node_id)
-                    moved = True
-                if p.leader == node_id:
-                    self._change_leader(p, self._choose_leader(p, exclude=node_id))
-                    changed.add((topic.name, i))
-                elif moved:
-                    p.partition_epoch += 1
-                    changed.add((topic.name, i))
-        return changed
-
-    def _elect_leaderless(self) -> set[PartitionChange]:
-        changed = set()
-        for topic in self.topics.values():
-            for i, p in enumerate(topic.partitions):
-                if p.leader == NO_LEADER:
-                    leader = self._choose_leader(p)
-                    if leader != NO_LEADER:
-                        self._change_leader(p, leader)
-                        changed.add((topic.name, i))
-        return changed
-
-    def _choose_leader(self, p: PartitionAssignment, exclude: int | None = None) -> int:
-        """Kafka's clean election: the first replica in assignment order that is in the ISR
-        and eligible."""
-        for replica in p.replicas:
-            if replica != exclude and replica in p.isr and self._eligible(replica):
-                return replica
-        return NO_LEADER
-
-    @staticmethod
-    def _change_leader(p: PartitionAssignment, leader: int) -> None:
-        p.leader = leader
-        p.leader_epoch += 1
-        p.partition_epoch += 1
+    def _registrations(self) -> list[tuple[PartitionChange, PartitionAssignment]]:
+        return [
+            ((topic.name, i), p)
+            for topic in self.topics.values()
+            for i, p in enumerate(topic.partitions)
+        ]
 
     def _notify(self, changed: set[PartitionChange]) -> list[PartitionChange]:
         ordered = sorted(changed)
@@ -509,29 +416,8 @@ class Registry:
             return counts
 
     def _place(self, count: int, replication_factor: int) -> list[PartitionAssignment]:
-        """Replicas on distinct eligible nodes: the leader where fewest partitions are led,
-        the followers where fewest replicas are held (ties: the next ids after the leader,
-        so equal loads spread round the ring)."""
         nodes = [n for n in self.live_nodes() if self._eligible(n)]
-        leaders = {n: c for n, c in self.leader_counts().items() if n in nodes}
-        held = {n: c for n, c in self.replica_counts().items() if n in nodes}
-        for n in nodes:
-            leaders.setdefault(n, 0)
-            held.setdefault(n, 0)
-        ring = max(nodes, default=0) + 1
-        placed = []
-        for _ in range(count):
-            leader = min(nodes, key=lambda n: (leaders[n], held[n], n))
-            followers = sorted(
-                (n for n in nodes if n != leader),
-                key=lambda n: (held[n], (n - leader) % ring),
-            )[: replication_factor - 1]
-            leaders[leader] += 1
-            for n in (leader, *followers):
-                held[n] += 1
-            replicas = [leader, *followers]
-            placed.append(PartitionAssignment(replicas, leader, 0, list(replicas), 0))
-        return placed
+        return place(count, replication_factor, nodes, self.leader_counts(), self.replica_counts())
 
     def partitions_of(
         self, wanted: list[PartitionChange]
