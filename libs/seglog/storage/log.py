@@ -22,7 +22,7 @@ batches with one vectored write; add sparse index entries.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from ..errors import (
     LogClosedError,
     OffsetOutOfRangeError,
 )
-from ..records.batch import CONTROL_MASK, NO_TIMESTAMP, BatchHeader
+from ..records.batch import NO_TIMESTAMP
 from ..spans import EngineTracer
 from . import log_files, log_reads
 from .checkpoint import DataDir
@@ -41,7 +41,7 @@ from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments, SegmentsSnapshot
-from .producer_state import ProducerBatch, ProducerStateManager, last_sequence_of
+from .producer_state import ProducerStateManager, producer_batches
 from .segment import AppendedBatch, LogSegment
 from .segment_factory import SegmentFactory
 from .validation import (
@@ -175,22 +175,9 @@ class Log:
         self._update_data_dir()
 
     def _rebuild_producer_state(self) -> None:
-        """Kafka's rebuildProducerState: the newest valid snapshot at or below the log end,
-        then the batch headers after it (no record is decoded)."""
-        start = self.producer_state.latest_loadable(self._log_end_offset)
-        offset = self._log_start_offset if start is None else start
-        if offset >= self._log_end_offset:
-            return
-        snapshot = self._segments.snapshot()
-        replayed = []
-        for segment in snapshot.segments[snapshot.floor_index(offset) :]:
-            found = segment.translate_offset(offset) if segment.base_offset < offset else None
-            position = 0 if found is None else found.position
-            for batch in segment.log.batches(position):
-                header = batch.header
-                if header.last_offset >= offset and header.producer_id >= 0:
-                    replayed.append((header, header.base_offset, header.last_offset))
-        self.producer_state.update(_producer_batches(replayed))
+        self.producer_state.rebuild(
+            self._segments.snapshot(), self._log_start_offset, self._log_end_offset
+        )
 
     def _make_active(self, segment: LogSegment) -> None:
         for index in (segment.offset_index, segment.time_index):
@@ -277,7 +264,7 @@ class Log:
             idempotent = any(h.producer_id >= 0 for _, h in batches)
             if idempotent:
                 duplicate = self.producer_state.check_append(
-                    _producer_batches((h, 0, 0) for _, h in batches)
+                    producer_batches((h, 0, 0) for _, h in batches)
                 )
                 if duplicate is not None:  # a retry: answered, not written again
                     return LogAppendInfo(
@@ -306,7 +293,7 @@ class Log:
             if idempotent:
                 bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
                 self.producer_state.update(
-                    _producer_batches(
+                    producer_batches(
                         (h, base, a.last_offset)
                         for (_, h), base, a in zip(batches, bases, appended, strict=True)
                     )
@@ -352,7 +339,7 @@ class Log:
             )
             self._write(self._segments.active, [view], appended, first_offset, last.next_offset)
             self.producer_state.update(
-                _producer_batches((h, h.base_offset, h.last_offset) for _, h in batches)
+                producer_batches((h, h.base_offset, h.last_offset) for _, h in batches)
             )
             return LogAppendInfo(
                 first_offset,
@@ -409,9 +396,7 @@ class Log:
         cached = self._high_watermark_position
         if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
             return cached[1], cached[2]
-        segment = snapshot.segments[snapshot.floor_index(offset)]
-        found = segment.translate_offset(offset)
-        position = segment.size if found is None else found.position
+        segment, position = log_reads.position_of(snapshot, offset)
         self._high_watermark_position = (offset, segment, position)
         return segment, position
 
@@ -808,23 +793,3 @@ __all__ = [
     "LogSlice",
     "TimestampAndOffset",
 ]
-
-
-def _producer_batches(
-    batches: Iterable[tuple[BatchHeader, int, int]],
-) -> list[ProducerBatch]:
-    """(header, first offset, last offset) of appended batches -> the idempotent producers'
-    data batches among them (control batches carry no sequence)."""
-    return [
-        ProducerBatch(
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            last_sequence_of(h.base_sequence, h.last_offset_delta),
-            first,
-            last,
-            h.max_timestamp,
-        )
-        for h, first, last in batches
-        if h.producer_id >= 0 and not h.attributes & CONTROL_MASK
-    ]

@@ -77,6 +77,14 @@ def bytes_from(snapshot: SegmentsSnapshot, offset: int, hint: ReadPosition | Non
     return ReadPosition(segment, position, max(available, 0))
 
 
+def position_of(snapshot: SegmentsSnapshot, offset: int) -> tuple[LogSegment, int]:
+    """The segment and file position of the batch holding `offset` (the segment's end when
+    it lies past its last batch): where a read bounded at `offset` stops."""
+    segment = snapshot.segments[snapshot.floor_index(offset)]
+    found = segment.translate_offset(offset)
+    return segment, segment.size if found is None else found.position
+
+
 def offset_for_timestamp(
     snapshot: SegmentsSnapshot, timestamp_ms: int, log_start_offset: int
 ) -> TimestampAndOffset | None:

@@ -42,7 +42,9 @@ from pathlib import Path
 import crc32c
 
 from ..errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+from ..records.batch import CONTROL_MASK, BatchHeader
 from . import log_files
+from .log_segments import SegmentsSnapshot
 
 SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5
@@ -188,6 +190,22 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers = {}
 
+    def rebuild(self, snapshot: SegmentsSnapshot, log_start: int, log_end: int) -> None:
+        """Kafka's rebuildProducerState: the newest valid snapshot at or below the log end,
+        then the batch headers after it (no record is decoded)."""
+        loaded = self.latest_loadable(log_end)
+        offset = log_start if loaded is None else loaded
+        if offset >= log_end:
+            return
+        replayed = []
+        for segment in snapshot.segments[snapshot.floor_index(offset) :]:
+            found = segment.translate_offset(offset) if segment.base_offset < offset else None
+            for batch in segment.log.batches(0 if found is None else found.position):
+                header = batch.header
+                if header.last_offset >= offset and header.producer_id >= 0:
+                    replayed.append((header, header.base_offset, header.last_offset))
+        self.update(producer_batches(replayed))
+
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot_path(self, offset: int) -> Path:
@@ -290,6 +308,24 @@ class ProducerStateManager:
                 continue
         self.clear()
         return None
+
+
+def producer_batches(batches: Iterable[tuple[BatchHeader, int, int]]) -> list[ProducerBatch]:
+    """(header, first offset, last offset) of appended batches -> the idempotent producers'
+    data batches among them (control batches carry no sequence). One entry per batch."""
+    return [
+        ProducerBatch(
+            h.producer_id,
+            h.producer_epoch,
+            h.base_sequence,
+            last_sequence_of(h.base_sequence, h.last_offset_delta),
+            first,
+            last,
+            h.max_timestamp,
+        )
+        for h, first, last in batches
+        if h.producer_id >= 0 and not h.attributes & CONTROL_MASK
+    ]
 
 
 def _in_sequence(last: int, first: int) -> bool:
