@@ -29,7 +29,8 @@ from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 
-from .replica_manager import CONSUMER, FetchChunk, ReplicaManager
+from .fetch_reads import CONSUMER, FetchChunk
+from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.storage_node.bulk")

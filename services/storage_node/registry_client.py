@@ -67,7 +67,7 @@ class RegistrySession:
         self.want_shutdown = False
         self._beat_now = threading.Event()
         self.may_shut_down = threading.Event()
-        replicas.alter_partition = self.alter_partition
+        replicas.isr_updates.alter_partition = self.alter_partition
 
     def start(self) -> None:
         self._thread.start()

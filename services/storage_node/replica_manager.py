@@ -13,16 +13,13 @@ Fetch: a long poll. `wait_for_fetch` returns as soon as `min_bytes` are availabl
 requested partitions (counted from file positions, never by reading) or `max_wait_ms` passes;
 appends and high-watermark moves wake waiting fetches through one condition variable (no
 polling). Consumers read below the high watermark; a follower (`replica_id` >= 0) reads to
-the log end, and its fetch offset tells the leader how far it has copied. `read_chunks` then
-yields whole batches as stored, at most `chunk_bytes` per chunk (a single larger batch
-travels alone), each chunk saying which segment and file position its bytes come from; every
-requested partition gets at least one chunk carrying its watermarks, and its error if any.
+the log end, and its fetch offset tells the leader how far it has copied. The answer's chunks
+are cut by fetch_reads.py; ISR changes are sent by isr_updates.py.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,23 +36,21 @@ from seglog.errors import (
 )
 from seglog.security.tls import TlsFiles
 from seglog.storage import Log, log_files
-from seglog.storage.log import LogAppendInfo, LogSlice, TimestampAndOffset
+from seglog.storage.log import LogAppendInfo, TimestampAndOffset
 from seglog.storage.log_manager import LogManager
-from seglog.storage.log_reads import ReadPosition
 from seglog.storage.validation import ValidatedRecords
 
-from .partition import IsrProposal, Partition, Registration
+from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
+from .isr_updates import IsrUpdates
+from .partition import Partition, Registration
 from .replica_fetcher import FetcherSettings, ReplicaFetcher
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 1024 * 1024
 NO_EPOCH = -1
-CONSUMER = -1  # the replica id of a client fetch
 ACKS_ALL = -1
 TopicPartition = tuple[str, int]
-# Sends an ISR proposal to the registry; answers the partition's new registration.
-AlterPartition = Callable[[IsrProposal], Registration]
 
 
 @dataclass(frozen=True)
@@ -64,51 +59,6 @@ class ReplicationSettings:
 
     replica_lag_time_max_ms: int = 30_000
     fetcher: FetcherSettings = FetcherSettings()
-
-
-@dataclass
-class FetchState:
-    """One partition of a fetch: what was asked, and what the wait learned."""
-
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    log: Log | None
-    error: SeglogError | None = None
-    position: ReadPosition | None = None  # where `offset` was found, reused while waiting
-    replica_id: int = CONSUMER
-    diverging: tuple[int, int] | None = None  # (epoch, end offset) answered to a follower
-
-    def max_offset(self) -> int | None:
-        """Consumers read below the high watermark; followers to the log end."""
-        if self.replica_id >= 0 or self.log is None:
-            return None
-        return self.log.high_watermark
-
-
-@dataclass(frozen=True)
-class FetchChunk:
-    """Where whole batches of one partition lie (segment, position, size: Kafka's
-    FetchDataInfo; not read yet), or its error, with the watermarks the read saw. The gRPC
-    path reads the bytes once to send them; a bulk path can send them from the file."""
-
-    topic: str
-    partition: int
-    high_watermark: int
-    log_start_offset: int
-    found: LogSlice | None = None
-    error: SeglogError | None = None
-    diverging: tuple[int, int] | None = None
-
-    def read(self) -> bytes:
-        return b"" if self.found is None else self.found.read()
-
-    @property
-    def segment_base_offset(self) -> int:
-        if self.found is None or self.found.segment_slice is None:
-            return 0
-        return self.found.segment_slice.segment.base_offset
 
 
 @dataclass(frozen=True)
@@ -156,28 +106,28 @@ class ReplicaManager:
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self._fetchers: dict[int, ReplicaFetcher] = {}
-        self.alter_partition: AlterPartition | None = None
-        self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
-        self._isr_thread: threading.Thread | None = None
+        self.isr_updates = IsrUpdates(
+            lambda topic, number: self._partitions.get((topic, number)),
+            lambda: list(self._partitions.values()),
+            self.replication.replica_lag_time_max_ms,
+            self.wake_fetchers,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the ISR maintenance (Kafka's isr-expiration and AlterPartition sending)."""
-        self._isr_thread = threading.Thread(target=self._isr_loop, name="isr", daemon=True)
-        self._isr_thread.start()
+        self.isr_updates.start()
 
     def stop(self) -> None:
         """Stop fetchers and ISR work; wake every waiting fetch so it answers with what it has."""
         self._stopping = True
-        self._proposals.put(None)
+        self.isr_updates.stop()
         with self._partitions_lock:
             fetchers = list(self._fetchers.values())
             self._fetchers.clear()
         for fetcher in fetchers:
             fetcher.shutdown()
-        if self._isr_thread is not None:
-            self._isr_thread.join(timeout=5)
         self.wake_fetchers()
 
     # -- partitions ----------------------------------------------------------------------
@@ -460,7 +410,7 @@ class ReplicaManager:
             )
         proposal = held.record_follower_fetch(state.replica_id, state.offset, log.log_start_offset)
         if proposal is not None:
-            self._proposals.put(proposal)
+            self.isr_updates.propose(proposal)
         self.wake_fetchers()  # the high watermark may have moved: acks=all and consumers
 
     def wait_for_fetch(
@@ -506,111 +456,7 @@ class ReplicaManager:
         return total
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
-        budget = max_bytes
-        sent_data = False
-        for state in states:
-            if state.error is not None:
-                yield self._error_chunk(state, state.error)
-                continue
-            log = state.log
-            assert log is not None
-            if state.diverging is not None:
-                yield FetchChunk(
-                    state.topic,
-                    state.partition,
-                    log.high_watermark,
-                    log.log_start_offset,
-                    diverging=state.diverging,
-                )
-                continue
-            offset = state.offset
-            partition_budget = state.max_bytes
-            chunks = 0
-            while True:
-                limit = min(self.chunk_bytes, partition_budget, budget)
-                try:
-                    found = log.locate_records(
-                        offset,
-                        max(limit, 0),
-                        min_one_message=not sent_data,
-                        max_offset=state.max_offset(),
-                    )
-                except SeglogError as exc:
-                    if chunks == 0:
-                        yield self._error_chunk(state, exc)
-                        chunks += 1
-                    break
-                if found.size or chunks == 0:
-                    yield FetchChunk(
-                        state.topic,
-                        state.partition,
-                        log.high_watermark,
-                        found.log_start_offset,
-                        found,
-                    )
-                    chunks += 1
-                if not found.size:
-                    break
-                sent_data = True
-                offset = found.next_offset
-                partition_budget -= found.size
-                budget -= found.size
-                if partition_budget <= 0 or budget <= 0 or offset >= found.high_watermark:
-                    break
-
-    @staticmethod
-    def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
-        hw = lso = -1
-        if state.log is not None:
-            hw, lso = state.log.high_watermark, state.log.log_start_offset
-        return FetchChunk(state.topic, state.partition, hw, lso, None, error)
-
-    # -- ISR -----------------------------------------------------------------------------
-
-    def _isr_loop(self) -> None:
-        """Send ISR proposals one at a time; every replica.lag.time.max.ms / 2, look for
-        followers to drop (Kafka's isr-expiration task)."""
-        period_s = self.replication.replica_lag_time_max_ms / 2000
-        next_check = time.monotonic() + period_s
-        while not self._stopping:
-            try:
-                proposal = self._proposals.get(timeout=max(next_check - time.monotonic(), 0))
-            except queue.Empty:
-                proposal = None
-                next_check = time.monotonic() + period_s
-                for held in list(self._partitions.values()):
-                    shrink = held.shrink_proposal(self.replication.replica_lag_time_max_ms)
-                    if shrink is not None:
-                        self._send_proposal(held, shrink)
-                continue
-            if proposal is None:
-                return
-            proposer = self._partitions.get((proposal.topic, proposal.partition))
-            if proposer is not None:
-                self._send_proposal(proposer, proposal)
-
-    def _send_proposal(self, held: Partition, proposal: IsrProposal) -> None:
-        if self.alter_partition is None:
-            held.proposal_failed()
-            return
-        try:
-            registration = self.alter_partition(proposal)
-        except Exception as exc:  # the registry said no, or is unreachable: retry later
-            logger.info(
-                "AlterPartition %s-%d to ISR %s failed: %s",
-                proposal.topic,
-                proposal.partition,
-                list(proposal.new_isr),
-                exc,
-            )
-            held.proposal_failed()
-            return
-        logger.info(
-            "%s-%d: ISR is now %s", proposal.topic, proposal.partition, list(registration.isr)
-        )
-        held.apply(registration)
-        held.maybe_increment_high_watermark()
-        self.wake_fetchers()
+        return read_chunks(states, max_bytes, self.chunk_bytes)
 
     # -- offsets and descriptions --------------------------------------------------------
 

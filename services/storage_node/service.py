@@ -21,8 +21,9 @@ from seglog.storage import log_files
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from .fetch_reads import CONSUMER, FetchChunk
 from .registry_client import apply_partition_states
-from .replica_manager import ACKS_ALL, CONSUMER, FetchChunk, ReplicaManager
+from .replica_manager import ACKS_ALL, ReplicaManager
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 

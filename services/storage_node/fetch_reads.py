@@ -1,0 +1,125 @@
+"""A fetch's partitions and where their bytes lie: what the wait learns per partition
+(FetchState), and the chunks an answer is made of (FetchChunk: Kafka's FetchDataInfo, a
+segment and file range, not read yet), cut from the log by `read_chunks`: whole batches as
+stored, at most `chunk_bytes` per chunk (a single larger batch travels alone), at most the
+partition's and the request's max bytes (but one batch), every requested partition with at
+least one chunk carrying its watermarks, or its error. The gRPC path reads a chunk's bytes
+once to send them; the bulk path sends them from the file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from seglog.errors import SeglogError
+from seglog.storage import Log
+from seglog.storage.log import LogSlice
+from seglog.storage.log_reads import ReadPosition
+
+CONSUMER = -1  # the replica id of a client fetch
+
+
+@dataclass
+class FetchState:
+    """One partition of a fetch: what was asked, and what the wait learned."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    log: Log | None
+    error: SeglogError | None = None
+    position: ReadPosition | None = None  # where `offset` was found, reused while waiting
+    replica_id: int = CONSUMER
+    diverging: tuple[int, int] | None = None  # (epoch, end offset) answered to a follower
+
+    def max_offset(self) -> int | None:
+        """Consumers read below the high watermark; followers to the log end."""
+        if self.replica_id >= 0 or self.log is None:
+            return None
+        return self.log.high_watermark
+
+
+@dataclass(frozen=True)
+class FetchChunk:
+    """Where whole batches of one partition lie (segment, position, size: Kafka's
+    FetchDataInfo; not read yet), or its error, with the watermarks the read saw. The gRPC
+    path reads the bytes once to send them; a bulk path can send them from the file."""
+
+    topic: str
+    partition: int
+    high_watermark: int
+    log_start_offset: int
+    found: LogSlice | None = None
+    error: SeglogError | None = None
+    diverging: tuple[int, int] | None = None
+
+    def read(self) -> bytes:
+        return b"" if self.found is None else self.found.read()
+
+    @property
+    def segment_base_offset(self) -> int:
+        if self.found is None or self.found.segment_slice is None:
+            return 0
+        return self.found.segment_slice.segment.base_offset
+
+
+def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> Iterator[FetchChunk]:
+    budget = max_bytes
+    sent_data = False
+    for state in states:
+        if state.error is not None:
+            yield _error_chunk(state, state.error)
+            continue
+        log = state.log
+        assert log is not None
+        if state.diverging is not None:
+            yield FetchChunk(
+                state.topic,
+                state.partition,
+                log.high_watermark,
+                log.log_start_offset,
+                diverging=state.diverging,
+            )
+            continue
+        offset = state.offset
+        partition_budget = state.max_bytes
+        chunks = 0
+        while True:
+            limit = min(chunk_bytes, partition_budget, budget)
+            try:
+                found = log.locate_records(
+                    offset,
+                    max(limit, 0),
+                    min_one_message=not sent_data,
+                    max_offset=state.max_offset(),
+                )
+            except SeglogError as exc:
+                if chunks == 0:
+                    yield _error_chunk(state, exc)
+                    chunks += 1
+                break
+            if found.size or chunks == 0:
+                yield FetchChunk(
+                    state.topic,
+                    state.partition,
+                    log.high_watermark,
+                    found.log_start_offset,
+                    found,
+                )
+                chunks += 1
+            if not found.size:
+                break
+            sent_data = True
+            offset = found.next_offset
+            partition_budget -= found.size
+            budget -= found.size
+            if partition_budget <= 0 or budget <= 0 or offset >= found.high_watermark:
+                break
+
+
+def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
+    hw = lso = -1
+    if state.log is not None:
+        hw, lso = state.log.high_watermark, state.log.log_start_offset
+    return FetchChunk(state.topic, state.partition, hw, lso, None, error)
