@@ -44,6 +44,7 @@ from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from .fetch_grants import fetch_grants
 from .nodes import NodeConnection, NodeConnections
 from .registry import Registry, Route, is_internal_topic
 
@@ -109,45 +110,12 @@ class GatewayService:
     def FetchGrants(
         self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
     ) -> bulk_pb2.FetchGrantsResponse:
-        """Route each partition as Fetch does; one signed grant per leader node with a bulk
-        listener. What cannot go that way (no secret, no listener, a routing error) is named
-        in `errors`, and the client reads it through Fetch."""
-        response = bulk_pb2.FetchGrantsResponse()
-        by_node: dict[int, tuple[Route, list[tuple[str, int, int, int]]]] = {}
-        for p in request.partitions:
-            try:
-                if is_internal_topic(p.topic):
-                    raise InvalidTopicError(f"topic {p.topic!r} is internal")
-                if self.cluster_secret is None:
-                    raise InvalidRequestError(
-                        "the bulk fetch path is off: the gateway has no cluster secret"
-                    )
-                route, _ = self._route(p.topic, p.partition, client_leader_epoch(p))
-                if not route.bulk_address:
-                    raise InvalidRequestError(f"node {route.leader} has no bulk listener")
-            except SeglogError as exc:
-                response.errors.add(
-                    topic=p.topic,
-                    partition=p.partition,
-                    error=error_code_for(exc),
-                    error_message=str(exc),
-                )
-                continue
-            entry = by_node.setdefault(route.leader, (route, []))
-            entry[1].append((p.topic, p.partition, p.fetch_offset, route.leader_epoch))
-        for node_id, (route, partitions) in by_node.items():
-            assert self.cluster_secret is not None
-            grant, signature, expires_at_ms = grants.issue(
-                self.cluster_secret, node_id, partitions, self.fetch_grant_ttl_ms
-            )
-            response.grants.add(
-                node_id=node_id,
-                bulk_address=route.bulk_address,
-                grant=grant,
-                signature=signature,
-                expires_at_ms=expires_at_ms,
-            )
-        return response
+        return fetch_grants(
+            request,
+            lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
+            self.cluster_secret,
+            self.fetch_grant_ttl_ms,
+        )
 
     # -- Produce -------------------------------------------------------------------------
 
