@@ -18,7 +18,6 @@ from seglog.errors import (
     SeglogError,
 )
 from seglog.rpc.status import abort, error_from_rpc, set_error
-from seglog.security.acls import AclBinding
 from seglog.security.certs import node_identity
 from seglog.security.tls import peer_identity
 from seglog.storage.config import described_configs
@@ -325,36 +324,6 @@ class AdminService:
         response.producer_epoch = 0
         return response
 
-    # -- ACLs ------------------------------------------------------------------------------
-
-    def CreateAcls(
-        self, request: gateway_pb2.CreateAclsRequest, context: grpc.ServicerContext
-    ) -> gateway_pb2.CreateAclsResponse:
-        try:
-            self.registry.add_acls([_binding(a) for a in request.acls])
-        except SeglogError as exc:
-            abort(context, exc)
-        return gateway_pb2.CreateAclsResponse()
-
-    def DescribeAcls(
-        self, request: gateway_pb2.DescribeAclsRequest, context: grpc.ServicerContext
-    ) -> gateway_pb2.DescribeAclsResponse:
-        response = gateway_pb2.DescribeAclsResponse()
-        for acl in self.registry.acls:
-            if (
-                (not request.principal or acl.principal == request.principal)
-                and (not request.resource_type or acl.resource_type == request.resource_type)
-                and (not request.resource_name or acl.resource_name == request.resource_name)
-            ):
-                response.acls.add(**acl.to_json())
-        return response
-
-    def DeleteAcls(
-        self, request: gateway_pb2.DeleteAclsRequest, context: grpc.ServicerContext
-    ) -> gateway_pb2.DeleteAclsResponse:
-        deleted = self.registry.delete_acls([_binding(a) for a in request.acls])
-        return gateway_pb2.DeleteAclsResponse(deleted=deleted)
-
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeClusterResponse:
@@ -461,18 +430,6 @@ class RegistryService:
         assignment.heartbeat_interval_ms = self.heartbeat_interval_ms
         assignment.should_shut_down = should_shut_down
         return assignment
-
-
-def _binding(acl: gateway_pb2.AclBinding) -> AclBinding:
-    return AclBinding(
-        acl.principal,
-        acl.host or "*",
-        acl.resource_type,
-        acl.pattern_type or "literal",
-        acl.resource_name,
-        acl.operation,
-        acl.permission or "allow",
-    )
 
 
 def _offline(heartbeat: gateway_pb2.NodeHeartbeat) -> dict[tuple[str, int], str]:

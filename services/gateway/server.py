@@ -21,6 +21,7 @@ from seglog.security.tokens import TokenVerifier
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
 from services import serving
 
+from .acl_service import AclService
 from .admin import AdminService, RegistryService
 from .authorization import Authorization
 from .controller import Controller
@@ -173,6 +174,7 @@ class Gateway:
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
             authorization=self.authorization,
         )
+        self.acl_service = AclService(self.registry)
         self.registry_service = RegistryService(
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -276,17 +278,17 @@ class Gateway:
                 bulk_pb2.FetchGrantsResponse,
             ),
             "CreateAcls": unary(
-                guard("CreateAcls", a.CreateAcls),
+                guard("CreateAcls", self.acl_service.CreateAcls),
                 gateway_pb2.CreateAclsRequest,
                 gateway_pb2.CreateAclsResponse,
             ),
             "DescribeAcls": unary(
-                guard("DescribeAcls", a.DescribeAcls),
+                guard("DescribeAcls", self.acl_service.DescribeAcls),
                 gateway_pb2.DescribeAclsRequest,
                 gateway_pb2.DescribeAclsResponse,
             ),
             "DeleteAcls": unary(
-                guard("DeleteAcls", a.DeleteAcls),
+                guard("DeleteAcls", self.acl_service.DeleteAcls),
                 gateway_pb2.DeleteAclsRequest,
                 gateway_pb2.DeleteAclsResponse,
             ),
