@@ -14,7 +14,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from opentelemetry import propagate, trace
@@ -157,6 +157,39 @@ class BulkReader:
         self._grants.pop(tp, None)
 
     # -- transfers ---------------------------------------------------------------------------
+
+    def fetch(
+        self,
+        wanted: Sequence[tuple[TopicPartition, int]],
+        request_for: Callable[..., common_pb2.FetchRequest],
+        on_message: Callable[[BulkMessage], bool],
+    ) -> tuple[set[TopicPartition], bool]:
+        """One round: every node's request is sent before any answer is read, so the nodes'
+        long polls run side by side (they wait only when no partition must also go through
+        the gateway). Returns the partitions the gateway must serve, and whether
+        `on_message` reported a retriable error or a node failed."""
+        by_grant, fallback = self.route(wanted)
+        rest = set(fallback)
+        sent = []
+        for grant, partitions in by_grant.values():
+            try:
+                request = request_for(partitions, wait=not fallback)
+                sent.append((grant, self.send(grant, request), partitions))
+            except BulkFetchError:
+                rest.update(tp for tp, _ in partitions)
+        failed = False
+        for grant, sock, partitions in sent:
+            try:
+                for message in self.receive(grant, sock):
+                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
+                        self.forget(TopicPartition(message.topic, message.partition))
+                    failed |= on_message(message)
+            except BulkFetchError as exc:
+                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+                for tp, _ in partitions:
+                    self.forget(tp)
+                failed = True
+        return rest, failed
 
     def send(self, grant: Grant, request: common_pb2.FetchRequest) -> socket.socket:
         """Send one fetch to the grant's node; its answer is read with `receive`."""

@@ -31,7 +31,7 @@ from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
-from .bulk import BulkFetchError, BulkMessage, BulkReader
+from .bulk import BulkMessage, BulkReader
 from .config import ConsumerConfig
 from .structs import TopicPartition
 
@@ -352,46 +352,35 @@ class Fetcher:
             if failed:
                 time.sleep(backoff_s)  # a leader is down or moving: do not spin
 
+    def _request(
+        self, partitions: list[tuple[TopicPartition, int]], *, wait: bool
+    ) -> common_pb2.FetchRequest:
+        request = common_pb2.FetchRequest(
+            min_bytes=self.config.fetch_min_bytes,
+            max_wait_ms=self.config.fetch_max_wait_ms if wait else 0,
+            max_bytes=self.config.fetch_max_bytes,
+        )
+        for tp, offset in partitions:
+            request.partitions.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                fetch_offset=offset,
+                partition_max_bytes=self.config.max_partition_fetch_bytes,
+            )
+        return request
+
     def _bulk_round(
         self,
         wanted: list[tuple[TopicPartition, int, int]],
         epochs: dict[TopicPartition, int],
     ) -> tuple[list[tuple[TopicPartition, int, int]], bool]:
-        """Fetch what has a grant from the leaders' bulk listeners: every request is sent
-        before any answer is read, so the nodes' long polls run side by side. Returns what
+        """What has a grant, from the leaders' bulk listeners (client/bulk.py); returns what
         must go through the gateway, and whether a retriable error was met."""
-        by_grant, fallback = self._bulk.route([(tp, offset) for tp, offset, _ in wanted])
-        rest = {tp for tp in fallback}
-        sent = []
-        for grant, partitions in by_grant.values():
-            request = common_pb2.FetchRequest(
-                min_bytes=self.config.fetch_min_bytes,
-                max_wait_ms=self.config.fetch_max_wait_ms if not fallback else 0,
-                max_bytes=self.config.fetch_max_bytes,
-            )
-            for tp, offset in partitions:
-                request.partitions.add(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    fetch_offset=offset,
-                    partition_max_bytes=self.config.max_partition_fetch_bytes,
-                )
-            try:
-                sent.append((grant, self._bulk.send(grant, request), partitions))
-            except BulkFetchError:
-                rest.update(tp for tp, _ in partitions)
-        failed = False
-        for grant, sock, partitions in sent:
-            try:
-                for message in self._bulk.receive(grant, sock):
-                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
-                        self._bulk.forget(TopicPartition(message.topic, message.partition))
-                    failed |= self._on_message(message, epochs)
-            except BulkFetchError as exc:
-                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
-                for tp, _ in partitions:
-                    self._bulk.forget(tp)
-                failed = True
+        rest, failed = self._bulk.fetch(
+            [(tp, offset) for tp, offset, _ in wanted],
+            self._request,
+            lambda message: self._on_message(message, epochs),
+        )
         return [w for w in wanted if w[0] in rest], failed
 
     def _grpc_round(
@@ -405,18 +394,7 @@ class Fetcher:
         with self._lock:
             if self._closed:
                 return False
-            request = common_pb2.FetchRequest(
-                min_bytes=self.config.fetch_min_bytes,
-                max_wait_ms=self.config.fetch_max_wait_ms if wait else 0,
-                max_bytes=self.config.fetch_max_bytes,
-            )
-            for tp, offset, _ in wanted:
-                request.partitions.add(
-                    topic=tp.topic,
-                    partition=tp.partition,
-                    fetch_offset=offset,
-                    partition_max_bytes=self.config.max_partition_fetch_bytes,
-                )
+            request = self._request([(tp, offset) for tp, offset, _ in wanted], wait=wait)
             timeout_s = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
             call = self.stub.Fetch(request, timeout=timeout_s)
             self._call = call
