@@ -1,9 +1,12 @@
-"""An in-process cluster for integration tests: a real gateway and real storage nodes, each
-its own gRPC server on a loopback port, with short heartbeats."""
+"""An in-process cluster for integration tests (a real gateway and real storage nodes, each
+its own gRPC server on a loopback port, with short heartbeats), and the helpers tests share:
+`make run`'s command line, the CLI as a process or in this one, batches, waits."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -160,6 +163,35 @@ class LocalCluster:
             self.stop_node(node_id)
         if self.gateway is not None:
             self.gateway.stop(grace_s=2)
+
+
+def local_cluster_command(data_dir, *extra: str, nodes: int = 3, listen="127.0.0.1:0"):
+    """`make run`'s command line (services.local_cluster) on free ports."""
+    return [
+        sys.executable,
+        "-m",
+        "services.local_cluster",
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        listen,
+        "--nodes",
+        str(nodes),
+        *extra,
+    ]
+
+
+def run_cli(*args, bootstrap, stdin=None):
+    """`seglog ARGV` as a process against `bootstrap`: its CompletedProcess."""
+    env = {**os.environ, "SEGLOG_BOOTSTRAP": bootstrap}
+    return subprocess.run(
+        [sys.executable, "-m", "seglog.cli.main", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def batch(values, *, keys=None, timestamp_ms=None, compression=0) -> bytes:

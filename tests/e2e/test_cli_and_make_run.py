@@ -14,7 +14,7 @@ import pytest
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli, wait_until
 
 
 @pytest.fixture
@@ -100,27 +100,13 @@ def test_the_services_help_shows_each_flags_default():
         assert expected in shown.stdout, shown.stdout
 
 
-def _local_cluster_command(data_dir, *, nodes, listen="127.0.0.1:0"):
-    return [
-        sys.executable,
-        "-m",
-        "services.local_cluster",
-        "--data-dir",
-        str(data_dir),
-        "--listen",
-        listen,
-        "--nodes",
-        str(nodes),
-    ]
-
-
 def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
     tmp_path,
 ):
     errors = tmp_path / "cluster.err"
     with open(errors, "wb") as err:
         runner = subprocess.Popen(
-            _local_cluster_command(tmp_path / "data", nodes=2),
+            local_cluster_command(tmp_path / "data", nodes=2),
             stdout=subprocess.PIPE,
             stderr=err,
         )
@@ -199,7 +185,7 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
         "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
     runner = subprocess.Popen(
-        _local_cluster_command(tmp_path / "data", nodes=1),
+        local_cluster_command(tmp_path / "data", nodes=1),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
@@ -226,3 +212,33 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)
+
+
+def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
+    runner = subprocess.Popen(
+        local_cluster_command(tmp_path / "data", "--tls"), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        address = re.search(r"gateway on (\S+)", runner.stdout.readline()).group(1)
+        exports = ""
+        while "export" not in exports:
+            exports = runner.stdout.readline()
+        variables = dict(item.split("=", 1) for item in exports.split()[1:])
+        env_backup = dict(os.environ)
+        os.environ.update(variables)  # the CLI picks its certificate up from these
+        try:
+            assert run_cli("topics", "create", "sealed", bootstrap=address).returncode == 0
+            produced = run_cli("produce", "sealed", bootstrap=address, stdin=b"a\nb\nc\n")
+            assert produced.returncode == 0, produced.stderr
+            out = run_cli(
+                "consume", "sealed", "--from-beginning", "--max-messages", "3", bootstrap=address
+            )
+            assert out.returncode == 0 and out.stdout.count(b"\n") == 3, out.stderr
+        finally:
+            os.environ.clear()
+            os.environ.update(env_backup)
+        refused = run_cli("topics", "list", bootstrap=address)  # no certificate: plaintext
+        assert refused.returncode == 1 and b"UNAVAILABLE" in refused.stderr
+    finally:
+        runner.send_signal(signal.SIGTERM)
+        runner.wait(60)

@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent import futures
@@ -20,7 +19,7 @@ from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
 from seglog.records import iter_batches, iter_records
 from services.processes import ServerProcess, gateway_process, node_process
-from tests.cluster import batch, wait_until
+from tests.cluster import batch, local_cluster_command, run_cli, wait_until
 
 FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
@@ -179,38 +178,10 @@ def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processe
         assert [r.value for r in read_partition(client, "kept", p)] == [b"before", b"after"]
 
 
-def run_cli(*args, bootstrap, stdin=None):
-    env = {**os.environ, "SEGLOG_BOOTSTRAP": bootstrap}
-    return subprocess.run(
-        [sys.executable, "-m", "seglog.cli.main", *args],
-        input=stdin,
-        capture_output=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
-def _local_cluster(tmp_path, *extra: str) -> subprocess.Popen:
-    """`make run`'s cluster on free ports; its first line names the gateway."""
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "services.local_cluster",
-            "--data-dir",
-            str(tmp_path / "data"),
-            "--listen",
-            "127.0.0.1:0",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_local_cluster_and_cli(tmp_path):
-    runner = _local_cluster(tmp_path)
+    runner = subprocess.Popen(
+        local_cluster_command(tmp_path / "data"), stdout=subprocess.PIPE, text=True
+    )
     try:
         line = runner.stdout.readline()
         address = re.search(r"gateway on (\S+)", line).group(1)
@@ -449,31 +420,3 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
         assert wait_until(all_served, timeout_s=30)
     finally:
         cluster.close()
-
-
-def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
-    runner = _local_cluster(tmp_path, "--tls")
-    try:
-        address = re.search(r"gateway on (\S+)", runner.stdout.readline()).group(1)
-        exports = ""
-        while "export" not in exports:
-            exports = runner.stdout.readline()
-        variables = dict(item.split("=", 1) for item in exports.split()[1:])
-        env_backup = dict(os.environ)
-        os.environ.update(variables)  # the CLI picks its certificate up from these
-        try:
-            assert run_cli("topics", "create", "sealed", bootstrap=address).returncode == 0
-            produced = run_cli("produce", "sealed", bootstrap=address, stdin=b"a\nb\nc\n")
-            assert produced.returncode == 0, produced.stderr
-            out = run_cli(
-                "consume", "sealed", "--from-beginning", "--max-messages", "3", bootstrap=address
-            )
-            assert out.returncode == 0 and out.stdout.count(b"\n") == 3, out.stderr
-        finally:
-            os.environ.clear()
-            os.environ.update(env_backup)
-        refused = run_cli("topics", "list", bootstrap=address)  # no certificate: plaintext
-        assert refused.returncode == 1 and b"UNAVAILABLE" in refused.stderr
-    finally:
-        runner.send_signal(signal.SIGTERM)
-        runner.wait(60)
