@@ -272,6 +272,11 @@ class Gateway:
                 common_pb2.ListOffsetsRequest,
                 common_pb2.ListOffsetsResponse,
             ),
+            "SplitPoints": unary(
+                guard("SplitPoints", s.SplitPoints),
+                common_pb2.SplitPointsRequest,
+                common_pb2.SplitPointsResponse,
+            ),
             "FetchGrants": unary(
                 guard("FetchGrants", s.FetchGrants),
                 bulk_pb2.FetchGrantsRequest,

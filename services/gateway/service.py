@@ -1,4 +1,4 @@
-"""The Gateway service's data path: Produce, Fetch and ListOffsets (admin calls and the
+"""The Gateway service's data path: Produce, Fetch, ListOffsets and SplitPoints (admin calls and the
 Registry service are in admin.py).
 
 Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
@@ -18,8 +18,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -370,25 +371,59 @@ class GatewayService:
                     if not any(t.is_alive() for t in pumps):
                         break
 
-    # -- ListOffsets ---------------------------------------------------------------------
+    # -- ListOffsets, SplitPoints -------------------------------------------------------
 
     def ListOffsets(
         self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> common_pb2.ListOffsetsResponse:
-        results: dict[int, common_pb2.ListOffsetsResult] = {}
+        response = common_pb2.ListOffsetsResponse()
+        response.partitions.extend(
+            self._per_leader(
+                request.partitions,
+                common_pb2.ListOffsetsRequest,
+                lambda stub: stub.ListOffsets,
+                _list_offsets_error,
+            )
+        )
+        return response
+
+    def SplitPoints(
+        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.SplitPointsResponse:
+        response = common_pb2.SplitPointsResponse()
+        response.partitions.extend(
+            self._per_leader(
+                request.partitions,
+                common_pb2.SplitPointsRequest,
+                lambda stub: stub.SplitPoints,
+                _split_points_error,
+            )
+        )
+        return response
+
+    def _per_leader(
+        self,
+        parts: Sequence[Any],
+        request_type: type[Any],
+        method: Callable[[Any], Any],
+        error_result: Callable[[Any, SeglogError], Any],
+    ) -> list[Any]:
+        """A per-partition request answered by each partition's leader: one call per node,
+        all in flight together, the answers put back in the request's order."""
+        results: dict[int, Any] = {}
         by_node: dict[int, tuple[_Target, list[int]]] = {}
-        for i, p in enumerate(request.partitions):
+        for i, p in enumerate(parts):
             try:
                 _, target = self._route(p.topic, p.partition, client_leader_epoch(p))
             except SeglogError as exc:
-                results[i] = _list_offsets_error(p, exc)
+                results[i] = error_result(p, exc)
                 continue
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
         calls = {}
         for node_id, (target, indexes) in by_node.items():
-            sub = common_pb2.ListOffsetsRequest()
-            sub.partitions.extend(request.partitions[i] for i in indexes)
-            calls[node_id] = target.connection.stub.ListOffsets.future(
+            sub = request_type()
+            sub.partitions.extend(parts[i] for i in indexes)
+            calls[node_id] = method(target.connection.stub).future(
                 sub, timeout=DEFAULT_TIMEOUT_MS / 1000
             )
         for node_id, (target, indexes) in by_node.items():
@@ -399,10 +434,8 @@ class GatewayService:
             except grpc.RpcError as exc:
                 error = self._node_failure(target, exc)
                 for i in indexes:
-                    results[i] = _list_offsets_error(request.partitions[i], error)
-        response = common_pb2.ListOffsetsResponse()
-        response.partitions.extend(results[i] for i in range(len(request.partitions)))
-        return response
+                    results[i] = error_result(parts[i], error)
+        return [results[i] for i in range(len(parts))]
 
 
 def _fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
@@ -421,6 +454,17 @@ def _list_offsets_error(
         error_message=str(error),
         offset=-1,
         timestamp=-1,
+    )
+
+
+def _split_points_error(
+    p: common_pb2.SplitPointsPartition, error: SeglogError
+) -> common_pb2.SplitPointsResult:
+    return common_pb2.SplitPointsResult(
+        topic=p.topic,
+        partition=p.partition,
+        error=error_code_for(error),
+        error_message=str(error),
     )
 
 

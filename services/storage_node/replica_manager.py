@@ -38,6 +38,7 @@ from seglog.security.tls import TlsFiles
 from seglog.storage import Log, log_files
 from seglog.storage.log import LogAppendInfo, TimestampAndOffset
 from seglog.storage.log_manager import LogManager
+from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 
 from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
@@ -468,6 +469,21 @@ class ReplicaManager:
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         return held.log.offset_for_timestamp(timestamp_ms, max_offset=held.log.high_watermark)
+
+    def split_points(
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int,
+        end_offset: int,
+        target_bytes: int,
+        client_epoch: int,
+    ) -> tuple[int, int, list[Split]]:
+        """Byte-balanced pieces of a range a client reads (the leader's log, up to the high
+        watermark): Log.split_points."""
+        held = self.partition(topic, partition)
+        held.require_leader(client_epoch)
+        return held.log.split_points(start_offset, end_offset, target_bytes)
 
     def describe(self, topic: str, partition: int) -> PartitionDescription:
         epoch = self.leader_epoch(topic, partition)

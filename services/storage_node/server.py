@@ -142,6 +142,11 @@ class StorageNode:
                     common_pb2.ListOffsetsRequest,
                     common_pb2.ListOffsetsResponse,
                 ),
+                "SplitPoints": serving.unary(
+                    guard(s.SplitPoints),
+                    common_pb2.SplitPointsRequest,
+                    common_pb2.SplitPointsResponse,
+                ),
                 "UpdatePartitions": serving.unary(
                     guard(s.UpdatePartitions),
                     gateway_pb2.NodeAssignment,

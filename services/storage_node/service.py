@@ -142,6 +142,29 @@ class StorageNodeService:
             result.leader_epoch = self.replicas.leader_epoch(p.topic, p.partition)
         return response
 
+    def SplitPoints(
+        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.SplitPointsResponse:
+        response = common_pb2.SplitPointsResponse()
+        for p in request.partitions:
+            result = response.partitions.add(topic=p.topic, partition=p.partition)
+            try:
+                start, end, pieces = self.replicas.split_points(
+                    p.topic,
+                    p.partition,
+                    p.start_offset,
+                    p.end_offset,
+                    p.target_bytes,
+                    client_leader_epoch(p),
+                )
+            except SeglogError as exc:
+                set_error(result, exc)
+                continue
+            result.start_offset, result.end_offset = start, end
+            result.split_offsets.extend(piece.start_offset for piece in pieces)
+            result.split_bytes.extend(piece.size_bytes for piece in pieces)
+        return response
+
     def UpdatePartitions(
         self, request: gateway_pb2.NodeAssignment, context: grpc.ServicerContext
     ) -> storage_pb2.UpdatePartitionsResponse:

@@ -245,6 +245,55 @@ class GatewayClient:
         return {r.partition: r for r in response.partitions}  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class RangeSplits:
+    """A partition range cut by its leader into byte-balanced pieces (SplitPoints):
+    each piece's first offset and bytes; the range as clamped to [log start, HW]."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    split_offsets: tuple[int, ...]
+    split_bytes: tuple[int, ...]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(self.split_bytes)
+
+
+def split_points(
+    client: GatewayClient,
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+    target_bytes: int,
+) -> dict[TopicPartition, RangeSplits]:
+    """Byte-balanced pieces of each partition's [start, end) (end < 0: the high watermark),
+    about `target_bytes` each (<= 0: one piece); a partition's error raises."""
+    request = common_pb2.SplitPointsRequest()
+    for tp, (start, end) in ranges.items():
+        request.partitions.add(
+            topic=tp.topic,
+            partition=tp.partition,
+            start_offset=start,
+            end_offset=end,
+            target_bytes=target_bytes,
+        )
+    response = client._call("SplitPoints", request)
+    out = {}
+    for r in response.partitions:  # type: ignore[attr-defined]
+        if r.error:
+            raise error_from_code(r.error, r.error_message)
+        out[TopicPartition(r.topic, r.partition)] = RangeSplits(
+            r.topic,
+            r.partition,
+            r.start_offset,
+            r.end_offset,
+            tuple(r.split_offsets),
+            tuple(r.split_bytes),
+        )
+    return out
+
+
 def partition_offsets(
     client: GatewayClient, specs: Mapping[TopicPartition, int]
 ) -> dict[TopicPartition, OffsetAndTimestamp]:

@@ -537,6 +537,18 @@ class Log:
             found.segment, found.position, max(found.available_bytes - past_bound, 0)
         )
 
+    def split_points(
+        self, start_offset: int, end_offset: int, target_bytes: int
+    ) -> tuple[int, int, list[log_reads.Split]]:
+        """[start, end) clamped to [log start, high watermark] (an end < 0: the high
+        watermark), and that range cut into pieces of about `target_bytes` at batch starts
+        (log_reads.split_points): (start, end, pieces)."""
+        upper = self._high_watermark
+        end = upper if end_offset < 0 else min(end_offset, upper)
+        start = min(max(start_offset, self._log_start_offset), end)
+        pieces = log_reads.split_points(self._segments.snapshot(), start, end, target_bytes)
+        return start, end, pieces
+
     def offset_for_timestamp(
         self, timestamp_ms: int, *, max_offset: int | None = None
     ) -> TimestampAndOffset | None:

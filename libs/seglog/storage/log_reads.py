@@ -118,3 +118,69 @@ def offset_of_max_timestamp(
     if found is None:  # its records all lie below the log start offset
         return None
     return TimestampAndOffset(found[1], found[0])
+
+
+@dataclass(frozen=True)
+class Split:
+    """One piece of a cut offset range: its first offset (a batch's base offset, or the
+    range's start) and its size in bytes of the log."""
+
+    start_offset: int
+    size_bytes: int
+
+
+def split_points(
+    snapshot: SegmentsSnapshot, start_offset: int, end_offset: int, target_bytes: int
+) -> list[Split]:
+    """Cut [start_offset, end_offset) into pieces of about `target_bytes` (<= 0: one piece),
+    at batch starts found in the sparse offset indexes; one header is read per cut, never
+    the records. Pieces are equal shares of the range's bytes, each cut moved to the nearest
+    indexed batch start (a segment's own start is one), so the pieces differ by at most
+    about two index intervals (or batches, when batches are larger)."""
+    if end_offset <= start_offset or not snapshot.segments:
+        return [Split(start_offset, 0)]
+    first, first_position = position_of(snapshot, start_offset)
+    last, last_position = position_of(snapshot, end_offset)
+    # Each segment's part of the range: (segment, lo, hi, bytes of the range before it).
+    parts: list[tuple[LogSegment, int, int, int]] = []
+    total = 0
+    inside = False
+    for segment in snapshot.segments:
+        if segment is first:
+            inside = True
+        if not inside:
+            continue
+        lo = first_position if segment is first else 0
+        hi = last_position if segment is last else segment.size
+        if hi > lo:
+            parts.append((segment, lo, hi, total))
+            total += hi - lo
+        if segment is last:
+            break
+    pieces = 1 if target_bytes <= 0 else max(1, -(-total // target_bytes))
+    cuts: list[tuple[int, int]] = [(start_offset, 0)]  # (offset, bytes before it in the range)
+    for k in range(1, pieces):
+        ideal = total * k // pieces
+        cut = _nearest_batch_start(parts, ideal)
+        if cut is not None and cut[1] > cuts[-1][1] and cut[0] > cuts[-1][0]:
+            cuts.append(cut)
+    ends = [before for _, before in cuts[1:]] + [total]
+    return [Split(offset, end - before) for (offset, before), end in zip(cuts, ends, strict=True)]
+
+
+def _nearest_batch_start(
+    parts: list[tuple[LogSegment, int, int, int]], ideal: int
+) -> tuple[int, int] | None:
+    """The indexed batch start nearest to `ideal` bytes into the range, as (its batch's base
+    offset, bytes before it in the range); None when only the range's own start is near."""
+    for segment, lo, hi, before in parts:
+        if ideal >= before + hi - lo:
+            continue
+        wanted = lo + ideal - before
+        candidates = [lo] if before > 0 else []  # a segment's start (not the range's)
+        candidates += [p for p in segment.offset_index.positions_around(wanted) if lo < p < hi]
+        if not candidates:
+            return None
+        position = min(candidates, key=lambda p: abs(p - wanted))
+        return segment.log.header_at(position).base_offset, before + position - lo
+    return None

@@ -78,6 +78,11 @@ class OffsetIndex(AbstractIndex):
     def floor_position(self, position: int) -> OffsetPosition | None:
         """The entry with the largest file position <= `position` (positions increase with
         offsets, so the entries are sorted by both), or None."""
+        found = self._floor_slot(position)
+        return None if found < 0 else self.entry(found)
+
+    def _floor_slot(self, position: int) -> int:
+        """The slot of the entry with the largest position <= `position`, -1 when none."""
         low, high, found = 0, self._entries - 1, -1
         while low <= high:
             middle = (low + high) // 2
@@ -85,7 +90,14 @@ class OffsetIndex(AbstractIndex):
                 found, low = middle, middle + 1
             else:
                 high = middle - 1
-        return None if found < 0 else self.entry(found)
+        return found
+
+    def positions_around(self, position: int) -> list[int]:
+        """The positions of the entries just at-or-below and just above `position` (those
+        that exist): the batch starts nearest to a byte position."""
+        floor = self._floor_slot(position)
+        slots = [s for s in (floor, floor + 1) if 0 <= s < self._entries]
+        return [self._raw_entry(s)[1] for s in slots]
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset >= `offset`."""
