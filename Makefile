@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml libs/seglog/records/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==24.3.1
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# The editable install maps packages through an import hook that module listings do not
+	@# see; Spark finds data sources by listing modules (pyspark_seglog), so libs/ also goes
+	@# on the path, as a wheel install puts it there.
+	$(BIN)/python -c 'import pathlib, site; pathlib.Path(site.getsitepackages()[0], "seglog-libs.pth").write_text(str(pathlib.Path("libs").resolve()) + "\n")'
 	touch $(STAMP)
 
 install: $(STAMP)
