@@ -1,0 +1,34 @@
+"""One local SparkSession (local[2]) and one cluster for every Spark test: starting Spark
+costs about ten seconds, so the session is shared; each test uses its own topics."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from seglog.spark.session import local_session
+from tests.cluster import LocalCluster
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    # Not registered by hand: installing seglog registers the format (pyspark_seglog).
+    session = local_session("seglog-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(spark, tmp_path_factory):
+    # Started after Spark, so Spark's fork of its JVM does not meet gRPC's threads.
+    cluster = LocalCluster(tmp_path_factory.mktemp("spark-cluster"), nodes=3)
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def topic_name():
+    return f"spark-{next(_names)}"
