@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test bench lint proto install run clean fault-campaign
+.PHONY: test bench lint proto install run clean fault-campaign pipeline
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -57,6 +57,13 @@ bench: $(STAMP) proto
 CYCLES ?= 40
 fault-campaign: $(STAMP) proto
 	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED))
+
+# The Spark page-view pipeline (pipelines/pageviews) against make run's cluster; EVENTS= to
+# produce more or fewer, LOCAL_CLUSTER=1 to start a cluster of its own for the run.
+EVENTS ?= 20000
+pipeline: $(STAMP) proto
+	$(BIN)/python -m pipelines.pageviews --bootstrap 127.0.0.1:$(PORT) --events $(EVENTS) \
+		$(if $(filter 1,$(LOCAL_CLUSTER)),--local-cluster)
 
 lint: $(STAMP) proto
 	$(BIN)/ruff check .

@@ -49,7 +49,14 @@ def test_a_batch_read_equals_what_the_cli_consumes(spark, spark_cluster, topic_n
     _produce(spark_cluster, topic_name, 900, partitions=3)
     df = _load(spark, spark_cluster, subscribe=topic_name, includeHeaders="true")
     assert [f.name for f in df.schema.fields] == [
-        "key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers",
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
     ]
     rows = df.select(
         "topic",
@@ -75,8 +82,15 @@ def test_a_batch_read_equals_what_the_cli_consumes(spark, spark_cluster, topic_n
         for r in rows
     )
     done = run_cli(
-        "consume", topic_name, "--from-beginning", "--json", "--max-messages", "900",
-        "--timeout-ms", "10000", bootstrap=spark_cluster.address,
+        "consume",
+        topic_name,
+        "--from-beginning",
+        "--json",
+        "--max-messages",
+        "900",
+        "--timeout-ms",
+        "10000",
+        bootstrap=spark_cluster.address,
     )
     assert done.returncode == 0, done.stderr
     cli_side = sorted(_from_json_line(line) for line in done.stdout.decode().splitlines())
@@ -110,8 +124,9 @@ def test_offsets_timestamps_assign_and_pattern_options(spark, spark_cluster, top
     # Partition p holds offsets 0..99 with timestamps BASE_TS + 2*offset + p.
     offsets = json.dumps({topic_name: {"0": 10, "1": -2}})
     ending = json.dumps({topic_name: {"0": 20, "1": 5}})
-    df = _load(spark, spark_cluster, subscribe=topic_name, startingOffsets=offsets,
-               endingOffsets=ending)
+    df = _load(
+        spark, spark_cluster, subscribe=topic_name, startingOffsets=offsets, endingOffsets=ending
+    )
     got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(0, 5)]
     assign = json.dumps({topic_name: [1]})
@@ -119,8 +134,13 @@ def test_offsets_timestamps_assign_and_pattern_options(spark, spark_cluster, top
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(50, 100))
     by_time = json.dumps({topic_name: {"0": BASE_TS + 100, "1": BASE_TS + 199}})
     end_by_time = json.dumps({topic_name: {"0": BASE_TS + 110, "1": BASE_TS + 10_000}})
-    df = _load(spark, spark_cluster, subscribe=topic_name, startingOffsetsByTimestamp=by_time,
-               endingOffsetsByTimestamp=end_by_time)
+    df = _load(
+        spark,
+        spark_cluster,
+        subscribe=topic_name,
+        startingOffsetsByTimestamp=by_time,
+        endingOffsetsByTimestamp=end_by_time,
+    )
     got = sorted((r.partition, r.offset) for r in df.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(50, 55)] + [(1, 99)]
     pattern = f"{topic_name}|nothing-.*"
@@ -157,8 +177,9 @@ def test_records_removed_before_they_are_read(spark, spark_cluster, topic_name):
     offsets = json.dumps({topic_name: {"0": 0}})
     with pytest.raises(PySparkException, match="failOnDataLoss"):
         _load(spark, spark_cluster, subscribe=topic_name, startingOffsets=offsets).count()
-    df = _load(spark, spark_cluster, subscribe=topic_name, startingOffsets=offsets,
-               failOnDataLoss="false")
+    df = _load(
+        spark, spark_cluster, subscribe=topic_name, startingOffsets=offsets, failOnDataLoss="false"
+    )
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(40, 100))
 
 
@@ -187,8 +208,11 @@ def test_batch_only_and_stream_only_options_are_refused(spark, spark_cluster, to
     with pytest.raises(PySparkException, match="latest"):
         _load(spark, spark_cluster, subscribe=topic_name, startingOffsets="latest").count()
     stream = (
-        spark.readStream.format("seglog").option("bootstrap", spark_cluster.address)
-        .option("subscribe", topic_name).option("endingOffsets", "latest").load()
+        spark.readStream.format("seglog")
+        .option("bootstrap", spark_cluster.address)
+        .option("subscribe", topic_name)
+        .option("endingOffsets", "latest")
+        .load()
     )
     with pytest.raises(PySparkException, match="endingOffsets"):
         stream.writeStream.format("noop").start().awaitTermination(30)
@@ -199,8 +223,11 @@ def test_a_cluster_that_is_down_fails_clearly_and_quickly(spark):
         s.bind(("127.0.0.1", 0))
         closed = f"127.0.0.1:{s.getsockname()[1]}"  # nobody listens once closed
     df = (
-        spark.read.format("seglog").option("bootstrap", closed).option("subscribe", "t")
-        .option("requestTimeoutMs", "2000").load()
+        spark.read.format("seglog")
+        .option("bootstrap", closed)
+        .option("subscribe", "t")
+        .option("requestTimeoutMs", "2000")
+        .load()
     )
     with pytest.raises(PySparkException, match="(?i)unavailable|connect"):
         df.count()

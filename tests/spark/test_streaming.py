@@ -41,7 +41,9 @@ def _run_recording(df, checkpoint, batches):
     """One availableNow run; each micro-batch's id and (partition, offset) rows recorded."""
 
     def record(batch_df, batch_id):
-        rows = sorted((r.partition, r.offset) for r in batch_df.select("partition", "offset").collect())
+        rows = sorted(
+            (r.partition, r.offset) for r in batch_df.select("partition", "offset").collect()
+        )
         batches.append((batch_id, rows))
 
     query = (
@@ -56,7 +58,9 @@ def _run_recording(df, checkpoint, batches):
         raise query.exception()
 
 
-def test_available_now_runs_read_every_record_exactly_once(spark, spark_cluster, topic_name, tmp_path):
+def test_available_now_runs_read_every_record_exactly_once(
+    spark, spark_cluster, topic_name, tmp_path
+):
     spark_cluster.client.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"a%d" % i for i in range(300)], partitions=2)
     batches = []
@@ -76,7 +80,9 @@ def test_available_now_runs_read_every_record_exactly_once(spark, spark_cluster,
     assert checkpointed == {topic_name: {"0": 200, "1": 200, "2": 50}}
 
 
-def test_max_offsets_per_trigger_cuts_available_now_into_batches(spark, spark_cluster, topic_name, tmp_path):
+def test_max_offsets_per_trigger_cuts_available_now_into_batches(
+    spark, spark_cluster, topic_name, tmp_path
+):
     spark_cluster.client.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"x%d" % i for i in range(1000)], partitions=2)
     batches = []
@@ -87,7 +93,9 @@ def test_max_offsets_per_trigger_cuts_available_now_into_batches(spark, spark_cl
     assert max(sizes) <= 300 and len(sizes) >= 4
 
 
-def test_a_batch_planned_but_not_committed_is_read_again_identically(spark, spark_cluster, topic_name, tmp_path):
+def test_a_batch_planned_but_not_committed_is_read_again_identically(
+    spark, spark_cluster, topic_name, tmp_path
+):
     spark_cluster.client.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"x%d" % i for i in range(400)], partitions=2)
     checkpoint = tmp_path / "ck"

@@ -14,7 +14,7 @@ from seglog.client.partitioner import partition_for_key
 from seglog.client.structs import TopicPartition
 from tests.cluster import drain
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 
 
 def _read_all(cluster, topic, partitions, expected):
@@ -41,8 +41,11 @@ def test_keyed_rows_land_where_kafka_puts_them_and_read_back(spark, spark_cluste
         assert record.partition == partition_for_key(record.key, 4)
     # And through the source: the same rows, keys in the partitions Kafka would choose.
     back = (
-        spark.read.format("seglog").option("bootstrap", spark_cluster.address)
-        .option("subscribe", topic_name).load().collect()
+        spark.read.format("seglog")
+        .option("bootstrap", spark_cluster.address)
+        .option("subscribe", topic_name)
+        .load()
+        .collect()
     )
     assert sorted((r.key, r.value) for r in back) == sorted((k, v.encode()) for k, v in rows)
 
@@ -79,7 +82,9 @@ def test_save_modes_and_columns_the_sink_cannot_write(spark, spark_cluster, topi
     with pytest.raises(PySparkException, match="append"):
         _writer(df, spark_cluster, topic=topic_name).mode("overwrite").save()
     with pytest.raises(PySparkException, match="value"):
-        _writer(spark.createDataFrame([(b"k",)], "key binary"), spark_cluster, topic=topic_name).save()
+        _writer(
+            spark.createDataFrame([(b"k",)], "key binary"), spark_cluster, topic=topic_name
+        ).save()
     with pytest.raises(PySparkException, match="topic"):
         _writer(df, spark_cluster).save()
     with pytest.raises(PySparkException, match="partition"):
@@ -100,6 +105,7 @@ def test_a_failing_write_fails_the_job_with_the_producers_error(spark, spark_clu
         bad = spark.createDataFrame([(b"v", 5)], "value binary, partition int")
         _writer(bad, spark_cluster, topic=topic_name).save()
     # Producer settings pass through (Spark's kafka.* options' role).
-    _writer(df, spark_cluster, topic=topic_name, **{"producer.acks": "all",
-                                                     "producer.linger_ms": "1"}).save()
+    _writer(
+        df, spark_cluster, topic=topic_name, **{"producer.acks": "all", "producer.linger_ms": "1"}
+    ).save()
     assert len(_read_all(spark_cluster, topic_name, 2, 10)) == 10

@@ -133,7 +133,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise OptionError(f"option subscribePattern is not a regular expression: {exc}")
+            raise OptionError(
+                f"option subscribePattern is not a regular expression: {exc}"
+            ) from None
     else:
         assign = _parse_assign(given["assign"])
 
@@ -181,7 +183,9 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
             "endingOffsetsByTimestamp", given.get("endingoffsetsbytimestamp")
         ),
         by_timestamp_strategy=strategy,
-        max_offsets_per_trigger=_parse_int(given, "maxoffsetspertrigger", "maxOffsetsPerTrigger", 1),
+        max_offsets_per_trigger=_parse_int(
+            given, "maxoffsetspertrigger", "maxOffsetsPerTrigger", 1
+        ),
         min_partitions=_parse_int(given, "minpartitions", "minPartitions", 1),
         fail_on_data_loss=_parse_bool(given, "failondataloss", "failOnDataLoss", True),
         include_headers=_parse_bool(given, "includeheaders", "includeHeaders", False),
@@ -204,7 +208,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
             f"{', '.join(sorted(_WRITE_OPTIONS))} and producer.<setting>"
         )
     if given.get("path"):
-        raise OptionError(f"the seglog sink writes to the option topic, not a path ({given['path']!r})")
+        raise OptionError(
+            f"the seglog sink writes to the option topic, not a path ({given['path']!r})"
+        )
     producer: dict[str, object] = {}
     for name, value in given.items():
         if name.startswith(PRODUCER_PREFIX):

@@ -85,7 +85,9 @@ def _partition_counts(client: GatewayClient, topics: Iterable[str]) -> dict[str,
     return out
 
 
-def list_offsets(client: GatewayClient, specs: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+def list_offsets(
+    client: GatewayClient, specs: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
     """ListOffsets for many partitions (EARLIEST, LATEST or a timestamp each): offset, or -1
     when no record is that late."""
     by_topic: dict[str, dict[int, int]] = {}
@@ -134,7 +136,9 @@ def resolve_offsets(
             found.update(list_offsets(client, {tp: LATEST for tp in missing}))
         return found
     if isinstance(spec, str):
-        return list_offsets(client, {tp: EARLIEST if spec == "earliest" else LATEST for tp in partitions})
+        return list_offsets(
+            client, {tp: EARLIEST if spec == "earliest" else LATEST for tp in partitions}
+        )
     _require_all(partitions, spec, option)
     given = {tp: spec[(tp.topic, tp.partition)] for tp in partitions}
     special = {tp: offset for tp, offset in given.items() if offset < 0}

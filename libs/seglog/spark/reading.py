@@ -144,7 +144,7 @@ def _headers_array(headers: tuple[tuple[tuple[str, bytes | None], ...], ...]) ->
     for n in lengths:  # one add per record: the list offsets Arrow needs
         total += n
         starts.append(total)
-    keys, values = (zip(*flat, strict=True) if flat else ((), ()))
+    keys, values = zip(*flat, strict=True) if flat else ((), ())
     items = pa.StructArray.from_arrays(
         [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
         fields=list(HEADER_TYPE.value_type),
@@ -205,7 +205,9 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
         yield rows.take()
 
 
-def _past_lost_records(client: GatewayClient, tp: TopicPartition, offset: int, task: RangeRead) -> int:
+def _past_lost_records(
+    client: GatewayClient, tp: TopicPartition, offset: int, task: RangeRead
+) -> int:
     """OFFSET_OUT_OF_RANGE: below the log start, the records are gone (data loss); past the
     log end, the range was planned beyond what the partition holds."""
     (result,) = client.list_offsets(tp.topic, {tp.partition: EARLIEST}).values()
@@ -231,9 +233,7 @@ def _decode_into(rows: ArrowRows, records: bytes | memoryview, offset: int, end:
     topic, partition = rows.topic, rows.partition
     for batch in iter_batches(records):
         if isinstance(batch, LegacyMessage):
-            decoded = [
-                r._replace(topic=topic, partition=partition) for r in records_of(batch)
-            ]
+            decoded = [r._replace(topic=topic, partition=partition) for r in records_of(batch)]
             next_offset = batch.offset + 1
         else:
             header = batch.header
@@ -262,7 +262,12 @@ def _fetch(
     covers it, else through the gateway."""
     messages: list[common_pb2.FetchResponse | BulkMessage] = []
     if transport != "grpc":
-        rest, _ = bulk.fetch([(tp, offset)], _request, lambda m: bool(messages.append(m)))
+
+        def keep(message: BulkMessage) -> bool:
+            messages.append(message)
+            return False
+
+        rest, _ = bulk.fetch([(tp, offset)], _request, keep)
         if not rest or transport == "bulk":
             return messages
     position = FetchPosition(tp.topic, tp.partition, offset, FETCH_PARTITION_MAX_BYTES)
@@ -276,7 +281,9 @@ def _request(
     partitions: list[tuple[TopicPartition, int]], *, wait: bool
 ) -> common_pb2.FetchRequest:
     request = common_pb2.FetchRequest(
-        min_bytes=1, max_wait_ms=FETCH_MAX_WAIT_MS if wait else 0, max_bytes=FETCH_PARTITION_MAX_BYTES
+        min_bytes=1,
+        max_wait_ms=FETCH_MAX_WAIT_MS if wait else 0,
+        max_bytes=FETCH_PARTITION_MAX_BYTES,
     )
     for tp, offset in partitions:
         request.partitions.add(

@@ -33,9 +33,7 @@ logger.context.level = error
 """
 
 
-def local_session(
-    app_name: str = "seglog", *, master: str = "local[2]", **conf: str
-) -> Any:
+def local_session(app_name: str = "seglog", *, master: str = "local[2]", **conf: str) -> Any:
     """A SparkSession on this machine; `conf` adds or overrides Spark settings."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable

@@ -115,7 +115,7 @@ def _sink_options(options: Any, schema: StructType, overwrite: bool) -> WriteOpt
 
 
 @dataclass
-class SeglogInputPartition(InputPartition):  # type: ignore[misc]
+class SeglogInputPartition(InputPartition):
     read: RangeRead | None
 
 
@@ -205,7 +205,7 @@ def _from_json(offsets: Offsets) -> dict[TopicPartition, int]:
     }
 
 
-class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of offset ranges. Spark's checkpoint holds the offsets (the source
     keeps nothing that must survive): a restart resumes after the last committed batch, and
     a batch planned but not committed is planned again from the same offsets."""
@@ -262,7 +262,11 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  
             )
         ends = dict(latest)
         if self._available_now is not None:
-            ends = {tp: min(o, self._available_now[tp]) for tp, o in ends.items() if tp in self._available_now}
+            ends = {
+                tp: min(o, self._available_now[tp])
+                for tp, o in ends.items()
+                if tp in self._available_now
+            }
         # A new partition starts at 0 here; partitions() reads it from its log start.
         ends = {tp: max(o, begin.get(tp, 0)) for tp, o in ends.items()}
         if isinstance(limit, ReadMaxRows):
@@ -324,11 +328,11 @@ def _rate_limit(
 
 
 @dataclass
-class SeglogCommit(WriterCommitMessage):  # type: ignore[misc]
+class SeglogCommit(WriterCommitMessage):
     records: int
 
 
-class SeglogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class SeglogBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 
@@ -337,7 +341,7 @@ class SeglogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         return SeglogCommit(result.records)
 
 
-class SeglogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class SeglogStreamWriter(DataSourceStreamArrowWriter):
     """Each task's rows are acknowledged before the task succeeds; a micro-batch run again
     after a failure writes its rows again (at least once, as Spark's Kafka sink)."""
 

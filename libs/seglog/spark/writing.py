@@ -100,7 +100,8 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     index = batch.schema.get_field_index(name)
     if index < 0:
         return None
-    return batch.column(index).to_pylist()
+    values: list[Any] = batch.column(index).to_pylist()
+    return values
 
 
 def _as_bytes(values: list[Any] | None) -> list[bytes | None] | None:
@@ -119,24 +120,25 @@ def _send_batch(producer: Producer, options: WriteOptions, batch: pa.RecordBatch
     timestamps = _timestamps_ms(batch)
     count = batch.num_rows
     topic_of = _topic_resolver(topics, options.topic)
+    futures: list[Any] = []
     per_record = (headers is not None and any(headers)) or (
         timestamps is not None and any(t is not None for t in timestamps)
     )
     if not per_record and (topics is None or len(set(topics)) == 1):
         # The bulk path: one send_many per partition run (or for the whole batch).
-        topic = topic_of(0) if count else options.topic
+        if not count:
+            return []
+        topic = topic_of(0)
         if partitions is None or all(p is None for p in partitions):
-            return [producer.send_many(topic, values, keys)] if count else []
+            return [producer.send_many(topic, values, keys)]
         groups: dict[int | None, list[int]] = {}
         for i, p in enumerate(partitions):
             groups.setdefault(p, []).append(i)
-        futures = []
         for p, rows in groups.items():
             part_values = [values[i] for i in rows]
             part_keys = None if keys is None else [keys[i] for i in rows]
             futures.append(producer.send_many(topic, part_values, part_keys, partition=p))
         return futures
-    futures = []
     for i in range(count):
         futures.append(
             producer.send(
@@ -170,7 +172,8 @@ def _timestamps_ms(batch: pa.RecordBatch) -> list[int | None] | None:
     if index < 0:
         return None
     micros = batch.column(index).cast(pa.int64())
-    return pc.divide(micros, 1000).to_pylist()  # records before 1970 are not valid anyway
+    millis: list[int | None] = pc.divide(micros, 1000).to_pylist()  # no records before 1970
+    return millis
 
 
 def _headers(value: Iterable[dict[str, Any]] | None) -> list[tuple[str, bytes | None]] | None:

@@ -1,0 +1,1 @@
+"""Runnable examples of data pipelines on seglog (copy them as a starting point)."""
