@@ -1,7 +1,7 @@
 """`make bench`: each figure beside a baseline measured in the same run, as a ratio.
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
-`python -m bench engine` (or services, clients, consumer, replication, bulk, security) runs
+`python -m bench engine` (or services, clients, consumer, replication, bulk, security, spark) runs
 one group.
 """
 
@@ -24,7 +24,7 @@ from seglog.storage import Log, LogConfig
 from .timing import best_of
 
 MIB = 1024 * 1024
-SERVICE_GROUPS = ("services", "clients", "consumer", "security", "bulk", "replication")
+SERVICE_GROUPS = ("services", "clients", "consumer", "security", "bulk", "replication", "spark")
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 
 

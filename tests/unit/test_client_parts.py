@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
 from seglog.client.config import ProducerConfig
+from seglog.client.futures import BulkFuture
 from seglog.client.fetcher import next_offset_after
 from seglog.client.futures import BatchResult
 from seglog.client.metadata import PartitionInfo, TopicInfo
@@ -104,6 +105,52 @@ def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buff
     assert retry.batches[0] == [second, third]  # in their order, ahead of anything newer
     assert [batch.attempts for batch in (second, third)] == [1, 1]
     assert futures[0].get(timeout=0).offset == 0 and not futures[1].done()
+
+
+class _DrainOnRelease:
+    """The accumulator's lock, with a sender that drains in a hurry (a flush in progress)
+    each time the caller lets the lock go: every window a real sender could use."""
+
+    def __init__(self, accumulator):
+        self.lock = threading.Lock()
+        self.accumulator = accumulator
+        self.drained = []
+        self.errors = []
+        self._in_sender = False
+
+    def __enter__(self):
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+        if not self._in_sender:  # the sender's own use of the lock drains nothing more
+            self._in_sender = True
+            sender = threading.Thread(target=self._drain)
+            sender.start()
+            sender.join()
+            self._in_sender = False
+
+    def _drain(self):
+        try:
+            self.drained += self.accumulator.drain(1, time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - recorded for the test
+            self.errors.append(exc)
+
+
+def test_a_sender_draining_between_bulk_appends_never_finds_an_empty_batch():
+    config = ProducerConfig(batch_size=256, buffer_memory=1 << 20, linger_ms=60_000)
+    accumulator = RecordAccumulator(config, BufferPool(config.buffer_memory, 256), _OneLeader())
+    accumulator._flushes_in_progress = 1  # the sender takes open batches at once
+    hooked = _DrainOnRelease(accumulator)
+    accumulator._lock = hooked
+    bulk = BulkFuture("t")
+    accumulator.append_many("t", 0, [b"x" * 100] * 20, None, 1000, bulk)
+    assert hooked.errors == []
+    batches = [b for plan in hooked.drained for bs in plan.batches.values() for b in bs]
+    assert batches and all(b.record_count > 0 for b in batches)
+    waiting = [b for dq in accumulator._batches.values() for b in dq]
+    counts = [b.record_count if b.builder is None else b.builder.record_count for b in waiting]
+    assert sum(b.record_count for b in batches) + sum(counts) == 20
 
 
 def test_ready_takes_out_batches_past_the_delivery_timeout():

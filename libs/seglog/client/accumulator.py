@@ -203,18 +203,8 @@ class RecordAccumulator:
                 dq = self._batches.get(tp)
                 batch = dq[-1] if dq else None
                 if batch is not None and batch.builder is not None:
-                    start = batch.builder.record_count
-                    # Slices about one batch long: the builder stops at the first record
-                    # that does not fit, and slicing the rest each time would be quadratic.
-                    first = values[done]
-                    end = done + max(16, 2 * self.config.batch_size // (_size(first) + 8))
-                    taken = batch.builder.append_many(
-                        values[done:end],
-                        keys[done:end] if keys is not None else None,
-                        timestamp_ms,
-                    )
+                    taken = self._append_slice(batch, values, keys, done, timestamp_ms, bulk)
                     if taken:
-                        bulk._add(batch.result, partition, start, taken, timestamp_ms)
                         done += taken
                         continue
             # The open batch is full (or absent): a new buffer, outside the lock.
@@ -226,7 +216,33 @@ class RecordAccumulator:
             )
             buffer = self.pool.allocate(size, self.config.max_block_ms)
             with self._lock:
-                self._new_batch(tp, buffer)
+                # Filled before the lock is let go: a sender draining in a hurry (a flush,
+                # an exhausted pool) would otherwise find the batch empty.
+                batch = self._new_batch(tp, buffer)
+                done += self._append_slice(batch, values, keys, done, timestamp_ms, bulk)
+
+    def _append_slice(
+        self,
+        batch: ProducerBatch,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None,
+        done: int,
+        timestamp_ms: int,
+        bulk: BulkFuture,
+    ) -> int:
+        """Records from `done` on into `batch` (the lock is held); how many fitted."""
+        builder = batch.builder
+        assert builder is not None
+        start = builder.record_count
+        # Slices about one batch long: the builder stops at the first record that does not
+        # fit, and slicing the rest each time would be quadratic.
+        end = done + max(16, 2 * self.config.batch_size // (_size(values[done]) + 8))
+        taken = builder.append_many(
+            values[done:end], keys[done:end] if keys is not None else None, timestamp_ms
+        )
+        if taken:
+            bulk._add(batch.result, batch.partition, start, taken, timestamp_ms)
+        return taken
 
     def _new_batch(self, tp: TopicPartition, buffer: bytearray) -> ProducerBatch:
         dq = self._batches.get(tp)
