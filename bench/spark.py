@@ -118,7 +118,7 @@ def run(report: Callable[..., None]) -> None:
 def _bench_read_and_write(spark, bootstrap: str, report: Callable[..., None]) -> None:  # type: ignore[no-untyped-def]
     with Producer(bootstrap, linger_ms=5) as producer:
         for partition in range(2):
-            for start in range(0, RECORDS // 2, 10_000):
+            for _ in range(0, RECORDS // 2, 10_000):
                 producer.send_many("bench", [VALUE] * 10_000, partition=partition)
         producer.flush()
 

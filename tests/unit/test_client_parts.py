@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
 from seglog.client.config import ProducerConfig
-from seglog.client.futures import BulkFuture
 from seglog.client.fetcher import next_offset_after
-from seglog.client.futures import BatchResult
+from seglog.client.futures import BatchResult, BulkFuture
 from seglog.client.metadata import PartitionInfo, TopicInfo
 from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
