@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from seglog.client.gateway import GatewayClient, split_points
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from seglog.spark.reading import ROWS_PER_ARROW_BATCH, arrow_schema
+from seglog.spark.columns import ROWS_PER_ARROW_BATCH, arrow_schema
 from seglog.spark.session import local_session
 from seglog.spark.source import source_schema
 
@@ -175,12 +175,11 @@ def _bench_read_and_write(spark, bootstrap: str, report: Callable[..., None]) ->
 
 def _bench_splits(bootstrap: str) -> None:
     tp = TopicPartition("skewed", 0)
-    # Runs of small and large records (100 B .. 10 KB): sizes vary 100x.
+    # Small records, then large ones (100 B, then 10 KB: sizes vary 100x), as in a topic
+    # whose producers changed what they send.
     with Producer(bootstrap, linger_ms=5) as producer:
-        for run_index in range(40):
-            size = 100 if run_index % 2 == 0 else 10_000
-            count = 2000 if size == 100 else 200
-            producer.send_many("skewed", [b"s" * size] * count, partition=0)
+        producer.send_many("skewed", [b"s" * 100] * 40_000, partition=0)
+        producer.send_many("skewed", [b"l" * 10_000] * 400, partition=0)
         producer.flush()
     with GatewayClient(bootstrap) as client:
         (end,) = client.list_offsets("skewed", {0: -1}).values()

@@ -421,12 +421,125 @@ done:
     return out;
 }
 
+/* decode_columns(section, base_offset, base_timestamp, record_count, last_offset_delta,
+ *                stamp, min_offset, end_offset, columns) -> rows appended
+ *
+ * The records of one section, in columns for Arrow rather than as one object per record
+ * (the Spark source's path): only those with min_offset <= offset < end_offset are
+ * appended. `columns` is a list of eight bytearrays, appended to in place:
+ *   0 offsets, 1 timestamps        int64 each, native order
+ *   2 key offsets, 5 value offsets int32, Arrow's: one entry per row after a leading 0
+ *   3 key data, 6 value data       the bytes, back to back
+ *   4 key validity, 7 value valid. Arrow bitmaps (bit i set: row i is not null)
+ * Row numbers continue from the rows already there. Headers are checked and skipped.
+ * Raises ValueError for anything that does not decode (the Python decoder then names it),
+ * or data past 2 GiB in one column (int32 offsets).
+ */
+static int append_bytes(PyObject *array, const void *p, Py_ssize_t n) {
+    Py_ssize_t old = PyByteArray_GET_SIZE(array);
+    if (PyByteArray_Resize(array, old + n) < 0) return -1;
+    if (n) memcpy(PyByteArray_AS_STRING(array) + old, p, (size_t)n);
+    return 0;
+}
+
+static int append_field(PyObject *offsets, PyObject *data, PyObject *validity, Py_ssize_t row,
+                        const unsigned char *p, int64_t n) {
+    Py_ssize_t bytes = (row >> 3) + 1;
+    Py_ssize_t old = PyByteArray_GET_SIZE(validity);
+    if (old < bytes) {
+        if (PyByteArray_Resize(validity, bytes) < 0) return -1;
+        memset(PyByteArray_AS_STRING(validity) + old, 0, (size_t)(bytes - old));
+    }
+    if (n >= 0) {
+        PyByteArray_AS_STRING(validity)[row >> 3] |= (char)(1 << (row & 7));
+        if (append_bytes(data, p, (Py_ssize_t)n) < 0) return -1;
+    }
+    Py_ssize_t end = PyByteArray_GET_SIZE(data);
+    if (end > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a column holds more than 2 GiB");
+        return -1;
+    }
+    int32_t end32 = (int32_t)end;
+    return append_bytes(offsets, &end32, 4);
+}
+
+static PyObject *decode_columns(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *columns;
+    long long base_offset, base_ts, stamp, min_offset, end_offset;
+    long record_count, last_delta;
+    if (!PyArg_ParseTuple(args, "y*LLllLLLO!", &view, &base_offset, &base_ts, &record_count,
+                          &last_delta, &stamp, &min_offset, &end_offset, &PyList_Type, &columns))
+        return NULL;
+    PyObject *col[8];
+    long appended = 0;
+    int ok = PyList_GET_SIZE(columns) == 8 && record_count >= 0 && record_count <= view.len;
+    for (int i = 0; ok && i < 8; i++) {
+        col[i] = PyList_GET_ITEM(columns, i);
+        ok = PyByteArray_Check(col[i]);
+    }
+    if (!ok) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "bad arguments");
+        return NULL;
+    }
+    Py_ssize_t row = PyByteArray_GET_SIZE(col[0]) / 8;
+    cursor c = {(const unsigned char *)view.buf, 0, view.len};
+    int64_t prev_delta = -1;
+    for (long i = 0; i < record_count; i++) {
+        int64_t length, ts_delta, offset_delta, key_n, value_n, header_count, n;
+        if (read_varlong(&c, c.end, 5, &length) < 0 || length < 1 || length > c.end - c.pos)
+            goto bad;
+        Py_ssize_t limit = c.pos + (Py_ssize_t)length;
+        c.pos += 1; /* attributes */
+        if (read_varlong(&c, limit, 10, &ts_delta) < 0) goto bad;
+        if (read_varlong(&c, limit, 5, &offset_delta) < 0) goto bad;
+        if (offset_delta <= prev_delta || offset_delta > last_delta) goto bad;
+        prev_delta = offset_delta;
+        if (read_varlong(&c, limit, 5, &key_n) < 0 || key_n < -1 || key_n > limit - c.pos)
+            goto bad;
+        const unsigned char *key_p = c.p + c.pos;
+        if (key_n > 0) c.pos += (Py_ssize_t)key_n;
+        if (read_varlong(&c, limit, 5, &value_n) < 0 || value_n < -1 || value_n > limit - c.pos)
+            goto bad;
+        const unsigned char *value_p = c.p + c.pos;
+        if (value_n > 0) c.pos += (Py_ssize_t)value_n;
+        if (read_varlong(&c, limit, 5, &header_count) < 0 || header_count < 0 ||
+            header_count > limit - c.pos)
+            goto bad;
+        for (int64_t h = 0; h < header_count; h++) {
+            if (skip_bytes(&c, limit, 0, &n) < 0 || skip_bytes(&c, limit, -1, &n) < 0) goto bad;
+        }
+        if (c.pos != limit) goto bad;
+        int64_t offset = base_offset + offset_delta;
+        if (offset < min_offset || offset >= end_offset) continue;
+        int64_t timestamp = stamp >= 0 ? stamp : base_ts + ts_delta;
+        if (append_bytes(col[0], &offset, 8) < 0 || append_bytes(col[1], &timestamp, 8) < 0 ||
+            append_field(col[2], col[3], col[4], row, key_p, key_n) < 0 ||
+            append_field(col[5], col[6], col[7], row, value_p, value_n) < 0)
+            goto error;
+        row++;
+        appended++;
+    }
+    if (c.pos != c.end) goto bad;
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(appended);
+bad:
+    PyErr_SetString(PyExc_ValueError, "records section does not decode");
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(section, record_count, require_keys) -> (min, max) timestamp delta"},
     {"decode_section", decode_section, METH_VARARGS,
      "decode_section(section, record_class, base_offset, base_timestamp, record_count, "
      "last_offset_delta, topic, partition, timestamp_type, stamp) -> list of records"},
+    {"decode_columns", decode_columns, METH_VARARGS,
+     "decode_columns(section, base_offset, base_timestamp, record_count, last_offset_delta, "
+     "stamp, min_offset, end_offset, columns) -> rows appended"},
     {"scan_input", scan_input, METH_VARARGS,
      "scan_input(view, header_class, max_message_bytes, max_codec, check_timestamps, "
      "earliest, latest, require_keys) -> (batches, slow, stop)"},

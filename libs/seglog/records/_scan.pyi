@@ -26,3 +26,14 @@ def decode_section(
     timestamp_type: int,
     stamp: int,
 ) -> list[Any]: ...
+def decode_columns(
+    section: bytes | memoryview,
+    base_offset: int,
+    base_timestamp: int,
+    record_count: int,
+    last_offset_delta: int,
+    stamp: int,
+    min_offset: int,
+    end_offset: int,
+    columns: list[bytearray],
+) -> int: ...

@@ -4,8 +4,8 @@ inside a Python worker.
 The bytes come as the consumer's do — the leader's bulk port with a grant from the gateway
 (client/bulk.py), else the gateway's gRPC Fetch — through one gateway channel and one bulk
 reader per worker process, kept across tasks (Spark reuses its Python workers), so a task
-does not pay for connecting. Batches are decoded by the C decoder; the columns are built
-from its records in a few whole-list passes per Arrow batch, never a Python loop per record.
+does not pay for connecting. Batches are decoded straight into Arrow's column buffers
+(columns.py), never one Python object per record.
 """
 
 from __future__ import annotations
@@ -22,39 +22,18 @@ from ..client.bulk import BulkMessage, BulkReader
 from ..client.gateway import EARLIEST, FetchPosition, GatewayClient
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
-from ..records import Record, iter_batches
+from ..records import iter_batches
 from ..records.legacy import LegacyMessage, records_of
 from ..rpc.status import error_from_code
 from ..v1 import common_pb2
+from .columns import ArrowColumns, ArrowRows, Collector
 from .planning import report_data_loss
 
 logger = logging.getLogger(__name__)
 
-ROWS_PER_ARROW_BATCH = 10_000  # SPARK.md: ~10k rows per batch is the API's best
 FETCH_PARTITION_MAX_BYTES = 8 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 500
 RETRY_BACKOFF_S = 0.1
-
-HEADER_TYPE = pa.list_(
-    pa.field("element", pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
-)
-
-
-def arrow_schema(include_headers: bool) -> pa.Schema:
-    """The Arrow form of the source's Spark schema, as Spark checks it (every field
-    nullable, microsecond UTC timestamps, 32-bit ints)."""
-    fields = [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestampType", pa.int32()),
-    ]
-    if include_headers:
-        fields.append(pa.field("headers", HEADER_TYPE))
-    return pa.schema(fields)
 
 
 @dataclass(frozen=True)
@@ -102,56 +81,6 @@ def drop_connections(bootstrap: str, request_timeout_ms: int) -> None:
         found[0].close()
 
 
-class ArrowRows:
-    """Records gathered into Arrow record batches of the source's schema."""
-
-    def __init__(self, topic: str, partition: int, include_headers: bool) -> None:
-        self.schema = arrow_schema(include_headers)
-        self.topic = topic
-        self.partition = partition
-        self.include_headers = include_headers
-        self._records: list[Record] = []
-
-    def __len__(self) -> int:
-        return len(self._records)
-
-    def add(self, records: list[Record]) -> None:
-        self._records += records
-
-    def take(self) -> pa.RecordBatch:
-        records, self._records = self._records, []
-        count = len(records)
-        offsets, timestamps, keys, values, headers, _, _, types = zip(*records, strict=True)
-        arrays = [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.repeat(pa.scalar(self.topic, pa.string()), count),
-            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
-            pa.array(offsets, pa.int64()),
-            pa.array(timestamps, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(types, pa.int32()),
-        ]
-        if self.include_headers:
-            arrays.append(_headers_array(headers))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-
-
-def _headers_array(headers: tuple[tuple[tuple[str, bytes | None], ...], ...]) -> pa.Array:
-    lengths = [len(h) for h in headers]
-    flat = [pair for h in headers for pair in h]
-    starts = [0]
-    total = 0
-    for n in lengths:  # one add per record: the list offsets Arrow needs
-        total += n
-        starts.append(total)
-    keys, values = zip(*flat, strict=True) if flat else ((), ())
-    items = pa.StructArray.from_arrays(
-        [pa.array(keys, pa.string()), pa.array(values, pa.binary())],
-        fields=list(HEADER_TYPE.value_type),
-    )
-    return pa.ListArray.from_arrays(pa.array(starts, pa.int32()), items, type=HEADER_TYPE)
-
-
 def read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
     """Every record of [start, end) in offset order, as Arrow batches of about
     ROWS_PER_ARROW_BATCH rows. Offsets below the log start are data loss (failOnDataLoss);
@@ -167,7 +96,11 @@ def read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
 def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
     client, bulk = connections(task.bootstrap, task.request_timeout_ms)
     tp = TopicPartition(task.topic, task.partition)
-    rows = ArrowRows(task.topic, task.partition, task.include_headers)
+    rows: Collector = (
+        ArrowRows(task.topic, task.partition)
+        if task.include_headers
+        else ArrowColumns(task.topic, task.partition)
+    )
     offset = task.start
     patience_s = task.request_timeout_ms / 1000
     stalled_since: float | None = None
@@ -186,7 +119,7 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
                 continue
             high_watermark = message.high_watermark
             offset = _decode_into(rows, message.records, offset, task.end)
-            while len(rows) >= ROWS_PER_ARROW_BATCH:
+            if rows.full():
                 yield rows.take()
         if offset > before:
             stalled_since = None
@@ -201,7 +134,7 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
                 f"{high_watermark})"
             )
         time.sleep(RETRY_BACKOFF_S)
-    if len(rows):
+    if rows.rows:
         yield rows.take()
 
 
@@ -228,12 +161,11 @@ def _past_lost_records(
     return task.end
 
 
-def _decode_into(rows: ArrowRows, records: bytes | memoryview, offset: int, end: int) -> int:
+def _decode_into(rows: Collector, records: bytes | memoryview, offset: int, end: int) -> int:
     """Add the records of [offset, end) in `records` to `rows`; the offset reached."""
-    topic, partition = rows.topic, rows.partition
     for batch in iter_batches(records):
         if isinstance(batch, LegacyMessage):
-            decoded = [r._replace(topic=topic, partition=partition) for r in records_of(batch)]
+            rows.add_records([r for r in records_of(batch) if offset <= r.offset < end])
             next_offset = batch.offset + 1
         else:
             header = batch.header
@@ -241,10 +173,7 @@ def _decode_into(rows: ArrowRows, records: bytes | memoryview, offset: int, end:
             if header.is_control or next_offset <= offset:
                 offset = max(offset, next_offset)
                 continue
-            decoded = batch.records(topic, partition)
-        if decoded and (decoded[0].offset < offset or decoded[-1].offset >= end):
-            decoded = [r for r in decoded if offset <= r.offset < end]
-        rows.add(decoded)
+            rows.add_batch(batch, offset, end)
         offset = max(offset, next_offset)
         if offset >= end:
             return offset
