@@ -1,7 +1,8 @@
 """Spark benchmarks: the seglog data source in a local[2] SparkSession against a gateway and
 one storage node (processes on loopback), each beside a baseline measured in the same run:
 
-- batch read of RECORDS 100-byte records (two partitions) into Spark's `noop` sink, against
+- batch read of RECORDS 100-byte records (two partitions; tasks read the leader's bulk port,
+  as with make run) into Spark's `noop` sink, against
   a Python data source yielding the same rows from Arrow batches it built before the timing
   (the ceiling of Spark's Python Data Source API on this machine);
 - batch write of the same rows through the seglog sink, against the seglog Producer alone
@@ -32,7 +33,8 @@ from .timing import best_in_turns
 
 RECORDS = int(os.environ.get("SEGLOG_BENCH_SPARK_RECORDS", 1_000_000))
 VALUE = b"v" * 100
-ROUNDS = 3
+ROUNDS = 5
+CLUSTER_SECRET = "bench-cluster-secret-0123456789abcdef"  # the bulk path on, as make run has it
 
 # The baseline source's batches, built once per Python worker before the timed runs.
 _prebuilt: dict[int, list[pa.RecordBatch]] = {}
@@ -108,7 +110,9 @@ def run(report: Callable[..., None]) -> None:
     spark = local_session("seglog-bench")
     spark.dataSource.register(InMemoryArrowSource)
     try:
-        with one_node_cluster("seglog-bench-spark-", ["bench", "skewed"], 2) as bootstrap:
+        with one_node_cluster(
+            "seglog-bench-spark-", ["bench", "skewed"], 2, cluster_secret=CLUSTER_SECRET
+        ) as bootstrap:
             _bench_read_and_write(spark, bootstrap, report)
             _bench_splits(bootstrap)
     finally:

@@ -36,4 +36,5 @@ def decode_columns(
     min_offset: int,
     end_offset: int,
     columns: list[bytearray],
+    used: list[int],
 ) -> int: ...

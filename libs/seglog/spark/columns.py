@@ -2,7 +2,8 @@
 columns), the form Spark's Python Data Source API takes fastest.
 
 `ArrowColumns`, the default, has the C decoder write each batch's records straight into
-Arrow's buffers (records/_scan.c `decode_columns`: int64 offsets and timestamps, int32
+Arrow's buffers (records/_scan.c `decode_columns`: int64 offsets and microsecond
+timestamps, int32
 value offsets, data, validity bitmaps), so a record costs no Python object at all; a batch
 the C decoder will not take goes through the Python decoder, which names what is wrong.
 `ArrowRows` (with `includeHeaders`) builds the columns from decoded records in whole-list
@@ -16,9 +17,10 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from ..records import Record
+from ..records import HEADER_BYTES, Record
 from ..records._scan import decode_columns
 from ..records.batch import RecordBatch
+from ..records.compression import CompressionType
 from ..records.record import LOG_APPEND_TIME
 
 ROWS_PER_ARROW_BATCH = 10_000  # SPARK.md: ~10k rows per batch is the API's best
@@ -63,6 +65,12 @@ _INT32_ZERO = struct.pack("=i", 0)
 _US = pa.timestamp("us", tz="UTC")
 
 
+# decode_columns' layout: offsets, timestamps (us), key offsets, key data, key validity,
+# value offsets, value data, value validity; offsets columns start with their leading 0.
+_FIRST_USED = [0, 0, 4, 0, 0, 4, 0, 0]
+_DATA_COLUMNS = (3, 6)
+
+
 class ArrowColumns:
     def __init__(self, topic: str, partition: int) -> None:
         self.schema = arrow_schema(False)
@@ -71,18 +79,8 @@ class ArrowColumns:
         self._reset()
 
     def _reset(self) -> None:
-        # offsets, timestamps, key offsets, key data, key validity, value offsets, value
-        # data, value validity: decode_columns' layout.
-        self.columns = [
-            bytearray(),
-            bytearray(),
-            bytearray(_INT32_ZERO),
-            bytearray(),
-            bytearray(),
-            bytearray(_INT32_ZERO),
-            bytearray(),
-            bytearray(),
-        ]
+        self.columns = [bytearray(4096) for _ in _FIRST_USED]
+        self.used = list(_FIRST_USED)
         self.rows = 0
         self._types: list[tuple[int, int]] = []  # (rows, timestampType) runs
 
@@ -90,12 +88,18 @@ class ArrowColumns:
         header = batch.header
         log_append_time = header.timestamp_type == LOG_APPEND_TIME
         stamp = header.max_timestamp if log_append_time else -1
-        sizes = [len(column) for column in self.columns]
+        used = list(self.used)
         try:
             if log_append_time and stamp < 0:
                 raise ValueError("a stamp of -1 is the Python decoder's to apply")
+            # Uncompressed records are read where they lie (no copy of the section).
+            section = (
+                batch.raw()[HEADER_BYTES:]
+                if header.compression == CompressionType.NONE
+                else batch.records_section()
+            )
             added = decode_columns(
-                batch.records_section(),
+                section,
                 header.base_offset,
                 header.base_timestamp,
                 header.record_count,
@@ -104,10 +108,10 @@ class ArrowColumns:
                 min_offset,
                 end_offset,
                 self.columns,
+                self.used,
             )
         except ValueError:
-            for column, size in zip(self.columns, sizes, strict=True):
-                del column[size:]  # what the C decoder added before it gave up
+            self.used = used  # whatever the C decoder wrote before it gave up is spare room
             records = batch.records()  # raises CorruptRecordError naming the problem
             self.add_records([r for r in records if min_offset <= r.offset < end_offset])
             return
@@ -116,24 +120,29 @@ class ArrowColumns:
     def add_records(self, records: list[Record]) -> None:
         """The slow path (legacy entries, what the C decoder declined): one record at a
         time into the same buffers."""
-        offsets, timestamps, key_offsets, keys, key_valid, value_offsets, values, value_valid = (
-            self.columns
-        )
         for record in records:
             row = self.rows
-            offsets += struct.pack("=q", record.offset)
-            timestamps += struct.pack("=q", record.timestamp_ms)
-            for data, ends, valid, field in (
-                (keys, key_offsets, key_valid, record.key),
-                (values, value_offsets, value_valid, record.value),
-            ):
-                if len(valid) <= row >> 3:
-                    valid.append(0)
-                if field is not None:
-                    valid[row >> 3] |= 1 << (row & 7)
-                    data += field
-                ends += struct.pack("=i", len(data))
+            self._put(0, struct.pack("=q", record.offset))
+            self._put(1, struct.pack("=q", record.timestamp_ms * 1000))
+            for ends, data, validity, field in ((2, 3, 4, record.key), (5, 6, 7, record.value)):
+                bits = self.columns[validity]
+                if row & 7 == 0:
+                    self._put(validity, b"\0")
+                if field is None:
+                    bits[row >> 3] &= ~(1 << (row & 7))
+                else:
+                    bits[row >> 3] |= 1 << (row & 7)
+                    self._put(data, field)
+                self._put(ends, struct.pack("=i", self.used[data]))
             self._count(1, record.timestamp_type)
+
+    def _put(self, index: int, data: bytes) -> None:
+        column, start = self.columns[index], self.used[index]
+        end = start + len(data)
+        if end > len(column):
+            column.extend(bytes(max(end - len(column), len(column))))
+        column[start:end] = data
+        self.used[index] = end
 
     def _count(self, added: int, timestamp_type: int) -> None:
         if not added:
@@ -147,13 +156,14 @@ class ArrowColumns:
     def full(self) -> bool:
         return (
             self.rows >= ROWS_PER_ARROW_BATCH
-            or len(self.columns[6]) + len(self.columns[3]) >= DATA_BYTES_PER_ARROW_BATCH
+            or sum(self.used[i] for i in _DATA_COLUMNS) >= DATA_BYTES_PER_ARROW_BATCH
         )
 
     def take(self) -> pa.RecordBatch:
         count = self.rows
         offsets, timestamps, key_offsets, keys, key_valid, value_offsets, values, value_valid = (
-            pa.py_buffer(column) for column in self.columns
+            pa.py_buffer(column)[:used]
+            for column, used in zip(self.columns, self.used, strict=True)
         )
         types = self._types
         self._reset()  # Arrow keeps the old buffers: new ones from here on
@@ -167,9 +177,7 @@ class ArrowColumns:
             pa.repeat(pa.scalar(self.topic, pa.string()), count),
             pa.repeat(pa.scalar(self.partition, pa.int32()), count),
             pa.Array.from_buffers(pa.int64(), count, [None, offsets]),
-            pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), count, [None, timestamps]).cast(
-                _US
-            ),
+            pa.Array.from_buffers(_US, count, [None, timestamps]),
             type_column,
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -14,11 +14,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from ..client.bulk import BulkMessage, BulkReader
+from ..client.fetcher import next_offset_after
 from ..client.gateway import EARLIEST, FetchPosition, GatewayClient
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
@@ -105,37 +107,64 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
     patience_s = task.request_timeout_ms / 1000
     stalled_since: float | None = None
     high_watermark = -1
-    while offset < task.end:
-        messages = _fetch(client, bulk, tp, offset, task.fetch_transport)
-        before = offset
-        for message in messages:
-            if message.error:
-                error = error_from_code(message.error, message.error_message)
-                if isinstance(error, OffsetOutOfRangeError):
-                    offset = _past_lost_records(client, tp, offset, task)
-                    break
-                if not error.retriable:
-                    raise error
-                continue
-            high_watermark = message.high_watermark
-            offset = _decode_into(rows, message.records, offset, task.end)
-            if rows.full():
-                yield rows.take()
-        if offset > before:
-            stalled_since = None
-            continue
-        now = time.monotonic()
-        if stalled_since is None:
-            stalled_since = now
-        elif now - stalled_since > patience_s:
-            raise TimeoutError(
-                f"{task.topic}-{task.partition}: nothing readable at offset {offset} within "
-                f"{patience_s:g} s (the task reads up to {task.end}; the high watermark is "
-                f"{high_watermark})"
-            )
-        time.sleep(RETRY_BACKOFF_S)
+    # One fetch ahead: the next chunk crosses the network (the receive lets the GIL go)
+    # while this one is decoded.
+    with ThreadPoolExecutor(1, thread_name_prefix="seglog-spark-fetch") as fetcher:
+        ahead = fetcher.submit(_fetch, client, bulk, tp, offset, task.fetch_transport)
+        while offset < task.end:
+            messages = ahead.result()
+            after = _offset_after(messages, offset)
+            if after is not None and after < task.end:
+                ahead = fetcher.submit(_fetch, client, bulk, tp, after, task.fetch_transport)
+            before = offset
+            for message in messages:
+                if message.error:
+                    error = error_from_code(message.error, message.error_message)
+                    if isinstance(error, OffsetOutOfRangeError):
+                        offset = _past_lost_records(client, tp, offset, task)
+                        break
+                    if not error.retriable:
+                        raise error
+                    continue
+                high_watermark = message.high_watermark
+                offset = _decode_into(rows, message.records, offset, task.end)
+                if rows.full():
+                    yield rows.take()
+            if offset >= task.end:
+                break
+            if offset > before:
+                stalled_since = None
+            else:
+                now = time.monotonic()
+                if stalled_since is None:
+                    stalled_since = now
+                elif now - stalled_since > patience_s:
+                    raise TimeoutError(
+                        f"{task.topic}-{task.partition}: nothing readable at offset {offset} "
+                        f"within {patience_s:g} s (the task reads up to {task.end}; the high "
+                        f"watermark is {high_watermark})"
+                    )
+                time.sleep(RETRY_BACKOFF_S)
+            if after != offset:  # the fetch ahead (if any) asked for another offset
+                if after is not None and after < task.end:
+                    ahead.result()
+                ahead = fetcher.submit(_fetch, client, bulk, tp, offset, task.fetch_transport)
     if rows.rows:
         yield rows.take()
+
+
+def _offset_after(
+    messages: list[common_pb2.FetchResponse | BulkMessage], offset: int
+) -> int | None:
+    """Where the fetch after these messages starts (headers only), or None when they carry
+    an error or nothing: then the next fetch waits for what decoding them decides."""
+    after = offset
+    for message in messages:
+        if message.error:
+            return None
+        if message.records:
+            after = next_offset_after(message.records, after)
+    return None if after == offset else after
 
 
 def _past_lost_records(
