@@ -263,6 +263,39 @@ done:
     return result;
 }
 
+/* One record's fields up to its headers (the cursor is left at the first header), checked
+ * against the record's length and the offset deltas before it: 0, or -1 when malformed. */
+typedef struct {
+    Py_ssize_t limit; /* where the record ends */
+    int64_t ts_delta, offset_delta, key_n, value_n, header_count;
+    const unsigned char *key_p, *value_p;
+} record_fields;
+
+static int read_record(cursor *c, long last_delta, int64_t *prev_delta, record_fields *r) {
+    int64_t length;
+    if (read_varlong(c, c->end, 5, &length) < 0 || length < 1 || length > c->end - c->pos)
+        return -1;
+    Py_ssize_t limit = r->limit = c->pos + (Py_ssize_t)length;
+    c->pos += 1; /* attributes */
+    if (read_varlong(c, limit, 10, &r->ts_delta) < 0) return -1;
+    if (read_varlong(c, limit, 5, &r->offset_delta) < 0) return -1;
+    if (r->offset_delta <= *prev_delta || r->offset_delta > last_delta) return -1;
+    *prev_delta = r->offset_delta;
+    if (read_varlong(c, limit, 5, &r->key_n) < 0 || r->key_n < -1 || r->key_n > limit - c->pos)
+        return -1;
+    r->key_p = c->p + c->pos;
+    if (r->key_n > 0) c->pos += (Py_ssize_t)r->key_n;
+    if (read_varlong(c, limit, 5, &r->value_n) < 0 || r->value_n < -1 ||
+        r->value_n > limit - c->pos)
+        return -1;
+    r->value_p = c->p + c->pos;
+    if (r->value_n > 0) c->pos += (Py_ssize_t)r->value_n;
+    if (read_varlong(c, limit, 5, &r->header_count) < 0 || r->header_count < 0 ||
+        r->header_count > limit - c->pos)
+        return -1;
+    return 0;
+}
+
 /* decode_section(section, record_class, base_offset, base_timestamp, record_count,
  *                last_offset_delta, topic, partition, timestamp_type, stamp)
  *     -> list[record_class]
@@ -352,26 +385,12 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
     cursor c = {(const unsigned char *)view.buf, 0, view.len};
     int64_t prev_delta = -1;
     for (long i = 0; i < record_count; i++) {
-        int64_t length, ts_delta, offset_delta, key_n, value_n, header_count;
-        if (read_varlong(&c, c.end, 5, &length) < 0 || length < 1 || length > c.end - c.pos)
-            goto bad;
-        Py_ssize_t limit = c.pos + (Py_ssize_t)length;
-        c.pos += 1; /* attributes */
-        if (read_varlong(&c, limit, 10, &ts_delta) < 0) goto bad;
-        if (read_varlong(&c, limit, 5, &offset_delta) < 0) goto bad;
-        if (offset_delta <= prev_delta || offset_delta > last_delta) goto bad;
-        prev_delta = offset_delta;
-        if (read_varlong(&c, limit, 5, &key_n) < 0 || key_n < -1 || key_n > limit - c.pos)
-            goto bad;
-        const unsigned char *key_p = c.p + c.pos;
-        if (key_n > 0) c.pos += (Py_ssize_t)key_n;
-        if (read_varlong(&c, limit, 5, &value_n) < 0 || value_n < -1 || value_n > limit - c.pos)
-            goto bad;
-        const unsigned char *value_p = c.p + c.pos;
-        if (value_n > 0) c.pos += (Py_ssize_t)value_n;
-        if (read_varlong(&c, limit, 5, &header_count) < 0 || header_count < 0 ||
-            header_count > limit - c.pos)
-            goto bad;
+        record_fields r;
+        if (read_record(&c, last_delta, &prev_delta, &r) < 0) goto bad;
+        Py_ssize_t limit = r.limit;
+        int64_t ts_delta = r.ts_delta, offset_delta = r.offset_delta, key_n = r.key_n;
+        int64_t value_n = r.value_n, header_count = r.header_count;
+        const unsigned char *key_p = r.key_p, *value_p = r.value_p;
         PyObject *headers = decode_headers(&c, limit, header_count, &cache);
         if (headers == NULL) goto bad;
         if (c.pos != limit) {
@@ -503,39 +522,23 @@ static PyObject *decode_columns(PyObject *self, PyObject *args) {
     cursor c = {(const unsigned char *)view.buf, 0, view.len};
     int64_t prev_delta = -1;
     for (long i = 0; i < record_count; i++) {
-        int64_t length, ts_delta, offset_delta, key_n, value_n, header_count, n;
-        if (read_varlong(&c, c.end, 5, &length) < 0 || length < 1 || length > c.end - c.pos)
-            goto bad;
-        Py_ssize_t limit = c.pos + (Py_ssize_t)length;
-        c.pos += 1; /* attributes */
-        if (read_varlong(&c, limit, 10, &ts_delta) < 0) goto bad;
-        if (read_varlong(&c, limit, 5, &offset_delta) < 0) goto bad;
-        if (offset_delta <= prev_delta || offset_delta > last_delta) goto bad;
-        prev_delta = offset_delta;
-        if (read_varlong(&c, limit, 5, &key_n) < 0 || key_n < -1 || key_n > limit - c.pos)
-            goto bad;
-        const unsigned char *key_p = c.p + c.pos;
-        if (key_n > 0) c.pos += (Py_ssize_t)key_n;
-        if (read_varlong(&c, limit, 5, &value_n) < 0 || value_n < -1 || value_n > limit - c.pos)
-            goto bad;
-        const unsigned char *value_p = c.p + c.pos;
-        if (value_n > 0) c.pos += (Py_ssize_t)value_n;
-        if (read_varlong(&c, limit, 5, &header_count) < 0 || header_count < 0 ||
-            header_count > limit - c.pos)
-            goto bad;
-        for (int64_t h = 0; h < header_count; h++) {
-            if (skip_bytes(&c, limit, 0, &n) < 0 || skip_bytes(&c, limit, -1, &n) < 0) goto bad;
+        record_fields r;
+        int64_t n;
+        if (read_record(&c, last_delta, &prev_delta, &r) < 0) goto bad;
+        for (int64_t h = 0; h < r.header_count; h++) {
+            if (skip_bytes(&c, r.limit, 0, &n) < 0 || skip_bytes(&c, r.limit, -1, &n) < 0)
+                goto bad;
         }
-        if (c.pos != limit) goto bad;
-        int64_t offset = base_offset + offset_delta;
+        if (c.pos != r.limit) goto bad;
+        int64_t offset = base_offset + r.offset_delta;
         if (offset < min_offset || offset >= end_offset) continue;
-        int64_t timestamp = (stamp >= 0 ? stamp : base_ts + ts_delta) * 1000; /* us */
+        int64_t timestamp = (stamp >= 0 ? stamp : base_ts + r.ts_delta) * 1000; /* us */
         memcpy(buf[0] + used[0], &offset, 8);
         used[0] += 8;
         memcpy(buf[1] + used[1], &timestamp, 8);
         used[1] += 8;
-        put_field(buf[2], buf[3], buf[4], &used[2], &used[3], row, key_p, key_n);
-        put_field(buf[5], buf[6], buf[7], &used[5], &used[6], row, value_p, value_n);
+        put_field(buf[2], buf[3], buf[4], &used[2], &used[3], row, r.key_p, r.key_n);
+        put_field(buf[5], buf[6], buf[7], &used[5], &used[6], row, r.value_p, r.value_n);
         row++;
         appended++;
     }

@@ -145,6 +145,21 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     return read_range(task)
 
 
+def _starting_offsets(
+    client: Any, options: ReadOptions, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """startingTimestamp, startingOffsetsByTimestamp or startingOffsets, resolved."""
+    return resolve_offsets(
+        client,
+        partitions,
+        options.starting,
+        "startingOffsets",
+        timestamp=options.starting_timestamp,
+        by_timestamp=options.starting_by_timestamp,
+        strategy=options.by_timestamp_strategy,
+    )
+
+
 class SeglogBatchReader(DataSourceReader):
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
@@ -153,15 +168,7 @@ class SeglogBatchReader(DataSourceReader):
         options = self.options
         client = connections(options.bootstrap, options.request_timeout_ms)[0]
         partitions = partitions_of(client, options)
-        starts = resolve_offsets(
-            client,
-            partitions,
-            options.starting,
-            "startingOffsets",
-            timestamp=options.starting_timestamp,
-            by_timestamp=options.starting_by_timestamp,
-            strategy=options.by_timestamp_strategy,
-        )
+        starts = _starting_offsets(client, options, partitions)
         ends = resolve_offsets(
             client,
             partitions,
@@ -224,17 +231,9 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._initial is None:
             options = self.options
             client = self._client()
-            partitions = partitions_of(client, options)
-            starts = resolve_offsets(
-                client,
-                partitions,
-                options.starting,
-                "startingOffsets",
-                timestamp=options.starting_timestamp,
-                by_timestamp=options.starting_by_timestamp,
-                strategy=options.by_timestamp_strategy,
+            self._initial = _to_json(
+                _starting_offsets(client, options, partitions_of(client, options))
             )
-            self._initial = _to_json(starts)
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
