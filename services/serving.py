@@ -82,8 +82,11 @@ def build_server(
     max_request_bytes: int = MAX_REQUEST_BYTES,
     tracer_provider: trace.TracerProvider | None = None,
     credentials: grpc.ServerCredentials | None = None,
+    serving: bool = True,
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
-    """A started-ready (not yet started) server bound to `listen`; returns the bound port."""
+    """A started-ready (not yet started) server bound to `listen`; returns the bound port.
+    Its health service answers SERVING for the server ("") and each service, or NOT_SERVING
+    until `set_serving` when `serving` is False."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         handlers=list(handlers),
@@ -111,9 +114,17 @@ def build_server(
         port = server.add_secure_port(listen, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {listen}")
-    for name in ["", *names]:
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    set_serving(health_servicer, names, serving)
     return server, health_servicer, port
+
+
+def set_serving(health_servicer: health.HealthServicer, names: Iterable[str], up: bool) -> None:
+    """What the standard health service answers (Kubernetes' gRPC probes ask for "")."""
+    status = (
+        health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ["", *names]:
+        health_servicer.set(name, status)
 
 
 def wait_for_signal() -> int:

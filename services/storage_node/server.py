@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1.health import HealthServicer
 from opentelemetry import trace
 
 from seglog.errors import InvalidConfigError, PermissionDeniedError
@@ -112,6 +113,7 @@ class StorageNode:
         self.service = StorageNodeService(self.replicas)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
+        self.health: HealthServicer | None = None
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
@@ -191,7 +193,25 @@ class StorageNode:
         return self.config.advertised_bulk_address or self.bulk.address
 
     def start(self) -> None:
-        self.logs.startup()
+        # The API listens from the start, its health NOT_SERVING while the logs load (a
+        # large data dir takes a while: Kubernetes' startup probe sees a live process).
+        credentials = None
+        if self.config.tls is not None:
+            credentials = server_credentials(self.config.tls, "required")
+        self.server, self.health, self.port = serving.build_server(
+            self.config.listen,
+            [self._handlers()],
+            [SERVICE_NAME],
+            tracer_provider=self.tracer_provider,
+            credentials=credentials,
+            serving=False,
+        )
+        self.server.start()
+        try:
+            self.logs.startup()
+        except BaseException:
+            self.server.stop(0)
+            raise
         self.replicas.start()
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
@@ -204,17 +224,7 @@ class StorageNode:
             )
             self.bulk.start()
             self.replicas.cluster_secret = self.config.cluster_secret
-        credentials = None
-        if self.config.tls is not None:
-            credentials = server_credentials(self.config.tls, "required")
-        self.server, _, self.port = serving.build_server(
-            self.config.listen,
-            [self._handlers()],
-            [SERVICE_NAME],
-            tracer_provider=self.tracer_provider,
-            credentials=credentials,
-        )
-        self.server.start()
+        serving.set_serving(self.health, [SERVICE_NAME], True)
         logger.info(
             "storage node %d serving on %s (%d partitions)",
             self.config.node_id,
@@ -241,6 +251,8 @@ class StorageNode:
         in-sync replicas first (controlled shutdown), so acks=all producers barely pause."""
         if controlled is None:
             controlled = self.config.controlled_shutdown_enable
+        if self.health is not None:  # draining: no longer ready for new work
+            serving.set_serving(self.health, [SERVICE_NAME], False)
         if self.session is not None:
             if controlled and not self.session.controlled_shutdown(
                 self.config.controlled_shutdown_timeout_ms / 1000

@@ -28,6 +28,7 @@ from seglog.errors import (
 from seglog.records import iter_batches, iter_records
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, gateway_pb2
+from services.storage_node.server import NodeConfig, StorageNode
 from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
 
 
@@ -392,6 +393,47 @@ def test_health_and_reflection_are_served(cluster):
         assert health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
     finally:
         node_channel.close()
+
+
+def test_a_node_is_not_serving_while_it_loads_its_logs_or_drains(cluster, tmp_path):
+    """Kubernetes' gRPC probes ask the standard health service for "": a node listens at
+    once, answers NOT_SERVING until its logs are loaded, and again once it starts draining
+    (controlled shutdown), so no new work is routed to it meanwhile."""
+    loading, draining = threading.Event(), threading.Event()
+    config = NodeConfig(
+        node_id=7,
+        listen="127.0.0.1:0",
+        data_dir=tmp_path / "node-7",
+        gateway=cluster.gateway.internal_address,
+        heartbeat_interval_ms=100,
+        cluster_secret=cluster.cluster_secret,
+    )
+    node = StorageNode(config)
+    real_startup = node.logs.startup
+    node.logs.startup = lambda: (loading.wait(30), real_startup())  # type: ignore[method-assign]
+    starter = threading.Thread(target=node.start)
+    starter.start()
+    try:
+        assert wait_until(lambda: node.port != 0)
+        request = health_pb2.HealthCheckRequest(service="")
+        with grpc.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+            assert health.Check(request, timeout=5).status == not_serving
+            loading.set()
+            starter.join(30)
+            assert health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+            assert node.session is not None
+            node.session.controlled_shutdown = lambda timeout_s: draining.wait(30)
+            stopper = threading.Thread(target=node.stop, kwargs={"grace_s": 1})
+            stopper.start()
+            assert wait_until(lambda: health.Check(request, timeout=5).status == not_serving)
+            draining.set()
+            stopper.join(30)
+    finally:
+        loading.set()
+        draining.set()
+        starter.join(30)
 
 
 def test_a_call_cut_off_by_its_channel_closing_is_a_retriable_error():
