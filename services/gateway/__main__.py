@@ -217,7 +217,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         default="false",
         choices=["true", "false"],
     )
-    args = parser.parse_args(argv)
+    serving.add_config_file_flag(parser)
+    args = parser.parse_args(serving.config_file_flags(argv, parser))
     try:
         secret = grants.cluster_secret(args.cluster_secret)
         tls = TlsFiles.from_flags(args.tls_cert, args.tls_key, args.tls_ca)

@@ -65,7 +65,8 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         "retention.check.interval.ms=1000, replica.lag.time.max.ms=10000, "
         "controlled.shutdown.enable=false (repeatable)",
     )
-    args = parser.parse_args(argv)
+    serving.add_config_file_flag(parser)
+    args = parser.parse_args(serving.config_file_flags(argv, parser, others="--config"))
     engine_configs = {}
     for item in args.config:
         name, sep, value = item.partition("=")

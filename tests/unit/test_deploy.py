@@ -1,0 +1,203 @@
+"""The Dockerfile and deploy/k8s, checked offline: hadolint on the Dockerfile, yamllint on
+the manifests, every overlay rendered by kustomize (kubectl) and every object validated
+against Kubernetes 1.30's schemas (unknown kinds or fields fail), and our own checks that
+the manifests fit the services: each container's command line and environment parse with
+the service's real argument parser, every variable set is one something reads, probes
+point at the port the service listens on, the data volume is mounted at the data dir."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from services import serving
+from services.gateway.__main__ import parse_args as gateway_args
+from services.storage_node.__main__ import parse_args as node_args
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+OVERLAYS = sorted(p.name for p in (ROOT / "deploy/k8s/overlays").iterdir())
+K8S_VERSION = "1.30"
+# Read by the OpenTelemetry SDK and its OTLP exporter, not by a flag of ours.
+READ_BY_OPENTELEMETRY = {
+    "OTEL_TRACES_EXPORTER",
+    "OTEL_SERVICE_NAME",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_RESOURCE_ATTRIBUTES",
+}
+READ_OTHERWISE = {serving.CONFIG_FILE_ENV, "SEGLOG_LOG_LEVEL", *READ_BY_OPENTELEMETRY}
+# What the downward API and Secrets give a pod, as samples.
+FIELD_SAMPLES = {
+    "metadata.name": "seglog-node-2",
+    "metadata.namespace": "seglog",
+    "spec.nodeName": "host-1",
+    "metadata.labels['apps.kubernetes.io/pod-index']": "2",
+}
+SECRET_SAMPLE = "sample-cluster-secret-0123456789"
+SERVICES = {"seglog-gateway": gateway_args, "seglog-storage-node": node_args}
+
+
+def _render(overlay: str) -> list[dict]:
+    out = subprocess.run(
+        [str(BIN / "kubectl"), "kustomize", str(ROOT / "deploy/k8s/overlays" / overlay)],
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    return [o for o in yaml.safe_load_all(out.stdout) if o]
+
+
+def test_the_dockerfile_passes_hadolint_without_a_warning():
+    done = subprocess.run(
+        [str(BIN / "hadolint"), str(ROOT / "Dockerfile")], capture_output=True, timeout=60
+    )
+    assert done.returncode == 0 and not done.stdout, done.stdout.decode()
+
+
+def test_the_manifests_pass_yamllint():
+    done = subprocess.run(
+        [
+            str(BIN / "yamllint"),
+            "-c",
+            str(ROOT / "deploy/.yamllint.yaml"),
+            "--strict",
+            str(ROOT / "deploy"),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout.decode()
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_object_of_an_overlay_is_valid_kubernetes(overlay):
+    objects = _render(overlay)
+    kinds = {o["kind"] for o in objects}
+    assert {"StatefulSet", "Deployment", "Service", "ConfigMap", "PodDisruptionBudget"} <= kinds
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    names = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    assert ("Service", "seglog-otel-collector") in names  # telemetry has somewhere to go
+
+
+def test_strict_validation_refuses_an_unknown_field():
+    """The check above can fail: a misspelt field is caught."""
+    (service,) = [o for o in _render("dev") if o["kind"] == "Service"][:1]
+    service["spec"]["portz"] = service["spec"].pop("ports")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(service, K8S_VERSION, strict=True)
+
+
+def _workloads(objects):
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            yield obj
+
+
+def _env(container, config_dir: Path, mounts: dict[str, Path]) -> dict[str, str]:
+    """The container's environment as the kubelet would give it, with $(VAR) expanded and
+    the ConfigMap's mount path moved to `config_dir`."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), item["value"])
+        elif "fieldRef" in item["valueFrom"]:
+            value = FIELD_SAMPLES[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            value = SECRET_SAMPLE
+        for mount_path, local in mounts.items():
+            if value.startswith(mount_path + "/"):
+                value = str(local / value[len(mount_path) + 1 :])
+        env[item["name"]] = value
+    return env
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
+    objects = _render(overlay)
+    config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    checked = set()
+    for workload in _workloads(objects):
+        pod = workload["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            command = container.get("command", [None])[0]
+            if command not in SERVICES:
+                continue
+            # ConfigMap volumes: their files, written where the test can read them.
+            volumes = {v["name"]: v for v in pod.get("volumes", [])}
+            mounts = {}
+            for mount in container.get("volumeMounts", []):
+                volume = volumes.get(mount["name"], {})
+                if "configMap" in volume:
+                    local = tmp_path / workload["metadata"]["name"] / mount["name"]
+                    local.mkdir(parents=True)
+                    for name, text in config_maps[volume["configMap"]["name"]]["data"].items():
+                        (local / name).write_text(text)
+                    mounts[mount["mountPath"]] = local
+            env = _env(container, tmp_path, mounts)
+            # Every variable set is read: by a flag of the service, by us, by OpenTelemetry,
+            # or only to build another one's value.
+            flags_read = set()
+            real_env_flag = serving.env_flag
+
+            def recording(parser, flag, env_name, help, **kwargs):
+                flags_read.add(env_name)
+                return real_env_flag(parser, flag, env_name, help, **kwargs)
+
+            monkeypatch.setattr(serving, "env_flag", recording)
+            for name in list(flags_read):
+                monkeypatch.delenv(name, raising=False)
+            for name, value in env.items():
+                monkeypatch.setenv(name, value)
+            config = SERVICES[command](container.get("args", []))
+            monkeypatch.setattr(serving, "env_flag", real_env_flag)
+            referenced = {
+                name
+                for item in container.get("env", [])
+                for name in re.findall(r"\$\((\w+)\)", item.get("value", ""))
+            }
+            unread = set(env) - flags_read - READ_OTHERWISE - referenced
+            assert not unread, f"{command} in {overlay} sets {unread}, which nothing reads"
+            # Probes ask the port the service listens on.
+            port = int(config.listen.rsplit(":", 1)[1])
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                assert container[probe]["grpc"]["port"] == port, (command, probe)
+            # The data volume (a PVC, or the StatefulSet's claim template) is the data dir.
+            claims = {
+                t["metadata"]["name"] for t in workload["spec"].get("volumeClaimTemplates", [])
+            }
+            claims |= {n for n, v in volumes.items() if "persistentVolumeClaim" in v}
+            (data_mount,) = [m for m in container["volumeMounts"] if m["name"] in claims]
+            assert str(config.data_dir) == data_mount["mountPath"]
+            if command == "seglog-storage-node":
+                assert config.node_id == 2  # the pod's ordinal
+                assert config.advertised_address == "seglog-node-2.seglog-node.seglog.svc:7071"
+                assert config.engine_configs["min.insync.replicas"] in ("1", "2")
+                assert config.cluster_secret == SECRET_SAMPLE.encode()
+            checked.add(command)
+    assert checked == set(SERVICES)
+
+
+def test_a_config_file_sets_flags_and_engine_settings_and_flags_win(tmp_path, monkeypatch):
+    path = tmp_path / "node.properties"
+    path.write_text("# Kafka's names\nheartbeat.interval.ms=500\nlog.segment.bytes=1048576\n")
+    monkeypatch.setenv(serving.CONFIG_FILE_ENV, str(path))
+    config = node_args(
+        ["--node-id", "1", "--data-dir", str(tmp_path), "--heartbeat-interval-ms", "700"]
+    )
+    assert config.heartbeat_interval_ms == 700  # the command line wins
+    assert config.engine_configs["log.segment.bytes"] == "1048576"
+    path.write_text("heartbeat.interval.ms=500\n")
+    assert node_args(["--node-id", "1", "--data-dir", str(tmp_path)]).heartbeat_interval_ms == 500
+    gateway_file = tmp_path / "gateway.properties"
+    gateway_file.write_text("default.replication.factor=2\nno.such.setting=1\n")
+    with pytest.raises(SystemExit):
+        gateway_args(["--config-file", str(gateway_file)])
+    gateway_file.write_text("default.replication.factor=2\n")
+    assert gateway_args(["--config-file", str(gateway_file)]).default_replication_factor == 2
