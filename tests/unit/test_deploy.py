@@ -118,6 +118,23 @@ def _env(container, config_dir: Path, mounts: dict[str, Path]) -> dict[str, str]
     return env
 
 
+def _parse(parse_args, args, env, monkeypatch):
+    """The service's config from `args` with exactly `env` set, and the variables its
+    flags read."""
+    flags_read = set()
+    real_env_flag = serving.env_flag
+
+    def recording(parser, flag, env_name, help, **kwargs):
+        flags_read.add(env_name)
+        return real_env_flag(parser, flag, env_name, help, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(serving, "env_flag", recording)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        return parse_args(args), flags_read
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
     objects = _render(overlay)
@@ -143,20 +160,9 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
             env = _env(container, tmp_path, mounts)
             # Every variable set is read: by a flag of the service, by us, by OpenTelemetry,
             # or only to build another one's value.
-            flags_read = set()
-            real_env_flag = serving.env_flag
-
-            def recording(parser, flag, env_name, help, **kwargs):
-                flags_read.add(env_name)
-                return real_env_flag(parser, flag, env_name, help, **kwargs)
-
-            monkeypatch.setattr(serving, "env_flag", recording)
-            for name in list(flags_read):
-                monkeypatch.delenv(name, raising=False)
-            for name, value in env.items():
-                monkeypatch.setenv(name, value)
-            config = SERVICES[command](container.get("args", []))
-            monkeypatch.setattr(serving, "env_flag", real_env_flag)
+            config, flags_read = _parse(
+                SERVICES[command], container.get("args", []), env, monkeypatch
+            )
             referenced = {
                 name
                 for item in container.get("env", [])
