@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test bench lint proto install run clean fault-campaign pipeline
+.PHONY: test bench lint proto install run clean fault-campaign pipeline image image-smoke
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -64,6 +64,17 @@ EVENTS ?= 20000
 pipeline: $(STAMP) proto
 	$(BIN)/python -m pipelines.pageviews --bootstrap 127.0.0.1:$(PORT) --events $(EVENTS) \
 		$(if $(filter 1,$(LOCAL_CLUSTER)),--local-cluster)
+
+# The container image (Dockerfile) with podman or docker: IMAGE= its tag, BASE_IMAGE= its
+# base, LOCAL_BASE=1 a base made here with debootstrap (no registry needed).
+IMAGE ?= localhost/seglog:dev
+image:
+	IMAGE=$(IMAGE) deploy/container/build-image
+
+# The image run for real: a gateway and three nodes as containers, produce/consume from here,
+# a node killed and restarted on its volume (tests/container_smoke.py). CI runs it.
+image-smoke: image $(STAMP) proto
+	$(BIN)/python -m tests.container_smoke --image $(IMAGE)
 
 lint: $(STAMP) proto
 	$(BIN)/ruff check .
