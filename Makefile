@@ -72,9 +72,11 @@ image:
 	IMAGE=$(IMAGE) deploy/container/build-image
 
 # The image run for real: a gateway and three nodes as containers, produce/consume from here,
-# a node killed and restarted on its volume (tests/container_smoke.py). CI runs it.
+# a node killed and restarted on its volume (tests/container_smoke.py); then the dev
+# overlay's manifests through podman kube play (tests/kube_play_smoke.py). CI runs it.
 image-smoke: image $(STAMP) proto
 	$(BIN)/python -m tests.container_smoke --image $(IMAGE)
+	$(BIN)/python -m tests.kube_play_smoke --image $(IMAGE)
 
 lint: $(STAMP) proto
 	$(BIN)/ruff check .

@@ -66,9 +66,21 @@ def _wait(predicate, what: str, timeout_s: float = 60) -> None:  # type: ignore[
 
 def _run(name: str, volume: str, image: str, command: list[str]) -> None:
     _podman(
-        "run", "--detach", "--name", name, "--network", "host", "--read-only",
-        "--tmpfs", "/tmp", "--volume", f"{volume}:{DATA}", "--env",
-        f"SEGLOG_CLUSTER_SECRET={SECRET}", image, *command,
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--volume",
+        f"{volume}:{DATA}",
+        "--env",
+        f"SEGLOG_CLUSTER_SECRET={SECRET}",
+        image,
+        *command,
     )
 
 
@@ -102,15 +114,32 @@ def smoke(image: str) -> None:
     try:
         for volume in volumes:
             _podman("volume", "create", volume)
-        _run(names[0], volumes[0], image,
-             ["seglog-gateway", "--listen", bootstrap, "--data-dir", DATA])
+        _run(
+            names[0],
+            volumes[0],
+            image,
+            ["seglog-gateway", "--listen", bootstrap, "--data-dir", DATA],
+        )
         for i in (1, 2, 3):
             api, bulk = node_ports[2 * (i - 1)], node_ports[2 * (i - 1) + 1]
-            _run(names[i], volumes[i], image, [
-                "seglog-storage-node", "--node-id", str(i), "--listen", f"127.0.0.1:{api}",
-                "--bulk-listen", f"127.0.0.1:{bulk}", "--gateway", bootstrap,
-                "--data-dir", DATA,
-            ])
+            _run(
+                names[i],
+                volumes[i],
+                image,
+                [
+                    "seglog-storage-node",
+                    "--node-id",
+                    str(i),
+                    "--listen",
+                    f"127.0.0.1:{api}",
+                    "--bulk-listen",
+                    f"127.0.0.1:{bulk}",
+                    "--gateway",
+                    bootstrap,
+                    "--data-dir",
+                    DATA,
+                ],
+            )
         with Admin(bootstrap) as admin:
             _wait(lambda: _live_nodes(admin) == {1, 2, 3}, "three live nodes")
             admin.create_topic("smoke", 3, 3)
