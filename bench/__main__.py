@@ -1,7 +1,8 @@
 """`make bench`: each figure beside a baseline measured in the same run, as a ratio.
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
-`python -m bench engine` (or services, clients, consumer, replication, bulk, security, spark) runs
+`python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
+spark) runs
 one group.
 """
 
@@ -24,7 +25,16 @@ from seglog.storage import Log, LogConfig
 from .timing import best_of
 
 MIB = 1024 * 1024
-SERVICE_GROUPS = ("services", "clients", "consumer", "security", "bulk", "replication", "spark")
+SERVICE_GROUPS = (
+    "services",
+    "clients",
+    "consumer",
+    "security",
+    "bulk",
+    "replication",
+    "metrics",
+    "spark",
+)
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 
 

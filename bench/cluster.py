@@ -14,12 +14,20 @@ from services.processes import ServerProcess, gateway_process, node_process
 
 @contextmanager
 def one_node_cluster(
-    prefix: str, topics: Iterable[str], partitions: int, *, cluster_secret: str | None = None
+    prefix: str,
+    topics: Iterable[str],
+    partitions: int,
+    *,
+    cluster_secret: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[str]:
     """Start both, wait for the node to register, create `topics`; yield the gateway's
     address; stop both (by their own pids) on the way out. A `cluster_secret` turns on the
-    bulk fetch path (the gateway signs transfer grants with it)."""
-    env = {} if cluster_secret is None else {"SEGLOG_CLUSTER_SECRET": cluster_secret}
+    bulk fetch path (the gateway signs transfer grants with it); `env` is added to both
+    processes' environment."""
+    env = dict(env or {})
+    if cluster_secret is not None:
+        env["SEGLOG_CLUSTER_SECRET"] = cluster_secret
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
         gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)

@@ -19,8 +19,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 
-from seglog import tracing
+from seglog import metrics, tracing
 from seglog.errors import SeglogError
 from seglog.rpc.channels import MAX_REQUEST_BYTES
 from services.wait_slots import SERVER_MAX_WORKERS
@@ -215,18 +216,19 @@ class Server(Protocol):
 def run_until_signalled(
     name: str,
     service_name: str,
-    build: Callable[[trace.TracerProvider | None], Server],
+    build: Callable[[trace.TracerProvider | None, MeterProvider | None], Server],
 ) -> int:
-    """A server process's life: logging and tracing from the environment, start, print
-    `<name> listening on HOST:PORT` (the line launchers wait for), serve until SIGTERM or
-    SIGINT, stop gracefully, flush the spans."""
+    """A server process's life: logging, tracing and metrics from the environment, start,
+    print `<name> listening on HOST:PORT` (the line launchers wait for), serve until SIGTERM
+    or SIGINT, stop gracefully, flush the spans and metrics."""
     configure_logging()
     logger = logging.getLogger(f"services.{service_name}")
     if not keep_freed_buffers_for_reuse():
         logger.info("no glibc mallopt: large buffers use the C library's defaults")
-    provider = tracing.configure_tracing(service_name)
     try:
-        server = build(provider)
+        provider = tracing.configure_tracing(service_name)
+        meter_provider = metrics.configure_metrics(service_name)
+        server = build(provider, meter_provider)
         server.start()
     except (OSError, ValueError, SeglogError) as exc:
         logger.error("cannot start: %s", exc)
@@ -237,6 +239,8 @@ def run_until_signalled(
     server.stop()
     if provider is not None:
         provider.shutdown()
+    if meter_provider is not None:
+        meter_provider.shutdown()
     return 0
 
 

@@ -54,6 +54,7 @@ class LocalCluster:
         root: Path,
         nodes: int = 3,
         tracer_provider=None,
+        meter_provider_for=None,
         node_configs: dict[str, str] | None = None,
         tls: bool = False,
         **gateway_config,
@@ -70,6 +71,8 @@ class LocalCluster:
         self.node_configs = dict(node_configs or {})
         self.cluster_secret = gateway_config.get("cluster_secret", CLUSTER_SECRET)
         self.tracer_provider = tracer_provider
+        # service name ("gateway", "node-<id>") -> its MeterProvider, or None: metrics off
+        self.meter_provider_for = meter_provider_for or (lambda name: None)
         self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
         self.gateway: Gateway | None = None
         self.nodes: dict[int, StorageNode] = {}
@@ -114,7 +117,11 @@ class LocalCluster:
             heartbeat_interval_ms=HEARTBEAT_MS,
             **{"cluster_secret": CLUSTER_SECRET, **self.gateway_config},
         )
-        self.gateway = Gateway(config, tracer_provider=self.tracer_provider)
+        self.gateway = Gateway(
+            config,
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider_for("gateway"),
+        )
         self.gateway.start()
         return self.gateway
 
@@ -130,7 +137,11 @@ class LocalCluster:
             cluster_secret=self.cluster_secret,
             tls=None if self.ca is None else self.tls_files(node_identity(node_id)),
         )
-        node = StorageNode(config, tracer_provider=self.tracer_provider)
+        node = StorageNode(
+            config,
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider_for(f"node-{node_id}"),
+        )
         node.start()
         self.node_ports[node_id] = node.port
         self.nodes[node_id] = node

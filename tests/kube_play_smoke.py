@@ -9,7 +9,7 @@ machine must differ from a cluster, each change said below:
   loopback ports and the node dials the gateway there; the image is the one just built;
 - the generated Secret is given as the variable it would fill, and the namespace and host
   name (which podman's downward API does not know) as values; no collector runs here, so
-  traces are not exported.
+  traces and metrics are not exported.
 
 Everything else runs as written: commands, the Kafka-named ConfigMap mounted read-only and
 read through SEGLOG_CONFIG_FILE, the volumes at the data dirs, the read-only root file
@@ -96,6 +96,7 @@ def playable(
                     item.pop("valueFrom")
                     item["value"] = base64.b64decode(data).decode()
             _set_env(container, "OTEL_TRACES_EXPORTER", "none")  # no collector here
+            _set_env(container, "OTEL_METRICS_EXPORTER", "none")
             # podman's downward API knows the pod's name, not its namespace or host.
             _set_env(container, "POD_NAMESPACE", played["metadata"].get("namespace", "default"))
             _set_env(container, "NODE_NAME", "localhost")

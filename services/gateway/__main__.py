@@ -263,7 +263,9 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
 def main(argv: list[str] | None = None) -> int:
     config = parse_args(argv)
     return serving.run_until_signalled(
-        "gateway", "seglog-gateway", lambda provider: Gateway(config, tracer_provider=provider)
+        "gateway",
+        "seglog-gateway",
+        lambda tracer, meter: Gateway(config, tracer_provider=tracer, meter_provider=meter),
     )
 
 

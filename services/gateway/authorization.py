@@ -150,6 +150,7 @@ class Authorization:
             allow_everyone_if_no_acl_found=allow_everyone_if_no_acl_found,
         )
         self.denied = 0
+        self.on_denied: Callable[[str, str], None] | None = None  # (operation, resource type)
         self._lock = threading.Lock()
 
     def update(self, acls: list[AclBinding]) -> None:
@@ -187,6 +188,8 @@ class Authorization:
                 if not self.authorizer.authorize(principal, host, operation, kind, name):
                     with self._lock:
                         self.denied += 1
+                    if self.on_denied is not None:
+                        self.on_denied(operation, kind)
                     abort(
                         context,
                         PermissionDeniedError(

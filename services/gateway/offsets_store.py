@@ -272,6 +272,16 @@ class OffsetsStore:
             found.update(self._loaded(partition).offsets)
         return found
 
+    def loaded_offsets(self) -> dict[str, GroupOffsets]:
+        """The committed offsets of every group in the partitions this gateway has loaded
+        (its groups), without creating the topic or reading anything back: what a metrics
+        export reads."""
+        out: dict[str, GroupOffsets] = {}
+        for contents in list(self._cache.values()):
+            for group_id, offsets in list(contents.offsets.items()):
+                out[group_id] = dict(offsets)
+        return out
+
     # -- writing -------------------------------------------------------------------------------
 
     def commit(self, group_id: str, offsets: Iterable[tuple[str, int, int, int, str]]) -> None:

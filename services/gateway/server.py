@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 
 from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
@@ -25,6 +26,7 @@ from .acl_service import AclService
 from .admin import AdminService, RegistryService
 from .authorization import Authorization
 from .controller import Controller
+from .gateway_metrics import GatewayMetrics
 from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
 from .nodes import NodeConnections
@@ -129,7 +131,11 @@ def described_settings(config: GatewayConfig) -> dict[str, str]:
 
 class Gateway:
     def __init__(
-        self, config: GatewayConfig, *, tracer_provider: trace.TracerProvider | None = None
+        self,
+        config: GatewayConfig,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
         self.registry = Registry(
@@ -201,6 +207,14 @@ class Gateway:
             target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
         )
         self.group_service = GroupCoordinatorService(self.registry, self.coordinator, self.offsets)
+        self.metrics = GatewayMetrics(
+            meter_provider,
+            self.registry,
+            self.offsets,
+            lambda parts: self.service.per_leader_list_offsets(parts),
+        )
+        self.service.metrics = self.metrics
+        self.authorization.on_denied = self.metrics.denied
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.port = 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from seglog.errors import (
     RequestTimedOutError,
     SeglogError,
 )
+from seglog.metrics import RequestMetrics
 from seglog.records.checks import check_relayed_records
 from seglog.rpc import (
     check_fetch_request,
@@ -81,6 +83,7 @@ class GatewayService:
         self.max_unacknowledged_bytes = max_unacknowledged_bytes
         self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
         self._unacknowledged_lock = threading.Lock()
+        self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
 
     # -- routing -------------------------------------------------------------------------
 
@@ -121,6 +124,13 @@ class GatewayService:
     # -- Produce -------------------------------------------------------------------------
 
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
+        started = time.perf_counter()
+        try:
+            return self._produce(raw, context)
+        finally:
+            self.metrics.request("Produce", started)
+
+    def _produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         """Answers the ProduceResponse's wire bytes: the node's own, relayed unparsed, when
         one node takes the whole request."""
         # Routing reads topic, partitions, epochs, acks and timeout; the records are skipped
@@ -254,6 +264,13 @@ class GatewayService:
     # -- Fetch ---------------------------------------------------------------------------
 
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        started = time.perf_counter()
+        try:
+            yield from self._fetch_request(raw, context)
+        finally:
+            self.metrics.request("Fetch", started)
+
+    def _fetch_request(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         request = common_pb2.FetchRequest.FromString(raw)
         try:
             check_fetch_request(request)
@@ -377,15 +394,15 @@ class GatewayService:
         self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> common_pb2.ListOffsetsResponse:
         response = common_pb2.ListOffsetsResponse()
-        response.partitions.extend(
-            self._per_leader(
-                request.partitions,
-                common_pb2.ListOffsetsRequest,
-                lambda stub: stub.ListOffsets,
-                _list_offsets_error,
-            )
-        )
+        response.partitions.extend(self.per_leader_list_offsets(request.partitions))
         return response
+
+    def per_leader_list_offsets(
+        self, parts: Sequence[common_pb2.ListOffsetsPartition]
+    ) -> list[common_pb2.ListOffsetsResult]:
+        return self._per_leader(
+            parts, common_pb2.ListOffsetsRequest, lambda stub: stub.ListOffsets, _list_offsets_error
+        )
 
     def SplitPoints(
         self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     return serving.run_until_signalled(
         f"storage node {config.node_id}",
         f"seglog-storage-node-{config.node_id}",
-        lambda provider: StorageNode(config, tracer_provider=provider),
+        lambda tracer, meter: StorageNode(config, tracer_provider=tracer, meter_provider=meter),
     )
 
 

@@ -19,17 +19,19 @@ import os
 import socket
 import ssl
 import threading
+import time
 
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, SeglogError
+from seglog.metrics import RequestMetrics
 from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 
-from .fetch_reads import CONSUMER, FetchChunk
+from .fetch_reads import CONSUMER, FetchChunk, counted
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -49,7 +51,9 @@ class BulkServer:
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         tls: TlsFiles | None = None,
+        metrics: RequestMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or RequestMetrics(None, "seglog.storage_node")
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
@@ -126,6 +130,7 @@ class BulkServer:
 
     def _answer(self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest) -> bool:
         """Serve one fetch; False when it was refused (the connection is then closed)."""
+        started = time.perf_counter()
         try:
             wanted, replica_id = self._check(request)
         except SeglogError as exc:
@@ -147,7 +152,8 @@ class BulkServer:
                     states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
                 )
             sent = 0
-            for chunk in self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1):
+            chunks = self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1)
+            for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):
                 sent += self._send_chunk(conn, chunk)
             bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
             span.set_attribute("seglog.node_id", self.node_id)

@@ -8,10 +8,11 @@ once to send them; the bulk path sends them from the file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from seglog.errors import SeglogError
+from seglog.metrics import RequestMetrics, error_reason
 from seglog.storage import Log
 from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
@@ -123,3 +124,44 @@ def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
     if state.log is not None:
         hw, lso = state.log.high_watermark, state.log.log_start_offset
     return FetchChunk(state.topic, state.partition, hw, lso, None, error)
+
+
+def counted(
+    chunks: Iterable[FetchChunk],
+    metrics: RequestMetrics,
+    kind: str,
+    started: float,
+    for_replica: bool,
+) -> Iterable[FetchChunk]:
+    """The chunks of one fetch, counted when the fetch ends (one update per request): bytes
+    and messages per topic for consumers (messages: the offsets the batches sent span), and
+    the errors answered. With metrics off, the chunks as they are."""
+    if not metrics.on:
+        return chunks
+    return _counting(chunks, metrics, kind, started, for_replica)
+
+
+def _counting(
+    chunks: Iterable[FetchChunk],
+    metrics: RequestMetrics,
+    kind: str,
+    started: float,
+    for_replica: bool,
+) -> Iterator[FetchChunk]:
+    per_topic: dict[str, list[int]] = {}
+    errors: dict[str, int] = {}
+    try:
+        for chunk in chunks:
+            if chunk.error is not None:
+                reason = error_reason(chunk.error)
+                errors[reason] = errors.get(reason, 0) + 1
+            elif chunk.found is not None and chunk.found.segment_slice is not None:
+                piece = chunk.found.segment_slice
+                counts = per_topic.setdefault(chunk.topic, [0, 0])
+                counts[0] += piece.next_offset - piece.first_batch_base_offset
+                counts[1] += piece.size
+            yield chunk
+    finally:
+        if not for_replica:
+            metrics.consumed(per_topic)
+        metrics.request(kind, started, errors)

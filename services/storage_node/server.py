@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 from grpc_health.v1.health import HealthServicer
 from opentelemetry import trace
+from opentelemetry.metrics import MeterProvider
 
 from seglog.errors import InvalidConfigError, PermissionDeniedError
 from seglog.rpc import wire
@@ -24,6 +25,7 @@ from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 
 from .bulk_server import BulkServer
+from .node_metrics import NodeMetrics
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
 from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager, ReplicationSettings
@@ -96,7 +98,11 @@ def replication_settings(configs: Mapping[str, str]) -> ReplicationSettings:
 
 class StorageNode:
     def __init__(
-        self, config: NodeConfig, *, tracer_provider: trace.TracerProvider | None = None
+        self,
+        config: NodeConfig,
+        *,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
         log_overrides, manager_overrides = split_engine_configs(config.engine_configs)
@@ -110,7 +116,8 @@ class StorageNode:
             replication=replication_settings(config.engine_configs),
         )
         self.replicas.tls = config.tls
-        self.service = StorageNodeService(self.replicas)
+        self.metrics = NodeMetrics(meter_provider, self.replicas)
+        self.service = StorageNodeService(self.replicas, metrics=self.metrics)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.health: HealthServicer | None = None
@@ -221,6 +228,7 @@ class StorageNode:
                 self.config.node_id,
                 self.config.cluster_secret,
                 tls=self.config.tls,
+                metrics=self.metrics,
             )
             self.bulk.start()
             self.replicas.cluster_secret = self.config.cluster_secret

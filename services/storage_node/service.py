@@ -10,18 +10,21 @@ building a protobuf message around the records.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 import grpc
 
 from seglog.errors import SeglogError
+from seglog.metrics import error_reason
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import log_files
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
-from .fetch_reads import CONSUMER, FetchChunk
+from .fetch_reads import CONSUMER, FetchChunk, counted
+from .node_metrics import NodeMetrics
 from .registry_client import apply_partition_states
 from .replica_manager import ACKS_ALL, ReplicaManager
 
@@ -36,8 +39,10 @@ class StorageNodeService:
         replicas: ReplicaManager,
         *,
         max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.replicas = replicas
+        self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
 
     # -- Append --------------------------------------------------------------------------
@@ -45,6 +50,7 @@ class StorageNodeService:
     def Append(
         self, request: common_pb2.ProduceRequest, context: grpc.ServicerContext
     ) -> common_pb2.ProduceResponse:
+        started = time.perf_counter()
         try:
             check_produce_request(request)
             results = self.replicas.append(
@@ -53,6 +59,7 @@ class StorageNodeService:
                 request.acks,
             )
         except SeglogError as exc:
+            self.metrics.request("Append", started, {error_reason(exc): 1})
             abort(context, exc)
         if request.acks == ACKS_ALL:
             results = self.replicas.wait_for_replication(
@@ -71,6 +78,7 @@ class StorageNodeService:
             result.last_offset = info.last_offset
             result.log_append_time_ms = info.log_append_time_ms
             result.log_start_offset = info.log_start_offset
+        self.metrics.appended(request.topic, results, started)
         return response
 
     # -- Fetch ---------------------------------------------------------------------------
@@ -78,6 +86,7 @@ class StorageNodeService:
     def Fetch(
         self, request: common_pb2.FetchRequest, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
+        started = time.perf_counter()
         try:
             check_fetch_request(request)
         except SeglogError as exc:
@@ -118,7 +127,8 @@ class StorageNodeService:
                 self.waiting_fetches.release()
         if not context.is_active():
             return
-        for chunk in self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1):
+        chunks = self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1)
+        for chunk in counted(chunks, self.metrics, "Fetch", started, replica_id >= 0):
             yield _encode_chunk(chunk, replica_id >= 0)
 
     # -- ListOffsets, UpdatePartitions, DeletePartition, DescribePartitions -----------------

@@ -27,6 +27,7 @@ K8S_VERSION = "1.30"
 # Read by the OpenTelemetry SDK and its OTLP exporter, not by a flag of ours.
 READ_BY_OPENTELEMETRY = {
     "OTEL_TRACES_EXPORTER",
+    "OTEL_METRICS_EXPORTER",
     "OTEL_SERVICE_NAME",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_RESOURCE_ATTRIBUTES",

@@ -1,0 +1,1 @@
+"""Helpers for seglog's tests and benchmarks (not used by the services)."""

@@ -1,0 +1,79 @@
+"""The gateway's metrics (seglog/metrics.py has the names): request durations of Produce and
+Fetch as clients see them, denied calls, and gauges read at each export: each registered
+node's liveness, and each group's lag per partition (the committed offset against the
+partition's high watermark, asked of the leaders once per export)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from opentelemetry.metrics import MeterProvider, Observation
+
+from seglog.client.gateway import LATEST
+from seglog.metrics import GROUP, PARTITION, TOPIC, RequestMetrics
+from seglog.v1 import common_pb2
+
+from .offsets_store import OffsetsStore
+from .registry import Registry
+
+# partitions -> their ListOffsets results (the gateway's fan-out to leaders)
+ListOffsets = Callable[[list[common_pb2.ListOffsetsPartition]], list[common_pb2.ListOffsetsResult]]
+
+
+class GatewayMetrics(RequestMetrics):
+    def __init__(
+        self,
+        provider: MeterProvider | None,
+        registry: Registry,
+        offsets: OffsetsStore,
+        list_offsets: ListOffsets,
+    ) -> None:
+        super().__init__(provider, "seglog.gateway")
+        self.registry = registry
+        self.offsets = offsets
+        self.list_offsets = list_offsets
+        self._denied = self.counter(
+            "seglog.authorization.denied", "{call}", "calls refused by the authorizer"
+        )
+        self.gauge(
+            "seglog.registry.node.live",
+            "{node}",
+            "1 while a registered node's session is live",
+            self._nodes,
+        )
+        self.gauge(
+            "seglog.consumer.lag",
+            "{message}",
+            "a group's committed offset behind the partition's high watermark",
+            self._lag,
+        )
+
+    def denied(self, operation: str, resource_type: str) -> None:
+        if self._denied is not None:
+            self._denied.add(
+                1, {"seglog.operation": operation, "seglog.resource.type": resource_type}
+            )
+
+    def _nodes(self) -> Iterator[Observation]:
+        for node_id in sorted(self.registry.addresses()):
+            live = int(self.registry.is_live(node_id))
+            yield Observation(live, {"seglog.node.id": str(node_id)})
+
+    def _lag(self) -> Iterator[Observation]:
+        committed = self.offsets.loaded_offsets()
+        wanted = sorted({tp for offsets in committed.values() for tp in offsets})
+        if not wanted:
+            return
+        request = [
+            common_pb2.ListOffsetsPartition(topic=t, partition=p, timestamp=LATEST)
+            for t, p in wanted
+        ]
+        ends = {(r.topic, r.partition): r.offset for r in self.list_offsets(request) if not r.error}
+        for group, offsets in committed.items():
+            for (topic, partition), found in offsets.items():
+                end = ends.get((topic, partition))
+                if end is not None:
+                    yield Observation(
+                        max(end - found.offset, 0),
+                        {GROUP: group, TOPIC: topic, PARTITION: str(partition)},
+                    )
