@@ -14,7 +14,7 @@ from opentelemetry.sdk.resources import Resource
 
 from seglog import metrics
 from seglog.client.consumer import Consumer
-from seglog.errors import RecordTooLargeError
+from seglog.errors import PermissionDeniedError, RecordTooLargeError
 from seglog.testing.otlp import OtlpReceiver
 from tests.cluster import LocalCluster, batch, drain, wait_until
 
@@ -30,10 +30,11 @@ def receiver():
 
 
 @pytest.fixture
-def metered_cluster(tmp_path, receiver):
+def provider_for(receiver):
+    """Service name -> a MeterProvider exporting to the receiver every 200 ms."""
     providers = []
 
-    def provider_for(name):
+    def make(name):
         reader = PeriodicExportingMetricReader(
             OTLPMetricExporter(endpoint=receiver.endpoint, insecure=True),
             export_interval_millis=200,
@@ -44,11 +45,16 @@ def metered_cluster(tmp_path, receiver):
         providers.append(provider)
         return provider
 
+    yield make
+    for provider in providers:
+        provider.shutdown()
+
+
+@pytest.fixture
+def metered_cluster(tmp_path, provider_for):
     cluster = LocalCluster(tmp_path, nodes=3, meter_provider_for=provider_for)
     yield cluster
     cluster.close()
-    for provider in providers:
-        provider.shutdown()
 
 
 def _total(receiver, name, **attributes):
@@ -163,3 +169,14 @@ def test_metrics_are_off_unless_asked_for(monkeypatch):
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "carrier-pigeon")
     with pytest.raises(ValueError, match="OTEL_METRICS_EXPORTER"):
         metrics.configure_metrics("seglog-test")
+
+
+def test_denied_calls_are_counted(tmp_path, provider_for, receiver):
+    cluster = LocalCluster(tmp_path, nodes=1, authorizer=True, meter_provider_for=provider_for)
+    try:
+        with pytest.raises(PermissionDeniedError):
+            cluster.client.create_topic("forbidden", 1, 1)  # User:ANONYMOUS, no ACL
+        denied = {"seglog.operation": "Create", "seglog.resource.type": "topic"}
+        assert wait_until(lambda: _total(receiver, "seglog.authorization.denied", **denied) == 1)
+    finally:
+        cluster.close()
