@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from seglog.client.admin import Admin
@@ -171,14 +172,22 @@ def smoke(image: str) -> None:
             _podman("volume", "rm", "--force", volume, check=False)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.container_smoke")
+def smoke_main(prog: str, run: Callable[[str], None], argv: list[str] | None = None) -> int:
+    """A smoke test's command line: --image, then `run(image)`, timed."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--image", default=os.environ.get("IMAGE", "localhost/seglog:dev"))
     args = parser.parse_args(argv)
     started = time.monotonic()
-    smoke(args.image)
-    print(f"container smoke test passed in {time.monotonic() - started:.0f} s")
+    run(args.image)
+    print(
+        f"{prog.rsplit('.', 1)[-1].replace('_', ' ')} test passed in "
+        f"{time.monotonic() - started:.0f} s"
+    )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return smoke_main("python -m tests.container_smoke", smoke, argv)
 
 
 if __name__ == "__main__":

@@ -21,23 +21,25 @@ work against it.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import copy
-import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import yaml
 
 from seglog.client.admin import Admin
-from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
-from seglog.client.structs import TopicPartition
-from tests.container_smoke import _free_ports, _live_nodes, _podman, _wait
+from tests.container_smoke import (
+    _consume_all,
+    _free_ports,
+    _live_nodes,
+    _podman,
+    _wait,
+    smoke_main,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = 500
@@ -144,12 +146,7 @@ def smoke(image: str) -> None:
             with Producer(bootstrap) as producer:
                 for f in [producer.send("played", v) for v in values]:
                     f.get(timeout=30)
-            with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-                consumer.assign([TopicPartition("played", p) for p in range(3)])
-                got: list[bytes] = []
-                deadline = time.monotonic() + 60
-                while len(got) < RECORDS and time.monotonic() < deadline:
-                    got += [r.value for r in consumer.poll(timeout_ms=500)]
+            got = _consume_all(bootstrap, "played", RECORDS)
             assert sorted(got) == sorted(values), f"read {len(got)} of {RECORDS}"
             print(f"podman kube play of the dev overlay: {RECORDS} records produced and consumed")
         finally:
@@ -165,13 +162,7 @@ def _down(path: Path, manifests: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.kube_play_smoke")
-    parser.add_argument("--image", default=os.environ.get("IMAGE", "localhost/seglog:dev"))
-    args = parser.parse_args(argv)
-    started = time.monotonic()
-    smoke(args.image)
-    print(f"kube play smoke test passed in {time.monotonic() - started:.0f} s")
-    return 0
+    return smoke_main("python -m tests.kube_play_smoke", smoke, argv)
 
 
 if __name__ == "__main__":
