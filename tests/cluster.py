@@ -17,6 +17,7 @@ from seglog.client.gateway import GatewayClient
 from seglog.records import RecordBatchBuilder
 from seglog.security.certs import (
     GATEWAY_IDENTITY,
+    NODE_IDENTITY_PREFIX,
     CertificateAuthority,
     node_identity,
     write_issued,
@@ -57,6 +58,7 @@ class LocalCluster:
         meter_provider_for=None,
         node_configs: dict[str, str] | None = None,
         tls: bool = False,
+        node_identity_prefix: str = NODE_IDENTITY_PREFIX,
         **gateway_config,
     ) -> None:
         """`tls`: a cluster CA made for this cluster (under root/tls), the gateway and each
@@ -68,6 +70,8 @@ class LocalCluster:
             self.ca = CertificateAuthority.create()
             self.ca.write(root / "tls")
             gateway_config.setdefault("tls", self.tls_files(GATEWAY_IDENTITY))
+            gateway_config.setdefault("node_identity_prefix", node_identity_prefix)
+        self.node_identity_prefix = node_identity_prefix
         self.node_configs = dict(node_configs or {})
         self.cluster_secret = gateway_config.get("cluster_secret", CLUSTER_SECRET)
         self.tracer_provider = tracer_provider
@@ -135,7 +139,10 @@ class LocalCluster:
             heartbeat_interval_ms=HEARTBEAT_MS,
             engine_configs={**self.node_configs, **engine_configs},
             cluster_secret=self.cluster_secret,
-            tls=None if self.ca is None else self.tls_files(node_identity(node_id)),
+            tls=None
+            if self.ca is None
+            else self.tls_files(node_identity(node_id, self.node_identity_prefix)),
+            node_identity_prefix=self.node_identity_prefix,
         )
         node = StorageNode(
             config,

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from seglog.rpc import grants
+from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
 from seglog.security.tokens import TokenVerifier
 from services import serving
@@ -180,6 +181,13 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         parser, "--internal-listen", "SEGLOG_INTERNAL_LISTEN", "the nodes' listener (mutual TLS)"
     )
     serving.env_flag(
+        parser,
+        "--tls-node-identity-prefix",
+        "SEGLOG_TLS_NODE_IDENTITY_PREFIX",
+        "nodes' certificates name them <prefix><id>: only that certificate claims the id",
+        default=NODE_IDENTITY_PREFIX,
+    )
+    serving.env_flag(
         parser, "--oauth-jwks-file", "SEGLOG_OAUTH_JWKS_FILE", "JWT key set for bearer tokens"
     )
     serving.env_flag(parser, "--oauth-audience", "SEGLOG_OAUTH_AUDIENCE", "required JWT audience")
@@ -246,6 +254,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         tls=tls,
         tls_client_auth=args.tls_client_auth,
         internal_listen=args.internal_listen,
+        node_identity_prefix=args.tls_node_identity_prefix,
         tokens=TokenVerifier(
             Path(args.oauth_jwks_file) if args.oauth_jwks_file else None,
             Path(args.token_file) if args.token_file else None,

@@ -18,7 +18,7 @@ from seglog.errors import (
     SeglogError,
 )
 from seglog.rpc.status import abort, error_from_rpc, set_error
-from seglog.security.certs import node_identity
+from seglog.security.certs import NODE_IDENTITY_PREFIX, node_identity
 from seglog.security.tls import peer_identity
 from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
@@ -356,8 +356,10 @@ class RegistryService:
         *,
         heartbeat_interval_ms: int = 2000,
         node_certificates: bool = False,
+        node_identity_prefix: str = NODE_IDENTITY_PREFIX,
     ) -> None:
         self.registry = registry
+        self.node_identity_prefix = node_identity_prefix
         self.heartbeat_interval_ms = heartbeat_interval_ms
         # With TLS and a cluster CA: a node id is claimed only with that node's certificate.
         self.node_certificates = node_certificates
@@ -366,12 +368,13 @@ class RegistryService:
         if not self.node_certificates:
             return
         identity = peer_identity(context)
-        if identity != node_identity(node_id):
+        expected = node_identity(node_id, self.node_identity_prefix)
+        if identity != expected:
             abort(
                 context,
                 PermissionDeniedError(
                     f"{action} as node {node_id} needs that node's certificate "
-                    f"({node_identity(node_id)}), not {identity or 'none'}"
+                    f"({expected}), not {identity or 'none'}"
                 ),
             )
 

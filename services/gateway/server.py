@@ -16,6 +16,7 @@ from opentelemetry.metrics import MeterProvider
 
 from seglog.rpc import grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
+from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
 from seglog.security.tokens import TokenVerifier
@@ -90,6 +91,8 @@ class GatewayConfig:
     # inter-broker listener), default the same host on any free port.
     tls_client_auth: str = "required"
     internal_listen: str | None = None
+    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
+    node_identity_prefix: str = NODE_IDENTITY_PREFIX
     # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
     tokens: TokenVerifier | None = None
     # Kafka's ssl.principal.mapping.rules over the certificate's subject DN ("": its CN).
@@ -185,6 +188,7 @@ class Gateway:
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             node_certificates=config.tls is not None and config.tls.ca is not None,
+            node_identity_prefix=config.node_identity_prefix,
         )
         self.offsets = OffsetsStore(
             self.registry,

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from seglog.rpc import grants
+from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
 from services import serving
 
@@ -56,6 +57,13 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
     serving.env_flag(parser, "--tls-cert", "SEGLOG_TLS_CERT", "PEM certificate (node-<id>)")
     serving.env_flag(parser, "--tls-key", "SEGLOG_TLS_KEY", "PEM private key")
     serving.env_flag(parser, "--tls-ca", "SEGLOG_TLS_CA", "PEM cluster CA (mutual TLS)")
+    serving.env_flag(
+        parser,
+        "--tls-node-identity-prefix",
+        "SEGLOG_TLS_NODE_IDENTITY_PREFIX",
+        "nodes' certificates name them <prefix><id>",
+        default=NODE_IDENTITY_PREFIX,
+    )
     parser.add_argument(
         "--config",
         action="append",
@@ -91,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         controlled_shutdown_timeout_ms=int(shutdown_timeout_ms),
         cluster_secret=_secret(parser, args.cluster_secret),
         tls=_tls(parser, args),
+        node_identity_prefix=args.tls_node_identity_prefix,
         bulk_listen=args.bulk_listen,
         advertised_bulk_address=args.advertised_bulk_address,
     )

@@ -17,7 +17,7 @@ from opentelemetry.metrics import MeterProvider
 from seglog.errors import InvalidConfigError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
-from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
+from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
 from seglog.security.tls import TlsFiles, peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
@@ -57,6 +57,8 @@ class NodeConfig:
     # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
     # certificate; it dials the gateway and its peers with its own.
     tls: TlsFiles | None = None
+    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
+    node_identity_prefix: str = NODE_IDENTITY_PREFIX
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work.
     engine_configs: Mapping[str, str] = field(default_factory=dict)
@@ -174,14 +176,14 @@ class StorageNode:
             },
         )
 
-    @staticmethod
-    def _cluster_only(method: Callable[..., Any]) -> Callable[..., Any]:
+    def _cluster_only(self, method: Callable[..., Any]) -> Callable[..., Any]:
         """The storage-node API serves the gateway and peer nodes only: a caller whose
         certificate names anything else is refused before the method runs."""
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             identity = peer_identity(context)
-            if identity != GATEWAY_IDENTITY and node_id_of(identity or "") is None:
+            prefix = self.config.node_identity_prefix
+            if identity != GATEWAY_IDENTITY and node_id_of(identity or "", prefix) is None:
                 abort(
                     context,
                     PermissionDeniedError(

@@ -22,7 +22,7 @@ from seglog.rpc.status import error_from_rpc
 from seglog.security.certs import CertificateAuthority, write_issued
 from seglog.security.tls import ClientSecurity, channel_credentials
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
-from tests.cluster import LocalCluster, wait_until
+from tests.cluster import LocalCluster, batch, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +194,34 @@ def test_certificates_rotate_without_a_restart_or_a_failed_write(cluster):
     # New clients still connect and work against the renewed certificates.
     with GatewayClient(cluster.address, security=security) as client:
         assert client.describe_topic("rotating").partitions[0].high_watermark >= len(acked)
+
+
+def test_node_certificates_named_after_statefulset_pods(tmp_path):
+    """Kubernetes' per-pod issuers name a node's certificate after its pod
+    (`seglog-node-<ordinal>`): with that prefix the cluster replicates over mutual TLS, the
+    node id is still claimed only with its own certificate, and the old form proves nothing."""
+    cluster = LocalCluster(tmp_path, nodes=2, tls=True, node_identity_prefix="seglog-node-")
+    try:
+        cluster.client.create_topic("pods", 1, 2)
+        [result] = cluster.client.produce("pods", {0: batch([b"v"])}, acks=-1)
+        assert not result.error  # both replicas, over the nodes' mutual TLS
+        for identity in ("seglog-node-2", "node-1"):
+            creds = channel_credentials(cluster.tls_files(identity))
+            with grpc.secure_channel(cluster.address, creds) as channel:
+                stub = gateway_pb2_grpc.RegistryStub(channel)
+                with pytest.raises(grpc.RpcError) as denied:
+                    stub.Heartbeat(gateway_pb2.NodeHeartbeat(node_id=1, address="x:1"), timeout=5)
+                assert "seglog-node-1" in str(error_from_rpc(denied.value))
+        # The storage-node API takes the pod-named certificate of a peer, not the old form.
+        ask = storage_pb2.DescribePartitionsRequest()
+        for identity, allowed in (("seglog-node-2", True), ("node-2", False)):
+            creds = channel_credentials(cluster.tls_files(identity))
+            with grpc.secure_channel(cluster.nodes[1].address, creds) as channel:
+                stub = storage_pb2_grpc.StorageNodeStub(channel)
+                if allowed:
+                    stub.DescribePartitions(ask, timeout=5)
+                else:
+                    with pytest.raises(grpc.RpcError):
+                        stub.DescribePartitions(ask, timeout=5)
+    finally:
+        cluster.close()

@@ -31,15 +31,18 @@ NODE_IDENTITY_PREFIX = "node-"
 DEFAULT_VALID_DAYS = 365
 
 
-def node_identity(node_id: int) -> str:
-    return f"{NODE_IDENTITY_PREFIX}{node_id}"
+def node_identity(node_id: int, prefix: str = NODE_IDENTITY_PREFIX) -> str:
+    """The certificate subject (CN) that proves node `node_id`: `node-<id>`, or another
+    prefix where certificates are named otherwise (Kubernetes: a StatefulSet pod's name,
+    `seglog-node-<ordinal>`, which per-pod issuers put in the CN)."""
+    return f"{prefix}{node_id}"
 
 
-def node_id_of(identity: str) -> int | None:
+def node_id_of(identity: str, prefix: str = NODE_IDENTITY_PREFIX) -> int | None:
     """The node id a certificate's identity names, or None when it names no node."""
-    if not identity.startswith(NODE_IDENTITY_PREFIX):
+    if not identity.startswith(prefix):
         return None
-    number = identity[len(NODE_IDENTITY_PREFIX) :]
+    number = identity[len(prefix) :]
     return int(number) if number.isdigit() else None
 
 
