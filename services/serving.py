@@ -179,6 +179,28 @@ def build_server(
     return server, health_servicer, port
 
 
+def health_server(listen: str, health_servicer: health.HealthServicer) -> tuple[grpc.Server, int]:
+    """A plaintext listener serving only the health service (started), for probes that
+    cannot speak TLS (Kubernetes' gRPC probes) when the service's own listener requires
+    mutual TLS; it answers what the service's health servicer says, nothing else."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="health"))
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}")
+    server.start()
+    return server, port
+
+
+def add_health_listen_flag(parser: argparse.ArgumentParser) -> None:
+    env_flag(
+        parser,
+        "--health-listen",
+        "SEGLOG_HEALTH_LISTEN",
+        "a plaintext listener for the health service only (probes that cannot speak TLS)",
+    )
+
+
 def set_serving(health_servicer: health.HealthServicer, names: Iterable[str], up: bool) -> None:
     """What the standard health service answers (Kubernetes' gRPC probes ask for "")."""
     status = (

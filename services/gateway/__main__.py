@@ -225,6 +225,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         default="false",
         choices=["true", "false"],
     )
+    serving.add_health_listen_flag(parser)
     serving.add_config_file_flag(parser)
     args = parser.parse_args(serving.config_file_flags(argv, parser))
     try:
@@ -255,6 +256,7 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         tls_client_auth=args.tls_client_auth,
         internal_listen=args.internal_listen,
         node_identity_prefix=args.tls_node_identity_prefix,
+        health_listen=args.health_listen,
         tokens=TokenVerifier(
             Path(args.oauth_jwks_file) if args.oauth_jwks_file else None,
             Path(args.token_file) if args.token_file else None,

@@ -93,6 +93,8 @@ class GatewayConfig:
     internal_listen: str | None = None
     # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
     node_identity_prefix: str = NODE_IDENTITY_PREFIX
+    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
+    health_listen: str | None = None
     # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
     tokens: TokenVerifier | None = None
     # Kafka's ssl.principal.mapping.rules over the certificate's subject DN ("": its CN).
@@ -224,6 +226,8 @@ class Gateway:
         self.port = 0
         self.internal_server: grpc.Server | None = None
         self.internal_port = 0
+        self.health_server: grpc.Server | None = None
+        self.health_port = 0
 
     @property
     def address(self) -> str:
@@ -422,7 +426,7 @@ class Gateway:
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
-        self.server, _, self.port = serving.build_server(
+        self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers,
             [GATEWAY_SERVICE, GROUPS_SERVICE]
@@ -432,6 +436,10 @@ class Gateway:
             credentials=None if tls is None else server_credentials(tls, client_auth),
         )
         self.server.start()
+        if self.config.health_listen:
+            self.health_server, self.health_port = serving.health_server(
+                self.config.health_listen, health
+            )
         self._expiry.start()
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
@@ -460,5 +468,7 @@ class Gateway:
             self.server.stop(grace_s).wait()
         if self.internal_server is not None:
             self.internal_server.stop(grace_s).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0)
         self.coordinator.close()
         self.connections.close()

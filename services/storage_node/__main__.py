@@ -73,6 +73,7 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         "retention.check.interval.ms=1000, replica.lag.time.max.ms=10000, "
         "controlled.shutdown.enable=false (repeatable)",
     )
+    serving.add_health_listen_flag(parser)
     serving.add_config_file_flag(parser)
     args = parser.parse_args(serving.config_file_flags(argv, parser, others="--config"))
     engine_configs = {}
@@ -100,6 +101,7 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         cluster_secret=_secret(parser, args.cluster_secret),
         tls=_tls(parser, args),
         node_identity_prefix=args.tls_node_identity_prefix,
+        health_listen=args.health_listen,
         bulk_listen=args.bulk_listen,
         advertised_bulk_address=args.advertised_bulk_address,
     )

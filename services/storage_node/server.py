@@ -59,6 +59,8 @@ class NodeConfig:
     tls: TlsFiles | None = None
     # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
     node_identity_prefix: str = NODE_IDENTITY_PREFIX
+    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
+    health_listen: str | None = None
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work.
     engine_configs: Mapping[str, str] = field(default_factory=dict)
@@ -123,6 +125,8 @@ class StorageNode:
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.health: HealthServicer | None = None
+        self.health_server: grpc.Server | None = None
+        self.health_port = 0
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
@@ -216,10 +220,16 @@ class StorageNode:
             serving=False,
         )
         self.server.start()
+        if self.config.health_listen:
+            self.health_server, self.health_port = serving.health_server(
+                self.config.health_listen, self.health
+            )
         try:
             self.logs.startup()
         except BaseException:
             self.server.stop(0)
+            if self.health_server is not None:
+                self.health_server.stop(0)
             raise
         self.replicas.start()
         if self.config.cluster_secret is not None:
@@ -274,6 +284,8 @@ class StorageNode:
         if self.server is not None:
             self.replicas.stop()
             self.server.stop(grace_s).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0)
         self.logs.shutdown()
 
 

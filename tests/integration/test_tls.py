@@ -12,6 +12,7 @@ import threading
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
@@ -223,5 +224,24 @@ def test_node_certificates_named_after_statefulset_pods(tmp_path):
                 else:
                     with pytest.raises(grpc.RpcError):
                         stub.DescribePartitions(ask, timeout=5)
+    finally:
+        cluster.close()
+
+
+def test_probes_reach_health_on_a_plaintext_port_and_nothing_else(tmp_path):
+    """Kubernetes' gRPC probes speak no TLS: --health-listen serves the health service alone,
+    in plaintext, answering what the service's own health says."""
+    cluster = LocalCluster(tmp_path, nodes=1, tls=True, health_listen="127.0.0.1:0")
+    try:
+        port = cluster.gateway.health_port
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as refused:  # no other service there
+                gateway_pb2_grpc.GatewayStub(channel).DescribeCluster(
+                    gateway_pb2.DescribeClusterRequest(), timeout=5
+                )
+            assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
     finally:
         cluster.close()

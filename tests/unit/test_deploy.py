@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from seglog.security.certs import GATEWAY_IDENTITY, CertificateAuthority, node_id_of
 from services import serving
 from services.gateway.__main__ import parse_args as gateway_args
 from services.storage_node.__main__ import parse_args as node_args
@@ -119,6 +120,26 @@ def _env(container, config_dir: Path, mounts: dict[str, Path]) -> dict[str, str]
     return env
 
 
+_CA = CertificateAuthority.create()
+
+
+def _certificate_identity(volume) -> str:
+    if "csi" in volume:
+        attributes = volume["csi"]["volumeAttributes"]
+        name = attributes["csi.cert-manager.io/common-name"]
+        return name.replace("${POD_NAME}", FIELD_SAMPLES["metadata.name"])
+    return GATEWAY_IDENTITY if "gateway" in volume["secret"]["secretName"] else "unknown"
+
+
+def _write_certificate(directory: Path, identity: str) -> None:
+    """tls.crt, tls.key and ca.crt, cert-manager's layout."""
+    directory.mkdir(parents=True)
+    issued = _CA.issue(identity)
+    (directory / "tls.crt").write_bytes(issued.cert_pem)
+    (directory / "tls.key").write_bytes(issued.key_pem)
+    (directory / "ca.crt").write_bytes(_CA.cert_pem)
+
+
 def _parse(parse_args, args, env, monkeypatch):
     """The service's config from `args` with exactly `env` set, and the variables its
     flags read."""
@@ -150,14 +171,22 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
             # ConfigMap volumes: their files, written where the test can read them.
             volumes = {v["name"]: v for v in pod.get("volumes", [])}
             mounts = {}
+            identities = {}
             for mount in container.get("volumeMounts", []):
                 volume = volumes.get(mount["name"], {})
+                local = tmp_path / workload["metadata"]["name"] / mount["name"]
                 if "configMap" in volume:
-                    local = tmp_path / workload["metadata"]["name"] / mount["name"]
                     local.mkdir(parents=True)
                     for name, text in config_maps[volume["configMap"]["name"]]["data"].items():
                         (local / name).write_text(text)
                     mounts[mount["mountPath"]] = local
+                elif "secret" in volume or "csi" in volume:
+                    # A certificate as the Secret (the gateway's) or cert-manager's CSI driver
+                    # (a node's, named by its template) would hold it.
+                    identity = _certificate_identity(volume)
+                    _write_certificate(local, identity)
+                    mounts[mount["mountPath"]] = local
+                    identities[command] = identity
             env = _env(container, tmp_path, mounts)
             # Every variable set is read: by a flag of the service, by us, by OpenTelemetry,
             # or only to build another one's value.
@@ -171,8 +200,10 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
             }
             unread = set(env) - flags_read - READ_OTHERWISE - referenced
             assert not unread, f"{command} in {overlay} sets {unread}, which nothing reads"
-            # Probes ask the port the service listens on.
-            port = int(config.listen.rsplit(":", 1)[1])
+            # Probes ask the port the service listens on (its health-only port with TLS).
+            port = int((config.health_listen or config.listen).rsplit(":", 1)[1])
+            if config.tls is not None:
+                assert config.health_listen, f"{command}: TLS needs a plaintext health port"
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 assert container[probe]["grpc"]["port"] == port, (command, probe)
             # The data volume (a PVC, or the StatefulSet's claim template) is the data dir.
@@ -187,6 +218,12 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 assert config.advertised_address == "seglog-node-2.seglog-node.seglog.svc:7071"
                 assert config.engine_configs["min.insync.replicas"] in ("1", "2")
                 assert config.cluster_secret == SECRET_SAMPLE.encode()
+                if config.tls is not None:  # its certificate proves the id it claims
+                    identity = identities[command]
+                    assert node_id_of(identity, config.node_identity_prefix) == config.node_id
+            if command == "seglog-gateway" and config.tls is not None:
+                assert identities[command] == GATEWAY_IDENTITY
+                assert config.authorizer and not config.allow_everyone_if_no_acl_found
             checked.add(command)
     assert checked == set(SERVICES)
 
