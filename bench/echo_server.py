@@ -8,6 +8,9 @@ With `--relay-to HOST:PORT` it serves both by forwarding to that echo server ins
 payload passed on unchanged, the stream's messages yielded unchanged. Two bare hops doing no
 work: the ceiling of any design in which a gateway relays calls to a storage node.
 
+With `--tls CERT KEY CA` (first) it serves mutual TLS and a relay dials upstream with the
+same certificate: the ceiling of the same design with TLS on both hops.
+
 Prints `echo listening on HOST:PORT` and serves until SIGTERM."""
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 
 from seglog.rpc import wire
 from seglog.rpc.channels import open_channel
+from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
 from services import serving
 
 Put = Callable[[bytes, grpc.ServicerContext], bytes]
@@ -40,8 +45,10 @@ def _echo() -> tuple[Put, Stream]:
     return put, stream
 
 
-def _relay(upstream_address: str) -> tuple[Put, Stream]:
-    channel = open_channel(upstream_address)
+def _relay(
+    upstream_address: str, credentials: grpc.ChannelCredentials | None
+) -> tuple[Put, Stream]:
+    channel = open_channel(upstream_address, credentials=credentials)
     upstream_put = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
     upstream_stream = channel.unary_stream("/bench.Echo/Stream", wire.identity, wire.identity)
 
@@ -56,7 +63,12 @@ def _relay(upstream_address: str) -> tuple[Put, Stream]:
 
 def main(argv: list[str]) -> int:
     serving.keep_freed_buffers_for_reuse()  # as the seglog servers do: the same allocator
-    put, stream = _relay(argv[1]) if argv[:1] == ["--relay-to"] else _echo()
+    tls = None
+    if argv[:1] == ["--tls"]:
+        tls = TlsFiles(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        argv = argv[4:]
+    credentials = None if tls is None else channel_credentials(tls)
+    put, stream = _relay(argv[1], credentials) if argv[:1] == ["--relay-to"] else _echo()
     handler = grpc.method_handlers_generic_handler(
         "bench.Echo",
         {
@@ -73,7 +85,10 @@ def main(argv: list[str]) -> int:
         handlers=[handler],
         options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", server_credentials(tls, "required"))
     server.start()
     print(f"echo listening on 127.0.0.1:{port}", flush=True)
     serving.wait_for_signal()

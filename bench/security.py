@@ -31,7 +31,15 @@ from services import serving
 from services.gateway.authorization import Authorization
 from services.processes import ServerProcess, gateway_process, node_process
 
-from .services import MIB, ROUNDS, SERVICE_MIB, _fetch, _produce, _request_of_batches
+from .services import (
+    MIB,
+    ROUNDS,
+    SERVICE_MIB,
+    _baseline_stream,
+    _fetch,
+    _produce,
+    _request_of_batches,
+)
 from .timing import best_in_turns
 
 
@@ -93,6 +101,25 @@ def _cluster(root: Path, tls: bool) -> tuple[list[ServerProcess], grpc.Channel]:
     return processes, channel
 
 
+def _bare_relay(root: Path, tls: bool) -> tuple[list[ServerProcess], grpc.Channel]:
+    """An echo server and a relay in front of it (bench/echo_server.py), with mutual TLS on
+    both hops or none; the channel dials the relay."""
+    args: list[str] = []
+    credentials = None
+    if tls:
+        ca = CertificateAuthority.create()
+        ca.write(root)
+        write_issued(ca.issue("bench"), root, "bench")
+        files = TlsFiles(root / "bench.pem", root / "bench.key", root / "ca.pem")
+        args = ["--tls", str(files.cert), str(files.key), str(files.ca)]
+        credentials = channel_credentials(files)
+    echo = ServerProcess("echo", "bench.echo_server", args)
+    echo.start()
+    relay = ServerProcess("relay", "bench.echo_server", [*args, "--relay-to", echo.address])
+    relay.start()
+    return [echo, relay], open_channel(relay.address, credentials=credentials)
+
+
 def run(report) -> None:  # type: ignore[no-untyped-def]
     serving.keep_freed_buffers_for_reuse()
     with tempfile.TemporaryDirectory(prefix="seglog-bench-security-") as tmp:
@@ -136,6 +163,28 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 fetched / fetch_s["plain"],
                 "MB/s",
                 0.7,
+            )
+            # The same stream through bare two-hop relays (no work), TLS on both hops
+            # against none: the ceiling of the ratio above on this machine.
+            relays = {
+                name: _bare_relay(root / f"relay-{name}", name == "tls")
+                for name in ("plain", "tls")
+            }
+            for relay_processes, _ in relays.values():
+                processes += relay_processes
+            relayed_s = best_in_turns(
+                {
+                    name: lambda channel=channel: _baseline_stream(channel, moved)
+                    for name, (_, channel) in relays.items()
+                },
+                ROUNDS,
+            )
+            report(
+                "  bare two-hop stream relay, TLS vs plaintext (MB/s)",
+                fetched / relayed_s["tls"],
+                fetched / relayed_s["plain"],
+                "MB/s",
+                None,
             )
             # The authorizer: 10,000 ACLs, one produce's check against one produce's time.
             acls = [
