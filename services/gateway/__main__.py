@@ -35,6 +35,19 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
     )
     serving.env_flag(
         parser,
+        "--registry-etcd",
+        "SEGLOG_REGISTRY_ETCD",
+        "keep the registry in etcd (host:port of a member) instead of the data dir",
+    )
+    serving.env_flag(
+        parser,
+        "--registry-etcd-prefix",
+        "SEGLOG_REGISTRY_ETCD_PREFIX",
+        "the registry's key prefix in etcd",
+        default="/seglog",
+    )
+    serving.env_flag(
+        parser,
         "--session-timeout-ms",
         "SEGLOG_SESSION_TIMEOUT_MS",
         "a node without a heartbeat for this long is down",
@@ -257,6 +270,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         internal_listen=args.internal_listen,
         node_identity_prefix=args.tls_node_identity_prefix,
         health_listen=args.health_listen,
+        registry_etcd=args.registry_etcd,
+        registry_etcd_prefix=args.registry_etcd_prefix,
         tokens=TokenVerifier(
             Path(args.oauth_jwks_file) if args.oauth_jwks_file else None,
             Path(args.token_file) if args.token_file else None,

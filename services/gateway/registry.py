@@ -41,7 +41,6 @@ Every change is handed to `listeners` (the gateway pushes it to the replicas' no
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -62,7 +61,6 @@ from seglog.errors import (
 from seglog.security.acls import AclBinding
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names
-from seglog.storage.log_files import atomic_write
 
 from .partition_changes import (
     NO_LEADER,
@@ -74,6 +72,7 @@ from .partition_changes import (
     place,
     restore_preferred,
 )
+from .registry_store import FileRegistryStore, RegistryStore
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +142,10 @@ class Registry:
         max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+        store: RegistryStore | None = None,
     ) -> None:
-        self.path = data_dir / REGISTRY_FILE
+        # Where the state is kept (registry_store.py): registry.json by default.
+        self.store = store if store is not None else FileRegistryStore(data_dir / REGISTRY_FILE)
         self.default_replication_factor = default_replication_factor
         # Called (outside the lock) with the partitions whose registration changed.
         self.listeners: list[Callable[[list[PartitionChange]], object]] = []
@@ -164,11 +165,11 @@ class Registry:
     # -- persistence ---------------------------------------------------------------------
 
     def _load(self) -> None:
-        if not self.path.exists():
+        state = self.store.load()
+        if state is None:
             return
-        state = json.loads(self.path.read_text())
         if state.get("version") != _VERSION:
-            raise ValueError(f"{self.path}: unknown registry version {state.get('version')!r}")
+            raise ValueError(f"unknown registry version {state.get('version')!r}")
         grace = time.monotonic() + self.session_timeout_s
         self.next_producer_id_block = int(state.get("next_producer_id_block", 0))
         self.acls = [AclBinding(**acl) for acl in state.get("acls", [])]
@@ -197,7 +198,7 @@ class Registry:
                 for t in self.topics.values()
             },
         }
-        atomic_write(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
+        self.store.save(state)
 
     def add_acls(self, acls: list[AclBinding]) -> None:
         """Kafka's CreateAcls: all checked first; persisted before they apply."""

@@ -42,6 +42,7 @@ from .registry import (
     DEFAULT_REPLICATION_FACTOR,
     Registry,
 )
+from .registry_store import EtcdRegistryStore
 from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,11 @@ _SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of 
 class GatewayConfig:
     listen: str = "127.0.0.1:7070"
     data_dir: Path = Path("data/gateway")
+    # The registry in etcd (host:port of a member; registry_store.py) under this key
+    # prefix, instead of registry.json in the data dir. One gateway per registry for now:
+    # a second one's writes are refused (they fail their compare), never merged.
+    registry_etcd: str | None = None
+    registry_etcd_prefix: str = "/seglog"
     # Kafka's broker.session.timeout.ms and broker.heartbeat.interval.ms.
     session_timeout_ms: int = 9000
     heartbeat_interval_ms: int = 2000
@@ -149,6 +155,9 @@ class Gateway:
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
+            store=None
+            if config.registry_etcd is None
+            else EtcdRegistryStore(config.registry_etcd, config.registry_etcd_prefix),
         )
         self.authorization = Authorization(
             self.registry.acls,
