@@ -53,6 +53,9 @@ from .registry import Registry, Route, is_internal_topic
 
 logger = logging.getLogger(__name__)
 
+# How much longer than a produce's timeout_ms the gateway waits for the node's answer.
+NODE_ANSWER_GRACE_S = 2.0
+
 DEFAULT_TIMEOUT_MS = 30_000
 # acks=0 payloads the gateway holds while their nodes have not answered (a hung leader).
 DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 256 * 1024 * 1024
@@ -143,7 +146,10 @@ class GatewayService:
             by_node = self._check_produce(scanned)
         except SeglogError as exc:
             abort(context, exc)
-        timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        # The node answers REQUEST_TIMED_OUT per partition itself once timeout_ms has passed
+        # (acks=all); the relay waits a little longer, so that answer reaches the producer
+        # rather than the relay's own deadline racing it.
+        timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
         if scanned.acks == 0 or len(by_node) > 1:
             request = common_pb2.ProduceRequest.FromString(raw)
         if scanned.acks == 0:
