@@ -127,9 +127,9 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
                         raise error
                     continue
                 high_watermark = message.high_watermark
-                offset = _decode_into(rows, message.records, offset, task.end)
-                if rows.full():
-                    yield rows.take()
+                reached = [offset]
+                yield from _decode_into(rows, message.records, reached, task.end)
+                offset = reached[0]
             if offset >= task.end:
                 break
             if offset > before:
@@ -190,8 +190,13 @@ def _past_lost_records(
     return task.end
 
 
-def _decode_into(rows: Collector, records: bytes | memoryview, offset: int, end: int) -> int:
-    """Add the records of [offset, end) in `records` to `rows`; the offset reached."""
+def _decode_into(
+    rows: Collector, records: bytes | memoryview, reached: list[int], end: int
+) -> Iterator[pa.RecordBatch]:
+    """Add the records of [reached[0], end) in `records` to `rows`, yielding each Arrow
+    batch as it fills (about ROWS_PER_ARROW_BATCH rows: Spark's best size); `reached[0]`
+    follows the offset reached."""
+    offset = reached[0]
     for batch in iter_batches(records):
         if isinstance(batch, LegacyMessage):
             rows.add_records([r for r in records_of(batch) if offset <= r.offset < end])
@@ -200,13 +205,14 @@ def _decode_into(rows: Collector, records: bytes | memoryview, offset: int, end:
             header = batch.header
             next_offset = header.last_offset + 1
             if header.is_control or next_offset <= offset:
-                offset = max(offset, next_offset)
+                offset = reached[0] = max(offset, next_offset)
                 continue
             rows.add_batch(batch, offset, end)
-        offset = max(offset, next_offset)
+        offset = reached[0] = max(offset, next_offset)
+        if rows.full():
+            yield rows.take()
         if offset >= end:
-            return offset
-    return offset
+            return
 
 
 def _fetch(
