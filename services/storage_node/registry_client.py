@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import grpc
 from opentelemetry import trace
 
-from seglog.rpc.channels import open_channel
+from seglog.rpc.channels import channel_target, open_channel
 from seglog.rpc.status import error_from_code
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -35,6 +35,8 @@ from .partition import IsrProposal, Registration
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_GATEWAY_PORT = 7070
 
 
 class RegistrySession:
@@ -57,8 +59,10 @@ class RegistrySession:
         self.address = address
         self.replicas = replicas
         self.interval_s = heartbeat_interval_ms / 1000
+        # Several gateway addresses (comma-separated): the session fails over between them.
         self._channel = open_channel(
-            gateway, credentials=None if tls is None else channel_credentials(tls)
+            channel_target(gateway, DEFAULT_GATEWAY_PORT),
+            credentials=None if tls is None else channel_credentials(tls),
         )
         self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
         self._stop = threading.Event()

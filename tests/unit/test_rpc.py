@@ -7,6 +7,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from seglog import errors
 from seglog.client.partitioner import KeyPartitioner, murmur2, partition_for_key
 from seglog.rpc import wire
+from seglog.rpc.channels import channel_target
 from seglog.rpc.status import error_code_for, error_from_code, status_code_for, to_rpc_status
 from seglog.v1 import common_pb2
 
@@ -165,3 +166,16 @@ def test_partition_for_key_matches_kafka_python(key, partitions):
     assert (
         partition_for_key(key, partitions) == (kafka_python_murmur2(key) & 0x7FFFFFFF) % partitions
     )
+
+
+def test_several_addresses_become_one_target_that_fails_over():
+    assert channel_target("10.0.0.1", 7070) == "10.0.0.1:7070"
+    assert channel_target("gw.example:7071", 7070) == "gw.example:7071"
+    assert channel_target("[::1]", 7070) == "[::1]:7070"
+    assert channel_target("unix:/tmp/s", 7070) == "unix:/tmp/s"
+    assert channel_target("127.0.0.1:1, 127.0.0.2", 7070) == "ipv4:127.0.0.1:1,127.0.0.2:7070"
+    assert channel_target("[::1]:5,[::2]:6", 7070) == "ipv6:[::1]:5,[::2]:6"
+    # A name resolves once (here to loopback); an unresolvable one is skipped; none: an error.
+    assert "127.0.0.1:9" in channel_target("localhost:9,no-such-host.invalid:9", 7070)
+    with pytest.raises(ValueError, match="resolves"):
+        channel_target("no-such-host.invalid:1,also-not.invalid:2", 7070)

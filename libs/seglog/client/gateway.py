@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from ..errors import SeglogError
 from ..rpc import wire
-from ..rpc.channels import open_channel
+from ..rpc.channels import channel_target, open_channel
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -45,12 +45,9 @@ def default_bootstrap() -> str:
 
 def with_default_port(address: str) -> str:
     """`host` -> `host:7070` (gRPC would otherwise try 443); `host:port`, `[v6]:port` and
-    `unix:` targets are kept as they are."""
-    if address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
-        return address
-    if address.startswith("["):
-        return address if "]:" in address else f"{address}:{DEFAULT_PORT}"
-    return address if ":" in address else f"{address}:{DEFAULT_PORT}"
+    `unix:` targets are kept as they are; several comma-separated addresses become one
+    target that fails over between them (rpc/channels.py)."""
+    return channel_target(address, DEFAULT_PORT)
 
 
 @dataclass(frozen=True)

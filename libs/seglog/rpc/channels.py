@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import grpc
@@ -21,6 +22,48 @@ def channel_options() -> list[tuple[str, Any]]:
         # created for the same address, so closing one cannot disturb another.
         ("grpc.use_local_subchannel_pool", 1),
     ]
+
+
+def channel_target(addresses: str, default_port: int) -> str:
+    """gRPC's target for one address (`host[:port]`, the default port added) or for several
+    comma-separated ones (Kafka's bootstrap.servers): each host resolved once to its
+    addresses, all in one `ipv4:`/`ipv6:` target, which gRPC's pick_first policy tries in
+    order — and tries again, in order, when the connection it made fails or drops, so calls
+    fail over to the next server (the calls in flight fail, retriable)."""
+    parts = [part.strip() for part in addresses.split(",") if part.strip()]
+    if not parts:
+        raise ValueError("no address given")
+    if len(parts) == 1:
+        return _with_port(parts[0], default_port)
+    v4: list[str] = []
+    v6: list[str] = []
+    for part in parts:
+        host, port = _with_port(part, default_port).rsplit(":", 1)
+        host = host.strip("[]")
+        try:
+            found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except socket.gaierror:
+            continue  # another address may still answer
+        for family, _, _, _, sockaddr in found:
+            if family == socket.AF_INET and f"{sockaddr[0]}:{port}" not in v4:
+                v4.append(f"{sockaddr[0]}:{port}")
+            elif family == socket.AF_INET6 and f"[{sockaddr[0]}]:{port}" not in v6:
+                v6.append(f"[{sockaddr[0]}]:{port}")
+    if v4:
+        return "ipv4:" + ",".join(v4)
+    if v6:
+        return "ipv6:" + ",".join(v6)
+    raise ValueError(f"none of {addresses!r} resolves to an address")
+
+
+def _with_port(address: str, default_port: int) -> str:
+    """`host` -> `host:<default_port>` (gRPC would otherwise try 443); `host:port`,
+    `[v6]:port` and scheme-prefixed targets (`unix:`, `dns:`, ...) stay as they are."""
+    if address.startswith(("unix:", "dns:", "ipv4:", "ipv6:")):
+        return address
+    if address.startswith("["):
+        return address if "]:" in address else f"{address}:{default_port}"
+    return address if ":" in address else f"{address}:{default_port}"
 
 
 def open_channel(

@@ -1,0 +1,67 @@
+"""Several gateway addresses (Kafka's bootstrap.servers): clients and storage nodes given a
+list keep working when the gateway they used goes and another answers at the next address
+(here: the gateway restarted elsewhere on the same registry)."""
+
+from __future__ import annotations
+
+from seglog.client.admin import Admin
+from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from services.gateway.server import Gateway, GatewayConfig
+from services.storage_node.server import NodeConfig, StorageNode
+from tests.cluster import CLUSTER_SECRET, drain, wait_until
+from tests.ports import free_ports
+
+
+def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):
+    first_port, second_port = free_ports(2)
+    addresses = f"127.0.0.1:{first_port},127.0.0.1:{second_port}"
+
+    def gateway(port):
+        config = GatewayConfig(
+            listen=f"127.0.0.1:{port}",
+            data_dir=tmp_path / "gateway",
+            session_timeout_ms=3000,
+            heartbeat_interval_ms=100,
+            default_replication_factor=1,
+            offsets_topic_replication_factor=1,
+            cluster_secret=CLUSTER_SECRET,
+        )
+        g = Gateway(config)
+        g.start()
+        return g
+
+    current = gateway(first_port)
+    node = StorageNode(
+        NodeConfig(
+            node_id=1,
+            listen="127.0.0.1:0",
+            data_dir=tmp_path / "node-1",
+            gateway=addresses,
+            heartbeat_interval_ms=100,
+            cluster_secret=CLUSTER_SECRET,
+        )
+    )
+    node.start()
+    try:
+        assert node.session is not None and node.session.registered.wait(15)
+        with Producer(addresses, linger_ms=0, retries=50, retry_backoff_ms=100) as producer:
+            with Admin(addresses) as admin:
+                admin.create_topic("moving", 1, 1)
+            for i in range(10):
+                producer.send("moving", b"before-%d" % i).get(timeout=30)
+            current.stop(grace_s=0)
+            current = gateway(second_port)  # the same registry, the next address
+            assert wait_until(lambda: 1 in current.registry.live_nodes(), 20)
+            for i in range(10):
+                producer.send("moving", b"after-%d" % i).get(timeout=30)
+        with Consumer(addresses, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("moving", 0)])
+            got = [r.value for r in drain(consumer, 20)]
+        assert sorted(got) == sorted(
+            [b"before-%d" % i for i in range(10)] + [b"after-%d" % i for i in range(10)]
+        )
+    finally:
+        node.stop(grace_s=0, controlled=False)
+        current.stop(grace_s=0)
