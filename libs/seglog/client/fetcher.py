@@ -21,6 +21,7 @@ import logging
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -99,6 +100,28 @@ def next_offset_after(records: bytes | memoryview, start: int) -> int:
             next_offset = base_offset + 1
         pos += 12 + length
     return next_offset
+
+
+def fetch_request(
+    partitions: Sequence[tuple[TopicPartition, int]],
+    *,
+    min_bytes: int,
+    max_wait_ms: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+) -> common_pb2.FetchRequest:
+    """A consumer's Fetch of `partitions` at their offsets (the gRPC and bulk paths)."""
+    request = common_pb2.FetchRequest(
+        min_bytes=min_bytes, max_wait_ms=max_wait_ms, max_bytes=max_bytes
+    )
+    for tp, offset in partitions:
+        request.partitions.add(
+            topic=tp.topic,
+            partition=tp.partition,
+            fetch_offset=offset,
+            partition_max_bytes=partition_max_bytes,
+        )
+    return request
 
 
 class Fetcher:
@@ -355,19 +378,13 @@ class Fetcher:
     def _request(
         self, partitions: list[tuple[TopicPartition, int]], *, wait: bool
     ) -> common_pb2.FetchRequest:
-        request = common_pb2.FetchRequest(
+        return fetch_request(
+            partitions,
             min_bytes=self.config.fetch_min_bytes,
             max_wait_ms=self.config.fetch_max_wait_ms if wait else 0,
             max_bytes=self.config.fetch_max_bytes,
+            partition_max_bytes=self.config.max_partition_fetch_bytes,
         )
-        for tp, offset in partitions:
-            request.partitions.add(
-                topic=tp.topic,
-                partition=tp.partition,
-                fetch_offset=offset,
-                partition_max_bytes=self.config.max_partition_fetch_bytes,
-            )
-        return request
 
     def _bulk_round(
         self,

@@ -12,6 +12,7 @@ passes, headers included.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Protocol
 
@@ -226,13 +227,8 @@ class ArrowRows:
 
 
 def _headers_array(headers: tuple[tuple[tuple[str, bytes | None], ...], ...]) -> pa.Array:
-    lengths = [len(h) for h in headers]
     flat = [pair for h in headers for pair in h]
-    starts = [0]
-    total = 0
-    for n in lengths:  # one add per record: the list offsets Arrow needs
-        total += n
-        starts.append(total)
+    starts = [0, *itertools.accumulate(map(len, headers))]  # the list offsets Arrow needs
     keys, values = zip(*flat, strict=True) if flat else ((), ())
     items = pa.StructArray.from_arrays(
         [pa.array(keys, pa.string()), pa.array(values, pa.binary())],

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..client.gateway import EARLIEST, LATEST, GatewayClient, split_points
+from ..client.gateway import EARLIEST, LATEST, GatewayClient, partition_offsets, split_points
 from ..client.structs import TopicPartition
 from ..errors import SeglogError, UnknownTopicOrPartitionError
 from ..rpc.status import error_from_code
@@ -90,16 +90,7 @@ def list_offsets(
 ) -> dict[TopicPartition, int]:
     """ListOffsets for many partitions (EARLIEST, LATEST or a timestamp each): offset, or -1
     when no record is that late."""
-    by_topic: dict[str, dict[int, int]] = {}
-    for tp, spec in specs.items():
-        by_topic.setdefault(tp.topic, {})[tp.partition] = spec
-    out = {}
-    for topic, wanted in by_topic.items():
-        for partition, result in client.list_offsets(topic, wanted).items():
-            if result.error:
-                raise error_from_code(result.error, result.error_message)
-            out[TopicPartition(topic, partition)] = result.offset
-    return out
+    return {tp: found.offset for tp, found in partition_offsets(client, specs).items()}
 
 
 def resolve_offsets(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..client.bulk import BulkMessage, BulkReader
-from ..client.fetcher import next_offset_after
+from ..client.fetcher import fetch_request, next_offset_after
 from ..client.gateway import EARLIEST, FetchPosition, GatewayClient
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
@@ -244,16 +244,10 @@ def _fetch(
 def _request(
     partitions: list[tuple[TopicPartition, int]], *, wait: bool
 ) -> common_pb2.FetchRequest:
-    request = common_pb2.FetchRequest(
+    return fetch_request(
+        partitions,
         min_bytes=1,
         max_wait_ms=FETCH_MAX_WAIT_MS if wait else 0,
         max_bytes=FETCH_PARTITION_MAX_BYTES,
+        partition_max_bytes=FETCH_PARTITION_MAX_BYTES,
     )
-    for tp, offset in partitions:
-        request.partitions.add(
-            topic=tp.topic,
-            partition=tp.partition,
-            fetch_offset=offset,
-            partition_max_bytes=FETCH_PARTITION_MAX_BYTES,
-        )
-    return request
