@@ -226,7 +226,7 @@ class Gateway:
             meter_provider,
             self.registry,
             self.offsets,
-            lambda parts: self.service.per_leader_list_offsets(parts),
+            self.service.queries.per_leader_list_offsets,
         )
         self.service.metrics = self.metrics
         self.authorization.on_denied = self.metrics.denied
@@ -299,12 +299,12 @@ class Gateway:
                 response_serializer=wire.identity,
             ),
             "ListOffsets": unary(
-                guard("ListOffsets", s.ListOffsets),
+                guard("ListOffsets", s.queries.ListOffsets),
                 common_pb2.ListOffsetsRequest,
                 common_pb2.ListOffsetsResponse,
             ),
             "SplitPoints": unary(
-                guard("SplitPoints", s.SplitPoints),
+                guard("SplitPoints", s.queries.SplitPoints),
                 common_pb2.SplitPointsRequest,
                 common_pb2.SplitPointsResponse,
             ),

@@ -1,5 +1,5 @@
-"""The Gateway service's data path: Produce, Fetch, ListOffsets and SplitPoints (admin calls and the
-Registry service are in admin.py).
+"""The Gateway service's data path: Produce and Fetch (ListOffsets and SplitPoints are in
+leader_queries.py, admin calls and the Registry service in admin.py).
 
 Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
 when all its partitions live on one node (the usual case for a producer grouping by leader);
@@ -19,9 +19,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 
@@ -48,6 +47,7 @@ from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from .fetch_grants import fetch_grants
+from .leader_queries import LeaderQueries
 from .nodes import NodeConnection, NodeConnections
 from .registry import Registry, Route, is_internal_topic
 
@@ -87,6 +87,11 @@ class GatewayService:
         self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
         self._unacknowledged_lock = threading.Lock()
         self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
+        # ListOffsets and SplitPoints: asked of each partition's leader (leader_queries.py).
+        self.queries = LeaderQueries(
+            lambda p: self._route(p.topic, p.partition, client_leader_epoch(p))[1],
+            self._node_failure,
+        )
 
     # -- routing -------------------------------------------------------------------------
 
@@ -394,100 +399,10 @@ class GatewayService:
                     if not any(t.is_alive() for t in pumps):
                         break
 
-    # -- ListOffsets, SplitPoints -------------------------------------------------------
-
-    def ListOffsets(
-        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.ListOffsetsResponse:
-        response = common_pb2.ListOffsetsResponse()
-        response.partitions.extend(self.per_leader_list_offsets(request.partitions))
-        return response
-
-    def per_leader_list_offsets(
-        self, parts: Sequence[common_pb2.ListOffsetsPartition]
-    ) -> list[common_pb2.ListOffsetsResult]:
-        return self._per_leader(
-            parts, common_pb2.ListOffsetsRequest, lambda stub: stub.ListOffsets, _list_offsets_error
-        )
-
-    def SplitPoints(
-        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.SplitPointsResponse:
-        response = common_pb2.SplitPointsResponse()
-        response.partitions.extend(
-            self._per_leader(
-                request.partitions,
-                common_pb2.SplitPointsRequest,
-                lambda stub: stub.SplitPoints,
-                _split_points_error,
-            )
-        )
-        return response
-
-    def _per_leader(
-        self,
-        parts: Sequence[Any],
-        request_type: type[Any],
-        method: Callable[[Any], Any],
-        error_result: Callable[[Any, SeglogError], Any],
-    ) -> list[Any]:
-        """A per-partition request answered by each partition's leader: one call per node,
-        all in flight together, the answers put back in the request's order."""
-        results: dict[int, Any] = {}
-        by_node: dict[int, tuple[_Target, list[int]]] = {}
-        for i, p in enumerate(parts):
-            try:
-                _, target = self._route(p.topic, p.partition, client_leader_epoch(p))
-            except SeglogError as exc:
-                results[i] = error_result(p, exc)
-                continue
-            by_node.setdefault(target.node_id, (target, []))[1].append(i)
-        calls = {}
-        for node_id, (target, indexes) in by_node.items():
-            sub = request_type()
-            sub.partitions.extend(parts[i] for i in indexes)
-            calls[node_id] = method(target.connection.stub).future(
-                sub, timeout=DEFAULT_TIMEOUT_MS / 1000
-            )
-        for node_id, (target, indexes) in by_node.items():
-            try:
-                answered = calls[node_id].result().partitions
-                for i, result in zip(indexes, answered, strict=True):
-                    results[i] = result
-            except grpc.RpcError as exc:
-                error = self._node_failure(target, exc)
-                for i in indexes:
-                    results[i] = error_result(parts[i], error)
-        return [results[i] for i in range(len(parts))]
-
 
 def _fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
     return wire.encode_fetch_response(
         topic, partition, -1, -1, b"", error_code_for(error), str(error)
-    )
-
-
-def _list_offsets_error(
-    p: common_pb2.ListOffsetsPartition, error: SeglogError
-) -> common_pb2.ListOffsetsResult:
-    return common_pb2.ListOffsetsResult(
-        topic=p.topic,
-        partition=p.partition,
-        error=error_code_for(error),
-        error_message=str(error),
-        offset=-1,
-        timestamp=-1,
-    )
-
-
-def _split_points_error(
-    p: common_pb2.SplitPointsPartition, error: SeglogError
-) -> common_pb2.SplitPointsResult:
-    return common_pb2.SplitPointsResult(
-        topic=p.topic,
-        partition=p.partition,
-        error=error_code_for(error),
-        error_message=str(error),
     )
 
 

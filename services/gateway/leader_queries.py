@@ -1,0 +1,117 @@
+"""The gateway's per-partition questions for leaders: ListOffsets and SplitPoints, each
+request split by the leader of each partition, one call per node, all in flight together,
+the answers put back in the request's order (a partition that cannot be routed, or whose
+node fails, answers its error in its place)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from seglog.errors import SeglogError
+from seglog.rpc.status import error_code_for
+from seglog.v1 import common_pb2
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+class LeaderQueries:
+    def __init__(
+        self,
+        target_of: Callable[[Any], Any],
+        node_failure: Callable[[Any, grpc.RpcError], SeglogError],
+    ) -> None:
+        """`target_of(part)`: the routed node (`node_id`, `connection`) for a request part,
+        or SeglogError; `node_failure(target, rpc_error)`: the error its partitions get."""
+        self.target_of = target_of
+        self.node_failure = node_failure
+
+    def ListOffsets(
+        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.ListOffsetsResponse:
+        response = common_pb2.ListOffsetsResponse()
+        response.partitions.extend(self.per_leader_list_offsets(request.partitions))
+        return response
+
+    def per_leader_list_offsets(
+        self, parts: Sequence[common_pb2.ListOffsetsPartition]
+    ) -> list[common_pb2.ListOffsetsResult]:
+        return self._per_leader(
+            parts, common_pb2.ListOffsetsRequest, lambda stub: stub.ListOffsets, _list_offsets_error
+        )
+
+    def SplitPoints(
+        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.SplitPointsResponse:
+        response = common_pb2.SplitPointsResponse()
+        response.partitions.extend(
+            self._per_leader(
+                request.partitions,
+                common_pb2.SplitPointsRequest,
+                lambda stub: stub.SplitPoints,
+                _split_points_error,
+            )
+        )
+        return response
+
+    def _per_leader(
+        self,
+        parts: Sequence[Any],
+        request_type: type[Any],
+        method: Callable[[Any], Any],
+        error_result: Callable[[Any, SeglogError], Any],
+    ) -> list[Any]:
+        """A per-partition request answered by each partition's leader: one call per node,
+        all in flight together, the answers put back in the request's order."""
+        results: dict[int, Any] = {}
+        by_node: dict[int, tuple[Any, list[int]]] = {}
+        for i, p in enumerate(parts):
+            try:
+                target = self.target_of(p)
+            except SeglogError as exc:
+                results[i] = error_result(p, exc)
+                continue
+            by_node.setdefault(target.node_id, (target, []))[1].append(i)
+        calls = {}
+        for node_id, (target, indexes) in by_node.items():
+            sub = request_type()
+            sub.partitions.extend(parts[i] for i in indexes)
+            calls[node_id] = method(target.connection.stub).future(
+                sub, timeout=DEFAULT_TIMEOUT_MS / 1000
+            )
+        for node_id, (target, indexes) in by_node.items():
+            try:
+                answered = calls[node_id].result().partitions
+                for i, result in zip(indexes, answered, strict=True):
+                    results[i] = result
+            except grpc.RpcError as exc:
+                error = self.node_failure(target, exc)
+                for i in indexes:
+                    results[i] = error_result(parts[i], error)
+        return [results[i] for i in range(len(parts))]
+
+
+def _list_offsets_error(
+    p: common_pb2.ListOffsetsPartition, error: SeglogError
+) -> common_pb2.ListOffsetsResult:
+    return common_pb2.ListOffsetsResult(
+        topic=p.topic,
+        partition=p.partition,
+        error=error_code_for(error),
+        error_message=str(error),
+        offset=-1,
+        timestamp=-1,
+    )
+
+
+def _split_points_error(
+    p: common_pb2.SplitPointsPartition, error: SeglogError
+) -> common_pb2.SplitPointsResult:
+    return common_pb2.SplitPointsResult(
+        topic=p.topic,
+        partition=p.partition,
+        error=error_code_for(error),
+        error_message=str(error),
+    )
