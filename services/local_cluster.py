@@ -1,6 +1,7 @@
 """`make run`: a gateway and storage nodes on loopback, as separate processes.
 
     python -m services.local_cluster [--data-dir data] [--listen 127.0.0.1:7070] [--nodes 3]
+                                     [--tls] [--etcd]
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
@@ -12,6 +13,11 @@ can be watched (topics default to three replicas, min.insync.replicas=2); SIGHUP
 death stops the cluster. Ctrl-C or SIGTERM stops everything: nodes first, each moving its
 leaderships away (controlled shutdown), flushing and writing its clean-shutdown marker,
 then the gateway.
+
+With `--etcd` (make run ETCD=1) the registry lives in an embedded etcd (`etcd/` in the data
+dir) and two gateways share it, the second on the port after the nodes' (7074 with three
+nodes); nodes and clients may use either or both (`127.0.0.1:7070,127.0.0.1:7074`). One
+gateway dying leaves the cluster running on the other.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from seglog.security.certs import (
 )
 from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 
+from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
 
 
@@ -46,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tls",
         action="store_true",
         help="mutual TLS everywhere, with a cluster CA made once into DATA_DIR/tls",
+    )
+    parser.add_argument(
+        "--etcd",
+        action="store_true",
+        help="the registry in an embedded etcd, shared by two gateways",
     )
     args = parser.parse_args(argv)
 
@@ -80,17 +92,37 @@ def main(argv: list[str] | None = None) -> int:
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
     min_insync_replicas = max(1, min(2, args.nodes - 1))
-    gateway = gateway_process(
-        args.listen,
-        data / "gateway",
-        extra_args=["--default-replication-factor", str(replication_factor), *gateway_tls],
-        env=env,
-        stderr_path=data / "logs" / "gateway.log",
-        echo_stdout=echo,
-    )
+    etcd: EtcdProcess | None = None
+    gateway_listens = [args.listen]
+    registry_args: list[str] = []
+    if args.etcd:
+        etcd = EtcdProcess(data / "etcd", log_path=data / "logs" / "etcd.log")
+        second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
+        gateway_listens.append(f"{host}:{second_port}")
+        registry_args = ["--registry-etcd", "<etcd>"]
+    gateways = [
+        gateway_process(
+            listen,
+            data / ("gateway" if i == 0 else f"gateway-{i + 1}"),
+            extra_args=[
+                "--default-replication-factor",
+                str(replication_factor),
+                *registry_args,
+                *gateway_tls,
+            ],
+            env=env,
+            stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),
+            echo_stdout=echo,
+        )
+        for i, listen in enumerate(gateway_listens)
+    ]
     nodes: list[ServerProcess] = []
     try:
-        address = gateway.start()
+        if etcd is not None:
+            endpoint = etcd.start()
+            for gateway in gateways:
+                gateway.args = [endpoint if a == "<etcd>" else a for a in gateway.args]
+        address = ",".join(gateway.start() for gateway in gateways)
         for node_id in range(1, args.nodes + 1):
             node_port = 0 if int(port) == 0 else int(port) + node_id
             node = node_process(
@@ -110,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             nodes.append(node)
             node.start()
         print(f"seglog local cluster: gateway on {address}", flush=True)
+        if etcd is not None:
+            print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
         print(
@@ -127,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         reported: set[str] = set()
         while not stop.wait(0.2):
-            if not gateway.alive():
+            if not any(gateway.alive() for gateway in gateways):
                 print("gateway exited; stopping the cluster", file=sys.stderr, flush=True)
                 break
             for node in nodes:
@@ -157,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for node in nodes:
             node.stop()
-        gateway.stop()
+        for gateway in gateways:
+            gateway.stop()
+        if etcd is not None:
+            etcd.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
 

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 
 class SeglogError(Exception):
-    """Base of every error seglog raises on purpose."""
+    """Base of every error seglog raises on purpose. `details`: what a caller needs besides
+    the message to act on it (carried in the gRPC status's ErrorInfo metadata)."""
 
     reason = "UNKNOWN"
     retriable = False
+
+    def __init__(self, *args: object, details: dict[str, str] | None = None) -> None:
+        super().__init__(*args)
+        self.details: dict[str, str] = dict(details or {})
 
 
 class CorruptRecordError(SeglogError):
@@ -175,6 +180,26 @@ class CoordinatorNotAvailableError(SeglogError):
 
     reason = "COORDINATOR_NOT_AVAILABLE"
     retriable = True
+
+
+class NotCoordinatorError(SeglogError):
+    """Another gateway coordinates the group (Kafka's NOT_COORDINATOR): ask it, at
+    `coordinator` (host:port; "" when not known yet: find the coordinator again)."""
+
+    reason = "NOT_COORDINATOR"
+    retriable = True
+
+    def __init__(self, message: str, *, coordinator: str = "") -> None:
+        super().__init__(message, details={"coordinator": coordinator})
+
+    @property
+    def coordinator(self) -> str:
+        return self.details.get("coordinator", "")
+
+
+class RegistryUnavailableError(RequestTimedOutError):
+    """The registry's store (etcd) cannot be reached: metadata changes wait until it can;
+    the data path goes on with the metadata every gateway holds."""
 
 
 class CoordinatorLoadInProgressError(SeglogError):

@@ -37,7 +37,22 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         parser,
         "--registry-etcd",
         "SEGLOG_REGISTRY_ETCD",
-        "keep the registry in etcd (host:port of a member) instead of the data dir",
+        "keep the registry in etcd (host:port of its members, comma-separated) instead of "
+        "the data dir: several gateways may then share it",
+    )
+    serving.env_flag(
+        parser,
+        "--advertised-listener",
+        "SEGLOG_ADVERTISED_LISTENER",
+        "host:port other gateways and clients reach this one at (default: the listen address)",
+    )
+    serving.env_flag(
+        parser,
+        "--gateway-session-timeout-ms",
+        "SEGLOG_GATEWAY_SESSION_TIMEOUT_MS",
+        "with etcd: this gateway's lease; its controller role and groups move when it lapses",
+        type=int,
+        default=9000,
     )
     serving.env_flag(
         parser,
@@ -272,6 +287,8 @@ def parse_args(argv: list[str] | None = None) -> GatewayConfig:
         health_listen=args.health_listen,
         registry_etcd=args.registry_etcd,
         registry_etcd_prefix=args.registry_etcd_prefix,
+        advertised_listener=args.advertised_listener,
+        gateway_session_timeout_ms=int(args.gateway_session_timeout_ms),
         tokens=TokenVerifier(
             Path(args.oauth_jwks_file) if args.oauth_jwks_file else None,
             Path(args.token_file) if args.token_file else None,

@@ -42,7 +42,10 @@ class AdminService:
         *,
         offsets_topic_replication_factor: int = 3,
         authorization: Authorization | None = None,
+        cluster_view: Callable[[], tuple[str, list[str]]] | None = None,
     ) -> None:
+        # The controller gateway's address and every running gateway's.
+        self.cluster_view = cluster_view or (lambda: ("", []))
         self.registry = registry
         self.authorization = authorization
         self.offsets_topic_replication_factor = offsets_topic_replication_factor
@@ -327,8 +330,11 @@ class AdminService:
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeClusterResponse:
+        controller, gateways = self.cluster_view()
         response = gateway_pb2.DescribeClusterResponse(
-            session_timeout_ms=int(self.registry.session_timeout_s * 1000)
+            session_timeout_ms=int(self.registry.session_timeout_s * 1000),
+            controller=controller,
+            gateways=gateways,
         )
         counts = self.registry.leader_counts()
         for node_id, node in sorted(self.registry.nodes.items()):

@@ -23,7 +23,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     CreateAcls, DeleteAcls     Alter on the cluster
     JoinGroup, Heartbeat, LeaveGroup            Read on the group
     CommitOffsets              Read on the group and on each topic
-    FetchOffsets, DescribeGroups                Describe on the group(s)
+    FetchOffsets, DescribeGroups, FindCoordinator  Describe on the group(s)
     DeleteGroups, DeleteOffsets                 Delete on the group(s)
 
 A denied call answers PERMISSION_DENIED naming the principal, operation and resource, and
@@ -124,6 +124,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
         [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.partitions})
     ),
     "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
+    "FindCoordinator": lambda r: [("Describe", "group", r.group_id)],
     "DescribeGroups": lambda r: [("Describe", "group", g) for g in r.group_ids],
     "DeleteGroups": lambda r: [("Delete", "group", g) for g in r.group_ids],
     "DeleteOffsets": lambda r: [("Delete", "group", r.group_id)],

@@ -5,6 +5,10 @@ Registry.check_sessions) every quarter session timeout, and, with
 `auto.leader.rebalance.enable`, gives leadership back to preferred replicas every
 `leader.imbalance.check.interval.seconds`.
 
+With several gateways (the etcd registry) only the elected one (election.py) runs this loop
+and pushes; the others campaign on each tick. Its decisions carry the election's fence: the
+first one refused (another gateway was elected meanwhile) makes it step down.
+
 Every registration change is pushed at once to the nodes holding a replica of the partition
 (StorageNode.UpdatePartitions, Kafka's LeaderAndIsr), so a failover does not wait for the
 nodes' next heartbeats; the heartbeat answers carry the same states and repair any push that
@@ -19,11 +23,14 @@ import threading
 
 import grpc
 
+from seglog.errors import SeglogError
 from seglog.v1 import gateway_pb2
 
+from .election import ControllerElection, SoleController
 from .nodes import NodeConnections
 from .partition_changes import PartitionChange
 from .registry import Registry
+from .registry_store import ControllerFencedError
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +71,11 @@ class Controller:
         *,
         auto_leader_rebalance_enable: bool = True,
         leader_imbalance_check_interval_seconds: float = 300,
+        election: ControllerElection | SoleController | None = None,
     ) -> None:
         self.registry = registry
         self.connections = connections
+        self.election = election or SoleController()
         self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
         self.rebalance_interval_s = leader_imbalance_check_interval_seconds
         self._stop = threading.Event()
@@ -93,11 +102,19 @@ class Controller:
         until_rebalance_s = self.rebalance_interval_s
         while not self._stop.wait(tick_s):
             try:
-                self.registry.check_sessions()
+                if not self.election.is_controller:
+                    self.election.campaign()
+                    continue
+                fence = self.election.fence
+                self.registry.check_sessions(fence)
                 until_rebalance_s -= tick_s
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s
-                    self.registry.rebalance_leaders()
+                    self.registry.rebalance_leaders(fence)
+            except ControllerFencedError as exc:
+                self.election.step_down(str(exc))
+            except SeglogError as exc:  # etcd unreachable: decide again next tick
+                logger.warning("controller step failed: %s", exc)
             except Exception:
                 logger.exception("controller step failed")
 
@@ -117,6 +134,8 @@ class Controller:
                 logger.exception("pushing partition states failed")
 
     def _push(self, changed: list[PartitionChange]) -> None:
+        if not self.election.is_controller:
+            return  # the controller pushes (it learns other gateways' changes by watch)
         by_node: dict[int, list[PartitionChange]] = {}
         for topic, i, p in self.registry.partitions_of(changed):
             for replica in p.replicas:

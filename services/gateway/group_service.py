@@ -1,9 +1,12 @@
 """The GroupCoordinator gRPC service: membership calls go to the coordinator (groups.py),
 offset commits and fetches to the offsets store (offsets_store.py). Errors are answered in
 the response's `error` field, so a consumer reads REBALANCE_IN_PROGRESS and the like as data,
-not as failed calls."""
+not as failed calls — except NOT_COORDINATOR (coordination.py): a call about a group another
+gateway coordinates fails whole, naming that gateway, as a call sent to the wrong place."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import grpc
 
@@ -12,14 +15,16 @@ from seglog.errors import (
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
     InvalidOffsetError,
+    NotCoordinatorError,
     OffsetMetadataTooLargeError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from seglog.rpc.status import set_error
+from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
+from .coordination import EtcdCoordination, SoleCoordinator
 from .groups import EMPTY, GroupCoordinator, JoinResult, check_group_id
 from .offsets_store import OffsetsStore
 from .registry import Registry
@@ -36,18 +41,67 @@ class GroupCoordinatorService:
         offsets: OffsetsStore,
         *,
         offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
+        coordination: EtcdCoordination | SoleCoordinator | None = None,
     ) -> None:
         self.registry = registry
         self.coordinator = coordinator
         self.offsets = offsets
+        self.coordination = coordination or SoleCoordinator()
+        # True on the gateway that lists the groups of unclaimed partitions (the controller).
+        self.lists_unclaimed: Callable[[], bool] = lambda: True
+        if isinstance(self.coordination, EtcdCoordination):
+            self.coordination.gained.append(offsets.forget_partition)
+            self.coordination.lost.append(self._lost)
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         # A join waits for its rebalance on a gateway thread: a quarter of the pool at most,
         # so node heartbeats, produce and fetch always find one.
         self.waiting_joins = WaitSlots(SERVER_MAX_WORKERS // 4)
 
+    # -- which gateway coordinates ------------------------------------------------------------
+
+    def _lost(self, partition: int) -> None:
+        self.offsets.forget_partition(partition)
+        self.coordinator.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
+
+    def _not_coordinated_here(self, group_id: str) -> SeglogError | None:
+        if isinstance(self.coordination, SoleCoordinator):
+            return None
+        try:
+            owner = self.coordination.coordinator_of(self.offsets.partition_for(group_id))
+        except SeglogError as exc:
+            return CoordinatorNotAvailableError(f"no coordinator for group {group_id!r}: {exc}")
+        if owner == self.coordination.address:
+            return None
+        if not owner:
+            return CoordinatorNotAvailableError(f"no gateway coordinates group {group_id!r} yet")
+        return NotCoordinatorError(
+            f"group {group_id!r} is coordinated by the gateway at {owner}", coordinator=owner
+        )
+
+    def _coordinated(self, group_id: str, context: grpc.ServicerContext) -> None:
+        problem = self._not_coordinated_here(group_id)
+        if problem is not None:
+            abort(context, problem)
+
+    def FindCoordinator(
+        self, request: groups_pb2.FindCoordinatorRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.FindCoordinatorResponse:
+        response = groups_pb2.FindCoordinatorResponse()
+        problem = self._not_coordinated_here(request.group_id)
+        if isinstance(problem, NotCoordinatorError):
+            response.address = problem.coordinator
+        elif problem is not None:
+            set_error(response, problem)
+        elif isinstance(self.coordination, EtcdCoordination):
+            response.address = self.coordination.address
+        return response
+
+    # -- membership ---------------------------------------------------------------------------
+
     def JoinGroup(
         self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
     ) -> groups_pb2.JoinGroupResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.JoinGroupResponse()
         if not self.waiting_joins.try_acquire():
             busy = CoordinatorNotAvailableError(
@@ -88,6 +142,7 @@ class GroupCoordinatorService:
     def Heartbeat(
         self, request: groups_pb2.GroupHeartbeatRequest, context: grpc.ServicerContext
     ) -> groups_pb2.GroupHeartbeatResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.GroupHeartbeatResponse()
         try:
             self.coordinator.heartbeat(request.group_id, request.member_id, request.generation_id)
@@ -98,6 +153,7 @@ class GroupCoordinatorService:
     def LeaveGroup(
         self, request: groups_pb2.LeaveGroupRequest, context: grpc.ServicerContext
     ) -> groups_pb2.LeaveGroupResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.LeaveGroupResponse()
         try:
             self.coordinator.leave(request.group_id, request.member_id)
@@ -108,6 +164,7 @@ class GroupCoordinatorService:
     def CommitOffsets(
         self, request: groups_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.CommitOffsetsResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.CommitOffsetsResponse()
         try:
             self.coordinator.check_commit(
@@ -159,6 +216,7 @@ class GroupCoordinatorService:
     def FetchOffsets(
         self, request: groups_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.FetchOffsetsResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.FetchOffsetsResponse()
         try:
             committed = self.offsets.committed(request.group_id)
@@ -185,7 +243,7 @@ class GroupCoordinatorService:
         response = groups_pb2.ListGroupsResponse()
         group_ids = set(self.coordinator.group_ids())
         try:
-            group_ids |= self.offsets.group_ids()
+            group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
         except SeglogError:
             pass  # groups known only by their offsets show up once those can be read
         for group_id in sorted(group_ids):
@@ -197,12 +255,32 @@ class GroupCoordinatorService:
             )
         return response
 
+    def _partitions_coordinated_here(self) -> list[int] | None:
+        """With several gateways, each lists the groups it coordinates, and the controller
+        also those of partitions no gateway holds (read, not claimed: groups with offsets
+        and no members); the admin client asks them all."""
+        coordination = self.coordination
+        if isinstance(coordination, SoleCoordinator):
+            return None
+        listed = []
+        for partition in range(self.offsets.num_partitions):
+            owner = coordination.owner(partition)
+            if owner == coordination.address or (not owner and self.lists_unclaimed()):
+                listed.append(partition)
+        return listed
+
     def DescribeGroups(
         self, request: groups_pb2.DescribeGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DescribeGroupsResponse:
+        if len(request.group_ids) == 1:  # one group: a call sent to the wrong place
+            self._coordinated(request.group_ids[0], context)
         response = groups_pb2.DescribeGroupsResponse()
         for group_id in request.group_ids:
             description = response.groups.add(group_id=group_id)
+            problem = self._not_coordinated_here(group_id)
+            if problem is not None:
+                set_error(description, problem)
+                continue
             group = self.coordinator.snapshot(group_id)
             if group is None:
                 try:
@@ -231,9 +309,15 @@ class GroupCoordinatorService:
     def DeleteGroups(
         self, request: groups_pb2.DeleteGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DeleteGroupsResponse:
+        if len(request.group_ids) == 1:
+            self._coordinated(request.group_ids[0], context)
         response = groups_pb2.DeleteGroupsResponse()
         for group_id in request.group_ids:
             result = response.groups.add(group_id=group_id)
+            problem = self._not_coordinated_here(group_id)
+            if problem is not None:
+                set_error(result, problem)
+                continue
             try:
                 check_group_id(group_id)
                 self.coordinator.delete_group(group_id)
@@ -245,6 +329,7 @@ class GroupCoordinatorService:
     def DeleteOffsets(
         self, request: groups_pb2.DeleteOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DeleteOffsetsResponse:
+        self._coordinated(request.group_id, context)
         response = groups_pb2.DeleteOffsetsResponse()
         try:
             check_group_id(request.group_id)

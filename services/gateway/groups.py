@@ -308,6 +308,16 @@ class GroupCoordinator:
             if self._writer is not None:
                 self._writer.discard(group_id)
 
+    def forget_groups(self, belongs: Callable[[str], bool]) -> None:
+        """Drop the groups for which `belongs(group_id)` (their coordination moved away):
+        waiting joins end and the members meet the new coordinator."""
+        with self._lock:
+            for group_id in [g for g in self._groups if belongs(g)]:
+                self._groups.pop(group_id).members.clear()
+                if self._writer is not None:
+                    self._writer.discard(group_id)
+            self._changed.notify_all()
+
     def subscribed_topics(self, group_id: str) -> set[str]:
         with self._lock:
             group = self._groups.get(group_id)

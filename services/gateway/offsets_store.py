@@ -264,13 +264,20 @@ class OffsetsStore:
     def group_metadata(self, group_id: str) -> GroupMetadata | None:
         return self._loaded(self.partition_for(group_id)).groups.get(group_id)
 
-    def group_ids(self) -> set[str]:
-        """Every group with committed offsets (reads back every partition not yet loaded)."""
+    def group_ids(self, partitions: Iterable[int] | None = None) -> set[str]:
+        """Every group with committed offsets in these partitions (default all), reading back
+        each one not yet loaded."""
         self._ensure_topic()
         found: set[str] = set()
-        for partition in range(self.num_partitions):
+        for partition in range(self.num_partitions) if partitions is None else partitions:
             found.update(self._loaded(partition).offsets)
         return found
+
+    def forget_partition(self, partition: int) -> None:
+        """Drop what was read of a partition: another gateway may write it from now on (or
+        did until now), so the next use reads it back whole."""
+        with self._partition_lock(partition):
+            self._cache.pop(partition, None)
 
     def loaded_offsets(self) -> dict[str, GroupOffsets]:
         """The committed offsets of every group in the partitions this gateway has loaded

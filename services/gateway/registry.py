@@ -2,9 +2,10 @@
 (replicas, leader, leader epoch, ISR, partition epoch: Kafka's PartitionRegistration), and
 the storage nodes that have registered.
 
-Durable state lives in one JSON file in the gateway's data dir, rewritten atomically (temp
-file, fsync, rename, fsync of the dir) on every change, so a gateway killed at any moment
-restarts with everything it had acknowledged:
+Durable state is one JSON document written whole on every change through a store
+(registry_store.py): by default a file in the gateway's data dir, rewritten atomically (temp
+file, fsync, rename, fsync of the dir), so a gateway killed at any moment restarts with
+everything it had acknowledged; or a key in etcd, shared by several gateways:
 
     {"version": 1,
      "nodes": {"1": {"address": "127.0.0.1:7101"}},
@@ -16,9 +17,16 @@ restarts with everything it had acknowledged:
 as every replica and 0; `next_producer_id_block`, the first producer id not yet handed out,
 absent reads as 0; `acls`, Kafka-model ACL bindings, absent reads as none.)
 
-Liveness is not persisted: a node is live while its last heartbeat is younger than the
-session timeout. After a gateway start every known node gets one session timeout of grace, so
-routing works at once and a node that stays silent is declared down after that.
+Liveness is not in the document. With the file, a node is live while its last heartbeat to
+this gateway is younger than the session timeout; after a gateway start every known node gets
+one session timeout of grace, so routing works at once and a node that stays silent is
+declared down after that. With etcd, a node is live while its session lease lives
+(node_sessions.py), whichever gateway it heartbeats to.
+
+With etcd every change is a compare-and-swap on the document: a gateway whose copy is stale
+(another one wrote since) writes nothing, takes the stored state and decides again
+(`_retrying`); other gateways' changes arrive by watch (`adopt`) and reach the same listeners
+as this gateway's own.
 
 The controller's decisions, made here under the registry's lock by the rules in
 partition_changes.py (Kafka's PartitionChangeBuilder):
@@ -41,12 +49,14 @@ Every change is handed to `listeners` (the gateway pushes it to the replicas' no
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from seglog.errors import (
     InvalidConfigError,
@@ -62,6 +72,7 @@ from seglog.security.acls import AclBinding
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names
 
+from .node_sessions import EtcdNodeSessions, NodeSession
 from .partition_changes import (
     NO_LEADER,
     PartitionAssignment,
@@ -72,7 +83,13 @@ from .partition_changes import (
     place,
     restore_preferred,
 )
-from .registry_store import FileRegistryStore, RegistryStore
+from .registry_store import (
+    ControllerFencedError,
+    Fence,
+    FileRegistryStore,
+    RegistryStore,
+    StaleRegistryError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +104,32 @@ DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
+# A change that keeps meeting newer state is given up after this many tries (each retry
+# means another gateway's change landed in between: the cluster is making progress).
+_STALE_RETRIES = 20
+_T = TypeVar("_T")
+
+
+def _retrying(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run a change again on the stored state when another gateway wrote first: the failed
+    attempt's in-memory edits are replaced by what the store holds. A controller's fenced
+    decision is not retried: that controller has been deposed."""
+
+    @functools.wraps(method)
+    def run(self: Registry, *args: Any, **kwargs: Any) -> _T:
+        for attempt in range(_STALE_RETRIES):
+            try:
+                return method(self, *args, **kwargs)
+            except ControllerFencedError:
+                self.reload()
+                raise
+            except StaleRegistryError:
+                self.reload()
+                if attempt == _STALE_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
 
 
 @dataclass
@@ -120,6 +163,7 @@ class Node:
     bulk_address: str = ""  # its bulk fetch listener, from its heartbeats ("" when none)
     fenced: bool = False  # its session expired: out of every ISR, leads nothing
     shutting_down: bool = False  # asked for a controlled shutdown
+    session_lease: int = 0  # its etcd session's lease (node_sessions.py), 0 without etcd
 
 
 @dataclass(frozen=True)
@@ -143,6 +187,7 @@ class Registry:
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
         store: RegistryStore | None = None,
+        sessions: EtcdNodeSessions | None = None,
     ) -> None:
         # Where the state is kept (registry_store.py): registry.json by default.
         self.store = store if store is not None else FileRegistryStore(data_dir / REGISTRY_FILE)
@@ -159,31 +204,72 @@ class Registry:
         self.acls: list[AclBinding] = []
         # Called (outside the lock) with every ACL after a change.
         self.acl_listeners: list[Callable[[list[AclBinding]], object]] = []
+        # Node sessions as etcd leases (several gateways), else heartbeats to this one.
+        self.sessions = sessions
+        if sessions is not None:
+            sessions.listeners.append(self.session_changed)
         data_dir.mkdir(parents=True, exist_ok=True)
-        self._load()
+        self._apply_state(self.store.load())
+        self.store.watch(self.adopt)
 
     # -- persistence ---------------------------------------------------------------------
 
-    def _load(self) -> None:
-        state = self.store.load()
+    def _apply_state(self, state: dict[str, Any] | None) -> set[PartitionChange]:
+        """Make the stored state this registry's (keeping each node's session); returns the
+        partitions whose registration differs from before."""
         if state is None:
-            return
+            return set()
         if state.get("version") != _VERSION:
             raise ValueError(f"unknown registry version {state.get('version')!r}")
+        before = {tp: p.to_json() for tp, p in self._registrations()}
         grace = time.monotonic() + self.session_timeout_s
         self.next_producer_id_block = int(state.get("next_producer_id_block", 0))
         self.acls = [AclBinding(**acl) for acl in state.get("acls", [])]
         for node_id, node in state["nodes"].items():
-            self.nodes[int(node_id)] = Node(int(node_id), node["address"], grace_until=grace)
-        for name, topic in state["topics"].items():
-            self.topics[name] = Topic(
+            known = self.nodes.get(int(node_id))
+            if known is None:
+                self.nodes[int(node_id)] = Node(int(node_id), node["address"], grace_until=grace)
+                self._session_to_node(int(node_id))
+            elif self.sessions is None or not self.sessions.is_live(int(node_id)):
+                known.address = node["address"]
+        self.topics = {
+            name: Topic(
                 name,
                 topic["replication_factor"],
                 dict(topic["configs"]),
                 [PartitionAssignment(**p) for p in topic["partitions"]],
             )
+            for name, topic in state["topics"].items()
+        }
+        after = {tp: p.to_json() for tp, p in self._registrations()}
+        return {tp for tp in before.keys() | after.keys() if before.get(tp) != after.get(tp)}
 
-    def _save(self) -> None:
+    def adopt(self, state: dict[str, Any], revision: int) -> None:
+        """Another gateway's change, pushed by the store's watch."""
+        with self._lock:
+            if revision <= self.store.revision:
+                return  # this registry's own write, or one it has already taken
+            acls_before = list(self.acls)
+            changed = self._apply_state(state)
+            self.store.revision = revision
+            acls = list(self.acls) if self.acls != acls_before else None
+        self._notify(changed)
+        if acls is not None:
+            for listener in self.acl_listeners:
+                listener(acls)
+
+    def reload(self) -> None:
+        """Take the stored state now (after a write found it newer than this copy)."""
+        with self._lock:
+            acls_before = list(self.acls)
+            changed = self._apply_state(self.store.load())
+            acls = list(self.acls) if self.acls != acls_before else None
+        self._notify(changed)
+        if acls is not None:
+            for listener in self.acl_listeners:
+                listener(acls)
+
+    def _save(self, fence: Fence | None = None) -> None:
         state = {
             "version": _VERSION,
             "next_producer_id_block": self.next_producer_id_block,
@@ -198,8 +284,9 @@ class Registry:
                 for t in self.topics.values()
             },
         }
-        self.store.save(state)
+        self.store.save(state, fence)
 
+    @_retrying
     def add_acls(self, acls: list[AclBinding]) -> None:
         """Kafka's CreateAcls: all checked first; persisted before they apply."""
         for acl in acls:
@@ -213,6 +300,7 @@ class Registry:
         for listener in self.acl_listeners:
             listener(current)
 
+    @_retrying
     def delete_acls(self, acls: list[AclBinding]) -> int:
         with self._lock:
             doomed = set(acls) & set(self.acls)
@@ -224,6 +312,7 @@ class Registry:
             listener(current)
         return len(doomed)
 
+    @_retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
         """A block of producer ids no one has had (Kafka's ProducerIdsBlock), persisted
         before it is handed out."""
@@ -246,6 +335,25 @@ class Registry:
         """A node starting a session: its previous incarnation is fenced (it may have lost
         unflushed records), then it is live again: elected where it was the last in-sync
         replica, a follower elsewhere until it catches up and its leader adds it back."""
+        if self.sessions is not None:
+            self.sessions.open(
+                node_id,
+                address,
+                bulk_address=bulk_address,
+                offline=offline,
+                log_config_defaults=log_config_defaults,
+            )
+        self._register(node_id, address, offline, log_config_defaults, bulk_address)
+
+    @_retrying
+    def _register(
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None,
+        log_config_defaults: dict[str, str] | None,
+        bulk_address: str,
+    ) -> None:
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
@@ -271,9 +379,15 @@ class Registry:
     ) -> bool:
         """Record a heartbeat; False when the node must register first (unknown to this
         registry, its address changed, or its session expired and it was fenced)."""
+        if self.sessions is not None and not self.sessions.keep_alive(
+            node_id, address, offline=dict(offline or {}), bulk_address=bulk_address
+        ):
+            return False
         with self._lock:
             node = self.nodes.get(node_id)
-            if node is None or node.address != address or node.fenced:
+            if node is None or node.address != address:
+                return False
+            if node.fenced and self.sessions is None:
                 return False
             node.offline = dict(offline or {})
             node.bulk_address = bulk_address
@@ -281,46 +395,79 @@ class Registry:
             node.heard_from = True
             return True
 
-    def check_sessions(self) -> list[PartitionChange]:
+    @_retrying
+    def check_sessions(self, controller: Fence | None = None) -> list[PartitionChange]:
         """The controller's tick: fence every node whose session expired (Kafka's
-        BrokerHeartbeatManager), elect leaders where one became possible."""
+        BrokerHeartbeatManager), elect leaders where one became possible. Fencing is
+        repeated for every node found down (it changes nothing the second time), so a
+        retry on newer state or a newly elected controller misses none."""
         with self._lock:
             changed: set[PartitionChange] = set()
-            for node in self.nodes.values():
-                if not node.fenced and not self.is_live(node.node_id):
-                    node.fenced = True
-                    changed |= fence(self._registrations(), node.node_id, self._eligible)
+            down = [n for n in self.nodes.values() if not self.is_live(n.node_id)]
+            for node in down:
+                changed |= fence(self._registrations(), node.node_id, self._eligible)
             changed |= elect_leaderless(self._registrations(), self._eligible)
             if changed:
-                self._save()
+                self._save(controller)
+            for node in down:
+                node.fenced = True
         return self._notify(changed)
 
     def controlled_shutdown(self, node_id: int) -> bool:
         """A node asks to stop (Kafka's WantShutDown): its leaderships move to other in-sync
         replicas and it leaves the ISRs it shares. True once it leads nothing."""
+        if self.sessions is not None:
+            self.sessions.shut_down(node_id)
+        return self._shut_down(node_id)
+
+    @_retrying
+    def _shut_down(self, node_id: int) -> bool:
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
                 return True
-            changed: set[PartitionChange] = set()
-            if not node.shutting_down:
-                node.shutting_down = True
-                changed = fence(self._registrations(), node_id, self._eligible)
-                if changed:
-                    self._save()
+            node.shutting_down = True
+            changed = fence(self._registrations(), node_id, self._eligible)
+            if changed:
+                self._save()
             leads = any(p.leader == node_id for t in self.topics.values() for p in t.partitions)
         self._notify(changed)
         return not leads
 
-    def rebalance_leaders(self) -> list[PartitionChange]:
+    @_retrying
+    def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
         """Kafka's preferred-leader election: each partition whose first replica is in the
         ISR and eligible but does not lead gets it back as leader."""
         with self._lock:
             changed = restore_preferred(self._registrations(), self._eligible)
             if changed:
-                self._save()
+                self._save(controller)
         return self._notify(changed)
 
+    def session_changed(self, node_id: int, session: NodeSession | None) -> None:
+        """A node's etcd session began, changed or ended (whichever gateway it talks to)."""
+        if session is None:
+            return  # down from now on (is_live); the controller fences it
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                node = self.nodes[node_id] = Node(node_id, session.address)
+            if node.session_lease != session.lease:
+                node.fenced = False
+                node.session_lease = session.lease
+            node.address = session.address
+            node.bulk_address = session.bulk_address
+            node.offline = dict(session.offline)
+            node.log_config_defaults = dict(session.log_config_defaults)
+            node.shutting_down = session.shutting_down
+            node.heard_from = True
+
+    def _session_to_node(self, node_id: int) -> None:
+        session = None if self.sessions is None else self.sessions.get(node_id)
+        if session is not None:
+            self.session_changed(node_id, session)
+
+    @_retrying
     def alter_partition(
         self,
         node_id: int,
@@ -382,6 +529,8 @@ class Registry:
         return ordered
 
     def is_live(self, node_id: int) -> bool:
+        if self.sessions is not None:
+            return self.sessions.is_live(node_id)
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
@@ -504,6 +653,7 @@ class Registry:
                 )
         return num_partitions, replication_factor
 
+    @_retrying
     def create_topic(
         self,
         name: str,
@@ -524,6 +674,7 @@ class Registry:
             self._save()
             return topic
 
+    @_retrying
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Topic:
         """Grow a topic to `count` partitions, the new ones placed as create_topic places
         them; INVALID_PARTITIONS for a count that does not grow it or passes a limit."""
@@ -562,6 +713,7 @@ class Registry:
             self._save()
             return topic
 
+    @_retrying
     def alter_topic_configs(
         self,
         name: str,
@@ -589,6 +741,7 @@ class Registry:
             self._save()
             return topic
 
+    @_retrying
     def delete_topic(self, name: str) -> Topic:
         if is_internal_topic(name):
             raise InvalidTopicError(f"topic {name!r} is internal: clients cannot delete it")

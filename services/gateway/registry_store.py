@@ -13,22 +13,28 @@ whole after every change, through a store with two backends.
   nodes, ACLs, producer-id blocks: kilobytes per thousand partitions), so one document is
   read and written whole, as the file is.
 
-The etcd client is etcd3gw (etcd's JSON gateway, /v3/ over HTTP): it needs no generated
-protobuf code, so it cannot clash with the protobuf the project pins.
+A controller's own decisions (fencing a node whose session expired, preferred-leader
+rebalance) carry a `Fence`: the transaction also compares the controller key's create
+revision with the one its election made, so a controller deposed since — its lease expired
+while it was paused or cut off — writes nothing (`ControllerFencedError`) and steps down.
+
+The etcd client is etcd3gw (etcd's JSON gateway, /v3/ over HTTP, etcd_keyspace.py): it needs
+no generated protobuf code, so it cannot clash with the protobuf the project pins.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from seglog.errors import SeglogError
 from seglog.storage.log_files import atomic_write
+
+from .etcd_keyspace import Changes, EtcdKeyspace
 
 logger = logging.getLogger(__name__)
 
@@ -39,18 +45,34 @@ class StaleRegistryError(SeglogError):
     """Another gateway changed the registry since this one last read it: nothing was
     written; take the newer state first."""
 
+    retriable = True
+
+
+class ControllerFencedError(StaleRegistryError):
+    """A controller's decision refused: another gateway has been elected since."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The election a controller's writes depend on: its key (under the prefix) and its
+    create revision."""
+
+    key: str
+    create_revision: int
+
 
 class RegistryStore(Protocol):
+    revision: int  # of the state last loaded, saved or adopted from a watch
+
     def load(self) -> State | None:
         """The stored state, or None when nothing was stored yet."""
 
-    def save(self, state: State) -> None:
+    def save(self, state: State, fence: Fence | None = None) -> None:
         """Store `state` whole, or raise StaleRegistryError (nothing written)."""
 
-    def watch(self, on_change: Callable[[State], None]) -> None:
-        """Call `on_change` with the state each time another writer changes it."""
-
-    def close(self) -> None: ...
+    def watch(self, on_change: Callable[[State, int], None]) -> None:
+        """Call `on_change(state, revision)` when any writer changes the stored state; the
+        caller adopts it (sets `revision`) under the same lock as its saves."""
 
 
 class FileRegistryStore:
@@ -58,6 +80,7 @@ class FileRegistryStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.revision = 0
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def load(self) -> State | None:
@@ -66,88 +89,61 @@ class FileRegistryStore:
         state: State = json.loads(self.path.read_text())
         return state
 
-    def save(self, state: State) -> None:
+    def save(self, state: State, fence: Fence | None = None) -> None:
         atomic_write(self.path, _encode(state))
 
-    def watch(self, on_change: Callable[[State], None]) -> None:
+    def watch(self, on_change: Callable[[State, int], None]) -> None:
         """Nothing else writes the file."""
-
-    def close(self) -> None:
-        pass
 
 
 class EtcdRegistryStore:
-    def __init__(self, endpoint: str, prefix: str = "/seglog", *, timeout_s: float = 5.0) -> None:
-        from etcd3gw.client import Etcd3Client
+    KEY = "registry"
 
-        host, _, port = endpoint.removeprefix("http://").rpartition(":")
-        self.key = f"{prefix.rstrip('/')}/registry"
-        self.client = Etcd3Client(host=host or "127.0.0.1", port=int(port), timeout=timeout_s)
-        self._lock = threading.Lock()
-        self._revision = 0  # the key's mod revision this store last saw; 0: absent
-        self._cancel_watch: Callable[[], None] | None = None
+    def __init__(self, keyspace: EtcdKeyspace) -> None:
+        self.keyspace = keyspace
+        self.revision = 0  # the key's mod revision this store last saw; 0: absent
 
     def load(self) -> State | None:
-        found = self.client.get(self.key, metadata=True)
-        with self._lock:
-            if not found:
-                self._revision = 0
-                return None
-            value, metadata = found[0]
-            self._revision = int(metadata["mod_revision"])
-        state: State = json.loads(value)
+        found = self.keyspace.get(self.KEY)
+        if found is None:
+            self.revision = 0
+            return None
+        self.revision = found.mod_revision
+        state: State = json.loads(found.value)
         return state
 
-    def save(self, state: State) -> None:
-        with self._lock:
-            expected = self._revision
-            compare: dict[str, Any] = {"key": _b64(self.key), "target": "MOD", "result": "EQUAL"}
-            compare["mod_revision"] = str(expected)
-            txn = {
-                "compare": [compare],
-                "success": [
-                    {"request_put": {"key": _b64(self.key), "value": _b64(_encode(state))}}
-                ],
-                "failure": [],
-            }
-            answer = self.client.transaction(txn)
-            if not answer.get("succeeded"):
-                raise StaleRegistryError(
-                    f"the registry at {self.key} changed since revision {expected}: another "
-                    "gateway wrote it; this change was not stored"
-                )
-            self._revision = int(answer["header"]["revision"])
+    def save(self, state: State, fence: Fence | None = None) -> None:
+        compare = [self.keyspace.compare_modified(self.KEY, self.revision)]
+        failure: list[dict[str, Any]] = []
+        if fence is not None:
+            compare.append(self.keyspace.compare_created(fence.key, fence.create_revision))
+            failure.append(self.keyspace.range_op(fence.key))
+        answer = self.keyspace.txn(
+            compare, [self.keyspace.put_op(self.KEY, _encode(state).decode())], failure
+        )
+        if not answer.get("succeeded"):
+            if fence is not None:
+                current = self.keyspace.txn_ranges(answer)
+                if not current or current[0].create_revision != fence.create_revision:
+                    raise ControllerFencedError(
+                        f"this gateway's controller election (revision "
+                        f"{fence.create_revision}) is over: another gateway is controller; "
+                        "its decision was not stored"
+                    )
+            raise StaleRegistryError(
+                f"the registry changed since revision {self.revision}: another gateway "
+                "wrote it; this change was not stored"
+            )
+        self.revision = int(answer["header"]["revision"])
 
-    def watch(self, on_change: Callable[[State], None]) -> None:
-        """Every change by another writer (its revision differs from this store's own),
-        pushed from etcd's watch on the key; this store's revision moves with it."""
-        events, cancel = self.client.watch(self.key)
-        self._cancel_watch = cancel
+    def watch(self, on_change: Callable[[State, int], None]) -> None:
+        def changed(changes: Changes, full: bool) -> None:
+            found = changes.get(self.KEY)
+            if found is not None and found.value:
+                on_change(json.loads(found.value), found.mod_revision)
 
-        def pump() -> None:
-            for event in events:
-                kv = event.get("kv", {})
-                revision = int(kv.get("mod_revision", 0))
-                with self._lock:
-                    if revision <= self._revision:
-                        continue  # this store's own write, or older
-                    self._revision = revision
-                if kv.get("value"):  # etcd3gw hands it over decoded
-                    on_change(json.loads(kv["value"]))
-
-        threading.Thread(target=pump, name="registry-watch", daemon=True).start()
-
-    def close(self) -> None:
-        if self._cancel_watch is not None:
-            self._cancel_watch()
-            self._cancel_watch = None
+        self.keyspace.subscribe(self.KEY, changed)
 
 
 def _encode(state: State) -> bytes:
     return json.dumps(state, indent=1, sort_keys=True).encode()
-
-
-def _b64(data: str | bytes) -> str:
-    """Keys and values as etcd's JSON gateway takes them."""
-    raw = data.encode() if isinstance(data, str) else data
-    return base64.b64encode(raw).decode()

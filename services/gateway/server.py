@@ -27,9 +27,14 @@ from .acl_service import AclService
 from .admin import AdminService, RegistryService
 from .authorization import Authorization
 from .controller import Controller
+from .coordination import EtcdCoordination, SoleCoordinator
+from .election import ControllerElection, SoleController
+from .etcd_keyspace import EtcdKeyspace
 from .gateway_metrics import GatewayMetrics
+from .gateway_session import GatewaySession
 from .group_service import GroupCoordinatorService
 from .groups import CoordinatorConfig, GroupCoordinator
+from .node_sessions import EtcdNodeSessions
 from .nodes import NodeConnections
 from .offsets_store import (
     DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
@@ -56,11 +61,17 @@ _SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of 
 class GatewayConfig:
     listen: str = "127.0.0.1:7070"
     data_dir: Path = Path("data/gateway")
-    # The registry in etcd (host:port of a member; registry_store.py) under this key
-    # prefix, instead of registry.json in the data dir. One gateway per registry for now:
-    # a second one's writes are refused (they fail their compare), never merged.
+    # The registry in etcd (host:port of its members, comma-separated; etcd_keyspace.py)
+    # under this key prefix, instead of registry.json in the data dir: then several
+    # gateways share it, one of them elected controller, groups spread over them.
     registry_etcd: str | None = None
     registry_etcd_prefix: str = "/seglog"
+    # How other gateways and clients reach this one (Kafka's advertised.listeners);
+    # default the listen address with its bound port.
+    advertised_listener: str | None = None
+    # This gateway's etcd session (its lease): after it dies, its controller role and its
+    # groups move to another gateway within this time.
+    gateway_session_timeout_ms: int = 9000
     # Kafka's broker.session.timeout.ms and broker.heartbeat.interval.ms.
     session_timeout_ms: int = 9000
     heartbeat_interval_ms: int = 2000
@@ -149,16 +160,35 @@ class Gateway:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
+        self.keyspace: EtcdKeyspace | None = None
+        store, sessions = None, None
+        if config.registry_etcd is not None:
+            self.keyspace = EtcdKeyspace(config.registry_etcd, config.registry_etcd_prefix)
+            store = EtcdRegistryStore(self.keyspace)
+            sessions = EtcdNodeSessions(self.keyspace, config.session_timeout_ms)
         self.registry = Registry(
             config.data_dir,
             session_timeout_ms=config.session_timeout_ms,
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
-            store=None
-            if config.registry_etcd is None
-            else EtcdRegistryStore(config.registry_etcd, config.registry_etcd_prefix),
+            store=store,
+            sessions=sessions,
         )
+        self.gateway_session: GatewaySession | None = None
+        self.election: ControllerElection | SoleController
+        self.coordination: EtcdCoordination | SoleCoordinator
+        if self.keyspace is not None:
+            self.gateway_session = GatewaySession(
+                self.keyspace, "", config.gateway_session_timeout_ms
+            )
+            self.election = ControllerElection(self.keyspace, self.gateway_session)
+            self.coordination = EtcdCoordination(self.keyspace, self.gateway_session)
+            # Every subscriber has its first snapshot before anything routes or decides.
+            self.keyspace.start_watch()
+        else:
+            self.election = SoleController()
+            self.coordination = SoleCoordinator()
         self.authorization = Authorization(
             self.registry.acls,
             enabled=config.authorizer,
@@ -179,6 +209,7 @@ class Gateway:
             self.connections,
             auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds=config.leader_imbalance_check_interval_seconds,
+            election=self.election,
         )
         self.service = GatewayService(
             self.registry,
@@ -193,6 +224,7 @@ class Gateway:
             described_settings(config),
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
             authorization=self.authorization,
+            cluster_view=self.cluster_view,
         )
         self.acl_service = AclService(self.registry)
         self.registry_service = RegistryService(
@@ -221,7 +253,10 @@ class Gateway:
         self._expiry = threading.Thread(
             target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
         )
-        self.group_service = GroupCoordinatorService(self.registry, self.coordinator, self.offsets)
+        self.group_service = GroupCoordinatorService(
+            self.registry, self.coordinator, self.offsets, coordination=self.coordination
+        )
+        self.group_service.lists_unclaimed = lambda: self.election.is_controller
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -241,6 +276,16 @@ class Gateway:
     @property
     def address(self) -> str:
         return f"{self.config.listen.rsplit(':', 1)[0]}:{self.port}"
+
+    @property
+    def advertised_address(self) -> str:
+        return self.config.advertised_listener or self.address
+
+    def cluster_view(self) -> tuple[str, list[str]]:
+        """The controller gateway's address and every running gateway's."""
+        if self.gateway_session is None:
+            return self.advertised_address, [self.advertised_address]
+        return self.election.controller_address, self.gateway_session.live_gateways()
 
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
         s, a, r = self.service, self.admin, self.registry_service
@@ -392,6 +437,11 @@ class Gateway:
                 groups_pb2.DeleteOffsetsRequest,
                 groups_pb2.DeleteOffsetsResponse,
             ),
+            "FindCoordinator": unary(
+                guard("FindCoordinator", g.FindCoordinator),
+                groups_pb2.FindCoordinatorRequest,
+                groups_pb2.FindCoordinatorResponse,
+            ),
         }
         return [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
@@ -450,6 +500,9 @@ class Gateway:
                 self.config.health_listen, health
             )
         self._expiry.start()
+        if self.gateway_session is not None:
+            self.gateway_session.address = self.advertised_address
+            self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
         if self.internal_server is not None:
@@ -473,6 +526,10 @@ class Gateway:
     def stop(self, grace_s: float = 10.0) -> None:
         self._stop.set()
         self.controller.stop()
+        if self.gateway_session is not None:
+            self.gateway_session.close()  # releases the controller role and groups at once
+        if self.keyspace is not None:
+            self.keyspace.close()
         if self.server is not None:
             self.server.stop(grace_s).wait()
         if self.internal_server is not None:

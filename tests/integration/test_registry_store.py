@@ -9,9 +9,12 @@ import threading
 
 import pytest
 
+from services.gateway.etcd_keyspace import EtcdKeyspace
 from services.gateway.registry import Registry
 from services.gateway.registry_store import (
+    ControllerFencedError,
     EtcdRegistryStore,
+    Fence,
     FileRegistryStore,
     StaleRegistryError,
 )
@@ -26,6 +29,10 @@ def etcd(tmp_path):
     server.stop()
 
 
+def store_at(etcd, prefix):
+    return EtcdRegistryStore(EtcdKeyspace(etcd.endpoint, prefix))
+
+
 def test_the_file_store_keeps_the_state(tmp_path):
     store = FileRegistryStore(tmp_path / "registry.json")
     assert store.load() is None
@@ -34,35 +41,37 @@ def test_the_file_store_keeps_the_state(tmp_path):
 
 
 def test_a_writer_with_stale_state_writes_nothing(etcd):
-    first = EtcdRegistryStore(etcd.endpoint, "/t1")
-    second = EtcdRegistryStore(etcd.endpoint, "/t1")
+    first = store_at(etcd, "/t1")
+    second = store_at(etcd, "/t1")
     assert first.load() is None and second.load() is None
     first.save({"n": 1})
     with pytest.raises(StaleRegistryError):
         second.save({"n": 2})  # it read before the first wrote: fenced
-    assert EtcdRegistryStore(etcd.endpoint, "/t1").load() == {"n": 1}
+    assert store_at(etcd, "/t1").load() == {"n": 1}
     assert second.load() == {"n": 1}
     second.save({"n": 3})  # having read the newer state, it may write
     with pytest.raises(StaleRegistryError):
         first.save({"n": 4})
-    assert EtcdRegistryStore(etcd.endpoint, "/t1").load() == {"n": 3}
+    assert store_at(etcd, "/t1").load() == {"n": 3}
     # Another prefix is another registry.
-    assert EtcdRegistryStore(etcd.endpoint, "/t2").load() is None
+    assert store_at(etcd, "/t2").load() is None
 
 
 def test_other_writers_changes_arrive_by_watch(etcd):
-    writer = EtcdRegistryStore(etcd.endpoint, "/w")
-    reader = EtcdRegistryStore(etcd.endpoint, "/w")
+    writer = store_at(etcd, "/w")
+    reader = store_at(etcd, "/w")
     writer.load()
     reader.load()
     seen = []
     changed = threading.Event()
 
-    def on_change(state):
+    def on_change(state, revision):
         seen.append(state)
+        reader.revision = revision  # adopted, as the registry does under its lock
         changed.set()
 
     reader.watch(on_change)
+    reader.keyspace.start_watch()
     try:
         writer.save({"n": 1})
         assert changed.wait(10)
@@ -70,15 +79,35 @@ def test_other_writers_changes_arrive_by_watch(etcd):
         reader.save({"n": 2})  # its revision followed the watch: not stale
         assert writer.load() == {"n": 2}
     finally:
-        reader.close()
+        reader.keyspace.close()
+
+
+def test_a_deposed_controllers_decision_is_fenced(etcd):
+    """A decision carrying an election's fence lands only while that election's key is the
+    one etcd holds; once another gateway is elected it fails, as ControllerFencedError."""
+    store = store_at(etcd, "/f")
+    keyspace = store.keyspace
+    store.load()
+    lease = keyspace.grant(5)
+    elected = keyspace.create("controller", '{"address": "a"}', lease)
+    assert elected is not None
+    fence = Fence("controller", elected)
+    store.save({"n": 1}, fence)  # the controller's decision lands
+    keyspace.revoke(lease)  # its lease ends (paused, cut off): the key goes
+    other = keyspace.create("controller", '{"address": "b"}', keyspace.grant(5))
+    assert other is not None and other != elected
+    with pytest.raises(ControllerFencedError):
+        store.save({"n": 2}, fence)
+    assert store_at(etcd, "/f").load() == {"n": 1}
+    store.save({"n": 3})  # a requested change (no fence) still lands
 
 
 def test_a_registry_on_etcd_keeps_its_topics_across_restarts(tmp_path, etcd):
-    registry = Registry(tmp_path / "g1", store=EtcdRegistryStore(etcd.endpoint, "/r"))
+    registry = Registry(tmp_path / "g1", store=store_at(etcd, "/r"))
     registry.register_node(1, "127.0.0.1:1")
     registry.create_topic("kept", 2, 1, {"retention.ms": "1000"})
     block = registry.allocate_producer_ids()
-    again = Registry(tmp_path / "g2", store=EtcdRegistryStore(etcd.endpoint, "/r"))
+    again = Registry(tmp_path / "g2", store=store_at(etcd, "/r"))
     assert again.topic("kept").configs == {"retention.ms": "1000"}
     assert len(again.topic("kept").partitions) == 2
     assert again.allocate_producer_ids().start == block.stop  # no id handed out twice

@@ -17,7 +17,7 @@ from ..errors import InvalidConfigError, SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.acls import AclBinding
 from ..security.tls import ClientSecurity
-from ..v1 import gateway_pb2, groups_pb2, groups_pb2_grpc
+from ..v1 import gateway_pb2, groups_pb2
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
 
@@ -74,7 +74,7 @@ class Admin:
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
         self._client = GatewayClient(bootstrap, timeout_s=timeout_s, security=security)
-        self._groups = groups_pb2_grpc.GroupCoordinatorStub(self._client._channel)
+        self._groups = self._client.group_coordinators
         self.timeout_s = timeout_s
 
     def close(self) -> None:
@@ -195,9 +195,15 @@ class Admin:
         )
         return int(response.deleted)  # type: ignore[attr-defined]
 
-    def _call(self, method: str, request: object) -> object:
+    def _call(self, method: str, request: object, group_id: str | None = None) -> object:
+        """A group call, sent to the group's coordinator (the bootstrap gateways when the
+        call is about no group)."""
         try:
-            response = getattr(self._groups, method)(request, timeout=self.timeout_s)
+            if group_id is None:
+                stub = self._groups.stub_at("")
+                response = getattr(stub, method)(request, timeout=self.timeout_s)
+            else:
+                response = self._groups.call(group_id, method, request, self.timeout_s)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
         error = getattr(response, "error", 0)
@@ -206,15 +212,29 @@ class Admin:
         return response
 
     def list_groups(self) -> list[GroupListing]:
-        response = self._call("ListGroups", groups_pb2.ListGroupsRequest())
-        return [
-            GroupListing(g.group_id, g.state, g.member_count)
-            for g in response.groups  # type: ignore[attr-defined]
-        ]
+        """Every gateway lists the groups it coordinates (Kafka's admin client asks every
+        broker); with one gateway that is all of them."""
+        gateways = list(self._client.describe_cluster().gateways)
+        listings: dict[str, GroupListing] = {}
+        for address in gateways if len(gateways) > 1 else [""]:
+            try:
+                stub = self._groups.stub_at(address)
+                response = stub.ListGroups(groups_pb2.ListGroupsRequest(), timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                raise error_from_rpc(exc) from None
+            for g in response.groups:
+                listings[g.group_id] = GroupListing(g.group_id, g.state, g.member_count)
+        return [listings[g] for g in sorted(listings)]
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
-        request = groups_pb2.DescribeGroupsRequest(group_ids=list(group_ids))
-        response = self._call("DescribeGroups", request)
+        out = []
+        for group_id in group_ids:  # each to its own coordinator
+            request = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
+            response = self._call("DescribeGroups", request, group_id)
+            out.extend(self._descriptions(response))
+        return out
+
+    def _descriptions(self, response: object) -> list[GroupDescription]:
         out = []
         for g in response.groups:  # type: ignore[attr-defined]
             if g.error:
@@ -243,7 +263,9 @@ class Admin:
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, GroupOffset]:
         """Every partition the group has committed, with the log end offset and the lag."""
-        response = self._call("FetchOffsets", groups_pb2.FetchOffsetsRequest(group_id=group_id))
+        response = self._call(
+            "FetchOffsets", groups_pb2.FetchOffsetsRequest(group_id=group_id), group_id
+        )
         committed = {
             TopicPartition(o.topic, o.partition): o
             for o in response.offsets  # type: ignore[attr-defined]
@@ -264,13 +286,14 @@ class Admin:
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, SeglogError | None]:
         """Kafka's deleteConsumerGroups: per group None, or why it was not deleted (active
         members: NON_EMPTY_GROUP; unknown: GROUP_ID_NOT_FOUND)."""
-        response = self._call(
-            "DeleteGroups", groups_pb2.DeleteGroupsRequest(group_ids=list(group_ids))
-        )
-        return {
-            r.group_id: error_from_code(r.error, r.error_message) if r.error else None
-            for r in response.groups  # type: ignore[attr-defined]
-        }
+        out: dict[str, SeglogError | None] = {}
+        for group_id in group_ids:
+            response = self._call(
+                "DeleteGroups", groups_pb2.DeleteGroupsRequest(group_ids=[group_id]), group_id
+            )
+            for r in response.groups:  # type: ignore[attr-defined]
+                out[r.group_id] = error_from_code(r.error, r.error_message) if r.error else None
+        return out
 
     def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> int:
         """Kafka's deleteConsumerGroupOffsets, for topics its members do not read; returns
@@ -281,7 +304,7 @@ class Admin:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         for topic, numbers in sorted(by_topic.items()):
             request.partitions.add(topic=topic, partitions=sorted(numbers))
-        response = self._call("DeleteOffsets", request)
+        response = self._call("DeleteOffsets", request, group_id)
         return int(response.deleted)  # type: ignore[attr-defined]
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -290,7 +313,7 @@ class Admin:
         request = groups_pb2.CommitOffsetsRequest(group_id=group_id, member_id="", generation_id=-1)
         for tp, offset in sorted(offsets.items()):
             request.offsets.add(topic=tp.topic, partition=tp.partition, offset=offset)
-        response = self._call("CommitOffsets", request)
+        response = self._call("CommitOffsets", request, group_id)
         for result in response.partitions:  # type: ignore[attr-defined]
             if result.error:
                 raise error_from_code(result.error, result.error_message)

@@ -57,7 +57,7 @@ class Consumer:
         self._fetcher = Fetcher(self.config, self._client._stub, self._client.security)
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
-            self._group = GroupMembership(self.config, self._client._channel)
+            self._group = GroupMembership(self.config, self._client.group_coordinators)
         self._subscription: tuple[str, ...] = ()
         self._assigned: set[TopicPartition] = set()
         self._manual = False
@@ -100,7 +100,7 @@ class Consumer:
         if self._group is not None and self._subscription:
             self._maybe_commit_before_revoke()
             self._group.leave()
-            self._group = GroupMembership(self.config, self._client._channel)
+            self._group = GroupMembership(self.config, self._client.group_coordinators)
         self._subscription = ()
         self._manual = False
         self._set_assignment(set())

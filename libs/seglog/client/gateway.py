@@ -17,6 +17,7 @@ from ..rpc.channels import channel_target, open_channel
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from .coordinators import GroupCoordinators
 from .structs import OffsetAndTimestamp, TopicPartition
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
@@ -75,13 +76,10 @@ class GatewayClient:
         self.bootstrap = with_default_port(bootstrap or default_bootstrap())
         self.timeout_s = timeout_s
         self.security = ClientSecurity.resolve() if security is _FROM_ENV else security
-        provider = _tracer_provider
-        self._channel = open_channel(
-            self.bootstrap,
-            traced=provider is not None,
-            tracer_provider=provider,
-            credentials=None if self.security is None else self.security.channel_credentials(),
-        )
+        self._channel = self._open(self.bootstrap)
+        self._extra_channels: list[grpc.Channel] = []
+        # Group calls go to each group's coordinating gateway (coordinators.py).
+        self.group_coordinators = GroupCoordinators(self._channel, self._open_extra)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         # Produce with the request already in wire bytes (rpc/wire.py): the producer's path.
         self.produce_raw = self._channel.unary_unary(
@@ -90,8 +88,25 @@ class GatewayClient:
             response_deserializer=common_pb2.ProduceResponse.FromString,
         )
 
+    def _open(self, target: str) -> grpc.Channel:
+        provider = _tracer_provider
+        return open_channel(
+            target,
+            traced=provider is not None,
+            tracer_provider=provider,
+            credentials=None if self.security is None else self.security.channel_credentials(),
+        )
+
+    def _open_extra(self, address: str) -> grpc.Channel:
+        """A channel to one gateway named by the cluster (a group's coordinator)."""
+        channel = self._open(with_default_port(address))
+        self._extra_channels.append(channel)
+        return channel
+
     def close(self) -> None:
         self._channel.close()
+        for channel in self._extra_channels:
+            channel.close()
 
     def __enter__(self) -> GatewayClient:
         return self

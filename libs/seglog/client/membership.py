@@ -27,8 +27,9 @@ from ..errors import (
     UnknownMemberIdError,
 )
 from ..rpc.status import error_from_code, error_from_rpc
-from ..v1 import groups_pb2, groups_pb2_grpc
+from ..v1 import groups_pb2
 from .config import ConsumerConfig
+from .coordinators import GroupCoordinators
 from .structs import OffsetAndMetadata, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -45,11 +46,11 @@ _REJOIN_ERRORS = (RebalanceInProgressError, UnknownMemberIdError, IllegalGenerat
 
 
 class GroupMembership:
-    def __init__(self, config: ConsumerConfig, channel: grpc.Channel) -> None:
+    def __init__(self, config: ConsumerConfig, coordinators: GroupCoordinators) -> None:
         assert config.group_id is not None
         self.config = config
         self.group_id = config.group_id
-        self.stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
+        self.stub = coordinators.stub_for(config.group_id)
         self.member_id = ""
         self.generation = -1
         self.assignment: set[TopicPartition] = set()

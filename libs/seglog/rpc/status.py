@@ -69,6 +69,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "INVALID_PRODUCER_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
     "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
     "SASL_AUTHENTICATION_FAILED": grpc.StatusCode.UNAUTHENTICATED,
+    "NOT_COORDINATOR": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).
@@ -107,7 +108,7 @@ def to_rpc_status(error: SeglogError) -> grpc.Status:
     info = error_details_pb2.ErrorInfo(
         reason=error.reason,
         domain=DOMAIN,
-        metadata={"retriable": "true" if error.retriable else "false"},
+        metadata={**error.details, "retriable": "true" if error.retriable else "false"},
     )
     detail = any_pb2.Any()
     detail.Pack(info)
@@ -140,7 +141,9 @@ def error_from_rpc(error: grpc.RpcError) -> SeglogError:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Unpack(info) and info.domain == DOMAIN:
-                return _ERROR_CLASSES.get(info.reason, SeglogError)(message)
+                error = _ERROR_CLASSES.get(info.reason, SeglogError)(message)
+                error.details = {k: v for k, v in info.metadata.items() if k != "retriable"}
+                return error
     if code == grpc.StatusCode.UNIMPLEMENTED:
         # The address serves gRPC but not this API: most often a storage node's address
         # given where the gateway's belongs (or the reverse).

@@ -1,0 +1,110 @@
+"""This gateway's own session in etcd: one lease, kept alive by a thread, holding the key
+`gateways/<address>` and whatever the gateway holds on the cluster's behalf (the controller
+key, group coordinators' keys). When the process dies or is cut off, the lease expires and
+everything it held is released at once; another gateway takes it over.
+
+A lease found expired (the process was paused or cut off from etcd for longer than its TTL)
+ends the session: listeners drop what it held (the controller steps down, coordinators
+forget their groups), then a new lease begins the next session. etcd unreachable is not
+an expiry: leases cannot expire while etcd is down, and etcd extends them when it comes back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from collections.abc import Callable
+
+from seglog.errors import RegistryUnavailableError
+
+from .etcd_keyspace import Changes, EtcdKeyspace
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "gateways/"
+
+
+class GatewaySession:
+    def __init__(self, keyspace: EtcdKeyspace, address: str, ttl_ms: int) -> None:
+        self.keyspace = keyspace
+        self.address = address
+        self.ttl_s = max(2, math.ceil(ttl_ms / 1000))
+        self.lease = 0
+        # Called with the new lease when a session begins, and with none when it ends.
+        self.began: list[Callable[[int], None]] = []
+        self.ended: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+        self._gateways: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._keep_alive, name="gateway-session", daemon=True
+        )
+        keyspace.subscribe(PREFIX, self._changed)
+
+    def live_gateways(self) -> list[str]:
+        with self._lock:
+            return sorted(self._gateways)
+
+    def start(self) -> None:
+        self._begin()
+        self._thread.start()
+
+    def _begin(self) -> None:
+        lease = self.keyspace.grant(self.ttl_s)
+        self.keyspace.put(PREFIX + self.address, json.dumps({"address": self.address}), lease)
+        with self._lock:
+            self.lease = lease
+            self._gateways.add(self.address)
+        logger.info("gateway session began (lease %x, %d s)", lease, self.ttl_s)
+        for listener in self.began:
+            listener(lease)
+
+    def _end(self) -> None:
+        with self._lock:
+            self.lease = 0
+        for listener in self.ended:
+            listener()
+
+    def _keep_alive(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if self.lease == 0:
+                    self._begin()
+                elif self.keyspace.keep_alive(self.lease) <= 0:
+                    logger.warning(
+                        "this gateway's session lease %x expired (paused or cut off from "
+                        "etcd for over %d s): releasing what it held",
+                        self.lease,
+                        self.ttl_s,
+                    )
+                    self._end()
+                    self._begin()
+            except RegistryUnavailableError as exc:
+                logger.info("gateway session not renewed: %s", exc)
+            except Exception:
+                logger.exception("gateway session keep-alive failed")
+
+    def _changed(self, changes: Changes, full: bool) -> None:
+        with self._lock:
+            if full:
+                self._gateways = {k.removeprefix(PREFIX) for k, kv in changes.items() if kv}
+                if self.lease:
+                    self._gateways.add(self.address)
+                return
+            for key, kv in changes.items():
+                if kv is None:
+                    self._gateways.discard(key.removeprefix(PREFIX))
+                else:
+                    self._gateways.add(key.removeprefix(PREFIX))
+
+    def close(self) -> None:
+        """Stop and release at once (revoking the lease), so others take over now rather
+        than after a TTL."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        lease, self.lease = self.lease, 0
+        if lease:
+            self.keyspace.revoke(lease)

@@ -1,0 +1,131 @@
+"""A cluster of separate processes sharing one registry in a real etcd: several gateways and
+storage nodes on loopback, for the tests that kill, pause and restart them (SIGKILL,
+SIGSTOP, etcd down). Every process is stopped by its own pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import grpc
+
+from seglog.client.gateway import GatewayClient
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+from services.embedded_etcd import EtcdProcess
+from services.processes import ServerProcess, gateway_process, node_process
+from tests.cluster import CLUSTER_SECRET, wait_until
+from tests.ports import free_ports
+
+SESSION_TIMEOUT_MS = 3000  # nodes' and gateways' leases: 3 s
+
+
+class EtcdBackedCluster:
+    def __init__(
+        self, root: Path, *, gateways: int = 2, nodes: int = 3, node_gateway_order=None
+    ) -> None:
+        """`node_gateway_order`: the gateway indexes, in order, nodes are given (default all
+        in order)."""
+        self.root = root
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
+        self.etcd.start()
+        self.env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET.decode()}
+        ports = free_ports(gateways)
+        self.gateway_addresses = [f"127.0.0.1:{p}" for p in ports]
+        self.gateways = [
+            gateway_process(
+                address,
+                root / f"gateway-{i}",
+                extra_args=[
+                    "--registry-etcd",
+                    self.etcd.endpoint,
+                    "--session-timeout-ms",
+                    str(SESSION_TIMEOUT_MS),
+                    "--gateway-session-timeout-ms",
+                    str(SESSION_TIMEOUT_MS),
+                    "--heartbeat-interval-ms",
+                    "200",
+                    "--offsets-topic-num-partitions",
+                    "3",
+                    "--group-initial-rebalance-delay-ms",
+                    "200",
+                    "--group-min-session-timeout-ms",
+                    "100",
+                    "--default-replication-factor",
+                    str(min(3, nodes)),
+                    "--offsets-topic-replication-factor",
+                    str(min(3, nodes)),
+                ],  # fmt: skip
+                env=self.env,
+                stderr_path=root / "logs" / f"gateway-{i}.log",
+            )
+            for i, address in enumerate(self.gateway_addresses)
+        ]
+        order = node_gateway_order or range(gateways)
+        self.node_gateways = ",".join(self.gateway_addresses[i] for i in order)
+        self.nodes = {
+            n: node_process(
+                n,
+                "127.0.0.1:0",
+                root / f"node-{n}",
+                self.node_gateways,
+                extra_args=["--heartbeat-interval-ms", "200", "--config", "min.insync.replicas=2"],
+                env=self.env,
+                stderr_path=root / "logs" / f"node-{n}.log",
+            )
+            for n in range(1, nodes + 1)
+        }
+        try:
+            self.gateways[0].start()  # first, so it is elected controller
+            assert wait_until(lambda: self.controller(0) == self.gateway_addresses[0], 30)
+            for gateway in self.gateways[1:]:
+                gateway.start()
+            for node in self.nodes.values():
+                node.start()
+            assert wait_until(lambda: len(self.live_nodes(0)) == nodes, 30)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.gateway_addresses)
+
+    def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
+        with grpc.insecure_channel(self.gateway_addresses[index]) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            return stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5)
+
+    def controller(self, index: int) -> str | None:
+        """The controller gateway index `index` knows of (None: it does not answer)."""
+        try:
+            return self.describe_cluster(index).controller
+        except grpc.RpcError:
+            return None
+
+    def live_nodes(self, index: int) -> list[int]:
+        try:
+            return [n.node_id for n in self.describe_cluster(index).nodes if n.live]
+        except grpc.RpcError:
+            return []
+
+    def client(self, index: int | None = None) -> GatewayClient:
+        address = self.bootstrap if index is None else self.gateway_addresses[index]
+        return GatewayClient(address, security=None)
+
+    def log(self, name: str) -> str:
+        return (self.root / "logs" / f"{name}.log").read_text(errors="replace")
+
+    def pause(self, process: ServerProcess) -> None:
+        os.kill(process.pid, signal.SIGSTOP)
+
+    def resume(self, process: ServerProcess) -> None:
+        os.kill(process.pid, signal.SIGCONT)
+
+    def close(self) -> None:
+        for process in [*self.nodes.values(), *self.gateways]:
+            if process.process is not None and process.alive():
+                self.resume(process)  # a paused process cannot act on SIGTERM
+            process.stop(grace_s=10)
+        self.etcd.stop()
