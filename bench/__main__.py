@@ -33,6 +33,7 @@ SERVICE_GROUPS = (
     "bulk",
     "replication",
     "metrics",
+    "registry",
     "spark",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
@@ -241,7 +242,7 @@ def bench_codec() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
-    [security]`: every group when none is named."""
+    [security] [metrics] [registry] [spark]`: every group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))

@@ -5,40 +5,18 @@ receiver in this process, against the same with metrics off, the two taking turn
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
-from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
-from seglog.client.producer import Producer
-from seglog.client.structs import TopicPartition
 from seglog.testing.otlp import OtlpReceiver
 
 from .cluster import one_node_cluster
+from .throughput import fetch_seconds, produce_seconds
 
 RECORDS = 300_000
 VALUE = b"m" * 100
 SECRET = "bench-cluster-secret-0123456789abcdef"
 ROUNDS = 3
-
-
-def _produce(bootstrap: str, topic: str) -> float:
-    with Producer(bootstrap, linger_ms=5) as producer:
-        start = time.perf_counter()
-        for _ in range(0, RECORDS, 10_000):
-            producer.send_many(topic, [VALUE] * 10_000, partition=0)
-        producer.flush()
-        return time.perf_counter() - start
-
-
-def _fetch(bootstrap: str, topic: str) -> float:
-    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        start = time.perf_counter()
-        seen = 0
-        while seen < RECORDS:
-            seen += len(consumer.poll(timeout_ms=1000, max_records=100_000))
-        return time.perf_counter() - start
 
 
 def run(report: Callable[..., None]) -> None:
@@ -64,8 +42,8 @@ def run(report: Callable[..., None]) -> None:
                     topic = f"m-{next(topics)}"
                     with GatewayClient(bootstrap) as client:
                         client.create_topic(topic, 1, 1)
-                    produce[name].append(_produce(bootstrap, topic))
-                    fetch[name].append(_fetch(bootstrap, topic))
+                    produce[name].append(produce_seconds(bootstrap, topic, RECORDS, VALUE))
+                    fetch[name].append(fetch_seconds(bootstrap, topic, RECORDS))
         exported = {p.name for p in receiver.points()}
         assert "seglog.bytes.in" in exported, "the metrics-on cluster exported nothing"
         mb = RECORDS * len(VALUE) / 1e6

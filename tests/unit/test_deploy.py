@@ -39,6 +39,7 @@ FIELD_SAMPLES = {
     "metadata.name": "seglog-node-2",
     "metadata.namespace": "seglog",
     "spec.nodeName": "host-1",
+    "status.podIP": "10.0.0.7",
     "metadata.labels['apps.kubernetes.io/pod-index']": "2",
 }
 SECRET_SAMPLE = "sample-cluster-secret-0123456789"
@@ -211,8 +212,24 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 t["metadata"]["name"] for t in workload["spec"].get("volumeClaimTemplates", [])
             }
             claims |= {n for n, v in volumes.items() if "persistentVolumeClaim" in v}
-            (data_mount,) = [m for m in container["volumeMounts"] if m["name"] in claims]
-            assert str(config.data_dir) == data_mount["mountPath"]
+            data_mounts = [m for m in container["volumeMounts"] if m["name"] in claims]
+            if command == "seglog-gateway" and config.registry_etcd:
+                # The registry in etcd (production): several replicas, each reachable at
+                # its own address, nothing kept on a volume.
+                assert workload["spec"]["replicas"] >= 2
+                assert config.advertised_listener == "10.0.0.7:7070"
+                assert not data_mounts
+                (scratch,) = [
+                    m for m in container["volumeMounts"] if m["mountPath"] == str(config.data_dir)
+                ]
+                assert "emptyDir" in volumes[scratch["name"]]
+                etcd = [o for o in objects if o["metadata"]["name"] == "seglog-etcd"]
+                (members,) = [o["spec"]["replicas"] for o in etcd if o["kind"] == "StatefulSet"]
+                assert members == 3
+                assert len(config.registry_etcd.split(",")) == members
+            else:
+                (data_mount,) = data_mounts
+                assert str(config.data_dir) == data_mount["mountPath"]
             if command == "seglog-storage-node":
                 assert config.node_id == 2  # the pod's ordinal
                 assert config.advertised_address == "seglog-node-2.seglog-node.seglog.svc:7071"

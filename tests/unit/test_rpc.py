@@ -135,6 +135,38 @@ def test_status_details_carry_reason_and_retriable():
     assert b"LEADER_NOT_AVAILABLE" in value and b"retriable" in value
 
 
+def test_not_coordinator_names_the_coordinator_across_the_wire():
+    """The address travels in the ErrorInfo's metadata and comes back on the client's error,
+    through a real server and channel."""
+    from concurrent import futures
+
+    from seglog.rpc.status import abort, error_from_rpc
+
+    def refuse(request, context):
+        abort(context, errors.NotCoordinatorError("ask elsewhere", coordinator="10.0.0.9:7070"))
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    handler = grpc.unary_unary_rpc_method_handler(refuse)
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("t.T", {"Call": handler})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/t.T/Call")
+            try:
+                call(b"", timeout=5)
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc)
+            else:
+                raise AssertionError("the call succeeded")
+    finally:
+        server.stop(0)
+    assert isinstance(error, errors.NotCoordinatorError)
+    assert error.coordinator == "10.0.0.9:7070" and error.retriable
+
+
 KAFKA_MURMUR2_VECTORS = {
     # Kafka's UtilsTest.testMurmur2
     b"21": -973932308,

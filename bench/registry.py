@@ -1,0 +1,163 @@
+"""The registry on etcd against the file: metadata operations (creating a topic, electing a
+leader after a node dies) printed side by side, and the data path through a gateway, which
+must not notice where the registry lives (routing reads the gateway's cached metadata, never
+etcd, per request). Each side is a gateway and two storage nodes as processes on loopback;
+the etcd side's gateway keeps its registry in an etcd member started here.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from seglog.client.gateway import GatewayClient
+from services.embedded_etcd import EtcdProcess
+from services.processes import ServerProcess, gateway_process, node_process
+
+from .throughput import fetch_seconds, produce_seconds
+from .timing import best_in_turns
+
+RECORDS = 300_000
+VALUE = b"r" * 100
+CREATES = 20
+SESSION_TIMEOUT_MS = 3000
+HEARTBEAT_INTERVAL_MS = 1000  # Kafka's ratio of session to heartbeat, roughly
+ROUNDS = 5
+
+
+@contextmanager
+def _cluster(root: Path, etcd: bool) -> Iterator[tuple[str, dict[int, ServerProcess]]]:
+    processes: list[ServerProcess] = []
+    member = EtcdProcess(root / "etcd") if etcd else None
+    try:
+        registry = []
+        if member is not None:
+            registry = ["--registry-etcd", member.start()]
+        gateway = gateway_process(
+            "127.0.0.1:0",
+            root / "gateway",
+            extra_args=[
+                *registry,
+                "--session-timeout-ms",
+                str(SESSION_TIMEOUT_MS),
+                "--gateway-session-timeout-ms",
+                str(SESSION_TIMEOUT_MS),
+                "--heartbeat-interval-ms",
+                str(HEARTBEAT_INTERVAL_MS),
+            ],  # fmt: skip
+        )
+        processes.append(gateway)
+        address = gateway.start()
+        nodes = {}
+        for node_id in (1, 2):
+            node = node_process(
+                node_id,
+                "127.0.0.1:0",
+                root / f"node-{node_id}",
+                address,
+                extra_args=["--heartbeat-interval-ms", str(HEARTBEAT_INTERVAL_MS)],
+            )
+            processes.append(node)
+            node.start()
+            nodes[node_id] = node
+        with GatewayClient(address, security=None) as client:
+            deadline = time.monotonic() + 30
+            while sum(n.live for n in client.describe_cluster().nodes) < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the storage nodes never registered")
+                time.sleep(0.05)
+        yield address, nodes
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        if member is not None:
+            member.stop()
+
+
+def _creates(address: str, prefix: str) -> float:
+    with GatewayClient(address, security=None) as client:
+        start = time.perf_counter()
+        for i in range(CREATES):
+            client.create_topic(f"{prefix}-{i}", 1, 2)
+        return time.perf_counter() - start
+
+
+def _election(address: str, nodes: dict[int, ServerProcess]) -> float:
+    """Seconds from a leader's SIGKILL to another leader in the metadata."""
+    with GatewayClient(address, security=None) as client:
+        client.create_topic("elected", 1, 2)
+        leader = client.describe_topic("elected").partitions[0].leader
+        nodes[leader].kill()
+        start = time.perf_counter()
+        deadline = start + 60
+        while client.describe_topic("elected").partitions[0].leader in (leader, -1):
+            if time.perf_counter() > deadline:
+                raise RuntimeError("no leader was elected")
+            time.sleep(0.01)
+        return time.perf_counter() - start
+
+
+def run(report: Callable[..., None]) -> None:
+    with (
+        tempfile.TemporaryDirectory(prefix="seglog-bench-etcd-") as etcd_root,
+        tempfile.TemporaryDirectory(prefix="seglog-bench-file-") as file_root,
+        _cluster(Path(etcd_root), etcd=True) as (on_etcd, etcd_nodes),
+        _cluster(Path(file_root), etcd=False) as (on_file, file_nodes),
+    ):
+        rounds = iter(range(1000))
+        creates = best_in_turns(
+            {
+                "etcd": lambda: _creates(on_etcd, f"c{next(rounds)}"),
+                "file": lambda: _creates(on_file, f"c{next(rounds)}"),
+            },
+            ROUNDS,
+        )
+        report(
+            "create topic on etcd vs file (creates/s)",
+            CREATES / creates["etcd"],
+            CREATES / creates["file"],
+            "ops/s",
+            None,
+        )
+        topics = iter(range(1000))
+
+        def produced(address: str) -> float:
+            topic = f"data-{next(topics)}"
+            with GatewayClient(address, security=None) as client:
+                client.create_topic(topic, 1, 1)
+            elapsed = produce_seconds(address, topic, RECORDS, VALUE)
+            fetched.setdefault(address, []).append(fetch_seconds(address, topic, RECORDS))
+            return elapsed
+
+        fetched: dict[str, list[float]] = {}
+        produce = best_in_turns(
+            {"etcd": lambda: produced(on_etcd), "file": lambda: produced(on_file)}, ROUNDS
+        )
+        mb = RECORDS * len(VALUE) / 1e6
+        report(
+            "produce via gateway on etcd vs file (MB/s)",
+            mb / produce["etcd"],
+            mb / produce["file"],
+            "MB/s",
+            0.95,
+        )
+        report(
+            "fetch via gateway on etcd vs file (MB/s)",
+            mb / min(fetched[on_etcd]),
+            mb / min(fetched[on_file]),
+            "MB/s",
+            0.95,
+        )
+        # Last: it kills a node on each side. Both wait out the same session timeout.
+        etcd_s = _election(on_etcd, etcd_nodes)
+        file_s = _election(on_file, file_nodes)
+        report(
+            f"leader elected after a node death (s, {SESSION_TIMEOUT_MS} ms sessions)",
+            etcd_s,
+            file_s,
+            "s",
+            None,
+        )
