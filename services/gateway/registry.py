@@ -246,23 +246,22 @@ class Registry:
 
     def adopt(self, state: dict[str, Any], revision: int) -> None:
         """Another gateway's change, pushed by the store's watch."""
-        with self._lock:
-            if revision <= self.store.revision:
-                return  # this registry's own write, or one it has already taken
-            acls_before = list(self.acls)
-            changed = self._apply_state(state)
-            self.store.revision = revision
-            acls = list(self.acls) if self.acls != acls_before else None
-        self._notify(changed)
-        if acls is not None:
-            for listener in self.acl_listeners:
-                listener(acls)
+        self._take(lambda: state, revision)
 
     def reload(self) -> None:
         """Take the stored state now (after a write found it newer than this copy)."""
+        self._take(self.store.load)
+
+    def _take(self, read: Callable[[], dict[str, Any] | None], revision: int = 0) -> None:
+        """Apply a stored state and tell the listeners what changed. With `revision` (a
+        watched state) only one newer than this registry's copy is taken."""
         with self._lock:
+            if revision and revision <= self.store.revision:
+                return  # this registry's own write, or one it has already taken
             acls_before = list(self.acls)
-            changed = self._apply_state(self.store.load())
+            changed = self._apply_state(read())
+            if revision:
+                self.store.revision = revision
             acls = list(self.acls) if self.acls != acls_before else None
         self._notify(changed)
         if acls is not None:
@@ -398,12 +397,15 @@ class Registry:
     @_retrying
     def check_sessions(self, controller: Fence | None = None) -> list[PartitionChange]:
         """The controller's tick: fence every node whose session expired (Kafka's
-        BrokerHeartbeatManager), elect leaders where one became possible. Fencing is
-        repeated for every node found down (it changes nothing the second time), so a
-        retry on newer state or a newly elected controller misses none."""
+        BrokerHeartbeatManager), elect leaders where one became possible. A node is marked
+        fenced only once its fencing is stored, so a retry on newer state fences it again
+        (a newly elected controller, whose marks are all clear, fences each down node once;
+        fencing twice changes nothing)."""
         with self._lock:
             changed: set[PartitionChange] = set()
-            down = [n for n in self.nodes.values() if not self.is_live(n.node_id)]
+            down = [
+                n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)
+            ]
             for node in down:
                 changed |= fence(self._registrations(), node.node_id, self._eligible)
             changed |= elect_leaderless(self._registrations(), self._eligible)
