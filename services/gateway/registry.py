@@ -403,9 +403,7 @@ class Registry:
         fencing twice changes nothing)."""
         with self._lock:
             changed: set[PartitionChange] = set()
-            down = [
-                n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)
-            ]
+            down = [n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)]
             for node in down:
                 changed |= fence(self._registrations(), node.node_id, self._eligible)
             changed |= elect_leaderless(self._registrations(), self._eligible)
