@@ -16,13 +16,13 @@ from .offsets_store import (
     DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     DEFAULT_OFFSETS_RETENTION_MINUTES,
 )
-from .registry import (
+from .server import Gateway, GatewayConfig
+from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
+from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_REPLICATION_FACTOR,
 )
-from .server import Gateway, GatewayConfig
-from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
 def parse_args(argv: list[str] | None = None) -> GatewayConfig:

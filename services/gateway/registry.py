@@ -59,18 +59,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from seglog.errors import (
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
-    InvalidTopicError,
     LeaderNotAvailableError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from seglog.security.acls import AclBinding
-from seglog.storage import LogConfig, log_files
-from seglog.storage.config import check_config_names
 
 from .node_sessions import EtcdNodeSessions, NodeSession
 from .partition_changes import (
@@ -90,19 +84,24 @@ from .registry_store import (
     RegistryStore,
     StaleRegistryError,
 )
+from .topic_rules import (
+    DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_REPLICATION_FACTOR,
+    TopicLimits,
+    altered_configs,
+    check_cluster_room,
+    check_enough_nodes,
+    check_growth,
+    check_new_topic,
+    is_internal_topic,
+    refuse_internal,
+)
 
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "registry.json"
 _VERSION = 1
-DEFAULT_NUM_PARTITIONS = 1
-# Kafka's controller refuses one operation creating more than 10,000 partitions
-# (QuorumController.MAX_RECORDS_PER_USER_OP). The cluster-wide bound keeps the whole cluster
-# within what its nodes can hold open (each partition holds at least three files open).
-DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
-DEFAULT_MAX_PARTITIONS = 20_000
-DEFAULT_REPLICATION_FACTOR = 1
-MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 # A change that keeps meeting newer state is given up after this many tries (each retry
 # means another gateway's change landed in between: the cluster is making progress).
@@ -142,11 +141,6 @@ class Topic:
     @property
     def internal(self) -> bool:
         return is_internal_topic(self.name)
-
-
-def is_internal_topic(name: str) -> bool:
-    """`__consumer_offsets` and any other `__` topic: written only by the cluster itself."""
-    return name.startswith("__")
 
 
 @dataclass
@@ -191,11 +185,11 @@ class Registry:
     ) -> None:
         # Where the state is kept (registry_store.py): registry.json by default.
         self.store = store if store is not None else FileRegistryStore(data_dir / REGISTRY_FILE)
-        self.default_replication_factor = default_replication_factor
+        self.limits = TopicLimits(
+            max_partitions_per_topic, max_partitions, default_replication_factor
+        )
         # Called (outside the lock) with the partitions whose registration changed.
         self.listeners: list[Callable[[list[PartitionChange]], object]] = []
-        self.max_partitions_per_topic = max_partitions_per_topic
-        self.max_partitions = max_partitions
         self.session_timeout_s = session_timeout_ms / 1000
         self._lock = threading.RLock()
         self.topics: dict[str, Topic] = {}
@@ -600,6 +594,12 @@ class Registry:
 
     # -- topics --------------------------------------------------------------------------
 
+    def _eligible_nodes(self) -> list[int]:
+        return [n for n in self.live_nodes() if self._eligible(n)]
+
+    def _partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
     def validate_new_topic(
         self,
         name: str,
@@ -609,48 +609,16 @@ class Registry:
         *,
         internal: bool = False,
     ) -> tuple[int, int]:
-        """Every check CreateTopics makes; returns (partitions, replication factor) with the
-        defaults applied for -1. Only the gateway itself (`internal`) creates `__` topics."""
-        log_files.check_topic_name(name)
-        if is_internal_topic(name) and not internal:
-            raise InvalidTopicError(
-                f"topic {name!r}: names starting with '__' are reserved for internal topics"
-            )
-        if num_partitions == -1:
-            num_partitions = DEFAULT_NUM_PARTITIONS
-        if not 1 <= num_partitions <= self.max_partitions_per_topic:
-            raise InvalidPartitionsError(
-                f"num_partitions must be in [1, {self.max_partitions_per_topic}] "
-                f"(the gateway's --max-partitions-per-topic), got {num_partitions}"
-            )
-        log_files.check_directory_name_fits(name, num_partitions)
-        if replication_factor == -1:
-            replication_factor = self.default_replication_factor
-        if not 1 <= replication_factor <= MAX_REPLICATION_FACTOR:
-            raise InvalidReplicationFactorError(
-                f"replication factor must be in [1, {MAX_REPLICATION_FACTOR}] (or -1 for the "
-                f"gateway's default.replication.factor), got {replication_factor}"
-            )
-        try:
-            LogConfig().with_overrides(configs)
-        except (InvalidConfigError, TypeError, ValueError) as exc:
-            raise InvalidConfigError(f"topic {name}: {exc}") from None
+        """Every check CreateTopics makes (topic_rules.py); returns (partitions, replication
+        factor) with the defaults applied for -1."""
+        num_partitions, replication_factor = check_new_topic(
+            name, num_partitions, replication_factor, configs, self.limits, internal=internal
+        )
         with self._lock:
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            existing = sum(len(t.partitions) for t in self.topics.values())
-            if existing + num_partitions > self.max_partitions:
-                raise InvalidPartitionsError(
-                    f"{num_partitions} more partitions would make {existing + num_partitions} "
-                    f"in the cluster, over its limit of {self.max_partitions} "
-                    f"(the gateway's --max-partitions)"
-                )
-            eligible = [n for n in self.live_nodes() if self._eligible(n)]
-            if len(eligible) < replication_factor:
-                raise InvalidReplicationFactorError(
-                    f"replication factor {replication_factor} is larger than the "
-                    f"{len(eligible)} live storage nodes ({eligible})"
-                )
+            check_cluster_room(num_partitions, self._partition_count(), self.limits)
+            check_enough_nodes(replication_factor, self._eligible_nodes())
         return num_partitions, replication_factor
 
     @_retrying
@@ -678,35 +646,13 @@ class Registry:
     def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Topic:
         """Grow a topic to `count` partitions, the new ones placed as create_topic places
         them; INVALID_PARTITIONS for a count that does not grow it or passes a limit."""
-        if is_internal_topic(name):
-            raise InvalidTopicError(f"topic {name!r} is internal: clients cannot change it")
+        refuse_internal(name, "clients cannot change it")
         with self._lock:
             topic = self.topic(name)
             current = len(topic.partitions)
-            if count <= current:
-                raise InvalidPartitionsError(
-                    f"topic {name} has {current} partitions: the count can only grow, not "
-                    f"become {count}"
-                )
-            if count > self.max_partitions_per_topic:
-                raise InvalidPartitionsError(
-                    f"{count} partitions pass the limit of {self.max_partitions_per_topic} per "
-                    f"topic (the gateway's --max-partitions-per-topic)"
-                )
-            existing = sum(len(t.partitions) for t in self.topics.values())
-            if existing + count - current > self.max_partitions:
-                raise InvalidPartitionsError(
-                    f"{count - current} more partitions would make "
-                    f"{existing + count - current} in the cluster, over its limit of "
-                    f"{self.max_partitions} (the gateway's --max-partitions)"
-                )
-            log_files.check_directory_name_fits(name, count)
-            eligible = [n for n in self.live_nodes() if self._eligible(n)]
-            if len(eligible) < topic.replication_factor:
-                raise InvalidReplicationFactorError(
-                    f"topic {name} has replication factor {topic.replication_factor}, larger "
-                    f"than the {len(eligible)} live storage nodes ({eligible})"
-                )
+            check_growth(name, current, count, self.limits)
+            check_cluster_room(count - current, self._partition_count(), self.limits)
+            check_enough_nodes(topic.replication_factor, self._eligible_nodes(), name)
             if validate_only:
                 return topic
             topic.partitions.extend(self._place(count - current, topic.replication_factor))
@@ -722,19 +668,12 @@ class Registry:
         *,
         validate_only: bool = False,
     ) -> Topic:
-        """Kafka's IncrementalAlterConfigs: set some overrides, delete others (back to the
-        node's or Kafka's default); the whole result is validated before anything changes."""
-        if is_internal_topic(name):
-            raise InvalidTopicError(f"topic {name!r} is internal: its configs are the cluster's")
+        """Kafka's IncrementalAlterConfigs, the whole result validated before anything
+        changes."""
+        refuse_internal(name, "its configs are the cluster's")
         with self._lock:
             topic = self.topic(name)
-            configs = {k: v for k, v in topic.configs.items() if k not in delete}
-            configs.update(set_configs)
-            try:
-                check_config_names(delete)
-                LogConfig().with_overrides(configs)
-            except (InvalidConfigError, TypeError, ValueError) as exc:
-                raise InvalidConfigError(f"topic {name}: {exc}") from None
+            configs = altered_configs(name, topic.configs, set_configs, delete)
             if validate_only:
                 return topic
             topic.configs = configs
@@ -743,8 +682,7 @@ class Registry:
 
     @_retrying
     def delete_topic(self, name: str) -> Topic:
-        if is_internal_topic(name):
-            raise InvalidTopicError(f"topic {name!r} is internal: clients cannot delete it")
+        refuse_internal(name, "clients cannot delete it")
         with self._lock:
             topic = self.topics.pop(name, None)
             if topic is None:

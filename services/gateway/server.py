@@ -41,14 +41,14 @@ from .offsets_store import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     OffsetsStore,
 )
-from .registry import (
+from .registry import Registry
+from .registry_store import EtcdRegistryStore
+from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
+from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_REPLICATION_FACTOR,
-    Registry,
 )
-from .registry_store import EtcdRegistryStore
-from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
 logger = logging.getLogger(__name__)
 GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name

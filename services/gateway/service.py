@@ -49,7 +49,8 @@ from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
 from .nodes import NodeConnection, NodeConnections
-from .registry import Registry, Route, is_internal_topic
+from .registry import Registry, Route
+from .topic_rules import is_internal_topic
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,135 @@
+"""What CreateTopics, CreatePartitions and IncrementalAlterConfigs may do, checked whole
+before the registry changes anything: names, partition counts against the per-topic and
+cluster limits, replication factors against the live nodes, topic configs (Kafka's
+defaults and ranges). Pure functions of the request and the registry's numbers; the
+registry (registry.py) calls them under its lock."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seglog.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+)
+from seglog.storage import LogConfig, log_files
+from seglog.storage.config import check_config_names
+
+DEFAULT_NUM_PARTITIONS = 1
+# Kafka's controller refuses one operation creating more than 10,000 partitions
+# (QuorumController.MAX_RECORDS_PER_USER_OP). The cluster-wide bound keeps the whole cluster
+# within what its nodes can hold open (each partition holds at least three files open).
+DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
+DEFAULT_MAX_PARTITIONS = 20_000
+DEFAULT_REPLICATION_FACTOR = 1
+MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
+
+
+@dataclass(frozen=True)
+class TopicLimits:
+    max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
+    max_partitions: int = DEFAULT_MAX_PARTITIONS
+    default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
+
+
+def is_internal_topic(name: str) -> bool:
+    """`__consumer_offsets` and any other `__` topic: written only by the cluster itself."""
+    return name.startswith("__")
+
+
+def check_new_topic(
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: dict[str, str],
+    limits: TopicLimits,
+    *,
+    internal: bool = False,
+) -> tuple[int, int]:
+    """The request's own checks; returns (partitions, replication factor) with the defaults
+    applied for -1. Only the gateway itself (`internal`) creates `__` topics."""
+    log_files.check_topic_name(name)
+    if is_internal_topic(name) and not internal:
+        raise InvalidTopicError(
+            f"topic {name!r}: names starting with '__' are reserved for internal topics"
+        )
+    if num_partitions == -1:
+        num_partitions = DEFAULT_NUM_PARTITIONS
+    if not 1 <= num_partitions <= limits.max_partitions_per_topic:
+        raise InvalidPartitionsError(
+            f"num_partitions must be in [1, {limits.max_partitions_per_topic}] "
+            f"(the gateway's --max-partitions-per-topic), got {num_partitions}"
+        )
+    log_files.check_directory_name_fits(name, num_partitions)
+    if replication_factor == -1:
+        replication_factor = limits.default_replication_factor
+    if not 1 <= replication_factor <= MAX_REPLICATION_FACTOR:
+        raise InvalidReplicationFactorError(
+            f"replication factor must be in [1, {MAX_REPLICATION_FACTOR}] (or -1 for the "
+            f"gateway's default.replication.factor), got {replication_factor}"
+        )
+    try:
+        LogConfig().with_overrides(configs)
+    except (InvalidConfigError, TypeError, ValueError) as exc:
+        raise InvalidConfigError(f"topic {name}: {exc}") from None
+    return num_partitions, replication_factor
+
+
+def refuse_internal(name: str, why: str) -> None:
+    """Clients change no internal topic (checked before the topic is even looked up)."""
+    if is_internal_topic(name):
+        raise InvalidTopicError(f"topic {name!r} is internal: {why}")
+
+
+def check_growth(name: str, current: int, count: int, limits: TopicLimits) -> None:
+    """CreatePartitions' own checks: the count only grows, within the per-topic limit."""
+    if count <= current:
+        raise InvalidPartitionsError(
+            f"topic {name} has {current} partitions: the count can only grow, not become {count}"
+        )
+    if count > limits.max_partitions_per_topic:
+        raise InvalidPartitionsError(
+            f"{count} partitions pass the limit of {limits.max_partitions_per_topic} per "
+            f"topic (the gateway's --max-partitions-per-topic)"
+        )
+    log_files.check_directory_name_fits(name, count)
+
+
+def check_cluster_room(more: int, existing: int, limits: TopicLimits) -> None:
+    if existing + more > limits.max_partitions:
+        raise InvalidPartitionsError(
+            f"{more} more partitions would make {existing + more} in the cluster, over its "
+            f"limit of {limits.max_partitions} (the gateway's --max-partitions)"
+        )
+
+
+def check_enough_nodes(
+    replication_factor: int, eligible: list[int], topic: str | None = None
+) -> None:
+    if len(eligible) >= replication_factor:
+        return
+    what = (
+        f"replication factor {replication_factor} is larger than"
+        if topic is None
+        else f"topic {topic} has replication factor {replication_factor}, larger than"
+    )
+    raise InvalidReplicationFactorError(
+        f"{what} the {len(eligible)} live storage nodes ({eligible})"
+    )
+
+
+def altered_configs(
+    name: str, current: dict[str, str], set_configs: dict[str, str], delete: list[str]
+) -> dict[str, str]:
+    """IncrementalAlterConfigs' result, validated whole: some overrides set, others deleted
+    (back to the node's or Kafka's default)."""
+    configs = {k: v for k, v in current.items() if k not in delete}
+    configs.update(set_configs)
+    try:
+        check_config_names(delete)
+        LogConfig().with_overrides(configs)
+    except (InvalidConfigError, TypeError, ValueError) as exc:
+        raise InvalidConfigError(f"topic {name}: {exc}") from None
+    return configs
