@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import message_factory
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from opentelemetry import trace
@@ -132,6 +133,26 @@ def unary(fn: Callable[..., Any], request_cls: Any, response_cls: Any) -> grpc.R
         request_deserializer=request_cls.FromString,
         response_serializer=response_cls.SerializeToString,
     )
+
+
+def unary_handlers(
+    service: Any,
+    methods: dict[str, Callable[..., Any]],
+    *,
+    wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]] | None = None,
+) -> dict[str, grpc.RpcMethodHandler]:
+    """Unary handlers for some methods of a proto service (its ServiceDescriptor), each
+    implementation wrapped by `wrap(name, fn)` when given (authorization); request and
+    response classes come from the descriptor, so the table names each method once."""
+    handlers = {}
+    for name, fn in methods.items():
+        method = service.methods_by_name[name]
+        handlers[name] = unary(
+            wrap(name, fn) if wrap is not None else fn,
+            message_factory.GetMessageClass(method.input_type),
+            message_factory.GetMessageClass(method.output_type),
+        )
+    return handlers
 
 
 def build_server(

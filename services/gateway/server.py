@@ -20,7 +20,7 @@ from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
 from seglog.security.tokens import TokenVerifier
-from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2, groups_pb2
+from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 
 from .acl_service import AclService
@@ -51,9 +51,12 @@ from .topic_rules import (
 )
 
 logger = logging.getLogger(__name__)
-GATEWAY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name
-REGISTRY_SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Registry"].full_name
-GROUPS_SERVICE = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].full_name
+GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
+REGISTRY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Registry"]
+GROUPS_SERVICE_DESCRIPTOR = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"]
+GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
+REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
+GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
 _SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of _handlers()
 
 
@@ -288,161 +291,59 @@ class Gateway:
         return self.election.controller_address, self.gateway_session.live_gateways()
 
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
-        s, a, r = self.service, self.admin, self.registry_service
-        unary = serving.unary
-        guard = self.authorization.guard
-        gateway = {
-            "CreateTopics": unary(
-                guard("CreateTopics", a.CreateTopics),
-                gateway_pb2.CreateTopicsRequest,
-                gateway_pb2.CreateTopicsResponse,
-            ),
-            "DeleteTopics": unary(
-                guard("DeleteTopics", a.DeleteTopics),
-                gateway_pb2.DeleteTopicsRequest,
-                gateway_pb2.DeleteTopicsResponse,
-            ),
-            "DescribeConfigs": unary(
-                guard("DescribeConfigs", a.DescribeConfigs),
-                gateway_pb2.DescribeConfigsRequest,
-                gateway_pb2.DescribeConfigsResponse,
-            ),
-            "AlterConfigs": unary(
-                guard("AlterConfigs", a.AlterConfigs),
-                gateway_pb2.AlterConfigsRequest,
-                gateway_pb2.AlterConfigsResponse,
-            ),
-            "CreatePartitions": unary(
-                guard("CreatePartitions", a.CreatePartitions),
-                gateway_pb2.CreatePartitionsRequest,
-                gateway_pb2.CreatePartitionsResponse,
-            ),
-            "ListTopics": unary(
-                guard("ListTopics", a.ListTopics),
-                gateway_pb2.ListTopicsRequest,
-                gateway_pb2.ListTopicsResponse,
-            ),
-            "DescribeTopics": unary(
-                guard("DescribeTopics", a.DescribeTopics),
-                gateway_pb2.DescribeTopicsRequest,
-                gateway_pb2.DescribeTopicsResponse,
-            ),
-            "DescribeCluster": unary(
-                guard("DescribeCluster", a.DescribeCluster),
-                gateway_pb2.DescribeClusterRequest,
-                gateway_pb2.DescribeClusterResponse,
-            ),
-            # Produce and Fetch take the request's wire bytes: the gateway forwards them.
-            "Produce": grpc.unary_unary_rpc_method_handler(
-                guard("Produce", s.Produce),
-                request_deserializer=wire.identity,
-                response_serializer=wire.identity,
-            ),
-            "Fetch": grpc.unary_stream_rpc_method_handler(
-                guard("Fetch", s.Fetch),
-                request_deserializer=wire.identity,
-                response_serializer=wire.identity,
-            ),
-            "ListOffsets": unary(
-                guard("ListOffsets", s.queries.ListOffsets),
-                common_pb2.ListOffsetsRequest,
-                common_pb2.ListOffsetsResponse,
-            ),
-            "SplitPoints": unary(
-                guard("SplitPoints", s.queries.SplitPoints),
-                common_pb2.SplitPointsRequest,
-                common_pb2.SplitPointsResponse,
-            ),
-            "FetchGrants": unary(
-                guard("FetchGrants", s.FetchGrants),
-                bulk_pb2.FetchGrantsRequest,
-                bulk_pb2.FetchGrantsResponse,
-            ),
-            "CreateAcls": unary(
-                guard("CreateAcls", self.acl_service.CreateAcls),
-                gateway_pb2.CreateAclsRequest,
-                gateway_pb2.CreateAclsResponse,
-            ),
-            "DescribeAcls": unary(
-                guard("DescribeAcls", self.acl_service.DescribeAcls),
-                gateway_pb2.DescribeAclsRequest,
-                gateway_pb2.DescribeAclsResponse,
-            ),
-            "DeleteAcls": unary(
-                guard("DeleteAcls", self.acl_service.DeleteAcls),
-                gateway_pb2.DeleteAclsRequest,
-                gateway_pb2.DeleteAclsResponse,
-            ),
-            "InitProducerId": unary(
-                guard("InitProducerId", a.InitProducerId),
-                gateway_pb2.InitProducerIdRequest,
-                gateway_pb2.InitProducerIdResponse,
-            ),
-        }
-        registry = {
-            "RegisterNode": unary(
-                r.RegisterNode, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment
-            ),
-            "Heartbeat": unary(r.Heartbeat, gateway_pb2.NodeHeartbeat, gateway_pb2.NodeAssignment),
-            "AlterPartition": unary(
-                r.AlterPartition,
-                gateway_pb2.AlterPartitionRequest,
-                gateway_pb2.AlterPartitionResponse,
-            ),
-        }
-        g = self.group_service
-        groups = {
-            "JoinGroup": unary(
-                guard("JoinGroup", g.JoinGroup),
-                groups_pb2.JoinGroupRequest,
-                groups_pb2.JoinGroupResponse,
-            ),
-            "Heartbeat": unary(
-                guard("Heartbeat", g.Heartbeat),
-                groups_pb2.GroupHeartbeatRequest,
-                groups_pb2.GroupHeartbeatResponse,
-            ),
-            "LeaveGroup": unary(
-                guard("LeaveGroup", g.LeaveGroup),
-                groups_pb2.LeaveGroupRequest,
-                groups_pb2.LeaveGroupResponse,
-            ),
-            "CommitOffsets": unary(
-                guard("CommitOffsets", g.CommitOffsets),
-                groups_pb2.CommitOffsetsRequest,
-                groups_pb2.CommitOffsetsResponse,
-            ),
-            "FetchOffsets": unary(
-                guard("FetchOffsets", g.FetchOffsets),
-                groups_pb2.FetchOffsetsRequest,
-                groups_pb2.FetchOffsetsResponse,
-            ),
-            "ListGroups": unary(
-                guard("ListGroups", g.ListGroups),
-                groups_pb2.ListGroupsRequest,
-                groups_pb2.ListGroupsResponse,
-            ),
-            "DescribeGroups": unary(
-                guard("DescribeGroups", g.DescribeGroups),
-                groups_pb2.DescribeGroupsRequest,
-                groups_pb2.DescribeGroupsResponse,
-            ),
-            "DeleteGroups": unary(
-                guard("DeleteGroups", g.DeleteGroups),
-                groups_pb2.DeleteGroupsRequest,
-                groups_pb2.DeleteGroupsResponse,
-            ),
-            "DeleteOffsets": unary(
-                guard("DeleteOffsets", g.DeleteOffsets),
-                groups_pb2.DeleteOffsetsRequest,
-                groups_pb2.DeleteOffsetsResponse,
-            ),
-            "FindCoordinator": unary(
-                guard("FindCoordinator", g.FindCoordinator),
-                groups_pb2.FindCoordinatorRequest,
-                groups_pb2.FindCoordinatorResponse,
-            ),
-        }
+        """The three services' handlers, in `_SERVICES` order. Every client-facing method is
+        authorized (`guard`); nodes' Registry calls are checked by their certificates."""
+        s, a, g = self.service, self.admin, self.group_service
+        acls, guard = self.acl_service, self.authorization.guard
+        gateway = serving.unary_handlers(
+            GATEWAY_SERVICE_DESCRIPTOR,
+            {
+                "CreateTopics": a.CreateTopics,
+                "DeleteTopics": a.DeleteTopics,
+                "DescribeConfigs": a.DescribeConfigs,
+                "AlterConfigs": a.AlterConfigs,
+                "CreatePartitions": a.CreatePartitions,
+                "ListTopics": a.ListTopics,
+                "DescribeTopics": a.DescribeTopics,
+                "DescribeCluster": a.DescribeCluster,
+                "ListOffsets": s.queries.ListOffsets,
+                "SplitPoints": s.queries.SplitPoints,
+                "FetchGrants": s.FetchGrants,
+                "CreateAcls": acls.CreateAcls,
+                "DescribeAcls": acls.DescribeAcls,
+                "DeleteAcls": acls.DeleteAcls,
+                "InitProducerId": a.InitProducerId,
+            },
+            wrap=guard,
+        )
+        # Produce and Fetch take the request's wire bytes: the gateway forwards them.
+        gateway["Produce"] = grpc.unary_unary_rpc_method_handler(
+            guard("Produce", s.Produce),
+            request_deserializer=wire.identity,
+            response_serializer=wire.identity,
+        )
+        gateway["Fetch"] = grpc.unary_stream_rpc_method_handler(
+            guard("Fetch", s.Fetch),
+            request_deserializer=wire.identity,
+            response_serializer=wire.identity,
+        )
+        r = self.registry_service
+        registry = serving.unary_handlers(
+            REGISTRY_SERVICE_DESCRIPTOR,
+            {
+                "RegisterNode": r.RegisterNode,
+                "Heartbeat": r.Heartbeat,
+                "AlterPartition": r.AlterPartition,
+            },
+        )
+        groups = serving.unary_handlers(
+            GROUPS_SERVICE_DESCRIPTOR,
+            {
+                name: getattr(g, name)
+                for name in GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is g's
+            },
+            wrap=guard,
+        )
         return [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
             grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
