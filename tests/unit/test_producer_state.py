@@ -12,7 +12,7 @@ import crc32c
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from seglog.errors import InvalidProducerEpochError, OutOfOrderSequenceError
+from seglog.errors import InvalidProducerEpochError, InvalidRecordError, OutOfOrderSequenceError
 from seglog.storage import Log, LogConfig
 from seglog.storage.producer_state import SNAPSHOT_SUFFIX
 
@@ -135,3 +135,41 @@ def test_truncation_rebuilds_the_state_and_followers_build_it_from_copies(tmp_pa
     follower = Log.open(tmp_path / "follower" / "t-0")
     follower.append_as_follower(leader.read(0, 1 << 20))
     assert follower.append(idempotent_batch(7, 0, 6)).first_offset == 6  # dedup on a copy
+
+
+def test_a_request_repeating_a_written_batch_with_a_new_one_is_refused_whole(tmp_path):
+    """The loss on retry (issue 26): A written, then A + B in one append. Answering with A's
+    offsets and writing nothing of B acknowledged B at offsets that hold other records."""
+    log = Log.open(tmp_path / "t-0")
+    a, b = idempotent_batch(7, 0, 0), idempotent_batch(7, 0, 2)
+    log.append(a)
+    with pytest.raises(InvalidRecordError, match="already written"):
+        log.append(a + b)
+    assert log.log_end_offset == 2
+    # B alone is the next batch in sequence and is written; A + B again is all duplicates,
+    # written contiguously, so it is answered with the span of both.
+    assert (log.append(b).first_offset, log.log_end_offset) == (2, 4)
+    retry = log.append(a + b)
+    assert (retry.first_offset, retry.last_offset, retry.batch_count) == (0, 3, 0)
+    assert log.log_end_offset == 4
+
+
+def test_duplicates_written_apart_cannot_be_answered_as_one_span(tmp_path):
+    log = Log.open(tmp_path / "t-0")
+    a, b = idempotent_batch(7, 0, 0), idempotent_batch(7, 0, 2)
+    log.append(a)
+    log.append(idempotent_batch(8, 0, 0))  # another producer's records between them
+    log.append(b)
+    with pytest.raises(InvalidRecordError, match="not contiguous"):
+        log.append(a + b)
+    assert log.log_end_offset == 6
+    assert log.append(b).first_offset == 4  # each alone is answered with its own offsets
+
+
+def test_new_batches_of_one_producer_in_one_request_are_checked_in_order(tmp_path):
+    log = Log.open(tmp_path / "t-0")
+    info = log.append(idempotent_batch(7, 0, 0) + idempotent_batch(7, 0, 2))
+    assert (info.first_offset, info.last_offset, info.batch_count) == (0, 3, 2)
+    with pytest.raises(OutOfOrderSequenceError, match="same request"):
+        log.append(idempotent_batch(7, 0, 4) + idempotent_batch(7, 0, 9))
+    assert log.log_end_offset == 4

@@ -264,7 +264,7 @@ class Log:
             idempotent = any(h.producer_id >= 0 for _, h in batches)
             if idempotent:
                 duplicate = self.producer_state.check_append(
-                    producer_batches((h, 0, 0) for _, h in batches)
+                    producer_batches((h, 0, 0) for _, h in batches), len(batches)
                 )
                 if duplicate is not None:  # a retry: answered, not written again
                     return LogAppendInfo(

@@ -35,13 +35,19 @@ from __future__ import annotations
 import os
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import crc32c
 
-from ..errors import CorruptRecordError, InvalidProducerEpochError, OutOfOrderSequenceError
+from ..errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    OutOfOrderSequenceError,
+)
 from ..records.batch import CONTROL_MASK, BatchHeader
 from . import log_files
 from .log_segments import SegmentsSnapshot
@@ -141,24 +147,63 @@ class ProducerStateManager:
             )
         return None
 
-    def check_append(self, batches: Iterable[ProducerBatch]) -> BatchMetadata | None:
-        """`check` for every producer batch of one append, in order (a later batch of the
-        same producer continues the earlier one); the first duplicate found answers for the
-        whole append, as in Kafka."""
+    def check_append(
+        self, batches: Sequence[ProducerBatch], batch_count: int
+    ) -> BatchMetadata | None:
+        """`check` for every producer batch of one append of `batch_count` batches, each on
+        its own and in order (a later batch of the same producer continues the earlier one).
+
+        Either every batch is new (None: append them all), or every batch repeats one
+        already written, contiguously (the span they were written at is answered, nothing is
+        written). A request mixing the two is refused whole: one answer (a base offset and a
+        count) cannot say that some batches were written long ago and others just now, and
+        answering the first duplicate's offsets for the whole request acknowledged the new
+        batches at offsets holding other records (issue 26). Kafka's brokers refuse any
+        produce (v3+) with more than one batch per partition; our producer sends an
+        idempotent partition's batches one per request."""
         pending: dict[int, tuple[int, int]] = {}
+        duplicates: list[BatchMetadata] = []
         for batch in batches:
             seen = pending.get(batch.producer_id)
-            if seen is None:
-                duplicate = self.check(batch)
-                if duplicate is not None:
-                    return duplicate
+            entry = self.producers.get(batch.producer_id)
+            duplicate = (
+                entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
+                if entry is not None
+                else None
+            )
+            if duplicate is not None:
+                duplicates.append(duplicate)
+            elif seen is None:
+                self.check(batch)
             elif batch.epoch == seen[0] and not _in_sequence(seen[1], batch.first_sequence):
                 raise OutOfOrderSequenceError(
                     f"producer {batch.producer_id} in {self.directory.name}: sequence "
                     f"{batch.first_sequence} does not follow {seen[1]} in the same request"
                 )
             pending[batch.producer_id] = (batch.epoch, batch.last_sequence)
-        return None
+        if not duplicates:
+            return None
+        if len(duplicates) < batch_count:
+            raise InvalidRecordError(
+                f"{self.directory.name}: {len(duplicates)} of the request's {batch_count} "
+                f"batches were already written (offsets {duplicates[0].first_offset}.."
+                f"{duplicates[-1].last_offset}) and the others are new; send each batch of an "
+                f"idempotent producer in its own request"
+            )
+        for before, after in pairwise(duplicates):
+            if after.first_offset != before.last_offset + 1:
+                raise InvalidRecordError(
+                    f"{self.directory.name}: the request repeats batches written at offsets "
+                    f"{before.first_offset}..{before.last_offset} and {after.first_offset}.."
+                    f"{after.last_offset}, not contiguous: retry each batch in its own request"
+                )
+        return BatchMetadata(
+            duplicates[0].first_sequence,
+            duplicates[-1].last_sequence,
+            duplicates[0].first_offset,
+            duplicates[-1].last_offset,
+            max(d.timestamp_ms for d in duplicates),
+        )
 
     def update(self, batches: Iterable[ProducerBatch]) -> None:
         """Record appended batches (leader's after `check`, or a follower's copies)."""
