@@ -4,6 +4,7 @@ after failover written once, gaps refused with nothing written."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -94,6 +95,77 @@ def test_a_retry_after_a_lost_answer_is_written_once(cluster):
         metadata = producer.send("lost", b"once").get(timeout=20)
     assert answered and metadata.offset == 0
     assert [r.value for b in _batches(cluster.log("lost", 0)) for r in b.records()] == [b"once"]
+
+
+def _records_once_at_their_offsets(log, futures):
+    """Every acknowledged record is in the log exactly once, at the offset it was
+    acknowledged with (the checks that caught "acked 200, in the log 1")."""
+    stored = {r.offset: r.value for b in _batches(log) for r in b.records()}
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a record was written twice"
+    for value, future in futures:
+        offset = future.get(timeout=30).offset
+        assert stored.get(offset) == value, f"{value!r} acknowledged at {offset}"
+    assert sorted(stored.values()) == sorted(v for v, _ in futures)
+
+
+def test_answers_lost_after_requests_of_several_batches_lose_and_repeat_nothing(cluster):
+    """Issue 26: a request of several batches written, its answer lost; the retry used to
+    go out with newer batches, the node answered the first duplicate's offsets for all of
+    them and wrote none of the new ones, and the sender acknowledged them all."""
+    cluster.client.create_topic("several", 1, 3)
+    leader = cluster.leader_of("several", 0)
+    real_wait = leader.replicas.wait_for_replication
+    lost = []
+
+    def every_third_answer_lost(topic, results, timeout_ms):
+        results = real_wait(topic, results, timeout_ms)
+        lost.append(len(lost) % 3 == 0)
+        if lost[-1]:  # written and replicated, but the producer hears a timeout
+            return [AppendResult(r.partition, None, RequestTimedOutError("lost")) for r in results]
+        return results
+
+    leader.replicas.wait_for_replication = every_third_answer_lost
+    # Small batches and a linger, so that requests carry several batches of the partition.
+    with Producer(cluster.address, batch_size=64, linger_ms=20, retry_backoff_ms=10) as producer:
+        futures = [(b"record-%03d" % i, None) for i in range(200)]
+        futures = [(v, producer.send("several", v, partition=0)) for v, _ in futures]
+        producer.flush(timeout=60)
+        assert producer.metrics["producer_id_resets"] == 0
+    _records_once_at_their_offsets(cluster.log("several", 0), futures)
+    assert sum(lost) >= 3
+
+
+def test_an_answer_covering_fewer_records_than_sent_acknowledges_only_those(cluster):
+    """The sender believes an answer only as far as its offsets go: the batches it does not
+    cover are sent again (alone, so each gets an answer of its own)."""
+    cluster.client.create_topic("short", 1, 3)
+    leader = cluster.leader_of("short", 0)
+    real_wait = leader.replicas.wait_for_replication
+    shortened, retried = [], []
+
+    def first_answer_cut_short(topic, results, timeout_ms):
+        results = real_wait(topic, results, timeout_ms)
+        info = results[0].info
+        if shortened and info is not None and info.batch_count == 0:
+            retried.append(info)  # a duplicate: a batch sent again, answered, not rewritten
+        if not shortened and info is not None and info.batch_count > 1:
+            shortened.append(info)
+            cut = dataclasses.replace(info, last_offset=info.first_offset)
+            return [dataclasses.replace(results[0], info=cut)]
+        return results
+
+    leader.replicas.wait_for_replication = first_answer_cut_short
+    with Producer(cluster.address, batch_size=64, linger_ms=50, retry_backoff_ms=10) as producer:
+        futures = [
+            (b"value-%02d" % i, producer.send("short", b"value-%02d" % i, partition=0))
+            for i in range(20)
+        ]
+        producer.flush(timeout=60)
+    assert shortened, "no request carried several batches"
+    # The batches past the answer's last offset were sent again, each alone.
+    assert len(retried) == shortened[0].batch_count - 1
+    _records_once_at_their_offsets(cluster.log("short", 0), futures)
 
 
 def test_a_retry_at_the_new_leader_after_failover_is_written_once(cluster):

@@ -346,7 +346,7 @@ def test_retries_across_a_node_restart_keep_order_and_lose_nothing(tmp_path):
         cluster.close()
 
 
-def test_batches_past_delivery_timeout_fail_with_a_timeout(tmp_path):
+def test_batches_past_delivery_timeout_fail_with_a_timeout(tmp_path, caplog):
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
         cluster.client.create_topic("late", 1)
@@ -362,6 +362,10 @@ def test_batches_past_delivery_timeout_fail_with_a_timeout(tmp_path):
         future = producer.send("late", b"never")
         with pytest.raises(RequestTimedOutError, match="delivery_timeout_ms \\(800\\)"):
             future.get(timeout=20)
+        # The failed batch had its sequence: the next batches take a new producer id, and
+        # that is said and counted, never silent.
+        assert producer.metrics["producer_id_resets"] == 1
+        assert "producer id 0 (epoch 0) abandoned" in caplog.text
         producer.close(timeout=5)
     finally:
         cluster.close()

@@ -106,6 +106,41 @@ def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buff
     assert futures[0].get(timeout=0).offset == 0 and not futures[1].done()
 
 
+def test_an_idempotent_request_holds_five_new_batches_of_a_partition_and_a_retry_alone():
+    """The leader dedupes against a producer's last five batches, so no request may carry a
+    partition's batch that could fall out of that window; a retried batch goes alone, since
+    its first attempt may have landed (issue 26)."""
+    config = ProducerConfig(batch_size=256, buffer_memory=1 << 16, linger_ms=0)
+    assert config.enable_idempotence
+    accumulator = RecordAccumulator(config, BufferPool(config.buffer_memory, 256), _OneLeader())
+    for i in range(8):
+        accumulator.append("t", 0, None, b"x" * 150, i, None, None)
+    now = time.monotonic()
+    (plan,) = accumulator.drain(1, now)
+    first_five = plan.batches[0]
+    assert len(first_five) == 5
+    for sequence, batch in enumerate(first_five):
+        batch.stamp_producer(7, 0, sequence)
+    accumulator.ready(now, Settlement(retries=first_five, unmuted=[("t", 0)]))
+    later = now + 1
+    for expected in first_five:  # one request each, in sequence order
+        (retry,) = accumulator.drain(1, later)
+        assert retry.batches[0] == [expected]
+        accumulator.ready(later, Settlement(completed=[expected], unmuted=[("t", 0)]))
+    (rest,) = accumulator.drain(1, later)
+    assert len(rest.batches[0]) == 3
+
+
+def test_a_producer_without_idempotence_sends_what_fits_in_one_request():
+    config = ProducerConfig(batch_size=256, buffer_memory=1 << 16, linger_ms=0, acks=1)
+    assert not config.enable_idempotence
+    accumulator = RecordAccumulator(config, BufferPool(config.buffer_memory, 256), _OneLeader())
+    for i in range(8):
+        accumulator.append("t", 0, None, b"x" * 150, i, None, None)
+    (plan,) = accumulator.drain(1, time.monotonic())
+    assert len(plan.batches[0]) == 8
+
+
 class _DrainOnRelease:
     """The accumulator's lock, with a sender that drains in a hurry (a flush in progress)
     each time the caller lets the lock go: every window a real sender could use."""

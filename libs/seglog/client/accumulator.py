@@ -12,6 +12,15 @@ A partition with a request in flight is muted until it completes: only one reque
 partition is ever outstanding, so a retry, re-enqueued at the front of its deque, can never be
 overtaken by a later batch — per-partition order holds with
 `max_in_flight_requests_per_connection` > 1, across partitions.
+
+An idempotent producer's request holds at most five new batches of a partition
+(`MAX_UNACKNOWLEDGED_BATCHES`): the leader remembers each producer's last five batches, so
+every batch of a request that is retried must still be among them to be recognised as a
+duplicate. Kafka gets the same bound from five pipelined requests of one batch each; over gRPC
+concurrent calls are not kept in order, so the five travel in one request. A retried batch goes
+alone, oldest first (Kafka, too, drops to one in flight while retrying): its first attempt may
+have landed whole, in part at a failed-over leader, or not at all, and only a request of one
+batch gets an answer that is true of each batch in it.
 """
 
 from __future__ import annotations
@@ -33,6 +42,10 @@ _new_future = tuple.__new__
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
 RECORD_OVERHEAD_BYTES = 21
+
+# The leader's duplicate window: the last five batches per producer (Kafka's
+# ProducerStateEntry.NUM_BATCHES_TO_RETAIN, and max.in.flight's limit with idempotence).
+MAX_UNACKNOWLEDGED_BATCHES = 5
 
 TopicPartition = tuple[str, int]
 
@@ -309,6 +322,7 @@ class RecordAccumulator:
         size = 0
         limit = self.config.max_request_size
         exhausted = self.pool.queued_waiters > 0
+        idempotent = self.config.enable_idempotence
         with self._lock:
             hurry = exhausted or self._closing or self._flushes_in_progress > 0
             for tp, dq in self._batches.items():
@@ -324,6 +338,8 @@ class RecordAccumulator:
                 taken: list[ProducerBatch] = []
                 while dq:
                     batch = dq[0]
+                    if idempotent and taken and _request_full(taken, batch):
+                        break
                     if (
                         batch.is_open
                         and not hurry
@@ -396,6 +412,16 @@ class RecordAccumulator:
     def has_undrained(self) -> bool:
         with self._lock:
             return any(self._batches.values())
+
+
+def _request_full(taken: list[ProducerBatch], batch: ProducerBatch) -> bool:
+    """An idempotent partition's request: a retry (a batch that has its sequence) alone, new
+    batches at most MAX_UNACKNOWLEDGED_BATCHES together."""
+    return (
+        taken[0].base_sequence is not None
+        or batch.base_sequence is not None
+        or len(taken) >= MAX_UNACKNOWLEDGED_BATCHES
+    )
 
 
 def _size(data: bytes | None) -> int:

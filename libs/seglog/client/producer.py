@@ -336,4 +336,5 @@ class Producer:
             "buffer_available_bytes": self._pool.available_bytes,
             "waiting_threads": self._pool.queued_waiters,
             "requests_in_flight": self._sender.in_flight_requests,
+            "producer_id_resets": self._sender.producer_id_resets,
         }

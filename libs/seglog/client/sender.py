@@ -11,7 +11,10 @@ from the gateway (InitProducerId) and numbers each partition's batches with sequ
 they are first sent, so the leader recognises a retried batch and answers it with its
 original offsets instead of writing it twice. One request per partition is in flight at a
 time (the accumulator mutes a partition until its answer), so sequences reach the leader in
-order.
+order; it carries at most five new batches of the partition, or one retried batch (see the
+accumulator). An answer is believed only as far as its offsets go: batches past its last
+offset are sent again, never acknowledged on trust. A batch that fails for good after it had
+its sequence abandons the producer id (logged, counted in `producer_id_resets`).
 
 Per batch: success resolves its futures with offsets counted from the partition's base offset;
 a retriable error (leader moved or down, node restarting, timeout) puts it back at the front of
@@ -86,6 +89,7 @@ class Sender(threading.Thread):
         self._init_producer_id = init_producer_id
         self._producer: tuple[int, int] | None = None
         self._sequences: dict[tuple[str, int], int] = {}
+        self.producer_id_resets = 0  # read by Producer.metrics
 
     def wakeup(self) -> None:
         self._wakeup.set()
@@ -231,10 +235,22 @@ class Sender(threading.Thread):
                 error = error_from_code(result.error, result.error_message)
                 self._settle_failed(plan.topic, result.partition, batches, error, now)
                 continue
+            covered = _covered(batches, result.base_offset, result.last_offset)
             base_offset = result.base_offset
-            for batch in batches:
+            for batch in batches[:covered]:
                 self._succeed(batch, base_offset, result.log_append_time_ms)
                 base_offset += batch.record_count
+            if covered < len(batches):
+                # Never acknowledge records an answer does not account for: they may not be
+                # in the log at all. Retried, they are answered for one by one.
+                error = UnansweredBatchesError(
+                    f"{plan.topic}-{result.partition}: the answer covers offsets "
+                    f"{result.base_offset}..{result.last_offset}, {covered} of "
+                    f"{len(batches)} batches ({sum(b.record_count for b in batches)} records)"
+                )
+                logger.warning("%s; retrying the rest", error)
+                self._settle_failed(plan.topic, result.partition, batches[covered:], error, now)
+                continue
             self._settled.unmuted.append((plan.topic, result.partition))
         for partition, batches in plan.batches.items():
             if partition not in answered:
@@ -276,10 +292,51 @@ class Sender(threading.Thread):
         self._settled.completed.append(batch)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if batch.base_sequence is not None and self._init_producer_id is not None:
-            self._producer = None  # its partition's sequence is now unknown: start afresh
+        if (
+            batch.base_sequence is not None
+            and self._init_producer_id is not None
+            and self._producer is not None
+        ):
+            # Its partition's sequence is now unknown to us: a new producer id starts every
+            # partition afresh (Kafka bumps the epoch). Said out loud and counted: a silent
+            # change hid the loss of issue 26.
+            self.producer_id_resets += 1
+            logger.warning(
+                "producer id %d (epoch %d) abandoned: a batch of %d records for %s-%d with "
+                "sequence %d failed (%s); the next batches take a new producer id",
+                self._producer[0],
+                self._producer[1],
+                batch.record_count,
+                batch.topic,
+                batch.partition,
+                batch.base_sequence,
+                error,
+            )
+            self._producer = None
         batch.complete(-1, -1, error)
         self._settled.completed.append(batch)
+
+
+class UnansweredBatchesError(SeglogError):
+    """An answer that accounts for fewer records than the request carried (a node that
+    answered a retry for only its first batch did so): the rest are sent again."""
+
+    retriable = True
+
+
+def _covered(batches: list[ProducerBatch], base_offset: int, last_offset: int) -> int:
+    """How many of `batches`, oldest first, the answer's offsets account for: all when the
+    answer has no last offset (an older node, or acks=0), else the prefix that fits."""
+    if last_offset < 0:
+        return len(batches)
+    room = last_offset - base_offset + 1
+    covered = 0
+    for batch in batches:
+        room -= batch.record_count
+        if room < 0:
+            break
+        covered += 1
+    return covered
 
 
 def _delivery_timeout(batch: ProducerBatch, config: ProducerConfig) -> RequestTimedOutError:
