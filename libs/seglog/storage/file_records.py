@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -24,14 +23,12 @@ from ..records.batch import (
     HEADER,
     HEADER_BYTES,
     LOG_OVERHEAD,
-    MAGIC_OFFSET,
     MAGIC_V2,
     BatchHeader,
-    check_header,
     compute_crc,
 )
+from .batch_bounds import Damage, header_damage
 
-_LENGTH_AND_MAGIC = struct.Struct(">qi")
 # Recovery and scans read the file in chunks of this size: large enough that per-call costs
 # vanish against a 1 GiB segment, small enough to stay well inside memory.
 SCAN_CHUNK_BYTES = 8 * 1024 * 1024
@@ -45,6 +42,66 @@ _IOV_MAX = 1000
 class BatchPosition(NamedTuple):
     position: int
     header: BatchHeader
+
+
+class ValidPrefix(NamedTuple):
+    """What recovery keeps of a segment: the valid batches from position 0, and what ended
+    them (None when the whole file is valid)."""
+
+    batches: list[BatchPosition]
+    damage: Damage | None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(found.header.size_in_bytes for found in self.batches)
+
+
+def _blame_a_jump_before(
+    kept: list[BatchPosition], expected_before_last: int, damage: Damage
+) -> Damage:
+    """A batch whose base offset goes back below the previous batch's end, after a previous
+    batch that skipped offsets forward, is the signature of a flipped bit raising that
+    previous batch's baseOffset (which the CRC does not cover): a compacted log may skip
+    offsets but never goes back. The previous batch is dropped too, so the log keeps no
+    record under an offset it never had."""
+    if not kept or kept[-1].header.base_offset <= expected_before_last:
+        return damage
+    jumped = kept.pop()
+    return Damage(
+        jumped.position,
+        f"baseOffset {expected_before_last} or a little more (the batch after it starts at "
+        f"{damage.found})",
+        f"baseOffset {jumped.header.base_offset}",
+    )
+
+
+def _blame_a_raised_epoch(kept: list[BatchPosition], epoch: int, damage: Damage) -> Damage:
+    """Epochs that go down: either this batch's epoch was lowered or an earlier one's raised
+    (a flipped bit, outside the CRC). Which one cannot be told, so the log is cut at the
+    first batch whose epoch is above this one: a raised epoch is never kept, and what is cut
+    too much a replica fetches again."""
+    first_above = next(
+        (i for i, found in enumerate(kept) if found.header.partition_leader_epoch > epoch),
+        len(kept),
+    )
+    if first_above == len(kept):
+        return damage
+    blamed = kept[first_above]
+    del kept[first_above:]
+    return Damage(
+        blamed.position,
+        f"partitionLeaderEpoch <= {epoch} (a later batch's; epochs never decrease)",
+        f"partitionLeaderEpoch {blamed.header.partition_leader_epoch}",
+    )
+
+
+def _crc_damage(
+    view: memoryview, pos: int, file_position: int, header: BatchHeader
+) -> Damage | None:
+    actual = compute_crc(view, pos, header.size_in_bytes)
+    if actual == header.crc:
+        return None
+    return Damage(file_position, f"CRC-32C {header.crc:#010x} (stored)", f"{actual:#010x} computed")
 
 
 class FileRecords:
@@ -207,66 +264,76 @@ class FileRecords:
                 pos = header.size_in_bytes
             position += pos
 
-    def scan_valid_prefix(self, base_offset: int) -> Iterator[BatchPosition]:
-        """Yield the batches that recovery keeps: whole, v2, CRC-valid, offsets increasing.
+    def scan_valid_prefix(
+        self,
+        base_offset: int,
+        upper_bound: int | None = None,
+        *,
+        verify_crc: bool = True,
+    ) -> ValidPrefix:
+        """The batches that recovery keeps, from position 0: whole, v2, offsets increasing
+        from `base_offset` (the segment's, from its file name) and below `upper_bound` (the
+        next segment's), and with `verify_crc` CRC-valid; and the damage that ended the walk.
 
-        The walk stops at the first batch that fails; the caller cuts the file there.
+        Without `verify_crc` only the headers are read (61 bytes a batch, not the records):
+        the cheap check of segments below the recovery point, whose bytes were fsynced.
         """
+        kept: list[BatchPosition] = []
+        next_offset = expected_before_last = base_offset
+        latest_epoch = -1
         position = 0
-        next_offset = base_offset
         end = self._size
-        while position + HEADER_BYTES <= end:
-            chunk = self.read(position, min(SCAN_CHUNK_BYTES, end - position))
-            pos = 0
+        while position < end:
+            if verify_crc:
+                chunk = self.read(position, min(SCAN_CHUNK_BYTES, end - position))
+            else:
+                chunk = self.read(position, min(HEADER_BYTES, end - position))
+            if len(chunk) < HEADER_BYTES:
+                short = Damage(position, "a whole batch header (61 bytes)", f"{len(chunk)} bytes")
+                return ValidPrefix(kept, short._replace(file=str(self.path)))
             view = memoryview(chunk)
-            while pos + LOG_OVERHEAD <= len(chunk):
-                _, length = _LENGTH_AND_MAGIC.unpack_from(chunk, pos)
-                size = length + LOG_OVERHEAD
-                if pos + HEADER_BYTES > len(chunk) or pos + size > len(chunk):
-                    break
-                header = self._valid_header(view, pos, position + pos, next_offset)
-                if header is None:
-                    return
-                yield BatchPosition(position + pos, header)
-                next_offset = header.next_offset
+            pos = 0
+            while pos + HEADER_BYTES <= len(chunk):
+                header = BatchHeader._make(HEADER.unpack_from(chunk, pos))
+                damage = header_damage(
+                    header,
+                    position + pos,
+                    end,
+                    segment_base=base_offset,
+                    next_offset=next_offset,
+                    upper_bound=upper_bound,
+                    latest_epoch=latest_epoch,
+                )
+                if damage is not None:
+                    if header.base_offset < next_offset:
+                        damage = _blame_a_jump_before(kept, expected_before_last, damage)
+                    elif header.partition_leader_epoch < latest_epoch:
+                        damage = _blame_a_raised_epoch(kept, header.partition_leader_epoch, damage)
+                    return ValidPrefix(kept, damage._replace(file=str(self.path)))
+                size = header.size_in_bytes
+                if verify_crc:
+                    if pos + size > len(chunk):
+                        break  # read again from this batch (a larger read if it is alone)
+                    damage = _crc_damage(view, pos, position + pos, header)
+                    if damage is not None:
+                        return ValidPrefix(kept, damage._replace(file=str(self.path)))
+                kept.append(BatchPosition(position + pos, header))
+                expected_before_last, next_offset = next_offset, header.next_offset
+                latest_epoch = max(latest_epoch, header.partition_leader_epoch)
                 pos += size
-            if pos == 0:
-                header = self._large_batch(position, next_offset)
-                if header is None:
-                    return
-                yield BatchPosition(position, header)
-                next_offset = header.next_offset
+            if pos == 0:  # one batch larger than the chunk (or a header-only read)
+                header = self.header_at(position)
+                if verify_crc:
+                    data = memoryview(self.read(position, header.size_in_bytes))
+                    damage = _crc_damage(data, 0, position, header)
+                    if damage is not None:
+                        return ValidPrefix(kept, damage._replace(file=str(self.path)))
+                kept.append(BatchPosition(position, header))
+                expected_before_last, next_offset = next_offset, header.next_offset
+                latest_epoch = max(latest_epoch, header.partition_leader_epoch)
                 pos = header.size_in_bytes
             position += pos
-
-    def _large_batch(self, position: int, next_offset: int) -> BatchHeader | None:
-        if position + HEADER_BYTES > self._size:
-            return None
-        header = self.header_at(position)
-        if (
-            header.batch_length < HEADER_BYTES - LOG_OVERHEAD
-            or position + header.size_in_bytes > self._size
-        ):
-            return None
-        data = self.read(position, header.size_in_bytes)
-        return self._valid_header(memoryview(data), 0, position, next_offset)
-
-    @staticmethod
-    def _valid_header(
-        view: memoryview, pos: int, file_position: int, next_offset: int
-    ) -> BatchHeader | None:
-        if view[pos + MAGIC_OFFSET] != MAGIC_V2:
-            return None
-        header = BatchHeader._make(HEADER.unpack_from(view, pos))
-        try:
-            check_header(header, file_position)
-        except Exception:
-            return None
-        if header.base_offset < next_offset:
-            return None
-        if compute_crc(view, pos, header.size_in_bytes) != header.crc:
-            return None
-        return header
+        return ValidPrefix(kept, None)
 
     def search_offset(self, target_offset: int, start_position: int) -> BatchPosition | None:
         """The first batch at or after `start_position` whose last offset >= target. Large

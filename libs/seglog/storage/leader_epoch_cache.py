@@ -15,6 +15,7 @@ segments are recovered, cut with the log on truncation and moved with the log st
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import NamedTuple
 
 from ..errors import CorruptRecordError
 from .log_files import atomic_write
+
+logger = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
@@ -58,7 +61,16 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self._lock = threading.Lock()
-        self._entries = read_epoch_entries(self.path)
+        # The file is derived from the batches' partitionLeaderEpoch fields: a file that does
+        # not parse (a flipped bit, a torn write) is not a reason to refuse the partition.
+        # It starts empty and `needs_rebuild` asks the loader to assign every batch again.
+        self.needs_rebuild = False
+        try:
+            self._entries = read_epoch_entries(self.path)
+        except CorruptRecordError as exc:
+            logger.error("%s; rebuilding the leader epochs from the log's batches", exc)
+            self._entries = []
+            self.needs_rebuild = True
 
     @property
     def entries(self) -> list[EpochEntry]:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from . import log_files
 from .leader_epoch_cache import LeaderEpochCache
-from .segment import LogSegment
+from .segment import LogSegment, SegmentRecovery
 from .segment_factory import SegmentFactory
 
 logger = logging.getLogger(__name__)
@@ -103,30 +103,34 @@ def load_log(
     for i, base in enumerate(bases):
         segment = factory.open(base)
         next_base = bases[i + 1] if i + 1 < len(bases) else None
-        is_tail = next_base is None or recovery_point is None or next_base > recovery_point
-        unflushed = recovery_point is not None and is_tail
-        if (
-            unflushed
-            or segment.needs_recovery()
-            or (next_base is None and recovery_point is None and segment.has_torn_tail())
-        ):
+        unflushed = recovery_point is not None and (next_base is None or next_base > recovery_point)
+        damage = None
+        if unflushed or segment.needs_recovery():
+            recover = True
+        elif recovery_point is None:
+            recover = next_base is None and segment.has_torn_tail()
+        else:
+            damage = segment.find_damage(next_base)
+            recover = damage is not None
+        if recover:
             epochs.truncate_from_end(base)
-            cut = segment.recover(epochs)
-            loaded.bytes_truncated += cut
-            if cut and is_tail:
-                loaded.segments.append(segment)
-                _delete_segments(directory, bases[i + 1 :])
+            recovered = segment.recover(epochs, upper_bound=next_base)
+            loaded.bytes_truncated += recovered.bytes_truncated
+            loaded.segments.append(segment)
+            if recovered.bytes_truncated:
+                _end_log_at_damage(directory, segment, recovered, bases[i + 1 :], unflushed)
                 break
-            if cut:
-                logger.error(
-                    "%s: %d invalid bytes cut from flushed segment %d (below the recovery "
-                    "point %s); the segments after it are kept",
+            if damage is not None:
+                logger.warning(
+                    "%s: segment %d's indexes did not match its log (%s); rebuilt from the log",
                     directory.name,
-                    cut,
                     base,
-                    recovery_point,
+                    damage.describe(),
                 )
+            continue
         loaded.segments.append(segment)
+    if epochs.needs_rebuild:
+        _rebuild_epochs(loaded.segments, epochs)
     if loaded.segments:
         last = loaded.segments[-1]
         loaded.log_end_offset = last.read_next_offset()
@@ -135,6 +139,51 @@ def load_log(
         loaded.recovered_up_to = loaded.log_end_offset
     epochs.truncate_from_end(loaded.log_end_offset)
     return loaded
+
+
+def _rebuild_epochs(segments: Sequence[LogSegment], epochs: LeaderEpochCache) -> None:
+    """The checkpoint file was unreadable: every batch header (not the records) assigns its
+    epoch again, as appends and recovery do."""
+    epochs.clear()
+    for segment in segments:
+        epochs.assign_from_batches(
+            (found.header.partition_leader_epoch, found.header.base_offset)
+            for found in segment.log.batches()
+        )
+    epochs.needs_rebuild = False
+
+
+def _end_log_at_damage(
+    directory: Path,
+    segment: LogSegment,
+    recovered: SegmentRecovery,
+    later_bases: Sequence[int],
+    unflushed: bool,
+) -> None:
+    """The log ends where the damage begins, in whichever segment it is, and the segments
+    after it are deleted (Kafka deletes the unflushed segments after a corrupt one; seglog
+    does the same below the recovery point). Keeping them would leave a hole: a replica
+    whose log skips offsets believes it holds everything up to its end, never fetches the
+    missing batches, and could be elected and serve the hole as the log. Cut to a prefix,
+    it is a replica that is behind: it fetches the rest from the leader and its end offset
+    shows it, so it is not elected over the replicas that have the data. The price, on a
+    partition with no other replica, is the valid batches after the damage."""
+    damage = recovered.damage
+    what = damage.describe() if damage is not None else "an invalid tail"
+    log_at = logger.warning if unflushed and not later_bases else logger.error
+    log_at(
+        "%s: corrupt data in %s %s; cut %d bytes, the log now ends at offset %d%s",
+        directory.name,
+        "unflushed segment" if unflushed else "segment below the recovery point",
+        what,
+        recovered.bytes_truncated,
+        max(segment.read_next_offset(), segment.base_offset),
+        f", and the {len(later_bases)} segments after it (base offsets {list(later_bases)}) "
+        "are deleted"
+        if later_bases
+        else "",
+    )
+    _delete_segments(directory, later_bases)
 
 
 def _delete_segments(directory: Path, bases: Sequence[int]) -> None:

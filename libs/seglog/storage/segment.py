@@ -24,12 +24,21 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
+from .batch_bounds import Damage
 from .file_records import BatchPosition, FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
 from .time_index import TimeIndex
 
 tracer = EngineTracer("seglog.storage")
+
+
+class SegmentRecovery(NamedTuple):
+    """What `LogSegment.recover` did: bytes cut from the end of the `.log`, and the first
+    check that failed there (None when the whole file was valid)."""
+
+    bytes_truncated: int
+    damage: Damage | None
 
 
 class AppendedBatch(NamedTuple):
@@ -380,8 +389,12 @@ class LogSegment:
 
     # -- recovery and truncation -------------------------------------------------------
 
-    def recover(self, epochs: LeaderEpochCache | None = None) -> int:
-        """Rebuild both indexes from the log and cut the invalid tail; return bytes cut.
+    def recover(
+        self, epochs: LeaderEpochCache | None = None, *, upper_bound: int | None = None
+    ) -> SegmentRecovery:
+        """Rebuild both indexes from the log and cut everything from the first batch that
+        fails a check (`FileRecords.scan_valid_prefix`: CRC, and the offsets the CRC does not
+        cover, bounded by this segment's base and `upper_bound`, the next segment's base).
         With `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known
         starts that epoch at its base offset, as Kafka's LogSegment.recover does."""
         self.offset_index.reset()
@@ -390,8 +403,8 @@ class LogSegment:
         self.offset_of_max_timestamp = self.base_offset
         self.bytes_since_last_index_entry = 0
         self.rolling_based_timestamp = None
-        # The valid prefix is contiguous from position 0: index it as one append.
-        headers = [header for _, header in self.log.scan_valid_prefix(self.base_offset)]
+        prefix = self.log.scan_valid_prefix(self.base_offset, upper_bound)
+        headers = [header for _, header in prefix.batches]
         if epochs is not None:
             epochs.assign_from_batches((h.partition_leader_epoch, h.base_offset) for h in headers)
         batches = [
@@ -400,8 +413,43 @@ class LogSegment:
         ]
         if batches:
             self.rolling_based_timestamp = batches[0].max_timestamp
+        # The valid prefix is contiguous from position 0: index it as one append.
         self._index_batches(0, batches)
-        return self.log.truncate_to(sum(batch.size_in_bytes for batch in batches))
+        return SegmentRecovery(self.log.truncate_to(prefix.size_in_bytes), prefix.damage)
+
+    def find_damage(self, upper_bound: int | None) -> Damage | None:
+        """The check of a segment whose bytes were flushed before a crash, without touching
+        it: every batch as `recover` checks it (CRC and the fields outside it), and every
+        index entry must name a batch the walk found (an offset entry: the position a batch
+        starts at and that batch's last offset; a time entry: a batch's last offset and its
+        max timestamp). Indexes are derived data with no checksum: an entry that does not
+        match the log would send reads to the wrong batch, so a mismatch means rebuild."""
+        prefix = self.log.scan_valid_prefix(self.base_offset, upper_bound)
+        if prefix.damage is not None:
+            return prefix.damage
+        last_offset_at = {found.position: found.header.last_offset for found in prefix.batches}
+        for slot in range(self.offset_index.entries):
+            entry = self.offset_index.entry(slot)
+            if last_offset_at.get(entry.position) != entry.offset:
+                return Damage(
+                    slot * self.offset_index.ENTRY.size,
+                    f"an entry naming a batch of {self.log.path.name}",
+                    f"offset {entry.offset} at position {entry.position}",
+                    str(self.offset_index.path),
+                )
+        max_timestamp_of = {
+            found.header.last_offset: found.header.max_timestamp for found in prefix.batches
+        }
+        for slot in range(self.time_index.entries):
+            time_entry = self.time_index.entry(slot)
+            if max_timestamp_of.get(time_entry.offset) != time_entry.timestamp_ms:
+                return Damage(
+                    slot * self.time_index.ENTRY.size,
+                    f"an entry naming a batch of {self.log.path.name}",
+                    f"timestamp {time_entry.timestamp_ms} at offset {time_entry.offset}",
+                    str(self.time_index.path),
+                )
+        return None
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= `offset` (a straddling batch goes whole);
