@@ -1,0 +1,206 @@
+"""The campaign's cluster: a gateway and three storage nodes, each a process of its own
+(RF 3, min ISR 2), optionally each in a network namespace of its own (tests/faults/netns.py)
+and behind a fault proxy for clients (tests/faults/proxy.py); and the questions the campaign
+asks it (healed? who leads? how much is written?)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from seglog.client.gateway import LATEST, GatewayClient
+from services.processes import ServerProcess, gateway_process, node_process
+from tests.ports import free_ports
+
+TOPIC = "campaign"
+PARTITIONS = 3
+NODES = 3
+SESSION_TIMEOUT_MS = 2000
+NODE_CONFIGS = {
+    "min.insync.replicas": "2",
+    "replica.lag.time.max.ms": "3000",
+    "replica.fetch.wait.max.ms": "100",
+    "replica.fetch.backoff.ms": "200",
+    "controlled.shutdown.timeout.ms": "5000",
+}
+CLUSTER_SECRET = "campaign-cluster-secret-0123456789"
+HEAL_TIMEOUT_S = 90.0
+NOTICE_TIMEOUT_S = 30.0
+
+
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    state: Callable[[], str] | None = None,
+    interval_s: float = 0.05,
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    if not predicate():
+        seen = f"; state: {state()}" if state is not None else ""
+        raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}{seen}")
+
+
+class Cluster:
+    """A gateway on a fixed port (so clients and nodes find it again after it restarts) and
+    three storage nodes, each a process; with a network lab, each in a namespace of its own
+    listening on its namespace's address; with a proxy, clients reach the gateway through it."""
+
+    def __init__(self, root: Path, lab: Any = None, use_proxy: bool = False) -> None:
+        self.root = root
+        self.lab = lab
+        (root / "logs").mkdir(parents=True, exist_ok=True)
+        env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
+        self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
+        if lab is not None:
+            for name in ("gateway", *(f"node-{n}" for n in range(1, NODES + 1))):
+                self.hosts[name] = lab.add_host(name)
+        [gateway_port] = free_ports(1)
+        gateway_ip = self.hosts.get("gateway", "127.0.0.1")
+        self.gateway = gateway_process(
+            f"{gateway_ip}:{gateway_port}",
+            root / "gateway",
+            extra_args=[
+                "--session-timeout-ms",
+                str(SESSION_TIMEOUT_MS),
+                "--heartbeat-interval-ms",
+                "200",
+                "--default-replication-factor",
+                "3",
+                "--leader-imbalance-check-interval-seconds",
+                "3",
+            ],
+            stderr_path=root / "logs" / "gateway.log",
+            env=env,
+            **self._prefix("gateway"),
+        )
+        self.address = self.gateway.start()
+        self.nodes: dict[int, ServerProcess] = {}
+        for node_id in range(1, NODES + 1):
+            configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
+            node = node_process(
+                node_id,
+                f"{self.hosts.get(f'node-{node_id}', '127.0.0.1')}:0",
+                root / f"node-{node_id}",
+                self.address,
+                extra_args=["--heartbeat-interval-ms", "200", *configs],
+                stderr_path=root / "logs" / f"node-{node_id}.log",
+                env=env,
+                **self._prefix(f"node-{node_id}"),
+            )
+            node.start()
+            self.nodes[node_id] = node
+        self.client = GatewayClient(self.address, timeout_s=5)
+        self.proxy: Any = None
+        if use_proxy:
+            from tests.faults.proxy import FaultProxy
+
+            self.proxy = FaultProxy(self.address)
+        # A node prints its address before its first heartbeat reaches the gateway.
+        wait_for(self.all_registered, HEAL_TIMEOUT_S, "every node registered")
+
+    def _prefix(self, host: str) -> dict[str, Any]:
+        if self.lab is None:
+            return {}
+        return {"command_prefix": self.lab.command_prefix(host)}
+
+    @property
+    def client_address(self) -> str:
+        """Where clients connect: the proxy when there is one, else the gateway."""
+        return self.proxy.address if self.proxy is not None else self.address
+
+    def topic(self) -> Any:
+        [topic] = self.client.describe_topics([TOPIC])
+        return topic
+
+    def healed(self) -> bool:
+        try:
+            topic = self.topic()
+        except Exception:
+            return False
+        return all(
+            p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) and not p.error
+            for p in topic.partitions
+        ) and all(process.alive() for process in (self.gateway, *self.nodes.values()))
+
+    def state(self) -> str:
+        alive = {n: node.alive() for n, node in self.nodes.items()}
+        try:
+            topic = self.topic()
+        except Exception as exc:
+            return f"processes alive {alive}; describe failed: {exc}"
+        parts = []
+        for p in topic.partitions:
+            replicas = [(r.node_id, r.log_end_offset, r.high_watermark) for r in p.replica_states]
+            parts.append(
+                f"p{p.partition} leader {p.leader} epoch {p.leader_epoch} isr {list(p.isr)} "
+                f"replicas (node, end, hw) {replicas}"
+            )
+        return f"processes alive {alive}; " + "; ".join(parts)
+
+    def all_registered(self) -> bool:
+        try:
+            live = {n.node_id for n in self.client.describe_cluster().nodes if n.live}
+        except Exception:
+            return False
+        return live == set(self.nodes)
+
+    def live(self, node_id: int) -> bool:
+        """Whether the registry counts the node live (True when it cannot be asked)."""
+        try:
+            nodes = self.client.describe_cluster().nodes
+        except Exception:
+            return True
+        return any(n.node_id == node_id and n.live for n in nodes)
+
+    def leader_of(self, partition: int) -> int:
+        try:
+            for p in self.topic().partitions:
+                if p.partition == partition:
+                    return int(p.leader)
+        except Exception:
+            pass
+        return -1
+
+    def records_written(self) -> int:
+        """The sum of the partitions' high watermarks (0 when the gateway cannot answer)."""
+        try:
+            ends = self.client.list_offsets(TOPIC, dict.fromkeys(range(PARTITIONS), LATEST))
+        except Exception:
+            return 0
+        return sum(max(0, r.offset) for r in ends.values())
+
+    def caught_up(self) -> bool:
+        """Every replica of every partition at the leader's log end, high watermarks equal."""
+        try:
+            topic = self.topic()
+        except Exception:
+            return False
+        for p in topic.partitions:
+            ends = {(r.log_end_offset, r.high_watermark) for r in p.replica_states}
+            if len(ends) != 1 or (p.log_end_offset, p.high_watermark) not in ends:
+                return False
+        return True
+
+    def restart_gateway(self) -> None:
+        self.address = self.gateway.start()
+
+    def close(self) -> None:
+        self.client.close()
+        if self.proxy is not None:
+            self.proxy.close()
+        for process in (*self.nodes.values(), self.gateway):
+            if process.alive():
+                try:
+                    os.kill(process.pid, signal.SIGCONT)  # a paused process cannot stop
+                except ProcessLookupError:
+                    pass
+            process.stop()

@@ -1,0 +1,305 @@
+"""The faults a campaign injects, each a small object: `start(cluster, rng)` injects it and
+says what it did, `heal(cluster)` undoes it. `target` says what it harms (a storage node, the
+gateway, or the link between clients and the gateway); the campaign never overlaps two
+faults with the same target, so at most one node is harmed at a time, which is what RF 3 with
+min ISR 2 promises to survive."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from tests.faults.cluster import NOTICE_TIMEOUT_S, PARTITIONS, SESSION_TIMEOUT_MS, Cluster, wait_for
+
+# The producers' request timeout: pauses outlast it, delayed answers straddle it.
+PRODUCER_REQUEST_TIMEOUT_MS = 3000
+
+# What a fault harms; faults harming the same thing never overlap.
+NODE, GATEWAY, CLIENT_LINK = "node", "gateway", "client-link"
+
+
+class Fault(Protocol):
+    name: str
+    target: str  # NODE, GATEWAY or CLIENT_LINK
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str: ...
+    def heal(self, cluster: Cluster) -> None: ...
+
+
+def pick_node(cluster: Cluster, rng: random.Random) -> tuple[int, str]:
+    """A node, half the time the leader of a random partition."""
+    if rng.random() < 0.5:
+        partition = rng.randrange(PARTITIONS)
+        leader = cluster.leader_of(partition)
+        if leader in cluster.nodes:
+            return leader, f"node {leader} (leader of p{partition})"
+    node_id = rng.choice(sorted(cluster.nodes))
+    return node_id, f"node {node_id}"
+
+
+@dataclass
+class NodeKill:
+    """SIGKILL a node and restart it at once."""
+
+    name: str = "node-kill"
+    target: str = NODE
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        node_id, which = pick_node(cluster, rng)
+        cluster.nodes[node_id].kill()
+        cluster.nodes[node_id].start()
+        return f"SIGKILL {which}, restarted at once"
+
+    def heal(self, cluster: Cluster) -> None:
+        pass
+
+
+@dataclass
+class NodeCrash:
+    """SIGKILL a node; it comes back only once the registry noticed it gone."""
+
+    name: str = "node-crash"
+    target: str = NODE
+    node_id: int = -1
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        self.node_id, which = pick_node(cluster, rng)
+        cluster.nodes[self.node_id].kill()
+        wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the crash noticed")
+        return f"SIGKILL {which}, down until healed"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.nodes[self.node_id].start()
+
+
+@dataclass
+class NodePause:
+    """SIGSTOP a node for longer than its session and the producer's request timeout."""
+
+    name: str = "node-pause"
+    target: str = NODE
+    node_id: int = -1
+    stopped_at: float = 0.0
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        self.node_id, which = pick_node(cluster, rng)
+        os.kill(cluster.nodes[self.node_id].pid, signal.SIGSTOP)
+        self.stopped_at = time.monotonic()
+        return f"SIGSTOP {which}"
+
+    def heal(self, cluster: Cluster) -> None:
+        wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the pause noticed")
+        past_request_timeout_s = self.stopped_at + PRODUCER_REQUEST_TIMEOUT_MS / 1000 + 1
+        wait_for(lambda: time.monotonic() > past_request_timeout_s, 60, "a request timeout")
+        os.kill(cluster.nodes[self.node_id].pid, signal.SIGCONT)
+
+
+@dataclass
+class NodeTerm:
+    """SIGTERM a node (controlled shutdown); restarted when healed."""
+
+    name: str = "node-term"
+    target: str = NODE
+    node_id: int = -1
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        self.node_id, which = pick_node(cluster, rng)
+        cluster.nodes[self.node_id].stop()
+        return f"SIGTERM {which}"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.nodes[self.node_id].start()
+
+
+@dataclass
+class GatewayKill:
+    name: str = "gateway-kill"
+    target: str = GATEWAY
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        cluster.gateway.kill()
+        cluster.restart_gateway()
+        return "SIGKILL the gateway, restarted at once"
+
+    def heal(self, cluster: Cluster) -> None:
+        pass
+
+
+@dataclass
+class GatewayTerm:
+    name: str = "gateway-term"
+    target: str = GATEWAY
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        cluster.gateway.stop()
+        return "SIGTERM the gateway"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.restart_gateway()
+
+
+@dataclass
+class GatewayPause:
+    """SIGSTOP the gateway past the nodes' sessions and the producer's request timeout."""
+
+    name: str = "gateway-pause"
+    target: str = GATEWAY
+    stopped_at: float = 0.0
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        os.kill(cluster.gateway.pid, signal.SIGSTOP)
+        self.stopped_at = time.monotonic()
+        return "SIGSTOP the gateway"
+
+    def heal(self, cluster: Cluster) -> None:
+        pause_s = max(SESSION_TIMEOUT_MS, PRODUCER_REQUEST_TIMEOUT_MS) / 1000 + 1
+        wait_for(lambda: time.monotonic() > self.stopped_at + pause_s, 60, "the pause to last")
+        os.kill(cluster.gateway.pid, signal.SIGCONT)
+
+
+@dataclass
+class LeaderCutFromFollowers:
+    """The leader of a partition cut from the other nodes (the gateway and clients still
+    reach it)."""
+
+    name: str = "partition-leader-from-followers"
+    target: str = NODE
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        partition = rng.randrange(PARTITIONS)
+        leader = cluster.leader_of(partition)
+        if leader not in cluster.nodes:
+            leader = rng.choice(sorted(cluster.nodes))
+        others = [f"node-{n}" for n in cluster.nodes if n != leader]
+        cluster.lab.cut([f"node-{leader}"], others)
+        hold_network_fault(rng)
+        return f"cut node {leader} (leader of p{partition}) from its followers"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.lab.heal()
+
+
+@dataclass
+class LeaderCutFromGateway:
+    """The leader of a partition cut from the gateway (the controller); its followers and
+    the clients still reach it."""
+
+    name: str = "partition-leader-from-gateway"
+    target: str = NODE
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        partition = rng.randrange(PARTITIONS)
+        leader = cluster.leader_of(partition)
+        if leader not in cluster.nodes:
+            leader = rng.choice(sorted(cluster.nodes))
+        cluster.lab.cut([f"node-{leader}"], ["gateway"])
+        hold_network_fault(rng)
+        return f"cut node {leader} (leader of p{partition}) from the gateway"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.lab.heal()
+
+
+@dataclass
+class SlowFollower:
+    name: str = "slow-follower"
+    target: str = NODE
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        partition = rng.randrange(PARTITIONS)
+        leader = cluster.leader_of(partition)
+        followers = sorted(n for n in cluster.nodes if n != leader)
+        node_id = rng.choice(followers)
+        rate_kbit = rng.choice((64, 256, 1024))
+        cluster.lab.slow(f"node-{node_id}", rate_kbit=rate_kbit, delay_ms=rng.choice((0, 200)))
+        hold_network_fault(rng)
+        return f"slowed node {node_id} (a follower of p{partition}) to {rate_kbit} kbit/s"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.lab.heal()
+
+
+@dataclass
+class DropAnswers:
+    """The gateway's next answers to clients lost on the way (the requests did land)."""
+
+    name: str = "drop-answers"
+    target: str = CLIENT_LINK
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        count = rng.randint(1, 5)
+        before = cluster.proxy.answers_dropped
+        cluster.proxy.drop_answers(count)
+        wait_for(
+            lambda: cluster.proxy.answers_dropped >= before + count,
+            NOTICE_TIMEOUT_S,
+            f"{count} answers dropped",
+        )
+        return f"dropped {count} answers"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.proxy.heal()
+
+
+@dataclass
+class DelayAnswers:
+    """Answers held past the producer's request timeout, so it retries what landed."""
+
+    name: str = "delay-answers"
+    target: str = CLIENT_LINK
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        delay_ms = PRODUCER_REQUEST_TIMEOUT_MS + rng.choice((-2000, 500, 2000))
+        cluster.proxy.delay_answers(delay_ms)
+        hold_network_fault(rng)
+        return f"delayed answers by {delay_ms} ms"
+
+    def heal(self, cluster: Cluster) -> None:
+        cluster.proxy.heal()
+
+
+def hold_network_fault(rng: random.Random) -> None:
+    """A network fault lasts a random few seconds (its duration is part of the fault)."""
+    time.sleep(rng.uniform(2.0, 6.0))
+
+
+PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
+    "node-kill": NodeKill,
+    "node-crash": NodeCrash,
+    "node-pause": NodePause,
+    "node-term": NodeTerm,
+    "gateway-kill": GatewayKill,
+    "gateway-term": GatewayTerm,
+    "gateway-pause": GatewayPause,
+}
+NETWORK_FAULTS: dict[str, Callable[[], Fault]] = {
+    "partition-leader-from-followers": LeaderCutFromFollowers,
+    "partition-leader-from-gateway": LeaderCutFromGateway,
+    "slow-follower": SlowFollower,
+}
+PROXY_FAULTS: dict[str, Callable[[], Fault]] = {
+    "drop-answers": DropAnswers,
+    "delay-answers": DelayAnswers,
+}
+ALL_FAULTS = {**PROCESS_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS}
+
+
+def available_faults() -> list[str]:
+    """The faults this machine and work tree can inject: network faults need root and the
+    network lab, answer faults the proxy."""
+    names = list(PROCESS_FAULTS)
+    if os.geteuid() == 0 and _importable("tests.faults.netns"):
+        names += list(NETWORK_FAULTS)
+    if _importable("tests.faults.proxy"):
+        names += list(PROXY_FAULTS)
+    return names
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
