@@ -5,6 +5,13 @@ is the election's fence: the controller's decisions are written with a compare o
 writes lands, and the first refused one makes it step down. Any gateway campaigns when the
 key is gone (watched) and on each controller tick, so another takes over within a lease TTL
 of the controller's death. `SoleController` is the file backend's: one gateway, always it.
+
+The watch can deliver an event late: after a cut link heals, a connection that was open
+through the cut resumes only at its next TCP retransmission, seconds after new requests
+already pass. So an event is never taken on its own word: the deletion of the key is
+checked against etcd before this gateway steps down (its own new election may stand
+already), a key created before this gateway's election is no rival, and a campaign that
+finds the key held on this gateway's own lease takes it as its election.
 """
 
 from __future__ import annotations
@@ -68,13 +75,16 @@ class ControllerElection:
             return self._controller_address
 
     def campaign(self) -> None:
-        """Become the controller if no gateway is."""
+        """Become the controller if no gateway is, or take the key this gateway holds."""
         lease = self.session.lease
         if lease == 0 or self.is_controller:
             return
         revision = self.keyspace.create(KEY, json.dumps({"address": self.address}), lease)
         if revision is None:
-            return
+            found = self.keyspace.get(KEY)
+            if found is None or found.lease != lease:
+                return
+            revision = found.create_revision  # won earlier, its news lost on the way
         with self._lock:
             self.fence = Fence(KEY, revision)
             self._controller_address = self.address
@@ -91,17 +101,30 @@ class ControllerElection:
     def _changed(self, changes: Changes, full: bool) -> None:
         found = changes.get(KEY)
         if found is None:
-            with self._lock:
-                self._controller_address = ""
-            self.step_down("the controller key is gone")
             try:
-                self.campaign()
+                self._key_gone()
             except Exception as exc:  # the controller tick campaigns again
                 logger.info("campaign failed: %s", exc)
             return
         address = json.loads(found.value)["address"]
         with self._lock:
-            self._controller_address = address
             fence = self.fence
+            if fence is not None and found.create_revision < fence.create_revision:
+                return  # an election before this gateway's, delivered late
+            self._controller_address = address
         if fence is not None and found.create_revision != fence.create_revision:
             self.step_down(f"{address} was elected")
+
+    def _key_gone(self) -> None:
+        """The watch says the key was deleted: true only if etcd says so now."""
+        current = self.keyspace.get(KEY)
+        with self._lock:
+            fence = self.fence
+        if current is not None:
+            if fence is None or current.create_revision != fence.create_revision:
+                self._changed({KEY: current}, False)
+            return
+        with self._lock:
+            self._controller_address = ""
+        self.step_down("the controller key is gone")
+        self.campaign()
