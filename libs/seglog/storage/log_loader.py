@@ -9,17 +9,21 @@ Order of work, each step safe to repeat if the process dies during it:
    finished cleaner output: the live segments it replaces are deleted and the swap files
    renamed to their final names (the in-process half is `Log.replace_segments`). Index
    files without a `.log` go.
-2. Every `.log` opens as a segment. A segment is recovered (indexes rebuilt from the log,
-   invalid tail cut) when it holds offsets at or past the recovery point, or when its
-   indexes are missing or fail their sanity check. With a clean-shutdown marker only the
-   latter applies.
-   Under a clean-shutdown marker the last segment is still checked for a torn tail
-   (`has_torn_tail`, a walk from its last index entry), which is cheap.
-3. A segment whose tail was cut ends the log only when it is the unflushed tail (it holds
-   offsets at or past the recovery point): any segment after it is deleted, since its data
-   followed corruption and cannot be trusted to continue the offsets. Corruption found in a
-   segment below the recovery point (fsynced, so not a crash's torn write) is reported and
-   only that segment's invalid bytes are cut: the segments after it stay.
+2. Every `.log` opens as a segment. After a crash (no clean-shutdown marker) every segment
+   is checked: one holding offsets at or past the recovery point is recovered (indexes
+   rebuilt, the log walked with every check of `FileRecords.scan_valid_prefix`: CRC, and
+   the fields the CRC does not cover against the segment's file-name base and the next
+   segment's base); one below it, whose bytes were flushed, is walked with the same checks
+   and its index entries compared with the batches, and recovered only when something
+   fails. That costs one sequential read of the log after a crash, which Kafka skips below
+   the recovery point; it is what turns a flipped bit there into a cut log rather than
+   records served under offsets the log never had. With a clean-shutdown marker a segment
+   is recovered only when its indexes are missing or fail their sanity check, and the last
+   one when it ends inside a batch (`has_torn_tail`, a walk from its last index entry).
+3. The log ends where the first damage begins, in whichever segment it is found; the
+   segments after it are deleted (`_end_log_at_damage` says why), and the damage is logged
+   with its file, byte position, what was expected and what was read.
+4. A `leader-epoch-checkpoint` that does not parse is rebuilt from the batches' headers.
 """
 
 from __future__ import annotations
