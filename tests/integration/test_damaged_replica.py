@@ -1,6 +1,6 @@
 """A replica whose files were damaged while it was down repairs itself from its peers.
 
-Three storage nodes and a gateway, each a process (tests/faults/campaign.py's Cluster: RF 3,
+Three storage nodes and a gateway, each a process (tests/faults/cluster.py's Cluster: RF 3,
 min ISR 2). 1,500 records are acknowledged with acks=all; a replica is SIGKILLed and one bit
 of a batch's baseOffset (outside the CRC) is flipped in an older segment of its copy; it is
 restarted. Recovery must cut its log before the damage (and say so), the node must fetch the
@@ -19,7 +19,7 @@ import pytest
 from seglog.client.gateway import FetchPosition
 from seglog.records import iter_records
 from tests.cluster import batch
-from tests.faults.campaign import TOPIC, Cluster, wait_for
+from tests.faults.cluster import TOPIC, Cluster, wait_for
 
 RECORDS = 1500
 RECORDS_PER_BATCH = 10
