@@ -7,8 +7,8 @@ Anomaly classes (a value is a record's unique payload, `<process>-<n>`):
   partition (or, without a final read, never read although a read reached past its offset).
 - duplicate: one value read at two positions (partition, offset).
 - inconsistent-offsets: one (partition, offset) read with two different values.
-- wrong-ack: a send acknowledged at (partition, offset) whose value is read elsewhere, or
-  whose position is read holding another value.
+- wrong-ack: a send acknowledged at (partition, offset) whose value is read only elsewhere,
+  or whose position is read holding another value.
 - aborted-read: a value read whose send certainly failed (`fail`, not `info`).
 - phantom: a value read that no process ever invoked a send of (G0-style garbage).
 - nonmonotonic-send: one producer's acknowledged sends to a partition, in the order it
@@ -314,7 +314,9 @@ def _check_acknowledged(
                 + (f", which holds {holder}" if holder is not None else ", beyond the log end"),
             )
         others = read_values_at.get(position, set()) - {value}
-        elsewhere = positions.get(value, set()) - {position}
+        read_at = positions.get(value, set())
+        # read, but never where acknowledged (a copy there too is a duplicate, not this)
+        elsewhere = read_at if read_at and position not in read_at else set()
         if others or elsewhere:
             verdict.add(
                 WRONG_ACK,
@@ -418,3 +420,24 @@ def _check_vanished(verdict: Verdict, reads: list[_Read], final: dict[int, dict[
 
 def _positions(where: Iterable[tuple[int, int]]) -> str:
     return ", ".join(f"{p}/{o}" for p, o in sorted(where))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check a kept run's histories again: python -m tests.faults.checker DIR [--producer M]."""
+    import argparse
+    from pathlib import Path
+
+    from tests.faults.history import read_history
+
+    parser = argparse.ArgumentParser(prog="python -m tests.faults.checker")
+    parser.add_argument("history_dir", type=Path)
+    parser.add_argument("--producer", default="idempotent")
+    args = parser.parse_args(argv)
+    verdict = check(read_history(args.history_dir), Guarantees.for_producer_mode(args.producer))
+    print(verdict.summary())
+    print("\n".join(verdict.details()))
+    return 0 if verdict.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

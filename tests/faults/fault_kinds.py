@@ -94,10 +94,13 @@ class NodePause:
         return f"SIGSTOP {which}"
 
     def heal(self, cluster: Cluster) -> None:
-        wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the pause noticed")
-        past_request_timeout_s = self.stopped_at + PRODUCER_REQUEST_TIMEOUT_MS / 1000 + 1
-        wait_for(lambda: time.monotonic() > past_request_timeout_s, 60, "a request timeout")
-        os.kill(cluster.nodes[self.node_id].pid, signal.SIGCONT)
+        try:
+            wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the pause noticed")
+            # and past the producers' request timeout, so they retry what they sent it
+            request_timeout_s = PRODUCER_REQUEST_TIMEOUT_MS / 1000 + 1
+            time.sleep(max(0.0, self.stopped_at + request_timeout_s - time.monotonic()))
+        finally:
+            os.kill(cluster.nodes[self.node_id].pid, signal.SIGCONT)
 
 
 @dataclass
@@ -159,7 +162,7 @@ class GatewayPause:
 
     def heal(self, cluster: Cluster) -> None:
         pause_s = max(SESSION_TIMEOUT_MS, PRODUCER_REQUEST_TIMEOUT_MS) / 1000 + 1
-        wait_for(lambda: time.monotonic() > self.stopped_at + pause_s, 60, "the pause to last")
+        time.sleep(max(0.0, self.stopped_at + pause_s - time.monotonic()))  # the pause's length
         os.kill(cluster.gateway.pid, signal.SIGCONT)
 
 

@@ -157,6 +157,13 @@ def test_an_acknowledged_value_read_at_another_offset_is_a_wrong_ack():
     assert only(verdict) == {checker.WRONG_ACK: 1}
 
 
+def test_a_duplicate_that_includes_the_acknowledged_offset_is_no_wrong_ack():
+    # Without idempotence a retry writes a second copy; the answer names one of them.
+    verdict = check([*acked("p-0", 0, 1), final(0, ["p-0", "p-0"])], Guarantees(idempotent=False))
+    assert only(verdict) == {checker.DUPLICATE: 1}
+    assert verdict.ok
+
+
 def test_reading_a_value_whose_send_failed_is_an_aborted_read():
     verdict = check([*failed("p-0"), final(0, ["p-0"])])
     assert only(verdict) == {checker.ABORTED_READ: 1}
