@@ -112,11 +112,13 @@ class CampaignReport:
     faults: Counter[str] = field(default_factory=Counter)
     schedule: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the cluster not healing, stalls
+    final_read_complete: bool = False
     verdict: Verdict | None = None
 
     @property
     def ok(self) -> bool:
-        return self.verdict is not None and self.verdict.ok
+        """The checker's verdict, given a final read to judge against."""
+        return self.verdict is not None and self.verdict.ok and self.final_read_complete
 
     def summary(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
@@ -195,7 +197,8 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
                 str(FINAL_READ_TIMEOUT_S),
             ],
         )
-        if reader.wait(FINAL_READ_TIMEOUT_S + 30) != 0:
+        report.final_read_complete = reader.wait(FINAL_READ_TIMEOUT_S + 30) == 0
+        if not report.final_read_complete:
             report.problems.append("the final read did not reach every partition's end")
     finally:
         for client in (*producers, *consumers):
@@ -233,19 +236,21 @@ def _one_cycle(
     started: list[Fault] = []
     try:
         for fault in chosen:
+            started.append(fault)  # healed even when its start failed half way
             what = fault.start(cluster, rng)
-            started.append(fault)
             report.faults[fault.name] += 1
             report.schedule.append(f"cycle {report.cycles + 1}: {what}")
             log(f"cycle {report.cycles + 1}: {what}")
-    except TimeoutError as exc:
-        report.problems.append(f"cycle {report.cycles + 1}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - a fault that could not be made is a finding
+        report.problems.append(f"cycle {report.cycles + 1}: {type(exc).__name__}: {exc}")
     finally:
         for fault in reversed(started):
             try:
                 fault.heal(cluster)
-            except TimeoutError as exc:
-                report.problems.append(f"cycle {report.cycles + 1}: healing {fault.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - written down; the next cycle waits to heal
+                report.problems.append(
+                    f"cycle {report.cycles + 1}: healing {fault.name}: {type(exc).__name__}: {exc}"
+                )
     report.cycles += 1
 
 

@@ -43,21 +43,29 @@ def pick_node(cluster: Cluster, rng: random.Random) -> tuple[int, str]:
     return node_id, f"node {node_id}"
 
 
+def restart_node_if_down(cluster: Cluster, node_id: int) -> None:
+    node = cluster.nodes.get(node_id)
+    if node is not None and not node.alive():
+        node.start()
+
+
 @dataclass
 class NodeKill:
     """SIGKILL a node and restart it at once."""
 
     name: str = "node-kill"
     target: str = NODE
+    node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         node_id, which = pick_node(cluster, rng)
+        self.node_id = node_id
         cluster.nodes[node_id].kill()
         cluster.nodes[node_id].start()
         return f"SIGKILL {which}, restarted at once"
 
     def heal(self, cluster: Cluster) -> None:
-        pass
+        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
@@ -75,7 +83,7 @@ class NodeCrash:
         return f"SIGKILL {which}, down until healed"
 
     def heal(self, cluster: Cluster) -> None:
-        cluster.nodes[self.node_id].start()
+        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
@@ -94,6 +102,8 @@ class NodePause:
         return f"SIGSTOP {which}"
 
     def heal(self, cluster: Cluster) -> None:
+        if self.node_id not in cluster.nodes:
+            return
         try:
             wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the pause noticed")
             # and past the producers' request timeout, so they retry what they sent it
@@ -117,7 +127,7 @@ class NodeTerm:
         return f"SIGTERM {which}"
 
     def heal(self, cluster: Cluster) -> None:
-        cluster.nodes[self.node_id].start()
+        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
@@ -131,7 +141,8 @@ class GatewayKill:
         return "SIGKILL the gateway, restarted at once"
 
     def heal(self, cluster: Cluster) -> None:
-        pass
+        if not cluster.gateway.alive():
+            cluster.restart_gateway()
 
 
 @dataclass
@@ -144,7 +155,8 @@ class GatewayTerm:
         return "SIGTERM the gateway"
 
     def heal(self, cluster: Cluster) -> None:
-        cluster.restart_gateway()
+        if not cluster.gateway.alive():
+            cluster.restart_gateway()
 
 
 @dataclass
@@ -161,6 +173,8 @@ class GatewayPause:
         return "SIGSTOP the gateway"
 
     def heal(self, cluster: Cluster) -> None:
+        if not self.stopped_at:
+            return
         pause_s = max(SESSION_TIMEOUT_MS, PRODUCER_REQUEST_TIMEOUT_MS) / 1000 + 1
         time.sleep(max(0.0, self.stopped_at + pause_s - time.monotonic()))  # the pause's length
         os.kill(cluster.gateway.pid, signal.SIGCONT)
