@@ -16,15 +16,22 @@ The watch gives every subscriber a snapshot of its keys first (a range read), th
 change in revision order; when the stream ends (etcd stopped, a member lost) it reconnects
 with backoff and starts again from a fresh snapshot, so nothing is missed and compaction
 never strands it. Endpoints are tried in order; a failed one moves the client to the next.
+
+The keyspace also notes when etcd stopped answering this gateway and when it answered again
+(`cut_off_within`): leases lapse in etcd while a gateway cut off from it cannot renew them,
+and what it learns of them on its return must be read in that light (node_sessions.py).
 """
 
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
+import math
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +46,9 @@ logger = logging.getLogger(__name__)
 
 _API_PATH = "/v3/"  # etcd >= 3.4
 _WATCH_RETRY_MAX_S = 2.0
+# An answer this late means etcd did not hear this gateway for that long, as much a cut as
+# a call that failed: leases it renews may have lapsed meanwhile.
+_LATE_ANSWER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,10 @@ class EtcdKeyspace:
             )
         self._current = 0
         self._lock = threading.Lock()
+        self._unreachable_since: float | None = None  # time.monotonic(), while cut off
+        self._reachable_again_at = -math.inf
+        self._asked_at: dict[int, float] = {}  # each call awaiting its answer: when it was sent
+        self._calls = itertools.count()
         self._subscribers: list[tuple[str, Subscriber]] = []
         self._stop = threading.Event()
         self._watch_response: requests.Response | None = None
@@ -95,12 +109,47 @@ class EtcdKeyspace:
     def key(self, name: str) -> str:
         return self.prefix + name
 
+    def cut_off_within(self, window_s: float) -> bool:
+        """True while no etcd endpoint answers this gateway (a call failed, or one has been
+        waiting for its answer too long), and for `window_s` after one answers again."""
+        now = time.monotonic()
+        with self._lock:
+            if self._unreachable_since is not None:
+                return True
+            if any(now - asked_at > _LATE_ANSWER_S for asked_at in self._asked_at.values()):
+                return True
+            return now - self._reachable_again_at < window_s
+
+    def _answered(self, asked_at: float) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._unreachable_since is not None or now - asked_at > _LATE_ANSWER_S:
+                self._unreachable_since = None
+                self._reachable_again_at = now
+
+    def _unanswered(self) -> None:
+        with self._lock:
+            if self._unreachable_since is None:
+                self._unreachable_since = time.monotonic()
+
     # -- calls -----------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """One call, tried on each endpoint in turn from the last one that answered."""
+        call = next(self._calls)
+        asked_at = time.monotonic()
         with self._lock:
             start = self._current
+            self._asked_at[call] = asked_at
+        try:
+            return self._post_from(start, asked_at, path, body)
+        finally:
+            with self._lock:
+                del self._asked_at[call]
+
+    def _post_from(
+        self, start: int, asked_at: float, path: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
         last: Exception | None = None
         for step in range(len(self._clients)):
             index = (start + step) % len(self._clients)
@@ -111,12 +160,15 @@ class EtcdKeyspace:
                 last = exc
                 continue
             except Etcd3Exception as exc:
+                self._answered(asked_at)
                 raise RegistryUnavailableError(
                     f"etcd at {self.endpoints[index]} refused {path}: {exc.detail_text}"
                 ) from None
             with self._lock:
                 self._current = index
+            self._answered(asked_at)
             return result
+        self._unanswered()
         raise RegistryUnavailableError(
             f"no etcd endpoint of {', '.join(self.endpoints)} answers: {last}"
         )

@@ -5,8 +5,10 @@ everything it held is released at once; another gateway takes it over.
 
 A lease found expired (the process was paused or cut off from etcd for longer than its TTL)
 ends the session: listeners drop what it held (the controller steps down, coordinators
-forget their groups), then a new lease begins the next session. etcd unreachable is not
-an expiry: leases cannot expire while etcd is down, and etcd extends them when it comes back.
+forget their groups), then a new lease begins the next session. etcd unreachable is not an
+expiry by itself: when etcd was down, it extends the leases as it comes back (a new etcd
+leader refreshes them); when it ran on while this gateway was cut off from it, the lease
+lapsed there, and the first keep-alive answered after the cut ends the session.
 """
 
 from __future__ import annotations

@@ -13,6 +13,20 @@ it down. The key's value is what other gateways need to route to the node and to
 
 Heartbeats renew the lease; the key is rewritten only when its contents change (an offline
 partition, a controlled shutdown).
+
+A lease lapses in etcd when no gateway renewed it for its TTL, and that is not always the
+node's death: while the gateways are cut off from etcd they answer the node's heartbeats
+(the data path goes on) but cannot renew its lease. So, as Kafka's controller gives every
+broker a fresh session after a failover:
+- a session this gateway sees end while it is, or was within a lease TTL, cut off from etcd
+  (EtcdKeyspace.cut_off_within) is kept live for one more TTL of grace, counted from then;
+- a heartbeat that finds the node's lease lapsed (in grace or not) opens a new lease for the
+  same session: the process heartbeating is the one that registered (a restarted node
+  registers anew, and is fenced then), so it keeps its place in the ISRs.
+A node that died meanwhile is down once its grace ends, and the controller fences it then.
+The end of a session is taken from the watch only once etcd confirms the key is gone, so a
+deletion delivered late (a watch stream resumes after new calls pass) cannot end the
+session its renewal began since.
 """
 
 from __future__ import annotations
@@ -21,6 +35,7 @@ import json
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -84,15 +99,22 @@ class EtcdNodeSessions:
         # Called with (node id, its session or None once it ended) on every change.
         self.listeners: list[Callable[[int, NodeSession | None], None]] = []
         self._lock = threading.Lock()
+        self._renewing = threading.Lock()  # one lease renewal at a time
         self._sessions: dict[int, NodeSession] = {}
+        # Sessions whose lease lapsed while this gateway was cut off from etcd: until when
+        # (time.monotonic()) they count as live, waiting for the node's next heartbeat.
+        self._grace_until: dict[int, float] = {}
         keyspace.subscribe(PREFIX, self._changed)
 
     def is_live(self, node_id: int) -> bool:
-        with self._lock:
-            return node_id in self._sessions
+        return self.get(node_id) is not None
 
     def get(self, node_id: int) -> NodeSession | None:
         with self._lock:
+            until = self._grace_until.get(node_id)
+            if until is not None and time.monotonic() >= until:
+                del self._grace_until[node_id]
+                self._sessions.pop(node_id, None)  # down (listeners ignore the end anyway)
             return self._sessions.get(node_id)
 
     def open(
@@ -120,21 +142,40 @@ class EtcdNodeSessions:
     def keep_alive(
         self, node_id: int, address: str, *, offline: Offline, bulk_address: str
     ) -> bool:
-        """Renew the node's lease; False when it has no session here (expired, or another
-        address holds it): the node must register again. With etcd unreachable the
-        session is taken as alive: its lease cannot expire while etcd is down either."""
+        """Renew the node's lease, or give its session a new one when it lapsed; False when
+        it has no session here (ended, or another address holds it): the node must register
+        again. With etcd unreachable the session is taken as alive: nothing can fence the
+        node while etcd is away from every gateway, and its lease is renewed on return."""
         session = self.get(node_id)
         if session is None or session.address != address:
             return False
         try:
-            if self.keyspace.keep_alive(session.lease) <= 0:
-                self._forget(node_id, session.lease)
-                return False
+            with self._lock:
+                lapsed = node_id in self._grace_until
+            if lapsed or self.keyspace.keep_alive(session.lease) <= 0:
+                session = self._renew(session)
             if session.offline != offline or session.bulk_address != bulk_address:
                 self._write(replace(session, offline=dict(offline), bulk_address=bulk_address))
         except RegistryUnavailableError as exc:
             logger.warning("node %d's session not renewed: %s", node_id, exc)
         return True
+
+    def _renew(self, lapsed: NodeSession) -> NodeSession:
+        """The same session on a new lease (the heartbeat proves the process lives on)."""
+        with self._renewing:
+            current = self.get(lapsed.node_id)
+            if current is not None and current.lease != lapsed.lease:
+                return current  # a concurrent heartbeat renewed it
+            renewed = replace(lapsed, lease=self.keyspace.grant(self.ttl_s))
+            self._write(renewed)
+        logger.warning(
+            "node %d's session lease %x had lapsed in etcd while it heartbeated: renewed on "
+            "lease %x",
+            lapsed.node_id,
+            lapsed.lease,
+            renewed.lease,
+        )
+        return renewed
 
     def shut_down(self, node_id: int) -> None:
         """Mark the node as shutting down (controlled shutdown), for every gateway."""
@@ -146,15 +187,26 @@ class EtcdNodeSessions:
         self.keyspace.put(f"{PREFIX}{session.node_id}", session.to_json(), session.lease)
         self._apply(session.node_id, session)
 
-    def _forget(self, node_id: int, lease: int) -> None:
+    def _ended(self, node_id: int) -> None:
+        """The node's key is gone from etcd: its session ends, or waits in grace when this
+        gateway could not have renewed its lease."""
+        if not self.keyspace.cut_off_within(self.ttl_s):
+            self._apply(node_id, None)
+            return
         with self._lock:
-            current = self._sessions.get(node_id)
-            if current is None or current.lease != lease:
+            if node_id not in self._sessions or node_id in self._grace_until:
                 return
-        self._apply(node_id, None)
+            self._grace_until[node_id] = time.monotonic() + self.ttl_s
+        logger.warning(
+            "node %d's session lease lapsed while this gateway was cut off from etcd: it "
+            "stays live %d s for its heartbeats to renew it",
+            node_id,
+            self.ttl_s,
+        )
 
     def _apply(self, node_id: int, session: NodeSession | None) -> None:
         with self._lock:
+            self._grace_until.pop(node_id, None)
             if session is None:
                 if self._sessions.pop(node_id, None) is None:
                     return
@@ -173,9 +225,17 @@ class EtcdNodeSessions:
             except ValueError:
                 continue
             seen.add(node_id)
-            self._apply(node_id, None if kv is None else NodeSession.from_json(node_id, kv.value))
+            if kv is None:
+                try:
+                    kv = self.keyspace.get(key)  # a late deletion: the key may be back
+                except RegistryUnavailableError:
+                    pass  # cut off again: taken as ended, which grants the grace
+            if kv is None:
+                self._ended(node_id)
+            else:
+                self._apply(node_id, NodeSession.from_json(node_id, kv.value))
         if full:
             with self._lock:
                 gone = [n for n in self._sessions if n not in seen]
             for node_id in gone:
-                self._apply(node_id, None)
+                self._ended(node_id)

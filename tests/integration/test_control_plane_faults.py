@@ -327,3 +327,31 @@ def test_the_controller_elects_after_its_etcd_link_heals(cluster):
         f"node {leader} died and partition 0 still has {cluster.registrations(0, 'orders')[0]}"
         f" (controller: {cluster.controller(0)})"
     )
+
+
+def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(cluster):
+    with cluster.client(0) as client:
+        client.create_topic("orders", 3, 3)
+    before = cluster.registrations(0, "orders")
+    dead = before[2][0]
+    survivors = sorted({1, 2, 3} - {dead})
+    cut_gateways_from_etcd_until_leases_lapse(cluster)
+    cluster.nodes[dead].kill()  # one node does die meanwhile: that death must still count
+    for link in cluster.etcd_links:
+        link.heal()
+    assert wait_until(lambda: etcd_key(cluster, f"nodes/{survivors[0]}") is not None, 30)
+
+    def survivors_keep_their_standing() -> bool:
+        now = cluster.registrations(0, "orders")
+        return all(
+            now[p][:2] == before[p][:2] and set(survivors) <= set(now[p][2])
+            for p in range(3)
+            if before[p][0] in survivors
+        )
+
+    assert holds(survivors_keep_their_standing, 4 * SESSION_TIMEOUT_S), (
+        f"before the cut {before}, after it {cluster.registrations(0, 'orders')}"
+    )
+    assert wait_until(lambda: cluster.registrations(0, "orders")[2][0] in survivors, 30)
+    assert cluster.live_nodes(0) == survivors == cluster.live_nodes(1)
+    assert survivors_keep_their_standing()
