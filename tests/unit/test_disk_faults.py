@@ -235,3 +235,19 @@ def test_a_random_flipped_bit_anywhere_never_invents_an_offset(
         assert end <= BATCHES
     finally:
         log.close()
+
+
+def test_garbage_after_the_last_batch_blames_nothing_before_it(tmp_path):
+    """Bytes that are not a batch (wrong magic, an impossible epoch and offset) end the log
+    where they start: only a CRC-valid batch may make recovery cut earlier batches."""
+    directory = write_crashed_log(tmp_path, leader_epoch=5)
+    last = sorted(directory.glob("*.log"))[-1]
+    garbage = struct.pack(">qiiB", 0, 200, -7, 9) + bytes(200)
+    with open(last, "ab") as tail:
+        tail.write(garbage)
+    log = Log.open(directory, CONFIG)
+    try:
+        assert log.log_end_offset == BATCHES
+        assert_a_clean_prefix(log)
+    finally:
+        log.close()

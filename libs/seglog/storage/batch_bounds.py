@@ -18,6 +18,9 @@ from typing import NamedTuple
 from ..errors import SeglogError
 from ..records.batch import MAGIC_V2, MIN_BATCH_LENGTH, BatchHeader, check_header
 
+BASE_OFFSET_CHECK = "base offset"
+EPOCH_CHECK = "leader epoch"
+
 # Index entries hold offsets relative to the segment's base as int32 (Kafka's
 # canConvertToRelativeOffset): a batch whose last offset is further on cannot be in the segment.
 MAX_RELATIVE_OFFSET = 0x7FFFFFFF
@@ -30,6 +33,8 @@ class Damage(NamedTuple):
     expected: str
     found: str
     file: str = ""
+    # Which check failed: BASE_OFFSET and EPOCH failures may blame an earlier batch.
+    check: str = ""
 
     def describe(self) -> str:
         return f"{self.file} at byte {self.position}: expected {self.expected}, read {self.found}"
@@ -63,6 +68,7 @@ def header_damage(
             position,
             f"baseOffset >= {next_offset} (segment base {segment_base}, offsets increasing)",
             f"baseOffset {header.base_offset}",
+            check=BASE_OFFSET_CHECK,
         )
     if upper_bound is not None and header.last_offset >= upper_bound:
         return Damage(
@@ -83,6 +89,7 @@ def header_damage(
             position,
             f"partitionLeaderEpoch >= {latest_epoch} (the epochs before it) or -1",
             f"partitionLeaderEpoch {epoch}",
+            check=EPOCH_CHECK if epoch >= -1 else "",
         )
     try:
         check_header(header, position)

@@ -21,11 +21,14 @@ its presence at start-up means no segment needs recovery.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 
 from ..errors import CorruptRecordError
 from .log_files import atomic_write, fsync_directory
+
+logger = logging.getLogger(__name__)
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
@@ -95,14 +98,26 @@ class DataDir:
 
     def close(self) -> None:
         """The owner's last step: checkpoint, and mark the directory cleanly shut down when
-        every log opened in it closed cleanly (none is left open)."""
-        self.checkpoint()
+        every log opened in it closed cleanly (none is left open) and every checkpoint was
+        written. A checkpoint that cannot be written (a full disk) is logged and the marker
+        is left out: the next start recovers from the files, which is always safe, instead
+        of trusting checkpoints older than the logs."""
+        try:
+            self.checkpoint()
+        except OSError as exc:
+            logger.error(
+                "%s: checkpoints not written at shutdown (%s); no clean marker", self.path, exc
+            )
+            return
         with self._lock:
             clean = self._all_closed_cleanly and not self._open
         if clean:
             # Kafka's CleanShutdownFileHandler content; the broker epoch read at open is kept.
             content = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch})
-            atomic_write(self.path / CLEAN_SHUTDOWN_MARKER, content.encode())
+            try:
+                atomic_write(self.path / CLEAN_SHUTDOWN_MARKER, content.encode())
+            except OSError as exc:
+                logger.error("%s: clean-shutdown marker not written: %s", self.path, exc)
 
     def update(self, tp: TopicPartition, *, recovery_point: int, log_start_offset: int) -> None:
         with self._lock:

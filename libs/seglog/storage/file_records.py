@@ -27,7 +27,7 @@ from ..records.batch import (
     BatchHeader,
     compute_crc,
 )
-from .batch_bounds import Damage, header_damage
+from .batch_bounds import BASE_OFFSET_CHECK, EPOCH_CHECK, Damage, header_damage
 
 # Recovery and scans read the file in chunks of this size: large enough that per-call costs
 # vanish against a 1 GiB segment, small enough to stay well inside memory.
@@ -56,14 +56,23 @@ class ValidPrefix(NamedTuple):
         return sum(found.header.size_in_bytes for found in self.batches)
 
 
+def _blame_earlier(
+    kept: list[BatchPosition], expected_before_last: int, header: BatchHeader, damage: Damage
+) -> Damage:
+    """Which batch to cut from when a CRC-valid batch contradicts the ones before it in a
+    field the CRC does not cover (a flipped bit in either)."""
+    if damage.check == BASE_OFFSET_CHECK:
+        return _blame_a_jump_before(kept, expected_before_last, damage)
+    return _blame_a_raised_epoch(kept, header.partition_leader_epoch, damage)
+
+
 def _blame_a_jump_before(
     kept: list[BatchPosition], expected_before_last: int, damage: Damage
 ) -> Damage:
     """A batch whose base offset goes back below the previous batch's end, after a previous
     batch that skipped offsets forward, is the signature of a flipped bit raising that
-    previous batch's baseOffset (which the CRC does not cover): a compacted log may skip
-    offsets but never goes back. The previous batch is dropped too, so the log keeps no
-    record under an offset it never had."""
+    previous batch's baseOffset: a compacted log may skip offsets but never goes back. The
+    previous batch is dropped too, so the log keeps no record under an offset it never had."""
     if not kept or kept[-1].header.base_offset <= expected_before_last:
         return damage
     jumped = kept.pop()
@@ -76,10 +85,10 @@ def _blame_a_jump_before(
 
 
 def _blame_a_raised_epoch(kept: list[BatchPosition], epoch: int, damage: Damage) -> Damage:
-    """Epochs that go down: either this batch's epoch was lowered or an earlier one's raised
-    (a flipped bit, outside the CRC). Which one cannot be told, so the log is cut at the
-    first batch whose epoch is above this one: a raised epoch is never kept, and what is cut
-    too much a replica fetches again."""
+    """Epochs that go down: either this batch's epoch was lowered or an earlier one's raised.
+    Which one cannot be told, so the log is cut at the first batch whose epoch is above
+    this one: a raised epoch is never kept, and what is cut too much a replica fetches
+    again."""
     first_above = next(
         (i for i, found in enumerate(kept) if found.header.partition_leader_epoch > epoch),
         len(kept),
@@ -96,7 +105,7 @@ def _blame_a_raised_epoch(kept: list[BatchPosition], epoch: int, damage: Damage)
 
 
 def _crc_damage(
-    view: memoryview, pos: int, file_position: int, header: BatchHeader
+    view: bytes | memoryview, pos: int, file_position: int, header: BatchHeader
 ) -> Damage | None:
     actual = compute_crc(view, pos, header.size_in_bytes)
     if actual == header.crc:
@@ -264,34 +273,21 @@ class FileRecords:
                 pos = header.size_in_bytes
             position += pos
 
-    def scan_valid_prefix(
-        self,
-        base_offset: int,
-        upper_bound: int | None = None,
-        *,
-        verify_crc: bool = True,
-    ) -> ValidPrefix:
-        """The batches that recovery keeps, from position 0: whole, v2, offsets increasing
-        from `base_offset` (the segment's, from its file name) and below `upper_bound` (the
-        next segment's), and with `verify_crc` CRC-valid; and the damage that ended the walk.
-
-        Without `verify_crc` only the headers are read (61 bytes a batch, not the records):
-        the cheap check of segments below the recovery point, whose bytes were fsynced.
-        """
+    def scan_valid_prefix(self, base_offset: int, upper_bound: int | None = None) -> ValidPrefix:
+        """The batches that recovery keeps, from position 0: whole, v2, CRC-valid, offsets
+        increasing from `base_offset` (the segment's, from its file name) and below
+        `upper_bound` (the next segment's), epochs not decreasing; and the damage that ended
+        the walk (`batch_bounds.header_damage` has the checks the CRC does not cover)."""
         kept: list[BatchPosition] = []
         next_offset = expected_before_last = base_offset
         latest_epoch = -1
         position = 0
         end = self._size
         while position < end:
-            if verify_crc:
-                chunk = self.read(position, min(SCAN_CHUNK_BYTES, end - position))
-            else:
-                chunk = self.read(position, min(HEADER_BYTES, end - position))
+            chunk = self.read(position, min(SCAN_CHUNK_BYTES, end - position))
             if len(chunk) < HEADER_BYTES:
                 short = Damage(position, "a whole batch header (61 bytes)", f"{len(chunk)} bytes")
                 return ValidPrefix(kept, short._replace(file=str(self.path)))
-            view = memoryview(chunk)
             pos = 0
             while pos + HEADER_BYTES <= len(chunk):
                 header = BatchHeader._make(HEADER.unpack_from(chunk, pos))
@@ -304,30 +300,27 @@ class FileRecords:
                     upper_bound=upper_bound,
                     latest_epoch=latest_epoch,
                 )
+                if damage is None or damage.check in (BASE_OFFSET_CHECK, EPOCH_CHECK):
+                    if pos + header.size_in_bytes > len(chunk):
+                        break  # read again from this batch (alone, when it is large)
+                    crc_damage = _crc_damage(chunk, pos, position + pos, header)
+                    if damage is not None and crc_damage is None:
+                        # A real batch (its records pass the CRC) that contradicts an
+                        # earlier one: the earlier one may be the damaged one.
+                        damage = _blame_earlier(kept, expected_before_last, header, damage)
+                    damage = damage or crc_damage
                 if damage is not None:
-                    if header.base_offset < next_offset:
-                        damage = _blame_a_jump_before(kept, expected_before_last, damage)
-                    elif header.partition_leader_epoch < latest_epoch:
-                        damage = _blame_a_raised_epoch(kept, header.partition_leader_epoch, damage)
                     return ValidPrefix(kept, damage._replace(file=str(self.path)))
-                size = header.size_in_bytes
-                if verify_crc:
-                    if pos + size > len(chunk):
-                        break  # read again from this batch (a larger read if it is alone)
-                    damage = _crc_damage(view, pos, position + pos, header)
-                    if damage is not None:
-                        return ValidPrefix(kept, damage._replace(file=str(self.path)))
                 kept.append(BatchPosition(position + pos, header))
                 expected_before_last, next_offset = next_offset, header.next_offset
                 latest_epoch = max(latest_epoch, header.partition_leader_epoch)
-                pos += size
-            if pos == 0:  # one batch larger than the chunk (or a header-only read)
+                pos += header.size_in_bytes
+            if pos == 0:  # one batch larger than the chunk: read it alone
                 header = self.header_at(position)
-                if verify_crc:
-                    data = memoryview(self.read(position, header.size_in_bytes))
-                    damage = _crc_damage(data, 0, position, header)
-                    if damage is not None:
-                        return ValidPrefix(kept, damage._replace(file=str(self.path)))
+                chunk = self.read(position, header.size_in_bytes)
+                damage = _crc_damage(chunk, 0, position, header)
+                if damage is not None:
+                    return ValidPrefix(kept, damage._replace(file=str(self.path)))
                 kept.append(BatchPosition(position, header))
                 expected_before_last, next_offset = next_offset, header.next_offset
                 latest_epoch = max(latest_epoch, header.partition_leader_epoch)

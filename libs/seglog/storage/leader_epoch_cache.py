@@ -61,10 +61,11 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self._lock = threading.Lock()
-        # The file is derived from the batches' partitionLeaderEpoch fields: a file that does
-        # not parse (a flipped bit, a torn write) is not a reason to refuse the partition.
-        # It starts empty and `needs_rebuild` asks the loader to assign every batch again.
-        self.needs_rebuild = False
+        # The file is derived from the batches' partitionLeaderEpoch fields: a file that is
+        # missing or does not parse (a flipped bit, a torn write, a write that failed on a
+        # full disk) is not a reason to refuse the partition: it starts empty and
+        # `needs_rebuild` asks the loader to assign every batch again.
+        self.needs_rebuild = not self.path.exists()
         try:
             self._entries = read_epoch_entries(self.path)
         except CorruptRecordError as exc:
@@ -145,7 +146,19 @@ class LeaderEpochCache:
             self._write()
 
     def _write(self) -> None:
+        """Write the file after a change. The entries in memory are the truth: a write that
+        fails (a full disk) is logged and not raised, since the append or truncation that
+        changed them has already happened to the log. The stale file is removed (which needs
+        no space), so a restart before the next successful write rebuilds the epochs from
+        the batches rather than trusting entries the log has moved past."""
         lines = [str(_VERSION), str(len(self._entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
         if self.path.parent.exists():
-            atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+            try:
+                atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+            except OSError as exc:
+                logger.error("%s not written (%s); removed until the next change", self.path, exc)
+                try:
+                    self.path.unlink()
+                except OSError:
+                    pass
