@@ -53,14 +53,15 @@ bench: $(STAMP) proto
 	$(BIN)/python -m bench
 
 # A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one, FAULTS= a comma list
-# of fault names, PRODUCER=idempotent|plain|acks1): client processes record their histories
-# while nodes and the gateway are killed, paused, stopped (and, as root, partitioned); prints
-# cycles, faults by class, sends acknowledged/failed/unknown and the history checker's counts.
+# of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd): client
+# processes record their histories while nodes, gateways (and etcd) are killed, paused and
+# stopped (and, as root, partitioned); prints cycles, faults by class, sends
+# acknowledged/failed/unknown and the history checker's counts, its verdict the exit code.
 CYCLES ?= 40
 PRODUCER ?= idempotent
 fault-campaign: $(STAMP) proto
 	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) \
-		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER)
+		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER) $(if $(ETCD),--etcd)
 
 # The Spark page-view pipeline (pipelines/pageviews) against make run's cluster; EVENTS= to
 # produce more or fewer, LOCAL_CLUSTER=1 to start a cluster of its own for the run.

@@ -33,6 +33,7 @@ from tests.faults.checker import Guarantees, Verdict, check
 from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster, wait_for
 from tests.faults.fault_kinds import (
     ALL_FAULTS,
+    ETCD_FAULTS,
     NETWORK_FAULTS,
     NODE,
     PRODUCER_REQUEST_TIMEOUT_MS,
@@ -103,6 +104,7 @@ class CampaignConfig:
     consumers: int = 2
     producer_interval_ms: float = 2.0
     overlap_probability: float = 0.3
+    etcd: bool = False  # two gateways sharing a registry in etcd, instead of one gateway
 
 
 @dataclass
@@ -122,9 +124,10 @@ class CampaignReport:
 
     def summary(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+        gateways = "two gateways on etcd" if self.config.etcd else "one gateway"
         lines = [
             f"fault campaign: {self.cycles} cycles, seed {self.config.seed}, producer "
-            f"{self.config.producer_mode}; faults: {faults}",
+            f"{self.config.producer_mode}, {gateways}; faults: {faults}",
         ]
         if self.verdict is not None:
             lines.append(f"checker: {self.verdict.summary()}")
@@ -133,10 +136,12 @@ class CampaignReport:
 
 
 def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) -> CampaignReport:
-    names = list(config.faults) or available_faults()
+    names = list(config.faults) or available_faults(config.etcd)
     unknown = [n for n in names if n not in ALL_FAULTS]
     if unknown:
         raise ValueError(f"unknown faults {unknown}; known: {sorted(ALL_FAULTS)}")
+    if not config.etcd and any(n in ETCD_FAULTS for n in names):
+        raise ValueError("etcd faults need a cluster with etcd (--etcd)")
     rng = random.Random(config.seed)
     report = CampaignReport(config)
     history_dir = root / "history"
@@ -145,7 +150,9 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     producers: list[ClientProcess] = []
     consumers: list[ClientProcess] = []
     try:
-        cluster = Cluster(root, lab, use_proxy=any(n in PROXY_FAULTS for n in names))
+        cluster = Cluster(
+            root, lab, use_proxy=any(n in PROXY_FAULTS for n in names), etcd=config.etcd
+        )
         cluster.client.create_topic(TOPIC, PARTITIONS, 3)
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
@@ -296,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument(
+        "--etcd", action="store_true", help="two gateways sharing a registry in etcd"
+    )
     args = parser.parse_args(argv)
     config = CampaignConfig(
         cycles=args.cycles,
@@ -304,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         producer_mode=args.producer,
         producers=args.producers,
         consumers=args.consumers,
+        etcd=args.etcd,
     )
     root = Path(tempfile.mkdtemp(prefix="seglog-campaign-"))
     print(f"fault campaign: seed {config.seed}, data, logs and histories in {root}", flush=True)

@@ -50,39 +50,65 @@ def wait_for(
 
 
 class Cluster:
-    """A gateway on a fixed port (so clients and nodes find it again after it restarts) and
-    three storage nodes, each a process; with a network lab, each in a namespace of its own
-    listening on its namespace's address; with a proxy, clients reach the gateway through it."""
+    """Gateways on fixed ports (so clients and nodes find them again after a restart) and
+    three storage nodes, each a process. One gateway keeps the registry in its data dir; with
+    `etcd`, two gateways share a registry in an etcd process (one of them the controller).
+    With a network lab, each server runs in a namespace of its own, listening on its
+    namespace's address; with a proxy, clients reach the first gateway through it."""
 
-    def __init__(self, root: Path, lab: Any = None, use_proxy: bool = False) -> None:
+    def __init__(
+        self, root: Path, lab: Any = None, use_proxy: bool = False, etcd: bool = False
+    ) -> None:
+        if etcd and lab is not None:
+            raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
         self.root = root
         self.lab = lab
         (root / "logs").mkdir(parents=True, exist_ok=True)
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
+        self.etcd: Any = None
+        registry_args: list[str] = []
+        if etcd:
+            from services.embedded_etcd import EtcdProcess
+
+            self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
+            self.etcd.start()
+            registry_args = [
+                "--registry-etcd",
+                self.etcd.endpoint,
+                "--gateway-session-timeout-ms",
+                str(SESSION_TIMEOUT_MS),
+            ]
+        names = ["gateway-0", "gateway-1"] if etcd else ["gateway"]
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         if lab is not None:
-            for name in ("gateway", *(f"node-{n}" for n in range(1, NODES + 1))):
+            for name in (*names, *(f"node-{n}" for n in range(1, NODES + 1))):
                 self.hosts[name] = lab.add_host(name)
-        [gateway_port] = free_ports(1)
-        gateway_ip = self.hosts.get("gateway", "127.0.0.1")
-        self.gateway = gateway_process(
-            f"{gateway_ip}:{gateway_port}",
-            root / "gateway",
-            extra_args=[
-                "--session-timeout-ms",
-                str(SESSION_TIMEOUT_MS),
-                "--heartbeat-interval-ms",
-                "200",
-                "--default-replication-factor",
-                "3",
-                "--leader-imbalance-check-interval-seconds",
-                "3",
-            ],
-            stderr_path=root / "logs" / "gateway.log",
-            env=env,
-            **self._prefix("gateway"),
-        )
-        self.address = self.gateway.start()
+        ports = free_ports(len(names))
+        self.gateways = [
+            gateway_process(
+                f"{self.hosts.get(name, '127.0.0.1')}:{port}",
+                root / name,
+                extra_args=[
+                    *registry_args,
+                    "--session-timeout-ms",
+                    str(SESSION_TIMEOUT_MS),
+                    "--heartbeat-interval-ms",
+                    "200",
+                    "--default-replication-factor",
+                    "3",
+                    "--offsets-topic-replication-factor",
+                    "3",
+                    "--leader-imbalance-check-interval-seconds",
+                    "3",
+                ],
+                stderr_path=root / "logs" / f"{name}.log",
+                env=env,
+                **self._prefix(name),
+            )
+            for name, port in zip(names, ports, strict=True)
+        ]
+        # every gateway's address, in order: clients and nodes fail over along it
+        self.address = ",".join(gateway.start() for gateway in self.gateways)
         self.nodes: dict[int, ServerProcess] = {}
         for node_id in range(1, NODES + 1):
             configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
@@ -103,9 +129,22 @@ class Cluster:
         if use_proxy:
             from tests.faults.proxy import FaultProxy
 
-            self.proxy = FaultProxy(self.address)
+            self.proxy = FaultProxy(self.gateways[0].address)
         # A node prints its address before its first heartbeat reaches the gateway.
         wait_for(self.all_registered, HEAL_TIMEOUT_S, "every node registered")
+
+    @property
+    def gateway(self) -> ServerProcess:
+        return self.gateways[0]
+
+    def controller(self) -> int:
+        """The index of the controller gateway (0 when it cannot be told)."""
+        try:
+            address = self.client.describe_cluster().controller
+        except Exception:
+            return 0
+        addresses = [gateway.address for gateway in self.gateways]
+        return addresses.index(address) if address in addresses else 0
 
     def _prefix(self, host: str) -> dict[str, Any]:
         if self.lab is None:
@@ -114,8 +153,11 @@ class Cluster:
 
     @property
     def client_address(self) -> str:
-        """Where clients connect: the proxy when there is one, else the gateway."""
-        return self.proxy.address if self.proxy is not None else self.address
+        """Where clients connect: the proxy (in front of the first gateway) when there is
+        one, else the gateways."""
+        if self.proxy is None:
+            return self.address
+        return ",".join([self.proxy.address, *(g.address for g in self.gateways[1:])])
 
     def topic(self) -> Any:
         [topic] = self.client.describe_topics([TOPIC])
@@ -129,10 +171,15 @@ class Cluster:
         return all(
             p.leader >= 0 and sorted(p.isr) == sorted(p.replicas) and not p.error
             for p in topic.partitions
-        ) and all(process.alive() for process in (self.gateway, *self.nodes.values()))
+        ) and all(process.alive() for process in self.processes())
+
+    def processes(self) -> list[Any]:
+        """Every server process: nodes, gateways and etcd."""
+        return [*self.nodes.values(), *self.gateways, *([self.etcd] if self.etcd else [])]
 
     def state(self) -> str:
-        alive = {n: node.alive() for n, node in self.nodes.items()}
+        alive = {f"node-{n}": node.alive() for n, node in self.nodes.items()}
+        alive.update({f"gateway-{i}": g.alive() for i, g in enumerate(self.gateways)})
         try:
             topic = self.topic()
         except Exception as exc:
@@ -190,14 +237,14 @@ class Cluster:
                 return False
         return True
 
-    def restart_gateway(self) -> None:
-        self.address = self.gateway.start()
+    def restart_gateway(self, index: int = 0) -> None:
+        self.gateways[index].start()  # on its own address again
 
     def close(self) -> None:
         self.client.close()
         if self.proxy is not None:
             self.proxy.close()
-        for process in (*self.nodes.values(), self.gateway):
+        for process in self.processes():
             if process.alive():
                 try:
                     os.kill(process.pid, signal.SIGCONT)  # a paused process cannot stop

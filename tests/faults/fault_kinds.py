@@ -130,54 +130,107 @@ class NodeTerm:
         restart_node_if_down(cluster, self.node_id)
 
 
+def pick_gateway(cluster: Cluster, rng: random.Random) -> tuple[int, str]:
+    """A gateway, half the time the controller (the only one when there is one)."""
+    if len(cluster.gateways) == 1:
+        return 0, "the gateway"
+    index = cluster.controller() if rng.random() < 0.5 else rng.randrange(len(cluster.gateways))
+    role = " (the controller)" if index == cluster.controller() else ""
+    return index, f"gateway {index}{role}"
+
+
 @dataclass
 class GatewayKill:
     name: str = "gateway-kill"
     target: str = GATEWAY
+    index: int = 0
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        cluster.gateway.kill()
-        cluster.restart_gateway()
-        return "SIGKILL the gateway, restarted at once"
+        self.index, which = pick_gateway(cluster, rng)
+        cluster.gateways[self.index].kill()
+        cluster.restart_gateway(self.index)
+        return f"SIGKILL {which}, restarted at once"
 
     def heal(self, cluster: Cluster) -> None:
-        if not cluster.gateway.alive():
-            cluster.restart_gateway()
+        if not cluster.gateways[self.index].alive():
+            cluster.restart_gateway(self.index)
 
 
 @dataclass
 class GatewayTerm:
     name: str = "gateway-term"
     target: str = GATEWAY
+    index: int = 0
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        cluster.gateway.stop()
-        return "SIGTERM the gateway"
+        self.index, which = pick_gateway(cluster, rng)
+        cluster.gateways[self.index].stop()
+        return f"SIGTERM {which}"
 
     def heal(self, cluster: Cluster) -> None:
-        if not cluster.gateway.alive():
-            cluster.restart_gateway()
+        if not cluster.gateways[self.index].alive():
+            cluster.restart_gateway(self.index)
 
 
 @dataclass
 class GatewayPause:
-    """SIGSTOP the gateway past the nodes' sessions and the producer's request timeout."""
+    """SIGSTOP a gateway past the sessions and the producer's request timeout."""
 
     name: str = "gateway-pause"
     target: str = GATEWAY
+    index: int = 0
     stopped_at: float = 0.0
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        os.kill(cluster.gateway.pid, signal.SIGSTOP)
+        self.index, which = pick_gateway(cluster, rng)
+        os.kill(cluster.gateways[self.index].pid, signal.SIGSTOP)
         self.stopped_at = time.monotonic()
-        return "SIGSTOP the gateway"
+        return f"SIGSTOP {which}"
 
     def heal(self, cluster: Cluster) -> None:
         if not self.stopped_at:
             return
         pause_s = max(SESSION_TIMEOUT_MS, PRODUCER_REQUEST_TIMEOUT_MS) / 1000 + 1
         time.sleep(max(0.0, self.stopped_at + pause_s - time.monotonic()))  # the pause's length
-        os.kill(cluster.gateway.pid, signal.SIGCONT)
+        os.kill(cluster.gateways[self.index].pid, signal.SIGCONT)
+
+
+@dataclass
+class EtcdKill:
+    """SIGKILL the registry's etcd and restart it at once (its data kept)."""
+
+    name: str = "etcd-kill"
+    target: str = GATEWAY
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        cluster.etcd.kill()
+        cluster.etcd.start()
+        return "SIGKILL etcd, restarted at once"
+
+    def heal(self, cluster: Cluster) -> None:
+        if not cluster.etcd.alive():
+            cluster.etcd.start()
+
+
+@dataclass
+class EtcdPause:
+    """SIGSTOP the registry's etcd for longer than the sessions it holds."""
+
+    name: str = "etcd-pause"
+    target: str = GATEWAY
+    stopped_at: float = 0.0
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        os.kill(cluster.etcd.pid, signal.SIGSTOP)
+        self.stopped_at = time.monotonic()
+        return "SIGSTOP etcd"
+
+    def heal(self, cluster: Cluster) -> None:
+        if not self.stopped_at:
+            return
+        pause_s = SESSION_TIMEOUT_MS / 1000 + 1
+        time.sleep(max(0.0, self.stopped_at + pause_s - time.monotonic()))  # the pause's length
+        os.kill(cluster.etcd.pid, signal.SIGCONT)
 
 
 @dataclass
@@ -295,6 +348,10 @@ PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
     "gateway-term": GatewayTerm,
     "gateway-pause": GatewayPause,
 }
+ETCD_FAULTS: dict[str, Callable[[], Fault]] = {
+    "etcd-kill": EtcdKill,
+    "etcd-pause": EtcdPause,
+}
 NETWORK_FAULTS: dict[str, Callable[[], Fault]] = {
     "partition-leader-from-followers": LeaderCutFromFollowers,
     "partition-leader-from-gateway": LeaderCutFromGateway,
@@ -304,14 +361,17 @@ PROXY_FAULTS: dict[str, Callable[[], Fault]] = {
     "drop-answers": DropAnswers,
     "delay-answers": DelayAnswers,
 }
-ALL_FAULTS = {**PROCESS_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS}
+ALL_FAULTS = {**PROCESS_FAULTS, **ETCD_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS}
 
 
-def available_faults() -> list[str]:
-    """The faults this machine and work tree can inject: network faults need root and the
-    network lab, answer faults the proxy."""
+def available_faults(etcd: bool = False) -> list[str]:
+    """The faults this machine and work tree can inject into a cluster with or without etcd:
+    network faults need root and the network lab (not yet with etcd), answer faults the
+    proxy."""
     names = list(PROCESS_FAULTS)
-    if os.geteuid() == 0 and _importable("tests.faults.netns"):
+    if etcd:
+        names += list(ETCD_FAULTS)
+    elif os.geteuid() == 0 and _importable("tests.faults.netns"):
         names += list(NETWORK_FAULTS)
     if _importable("tests.faults.proxy"):
         names += list(PROXY_FAULTS)
