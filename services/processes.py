@@ -26,7 +26,12 @@ class ServerProcess:
         env: Mapping[str, str] | None = None,
         stderr_path: Path | None = None,
         echo_stdout: BinaryIO | None = None,
+        command_prefix: Sequence[str] = (),
     ) -> None:
+        """`command_prefix`: words put before the interpreter, e.g. `ip netns exec NS` to run
+        the server in a network namespace (exec keeps the pid, so stop and kill still reach
+        the server itself)."""
+        self.command_prefix = list(command_prefix)
         self.echo_stdout = echo_stdout
         self.name = name
         self.module = module
@@ -46,7 +51,7 @@ class ServerProcess:
         stderr = open(self.stderr_path, "ab") if self.stderr_path else None  # noqa: SIM115
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", self.module, *self.args],
+                [*self.command_prefix, sys.executable, "-m", self.module, *self.args],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env=self.env,
