@@ -49,7 +49,6 @@ PROGRESS_RECORDS = 50
 PROGRESS_TIMEOUT_S = 60.0
 CLIENT_STOP_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 180.0
-NETWORK_LAB_PREFIX = "sgfc"
 
 
 # -- clients --------------------------------------------------------------------------------
@@ -105,6 +104,9 @@ class CampaignConfig:
     producer_interval_ms: float = 2.0
     overlap_probability: float = 0.3
     etcd: bool = False  # two gateways sharing a registry in etcd, instead of one gateway
+    # The network lab's names and subnet: two campaigns on one machine need different ones.
+    network_prefix: str = "sgcamp"
+    subnet_octet: int = 231
 
 
 @dataclass
@@ -145,7 +147,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     rng = random.Random(config.seed)
     report = CampaignReport(config)
     history_dir = root / "history"
-    lab = _open_lab() if any(n in NETWORK_FAULTS for n in names) else None
+    lab = _open_lab(config) if any(n in NETWORK_FAULTS for n in names) else None
     cluster: Cluster | None = None
     producers: list[ClientProcess] = []
     consumers: list[ClientProcess] = []
@@ -219,10 +221,10 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     return report
 
 
-def _open_lab() -> Any:
+def _open_lab(config: CampaignConfig) -> Any:
     from tests.faults.netns import NetworkLab
 
-    return NetworkLab(NETWORK_LAB_PREFIX)
+    return NetworkLab(config.network_prefix, config.subnet_octet)
 
 
 def _one_cycle(
