@@ -7,32 +7,35 @@ tree can make them (root and tests/faults/netns.py; tests/faults/proxy.py)."""
 
 from __future__ import annotations
 
-from tests.faults.campaign import (
-    NETWORK_FAULTS,
-    PROXY_FAULTS,
-    CampaignConfig,
-    available_faults,
-    run,
-)
+from tests.faults.campaign import NETWORK_FAULTS, PROXY_FAULTS, CampaignConfig, run
+from tests.faults.fault_kinds import available_faults
 
 CYCLES = 6
-
-
-def short_schedule_faults() -> list[str]:
-    """A few process faults, and every network and answer fault available: the short
-    campaign must meet a partition and a dropped answer when it can make them."""
-    available = available_faults()
-    chosen = ["node-kill", "node-pause", "gateway-kill"]
-    return chosen + [n for n in available if n in NETWORK_FAULTS or n in PROXY_FAULTS]
+# Met in every run where this machine can make them: a leader cut from its followers, and
+# answers dropped between the producers and the gateway (issue 26's loss on retry).
+MUST_MEET = ("partition-leader-from-followers", "drop-answers")
 
 
 def test_a_short_fault_campaign_leaves_a_valid_history(tmp_path):
-    faults = short_schedule_faults()
-    report = run(tmp_path, CampaignConfig(cycles=CYCLES, seed=12, faults=faults))
+    available = available_faults()
+    opening = [name for name in MUST_MEET if name in available]
+    faults = ["node-kill", "node-pause", "gateway-kill"]
+    faults += [n for n in available if n in NETWORK_FAULTS or n in PROXY_FAULTS]
+    config = CampaignConfig(
+        cycles=CYCLES,
+        seed=12,
+        faults=faults,
+        opening=opening,
+        network_prefix="sgsuite",
+        subnet_octet=232,
+    )
+    report = run(tmp_path, config)
     print(report.summary())
     assert report.verdict is not None
     print("\n".join(report.verdict.details()))
     assert report.cycles == CYCLES
+    for name in opening:
+        assert report.faults[name] >= 1, report.summary()
     assert report.verdict.sends["ok"] > 300, report.summary()
     assert report.verdict.final_records > 0, report.summary()
     assert report.verdict.ok, report.summary()

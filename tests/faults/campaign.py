@@ -106,6 +106,8 @@ class CampaignConfig:
     etcd: bool = False  # two gateways sharing a registry in etcd, instead of one gateway
     # The network lab's names and subnet: two campaigns on one machine need different ones.
     network_prefix: str = "sgcamp"
+    # Faults the first cycles inject, one each, before the random schedule takes over.
+    opening: Sequence[str] = ()
     subnet_octet: int = 231
 
 
@@ -139,7 +141,7 @@ class CampaignReport:
 
 def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) -> CampaignReport:
     names = list(config.faults) or available_faults(config.etcd)
-    unknown = [n for n in names if n not in ALL_FAULTS]
+    unknown = [n for n in [*names, *config.opening] if n not in ALL_FAULTS]
     if unknown:
         raise ValueError(f"unknown faults {unknown}; known: {sorted(ALL_FAULTS)}")
     if not config.etcd and any(n in ETCD_FAULTS for n in names):
@@ -186,8 +188,9 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             )
             for i in range(config.consumers)
         ]
-        for _ in range(config.cycles):
-            _one_cycle(cluster, names, rng, report, log, config.overlap_probability)
+        for cycle in range(config.cycles):
+            opening = config.opening[cycle] if cycle < len(config.opening) else None
+            _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
         _settle(cluster, report)
         for client in producers:
             client.stop()
@@ -234,9 +237,10 @@ def _one_cycle(
     report: CampaignReport,
     log: Callable[[str], None],
     overlap_probability: float,
+    opening: str | None = None,
 ) -> None:
     _settle(cluster, report)
-    chosen = [ALL_FAULTS[rng.choice(names)]()]
+    chosen = [ALL_FAULTS[opening or rng.choice(names)]()]
     others = [n for n in names if ALL_FAULTS[n]().target != chosen[0].target]
     if others and rng.random() < overlap_probability:
         chosen.append(ALL_FAULTS[rng.choice(others)]())
