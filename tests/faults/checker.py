@@ -380,26 +380,31 @@ def _check_poll_order(
 
 
 def _check_commits(verdict: Verdict, commits: list[_Commit]) -> None:
-    acknowledged = [c for c in commits if c.outcome == "ok" and c.complete_ns is not None]
-    for later in acknowledged:
-        for partition, offset in sorted(later.offsets.items()):
-            # the highest offset acknowledged for this partition before `later` was invoked
-            before = max(
-                (
-                    (earlier.offsets[partition], earlier.process)
-                    for earlier in acknowledged
-                    if earlier.group == later.group
-                    and partition in earlier.offsets
-                    and earlier.complete_ns is not None
-                    and earlier.complete_ns < later.invoke_ns
-                ),
-                default=None,
+    """Per group and partition, each acknowledged commit against the highest offset
+    acknowledged before it was invoked (a sweep in time order, not every pair)."""
+    by_partition: dict[tuple[str, int], list[tuple[int, int, int, str]]] = defaultdict(list)
+    for commit in commits:
+        if commit.outcome != "ok" or commit.complete_ns is None:
+            continue
+        for partition, offset in commit.offsets.items():
+            by_partition[(commit.group, partition)].append(
+                (commit.invoke_ns, commit.complete_ns, offset, commit.process)
             )
-            if before is not None and offset < before[0]:
+    for (group, partition), acknowledged in sorted(by_partition.items()):
+        by_completion = sorted(acknowledged, key=lambda c: c[1])
+        done = 0
+        highest: tuple[int, str] | None = None  # (offset, process) completed so far
+        for invoke_ns, _, offset, process in sorted(acknowledged):
+            while done < len(by_completion) and by_completion[done][1] < invoke_ns:
+                _, _, done_offset, done_process = by_completion[done]
+                if highest is None or done_offset > highest[0]:
+                    highest = (done_offset, done_process)
+                done += 1
+            if highest is not None and offset < highest[0]:
                 verdict.add(
                     COMMIT_REGRESSION,
-                    f"group {later.group} partition {partition}: {before[1]} committed "
-                    f"{before[0]}, then {later.process} committed {offset}",
+                    f"group {group} partition {partition}: {highest[1]} committed "
+                    f"{highest[0]}, then {process} committed {offset}",
                 )
 
 

@@ -229,6 +229,26 @@ def test_a_group_offset_committed_lower_than_an_earlier_acknowledged_one_regress
     assert only(check(overlapping)) == {}
 
 
+def test_commit_regressions_are_per_partition_and_against_the_highest_earlier_commit():
+    def commit_of(offsets: dict[str, int], process: str) -> list[Event]:
+        value = {"group": "g", "offsets": offsets}
+        return [event(process, "invoke", "commit", value), event(process, "ok", "commit", value)]
+
+    verdict = check(
+        [
+            *commit_of({"0": 9, "1": 4}, "consumer-0"),
+            *commit_of({"0": 5, "1": 7}, "consumer-0"),  # partition 0 back from 9 to 5
+            *commit_of({"0": 9, "1": 7}, "consumer-1"),
+            *commit_of({"1": 6}, "consumer-1"),  # partition 1 back from 7 to 6
+        ]
+    )
+    assert verdict.counts[checker.COMMIT_REGRESSION] == 2
+    assert verdict.examples[checker.COMMIT_REGRESSION] == [
+        "group g partition 0: consumer-0 committed 9, then consumer-0 committed 5",
+        "group g partition 1: consumer-0 committed 7, then consumer-1 committed 6",
+    ]
+
+
 def test_a_polled_record_the_final_log_no_longer_holds_vanished():
     verdict = check(
         [*unknown("a"), *unknown("b"), poll([(0, 0, "a"), (0, 1, "b")]), final(0, ["a"])]
