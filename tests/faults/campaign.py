@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.checker import Guarantees, Verdict, check
+from tests.faults.clients import ClientProcess, Clients
 from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster, wait_for
 from tests.faults.fault_kinds import (
     ALL_FAULTS,
@@ -43,51 +42,10 @@ from tests.faults.fault_kinds import (
 )
 from tests.faults.history import read_history
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 GROUP = "campaign-readers"
 PROGRESS_RECORDS = 50
 PROGRESS_TIMEOUT_S = 60.0
-CLIENT_STOP_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 180.0
-
-
-# -- clients --------------------------------------------------------------------------------
-
-
-class ClientProcess:
-    """One workload process (tests/faults/workload.py), stopped by its own pid."""
-
-    def __init__(self, root: Path, role: str, name: str, args: Sequence[str]) -> None:
-        self.name = name
-        log = open(root / "logs" / f"{name}.log", "ab")  # noqa: SIM115
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.faults.workload", role, "--name", name, *args],
-                cwd=REPO_ROOT,
-                stdout=log,
-                stderr=log,
-            )
-        finally:
-            log.close()
-
-    def stop(self, timeout_s: float = CLIENT_STOP_TIMEOUT_S) -> int:
-        """SIGTERM (the client finishes what it is doing), SIGKILL past `timeout_s`."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return self.process.returncode
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -151,8 +109,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     history_dir = root / "history"
     lab = _open_lab(config) if any(n in NETWORK_FAULTS for n in names) else None
     cluster: Cluster | None = None
-    producers: list[ClientProcess] = []
-    consumers: list[ClientProcess] = []
+    clients: Clients | None = None
     try:
         cluster = Cluster(
             root, lab, use_proxy=any(n in PROXY_FAULTS for n in names), etcd=config.etcd
@@ -160,43 +117,33 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         cluster.client.create_topic(TOPIC, PARTITIONS, 3)
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
-        producers = [
-            ClientProcess(
-                root,
-                "producer",
-                f"producer-{i}",
-                [
-                    *common,
-                    "--bootstrap",
-                    cluster.client_address,
-                    "--mode",
-                    config.producer_mode,
-                    "--interval-ms",
-                    str(config.producer_interval_ms),
-                    "--request-timeout-ms",
-                    str(PRODUCER_REQUEST_TIMEOUT_MS),
-                ],
-            )
-            for i in range(config.producers)
-        ]
-        consumers = [
-            ClientProcess(
-                root,
-                "consumer",
-                f"consumer-{i}",
-                [*common, "--bootstrap", cluster.client_address, "--group", GROUP],
-            )
-            for i in range(config.consumers)
-        ]
+        clients = Clients(
+            root,
+            producer_args=[
+                *common,
+                "--bootstrap",
+                cluster.client_address,
+                "--mode",
+                config.producer_mode,
+                "--interval-ms",
+                str(config.producer_interval_ms),
+                "--request-timeout-ms",
+                str(PRODUCER_REQUEST_TIMEOUT_MS),
+            ],
+            consumer_args=[*common, "--bootstrap", cluster.client_address, "--group", GROUP],
+        )
+        cluster.clients = clients
+        for _ in range(config.producers):
+            clients.start("producer")
+        for _ in range(config.consumers):
+            clients.start("consumer")
         for cycle in range(config.cycles):
             opening = config.opening[cycle] if cycle < len(config.opening) else None
             _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
         _settle(cluster, report)
-        for client in producers:
-            client.stop()
+        clients.stop_producers()
         _note_timeout(report, cluster.caught_up, "every replica to catch up")
-        for client in consumers:
-            client.stop()
+        clients.stop_all()
         reader = ClientProcess(
             root,
             "final-read",
@@ -213,8 +160,8 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         if not report.final_read_complete:
             report.problems.append("the final read did not reach every partition's end")
     finally:
-        for client in (*producers, *consumers):
-            client.stop()
+        if clients is not None:
+            clients.stop_all()
         if cluster is not None:
             cluster.close()
         if lab is not None:
@@ -312,6 +259,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--etcd", action="store_true", help="two gateways sharing a registry in etcd"
     )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep data, logs and histories of a valid run too"
+    )
     args = parser.parse_args(argv)
     config = CampaignConfig(
         cycles=args.cycles,
@@ -329,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report.verdict is not None:
         for line in report.verdict.details():
             print(line)
-    if report.ok and not report.problems:
+    if report.ok and not report.problems and not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if report.ok else 1
 

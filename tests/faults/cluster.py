@@ -125,6 +125,7 @@ class Cluster:
             node.start()
             self.nodes[node_id] = node
         self.client = GatewayClient(self.address, timeout_s=5)
+        self.clients: Any = None  # the campaign's client processes, for client faults
         self.proxy: Any = None
         if use_proxy:
             from tests.faults.proxy import FaultProxy

@@ -21,7 +21,7 @@ from tests.faults.cluster import NOTICE_TIMEOUT_S, PARTITIONS, SESSION_TIMEOUT_M
 PRODUCER_REQUEST_TIMEOUT_MS = 3000
 
 # What a fault harms; faults harming the same thing never overlap.
-NODE, GATEWAY, CLIENT_LINK = "node", "gateway", "client-link"
+NODE, GATEWAY, CLIENT_LINK, CLIENT = "node", "gateway", "client-link", "client"
 
 
 class Fault(Protocol):
@@ -128,6 +128,20 @@ class NodeTerm:
 
     def heal(self, cluster: Cluster) -> None:
         restart_node_if_down(cluster, self.node_id)
+
+
+@dataclass
+class ClientKill:
+    """SIGKILL a producer or a consumer of the workload; another takes its place."""
+
+    name: str = "client-kill"
+    target: str = CLIENT
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        return str(cluster.clients.kill_and_replace(rng))
+
+    def heal(self, cluster: Cluster) -> None:
+        pass
 
 
 def pick_gateway(cluster: Cluster, rng: random.Random) -> tuple[int, str]:
@@ -347,6 +361,7 @@ PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
     "gateway-kill": GatewayKill,
     "gateway-term": GatewayTerm,
     "gateway-pause": GatewayPause,
+    "client-kill": ClientKill,
 }
 ETCD_FAULTS: dict[str, Callable[[], Fault]] = {
     "etcd-kill": EtcdKill,

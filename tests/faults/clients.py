@@ -1,0 +1,98 @@
+"""The campaign's client processes (tests/faults/workload.py): producers and a consumer
+group while the faults run, the final reader after; each stopped by its own pid. A client
+killed by a fault is replaced by a new one under a new name, so every history file belongs
+to one process."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLIENT_STOP_TIMEOUT_S = 60.0
+
+
+class ClientProcess:
+    """One workload process (tests/faults/workload.py), stopped by its own pid."""
+
+    def __init__(self, root: Path, role: str, name: str, args: Sequence[str]) -> None:
+        self.name = name
+        log = open(root / "logs" / f"{name}.log", "ab")  # noqa: SIM115
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tests.faults.workload", role, "--name", name, *args],
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=log,
+            )
+        finally:
+            log.close()
+
+    def stop(self, timeout_s: float = CLIENT_STOP_TIMEOUT_S) -> int:
+        """SIGTERM (the client finishes what it is doing), SIGKILL past `timeout_s`."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return self.process.returncode
+
+
+class Clients:
+    """The producers and consumers of a campaign."""
+
+    def __init__(
+        self, root: Path, producer_args: Sequence[str], consumer_args: Sequence[str]
+    ) -> None:
+        self.root = root
+        self.producer_args = list(producer_args)
+        self.consumer_args = list(consumer_args)
+        self.producers: list[ClientProcess] = []
+        self.consumers: list[ClientProcess] = []
+        self._started = {"producer": 0, "consumer": 0}
+
+    def start(self, role: str) -> ClientProcess:
+        name = f"{role}-{self._started[role]}"
+        self._started[role] += 1
+        if role == "producer":
+            client = ClientProcess(self.root, role, name, self.producer_args)
+            self.producers.append(client)
+        else:
+            client = ClientProcess(self.root, role, name, self.consumer_args)
+            self.consumers.append(client)
+        return client
+
+    def kill_and_replace(self, rng: random.Random) -> str:
+        """SIGKILL one running producer or consumer (its last sends stay unanswered, its
+        group membership lapses) and start another in its place."""
+        role = rng.choice(("producer", "consumer"))
+        running = [c for c in getattr(self, f"{role}s") if c.process.poll() is None]
+        if not running:
+            return f"no {role} running to kill"
+        victim = rng.choice(running)
+        victim.process.kill()
+        victim.process.wait()
+        replacement = self.start(role)
+        return f"SIGKILL {victim.name}, replaced by {replacement.name}"
+
+    def stop_producers(self) -> None:
+        for client in self.producers:
+            client.stop()
+
+    def stop_all(self) -> None:
+        for client in (*self.producers, *self.consumers):
+            client.stop()
