@@ -1,16 +1,19 @@
 """The fault campaign: a real cluster (a gateway and three storage nodes, each a process;
-RF 3, min ISR 2), real client processes recording their histories (tests/faults/workload.py),
-a seeded random schedule of faults, then healing, a final read of every partition, and the
+RF 3, min ISR 2; or two gateways sharing a registry in etcd), real client processes
+recording their histories (tests/faults/workload.py), a seeded random schedule of faults
+(tests/faults/fault_kinds.py), then healing, a final read of every partition, and the
 checker's verdict (tests/faults/checker.py), which alone decides pass or fail.
 
-    python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,node-pause \
-        --producer idempotent        # `make fault-campaign CYCLES= SEED= FAULTS= PRODUCER=`
+    python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
+        --producer idempotent [--etcd] [--keep]
+    make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1
 
-Faults are small objects: `start(cluster, rng)` injects one and says what it did, `heal`
-undoes it. At most one storage node is harmed at a time (what RF 3 with min ISR 2 promises to
-survive); a gateway or client-link fault may overlap with it. Network faults need root and
-tests/faults/netns.py (every server in its own network namespace); answer faults need
-tests/faults/proxy.py (clients reach the gateway through a proxy).
+Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
+one fault, sometimes two that harm different things (a node, the gateways and etcd, the
+clients' link, the clients themselves: at most one storage node at a time, which is what
+RF 3 with min ISR 2 promises to survive), and heals them. Network faults need root and
+tests/faults/netns.py; answer faults tests/faults/proxy.py; without them the campaign runs
+the faults it can make (`available_faults`).
 """
 
 from __future__ import annotations
