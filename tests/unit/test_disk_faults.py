@@ -251,3 +251,26 @@ def test_garbage_after_the_last_batch_blames_nothing_before_it(tmp_path):
         assert_a_clean_prefix(log)
     finally:
         log.close()
+
+
+def test_after_a_clean_shutdown_a_flipped_base_offset_at_a_segment_s_ends_is_still_cut(tmp_path):
+    """A clean start reads no segment whole (Kafka's trade-off), but it reads the first batch
+    of each segment and the batches after its last index entry: a base offset flipped there
+    is cut as after a crash."""
+    for which in ("first", "last"):
+        directory = tmp_path / which / "t-0"
+        log = Log.open(directory, CONFIG)
+        for offset in range(BATCHES):
+            log.append(batch([value_of(offset)]))
+        log.close()
+        assert (tmp_path / which / ".kafka_cleanshutdown").exists()
+        path, base = older_segment(directory)
+        starts = batch_starts(path)
+        damaged = 0 if which == "first" else len(starts) - 1
+        flip_in_field(path, starts[damaged], BASE_OFFSET_AT, 8, 60)
+        reopened = Log.open(directory, CONFIG)
+        try:
+            assert reopened.log_end_offset == base + damaged, which
+            assert_a_clean_prefix(reopened)
+        finally:
+            reopened.close()

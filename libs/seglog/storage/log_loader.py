@@ -18,8 +18,10 @@ Order of work, each step safe to repeat if the process dies during it:
    fails. That costs one sequential read of the log after a crash, which Kafka skips below
    the recovery point; it is what turns a flipped bit there into a cut log rather than
    records served under offsets the log never had. With a clean-shutdown marker a segment
-   is recovered only when its indexes are missing or fail their sanity check, and the last
-   one when it ends inside a batch (`has_torn_tail`, a walk from its last index entry).
+   is recovered only when its indexes are missing or fail their sanity check, or when its
+   first batch or the batches from its last index entry on fail the header checks or do
+   not end exactly at the end of the file (`LogSegment.boundary_damage`, a few header
+   reads): a torn tail, or a flipped base offset at either end of a segment.
 3. The log ends where the first damage begins, in whichever segment it is found; the
    segments after it are deleted (`_end_log_at_damage` says why), and the damage is logged
    with its file, byte position, what was expected and what was read.
@@ -112,7 +114,8 @@ def load_log(
         if unflushed or segment.needs_recovery():
             recover = True
         elif recovery_point is None:
-            recover = next_base is None and segment.has_torn_tail()
+            damage = segment.boundary_damage(next_base)
+            recover = damage is not None
         else:
             damage = segment.find_damage(next_base)
             recover = damage is not None

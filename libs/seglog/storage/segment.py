@@ -24,7 +24,7 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
-from .batch_bounds import Damage
+from .batch_bounds import Damage, header_damage
 from .file_records import BatchPosition, FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
@@ -172,18 +172,61 @@ class LogSegment:
                 return False
         return True
 
-    def has_torn_tail(self) -> bool:
-        """Does the file end inside a batch? Walks the headers from the last index entry (at
-        most about `index_interval_bytes` and one batch), so it is cheap even when a clean
-        shutdown says no recovery is needed: a file extended after the marker was written,
-        or a partial write, must still be noticed."""
-        position = self.offset_index.lookup(1 << 62).position
-        if not 0 <= position <= self.log.size:
-            return True
-        end = position
-        for found in self.log.batches(position):
+    def boundary_damage(self, upper_bound: int | None) -> Damage | None:
+        """The cheap check of a segment after a clean shutdown: its first batch and the
+        batches from its last index entry on (at most about `index_interval_bytes` and one
+        batch) must pass the header checks (`batch_bounds.header_damage`: offsets inside
+        the segment's file-name bounds, length, magic), and the walk must end exactly at the
+        end of the file. A file extended after the marker was written, a partial write, or a
+        flipped bit in a base offset at either end of the segment is noticed here without
+        reading the segment; the full walk is for starts after a crash."""
+        size = self.log.size
+        if size == 0:
+            return None
+        if size < HEADER_BYTES:
+            return Damage(0, "a whole batch header (61 bytes)", f"{size} bytes", str(self.log.path))
+        first = self.log.header_at(0)
+        damage = header_damage(
+            first,
+            0,
+            size,
+            segment_base=self.base_offset,
+            next_offset=self.base_offset,
+            upper_bound=upper_bound,
+        )
+        if damage is not None:
+            return damage._replace(file=str(self.log.path))
+        start = self.offset_index.lookup(1 << 62).position
+        if not 0 <= start < size:
+            return Damage(
+                start,
+                f"an index position inside the log ({size} bytes)",
+                f"position {start}",
+                str(self.offset_index.path),
+            )
+        end = start
+        next_offset = self.base_offset
+        for found in self.log.batches(start):
+            damage = header_damage(
+                found.header,
+                found.position,
+                size,
+                segment_base=self.base_offset,
+                next_offset=next_offset,
+                upper_bound=upper_bound,
+            )
+            if damage is not None:
+                return damage._replace(file=str(self.log.path))
+            next_offset = found.header.next_offset
             end = found.position + found.header.size_in_bytes
-        return end != self.log.size
+        if end != size:
+            return Damage(
+                end,
+                f"a batch ending at byte {size} (the end of the file)",
+                "bytes that are not a whole batch",
+                str(self.log.path),
+            )
+        return None
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: scan forward from the last index entry."""
