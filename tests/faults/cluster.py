@@ -63,9 +63,23 @@ class Cluster:
             raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
         self.root = root
         self.lab = lab
+        self.etcd: Any = None
+        self.gateways: list[ServerProcess] = []
+        self.nodes: dict[int, ServerProcess] = {}
+        self._client: GatewayClient | None = None
+        self.clients: Any = None  # the campaign's client processes, for client faults
+        self.proxy: Any = None
+        self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
+        try:
+            self._start(use_proxy, etcd)
+        except BaseException:
+            self.close()  # whatever did start
+            raise
+
+    def _start(self, use_proxy: bool, etcd: bool) -> None:
+        root, lab = self.root, self.lab
         (root / "logs").mkdir(parents=True, exist_ok=True)
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
-        self.etcd: Any = None
         registry_args: list[str] = []
         if etcd:
             from services.embedded_etcd import EtcdProcess
@@ -79,12 +93,11 @@ class Cluster:
                 str(SESSION_TIMEOUT_MS),
             ]
         names = ["gateway-0", "gateway-1"] if etcd else ["gateway"]
-        self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         if lab is not None:
             for name in (*names, *(f"node-{n}" for n in range(1, NODES + 1))):
                 self.hosts[name] = lab.add_host(name)
         ports = free_ports(len(names))
-        self.gateways = [
+        self.gateways += [
             gateway_process(
                 f"{self.hosts.get(name, '127.0.0.1')}:{port}",
                 root / name,
@@ -109,7 +122,6 @@ class Cluster:
         ]
         # every gateway's address, in order: clients and nodes fail over along it
         self.address = ",".join(gateway.start() for gateway in self.gateways)
-        self.nodes: dict[int, ServerProcess] = {}
         for node_id in range(1, NODES + 1):
             configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
             node = node_process(
@@ -122,17 +134,21 @@ class Cluster:
                 env=env,
                 **self._prefix(f"node-{node_id}"),
             )
-            node.start()
             self.nodes[node_id] = node
-        self.client = GatewayClient(self.address, timeout_s=5)
-        self.clients: Any = None  # the campaign's client processes, for client faults
-        self.proxy: Any = None
+            node.start()
+        self._client = GatewayClient(self.address, timeout_s=5)
         if use_proxy:
             from tests.faults.proxy import FaultProxy
 
             self.proxy = FaultProxy(self.gateways[0].address)
         # A node prints its address before its first heartbeat reaches the gateway.
         wait_for(self.all_registered, HEAL_TIMEOUT_S, "every node registered")
+
+    @property
+    def client(self) -> GatewayClient:
+        """A client of the gateways, for the campaign's own questions (not the workload's)."""
+        assert self._client is not None
+        return self._client
 
     @property
     def gateway(self) -> ServerProcess:
@@ -242,7 +258,8 @@ class Cluster:
         self.gateways[index].start()  # on its own address again
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
         if self.proxy is not None:
             self.proxy.close()
         for process in self.processes():
