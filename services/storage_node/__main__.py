@@ -71,7 +71,8 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         metavar="NAME=VALUE",
         help="engine setting with Kafka's name, e.g. log.segment.bytes=1048576 or "
         "retention.check.interval.ms=1000, replica.lag.time.max.ms=10000, "
-        "controlled.shutdown.enable=false (repeatable)",
+        "controlled.shutdown.enable=false, broker.session.timeout.ms=9000 (as the gateways': "
+        "heartbeats unanswered this long fence the node) (repeatable)",
     )
     serving.add_health_listen_flag(parser)
     serving.add_config_file_flag(parser)
@@ -88,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
     shutdown_timeout_ms = engine_configs.pop("controlled.shutdown.timeout.ms", "30000")
     if not shutdown_timeout_ms.isdigit():
         parser.error("--config controlled.shutdown.timeout.ms must be a number of ms")
+    session_timeout_ms = engine_configs.pop("broker.session.timeout.ms", "9000")
+    if not session_timeout_ms.isdigit():
+        parser.error("--config broker.session.timeout.ms must be a number of ms")
     return NodeConfig(
         node_id=int(args.node_id),
         listen=args.listen,
@@ -95,6 +99,7 @@ def parse_args(argv: list[str] | None = None) -> NodeConfig:
         gateway=args.gateway,
         advertised_address=args.advertised_address,
         heartbeat_interval_ms=int(args.heartbeat_interval_ms),
+        session_timeout_ms=int(session_timeout_ms),
         engine_configs=engine_configs,
         controlled_shutdown_enable=shutdown_enable == "true",
         controlled_shutdown_timeout_ms=int(shutdown_timeout_ms),

@@ -15,6 +15,11 @@ The rules are Kafka's (core/cluster/Partition.scala, Replica.scala):
   while the committed ISR is smaller than min(min.insync.replicas, replicas) (KIP-966).
 - An ISR change is proposed to the registry (AlterPartition) and takes effect when it
   answers; one proposal at a time.
+- A fenced node (its heartbeats unanswered for its session timeout: the registry may have
+  elected another leader since, Kafka's fenced broker) leads nothing on its own authority:
+  it refuses produce and reads as leader (NOT_LEADER_OR_FOLLOWER, retriable), serves no
+  follower, and neither moves its high watermark nor proposes ISR changes, until a
+  heartbeat is answered again and its registration is current.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ class Partition:
     registration: Registration | None = None
     followers: dict[int, FollowerState] = field(default_factory=dict)
     pending_isr: tuple[int, ...] | None = None  # an AlterPartition in flight
+    fenced: str | None = None  # why this node cannot vouch for its role now (None: it can)
     _lock: threading.RLock = field(default_factory=threading.RLock)
 
     # -- role ------------------------------------------------------------------------------
@@ -155,6 +161,11 @@ class Partition:
             )
 
     def require_leader(self, client_epoch: int) -> None:
+        if self.fenced is not None and self.is_leader:
+            raise NotLeaderError(
+                f"{self.topic}-{self.partition}: node {self.local_node_id} led epoch "
+                f"{self.leader_epoch} but is fenced ({self.fenced}); refresh metadata"
+            )
         if not self.is_leader:
             leader = NO_LEADER if self.registration is None else self.registration.leader
             raise NotLeaderError(
@@ -210,6 +221,8 @@ class Partition:
         r = self.registration
         if r is None or replica in r.isr or self.pending_isr is not None:
             return None
+        if self.fenced is not None:
+            return None
         epoch_start = self.log.leader_epochs.start_offset_of(r.leader_epoch)
         if state.log_end_offset < self.log.high_watermark or (
             epoch_start is not None and state.log_end_offset < epoch_start
@@ -224,6 +237,8 @@ class Partition:
         with self._lock:
             r = self.registration
             if r is None or not self.is_leader or self.pending_isr is not None:
+                return None
+            if self.fenced is not None:
                 return None
             now = now_ms()
             leader_end = self.log.log_end_offset
@@ -251,7 +266,7 @@ class Partition:
         """Kafka's maybeIncrementLeaderHW; True when the high watermark moved."""
         with self._lock:
             r = self.registration
-            if r is None or not self.is_leader:
+            if r is None or not self.is_leader or self.fenced is not None:
                 return False
             effective_min_isr = min(self.log.config.min_insync_replicas, len(r.replicas))
             if len(r.isr) < effective_min_isr:

@@ -10,6 +10,13 @@ cannot destroy data. The session also carries the manager's ISR changes to the r
 (AlterPartition) and the controlled shutdown: heartbeats saying `want_shutdown` until the
 registry answers that the node leads nothing any more.
 
+Fencing (Kafka's fenced broker): a node whose heartbeats have gone unanswered for
+`session_timeout_ms` (the gateways' `broker.session.timeout.ms`) may have lost its session —
+its lease lapses no later than that after the last heartbeat the registry answered was
+sent — and the controller may have moved its leaderships. So from then on it fences itself
+(ReplicaManager.fence: no produce, reads, follower fetches or high-watermark moves as
+leader), until a heartbeat is answered and the partition states in the answer are applied.
+
 Nothing one partition does may end the session: any error while reconciling a partition
 (an OSError such as EMFILE, EFBIG or ENAMETOOLONG included) takes that partition offline
 with the reason, which the next heartbeat reports, and the loop goes on; a failure of the
@@ -37,6 +44,7 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 
 DEFAULT_GATEWAY_PORT = 7070
+DEFAULT_SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 
 
 class RegistrySession:
@@ -48,6 +56,7 @@ class RegistrySession:
         replicas: ReplicaManager,
         *,
         heartbeat_interval_ms: int = 2000,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         tracer_provider: trace.TracerProvider | None = None,
         log_config_defaults: Mapping[str, str] | None = None,
         bulk_address: str = "",
@@ -59,6 +68,9 @@ class RegistrySession:
         self.address = address
         self.replicas = replicas
         self.interval_s = heartbeat_interval_ms / 1000
+        self.session_timeout_s = session_timeout_ms / 1000
+        # When the last heartbeat the registry answered was sent (time.monotonic()).
+        self._answered_sent_at = time.monotonic()
         # Several gateway addresses (comma-separated): the session fails over between them.
         self._channel = open_channel(
             channel_target(gateway, DEFAULT_GATEWAY_PORT),
@@ -123,20 +135,37 @@ class RegistrySession:
         # know it (restarted without it, or fenced it after a missed session) answers a
         # heartbeat by registering it anew, so a failed heartbeat is simply retried.
         call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
+        sent_at = time.monotonic()
+        timeout_s = max(self.interval_s, 1.0)
+        if self.registered.is_set() and self.replicas.fenced is None:
+            # A call outlasting the session would fence the node late, after an election.
+            until_fenced_s = self._answered_sent_at + self.session_timeout_s - sent_at
+            timeout_s = min(timeout_s, max(until_fenced_s, 0.05))
         try:
-            assignment = call(self._heartbeat_message(), timeout=max(self.interval_s, 1.0))
+            assignment = call(self._heartbeat_message(), timeout=timeout_s)
         except grpc.RpcError as exc:
             if self.registered.is_set():
                 logger.warning("heartbeat to the gateway failed: %s", exc.code())
+                self._fence_if_lapsed()
             return
         if assignment.heartbeat_interval_ms > 0:
             self.interval_s = assignment.heartbeat_interval_ms / 1000
         self.reconcile(assignment)
+        self._answered_sent_at = sent_at
+        self.replicas.unfence()  # its roles are the registry's current ones again
         if not self.registered.is_set():  # once its partitions have their roles
             logger.info("registered with the gateway as node %d", self.node_id)
             self.registered.set()
         if self.want_shutdown and assignment.should_shut_down:
             self.may_shut_down.set()
+
+    def _fence_if_lapsed(self) -> None:
+        unanswered_s = time.monotonic() - self._answered_sent_at
+        if unanswered_s >= self.session_timeout_s:
+            self.replicas.fence(
+                f"no heartbeat answered for {unanswered_s:.1f} s, past its session timeout of "
+                f"{self.session_timeout_s:g} s"
+            )
 
     def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
         offline = self.replicas.offline()

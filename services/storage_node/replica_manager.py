@@ -15,6 +15,12 @@ appends and high-watermark moves wake waiting fetches through one condition vari
 polling). Consumers read below the high watermark; a follower (`replica_id` >= 0) reads to
 the log end, and its fetch offset tells the leader how far it has copied. The answer's chunks
 are cut by fetch_reads.py; ISR changes are sent by isr_updates.py.
+
+Fencing: the registry session fences the node (`fence`) when its heartbeats have gone
+unanswered for its session timeout, and lifts it (`unfence`) once one is answered and the
+answer's partition states are applied; meanwhile every partition it led refuses to act as
+leader (partition.py), and acks=all appends still waiting fail NOT_LEADER_OR_FOLLOWER at
+once, as for a leadership that moved.
 """
 
 from __future__ import annotations
@@ -107,6 +113,7 @@ class ReplicaManager:
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self._fetchers: dict[int, ReplicaFetcher] = {}
+        self._fenced: str | None = None  # why the node is fenced, None while it is not
         self.isr_updates = IsrUpdates(
             lambda topic, number: self._partitions.get((topic, number)),
             lambda: list(self._partitions.values()),
@@ -130,6 +137,35 @@ class ReplicaManager:
         for fetcher in fetchers:
             fetcher.shutdown()
         self.wake_fetchers()
+
+    # -- fencing -------------------------------------------------------------------------
+
+    @property
+    def fenced(self) -> str | None:
+        return self._fenced
+
+    def fence(self, reason: str) -> None:
+        """Stop leading on this node's own authority (its standing may have ended)."""
+        with self._partitions_lock:
+            was, self._fenced = self._fenced, reason
+            for held in self._partitions.values():
+                held.fenced = reason
+        if was is None:
+            logger.warning(
+                "node %d is fenced (%s): it leads nothing until the registry answers again",
+                self.node_id,
+                reason,
+            )
+        self.wake_fetchers()  # acks=all waits answer now
+
+    def unfence(self) -> None:
+        with self._partitions_lock:
+            was, self._fenced = self._fenced, None
+            for held in self._partitions.values():
+                held.fenced = None
+        if was is not None:
+            logger.warning("node %d is no longer fenced: the registry answers again", self.node_id)
+            self.wake_fetchers()
 
     # -- partitions ----------------------------------------------------------------------
 
@@ -176,7 +212,9 @@ class ReplicaManager:
             held = self._partitions.get(tp)
             if held is None:
                 log = self.logs.create_log(topic, partition)
-                held = self._partitions[tp] = Partition(topic, partition, log, self.node_id)
+                held = self._partitions[tp] = Partition(
+                    topic, partition, log, self.node_id, fenced=self._fenced
+                )
             if not held.apply(registration):
                 return
             self._update_fetching(held)
@@ -297,7 +335,12 @@ class ReplicaManager:
         def replicated(result: AppendResult) -> bool:
             assert result.info is not None
             held = self._partitions.get((topic, result.partition))
-            if held is None or not held.is_leader or held.leader_epoch != result.leader_epoch:
+            if (
+                held is None
+                or not held.is_leader
+                or held.leader_epoch != result.leader_epoch
+                or held.fenced is not None
+            ):
                 deposed.add(result.partition)
                 return True
             return held.log.high_watermark > result.info.last_offset
@@ -321,8 +364,9 @@ class ReplicaManager:
                         result.partition,
                         None,
                         NotLeaderError(
-                            f"{topic}-{result.partition}: leadership moved (epoch "
-                            f"{result.leader_epoch}) before the in-sync replicas had offsets "
+                            f"{topic}-{result.partition}: leadership moved, or this node was "
+                            f"fenced (epoch {result.leader_epoch}), before the in-sync "
+                            "replicas had offsets "
                             f"{result.info.first_offset}-{result.info.last_offset}; retry"
                         ),
                     )
@@ -493,6 +537,8 @@ class ReplicaManager:
             return PartitionDescription(topic, partition, epoch, error=exc)
         log = held.log
         role = "" if held.registration is None else "leader" if held.is_leader else "follower"
+        if role == "leader" and held.fenced is not None:
+            role = ""  # it cannot tell whether it still leads
         return PartitionDescription(
             topic,
             partition,

@@ -43,6 +43,9 @@ class NodeConfig:
     gateway: str | None = None
     advertised_address: str | None = None
     heartbeat_interval_ms: int = 2000
+    # Kafka's broker.session.timeout.ms, as the gateways have it: heartbeats unanswered this
+    # long fence the node (registry_client.py).
+    session_timeout_ms: int = 9000
     fetch_chunk_bytes: int = DEFAULT_CHUNK_BYTES
     # Kafka's controlled.shutdown.enable, and how long a stop waits for its leaderships to
     # move (Kafka waits up to 5 minutes; a planned restart here should not wait that long).
@@ -258,6 +261,7 @@ class StorageNode:
                 self.address,
                 self.replicas,
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                session_timeout_ms=self.config.session_timeout_ms,
                 tracer_provider=self.tracer_provider,
                 log_config_defaults=split_engine_configs(self.config.engine_configs)[0],
                 bulk_address=self.bulk_address,

@@ -23,8 +23,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
+from seglog.client.structs import TopicPartition
+from seglog.rpc.status import error_from_rpc
+from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
 from services.embedded_etcd import EtcdProcess
 from services.gateway.etcd_keyspace import EtcdKeyspace, KeyValue
 from services.processes import ServerProcess, gateway_process, node_process
@@ -193,6 +196,7 @@ class LinkedCluster:
                         "--heartbeat-interval-ms", "200",
                         "--config", "min.insync.replicas=2",
                         "--config", "replica.lag.time.max.ms=3000",
+                        "--config", f"broker.session.timeout.ms={SESSION_TIMEOUT_MS}",
                     ],
                     env=env,
                     stderr_path=root / "logs" / f"node-{n}.log",
@@ -355,3 +359,66 @@ def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(clu
     assert wait_until(lambda: cluster.registrations(0, "orders")[2][0] in survivors, 30)
     assert cluster.live_nodes(0) == survivors == cluster.live_nodes(1)
     assert survivors_keep_their_standing()
+
+
+def append_directly(cluster: LinkedCluster, node_id: int, acks: int, value: bytes) -> str:
+    """Produce to a node as a client whose metadata still names it leader would: "" when
+    acknowledged, else the error's reason."""
+    with grpc.insecure_channel(cluster.nodes[node_id].address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        request = common_pb2.ProduceRequest(topic="orders", acks=acks, timeout_ms=3000)
+        request.partitions.add(partition=0, records=_batch(value))
+        try:
+            [result] = stub.Append(request, timeout=15).partitions
+        except grpc.RpcError as exc:
+            return str(error_from_rpc(exc).reason)
+        return common_pb2.ErrorCode.Name(result.error) if result.error else ""
+
+
+def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
+    """The leader's links to both gateways cut (so it cannot heartbeat, and its lease
+    lapses), while clients and its followers still reach it: once another node is elected,
+    it no longer claims the partition nor acknowledges what a client with stale metadata
+    sends it; healed, it follows the new leader and keeps nothing the new leader lacks."""
+    with cluster.client(0) as client:
+        client.create_topic("orders", 1, 3)
+        for i in range(3):
+            [result] = client.produce("orders", {0: _batch(b"before-%d" % i)})
+            assert not result.error, result.error_message
+    leader, epoch, _ = cluster.registrations(0, "orders")[0]
+    for link in cluster.gateway_links[leader]:
+        link.cut()
+    assert wait_until(lambda: cluster.registrations(0, "orders")[0][1] > epoch, 30)
+    new_leader = cluster.registrations(0, "orders")[0][0]
+    assert new_leader not in (leader, -1)
+    # Fenced at its session's end, about when the controller elects: no second leader.
+    assert wait_until(lambda: cluster.node_roles(leader, "orders", 0) == ("", epoch), 5)
+    assert cluster.node_roles(new_leader, "orders", 0)[0] == "leader"
+    for acks in (1, -1):
+        assert append_directly(cluster, leader, acks, b"stale") == "NOT_LEADER_OR_FOLLOWER"
+    with cluster.client(0) as client:
+        [result] = client.produce("orders", {0: _batch(b"after")})
+        assert not result.error, result.error_message
+    for link in cluster.gateway_links[leader]:
+        link.heal()
+    new_epoch = cluster.registrations(0, "orders")[0][1]
+    assert wait_until(
+        lambda: cluster.node_roles(leader, "orders", 0) == ("follower", new_epoch), 30
+    )
+    assert wait_until(lambda: leader in cluster.registrations(0, "orders")[0][2], 30)
+    assert read_values(cluster.bootstrap, "orders") == [
+        b"before-0", b"before-1", b"before-2", b"after"
+    ]  # fmt: skip
+
+
+def read_values(bootstrap: str, topic: str) -> list[bytes]:
+    """Partition 0 of `topic`, read to its end."""
+    tp = TopicPartition(topic, 0)
+    with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        end = consumer.end_offsets([tp])[tp]
+        out: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            out.extend(r.value for r in consumer.poll(timeout_ms=500))
+        return out
