@@ -106,10 +106,9 @@ def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buff
     assert futures[0].get(timeout=0).offset == 0 and not futures[1].done()
 
 
-def test_an_idempotent_request_holds_five_new_batches_of_a_partition_and_a_retry_alone():
-    """The leader dedupes against a producer's last five batches, so no request may carry a
-    partition's batch that could fall out of that window; a retried batch goes alone, since
-    its first attempt may have landed (issue 26)."""
+def test_an_idempotent_producer_retries_each_batch_alone_oldest_first():
+    """A retried batch's first attempt may have landed in part (issue 26): each goes in a
+    request of its own, before anything newer; new batches share requests again after."""
     config = ProducerConfig(batch_size=256, buffer_memory=1 << 16, linger_ms=0)
     assert config.enable_idempotence
     accumulator = RecordAccumulator(config, BufferPool(config.buffer_memory, 256), _OneLeader())
@@ -117,18 +116,20 @@ def test_an_idempotent_request_holds_five_new_batches_of_a_partition_and_a_retry
         accumulator.append("t", 0, None, b"x" * 150, i, None, None)
     now = time.monotonic()
     (plan,) = accumulator.drain(1, now)
-    first_five = plan.batches[0]
-    assert len(first_five) == 5
-    for sequence, batch in enumerate(first_five):
+    sent = plan.batches[0]
+    assert len(sent) == 8  # new batches share a request
+    for sequence, batch in enumerate(sent):
         batch.stamp_producer(7, 0, sequence)
-    accumulator.ready(now, Settlement(retries=first_five, unmuted=[("t", 0)]))
+    accumulator.ready(now, Settlement(retries=sent, unmuted=[("t", 0)]))
+    for i in range(3):  # three newer batches, queued behind the retries
+        accumulator.append("t", 0, None, b"y" * 150, i, None, None)
     later = now + 1
-    for expected in first_five:  # one request each, in sequence order
+    for expected in sent:  # one request each, in sequence order
         (retry,) = accumulator.drain(1, later)
         assert retry.batches[0] == [expected]
         accumulator.ready(later, Settlement(completed=[expected], unmuted=[("t", 0)]))
     (rest,) = accumulator.drain(1, later)
-    assert len(rest.batches[0]) == 3
+    assert len(rest.batches[0]) == 3 and not set(rest.batches[0]) & set(sent)
 
 
 def test_a_producer_without_idempotence_sends_what_fits_in_one_request():

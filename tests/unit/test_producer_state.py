@@ -173,3 +173,33 @@ def test_new_batches_of_one_producer_in_one_request_are_checked_in_order(tmp_pat
     with pytest.raises(OutOfOrderSequenceError, match="same request"):
         log.append(idempotent_batch(7, 0, 4) + idempotent_batch(7, 0, 9))
     assert log.log_end_offset == 4
+
+
+def test_every_batch_of_a_long_request_is_recognised_when_retried_alone(tmp_path):
+    """Kafka's window is five batches; ours is five runs, so a request of twenty batches
+    (our producer's shape) is covered whole, on the leader and on a follower that copied it
+    in other chunks, and each retried batch gets its own original offsets."""
+    leader = Log.open(tmp_path / "leader" / "t-0")
+    batches = [idempotent_batch(7, 0, 3 * i, count=3) for i in range(20)]
+    leader.append(idempotent_batch(8, 0, 0))  # another producer first: offsets 0-1
+    info = leader.append(b"".join(batches))
+    assert (info.first_offset, info.last_offset) == (2, 61)
+    follower = Log.open(tmp_path / "follower" / "t-0")
+    data = bytes(leader.read(0, 1 << 20))
+    cut = len(idempotent_batch(8, 0, 0)) + sum(map(len, batches[:7]))  # ends mid-request
+    follower.append_as_follower(data[:cut])
+    follower.append_as_follower(data[cut:])
+    for log in (leader, follower):
+        end = log.log_end_offset
+        for i, batch in enumerate(batches):
+            retry = log.append(batch)
+            assert (retry.first_offset, retry.last_offset, retry.batch_count) == (
+                2 + 3 * i,
+                4 + 3 * i,
+                0,
+            )
+        assert log.log_end_offset == end
+        # A batch straddling what was written is not a duplicate, and not in sequence.
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(idempotent_batch(7, 0, 58, count=4))
+        assert log.append(idempotent_batch(7, 0, 60)).first_offset == end

@@ -13,14 +13,15 @@ partition is ever outstanding, so a retry, re-enqueued at the front of its deque
 overtaken by a later batch — per-partition order holds with
 `max_in_flight_requests_per_connection` > 1, across partitions.
 
-An idempotent producer's request holds at most five new batches of a partition
-(`MAX_UNACKNOWLEDGED_BATCHES`): the leader remembers each producer's last five batches, so
-every batch of a request that is retried must still be among them to be recognised as a
-duplicate. Kafka gets the same bound from five pipelined requests of one batch each; over gRPC
-concurrent calls are not kept in order, so the five travel in one request. A retried batch goes
-alone, oldest first (Kafka, too, drops to one in flight while retrying): its first attempt may
-have landed whole, in part at a failed-over leader, or not at all, and only a request of one
-batch gets an answer that is true of each batch in it.
+An idempotent producer's retried batch goes alone, oldest first (Kafka, too, drops to one
+in flight while retrying): its first attempt may have landed whole, only in part at a
+failed-over leader, or not at all, and only a request of one batch gets an answer that is true
+of each batch in it. New batches of a partition share a request up to `max_request_size`:
+the leader remembers a producer's last five runs of batches written back to back (see
+storage/producer_state.py), and one request is one run, so every batch a retry may repeat is
+still known there. (Kafka pipelines five requests of one batch instead; gRPC does not keep
+concurrent calls in order, and one batch per request measured 0.16-0.26x of acks=1 RF1
+against 0.71-0.85x for packed requests, bench replication.)
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ _new_future = tuple.__new__
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
 RECORD_OVERHEAD_BYTES = 21
-
-# The leader's duplicate window: the last five batches per producer (Kafka's
-# ProducerStateEntry.NUM_BATCHES_TO_RETAIN, and max.in.flight's limit with idempotence).
-MAX_UNACKNOWLEDGED_BATCHES = 5
 
 TopicPartition = tuple[str, int]
 
@@ -415,13 +412,8 @@ class RecordAccumulator:
 
 
 def _request_full(taken: list[ProducerBatch], batch: ProducerBatch) -> bool:
-    """An idempotent partition's request: a retry (a batch that has its sequence) alone, new
-    batches at most MAX_UNACKNOWLEDGED_BATCHES together."""
-    return (
-        taken[0].base_sequence is not None
-        or batch.base_sequence is not None
-        or len(taken) >= MAX_UNACKNOWLEDGED_BATCHES
-    )
+    """An idempotent partition's request: a retry (a batch that has its sequence) alone."""
+    return taken[0].base_sequence is not None or batch.base_sequence is not None
 
 
 def _size(data: bytes | None) -> int:

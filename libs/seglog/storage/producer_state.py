@@ -1,10 +1,18 @@
 """Idempotent producers' state in one partition (Kafka's ProducerStateManager): for each
-producer id, its epoch and the metadata of its last five batches, so a retried batch is
-recognised and answered with its original offsets, and a gap in sequence numbers is refused.
+producer id, its epoch and its last five runs of batches, so a retried batch is recognised
+and answered with its original offsets, and a gap in sequence numbers is refused.
+
+A run is batches of one producer and epoch stored back to back: consecutive in sequence and
+in offset, so the record with sequence s sits at `first_offset + (s - first_sequence)`.
+Kafka keeps its last five batches, which its producer's five pipelined one-batch requests
+fit in; our producer sends a partition's unacknowledged batches in one request (gRPC keeps no
+order between concurrent calls), and one append of one producer's batches is one run, on
+the leader and, since runs join across fetch chunks, on every follower. So whatever a
+producer has not yet had answered lies in one run, however many batches the request held.
 
 The rules are Kafka's (ProducerAppendInfo, ProducerStateEntry), for appends from clients:
-- a batch whose epoch and [first, last] sequence equal one of the cached five is a
-  duplicate: nothing is written, the original offsets are answered;
+- a batch of the producer's epoch whose sequences lie inside one of its five runs is a
+  duplicate: nothing is written, the offsets it was written at are answered;
 - an epoch older than the producer's: INVALID_PRODUCER_EPOCH;
 - a newer epoch must start at sequence 0 (when an epoch was known):
   OUT_OF_ORDER_SEQUENCE_NUMBER otherwise; a new epoch forgets the cached batches;
@@ -23,8 +31,9 @@ Snapshots (`<20-digit offset>.snapshot` beside the segments, Kafka's format, big
               int32 offset_delta (last offset - first offset of the last batch),
               int64 timestamp, int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1) }
 
-A snapshot holds the state as of its offset, and only each producer's last batch (as in
-Kafka, a reloaded producer dedupes against that one batch). They are written when a segment
+A snapshot holds the state as of its offset, and only each producer's last batch (Kafka's
+format and rule: a reloaded producer dedupes against that one batch, later batches replayed
+from the log join it). They are written when a segment
 rolls (at the new segment's base) and when the log closes (at its end); loading takes the
 newest valid one at or below the log end and replays the batch headers after it. A snapshot
 that fails its CRC is deleted and the next older one is used.
@@ -64,33 +73,75 @@ _ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes
 
 @dataclass(frozen=True)
 class BatchMetadata:
+    """Where a producer's batches were written: one batch, or a run of them (see above)."""
+
     first_sequence: int
     last_sequence: int
     first_offset: int
     last_offset: int
     timestamp_ms: int
+    # The run's last batch starts here (snapshots keep that batch alone, as Kafka's do).
+    last_batch_first_offset: int = -1
+
+    def covering(self, first: int, last: int) -> BatchMetadata | None:
+        """The part of this run holding sequences [first, last], if it holds them all."""
+        if not (self.first_sequence <= first <= last <= self.last_sequence):
+            return None
+        start = self.first_offset + (first - self.first_sequence)
+        return BatchMetadata(first, last, start, start + (last - first), self.timestamp_ms)
+
+    def joined(self, batch: ProducerBatch) -> BatchMetadata | None:
+        """This run with `batch` after it, if the batch continues it in sequence and offset
+        (never across the sequence wrap, which would break `covering`'s arithmetic)."""
+        if batch.first_sequence != self.last_sequence + 1 or (
+            batch.first_offset != self.last_offset + 1
+        ):
+            return None
+        return BatchMetadata(
+            self.first_sequence,
+            batch.last_sequence,
+            self.first_offset,
+            batch.last_offset,
+            max(self.timestamp_ms, batch.max_timestamp_ms),
+            batch.first_offset,
+        )
 
 
 @dataclass
 class ProducerEntry:
     producer_id: int
     epoch: int = NO_EPOCH
-    batches: deque[BatchMetadata] = field(
-        default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN)
-    )
+    runs: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
     last_timestamp_ms: int = -1
 
     @property
     def last_sequence(self) -> int:
-        return self.batches[-1].last_sequence if self.batches else -1
+        return self.runs[-1].last_sequence if self.runs else -1
 
     def find_duplicate(self, epoch: int, first: int, last: int) -> BatchMetadata | None:
         if epoch != self.epoch:
             return None
-        for batch in self.batches:
-            if batch.first_sequence == first and batch.last_sequence == last:
-                return batch
+        for run in self.runs:
+            found = run.covering(first, last)
+            if found is not None:
+                return found
         return None
+
+    def add(self, batch: ProducerBatch) -> None:
+        joined = self.runs[-1].joined(batch) if self.runs else None
+        if joined is not None:
+            self.runs[-1] = joined
+            return
+        self.runs.append(
+            BatchMetadata(
+                batch.first_sequence,
+                batch.last_sequence,
+                batch.first_offset,
+                batch.last_offset,
+                batch.max_timestamp_ms,
+                batch.first_offset,
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -140,7 +191,7 @@ class ProducerStateManager:
                 )
             return None
         last = entry.last_sequence
-        if entry.batches and not _in_sequence(last, batch.first_sequence):
+        if entry.runs and not _in_sequence(last, batch.first_sequence):
             raise OutOfOrderSequenceError(
                 f"{where}: sequence {batch.first_sequence} does not follow {last} (a batch "
                 f"before it is missing)"
@@ -159,8 +210,8 @@ class ProducerStateManager:
         count) cannot say that some batches were written long ago and others just now, and
         answering the first duplicate's offsets for the whole request acknowledged the new
         batches at offsets holding other records (issue 26). Kafka's brokers refuse any
-        produce (v3+) with more than one batch per partition; our producer sends an
-        idempotent partition's batches one per request."""
+        produce (v3+) with more than one batch per partition; our producer sends a retried
+        batch alone, so its answer is true of it whatever happened to its companions."""
         pending: dict[int, tuple[int, int]] = {}
         duplicates: list[BatchMetadata] = []
         for batch in batches:
@@ -213,16 +264,8 @@ class ProducerStateManager:
                 entry = self.producers[batch.producer_id] = ProducerEntry(batch.producer_id)
             if batch.epoch != entry.epoch:
                 entry.epoch = batch.epoch
-                entry.batches.clear()
-            entry.batches.append(
-                BatchMetadata(
-                    batch.first_sequence,
-                    batch.last_sequence,
-                    batch.first_offset,
-                    batch.last_offset,
-                    batch.max_timestamp_ms,
-                )
-            )
+                entry.runs.clear()
+            entry.add(batch)
             entry.last_timestamp_ms = max(entry.last_timestamp_ms, batch.max_timestamp_ms)
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
@@ -270,14 +313,14 @@ class ProducerStateManager:
         unsynced snapshot fails its CRC at load and the next older one is used)."""
         entries = []
         for producer_id, entry in sorted(self.producers.items()):
-            last = entry.batches[-1] if entry.batches else None
+            last = entry.runs[-1] if entry.runs else None
             entries.append(
                 _ENTRY.pack(
                     producer_id,
                     entry.epoch,
                     last.last_sequence if last else -1,
                     last.last_offset if last else -1,
-                    (last.last_offset - last.first_offset) if last else 0,
+                    (last.last_offset - last.last_batch_first_offset) if last else 0,
                     entry.last_timestamp_ms,
                     -1,
                     -1,
@@ -316,13 +359,14 @@ class ProducerStateManager:
             )
             entry = ProducerEntry(pid, epoch, last_timestamp_ms=timestamp)
             if last_offset >= 0:
-                entry.batches.append(
+                entry.runs.append(
                     BatchMetadata(
                         (last_seq - delta) % (INT_MAX + 1),
                         last_seq,
                         last_offset - delta,
                         last_offset,
                         timestamp,
+                        last_offset - delta,
                     )
                 )
             producers[pid] = entry
