@@ -13,12 +13,15 @@ a run killed before `close()` leaves nothing the next lab with that prefix does 
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
 import logging
+import os
 import re
 import subprocess
 import threading
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 
 logger = logging.getLogger(__name__)
@@ -31,6 +34,9 @@ _PREFIX_PATTERN = re.compile(r"[a-z][a-z0-9]{0,9}")
 # leaves room for 999 hosts.
 _MAX_HOSTS = 250
 COMMAND_TIMEOUT_S = 30.0
+# One lock file per prefix, held while a lab lives: the kernel releases it when its process
+# dies, so a lab finding it free knows that namespaces with its prefix are leftovers.
+LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path("/tmp")
 
 
 class NetworkLabError(RuntimeError):
@@ -103,9 +109,10 @@ class NetworkLab:
         self._netem: bool | None = None
         self._lock = threading.Lock()
         self._closed = False
-        self._remove_leftovers()
-        self._check_subnet_free()
+        self._lock_fd = _hold_prefix_lock(prefix)
         try:
+            self._remove_leftovers()
+            self._check_subnet_free()
             run_command(["ip", "link", "add", self.bridge, "type", "bridge"])
             run_command(["ip", "addr", "add", f"{self.bridge_ip}/24", "dev", self.bridge])
             run_command(["ip", "link", "set", self.bridge, "up"])
@@ -276,16 +283,33 @@ class NetworkLab:
             self._closed = True
             self._undo.clear()  # the links they changed go now
             self._blinded.clear()
-        present = set(_link_names(run_command(["ip", "-o", "link", "show"])))
-        for outer in self._outer_links.values():
-            if outer in present:
-                run_command(["ip", "link", "del", outer])
-        namespaces = _namespace_names()
-        for namespace in self._namespaces.values():
-            if namespace in namespaces:
-                _remove_namespace(namespace)
-        if self.bridge in present:
-            run_command(["ip", "link", "del", self.bridge])
+        try:
+            present = set(_link_names(run_command(["ip", "-o", "link", "show"])))
+            for outer in self._outer_links.values():
+                if outer in present:
+                    run_command(["ip", "link", "del", outer])
+            namespaces = _namespace_names()
+            for namespace in self._namespaces.values():
+                if namespace in namespaces:
+                    _remove_namespace(namespace)
+            if self.bridge in present:
+                run_command(["ip", "link", "del", self.bridge])
+        finally:
+            os.close(self._lock_fd)  # unlocks
+
+
+def _hold_prefix_lock(prefix: str) -> int:
+    path = LOCK_DIR / f"seglog-network-lab-{prefix}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise NetworkLabError(
+            f"a network lab with prefix {prefix!r} is open already ({path} is locked); "
+            "use another prefix"
+        ) from None
+    return fd
 
 
 def _namespace_names() -> set[str]:

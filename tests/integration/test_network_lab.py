@@ -154,3 +154,9 @@ def test_a_killed_runs_leftovers_are_removed_by_the_next_lab():
         assert leftovers(prefix) == [f"{prefix}-br"]
         lab.add_host("a")
     assert leftovers(prefix) == []
+
+
+def test_a_prefix_in_use_is_refused_and_its_lab_left_alone(lab, hosts):
+    with pytest.raises(NetworkLabError, match="is open already"):
+        NetworkLab(PREFIX, SUBNET_OCTET + 10)
+    assert connect_from(lab, "a", hosts["b"]) == "hello"
