@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seglog.client.gateway import FetchPosition
+from seglog.errors import SeglogError
 from seglog.records import iter_records
 from tests.cluster import batch
 from tests.faults.cluster import TOPIC, Cluster, wait_for
@@ -39,12 +40,18 @@ def produce(cluster: Cluster, first: int, count: int) -> dict[int, int]:
         indexes = range(start, min(start + RECORDS_PER_BATCH, first + count))
         deadline = time.monotonic() + REPAIR_TIMEOUT_S
         while True:
-            [result] = cluster.client.produce(
-                TOPIC, {0: batch([value_of(i) for i in indexes])}, acks=-1, timeout_ms=5000
-            )
-            if result.error == 0:
+            try:
+                [result] = cluster.client.produce(
+                    TOPIC, {0: batch([value_of(i) for i in indexes])}, acks=-1, timeout_ms=5000
+                )
+                failure: object = result if result.error else None
+            except SeglogError as exc:  # the gateway's route moved under the call
+                if not exc.retriable:
+                    raise
+                failure = exc
+            if failure is None:
                 break
-            assert time.monotonic() < deadline, f"produce kept failing: {result}"
+            assert time.monotonic() < deadline, f"produce kept failing: {failure}"
             time.sleep(0.1)  # a retriable answer while leadership moves: back off and retry
         for delta, index in enumerate(indexes):
             acknowledged[result.base_offset + delta] = index
@@ -56,10 +63,17 @@ def read_all(cluster: Cluster, end: int) -> dict[int, bytes]:
     offset = 0
     deadline = time.monotonic() + REPAIR_TIMEOUT_S
     while offset < end and time.monotonic() < deadline:
-        for response in cluster.client.fetch([FetchPosition(TOPIC, 0, offset)], max_wait_ms=200):
-            for record in iter_records(response.records):
-                records[record.offset] = record.value
-                offset = max(offset, record.offset + 1)
+        try:
+            for response in cluster.client.fetch(
+                [FetchPosition(TOPIC, 0, offset)], max_wait_ms=200
+            ):
+                for record in iter_records(response.records):
+                    records[record.offset] = record.value
+                    offset = max(offset, record.offset + 1)
+        except SeglogError as exc:  # leadership moved (the preferred replica is back)
+            if not exc.retriable:
+                raise
+            time.sleep(0.1)
     return records
 
 
@@ -85,11 +99,19 @@ def log_bytes(cluster: Cluster, node_id: int) -> bytes:
 
 
 def harm_and_repair(
-    cluster: Cluster, *, victim_is_leader: bool, harm: Callable[[int], None]
+    cluster: Cluster,
+    *,
+    victim_is_leader: bool,
+    harm: Callable[[int], None],
+    midway: Callable[[], None] | None = None,
 ) -> int:
-    """Produce RECORDS acks=all, SIGKILL a replica (the leader or a follower), `harm(node_id)`
-    while it is down, restart it, and check the repair; return the victim's node id."""
-    acknowledged = produce(cluster, 0, RECORDS)
+    """Produce RECORDS acks=all (calling `midway` after the first half), SIGKILL a replica
+    (the leader or a follower), `harm(node_id)` while it is down, restart it, and check the
+    repair; return the victim's node id."""
+    acknowledged = produce(cluster, 0, RECORDS // 2)
+    if midway is not None:
+        midway()
+    acknowledged.update(produce(cluster, RECORDS // 2, RECORDS - RECORDS // 2))
     assert sorted(acknowledged) == list(range(RECORDS))
     leader = partition_state(cluster).leader
     victim = leader if victim_is_leader else next(n for n in cluster.nodes if n != leader)

@@ -5,6 +5,7 @@ a full disk, or stopped without flushing anything for a power cut."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import shutil
@@ -64,6 +65,19 @@ def fill_with_ballast(directory: Path, size_bytes: int) -> Path:
 # the journal: the filesystem stops as a machine losing power does (xfstests' "godown").
 EXT4_IOC_SHUTDOWN = 0x8004587D
 EXT4_GOING_FLAGS_NOLOGFLUSH = 0x2
+
+
+def sync_filesystem(mount_point: Path) -> None:
+    """syncfs(2): everything written to this filesystem so far reaches its device."""
+    fd = os.open(mount_point, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _LIBC.syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), f"syncfs {mount_point}")
+    finally:
+        os.close(fd)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def cut_power(image: Path, mount_point: Path) -> None:

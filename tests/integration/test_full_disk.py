@@ -14,13 +14,12 @@ import time
 import pytest
 
 from seglog.client.gateway import FetchPosition
-from seglog.errors import StorageError
+from seglog.errors import SeglogError, StorageError
 from seglog.records import iter_records
 from seglog.rpc.status import error_from_code
 from seglog.storage import Log, LogConfig
 from seglog.storage.checkpoint import CLEAN_SHUTDOWN_MARKER
 from seglog.storage.file_records import FileRecords
-from seglog.v1 import common_pb2
 from tests.cluster import batch
 from tests.small_filesystem import fill_with_ballast, mounted_ext4
 
@@ -125,15 +124,18 @@ NODE_BALLAST_BYTES = 3 * 1024 * 1024
 CLUSTER_TIMEOUT_S = 60.0
 
 
-def produce_until_refused(cluster, topic: str) -> tuple[dict[int, bytes], list[str]]:
+def produce_until_refused(cluster, topic: str) -> tuple[dict[int, bytes], SeglogError]:
     """acks=all batches until the cluster refuses one; the acknowledged records by offset,
-    and the refusals' error names (an answer whose outcome is unknown is not counted)."""
+    and the refusal (a batch whose outcome is unknown is not counted as acknowledged)."""
     acknowledged: dict[int, bytes] = {}
     for batch_index in range(MAX_BATCHES):
         values = values_for(batch_index)
-        [result] = cluster.client.produce(topic, {0: batch(values)}, acks=-1, timeout_ms=3000)
+        try:
+            [result] = cluster.client.produce(topic, {0: batch(values)}, acks=-1, timeout_ms=3000)
+        except SeglogError as exc:
+            return acknowledged, exc
         if result.error:
-            return acknowledged, [common_pb2.ErrorCode.Name(result.error)]
+            return acknowledged, error_from_code(result.error, result.error_message)
         acknowledged.update(
             zip(range(result.base_offset, result.last_offset + 1), values, strict=True)
         )
@@ -161,21 +163,24 @@ def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is
         try:
             cluster.client.create_topic(TOPIC, 1, 3, {"segment.bytes": str(256 * 1024)})
             wait_for(cluster.healed, CLUSTER_TIMEOUT_S, "replicas in sync", cluster.state)
-            acknowledged, refusals = produce_until_refused(cluster, TOPIC)
+            acknowledged, refusal = produce_until_refused(cluster, TOPIC)
             assert len(acknowledged) > 100
-            for name in refusals:
-                assert error_from_code(common_pb2.ErrorCode.Value(name)).retriable, refusals
+            assert refusal.retriable, refusal
             assert_cluster_reads(cluster, TOPIC, acknowledged)
             for ballast in ballasts:
                 ballast.unlink()
             deadline = time.monotonic() + CLUSTER_TIMEOUT_S
             while True:
                 values = values_for(MAX_BATCHES)
-                [result] = cluster.client.produce(
-                    TOPIC, {0: batch(values)}, acks=-1, timeout_ms=3000
-                )
-                if result.error == 0:
-                    break
+                try:
+                    [result] = cluster.client.produce(
+                        TOPIC, {0: batch(values)}, acks=-1, timeout_ms=3000
+                    )
+                except SeglogError as exc:
+                    assert exc.retriable, exc
+                else:
+                    if result.error == 0:
+                        break
                 assert time.monotonic() < deadline, cluster.state()
                 time.sleep(0.2)  # retriable refusals while followers catch up
             acknowledged.update(
@@ -195,8 +200,14 @@ def assert_cluster_reads(cluster, topic: str, acknowledged: dict[int, bytes]) ->
     deadline = time.monotonic() + CLUSTER_TIMEOUT_S
     while offset < end:
         assert time.monotonic() < deadline, f"read stuck at {offset} of {end}"
-        for response in cluster.client.fetch([FetchPosition(topic, 0, offset)], max_wait_ms=200):
-            for record in iter_records(response.records):
-                records[record.offset] = record.value
-                offset = max(offset, record.offset + 1)
+        try:
+            for response in cluster.client.fetch(
+                [FetchPosition(topic, 0, offset)], max_wait_ms=200
+            ):
+                for record in iter_records(response.records):
+                    records[record.offset] = record.value
+                    offset = max(offset, record.offset + 1)
+        except SeglogError as exc:  # leadership moved under the read
+            assert exc.retriable, exc
+            time.sleep(0.1)
     assert {o: records.get(o) for o in acknowledged} == acknowledged

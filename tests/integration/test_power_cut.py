@@ -17,7 +17,7 @@ import pytest
 
 from tests.faults.cluster import Cluster
 from tests.replica_repair import create_topic, harm_and_repair, log_files
-from tests.small_filesystem import cut_power, mounted_ext4
+from tests.small_filesystem import cut_power, mounted_ext4, sync_filesystem
 
 NODE_FILESYSTEM_BYTES = 32 * 1024 * 1024
 
@@ -42,17 +42,36 @@ def cluster_on_own_disks(tmp_path):
 
 
 @pytest.mark.parametrize("victim_is_leader", [False, True], ids=["follower", "leader"])
+@pytest.mark.parametrize("synced_midway", [False, True], ids=["nothing-synced", "half-synced"])
 def test_a_replica_that_lost_its_page_cache_fetches_what_it_lost(
-    cluster_on_own_disks, victim_is_leader
+    cluster_on_own_disks, victim_is_leader, synced_midway
 ):
+    """Nothing synced: the node comes back with whatever ext4 happened to write back (often
+    no log at all). Half synced (syncfs after the first 750 records): it comes back with at
+    least those, a log cut somewhere after them and checkpoints of another moment, and
+    recovers before it repairs."""
     cluster = cluster_on_own_disks
     sizes: dict[str, int] = {}
+    synced_sizes: dict[int, int] = {}
+
+    def sync_all() -> None:
+        for node_id in (1, 2, 3):
+            sync_filesystem(cluster.root / f"node-{node_id}")
+            synced_sizes[node_id] = sum(p.stat().st_size for p in log_files(cluster, node_id))
 
     def power_cut(node_id: int) -> None:
         sizes["before"] = sum(p.stat().st_size for p in log_files(cluster, node_id))
         cut_power(cluster.root / f"node-{node_id}.img", cluster.root / f"node-{node_id}")
         sizes["after"] = sum(p.stat().st_size for p in log_files(cluster, node_id))
 
-    harm_and_repair(cluster, victim_is_leader=victim_is_leader, harm=power_cut)
-    # The fault was real: the replica came back with less than it had acknowledged.
+    victim = harm_and_repair(
+        cluster,
+        victim_is_leader=victim_is_leader,
+        harm=power_cut,
+        midway=sync_all if synced_midway else None,
+    )
+    # The fault was real: the replica came back with less than it had acknowledged, and
+    # with everything the sync made durable.
     assert sizes["after"] < sizes["before"], sizes
+    if synced_midway:
+        assert sizes["after"] >= synced_sizes[victim] > 0, (sizes, synced_sizes)

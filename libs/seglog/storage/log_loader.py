@@ -151,7 +151,8 @@ def load_log(
 def _rebuild_epochs(segments: Sequence[LogSegment], epochs: LeaderEpochCache) -> None:
     """The checkpoint file was unreadable: every batch header (not the records) assigns its
     epoch again, as appends and recovery do."""
-    epochs.clear()
+    if epochs.entries:
+        epochs.clear()
     for segment in segments:
         epochs.assign_from_batches(
             (found.header.partition_leader_epoch, found.header.base_offset)
