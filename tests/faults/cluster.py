@@ -54,7 +54,7 @@ class Cluster:
     three storage nodes, each a process. One gateway keeps the registry in its data dir; with
     `etcd`, two gateways share a registry in an etcd process (one of them the controller).
     With a network lab, each server runs in a namespace of its own, listening on its
-    namespace's address; with a proxy, clients reach the first gateway through it."""
+    namespace's address; with proxies, clients reach each gateway through one of them."""
 
     def __init__(
         self, root: Path, lab: Any = None, use_proxy: bool = False, etcd: bool = False
@@ -68,7 +68,7 @@ class Cluster:
         self.nodes: dict[int, ServerProcess] = {}
         self._client: GatewayClient | None = None
         self.clients: Any = None  # the campaign's client processes, for client faults
-        self.proxy: Any = None
+        self.proxies: list[Any] = []  # one fault proxy in front of each gateway
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         try:
             self._start(use_proxy, etcd)
@@ -140,7 +140,7 @@ class Cluster:
         if use_proxy:
             from tests.faults.proxy import FaultProxy
 
-            self.proxy = FaultProxy(self.gateways[0].address)
+            self.proxies = [FaultProxy(gateway.address) for gateway in self.gateways]
         # A node prints its address before its first heartbeat reaches the gateway.
         wait_for(self.all_registered, HEAL_TIMEOUT_S, "every node registered")
 
@@ -170,11 +170,13 @@ class Cluster:
 
     @property
     def client_address(self) -> str:
-        """Where clients connect: the proxy (in front of the first gateway) when there is
-        one, else the gateways."""
-        if self.proxy is None:
+        """Where clients connect: the proxies when there are some, else the gateways."""
+        if not self.proxies:
             return self.address
-        return ",".join([self.proxy.address, *(g.address for g in self.gateways[1:])])
+        return ",".join(proxy.address for proxy in self.proxies)
+
+    def answers_dropped(self) -> int:
+        return sum(int(proxy.answers_dropped) for proxy in self.proxies)
 
     def topic(self) -> Any:
         [topic] = self.client.describe_topics([TOPIC])
@@ -260,8 +262,8 @@ class Cluster:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
-        if self.proxy is not None:
-            self.proxy.close()
+        for proxy in self.proxies:
+            proxy.close()
         for process in self.processes():
             if process.alive():
                 try:

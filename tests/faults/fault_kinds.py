@@ -318,17 +318,21 @@ class DropAnswers:
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         count = rng.randint(1, 5)
-        before = cluster.proxy.answers_dropped
-        cluster.proxy.drop_answers(count)
+        before = cluster.answers_dropped()
+        # Armed on every proxy (clients use the gateway they last reached); whatever was not
+        # dropped when `count` were is disarmed by heal.
+        for proxy in cluster.proxies:
+            proxy.drop_answers(count)
         wait_for(
-            lambda: cluster.proxy.answers_dropped >= before + count,
+            lambda: cluster.answers_dropped() >= before + count,
             NOTICE_TIMEOUT_S,
             f"{count} answers dropped",
         )
         return f"dropped {count} answers"
 
     def heal(self, cluster: Cluster) -> None:
-        cluster.proxy.heal()
+        for proxy in cluster.proxies:
+            proxy.heal()
 
 
 @dataclass
@@ -340,12 +344,14 @@ class DelayAnswers:
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         delay_ms = PRODUCER_REQUEST_TIMEOUT_MS + rng.choice((-2000, 500, 2000))
-        cluster.proxy.delay_answers(delay_ms)
+        for proxy in cluster.proxies:
+            proxy.delay_answers(delay_ms)
         hold_network_fault(rng)
         return f"delayed answers by {delay_ms} ms"
 
     def heal(self, cluster: Cluster) -> None:
-        cluster.proxy.heal()
+        for proxy in cluster.proxies:
+            proxy.heal()
 
 
 def hold_network_fault(rng: random.Random) -> None:
