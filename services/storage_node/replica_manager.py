@@ -159,13 +159,14 @@ class ReplicaManager:
         self.wake_fetchers()  # acks=all waits answer now
 
     def unfence(self) -> None:
+        if self._fenced is None:
+            return  # every answered heartbeat calls this
         with self._partitions_lock:
-            was, self._fenced = self._fenced, None
+            self._fenced = None
             for held in self._partitions.values():
                 held.fenced = None
-        if was is not None:
-            logger.warning("node %d is no longer fenced: the registry answers again", self.node_id)
-            self.wake_fetchers()
+        logger.warning("node %d is no longer fenced: the registry answers again", self.node_id)
+        self.wake_fetchers()
 
     # -- partitions ----------------------------------------------------------------------
 

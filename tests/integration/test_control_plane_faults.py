@@ -268,7 +268,7 @@ class LinkedCluster:
         return (self.root / "logs" / f"{name}.log").read_text(errors="replace")
 
     def close(self) -> None:
-        for process in self.processes:
+        for process in reversed(self.processes):  # nodes first: their gateways see them off
             if process.process is not None:
                 process.stop(grace_s=10)
         for link in self.links:
