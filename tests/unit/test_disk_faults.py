@@ -10,9 +10,11 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seglog.errors import CorruptRecordError
 from seglog.records import iter_records
 from seglog.storage import Log, LogConfig
 from tests.cluster import batch
@@ -274,3 +276,25 @@ def test_after_a_clean_shutdown_a_flipped_base_offset_at_a_segment_s_ends_is_sti
             assert_a_clean_prefix(reopened)
         finally:
             reopened.close()
+
+
+def test_a_read_refuses_a_batch_whose_offsets_cannot_be_in_its_segment(tmp_path):
+    """A flipped bit in the middle of a segment after a clean start is not read at start-up
+    (only a crash pays for the full walk); a fetch reaching that batch refuses it instead of
+    answering records under offset 2^60, and reads before it are untouched."""
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, CONFIG)
+    for offset in range(BATCHES):
+        log.append(batch([value_of(offset)]))
+    log.close()
+    path, base = older_segment(directory)
+    middle = len(batch_starts(path)) // 2
+    flip_in_field(path, batch_starts(path)[middle], BASE_OFFSET_AT, 8, 60)
+    reopened = Log.open(directory, CONFIG)
+    try:
+        before = [(r.offset, r.value) for r in iter_records(reopened.read(base, 1 << 20))]
+        assert before[:middle] == [(o, value_of(o)) for o in range(base, base + middle)]
+        with pytest.raises(CorruptRecordError, match="outside the segment"):
+            reopened.read(base + middle, 1 << 20)
+    finally:
+        reopened.close()

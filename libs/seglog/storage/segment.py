@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import CorruptIndexError, StorageError
+from ..errors import CorruptIndexError, CorruptRecordError, StorageError
 from ..records.batch import (
     HEADER_BYTES,
     LOG_OVERHEAD,
@@ -24,7 +24,7 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
-from .batch_bounds import Damage, header_damage
+from .batch_bounds import MAX_RELATIVE_OFFSET, Damage, header_damage
 from .file_records import BatchPosition, FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
@@ -387,6 +387,17 @@ class LogSegment:
         if start is None or start.position >= end:
             return None
         first = start.header
+        if (
+            first.base_offset < self.base_offset
+            or first.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            # A batch whose offsets cannot be in this segment (a flipped bit in baseOffset,
+            # which the CRC does not cover, since the segment was last checked): refuse it
+            # rather than hand out records under offsets the log never had.
+            raise CorruptRecordError(
+                f"{self.log.path} at byte {start.position}: baseOffset {first.base_offset}, "
+                f"last offset {first.last_offset} outside the segment (base {self.base_offset})"
+            )
         if first.size_in_bytes > max_bytes:
             size = first.size_in_bytes if min_one_message else 0
             next_offset = first.next_offset if min_one_message else first.base_offset
