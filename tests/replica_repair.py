@@ -112,7 +112,7 @@ def harm_and_repair(
     if midway is not None:
         midway()
     acknowledged.update(produce(cluster, RECORDS // 2, RECORDS - RECORDS // 2))
-    assert sorted(acknowledged) == list(range(RECORDS))
+    assert sorted(acknowledged) == list(range(RECORDS)), _gaps(acknowledged, 0, RECORDS)
     leader = partition_state(cluster).leader
     victim = leader if victim_is_leader else next(n for n in cluster.nodes if n != leader)
     if not victim_is_leader:
@@ -154,13 +154,34 @@ def harm_and_repair(
 
     # The partition keeps taking produces, with the right offsets.
     more = produce(cluster, RECORDS, MORE_RECORDS)
-    assert sorted(more) == list(range(RECORDS, RECORDS + MORE_RECORDS))
+    assert sorted(more) == list(range(RECORDS, RECORDS + MORE_RECORDS)), _gaps(
+        more, RECORDS, RECORDS + MORE_RECORDS
+    )
     acknowledged.update(more)
     wait_for(cluster.caught_up, REPAIR_TIMEOUT_S, "every replica at the log end", cluster.state)
     leader = partition_state(cluster).leader
-    assert log_bytes(cluster, victim) == log_bytes(cluster, leader)
+    assert log_bytes(cluster, victim) == log_bytes(cluster, leader), _differences(
+        cluster, victim, leader
+    )
     records = read_all(cluster, RECORDS + MORE_RECORDS)
-    assert {o: records.get(o) for o in acknowledged} == {
-        o: value_of(i) for o, i in acknowledged.items()
-    }
+    wrong = {o: records.get(o) for o, i in acknowledged.items() if records.get(o) != value_of(i)}
+    assert not wrong, f"{len(wrong)} acknowledged records lost or changed, e.g. {sorted(wrong)[:5]}"
     return victim
+
+
+def _gaps(acknowledged: dict[int, int], first: int, end: int) -> str:
+    offsets = sorted(acknowledged)
+    return f"acknowledged offsets {offsets[:3]}..{offsets[-3:]}, expected {first}..{end - 1}"
+
+
+def _differences(cluster: Cluster, victim: int, leader: int) -> str:
+    """Where the two replicas' segment files differ, for the failure message."""
+    mine = {p.name: p.read_bytes() for p in log_files(cluster, victim)}
+    theirs = {p.name: p.read_bytes() for p in log_files(cluster, leader)}
+    names = sorted(set(mine) | set(theirs))
+    differing = [
+        f"{n}: {len(mine.get(n, b''))} vs {len(theirs.get(n, b''))} bytes"
+        for n in names
+        if mine.get(n) != theirs.get(n)
+    ]
+    return f"node {victim} vs leader {leader}: {differing[:5]} ({len(differing)} files differ)"
