@@ -298,3 +298,25 @@ def test_a_read_refuses_a_batch_whose_offsets_cannot_be_in_its_segment(tmp_path)
             reopened.read(base + middle, 1 << 20)
     finally:
         reopened.close()
+
+
+def test_a_segment_rebuilt_in_the_middle_keeps_the_epochs_of_the_segments_after_it(tmp_path):
+    """An older segment whose index did not match its log is rebuilt while the segments
+    after it are kept: the leader epochs that start in those later segments stay."""
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, CONFIG)
+    for offset in range(BATCHES):
+        log.append(batch([value_of(offset)]), leader_epoch=1 if offset < 30 else 2)
+    epochs = log.leader_epochs.entries
+    assert [e.epoch for e in epochs] == [1, 2]
+    log.close()
+    (tmp_path / ".kafka_cleanshutdown").unlink()
+    index = sorted(directory.glob("*.index"))[1]
+    assert index.stat().st_size >= 16
+    flip_bit(index, 3, 0)  # rebuilt from the log, the later segments kept
+    reopened = Log.open(directory, CONFIG)
+    try:
+        assert reopened.log_end_offset == BATCHES
+        assert reopened.leader_epochs.entries == epochs
+    finally:
+        reopened.close()

@@ -120,7 +120,12 @@ def load_log(
             damage = segment.find_damage(next_base)
             recover = damage is not None
         if recover:
-            epochs.truncate_from_end(base)
+            if unflushed:
+                # Every segment from here on is recovered too and assigns its epochs again.
+                # A segment recovered in the middle of kept ones must not drop the epochs of
+                # the segments after it; if it is cut, the log ends there and the epochs are
+                # cut to the new end below.
+                epochs.truncate_from_end(base)
             recovered = segment.recover(epochs, upper_bound=next_base)
             loaded.bytes_truncated += recovered.bytes_truncated
             loaded.segments.append(segment)
