@@ -320,3 +320,24 @@ def test_a_segment_rebuilt_in_the_middle_keeps_the_epochs_of_the_segments_after_
         assert reopened.leader_epochs.entries == epochs
     finally:
         reopened.close()
+
+
+def test_an_unreadable_data_dir_checkpoint_is_forgotten_and_the_logs_are_checked_whole(tmp_path):
+    """The recovery-point file beside the logs damaged after a clean shutdown: the data dir
+    still opens, and the logs are checked as after a crash (the marker is not trusted)."""
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, CONFIG)
+    for offset in range(BATCHES):
+        log.append(batch([value_of(offset)]))
+    log.close()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+    flip_bit(tmp_path / "recovery-point-offset-checkpoint", 0, 1)  # version "0" becomes "2"
+    path, base = older_segment(directory)
+    middle = len(batch_starts(path)) // 2
+    flip_in_field(path, batch_starts(path)[middle], BASE_OFFSET_AT, 8, 60)
+    reopened = Log.open(directory, CONFIG)
+    try:
+        assert reopened.log_end_offset == base + middle
+        assert_a_clean_prefix(reopened)
+    finally:
+        reopened.close()

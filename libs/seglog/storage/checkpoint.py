@@ -79,13 +79,30 @@ class DataDir:
             # From now on a crash is unclean again until every log closes cleanly.
             marker.unlink()
             fsync_directory(path)
-        self.recovery_points = read_checkpoint(path / RECOVERY_POINT_CHECKPOINT)
-        self.log_start_offsets = read_checkpoint(path / LOG_START_OFFSET_CHECKPOINT)
-        self.cleaner_offsets = read_checkpoint(path / CLEANER_OFFSET_CHECKPOINT)
-        self.high_watermarks = read_checkpoint(path / HIGH_WATERMARK_CHECKPOINT)
+        self.unreadable: list[str] = []  # checkpoint files that did not parse
+        self.recovery_points = self._read_or_forget(RECOVERY_POINT_CHECKPOINT)
+        self.log_start_offsets = self._read_or_forget(LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = self._read_or_forget(CLEANER_OFFSET_CHECKPOINT)
+        self.high_watermarks = self._read_or_forget(HIGH_WATERMARK_CHECKPOINT)
+        if self.unreadable:
+            # Damaged files beside the logs: the logs are checked whole, as after a crash.
+            self.clean_shutdown = False
         self._lock = threading.Lock()
         self._open: set[TopicPartition] = set()
         self._all_closed_cleanly = True
+
+    def _read_or_forget(self, name: str) -> dict[TopicPartition, int]:
+        """A checkpoint that does not parse (a flipped bit, a torn write) is logged and read
+        as empty rather than refusing the whole data dir: every value in these files is a
+        hint that is safe to lose (recovery points: recover everything; high watermarks:
+        the leader moves them again; log start offsets: the first segment's base; cleaner
+        offsets: clean again)."""
+        try:
+            return read_checkpoint(self.path / name)
+        except CorruptRecordError as exc:
+            logger.error("%s; read as empty", exc)
+            self.unreadable.append(name)
+            return {}
 
     def opened(self, tp: TopicPartition) -> None:
         with self._lock:
