@@ -16,6 +16,7 @@ segments are recovered, cut with the log on truncation and moved with the log st
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,11 +62,12 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self._lock = threading.Lock()
-        # The file is derived from the batches' partitionLeaderEpoch fields: a file that is
-        # missing or does not parse (a flipped bit, a torn write, a write that failed on a
+        # The file is derived from the batches' partitionLeaderEpoch fields: a file that
+        # does not parse (a flipped bit, a torn write, or emptied after a write failed on a
         # full disk) is not a reason to refuse the partition: it starts empty and
-        # `needs_rebuild` asks the loader to assign every batch again.
-        self.needs_rebuild = not self.path.exists()
+        # `needs_rebuild` asks the loader to assign every batch again. (No file at all is a
+        # log no leader ever stamped: nothing to rebuild.)
+        self.needs_rebuild = False
         try:
             self._entries = read_epoch_entries(self.path)
         except CorruptRecordError as exc:
@@ -148,7 +150,7 @@ class LeaderEpochCache:
     def _write(self) -> None:
         """Write the file after a change. The entries in memory are the truth: a write that
         fails (a full disk) is logged and not raised, since the append or truncation that
-        changed them has already happened to the log. The stale file is removed (which needs
+        changed them has already happened to the log. The stale file is emptied (which needs
         no space), so a restart before the next successful write rebuilds the epochs from
         the batches rather than trusting entries the log has moved past."""
         lines = [str(_VERSION), str(len(self._entries))]
@@ -157,8 +159,8 @@ class LeaderEpochCache:
             try:
                 atomic_write(self.path, ("\n".join(lines) + "\n").encode())
             except OSError as exc:
-                logger.error("%s not written (%s); removed until the next change", self.path, exc)
+                logger.error("%s not written (%s); emptied until the next change", self.path, exc)
                 try:
-                    self.path.unlink()
+                    os.truncate(self.path, 0)
                 except OSError:
                     pass
