@@ -109,6 +109,9 @@ class EtcdKeyspace:
     def key(self, name: str) -> str:
         return self.prefix + name
 
+    def is_cut_off(self) -> bool:
+        return self.cut_off_within(0.0)
+
     def cut_off_within(self, window_s: float) -> bool:
         """True while no etcd endpoint answers this gateway (a call failed, or one has been
         waiting for its answer too long), and for `window_s` after one answers again."""

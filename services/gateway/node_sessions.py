@@ -18,8 +18,11 @@ A lease lapses in etcd when no gateway renewed it for its TTL, and that is not a
 node's death: while the gateways are cut off from etcd they answer the node's heartbeats
 (the data path goes on) but cannot renew its lease. So, as Kafka's controller gives every
 broker a fresh session after a failover:
+- while this gateway is cut off from etcd (a call failed, or waits past a second), a
+  heartbeat is answered at once, without waiting on etcd: the node must not fence itself
+  (registry_client.py) for an outage that no one can elect through;
 - a session this gateway sees end while it is, or was within a lease TTL, cut off from etcd
-  (EtcdKeyspace.cut_off_within) is kept live for one more TTL of grace, counted from then;
+  (EtcdKeyspace.cut_off_within) stays live until one TTL after the outage ended: its grace;
 - a heartbeat that finds the node's lease lapsed (in grace or not) opens a new lease for the
   same session: the process heartbeating is the one that registered (a restarted node
   registers anew, and is fenced then), so it keeps its place in the ISRs.
@@ -35,7 +38,6 @@ import json
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -101,9 +103,9 @@ class EtcdNodeSessions:
         self._lock = threading.Lock()
         self._renewing = threading.Lock()  # one lease renewal at a time
         self._sessions: dict[int, NodeSession] = {}
-        # Sessions whose lease lapsed while this gateway was cut off from etcd: until when
-        # (time.monotonic()) they count as live, waiting for the node's next heartbeat.
-        self._grace_until: dict[int, float] = {}
+        # Sessions whose lease lapsed while this gateway was cut off from etcd: live until
+        # one TTL after the outage, waiting for the node's next heartbeat to renew them.
+        self._lapsed: set[int] = set()
         keyspace.subscribe(PREFIX, self._changed)
 
     def is_live(self, node_id: int) -> bool:
@@ -111,10 +113,10 @@ class EtcdNodeSessions:
 
     def get(self, node_id: int) -> NodeSession | None:
         with self._lock:
-            until = self._grace_until.get(node_id)
-            if until is not None and time.monotonic() >= until:
-                del self._grace_until[node_id]
-                self._sessions.pop(node_id, None)  # down (listeners ignore the end anyway)
+            lapsed = node_id in self._lapsed
+        if lapsed and not self.keyspace.cut_off_within(self.ttl_s):
+            self._apply(node_id, None)  # its grace is over: down
+        with self._lock:
             return self._sessions.get(node_id)
 
     def open(
@@ -149,9 +151,11 @@ class EtcdNodeSessions:
         session = self.get(node_id)
         if session is None or session.address != address:
             return False
+        if self.keyspace.is_cut_off():
+            return True  # renewed on a heartbeat once etcd answers (its grace covers a lapse)
         try:
             with self._lock:
-                lapsed = node_id in self._grace_until
+                lapsed = node_id in self._lapsed
             if lapsed or self.keyspace.keep_alive(session.lease) <= 0:
                 session = self._renew(session)
             if session.offline != offline or session.bulk_address != bulk_address:
@@ -194,19 +198,19 @@ class EtcdNodeSessions:
             self._apply(node_id, None)
             return
         with self._lock:
-            if node_id not in self._sessions or node_id in self._grace_until:
+            if node_id not in self._sessions or node_id in self._lapsed:
                 return
-            self._grace_until[node_id] = time.monotonic() + self.ttl_s
+            self._lapsed.add(node_id)
         logger.warning(
             "node %d's session lease lapsed while this gateway was cut off from etcd: it "
-            "stays live %d s for its heartbeats to renew it",
+            "stays live until %d s after the outage, for its heartbeats to renew it",
             node_id,
             self.ttl_s,
         )
 
     def _apply(self, node_id: int, session: NodeSession | None) -> None:
         with self._lock:
-            self._grace_until.pop(node_id, None)
+            self._lapsed.discard(node_id)
             if session is None:
                 if self._sessions.pop(node_id, None) is None:
                     return

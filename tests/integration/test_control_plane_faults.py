@@ -340,6 +340,15 @@ def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(clu
     dead = before[2][0]
     survivors = sorted({1, 2, 3} - {dead})
     cut_gateways_from_etcd_until_leases_lapse(cluster)
+    # No one can elect through the cut: the leaders lead on, and acks=all writes go on.
+    assert holds(
+        lambda: all(cluster.node_roles(before[p][0], "orders", p)[0] == "leader" for p in range(3)),
+        2 * SESSION_TIMEOUT_S,
+    )
+    with cluster.client(0) as client:
+        for p in range(3):
+            [result] = client.produce("orders", {p: _batch(b"during the cut")}, acks=-1)
+            assert not result.error, result.error_message
     cluster.nodes[dead].kill()  # one node does die meanwhile: that death must still count
     for link in cluster.etcd_links:
         link.heal()
