@@ -7,6 +7,7 @@ in the log says each field must be, cut the log before the damage, and never inv
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -341,3 +342,25 @@ def test_an_unreadable_data_dir_checkpoint_is_forgotten_and_the_logs_are_checked
         assert_a_clean_prefix(reopened)
     finally:
         reopened.close()
+
+
+def test_a_power_cut_that_emptied_an_unflushed_middle_segment_ends_the_log_there(tmp_path):
+    """A power cut keeps the files it had created but not their unflushed bytes: a rolled
+    segment above the recovery point can come back empty, or ending at a batch boundary
+    short of the next segment's base, with whole later segments after it. Each piece looks
+    valid; together they skip offsets. The log ends at the gap (a log that is not compacted
+    never skips offsets), so the replica fetches the rest instead of claiming it."""
+    for cut in ("emptied", "short by one batch"):
+        directory = write_crashed_log(tmp_path / cut.replace(" ", "-"))
+        (directory.parent / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 0\n")
+        path, base = older_segment(directory)
+        starts = batch_starts(path)
+        keep = 0 if cut == "emptied" else starts[-1]
+        os.truncate(path, keep)
+        log = Log.open(directory, CONFIG)
+        try:
+            expected_end = base if cut == "emptied" else base + len(starts) - 1
+            assert log.log_end_offset == expected_end, cut
+            assert_a_clean_prefix(log)
+        finally:
+            log.close()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import log_files
+from .batch_bounds import Damage
 from .leader_epoch_cache import LeaderEpochCache
 from .segment import LogSegment, SegmentRecovery
 from .segment_factory import SegmentFactory
@@ -132,6 +133,12 @@ def load_log(
             if recovered.bytes_truncated:
                 _end_log_at_damage(directory, segment, recovered, bases[i + 1 :], unflushed)
                 break
+            gap = _missing_offsets(segment, next_base) if unflushed else None
+            if gap is not None and not factory.config.compact:
+                _end_log_at_damage(
+                    directory, segment, recovered._replace(damage=gap), bases[i + 1 :], unflushed
+                )
+                break
             if damage is not None:
                 logger.warning(
                     "%s: segment %d's indexes did not match its log (%s); rebuilt from the log",
@@ -151,6 +158,24 @@ def load_log(
         loaded.recovered_up_to = loaded.log_end_offset
     epochs.truncate_from_end(loaded.log_end_offset)
     return loaded
+
+
+def _missing_offsets(segment: LogSegment, next_base: int | None) -> Damage | None:
+    """An unflushed segment that ends before the next segment's base offset: a crash (a
+    power cut) kept the files but not all their bytes, so a segment can come back empty or
+    short at a batch boundary, whole-looking, with later segments after it. A log that is
+    not compacted never skips offsets, so the offsets in between were lost, not removed."""
+    if next_base is None:
+        return None
+    end = max(segment.read_next_offset(), segment.base_offset)
+    if end >= next_base:
+        return None
+    return Damage(
+        segment.size,
+        f"the segment to end at offset {next_base} (the next segment's base offset)",
+        f"its last batch ending at offset {end}: offsets {end}..{next_base - 1} missing",
+        str(segment.log.path),
+    )
 
 
 def _rebuild_epochs(segments: Sequence[LogSegment], epochs: LeaderEpochCache) -> None:
