@@ -24,7 +24,9 @@ Order of work, each step safe to repeat if the process dies during it:
    reads): a torn tail, or a flipped base offset at either end of a segment.
 3. The log ends where the first damage begins, in whichever segment it is found; the
    segments after it are deleted (`_end_log_at_damage` says why), and the damage is logged
-   with its file, byte position, what was expected and what was read.
+   with its file, byte position, what was expected and what was read. In a log that is not
+   compacted, an unflushed segment that ends before the next segment's base (a power cut
+   kept the file but not all its bytes) is damage too (`_missing_offsets`).
 4. A `leader-epoch-checkpoint` that does not parse is rebuilt from the batches' headers.
 """
 
