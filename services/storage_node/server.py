@@ -234,6 +234,11 @@ class StorageNode:
             if self.health_server is not None:
                 self.health_server.stop(0)
             raise
+        if self.config.gateway:
+            # Until the registry has answered, any push or leadership this process holds may
+            # be its previous life's: a restarted node whose log was cut at recovery must not
+            # lead on a stale push naming it leader. The first answered heartbeat unfences.
+            self.replicas.fence("starting: not registered with the registry yet")
         self.replicas.start()
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
