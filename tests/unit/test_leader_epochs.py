@@ -140,6 +140,16 @@ def test_a_follower_refuses_what_it_cannot_append_as_is(tmp_path, now_ms):
     with pytest.raises(CorruptRecordError, match="CRC"):
         follower.append_as_follower(bytes(corrupt))
     assert follower.log_end_offset == 6  # nothing of a refused append is written
+    # A batch past a gap, as a damaged leader would send one (bit 60 of its baseOffset,
+    # outside the CRC): refused on a log that is not compacted, where gaps cannot be.
+    damaged = bytearray(leader.read(6, 1 << 20))
+    damaged[0] ^= 0x10
+    with pytest.raises(CorruptRecordError, match="past the next offset 6"):
+        follower.append_as_follower(bytes(damaged))
+    compacted = Log.open(tmp_path / "compacted" / "t-0", LogConfig(cleanup_policy="compact"))
+    compacted.append_as_follower(leader.read(6, 1 << 20))  # a compacted leader's gaps
+    assert compacted.log_end_offset == 7
+    compacted.close()
     follower.append_as_follower(leader.read(6, 1 << 20))
     assert follower.read(0, 1 << 20) == leader.read(0, 1 << 20)
     leader.close()

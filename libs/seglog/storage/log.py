@@ -319,7 +319,9 @@ class Log:
         view = memoryview(records).cast("B")
         with self._lock:
             self._check_open()
-            batches = validate_follower_records(view, self._log_end_offset)
+            batches = validate_follower_records(
+                view, self._log_end_offset, gaps_allowed=self.config.compact
+            )
             first_offset = batches[0][1].base_offset
             last = batches[-1][1]
             appended = [

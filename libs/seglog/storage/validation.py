@@ -97,12 +97,15 @@ def validate_records(
 
 
 def validate_follower_records(
-    records: bytes | bytearray | memoryview, next_offset: int
+    records: bytes | bytearray | memoryview, next_offset: int, *, gaps_allowed: bool
 ) -> list[tuple[int, BatchHeader]]:
     """A follower's check of the leader's bytes before appending them as they are (Kafka's
-    appendAsFollower): whole v2 batches, CRC-valid, offsets increasing from `next_offset` on
-    (gaps allowed: a compacted leader has them). The leader validated the records; size
-    limits and timestamps are its configs' to judge, not the follower's."""
+    appendAsFollower): whole v2 batches, CRC-valid, offsets increasing from `next_offset` on,
+    with no gap unless `gaps_allowed` (a compacted leader has them). The gap check is not
+    Kafka's: baseOffset is outside the CRC, so a leader whose older segment had a bit flipped
+    after a clean shutdown (recovery then checks only headers it reads) would hand a batch at
+    offset 2^60 on, and the follower would roll a segment there and wedge the partition. The
+    leader validated the records; size limits and timestamps are its configs' to judge."""
     view = memoryview(records).cast("B")
     batches: list[tuple[int, BatchHeader]] = []
     pos = 0
@@ -116,6 +119,12 @@ def validate_follower_records(
             raise InvalidRecordError(
                 f"replicated batch at position {pos} starts at offset {header.base_offset}, "
                 f"below the next offset {expected}: offsets must increase"
+            )
+        if header.base_offset > expected and not gaps_allowed:
+            raise CorruptRecordError(
+                f"replicated batch at position {pos} starts at offset {header.base_offset}, "
+                f"past the next offset {expected}: a log that is not compacted has no gaps "
+                f"(the leader's copy is damaged)"
             )
         batches.append((pos, header))
         expected = header.next_offset
