@@ -265,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="keep data, logs and histories of a valid run too"
     )
+    parser.add_argument(
+        "--network-prefix", default="sgcamp", help="the network lab's names (one lab a prefix)"
+    )
+    parser.add_argument("--subnet-octet", type=int, default=231, help="the lab's 10.<octet>.0.0/24")
     args = parser.parse_args(argv)
     config = CampaignConfig(
         cycles=args.cycles,
@@ -274,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         producers=args.producers,
         consumers=args.consumers,
         etcd=args.etcd,
+        network_prefix=args.network_prefix,
+        subnet_octet=args.subnet_octet,
     )
     root = Path(tempfile.mkdtemp(prefix="seglog-campaign-"))
     print(f"fault campaign: seed {config.seed}, data, logs and histories in {root}", flush=True)
