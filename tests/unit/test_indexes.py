@@ -133,3 +133,27 @@ def test_entries_reach_the_file_as_appended_and_truncation_zeroes_them_there(tmp
     index.flush()
     index.close()
     assert path.read_bytes() == entry(10, 4096) + entry(40, 16384)
+
+
+def test_resetting_an_untrimmed_index_after_a_crash_keeps_its_preallocation_a_hole(tmp_path):
+    # A crash leaves the active segment's index at its preallocated size (a sparse file);
+    # reopened, every slot counts as an entry, and recovery resets it before the rebuild.
+    # Zeroing every slot allocated max_index_bytes of real blocks per index file (10 MiB,
+    # twice per partition at each unclean start): a node with 53 partitions filled its
+    # 230 MiB disk on recovery. Only what holds data may be written.
+    max_index_bytes = 8 * 1024 * 1024
+    path = tmp_path / "00000000000000000000.index"
+    index = OffsetIndex(path, 0, max_index_bytes)
+    index.append_entries([(10, 4096), (20, 8192)])
+    index.flush()  # left at its preallocated size, as a crash leaves it
+    allocated_bytes = path.stat().st_blocks * 512
+    assert allocated_bytes < 1024 * 1024, "the preallocated file is not sparse here"
+    reopened = OffsetIndex(path, 0, max_index_bytes)
+    assert reopened.entries == max_index_bytes // 8
+    reopened.reset()
+    assert reopened.entries == 0
+    assert path.stat().st_blocks * 512 <= allocated_bytes + 64 * 1024
+    assert path.read_bytes()[:16] == bytes(16)  # the old entries are gone
+    reopened.append(30, 12288)
+    reopened.close()
+    assert path.read_bytes() == (30).to_bytes(4, "big") + (12288).to_bytes(4, "big")

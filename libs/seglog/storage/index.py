@@ -32,6 +32,7 @@ from pathlib import Path
 from ..errors import CorruptIndexError, InvalidOffsetError, LogClosedError
 
 WARM_SECTION_BYTES = 8192
+ZERO_CHUNK_BYTES = 1024 * 1024
 
 
 class AbstractIndex(abc.ABC):
@@ -148,9 +149,26 @@ class AbstractIndex(abc.ABC):
 
     def truncate_to_entries(self, entries: int) -> None:
         if self._map is not None and entries < self._entries:
-            start = entries * self.ENTRY.size
-            self._write_at(bytes(self._entries * self.ENTRY.size - start), start)
+            self._zero(entries * self.ENTRY.size, self._entries * self.ENTRY.size)
         self._entries = entries
+
+    def _zero(self, start: int, end: int) -> None:
+        """Zero bytes [start, end) where the file holds data, leaving its holes holes: a
+        preallocated index reopened after a crash counts every slot as an entry, and zeroing
+        it whole wrote max_index_bytes of real blocks per index at each recovery (10 MiB,
+        twice per partition: a node with 53 partitions filled a 230 MiB disk)."""
+        position = start
+        while position < end:
+            try:
+                data = os.lseek(self._fd, position, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole from here to the end of the file
+                return
+            if data >= end:
+                return
+            hole = min(os.lseek(self._fd, data, os.SEEK_HOLE), end)
+            for chunk in range(data, hole, ZERO_CHUNK_BYTES):
+                self._write_at(bytes(min(ZERO_CHUNK_BYTES, hole - chunk)), chunk)
+            position = hole
 
     def resize(self, new_length: int) -> None:
         """Remap the file at `new_length` bytes (rounded down to whole entries)."""
