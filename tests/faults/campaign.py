@@ -12,8 +12,9 @@ Each cycle waits for the cluster to heal (every ISR whole, writes going on), the
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
 clients' link, the clients themselves: at most one storage node at a time, which is what
 RF 3 with min ISR 2 promises to survive), and heals them. Network faults need root and
-tests/faults/netns.py; answer faults tests/faults/proxy.py; without them the campaign runs
-the faults it can make (`available_faults`).
+tests/faults/netns.py; answer faults tests/faults/proxy.py; power cuts and full disks root
+and loop mounts (each node's data dir is then an ext4 of its own, tests/faults/disks.py);
+without them the campaign runs the faults it can make (`available_faults`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from tests.faults.clients import ClientProcess, Clients
 from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster, wait_for
 from tests.faults.fault_kinds import (
     ALL_FAULTS,
+    DISK_FAULTS,
     ETCD_FAULTS,
+    MOUNTED_DISK_FAULTS,
     NETWORK_FAULTS,
     NODE,
     PRODUCER_REQUEST_TIMEOUT_MS,
@@ -49,6 +52,7 @@ GROUP = "campaign-readers"
 PROGRESS_RECORDS = 50
 PROGRESS_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 180.0
+DISK_FAULT_SEGMENT_BYTES = 256 * 1024
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -115,9 +119,16 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     clients: Clients | None = None
     try:
         cluster = Cluster(
-            root, lab, use_proxy=any(n in PROXY_FAULTS for n in names), etcd=config.etcd
+            root,
+            lab,
+            use_proxy=any(n in PROXY_FAULTS for n in names),
+            etcd=config.etcd,
+            node_disks=any(n in MOUNTED_DISK_FAULTS for n in names),
         )
-        cluster.client.create_topic(TOPIC, PARTITIONS, 3)
+        # Disk faults damage older segments too: small segments make many of them.
+        topic_configs = {"segment.bytes": str(DISK_FAULT_SEGMENT_BYTES)}
+        disk_faults = any(n in DISK_FAULTS for n in names)
+        cluster.client.create_topic(TOPIC, PARTITIONS, 3, topic_configs if disk_faults else None)
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
         clients = Clients(

@@ -57,7 +57,12 @@ class Cluster:
     namespace's address; with proxies, clients reach each gateway through one of them."""
 
     def __init__(
-        self, root: Path, lab: Any = None, use_proxy: bool = False, etcd: bool = False
+        self,
+        root: Path,
+        lab: Any = None,
+        use_proxy: bool = False,
+        etcd: bool = False,
+        node_disks: bool = False,
     ) -> None:
         if etcd and lab is not None:
             raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
@@ -70,15 +75,20 @@ class Cluster:
         self.clients: Any = None  # the campaign's client processes, for client faults
         self.proxies: list[Any] = []  # one fault proxy in front of each gateway
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
+        self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
         try:
-            self._start(use_proxy, etcd)
+            self._start(use_proxy, etcd, node_disks)
         except BaseException:
             self.close()  # whatever did start
             raise
 
-    def _start(self, use_proxy: bool, etcd: bool) -> None:
+    def _start(self, use_proxy: bool, etcd: bool, node_disks: bool) -> None:
         root, lab = self.root, self.lab
         (root / "logs").mkdir(parents=True, exist_ok=True)
+        if node_disks:
+            from tests.faults.disks import NodeDisks
+
+            self.disks = NodeDisks(root, list(range(1, NODES + 1)))
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
         registry_args: list[str] = []
         if etcd:
@@ -260,6 +270,13 @@ class Cluster:
         self.gateways[index].start()  # on its own address again
 
     def close(self) -> None:
+        try:
+            self._close_processes()
+        finally:
+            if self.disks is not None:
+                self.disks.close()  # once no node holds its filesystem
+
+    def _close_processes(self) -> None:
         if self._client is not None:
             self._client.close()
         for proxy in self.proxies:

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from tests.faults.cluster import NOTICE_TIMEOUT_S, PARTITIONS, SESSION_TIMEOUT_MS, Cluster, wait_for
+from tests.faults.cluster import (
+    NOTICE_TIMEOUT_S,
+    PARTITIONS,
+    SESSION_TIMEOUT_MS,
+    TOPIC,
+    Cluster,
+    wait_for,
+)
 
 # The producers' request timeout: pauses outlast it, delayed answers straddle it.
 PRODUCER_REQUEST_TIMEOUT_MS = 3000
@@ -354,6 +361,81 @@ class DelayAnswers:
             proxy.heal()
 
 
+@dataclass
+class DiskBitflip:
+    """SIGKILL a node, flip one bit in one of its files of the campaign topic, restart it:
+    recovery must find what the CRC does not cover, and the replica repair from its peers."""
+
+    name: str = "disk-bitflip"
+    target: str = NODE
+    node_id: int = -1
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        from tests.faults.disks import flip_a_bit
+
+        # half the time the leader of the partition damaged
+        partition = rng.randrange(PARTITIONS)
+        leader = cluster.leader_of(partition)
+        if rng.random() < 0.5 and leader in cluster.nodes:
+            self.node_id, which = leader, f"node {leader} (leader of p{partition})"
+        else:
+            self.node_id = rng.choice(sorted(cluster.nodes))
+            which = f"node {self.node_id}"
+        cluster.nodes[self.node_id].kill()
+        flipped = flip_a_bit(cluster.root / f"node-{self.node_id}" / f"{TOPIC}-{partition}", rng)
+        cluster.nodes[self.node_id].start()
+        return f"SIGKILL {which}, {flipped}, restarted"
+
+    def heal(self, cluster: Cluster) -> None:
+        restart_node_if_down(cluster, self.node_id)
+
+
+@dataclass
+class DiskPowerCut:
+    """SIGKILL a node and lose what its filesystem had not flushed (EXT4_IOC_SHUTDOWN
+    without flushing, then what the device held mounted again), restart it."""
+
+    name: str = "disk-power-cut"
+    target: str = NODE
+    node_id: int = -1
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        if cluster.disks is None:
+            raise RuntimeError("disk-power-cut needs the nodes on disks of their own")
+        self.node_id, which = pick_node(cluster, rng)
+        cluster.nodes[self.node_id].kill()
+        cluster.disks.cut_power(self.node_id)
+        cluster.nodes[self.node_id].start()
+        return f"SIGKILL {which} and cut its disk's power, restarted"
+
+    def heal(self, cluster: Cluster) -> None:
+        restart_node_if_down(cluster, self.node_id)
+
+
+@dataclass
+class DiskFull:
+    """A node's filesystem filled by a ballast file for a few seconds, so its appends fail;
+    the ballast is removed when healed."""
+
+    name: str = "disk-full"
+    target: str = NODE
+    node_id: int = -1
+
+    def start(self, cluster: Cluster, rng: random.Random) -> str:
+        if cluster.disks is None:
+            raise RuntimeError("disk-full needs the nodes on disks of their own")
+        self.node_id, which = pick_node(cluster, rng)
+        ballast_bytes = cluster.disks.fill(self.node_id)
+        hold_network_fault(rng)
+        return f"filled the disk of {which} ({ballast_bytes} bytes of ballast)"
+
+    def heal(self, cluster: Cluster) -> None:
+        if self.node_id < 0 or cluster.disks is None:
+            return
+        cluster.disks.free(self.node_id)
+        restart_node_if_down(cluster, self.node_id)  # a node may give up on a full disk
+
+
 def hold_network_fault(rng: random.Random) -> None:
     """A network fault lasts a random few seconds (its duration is part of the fault)."""
     time.sleep(rng.uniform(2.0, 6.0))
@@ -382,13 +464,19 @@ PROXY_FAULTS: dict[str, Callable[[], Fault]] = {
     "drop-answers": DropAnswers,
     "delay-answers": DelayAnswers,
 }
-ALL_FAULTS = {**PROCESS_FAULTS, **ETCD_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS}
+# Faults needing each node's data dir on a loop-mounted filesystem of its own.
+MOUNTED_DISK_FAULTS: dict[str, Callable[[], Fault]] = {
+    "disk-power-cut": DiskPowerCut,
+    "disk-full": DiskFull,
+}
+DISK_FAULTS: dict[str, Callable[[], Fault]] = {"disk-bitflip": DiskBitflip, **MOUNTED_DISK_FAULTS}
+ALL_FAULTS = {**PROCESS_FAULTS, **ETCD_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS, **DISK_FAULTS}
 
 
 def available_faults(etcd: bool = False) -> list[str]:
     """The faults this machine and work tree can inject into a cluster with or without etcd:
     network faults need root and the network lab (not yet with etcd), answer faults the
-    proxy."""
+    proxy, power cuts and full disks root and loop mounts."""
     names = list(PROCESS_FAULTS)
     if etcd:
         names += list(ETCD_FAULTS)
@@ -396,6 +484,10 @@ def available_faults(etcd: bool = False) -> list[str]:
         names += list(NETWORK_FAULTS)
     if _importable("tests.faults.proxy"):
         names += list(PROXY_FAULTS)
+    if _importable("tests.faults.disks"):
+        from tests.faults.disks import loop_mounts_possible
+
+        names += [n for n in DISK_FAULTS if n not in MOUNTED_DISK_FAULTS or loop_mounts_possible()]
     return names
 
 
