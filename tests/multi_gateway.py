@@ -20,7 +20,35 @@ from tests.ports import free_ports
 SESSION_TIMEOUT_MS = 3000  # nodes' and gateways' leases: 3 s
 
 
-class EtcdBackedCluster:
+class GatewayQueries:
+    """What a test asks each of several gateways (`gateway_addresses`, by index)."""
+
+    gateway_addresses: list[str]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.gateway_addresses)
+
+    def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
+        with grpc.insecure_channel(self.gateway_addresses[index]) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            return stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5)
+
+    def controller(self, index: int) -> str | None:
+        """The controller gateway index `index` knows of (None: it does not answer)."""
+        try:
+            return self.describe_cluster(index).controller
+        except grpc.RpcError:
+            return None
+
+    def live_nodes(self, index: int) -> list[int]:
+        try:
+            return sorted(n.node_id for n in self.describe_cluster(index).nodes if n.live)
+        except grpc.RpcError:
+            return []
+
+
+class EtcdBackedCluster(GatewayQueries):
     def __init__(
         self, root: Path, *, gateways: int = 2, nodes: int = 3, node_gateway_order=None
     ) -> None:
@@ -87,28 +115,6 @@ class EtcdBackedCluster:
         except BaseException:
             self.close()
             raise
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(self.gateway_addresses)
-
-    def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
-        with grpc.insecure_channel(self.gateway_addresses[index]) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            return stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5)
-
-    def controller(self, index: int) -> str | None:
-        """The controller gateway index `index` knows of (None: it does not answer)."""
-        try:
-            return self.describe_cluster(index).controller
-        except grpc.RpcError:
-            return None
-
-    def live_nodes(self, index: int) -> list[int]:
-        try:
-            return [n.node_id for n in self.describe_cluster(index).nodes if n.live]
-        except grpc.RpcError:
-            return []
 
     def client(self, index: int | None = None) -> GatewayClient:
         address = self.bootstrap if index is None else self.gateway_addresses[index]

@@ -27,11 +27,12 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
-from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
+from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services.embedded_etcd import EtcdProcess
 from services.gateway.etcd_keyspace import EtcdKeyspace, KeyValue
 from services.processes import ServerProcess, gateway_process, node_process
 from tests.cluster import CLUSTER_SECRET, batch, wait_until
+from tests.multi_gateway import GatewayQueries
 from tests.ports import free_ports
 
 pytestmark = pytest.mark.timeout(240)
@@ -145,7 +146,7 @@ class Link:
                     pass
 
 
-class LinkedCluster:
+class LinkedCluster(GatewayQueries):
     """etcd, two gateways and three nodes as processes; each gateway reaches etcd through
     its own `Link` (`etcd_links`), and each node reaches the gateways through its own pair
     of links (`gateway_links[node][gateway]`). Gateway 0 starts first, so is controller."""
@@ -219,29 +220,8 @@ class LinkedCluster:
         self.processes.append(process)
         return process
 
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(self.gateway_addresses)
-
     def client(self, index: int) -> GatewayClient:
         return GatewayClient(self.gateway_addresses[index], security=None)
-
-    def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
-        with grpc.insecure_channel(self.gateway_addresses[index]) as channel:
-            stub = gateway_pb2_grpc.GatewayStub(channel)
-            return stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5)
-
-    def controller(self, index: int) -> str | None:
-        try:
-            return self.describe_cluster(index).controller
-        except grpc.RpcError:
-            return None
-
-    def live_nodes(self, index: int) -> list[int]:
-        try:
-            return sorted(n.node_id for n in self.describe_cluster(index).nodes if n.live)
-        except grpc.RpcError:
-            return []
 
     def registrations(self, index: int, topic: str) -> list[tuple[int, int, list[int]]]:
         """(leader, leader epoch, ISR) of each partition, as gateway `index` holds them."""
