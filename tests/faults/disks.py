@@ -52,9 +52,12 @@ class NodeDisks:
     def __init__(self, root: Path, node_ids: list[int]) -> None:
         self.root = root
         self._mounts = contextlib.ExitStack()
-        # After a power cut a copy of the image is mounted, so each node alternates between
-        # its image and the copy (both detached by mounted_ext4 when it exits).
+        # After each power cut a copy of what the device held is mounted, a file of a new
+        # name each time (see cut_power); the copies are detached and removed last, once
+        # mounted_ext4 unmounted the mount points.
         self._backing: dict[int, Path] = {}
+        self._copies: list[Path] = []
+        self._mounts.callback(self._remove_copies)
         try:
             for node_id in node_ids:
                 image = self.image(node_id)
@@ -76,8 +79,11 @@ class NodeDisks:
         """What the node wrote and its filesystem had not flushed is lost (the node must be
         dead): the filesystem stops without flushing page cache or journal, and what its
         device then holds is mounted in its place, journal replayed as at boot. A copy is
-        mounted, not the same file: a mount namespace another process made meanwhile (`ip
-        netns exec` makes one) may still hold the stopped filesystem."""
+        mounted, a file of a new name each time: a mount namespace another process made
+        meanwhile (`ip netns exec` makes one, and keeps every mount of the machine) may still
+        hold an earlier stopped filesystem with its loop device, and `mount -o loop` of a
+        file already attached reuses that device and its stopped superblock (every file
+        then fails with EIO: nodes did not start after a second power cut)."""
         mount_point = self.mount_point(node_id)
         fd = os.open(mount_point, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -86,13 +92,19 @@ class NodeDisks:
             os.close(fd)
         current = self._backing[node_id]
         image = self.image(node_id)
-        survivor = image.with_name(f"{image.name}{AFTER_POWER_CUT}")
-        target = survivor if current == image else image
-        _detach_loops_of(target)  # the copy before last, if a namespace kept it attached
+        target = image.with_name(f"{image.name}{AFTER_POWER_CUT}-{len(self._copies) + 1}")
+        self._copies.append(target)
         _run("cp", "--sparse=always", str(current), str(target))
         _run("umount", str(mount_point))
         _run("mount", "-o", "loop", str(target), str(mount_point))
         self._backing[node_id] = target
+        if current != image:
+            current.unlink()  # a namespace still holding it keeps its blocks until it ends
+
+    def _remove_copies(self) -> None:
+        for copy in self._copies:
+            _detach_loops_of(copy)  # one a namespace still holds detaches when it ends
+            copy.unlink(missing_ok=True)
 
     def fill(self, node_id: int) -> int:
         """Fill the node's filesystem with a ballast file until a write fails for lack of

@@ -79,10 +79,15 @@ def attached_loops(root: Path) -> list[str]:
 
 
 def test_a_node_disk_keeps_what_was_synced_through_repeated_power_cuts(tmp_path):
+    """Another process's mount namespace (as `ip netns exec` makes, of another campaign)
+    holds each stopped filesystem while the cuts go on: a later cut must not mount one of
+    those again (every file then failed with EIO)."""
     disks = NodeDisks(tmp_path, [1])
+    holders: list[subprocess.Popen[bytes]] = []
     try:
         mount = disks.mount_point(1)
         for cut in range(3):
+            holders.append(subprocess.Popen(["unshare", "--mount", "sleep", "600"]))
             (mount / f"synced-{cut}").write_bytes(b"s" * 4096)
             sync_filesystem(mount)
             (mount / f"unsynced-{cut}").write_bytes(b"u" * 4096)
@@ -96,5 +101,8 @@ def test_a_node_disk_keeps_what_was_synced_through_repeated_power_cuts(tmp_path)
         disks.free(1)
         (mount / "more").write_bytes(b"x" * 65536)
     finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
         disks.close()
     assert attached_loops(tmp_path) == []
