@@ -95,7 +95,12 @@ class NodeDisks:
         target = image.with_name(f"{image.name}{AFTER_POWER_CUT}-{len(self._copies) + 1}")
         self._copies.append(target)
         _run("cp", "--sparse=always", str(current), str(target))
-        _run("umount", str(mount_point))
+        try:
+            _run("umount", str(mount_point))
+        except RuntimeError:
+            # Busy: some process still has a file of the dead filesystem open; detach it
+            # from the tree now (it ends when they let go), so the copy takes its place.
+            _run("umount", "--lazy", str(mount_point))
         _run("mount", "-o", "loop", str(target), str(mount_point))
         self._backing[node_id] = target
         if current != image:
