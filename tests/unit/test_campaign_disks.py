@@ -106,3 +106,17 @@ def test_a_node_disk_keeps_what_was_synced_through_repeated_power_cuts(tmp_path)
             holder.wait()
         disks.close()
     assert attached_loops(tmp_path) == []
+
+
+def test_a_disk_unmounted_by_someone_else_is_neither_filled_nor_cut(tmp_path):
+    disks = NodeDisks(tmp_path, [1])
+    try:
+        subprocess.run(["umount", str(disks.mount_point(1))], check=True)
+        with pytest.raises(RuntimeError, match="no longer a mount point"):
+            disks.fill(1)
+        with pytest.raises(RuntimeError, match="no longer a mount point"):
+            disks.cut_power(1)
+        assert not (disks.mount_point(1) / "ballast").exists()
+    finally:
+        disks.close()  # reports the missing mount instead of raising
+    assert attached_loops(tmp_path) == []
