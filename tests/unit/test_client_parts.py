@@ -5,18 +5,21 @@ walk."""
 import threading
 import time
 
+import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
-from seglog.client.config import ProducerConfig
-from seglog.client.fetcher import next_offset_after
+from seglog.client.config import ConsumerConfig, ProducerConfig
+from seglog.client.fetcher import CompletedFetch, Fetcher, next_offset_after
 from seglog.client.futures import BatchResult, BulkFuture
 from seglog.client.metadata import PartitionInfo, TopicInfo
+from seglog.client.structs import TopicPartition
 from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
+from seglog.v1 import gateway_pb2_grpc
 from services.gateway.assignors import range_assign, roundrobin_assign
 from services.gateway.offsets_formats import (
     java_string_hash,
@@ -286,3 +289,32 @@ def test_next_offset_is_read_from_the_last_whole_batch():
     assert next_offset_after(data, 10) == 14
     assert next_offset_after(data[:-5], 10) == 13  # a cut-off batch is not counted
     assert next_offset_after(b"", 7) == 7
+
+
+# -- fetcher -------------------------------------------------------------------------------
+
+
+def test_data_fetched_before_a_rebalance_is_dropped_when_the_partition_comes_back():
+    """A partition revoked and assigned again starts at the committed offset; records fetched
+    for its previous assignment (from where that one had read to) must not be handed out
+    after it, or the consumer's reads go backwards (found by the fault campaign)."""
+    config = ConsumerConfig(group_id="g")
+    channel = grpc.insecure_channel("127.0.0.1:1")  # never called: nothing has a fetch offset
+    fetcher = Fetcher(config, gateway_pb2_grpc.GatewayStub(channel))
+    try:
+        tp = TopicPartition("t", 0)
+        fetcher.assign({tp})
+        before = fetcher.states[tp].epoch
+        builder = RecordBatchBuilder(base_offset=40590)
+        builder.append(None, b"fetched for the old assignment", 0)
+        data = builder.build()
+        fetcher.assign(set())  # the rebalance: revoked ...
+        fetcher.assign({tp})  # ... and assigned again
+        with fetcher._lock:  # the old assignment's fetch lands now
+            fetcher._completed.append(CompletedFetch(tp, before, data, 40591))
+            fetcher._buffered_bytes += len(data)
+            fetcher.states[tp].position = 18098  # the committed offset
+        assert fetcher.collect(100) == []
+    finally:
+        fetcher.close()
+        channel.close()

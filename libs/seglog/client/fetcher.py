@@ -7,9 +7,12 @@ fetched again only while its undecoded buffered bytes stay below
 `max_partition_fetch_bytes`, and nothing is fetched while the whole buffer exceeds
 `fetch_max_bytes`, so memory is bounded at about one fetch ahead.
 
-A seek or a change of assignment bumps the partition's `epoch`: data fetched for an older
-epoch is dropped when it arrives, and the stream in flight is cancelled so the next request
-carries the new positions at once. The fetch thread reads only batch headers (to learn the
+A seek or a change of assignment gives the partition a new `epoch`, never used before by
+this fetcher (a partition assigned again after a rebalance must not match data fetched for
+its previous assignment: that data, from the old position, was handed out after the new
+assignment had set its position to the committed offset, and the reads went backwards): data
+fetched for an older epoch is dropped when it arrives, and the stream in flight is cancelled
+so the next request carries the new positions at once. The fetch thread reads only batch headers (to learn the
 next fetch offset); records are decoded by `collect` on the caller's thread.
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import logging
 import struct
 import threading
@@ -137,6 +141,7 @@ class Fetcher:
         self._data_ready = threading.Condition(self._lock)
         self._work = threading.Condition(self._lock)
         self.states: dict[TopicPartition, PartitionState] = {}
+        self._epochs = itertools.count(1)  # every PartitionState.epoch this fetcher gives
         self._completed: collections.deque[CompletedFetch] = collections.deque()
         self._pending: collections.deque[_Pending] = collections.deque()
         self._buffered_bytes = 0
@@ -160,7 +165,8 @@ class Fetcher:
                 if tp not in partitions:
                     del self.states[tp]
             for tp in partitions:
-                self.states.setdefault(tp, PartitionState())
+                if tp not in self.states:
+                    self.states[tp] = PartitionState(epoch=next(self._epochs))
             self._pending = collections.deque(p for p in self._pending if p.tp in partitions)
             self._interrupt()
 
@@ -171,7 +177,7 @@ class Fetcher:
                 raise SeglogError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
             state.position = state.fetch_offset = offset
             state.position_epoch = -1
-            state.epoch += 1
+            state.epoch = next(self._epochs)
             state.buffered_bytes = 0
             state.error = None
             self._pending = collections.deque(p for p in self._pending if p.tp != tp)
@@ -256,7 +262,7 @@ class Fetcher:
         every poll raises for it (fetching it again) until the caller seeks past it; nothing
         after it is delivered, so nothing is skipped (the lock is held)."""
         state.position = state.fetch_offset = pending.error_offset
-        state.epoch += 1  # drops what was fetched after the corrupt batch
+        state.epoch = next(self._epochs)  # drops what was fetched after the corrupt batch
         state.buffered_bytes = 0
         state.error = pending.error
         self._pending = collections.deque(p for p in self._pending if p.tp != pending.tp)
