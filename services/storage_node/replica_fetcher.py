@@ -147,6 +147,10 @@ class ReplicaFetcher:
         self._prepare(partition)
         self._wake()
 
+    def followed_partitions(self) -> list[Partition]:
+        with self._lock:
+            return [entry.partition for entry in self._partitions.values()]
+
     def remove_partition(self, tp: TopicPartition) -> None:
         with self._lock:
             removed = self._partitions.pop(tp, None)

@@ -252,7 +252,13 @@ class ReplicaManager:
         ):
             fetcher = existing
         else:
+            carried: list[Partition] = []
             if existing is not None:
+                # The leader's address changed (it restarted elsewhere, or its bulk listener
+                # came or went): every partition still followed there moves to the new
+                # fetcher. Their terms did not change, so no later state would re-add them,
+                # and they would stay silently unfetched until this node restarts.
+                carried = existing.followed_partitions()
                 existing.shutdown()
             fetcher = ReplicaFetcher(
                 self,
@@ -265,6 +271,9 @@ class ReplicaManager:
             )
             self._fetchers[r.leader] = fetcher
             fetcher.start()
+            for other in carried:
+                if other is not held:
+                    fetcher.add_partition(other)
         fetcher.add_partition(held)
 
     def delete_partition(self, topic: str, partition: int) -> None:
