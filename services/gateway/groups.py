@@ -125,8 +125,12 @@ class GroupCoordinator:
         registry: Registry,
         config: CoordinatorConfig,
         persist: Callable[[str, GroupMetadata], None] | None = None,
+        load: Callable[[str], GroupMetadata | None] | None = None,
     ) -> None:
         self.registry = registry
+        # Reads a group's last GroupMetadata record, so a coordinator that starts or takes
+        # over continues its generations (Kafka's loadGroupsAndOffsets).
+        self._load = load
         self.config = config
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
@@ -172,9 +176,10 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(
                 f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
             )
+        stored = self._stored(group_id)
         now = time.monotonic()
         with self._lock:
-            group = self._groups.setdefault(group_id, Group(group_id))
+            group = self._group(group_id, stored)
             if member_id:
                 member = group.members.get(member_id)
                 if member is None:
@@ -251,6 +256,7 @@ class GroupCoordinator:
                         f"group {group_id} has active members: only they may commit"
                     )
                 return
+            # A group not loaded yet has no trusted members: its old ones must rejoin.
             if group is None or member_id not in group.members:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             if generation != group.generation:
@@ -338,7 +344,30 @@ class GroupCoordinator:
         if self._writer is not None:
             self._writer.submit(group.group_id, _metadata_of(group))
 
+    def _stored(self, group_id: str) -> GroupMetadata | None:
+        """The group's last GroupMetadata record if this coordinator has not loaded the group
+        yet (read without the lock: it may ask a storage node)."""
+        if self._load is None:
+            return None
+        with self._lock:
+            if group_id in self._groups:
+                return None
+        return self._load(group_id)
+
     # -- the state machine (callers hold the lock) ----------------------------------------------
+
+    def _group(self, group_id: str, stored: GroupMetadata | None) -> Group:
+        """The group, loaded on first touch: its generation and protocol continue from the
+        stored record, so the next rebalance is generation + 1. The stored members are not
+        taken back: they are trusted again only once they rejoin, so a commit or heartbeat
+        from the old generation is refused instead of moving offsets back."""
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = Group(group_id)
+            if stored is not None:
+                group.generation = stored.generation
+                group.strategy = stored.protocol or ""
+        return group
 
     def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
         group = self._groups.get(group_id)

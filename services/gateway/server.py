@@ -251,6 +251,7 @@ class Gateway:
                 max_session_timeout_ms=config.group_max_session_timeout_ms,
             ),
             persist=self.offsets.store_group,
+            load=self.offsets.group_metadata,
         )
         self._stop = threading.Event()
         self._expiry = threading.Thread(
