@@ -1,0 +1,78 @@
+"""A group's coordinating gateway SIGKILLed with the registry in etcd: the gateway that takes
+the group over loads its last GroupMetadata record and continues its generations, so the old
+generation's member cannot commit offsets back."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from seglog.errors import SeglogError
+from seglog.v1 import groups_pb2, groups_pb2_grpc
+from tests.cluster import wait_until
+from tests.e2e.test_group_generations import (
+    GROUP,
+    STALE_ERRORS,
+    TOPIC,
+    commit,
+    committed,
+    join,
+    stored_generation,
+)
+from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+TAKEOVER_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10  # a lease TTL, with room for a slow machine
+
+
+def coordinator_at(address: str) -> str:
+    with grpc.insecure_channel(address) as channel:
+        stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
+        try:
+            found = stub.FindCoordinator(
+                groups_pb2.FindCoordinatorRequest(group_id=GROUP), timeout=5
+            )
+        except grpc.RpcError:
+            return ""
+        return "" if found.error else str(found.address)
+
+
+def test_the_gateway_taking_a_group_over_continues_its_generations(tmp_path):
+    cluster = EtcdBackedCluster(tmp_path)
+    try:
+        with cluster.client(0) as client:
+            client.create_topic(TOPIC, 1, 3)
+        assert wait_until(lambda: coordinator_at(cluster.gateway_addresses[0]) != "", 30)
+        coordinator = coordinator_at(cluster.gateway_addresses[0])
+        index = cluster.gateway_addresses.index(coordinator)
+        other = cluster.gateway_addresses[1 - index]
+        with grpc.insecure_channel(coordinator) as channel:
+            stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
+            old_member, first = join(stub)
+            old_member, stored = join(stub, old_member)
+            assert stored > first
+            assert commit(stub, old_member, stored, 10) is None
+        with cluster.client(1 - index) as client:
+            assert wait_until(lambda: stored_generation(client) == stored)
+        cluster.gateways[index].kill()
+        assert wait_until(lambda: coordinator_at(other) == other, TAKEOVER_S)
+        with grpc.insecure_channel(other) as channel:
+            stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
+            joined: list[tuple[str, int]] = []
+
+            def joins() -> bool:
+                try:
+                    joined.append(join(stub))
+                except (grpc.RpcError, AssertionError, SeglogError):
+                    return False  # the takeover is still under way
+                return True
+
+            assert wait_until(joins, TAKEOVER_S)
+            new_member, generation = joined[0]
+            assert generation == stored + 1
+            assert commit(stub, new_member, generation, 20) is None
+            assert isinstance(commit(stub, old_member, stored, 5), STALE_ERRORS)
+            assert committed(stub) == 20
+    finally:
+        cluster.close()
