@@ -57,12 +57,21 @@ def restart_node_if_down(cluster: Cluster, node_id: int) -> None:
 
 
 @dataclass
-class NodeKill:
+class OnANode:
+    """A fault on one storage node that heals by starting the node again if it is down."""
+
+    target: str = NODE
+    node_id: int = -1
+
+    def heal(self, cluster: Cluster) -> None:
+        restart_node_if_down(cluster, self.node_id)
+
+
+@dataclass
+class NodeKill(OnANode):
     """SIGKILL a node and restart it at once."""
 
     name: str = "node-kill"
-    target: str = NODE
-    node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         node_id, which = pick_node(cluster, rng)
@@ -71,26 +80,18 @@ class NodeKill:
         cluster.nodes[node_id].start()
         return f"SIGKILL {which}, restarted at once"
 
-    def heal(self, cluster: Cluster) -> None:
-        restart_node_if_down(cluster, self.node_id)
-
 
 @dataclass
-class NodeCrash:
+class NodeCrash(OnANode):
     """SIGKILL a node; it comes back only once the registry noticed it gone."""
 
     name: str = "node-crash"
-    target: str = NODE
-    node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         self.node_id, which = pick_node(cluster, rng)
         cluster.nodes[self.node_id].kill()
         wait_for(lambda: not cluster.live(self.node_id), NOTICE_TIMEOUT_S, "the crash noticed")
         return f"SIGKILL {which}, down until healed"
-
-    def heal(self, cluster: Cluster) -> None:
-        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
@@ -121,20 +122,15 @@ class NodePause:
 
 
 @dataclass
-class NodeTerm:
+class NodeTerm(OnANode):
     """SIGTERM a node (controlled shutdown); restarted when healed."""
 
     name: str = "node-term"
-    target: str = NODE
-    node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         self.node_id, which = pick_node(cluster, rng)
         cluster.nodes[self.node_id].stop()
         return f"SIGTERM {which}"
-
-    def heal(self, cluster: Cluster) -> None:
-        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
@@ -362,13 +358,11 @@ class DelayAnswers:
 
 
 @dataclass
-class DiskBitflip:
+class DiskBitflip(OnANode):
     """SIGKILL a node, flip one bit in one of its files of the campaign topic, restart it:
     recovery must find what the CRC does not cover, and the replica repair from its peers."""
 
     name: str = "disk-bitflip"
-    target: str = NODE
-    node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         from tests.faults.disks import flip_a_bit
@@ -385,9 +379,6 @@ class DiskBitflip:
         flipped = flip_a_bit(cluster.root / f"node-{self.node_id}" / f"{TOPIC}-{partition}", rng)
         cluster.nodes[self.node_id].start()
         return f"SIGKILL {which}, {flipped}, restarted"
-
-    def heal(self, cluster: Cluster) -> None:
-        restart_node_if_down(cluster, self.node_id)
 
 
 @dataclass
