@@ -12,8 +12,9 @@ this fetcher (a partition assigned again after a rebalance must not match data f
 its previous assignment: that data, from the old position, was handed out after the new
 assignment had set its position to the committed offset, and the reads went backwards): data
 fetched for an older epoch is dropped when it arrives, and the stream in flight is cancelled
-so the next request carries the new positions at once. The fetch thread reads only batch headers (to learn the
-next fetch offset); records are decoded by `collect` on the caller's thread.
+so the next request carries the new positions at once. The fetch thread reads only batch
+headers (to learn the next fetch offset); records are decoded by `collect` on the caller's
+thread.
 """
 
 from __future__ import annotations
