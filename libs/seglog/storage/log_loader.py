@@ -20,7 +20,7 @@ Order of work, each step safe to repeat if the process dies during it:
    records served under offsets the log never had. With a clean-shutdown marker a segment
    is recovered only when its indexes are missing or fail their sanity check, or when its
    first batch or the batches from its last index entry on fail the header checks or do
-   not end exactly at the end of the file (`LogSegment.boundary_damage`, a few header
+   not end exactly at the end of the file (`segment_checks.boundary_damage`, a few header
    reads): a torn tail, or a flipped base offset at either end of a segment.
 3. The log ends where the first damage begins, in whichever segment it is found; the
    segments after it are deleted (`_end_log_at_damage` says why), and the damage is logged
@@ -42,6 +42,7 @@ from . import log_files
 from .batch_bounds import Damage
 from .leader_epoch_cache import LeaderEpochCache
 from .segment import LogSegment, SegmentRecovery
+from .segment_checks import boundary_damage, find_damage
 from .segment_factory import SegmentFactory
 
 logger = logging.getLogger(__name__)
@@ -117,10 +118,10 @@ def load_log(
         if unflushed or segment.needs_recovery():
             recover = True
         elif recovery_point is None:
-            damage = segment.boundary_damage(next_base)
+            damage = boundary_damage(segment, next_base)
             recover = damage is not None
         else:
-            damage = segment.find_damage(next_base)
+            damage = find_damage(segment, next_base)
             recover = damage is not None
         if recover:
             if unflushed:

@@ -24,7 +24,7 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
-from .batch_bounds import MAX_RELATIVE_OFFSET, Damage, header_damage
+from .batch_bounds import MAX_RELATIVE_OFFSET, Damage
 from .file_records import BatchPosition, FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
@@ -171,62 +171,6 @@ class LogSegment:
             ):
                 return False
         return True
-
-    def boundary_damage(self, upper_bound: int | None) -> Damage | None:
-        """The cheap check of a segment after a clean shutdown: its first batch and the
-        batches from its last index entry on (at most about `index_interval_bytes` and one
-        batch) must pass the header checks (`batch_bounds.header_damage`: offsets inside
-        the segment's file-name bounds, length, magic), and the walk must end exactly at the
-        end of the file. A file extended after the marker was written, a partial write, or a
-        flipped bit in a base offset at either end of the segment is noticed here without
-        reading the segment; the full walk is for starts after a crash."""
-        size = self.log.size
-        if size == 0:
-            return None
-        if size < HEADER_BYTES:
-            return Damage(0, "a whole batch header (61 bytes)", f"{size} bytes", str(self.log.path))
-        first = self.log.header_at(0)
-        damage = header_damage(
-            first,
-            0,
-            size,
-            segment_base=self.base_offset,
-            next_offset=self.base_offset,
-            upper_bound=upper_bound,
-        )
-        if damage is not None:
-            return damage._replace(file=str(self.log.path))
-        start = self.offset_index.lookup(1 << 62).position
-        if not 0 <= start < size:
-            return Damage(
-                start,
-                f"an index position inside the log ({size} bytes)",
-                f"position {start}",
-                str(self.offset_index.path),
-            )
-        end = start
-        next_offset = self.base_offset
-        for found in self.log.batches(start):
-            damage = header_damage(
-                found.header,
-                found.position,
-                size,
-                segment_base=self.base_offset,
-                next_offset=next_offset,
-                upper_bound=upper_bound,
-            )
-            if damage is not None:
-                return damage._replace(file=str(self.log.path))
-            next_offset = found.header.next_offset
-            end = found.position + found.header.size_in_bytes
-        if end != size:
-            return Damage(
-                end,
-                f"a batch ending at byte {size} (the end of the file)",
-                "bytes that are not a whole batch",
-                str(self.log.path),
-            )
-        return None
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: scan forward from the last index entry."""
@@ -470,40 +414,6 @@ class LogSegment:
         # The valid prefix is contiguous from position 0: index it as one append.
         self._index_batches(0, batches)
         return SegmentRecovery(self.log.truncate_to(prefix.size_in_bytes), prefix.damage)
-
-    def find_damage(self, upper_bound: int | None) -> Damage | None:
-        """The check of a segment whose bytes were flushed before a crash, without touching
-        it: every batch as `recover` checks it (CRC and the fields outside it), and every
-        index entry must name a batch the walk found (an offset entry: the position a batch
-        starts at and that batch's last offset; a time entry: a batch's last offset and its
-        max timestamp). Indexes are derived data with no checksum: an entry that does not
-        match the log would send reads to the wrong batch, so a mismatch means rebuild."""
-        prefix = self.log.scan_valid_prefix(self.base_offset, upper_bound)
-        if prefix.damage is not None:
-            return prefix.damage
-        last_offset_at = {found.position: found.header.last_offset for found in prefix.batches}
-        for slot in range(self.offset_index.entries):
-            entry = self.offset_index.entry(slot)
-            if last_offset_at.get(entry.position) != entry.offset:
-                return Damage(
-                    slot * self.offset_index.ENTRY.size,
-                    f"an entry naming a batch of {self.log.path.name}",
-                    f"offset {entry.offset} at position {entry.position}",
-                    str(self.offset_index.path),
-                )
-        max_timestamp_of = {
-            found.header.last_offset: found.header.max_timestamp for found in prefix.batches
-        }
-        for slot in range(self.time_index.entries):
-            time_entry = self.time_index.entry(slot)
-            if max_timestamp_of.get(time_entry.offset) != time_entry.timestamp_ms:
-                return Damage(
-                    slot * self.time_index.ENTRY.size,
-                    f"an entry naming a batch of {self.log.path.name}",
-                    f"timestamp {time_entry.timestamp_ms} at offset {time_entry.offset}",
-                    str(self.time_index.path),
-                )
-        return None
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= `offset` (a straddling batch goes whole);
