@@ -10,7 +10,7 @@ import pytest
 from seglog.errors import SeglogError
 from seglog.v1 import groups_pb2, groups_pb2_grpc
 from tests.cluster import wait_until
-from tests.e2e.test_group_generations import (
+from tests.group_calls import (
     GROUP,
     STALE_ERRORS,
     TOPIC,
