@@ -26,18 +26,19 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 
 @contextlib.contextmanager
 def mounted_ext4(image: Path, mount_point: Path, size_bytes: int) -> Iterator[Path]:
-    """An empty ext4 of `size_bytes` mounted at `mount_point`; skips the test where loop
-    mounts are not allowed (not root, no loop devices)."""
+    """An empty ext4 of `size_bytes` mounted at `mount_point`. Skips the test without root
+    (loop mounts need it); as root, a file system that cannot be made or mounted fails the
+    test rather than passing it unexercised."""
     if os.geteuid() != 0:
         pytest.skip("loop-mounting a filesystem needs root")
     subprocess.run(["truncate", "-s", str(size_bytes), str(image)], check=True)
     made = _run("mkfs.ext4", "-q", "-F", "-m", "0", str(image))
     if made.returncode != 0:
-        pytest.skip(f"mkfs.ext4 failed: {made.stderr.strip()}")
+        pytest.fail(f"mkfs.ext4 failed: {made.stderr.strip()}")
     mount_point.mkdir(parents=True, exist_ok=True)
     mounted = _run("mount", "-o", "loop", str(image), str(mount_point))
     if mounted.returncode != 0:
-        pytest.skip(f"loop mount not available here: {mounted.stderr.strip()}")
+        pytest.fail(f"loop mount failed: {mounted.stderr.strip()}")
     try:
         yield mount_point
     finally:
