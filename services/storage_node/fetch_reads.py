@@ -8,6 +8,7 @@ once to send them; the bulk path sends them from the file."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -18,6 +19,8 @@ from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
 
 CONSUMER = -1  # the replica id of a client fetch
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -97,6 +100,14 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                 )
             except SeglogError as exc:
                 if chunks == 0:
+                    if state.replica_id == CONSUMER:
+                        logger.info(
+                            "%s-%d: consumer fetch at %d refused: %s",
+                            state.topic,
+                            state.partition,
+                            offset,
+                            exc,
+                        )
                     yield _error_chunk(state, exc)
                     chunks += 1
                 break

@@ -230,6 +230,9 @@ class Consumer:
             )
         target = EARLIEST if policy == "earliest" else LATEST
         for tp, offset in self._list_offsets({tp: target for tp in partitions}).items():
+            logger.info(
+                "%s-%d: position reset to %s offset %d", tp.topic, tp.partition, policy, offset[0]
+            )
             self._fetcher.seek(tp, offset[0])
 
     def _raise_fetch_errors(self) -> None:

@@ -449,6 +449,15 @@ class Fetcher:
                 error = error_from_code(message.error, message.error_message)
                 if error.retriable:
                     return True  # asked again next round
+                logger.info(
+                    "%s-%d: fetch at %d (position %s) answered %s: %s",
+                    tp.topic,
+                    tp.partition,
+                    state.fetch_offset,
+                    state.position,
+                    error.reason,
+                    message.error_message,
+                )
                 state.error = error
                 self._data_ready.notify_all()
                 return False
