@@ -306,15 +306,25 @@ class GatewayService:
         self, request: common_pb2.FetchRequest, raw: bytes, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
         by_node: dict[int, tuple[_Target, list[int]]] = {}
+        epochs_added = False
         for i, p in enumerate(request.partitions):
             try:
-                _, target = self._route(p.topic, p.partition, client_leader_epoch(p))
+                route, target = self._route(p.topic, p.partition, client_leader_epoch(p))
             except SeglogError as exc:
                 yield _fetch_error(p.topic, p.partition, exc)
                 continue
+            if client_leader_epoch(p) < 0:
+                # The node answers only while it leads the epoch the fetch was routed by (as a
+                # Kafka consumer's fetch carries its leader epoch): a node whose view is older
+                # or newer answers NOT_LEADER, which is retried, instead of judging the offset
+                # against a log that is not the leader's (OFFSET_OUT_OF_RANGE resets consumers).
+                p.current_leader_epoch = route.leader_epoch
+                epochs_added = True
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
         if not by_node:
             return
+        if epochs_added:
+            raw = request.SerializeToString()
         if len(by_node) == 1 and len(next(iter(by_node.values()))[1]) == len(request.partitions):
             target, indexes = next(iter(by_node.values()))
             yield from self._relay(target, raw, request, indexes, context)

@@ -126,6 +126,25 @@ def test_an_offset_outside_the_log_is_reset_by_the_policy(cluster):
         assert [r.value for r in drain(consumer, 2)] == [b"a", b"b"]
 
 
+def test_an_out_of_range_answer_the_leader_no_longer_confirms_keeps_the_position(cluster):
+    """OFFSET_OUT_OF_RANGE resets a position only when the leader, asked when the consumer
+    handles it, confirms it: here the answer was true when given, and by the time the
+    consumer handles it the log has grown past the position (as when a replica that is not
+    the leader's log answered), so the position is kept instead of re-reading from 0."""
+    cluster.client.create_topic("regrown", 1)
+    produce(cluster.address, "regrown", [b"early-%d" % i for i in range(5)])
+    tp = TopicPartition("regrown", 0)
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 20)
+        fetcher = consumer._fetcher  # the fetch thread records the answer for the next poll
+        assert wait_until(lambda: any(s.error is not None for s in fetcher.states.values()))
+        produce(cluster.address, "regrown", [b"later-%d" % i for i in range(30)])
+        records = drain(consumer, 15)
+    assert [r.offset for r in records] == list(range(20, 35))
+    assert records[0].value == b"later-15"
+
+
 def test_manual_commits_and_committed_offsets(cluster):
     cluster.client.create_topic("ledger", 2)
     produce(cluster.address, "ledger", [b"x"] * 10, partition=0)

@@ -237,10 +237,48 @@ class Consumer:
 
     def _raise_fetch_errors(self) -> None:
         for tp, error in self._fetcher.errors():
-            if isinstance(error, OffsetOutOfRangeError) and self.config.auto_offset_reset != "none":
-                self._reset_positions([tp])
-                continue
+            if isinstance(error, OffsetOutOfRangeError):
+                if self._leader_holds_position(tp, error):
+                    continue
+                if self.config.auto_offset_reset != "none":
+                    self._reset_positions([tp])
+                    continue
             raise error
+
+    def _leader_holds_position(self, tp: TopicPartition, error: OffsetOutOfRangeError) -> bool:
+        """OFFSET_OUT_OF_RANGE resets a position (to `auto_offset_reset`), so it is believed
+        only when the partition's leader, asked again, confirms it: an answer from a replica
+        that was not (or no longer) the leader judged the offset against a log that is not
+        the leader's, and resetting on it would re-read or skip a whole partition. When the
+        leader's [log start, log end] holds the position, the fetch resumes there."""
+        position = self._fetcher.positions().get(tp)
+        if position is None:
+            return False
+        try:
+            earliest = self._list_offsets({tp: EARLIEST})[tp][0]
+            latest = self._list_offsets({tp: LATEST})[tp][0]
+        except SeglogError as exc:
+            if not exc.retriable:
+                raise
+            # The leader is moving: the position stays, the fetch (and this check) repeats.
+            logger.info("%s-%d: OFFSET_OUT_OF_RANGE not confirmed yet: %s", *tp, exc)
+            self._fetcher.seek(tp, position)
+            return True
+        if not earliest <= position <= latest:
+            return False
+        logger.warning(
+            "%s-%d: a fetch at position %d was answered OFFSET_OUT_OF_RANGE (%s), but the "
+            "leader holds [%d, %d]: fetching again from %d",
+            tp.topic,
+            tp.partition,
+            position,
+            error,
+            earliest,
+            latest,
+            position,
+        )
+        self._fetcher.seek(tp, position)
+        return True
 
     # -- positions ---------------------------------------------------------------------------
 

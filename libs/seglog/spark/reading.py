@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..client.bulk import BulkMessage, BulkReader
 from ..client.fetcher import fetch_request, next_offset_after
-from ..client.gateway import EARLIEST, FetchPosition, GatewayClient
+from ..client.gateway import EARLIEST, LATEST, FetchPosition, GatewayClient
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import iter_batches
@@ -171,10 +171,16 @@ def _past_lost_records(
     client: GatewayClient, tp: TopicPartition, offset: int, task: RangeRead
 ) -> int:
     """OFFSET_OUT_OF_RANGE: below the log start, the records are gone (data loss); past the
-    log end, the range was planned beyond what the partition holds."""
+    log end, the range was planned beyond what the partition holds. Believed only when the
+    leader, asked again, confirms it (as the consumer does): when its range holds the offset,
+    the read goes on from there."""
     (result,) = client.list_offsets(tp.topic, {tp.partition: EARLIEST}).values()
-    if result.error:
-        raise error_from_code(result.error, result.error_message)
+    (end,) = client.list_offsets(tp.topic, {tp.partition: LATEST}).values()
+    for answer in (result, end):
+        if answer.error:
+            raise error_from_code(answer.error, answer.error_message)
+    if result.offset <= offset <= end.offset:
+        return offset
     if offset < result.offset:
         report_data_loss(
             f"{tp.topic}-{tp.partition}: offsets [{offset}, {min(result.offset, task.end)}) were "
