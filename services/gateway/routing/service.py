@@ -1,5 +1,5 @@
 """The Gateway service's data path: Produce and Fetch (ListOffsets and SplitPoints are in
-leader_queries.py, admin calls and the Registry service in admin.py).
+leader_queries.py; the admin calls are the control plane's, cluster/admin_service.py).
 
 Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
 when all its partitions live on one node (the usual case for a producer grouping by leader);
@@ -46,11 +46,11 @@ from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from ..cluster.registry import Registry, Route
+from ..cluster.topic_rules import is_internal_topic
+from ..node_connections import NodeConnection, NodeConnections
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
-from .nodes import NodeConnection, NodeConnections
-from .registry import Registry, Route
-from .topic_rules import is_internal_topic
 
 logger = logging.getLogger(__name__)
 
