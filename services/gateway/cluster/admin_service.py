@@ -195,7 +195,7 @@ class AdminService:
             for listener in self.topic_deleted_listeners:
                 try:
                     listener(name)
-                except Exception as exc:  # noqa: BLE001 - the topic is gone either way
+                except Exception as exc:  # the topic is gone either way
                     logger.warning("cleaning up after topic %s failed: %s", name, exc)
         return response
 

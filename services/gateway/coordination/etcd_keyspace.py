@@ -380,7 +380,7 @@ class EtcdKeyspace:
                 socket.fromfd(
                     response.raw._fp.fileno(), socket.AF_INET, socket.SOCK_STREAM
                 ).shutdown(socket.SHUT_RDWR)
-            except Exception:  # noqa: S110 - already closed
+            except Exception:  # already closed
                 pass
             response.close()
         if self._watch_thread is not None:
