@@ -44,7 +44,7 @@ proto: $(GENERATED)
 PORT ?= 7070
 DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m services.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
+	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
 
 test: $(STAMP) proto
 	$(BIN)/python -m pytest -q tests

@@ -20,13 +20,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2
 from services import serving
-from services.processes import ServerProcess, gateway_process, node_process
 
 from .services import _request_of_batches
 

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
-from services.processes import ServerProcess, gateway_process, node_process
 
 
 @contextmanager

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from devtools.embedded_etcd import EtcdProcess
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import GatewayClient
-from services.embedded_etcd import EtcdProcess
-from services.processes import ServerProcess, gateway_process, node_process
 
 from .throughput import fetch_seconds, produce_seconds
 from .timing import best_in_turns

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
@@ -32,7 +33,6 @@ from seglog.records import RecordBatchBuilder
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services import serving
-from services.processes import ServerProcess, gateway_process, node_process
 
 from .services import _baseline_stream
 from .timing import best_in_turns

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.rpc.channels import open_channel
 from seglog.security.acls import AclBinding
 from seglog.security.certs import (
@@ -29,7 +30,6 @@ from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services import serving
 from services.gateway.authorization import Authorization
-from services.processes import ServerProcess, gateway_process, node_process
 
 from .services import (
     MIB,

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import grpc
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.records import RecordBatchBuilder
 from seglog.rpc import wire
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services import serving
-from services.processes import ServerProcess, gateway_process, node_process
 
 from .timing import best_in_turns
 

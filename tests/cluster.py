@@ -184,11 +184,11 @@ class LocalCluster:
 
 
 def local_cluster_command(data_dir, *extra: str, nodes: int = 3, listen="127.0.0.1:0"):
-    """`make run`'s command line (services.local_cluster) on free ports."""
+    """`make run`'s command line (devtools.local_cluster) on free ports."""
     return [
         sys.executable,
         "-m",
-        "services.local_cluster",
+        "devtools.local_cluster",
         "--data-dir",
         str(data_dir),
         "--listen",

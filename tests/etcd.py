@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.embedded_etcd import EtcdProcess
+from devtools.embedded_etcd import EtcdProcess
 
 
 class Etcd(EtcdProcess):

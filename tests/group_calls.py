@@ -5,13 +5,13 @@ against one gateway, and the generation of a group's last GroupMetadata record a
 from seglog.errors import IllegalGenerationError, UnknownMemberIdError
 from seglog.rpc.status import error_from_code
 from seglog.v1 import groups_pb2
-from services.gateway.offsets_formats import (
+from services.gateway.groups.offsets_formats import (
     decode_group_key,
     decode_group_value,
     key_type,
     partition_for_group,
 )
-from services.gateway.offsets_store import OFFSETS_TOPIC
+from services.gateway.groups.offsets_store import OFFSETS_TOPIC
 from tests.e2e.test_processes import read_partition
 
 GROUP = "generations"

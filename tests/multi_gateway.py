@@ -10,10 +10,10 @@ from pathlib import Path
 
 import grpc
 
+from devtools.embedded_etcd import EtcdProcess
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import GatewayClient
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
-from services.embedded_etcd import EtcdProcess
-from services.processes import ServerProcess, gateway_process, node_process
 from tests.cluster import CLUSTER_SECRET, wait_until
 from tests.ports import free_ports
 

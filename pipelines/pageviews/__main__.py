@@ -140,7 +140,7 @@ def _local_cluster() -> Iterator[str]:
             [
                 sys.executable,
                 "-m",
-                "services.local_cluster",
+                "devtools.local_cluster",
                 "--data-dir",
                 data_dir,
                 "--listen",

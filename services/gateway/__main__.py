@@ -12,17 +12,17 @@ from seglog.security.tls import TlsFiles
 from seglog.security.tokens import TokenVerifier
 from services import serving
 
-from .offsets_store import (
-    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-    DEFAULT_OFFSETS_RETENTION_MINUTES,
-)
-from .server import Gateway, GatewayConfig
-from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
-from .topic_rules import (
+from .cluster.topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_REPLICATION_FACTOR,
 )
+from .groups.offsets_store import (
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
+)
+from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
+from .server import Gateway, GatewayConfig
 
 
 def parse_args(argv: list[str] | None = None) -> GatewayConfig:

@@ -13,8 +13,8 @@ from seglog.client.gateway import LATEST
 from seglog.metrics import GROUP, PARTITION, TOPIC, RequestMetrics
 from seglog.v1 import common_pb2
 
-from .offsets_store import OffsetsStore
-from .registry import Registry
+from .cluster.registry import Registry
+from .groups.offsets_store import OffsetsStore
 
 # partitions -> their ListOffsets results (the gateway's fan-out to leaders)
 ListOffsets = Callable[[list[common_pb2.ListOffsetsPartition]], list[common_pb2.ListOffsetsResult]]

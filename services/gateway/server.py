@@ -23,32 +23,33 @@ from seglog.security.tokens import TokenVerifier
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 
-from .acl_service import AclService
-from .admin import AdminService, RegistryService
 from .authorization import Authorization
-from .controller import Controller
-from .coordination import EtcdCoordination, SoleCoordinator
-from .election import ControllerElection, SoleController
-from .etcd_keyspace import EtcdKeyspace
-from .gateway_metrics import GatewayMetrics
-from .gateway_session import GatewaySession
-from .group_service import GroupCoordinatorService
-from .groups import CoordinatorConfig, GroupCoordinator
-from .node_sessions import EtcdNodeSessions
-from .nodes import NodeConnections
-from .offsets_store import (
-    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-    DEFAULT_OFFSETS_RETENTION_MINUTES,
-    OffsetsStore,
-)
-from .registry import Registry
-from .registry_store import EtcdRegistryStore
-from .service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
-from .topic_rules import (
+from .cluster.acl_service import AclService
+from .cluster.admin_service import AdminService
+from .cluster.controller import Controller
+from .cluster.registry import Registry
+from .cluster.registry_service import RegistryService
+from .cluster.registry_store import EtcdRegistryStore
+from .cluster.topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_REPLICATION_FACTOR,
 )
+from .coordination.election import ControllerElection, SoleController
+from .coordination.etcd_keyspace import EtcdKeyspace
+from .coordination.gateway_session import GatewaySession
+from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .coordination.node_sessions import EtcdNodeSessions
+from .gateway_metrics import GatewayMetrics
+from .groups.coordinator import CoordinatorConfig, GroupCoordinator
+from .groups.group_service import GroupCoordinatorService
+from .groups.offsets_store import (
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
+    OffsetsStore,
+)
+from .node_connections import NodeConnections
+from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
 
 logger = logging.getLogger(__name__)
 GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]

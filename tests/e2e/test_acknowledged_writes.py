@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
 from seglog.records import iter_records
-from services.processes import ServerProcess, gateway_process, node_process
 from tests.cluster import wait_until
 
 TOPIC = "acked"

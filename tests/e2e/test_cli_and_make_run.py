@@ -123,7 +123,7 @@ def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_secon
             [
                 sys.executable,
                 "-m",
-                "services.local_cluster",
+                "devtools.local_cluster",
                 "--data-dir",
                 str(tmp_path / "other"),
                 "--listen",

@@ -14,11 +14,11 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
 from seglog.records import iter_batches, iter_records
-from services.processes import ServerProcess, gateway_process, node_process
 from tests.cluster import batch, local_cluster_command, run_cli, wait_until
 
 FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]

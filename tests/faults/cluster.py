@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.gateway import LATEST, GatewayClient
-from services.processes import ServerProcess, gateway_process, node_process
 from tests.ports import free_ports
 
 TOPIC = "campaign"
@@ -92,7 +92,7 @@ class Cluster:
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
         registry_args: list[str] = []
         if etcd:
-            from services.embedded_etcd import EtcdProcess
+            from devtools.embedded_etcd import EtcdProcess
 
             self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
             self.etcd.start()

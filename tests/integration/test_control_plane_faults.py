@@ -23,14 +23,14 @@ from pathlib import Path
 import grpc
 import pytest
 
+from devtools.embedded_etcd import EtcdProcess
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
-from services.embedded_etcd import EtcdProcess
-from services.gateway.etcd_keyspace import EtcdKeyspace, KeyValue
-from services.processes import ServerProcess, gateway_process, node_process
+from services.gateway.coordination.etcd_keyspace import EtcdKeyspace, KeyValue
 from tests.cluster import CLUSTER_SECRET, batch, wait_until
 from tests.multi_gateway import GatewayQueries
 from tests.ports import free_ports

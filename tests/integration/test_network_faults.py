@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client import Admin, Consumer, GatewayClient, Producer, TopicPartition
 from seglog.client.futures import RecordFuture
 from seglog.errors import SeglogError
-from services.processes import ServerProcess, gateway_process, node_process
 from tests.faults.netns import NetworkLab, leftovers
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")

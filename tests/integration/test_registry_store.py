@@ -9,15 +9,15 @@ import threading
 
 import pytest
 
-from services.gateway.etcd_keyspace import EtcdKeyspace
-from services.gateway.registry import Registry
-from services.gateway.registry_store import (
+from services.gateway.cluster.registry import Registry
+from services.gateway.cluster.registry_store import (
     ControllerFencedError,
     EtcdRegistryStore,
-    Fence,
     FileRegistryStore,
     StaleRegistryError,
 )
+from services.gateway.coordination.election import Fence
+from services.gateway.coordination.etcd_keyspace import EtcdKeyspace
 from tests.cluster import LocalCluster, batch, wait_until
 from tests.etcd import Etcd
 

@@ -20,8 +20,8 @@ from seglog.client.structs import TopicPartition
 from seglog.errors import RequestTimedOutError
 from seglog.records import RecordBatchBuilder
 from seglog.v1 import gateway_pb2_grpc
-from services.gateway.assignors import range_assign, roundrobin_assign
-from services.gateway.offsets_formats import (
+from services.gateway.groups.assignors import range_assign, roundrobin_assign
+from services.gateway.groups.offsets_formats import (
     java_string_hash,
     partition_for_group,
 )

@@ -11,7 +11,7 @@ from kafka.coordinator.assignors.abstract import (
 )
 
 from seglog.errors import CorruptRecordError
-from services.gateway.offsets_formats import (
+from services.gateway.groups.offsets_formats import (
     CommittedOffset,
     GroupMetadata,
     MemberMetadata,

@@ -61,7 +61,7 @@ class GroupMetadataWriter:
             for group_id, metadata in pending.items():
                 try:
                     self._persist(group_id, metadata)
-                except Exception as exc:  # noqa: BLE001 - a later change writes it again
+                except Exception as exc:  # a later change writes it again
                     logger.warning("storing the metadata of group %s failed: %s", group_id, exc)
             with self._lock:
                 for group_id, metadata in pending.items():

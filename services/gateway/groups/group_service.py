@@ -1,8 +1,9 @@
-"""The GroupCoordinator gRPC service: membership calls go to the coordinator (groups.py),
+"""The GroupCoordinator gRPC service: membership calls go to the coordinator (coordinator.py),
 offset commits and fetches to the offsets store (offsets_store.py). Errors are answered in
 the response's `error` field, so a consumer reads REBALANCE_IN_PROGRESS and the like as data,
-not as failed calls — except NOT_COORDINATOR (coordination.py): a call about a group another
-gateway coordinates fails whole, naming that gateway, as a call sent to the wrong place."""
+not as failed calls — except NOT_COORDINATOR (coordination/group_coordinators.py): a call
+about a group another gateway coordinates fails whole, naming that gateway, as a call sent to
+the wrong place."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
-from .coordination import EtcdCoordination, SoleCoordinator
-from .groups import EMPTY, GroupCoordinator, JoinResult, check_group_id
+from ..cluster.registry import Registry
+from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
 from .offsets_store import OffsetsStore
-from .registry import Registry
 
 # Kafka's offset.metadata.max.bytes.
 OFFSET_METADATA_MAX_BYTES = 4096

@@ -1,6 +1,6 @@
 """`make run`: a gateway and storage nodes on loopback, as separate processes.
 
-    python -m services.local_cluster [--data-dir data] [--listen 127.0.0.1:7070] [--nodes 3]
+    python -m devtools.local_cluster [--data-dir data] [--listen 127.0.0.1:7070] [--nodes 3]
                                      [--tls] [--etcd]
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
@@ -45,7 +45,7 @@ from .processes import ServerProcess, gateway_process, node_process
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m services.local_cluster")
+    parser = argparse.ArgumentParser(prog="python -m devtools.local_cluster")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--listen", default="127.0.0.1:7070", help="the gateway's address")
     parser.add_argument("--nodes", type=int, default=3)

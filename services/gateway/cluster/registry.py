@@ -66,7 +66,8 @@ from seglog.errors import (
 )
 from seglog.security.acls import AclBinding
 
-from .node_sessions import EtcdNodeSessions, NodeSession
+from ..coordination.election import Fence
+from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
 from .partition_changes import (
     NO_LEADER,
     PartitionAssignment,
@@ -79,7 +80,6 @@ from .partition_changes import (
 )
 from .registry_store import (
     ControllerFencedError,
-    Fence,
     FileRegistryStore,
     RegistryStore,
     StaleRegistryError,

@@ -39,6 +39,7 @@ from seglog.errors import (
     UnknownMemberIdError,
 )
 
+from ..cluster.registry import Registry
 from .assignors import ASSIGNORS
 from .group_metadata_writer import GroupMetadataWriter
 from .offsets_formats import (
@@ -48,7 +49,6 @@ from .offsets_formats import (
     encode_assignment,
     encode_subscription,
 )
-from .registry import Registry
 
 # Group ids are int16-length strings in __consumer_offsets keys (Kafka's format).
 MAX_GROUP_ID_BYTES = 32767

@@ -38,7 +38,8 @@ from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
 from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.v1 import common_pb2
 
-from .nodes import NodeConnections
+from ..cluster.registry import Registry
+from ..node_connections import NodeConnections
 from .offsets_formats import (
     CONSUMER_PROTOCOL_TYPE,
     GROUP_METADATA_KEY_VERSION,
@@ -55,7 +56,6 @@ from .offsets_formats import (
     key_type,
     partition_for_group,
 )
-from .registry import Registry
 
 logger = logging.getLogger(__name__)
 

@@ -4,13 +4,13 @@ client, and one watch over the whole prefix that survives etcd restarts.
 
 Keys (under the prefix, `/seglog` by default):
 
-    registry                the registry's state, one JSON document (registry_store.py)
+    registry                the registry's state, one JSON document (cluster/registry_store.py)
     controller              the elected controller gateway: its address, on its lease
     gateways/<address>      each running gateway, on its lease (gateway_session.py)
     nodes/<id>              each storage node's session, on a lease the gateways keep
                             alive from its heartbeats (node_sessions.py)
     coordinators/<n>        the gateway coordinating the groups of __consumer_offsets
-                            partition n, on that gateway's lease (coordination.py)
+                            partition n, on that gateway's lease (group_coordinators.py)
 
 The watch gives every subscriber a snapshot of its keys first (a range read), then each
 change in revision order; when the stream ends (etcd stopped, a member lost) it reconnects
@@ -380,7 +380,7 @@ class EtcdKeyspace:
                 socket.fromfd(
                     response.raw._fp.fileno(), socket.AF_INET, socket.SOCK_STREAM
                 ).shutdown(socket.SHUT_RDWR)
-            except Exception:  # noqa: S110 - already closed
+            except Exception:  # already closed
                 pass
             response.close()
         if self._watch_thread is not None:

@@ -26,8 +26,8 @@ import grpc
 from seglog.errors import SeglogError
 from seglog.v1 import gateway_pb2
 
-from .election import ControllerElection, SoleController
-from .nodes import NodeConnections
+from ..coordination.election import ControllerElection, SoleController
+from ..node_connections import NodeConnections
 from .partition_changes import PartitionChange
 from .registry import Registry
 from .registry_store import ControllerFencedError

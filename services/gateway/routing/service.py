@@ -1,11 +1,15 @@
 """The Gateway service's data path: Produce and Fetch (ListOffsets and SplitPoints are in
-leader_queries.py, admin calls and the Registry service in admin.py).
+leader_queries.py; the admin calls are the control plane's, cluster/admin_service.py).
 
 Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
-when all its partitions live on one node (the usual case for a producer grouping by leader);
-a request spanning nodes is first validated whole here with the engine's own checks (headers,
-CRCs, sizes, timestamps; no record is decoded), then split and sent concurrently, and the
-per-partition results merged in request order. Fetch streams are relayed as wire bytes.
+when all its partitions live on one node (the usual case for a producer grouping by leader).
+A request spanning nodes is first checked whole here for what no node's configs change
+(`check_relayed_records`: every entry framed, batch headers and CRCs, uncompressed records
+sections walked; no record is decoded), so that a malformed part fails the whole request
+before any node writes its own part; size limits, timestamps, keys on compacted topics and
+compressed contents are left to each node to judge by its own configs, as Kafka's broker
+does. It is then split and sent concurrently, and the per-partition results merged in
+request order. Fetch streams are relayed as wire bytes.
 
 Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
 with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
@@ -46,11 +50,11 @@ from seglog.rpc.status import abort, error_code_for, error_from_rpc
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from ..cluster.registry import Registry, Route
+from ..cluster.topic_rules import is_internal_topic
+from ..node_connections import NodeConnection, NodeConnections
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
-from .nodes import NodeConnection, NodeConnections
-from .registry import Registry, Route
-from .topic_rules import is_internal_topic
 
 logger = logging.getLogger(__name__)
 

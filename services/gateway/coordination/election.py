@@ -1,10 +1,11 @@
 """Which gateway is the controller: the one holding the etcd key `controller`, created on its
 session's lease (gateway_session.py) only while no other holds it. The key's create revision
-is the election's fence: the controller's decisions are written with a compare on it
-(registry_store.Fence), so after its lease expired — it was paused, or cut off — none of its
-writes lands, and the first refused one makes it step down. Any gateway campaigns when the
-key is gone (watched) and on each controller tick, so another takes over within a lease TTL
-of the controller's death. `SoleController` is the file backend's: one gateway, always it.
+is the election's fence (`Fence`): the registry's store writes the controller's decisions
+with a compare on it (cluster/registry_store.py), so after its lease expired — it was
+paused, or cut off — none of its writes lands, and the first refused one makes it step
+down. Any gateway campaigns when the key is gone (watched) and on each controller tick, so
+another takes over within a lease TTL of the controller's death. `SoleController` is the
+file backend's: one gateway, always it.
 
 The watch can deliver an event late: after a cut link heals, a connection that was open
 through the cut resumes only at its next TCP retransmission, seconds after new requests
@@ -19,14 +20,23 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from dataclasses import dataclass
 
 from .etcd_keyspace import Changes, EtcdKeyspace
 from .gateway_session import GatewaySession
-from .registry_store import Fence
 
 logger = logging.getLogger(__name__)
 
 KEY = "controller"
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The election a controller's writes depend on: its key (under the prefix) and its
+    create revision."""
+
+    key: str
+    create_revision: int
 
 
 class SoleController:

@@ -14,9 +14,10 @@ whole after every change, through a store with two backends.
   read and written whole, as the file is.
 
 A controller's own decisions (fencing a node whose session expired, preferred-leader
-rebalance) carry a `Fence`: the transaction also compares the controller key's create
-revision with the one its election made, so a controller deposed since — its lease expired
-while it was paused or cut off — writes nothing (`ControllerFencedError`) and steps down.
+rebalance) carry a `Fence` (coordination/election.py): the transaction also compares the
+controller key's create revision with the one its election made, so a controller deposed
+since — its lease expired while it was paused or cut off — writes nothing
+(`ControllerFencedError`) and steps down.
 
 The etcd client is etcd3gw (etcd's JSON gateway, /v3/ over HTTP, etcd_keyspace.py): it needs
 no generated protobuf code, so it cannot clash with the protobuf the project pins.
@@ -27,14 +28,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from seglog.errors import SeglogError
 from seglog.storage.log_files import atomic_write
 
-from .etcd_keyspace import Changes, EtcdKeyspace
+from ..coordination.election import Fence
+from ..coordination.etcd_keyspace import Changes, EtcdKeyspace
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +51,6 @@ class StaleRegistryError(SeglogError):
 
 class ControllerFencedError(StaleRegistryError):
     """A controller's decision refused: another gateway has been elected since."""
-
-
-@dataclass(frozen=True)
-class Fence:
-    """The election a controller's writes depend on: its key (under the prefix) and its
-    create revision."""
-
-    key: str
-    create_revision: int
 
 
 class RegistryStore(Protocol):

@@ -12,8 +12,8 @@ from seglog.rpc import client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
 from seglog.v1 import bulk_pb2
 
-from .registry import Route
-from .topic_rules import is_internal_topic
+from ..cluster.registry import Route
+from ..cluster.topic_rules import is_internal_topic
 
 # (topic, partition, client leader epoch) -> the leader's route, or a routing error.
 RouteOf = Callable[[str, int, int], Route]
