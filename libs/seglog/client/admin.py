@@ -4,7 +4,8 @@ Kafka's AdminClient and kafka-consumer-groups.sh answer.
 
     with Admin(bootstrap="127.0.0.1:7070") as admin:
         admin.create_topic("orders", num_partitions=6, configs={"retention.ms": "86400000"})
-        for tp, lag in admin.list_group_offsets("billing").items(): ...
+        for tp, position in admin.list_group_offsets("billing").items():
+            print(tp, position.committed, position.lag)
 """
 
 from __future__ import annotations
