@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 from seglog.client.admin import Admin
-from seglog.client.gateway import GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
 from seglog.records import RecordBatchBuilder
@@ -70,7 +69,6 @@ class BenchCluster:
                 env=env,
             )
             self.nodes[node_id].start()
-        self.client = GatewayClient(self.gateway.address)
         self.admin = Admin(self.gateway.address)
         _wait(lambda: len(self.live()) == 3, 60, "three nodes")
 
@@ -81,7 +79,6 @@ class BenchCluster:
         return self.admin.describe_topic(topic).partitions[0]
 
     def close(self) -> None:
-        self.client.close()
         self.admin.close()
         for node in self.nodes.values():
             node.stop()
