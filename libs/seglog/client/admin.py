@@ -105,7 +105,8 @@ class Admin:
         *,
         validate_only: bool = False,
     ) -> None:
-        """-1: the gateway's num.partitions / default.replication.factor."""
+        """-1 partitions: one (Kafka's num.partitions default); -1 replicas: the gateway's
+        default.replication.factor."""
         request = gateway_pb2.CreateTopicsRequest(validate_only=validate_only)
         request.topics.add(
             name=name,
