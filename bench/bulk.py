@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
@@ -91,12 +92,14 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             processes.append(node)
             node.start()
             client = GatewayClient(gateway.address)
+            admin = Admin(gateway.address)
             deadline = time.monotonic() + 30
-            while not [n for n in client.describe_cluster().nodes if n.live]:
+            while not [n for n in admin.describe_cluster().nodes if n.live]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the storage node never registered")
                 time.sleep(0.05)
-            client.create_topic(TOPIC, 1, 1)
+            admin.create_topic(TOPIC, 1, 1)
+            admin.close()
             payload = _request_of_batches(TOPIC, BATCH_BYTES, MIB // BATCH_BYTES)
             channel = open_channel(gateway.address)
             produce = channel.unary_unary(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from seglog.client.gateway import GatewayClient
+from seglog.client.admin import Admin
 from seglog.testing.otlp import OtlpReceiver
 
 from .cluster import one_node_cluster
@@ -40,8 +40,8 @@ def run(report: Callable[..., None]) -> None:
             for _ in range(ROUNDS):  # taking turns, so a slow moment lands on one side
                 for name, bootstrap in (("on", on), ("off", off)):
                     topic = f"m-{next(topics)}"
-                    with GatewayClient(bootstrap) as client:
-                        client.create_topic(topic, 1, 1)
+                    with Admin(bootstrap) as admin:
+                        admin.create_topic(topic, 1, 1)
                     produce[name].append(produce_seconds(bootstrap, topic, RECORDS, VALUE))
                     fetch[name].append(fetch_seconds(bootstrap, topic, RECORDS))
         exported = {p.name for p in receiver.points()}

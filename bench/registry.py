@@ -15,7 +15,7 @@ from pathlib import Path
 
 from devtools.embedded_etcd import EtcdProcess
 from devtools.processes import ServerProcess, gateway_process, node_process
-from seglog.client.gateway import GatewayClient
+from seglog.client.admin import Admin
 
 from .throughput import fetch_seconds, produce_seconds
 from .timing import best_in_turns
@@ -63,9 +63,9 @@ def _cluster(root: Path, etcd: bool) -> Iterator[tuple[str, dict[int, ServerProc
             processes.append(node)
             node.start()
             nodes[node_id] = node
-        with GatewayClient(address, security=None) as client:
+        with Admin(address, security_protocol="PLAINTEXT") as admin:
             deadline = time.monotonic() + 30
-            while sum(n.live for n in client.describe_cluster().nodes) < 2:
+            while sum(n.live for n in admin.describe_cluster().nodes) < 2:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the storage nodes never registered")
                 time.sleep(0.05)
@@ -78,22 +78,22 @@ def _cluster(root: Path, etcd: bool) -> Iterator[tuple[str, dict[int, ServerProc
 
 
 def _creates(address: str, prefix: str) -> float:
-    with GatewayClient(address, security=None) as client:
+    with Admin(address, security_protocol="PLAINTEXT") as admin:
         start = time.perf_counter()
         for i in range(CREATES):
-            client.create_topic(f"{prefix}-{i}", 1, 2)
+            admin.create_topic(f"{prefix}-{i}", 1, 2)
         return time.perf_counter() - start
 
 
 def _election(address: str, nodes: dict[int, ServerProcess]) -> float:
     """Seconds from a leader's SIGKILL to another leader in the metadata."""
-    with GatewayClient(address, security=None) as client:
-        client.create_topic("elected", 1, 2)
-        leader = client.describe_topic("elected").partitions[0].leader
+    with Admin(address, security_protocol="PLAINTEXT") as admin:
+        admin.create_topic("elected", 1, 2)
+        leader = admin.describe_topic("elected").partitions[0].leader
         nodes[leader].kill()
         start = time.perf_counter()
         deadline = start + 60
-        while client.describe_topic("elected").partitions[0].leader in (leader, -1):
+        while admin.describe_topic("elected").partitions[0].leader in (leader, -1):
             if time.perf_counter() > deadline:
                 raise RuntimeError("no leader was elected")
             time.sleep(0.01)
@@ -126,8 +126,8 @@ def run(report: Callable[..., None]) -> None:
 
         def produced(address: str) -> float:
             topic = f"data-{next(topics)}"
-            with GatewayClient(address, security=None) as client:
-                client.create_topic(topic, 1, 1)
+            with Admin(address, security_protocol="PLAINTEXT") as admin:
+                admin.create_topic(topic, 1, 1)
             elapsed = produce_seconds(address, topic, RECORDS, VALUE)
             fetched.setdefault(address, []).append(fetch_seconds(address, topic, RECORDS))
             return elapsed

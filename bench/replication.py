@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from devtools.processes import ServerProcess, gateway_process, node_process
-from seglog.client.gateway import GatewayClient
+from seglog.client.admin import Admin
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
 from seglog.records import RecordBatchBuilder
@@ -69,17 +69,17 @@ class BenchCluster:
                 env=env,
             )
             self.nodes[node_id].start()
-        self.client = GatewayClient(self.gateway.address)
+        self.admin = Admin(self.gateway.address)
         _wait(lambda: len(self.live()) == 3, 60, "three nodes")
 
     def live(self) -> set[int]:
-        return {n.node_id for n in self.client.describe_cluster().nodes if n.live}
+        return {n.node_id for n in self.admin.describe_cluster().nodes if n.live}
 
     def partition(self, topic: str):  # type: ignore[no-untyped-def]
-        return self.client.describe_topic(topic).partitions[0]
+        return self.admin.describe_topic(topic).partitions[0]
 
     def close(self) -> None:
-        self.client.close()
+        self.admin.close()
         for node in self.nodes.values():
             node.stop()
         self.gateway.stop()
@@ -99,8 +99,8 @@ def _produce_records(address: str, topic: str, acks: str) -> float:
 
 
 def bench_acks(cluster: BenchCluster, report) -> None:  # type: ignore[no-untyped-def]
-    cluster.client.create_topic("rf1", 1, 1)
-    cluster.client.create_topic("rf3", 1, 3)
+    cluster.admin.create_topic("rf1", 1, 1)
+    cluster.admin.create_topic("rf3", 1, 3)
     address = cluster.gateway.address
     times = best_in_turns(
         {
@@ -128,7 +128,7 @@ def _big_request(topic: str) -> bytes:
 
 
 def bench_catch_up(cluster: BenchCluster, report) -> None:  # type: ignore[no-untyped-def]
-    cluster.client.create_topic("catch-up", 1, 2, configs={"min.insync.replicas": "1"})
+    cluster.admin.create_topic("catch-up", 1, 2, configs={"min.insync.replicas": "1"})
     p = cluster.partition("catch-up")
     follower_id = next(r for r in p.replicas if r != p.leader)
     follower = cluster.nodes[follower_id]
@@ -246,7 +246,7 @@ def _failover_ms(cluster: BenchCluster, how: str) -> float:
 
 
 def bench_failover(cluster: BenchCluster, report) -> None:  # type: ignore[no-untyped-def]
-    cluster.client.create_topic("failover", 1, 3)
+    cluster.admin.create_topic("failover", 1, 3)
     steady_ms = statistics.median(_write_latencies(cluster.gateway.address, 200)) * 1000
     kill_ms = _failover_ms(cluster, "kill")
     term_ms = _failover_ms(cluster, "term")

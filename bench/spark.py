@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient, split_points
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
@@ -148,7 +149,7 @@ def _bench_read_and_write(spark, bootstrap: str, report: Callable[..., None]) ->
 
     rows = memory.load().select("value")
     topics = iter(range(1000))
-    admin = GatewayClient(bootstrap)
+    admin = Admin(bootstrap)
 
     def write_spark() -> None:
         topic = f"written-{next(topics)}"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 
+from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
 from seglog.records import RecordBatchBuilder
 from seglog.security.certs import (
@@ -85,6 +86,7 @@ class LocalCluster:
         for node_id in range(1, nodes + 1):
             self.start_node(node_id)
         self.client = GatewayClient(self.address, security=self.client_security())
+        self.admin = self.admin_as("client")
         security = self.client_security()
         self.channel = (
             grpc.insecure_channel(self.address)
@@ -107,6 +109,18 @@ class LocalCluster:
             return None
         files = self.tls_files(identity)
         return ClientSecurity(files.ca, files.cert, files.key)
+
+    def admin_as(self, identity: str) -> Admin:
+        """An Admin with `identity`'s certificate on a TLS cluster, plaintext otherwise."""
+        security = self.client_security(identity)
+        if security is None:
+            return Admin(self.address, security_protocol="PLAINTEXT")
+        return Admin(
+            self.address,
+            ssl_cafile=str(security.ca),
+            ssl_certfile=str(security.cert),
+            ssl_keyfile=str(security.key),
+        )
 
     @property
     def address(self) -> str:
@@ -176,6 +190,7 @@ class LocalCluster:
 
     def close(self) -> None:
         self.client.close()
+        self.admin.close()
         self.channel.close()
         for node_id in list(self.nodes):
             self.stop_node(node_id)

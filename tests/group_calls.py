@@ -54,7 +54,8 @@ def committed(stub):
 
 def stored_generation(client):
     """The generation of the group's last GroupMetadata record in `__consumer_offsets`."""
-    partitions = len(client.describe_topic(OFFSETS_TOPIC).partitions)
+    (offsets_topic,) = client.describe_topics([OFFSETS_TOPIC])
+    partitions = len(offsets_topic.partitions)
     generation = None
     for record in read_partition(client, OFFSETS_TOPIC, partition_for_group(GROUP, partitions)):
         if key_type(record.key) == 2 and decode_group_key(record.key) == GROUP:

@@ -12,6 +12,7 @@ import grpc
 
 from devtools.embedded_etcd import EtcdProcess
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.cluster import CLUSTER_SECRET, wait_until
@@ -28,6 +29,9 @@ class GatewayQueries:
     @property
     def bootstrap(self) -> str:
         return ",".join(self.gateway_addresses)
+
+    def admin(self, index: int) -> Admin:
+        return Admin(self.gateway_addresses[index], security_protocol="PLAINTEXT")
 
     def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
         with grpc.insecure_channel(self.gateway_addresses[index]) as channel:

@@ -29,7 +29,7 @@ def value_of(index: int) -> bytes:
 
 
 def create_topic(cluster: Cluster) -> None:
-    cluster.client.create_topic(TOPIC, 1, 3, {"segment.bytes": str(SEGMENT_BYTES)})
+    cluster.admin.create_topic(TOPIC, 1, 3, {"segment.bytes": str(SEGMENT_BYTES)})
     wait_for(cluster.healed, REPAIR_TIMEOUT_S, "the topic's replicas in sync", cluster.state)
 
 

@@ -111,11 +111,11 @@ def run(bootstrap: str, workdir: Path, events: int) -> None:
 
 
 def _events_so_far(bootstrap: str, topic: str) -> int:
-    from seglog.client.gateway import LATEST, GatewayClient
+    from seglog.client import LATEST, Admin, TopicPartition
 
-    with GatewayClient(bootstrap) as client:
-        partitions = len(client.describe_topic(topic).partitions)
-        ends = client.list_offsets(topic, {p: LATEST for p in range(partitions)})
+    with Admin(bootstrap) as admin:
+        partitions = len(admin.describe_topic(topic).partitions)
+        ends = admin.list_offsets({TopicPartition(topic, p): LATEST for p in range(partitions)})
         return sum(r.offset for r in ends.values())
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
@@ -53,7 +54,8 @@ class Cluster:
         for node_id in (1, 2, 3):
             self.start_node(node_id, "127.0.0.1:0")
         self.client = GatewayClient(self.gateway.address, timeout_s=10)
-        assert wait_until(lambda: sum(n.live for n in self.client.describe_cluster().nodes) == 3)
+        self.admin = Admin(self.gateway.address, timeout_s=10)
+        assert wait_until(lambda: sum(n.live for n in self.admin.describe_cluster().nodes) == 3)
 
     def start_node(self, node_id: int, listen: str) -> None:
         configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
@@ -69,16 +71,17 @@ class Cluster:
         self.nodes[node_id] = node
 
     def partition(self, partition: int):  # type: ignore[no-untyped-def]
-        return self.client.describe_topic(TOPIC).partitions[partition]
+        return self.admin.describe_topic(TOPIC).partitions[partition]
 
     def isr_whole(self) -> bool:
         try:
-            return all(len(p.isr) == 3 for p in self.client.describe_topic(TOPIC).partitions)
+            return all(len(p.isr) == 3 for p in self.admin.describe_topic(TOPIC).partitions)
         except SeglogError:
             return False
 
     def close(self) -> None:
         self.client.close()
+        self.admin.close()
         for node in self.nodes.values():
             node.stop()
         self.gateway.stop()
@@ -157,7 +160,7 @@ def judge(sending: Sending, stored: dict[int, dict[int, bytes]]) -> tuple[int, l
 @pytest.fixture
 def cluster(tmp_path):
     c = Cluster(tmp_path)
-    c.client.create_topic(TOPIC, PARTITIONS, 3)
+    c.admin.create_topic(TOPIC, PARTITIONS, 3)
     assert wait_until(c.isr_whole, 30)
     yield c
     c.close()
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="seglog-failover-") as root:
             cluster = Cluster(Path(root))
             try:
-                cluster.client.create_topic(TOPIC, PARTITIONS, 3)
+                cluster.admin.create_topic(TOPIC, PARTITIONS, 3)
                 assert wait_until(cluster.isr_whole, 30)
                 acknowledged, problems = kill_leader_twice_under_load(cluster)
             finally:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
-from seglog.client.gateway import GatewayClient
 from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli, wait_until
 
 
@@ -30,7 +30,7 @@ def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
     # A CLI consumer in a group with a 60 s session: SIGTERM must make it leave at once, so
     # the other member gets every partition long before the session would have expired.
     cluster = in_process_cluster
-    cluster.client.create_topic("shared", 2)
+    cluster.admin.create_topic("shared", 2)
     env = {**os.environ, "SEGLOG_BOOTSTRAP": cluster.address}
     member = subprocess.Popen(
         [
@@ -114,8 +114,8 @@ def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_secon
         lines = [runner.stdout.readline().decode() for _ in range(3)]
         address = re.search(r"gateway on (\S+)", lines[0]).group(1)
         node_pid = int(re.search(r"node-1 on \S+ \(pid (\d+)\)", lines[1]).group(1))
-        client = GatewayClient(address)
-        assert wait_until(lambda: sum(n.live for n in client.describe_cluster().nodes) == 2)
+        admin = Admin(address)
+        assert wait_until(lambda: sum(n.live for n in admin.describe_cluster().nodes) == 2)
         os.kill(node_pid, signal.SIGKILL)
         assert wait_until(lambda: b"node-1 exited" in errors.read_bytes())
         assert runner.poll() is None  # still running, without node-1
@@ -140,9 +140,9 @@ def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_secon
             restarted = runner.stdout.readline().decode()
         assert "restarted node-1" in restarted
         assert wait_until(
-            lambda: {n.node_id for n in client.describe_cluster().nodes if n.live} == {1, 2}
+            lambda: {n.node_id for n in admin.describe_cluster().nodes if n.live} == {1, 2}
         )
-        client.close()
+        admin.close()
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(timeout=60)

@@ -23,7 +23,7 @@ from tests.group_calls import (
 def test_generations_continue_after_the_gateway_is_sigkilled(tmp_path):
     cluster = ProcessCluster(tmp_path, gateway_args=NO_DELAY)
     try:
-        cluster.client.create_topic(TOPIC, 1)
+        cluster.admin.create_topic(TOPIC, 1)
         with grpc.insecure_channel(cluster.gateway.address) as channel:
             stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
             old_member, first = join(stub)

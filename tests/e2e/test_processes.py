@@ -15,6 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
@@ -40,9 +41,8 @@ class ProcessCluster:
         for node_id in range(1, nodes + 1):
             self.start_node(node_id, "127.0.0.1:0")
         self.client = GatewayClient(self.gateway.address)
-        assert wait_until(
-            lambda: sum(n.live for n in self.client.describe_cluster().nodes) == nodes
-        )
+        self.admin = Admin(self.gateway.address)
+        assert wait_until(lambda: sum(n.live for n in self.admin.describe_cluster().nodes) == nodes)
 
     def start_node(self, node_id, listen):
         node = node_process(
@@ -71,6 +71,7 @@ class ProcessCluster:
 
     def close(self):
         self.client.close()
+        self.admin.close()
         for node in self.nodes.values():
             node.stop()
         self.gateway.stop()
@@ -102,8 +103,8 @@ def read_partition(client, topic, partition):
 
 def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(processes):
     client = processes.client
-    client.create_topic("events", 4)
-    leaders = {p.partition: p.leader for p in client.describe_topic("events").partitions}
+    processes.admin.create_topic("events", 4)
+    leaders = {p.partition: p.leader for p in processes.admin.describe_topic("events").partitions}
     victim = leaders[0]
     acked: dict[int, list[bytes]] = {p: [] for p in range(4)}
     errors: dict[int, int] = {p: 0 for p in range(4)}
@@ -161,13 +162,13 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
 
 def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processes):
     client = processes.client
-    client.create_topic("kept", 3, configs={"retention.ms": "3600000"})
-    before = client.describe_topic("kept")
+    processes.admin.create_topic("kept", 3, configs={"retention.ms": "3600000"})
+    before = processes.admin.describe_topic("kept")
     for p in range(3):
         client.produce("kept", {p: batch([b"before"])})
     processes.gateway.kill()
     processes.restart_gateway()
-    after = client.describe_topic("kept")
+    after = processes.admin.describe_topic("kept")
     assert [(p.leader, list(p.replicas)) for p in after.partitions] == [
         (p.leader, list(p.replicas)) for p in before.partitions
     ]
@@ -298,7 +299,7 @@ def test_processes_export_one_trace_per_call_over_otlp(tmp_path):
     }
     cluster = ProcessCluster(tmp_path, nodes=1, env=env)
     try:
-        cluster.client.create_topic("traced", 1)
+        cluster.admin.create_topic("traced", 1)
         cluster.client.produce("traced", {0: batch([b"hello"])})
 
         def produce_trace():
@@ -349,7 +350,7 @@ def test_acks0_through_the_gateway_is_bounded_while_a_leader_hangs(tmp_path):
     )
     node = cluster.nodes[1]
     try:
-        cluster.client.create_topic("t", 1)
+        cluster.admin.create_topic("t", 1)
         payload = batch([os.urandom(100_000)] * 6)  # ~600 KB
         os.kill(node.pid, signal.SIGSTOP)
         accepted = 0
@@ -399,7 +400,7 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
         in_use = len(os.listdir(f"/proc/{node.pid}/fd"))
         _, hard = resource.prlimit(node.pid, resource.RLIMIT_NOFILE)
         resource.prlimit(node.pid, resource.RLIMIT_NOFILE, (in_use + 40, hard))
-        cluster.client.create_topic("crowded", 30)
+        cluster.admin.create_topic("crowded", 30)
 
         def settled():
             outcomes = _produce_outcomes(cluster.client, "crowded", 30)
@@ -408,7 +409,7 @@ def test_a_node_out_of_file_descriptors_keeps_heartbeating_and_serving(tmp_path)
         assert wait_until(settled, timeout_s=30)
         outcomes = settled()
         assert any(v is None for v in outcomes.values())  # the partitions it opened serve
-        (described,) = cluster.client.describe_cluster().nodes
+        (described,) = cluster.admin.describe_cluster().nodes
         assert described.live
         # Only a registry session still reconciling after EMFILE brings them back.
         resource.prlimit(node.pid, resource.RLIMIT_NOFILE, (hard, hard))

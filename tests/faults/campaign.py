@@ -128,7 +128,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         # Disk faults damage older segments too: small segments make many of them.
         topic_configs = {"segment.bytes": str(DISK_FAULT_SEGMENT_BYTES)}
         disk_faults = any(n in DISK_FAULTS for n in names)
-        cluster.client.create_topic(TOPIC, PARTITIONS, 3, topic_configs if disk_faults else None)
+        cluster.admin.create_topic(TOPIC, PARTITIONS, 3, topic_configs if disk_faults else None)
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
         clients = Clients(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.client.gateway import LATEST, GatewayClient
 from tests.ports import free_ports
 
@@ -72,6 +73,7 @@ class Cluster:
         self.gateways: list[ServerProcess] = []
         self.nodes: dict[int, ServerProcess] = {}
         self._client: GatewayClient | None = None
+        self._admin: Admin | None = None
         self.clients: Any = None  # the campaign's client processes, for client faults
         self.proxies: list[Any] = []  # one fault proxy in front of each gateway
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
@@ -147,6 +149,7 @@ class Cluster:
             self.nodes[node_id] = node
             node.start()
         self._client = GatewayClient(self.address, timeout_s=5)
+        self._admin = Admin(self.address, timeout_s=5)
         if use_proxy:
             from tests.faults.proxy import FaultProxy
 
@@ -161,13 +164,19 @@ class Cluster:
         return self._client
 
     @property
+    def admin(self) -> Admin:
+        """Admin of the gateways, for the campaign's own topics and cluster questions."""
+        assert self._admin is not None
+        return self._admin
+
+    @property
     def gateway(self) -> ServerProcess:
         return self.gateways[0]
 
     def controller(self) -> int:
         """The index of the controller gateway (0 when it cannot be told)."""
         try:
-            address = self.client.describe_cluster().controller
+            address = self.admin.describe_cluster().controller
         except Exception:
             return 0
         addresses = [gateway.address for gateway in self.gateways]
@@ -224,7 +233,7 @@ class Cluster:
 
     def all_registered(self) -> bool:
         try:
-            live = {n.node_id for n in self.client.describe_cluster().nodes if n.live}
+            live = {n.node_id for n in self.admin.describe_cluster().nodes if n.live}
         except Exception:
             return False
         return live == set(self.nodes)
@@ -232,7 +241,7 @@ class Cluster:
     def live(self, node_id: int) -> bool:
         """Whether the registry counts the node live (True when it cannot be asked)."""
         try:
-            nodes = self.client.describe_cluster().nodes
+            nodes = self.admin.describe_cluster().nodes
         except Exception:
             return True
         return any(n.node_id == node_id and n.live for n in nodes)
@@ -279,6 +288,8 @@ class Cluster:
     def _close_processes(self) -> None:
         if self._client is not None:
             self._client.close()
+        if self._admin is not None:
+            self._admin.close()
         for proxy in self.proxies:
             proxy.close()
         for process in self.processes():

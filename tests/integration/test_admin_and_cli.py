@@ -38,7 +38,7 @@ def test_admin_topics_offsets_groups_and_lag(cluster):
 
 
 def test_cli_produce_consume_with_a_group_and_groups_describe(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("lines", 3)
+    cluster.admin.create_topic("lines", 3)
     lines = b"".join(b"k%d:v%d\n" % (i % 5, i) for i in range(40))
     code, _, err = run(
         cluster, capsys, monkeypatch, "produce", "lines", "--key-separator", ":", stdin=lines
@@ -86,7 +86,7 @@ def test_cli_produce_consume_with_a_group_and_groups_describe(cluster, capsys, m
 
 
 def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("load", 2)
+    cluster.admin.create_topic("load", 2)
     code, out, _ = run(
         cluster,
         capsys,
@@ -119,7 +119,7 @@ def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, 
 
 
 def test_cli_perf_produce_takes_values_from_a_payload_file(cluster, capsys, monkeypatch, tmp_path):
-    cluster.client.create_topic("lines", 1)
+    cluster.admin.create_topic("lines", 1)
     (tmp_path / "payloads.txt").write_bytes(b"alpha\nbeta\n\ngamma\n")
     code, out, _ = run(
         cluster,
@@ -141,7 +141,7 @@ def test_cli_perf_produce_takes_values_from_a_payload_file(cluster, capsys, monk
 
 
 def test_the_bootstrap_option_goes_before_or_after_the_subcommand_with_kafkas_name(cluster, capsys):
-    cluster.client.create_topic("placed", 1)
+    cluster.admin.create_topic("placed", 1)
     for argv in (
         ["--bootstrap-server", cluster.address, "topics", "list"],
         ["--bootstrap", cluster.address, "topics", "list"],
@@ -166,7 +166,7 @@ def test_version_and_addresses_without_a_port(capsys):
 
 
 def test_topics_describe_without_names_shows_user_topics(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("users", 2)
+    cluster.admin.create_topic("users", 2)
     with Consumer(cluster.address, group_id="g", enable_auto_commit=False) as consumer:
         consumer.assign([TopicPartition("users", 0)])
         consumer.commit({TopicPartition("users", 0): 0})  # creates __consumer_offsets

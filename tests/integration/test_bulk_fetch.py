@@ -40,7 +40,7 @@ def _legacy(values) -> bytes:
 
 def _fill(cluster, topic):
     """Plain, compressed and legacy batches over several small segments."""
-    cluster.client.create_topic(topic, 1, 1, configs={"segment.bytes": "3000"})
+    cluster.admin.create_topic(topic, 1, 1, configs={"segment.bytes": "3000"})
     for i in range(30):
         values = [b"r%d-%d" % (i, j) * 20 for j in range(5)]
         if i % 3 == 0:
@@ -154,7 +154,7 @@ def _ask(address, request):
 
 
 def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster):
-    cluster.client.create_topic("guarded", 2, 1)
+    cluster.admin.create_topic("guarded", 2, 1)
     for p in (0, 1):
         cluster.client.produce("guarded", {p: batch([b"secret"])})
     response = cluster.stub.FetchGrants(
@@ -204,7 +204,7 @@ def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster)
 def test_an_expired_grant_is_refused(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1, fetch_grant_ttl_ms=1)
     try:
-        cluster.client.create_topic("brief", 1, 1)
+        cluster.admin.create_topic("brief", 1, 1)
         cluster.client.produce("brief", {0: batch([b"x"])})
         [grant] = cluster.stub.FetchGrants(
             bulk_pb2.FetchGrantsRequest(
@@ -222,7 +222,7 @@ def test_an_expired_grant_is_refused(tmp_path):
 
 
 def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
-    cluster.client.create_topic("cut", 1, 1)
+    cluster.admin.create_topic("cut", 1, 1)
     for _ in range(60):  # ~48 MB: more than the loopback socket buffers hold
         cluster.client.produce("cut", {0: batch([b"y" * 200_000] * 4)})
     node = cluster.leader_of("cut", 0)
@@ -256,7 +256,7 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
 
 
 def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(cluster):
-    cluster.client.create_topic("retained", 1, 1, configs={"segment.bytes": "100000"})
+    cluster.admin.create_topic("retained", 1, 1, configs={"segment.bytes": "100000"})
     for _ in range(10):
         cluster.client.produce("retained", {0: batch([b"z" * 30_000])})
     node = cluster.leader_of("retained", 0)
@@ -277,7 +277,7 @@ def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(cluster):
 
 
 def test_the_node_copies_no_record_bytes_in_user_space(cluster, monkeypatch):
-    cluster.client.create_topic("zero-copy", 1, 1)
+    cluster.admin.create_topic("zero-copy", 1, 1)
     for _ in range(16):
         cluster.client.produce("zero-copy", {0: batch([b"q" * 60_000] * 4)})
     read_bytes = []

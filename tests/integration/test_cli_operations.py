@@ -17,7 +17,7 @@ from tests.cluster import cli_in_process as run
 
 
 def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("ledger", 2)
+    cluster.admin.create_topic("ledger", 2)
     with Producer(cluster.address) as producer:
         for i in range(10):
             producer.send("ledger", b"%d" % i, partition=i % 2, timestamp_ms=1_700_000_000_000 + i)
@@ -93,8 +93,8 @@ def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch)
 
 
 def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("a", 2)
-    cluster.client.create_topic("b", 1)
+    cluster.admin.create_topic("a", 2)
+    cluster.admin.create_topic("b", 1)
     a0, a1, b0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
     with Admin(cluster.address) as admin:
         admin.alter_group_offsets("old", {a0: 0, a1: 0, b0: 0})
@@ -120,7 +120,7 @@ def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
         code, _, err = run(cluster, capsys, monkeypatch, "groups", "delete", "old")
         assert code == 1 and "GROUP_ID_NOT_FOUND" in err
     cluster.restart_gateway()  # the deletion is in __consumer_offsets
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    assert wait_until(lambda: len(cluster.admin.describe_cluster().nodes) == 3)
     assert cluster.gateway.offsets.committed("old") == {}
     assert cluster.gateway.offsets.group_metadata("old") is None
 
@@ -128,7 +128,7 @@ def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
 def test_produce_headers_and_files_and_consume_output_formats(
     cluster, capsys, monkeypatch, tmp_path
 ):
-    cluster.client.create_topic("fmt", 1)
+    cluster.admin.create_topic("fmt", 1)
     lines = b"trace:1,flag\tk1=a\tb\n" + b"\tk2=plain\n"
     code, _, err = run(
         cluster,
@@ -185,7 +185,7 @@ def test_topics_alter_adds_partitions_and_keyed_records_follow_the_new_count(
     from seglog.client.partitioner import partition_for_key
     from seglog.errors import InvalidPartitionsError, InvalidTopicError
 
-    cluster.client.create_topic("growing", 2)
+    cluster.admin.create_topic("growing", 2)
     code, out, _ = run(
         cluster, capsys, monkeypatch, "topics", "alter", "growing", "--partitions", "5"
     )
@@ -211,7 +211,7 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
     cluster = LocalCluster(tmp_path, nodes=0)
     try:
         cluster.start_node(1, **{"log.retention.ms": "3600000"})  # the node's own default
-        cluster.client.create_topic("cfg", 1, configs={"segment.bytes": "1048576"})
+        cluster.admin.create_topic("cfg", 1, configs={"segment.bytes": "1048576"})
         code, out, _ = run(cluster, capsys, monkeypatch, "configs", "describe", "--topic", "cfg")
         assert code == 0
         lines = dict(line.strip().split("\t") for line in out.splitlines()[1:])
@@ -260,7 +260,7 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
 
 
 def test_groups_describe_shows_a_dash_for_partitions_never_committed(cluster, capsys, monkeypatch):
-    cluster.client.create_topic("half", 2)
+    cluster.admin.create_topic("half", 2)
     cluster.client.produce("half", {1: batch([b"x", b"y"])})
     with Consumer(cluster.address, group_id="half-readers", enable_auto_commit=False) as member:
         member.subscribe(["half"])

@@ -26,7 +26,7 @@ def produce(address, topic, values, **send):
 
 
 def test_assigned_partitions_are_read_in_order_with_every_field(cluster):
-    cluster.client.create_topic("events", 2)
+    cluster.admin.create_topic("events", 2)
     with Producer(cluster.address) as producer:
         for i in range(300):
             producer.send(
@@ -53,7 +53,7 @@ def test_assigned_partitions_are_read_in_order_with_every_field(cluster):
 
 
 def test_poll_respects_max_records_and_position_follows(cluster):
-    cluster.client.create_topic("paged", 1)
+    cluster.admin.create_topic("paged", 1)
     produce(cluster.address, "paged", [b"%d" % i for i in range(100)])
     tp = TopicPartition("paged", 0)
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
@@ -70,7 +70,7 @@ def test_poll_respects_max_records_and_position_follows(cluster):
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_are_decoded_by_the_consumer(cluster, codec):
-    cluster.client.create_topic("packed", 1)
+    cluster.admin.create_topic("packed", 1)
     values = [b"compressible %d " % i * 10 for i in range(2000)]
     with Producer(cluster.address, compression_type=codec) as producer:
         producer.send_many("packed", values)
@@ -80,7 +80,7 @@ def test_compressed_batches_are_decoded_by_the_consumer(cluster, codec):
 
 
 def test_seek_by_timestamp_to_beginning_and_to_end(cluster):
-    cluster.client.create_topic("timeline", 1)
+    cluster.admin.create_topic("timeline", 1)
     base = 1_650_000_000_000
     for i in range(10):
         produce(cluster.address, "timeline", [b"t%d" % i], timestamp_ms=base + i * 1000)
@@ -102,7 +102,7 @@ def test_seek_by_timestamp_to_beginning_and_to_end(cluster):
 
 
 def test_auto_offset_reset_latest_and_none(cluster):
-    cluster.client.create_topic("resets", 1)
+    cluster.admin.create_topic("resets", 1)
     produce(cluster.address, "resets", [b"old"] * 5)
     tp = TopicPartition("resets", 0)
     with Consumer(cluster.address, auto_offset_reset="latest") as consumer:
@@ -117,7 +117,7 @@ def test_auto_offset_reset_latest_and_none(cluster):
 
 
 def test_an_offset_outside_the_log_is_reset_by_the_policy(cluster):
-    cluster.client.create_topic("outside", 1)
+    cluster.admin.create_topic("outside", 1)
     produce(cluster.address, "outside", [b"a", b"b"])
     tp = TopicPartition("outside", 0)
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
@@ -131,7 +131,7 @@ def test_an_out_of_range_answer_the_leader_no_longer_confirms_keeps_the_position
     handles it, confirms it: here the answer was true when given, and by the time the
     consumer handles it the log has grown past the position (as when a replica that is not
     the leader's log answered), so the position is kept instead of re-reading from 0."""
-    cluster.client.create_topic("regrown", 1)
+    cluster.admin.create_topic("regrown", 1)
     produce(cluster.address, "regrown", [b"early-%d" % i for i in range(5)])
     tp = TopicPartition("regrown", 0)
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
@@ -146,7 +146,7 @@ def test_an_out_of_range_answer_the_leader_no_longer_confirms_keeps_the_position
 
 
 def test_manual_commits_and_committed_offsets(cluster):
-    cluster.client.create_topic("ledger", 2)
+    cluster.admin.create_topic("ledger", 2)
     produce(cluster.address, "ledger", [b"x"] * 10, partition=0)
     tp0, tp1 = TopicPartition("ledger", 0), TopicPartition("ledger", 1)
     config = dict(group_id="auditors", auto_offset_reset="earliest", enable_auto_commit=False)
@@ -167,7 +167,7 @@ def test_manual_commits_and_committed_offsets(cluster):
 
 
 def test_committed_offsets_survive_a_gateway_restart(cluster):
-    cluster.client.create_topic("durable", 3)
+    cluster.admin.create_topic("durable", 3)
     tps = [TopicPartition("durable", p) for p in range(3)]
     config = dict(group_id="keepers", enable_auto_commit=False)
     with Consumer(cluster.address, **config) as consumer:
@@ -175,7 +175,7 @@ def test_committed_offsets_survive_a_gateway_restart(cluster):
         consumer.commit({tp: 100 + tp.partition for tp in tps})
         consumer.commit({tps[0]: 7})  # the newer commit wins after the read-back
     cluster.restart_gateway()
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    assert wait_until(lambda: len(cluster.admin.describe_cluster().nodes) == 3)
     with Consumer(cluster.address, **config) as consumer:
         committed = consumer.committed(tps)
     assert {tp: meta.offset for tp, meta in committed.items()} == {
@@ -188,7 +188,7 @@ def test_committed_offsets_survive_a_gateway_restart(cluster):
 
 
 def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
-    cluster.client.create_topic("shared", 6)
+    cluster.admin.create_topic("shared", 6)
     total = 3000
     produce_values = [b"%d" % i for i in range(total)]
     with Producer(cluster.address) as producer:
@@ -261,7 +261,7 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
 
 
 def test_a_member_that_stops_heartbeating_is_removed(cluster):
-    cluster.client.create_topic("watched", 2)
+    cluster.admin.create_topic("watched", 2)
     stub = groups_pb2_grpc.GroupCoordinatorStub(grpc.insecure_channel(cluster.address))
     silent = stub.JoinGroup(
         groups_pb2.JoinGroupRequest(
@@ -293,7 +293,7 @@ def test_a_member_that_stops_heartbeating_is_removed(cluster):
 
 
 def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(cluster):
-    cluster.client.create_topic("paced", 2)
+    cluster.admin.create_topic("paced", 2)
     config = dict(
         group_id="pacers",
         auto_offset_reset="earliest",
@@ -336,7 +336,7 @@ def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(clu
 
 
 def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(cluster):
-    cluster.client.create_topic("present", 1)
+    cluster.admin.create_topic("present", 1)
     with Consumer(
         cluster.address, group_id="watchers-of-topics", auto_offset_reset="earliest", **GROUP_CONFIG
     ) as consumer:
@@ -347,7 +347,7 @@ def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(clus
         assert consumer.assignment() == {TopicPartition("present", 0)}
         first_generation = consumer.generation
 
-        cluster.client.create_topic("later", 2)
+        cluster.admin.create_topic("later", 2)
         produce(cluster.address, "later", [b"new-%d" % i for i in range(4)], partition=1)
         read = drain(consumer, 4)
         assert sorted(r.value for r in read) == [b"new-%d" % i for i in range(4)]
@@ -358,7 +358,7 @@ def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(clus
         }
         assert consumer.generation > first_generation
 
-        cluster.client.delete_topic("later")
+        cluster.admin.delete_topic("later")
         assert wait_until(
             lambda: (
                 consumer.poll(timeout_ms=50) is not None
@@ -402,7 +402,7 @@ def _corrupt_second_batch(log) -> int:
 
 
 def test_a_corrupt_batch_raises_at_its_offset_every_poll_and_skips_nothing(cluster):
-    cluster.client.create_topic("damaged", 1)
+    cluster.admin.create_topic("damaged", 1)
     for start in (0, 10, 20):  # three batches of ten records
         cluster.client.produce("damaged", {0: batch([b"%d" % i for i in range(start, start + 10)])})
     corrupt_offset = _corrupt_second_batch(cluster.log("damaged", 0))
@@ -423,7 +423,7 @@ def test_a_corrupt_batch_raises_at_its_offset_every_poll_and_skips_nothing(clust
 def test_kafka_python_and_confluent_names_serializers_and_consumer_timeout(cluster):
     import json
 
-    cluster.client.create_topic("docs", 1)
+    cluster.admin.create_topic("docs", 1)
     with Producer(
         bootstrap_servers=[cluster.address],
         value_serializer=lambda v: json.dumps(v).encode(),

@@ -225,10 +225,10 @@ class LinkedCluster(GatewayQueries):
 
     def registrations(self, index: int, topic: str) -> list[tuple[int, int, list[int]]]:
         """(leader, leader epoch, ISR) of each partition, as gateway `index` holds them."""
-        with self.client(index) as client:
+        with self.admin(index) as admin:
             return [
                 (p.leader, p.leader_epoch, sorted(p.isr))
-                for p in client.describe_topic(topic).partitions
+                for p in admin.describe_topic(topic).partitions
             ]
 
     def node_roles(self, node_id: int, topic: str, partition: int) -> tuple[str, int]:
@@ -287,8 +287,8 @@ def cut_gateways_from_etcd_until_leases_lapse(cluster: LinkedCluster) -> None:
 
 
 def test_the_controller_elects_after_its_etcd_link_heals(cluster):
-    with cluster.client(0) as client:
-        client.create_topic("orders", 3, 3)
+    with cluster.admin(0) as admin:
+        admin.create_topic("orders", 3, 3)
     cut_gateways_from_etcd_until_leases_lapse(cluster)
     # The watch streams, open through the cut, resume seconds after new calls pass: their
     # news (the controller key deleted by the lapse) arrives after a new election.
@@ -314,8 +314,8 @@ def test_the_controller_elects_after_its_etcd_link_heals(cluster):
 
 
 def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(cluster):
-    with cluster.client(0) as client:
-        client.create_topic("orders", 3, 3)
+    with cluster.admin(0) as admin:
+        admin.create_topic("orders", 3, 3)
     before = cluster.registrations(0, "orders")
     dead = before[2][0]
     survivors = sorted({1, 2, 3} - {dead})
@@ -369,8 +369,9 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     lapses), while clients and its followers still reach it: once another node is elected,
     it no longer claims the partition nor acknowledges what a client with stale metadata
     sends it; healed, it follows the new leader and keeps nothing the new leader lacks."""
+    with cluster.admin(0) as admin:
+        admin.create_topic("orders", 1, 3)
     with cluster.client(0) as client:
-        client.create_topic("orders", 1, 3)
         for i in range(3):
             [result] = client.produce("orders", {0: _batch(b"before-%d" % i)})
             assert not result.error, result.error_message

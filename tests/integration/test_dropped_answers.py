@@ -31,7 +31,7 @@ FLUSH_TIMEOUT_S = 40.0
 @pytest.fixture
 def cluster(tmp_path):
     c = LocalCluster(tmp_path, nodes=3, node_configs=NODE_CONFIGS)
-    c.client.create_topic(TOPIC, 1, 3)
+    c.admin.create_topic(TOPIC, 1, 3)
     yield c
     c.close()
 

@@ -30,7 +30,7 @@ def _spy_fetches(node, monkeypatch):
 
 
 def test_a_relayed_fetch_carries_the_routed_leader_epoch(cluster, monkeypatch):
-    cluster.client.create_topic("epochs", 1, replication_factor=3)
+    cluster.admin.create_topic("epochs", 1, replication_factor=3)
     produce(cluster.address, "epochs", [b"a", b"b"])
     route = cluster.gateway.registry.route("epochs", 0)
     seen = _spy_fetches(cluster.nodes[route.leader], monkeypatch)
@@ -47,7 +47,7 @@ def test_a_fetch_routed_by_an_epoch_the_node_does_not_lead_is_refused_not_judged
     """The node's own check, reached through the gateway: a request part naming an epoch the
     leader does not hold is answered NOT_LEADER_OR_FOLLOWER (retriable), never
     OFFSET_OUT_OF_RANGE, even for an offset past the log end."""
-    cluster.client.create_topic("stale", 1, replication_factor=3)
+    cluster.admin.create_topic("stale", 1, replication_factor=3)
     produce(cluster.address, "stale", [b"a"])
     route = cluster.gateway.registry.route("stale", 0)
     node = cluster.nodes[route.leader]

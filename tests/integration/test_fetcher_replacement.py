@@ -52,7 +52,7 @@ def _log_end(cluster: LocalCluster, node_id: int, partition: int) -> int:
 def test_partitions_followed_from_a_leader_survive_its_fetcher_being_replaced(
     cluster: LocalCluster,
 ) -> None:
-    cluster.client.create_topic(TOPIC, PARTITIONS, 3)
+    cluster.admin.create_topic(TOPIC, PARTITIONS, 3)
     leader, moved, untouched = _two_partitions_of_one_leader(cluster)
     follower = next(n for n in cluster.nodes if n != leader)
     manager = cluster.nodes[follower].replicas

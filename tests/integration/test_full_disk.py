@@ -161,7 +161,7 @@ def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is
             ballasts.append(fill_with_ballast(mount, NODE_BALLAST_BYTES))
         cluster = Cluster(tmp_path)
         try:
-            cluster.client.create_topic(TOPIC, 1, 3, {"segment.bytes": str(256 * 1024)})
+            cluster.admin.create_topic(TOPIC, 1, 3, {"segment.bytes": str(256 * 1024)})
             wait_for(cluster.healed, CLUSTER_TIMEOUT_S, "replicas in sync", cluster.state)
             acknowledged, refusal = produce_until_refused(cluster, TOPIC)
             assert len(acknowledged) > 100

@@ -41,8 +41,8 @@ def coordinator_at(address: str) -> str:
 def test_the_gateway_taking_a_group_over_continues_its_generations(tmp_path):
     cluster = EtcdBackedCluster(tmp_path)
     try:
-        with cluster.client(0) as client:
-            client.create_topic(TOPIC, 1, 3)
+        with cluster.admin(0) as admin:
+            admin.create_topic(TOPIC, 1, 3)
         assert wait_until(lambda: coordinator_at(cluster.gateway_addresses[0]) != "", 30)
         coordinator = coordinator_at(cluster.gateway_addresses[0])
         index = cluster.gateway_addresses.index(coordinator)

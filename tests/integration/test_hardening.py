@@ -44,33 +44,33 @@ def _produce(cluster, topic, partition, values):
 
 def test_topic_names_must_leave_room_for_every_directory_the_node_makes(cluster):
     longest = 255 - len("-0") - log_files.LONGEST_DIRECTORY_SUFFIX
-    cluster.client.create_topic("a" * longest, 1)
+    cluster.admin.create_topic("a" * longest, 1)
     with pytest.raises(InvalidTopicError, match="over the filesystem's 255"):
-        cluster.client.create_topic("b" * (longest + 1), 1)
+        cluster.admin.create_topic("b" * (longest + 1), 1)
     # Eleven partitions (0..10) need one more digit in the directory name.
     with pytest.raises(InvalidTopicError, match="at most"):
-        cluster.client.create_topic("c" * longest, 11)
+        cluster.admin.create_topic("c" * longest, 11)
     with pytest.raises(InvalidTopicError, match="illegal"):
-        cluster.client.create_topic("d" * 250, 1)
+        cluster.admin.create_topic("d" * 250, 1)
     assert _produce(cluster, "a" * longest, 0, [b"x"]).base_offset == 0
 
 
 def test_partition_counts_are_bounded_per_topic_and_per_cluster(small_cluster):
     with pytest.raises(InvalidPartitionsError, match=r"\[1, 8\]"):
-        small_cluster.client.create_topic("huge", 2**31 - 1)
-    small_cluster.client.create_topic("eight", 8)
+        small_cluster.admin.create_topic("huge", 2**31 - 1)
+    small_cluster.admin.create_topic("eight", 8)
     with pytest.raises(InvalidPartitionsError, match="over its limit of 12"):
-        small_cluster.client.create_topic("five", 5)
-    small_cluster.client.create_topic("four", 4)
+        small_cluster.admin.create_topic("five", 5)
+    small_cluster.admin.create_topic("four", 4)
     assert sorted(t.name for t in small_cluster.client.list_topics()) == ["eight", "four"]
 
 
 def test_clients_cannot_create_delete_or_produce_into_internal_topics(cluster):
     with pytest.raises(InvalidTopicError, match="reserved for internal topics"):
-        cluster.client.create_topic("__mine", 1)
+        cluster.admin.create_topic("__mine", 1)
     cluster.gateway.admin.create_internal_topic("__consumer_offsets", 1, {})
     with pytest.raises(InvalidTopicError, match="internal"):
-        cluster.client.delete_topic("__consumer_offsets")
+        cluster.admin.delete_topic("__consumer_offsets")
     with pytest.raises(InvalidTopicError, match="only the cluster itself writes it"):
         cluster.client.produce("__consumer_offsets", {0: batch([b"forged"])})
     assert cluster.log("__consumer_offsets", 0).log_end_offset == 0
@@ -114,7 +114,7 @@ def test_a_partition_that_cannot_be_created_goes_offline_and_the_node_keeps_serv
         node = cluster.nodes[1]
         # A plain file where the partition's directory must go: a real OSError on create.
         (node.config.data_dir / "t-0").write_bytes(b"in the way")
-        cluster.client.create_topic("t", 2)
+        cluster.admin.create_topic("t", 2)
         assert _produce(cluster, "t", 1, [b"fine"]).base_offset == 0
         assert wait_until(lambda: "t-0" in _offline_reason(cluster, 1))
         # A retriable KAFKA_STORAGE_ERROR that names the partition and the reason.
@@ -136,7 +136,7 @@ def test_a_partition_that_cannot_be_created_goes_offline_and_the_node_keeps_serv
 def test_a_node_restarts_with_an_unopenable_partition_on_disk_and_serves_the_rest(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
-        cluster.client.create_topic("t", 2)
+        cluster.admin.create_topic("t", 2)
         for partition in (0, 1):
             assert _produce(cluster, "t", partition, [b"a", b"b"]).error == 0
         data_dir = cluster.nodes[1].config.data_dir
@@ -168,7 +168,7 @@ def _offline_reason(cluster, node_id: int) -> str:
     [("max_wait_ms", -1), ("max_wait_ms", 10**9), ("min_bytes", -5), ("max_bytes", -1)],
 )
 def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(cluster, field, value):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     request = common_pb2.FetchRequest(max_wait_ms=100, min_bytes=1, max_bytes=1 << 20)
     setattr(request, field, value)
     request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
@@ -184,7 +184,7 @@ def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(clus
 
 
 def test_a_negative_produce_timeout_is_invalid_not_a_retriable_deadline(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     with pytest.raises(InvalidRequestError, match="timeout_ms -1 is negative") as caught:
         cluster.client.produce("t", {0: batch([b"x"])}, timeout_ms=-1)
     assert not caught.value.retriable
@@ -192,7 +192,7 @@ def test_a_negative_produce_timeout_is_invalid_not_a_retriable_deadline(cluster)
 
 
 def test_group_ids_metadata_and_committed_offsets_are_checked(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     with grpc.insecure_channel(cluster.address) as channel:
         groups = groups_pb2_grpc.GroupCoordinatorStub(channel)
         huge_id = "g" * 40_000
@@ -228,7 +228,7 @@ def test_group_ids_metadata_and_committed_offsets_are_checked(cluster):
 def test_idle_long_polls_cannot_freeze_a_node_or_the_gateway_and_cancelling_releases_them(
     cluster,
 ):
-    cluster.client.create_topic("idle", 1)
+    cluster.admin.create_topic("idle", 1)
     node = cluster.leader_of("idle", 0)
     request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1 << 20, max_bytes=1 << 20)
     request.partitions.add(topic="idle", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
@@ -303,7 +303,7 @@ def test_the_gateway_and_the_nodes_judge_a_split_request_by_the_same_rules(tmp_p
     try:
         for node_id in (1, 2):
             cluster.start_node(node_id, **{"max.message.bytes": str(3 * 1024 * 1024)})
-        cluster.client.create_topic("large", 2)
+        cluster.admin.create_topic("large", 2)
         leaders = {cluster.gateway.registry.route("large", p).leader for p in (0, 1)}
         assert leaders == {1, 2}
         big = batch([b"x" * (2 * 1024 * 1024)])

@@ -63,7 +63,7 @@ def test_producer_ids_are_unique_durable_and_transactions_are_refused(cluster):
 
 
 def test_the_default_producer_numbers_its_batches(cluster):
-    cluster.client.create_topic("numbered", 1, 3)
+    cluster.admin.create_topic("numbered", 1, 3)
     with Producer(cluster.address, linger_ms=0) as producer:
         for i in range(5):
             producer.send("numbered", b"v%d" % i).get(timeout=10)
@@ -78,7 +78,7 @@ def test_the_default_producer_numbers_its_batches(cluster):
 
 
 def test_a_retry_after_a_lost_answer_is_written_once(cluster):
-    cluster.client.create_topic("lost", 1, 3)
+    cluster.admin.create_topic("lost", 1, 3)
     leader = cluster.leader_of("lost", 0)
     real_wait = leader.replicas.wait_for_replication
     answered = []
@@ -113,7 +113,7 @@ def test_answers_lost_after_requests_of_several_batches_lose_and_repeat_nothing(
     """Issue 26: a request of several batches written, its answer lost; the retry used to
     go out with newer batches, the node answered the first duplicate's offsets for all of
     them and wrote none of the new ones, and the sender acknowledged them all."""
-    cluster.client.create_topic("several", 1, 3)
+    cluster.admin.create_topic("several", 1, 3)
     leader = cluster.leader_of("several", 0)
     real_wait = leader.replicas.wait_for_replication
     lost = []
@@ -139,7 +139,7 @@ def test_answers_lost_after_requests_of_several_batches_lose_and_repeat_nothing(
 def test_an_answer_covering_fewer_records_than_sent_acknowledges_only_those(cluster):
     """The sender believes an answer only as far as its offsets go: the batches it does not
     cover are sent again (alone, so each gets an answer of its own)."""
-    cluster.client.create_topic("short", 1, 3)
+    cluster.admin.create_topic("short", 1, 3)
     leader = cluster.leader_of("short", 0)
     real_wait = leader.replicas.wait_for_replication
     shortened, retried = [], []
@@ -169,7 +169,7 @@ def test_an_answer_covering_fewer_records_than_sent_acknowledges_only_those(clus
 
 
 def test_a_retry_at_the_new_leader_after_failover_is_written_once(cluster):
-    cluster.client.create_topic("moved", 1, 3)
+    cluster.admin.create_topic("moved", 1, 3)
     producer_id, _ = cluster.client.init_producer_id()
     batch = idempotent_batch(producer_id, 0, [b"a", b"b"])
     [first] = cluster.client.produce("moved", {0: batch}, acks=-1)
@@ -194,7 +194,7 @@ def test_a_retry_at_the_new_leader_after_failover_is_written_once(cluster):
 
 
 def test_a_gap_in_sequences_is_refused_and_writes_nothing(cluster):
-    cluster.client.create_topic("gap", 1, 1)
+    cluster.admin.create_topic("gap", 1, 1)
     producer_id, _ = cluster.client.init_producer_id()
     assert (
         cluster.client.produce("gap", {0: idempotent_batch(producer_id, 0, [b"a"])})[0].error == 0

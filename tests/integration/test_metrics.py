@@ -68,7 +68,7 @@ def _total(receiver, name, **attributes):
 
 def test_services_export_what_they_count(metered_cluster, receiver):
     cluster = metered_cluster
-    cluster.client.create_topic("metered", 2, 3)
+    cluster.admin.create_topic("metered", 2, 3)
     produced = 0
     for i in range(20):
         records = batch([b"value-%d" % j for j in range(10)])
@@ -130,7 +130,7 @@ def test_services_export_what_they_count(metered_cluster, receiver):
 
 def test_an_error_answered_is_counted_by_its_reason(metered_cluster, receiver):
     cluster = metered_cluster
-    cluster.client.create_topic("small", 1, 3, {"max.message.bytes": "1000"})
+    cluster.admin.create_topic("small", 1, 3, {"max.message.bytes": "1000"})
     with pytest.raises(RecordTooLargeError):
         cluster.client.produce("small", {0: batch([b"x" * 5000])})
     assert wait_until(
@@ -175,7 +175,7 @@ def test_denied_calls_are_counted(tmp_path, provider_for, receiver):
     cluster = LocalCluster(tmp_path, nodes=1, authorizer=True, meter_provider_for=provider_for)
     try:
         with pytest.raises(PermissionDeniedError):
-            cluster.client.create_topic("forbidden", 1, 1)  # User:ANONYMOUS, no ACL
+            cluster.admin.create_topic("forbidden", 1, 1)  # User:ANONYMOUS, no ACL
         denied = {"seglog.operation": "Create", "seglog.resource.type": "topic"}
         assert wait_until(lambda: _total(receiver, "seglog.authorization.denied", **denied) == 1)
     finally:

@@ -88,9 +88,11 @@ class NamespacedCluster:
             self.processes.append(node)
             self.node_addresses[n] = node.start()
         self.client = GatewayClient(self.address, timeout_s=5)
+        self.admin = Admin(self.address, timeout_s=5)
 
     def close(self) -> None:
         self.client.close()
+        self.admin.close()
         for process in reversed(self.processes):
             process.stop(grace_s=10)
 
@@ -142,7 +144,7 @@ def healed_afterwards(cluster: NamespacedCluster) -> Iterator[None]:
 
 def _live_nodes(cluster: NamespacedCluster) -> set[int]:
     try:
-        return {n.node_id for n in cluster.client.describe_cluster().nodes if n.live}
+        return {n.node_id for n in cluster.admin.describe_cluster().nodes if n.live}
     except SeglogError:
         return set()
 

@@ -17,11 +17,11 @@ RETENTION_MS = 60_000
 
 def restart_gateway(cluster):
     cluster.restart_gateway()
-    assert wait_until(lambda: len(cluster.client.describe_cluster().nodes) == 3)
+    assert wait_until(lambda: len(cluster.admin.describe_cluster().nodes) == 3)
 
 
 def test_a_commit_carries_the_leader_epoch_of_the_records_read(cluster):
-    cluster.client.create_topic("epochs", 1)
+    cluster.admin.create_topic("epochs", 1)
     cluster.client.produce("epochs", {0: batch([b"a", b"b"])})
     leader_epoch = cluster.gateway.registry.route("epochs", 0).leader_epoch
     assert leader_epoch >= 0
@@ -37,7 +37,7 @@ def test_a_commit_carries_the_leader_epoch_of_the_records_read(cluster):
 
 
 def test_group_metadata_records_follow_rebalances_and_survive_a_restart(cluster):
-    cluster.client.create_topic("watched", 2)
+    cluster.admin.create_topic("watched", 2)
     with Consumer(cluster.address, group_id="watchers", **GROUP) as consumer:
         consumer.subscribe(["watched"])
         assert wait_until(lambda: (consumer.poll(timeout_ms=50), consumer.assignment())[1])
@@ -58,7 +58,7 @@ def test_group_metadata_records_follow_rebalances_and_survive_a_restart(cluster)
 
 
 def test_committed_offsets_expire_after_retention_by_kafkas_rules(cluster):
-    cluster.client.create_topic("kept", 1)
+    cluster.admin.create_topic("kept", 1)
     tp = TopicPartition("kept", 0)
     offsets = cluster.gateway.offsets
     # A group that never had members (assign() users): each offset from its commit time.
@@ -88,7 +88,7 @@ def test_committed_offsets_expire_after_retention_by_kafkas_rules(cluster):
 
 
 def test_a_corrupt_batch_in_the_offsets_topic_costs_only_its_own_commits(cluster):
-    cluster.client.create_topic("ledger", 1)
+    cluster.admin.create_topic("ledger", 1)
     tp = TopicPartition("ledger", 0)
     store = cluster.gateway.offsets
     with Consumer(cluster.address, group_id="auditors", **GROUP) as c:
@@ -118,14 +118,14 @@ def test_a_corrupt_batch_in_the_offsets_topic_costs_only_its_own_commits(cluster
 
 
 def test_deleting_a_topic_deletes_its_committed_offsets(cluster):
-    cluster.client.create_topic("reborn", 1)
-    cluster.client.create_topic("kept", 1)
+    cluster.admin.create_topic("reborn", 1)
+    cluster.admin.create_topic("kept", 1)
     tp, other = TopicPartition("reborn", 0), TopicPartition("kept", 0)
     with Consumer(cluster.address, group_id="readers", **GROUP) as c:
         c.assign([tp, other])
         c.commit({tp: 1, other: 7})
-    cluster.client.delete_topic("reborn")
-    cluster.client.create_topic("reborn", 1)
+    cluster.admin.delete_topic("reborn")
+    cluster.admin.create_topic("reborn", 1)
     cluster.client.produce("reborn", {0: batch([b"first", b"second"])})
     config = dict(group_id="readers", auto_offset_reset="earliest", **GROUP)
     with Consumer(cluster.address, **config) as c:

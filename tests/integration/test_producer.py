@@ -40,7 +40,7 @@ def read_all(address, topic, partitions, expected):
 
 
 def test_keyed_records_land_where_kafkas_partitioner_puts_them(cluster):
-    cluster.client.create_topic("keyed", 7)
+    cluster.admin.create_topic("keyed", 7)
     keys = [f"customer-{i}".encode() for i in range(200)]
     with Producer(cluster.address, linger_ms=0) as producer:
         futures = [producer.send("keyed", b"v-" + key, key=key) for key in keys]
@@ -66,7 +66,7 @@ def test_keyed_records_land_where_kafkas_partitioner_puts_them(cluster):
 
 
 def test_unkeyed_records_stick_to_a_partition_until_its_batch_closes(cluster):
-    cluster.client.create_topic("sticky", 4)
+    cluster.admin.create_topic("sticky", 4)
     value = b"s" * 100
     builder = RecordBatchBuilder(max_bytes=1024)
     per_batch = 0
@@ -88,7 +88,7 @@ def test_unkeyed_records_stick_to_a_partition_until_its_batch_closes(cluster):
 
 
 def test_an_unkeyed_record_after_its_batch_was_sent_opens_a_batch_elsewhere(cluster):
-    cluster.client.create_topic("resticky", 3)
+    cluster.admin.create_topic("resticky", 3)
     with Producer(cluster.address, linger_ms=5) as producer:
         first = producer.send("resticky", b"one").get(timeout=10)  # lingered, sent, answered
         second = producer.send("resticky", b"two").get(timeout=10)
@@ -106,7 +106,7 @@ def test_an_unkeyed_record_after_its_batch_was_sent_opens_a_batch_elsewhere(clus
 
 
 def test_unkeyed_records_in_one_batch_keep_their_headers_timestamps_and_callbacks(cluster):
-    cluster.client.create_topic("unkeyed", 2)
+    cluster.admin.create_topic("unkeyed", 2)
     seen = []
     with Producer(cluster.address, linger_ms=60_000) as producer:
         futures = [
@@ -134,7 +134,7 @@ def test_unkeyed_records_in_one_batch_keep_their_headers_timestamps_and_callback
 
 
 def test_keyed_records_tombstones_and_bytearray_keys_share_their_partitions_batches(cluster):
-    cluster.client.create_topic("keyed-batches", 3)
+    cluster.admin.create_topic("keyed-batches", 3)
     keys = [b"a", b"b", b"c", b"a", bytearray(b"b"), b"c"]
     values = [b"1", b"2", b"3", None, b"5", b"6"]
     with Producer(cluster.address, linger_ms=60_000) as producer:
@@ -157,12 +157,12 @@ def test_keyed_records_tombstones_and_bytearray_keys_share_their_partitions_batc
 
 
 def test_a_topic_recreated_with_fewer_partitions_is_followed(cluster):
-    cluster.client.create_topic("reborn", 3)
+    cluster.admin.create_topic("reborn", 3)
     settings = dict(linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2000)
     with Producer(cluster.address, retry_backoff_ms=50, **settings) as producer:
         assert {producer.send("reborn", b"%d" % i).get(timeout=10).partition for i in range(3)}
-        cluster.client.delete_topic("reborn")
-        cluster.client.create_topic("reborn", 1)
+        cluster.admin.delete_topic("reborn")
+        cluster.admin.create_topic("reborn", 1)
         # Records sent to partitions that are gone fail, but the producer learns the new
         # count from those failures and its later records, keyed or not, land.
         deadline = time.monotonic() + 20
@@ -178,7 +178,7 @@ def test_a_topic_recreated_with_fewer_partitions_is_followed(cluster):
 
 
 def test_send_after_close_is_refused_even_with_a_batch_open(cluster):
-    cluster.client.create_topic("closed", 1)
+    cluster.admin.create_topic("closed", 1)
     producer = Producer(cluster.address, linger_ms=60_000)
     future = producer.send("closed", b"queued")
     producer.close(timeout=10)
@@ -190,7 +190,7 @@ def test_send_after_close_is_refused_even_with_a_batch_open(cluster):
 
 
 def test_explicit_partition_is_checked_and_used(cluster):
-    cluster.client.create_topic("explicit", 3)
+    cluster.admin.create_topic("explicit", 3)
     with Producer(cluster.address) as producer:
         with pytest.raises(
             InvalidPartitionsError, match=r"partition 3 is not in the range \[0..2\]"
@@ -201,7 +201,7 @@ def test_explicit_partition_is_checked_and_used(cluster):
 
 
 def test_a_full_batch_goes_without_waiting_for_linger_and_an_open_one_waits(cluster):
-    cluster.client.create_topic("triggers", 1)
+    cluster.admin.create_topic("triggers", 1)
     value = b"t" * 200
     with Producer(cluster.address, batch_size=2048, linger_ms=60_000) as producer:
         futures = [producer.send("triggers", value) for _ in range(12)]  # ~9 fill a batch
@@ -212,14 +212,14 @@ def test_a_full_batch_goes_without_waiting_for_linger_and_an_open_one_waits(clus
 
 
 def test_linger_sends_a_lone_record_without_flush(cluster):
-    cluster.client.create_topic("linger", 1)
+    cluster.admin.create_topic("linger", 1)
     with Producer(cluster.address, linger_ms=20) as producer:
         md = producer.send("linger", b"alone").get(timeout=10)
     assert md == RecordMetadata("linger", 0, 0, md.timestamp_ms)
 
 
 def test_callbacks_timestamps_headers_and_send_many(cluster):
-    cluster.client.create_topic("bulk", 2)
+    cluster.admin.create_topic("bulk", 2)
     seen = []
     with Producer(cluster.address, compression_type="lz4") as producer:
         producer.send(
@@ -252,7 +252,7 @@ def test_callbacks_timestamps_headers_and_send_many(cluster):
 
 
 def test_acks_zero_completes_without_offsets_and_the_records_land(cluster):
-    cluster.client.create_topic("fire", 1)
+    cluster.admin.create_topic("fire", 1)
     with Producer(cluster.address, acks=0) as producer:
         futures = [producer.send("fire", b"%d" % i) for i in range(100)]
         producer.flush(timeout=10)
@@ -262,7 +262,7 @@ def test_acks_zero_completes_without_offsets_and_the_records_land(cluster):
 
 
 def test_a_record_larger_than_max_request_size_is_refused(cluster):
-    cluster.client.create_topic("big", 1)
+    cluster.admin.create_topic("big", 1)
     with (
         Producer(cluster.address, max_request_size=1000) as producer,
         pytest.raises(RecordTooLargeError, match="larger than max_request_size"),
@@ -273,7 +273,7 @@ def test_a_record_larger_than_max_request_size_is_refused(cluster):
 def test_full_buffer_memory_blocks_send_then_times_out(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
-        cluster.client.create_topic("stuck", 1)
+        cluster.admin.create_topic("stuck", 1)
         producer = Producer(
             cluster.address,
             buffer_memory=4 * 4096,
@@ -301,7 +301,7 @@ def test_full_buffer_memory_blocks_send_then_times_out(tmp_path):
 def test_retries_across_a_node_restart_keep_order_and_lose_nothing(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=2)
     try:
-        cluster.client.create_topic("ordered", 4)
+        cluster.admin.create_topic("ordered", 4)
         producer = Producer(
             cluster.address,
             linger_ms=2,
@@ -349,7 +349,7 @@ def test_retries_across_a_node_restart_keep_order_and_lose_nothing(tmp_path):
 def test_batches_past_delivery_timeout_fail_with_a_timeout(tmp_path, caplog):
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
-        cluster.client.create_topic("late", 1)
+        cluster.admin.create_topic("late", 1)
         producer = Producer(
             cluster.address,
             linger_ms=0,

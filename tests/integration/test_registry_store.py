@@ -119,13 +119,13 @@ def test_a_gateway_with_its_registry_in_etcd_survives_losing_its_data_dir(tmp_pa
     a volume) routes the same topics to the same nodes."""
     cluster = LocalCluster(tmp_path / "c", nodes=1, registry_etcd=etcd.endpoint)
     try:
-        cluster.client.create_topic("durable", 2, 1)
+        cluster.admin.create_topic("durable", 2, 1)
         [result] = cluster.client.produce("durable", {1: batch([b"v"])})
         assert not result.error
         cluster.gateway.stop(grace_s=0)
         shutil.rmtree(cluster.root / "gateway")
         cluster.restart_gateway()
-        assert len(cluster.client.describe_topic("durable").partitions) == 2
+        assert len(cluster.admin.describe_topic("durable").partitions) == 2
         assert wait_until(
             lambda: not cluster.client.produce("durable", {1: batch([b"w"])})[0].error
         )

@@ -71,7 +71,7 @@ def _isr(cluster, topic, partition=0):
 
 
 def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
-    cluster.client.create_topic("copied", 1, 3, configs={"segment.bytes": "2048"})
+    cluster.admin.create_topic("copied", 1, 3, configs={"segment.bytes": "2048"})
     p = _registration(cluster, "copied")
     leader_bulk = cluster.nodes[p.leader].bulk
     replica_answers = []
@@ -98,7 +98,7 @@ def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
 
 
 def test_consumers_read_only_below_the_high_watermark(cluster):
-    cluster.client.create_topic("hw", 1, 3)
+    cluster.admin.create_topic("hw", 1, 3)
     assert _produce(cluster, "hw", [b"committed"]).error == 0
     assert wait_until(lambda: _caught_up(cluster, "hw"))
     p = _registration(cluster, "hw")
@@ -132,7 +132,7 @@ def _records(messages):
 
 
 def test_acks_all_below_min_insync_replicas_is_refused_and_writes_nothing(cluster):
-    cluster.client.create_topic("strict", 1, 3, configs={"min.insync.replicas": "2"})
+    cluster.admin.create_topic("strict", 1, 3, configs={"min.insync.replicas": "2"})
     assert _produce(cluster, "strict", [b"a"]).error == 0
     p = _registration(cluster, "strict")
     followers = [n for n in p.replicas if n != p.leader]
@@ -165,7 +165,7 @@ def test_acks_all_times_out_when_the_isr_does_not_copy_in_time(tmp_path):
         tmp_path, nodes=3, node_configs={**FAST, "replica.lag.time.max.ms": "60000"}
     )
     try:
-        cluster.client.create_topic("slow", 1, 3)
+        cluster.admin.create_topic("slow", 1, 3)
         assert wait_until(lambda: _caught_up(cluster, "slow"))
         p = _registration(cluster, "slow")
         for node_id in p.replicas:
@@ -178,7 +178,7 @@ def test_acks_all_times_out_when_the_isr_does_not_copy_in_time(tmp_path):
 
 
 def test_a_follower_fetch_with_a_stale_leader_epoch_is_fenced(cluster):
-    cluster.client.create_topic("fenced", 1, 3)
+    cluster.admin.create_topic("fenced", 1, 3)
     cluster.stop_node(_registration(cluster, "fenced").leader)  # a new term: epoch >= 1
     p = _registration(cluster, "fenced")
     follower = next(n for n in p.replicas if n != p.leader and n in cluster.nodes)
@@ -209,7 +209,7 @@ def test_a_follower_fetch_with_a_stale_leader_epoch_is_fenced(cluster):
 def test_a_dead_leader_is_replaced_by_an_isr_follower_and_no_acknowledged_record_is_lost(
     cluster,
 ):
-    cluster.client.create_topic("failover", 1, 3, configs={"min.insync.replicas": "2"})
+    cluster.admin.create_topic("failover", 1, 3, configs={"min.insync.replicas": "2"})
     acknowledged = []
     for i in range(30):
         result = _produce(cluster, "failover", [b"before-%d" % i])
@@ -238,7 +238,7 @@ def test_a_dead_leader_is_replaced_by_an_isr_follower_and_no_acknowledged_record
 
 
 def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leader(cluster):
-    cluster.client.create_topic("diverge", 1, 2)
+    cluster.admin.create_topic("diverge", 1, 2)
     assert _produce(cluster, "diverge", [b"shared"]).error == 0
     assert wait_until(lambda: _caught_up(cluster, "diverge"))
     p = _registration(cluster, "diverge")
@@ -277,7 +277,7 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
 
 
 def test_an_acks_all_write_waiting_when_leadership_moves_answers_not_leader(cluster):
-    cluster.client.create_topic("moving", 1, 3)
+    cluster.admin.create_topic("moving", 1, 3)
     assert _produce(cluster, "moving", [b"first"]).error == 0
     p = _registration(cluster, "moving")
     leader_node = cluster.nodes[p.leader]
@@ -309,7 +309,7 @@ def _read_all(log):
 
 
 def test_controlled_shutdown_moves_leadership_before_the_node_stops(cluster):
-    cluster.client.create_topic("planned", 1, 3, configs={"min.insync.replicas": "2"})
+    cluster.admin.create_topic("planned", 1, 3, configs={"min.insync.replicas": "2"})
     assert _produce(cluster, "planned", [b"a"]).error == 0
     assert wait_until(lambda: _caught_up(cluster, "planned"))
     leader = _registration(cluster, "planned").leader
@@ -320,7 +320,7 @@ def test_controlled_shutdown_moves_leadership_before_the_node_stops(cluster):
 
 
 def test_high_watermarks_are_checkpointed_in_kafkas_file(cluster):
-    cluster.client.create_topic("checkpointed", 1, 3)
+    cluster.admin.create_topic("checkpointed", 1, 3)
     assert _produce(cluster, "checkpointed", [b"a", b"b"]).error == 0
     assert wait_until(lambda: _caught_up(cluster, "checkpointed"))
     node = cluster.nodes[1]

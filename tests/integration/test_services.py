@@ -62,7 +62,7 @@ def log_end_offsets(cluster, topic, partitions):
 
 
 def test_produce_and_fetch_across_nodes_keep_batches_byte_for_byte(cluster):
-    cluster.client.create_topic("orders", 6)
+    cluster.admin.create_topic("orders", 6)
     placement = {cluster.gateway.registry.route("orders", p).leader for p in range(6)}
     assert placement == {1, 2, 3}  # balanced over the three nodes
     sent = {p: batch([b"p%d-%d" % (p, i) for i in range(5)], compression=p % 5) for p in range(6)}
@@ -86,7 +86,7 @@ def test_produce_and_fetch_across_nodes_keep_batches_byte_for_byte(cluster):
 
 
 def test_a_request_spanning_nodes_with_one_corrupt_batch_writes_nothing(cluster):
-    cluster.client.create_topic("t", 3)
+    cluster.admin.create_topic("t", 3)
     good = batch([b"ok"])
     bad = bytearray(batch([b"corrupt me"]))
     bad[-1] ^= 0xFF
@@ -102,7 +102,7 @@ def test_a_request_spanning_nodes_with_one_corrupt_batch_writes_nothing(cluster)
 
 
 def test_bad_requests_get_clear_statuses_and_change_nothing(cluster):
-    cluster.client.create_topic("t", 2, configs={"max.message.bytes": "2000"})
+    cluster.admin.create_topic("t", 2, configs={"max.message.bytes": "2000"})
     good = batch([b"x"])
     cases = [
         (UnknownTopicOrPartitionError, grpc.StatusCode.NOT_FOUND, "nope", {0: good}, 1),
@@ -123,7 +123,7 @@ def test_bad_requests_get_clear_statuses_and_change_nothing(cluster):
 
 
 def test_acks_all_on_a_lone_replica_is_acks_one(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     response = produce_raw(cluster, "t", {0: batch([b"x"])}, acks=-1)
     assert (response.partitions[0].error, response.partitions[0].base_offset) == (0, 0)
     assert cluster.log("t", 0).high_watermark == 1
@@ -132,7 +132,7 @@ def test_acks_all_on_a_lone_replica_is_acks_one(cluster):
 def test_oversize_request_is_refused_before_routing(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1, max_request_bytes=256 * 1024)
     try:
-        cluster.client.create_topic("t", 1)
+        cluster.admin.create_topic("t", 1)
         big = b"".join(batch([b"z" * 60_000]) for _ in range(6))
         with pytest.raises(RecordListTooLargeError):
             produce_raw(cluster, "t", {0: big})
@@ -142,15 +142,15 @@ def test_oversize_request_is_refused_before_routing(tmp_path):
 
 
 def test_acks_zero_answers_without_offsets_and_the_records_arrive(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     response = produce_raw(cluster, "t", {0: batch([b"a", b"b"])}, acks=0)
     assert response.partitions[0].base_offset == -1
     assert wait_until(lambda: cluster.log("t", 0).log_end_offset == 2)
 
 
 def test_stale_leader_epoch_gets_not_leader(cluster):
-    cluster.client.create_topic("t", 1)
-    epoch = cluster.client.describe_topic("t").partitions[0].leader_epoch
+    cluster.admin.create_topic("t", 1)
+    epoch = cluster.admin.describe_topic("t").partitions[0].leader_epoch
     produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch})
     with pytest.raises(NotLeaderError, match="refresh metadata"):
         produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch + 7})
@@ -161,7 +161,7 @@ def test_stale_leader_epoch_gets_not_leader(cluster):
 
 
 def test_fetch_long_poll_is_woken_by_an_append(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     request = common_pb2.FetchRequest(min_bytes=1, max_wait_ms=60_000, max_bytes=1 << 20)
     request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
     result = {}
@@ -181,7 +181,7 @@ def test_fetch_long_poll_is_woken_by_an_append(cluster):
 
 
 def test_fetch_waits_for_min_bytes_then_answers_with_what_it_has(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     produce_raw(cluster, "t", {0: batch([b"small"])})
     messages = fetch_all(cluster, "t", 0, min_bytes=1 << 20, max_wait_ms=200)
     assert [r.value for m in messages for r in iter_records(m.records)] == [b"small"]
@@ -191,7 +191,7 @@ def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_
     cluster = LocalCluster(tmp_path, nodes=1)
     try:
         cluster.nodes[1].replicas.chunk_bytes = 64 * 1024
-        cluster.client.create_topic("t", 1)
+        cluster.admin.create_topic("t", 1)
         for i in range(20):
             produce_raw(cluster, "t", {0: batch([bytes([i]) * 16_000])})
         messages = fetch_all(cluster, "t", 0)
@@ -213,7 +213,7 @@ def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_
 
 
 def test_fetch_out_of_range_and_unknown_partition_are_per_partition_errors(cluster):
-    cluster.client.create_topic("t", 2)
+    cluster.admin.create_topic("t", 2)
     produce_raw(cluster, "t", {0: batch([b"a"]), 1: batch([b"b"])})
     positions = [
         FetchPosition("t", 0, 99),
@@ -229,7 +229,7 @@ def test_fetch_out_of_range_and_unknown_partition_are_per_partition_errors(clust
 
 
 def test_list_offsets_earliest_latest_and_by_timestamp(cluster):
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     base = time.time_ns() // 1_000_000 - 10_000
     for i in range(5):
         produce_raw(cluster, "t", {0: batch([b"%d" % i] * 3, timestamp_ms=base + i * 1000)})
@@ -245,31 +245,31 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster):
 
 
 def test_topic_admin_validation(cluster):
-    cluster.client.create_topic("good.topic_1", 2, configs={"retention.ms": "1000"})
+    cluster.admin.create_topic("good.topic_1", 2, configs={"retention.ms": "1000"})
     with pytest.raises(TopicAlreadyExistsError):
-        cluster.client.create_topic("good.topic_1", 2)
+        cluster.admin.create_topic("good.topic_1", 2)
     with pytest.raises(InvalidTopicError):
-        cluster.client.create_topic("bad name!", 1)
+        cluster.admin.create_topic("bad name!", 1)
     with pytest.raises(InvalidPartitionsError):
-        cluster.client.create_topic("t0", 0)
+        cluster.admin.create_topic("t0", 0)
     with pytest.raises(InvalidReplicationFactorError, match="larger than the 3 live"):
-        cluster.client.create_topic("t4", 1, 4)
+        cluster.admin.create_topic("t4", 1, 4)
     with pytest.raises(InvalidReplicationFactorError, match="must be in"):
-        cluster.client.create_topic("t0r", 1, 0)
+        cluster.admin.create_topic("t0r", 1, 0)
     with pytest.raises(InvalidConfigError):
-        cluster.client.create_topic("tc", 1, configs={"retention.ms": "soon"})
+        cluster.admin.create_topic("tc", 1, configs={"retention.ms": "soon"})
     with pytest.raises(InvalidConfigError):
-        cluster.client.create_topic("tc", 1, configs={"no.such.config": "1"})
-    cluster.client.create_topic("validated", 1, validate_only=True)
+        cluster.admin.create_topic("tc", 1, configs={"no.such.config": "1"})
+    cluster.admin.create_topic("validated", 1, validate_only=True)
     names = [t.name for t in cluster.client.list_topics()]
     assert names == ["good.topic_1"]
-    description = cluster.client.describe_topic("good.topic_1")
+    description = cluster.admin.describe_topic("good.topic_1")
     assert dict(description.configs) == {"retention.ms": "1000"}
     assert cluster.log("good.topic_1", 1).config.retention_ms == 1000
-    cluster.client.delete_topic("good.topic_1")
+    cluster.admin.delete_topic("good.topic_1")
     assert cluster.client.list_topics() == []
     with pytest.raises(UnknownTopicOrPartitionError):
-        cluster.client.delete_topic("good.topic_1")
+        cluster.admin.delete_topic("good.topic_1")
     assert all(not node.logs.logs() for node in cluster.nodes.values())
 
 
@@ -283,19 +283,19 @@ def test_internal_topics_are_listed_only_on_request(cluster):
 
 
 def test_describe_reports_offsets_and_cluster_liveness(cluster):
-    cluster.client.create_topic("t", 3)
+    cluster.admin.create_topic("t", 3)
     produce_raw(cluster, "t", {1: batch([b"a", b"b"])})
-    description = cluster.client.describe_topic("t")
+    description = cluster.admin.describe_topic("t")
     assert [p.log_end_offset for p in description.partitions] == [0, 2, 0]
     assert [p.replicas[0] for p in description.partitions] == [
         p.leader for p in description.partitions
     ]
-    nodes = cluster.client.describe_cluster().nodes
+    nodes = cluster.admin.describe_cluster().nodes
     assert [(n.node_id, n.live) for n in nodes] == [(1, True), (2, True), (3, True)]
 
 
 def test_a_node_down_is_unavailable_and_others_keep_serving(cluster):
-    cluster.client.create_topic("t", 3)
+    cluster.admin.create_topic("t", 3)
     down = cluster.gateway.registry.route("t", 0).leader
     cluster.stop_node(down)
     assert wait_until(lambda: not cluster.gateway.registry.is_live(down), SESSION_TIMEOUT_MS / 100)
@@ -304,19 +304,19 @@ def test_a_node_down_is_unavailable_and_others_keep_serving(cluster):
     assert info.value.retriable
     for p in (1, 2):
         assert produce_raw(cluster, "t", {p: batch([b"x"])}).partitions[0].error == 0
-    live = {n.node_id: n.live for n in cluster.client.describe_cluster().nodes}
+    live = {n.node_id: n.live for n in cluster.admin.describe_cluster().nodes}
     assert live[down] is False
-    description = cluster.client.describe_topic("t")
+    description = cluster.admin.describe_topic("t")
     assert common_pb2.ErrorCode.Name(description.partitions[0].error) == "LEADER_NOT_AVAILABLE"
 
     cluster.start_node(down)
     assert produce_raw(cluster, "t", {0: batch([b"back"])}).partitions[0].error == 0
     # Each leader change is a new term: to none when its session expired, back at its return.
-    assert cluster.client.describe_topic("t").partitions[0].leader_epoch == 2
+    assert cluster.admin.describe_topic("t").partitions[0].leader_epoch == 2
 
 
 def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluster):
-    cluster.client.create_topic("spread", 3)
+    cluster.admin.create_topic("spread", 3)
     leaders = [cluster.gateway.registry.route("spread", p).leader for p in range(3)]
     assert len(set(leaders)) == 3
     produce_raw(cluster, "spread", {p: batch([b"p%d" % p]) for p in range(3)})
@@ -336,7 +336,7 @@ def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluste
 
 
 def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
-    cluster.client.create_topic("t", 4, configs={"segment.bytes": "1048576"})
+    cluster.admin.create_topic("t", 4, configs={"segment.bytes": "1048576"})
     produce_raw(cluster, "t", {p: batch([b"before"]) for p in range(4)})
     before = gateway_pb2.DescribeTopicsResponse.FromString(
         cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest()).SerializeToString()
@@ -354,11 +354,11 @@ def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
 
 
 def test_a_node_that_missed_a_delete_sets_the_partition_aside(cluster):
-    cluster.client.create_topic("gone", 3)
+    cluster.admin.create_topic("gone", 3)
     node_id = cluster.gateway.registry.route("gone", 0).leader
     node_dir = cluster.nodes[node_id].config.data_dir
     cluster.stop_node(node_id)
-    cluster.client.delete_topic("gone")
+    cluster.admin.delete_topic("gone")
     cluster.start_node(node_id)
     assert wait_until(lambda: (node_dir / "gone-0-stray").is_dir())
     assert not cluster.nodes[node_id].logs.logs()

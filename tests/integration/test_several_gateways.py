@@ -80,14 +80,14 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
 
 def leader_of(cluster, index: int, topic: str, partition: int) -> int:
-    with cluster.client(index) as client:
-        return client.describe_topic(topic).partitions[partition].leader
+    with cluster.admin(index) as admin:
+        return admin.describe_topic(topic).partitions[partition].leader
 
 
 def test_the_controller_killed_under_acks_all_load(cluster):
     a, b = cluster.gateway_addresses
-    with cluster.client(1) as client:
-        client.create_topic("orders", 3, 3)
+    with cluster.admin(1) as admin:
+        admin.create_topic("orders", 3, 3)
     load = Load(cluster.bootstrap, "orders")
     try:
         assert wait_until(lambda: len(load.acknowledged) > 200, 60)
@@ -111,8 +111,8 @@ def test_the_controller_killed_under_acks_all_load(cluster):
 
 
 def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
-    with cluster.client(0) as client:
-        client.create_topic("events", 2, 3)
+    with cluster.admin(0) as admin:
+        admin.create_topic("events", 2, 3)
     with Producer(cluster.bootstrap, acks="all", linger_ms=0) as producer:
         for i in range(300):
             producer.send("events", b"%d" % i, key=b"%d" % i)
@@ -175,8 +175,8 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
     cluster = EtcdBackedCluster(tmp_path, node_gateway_order=[1, 0])
     try:
         a, b = cluster.gateway_addresses
-        with cluster.client(1) as client:
-            client.create_topic("before", 3, 3)
+        with cluster.admin(1) as admin:
+            admin.create_topic("before", 3, 3)
         cluster.pause(cluster.gateways[0])
         assert wait_until(lambda: cluster.controller(1) == b, TAKEOVER_S)
         # While it is away the new controller decides: a node dies, its leaderships move.
@@ -194,8 +194,9 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
         assert {p: leader_of(cluster, 0, "before", p) for p in range(3)} == after_failover
         assert {p: leader_of(cluster, 1, "before", p) for p in range(3)} == after_failover
         # It serves again, on the shared registry.
+        with cluster.admin(0) as admin:
+            admin.create_topic("after", 1, 2)
         with cluster.client(0) as client:
-            client.create_topic("after", 1, 2)
             [result] = client.produce("after", {0: _batch(b"x")})
             assert not result.error
     finally:
@@ -203,8 +204,8 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
 
 
 def test_etcd_restarted_while_the_cluster_runs(cluster):
-    with cluster.client(0) as client:
-        client.create_topic("steady", 2, 3)
+    with cluster.admin(0) as admin:
+        admin.create_topic("steady", 2, 3)
     leaders = {p: leader_of(cluster, 0, "steady", p) for p in range(2)}
     cluster.etcd.stop()
     # The data path goes on with the metadata every gateway holds.
@@ -214,26 +215,27 @@ def test_etcd_restarted_while_the_cluster_runs(cluster):
                 [result] = client.produce("steady", {partition: _batch(b"during")})
                 assert not result.error, result.error_message
     # Metadata changes wait for etcd, with a retriable error.
-    with cluster.client(0) as client:
+    with cluster.admin(0) as admin:
         with pytest.raises(SeglogError) as refused:
-            client.create_topic("later", 1, 3)
+            admin.create_topic("later", 1, 3)
         assert refused.value.retriable
     # Longer than a session: nodes must not be declared dead for etcd's absence.
     assert not wait_until(lambda: len(cluster.live_nodes(0)) < 3, 2 * SESSION_TIMEOUT_MS / 1000)
     cluster.etcd.start()
-    with cluster.client(1) as client:
-        assert wait_until(lambda: _try_create(client, "later"), 30)
-    with cluster.client(0) as client:  # the other gateway hears of it by the watch
+    with cluster.admin(1) as admin:
+        assert wait_until(lambda: _try_create(admin, "later"), 30)
+    # The other gateway hears of it by the watch.
+    with cluster.client(0) as client, cluster.admin(0) as admin:
         assert wait_until(lambda: "later" in [t.name for t in client.list_topics()], 15)
-        assert {p: client.describe_topic("steady").partitions[p].leader for p in (0, 1)} == leaders
+        assert {p: admin.describe_topic("steady").partitions[p].leader for p in (0, 1)} == leaders
         ends = client.list_offsets("steady", {0: -1, 1: -1})
         assert ends[0].offset == 2 and ends[1].offset == 2
     assert sorted(cluster.live_nodes(1)) == [1, 2, 3]
 
 
-def _try_create(client, name: str) -> bool:
+def _try_create(admin, name: str) -> bool:
     try:
-        client.create_topic(name, 1, 3)
+        admin.create_topic(name, 1, 3)
         return True
     except SeglogError as exc:
         return exc.reason == "TOPIC_ALREADY_EXISTS"

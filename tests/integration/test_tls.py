@@ -15,7 +15,6 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from seglog.client.consumer import Consumer
-from seglog.client.gateway import GatewayClient
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.errors import PermissionDeniedError
@@ -42,7 +41,7 @@ def _ssl_settings(security: ClientSecurity) -> dict[str, str]:
 
 
 def test_a_tls_cluster_replicates_produces_and_consumes(cluster):
-    cluster.client.create_topic("secret", 1, 2)
+    cluster.admin.create_topic("secret", 1, 2)
     settings = _ssl_settings(cluster.client_security("alice"))
     with Producer(cluster.address, linger_ms=0, **settings) as producer:
         for i in range(20):
@@ -51,7 +50,7 @@ def test_a_tls_cluster_replicates_produces_and_consumes(cluster):
         lambda: (
             {
                 r.log_end_offset
-                for r in cluster.client.describe_topic("secret").partitions[0].replica_states
+                for r in cluster.admin.describe_topic("secret").partitions[0].replica_states
             }
             == {20}
         )
@@ -162,7 +161,7 @@ def _served_certificate(address: str, security: ClientSecurity) -> bytes:
 
 
 def test_certificates_rotate_without_a_restart_or_a_failed_write(cluster):
-    cluster.client.create_topic("rotating", 1, 2)
+    cluster.admin.create_topic("rotating", 1, 2)
     security = cluster.client_security("dave")
     assert security is not None
     before = _served_certificate(cluster.address, security)
@@ -193,8 +192,8 @@ def test_certificates_rotate_without_a_restart_or_a_failed_write(cluster):
         writer.join(timeout=30)
     assert not failures
     # New clients still connect and work against the renewed certificates.
-    with GatewayClient(cluster.address, security=security) as client:
-        assert client.describe_topic("rotating").partitions[0].high_watermark >= len(acked)
+    with cluster.admin_as("dave") as admin:
+        assert admin.describe_topic("rotating").partitions[0].high_watermark >= len(acked)
 
 
 def test_node_certificates_named_after_statefulset_pods(tmp_path):
@@ -203,7 +202,7 @@ def test_node_certificates_named_after_statefulset_pods(tmp_path):
     node id is still claimed only with its own certificate, and the old form proves nothing."""
     cluster = LocalCluster(tmp_path, nodes=2, tls=True, node_identity_prefix="seglog-node-")
     try:
-        cluster.client.create_topic("pods", 1, 2)
+        cluster.admin.create_topic("pods", 1, 2)
         [result] = cluster.client.produce("pods", {0: batch([b"v"])}, acks=-1)
         assert not result.error  # both replicas, over the nodes' mutual TLS
         for identity in ("seglog-node-2", "node-1"):

@@ -13,6 +13,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
 from seglog.errors import AuthenticationError, PermissionDeniedError
 from seglog.security.acls import AclBinding
@@ -53,30 +54,25 @@ def _client(cluster, token: str | None) -> GatewayClient:
     return GatewayClient(cluster.address, security=ClientSecurity(ca=ca, bearer_token=token))
 
 
+def _admin(cluster, token: str) -> Admin:
+    return Admin(
+        cluster.address, ssl_cafile=str(cluster.root / "tls" / "ca.pem"), bearer_token=token
+    )
+
+
 def _jwt(key, sub: str, expires_in_s: int = 300) -> str:
     claims = {"sub": sub, "exp": int(time.time()) + expires_in_s}
     return jwt.encode(claims, key, algorithm="RS256", headers={"kid": KID})
 
 
 def test_static_tokens_and_jwts_are_principals_the_authorizer_checks(cluster, signing_key):
-    with _client(cluster, "root-token") as root:
+    with _admin(cluster, "root-token") as root:
         root.create_topic("inbox", 1, 1)
-        root._call(
-            "CreateAcls",
-            gateway_pb2.CreateAclsRequest(
-                acls=[
-                    gateway_pb2.AclBinding(
-                        **AclBinding(
-                            "User:bob", "*", "topic", "literal", "inbox", "Write", "allow"
-                        ).to_json()
-                    ),
-                    gateway_pb2.AclBinding(
-                        **AclBinding(
-                            "User:jane", "*", "topic", "literal", "inbox", "Write", "allow"
-                        ).to_json()
-                    ),
-                ]
-            ),
+        root.create_acls(
+            [
+                AclBinding("User:bob", "*", "topic", "literal", "inbox", "Write", "allow"),
+                AclBinding("User:jane", "*", "topic", "literal", "inbox", "Write", "allow"),
+            ]
         )
     with _client(cluster, "s3cret-bob") as bob:
         assert bob.produce("inbox", {0: batch([b"from bob"])})[0].error == 0

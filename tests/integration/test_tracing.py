@@ -21,7 +21,7 @@ def traced_cluster(tmp_path_factory):
     if trace.get_tracer_provider() is not _PROVIDER:
         pytest.fail("another test set the global tracer provider first")
     cluster = LocalCluster(tmp_path_factory.mktemp("traced"), nodes=1, tracer_provider=_PROVIDER)
-    cluster.client.create_topic("t", 1)
+    cluster.admin.create_topic("t", 1)
     yield cluster
     cluster.close()
 
@@ -158,7 +158,7 @@ def test_an_authorized_call_carries_its_principal_not_its_credentials(tmp_path):
     )  # fmt: skip
     try:
         _EXPORTER.clear()
-        cluster.client.create_topic("who", 1, 1)
+        cluster.admin.create_topic("who", 1, 1)
         assert wait_until(
             lambda: any(
                 s.name == "/seglog.v1.Gateway/CreateTopics" and s.kind == trace.SpanKind.SERVER

@@ -45,7 +45,7 @@ def _produce(cluster, topic, count, *, partitions=None, headers=True, value_size
 
 
 def test_a_batch_read_equals_what_the_cli_consumes(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 3)
+    spark_cluster.admin.create_topic(topic_name, 3)
     _produce(spark_cluster, topic_name, 900, partitions=3)
     df = _load(spark, spark_cluster, subscribe=topic_name, includeHeaders="true")
     assert [f.name for f in df.schema.fields] == [
@@ -119,7 +119,7 @@ def _from_json_line(line):
 
 
 def test_offsets_timestamps_assign_and_pattern_options(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, 200, partitions=2, headers=False)
     # Partition p holds offsets 0..99 with timestamps BASE_TS + 2*offset + p.
     offsets = json.dumps({topic_name: {"0": 10, "1": -2}})
@@ -150,7 +150,7 @@ def test_offsets_timestamps_assign_and_pattern_options(spark, spark_cluster, top
 
 
 def test_tasks_are_cut_by_bytes_on_skewed_partitions(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 1, configs={"segment.bytes": str(1 << 20)})
+    spark_cluster.admin.create_topic(topic_name, 1, configs={"segment.bytes": str(1 << 20)})
     # Runs of 100-byte and 10,000-byte records: sizes vary 100x, so equal offset counts
     # would be far from equal bytes.
     sizes = [100 if (i // 150) % 2 == 0 else 10_000 for i in range(1200)]
@@ -171,7 +171,7 @@ def test_tasks_are_cut_by_bytes_on_skewed_partitions(spark, spark_cluster, topic
 
 
 def test_records_removed_before_they_are_read(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 1, replication_factor=1)
+    spark_cluster.admin.create_topic(topic_name, 1, replication_factor=1)
     _produce(spark_cluster, topic_name, 100, headers=False)
     spark_cluster.log(topic_name, 0).delete_records_before(40)
     offsets = json.dumps({topic_name: {"0": 0}})
@@ -202,7 +202,7 @@ def test_a_bad_option_fails_at_load_naming_it(spark, spark_cluster, options, nam
 
 
 def test_batch_only_and_stream_only_options_are_refused(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 1)
+    spark_cluster.admin.create_topic(topic_name, 1)
     with pytest.raises(PySparkException, match="maxOffsetsPerTrigger"):
         _load(spark, spark_cluster, subscribe=topic_name, maxOffsetsPerTrigger="5").count()
     with pytest.raises(PySparkException, match="latest"):
@@ -234,7 +234,7 @@ def test_a_cluster_that_is_down_fails_clearly_and_quickly(spark):
 
 
 def test_sql_view_and_explicit_registration(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 1)
+    spark_cluster.admin.create_topic(topic_name, 1)
     _produce(spark_cluster, topic_name, 30, headers=False)
     register(spark)  # registering again by hand is harmless
     spark.sql(

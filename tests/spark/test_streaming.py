@@ -61,14 +61,14 @@ def _run_recording(df, checkpoint, batches):
 def test_available_now_runs_read_every_record_exactly_once(
     spark, spark_cluster, topic_name, tmp_path
 ):
-    spark_cluster.client.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"a%d" % i for i in range(300)], partitions=2)
     batches = []
     _run_recording(_stream(spark, spark_cluster, topic_name), tmp_path / "ck", batches)
     first_run = [row for _, rows in batches for row in rows]
     assert len(first_run) == 300
     # More records, and a partition that did not exist: the next run reads only them.
-    spark_cluster.client.create_partitions(topic_name, 3)
+    spark_cluster.admin.create_partitions(topic_name, 3)
     _produce(spark_cluster, topic_name, [b"b%d" % i for i in range(150)], partitions=3)
     _run_recording(_stream(spark, spark_cluster, topic_name), tmp_path / "ck", batches)
     everything = [row for _, rows in batches for row in rows]
@@ -83,7 +83,7 @@ def test_available_now_runs_read_every_record_exactly_once(
 def test_max_offsets_per_trigger_cuts_available_now_into_batches(
     spark, spark_cluster, topic_name, tmp_path
 ):
-    spark_cluster.client.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"x%d" % i for i in range(1000)], partitions=2)
     batches = []
     df = _stream(spark, spark_cluster, topic_name, maxOffsetsPerTrigger="300")
@@ -96,7 +96,7 @@ def test_max_offsets_per_trigger_cuts_available_now_into_batches(
 def test_a_batch_planned_but_not_committed_is_read_again_identically(
     spark, spark_cluster, topic_name, tmp_path
 ):
-    spark_cluster.client.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
     _produce(spark_cluster, topic_name, [b"x%d" % i for i in range(400)], partitions=2)
     checkpoint = tmp_path / "ck"
     first = []
@@ -114,7 +114,7 @@ def test_a_batch_planned_but_not_committed_is_read_again_identically(
 
 
 def test_records_removed_while_a_stream_is_stopped(spark, spark_cluster, topic_name, tmp_path):
-    spark_cluster.client.create_topic(topic_name, 1, replication_factor=1)
+    spark_cluster.admin.create_topic(topic_name, 1, replication_factor=1)
     _produce(spark_cluster, topic_name, [b"x%d" % i for i in range(50)], partitions=1)
     checkpoint = tmp_path / "ck"
     batches = []
@@ -131,8 +131,8 @@ def test_records_removed_while_a_stream_is_stopped(spark, spark_cluster, topic_n
 
 def test_a_stream_from_one_topic_into_another(spark, spark_cluster, topic_name, tmp_path):
     source, sink = topic_name, f"{topic_name}-out"
-    spark_cluster.client.create_topic(source, 2)
-    spark_cluster.client.create_topic(sink, 2)
+    spark_cluster.admin.create_topic(source, 2)
+    spark_cluster.admin.create_topic(sink, 2)
     _produce(spark_cluster, source, [b"m%d" % i for i in range(200)], partitions=2)
     query = (
         _stream(spark, spark_cluster, source)

@@ -31,7 +31,7 @@ def _writer(df, cluster, **options):
 
 
 def test_keyed_rows_land_where_kafka_puts_them_and_read_back(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 4)
+    spark_cluster.admin.create_topic(topic_name, 4)
     rows = [(f"user-{i % 37}".encode(), f"view-{i}") for i in range(2000)]
     df = spark.createDataFrame(rows, "key binary, value string").repartition(3)
     _writer(df, spark_cluster, topic=topic_name).save()
@@ -52,8 +52,8 @@ def test_keyed_rows_land_where_kafka_puts_them_and_read_back(spark, spark_cluste
 
 def test_topic_partition_headers_and_timestamp_columns(spark, spark_cluster, topic_name):
     other = f"{topic_name}-other"
-    spark_cluster.client.create_topic(topic_name, 2)
-    spark_cluster.client.create_topic(other, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(other, 2)
     stamp = datetime.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
     df = spark.createDataFrame(
         [
@@ -77,7 +77,7 @@ def test_topic_partition_headers_and_timestamp_columns(spark, spark_cluster, top
 
 
 def test_save_modes_and_columns_the_sink_cannot_write(spark, spark_cluster, topic_name):
-    spark_cluster.client.create_topic(topic_name, 1)
+    spark_cluster.admin.create_topic(topic_name, 1)
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(PySparkException, match="append"):
         _writer(df, spark_cluster, topic=topic_name).mode("overwrite").save()
@@ -100,7 +100,7 @@ def test_a_failing_write_fails_the_job_with_the_producers_error(spark, spark_clu
     df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary")
     with pytest.raises(PySparkException, match="(?i)unknown topic|does not exist"):
         _writer(df, spark_cluster, topic=f"{topic_name}-missing").save()
-    spark_cluster.client.create_topic(topic_name, 2)
+    spark_cluster.admin.create_topic(topic_name, 2)
     with pytest.raises(PySparkException, match="partition 5"):
         bad = spark.createDataFrame([(b"v", 5)], "value binary, partition int")
         _writer(bad, spark_cluster, topic=topic_name).save()

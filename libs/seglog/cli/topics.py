@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..client.gateway import GatewayClient
+from ..client.admin import Admin
 from ..v1 import common_pb2
 
 
@@ -64,8 +64,8 @@ def parse_configs(items: list[str]) -> dict[str, str]:
 
 
 def create_topic(args: argparse.Namespace) -> int:
-    with GatewayClient(args.bootstrap) as client:
-        client.create_topic(
+    with Admin(args.bootstrap) as admin:
+        admin.create_topic(
             args.name, args.partitions, args.replication_factor, parse_configs(args.config)
         )
     print(f"Created topic {args.name}.")
@@ -73,21 +73,19 @@ def create_topic(args: argparse.Namespace) -> int:
 
 
 def list_topics(args: argparse.Namespace) -> int:
-    with GatewayClient(args.bootstrap) as client:
-        for topic in client.list_topics(args.include_internal):
-            print(topic.name)
+    with Admin(args.bootstrap) as admin:
+        for name in admin.list_topics(args.include_internal):
+            print(name)
     return 0
 
 
 def describe_topics(args: argparse.Namespace) -> int:
     status = 0
-    with GatewayClient(args.bootstrap) as client:
-        names = args.names or [
-            t.name for t in client.list_topics(getattr(args, "include_internal", False))
-        ]
+    with Admin(args.bootstrap) as admin:
+        names = args.names or admin.list_topics(getattr(args, "include_internal", False))
         if not names:
             return 0  # describe_topics([]) would mean every topic, internal ones included
-        for topic in client.describe_topics(names):
+        for topic in admin.describe_topics(names):
             if topic.error:
                 print(f"Topic: {topic.name}\tError: {topic.error_message}")
                 status = 1
@@ -118,8 +116,8 @@ def describe_topics(args: argparse.Namespace) -> int:
 
 
 def alter_topic(args: argparse.Namespace) -> int:
-    with GatewayClient(args.bootstrap) as client:
-        client.create_partitions(args.name, args.partitions)
+    with Admin(args.bootstrap) as admin:
+        admin.create_partitions(args.name, args.partitions)
     print(
         f"Topic {args.name} now has {args.partitions} partitions; keyed records of new sends "
         f"map to the new count.",
@@ -128,7 +126,7 @@ def alter_topic(args: argparse.Namespace) -> int:
 
 
 def delete_topic(args: argparse.Namespace) -> int:
-    with GatewayClient(args.bootstrap) as client:
-        client.delete_topic(args.name)
+    with Admin(args.bootstrap) as admin:
+        admin.delete_topic(args.name)
     print(f"Deleted topic {args.name}.")
     return 0

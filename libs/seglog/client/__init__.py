@@ -1,5 +1,6 @@
-"""Python clients for seglog: Producer, Consumer and Admin, with Kafka's settings and
-guarantees; GatewayClient is the thin typed layer under them."""
+"""Python clients for seglog: Producer, Consumer and Admin (every admin operation, the
+`seglog` CLI's too), with Kafka's settings and guarantees; GatewayClient is the thin typed
+layer under them, carrying the data-plane and metadata calls they make."""
 
 from .admin import Admin
 from .consumer import Consumer, NoOffsetForPartitionError

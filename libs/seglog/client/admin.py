@@ -1,9 +1,11 @@
-"""Admin: topics, offsets, the cluster, and consumer groups with their committed offsets and
-lag — what Kafka's AdminClient and kafka-consumer-groups.sh answer.
+"""Admin, the one admin API (the `seglog` CLI uses it too): topics and their configs,
+offsets, the cluster, ACLs, and consumer groups with their committed offsets and lag — what
+Kafka's AdminClient and kafka-consumer-groups.sh answer.
 
     with Admin(bootstrap="127.0.0.1:7070") as admin:
         admin.create_topic("orders", num_partitions=6, configs={"retention.ms": "86400000"})
-        for tp, lag in admin.list_group_offsets("billing").items(): ...
+        for tp, position in admin.list_group_offsets("billing").items():
+            print(tp, position.committed, position.lag)
 """
 
 from __future__ import annotations
@@ -57,6 +59,11 @@ class GroupOffset:
 
 
 class Admin:
+    """Every admin operation, for programs and the `seglog` CLI alike: topics and their
+    configs, the cluster, offsets, consumer groups and ACLs (Kafka's AdminClient). Security
+    as the producer's and consumer's: `security_protocol` and `ssl_*` files, `bearer_token`
+    (else SEGLOG_BEARER_TOKEN), or SEGLOG_TLS_CA / _CERT / _KEY when none is given."""
+
     def __init__(
         self,
         bootstrap: str | None = None,
@@ -66,10 +73,11 @@ class Admin:
         ssl_cafile: str | None = None,
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
+        bearer_token: str | None = None,
     ) -> None:
         try:
             security = ClientSecurity.resolve(
-                security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile
+                security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, bearer_token
             )
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
@@ -97,24 +105,49 @@ class Admin:
         *,
         validate_only: bool = False,
     ) -> None:
-        self._client.create_topic(
-            name, num_partitions, replication_factor, configs, validate_only=validate_only
+        """-1 partitions: one (Kafka's num.partitions default); -1 replicas: the gateway's
+        default.replication.factor."""
+        request = gateway_pb2.CreateTopicsRequest(validate_only=validate_only)
+        request.topics.add(
+            name=name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            configs=dict(configs or {}),
         )
+        response = self._client.call("CreateTopics", request)
+        _raise_first(response.topics)  # type: ignore[attr-defined]
 
     def delete_topic(self, name: str) -> None:
-        self._client.delete_topic(name)
+        request = gateway_pb2.DeleteTopicsRequest(names=[name])
+        response = self._client.call("DeleteTopics", request)
+        _raise_first(response.topics)  # type: ignore[attr-defined]
+
+    def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
+        """Grow `topic` to `count` partitions (Kafka's AdminClient.createPartitions). Keyed
+        records go to murmur2(key) % count, so most keys move to other partitions, as in
+        Kafka: per-key order holds only within each partition count."""
+        request = gateway_pb2.CreatePartitionsRequest(validate_only=validate_only)
+        request.topics.add(topic=topic, count=count)
+        response = self._client.call("CreatePartitions", request)
+        _raise_first(response.topics)  # type: ignore[attr-defined]
 
     def describe_configs(self, topic: str) -> dict[str, tuple[str, str]]:
         """Every topic config: Kafka name -> (effective value, source), the source being
         "topic" (its override), "node" (the leader node's default) or "default" (Kafka's)."""
-        return {e.name: (e.value, e.source) for e in self._client.describe_configs(topic)}
+        request = gateway_pb2.DescribeConfigsRequest(topics=[topic])
+        response = self._client.call("DescribeConfigs", request)
+        (described,) = response.topics  # type: ignore[attr-defined]
+        if described.error:
+            raise error_from_code(described.error, described.error_message)
+        return {e.name: (e.value, e.source) for e in described.entries}
 
     def describe_cluster_configs(self) -> dict[str, dict[str, str]]:
         """The cluster's settings: "gateway" -> its settings, "node <id>" -> that node's
         topic defaults (its --config log.* settings)."""
-        response = self._client.describe_cluster_configs()
-        out = {"gateway": {e.name: e.value for e in response.gateway}}
-        for node in response.nodes:
+        request = gateway_pb2.DescribeConfigsRequest(cluster=True)
+        response = self._client.call("DescribeConfigs", request)
+        out = {"gateway": {e.name: e.value for e in response.gateway}}  # type: ignore[attr-defined]
+        for node in response.nodes:  # type: ignore[attr-defined]
             out[f"node {node.node_id}"] = {e.name: e.value for e in node.entries}
         return out
 
@@ -127,37 +160,42 @@ class Admin:
         validate_only: bool = False,
     ) -> None:
         """Kafka's incrementalAlterConfigs: set and delete overrides, validated together."""
-        self._client.alter_configs(topic, set_configs, delete, validate_only=validate_only)
-
-    def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
-        """Grow `topic` to `count` partitions (Kafka's AdminClient.createPartitions). Keyed
-        records go to murmur2(key) % count, so most keys move to other partitions, as in
-        Kafka: per-key order holds only within each partition count."""
-        self._client.create_partitions(topic, count, validate_only=validate_only)
+        request = gateway_pb2.AlterConfigsRequest(
+            topic=topic, set=dict(set_configs), delete=list(delete), validate_only=validate_only
+        )
+        response = self._client.call("AlterConfigs", request)
+        if response.error:  # type: ignore[attr-defined]
+            raise error_from_code(response.error, response.error_message)  # type: ignore[attr-defined]
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         return [t.name for t in self._client.list_topics(include_internal)]
 
     def describe_topics(self, names: Iterable[str] = ()) -> list[gateway_pb2.TopicDescription]:
+        """Every topic when `names` is empty; an unknown name comes back with its error set."""
         return self._client.describe_topics(names)
 
+    def describe_topic(self, name: str) -> gateway_pb2.TopicDescription:
+        """One topic; its error (an unknown topic) raised."""
+        (description,) = self._client.describe_topics([name])
+        if description.error:
+            raise error_from_code(description.error, description.error_message)
+        return description
+
     def describe_cluster(self) -> gateway_pb2.DescribeClusterResponse:
-        return self._client.describe_cluster()
+        request = gateway_pb2.DescribeClusterRequest()
+        return self._client.call("DescribeCluster", request)  # type: ignore[return-value]
 
     def list_offsets(
         self, specs: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """Per partition: EARLIEST, LATEST, MAX_TIMESTAMP or a timestamp in ms ->
-        (offset, timestamp); offset
-        -1 when no record is as late as the timestamp."""
+        (offset, timestamp); offset -1 when no record is as late as the timestamp."""
         return partition_offsets(self._client, specs)
-
-    # -- groups ------------------------------------------------------------------------------
 
     # -- ACLs (Kafka's model: security/acls.py) ----------------------------------------------
 
     def create_acls(self, acls: Iterable[AclBinding]) -> None:
-        self._client._call(
+        self._client.call(
             "CreateAcls",
             gateway_pb2.CreateAclsRequest(
                 acls=[gateway_pb2.AclBinding(**a.to_json()) for a in acls]
@@ -167,7 +205,7 @@ class Admin:
     def describe_acls(
         self, principal: str = "", resource_type: str = "", resource_name: str = ""
     ) -> list[AclBinding]:
-        response = self._client._call(
+        response = self._client.call(
             "DescribeAcls",
             gateway_pb2.DescribeAclsRequest(
                 principal=principal, resource_type=resource_type, resource_name=resource_name
@@ -187,7 +225,7 @@ class Admin:
         ]
 
     def delete_acls(self, acls: Iterable[AclBinding]) -> int:
-        response = self._client._call(
+        response = self._client.call(
             "DeleteAcls",
             gateway_pb2.DeleteAclsRequest(
                 acls=[gateway_pb2.AclBinding(**a.to_json()) for a in acls]
@@ -195,7 +233,9 @@ class Admin:
         )
         return int(response.deleted)  # type: ignore[attr-defined]
 
-    def _call(self, method: str, request: object, group_id: str | None = None) -> object:
+    # -- consumer groups -----------------------------------------------------------------------
+
+    def _group_call(self, method: str, request: object, group_id: str | None = None) -> object:
         """A group call, sent to the group's coordinator (the bootstrap gateways when the
         call is about no group)."""
         try:
@@ -214,7 +254,7 @@ class Admin:
     def list_groups(self) -> list[GroupListing]:
         """Every gateway lists the groups it coordinates (Kafka's admin client asks every
         broker); with one gateway that is all of them."""
-        gateways = list(self._client.describe_cluster().gateways)
+        gateways = list(self.describe_cluster().gateways)
         listings: dict[str, GroupListing] = {}
         for address in gateways if len(gateways) > 1 else [""]:
             try:
@@ -230,7 +270,7 @@ class Admin:
         out = []
         for group_id in group_ids:  # each to its own coordinator
             request = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
-            response = self._call("DescribeGroups", request, group_id)
+            response = self._group_call("DescribeGroups", request, group_id)
             out.extend(self._descriptions(response))
         return out
 
@@ -263,7 +303,7 @@ class Admin:
 
     def list_group_offsets(self, group_id: str) -> dict[TopicPartition, GroupOffset]:
         """Every partition the group has committed, with the log end offset and the lag."""
-        response = self._call(
+        response = self._group_call(
             "FetchOffsets", groups_pb2.FetchOffsetsRequest(group_id=group_id), group_id
         )
         committed = {
@@ -288,7 +328,7 @@ class Admin:
         members: NON_EMPTY_GROUP; unknown: GROUP_ID_NOT_FOUND)."""
         out: dict[str, SeglogError | None] = {}
         for group_id in group_ids:
-            response = self._call(
+            response = self._group_call(
                 "DeleteGroups", groups_pb2.DeleteGroupsRequest(group_ids=[group_id]), group_id
             )
             for r in response.groups:  # type: ignore[attr-defined]
@@ -304,7 +344,7 @@ class Admin:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         for topic, numbers in sorted(by_topic.items()):
             request.partitions.add(topic=topic, partitions=sorted(numbers))
-        response = self._call("DeleteOffsets", request, group_id)
+        response = self._group_call("DeleteOffsets", request, group_id)
         return int(response.deleted)  # type: ignore[attr-defined]
 
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -313,10 +353,16 @@ class Admin:
         request = groups_pb2.CommitOffsetsRequest(group_id=group_id, member_id="", generation_id=-1)
         for tp, offset in sorted(offsets.items()):
             request.offsets.add(topic=tp.topic, partition=tp.partition, offset=offset)
-        response = self._call("CommitOffsets", request, group_id)
+        response = self._group_call("CommitOffsets", request, group_id)
         for result in response.partitions:  # type: ignore[attr-defined]
             if result.error:
                 raise error_from_code(result.error, result.error_message)
+
+
+def _raise_first(results: Iterable[gateway_pb2.TopicResult]) -> None:
+    for result in results:
+        if result.error:
+            raise error_from_code(result.error, result.error_message)
 
 
 __all__ = [

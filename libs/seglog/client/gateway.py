@@ -1,5 +1,7 @@
 """A thin, typed client of the Gateway service: one channel, the generated stub, seglog errors
-instead of raw gRPC ones. The CLI and the higher-level clients sit on it."""
+instead of raw gRPC ones. It carries the calls the producer, the consumer and the Spark
+reader make (produce, fetch, producer ids, offsets, split points, topic metadata); every
+admin operation, for programs and the CLI alike, is Admin's (admin.py), built on it."""
 
 from __future__ import annotations
 
@@ -114,86 +116,24 @@ class GatewayClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, request: object, timeout_s: float | None = None) -> object:
+    def call(self, method: str, request: object, timeout_s: float | None = None) -> object:
+        """One unary call of the Gateway service, its gRPC error raised as a seglog error."""
         try:
             return getattr(self._stub, method)(request, timeout=timeout_s or self.timeout_s)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from None
 
-    # -- topics --------------------------------------------------------------------------
-
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int = -1,
-        replication_factor: int = -1,
-        configs: Mapping[str, str] | None = None,
-        *,
-        validate_only: bool = False,
-    ) -> None:
-        request = gateway_pb2.CreateTopicsRequest(validate_only=validate_only)
-        request.topics.add(
-            name=name,
-            num_partitions=num_partitions,
-            replication_factor=replication_factor,
-            configs=dict(configs or {}),
-        )
-        response = self._call("CreateTopics", request)
-        _raise_first(response.topics)  # type: ignore[attr-defined]
-
-    def delete_topic(self, name: str) -> None:
-        response = self._call("DeleteTopics", gateway_pb2.DeleteTopicsRequest(names=[name]))
-        _raise_first(response.topics)  # type: ignore[attr-defined]
-
-    def create_partitions(self, topic: str, count: int, *, validate_only: bool = False) -> None:
-        request = gateway_pb2.CreatePartitionsRequest(validate_only=validate_only)
-        request.topics.add(topic=topic, count=count)
-        response = self._call("CreatePartitions", request)
-        _raise_first(response.topics)  # type: ignore[attr-defined]
-
-    def describe_configs(self, topic: str) -> list[gateway_pb2.ConfigEntry]:
-        response = self._call("DescribeConfigs", gateway_pb2.DescribeConfigsRequest(topics=[topic]))
-        (described,) = response.topics  # type: ignore[attr-defined]
-        if described.error:
-            raise error_from_code(described.error, described.error_message)
-        return list(described.entries)
-
-    def describe_cluster_configs(self) -> gateway_pb2.DescribeConfigsResponse:
-        request = gateway_pb2.DescribeConfigsRequest(cluster=True)
-        return self._call("DescribeConfigs", request)  # type: ignore[return-value]
-
-    def alter_configs(
-        self,
-        topic: str,
-        set_configs: Mapping[str, str],
-        delete: Iterable[str] = (),
-        *,
-        validate_only: bool = False,
-    ) -> None:
-        request = gateway_pb2.AlterConfigsRequest(
-            topic=topic, set=dict(set_configs), delete=list(delete), validate_only=validate_only
-        )
-        response = self._call("AlterConfigs", request)
-        if response.error:  # type: ignore[attr-defined]
-            raise error_from_code(response.error, response.error_message)  # type: ignore[attr-defined]
+    # -- topic metadata: what the clients' metadata (metadata.py) and the Spark reader's
+    # planning read (Admin, admin.py, shows the same answers to users) -------------------
 
     def list_topics(self, include_internal: bool = False) -> list[gateway_pb2.TopicListing]:
         request = gateway_pb2.ListTopicsRequest(include_internal=include_internal)
-        return list(self._call("ListTopics", request).topics)  # type: ignore[attr-defined]
+        return list(self.call("ListTopics", request).topics)  # type: ignore[attr-defined]
 
     def describe_topics(self, names: Iterable[str] = ()) -> list[gateway_pb2.TopicDescription]:
+        """Every topic when `names` is empty; an unknown name comes back with its error set."""
         request = gateway_pb2.DescribeTopicsRequest(names=list(names))
-        return list(self._call("DescribeTopics", request).topics)  # type: ignore[attr-defined]
-
-    def describe_topic(self, name: str) -> gateway_pb2.TopicDescription:
-        (description,) = self.describe_topics([name])
-        if description.error:
-            raise error_from_code(description.error, description.error_message)
-        return description
-
-    def describe_cluster(self) -> gateway_pb2.DescribeClusterResponse:
-        response = self._call("DescribeCluster", gateway_pb2.DescribeClusterRequest())
-        return response  # type: ignore[return-value]
+        return list(self.call("DescribeTopics", request).topics)  # type: ignore[attr-defined]
 
     # -- data ----------------------------------------------------------------------------
 
@@ -211,7 +151,7 @@ class GatewayClient:
         for partition, records in batches.items():
             epoch = (leader_epochs or {}).get(partition, -1)
             request.partitions.add(partition=partition, records=records, current_leader_epoch=epoch)
-        response = self._call("Produce", request, timeout_ms / 1000 + 5)
+        response = self.call("Produce", request, timeout_ms / 1000 + 5)
         return list(response.partitions)  # type: ignore[attr-defined]
 
     def fetch(
@@ -240,7 +180,7 @@ class GatewayClient:
 
     def init_producer_id(self) -> tuple[int, int]:
         """Kafka's InitProducerId: (producer id, epoch) for an idempotent producer."""
-        response = self._call("InitProducerId", gateway_pb2.InitProducerIdRequest())
+        response = self.call("InitProducerId", gateway_pb2.InitProducerIdRequest())
         if response.error:  # type: ignore[attr-defined]
             raise error_from_code(response.error, response.error_message)  # type: ignore[attr-defined]
         return response.producer_id, response.producer_epoch  # type: ignore[attr-defined]
@@ -253,7 +193,7 @@ class GatewayClient:
         request = common_pb2.ListOffsetsRequest()
         for partition, timestamp in timestamps.items():
             request.partitions.add(topic=topic, partition=partition, timestamp=timestamp)
-        response = self._call("ListOffsets", request)
+        response = self.call("ListOffsets", request)
         return {r.partition: r for r in response.partitions}  # type: ignore[attr-defined]
 
 
@@ -290,7 +230,7 @@ def split_points(
             end_offset=end,
             target_bytes=target_bytes,
         )
-    response = client._call("SplitPoints", request)
+    response = client.call("SplitPoints", request)
     out = {}
     for r in response.partitions:  # type: ignore[attr-defined]
         if r.error:
@@ -324,12 +264,6 @@ def partition_offsets(
                 result.offset, result.timestamp
             )
     return out
-
-
-def _raise_first(results: Iterable[gateway_pb2.TopicResult]) -> None:
-    for result in results:
-        if result.error:
-            raise error_from_code(result.error, result.error_message)
 
 
 __all__ = ["EARLIEST", "LATEST", "FetchPosition", "GatewayClient", "SeglogError"]
