@@ -315,7 +315,9 @@ class AuthenticationError(SeglogError):
 
 
 def error_classes() -> dict[str, type[SeglogError]]:
-    """Every error class by its reason (the most specific class wins a shared reason)."""
+    """Every error class by its reason. A reason shared by a class and its subclasses maps to
+    the base class (met first in the walk): a subclass sharing a reason only refines the
+    message locally, and an answer from the wire cannot say which refinement it was."""
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}
     pending: list[type[SeglogError]] = [SeglogError]
     while pending:

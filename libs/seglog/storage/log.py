@@ -59,8 +59,6 @@ PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
-# The first 16 bytes of a batch are rewritten on append: baseOffset, batchLength,
-# partitionLeaderEpoch. The CRC starts at byte 21, so none of them are covered by it.
 
 
 @dataclass(frozen=True)
