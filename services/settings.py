@@ -419,14 +419,19 @@ def markdown_table(config_class: type) -> str:
     from several flags lists them), Kafka's name first."""
     rows = ["| setting | flag (environment) | default | meaning |", "|---|---|---|---|"]
     for item in settings_of(config_class):
+        names = f"`{item.name}`"
         if item.engine_config:
             where = f"`{ENGINE_CONFIG_FLAG} {item.name}=...`"
         elif item.flags:
             where = ", ".join(f"`{f.spelling}` (`{f.env}`)" for f in item.flags)
         else:
             where = "- (set in code)"
-        doc = item.doc if not item.composite else "; ".join(f.doc for f in item.flags)
-        rows.append(f"| `{item.name}` | {where} | {_readme_default(item)} | {doc} |")
+        doc = item.doc
+        if item.composite:  # a file names each flag; DescribeConfigs shows the result
+            names = ", ".join(f"`{f.dotted}`" for f in item.flags)
+            doc = "; ".join(f.doc for f in item.flags)
+        doc = doc.replace("<", "&lt;").replace(">", "&gt;")  # `<id>` is no HTML tag
+        rows.append(f"| {names} | {where} | {_readme_default(item)} | {doc} |")
     return "\n".join(rows) + "\n"
 
 
@@ -440,4 +445,4 @@ def readme_tables() -> Mapping[str, str]:
 
 if __name__ == "__main__":
     for title, table in readme_tables().items():
-        print(f"<!-- {title} settings: python -m services.settings -->\n{table}")
+        print(f"<!-- {title} settings: python -m services.settings -->\nThe {title}:\n\n{table}")
