@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from services import serving
-from services.settings import parse_command_line
+from services.command_line import parse_command_line
 
 from .server import Gateway
 from .settings import GatewayConfig

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from seglog.security.certs import GATEWAY_IDENTITY, CertificateAuthority, node_id_of
-from services import settings
+from services import command_line
 from services.gateway.__main__ import parse_args as gateway_args
 from services.gateway.settings import GatewayConfig
 from services.storage_node.__main__ import parse_args as node_args
@@ -35,7 +35,7 @@ READ_BY_OPENTELEMETRY = {
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_RESOURCE_ATTRIBUTES",
 }
-READ_OTHERWISE = {settings.CONFIG_FILE_ENV, "SEGLOG_LOG_LEVEL", *READ_BY_OPENTELEMETRY}
+READ_OTHERWISE = {command_line.CONFIG_FILE_ENV, "SEGLOG_LOG_LEVEL", *READ_BY_OPENTELEMETRY}
 # What the downward API and Secrets give a pod, as samples.
 FIELD_SAMPLES = {
     "metadata.name": "seglog-node-2",
@@ -153,7 +153,7 @@ def _parse(service, args, env, monkeypatch):
     with monkeypatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        return parse_args(args), settings.environment_variables(config_class)
+        return parse_args(args), command_line.environment_variables(config_class)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -244,7 +244,7 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
 def test_a_config_file_sets_flags_and_engine_settings_and_flags_win(tmp_path, monkeypatch):
     path = tmp_path / "node.properties"
     path.write_text("# Kafka's names\nheartbeat.interval.ms=500\nlog.segment.bytes=1048576\n")
-    monkeypatch.setenv(settings.CONFIG_FILE_ENV, str(path))
+    monkeypatch.setenv(command_line.CONFIG_FILE_ENV, str(path))
     config = node_args(
         ["--node-id", "1", "--data-dir", str(tmp_path), "--heartbeat-interval-ms", "700"]
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services import settings
+from services import command_line, settings
 from services.gateway.__main__ import parse_args as gateway_args
 from services.gateway.settings import GatewayConfig
 from services.storage_node.__main__ import parse_args as node_args
@@ -117,7 +117,7 @@ NODE_REQUIRED = ["--node-id", "1", "--data-dir", "data/node-1"]
 def _no_seglog_environment(monkeypatch):
     """The tests' own environment, not the caller's SEGLOG_* variables."""
     for config_class in (GatewayConfig, NodeConfig):
-        for name in settings.environment_variables(config_class):
+        for name in command_line.environment_variables(config_class):
             monkeypatch.delenv(name, raising=False)
 
 
@@ -210,7 +210,7 @@ def test_a_node_properties_file_sends_other_names_to_the_engine(tmp_path, monkey
     path.write_text(
         "controlled.shutdown.timeout.ms=10000\nmin.insync.replicas=2\nhealth.listen=0.0.0.0:7079\n"
     )
-    monkeypatch.setenv(settings.CONFIG_FILE_ENV, str(path))
+    monkeypatch.setenv(command_line.CONFIG_FILE_ENV, str(path))
     config = node_args(NODE_REQUIRED)
     assert config.controlled_shutdown_timeout_ms == 10_000
     assert config.health_listen == "0.0.0.0:7079"
