@@ -225,7 +225,7 @@ def test_describe_configs_keeps_its_names_and_never_shows_the_secret():
     assert described["broker.session.timeout.ms"] == str(GatewayConfig().session_timeout_ms)
 
 
-def test_every_setting_has_one_flag_variable_and_kafka_style_name():
+def test_names_and_flags_are_each_one_settings_and_defaults_are_the_fields():
     for config_class in (GatewayConfig, NodeConfig):
         declared = list(settings.settings_of(config_class))
         names = [item.name for item in declared]
