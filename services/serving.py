@@ -1,18 +1,15 @@
-"""What both servers share: building a gRPC server with health, reflection and tracing,
-flags with environment equivalents, and stopping on SIGTERM/SIGINT."""
+"""What both servers share: building a gRPC server with health, reflection and tracing, and
+stopping on SIGTERM/SIGINT (their settings are services/settings.py's)."""
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
-from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
@@ -54,77 +51,6 @@ def keep_freed_buffers_for_reuse() -> bool:
         mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD_BYTES)
         and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD_BYTES)
     )
-
-
-def env_flag(
-    parser: argparse.ArgumentParser, flag: str, env: str, help: str, **kwargs: Any
-) -> None:
-    """A flag whose default comes from an environment variable (the flag wins)."""
-    built_in = kwargs.pop("default", None)
-    default = os.environ.get(env, built_in)
-    required = kwargs.pop("required", False) and default is None
-    shown = f"; default {built_in}" if built_in is not None else ""
-    parser.add_argument(
-        flag, default=default, required=required, help=f"{help} (env {env}{shown})", **kwargs
-    )
-
-
-CONFIG_FILE_ENV = "SEGLOG_CONFIG_FILE"
-
-
-def read_properties(path: str | Path) -> dict[str, str]:
-    """A Java properties file as Kafka's server.properties is written: `name=value` (or
-    `name: value`) per line, `#` and `!` start comments. A Kubernetes ConfigMap mounts
-    one per service."""
-    out: dict[str, str] = {}
-    for number, raw in enumerate(Path(path).read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        name, sep, value = line.partition("=") if "=" in line else line.partition(":")
-        if not sep or not name.strip():
-            raise ValueError(f"{path}:{number}: expected name=value, got {raw!r}")
-        out[name.strip()] = value.strip()
-    return out
-
-
-def add_config_file_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config-file",
-        metavar="PATH",
-        help=f"settings by Kafka's names, one name=value per line, e.g. a mounted ConfigMap "
-        f"(env {CONFIG_FILE_ENV}); flags given on the command line win",
-    )
-
-
-def config_file_flags(
-    argv: list[str] | None, parser: argparse.ArgumentParser, *, others: str | None = None
-) -> list[str]:
-    """The settings of SEGLOG_CONFIG_FILE (or `--config-file PATH` in argv) as flags placed
-    before argv, so flags given on the command line win: Kafka's name `a.b.c` is the flag
-    `--a-b-c`; a name no flag has goes to `others` as `name=value` (the node's engine
-    settings, `--config`), or is an error, never silently ignored."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    path = os.environ.get(CONFIG_FILE_ENV)
-    if "--config-file" in args:
-        at = args.index("--config-file")
-        if at + 1 >= len(args):
-            raise SystemExit("--config-file needs a path")
-        path = args[at + 1]
-        del args[at : at + 2]
-    if not path:
-        return args
-    flags = set(parser._option_string_actions)
-    out = []
-    for name, value in read_properties(path).items():
-        flag = "--" + name.replace(".", "-").replace("_", "-")
-        if flag in flags and flag not in ("--config-file", others):
-            out += [flag, value]
-        elif others is not None:
-            out += [others, f"{name}={value}"]
-        else:
-            parser.error(f"{path}: {name} is not a setting of this service")
-    return out + args
 
 
 def unary(fn: Callable[..., Any], request_cls: Any, response_cls: Any) -> grpc.RpcMethodHandler:
@@ -211,15 +137,6 @@ def health_server(listen: str, health_servicer: health.HealthServicer) -> tuple[
         raise OSError(f"cannot listen on {listen}")
     server.start()
     return server, port
-
-
-def add_health_listen_flag(parser: argparse.ArgumentParser) -> None:
-    env_flag(
-        parser,
-        "--health-listen",
-        "SEGLOG_HEALTH_LISTEN",
-        "a plaintext listener for the health service only (probes that cannot speak TLS)",
-    )
 
 
 def set_serving(health_servicer: health.HealthServicer, names: Iterable[str], up: bool) -> None:

@@ -25,8 +25,10 @@ from seglog.security.certs import (
 )
 from seglog.security.tls import ClientSecurity, TlsFiles
 from seglog.v1 import gateway_pb2_grpc
-from services.gateway.server import Gateway, GatewayConfig
-from services.storage_node.server import NodeConfig, StorageNode
+from services.gateway.server import Gateway
+from services.gateway.settings import GatewayConfig
+from services.storage_node.server import StorageNode
+from services.storage_node.settings import NodeConfig
 
 HEARTBEAT_MS = 100
 # The bulk fetch path is on in test clusters (consumers use it by default), as under make run.

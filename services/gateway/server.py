@@ -3,25 +3,20 @@ health, reflection and tracing."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 
-from seglog.rpc import grants, wire
-from seglog.rpc.channels import MAX_REQUEST_BYTES
-from seglog.security.certs import NODE_IDENTITY_PREFIX
+from seglog.rpc import wire
 from seglog.security.principals import PrincipalMapper
-from seglog.security.tls import TlsFiles, channel_credentials, server_credentials
-from seglog.security.tokens import TokenVerifier
+from seglog.security.tls import channel_credentials, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
+from services.settings import described_settings
 
 from .authorization import Authorization
 from .cluster.acl_service import AclService
@@ -30,11 +25,6 @@ from .cluster.controller import Controller
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
 from .cluster.registry_store import EtcdRegistryStore
-from .cluster.topic_rules import (
-    DEFAULT_MAX_PARTITIONS,
-    DEFAULT_MAX_PARTITIONS_PER_TOPIC,
-    DEFAULT_REPLICATION_FACTOR,
-)
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
@@ -44,12 +34,11 @@ from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
 from .groups.offsets_store import (
-    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-    DEFAULT_OFFSETS_RETENTION_MINUTES,
     OffsetsStore,
 )
 from .node_connections import NodeConnections
-from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES, GatewayService
+from .routing.service import GatewayService
+from .settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
 GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
@@ -59,100 +48,6 @@ GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
 REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
 GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
 _SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of _handlers()
-
-
-@dataclass(frozen=True)
-class GatewayConfig:
-    listen: str = "127.0.0.1:7070"
-    data_dir: Path = Path("data/gateway")
-    # The registry in etcd (host:port of its members, comma-separated; etcd_keyspace.py)
-    # under this key prefix, instead of registry.json in the data dir: then several
-    # gateways share it, one of them elected controller, groups spread over them.
-    registry_etcd: str | None = None
-    registry_etcd_prefix: str = "/seglog"
-    # How other gateways and clients reach this one (Kafka's advertised.listeners);
-    # default the listen address with its bound port.
-    advertised_listener: str | None = None
-    # This gateway's etcd session (its lease): after it dies, its controller role and its
-    # groups move to another gateway within this time.
-    gateway_session_timeout_ms: int = 9000
-    # Kafka's broker.session.timeout.ms and broker.heartbeat.interval.ms.
-    session_timeout_ms: int = 9000
-    heartbeat_interval_ms: int = 2000
-    max_request_bytes: int = MAX_REQUEST_BYTES
-    # Kafka's offsets.topic.num.partitions, group.initial.rebalance.delay.ms,
-    # group.min.session.timeout.ms and group.max.session.timeout.ms.
-    offsets_topic_num_partitions: int = 50
-    group_initial_rebalance_delay_ms: int = 3000
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1_800_000
-    max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
-    max_partitions: int = DEFAULT_MAX_PARTITIONS
-    max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES
-    # Kafka's offsets.retention.minutes and offsets.retention.check.interval.ms.
-    offsets_retention_minutes: int = DEFAULT_OFFSETS_RETENTION_MINUTES
-    offsets_retention_check_interval_ms: int = DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS
-    # Kafka's replication settings of the controller and topic defaults.
-    default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
-    offsets_topic_replication_factor: int = 3
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_check_interval_seconds: int = 300
-    # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off.
-    cluster_secret: bytes | None = dataclasses.field(default=None, repr=False)
-    fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS
-    # TLS on the gateway's listener (certificate subject `gateway`). With the cluster CA it
-    # is mutual TLS: every caller presents a certificate from that CA (gRPC's Python server
-    # can require client certificates or not ask for them, nothing between), storage nodes
-    # their own (node-<id>) to register, heartbeat or alter partitions; the gateway dials
-    # the nodes with its certificate.
-    tls: TlsFiles | None = None
-    # "required": every caller of the listener above presents a certificate from the CA;
-    # "none": clients are not asked for one (they authenticate with bearer tokens), and the
-    # Registry (nodes' calls, mutual TLS) moves to `internal_listen` (Kafka's separate
-    # inter-broker listener), default the same host on any free port.
-    tls_client_auth: str = "required"
-    internal_listen: str | None = None
-    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
-    node_identity_prefix: str = NODE_IDENTITY_PREFIX
-    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
-    health_listen: str | None = None
-    # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
-    tokens: TokenVerifier | None = None
-    # Kafka's ssl.principal.mapping.rules over the certificate's subject DN ("": its CN).
-    ssl_principal_mapping_rules: str = ""
-    # Kafka's authorizer (authorizer.class.name set), super.users ("User:a;User:b") and
-    # allow.everyone.if.no.acl.found (false, as with Kafka's StandardAuthorizer).
-    authorizer: bool = False
-    super_users: tuple[str, ...] = ()
-    allow_everyone_if_no_acl_found: bool = False
-
-
-# The gateway's settings under the names Kafka gives the same broker settings.
-_KAFKA_SETTING_NAMES = {
-    "session_timeout_ms": "broker.session.timeout.ms",
-    "heartbeat_interval_ms": "broker.heartbeat.interval.ms",
-    "max_request_bytes": "socket.request.max.bytes",
-}
-
-
-def described_settings(config: GatewayConfig) -> dict[str, str]:
-    """The settings DescribeConfigs shows for the cluster (the listen address and data dir
-    are the process's, not the cluster's)."""
-    out = {}
-    for field in dataclasses.fields(config):
-        if field.name in ("listen", "data_dir"):
-            continue
-        if field.name == "tokens":
-            continue
-        if field.name == "tls":
-            out["security.protocol"] = "SSL" if config.tls is not None else "PLAINTEXT"
-            continue
-        if field.name == "cluster_secret":  # never shown; only whether one is set
-            out["bulk.fetch.enabled"] = str(config.cluster_secret is not None).lower()
-            continue
-        name = _KAFKA_SETTING_NAMES.get(field.name, field.name.replace("_", "."))
-        out[name] = str(getattr(config, field.name))
-    return out
 
 
 class Gateway:

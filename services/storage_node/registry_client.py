@@ -37,6 +37,7 @@ from seglog.rpc.channels import channel_target, open_channel
 from seglog.rpc.status import error_from_code
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from services.settings import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
 
 from .partition import IsrProposal, Registration
 from .replica_manager import ReplicaManager
@@ -44,7 +45,6 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 
 DEFAULT_GATEWAY_PORT = 7070
-DEFAULT_SESSION_TIMEOUT_MS = 9000  # Kafka's broker.session.timeout.ms
 
 
 class RegistrySession:
@@ -55,8 +55,8 @@ class RegistrySession:
         address: str,
         replicas: ReplicaManager,
         *,
-        heartbeat_interval_ms: int = 2000,
-        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = BROKER_HEARTBEAT_INTERVAL_MS,
+        session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS,
         tracer_provider: trace.TracerProvider | None = None,
         log_config_defaults: Mapping[str, str] | None = None,
         bulk_address: str = "",

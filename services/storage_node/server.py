@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,8 +15,8 @@ from opentelemetry.metrics import MeterProvider
 from seglog.errors import InvalidConfigError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
-from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
-from seglog.security.tls import TlsFiles, peer_identity, server_credentials
+from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
+from seglog.security.tls import peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
@@ -28,45 +26,12 @@ from .bulk_server import BulkServer
 from .node_metrics import NodeMetrics
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
-from .replica_manager import DEFAULT_CHUNK_BYTES, ReplicaManager, ReplicationSettings
+from .replica_manager import ReplicaManager, ReplicationSettings
 from .service import StorageNodeService
+from .settings import NodeConfig
 
 logger = logging.getLogger(__name__)
 SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["StorageNode"].full_name
-
-
-@dataclass(frozen=True)
-class NodeConfig:
-    node_id: int
-    listen: str
-    data_dir: Path
-    gateway: str | None = None
-    advertised_address: str | None = None
-    heartbeat_interval_ms: int = 2000
-    # Kafka's broker.session.timeout.ms, as the gateways have it: heartbeats unanswered this
-    # long fence the node (registry_client.py).
-    session_timeout_ms: int = 9000
-    fetch_chunk_bytes: int = DEFAULT_CHUNK_BYTES
-    # Kafka's controlled.shutdown.enable, and how long a stop waits for its leaderships to
-    # move (Kafka waits up to 5 minutes; a planned restart here should not wait that long).
-    controlled_shutdown_enable: bool = True
-    controlled_shutdown_timeout_ms: int = 30_000
-    # The bulk fetch listener (bulk.md), on when the cluster secret is set: its address
-    # (default: the listen host, any free port) and the address clients should dial.
-    cluster_secret: bytes | None = None
-    bulk_listen: str | None = None
-    advertised_bulk_address: str | None = None
-    # TLS: the node's certificate (subject `node-<id>`, from the cluster CA) and the CA. Its
-    # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
-    # certificate; it dials the gateway and its peers with its own.
-    tls: TlsFiles | None = None
-    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
-    node_identity_prefix: str = NODE_IDENTITY_PREFIX
-    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
-    health_listen: str | None = None
-    # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
-    # LogManagerConfig fields for the node's background work.
-    engine_configs: Mapping[str, str] = field(default_factory=dict)
 
 
 def split_engine_configs(configs: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -8,8 +8,10 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from services.gateway.server import Gateway, GatewayConfig
-from services.storage_node.server import NodeConfig, StorageNode
+from services.gateway.server import Gateway
+from services.gateway.settings import GatewayConfig
+from services.storage_node.server import StorageNode
+from services.storage_node.settings import NodeConfig
 from tests.cluster import CLUSTER_SECRET, drain, wait_until
 from tests.ports import free_ports
 

@@ -28,7 +28,8 @@ from seglog.errors import (
 from seglog.records import iter_batches, iter_records
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, gateway_pb2
-from services.storage_node.server import NodeConfig, StorageNode
+from services.storage_node.server import StorageNode
+from services.storage_node.settings import NodeConfig
 from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
 
 

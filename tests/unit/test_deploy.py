@@ -17,9 +17,11 @@ import pytest
 import yaml
 
 from seglog.security.certs import GATEWAY_IDENTITY, CertificateAuthority, node_id_of
-from services import serving
+from services import command_line
 from services.gateway.__main__ import parse_args as gateway_args
+from services.gateway.settings import GatewayConfig
 from services.storage_node.__main__ import parse_args as node_args
+from services.storage_node.settings import NodeConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -33,7 +35,7 @@ READ_BY_OPENTELEMETRY = {
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_RESOURCE_ATTRIBUTES",
 }
-READ_OTHERWISE = {serving.CONFIG_FILE_ENV, "SEGLOG_LOG_LEVEL", *READ_BY_OPENTELEMETRY}
+READ_OTHERWISE = {command_line.CONFIG_FILE_ENV, "SEGLOG_LOG_LEVEL", *READ_BY_OPENTELEMETRY}
 # What the downward API and Secrets give a pod, as samples.
 FIELD_SAMPLES = {
     "metadata.name": "seglog-node-2",
@@ -43,7 +45,10 @@ FIELD_SAMPLES = {
     "metadata.labels['apps.kubernetes.io/pod-index']": "2",
 }
 SECRET_SAMPLE = "sample-cluster-secret-0123456789"
-SERVICES = {"seglog-gateway": gateway_args, "seglog-storage-node": node_args}
+SERVICES = {
+    "seglog-gateway": (gateway_args, GatewayConfig),
+    "seglog-storage-node": (node_args, NodeConfig),
+}
 
 
 def _render(overlay: str) -> list[dict]:
@@ -141,21 +146,14 @@ def _write_certificate(directory: Path, identity: str) -> None:
     (directory / "ca.crt").write_bytes(_CA.cert_pem)
 
 
-def _parse(parse_args, args, env, monkeypatch):
+def _parse(service, args, env, monkeypatch):
     """The service's config from `args` with exactly `env` set, and the variables its
     flags read."""
-    flags_read = set()
-    real_env_flag = serving.env_flag
-
-    def recording(parser, flag, env_name, help, **kwargs):
-        flags_read.add(env_name)
-        return real_env_flag(parser, flag, env_name, help, **kwargs)
-
+    parse_args, config_class = SERVICES[service]
     with monkeypatch.context() as patch:
-        patch.setattr(serving, "env_flag", recording)
         for name, value in env.items():
             patch.setenv(name, value)
-        return parse_args(args), flags_read
+        return parse_args(args), command_line.environment_variables(config_class)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -191,9 +189,7 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
             env = _env(container, tmp_path, mounts)
             # Every variable set is read: by a flag of the service, by us, by OpenTelemetry,
             # or only to build another one's value.
-            config, flags_read = _parse(
-                SERVICES[command], container.get("args", []), env, monkeypatch
-            )
+            config, flags_read = _parse(command, container.get("args", []), env, monkeypatch)
             referenced = {
                 name
                 for item in container.get("env", [])
@@ -248,7 +244,7 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
 def test_a_config_file_sets_flags_and_engine_settings_and_flags_win(tmp_path, monkeypatch):
     path = tmp_path / "node.properties"
     path.write_text("# Kafka's names\nheartbeat.interval.ms=500\nlog.segment.bytes=1048576\n")
-    monkeypatch.setenv(serving.CONFIG_FILE_ENV, str(path))
+    monkeypatch.setenv(command_line.CONFIG_FILE_ENV, str(path))
     config = node_args(
         ["--node-id", "1", "--data-dir", str(tmp_path), "--heartbeat-interval-ms", "700"]
     )

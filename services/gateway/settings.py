@@ -1,0 +1,208 @@
+"""The gateway's settings, each declared once (services/settings.py derives the command line,
+properties files, DescribeConfigs and the README's table from these fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from seglog.rpc import grants
+from seglog.rpc.channels import MAX_REQUEST_BYTES
+from seglog.security.certs import NODE_IDENTITY_PREFIX
+from seglog.security.tls import TlsFiles
+from seglog.security.tokens import TokenVerifier
+from services.settings import (
+    BROKER_HEARTBEAT_INTERVAL_MS,
+    BROKER_SESSION_TIMEOUT_MS,
+    Flag,
+    setting,
+)
+
+from .cluster.topic_rules import (
+    DEFAULT_MAX_PARTITIONS,
+    DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_REPLICATION_FACTOR,
+)
+from .groups.offsets_store import (
+    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+    DEFAULT_OFFSETS_RETENTION_MINUTES,
+)
+from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
+
+
+def _tokens(
+    jwks_file: str | None, token_file: str | None, audience: str | None
+) -> TokenVerifier | None:
+    if not jwks_file and not token_file:
+        return None
+    return TokenVerifier(
+        Path(jwks_file) if jwks_file else None, Path(token_file) if token_file else None, audience
+    )
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    # The process's own, not the cluster's: DescribeConfigs does not show them.
+    listen: str = setting("127.0.0.1:7070", "address to serve on", described=False)
+    data_dir: Path = setting(Path("data/gateway"), "where the registry lives", described=False)
+    # The registry in etcd (etcd_keyspace.py) under a key prefix, instead of registry.json in
+    # the data dir: then several gateways share it, one of them elected controller, groups
+    # spread over them.
+    registry_etcd: str | None = setting(
+        None,
+        "keep the registry in etcd (host:port of its members, comma-separated) instead of "
+        "the data dir: several gateways may then share it",
+    )
+    registry_etcd_prefix: str = setting("/seglog", "the registry's key prefix in etcd")
+    # Kafka's advertised.listeners, for one listener.
+    advertised_listener: str | None = setting(
+        None,
+        "host:port other gateways and clients reach this one at (default: the listen address)",
+    )
+    # This gateway's etcd session (its lease): after it dies, its controller role and its
+    # groups move to another gateway within this time.
+    gateway_session_timeout_ms: int = setting(
+        BROKER_SESSION_TIMEOUT_MS,
+        "with etcd: this gateway's lease; its controller role and groups move when it lapses",
+    )
+    session_timeout_ms: int = setting(
+        BROKER_SESSION_TIMEOUT_MS,
+        "a node without a heartbeat for this long is down",
+        name="broker.session.timeout.ms",
+    )
+    heartbeat_interval_ms: int = setting(
+        BROKER_HEARTBEAT_INTERVAL_MS,
+        "the heartbeat period asked of nodes",
+        name="broker.heartbeat.interval.ms",
+    )
+    max_request_bytes: int = setting(
+        MAX_REQUEST_BYTES,
+        "the largest request the gateway's listener takes",
+        name="socket.request.max.bytes",
+        flags=(),
+    )
+    offsets_topic_num_partitions: int = setting(
+        50, "partitions of __consumer_offsets, fixed when it is first created"
+    )
+    group_initial_rebalance_delay_ms: int = setting(
+        3000, "how long a new group waits for more members before its first assignment"
+    )
+    group_min_session_timeout_ms: int = setting(
+        6000, "the shortest consumer session timeout accepted"
+    )
+    group_max_session_timeout_ms: int = setting(
+        1_800_000, "the longest consumer session timeout accepted", flags=()
+    )
+    max_partitions_per_topic: int = setting(
+        DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"
+    )
+    max_partitions: int = setting(
+        DEFAULT_MAX_PARTITIONS, "the most partitions the whole cluster may have"
+    )
+    max_unacknowledged_bytes: int = setting(
+        DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
+        "acks=0 produce bytes held while their nodes have not answered; past it, back off",
+    )
+    offsets_retention_minutes: int = setting(
+        DEFAULT_OFFSETS_RETENTION_MINUTES,
+        "committed offsets of empty groups are deleted after this long (Kafka's default)",
+    )
+    offsets_retention_check_interval_ms: int = setting(
+        DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
+        "how often expired committed offsets are looked for",
+    )
+    default_replication_factor: int = setting(
+        DEFAULT_REPLICATION_FACTOR, "replicas of a topic created without a replication factor"
+    )
+    offsets_topic_replication_factor: int = setting(
+        3, "replicas of __consumer_offsets (fewer when fewer nodes are live at its creation)"
+    )
+    auto_leader_rebalance_enable: bool = setting(
+        True, "give leadership back to each partition's preferred replica (true/false)"
+    )
+    leader_imbalance_check_interval_seconds: int = setting(
+        300, "how often preferred leaders are restored"
+    )
+    # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off. Never
+    # shown: DescribeConfigs says only whether one is set.
+    cluster_secret: bytes | None = setting(
+        None,
+        "secret shared with the nodes to sign bulk transfer grants (16+ characters); "
+        "without it the bulk fetch path is off",
+        parse=grants.cluster_secret,
+        described_name="bulk.fetch.enabled",
+        show=lambda secret: str(secret is not None).lower(),
+        repr=False,
+    )
+    fetch_grant_ttl_ms: int = setting(
+        grants.DEFAULT_GRANT_TTL_MS, "how long a bulk transfer grant stays valid"
+    )
+    # TLS on the gateway's listener (certificate subject `gateway`). With the cluster CA it
+    # is mutual TLS: every caller presents a certificate from that CA (gRPC's Python server
+    # can require client certificates or not ask for them, nothing between), storage nodes
+    # their own (node-<id>) to register, heartbeat or alter partitions; the gateway dials
+    # the nodes with its certificate.
+    tls: TlsFiles | None = setting(
+        None,
+        "TLS files",
+        name="security.protocol",
+        flags=(
+            Flag("--tls-cert", "PEM certificate (gateway)"),
+            Flag("--tls-key", "PEM private key"),
+            Flag(
+                "--tls-ca",
+                "PEM cluster CA: every caller (nodes: node-<id>) presents a certificate from it",
+            ),
+        ),
+        parse=TlsFiles.from_flags,
+        show=lambda tls: "SSL" if tls is not None else "PLAINTEXT",
+    )
+    # "required": every caller of the listener above presents a certificate from the CA;
+    # "none": clients are not asked for one (they authenticate with bearer tokens), and the
+    # Registry (nodes' calls, mutual TLS) moves to `internal_listen` (Kafka's separate
+    # inter-broker listener), default the same host on any free port.
+    tls_client_auth: str = setting(
+        "required",
+        "required: clients present certificates; none: they use bearer tokens, and nodes "
+        "call the --internal-listen address",
+        choices=("required", "none"),
+    )
+    internal_listen: str | None = setting(None, "the nodes' listener (mutual TLS)")
+    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
+    node_identity_prefix: str = setting(
+        NODE_IDENTITY_PREFIX,
+        "nodes' certificates name them <prefix><id>: only that certificate claims the id",
+        flag="--tls-node-identity-prefix",
+    )
+    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
+    health_listen: str | None = setting(
+        None, "a plaintext listener for the health service only (probes that cannot speak TLS)"
+    )
+    # Bearer tokens (security/tokens.py): a JWT key set and/or a static token file.
+    tokens: TokenVerifier | None = setting(
+        None,
+        "bearer tokens",
+        flags=(
+            Flag("--oauth-jwks-file", "JWT key set for bearer tokens"),
+            Flag("--token-file", "static bearer tokens: '<token> <name>' lines"),
+            Flag("--oauth-audience", "required JWT audience"),
+        ),
+        parse=_tokens,
+        described=False,
+    )
+    ssl_principal_mapping_rules: str = setting(
+        "",
+        "Kafka's RULE:pattern/replacement/[LU],...,DEFAULT over the certificate's subject DN "
+        "(default: its CN)",
+    )
+    # Kafka's authorizer (authorizer.class.name set), super.users and
+    # allow.everyone.if.no.acl.found (false, as with Kafka's StandardAuthorizer).
+    authorizer: bool = setting(
+        False, "check every call against the ACLs (Kafka's authorizer; true/false)"
+    )
+    super_users: tuple[str, ...] = setting(
+        (), "principals allowed everything, ';'-separated (Kafka's super.users: User:admin)"
+    )
+    allow_everyone_if_no_acl_found: bool = setting(
+        False, "a resource no ACL names is open to all (true/false)"
+    )

@@ -1,0 +1,126 @@
+"""The storage node's own settings, each declared once (services/settings.py derives the
+command line, properties files and the README's table from these fields). The engine's
+settings (Kafka's log.*, the LogManager's, replica.*) are LogConfig, LogManagerConfig and
+ReplicationSettings fields, given as `--config NAME=VALUE` and kept in `engine_configs`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seglog.rpc import grants
+from seglog.security.certs import NODE_IDENTITY_PREFIX
+from seglog.security.tls import TlsFiles
+from services.settings import (
+    BROKER_HEARTBEAT_INTERVAL_MS,
+    BROKER_SESSION_TIMEOUT_MS,
+    Flag,
+    required_setting,
+    setting,
+)
+
+from .replica_manager import DEFAULT_CHUNK_BYTES
+
+
+def _node_tls(cert: str | None, key: str | None, ca: str | None) -> TlsFiles | None:
+    files = TlsFiles.from_flags(cert, key, ca)
+    if files is not None and files.ca is None:
+        raise ValueError("a node's TLS needs the cluster CA too (--tls-ca): its API is mutual TLS")
+    return files
+
+
+def _true_or_false_any_case(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return text.lower() == "true"
+
+
+def _milliseconds(text: str) -> int:
+    if not text.isdigit():
+        raise ValueError("must be a number of ms")
+    return int(text)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeConfig:
+    node_id: int = required_setting("this node's id")
+    listen: str = setting("127.0.0.1:0", "address to serve on")
+    data_dir: Path = required_setting("the node's data dir")
+    gateway: str | None = setting(None, "the gateway's registry address")
+    advertised_address: str | None = setting(
+        None, "address the gateway should dial (default: the listen address and bound port)"
+    )
+    heartbeat_interval_ms: int = setting(
+        BROKER_HEARTBEAT_INTERVAL_MS, "heartbeat period", name="broker.heartbeat.interval.ms"
+    )
+    # As the gateways have it: heartbeats unanswered this long fence the node
+    # (registry_client.py). Given with the engine settings, as Kafka's broker settings are.
+    session_timeout_ms: int = setting(
+        BROKER_SESSION_TIMEOUT_MS,
+        "as the gateways': heartbeats unanswered this long fence the node",
+        name="broker.session.timeout.ms",
+        flags=(),
+        engine_config=True,
+        parse=_milliseconds,
+    )
+    # Not a setting: the size of the chunks a fetch is streamed in.
+    fetch_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    # Kafka's controlled.shutdown.enable, and how long a stop waits for its leaderships to
+    # move (Kafka waits up to 5 minutes; a planned restart here should not wait that long).
+    controlled_shutdown_enable: bool = setting(
+        True,
+        "move this node's leaderships to other replicas before it stops",
+        flags=(),
+        engine_config=True,
+        parse=_true_or_false_any_case,
+    )
+    controlled_shutdown_timeout_ms: int = setting(
+        30_000,
+        "how long a stop waits for its leaderships to move",
+        flags=(),
+        engine_config=True,
+        parse=_milliseconds,
+    )
+    # The bulk fetch listener (bulk.md), on when the cluster secret is set: its address
+    # (default: the listen host, any free port) and the address clients should dial.
+    cluster_secret: bytes | None = setting(
+        None,
+        "secret shared with the gateway to verify bulk transfer grants (16+ characters); "
+        "without it the bulk fetch path is off",
+        parse=grants.cluster_secret,
+        described=False,
+        repr=False,
+    )
+    bulk_listen: str | None = setting(None, "bulk fetch address (default: any port)")
+    advertised_bulk_address: str | None = setting(
+        None, "bulk address clients should dial (default: the bound one)"
+    )
+    # TLS: the node's certificate (subject `node-<id>`, from the cluster CA) and the CA. Its
+    # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
+    # certificate; it dials the gateway and its peers with its own.
+    tls: TlsFiles | None = setting(
+        None,
+        "TLS files",
+        name="security.protocol",
+        flags=(
+            Flag("--tls-cert", "PEM certificate (node-<id>)"),
+            Flag("--tls-key", "PEM private key"),
+            Flag("--tls-ca", "PEM cluster CA (mutual TLS)"),
+        ),
+        parse=_node_tls,
+        show=lambda tls: "SSL" if tls is not None else "PLAINTEXT",
+    )
+    # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
+    node_identity_prefix: str = setting(
+        NODE_IDENTITY_PREFIX,
+        "nodes' certificates name them <prefix><id>",
+        flag="--tls-node-identity-prefix",
+    )
+    # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
+    health_listen: str | None = setting(
+        None, "a plaintext listener for the health service only (probes that cannot speak TLS)"
+    )
+    # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
+    # LogManagerConfig fields for the node's background work, replica.* (server.py).
+    engine_configs: Mapping[str, str] = field(default_factory=dict)
