@@ -18,14 +18,22 @@ from services.settings import (
     setting,
 )
 
+from .cluster.controller import DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S
 from .cluster.topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_REPLICATION_FACTOR,
 )
+from .coordination.etcd_keyspace import DEFAULT_PREFIX
+from .groups.coordinator import (
+    DEFAULT_INITIAL_REBALANCE_DELAY_MS,
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    DEFAULT_MIN_SESSION_TIMEOUT_MS,
+)
 from .groups.offsets_store import (
     DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     DEFAULT_OFFSETS_RETENTION_MINUTES,
+    DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
 )
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
@@ -53,7 +61,7 @@ class GatewayConfig:
         "keep the registry in etcd (host:port of its members, comma-separated) instead of "
         "the data dir: several gateways may then share it",
     )
-    registry_etcd_prefix: str = setting("/seglog", "the registry's key prefix in etcd")
+    registry_etcd_prefix: str = setting(DEFAULT_PREFIX, "the registry's key prefix in etcd")
     # Kafka's advertised.listeners, for one listener.
     advertised_listener: str | None = setting(
         None,
@@ -82,16 +90,18 @@ class GatewayConfig:
         flags=(),
     )
     offsets_topic_num_partitions: int = setting(
-        50, "partitions of __consumer_offsets, fixed when it is first created"
+        DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
+        "partitions of __consumer_offsets, fixed when it is first created",
     )
     group_initial_rebalance_delay_ms: int = setting(
-        3000, "how long a new group waits for more members before its first assignment"
+        DEFAULT_INITIAL_REBALANCE_DELAY_MS,
+        "how long a new group waits for more members before its first assignment",
     )
     group_min_session_timeout_ms: int = setting(
-        6000, "the shortest consumer session timeout accepted"
+        DEFAULT_MIN_SESSION_TIMEOUT_MS, "the shortest consumer session timeout accepted"
     )
     group_max_session_timeout_ms: int = setting(
-        1_800_000, "the longest consumer session timeout accepted", flags=()
+        DEFAULT_MAX_SESSION_TIMEOUT_MS, "the longest consumer session timeout accepted", flags=()
     )
     max_partitions_per_topic: int = setting(
         DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"
@@ -121,7 +131,7 @@ class GatewayConfig:
         True, "give leadership back to each partition's preferred replica (true/false)"
     )
     leader_imbalance_check_interval_seconds: int = setting(
-        300, "how often preferred leaders are restored"
+        DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S, "how often preferred leaders are restored"
     )
     # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off. Never
     # shown: DescribeConfigs says only whether one is set.

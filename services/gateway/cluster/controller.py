@@ -35,6 +35,8 @@ from .registry_store import ControllerFencedError
 logger = logging.getLogger(__name__)
 
 PUSH_TIMEOUT_S = 2.0
+# Kafka's leader.imbalance.check.interval.seconds.
+DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S = 300
 
 
 def partition_states(
@@ -70,7 +72,7 @@ class Controller:
         connections: NodeConnections,
         *,
         auto_leader_rebalance_enable: bool = True,
-        leader_imbalance_check_interval_seconds: float = 300,
+        leader_imbalance_check_interval_seconds: float = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S,
         election: ControllerElection | SoleController | None = None,
     ) -> None:
         self.registry = registry

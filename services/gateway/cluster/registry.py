@@ -65,6 +65,7 @@ from seglog.errors import (
     UnknownTopicOrPartitionError,
 )
 from seglog.security.acls import AclBinding
+from services.settings import BROKER_SESSION_TIMEOUT_MS
 
 from ..coordination.election import Fence
 from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
@@ -176,7 +177,7 @@ class Registry:
         self,
         data_dir: Path,
         *,
-        session_timeout_ms: int = 9000,
+        session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS,
         max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,

@@ -14,6 +14,7 @@ from seglog.rpc.status import abort, set_error
 from seglog.security.certs import NODE_IDENTITY_PREFIX, node_identity
 from seglog.security.tls import peer_identity
 from seglog.v1 import gateway_pb2
+from services.settings import BROKER_HEARTBEAT_INTERVAL_MS
 
 from .controller import partition_states
 from .registry import Registry
@@ -30,7 +31,7 @@ class RegistryService:
         self,
         registry: Registry,
         *,
-        heartbeat_interval_ms: int = 2000,
+        heartbeat_interval_ms: int = BROKER_HEARTBEAT_INTERVAL_MS,
         node_certificates: bool = False,
         node_identity_prefix: str = NODE_IDENTITY_PREFIX,
     ) -> None:

@@ -45,6 +45,7 @@ from seglog.errors import RegistryUnavailableError
 logger = logging.getLogger(__name__)
 
 _API_PATH = "/v3/"  # etcd >= 3.4
+DEFAULT_PREFIX = "/seglog"  # every key of one cluster lives under it
 _WATCH_RETRY_MAX_S = 2.0
 # An answer this late means etcd did not hear this gateway for that long, as much a cut as
 # a call that failed: leases it renews may have lapsed meanwhile.
@@ -82,7 +83,9 @@ def _range_end(prefix: str) -> str:
 
 
 class EtcdKeyspace:
-    def __init__(self, endpoints: str, prefix: str = "/seglog", *, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, endpoints: str, prefix: str = DEFAULT_PREFIX, *, timeout_s: float = 5.0
+    ) -> None:
         self.prefix = prefix.rstrip("/") + "/"
         self.endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         if not self.endpoints:

@@ -112,11 +112,17 @@ class JoinResult:
     member_count: int
 
 
+# Kafka's group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms defaults.
+DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3000
+DEFAULT_MIN_SESSION_TIMEOUT_MS = 6000
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+
+
 @dataclass(frozen=True)
 class CoordinatorConfig:
-    initial_rebalance_delay_ms: int = 3000
-    min_session_timeout_ms: int = 6000
-    max_session_timeout_ms: int = 1_800_000
+    initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
+    min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
+    max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
 
 
 class GroupCoordinator:

@@ -67,6 +67,7 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 *
 # Kafka's offsets.retention.minutes (7 days) and offsets.retention.check.interval.ms.
 DEFAULT_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
 DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
+DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions
 _LOAD_FETCH_BYTES = 8 * 1024 * 1024
 _NODE_CALL_TIMEOUT_S = 30.0
 _BASE_AND_LENGTH = struct.Struct(">qi")
@@ -94,7 +95,7 @@ class OffsetsStore:
         connections: NodeConnections,
         create_topic: Callable[[str, int, dict[str, str]], None],
         *,
-        num_partitions: int = 50,
+        num_partitions: int = DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
     ) -> None:
         self.registry = registry
         self.connections = connections
