@@ -32,7 +32,6 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -44,9 +43,6 @@ from seglog.storage import Log
 from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
 from .partition import Partition
-
-if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +85,7 @@ def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> in
 class ReplicaFetcher:
     def __init__(
         self,
-        manager: ReplicaManager,
+        node_id: int,
         leader_id: int,
         address: str,
         settings: FetcherSettings,
@@ -98,7 +94,7 @@ class ReplicaFetcher:
         secret: bytes | None = None,
         tls: TlsFiles | None = None,
     ) -> None:
-        self.manager = manager
+        self.node_id = node_id  # this follower's: the replica id of its fetches
         self.bulk_address = bulk_address
         self.secret = secret
         self._bulk_socket: socket.socket | None = None
@@ -232,7 +228,7 @@ class ReplicaFetcher:
             self.secret,
             self.leader_id,
             [(p.topic, p.partition, 0, -1) for p in request.partitions],
-            replica_id=self.manager.node_id,
+            replica_id=self.node_id,
         )
         sock = self._bulk_socket
         if sock is None:
@@ -279,7 +275,7 @@ class ReplicaFetcher:
         with self._lock:
             followed = dict(self._partitions)
         request = common_pb2.FetchRequest(
-            replica_id=self.manager.node_id,
+            replica_id=self.node_id,
             min_bytes=self.settings.replica_fetch_min_bytes,
             max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             max_bytes=self.settings.replica_fetch_response_max_bytes,
