@@ -37,7 +37,6 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.storage_node.bulk")
 
-BULK_VERSION = 1
 DEFAULT_MAX_CONNECTIONS = 256
 
 
@@ -165,9 +164,10 @@ class BulkServer:
     ) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
         """The whole request against its grant, before anything is read: the partitions as
         fetch_states takes them, and the replica id (-1: a consumer)."""
-        if request.version != BULK_VERSION:
+        if request.version != bulk_wire.BULK_VERSION:
             raise InvalidRequestError(
-                f"bulk protocol version {request.version}: this node speaks {BULK_VERSION}"
+                f"bulk protocol version {request.version}: this node speaks "
+                f"{bulk_wire.BULK_VERSION}"
             )
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
         fetch = request.fetch

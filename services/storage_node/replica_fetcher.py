@@ -241,7 +241,9 @@ class ReplicaFetcher:
             self._bulk_socket = sock
         bulk_wire.send_message(
             sock,
-            bulk_pb2.BulkFetchRequest(version=1, grant=grant, signature=signature, fetch=request),
+            bulk_pb2.BulkFetchRequest(
+                version=bulk_wire.BULK_VERSION, grant=grant, signature=signature, fetch=request
+            ),
         )
         while True:
             header = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)

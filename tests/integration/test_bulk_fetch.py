@@ -135,7 +135,9 @@ def _decode(records):
     return list(iter_records(bytes(records)))
 
 
-def _raw_request(grant_bytes, signature, topic, offset, partition=0, version=1):
+def _raw_request(
+    grant_bytes, signature, topic, offset, partition=0, version=bulk_wire.BULK_VERSION
+):
     request = bulk_pb2.BulkFetchRequest(version=version, grant=grant_bytes, signature=signature)
     request.fetch.max_bytes = 1 << 20
     request.fetch.partitions.add(
@@ -181,7 +183,13 @@ def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster)
             "not granted",
         ),
         (_raw_request(grant.grant, grant.signature, "other", 0), node, "not granted"),
-        (_raw_request(grant.grant, grant.signature, "guarded", 0, version=2), node, "version"),
+        (
+            _raw_request(
+                grant.grant, grant.signature, "guarded", 0, version=bulk_wire.BULK_VERSION + 1
+            ),
+            node,
+            "version",
+        ),
     ]
     for request, target, reason in cases:
         answer, closed = _ask(target.bulk_address, request)

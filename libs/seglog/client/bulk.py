@@ -27,7 +27,6 @@ from .structs import TopicPartition
 logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.client.bulk")
 
-BULK_VERSION = 1
 UNREACHABLE_S = 30.0
 # A partition the gateway gave no grant for (the bulk path is off, its leader is moving) goes
 # through the gRPC path this long before a grant is asked for again.
@@ -195,7 +194,10 @@ class BulkReader:
         """Send one fetch to the grant's node; its answer is read with `receive`."""
         sock = self._connection(grant.bulk_address)
         message = bulk_pb2.BulkFetchRequest(
-            version=BULK_VERSION, grant=grant.grant, signature=grant.signature, fetch=request
+            version=bulk_wire.BULK_VERSION,
+            grant=grant.grant,
+            signature=grant.signature,
+            fetch=request,
         )
         span = tracer.start_span("seglog.bulk.fetch", kind=trace.SpanKind.CLIENT)
         if span.is_recording():
