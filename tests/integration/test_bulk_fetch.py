@@ -11,13 +11,14 @@ import time
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from seglog.client.bulk import BulkFetchError, BulkReader
+from seglog.client.bulk import BulkReader
 from seglog.client.consumer import Consumer
 from seglog.client.fetcher import next_offset_after
 from seglog.client.gateway import FetchPosition
 from seglog.client.structs import TopicPartition
 from seglog.records import CompressionType
 from seglog.rpc import bulk_wire
+from seglog.rpc.bulk_client import BulkFetchError
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
 from tests.cluster import LocalCluster, batch, wait_until
@@ -65,7 +66,7 @@ def _bulk_fetch(reader, tp, offset, max_bytes=1 << 20):
     request.partitions.add(
         topic=tp.topic, partition=tp.partition, fetch_offset=offset, partition_max_bytes=max_bytes
     )
-    return list(reader.receive(grant, reader.send(grant, request)))
+    return list(reader.send(grant, request).receive())
 
 
 def _grpc_fetch(cluster, topic, offset, max_bytes=1 << 20):
@@ -240,7 +241,7 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
     [(grant, _)] = by_grant.values()
     request = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=64 << 20)
     request.partitions.add(topic="cut", partition=0, fetch_offset=0, partition_max_bytes=64 << 20)
-    answer = reader.receive(grant, reader.send(grant, request))
+    answer = reader.send(grant, request).receive()
     first = next(answer)  # one whole chunk arrived
     node.bulk.stop()  # the node's listener goes away mid-answer
     received = [first]
