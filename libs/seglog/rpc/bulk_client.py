@@ -99,10 +99,14 @@ class BulkConnection:
         host, port = address.rsplit(":", 1)
         try:
             sock = socket.create_connection((host, int(port)), timeout=connect_timeout_s)
-            if ssl_context is not None:
-                sock = ssl_context.wrap_socket(sock, server_hostname=host)
         except OSError as exc:
             raise BulkFetchError(f"cannot reach {address}: {exc}") from None
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            except OSError as exc:  # the handshake failed (ssl.SSLError is an OSError)
+                sock.close()
+                raise BulkFetchError(f"cannot reach {address}: {exc}") from None
         sock.settimeout(None)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return cls(address, sock, traced=traced)
@@ -184,8 +188,11 @@ class BulkConnection:
             pass
 
     def _fail(self, exc: BaseException, received: int) -> None:
+        """Close the connection: every answer still awaited on it is lost with this one."""
         logger.debug("bulk connection to %s: %s", self.address, exc)
         self._end_span(received, exc)
+        while self._spans:
+            self._end_span(0, exc)
         self.close()
 
     def _end_span(self, received: int, error: BaseException | None) -> None:
