@@ -1,23 +1,22 @@
 """The storage node's bulk listener (proto/seglog/v1/bulk.md): plain TCP beside gRPC, one
 thread per connection, serving fetches whose transfer grant verifies. Segment bytes go to
-the socket with `os.sendfile` from the `.log` file (Kafka's FileRecords.writeTo ->
-transferTo): the node copies nothing in user space.
+the socket from the `.log` file by the storage layer (SegmentSlice.write_to ->
+FileRecords.write_to: `os.sendfile`, Kafka's transferTo): the node copies nothing in user
+space, except under TLS, where the bytes must be encrypted.
 
 What is served is what the gRPC Fetch serves a consumer (ReplicaManager.fetch_states /
 wait_for_fetch / read_chunks): whole batches as stored, at least one, up to the max bytes,
 below the high watermark, at the grant's leader epoch. A segment removed from the log during
 a transfer is still readable: removed segments keep their files open for
-`file.delete.delay.ms`, and each transfer sends from a duplicate of the file's descriptor,
-which keeps the file alive until it is done. Anything that fails mid-answer closes the
-connection, so the client never takes a partial chunk for data.
+`file.delete.delay.ms`, and each transfer sends from a duplicate of the file's descriptor
+(FileRecords.write_to), which keeps the file alive until it is done. Anything that fails
+mid-answer closes the connection, so the client never takes a partial chunk for data.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
-import ssl
 import threading
 import time
 
@@ -37,7 +36,6 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.storage_node.bulk")
 
-BULK_VERSION = 1
 DEFAULT_MAX_CONNECTIONS = 256
 
 
@@ -165,9 +163,10 @@ class BulkServer:
     ) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
         """The whole request against its grant, before anything is read: the partitions as
         fetch_states takes them, and the replica id (-1: a consumer)."""
-        if request.version != BULK_VERSION:
+        if request.version != bulk_wire.BULK_VERSION:
             raise InvalidRequestError(
-                f"bulk protocol version {request.version}: this node speaks {BULK_VERSION}"
+                f"bulk protocol version {request.version}: this node speaks "
+                f"{bulk_wire.BULK_VERSION}"
             )
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
         fetch = request.fetch
@@ -226,24 +225,9 @@ class BulkServer:
         if found is None or not found.size:
             bulk_wire.send_message(conn, header)
             return 0
-        records = found.segment.log
-        held = os.dup(records.fd)  # the file stays alive for this transfer, whatever happens
-        try:
-            header.records_length = found.size
-            bulk_wire.send_message(conn, header)
-            if isinstance(conn, ssl.SSLSocket):  # encrypted: through the ssl module
-                with os.fdopen(held, "rb", closefd=False) as file:
-                    # sendfile seeks only for a non-zero offset, and a dup shares the file
-                    # position: always seek.
-                    file.seek(found.position)
-                    sent = conn.sendfile(file, found.position, found.size)
-                if sent != found.size:
-                    raise ConnectionError(f"sent {sent} of {found.size} bytes: the file shrank")
-            else:
-                records.write_to(conn, found.position, found.size, fd=held)
-        finally:
-            os.close(held)
-        return found.size
+        header.records_length = found.size
+        bulk_wire.send_message(conn, header)
+        return found.write_to(conn)
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -28,16 +28,15 @@ Truncation point for a diverging epoch (leader answered epoch E ending at offset
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import grpc
 
-from seglog.errors import InvalidRequestError, SeglogError
-from seglog.rpc import bulk_wire, grants
+from seglog.errors import SeglogError
+from seglog.rpc import grants
+from seglog.rpc.bulk_client import BulkConnection, BulkFetchError
 from seglog.rpc.channels import open_channel
 from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_context
 from seglog.storage import Log
@@ -45,13 +44,11 @@ from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
 from .partition import Partition
 
-if TYPE_CHECKING:
-    from .replica_manager import ReplicaManager
-
 logger = logging.getLogger(__name__)
 
 _FETCH = "/seglog.v1.StorageNode/Fetch"
 BULK_RETRY_S = 30.0  # after a bulk failure, the gRPC path this long
+BULK_CONNECT_TIMEOUT_S = 5.0
 TopicPartition = tuple[str, int]
 
 
@@ -89,7 +86,7 @@ def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> in
 class ReplicaFetcher:
     def __init__(
         self,
-        manager: ReplicaManager,
+        node_id: int,
         leader_id: int,
         address: str,
         settings: FetcherSettings,
@@ -98,10 +95,10 @@ class ReplicaFetcher:
         secret: bytes | None = None,
         tls: TlsFiles | None = None,
     ) -> None:
-        self.manager = manager
+        self.node_id = node_id  # this follower's: the replica id of its fetches
         self.bulk_address = bulk_address
         self.secret = secret
-        self._bulk_socket: socket.socket | None = None
+        self._bulk_connection: BulkConnection | None = None
         self._bulk_unusable_until = 0.0
         self._interrupted = threading.Event()
         self.leader_id = leader_id
@@ -162,7 +159,7 @@ class ReplicaFetcher:
         call = self._call
         if call is not None:
             call.cancel()  # a long poll without the changed partitions: ask again
-        if self._bulk_socket is not None:
+        if self._bulk_connection is not None:
             self._interrupted.set()
             self._close_bulk()  # the same on the bulk path
 
@@ -191,7 +188,7 @@ class ReplicaFetcher:
                 try:
                     self._fetch_bulk(request, followed)
                     continue
-                except (OSError, ConnectionError, SeglogError) as exc:
+                except (BulkFetchError, OSError, SeglogError) as exc:
                     if self._stop.is_set() or self._interrupted.is_set():
                         self._interrupted.clear()  # woken on purpose: ask again at once
                         continue
@@ -227,50 +224,32 @@ class ReplicaFetcher:
     def _fetch_bulk(
         self, request: common_pb2.FetchRequest, followed: dict[TopicPartition, _Followed]
     ) -> None:
+        """One round through the leader's bulk listener, under a grant this node signs for
+        itself (the replica id is its own; the request carries the epochs)."""
         assert self.secret is not None
         grant, signature, _ = grants.issue(
             self.secret,
             self.leader_id,
             [(p.topic, p.partition, 0, -1) for p in request.partitions],
-            replica_id=self.manager.node_id,
+            replica_id=self.node_id,
         )
-        sock = self._bulk_socket
-        if sock is None:
-            host, port = self.bulk_address.rsplit(":", 1)
-            sock = socket.create_connection((host, int(port)), timeout=5)
-            if self.tls is not None:
-                sock = client_ssl_context(self.tls).wrap_socket(sock, server_hostname=host)
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._bulk_socket = sock
-        bulk_wire.send_message(
-            sock,
-            bulk_pb2.BulkFetchRequest(version=1, grant=grant, signature=signature, fetch=request),
-        )
-        while True:
-            header = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
-            if header is None:
-                raise ConnectionError("the leader closed the bulk connection mid-answer")
-            if header.end:
-                if header.error:
-                    raise InvalidRequestError(f"bulk fetch refused: {header.error_message}")
-                return
-            records: memoryview | bytes = b""
-            if header.records_length:
-                records = memoryview(bytearray(header.records_length))
-                bulk_wire.recv_exactly_into(sock, records)
-            self._apply(header, records, followed)
+        connection = self._bulk_connection
+        if connection is None or connection.closed:
+            tls = None if self.tls is None else client_ssl_context(self.tls)
+            connection = BulkConnection.open(
+                self.bulk_address, connect_timeout_s=BULK_CONNECT_TIMEOUT_S, ssl_context=tls
+            )
+            self._bulk_connection = connection
+        connection.send(grant, signature, request, node_id=self.leader_id)
+        for message in connection.receive():
+            self._apply(message.header, message.records, followed)
 
     def _close_bulk(self, unusable_for_s: float = 0.0) -> None:
-        sock, self._bulk_socket = self._bulk_socket, None
+        connection, self._bulk_connection = self._bulk_connection, None
         if unusable_for_s:
             self._bulk_unusable_until = time.monotonic() + unusable_for_s
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+        if connection is not None:
+            connection.close()
 
     def _build_request(
         self,
@@ -279,7 +258,7 @@ class ReplicaFetcher:
         with self._lock:
             followed = dict(self._partitions)
         request = common_pb2.FetchRequest(
-            replica_id=self.manager.node_id,
+            replica_id=self.node_id,
             min_bytes=self.settings.replica_fetch_min_bytes,
             max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             max_bytes=self.settings.replica_fetch_response_max_bytes,

@@ -261,7 +261,7 @@ class ReplicaManager:
                 carried = existing.followed_partitions()
                 existing.shutdown()
             fetcher = ReplicaFetcher(
-                self,
+                self.node_id,
                 r.leader,
                 address,
                 self.replication.fetcher,

@@ -11,13 +11,14 @@ import time
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from seglog.client.bulk import BulkFetchError, BulkReader
+from seglog.client.bulk import BulkReader
 from seglog.client.consumer import Consumer
 from seglog.client.fetcher import next_offset_after
 from seglog.client.gateway import FetchPosition
 from seglog.client.structs import TopicPartition
 from seglog.records import CompressionType
 from seglog.rpc import bulk_wire
+from seglog.rpc.bulk_client import BulkFetchError
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
 from tests.cluster import LocalCluster, batch, wait_until
@@ -65,7 +66,7 @@ def _bulk_fetch(reader, tp, offset, max_bytes=1 << 20):
     request.partitions.add(
         topic=tp.topic, partition=tp.partition, fetch_offset=offset, partition_max_bytes=max_bytes
     )
-    return list(reader.receive(grant, reader.send(grant, request)))
+    return list(reader.send(grant, request).receive())
 
 
 def _grpc_fetch(cluster, topic, offset, max_bytes=1 << 20):
@@ -135,7 +136,9 @@ def _decode(records):
     return list(iter_records(bytes(records)))
 
 
-def _raw_request(grant_bytes, signature, topic, offset, partition=0, version=1):
+def _raw_request(
+    grant_bytes, signature, topic, offset, partition=0, version=bulk_wire.BULK_VERSION
+):
     request = bulk_pb2.BulkFetchRequest(version=version, grant=grant_bytes, signature=signature)
     request.fetch.max_bytes = 1 << 20
     request.fetch.partitions.add(
@@ -181,7 +184,13 @@ def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster)
             "not granted",
         ),
         (_raw_request(grant.grant, grant.signature, "other", 0), node, "not granted"),
-        (_raw_request(grant.grant, grant.signature, "guarded", 0, version=2), node, "version"),
+        (
+            _raw_request(
+                grant.grant, grant.signature, "guarded", 0, version=bulk_wire.BULK_VERSION + 1
+            ),
+            node,
+            "version",
+        ),
     ]
     for request, target, reason in cases:
         answer, closed = _ask(target.bulk_address, request)
@@ -232,7 +241,7 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
     [(grant, _)] = by_grant.values()
     request = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=64 << 20)
     request.partitions.add(topic="cut", partition=0, fetch_offset=0, partition_max_bytes=64 << 20)
-    answer = reader.receive(grant, reader.send(grant, request))
+    answer = reader.send(grant, request).receive()
     first = next(answer)  # one whole chunk arrived
     node.bulk.stop()  # the node's listener goes away mid-answer
     received = [first]

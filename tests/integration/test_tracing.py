@@ -132,7 +132,7 @@ def test_a_bulk_transfer_is_a_client_span_with_the_nodes_span_in_its_trace(trace
     [(grant, _)] = by_grant.values()
     request = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
     request.partitions.add(topic="t", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
-    messages = list(reader.receive(grant, reader.send(grant, request)))
+    messages = list(reader.send(grant, request).receive())
     reader.close()
     size = sum(len(m.records) for m in messages)
     assert size > 0

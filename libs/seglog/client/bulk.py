@@ -1,33 +1,28 @@
-"""The consumer's side of the bulk fetch path (proto/seglog/v1/bulk.md): transfer grants from
-the gateway, kept per partition until shortly before they expire, and one kept TCP
-connection per leader node, read with `recv_into` into a buffer allocated for each chunk, so
-the batches reach the fetcher without another copy.
+"""The consumer's side of the bulk fetch path (proto/seglog/v1/bulk.md), used by the Consumer's
+fetcher and the Spark reader: transfer grants from the gateway, kept per partition until
+shortly before they expire, and one kept connection per leader node (rpc/bulk_client.py,
+the bulk client every reader of the path shares).
 
-A node that cannot be reached (or closes a connection mid-answer) is left alone for
-`UNREACHABLE_S`; its partitions go through the gateway's gRPC Fetch meanwhile.
+A node that cannot be reached is left alone for `UNREACHABLE_S`; its partitions go through
+the gateway's gRPC Fetch meanwhile. One that fails mid-answer loses its grants, so the next
+round asks the gateway again (the partition's leader may have moved).
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from opentelemetry import propagate, trace
-
-from ..rpc import bulk_wire
-from ..spans import EngineTracer
+from ..rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage
 from ..v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
 from .structs import TopicPartition
 
 logger = logging.getLogger(__name__)
-tracer = EngineTracer("seglog.client.bulk")
 
-BULK_VERSION = 1
 UNREACHABLE_S = 30.0
 # A partition the gateway gave no grant for (the bulk path is off, its leader is moving) goes
 # through the gRPC path this long before a grant is asked for again.
@@ -54,24 +49,6 @@ class Grant:
         )
 
 
-@dataclass(frozen=True)
-class BulkMessage:
-    """A chunk as the fetcher reads FetchResponse messages; `records` is a view of the
-    buffer the bytes were received into."""
-
-    topic: str
-    partition: int
-    error: int
-    error_message: str
-    high_watermark: int
-    log_start_offset: int
-    records: memoryview | bytes
-
-
-class BulkFetchError(Exception):
-    """The bulk path failed for a node (connection, refusal): use the gRPC path."""
-
-
 class BulkReader:
     def __init__(
         self,
@@ -84,10 +61,9 @@ class BulkReader:
         self.ssl_context = ssl_context
         self.timeout_s = timeout_s
         self._grants: dict[TopicPartition, Grant] = {}
-        self._connections: dict[str, socket.socket] = {}
+        self._connections: dict[str, BulkConnection] = {}
         self._unreachable_until: dict[str, float] = {}
         self._no_grant_until: dict[TopicPartition, float] = {}
-        self._spans: dict[int, trace.Span] = {}  # the transfer span of each answer awaited
         self._lock = threading.Lock()
 
     # -- grants ------------------------------------------------------------------------------
@@ -174,128 +150,63 @@ class BulkReader:
         for grant, partitions in by_grant.values():
             try:
                 request = request_for(partitions, wait=not fallback)
-                sent.append((grant, self.send(grant, request), partitions))
+                sent.append((self.send(grant, request), partitions))
             except BulkFetchError:
                 rest.update(tp for tp, _ in partitions)
         failed = False
-        for grant, sock, partitions in sent:
-            try:
-                for message in self.receive(grant, sock):
-                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
-                        self.forget(TopicPartition(message.topic, message.partition))
-                    failed |= on_message(message)
-            except BulkFetchError as exc:
-                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
-                for tp, _ in partitions:
-                    self.forget(tp)
-                failed = True
+        unread = [connection for connection, _ in sent]
+        try:
+            for connection, partitions in sent:
+                unread.remove(connection)
+                try:
+                    for message in connection.receive():
+                        if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
+                            self.forget(TopicPartition(message.topic, message.partition))
+                        failed |= on_message(message)
+                except BulkFetchError as exc:
+                    logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+                    for tp, _ in partitions:
+                        self.forget(tp)
+                    failed = True
+        finally:
+            for connection in unread:  # `on_message` raised: these answers stay unread
+                connection.close()
         return rest, failed
 
-    def send(self, grant: Grant, request: common_pb2.FetchRequest) -> socket.socket:
-        """Send one fetch to the grant's node; its answer is read with `receive`."""
-        sock = self._connection(grant.bulk_address)
-        message = bulk_pb2.BulkFetchRequest(
-            version=BULK_VERSION, grant=grant.grant, signature=grant.signature, fetch=request
-        )
-        span = tracer.start_span("seglog.bulk.fetch", kind=trace.SpanKind.CLIENT)
-        if span.is_recording():
-            self._spans[id(sock)] = span
-            span.set_attribute("seglog.node_id", grant.node_id)
-            span.set_attribute("net.peer.name", grant.bulk_address)
-            propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
-        try:
-            bulk_wire.send_message(sock, message)
-        except OSError as exc:
-            self._broken(grant.bulk_address, sock, exc)
-            raise BulkFetchError(str(exc)) from None
-        return sock
-
-    def receive(self, grant: Grant, sock: socket.socket) -> Iterator[BulkMessage]:
-        """The answer's chunks, each whole; BulkFetchError (after the chunks already
-        yielded) when the connection fails or the node refuses the request."""
-        span = self._spans.pop(id(sock), None)
-        received = 0
-        try:
-            while True:
-                header = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
-                if header is None:
-                    raise ConnectionError("the node closed the connection mid-answer")
-                if header.end:
-                    if header.error:
-                        raise BulkFetchError(f"refused: {header.error_message}")
-                    _end_span(span, received, None)
-                    return
-                records: memoryview | bytes = b""
-                if header.records_length:
-                    buffer = bytearray(header.records_length)
-                    records = memoryview(buffer)
-                    bulk_wire.recv_exactly_into(sock, records)
-                    received += header.records_length
-                yield BulkMessage(
-                    header.topic,
-                    header.partition,
-                    header.error,
-                    header.error_message,
-                    header.high_watermark,
-                    header.log_start_offset,
-                    records,
-                )
-        except (OSError, ConnectionError, BulkFetchError) as exc:
-            _end_span(span, received, exc)
-            self._broken(grant.bulk_address, sock, exc)
-            if isinstance(exc, BulkFetchError):
-                raise
-            raise BulkFetchError(str(exc)) from None
+    def send(self, grant: Grant, request: common_pb2.FetchRequest) -> BulkConnection:
+        """Send one fetch to the grant's node; its answer is read with the connection's
+        `receive`."""
+        connection = self._connection(grant.bulk_address)
+        connection.send(grant.grant, grant.signature, request, node_id=grant.node_id)
+        return connection
 
     def interrupt(self) -> None:
         """Abandon the answers in flight (a seek or reassignment): their connections close."""
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()
-        for sock in connections:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        for connection in connections:
+            connection.shutdown()
 
     def close(self) -> None:
         self.interrupt()
 
-    def _connection(self, address: str) -> socket.socket:
+    def _connection(self, address: str) -> BulkConnection:
+        """The kept connection to the node, or a new one when there is none or it failed."""
         with self._lock:
-            sock = self._connections.get(address)
-        if sock is not None:
-            return sock
-        host, port = address.rsplit(":", 1)
+            connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
         try:
-            sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
-            if self.ssl_context is not None:
-                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
-        except OSError as exc:
+            connection = BulkConnection.open(
+                address,
+                connect_timeout_s=CONNECT_TIMEOUT_S,
+                ssl_context=self.ssl_context,
+                traced=True,
+            )
+        except BulkFetchError:
             self._unreachable_until[address] = time.monotonic() + UNREACHABLE_S
-            raise BulkFetchError(f"cannot reach {address}: {exc}") from None
-        sock.settimeout(None)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            raise
         with self._lock:
-            self._connections[address] = sock
-        return sock
-
-    def _broken(self, address: str, sock: socket.socket, exc: BaseException) -> None:
-        logger.debug("bulk connection to %s: %s", address, exc)
-        with self._lock:
-            if self._connections.get(address) is sock:
-                del self._connections[address]
-        try:
-            sock.close()
-        except OSError:
-            pass
-
-
-def _end_span(span: trace.Span | None, received: int, error: BaseException | None) -> None:
-    """The transfer span (bytes, node; its duration is the transfer's) ends with its answer."""
-    if span is None or not span.is_recording():
-        return
-    span.set_attribute("seglog.bytes", received)
-    if error is not None:
-        span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
-    span.end()
+            self._connections[address] = connection
+        return connection

@@ -34,10 +34,11 @@ import grpc
 from ..errors import CorruptRecordError, SeglogError
 from ..records import Record, iter_batches
 from ..records.legacy import LegacyMessage, records_of
+from ..rpc.bulk_client import BulkMessage
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
-from .bulk import BulkMessage, BulkReader
+from .bulk import BulkReader
 from .config import ConsumerConfig
 from .structs import TopicPartition
 

@@ -17,14 +17,11 @@ Layout of one record in a batch's records section:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn, Protocol
 
 from ..errors import CorruptRecordError
 from ._scan import decode_section
 from .varint import ONE_BYTE_VALUES, decode_varint
-
-if TYPE_CHECKING:
-    from .batch import BatchHeader
 
 # Timestamp types (bit 3 of the batch attributes).
 CREATE_TIME = 0
@@ -49,8 +46,27 @@ class Record(NamedTuple):
     timestamp_type: int = CREATE_TIME
 
 
+class RecordsHeader(Protocol):
+    """The fields of a batch header that decoding its records section reads (batch.py's
+    BatchHeader has them): named here so that this module needs nothing from batch.py, which
+    builds on it."""
+
+    @property
+    def base_offset(self) -> int: ...
+    @property
+    def base_timestamp(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def last_offset_delta(self) -> int: ...
+    @property
+    def record_count(self) -> int: ...
+    @property
+    def timestamp_type(self) -> int: ...
+
+
 def decode_records(  # noqa: C901
-    data: bytes, header: BatchHeader, position: int = 0, topic: str = "", partition: int = -1
+    data: bytes, header: RecordsHeader, position: int = 0, topic: str = "", partition: int = -1
 ) -> list[Record]:
     """Decode a records section. One tight loop: this is the consumer's hot path.
 

@@ -1,5 +1,7 @@
 """What the gRPC services and clients share: the error ↔ status mapping, the raw fetch
-framing, channel and server options, and checks on a request's shape."""
+framing, channel and server options, and checks on a request's shape; and the bulk path's
+(bulk_wire: framing and version, grants, bulk_client: the one client of the bulk
+listeners)."""
 
 from ..errors import InvalidRequestError, InvalidRequiredAcksError
 

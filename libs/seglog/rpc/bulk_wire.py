@@ -1,6 +1,7 @@
 """The bulk path's framing (proto/seglog/v1/bulk.md): each message a big-endian u32 length and
 the serialized protobuf; records follow a chunk header as raw bytes. Shared by the storage
-node's bulk server and the consumer's bulk reader."""
+node's bulk server and the bulk client (bulk_client.py), with the version of the protocol
+they speak."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
+# BulkFetchRequest.version: the node refuses a request of any other version as a whole.
+BULK_VERSION = 1
 MAX_MESSAGE_BYTES = 1024 * 1024
 _LENGTH = struct.Struct(">I")
 M = TypeVar("M", bound=Message)

@@ -2,10 +2,10 @@
 inside a Python worker.
 
 The bytes come as the consumer's do — the leader's bulk port with a grant from the gateway
-(client/bulk.py), else the gateway's gRPC Fetch — through one gateway channel and one bulk
-reader per worker process, kept across tasks (Spark reuses its Python workers), so a task
-does not pay for connecting. Batches are decoded straight into Arrow's column buffers
-(columns.py), never one Python object per record.
+(client/bulk.py over rpc/bulk_client.py), else the gateway's gRPC Fetch — through one
+gateway channel and one bulk reader per worker process, kept across tasks (Spark reuses its
+Python workers), so a task does not pay for connecting. Batches are decoded straight into
+Arrow's column buffers (columns.py), never one Python object per record.
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..client.bulk import BulkMessage, BulkReader
+from ..client.bulk import BulkReader
 from ..client.fetcher import fetch_request, next_offset_after
 from ..client.gateway import EARLIEST, LATEST, FetchPosition, GatewayClient
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import iter_batches
 from ..records.legacy import LegacyMessage, records_of
+from ..rpc.bulk_client import BulkMessage
 from ..rpc.status import error_from_code
 from ..v1 import common_pb2
 from .columns import ArrowColumns, ArrowRows, Collector

@@ -9,6 +9,7 @@ are derived from the log and can be rebuilt from it (`recover`).
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,11 @@ class SegmentSlice:
 
     def read(self) -> bytes:
         return self.segment.log.read(self.position, self.size) if self.size else b""
+
+    def write_to(self, out: socket.socket) -> int:
+        """Send these bytes from the segment's file to `out` (sendfile, or pread+send under
+        TLS: FileRecords.write_to); the bytes sent."""
+        return self.segment.log.write_to(out, self.position, self.size) if self.size else 0
 
 
 class LogSegment:

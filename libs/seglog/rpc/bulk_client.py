@@ -1,0 +1,207 @@
+"""The client side of the bulk fetch path (proto/seglog/v1/bulk.md), one for every reader of
+it: the consumer and the Spark reader (through client/bulk.py, which adds the gateway's
+grants) and a follower's replica fetcher (which signs its own). A `BulkConnection` is one
+kept TCP connection (TLS when given a context) to one storage node's bulk listener; a fetch
+is sent with its signed transfer grant, and the answer's chunks are read with `recv_into`
+into a buffer allocated for each chunk, so the batches reach the caller without another
+copy.
+
+One error handling for all: anything that goes wrong — the node unreachable, the connection
+lost or closed mid-answer, a frame that does not parse, the node refusing the request —
+raises BulkFetchError and closes the connection, and so does an answer abandoned before its
+end. A connection is therefore never reused with part of an old answer unread, and a caller
+never takes a partial chunk for data; what to do next (the gRPC path, for how long) is the
+caller's policy.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+import threading
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+from opentelemetry import propagate, trace
+
+from ..spans import EngineTracer
+from ..v1 import bulk_pb2, common_pb2
+from . import bulk_wire
+
+logger = logging.getLogger(__name__)
+tracer = EngineTracer("seglog.client.bulk")
+
+
+class BulkFetchError(Exception):
+    """The bulk path failed for a node (connection, refusal): use the gRPC path."""
+
+
+@dataclass(frozen=True)
+class BulkMessage:
+    """One chunk of an answer: its header as the node sent it (watermarks, error, diverging
+    epoch, segment base offset) and `records`, a view of the buffer the bytes were received
+    into. It reads as the gRPC path's FetchResponse does, so callers handle both alike."""
+
+    header: bulk_pb2.BulkFetchChunk
+    records: memoryview | bytes
+
+    @property
+    def topic(self) -> str:
+        return self.header.topic
+
+    @property
+    def partition(self) -> int:
+        return self.header.partition
+
+    @property
+    def error(self) -> int:
+        return self.header.error
+
+    @property
+    def error_message(self) -> str:
+        return self.header.error_message
+
+    @property
+    def high_watermark(self) -> int:
+        return self.header.high_watermark
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.header.log_start_offset
+
+
+class BulkConnection:
+    """One connection to a node's bulk listener. Answers come in the order the fetches were
+    sent (`send` several, then `receive` each to its end, in order); `shutdown` may be
+    called from any thread to abandon the answers awaited."""
+
+    def __init__(self, address: str, sock: socket.socket, *, traced: bool) -> None:
+        self.address = address
+        self._sock = sock
+        self._traced = traced
+        self._spans: deque[trace.Span] = deque()  # the transfer span of each answer awaited
+        self._closed = threading.Event()
+
+    @classmethod
+    def open(
+        cls,
+        address: str,
+        *,
+        connect_timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
+        traced: bool = False,
+    ) -> BulkConnection:
+        """Connect to `address` (host:port); BulkFetchError when it cannot be reached.
+        `traced`: each transfer is a client span carrying its trace context to the node."""
+        host, port = address.rsplit(":", 1)
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=connect_timeout_s)
+        except OSError as exc:
+            raise BulkFetchError(f"cannot reach {address}: {exc}") from None
+        if ssl_context is not None:
+            try:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            except OSError as exc:  # the handshake failed (ssl.SSLError is an OSError)
+                sock.close()
+                raise BulkFetchError(f"cannot reach {address}: {exc}") from None
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(address, sock, traced=traced)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    def send(
+        self, grant: bytes, signature: bytes, fetch: common_pb2.FetchRequest, *, node_id: int
+    ) -> None:
+        """Send one fetch under its grant to the node `node_id`; its answer is read with
+        `receive`."""
+        message = bulk_pb2.BulkFetchRequest(
+            version=bulk_wire.BULK_VERSION, grant=grant, signature=signature, fetch=fetch
+        )
+        if self._traced:
+            span = tracer.start_span("seglog.bulk.fetch", kind=trace.SpanKind.CLIENT)
+            if span.is_recording():
+                self._spans.append(span)
+                span.set_attribute("seglog.node_id", node_id)
+                span.set_attribute("net.peer.name", self.address)
+                propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
+        try:
+            bulk_wire.send_message(self._sock, message)
+        except OSError as exc:
+            self._fail(exc, 0)
+            raise BulkFetchError(f"sending to {self.address}: {exc}") from None
+
+    def receive(self) -> Iterator[BulkMessage]:
+        """The answer's chunks, each whole; BulkFetchError (after the chunks already
+        yielded) when the connection fails or the node refuses the request. Left before
+        its end, the answer closes the connection."""
+        received = 0
+        finished = False
+        try:
+            while True:
+                header = bulk_wire.recv_message(self._sock, bulk_pb2.BulkFetchChunk)
+                if header is None:
+                    raise ConnectionError("the node closed the connection mid-answer")
+                if header.end:
+                    if header.error:
+                        raise BulkFetchError(f"refused: {header.error_message}")
+                    finished = True
+                    self._end_span(received, None)
+                    return
+                records: memoryview | bytes = b""
+                if header.records_length:
+                    records = memoryview(bytearray(header.records_length))
+                    bulk_wire.recv_exactly_into(self._sock, records)
+                    received += header.records_length
+                yield BulkMessage(header, records)
+        except (OSError, ConnectionError, DecodeError, BulkFetchError) as exc:
+            finished = True
+            self._fail(exc, received)
+            if isinstance(exc, BulkFetchError):
+                raise
+            raise BulkFetchError(f"{self.address}: {exc}") from None
+        finally:
+            if not finished:  # abandoned mid-answer: the rest of it is still on the wire
+                self._fail(ConnectionError("the answer was abandoned"), received)
+
+    def shutdown(self) -> None:
+        """Abandon the answer in flight from another thread: the reader's `recv` returns
+        and `receive` raises BulkFetchError."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self.shutdown()
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def _fail(self, exc: BaseException, received: int) -> None:
+        """Close the connection: every answer still awaited on it is lost with this one."""
+        logger.debug("bulk connection to %s: %s", self.address, exc)
+        self._end_span(received, exc)
+        while self._spans:
+            self._end_span(0, exc)
+        self.close()
+
+    def _end_span(self, received: int, error: BaseException | None) -> None:
+        """The transfer span (bytes, node; its duration is the transfer's) ends with its
+        answer."""
+        if not self._spans:
+            return
+        span = self._spans.popleft()
+        span.set_attribute("seglog.bytes", received)
+        if error is not None:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
+        span.end()
