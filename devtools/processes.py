@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 READY_TIMEOUT_S = 60.0
 
@@ -84,7 +84,7 @@ class ServerProcess:
                 echo.write(line)
                 echo.flush()
 
-    def _stdout(self):  # type: ignore[no-untyped-def]
+    def _stdout(self) -> IO[bytes]:
         assert self.process is not None and self.process.stdout is not None
         return self.process.stdout
 

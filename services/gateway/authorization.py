@@ -78,7 +78,7 @@ def principal_of(
 
 
 def host_of(context: grpc.ServicerContext) -> str:
-    peer = context.peer()  # "ipv4:127.0.0.1:5432", "ipv6:[::1]:5432"
+    peer: str = context.peer()  # "ipv4:127.0.0.1:5432", "ipv6:[::1]:5432"
     address = peer.split(":", 1)[1] if ":" in peer else peer
     return address.rsplit(":", 1)[0].strip("[]")
 

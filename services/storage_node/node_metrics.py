@@ -3,7 +3,7 @@ once per request, and per-partition gauges read from the replica manager at each
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 
 from opentelemetry.metrics import MeterProvider, Observation
 
@@ -75,7 +75,9 @@ class NodeMetrics(RequestMetrics):
 
         return observe
 
-    def _led(self, value_of):  # type: ignore[no-untyped-def]
+    def _led(
+        self, value_of: Callable[[Collection[int], Sequence[int]], int]
+    ) -> Callable[[], Iterator[Observation]]:
         def observe() -> Iterator[Observation]:
             for topic, partition in self.replicas.hosted():
                 try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from ..records.record import LOG_APPEND_TIME, Record
@@ -74,7 +75,7 @@ def format_line(record: Record, fmt: str) -> str:
         name = match.group(0)
         if name in _FORMAT_ESCAPES:
             return _FORMAT_ESCAPES[name]
-        return {
+        producers: dict[str, Callable[[], str]] = {
             "%t": lambda: record.topic,
             "%p": lambda: str(record.partition),
             "%o": lambda: str(record.offset),
@@ -85,7 +86,8 @@ def format_line(record: Record, fmt: str) -> str:
             "%S": lambda: str(-1 if record.value is None else len(record.value)),
             "%h": lambda: _headers_text(record),
             "%%": lambda: "%",
-        }[name]()
+        }
+        return producers[name]()
 
     return _TOKEN.sub(token, fmt)
 

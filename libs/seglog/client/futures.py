@@ -92,14 +92,17 @@ class RecordFuture(tuple):  # type: ignore[type-arg]
 
     @property
     def topic(self) -> str:
-        return self[1]
+        topic: str = self[1]
+        return topic
 
     @property
     def partition(self) -> int:
-        return self[2]
+        partition: int = self[2]
+        return partition
 
     def done(self) -> bool:
-        return self[0].is_done()
+        done: bool = self[0].is_done()
+        return done
 
     def get(self, timeout: float | None = None) -> RecordMetadata:
         """The record's metadata; raises its delivery error, or TimeoutError."""

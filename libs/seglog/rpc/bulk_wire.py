@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
@@ -49,6 +49,6 @@ def recv_message(sock: socket.socket, cls: type[M]) -> M | None:
         raise ConnectionError(f"a {length}-byte message is over the {MAX_MESSAGE_BYTES} limit")
     body = bytearray(length)
     recv_exactly_into(sock, memoryview(body))
-    message: Any = cls()
+    message: M = cls()
     message.ParseFromString(bytes(body))
     return message

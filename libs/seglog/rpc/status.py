@@ -95,7 +95,8 @@ def status_code_for(error: SeglogError) -> grpc.StatusCode:
 def error_code_for(error: BaseException) -> common_pb2.ErrorCode:
     """The proto `ErrorCode` of an error (UNKNOWN for anything not a SeglogError)."""
     reason = error.reason if isinstance(error, SeglogError) else "UNKNOWN"
-    return common_pb2.ErrorCode.Value(reason)
+    code: common_pb2.ErrorCode = common_pb2.ErrorCode.Value(reason)
+    return code
 
 
 def set_error(result: object, error: BaseException) -> None:
@@ -141,9 +142,9 @@ def error_from_rpc(error: grpc.RpcError) -> SeglogError:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
             if detail.Unpack(info) and info.domain == DOMAIN:
-                error = _ERROR_CLASSES.get(info.reason, SeglogError)(message)
-                error.details = {k: v for k, v in info.metadata.items() if k != "retriable"}
-                return error
+                found: SeglogError = _ERROR_CLASSES.get(str(info.reason), SeglogError)(message)
+                found.details = {k: v for k, v in info.metadata.items() if k != "retriable"}
+                return found
     if code == grpc.StatusCode.UNIMPLEMENTED:
         # The address serves gRPC but not this API: most often a storage node's address
         # given where the gateway's belongs (or the reverse).

@@ -167,7 +167,8 @@ class GatewayService:
                 answer = self._produce_without_acks(raw, request, by_node, timeout_s)
             except SeglogError as exc:
                 abort(context, exc)
-            return answer.SerializeToString()
+            answered: bytes = answer.SerializeToString()
+            return answered
         if len(by_node) == 1:
             target, _ = next(iter(by_node.values()))
             try:
@@ -175,7 +176,8 @@ class GatewayService:
                 return relayed
             except grpc.RpcError as exc:
                 abort(context, self._node_failure(target, exc))
-        return self._produce_across_nodes(request, by_node, timeout_s).SerializeToString()
+        merged: bytes = self._produce_across_nodes(request, by_node, timeout_s).SerializeToString()
+        return merged
 
     def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[_Target, list[int]]]:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
@@ -205,7 +207,8 @@ class GatewayService:
             topic=request.topic, acks=request.acks, timeout_ms=request.timeout_ms
         )
         sub.partitions.extend(request.partitions[i] for i in indexes)
-        return sub.SerializeToString()
+        payload: bytes = sub.SerializeToString()
+        return payload
 
     def _produce_across_nodes(
         self,
