@@ -40,15 +40,6 @@ GROUP_SETTINGS = {
 }
 
 
-def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
-
-
 class LocalCluster:
     def __init__(
         self,

@@ -15,7 +15,8 @@ from seglog.client.gateway import FetchPosition
 from seglog.errors import SeglogError
 from seglog.records import iter_records
 from tests.cluster import batch
-from tests.faults.cluster import TOPIC, Cluster, wait_for
+from tests.faults.cluster import TOPIC, Cluster
+from tests.waiting import wait_for
 
 RECORDS = 1500
 MORE_RECORDS = 100

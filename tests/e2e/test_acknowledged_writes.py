@@ -24,7 +24,7 @@ from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
 from seglog.records import iter_records
-from tests.cluster import wait_until
+from tests.waiting import wait_until
 
 TOPIC = "acked"
 PARTITIONS = 3

@@ -14,7 +14,8 @@ import pytest
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
-from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli, wait_until
+from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli
+from tests.waiting import wait_until
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import grpc
 
 from seglog.rpc.status import error_from_code
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import wait_until
 from tests.e2e.test_processes import ProcessCluster
 from tests.group_calls import (
     GROUP,
@@ -18,6 +17,7 @@ from tests.group_calls import (
     join,
     stored_generation,
 )
+from tests.waiting import wait_until
 
 
 def test_generations_continue_after_the_gateway_is_sigkilled(tmp_path):

@@ -19,7 +19,8 @@ from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
 from seglog.records import iter_batches, iter_records
-from tests.cluster import batch, local_cluster_command, run_cli, wait_until
+from tests.cluster import batch, local_cluster_command, run_cli
+from tests.waiting import wait_until
 
 FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 

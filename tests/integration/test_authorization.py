@@ -11,7 +11,8 @@ from seglog.client.admin import Admin
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.errors import PermissionDeniedError
 from seglog.security.acls import AclBinding
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from seglog.records import CompressionType
 from seglog.rpc import bulk_wire
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 
 @pytest.fixture

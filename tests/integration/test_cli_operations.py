@@ -12,8 +12,9 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from tests.cluster import batch, wait_until
+from tests.cluster import batch
 from tests.cluster import cli_in_process as run
+from tests.waiting import wait_until
 
 
 def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch):

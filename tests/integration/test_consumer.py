@@ -14,7 +14,8 @@ from seglog.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPa
 from seglog.errors import CorruptRecordError, InvalidConfigError
 from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
-from tests.cluster import batch, drain, wait_until
+from tests.cluster import batch, drain
+from tests.waiting import wait_until
 
 GROUP_CONFIG = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100}
 

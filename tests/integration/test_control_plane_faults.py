@@ -31,9 +31,10 @@ from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services.gateway.coordination.etcd_keyspace import EtcdKeyspace, KeyValue
-from tests.cluster import CLUSTER_SECRET, batch, wait_until
+from tests.cluster import CLUSTER_SECRET, batch
 from tests.multi_gateway import GatewayQueries
 from tests.ports import free_ports
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 

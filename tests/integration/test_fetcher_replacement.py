@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from services.storage_node.partition import Registration
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 FAST = {
     "replica.fetch.wait.max.ms": "100",

@@ -146,7 +146,8 @@ def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is
     """Three node processes, each data dir on its own 8 MiB ext4 (RF 3, min ISR 2): produce
     until refused; the refusal is retriable, reads go on, no node stores a partial batch, and
     once the ballast is deleted produces succeed again with every acknowledged record kept."""
-    from tests.faults.cluster import TOPIC, Cluster, wait_for
+    from tests.faults.cluster import TOPIC, Cluster
+    from tests.waiting import wait_for
 
     with contextlib.ExitStack() as mounts:
         ballasts = []

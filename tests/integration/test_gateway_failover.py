@@ -10,8 +10,9 @@ from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from services.gateway.server import Gateway, GatewayConfig
 from services.storage_node.server import NodeConfig, StorageNode
-from tests.cluster import CLUSTER_SECRET, drain, wait_until
+from tests.cluster import CLUSTER_SECRET, drain
 from tests.ports import free_ports
+from tests.waiting import wait_until
 
 
 def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):

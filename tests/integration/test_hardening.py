@@ -27,7 +27,8 @@ from seglog.v1 import (
     storage_pb2,
     storage_pb2_grpc,
 )
-from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch
+from tests.waiting import wait_until
 
 
 @pytest.fixture

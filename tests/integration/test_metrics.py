@@ -16,7 +16,8 @@ from seglog import metrics
 from seglog.client.consumer import Consumer
 from seglog.errors import PermissionDeniedError, RecordTooLargeError
 from seglog.testing.otlp import OtlpReceiver
-from tests.cluster import LocalCluster, batch, drain, wait_until
+from tests.cluster import LocalCluster, batch, drain
+from tests.waiting import wait_until
 
 TOPIC = "messaging.destination.name"
 PARTITION = "messaging.destination.partition.id"

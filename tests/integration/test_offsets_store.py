@@ -9,7 +9,8 @@ from seglog.client.structs import TopicPartition
 from seglog.records import RecordBatch
 from services.gateway.groups.offsets_formats import decode_subscription_topics
 from services.gateway.groups.offsets_store import OFFSETS_TOPIC
-from tests.cluster import batch, drain, wait_until
+from tests.cluster import batch, drain
+from tests.waiting import wait_until
 
 GROUP = dict(session_timeout_ms=1500, heartbeat_interval_ms=100, enable_auto_commit=False)
 RETENTION_MS = 60_000

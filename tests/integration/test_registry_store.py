@@ -18,8 +18,9 @@ from services.gateway.cluster.registry_store import (
 )
 from services.gateway.coordination.election import Fence
 from services.gateway.coordination.etcd_keyspace import EtcdKeyspace
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
 from tests.etcd import Etcd
+from tests.waiting import wait_until
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from seglog.errors import FencedLeaderEpochError, NotEnoughReplicasError, Unknow
 from seglog.rpc.status import error_from_code
 from seglog.storage.checkpoint import HIGH_WATERMARK_CHECKPOINT, read_checkpoint
 from seglog.v1 import common_pb2
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 FAST = {
     "replica.fetch.wait.max.ms": "100",

@@ -29,7 +29,8 @@ from seglog.records import iter_batches, iter_records
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, gateway_pb2
 from services.storage_node.server import NodeConfig, StorageNode
-from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch
+from tests.waiting import wait_until
 
 
 def produce_raw(cluster, topic, batches, *, acks=1, epochs=None):

@@ -17,8 +17,9 @@ from seglog.client.structs import TopicPartition
 from seglog.errors import NotCoordinatorError, SeglogError
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import batch, wait_until
+from tests.cluster import batch
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -23,7 +23,8 @@ from seglog.rpc.status import error_from_rpc
 from seglog.security.certs import CertificateAuthority, write_issued
 from seglog.security.tls import ClientSecurity, channel_credentials
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2_grpc
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.cluster import LocalCluster, batch
+from tests.waiting import wait_until
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
