@@ -14,7 +14,8 @@ import pytest
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
-from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli
+from tests.batches import make_batch
+from tests.cluster import LocalCluster, local_cluster_command, run_cli
 from tests.waiting import wait_until
 
 
@@ -69,7 +70,7 @@ def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
             member.kill()
             member.wait()
     # `consume | head -1`: the reader goes away; the consumer ends quietly with status 0.
-    cluster.client.produce("shared", {0: batch([b"line-%d" % i for i in range(500)])})
+    cluster.client.produce("shared", {0: make_batch([b"line-%d" % i for i in range(500)])})
     piped = subprocess.run(
         f"{sys.executable} -m seglog.cli.main consume shared --from-beginning "
         "--max-messages 500 | head -1; echo status=${PIPESTATUS[0]} >&2",

@@ -31,7 +31,8 @@ from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services.gateway.coordination.etcd_keyspace import EtcdKeyspace, KeyValue
-from tests.cluster import CLUSTER_SECRET, batch
+from tests.batches import make_batch
+from tests.cluster import CLUSTER_SECRET
 from tests.multi_gateway import GatewayQueries
 from tests.ports import free_ports
 from tests.waiting import wait_until
@@ -269,10 +270,6 @@ def cluster(tmp_path):
     running.close()
 
 
-def _batch(value: bytes):
-    return batch([value])
-
-
 def etcd_key(cluster: LinkedCluster, name: str) -> KeyValue | None:
     """A key as etcd holds it now (asked directly, not through the gateways' links)."""
     keyspace = EtcdKeyspace(cluster.etcd.endpoint)
@@ -328,7 +325,7 @@ def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(clu
     )
     with cluster.client(0) as client:
         for p in range(3):
-            [result] = client.produce("orders", {p: _batch(b"during the cut")}, acks=-1)
+            [result] = client.produce("orders", {p: make_batch([b"during the cut"])}, acks=-1)
             assert not result.error, result.error_message
     cluster.nodes[dead].kill()  # one node does die meanwhile: that death must still count
     for link in cluster.etcd_links:
@@ -357,7 +354,7 @@ def append_directly(cluster: LinkedCluster, node_id: int, acks: int, value: byte
     with grpc.insecure_channel(cluster.nodes[node_id].address) as channel:
         stub = storage_pb2_grpc.StorageNodeStub(channel)
         request = common_pb2.ProduceRequest(topic="orders", acks=acks, timeout_ms=3000)
-        request.partitions.add(partition=0, records=_batch(value))
+        request.partitions.add(partition=0, records=make_batch([value]))
         try:
             [result] = stub.Append(request, timeout=15).partitions
         except grpc.RpcError as exc:
@@ -373,7 +370,7 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     with cluster.client(0) as client:
         client.create_topic("orders", 1, 3)
         for i in range(3):
-            [result] = client.produce("orders", {0: _batch(b"before-%d" % i)})
+            [result] = client.produce("orders", {0: make_batch([b"before-%d" % i])})
             assert not result.error, result.error_message
     leader, epoch, _ = cluster.registrations(0, "orders")[0]
     for link in cluster.gateway_links[leader]:
@@ -387,7 +384,7 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     for acks in (1, -1):
         assert append_directly(cluster, leader, acks, b"stale") == "NOT_LEADER_OR_FOLLOWER"
     with cluster.client(0) as client:
-        [result] = client.produce("orders", {0: _batch(b"after")})
+        [result] = client.produce("orders", {0: make_batch([b"after"])})
         assert not result.error, result.error_message
     for link in cluster.gateway_links[leader]:
         link.heal()

@@ -17,7 +17,7 @@ from seglog.client.structs import TopicPartition
 from seglog.errors import NotCoordinatorError, SeglogError
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import batch
+from tests.batches import make_batch
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
 from tests.waiting import wait_until
 
@@ -197,7 +197,7 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
         # It serves again, on the shared registry.
         with cluster.client(0) as client:
             client.create_topic("after", 1, 2)
-            [result] = client.produce("after", {0: _batch(b"x")})
+            [result] = client.produce("after", {0: make_batch([b"x"])})
             assert not result.error
     finally:
         cluster.close()
@@ -212,7 +212,7 @@ def test_etcd_restarted_while_the_cluster_runs(cluster):
     for index in (0, 1):
         with cluster.client(index) as client:
             for partition in (0, 1):
-                [result] = client.produce("steady", {partition: _batch(b"during")})
+                [result] = client.produce("steady", {partition: make_batch([b"during"])})
                 assert not result.error, result.error_message
     # Metadata changes wait for etcd, with a retriable error.
     with cluster.client(0) as client:
@@ -238,7 +238,3 @@ def _try_create(client, name: str) -> bool:
         return True
     except SeglogError as exc:
         return exc.reason == "TOPIC_ALREADY_EXISTS"
-
-
-def _batch(value: bytes):
-    return batch([value])

@@ -14,7 +14,7 @@ from seglog.storage.checkpoint import (
 )
 from seglog.storage.config import LogManagerConfig
 from seglog.storage.log_manager import LogManager
-from tests.conftest import make_batch
+from tests.batches import make_batch
 from tests.waiting import wait_until
 
 

@@ -19,7 +19,7 @@ from services.storage_node.partition import (
     Registration,
     now_ms,
 )
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 LOCAL = 1
 LAG_TIME_MAX_MS = 30_000
