@@ -182,6 +182,7 @@ def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processe
         assert [r.value for r in read_partition(client, "kept", p)] == [b"before", b"after"]
 
 
+@pytest.mark.slow
 def test_local_cluster_and_cli(tmp_path):
     runner = subprocess.Popen(
         local_cluster_command(tmp_path / "data"), stdout=subprocess.PIPE, text=True

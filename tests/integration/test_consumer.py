@@ -318,6 +318,7 @@ def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(clu
         quick.close()
 
 
+@pytest.mark.slow
 def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(cluster):
     cluster.client.create_topic("present", 1)
     with Consumer(

@@ -284,6 +284,7 @@ def cut_gateways_from_etcd_until_leases_lapse(cluster: LinkedCluster) -> None:
     assert wait_until(lambda: etcd_key(cluster, "nodes/1") is None, 30)
 
 
+@pytest.mark.slow
 def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     with cluster.client(0) as client:
         client.create_topic("orders", 3, 3)
@@ -311,6 +312,7 @@ def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     )
 
 
+@pytest.mark.slow
 def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(cluster):
     with cluster.client(0) as client:
         client.create_topic("orders", 3, 3)
@@ -362,6 +364,7 @@ def append_directly(cluster: LinkedCluster, node_id: int, acks: int, value: byte
         return common_pb2.ErrorCode.Name(result.error) if result.error else ""
 
 
+@pytest.mark.slow
 def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     """The leader's links to both gateways cut (so it cannot heartbeat, and its lease
     lapses), while clients and its followers still reach it: once another node is elected,

@@ -144,6 +144,7 @@ def produce_until_refused(cluster, topic: str) -> tuple[dict[int, bytes], Seglog
     raise AssertionError("the disks never filled")
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is_freed(tmp_path):
     """Three node processes, each data dir on its own 8 MiB ext4 (RF 3, min ISR 2): produce
     until refused; the refusal is retriable, reads go on, no node stores a partial batch, and

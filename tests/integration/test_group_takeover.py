@@ -38,6 +38,7 @@ def coordinator_at(address: str) -> str:
         return "" if found.error else str(found.address)
 
 
+@pytest.mark.slow
 def test_the_gateway_taking_a_group_over_continues_its_generations(tmp_path):
     cluster = EtcdBackedCluster(tmp_path)
     try:

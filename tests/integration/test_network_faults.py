@@ -186,6 +186,7 @@ def check_acknowledged(sent: list[tuple[bytes, RecordFuture]], stored: dict[int,
     return acknowledged
 
 
+@pytest.mark.slow
 def test_leader_cut_from_its_followers_loses_them_from_its_isr_then_heals(cluster):
     partition = 0
     before = produce(cluster, partition, [b"before-%04d" % i for i in range(200)])
@@ -231,6 +232,7 @@ def test_leader_cut_from_its_followers_loses_them_from_its_isr_then_heals(cluste
     assert len(set(stored.values())) == len(stored), "a record stored twice"
 
 
+@pytest.mark.slow
 def test_a_slowed_follower_still_replicates_only_slower(cluster):
     partition = 1
     state = cluster.partition(partition)

@@ -85,6 +85,7 @@ def leader_of(cluster, index: int, topic: str, partition: int) -> int:
         return client.describe_topic(topic).partitions[partition].leader
 
 
+@pytest.mark.slow
 def test_the_controller_killed_under_acks_all_load(cluster):
     a, b = cluster.gateway_addresses
     with cluster.client(1) as client:
@@ -111,6 +112,7 @@ def test_the_controller_killed_under_acks_all_load(cluster):
     assert "is the controller" in cluster.log("gateway-1")
 
 
+@pytest.mark.slow
 def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     with cluster.client(0) as client:
         client.create_topic("events", 2, 3)
@@ -171,6 +173,7 @@ def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     assert duplicates <= 600 - sum(committed_before_kill.values()), duplicates
 
 
+@pytest.mark.slow
 def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
     # The nodes heartbeat to the second gateway first: the paused one is the controller only.
     cluster = EtcdBackedCluster(tmp_path, node_gateway_order=[1, 0])
@@ -203,6 +206,7 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
         cluster.close()
 
 
+@pytest.mark.slow
 def test_etcd_restarted_while_the_cluster_runs(cluster):
     with cluster.client(0) as client:
         client.create_topic("steady", 2, 3)
