@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test bench lint proto install run clean fault-campaign pipeline image image-smoke
+.PHONY: test test-unit test-integration bench lint proto install run clean fault-campaign pipeline image image-smoke
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -48,6 +48,15 @@ run: $(STAMP) proto
 
 test: $(STAMP) proto
 	$(BIN)/python -m pytest -q tests
+
+# The inner loop: rules and single components on real files, no cluster started.
+test-unit: $(STAMP) proto
+	$(BIN)/python -m pytest -q tests/unit
+
+# Real gateways and storage nodes on loopback. Tests marked slow take more than ~5 s each;
+# `$(BIN)/python -m pytest -m 'not slow' tests/integration` leaves them out.
+test-integration: $(STAMP) proto
+	$(BIN)/python -m pytest -q tests/integration
 
 bench: $(STAMP) proto
 	$(BIN)/python -m bench

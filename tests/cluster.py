@@ -1,6 +1,7 @@
 """An in-process cluster for integration tests (a real gateway and real storage nodes, each
 its own gRPC server on a loopback port, with short heartbeats), and the helpers tests share:
-`make run`'s command line, the CLI as a process or in this one, batches, waits."""
+`make run`'s command line, the CLI as a process or in this one, draining a consumer.
+(Batches: tests/batches.py; waits: tests/waiting.py.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import grpc
 
 from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
-from seglog.records import RecordBatchBuilder
 from seglog.security.certs import (
     GATEWAY_IDENTITY,
     NODE_IDENTITY_PREFIX,
@@ -41,15 +41,6 @@ GROUP_SETTINGS = {
     "group_initial_rebalance_delay_ms": 200,
     "group_min_session_timeout_ms": 100,
 }
-
-
-def wait_until(predicate, timeout_s: float = 15.0, interval_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return bool(predicate())
 
 
 class LocalCluster:
@@ -227,15 +218,6 @@ def run_cli(*args, bootstrap, stdin=None):
         timeout=120,
         check=False,
     )
-
-
-def batch(values, *, keys=None, timestamp_ms=None, compression=0) -> bytes:
-    builder = RecordBatchBuilder(compression=compression)
-    keys = keys if keys is not None else [None] * len(values)
-    ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-    for key, value in zip(keys, values, strict=True):
-        builder.append(key, value, ts)
-    return builder.build()
 
 
 def drain(consumer, expected: int, timeout_s: float = 20):

@@ -15,8 +15,9 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.cluster import CLUSTER_SECRET, wait_until
+from tests.cluster import CLUSTER_SECRET
 from tests.ports import free_ports
+from tests.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 3000  # nodes' and gateways' leases: 3 s
 

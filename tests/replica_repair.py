@@ -14,8 +14,9 @@ from typing import Any
 from seglog.client.gateway import FetchPosition
 from seglog.errors import SeglogError
 from seglog.records import iter_records
-from tests.cluster import batch
-from tests.faults.cluster import TOPIC, Cluster, wait_for
+from tests.batches import make_batch
+from tests.faults.cluster import TOPIC, Cluster
+from tests.waiting import wait_for
 
 RECORDS = 1500
 MORE_RECORDS = 100
@@ -42,7 +43,7 @@ def produce(cluster: Cluster, first: int, count: int) -> dict[int, int]:
         while True:
             try:
                 [result] = cluster.client.produce(
-                    TOPIC, {0: batch([value_of(i) for i in indexes])}, acks=-1, timeout_ms=5000
+                    TOPIC, {0: make_batch([value_of(i) for i in indexes])}, acks=-1, timeout_ms=5000
                 )
                 failure: object = result if result.error else None
             except SeglogError as exc:  # the gateway's route moved under the call

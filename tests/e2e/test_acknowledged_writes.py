@@ -25,7 +25,7 @@ from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
 from seglog.records import iter_records
-from tests.cluster import wait_until
+from tests.waiting import wait_until
 
 TOPIC = "acked"
 PARTITIONS = 3
@@ -166,6 +166,7 @@ def cluster(tmp_path):
     c.close()
 
 
+@pytest.mark.slow
 def test_a_follower_paused_past_the_request_timeout_loses_no_acknowledged_record(cluster):
     """A follower SIGSTOPped for 6 s while the producer's requests time out after 2 s: no
     process dies, every request in flight is retried (2 of 2 runs lost ~8,000 records)."""
@@ -212,6 +213,7 @@ def kill_leader_twice_under_load(cluster: Cluster) -> tuple[int, list[str]]:
     return judge(sending, read_all(cluster.client))
 
 
+@pytest.mark.slow
 def test_the_leader_sigkilled_and_restarted_twice_under_load_loses_no_acknowledged_record(
     cluster,
 ):

@@ -14,7 +14,9 @@ import pytest
 
 from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
-from tests.cluster import LocalCluster, batch, local_cluster_command, run_cli, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster, local_cluster_command, run_cli
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -68,7 +70,7 @@ def test_sigterm_makes_a_cli_group_member_leave_and_a_closed_pipe_ends_quietly(
             member.kill()
             member.wait()
     # `consume | head -1`: the reader goes away; the consumer ends quietly with status 0.
-    cluster.client.produce("shared", {0: batch([b"line-%d" % i for i in range(500)])})
+    cluster.client.produce("shared", {0: make_batch([b"line-%d" % i for i in range(500)])})
     piped = subprocess.run(
         f"{sys.executable} -m seglog.cli.main consume shared --from-beginning "
         "--max-messages 500 | head -1; echo status=${PIPESTATUS[0]} >&2",
@@ -100,6 +102,7 @@ def test_the_services_help_shows_each_flags_default():
         assert expected in shown.stdout, shown.stdout
 
 
+@pytest.mark.slow
 def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
     tmp_path,
 ):
@@ -154,6 +157,7 @@ def _readme_first_session() -> str:
     return section.split("```", 2)[1]
 
 
+@pytest.mark.slow
 def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
     # Against a fresh cluster, as written (the gateway's address through SEGLOG_BOOTSTRAP):
     # every command must succeed and return; a command that followed the log forever would
@@ -178,6 +182,7 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
         cluster.close()
 
 
+@pytest.mark.slow
 def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
     env = {
         **os.environ,
@@ -214,6 +219,7 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
         runner.wait(timeout=60)
 
 
+@pytest.mark.slow
 def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
     runner = subprocess.Popen(
         local_cluster_command(tmp_path / "data", "--tls"), stdout=subprocess.PIPE, text=True

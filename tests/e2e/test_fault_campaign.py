@@ -7,6 +7,8 @@ tree can make them (root and tests/faults/netns.py; tests/faults/proxy.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.faults.campaign import NETWORK_FAULTS, PROXY_FAULTS, CampaignConfig, run
 from tests.faults.fault_kinds import available_faults
 
@@ -17,6 +19,7 @@ CYCLES = 6
 MUST_MEET = ("partition-leader-from-followers", "drop-answers", "disk-bitflip")
 
 
+@pytest.mark.slow
 def test_a_short_fault_campaign_leaves_a_valid_history(tmp_path):
     available = available_faults()
     opening = [name for name in MUST_MEET if name in available]

@@ -3,10 +3,10 @@ loads the group's last GroupMetadata record, so the next rebalance is the stored
 + 1 and a member of the old generation cannot commit offsets back."""
 
 import grpc
+import pytest
 
 from seglog.rpc.status import error_from_code
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import wait_until
 from tests.e2e.test_processes import ProcessCluster
 from tests.group_calls import (
     GROUP,
@@ -18,8 +18,10 @@ from tests.group_calls import (
     join,
     stored_generation,
 )
+from tests.waiting import wait_until
 
 
+@pytest.mark.slow
 def test_generations_continue_after_the_gateway_is_sigkilled(tmp_path):
     cluster = ProcessCluster(tmp_path, gateway_args=NO_DELAY)
     try:

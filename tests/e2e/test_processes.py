@@ -20,7 +20,9 @@ from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.client.partitioner import partition_for_key
 from seglog.errors import SeglogError
 from seglog.records import iter_batches, iter_records
-from tests.cluster import batch, local_cluster_command, run_cli, wait_until
+from tests.batches import make_batch
+from tests.cluster import local_cluster_command, run_cli
+from tests.waiting import wait_until
 
 FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
@@ -122,7 +124,9 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
                     values = [b"%d-%d-%d" % (p, i, j) for j in range(50)]
                     started_in = phase[0]
                     try:
-                        (result,) = producer.produce("events", {p: batch(values)}, timeout_ms=3000)
+                        (result,) = producer.produce(
+                            "events", {p: make_batch(values)}, timeout_ms=3000
+                        )
                     except SeglogError:
                         errors[p] += 1
                         continue
@@ -165,7 +169,7 @@ def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processe
     processes.admin.create_topic("kept", 3, configs={"retention.ms": "3600000"})
     before = processes.admin.describe_topic("kept")
     for p in range(3):
-        client.produce("kept", {p: batch([b"before"])})
+        client.produce("kept", {p: make_batch([b"before"])})
     processes.gateway.kill()
     processes.restart_gateway()
     after = processes.admin.describe_topic("kept")
@@ -174,11 +178,12 @@ def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processe
     ]
     assert dict(after.configs) == {"retention.ms": "3600000"}
     for p in range(3):
-        (result,) = client.produce("kept", {p: batch([b"after"])})
+        (result,) = client.produce("kept", {p: make_batch([b"after"])})
         assert (result.error, result.base_offset) == (0, 1)
         assert [r.value for r in read_partition(client, "kept", p)] == [b"before", b"after"]
 
 
+@pytest.mark.slow
 def test_local_cluster_and_cli(tmp_path):
     runner = subprocess.Popen(
         local_cluster_command(tmp_path / "data"), stdout=subprocess.PIPE, text=True
@@ -300,7 +305,7 @@ def test_processes_export_one_trace_per_call_over_otlp(tmp_path):
     cluster = ProcessCluster(tmp_path, nodes=1, env=env)
     try:
         cluster.admin.create_topic("traced", 1)
-        cluster.client.produce("traced", {0: batch([b"hello"])})
+        cluster.client.produce("traced", {0: make_batch([b"hello"])})
 
         def produce_trace():
             gateway_spans = [
@@ -351,7 +356,7 @@ def test_acks0_through_the_gateway_is_bounded_while_a_leader_hangs(tmp_path):
     node = cluster.nodes[1]
     try:
         cluster.admin.create_topic("t", 1)
-        payload = batch([os.urandom(100_000)] * 6)  # ~600 KB
+        payload = make_batch([os.urandom(100_000)] * 6)  # ~600 KB
         os.kill(node.pid, signal.SIGSTOP)
         accepted = 0
         with pytest.raises(SeglogError, match="still unanswered") as caught:
@@ -380,7 +385,7 @@ def _produce_outcomes(client, topic, partitions):
     out = {}
     for p in range(partitions):
         try:
-            (result,) = client.produce(topic, {p: batch([b"v"])})
+            (result,) = client.produce(topic, {p: make_batch([b"v"])})
             out[p] = None if result.error == 0 else result.error_message
         except SeglogError as exc:
             out[p] = str(exc)

@@ -33,7 +33,7 @@ from typing import Any
 
 from tests.faults.checker import Guarantees, Verdict, check
 from tests.faults.clients import ClientProcess, Clients
-from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster, wait_for
+from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
 from tests.faults.fault_kinds import (
     ALL_FAULTS,
     DISK_FAULTS,
@@ -47,6 +47,7 @@ from tests.faults.fault_kinds import (
     available_faults,
 )
 from tests.faults.history import read_history
+from tests.waiting import wait_for
 
 GROUP = "campaign-readers"
 PROGRESS_RECORDS = 50

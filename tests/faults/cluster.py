@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.client.gateway import LATEST, GatewayClient
 from tests.ports import free_ports
+from tests.waiting import wait_for
 
 TOPIC = "campaign"
 PARTITIONS = 3
@@ -31,23 +30,6 @@ NODE_CONFIGS = {
 CLUSTER_SECRET = "campaign-cluster-secret-0123456789"
 HEAL_TIMEOUT_S = 90.0
 NOTICE_TIMEOUT_S = 30.0
-
-
-def wait_for(
-    predicate: Callable[[], bool],
-    timeout_s: float,
-    what: str,
-    state: Callable[[], str] | None = None,
-    interval_s: float = 0.05,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval_s)
-    if not predicate():
-        seen = f"; state: {state()}" if state is not None else ""
-        raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}{seen}")
 
 
 class Cluster:

@@ -21,8 +21,8 @@ from tests.faults.cluster import (
     SESSION_TIMEOUT_MS,
     TOPIC,
     Cluster,
-    wait_for,
 )
+from tests.waiting import wait_for
 
 # The producers' request timeout: pauses outlast it, delayed answers straddle it.
 PRODUCER_REQUEST_TIMEOUT_MS = 3000

@@ -11,7 +11,9 @@ from seglog.client.admin import Admin
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.errors import PermissionDeniedError
 from seglog.security.acls import AclBinding
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -42,14 +44,14 @@ def test_calls_are_checked_per_resource_and_denials_write_nothing(cluster):
     log = cluster.log("orders", 0)
     with _as(cluster, "alice") as alice:
         with pytest.raises(PermissionDeniedError, match="User:alice may not Write topic 'orders'"):
-            alice.produce("orders", {0: batch([b"no"])})
+            alice.produce("orders", {0: make_batch([b"no"])})
         assert log.log_end_offset == 0
         assert cluster.gateway.authorization.denied >= 1
         with _admin(cluster) as admin:
             admin.create_acls(
                 [acl("alice", "Write", "orders"), acl("alice", "Read", "pay", pattern="prefixed")]
             )
-        assert alice.produce("orders", {0: batch([b"yes"])})[0].error == 0
+        assert alice.produce("orders", {0: make_batch([b"yes"])})[0].error == 0
         assert [t.name for t in alice.list_topics()] == ["orders", "payments"]  # Describe implied
         assert list(alice.fetch([FetchPosition("payments", 0, 0)], max_wait_ms=0))
         with pytest.raises(PermissionDeniedError, match="Read topic 'orders'"):
@@ -63,7 +65,7 @@ def test_calls_are_checked_per_resource_and_denials_write_nothing(cluster):
         with _admin(cluster) as admin:
             admin.create_acls([acl("alice", "Write", "ord", pattern="prefixed", permission="deny")])
         with pytest.raises(PermissionDeniedError):
-            alice.produce("orders", {0: batch([b"denied"])})
+            alice.produce("orders", {0: make_batch([b"denied"])})
     assert log.log_end_offset == 1
     with _as(cluster, "bob") as bob:
         assert bob.list_topics() == []  # sees only what it may describe
@@ -167,11 +169,11 @@ def test_principal_mapping_rules_name_certificate_holders(tmp_path):
             admin.create_topic("mapped", 1, 1)
             admin.create_acls([acl("team-erin", "Write", "mapped")])
         with _as(cluster, "Erin") as erin:
-            assert erin.produce("mapped", {0: batch([b"ok"])})[0].error == 0
+            assert erin.produce("mapped", {0: make_batch([b"ok"])})[0].error == 0
         with (
             _as(cluster, "frank") as frank,
             pytest.raises(PermissionDeniedError, match="team-frank"),
         ):
-            frank.produce("mapped", {0: batch([b"no"])})
+            frank.produce("mapped", {0: make_batch([b"no"])})
     finally:
         cluster.close()

@@ -21,7 +21,9 @@ from seglog.rpc import bulk_wire
 from seglog.rpc.bulk_client import BulkFetchError
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -45,9 +47,9 @@ def _fill(cluster, topic):
     for i in range(30):
         values = [b"r%d-%d" % (i, j) * 20 for j in range(5)]
         if i % 3 == 0:
-            records = batch(values)
+            records = make_batch(values)
         elif i % 3 == 1:
-            records = batch(values, compression=CompressionType.LZ4)
+            records = make_batch(values, compression=CompressionType.LZ4)
         else:
             records = _legacy(values)
         assert cluster.client.produce(topic, {0: records})[0].error == 0
@@ -159,7 +161,7 @@ def _ask(address, request):
 def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster):
     cluster.admin.create_topic("guarded", 2, 1)
     for p in (0, 1):
-        cluster.client.produce("guarded", {p: batch([b"secret"])})
+        cluster.client.produce("guarded", {p: make_batch([b"secret"])})
     response = cluster.stub.FetchGrants(
         bulk_pb2.FetchGrantsRequest(
             partitions=[common_pb2.FetchPartition(topic="guarded", partition=0, fetch_offset=0)]
@@ -197,7 +199,7 @@ def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster)
         assert answer.end and common_pb2.ErrorCode.Name(answer.error) == "INVALID_REQUEST"
         assert reason in answer.error_message and closed
     # Below the granted offset: produce more, ask for a grant from 1, read from 0.
-    cluster.client.produce("guarded", {0: batch([b"more"])})
+    cluster.client.produce("guarded", {0: make_batch([b"more"])})
     later = cluster.stub.FetchGrants(
         bulk_pb2.FetchGrantsRequest(
             partitions=[common_pb2.FetchPartition(topic="guarded", partition=0, fetch_offset=1)]
@@ -214,7 +216,7 @@ def test_an_expired_grant_is_refused(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1, fetch_grant_ttl_ms=1)
     try:
         cluster.admin.create_topic("brief", 1, 1)
-        cluster.client.produce("brief", {0: batch([b"x"])})
+        cluster.client.produce("brief", {0: make_batch([b"x"])})
         [grant] = cluster.stub.FetchGrants(
             bulk_pb2.FetchGrantsRequest(
                 partitions=[common_pb2.FetchPartition(topic="brief", partition=0)]
@@ -233,7 +235,7 @@ def test_an_expired_grant_is_refused(tmp_path):
 def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
     cluster.admin.create_topic("cut", 1, 1)
     for _ in range(60):  # ~48 MB: more than the loopback socket buffers hold
-        cluster.client.produce("cut", {0: batch([b"y" * 200_000] * 4)})
+        cluster.client.produce("cut", {0: make_batch([b"y" * 200_000] * 4)})
     node = cluster.leader_of("cut", 0)
     reader = _reader(cluster)
     tp = TopicPartition("cut", 0)
@@ -267,7 +269,7 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
 def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(cluster):
     cluster.admin.create_topic("retained", 1, 1, configs={"segment.bytes": "100000"})
     for _ in range(10):
-        cluster.client.produce("retained", {0: batch([b"z" * 30_000])})
+        cluster.client.produce("retained", {0: make_batch([b"z" * 30_000])})
     node = cluster.leader_of("retained", 0)
     log = node.logs.get_log("retained", 0)
     first_segment = log.segments[0]
@@ -288,7 +290,7 @@ def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(cluster):
 def test_the_node_copies_no_record_bytes_in_user_space(cluster, monkeypatch):
     cluster.admin.create_topic("zero-copy", 1, 1)
     for _ in range(16):
-        cluster.client.produce("zero-copy", {0: batch([b"q" * 60_000] * 4)})
+        cluster.client.produce("zero-copy", {0: make_batch([b"q" * 60_000] * 4)})
     read_bytes = []
     real_read = FileRecords.read
     monkeypatch.setattr(

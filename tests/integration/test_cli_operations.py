@@ -12,8 +12,9 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from tests.cluster import batch, wait_until
+from tests.batches import make_batch
 from tests.cluster import cli_in_process as run
+from tests.waiting import wait_until
 
 
 def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch):
@@ -261,7 +262,7 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
 
 def test_groups_describe_shows_a_dash_for_partitions_never_committed(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("half", 2)
-    cluster.client.produce("half", {1: batch([b"x", b"y"])})
+    cluster.client.produce("half", {1: make_batch([b"x", b"y"])})
     with Consumer(cluster.address, group_id="half-readers", enable_auto_commit=False) as member:
         member.subscribe(["half"])
         assert wait_until(lambda: len((member.poll(timeout_ms=50), member.assignment())[1]) == 2)

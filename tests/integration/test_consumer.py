@@ -14,7 +14,9 @@ from seglog.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPa
 from seglog.errors import CorruptRecordError, InvalidConfigError
 from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
-from tests.cluster import batch, drain, wait_until
+from tests.batches import make_batch
+from tests.cluster import drain
+from tests.waiting import wait_until
 
 GROUP_CONFIG = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100}
 
@@ -335,6 +337,7 @@ def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(clu
         quick.close()
 
 
+@pytest.mark.slow
 def test_the_group_rebalances_when_a_subscribed_topic_is_created_or_deleted(cluster):
     cluster.admin.create_topic("present", 1)
     with Consumer(
@@ -404,7 +407,9 @@ def _corrupt_second_batch(log) -> int:
 def test_a_corrupt_batch_raises_at_its_offset_every_poll_and_skips_nothing(cluster):
     cluster.admin.create_topic("damaged", 1)
     for start in (0, 10, 20):  # three batches of ten records
-        cluster.client.produce("damaged", {0: batch([b"%d" % i for i in range(start, start + 10)])})
+        cluster.client.produce(
+            "damaged", {0: make_batch([b"%d" % i for i in range(start, start + 10)])}
+        )
     corrupt_offset = _corrupt_second_batch(cluster.log("damaged", 0))
     assert corrupt_offset == 10
     tp = TopicPartition("damaged", 0)

@@ -31,9 +31,11 @@ from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services.gateway.coordination.etcd_keyspace import EtcdKeyspace, KeyValue
-from tests.cluster import CLUSTER_SECRET, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import CLUSTER_SECRET
 from tests.multi_gateway import GatewayQueries
 from tests.ports import free_ports
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -268,10 +270,6 @@ def cluster(tmp_path):
     running.close()
 
 
-def _batch(value: bytes):
-    return batch([value])
-
-
 def etcd_key(cluster: LinkedCluster, name: str) -> KeyValue | None:
     """A key as etcd holds it now (asked directly, not through the gateways' links)."""
     keyspace = EtcdKeyspace(cluster.etcd.endpoint)
@@ -286,6 +284,7 @@ def cut_gateways_from_etcd_until_leases_lapse(cluster: LinkedCluster) -> None:
     assert wait_until(lambda: etcd_key(cluster, "nodes/1") is None, 30)
 
 
+@pytest.mark.slow
 def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     with cluster.admin(0) as admin:
         admin.create_topic("orders", 3, 3)
@@ -313,6 +312,7 @@ def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     )
 
 
+@pytest.mark.slow
 def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(cluster):
     with cluster.admin(0) as admin:
         admin.create_topic("orders", 3, 3)
@@ -327,7 +327,7 @@ def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(clu
     )
     with cluster.client(0) as client:
         for p in range(3):
-            [result] = client.produce("orders", {p: _batch(b"during the cut")}, acks=-1)
+            [result] = client.produce("orders", {p: make_batch([b"during the cut"])}, acks=-1)
             assert not result.error, result.error_message
     cluster.nodes[dead].kill()  # one node does die meanwhile: that death must still count
     for link in cluster.etcd_links:
@@ -356,7 +356,7 @@ def append_directly(cluster: LinkedCluster, node_id: int, acks: int, value: byte
     with grpc.insecure_channel(cluster.nodes[node_id].address) as channel:
         stub = storage_pb2_grpc.StorageNodeStub(channel)
         request = common_pb2.ProduceRequest(topic="orders", acks=acks, timeout_ms=3000)
-        request.partitions.add(partition=0, records=_batch(value))
+        request.partitions.add(partition=0, records=make_batch([value]))
         try:
             [result] = stub.Append(request, timeout=15).partitions
         except grpc.RpcError as exc:
@@ -364,6 +364,7 @@ def append_directly(cluster: LinkedCluster, node_id: int, acks: int, value: byte
         return common_pb2.ErrorCode.Name(result.error) if result.error else ""
 
 
+@pytest.mark.slow
 def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     """The leader's links to both gateways cut (so it cannot heartbeat, and its lease
     lapses), while clients and its followers still reach it: once another node is elected,
@@ -373,7 +374,7 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
         admin.create_topic("orders", 1, 3)
     with cluster.client(0) as client:
         for i in range(3):
-            [result] = client.produce("orders", {0: _batch(b"before-%d" % i)})
+            [result] = client.produce("orders", {0: make_batch([b"before-%d" % i])})
             assert not result.error, result.error_message
     leader, epoch, _ = cluster.registrations(0, "orders")[0]
     for link in cluster.gateway_links[leader]:
@@ -387,7 +388,7 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     for acks in (1, -1):
         assert append_directly(cluster, leader, acks, b"stale") == "NOT_LEADER_OR_FOLLOWER"
     with cluster.client(0) as client:
-        [result] = client.produce("orders", {0: _batch(b"after")})
+        [result] = client.produce("orders", {0: make_batch([b"after"])})
         assert not result.error, result.error_message
     for link in cluster.gateway_links[leader]:
         link.heal()

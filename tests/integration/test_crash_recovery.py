@@ -12,14 +12,14 @@ import pytest
 
 from seglog.records import iter_records
 from seglog.storage import Log, LogConfig
-from tests.conftest import make_batch
+from tests.batches import make_batch
 from tests.unit.test_log import read_all
 
 WRITER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
     from seglog.storage import Log, LogConfig
-    from tests.conftest import make_batch
+    from tests.batches import make_batch
     log = Log.open({directory!r}, LogConfig(segment_bytes=20_000, index_interval_bytes=256,
                                             flush_messages=1))
     i = 0

@@ -43,6 +43,7 @@ def cluster(tmp_path):
         cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim_is_leader", [False, True], ids=["follower", "leader"])
 def test_a_replica_with_a_damaged_segment_cuts_it_and_repairs_from_the_leader(
     cluster, victim_is_leader

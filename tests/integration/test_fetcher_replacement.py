@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from services.storage_node.partition import Registration
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 FAST = {
     "replica.fetch.wait.max.ms": "100",
@@ -84,7 +86,7 @@ def test_partitions_followed_from_a_leader_survive_its_fetcher_being_replaced(
             break
     assert manager._fetchers[leader].bulk_address == "", "the fetcher was never replaced"
 
-    cluster.client.produce(TOPIC, {untouched: batch([b"a", b"b", b"c"])}, acks=1)
+    cluster.client.produce(TOPIC, {untouched: make_batch([b"a", b"b", b"c"])}, acks=1)
     leader_end = _log_end(cluster, leader, untouched)
     assert leader_end >= 3
     assert wait_until(lambda: _log_end(cluster, follower, untouched) >= leader_end, timeout_s=15), (

@@ -20,7 +20,7 @@ from seglog.rpc.status import error_from_code
 from seglog.storage import Log, LogConfig
 from seglog.storage.checkpoint import CLEAN_SHUTDOWN_MARKER
 from seglog.storage.file_records import FileRecords
-from tests.cluster import batch
+from tests.batches import make_batch
 from tests.small_filesystem import fill_with_ballast, mounted_ext4
 
 FILESYSTEM_BYTES = 4 * 1024 * 1024
@@ -39,7 +39,7 @@ def fill(log: Log) -> tuple[dict[int, bytes], StorageError]:
     for batch_index in range(MAX_BATCHES):
         values = values_for(batch_index)
         try:
-            info = log.append(batch(values))
+            info = log.append(make_batch(values))
         except StorageError as exc:
             return acknowledged, exc
         acknowledged.update(
@@ -93,7 +93,7 @@ def test_a_full_disk_refuses_cleanly_and_appends_resume_once_space_is_freed(
         assert_whole_batches_only(small_disk / "t-0")
         assert read_all(log) == acknowledged  # reads go on
         with pytest.raises(StorageError):  # still full: the same clean refusal, no change
-            log.append(batch(values_for(-1)))
+            log.append(make_batch(values_for(-1)))
         assert log.log_end_offset == end
         assert_whole_batches_only(small_disk / "t-0")
         if close_while_full:
@@ -105,7 +105,7 @@ def test_a_full_disk_refuses_cleanly_and_appends_resume_once_space_is_freed(
         else:
             ballast.unlink()
         values = values_for(MAX_BATCHES)
-        info = log.append(batch(values))
+        info = log.append(make_batch(values))
         assert info.first_offset == end
         acknowledged.update(zip(range(end, end + len(values)), values, strict=True))
     finally:
@@ -131,7 +131,9 @@ def produce_until_refused(cluster, topic: str) -> tuple[dict[int, bytes], Seglog
     for batch_index in range(MAX_BATCHES):
         values = values_for(batch_index)
         try:
-            [result] = cluster.client.produce(topic, {0: batch(values)}, acks=-1, timeout_ms=3000)
+            [result] = cluster.client.produce(
+                topic, {0: make_batch(values)}, acks=-1, timeout_ms=3000
+            )
         except SeglogError as exc:
             return acknowledged, exc
         if result.error:
@@ -142,11 +144,13 @@ def produce_until_refused(cluster, topic: str) -> tuple[dict[int, bytes], Seglog
     raise AssertionError("the disks never filled")
 
 
+@pytest.mark.slow
 def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is_freed(tmp_path):
     """Three node processes, each data dir on its own 8 MiB ext4 (RF 3, min ISR 2): produce
     until refused; the refusal is retriable, reads go on, no node stores a partial batch, and
     once the ballast is deleted produces succeed again with every acknowledged record kept."""
-    from tests.faults.cluster import TOPIC, Cluster, wait_for
+    from tests.faults.cluster import TOPIC, Cluster
+    from tests.waiting import wait_for
 
     with contextlib.ExitStack() as mounts:
         ballasts = []
@@ -174,7 +178,7 @@ def test_a_cluster_whose_disks_fill_refuses_retriably_and_recovers_once_space_is
                 values = values_for(MAX_BATCHES)
                 try:
                     [result] = cluster.client.produce(
-                        TOPIC, {0: batch(values)}, acks=-1, timeout_ms=3000
+                        TOPIC, {0: make_batch(values)}, acks=-1, timeout_ms=3000
                     )
                 except SeglogError as exc:
                     assert exc.retriable, exc

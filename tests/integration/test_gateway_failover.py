@@ -12,8 +12,9 @@ from services.gateway.server import Gateway
 from services.gateway.settings import GatewayConfig
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
-from tests.cluster import CLUSTER_SECRET, drain, wait_until
+from tests.cluster import CLUSTER_SECRET, drain
 from tests.ports import free_ports
+from tests.waiting import wait_until
 
 
 def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):

@@ -9,7 +9,6 @@ import pytest
 
 from seglog.errors import SeglogError
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import wait_until
 from tests.group_calls import (
     GROUP,
     STALE_ERRORS,
@@ -20,6 +19,7 @@ from tests.group_calls import (
     stored_generation,
 )
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -38,6 +38,7 @@ def coordinator_at(address: str) -> str:
         return "" if found.error else str(found.address)
 
 
+@pytest.mark.slow
 def test_the_gateway_taking_a_group_over_continues_its_generations(tmp_path):
     cluster = EtcdBackedCluster(tmp_path)
     try:

@@ -27,7 +27,9 @@ from seglog.v1 import (
     storage_pb2,
     storage_pb2_grpc,
 )
-from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def small_cluster(tmp_path):
 
 
 def _produce(cluster, topic, partition, values):
-    (result,) = cluster.client.produce(topic, {partition: batch(values)})
+    (result,) = cluster.client.produce(topic, {partition: make_batch(values)})
     return result
 
 
@@ -72,7 +74,7 @@ def test_clients_cannot_create_delete_or_produce_into_internal_topics(cluster):
     with pytest.raises(InvalidTopicError, match="internal"):
         cluster.admin.delete_topic("__consumer_offsets")
     with pytest.raises(InvalidTopicError, match="only the cluster itself writes it"):
-        cluster.client.produce("__consumer_offsets", {0: batch([b"forged"])})
+        cluster.client.produce("__consumer_offsets", {0: make_batch([b"forged"])})
     assert cluster.log("__consumer_offsets", 0).log_end_offset == 0
 
 
@@ -186,7 +188,7 @@ def test_fetch_fields_out_of_range_are_invalid_argument_at_gateway_and_node(clus
 def test_a_negative_produce_timeout_is_invalid_not_a_retriable_deadline(cluster):
     cluster.admin.create_topic("t", 1)
     with pytest.raises(InvalidRequestError, match="timeout_ms -1 is negative") as caught:
-        cluster.client.produce("t", {0: batch([b"x"])}, timeout_ms=-1)
+        cluster.client.produce("t", {0: make_batch([b"x"])}, timeout_ms=-1)
     assert not caught.value.retriable
     assert cluster.log("t", 0).log_end_offset == 0
 
@@ -281,7 +283,7 @@ def test_min_bytes_is_counted_from_file_positions_across_segments(tmp_path):
     try:
         sizes = []
         for _ in range(10):
-            records = batch([bytes(900)] * 2)
+            records = make_batch([bytes(900)] * 2)
             sizes.append(len(records))
             log.append(records)
         assert len(log.segments) > 2
@@ -306,13 +308,13 @@ def test_the_gateway_and_the_nodes_judge_a_split_request_by_the_same_rules(tmp_p
         cluster.admin.create_topic("large", 2)
         leaders = {cluster.gateway.registry.route("large", p).leader for p in (0, 1)}
         assert leaders == {1, 2}
-        big = batch([b"x" * (2 * 1024 * 1024)])
-        results = cluster.client.produce("large", {0: big, 1: batch([b"small"])})
+        big = make_batch([b"x" * (2 * 1024 * 1024)])
+        results = cluster.client.produce("large", {0: big, 1: make_batch([b"small"])})
         assert [r.error for r in results] == [0, 0]
-        broken = bytearray(batch([b"y"]))
+        broken = bytearray(make_batch([b"y"]))
         broken[-1] ^= 0xFF
         with pytest.raises(SeglogError, match="CRC"):
-            results = cluster.client.produce("large", {0: batch([b"z"]), 1: bytes(broken)})
+            results = cluster.client.produce("large", {0: make_batch([b"z"]), 1: bytes(broken)})
             for r in results:
                 if r.error:
                     raise error_from_code(r.error, r.error_message)

@@ -16,7 +16,8 @@ from seglog.records.batch import RecordBatch
 from seglog.rpc.status import error_from_code
 from seglog.v1 import gateway_pb2
 from services.storage_node.replica_manager import AppendResult
-from tests.cluster import LocalCluster, wait_until
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 FAST = {"replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "100"}
 

@@ -16,7 +16,9 @@ from seglog import metrics
 from seglog.client.consumer import Consumer
 from seglog.errors import PermissionDeniedError, RecordTooLargeError
 from seglog.testing.otlp import OtlpReceiver
-from tests.cluster import LocalCluster, batch, drain, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster, drain
+from tests.waiting import wait_until
 
 TOPIC = "messaging.destination.name"
 PARTITION = "messaging.destination.partition.id"
@@ -71,7 +73,7 @@ def test_services_export_what_they_count(metered_cluster, receiver):
     cluster.admin.create_topic("metered", 2, 3)
     produced = 0
     for i in range(20):
-        records = batch([b"value-%d" % j for j in range(10)])
+        records = make_batch([b"value-%d" % j for j in range(10)])
         [result] = cluster.client.produce("metered", {i % 2: records}, acks=-1)
         assert not result.error
         produced += len(records)
@@ -132,7 +134,7 @@ def test_an_error_answered_is_counted_by_its_reason(metered_cluster, receiver):
     cluster = metered_cluster
     cluster.admin.create_topic("small", 1, 3, {"max.message.bytes": "1000"})
     with pytest.raises(RecordTooLargeError):
-        cluster.client.produce("small", {0: batch([b"x" * 5000])})
+        cluster.client.produce("small", {0: make_batch([b"x" * 5000])})
     assert wait_until(
         lambda: (
             _total(receiver, "seglog.request.errors", **{"error.type": "MESSAGE_TOO_LARGE"}) == 1

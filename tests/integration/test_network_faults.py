@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,7 @@ from seglog.client import Admin, Consumer, GatewayClient, Producer, TopicPartiti
 from seglog.client.futures import RecordFuture
 from seglog.errors import SeglogError
 from tests.faults.netns import NetworkLab, leftovers
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -43,14 +44,6 @@ NODE_CONFIGS = {
     "controlled.shutdown.timeout.ms": "3000",
 }
 SETTLE_TIMEOUT_S = 40.0
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
 
 
 class NamespacedCluster:
@@ -195,6 +188,7 @@ def check_acknowledged(sent: list[tuple[bytes, RecordFuture]], stored: dict[int,
     return acknowledged
 
 
+@pytest.mark.slow
 def test_leader_cut_from_its_followers_loses_them_from_its_isr_then_heals(cluster):
     partition = 0
     before = produce(cluster, partition, [b"before-%04d" % i for i in range(200)])
@@ -240,6 +234,7 @@ def test_leader_cut_from_its_followers_loses_them_from_its_isr_then_heals(cluste
     assert len(set(stored.values())) == len(stored), "a record stored twice"
 
 
+@pytest.mark.slow
 def test_a_slowed_follower_still_replicates_only_slower(cluster):
     partition = 1
     state = cluster.partition(partition)

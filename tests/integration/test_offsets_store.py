@@ -9,7 +9,9 @@ from seglog.client.structs import TopicPartition
 from seglog.records import RecordBatch
 from services.gateway.groups.offsets_formats import decode_subscription_topics
 from services.gateway.groups.offsets_store import OFFSETS_TOPIC
-from tests.cluster import batch, drain, wait_until
+from tests.batches import make_batch
+from tests.cluster import drain
+from tests.waiting import wait_until
 
 GROUP = dict(session_timeout_ms=1500, heartbeat_interval_ms=100, enable_auto_commit=False)
 RETENTION_MS = 60_000
@@ -22,7 +24,7 @@ def restart_gateway(cluster):
 
 def test_a_commit_carries_the_leader_epoch_of_the_records_read(cluster):
     cluster.admin.create_topic("epochs", 1)
-    cluster.client.produce("epochs", {0: batch([b"a", b"b"])})
+    cluster.client.produce("epochs", {0: make_batch([b"a", b"b"])})
     leader_epoch = cluster.gateway.registry.route("epochs", 0).leader_epoch
     assert leader_epoch >= 0
     tp = TopicPartition("epochs", 0)
@@ -126,7 +128,7 @@ def test_deleting_a_topic_deletes_its_committed_offsets(cluster):
         c.commit({tp: 1, other: 7})
     cluster.admin.delete_topic("reborn")
     cluster.admin.create_topic("reborn", 1)
-    cluster.client.produce("reborn", {0: batch([b"first", b"second"])})
+    cluster.client.produce("reborn", {0: make_batch([b"first", b"second"])})
     config = dict(group_id="readers", auto_offset_reset="earliest", **GROUP)
     with Consumer(cluster.address, **config) as c:
         assert c.committed([tp, other]) == {tp: None, other: c.committed(other)[other]}

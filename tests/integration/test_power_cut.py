@@ -41,6 +41,7 @@ def cluster_on_own_disks(tmp_path):
             cluster.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim_is_leader", [False, True], ids=["follower", "leader"])
 @pytest.mark.parametrize("synced_midway", [False, True], ids=["nothing-synced", "half-synced"])
 def test_a_replica_that_lost_its_page_cache_fetches_what_it_lost(

@@ -18,8 +18,10 @@ from services.gateway.cluster.registry_store import (
 )
 from services.gateway.coordination.election import Fence
 from services.gateway.coordination.etcd_keyspace import EtcdKeyspace
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
 from tests.etcd import Etcd
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -120,14 +122,14 @@ def test_a_gateway_with_its_registry_in_etcd_survives_losing_its_data_dir(tmp_pa
     cluster = LocalCluster(tmp_path / "c", nodes=1, registry_etcd=etcd.endpoint)
     try:
         cluster.admin.create_topic("durable", 2, 1)
-        [result] = cluster.client.produce("durable", {1: batch([b"v"])})
+        [result] = cluster.client.produce("durable", {1: make_batch([b"v"])})
         assert not result.error
         cluster.gateway.stop(grace_s=0)
         shutil.rmtree(cluster.root / "gateway")
         cluster.restart_gateway()
         assert len(cluster.admin.describe_topic("durable").partitions) == 2
         assert wait_until(
-            lambda: not cluster.client.produce("durable", {1: batch([b"w"])})[0].error
+            lambda: not cluster.client.produce("durable", {1: make_batch([b"w"])})[0].error
         )
         ends = cluster.client.list_offsets("durable", {1: -1})
         assert ends[1].offset == 2

@@ -15,7 +15,9 @@ from seglog.errors import FencedLeaderEpochError, NotEnoughReplicasError, Unknow
 from seglog.rpc.status import error_from_code
 from seglog.storage.checkpoint import HIGH_WATERMARK_CHECKPOINT, read_checkpoint
 from seglog.v1 import common_pb2
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 FAST = {
     "replica.fetch.wait.max.ms": "100",
@@ -39,7 +41,7 @@ def cluster(tmp_path):
 
 def _produce(cluster, topic, values, *, acks=-1, partition=0, timeout_ms=10_000):
     [result] = cluster.client.produce(
-        topic, {partition: batch(values)}, acks=acks, timeout_ms=timeout_ms
+        topic, {partition: make_batch(values)}, acks=acks, timeout_ms=timeout_ms
     )
     return result
 

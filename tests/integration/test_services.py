@@ -30,7 +30,9 @@ from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, gateway_pb2
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
-from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import SESSION_TIMEOUT_MS, LocalCluster
+from tests.waiting import wait_until
 
 
 def produce_raw(cluster, topic, batches, *, acks=1, epochs=None):
@@ -66,7 +68,9 @@ def test_produce_and_fetch_across_nodes_keep_batches_byte_for_byte(cluster):
     cluster.admin.create_topic("orders", 6)
     placement = {cluster.gateway.registry.route("orders", p).leader for p in range(6)}
     assert placement == {1, 2, 3}  # balanced over the three nodes
-    sent = {p: batch([b"p%d-%d" % (p, i) for i in range(5)], compression=p % 5) for p in range(6)}
+    sent = {
+        p: make_batch([b"p%d-%d" % (p, i) for i in range(5)], compression=p % 5) for p in range(6)
+    }
     response = produce_raw(cluster, "orders", sent)
     assert [r.partition for r in response.partitions] == list(range(6))
     assert all(
@@ -88,8 +92,8 @@ def test_produce_and_fetch_across_nodes_keep_batches_byte_for_byte(cluster):
 
 def test_a_request_spanning_nodes_with_one_corrupt_batch_writes_nothing(cluster):
     cluster.admin.create_topic("t", 3)
-    good = batch([b"ok"])
-    bad = bytearray(batch([b"corrupt me"]))
+    good = make_batch([b"ok"])
+    bad = bytearray(make_batch([b"corrupt me"]))
     bad[-1] ^= 0xFF
     with pytest.raises(CorruptRecordError, match="t-2"):
         produce_raw(cluster, "t", {0: good, 1: good, 2: bytes(bad)})
@@ -104,12 +108,18 @@ def test_a_request_spanning_nodes_with_one_corrupt_batch_writes_nothing(cluster)
 
 def test_bad_requests_get_clear_statuses_and_change_nothing(cluster):
     cluster.admin.create_topic("t", 2, configs={"max.message.bytes": "2000"})
-    good = batch([b"x"])
+    good = make_batch([b"x"])
     cases = [
         (UnknownTopicOrPartitionError, grpc.StatusCode.NOT_FOUND, "nope", {0: good}, 1),
         (UnknownTopicOrPartitionError, grpc.StatusCode.NOT_FOUND, "t", {7: good}, 1),
         (InvalidRequiredAcksError, grpc.StatusCode.INVALID_ARGUMENT, "t", {0: good}, 2),
-        (RecordTooLargeError, grpc.StatusCode.INVALID_ARGUMENT, "t", {0: batch([b"y" * 5000])}, 1),
+        (
+            RecordTooLargeError,
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "t",
+            {0: make_batch([b"y" * 5000])},
+            1,
+        ),
         (InvalidRequestError, grpc.StatusCode.INVALID_ARGUMENT, "t", {}, 1),
     ]
     for error, code, topic, batches, acks in cases:
@@ -125,7 +135,7 @@ def test_bad_requests_get_clear_statuses_and_change_nothing(cluster):
 
 def test_acks_all_on_a_lone_replica_is_acks_one(cluster):
     cluster.admin.create_topic("t", 1)
-    response = produce_raw(cluster, "t", {0: batch([b"x"])}, acks=-1)
+    response = produce_raw(cluster, "t", {0: make_batch([b"x"])}, acks=-1)
     assert (response.partitions[0].error, response.partitions[0].base_offset) == (0, 0)
     assert cluster.log("t", 0).high_watermark == 1
 
@@ -134,7 +144,7 @@ def test_oversize_request_is_refused_before_routing(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1, max_request_bytes=256 * 1024)
     try:
         cluster.admin.create_topic("t", 1)
-        big = b"".join(batch([b"z" * 60_000]) for _ in range(6))
+        big = b"".join(make_batch([b"z" * 60_000]) for _ in range(6))
         with pytest.raises(RecordListTooLargeError):
             produce_raw(cluster, "t", {0: big})
         assert cluster.log("t", 0).log_end_offset == 0
@@ -144,7 +154,7 @@ def test_oversize_request_is_refused_before_routing(tmp_path):
 
 def test_acks_zero_answers_without_offsets_and_the_records_arrive(cluster):
     cluster.admin.create_topic("t", 1)
-    response = produce_raw(cluster, "t", {0: batch([b"a", b"b"])}, acks=0)
+    response = produce_raw(cluster, "t", {0: make_batch([b"a", b"b"])}, acks=0)
     assert response.partitions[0].base_offset == -1
     assert wait_until(lambda: cluster.log("t", 0).log_end_offset == 2)
 
@@ -152,9 +162,9 @@ def test_acks_zero_answers_without_offsets_and_the_records_arrive(cluster):
 def test_stale_leader_epoch_gets_not_leader(cluster):
     cluster.admin.create_topic("t", 1)
     epoch = cluster.admin.describe_topic("t").partitions[0].leader_epoch
-    produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch})
+    produce_raw(cluster, "t", {0: make_batch([b"a"])}, epochs={0: epoch})
     with pytest.raises(NotLeaderError, match="refresh metadata"):
-        produce_raw(cluster, "t", {0: batch([b"a"])}, epochs={0: epoch + 7})
+        produce_raw(cluster, "t", {0: make_batch([b"a"])}, epochs={0: epoch + 7})
     (message,) = list(
         cluster.client.fetch([FetchPosition("t", 0, 0, leader_epoch=epoch + 7)], max_wait_ms=0)
     )
@@ -175,7 +185,7 @@ def test_fetch_long_poll_is_woken_by_an_append(cluster):
     thread = threading.Thread(target=fetch)
     thread.start()
     time.sleep(0.3)  # let the fetch reach its wait (it would also be correct if it had not)
-    produce_raw(cluster, "t", {0: batch([b"wake up"])})
+    produce_raw(cluster, "t", {0: make_batch([b"wake up"])})
     thread.join(30)
     (message,) = result["messages"]
     assert [r.value for r in iter_records(message.records)] == [b"wake up"]
@@ -183,7 +193,7 @@ def test_fetch_long_poll_is_woken_by_an_append(cluster):
 
 def test_fetch_waits_for_min_bytes_then_answers_with_what_it_has(cluster):
     cluster.admin.create_topic("t", 1)
-    produce_raw(cluster, "t", {0: batch([b"small"])})
+    produce_raw(cluster, "t", {0: make_batch([b"small"])})
     messages = fetch_all(cluster, "t", 0, min_bytes=1 << 20, max_wait_ms=200)
     assert [r.value for m in messages for r in iter_records(m.records)] == [b"small"]
 
@@ -194,7 +204,7 @@ def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_
         cluster.nodes[1].replicas.chunk_bytes = 64 * 1024
         cluster.admin.create_topic("t", 1)
         for i in range(20):
-            produce_raw(cluster, "t", {0: batch([bytes([i]) * 16_000])})
+            produce_raw(cluster, "t", {0: make_batch([bytes([i]) * 16_000])})
         messages = fetch_all(cluster, "t", 0)
         assert len(messages) > 1
         assert all(len(m.records) <= 64 * 1024 for m in messages)
@@ -215,7 +225,7 @@ def test_fetch_streams_whole_batches_in_bounded_chunks_and_always_one_batch(tmp_
 
 def test_fetch_out_of_range_and_unknown_partition_are_per_partition_errors(cluster):
     cluster.admin.create_topic("t", 2)
-    produce_raw(cluster, "t", {0: batch([b"a"]), 1: batch([b"b"])})
+    produce_raw(cluster, "t", {0: make_batch([b"a"]), 1: make_batch([b"b"])})
     positions = [
         FetchPosition("t", 0, 99),
         FetchPosition("t", 1, 0),
@@ -233,7 +243,7 @@ def test_list_offsets_earliest_latest_and_by_timestamp(cluster):
     cluster.admin.create_topic("t", 1)
     base = time.time_ns() // 1_000_000 - 10_000
     for i in range(5):
-        produce_raw(cluster, "t", {0: batch([b"%d" % i] * 3, timestamp_ms=base + i * 1000)})
+        produce_raw(cluster, "t", {0: make_batch([b"%d" % i] * 3, timestamp_ms=base + i * 1000)})
     assert cluster.client.list_offsets("t", {0: EARLIEST})[0].offset == 0
     assert cluster.client.list_offsets("t", {0: LATEST})[0].offset == 15
     found = cluster.client.list_offsets("t", {0: base + 2500})[0]
@@ -285,7 +295,7 @@ def test_internal_topics_are_listed_only_on_request(cluster):
 
 def test_describe_reports_offsets_and_cluster_liveness(cluster):
     cluster.admin.create_topic("t", 3)
-    produce_raw(cluster, "t", {1: batch([b"a", b"b"])})
+    produce_raw(cluster, "t", {1: make_batch([b"a", b"b"])})
     description = cluster.admin.describe_topic("t")
     assert [p.log_end_offset for p in description.partitions] == [0, 2, 0]
     assert [p.replicas[0] for p in description.partitions] == [
@@ -301,17 +311,17 @@ def test_a_node_down_is_unavailable_and_others_keep_serving(cluster):
     cluster.stop_node(down)
     assert wait_until(lambda: not cluster.gateway.registry.is_live(down), SESSION_TIMEOUT_MS / 100)
     with pytest.raises(LeaderNotAvailableError) as info:
-        produce_raw(cluster, "t", {0: batch([b"x"])})
+        produce_raw(cluster, "t", {0: make_batch([b"x"])})
     assert info.value.retriable
     for p in (1, 2):
-        assert produce_raw(cluster, "t", {p: batch([b"x"])}).partitions[0].error == 0
+        assert produce_raw(cluster, "t", {p: make_batch([b"x"])}).partitions[0].error == 0
     live = {n.node_id: n.live for n in cluster.admin.describe_cluster().nodes}
     assert live[down] is False
     description = cluster.admin.describe_topic("t")
     assert common_pb2.ErrorCode.Name(description.partitions[0].error) == "LEADER_NOT_AVAILABLE"
 
     cluster.start_node(down)
-    assert produce_raw(cluster, "t", {0: batch([b"back"])}).partitions[0].error == 0
+    assert produce_raw(cluster, "t", {0: make_batch([b"back"])}).partitions[0].error == 0
     # Each leader change is a new term: to none when its session expired, back at its return.
     assert cluster.admin.describe_topic("t").partitions[0].leader_epoch == 2
 
@@ -320,7 +330,7 @@ def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluste
     cluster.admin.create_topic("spread", 3)
     leaders = [cluster.gateway.registry.route("spread", p).leader for p in range(3)]
     assert len(set(leaders)) == 3
-    produce_raw(cluster, "spread", {p: batch([b"p%d" % p]) for p in range(3)})
+    produce_raw(cluster, "spread", {p: make_batch([b"p%d" % p]) for p in range(3)})
     down = leaders[2]
     cluster.stop_node(down)  # the gateway still routes to it: its session has not expired
     messages = list(
@@ -338,7 +348,7 @@ def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluste
 
 def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
     cluster.admin.create_topic("t", 4, configs={"segment.bytes": "1048576"})
-    produce_raw(cluster, "t", {p: batch([b"before"]) for p in range(4)})
+    produce_raw(cluster, "t", {p: make_batch([b"before"]) for p in range(4)})
     before = gateway_pb2.DescribeTopicsResponse.FromString(
         cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest()).SerializeToString()
     )
@@ -350,7 +360,7 @@ def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
         (p.leader, p.replicas[:]) for p in before.topics[0].partitions
     ]
     assert dict(after.topics[0].configs) == {"segment.bytes": "1048576"}
-    response = produce_raw(cluster, "t", {p: batch([b"after"]) for p in range(4)})
+    response = produce_raw(cluster, "t", {p: make_batch([b"after"]) for p in range(4)})
     assert all(r.error == 0 and r.base_offset == 1 for r in response.partitions)
 
 

@@ -17,8 +17,9 @@ from seglog.client.structs import TopicPartition
 from seglog.errors import NotCoordinatorError, SeglogError
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import groups_pb2, groups_pb2_grpc
-from tests.cluster import batch, wait_until
+from tests.batches import make_batch
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -84,6 +85,7 @@ def leader_of(cluster, index: int, topic: str, partition: int) -> int:
         return admin.describe_topic(topic).partitions[partition].leader
 
 
+@pytest.mark.slow
 def test_the_controller_killed_under_acks_all_load(cluster):
     a, b = cluster.gateway_addresses
     with cluster.admin(1) as admin:
@@ -110,6 +112,7 @@ def test_the_controller_killed_under_acks_all_load(cluster):
     assert "is the controller" in cluster.log("gateway-1")
 
 
+@pytest.mark.slow
 def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     with cluster.admin(0) as admin:
         admin.create_topic("events", 2, 3)
@@ -170,6 +173,7 @@ def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     assert duplicates <= 600 - sum(committed_before_kill.values()), duplicates
 
 
+@pytest.mark.slow
 def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
     # The nodes heartbeat to the second gateway first: the paused one is the controller only.
     cluster = EtcdBackedCluster(tmp_path, node_gateway_order=[1, 0])
@@ -197,12 +201,13 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
         with cluster.admin(0) as admin:
             admin.create_topic("after", 1, 2)
         with cluster.client(0) as client:
-            [result] = client.produce("after", {0: _batch(b"x")})
+            [result] = client.produce("after", {0: make_batch([b"x"])})
             assert not result.error
     finally:
         cluster.close()
 
 
+@pytest.mark.slow
 def test_etcd_restarted_while_the_cluster_runs(cluster):
     with cluster.admin(0) as admin:
         admin.create_topic("steady", 2, 3)
@@ -212,7 +217,7 @@ def test_etcd_restarted_while_the_cluster_runs(cluster):
     for index in (0, 1):
         with cluster.client(index) as client:
             for partition in (0, 1):
-                [result] = client.produce("steady", {partition: _batch(b"during")})
+                [result] = client.produce("steady", {partition: make_batch([b"during"])})
                 assert not result.error, result.error_message
     # Metadata changes wait for etcd, with a retriable error.
     with cluster.admin(0) as admin:
@@ -239,7 +244,3 @@ def _try_create(admin, name: str) -> bool:
         return True
     except SeglogError as exc:
         return exc.reason == "TOPIC_ALREADY_EXISTS"
-
-
-def _batch(value: bytes):
-    return batch([value])

@@ -22,7 +22,9 @@ from seglog.rpc.status import error_from_rpc
 from seglog.security.certs import CertificateAuthority, write_issued
 from seglog.security.tls import ClientSecurity, channel_credentials
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +205,7 @@ def test_node_certificates_named_after_statefulset_pods(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=2, tls=True, node_identity_prefix="seglog-node-")
     try:
         cluster.admin.create_topic("pods", 1, 2)
-        [result] = cluster.client.produce("pods", {0: batch([b"v"])}, acks=-1)
+        [result] = cluster.client.produce("pods", {0: make_batch([b"v"])}, acks=-1)
         assert not result.error  # both replicas, over the nodes' mutual TLS
         for identity in ("seglog-node-2", "node-1"):
             creds = channel_credentials(cluster.tls_files(identity))

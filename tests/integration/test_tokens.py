@@ -20,7 +20,8 @@ from seglog.security.acls import AclBinding
 from seglog.security.tls import ClientSecurity
 from seglog.security.tokens import TokenVerifier
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
-from tests.cluster import LocalCluster, batch
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
 
 KID = "seglog-test"
 
@@ -75,19 +76,19 @@ def test_static_tokens_and_jwts_are_principals_the_authorizer_checks(cluster, si
             ]
         )
     with _client(cluster, "s3cret-bob") as bob:
-        assert bob.produce("inbox", {0: batch([b"from bob"])})[0].error == 0
+        assert bob.produce("inbox", {0: make_batch([b"from bob"])})[0].error == 0
     with _client(cluster, _jwt(signing_key, "jane")) as jane:
-        assert jane.produce("inbox", {0: batch([b"from jane"])})[0].error == 0
+        assert jane.produce("inbox", {0: make_batch([b"from jane"])})[0].error == 0
     with (
         _client(cluster, _jwt(signing_key, "eve")) as eve,
         pytest.raises(PermissionDeniedError, match="User:eve may not Write"),
     ):
-        eve.produce("inbox", {0: batch([b"no"])})
+        eve.produce("inbox", {0: make_batch([b"no"])})
     with (
         _client(cluster, None) as anonymous,
         pytest.raises(PermissionDeniedError, match="User:ANONYMOUS"),
     ):
-        anonymous.produce("inbox", {0: batch([b"no"])})
+        anonymous.produce("inbox", {0: make_batch([b"no"])})
     assert cluster.log("inbox", 0).log_end_offset == 2
 
 

@@ -7,7 +7,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2_grpc
-from tests.cluster import LocalCluster, batch, wait_until
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
@@ -47,7 +49,7 @@ def test_a_produce_is_one_trace_through_gateway_node_and_engine(traced_cluster):
     stub = gateway_pb2_grpc.GatewayStub(channel)
     _EXPORTER.clear()
     request = common_pb2.ProduceRequest(topic="t", acks=1)
-    request.partitions.add(partition=0, records=batch([b"a", b"b", b"c"]))
+    request.partitions.add(partition=0, records=make_batch([b"a", b"b", b"c"]))
     stub.Produce(request, timeout=10)
     assert wait_until(
         lambda: any(s.name == "seglog.log.append" for s in _EXPORTER.get_finished_spans())
@@ -124,7 +126,7 @@ def test_a_bulk_transfer_is_a_client_span_with_the_nodes_span_in_its_trace(trace
     from seglog.client.bulk import BulkReader
     from seglog.client.structs import TopicPartition
 
-    traced_cluster.client.produce("t", {0: batch([b"bulk"] * 10)})
+    traced_cluster.client.produce("t", {0: make_batch([b"bulk"] * 10)})
     _EXPORTER.clear()
     reader = BulkReader(traced_cluster.stub, 10)
     by_grant, fallback = reader.route([(TopicPartition("t", 0), 0)])

@@ -36,6 +36,8 @@ NOW_MS = time.time_ns() // 1_000_000
 
 
 def _batch(values, keys=None, compression=0, timestamps=None) -> bytearray:
+    # Not tests/batches.py's builder: these checks need a timestamp per record (skew, max
+    # timestamp) and a mutable batch to corrupt in place before resealing it.
     builder = RecordBatchBuilder(compression=compression)
     for i, value in enumerate(values):
         key = None if keys is None else keys[i]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from seglog.storage import Log, LogConfig
-from tests.cluster import batch
+from tests.batches import make_batch
 from tests.faults.disks import UNCOVERED_HEADER_FIELDS, NodeDisks, flip_a_bit
 from tests.small_filesystem import sync_filesystem
 
@@ -23,7 +23,7 @@ BATCHES = 60
 def write_log(directory: Path) -> None:
     log = Log.open(directory, CONFIG)
     for n in range(BATCHES):
-        log.append(batch([b"%04d" % n + b"v" * 40]))
+        log.append(make_batch([b"%04d" % n + b"v" * 40]))
     assert len(log.segments) >= 5
     log.close()
 

@@ -14,7 +14,7 @@ from seglog.records.rewrite import encode_batch
 from seglog.storage import Log, LogConfig, ManualClock
 from seglog.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_checkpoint
 from seglog.storage.cleaner import OFFSET_MAP_BYTES_PER_ENTRY, Cleaner, OffsetMap
-from tests.conftest import make_batch
+from tests.batches import make_batch
 from tests.unit.test_log import files, read_all
 
 DAY_MS = 24 * 60 * 60 * 1000

@@ -25,6 +25,7 @@ from services.gateway.groups.offsets_formats import (
     java_string_hash,
     partition_for_group,
 )
+from tests.waiting import wait_until
 
 # -- buffer pool ---------------------------------------------------------------------------
 
@@ -46,7 +47,7 @@ def test_exhausted_pool_blocks_until_memory_returns_then_times_out():
     got = []
     waiter = threading.Thread(target=lambda: got.append(pool.allocate(1024, max_block_ms=10_000)))
     waiter.start()
-    assert _eventually(lambda: pool.queued_waiters == 1)
+    assert wait_until(lambda: pool.queued_waiters == 1)
     pool.deallocate(held.pop())
     waiter.join(10)
     assert len(got) == 1 and len(got[0]) == 1024
@@ -61,15 +62,6 @@ def test_a_buffer_larger_than_the_whole_pool_is_refused_at_once():
     pool = BufferPool(total_bytes=1024, poolable_size=512)
     with pytest.raises(Exception, match="larger than buffer_memory"):
         pool.allocate(4096, max_block_ms=10_000)
-
-
-def _eventually(predicate, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return False
 
 
 # -- accumulator ---------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from seglog.errors import CorruptRecordError
 from seglog.records import iter_records
 from seglog.storage import Log, LogConfig
-from tests.cluster import batch
+from tests.batches import make_batch
 
 CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
 BATCHES = 60
@@ -36,7 +36,7 @@ def write_crashed_log(directory: Path, *, leader_epoch: int | None = None) -> Pa
     clean-shutdown marker (its recovery point is whatever the last checkpoint said)."""
     log = Log.open(directory / "t-0", CONFIG)
     for offset in range(BATCHES):
-        log.append(batch([value_of(offset)]), leader_epoch=leader_epoch)
+        log.append(make_batch([value_of(offset)]), leader_epoch=leader_epoch)
     assert len(log.segments) >= 5
     log.close()
     (directory / ".kafka_cleanshutdown").unlink()
@@ -84,7 +84,7 @@ def assert_a_clean_prefix(log: Log) -> int:
     records = read_everything(log)
     end = log.log_end_offset
     assert records == [(offset, value_of(offset)) for offset in range(end)]
-    assert log.append(batch([value_of(end)])).first_offset == end
+    assert log.append(make_batch([value_of(end)])).first_offset == end
     return end
 
 
@@ -264,7 +264,7 @@ def test_after_a_clean_shutdown_a_flipped_base_offset_at_a_segment_s_ends_is_sti
         directory = tmp_path / which / "t-0"
         log = Log.open(directory, CONFIG)
         for offset in range(BATCHES):
-            log.append(batch([value_of(offset)]))
+            log.append(make_batch([value_of(offset)]))
         log.close()
         assert (tmp_path / which / ".kafka_cleanshutdown").exists()
         path, base = older_segment(directory)
@@ -286,7 +286,7 @@ def test_a_read_refuses_a_batch_whose_offsets_cannot_be_in_its_segment(tmp_path)
     directory = tmp_path / "t-0"
     log = Log.open(directory, CONFIG)
     for offset in range(BATCHES):
-        log.append(batch([value_of(offset)]))
+        log.append(make_batch([value_of(offset)]))
     log.close()
     path, base = older_segment(directory)
     middle = len(batch_starts(path)) // 2
@@ -307,7 +307,7 @@ def test_a_segment_rebuilt_in_the_middle_keeps_the_epochs_of_the_segments_after_
     directory = tmp_path / "t-0"
     log = Log.open(directory, CONFIG)
     for offset in range(BATCHES):
-        log.append(batch([value_of(offset)]), leader_epoch=1 if offset < 30 else 2)
+        log.append(make_batch([value_of(offset)]), leader_epoch=1 if offset < 30 else 2)
     epochs = log.leader_epochs.entries
     assert [e.epoch for e in epochs] == [1, 2]
     log.close()
@@ -329,7 +329,7 @@ def test_an_unreadable_data_dir_checkpoint_is_forgotten_and_the_logs_are_checked
     directory = tmp_path / "t-0"
     log = Log.open(directory, CONFIG)
     for offset in range(BATCHES):
-        log.append(batch([value_of(offset)]))
+        log.append(make_batch([value_of(offset)]))
     log.close()
     assert (tmp_path / ".kafka_cleanshutdown").exists()
     flip_bit(tmp_path / "recovery-point-offset-checkpoint", 0, 1)  # version "0" becomes "2"

@@ -6,7 +6,7 @@ import json
 from seglog.cli.dump import dump
 from seglog.cli.main import main
 from seglog.storage import Log, LogConfig
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 
 def test_verify_stops_at_the_first_unused_slot_of_a_preallocated_index(tmp_path, now_ms):

@@ -8,7 +8,7 @@ from seglog.records.batch import RecordBatch
 from seglog.storage import Log, LogConfig
 from seglog.storage.checkpoint import HIGH_WATERMARK_CHECKPOINT, read_checkpoint
 from seglog.storage.log import LATEST_TIMESTAMP
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 
 def _fill(log: Log, count: int, now_ms: int) -> None:

@@ -14,7 +14,7 @@ from seglog.storage.leader_epoch_cache import (
     LeaderEpochCache,
     read_epoch_entries,
 )
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 
 def test_end_offset_for_answers_as_kafka(tmp_path):

@@ -23,7 +23,7 @@ from seglog.storage.log import MAX_TIMESTAMP, TimestampAndOffset
 from seglog.storage.retention import delete_old_segments
 from seglog.storage.segment_factory import SegmentFactory
 from seglog.storage.validation import validate_records
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 
 def read_all(log):
@@ -265,7 +265,7 @@ def test_disk_full_mid_append_cuts_the_log_back_and_raises(tmp_path):
         sys.path.insert(0, {str(os.getcwd())!r})
         from seglog.errors import StorageError
         from seglog.storage import Log
-        from tests.conftest import make_batch
+        from tests.batches import make_batch
         log = Log.open({str(tmp_path / "t-0")!r})
         log.append(make_batch([b"first"]))
         size = log.active_segment.size

@@ -1,7 +1,6 @@
 import itertools
 import json
 import threading
-import time
 
 import pytest
 
@@ -15,21 +14,13 @@ from seglog.storage.checkpoint import (
 )
 from seglog.storage.config import LogManagerConfig
 from seglog.storage.log_manager import LogManager
-from tests.conftest import make_batch
+from tests.batches import make_batch
+from tests.waiting import wait_until
 
 
 def manager(tmp_path, clock=None, dirs=("d0", "d1"), **config):
     cfg = LogManagerConfig(log_dirs=tuple(str(tmp_path / d) for d in dirs), **config)
     return LogManager(cfg, LogConfig(), clock=clock or ManualClock())
-
-
-def wait_until(predicate, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_logs_are_spread_over_data_dirs_and_reloaded_after_restart(tmp_path):

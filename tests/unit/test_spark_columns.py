@@ -19,6 +19,8 @@ records = st.lists(st.tuples(fields, fields), min_size=1, max_size=60)
 
 
 def _batch(pairs, *, base_offset=0, compression=0, headers=None, log_append_ms=None):
+    # Not tests/batches.py's builder: the columns are read from a batch as a node stores it
+    # (its base offset assigned, LogAppendTime stamped), each record a millisecond apart.
     builder = RecordBatchBuilder(compression=compression)
     for i, (key, value) in enumerate(pairs):
         builder.append(key, value, 1_700_000_000_000 + i, headers)

@@ -8,7 +8,7 @@ import random
 
 from seglog.records.batch import RecordBatch
 from seglog.storage import Log, LogConfig
-from tests.conftest import make_batch
+from tests.batches import make_batch
 
 
 def _skewed_log(tmp_path, now_ms, *, segment_bytes=256 * 1024) -> tuple[Log, list[int]]:

@@ -10,7 +10,7 @@ import pytest
 from seglog.errors import StorageError
 from seglog.records import iter_records
 from seglog.storage import Log, LogConfig
-from tests.cluster import batch
+from tests.batches import make_batch
 
 
 def _values(log: Log) -> list[bytes]:
@@ -19,8 +19,8 @@ def _values(log: Log) -> list[bytes]:
 
 def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_path):
     log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
-    log.append(batch([b"a"]))
-    log.append(batch([b"b"]))
+    log.append(make_batch([b"a"]))
+    log.append(make_batch([b"b"]))
     segment = log.active_segment
     size_before, entries_before = segment.size, segment.offset_index.entries
     index_fd = segment.offset_index._fd
@@ -29,7 +29,7 @@ def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_p
     os.dup2(read_only, index_fd)  # every pwrite to the index now fails with EBADF
     try:
         with pytest.raises(StorageError, match="rolled back") as caught:
-            log.append(batch([b"lost"]))
+            log.append(make_batch([b"lost"]))
         assert caught.value.retriable
         assert (segment.size, segment.offset_index.entries) == (size_before, entries_before)
         assert log.log_end_offset == 2
@@ -37,7 +37,7 @@ def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_p
         os.dup2(saved, index_fd)
         os.close(saved)
         os.close(read_only)
-    assert log.append(batch([b"c"])).first_offset == 2
+    assert log.append(make_batch([b"c"])).first_offset == 2
     assert _values(log) == [b"a", b"b", b"c"]
     log.close()
     reopened = Log.open(tmp_path / "t-0")
@@ -51,13 +51,13 @@ def test_a_roll_leaves_the_flush_to_the_scheduler_which_advances_the_recovery_po
     log = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=2048))
     try:
         for _ in range(9):
-            log.append(batch([bytes(500)]))
+            log.append(make_batch([bytes(500)]))
         assert len(log.segments) >= 3
         # The append path did not flush: the rolled segments wait for the scheduled task.
         assert log.recovery_point == 0
         log.maybe_flush()  # what LogManager's flush scheduler runs every interval
         assert log.recovery_point == log.active_segment.base_offset > 0
-        log.append(batch([bytes(500)]))
+        log.append(make_batch([bytes(500)]))
         log.maybe_flush()
         assert log.recovery_point == log.active_segment.base_offset
     finally:
@@ -67,18 +67,18 @@ def test_a_roll_leaves_the_flush_to_the_scheduler_which_advances_the_recovery_po
 def test_a_clean_shutdown_marker_does_not_hide_a_torn_tail(tmp_path):
     log = Log.open(tmp_path / "t-0")
     for value in (b"a", b"b", b"c"):
-        log.append(batch([value]))
+        log.append(make_batch([value]))
     path = log.active_segment.log.path
     log.close()
     assert (tmp_path / ".kafka_cleanshutdown").exists()
     whole = path.stat().st_size
     with open(path, "ab") as tail:
-        tail.write(batch([b"torn"])[:30])  # a partial batch after the marker was written
+        tail.write(make_batch([b"torn"])[:30])  # a partial batch after the marker was written
     reopened = Log.open(tmp_path / "t-0")
     try:
         assert path.stat().st_size == whole
         assert _values(reopened) == [b"a", b"b", b"c"] and reopened.log_end_offset == 3
-        assert reopened.append(batch([b"d"])).first_offset == 3
+        assert reopened.append(make_batch([b"d"])).first_offset == 3
     finally:
         reopened.close()
 
@@ -86,7 +86,7 @@ def test_a_clean_shutdown_marker_does_not_hide_a_torn_tail(tmp_path):
 def test_an_index_entry_pointing_inside_a_batch_is_detected_and_rebuilt(tmp_path):
     log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
     for i in range(6):
-        log.append(batch([b"%d" % i * 100]))
+        log.append(make_batch([b"%d" % i * 100]))
     index_path = log.active_segment.offset_index.path
     log.close()
     raw = bytearray(index_path.read_bytes())
