@@ -47,7 +47,7 @@ def _wait(predicate, what: str, timeout_s: float = 60) -> None:  # type: ignore[
         try:
             if predicate():
                 return
-        except Exception:  # noqa: BLE001 - not up yet
+        except Exception:  # not up yet
             pass
         if time.monotonic() > deadline:
             raise RuntimeError(f"timed out waiting for {what}")

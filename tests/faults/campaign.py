@@ -216,13 +216,13 @@ def _one_cycle(
             report.faults[fault.name] += 1
             report.schedule.append(f"cycle {report.cycles + 1}: {what}")
             log(f"cycle {report.cycles + 1}: {what}")
-    except Exception as exc:  # noqa: BLE001 - a fault that could not be made is a finding
+    except Exception as exc:  # a fault that could not be made is a finding
         report.problems.append(f"cycle {report.cycles + 1}: {type(exc).__name__}: {exc}")
     finally:
         for fault in reversed(started):
             try:
                 fault.heal(cluster)
-            except Exception as exc:  # noqa: BLE001 - written down; the next cycle waits to heal
+            except Exception as exc:  # written down; the next cycle waits to heal
                 report.problems.append(
                     f"cycle {report.cycles + 1}: healing {fault.name}: {type(exc).__name__}: {exc}"
                 )

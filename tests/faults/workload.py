@@ -101,7 +101,7 @@ def run_producer(args: argparse.Namespace) -> int:
                     key=key.encode(),
                     callback=_completion(history, invoked),
                 )
-            except Exception as exc:  # noqa: BLE001 - never queued: certainly not written
+            except Exception as exc:  # never queued: certainly not written
                 history.record("fail", "send", {**invoked, "error": describe(exc)})
                 stop.wait(ERROR_BACKOFF_S)
             sent += 1
@@ -150,7 +150,7 @@ def run_consumer(args: argparse.Namespace) -> int:
         while not stop:
             try:
                 records = consumer.poll(timeout_ms=200)
-            except Exception as exc:  # noqa: BLE001 - a leader or coordinator moving
+            except Exception as exc:  # a leader or coordinator moving
                 history.record("info", "poll", {"error": describe(exc)})
                 stop.wait(ERROR_BACKOFF_S)
                 continue
@@ -198,7 +198,7 @@ def commit(consumer: Consumer, history: HistoryWriter, group: str) -> None:
     """Commit the current positions explicitly, recording what was asked and the answer."""
     try:
         positions = {tp: consumer.position(tp) for tp in consumer.assignment()}
-    except Exception:  # noqa: BLE001 - assignment changing under us; the next commit covers it
+    except Exception:  # assignment changing under us; the next commit covers it
         return
     if not positions:
         return
@@ -206,7 +206,7 @@ def commit(consumer: Consumer, history: HistoryWriter, group: str) -> None:
     history.record("invoke", "commit", invoked)
     try:
         consumer.commit({tp: OffsetAndMetadata(o) for tp, o in positions.items()})
-    except Exception as exc:  # noqa: BLE001 - recorded; a group moving refuses commits
+    except Exception as exc:  # recorded; a group moving refuses commits
         history.record(outcome_of(exc), "commit", {**invoked, "error": describe(exc)})
     else:
         history.record("ok", "commit", invoked)
@@ -238,7 +238,7 @@ def run_final_read(args: argparse.Namespace) -> int:
         while time.monotonic() < deadline and any(positions[p] < ends[p] for p in partitions):
             try:
                 records = consumer.poll(timeout_ms=200)
-            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+            except Exception as exc:  # retried until the deadline
                 print(f"final read: poll failed: {describe(exc)}", file=sys.stderr)
                 continue
             for r in records:

@@ -176,7 +176,7 @@ def test_certificates_rotate_without_a_restart_or_a_failed_write(cluster):
             while not stop.is_set():
                 try:
                     acked.append(producer.send("rotating", b"x").get(timeout=10))
-                except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                except Exception as exc:  # collected for the assertion
                     failures.append(exc)
 
     writer = threading.Thread(target=produce)

@@ -163,7 +163,7 @@ class _DrainOnRelease:
     def _drain(self):
         try:
             self.drained += self.accumulator.drain(1, time.monotonic())
-        except Exception as exc:  # noqa: BLE001 - recorded for the test
+        except Exception as exc:  # recorded for the test
             self.errors.append(exc)
 
 

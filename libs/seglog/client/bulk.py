@@ -108,7 +108,7 @@ class BulkReader:
         retry_at = time.monotonic() + NO_GRANT_RETRY_S
         try:
             response = self.stub.FetchGrants(request, timeout=self.timeout_s)
-        except Exception as exc:  # noqa: BLE001 - the gRPC path still works
+        except Exception as exc:  # the gRPC path still works
             logger.debug("FetchGrants failed: %s", exc)
             for tp, _ in missing:
                 self._no_grant_until[tp] = retry_at

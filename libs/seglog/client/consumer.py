@@ -381,7 +381,7 @@ class Consumer:
             try:
                 if chosen:
                     group.commit(chosen, as_member=as_member)
-            except BaseException as exc:  # noqa: BLE001 - handed to the callback and future
+            except BaseException as exc:  # handed to the callback and future
                 error = exc
             if callback is not None:
                 callback(chosen, error)

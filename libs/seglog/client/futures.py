@@ -116,7 +116,7 @@ class RecordFuture(tuple):  # type: ignore[type-arg]
             self[0].wait(timeout)
         except TimeoutError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - the delivery error is the answer
+        except BaseException as exc:  # the delivery error is the answer
             return exc
         return None
 

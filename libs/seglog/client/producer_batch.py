@@ -125,5 +125,5 @@ class ProducerBatch:
         for future, callback in self.callbacks:
             try:
                 future._run_callback(callback)
-            except Exception:  # noqa: BLE001 - a user callback must not stop the sender
+            except Exception:  # a user callback must not stop the sender
                 logger.exception("a producer callback raised")

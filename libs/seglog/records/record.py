@@ -65,7 +65,7 @@ class RecordsHeader(Protocol):
     def timestamp_type(self) -> int: ...
 
 
-def decode_records(  # noqa: C901
+def decode_records(
     data: bytes, header: RecordsHeader, position: int = 0, topic: str = "", partition: int = -1
 ) -> list[Record]:
     """Decode a records section. One tight loop: this is the consumer's hot path.

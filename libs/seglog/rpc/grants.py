@@ -74,7 +74,7 @@ def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> Verif
         raise InvalidRequestError("transfer grant: the signature does not verify")
     try:
         parsed = bulk_pb2.TransferGrant.FromString(grant)
-    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+    except Exception as exc:  # protobuf's DecodeError and friends
         raise InvalidRequestError(f"transfer grant: malformed ({exc})") from None
     if parsed.version != GRANT_VERSION:
         raise InvalidRequestError(f"transfer grant: unknown version {parsed.version}")

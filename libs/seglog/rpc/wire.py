@@ -149,7 +149,7 @@ class ScannedPartition:
     records: memoryview = memoryview(b"")
     current_leader_epoch: int | None = None
 
-    def HasField(self, name: str) -> bool:  # noqa: N802 - protobuf's name, for shared checks
+    def HasField(self, name: str) -> bool:  # protobuf's name, for shared checks
         return name == "current_leader_epoch" and self.current_leader_epoch is not None
 
 

@@ -200,7 +200,7 @@ class Cleaner:
             ):
                 return 0
             return self.clean(log, found.first_dirty_offset, found.first_uncleanable_offset)
-        except Exception as exc:  # noqa: BLE001 - any failure must stop this partition only
+        except Exception as exc:  # any failure must stop this partition only
             self.uncleanable[tp] = str(exc)
             logger.exception(
                 "cleaning %s-%d failed; the partition is marked uncleanable and keeps serving",

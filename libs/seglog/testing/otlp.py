@@ -33,7 +33,7 @@ class OtlpReceiver(metrics_service_pb2_grpc.MetricsServiceServicer):
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def Export(  # noqa: N802 - the generated servicer's name
+    def Export(  # the generated servicer's name
         self,
         request: metrics_service_pb2.ExportMetricsServiceRequest,
         context: grpc.ServicerContext,
