@@ -374,7 +374,9 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
         admin.create_topic("orders", 1, 3)
     with cluster.client(0) as client:
         for i in range(3):
-            [result] = client.produce("orders", {0: make_batch([b"before-%d" % i])})
+            # acks=all: acknowledged means below the high watermark, which the final read
+            # reads up to (acks=1 could leave the last record above it for a moment).
+            [result] = client.produce("orders", {0: make_batch([b"before-%d" % i])}, acks=-1)
             assert not result.error, result.error_message
     leader, epoch, _ = cluster.registrations(0, "orders")[0]
     for link in cluster.gateway_links[leader]:
@@ -388,7 +390,7 @@ def test_a_leader_cut_from_the_gateways_stops_leading(cluster):
     for acks in (1, -1):
         assert append_directly(cluster, leader, acks, b"stale") == "NOT_LEADER_OR_FOLLOWER"
     with cluster.client(0) as client:
-        [result] = client.produce("orders", {0: make_batch([b"after"])})
+        [result] = client.produce("orders", {0: make_batch([b"after"])}, acks=-1)
         assert not result.error, result.error_message
     for link in cluster.gateway_links[leader]:
         link.heal()
