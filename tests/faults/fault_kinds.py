@@ -22,7 +22,7 @@ from tests.faults.cluster import (
     TOPIC,
     Cluster,
 )
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_until
 
 # The producers' request timeout: pauses outlast it, delayed answers straddle it.
 PRODUCER_REQUEST_TIMEOUT_MS = 3000
@@ -326,12 +326,12 @@ class DropAnswers:
         # dropped when `count` were is disarmed by heal.
         for proxy in cluster.proxies:
             proxy.drop_answers(count)
-        wait_for(
-            lambda: cluster.answers_dropped() >= before + count,
-            NOTICE_TIMEOUT_S,
-            f"{count} answers dropped",
-        )
-        return f"dropped {count} answers"
+        # Overlapping a fault that stops all answers (the gateway paused or down), fewer may
+        # pass in the time: the schedule then says how many were dropped, not a failure.
+        if wait_until(lambda: cluster.answers_dropped() >= before + count, NOTICE_TIMEOUT_S):
+            return f"dropped {count} answers"
+        dropped = cluster.answers_dropped() - before
+        return f"dropped {dropped} of {count} answers armed (few answers flowed)"
 
     def heal(self, cluster: Cluster) -> None:
         for proxy in cluster.proxies:
