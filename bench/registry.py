@@ -8,6 +8,7 @@ the etcd side's gateway keeps its registry in an etcd member started here.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from pathlib import Path
 from devtools.embedded_etcd import EtcdProcess
 from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
+from services.gateway.cluster.registry import Registry
 
 from .throughput import fetch_seconds, produce_seconds
 from .timing import best_in_turns
@@ -100,7 +102,58 @@ def _election(address: str, nodes: dict[int, ServerProcess]) -> float:
         return time.perf_counter() - start
 
 
+ROUTE_CALLS = 20_000
+PARTITIONS_PER_CREATE = 250
+KEPT_TOPICS = 40
+
+
+def _route_p999_us(root: Path, creating: bool) -> float:
+    """p99.9 of `Registry.route` (run per partition of every Produce and Fetch) on a file
+    registry, while another thread creates (and deletes) topics of PARTITIONS_PER_CREATE
+    partitions back to back (each write fsyncs the whole registry file), or while nothing
+    else happens."""
+    registry = Registry(root, session_timeout_ms=600_000)
+    registry.register_node(1, "127.0.0.1:9")
+    registry.create_topic("routed", 1, 1, {})
+    stop = threading.Event()
+
+    def create_back_to_back() -> None:
+        # At most KEPT_TOPICS at once (the oldest deleted first): below the cluster's limit.
+        for i in range(1_000_000):
+            if stop.is_set():
+                return
+            name = f"created-{i % KEPT_TOPICS}"
+            if i >= KEPT_TOPICS:
+                registry.delete_topic(name)
+            registry.create_topic(name, PARTITIONS_PER_CREATE, 1, {})
+
+    creator = threading.Thread(target=create_back_to_back, daemon=True)
+    if creating:
+        creator.start()
+    latencies = []
+    try:
+        for _ in range(ROUTE_CALLS):
+            started = time.perf_counter()
+            registry.route("routed", 0)
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0)  # as a request thread, between requests
+    finally:
+        stop.set()
+        if creating:
+            creator.join()
+    latencies.sort()
+    return latencies[int(len(latencies) * 0.999)] * 1e6
+
+
 def run(report: Callable[..., None]) -> None:
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-route-") as route_root:
+        report(
+            "route p99.9 while topics are created vs idle (µs)",
+            _route_p999_us(Path(route_root) / "busy", creating=True),
+            _route_p999_us(Path(route_root) / "idle", creating=False),
+            "µs",
+            None,
+        )
     with (
         tempfile.TemporaryDirectory(prefix="seglog-bench-etcd-") as etcd_root,
         tempfile.TemporaryDirectory(prefix="seglog-bench-file-") as file_root,

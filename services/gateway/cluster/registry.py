@@ -699,30 +699,50 @@ class Registry:
             return topic
 
     def route(self, topic_name: str, partition: int) -> Route:
-        with self._lock:
-            topic = self.topic(topic_name)
-            if not 0 <= partition < len(topic.partitions):
-                raise UnknownTopicOrPartitionError(
-                    f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
-                )
-            p = topic.partitions[partition]
-            if p.leader == NO_LEADER:
-                raise LeaderNotAvailableError(
-                    f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
-                    f"live (unclean leader election is off)"
-                )
-            node = self.nodes.get(p.leader)
-            reason = None if node is None else node.offline.get((topic_name, partition))
-            if reason is not None:
-                raise StorageError(
-                    f"{topic_name}-{partition} is offline on node {p.leader}: {reason}"
-                )
-            return Route(
-                topic_name,
-                partition,
-                p.leader,
-                p.leader_epoch,
-                node.address if node else None,
-                self.is_live(p.leader),
-                node.bulk_address if node else "",
+        """Run for every partition of every Produce and Fetch, so it takes no lock a
+        control-plane write holds (writes keep the registry's lock while they fsync or call
+        etcd): it reads the current objects as they are. Writers swap or update them under
+        that lock; a route read in the middle of a leader change may pair the new leader with
+        the old epoch, or the reverse, and the node it names then answers NOT_LEADER, which
+        clients retry as they do for any leader change."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic_name!r} does not exist")
+        partitions = topic.partitions
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartitionError(
+                f"{topic_name} has partitions 0..{len(partitions) - 1}, not {partition}"
             )
+        p = partitions[partition]
+        leader = p.leader
+        if leader == NO_LEADER:
+            raise LeaderNotAvailableError(
+                f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
+                f"live (unclean leader election is off)"
+            )
+        node = self.nodes.get(leader)
+        reason = None if node is None else node.offline.get((topic_name, partition))
+        if reason is not None:
+            raise StorageError(f"{topic_name}-{partition} is offline on node {leader}: {reason}")
+        return Route(
+            topic_name,
+            partition,
+            leader,
+            p.leader_epoch,
+            node.address if node else None,
+            self._routable(leader, node),
+            node.bulk_address if node else "",
+        )
+
+    def _routable(self, node_id: int, node: Node | None) -> bool:
+        """`is_live` as routing reads it: without the registry's lock, and never acting on
+        what it reads (ending a lapsed etcd session is the control plane's to do)."""
+        if self.sessions is not None:
+            return self.sessions.has_session(node_id)
+        if node is None:
+            return False
+        now = time.monotonic()
+        last = node.last_heartbeat
+        if last is not None and now - last < self.session_timeout_s:
+            return True
+        return not node.heard_from and now < node.grace_until

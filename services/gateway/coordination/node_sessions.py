@@ -111,6 +111,12 @@ class EtcdNodeSessions:
     def is_live(self, node_id: int) -> bool:
         return self.get(node_id) is not None
 
+    def has_session(self, node_id: int) -> bool:
+        """Whether the node holds a session now (a lapsed one still in its grace included),
+        read without acting on it: what routing asks on the data path."""
+        with self._lock:
+            return node_id in self._sessions
+
     def get(self, node_id: int) -> NodeSession | None:
         with self._lock:
             lapsed = node_id in self._lapsed
