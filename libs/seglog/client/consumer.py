@@ -32,15 +32,13 @@ from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
 from .metadata import Metadata
+from .position_resets import NoOffsetForPartitionError as NoOffsetForPartitionError
+from .position_resets import PositionResets
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
 
 CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
-
-
-class NoOffsetForPartitionError(OffsetOutOfRangeError):
-    """No committed offset and `auto_offset_reset` is none."""
 
 
 class Consumer:
@@ -55,6 +53,7 @@ class Consumer:
         )
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._fetcher = Fetcher(self.config, self._client._stub, self._client.security)
+        self._resets = PositionResets(self._fetcher, self._client, self.config.auto_offset_reset)
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
             self._group = GroupMembership(self.config, self._client.group_coordinators)
@@ -219,66 +218,13 @@ class Consumer:
             else:
                 reset.append(tp)
         if reset:
-            self._reset_positions(reset)
-
-    def _reset_positions(self, partitions: list[TopicPartition]) -> None:
-        policy = self.config.auto_offset_reset
-        if policy == "none":
-            names = ", ".join(f"{tp.topic}-{tp.partition}" for tp in partitions)
-            raise NoOffsetForPartitionError(
-                f"no committed offset for {names} and auto_offset_reset is none"
-            )
-        target = EARLIEST if policy == "earliest" else LATEST
-        for tp, offset in self._list_offsets({tp: target for tp in partitions}).items():
-            logger.info(
-                "%s-%d: position reset to %s offset %d", tp.topic, tp.partition, policy, offset[0]
-            )
-            self._fetcher.seek(tp, offset[0])
+            self._resets.reset(reset)
 
     def _raise_fetch_errors(self) -> None:
         for tp, error in self._fetcher.errors():
-            if isinstance(error, OffsetOutOfRangeError):
-                if self._leader_holds_position(tp, error):
-                    continue
-                if self.config.auto_offset_reset != "none":
-                    self._reset_positions([tp])
-                    continue
+            if isinstance(error, OffsetOutOfRangeError) and self._resets.out_of_range(tp, error):
+                continue
             raise error
-
-    def _leader_holds_position(self, tp: TopicPartition, error: OffsetOutOfRangeError) -> bool:
-        """OFFSET_OUT_OF_RANGE resets a position (to `auto_offset_reset`), so it is believed
-        only when the partition's leader, asked again, confirms it: an answer from a replica
-        that was not (or no longer) the leader judged the offset against a log that is not
-        the leader's, and resetting on it would re-read or skip a whole partition. When the
-        leader's [log start, log end] holds the position, the fetch resumes there."""
-        position = self._fetcher.positions().get(tp)
-        if position is None:
-            return False
-        try:
-            earliest = self._list_offsets({tp: EARLIEST})[tp][0]
-            latest = self._list_offsets({tp: LATEST})[tp][0]
-        except SeglogError as exc:
-            if not exc.retriable:
-                raise
-            # The leader is moving: the position stays, the fetch (and this check) repeats.
-            logger.info("%s-%d: OFFSET_OUT_OF_RANGE not confirmed yet: %s", *tp, exc)
-            self._fetcher.seek(tp, position)
-            return True
-        if not earliest <= position <= latest:
-            return False
-        logger.warning(
-            "%s-%d: a fetch at position %d was answered OFFSET_OUT_OF_RANGE (%s), but the "
-            "leader holds [%d, %d]: fetching again from %d",
-            tp.topic,
-            tp.partition,
-            position,
-            error,
-            earliest,
-            latest,
-            position,
-        )
-        self._fetcher.seek(tp, position)
-        return True
 
     # -- positions ---------------------------------------------------------------------------
 

@@ -266,4 +266,14 @@ def partition_offsets(
     return out
 
 
+def leader_range(client: GatewayClient, tp: TopicPartition) -> tuple[int, int]:
+    """The partition's [log start, high watermark] as its leader answers now: what an
+    OFFSET_OUT_OF_RANGE answer is checked against before a reader believes it (an answer
+    from a replica that was not, or no longer, the leader judged the offset against a log
+    that is not the leader's)."""
+    earliest = partition_offsets(client, {tp: EARLIEST})[tp][0]
+    latest = partition_offsets(client, {tp: LATEST})[tp][0]
+    return earliest, latest
+
+
 __all__ = ["EARLIEST", "LATEST", "FetchPosition", "GatewayClient", "SeglogError"]

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..client.bulk import BulkReader
 from ..client.fetcher import fetch_request, next_offset_after
-from ..client.gateway import EARLIEST, LATEST, FetchPosition, GatewayClient
+from ..client.gateway import FetchPosition, GatewayClient, leader_range
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import iter_batches
@@ -175,20 +175,16 @@ def _past_lost_records(
     log end, the range was planned beyond what the partition holds. Believed only when the
     leader, asked again, confirms it (as the consumer does): when its range holds the offset,
     the read goes on from there."""
-    (result,) = client.list_offsets(tp.topic, {tp.partition: EARLIEST}).values()
-    (end,) = client.list_offsets(tp.topic, {tp.partition: LATEST}).values()
-    for answer in (result, end):
-        if answer.error:
-            raise error_from_code(answer.error, answer.error_message)
-    if result.offset <= offset <= end.offset:
+    earliest, latest = leader_range(client, tp)
+    if earliest <= offset <= latest:
         return offset
-    if offset < result.offset:
+    if offset < earliest:
         report_data_loss(
-            f"{tp.topic}-{tp.partition}: offsets [{offset}, {min(result.offset, task.end)}) were "
-            f"to be read but the log now starts at {result.offset}",
+            f"{tp.topic}-{tp.partition}: offsets [{offset}, {min(earliest, task.end)}) were "
+            f"to be read but the log now starts at {earliest}",
             task.fail_on_data_loss,
         )
-        return min(result.offset, task.end)
+        return min(earliest, task.end)
     report_data_loss(
         f"{tp.topic}-{tp.partition}: offset {offset} is past the log end (the partition was "
         "truncated or re-created)",
