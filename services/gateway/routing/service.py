@@ -9,7 +9,9 @@ sections walked; no record is decoded), so that a malformed part fails the whole
 before any node writes its own part; size limits, timestamps, keys on compacted topics and
 compressed contents are left to each node to judge by its own configs, as Kafka's broker
 does. It is then split and sent concurrently, and the per-partition results merged in
-request order. Fetch streams are relayed as wire bytes.
+request order. Fetch streams are relayed as wire bytes; each relayed fetch carries the leader
+epoch it was routed by, so a node with another view answers NOT_LEADER instead of judging
+the offset against its own log.
 
 Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
 with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
