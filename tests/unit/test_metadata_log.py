@@ -239,3 +239,20 @@ def test_a_dead_node_fails_over_in_one_batch_touching_only_its_partitions(tmp_pa
     assert not registry.image.led.get(3) and 3 not in {
         r for tp in hosted for r in registry.image.partition(tp).isr
     }
+
+
+def test_leaderless_partitions_are_looked_at_again_only_when_eligibility_changes(tmp_path):
+    registry = Registry(tmp_path, session_timeout_ms=60_000)
+    registry.register_node(1, "127.0.0.1:1")
+    registry.create_topic("t", 3, 1, {})
+    registry.controlled_shutdown(1)  # its only replica stops: nothing may lead
+    assert len(registry.image.leaderless) == 3
+    registry.partitions_examined = 0
+    assert registry.check_sessions() == []
+    assert registry.partitions_examined == 3  # the image changed since the last look
+    for _ in range(5):
+        assert registry.check_sessions() == []
+    assert registry.partitions_examined == 3  # nothing changed: not looked at again
+    registry.nodes[1].shutting_down = False  # as its etcd session says when it stays
+    assert registry.check_sessions() == [("t", 0), ("t", 1), ("t", 2)]
+    assert not registry.image.leaderless and registry.route("t", 0).leader == 1

@@ -217,14 +217,18 @@ class Registry(RegistryState):
         """The controller's tick: fence every node whose session expired (Kafka's
         BrokerHeartbeatManager), elect leaders where one became possible, all in one batch.
         It looks only at the partitions of the nodes found down and at the leaderless ones
-        (the image's indexes): an idle tick examines no partition. A node is marked fenced
+        (the image's indexes), the latter only when a node's eligibility or the image changed
+        since it last looked: an idle tick examines no partition. A node is marked fenced
         only once its fencing is stored, so a retry on newer state fences it again (a newly
         elected controller, whose marks are all clear, fences each down node once; fencing
         twice changes nothing)."""
         with self._lock:
             changed: set[PartitionChange] = set()
             down = [n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)]
-            wanted = set(self.image.leaderless)
+            election = (frozenset(n for n in self.nodes if self._eligible(n)), self.image.offset)
+            wanted = set()
+            if self.image.leaderless and election != self.last_election:
+                wanted |= self.image.leaderless
             for node in down:
                 wanted |= self.image.hosted.get(node.node_id, set())
             working = self._working(wanted)
@@ -235,6 +239,7 @@ class Registry(RegistryState):
                 self._commit(self._partition_records(working, changed), controller)
             for node in down:
                 node.fenced = True
+            self.last_election = election if not down and not changed else None
         return self._notify(changed)
 
     def controlled_shutdown(self, node_id: int) -> bool:

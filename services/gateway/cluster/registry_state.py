@@ -32,7 +32,7 @@ from ..coordination.election import Fence
 from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
 from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
-from .metadata_records import Record, partition_record
+from .metadata_records import MetadataRecordError, Record, partition_record
 from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
@@ -136,6 +136,9 @@ class RegistryState:
         self.nodes: dict[int, Node] = {}
         # Partition registrations copied for the controller's decisions: what a tick costs.
         self.partitions_examined = 0
+        # The eligible nodes and the offset at the last election of leaderless partitions:
+        # until either changes another election would find no leader either.
+        self.last_election: tuple[frozenset[int], int] | None = None
         # Node sessions as etcd leases (several gateways), else heartbeats to this one.
         self.sessions = sessions
         if sessions is not None:
@@ -179,7 +182,12 @@ class RegistryState:
         with self._lock:
             if offset <= self.image.offset:
                 return  # this registry's own write, or one it has already taken
-            applied = self.image.apply(offset, records)
+            try:
+                applied = self.image.apply(offset, records)
+            except MetadataRecordError:  # the image may be half changed: take the log whole
+                logger.exception("a watched metadata batch at offset %d did not apply", offset)
+                self.reload()
+                return
             self._nodes_recorded(applied.nodes)
         self._notify(applied.partitions)
         if applied.acls:
@@ -187,8 +195,8 @@ class RegistryState:
 
     def _watched_reset(self, batches: list[Batch]) -> None:
         with self._lock:
-            if batches and batches[-1][0] == self.image.offset:
-                return
+            if (batches[-1][0] if batches else 0) == self.image.offset:
+                return  # nothing this image lacks (the watch's first snapshot, usually)
         self._take(batches)
 
     def reload(self) -> None:
