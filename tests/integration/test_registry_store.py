@@ -212,3 +212,17 @@ def test_a_gateway_with_its_registry_in_etcd_survives_losing_its_data_dir(tmp_pa
         assert ends[1].offset == 2
     finally:
         cluster.close()
+
+
+def test_a_stale_writer_catches_up_by_deltas_and_decides_again(tmp_path, etcd):
+    first = Registry(tmp_path / "g1", store=store_at(etcd, "/c"), session_timeout_ms=60_000)
+    first.register_node(1, "127.0.0.1:1")
+    second = Registry(tmp_path / "g2", store=store_at(etcd, "/c"), session_timeout_ms=60_000)
+    before = second.metadata_offset
+    first.create_topic("a", 2, 1, {})  # the second does not watch: its image is now stale
+    second.create_topic("b", 1, 1, {})  # refused as stale, caught up, decided again
+    assert sorted(second.topics) == ["a", "b"]
+    view = second.node_view(1, before)  # caught up by deltas: its history reaches back
+    assert not view.full
+    assert sorted((t.name, i) for t, i, _ in view.partitions) == [("a", 0), ("a", 1), ("b", 0)]
+    assert sorted(Registry(tmp_path / "g3", store=store_at(etcd, "/c")).topics) == ["a", "b"]

@@ -10,11 +10,15 @@ import json
 import pytest
 
 from services.gateway.cluster.metadata_file_store import FileMetadataStore
+from services.gateway.cluster.metadata_image import MetadataImage
 from services.gateway.cluster.metadata_records import (
     MetadataRecordError,
     node_record,
+    partition_record,
     producer_ids_record,
+    topic_record,
 )
+from services.gateway.cluster.partition_changes import PartitionAssignment
 from services.gateway.cluster.registry import Registry
 
 
@@ -256,3 +260,24 @@ def test_leaderless_partitions_are_looked_at_again_only_when_eligibility_changes
     registry.nodes[1].shutting_down = False  # as its etcd session says when it stays
     assert registry.check_sessions() == [("t", 0), ("t", 1), ("t", 2)]
     assert not registry.image.leaderless and registry.route("t", 0).leader == 1
+
+
+def test_a_replica_moved_away_is_a_removal_for_its_old_node(tmp_path):
+    image = MetadataImage.from_batches(
+        [
+            (
+                2,
+                [
+                    topic_record("t", 1, {}, 1),
+                    partition_record("t", 0, PartitionAssignment([1], 1).to_json()),
+                ],
+            )
+        ]
+    )
+    image.apply(3, [partition_record("t", 0, PartitionAssignment([2], 2, 1).to_json())])
+    assert image.history.since(1, 2).removed == {("t", 0)}
+    assert image.history.since(2, 2).changed == {("t", 0)}
+    assert image.hosted[2] == {("t", 0)} and not image.hosted[1]
+    assert image.history.since(1, 1) is None  # before the image was loaded
+    with pytest.raises(MetadataRecordError):
+        image.apply(3, [])  # offsets only grow

@@ -118,6 +118,7 @@ class MetadataImage:
         self.offset = offset
         if remember:
             self._remember(offset, applied)
+        self._before.clear()
         return applied
 
     def _topic(self, name: str, new_topics: dict[str, Topic]) -> Topic | None:
@@ -154,6 +155,8 @@ class MetadataImage:
             record["partition_epoch"],
         )
         tp = (name, i)
+        if i < 0:
+            raise MetadataRecordError(f"partition record {name}-{i}")
         if i < len(topic.partitions):
             old = topic.partitions[i]
         elif i == len(topic.partitions) and i < self._growing.get(name, 0):
@@ -200,7 +203,6 @@ class MetadataImage:
                 if (name, i) not in applied.partitions:
                     replicas = tuple(p.replicas)
                     self.history.add(offset, name, i, replicas, replicas)
-        self._before.clear()
 
     def _index(self, tp: PartitionChange, p: PartitionAssignment) -> None:
         for replica in p.replicas:

@@ -205,9 +205,20 @@ class RegistryState:
             self._take(self.store.load())
 
     def _take(self, batches: list[Batch]) -> None:
+        """Bring the image to the stored log's end: as deltas when the log still holds
+        every batch after the image's offset (its snapshot is not newer than the image),
+        so nodes keep getting deltas; else as a whole new image."""
         with self._lock:
             acls_before = list(self.image.acls)
-            changed = self._reset(batches)
+            if batches and batches[0][0] <= self.image.offset:
+                changed = set()
+                for offset, records in batches:
+                    if offset > self.image.offset:
+                        applied = self.image.apply(offset, records)
+                        self._nodes_recorded(applied.nodes)
+                        changed |= applied.partitions
+            else:
+                changed = self._reset(batches)
             acls_changed = self.image.acls != acls_before
         self._notify(changed)
         if acls_changed:
