@@ -281,3 +281,22 @@ def test_a_replica_moved_away_is_a_removal_for_its_old_node(tmp_path):
     assert image.history.since(1, 1) is None  # before the image was loaded
     with pytest.raises(MetadataRecordError):
         image.apply(3, [])  # offsets only grow
+
+
+def test_preferred_leader_election_looks_only_at_partitions_led_elsewhere(tmp_path):
+    registry = Registry(tmp_path, session_timeout_ms=60_000)
+    registry.register_node(1, "127.0.0.1:1")
+    registry.register_node(2, "127.0.0.1:2")
+    registry.create_topic("t", 10, 2, {})
+    assert not registry.image.misled
+    registry.controlled_shutdown(1)
+    moved = sorted(registry.image.misled)
+    assert moved and all(registry.image.partition(tp).leader == 2 for tp in moved)
+    registry.register_node(1, "127.0.0.1:1")  # back, a follower until it is in sync again
+    for topic, i in moved:
+        p = registry.image.partition((topic, i))
+        registry.alter_partition(2, topic, i, p.leader_epoch, p.partition_epoch, [1, 2])
+    registry.partitions_examined = 0
+    assert registry.rebalance_leaders() == moved
+    assert registry.partitions_examined == len(moved)
+    assert not registry.image.misled

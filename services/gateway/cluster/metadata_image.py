@@ -4,9 +4,9 @@ metadata log's records (metadata_records.py) in offset order: a gateway's own wr
 ones it watches from other gateways alike.
 
 Applying keeps indexes so the controller never walks every partition to find the few it
-must decide on: the partitions hosted on each node, those led by each node, and those with
-no leader. Each applied partition lands in the history (metadata_history.py) that heartbeat
-answers are cut from.
+must decide on: the partitions hosted on each node, those led by each node, those with no
+leader, and those not led by their preferred replica. Each applied partition lands in the
+history (metadata_history.py) that heartbeat answers are cut from.
 
 Routing reads `topics` without a lock, so a registration is never edited in place: applying
 a record swaps in a new PartitionAssignment object, and a new topic enters `topics` only with
@@ -71,6 +71,8 @@ class MetadataImage:
         self.hosted: dict[int, set[PartitionChange]] = {}
         self.led: dict[int, set[PartitionChange]] = {}
         self.leaderless: set[PartitionChange] = set()
+        # Led by another than its preferred (first) replica: preferred-leader election's work.
+        self.misled: set[PartitionChange] = set()
         self.history = MetadataHistory(offset)
         # Per batch: each changed partition's replicas before it, each growing topic's count.
         self._before: dict[PartitionChange, tuple[int, ...]] = {}
@@ -211,11 +213,14 @@ class MetadataImage:
             self.leaderless.add(tp)
         else:
             self.led.setdefault(p.leader, set()).add(tp)
+        if p.leader != p.replicas[0]:
+            self.misled.add(tp)
 
     def _unindex(self, tp: PartitionChange, p: PartitionAssignment) -> None:
         for replica in p.replicas:
             self.hosted.get(replica, set()).discard(tp)
         self.leaderless.discard(tp)
+        self.misled.discard(tp)
         self.led.get(p.leader, set()).discard(tp)
 
     # -- reading -------------------------------------------------------------------------

@@ -74,6 +74,10 @@ def check_records(records: list[Record]) -> list[Record]:
             value = record.get(name)
             if not isinstance(value, kind) or isinstance(value, bool):
                 raise MetadataRecordError(f"metadata record {record!r}: bad {name!r}")
+        if record["type"] == PARTITION and not (
+            record["replicas"] and all(type(n) is int for n in record["replicas"] + record["isr"])
+        ):
+            raise MetadataRecordError(f"metadata record {record!r}: replicas are node ids")
         if record["type"] == ACL and record["op"] not in ("add", "remove"):
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
     return records

@@ -269,13 +269,7 @@ class Registry(RegistryState):
         """Kafka's preferred-leader election: each partition whose first replica is in the
         ISR and eligible but does not lead gets it back as leader."""
         with self._lock:
-            misled = [
-                (topic.name, i)
-                for topic in self.topics.values()
-                for i, p in enumerate(topic.partitions)
-                if p.leader != p.replicas[0]
-            ]
-            working = self._working(misled)
+            working = self._working(self.image.misled)
             changed = restore_preferred(working.items(), self._eligible)
             if changed:
                 self._commit(self._partition_records(working, changed), controller)
