@@ -6,6 +6,7 @@ share it (`coordination/`).
     registry.py            Registry: the controller's decisions, each one batch of records
     registry_state.py      the image, node sessions, deltas for nodes, routes for the data
                            plane, and listeners told of every change
+    node_state.py          a node's session and the view of its partitions it is sent
     metadata_records.py    the record types and their order
     metadata_image.py      the image the records build, with per-node indexes
     metadata_history.py    which partitions changed at which offset (heartbeat deltas)

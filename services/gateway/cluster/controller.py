@@ -33,9 +33,9 @@ from seglog.v1 import gateway_pb2
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
 from .metadata_image import Topic
+from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
 from .registry import Registry
-from .registry_state import NodeView
 from .registry_store import ControllerFencedError
 
 logger = logging.getLogger(__name__)

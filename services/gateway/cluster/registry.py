@@ -49,6 +49,7 @@ from .metadata_records import (
     remove_topic_record,
     topic_record,
 )
+from .node_state import Node
 from .partition_changes import (
     PartitionAssignment,
     PartitionChange,
@@ -58,7 +59,7 @@ from .partition_changes import (
     place,
     restore_preferred,
 )
-from .registry_state import REGISTRY_FILE, Node, RegistryState, Route, retrying
+from .registry_state import REGISTRY_FILE, RegistryState, Route, retrying
 from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
 from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
+from .node_state import Node, NodeView
 from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
@@ -68,26 +69,6 @@ def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
     return run
 
 
-@dataclass
-class Node:
-    node_id: int
-    address: str
-    last_heartbeat: float | None = None  # time.monotonic() of the last heartbeat
-    grace_until: float = 0.0
-    heard_from: bool = False
-    # Partitions the node reported it cannot serve, with its reason (from its heartbeats).
-    offline: dict[tuple[str, int], str] = field(default_factory=dict)
-    # Its own topic defaults (--config log.*), Kafka's names, from its heartbeats.
-    log_config_defaults: dict[str, str] = field(default_factory=dict)
-    bulk_address: str = ""  # its bulk fetch listener, from its heartbeats ("" when none)
-    fenced: bool = False  # its session expired: out of every ISR, leads nothing
-    shutting_down: bool = False  # asked for a controlled shutdown
-    session_lease: int = 0  # its etcd session's lease (node_sessions.py), 0 without etcd
-    # The metadata offset the node last said it had received (its heartbeats), or a push
-    # it acknowledged: the offset the next push's delta starts from.
-    metadata_offset: int = 0
-
-
 @dataclass(frozen=True)
 class Route:
     topic: str
@@ -97,17 +78,6 @@ class Route:
     address: str | None
     live: bool
     bulk_address: str = ""
-
-
-@dataclass
-class NodeView:
-    """What a node is told: the states of its partitions changed after its offset (all of
-    them with `full`), those no longer assigned to it, and the offset this brings it to."""
-
-    offset: int
-    full: bool
-    partitions: list[tuple[Topic, int, PartitionAssignment]]
-    removed: list[PartitionChange]
 
 
 class RegistryState:
