@@ -123,8 +123,17 @@ class FileMetadataStore:
         ).encode()
         frame = _FRAME_HEADER.pack(len(payload), crc32c(payload)) + payload
         fd = self._open_log()
-        os.write(fd, frame)
-        os.fsync(fd)
+        end = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = 0
+            while written < len(frame):
+                written += os.write(fd, frame[written:])
+            os.fsync(fd)
+        except OSError:
+            # A half-written frame (a full disk) would end the log at load and hide every
+            # later batch: cut it off before anything else is appended.
+            os.ftruncate(fd, end)
+            raise
         self.offset = offset
         self.records_since_snapshot += len(records)
         self.last_write_bytes = len(frame)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-DEFAULT_MAX_ENTRIES = 200_000
+DEFAULT_MAX_ENTRIES = 100_000  # ten changes of every partition of a 10,000-partition cluster
 
 Entry = tuple[int, str, int, tuple[int, ...], tuple[int, ...]]
 
