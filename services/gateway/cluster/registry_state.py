@@ -238,7 +238,9 @@ class RegistryState:
         for listener in self.acl_listeners:
             listener(current)
 
-    def _working(self, wanted: Iterable[PartitionChange]) -> dict[PartitionChange, Any]:
+    def _working(
+        self, wanted: Iterable[PartitionChange]
+    ) -> dict[PartitionChange, PartitionAssignment]:
         """Copies of the wanted registrations, for a decision that must change nothing
         until its records are stored."""
         working = {}
