@@ -36,6 +36,5 @@ def test_a_full_disk_refuses_a_change_whole_and_later_changes_survive(tmp_path):
         assert refused[0] not in registry.topics  # refused whole: the image is unchanged
         ballast.unlink()
         registry.create_topic("after", 2, 1, {})
-        registry.store.close()
         restarted = _registry(disk / "gateway")
         assert sorted(restarted.topics) == sorted([*acknowledged, "after"])

@@ -44,7 +44,6 @@ def test_a_torn_tail_is_cut_at_load(tmp_path):
     store = _store(tmp_path)
     store.append([node_record(1, "a:1")], 0)
     store.append([node_record(2, "b:1")], 1)
-    store.close()
     whole = store.log_path.stat().st_size
     with open(store.log_path, "r+b") as log:  # a crash in the middle of the last append
         log.truncate(whole - 5)
@@ -59,7 +58,6 @@ def test_a_corrupt_frame_ends_the_log(tmp_path):
     store = _store(tmp_path)
     store.append([node_record(1, "a:1")], 0)
     store.append([node_record(2, "b:1")], 1)
-    store.close()
     data = bytearray(store.log_path.read_bytes())
     data[-3] ^= 0xFF  # the last frame's CRC no longer matches
     store.log_path.write_bytes(bytes(data))

@@ -54,7 +54,6 @@ class FileMetadataStore:
         self.offset = 0  # of the last batch loaded or appended
         self.records_since_snapshot = 0
         self.last_write_bytes = 0
-        self._log_fd: int | None = None
         directory.mkdir(parents=True, exist_ok=True)
 
     @property
@@ -122,30 +121,29 @@ class FileMetadataStore:
             {"offset": offset, "records": records}, separators=(",", ":"), sort_keys=True
         ).encode()
         frame = _FRAME_HEADER.pack(len(payload), crc32c(payload)) + payload
-        fd = self._open_log()
-        end = os.lseek(fd, 0, os.SEEK_END)
+        created = not self.log_path.exists()
+        # Opened per change (a change already pays an fsync): no descriptor outlives it.
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            written = 0
-            while written < len(frame):
-                written += os.write(fd, frame[written:])
-            os.fsync(fd)
-        except OSError:
-            # A half-written frame (a full disk) would end the log at load and hide every
-            # later batch: cut it off before anything else is appended.
-            os.ftruncate(fd, end)
-            raise
+            end = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                written = 0
+                while written < len(frame):
+                    written += os.write(fd, frame[written:])
+                os.fsync(fd)
+            except OSError:
+                # A half-written frame (a full disk) would end the log at load and hide
+                # every later batch: cut it off before anything else is appended.
+                os.ftruncate(fd, end)
+                raise
+        finally:
+            os.close(fd)
+        if created:
+            fsync_directory(self.directory)
         self.offset = offset
         self.records_since_snapshot += len(records)
         self.last_write_bytes = len(frame)
         return offset
-
-    def _open_log(self) -> int:
-        if self._log_fd is None:
-            created = not self.log_path.exists()
-            self._log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            if created:
-                fsync_directory(self.directory)
-        return self._log_fd
 
     def wants_snapshot(self) -> bool:
         return self.records_since_snapshot >= self.snapshot_interval_records
@@ -153,7 +151,6 @@ class FileMetadataStore:
     def snapshot(self, offset: int, records: list[Record]) -> None:
         data = json.dumps({"offset": offset, "records": records}, separators=(",", ":"))
         atomic_write(self.snapshot_path, data.encode())
-        self.close()
         atomic_write(self.log_path, b"")  # the snapshot covers every batch in it
         self.offset = max(self.offset, offset)
         self.records_since_snapshot = 0
@@ -164,8 +161,3 @@ class FileMetadataStore:
         on_reset: Callable[[list[Batch]], None],
     ) -> None:
         """Nothing else writes the log."""
-
-    def close(self) -> None:
-        if self._log_fd is not None:
-            os.close(self._log_fd)
-            self._log_fd = None
