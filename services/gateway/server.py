@@ -22,9 +22,9 @@ from .authorization import Authorization
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.controller import Controller
+from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
-from .cluster.registry_store import EtcdRegistryStore
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
@@ -63,7 +63,7 @@ class Gateway:
         store, sessions = None, None
         if config.registry_etcd is not None:
             self.keyspace = EtcdKeyspace(config.registry_etcd, config.registry_etcd_prefix)
-            store = EtcdRegistryStore(self.keyspace)
+            store = EtcdMetadataStore(self.keyspace)
             sessions = EtcdNodeSessions(self.keyspace, config.session_timeout_ms)
         self.registry = Registry(
             config.data_dir,

@@ -11,8 +11,12 @@ first one refused (another gateway was elected meanwhile) makes it step down.
 
 Every registration change is pushed at once to the nodes holding a replica of the partition
 (StorageNode.UpdatePartitions, Kafka's LeaderAndIsr), so a failover does not wait for the
-nodes' next heartbeats; the heartbeat answers carry the same states and repair any push that
-was lost. Pushes run on their own thread, so a slow node never holds the registry.
+nodes' next heartbeats; a burst of changes (a node's failover is one batch) is one push per
+node. A push carries the node's whole delta since the metadata offset it last reported (or
+acknowledged), with the offset it brings the node to; a node whose offset is unknown gets the
+changed states alone, with offset 0, and its next heartbeat's answer (a delta from its own
+offset) repairs any push that was lost. Pushes run on their own thread, so a slow node never
+holds the registry.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from seglog.v1 import gateway_pb2
 
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
-from .partition_changes import PartitionChange
+from .metadata_image import Topic
+from .node_state import NodeView
+from .partition_changes import PartitionAssignment, PartitionChange
 from .registry import Registry
 from .registry_store import ControllerFencedError
 
@@ -44,11 +50,28 @@ def partition_states(
 ) -> gateway_pb2.NodeAssignment:
     """A NodeAssignment of the given partitions (or every partition `node_id` holds a replica
     of), with every node's address so followers can reach their leaders."""
-    assignment = gateway_pb2.NodeAssignment()
     if partitions is None:
         chosen = registry.assignment_for(-1 if node_id is None else node_id)
     else:
         chosen = registry.partitions_of(partitions)
+    return _assignment(registry, chosen)
+
+
+def view_states(registry: Registry, view: NodeView) -> gateway_pb2.NodeAssignment:
+    """A NodeAssignment of a node's delta (or whole assignment) and the offset it brings
+    the node to."""
+    assignment = _assignment(registry, view.partitions)
+    assignment.metadata_offset = view.offset
+    assignment.full = view.full
+    for topic, i in view.removed:
+        assignment.removed.add(topic=topic, partition=i)
+    return assignment
+
+
+def _assignment(
+    registry: Registry, chosen: list[tuple[Topic, int, PartitionAssignment]]
+) -> gateway_pb2.NodeAssignment:
+    assignment = gateway_pb2.NodeAssignment()
     for topic, i, p in chosen:
         assignment.partitions.add(
             topic=topic.name,
@@ -148,10 +171,26 @@ class Controller:
             if node_id not in addresses or not self.registry.is_live(node_id):
                 continue
             stub = self.connections.get(node_id, addresses[node_id]).stub
-            message = partition_states(self.registry, partitions)
-            calls.append((node_id, stub.UpdatePartitions.future(message, timeout=PUSH_TIMEOUT_S)))
-        for node_id, call in calls:
+            message = self._message(node_id, partitions)
+            call = stub.UpdatePartitions.future(message, timeout=PUSH_TIMEOUT_S)
+            calls.append((node_id, message.metadata_offset, call))
+        for node_id, offset, call in calls:
             try:
                 call.result()
             except grpc.RpcError as exc:  # its next heartbeat carries the same states
                 logger.info("pushing partition states to node %d failed: %s", node_id, exc.code())
+            else:
+                self.registry.pushed(node_id, offset)
+
+    def _message(
+        self, node_id: int, partitions: list[PartitionChange]
+    ) -> gateway_pb2.NodeAssignment:
+        """The node's delta since the offset it last reported, or, that unknown or too
+        old, the changed states alone (offset 0: they do not advance it)."""
+        node = self.registry.nodes.get(node_id)
+        since = 0 if node is None else node.metadata_offset
+        if since > 0:
+            view = self.registry.node_view(node_id, since)
+            if not view.full:
+                return view_states(self.registry, view)
+        return partition_states(self.registry, partitions)

@@ -1,7 +1,13 @@
 """The Registry service, the one storage nodes call: RegisterNode and Heartbeat keep a node's
-session and answer the states of the partitions it holds replicas of; AlterPartition carries
-a leader's ISR changes. With a cluster CA a node id is claimed only with that node's
-certificate."""
+session; AlterPartition carries a leader's ISR changes. With a cluster CA a node id is claimed
+only with that node's certificate.
+
+Answers are metadata deltas (gateway.proto NodeAssignment): registration answers the node's
+whole assignment (`full`); a heartbeat answers only the states of its partitions changed
+after the heartbeat's `metadata_offset` and the partitions removed from it, or its whole
+assignment when that offset is 0, older than the registry's retained history or not one of
+this registry's. Each answer carries the offset it brings the node to. A heartbeat with
+nothing changed costs nothing per partition."""
 
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from seglog.security.tls import peer_identity
 from seglog.v1 import gateway_pb2
 from services.settings import BROKER_HEARTBEAT_INTERVAL_MS
 
-from .controller import partition_states
+from .controller import partition_states, view_states
 from .registry import Registry
 
 logger = logging.getLogger(__name__)
@@ -69,17 +75,21 @@ class RegistryService:
             request.bulk_address,
         )
         logger.info("node %d registered at %s", request.node_id, request.address)
-        return self._assignment(request)
+        return self._assignment(request, since=0)
 
     def Heartbeat(
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
         self._check_node(context, request.node_id, "heartbeating")
         if not self.registry.heartbeat(
-            request.node_id, request.address, _offline(request), request.bulk_address
+            request.node_id,
+            request.address,
+            _offline(request),
+            request.bulk_address,
+            request.metadata_offset,
         ):
             return self.RegisterNode(request, context)
-        return self._assignment(request)
+        return self._assignment(request, since=request.metadata_offset)
 
     def AlterPartition(
         self, request: gateway_pb2.AlterPartitionRequest, context: grpc.ServicerContext
@@ -102,11 +112,13 @@ class RegistryService:
             response.partition.CopyFrom(states.partitions[0])
         return response
 
-    def _assignment(self, request: gateway_pb2.NodeHeartbeat) -> gateway_pb2.NodeAssignment:
+    def _assignment(
+        self, request: gateway_pb2.NodeHeartbeat, since: int
+    ) -> gateway_pb2.NodeAssignment:
         should_shut_down = False
         if request.want_shutdown:
             should_shut_down = self.registry.controlled_shutdown(request.node_id)
-        assignment = partition_states(self.registry, node_id=request.node_id)
+        assignment = view_states(self.registry, self.registry.node_view(request.node_id, since))
         assignment.heartbeat_interval_ms = self.heartbeat_interval_ms
         assignment.should_shut_down = should_shut_down
         return assignment

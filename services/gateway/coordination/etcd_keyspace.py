@@ -4,7 +4,9 @@ client, and one watch over the whole prefix that survives etcd restarts.
 
 Keys (under the prefix, `/seglog` by default):
 
-    registry                the registry's state, one JSON document (cluster/registry_store.py)
+    metadata/...            the registry's metadata log: a head key, batches of records and
+                            a snapshot (cluster/metadata_etcd_store.py)
+    registry                the registry's former whole document, read once to migrate
     controller              the elected controller gateway: its address, on its lease
     gateways/<address>      each running gateway, on its lease (gateway_session.py)
     nodes/<id>              each storage node's session, on a lease the gateways keep
@@ -239,6 +241,12 @@ class EtcdKeyspace:
 
     def delete_op(self, name: str) -> dict[str, Any]:
         return {"request_delete_range": {"key": b64(self.key(name))}}
+
+    def delete_range_op(self, first: str, end: str) -> dict[str, Any]:
+        """Delete every key from `first` up to, not including, `end`."""
+        return {
+            "request_delete_range": {"key": b64(self.key(first)), "range_end": b64(self.key(end))}
+        }
 
     def txn_ranges(self, answer: dict[str, Any]) -> list[KeyValue]:
         """The keys read by the range operations of a transaction's answer."""

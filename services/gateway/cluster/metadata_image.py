@@ -1,0 +1,251 @@
+"""The registry's metadata image (Kafka's MetadataImage): topics with each partition's
+registration, node addresses, ACLs and the producer-id block, built only by applying the
+metadata log's records (metadata_records.py) in offset order: a gateway's own writes and the
+ones it watches from other gateways alike.
+
+Applying keeps indexes so the controller never walks every partition to find the few it
+must decide on: the partitions hosted on each node, those led by each node, those with no
+leader, and those not led by their preferred replica. Each applied partition lands in the
+history (metadata_history.py) that heartbeat answers are cut from.
+
+Routing reads `topics` without a lock, so a registration is never edited in place: applying
+a record swaps in a new PartitionAssignment object, and a new topic enters `topics` only with
+all its partitions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from seglog.security.acls import AclBinding
+
+from .metadata_history import MetadataHistory
+from .metadata_records import (
+    ACL,
+    NODE,
+    PARTITION,
+    PRODUCER_IDS,
+    REMOVE_TOPIC,
+    TOPIC,
+    MetadataRecordError,
+    Record,
+    acl_record,
+    node_record,
+    partition_record,
+    producer_ids_record,
+    topic_record,
+)
+from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .topic_rules import is_internal_topic
+
+
+@dataclass
+class Topic:
+    name: str
+    replication_factor: int
+    configs: dict[str, str]
+    partitions: list[PartitionAssignment]
+
+    @property
+    def internal(self) -> bool:
+        return is_internal_topic(self.name)
+
+
+@dataclass
+class Applied:
+    """What one batch changed."""
+
+    partitions: set[PartitionChange] = field(default_factory=set)  # registrations changed
+    configs: set[str] = field(default_factory=set)  # topics whose configs changed
+    nodes: set[int] = field(default_factory=set)  # node records applied
+    acls: bool = False
+
+
+class MetadataImage:
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset  # of the last batch applied
+        self.topics: dict[str, Topic] = {}
+        self.node_addresses: dict[int, str] = {}
+        self.acls: list[AclBinding] = []
+        self.next_producer_id_block = 0
+        self.hosted: dict[int, set[PartitionChange]] = {}
+        self.led: dict[int, set[PartitionChange]] = {}
+        self.leaderless: set[PartitionChange] = set()
+        # Led by another than its preferred (first) replica: preferred-leader election's work.
+        self.misled: set[PartitionChange] = set()
+        self.history = MetadataHistory(offset)
+        # Per batch: each changed partition's replicas before it, each growing topic's count.
+        self._before: dict[PartitionChange, tuple[int, ...]] = {}
+        self._growing: dict[str, int] = {}
+
+    @classmethod
+    def from_batches(cls, batches: list[tuple[int, list[Record]]]) -> MetadataImage:
+        """A snapshot's batch then the log's tail, replayed; the history starts after them."""
+        image = cls()
+        for offset, records in batches:
+            image.apply(offset, records, remember=False)
+        image.history = MetadataHistory(image.offset)
+        return image
+
+    def apply(self, offset: int, records: list[Record], *, remember: bool = True) -> Applied:
+        if offset <= self.offset:
+            raise MetadataRecordError(f"batch at offset {offset} after offset {self.offset}")
+        applied = Applied()
+        new_topics: dict[str, Topic] = {}
+        for record in records:
+            kind = record["type"]
+            if kind == TOPIC:
+                self._apply_topic(record, new_topics, applied)
+            elif kind == PARTITION:
+                self._apply_partition(record, new_topics, applied)
+            elif kind == REMOVE_TOPIC:
+                self._remove_topic(record["name"], new_topics, applied)
+            elif kind == NODE:
+                self.node_addresses[record["node_id"]] = record["address"]
+                applied.nodes.add(record["node_id"])
+            elif kind == ACL:
+                self._apply_acl(record)
+                applied.acls = True
+            elif kind == PRODUCER_IDS:
+                self.next_producer_id_block = record["next"]
+        for name, topic in new_topics.items():
+            if any(p is None for p in topic.partitions):
+                raise MetadataRecordError(f"topic {name} created without all its partitions")
+            self.topics[name] = topic  # whole, for routing
+        for name, count in self._growing.items():
+            grown = self.topics.get(name)
+            if grown is not None and len(grown.partitions) != count:
+                raise MetadataRecordError(f"topic {name} grown without all its partitions")
+        self._growing.clear()
+        self.offset = offset
+        if remember:
+            self._remember(offset, applied)
+        self._before.clear()
+        return applied
+
+    def _topic(self, name: str, new_topics: dict[str, Topic]) -> Topic | None:
+        return new_topics.get(name) or self.topics.get(name)
+
+    def _apply_topic(self, record: Record, new_topics: dict[str, Topic], applied: Applied) -> None:
+        name, count = record["name"], record["partitions"]
+        topic = self._topic(name, new_topics)
+        if topic is None:
+            placeholder: list[PartitionAssignment] = [None] * count  # type: ignore[list-item]
+            configs = dict(record["configs"])
+            new_topics[name] = Topic(name, record["replication_factor"], configs, placeholder)
+            return
+        if count < len(topic.partitions):
+            raise MetadataRecordError(f"topic {name} cannot shrink to {count} partitions")
+        if topic.configs != record["configs"]:
+            topic.configs = dict(record["configs"])
+            applied.configs.add(name)
+        topic.replication_factor = record["replication_factor"]
+        self._growing[name] = count
+
+    def _apply_partition(
+        self, record: Record, new_topics: dict[str, Topic], applied: Applied
+    ) -> None:
+        name, i = record["topic"], record["partition"]
+        topic = self._topic(name, new_topics)
+        if topic is None:
+            raise MetadataRecordError(f"partition record of unknown topic {name}")
+        p = PartitionAssignment(
+            list(record["replicas"]),
+            record["leader"],
+            record["leader_epoch"],
+            list(record["isr"]),
+            record["partition_epoch"],
+        )
+        tp = (name, i)
+        if i < 0:
+            raise MetadataRecordError(f"partition record {name}-{i}")
+        if i < len(topic.partitions):
+            old = topic.partitions[i]
+        elif i == len(topic.partitions) and i < self._growing.get(name, 0):
+            old = None
+        else:
+            raise MetadataRecordError(f"partition record {name}-{i} beyond its topic's count")
+        if old is not None:
+            self._unindex(tp, old)
+        self._index(tp, p)
+        if i < len(topic.partitions):
+            topic.partitions[i] = p
+        else:
+            topic.partitions.append(p)  # a growth: the count rises only with the partition
+        applied.partitions.add(tp)
+        self._before.setdefault(tp, tuple(old.replicas) if old is not None else ())
+
+    def _remove_topic(self, name: str, new_topics: dict[str, Topic], applied: Applied) -> None:
+        topic = new_topics.pop(name, None) or self.topics.pop(name, None)
+        if topic is None:
+            raise MetadataRecordError(f"removal of unknown topic {name}")
+        for i, p in enumerate(topic.partitions):
+            if p is not None:
+                tp = (name, i)
+                self._unindex(tp, p)
+                self._before.setdefault(tp, tuple(p.replicas))
+                applied.partitions.add(tp)
+
+    def _apply_acl(self, record: Record) -> None:
+        acl = AclBinding(**record["acl"])
+        if record["op"] == "add":
+            if acl not in self.acls:
+                self.acls = sorted([*self.acls, acl], key=lambda a: tuple(a.to_json().values()))
+        else:
+            self.acls = [a for a in self.acls if a != acl]
+
+    def _remember(self, offset: int, applied: Applied) -> None:
+        for tp in sorted(applied.partitions):
+            p = self.partition(tp)
+            after = tuple(p.replicas) if p is not None else ()
+            self.history.add(offset, tp[0], tp[1], self._before.get(tp, ()), after)
+        for name in sorted(applied.configs):
+            topic = self.topics.get(name)
+            for i, p in enumerate(topic.partitions if topic else []):
+                if (name, i) not in applied.partitions:
+                    replicas = tuple(p.replicas)
+                    self.history.add(offset, name, i, replicas, replicas)
+
+    def _index(self, tp: PartitionChange, p: PartitionAssignment) -> None:
+        for replica in p.replicas:
+            self.hosted.setdefault(replica, set()).add(tp)
+        if p.leader == NO_LEADER:
+            self.leaderless.add(tp)
+        else:
+            self.led.setdefault(p.leader, set()).add(tp)
+        if p.leader != p.replicas[0]:
+            self.misled.add(tp)
+
+    def _unindex(self, tp: PartitionChange, p: PartitionAssignment) -> None:
+        for replica in p.replicas:
+            self.hosted.get(replica, set()).discard(tp)
+        self.leaderless.discard(tp)
+        self.misled.discard(tp)
+        self.led.get(p.leader, set()).discard(tp)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def partition(self, tp: PartitionChange) -> PartitionAssignment | None:
+        topic = self.topics.get(tp[0])
+        if topic is None or not 0 <= tp[1] < len(topic.partitions):
+            return None
+        return topic.partitions[tp[1]]
+
+    def partition_count(self) -> int:
+        return sum(len(t.partitions) for t in self.topics.values())
+
+    def records(self) -> list[Record]:
+        """The whole image as one batch (a snapshot), in the order metadata_records.py
+        documents."""
+        records = [node_record(n, a) for n, a in sorted(self.node_addresses.items())]
+        records.append(producer_ids_record(self.next_producer_id_block))
+        records += [acl_record("add", acl.to_json()) for acl in self.acls]
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            records.append(
+                topic_record(name, topic.replication_factor, topic.configs, len(topic.partitions))
+            )
+            records += [
+                partition_record(name, i, p.to_json()) for i, p in enumerate(topic.partitions)
+            ]
+        return records

@@ -1,0 +1,161 @@
+"""The metadata log's records (Kafka's KRaft metadata records, seglog's way): small JSON
+objects, each naming its type, so a change touching k partitions is O(k) records whatever
+the size of the cluster. A change is one batch of records, written atomically (the file
+store's frame, one etcd transaction) and applied in order.
+
+Record types (`type`), and what they set:
+
+    topic          {name, replication_factor, configs, partitions}: a topic created or
+                   altered; `partitions` is its partition count (a growth is followed by
+                   the new partitions' records in the same batch)
+    partition      {topic, partition, replicas, leader, leader_epoch, isr,
+                   partition_epoch}: one partition's whole registration
+    remove_topic   {name}: the topic and all its partitions are gone
+    node           {node_id, address}: a storage node registered (or moved)
+    acl            {op: "add" | "remove", acl: {principal, host, resource_type,
+                   pattern_type, resource_name, operation, permission}}
+    producer_ids   {next}: the first producer id not yet handed out
+
+Order inside a batch: a topic record comes before its partitions' records. A snapshot is
+the whole image as one batch of the same records (nodes, producer ids, ACLs, then each
+topic followed by its partitions), applied onto an empty image.
+
+`from_document` reads the registry's former format (registry.json, version 1: one JSON
+document rewritten whole) as image records, so an existing deployment keeps its topics.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Record = dict[str, Any]
+
+TOPIC = "topic"
+PARTITION = "partition"
+REMOVE_TOPIC = "remove_topic"
+NODE = "node"
+ACL = "acl"
+PRODUCER_IDS = "producer_ids"
+
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
+    PARTITION: {
+        "topic": str,
+        "partition": int,
+        "replicas": list,
+        "leader": int,
+        "leader_epoch": int,
+        "isr": list,
+        "partition_epoch": int,
+    },
+    REMOVE_TOPIC: {"name": str},
+    NODE: {"node_id": int, "address": str},
+    ACL: {"op": str, "acl": dict},
+    PRODUCER_IDS: {"next": int},
+}
+_LEGACY_VERSION = 1
+
+
+class MetadataRecordError(ValueError):
+    """A record that is not one of the types above, or lacks a field: nothing of its batch
+    is applied."""
+
+
+def check_records(records: list[Record]) -> list[Record]:
+    """Every record well formed (validated before anything is written or applied)."""
+    if not isinstance(records, list):
+        raise MetadataRecordError(f"a batch is a list of records, not {type(records)}")
+    for record in records:
+        fields = _FIELDS.get(record.get("type", "")) if isinstance(record, dict) else None
+        if fields is None:
+            raise MetadataRecordError(f"unknown metadata record {record!r}")
+        for name, kind in fields.items():
+            value = record.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise MetadataRecordError(f"metadata record {record!r}: bad {name!r}")
+        if record["type"] == PARTITION and not (
+            record["replicas"] and all(type(n) is int for n in record["replicas"] + record["isr"])
+        ):
+            raise MetadataRecordError(f"metadata record {record!r}: replicas are node ids")
+        if record["type"] == ACL and record["op"] not in ("add", "remove"):
+            raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
+    return records
+
+
+def encode(records: list[Record]) -> bytes:
+    return json.dumps(records, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode(data: bytes | str) -> list[Record]:
+    try:
+        records = json.loads(data)
+    except ValueError as exc:
+        raise MetadataRecordError(f"metadata records that are not JSON: {exc}") from None
+    return check_records(records)
+
+
+def topic_record(
+    name: str, replication_factor: int, configs: dict[str, str], partitions: int
+) -> Record:
+    return {
+        "type": TOPIC,
+        "name": name,
+        "replication_factor": replication_factor,
+        "configs": dict(configs),
+        "partitions": partitions,
+    }
+
+
+def partition_record(topic: str, partition: int, registration: dict[str, Any]) -> Record:
+    return {"type": PARTITION, "topic": topic, "partition": partition, **registration}
+
+
+def remove_topic_record(name: str) -> Record:
+    return {"type": REMOVE_TOPIC, "name": name}
+
+
+def node_record(node_id: int, address: str) -> Record:
+    return {"type": NODE, "node_id": node_id, "address": address}
+
+
+def acl_record(op: str, acl: dict[str, str]) -> Record:
+    return {"type": ACL, "op": op, "acl": dict(acl)}
+
+
+def producer_ids_record(next_id: int) -> Record:
+    return {"type": PRODUCER_IDS, "next": next_id}
+
+
+def from_document(state: dict[str, Any]) -> list[Record]:
+    """The records of a version 1 registry.json (`isr`, `partition_epoch`,
+    `next_producer_id_block` and `acls` absent read as every replica, 0, 0 and none)."""
+    if state.get("version") != _LEGACY_VERSION:
+        raise MetadataRecordError(f"unknown registry version {state.get('version')!r}")
+    records = [
+        node_record(int(node_id), node["address"])
+        for node_id, node in sorted(state.get("nodes", {}).items(), key=lambda n: int(n[0]))
+    ]
+    records.append(producer_ids_record(int(state.get("next_producer_id_block", 0))))
+    records += [acl_record("add", acl) for acl in state.get("acls", [])]
+    for name, topic in sorted(state.get("topics", {}).items()):
+        partitions = topic["partitions"]
+        records.append(
+            topic_record(name, topic["replication_factor"], topic["configs"], len(partitions))
+        )
+        for i, p in enumerate(partitions):
+            replicas = list(p["replicas"])
+            records.append(
+                partition_record(
+                    name,
+                    i,
+                    {
+                        "replicas": replicas,
+                        "leader": p["leader"],
+                        "leader_epoch": p.get("leader_epoch", 0),
+                        "isr": list(p.get("isr") or replicas),
+                        "partition_epoch": p.get("partition_epoch", 0),
+                    },
+                )
+            )
+    return check_records(records)

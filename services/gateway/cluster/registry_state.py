@@ -1,0 +1,427 @@
+"""The registry's state and how it changes: the metadata image (metadata_image.py) built from
+the metadata log (registry_store.py), each storage node's session, and the reads the rest of
+the gateway makes of them (routes for the data plane, node assignments, counts).
+
+Every change is one batch of records, stored first (`_commit`: fsync'd, or an etcd
+transaction) and then applied to the image, exactly as a batch another gateway wrote is
+applied when the store's watch brings it (`_watched`). A stale write (another gateway wrote
+first) takes the stored log again (`reload`) and the decision is made anew (`retrying`).
+
+Liveness is not in the log. With the file, a node is live while its last heartbeat to this
+gateway is younger than the session timeout; after a gateway start every known node gets one
+session timeout of grace, so routing works at once and a node that stays silent is declared
+down after that. With etcd, a node is live while its session lease lives
+(node_sessions.py), whichever gateway it heartbeats to.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from seglog.errors import LeaderNotAvailableError, StorageError, UnknownTopicOrPartitionError
+from seglog.security.acls import AclBinding
+
+from ..coordination.election import Fence
+from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
+from .metadata_file_store import FileMetadataStore
+from .metadata_image import Applied, MetadataImage, Topic
+from .metadata_records import MetadataRecordError, Record, partition_record
+from .node_state import Node, NodeView
+from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
+
+logger = logging.getLogger(__name__)
+
+REGISTRY_FILE = "registry.json"  # the former whole document, migrated once
+METADATA_DIR = "metadata"
+# A change that keeps meeting newer state is given up after this many tries (each retry
+# means another gateway's change landed in between: the cluster is making progress).
+_STALE_RETRIES = 20
+_T = TypeVar("_T")
+
+
+def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run a change again on the stored state when another gateway wrote first: the failed
+    attempt changed nothing in memory (decisions are made on copies). A controller's fenced
+    decision is not retried: that controller has been deposed."""
+
+    @functools.wraps(method)
+    def run(self: RegistryState, *args: Any, **kwargs: Any) -> _T:
+        for attempt in range(_STALE_RETRIES):
+            try:
+                return method(self, *args, **kwargs)
+            except ControllerFencedError:
+                self.reload()
+                raise
+            except StaleRegistryError:
+                self.reload()
+                if attempt == _STALE_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    return run
+
+
+@dataclass(frozen=True)
+class Route:
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    address: str | None
+    live: bool
+    bulk_address: str = ""
+
+
+class RegistryState:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        session_timeout_s: float,
+        store: MetadataStore | None = None,
+        sessions: EtcdNodeSessions | None = None,
+    ) -> None:
+        self.store: MetadataStore = (
+            store
+            if store is not None
+            else FileMetadataStore(
+                data_dir / METADATA_DIR, legacy_document=data_dir / REGISTRY_FILE
+            )
+        )
+        self.session_timeout_s = session_timeout_s
+        # Called (outside the lock) with the partitions whose registration changed.
+        self.listeners: list[Callable[[list[PartitionChange]], object]] = []
+        # Called (outside the lock) with every ACL after a change.
+        self.acl_listeners: list[Callable[[list[AclBinding]], object]] = []
+        self._lock = threading.RLock()
+        self.image = MetadataImage()
+        self.nodes: dict[int, Node] = {}
+        # Partition registrations copied for the controller's decisions: what a tick costs.
+        self.partitions_examined = 0
+        # The eligible nodes and the offset at the last election of leaderless partitions:
+        # until either changes another election would find no leader either.
+        self.last_election: tuple[frozenset[int], int] | None = None
+        # Node sessions as etcd leases (several gateways), else heartbeats to this one.
+        self.sessions = sessions
+        if sessions is not None:
+            sessions.listeners.append(self.session_changed)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._reset(self.store.load())
+        self.store.watch(self._watched, self._watched_reset)
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self.image.topics
+
+    @property
+    def acls(self) -> list[AclBinding]:
+        return self.image.acls
+
+    @property
+    def next_producer_id_block(self) -> int:
+        return self.image.next_producer_id_block
+
+    @property
+    def metadata_offset(self) -> int:
+        return self.image.offset
+
+    # -- the log -------------------------------------------------------------------------
+
+    def _commit(self, records: list[Record], fence: Fence | None = None) -> Applied:
+        """Store one batch, then apply it (call with the lock held)."""
+        offset = self.store.append(records, self.image.offset, fence)
+        applied = self.image.apply(offset, records)
+        self._nodes_recorded(applied.nodes)
+        if self.store.wants_snapshot():
+            try:
+                self.store.snapshot(self.image.offset, self.image.records())
+            except Exception:  # the log still holds every batch: recovery is only longer
+                logger.exception("taking a metadata snapshot failed")
+        return applied
+
+    def _watched(self, offset: int, records: list[Record]) -> None:
+        """Another gateway's batch, from the store's watch."""
+        with self._lock:
+            if offset <= self.image.offset:
+                return  # this registry's own write, or one it has already taken
+            try:
+                applied = self.image.apply(offset, records)
+            except MetadataRecordError:  # the image may be half changed: take the log whole
+                logger.exception("a watched metadata batch at offset %d did not apply", offset)
+                self.reload()
+                return
+            self._nodes_recorded(applied.nodes)
+        self._notify(applied.partitions)
+        if applied.acls:
+            self._notify_acls()
+
+    def _watched_reset(self, batches: list[Batch]) -> None:
+        with self._lock:
+            if (batches[-1][0] if batches else 0) == self.image.offset:
+                return  # nothing this image lacks (the watch's first snapshot, usually)
+        self._take(batches)
+
+    def reload(self) -> None:
+        """Take the stored log now (after a write found it newer than this image)."""
+        with self._lock:
+            self._take(self.store.load())
+
+    def _take(self, batches: list[Batch]) -> None:
+        """Bring the image to the stored log's end: as deltas when the log still holds
+        every batch after the image's offset (its snapshot is not newer than the image),
+        so nodes keep getting deltas; else as a whole new image."""
+        with self._lock:
+            acls_before = list(self.image.acls)
+            if batches and batches[0][0] <= self.image.offset:
+                changed = set()
+                for offset, records in batches:
+                    if offset > self.image.offset:
+                        applied = self.image.apply(offset, records)
+                        self._nodes_recorded(applied.nodes)
+                        changed |= applied.partitions
+            else:
+                changed = self._reset(batches)
+            acls_changed = self.image.acls != acls_before
+        self._notify(changed)
+        if acls_changed:
+            self._notify_acls()
+
+    def _reset(self, batches: list[Batch]) -> set[PartitionChange]:
+        """A whole image from a snapshot and its tail; the partitions whose registration
+        differs from before."""
+        image = MetadataImage.from_batches(batches)
+        before = self.image
+        changed = set()
+        for name in before.topics.keys() | image.topics.keys():
+            old, new = before.topics.get(name), image.topics.get(name)
+            old_parts = old.partitions if old else []
+            new_parts = new.partitions if new else []
+            for i in range(max(len(old_parts), len(new_parts))):
+                if i >= len(old_parts) or i >= len(new_parts) or old_parts[i] != new_parts[i]:
+                    changed.add((name, i))
+        with self._lock:
+            self.image = image
+            self._nodes_recorded(set(image.node_addresses))
+        return changed
+
+    def _nodes_recorded(self, node_ids: Iterable[int]) -> None:
+        grace = time.monotonic() + self.session_timeout_s
+        for node_id in node_ids:
+            address = self.image.node_addresses[node_id]
+            known = self.nodes.get(node_id)
+            if known is None:
+                self.nodes[node_id] = Node(node_id, address, grace_until=grace)
+                self._session_to_node(node_id)
+            elif self.sessions is None or not self.sessions.is_live(node_id):
+                known.address = address
+
+    def _notify(self, changed: set[PartitionChange]) -> list[PartitionChange]:
+        ordered = sorted(changed)
+        if ordered:
+            for listener in self.listeners:
+                try:
+                    listener(ordered)
+                except Exception:
+                    logger.exception("a registry listener failed")
+        return ordered
+
+    def _notify_acls(self) -> None:
+        current = list(self.image.acls)
+        for listener in self.acl_listeners:
+            listener(current)
+
+    def _working(
+        self, wanted: Iterable[PartitionChange]
+    ) -> dict[PartitionChange, PartitionAssignment]:
+        """Copies of the wanted registrations, for a decision that must change nothing
+        until its records are stored."""
+        working = {}
+        for tp in wanted:
+            p = self.image.partition(tp)
+            if p is not None:
+                working[tp] = p.copy()
+        self.partitions_examined += len(working)
+        return working
+
+    @staticmethod
+    def _partition_records(
+        working: dict[PartitionChange, PartitionAssignment], changed: Iterable[PartitionChange]
+    ) -> list[Record]:
+        return [partition_record(tp[0], tp[1], working[tp].to_json()) for tp in sorted(changed)]
+
+    # -- node sessions -------------------------------------------------------------------
+
+    def session_changed(self, node_id: int, session: NodeSession | None) -> None:
+        """A node's etcd session began, changed or ended (whichever gateway it talks to)."""
+        if session is None:
+            return  # down from now on (is_live); the controller fences it
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                node = self.nodes[node_id] = Node(node_id, session.address)
+            if node.session_lease != session.lease:
+                node.fenced = False
+                node.session_lease = session.lease
+            node.address = session.address
+            node.bulk_address = session.bulk_address
+            node.offline = dict(session.offline)
+            node.log_config_defaults = dict(session.log_config_defaults)
+            node.shutting_down = session.shutting_down
+            node.heard_from = True
+
+    def _session_to_node(self, node_id: int) -> None:
+        session = None if self.sessions is None else self.sessions.get(node_id)
+        if session is not None:
+            self.session_changed(node_id, session)
+
+    def is_live(self, node_id: int) -> bool:
+        if self.sessions is not None:
+            return self.sessions.is_live(node_id)
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                return False
+            now = time.monotonic()
+            if (
+                node.last_heartbeat is not None
+                and now - node.last_heartbeat < self.session_timeout_s
+            ):
+                return True
+            return not node.heard_from and now < node.grace_until
+
+    def live_nodes(self) -> list[int]:
+        with self._lock:
+            return sorted(n for n in self.nodes if self.is_live(n))
+
+    def _eligible(self, node_id: int) -> bool:
+        """May lead or join an ISR: registered, live, not fenced, not shutting down."""
+        node = self.nodes.get(node_id)
+        return (
+            node is not None
+            and not node.fenced
+            and not node.shutting_down
+            and self.is_live(node_id)
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def leader_counts(self) -> dict[int, int]:
+        with self._lock:
+            counts = {n: len(self.image.led.get(n, ())) for n in self.nodes}
+            counts.update((n, len(tps)) for n, tps in self.image.led.items() if tps)
+            return counts
+
+    def replica_counts(self) -> dict[int, int]:
+        with self._lock:
+            counts = {n: len(self.image.hosted.get(n, ())) for n in self.nodes}
+            counts.update((n, len(tps)) for n, tps in self.image.hosted.items() if tps)
+            return counts
+
+    def partitions_of(
+        self, wanted: list[PartitionChange]
+    ) -> list[tuple[Topic, int, PartitionAssignment]]:
+        """The named partitions that still exist, each with a copy of its registration."""
+        with self._lock:
+            out = []
+            for name, i in wanted:
+                topic = self.image.topics.get(name)
+                if topic is not None and 0 <= i < len(topic.partitions):
+                    out.append((topic, i, topic.partitions[i].copy()))
+            return out
+
+    def addresses(self) -> dict[int, str]:
+        with self._lock:
+            return {n: node.address for n, node in self.nodes.items()}
+
+    def bulk_addresses(self) -> dict[int, str]:
+        with self._lock:
+            return {n: node.bulk_address for n, node in self.nodes.items() if node.bulk_address}
+
+    def assignment_for(self, node_id: int) -> list[tuple[Topic, int, PartitionAssignment]]:
+        with self._lock:
+            return self.partitions_of(sorted(self.image.hosted.get(node_id, ())))
+
+    def node_view(self, node_id: int, since: int) -> NodeView:
+        """The states `node_id` needs after metadata offset `since`: a delta, or its whole
+        assignment when `since` is 0, older than the retained history, or ahead of this
+        registry (an offset from another registry)."""
+        with self._lock:
+            offset = self.image.offset
+            changes = None
+            if 0 < since <= offset:
+                changes = self.image.history.since(node_id, since)
+            if changes is None:
+                return NodeView(offset, True, self.assignment_for(node_id), [])
+            return NodeView(
+                offset, False, self.partitions_of(sorted(changes.changed)), sorted(changes.removed)
+            )
+
+    def pushed(self, node_id: int, offset: int) -> None:
+        """A push that brings the node to `offset` was delivered."""
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is not None and offset > node.metadata_offset:
+                node.metadata_offset = offset
+
+    def topic(self, name: str) -> Topic:
+        topic = self.image.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return topic
+
+    def route(self, topic_name: str, partition: int) -> Route:
+        """Run for every partition of every Produce and Fetch, so it takes no lock a
+        control-plane write holds (writes keep the registry's lock while they fsync or call
+        etcd): it reads the current objects as they are. Applying a batch swaps in new
+        registration objects; a route read in the middle of a batch may pair the new
+        leader with the old address, and the node it names then answers NOT_LEADER, which
+        clients retry as they do for any leader change."""
+        topic = self.image.topics.get(topic_name)
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"topic {topic_name!r} does not exist")
+        partitions = topic.partitions
+        if not 0 <= partition < len(partitions):
+            raise UnknownTopicOrPartitionError(
+                f"{topic_name} has partitions 0..{len(partitions) - 1}, not {partition}"
+            )
+        p = partitions[partition]
+        leader = p.leader
+        if leader == NO_LEADER:
+            raise LeaderNotAvailableError(
+                f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
+                f"live (unclean leader election is off)"
+            )
+        node = self.nodes.get(leader)
+        reason = None if node is None else node.offline.get((topic_name, partition))
+        if reason is not None:
+            raise StorageError(f"{topic_name}-{partition} is offline on node {leader}: {reason}")
+        return Route(
+            topic_name,
+            partition,
+            leader,
+            p.leader_epoch,
+            node.address if node else None,
+            self._routable(leader, node),
+            node.bulk_address if node else "",
+        )
+
+    def _routable(self, node_id: int, node: Node | None) -> bool:
+        """`is_live` as routing reads it: without the registry's lock, and never acting on
+        what it reads (ending a lapsed etcd session is the control plane's to do)."""
+        if self.sessions is not None:
+            return self.sessions.has_session(node_id)
+        if node is None:
+            return False
+        now = time.monotonic()
+        last = node.last_heartbeat
+        if last is not None and now - last < self.session_timeout_s:
+            return True
+        return not node.heard_from and now < node.grace_until
