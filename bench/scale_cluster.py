@@ -197,12 +197,29 @@ def leaders_by_node(admin: Admin) -> dict[int, int]:
     return {n.node_id: n.leader_partitions for n in admin.describe_cluster().nodes}
 
 
-def busiest_third(admin: Admin) -> tuple[int, int]:
-    """The node whose leaderships are nearest a third of all, and how many it leads."""
-    counts = leaders_by_node(admin)
-    third = sum(counts.values()) / 3
-    node_id = min(counts, key=lambda n: abs(counts[n] - third))
-    return node_id, counts[node_id]
+def busiest_third(admin: Admin, deadline_s: float) -> tuple[int, int] | str:
+    """The node whose leaderships are nearest a third of all, and how many it leads, once
+    every node is live and leads something (a cluster that stalled may take a while, or
+    never: then what was seen, as text)."""
+    deadline = time.monotonic() + deadline_s
+    seen = ""
+    while time.monotonic() < deadline:
+        try:
+            nodes = admin.describe_cluster().nodes
+        except (SeglogError, grpc.RpcError) as exc:
+            seen = str(exc)
+        else:
+            counts = {n.node_id: n.leader_partitions for n in nodes}
+            seen = ", ".join(
+                f"node {n.node_id} {'live' if n.live else 'not live'} leading {n.leader_partitions}"
+                for n in nodes
+            )
+            if len(nodes) == len(NODE_IDS) and all(n.live and n.leader_partitions for n in nodes):
+                third = sum(counts.values()) / 3
+                node_id = min(counts, key=lambda n: abs(counts[n] - third))
+                return node_id, counts[node_id]
+        time.sleep(POLL_INTERVAL_S)
+    return seen
 
 
 def leaderships_moved_s(
