@@ -75,8 +75,6 @@ REPLICATION_FACTOR = 3
 PROBE_TOPIC = "probe"
 CREATE_CALL_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.5
-SETTLE_S = 2.0  # after a step converges, before its idle window: stragglers finish
-REGISTRY_WRITE_SETTLE_S = 1.0  # a change's writes that follow its answer (pushes, fsyncs)
 FAILOVER_DEADLINE_S = 60.0
 
 
@@ -94,6 +92,8 @@ class ScaleShape:
     steady_rate_per_s: float = 50.0
     steady_baseline_s: float = 10.0
     session_timeout_ms: int | None = None  # None: the servers' default
+    settle_s: float = 2.0  # after a step converges, before its idle window: stragglers finish
+    registry_write_settle_s: float = 1.0  # a change's writes after its answer (pushes, fsyncs)
     failover: bool = True
 
     def step_deadline_s(self, added_partitions: int) -> float:
@@ -163,7 +163,7 @@ class Climb:
 def measure_idle(
     cluster: ScaleCluster, producer: Producer, shape: ScaleShape, row: StepRow
 ) -> None:
-    time.sleep(SETTLE_S)
+    time.sleep(shape.settle_s)
     pids = cluster.pids()
     cpu = idle_cpu_s(pids, shape.idle_window_s)
     row.gateway_cpu_s = cpu.pop("gateway")
@@ -175,17 +175,19 @@ def measure_idle(
     row.produce_ms = produce_latency_median_ms(producer, PROBE_TOPIC, shape.latency_samples)
 
 
-def registry_bytes_per_change(cluster: ScaleCluster, admin: Admin, value_ms: int) -> int:
+def registry_bytes_per_change(
+    cluster: ScaleCluster, admin: Admin, value_ms: int, settle_s: float
+) -> int:
     """Bytes the registry writes for one small change (a config override of the probe topic):
     the files in the gateway's data dir, or the keys and values written in etcd."""
     if cluster.etcd is None:
         writes = FileWrites.start(cluster.gateway_data_dir)
         admin.alter_configs(PROBE_TOPIC, {"retention.ms": str(value_ms)})
-        time.sleep(REGISTRY_WRITE_SETTLE_S)
+        time.sleep(settle_s)
         return writes.written_bytes(cluster.gateway_data_dir)
     since = etcd_revision(cluster.etcd.endpoint)
     admin.alter_configs(PROBE_TOPIC, {"retention.ms": str(value_ms)})
-    time.sleep(REGISTRY_WRITE_SETTLE_S)
+    time.sleep(settle_s)
     written, _ = etcd_written_bytes(cluster.etcd.endpoint, cluster.etcd_prefix, since)
     return written
 
@@ -246,7 +248,9 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
                 print(f"  [{backend}] stopped climbing at {row.partitions:,}", flush=True)
                 break
             # At every step, so the slope shows (the issue asks for 1,000 and 10,000).
-            written = registry_bytes_per_change(cluster, admin, 3_600_000 + index)
+            written = registry_bytes_per_change(
+                cluster, admin, 3_600_000 + index, shape.registry_write_settle_s
+            )
             result.registry_bytes[target] = written
             line(f"registry bytes written by one config change at {target:,}: {written:,}")
         _print_registry(cluster, result)
