@@ -172,7 +172,11 @@ def measure_idle(
     nodes = [pid for name, pid in pids.items() if name != "gateway"]
     row.node_rss_bytes = max(rss_bytes(pid) for pid in nodes)
     row.node_descriptors = max(open_descriptors(pid) for pid in nodes)
-    row.produce_ms = produce_latency_median_ms(producer, PROBE_TOPIC, shape.latency_samples)
+    try:
+        row.produce_ms = produce_latency_median_ms(producer, PROBE_TOPIC, shape.latency_samples)
+    except (SeglogError, TimeoutError) as exc:  # a cluster that broke: said, not fatal
+        row.produce_ms = float("nan")
+        row.seen = f"produce failed: {exc}"[:300]
 
 
 def registry_bytes_per_change(

@@ -69,6 +69,8 @@ def print_step(label: str, row: StepRow, baseline: StepRow | None, hosted_replic
         line(f"  saw: {row.seen}")
     else:
         line(f"{label}: {row.partitions:,} partitions, every ISR full in {row.create_s:.1f} s")
+        if row.seen:
+            line(f"  but: {row.seen}")
     fenced = ", ".join(f"node {n} at {t:.1f} s" for n, t in sorted(row.fenced.items()))
     judged(f"  nodes fenced while creating: {fenced or 'none'}", "none", not row.fenced)
     judged(f"  leaders changed: {row.leader_changes}", "0", row.leader_changes == 0)
