@@ -342,8 +342,9 @@ def run_one_topic(shape: ScaleShape, backend: str, result: BackendResult) -> Non
             measure_idle(cluster, producer, shape, row)
         print_step("one topic", row, result.baseline, climb.partitions)
         _print_log_tails(cluster, row)
+        reached = f"in {row.create_s:.1f} s" if row.reached else "never (above)"
         line(
-            f"created with every ISR full in {row.create_s:.1f} s",
+            f"one topic of {row.partitions:,} created with every ISR full {reached}",
             f"<= {CREATE_TARGET_S:.0f} s",
             row.reached and row.create_s <= CREATE_TARGET_S,
         )

@@ -206,8 +206,8 @@ def leaders_by_node(admin: Admin) -> dict[int, int]:
 
 def busiest_third(admin: Admin, deadline_s: float) -> tuple[int, int] | str:
     """The node whose leaderships are nearest a third of all, and how many it leads, once
-    every node is live and leads something (a cluster that stalled may take a while, or
-    never: then what was seen, as text)."""
+    every node is live (a cluster that stalled may take a while, or never: then what was
+    seen, as text)."""
     deadline = time.monotonic() + deadline_s
     seen = ""
     while time.monotonic() < deadline:
@@ -221,9 +221,12 @@ def busiest_third(admin: Admin, deadline_s: float) -> tuple[int, int] | str:
                 f"node {n.node_id} {'live' if n.live else 'not live'} leading {n.leader_partitions}"
                 for n in nodes
             )
-            if len(nodes) == len(NODE_IDS) and all(n.live and n.leader_partitions for n in nodes):
+            leading = {n: led for n, led in counts.items() if led}
+            if len(nodes) == len(NODE_IDS) and all(n.live for n in nodes) and leading:
+                # After sessions were lost, leaderships may sit unbalanced until the next
+                # preferred-leader election: then the node nearest a third of those that lead.
                 third = sum(counts.values()) / 3
-                node_id = min(counts, key=lambda n: abs(counts[n] - third))
+                node_id = min(leading, key=lambda n: abs(leading[n] - third))
                 return node_id, counts[node_id]
         time.sleep(POLL_INTERVAL_S)
     return seen
