@@ -60,11 +60,12 @@ def produce_latency_median_ms(producer: Producer, topic: str, samples: int) -> f
 
 
 class SteadyProduce:
-    """1 KiB records to one partition at a fixed rate from a thread, each record's latency
-    (send to acknowledgement, acks=all) kept; `window()` starts a new set of samples."""
+    """1 KiB records to one partition at a fixed rate from a thread, through a producer of
+    its own, each record's latency (send to acknowledgement, acks=all) kept; `window()`
+    starts a new set of samples; `failures` counts records that were not acknowledged."""
 
-    def __init__(self, producer: Producer, topic: str, rate_per_s: float) -> None:
-        self.producer = producer
+    def __init__(self, bootstrap: str, topic: str, rate_per_s: float) -> None:
+        self.producer = Producer(bootstrap, acks="all", linger_ms=0)
         self.topic = topic
         self.interval_s = 1 / rate_per_s
         self._latencies: list[float] = []
@@ -80,7 +81,7 @@ class SteadyProduce:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.producer.flush(timeout=60)
+        self.producer.close(timeout=60)
 
     def window(self) -> list[float]:
         """The latencies (s) recorded since the last call."""
