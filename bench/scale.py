@@ -8,7 +8,7 @@ For each backend, two clusters:
   process's CPU per 10 s, RSS and open descriptors, and one acks=all produce's latency (the
   median of several) as a ratio to the same at 10 partitions; whether a node lost its
   session or a leader changed while the step was created; the registry's bytes written by
-  one small change at the first and the last step; produce p99 (one partition, steady 1 KiB
+  one small change (a config override) at each step; produce p99 (one partition, steady 1 KiB
   records) while the first step's topics are created, against its p99 just before with no
   creations; last, a controlled shutdown (SIGTERM) of the node leading about a third of the
   partitions, timed until it leads nothing;
@@ -20,6 +20,9 @@ comma-separated) and SEGLOG_BENCH_SCALE_ONE_TOPIC (its partitions, 0 for none) m
 
 Every step has a deadline: a step that does not converge prints "did not reach" with what it
 saw, and that cluster stops climbing. Each figure is printed beside its target, OK or MISS.
+"Every ISR full" is read from DescribeTopics: a leader, the ISR equal to the replicas, and
+every replica's node answering for the partition (it hosts it). A node "fenced" is one the
+gateway showed as not live at some poll while the step was created.
 """
 
 from __future__ import annotations
