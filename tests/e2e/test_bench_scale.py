@@ -21,7 +21,6 @@ TINY = ScaleShape(
     latency_samples=3,
     steady_rate_per_s=20,
     steady_baseline_s=1.0,
-    session_timeout_ms=3000,
     settle_s=0.1,
     registry_write_settle_s=0.2,
 )
