@@ -303,11 +303,11 @@ def _failover(
         line(f"{what}: not measured, the nodes did not all lead again: {chosen}")
         return None
     node_id, led = chosen
-    moved = leaderships_moved_s(cluster, node_id, how, FAILOVER_DEADLINE_S)
+    moved, missing = leaderships_moved_s(cluster, node_id, how, FAILOVER_DEADLINE_S)
     if moved is None:
         line(
-            f"{what} of a node leading {led:,}: "
-            f"leaderships still there after {FAILOVER_DEADLINE_S:.0f} s",
+            f"{what} of a node leading {led:,}: {missing:,} partitions still without another "
+            f"leader after {FAILOVER_DEADLINE_S:.0f} s",
             f"<= {target_s:.1f} s",
             False,
         )

@@ -234,28 +234,35 @@ def busiest_third(admin: Admin, deadline_s: float) -> tuple[int, int] | str:
 
 def leaderships_moved_s(
     cluster: ScaleCluster, node_id: int, how: signal.Signals, deadline_s: float
-) -> float | None:
-    """Send `how` to the node and time until the cluster says it leads nothing; None when it
-    still led something after `deadline_s`. The node is stopped (by its pid) either way."""
+) -> tuple[float | None, int]:
+    """Send `how` to the node and time until every leadership it held is held by another
+    node (a partition left without a leader has not moved); None when that did not happen
+    within `deadline_s`. Also how many leaderships were missing at the end. The node is
+    stopped (by its pid) either way."""
     node = cluster.nodes[node_id]
     with Admin(cluster.address, timeout_s=10) as admin:
+        total = sum(leaders_by_node(admin).values())
         started = time.monotonic()
         if how == signal.SIGKILL:
             node.kill()
         else:
             assert node.process is not None
             node.process.send_signal(how)
-        moved = None
+        moved, missing = None, total
         while time.monotonic() - started < deadline_s:
             try:
-                if leaders_by_node(admin).get(node_id, 0) == 0:
-                    moved = time.monotonic() - started
-                    break
+                counts = leaders_by_node(admin)
             except (SeglogError, grpc.RpcError):
-                pass  # a busy gateway: ask again
+                time.sleep(0.05)
+                continue  # a busy gateway: ask again
+            elsewhere = sum(led for n, led in counts.items() if n != node_id)
+            missing = total - elsewhere
+            if missing <= 0:
+                moved = time.monotonic() - started
+                break
             time.sleep(0.05)
     node.stop()
-    return moved
+    return moved, max(0, missing)
 
 
 def offline_partitions(admin: Admin) -> int:
