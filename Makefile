@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test test-unit test-integration bench lint proto install run clean fault-campaign pipeline image image-smoke
+.PHONY: test test-unit test-integration bench bench-scale lint proto install run clean fault-campaign pipeline image image-smoke
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -60,6 +60,11 @@ test-integration: $(STAMP) proto
 
 bench: $(STAMP) proto
 	$(BIN)/python -m bench
+
+# The control plane at 1,000 to 10,000 partitions on three nodes (file and etcd registries):
+# the `scale` group of `make bench` alone.
+bench-scale: $(STAMP) proto
+	$(BIN)/python -m bench scale
 
 # A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one, FAULTS= a comma list
 # of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd): client

@@ -2,8 +2,7 @@
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
 `python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
-spark) runs
-one group.
+registry, spark, scale) runs one group.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ SERVICE_GROUPS = (
     "metrics",
     "registry",
     "spark",
+    "scale",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 
@@ -242,7 +242,7 @@ def bench_codec() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
-    [security] [metrics] [registry] [spark]`: every group when none is named."""
+    [security] [metrics] [registry] [spark] [scale]`: every group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))

@@ -1,0 +1,195 @@
+"""What the scale group measures of running processes, from outside them: CPU, RSS and open
+descriptors from /proc, acks=all produce latency through a real producer, and the bytes a
+registry change writes (files in the gateway's data dir, or values in etcd)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from etcd3gw.client import Etcd3Client
+
+from seglog.client.producer import Producer
+
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far. /proc/<pid>/stat: the command name is in parentheses
+    and may hold spaces, so fields are counted after its closing one; utime and stime are
+    fields 14 and 15 of the whole line (11 and 12 after the name), in clock ticks."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # the kernel writes it in kB
+    return 0
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def idle_cpu_s(pids: dict[str, int], window_s: float) -> dict[str, float]:
+    """Each process's CPU seconds over one window of `window_s` of wall time, scaled to per
+    10 s (the issue's unit)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    started = time.monotonic()
+    time.sleep(window_s)
+    elapsed = time.monotonic() - started
+    return {name: (cpu_seconds(pid) - before[name]) * 10 / elapsed for name, pid in pids.items()}
+
+
+def produce_latency_median_ms(producer: Producer, topic: str, samples: int) -> float:
+    """The median of `samples` single acks=all produces, each sent alone and waited for."""
+    value = b"l" * 1024
+    latencies = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        producer.send(topic, value, partition=0).get(timeout=60)
+        latencies.append(time.perf_counter() - started)
+    return statistics.median(latencies) * 1000
+
+
+class SteadyProduce:
+    """1 KiB records to one partition at a fixed rate from a thread, through a producer of
+    its own, each record's latency (send to acknowledgement, acks=all) kept; `window()`
+    starts a new set of samples; `failures` counts records that were not acknowledged."""
+
+    def __init__(self, bootstrap: str, topic: str, rate_per_s: float) -> None:
+        self.producer = Producer(bootstrap, acks="all", linger_ms=0)
+        self.topic = topic
+        self.interval_s = 1 / rate_per_s
+        self._latencies: list[float] = []
+        self.failures = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send_steadily, daemon=True)
+
+    def __enter__(self) -> SteadyProduce:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.producer.close(timeout=60)
+
+    def window(self) -> list[float]:
+        """The latencies (s) recorded since the last call."""
+        with self._lock:
+            taken, self._latencies = self._latencies, []
+        return taken
+
+    def _send_steadily(self) -> None:
+        value = b"s" * 1024
+        next_send = time.monotonic()
+        while not self._stop.is_set():
+            sent_at = time.perf_counter()
+
+            def acknowledged(
+                metadata: object, exc: BaseException | None, t: float = sent_at
+            ) -> None:
+                with self._lock:
+                    if exc is None:
+                        self._latencies.append(time.perf_counter() - t)
+                    else:
+                        self.failures += 1
+
+            self.producer.send(self.topic, value, partition=0, callback=acknowledged)
+            next_send += self.interval_s
+            self._stop.wait(max(0.0, next_send - time.monotonic()))
+
+
+def p99_ms(latencies_s: list[float]) -> float:
+    if not latencies_s:
+        return float("nan")
+    ordered = sorted(latencies_s)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+# -- registry bytes per change ------------------------------------------------------------
+
+
+def _files_state(directory: Path) -> dict[Path, tuple[int, int]]:
+    state = {}
+    for path in directory.rglob("*"):
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            continue  # replaced while walked: the next state sees its successor
+        if path.is_file():
+            state[path] = (stat.st_ino, stat.st_size)
+    return state
+
+
+@dataclass(frozen=True)
+class FileWrites:
+    """What a change wrote to a directory: a file that is new (or replaced by a rename: a new
+    inode) counts whole, a file that grew counts its growth."""
+
+    before: dict[Path, tuple[int, int]]
+
+    @staticmethod
+    def start(directory: Path) -> FileWrites:
+        return FileWrites(_files_state(directory))
+
+    def written_bytes(self, directory: Path) -> int:
+        total = 0
+        for path, (inode, size) in _files_state(directory).items():
+            was = self.before.get(path)
+            if was is None or was[0] != inode:
+                total += size
+            else:
+                total += max(0, size - was[1])
+        return total
+
+
+def _etcd_client(endpoint: str) -> Etcd3Client:
+    host, port = endpoint.rsplit(":", 1)
+    return Etcd3Client(host=host, port=int(port), api_path="/v3/", timeout=30)
+
+
+def _prefix_end(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def etcd_revision(endpoint: str) -> int:
+    return int(_etcd_client(endpoint).status()["header"]["revision"])
+
+
+def etcd_written_bytes(endpoint: str, prefix: str, since_revision: int) -> tuple[int, int]:
+    """Bytes of the keys and values written under `prefix` in each revision after
+    `since_revision` (each revision read back as of itself, so a key written twice counts
+    twice), and how many revisions that was."""
+    client = _etcd_client(endpoint)
+    now = int(client.status()["header"]["revision"])
+    total = 0
+    for revision in range(since_revision + 1, now + 1):
+        written = client.get(
+            prefix,
+            metadata=True,
+            range_end=_prefix_end(prefix),
+            revision=revision,
+            min_mod_revision=revision,
+        )
+        total += sum(len(value) + len(meta["key"]) for value, meta in written)
+    return total, now - since_revision
+
+
+def etcd_largest_value(endpoint: str, prefix: str) -> tuple[int, str]:
+    """The largest value under `prefix` now: its size and key."""
+    values = _etcd_client(endpoint).get_prefix(prefix)
+    if not values:
+        return 0, ""
+    value, meta = max(values, key=lambda kv: len(kv[0]))
+    key = meta["key"]
+    return len(value), key.decode() if isinstance(key, bytes) else str(key)
