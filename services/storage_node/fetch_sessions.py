@@ -18,7 +18,11 @@ diverging epoch not answered yet. With none, it waits on the session's own event
 partition is answered at least once (its answered state is reset). Evaluating a partition
 records the follower's fetch at its last fetch offset (Partition.record_follower_fetch), as
 Kafka's session does for every partition of every fetch: a partition the follower has not
-named since still holds everything below that offset.
+named since still holds everything below that offset. And since an idle round evaluates
+nothing, the leader asks the session before its log end moves (`caught_up_ms`): a follower
+whose session holds the partition at the log end was caught up as of its last request (now,
+while a request waits), so the append that follows does not make it look behind since its
+last named fetch (replica.lag.time.max.ms would drop an idle in-sync follower otherwise).
 
 The cache is bounded (`SESSION_CACHE_SLOTS`, least recently used evicted first) and holds one
 session per follower: a new full request replaces the follower's previous session. A request
@@ -39,6 +43,7 @@ from seglog.v1 import common_pb2
 
 from .fetch_reads import FetchChunk, FetchState
 from .fetch_waits import PartitionWaiters, TopicPartition, Waiter
+from .partition import now_ms
 
 SESSION_CACHE_SLOTS = 1000  # Kafka's max.incremental.fetch.session.cache.slots
 FULL_RECHECK_S = 10.0
@@ -92,6 +97,8 @@ class FetchSession(Waiter):
         self.partitions: dict[TopicPartition, SessionPartition] = {}
         self.closed = False
         self.last_used = time.monotonic()
+        self.last_request_ms = now_ms()  # Partition's clock
+        self.waiting = False  # a request is being answered: the follower is fetching now
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
         self._all_changed = False
@@ -186,6 +193,18 @@ class FetchSessionCache:
             session.last_used = time.monotonic()
             return session
 
+    def caught_up_ms(self, replica_id: int, tp: TopicPartition, offset: int) -> int | None:
+        """When `replica_id` last fetched `tp` at `offset` through its session (now, while
+        a request of the session is answered), or None when its session does not hold it
+        there."""
+        with self._lock:
+            found = [s for s in self._sessions.values() if s.replica_id == replica_id]
+        for session in found:
+            held = session.partitions.get(tp)
+            if held is not None and held.fetch_offset == offset and not session.closed:
+                return now_ms() if session.waiting else session.last_request_ms
+        return None
+
     def evict(self, session_id: int) -> None:
         with self._lock:
             session = self._sessions.pop(session_id, None)
@@ -229,18 +248,24 @@ def session_round(
             return SessionRound(found.id, common_pb2.INVALID_FETCH_SESSION_EPOCH)
         session = found
         session.next_epoch += 1
-    named = _apply_request(cache, session, request, client_epoch)
-    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
-    candidates = named | session.take_changed()
-    while True:
-        news = _news(session, candidates, replica_id, evaluate)
-        if news or session.closed or not is_active():
-            return SessionRound(session.id, states=news, session=session)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return SessionRound(session.id, session=session)
-        session.event.wait(remaining)
-        candidates = session.take_changed()
+    session.last_request_ms = now_ms()
+    session.waiting = True
+    try:
+        named = _apply_request(cache, session, request, client_epoch)
+        deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+        candidates = named | session.take_changed()
+        while True:
+            news = _news(session, candidates, replica_id, evaluate)
+            if news or session.closed or not is_active():
+                return SessionRound(session.id, states=news, session=session)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return SessionRound(session.id, session=session)
+            session.event.wait(remaining)
+            candidates = session.take_changed()
+    finally:
+        session.last_request_ms = now_ms()  # the answer is what it fetched
+        session.waiting = False
 
 
 def _apply_request(

@@ -326,6 +326,7 @@ class ReplicaManager:
                 if acks == ACKS_ALL:
                     held.check_enough_replicas()  # Kafka's per-partition refusal
                 epoch = held.leader_epoch
+                self._note_idle_followers(held)
                 info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
@@ -334,6 +335,19 @@ class ReplicaManager:
         for number, _, _ in checked:
             self.wake_partition(topic, number)
         return results
+
+    def _note_idle_followers(self, held: Partition) -> None:
+        """Before the log end moves: followers whose fetch session holds the partition at
+        the log end were caught up as of their last request (fetch_sessions.py), as a
+        Kafka follower fetching every partition every round would have been recorded."""
+        end = held.log.log_end_offset
+        with held._lock:
+            for replica, state in held.followers.items():
+                if state.log_end_offset != end:
+                    continue
+                seen = self.fetch_sessions.caught_up_ms(replica, (held.topic, held.partition), end)
+                if seen is not None and seen > state.last_caught_up_time_ms:
+                    state.last_caught_up_time_ms = seen
 
     def wait_for_replication(
         self, topic: str, results: list[AppendResult], timeout_ms: int

@@ -159,7 +159,16 @@ def test_an_idle_in_sync_follower_stays_in_the_isr_past_the_lag_time(cluster, mo
     for partition in range(PARTITIONS):
         registration = cluster.gateway.registry.topic("quiet").partitions[partition]
         assert sorted(registration.isr) == [1, 2], partition
-        held = cluster.nodes[registration.leader].replicas.partition("quiet", partition)
+        replicas = cluster.nodes[registration.leader].replicas
+        held = replicas.partition("quiet", partition)
         assert held.shrink_proposal(LAG_MS) is None
-    # ...and acks=all still goes through both.
-    _produce_everywhere(cluster, "quiet", b"b")
+        # An append moves the log end past the idle follower's last named fetch: until it
+        # fetches again (held off here by the partition's lock), it must not look behind
+        # since then, only since its session's last request.
+        with held._lock:
+            replicas.append("quiet", [(partition, make_batch([b"b"]), -1)])
+            assert held.shrink_proposal(LAG_MS) is None, partition
+    assert wait_until(lambda: _in_step(cluster, "quiet"))
+    _produce_everywhere(cluster, "quiet", b"c")  # acks=all still goes through both
+    for partition in range(PARTITIONS):
+        assert sorted(cluster.gateway.registry.topic("quiet").partitions[partition].isr) == [1, 2]
