@@ -13,7 +13,8 @@ from seglog.storage import LogConfig
 from seglog.storage.config import LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.v1 import common_pb2
-from services.storage_node.fetch_waits import Waiter
+from services.storage_node.fetch_sessions import FetchSessionCache
+from services.storage_node.fetch_waits import PartitionWaiters, Waiter
 from services.storage_node.follower_session import FollowerSession, PartitionFetch
 from services.storage_node.partition import Registration
 from services.storage_node.replica_manager import ReplicaManager
@@ -117,3 +118,15 @@ def test_the_follower_names_everything_once_then_only_what_changed():
     assert _request(session, ready, set()) == (True, 0, 0, {a: 9, b: 7}, set())
     assert not session.header(42, common_pb2.FETCH_SESSION_ID_NOT_FOUND)
     assert not session.is_open
+
+
+def test_the_session_cache_is_bounded_and_holds_one_session_per_follower():
+    cache = FetchSessionCache(PartitionWaiters(), slots=2)
+    first, second = cache.open(2), cache.open(3)
+    assert cache.get(first.id, 2) is first  # now the most recently used
+    third = cache.open(4)  # full: the least recently used goes
+    assert second.closed and cache.get(second.id, 3) is None
+    assert cache.get(first.id, 2) is first and cache.get(third.id, 4) is third
+    again = cache.open(2)  # a follower's new full request replaces its session
+    assert first.closed and cache.get(again.id, 2) is again and len(cache) == 2
+    assert cache.get(again.id, 3) is None  # another follower cannot use it
