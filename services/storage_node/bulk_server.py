@@ -6,7 +6,9 @@ space, except under TLS, where the bytes must be encrypted.
 
 What is served is what the gRPC Fetch serves a consumer (ReplicaManager.fetch_states /
 wait_for_fetch / read_chunks): whole batches as stored, at least one, up to the max bytes,
-below the high watermark, at the grant's leader epoch. A segment removed from the log during
+below the high watermark, at the grant's leader epoch; a follower's fetch-session request is
+answered as the gRPC Fetch answers it (ReplicaManager.session_fetch: a header chunk with the
+session's id or error, then the partitions with news). A segment removed from the log during
 a transfer is still readable: removed segments keep their files open for
 `file.delete.delay.ms`, and each transfer sends from a duplicate of the file's descriptor
 (FileRecords.write_to), which keeps the file alive until it is done. Anything that fails
@@ -144,13 +146,27 @@ class BulkServer:
         with tracer.start_as_current_span(
             "seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent
         ) as span:
-            states = self.replicas.fetch_states(wanted, replica_id)
-            if fetch.max_wait_ms > 0:
-                self.replicas.wait_for_fetch(
-                    states, max(fetch.min_bytes, 0), fetch.max_wait_ms, lambda: not self._stopping
+            max_bytes = fetch.max_bytes or (1 << 31) - 1
+            if fetch.HasField("session_id"):
+                found = self.replicas.session_fetch(
+                    fetch, client_leader_epoch, lambda: not self._stopping
                 )
+                bulk_wire.send_message(
+                    conn,
+                    bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error),
+                )
+                chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
+            else:
+                states = self.replicas.fetch_states(wanted, replica_id)
+                if fetch.max_wait_ms > 0:
+                    self.replicas.wait_for_fetch(
+                        states,
+                        max(fetch.min_bytes, 0),
+                        fetch.max_wait_ms,
+                        lambda: not self._stopping,
+                    )
+                chunks = self.replicas.read_chunks(states, max_bytes)
             sent = 0
-            chunks = self.replicas.read_chunks(states, fetch.max_bytes or (1 << 31) - 1)
             for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):
                 sent += self._send_chunk(conn, chunk)
             bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))

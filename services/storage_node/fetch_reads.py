@@ -68,6 +68,28 @@ class FetchChunk:
         return self.found.segment_slice.segment.base_offset
 
 
+def available_bytes(states: list[FetchState], enough: int) -> int:
+    """Bytes ready to send, counted from file positions until `enough` (errors and diverging
+    answers count: they answer at once)."""
+    total = 0
+    for state in states:
+        if state.error is not None or state.diverging is not None:
+            return enough
+        log = state.log
+        assert log is not None
+        max_offset = state.max_offset()
+        upper = log.log_end_offset if max_offset is None else max_offset
+        if state.offset >= upper and state.offset <= log.log_end_offset:
+            continue
+        if enough <= 1 or not log.log_start_offset <= state.offset <= log.log_end_offset:
+            return enough  # data, or an out-of-range error to answer now
+        state.position = log.bytes_from(state.offset, state.position, max_offset=max_offset)
+        total += max(state.position.available_bytes, 1)
+        if total >= enough:
+            return total
+    return total
+
+
 def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> Iterator[FetchChunk]:
     budget = max_bytes
     sent_data = False

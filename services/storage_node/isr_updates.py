@@ -27,12 +27,12 @@ class IsrUpdates:
         partition_of: Callable[[str, int], Partition | None],
         partitions: Callable[[], list[Partition]],
         lag_time_max_ms: int,
-        on_change: Callable[[], None],
+        on_change: Callable[[str, int], None],
     ) -> None:
         self.partition_of = partition_of
         self.partitions = partitions
         self.lag_time_max_ms = lag_time_max_ms
-        self.on_change = on_change  # the high watermark may have moved
+        self.on_change = on_change  # (topic, partition): its high watermark may have moved
         self.alter_partition: AlterPartition | None = None  # set by the registry session
         self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
         self._stopping = False
@@ -90,4 +90,4 @@ class IsrUpdates:
         )
         held.apply(registration)
         held.maybe_increment_high_watermark()
-        self.on_change()
+        self.on_change(held.topic, held.partition)

@@ -5,7 +5,13 @@ from its files with sendfile, this side receives into the buffer it appends from
 proto/seglog/v1/bulk.md), else, or while the bulk path fails, StorageNode.Fetch.
 
 Each round asks, per partition, from the follower's log end offset, naming the leader epoch
-it follows and the epoch of its last batch. The answers are applied in order:
+it follows and the epoch of its last batch, through a fetch session (follower_session.py,
+fetch_sessions.py; Kafka's KIP-227): the first request names every partition, later ones
+only those whose fetch state changed (answered, added, removed, backing off), and the
+leader answers only partitions with news; an idle round names and answers none. A partition
+added or removed while a round waits at the leader joins the next round (at most
+`replica.fetch.wait.max.ms` later), as in Kafka. A round that fails in any way drops the
+session: the next request is a full one. The answers are applied in order:
 - records: appended as the leader stored them (Log.append_as_follower: offsets, timestamps
   and epochs kept, nothing re-encoded), rolling segments at the leader's segment base
   offsets so the files end byte-identical; then the high watermark becomes the leader's
@@ -42,6 +48,7 @@ from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_contex
 from seglog.storage import Log
 from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
+from .follower_session import FollowerSession, PartitionFetch
 from .partition import Partition
 
 logger = logging.getLogger(__name__)
@@ -68,6 +75,10 @@ class _Followed:
     partition: Partition
     leader_epoch: int  # the term this fetcher follows; a newer one comes as a new entry
     backoff_until: float = 0.0
+
+
+class _SessionGone(Exception):
+    """The leader answered a session error: open a new session with a full request."""
 
 
 def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> int:
@@ -100,12 +111,15 @@ class ReplicaFetcher:
         self.secret = secret
         self._bulk_connection: BulkConnection | None = None
         self._bulk_unusable_until = 0.0
-        self._interrupted = threading.Event()
         self.leader_id = leader_id
         self.address = address
         self.settings = settings
         self._partitions: dict[TopicPartition, _Followed] = {}
         self._lock = threading.Lock()
+        self._session = FollowerSession()
+        self._changed_partitions: set[TopicPartition] = set()  # under _lock
+        self._backoffs: dict[TopicPartition, float] = {}  # the fetcher thread's: until when
+        self.rounds = 0  # whole answers received (tests and measurements)
         self._changed = threading.Event()
         self._stop = threading.Event()
         self.tls = tls
@@ -139,10 +153,11 @@ class ReplicaFetcher:
 
     def add_partition(self, partition: Partition) -> None:
         tp = (partition.topic, partition.partition)
+        self._prepare(partition)
         with self._lock:
             self._partitions[tp] = _Followed(partition, partition.leader_epoch)
-        self._prepare(partition)
-        self._wake()
+            self._changed_partitions.add(tp)
+        self._changed.set()
 
     def followed_partitions(self) -> list[Partition]:
         with self._lock:
@@ -151,17 +166,10 @@ class ReplicaFetcher:
     def remove_partition(self, tp: TopicPartition) -> None:
         with self._lock:
             removed = self._partitions.pop(tp, None)
+            if removed is not None:
+                self._changed_partitions.add(tp)
         if removed is not None:
-            self._wake()
-
-    def _wake(self) -> None:
-        self._changed.set()
-        call = self._call
-        if call is not None:
-            call.cancel()  # a long poll without the changed partitions: ask again
-        if self._bulk_connection is not None:
-            self._interrupted.set()
-            self._close_bulk()  # the same on the bulk path
+            self._changed.set()
 
     @staticmethod
     def _prepare(partition: Partition) -> None:
@@ -183,34 +191,56 @@ class ReplicaFetcher:
                 self._changed.clear()
                 continue
             self._changed.clear()
-            if self._bulk_usable():
-                self._interrupted.clear()
-                try:
-                    self._fetch_bulk(request, followed)
-                    continue
-                except (BulkFetchError, OSError, SeglogError) as exc:
-                    if self._stop.is_set() or self._interrupted.is_set():
-                        self._interrupted.clear()  # woken on purpose: ask again at once
-                        continue
-                    # The gRPC path serves meanwhile; the bulk one is tried again later.
-                    logger.info("bulk fetch from leader %d failed: %s", self.leader_id, exc)
-                    self._close_bulk(unusable_for_s=BULK_RETRY_S)
+            answered = False
             try:
-                self._call = self._fetch(
-                    request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30
-                )
-                for response in self._call:
-                    self._apply(response, response.records, followed)
-            except grpc.RpcError as exc:
-                if self._stop.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
-                    continue
-                logger.info("fetch from leader %d failed: %s", self.leader_id, exc.code())
-                self._back_off_all(followed)
-            except Exception:
-                logger.exception("replica fetcher for leader %d failed", self.leader_id)
-                self._back_off_all(followed)
+                answered = self._round(request, followed)
             finally:
-                self._call = None
+                if answered:
+                    self._session.answered()
+                    self.rounds += 1
+                else:
+                    self._session.reset()
+
+    def _round(
+        self, request: common_pb2.FetchRequest, followed: dict[TopicPartition, _Followed]
+    ) -> bool:
+        """One request and its answer, through the bulk path when it serves, else gRPC;
+        True when the whole answer arrived."""
+        if self._bulk_usable():
+            try:
+                self._fetch_bulk(request, followed)
+                return True
+            except _SessionGone:
+                return False  # a full request at once
+            except (BulkFetchError, OSError, SeglogError) as exc:
+                if self._stop.is_set():
+                    return False
+                # The gRPC path serves meanwhile (with a new session, a full request); the
+                # bulk one is tried again later.
+                logger.info("bulk fetch from leader %d failed: %s", self.leader_id, exc)
+                self._close_bulk(unusable_for_s=BULK_RETRY_S)
+                return False
+        try:
+            self._call = self._fetch(
+                request, timeout=self.settings.replica_fetch_wait_max_ms / 1000 + 30
+            )
+            for response in self._call:
+                self._apply(response, response.records, followed)
+            return True
+        except _SessionGone:
+            if self._call is not None:
+                self._call.cancel()
+        except grpc.RpcError as exc:
+            if self._stop.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
+                return False
+            logger.info("fetch from leader %d failed: %s", self.leader_id, exc.code())
+            self._back_off_all(followed)
+        except Exception:
+            logger.exception("replica fetcher for leader %d failed", self.leader_id)
+            self._back_off_all(followed)
+        finally:
+            self._call = None
+        return False
 
     # -- the bulk path (bulk.md): the leader sends from its files, this side recv_into ------
 
@@ -254,38 +284,46 @@ class ReplicaFetcher:
     def _build_request(
         self,
     ) -> tuple[common_pb2.FetchRequest | None, dict[TopicPartition, _Followed]]:
+        """The next session request: every partition ready to fetch when no session is
+        open, else only those that changed (O(changes), not O(partitions))."""
         now = time.monotonic()
         with self._lock:
             followed = dict(self._partitions)
+            changed, self._changed_partitions = self._changed_partitions, set()
+        due = [tp for tp, until in self._backoffs.items() if until <= now]
+        for tp in due:
+            del self._backoffs[tp]
+        changed.update(due)
+        candidates = changed if self._session.is_open else followed.keys()
+        ready = {}
+        for tp in candidates:
+            entry = followed.get(tp)
+            if entry is None or entry.backoff_until > now:
+                continue
+            log = entry.partition.log
+            ready[tp] = PartitionFetch(
+                log.log_end_offset,
+                entry.leader_epoch,
+                log.leader_epochs.latest_epoch,
+                log.log_start_offset,
+            )
         request = common_pb2.FetchRequest(
             replica_id=self.node_id,
             min_bytes=self.settings.replica_fetch_min_bytes,
             max_wait_ms=self.settings.replica_fetch_wait_max_ms,
             max_bytes=self.settings.replica_fetch_response_max_bytes,
         )
-        ready = {}
-        for tp, entry in followed.items():
-            if entry.backoff_until > now:
-                continue
-            log = entry.partition.log
-            part = request.partitions.add(
-                topic=tp[0],
-                partition=tp[1],
-                fetch_offset=log.log_end_offset,
-                partition_max_bytes=self.settings.replica_fetch_max_bytes,
-                current_leader_epoch=entry.leader_epoch,
-                log_start_offset=log.log_start_offset,
-            )
-            latest = log.leader_epochs.latest_epoch
-            if latest >= 0:
-                part.last_fetched_epoch = latest
-            ready[tp] = entry
-        return (request if ready else None), followed
+        if not self._session.fill(request, ready, changed, self.settings.replica_fetch_max_bytes):
+            return None, followed
+        return request, followed
+
+    def _back_off(self, tp: TopicPartition, entry: _Followed) -> None:
+        entry.backoff_until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
+        self._backoffs[tp] = entry.backoff_until
 
     def _back_off_all(self, followed: dict[TopicPartition, _Followed]) -> None:
-        until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
-        for entry in followed.values():
-            entry.backoff_until = until
+        for tp, entry in followed.items():
+            self._back_off(tp, entry)
         self._stop.wait(min(self.settings.replica_fetch_backoff_ms / 1000, 1.0))
 
     def _apply(
@@ -294,10 +332,20 @@ class ReplicaFetcher:
         records: bytes | memoryview,
         followed: dict[TopicPartition, _Followed],
     ) -> None:
+        if not response.topic:  # a session answer's header
+            if not self._session.header(response.session_id, response.session_error):
+                logger.info(
+                    "fetch session with leader %d: %s; opening a new one",
+                    self.leader_id,
+                    common_pb2.FetchSessionError.Name(response.session_error),
+                )
+                raise _SessionGone()
+            return
         tp = (response.topic, response.partition)
         entry = followed.get(tp)
         with self._lock:
             current = self._partitions.get(tp)
+            self._changed_partitions.add(tp)  # its fetch state may change now
         if entry is None or current is not entry:
             return  # no longer followed here, or followed under a newer term
         partition = entry.partition
@@ -330,9 +378,7 @@ class ReplicaFetcher:
                 log.truncate_to(target)
                 if (log.log_end_offset, log.leader_epochs.latest_epoch) == before:
                     # No progress: asking again at once would get the same answer.
-                    entry.backoff_until = (
-                        time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
-                    )
+                    self._back_off(tp, entry)
                 return
             if records:
                 log.append_as_follower(records, segment_base_offset=response.segment_base_offset)
@@ -373,4 +419,4 @@ class ReplicaFetcher:
             common_pb2.ErrorCode.Name(response.error),
             response.error_message,
         )
-        entry.backoff_until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
+        self._back_off((response.topic, response.partition), entry)

@@ -11,10 +11,12 @@ waits (Kafka's DelayedProduce) until the high watermark passes each partition's 
 
 Fetch: a long poll. `wait_for_fetch` returns as soon as `min_bytes` are available across the
 requested partitions (counted from file positions, never by reading) or `max_wait_ms` passes;
-appends and high-watermark moves wake waiting fetches through one condition variable (no
-polling). Consumers read below the high watermark; a follower (`replica_id` >= 0) reads to
-the log end, and its fetch offset tells the leader how far it has copied. The answer's chunks
-are cut by fetch_reads.py; ISR changes are sent by isr_updates.py.
+an append or a high-watermark move on a partition wakes only the fetches and acks=all appends
+waiting on that partition (fetch_waits.py; no polling). Consumers read below the high
+watermark; a follower (`replica_id` >= 0) reads to the log end, and its fetch offset tells the
+leader how far it has copied. Followers fetch through sessions (fetch_sessions.py: an idle
+round costs O(1)). The answer's chunks are cut by fetch_reads.py; ISR changes are sent by
+isr_updates.py.
 
 Fencing: the registry session fences the node (`fence`) when its heartbeats have gone
 unanswered for its session timeout, and lifts it (`unfence`) once one is answered and the
@@ -46,8 +48,11 @@ from seglog.storage.log import LogAppendInfo, TimestampAndOffset
 from seglog.storage.log_manager import LogManager
 from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
+from seglog.v1 import common_pb2
 
-from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
+from .fetch_reads import CONSUMER, FetchChunk, FetchState, available_bytes, read_chunks
+from .fetch_sessions import FetchSessionCache, SessionRound, session_round
+from .fetch_waits import PartitionWaiters, Waiter
 from .isr_updates import IsrUpdates
 from .partition import Partition, Registration
 from .replica_fetcher import FetcherSettings, ReplicaFetcher
@@ -105,8 +110,8 @@ class ReplicaManager:
         self.replication = replication or ReplicationSettings()
         self._partitions: dict[TopicPartition, Partition] = {}
         self._partitions_lock = threading.RLock()
-        self._progress = threading.Condition()  # appends and high-watermark moves
-        self._progress_seq = 0
+        self.waiters = PartitionWaiters()  # who waits on which partition's progress
+        self.fetch_sessions = FetchSessionCache(self.waiters)
         self._stopping = False
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
@@ -118,7 +123,7 @@ class ReplicaManager:
             lambda topic, number: self._partitions.get((topic, number)),
             lambda: list(self._partitions.values()),
             self.replication.replica_lag_time_max_ms,
-            self.wake_fetchers,
+            self.wake_partition,
         )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -137,6 +142,7 @@ class ReplicaManager:
         for fetcher in fetchers:
             fetcher.shutdown()
         self.wake_fetchers()
+        self.fetch_sessions.evict_all()
 
     # -- fencing -------------------------------------------------------------------------
 
@@ -219,7 +225,7 @@ class ReplicaManager:
             if not held.apply(registration):
                 return
             self._update_fetching(held)
-        self.wake_fetchers()
+        self.wake_partition(topic, partition)
 
     def host_as_sole_leader(
         self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
@@ -280,7 +286,7 @@ class ReplicaManager:
         log_files.check_topic_name(topic)
         self._forget(topic, partition)
         self.logs.delete_log(topic, partition)
-        self.wake_fetchers()
+        self.wake_partition(topic, partition)
 
     def set_aside_partition(self, topic: str, partition: int) -> Path:
         self._forget(topic, partition)
@@ -320,13 +326,28 @@ class ReplicaManager:
                 if acks == ACKS_ALL:
                     held.check_enough_replicas()  # Kafka's per-partition refusal
                 epoch = held.leader_epoch
+                self._note_idle_followers(held)
                 info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
                 results.append(AppendResult(number, None, exc))
             held.maybe_increment_high_watermark()
-        self.wake_fetchers()
+        for number, _, _ in checked:
+            self.wake_partition(topic, number)
         return results
+
+    def _note_idle_followers(self, held: Partition) -> None:
+        """Before the log end moves: followers whose fetch session holds the partition at
+        the log end were caught up as of their last request (fetch_sessions.py), as a
+        Kafka follower fetching every partition every round would have been recorded."""
+        end = held.log.log_end_offset
+        with held._lock:
+            for replica, state in held.followers.items():
+                if state.log_end_offset != end:
+                    continue
+                seen = self.fetch_sessions.caught_up_ms(replica, (held.topic, held.partition), end)
+                if seen is not None and seen > state.last_caught_up_time_ms:
+                    state.last_caught_up_time_ms = seen
 
     def wait_for_replication(
         self, topic: str, results: list[AppendResult], timeout_ms: int
@@ -355,15 +376,19 @@ class ReplicaManager:
                 return True
             return held.log.high_watermark > result.info.last_offset
 
-        while not self._stopping:
-            seq = self._progress_seq
-            waiting = {p: r for p, r in waiting.items() if not replicated(r)}
-            remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0:
-                break
-            with self._progress:
-                if self._progress_seq == seq:
-                    self._progress.wait(remaining)
+        waiter = Waiter()
+        watched = [(topic, number) for number in waiting]
+        self.waiters.register(waiter, watched)
+        try:
+            while not self._stopping:
+                waiter.event.clear()
+                waiting = {p: r for p, r in waiting.items() if not replicated(r)}
+                remaining = deadline - time.monotonic()
+                if not waiting or remaining <= 0:
+                    break
+                waiter.event.wait(remaining)
+        finally:
+            self.waiters.unregister(waiter, watched)
         out = []
         for result in results:
             if result.info is None:
@@ -411,9 +436,14 @@ class ReplicaManager:
         return out
 
     def wake_fetchers(self) -> None:
-        with self._progress:
-            self._progress_seq += 1
-            self._progress.notify_all()
+        """Wake every waiting fetch, session and acks=all append (the node stopping, fenced
+        or unfenced: every partition's answer may have changed)."""
+        self.waiters.wake_all()
+
+    def wake_partition(self, topic: str, partition: int) -> None:
+        """Wake what waits on this partition: it was appended to, or its high watermark,
+        log start or registration moved."""
+        self.waiters.wake((topic, partition))
 
     # -- fetch ---------------------------------------------------------------------------
 
@@ -463,10 +493,12 @@ class ReplicaManager:
                 f"{held.topic}-{held.partition}: follower fetch offset {state.offset} is outside "
                 f"[{log.log_start_offset}, {log.log_end_offset}]"
             )
+        high_watermark = log.high_watermark
         proposal = held.record_follower_fetch(state.replica_id, state.offset, log.log_start_offset)
         if proposal is not None:
             self.isr_updates.propose(proposal)
-        self.wake_fetchers()  # the high watermark may have moved: acks=all and consumers
+        if log.high_watermark != high_watermark:  # acks=all, consumers and sessions wait on it
+            self.wake_partition(held.topic, held.partition)
 
     def wait_for_fetch(
         self,
@@ -474,41 +506,45 @@ class ReplicaManager:
         min_bytes: int,
         max_wait_ms: int,
         is_active: Callable[[], bool],
+        waiter: Waiter | None = None,
     ) -> None:
         """Kafka's delayed fetch: return once `min_bytes` are available, the wait is over,
-        the caller went away, or the node is stopping."""
+        the caller went away (its `waiter` notified), or the node is stopping. Only the
+        fetch's own partitions wake it."""
         deadline = time.monotonic() + max_wait_ms / 1000
-        while is_active() and not self._stopping:
-            seq = self._progress_seq
-            if self._available_bytes(states, min_bytes) >= min_bytes:
-                return
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            with self._progress:
-                if self._progress_seq == seq:
-                    self._progress.wait(remaining)
+        waiter = waiter or Waiter()
+        watched = [(s.topic, s.partition) for s in states if s.log is not None]
+        self.waiters.register(waiter, watched)
+        try:
+            while is_active() and not self._stopping:
+                waiter.event.clear()
+                if available_bytes(states, min_bytes) >= min_bytes:
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                waiter.event.wait(remaining)
+        finally:
+            self.waiters.unregister(waiter, watched)
 
-    def _available_bytes(self, states: list[FetchState], enough: int) -> int:
-        """Bytes ready to send, counted from file positions until `enough` (errors and
-        diverging answers count: they answer at once)."""
-        total = 0
-        for state in states:
-            if state.error is not None or state.diverging is not None:
-                return enough
-            log = state.log
-            assert log is not None
-            max_offset = state.max_offset()
-            upper = log.log_end_offset if max_offset is None else max_offset
-            if state.offset >= upper and state.offset <= log.log_end_offset:
-                continue
-            if enough <= 1 or not log.log_start_offset <= state.offset <= log.log_end_offset:
-                return enough  # data, or an out-of-range error to answer now
-            state.position = log.bytes_from(state.offset, state.position, max_offset=max_offset)
-            total += max(state.position.available_bytes, 1)
-            if total >= enough:
-                return total
-        return total
+    def session_fetch(
+        self,
+        request: common_pb2.FetchRequest,
+        client_epoch: Callable[[common_pb2.FetchPartition], int],
+        is_active: Callable[[], bool],
+    ) -> SessionRound:
+        """A follower's fetch-session request (fetch_sessions.py): the session header and
+        the states with news, after waiting for some up to `max_wait_ms`."""
+        if not request.HasField("replica_id") or request.replica_id < 0:
+            raise InvalidRequestError("fetch sessions are for replica fetches only")
+        return session_round(
+            self.fetch_sessions,
+            request,
+            request.replica_id,
+            self.fetch_states,
+            client_epoch,
+            lambda: is_active() and not self._stopping,
+        )
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
         return read_chunks(states, max_bytes, self.chunk_bytes)

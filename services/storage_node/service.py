@@ -4,7 +4,9 @@ to and from the manager's calls, and bounds how many fetches may wait at once; w
 does with partitions lives in the manager.
 
 Fetch answers stream the manager's chunks as wire bytes directly (seglog.rpc.wire), without
-building a protobuf message around the records.
+building a protobuf message around the records. A follower's fetch-session request
+(FetchRequest.session_id, fetch_sessions.py) is answered with the session header first, then
+only the partitions with news.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
+from .fetch_waits import Waiter
 from .node_metrics import NodeMetrics
 from .registry_client import apply_partition_states
 from .replica_manager import ACKS_ALL, ReplicaManager
@@ -92,6 +95,9 @@ class StorageNodeService:
         except SeglogError as exc:
             abort(context, exc)
         replica_id = request.replica_id if request.HasField("replica_id") else CONSUMER
+        if request.HasField("session_id"):
+            yield from self._session_fetch(request, context, started)
+            return
         states = self.replicas.fetch_states(
             [
                 (
@@ -109,27 +115,51 @@ class StorageNodeService:
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
         if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
-            waiting = [True]
-
-            def woken_if_cancelled() -> None:
-                # Runs when the call ends; only a call that ends while it waits (cancelled)
-                # needs the waiters woken, not every fetch that completes.
-                if waiting[0]:
-                    self.replicas.wake_fetchers()
-
+            waiter = Waiter()
             try:
-                context.add_callback(woken_if_cancelled)
+                # Runs when the call ends: a call cancelled while it waits stops waiting.
+                context.add_callback(lambda: waiter.notify(None))
                 self.replicas.wait_for_fetch(
-                    states, max(request.min_bytes, 0), request.max_wait_ms, context.is_active
+                    states,
+                    max(request.min_bytes, 0),
+                    request.max_wait_ms,
+                    context.is_active,
+                    waiter,
                 )
             finally:
-                waiting[0] = False
                 self.waiting_fetches.release()
         if not context.is_active():
             return
         chunks = self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1)
         for chunk in counted(chunks, self.metrics, "Fetch", started, replica_id >= 0):
             yield _encode_chunk(chunk, replica_id >= 0)
+
+    def _session_fetch(
+        self, request: common_pb2.FetchRequest, context: grpc.ServicerContext, started: float
+    ) -> Iterator[bytes]:
+        """A follower's fetch-session round. It waits on its session's own event; it holds
+        a waiting slot like any long poll, and without one answers what it has now."""
+        waits = request.max_wait_ms > 0 and self.waiting_fetches.try_acquire()
+        if not waits:
+            request.max_wait_ms = 0
+        try:
+            try:
+                found = self.replicas.session_fetch(request, client_leader_epoch, context.is_active)
+            except SeglogError as exc:
+                abort(context, exc)
+        finally:
+            if waits:
+                self.waiting_fetches.release()
+        yield common_pb2.FetchResponse(
+            session_id=found.session_id, session_error=found.error
+        ).SerializeToString()
+        if found.error or not context.is_active():
+            return
+        chunks = found.answered(
+            self.replicas.read_chunks(list(found.states), request.max_bytes or (1 << 31) - 1)
+        )
+        for chunk in counted(chunks, self.metrics, "Fetch", started, True):
+            yield _encode_chunk(chunk, True)
 
     # -- ListOffsets, UpdatePartitions, DeletePartition, DescribePartitions -----------------
 

@@ -258,7 +258,9 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
 
     leader_node.replicas._follower_fetch = refuse
     # Once a fetch is refused, the follower's long poll begun before has ended: nothing
-    # appended from now on can reach it.
+    # appended from now on can reach it. (An idle fetch session evaluates only partitions
+    # with news: the wake-up makes it evaluate this one now.)
+    leader_node.replicas.wake_partition("diverge", 0)
     assert wait_until(lambda: refused)
     for value in (b"lost-1", b"lost-2", b"lost-3"):
         assert _produce(cluster, "diverge", [value], acks=1).error == 0
@@ -291,6 +293,8 @@ def test_an_acks_all_write_waiting_when_leadership_moves_answers_not_leader(clus
         raise grpc.RpcError("dropped")
 
     leader_node.replicas._follower_fetch = refuse  # nothing more replicates from it
+    # Idle fetch sessions evaluate only partitions with news: a wake-up makes both evaluate.
+    leader_node.replicas.wake_partition("moving", 0)
     assert wait_until(lambda: len(refused) == 2)  # both followers' earlier polls have ended
     answers = []
     writer = threading.Thread(

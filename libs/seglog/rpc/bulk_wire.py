@@ -12,7 +12,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 # BulkFetchRequest.version: the node refuses a request of any other version as a whole.
-BULK_VERSION = 1
+BULK_VERSION = 2  # 2: fetch-session header chunks (bulk.md)
 MAX_MESSAGE_BYTES = 1024 * 1024
 _LENGTH = struct.Struct(">I")
 M = TypeVar("M", bound=Message)

@@ -1,0 +1,132 @@
+"""Per-partition wake-ups (services/storage_node/fetch_waits.py) on a real replica manager and
+logs: an append to P wakes only what waits on P; and the follower's side of a fetch session
+(follower_session.py): what each request names."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from seglog.rpc import client_leader_epoch
+from seglog.storage import LogConfig
+from seglog.storage.config import LogManagerConfig
+from seglog.storage.log_manager import LogManager
+from seglog.v1 import common_pb2
+from services.storage_node.fetch_sessions import FetchSessionCache
+from services.storage_node.fetch_waits import PartitionWaiters, Waiter
+from services.storage_node.follower_session import FollowerSession, PartitionFetch
+from services.storage_node.partition import Registration
+from services.storage_node.replica_manager import ReplicaManager
+from tests.batches import make_batch
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def replicas(tmp_path):
+    logs = LogManager(LogManagerConfig(log_dirs=(str(tmp_path),)), LogConfig())
+    logs.startup()
+    manager = ReplicaManager(logs, node_id=1)
+    for partition in (0, 1):
+        manager.host_as_sole_leader("t", partition, 0, {})
+    yield manager
+    manager.stop()
+    logs.shutdown()
+
+
+def _long_poll(replicas, partition, waiter):
+    [state] = replicas.fetch_states([("t", partition, 0, 1 << 20, -1, -1)])
+    thread = threading.Thread(
+        target=replicas.wait_for_fetch, args=([state], 1, 30_000, lambda: True, waiter)
+    )
+    thread.start()
+    return thread
+
+
+def test_an_append_wakes_only_the_fetches_waiting_on_its_partition(replicas):
+    waiters = {0: Waiter(), 1: Waiter()}
+    polls = {p: _long_poll(replicas, p, waiters[p]) for p in (0, 1)}
+    assert wait_until(lambda: all(replicas.waiters.waiting_on(("t", p)) == 1 for p in (0, 1)))
+    replicas.append("t", [(0, make_batch([b"x"]), -1)])
+    polls[0].join(timeout=10)
+    assert not polls[0].is_alive()  # its records are there: the long poll answered
+    assert waiters[0].wakeups >= 1
+    assert waiters[1].wakeups == 0 and polls[1].is_alive()
+    replicas.append("t", [(1, make_batch([b"y"]), -1)])
+    polls[1].join(timeout=10)
+    assert not polls[1].is_alive()
+    assert replicas.waiters.waiting_on(("t", 0)) == replicas.waiters.waiting_on(("t", 1)) == 0
+
+
+def _session_round(replicas, session_id, epoch, partitions=()):
+    request = common_pb2.FetchRequest(
+        replica_id=2, session_id=session_id, session_epoch=epoch, max_wait_ms=0
+    )
+    for partition in partitions:
+        request.partitions.add(
+            topic="t", partition=partition, partition_max_bytes=1 << 20, current_leader_epoch=0
+        )
+    found = replicas.session_fetch(request, client_leader_epoch, lambda: True)
+    answered = list(found.answered(replicas.read_chunks(list(found.states), 1 << 20)))
+    return found, sorted(chunk.partition for chunk in answered)
+
+
+def test_a_fetch_session_answers_only_the_partitions_with_news(replicas):
+    for partition in (0, 1):  # node 2 follows, outside the ISR
+        replicas.apply_state("t", partition, {}, Registration(1, 0, 1, (1, 2), (1,)))
+    found, answered = _session_round(replicas, 0, 0, (0, 1))
+    assert found.error == common_pb2.FETCH_SESSION_NONE and answered == [0, 1]
+    assert all(state.error is None for state in found.states)
+    session = found.session
+    assert _session_round(replicas, session.id, 1)[1] == []  # idle
+    wakeups = session.wakeups
+    replicas.append("t", [(1, make_batch([b"x"]), -1)])
+    assert session.wakeups > wakeups
+    assert _session_round(replicas, session.id, 2)[1] == [1]  # only the appended one
+    assert _session_round(replicas, session.id, 2)[0].error == (
+        common_pb2.INVALID_FETCH_SESSION_EPOCH
+    )
+    replicas.fetch_sessions.evict_all()  # as the bounded cache evicts
+    assert session.closed and replicas.waiters.waiting_on(("t", 1)) == 0
+    assert _session_round(replicas, session.id, 3)[0].error == (
+        common_pb2.FETCH_SESSION_ID_NOT_FOUND
+    )
+
+
+def _request(session, ready, changed):
+    request = common_pb2.FetchRequest(replica_id=2)
+    asked = session.fill(request, ready, changed, 1 << 20)
+    named = {(p.topic, p.partition): p.fetch_offset for p in request.partitions}
+    forgotten = {(f.topic, f.partition) for f in request.forgotten_partitions}
+    return asked, request.session_id, request.session_epoch, named, forgotten
+
+
+def test_the_follower_names_everything_once_then_only_what_changed():
+    a, b = ("t", 0), ("t", 1)
+    ready = {a: PartitionFetch(5, 0, 0, 0), b: PartitionFetch(7, 0, 0, 0)}
+    session = FollowerSession()
+    assert _request(session, ready, set()) == (True, 0, 0, {a: 5, b: 7}, set())
+    assert session.header(42, common_pb2.FETCH_SESSION_NONE)
+    session.answered()
+    # Idle: the answers touched both, but neither fetch state changed.
+    assert _request(session, ready, {a, b}) == (True, 42, 1, {}, set())
+    session.answered()
+    ready[a] = PartitionFetch(9, 0, 0, 0)  # records appended
+    assert _request(session, {a: ready[a]}, {a, b}) == (True, 42, 2, {a: 9}, {b})
+    # A lost answer: the session is dropped and the next request is full again.
+    session.reset()
+    assert _request(session, ready, set()) == (True, 0, 0, {a: 9, b: 7}, set())
+    assert not session.header(42, common_pb2.FETCH_SESSION_ID_NOT_FOUND)
+    assert not session.is_open
+
+
+def test_the_session_cache_is_bounded_and_holds_one_session_per_follower():
+    cache = FetchSessionCache(PartitionWaiters(), slots=2)
+    first, second = cache.open(2), cache.open(3)
+    assert cache.get(first.id, 2) is first  # now the most recently used
+    third = cache.open(4)  # full: the least recently used goes
+    assert second.closed and cache.get(second.id, 3) is None
+    assert cache.get(first.id, 2) is first and cache.get(third.id, 4) is third
+    again = cache.open(2)  # a follower's new full request replaces its session
+    assert first.closed and cache.get(again.id, 2) is again and len(cache) == 2
+    assert cache.get(again.id, 3) is None  # another follower cannot use it
