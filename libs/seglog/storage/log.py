@@ -169,6 +169,7 @@ class Log:
         self._rebuild_producer_state()
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
+            segment.release_indexes()  # loaded by the checks above; idle until read
         self._make_active(self._segments.active)
         self._update_data_dir()
 
@@ -178,9 +179,7 @@ class Log:
         )
 
     def _make_active(self, segment: LogSegment) -> None:
-        for index in (segment.offset_index, segment.time_index):
-            if index.max_entries * index.ENTRY.size < index.max_index_bytes:
-                index.resize(self.config.index_size_max_bytes)
+        segment.make_active()
 
     # -- public facts ------------------------------------------------------------------
 

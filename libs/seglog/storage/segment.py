@@ -89,12 +89,15 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp = base_offset
+        # Read from the indexes on first use (`_load_state`), not at open: an idle segment's
+        # indexes stay unopened (Kafka's LogSegment reads its max timestamp lazily too).
+        self._state_loaded = False
+        self._max_timestamp_so_far = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_last_index_entry = 0
         # The first batch's max timestamp: segment_ms rolls measure from it (Kafka's
         # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
         self.rolling_based_timestamp: int | None = None
-        self.bytes_since_last_index_entry = 0
 
     @classmethod
     def open(
@@ -111,13 +114,19 @@ class LogSegment:
         """Open or create the segment's three files; indexes that are missing come back empty
         (`needs_recovery` tells the caller to rebuild them)."""
         log = FileRecords.open(log_files.log_path(directory, base_offset, suffix))
+        # Not writable until the segment takes appends (`make_active`): an old segment's
+        # index is mapped at its trimmed size, never stretched to the preallocated one.
         offset_index = OffsetIndex(
-            log_files.index_path(directory, base_offset, suffix), base_offset, index_size_max_bytes
+            log_files.index_path(directory, base_offset, suffix),
+            base_offset,
+            index_size_max_bytes,
+            writable=False,
         )
         time_index = TimeIndex(
             log_files.time_index_path(directory, base_offset, suffix),
             base_offset,
             index_size_max_bytes,
+            writable=False,
         )
         segment = cls(
             log,
@@ -128,16 +137,59 @@ class LogSegment:
             rolling_jitter_ms=rolling_jitter_ms,
             created_ms=now_ms,
         )
-        segment._load_state()
         return segment
 
     def _load_state(self) -> None:
+        if self._state_loaded:
+            return
         last = self.time_index.last_entry
-        self.max_timestamp_so_far = last.timestamp_ms
-        self.offset_of_max_timestamp = last.offset
+        self._max_timestamp_so_far = last.timestamp_ms
+        self._offset_of_max_timestamp = last.offset
         entries = self.offset_index.entries
         last_position = self.offset_index.entry(entries - 1).position if entries else 0
-        self.bytes_since_last_index_entry = self.log.size - last_position
+        self._bytes_since_last_index_entry = self.log.size - last_position
+        self._state_loaded = True
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        self._load_state()
+        return self._max_timestamp_so_far
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, value: int) -> None:
+        self._load_state()
+        self._max_timestamp_so_far = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        self._load_state()
+        return self._offset_of_max_timestamp
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self._load_state()
+        self._offset_of_max_timestamp = value
+
+    @property
+    def bytes_since_last_index_entry(self) -> int:
+        self._load_state()
+        return self._bytes_since_last_index_entry
+
+    @bytes_since_last_index_entry.setter
+    def bytes_since_last_index_entry(self, value: int) -> None:
+        self._load_state()
+        self._bytes_since_last_index_entry = value
+
+    def make_active(self) -> None:
+        """The segment takes appends: its indexes are preallocated when first used."""
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    def release_indexes(self) -> None:
+        """Unmap an old segment's indexes until they are used again (idle segments cost no
+        mapping: a node has vm.max_map_count, 65530 by default, of them)."""
+        self.offset_index.release()
+        self.time_index.release()
 
     # -- facts -------------------------------------------------------------------------
 
@@ -209,6 +261,7 @@ class LogSegment:
         size before the call, the indexes to their entries before it, and a retriable
         StorageError is raised, so the partition takes appends again once space returns
         and no byte of the failed append is ever served."""
+        self._load_state()  # as of before these bytes: they count from the last entry
         position = self.log.size
         with tracer.start_as_current_span("seglog.segment.write") as span:
             span.set_attribute("seglog.segment_base_offset", self.base_offset)
