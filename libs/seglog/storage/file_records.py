@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import NamedTuple, NoReturn
 
@@ -30,6 +32,7 @@ from ..records.batch import (
     compute_crc,
 )
 from .batch_bounds import BASE_OFFSET_CHECK, EPOCH_CHECK, Damage, header_damage
+from .open_files import OpenFileCache
 
 # Recovery and scans read the file in chunks of this size: large enough that per-call costs
 # vanish against a 1 GiB segment, small enough to stay well inside memory.
@@ -120,14 +123,23 @@ def _crc_damage(
 
 
 class FileRecords:
-    """An open `.log` file. `start`/`end` make a slice: a view sharing the descriptor."""
+    """A `.log` file. Its descriptor is open while the segment is active; an old segment's
+    (`park_when_idle`) is opened on use and closed by the node's OpenFileCache when idle.
+    Every use of the descriptor pins it (`_pinned`), so it is never closed under a reader."""
 
-    def __init__(self, path: Path, fd: int, size: int, *, start: int = 0, is_slice: bool = False):
+    def __init__(
+        self, path: Path, fd: int, size: int, *, start: int = 0, parent: FileRecords | None = None
+    ):
         self.path = path
-        self._fd = fd
-        self._size = size
         self._start = start
-        self._is_slice = is_slice
+        self._parent = parent  # a slice's file: it pins and owns the descriptor
+        self._fd = fd  # -1 while parked (closed for idleness) or closed
+        self._size = size
+        self._lock = threading.Lock()
+        self._pins = 0
+        self._closed = False
+        self._open_files: OpenFileCache | None = None  # set while it may be parked
+        self._on_park: Callable[[], object] | None = None
 
     @classmethod
     def open(cls, path: Path, *, create: bool = True) -> FileRecords:
@@ -140,10 +152,74 @@ class FileRecords:
         return self._size
 
     @property
-    def fd(self) -> int:
-        if self._fd < 0:
-            raise LogClosedError(f"{self.path} is closed")
-        return self._fd
+    def is_open(self) -> bool:
+        """Holds a descriptor now (parked and closed files do not)."""
+        return self._fd >= 0
+
+    # -- descriptor lifetime -------------------------------------------------------------
+
+    def park_when_idle(
+        self, open_files: OpenFileCache, on_park: Callable[[], object] | None = None
+    ) -> None:
+        """The segment became old: its descriptor may be closed when idle, and then
+        `on_park` runs (the segment unmaps its indexes with it)."""
+        with self._lock:
+            self._open_files = open_files
+            self._on_park = on_park
+            is_open = self._fd >= 0
+        if is_open:
+            open_files.used(self)
+
+    def keep_open(self) -> None:
+        """The segment takes appends again (a truncation made it active): open for good."""
+        with self._lock:
+            cache, self._open_files = self._open_files, None
+        if cache is not None:
+            cache.forget(self)
+
+    def park(self) -> bool:
+        with self._lock:
+            if self._pins or self._open_files is None:
+                return self._fd < 0
+            was_open = self._fd >= 0
+            if was_open:
+                os.close(self._fd)
+                self._fd = -1
+            on_park = self._on_park
+        if was_open and on_park is not None:
+            on_park()
+        return True
+
+    def _pinned(self) -> AbstractContextManager[int]:
+        """The descriptor, open (again, when parked) and not closable until the block ends."""
+        return self._pinned_own() if self._parent is None else self._parent._pinned()
+
+    @contextmanager
+    def _pinned_own(self) -> Iterator[int]:
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.path} is closed")
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR)
+            self._pins += 1
+            fd = self._fd
+        try:
+            yield fd
+        finally:
+            with self._lock:
+                self._pins -= 1
+                cache = self._open_files if self._pins == 0 else None
+                close_now = self._closed and self._pins == 0 and self._fd >= 0
+                if close_now:
+                    os.close(self._fd)
+                    self._fd = -1
+            if cache is not None and not close_now:
+                cache.used(self)
+
+    def pinned(self) -> AbstractContextManager[int]:
+        """Hold the descriptor open across several calls (tests, and a caller that must
+        see one open file throughout)."""
+        return self._pinned()
 
     def append(self, buffers: Sequence[bytes | bytearray | memoryview]) -> int:
         """Write the buffers at the end with as few syscalls as possible; return bytes written.
@@ -151,51 +227,52 @@ class FileRecords:
         On an I/O error (disk full) the file is cut back to its size before the call and the
         error is raised as StorageError: no partial batch is left behind.
         """
-        fd = self.fd
         position = self._size
         written = 0
-        try:
-            for i in range(0, len(buffers), _IOV_MAX):
-                chunk = buffers[i : i + _IOV_MAX]
-                expected = sum(map(len, chunk))
-                n = os.pwritev(fd, chunk, position + written)
-                if n != expected:  # short write: finish it byte-exactly
-                    n += self._finish_short_write(chunk, n, position + written)
-                written += n
-        except OSError as exc:
-            self._cut_back(position)
-            raise StorageError(
-                f"append to {self.path} at position {position} failed: {exc}"
-            ) from exc
+        with self._pinned() as fd:
+            try:
+                for i in range(0, len(buffers), _IOV_MAX):
+                    chunk = buffers[i : i + _IOV_MAX]
+                    expected = sum(map(len, chunk))
+                    n = os.pwritev(fd, chunk, position + written)
+                    if n != expected:  # short write: finish it byte-exactly
+                        n += self._finish_short_write(fd, chunk, n, position + written)
+                    written += n
+            except OSError as exc:
+                self._cut_back(fd, position)
+                raise StorageError(
+                    f"append to {self.path} at position {position} failed: {exc}"
+                ) from exc
         self._size = position + written
         return written
 
     def _finish_short_write(
-        self, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int
+        self, fd: int, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int
     ) -> int:
         joined = memoryview(b"".join(bytes(b) for b in chunk))[done:]
         extra = 0
         while extra < len(joined):
-            n = os.pwrite(self.fd, joined[extra:], at + done + extra)
+            n = os.pwrite(fd, joined[extra:], at + done + extra)
             if n <= 0:
                 raise OSError(f"pwrite wrote {n} bytes")
             extra += n
         return extra
 
-    def _cut_back(self, size: int) -> None:
+    def _cut_back(self, fd: int, size: int) -> None:
         try:
-            os.ftruncate(self.fd, size)
+            os.ftruncate(fd, size)
         except OSError:
             pass  # the original error is the one to report
 
     def read(self, position: int, size: int) -> bytes:
-        """Exactly `size` bytes at `position` (relative to this slice)."""
+        """Exactly `size` bytes at `position`."""
         if position < 0 or size < 0 or position + size > self._size:
             raise CorruptRecordError(
                 f"read of {size} bytes at position {position} outside {self.path} "
                 f"(size {self._size})"
             )
-        data = os.pread(self.fd, size, self._start + position)
+        with self._pinned() as fd:
+            data = os.pread(fd, size, self._start + position)
         if len(data) != size:
             raise CorruptRecordError(
                 f"{self.path} was truncated underneath a reader: asked {size} bytes at "
@@ -204,12 +281,14 @@ class FileRecords:
         return data
 
     def slice(self, position: int, size: int) -> FileRecords:
-        """A view of [position, position + size) sharing this file's descriptor."""
+        """A view of [position, position + size) using this file's descriptor (and pins)."""
         if position < 0 or size < 0 or position + size > self._size:
             raise AssertionError(  # a programmer error, not corrupt data
                 f"slice [{position}, {position + size}) outside {self.path} (size {self._size})"
             )
-        return FileRecords(self.path, self.fd, size, start=self._start + position, is_slice=True)
+        return FileRecords(
+            self.path, -1, size, start=self._start + position, parent=self._parent or self
+        )
 
     def read_all(self) -> bytes:
         return self.read(0, self._size)
@@ -226,7 +305,8 @@ class FileRecords:
             length = self._size - position
         if position < 0 or length < 0 or position + length > self._size:
             raise AssertionError(f"write_to range outside {self.path} (size {self._size})")
-        held = os.dup(self.fd)
+        with self._pinned() as fd:
+            held = os.dup(fd)  # the transfer's own: the file may be parked meanwhile
         try:
             if isinstance(out, ssl.SSLSocket):
                 sent = self._send_through_tls(out, held, self._start + position, length)
@@ -394,21 +474,32 @@ class FileRecords:
             )
         cut = self._size - size
         if cut:
-            os.ftruncate(self.fd, size)
+            with self._pinned() as fd:
+                os.ftruncate(fd, size)
             self._size = size
         return cut
 
     def flush(self) -> None:
-        os.fdatasync(self.fd)
+        with self._pinned() as fd:
+            os.fdatasync(fd)
 
     def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path
+        with self._lock:  # a parked file reopens by path under this lock
+            os.replace(self.path, path)
+            self.path = path
 
     def close(self) -> None:
-        if self._fd >= 0 and not self._is_slice:
-            os.close(self._fd)
-        self._fd = -1
+        """Close for good; a descriptor pinned by a reader closes when its last pin goes."""
+        if self._parent is not None:
+            return  # a slice owns nothing
+        with self._lock:
+            self._closed = True
+            cache, self._open_files = self._open_files, None
+            if self._fd >= 0 and self._pins == 0:
+                os.close(self._fd)
+                self._fd = -1
+        if cache is not None:
+            cache.forget(self)
 
     def delete(self) -> None:
         self.close()

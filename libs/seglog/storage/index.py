@@ -106,12 +106,18 @@ class AbstractIndex(abc.ABC):
             if self._loaded and 0 < self._length < self.max_index_bytes:
                 self.resize(self.max_index_bytes)
 
+    def make_read_only(self) -> None:
+        """The segment rolled: trim the file to its entries; no more appends."""
+        with self._lock:
+            self.trim_to_valid_size()
+            self.writable = False
+
     def release(self) -> bool:
         """Unmap a trimmed index nobody writes to (an old segment gone idle); the next use
-        loads it again. False when it cannot be released (writable: its file is preallocated,
-        so the entry count would not survive a reload)."""
+        loads it again. False when it cannot be released (writable or untrimmed: its file
+        is preallocated, so the entry count would not survive a reload)."""
         with self._lock:
-            if self.writable:
+            if self.writable or self._length > self._entries * self.ENTRY.size:
                 return False
             if self._mapping is not None:
                 self._mapping.unmap()

@@ -25,10 +25,12 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
+from . import open_files as open_files_module
 from .batch_bounds import MAX_RELATIVE_OFFSET, Damage
 from .file_records import BatchPosition, FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
+from .open_files import OpenFileCache
 from .time_index import TimeIndex
 
 tracer = EngineTracer("seglog.storage")
@@ -81,8 +83,10 @@ class LogSegment:
         index_interval_bytes: int,
         rolling_jitter_ms: int,
         created_ms: int,
+        open_files: OpenFileCache = open_files_module.SHARED,
     ) -> None:
         self.log = log
+        self._open_files = open_files
         self.offset_index = offset_index
         self.time_index = time_index
         self.base_offset = base_offset
@@ -110,6 +114,7 @@ class LogSegment:
         rolling_jitter_ms: int,
         now_ms: int,
         suffix: str = "",
+        open_files: OpenFileCache = open_files_module.SHARED,
     ) -> LogSegment:
         """Open or create the segment's three files; indexes that are missing come back empty
         (`needs_recovery` tells the caller to rebuild them)."""
@@ -136,6 +141,7 @@ class LogSegment:
             index_interval_bytes=index_interval_bytes,
             rolling_jitter_ms=rolling_jitter_ms,
             created_ms=now_ms,
+            open_files=open_files,
         )
         return segment
 
@@ -181,7 +187,9 @@ class LogSegment:
         self._bytes_since_last_index_entry = value
 
     def make_active(self) -> None:
-        """The segment takes appends: its indexes are preallocated when first used."""
+        """The segment takes appends: its `.log` stays open, its indexes are preallocated
+        when first used."""
+        self.log.keep_open()
         self.offset_index.make_writable()
         self.time_index.make_writable()
 
@@ -510,8 +518,9 @@ class LogSegment:
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
         )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        self.offset_index.make_read_only()
+        self.time_index.make_read_only()
+        self.log.park_when_idle(self._open_files, self.release_indexes)
 
     def flush(self) -> None:
         self.log.flush()
