@@ -36,7 +36,8 @@ from ..spans import EngineTracer
 from . import log_files, log_reads
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
-from .config import LOG_APPEND_TIME, LogConfig
+from .config import LOG_APPEND_TIME, LONG_MAX, LogConfig
+from .dirty_logs import DirtyLogs
 from .leader_epoch_cache import LeaderEpochCache
 from .log_loader import load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
@@ -81,6 +82,7 @@ class Log:
         data_dir: DataDir,
         *,
         owns_data_dir: bool,
+        dirty_logs: DirtyLogs | None = None,
     ) -> None:
         self.directory = directory
         self.topic, self.partition = log_files.parse_topic_partition(directory)
@@ -103,6 +105,8 @@ class Log:
         self._closed = False
         self._data_dir = data_dir
         self._owns_data_dir = owns_data_dir
+        # The log manager's set of logs its flush task visits; None for a log opened alone.
+        self._dirty_logs = dirty_logs
         self.leader_epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory)
 
@@ -116,10 +120,12 @@ class Log:
         *,
         clock: Clock = SYSTEM_CLOCK,
         data_dir: DataDir | None = None,
+        dirty_logs: DirtyLogs | None = None,
     ) -> Log:
         """Open (or create) the log, recovering whatever an unclean shutdown left behind.
         `data_dir` is the LogManager's object for the parent directory; without one the log
-        owns its parent directory's checkpoints alone."""
+        owns its parent directory's checkpoints alone. Appends add the log to `dirty_logs`
+        (the LogManager's flush task visits only those)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         owns = data_dir is None
@@ -129,6 +135,7 @@ class Log:
             clock,
             DataDir(directory.parent) if data_dir is None else data_dir,
             owns_data_dir=owns,
+            dirty_logs=dirty_logs,
         )
         tp = (log.topic, log.partition)
         log._data_dir.opened(tp)
@@ -365,6 +372,8 @@ class Log:
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
+        if self._dirty_logs is not None:
+            self._dirty_logs.add(self)
 
     # -- high watermark ------------------------------------------------------------------
 
@@ -732,9 +741,13 @@ class Log:
             self._recovery_point = offset
             self._update_data_dir()
 
-    def maybe_flush(self) -> None:
+    def maybe_flush(self) -> bool:
         """Driven by the log manager's scheduler: the flush a roll asked for (its rolled
-        segments), then the time-based policy (`flush_ms`)."""
+        segments), then the time-based policy (`flush_ms`). True while a time-based flush
+        may still come due without another append (the scheduler keeps visiting); with
+        Kafka's default flush_ms (never) an appended log needs one visit, for its rolls."""
+        if self._closed:
+            return False
         if self._rolled_up_to > self._recovery_point:
             self.flush_up_to(self._rolled_up_to)
         if (
@@ -742,6 +755,7 @@ class Log:
             and self.clock.now_ms() - self._last_flush_ms >= self.config.flush_ms
         ):
             self.flush()
+        return bool(self._unflushed_messages) and self.config.flush_ms < LONG_MAX
 
     def _update_data_dir(self) -> None:
         self._data_dir.update(
