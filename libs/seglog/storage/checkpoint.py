@@ -112,6 +112,10 @@ class DataDir:
             self.unreadable.append(name)
             return {}
 
+    @property
+    def open_logs(self) -> int:
+        return len(self._open)
+
     def opened(self, tp: TopicPartition) -> None:
         with self._lock:
             self._open.add(tp)

@@ -155,6 +155,10 @@ class LogSegment:
         last_position = self.offset_index.entry(entries - 1).position if entries else 0
         self._bytes_since_last_index_entry = self.log.size - last_position
         self._state_loaded = True
+        if not self.log.is_open:
+            # An old segment asked for its max timestamp (a retention pass): the answer is
+            # kept, the mapping need not be.
+            self.release_indexes()
 
     @property
     def max_timestamp_so_far(self) -> int:
