@@ -103,6 +103,8 @@ def test_a_new_log_creates_only_its_log_file_and_a_clean_close_leaves_kafkas_thr
     log = Log.open(tmp_path / "t-0")
     names = sorted(p.name for p in (tmp_path / "t-0").iterdir())
     assert names == ["00000000000000000000.log"]  # indexes are created by their first entry
+    log.append(make_batch([b"one small batch"]))  # below index_interval_bytes: no entry
+    assert sorted(p.name for p in (tmp_path / "t-0").iterdir()) == names
     log.close()
     segment_files = (".log", ".index", ".timeindex")
     names = sorted(p.name for p in (tmp_path / "t-0").iterdir() if p.suffix in segment_files)

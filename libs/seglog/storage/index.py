@@ -7,10 +7,10 @@ when its segment rolls or closes.
 
 Lazy, as Kafka's LazyIndex: constructing an index touches nothing on disk. The file is
 stat'ed and mapped on first use (a lookup, an append, a flush, a sanity check), and created
-only by the first entry written or by `close` (which leaves an empty file, so a cleanly
-closed directory has Kafka's three files per segment). A partition that sits idle, and every
-old segment nobody reads, costs no mapping and no descriptor; a new partition costs one file
-(its `.log`) instead of three.
+only by the first entry written or by `close` (which leaves an empty file for a segment
+holding data, so a cleanly closed directory has Kafka's three files per such segment). A
+partition that sits idle, and every old segment nobody reads, costs no mapping and no
+descriptor; a new partition costs one file (its `.log`) instead of three.
 
 No descriptor is kept: lookups read through a read-only shared mapping (FileMapping, which
 holds none), and every change opens the file for the length of the call. Entries are written
@@ -306,15 +306,15 @@ class AbstractIndex(abc.ABC):
             if self._length < self.max_index_bytes:
                 self.resize(self.max_index_bytes)
 
-    def close(self) -> None:
-        """Trim, unmap, and leave the file on disk (an empty one for an index that was never
-        written, as Kafka leaves every segment's three files)."""
+    def close(self, *, create_if_missing: bool = True) -> None:
+        """Trim, unmap, and leave the file on disk (with `create_if_missing`, an empty one
+        for an index that was never written, as Kafka leaves every segment's three files)."""
         with self._lock:
             if self._closed:
                 return
             if self._loaded:
                 self.trim_to_valid_size()
-            if not self._length:
+            if not self._length and create_if_missing:
                 os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644))
             if self._mapping is not None:
                 self._mapping.unmap()

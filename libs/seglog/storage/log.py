@@ -102,6 +102,12 @@ class Log:
         # Offsets below this sit in rolled segments waiting for the scheduled flush that
         # Kafka runs after a roll (off the append path): then the recovery point moves here.
         self._rolled_up_to = 0
+        # Files changed since the last flush (appends, rolls, truncations, deletions): an
+        # unchanged log's flush and close cost no fsync (a node of 10,000 idle partitions
+        # shut down in 4 fsyncs each, ~45 s here, before this).
+        self._changed_since_flush = False
+        # The producer-state snapshot at the log end is out of date (or missing).
+        self._snapshot_due = False
         self._closed = False
         self._data_dir = data_dir
         self._owns_data_dir = owns_data_dir
@@ -157,6 +163,11 @@ class Log:
             None if self._data_dir.clean_shutdown else self._data_dir.recovery_points.get(tp, 0)
         )
         loaded = load_log(self.segment_factory, recovery_point, self.leader_epochs)
+        # A new log is empty: until it changes, losing its files loses nothing. One loaded
+        # after a crash, or recovered here, has changes to make durable.
+        self._changed_since_flush = self._snapshot_due = bool(loaded.segments) and (
+            recovery_point is not None or loaded.recovered
+        )
         if not loaded.segments:
             start = max(checkpointed_start, 0)
             loaded.segments = [self.segment_factory.open(start)]
@@ -368,6 +379,7 @@ class Log:
         """The end of every append, leader's or follower's: write, move the log end offset,
         flush when `flush_messages` says so (the lock is held)."""
         segment.append(buffers, appended)
+        self._changed_since_flush = self._snapshot_due = True
         self._log_end_offset = next_offset
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= self.config.flush_messages:
@@ -447,6 +459,7 @@ class Log:
         self._make_active(segment)
         self._segments.add(segment)
         self._rolled_up_to = segment.base_offset
+        self._changed_since_flush = self._snapshot_due = True
         # Kafka's roll: the producer state as of the new segment's base, so a later load
         # replays from here; fsynced with the rolled segment by the scheduled flush.
         self.producer_state.remove_expired(self.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
@@ -600,6 +613,7 @@ class Log:
             if offset <= self._segments.first.base_offset:
                 self.truncate_fully_and_start_at(offset)
                 return
+            self._changed_since_flush = self._snapshot_due = True
             keep = [s for s in self._segments if s.base_offset < offset]
             for segment in self._segments.as_list()[len(keep) :]:
                 segment.delete_files()
@@ -623,6 +637,7 @@ class Log:
             raise InvalidOffsetError(f"truncate_fully_and_start_at({offset}): negative offset")
         with self._lock:
             self._check_open()
+            self._changed_since_flush = self._snapshot_due = True
             for segment in self._segments:
                 segment.delete_files()
             segment = self.segment_factory.open(offset)
@@ -656,6 +671,7 @@ class Log:
         """Take segments out of the log now; their files go after `file_delete_delay_ms`."""
         with self._lock:
             self._check_open()
+            self._changed_since_flush = self._snapshot_due = True
             doomed_ids = {id(s) for s in doomed}
             if len(doomed_ids) >= len(self._segments):
                 self.roll()
@@ -695,6 +711,7 @@ class Log:
         next load finishes (log_loader)."""
         with self._lock:
             self._check_open()
+            self._changed_since_flush = self._snapshot_due = True
             self._segments.replace(new_segments, old_segments)
             for segment in old_segments:
                 segment.change_suffix("", log_files.DELETED_SUFFIX)
@@ -712,12 +729,14 @@ class Log:
             span.set_attribute("seglog.topic", self.topic)
             span.set_attribute("seglog.partition", self.partition)
             target = self._log_end_offset
-            snapshot = self._segments.snapshot()
-            for i, segment in enumerate(snapshot.segments):
-                upper = snapshot.upper_bound_of(i)
-                if upper is None or upper > self._recovery_point:
-                    segment.flush()
-            log_files.fsync_directory(self.directory)
+            if self._changed_since_flush:
+                snapshot = self._segments.snapshot()
+                for i, segment in enumerate(snapshot.segments):
+                    upper = snapshot.upper_bound_of(i)
+                    if upper is None or upper > self._recovery_point:
+                        segment.flush()
+                log_files.fsync_directory(self.directory)
+                self._changed_since_flush = False
             self._recovery_point = target
             self._unflushed_messages = 0
             self._last_flush_ms = self.clock.now_ms()
@@ -773,7 +792,14 @@ class Log:
             if self._closed:
                 return
             self.flush()
-            self.producer_state.take_snapshot(self._log_end_offset)
+            # An unchanged log keeps the snapshot its last close wrote; one missing is
+            # written so the next load does not rebuild the state from every batch.
+            end = self._log_end_offset
+            if self._snapshot_due or (
+                end > self._log_start_offset and not self.producer_state.snapshot_path(end).exists()
+            ):
+                self.producer_state.take_snapshot(self._log_end_offset)
+                self._snapshot_due = False
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletes:

@@ -54,6 +54,7 @@ class LoadedLogOffsets:
     log_end_offset: int = 0
     recovered_up_to: int = 0
     bytes_truncated: int = 0
+    recovered: bool = False  # some segment was rebuilt: its files need a flush
 
 
 def remove_leftovers(factory: SegmentFactory) -> None:
@@ -142,6 +143,7 @@ def load_log(
                 # cut to the new end below.
                 epochs.truncate_from_end(base)
             recovered = segment.recover(epochs, upper_bound=next_base)
+            loaded.recovered = True
             loaded.bytes_truncated += recovered.bytes_truncated
             loaded.segments.append(segment)
             if recovered.bytes_truncated:

@@ -532,12 +532,17 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
-        if self.max_timestamp_so_far >= 0:
+        """Final time entry, trim, close. A segment whose state was never read took no
+        append since it opened: its indexes are as they were, and stay unopened. A segment
+        holding data leaves Kafka's three files (an empty index is created); an empty one
+        leaves only its `.log` (Kafka rebuilds a missing index; so does seglog)."""
+        if self._state_loaded and self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+                self._max_timestamp_so_far, self._offset_of_max_timestamp, skip_full_check=True
             )
-        self.offset_index.close()
-        self.time_index.close()
+        holds_data = self.log.size > 0
+        self.offset_index.close(create_if_missing=holds_data)
+        self.time_index.close(create_if_missing=holds_data)
         self.log.close()
 
     def change_suffix(self, old_suffix: str, new_suffix: str) -> None:
