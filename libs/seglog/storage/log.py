@@ -39,7 +39,7 @@ from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LONG_MAX, LogConfig
 from .dirty_logs import DirtyLogs
 from .leader_epoch_cache import LeaderEpochCache
-from .log_loader import load_log
+from .log_loader import LoadedLogOffsets, load_log
 from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import LogSegments, SegmentsSnapshot
 from .producer_state import ProducerStateManager, producer_batches
@@ -133,7 +133,11 @@ class Log:
         owns its parent directory's checkpoints alone. Appends add the log to `dirty_logs`
         (the LogManager's flush task visits only those)."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True)
+            created = True
+        except FileExistsError:
+            created = False
         owns = data_dir is None
         log = cls(
             directory,
@@ -146,7 +150,7 @@ class Log:
         tp = (log.topic, log.partition)
         log._data_dir.opened(tp)
         try:
-            log._load()
+            log._load(created=created)
         except BaseException:
             log._data_dir.closed(tp, clean=False)
             raise
@@ -156,13 +160,17 @@ class Log:
     def segment_factory(self) -> SegmentFactory:
         return SegmentFactory(self.directory, self.config, self.clock)
 
-    def _load(self) -> None:
+    def _load(self, *, created: bool = False) -> None:
         tp = (self.topic, self.partition)
         checkpointed_start = self._data_dir.log_start_offsets.get(tp, 0)
         recovery_point = (
             None if self._data_dir.clean_shutdown else self._data_dir.recovery_points.get(tp, 0)
         )
-        loaded = load_log(self.segment_factory, recovery_point, self.leader_epochs)
+        loaded = (
+            LoadedLogOffsets()  # a directory made just now holds nothing to load or clean
+            if created
+            else load_log(self.segment_factory, recovery_point, self.leader_epochs)
+        )
         # A new log is empty: until it changes, losing its files loses nothing. One loaded
         # after a crash, or recovered here, has changes to make durable.
         self._changed_since_flush = self._snapshot_due = bool(loaded.segments) and (
