@@ -119,10 +119,10 @@ class AbstractIndex(abc.ABC):
         with self._lock:
             if self.writable or self._length > self._entries * self.ENTRY.size:
                 return False
+            self._loaded = False  # first: a reader that sees it waits for the lock
             if self._mapping is not None:
                 self._mapping.unmap()
                 self._mapping = None
-            self._loaded = False
             return True
 
     def _open_and(self, action: Callable[[int], object], *, create: bool = False) -> None:
@@ -166,10 +166,20 @@ class AbstractIndex(abc.ABC):
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
+    def _current_mapping(self) -> FileMapping | None:
+        """The mapping to read, loading the index if needed; None when the file is empty.
+        A mapping being replaced (a resize, a release) is waited for under the lock."""
+        self._ensure_loaded()
+        mapping = self._mapping
+        if mapping is not None:
+            return mapping
+        with self._lock:
+            self._ensure_loaded()
+            return self._mapping
+
     def _raw_entry(self, n: int) -> tuple[int, ...]:
         for _ in range(_READ_ATTEMPTS):
-            self._ensure_loaded()
-            mapping = self._mapping
+            mapping = self._current_mapping()
             if mapping is None:
                 break
             entry = mapping.read_entry(self.ENTRY, n * self.ENTRY.size)
@@ -341,15 +351,15 @@ class AbstractIndex(abc.ABC):
                 pass
 
     def _entries_bytes(self) -> bytes:
-        self._ensure_loaded()
-        end = self._entries * self.ENTRY.size
-        if end == 0:
-            return b""
-        mapping = self._mapping
-        data = None if mapping is None else mapping.read_bytes(0, end)
-        if data is None:
-            raise LogClosedError(f"{self.path} is closed")
-        return data
+        for _ in range(_READ_ATTEMPTS):
+            mapping = self._current_mapping()
+            end = self._entries * self.ENTRY.size
+            if end == 0:
+                return b""
+            data = None if mapping is None else mapping.read_bytes(0, end)
+            if data is not None:
+                return data
+        raise LogClosedError(f"{self.path} is closed")
 
     def _check_untrimmed_tail(self) -> None:
         """A file left at its preallocated size by a crash ends in zero entries."""

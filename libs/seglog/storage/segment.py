@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ class LogSegment:
         # Read from the indexes on first use (`_load_state`), not at open: an idle segment's
         # indexes stay unopened (Kafka's LogSegment reads its max timestamp lazily too).
         self._state_loaded = False
+        self._state_lock = threading.Lock()
         self._max_timestamp_so_far = NO_TIMESTAMP
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_last_index_entry = 0
@@ -148,6 +150,11 @@ class LogSegment:
     def _load_state(self) -> None:
         if self._state_loaded:
             return
+        with self._state_lock:  # a reader's first look must not overwrite an append's
+            if not self._state_loaded:
+                self._read_state()
+
+    def _read_state(self) -> None:
         last = self.time_index.last_entry
         self._max_timestamp_so_far = last.timestamp_ms
         self._offset_of_max_timestamp = last.offset
