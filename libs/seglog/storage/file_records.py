@@ -299,7 +299,8 @@ class FileRecords:
         TLS socket, which must encrypt in user space (no kernel TLS here), by a pread+send
         loop. Either way from a duplicate of the file's descriptor, which keeps the file open
         until the transfer is done whatever happens to this object meanwhile (a segment
-        removed by retention mid-transfer closes its file after file.delete.delay.ms).
+        removed by retention mid-transfer closes its file after file.delete.delay.ms; an
+        old segment's file may be closed for idleness by the OpenFileCache at any time).
         CorruptRecordError when the file ends before the range does (truncated under it)."""
         if length is None:
             length = self._size - position
