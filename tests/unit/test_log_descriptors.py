@@ -127,6 +127,7 @@ def test_lazily_opened_indexes_answer_lookups_after_reopen(tmp_path):
         # Loading checked them; then old segments let their mappings go, and nothing has
         # used the active segment's since the check.
         assert not old.offset_index.is_loaded and not old.time_index.is_loaded
+        assert not active.offset_index.is_loaded and not active.time_index.is_loaded
         middle = (
             old.base_offset + reopened.segments[len(reopened.segments) // 2 + 1].base_offset
         ) // 2

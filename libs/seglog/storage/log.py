@@ -196,6 +196,9 @@ class Log:
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
             segment.release_indexes()  # loaded by the checks above; idle until read
+        # The active segment's indexes too wait for their first use: an idle partition keeps
+        # no mapping (a node has vm.max_map_count, 65530 by default, of them).
+        self._segments.active.release_indexes()
         self._make_active(self._segments.active)
         self._update_data_dir()
 
