@@ -4,7 +4,7 @@ import threading
 import pytest
 
 from seglog.errors import CorruptIndexError, InvalidOffsetError
-from seglog.storage import OffsetIndex, TimeIndex
+from seglog.storage import OffsetIndex, TimeIndex, open_files
 
 
 def test_offset_index_stores_offsets_relative_to_the_base(tmp_path):
@@ -164,14 +164,21 @@ def test_resetting_an_untrimmed_index_after_a_crash_keeps_its_preallocation_a_ho
 
 def test_an_index_holds_no_descriptor_and_is_created_by_its_first_entry(tmp_path):
     path = tmp_path / "00000000000000000000.index"
+    open_files.SHARED.close_idle()  # what earlier tests left in the node-wide cache
     fds_before = len(os.listdir("/proc/self/fd"))
     index = OffsetIndex(path, 0, 1024)
     assert index.entries == 0 and not path.exists()  # looked at, nothing to create
     index.append(3, 100)
     assert path.stat().st_size == 1024  # preallocated by the first entry
-    assert len(os.listdir("/proc/self/fd")) == fds_before  # mapped, no descriptor kept
+    # The writing descriptor stays while the node's cache keeps it; the mapping needs none.
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 1
+    open_files.SHARED.close_idle()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert index.lookup(4) == (3, 100)
+    index.append(5, 200)  # the descriptor opens again for a write
     index.close()
-    assert path.read_bytes() == (3).to_bytes(4, "big") + (100).to_bytes(4, "big")
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert path.read_bytes() == b"".join(n.to_bytes(4, "big") for n in (3, 100, 5, 200))
 
 
 def test_a_lazy_index_loads_on_its_first_lookup_and_can_be_released_and_reloaded(tmp_path):

@@ -3,6 +3,8 @@ under a clean-shutdown marker, and index entries that point inside a batch."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from seglog.errors import StorageError
@@ -21,12 +23,10 @@ def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_p
     log.append(make_batch([b"b"]))
     segment = log.active_segment
     size_before, entries_before = segment.size, segment.offset_index.entries
-    # The index keeps no descriptor: it opens its file for each write. A directory in the
-    # file's place makes every such open fail (EISDIR) until the file is put back.
-    index_path = segment.offset_index.path
-    aside = index_path.with_name("aside")
-    index_path.rename(aside)
-    index_path.mkdir()
+    index_fd = segment.offset_index._fd
+    saved = os.dup(index_fd)
+    read_only = os.open(tmp_path / "read-only", os.O_RDONLY | os.O_CREAT, 0o644)
+    os.dup2(read_only, index_fd)  # every pwrite to the index now fails with EBADF
     try:
         with pytest.raises(StorageError, match="rolled back") as caught:
             log.append(make_batch([b"lost"]))
@@ -34,8 +34,9 @@ def test_a_failed_index_write_rolls_the_append_back_and_later_appends_work(tmp_p
         assert (segment.size, segment.offset_index.entries) == (size_before, entries_before)
         assert log.log_end_offset == 2
     finally:
-        index_path.rmdir()
-        aside.rename(index_path)
+        os.dup2(saved, index_fd)
+        os.close(saved)
+        os.close(read_only)
     assert log.append(make_batch([b"c"])).first_offset == 2
     assert _values(log) == [b"a", b"b", b"c"]
     log.close()

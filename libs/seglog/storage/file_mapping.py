@@ -82,4 +82,7 @@ class FileMapping:
         # A mapping dropped without unmap (an index garbage-collected unclosed) is released
         # rather than leaked for the life of the process.
         if getattr(self, "_address", None) is not None:
-            self.unmap()
+            try:
+                self.unmap()
+            except Exception:  # interpreter shutdown: libc's wrapper may already be gone
+                pass

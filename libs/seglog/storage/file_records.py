@@ -190,31 +190,41 @@ class FileRecords:
             on_park()
         return True
 
-    def _pinned(self) -> AbstractContextManager[int]:
-        """The descriptor, open (again, when parked) and not closable until the block ends."""
-        return self._pinned_own() if self._parent is None else self._parent._pinned()
-
-    @contextmanager
-    def _pinned_own(self) -> Iterator[int]:
+    def _pin(self) -> int:
+        """The descriptor, open (again, when parked) and not closable until `_unpin`.
+        (Methods, not a context manager, on the read and append paths: a generator-based
+        one cost a few microseconds a call.)"""
+        if self._parent is not None:
+            return self._parent._pin()
         with self._lock:
             if self._closed:
                 raise LogClosedError(f"{self.path} is closed")
             if self._fd < 0:
                 self._fd = os.open(self.path, os.O_RDWR)
             self._pins += 1
-            fd = self._fd
+            return self._fd
+
+    def _unpin(self) -> None:
+        if self._parent is not None:
+            self._parent._unpin()
+            return
+        with self._lock:
+            self._pins -= 1
+            cache = self._open_files if self._pins == 0 else None
+            close_now = self._closed and self._pins == 0 and self._fd >= 0
+            if close_now:
+                os.close(self._fd)
+                self._fd = -1
+        if cache is not None and not close_now:
+            cache.used(self)
+
+    @contextmanager
+    def _pinned(self) -> Iterator[int]:
+        fd = self._pin()
         try:
             yield fd
         finally:
-            with self._lock:
-                self._pins -= 1
-                cache = self._open_files if self._pins == 0 else None
-                close_now = self._closed and self._pins == 0 and self._fd >= 0
-                if close_now:
-                    os.close(self._fd)
-                    self._fd = -1
-            if cache is not None and not close_now:
-                cache.used(self)
+            self._unpin()
 
     def pinned(self) -> AbstractContextManager[int]:
         """Hold the descriptor open across several calls (tests, and a caller that must
@@ -229,20 +239,22 @@ class FileRecords:
         """
         position = self._size
         written = 0
-        with self._pinned() as fd:
-            try:
-                for i in range(0, len(buffers), _IOV_MAX):
-                    chunk = buffers[i : i + _IOV_MAX]
-                    expected = sum(map(len, chunk))
-                    n = os.pwritev(fd, chunk, position + written)
-                    if n != expected:  # short write: finish it byte-exactly
-                        n += self._finish_short_write(fd, chunk, n, position + written)
-                    written += n
-            except OSError as exc:
-                self._cut_back(fd, position)
-                raise StorageError(
-                    f"append to {self.path} at position {position} failed: {exc}"
-                ) from exc
+        fd = self._pin()
+        try:
+            for i in range(0, len(buffers), _IOV_MAX):
+                chunk = buffers[i : i + _IOV_MAX]
+                expected = sum(map(len, chunk))
+                n = os.pwritev(fd, chunk, position + written)
+                if n != expected:  # short write: finish it byte-exactly
+                    n += self._finish_short_write(fd, chunk, n, position + written)
+                written += n
+        except OSError as exc:
+            self._cut_back(fd, position)
+            raise StorageError(
+                f"append to {self.path} at position {position} failed: {exc}"
+            ) from exc
+        finally:
+            self._unpin()
         self._size = position + written
         return written
 
@@ -271,8 +283,11 @@ class FileRecords:
                 f"read of {size} bytes at position {position} outside {self.path} "
                 f"(size {self._size})"
             )
-        with self._pinned() as fd:
+        fd = self._pin()
+        try:
             data = os.pread(fd, size, self._start + position)
+        finally:
+            self._unpin()
         if len(data) != size:
             raise CorruptRecordError(
                 f"{self.path} was truncated underneath a reader: asked {size} bytes at "

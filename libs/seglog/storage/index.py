@@ -12,14 +12,15 @@ holding data, so a cleanly closed directory has Kafka's three files per such seg
 partition that sits idle, and every old segment nobody reads, costs no mapping and no
 descriptor; a new partition costs one file (its `.log`) instead of three.
 
-No descriptor is kept: lookups read through a read-only shared mapping (FileMapping, which
-holds none), and every change opens the file for the length of the call. Entries are written
-with `pwrite` and the map sees them through the shared page cache. Measured here, the first
-store through a fresh mapping into the preallocated file's hole cost ~2 ms (the page comes in
-through the fault path), against ~10 us for a `pwrite` of the same entry: a new segment's
-first index entries through the map made a 256 MiB run of 1 MiB appends 7% slower. The open
-and close around a write add ~10 us to an append that adds an entry, which happens once per
-`index_interval_bytes` (4 KiB) appended at most.
+Lookups read through a read-only shared mapping (FileMapping, which holds no descriptor).
+Entries are written with `pwrite` and the map sees them through the shared page cache.
+Measured here, the first store through a fresh mapping into the preallocated file's hole cost
+~2 ms (the page comes in through the fault path), against ~10 us for a `pwrite` of the same
+entry: a new segment's first index entries through the map made a 256 MiB run of 1 MiB
+appends 7% slower. The descriptor that writes (and resizes, fsyncs) is opened on first need
+and kept among the node's OpenFileCache: a busy partition's index keeps it (opening the file
+for each write made an append of 5 KB batches, one entry each, 1.5-2x slower), an idle one's
+is closed by the cache, so descriptors beyond the active `.log` files stay bounded node-wide.
 
 Index files carry no checksum: they are derived data. After an unclean shutdown the segments
 past the recovery point have their indexes rebuilt from the log, which is the truth; a file
@@ -42,7 +43,9 @@ from itertools import starmap
 from pathlib import Path
 
 from ..errors import CorruptIndexError, InvalidOffsetError, LogClosedError
+from . import open_files as open_files_module
 from .file_mapping import FileMapping
+from .open_files import OpenFileCache
 
 WARM_SECTION_BYTES = 8192
 ZERO_CHUNK_BYTES = 1024 * 1024
@@ -56,7 +59,13 @@ class AbstractIndex(abc.ABC):
     KIND = "index"
 
     def __init__(
-        self, path: Path, base_offset: int, max_index_bytes: int, *, writable: bool = True
+        self,
+        path: Path,
+        base_offset: int,
+        max_index_bytes: int,
+        *,
+        writable: bool = True,
+        open_files: OpenFileCache = open_files_module.SHARED,
     ):
         self.path = path
         self.base_offset = base_offset
@@ -73,6 +82,9 @@ class AbstractIndex(abc.ABC):
         self._length = 0  # bytes of the file as mapped; 0 while the file does not exist
         self._mapping: FileMapping | None = None
         self._unflushed = False
+        self._fd = -1  # the writing descriptor, while the OpenFileCache keeps it
+        self._offer_again = False
+        self._open_files = open_files
 
     # -- lazy load -----------------------------------------------------------------------
 
@@ -115,8 +127,12 @@ class AbstractIndex(abc.ABC):
     def release(self) -> bool:
         """Unmap a trimmed index nobody writes to (an old segment gone idle); the next use
         loads it again. False when it cannot be released (writable or untrimmed: its file
-        is preallocated, so the entry count would not survive a reload)."""
-        with self._lock:
+        is preallocated, so the entry count would not survive a reload), or when the index
+        is in use: releasing runs from the OpenFileCache, which must never wait on a lock
+        (the holder may be waiting on the cache's victims in turn)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
             if self.writable or self._length > self._entries * self.ENTRY.size:
                 return False
             self._loaded = False  # first: a reader that sees it waits for the lock
@@ -124,15 +140,41 @@ class AbstractIndex(abc.ABC):
                 self._mapping.unmap()
                 self._mapping = None
             return True
+        finally:
+            self._lock.release()
 
     def _open_and(self, action: Callable[[int], object], *, create: bool = False) -> None:
-        """Run `action(fd)` on the file opened for the length of the call."""
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        fd = os.open(self.path, flags, 0o644)
+        """Run `action(fd)` on the writing descriptor, opened when the cache closed it."""
+        with self._lock:  # every use of the descriptor holds the lock: `park` waits for it
+            # Offered to the cache when opened (or when a park skipped it), not at every
+            # write: the cache's order is by opening, and an index it closes while still
+            # busy costs one open to come back. Per write, the cache's lock and reordering
+            # were a tenth of an append's time.
+            offer = self._fd < 0 or self._offer_again
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            self._offer_again = False
+            action(self._fd)
+        if offer:
+            self._open_files.used(self)
+
+    def park(self) -> bool:
+        """The OpenFileCache closes the writing descriptor of an index gone idle. An index
+        in use (its lock held: maybe by a thread now waiting on another file's lock) is
+        skipped, never waited for; its next use offers it to the cache again."""
+        if not self._lock.acquire(blocking=False):
+            self._offer_again = True  # out of the cache now: back in at its next use
+            return False
         try:
-            action(fd)
+            self._close_fd()
+            return True
         finally:
-            os.close(fd)
+            self._lock.release()
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def _remap(self, fd: int, length: int) -> None:
         """Give the file `length` bytes and map them (the lock is held)."""
@@ -153,12 +195,14 @@ class AbstractIndex(abc.ABC):
 
     @property
     def entries(self) -> int:
-        self._ensure_loaded()
+        if not self._loaded:
+            self._ensure_loaded()
         return self._entries
 
     @property
     def max_entries(self) -> int:
-        self._ensure_loaded()
+        if not self._loaded:
+            self._ensure_loaded()
         if self._length:
             return self._length // self.ENTRY.size
         return self.max_index_bytes // self.ENTRY.size if self.writable else 0
@@ -329,7 +373,9 @@ class AbstractIndex(abc.ABC):
             if self._mapping is not None:
                 self._mapping.unmap()
                 self._mapping = None
+            self._close_fd()
             self._closed = True
+        self._open_files.forget(self)
 
     def rename_to(self, path: Path) -> None:
         with self._lock:
@@ -344,11 +390,13 @@ class AbstractIndex(abc.ABC):
             if self._mapping is not None:
                 self._mapping.unmap()
                 self._mapping = None
+            self._close_fd()
             self._closed = True
             try:
                 os.unlink(self.path)
             except FileNotFoundError:
                 pass
+        self._open_files.forget(self)
 
     def _entries_bytes(self) -> bytes:
         for _ in range(_READ_ATTEMPTS):

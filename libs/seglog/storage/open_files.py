@@ -1,11 +1,12 @@
-"""OpenFileCache: a node-wide bound on the descriptors held by old segments' `.log` files.
+"""OpenFileCache: a node-wide bound on the descriptors beyond the active segments' `.log`s.
 
-An active segment keeps its `.log` open (every append writes it). An old segment's file is
-opened when something reads it and stays open while it is among the `capacity` most
-recently used old files of the node; past that the least recently used is closed, and
-opened again by path on its next read. A partition with a hundred segments then holds one
-descriptor, not a hundred, and a node's descriptors are about one per hosted partition plus
-`capacity` (a hard limit of 20,000 fits 10,000 partitions with room).
+An active segment keeps its `.log` open (every append writes it). An old segment's `.log`,
+and the descriptor an index writes through, are opened when needed and stay open while they
+are among the `capacity` most recently used such files of the node; past that the least
+recently used is closed, and opened again by path on its next use. A partition with a
+hundred segments then holds one descriptor, not a hundred, and a node's descriptors are one
+per hosted partition plus at most `capacity` (a hard limit of 20,000 fits 10,000 partitions
+with room).
 
 A file is closed only when no one uses its descriptor: every use (a pread, the dup that a
 sendfile transfer works from, a truncate) pins the file (`Parkable.pin`), and a pinned file

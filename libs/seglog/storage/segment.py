@@ -128,12 +128,14 @@ class LogSegment:
             base_offset,
             index_size_max_bytes,
             writable=False,
+            open_files=open_files,
         )
         time_index = TimeIndex(
             log_files.time_index_path(directory, base_offset, suffix),
             base_offset,
             index_size_max_bytes,
             writable=False,
+            open_files=open_files,
         )
         segment = cls(
             log,
@@ -300,23 +302,24 @@ class LogSegment:
             ) from exc
 
     def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
+        self._load_state()
         return (
             self.offset_index.entries,
             self.time_index.entries,
-            self.max_timestamp_so_far,
-            self.offset_of_max_timestamp,
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp,
             self.rolling_based_timestamp,
-            self.bytes_since_last_index_entry,
+            self._bytes_since_last_index_entry,
         )
 
     def _roll_back(self, position: int, state: tuple[int, int, int, int, int | None, int]) -> None:
         (
             offset_entries,
             time_entries,
-            self.max_timestamp_so_far,
-            self.offset_of_max_timestamp,
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp,
             self.rolling_based_timestamp,
-            self.bytes_since_last_index_entry,
+            self._bytes_since_last_index_entry,
         ) = state
         self.log.truncate_to(position)
         for index, entries in (
@@ -334,10 +337,11 @@ class LogSegment:
         `index_interval_bytes` appended since the previous entry, as Kafka's LogSegment does.
         Runs once per appended batch: counters live in locals, and each index gets its new
         entries in one write at the end."""
+        self._load_state()  # then the private fields: this runs on every append
         interval = self.index_interval_bytes
-        since_last_entry = self.bytes_since_last_index_entry
-        max_timestamp = self.max_timestamp_so_far
-        offset_of_max_timestamp = self.offset_of_max_timestamp
+        since_last_entry = self._bytes_since_last_index_entry
+        max_timestamp = self._max_timestamp_so_far
+        offset_of_max_timestamp = self._offset_of_max_timestamp
         room = min(self.offset_index.free_slots(), self.time_index.free_slots())
         offset_entries: list[tuple[int, int]] = []
         time_entries: list[tuple[int, int]] = []
@@ -351,11 +355,12 @@ class LogSegment:
                 since_last_entry = 0
             since_last_entry += size
             position += size
-        self.offset_index.append_entries(offset_entries)
-        self.time_index.append_entries(time_entries)
-        self.bytes_since_last_index_entry = since_last_entry
-        self.max_timestamp_so_far = max_timestamp
-        self.offset_of_max_timestamp = offset_of_max_timestamp
+        if offset_entries:
+            self.offset_index.append_entries(offset_entries)
+            self.time_index.append_entries(time_entries)
+        self._bytes_since_last_index_entry = since_last_entry
+        self._max_timestamp_so_far = max_timestamp
+        self._offset_of_max_timestamp = offset_of_max_timestamp
 
     def should_roll(
         self,
