@@ -137,6 +137,8 @@ class Log:
             directory.mkdir(parents=True)
             created = True
         except FileExistsError:
+            if not directory.is_dir():
+                raise  # a file in the way: the partition cannot be created (goes offline)
             created = False
         owns = data_dir is None
         log = cls(
