@@ -28,11 +28,12 @@ from ..spans import EngineTracer
 from . import log_files
 from . import open_files as open_files_module
 from .batch_bounds import MAX_RELATIVE_OFFSET, Damage
-from .file_records import BatchPosition, FileRecords
+from .file_records import FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
 from .open_files import OpenFileCache
 from .time_index import TimeIndex
+from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
 
