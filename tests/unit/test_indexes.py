@@ -1,7 +1,10 @@
+import os
+import threading
+
 import pytest
 
 from seglog.errors import CorruptIndexError, InvalidOffsetError
-from seglog.storage import OffsetIndex, TimeIndex
+from seglog.storage import OffsetIndex, TimeIndex, open_files
 
 
 def test_offset_index_stores_offsets_relative_to_the_base(tmp_path):
@@ -157,3 +160,68 @@ def test_resetting_an_untrimmed_index_after_a_crash_keeps_its_preallocation_a_ho
     reopened.append(30, 12288)
     reopened.close()
     assert path.read_bytes() == (30).to_bytes(4, "big") + (12288).to_bytes(4, "big")
+
+
+def test_an_index_holds_no_descriptor_and_is_created_by_its_first_entry(tmp_path):
+    path = tmp_path / "00000000000000000000.index"
+    open_files.SHARED.close_idle()  # what earlier tests left in the node-wide cache
+    fds_before = len(os.listdir("/proc/self/fd"))
+    index = OffsetIndex(path, 0, 1024)
+    assert index.entries == 0 and not path.exists()  # looked at, nothing to create
+    index.append(3, 100)
+    assert path.stat().st_size == 1024  # preallocated by the first entry
+    # The writing descriptor stays while the node's cache keeps it; the mapping needs none.
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 1
+    open_files.SHARED.close_idle()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert index.lookup(4) == (3, 100)
+    index.append(5, 200)  # the descriptor opens again for a write
+    index.close()
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert path.read_bytes() == b"".join(n.to_bytes(4, "big") for n in (3, 100, 5, 200))
+
+
+def test_a_lazy_index_loads_on_its_first_lookup_and_can_be_released_and_reloaded(tmp_path):
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 1 << 16)
+    for i in range(1, 500):
+        index.append(i * 2, i * 50)
+    index.close()
+    reopened = OffsetIndex(path, 0, 1 << 16, writable=False)
+    assert not reopened.is_loaded  # constructing it read nothing
+    assert reopened.lookup(101) == (100, 2500) and reopened.is_loaded
+    assert reopened.release() and not reopened.is_loaded
+    assert reopened.lookup(999) == (998, 24950) and reopened.entries == 499
+
+
+def test_lookups_racing_releases_and_remaps_of_their_index_never_fail(tmp_path):
+    path = tmp_path / "0.index"
+    index = OffsetIndex(path, 0, 1 << 16)
+    for i in range(1, 2000):
+        index.append(i * 2, i * 50)
+    index.make_read_only()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            index.release()
+            index.resize(1 << 16)  # stretched and trimmed again: a remap each time
+            index.trim_to_valid_size()
+
+    def look() -> None:
+        try:
+            for i in range(1, 3000):
+                target = (i % 1999 + 1) * 2
+                assert index.lookup(target + 1) == (target, target * 25)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=churn), threading.Thread(target=look)]
+    for t in threads:
+        t.start()
+    threads[1].join(timeout=60)
+    stop.set()
+    threads[0].join(timeout=10)
+    index.close()
+    assert not errors, errors[0]

@@ -268,6 +268,7 @@ class Cleaner:
         end_offset: int,
     ) -> LogSegment | None:
         cleaned = log.segment_factory.open(group[0].base_offset, log_files.CLEANED_SUFFIX)
+        cleaned.make_active()
         try:
             for segment in group:
                 for batch in _checked_batches(segment, 0):

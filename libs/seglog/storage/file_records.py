@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import socket
 import ssl
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import NoReturn
 
 from ..errors import CorruptRecordError, LogClosedError, StorageError
 from ..records.batch import (
@@ -27,13 +29,10 @@ from ..records.batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     BatchHeader,
-    compute_crc,
 )
-from .batch_bounds import BASE_OFFSET_CHECK, EPOCH_CHECK, Damage, header_damage
+from .open_files import OpenFileCache
+from .valid_prefix import SCAN_CHUNK_BYTES, BatchPosition, ValidPrefix, scan_valid_prefix
 
-# Recovery and scans read the file in chunks of this size: large enough that per-call costs
-# vanish against a 1 GiB segment, small enough to stay well inside memory.
-SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 # A search starts at an index entry and the next entry is index_interval_bytes (4096) on:
 # reading a few intervals per call finds the batch in one read almost always.
 SEARCH_CHUNK_BYTES = 16 * 1024
@@ -45,89 +44,24 @@ _IOV_MAX = 1000
 TLS_CHUNK_BYTES = 256 * 1024
 
 
-class BatchPosition(NamedTuple):
-    position: int
-    header: BatchHeader
-
-
-class ValidPrefix(NamedTuple):
-    """What recovery keeps of a segment: the valid batches from position 0, and what ended
-    them (None when the whole file is valid)."""
-
-    batches: list[BatchPosition]
-    damage: Damage | None
-
-    @property
-    def size_in_bytes(self) -> int:
-        return sum(found.header.size_in_bytes for found in self.batches)
-
-
-def _blame_earlier(
-    kept: list[BatchPosition], expected_before_last: int, header: BatchHeader, damage: Damage
-) -> Damage:
-    """Which batch to cut from when a CRC-valid batch contradicts the ones before it in a
-    field the CRC does not cover (a flipped bit in either)."""
-    if damage.check == BASE_OFFSET_CHECK:
-        return _blame_a_jump_before(kept, expected_before_last, damage)
-    return _blame_a_raised_epoch(kept, header.partition_leader_epoch, damage)
-
-
-def _blame_a_jump_before(
-    kept: list[BatchPosition], expected_before_last: int, damage: Damage
-) -> Damage:
-    """A batch whose base offset goes back below the previous batch's end, after a previous
-    batch that skipped offsets forward, is the signature of a flipped bit raising that
-    previous batch's baseOffset: a compacted log may skip offsets but never goes back. The
-    previous batch is dropped too, so the log keeps no record under an offset it never had."""
-    if not kept or kept[-1].header.base_offset <= expected_before_last:
-        return damage
-    jumped = kept.pop()
-    return Damage(
-        jumped.position,
-        f"baseOffset {expected_before_last} or a little more (the batch after it starts at "
-        f"{damage.found})",
-        f"baseOffset {jumped.header.base_offset}",
-    )
-
-
-def _blame_a_raised_epoch(kept: list[BatchPosition], epoch: int, damage: Damage) -> Damage:
-    """Epochs that go down: either this batch's epoch was lowered or an earlier one's raised.
-    Which one cannot be told, so the log is cut at the first batch whose epoch is above
-    this one: a raised epoch is never kept, and what is cut too much a replica fetches
-    again."""
-    first_above = next(
-        (i for i, found in enumerate(kept) if found.header.partition_leader_epoch > epoch),
-        len(kept),
-    )
-    if first_above == len(kept):
-        return damage
-    blamed = kept[first_above]
-    del kept[first_above:]
-    return Damage(
-        blamed.position,
-        f"partitionLeaderEpoch <= {epoch} (a later batch's; epochs never decrease)",
-        f"partitionLeaderEpoch {blamed.header.partition_leader_epoch}",
-    )
-
-
-def _crc_damage(
-    view: bytes | memoryview, pos: int, file_position: int, header: BatchHeader
-) -> Damage | None:
-    actual = compute_crc(view, pos, header.size_in_bytes)
-    if actual == header.crc:
-        return None
-    return Damage(file_position, f"CRC-32C {header.crc:#010x} (stored)", f"{actual:#010x} computed")
-
-
 class FileRecords:
-    """An open `.log` file. `start`/`end` make a slice: a view sharing the descriptor."""
+    """A `.log` file. Its descriptor is open while the segment is active; an old segment's
+    (`park_when_idle`) is opened on use and closed by the node's OpenFileCache when idle.
+    Every use of the descriptor pins it (`_pinned`), so it is never closed under a reader."""
 
-    def __init__(self, path: Path, fd: int, size: int, *, start: int = 0, is_slice: bool = False):
+    def __init__(
+        self, path: Path, fd: int, size: int, *, start: int = 0, parent: FileRecords | None = None
+    ):
         self.path = path
-        self._fd = fd
-        self._size = size
         self._start = start
-        self._is_slice = is_slice
+        self._parent = parent  # a slice's file: it pins and owns the descriptor
+        self._fd = fd  # -1 while parked (closed for idleness) or closed
+        self._size = size
+        self._lock = threading.Lock()
+        self._pins = 0
+        self._closed = False
+        self._open_files: OpenFileCache | None = None  # set while it may be parked
+        self._on_park: Callable[[], object] | None = None
 
     @classmethod
     def open(cls, path: Path, *, create: bool = True) -> FileRecords:
@@ -140,10 +74,84 @@ class FileRecords:
         return self._size
 
     @property
-    def fd(self) -> int:
-        if self._fd < 0:
-            raise LogClosedError(f"{self.path} is closed")
-        return self._fd
+    def is_open(self) -> bool:
+        """Holds a descriptor now (parked and closed files do not)."""
+        return self._fd >= 0
+
+    # -- descriptor lifetime -------------------------------------------------------------
+
+    def park_when_idle(
+        self, open_files: OpenFileCache, on_park: Callable[[], object] | None = None
+    ) -> None:
+        """The segment became old: its descriptor may be closed when idle, and then
+        `on_park` runs (the segment unmaps its indexes with it)."""
+        with self._lock:
+            self._open_files = open_files
+            self._on_park = on_park
+            is_open = self._fd >= 0
+        if is_open:
+            open_files.used(self)
+
+    def keep_open(self) -> None:
+        """The segment takes appends again (a truncation made it active): open for good."""
+        with self._lock:
+            cache, self._open_files = self._open_files, None
+        if cache is not None:
+            cache.forget(self)
+
+    def park(self) -> bool:
+        with self._lock:
+            if self._pins or self._open_files is None:
+                return self._fd < 0
+            was_open = self._fd >= 0
+            if was_open:
+                os.close(self._fd)
+                self._fd = -1
+            on_park = self._on_park
+        if was_open and on_park is not None:
+            on_park()
+        return True
+
+    def _pin(self) -> int:
+        """The descriptor, open (again, when parked) and not closable until `_unpin`.
+        (Methods, not a context manager, on the read and append paths: a generator-based
+        one cost a few microseconds a call.)"""
+        if self._parent is not None:
+            return self._parent._pin()
+        with self._lock:
+            if self._closed:
+                raise LogClosedError(f"{self.path} is closed")
+            if self._fd < 0:
+                self._fd = os.open(self.path, os.O_RDWR)
+            self._pins += 1
+            return self._fd
+
+    def _unpin(self) -> None:
+        if self._parent is not None:
+            self._parent._unpin()
+            return
+        with self._lock:
+            self._pins -= 1
+            cache = self._open_files if self._pins == 0 else None
+            close_now = self._closed and self._pins == 0 and self._fd >= 0
+            if close_now:
+                os.close(self._fd)
+                self._fd = -1
+        if cache is not None and not close_now:
+            cache.used(self)
+
+    @contextmanager
+    def _pinned(self) -> Iterator[int]:
+        fd = self._pin()
+        try:
+            yield fd
+        finally:
+            self._unpin()
+
+    def pinned(self) -> AbstractContextManager[int]:
+        """Hold the descriptor open across several calls (tests, and a caller that must
+        see one open file throughout)."""
+        return self._pinned()
 
     def append(self, buffers: Sequence[bytes | bytearray | memoryview]) -> int:
         """Write the buffers at the end with as few syscalls as possible; return bytes written.
@@ -151,51 +159,57 @@ class FileRecords:
         On an I/O error (disk full) the file is cut back to its size before the call and the
         error is raised as StorageError: no partial batch is left behind.
         """
-        fd = self.fd
         position = self._size
         written = 0
+        fd = self._pin()
         try:
             for i in range(0, len(buffers), _IOV_MAX):
                 chunk = buffers[i : i + _IOV_MAX]
                 expected = sum(map(len, chunk))
                 n = os.pwritev(fd, chunk, position + written)
                 if n != expected:  # short write: finish it byte-exactly
-                    n += self._finish_short_write(chunk, n, position + written)
+                    n += self._finish_short_write(fd, chunk, n, position + written)
                 written += n
         except OSError as exc:
-            self._cut_back(position)
+            self._cut_back(fd, position)
             raise StorageError(
                 f"append to {self.path} at position {position} failed: {exc}"
             ) from exc
+        finally:
+            self._unpin()
         self._size = position + written
         return written
 
     def _finish_short_write(
-        self, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int
+        self, fd: int, chunk: Sequence[bytes | bytearray | memoryview], done: int, at: int
     ) -> int:
         joined = memoryview(b"".join(bytes(b) for b in chunk))[done:]
         extra = 0
         while extra < len(joined):
-            n = os.pwrite(self.fd, joined[extra:], at + done + extra)
+            n = os.pwrite(fd, joined[extra:], at + done + extra)
             if n <= 0:
                 raise OSError(f"pwrite wrote {n} bytes")
             extra += n
         return extra
 
-    def _cut_back(self, size: int) -> None:
+    def _cut_back(self, fd: int, size: int) -> None:
         try:
-            os.ftruncate(self.fd, size)
+            os.ftruncate(fd, size)
         except OSError:
             pass  # the original error is the one to report
 
     def read(self, position: int, size: int) -> bytes:
-        """Exactly `size` bytes at `position` (relative to this slice)."""
+        """Exactly `size` bytes at `position`."""
         if position < 0 or size < 0 or position + size > self._size:
             raise CorruptRecordError(
                 f"read of {size} bytes at position {position} outside {self.path} "
                 f"(size {self._size})"
             )
-        data = os.pread(self.fd, size, self._start + position)
+        fd = self._pin()
+        try:
+            data = os.pread(fd, size, self._start + position)
+        finally:
+            self._unpin()
         if len(data) != size:
             raise CorruptRecordError(
                 f"{self.path} was truncated underneath a reader: asked {size} bytes at "
@@ -204,12 +218,14 @@ class FileRecords:
         return data
 
     def slice(self, position: int, size: int) -> FileRecords:
-        """A view of [position, position + size) sharing this file's descriptor."""
+        """A view of [position, position + size) using this file's descriptor (and pins)."""
         if position < 0 or size < 0 or position + size > self._size:
             raise AssertionError(  # a programmer error, not corrupt data
                 f"slice [{position}, {position + size}) outside {self.path} (size {self._size})"
             )
-        return FileRecords(self.path, self.fd, size, start=self._start + position, is_slice=True)
+        return FileRecords(
+            self.path, -1, size, start=self._start + position, parent=self._parent or self
+        )
 
     def read_all(self) -> bytes:
         return self.read(0, self._size)
@@ -220,13 +236,15 @@ class FileRecords:
         TLS socket, which must encrypt in user space (no kernel TLS here), by a pread+send
         loop. Either way from a duplicate of the file's descriptor, which keeps the file open
         until the transfer is done whatever happens to this object meanwhile (a segment
-        removed by retention mid-transfer closes its file after file.delete.delay.ms).
+        removed by retention mid-transfer closes its file after file.delete.delay.ms; an
+        old segment's file may be closed for idleness by the OpenFileCache at any time).
         CorruptRecordError when the file ends before the range does (truncated under it)."""
         if length is None:
             length = self._size - position
         if position < 0 or length < 0 or position + length > self._size:
             raise AssertionError(f"write_to range outside {self.path} (size {self._size})")
-        held = os.dup(self.fd)
+        with self._pinned() as fd:
+            held = os.dup(fd)  # the transfer's own: the file may be parked meanwhile
         try:
             if isinstance(out, ssl.SSLSocket):
                 sent = self._send_through_tls(out, held, self._start + position, length)
@@ -301,59 +319,8 @@ class FileRecords:
             position += pos
 
     def scan_valid_prefix(self, base_offset: int, upper_bound: int | None = None) -> ValidPrefix:
-        """The batches that recovery keeps, from position 0: whole, v2, CRC-valid, offsets
-        increasing from `base_offset` (the segment's, from its file name) and below
-        `upper_bound` (the next segment's), epochs not decreasing; and the damage that ended
-        the walk (`batch_bounds.header_damage` has the checks the CRC does not cover)."""
-        kept: list[BatchPosition] = []
-        next_offset = expected_before_last = base_offset
-        latest_epoch = -1
-        position = 0
-        end = self._size
-        while position < end:
-            chunk = self.read(position, min(SCAN_CHUNK_BYTES, end - position))
-            if len(chunk) < HEADER_BYTES:
-                short = Damage(position, "a whole batch header (61 bytes)", f"{len(chunk)} bytes")
-                return ValidPrefix(kept, short._replace(file=str(self.path)))
-            pos = 0
-            while pos + HEADER_BYTES <= len(chunk):
-                header = BatchHeader._make(HEADER.unpack_from(chunk, pos))
-                damage = header_damage(
-                    header,
-                    position + pos,
-                    end,
-                    segment_base=base_offset,
-                    next_offset=next_offset,
-                    upper_bound=upper_bound,
-                    latest_epoch=latest_epoch,
-                )
-                if damage is None or damage.check in (BASE_OFFSET_CHECK, EPOCH_CHECK):
-                    if pos + header.size_in_bytes > len(chunk):
-                        break  # read again from this batch (alone, when it is large)
-                    crc_damage = _crc_damage(chunk, pos, position + pos, header)
-                    if damage is not None and crc_damage is None:
-                        # A real batch (its records pass the CRC) that contradicts an
-                        # earlier one: the earlier one may be the damaged one.
-                        damage = _blame_earlier(kept, expected_before_last, header, damage)
-                    damage = damage or crc_damage
-                if damage is not None:
-                    return ValidPrefix(kept, damage._replace(file=str(self.path)))
-                kept.append(BatchPosition(position + pos, header))
-                expected_before_last, next_offset = next_offset, header.next_offset
-                latest_epoch = max(latest_epoch, header.partition_leader_epoch)
-                pos += header.size_in_bytes
-            if pos == 0:  # one batch larger than the chunk: read it alone
-                header = self.header_at(position)
-                chunk = self.read(position, header.size_in_bytes)
-                damage = _crc_damage(chunk, 0, position, header)
-                if damage is not None:
-                    return ValidPrefix(kept, damage._replace(file=str(self.path)))
-                kept.append(BatchPosition(position, header))
-                expected_before_last, next_offset = next_offset, header.next_offset
-                latest_epoch = max(latest_epoch, header.partition_leader_epoch)
-                pos = header.size_in_bytes
-            position += pos
-        return ValidPrefix(kept, None)
+        """The batches that recovery keeps (valid_prefix.scan_valid_prefix)."""
+        return scan_valid_prefix(self, base_offset, upper_bound)
 
     def search_offset(self, target_offset: int, start_position: int) -> BatchPosition | None:
         """The first batch at or after `start_position` whose last offset >= target. Large
@@ -394,21 +361,32 @@ class FileRecords:
             )
         cut = self._size - size
         if cut:
-            os.ftruncate(self.fd, size)
+            with self._pinned() as fd:
+                os.ftruncate(fd, size)
             self._size = size
         return cut
 
     def flush(self) -> None:
-        os.fdatasync(self.fd)
+        with self._pinned() as fd:
+            os.fdatasync(fd)
 
     def rename_to(self, path: Path) -> None:
-        os.replace(self.path, path)
-        self.path = path
+        with self._lock:  # a parked file reopens by path under this lock
+            os.replace(self.path, path)
+            self.path = path
 
     def close(self) -> None:
-        if self._fd >= 0 and not self._is_slice:
-            os.close(self._fd)
-        self._fd = -1
+        """Close for good; a descriptor pinned by a reader closes when its last pin goes."""
+        if self._parent is not None:
+            return  # a slice owns nothing
+        with self._lock:
+            self._closed = True
+            cache, self._open_files = self._open_files, None
+            if self._fd >= 0 and self._pins == 0:
+                os.close(self._fd)
+                self._fd = -1
+        if cache is not None:
+            cache.forget(self)
 
     def delete(self) -> None:
         self.close()

@@ -54,26 +54,38 @@ class LoadedLogOffsets:
     log_end_offset: int = 0
     recovered_up_to: int = 0
     bytes_truncated: int = 0
+    recovered: bool = False  # some segment was rebuilt: its files need a flush
 
 
 def remove_leftovers(factory: SegmentFactory) -> None:
+    """Delete and finish what earlier work left; the directory is fsynced only when
+    something here changed it (a new partition's empty directory costs no fsync: its
+    creation is made durable by the first flush, which fsyncs the directory)."""
     directory = factory.directory
     swaps = []
-    for path in sorted(directory.iterdir()):
-        name = path.name
+    changed = False
+    names = sorted(p.name for p in directory.iterdir())
+    for name in names:
         if name.endswith((".tmp", log_files.CLEANED_SUFFIX, log_files.DELETED_SUFFIX)):
-            path.unlink()
+            (directory / name).unlink()
+            changed = True
         elif name.endswith(log_files.LOG_SUFFIX + log_files.SWAP_SUFFIX):
             swaps.append(log_files.offset_from_name(name))
     for base_offset in swaps:
         _finish_swap_on_disk(factory, base_offset)
+        changed = True
+    if swaps:
+        names = sorted(p.name for p in directory.iterdir())
     # An index whose segment is gone (deleted, or never fully created) is an orphan.
-    for path in directory.iterdir():
-        is_index = path.name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX))
-        offset = log_files.offset_from_name(path.name) if is_index else -1
-        if is_index and not log_files.log_path(directory, offset).exists():
-            path.unlink()
-    log_files.fsync_directory(directory)
+    logs = {name for name in names if name.endswith(log_files.LOG_SUFFIX)}
+    for name in names:
+        if name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX)):
+            offset = log_files.offset_from_name(name)
+            if log_files.log_path(directory, offset).name not in logs:
+                (directory / name).unlink(missing_ok=True)
+                changed = True
+    if changed:
+        log_files.fsync_directory(directory)
 
 
 def _finish_swap_on_disk(factory: SegmentFactory, swap_base: int) -> None:
@@ -131,6 +143,7 @@ def load_log(
                 # cut to the new end below.
                 epochs.truncate_from_end(base)
             recovered = segment.recover(epochs, upper_bound=next_base)
+            loaded.recovered = True
             loaded.bytes_truncated += recovered.bytes_truncated
             loaded.segments.append(segment)
             if recovered.bytes_truncated:

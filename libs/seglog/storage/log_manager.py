@@ -38,6 +38,7 @@ from .checkpoint import DataDir
 from .cleaner import Cleaner
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LogConfig, LogManagerConfig
+from .dirty_logs import DirtyLogs
 from .log import Log
 from .retention import delete_old_segments
 
@@ -69,6 +70,8 @@ class LogManager:
         # One object per data dir for its checkpoints and clean-shutdown marker, shared by the
         # logs in it and closed (marker written) by shutdown.
         self._data_dirs = {d: DataDir(d) for d in self._dirs}
+        self._dirty_logs = DirtyLogs()
+        self.logs_flush_checked = 0  # logs the flush task visited, all time (tests, metrics)
         self.cleaner = Cleaner(clock=clock, dedupe_buffer_bytes=config.cleaner_dedupe_buffer_size)
         self._overrides_path = self._dirs[0] / TOPIC_OVERRIDES_FILE
         self._topic_overrides = self._read_overrides()
@@ -166,10 +169,9 @@ class LogManager:
                 if not exist_ok:
                     raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
                 return existing
-            data_dir = min(
-                self._dirs,
-                key=lambda d: sum(1 for log in self._logs.values() if log.directory.parent == d),
-            )
+            # Each DataDir counts the logs open in it: counting them here walked every log
+            # per creation, quadratic in a node's partitions (7 ms a log at 2,000).
+            data_dir = min(self._dirs, key=lambda d: self._data_dirs[d].open_logs)
             directory = log_files.partition_dir(data_dir, topic, partition)
             if overrides:
                 self.set_topic_overrides(topic, overrides)
@@ -190,6 +192,7 @@ class LogManager:
             self.config_for(topic),
             clock=self.clock,
             data_dir=self._data_dirs[directory.parent],
+            dirty_logs=self._dirty_logs,
         )
 
     def get_log(self, topic: str, partition: int) -> Log:
@@ -307,7 +310,17 @@ class LogManager:
         return done
 
     def flush_dirty_logs(self) -> None:
-        self._each_log(Log.maybe_flush)
+        """Visit the logs that appended since the last tick (DirtyLogs); one whose
+        time-based flush is not due yet stays for the next tick."""
+        dirty = self._dirty_logs.take()
+        self.logs_flush_checked += len(dirty)
+        for log in dirty:
+            try:
+                if log.maybe_flush():
+                    self._dirty_logs.add(log)
+            except Exception:
+                self._dirty_logs.add(log)  # its flush is still owed: try again next tick
+                logger.exception("log manager task flush_dirty_logs failed on %r", log)
 
     def checkpoint_recovery_points(self) -> None:
         for data_dir in self._data_dirs.values():

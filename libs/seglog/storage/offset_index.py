@@ -38,7 +38,7 @@ class OffsetIndex(AbstractIndex):
 
     @property
     def last_offset(self) -> int:
-        return self.entry(self._entries - 1).offset if self._entries else self.base_offset
+        return self.entry(self.entries - 1).offset if self.entries else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
         self.append_entries([(offset, position)])
@@ -49,8 +49,8 @@ class OffsetIndex(AbstractIndex):
         if not entries:
             return
         base = self.base_offset
-        if self._entries:
-            last_relative, last_position = self._raw_entry(self._entries - 1)
+        if self.entries:
+            last_relative, last_position = self._raw_entry(self.entries - 1)
         else:
             last_relative, last_position = -1, -1
         relative_entries = []
@@ -83,7 +83,7 @@ class OffsetIndex(AbstractIndex):
 
     def _floor_slot(self, position: int) -> int:
         """The slot of the entry with the largest position <= `position`, -1 when none."""
-        low, high, found = 0, self._entries - 1, -1
+        low, high, found = 0, self.entries - 1, -1
         while low <= high:
             middle = (low + high) // 2
             if self._raw_entry(middle)[1] <= position:
@@ -96,7 +96,7 @@ class OffsetIndex(AbstractIndex):
         """The positions of the entries just at-or-below and just above `position` (those
         that exist): the batch starts nearest to a byte position."""
         floor = self._floor_slot(position)
-        slots = [s for s in (floor, floor + 1) if 0 <= s < self._entries]
+        slots = [s for s in (floor, floor + 1) if 0 <= s < self.entries]
         return [self._raw_entry(s)[1] for s in slots]
 
     def truncate_to(self, offset: int) -> None:
@@ -106,10 +106,10 @@ class OffsetIndex(AbstractIndex):
         self.truncate_to_entries(keep)
 
     def sanity_check(self, log_bytes: int) -> None:
-        if self._entries == 0:
+        if self.entries == 0:
             return
         self._check_untrimmed_tail()
-        last = self.entry(self._entries - 1)
+        last = self.entry(self.entries - 1)
         previous = (-1, -1)
         for relative, position in self.ENTRY.iter_unpack(self._entries_bytes()):
             if relative <= previous[0] or position <= previous[1] or relative < 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +26,14 @@ from ..records.batch import (
 )
 from ..spans import EngineTracer
 from . import log_files
+from . import open_files as open_files_module
 from .batch_bounds import MAX_RELATIVE_OFFSET, Damage
-from .file_records import BatchPosition, FileRecords
+from .file_records import FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
+from .open_files import OpenFileCache
 from .time_index import TimeIndex
+from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
 
@@ -81,20 +85,26 @@ class LogSegment:
         index_interval_bytes: int,
         rolling_jitter_ms: int,
         created_ms: int,
+        open_files: OpenFileCache = open_files_module.SHARED,
     ) -> None:
         self.log = log
+        self._open_files = open_files
         self.offset_index = offset_index
         self.time_index = time_index
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.rolling_jitter_ms = rolling_jitter_ms
         self.created_ms = created_ms
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp = base_offset
+        # Read from the indexes on first use (`_load_state`), not at open: an idle segment's
+        # indexes stay unopened (Kafka's LogSegment reads its max timestamp lazily too).
+        self._state_loaded = False
+        self._state_lock = threading.Lock()
+        self._max_timestamp_so_far = NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_last_index_entry = 0
         # The first batch's max timestamp: segment_ms rolls measure from it (Kafka's
         # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
         self.rolling_based_timestamp: int | None = None
-        self.bytes_since_last_index_entry = 0
 
     @classmethod
     def open(
@@ -107,17 +117,26 @@ class LogSegment:
         rolling_jitter_ms: int,
         now_ms: int,
         suffix: str = "",
+        open_files: OpenFileCache = open_files_module.SHARED,
     ) -> LogSegment:
         """Open or create the segment's three files; indexes that are missing come back empty
         (`needs_recovery` tells the caller to rebuild them)."""
         log = FileRecords.open(log_files.log_path(directory, base_offset, suffix))
+        # Not writable until the segment takes appends (`make_active`): an old segment's
+        # index is mapped at its trimmed size, never stretched to the preallocated one.
         offset_index = OffsetIndex(
-            log_files.index_path(directory, base_offset, suffix), base_offset, index_size_max_bytes
+            log_files.index_path(directory, base_offset, suffix),
+            base_offset,
+            index_size_max_bytes,
+            writable=False,
+            open_files=open_files,
         )
         time_index = TimeIndex(
             log_files.time_index_path(directory, base_offset, suffix),
             base_offset,
             index_size_max_bytes,
+            writable=False,
+            open_files=open_files,
         )
         segment = cls(
             log,
@@ -127,17 +146,72 @@ class LogSegment:
             index_interval_bytes=index_interval_bytes,
             rolling_jitter_ms=rolling_jitter_ms,
             created_ms=now_ms,
+            open_files=open_files,
         )
-        segment._load_state()
         return segment
 
     def _load_state(self) -> None:
+        if self._state_loaded:
+            return
+        with self._state_lock:  # a reader's first look must not overwrite an append's
+            if not self._state_loaded:
+                self._read_state()
+
+    def _read_state(self) -> None:
         last = self.time_index.last_entry
-        self.max_timestamp_so_far = last.timestamp_ms
-        self.offset_of_max_timestamp = last.offset
+        self._max_timestamp_so_far = last.timestamp_ms
+        self._offset_of_max_timestamp = last.offset
         entries = self.offset_index.entries
         last_position = self.offset_index.entry(entries - 1).position if entries else 0
-        self.bytes_since_last_index_entry = self.log.size - last_position
+        self._bytes_since_last_index_entry = self.log.size - last_position
+        self._state_loaded = True
+        if not self.log.is_open:
+            # An old segment asked for its max timestamp (a retention pass): the answer is
+            # kept, the mapping need not be.
+            self.release_indexes()
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        self._load_state()
+        return self._max_timestamp_so_far
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, value: int) -> None:
+        self._load_state()
+        self._max_timestamp_so_far = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        self._load_state()
+        return self._offset_of_max_timestamp
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self._load_state()
+        self._offset_of_max_timestamp = value
+
+    @property
+    def bytes_since_last_index_entry(self) -> int:
+        self._load_state()
+        return self._bytes_since_last_index_entry
+
+    @bytes_since_last_index_entry.setter
+    def bytes_since_last_index_entry(self, value: int) -> None:
+        self._load_state()
+        self._bytes_since_last_index_entry = value
+
+    def make_active(self) -> None:
+        """The segment takes appends: its `.log` stays open, its indexes are preallocated
+        when first used."""
+        self.log.keep_open()
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+
+    def release_indexes(self) -> None:
+        """Unmap an old segment's indexes until they are used again (idle segments cost no
+        mapping: a node has vm.max_map_count, 65530 by default, of them)."""
+        self.offset_index.release()
+        self.time_index.release()
 
     # -- facts -------------------------------------------------------------------------
 
@@ -209,6 +283,7 @@ class LogSegment:
         size before the call, the indexes to their entries before it, and a retriable
         StorageError is raised, so the partition takes appends again once space returns
         and no byte of the failed append is ever served."""
+        self._load_state()  # as of before these bytes: they count from the last entry
         position = self.log.size
         with tracer.start_as_current_span("seglog.segment.write") as span:
             span.set_attribute("seglog.segment_base_offset", self.base_offset)
@@ -228,23 +303,24 @@ class LogSegment:
             ) from exc
 
     def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
+        self._load_state()
         return (
             self.offset_index.entries,
             self.time_index.entries,
-            self.max_timestamp_so_far,
-            self.offset_of_max_timestamp,
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp,
             self.rolling_based_timestamp,
-            self.bytes_since_last_index_entry,
+            self._bytes_since_last_index_entry,
         )
 
     def _roll_back(self, position: int, state: tuple[int, int, int, int, int | None, int]) -> None:
         (
             offset_entries,
             time_entries,
-            self.max_timestamp_so_far,
-            self.offset_of_max_timestamp,
+            self._max_timestamp_so_far,
+            self._offset_of_max_timestamp,
             self.rolling_based_timestamp,
-            self.bytes_since_last_index_entry,
+            self._bytes_since_last_index_entry,
         ) = state
         self.log.truncate_to(position)
         for index, entries in (
@@ -262,10 +338,11 @@ class LogSegment:
         `index_interval_bytes` appended since the previous entry, as Kafka's LogSegment does.
         Runs once per appended batch: counters live in locals, and each index gets its new
         entries in one write at the end."""
+        self._load_state()  # then the private fields: this runs on every append
         interval = self.index_interval_bytes
-        since_last_entry = self.bytes_since_last_index_entry
-        max_timestamp = self.max_timestamp_so_far
-        offset_of_max_timestamp = self.offset_of_max_timestamp
+        since_last_entry = self._bytes_since_last_index_entry
+        max_timestamp = self._max_timestamp_so_far
+        offset_of_max_timestamp = self._offset_of_max_timestamp
         room = min(self.offset_index.free_slots(), self.time_index.free_slots())
         offset_entries: list[tuple[int, int]] = []
         time_entries: list[tuple[int, int]] = []
@@ -279,11 +356,12 @@ class LogSegment:
                 since_last_entry = 0
             since_last_entry += size
             position += size
-        self.offset_index.append_entries(offset_entries)
-        self.time_index.append_entries(time_entries)
-        self.bytes_since_last_index_entry = since_last_entry
-        self.max_timestamp_so_far = max_timestamp
-        self.offset_of_max_timestamp = offset_of_max_timestamp
+        if offset_entries:
+            self.offset_index.append_entries(offset_entries)
+            self.time_index.append_entries(time_entries)
+        self._bytes_since_last_index_entry = since_last_entry
+        self._max_timestamp_so_far = max_timestamp
+        self._offset_of_max_timestamp = offset_of_max_timestamp
 
     def should_roll(
         self,
@@ -457,8 +535,9 @@ class LogSegment:
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
         )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
+        self.offset_index.make_read_only()
+        self.time_index.make_read_only()
+        self.log.park_when_idle(self._open_files, self.release_indexes)
 
     def flush(self) -> None:
         self.log.flush()
@@ -466,12 +545,17 @@ class LogSegment:
         self.time_index.flush()
 
     def close(self) -> None:
-        if self.max_timestamp_so_far >= 0:
+        """Final time entry, trim, close. A segment whose state was never read took no
+        append since it opened: its indexes are as they were, and stay unopened. A segment
+        holding data leaves Kafka's three files (an empty index is created); an empty one
+        leaves only its `.log` (Kafka rebuilds a missing index; so does seglog)."""
+        if self._state_loaded and self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
-                self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
+                self._max_timestamp_so_far, self._offset_of_max_timestamp, skip_full_check=True
             )
-        self.offset_index.close()
-        self.time_index.close()
+        holds_data = self.log.size > 0
+        self.offset_index.close(create_if_missing=holds_data)
+        self.time_index.close(create_if_missing=holds_data)
         self.log.close()
 
     def change_suffix(self, old_suffix: str, new_suffix: str) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .clock import Clock
 from .config import LogConfig
+from .open_files import SHARED, OpenFileCache
 from .segment import LogSegment
 
 
@@ -20,6 +21,7 @@ class SegmentFactory:
     directory: Path
     config: LogConfig
     clock: Clock
+    open_files: OpenFileCache = SHARED
 
     def open(self, base_offset: int, suffix: str = "") -> LogSegment:
         return LogSegment.open(
@@ -30,6 +32,7 @@ class SegmentFactory:
             index_size_max_bytes=self.config.index_size_max_bytes,
             rolling_jitter_ms=random_segment_jitter_ms(self.config),
             now_ms=self.clock.now_ms(),
+            open_files=self.open_files,
         )
 
 

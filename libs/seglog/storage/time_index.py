@@ -35,7 +35,7 @@ class TimeIndex(AbstractIndex):
 
     def is_full(self) -> bool:
         # One slot stays free for the entry a segment writes when it rolls.
-        return self._entries >= self.max_entries - 1
+        return self.entries >= self.max_entries - 1
 
     def entry(self, n: int) -> TimestampOffset:
         timestamp, relative = self._raw_entry(n)
@@ -43,12 +43,12 @@ class TimeIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> TimestampOffset:
-        if self._entries == 0:
+        if self.entries == 0:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
-        return self.entry(self._entries - 1)
+        return self.entry(self.entries - 1)
 
     def free_slots(self) -> int:
-        return max(0, self.max_entries - 1 - self._entries)
+        return max(0, self.max_entries - 1 - self.entries)
 
     def maybe_append(
         self, timestamp_ms: int, offset: int, *, skip_full_check: bool = False
@@ -72,8 +72,8 @@ class TimeIndex(AbstractIndex):
         # for a larger timestamp, so the "no timestamp" -1 never becomes one.
         last_timestamp_ms = NO_TIMESTAMP
         last_relative = -1
-        if self._entries:
-            last_timestamp_ms, last_relative = self._raw_entry(self._entries - 1)
+        if self.entries:
+            last_timestamp_ms, last_relative = self._raw_entry(self.entries - 1)
         kept = []
         for timestamp_ms, offset in entries:
             if offset - base < last_relative:
@@ -87,7 +87,7 @@ class TimeIndex(AbstractIndex):
             kept.append((timestamp_ms, last_relative))
         if not kept:
             return
-        room = self.max_entries - self._entries - (0 if reserved_slot_usable else 1)
+        room = self.max_entries - self.entries - (0 if reserved_slot_usable else 1)
         if len(kept) > room:
             raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
         self._write_entries(kept)
@@ -99,13 +99,13 @@ class TimeIndex(AbstractIndex):
     def truncate_to(self, offset: int) -> None:
         """Remove every entry whose offset >= `offset` (timestamps are not sorted by that key,
         but offsets in the file increase too, so a linear walk back from the end suffices)."""
-        keep = self._entries
+        keep = self.entries
         while keep and self.entry(keep - 1).offset >= offset:
             keep -= 1
         self.truncate_to_entries(keep)
 
     def sanity_check(self) -> None:
-        if self._entries == 0:
+        if self.entries == 0:
             return
         self._check_untrimmed_tail()
         last = self.last_entry
