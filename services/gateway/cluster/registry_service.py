@@ -108,6 +108,7 @@ class RegistryService:
             should_shut_down = self.registry.controlled_shutdown(request.node_id)
         assignment = partition_states(self.registry, node_id=request.node_id)
         assignment.heartbeat_interval_ms = self.heartbeat_interval_ms
+        assignment.full = True  # the node's whole assignment: what it does not name goes
         assignment.should_shut_down = should_shut_down
         return assignment
 
