@@ -202,7 +202,10 @@ class MetadataApplier:
             if queued is None:
                 queued = self._creations.get(tp)
             if queued is not None:
-                if not registration_of(queued).newer_than(registration_of(p)):
+                if (queued.leader_epoch, queued.partition_epoch) <= (
+                    p.leader_epoch,
+                    p.partition_epoch,
+                ):
                     # At least as new: it wins (its configs may be newer).
                     (self._changes if tp in self._changes else self._creations)[tp] = p
                 continue
@@ -214,7 +217,8 @@ class MetadataApplier:
                 continue
             if p.topic not in configs_held:
                 configs_held[p.topic] = self.replicas.topic_configs(p.topic)
-            if registration_of(p).newer_than(held) or dict(p.configs) != configs_held[p.topic]:
+            newer = (p.leader_epoch, p.partition_epoch) > (held.leader_epoch, held.partition_epoch)
+            if newer or dict(p.configs) != configs_held[p.topic]:
                 self._changes[tp] = p
         for removed in assignment.removed:
             tp = (removed.topic, removed.partition)
