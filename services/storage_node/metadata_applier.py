@@ -78,6 +78,7 @@ class MetadataApplier:
         self._creations: dict[TopicPartition, Queued] = {}
         # The partitions named since the last full submission, until its sweep.
         self._named_since_full: set[TopicPartition] | None = None
+        self._last_full: gateway_pb2.NodeAssignment | None = None
         self._batch_started: float | None = None
         self._batch_partitions = 0
         self._batch_applied = 0
@@ -185,6 +186,18 @@ class MetadataApplier:
             self.on_applied(self._applied_ticket)
 
     def _merge(self, assignment: gateway_pb2.NodeAssignment) -> None:
+        if (
+            assignment.full
+            and assignment == self._last_full
+            and not self.replicas.offline()  # a failed creation is retried on each answer
+        ):
+            # The whole assignment as the registry sent it last time (a registry without
+            # deltas answers every heartbeat so): its states are queued or applied already,
+            # and comparing costs far less than re-checking every partition.
+            self._merged_offset = _advanced(self._merged_offset, assignment)
+            return
+        if assignment.full:
+            self._last_full = assignment
         self.replicas.node_addresses.update(assignment.node_addresses)
         self.replicas.node_bulk_addresses.update(assignment.node_bulk_addresses)
         if assignment.full:
