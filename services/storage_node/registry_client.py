@@ -173,6 +173,9 @@ class RegistrySession:
         self._answered_once = True
         self._applied(self.applier.applied_ticket)
         if self.want_shutdown and assignment.should_shut_down:
+            # It steps down as the registry's answer says (its leaderships moved) before the
+            # shutdown goes on; the session has nothing else left to do.
+            self.applier.wait_applied(ticket, max(self.interval_s, 1.0))
             self.may_shut_down.set()
 
     def _fence_if_lapsed(self) -> None:
