@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
 from tests.waiting import wait_for, wait_until
@@ -235,3 +235,23 @@ def test_a_lapsed_node_unfences_only_once_the_answer_ending_the_lapse_is_applied
     # ...and it served as leader only after every state was applied.
     assert all(fenced for fenced, hosted in seen if hosted < many)
     assert wait_until(lambda: node.replicas.partition("after", many - 1).is_leader)
+
+
+def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_deadline(
+    tmp_path, registry, stopping
+):
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    registry.answer = lambda heartbeat: assignment([], offset=1)  # deltas: nothing changed
+    with grpc.insecure_channel(node.address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        stub.UpdatePartitions(gateway_pb2.NodeAssignment(partitions=states("one", 1)), timeout=10)
+        # Applied when the push answers: the node leads it at once.
+        assert node.replicas.partition("one", 0).is_leader
+        many = 800
+        started = time.monotonic()
+        stub.UpdatePartitions(
+            gateway_pb2.NodeAssignment(partitions=states("many", many)), timeout=1
+        )
+        assert time.monotonic() - started < 1  # answered, not applied in the call's thread
+    wait_for(lambda: len(node.replicas.hosted()) == many + 1, 120, "the pushed partitions hosted")
