@@ -164,10 +164,13 @@ class MetadataApplier:
                 time.sleep(0.1)  # not a busy loop if the failure repeats
 
     def _step(self, batch: list[tuple[int, gateway_pb2.NodeAssignment]]) -> None:
-        for _, assignment in batch:
-            self._merge(assignment)
+        for ticket, assignment in batch:
+            try:
+                self._merge(assignment)
+            except Exception:  # one bad submission does not hold up the ones after it
+                logger.exception("merging partition states failed")
+            self._merged_ticket = ticket
         if batch:
-            self._merged_ticket = batch[-1][0]
             self._note_batch()
         if self.pending_partitions:
             self._apply_some()
