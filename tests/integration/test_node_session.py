@@ -169,7 +169,8 @@ def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
     assert fenced_seen == []
     assert {r.method for r in during} == {"Heartbeat"}  # no re-registration
     assert applied_s > 1.0, "too fast to show anything: make the answer larger"
-    gaps = [b.at - a.at for a, b in zip(during, during[1:], strict=False)]
+    times = [started, *(r.at for r in during), started + applied_s]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert max(gaps) < session_timeout_ms / 2000, (
         f"a heartbeat came {max(gaps):.2f} s after the one before"
     )
@@ -248,10 +249,10 @@ def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_d
         stub.UpdatePartitions(gateway_pb2.NodeAssignment(partitions=states("one", 1)), timeout=10)
         # Applied when the push answers: the node leads it at once.
         assert node.replicas.partition("one", 0).is_leader
-        many = 800
+        many = 500
         started = time.monotonic()
         stub.UpdatePartitions(
-            gateway_pb2.NodeAssignment(partitions=states("many", many)), timeout=1
+            gateway_pb2.NodeAssignment(partitions=states("many", many)), timeout=0.5
         )
-        assert time.monotonic() - started < 1  # answered, not applied in the call's thread
+        assert time.monotonic() - started < 0.5  # answered, not applied in the call's thread
     wait_for(lambda: len(node.replicas.hosted()) == many + 1, 120, "the pushed partitions hosted")
