@@ -256,3 +256,30 @@ def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_d
         )
         assert time.monotonic() - started < 0.5  # answered, not applied in the call's thread
     wait_for(lambda: len(node.replicas.hosted()) == many + 1, 120, "the pushed partitions hosted")
+
+
+def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
+    tmp_path, registry, stopping
+):
+    """A failover's push does not wait behind a large creation: states of partitions the
+    node already hosts are applied first, and the push answers once its own are."""
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    registry.answer = lambda heartbeat: assignment(states("hot", 1), offset=2, full=True)
+    wait_for(lambda: node.replicas.registration("hot", 0) is not None, 15, "hot-0 hosted")
+    many = 500
+    registry.answer = lambda heartbeat: assignment(
+        states("hot", 1) + states("bulk", many), offset=3, full=True
+    )
+    wait_for(lambda: node.applier.pending_partitions > 0, 15, "the creation under way")
+    moved = gateway_pb2.AssignedPartition(
+        topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
+    )
+    with grpc.insecure_channel(node.address) as channel:
+        storage_pb2_grpc.StorageNodeStub(channel).UpdatePartitions(
+            gateway_pb2.NodeAssignment(partitions=[moved]), timeout=10
+        )
+    assert node.replicas.registration("hot", 0).leader == 2
+    assert node.applier.pending_partitions > 0, "the creation ended first: make it larger"
+    wait_for(lambda: node.applier.pending_partitions == 0, 120, "the creation done")
+    assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
