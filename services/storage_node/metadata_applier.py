@@ -9,7 +9,7 @@ equal one replaces the queued one, its configs may be newer), a state already he
 dropped at once, and a removal replaces any queued state. Each step then applies up to
 `step_partitions` of them, states of partitions already hosted (role changes: a failover
 must not wait behind a creation) before new partitions, checking for newer submissions
-between steps.
+between steps (a step ends after `step_partitions`, or sooner after STEP_TIME_BUDGET_S).
 
 A `full` submission names the node's whole assignment: queued states of partitions it does
 not name are dropped, and once everything queued is applied, hosted partitions named
@@ -41,6 +41,9 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 
 DEFAULT_STEP_PARTITIONS = 200
+# A step also ends after this long (creations cost fsyncs, slow on a busy disk): newer
+# submissions, a failover's push among them, wait at most about this long to be merged.
+STEP_TIME_BUDGET_S = 0.1
 # A batch at least this large is logged when it starts and ends, and its progress between.
 LARGE_BATCH_PARTITIONS = 500
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -246,10 +249,11 @@ class MetadataApplier:
 
     def _apply_some(self) -> None:
         offline = self.replicas.offline()
+        started = time.monotonic()
         for _ in range(self.step_partitions):
             queue = self._changes or self._creations
-            if not queue:
-                return
+            if not queue or time.monotonic() - started > STEP_TIME_BUDGET_S:
+                break
             tp = next(iter(queue))
             queued = queue[tp]
             if queued is None:
