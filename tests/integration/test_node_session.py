@@ -126,6 +126,7 @@ def stopping():
         node.stop(grace_s=0, controlled=False)
 
 
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
 def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
     tmp_path, registry, stopping
 ):
@@ -238,6 +239,7 @@ def test_a_lapsed_node_unfences_only_once_the_answer_ending_the_lapse_is_applied
     assert wait_until(lambda: node.replicas.partition("after", many - 1).is_leader)
 
 
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
 def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_deadline(
     tmp_path, registry, stopping
 ):
@@ -258,6 +260,7 @@ def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_d
     wait_for(lambda: len(node.replicas.hosted()) == many + 1, 120, "the pushed partitions hosted")
 
 
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
 def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     tmp_path, registry, stopping
 ):
