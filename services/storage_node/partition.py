@@ -234,6 +234,11 @@ class Partition:
 
     def shrink_proposal(self, lag_time_max_ms: int) -> IsrProposal | None:
         """Followers in the ISR that have not caught up within `lag_time_max_ms` leave it."""
+        r = self.registration
+        if r is None or r.leader != self.local_node_id or len(r.isr) <= 1:
+            # Nothing to shrink; decided without the lock, as the periodic check asks every
+            # hosted partition and most are followers or lead alone.
+            return None
         with self._lock:
             r = self.registration
             if r is None or not self.is_leader or self.pending_isr is not None:

@@ -1,26 +1,30 @@
-"""The node's session with the gateway's registry: register at start, heartbeat every
-`heartbeat_interval_ms`, and bring the hosted partitions in line with each answer.
+"""The node's session with the gateway's registry: register at start and heartbeat every
+`heartbeat_interval_ms`, on a thread that does nothing else. A heartbeat is liveness and
+progress, not state: it carries the registry's metadata offsets up to which the node has
+received (queued) and applied partition states, and only the partitions it holds but
+cannot serve — nothing that grows with the partitions it hosts.
 
-Reconciliation: every assigned partition's state (replicas, leader, epochs, ISR, configs) is
-handed to the replica manager, which creates what it lacks and takes the role; the registry
-pushes the same states between heartbeats (StorageNode.UpdatePartitions). A hosted partition
-no longer assigned (its topic was deleted while the node was away) is closed and set aside
-as `<topic>-<partition>-stray`, kept on disk rather than deleted, so a registry mistake
-cannot destroy data. The session also carries the manager's ISR changes to the registry
-(AlterPartition) and the controlled shutdown: heartbeats saying `want_shutdown` until the
-registry answers that the node leads nothing any more.
+Each answer's partition states (and the registry's pushes between heartbeats,
+StorageNode.UpdatePartitions) go to the metadata applier (metadata_applier.py), which
+brings the hosted partitions in line in bounded steps on its own thread: however many
+partitions an answer creates, the session keeps heartbeating on time. The session also
+carries the manager's ISR changes to the registry (AlterPartition) and the controlled
+shutdown: heartbeats saying `want_shutdown` until the registry answers that the node leads
+nothing any more.
 
 Fencing (Kafka's fenced broker): a node whose heartbeats have gone unanswered for
 `session_timeout_ms` (the gateways' `broker.session.timeout.ms`) may have lost its session —
 its lease lapses no later than that after the last heartbeat the registry answered was
 sent — and the controller may have moved its leaderships. So from then on it fences itself
 (ReplicaManager.fence: no produce, reads, follower fetches or high-watermark moves as
-leader), until a heartbeat is answered and the partition states in the answer are applied.
+leader), until a heartbeat is answered and the partition states of that answer (and of
+every submission before it) are applied: only then are its roles the registry's current
+ones. If the session lapses again before they are, it stays fenced for the next answer.
+The node counts as registered (`registered`) once its first answer is applied.
 
-Nothing one partition does may end the session: any error while reconciling a partition
-(an OSError such as EMFILE, EFBIG or ENAMETOOLONG included) takes that partition offline
-with the reason, which the next heartbeat reports, and the loop goes on; a failure of the
-loop itself is logged and the next interval tries again.
+Nothing one partition does may end the session: a partition that fails to apply goes
+offline with the reason, which the next heartbeat reports; a failure of a heartbeat step
+itself is logged and the next interval tries again.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.settings import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
 
+from .metadata_applier import MetadataApplier, registration_of
 from .partition import IsrProposal, Registration
 from .replica_manager import ReplicaManager
 
@@ -54,6 +59,7 @@ class RegistrySession:
         node_id: int,
         address: str,
         replicas: ReplicaManager,
+        applier: MetadataApplier,
         *,
         heartbeat_interval_ms: int = BROKER_HEARTBEAT_INTERVAL_MS,
         session_timeout_ms: int = BROKER_SESSION_TIMEOUT_MS,
@@ -67,10 +73,16 @@ class RegistrySession:
         self.node_id = node_id
         self.address = address
         self.replicas = replicas
+        self.applier = applier
         self.interval_s = heartbeat_interval_ms / 1000
         self.session_timeout_s = session_timeout_ms / 1000
         # When the last heartbeat the registry answered was sent (time.monotonic()).
         self._answered_sent_at = time.monotonic()
+        # The applier's ticket of the last answer: the node unfences once it is applied.
+        self._answered_ticket = 0
+        # Fencing and unfencing are decided under this lock: the session thread fences on a
+        # lapse while the applier thread may be finishing the answer that would unfence.
+        self._fencing = threading.Lock()
         # Several gateway addresses (comma-separated): the session fails over between them.
         self._channel = open_channel(
             channel_target(gateway, DEFAULT_GATEWAY_PORT),
@@ -79,11 +91,14 @@ class RegistrySession:
         self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="registry-session", daemon=True)
-        self.registered = threading.Event()
+        self._answered_once = False  # heartbeats, not registrations, from then on
+        self.registered = threading.Event()  # its first answer is applied
         self.want_shutdown = False
         self._beat_now = threading.Event()
         self.may_shut_down = threading.Event()
+        self.heartbeats_sent = 0
         replicas.isr_updates.alter_partition = self.alter_partition
+        applier.on_applied = self._applied
 
     def start(self) -> None:
         self._thread.start()
@@ -101,9 +116,9 @@ class RegistrySession:
             log_config_defaults=self.log_config_defaults,
             want_shutdown=self.want_shutdown,
             bulk_address=self.bulk_address,
+            metadata_offset=self.applier.received_offset,
+            applied_metadata_offset=self.applier.applied_offset,
         )
-        for topic, partition in self.replicas.hosted():
-            message.partitions.add(topic=topic, partition=partition)
         for (topic, partition), reason in sorted(self.replicas.offline().items()):
             message.partitions.add(topic=topic, partition=partition, offline_reason=reason)
         return message
@@ -134,55 +149,56 @@ class RegistrySession:
         # A session is registered once; later heartbeats keep it. A gateway that does not
         # know it (restarted without it, or fenced it after a missed session) answers a
         # heartbeat by registering it anew, so a failed heartbeat is simply retried.
-        call = self._stub.Heartbeat if self.registered.is_set() else self._stub.RegisterNode
+        call = self._stub.Heartbeat if self._answered_once else self._stub.RegisterNode
         sent_at = time.monotonic()
         timeout_s = max(self.interval_s, 1.0)
-        if self.registered.is_set() and self.replicas.fenced is None:
+        if self._answered_once and self.replicas.fenced is None:
             # A call outlasting the session would fence the node late, after an election.
             until_fenced_s = self._answered_sent_at + self.session_timeout_s - sent_at
             timeout_s = min(timeout_s, max(until_fenced_s, 0.05))
+        self.heartbeats_sent += 1
         try:
             assignment = call(self._heartbeat_message(), timeout=timeout_s)
         except grpc.RpcError as exc:
-            if self.registered.is_set():
+            if self._answered_once:
                 logger.warning("heartbeat to the gateway failed: %s", exc.code())
                 self._fence_if_lapsed()
             return
         if assignment.heartbeat_interval_ms > 0:
             self.interval_s = assignment.heartbeat_interval_ms / 1000
-        self.reconcile(assignment)
-        self._answered_sent_at = sent_at
-        self.replicas.unfence()  # its roles are the registry's current ones again
-        if not self.registered.is_set():  # once its partitions have their roles
-            logger.info("registered with the gateway as node %d", self.node_id)
-            self.registered.set()
+        ticket = self.applier.submit(assignment)  # applied on the applier's thread
+        with self._fencing:
+            self._answered_sent_at = sent_at
+            self._answered_ticket = ticket
+        self._answered_once = True
+        self._applied(self.applier.applied_ticket)
         if self.want_shutdown and assignment.should_shut_down:
+            # It steps down as the registry's answer says (its leaderships moved) before the
+            # shutdown goes on; the session has nothing else left to do.
+            self.applier.wait_applied(ticket, max(self.interval_s, 1.0))
             self.may_shut_down.set()
 
     def _fence_if_lapsed(self) -> None:
-        unanswered_s = time.monotonic() - self._answered_sent_at
-        if unanswered_s >= self.session_timeout_s:
-            self.replicas.fence(
-                f"no heartbeat answered for {unanswered_s:.1f} s, past its session timeout of "
-                f"{self.session_timeout_s:g} s"
-            )
-
-    def reconcile(self, assignment: gateway_pb2.NodeAssignment) -> None:
-        offline = self.replicas.offline()
-        assigned = apply_partition_states(self.replicas, assignment)
-        for tp in set(self.replicas.hosted()) - assigned:
-            try:
-                path = self.replicas.set_aside_partition(*tp)
-                logger.warning(
-                    "partition %s-%d is no longer assigned here: set aside as %s",
-                    tp[0],
-                    tp[1],
-                    path.name,
+        with self._fencing:
+            unanswered_s = time.monotonic() - self._answered_sent_at
+            if unanswered_s >= self.session_timeout_s:
+                self.replicas.fence(
+                    f"no heartbeat answered for {unanswered_s:.1f} s, past its session "
+                    f"timeout of {self.session_timeout_s:g} s"
                 )
-            except Exception as exc:
-                partition_failed(self.replicas, tp, "set aside", exc, offline.get(tp))
-        for tp in set(offline) - assigned:
-            self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
+
+    def _applied(self, applied_ticket: int) -> None:
+        """Unfence (and count as registered) once the last answer's states are applied,
+        unless the session lapsed again meanwhile (the next answer will do it)."""
+        with self._fencing:
+            if applied_ticket < self._answered_ticket or self._answered_ticket == 0:
+                return
+            if time.monotonic() - self._answered_sent_at >= self.session_timeout_s:
+                return
+            self.replicas.unfence()  # its roles are the registry's current ones again
+        if not self.registered.is_set():
+            logger.info("registered with the gateway as node %d", self.node_id)
+            self.registered.set()
 
     def alter_partition(self, proposal: IsrProposal) -> Registration:
         """Kafka's AlterPartition, sent for the replica manager's ISR changes."""
@@ -200,41 +216,3 @@ class RegistrySession:
         if response.error != common_pb2.NONE:
             raise error_from_code(response.error, response.error_message)
         return registration_of(response.partition)
-
-
-def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
-    return Registration(
-        p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
-    )
-
-
-def apply_partition_states(
-    replicas: ReplicaManager, assignment: gateway_pb2.NodeAssignment
-) -> set[tuple[str, int]]:
-    """Apply each partition state (the heartbeat answer, or the registry's push); returns
-    the partitions named. A partition that fails goes offline with the reason."""
-    offline = replicas.offline()
-    replicas.node_addresses.update(assignment.node_addresses)
-    replicas.node_bulk_addresses.update(assignment.node_bulk_addresses)
-    named = set()
-    for p in assignment.partitions:
-        tp = (p.topic, p.partition)
-        named.add(tp)
-        try:
-            replicas.apply_state(p.topic, p.partition, p.configs, registration_of(p))
-        except Exception as exc:
-            partition_failed(replicas, tp, "create", exc, offline.get(tp))
-    return named
-
-
-def partition_failed(
-    replicas: ReplicaManager,
-    tp: tuple[str, int],
-    action: str,
-    exc: Exception,
-    previous_reason: str | None,
-) -> None:
-    reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
-    replicas.mark_offline(*tp, reason)
-    if previous_reason is None:  # once, not every heartbeat while it stays offline
-        logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)

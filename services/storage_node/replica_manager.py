@@ -186,6 +186,9 @@ class ReplicaManager:
             )
         return found
 
+    def partition_if_hosted(self, topic: str, partition: int) -> Partition | None:
+        return self._partitions.get((topic, partition))
+
     def leader_epoch(self, topic: str, partition: int) -> int:
         found = self._partitions.get((topic, partition))
         return NO_EPOCH if found is None else found.leader_epoch

@@ -23,6 +23,7 @@ from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 
 from .bulk_server import BulkServer
+from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
@@ -88,8 +89,10 @@ class StorageNode:
             replication=replication_settings(config.engine_configs),
         )
         self.replicas.tls = config.tls
-        self.metrics = NodeMetrics(meter_provider, self.replicas)
-        self.service = StorageNodeService(self.replicas, metrics=self.metrics)
+        # Applies the registry's partition states (answers and pushes) on its own thread.
+        self.applier = MetadataApplier(self.replicas)
+        self.metrics = NodeMetrics(meter_provider, self.replicas, self.applier)
+        self.service = StorageNodeService(self.replicas, self.applier, metrics=self.metrics)
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
         self.health: HealthServicer | None = None
@@ -205,6 +208,7 @@ class StorageNode:
             # lead on a stale push naming it leader. The first answered heartbeat unfences.
             self.replicas.fence("starting: not registered with the registry yet")
         self.replicas.start()
+        self.applier.start()
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
             self.bulk = BulkServer(
@@ -230,6 +234,7 @@ class StorageNode:
                 self.config.node_id,
                 self.address,
                 self.replicas,
+                self.applier,
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                 session_timeout_ms=self.config.session_timeout_ms,
                 tracer_provider=self.tracer_provider,
@@ -255,6 +260,7 @@ class StorageNode:
             self.session.stop()
         if self.bulk is not None:
             self.bulk.stop()
+        self.applier.stop()
         if self.server is not None:
             self.replicas.stop()
             self.server.stop(grace_s).wait()

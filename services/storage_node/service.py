@@ -27,11 +27,16 @@ from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .fetch_waits import Waiter
+from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
-from .registry_client import apply_partition_states
 from .replica_manager import ACKS_ALL, ReplicaManager
 
 DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
+# A push waits this long at most for its states to be applied (the caller's deadline, less a
+# margin, when shorter): a small push answers once its leaders serve, a large one (thousands
+# of partitions) answers while the applier goes on in the background.
+MAX_PUSH_APPLY_WAIT_S = 5.0
+PUSH_ANSWER_MARGIN_S = 0.2
 
 logger = logging.getLogger(__name__)
 
@@ -40,11 +45,13 @@ class StorageNodeService:
     def __init__(
         self,
         replicas: ReplicaManager,
+        applier: MetadataApplier,
         *,
         max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
         metrics: NodeMetrics | None = None,
     ) -> None:
         self.replicas = replicas
+        self.applier = applier
         self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
 
@@ -208,14 +215,23 @@ class StorageNodeService:
     def UpdatePartitions(
         self, request: gateway_pb2.NodeAssignment, context: grpc.ServicerContext
     ) -> storage_pb2.UpdatePartitionsResponse:
+        # Checked before anything is queued: the node's API is reachable by any caller.
         try:
-            for (
-                p
-            ) in request.partitions:  # before anything: the node's API is reachable by any caller
+            for p in request.partitions:
                 log_files.check_topic_name(p.topic)
+            for removed in request.removed:
+                log_files.check_topic_name(removed.topic)
         except SeglogError as exc:
             abort(context, exc)
-        apply_partition_states(self.replicas, request)
+        # The applier's thread applies them, never this one; it waits for them, bounded.
+        ticket = self.applier.submit(request)
+        wait_s = MAX_PUSH_APPLY_WAIT_S
+        remaining_s = context.time_remaining()
+        if remaining_s is not None:
+            wait_s = min(wait_s, remaining_s - PUSH_ANSWER_MARGIN_S)
+        if wait_s > 0:
+            named = [(p.topic, p.partition) for p in request.partitions]
+            self.applier.wait_partitions_applied(ticket, named, wait_s)
         return storage_pb2.UpdatePartitionsResponse()
 
     def DeletePartition(

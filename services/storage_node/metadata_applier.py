@@ -1,0 +1,349 @@
+"""The node's metadata applier (Kafka's broker metadata publisher): one thread that brings
+the hosted partitions in line with the partition states the registry sends — heartbeat
+answers and the registry's pushes (StorageNode.UpdatePartitions) — in bounded steps, so
+neither the registry session nor a gRPC thread ever applies thousands of partitions.
+
+Submissions are queued as they arrive and merged, in arrival order, into the states still
+to apply: per partition the newest state wins (by leader epoch, then partition epoch; an
+equal one replaces the queued one, its configs may be newer), a state already held is
+dropped at once, and a removal replaces any queued state. Each step then applies up to
+`step_partitions` of them, states of partitions already hosted (role changes: a failover
+must not wait behind a creation) before new partitions, checking for newer submissions
+between steps (a step ends after `step_partitions`, or sooner after STEP_TIME_BUDGET_S).
+
+A `full` submission names the node's whole assignment (unless its offset is older than one
+already received: then it is merged as states only): queued states of partitions it does
+not name are dropped, and once everything queued is applied, hosted partitions named
+neither by it nor by any later submission are closed and set aside as
+`<topic>-<partition>-stray` (kept on disk: a registry mistake cannot destroy data), as are
+`removed` ones. Nothing one partition does stops the applier: a partition that fails goes
+offline with the reason (the session's heartbeats report it) and the next goes on.
+
+Progress: `received_offset` is the registry's metadata offset up to which states were
+queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
+applied, reached when nothing queued remains (the heartbeat's applied_metadata_offset);
+tickets number submissions so the session can unfence once the answer that ended a lapse
+is applied (registry_client.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from seglog.errors import UnknownTopicOrPartitionError
+from seglog.v1 import gateway_pb2
+
+from .partition import Registration
+from .replica_manager import ReplicaManager
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STEP_PARTITIONS = 200
+# A step also ends after this long (creations cost fsyncs, slow on a busy disk): newer
+# submissions, a failover's push among them, wait at most about this long to be merged.
+STEP_TIME_BUDGET_S = 0.1
+# A batch at least this large is logged when it starts and ends, and its progress between.
+LARGE_BATCH_PARTITIONS = 500
+PROGRESS_LOG_INTERVAL_S = 5.0
+
+TopicPartition = tuple[str, int]
+# A queued state to apply, or None: set the partition aside (removed from the node).
+Queued = gateway_pb2.AssignedPartition | None
+
+
+def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
+    return Registration(
+        p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
+    )
+
+
+class MetadataApplier:
+    def __init__(
+        self, replicas: ReplicaManager, *, step_partitions: int = DEFAULT_STEP_PARTITIONS
+    ) -> None:
+        self.replicas = replicas
+        self.step_partitions = step_partitions
+        # Called on the applier thread each time every submission so far is applied.
+        self.on_applied: Callable[[int], None] | None = None
+        self._cond = threading.Condition()
+        self._queue: list[tuple[int, gateway_pb2.NodeAssignment]] = []  # (ticket, submission)
+        self._submitted_ticket = 0
+        self._merged_ticket = 0
+        self._applied_ticket = 0
+        self.received_offset = 0
+        self.applied_offset = 0
+        self._merged_offset = 0
+        # Applier thread only: what is left to apply, role changes of hosted partitions
+        # apart from creations (dicts keep arrival order).
+        self._changes: dict[TopicPartition, Queued] = {}
+        self._creations: dict[TopicPartition, Queued] = {}
+        # The partitions named since the last full submission, until its sweep.
+        self._named_since_full: set[TopicPartition] | None = None
+        self._last_full: gateway_pb2.NodeAssignment | None = None
+        self._batch_started: float | None = None
+        self._batch_partitions = 0
+        self._batch_applied = 0
+        self._progress_logged = 0.0
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
+
+    # -- the callers' side ---------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def submit(self, assignment: gateway_pb2.NodeAssignment) -> int:
+        """Queue an answer's or a push's states; returns its ticket. O(1): the caller (the
+        session thread, a gRPC thread) does no per-partition work."""
+        with self._cond:
+            self._submitted_ticket += 1
+            ticket = self._submitted_ticket
+            self._queue.append((ticket, assignment))
+            self.received_offset = _advanced(self.received_offset, assignment)
+            self._cond.notify_all()
+        return ticket
+
+    @property
+    def applied_ticket(self) -> int:
+        return self._applied_ticket
+
+    @property
+    def pending_partitions(self) -> int:
+        return len(self._changes) + len(self._creations)
+
+    def wait_applied(self, ticket: int, timeout_s: float) -> bool:
+        """True once every submission up to `ticket` is applied, False at the timeout."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._stopping or self._applied_ticket >= ticket, timeout_s
+            )
+
+    def wait_partitions_applied(
+        self, ticket: int, partitions: Iterable[TopicPartition], timeout_s: float
+    ) -> bool:
+        """True once submission `ticket` is merged and none of `partitions` is still queued
+        (a push's own states, which need not wait for a large creation queued before it)."""
+        wanted = list(partitions)
+
+        def applied() -> bool:
+            if self._stopping or self._applied_ticket >= ticket:
+                return True
+            if self._merged_ticket < ticket:
+                return False
+            return not any(tp in self._changes or tp in self._creations for tp in wanted)
+
+        with self._cond:
+            return self._cond.wait_for(applied, timeout_s)
+
+    # -- the applier thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: (
+                        self._stopping
+                        or self._queue
+                        or self.pending_partitions
+                        or self._applied_ticket < self._merged_ticket
+                    )
+                )
+                if self._stopping:
+                    return
+                batch, self._queue = self._queue, []
+            try:
+                self._step(batch)
+            except Exception:  # the applier outlives any one failure; the next step retries
+                logger.exception("applying partition states failed")
+                time.sleep(0.1)  # not a busy loop if the failure repeats
+
+    def _step(self, batch: list[tuple[int, gateway_pb2.NodeAssignment]]) -> None:
+        for ticket, assignment in batch:
+            try:
+                self._merge(assignment)
+            except Exception:  # one bad submission does not hold up the ones after it
+                logger.exception("merging partition states failed")
+            self._merged_ticket = ticket
+        if batch:
+            self._note_batch()
+        if self.pending_partitions:
+            self._apply_some()
+            with self._cond:
+                self._cond.notify_all()  # pushes waiting for their own partitions
+            return
+        if self._named_since_full is not None:
+            self._sweep(self._named_since_full)
+            self._named_since_full = None
+        self._finish_batch()
+        with self._cond:
+            self._applied_ticket = self._merged_ticket
+            self.applied_offset = self._merged_offset
+            self._cond.notify_all()
+        if self.on_applied is not None:
+            self.on_applied(self._applied_ticket)
+
+    def _merge(self, assignment: gateway_pb2.NodeAssignment) -> None:
+        if (
+            assignment.full
+            and assignment == self._last_full
+            and not self.replicas.offline()  # a failed creation is retried on each answer
+        ):
+            # The whole assignment as the registry sent it last time (a registry without
+            # deltas answers every heartbeat so): its states are queued or applied already,
+            # and comparing costs far less than re-checking every partition.
+            self._merged_offset = _advanced(self._merged_offset, assignment)
+            return
+        if assignment.full:
+            self._last_full = assignment
+        self.replicas.node_addresses.update(assignment.node_addresses)
+        self.replicas.node_bulk_addresses.update(assignment.node_bulk_addresses)
+        # A whole assignment older than what this node already received (a gateway whose
+        # etcd watch is a moment behind another's): its states are merged, newest winning,
+        # but what it does not name may have been created since, so nothing is swept. The
+        # node takes its offset, and the next answer brings the changes after it.
+        behind = 0 < assignment.metadata_offset < self._merged_offset
+        if assignment.full and not behind:
+            named = {(p.topic, p.partition) for p in assignment.partitions}
+            for waiting in (self._changes, self._creations):
+                for tp in [tp for tp in waiting if tp not in named]:
+                    del waiting[tp]
+            self._named_since_full = named
+        configs_held: dict[str, dict[str, str]] = {}
+        for p in assignment.partitions:
+            tp = (p.topic, p.partition)
+            if self._named_since_full is not None:
+                self._named_since_full.add(tp)
+            queued = self._changes.get(tp)
+            if queued is None:
+                queued = self._creations.get(tp)
+            if queued is not None:
+                if (queued.leader_epoch, queued.partition_epoch) <= (
+                    p.leader_epoch,
+                    p.partition_epoch,
+                ):
+                    # At least as new: it wins (its configs may be newer).
+                    (self._changes if tp in self._changes else self._creations)[tp] = p
+                continue
+            self._changes.pop(tp, None)  # a queued removal: the partition is assigned again
+            self._creations.pop(tp, None)
+            held = self.replicas.registration(p.topic, p.partition)
+            if held is None:
+                self._creations[tp] = p
+                continue
+            if p.topic not in configs_held:
+                configs_held[p.topic] = self.replicas.topic_configs(p.topic)
+            newer = (p.leader_epoch, p.partition_epoch) > (held.leader_epoch, held.partition_epoch)
+            if newer or dict(p.configs) != configs_held[p.topic]:
+                self._changes[tp] = p
+        for removed in assignment.removed:
+            tp = (removed.topic, removed.partition)
+            if self._named_since_full is not None:
+                self._named_since_full.discard(tp)
+            self._creations.pop(tp, None)
+            self._changes[tp] = None
+        self._merged_offset = _advanced(self._merged_offset, assignment)
+
+    def _apply_some(self) -> None:
+        offline = self.replicas.offline()
+        started = time.monotonic()
+        for _ in range(self.step_partitions):
+            queue = self._changes or self._creations
+            if not queue or time.monotonic() - started > STEP_TIME_BUDGET_S:
+                break
+            tp = next(iter(queue))
+            queued = queue[tp]
+            if queued is None:
+                self._set_aside(tp, offline.get(tp))
+            else:
+                try:
+                    self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
+                except Exception as exc:
+                    partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
+            del queue[tp]  # after applying: a push waiting for it sees it done
+            self._batch_applied += 1
+        self._log_progress()
+
+    def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
+        try:
+            path = self.replicas.set_aside_partition(*tp)
+        except UnknownTopicOrPartitionError:
+            self.replicas.forget_offline(*tp)  # not hosted, or offline: nothing to report
+            return
+        except Exception as exc:
+            partition_failed(self.replicas, tp, "set aside", exc, previous_reason)
+            return
+        logger.warning(
+            "partition %s-%d is no longer assigned here: set aside as %s", *tp, path.name
+        )
+
+    def _sweep(self, assigned: set[TopicPartition]) -> None:
+        """After a full submission: what the node holds and is not assigned goes."""
+        offline = self.replicas.offline()
+        for tp in set(self.replicas.hosted()) - assigned:
+            self._set_aside(tp, offline.get(tp))
+        for tp in set(offline) - assigned:
+            self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
+
+    # -- progress ------------------------------------------------------------------------
+
+    def _note_batch(self) -> None:
+        pending = self.pending_partitions
+        if self._batch_started is None and pending >= LARGE_BATCH_PARTITIONS:
+            self._batch_started = self._progress_logged = time.monotonic()
+            self._batch_partitions, self._batch_applied = pending, 0
+            logger.info(
+                "applying %d partition states in steps of %d", pending, self.step_partitions
+            )
+
+    def _log_progress(self) -> None:
+        if self._batch_started is None:
+            return
+        now = time.monotonic()
+        if now - self._progress_logged >= PROGRESS_LOG_INTERVAL_S:
+            self._progress_logged = now
+            logger.info(
+                "applied %d partition states, %d to go",
+                self._batch_applied,
+                self.pending_partitions,
+            )
+
+    def _finish_batch(self) -> None:
+        if self._batch_started is None:
+            return
+        logger.info(
+            "applied %d partition states in %.1f s",
+            self._batch_applied,
+            time.monotonic() - self._batch_started,
+        )
+        self._batch_started = None
+
+
+def _advanced(offset: int, assignment: gateway_pb2.NodeAssignment) -> int:
+    """The metadata offset a submission brings the node to: a full one's own (the registry
+    may have started a new history), else the larger (a push may carry 0: no change)."""
+    if assignment.full:
+        return assignment.metadata_offset
+    return max(offset, assignment.metadata_offset)
+
+
+def partition_failed(
+    replicas: ReplicaManager,
+    tp: TopicPartition,
+    action: str,
+    exc: Exception,
+    previous_reason: str | None,
+) -> None:
+    reason = f"cannot {action} {tp[0]}-{tp[1]}: {exc}"
+    replicas.mark_offline(*tp, reason)
+    if previous_reason is None:  # once, not every answer while it stays offline
+        logger.error("partition %s-%d is offline: %s", tp[0], tp[1], exc)

@@ -1,0 +1,317 @@
+"""A storage node's registry session against a scripted registry: a real gRPC Registry server
+on loopback whose answers each test decides (whole assignments, deltas with removals,
+metadata offsets, refusals that make the session lapse), and a real StorageNode process
+part (its own gRPC server, files, session and applier threads) heartbeating to it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from services.storage_node.server import StorageNode
+from services.storage_node.settings import NodeConfig
+from tests.waiting import wait_for, wait_until
+
+NODE_ID = 1
+HEARTBEAT_MS = 100
+
+
+@dataclass(frozen=True)
+class Received:
+    at: float  # time.monotonic() when the registry received it
+    method: str
+    heartbeat: gateway_pb2.NodeHeartbeat
+
+
+class ScriptedRegistry(gateway_pb2_grpc.RegistryServicer):
+    """Answers every RegisterNode and Heartbeat with `answer(heartbeat)`, or refuses them
+    (UNAVAILABLE) while `refusing` is set; records what it received."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.answer: Callable[[gateway_pb2.NodeHeartbeat], gateway_pb2.NodeAssignment] = (
+            lambda heartbeat: assignment([], offset=1, full=True)
+        )
+        self.refusing = threading.Event()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        gateway_pb2_grpc.add_RegistryServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _answer(
+        self, method: str, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeAssignment:
+        self.received.append(Received(time.monotonic(), method, request))
+        if self.refusing.is_set():
+            context.abort(grpc.StatusCode.UNAVAILABLE, "refusing, as the test asked")
+        return self.answer(request)
+
+    def RegisterNode(self, request, context):
+        return self._answer("RegisterNode", request, context)
+
+    def Heartbeat(self, request, context):
+        return self._answer("Heartbeat", request, context)
+
+    def heartbeats_since(self, at: float) -> list[Received]:
+        return [r for r in list(self.received) if r.at >= at]
+
+
+def states(topic: str, count: int, *, leader_epoch: int = 0) -> list[gateway_pb2.AssignedPartition]:
+    """`count` partitions of `topic` led by the node alone."""
+    return [
+        gateway_pb2.AssignedPartition(
+            topic=topic,
+            partition=i,
+            leader=NODE_ID,
+            leader_epoch=leader_epoch,
+            replicas=[NODE_ID],
+            isr=[NODE_ID],
+        )
+        for i in range(count)
+    ]
+
+
+def assignment(
+    partitions: list[gateway_pb2.AssignedPartition],
+    *,
+    offset: int,
+    full: bool = False,
+    removed: list[tuple[str, int]] = (),  # type: ignore[assignment]
+) -> gateway_pb2.NodeAssignment:
+    message = gateway_pb2.NodeAssignment(
+        partitions=partitions,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        metadata_offset=offset,
+        full=full,
+    )
+    for topic, partition in removed:
+        message.removed.add(topic=topic, partition=partition)
+    return message
+
+
+@pytest.fixture
+def registry():
+    scripted = ScriptedRegistry()
+    yield scripted
+    scripted.server.stop(0)
+
+
+def start_node(tmp_path, registry: ScriptedRegistry, session_timeout_ms: int) -> StorageNode:
+    node = StorageNode(
+        NodeConfig(
+            node_id=NODE_ID,
+            data_dir=tmp_path / "node",
+            gateway=f"127.0.0.1:{registry.port}",
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            session_timeout_ms=session_timeout_ms,
+        )
+    )
+    node.start()
+    assert node.session is not None and node.session.registered.wait(15)
+    return node
+
+
+@pytest.fixture
+def stopping():
+    nodes: list[StorageNode] = []
+    yield nodes
+    for node in nodes:
+        node.stop(grace_s=0, controlled=False)
+
+
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
+def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
+    tmp_path, registry, stopping
+):
+    """The answer that creates 1,000 partitions takes seconds to apply; meanwhile the node
+    heartbeats on time, is never fenced, never registers again, and its heartbeats report
+    the offset received at once and the offset applied when done, without growing."""
+    session_timeout_ms = 1500
+    node = start_node(tmp_path, registry, session_timeout_ms)
+    stopping.append(node)
+    wait_for(lambda: node.session.heartbeats_sent >= 3, 10, "a few heartbeats")
+    small = registry.received[-1].heartbeat.ByteSize()
+    fenced_seen: list[str] = []
+    watching = threading.Event()
+
+    def watch_fencing() -> None:
+        while not watching.is_set():
+            if node.replicas.fenced is not None:
+                fenced_seen.append(node.replicas.fenced)
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch_fencing, daemon=True)
+    watcher.start()
+    many = 1000
+    big = assignment(states("wide", many), offset=2, full=True)
+    started = time.monotonic()
+    registry.answer = lambda heartbeat: big
+    try:
+        wait_for(
+            lambda: any(
+                r.heartbeat.applied_metadata_offset == 2 for r in registry.heartbeats_since(started)
+            ),
+            120,
+            "a heartbeat reporting the big answer applied",
+        )
+    finally:
+        watching.set()
+        watcher.join()
+    applied_s = time.monotonic() - started
+    during = registry.heartbeats_since(started)
+    assert len(node.replicas.hosted()) == many
+    assert fenced_seen == []
+    assert {r.method for r in during} == {"Heartbeat"}  # no re-registration
+    assert applied_s > 1.0, "too fast to show anything: make the answer larger"
+    times = [started, *(r.at for r in during), started + applied_s]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert max(gaps) < session_timeout_ms / 2000, (
+        f"a heartbeat came {max(gaps):.2f} s after the one before"
+    )
+    # Received at once, applied when done: progress shows while it applies.
+    assert any(
+        r.heartbeat.metadata_offset == 2 and r.heartbeat.applied_metadata_offset < 2 for r in during
+    )
+    assert all(r.heartbeat.applied_metadata_offset <= r.heartbeat.metadata_offset for r in during)
+    # Liveness and progress only: the size does not grow with the partitions hosted.
+    assert max(r.heartbeat.ByteSize() for r in during) <= small + 2
+    assert node.applier.pending_partitions == 0
+
+
+def test_removed_partitions_and_those_a_full_answer_does_not_name_are_set_aside(
+    tmp_path, registry, stopping
+):
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    data_dir = node.config.data_dir
+    registry.answer = lambda heartbeat: assignment(
+        states("kept", 1) + states("dropped", 1) + states("unnamed", 1), offset=2, full=True
+    )
+    wait_for(lambda: len(node.replicas.hosted()) == 3, 15, "three partitions hosted")
+    # A delta names what changed: a partition it does not name stays; a removed one goes.
+    registry.answer = lambda heartbeat: assignment([], offset=3, removed=[("dropped", 0)])
+    wait_for(lambda: (data_dir / "dropped-0-stray").is_dir(), 15, "dropped-0 set aside")
+    assert sorted(node.replicas.hosted()) == [("kept", 0), ("unnamed", 0)]
+    # A full answer is the whole assignment: what it does not name goes.
+    registry.answer = lambda heartbeat: assignment(states("kept", 1), offset=4, full=True)
+    wait_for(lambda: (data_dir / "unnamed-0-stray").is_dir(), 15, "unnamed-0 set aside")
+    assert node.replicas.hosted() == [("kept", 0)]
+    assert (data_dir / "kept-0").is_dir()
+    wait_for(
+        lambda: registry.received[-1].heartbeat.applied_metadata_offset == 4,
+        15,
+        "offset 4 applied",
+    )
+
+
+def test_a_whole_assignment_older_than_what_the_node_received_sets_nothing_aside(
+    tmp_path, registry, stopping
+):
+    """Several gateways on etcd: the one answering may not have watched the newest batch
+    yet. Its whole assignment does not name a partition created since; that partition
+    must stay, and the next delta (from the older offset) brings the node up to date."""
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    data_dir = node.config.data_dir
+    registry.answer = lambda heartbeat: assignment(
+        states("old", 1) + states("new", 1), offset=10, full=True
+    )
+    wait_for(lambda: len(node.replicas.hosted()) == 2, 15, "two partitions hosted")
+    registry.answer = lambda heartbeat: assignment(states("old", 1), offset=7, full=True)
+    wait_for(
+        lambda: registry.received[-1].heartbeat.metadata_offset == 7,
+        15,
+        "the lagging gateway's offset taken",
+    )
+    registry.answer = lambda heartbeat: assignment([], offset=11)
+    wait_for(
+        lambda: registry.received[-1].heartbeat.applied_metadata_offset == 11,
+        15,
+        "offset 11 applied",
+    )
+    assert sorted(node.replicas.hosted()) == [("new", 0), ("old", 0)]
+    assert not (data_dir / "new-0-stray").exists()
+
+
+def test_a_lapsed_node_unfences_only_once_the_answer_ending_the_lapse_is_applied(
+    tmp_path, registry, stopping
+):
+    node = start_node(tmp_path, registry, session_timeout_ms=500)
+    stopping.append(node)
+    registry.refusing.set()
+    wait_for(lambda: node.replicas.fenced is not None, 15, "the node fenced after a lapse")
+    many = 300
+    registry.answer = lambda heartbeat: assignment(states("after", many), offset=5, full=True)
+    seen: list[tuple[bool, int]] = []  # (fenced, partitions hosted)
+    registry.refusing.clear()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        # Fenced first: a node seen unfenced had every partition before it unfenced.
+        fenced = node.replicas.fenced is not None
+        hosted = len(node.replicas.logs.logs())
+        seen.append((fenced, hosted))
+        if not fenced:
+            break
+        time.sleep(0.005)
+    assert seen[-1] == (False, many), seen[-5:]
+    # The answer was being applied while the node stayed fenced (what this test is about)...
+    assert any(fenced and 0 < hosted < many for fenced, hosted in seen)
+    # ...and it served as leader only after every state was applied.
+    assert all(fenced for fenced, hosted in seen if hosted < many)
+    assert wait_until(lambda: node.replicas.partition("after", many - 1).is_leader)
+
+
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
+def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_deadline(
+    tmp_path, registry, stopping
+):
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    registry.answer = lambda heartbeat: assignment([], offset=1)  # deltas: nothing changed
+    with grpc.insecure_channel(node.address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        stub.UpdatePartitions(gateway_pb2.NodeAssignment(partitions=states("one", 1)), timeout=10)
+        # Applied when the push answers: the node leads it at once.
+        assert node.replicas.partition("one", 0).is_leader
+        many = 500
+        started = time.monotonic()
+        stub.UpdatePartitions(
+            gateway_pb2.NodeAssignment(partitions=states("many", many)), timeout=0.5
+        )
+        assert time.monotonic() - started < 0.5  # answered, not applied in the call's thread
+    wait_for(lambda: len(node.replicas.hosted()) == many + 1, 120, "the pushed partitions hosted")
+
+
+@pytest.mark.slow  # hundreds of partitions created (and closed at the end)
+def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
+    tmp_path, registry, stopping
+):
+    """A failover's push does not wait behind a large creation: states of partitions the
+    node already hosts are applied first, and the push answers once its own are."""
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    registry.answer = lambda heartbeat: assignment(states("hot", 1), offset=2, full=True)
+    wait_for(lambda: node.replicas.registration("hot", 0) is not None, 15, "hot-0 hosted")
+    many = 500
+    registry.answer = lambda heartbeat: assignment(
+        states("hot", 1) + states("bulk", many), offset=3, full=True
+    )
+    wait_for(lambda: node.applier.pending_partitions > 0, 15, "the creation under way")
+    moved = gateway_pb2.AssignedPartition(
+        topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
+    )
+    with grpc.insecure_channel(node.address) as channel:
+        storage_pb2_grpc.StorageNodeStub(channel).UpdatePartitions(
+            gateway_pb2.NodeAssignment(partitions=[moved]), timeout=10
+        )
+    assert node.replicas.registration("hot", 0).leader == 2
+    assert node.applier.pending_partitions > 0, "the creation ended first: make it larger"
+    wait_for(lambda: node.applier.pending_partitions == 0, 120, "the creation done")
+    assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
