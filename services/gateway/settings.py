@@ -54,8 +54,8 @@ class GatewayConfig:
     listen: str = setting("127.0.0.1:7070", "address to serve on", described=False)
     data_dir: Path = setting(Path("data/gateway"), "where the registry lives", described=False)
     # The registry's metadata log in etcd (metadata_etcd_store.py) under a key prefix,
-    # instead of the data dir's metadata/: then several gateways share it, one of them elected controller, groups
-    # spread over them.
+    # instead of the data dir's metadata/: then several gateways share it, one of them
+    # elected controller, groups spread over them.
     registry_etcd: str | None = setting(
         None,
         "keep the registry in etcd (host:port of its members, comma-separated) instead of "
