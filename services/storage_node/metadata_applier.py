@@ -17,7 +17,9 @@ not name are dropped, and once everything queued is applied, hosted partitions n
 neither by it nor by any later submission are closed and set aside as
 `<topic>-<partition>-stray` (kept on disk: a registry mistake cannot destroy data), as are
 `removed` ones. Nothing one partition does stops the applier: a partition that fails goes
-offline with the reason (the session's heartbeats report it) and the next goes on.
+offline with the reason (the session's heartbeats report it), the next goes on, and the
+failed state is applied again with each later submission until it succeeds or the
+partition is no longer assigned.
 
 Progress: `received_offset` is the registry's metadata offset up to which states were
 queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
@@ -83,6 +85,10 @@ class MetadataApplier:
         # The partitions named since the last full submission, until its sweep.
         self._named_since_full: set[TopicPartition] | None = None
         self._last_full: gateway_pb2.NodeAssignment | None = None
+        # States whose apply failed (the partition went offline): applied again with each
+        # later submission, so a partition comes back once its obstacle is gone (a heartbeat
+        # answer arrives every interval even when nothing changed).
+        self._failed: dict[TopicPartition, gateway_pb2.AssignedPartition] = {}
         self._batch_started: float | None = None
         self._batch_partitions = 0
         self._batch_applied = 0
@@ -175,6 +181,7 @@ class MetadataApplier:
                 logger.exception("merging partition states failed")
             self._merged_ticket = ticket
         if batch:
+            self._retry_failed()
             self._note_batch()
         if self.pending_partitions:
             self._apply_some()
@@ -253,6 +260,11 @@ class MetadataApplier:
             self._changes[tp] = None
         self._merged_offset = _advanced(self._merged_offset, assignment)
 
+    def _retry_failed(self) -> None:
+        for tp, state in list(self._failed.items()):
+            if tp not in self._changes and tp not in self._creations:
+                self._creations[tp] = state
+
     def _apply_some(self) -> None:
         offline = self.replicas.offline()
         started = time.monotonic()
@@ -263,11 +275,14 @@ class MetadataApplier:
             tp = next(iter(queue))
             queued = queue[tp]
             if queued is None:
+                self._failed.pop(tp, None)
                 self._set_aside(tp, offline.get(tp))
             else:
                 try:
                     self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
+                    self._failed.pop(tp, None)
                 except Exception as exc:
+                    self._failed[tp] = queued
                     partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
             del queue[tp]  # after applying: a push waiting for it sees it done
             self._batch_applied += 1
@@ -289,6 +304,8 @@ class MetadataApplier:
     def _sweep(self, assigned: set[TopicPartition]) -> None:
         """After a full submission: what the node holds and is not assigned goes."""
         offline = self.replicas.offline()
+        for tp in set(self._failed) - assigned:
+            del self._failed[tp]
         for tp in set(self.replicas.hosted()) - assigned:
             self._set_aside(tp, offline.get(tp))
         for tp in set(offline) - assigned:
