@@ -232,3 +232,29 @@ def test_a_transfer_in_progress_survives_its_file_being_closed_for_idleness(tmp_
         sender.close()
         receiver.close()
         log.close()
+
+
+def test_an_index_loading_while_the_cache_closes_its_own_segment_stays_loaded(
+    tmp_path, small_cache, monkeypatch
+):
+    """Deterministic form of the race above: with room for one file, an old segment's
+    index opening its descriptor evicts that same segment's `.log`, whose close releases the
+    segment's indexes — on the loading thread, inside the index's own lock. The index must
+    come out of its load usable, not unmapped."""
+    log = Log.open(tmp_path / "t-0", MANY_SEGMENTS)
+    try:
+        write_segments(log, 60)
+        expected = values(log)
+        old = log.segments[1]
+        small_cache.close_idle()
+        old.release_indexes()
+        monkeypatch.setattr(small_cache, "capacity", 1)
+        with old.log.pinned():
+            pass  # its .log is now the cache's one open file
+        assert old.log.is_open and not old.offset_index.is_loaded
+        assert old.offset_index.entries > 0  # loads: its descriptor evicts the .log
+        assert not old.log.is_open
+        assert old.offset_index.lookup(old.base_offset + 1).offset >= old.base_offset
+        assert values(log) == expected
+    finally:
+        log.close()

@@ -49,8 +49,10 @@ from .open_files import OpenFileCache
 
 WARM_SECTION_BYTES = 8192
 ZERO_CHUNK_BYTES = 1024 * 1024
-# A reader that finds its mapping replaced (a resize under it) tries the new one; more
-# attempts than this mean the index keeps changing under it, which is a bug, not load.
+# A reader that finds its mapping replaced (a resize, or a release by the OpenFileCache)
+# tries the new one without the lock; after this many it reads under the index's lock, which
+# a release never waits for and so cannot take the mapping away from (a cache closing idle
+# files over and over would otherwise starve a reader).
 _READ_ATTEMPTS = 3
 
 
@@ -84,6 +86,11 @@ class AbstractIndex(abc.ABC):
         self._unflushed = False
         self._fd = -1  # the writing descriptor, while the OpenFileCache keeps it
         self._offer_again = False
+        # Set while this index offers itself to the OpenFileCache: the cache may then close
+        # other files, and a victim in this index's own segment releases this index —
+        # reentrantly, on this thread, which holds the lock (an RLock) in the middle of a
+        # load or a write. Release and park refuse while it is set.
+        self._offering = False
         self._open_files = open_files
 
     # -- lazy load -----------------------------------------------------------------------
@@ -133,7 +140,7 @@ class AbstractIndex(abc.ABC):
         if not self._lock.acquire(blocking=False):
             return False
         try:
-            if self.writable or self._length > self._entries * self.ENTRY.size:
+            if self._offering or self.writable or self._length > self._entries * self.ENTRY.size:
                 return False
             self._loaded = False  # first: a reader that sees it waits for the lock
             if self._mapping is not None:
@@ -155,8 +162,14 @@ class AbstractIndex(abc.ABC):
                 self._fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
             self._offer_again = False
             action(self._fd)
-        if offer:
-            self._open_files.used(self)
+            if offer:
+                # Under the lock (the cache never waits on it: park and release try it),
+                # so the flag is seen by a reentrant release and by no one else.
+                self._offering = True
+                try:
+                    self._open_files.used(self)
+                finally:
+                    self._offering = False
 
     def park(self) -> bool:
         """The OpenFileCache closes the writing descriptor of an index gone idle. An index
@@ -166,6 +179,9 @@ class AbstractIndex(abc.ABC):
             self._offer_again = True  # out of the cache now: back in at its next use
             return False
         try:
+            if self._offering:  # reentrant, from this index's own offer: keep it
+                self._offer_again = True
+                return False
             self._close_fd()
             return True
         finally:
@@ -229,7 +245,12 @@ class AbstractIndex(abc.ABC):
             entry = mapping.read_entry(self.ENTRY, n * self.ENTRY.size)
             if entry is not None:
                 return entry
-        raise LogClosedError(f"{self.path} is closed or has no entry {n}")
+        with self._lock:  # no release while held: the mapping stays
+            mapping = self._current_mapping()
+            entry = None if mapping is None else mapping.read_entry(self.ENTRY, n * self.ENTRY.size)
+        if entry is None:
+            raise LogClosedError(f"{self.path} is closed or has no entry {n}")
+        return entry
 
     @abc.abstractmethod
     def _key(self, n: int) -> int:
@@ -399,12 +420,19 @@ class AbstractIndex(abc.ABC):
         self._open_files.forget(self)
 
     def _entries_bytes(self) -> bytes:
-        for _ in range(_READ_ATTEMPTS):
-            mapping = self._current_mapping()
-            end = self._entries * self.ENTRY.size
-            if end == 0:
-                return b""
-            data = None if mapping is None else mapping.read_bytes(0, end)
+        for attempt in range(_READ_ATTEMPTS + 1):
+            locked = attempt == _READ_ATTEMPTS
+            if locked:
+                self._lock.acquire()  # the last try: no release while held
+            try:
+                mapping = self._current_mapping()
+                end = self._entries * self.ENTRY.size
+                if end == 0:
+                    return b""
+                data = None if mapping is None else mapping.read_bytes(0, end)
+            finally:
+                if locked:
+                    self._lock.release()
             if data is not None:
                 return data
         raise LogClosedError(f"{self.path} is closed")
