@@ -18,8 +18,9 @@ from opentelemetry.metrics import MeterProvider, Observation
 
 from seglog.metrics import PARTITION, TOPIC, RequestMetrics, error_reason
 
+from .delayed_produce import AppendResult
 from .metadata_applier import MetadataApplier
-from .replica_manager import AppendResult, ReplicaManager
+from .replica_manager import ReplicaManager
 
 # Gauges read within this long of a snapshot reuse it: one export reads them one after another.
 SNAPSHOT_REUSE_S = 1.0

@@ -1,6 +1,6 @@
 """The storage node's domain object (Kafka's ReplicaManager): the partitions it hosts (each a
 `Partition`: log, role, followers, ISR, high watermark), appends, fetches that wait for data,
-and replication: the fetchers that copy from leaders (replica_fetcher.py) and the ISR changes
+and replication: the fetchers that copy from leaders (follower_fetchers.py) and the ISR changes
 it proposes to the registry. The gRPC servicer (service.py) only translates calls to and from
 it, and the registry session feeds it the partition states the registry decides.
 
@@ -9,14 +9,10 @@ with enough in-sync replicas for acks=all, every batch validated by the engine) 
 partition is appended; a failure there fails the call and writes nothing. acks=all then
 waits (Kafka's DelayedProduce) until the high watermark passes each partition's batches.
 
-Fetch: a long poll. `wait_for_fetch` returns as soon as `min_bytes` are available across the
-requested partitions (counted from file positions, never by reading) or `max_wait_ms` passes;
-an append or a high-watermark move on a partition wakes only the fetches and acks=all appends
-waiting on that partition (fetch_waits.py; no polling). Consumers read below the high
-watermark; a follower (`replica_id` >= 0) reads to the log end, and its fetch offset tells the
-leader how far it has copied. Followers fetch through sessions (fetch_sessions.py: an idle
-round costs O(1)). The answer's chunks are cut by fetch_reads.py; ISR changes are sent by
-isr_updates.py.
+Fetch: the leader's side of consumer and follower fetches (long polls, fetch sessions, the
+follower's progress) is leader_fetches.py; the manager keeps their entry points for its
+callers. An append or a high-watermark move on a partition wakes only the fetches and acks=all
+appends waiting on that partition (fetch_waits.py). ISR changes are sent by isr_updates.py.
 
 Fencing: the registry session fences the node (`fence`) when its heartbeats have gone
 unanswered for its session timeout, and lifts it (`unfence`) once one is answered and the
@@ -29,33 +25,31 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from seglog.errors import (
-    InvalidRequestError,
-    NotEnoughReplicasAfterAppendError,
     NotLeaderError,
-    OffsetOutOfRangeError,
-    RequestTimedOutError,
     SeglogError,
 )
 from seglog.security.tls import TlsFiles
 from seglog.storage import Log, log_files
-from seglog.storage.log import LogAppendInfo, TimestampAndOffset
+from seglog.storage.log import TimestampAndOffset
 from seglog.storage.log_manager import LogManager
 from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
-from .fetch_reads import CONSUMER, FetchChunk, FetchState, available_bytes, read_chunks
-from .fetch_sessions import FetchSessionCache, SessionRound, session_round
+from .delayed_produce import AppendResult, wait_for_replication
+from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
+from .fetch_sessions import SessionRound
 from .fetch_waits import PartitionWaiters, Waiter
+from .follower_fetchers import FollowerFetchers
 from .isr_updates import IsrUpdates
+from .leader_fetches import LeaderFetches
 from .partition import Partition, Registration
-from .replica_fetcher import FetcherSettings, ReplicaFetcher
+from .replica_fetcher import FetcherSettings
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +65,6 @@ class ReplicationSettings:
 
     replica_lag_time_max_ms: int = 30_000
     fetcher: FetcherSettings = FetcherSettings()
-
-
-@dataclass(frozen=True)
-class AppendResult:
-    partition: int
-    info: LogAppendInfo | None
-    error: SeglogError | None = None
-    leader_epoch: int = NO_EPOCH  # the term the append was made in
 
 
 @dataclass(frozen=True)
@@ -111,13 +97,12 @@ class ReplicaManager:
         self._partitions: dict[TopicPartition, Partition] = {}
         self._partitions_lock = threading.RLock()
         self.waiters = PartitionWaiters()  # who waits on which partition's progress
-        self.fetch_sessions = FetchSessionCache(self.waiters)
         self._stopping = False
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
-        self._fetchers: dict[int, ReplicaFetcher] = {}
+        self.follower_fetchers = FollowerFetchers(node_id, self.replication.fetcher)
         self._fenced: str | None = None  # why the node is fenced, None while it is not
         self.isr_updates = IsrUpdates(
             lambda topic, number: self._partitions.get((topic, number)),
@@ -125,6 +110,10 @@ class ReplicaManager:
             self.replication.replica_lag_time_max_ms,
             self.wake_partition,
         )
+        self.fetches = LeaderFetches(
+            self.partition, self.waiters, self.isr_updates, lambda: self._stopping
+        )
+        self.fetch_sessions = self.fetches.sessions
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -137,8 +126,7 @@ class ReplicaManager:
         self._stopping = True
         self.isr_updates.stop()
         with self._partitions_lock:
-            fetchers = list(self._fetchers.values())
-            self._fetchers.clear()
+            fetchers = self.follower_fetchers.detach_all()
         for fetcher in fetchers:
             fetcher.shutdown()
         self.wake_fetchers()
@@ -243,8 +231,7 @@ class ReplicaManager:
 
     def _update_fetching(self, held: Partition) -> None:
         tp = (held.topic, held.partition)
-        for fetcher in self._fetchers.values():
-            fetcher.remove_partition(tp)
+        self.follower_fetchers.unfollow(tp)
         r = held.registration
         if r is None or held.is_leader or r.leader < 0 or self._stopping:
             return
@@ -253,37 +240,9 @@ class ReplicaManager:
             logger.warning("%s-%d: no address known for leader %d", *tp, r.leader)
             return
         bulk_address = self.node_bulk_addresses.get(r.leader, "")
-        existing = self._fetchers.get(r.leader)
-        if (
-            existing is not None
-            and existing.address == address
-            and existing.bulk_address == bulk_address
-        ):
-            fetcher = existing
-        else:
-            carried: list[Partition] = []
-            if existing is not None:
-                # The leader's address changed (it restarted elsewhere, or its bulk listener
-                # came or went): every partition still followed there moves to the new
-                # fetcher. Their terms did not change, so no later state would re-add them,
-                # and they would stay silently unfetched until this node restarts.
-                carried = existing.followed_partitions()
-                existing.shutdown()
-            fetcher = ReplicaFetcher(
-                self.node_id,
-                r.leader,
-                address,
-                self.replication.fetcher,
-                bulk_address=bulk_address,
-                secret=self.cluster_secret,
-                tls=self.tls,
-            )
-            self._fetchers[r.leader] = fetcher
-            fetcher.start()
-            for other in carried:
-                if other is not held:
-                    fetcher.add_partition(other)
-        fetcher.add_partition(held)
+        self.follower_fetchers.follow(
+            held, r.leader, address, bulk_address, self.cluster_secret, self.tls
+        )
 
     def delete_partition(self, topic: str, partition: int) -> None:
         log_files.check_topic_name(topic)
@@ -297,8 +256,7 @@ class ReplicaManager:
 
     def _forget(self, topic: str, partition: int) -> None:
         with self._partitions_lock:
-            for fetcher in self._fetchers.values():
-                fetcher.remove_partition((topic, partition))
+            self.follower_fetchers.unfollow((topic, partition))
             self._partitions.pop((topic, partition), None)
 
     def mark_offline(self, topic: str, partition: int, reason: str) -> None:
@@ -329,7 +287,7 @@ class ReplicaManager:
                 if acks == ACKS_ALL:
                     held.check_enough_replicas()  # Kafka's per-partition refusal
                 epoch = held.leader_epoch
-                self._note_idle_followers(held)
+                self.fetches.note_idle_followers(held)
                 info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
@@ -339,104 +297,18 @@ class ReplicaManager:
             self.wake_partition(topic, number)
         return results
 
-    def _note_idle_followers(self, held: Partition) -> None:
-        """Before the log end moves: followers whose fetch session holds the partition at
-        the log end were caught up as of their last request (fetch_sessions.py), as a
-        Kafka follower fetching every partition every round would have been recorded."""
-        end = held.log.log_end_offset
-        with held._lock:
-            for replica, state in held.followers.items():
-                if state.log_end_offset != end:
-                    continue
-                seen = self.fetch_sessions.caught_up_ms(replica, (held.topic, held.partition), end)
-                if seen is not None and seen > state.last_caught_up_time_ms:
-                    state.last_caught_up_time_ms = seen
-
     def wait_for_replication(
         self, topic: str, results: list[AppendResult], timeout_ms: int
     ) -> list[AppendResult]:
-        """acks=all (Kafka's DelayedProduce): wait until the high watermark passes each
-        partition's batches; then NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
-        min.insync.replicas meanwhile, REQUEST_TIMED_OUT if the time ran out, and
-        NOT_LEADER_OR_FOLLOWER if the leadership moved before that (as Kafka's
-        checkEnoughReplicasReachOffset: a deposed leader's log may be truncated and refilled
-        by the new leader, so its high watermark no longer says anything about these
-        batches; the producer retries at the new leader, which dedupes what it has)."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        waiting = {r.partition: r for r in results if r.info is not None}
-        deposed: set[int] = set()
-
-        def replicated(result: AppendResult) -> bool:
-            assert result.info is not None
-            held = self._partitions.get((topic, result.partition))
-            if (
-                held is None
-                or not held.is_leader
-                or held.leader_epoch != result.leader_epoch
-                or held.fenced is not None
-            ):
-                deposed.add(result.partition)
-                return True
-            return held.log.high_watermark > result.info.last_offset
-
-        waiter = Waiter()
-        watched = [(topic, number) for number in waiting]
-        self.waiters.register(waiter, watched)
-        try:
-            while not self._stopping:
-                waiter.event.clear()
-                waiting = {p: r for p, r in waiting.items() if not replicated(r)}
-                remaining = deadline - time.monotonic()
-                if not waiting or remaining <= 0:
-                    break
-                waiter.event.wait(remaining)
-        finally:
-            self.waiters.unregister(waiter, watched)
-        out = []
-        for result in results:
-            if result.info is None:
-                out.append(result)
-            elif result.partition in deposed:
-                out.append(
-                    AppendResult(
-                        result.partition,
-                        None,
-                        NotLeaderError(
-                            f"{topic}-{result.partition}: leadership moved, or this node was "
-                            f"fenced (epoch {result.leader_epoch}), before the in-sync "
-                            "replicas had offsets "
-                            f"{result.info.first_offset}-{result.info.last_offset}; retry"
-                        ),
-                    )
-                )
-            elif result.partition in waiting:
-                out.append(
-                    AppendResult(
-                        result.partition,
-                        None,
-                        RequestTimedOutError(
-                            f"{topic}-{result.partition}: the in-sync replicas did not all "
-                            f"copy offsets {result.info.first_offset}-{result.info.last_offset} "
-                            f"within {timeout_ms} ms"
-                        ),
-                    )
-                )
-            else:
-                held = self._partitions.get((topic, result.partition))
-                if held is not None and not held.enough_replicas_after_append():
-                    out.append(
-                        AppendResult(
-                            result.partition,
-                            None,
-                            NotEnoughReplicasAfterAppendError(
-                                f"{topic}-{result.partition}: written, but the ISR "
-                                f"{list(held.isr)} fell below min.insync.replicas"
-                            ),
-                        )
-                    )
-                else:
-                    out.append(result)
-        return out
+        """acks=all: delayed_produce.py."""
+        return wait_for_replication(
+            self.partition_if_hosted,
+            self.waiters,
+            lambda: self._stopping,
+            topic,
+            results,
+            timeout_ms,
+        )
 
     def wake_fetchers(self) -> None:
         """Wake every waiting fetch, session and acks=all append (the node stopping, fenced
@@ -448,60 +320,12 @@ class ReplicaManager:
         log start or registration moved."""
         self.waiters.wake((topic, partition))
 
-    # -- fetch ---------------------------------------------------------------------------
+    # -- fetch (leader_fetches.py) ----------------------------------------------------------
 
     def fetch_states(
-        self,
-        wanted: Sequence[tuple[str, int, int, int, int, int]],
-        replica_id: int = CONSUMER,
+        self, wanted: Sequence[tuple[str, int, int, int, int, int]], replica_id: int = CONSUMER
     ) -> list[FetchState]:
-        """(topic, partition, fetch offset, partition max bytes, client leader epoch, last
-        fetched epoch) each. A follower's fetch is checked against the leader's epochs
-        (Kafka's FENCED/UNKNOWN_LEADER_EPOCH, diverging epoch) and records how far it has
-        copied."""
-        states = []
-        for topic, number, offset, max_bytes, client_epoch, last_fetched_epoch in wanted:
-            state = FetchState(topic, number, offset, max_bytes, None, replica_id=replica_id)
-            try:
-                held = self.partition(topic, number)
-                state.log = held.log
-                if max_bytes <= 0:
-                    raise InvalidRequestError(f"{topic}-{number}: partition_max_bytes must be > 0")
-                if replica_id >= 0:
-                    self._follower_fetch(held, state, client_epoch, last_fetched_epoch)
-                else:
-                    held.require_leader(client_epoch)
-            except SeglogError as exc:
-                state.error = exc
-            states.append(state)
-        return states
-
-    def _follower_fetch(
-        self, held: Partition, state: FetchState, client_epoch: int, last_fetched_epoch: int
-    ) -> None:
-        held.require_leader(-1)
-        held.check_leader_epoch(client_epoch)
-        if state.replica_id not in (held.registration.replicas if held.registration else ()):
-            raise InvalidRequestError(
-                f"{held.topic}-{held.partition}: node {state.replica_id} is not a replica"
-            )
-        log = held.log
-        if last_fetched_epoch >= 0:
-            epoch, end = log.end_offset_for_epoch(last_fetched_epoch)
-            if epoch < last_fetched_epoch or end < state.offset:
-                state.diverging = (epoch, end)
-                return
-        if not log.log_start_offset <= state.offset <= log.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"{held.topic}-{held.partition}: follower fetch offset {state.offset} is outside "
-                f"[{log.log_start_offset}, {log.log_end_offset}]"
-            )
-        high_watermark = log.high_watermark
-        proposal = held.record_follower_fetch(state.replica_id, state.offset, log.log_start_offset)
-        if proposal is not None:
-            self.isr_updates.propose(proposal)
-        if log.high_watermark != high_watermark:  # acks=all, consumers and sessions wait on it
-            self.wake_partition(held.topic, held.partition)
+        return self.fetches.fetch_states(wanted, replica_id)
 
     def wait_for_fetch(
         self,
@@ -511,24 +335,7 @@ class ReplicaManager:
         is_active: Callable[[], bool],
         waiter: Waiter | None = None,
     ) -> None:
-        """Kafka's delayed fetch: return once `min_bytes` are available, the wait is over,
-        the caller went away (its `waiter` notified), or the node is stopping. Only the
-        fetch's own partitions wake it."""
-        deadline = time.monotonic() + max_wait_ms / 1000
-        waiter = waiter or Waiter()
-        watched = [(s.topic, s.partition) for s in states if s.log is not None]
-        self.waiters.register(waiter, watched)
-        try:
-            while is_active() and not self._stopping:
-                waiter.event.clear()
-                if available_bytes(states, min_bytes) >= min_bytes:
-                    return
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return
-                waiter.event.wait(remaining)
-        finally:
-            self.waiters.unregister(waiter, watched)
+        self.fetches.wait_for_fetch(states, min_bytes, max_wait_ms, is_active, waiter)
 
     def session_fetch(
         self,
@@ -536,18 +343,7 @@ class ReplicaManager:
         client_epoch: Callable[[common_pb2.FetchPartition], int],
         is_active: Callable[[], bool],
     ) -> SessionRound:
-        """A follower's fetch-session request (fetch_sessions.py): the session header and
-        the states with news, after waiting for some up to `max_wait_ms`."""
-        if not request.HasField("replica_id") or request.replica_id < 0:
-            raise InvalidRequestError("fetch sessions are for replica fetches only")
-        return session_round(
-            self.fetch_sessions,
-            request,
-            request.replica_id,
-            self.fetch_states,
-            client_epoch,
-            lambda: is_active() and not self._stopping,
-        )
+        return self.fetches.session_fetch(request, client_epoch, is_active)
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
         return read_chunks(states, max_bytes, self.chunk_bytes)

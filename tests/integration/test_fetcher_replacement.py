@@ -58,8 +58,9 @@ def test_partitions_followed_from_a_leader_survive_its_fetcher_being_replaced(
     leader, moved, untouched = _two_partitions_of_one_leader(cluster)
     follower = next(n for n in cluster.nodes if n != leader)
     manager = cluster.nodes[follower].replicas
-    assert wait_until(lambda: leader in manager._fetchers, timeout_s=15)
-    assert manager._fetchers[leader].bulk_address, "the cluster should use the bulk path"
+    fetchers = manager.follower_fetchers.by_leader
+    assert wait_until(lambda: leader in fetchers, timeout_s=15)
+    assert fetchers[leader].bulk_address, "the cluster should use the bulk path"
 
     # A new term for one partition arrives while the leader's bulk address reads differently:
     # the follower replaces its fetcher for that leader. A heartbeat answer may restore the
@@ -82,9 +83,9 @@ def test_partitions_followed_from_a_leader_survive_its_fetcher_being_replaced(
                 tuple(registry_state.isr),
             ),
         )
-        if manager._fetchers[leader].bulk_address == "":
+        if fetchers[leader].bulk_address == "":
             break
-    assert manager._fetchers[leader].bulk_address == "", "the fetcher was never replaced"
+    assert fetchers[leader].bulk_address == "", "the fetcher was never replaced"
 
     cluster.client.produce(TOPIC, {untouched: make_batch([b"a", b"b", b"c"])}, acks=1)
     leader_end = _log_end(cluster, leader, untouched)

@@ -15,7 +15,7 @@ from seglog.records import RecordBatchBuilder
 from seglog.records.batch import RecordBatch
 from seglog.rpc.status import error_from_code
 from seglog.v1 import gateway_pb2
-from services.storage_node.replica_manager import AppendResult
+from services.storage_node.delayed_produce import AppendResult
 from tests.cluster import LocalCluster
 from tests.waiting import wait_until
 

@@ -249,14 +249,14 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
     # The leader stops answering its follower (a network fault between them), appends with
     # acks=1 records nobody else has, then dies.
     leader_node = cluster.nodes[old_leader]
-    real_follower_fetch = leader_node.replicas._follower_fetch
+    real_follower_fetch = leader_node.replicas.fetches._follower_fetch
     refused = []
 
     def refuse(held, state, *args):
         refused.append(state.offset)
         raise grpc.RpcError("dropped")
 
-    leader_node.replicas._follower_fetch = refuse
+    leader_node.replicas.fetches._follower_fetch = refuse
     # Once a fetch is refused, the follower's long poll begun before has ended: nothing
     # appended from now on can reach it. (An idle fetch session evaluates only partitions
     # with news: the wake-up makes it evaluate this one now.)
@@ -265,7 +265,7 @@ def test_a_leader_that_wrote_what_it_never_replicated_truncates_to_the_new_leade
     for value in (b"lost-1", b"lost-2", b"lost-3"):
         assert _produce(cluster, "diverge", [value], acks=1).error == 0
     assert leader_node.logs.get_log("diverge", 0).log_end_offset == 4
-    leader_node.replicas._follower_fetch = real_follower_fetch
+    leader_node.replicas.fetches._follower_fetch = real_follower_fetch
     cluster.stop_node(old_leader, controlled=False)
     assert wait_until(lambda: _registration(cluster, "diverge").leader == follower)
     for value in (b"new-1", b"new-2"):
@@ -292,7 +292,7 @@ def test_an_acks_all_write_waiting_when_leadership_moves_answers_not_leader(clus
         refused.add(state.replica_id)
         raise grpc.RpcError("dropped")
 
-    leader_node.replicas._follower_fetch = refuse  # nothing more replicates from it
+    leader_node.replicas.fetches._follower_fetch = refuse  # nothing more replicates from it
     # Idle fetch sessions evaluate only partitions with news: a wake-up makes both evaluate.
     leader_node.replicas.wake_partition("moving", 0)
     assert wait_until(lambda: len(refused) == 2)  # both followers' earlier polls have ended

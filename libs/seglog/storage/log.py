@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..records.batch import NO_TIMESTAMP
 from ..spans import EngineTracer
-from . import log_files, log_reads
+from . import log_files, log_reads, segment_reads
 from .checkpoint import DataDir
 from .clock import SYSTEM_CLOCK, Clock
 from .config import LOG_APPEND_TIME, LONG_MAX, LogConfig
@@ -538,8 +538,12 @@ class Log:
                 max_position = None
                 if bound is not None and segment is bound[0]:
                     max_position = bound[1]
-                found = segment.locate(
-                    offset, max_bytes, min_one_message=min_one_message, max_position=max_position
+                found = segment_reads.locate(
+                    segment,
+                    offset,
+                    max_bytes,
+                    min_one_message=min_one_message,
+                    max_position=max_position,
                 )
                 if found is not None:
                     span.set_attribute("seglog.bytes", found.size)

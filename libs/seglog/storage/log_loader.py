@@ -42,7 +42,7 @@ from . import log_files
 from .batch_bounds import Damage
 from .leader_epoch_cache import LeaderEpochCache
 from .segment import LogSegment, SegmentRecovery
-from .segment_checks import boundary_damage, find_damage
+from .segment_checks import boundary_damage, find_damage, indexes_need_rebuild
 from .segment_factory import SegmentFactory
 
 logger = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ def load_log(
         next_base = bases[i + 1] if i + 1 < len(bases) else None
         unflushed = recovery_point is not None and (next_base is None or next_base > recovery_point)
         damage = None
-        if unflushed or segment.needs_recovery():
+        if unflushed or indexes_need_rebuild(segment):
             recover = True
         elif recovery_point is None:
             damage = boundary_damage(segment, next_base)

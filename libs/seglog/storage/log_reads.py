@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from ..records.batch import NO_TIMESTAMP
 from .log_segments import SegmentsSnapshot
-from .segment import LogSegment, SegmentSlice
+from .segment import LogSegment
+from .segment_reads import SegmentSlice, find_offset_by_timestamp
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ def offset_for_timestamp(
     for segment in snapshot.segments:
         if segment.size == 0 or segment.max_timestamp_so_far < timestamp_ms:
             continue
-        found = segment.find_offset_by_timestamp(
-            timestamp_ms, max(log_start_offset, segment.base_offset)
+        found = find_offset_by_timestamp(
+            segment, timestamp_ms, max(log_start_offset, segment.base_offset)
         )
         if found is not None:
             return TimestampAndOffset(found[1], found[0])
@@ -114,7 +115,7 @@ def offset_of_max_timestamp(
             best = segment
     if best is None:
         return None
-    found = best.find_offset_by_timestamp(best.max_timestamp_so_far, log_start_offset)
+    found = find_offset_by_timestamp(best, best.max_timestamp_so_far, log_start_offset)
     if found is None:  # its records all lie below the log start offset
         return None
     return TimestampAndOffset(found[1], found[0])

@@ -9,25 +9,19 @@ are derived from the log and can be rebuilt from it (`recover`).
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import CorruptIndexError, CorruptRecordError, StorageError
+from ..errors import StorageError
 from ..records.batch import (
-    HEADER_BYTES,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     NO_TIMESTAMP,
-    RecordBatch,
 )
 from ..spans import EngineTracer
 from . import log_files
 from . import open_files as open_files_module
-from .batch_bounds import MAX_RELATIVE_OFFSET, Damage
+from .batch_bounds import Damage
 from .file_records import FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
@@ -52,26 +46,6 @@ class AppendedBatch(NamedTuple):
     size_in_bytes: int
     last_offset: int
     max_timestamp: int
-
-
-@dataclass(frozen=True)
-class SegmentSlice:
-    """Where whole batches from some offset lie in a segment's `.log`, found without reading
-    them (Kafka's FetchDataInfo): `size` bytes from `position`, ending before `next_offset`."""
-
-    segment: LogSegment
-    position: int
-    size: int
-    first_batch_base_offset: int
-    next_offset: int
-
-    def read(self) -> bytes:
-        return self.segment.log.read(self.position, self.size) if self.size else b""
-
-    def write_to(self, out: socket.socket) -> int:
-        """Send these bytes from the segment's file to `out` (sendfile, or pread+send under
-        TLS: FileRecords.write_to); the bytes sent."""
-        return self.segment.log.write_to(out, self.position, self.size) if self.size else 0
 
 
 class LogSegment:
@@ -120,7 +94,7 @@ class LogSegment:
         open_files: OpenFileCache = open_files_module.SHARED,
     ) -> LogSegment:
         """Open or create the segment's three files; indexes that are missing come back empty
-        (`needs_recovery` tells the caller to rebuild them)."""
+        (`segment_checks.indexes_need_rebuild` tells the caller to rebuild them)."""
         log = FileRecords.open(log_files.log_path(directory, base_offset, suffix))
         # Not writable until the segment takes appends (`make_active`): an old segment's
         # index is mapped at its trimmed size, never stretched to the preallocated one.
@@ -218,39 +192,6 @@ class LogSegment:
     @property
     def size(self) -> int:
         return self.log.size
-
-    def needs_recovery(self) -> bool:
-        """Indexes missing or failing their sanity check: rebuild from the log."""
-        if (
-            self.log.size
-            and self.offset_index.entries == 0
-            and self.log.size > self.index_interval_bytes
-        ):
-            return True
-        try:
-            self.offset_index.sanity_check(self.log.size)
-            self.time_index.sanity_check()
-        except CorruptIndexError:
-            return True
-        return not self._index_points_at_batches()
-
-    def _index_points_at_batches(self) -> bool:
-        """Do sampled offset-index entries (first, middle, last) sit on the start of the batch
-        holding their offset? An entry pointing inside a batch would make reads search from
-        the wrong place and skip to the next segment; a few header reads catch it."""
-        entries = self.offset_index.entries
-        for slot in sorted({0, entries // 2, entries - 1} if entries else set()):
-            entry = self.offset_index.entry(slot)
-            if entry.position + HEADER_BYTES > self.log.size:
-                return False
-            header = self.log.header_at(entry.position)
-            if (
-                header.magic != MAGIC_V2
-                or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
-                or not header.base_offset <= entry.offset <= header.last_offset
-            ):
-                return False
-        return True
 
     def read_next_offset(self) -> int:
         """The offset after the last batch: scan forward from the last index entry."""
@@ -389,7 +330,7 @@ class LogSegment:
             return True
         return max_offset - self.base_offset > 0x7FFFFFFF
 
-    # -- read --------------------------------------------------------------------------
+    # -- read (the slices a fetch sends, and timestamp lookups: segment_reads.py) --------
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
         """The batch holding `offset` (or the first after it), starting from the index."""
@@ -398,76 +339,6 @@ class LogSegment:
             found = self.log.search_offset(offset, max(entry.position, start_position))
             span.set_attribute("seglog.position", -1 if found is None else found.position)
             return found
-
-    def locate(
-        self,
-        start_offset: int,
-        max_bytes: int,
-        *,
-        max_position: int | None = None,
-        min_one_message: bool = False,
-    ) -> SegmentSlice | None:
-        """`read`'s answer as a place in the file, without reading the batches: the end of
-        the last whole batch within `max_bytes` is found from the offset index's entry at or
-        below that position and a walk over the few headers after it."""
-        end = self.log.size if max_position is None else min(max_position, self.log.size)
-        start = self.translate_offset(start_offset)
-        if start is None or start.position >= end:
-            return None
-        first = start.header
-        if (
-            first.base_offset < self.base_offset
-            or first.last_offset - self.base_offset > MAX_RELATIVE_OFFSET
-        ):
-            # A batch whose offsets cannot be in this segment (a flipped bit in baseOffset,
-            # which the CRC does not cover, since the segment was last checked): refuse it
-            # rather than hand out records under offsets the log never had.
-            raise CorruptRecordError(
-                f"{self.log.path} at byte {start.position}: baseOffset {first.base_offset}, "
-                f"last offset {first.last_offset} outside the segment (base {self.base_offset})"
-            )
-        if first.size_in_bytes > max_bytes:
-            size = first.size_in_bytes if min_one_message else 0
-            next_offset = first.next_offset if min_one_message else first.base_offset
-            return SegmentSlice(self, start.position, size, first.base_offset, next_offset)
-        target = min(start.position + max_bytes, end)
-        last_end = start.position + first.size_in_bytes
-        next_offset = first.next_offset
-        entry = self.offset_index.floor_position(target)
-        position = last_end if entry is None else max(entry.position, last_end)
-        if position > last_end:
-            # Every batch before an index entry's batch is whole and below `target`: the
-            # slice reaches at least the entry's position, where the next batch starts.
-            last_end, next_offset = position, self.log.header_at(position).base_offset
-        while position + HEADER_BYTES <= target:
-            header = self.log.header_at(position)
-            if header.magic != MAGIC_V2 or position + header.size_in_bytes > target:
-                break
-            position += header.size_in_bytes
-            last_end, next_offset = position, header.next_offset
-        return SegmentSlice(
-            self, start.position, last_end - start.position, first.base_offset, next_offset
-        )
-
-    def find_offset_by_timestamp(
-        self, timestamp_ms: int, start_offset: int
-    ) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `start_offset` whose timestamp
-        >= `timestamp_ms`: the time index narrows the start, then batches whose max timestamp
-        reaches the target are decoded in turn (as Kafka's FileRecords.searchForTimestamp), so
-        a batch whose qualifying records all sit below `start_offset` does not end the search."""
-        entry = self.time_index.lookup(timestamp_ms)
-        position = self.offset_index.lookup(max(entry.offset, start_offset)).position
-        while True:
-            found = self.log.search_timestamp(timestamp_ms, position)
-            if found is None:
-                return None
-            if found.header.last_offset >= start_offset:
-                batch = RecordBatch(self.log.read(found.position, found.header.size_in_bytes))
-                for record in batch.records():
-                    if record.timestamp_ms >= timestamp_ms and record.offset >= start_offset:
-                        return record.offset, record.timestamp_ms
-            position = found.position + found.header.size_in_bytes
 
     # -- recovery and truncation -------------------------------------------------------
 

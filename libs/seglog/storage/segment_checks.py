@@ -1,13 +1,50 @@
 """What a segment's files are checked against at load, without changing them (log_loader
-decides what to cut): the cheap check after a clean shutdown (`boundary_damage`) and the
-full one after a crash (`find_damage`). Each answers the first `Damage` found, naming the
+decides what to cut): whether its indexes must be rebuilt (`indexes_need_rebuild`), the
+cheap check after a clean shutdown (`boundary_damage`) and the full one after a crash
+(`find_damage`). Each answers the first `Damage` found, naming the
 file, byte, what was expected and what was read, or None."""
 
 from __future__ import annotations
 
-from ..records.batch import HEADER_BYTES
+from ..errors import CorruptIndexError
+from ..records.batch import HEADER_BYTES, LOG_OVERHEAD, MAGIC_V2
 from .batch_bounds import Damage, header_damage
 from .segment import LogSegment
+
+
+def indexes_need_rebuild(segment: LogSegment) -> bool:
+    """Indexes missing or failing their sanity check: rebuild from the log."""
+    if (
+        segment.log.size
+        and segment.offset_index.entries == 0
+        and segment.log.size > segment.index_interval_bytes
+    ):
+        return True
+    try:
+        segment.offset_index.sanity_check(segment.log.size)
+        segment.time_index.sanity_check()
+    except CorruptIndexError:
+        return True
+    return not _index_points_at_batches(segment)
+
+
+def _index_points_at_batches(segment: LogSegment) -> bool:
+    """Do sampled offset-index entries (first, middle, last) sit on the start of the batch
+    holding their offset? An entry pointing inside a batch would make reads search from
+    the wrong place and skip to the next segment; a few header reads catch it."""
+    entries = segment.offset_index.entries
+    for slot in sorted({0, entries // 2, entries - 1} if entries else set()):
+        entry = segment.offset_index.entry(slot)
+        if entry.position + HEADER_BYTES > segment.log.size:
+            return False
+        header = segment.log.header_at(entry.position)
+        if (
+            header.magic != MAGIC_V2
+            or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
+            or not header.base_offset <= entry.offset <= header.last_offset
+        ):
+            return False
+    return True
 
 
 def boundary_damage(segment: LogSegment, upper_bound: int | None) -> Damage | None:
