@@ -224,12 +224,10 @@ def run_final_read(args: argparse.Namespace) -> int:
     complete = True
     try:
         partitions = consumer.partitions_for(args.topic)
-        ends = {
-            p: result.offset
-            for p, result in client.list_offsets(
-                args.topic, dict.fromkeys(partitions, LATEST)
-            ).items()
-        }
+        ends = _log_ends(client, args.topic, partitions, deadline)
+        if len(ends) < len(partitions):
+            complete = False  # some partition's end is unknown: nothing is final
+            partitions = sorted(ends)
         read: dict[int, dict[int, str]] = {p: {} for p in partitions}
         positions = {p: 0 for p in partitions}
         consumer.assign([TopicPartition(args.topic, p) for p in partitions])
@@ -262,6 +260,33 @@ def run_final_read(args: argparse.Namespace) -> int:
         client.close()
         history.close()
     return 0 if complete else 1
+
+
+def _log_ends(
+    client: GatewayClient, topic: str, partitions: list[int], deadline: float
+) -> dict[int, int]:
+    """Each partition's end (high watermark), from an answer without an error: a leader
+    still moving (an error, offset -1) is asked again until the deadline, never taken for an
+    empty log."""
+    ends: dict[int, int] = {}
+    while len(ends) < len(partitions) and time.monotonic() < deadline:
+        missing = [p for p in partitions if p not in ends]
+        try:
+            answers = client.list_offsets(topic, dict.fromkeys(missing, LATEST))
+        except Exception as exc:  # retried until the deadline
+            print(f"final read: list offsets failed: {describe(exc)}", file=sys.stderr)
+            answers = {}
+        for p, result in answers.items():
+            if result.error == 0 and result.offset >= 0:
+                ends[p] = result.offset
+            else:
+                print(
+                    f"final read: partition {p}: {result.error_message or result.error}",
+                    file=sys.stderr,
+                )
+        if len(ends) < len(partitions):
+            time.sleep(0.2)  # a bounded retry pause while leaders settle
+    return ends
 
 
 def _text(value: bytes | None) -> str:
