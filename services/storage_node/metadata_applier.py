@@ -47,6 +47,12 @@ DEFAULT_STEP_PARTITIONS = 200
 # A step also ends after this long (creations cost fsyncs, slow on a busy disk): newer
 # submissions, a failover's push among them, wait at most about this long to be merged.
 STEP_TIME_BUDGET_S = 0.1
+# Creations are paced: after a step of creations the applier rests CREATION_REST_RATIO times
+# as long as the step took before creating more, so a burst of topic creations takes at most
+# about a third of the node's time and the data path's latency holds up meanwhile. Role
+# changes (a failover) are never paced.
+CREATION_REST_RATIO = 2.0
+CREATION_STEP_S = 0.02  # creations in short steps, so a rest comes every few ms of work
 # A batch at least this large is logged when it starts and ends, and its progress between.
 LARGE_BATCH_PARTITIONS = 500
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -94,6 +100,7 @@ class MetadataApplier:
         self._batch_applied = 0
         self._progress_logged = 0.0
         self._stopping = False
+        self._creations_resume_at = 0.0  # time.monotonic() before which creations rest
         self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
 
     # -- the callers' side ---------------------------------------------------------------
@@ -156,14 +163,9 @@ class MetadataApplier:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(
-                    lambda: (
-                        self._stopping
-                        or self._queue
-                        or self.pending_partitions
-                        or self._applied_ticket < self._merged_ticket
-                    )
-                )
+                self._cond.wait_for(self._has_work, self._rest_s())
+                if not self._has_work():
+                    continue
                 if self._stopping:
                     return
                 batch, self._queue = self._queue, []
@@ -172,6 +174,21 @@ class MetadataApplier:
             except Exception:  # the applier outlives any one failure; the next step retries
                 logger.exception("applying partition states failed")
                 time.sleep(0.1)  # not a busy loop if the failure repeats
+
+    def _rest_s(self) -> float | None:
+        """How long creations still rest (None: not resting, wait for a submission)."""
+        if not self._creations or self._changes:
+            return None
+        return max(self._creations_resume_at - time.monotonic(), 0.0)
+
+    def _has_work(self) -> bool:
+        return bool(
+            self._stopping
+            or self._queue
+            or self._changes
+            or (self._creations and time.monotonic() >= self._creations_resume_at)
+            or (not self.pending_partitions and self._applied_ticket < self._merged_ticket)
+        )
 
     def _step(self, batch: list[tuple[int, gateway_pb2.NodeAssignment]]) -> None:
         for ticket, assignment in batch:
@@ -183,8 +200,9 @@ class MetadataApplier:
         if batch:
             self._retry_failed()
             self._note_batch()
-        if self.pending_partitions:
+        if self._changes or (self._creations and time.monotonic() >= self._creations_resume_at):
             self._apply_some()
+        if self.pending_partitions:
             with self._cond:
                 self._cond.notify_all()  # pushes waiting for their own partitions
             return
@@ -268,10 +286,15 @@ class MetadataApplier:
     def _apply_some(self) -> None:
         offline = self.replicas.offline()
         started = time.monotonic()
+        created = False
         for _ in range(self.step_partitions):
             queue = self._changes or self._creations
             if not queue or time.monotonic() - started > STEP_TIME_BUDGET_S:
                 break
+            if queue is self._creations:
+                if created and time.monotonic() - started > CREATION_STEP_S:
+                    break
+                created = True
             tp = next(iter(queue))
             queued = queue[tp]
             if queued is None:
@@ -286,6 +309,9 @@ class MetadataApplier:
                     partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
             del queue[tp]  # after applying: a push waiting for it sees it done
             self._batch_applied += 1
+        if created:
+            now = time.monotonic()
+            self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
         self._log_progress()
 
     def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
