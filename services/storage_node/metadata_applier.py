@@ -52,7 +52,7 @@ STEP_TIME_BUDGET_S = 0.1
 # about a third of the node's time and the data path's latency holds up meanwhile. Role
 # changes (a failover) are never paced.
 CREATION_REST_RATIO = 2.0
-CREATION_STEP_S = 0.02  # creations in short steps, so a rest comes every few ms of work
+CREATION_STEP_S = 0.005  # creations in short steps, so a rest comes every few ms of work
 # A batch at least this large is logged when it starts and ends, and its progress between.
 LARGE_BATCH_PARTITIONS = 500
 PROGRESS_LOG_INTERVAL_S = 5.0
