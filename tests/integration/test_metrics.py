@@ -122,7 +122,10 @@ def test_services_export_what_they_count(metered_cluster, receiver):
     for partition in ("0", "1"):
         ends = receiver.latest("seglog.log.end_offset", **{TOPIC: "metered", PARTITION: partition})
         assert set(ends.values()) == {100}
-    assert _total(receiver, "seglog.log.size", **{TOPIC: "metered"}) == 3 * produced
+    # Every replica's size (followers' too), once each has exported after catching up.
+    assert wait_until(
+        lambda: _total(receiver, "seglog.log.size", **{TOPIC: "metered"}) == 3 * produced
+    )
     live = receiver.latest("seglog.registry.node.live")
     assert sorted(live.values()) == [1, 1, 1]
     # Histogram counts: one per Append request (20 from the producer, on their leaders).
