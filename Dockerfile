@@ -35,9 +35,12 @@ RUN python3 -m venv /opt/build \
 FROM ${BASE_IMAGE} AS runtime
 ARG PIP_CERT=""
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python3 -m venv /opt/seglog \
-    && /opt/seglog/bin/pip install --no-index --find-links /wheels seglog \
+# Copied, not bind-mounted: a build cache keys a COPY on the files' contents but a RUN's bind
+# mount on nothing, so new sources reused a cached install of old ones (and a re-run with the
+# build stage cached found nothing to mount). The wheels' layer is the price.
+COPY --from=build /wheels /tmp/wheels
+RUN python3 -m venv /opt/seglog \
+    && /opt/seglog/bin/pip install --no-index --find-links /tmp/wheels seglog \
     && useradd --system --uid 10001 --home-dir /var/lib/seglog --create-home seglog
 ENV PATH=/opt/seglog/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
