@@ -21,7 +21,8 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     AlterConfigs               AlterConfigs on the topic
     DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
-    JoinGroup, Heartbeat, LeaveGroup            Read on the group
+    JoinGroup                  Read on the group, Describe on each topic subscribed
+    Heartbeat, LeaveGroup      Read on the group
     CommitOffsets              Read on the group and on each topic
     FetchOffsets, DescribeGroups, FindCoordinator  Describe on the group(s)
     DeleteGroups, DeleteOffsets                 Delete on the group(s)
@@ -117,11 +118,13 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "DescribeAcls": lambda r: _cluster("Describe"),
     "CreateAcls": lambda r: _cluster("Alter"),
     "DeleteAcls": lambda r: _cluster("Alter"),
-    "JoinGroup": lambda r: [("Read", "group", r.group_id)],
+    # The group, and Describe on each topic it subscribes to: the coordinator assigns
+    # partitions itself, so a topic the member may not see must not reach its assignment.
+    "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _topics("Describe", set(r.topics)),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
     "CommitOffsets": lambda r: (
-        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.partitions})
+        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.offsets})
     ),
     "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
     "FindCoordinator": lambda r: [("Describe", "group", r.group_id)],

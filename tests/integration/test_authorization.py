@@ -5,12 +5,17 @@ Admin client and kept across a gateway restart."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from seglog.client.admin import Admin
+from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition, GatewayClient
+from seglog.client.structs import TopicPartition
 from seglog.errors import PermissionDeniedError
+from seglog.rpc.status import error_from_rpc
 from seglog.security.acls import AclBinding
+from seglog.v1 import groups_pb2
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.waiting import wait_until
@@ -177,3 +182,52 @@ def test_principal_mapping_rules_name_certificate_holders(tmp_path):
             frank.produce("mapped", {0: make_batch([b"no"])})
     finally:
         cluster.close()
+
+
+def test_a_group_commits_under_the_authorizer_and_joins_only_topics_it_may_describe(cluster):
+    """A member with Read on its group and topic commits and reads its commits back, and a
+    JoinGroup naming a topic the member may not Describe is refused before the coordinator
+    could assign that topic's partitions."""
+    with _admin(cluster) as admin:
+        admin.create_topic("orders", 1, 1)
+        admin.create_topic("secret", 1, 1)
+        admin.create_acls(
+            [acl("carol", "Read", "orders"), acl("carol", "Read", "audit", kind="group")]
+        )
+    with _as(cluster, "client") as producer:
+        assert producer.produce("orders", {0: make_batch([b"a", b"b"])})[0].error == 0
+    files = cluster.tls_files("carol")
+    security = {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(files.ca),
+        "ssl_certfile": str(files.cert),
+        "ssl_keyfile": str(files.key),
+    }
+    consumer = Consumer(cluster.address, group_id="audit", auto_offset_reset="earliest", **security)
+    try:
+        consumer.subscribe(["orders"])
+        read: list[bytes] = []
+        assert wait_until(
+            lambda: read.extend(r.value for r in consumer.poll(timeout_ms=200)) or len(read) == 2,
+            timeout_s=30,
+        ), f"carol read {read} as a group member"
+        consumer.commit()
+        orders = TopicPartition("orders", 0)
+        committed = consumer.committed(orders)[orders]
+        assert committed is not None and committed.offset == 2
+    finally:
+        consumer.close()
+    with _as(cluster, "carol") as carol:
+        join = groups_pb2.JoinGroupRequest(
+            group_id="audit",
+            client_id="carol",
+            topics=["secret"],
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            assignment_strategies=["range"],
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            carol.group_coordinators.call("audit", "JoinGroup", join, timeout=10)
+        denial = error_from_rpc(refused.value)
+        assert isinstance(denial, PermissionDeniedError)
+        assert "Describe topic 'secret'" in str(denial)
