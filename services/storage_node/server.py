@@ -152,23 +152,39 @@ class StorageNode:
         )
 
     def _cluster_only(self, method: Callable[..., Any]) -> Callable[..., Any]:
-        """The storage-node API serves the gateway and peer nodes only: a caller whose
-        certificate names anything else is refused before the method runs."""
+        """The storage-node API serves the gateway and peer nodes only, each as itself: the
+        gateway (the controller, and the relay of clients' calls) may call every method; a
+        node may only describe partitions and fetch as the replica its certificate names —
+        so one node's certificate can neither delete another's partitions nor count as its
+        progress toward the high watermark. Refused before the method runs."""
+        name = method.__name__
 
         def guarded(request: Any, context: grpc.ServicerContext) -> Any:
             identity = peer_identity(context)
-            prefix = self.config.node_identity_prefix
-            if identity != GATEWAY_IDENTITY and node_id_of(identity or "", prefix) is None:
-                abort(
-                    context,
-                    PermissionDeniedError(
-                        f"the storage-node API serves the gateway and nodes only, not "
-                        f"{identity or 'a caller without a certificate'}"
-                    ),
-                )
+            if identity != GATEWAY_IDENTITY:
+                refusal = self._node_refusal(name, identity, request)
+                if refusal is not None:
+                    abort(context, PermissionDeniedError(refusal))
             return method(request, context)
 
         return guarded
+
+    def _node_refusal(self, method_name: str, identity: str | None, request: Any) -> str | None:
+        """Why a caller other than the gateway may not make this call, or None if it may."""
+        node_id = node_id_of(identity or "", self.config.node_identity_prefix)
+        if node_id is None:
+            return (
+                f"the storage-node API serves the gateway and nodes only, not "
+                f"{identity or 'a caller without a certificate'}"
+            )
+        if method_name == "DescribePartitions":
+            return None
+        if method_name == "Fetch":
+            claimed = request.replica_id if request.HasField("replica_id") else None
+            if claimed == node_id:
+                return None
+            return f"{identity} may fetch only as replica {node_id}, not as {claimed}"
+        return f"{method_name} serves the gateway only, not {identity}"
 
     @property
     def bulk_address(self) -> str:

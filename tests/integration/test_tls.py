@@ -21,7 +21,7 @@ from seglog.errors import PermissionDeniedError
 from seglog.rpc.status import error_from_rpc
 from seglog.security.certs import CertificateAuthority, write_issued
 from seglog.security.tls import ClientSecurity, channel_credentials
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
+from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.waiting import wait_until
@@ -147,6 +147,32 @@ def test_the_storage_node_api_serves_only_the_gateway_and_nodes(cluster):
         storage_pb2_grpc.StorageNodeStub(channel).DescribePartitions(ask, timeout=5)
     with grpc.insecure_channel(node.address) as channel, pytest.raises(grpc.RpcError):
         storage_pb2_grpc.StorageNodeStub(channel).DescribePartitions(ask, timeout=5)
+
+
+def test_a_node_certificate_acts_only_as_that_node(cluster):
+    """Node 2's valid certificate, calling node 1: control calls are the gateway's alone, and a
+    fetch claiming to be replica 1 (which would count as node 1's progress toward the high
+    watermark) is refused; node 2 fetching as itself and describing partitions pass."""
+    target = cluster.nodes[1]
+    impostor = cluster.tls_files(f"{cluster.node_identity_prefix}2")
+    with grpc.secure_channel(target.address, channel_credentials(impostor)) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        refused = [
+            lambda: stub.DeletePartition(
+                storage_pb2.DeletePartitionRequest(topic="orders", partition=0), timeout=5
+            ),
+            lambda: stub.Append(common_pb2.ProduceRequest(), timeout=5),
+            lambda: stub.UpdatePartitions(gateway_pb2.NodeAssignment(), timeout=5),
+            lambda: list(stub.Fetch(common_pb2.FetchRequest(replica_id=1), timeout=5)),
+            lambda: list(stub.Fetch(common_pb2.FetchRequest(), timeout=5)),  # as a consumer
+        ]
+        for call in refused:
+            with pytest.raises(grpc.RpcError) as denied:
+                call()
+            assert isinstance(error_from_rpc(denied.value), PermissionDeniedError)
+            assert "node-2" in str(error_from_rpc(denied.value))
+        list(stub.Fetch(common_pb2.FetchRequest(replica_id=2, max_wait_ms=0), timeout=5))
+        stub.DescribePartitions(storage_pb2.DescribePartitionsRequest(), timeout=5)
 
 
 def _served_certificate(address: str, security: ClientSecurity) -> bytes:
