@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import threading
 import time
 
@@ -39,6 +40,14 @@ logger = logging.getLogger(__name__)
 tracer = EngineTracer("seglog.storage_node.bulk")
 
 DEFAULT_MAX_CONNECTIONS = 256
+# A connection proves itself with its first request's grant. Until then it holds a slot and a
+# thread for nothing, so it gets this long to send that request whole (TLS handshake
+# included), and one peer address may hold only so many such connections at a time: idle
+# strangers can neither keep slots nor take them all. Afterwards a connection may idle as long
+# as Kafka lets a client connection (connections.max.idle.ms).
+DEFAULT_FIRST_REQUEST_TIMEOUT_MS = 10_000
+DEFAULT_MAX_UNVERIFIED_PER_PEER = 16
+DEFAULT_IDLE_TIMEOUT_MS = 600_000
 
 
 class BulkServer:
@@ -50,6 +59,9 @@ class BulkServer:
         secret: bytes,
         *,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        first_request_timeout_ms: int = DEFAULT_FIRST_REQUEST_TIMEOUT_MS,
+        max_unverified_per_peer: int = DEFAULT_MAX_UNVERIFIED_PER_PEER,
+        idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         tls: TlsFiles | None = None,
         metrics: RequestMetrics | None = None,
     ) -> None:
@@ -62,6 +74,11 @@ class BulkServer:
         self.node_id = node_id
         self.secret = secret
         self.max_connections = max_connections
+        self.first_request_timeout_s = first_request_timeout_ms / 1000
+        self.max_unverified_per_peer = max_unverified_per_peer
+        self.idle_timeout_s = idle_timeout_ms / 1000
+        self._unverified: dict[str, int] = {}  # peer host -> connections yet to verify
+        self.refused_connections = 0
         self._socket = socket.create_server((host, int(port)), reuse_port=False)
         self.host = host
         self.port = self._socket.getsockname()[1]
@@ -93,18 +110,36 @@ class BulkServer:
     def _accept_loop(self) -> None:
         while not self._stopping:
             try:
-                conn, _ = self._socket.accept()
+                conn, peer = self._socket.accept()
             except OSError:
                 return
+            host = peer[0]
             with self._lock:
-                if len(self._connections) >= self.max_connections:
+                if (
+                    len(self._connections) >= self.max_connections
+                    or self._unverified.get(host, 0) >= self.max_unverified_per_peer
+                ):
+                    self.refused_connections += 1
                     conn.close()  # the client falls back to the gRPC path
                     continue
                 self._connections.add(conn)
+                self._unverified[host] = self._unverified.get(host, 0) + 1
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._serve, args=(conn,), name="bulk", daemon=True).start()
+            _receive_timeout(conn, self.first_request_timeout_s)
+            threading.Thread(
+                target=self._serve, args=(conn, host), name="bulk", daemon=True
+            ).start()
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _verified(self, host: str) -> None:
+        with self._lock:
+            left = self._unverified.get(host, 0) - 1
+            if left > 0:
+                self._unverified[host] = left
+            else:
+                self._unverified.pop(host, None)
+
+    def _serve(self, conn: socket.socket, host: str) -> None:
+        unverified = True
         try:
             if self._ssl is not None:
                 plain = conn
@@ -118,11 +153,17 @@ class BulkServer:
                     return
                 if not self._answer(conn, request):
                     return
+                if unverified:
+                    unverified = False
+                    self._verified(host)
+                    _receive_timeout(conn, self.idle_timeout_s)
         except (OSError, ConnectionError, SeglogError) as exc:
             logger.debug("bulk connection ended: %s", exc)
         except Exception:
             logger.exception("bulk connection failed")
         finally:
+            if unverified:
+                self._verified(host)
             with self._lock:
                 self._connections.discard(conn)
             _shutdown(conn)
@@ -251,3 +292,15 @@ def _shutdown(conn: socket.socket) -> None:
         conn.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
+
+
+def _receive_timeout(conn: socket.socket, seconds: float) -> None:
+    """Bound each receive, not sends: a Python socket timeout would make the descriptor
+    non-blocking, and os.sendfile on it would fail whenever the send buffer is full. A
+    receive that times out raises BlockingIOError, which ends the connection."""
+    whole = int(seconds)
+    conn.setsockopt(
+        socket.SOL_SOCKET,
+        socket.SO_RCVTIMEO,
+        struct.pack("ll", whole, int((seconds - whole) * 1_000_000)),
+    )

@@ -232,6 +232,7 @@ class StorageNode:
                 self.replicas,
                 self.config.node_id,
                 self.config.cluster_secret,
+                first_request_timeout_ms=self.config.bulk_first_request_timeout_ms,
                 tls=self.config.tls,
                 metrics=self.metrics,
             )

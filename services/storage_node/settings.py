@@ -96,6 +96,12 @@ class NodeConfig:
     advertised_bulk_address: str | None = setting(
         None, "bulk address clients should dial (default: the bound one)"
     )
+    bulk_first_request_timeout_ms: int = setting(
+        10_000,
+        "how long a new bulk connection has to send its first request whole before it is "
+        "closed (a peer address holds at most 16 such connections at once)",
+        parse=_milliseconds,
+    )
     # TLS: the node's certificate (subject `node-<id>`, from the cluster CA) and the CA. Its
     # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
     # certificate; it dials the gateway and its peers with its own.

@@ -305,3 +305,50 @@ def test_the_node_copies_no_record_bytes_in_user_space(cluster, monkeypatch):
     # Only batch headers are read (to find where the bytes end); the records go by sendfile.
     assert sum(read_bytes) < total // 100
     reader.close()
+
+
+def _closed_by_peer(conn: socket.socket) -> bool:
+    try:
+        return conn.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_idle_strangers_neither_keep_nor_take_the_bulk_slots(cluster):
+    """300 connections from one address that never send a request: the node holds at most
+    16 of them, and a consumer from another address reads through the bulk path meanwhile; a
+    stranger's connection is closed at its first-request deadline. (Before: all 256 slots
+    taken for as long as the strangers liked, legitimate bulk fetches reset, a thread per
+    connection.)"""
+    _fill(cluster, "guarded")
+    node = cluster.leader_of("guarded", 0)
+    host, port = node.bulk.address.rsplit(":", 1)
+
+    def stranger(source: str) -> socket.socket:
+        return socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0))
+
+    strangers = [stranger("127.0.0.2") for _ in range(300)]
+    try:
+        assert wait_until(lambda: node.bulk.refused_connections == 300 - 16)
+        assert node.bulk._unverified == {"127.0.0.2": 16}
+        served = []
+        real = node.bulk._answer
+        node.bulk._answer = lambda conn, request: served.append(1) or real(conn, request)
+        with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("guarded", 0)])
+            got = []
+            assert wait_until(
+                lambda: got.extend(r.value for r in consumer.poll(timeout_ms=50)) or len(got) >= 150
+            )
+        assert served, "the consumer read from the bulk listener"
+        refused = strangers[16:]  # accepted in order: the first 16 are held
+        assert all(_closed_by_peer(conn) for conn in refused)
+        # The deadline (--bulk-first-request-timeout-ms), on a connection from a third address.
+        node.bulk.first_request_timeout_s = 0.5
+        late = stranger("127.0.0.3")
+        strangers.append(late)
+        assert _closed_by_peer(late)
+        assert wait_until(lambda: "127.0.0.3" not in node.bulk._unverified)
+    finally:
+        for conn in strangers:
+            conn.close()
