@@ -303,6 +303,11 @@ class Gateway:
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
+        if self.config.cluster_secret is None:
+            logger.warning(
+                "no cluster secret (SEGLOG_CLUSTER_SECRET): no transfer grants, so the bulk "
+                "fetch path is off and consumers fetch through the gateway"
+            )
         if self.internal_server is not None:
             logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
 

@@ -238,6 +238,11 @@ class StorageNode:
             )
             self.bulk.start()
             self.replicas.cluster_secret = self.config.cluster_secret
+        else:
+            logger.warning(
+                "no cluster secret (SEGLOG_CLUSTER_SECRET): the bulk fetch path is off, "
+                "consumers and followers fetch over gRPC"
+            )
         serving.set_serving(self.health, [SERVICE_NAME], True)
         logger.info(
             "storage node %d serving on %s (%d partitions)",

@@ -187,6 +187,12 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                     mounts[mount["mountPath"]] = local
                     identities[command] = identity
             env = _env(container, tmp_path, mounts)
+            # A missing Secret stops the pod (CreateContainerConfigError) rather than starting
+            # it without what the Secret holds: the cluster secret's absence would silently
+            # turn the bulk path off.
+            for item in container.get("env", []):
+                ref = item.get("valueFrom", {}).get("secretKeyRef")
+                assert ref is None or not ref.get("optional", False), (command, item["name"])
             # Every variable set is read: by a flag of the service, by us, by OpenTelemetry,
             # or only to build another one's value.
             config, flags_read = _parse(command, container.get("args", []), env, monkeypatch)
