@@ -13,6 +13,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 
 from seglog.errors import InvalidConfigError, PermissionDeniedError
+from seglog.records.inflation_budget import PROCESS_BUDGET, return_large_buffers_to_the_system
 from seglog.rpc import wire
 from seglog.rpc.status import abort
 from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
@@ -223,6 +224,8 @@ class StorageNode:
             # be its previous life's: a restarted node whose log was cut at recovery must not
             # lead on a stale push naming it leader. The first answered heartbeat unfences.
             self.replicas.fence("starting: not registered with the registry yet")
+        PROCESS_BUDGET.limit_bytes = self.config.inflation_budget_bytes
+        return_large_buffers_to_the_system()
         self.replicas.start()
         self.applier.start()
         if self.config.cluster_secret is not None:

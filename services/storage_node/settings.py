@@ -36,6 +36,13 @@ def _true_or_false_any_case(text: str) -> bool:
     return text.lower() == "true"
 
 
+def _positive_bytes(text: str) -> int:
+    value = int(text)
+    if value < 1024 * 1024:
+        raise ValueError(f"{value} bytes is below the 1 MiB a decompression step takes")
+    return value
+
+
 def _milliseconds(text: str) -> int:
     if not text.isdigit():
         raise ValueError("must be a number of ms")
@@ -95,6 +102,12 @@ class NodeConfig:
     bulk_listen: str | None = setting(None, "bulk fetch address (default: any port)")
     advertised_bulk_address: str | None = setting(
         None, "bulk address clients should dial (default: the bound one)"
+    )
+    inflation_budget_bytes: int = setting(
+        256 * 1024 * 1024,
+        "memory for decompressing produced batches to check them, shared by every request "
+        "at once (a batch that finds no room is refused as retriable)",
+        parse=_positive_bytes,
     )
     bulk_first_request_timeout_ms: int = setting(
         10_000,

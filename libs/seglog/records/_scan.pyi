@@ -2,7 +2,7 @@
 from typing import Any
 
 def scan_records(
-    section: bytes | memoryview, record_count: int, require_keys: bool
+    section: bytes | bytearray | memoryview, record_count: int, require_keys: bool
 ) -> tuple[int, int]: ...
 def scan_input(
     view: bytes | memoryview,

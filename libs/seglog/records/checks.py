@@ -8,7 +8,8 @@ Header (`check_batch`): magic, batchLength against the header and the input, the
 recordCount against lastOffsetDelta, a known codec, the CRC-32C.
 
 Inside (as Kafka's LogValidator): the records section decompresses under the declared codec
-to at most `max_uncompressed_bytes`; it holds exactly recordCount records whose lengths,
+to at most `max_uncompressed_bytes`, within the process's budget for inflating batches
+(inflation_budget.py); it holds exactly recordCount records whose lengths,
 varints and fields agree (`_scan.scan_records`, in C: no Python work per record);
 offset deltas are 0, 1, 2, ...; on a compacted topic every record has a key (Kafka's
 INVALID_RECORD); and the header's timestamps agree with the records': maxTimestamp is not
@@ -38,7 +39,8 @@ from .batch import (
     check_header,
     read_header,
 )
-from .compression import decompress
+from .compression import decompress_into_budget
+from .inflation_budget import PROCESS_BUDGET
 from .legacy import read_message
 
 
@@ -140,19 +142,23 @@ def check_records(
             f"batch at position {position}: maxTimestamp {header.max_timestamp} is below "
             f"baseTimestamp {header.base_timestamp}"
         )
-    section: bytes | memoryview = view[position + HEADER_BYTES : position + header.size_in_bytes]
+    raw = view[position + HEADER_BYTES : position + header.size_in_bytes]
     codec = header.attributes & COMPRESSION_MASK
-    if codec:
-        try:
-            section = decompress(codec, section, max_uncompressed_bytes)
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(f"batch at position {position}: {exc}") from None
     control = bool(header.attributes & CONTROL_MASK)
-    try:
-        low, high = scan_records(section, header.record_count, require_keys and not control)
-    except ValueError as exc:
-        error = InvalidRecordError if "null key" in str(exc) else CorruptRecordError
-        raise error(f"batch at position {position}: {exc}") from None
+    # The inflated section is held, and counted in the process's budget, until it is scanned.
+    with PROCESS_BUDGET.reservation() as grow:
+        section: bytes | bytearray | memoryview = raw
+        if codec:
+            try:
+                section = decompress_into_budget(codec, raw, max_uncompressed_bytes, grow)
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"batch at position {position}: {exc}") from None
+        try:
+            low, high = scan_records(section, header.record_count, require_keys and not control)
+        except ValueError as exc:
+            error = InvalidRecordError if "null key" in str(exc) else CorruptRecordError
+            raise error(f"batch at position {position}: {exc}") from None
+        del section
     timestamps = RecordTimestamps(header.base_timestamp + low, header.base_timestamp + high)
     log_append_time = header.attributes & TIMESTAMP_TYPE_MASK
     if (

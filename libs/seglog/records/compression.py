@@ -29,7 +29,8 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from ..errors import CorruptRecordError, UnsupportedCompressionError
+from ..errors import CorruptRecordError, SeglogError, UnsupportedCompressionError
+from .inflation_budget import Grow, unlimited
 
 
 class CompressionType(enum.IntEnum):
@@ -69,19 +70,27 @@ class _TooLarge(Exception):
     pass
 
 
-def _gzip_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
+def _gzip_decompress(data: bytes | memoryview, max_bytes: int, grow: Grow) -> bytearray:
     # wbits=47 accepts gzip or zlib headers; concatenated members are legal gzip.
     out = bytearray()
     remaining = bytes(data)
     while remaining:
         d = zlib.decompressobj(47)
-        out += d.decompress(remaining, min(max_bytes + 1 - len(out), UNBOUNDED_BYTES))
-        if len(out) > max_bytes:
-            raise _TooLarge
+        pending = remaining
+        while not d.eof:
+            step = _step(out, max_bytes)
+            grow(step)
+            produced = d.decompress(pending, step)
+            out += produced
+            if len(out) > max_bytes:
+                raise _TooLarge
+            pending = d.unconsumed_tail
+            if not produced and not pending:
+                break  # input exhausted before the end-of-stream marker
         if not d.eof:
             raise CorruptRecordError("gzip stream ends before its end-of-stream marker")
         remaining = d.unused_data
-    return bytes(out)
+    return out
 
 
 def _snappy_compress(data: bytes | memoryview) -> bytes:
@@ -107,11 +116,13 @@ def _raw_snappy_length(block: memoryview) -> int:
     raise CorruptRecordError("snappy block has no valid length preamble")
 
 
-def _snappy_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
+def _snappy_decompress(data: bytes | memoryview, max_bytes: int, grow: Grow) -> bytes | bytearray:
     view = memoryview(data)
     if bytes(view[:8]) != _XERIAL_HEADER:
-        if _raw_snappy_length(view) > max_bytes:
+        length = _raw_snappy_length(view)
+        if length > max_bytes:
             raise _TooLarge
+        grow(length)
         return bytes(cramjam.snappy.decompress_raw(view))
     out = bytearray()
     pos = len(_XERIAL_PREAMBLE)
@@ -127,11 +138,13 @@ def _snappy_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
                 f"runs past the end of the stream ({end} bytes)"
             )
         block = view[pos : pos + block_bytes]
-        if len(out) + _raw_snappy_length(block) > max_bytes:
+        length = _raw_snappy_length(block)
+        if len(out) + length > max_bytes:
             raise _TooLarge
+        grow(length)
         out += cramjam.snappy.decompress_raw(block)
         pos += block_bytes
-    return bytes(out)
+    return out
 
 
 def _lz4_compress(data: bytes | memoryview) -> bytes:
@@ -142,7 +155,7 @@ def _lz4_compress(data: bytes | memoryview) -> bytes:
     return compressed
 
 
-def _lz4_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
+def _lz4_decompress(data: bytes | memoryview, max_bytes: int, grow: Grow) -> bytes | bytearray:
     if max_bytes >= UNBOUNDED_BYTES:
         decompressed: bytes = lz4.frame.decompress(data)
         return decompressed
@@ -150,15 +163,19 @@ def _lz4_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
     remaining = bytes(data)
     while remaining:  # one or more frames, each read in bounded steps
         d = lz4.frame.LZ4FrameDecompressor()
-        out += d.decompress(remaining, max_length=_step(out, max_bytes))
+        step = _step(out, max_bytes)
+        grow(step)
+        out += d.decompress(remaining, max_length=step)
         while not d.eof and not d.needs_input and len(out) <= max_bytes:
-            out += d.decompress(b"", max_length=_step(out, max_bytes))
+            step = _step(out, max_bytes)
+            grow(step)
+            out += d.decompress(b"", max_length=step)
         if len(out) > max_bytes:
             raise _TooLarge
         if not d.eof:
             raise CorruptRecordError("lz4 stream ends before its end mark")
         remaining = d.unused_data
-    return bytes(out)
+    return out
 
 
 # Bounded decompressors produce output in steps of at most this, so a bound of many
@@ -177,22 +194,24 @@ def _zstd_compress(data: bytes | memoryview) -> bytes:
     return _ZSTD_COMPRESSOR.compress(data)
 
 
-def _zstd_decompress(data: bytes | memoryview, max_bytes: int) -> bytes:
+def _zstd_decompress(data: bytes | memoryview, max_bytes: int, grow: Grow) -> bytes | bytearray:
     # The frame may omit its content size (streaming writers do): read across frames.
     if max_bytes >= UNBOUNDED_BYTES:
         return zstandard.ZstdDecompressor().decompressobj().decompress(data)
     reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
     out = bytearray()
     while len(out) <= max_bytes:
-        chunk = reader.read(_step(out, max_bytes))
+        step = _step(out, max_bytes)
+        grow(step)
+        chunk = reader.read(step)
         if not chunk:
-            return bytes(out)
+            return out
         out += chunk
     raise _TooLarge
 
 
 _Codec = Callable[[bytes | memoryview], bytes]
-_BoundedCodec = Callable[[bytes | memoryview, int], bytes]
+_BoundedCodec = Callable[[bytes | memoryview, int, Grow], bytes | bytearray]
 _COMPRESSORS: dict[int, _Codec] = {
     CompressionType.GZIP: _gzip_compress,
     CompressionType.SNAPPY: _snappy_compress,
@@ -234,17 +253,25 @@ def compress(codec_id: int, data: bytes | memoryview) -> bytes:
 def decompress(codec_id: int, data: bytes | memoryview, max_bytes: int = UNBOUNDED_BYTES) -> bytes:
     """Decompress one records section, to at most `max_bytes`; any codec failure, and an
     output that would pass the bound, becomes CorruptRecordError."""
+    return bytes(decompress_into_budget(codec_id, data, max_bytes, unlimited))
+
+
+def decompress_into_budget(
+    codec_id: int, data: bytes | memoryview, max_bytes: int, grow: Grow
+) -> bytes | bytearray:
+    """`decompress`, reserving memory with `grow(nbytes)` before each step of output
+    (inflation_budget.py), and without a final copy: a check reads the bytes and drops them."""
     codec = check_codec(codec_id)
     if codec is CompressionType.NONE:
         return bytes(data)
     try:
-        return _DECOMPRESSORS[codec](data, max_bytes)
+        return _DECOMPRESSORS[codec](data, max_bytes, grow)
     except _TooLarge:
         raise CorruptRecordError(
             f"{codec.name.lower()} records section of {len(data)} bytes decompresses to more "
             f"than {max_bytes} bytes"
         ) from None
-    except CorruptRecordError:
+    except SeglogError:  # CorruptRecordError, or the budget's refusal
         raise
     except Exception as exc:  # each codec library raises its own error types
         raise CorruptRecordError(
