@@ -116,8 +116,9 @@ class NodeConfig:
         parse=_milliseconds,
     )
     # TLS: the node's certificate (subject `node-<id>`, from the cluster CA) and the CA. Its
-    # gRPC API then takes only mutual-TLS callers holding the gateway's or a node's
-    # certificate; it dials the gateway and its peers with its own.
+    # gRPC API then takes only mutual-TLS callers holding the gateway's certificate, or a
+    # node's for what replication needs as that node (server.py); it dials the gateway and
+    # its peers with its own.
     tls: TlsFiles | None = setting(
         None,
         "TLS files",
