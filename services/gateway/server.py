@@ -62,7 +62,13 @@ class Gateway:
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
-            self.keyspace = EtcdKeyspace(config.registry_etcd, config.registry_etcd_prefix)
+            self.keyspace = EtcdKeyspace(
+                config.registry_etcd,
+                config.registry_etcd_prefix,
+                tls=config.registry_etcd_tls,
+                user=config.registry_etcd_user,
+                password=config.registry_etcd_password,
+            )
             store = EtcdMetadataStore(self.keyspace)
             sessions = EtcdNodeSessions(self.keyspace, config.session_timeout_ms)
         self.registry = Registry(

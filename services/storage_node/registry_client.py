@@ -37,7 +37,7 @@ from collections.abc import Mapping
 import grpc
 from opentelemetry import trace
 
-from seglog.rpc.channels import channel_target, open_channel
+from seglog.rpc.channels import channel_target, open_channel, tls_server_name
 from seglog.rpc.status import error_from_code
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -87,6 +87,7 @@ class RegistrySession:
         self._channel = open_channel(
             channel_target(gateway, DEFAULT_GATEWAY_PORT),
             credentials=None if tls is None else channel_credentials(tls),
+            server_name=tls_server_name(gateway),
         )
         self._stub = gateway_pb2_grpc.RegistryStub(self._channel)
         self._stop = threading.Event()

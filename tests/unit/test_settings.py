@@ -80,6 +80,8 @@ NODE_FLAGS = [
 DESCRIBED_NAMES = [
     "registry.etcd",
     "registry.etcd.prefix",
+    "registry.etcd.security.protocol",
+    "registry.etcd.user",
     "advertised.listener",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",

@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from ..errors import SeglogError
 from ..rpc import wire
-from ..rpc.channels import channel_target, open_channel
+from ..rpc.channels import channel_target, open_channel, tls_server_name
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -75,10 +75,11 @@ class GatewayClient:
     ) -> None:
         """`security`: TLS settings (None: plaintext); by default from SEGLOG_TLS_CA,
         SEGLOG_TLS_CERT and SEGLOG_TLS_KEY when set."""
-        self.bootstrap = with_default_port(bootstrap or default_bootstrap())
+        given = bootstrap or default_bootstrap()
+        self.bootstrap = with_default_port(given)
         self.timeout_s = timeout_s
         self.security = ClientSecurity.resolve() if security is _FROM_ENV else security
-        self._channel = self._open(self.bootstrap)
+        self._channel = self._open(self.bootstrap, tls_server_name(given))
         self._extra_channels: list[grpc.Channel] = []
         # Group calls go to each group's coordinating gateway (coordinators.py).
         self.group_coordinators = GroupCoordinators(self._channel, self._open_extra)
@@ -90,13 +91,14 @@ class GatewayClient:
             response_deserializer=common_pb2.ProduceResponse.FromString,
         )
 
-    def _open(self, target: str) -> grpc.Channel:
+    def _open(self, target: str, server_name: str | None = None) -> grpc.Channel:
         provider = _tracer_provider
         return open_channel(
             target,
             traced=provider is not None,
             tracer_provider=provider,
             credentials=None if self.security is None else self.security.channel_credentials(),
+            server_name=server_name,
         )
 
     def _open_extra(self, address: str) -> grpc.Channel:

@@ -56,6 +56,20 @@ def channel_target(addresses: str, default_port: int) -> str:
     raise ValueError(f"none of {addresses!r} resolves to an address")
 
 
+def tls_server_name(addresses: str) -> str | None:
+    """The name to check servers' certificates against when several comma-separated
+    addresses share one target: the first one's host, as given. (The combined target is a list
+    of resolved addresses, whose text would otherwise be taken as the host name and match no
+    certificate.) None for a single address: gRPC checks its own host."""
+    parts = [part.strip() for part in addresses.split(",") if part.strip()]
+    if len(parts) < 2:
+        return None
+    first = parts[0]
+    if first.startswith("["):
+        return first[1:].split("]", 1)[0]
+    return first.rsplit(":", 1)[0] if ":" in first else first
+
+
 def _with_port(address: str, default_port: int) -> str:
     """`host` -> `host:<default_port>` (gRPC would otherwise try 443); `host:port`,
     `[v6]:port` and scheme-prefixed targets (`unix:`, `dns:`, ...) stay as they are."""
@@ -72,10 +86,15 @@ def open_channel(
     traced: bool = False,
     tracer_provider: trace.TracerProvider | None = None,
     credentials: grpc.ChannelCredentials | None = None,
+    server_name: str | None = None,
 ) -> grpc.Channel:
-    """A channel to a seglog server; TLS when `credentials` are given (security/tls.py)."""
+    """A channel to a seglog server; TLS when `credentials` are given (security/tls.py),
+    checking certificates against `server_name` when given (`tls_server_name`)."""
     if credentials is not None:
-        channel = grpc.secure_channel(address, credentials, options=channel_options())
+        options = channel_options()
+        if server_name is not None:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        channel = grpc.secure_channel(address, credentials, options=options)
     else:
         channel = grpc.insecure_channel(address, options=channel_options())
     if traced:

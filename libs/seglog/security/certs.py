@@ -111,7 +111,8 @@ class CertificateAuthority:
         not_before: datetime.datetime | None = None,
     ) -> Issued:
         """A key and a certificate for `identity` (its common name), usable as server and
-        client certificate."""
+        client certificate. `identity` "": no common name at all — what etcd's JSON gateway
+        requires of its clients when it checks client certificates."""
         key = ec.generate_private_key(ec.SECP256R1())
         start = not_before or datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
         names: list[x509.GeneralName] = []
@@ -122,7 +123,9 @@ class CertificateAuthority:
                 names.append(x509.DNSName(host))
         cert = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)]))
+            .subject_name(
+                x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)] if identity else [])
+            )
             .issuer_name(self.cert.subject)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())

@@ -43,6 +43,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Etcd3Exception
 
 from seglog.errors import RegistryUnavailableError
+from seglog.security.tls import TlsFiles
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,14 @@ def _range_end(prefix: str) -> str:
 
 class EtcdKeyspace:
     def __init__(
-        self, endpoints: str, prefix: str = DEFAULT_PREFIX, *, timeout_s: float = 5.0
+        self,
+        endpoints: str,
+        prefix: str = DEFAULT_PREFIX,
+        *,
+        timeout_s: float = 5.0,
+        tls: TlsFiles | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.prefix = prefix.rstrip("/") + "/"
         self.endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
@@ -94,12 +102,35 @@ class EtcdKeyspace:
             raise ValueError("no etcd endpoint given")
         self._clients = []
         for endpoint in self.endpoints:
-            host, _, port = endpoint.removeprefix("http://").rpartition(":")
+            secure = endpoint.startswith("https://")
+            if secure and (tls is None or tls.ca is None):
+                raise ValueError(
+                    f"etcd endpoint {endpoint} is https: the gateway needs a client "
+                    f"certificate for it (--registry-etcd-cert, -key and -ca)"
+                )
+            host, _, port = (
+                endpoint.removeprefix("https://").removeprefix("http://").rpartition(":")
+            )
             self._clients.append(
                 Etcd3Client(
-                    host=host or "127.0.0.1", port=int(port), timeout=timeout_s, api_path=_API_PATH
+                    host=host or "127.0.0.1",
+                    port=int(port),
+                    protocol="https" if secure else "http",
+                    # Paths, read at each new connection: rotated certificates are picked up.
+                    ca_cert=str(tls.ca) if secure and tls and tls.ca else None,
+                    cert_cert=str(tls.cert) if secure and tls else None,
+                    cert_key=str(tls.key) if secure and tls else None,
+                    timeout=timeout_s,
+                    api_path=_API_PATH,
                 )
             )
+            # The environment's CA bundle (REQUESTS_CA_BUNDLE) would override the cluster CA
+            # given above, and its proxies have no business between a gateway and etcd.
+            self._clients[-1].session.trust_env = False
+        if user is not None and password is None:
+            raise ValueError(f"etcd user {user!r} needs its password")
+        self._login = None if user is None else {"name": user, "password": password}
+        self._logged_in = [False] * len(self._clients)
         self._current = 0
         self._lock = threading.Lock()
         self._unreachable_since: float | None = None  # time.monotonic(), while cut off
@@ -161,9 +192,8 @@ class EtcdKeyspace:
         last: Exception | None = None
         for step in range(len(self._clients)):
             index = (start + step) % len(self._clients)
-            client = self._clients[index]
             try:
-                result: dict[str, Any] = client.post(client.get_url(path), json=body)
+                result: dict[str, Any] = self._post_logged_in(index, path, body)
             except (ConnectionFailedError, ConnectionTimeoutError) as exc:
                 last = exc
                 continue
@@ -332,6 +362,31 @@ class EtcdKeyspace:
             except RegistryUnavailableError:
                 backoff_s = min(backoff_s * 2, _WATCH_RETRY_MAX_S)
         return -1
+
+    def _post_logged_in(self, index: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The call on one endpoint, logged in first when etcd's auth is on. etcd's tokens
+        lapse (simple tokens after 5 idle minutes, and on any restart of the member): a call
+        refused for its token logs in again and is tried once more."""
+        client = self._clients[index]
+        if self._login is not None and not self._logged_in[index]:
+            self._log_in(index)
+        try:
+            answer: dict[str, Any] = client.post(client.get_url(path), json=body)
+            return answer
+        except Etcd3Exception as exc:
+            if self._login is None or "auth token" not in str(exc.detail_text):
+                raise
+        self._log_in(index)
+        again: dict[str, Any] = client.post(client.get_url(path), json=body)
+        return again
+
+    def _log_in(self, index: int) -> None:
+        client = self._clients[index]
+        client.session.headers.pop("Authorization", None)
+        answer = client.post(client.get_url("/auth/authenticate"), json=self._login)
+        # Later calls, the watch stream's included, carry the token in the session's headers.
+        client.session.headers["Authorization"] = answer["token"]
+        self._logged_in[index] = True
 
     def _stream(self, start_revision: int) -> None:
         with self._lock:
