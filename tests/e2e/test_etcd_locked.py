@@ -16,6 +16,7 @@ import requests
 
 from devtools.embedded_etcd import EtcdProcess
 from seglog.security.tls import TlsFiles
+from services.gateway.coordination.etcd_auth import lock_down
 from tests.cluster import local_cluster_command
 from tests.waiting import wait_until
 
@@ -104,6 +105,9 @@ def test_a_cluster_runs_on_a_locked_etcd_that_refuses_everyone_else(tmp_path):
             _read_registry(etcd, verify=str(client.ca))  # no client certificate
         assert _read_registry(etcd, **mutual).status_code != 200  # a certificate, no user
         assert _log_in(etcd, "gateway", "guessed", **mutual).status_code != 200
+        # Locking it again (the overlay's Job runs again) sees auth on and changes nothing.
+        assert not lock_down(etcd, "/seglog/", {"gateway": "other"}, "other", client)
+        assert _log_in(etcd, "gateway", password, **mutual).status_code == 200
         named = {"verify": str(admin.ca), "cert": (str(admin.cert), str(admin.key))}
         assert _read_registry(etcd, token, **named).status_code != 200
     finally:

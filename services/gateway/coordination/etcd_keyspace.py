@@ -79,7 +79,7 @@ def _unb64(data: str) -> str:
     return base64.b64decode(data).decode()
 
 
-def _range_end(prefix: str) -> str:
+def range_end(prefix: str) -> str:
     """etcd's end of the range of keys starting with `prefix`."""
     raw = prefix.encode()
     return b64(raw[:-1] + bytes([raw[-1] + 1]))
@@ -215,7 +215,7 @@ class EtcdKeyspace:
         """The keys (one, or all starting with `name`) and the store's revision."""
         body = {"key": b64(self.key(name))}
         if prefix:
-            body["range_end"] = _range_end(self.key(name))
+            body["range_end"] = range_end(self.key(name))
         result = self._post("/kv/range", body)
         return int(result["header"]["revision"]), [self._kv(kv) for kv in result.get("kvs", [])]
 
@@ -394,7 +394,7 @@ class EtcdKeyspace:
         request: dict[str, Any] = {
             "create_request": {
                 "key": b64(self.prefix),
-                "range_end": _range_end(self.prefix),
+                "range_end": range_end(self.prefix),
                 "start_revision": start_revision,
             }
         }
