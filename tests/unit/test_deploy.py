@@ -15,6 +15,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from seglog.security.certs import GATEWAY_IDENTITY, CertificateAuthority, node_id_of
 from services import command_line
@@ -119,9 +121,11 @@ def _env(container, config_dir: Path, mounts: dict[str, Path]) -> dict[str, str]
             value = FIELD_SAMPLES[item["valueFrom"]["fieldRef"]["fieldPath"]]
         else:
             value = SECRET_SAMPLE
-        for mount_path, local in mounts.items():
+        # The deepest mount holding the path (/etc/seglog/tls inside /etc/seglog).
+        for mount_path, local in sorted(mounts.items(), key=lambda item: -len(item[0])):
             if value.startswith(mount_path + "/"):
                 value = str(local / value[len(mount_path) + 1 :])
+                break
         env[item["name"]] = value
     return env
 
@@ -132,9 +136,15 @@ _CA = CertificateAuthority.create()
 def _certificate_identity(volume) -> str:
     if "csi" in volume:
         attributes = volume["csi"]["volumeAttributes"]
-        name = attributes["csi.cert-manager.io/common-name"]
+        # No common name: a certificate for etcd's JSON gateway, which refuses one.
+        name = attributes.get("csi.cert-manager.io/common-name", "")
         return name.replace("${POD_NAME}", FIELD_SAMPLES["metadata.name"])
     return GATEWAY_IDENTITY if "gateway" in volume["secret"]["secretName"] else "unknown"
+
+
+def _subject_common_names(cert_path: Path) -> list[str]:
+    certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    return [a.value for a in certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
 
 
 def _write_certificate(directory: Path, identity: str) -> None:
@@ -185,7 +195,8 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                     identity = _certificate_identity(volume)
                     _write_certificate(local, identity)
                     mounts[mount["mountPath"]] = local
-                    identities[command] = identity
+                    if identity:
+                        identities[command] = identity
             env = _env(container, tmp_path, mounts)
             # A missing Secret stops the pod (CreateContainerConfigError) rather than starting
             # it without what the Secret holds: the cluster secret's absence would silently
@@ -229,6 +240,12 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 (members,) = [o["spec"]["replicas"] for o in etcd if o["kind"] == "StatefulSet"]
                 assert members == 3
                 assert len(config.registry_etcd.split(",")) == members
+                # Locked down (etcd.yaml): TLS with a certificate etcd's JSON gateway takes
+                # (no common name), and a user of etcd's role-based auth.
+                assert all(e.startswith("https://") for e in config.registry_etcd.split(","))
+                assert config.registry_etcd_tls is not None
+                assert not _subject_common_names(config.registry_etcd_tls.cert)
+                assert config.registry_etcd_user and config.registry_etcd_password
             else:
                 (data_mount,) = data_mounts
                 assert str(config.data_dir) == data_mount["mountPath"]
