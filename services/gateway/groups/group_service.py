@@ -27,7 +27,10 @@ from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .consumer_protocol import assignment_partitions
 from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
+from .group_state import CLASSIC, Group, Member
+from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 from .offsets_store import OffsetsStore
 
 # Kafka's offset.metadata.max.bytes.
@@ -303,7 +306,7 @@ class GroupCoordinatorService:
                     client_id=member.client_id,
                     client_host=member.client_host,
                 )
-                for topic, partitions in sorted(member.assignment.items()):
+                for topic, partitions in sorted(assigned_partitions(group, member).items()):
                     out.assignment.add(topic=topic, partitions=partitions)
         return response
 
@@ -348,3 +351,14 @@ class GroupCoordinatorService:
         except SeglogError as exc:
             set_error(response, exc)
         return response
+
+
+def assigned_partitions(group: Group, member: Member) -> dict[str, list[int]]:
+    """A member's partitions: computed by the coordinator for seglog's consumers, decoded
+    from the leader's assignment bytes for Kafka consumers (other protocol types' bytes
+    are not partitions)."""
+    if group.kind != CLASSIC:
+        return member.assignment
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return {}
+    return assignment_partitions(member.assignment_bytes)
