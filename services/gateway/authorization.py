@@ -21,7 +21,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     AlterConfigs               AlterConfigs on the topic
     DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
-    JoinGroup, Heartbeat, LeaveGroup            Read on the group
+    JoinGroup, Heartbeat, LeaveGroup, SyncGroup Read on the group
     CommitOffsets              Read on the group and on each topic
     FetchOffsets, DescribeGroups, FindCoordinator  Describe on the group(s)
     DeleteGroups, DeleteOffsets                 Delete on the group(s)
@@ -120,8 +120,9 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "JoinGroup": lambda r: [("Read", "group", r.group_id)],
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
+    "SyncGroup": lambda r: [("Read", "group", r.group_id)],  # Kafka's, no gRPC method
     "CommitOffsets": lambda r: (
-        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.partitions})
+        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.offsets})
     ),
     "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
     "FindCoordinator": lambda r: [("Describe", "group", r.group_id)],

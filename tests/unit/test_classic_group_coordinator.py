@@ -107,7 +107,8 @@ def join(
 
 
 def sync(coordinator, joined, assignments=None, *, instance=None, member_id=None):
-    return coordinator.sync_group(
+    """The member's assignment bytes."""
+    protocol_type, protocol, given = coordinator.sync_group(
         GROUP,
         member_id or joined.member_id,
         joined.generation,
@@ -116,6 +117,8 @@ def sync(coordinator, joined, assignments=None, *, instance=None, member_id=None
         protocol=joined.protocol,
         assignments=assignments or {},
     )
+    assert (protocol_type, protocol) == ("consumer", joined.protocol)
+    return given
 
 
 def state_of(coordinator):

@@ -175,9 +175,9 @@ class ClassicProtocol:
         protocol_type: str | None,
         protocol: str | None,
         assignments: dict[str, bytes],
-    ) -> bytes:
-        """The member's assignment for the generation; the leader's call sets everyone's,
-        a follower's waits for it."""
+    ) -> tuple[str, str, bytes]:
+        """The group's protocol type and protocol, and the member's assignment for the
+        generation; the leader's call sets everyone's, a follower's waits for it."""
         with self._lock:
             group = self._groups.get(group_id)
             if group is None or not group.members:
@@ -198,7 +198,7 @@ class ClassicProtocol:
             if group.state == PREPARING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
             if group.state == STABLE:
-                return member.assignment_bytes
+                return group.protocol_type, group.strategy, member.assignment_bytes
             group.pending_sync.discard(member_id)
             if member_id == group.leader:
                 for each in group.members.values():
@@ -208,7 +208,7 @@ class ClassicProtocol:
                 group.state = STABLE
                 self._state_changed(group)
                 self._changed.notify_all()
-                return member.assignment_bytes
+                return group.protocol_type, group.strategy, member.assignment_bytes
             member.awaiting_sync = True
             while member.awaiting_sync:
                 if self._stop.is_set():
@@ -221,7 +221,7 @@ class ClassicProtocol:
                     member.awaiting_sync = False
                     raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
                 self._changed.wait()
-            return member.assignment_bytes
+            return group.protocol_type, group.strategy, member.assignment_bytes
 
     def leave_members(
         self: _Coordinator, group_id: str, leaving: Sequence[tuple[str, str | None]]
