@@ -1,0 +1,350 @@
+"""Consumer groups over Kafka's protocol with Kafka's own clients: librdkafka (confluent-kafka)
+and kafka-python consumers subscribe as groups of Kafka's classic protocol (the leader member
+assigns), rebalance as members come and go, commit and read their offsets; a static member
+restarts without a rebalance; offsets cross between the Kafka and gRPC APIs both ways; and
+Kafka's admin clients list, describe and delete groups and offsets."""
+
+from __future__ import annotations
+
+import io
+from argparse import Namespace
+from collections import Counter
+
+import confluent_kafka
+import confluent_kafka.admin
+import kafka
+import pytest
+from kafka.admin import KafkaAdminClient
+from kafka.structs import TopicPartition as KafkaTopicPartition
+
+from seglog.cli.groups import describe_group
+from seglog.client.consumer import Consumer
+from seglog.client.structs import OffsetAndMetadata, TopicPartition
+from tests.cluster import LocalCluster
+from tests.waiting import wait_until
+
+TIMEOUT_S = 30
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-groups"), nodes=3)
+    yield c
+    c.close()
+
+
+def create_topic(cluster, topic, partitions=PARTITIONS):
+    cluster.admin.create_topic(topic, partitions, 3)
+
+
+def produce(cluster, topic, values, partitions=PARTITIONS):
+    """acks=all, each value to partition value % partitions."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address, "acks": "all"})
+    for value in values:
+        producer.produce(topic, value=str(value).encode(), partition=value % partitions)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def rdkafka_consumer(cluster, group, **config):
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "heartbeat.interval.ms": 200,
+            "session.timeout.ms": 10_000,
+            **config,
+        }
+    )
+
+
+class Reader:
+    """Polls one librdkafka consumer, committing each record synchronously after reading
+    it: a record read twice is one whose first reader's commit failed (a rebalance cut in)."""
+
+    def __init__(self, consumer, seen: Counter, uncommitted: set[int]) -> None:
+        self.consumer = consumer
+        self.seen = seen
+        self.uncommitted = uncommitted
+
+    def poll(self) -> None:
+        message = self.consumer.poll(0.05)
+        if message is None or message.error() is not None:
+            return
+        value = int(message.value())
+        self.seen[value] += 1
+        try:
+            self.consumer.commit(message=message, asynchronous=False)
+        except confluent_kafka.KafkaException:
+            self.uncommitted.add(value)
+
+    def partitions(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+
+def poll_until(readers, predicate, timeout_s=TIMEOUT_S) -> bool:
+    def step():
+        for reader in readers:
+            reader.poll()
+        return predicate()
+
+    return wait_until(step, timeout_s, interval_s=0)
+
+
+def test_librdkafka_consumers_share_partitions_through_rebalances_losing_nothing(cluster):
+    topic = "shared"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(200))
+    seen: Counter[int] = Counter()
+    uncommitted: set[int] = set()
+    first = Reader(rdkafka_consumer(cluster, "sharers"), seen, uncommitted)
+    first.consumer.subscribe([topic])
+    assert poll_until([first], lambda: first.partitions() == set(range(PARTITIONS)))
+    second = Reader(rdkafka_consumer(cluster, "sharers"), seen, uncommitted)
+    second.consumer.subscribe([topic])
+    try:
+        # The second member's join rebalances the group: each gets a share, disjoint and
+        # complete, as the leader member computed it.
+        assert poll_until(
+            [first, second],
+            lambda: (
+                first.partitions()
+                and second.partitions()
+                and first.partitions() | second.partitions() == set(range(PARTITIONS))
+                and not first.partitions() & second.partitions()
+            ),
+        ), (first.partitions(), second.partitions())
+        group = cluster.gateway.coordinator.snapshot("sharers")
+        assert (group.kind, group.state, len(group.members)) == ("classic", "Stable", 2)
+        produce(cluster, topic, range(200, 400))
+        assert poll_until([first, second], lambda: len(seen) == 400), len(seen)
+    finally:
+        second.consumer.close()  # leaves the group: the first takes every partition back
+    try:
+        assert poll_until([first], lambda: first.partitions() == set(range(PARTITIONS)))
+        produce(cluster, topic, range(400, 500))
+        assert poll_until([first], lambda: len(seen) == 500), len(seen)
+        committed = first.consumer.committed(
+            [confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
+        )
+    finally:
+        first.consumer.close()
+    assert set(seen) == set(range(500))
+    assert {value for value, count in seen.items() if count > 1} <= uncommitted
+    assert [tp.offset for tp in committed] == [125] * PARTITIONS
+
+
+def test_kafka_python_consumer_group_reads_and_commits(cluster):
+    topic = "kafka-python-group"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(100))
+    consumer = kafka.KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.kafka_address,
+        group_id="kafka-python-readers",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        heartbeat_interval_ms=200,
+    )
+    values: list[int] = []
+    try:
+        wait_until(
+            lambda: (
+                values.extend(
+                    int(r.value) for rs in consumer.poll(timeout_ms=200).values() for r in rs
+                )
+                or len(values) >= 100
+            ),
+            TIMEOUT_S,
+            interval_s=0,
+        )
+        assert sorted(values) == list(range(100))
+        assert {tp.partition for tp in consumer.assignment()} == set(range(PARTITIONS))
+        consumer.commit()
+        committed = {
+            p: consumer.committed(KafkaTopicPartition(topic, p)) for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()
+    assert committed == dict.fromkeys(range(PARTITIONS), 25)
+    # The same offsets through seglog's own API: one store.
+    reader = Consumer(cluster.address, group_id="kafka-python-readers")
+    try:
+        seglog_view = reader.committed([TopicPartition(topic, p) for p in range(PARTITIONS)])
+    finally:
+        reader.close(autocommit=False)
+    assert {tp.partition: om.offset for tp, om in seglog_view.items()} == dict.fromkeys(
+        range(PARTITIONS), 25
+    )
+
+
+def test_a_static_member_restarts_without_a_rebalance(cluster):
+    topic = "static"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(40))
+    seen: Counter[int] = Counter()
+    uncommitted: set[int] = set()
+
+    def member(instance):
+        reader = Reader(
+            rdkafka_consumer(cluster, "statics", **{"group.instance.id": instance}),
+            seen,
+            uncommitted,
+        )
+        reader.consumer.subscribe([topic])
+        return reader
+
+    first, second = member("static-a"), member("static-b")
+    try:
+        assert poll_until(
+            [first, second],
+            lambda: (
+                first.partitions()
+                and second.partitions()
+                and first.partitions() | second.partitions() == set(range(PARTITIONS))
+                and len(seen) == 40
+            ),
+        )
+        before = cluster.gateway.coordinator.snapshot("statics")
+        owned = first.partitions()
+        first.consumer.close()  # a static member does not leave: its place is kept
+        first = member("static-a")
+        assert poll_until([first, second], lambda: first.partitions() == owned)
+        after = cluster.gateway.coordinator.snapshot("statics")
+        # Same generation, same members by instance, the old member id replaced.
+        assert after.generation == before.generation
+        assert after.state == "Stable"
+        assert sorted(m.group_instance_id for m in after.members.values()) == [
+            "static-a",
+            "static-b",
+        ]
+        assert set(after.members) != set(before.members)
+        assert second.partitions() == set(range(PARTITIONS)) - owned
+    finally:
+        first.consumer.close()
+        second.consumer.close()
+
+
+def test_offsets_cross_between_librdkafka_and_seglog_consumers(cluster):
+    topic = "crossing"
+    create_topic(cluster, topic)
+    # librdkafka commits, seglog reads.
+    committer = rdkafka_consumer(cluster, "crossers")
+    committer.commit(
+        offsets=[confluent_kafka.TopicPartition(topic, p, 10 + p) for p in range(PARTITIONS)],
+        asynchronous=False,
+    )
+    committer.close()
+    reader = Consumer(cluster.address, group_id="crossers")
+    try:
+        seen = reader.committed([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        assert {tp.partition: om.offset for tp, om in seen.items()} == {
+            p: 10 + p for p in range(PARTITIONS)
+        }
+        # seglog commits, librdkafka reads.
+        reader.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        reader.commit({TopicPartition(topic, p): OffsetAndMetadata(20 + p, "") for p in range(2)})
+    finally:
+        reader.close(autocommit=False)
+    checker = rdkafka_consumer(cluster, "crossers")
+    try:
+        read = checker.committed(
+            [confluent_kafka.TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10
+        )
+    finally:
+        checker.close()
+    assert [tp.offset for tp in read] == [20, 21, 12, 13]
+
+
+def test_seglogs_cli_describes_a_kafka_groups_members_and_assignment(cluster):
+    topic = "described-group"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(8))
+    seen: Counter[int] = Counter()
+    reader = Reader(rdkafka_consumer(cluster, "describers"), seen, set())
+    reader.consumer.subscribe([topic])
+    try:
+        assert poll_until([reader], lambda: len(seen) == 8)
+        out = io.StringIO()
+        assert describe_group(Namespace(bootstrap=cluster.address, group="describers"), out) == 0
+        (member_id,) = cluster.gateway.coordinator.snapshot("describers").members
+    finally:
+        reader.consumer.close()
+    lines = out.getvalue().splitlines()
+    assert "State: Stable" in lines[0] and "Strategy: range" in lines[0]
+    rows = [line.split() for line in lines[2:]]
+    assert [(row[0], row[1], row[2], row[5]) for row in rows] == [
+        (topic, str(p), "2", member_id) for p in range(PARTITIONS)
+    ]
+
+
+def test_kafka_admin_clients_list_describe_and_delete_groups_and_offsets(cluster):
+    topic = "administered"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(8))
+    seen: Counter[int] = Counter()
+    reader = Reader(rdkafka_consumer(cluster, "administered-readers"), seen, set())
+    reader.consumer.subscribe([topic])
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_address)
+    try:
+        assert poll_until([reader], lambda: len(seen) == 8)
+        listed = {g["group_id"]: g for g in admin.list_groups()}
+        assert listed["administered-readers"]["protocol_type"] == "consumer"
+        assert listed["administered-readers"]["group_state"] == "Stable"
+        described = admin.describe_groups(["administered-readers"])["administered-readers"]
+        assert described["group_state"] == "Stable"
+        assert described["protocol_data"] == "range"
+        (member,) = described["members"]
+        assignment = member["member_assignment"]["assigned_partitions"]
+        assert assignment == [{"topic": topic, "partitions": list(range(PARTITIONS))}]
+        # Offsets of a topic the group reads cannot be deleted; the group is not empty.
+        refused = admin.delete_group_offsets(
+            "administered-readers", [KafkaTopicPartition(topic, 0)]
+        )
+        assert refused[KafkaTopicPartition(topic, 0)] is kafka.errors.GroupSubscribedToTopicError
+        refusal = admin.delete_groups(["administered-readers"])["administered-readers"]
+        assert refusal == "NonEmptyGroupError"
+        reader.consumer.close()
+        assert wait_until(
+            lambda: (
+                admin.describe_groups(["administered-readers"])["administered-readers"][
+                    "group_state"
+                ]
+                == "Empty"
+            )
+        )
+        deleted = admin.delete_group_offsets(
+            "administered-readers", [KafkaTopicPartition(topic, 0)]
+        )
+        assert deleted[KafkaTopicPartition(topic, 0)] is kafka.errors.NoError
+        remaining = cluster.gateway.offsets.committed("administered-readers")
+        assert sorted(p for _, p in remaining) == [1, 2, 3]
+        assert admin.delete_groups(["administered-readers"])["administered-readers"] == "OK"
+        assert cluster.gateway.offsets.committed("administered-readers") == {}
+        gone = admin.describe_groups(["administered-readers"])["administered-readers"]
+        assert gone["group_state"] == "Dead"
+    finally:
+        admin.close()
+
+
+def test_confluent_admin_lists_and_describes_a_group(cluster):
+    topic = "confluent-administered"
+    create_topic(cluster, topic)
+    produce(cluster, topic, range(4))
+    seen: Counter[int] = Counter()
+    reader = Reader(rdkafka_consumer(cluster, "confluent-administered"), seen, set())
+    reader.consumer.subscribe([topic])
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_address})
+    try:
+        assert poll_until([reader], lambda: len(seen) == 4)
+        listed = admin.list_consumer_groups().result(timeout=TIMEOUT_S)
+        assert "confluent-administered" in {g.group_id for g in listed.valid}
+        (future,) = admin.describe_consumer_groups(["confluent-administered"]).values()
+        described = future.result(timeout=TIMEOUT_S)
+        (member,) = described.members
+        assert {tp.partition for tp in member.assignment.topic_partitions} == set(range(PARTITIONS))
+        assert str(described.state).endswith("STABLE")
+    finally:
+        reader.consumer.close()
