@@ -15,15 +15,41 @@ import confluent_kafka.admin
 import kafka
 import pytest
 from kafka.admin import KafkaAdminClient
+from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+)
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from seglog.cli.groups import describe_group
 from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
+from services.gateway.kafka.brokers import broker_id
 from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
+UNKNOWN_MEMBER_ID = kafka.errors.UnknownMemberIdError.errno
 PARTITIONS = 4
 
 
@@ -348,3 +374,141 @@ def test_confluent_admin_lists_and_describes_a_group(cluster):
         assert str(described.state).endswith("STABLE")
     finally:
         reader.consumer.close()
+
+
+# -- the protocol's versions, at the wire ------------------------------------------------------
+
+
+def join_request(version, member_id="", *, instance=None):
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol(
+        name="range",
+        metadata=ConsumerProtocolSubscription(version=0, topics=["wire-group"]).encode(),
+    )
+    return JoinGroupRequest[version](
+        group_id=f"wire-v{version}",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        member_id=member_id,
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocols=[protocol],
+    )
+
+
+def test_the_oldest_served_versions_run_a_group_end_to_end(cluster):
+    create_topic(cluster, "wire-group")
+    given = ConsumerProtocolAssignment(
+        version=0,
+        assigned_partitions=[
+            ConsumerProtocolAssignment.TopicPartition(topic="wire-group", partitions=[0, 1])
+        ],
+    ).encode()
+    with KafkaWire(cluster.kafka_address) as wire:
+        found = wire.request(FindCoordinatorRequest[0](key="wire-v0"), 0, FindCoordinatorResponse)
+        assert (found.error_code, found.node_id) == (0, broker_id(cluster.kafka_address))
+        assert f"{found.host}:{found.port}" == cluster.kafka_address
+        # v0 needs no known member id and has no rebalance timeout.
+        joined = wire.request(join_request(0), 0, JoinGroupResponse)
+        assert joined.error_code == 0 and joined.leader == joined.member_id
+        assert [m.member_id for m in joined.members] == [joined.member_id]
+        member, generation = joined.member_id, joined.generation_id
+        synced = wire.request(
+            SyncGroupRequest[0](
+                group_id="wire-v0",
+                generation_id=generation,
+                member_id=member,
+                assignments=[
+                    SyncGroupRequest.SyncGroupRequestAssignment(member_id=member, assignment=given)
+                ],
+            ),
+            0,
+            SyncGroupResponse,
+        )
+        assert (synced.error_code, bytes(synced.assignment)) == (0, bytes(given))
+        beat = HeartbeatRequest[0](group_id="wire-v0", generation_id=generation, member_id=member)
+        assert wire.request(beat, 0, HeartbeatResponse).error_code == 0
+        commit = OffsetCommitRequest[2](
+            group_id="wire-v0",
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            retention_time_ms=-1,
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(
+                    name="wire-group",
+                    partitions=[
+                        OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                            partition_index=1, committed_offset=7, committed_metadata="m"
+                        )
+                    ],
+                )
+            ],
+        )
+        (topic,) = wire.request(commit, 2, OffsetCommitResponse).topics
+        assert [p.error_code for p in topic.partitions] == [0]
+        fetch = OffsetFetchRequest[1](
+            group_id="wire-v0",
+            topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopic(
+                    name="wire-group", partition_indexes=[0, 1]
+                )
+            ],
+        )
+        (topic,) = wire.request(fetch, 1, OffsetFetchResponse).topics
+        assert [(p.committed_offset, p.metadata, p.error_code) for p in topic.partitions] == [
+            (-1, "", 0),
+            (7, "m", 0),
+        ]
+        leave = LeaveGroupRequest[0](group_id="wire-v0", member_id=member)
+        assert wire.request(leave, 0, LeaveGroupResponse).error_code == 0
+        assert wire.request(leave, 0, LeaveGroupResponse).error_code == UNKNOWN_MEMBER_ID
+
+
+def test_join_v7_asks_a_new_member_to_join_again_with_its_id(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        first = wire.request(join_request(7), 7, JoinGroupResponse)
+        assert first.error_code == kafka.errors.MemberIdRequiredError.errno
+        assert first.member_id
+        joined = wire.request(join_request(7, first.member_id), 7, JoinGroupResponse)
+        assert (joined.error_code, joined.member_id) == (0, first.member_id)
+        assert (joined.protocol_type, joined.protocol_name) == ("consumer", "range")
+        # LeaveGroup v3+: a batch, one answer per member.
+        leave = LeaveGroupRequest[4](
+            group_id="wire-v7",
+            members=[
+                LeaveGroupRequest.MemberIdentity(member_id="never-joined"),
+                LeaveGroupRequest.MemberIdentity(member_id=joined.member_id),
+            ],
+        )
+        answer = wire.request(leave, 4, LeaveGroupResponse)
+        assert answer.error_code == 0
+        assert [m.error_code for m in answer.members] == [UNKNOWN_MEMBER_ID, 0]
+
+
+def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
+    create_topic(cluster, "mixed")
+    seglog_member = Consumer(cluster.address, group_id="wire-v5")
+    seglog_member.subscribe(["mixed"])
+    try:
+        assert wait_until(
+            lambda: seglog_member.poll(timeout_ms=100) == [] and seglog_member.assignment()
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            refused = wire.request(join_request(5), 5, JoinGroupResponse)
+            described = wire.request(
+                DescribeGroupsRequest[5](groups=["wire-v5", "no-such-group"]),
+                5,
+                DescribeGroupsResponse,
+            )
+    finally:
+        seglog_member.close(autocommit=False)
+    assert refused.error_code == kafka.errors.InconsistentGroupProtocolError.errno
+    # Kafka's tools read a seglog group: the coordinator's assignment in the consumer
+    # protocol's bytes.
+    seglog_group, absent = described.groups
+    assert (seglog_group.group_state, seglog_group.protocol_type) == ("Stable", "consumer")
+    (member,) = seglog_group.members
+    assignment = ConsumerProtocolAssignment.decode(member.member_assignment)
+    assert [(a.topic, a.partitions) for a in assignment.assigned_partitions] == [
+        ("mixed", list(range(PARTITIONS)))
+    ]
+    assert (absent.error_code, absent.group_state) == (0, "Dead")
