@@ -15,7 +15,12 @@ import confluent_kafka.admin
 import kafka
 import pytest
 from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin.groups import DescribeGroupsRequest, DescribeGroupsResponse
+from kafka.protocol.admin.groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -43,6 +48,7 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 from seglog.cli.groups import describe_group
 from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
+from seglog.security.acls import AclBinding
 from services.gateway.kafka.brokers import broker_id
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -50,6 +56,8 @@ from tests.waiting import wait_until
 
 TIMEOUT_S = 30
 UNKNOWN_MEMBER_ID = kafka.errors.UnknownMemberIdError.errno
+GROUP_AUTHORIZATION_FAILED = kafka.errors.GroupAuthorizationFailedError.errno
+TOPIC_AUTHORIZATION_FAILED = kafka.errors.TopicAuthorizationFailedError.errno
 PARTITIONS = 4
 
 
@@ -512,3 +520,85 @@ def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
         ("mixed", list(range(PARTITIONS)))
     ]
     assert (absent.error_code, absent.group_state) == (0, "Dead")
+
+
+# -- authorization ------------------------------------------------------------------------------
+
+
+def test_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1, authorizer=True)
+    try:
+        anonymous = [
+            AclBinding("User:ANONYMOUS", "*", "topic", "literal", "*", "Create", "allow"),
+            AclBinding("User:ANONYMOUS", "*", "topic", "literal", "readable", "Read", "allow"),
+            AclBinding("User:ANONYMOUS", "*", "group", "literal", "allowed", "Read", "allow"),
+        ]
+        cluster.gateway.registry.add_acls(anonymous)  # the server's own setup, not a client
+        cluster.admin.create_topic("readable", 1, 1)
+        cluster.admin.create_topic("hidden", 1, 1)
+
+        def commit_request(group):
+            return OffsetCommitRequest[5](
+                group_id=group,
+                generation_id_or_member_epoch=-1,  # a simple commit, outside membership
+                member_id="",
+                topics=[
+                    OffsetCommitRequest.OffsetCommitRequestTopic(
+                        name=topic,
+                        partitions=[
+                            OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                                partition_index=0, committed_offset=3, committed_metadata=""
+                            )
+                        ],
+                    )
+                    for topic in ("readable", "hidden")
+                ],
+            )
+
+        with KafkaWire(cluster.kafka_address) as wire:
+            denied = wire.request(
+                FindCoordinatorRequest[2](key="denied", key_type=0), 2, FindCoordinatorResponse
+            )
+            assert denied.error_code == GROUP_AUTHORIZATION_FAILED
+            joined = wire.request(
+                JoinGroupRequest[5](
+                    group_id="denied",
+                    session_timeout_ms=10_000,
+                    rebalance_timeout_ms=10_000,
+                    member_id="",
+                    group_instance_id=None,
+                    protocol_type="consumer",
+                    protocols=[
+                        JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")
+                    ],
+                ),
+                5,
+                JoinGroupResponse,
+            )
+            assert joined.error_code == GROUP_AUTHORIZATION_FAILED
+            committed = wire.request(commit_request("allowed"), 5, OffsetCommitResponse)
+            assert {t.name: t.partitions[0].error_code for t in committed.topics} == {
+                "readable": 0,
+                "hidden": TOPIC_AUTHORIZATION_FAILED,
+            }
+            refused = wire.request(commit_request("denied"), 5, OffsetCommitResponse)
+            assert {t.partitions[0].error_code for t in refused.topics} == {
+                GROUP_AUTHORIZATION_FAILED,
+                TOPIC_AUTHORIZATION_FAILED,
+            }
+            fetched = wire.request(
+                OffsetFetchRequest[5](group_id="allowed", topics=None), 5, OffsetFetchResponse
+            )
+            assert fetched.error_code == 0
+            assert [(t.name, t.partitions[0].committed_offset) for t in fetched.topics] == [
+                ("readable", 3)
+            ]
+            described = wire.request(
+                DescribeGroupsRequest[5](groups=["allowed", "denied"]), 5, DescribeGroupsResponse
+            )
+            assert [g.error_code for g in described.groups] == [0, GROUP_AUTHORIZATION_FAILED]
+            listed = wire.request(ListGroupsRequest[4](states_filter=[]), 4, ListGroupsResponse)
+            assert [g.group_id for g in listed.groups] == ["allowed"]
+        assert cluster.gateway.offsets.committed("denied") == {}
+    finally:
+        cluster.close()
