@@ -127,16 +127,21 @@ def poll_until(readers, predicate, timeout_s=TIMEOUT_S) -> bool:
     return wait_until(step, timeout_s, interval_s=0)
 
 
-def test_librdkafka_consumers_share_partitions_through_rebalances_losing_nothing(cluster):
-    topic = "shared"
+@pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
+def test_librdkafka_consumers_share_partitions_through_rebalances_losing_nothing(cluster, strategy):
+    # Eager (range: every member gives up its partitions at each rebalance) and incremental
+    # (cooperative-sticky: only moved partitions change hands, over two rebalances) alike:
+    # the coordinator hands over whatever the leader member assigned.
+    topic = group_id = f"shared-{strategy}"
+    config = {"partition.assignment.strategy": strategy}
     create_topic(cluster, topic)
     produce(cluster, topic, range(200))
     seen: Counter[int] = Counter()
     uncommitted: set[int] = set()
-    first = Reader(rdkafka_consumer(cluster, "sharers"), seen, uncommitted)
+    first = Reader(rdkafka_consumer(cluster, group_id, **config), seen, uncommitted)
     first.consumer.subscribe([topic])
     assert poll_until([first], lambda: first.partitions() == set(range(PARTITIONS)))
-    second = Reader(rdkafka_consumer(cluster, "sharers"), seen, uncommitted)
+    second = Reader(rdkafka_consumer(cluster, group_id, **config), seen, uncommitted)
     second.consumer.subscribe([topic])
     try:
         # The second member's join rebalances the group: each gets a share, disjoint and
@@ -150,7 +155,7 @@ def test_librdkafka_consumers_share_partitions_through_rebalances_losing_nothing
                 and not first.partitions() & second.partitions()
             ),
         ), (first.partitions(), second.partitions())
-        group = cluster.gateway.coordinator.snapshot("sharers")
+        group = cluster.gateway.coordinator.snapshot(group_id)
         assert (group.kind, group.state, len(group.members)) == ("classic", "Stable", 2)
         produce(cluster, topic, range(200, 400))
         assert poll_until([first, second], lambda: len(seen) == 400), len(seen)
