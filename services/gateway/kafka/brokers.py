@@ -47,19 +47,24 @@ def broker_at(advertised_address: str) -> Broker:
     return Broker(broker_id(advertised_address), host, port)
 
 
-def this_broker(gateway: Gateway) -> Broker:
-    """The answering gateway as a broker (its Kafka listener's advertised address)."""
-    return broker_at(gateway.kafka_advertised_address)
+def this_broker(gateway: Gateway, advertised_address: str | None = None) -> Broker:
+    """The answering gateway as a broker: its id from its Kafka listener's advertised
+    address, host and port from `advertised_address` when given (the address of the
+    listener a client came through, `KafkaCall.advertised_address`)."""
+    host, port = split_address(advertised_address or gateway.kafka_advertised_address)
+    return Broker(broker_id(gateway.kafka_advertised_address), host, port)
 
 
-def live_brokers(gateway: Gateway) -> list[Broker]:
+def live_brokers(gateway: Gateway, advertised_address: str | None = None) -> list[Broker]:
     """Every gateway a client may use. Only the answering gateway for now: several gateways
     on etcd publish gRPC addresses, not Kafka ones, so a client reaches the cluster through
     the gateway(s) it was given (every gateway relays every partition)."""
-    return [this_broker(gateway)]
+    return [this_broker(gateway, advertised_address)]
 
 
-def leader_broker(gateway: Gateway, topic: str, partition: int) -> Broker:
+def leader_broker(
+    gateway: Gateway, topic: str, partition: int, advertised_address: str | None = None
+) -> Broker:
     """The gateway Metadata names as the partition's leader: any gateway relays to the real
     leader, so the answering one."""
-    return this_broker(gateway)
+    return this_broker(gateway, advertised_address)

@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 NO_LEADER = -1
 
 
-def _partitions(gateway: Gateway, response_class: Any, topic: Topic) -> list[Any]:
-    registry = gateway.registry
-    leader_id = this_broker(gateway).node_id
+def _partitions(call: KafkaCall, response_class: Any, topic: Topic) -> list[Any]:
+    registry = call.gateway.registry
+    leader_id = this_broker(call.gateway, call.advertised_address).node_id
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
@@ -81,7 +81,7 @@ def _topic(call: KafkaCall, response_class: Any, name: str, *, named: bool) -> A
         error_code=NONE,
         name=name,
         is_internal=topic.internal,
-        partitions=_partitions(call.gateway, response_class, topic),
+        partitions=_partitions(call, response_class, topic),
     )
 
 
@@ -95,7 +95,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
     topics = [_topic(call, response_class, name, named=not every_topic) for name in names]
-    brokers = live_brokers(call.gateway)
+    brokers = live_brokers(call.gateway, call.advertised_address)
     return response_class(
         throttle_time_ms=0,
         brokers=[
@@ -105,7 +105,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             for b in brokers
         ],
         cluster_id=None,
-        controller_id=this_broker(call.gateway).node_id,
+        controller_id=this_broker(call.gateway, call.advertised_address).node_id,
         topics=[t for t in topics if t is not None],
     )
 
