@@ -205,3 +205,78 @@ def _metadata_response():
     from kafka.protocol.metadata import MetadataResponse
 
     return MetadataResponse
+
+
+def test_a_topic_that_may_not_be_read_is_refused_alone_in_fetch_and_list_offsets(cluster):
+    from kafka.protocol.consumer import (
+        FetchRequest,
+        FetchResponse,
+        ListOffsetsRequest,
+        ListOffsetsResponse,
+    )
+    from kafka.protocol.sasl import (
+        SaslAuthenticateRequest,
+        SaslAuthenticateResponse,
+        SaslHandshakeRequest,
+        SaslHandshakeResponse,
+    )
+
+    cluster.admin.create_topic("hidden", 1, 1)
+    cluster.admin.create_acls(
+        [AclBinding("User:bob", "*", "topic", "literal", "secure", "Read", "allow")]
+    )
+    listener = cluster.sasl_listeners["SASL_PLAINTEXT"]
+    with KafkaWire(listener.address) as wire:
+        wire.request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        request = SaslAuthenticateRequest[2](auth_bytes=b"\0bob\0s3cret-bob")
+        assert wire.request(request, 2, SaslAuthenticateResponse).error_code == 0
+        fetch = FetchRequest[11](
+            replica_id=-1,
+            max_wait_ms=0,
+            min_bytes=0,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=[
+                FetchRequest.FetchTopic(
+                    topic=name,
+                    partitions=[
+                        FetchRequest.FetchTopic.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            log_start_offset=-1,
+                            partition_max_bytes=1 << 20,
+                        )
+                    ],
+                )
+                for name in ("secure", "hidden")
+            ],
+            forgotten_topics_data=[],
+            rack_id="",
+        )
+        answer = wire.request(fetch, 11, FetchResponse)
+        errors = {t.topic: t.partitions[0].error_code for t in answer.responses}
+        assert errors == {"secure": 0, "hidden": 29}  # TOPIC_AUTHORIZATION_FAILED
+        offsets = ListOffsetsRequest[6](
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=name,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=-1
+                        )
+                    ],
+                )
+                for name in ("secure", "hidden")
+            ],
+        )
+        answer = wire.request(offsets, 6, ListOffsetsResponse)
+        found = {
+            t.name: (t.partitions[0].error_code, t.partitions[0].offset) for t in answer.topics
+        }
+        assert found["hidden"] == (29, -1)
+        assert found["secure"][0] == 0 and found["secure"][1] >= 1
