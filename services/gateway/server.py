@@ -327,6 +327,8 @@ class Gateway:
         self._expiry.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
+            if self.kafka_listener is not None:
+                self.gateway_session.kafka_address = self.kafka_listener.advertised_address
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
