@@ -41,6 +41,26 @@ class ConnectionIdentity:
     bearer_token: str | None = None
 
 
+@dataclass
+class ConnectionSession:
+    """A connection's state across its requests: who it is, and where its SASL exchange
+    stands on a SASL listener (only ApiVersions and the SASL APIs are served before it
+    authenticates, as Kafka's broker does)."""
+
+    identity: ConnectionIdentity
+    # The listener's advertised host:port: Metadata names it to this connection's client.
+    advertised_address: str
+    sasl_required: bool = False
+    sasl_mechanism: str | None = None  # chosen by SaslHandshake
+    # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
+    raw_sasl_token_next: bool = False
+    authenticated_principal: str | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return not self.sasl_required or self.authenticated_principal is not None
+
+
 class _Aborted(Exception):
     def __init__(self, error: SeglogError) -> None:
         super().__init__(str(error))
@@ -135,9 +155,18 @@ class KafkaCall:
     version: int
     correlation_id: int
     client_id: str | None
-    identity: ConnectionIdentity
+    session: ConnectionSession
     # Attributes for the request's span (topics named, ...), set by handlers.
     attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> ConnectionIdentity:
+        return self.session.identity
+
+    @property
+    def advertised_address(self) -> str:
+        """This gateway's address as the client's listener advertises it."""
+        return self.session.advertised_address
 
     def invoke(self, method_name: str, servicer_method: Callable[..., Any], request: Any) -> Any:
         """The gateway's gRPC method `method_name` run here on `request` (a proto message, or
