@@ -1,7 +1,8 @@
-"""A librdkafka consumer group through a crash: a gateway and three storage nodes, each a
-process (RF 3, min ISR 2); records produced with acks=all by librdkafka; the leader of a
-partition SIGKILLed mid-way; every acknowledged record still read by the group, whose
-commits and membership live on through the new leader."""
+"""Kafka consumer groups on clusters of processes: through a crash (a gateway and three
+storage nodes, RF 3, min ISR 2; records produced with acks=all by librdkafka; the leader of a
+partition SIGKILLed mid-way; every acknowledged record still read by the group, whose commits
+and membership live on through the new leader), and with several gateways sharing etcd (each
+group served by the gateway that coordinates it, which every gateway names)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ from collections import Counter
 
 import confluent_kafka
 import pytest
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
 from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
+from services.gateway.kafka.brokers import broker_id
+from tests.kafka_wire import KafkaWire
+from tests.multi_gateway import EtcdBackedCluster
 from tests.ports import free_ports
 from tests.waiting import wait_for, wait_until
 
@@ -180,3 +188,64 @@ def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigk
     assert not failed, failed[:5]
     assert sorted(acknowledged) == list(range(RECORDS))
     assert set(seen) == set(range(RECORDS))
+
+
+def find_coordinator(kafka_address: str, group_id: str):
+    with KafkaWire(kafka_address) as wire:
+        return wire.request(
+            FindCoordinatorRequest[3](key=group_id, key_type=0), 3, FindCoordinatorResponse
+        )
+
+
+def test_with_several_gateways_a_group_is_served_by_the_gateway_that_coordinates_it(tmp_path):
+    cluster = EtcdBackedCluster(tmp_path)
+    try:
+        with cluster.admin(0) as admin:
+            admin.create_topic("spread-groups", PARTITIONS, 3)
+        far_broker = broker_id(cluster.kafka_addresses[1])
+        group_id = "far-away"
+        # The first gateway asked about a group's offsets partition claims it: the second.
+        assert wait_until(
+            lambda: find_coordinator(cluster.kafka_addresses[1], group_id).node_id == far_broker,
+            TIMEOUT_S,
+        )
+        answer = find_coordinator(cluster.kafka_addresses[0], group_id)
+        assert (answer.error_code, answer.node_id) == (0, far_broker)
+        assert f"{answer.host}:{answer.port}" == cluster.kafka_addresses[1]
+        # A librdkafka consumer bootstrapped at the first gateway joins and commits at the
+        # second, which the first names as the group's coordinator.
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_addresses[0]})
+        for value in range(20):
+            producer.produce("spread-groups", str(value).encode(), partition=value % PARTITIONS)
+        assert producer.flush(TIMEOUT_S) == 0
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": cluster.kafka_addresses[0],
+                "group.id": group_id,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "heartbeat.interval.ms": 200,
+            }
+        )
+        consumer.subscribe(["spread-groups"])
+        values: list[int] = []
+        try:
+
+            def read() -> bool:
+                message = consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    values.append(int(message.value()))
+                return len(values) >= 20
+
+            assert wait_until(read, TIMEOUT_S, interval_s=0)
+            consumer.commit(asynchronous=False)
+            committed = consumer.committed(
+                [confluent_kafka.TopicPartition("spread-groups", p) for p in range(PARTITIONS)],
+                timeout=10,
+            )
+        finally:
+            consumer.close()
+        assert sorted(values) == list(range(20))
+        assert [tp.offset for tp in committed] == [10] * PARTITIONS
+    finally:
+        cluster.close()

@@ -3,12 +3,10 @@
 classic_protocol.py).
 
 Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
-answers NOT_COORDINATOR for a group another gateway coordinates. JoinGroup and SyncGroup
-wait for the rebalance on the connection's thread, as Kafka's broker holds the response of
-a muted channel; the wait releases the coordinator's lock. The coordinator is this gateway's
-Kafka listener: with several gateways, a group coordinated elsewhere answers
-COORDINATOR_NOT_AVAILABLE to FindCoordinator, since gateways publish no Kafka address of
-one another yet.
+answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
+gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup wait
+for the rebalance on the connection's thread, as Kafka's broker holds the response of a muted
+channel; the wait releases the coordinator's lock.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from seglog.v1 import common_pb2, groups_pb2
 
 from ..groups.group_state import FencedInstanceIdError, MemberIdRequiredError
 from .api_table import ApiTable
-from .brokers import this_broker
+from .brokers import Broker, broker_at, this_broker
 from .error_codes import NONE, kafka_error_code
 from .kafka_call import KafkaCall
 
@@ -93,12 +91,7 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
     try:
         if key_type != GROUP_KEY_TYPE:
             raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
-        address = _coordinator_address(call, request.key)
-        if address and address != _own_grpc_address(call.gateway):
-            raise CoordinatorNotAvailableError(
-                f"group {request.key!r} is coordinated by the gateway at {address}, whose "
-                f"Kafka listener this gateway does not know"
-            )
+        broker = _coordinator_broker(call, request.key)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -108,7 +101,6 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
             host="",
             port=-1,
         )
-    broker = this_broker(call.gateway)
     return response_class(
         throttle_time_ms=0,
         error_code=NONE,
@@ -117,6 +109,23 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
         host=broker.host,
         port=broker.port,
     )
+
+
+def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
+    """The Kafka listener of the gateway coordinating the group: this one's (the address the
+    client came through), or the one another gateway publishes with its session."""
+    gateway = call.gateway
+    address = _coordinator_address(call, group_id)
+    if not address or address == _own_grpc_address(gateway):
+        return this_broker(gateway, call.advertised_address)
+    session = gateway.gateway_session
+    kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
+    if kafka_address is None:
+        raise CoordinatorNotAvailableError(
+            f"group {group_id!r} is coordinated by the gateway at {address}, which publishes "
+            f"no Kafka listener"
+        )
+    return broker_at(kafka_address)
 
 
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:
