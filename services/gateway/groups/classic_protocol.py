@@ -183,6 +183,10 @@ class ClassicProtocol:
             if group is None or not group.members:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             member = classic_member(group, member_id, group_instance_id)
+            if group.kind != CLASSIC:
+                raise InconsistentGroupProtocolError(
+                    f"group {group_id} has seglog-managed members, which do not sync"
+                )
             if generation != group.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} of group {group_id} is stale; "

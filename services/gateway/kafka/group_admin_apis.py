@@ -4,14 +4,16 @@ Kafka clients' and tools' admin calls (kafka-consumer-groups.sh, AdminClient).
 Groups of both kinds are shown: a Kafka classic group with its members' own subscription and
 assignment bytes; a group of seglog's gRPC consumers (assigned by the coordinator) with the
 consumer protocol's bytes of its members' topics and partitions, so Kafka's tools read it.
-As Kafka's broker does, members' bytes are shown only while the group is Stable, a group
-that does not exist is described as Dead, and each group is authorized on its own: a group
-the principal may not Describe (Delete) answers GROUP_AUTHORIZATION_FAILED, and ListGroups
-without Describe on the cluster lists only the groups the principal may Describe.
+As Kafka's broker does, members' bytes and the protocol are shown only while the group is
+Stable, a group that does not exist is described as Dead, and each group is authorized on
+its own: a group the principal may not Describe (Delete) answers GROUP_AUTHORIZATION_FAILED,
+and ListGroups without Describe on the cluster lists only the groups the principal may
+Describe.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.admin.groups import (
@@ -27,7 +29,7 @@ from seglog.errors import PermissionDeniedError, SeglogError
 from seglog.v1 import common_pb2, groups_pb2
 
 from ..groups.group_state import CLASSIC, STABLE, Group, Member
-from ..groups.offsets_formats import CONSUMER_PROTOCOL_TYPE, encode_assignment, encode_subscription
+from ..groups.offsets_formats import encode_assignment, encode_subscription
 from .api_table import ApiTable
 from .error_codes import NONE, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
@@ -83,8 +85,8 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
             error_code=NONE,
             group_id=group_id,
             group_state=group.state,
-            protocol_type=group.protocol_type or (CONSUMER_PROTOCOL_TYPE if members else ""),
-            protocol_data=group.strategy if group.members else "",
+            protocol_type=group.protocol_type,
+            protocol_data=group.strategy if group.state == STABLE else "",
             members=members,
         )
 
@@ -93,9 +95,7 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
         proto = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
         try:
             described.append(
-                on_coordinator(
-                    call, "DescribeGroups", proto, group_id, lambda g=group_id: describe(g)
-                )
+                on_coordinator(call, "DescribeGroups", proto, group_id, partial(describe, group_id))
             )
         except SeglogError as exc:
             described.append(
@@ -132,12 +132,10 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
         state = group.state if group is not None else EMPTY
         if wanted and state.lower() not in wanted:
             continue
-        members = group is not None and bool(group.members)
         groups.append(
             response_class.ListedGroup(
                 group_id=group_id,
-                protocol_type=(group.protocol_type if group is not None and members else "")
-                or (CONSUMER_PROTOCOL_TYPE if members else ""),
+                protocol_type=group.protocol_type if group is not None else "",
                 group_state=state,
             )
         )
