@@ -1,8 +1,9 @@
 """Consumer groups over Kafka's protocol with Kafka's own clients: librdkafka (confluent-kafka)
 and kafka-python consumers subscribe as groups of Kafka's classic protocol (the leader member
 assigns), rebalance as members come and go, commit and read their offsets; a static member
-restarts without a rebalance; offsets cross between the Kafka and gRPC APIs both ways; and
-Kafka's admin clients list, describe and delete groups and offsets."""
+restarts without a rebalance; offsets cross between the Kafka and gRPC APIs both ways;
+Kafka's admin clients list, describe and delete groups and offsets; the APIs' oldest served
+versions and their authorization, at the wire; a group across a gateway restart."""
 
 from __future__ import annotations
 
@@ -605,5 +606,35 @@ def test_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
             listed = wire.request(ListGroupsRequest[4](states_filter=[]), 4, ListGroupsResponse)
             assert [g.group_id for g in listed.groups] == ["allowed"]
         assert cluster.gateway.offsets.committed("denied") == {}
+    finally:
+        cluster.close()
+
+
+# -- a coordinator restart ---------------------------------------------------------------------
+
+
+def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
+    # Membership is the gateway's memory: the member meets UNKNOWN_MEMBER_ID and joins again,
+    # in the generation after the stored one, and resumes from its committed offsets.
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        cluster.admin.create_topic("restarted", PARTITIONS, 1)
+        produce(cluster, "restarted", range(100))
+        seen: Counter[int] = Counter()
+        uncommitted: set[int] = set()
+        reader = Reader(rdkafka_consumer(cluster, "restarted-readers"), seen, uncommitted)
+        reader.consumer.subscribe(["restarted"])
+        try:
+            assert poll_until([reader], lambda: len(seen) == 100)
+            before = cluster.gateway.coordinator.snapshot("restarted-readers").generation
+            cluster.restart_gateway()  # same gRPC and Kafka ports, same data
+            produce(cluster, "restarted", range(100, 200))
+            assert poll_until([reader], lambda: len(seen) == 200), len(seen)
+            after = cluster.gateway.coordinator.snapshot("restarted-readers")
+        finally:
+            reader.consumer.close()
+        assert (after.state, after.generation) == ("Stable", before + 1)
+        assert set(seen) == set(range(200))
+        assert {value for value, count in seen.items() if count > 1} <= uncommitted
     finally:
         cluster.close()
