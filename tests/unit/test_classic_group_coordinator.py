@@ -22,7 +22,7 @@ from seglog.errors import (
     UnknownMemberIdError,
 )
 from services.gateway.cluster.registry import Registry
-from services.gateway.groups.consumer_protocol import assignment_partitions
+from services.gateway.groups.consumer_protocol import assignment_partitions, subscription_topics
 from services.gateway.groups.coordinator import (
     COMPLETING_REBALANCE,
     EMPTY,
@@ -392,3 +392,11 @@ def test_the_stored_record_of_a_classic_group_carries_its_protocol_leader_and_by
         SESSION_TIMEOUT_MS,
         LONG_REBALANCE_TIMEOUT_MS,
     )
+
+
+def test_consumer_protocol_bytes_that_do_not_decode_describe_as_nothing():
+    # The bytes are the clients': a layout of their own is shown empty, never refused.
+    assert subscription_topics(b"\x00") == ()
+    assert assignment_partitions(b"\x00\x00\x00\x00\x00\x09") == {}
+    assert subscription_topics(subscription("events", "orders")) == ("events", "orders")
+    assert assignment_partitions(assignment("events", [2, 3])) == {"events": [2, 3]}
