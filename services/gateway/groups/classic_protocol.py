@@ -182,7 +182,7 @@ class ClassicProtocol:
             group = self._groups.get(group_id)
             if group is None or not group.members:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-            member = classic_member(group, member_id, group_instance_id)
+            member = named_member(group, member_id, group_instance_id)
             if group.kind != CLASSIC:
                 raise InconsistentGroupProtocolError(
                     f"group {group_id} has seglog-managed members, which do not sync"
@@ -247,7 +247,7 @@ class ClassicProtocol:
                         if group_instance_id is not None and not member_id:
                             static = group.static_member(group_instance_id)
                             member_id = static.member_id if static is not None else ""
-                        classic_member(group, member_id, group_instance_id)
+                        named_member(group, member_id, group_instance_id)
                         self._remove(group, member_id, now)
                     outcomes.append(None)
                 except SeglogError as exc:
@@ -255,7 +255,7 @@ class ClassicProtocol:
         return outcomes
 
 
-def classic_member(group: Group, member_id: str, group_instance_id: str | None) -> Member:
+def named_member(group: Group, member_id: str, group_instance_id: str | None) -> Member:
     """The member a call names, refusing an unknown one and a static member's old id."""
     static = group.static_member(group_instance_id)
     if group_instance_id is not None and static is not None and static.member_id != member_id:

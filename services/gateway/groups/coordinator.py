@@ -44,7 +44,7 @@ from seglog.errors import (
 
 from ..cluster.registry import Registry
 from .assignors import ASSIGNORS
-from .classic_protocol import ClassicProtocol, classic_member, complete_classic_join
+from .classic_protocol import ClassicProtocol, complete_classic_join, named_member
 from .group_metadata_writer import GroupMetadataWriter
 from .group_state import (
     CLASSIC,
@@ -344,7 +344,7 @@ class GroupCoordinator(ClassicProtocol):
         group = self._groups.get(group_id)
         if group is None:
             raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-        return group, classic_member(group, member_id, group_instance_id)
+        return group, named_member(group, member_id, group_instance_id)
 
     def _begin_rebalance(self, group: Group, now: float) -> None:
         group.initial_rebalance = not _has_stable_members(group)
