@@ -638,3 +638,33 @@ def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
         assert {value for value, count in seen.items() if count > 1} <= uncommitted
     finally:
         cluster.close()
+
+
+def test_a_static_librdkafka_member_keeps_its_place_across_a_gateway_restart(tmp_path):
+    # Kafka's coordinator loads a group with its members: a static member goes on in its
+    # generation, no rebalance.
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        cluster.admin.create_topic("kept", PARTITIONS, 1)
+        produce(cluster, "kept", range(40))
+        seen: Counter[int] = Counter()
+        uncommitted: set[int] = set()
+        config = {"group.instance.id": "kept-a"}
+        reader = Reader(rdkafka_consumer(cluster, "kept-readers", **config), seen, uncommitted)
+        reader.consumer.subscribe(["kept"])
+        try:
+            assert poll_until([reader], lambda: len(seen) == 40)
+            before = cluster.gateway.coordinator.snapshot("kept-readers")
+            assert cluster.gateway.coordinator.wait_persisted(TIMEOUT_S)
+            cluster.restart_gateway()
+            produce(cluster, "kept", range(40, 80))
+            assert poll_until([reader], lambda: len(seen) == 80), len(seen)
+            after = cluster.gateway.coordinator.snapshot("kept-readers")
+        finally:
+            reader.consumer.close()
+        assert (after.state, after.generation) == ("Stable", before.generation)
+        assert [m.group_instance_id for m in after.members.values()] == ["kept-a"]
+        assert set(seen) == set(range(80))
+        assert {value for value, count in seen.items() if count > 1} <= uncommitted
+    finally:
+        cluster.close()

@@ -32,6 +32,7 @@ from services.gateway.groups.coordinator import (
     GroupCoordinator,
 )
 from services.gateway.groups.group_state import FencedInstanceIdError, MemberIdRequiredError
+from services.gateway.groups.offsets_formats import GroupMetadata, MemberMetadata
 from tests.waiting import wait_until
 
 GROUP = "classic-readers"
@@ -65,9 +66,9 @@ def registry(tmp_path):
 def make_coordinator(registry):
     made: list[GroupCoordinator] = []
 
-    def make(*, persist=None, **config) -> GroupCoordinator:
+    def make(*, persist=None, load=None, **config) -> GroupCoordinator:
         config.setdefault("initial_rebalance_delay_ms", 0)
-        coordinator = GroupCoordinator(registry, CoordinatorConfig(**config), persist)
+        coordinator = GroupCoordinator(registry, CoordinatorConfig(**config), persist, load)
         made.append(coordinator)
         return coordinator
 
@@ -400,3 +401,55 @@ def test_consumer_protocol_bytes_that_do_not_decode_describe_as_nothing():
     assert assignment_partitions(b"\x00\x00\x00\x00\x00\x09") == {}
     assert subscription_topics(subscription("events", "orders")) == ("events", "orders")
     assert assignment_partitions(assignment("events", [2, 3])) == {"events": [2, 3]}
+
+
+# -- a coordinator that loads a group keeps its static members -------------------------------
+
+
+def stored_group(*members, generation=5, leader="reader-a-old"):
+    return GroupMetadata("consumer", generation, "range", leader, 0, tuple(members))
+
+
+def stored_member(member_id, instance, partitions):
+    return MemberMetadata(
+        member_id,
+        "kafka-reader",
+        "/127.0.0.1",
+        LONG_REBALANCE_TIMEOUT_MS,
+        SESSION_TIMEOUT_MS,
+        subscription("events"),
+        assignment("events", partitions),
+        instance,
+    )
+
+
+def test_a_loaded_groups_static_member_takes_its_place_back_without_a_rebalance(
+    make_coordinator,
+):
+    record = stored_group(
+        stored_member("reader-a-old", "reader-a", [0, 1]),
+        stored_member("reader-b-old", "reader-b", [2, 3]),
+    )
+    coordinator = make_coordinator(load=lambda group_id: record if group_id == GROUP else None)
+    # A member that kept its id heartbeats on (the group is loaded for it)...
+    coordinator.heartbeat(GROUP, "reader-b-old", 5, "reader-b")
+    # ...and one that restarted joins under its instance id: same generation, its partitions.
+    back = join(coordinator, instance="reader-a")
+    assert (back.generation, back.leader, back.members) == (5, "reader-a-old", ())
+    assert sync(coordinator, back, instance="reader-a") == assignment("events", [0, 1])
+    group = coordinator.snapshot(GROUP)
+    assert (group.state, group.generation, group.leader) == (STABLE, 5, back.member_id)
+    assert group.members["reader-b-old"].topics == ("events",)
+    with pytest.raises(UnknownMemberIdError):  # a dynamic member of the record is not kept
+        coordinator.heartbeat(GROUP, "reader-dynamic", 5)
+
+
+def test_a_loaded_group_that_had_dynamic_members_rebalances_its_static_ones(make_coordinator):
+    record = stored_group(
+        stored_member("reader-a-old", "reader-a", [0, 1]),
+        stored_member("reader-dynamic", None, [2, 3]),
+    )
+    coordinator = make_coordinator(load=lambda group_id: record if group_id == GROUP else None)
+    back = join(coordinator, instance="reader-a")
+    assert back.generation == 6 and back.leader == back.member_id
+    assert list(coordinator.snapshot(GROUP).members) == [back.member_id]

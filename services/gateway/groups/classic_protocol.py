@@ -19,12 +19,10 @@ Joins and syncs wait on the coordinator's condition, which releases its lock.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import Protocol
 
 from seglog.errors import (
     IllegalGenerationError,
@@ -42,6 +40,7 @@ from .group_state import (
     PREPARING_REBALANCE,
     STABLE,
     ClassicJoinResult,
+    CoordinatorParts,
     FencedInstanceIdError,
     Group,
     Member,
@@ -51,29 +50,11 @@ from .group_state import (
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 
 
-class _Coordinator(Protocol):
-    """What the classic protocol uses of the coordinator (coordinator.py)."""
-
-    _lock: threading.Lock
-    _changed: threading.Condition
-    _groups: dict[str, Group]
-    _stop: threading.Event
-
-    def _stored(self, group_id: str) -> GroupMetadata | None: ...
-    def _group(self, group_id: str, stored: GroupMetadata | None) -> Group: ...
-    def _check_session_timeout(self, session_timeout_ms: int) -> None: ...
-    def _begin_rebalance(self, group: Group, now: float) -> None: ...
-    def _maybe_complete(self, group: Group, now: float) -> None: ...
-    def _complete_rebalance(self, group: Group, now: float) -> None: ...
-    def _remove(self, group: Group, member_id: str, now: float) -> None: ...
-    def _state_changed(self, group: Group) -> None: ...
-
-
 class ClassicProtocol:
     """The classic protocol's calls, mixed into GroupCoordinator."""
 
     def join_classic(
-        self: _Coordinator,
+        self: CoordinatorParts,
         group_id: str,
         member_id: str,
         *,
@@ -166,7 +147,7 @@ class ClassicProtocol:
             return member.join_answer
 
     def sync_group(
-        self: _Coordinator,
+        self: CoordinatorParts,
         group_id: str,
         member_id: str,
         generation: int,
@@ -178,8 +159,9 @@ class ClassicProtocol:
     ) -> tuple[str, str, bytes]:
         """The group's protocol type and protocol, and the member's assignment for the
         generation; the leader's call sets everyone's, a follower's waits for it."""
+        stored = self._stored_if_readable(group_id)
         with self._lock:
-            group = self._groups.get(group_id)
+            group = self._load_stored(group_id, stored)
             if group is None or not group.members:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             member = named_member(group, member_id, group_instance_id)
@@ -228,7 +210,7 @@ class ClassicProtocol:
             return group.protocol_type, group.strategy, member.assignment_bytes
 
     def leave_members(
-        self: _Coordinator, group_id: str, leaving: Sequence[tuple[str, str | None]]
+        self: CoordinatorParts, group_id: str, leaving: Sequence[tuple[str, str | None]]
     ) -> list[SeglogError | None]:
         """LeaveGroup v3+: each (member id, group instance id) leaves, or its error."""
         outcomes: list[SeglogError | None] = []
@@ -267,6 +249,41 @@ def named_member(group: Group, member_id: str, group_instance_id: str | None) ->
     if member is None or (group_instance_id is not None and static is None):
         raise UnknownMemberIdError(f"member {member_id} is not in group {group.group_id}")
     return member
+
+
+def restore_static_members(group: Group, stored: GroupMetadata, now: float) -> None:
+    """A classic group loaded from its record keeps its static members, as Kafka's
+    coordinator keeps them when it loads a group: one restarted, or met by a new coordinator,
+    joins under its instance id and takes its place back (its assignment, without a
+    rebalance while the group's protocol holds). Dynamic members must join again: if the
+    group had any, the restored ones are asked to join as well (a rebalance), since the
+    assignment no longer covers the group. A restored member that never returns expires with
+    its session."""
+    static = [m for m in stored.members if m.group_instance_id is not None]
+    if not static or not stored.protocol:
+        return
+    group.kind, group.protocol_type = CLASSIC, stored.protocol_type
+    for record in static:
+        member = group.members[record.member_id] = Member(
+            record.member_id,
+            record.client_id,
+            record.client_host,
+            (),
+            (stored.protocol,),
+            record.session_timeout_ms / 1000,
+            max(record.rebalance_timeout_ms, 0) / 1000,
+            now,
+            protocols=((stored.protocol, record.subscription),),
+            group_instance_id=record.group_instance_id,
+            assignment_bytes=record.assignment,
+        )
+        if stored.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            member.topics = subscription_topics(record.subscription)
+    group.leader = stored.leader if stored.leader in group.members else static[0].member_id
+    group.state = STABLE
+    if len(static) < len(stored.members):
+        group.state = PREPARING_REBALANCE
+        group.rebalance_deadline = now + max(m.rebalance_timeout_s for m in group.members.values())
 
 
 def complete_classic_join(group: Group, now: float) -> None:

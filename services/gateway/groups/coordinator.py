@@ -16,10 +16,11 @@ members are of one kind at a time (group_state.py); its committed offsets are th
 whichever API commits or reads them.
 
 Membership is held in memory: after a gateway restart, members get UNKNOWN_MEMBER_ID on their
-next heartbeat and join anew. Committed offsets are durable (offsets_store.py), and so is each
-group's GroupMetadata record, as Kafka writes it: after every completed rebalance and when the
-group becomes empty (its timestamp starts the offsets' retention clock). Those records are
-written by a thread of their own, never under the coordinator's lock.
+next heartbeat and join anew (Kafka's static members take their stored place back).
+Committed offsets are durable (offsets_store.py), and so is each group's GroupMetadata
+record, as Kafka writes it: after every completed rebalance and when the group becomes empty
+(its timestamp starts the offsets' retention clock). Those records are written by a thread of
+their own, never under the coordinator's lock.
 """
 
 from __future__ import annotations
@@ -27,14 +28,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from seglog.errors import (
     IllegalGenerationError,
-    InconsistentGroupProtocolError,
-    InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     RebalanceInProgressError,
@@ -43,8 +41,12 @@ from seglog.errors import (
 )
 
 from ..cluster.registry import Registry
-from .assignors import ASSIGNORS
-from .classic_protocol import ClassicProtocol, complete_classic_join, named_member
+from .classic_protocol import (
+    ClassicProtocol,
+    complete_classic_join,
+    named_member,
+    restore_static_members,
+)
 from .group_metadata_writer import GroupMetadataWriter
 from .group_state import (
     CLASSIC,
@@ -59,7 +61,8 @@ from .group_state import (
     check_group_id,
     metadata_record,
 )
-from .offsets_formats import CONSUMER_PROTOCOL_TYPE, GroupMetadata
+from .managed_protocol import ManagedProtocol, complete_managed_join
+from .offsets_formats import GroupMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ class CoordinatorConfig:
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
 
 
-class GroupCoordinator(ClassicProtocol):
+class GroupCoordinator(ManagedProtocol, ClassicProtocol):
     def __init__(
         self,
         registry: Registry,
@@ -107,84 +110,6 @@ class GroupCoordinator(ClassicProtocol):
 
     # -- membership --------------------------------------------------------------------------
 
-    def join(
-        self,
-        group_id: str,
-        member_id: str,
-        *,
-        client_id: str,
-        client_host: str,
-        topics: tuple[str, ...],
-        strategies: tuple[str, ...],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-    ) -> JoinResult:
-        """Join (or join again) and wait until the rebalance completes."""
-        check_group_id(group_id)
-        if rebalance_timeout_ms < 0:
-            raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
-        self._check_session_timeout(session_timeout_ms)
-        strategies = tuple(s for s in strategies if s in ASSIGNORS)
-        if not strategies:
-            raise InconsistentGroupProtocolError(
-                f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
-            )
-        stored = self._stored(group_id)
-        now = time.monotonic()
-        with self._lock:
-            group = self._group(group_id, stored)
-            if group.members and group.kind != MANAGED:
-                raise InconsistentGroupProtocolError(
-                    f"group {group_id} has Kafka classic-protocol members: a seglog-managed "
-                    f"consumer cannot join it"
-                )
-            group.kind, group.protocol_type = MANAGED, CONSUMER_PROTOCOL_TYPE
-            if member_id:
-                member = group.members.get(member_id)
-                if member is None:
-                    raise UnknownMemberIdError(
-                        f"member {member_id} is not in group {group_id}: join without an id"
-                    )
-            else:
-                member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
-                member = None
-            others = [m.strategies for m in group.members.values() if m.member_id != member_id]
-            if not _common_strategy([*others, strategies]):
-                raise InconsistentGroupProtocolError(
-                    f"strategies {list(strategies)} share none with group {group_id}'s members"
-                )
-            if member is None:
-                member = group.members[member_id] = Member(
-                    member_id, client_id, client_host, topics, strategies, 0, 0, now
-                )
-            member.topics = topics
-            member.strategies = strategies
-            member.session_timeout_s = session_timeout_ms / 1000
-            member.rebalance_timeout_s = max(rebalance_timeout_ms, 0) / 1000
-            member.last_heartbeat = now
-            member.joining = True
-            if group.state != PREPARING_REBALANCE:
-                self._begin_rebalance(group, now)
-            self._maybe_complete(group, now)
-            while member.joining and not self._stop.is_set():
-                if group.members.get(member_id) is not member:
-                    raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
-                now = time.monotonic()
-                if now >= group.rebalance_deadline:
-                    self._complete_rebalance(group, now)
-                    break
-                self._changed.wait(group.rebalance_deadline - now)
-                self._maybe_complete(group, time.monotonic())
-            if member.joining:
-                raise RebalanceInProgressError("the coordinator is shutting down")
-            return JoinResult(
-                group.generation,
-                member_id,
-                group.strategy,
-                {t: list(ps) for t, ps in member.assignment.items()},
-                len(group.members),
-            )
-
     def _check_session_timeout(self, session_timeout_ms: int) -> None:
         low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
         if not low <= session_timeout_ms <= high:
@@ -200,7 +125,9 @@ class GroupCoordinator(ClassicProtocol):
         generation: int,
         group_instance_id: str | None = None,
     ) -> None:
+        stored = self._stored_if_readable(group_id)
         with self._lock:
+            self._load_stored(group_id, stored)
             group, member = self._member(group_id, member_id, group_instance_id)
             member.last_heartbeat = time.monotonic()
             if group.state == PREPARING_REBALANCE:
@@ -228,8 +155,9 @@ class GroupCoordinator(ClassicProtocol):
         the classic leader's assignment); a commit with generation -1 (manual assignment, an
         admin tool) only while the group has no members."""
         check_group_id(group_id)
+        stored = self._stored_if_readable(group_id)
         with self._lock:
-            group = self._groups.get(group_id)
+            group = self._load_stored(group_id, stored)
             if generation < 0 and (group is None or not group.members):
                 return
             if not member_id and generation < 0:
@@ -323,19 +251,40 @@ class GroupCoordinator(ClassicProtocol):
                 return None
         return self._load(group_id)
 
+    def _stored_if_readable(self, group_id: str) -> GroupMetadata | None:
+        """`_stored` for calls of members already known (heartbeats, commits, syncs): when
+        the record cannot be read now, the call is answered as before a load (an unknown
+        member joins again) rather than failed."""
+        try:
+            return self._stored(group_id)
+        except SeglogError as exc:
+            logger.info("group %s: its record is not readable yet: %s", group_id, exc)
+            return None
+
     # -- the state machine (callers hold the lock) ----------------------------------------------
 
     def _group(self, group_id: str, stored: GroupMetadata | None) -> Group:
         """The group, loaded on first touch: its generation and protocol continue from the
         stored record, so the next rebalance is generation + 1. The stored members are not
         taken back: they are trusted again only once they rejoin, so a commit or heartbeat
-        from the old generation is refused instead of moving offsets back."""
+        from the old generation is refused instead of moving offsets back; Kafka's static
+        members apart (classic_protocol.py), whose place is kept."""
         group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = Group(group_id)
             if stored is not None:
                 group.generation = stored.generation
                 group.strategy = stored.protocol or ""
+                restore_static_members(group, stored, time.monotonic())
+        return group
+
+    def _load_stored(self, group_id: str, stored: GroupMetadata | None) -> Group | None:
+        """The group, loaded from its record if it has one (so its static members answer
+        for themselves); None for a group this coordinator neither holds nor has a record
+        of (which a stray call does not create)."""
+        group = self._groups.get(group_id)
+        if group is None and stored is not None:
+            group = self._group(group_id, stored)
         return group
 
     def _member(
@@ -378,17 +327,7 @@ class GroupCoordinator(ClassicProtocol):
             group.state_timestamp_ms = time.time_ns() // 1_000_000
             self._changed.notify_all()
             return
-        group.generation += 1
-        group.strategy = _common_strategy([m.strategies for m in group.members.values()])
-        subscriptions = {m.member_id: m.topics for m in group.members.values()}
-        partitions = self._partition_counts(group)
-        group.partition_counts = partitions
-        assignment = ASSIGNORS[group.strategy](subscriptions, partitions)
-        for member in group.members.values():
-            member.assignment = assignment.get(member.member_id, {})
-            member.joining = False
-            member.last_heartbeat = now
-        group.state = STABLE
+        complete_managed_join(group, now, self._partition_counts(group))
         self._state_changed(group)
         self._changed.notify_all()
 
@@ -453,16 +392,6 @@ class GroupCoordinator(ClassicProtocol):
 
 def _has_stable_members(group: Group) -> bool:
     return any(m.assignment or m.assignment_bytes or not m.joining for m in group.members.values())
-
-
-def _common_strategy(preferences: list[tuple[str, ...]]) -> str:
-    """The first strategy of the first member's list that every member supports."""
-    if not preferences:
-        return ""
-    for strategy in preferences[0]:
-        if all(strategy in p for p in preferences[1:]):
-            return strategy
-    return ""
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""What the coordinator holds about a group and its members, and the checks of its inputs.
+"""What the coordinator holds about a group and its members, the checks of its inputs, its
+GroupMetadata record, and what its join protocols' mixins use of it.
 
 A group's members are of one kind at a time, as Kafka refuses to mix protocol types in one
 group: seglog-managed members (the gRPC path: the coordinator computes the assignment) or
@@ -8,7 +9,9 @@ coordinator hands each member its opaque assignment bytes).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from seglog.errors import InvalidGroupIdError, SeglogError
 
@@ -190,3 +193,24 @@ def metadata_record(group: Group) -> GroupMetadata:
             for m in members
         ),
     )
+
+
+class CoordinatorParts(Protocol):
+    """What the join protocols (managed_protocol.py, classic_protocol.py) use of the
+    coordinator (coordinator.py), whose mixins they are."""
+
+    _lock: threading.Lock
+    _changed: threading.Condition
+    _groups: dict[str, Group]
+    _stop: threading.Event
+
+    def _stored(self, group_id: str) -> GroupMetadata | None: ...
+    def _stored_if_readable(self, group_id: str) -> GroupMetadata | None: ...
+    def _group(self, group_id: str, stored: GroupMetadata | None) -> Group: ...
+    def _load_stored(self, group_id: str, stored: GroupMetadata | None) -> Group | None: ...
+    def _check_session_timeout(self, session_timeout_ms: int) -> None: ...
+    def _begin_rebalance(self, group: Group, now: float) -> None: ...
+    def _maybe_complete(self, group: Group, now: float) -> None: ...
+    def _complete_rebalance(self, group: Group, now: float) -> None: ...
+    def _remove(self, group: Group, member_id: str, now: float) -> None: ...
+    def _state_changed(self, group: Group) -> None: ...
