@@ -264,3 +264,48 @@ def test_long_poll_fetch_answers_when_a_record_arrives(cluster):
     finally:
         reader.join()
         consumer.close()
+
+
+def test_a_fetch_across_nodes_answers_once_one_node_has_data(cluster):
+    """Kafka's min_bytes is the request's: a fetch whose partitions live on three nodes
+    answers as soon as one has records, not when the others' long polls end, and still
+    names every partition with its high watermark."""
+    cluster.admin.create_topic("across", 3, 1)
+    leaders = {cluster.gateway.registry.route("across", p).leader for p in range(3)}
+    assert len(leaders) == 3
+    with Producer(cluster.address, linger_ms=0) as producer:
+        producer.send("across", b"only here", partition=1).get(TIMEOUT_S)
+    request = FetchRequest[11](
+        replica_id=-1,
+        max_wait_ms=10_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="across",
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for p in range(3)
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        started = time.monotonic()
+        answer = wire.request(request, 11, FetchResponse)
+        assert time.monotonic() - started < 5  # not the 10 s the empty partitions may wait
+    partitions = {p.partition_index: p for p in answer.responses[0].partitions}
+    assert sorted(partitions) == [0, 1, 2]
+    assert [partitions[p].high_watermark for p in range(3)] == [0, 1, 0]
+    assert read_header(partitions[1].records).record_count == 1

@@ -133,31 +133,62 @@ class _PartitionAnswer:
 
 def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, int], Any]:
     """Each partition's answer from the gateway's fetch stream (a partition's batches may
-    come in several messages, in offset order); a fetch refused whole answers its error on
-    every partition."""
+    come in several messages, each of whole batches, in offset order); a fetch refused whole
+    answers its error on every partition.
+
+    The gateway's fetch spans leader nodes, each long-polling on its own: as soon as the
+    messages come to `min_bytes` the stream is closed (the other nodes' polls cancelled), as
+    Kafka's broker answers once the request as a whole has min_bytes, and the partitions not
+    answered yet are asked again without waiting, so every partition is in the answer."""
     answers: dict[tuple[str, int], _PartitionAnswer] = {
         (p.topic, p.partition): _PartitionAnswer() for p in proto.partitions
     }
+    answered: set[tuple[str, int]] = set()
     try:
-        messages = call.invoke("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
+        _read_stream(call, proto, answers, answered)
+        unanswered = [p for p in proto.partitions if (p.topic, p.partition) not in answered]
+        if unanswered and len(unanswered) < len(proto.partitions):
+            rest = common_pb2.FetchRequest(max_bytes=proto.max_bytes)
+            rest.partitions.extend(unanswered)
+            _read_stream(call, rest, answers, answered)
     except SeglogError as exc:
         code = kafka_error_code(exc)
-        for answer in answers.values():
-            answer.error = code
-        return answers
-    for message in messages:
-        fetched = common_pb2.FetchResponse.FromString(message)
-        found = answers.get((fetched.topic, fetched.partition))
-        if found is None:
-            continue
-        answer = found
-        if fetched.error != common_pb2.NONE:
-            answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
-        answer.high_watermark = fetched.high_watermark
-        answer.log_start_offset = fetched.log_start_offset
-        if fetched.records:
-            answer.records.append(fetched.records)
+        for key, answer in answers.items():
+            if key not in answered:
+                answer.error = code
     return answers
+
+
+def _read_stream(
+    call: KafkaCall,
+    proto: common_pb2.FetchRequest,
+    answers: dict[tuple[str, int], _PartitionAnswer],
+    answered: set[tuple[str, int]],
+) -> None:
+    """Reads the gateway's fetch stream into `answers` until it ends, or until it holds
+    min_bytes of records (when the fetch may wait)."""
+    received_bytes = 0
+    enough = max(proto.min_bytes, 1)
+    stream = call.invoke_stream("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
+    try:
+        for message in stream:
+            fetched = common_pb2.FetchResponse.FromString(message)
+            key = (fetched.topic, fetched.partition)
+            answer = answers.get(key)
+            if answer is None:
+                continue
+            answered.add(key)
+            if fetched.error != common_pb2.NONE:
+                answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
+            answer.high_watermark = fetched.high_watermark
+            answer.log_start_offset = fetched.log_start_offset
+            if fetched.records:
+                answer.records.append(fetched.records)
+                received_bytes += len(fetched.records)
+            if proto.max_wait_ms > 0 and received_bytes >= enough:
+                return
+    finally:
+        stream.close()
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:
