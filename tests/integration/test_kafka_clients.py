@@ -12,11 +12,13 @@ import confluent_kafka
 import kafka
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.records.batch import read_header
+from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire
 
@@ -309,3 +311,46 @@ def test_a_fetch_across_nodes_answers_once_one_node_has_data(cluster):
     assert sorted(partitions) == [0, 1, 2]
     assert [partitions[p].high_watermark for p in range(3)] == [0, 1, 0]
     assert read_header(partitions[1].records).record_count == 1
+
+
+def test_one_produce_request_for_several_topics_answers_each(cluster):
+    """librdkafka sends every topic led by the gateway in one request: each topic is written
+    (concurrently), and one that does not exist is refused alone."""
+    for name in ("multi-a", "multi-b", "multi-c"):
+        cluster.admin.create_topic(name, 1, 3)
+    producer = rdkafka_producer(cluster, **{"linger.ms": 200, "acks": "all"})
+    outcome = {}
+    for name in ("multi-a", "multi-b", "multi-c"):
+        for i in range(5):
+            producer.produce(
+                name,
+                value=b"%d" % i,
+                on_delivery=lambda err, msg: outcome.setdefault(msg.topic(), []).append(err),
+            )
+    delivered(producer)
+    assert outcome == {name: [None] * 5 for name in ("multi-a", "multi-b", "multi-c")}
+    for name in ("multi-a", "multi-b", "multi-c"):
+        assert [m.value() for m in rdkafka_consume(cluster, name, [0], 5)] == [
+            b"%d" % i for i in range(5)
+        ]
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = ProduceRequest[9](
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=name,
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=0, records=make_batch([b"wire"])
+                        )
+                    ],
+                )
+                for name in ("multi-a", "no-such-topic")
+            ],
+        )
+        answer = wire.request(request, 9, ProduceResponse)
+    results = {t.name: t.partition_responses[0] for t in answer.responses}
+    assert (results["multi-a"].error_code, results["multi-a"].base_offset) == (0, 5)
+    assert results["no-such-topic"].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
