@@ -237,3 +237,12 @@ def test_a_sole_gateway_is_the_broker_of_any_gateway_address_it_is_asked_about(c
     mine = broker_of_gateway(gateway, gateway.advertised_address)
     assert mine is not None
     assert (mine.node_id, mine.address) == (broker_id(cluster.kafka_address), cluster.kafka_address)
+
+
+def test_sasl_on_a_plaintext_listener_is_an_illegal_state(cluster):
+    from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        assert answer.error_code == 34  # ILLEGAL_SASL_STATE
+        assert serves_metadata(cluster)
