@@ -11,7 +11,12 @@ import time
 import confluent_kafka
 import kafka
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.client.consumer import Consumer
@@ -354,3 +359,38 @@ def test_one_produce_request_for_several_topics_answers_each(cluster):
     results = {t.name: t.partition_responses[0] for t in answer.responses}
     assert (results["multi-a"].error_code, results["multi-a"].base_offset) == (0, 5)
     assert results["no-such-topic"].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_list_offsets_answers_earliest_latest_max_timestamp_and_by_time(cluster):
+    cluster.admin.create_topic("listed", 1, 3)
+    base_ms = 1_600_000_000_000
+    stamps = [base_ms + 5000, base_ms + 9000, base_ms + 1000]  # the largest is offset 1
+    with Producer(cluster.address, linger_ms=0) as producer:
+        for stamp in stamps:
+            producer.send("listed", b"x", timestamp_ms=stamp).get(TIMEOUT_S)
+
+    def list_offset(timestamp):
+        request = ListOffsetsRequest[6](
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name="listed",
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            answer = wire.request(request, 6, ListOffsetsResponse).topics[0].partitions[0]
+        assert answer.error_code == 0
+        return answer.offset, answer.timestamp
+
+    assert list_offset(-2)[0] == 0  # EARLIEST
+    assert list_offset(-1)[0] == 3  # LATEST: the high watermark
+    assert list_offset(-3) == (1, base_ms + 9000)  # MAX_TIMESTAMP
+    assert list_offset(base_ms + 6000) == (1, base_ms + 9000)  # the first at or after it
+    assert list_offset(base_ms + 60_000) == (-1, -1)  # none that late
