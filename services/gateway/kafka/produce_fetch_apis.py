@@ -45,6 +45,9 @@ NO_OFFSET = -1
 SESSIONLESS = 0
 # Topics of one produce request sent to the gateway at once (threads of this request).
 MAX_CONCURRENT_TOPICS = 8
+# Kafka's broker fetch.max.bytes (55 MiB): a client's max_bytes is capped to it, so what one
+# connection's fetch holds is bounded whatever the client asks.
+FETCH_MAX_BYTES = 55 * 1024 * 1024
 
 
 # -- Produce ---------------------------------------------------------------------------------
@@ -126,7 +129,9 @@ def produce(call: KafkaCall, request: Any) -> Any:
 
 def _fetch_request(request: Any, readable: set[str]) -> common_pb2.FetchRequest:
     proto = common_pb2.FetchRequest(
-        min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes
+        min_bytes=request.min_bytes,
+        max_wait_ms=request.max_wait_ms,
+        max_bytes=max(1, min(request.max_bytes, FETCH_MAX_BYTES)),
     )
     for topic in request.topics:
         if topic.topic not in readable:
@@ -167,10 +172,10 @@ def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, 
     }
     answered: set[tuple[str, int]] = set()
     try:
-        _read_stream(call, proto, answers, answered)
+        received_bytes = _read_stream(call, proto, answers, answered)
         unanswered = [p for p in proto.partitions if (p.topic, p.partition) not in answered]
         if unanswered and len(unanswered) < len(proto.partitions):
-            rest = common_pb2.FetchRequest(max_bytes=proto.max_bytes)
+            rest = common_pb2.FetchRequest(max_bytes=max(1, proto.max_bytes - received_bytes))
             rest.partitions.extend(unanswered)
             _read_stream(call, rest, answers, answered)
     except SeglogError as exc:
@@ -186,9 +191,10 @@ def _read_stream(
     proto: common_pb2.FetchRequest,
     answers: dict[tuple[str, int], _PartitionAnswer],
     answered: set[tuple[str, int]],
-) -> None:
+) -> int:
     """Reads the gateway's fetch stream into `answers` until it ends, or until it holds
-    min_bytes of records (when the fetch may wait)."""
+    min_bytes of records (when the fetch may wait), or max_bytes (each node is given the
+    whole budget); the record bytes read."""
     received_bytes = 0
     enough = max(proto.min_bytes, 1)
     stream = call.invoke_stream("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
@@ -207,10 +213,13 @@ def _read_stream(
             if fetched.records:
                 answer.records.append(fetched.records)
                 received_bytes += len(fetched.records)
-            if proto.max_wait_ms > 0 and received_bytes >= enough:
-                return
+            if received_bytes >= proto.max_bytes or (
+                proto.max_wait_ms > 0 and received_bytes >= enough
+            ):
+                break
     finally:
         stream.close()
+    return received_bytes
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:
