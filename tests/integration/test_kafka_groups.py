@@ -668,3 +668,48 @@ def test_a_static_librdkafka_member_keeps_its_place_across_a_gateway_restart(tmp
         assert {value for value, count in seen.items() if count > 1} <= uncommitted
     finally:
         cluster.close()
+
+
+def test_bad_group_requests_get_kafkas_answers_on_a_connection_that_serves_on(cluster):
+    def join(group_id, session_timeout_ms=10_000, protocols=True):
+        return JoinGroupRequest[5](
+            group_id=group_id,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=10_000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00")]
+            if protocols
+            else [],
+        )
+
+    with KafkaWire(cluster.kafka_address) as wire:
+        answers = [
+            wire.request(join(""), 5, JoinGroupResponse).error_code,
+            wire.request(join("bad-input", 10), 5, JoinGroupResponse).error_code,
+            wire.request(join("bad-input", protocols=False), 5, JoinGroupResponse).error_code,
+        ]
+        assert answers == [
+            kafka.errors.InvalidGroupIdError.errno,
+            kafka.errors.InvalidSessionTimeoutError.errno,
+            kafka.errors.InconsistentGroupProtocolError.errno,
+        ]
+        sync = SyncGroupRequest[3](
+            group_id="never-joined", generation_id=1, member_id="nobody", assignments=[]
+        )
+        assert wire.request(sync, 3, SyncGroupResponse).error_code == UNKNOWN_MEMBER_ID
+        # Metadata bytes that are not a consumer subscription are the client's business.
+        required = wire.request(join("bad-input"), 5, JoinGroupResponse)
+        request = join("bad-input")
+        request.member_id = required.member_id
+        joined = wire.request(request, 5, JoinGroupResponse)
+        assert joined.error_code == 0
+        assert (
+            cluster.gateway.coordinator.snapshot("bad-input").members[joined.member_id].topics == ()
+        )
+        leave = LeaveGroupRequest[3](
+            group_id="bad-input",
+            members=[LeaveGroupRequest.MemberIdentity(member_id=joined.member_id)],
+        )
+        assert wire.request(leave, 3, LeaveGroupResponse).members[0].error_code == 0
