@@ -22,7 +22,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
     JoinGroup                  Read on the group, Describe on each topic subscribed
-    Heartbeat, LeaveGroup      Read on the group
+    Heartbeat, LeaveGroup, SyncGroup            Read on the group
     CommitOffsets              Read on the group and on each topic
     FetchOffsets, DescribeGroups, FindCoordinator  Describe on the group(s)
     DeleteGroups, DeleteOffsets                 Delete on the group(s)
@@ -123,6 +123,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _topics("Describe", set(r.topics)),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
+    "SyncGroup": lambda r: [("Read", "group", r.group_id)],  # Kafka's, no gRPC method
     "CommitOffsets": lambda r: (
         [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.offsets})
     ),

@@ -83,6 +83,8 @@ DESCRIBED_NAMES = [
     "registry.etcd.security.protocol",
     "registry.etcd.user",
     "advertised.listener",
+    "max.connections",
+    "connections.max.idle.ms",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",

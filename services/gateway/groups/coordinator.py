@@ -8,14 +8,19 @@ deleted or changes its partition count; members learn of it from their heartbeat
 joined, or when the longest rebalance timeout of the members passes (those still missing
 are removed). The first rebalance of an empty group waits `initial_rebalance_delay_ms`
 (Kafka's group.initial.rebalance.delay.ms) so that consumers started together land in one
-generation. The coordinator computes the assignment itself (range or roundrobin, the first
-strategy in the first member's list that every member supports).
+generation. For seglog's own consumers (the gRPC path) the coordinator computes the
+assignment itself (range or roundrobin, the first strategy in the first member's list that
+every member supports); for Kafka clients it runs Kafka's classic protocol, where a leader
+member computes it (classic_protocol.py, and its extra state CompletingRebalance). A group's
+members are of one kind at a time (group_state.py); its committed offsets are the same
+whichever API commits or reads them.
 
 Membership is held in memory: after a gateway restart, members get UNKNOWN_MEMBER_ID on their
-next heartbeat and join anew. Committed offsets are durable (offsets_store.py), and so is each
-group's GroupMetadata record, as Kafka writes it: after every completed rebalance and when the
-group becomes empty (its timestamp starts the offsets' retention clock). Those records are
-written by a thread of their own, never under the coordinator's lock.
+next heartbeat and join anew (Kafka's static members take their stored place back).
+Committed offsets are durable (offsets_store.py), and so is each group's GroupMetadata
+record, as Kafka writes it: after every completed rebalance and when the group becomes empty
+(its timestamp starts the offsets' retention clock). Those records are written by a thread of
+their own, never under the coordinator's lock.
 """
 
 from __future__ import annotations
@@ -23,15 +28,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 from seglog.errors import (
     IllegalGenerationError,
-    InconsistentGroupProtocolError,
-    InvalidGroupIdError,
-    InvalidRequestError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
     RebalanceInProgressError,
@@ -40,76 +41,30 @@ from seglog.errors import (
 )
 
 from ..cluster.registry import Registry
-from .assignors import ASSIGNORS
-from .group_metadata_writer import GroupMetadataWriter
-from .offsets_formats import (
-    CONSUMER_PROTOCOL_TYPE,
-    GroupMetadata,
-    MemberMetadata,
-    encode_assignment,
-    encode_subscription,
+from .classic_protocol import (
+    ClassicProtocol,
+    complete_classic_join,
+    named_member,
+    restore_static_members,
 )
-
-# Group ids are int16-length strings in __consumer_offsets keys (Kafka's format).
-MAX_GROUP_ID_BYTES = 32767
-
-
-def check_group_id(group_id: str) -> None:
-    if not group_id:
-        raise InvalidGroupIdError("group_id must not be empty")
-    size = len(group_id.encode())
-    if size > MAX_GROUP_ID_BYTES:
-        raise InvalidGroupIdError(
-            f"group_id is {size} bytes in UTF-8, over the {MAX_GROUP_ID_BYTES} its stored "
-            f"key format holds"
-        )
-
+from .group_metadata_writer import GroupMetadataWriter
+from .group_state import (
+    CLASSIC,
+    COMPLETING_REBALANCE,
+    EMPTY,
+    MANAGED,
+    PREPARING_REBALANCE,
+    STABLE,
+    Group,
+    JoinResult,
+    Member,
+    check_group_id,
+    metadata_record,
+)
+from .managed_protocol import ManagedProtocol, complete_managed_join
+from .offsets_formats import GroupMetadata
 
 logger = logging.getLogger(__name__)
-
-EMPTY = "Empty"
-PREPARING_REBALANCE = "PreparingRebalance"
-STABLE = "Stable"
-
-
-@dataclass
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    topics: tuple[str, ...]
-    strategies: tuple[str, ...]
-    session_timeout_s: float
-    rebalance_timeout_s: float
-    last_heartbeat: float
-    joining: bool = False
-    assignment: dict[str, list[int]] = field(default_factory=dict)
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    strategy: str = ""
-    members: dict[str, Member] = field(default_factory=dict)
-    rebalance_deadline: float = 0.0
-    # Whether the rebalance in progress started from no assigned members: it then waits
-    # out the initial delay for more to arrive instead of completing when all have joined.
-    initial_rebalance: bool = False
-    # Partition counts of the subscribed topics that exist, as the assignment saw them.
-    partition_counts: dict[str, int] = field(default_factory=dict)
-    # Wall-clock ms of the last state change (Kafka's currentStateTimestamp).
-    state_timestamp_ms: int = -1
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    generation: int
-    member_id: str
-    strategy: str
-    assignment: dict[str, list[int]]
-    member_count: int
 
 
 # Kafka's group.initial.rebalance.delay.ms, group.min/max.session.timeout.ms defaults.
@@ -125,7 +80,7 @@ class CoordinatorConfig:
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
 
 
-class GroupCoordinator:
+class GroupCoordinator(ManagedProtocol, ClassicProtocol):
     def __init__(
         self,
         registry: Registry,
@@ -155,86 +110,25 @@ class GroupCoordinator:
 
     # -- membership --------------------------------------------------------------------------
 
-    def join(
-        self,
-        group_id: str,
-        member_id: str,
-        *,
-        client_id: str,
-        client_host: str,
-        topics: tuple[str, ...],
-        strategies: tuple[str, ...],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-    ) -> JoinResult:
-        """Join (or join again) and wait until the rebalance completes."""
-        check_group_id(group_id)
-        if rebalance_timeout_ms < 0:
-            raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
+    def _check_session_timeout(self, session_timeout_ms: int) -> None:
         low, high = self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
         if not low <= session_timeout_ms <= high:
             raise InvalidSessionTimeoutError(
                 f"session_timeout_ms {session_timeout_ms} is outside the coordinator's "
                 f"range [{low}, {high}]"
             )
-        strategies = tuple(s for s in strategies if s in ASSIGNORS)
-        if not strategies:
-            raise InconsistentGroupProtocolError(
-                f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
-            )
-        stored = self._stored(group_id)
-        now = time.monotonic()
-        with self._lock:
-            group = self._group(group_id, stored)
-            if member_id:
-                member = group.members.get(member_id)
-                if member is None:
-                    raise UnknownMemberIdError(
-                        f"member {member_id} is not in group {group_id}: join without an id"
-                    )
-            else:
-                member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
-                member = None
-            others = [m.strategies for m in group.members.values() if m.member_id != member_id]
-            if not _common_strategy([*others, strategies]):
-                raise InconsistentGroupProtocolError(
-                    f"strategies {list(strategies)} share none with group {group_id}'s members"
-                )
-            if member is None:
-                member = group.members[member_id] = Member(
-                    member_id, client_id, client_host, topics, strategies, 0, 0, now
-                )
-            member.topics = topics
-            member.strategies = strategies
-            member.session_timeout_s = session_timeout_ms / 1000
-            member.rebalance_timeout_s = max(rebalance_timeout_ms, 0) / 1000
-            member.last_heartbeat = now
-            member.joining = True
-            if group.state != PREPARING_REBALANCE:
-                self._begin_rebalance(group, now)
-            self._maybe_complete(group, now)
-            while member.joining and not self._stop.is_set():
-                if group.members.get(member_id) is not member:
-                    raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
-                now = time.monotonic()
-                if now >= group.rebalance_deadline:
-                    self._complete_rebalance(group, now)
-                    break
-                self._changed.wait(group.rebalance_deadline - now)
-                self._maybe_complete(group, time.monotonic())
-            if member.joining:
-                raise RebalanceInProgressError("the coordinator is shutting down")
-            return JoinResult(
-                group.generation,
-                member_id,
-                group.strategy,
-                {t: list(ps) for t, ps in member.assignment.items()},
-                len(group.members),
-            )
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
+    ) -> None:
+        stored = self._stored_if_readable(group_id)
         with self._lock:
-            group, member = self._member(group_id, member_id)
+            self._load_stored(group_id, stored)
+            group, member = self._member(group_id, member_id, group_instance_id)
             member.last_heartbeat = time.monotonic()
             if group.state == PREPARING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
@@ -249,26 +143,39 @@ class GroupCoordinator:
             group, _ = self._member(group_id, member_id)
             self._remove(group, member_id, time.monotonic())
 
-    def check_commit(self, group_id: str, member_id: str, generation: int) -> None:
+    def check_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        group_instance_id: str | None = None,
+    ) -> None:
         """May this commit proceed? A member commits for its current generation (during a
-        rebalance too, so it can commit before joining again); a consumer without a member id
-        (manual assignment) only while the group has no members."""
+        rebalance too, so it can commit before joining again; not while its group waits for
+        the classic leader's assignment); a commit with generation -1 (manual assignment, an
+        admin tool) only while the group has no members."""
         check_group_id(group_id)
+        stored = self._stored_if_readable(group_id)
         with self._lock:
-            group = self._groups.get(group_id)
-            if not member_id and generation < 0:
-                if group is not None and group.members:
-                    raise UnknownMemberIdError(
-                        f"group {group_id} has active members: only they may commit"
-                    )
+            group = self._load_stored(group_id, stored)
+            if generation < 0 and (group is None or not group.members):
                 return
+            if not member_id and generation < 0:
+                raise UnknownMemberIdError(
+                    f"group {group_id} has active members: only they may commit"
+                )
             # A group not loaded yet has no trusted members: its old ones must rejoin.
-            if group is None or member_id not in group.members:
+            if group is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+            group, _ = self._member(group_id, member_id, group_instance_id)
             if generation != group.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} of group {group_id} is stale; "
                     f"the current one is {group.generation}"
+                )
+            if group.state == COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(
+                    f"group {group_id} is waiting for its leader's assignment"
                 )
             group.members[member_id].last_heartbeat = time.monotonic()
 
@@ -279,28 +186,12 @@ class GroupCoordinator:
             group = self._groups.get(group_id)
             if group is None:
                 return None
-            return Group(
-                group.group_id,
-                group.state,
-                group.generation,
-                group.strategy,
-                {
-                    m.member_id: Member(
-                        m.member_id,
-                        m.client_id,
-                        m.client_host,
-                        m.topics,
-                        m.strategies,
-                        m.session_timeout_s,
-                        m.rebalance_timeout_s,
-                        m.last_heartbeat,
-                        m.joining,
-                        {t: list(ps) for t, ps in m.assignment.items()},
-                    )
-                    for m in group.members.values()
-                },
-                group.rebalance_deadline,
-                group.initial_rebalance,
+            return replace(
+                group,
+                members={m.member_id: m.copy() for m in group.members.values()},
+                partition_counts=dict(group.partition_counts),
+                pending_members=dict(group.pending_members),
+                pending_sync=set(group.pending_sync),
             )
 
     def group_ids(self) -> list[str]:
@@ -348,7 +239,7 @@ class GroupCoordinator:
         held; the writer thread writes it)."""
         group.state_timestamp_ms = time.time_ns() // 1_000_000
         if self._writer is not None:
-            self._writer.submit(group.group_id, _metadata_of(group))
+            self._writer.submit(group.group_id, metadata_record(group))
 
     def _stored(self, group_id: str) -> GroupMetadata | None:
         """The group's last GroupMetadata record if this coordinator has not loaded the group
@@ -360,27 +251,49 @@ class GroupCoordinator:
                 return None
         return self._load(group_id)
 
+    def _stored_if_readable(self, group_id: str) -> GroupMetadata | None:
+        """`_stored` for calls of members already known (heartbeats, commits, syncs): when
+        the record cannot be read now, the call is answered as before a load (an unknown
+        member joins again) rather than failed."""
+        try:
+            return self._stored(group_id)
+        except SeglogError as exc:
+            logger.info("group %s: its record is not readable yet: %s", group_id, exc)
+            return None
+
     # -- the state machine (callers hold the lock) ----------------------------------------------
 
     def _group(self, group_id: str, stored: GroupMetadata | None) -> Group:
         """The group, loaded on first touch: its generation and protocol continue from the
         stored record, so the next rebalance is generation + 1. The stored members are not
         taken back: they are trusted again only once they rejoin, so a commit or heartbeat
-        from the old generation is refused instead of moving offsets back."""
+        from the old generation is refused instead of moving offsets back; Kafka's static
+        members apart (classic_protocol.py), whose place is kept."""
         group = self._groups.get(group_id)
         if group is None:
             group = self._groups[group_id] = Group(group_id)
             if stored is not None:
                 group.generation = stored.generation
                 group.strategy = stored.protocol or ""
+                restore_static_members(group, stored, time.monotonic())
         return group
 
-    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
+    def _load_stored(self, group_id: str, stored: GroupMetadata | None) -> Group | None:
+        """The group, loaded from its record if it has one (so its static members answer
+        for themselves); None for a group this coordinator neither holds nor has a record
+        of (which a stray call does not create)."""
         group = self._groups.get(group_id)
-        member = group.members.get(member_id) if group is not None else None
-        if group is None or member is None:
+        if group is None and stored is not None:
+            group = self._group(group_id, stored)
+        return group
+
+    def _member(
+        self, group_id: str, member_id: str, group_instance_id: str | None = None
+    ) -> tuple[Group, Member]:
+        group = self._groups.get(group_id)
+        if group is None:
             raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-        return group, member
+        return group, named_member(group, member_id, group_instance_id)
 
     def _begin_rebalance(self, group: Group, now: float) -> None:
         group.initial_rebalance = not _has_stable_members(group)
@@ -390,12 +303,15 @@ class GroupCoordinator:
             wait_s = max((m.rebalance_timeout_s for m in group.members.values()), default=0.0)
         group.state = PREPARING_REBALANCE
         group.rebalance_deadline = now + wait_s
+        group.pending_sync.clear()
         self._changed.notify_all()
 
     def _maybe_complete(self, group: Group, now: float) -> None:
         if group.state != PREPARING_REBALANCE:
             return
-        everyone_joined = all(m.joining for m in group.members.values())
+        everyone_joined = all(m.joining for m in group.members.values()) and not (
+            group.pending_members
+        )
         if (everyone_joined and not group.initial_rebalance) or now >= group.rebalance_deadline:
             self._complete_rebalance(group, now)
 
@@ -403,22 +319,15 @@ class GroupCoordinator:
         for member_id in [m.member_id for m in group.members.values() if not m.joining]:
             del group.members[member_id]  # did not join again in time
         if not group.members:
-            group.state = EMPTY
-            group.generation += 1
-            self._state_changed(group)
+            self._empty(group)
             self._changed.notify_all()
             return
-        group.generation += 1
-        group.strategy = _common_strategy([m.strategies for m in group.members.values()])
-        subscriptions = {m.member_id: m.topics for m in group.members.values()}
-        partitions = self._partition_counts(group)
-        group.partition_counts = partitions
-        assignment = ASSIGNORS[group.strategy](subscriptions, partitions)
-        for member in group.members.values():
-            member.assignment = assignment.get(member.member_id, {})
-            member.joining = False
-            member.last_heartbeat = now
-        group.state = STABLE
+        if group.kind == CLASSIC:
+            complete_classic_join(group, now)
+            group.state_timestamp_ms = time.time_ns() // 1_000_000
+            self._changed.notify_all()
+            return
+        complete_managed_join(group, now, self._partition_counts(group))
         self._state_changed(group)
         self._changed.notify_all()
 
@@ -430,16 +339,23 @@ class GroupCoordinator:
                 counts[topic] = len(described.partitions)
         return counts
 
+    def _empty(self, group: Group) -> None:
+        group.state = EMPTY
+        group.generation += 1
+        group.pending_sync.clear()
+        if group.kind == CLASSIC:  # Kafka's empty group has no protocol or leader
+            group.strategy = group.leader = ""
+        self._state_changed(group)
+
     def _remove(self, group: Group, member_id: str, now: float) -> None:
         group.members.pop(member_id, None)
+        group.pending_sync.discard(member_id)
         if not group.members:
             if group.state != EMPTY:
-                group.state = EMPTY
-                group.generation += 1
-                self._state_changed(group)
+                self._empty(group)
             self._changed.notify_all()
             return
-        if group.state == STABLE:
+        if group.state in (STABLE, COMPLETING_REBALANCE):
             self._begin_rebalance(group, now)
         self._maybe_complete(group, now)
         self._changed.notify_all()
@@ -450,14 +366,22 @@ class GroupCoordinator:
             with self._lock:
                 for group in list(self._groups.values()):
                     for member in list(group.members.values()):
-                        if member.joining:
-                            continue  # waiting in JoinGroup counts as alive
+                        if member.joining or member.awaiting_sync:
+                            continue  # waiting in JoinGroup or SyncGroup counts as alive
                         if now - member.last_heartbeat > member.session_timeout_s:
                             self._remove(group, member.member_id, now)
+                    for member_id, deadline in list(group.pending_members.items()):
+                        if now >= deadline:  # given an id, never joined with it
+                            del group.pending_members[member_id]
+                            self._maybe_complete(group, now)
                     if group.state == PREPARING_REBALANCE and now >= group.rebalance_deadline:
                         self._complete_rebalance(group, now)
+                    elif group.state == COMPLETING_REBALANCE and now >= group.rebalance_deadline:
+                        for member_id in list(group.pending_sync):  # never sent SyncGroup
+                            self._remove(group, member_id, now)
                     elif (
                         group.state == STABLE
+                        and group.kind == MANAGED
                         and self._partition_counts(group) != group.partition_counts
                     ):
                         # A subscribed topic came, went or changed: assign again, as
@@ -466,41 +390,20 @@ class GroupCoordinator:
                         self._begin_rebalance(group, now)
 
 
-def _metadata_of(group: Group) -> GroupMetadata:
-    members = sorted(group.members.values(), key=lambda m: m.member_id)
-    return GroupMetadata(
-        CONSUMER_PROTOCOL_TYPE,
-        group.generation,
-        group.strategy or None,
-        members[0].member_id if members else None,
-        group.state_timestamp_ms,
-        tuple(
-            MemberMetadata(
-                m.member_id,
-                m.client_id,
-                m.client_host,
-                int(m.rebalance_timeout_s * 1000),
-                int(m.session_timeout_s * 1000),
-                encode_subscription(m.topics),
-                encode_assignment(m.assignment),
-            )
-            for m in members
-        ),
-    )
-
-
 def _has_stable_members(group: Group) -> bool:
-    return any(m.assignment or not m.joining for m in group.members.values())
+    return any(m.assignment or m.assignment_bytes or not m.joining for m in group.members.values())
 
 
-def _common_strategy(preferences: list[tuple[str, ...]]) -> str:
-    """The first strategy of the first member's list that every member supports."""
-    if not preferences:
-        return ""
-    for strategy in preferences[0]:
-        if all(strategy in p for p in preferences[1:]):
-            return strategy
-    return ""
-
-
-__all__ = ["CoordinatorConfig", "GroupCoordinator", "JoinResult", "SeglogError"]
+__all__ = [
+    "COMPLETING_REBALANCE",
+    "EMPTY",
+    "PREPARING_REBALANCE",
+    "STABLE",
+    "CoordinatorConfig",
+    "Group",
+    "GroupCoordinator",
+    "JoinResult",
+    "Member",
+    "SeglogError",
+    "check_group_id",
+]

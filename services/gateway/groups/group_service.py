@@ -7,7 +7,7 @@ the wrong place."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import grpc
 
@@ -27,7 +27,10 @@ from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .consumer_protocol import assignment_partitions
 from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
+from .group_state import CLASSIC, Group, Member
+from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 from .offsets_store import OffsetsStore
 
 # Kafka's offset.metadata.max.bytes.
@@ -64,7 +67,7 @@ class GroupCoordinatorService:
         self.offsets.forget_partition(partition)
         self.coordinator.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
 
-    def _not_coordinated_here(self, group_id: str) -> SeglogError | None:
+    def not_coordinated_here(self, group_id: str) -> SeglogError | None:
         if isinstance(self.coordination, SoleCoordinator):
             return None
         try:
@@ -80,7 +83,7 @@ class GroupCoordinatorService:
         )
 
     def _coordinated(self, group_id: str, context: grpc.ServicerContext) -> None:
-        problem = self._not_coordinated_here(group_id)
+        problem = self.not_coordinated_here(group_id)
         if problem is not None:
             abort(context, problem)
 
@@ -88,7 +91,7 @@ class GroupCoordinatorService:
         self, request: groups_pb2.FindCoordinatorRequest, context: grpc.ServicerContext
     ) -> groups_pb2.FindCoordinatorResponse:
         response = groups_pb2.FindCoordinatorResponse()
-        problem = self._not_coordinated_here(request.group_id)
+        problem = self.not_coordinated_here(request.group_id)
         if isinstance(problem, NotCoordinatorError):
             response.address = problem.coordinator
         elif problem is not None:
@@ -174,29 +177,29 @@ class GroupCoordinatorService:
         except SeglogError as exc:
             set_error(response, exc)
             return response
-        valid = []
-        for commit in request.offsets:
+        problems = self.commit_offsets(request.group_id, request.offsets)
+        for commit, problem in zip(request.offsets, problems, strict=True):
             result = response.partitions.add(topic=commit.topic, partition=commit.partition)
-            problem = self._check_commit_entry(commit)
             if problem is not None:
                 set_error(result, problem)
-                continue
-            valid.append(
-                (
-                    commit.topic,
-                    commit.partition,
-                    commit.offset,
-                    commit.leader_epoch,
-                    commit.metadata,
-                )
-            )
-        try:
-            self.offsets.commit(request.group_id, valid)
-        except SeglogError as exc:
-            for result in response.partitions:
-                if not result.error:
-                    set_error(result, exc)
         return response
+
+    def commit_offsets(
+        self, group_id: str, offsets: Sequence[groups_pb2.OffsetCommit]
+    ) -> list[SeglogError | None]:
+        """Store the offsets that are valid (the caller checked the committer): for each
+        entry, in order, its error or None (Kafka's OffsetCommit and the gRPC one alike)."""
+        problems = [self._check_commit_entry(commit) for commit in offsets]
+        valid = [
+            (c.topic, c.partition, c.offset, c.leader_epoch, c.metadata)
+            for c, problem in zip(offsets, problems, strict=True)
+            if problem is None
+        ]
+        try:
+            self.offsets.commit(group_id, valid)
+        except SeglogError as exc:
+            problems = [exc if problem is None else problem for problem in problems]
+        return problems
 
     def _check_commit_entry(self, commit: groups_pb2.OffsetCommit) -> SeglogError | None:
         topic = self.registry.topics.get(commit.topic)
@@ -242,19 +245,23 @@ class GroupCoordinatorService:
         self, request: groups_pb2.ListGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.ListGroupsResponse:
         response = groups_pb2.ListGroupsResponse()
-        group_ids = set(self.coordinator.group_ids())
-        try:
-            group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
-        except SeglogError:
-            pass  # groups known only by their offsets show up once those can be read
-        for group_id in sorted(group_ids):
-            group = self.coordinator.snapshot(group_id)
+        for group_id, group in self.group_listing():
             response.groups.add(
                 group_id=group_id,
                 state=group.state if group is not None else EMPTY,
                 member_count=len(group.members) if group is not None else 0,
             )
         return response
+
+    def group_listing(self) -> list[tuple[str, Group | None]]:
+        """The groups this gateway lists, by id, each with its state (None: known only by
+        its committed offsets)."""
+        group_ids = set(self.coordinator.group_ids())
+        try:
+            group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
+        except SeglogError:
+            pass  # groups known only by their offsets show up once those can be read
+        return [(group_id, self.coordinator.snapshot(group_id)) for group_id in sorted(group_ids)]
 
     def _partitions_coordinated_here(self) -> list[int] | None:
         """With several gateways, each lists the groups it coordinates, and the controller
@@ -278,7 +285,7 @@ class GroupCoordinatorService:
         response = groups_pb2.DescribeGroupsResponse()
         for group_id in request.group_ids:
             description = response.groups.add(group_id=group_id)
-            problem = self._not_coordinated_here(group_id)
+            problem = self.not_coordinated_here(group_id)
             if problem is not None:
                 set_error(description, problem)
                 continue
@@ -303,7 +310,7 @@ class GroupCoordinatorService:
                     client_id=member.client_id,
                     client_host=member.client_host,
                 )
-                for topic, partitions in sorted(member.assignment.items()):
+                for topic, partitions in sorted(assigned_partitions(group, member).items()):
                     out.assignment.add(topic=topic, partitions=partitions)
         return response
 
@@ -315,7 +322,7 @@ class GroupCoordinatorService:
         response = groups_pb2.DeleteGroupsResponse()
         for group_id in request.group_ids:
             result = response.groups.add(group_id=group_id)
-            problem = self._not_coordinated_here(group_id)
+            problem = self.not_coordinated_here(group_id)
             if problem is not None:
                 set_error(result, problem)
                 continue
@@ -348,3 +355,14 @@ class GroupCoordinatorService:
         except SeglogError as exc:
             set_error(response, exc)
         return response
+
+
+def assigned_partitions(group: Group, member: Member) -> dict[str, list[int]]:
+    """A member's partitions: computed by the coordinator for seglog's consumers, decoded
+    from the leader's assignment bytes for Kafka consumers (other protocol types' bytes
+    are not partitions)."""
+    if group.kind != CLASSIC:
+        return member.assignment
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+        return {}
+    return assignment_partitions(member.assignment_bytes)

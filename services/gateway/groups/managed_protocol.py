@@ -1,0 +1,137 @@
+"""seglog's own consumers (the gRPC GroupCoordinator service) on the coordinator: the
+coordinator computes their assignment itself when a rebalance completes (range or
+roundrobin, the first strategy in the first member's list that every member supports), as
+Kafka's KIP-848 server-side assignors do, and each JoinGroup returns the member's partitions.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from seglog.errors import (
+    InconsistentGroupProtocolError,
+    InvalidRequestError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
+
+from .assignors import ASSIGNORS
+from .group_state import (
+    MANAGED,
+    PREPARING_REBALANCE,
+    STABLE,
+    CoordinatorParts,
+    Group,
+    JoinResult,
+    Member,
+    check_group_id,
+)
+from .offsets_formats import CONSUMER_PROTOCOL_TYPE
+
+
+class ManagedProtocol:
+    """The seglog-managed join, mixed into GroupCoordinator."""
+
+    def join(
+        self: CoordinatorParts,
+        group_id: str,
+        member_id: str,
+        *,
+        client_id: str,
+        client_host: str,
+        topics: tuple[str, ...],
+        strategies: tuple[str, ...],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+    ) -> JoinResult:
+        """Join (or join again) and wait until the rebalance completes."""
+        check_group_id(group_id)
+        if rebalance_timeout_ms < 0:
+            raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
+        self._check_session_timeout(session_timeout_ms)
+        strategies = tuple(s for s in strategies if s in ASSIGNORS)
+        if not strategies:
+            raise InconsistentGroupProtocolError(
+                f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
+            )
+        stored = self._stored(group_id)
+        now = time.monotonic()
+        with self._lock:
+            group = self._group(group_id, stored)
+            if group.members and group.kind != MANAGED:
+                raise InconsistentGroupProtocolError(
+                    f"group {group_id} has Kafka classic-protocol members: a seglog-managed "
+                    f"consumer cannot join it"
+                )
+            group.kind, group.protocol_type = MANAGED, CONSUMER_PROTOCOL_TYPE
+            if member_id:
+                member = group.members.get(member_id)
+                if member is None:
+                    raise UnknownMemberIdError(
+                        f"member {member_id} is not in group {group_id}: join without an id"
+                    )
+            else:
+                member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
+                member = None
+            others = [m.strategies for m in group.members.values() if m.member_id != member_id]
+            if not common_strategy([*others, strategies]):
+                raise InconsistentGroupProtocolError(
+                    f"strategies {list(strategies)} share none with group {group_id}'s members"
+                )
+            if member is None:
+                member = group.members[member_id] = Member(
+                    member_id, client_id, client_host, topics, strategies, 0, 0, now
+                )
+            member.topics = topics
+            member.strategies = strategies
+            member.session_timeout_s = session_timeout_ms / 1000
+            member.rebalance_timeout_s = max(rebalance_timeout_ms, 0) / 1000
+            member.last_heartbeat = now
+            member.joining = True
+            if group.state != PREPARING_REBALANCE:
+                self._begin_rebalance(group, now)
+            self._maybe_complete(group, now)
+            while member.joining and not self._stop.is_set():
+                if group.members.get(member_id) is not member:
+                    raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
+                now = time.monotonic()
+                if now >= group.rebalance_deadline:
+                    self._complete_rebalance(group, now)
+                    break
+                self._changed.wait(group.rebalance_deadline - now)
+                self._maybe_complete(group, time.monotonic())
+            if member.joining:
+                raise RebalanceInProgressError("the coordinator is shutting down")
+            return JoinResult(
+                group.generation,
+                member_id,
+                group.strategy,
+                {t: list(ps) for t, ps in member.assignment.items()},
+                len(group.members),
+            )
+
+
+def complete_managed_join(group: Group, now: float, partition_counts: dict[str, int]) -> None:
+    """The rebalance's end for seglog-managed members (the caller removed those that did not
+    join and handled an emptied group): a new generation, assigned here."""
+    group.generation += 1
+    group.strategy = common_strategy([m.strategies for m in group.members.values()])
+    subscriptions = {m.member_id: m.topics for m in group.members.values()}
+    group.partition_counts = partition_counts
+    assignment = ASSIGNORS[group.strategy](subscriptions, partition_counts)
+    for member in group.members.values():
+        member.assignment = assignment.get(member.member_id, {})
+        member.joining = False
+        member.last_heartbeat = now
+    group.state = STABLE
+
+
+def common_strategy(preferences: list[tuple[str, ...]]) -> str:
+    """The first strategy of the first member's list that every member supports."""
+    if not preferences:
+        return ""
+    for strategy in preferences[0]:
+        if all(strategy in p for p in preferences[1:]):
+            return strategy
+    return ""

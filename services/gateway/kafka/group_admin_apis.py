@@ -1,0 +1,166 @@
+"""Kafka's group administration: DescribeGroups 0–5, ListGroups 0–4, DeleteGroups 0–2, for
+Kafka clients' and tools' admin calls (kafka-consumer-groups.sh, AdminClient).
+
+Groups of both kinds are shown: a Kafka classic group with its members' own subscription and
+assignment bytes; a group of seglog's gRPC consumers (assigned by the coordinator) with the
+consumer protocol's bytes of its members' topics and partitions, so Kafka's tools read it.
+As Kafka's broker does, members' bytes and the protocol are shown only while the group is
+Stable, a group that does not exist is described as Dead, and each group is authorized on
+its own: a group the principal may not Describe (Delete) answers GROUP_AUTHORIZATION_FAILED,
+and ListGroups without Describe on the cluster lists only the groups the principal may
+Describe.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin.groups import (
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+
+from seglog.errors import PermissionDeniedError, SeglogError
+from seglog.v1 import common_pb2, groups_pb2
+
+from ..groups.group_state import CLASSIC, STABLE, Group, Member
+from ..groups.offsets_formats import encode_assignment, encode_subscription
+from .api_table import ApiTable
+from .error_codes import NONE, kafka_error_code
+from .group_apis import group_error_code, on_coordinator
+from .kafka_call import KafkaCall
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+DEAD = "Dead"
+EMPTY = "Empty"
+
+
+def _member_bytes(group: Group, member: Member) -> tuple[bytes, bytes]:
+    if group.kind == CLASSIC:
+        return member.metadata_for(group.strategy), member.assignment_bytes
+    return encode_subscription(member.topics), encode_assignment(member.assignment)
+
+
+def describe_groups(call: KafkaCall, request: Any) -> Any:
+    response_class = DescribeGroupsResponse[call.version]
+    group_class = response_class.DescribedGroup
+    member_class = group_class.DescribedGroupMember
+    gateway = call.gateway
+
+    def describe(group_id: str) -> Any:
+        group = gateway.coordinator.snapshot(group_id)
+        if group is None:
+            known = bool(gateway.group_service.offsets.committed(group_id))
+            return group_class(
+                error_code=NONE,
+                group_id=group_id,
+                group_state=EMPTY if known else DEAD,
+                protocol_type="",
+                protocol_data="",
+                members=[],
+            )
+        members = []
+        for member in group.members.values():
+            metadata, assignment = (
+                _member_bytes(group, member) if group.state == STABLE else (b"", b"")
+            )
+            members.append(
+                member_class(
+                    member_id=member.member_id,
+                    group_instance_id=member.group_instance_id,
+                    client_id=member.client_id,
+                    client_host=member.client_host,
+                    member_metadata=metadata,
+                    member_assignment=assignment,
+                )
+            )
+        return group_class(
+            error_code=NONE,
+            group_id=group_id,
+            group_state=group.state,
+            protocol_type=group.protocol_type,
+            protocol_data=group.strategy if group.state == STABLE else "",
+            members=members,
+        )
+
+    described = []
+    for group_id in request.groups:
+        proto = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
+        try:
+            described.append(
+                on_coordinator(call, "DescribeGroups", proto, group_id, partial(describe, group_id))
+            )
+        except SeglogError as exc:
+            described.append(
+                group_class(
+                    error_code=group_error_code(exc),
+                    group_id=group_id,
+                    group_state="",
+                    protocol_type="",
+                    protocol_data="",
+                    members=[],
+                )
+            )
+    return response_class(throttle_time_ms=0, groups=described)
+
+
+def list_groups(call: KafkaCall, request: Any) -> Any:
+    response_class = ListGroupsResponse[call.version]
+    service = call.gateway.group_service
+    try:
+        listing = call.invoke(
+            "ListGroups", lambda _r, _c: service.group_listing(), groups_pb2.ListGroupsRequest()
+        )
+    except PermissionDeniedError:
+        listing = [
+            (group_id, group)
+            for group_id, group in service.group_listing()
+            if call.allowed("Describe", "group", group_id)
+        ]
+    except SeglogError as exc:
+        return response_class(throttle_time_ms=0, error_code=kafka_error_code(exc), groups=[])
+    wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
+    groups = []
+    for group_id, group in listing:
+        state = group.state if group is not None else EMPTY
+        if wanted and state.lower() not in wanted:
+            continue
+        groups.append(
+            response_class.ListedGroup(
+                group_id=group_id,
+                protocol_type=group.protocol_type if group is not None else "",
+                group_state=state,
+            )
+        )
+    return response_class(throttle_time_ms=0, error_code=NONE, groups=groups)
+
+
+def delete_groups(call: KafkaCall, request: Any) -> Any:
+    response_class = DeleteGroupsResponse[call.version]
+    service = call.gateway.group_service
+    results = []
+    for group_id in request.groups_names:
+        proto = groups_pb2.DeleteGroupsRequest(group_ids=[group_id])
+        try:
+            answer = call.invoke("DeleteGroups", service.DeleteGroups, proto)
+            (result,) = answer.groups
+            code = NONE
+            if result.error:
+                code = kafka_error_code(common_pb2.ErrorCode.Name(result.error), "group")
+        except SeglogError as exc:
+            code = group_error_code(exc)
+        results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
+    return response_class(throttle_time_ms=0, results=results)
+
+
+def register(table: ApiTable, gateway: Gateway) -> None:
+    table.register(DescribeGroupsRequest, 0, 5, describe_groups)
+    table.register(ListGroupsRequest, 0, 4, list_groups)
+    table.register(DeleteGroupsRequest, 0, 2, delete_groups)

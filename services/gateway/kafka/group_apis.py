@@ -1,0 +1,306 @@
+"""Kafka's classic consumer group membership: FindCoordinator 0–3, JoinGroup 0–7, SyncGroup
+0–5, Heartbeat 0–4, LeaveGroup 0–4, on the gateway's group coordinator (groups/
+classic_protocol.py).
+
+Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
+answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
+gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup wait
+for the rebalance on the connection's thread, as Kafka's broker holds the response of a muted
+channel; the wait releases the coordinator's lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from kafka import errors as kafka_errors
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+
+from seglog.errors import (
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    SeglogError,
+    error_classes,
+)
+from seglog.v1 import common_pb2, groups_pb2
+
+from ..groups.group_state import FencedInstanceIdError, MemberIdRequiredError
+from .api_table import ApiTable
+from .brokers import Broker, broker_at, this_broker
+from .error_codes import NONE, kafka_error_code
+from .kafka_call import KafkaCall
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+T = TypeVar("T")
+GROUP_KEY_TYPE = 0  # FindCoordinator's key_type: 0 group, 1 transaction
+
+
+def group_error_code(error: BaseException) -> int:
+    """Kafka's code for an error about a group (authorization failures: the group's). The
+    classic protocol's own two reasons are the groups package's, not seglog's ErrorCode."""
+    if isinstance(error, MemberIdRequiredError):
+        return int(kafka_errors.MemberIdRequiredError.errno)
+    if isinstance(error, FencedInstanceIdError):
+        return int(kafka_errors.FencedInstanceIdError.errno)
+    return kafka_error_code(error, "group")
+
+
+def on_coordinator(
+    call: KafkaCall, method_name: str, request: Any, group_id: str, work: Callable[[], T]
+) -> T:
+    """`work` run as the gRPC method `method_name` runs (authorized as it authorizes
+    `request`), once this gateway is known to coordinate the group."""
+    service = call.gateway.group_service
+
+    def run(_request: Any, _context: Any) -> T:
+        problem = service.not_coordinated_here(group_id)
+        if problem is not None:
+            raise problem
+        return work()
+
+    result: T = call.invoke(method_name, run, request)
+    return result
+
+
+def client_host(call: KafkaCall) -> str:
+    return f"/{call.identity.peer_host}"  # Kafka's InetAddress.toString
+
+
+# -- FindCoordinator ---------------------------------------------------------------------------
+
+
+def find_coordinator(call: KafkaCall, request: Any) -> Any:
+    response_class = FindCoordinatorResponse[call.version]
+    key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
+    try:
+        if key_type != GROUP_KEY_TYPE:
+            raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
+        broker = _coordinator_broker(call, request.key)
+    except SeglogError as exc:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=group_error_code(exc),
+            error_message=str(exc),
+            node_id=-1,
+            host="",
+            port=-1,
+        )
+    return response_class(
+        throttle_time_ms=0,
+        error_code=NONE,
+        error_message=None,
+        node_id=broker.node_id,
+        host=broker.host,
+        port=broker.port,
+    )
+
+
+def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
+    """The Kafka listener of the gateway coordinating the group: this one's (the address the
+    client came through), or the one another gateway publishes with its session."""
+    gateway = call.gateway
+    address = _coordinator_address(call, group_id)
+    if not address or address == _own_grpc_address(gateway):
+        return this_broker(gateway, call.advertised_address)
+    session = gateway.gateway_session
+    kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
+    if kafka_address is None:
+        raise CoordinatorNotAvailableError(
+            f"group {group_id!r} is coordinated by the gateway at {address}, which publishes "
+            f"no Kafka listener"
+        )
+    return broker_at(kafka_address)
+
+
+def _coordinator_address(call: KafkaCall, group_id: str) -> str:
+    """The coordinating gateway's gRPC address ("" for this one), as the gRPC
+    FindCoordinator answers it; raises its error."""
+    service = call.gateway.group_service
+    answer = call.invoke(
+        "FindCoordinator",
+        service.FindCoordinator,
+        groups_pb2.FindCoordinatorRequest(group_id=group_id),
+    )
+    if answer.error:
+        reason = common_pb2.ErrorCode.Name(answer.error)
+        raise _error_of_reason(reason, answer.error_message)
+    return str(answer.address)
+
+
+def _own_grpc_address(gateway: Gateway) -> str:
+    coordination = gateway.group_service.coordination
+    return str(getattr(coordination, "address", ""))
+
+
+def _error_of_reason(reason: str, message: str) -> SeglogError:
+    return error_classes().get(reason, SeglogError)(message)
+
+
+# -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------
+
+
+def join_group(call: KafkaCall, request: Any) -> Any:
+    version = call.version
+    response_class = JoinGroupResponse[version]
+    coordinator = call.gateway.coordinator
+
+    def join() -> Any:
+        return coordinator.join_classic(
+            request.group_id,
+            request.member_id,
+            group_instance_id=request.group_instance_id if version >= 5 else None,
+            client_id=call.client_id or "",
+            client_host=client_host(call),
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+            session_timeout_ms=request.session_timeout_ms,
+            # v0 has none: Kafka's broker then waits the session timeout.
+            rebalance_timeout_ms=(
+                request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+            ),
+            require_known_member_id=version >= 4,
+        )
+
+    try:
+        result = on_coordinator(call, "JoinGroup", request, request.group_id, join)
+    except SeglogError as exc:
+        given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
+        return response_class(
+            throttle_time_ms=0,
+            error_code=group_error_code(exc),
+            generation_id=-1,
+            protocol_type=None,
+            protocol_name=None if version >= 7 else "",
+            leader="",
+            member_id=given,
+            members=[],
+        )
+    return response_class(
+        throttle_time_ms=0,
+        error_code=NONE,
+        generation_id=result.generation,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol,
+        leader=result.leader,
+        member_id=result.member_id,
+        members=[
+            response_class.JoinGroupResponseMember(
+                member_id=member_id, group_instance_id=instance_id, metadata=metadata
+            )
+            for member_id, instance_id, metadata in result.members
+        ],
+    )
+
+
+def sync_group(call: KafkaCall, request: Any) -> Any:
+    version = call.version
+    response_class = SyncGroupResponse[version]
+    coordinator = call.gateway.coordinator
+
+    def sync() -> tuple[str, str, bytes]:
+        return coordinator.sync_group(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            group_instance_id=request.group_instance_id if version >= 3 else None,
+            protocol_type=request.protocol_type if version >= 5 else None,
+            protocol=request.protocol_name if version >= 5 else None,
+            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+        )
+
+    try:
+        protocol_type, protocol, assignment = on_coordinator(
+            call, "SyncGroup", request, request.group_id, sync
+        )
+    except SeglogError as exc:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=group_error_code(exc),
+            protocol_type=None,
+            protocol_name=None,
+            assignment=b"",
+        )
+    return response_class(
+        throttle_time_ms=0,
+        error_code=NONE,
+        protocol_type=protocol_type,
+        protocol_name=protocol,
+        assignment=assignment,
+    )
+
+
+def heartbeat(call: KafkaCall, request: Any) -> Any:
+    version = call.version
+    coordinator = call.gateway.coordinator
+
+    def beat() -> None:
+        coordinator.heartbeat(
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            request.group_instance_id if version >= 3 else None,
+        )
+
+    try:
+        on_coordinator(call, "Heartbeat", request, request.group_id, beat)
+        error = NONE
+    except SeglogError as exc:
+        error = group_error_code(exc)
+    return HeartbeatResponse[version](throttle_time_ms=0, error_code=error)
+
+
+def leave_group(call: KafkaCall, request: Any) -> Any:
+    version = call.version
+    response_class = LeaveGroupResponse[version]
+    if version >= 3:
+        leaving = [(m.member_id, m.group_instance_id) for m in request.members]
+    else:
+        leaving = [(request.member_id, None)]
+    coordinator = call.gateway.coordinator
+    try:
+        outcomes = on_coordinator(
+            call,
+            "LeaveGroup",
+            request,
+            request.group_id,
+            lambda: coordinator.leave_members(request.group_id, leaving),
+        )
+    except SeglogError as exc:
+        return response_class(throttle_time_ms=0, error_code=group_error_code(exc), members=[])
+    codes = [NONE if outcome is None else group_error_code(outcome) for outcome in outcomes]
+    if version < 3:
+        return response_class(throttle_time_ms=0, error_code=codes[0])
+    return response_class(
+        throttle_time_ms=0,
+        error_code=NONE,
+        members=[
+            response_class.MemberResponse(
+                member_id=member_id, group_instance_id=instance_id, error_code=code
+            )
+            for (member_id, instance_id), code in zip(leaving, codes, strict=True)
+        ],
+    )
+
+
+def register(table: ApiTable, gateway: Gateway) -> None:
+    table.register(FindCoordinatorRequest, 0, 3, find_coordinator)
+    table.register(JoinGroupRequest, 0, 7, join_group)
+    table.register(SyncGroupRequest, 0, 5, sync_group)
+    table.register(HeartbeatRequest, 0, 4, heartbeat)
+    table.register(LeaveGroupRequest, 0, 4, leave_group)
