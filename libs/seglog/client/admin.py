@@ -157,11 +157,20 @@ class Admin:
         set_configs: Mapping[str, str],
         delete: Iterable[str] = (),
         *,
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
         validate_only: bool = False,
     ) -> None:
-        """Kafka's incrementalAlterConfigs: set and delete overrides, validated together."""
+        """Kafka's incrementalAlterConfigs: set and delete overrides, append items to and
+        subtract items from list configs (`{"cleanup.policy": "compact"}`), validated
+        together."""
         request = gateway_pb2.AlterConfigsRequest(
-            topic=topic, set=dict(set_configs), delete=list(delete), validate_only=validate_only
+            topic=topic,
+            set=dict(set_configs),
+            delete=list(delete),
+            append=dict(append or {}),
+            subtract=dict(subtract or {}),
+            validate_only=validate_only,
         )
         response = self._client.call("AlterConfigs", request)
         if response.error:  # type: ignore[attr-defined]
