@@ -136,3 +136,14 @@ def test_append_to_a_config_that_is_no_list_or_subtract_to_an_invalid_value_is_r
         altered_configs("orders", {}, {}, [], append={"retention.ms": "5"})
     with pytest.raises(InvalidConfigError, match="cleanup"):  # nothing left: no policy
         altered_configs("orders", {}, {}, [], subtract={"cleanup.policy": "delete"})
+
+
+def test_a_config_spelled_either_way_is_replaced_or_deleted_as_one():
+    current = {"retention_ms": "1000", "segment.index.bytes": "4096"}
+    assert altered_configs("orders", current, {"retention.ms": "5"}, []) == {
+        "segment.index.bytes": "4096",
+        "retention.ms": "5",
+    }
+    assert altered_configs("orders", current, {}, ["index_size_max_bytes"]) == {
+        "retention_ms": "1000"
+    }

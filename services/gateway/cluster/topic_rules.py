@@ -16,7 +16,7 @@ from seglog.errors import (
     InvalidTopicError,
 )
 from seglog.storage import LogConfig, log_files
-from seglog.storage.config import check_config_names, kafka_name
+from seglog.storage.config import check_config_names, field_name, kafka_name
 
 DEFAULT_NUM_PARTITIONS = 1
 # Kafka's controller refuses one operation creating more than 10,000 partitions
@@ -136,7 +136,10 @@ def altered_configs(
     """IncrementalAlterConfigs' result, validated whole: some overrides set, others deleted
     (back to the node's or Kafka's default), list configs (`cleanup.policy`) appended to or
     subtracted from, each a comma-separated list of items."""
-    configs = {k: v for k, v in current.items() if k not in delete}
+    # Overrides are kept under the names they were given: a name spelled either way
+    # (`retention.ms`, `retention_ms`) deletes or replaces the same config.
+    replaced = {field_name(k) for k in [*delete, *set_configs]}
+    configs = {k: v for k, v in current.items() if field_name(k) not in replaced}
     configs.update(set_configs)
     try:
         check_config_names(delete)
@@ -152,28 +155,24 @@ def altered_configs(
     return configs
 
 
-def _field_name(key: str) -> str:
-    return key.replace(".", "_")
-
-
 def _list_value(configs: dict[str, str], key: str) -> list[str]:
     """The list config's items now: the topic's override (under either spelling of its
     name), else Kafka's default, as Kafka's APPEND and SUBTRACT start from."""
-    field = _field_name(key)
+    field = field_name(key)
     if field not in LIST_CONFIG_FIELDS:
         raise InvalidConfigError(
             f"{key} is not a list config: APPEND and SUBTRACT apply only to "
             f"{', '.join(kafka_name(f) for f in sorted(LIST_CONFIG_FIELDS))}"
         )
     for name, value in configs.items():
-        if _field_name(name) == field:
+        if field_name(name) == field:
             return _items(value)
     return _items(str(getattr(LogConfig(), field)))
 
 
 def _set_list(configs: dict[str, str], key: str, items: list[str]) -> None:
-    field = _field_name(key)
-    for name in [n for n in configs if _field_name(n) == field]:
+    field = field_name(key)
+    for name in [n for n in configs if field_name(n) == field]:
         del configs[name]
     configs[key] = ",".join(items)
 
