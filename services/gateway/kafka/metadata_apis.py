@@ -20,7 +20,7 @@ from seglog.errors import SeglogError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
-from .brokers import live_brokers, this_broker
+from .brokers import CLUSTER_ID, live_brokers, this_broker
 from .error_codes import (
     LEADER_NOT_AVAILABLE,
     NONE,
@@ -104,7 +104,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             )
             for b in brokers
         ],
-        cluster_id=None,
+        cluster_id=CLUSTER_ID,
         controller_id=this_broker(call.gateway).node_id,
         topics=[t for t in topics if t is not None],
     )

@@ -1,0 +1,316 @@
+"""Kafka's topic and cluster administration on the gateway's own servicers, through
+`call.invoke` (so the gRPC path's validation and ACL rules hold): CreateTopics 2-7,
+DeleteTopics 1-6, CreatePartitions 0-3, DeleteRecords 0-2 and DescribeCluster 0-1; the
+config APIs are config_apis.py's.
+
+Each topic is its own call, so one refused or invalid topic answers its own error and the
+others go on, as in Kafka; a topic named twice in one request gets INVALID_REQUEST. seglog
+places replicas itself: a request with explicit replica assignments gets INVALID_REQUEST
+saying so. seglog has no topic ids: CreateTopics answers the zero id, and DeleteTopics 6
+deletes by name (an entry with only an id gets UNKNOWN_TOPIC_ID).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka import errors as kafka_errors
+from kafka.protocol.admin import (
+    ACLOperation,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+)
+
+from seglog.errors import InvalidRequestError, SeglogError
+from seglog.rpc.status import error_from_code
+from seglog.security.acls import CLUSTER_NAME
+from seglog.storage.config import described_configs
+from seglog.v1 import common_pb2, gateway_pb2
+
+from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
+from . import config_apis
+from .brokers import CLUSTER_ID, live_brokers, this_broker
+from .error_codes import kafka_error_code
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+    from .api_table import ApiTable
+    from .kafka_call import KafkaCall
+
+NO_TOPIC_ID = uuid.UUID(int=0)
+UNKNOWN_TOPIC_ID = kafka_errors.UnknownTopicIdError.errno
+TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
+# The operations Kafka authorizes on the cluster resource (DescribeCluster's bit set).
+CLUSTER_OPERATIONS = {
+    ACLOperation.ALTER: "Alter",
+    ACLOperation.ALTER_CONFIGS: "AlterConfigs",
+    ACLOperation.CLUSTER_ACTION: "ClusterAction",
+    ACLOperation.CREATE: "Create",
+    ACLOperation.DESCRIBE: "Describe",
+    ACLOperation.DESCRIBE_CONFIGS: "DescribeConfigs",
+    ACLOperation.IDEMPOTENT_WRITE: "IdempotentWrite",
+}
+
+
+def register(table: ApiTable, gateway: Gateway) -> None:
+    table.register(CreateTopicsRequest, 2, 7, create_topics)
+    table.register(DeleteTopicsRequest, 1, 6, delete_topics)
+    table.register(CreatePartitionsRequest, 0, 3, create_partitions)
+    table.register(DeleteRecordsRequest, 0, 2, delete_records)
+    table.register(DescribeClusterRequest, 0, 1, describe_cluster)
+
+
+def _each_topic(names: list[str], act: Callable[[int], None]) -> list[tuple[int, str | None]]:
+    """`act(i)` for each topic named once, its error as (Kafka code, message); a name given
+    twice answers INVALID_REQUEST without acting."""
+    counts = Counter(names)
+    out: list[tuple[int, str | None]] = []
+    for i, name in enumerate(names):
+        try:
+            if counts[name] > 1:
+                raise InvalidRequestError(f"topic {name!r} is named more than once")
+            act(i)
+            out.append((0, None))
+        except _UnknownTopicId as exc:
+            out.append((UNKNOWN_TOPIC_ID, str(exc)))
+        except SeglogError as exc:
+            out.append((kafka_error_code(exc), str(exc)))
+    return out
+
+
+def _raise_result(result: gateway_pb2.TopicResult) -> None:
+    if result.error:
+        raise error_from_code(result.error, result.error_message)
+
+
+# -- CreateTopics --------------------------------------------------------------------------
+
+
+def create_topics(call: KafkaCall, request: Any) -> Any:
+    admin = call.gateway.admin
+    topics = request.topics
+
+    def create(i: int) -> None:
+        topic = topics[i]
+        if topic.assignments:
+            raise InvalidRequestError(
+                f"topic {topic.name!r}: seglog places replicas itself; give num_partitions "
+                "and replication_factor, not replica assignments"
+            )
+        new = gateway_pb2.NewTopic(
+            name=topic.name,
+            num_partitions=topic.num_partitions,
+            replication_factor=topic.replication_factor,
+            configs={c.name: c.value for c in topic.configs if c.value is not None},
+        )
+        ask = gateway_pb2.CreateTopicsRequest(topics=[new], validate_only=request.validate_only)
+        (result,) = call.invoke("CreateTopics", admin.CreateTopics, ask).topics
+        _raise_result(result)
+
+    outcomes = _each_topic([t.name for t in topics], create)
+    results = [
+        _created(call, topic, code, message, request.validate_only)
+        for topic, (code, message) in zip(topics, outcomes, strict=True)
+    ]
+    return CreateTopicsResponse[call.version](throttle_time_ms=0, topics=results)
+
+
+def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: bool) -> Any:
+    """A topic's result; on success (v5+) with its partitions, replicas and configs."""
+    result_class = CreateTopicsResponse.CreatableTopicResult
+    result = result_class(
+        name=topic.name,
+        topic_id=NO_TOPIC_ID,
+        error_code=code,
+        error_message=message,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )
+    if code or call.version < 5:
+        return result
+    registry = call.gateway.registry
+    overrides = {c.name: c.value for c in topic.configs if c.value is not None}
+    if dry:
+        result.num_partitions = (
+            topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
+        )
+        result.replication_factor = (
+            topic.replication_factor
+            if topic.replication_factor > 0
+            else registry.limits.default_replication_factor
+        )
+    else:
+        created = registry.topic(topic.name)
+        result.num_partitions = len(created.partitions)
+        result.replication_factor = created.replication_factor
+    if not call.allowed("DescribeConfigs", "topic", topic.name):
+        result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+        return result
+    config_class = result_class.CreatableTopicConfigs
+    result.configs = [
+        config_class(
+            name=name,
+            value=value,
+            read_only=False,
+            config_source=config_apis.CONFIG_SOURCES.get(source, 0),
+            is_sensitive=False,
+        )
+        for name, value, source in described_configs({}, overrides)
+    ]
+    return result
+
+
+# -- DeleteTopics ------------------------------------------------------------------------
+
+
+def delete_topics(call: KafkaCall, request: Any) -> Any:
+    admin = call.gateway.admin
+    if call.version >= 6:
+        entries = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        entries = [(name, NO_TOPIC_ID) for name in request.topic_names]
+
+    def delete(i: int) -> None:
+        name, topic_id = entries[i]
+        if name is None:
+            raise _UnknownTopicId(f"topic id {topic_id}: seglog topics have no ids; use names")
+        answer = call.invoke(
+            "DeleteTopics", admin.DeleteTopics, gateway_pb2.DeleteTopicsRequest(names=[name])
+        )
+        _raise_result(answer.topics[0])
+
+    outcomes = _each_topic([name or str(topic_id) for name, topic_id in entries], delete)
+    result_class = DeleteTopicsResponse.DeletableTopicResult
+    results = [
+        result_class(name=name, topic_id=topic_id, error_code=code, error_message=message)
+        for (name, topic_id), (code, message) in zip(entries, outcomes, strict=True)
+    ]
+    return DeleteTopicsResponse[call.version](throttle_time_ms=0, responses=results)
+
+
+class _UnknownTopicId(SeglogError):
+    """Kafka's UNKNOWN_TOPIC_ID, which seglog's taxonomy has no use for elsewhere."""
+
+    reason = "UNKNOWN_TOPIC_ID"
+
+
+# -- CreatePartitions --------------------------------------------------------------------
+
+
+def create_partitions(call: KafkaCall, request: Any) -> Any:
+    admin = call.gateway.admin
+    topics = request.topics
+
+    def grow(i: int) -> None:
+        topic = topics[i]
+        if topic.assignments is not None:
+            raise InvalidRequestError(
+                f"topic {topic.name!r}: seglog places new partitions' replicas itself; "
+                "leave assignments null"
+            )
+        ask = gateway_pb2.CreatePartitionsRequest(validate_only=request.validate_only)
+        ask.topics.add(topic=topic.name, count=topic.count)
+        (result,) = call.invoke("CreatePartitions", admin.CreatePartitions, ask).topics
+        _raise_result(result)
+
+    outcomes = _each_topic([t.name for t in topics], grow)
+    result_class = CreatePartitionsResponse.CreatePartitionsTopicResult
+    results = [
+        result_class(name=topic.name, error_code=code, error_message=message)
+        for topic, (code, message) in zip(topics, outcomes, strict=True)
+    ]
+    return CreatePartitionsResponse[call.version](throttle_time_ms=0, results=results)
+
+
+# -- DeleteRecords -----------------------------------------------------------------------
+
+
+def delete_records(call: KafkaCall, request: Any) -> Any:
+    """One call per topic (Delete on it), routed by the gateway to each partition's leader;
+    the low watermark answered is the leader's new log start offset."""
+    queries = call.gateway.service.queries
+    topic_class = DeleteRecordsResponse.DeleteRecordsTopicResult
+    partition_class = topic_class.DeleteRecordsPartitionResult
+    results = []
+    for topic in request.topics:
+        ask = common_pb2.DeleteRecordsRequest()
+        for p in topic.partitions:
+            ask.partitions.add(topic=topic.name, partition=p.partition_index, offset=p.offset)
+        try:
+            answered = call.invoke("DeleteRecords", queries.DeleteRecords, ask).partitions
+            partitions = [
+                partition_class(
+                    partition_index=a.partition,
+                    low_watermark=a.low_watermark,
+                    error_code=kafka_error_code(common_pb2.ErrorCode.Name(a.error)),
+                )
+                for a in answered
+            ]
+        except SeglogError as exc:
+            partitions = [
+                partition_class(
+                    partition_index=p.partition_index,
+                    low_watermark=-1,
+                    error_code=kafka_error_code(exc),
+                )
+                for p in topic.partitions
+            ]
+        results.append(topic_class(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse[call.version](throttle_time_ms=0, topics=results)
+
+
+# -- DescribeCluster ---------------------------------------------------------------------
+
+
+def describe_cluster(call: KafkaCall, request: Any) -> Any:
+    """The gateways as the brokers (Metadata's view), this one as the controller, after the
+    gateway's own DescribeCluster has checked Describe on the cluster."""
+    response_class = DescribeClusterResponse[call.version]
+    try:
+        call.invoke(
+            "DescribeCluster",
+            call.gateway.admin.DescribeCluster,
+            gateway_pb2.DescribeClusterRequest(),
+        )
+    except SeglogError as exc:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=kafka_error_code(exc, "cluster"),
+            error_message=str(exc),
+            cluster_id=CLUSTER_ID,
+            controller_id=-1,
+            brokers=[],
+            authorized_operations=None,
+        )
+    operations = None
+    if request.include_cluster_authorized_operations:
+        operations = {
+            int(code)
+            for code, name in CLUSTER_OPERATIONS.items()
+            if call.allowed(name, "cluster", CLUSTER_NAME)
+        }
+    broker_class = DescribeClusterResponse.DescribeClusterBroker
+    return response_class(
+        throttle_time_ms=0,
+        error_code=0,
+        error_message=None,
+        cluster_id=CLUSTER_ID,
+        controller_id=this_broker(call.gateway).node_id,
+        brokers=[
+            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None)
+            for b in live_brokers(call.gateway)
+        ],
+        authorized_operations=operations,
+    )
