@@ -267,6 +267,29 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
         (refused,) = created.topics
         assert refused.error_code == kafka_errors.InvalidRequestError.errno
         assert "replica assignments" in refused.error_message
+        config = topic.CreatableTopicConfig(name="retention.ms", value="70000")
+        created = wire.request(
+            CreateTopicsRequest(
+                topics=[
+                    topic(
+                        name="wire-made",
+                        num_partitions=2,
+                        replication_factor=-1,
+                        assignments=[],
+                        configs=[config],
+                    )
+                ],
+                timeout_ms=5000,
+                validate_only=False,
+            ),
+            7,
+            CreateTopicsResponse,
+        )
+        (made,) = created.topics
+        assert (made.error_code, made.num_partitions, made.replication_factor) == (0, 2, 1)
+        sources = {c.name: (c.value, c.config_source) for c in made.configs}
+        assert sources["retention.ms"] == ("70000", 1)  # DYNAMIC_TOPIC_CONFIG
+        assert sources["cleanup.policy"] == ("delete", 5)  # DEFAULT_CONFIG
         unknown_id = uuid.UUID(int=7)
         deleted = wire.request(
             DeleteTopicsRequest(

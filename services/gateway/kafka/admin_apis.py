@@ -32,7 +32,7 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
 )
 
-from seglog.errors import InvalidRequestError, SeglogError
+from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
 from seglog.rpc.status import error_from_code
 from seglog.security.acls import CLUSTER_NAME
 from seglog.storage.config import described_configs
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from .kafka_call import KafkaCall
 
 NO_TOPIC_ID = uuid.UUID(int=0)
+MAX_SPAN_TOPICS = 16  # topics named on a request's span, as the data path's APIs do
 UNKNOWN_TOPIC_ID = kafka_errors.UnknownTopicIdError.errno
-TOPIC_AUTHORIZATION_FAILED = kafka_errors.TopicAuthorizationFailedError.errno
 # The operations Kafka authorizes on the cluster resource (DescribeCluster's bit set).
 CLUSTER_OPERATIONS = {
     ACLOperation.ALTER: "Alter",
@@ -71,9 +71,12 @@ def register(table: ApiTable, gateway: Gateway) -> None:
     table.register(DescribeClusterRequest, 0, 1, describe_cluster)
 
 
-def _each_topic(names: list[str], act: Callable[[int], None]) -> list[tuple[int, str | None]]:
+def _each_topic(
+    call: KafkaCall, names: list[str], act: Callable[[int], None]
+) -> list[tuple[int, str | None]]:
     """`act(i)` for each topic named once, its error as (Kafka code, message); a name given
     twice answers INVALID_REQUEST without acting."""
+    call.attributes["kafka.topics"] = ",".join(dict.fromkeys(names[:MAX_SPAN_TOPICS]))
     counts = Counter(names)
     out: list[tuple[int, str | None]] = []
     for i, name in enumerate(names):
@@ -118,7 +121,7 @@ def create_topics(call: KafkaCall, request: Any) -> Any:
         (result,) = call.invoke("CreateTopics", admin.CreateTopics, ask).topics
         _raise_result(result)
 
-    outcomes = _each_topic([t.name for t in topics], create)
+    outcomes = _each_topic(call, [t.name for t in topics], create)
     results = [
         _created(call, topic, code, message, request.validate_only)
         for topic, (code, message) in zip(topics, outcomes, strict=True)
@@ -155,8 +158,10 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
         created = registry.topic(topic.name)
         result.num_partitions = len(created.partitions)
         result.replication_factor = created.replication_factor
-    if not call.allowed("DescribeConfigs", "topic", topic.name):
-        result.topic_config_error_code = TOPIC_AUTHORIZATION_FAILED
+    try:
+        described = _described_configs(call, topic.name, overrides, dry)
+    except SeglogError as exc:  # not allowed to see them: the topic was created all the same
+        result.topic_config_error_code = kafka_error_code(exc)
         return result
     config_class = result_class.CreatableTopicConfigs
     result.configs = [
@@ -167,9 +172,26 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
             config_source=config_apis.CONFIG_SOURCES.get(source, 0),
             is_sensitive=False,
         )
-        for name, value, source in described_configs({}, overrides)
+        for name, value, source in described
     ]
     return result
+
+
+def _described_configs(
+    call: KafkaCall, name: str, overrides: dict[str, str], dry: bool
+) -> list[tuple[str, str, str]]:
+    """A created topic's configs as DescribeConfigs answers them (needing DescribeConfigs on
+    it); for a validation, what its overrides over Kafka's defaults would give."""
+    if dry:
+        if not call.allowed("DescribeConfigs", "topic", name):
+            raise PermissionDeniedError(f"may not DescribeConfigs topic {name!r}")
+        return described_configs({}, overrides)
+    admin = call.gateway.admin
+    ask = gateway_pb2.DescribeConfigsRequest(topics=[name])
+    (answered,) = call.invoke("DescribeConfigs", admin.DescribeConfigs, ask).topics
+    if answered.error:
+        raise error_from_code(answered.error, answered.error_message)
+    return [(e.name, e.value, e.source) for e in answered.entries]
 
 
 # -- DeleteTopics ------------------------------------------------------------------------
@@ -191,7 +213,7 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
         )
         _raise_result(answer.topics[0])
 
-    outcomes = _each_topic([name or str(topic_id) for name, topic_id in entries], delete)
+    outcomes = _each_topic(call, [name or str(topic_id) for name, topic_id in entries], delete)
     result_class = DeleteTopicsResponse.DeletableTopicResult
     results = [
         result_class(name=name, topic_id=topic_id, error_code=code, error_message=message)
@@ -225,7 +247,7 @@ def create_partitions(call: KafkaCall, request: Any) -> Any:
         (result,) = call.invoke("CreatePartitions", admin.CreatePartitions, ask).topics
         _raise_result(result)
 
-    outcomes = _each_topic([t.name for t in topics], grow)
+    outcomes = _each_topic(call, [t.name for t in topics], grow)
     result_class = CreatePartitionsResponse.CreatePartitionsTopicResult
     results = [
         result_class(name=topic.name, error_code=code, error_message=message)
@@ -243,6 +265,8 @@ def delete_records(call: KafkaCall, request: Any) -> Any:
     queries = call.gateway.service.queries
     topic_class = DeleteRecordsResponse.DeleteRecordsTopicResult
     partition_class = topic_class.DeleteRecordsPartitionResult
+    names = [t.name for t in request.topics[:MAX_SPAN_TOPICS]]
+    call.attributes["kafka.topics"] = ",".join(dict.fromkeys(names))
     results = []
     for topic in request.topics:
         ask = common_pb2.DeleteRecordsRequest()
