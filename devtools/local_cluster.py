@@ -6,7 +6,7 @@
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
 port is 0. A second cluster on a port already served is refused at once. Kafka clients use
-the gateway's Kafka listener, 127.0.0.1:9092 (none under --tls until it speaks TLS).
+the gateway's Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
 
 A storage node that dies is reported and the cluster keeps running without it, so failover
 can be watched (topics default to three replicas, min.insync.replicas=2); SIGHUP
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     kafka_host, kafka_port = args.kafka_listen.rsplit(":", 1)
     if int(port) == 0:
         kafka_port = "0"
-    if not args.tls and int(kafka_port) != 0 and _listening(kafka_host, int(kafka_port)):
+    if int(kafka_port) != 0 and _listening(kafka_host, int(kafka_port)):
         print(
             f"seglog local cluster: {args.kafka_listen} (Kafka) is already served (a Kafka "
             f"broker or another cluster? choose another: --kafka-listen HOST:PORT)",
@@ -117,15 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
         registry_args = ["--registry-etcd", "<etcd>"]
-    # Kafka's protocol has no TLS on the listener yet: a --tls cluster opens none.
-    kafka_listens = (
-        []
-        if args.tls
-        else [
-            f"{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i}"
-            for i in range(len(gateway_listens))
-        ]
-    )
+    # Under --tls the Kafka listener is mutual TLS too (SSL://, the cluster CA's certificates).
+    kafka_scheme = "SSL://" if args.tls else ""
+    kafka_listens = [
+        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i}"
+        for i in range(len(gateway_listens))
+    ]
     gateways = [
         gateway_process(
             listen,

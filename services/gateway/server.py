@@ -36,7 +36,7 @@ from .groups.group_service import GroupCoordinatorService
 from .groups.offsets_store import (
     OffsetsStore,
 )
-from .kafka.listener import KafkaListener, api_table_for, parse_listener
+from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .routing.service import GatewayService
 from .settings import GatewayConfig
@@ -192,9 +192,10 @@ class Gateway:
 
     @property
     def kafka_advertised_address(self) -> str:
-        if self.config.kafka_advertised_listener:
-            return parse_listener(self.config.kafka_advertised_listener)[1]
-        return self.kafka_address
+        """What Kafka clients are told this gateway's address is (advertised.listeners)."""
+        if self.kafka_listener is None:
+            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
+        return self.kafka_listener.advertised_address
 
     def cluster_view(self) -> tuple[str, list[str]]:
         """The controller gateway's address and every running gateway's."""
@@ -321,11 +322,14 @@ class Gateway:
                 max_request_bytes=self.config.max_request_bytes,
                 max_connections=self.config.kafka_max_connections,
                 connections_max_idle_ms=self.config.connections_max_idle_ms,
+                advertised_listener=self.config.kafka_advertised_listener,
             )
             self.kafka_listener.start()
         self._expiry.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
+            if self.kafka_listener is not None:
+                self.gateway_session.kafka_address = self.kafka_listener.advertised_address
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)

@@ -40,7 +40,7 @@ from seglog.v1 import common_pb2, gateway_pb2
 
 from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
 from . import config_apis
-from .brokers import CLUSTER_ID, live_brokers, this_broker
+from .brokers import CLUSTER_ID, controller_id, live_brokers
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
@@ -299,8 +299,8 @@ def delete_records(call: KafkaCall, request: Any) -> Any:
 
 
 def describe_cluster(call: KafkaCall, request: Any) -> Any:
-    """The gateways as the brokers (Metadata's view), this one as the controller, after the
-    gateway's own DescribeCluster has checked Describe on the cluster."""
+    """The gateways as the brokers and the controller gateway as the controller (Metadata's
+    view), after the gateway's own DescribeCluster has checked Describe on the cluster."""
     response_class = DescribeClusterResponse[call.version]
     try:
         call.invoke(
@@ -331,10 +331,10 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
         error_code=0,
         error_message=None,
         cluster_id=CLUSTER_ID,
-        controller_id=this_broker(call.gateway).node_id,
+        controller_id=controller_id(call.gateway),
         brokers=[
             broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None)
-            for b in live_brokers(call.gateway)
+            for b in live_brokers(call.gateway, call.advertised_address)
         ],
         authorized_operations=operations,
     )

@@ -18,8 +18,10 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from seglog import errors
-from seglog.errors import SeglogError
+from seglog.errors import AuthenticationError, SeglogError
 from seglog.rpc.status import DOMAIN
+
+from ..authorization import principal_of
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -39,6 +41,27 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
+
+
+@dataclass
+class ConnectionSession:
+    """A connection's state across its requests: who it is, and where its SASL exchange
+    stands on a SASL listener (only ApiVersions and the SASL APIs are served before it
+    authenticates, as Kafka's broker does)."""
+
+    identity: ConnectionIdentity
+    # The listener's advertised host:port: Metadata names it to this connection's client.
+    advertised_address: str
+    sasl_required: bool = False
+    sasl_mechanism: str | None = None  # chosen by SaslHandshake
+    # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
+    raw_sasl_token_next: bool = False
+    authenticated_principal: str | None = None
+    certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
+
+    @property
+    def authenticated(self) -> bool:
+        return not self.sasl_required or self.authenticated_principal is not None
 
 
 class _Aborted(Exception):
@@ -135,9 +158,35 @@ class KafkaCall:
     version: int
     correlation_id: int
     client_id: str | None
-    identity: ConnectionIdentity
+    session: ConnectionSession
     # Attributes for the request's span (topics named, ...), set by handlers.
     attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> ConnectionIdentity:
+        return self.session.identity
+
+    @property
+    def principal(self) -> str:
+        """Who the connection is, as the authorizer names it: the SASL token's principal, else
+        the client certificate's (through the mapping rules), else User:ANONYMOUS."""
+        session = self.session
+        if session.authenticated_principal is not None:
+            return session.authenticated_principal
+        if session.certificate_principal is None:
+            context = cast(grpc.ServicerContext, _ServicerContext(session.identity))
+            try:
+                session.certificate_principal = principal_of(
+                    context, None, self.gateway.authorization.mapper
+                )
+            except AuthenticationError:
+                return ""
+        return session.certificate_principal
+
+    @property
+    def advertised_address(self) -> str:
+        """This gateway's address as the client's listener advertises it."""
+        return self.session.advertised_address
 
     def invoke(self, method_name: str, servicer_method: Callable[..., Any], request: Any) -> Any:
         """The gateway's gRPC method `method_name` run here on `request` (a proto message, or

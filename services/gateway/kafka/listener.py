@@ -1,6 +1,12 @@
 """The Kafka listener of a gateway: accepts client connections and serves each on its own
 thread (connection.py), up to `max.connections` at once; past it a new connection is closed
-at once rather than queued, so the gateway's threads and memory stay bounded.
+at once rather than queued, so the gateway's threads and memory stay bounded. A connection
+idle for `connections.max.idle.ms` is closed.
+
+Security comes from the listener's name, as in Kafka's `listeners`: PLAINTEXT, SSL (TLS with
+the gateway's certificate; with the cluster CA and tls_client_auth=required, mutual TLS and
+the certificate's principal as on gRPC), SASL_PLAINTEXT and SASL_SSL (PLAIN or OAUTHBEARER
+carrying a seglog bearer token, sasl.py).
 
 `stop` closes the listening socket and shuts down every open connection, so a request being
 read ends and no new one starts; a request already being handled finishes first (its answer
@@ -13,10 +19,13 @@ import importlib
 import logging
 import pkgutil
 import socket
+import ssl
 import threading
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
+
+from seglog.security.tls import server_ssl_context
 
 from .api_table import ApiTable
 from .brokers import split_address
@@ -66,6 +75,18 @@ def api_table_for(gateway: Gateway) -> ApiTable:
     return table
 
 
+def _ssl_context(protocol: str, gateway: Gateway) -> ssl.SSLContext | None:
+    """TLS for SSL and SASL_SSL listeners: the gateway's certificate; client certificates
+    from the cluster CA required as on the gRPC listener (`tls_client_auth`)."""
+    if not protocol.endswith("SSL"):
+        return None
+    tls = gateway.config.tls
+    if tls is None:
+        raise ValueError(f"a {protocol} Kafka listener needs --tls-cert and --tls-key")
+    required = tls.ca is not None and gateway.config.tls_client_auth == "required"
+    return server_ssl_context(tls, "required" if required else "none")
+
+
 class KafkaListener:
     def __init__(
         self,
@@ -76,10 +97,19 @@ class KafkaListener:
         max_request_bytes: int,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        advertised_listener: str | None = None,
     ) -> None:
         self.protocol, self.listen = parse_listener(listen)
-        if self.protocol != "PLAINTEXT":
-            raise ValueError(f"{listen!r}: only PLAINTEXT listeners are served yet")
+        self._advertised = (
+            None if advertised_listener is None else (parse_listener(advertised_listener)[1])
+        )
+        self.ssl_context = _ssl_context(self.protocol, gateway)
+        self.sasl_required = self.protocol.startswith("SASL_")
+        if self.sasl_required and gateway.authorization.tokens is None:
+            raise ValueError(
+                f"{listen!r}: SASL needs bearer tokens to verify (--token-file or "
+                f"--oauth-jwks-file)"
+            )
         self.table = table
         self.gateway = gateway
         self.max_request_bytes = max_request_bytes
@@ -97,6 +127,11 @@ class KafkaListener:
     def address(self) -> str:
         host, _ = split_address(self.listen)
         return f"{host}:{self.port}"
+
+    @property
+    def advertised_address(self) -> str:
+        """What Metadata names as this gateway's address to clients of this listener."""
+        return self._advertised or self.address
 
     def start(self) -> None:
         host, port = split_address(self.listen)
@@ -140,6 +175,11 @@ class KafkaListener:
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(self.idle_timeout_s)
+            if self.ssl_context is not None:
+                # The handshake runs on the connection's thread, not the accepting one.
+                sock = self.ssl_context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
             connection = KafkaConnection(
                 sock,
                 ConnectionIdentity(peer[0], peer[1]),
@@ -147,6 +187,8 @@ class KafkaListener:
                 self.gateway,
                 max_request_bytes=self.max_request_bytes,
                 tracer=self.tracer,
+                sasl_required=self.sasl_required,
+                advertised_address=self.advertised_address,
             )
             thread = threading.Thread(
                 target=self._serve, args=(sock, connection), name="kafka-connection", daemon=True

@@ -1,5 +1,6 @@
-"""Metadata 0–9: the gateways as the brokers, each partition led by a gateway (brokers.py),
-with the real leader epoch and the real replica and ISR node ids.
+"""Metadata 0–9: the live gateways as the brokers, each partition led by one of them
+(brokers.py: spread deterministically, so every gateway answers alike), with the real leader
+epoch and the real replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
@@ -20,7 +21,7 @@ from seglog.errors import SeglogError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
-from .brokers import CLUSTER_ID, live_brokers, this_broker
+from .brokers import CLUSTER_ID, Broker, controller_id, leader_of, live_brokers
 from .error_codes import (
     LEADER_NOT_AVAILABLE,
     NONE,
@@ -36,14 +37,15 @@ if TYPE_CHECKING:
 NO_LEADER = -1
 
 
-def _partitions(gateway: Gateway, response_class: Any, topic: Topic) -> list[Any]:
-    registry = gateway.registry
-    leader_id = this_broker(gateway).node_id
+def _partitions(
+    call: KafkaCall, response_class: Any, topic: Topic, brokers: list[Broker]
+) -> list[Any]:
+    registry = call.gateway.registry
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
     for index, assignment in enumerate(topic.partitions):
-        error, leader = NONE, leader_id
+        error, leader = NONE, leader_of(brokers, topic.name, index).node_id
         try:
             route = registry.route(topic.name, index)
             if not route.live:
@@ -68,7 +70,9 @@ def _partitions(gateway: Gateway, response_class: Any, topic: Topic) -> list[Any
     return partitions
 
 
-def _topic(call: KafkaCall, response_class: Any, name: str, *, named: bool) -> Any | None:
+def _topic(
+    call: KafkaCall, response_class: Any, name: str, brokers: list[Broker], *, named: bool
+) -> Any | None:
     topic_class = response_class.MetadataResponseTopic
     if not call.allowed("Describe", "topic", name):
         if not named:
@@ -81,7 +85,7 @@ def _topic(call: KafkaCall, response_class: Any, name: str, *, named: bool) -> A
         error_code=NONE,
         name=name,
         is_internal=topic.internal,
-        partitions=_partitions(call.gateway, response_class, topic),
+        partitions=_partitions(call, response_class, topic, brokers),
     )
 
 
@@ -94,8 +98,8 @@ def metadata(call: KafkaCall, request: Any) -> Any:
     else:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    topics = [_topic(call, response_class, name, named=not every_topic) for name in names]
-    brokers = live_brokers(call.gateway)
+    brokers = live_brokers(call.gateway, call.advertised_address)
+    topics = [_topic(call, response_class, name, brokers, named=not every_topic) for name in names]
     return response_class(
         throttle_time_ms=0,
         brokers=[
@@ -105,7 +109,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             for b in brokers
         ],
         cluster_id=CLUSTER_ID,
-        controller_id=this_broker(call.gateway).node_id,
+        controller_id=controller_id(call.gateway),
         topics=[t for t in topics if t is not None],
     )
 

@@ -27,7 +27,12 @@ from seglog.errors import InvalidRequestError, SeglogError
 from seglog.v1 import common_pb2
 
 from .api_table import ApiTable
-from .error_codes import FETCH_SESSION_ID_NOT_FOUND, NONE, kafka_error_code
+from .error_codes import (
+    FETCH_SESSION_ID_NOT_FOUND,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    kafka_error_code,
+)
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
@@ -97,11 +102,13 @@ def produce(call: KafkaCall, request: Any) -> Any:
 # -- Fetch -----------------------------------------------------------------------------------
 
 
-def _fetch_request(request: Any) -> common_pb2.FetchRequest:
+def _fetch_request(request: Any, readable: set[str]) -> common_pb2.FetchRequest:
     proto = common_pb2.FetchRequest(
         min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes
     )
     for topic in request.topics:
+        if topic.topic not in readable:
+            continue
         for p in topic.partitions:
             part = proto.partitions.add(
                 topic=topic.topic,
@@ -165,13 +172,19 @@ def fetch(call: KafkaCall, request: Any) -> Any:
             responses=[],
         )
     call.attributes["kafka.topics"] = ",".join(dict.fromkeys(t.topic for t in request.topics[:16]))
-    proto = _fetch_request(request)
+    # Kafka's broker refuses a topic it may not Read on that topic's partitions alone; the
+    # gateway's Fetch refuses the whole call, so such topics are answered here and left out.
+    names = {t.topic for t in request.topics}
+    readable = {name for name in names if call.allowed("Read", "topic", name)}
+    proto = _fetch_request(request, readable)
     answers = _gather(call, proto) if proto.partitions else {}
+    denied = _PartitionAnswer()
+    denied.error = TOPIC_AUTHORIZATION_FAILED
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            answer = answers[(topic.topic, p.partition)]
+            answer = answers[(topic.topic, p.partition)] if topic.topic in readable else denied
             partitions.append(
                 partition_class(
                     partition_index=p.partition,
