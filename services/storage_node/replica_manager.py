@@ -32,6 +32,7 @@ from pathlib import Path
 from seglog.errors import (
     NotLeaderError,
     OffsetOutOfRangeError,
+    PolicyViolationError,
     SeglogError,
 )
 from seglog.security.tls import TlsFiles
@@ -369,6 +370,11 @@ class ReplicaManager:
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         log = held.log
+        if not log.config.delete:  # as Kafka: a compacted topic's records go by key only
+            raise PolicyViolationError(
+                f"{topic}-{partition}: records cannot be deleted from a topic whose "
+                f"cleanup.policy is {log.config.cleanup_policy}"
+            )
         high_watermark = log.high_watermark
         wanted = high_watermark if offset == DELETE_UP_TO_HIGH_WATERMARK else offset
         if not 0 <= wanted <= high_watermark:

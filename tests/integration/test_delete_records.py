@@ -10,7 +10,11 @@ import pytest
 from seglog.client.admin import EARLIEST, LATEST
 from seglog.client.gateway import FetchPosition
 from seglog.client.structs import TopicPartition
-from seglog.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from seglog.errors import (
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.v1 import common_pb2
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -135,3 +139,13 @@ def test_the_records_command_deletes_every_partition_up_to_the_high_watermark(
         "9",
     )
     assert code == 1 and "OFFSET_OUT_OF_RANGE" in err
+
+
+def test_a_compacted_topic_refuses_deleting_records_as_kafka_does(cluster):
+    cluster.admin.create_topic("compacted", 1, 1, configs={"cleanup.policy": "compact"})
+    keyed = make_batch([b"v1", b"v2"], keys=[b"k1", b"k2"])
+    (result,) = cluster.client.produce("compacted", {0: keyed}, acks=-1)
+    assert result.error == common_pb2.NONE
+    with pytest.raises(PolicyViolationError, match="cleanup.policy is compact"):
+        cluster.admin.delete_records({TopicPartition("compacted", 0): -1})
+    assert cluster.log("compacted", 0).log_start_offset == 0

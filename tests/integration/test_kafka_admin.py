@@ -218,6 +218,9 @@ def test_records_are_deleted_and_the_cluster_described(cluster, admin):
     assert cluster.admin.list_offsets({tp: EARLIEST})[tp].offset == 4
     (beyond,) = admin.delete_records([KafkaTopicPartition("ck-records", 0, 11)]).values()
     assert _error_code(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
+    cluster.admin.create_topic("ck-compacted", 1, 1, configs={"cleanup.policy": "compact"})
+    (compacted,) = admin.delete_records([KafkaTopicPartition("ck-compacted", 0, 0)]).values()
+    assert _error_code(compacted) == KafkaError.POLICY_VIOLATION
 
     # librdkafka describes the cluster from Metadata; DescribeCluster itself is below.
     description = _result(admin.describe_cluster())

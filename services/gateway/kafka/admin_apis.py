@@ -222,10 +222,9 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
     return DeleteTopicsResponse[call.version](throttle_time_ms=0, responses=results)
 
 
-class _UnknownTopicId(SeglogError):
-    """Kafka's UNKNOWN_TOPIC_ID, which seglog's taxonomy has no use for elsewhere."""
-
-    reason = "UNKNOWN_TOPIC_ID"
+class _UnknownTopicId(Exception):
+    """Kafka's UNKNOWN_TOPIC_ID, answered here only: not a SeglogError, whose every reason is
+    an ErrorCode of the API."""
 
 
 # -- CreatePartitions --------------------------------------------------------------------
