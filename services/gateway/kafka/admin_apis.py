@@ -155,7 +155,10 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
             else registry.limits.default_replication_factor
         )
     else:
-        created = registry.topic(topic.name)
+        try:
+            created = registry.topic(topic.name)
+        except SeglogError:  # deleted again since: created all the same, nothing to show
+            return result
         result.num_partitions = len(created.partitions)
         result.replication_factor = created.replication_factor
     try:
