@@ -248,6 +248,12 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
             assert described.controller_id == broker_id
             # No authorizer: every cluster operation is allowed.
             assert {ACLOperation.DESCRIBE, ACLOperation.ALTER} <= described.authorized_operations
+        controller = wire.request(
+            DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=2),
+            1,
+            DescribeClusterResponse,
+        )
+        assert controller.error_code == kafka_errors.MismatchedEndpointTypeError.errno
         topic = CreateTopicsRequest.CreatableTopic
         assignment = topic.CreatableReplicaAssignment(partition_index=0, broker_ids=[1])
         created = wire.request(
@@ -473,6 +479,17 @@ def secured(tmp_path_factory):
     c.close()
 
 
+def _cluster_operations(cluster) -> set[int]:
+    with KafkaWire(cluster.kafka_address) as wire:
+        described = wire.request(
+            DescribeClusterRequest(include_cluster_authorized_operations=True),
+            1,
+            DescribeClusterResponse,
+        )
+    assert described.error_code == 0 and len(described.brokers) == 1
+    return set(described.authorized_operations)
+
+
 def _grant(principal, operation, kind, name, pattern="literal"):
     return SeglogAcl(principal, "*", kind, pattern, name, operation, "allow")
 
@@ -493,6 +510,8 @@ def test_acls_made_over_either_api_are_enforced_on_the_other(secured):
     created = anonymous.create_topics([NewTopic("kafka-made", 1, 1)])
     assert _error_code(created["kafka-made"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
+    assert _cluster_operations(secured) == set()  # described to anyone, but nothing allowed
+
     # Granted over gRPC, enforced on the Kafka listener.
     with secured.admin_as("admin") as grpc_admin:
         grpc_admin.create_acls(
@@ -502,6 +521,7 @@ def test_acls_made_over_either_api_are_enforced_on_the_other(secured):
             ]
         )
     assert _result(anonymous.create_topics([NewTopic("kafka-made", 1, 1)])["kafka-made"]) is None
+    assert _cluster_operations(secured) == {ACLOperation.ALTER, ACLOperation.DESCRIBE}
 
     # Granted over Kafka, enforced on the gRPC path.
     with GatewayClient(secured.address, security=secured.client_security("alice")) as alice:

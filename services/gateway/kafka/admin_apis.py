@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from .kafka_call import KafkaCall
 
 NO_TOPIC_ID = uuid.UUID(int=0)
+# DescribeCluster's endpoint types (1+) and Kafka's answers for the ones a broker is not.
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
+MISMATCHED_ENDPOINT_TYPE = kafka_errors.MismatchedEndpointTypeError.errno
+UNSUPPORTED_ENDPOINT_TYPE = kafka_errors.UnsupportedEndpointTypeError.errno
 MAX_SPAN_TOPICS = 16  # topics named on a request's span, as the data path's APIs do
 UNKNOWN_TOPIC_ID = kafka_errors.UnknownTopicIdError.errno
 # The operations Kafka authorizes on the cluster resource (DescribeCluster's bit set).
@@ -302,19 +306,21 @@ def delete_records(call: KafkaCall, request: Any) -> Any:
 
 def describe_cluster(call: KafkaCall, request: Any) -> Any:
     """The gateways as the brokers and the controller gateway as the controller (Metadata's
-    view), after the gateway's own DescribeCluster has checked Describe on the cluster."""
+    view). As Kafka's broker, anyone may ask (Metadata tells as much); the cluster's
+    authorized operations, when asked for, need Describe on the cluster (else none)."""
     response_class = DescribeClusterResponse[call.version]
-    try:
-        call.invoke(
-            "DescribeCluster",
-            call.gateway.admin.DescribeCluster,
-            gateway_pb2.DescribeClusterRequest(),
+    endpoint_type = request.endpoint_type if call.version >= 1 else BROKER_ENDPOINT
+    if endpoint_type != BROKER_ENDPOINT:
+        # Kafka's codes: a controller endpoint asked of a broker, or no endpoint type at all.
+        code = (
+            MISMATCHED_ENDPOINT_TYPE
+            if endpoint_type == CONTROLLER_ENDPOINT
+            else (UNSUPPORTED_ENDPOINT_TYPE)
         )
-    except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
-            error_code=kafka_error_code(exc, "cluster"),
-            error_message=str(exc),
+            error_code=code,
+            error_message=f"endpoint type {endpoint_type}: this gateway answers as a broker (1)",
             cluster_id=CLUSTER_ID,
             controller_id=-1,
             brokers=[],
@@ -322,21 +328,24 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
         )
     operations = None
     if request.include_cluster_authorized_operations:
-        operations = {
-            int(code)
-            for code, name in CLUSTER_OPERATIONS.items()
-            if call.allowed(name, "cluster", CLUSTER_NAME)
-        }
+        operations = set()
+        if call.allowed("Describe", "cluster", CLUSTER_NAME):
+            operations = {
+                int(code)
+                for code, name in CLUSTER_OPERATIONS.items()
+                if call.allowed(name, "cluster", CLUSTER_NAME)
+            }
+    brokers = live_brokers(call.gateway, call.advertised_address)
+    controller = controller_id(call.gateway)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
         cluster_id=CLUSTER_ID,
-        controller_id=controller_id(call.gateway),
+        controller_id=controller if controller in {b.node_id for b in brokers} else -1,
         brokers=[
-            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None)
-            for b in live_brokers(call.gateway, call.advertised_address)
+            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers
         ],
         authorized_operations=operations,
     )
