@@ -308,6 +308,13 @@ class PermissionDeniedError(SeglogError):
     reason = "PERMISSION_DENIED"
 
 
+class PolicyViolationError(SeglogError):
+    """A request the topic's configured policy forbids: deleting records of a topic that is
+    compacted only (Kafka's POLICY_VIOLATION)."""
+
+    reason = "POLICY_VIOLATION"
+
+
 class AuthenticationError(SeglogError):
     """A bearer token that does not verify (Kafka's SASL_AUTHENTICATION_FAILED)."""
 

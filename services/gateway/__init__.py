@@ -2,7 +2,8 @@
 planes, one subpackage each, wired together by `server.py`:
 
     routing/        the data plane: Produce and Fetch relayed to partition leaders, the
-                    per-leader queries (ListOffsets, SplitPoints), bulk-fetch grants
+                    per-leader requests (ListOffsets, SplitPoints, DeleteRecords),
+                    bulk-fetch grants
     cluster/        the leader registry and the controller: topics, partition states, ACLs,
                     the admin calls and the Registry service nodes heartbeat to
     coordination/   several gateways sharing one cluster through etcd: the keyspace, each

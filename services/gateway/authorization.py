@@ -11,6 +11,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     Fetch, FetchGrants         Read on each topic
     ListOffsets                Describe on each topic
     SplitPoints                Describe on each topic
+    DeleteRecords              Delete on each topic
     InitProducerId             IdempotentWrite on the cluster
     CreateTopics               Create on each topic
     DeleteTopics               Delete on each topic
@@ -103,6 +104,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
     "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
+    "DeleteRecords": lambda r: _topics("Delete", {p.topic for p in r.partitions}),
     "InitProducerId": lambda r: _cluster("IdempotentWrite"),
     "CreateTopics": lambda r: _topics("Create", [t.name for t in r.topics]),
     "DeleteTopics": lambda r: _topics("Delete", r.names),

@@ -227,6 +227,7 @@ class Gateway:
                 "DescribeCluster": a.DescribeCluster,
                 "ListOffsets": s.queries.ListOffsets,
                 "SplitPoints": s.queries.SplitPoints,
+                "DeleteRecords": s.queries.DeleteRecords,
                 "FetchGrants": s.FetchGrants,
                 "CreateAcls": acls.CreateAcls,
                 "DescribeAcls": acls.DescribeAcls,

@@ -31,6 +31,8 @@ from pathlib import Path
 
 from seglog.errors import (
     NotLeaderError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
     SeglogError,
 )
 from seglog.security.tls import TlsFiles
@@ -56,6 +58,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 1024 * 1024
 NO_EPOCH = -1
 ACKS_ALL = -1
+DELETE_UP_TO_HIGH_WATERMARK = -1
 TopicPartition = tuple[str, int]
 
 
@@ -358,6 +361,30 @@ class ReplicaManager:
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         return held.log.offset_for_timestamp(timestamp_ms, max_offset=held.log.high_watermark)
+
+    def delete_records(self, topic: str, partition: int, offset: int, client_epoch: int) -> int:
+        """Kafka's DeleteRecords on the leader: move the log start offset to `offset` (-1: the
+        high watermark), never past the high watermark, so only what consumers could already
+        read is deleted. Returns the log start offset now. Followers take it from their next
+        fetch answer: their waiting fetches are woken for it."""
+        held = self.partition(topic, partition)
+        held.require_leader(client_epoch)
+        log = held.log
+        if not log.config.delete:  # as Kafka: a compacted topic's records go by key only
+            raise PolicyViolationError(
+                f"{topic}-{partition}: records cannot be deleted from a topic whose "
+                f"cleanup.policy is {log.config.cleanup_policy}"
+            )
+        high_watermark = log.high_watermark
+        wanted = high_watermark if offset == DELETE_UP_TO_HIGH_WATERMARK else offset
+        if not 0 <= wanted <= high_watermark:
+            raise OffsetOutOfRangeError(
+                f"{topic}-{partition}: cannot delete records before {offset}: the offset must "
+                f"be -1 (the high watermark) or in [0, {high_watermark}]"
+            )
+        start = log.delete_records_before(wanted)
+        self.wake_partition(topic, partition)
+        return start
 
     def split_points(
         self,

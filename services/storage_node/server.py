@@ -134,6 +134,11 @@ class StorageNode:
                     common_pb2.SplitPointsRequest,
                     common_pb2.SplitPointsResponse,
                 ),
+                "DeleteRecords": serving.unary(
+                    guard(s.DeleteRecords),
+                    common_pb2.DeleteRecordsRequest,
+                    common_pb2.DeleteRecordsResponse,
+                ),
                 "UpdatePartitions": serving.unary(
                     guard(s.UpdatePartitions),
                     gateway_pb2.NodeAssignment,

@@ -168,7 +168,7 @@ class StorageNodeService:
         for chunk in counted(chunks, self.metrics, "Fetch", started, True):
             yield _encode_chunk(chunk, True)
 
-    # -- ListOffsets, UpdatePartitions, DeletePartition, DescribePartitions -----------------
+    # -- ListOffsets, SplitPoints, DeleteRecords, partition states and descriptions --------
 
     def ListOffsets(
         self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
@@ -210,6 +210,21 @@ class StorageNodeService:
             result.start_offset, result.end_offset = start, end
             result.split_offsets.extend(piece.start_offset for piece in pieces)
             result.split_bytes.extend(piece.size_bytes for piece in pieces)
+        return response
+
+    def DeleteRecords(
+        self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.DeleteRecordsResponse:
+        response = common_pb2.DeleteRecordsResponse()
+        for p in request.partitions:
+            result = response.partitions.add(topic=p.topic, partition=p.partition)
+            try:
+                result.low_watermark = self.replicas.delete_records(
+                    p.topic, p.partition, p.offset, client_leader_epoch(p)
+                )
+            except SeglogError as exc:
+                set_error(result, exc)
+                result.low_watermark = -1
         return response
 
     def UpdatePartitions(

@@ -66,6 +66,9 @@ def test_calls_are_checked_per_resource_and_denials_write_nothing(cluster):
                 alice_admin.create_topic("new", 1, 1)
             with pytest.raises(PermissionDeniedError, match="Delete topic 'orders'"):
                 alice_admin.delete_topic("orders")
+            with pytest.raises(PermissionDeniedError, match="Delete topic 'orders'"):
+                alice_admin.delete_records({TopicPartition("orders", 0): -1})
+            assert log.log_start_offset == 0
         # Deny wins over allow.
         with _admin(cluster) as admin:
             admin.create_acls([acl("alice", "Write", "ord", pattern="prefixed", permission="deny")])

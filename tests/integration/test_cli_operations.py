@@ -256,6 +256,23 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
             assert admin.describe_configs("cfg")["retention.ms"] == ("60000", "topic")
             with pytest.raises(InvalidTopicError):
                 admin.alter_configs("__consumer_offsets", {"retention.ms": "1"})
+        # A list value in brackets keeps its commas, as kafka-configs.sh takes it.
+        code, _, _ = run(
+            cluster,
+            capsys,
+            monkeypatch,
+            "configs",
+            "alter",
+            "--topic",
+            "cfg",
+            "--add-config",
+            "cleanup.policy=[compact,delete],retention.ms=70000",
+        )
+        assert code == 0
+        with Admin(cluster.address) as admin:
+            described = admin.describe_configs("cfg")
+            assert described["cleanup.policy"] == ("compact,delete", "topic")
+            assert described["retention.ms"] == ("70000", "topic")
     finally:
         cluster.close()
 

@@ -116,3 +116,34 @@ def test_altered_configs_are_validated_whole_and_refuse_unknown_names_even_to_de
         altered_configs("orders", {}, {"retention.ms": "soon"}, [])
     with pytest.raises(InvalidConfigError):
         altered_configs("orders", {}, {}, ["no.such.config"])
+
+
+def test_append_and_subtract_change_list_configs_from_the_override_or_kafkas_default():
+    # No override yet: APPEND starts from Kafka's default, "delete".
+    appended = altered_configs("orders", {}, {}, [], append={"cleanup.policy": "compact"})
+    assert appended == {"cleanup.policy": "delete,compact"}
+    # An item already there is not added twice; the field-name spelling is the same config.
+    again = altered_configs(
+        "orders", {"cleanup_policy": "compact"}, {}, [], append={"cleanup.policy": "compact"}
+    )
+    assert again == {"cleanup.policy": "compact"}
+    subtracted = altered_configs("orders", appended, {}, [], subtract={"cleanup.policy": "delete"})
+    assert subtracted == {"cleanup.policy": "compact"}
+
+
+def test_append_to_a_config_that_is_no_list_or_subtract_to_an_invalid_value_is_refused():
+    with pytest.raises(InvalidConfigError, match="retention.ms is not a list config"):
+        altered_configs("orders", {}, {}, [], append={"retention.ms": "5"})
+    with pytest.raises(InvalidConfigError, match="cleanup"):  # nothing left: no policy
+        altered_configs("orders", {}, {}, [], subtract={"cleanup.policy": "delete"})
+
+
+def test_a_config_spelled_either_way_is_replaced_or_deleted_as_one():
+    current = {"retention_ms": "1000", "segment.index.bytes": "4096"}
+    assert altered_configs("orders", current, {"retention.ms": "5"}, []) == {
+        "segment.index.bytes": "4096",
+        "retention.ms": "5",
+    }
+    assert altered_configs("orders", current, {}, ["index_size_max_bytes"]) == {
+        "retention_ms": "1000"
+    }

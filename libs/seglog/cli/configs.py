@@ -1,12 +1,13 @@
 """`seglog configs describe|alter --topic T`: a topic's configs as kafka-configs.sh shows and
 changes them: every config with its effective value and where it comes from (`topic` for the
 topic's override, `node` for the leader node's `--config log.*` default, `default` for
-Kafka's), and `--add-config k=v,k2=v2` / `--delete-config k` applied together after one
-validation of the result."""
+Kafka's), and `--add-config k=v,k2=v2` (a list in brackets: `cleanup.policy=[compact,delete]`)
+/ `--delete-config k` applied together after one validation of the result."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TextIO
 
@@ -37,13 +38,20 @@ def add_parser(
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
+    """`k=v,k2=v2` settings; a list value in brackets, as kafka-configs.sh takes it
+    (`cleanup.policy=[compact,delete]`), keeps its commas."""
     out = {}
     for item in items:
-        for pair in item.split(","):
+        for pair in re.findall(r"[^,\[]*(?:\[[^\]]*\])?[^,]*", item):
+            if not pair:
+                continue
             name, sep, value = pair.partition("=")
             if not sep or not name:
                 raise InvalidConfigError(f"--add-config {pair!r}: expected NAME=VALUE")
-            out[name.strip()] = value.strip()
+            value = value.strip()
+            if value.startswith("[") and value.endswith("]"):
+                value = value[1:-1]
+            out[name.strip()] = value
     return out
 
 

@@ -19,7 +19,7 @@ from ..errors import InvalidConfigError, SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.acls import AclBinding
 from ..security.tls import ClientSecurity
-from ..v1 import gateway_pb2, groups_pb2
+from ..v1 import common_pb2, gateway_pb2, groups_pb2
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
 
@@ -157,11 +157,20 @@ class Admin:
         set_configs: Mapping[str, str],
         delete: Iterable[str] = (),
         *,
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
         validate_only: bool = False,
     ) -> None:
-        """Kafka's incrementalAlterConfigs: set and delete overrides, validated together."""
+        """Kafka's incrementalAlterConfigs: set and delete overrides, append items to and
+        subtract items from list configs (`{"cleanup.policy": "compact"}`), validated
+        together."""
         request = gateway_pb2.AlterConfigsRequest(
-            topic=topic, set=dict(set_configs), delete=list(delete), validate_only=validate_only
+            topic=topic,
+            set=dict(set_configs),
+            delete=list(delete),
+            append=dict(append or {}),
+            subtract=dict(subtract or {}),
+            validate_only=validate_only,
         )
         response = self._client.call("AlterConfigs", request)
         if response.error:  # type: ignore[attr-defined]
@@ -191,6 +200,19 @@ class Admin:
         """Per partition: EARLIEST, LATEST, MAX_TIMESTAMP or a timestamp in ms ->
         (offset, timestamp); offset -1 when no record is as late as the timestamp."""
         return partition_offsets(self._client, specs)
+
+    def delete_records(self, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """Kafka's deleteRecords: each partition's log start offset moved forward to the offset
+        given (-1: the high watermark); returns each partition's new log start offset (the
+        low watermark). The first partition's error is raised (OFFSET_OUT_OF_RANGE beyond
+        the high watermark), after every partition was tried."""
+        request = common_pb2.DeleteRecordsRequest()
+        for tp, offset in before.items():
+            request.partitions.add(topic=tp.topic, partition=tp.partition, offset=offset)
+        response = self._client.call("DeleteRecords", request)
+        results = list(response.partitions)  # type: ignore[attr-defined]
+        _raise_first(results)
+        return {TopicPartition(r.topic, r.partition): r.low_watermark for r in results}
 
     # -- ACLs (Kafka's model: security/acls.py) ----------------------------------------------
 
@@ -359,7 +381,9 @@ class Admin:
                 raise error_from_code(result.error, result.error_message)
 
 
-def _raise_first(results: Iterable[gateway_pb2.TopicResult]) -> None:
+def _raise_first(
+    results: Iterable[gateway_pb2.TopicResult] | Iterable[common_pb2.DeleteRecordsResult],
+) -> None:
     for result in results:
         if result.error:
             raise error_from_code(result.error, result.error_message)

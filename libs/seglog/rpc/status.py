@@ -70,6 +70,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "PERMISSION_DENIED": grpc.StatusCode.PERMISSION_DENIED,
     "SASL_AUTHENTICATION_FAILED": grpc.StatusCode.UNAUTHENTICATED,
     "NOT_COORDINATOR": grpc.StatusCode.FAILED_PRECONDITION,
+    "POLICY_VIOLATION": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -176,6 +176,13 @@ def kafka_name(field_name: str) -> str:
     return _KAFKA_NAMES.get(field_name, field_name.replace("_", "."))
 
 
+def field_name(key: str) -> str:
+    """The LogConfig field a config name means, whichever spelling it has (`retention.ms`,
+    `retention_ms`, `segment.index.bytes`); a name no field has comes back underscored."""
+    name = key.replace(".", "_")
+    return _FIELDS_BY_KAFKA_NAME.get(name, name)
+
+
 # The one field whose name is not Kafka's with underscores; the reverse maps Kafka's name in.
 _KAFKA_NAMES = {"index_size_max_bytes": "segment.index.bytes"}
 _FIELDS_BY_KAFKA_NAME = {v.replace(".", "_"): k for k, v in _KAFKA_NAMES.items()}
@@ -196,11 +203,9 @@ def parse_float(key: str, value: str) -> float:
 def _normalize(cls: type, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Dotted or snake_case names to field names; string values to the field's type."""
     names = {f.name: f for f in dataclasses.fields(cls)}
-    aliases = _FIELDS_BY_KAFKA_NAME
     out: dict[str, Any] = {}
     for key, value in overrides.items():
-        name = key.replace(".", "_")
-        name = aliases.get(name, name)
+        name = field_name(key)
         if name not in names:
             raise InvalidConfigError(f"unknown config {key!r}")
         field_type = names[name].type

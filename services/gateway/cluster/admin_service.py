@@ -123,6 +123,8 @@ class AdminService:
                 request.topic,
                 dict(request.set),
                 list(request.delete),
+                append=dict(request.append),
+                subtract=dict(request.subtract),
                 validate_only=request.validate_only,
             )
         except SeglogError as exc:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from seglog.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
@@ -397,14 +398,18 @@ class Registry(RegistryState):
         set_configs: dict[str, str],
         delete: list[str],
         *,
+        append: Mapping[str, str] | None = None,
+        subtract: Mapping[str, str] | None = None,
         validate_only: bool = False,
     ) -> Topic:
         """Kafka's IncrementalAlterConfigs, the whole result validated before anything
-        changes."""
+        changes (topic_rules.altered_configs)."""
         refuse_internal(name, "its configs are the cluster's")
         with self._lock:
             topic = self.topic(name)
-            configs = altered_configs(name, topic.configs, set_configs, delete)
+            configs = altered_configs(
+                name, topic.configs, set_configs, delete, append=append, subtract=subtract
+            )
             if validate_only:
                 return topic
             self._commit(

@@ -6,6 +6,7 @@ registry (registry.py) calls them under its lock."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from seglog.errors import (
@@ -15,7 +16,7 @@ from seglog.errors import (
     InvalidTopicError,
 )
 from seglog.storage import LogConfig, log_files
-from seglog.storage.config import check_config_names
+from seglog.storage.config import check_config_names, field_name, kafka_name
 
 DEFAULT_NUM_PARTITIONS = 1
 # Kafka's controller refuses one operation creating more than 10,000 partitions
@@ -25,6 +26,9 @@ DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
+# The topic configs whose values are lists (Kafka's ConfigDef.Type.LIST), the only ones
+# IncrementalAlterConfigs' APPEND and SUBTRACT apply to.
+LIST_CONFIG_FIELDS = frozenset({"cleanup_policy"})
 
 
 @dataclass(frozen=True)
@@ -121,15 +125,57 @@ def check_enough_nodes(
 
 
 def altered_configs(
-    name: str, current: dict[str, str], set_configs: dict[str, str], delete: list[str]
+    name: str,
+    current: dict[str, str],
+    set_configs: dict[str, str],
+    delete: list[str],
+    *,
+    append: Mapping[str, str] | None = None,
+    subtract: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """IncrementalAlterConfigs' result, validated whole: some overrides set, others deleted
-    (back to the node's or Kafka's default)."""
-    configs = {k: v for k, v in current.items() if k not in delete}
+    (back to the node's or Kafka's default), list configs (`cleanup.policy`) appended to or
+    subtracted from, each a comma-separated list of items."""
+    # Overrides are kept under the names they were given: a name spelled either way
+    # (`retention.ms`, `retention_ms`) deletes or replaces the same config.
+    replaced = {field_name(k) for k in [*delete, *set_configs]}
+    configs = {k: v for k, v in current.items() if field_name(k) not in replaced}
     configs.update(set_configs)
     try:
         check_config_names(delete)
+        for key, items in (append or {}).items():
+            old = _list_value(configs, key)
+            _set_list(configs, key, old + [i for i in _items(items) if i not in old])
+        for key, items in (subtract or {}).items():
+            removed = set(_items(items))
+            _set_list(configs, key, [i for i in _list_value(configs, key) if i not in removed])
         LogConfig().with_overrides(configs)
     except (InvalidConfigError, TypeError, ValueError) as exc:
         raise InvalidConfigError(f"topic {name}: {exc}") from None
     return configs
+
+
+def _list_value(configs: dict[str, str], key: str) -> list[str]:
+    """The list config's items now: the topic's override (under either spelling of its
+    name), else Kafka's default, as Kafka's APPEND and SUBTRACT start from."""
+    field = field_name(key)
+    if field not in LIST_CONFIG_FIELDS:
+        raise InvalidConfigError(
+            f"{key} is not a list config: APPEND and SUBTRACT apply only to "
+            f"{', '.join(kafka_name(f) for f in sorted(LIST_CONFIG_FIELDS))}"
+        )
+    for name, value in configs.items():
+        if field_name(name) == field:
+            return _items(value)
+    return _items(str(getattr(LogConfig(), field)))
+
+
+def _set_list(configs: dict[str, str], key: str, items: list[str]) -> None:
+    field = field_name(key)
+    for name in [n for n in configs if field_name(n) == field]:
+        del configs[name]
+    configs[key] = ",".join(items)
+
+
+def _items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]

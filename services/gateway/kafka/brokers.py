@@ -18,6 +18,10 @@ if TYPE_CHECKING:
     from ..server import Gateway
 
 GATEWAY_BROKER_ID_BASE = 1 << 30
+# Kafka's cluster id (Metadata 2+, DescribeCluster). seglog keeps none of its own, so one
+# name for every seglog cluster; it must not be null: librdkafka's describe_cluster, which
+# reads it from Metadata, never completes when it is.
+CLUSTER_ID = "seglog"
 
 
 @dataclass(frozen=True)

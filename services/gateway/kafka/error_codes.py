@@ -95,6 +95,7 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "INVALID_PRODUCER_EPOCH": kafka_errors.InvalidProducerEpochError,
     "SASL_AUTHENTICATION_FAILED": kafka_errors.SaslAuthenticationFailedError,
     "NOT_COORDINATOR": kafka_errors.NotCoordinatorError,
+    "POLICY_VIOLATION": kafka_errors.PolicyViolationError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

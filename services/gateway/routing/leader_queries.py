@@ -1,7 +1,7 @@
-"""The gateway's per-partition questions for leaders: ListOffsets and SplitPoints, each
-request split by the leader of each partition, one call per node, all in flight together,
-the answers put back in the request's order (a partition that cannot be routed, or whose
-node fails, answers its error in its place)."""
+"""The gateway's per-partition requests for leaders: ListOffsets, SplitPoints and
+DeleteRecords, each request split by the leader of each partition, one call per node, all in
+flight together, the answers put back in the request's order (a partition that cannot be
+routed, or whose node fails, answers its error in its place)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,20 @@ class LeaderQueries:
                 common_pb2.SplitPointsRequest,
                 lambda stub: stub.SplitPoints,
                 _split_points_error,
+            )
+        )
+        return response
+
+    def DeleteRecords(
+        self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.DeleteRecordsResponse:
+        response = common_pb2.DeleteRecordsResponse()
+        response.partitions.extend(
+            self._per_leader(
+                request.partitions,
+                common_pb2.DeleteRecordsRequest,
+                lambda stub: stub.DeleteRecords,
+                _delete_records_error,
             )
         )
         return response
@@ -114,4 +128,16 @@ def _split_points_error(
         partition=p.partition,
         error=error_code_for(error),
         error_message=str(error),
+    )
+
+
+def _delete_records_error(
+    p: common_pb2.DeleteRecordsPartition, error: SeglogError
+) -> common_pb2.DeleteRecordsResult:
+    return common_pb2.DeleteRecordsResult(
+        topic=p.topic,
+        partition=p.partition,
+        error=error_code_for(error),
+        error_message=str(error),
+        low_watermark=-1,
     )

@@ -1,0 +1,273 @@
+"""Kafka's DescribeConfigs (1-4), AlterConfigs (0-2) and IncrementalAlterConfigs (0-1) on the
+gateway's AdminService, through `call.invoke` (DescribeConfigs / AlterConfigs on the topic,
+DescribeConfigs on the cluster for the broker resource).
+
+Resources: a TOPIC answers its configs with Kafka's sources (its override: a dynamic topic
+config; its leader node's --config default: a static broker config; else Kafka's default).
+A BROKER (the gateway: its broker id, or "" for the cluster's default) answers the gateway's
+described settings, read-only: seglog has no dynamic broker configs, so altering one, like
+any other resource type, gets INVALID_REQUEST. Each resource is answered on its own (one
+refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
+AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
+
+from seglog.errors import InvalidRequestError, SeglogError
+from seglog.rpc.status import error_from_code
+from seglog.storage import LogConfig
+from seglog.storage.config import field_name
+from seglog.v1 import common_pb2, gateway_pb2
+
+from .brokers import this_broker
+from .error_codes import kafka_error_code
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+    from .api_table import ApiTable
+    from .kafka_call import KafkaCall
+
+TOPIC = 2
+BROKER = 4
+# Kafka's ConfigSource.
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+CONFIG_SOURCES = {
+    "topic": DYNAMIC_TOPIC_CONFIG,
+    "node": STATIC_BROKER_CONFIG,
+    "gateway": STATIC_BROKER_CONFIG,
+    "default": DEFAULT_CONFIG,
+}
+# Kafka's ConfigType (DescribeConfigs 3+).
+BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+_LIST_CONFIGS = {"cleanup_policy"}
+_LONG_SUFFIXES = ("_ms", "_bytes")
+# IncrementalAlterConfigs' operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def register(table: ApiTable, gateway: Gateway) -> None:
+    table.register(DescribeConfigsRequest, 1, 4, describe_configs)
+    table.register(AlterConfigsRequest, 0, 2, alter_configs)
+    table.register(IncrementalAlterConfigsRequest, 0, 1, incremental_alter_configs)
+
+
+def _duplicates(resources: list[Any]) -> set[tuple[int, str]]:
+    seen: set[tuple[int, str]] = set()
+    twice: set[tuple[int, str]] = set()
+    for r in resources:
+        key = (r.resource_type, r.resource_name)
+        (twice if key in seen else seen).add(key)
+    return twice
+
+
+def _config_types() -> dict[str, int]:
+    """Kafka's ConfigType of each topic config, by its field's type."""
+    out = {}
+    for field in dataclasses.fields(LogConfig):
+        if field.name in _LIST_CONFIGS:
+            out[field.name] = LIST
+        elif field.type in (bool, "bool"):
+            out[field.name] = BOOLEAN
+        elif field.type in (float, "float"):
+            out[field.name] = DOUBLE
+        elif field.type in (int, "int"):
+            out[field.name] = LONG if field.name.endswith(_LONG_SUFFIXES) else INT
+        else:
+            out[field.name] = STRING
+    return out
+
+
+CONFIG_TYPES = _config_types()
+
+
+# -- DescribeConfigs ---------------------------------------------------------------------
+
+
+def describe_configs(call: KafkaCall, request: Any) -> Any:
+    twice = _duplicates(request.resources)
+    results = []
+    for resource in request.resources:
+        try:
+            if (resource.resource_type, resource.resource_name) in twice:
+                raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
+            entries = _described(call, resource)
+            wanted = resource.configuration_keys
+            if wanted is not None:
+                entries = [e for e in entries if e.name in set(wanted)]
+            configs = [_config(call.version, e, request.include_synonyms) for e in entries]
+            results.append(_describe_result(resource, 0, None, configs))
+        except SeglogError as exc:
+            code = kafka_error_code(exc, "cluster" if resource.resource_type == BROKER else "topic")
+            results.append(_describe_result(resource, code, str(exc), []))
+    return DescribeConfigsResponse[call.version](throttle_time_ms=0, results=results)
+
+
+def _describe_result(resource: Any, code: int, message: str | None, configs: list[Any]) -> Any:
+    return DescribeConfigsResponse.DescribeConfigsResult(
+        error_code=code,
+        error_message=message,
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        configs=configs,
+    )
+
+
+def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
+    admin = call.gateway.admin
+    if resource.resource_type == TOPIC:
+        answer = call.invoke(
+            "DescribeConfigs",
+            admin.DescribeConfigs,
+            gateway_pb2.DescribeConfigsRequest(topics=[resource.resource_name]),
+        )
+        (described,) = answer.topics
+        if described.error:
+            raise error_from_code(described.error, described.error_message)
+        return list(described.entries)
+    if resource.resource_type == BROKER:
+        _check_broker(call, resource.resource_name)
+        answer = call.invoke(
+            "DescribeConfigs",
+            admin.DescribeConfigs,
+            gateway_pb2.DescribeConfigsRequest(cluster=True),
+        )
+        return list(answer.gateway)
+    raise InvalidRequestError(
+        f"resource type {resource.resource_type}: seglog describes topics (2) and brokers (4)"
+    )
+
+
+def _check_broker(call: KafkaCall, name: str) -> None:
+    """A broker resource names this gateway's broker id, or "" (the cluster's default)."""
+    expected = str(this_broker(call.gateway).node_id)
+    if name not in ("", expected):
+        raise InvalidRequestError(f'broker {name!r}: this broker is {expected} (or "")')
+
+
+def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any:
+    config_class = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+    source = CONFIG_SOURCES.get(entry.source, 0)
+    described = config_class(
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.source == "gateway",
+        config_source=source,
+        is_sensitive=False,
+        synonyms=[],
+        config_type=CONFIG_TYPES.get(field_name(entry.name), STRING),
+        documentation=None,
+    )
+    if synonyms:
+        described.synonyms = [
+            config_class.DescribeConfigsSynonym(name=entry.name, value=entry.value, source=source)
+        ]
+    return described
+
+
+# -- AlterConfigs and IncrementalAlterConfigs --------------------------------------------
+
+
+def _alter_each(
+    call: KafkaCall,
+    resources: list[Any],
+    alter_topic: Callable[[Any], gateway_pb2.AlterConfigsRequest],
+    result_class: Any,
+) -> list[Any]:
+    twice = _duplicates(resources)
+    results = []
+    for resource in resources:
+        code, message = 0, None
+        try:
+            if (resource.resource_type, resource.resource_name) in twice:
+                raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
+            if resource.resource_type != TOPIC:
+                raise InvalidRequestError(
+                    f"resource type {resource.resource_type}: only topic configs (2) can be "
+                    "altered; the gateway's settings are static"
+                )
+            admin = call.gateway.admin
+            answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
+            if answer.error:
+                code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
+                message = answer.error_message
+        except SeglogError as exc:
+            code, message = kafka_error_code(exc), str(exc)
+        results.append(
+            result_class(
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return results
+
+
+def alter_configs(call: KafkaCall, request: Any) -> Any:
+    def whole_set(resource: Any) -> gateway_pb2.AlterConfigsRequest:
+        given = {c.name: c.value for c in resource.configs if c.value is not None}
+        try:
+            current = call.gateway.registry.topic(resource.resource_name).configs
+        except SeglogError:
+            current = {}  # the call below answers why (refused, or no such topic)
+        wanted = {field_name(k) for k in given}
+        return gateway_pb2.AlterConfigsRequest(
+            topic=resource.resource_name,
+            set=given,
+            delete=[k for k in current if field_name(k) not in wanted],
+            validate_only=request.validate_only,
+        )
+
+    results = _alter_each(
+        call, request.resources, whole_set, AlterConfigsResponse.AlterConfigsResourceResponse
+    )
+    return AlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)
+
+
+def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
+    def operations(resource: Any) -> gateway_pb2.AlterConfigsRequest:
+        altered = gateway_pb2.AlterConfigsRequest(
+            topic=resource.resource_name, validate_only=request.validate_only
+        )
+        named = [field_name(c.name) for c in resource.configs]
+        if len(set(named)) != len(named):
+            raise InvalidRequestError("a config is named twice in one resource")
+        for config in resource.configs:
+            operation = config.config_operation
+            if operation == DELETE:
+                altered.delete.append(config.name)
+                continue
+            if config.value is None:
+                raise InvalidRequestError(f"{config.name}: a null value needs DELETE")
+            if operation == SET:
+                altered.set[config.name] = config.value
+            elif operation == APPEND:
+                altered.append[config.name] = config.value
+            elif operation == SUBTRACT:
+                altered.subtract[config.name] = config.value
+            else:
+                raise InvalidRequestError(f"{config.name}: unknown config operation {operation}")
+        return altered
+
+    results = _alter_each(
+        call,
+        request.resources,
+        operations,
+        IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+    )
+    return IncrementalAlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)
