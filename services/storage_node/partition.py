@@ -52,6 +52,14 @@ class Registration:
     partition_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # A reassignment under way: the replicas it adds, and the bytes/s their catch-up may
+    # take (0: unthrottled; replication_throttle.py).
+    adding: tuple[int, ...] = ()
+    throttle_bytes_per_s: int = 0
+
+    def throttles(self, replica: int) -> int:
+        """The bytes/s `replica`'s fetches are held to (0: none)."""
+        return self.throttle_bytes_per_s if replica in self.adding else 0
 
     def newer_than(self, other: Registration | None) -> bool:
         if other is None:

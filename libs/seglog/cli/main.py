@@ -9,7 +9,7 @@ import sys
 from ..client.gateway import default_bootstrap, trace_client_calls
 from ..errors import SeglogError
 from ..tracing import configure_tracing
-from . import acls, configs, consume, groups, perf, produce, topics
+from . import acls, configs, consume, groups, perf, produce, reassign, topics
 from .dump import main_dump
 
 BOOTSTRAP_HELP = (
@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser(sub, common)
     perf.add_parser(sub, common)
     acls.add_parser(sub, common)
+    reassign.add_parser(sub, common)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""`seglog topics create|list|describe|delete`."""
+"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 
 from ..client.admin import Admin
 from ..v1 import common_pb2
+from . import reassign
 
 
 def add_parser(
@@ -51,6 +52,8 @@ def add_parser(
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(handler=delete_topic)
+
+    reassign.add_topics_parser(actions, common)
 
 
 def parse_configs(items: list[str]) -> dict[str, str]:

@@ -3,7 +3,8 @@
 One thread fences nodes whose session expired (their leaderships move, they leave the ISRs:
 Registry.check_sessions) every quarter session timeout, and, with
 `auto.leader.rebalance.enable`, gives leadership back to preferred replicas every
-`leader.imbalance.check.interval.seconds`.
+`leader.imbalance.check.interval.seconds`. Each tick also finishes the reassignments whose
+target replicas are all in sync (reassignments.py) and deletes the removed replicas' logs.
 
 With several gateways (the etcd registry) only the elected one (election.py) runs this loop
 and pushes; the others campaign on each tick. Its decisions carry the election's fence: the
@@ -28,7 +29,7 @@ import threading
 import grpc
 
 from seglog.errors import SeglogError
-from seglog.v1 import gateway_pb2
+from seglog.v1 import gateway_pb2, storage_pb2
 
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
@@ -82,6 +83,9 @@ def _assignment(
             replicas=p.replicas,
             isr=p.isr,
             partition_epoch=p.partition_epoch,
+            adding_replicas=p.adding,
+            removing_replicas=p.removing,
+            throttle_bytes_per_s=p.throttle_bytes_per_s,
         )
     assignment.node_addresses.update(registry.addresses())
     assignment.node_bulk_addresses.update(registry.bulk_addresses())
@@ -132,6 +136,7 @@ class Controller:
                     continue
                 fence = self.election.fence
                 self.registry.check_sessions(fence)
+                self._delete_removed(self.registry.complete_reassignments(fence))
                 until_rebalance_s -= tick_s
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s
@@ -142,6 +147,24 @@ class Controller:
                 logger.warning("controller step failed: %s", exc)
             except Exception:
                 logger.exception("controller step failed")
+
+    def _delete_removed(self, removed: dict[PartitionChange, list[int]]) -> None:
+        """A finished move's removed replicas: their logs are deleted (Kafka's StopReplica
+        with delete). A node that is down, or that set the partition aside first on the
+        push (kept on disk as `-stray`), keeps its copy for the operator."""
+        addresses = self.registry.addresses()
+        for (topic, partition), replicas in removed.items():
+            for replica in replicas:
+                if replica not in addresses or not self.registry.is_live(replica):
+                    continue
+                stub = self.connections.get(replica, addresses[replica]).stub
+                request = storage_pb2.DeletePartitionRequest(topic=topic, partition=partition)
+                try:
+                    stub.DeletePartition(request, timeout=PUSH_TIMEOUT_S)
+                except grpc.RpcError as exc:
+                    logger.info(
+                        "deleting moved %s-%d on node %d: %s", topic, partition, replica, exc.code()
+                    )
 
     def _push_loop(self) -> None:
         while True:
