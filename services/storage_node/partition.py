@@ -137,7 +137,18 @@ class Partition:
                 self._start_leading()
             elif registration.leader != self.local_node_id:
                 self.followers = {}
+            else:
+                self._track_replicas(registration.replicas)
             return new_term
+
+    def _track_replicas(self, replicas: tuple[int, ...]) -> None:
+        """The same term with other replicas (a reassignment adds or drops some): an added
+        one is tracked from its first fetch (so it can join the ISR once it catches up), a
+        dropped one forgotten (Kafka's updateAssignmentAndIsr)."""
+        wanted = {r for r in replicas if r != self.local_node_id}
+        self.followers = {r: s for r, s in self.followers.items() if r in wanted}
+        for replica in wanted - self.followers.keys():
+            self.followers[replica] = FollowerState()
 
     def _start_leading(self) -> None:
         """Kafka's makeLeader: the new epoch starts at the log end offset; followers'

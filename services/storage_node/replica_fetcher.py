@@ -191,7 +191,12 @@ class ReplicaFetcher:
         while not self._stop.is_set():
             request, followed = self._build_request()
             if request is None:
-                self._changed.wait(0.5 if followed else 5)
+                # Until a backoff ends (a throttled partition's, often well under 0.5 s).
+                next_due = min(self._backoffs.values(), default=None)
+                wait_s = 0.5 if followed else 5.0
+                if next_due is not None:
+                    wait_s = min(wait_s, max(next_due - time.monotonic(), 0.001))
+                self._changed.wait(wait_s)
                 self._changed.clear()
                 continue
             self._changed.clear()

@@ -29,13 +29,14 @@ import threading
 import grpc
 
 from seglog.errors import SeglogError
-from seglog.v1 import gateway_pb2, storage_pb2
+from seglog.v1 import gateway_pb2
 
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
 from .metadata_image import Topic
 from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
+from .reassignment_service import delete_replicas
 from .registry import Registry
 from .registry_store import ControllerFencedError
 
@@ -136,7 +137,9 @@ class Controller:
                     continue
                 fence = self.election.fence
                 self.registry.check_sessions(fence)
-                self._delete_removed(self.registry.complete_reassignments(fence))
+                delete_replicas(
+                    self.registry, self.connections, self.registry.complete_reassignments(fence)
+                )
                 until_rebalance_s -= tick_s
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s
@@ -147,24 +150,6 @@ class Controller:
                 logger.warning("controller step failed: %s", exc)
             except Exception:
                 logger.exception("controller step failed")
-
-    def _delete_removed(self, removed: dict[PartitionChange, list[int]]) -> None:
-        """A finished move's removed replicas: their logs are deleted (Kafka's StopReplica
-        with delete). A node that is down, or that set the partition aside first on the
-        push (kept on disk as `-stray`), keeps its copy for the operator."""
-        addresses = self.registry.addresses()
-        for (topic, partition), replicas in removed.items():
-            for replica in replicas:
-                if replica not in addresses or not self.registry.is_live(replica):
-                    continue
-                stub = self.connections.get(replica, addresses[replica]).stub
-                request = storage_pb2.DeletePartitionRequest(topic=topic, partition=partition)
-                try:
-                    stub.DeletePartition(request, timeout=PUSH_TIMEOUT_S)
-                except grpc.RpcError as exc:
-                    logger.info(
-                        "deleting moved %s-%d on node %d: %s", topic, partition, replica, exc.code()
-                    )
 
     def _push_loop(self) -> None:
         while True:

@@ -4,6 +4,8 @@ DescribeLogDirs (asked of each node)."""
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
 from seglog.errors import InvalidReplicaAssignmentError, SeglogError
@@ -11,10 +13,35 @@ from seglog.rpc.status import abort, error_from_rpc, set_error
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
 from ..node_connections import NodeConnections
+from .partition_changes import PartitionChange
 from .reassignments import PREFERRED, UNCLEAN, Target
 from .registry import Registry
 
+logger = logging.getLogger(__name__)
+
 NODE_CALL_TIMEOUT_S = 10.0
+
+
+def delete_replicas(
+    registry: Registry, connections: NodeConnections, removed: dict[PartitionChange, list[int]]
+) -> None:
+    """The logs of replicas a move (or a cancelled move) took away are deleted on their
+    nodes (Kafka's StopReplica with delete). A node that is down, or that set the partition
+    aside on the registry's push before this call (kept on disk as `-stray`), keeps its copy
+    for the operator."""
+    addresses = registry.addresses()
+    for (topic, partition), replicas in removed.items():
+        for replica in replicas:
+            if replica not in addresses or not registry.is_live(replica):
+                continue
+            stub = connections.get(replica, addresses[replica]).stub
+            request = storage_pb2.DeletePartitionRequest(topic=topic, partition=partition)
+            try:
+                stub.DeletePartition(request, timeout=NODE_CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                logger.info(
+                    "deleting moved %s-%d on node %d: %s", topic, partition, replica, exc.code()
+                )
 
 
 class ReassignmentService:
@@ -36,11 +63,12 @@ class ReassignmentService:
                         f"{entry.topic}-{entry.partition} is named twice in the request"
                     )
                 targets[tp] = None if entry.cancel else list(entry.replicas)
-            self.registry.alter_reassignments(
+            removed = self.registry.alter_reassignments(
                 targets, request.throttle_bytes_per_s, validate_only=request.validate_only
             )
         except SeglogError as exc:
             abort(context, exc)
+        delete_replicas(self.registry, self.connections, removed)
         return gateway_pb2.AlterPartitionReassignmentsResponse()
 
     def ListPartitionReassignments(

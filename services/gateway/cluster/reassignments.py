@@ -166,10 +166,10 @@ class ReassigningState(RegistryState):
         throttle_bytes_per_s: int = 0,
         *,
         validate_only: bool = False,
-    ) -> list[PartitionChange]:
+    ) -> dict[PartitionChange, list[int]]:
         """Kafka's AlterPartitionReassignments: every partition checked before anything
         changes (one bad entry refuses the whole request); one batch for all. Returns the
-        partitions whose registration changed."""
+        replicas each changed partition no longer has (a cancel's adding ones)."""
         if throttle_bytes_per_s < 0:
             raise InvalidReplicaAssignmentError(f"throttle {throttle_bytes_per_s} bytes/s < 0")
         with self._lock:
@@ -186,10 +186,17 @@ class ReassigningState(RegistryState):
                     continue
                 check_target(name, target, known)
                 start(p, list(target), throttle_bytes_per_s, self._eligible)
-            changed = {tp for tp, p in working.items() if p != self.image.partition(tp)}
-            if changed and not validate_only:
-                self._commit(self._partition_records(working, changed))
-        return [] if validate_only else self._notify(changed)
+            removed = {}
+            for tp, p in working.items():
+                before = self.image.partition(tp)
+                if before is not None and p != before:
+                    removed[tp] = [r for r in before.replicas if r not in p.replicas]
+            if removed and not validate_only:
+                self._commit(self._partition_records(working, removed))
+        if validate_only:
+            return {}
+        self._notify(set(removed))
+        return removed
 
     def reassignments(
         self, wanted: Sequence[PartitionChange] | None = None
