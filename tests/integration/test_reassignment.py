@@ -290,3 +290,44 @@ def test_the_cli_runs_a_plan_and_refuses_bad_ones_whole(cluster, tmp_path, capsy
     assert "Throttle removed" in out
     for p in proposed["partitions"]:
         assert _registration(cluster, "planned", p["partition"]).replicas == p["replicas"]
+
+
+def _spread(cluster):
+    """Replicas and leaders per node."""
+    held, led = {}, {}
+    for p in cluster.gateway.registry.topic("spread").partitions:
+        for r in p.replicas:
+            held[r] = held.get(r, 0) + 1
+        led[p.leader] = led.get(p.leader, 0) + 1
+    return held, led
+
+
+def test_a_new_node_balanced_then_decommissioned_and_stopped(tmp_path, capsys, monkeypatch):
+    cluster = LocalCluster(tmp_path, nodes=3, node_configs=FAST)
+    try:
+        cluster.admin.create_topic("spread", 6, 2)
+        for p in range(6):
+            _fill(cluster, "spread", 100, partition=p)
+        cluster.start_node(4)
+
+        code, out, err = cli_in_process(cluster, capsys, monkeypatch, "nodes", "balance")
+        assert code == 0, err
+        assert "-> [" in out and "every move is complete" in out  # it said what it moved
+        held, led = _spread(cluster)
+        assert sorted(held) == [1, 2, 3, 4] and max(held.values()) - min(held.values()) <= 1
+        assert wait_until(lambda: len(_spread(cluster)[1]) == 4, 10), _spread(cluster)
+        led = _spread(cluster)[1]
+        assert max(led.values()) - min(led.values()) <= 1, led
+
+        code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, "nodes", "decommission", "--node", "4"
+        )
+        assert code == 0, err
+        assert "Node 4 holds no replica" in out
+        assert 4 not in _spread(cluster)[0]
+        assert not cluster.gateway.registry.image.hosted.get(4)
+        cluster.stop_node(4)
+        for p in range(6):
+            assert len(_read_values(cluster, "spread", 100, partition=p)) == 100
+    finally:
+        cluster.close()
