@@ -15,6 +15,11 @@ import time
 # the copy advances in small steps rather than a burst and a long pause.
 ROUND_SHARE_OF_RATE = 0.25
 MIN_ROUND_BYTES = 64 * 1024  # still room for a whole producer batch
+# A debt this short is carried rather than waited out: sitting out of the session costs a
+# whole long-poll round, and a replica that has caught up copies a few records per round, so
+# waiting each one out would keep it forever a round behind the high watermark (never in
+# sync). The average rate still holds: the debt is paid once it grows past this.
+CARRIED_DEBT_S = 0.05
 
 
 class ReplicationThrottle:
@@ -24,18 +29,22 @@ class ReplicationThrottle:
         self.throttled_bytes = 0  # charged since the node started (tests and measurements)
 
     def charge(self, size_bytes: int, rate_bytes_per_s: int) -> float:
-        """Charge `size_bytes` copied at `rate_bytes_per_s`; seconds until the budget is
-        positive again (0: fetch on)."""
+        """Charge `size_bytes` copied at `rate_bytes_per_s`; seconds to sit out before the
+        next fetch (0: fetch on)."""
         now = time.monotonic()
         with self._lock:
             self.throttled_bytes += size_bytes
             self._refilled_at = max(self._refilled_at, now) + size_bytes / rate_bytes_per_s
-            return max(self._refilled_at - now, 0.0)
+            return self._wait_s(now)
 
     def wait_s(self) -> float:
-        """Seconds until the spent budget is paid (0: a throttled partition may fetch)."""
+        """Seconds a throttled partition must still sit out (0: it may fetch)."""
         with self._lock:
-            return max(self._refilled_at - time.monotonic(), 0.0)
+            return self._wait_s(time.monotonic())
+
+    def _wait_s(self, now: float) -> float:
+        debt_s = self._refilled_at - now
+        return debt_s if debt_s > CARRIED_DEBT_S else 0.0
 
 
 def round_max_bytes(rate_bytes_per_s: int, replica_fetch_max_bytes: int) -> int:
