@@ -112,6 +112,7 @@ class _Load:
         self._producer.close()
 
 
+@pytest.mark.slow
 def test_a_move_under_acks_all_load_loses_nothing_and_keeps_to_its_throttle(cluster):
     _topic_on(cluster, "moving", [1, 2, 3], **{"min.insync.replicas": "2"})
     _fill(cluster, "moving", 1200)  # ~1.2 MB for node 4 to copy
@@ -171,6 +172,7 @@ def test_cancel_in_the_middle_restores_the_original_replicas(cluster):
     assert len(_read_values(cluster, "cancelled", 600)) == 600
 
 
+@pytest.mark.slow
 def test_a_gateway_restart_in_the_middle_of_a_move_completes_it(cluster):
     _topic_on(cluster, "restarted", [1, 2, 3])
     _fill(cluster, "restarted", 600)

@@ -5,8 +5,8 @@ ones it watches from other gateways alike.
 
 Applying keeps indexes so the controller never walks every partition to find the few it
 must decide on: the partitions hosted on each node, those led by each node, those with no
-leader, and those not led by their preferred replica. Each applied partition lands in the
-history (metadata_history.py) that heartbeat answers are cut from.
+leader, those not led by their preferred replica, and those being reassigned. Each applied
+partition lands in the history (metadata_history.py) that heartbeat answers are cut from.
 
 Routing reads `topics` without a lock, so a registration is never edited in place: applying
 a record swaps in a new PartitionAssignment object, and a new topic enters `topics` only with
