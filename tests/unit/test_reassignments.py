@@ -11,6 +11,7 @@ from seglog.client.reassignment_plans import balance, decommission, generate, pa
 from seglog.client.structs import TopicPartition
 from seglog.errors import (
     ElectionNotNeededError,
+    EligibleLeadersNotAvailableError,
     InvalidReplicaAssignmentError,
     NoReassignmentInProgressError,
     UnknownTopicOrPartitionError,
@@ -18,7 +19,14 @@ from seglog.errors import (
 from services.gateway.cluster.metadata_file_store import FileMetadataStore
 from services.gateway.cluster.metadata_records import MetadataRecordError, check_records
 from services.gateway.cluster.partition_changes import PartitionAssignment
-from services.gateway.cluster.reassignments import PREFERRED, cancel, complete_if_ready, start
+from services.gateway.cluster.reassignments import (
+    PREFERRED,
+    UNCLEAN,
+    cancel,
+    complete_if_ready,
+    elect,
+    start,
+)
 from services.gateway.cluster.registry import Registry
 
 
@@ -196,3 +204,14 @@ def test_generate_decommission_and_balance_spread_within_one():
     bounded = balance(current, [1, 2, 3, 4], max_moves=1)
     assert len([tp for tp, r in bounded.items() if set(r) != set(current[tp])]) == 1
     assert balance(after, [1, 2, 3, 4]) == {}
+
+
+def test_unclean_election_only_for_a_leaderless_partition_and_only_a_live_replica():
+    led = PartitionAssignment([1, 2], 1, 3, [1, 2], 0)
+    with pytest.raises(ElectionNotNeededError):
+        elect("t-0", led, UNCLEAN, everyone)
+    offline = PartitionAssignment([1, 2], -1, 3, [1], 0)  # its last in-sync replica is down
+    with pytest.raises(EligibleLeadersNotAvailableError):
+        elect("t-0", offline, UNCLEAN, lambda n: False)
+    elect("t-0", offline, UNCLEAN, lambda n: n == 2)
+    assert (offline.leader, offline.isr, offline.leader_epoch) == (2, [2], 4)
