@@ -2,7 +2,8 @@
 a move from nodes {1,2,3} to {2,3,4} under acks=all load losing nothing with its catch-up
 held to the throttle, a cancel that restores the original replicas, a gateway restart in the
 middle of a move, preferred-leader elections, log dirs, and the CLI's plans (bad ones refused
-whole, before anything changes)."""
+whole, before anything changes), and Kafka's own admin client doing the same over Kafka's
+protocol."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import threading
 import time
 
 import pytest
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import InvalidReplicationAssignmentError
 
 from seglog.client import Consumer, Producer
 from seglog.client.structs import TopicPartition
@@ -333,3 +337,40 @@ def test_a_new_node_balanced_then_decommissioned_and_stopped(tmp_path, capsys, m
             assert len(_read_values(cluster, "spread", 100, partition=p)) == 100
     finally:
         cluster.close()
+
+
+def test_kafkas_admin_client_moves_lists_elects_and_describes_log_dirs(cluster):
+    _topic_on(cluster, "kafka-moved", [1, 2, 3])
+    _fill(cluster, "kafka-moved", 300)
+    tp = KafkaTopicPartition("kafka-moved", 0)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_address)
+    try:
+        refused = admin.alter_partition_reassignments({tp: [1, 9]})
+        assert refused == {tp: InvalidReplicationAssignmentError}
+        assert admin.list_partition_reassignments() == {}
+        cluster.admin.alter_partition_reassignments(  # held mid-move by a throttle
+            {TopicPartition("kafka-moved", 0): [2, 3, 4]}, throttle_bytes_per_s=30_000
+        )
+        ongoing = admin.list_partition_reassignments()
+        assert ongoing[tp]["adding_replicas"] == [4] and ongoing[tp]["removing_replicas"] == [1]
+        assert admin.alter_partition_reassignments({tp: None}) == {tp: None}  # cancelled
+        assert admin.list_partition_reassignments() == {}
+        assert sorted(_registration(cluster, "kafka-moved").replicas) == [1, 2, 3]
+
+        leader = _registration(cluster, "kafka-moved").leader
+        preferred = next(n for n in (1, 2, 3) if n != leader)
+        reordered = [preferred, *(n for n in (1, 2, 3) if n != preferred)]
+        assert admin.alter_partition_reassignments({tp: reordered}) == {tp: None}
+        assert _registration(cluster, "kafka-moved").leader == leader
+        admin.elect_leaders(0, {"kafka-moved": [0]})  # preferred
+        assert _registration(cluster, "kafka-moved").leader == preferred
+
+        [described] = admin.describe_log_dirs({"kafka-moved": [0]})
+        dirs = {d["log_dir"]: d for d in described["log_dirs"]}
+        assert sorted(dirs) == ["node-1", "node-2", "node-3", "node-4"]
+        for node in (1, 2, 3):
+            [topic] = dirs[f"node-{node}"]["topics"]
+            assert topic["partitions"][0]["partition_size"] > 300 * 1000
+        assert dirs["node-4"]["topics"] == []
+    finally:
+        admin.close()
