@@ -162,11 +162,13 @@ def test_a_move_under_acks_all_load_loses_nothing_and_keeps_to_its_throttle(clus
     print(f"catch-up at {rate:.0f} B/s under a {THROTTLE_BYTES_PER_S} B/s throttle")
 
 
-def test_cancel_in_the_middle_restores_the_original_replicas(cluster):
+def test_cancel_in_the_middle_restores_the_original_replicas(cluster, capsys, monkeypatch):
     _topic_on(cluster, "cancelled", [1, 2, 3])
     _fill(cluster, "cancelled", 600)
     _move(cluster, "cancelled", [2, 3, 4], throttle=100_000)  # ~6 s to copy: still moving
     assert not _moved(cluster, "cancelled")
+    code, out, _ = cli_in_process(cluster, capsys, monkeypatch, "topics", "describe", "cancelled")
+    assert code == 0 and "Adding Replicas: 4\tRemoving Replicas: 1" in out, out
     assert wait_until(lambda: ("cancelled", 0) in cluster.nodes[4].replicas.hosted(), 10)
     cluster.admin.alter_partition_reassignments({TopicPartition("cancelled", 0): None})
     p = _registration(cluster, "cancelled")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..client.admin import Admin
-from ..client.admin_reassignments import PREFERRED, UNCLEAN
+from ..client.admin_reassignments import PREFERRED, UNCLEAN, PartitionReassignment
 from ..client.reassignment_plans import (
     Plan,
     balance,
@@ -22,7 +22,7 @@ from ..client.reassignment_plans import (
     plan_json,
 )
 from ..client.structs import TopicPartition
-from ..errors import InvalidReplicaAssignmentError, RequestTimedOutError
+from ..errors import InvalidReplicaAssignmentError, PermissionDeniedError, RequestTimedOutError
 
 WAIT_POLL_S = 0.5
 
@@ -103,6 +103,15 @@ def current_assignment(admin: Admin, topics: list[str] | None = None) -> Plan:
         for p in topic.partitions:
             current[TopicPartition(topic.name, p.partition)] = list(p.replicas)
     return current
+
+
+def ongoing_moves(admin: Admin) -> dict[TopicPartition, PartitionReassignment]:
+    """The moves under way, or none when the caller may not list them (Describe on the
+    cluster): `topics describe` shows them when it can."""
+    try:
+        return admin.list_partition_reassignments()
+    except PermissionDeniedError:
+        return {}
 
 
 def _node_list(text: str) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..client.admin import Admin
+from ..client.structs import TopicPartition
 from ..v1 import common_pb2
 from . import reassign
 
@@ -88,6 +89,7 @@ def describe_topics(args: argparse.Namespace) -> int:
         names = args.names or admin.list_topics(getattr(args, "include_internal", False))
         if not names:
             return 0  # describe_topics([]) would mean every topic, internal ones included
+        moving = reassign.ongoing_moves(admin)
         for topic in admin.describe_topics(names):
             if topic.error:
                 print(f"Topic: {topic.name}\tError: {topic.error_message}")
@@ -112,6 +114,12 @@ def describe_topics(args: argparse.Namespace) -> int:
                     f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
                     f"ReplicaLogEnd/HW: {replicas}"
                 )
+                move = moving.get(TopicPartition(topic.name, p.partition))
+                if move is not None:  # as kafka-topics --describe shows a move under way
+                    line += (
+                        f"\tAdding Replicas: {','.join(map(str, move.adding))}"
+                        f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
+                    )
                 if p.error:
                     line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
                 print(line)
