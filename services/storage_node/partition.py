@@ -58,8 +58,11 @@ class Registration:
     throttle_bytes_per_s: int = 0
 
     def throttles(self, replica: int) -> int:
-        """The bytes/s `replica`'s fetches are held to (0: none)."""
-        return self.throttle_bytes_per_s if replica in self.adding else 0
+        """The bytes/s `replica`'s fetches are held to (0: none): an adding replica's, until
+        it is in sync (Kafka never throttles an in-sync replica: acks=all waits on it)."""
+        if replica in self.adding and replica not in self.isr:
+            return self.throttle_bytes_per_s
+        return 0
 
     def newer_than(self, other: Registration | None) -> bool:
         if other is None:
