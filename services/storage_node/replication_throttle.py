@@ -1,9 +1,10 @@
 """The replication throttle of a reassignment (Kafka's follower.replication.throttled.rate,
-applied to the replicas a move adds, KIP-455): the bytes an adding replica copies from its
-leader are charged to one node-wide budget refilled at the move's bytes/s, and while the
-budget is spent the throttled partitions sit out of the fetch session (the fetcher backs
-them off until it refills), so a move's catch-up cannot take the replication bandwidth that
-the in-sync replicas of the clients' partitions need. Partitions at rest are never charged.
+applied to the replicas a move adds until they are in sync, KIP-455): the bytes an adding
+replica copies from its leader are charged to one node-wide budget refilled at the move's
+bytes/s, and while the budget is spent the throttled partitions sit out of the fetch session
+(the fetcher backs them off until it refills), so a move's catch-up cannot take the
+replication bandwidth that the in-sync replicas of the clients' partitions need. Partitions
+at rest are never charged.
 """
 
 from __future__ import annotations
