@@ -137,9 +137,14 @@ class Controller:
                     continue
                 fence = self.election.fence
                 self.registry.check_sessions(fence)
-                delete_replicas(
-                    self.registry, self.connections, self.registry.complete_reassignments(fence)
-                )
+                removed = self.registry.complete_reassignments(fence)
+                if removed:  # node calls off this thread: a slow node must not delay fencing
+                    threading.Thread(
+                        target=delete_replicas,
+                        args=(self.registry, self.connections, removed),
+                        name="moved-replica-deletions",
+                        daemon=True,
+                    ).start()
                 until_rebalance_s -= tick_s
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s
