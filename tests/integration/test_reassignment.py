@@ -162,7 +162,9 @@ def test_a_move_under_acks_all_load_loses_nothing_and_keeps_to_its_throttle(clus
     print(f"catch-up at {rate:.0f} B/s under a {THROTTLE_BYTES_PER_S} B/s throttle")
 
 
-def test_cancel_in_the_middle_restores_the_original_replicas(cluster, capsys, monkeypatch):
+def test_cancel_in_the_middle_restores_the_original_replicas(
+    cluster, tmp_path, capsys, monkeypatch
+):
     _topic_on(cluster, "cancelled", [1, 2, 3])
     _fill(cluster, "cancelled", 600)
     _move(cluster, "cancelled", [2, 3, 4], throttle=100_000)  # ~6 s to copy: still moving
@@ -170,7 +172,37 @@ def test_cancel_in_the_middle_restores_the_original_replicas(cluster, capsys, mo
     code, out, _ = cli_in_process(cluster, capsys, monkeypatch, "topics", "describe", "cancelled")
     assert code == 0 and "Adding Replicas: 4\tRemoving Replicas: 1" in out, out
     assert wait_until(lambda: ("cancelled", 0) in cluster.nodes[4].replicas.hosted(), 10)
-    cluster.admin.alter_partition_reassignments({TopicPartition("cancelled", 0): None})
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [{"topic": "cancelled", "partition": 0, "replicas": [2, 3, 4]}],
+            }
+        )
+    )
+    code, out, _ = cli_in_process(
+        cluster,
+        capsys,
+        monkeypatch,
+        "topics",
+        "reassign",
+        "--reassignment-json-file",
+        str(plan),
+        "--verify",
+    )
+    assert code == 1 and "Reassignment of partition cancelled-0 is still in progress." in out
+    code, out, _ = cli_in_process(
+        cluster,
+        capsys,
+        monkeypatch,
+        "topics",
+        "reassign",
+        "--reassignment-json-file",
+        str(plan),
+        "--cancel",
+    )
+    assert code == 0 and "Successfully cancelled partition reassignments for: cancelled-0" in out
     p = _registration(cluster, "cancelled")
     assert sorted(p.replicas) == [1, 2, 3] and not p.adding and not p.removing
     assert 4 not in p.isr and p.leader in (1, 2, 3)
