@@ -324,7 +324,9 @@ def balance_nodes(args: argparse.Namespace) -> int:
         current = current_assignment(admin, admin.list_topics(include_internal=True))
         plan = balance(current, live, args.max_moves)
         _run_plan(admin, plan, args, f"Balancing over nodes {live}")
-        if not args.dry_run and plan:
-            admin.elect_leaders(PREFERRED)  # leadership follows the new preferred replicas
-            print("Preferred leaders elected.")
+        if not args.dry_run:
+            # Leadership follows the preferred replicas (also when only the leaders drifted).
+            elected = admin.elect_leaders(PREFERRED)
+            done = [tp for tp, r in elected.items() if r.error is None]
+            print(f"Preferred leaders elected for {len(done)} partition(s).")
     return 0
