@@ -321,6 +321,38 @@ class AuthenticationError(SeglogError):
     reason = "SASL_AUTHENTICATION_FAILED"
 
 
+class InvalidReplicaAssignmentError(SeglogError):
+    """A reassignment's replica list that cannot be: empty, a node twice, an unknown node."""
+
+    reason = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class NoReassignmentInProgressError(SeglogError):
+    """Cancelling the reassignment of a partition that is not being moved."""
+
+    reason = "NO_REASSIGNMENT_IN_PROGRESS"
+
+
+class ElectionNotNeededError(SeglogError):
+    """ElectLeaders for a partition already led as asked."""
+
+    reason = "ELECTION_NOT_NEEDED"
+
+
+class PreferredLeaderNotAvailableError(SeglogError):
+    """A preferred-leader election whose preferred replica is not in sync or not live."""
+
+    reason = "PREFERRED_LEADER_NOT_AVAILABLE"
+    retriable = True
+
+
+class EligibleLeadersNotAvailableError(SeglogError):
+    """An unclean election with no live replica to elect."""
+
+    reason = "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+    retriable = True
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the

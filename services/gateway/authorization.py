@@ -120,6 +120,12 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "DescribeAcls": lambda r: _cluster("Describe"),
     "CreateAcls": lambda r: _cluster("Alter"),
     "DeleteAcls": lambda r: _cluster("Alter"),
+    # Kafka's AlterPartitionReassignments and ElectLeaders need Alter on the cluster; listing
+    # reassignments and DescribeLogDirs, Describe on it.
+    "AlterPartitionReassignments": lambda r: _cluster("Alter"),
+    "ListPartitionReassignments": lambda r: _cluster("Describe"),
+    "ElectLeaders": lambda r: _cluster("Alter"),
+    "DescribeLogDirs": lambda r: _cluster("Describe"),
     # The group, and Describe on each topic it subscribes to: the coordinator assigns
     # partitions itself, so a topic the member may not see must not reach its assignment.
     "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _topics("Describe", set(r.topics)),

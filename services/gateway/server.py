@@ -23,6 +23,7 @@ from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
 from .coordination.election import ControllerElection, SoleController
@@ -133,6 +134,7 @@ class Gateway:
             cluster_view=self.cluster_view,
         )
         self.acl_service = AclService(self.registry)
+        self.reassignment_service = ReassignmentService(self.registry, self.connections)
         self.registry_service = RegistryService(
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -214,6 +216,7 @@ class Gateway:
         authorized (`guard`); nodes' Registry calls are checked by their certificates."""
         s, a, g = self.service, self.admin, self.group_service
         acls, guard = self.acl_service, self.authorization.guard
+        moves = self.reassignment_service
         gateway = serving.unary_handlers(
             GATEWAY_SERVICE_DESCRIPTOR,
             {
@@ -233,6 +236,10 @@ class Gateway:
                 "DescribeAcls": acls.DescribeAcls,
                 "DeleteAcls": acls.DeleteAcls,
                 "InitProducerId": a.InitProducerId,
+                "AlterPartitionReassignments": moves.AlterPartitionReassignments,
+                "ListPartitionReassignments": moves.ListPartitionReassignments,
+                "ElectLeaders": moves.ElectLeaders,
+                "DescribeLogDirs": moves.DescribeLogDirs,
             },
             wrap=guard,
         )

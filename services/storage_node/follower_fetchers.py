@@ -11,6 +11,7 @@ from seglog.security.tls import TlsFiles
 
 from .partition import Partition
 from .replica_fetcher import FetcherSettings, ReplicaFetcher
+from .replication_throttle import ReplicationThrottle
 
 TopicPartition = tuple[str, int]
 
@@ -20,6 +21,7 @@ class FollowerFetchers:
         self.node_id = node_id
         self.settings = settings
         self.by_leader: dict[int, ReplicaFetcher] = {}
+        self.throttle = ReplicationThrottle()  # one budget for the whole node
 
     def follow(
         self,
@@ -56,6 +58,7 @@ class FollowerFetchers:
             bulk_address=bulk_address,
             secret=secret,
             tls=tls,
+            throttle=self.throttle,
         )
         self.by_leader[leader] = fetcher
         fetcher.start()

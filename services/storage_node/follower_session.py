@@ -29,6 +29,7 @@ class PartitionFetch:
     leader_epoch: int
     last_fetched_epoch: int  # -1: none
     log_start_offset: int
+    max_bytes: int = 0  # 0: the fetcher's replica.fetch.max.bytes (else a throttled share)
 
 
 class FollowerSession:
@@ -76,7 +77,7 @@ class FollowerSession:
                 topic=tp[0],
                 partition=tp[1],
                 fetch_offset=wanted.fetch_offset,
-                partition_max_bytes=partition_max_bytes,
+                partition_max_bytes=wanted.max_bytes or partition_max_bytes,
                 current_leader_epoch=wanted.leader_epoch,
                 log_start_offset=wanted.log_start_offset,
             )

@@ -65,7 +65,13 @@ Queued = gateway_pb2.AssignedPartition | None
 
 def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
     return Registration(
-        p.leader, p.leader_epoch, p.partition_epoch, tuple(p.replicas), tuple(p.isr)
+        p.leader,
+        p.leader_epoch,
+        p.partition_epoch,
+        tuple(p.replicas),
+        tuple(p.isr),
+        tuple(p.adding_replicas),
+        p.throttle_bytes_per_s,
     )
 
 

@@ -52,6 +52,17 @@ class Registration:
     partition_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # A reassignment under way: the replicas it adds, and the bytes/s their catch-up may
+    # take (0: unthrottled; replication_throttle.py).
+    adding: tuple[int, ...] = ()
+    throttle_bytes_per_s: int = 0
+
+    def throttles(self, replica: int) -> int:
+        """The bytes/s `replica`'s fetches are held to (0: none): an adding replica's, until
+        it is in sync (Kafka never throttles an in-sync replica: acks=all waits on it)."""
+        if replica in self.adding and replica not in self.isr:
+            return self.throttle_bytes_per_s
+        return 0
 
     def newer_than(self, other: Registration | None) -> bool:
         if other is None:
@@ -129,7 +140,18 @@ class Partition:
                 self._start_leading()
             elif registration.leader != self.local_node_id:
                 self.followers = {}
+            else:
+                self._track_replicas(registration.replicas)
             return new_term
+
+    def _track_replicas(self, replicas: tuple[int, ...]) -> None:
+        """The same term with other replicas (a reassignment adds or drops some): an added
+        one is tracked from its first fetch (so it can join the ISR once it catches up), a
+        dropped one forgotten (Kafka's updateAssignmentAndIsr)."""
+        wanted = {r for r in replicas if r != self.local_node_id}
+        self.followers = {r: s for r, s in self.followers.items() if r in wanted}
+        for replica in wanted - self.followers.keys():
+            self.followers[replica] = FollowerState()
 
     def _start_leading(self) -> None:
         """Kafka's makeLeader: the new epoch starts at the log end offset; followers'

@@ -50,6 +50,7 @@ from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
 from .follower_session import FollowerSession, PartitionFetch
 from .partition import Partition
+from .replication_throttle import ReplicationThrottle, round_max_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +106,11 @@ class ReplicaFetcher:
         bulk_address: str = "",
         secret: bytes | None = None,
         tls: TlsFiles | None = None,
+        throttle: ReplicationThrottle | None = None,
     ) -> None:
         self.node_id = node_id  # this follower's: the replica id of its fetches
+        # The node's reassignment throttle, shared by its fetchers (replication_throttle.py).
+        self.throttle = throttle or ReplicationThrottle()
         self.bulk_address = bulk_address
         self.secret = secret
         self._bulk_connection: BulkConnection | None = None
@@ -187,7 +191,12 @@ class ReplicaFetcher:
         while not self._stop.is_set():
             request, followed = self._build_request()
             if request is None:
-                self._changed.wait(0.5 if followed else 5)
+                # Until a backoff ends (a throttled partition's, often well under 0.5 s).
+                next_due = min(self._backoffs.values(), default=None)
+                wait_s = 0.5 if followed else 5.0
+                if next_due is not None:
+                    wait_s = min(wait_s, max(next_due - time.monotonic(), 0.001))
+                self._changed.wait(wait_s)
                 self._changed.clear()
                 continue
             self._changed.clear()
@@ -300,12 +309,17 @@ class ReplicaFetcher:
             entry = followed.get(tp)
             if entry is None or entry.backoff_until > now:
                 continue
+            rate = self._throttled_rate(entry)
+            if rate and self.throttle.wait_s() > 0:
+                self._back_off(tp, entry, self.throttle.wait_s())
+                continue
             log = entry.partition.log
             ready[tp] = PartitionFetch(
                 log.log_end_offset,
                 entry.leader_epoch,
                 log.leader_epochs.latest_epoch,
                 log.log_start_offset,
+                round_max_bytes(rate, self.settings.replica_fetch_max_bytes) if rate else 0,
             )
         request = common_pb2.FetchRequest(
             replica_id=self.node_id,
@@ -317,9 +331,17 @@ class ReplicaFetcher:
             return None, followed
         return request, followed
 
-    def _back_off(self, tp: TopicPartition, entry: _Followed) -> None:
-        entry.backoff_until = time.monotonic() + self.settings.replica_fetch_backoff_ms / 1000
+    def _back_off(self, tp: TopicPartition, entry: _Followed, for_s: float | None = None) -> None:
+        if for_s is None:
+            for_s = self.settings.replica_fetch_backoff_ms / 1000
+        entry.backoff_until = time.monotonic() + for_s
         self._backoffs[tp] = entry.backoff_until
+
+    def _throttled_rate(self, entry: _Followed) -> int:
+        """The bytes/s this replica's copy of the partition is held to (0: none): set while
+        a reassignment adds this replica with a throttle."""
+        registration = entry.partition.registration
+        return 0 if registration is None else registration.throttles(self.node_id)
 
     def _back_off_all(self, followed: dict[TopicPartition, _Followed]) -> None:
         for tp, entry in followed.items():
@@ -382,6 +404,11 @@ class ReplicaFetcher:
                 return
             if records:
                 log.append_as_follower(records, segment_base_offset=response.segment_base_offset)
+                rate = registration.throttles(self.node_id)
+                if rate:
+                    wait_s = self.throttle.charge(len(records), rate)
+                    if wait_s > 0:
+                        self._back_off(tp, entry, wait_s)
             log.update_high_watermark(min(response.high_watermark, log.log_end_offset))
             if log.log_start_offset < response.log_start_offset <= log.log_end_offset:
                 log.delete_records_before(response.log_start_offset)

@@ -234,3 +234,35 @@ def test_a_group_commits_under_the_authorizer_and_joins_only_topics_it_may_descr
         denial = error_from_rpc(refused.value)
         assert isinstance(denial, PermissionDeniedError)
         assert "Describe topic 'secret'" in str(denial)
+
+
+def test_moving_partitions_needs_alter_on_the_cluster_and_listing_describe(cluster):
+    with _admin(cluster) as admin:
+        admin.create_topic("moved", 1, 1)
+    tp = TopicPartition("moved", 0)
+    with cluster.admin_as("alice") as alice:
+        with pytest.raises(PermissionDeniedError, match="Alter cluster"):
+            alice.alter_partition_reassignments({tp: [1]})
+        with pytest.raises(PermissionDeniedError, match="Alter cluster"):
+            alice.elect_leaders("preferred", [tp])
+        with pytest.raises(PermissionDeniedError, match="Describe cluster"):
+            alice.list_partition_reassignments()
+        with pytest.raises(PermissionDeniedError, match="Describe cluster"):
+            alice.describe_log_dirs()
+        with _admin(cluster) as admin:
+            admin.create_acls(
+                [
+                    acl("alice", "Alter", "kafka-cluster", kind="cluster"),
+                    acl("alice", "Describe", "kafka-cluster", kind="cluster"),
+                ]
+            )
+        assert wait_until(lambda: _may_list(alice))
+        alice.alter_partition_reassignments({tp: [1]})  # already so: nothing to move
+        assert [*alice.describe_log_dirs()] == [1]
+
+
+def _may_list(admin) -> bool:
+    try:
+        return admin.list_partition_reassignments() == {}
+    except PermissionDeniedError:
+        return False

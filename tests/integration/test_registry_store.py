@@ -226,3 +226,28 @@ def test_a_stale_writer_catches_up_by_deltas_and_decides_again(tmp_path, etcd):
     assert not view.full
     assert sorted((t.name, i) for t, i, _ in view.partitions) == [("a", 0), ("a", 1), ("b", 0)]
     assert sorted(Registry(tmp_path / "g3", store=store_at(etcd, "/c")).topics) == ["a", "b"]
+
+
+def test_a_move_under_way_is_kept_in_etcd_through_watches_snapshots_and_restarts(tmp_path, etcd):
+    first = Registry(tmp_path / "g1", store=store_at(etcd, "/m", snapshot_interval_records=6))
+    for node_id in (1, 2, 3):
+        first.register_node(node_id, f"127.0.0.1:{node_id}")
+    first.create_topic("t", 2, 2, {})
+    second = Registry(tmp_path / "g2", store=store_at(etcd, "/m"))
+    second.store.keyspace.start_watch()
+    try:
+        # Two replicas to three: the third is being added (no node copies here, so the
+        # move stays under way).
+        first.alter_reassignments({("t", 0): [1, 2, 3], ("t", 1): [3, 2, 1]}, 7000)
+        moving = {(t.name, i): p for t, i, p in first.reassignments()}
+        assert sorted(moving) == [("t", 0), ("t", 1)]
+        assert wait_until(lambda: second.metadata_offset == first.metadata_offset)
+        assert {(t.name, i): p for t, i, p in second.reassignments()} == moving
+        for i in range(4):  # a snapshot follows, then a restart reads it
+            first.create_topic(f"more{i}", 1, 1, {})
+        again = Registry(tmp_path / "g3", store=store_at(etcd, "/m"))
+        assert {(t.name, i): p for t, i, p in again.reassignments()} == moving
+        assert again.topic("t").partitions[1].throttle_bytes_per_s == 7000
+        assert again.image.reassigning == {("t", 0), ("t", 1)}
+    finally:
+        second.store.keyspace.close()

@@ -9,7 +9,7 @@ import sys
 from ..client.gateway import default_bootstrap, trace_client_calls
 from ..errors import SeglogError
 from ..tracing import configure_tracing
-from . import acls, configs, consume, groups, perf, produce, records, topics
+from . import acls, configs, consume, groups, perf, produce, reassign, records, topics
 from .dump import main_dump
 
 BOOTSTRAP_HELP = (
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     perf.add_parser(sub, common)
     acls.add_parser(sub, common)
     records.add_parser(sub, common)
+    reassign.add_parser(sub, common)
     return parser
 
 

@@ -1,11 +1,13 @@
-"""`seglog topics create|list|describe|delete`."""
+"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..client.admin import Admin
+from ..client.structs import TopicPartition
 from ..v1 import common_pb2
+from . import reassign
 
 
 def add_parser(
@@ -52,6 +54,8 @@ def add_parser(
     delete.add_argument("name")
     delete.set_defaults(handler=delete_topic)
 
+    reassign.add_topics_parser(actions, common)
+
 
 def parse_configs(items: list[str]) -> dict[str, str]:
     configs = {}
@@ -85,6 +89,7 @@ def describe_topics(args: argparse.Namespace) -> int:
         names = args.names or admin.list_topics(getattr(args, "include_internal", False))
         if not names:
             return 0  # describe_topics([]) would mean every topic, internal ones included
+        moving = reassign.ongoing_moves(admin)
         for topic in admin.describe_topics(names):
             if topic.error:
                 print(f"Topic: {topic.name}\tError: {topic.error_message}")
@@ -109,6 +114,12 @@ def describe_topics(args: argparse.Namespace) -> int:
                     f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
                     f"ReplicaLogEnd/HW: {replicas}"
                 )
+                move = moving.get(TopicPartition(topic.name, p.partition))
+                if move is not None:  # as kafka-topics --describe shows a move under way
+                    line += (
+                        f"\tAdding Replicas: {','.join(map(str, move.adding))}"
+                        f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
+                    )
                 if p.error:
                     line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
                 print(line)

@@ -20,6 +20,7 @@ from ..rpc.status import error_from_code, error_from_rpc
 from ..security.acls import AclBinding
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, groups_pb2
+from .admin_reassignments import ReassignmentAdmin
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
 
@@ -58,9 +59,10 @@ class GroupOffset:
     metadata: str = ""
 
 
-class Admin:
+class Admin(ReassignmentAdmin):
     """Every admin operation, for programs and the `seglog` CLI alike: topics and their
-    configs, the cluster, offsets, consumer groups and ACLs (Kafka's AdminClient). Security
+    configs, the cluster, offsets, consumer groups and ACLs (Kafka's AdminClient); moving
+    partitions, elections and log dirs (admin_reassignments.py). Security
     as the producer's and consumer's: `security_protocol` and `ssl_*` files, `bearer_token`
     (else SEGLOG_BEARER_TOKEN), or SEGLOG_TLS_CA / _CERT / _KEY when none is given."""
 

@@ -71,6 +71,11 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "SASL_AUTHENTICATION_FAILED": grpc.StatusCode.UNAUTHENTICATED,
     "NOT_COORDINATOR": grpc.StatusCode.FAILED_PRECONDITION,
     "POLICY_VIOLATION": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_REPLICA_ASSIGNMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "NO_REASSIGNMENT_IN_PROGRESS": grpc.StatusCode.FAILED_PRECONDITION,
+    "ELECTION_NOT_NEEDED": grpc.StatusCode.FAILED_PRECONDITION,
+    "PREFERRED_LEADER_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
 }
 
 # For statuses that arrive without details (the transport's own failures).

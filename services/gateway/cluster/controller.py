@@ -3,7 +3,8 @@
 One thread fences nodes whose session expired (their leaderships move, they leave the ISRs:
 Registry.check_sessions) every quarter session timeout, and, with
 `auto.leader.rebalance.enable`, gives leadership back to preferred replicas every
-`leader.imbalance.check.interval.seconds`.
+`leader.imbalance.check.interval.seconds`. Each tick also finishes the reassignments whose
+target replicas are all in sync (reassignments.py) and deletes the removed replicas' logs.
 
 With several gateways (the etcd registry) only the elected one (election.py) runs this loop
 and pushes; the others campaign on each tick. Its decisions carry the election's fence: the
@@ -35,6 +36,7 @@ from ..node_connections import NodeConnections
 from .metadata_image import Topic
 from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
+from .reassignment_service import delete_replicas
 from .registry import Registry
 from .registry_store import ControllerFencedError
 
@@ -82,6 +84,9 @@ def _assignment(
             replicas=p.replicas,
             isr=p.isr,
             partition_epoch=p.partition_epoch,
+            adding_replicas=p.adding,
+            removing_replicas=p.removing,
+            throttle_bytes_per_s=p.throttle_bytes_per_s,
         )
     assignment.node_addresses.update(registry.addresses())
     assignment.node_bulk_addresses.update(registry.bulk_addresses())
@@ -132,6 +137,14 @@ class Controller:
                     continue
                 fence = self.election.fence
                 self.registry.check_sessions(fence)
+                removed = self.registry.complete_reassignments(fence)
+                if removed:  # node calls off this thread: a slow node must not delay fencing
+                    threading.Thread(
+                        target=delete_replicas,
+                        args=(self.registry, self.connections, removed),
+                        name="moved-replica-deletions",
+                        daemon=True,
+                    ).start()
                 until_rebalance_s -= tick_s
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s

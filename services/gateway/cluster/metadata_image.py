@@ -5,8 +5,8 @@ ones it watches from other gateways alike.
 
 Applying keeps indexes so the controller never walks every partition to find the few it
 must decide on: the partitions hosted on each node, those led by each node, those with no
-leader, and those not led by their preferred replica. Each applied partition lands in the
-history (metadata_history.py) that heartbeat answers are cut from.
+leader, those not led by their preferred replica, and those being reassigned. Each applied
+partition lands in the history (metadata_history.py) that heartbeat answers are cut from.
 
 Routing reads `topics` without a lock, so a registration is never edited in place: applying
 a record swaps in a new PartitionAssignment object, and a new topic enters `topics` only with
@@ -73,6 +73,8 @@ class MetadataImage:
         self.leaderless: set[PartitionChange] = set()
         # Led by another than its preferred (first) replica: preferred-leader election's work.
         self.misled: set[PartitionChange] = set()
+        # Being reassigned (adding or removing replicas): the controller's tick completes them.
+        self.reassigning: set[PartitionChange] = set()
         self.history = MetadataHistory(offset)
         # Per batch: each changed partition's replicas before it, each growing topic's count.
         self._before: dict[PartitionChange, tuple[int, ...]] = {}
@@ -155,6 +157,9 @@ class MetadataImage:
             record["leader_epoch"],
             list(record["isr"]),
             record["partition_epoch"],
+            list(record.get("adding_replicas", [])),
+            list(record.get("removing_replicas", [])),
+            record.get("throttle_bytes_per_s", 0),
         )
         tp = (name, i)
         if i < 0:
@@ -215,12 +220,15 @@ class MetadataImage:
             self.led.setdefault(p.leader, set()).add(tp)
         if p.leader != p.replicas[0]:
             self.misled.add(tp)
+        if p.reassigning:
+            self.reassigning.add(tp)
 
     def _unindex(self, tp: PartitionChange, p: PartitionAssignment) -> None:
         for replica in p.replicas:
             self.hosted.get(replica, set()).discard(tp)
         self.leaderless.discard(tp)
         self.misled.discard(tp)
+        self.reassigning.discard(tp)
         self.led.get(p.leader, set()).discard(tp)
 
     # -- reading -------------------------------------------------------------------------

@@ -9,7 +9,12 @@ Record types (`type`), and what they set:
                    altered; `partitions` is its partition count (a growth is followed by
                    the new partitions' records in the same batch)
     partition      {topic, partition, replicas, leader, leader_epoch, isr,
-                   partition_epoch}: one partition's whole registration
+                   partition_epoch[, adding_replicas, removing_replicas,
+                   throttle_bytes_per_s]}: one partition's whole registration; the three
+                   optional fields only while a reassignment moves it (KIP-455's
+                   addingReplicas/removingReplicas: `replicas` is the target followed by
+                   the replicas being removed; absent reads as none), the throttle in
+                   bytes/s on the adding replicas' catch-up (0: none)
     remove_topic   {name}: the topic and all its partitions are gone
     node           {node_id, address}: a storage node registered (or moved)
     acl            {op: "add" | "remove", acl: {principal, host, resource_type,
@@ -54,6 +59,8 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     ACL: {"op": str, "acl": dict},
     PRODUCER_IDS: {"next": int},
 }
+# Optional fields of a partition record (a reassignment in progress).
+_REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas")
 _LEGACY_VERSION = 1
 
 
@@ -78,9 +85,23 @@ def check_records(records: list[Record]) -> list[Record]:
             record["replicas"] and all(type(n) is int for n in record["replicas"] + record["isr"])
         ):
             raise MetadataRecordError(f"metadata record {record!r}: replicas are node ids")
+        if record["type"] == PARTITION:
+            _check_reassignment(record)
         if record["type"] == ACL and record["op"] not in ("add", "remove"):
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
     return records
+
+
+def _check_reassignment(record: Record) -> None:
+    for name in _REASSIGNMENT_FIELDS:
+        value = record.get(name, [])
+        if not isinstance(value, list) or not all(type(n) is int for n in value):
+            raise MetadataRecordError(f"metadata record {record!r}: bad {name!r}")
+        if not set(value) <= set(record["replicas"]):
+            raise MetadataRecordError(f"metadata record {record!r}: {name} not among replicas")
+    throttle = record.get("throttle_bytes_per_s", 0)
+    if type(throttle) is not int or throttle < 0:
+        raise MetadataRecordError(f"metadata record {record!r}: bad 'throttle_bytes_per_s'")
 
 
 def encode(records: list[Record]) -> bytes:

@@ -35,6 +35,12 @@ class PartitionAssignment:
     leader_epoch: int = 0
     isr: list[int] = field(default_factory=list)
     partition_epoch: int = 0
+    # A reassignment in progress (Kafka's addingReplicas/removingReplicas, KIP-455): the
+    # target is `replicas` without `removing`; the original, `replicas` without `adding`.
+    # The throttle (bytes/s) bounds the adding replicas' catch-up fetches; 0: none.
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
+    throttle_bytes_per_s: int = 0
 
     def __post_init__(self) -> None:
         if not self.isr:
@@ -47,16 +53,28 @@ class PartitionAssignment:
             self.leader_epoch,
             list(self.isr),
             self.partition_epoch,
+            list(self.adding),
+            list(self.removing),
+            self.throttle_bytes_per_s,
         )
 
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
     def to_json(self) -> dict[str, object]:
-        return {
+        registration: dict[str, object] = {
             "replicas": self.replicas,
             "leader": self.leader,
             "leader_epoch": self.leader_epoch,
             "isr": self.isr,
             "partition_epoch": self.partition_epoch,
         }
+        if self.reassigning:  # absent otherwise: records of a partition at rest stay as they were
+            registration["adding_replicas"] = self.adding
+            registration["removing_replicas"] = self.removing
+            registration["throttle_bytes_per_s"] = self.throttle_bytes_per_s
+        return registration
 
 
 def choose_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:

@@ -25,6 +25,7 @@ partition_changes.py (Kafka's PartitionChangeBuilder):
   same way; it may stop once it leads nothing.
 - Preferred leaders: `rebalance_leaders` moves leadership back to the first replica when it
   is in the ISR and live (Kafka's auto.leader.rebalance.enable).
+- Reassignments and elections on demand: reassignments.py.
 Every registration change is handed to `listeners` (the gateway pushes it to the nodes).
 """
 
@@ -60,7 +61,8 @@ from .partition_changes import (
     place,
     restore_preferred,
 )
-from .registry_state import REGISTRY_FILE, RegistryState, Route, retrying
+from .reassignments import ReassigningState
+from .registry_state import REGISTRY_FILE, Route, retrying
 from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
@@ -82,7 +84,7 @@ logger = logging.getLogger(__name__)
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
-class Registry(RegistryState):
+class Registry(ReassigningState):
     def __init__(
         self,
         data_dir: Path,

@@ -96,6 +96,11 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "SASL_AUTHENTICATION_FAILED": kafka_errors.SaslAuthenticationFailedError,
     "NOT_COORDINATOR": kafka_errors.NotCoordinatorError,
     "POLICY_VIOLATION": kafka_errors.PolicyViolationError,
+    "INVALID_REPLICA_ASSIGNMENT": kafka_errors.InvalidReplicationAssignmentError,
+    "NO_REASSIGNMENT_IN_PROGRESS": kafka_errors.NoReassignmentInProgressError,
+    "ELECTION_NOT_NEEDED": kafka_errors.ElectionNotNeededError,
+    "PREFERRED_LEADER_NOT_AVAILABLE": kafka_errors.PreferredLeaderNotAvailableError,
+    "ELIGIBLE_LEADERS_NOT_AVAILABLE": kafka_errors.EligibleLeadersNotAvailableError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"
