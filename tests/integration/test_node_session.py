@@ -294,24 +294,49 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     tmp_path, registry, stopping
 ):
     """A failover's push does not wait behind a large creation: states of partitions the
-    node already hosts are applied first, and the push answers once its own are."""
+    node already hosts are applied first, and the push answers once its own are. The order
+    is recorded as the applier applies states, with the creation held at its first partition
+    until the push is queued, so no timing decides it."""
     node = start_node(tmp_path, registry, session_timeout_ms=3000)
     stopping.append(node)
     registry.answer = lambda heartbeat: assignment(states("hot", 1), offset=2, full=True)
     wait_for(lambda: node.replicas.registration("hot", 0) is not None, 15, "hot-0 hosted")
+    applied: list[str] = []
+    creation_held = threading.Event()
+    release = threading.Event()
+    apply_state = node.replicas.apply_state
+
+    def recording(topic, partition, configs, registration):
+        if topic == "bulk" and not creation_held.is_set():
+            creation_held.set()
+            assert release.wait(30), "the push was never queued"
+        applied.append(f"{topic}@{registration.leader_epoch}")
+        return apply_state(topic, partition, configs, registration)
+
+    node.replicas.apply_state = recording
     many = 500
     registry.answer = lambda heartbeat: assignment(
         states("hot", 1) + states("bulk", many), offset=3, full=True
     )
-    wait_for(lambda: node.applier.pending_partitions > 0, 15, "the creation under way")
+    assert creation_held.wait(15), "the creation under way"
     moved = gateway_pb2.AssignedPartition(
         topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
     )
-    with grpc.insecure_channel(node.address) as channel:
-        storage_pb2_grpc.StorageNodeStub(channel).UpdatePartitions(
-            gateway_pb2.NodeAssignment(partitions=[moved]), timeout=10
+    with (
+        grpc.insecure_channel(node.address) as channel,
+        futures.ThreadPoolExecutor(1) as pool,
+    ):
+        push = pool.submit(
+            storage_pb2_grpc.StorageNodeStub(channel).UpdatePartitions,
+            gateway_pb2.NodeAssignment(partitions=[moved]),
+            timeout=30,
         )
+        assert wait_until(lambda: node.applier.pending_partitions > 0)
+        assert not push.done()  # its state waits for the applier, held in the creation
+        release.set()
+        push.result()
     assert node.replicas.registration("hot", 0).leader == 2
-    assert node.applier.pending_partitions > 0, "the creation ended first: make it larger"
     wait_for(lambda: node.applier.pending_partitions == 0, 120, "the creation done")
+    created_after = applied[applied.index("hot@1") :].count("bulk@0")
+    assert created_after > many // 2, f"the push waited for {many - created_after} creations"
     assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
