@@ -394,3 +394,29 @@ def test_list_offsets_answers_earliest_latest_max_timestamp_and_by_time(cluster)
     assert list_offset(-3) == (1, base_ms + 9000)  # MAX_TIMESTAMP
     assert list_offset(base_ms + 6000) == (1, base_ms + 9000)  # the first at or after it
     assert list_offset(base_ms + 60_000) == (-1, -1)  # none that late
+
+
+def test_a_flood_of_pipelined_requests_keeps_order_and_each_records_offset(cluster):
+    """librdkafka without idempotence keeps requests in flight without bound; those queued
+    on the connection are written together (produce_coalescing.py): every delivery report's
+    offset is where the record is read back, in send order per partition."""
+    cluster.admin.create_topic("flood", 3, 3)
+    # One record per batch: many small requests, which queue behind each other.
+    producer = rdkafka_producer(cluster, **{"linger.ms": 0, "acks": "all", "batch.num.messages": 1})
+    reported = {}
+
+    def report(err, msg):
+        assert err is None, err
+        reported[msg.value()] = (msg.partition(), msg.offset())
+
+    count = 3000
+    for i in range(count):
+        producer.produce("flood", value=b"%d" % i, partition=i % 3, on_delivery=report)
+        producer.poll(0)
+    delivered(producer)
+    assert len(reported) == count
+    messages = rdkafka_consume(cluster, "flood", [0, 1, 2], count)
+    assert {m.value(): (m.partition(), m.offset()) for m in messages} == reported
+    for partition in range(3):
+        sent = [int(m.value()) for m in messages if m.partition() == partition]
+        assert sent == sorted(sent) == list(range(partition, count, 3))
