@@ -162,12 +162,12 @@ class KafkaConnection:
             certificate_subject=subject,
         )
 
-    def _raw_sasl_token(self, token: bytes) -> None:
+    def _raw_sasl_token(self, token: bytearray) -> None:
         """SaslHandshake v0's exchange: a bare token, answered by a bare empty frame on
         success; a failure closes the connection (v0 has no way to say why)."""
         self.session.raw_sasl_token_next = False
         try:
-            authenticate_session(self.gateway, self.session, token)
+            authenticate_session(self.gateway, self.session, bytes(token))
         except AuthenticationError as exc:
             raise FrameError(f"SASL authentication failed: {exc}") from None
         self.sock.sendall(SIZE.pack(0))
@@ -180,7 +180,7 @@ class KafkaConnection:
         except OSError:
             pass
 
-    def _queued_with(self, payload: bytes) -> list[bytes]:
+    def _queued_with(self, payload: bytearray) -> list[bytearray]:
         """`payload` and the requests of the same api queued right behind it, when its api
         answers several at once (Produce): they are already sent, so reading them now does
         not wait on the client. Up to MAX_QUEUED_REQUESTS and socket.request.max.bytes in
@@ -216,7 +216,7 @@ class KafkaConnection:
         (next_key,) = _API_KEY.unpack_from(head, SIZE.size)
         return bool(next_key == api_key)
 
-    def _answer_queued(self, payloads: list[bytes]) -> list[bytearray]:
+    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and
         checked as alone, then answered together by the api's batch handler. One that does
         not parse closes the connection, as alone, before any of them is acted on."""
@@ -239,7 +239,7 @@ class KafkaConnection:
             if response is not None
         ]
 
-    def _answer(self, payload: bytes) -> bytearray | None:
+    def _answer(self, payload: bytearray) -> bytearray | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:
