@@ -420,3 +420,68 @@ def test_a_flood_of_pipelined_requests_keeps_order_and_each_records_offset(clust
     for partition in range(3):
         sent = [int(m.value()) for m in messages if m.partition() == partition]
         assert sent == sorted(sent) == list(range(partition, count, 3))
+
+
+@pytest.mark.parametrize("version", [3, 5, 7, 8, 9])
+def test_produce_answers_at_each_served_version(cluster, version):
+    topic = f"produce-v{version}"
+    cluster.admin.create_topic(topic, 1, 3)
+    request = ProduceRequest[version](
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=0, records=make_batch([b"a", b"b"])
+                    )
+                ],
+            )
+        ],
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        for expected_base in (0, 2):
+            answer = wire.request(request, version, ProduceResponse)
+            result = answer.responses[0].partition_responses[0]
+            assert (result.error_code, result.base_offset) == (0, expected_base)
+
+
+@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12])
+def test_fetch_answers_at_each_served_version(cluster, version):
+    topic = f"fetch-v{version}"
+    cluster.admin.create_topic(topic, 1, 3)
+    with Producer(cluster.address, linger_ms=0) as producer:
+        producer.send(topic, b"record").get(TIMEOUT_S)
+    request = FetchRequest[version](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, version, FetchResponse)
+    data = answer.responses[0].partitions[0]
+    assert (data.error_code, data.high_watermark) == (0, 1)
+    assert read_header(data.records).record_count == 1
