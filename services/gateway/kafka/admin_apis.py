@@ -40,7 +40,7 @@ from seglog.v1 import common_pb2, gateway_pb2
 
 from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
 from . import config_apis
-from .brokers import CLUSTER_ID, controller_id, live_brokers
+from .brokers import cluster_id, controller_id, live_brokers
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
@@ -321,7 +321,7 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
             throttle_time_ms=0,
             error_code=code,
             error_message=f"endpoint type {endpoint_type}: this gateway answers as a broker (1)",
-            cluster_id=CLUSTER_ID,
+            cluster_id=cluster_id(call.gateway),
             controller_id=-1,
             brokers=[],
             authorized_operations=None,
@@ -342,7 +342,7 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
-        cluster_id=CLUSTER_ID,
+        cluster_id=cluster_id(call.gateway),
         controller_id=controller if controller in {b.node_id for b in brokers} else -1,
         brokers=[
             broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers
