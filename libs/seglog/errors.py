@@ -353,6 +353,24 @@ class EligibleLeadersNotAvailableError(SeglogError):
     retriable = True
 
 
+class MemberIdRequiredError(SeglogError):
+    """Kafka's JoinGroup v4+: a new member must join again with the id the coordinator gave
+    it."""
+
+    reason = "MEMBER_ID_REQUIRED"
+    retriable = True
+
+    def __init__(self, message: str, member_id: str = "") -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+
+class FencedInstanceIdError(SeglogError):
+    """A static member's old incarnation: another member id holds its group.instance.id."""
+
+    reason = "FENCED_INSTANCE_ID"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the

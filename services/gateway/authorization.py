@@ -48,7 +48,7 @@ from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import peer_identity
 from seglog.security.tokens import TokenVerifier
-from seglog.v1 import common_pb2
+from seglog.v1 import common_pb2, groups_pb2
 
 Need = tuple[str, str, str]  # (operation, resource type, resource name)
 CLUSTER = ("cluster", CLUSTER_NAME)
@@ -93,6 +93,17 @@ def _topics(operation: str, names: Iterable[str]) -> list[Need]:
     return [(operation, "topic", name) for name in names]
 
 
+def _join_topics(request: Any) -> list[Need]:
+    """A gRPC JoinGroup needs Describe on each topic it subscribes to: the coordinator assigns
+    partitions itself, so a topic the member may not see must not reach its assignment. Kafka's
+    JoinGroup (the listener's) carries its topics inside opaque subscription bytes and its
+    leader member assigns from Metadata, which shows it only topics it may Describe — as on a
+    Kafka broker, nothing to check here."""
+    if isinstance(request, groups_pb2.JoinGroupRequest):
+        return _topics("Describe", set(request.topics))
+    return []
+
+
 # What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
 # takes unparsed).
 RULES: dict[str, Callable[[Any], list[Need]]] = {
@@ -126,9 +137,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "ListPartitionReassignments": lambda r: _cluster("Describe"),
     "ElectLeaders": lambda r: _cluster("Alter"),
     "DescribeLogDirs": lambda r: _cluster("Describe"),
-    # The group, and Describe on each topic it subscribes to: the coordinator assigns
-    # partitions itself, so a topic the member may not see must not reach its assignment.
-    "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _topics("Describe", set(r.topics)),
+    "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
     "SyncGroup": lambda r: [("Read", "group", r.group_id)],  # Kafka's, no gRPC method

@@ -16,8 +16,10 @@ from kafka.protocol.consumer.metadata import (
 )
 
 from seglog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
@@ -31,7 +33,6 @@ from services.gateway.groups.coordinator import (
     CoordinatorConfig,
     GroupCoordinator,
 )
-from services.gateway.groups.group_state import FencedInstanceIdError, MemberIdRequiredError
 from services.gateway.groups.offsets_formats import GroupMetadata, MemberMetadata
 from tests.waiting import wait_until
 

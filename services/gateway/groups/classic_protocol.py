@@ -25,9 +25,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from seglog.errors import (
+    FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidRequestError,
+    MemberIdRequiredError,
     RebalanceInProgressError,
     SeglogError,
     UnknownMemberIdError,
@@ -41,10 +43,8 @@ from .group_state import (
     STABLE,
     ClassicJoinResult,
     CoordinatorParts,
-    FencedInstanceIdError,
     Group,
     Member,
-    MemberIdRequiredError,
     check_group_id,
 )
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE, GroupMetadata

@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from seglog.errors import InvalidGroupIdError, SeglogError
+from seglog.errors import InvalidGroupIdError
 
 from .offsets_formats import (
     CONSUMER_PROTOCOL_TYPE,
@@ -36,22 +36,6 @@ STABLE = "Stable"
 # The group kinds (Group.kind): which join protocol its members speak.
 MANAGED = "managed"
 CLASSIC = "classic"
-
-
-class MemberIdRequiredError(SeglogError):
-    """JoinGroup v4+: a new member must join again with the id the coordinator gave it."""
-
-    reason = "MEMBER_ID_REQUIRED"
-
-    def __init__(self, message: str, member_id: str) -> None:
-        super().__init__(message)
-        self.member_id = member_id
-
-
-class FencedInstanceIdError(SeglogError):
-    """A static member's old incarnation: another member id holds its group.instance.id."""
-
-    reason = "FENCED_INSTANCE_ID"
 
 
 def check_group_id(group_id: str) -> None:

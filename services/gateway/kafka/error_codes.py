@@ -96,6 +96,8 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "SASL_AUTHENTICATION_FAILED": kafka_errors.SaslAuthenticationFailedError,
     "NOT_COORDINATOR": kafka_errors.NotCoordinatorError,
     "POLICY_VIOLATION": kafka_errors.PolicyViolationError,
+    "MEMBER_ID_REQUIRED": kafka_errors.MemberIdRequiredError,
+    "FENCED_INSTANCE_ID": kafka_errors.FencedInstanceIdError,
     "INVALID_REPLICA_ASSIGNMENT": kafka_errors.InvalidReplicationAssignmentError,
     "NO_REASSIGNMENT_IN_PROGRESS": kafka_errors.NoReassignmentInProgressError,
     "ELECTION_NOT_NEEDED": kafka_errors.ElectionNotNeededError,

@@ -32,13 +32,14 @@ from kafka.protocol.metadata.find_coordinator import (
 
 from seglog.errors import (
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
     InvalidRequestError,
+    MemberIdRequiredError,
     SeglogError,
     error_classes,
 )
 from seglog.v1 import common_pb2, groups_pb2
 
-from ..groups.group_state import FencedInstanceIdError, MemberIdRequiredError
 from .api_table import ApiTable
 from .brokers import Broker, broker_at, this_broker
 from .error_codes import NONE, kafka_error_code
