@@ -1,11 +1,12 @@
 """`make run`: a gateway and storage nodes on loopback, as separate processes.
 
     python -m devtools.local_cluster [--data-dir data] [--listen 127.0.0.1:7070] [--nodes 3]
-                                     [--tls] [--etcd]
+                                     [--kafka-listen 127.0.0.1:9092] [--tls] [--etcd]
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
-port is 0. A second cluster on a port already served is refused at once.
+port is 0. A second cluster on a port already served is refused at once. Kafka clients use
+the gateway's Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
 
 A storage node that dies is reported and the cluster keeps running without it, so failover
 can be watched (topics default to three replicas, min.insync.replicas=2); SIGHUP
@@ -48,6 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.local_cluster")
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--listen", default="127.0.0.1:7070", help="the gateway's address")
+    parser.add_argument(
+        "--kafka-listen",
+        default="127.0.0.1:9092",
+        help="the gateway's Kafka listener (port 0 when --listen's is; the second gateway "
+        "with --etcd on the next port)",
+    )
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument(
         "--tls",
@@ -68,6 +75,16 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"seglog local cluster: {args.listen} is already served (a cluster already "
             f"running? stop it, or choose another port: make run PORT=...)",
+            file=sys.stderr,
+        )
+        return 1
+    kafka_host, kafka_port = args.kafka_listen.rsplit(":", 1)
+    if int(port) == 0:
+        kafka_port = "0"
+    if int(kafka_port) != 0 and _listening(kafka_host, int(kafka_port)):
+        print(
+            f"seglog local cluster: {args.kafka_listen} (Kafka) is already served (a Kafka "
+            f"broker or another cluster? choose another: --kafka-listen HOST:PORT)",
             file=sys.stderr,
         )
         return 1
@@ -100,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
         registry_args = ["--registry-etcd", "<etcd>"]
+    # Under --tls the Kafka listener is mutual TLS too (SSL://, the cluster CA's certificates).
+    kafka_scheme = "SSL://" if args.tls else ""
+    kafka_listens = [
+        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i}"
+        for i in range(len(gateway_listens))
+    ]
     gateways = [
         gateway_process(
             listen,
@@ -109,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 str(replication_factor),
                 *registry_args,
                 *gateway_tls,
+                *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),
             ],
             env=env,
             stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),
@@ -141,7 +165,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             nodes.append(node)
             node.start()
-        print(f"seglog local cluster: gateway on {address}", flush=True)
+        kafka = ""
+        if kafka_listens:
+            free = " (free ports: see the gateway logs)" if int(kafka_port) == 0 else ""
+            kafka = f" (Kafka clients: {','.join(kafka_listens)}{free})"
+        print(f"seglog local cluster: gateway on {address}{kafka}", flush=True)
         if etcd is not None:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
         for node in nodes:

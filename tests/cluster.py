@@ -72,6 +72,10 @@ class LocalCluster:
         # service name ("gateway", "node-<id>") -> its MeterProvider, or None: metrics off
         self.meter_provider_for = meter_provider_for or (lambda name: None)
         self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
+        # Every test cluster also speaks Kafka's protocol (services/gateway/kafka), on a free
+        # port kept across gateway restarts (plaintext: none beside a TLS cluster's gRPC).
+        if not tls:
+            self.gateway_config.setdefault("kafka_listen", "127.0.0.1:0")
         self.gateway: Gateway | None = None
         self.nodes: dict[int, StorageNode] = {}
         self.node_ports: dict[int, int] = {}
@@ -120,13 +124,24 @@ class LocalCluster:
         assert self.gateway is not None
         return self.gateway.address
 
-    def start_gateway(self, port: int = 0) -> Gateway:
+    @property
+    def kafka_address(self) -> str:
+        """The gateway's Kafka listener (bootstrap.servers for Kafka clients)."""
+        assert self.gateway is not None
+        return self.gateway.kafka_address
+
+    def start_gateway(self, port: int = 0, kafka_port: int = 0) -> Gateway:
+        settings = {"cluster_secret": CLUSTER_SECRET, **self.gateway_config}
+        if kafka_port and settings.get("kafka_listen"):
+            protocol, _, address = str(settings["kafka_listen"]).rpartition("://")
+            host = address.rsplit(":", 1)[0]
+            settings["kafka_listen"] = f"{protocol or 'PLAINTEXT'}://{host}:{kafka_port}"
         config = GatewayConfig(
             listen=f"127.0.0.1:{port}",
             data_dir=self.root / "gateway",
             session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
-            **{"cluster_secret": CLUSTER_SECRET, **self.gateway_config},
+            **settings,
         )
         self.gateway = Gateway(
             config,
@@ -171,8 +186,10 @@ class LocalCluster:
         """Stop the gateway and start a new one on the same port and data dir."""
         assert self.gateway is not None
         port = self.gateway.port
+        listener = self.gateway.kafka_listener
+        kafka_port = listener.port if listener is not None else 0
         self.gateway.stop(grace_s=1)
-        return self.start_gateway(port)
+        return self.start_gateway(port, kafka_port)
 
     def leader_of(self, topic: str, partition: int) -> StorageNode:
         assert self.gateway is not None

@@ -64,8 +64,10 @@ class EtcdBackedCluster(GatewayQueries):
         self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
         self.etcd.start()
         self.env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET.decode()}
-        ports = free_ports(gateways)
-        self.gateway_addresses = [f"127.0.0.1:{p}" for p in ports]
+        ports = free_ports(2 * gateways)
+        self.gateway_addresses = [f"127.0.0.1:{p}" for p in ports[:gateways]]
+        # Each gateway's Kafka listener (services/gateway/kafka).
+        self.kafka_addresses = [f"127.0.0.1:{p}" for p in ports[gateways:]]
         self.gateways = [
             gateway_process(
                 address,
@@ -89,6 +91,8 @@ class EtcdBackedCluster(GatewayQueries):
                     str(min(3, nodes)),
                     "--offsets-topic-replication-factor",
                     str(min(3, nodes)),
+                    "--kafka-listen",
+                    self.kafka_addresses[i],
                 ],  # fmt: skip
                 env=self.env,
                 stderr_path=root / "logs" / f"gateway-{i}.log",

@@ -36,6 +36,7 @@ from .groups.group_service import GroupCoordinatorService
 from .groups.offsets_store import (
     OffsetsStore,
 )
+from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .routing.service import GatewayService
 from .settings import GatewayConfig
@@ -172,6 +173,7 @@ class Gateway:
         self.internal_port = 0
         self.health_server: grpc.Server | None = None
         self.health_port = 0
+        self.kafka_listener: KafkaListener | None = None
 
     @property
     def address(self) -> str:
@@ -180,6 +182,20 @@ class Gateway:
     @property
     def advertised_address(self) -> str:
         return self.config.advertised_listener or self.address
+
+    @property
+    def kafka_address(self) -> str:
+        """Where the Kafka listener listens (host:port); the gateway must have one."""
+        if self.kafka_listener is None:
+            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
+        return self.kafka_listener.address
+
+    @property
+    def kafka_advertised_address(self) -> str:
+        """What Kafka clients are told this gateway's address is (advertised.listeners)."""
+        if self.kafka_listener is None:
+            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
+        return self.kafka_listener.advertised_address
 
     def cluster_view(self) -> tuple[str, list[str]]:
         """The controller gateway's address and every running gateway's."""
@@ -297,12 +313,27 @@ class Gateway:
             self.health_server, self.health_port = serving.health_server(
                 self.config.health_listen, health
             )
+        if self.config.kafka_listen:
+            self.kafka_listener = KafkaListener(
+                self.config.kafka_listen,
+                api_table_for(self),
+                self,
+                max_request_bytes=self.config.max_request_bytes,
+                max_connections=self.config.kafka_max_connections,
+                connections_max_idle_ms=self.config.connections_max_idle_ms,
+                advertised_listener=self.config.kafka_advertised_listener,
+            )
+            self.kafka_listener.start()
         self._expiry.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
+            if self.kafka_listener is not None:
+                self.gateway_session.kafka_address = self.kafka_listener.advertised_address
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
+        if self.kafka_listener is not None:
+            logger.info("gateway's Kafka listener on %s", self.kafka_listener.address)
         if self.internal_server is not None:
             logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
 
@@ -323,6 +354,8 @@ class Gateway:
 
     def stop(self, grace_s: float = 10.0) -> None:
         self._stop.set()
+        if self.kafka_listener is not None:
+            self.kafka_listener.stop()
         self.controller.stop()
         if self.gateway_session is not None:
             self.gateway_session.close()  # releases the controller role and groups at once

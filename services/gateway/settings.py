@@ -35,6 +35,11 @@ from .groups.offsets_store import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
 )
+from .kafka.listener import (
+    DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    DEFAULT_MAX_CONNECTIONS,
+    parse_listener,
+)
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
@@ -46,6 +51,13 @@ def _tokens(
     return TokenVerifier(
         Path(jwks_file) if jwks_file else None, Path(token_file) if token_file else None, audience
     )
+
+
+def _kafka_listener(text: str) -> str | None:
+    if not text:
+        return None
+    protocol, address = parse_listener(text)
+    return f"{protocol}://{address}"
 
 
 @dataclass(frozen=True)
@@ -67,6 +79,33 @@ class GatewayConfig:
         None,
         "host:port other gateways and clients reach this one at (default: the listen address)",
     )
+    # Kafka's own protocol (services/gateway/kafka): one listener, PLAINTEXT://host:port.
+    kafka_listen: str | None = setting(
+        None,
+        "serve Kafka's protocol here (PLAINTEXT://host:port or host:port; default: no "
+        "Kafka listener)",
+        name="listeners",
+        flag="--kafka-listen",
+        parse=_kafka_listener,
+        described=False,
+    )
+    kafka_advertised_listener: str | None = setting(
+        None,
+        "host:port Kafka clients are told to reach this gateway at (default: the Kafka "
+        "listener's address)",
+        name="advertised.listeners",
+        flag="--kafka-advertised-listen",
+        parse=_kafka_listener,
+        described=False,
+    )
+    kafka_max_connections: int = setting(
+        DEFAULT_MAX_CONNECTIONS,
+        "Kafka client connections served at once; past it new ones are closed",
+        name="max.connections",
+    )
+    connections_max_idle_ms: int = setting(
+        DEFAULT_CONNECTIONS_MAX_IDLE_MS, "a Kafka connection idle this long is closed"
+    )
     # This gateway's etcd session (its lease): after it dies, its controller role and its
     # groups move to another gateway within this time.
     gateway_session_timeout_ms: int = setting(
@@ -85,7 +124,7 @@ class GatewayConfig:
     )
     max_request_bytes: int = setting(
         MAX_REQUEST_BYTES,
-        "the largest request the gateway's listener takes",
+        "the largest request the gateway's listeners take (gRPC and Kafka)",
         name="socket.request.max.bytes",
         flags=(),
     )

@@ -81,6 +81,8 @@ DESCRIBED_NAMES = [
     "registry.etcd",
     "registry.etcd.prefix",
     "advertised.listener",
+    "max.connections",
+    "connections.max.idle.ms",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",

@@ -1,5 +1,6 @@
 """This gateway's own session in etcd: one lease, kept alive by a thread, holding the key
-`gateways/<address>` and whatever the gateway holds on the cluster's behalf (the controller
+`gateways/<address>` (its gRPC address, and its Kafka listener's advertised address when it
+has one) and whatever the gateway holds on the cluster's behalf (the controller
 key, group coordinators' keys). When the process dies or is cut off, the lease expires and
 everything it held is released at once; another gateway takes it over.
 
@@ -32,6 +33,7 @@ class GatewaySession:
     def __init__(self, keyspace: EtcdKeyspace, address: str, ttl_ms: int) -> None:
         self.keyspace = keyspace
         self.address = address
+        self.kafka_address: str | None = None  # set before start when it has a listener
         self.ttl_s = max(2, math.ceil(ttl_ms / 1000))
         self.lease = 0
         # Called with the new lease when a session begins, and with none when it ends.
@@ -39,6 +41,7 @@ class GatewaySession:
         self.ended: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._gateways: set[str] = set()
+        self._kafka_addresses: dict[str, str] = {}  # gRPC address -> Kafka address
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._keep_alive, name="gateway-session", daemon=True
@@ -49,16 +52,26 @@ class GatewaySession:
         with self._lock:
             return sorted(self._gateways)
 
+    def live_kafka_addresses(self) -> dict[str, str]:
+        """Each live gateway with a Kafka listener: gRPC address -> advertised Kafka address."""
+        with self._lock:
+            return {a: k for a, k in self._kafka_addresses.items() if a in self._gateways}
+
     def start(self) -> None:
         self._begin()
         self._thread.start()
 
     def _begin(self) -> None:
         lease = self.keyspace.grant(self.ttl_s)
-        self.keyspace.put(PREFIX + self.address, json.dumps({"address": self.address}), lease)
+        published = {"address": self.address}
+        if self.kafka_address is not None:
+            published["kafka"] = self.kafka_address
+        self.keyspace.put(PREFIX + self.address, json.dumps(published), lease)
         with self._lock:
             self.lease = lease
             self._gateways.add(self.address)
+            if self.kafka_address is not None:
+                self._kafka_addresses[self.address] = self.kafka_address
         logger.info("gateway session began (lease %x, %d s)", lease, self.ttl_s)
         for listener in self.began:
             listener(lease)
@@ -94,12 +107,17 @@ class GatewaySession:
                 self._gateways = {k.removeprefix(PREFIX) for k, kv in changes.items() if kv}
                 if self.lease:
                     self._gateways.add(self.address)
-                return
+            else:
+                for key, kv in changes.items():
+                    if kv is None:
+                        self._gateways.discard(key.removeprefix(PREFIX))
+                    else:
+                        self._gateways.add(key.removeprefix(PREFIX))
             for key, kv in changes.items():
-                if kv is None:
-                    self._gateways.discard(key.removeprefix(PREFIX))
-                else:
-                    self._gateways.add(key.removeprefix(PREFIX))
+                if kv is not None:
+                    kafka = _kafka_address(kv.value)
+                    if kafka is not None:
+                        self._kafka_addresses[key.removeprefix(PREFIX)] = kafka
 
     def close(self) -> None:
         """Stop and release at once (revoking the lease), so others take over now rather
@@ -110,3 +128,13 @@ class GatewaySession:
         lease, self.lease = self.lease, 0
         if lease:
             self.keyspace.revoke(lease)
+
+
+def _kafka_address(value: str) -> str | None:
+    """The Kafka address a gateway published (older gateways publish none)."""
+    try:
+        published = json.loads(value)
+    except ValueError:
+        return None
+    kafka = published.get("kafka") if isinstance(published, dict) else None
+    return kafka if isinstance(kafka, str) else None

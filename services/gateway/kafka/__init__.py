@@ -1,0 +1,24 @@
+"""The Kafka protocol listener: unmodified Kafka clients (librdkafka, kafka-python, the Java
+client and its tools) against seglog.
+
+Topology: the gateway is the Kafka broker. A listener runs inside each gateway process
+(`--kafka-listen`, Kafka's `listeners`/`advertised.listeners`); Metadata presents the
+gateway(s) as the brokers, and every partition's leader is a gateway, which relays by the
+real leader exactly as the gRPC API does; for groups the gateway is the coordinator as on
+the gRPC path. Why: clients need one address, as with WarpStream or Tansu; the data path,
+routing, ACLs, groups and the control plane stay exactly as they are (every Kafka API runs
+the gateway's own gRPC servicer in-process, `KafkaCall.invoke`); storage nodes never speak
+Kafka. The cost is one relay hop, which the gRPC path pays too.
+
+The codec is kafka-python's message classes, generated from Kafka's JSON schemas (pinned:
+it is an internal API of kafka-python); no message layout is written here.
+
+    listener.py      accepts connections, bounds their number, builds the api table
+    connection.py    one connection: frames in, one request at a time, answers in order
+    framing.py       size-prefixed frames, request/response headers
+    api_table.py     api key -> request class, versions served, handler
+    kafka_call.py    a request as handlers see it; `invoke` runs a gateway servicer
+    error_codes.py   seglog reasons -> Kafka error codes (one table)
+    brokers.py       gateways as brokers: ids, addresses, partition leaders
+    *_apis.py        each area's APIs, `register(table, gateway)`, found by name
+"""

@@ -1,0 +1,216 @@
+"""One client connection to the Kafka listener: read a request, answer it, read the next.
+
+One request at a time per connection, as Kafka's broker does (it mutes a channel while a
+request is in flight), so responses go out in request order and a connection holds at most
+one request's memory: its frame (bounded by socket.request.max.bytes) and its answer.
+
+What closes the connection, as Kafka's broker closes it: a frame size outside the bound, a
+header or body that does not parse, an api key the listener does not serve, a version
+outside the advertised range (ApiVersions apart: it answers v0 with UNSUPPORTED_VERSION and
+the table, so a newer client learns what to use), on a SASL listener any request but
+ApiVersions and the SASL APIs before authenticating, a failed authentication (after its
+answer), a handler failing unexpectedly. None of these reach past this connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+
+from seglog.errors import AuthenticationError
+
+from .api_table import ApiEntry, ApiTable
+from .api_versions_apis import versions_response
+from .error_codes import UNSUPPORTED_VERSION
+from .framing import (
+    API_KEY_AND_VERSION,
+    API_VERSIONS_KEY,
+    SIZE,
+    FrameError,
+    RequestFrame,
+    decode_body,
+    encode_response,
+    parse_request,
+    read_frame,
+)
+from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
+from .sasl_apis import SaslFailed, authenticate_session
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+logger = logging.getLogger(__name__)
+
+SASL_HANDSHAKE_KEY = 17
+SASL_AUTHENTICATE_KEY = 36
+# What a SASL listener serves before the client has authenticated.
+BEFORE_AUTHENTICATION = {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# RFC 2253's short names for the subject DN handed to ssl.principal.mapping.rules.
+_DN_NAMES = {
+    "commonName": "CN",
+    "organizationalUnitName": "OU",
+    "organizationName": "O",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "countryName": "C",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def certificate_identity(sock: ssl.SSLSocket) -> tuple[str | None, str | None]:
+    """(common name, subject DN most specific first, as gRPC gives it) of the verified peer
+    certificate; (None, None) without one."""
+    certificate = sock.getpeercert()
+    if not certificate:
+        return None, None
+    # getpeercert's subject: relative DNs in certificate order, each ((name, value), ...).
+    subject_rdns: Any = certificate.get("subject", ())
+    attributes: list[tuple[str, str]] = [
+        (str(pair[0]), str(pair[1])) for rdn in subject_rdns for pair in rdn
+    ]
+    common_names = [value for name, value in attributes if name == "commonName"]
+    subject = ",".join(
+        f"{_DN_NAMES.get(name, name)}={value}" for name, value in reversed(attributes)
+    )
+    return (common_names[-1] if common_names else None), subject
+
+
+class KafkaConnection:
+    def __init__(
+        self,
+        sock: socket.socket,
+        identity: ConnectionIdentity,
+        table: ApiTable,
+        gateway: Gateway,
+        *,
+        max_request_bytes: int,
+        tracer: trace.Tracer,
+        sasl_required: bool = False,
+        advertised_address: str,
+    ) -> None:
+        self.sock = sock
+        self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
+        self.table = table
+        self.gateway = gateway
+        self.max_request_bytes = max_request_bytes
+        self.tracer = tracer
+
+    @property
+    def peer(self) -> str:
+        identity = self.session.identity
+        return f"{identity.peer_host}:{identity.peer_port}"
+
+    def serve(self) -> None:
+        """Answers requests until the client closes, a request is refused, or the socket
+        fails (shut down by the listener's stop, or idle past its timeout)."""
+        try:
+            if isinstance(self.sock, ssl.SSLSocket):
+                self._tls_handshake(self.sock)
+            while True:
+                payload = read_frame(self.sock, self.max_request_bytes)
+                if payload is None:
+                    return
+                if self.session.raw_sasl_token_next:
+                    self._raw_sasl_token(payload)
+                    continue
+                answer = self._answer(payload)
+                if answer is not None:
+                    self.sock.sendall(answer)
+        except SaslFailed as failed:
+            logger.info("Kafka connection from %s failed to authenticate", self.peer)
+            self._send_quietly(failed)
+        except FrameError as exc:
+            logger.info("closing Kafka connection from %s: %s", self.peer, exc)
+        except OSError as exc:
+            logger.debug("Kafka connection from %s ended: %s", self.peer, exc)
+        except Exception:
+            logger.exception("closing Kafka connection from %s: request failed", self.peer)
+        finally:
+            self.sock.close()
+
+    def _tls_handshake(self, sock: ssl.SSLSocket) -> None:
+        timeout = sock.gettimeout()
+        sock.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
+        sock.do_handshake()
+        sock.settimeout(timeout)
+        common_name, subject = certificate_identity(sock)
+        identity = self.session.identity
+        self.session.identity = ConnectionIdentity(
+            identity.peer_host,
+            identity.peer_port,
+            certificate_common_name=common_name,
+            certificate_subject=subject,
+        )
+
+    def _raw_sasl_token(self, token: bytes) -> None:
+        """SaslHandshake v0's exchange: a bare token, answered by a bare empty frame on
+        success; a failure closes the connection (v0 has no way to say why)."""
+        self.session.raw_sasl_token_next = False
+        try:
+            authenticate_session(self.gateway, self.session, token)
+        except AuthenticationError as exc:
+            raise FrameError(f"SASL authentication failed: {exc}") from None
+        self.sock.sendall(SIZE.pack(0))
+
+    def _send_quietly(self, failed: SaslFailed) -> None:
+        if failed.correlation_id is None:
+            return
+        try:
+            self.sock.sendall(encode_response(failed.response, failed.correlation_id))
+        except OSError:
+            pass
+
+    def _answer(self, payload: bytes) -> bytes | None:
+        api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
+        entry = self.table.entry(api_key)
+        if entry is None:
+            raise FrameError(f"api key {api_key} is not served")
+        if not self.session.authenticated and api_key not in BEFORE_AUTHENTICATION:
+            raise FrameError(f"{entry.name} before SASL authentication")
+        frame = parse_request(payload, entry.request_class)
+        if not entry.serves(api_version):
+            if api_key == API_VERSIONS_KEY:
+                refusal = versions_response(self.table, 0, UNSUPPORTED_VERSION)
+                return encode_response(refusal, frame.correlation_id)
+            raise FrameError(
+                f"{entry.name} v{api_version} is not served (v{entry.min_version}.."
+                f"v{entry.max_version} are)"
+            )
+        request = decode_body(entry.request_class, frame)
+        try:
+            response = self._handle(entry, frame, request)
+        except SaslFailed as failed:
+            failed.correlation_id = frame.correlation_id
+            raise
+        if response is None:
+            return None
+        return encode_response(response, frame.correlation_id)
+
+    def _handle(self, entry: ApiEntry, frame: RequestFrame, request: Any) -> Any:
+        call = KafkaCall(
+            self.gateway,
+            entry.api_key,
+            frame.api_version,
+            frame.correlation_id,
+            frame.client_id,
+            self.session,
+        )
+        with self.tracer.start_as_current_span(
+            f"kafka.{entry.name}", kind=trace.SpanKind.SERVER
+        ) as span:
+            span.set_attribute("kafka.api_version", frame.api_version)
+            span.set_attribute("kafka.client_id", frame.client_id or "")
+            span.set_attribute("net.peer.ip", self.session.identity.peer_host)
+            if self.session.authenticated_principal is not None:
+                span.set_attribute("kafka.principal", self.session.authenticated_principal)
+            try:
+                return entry.handler(call, request)
+            finally:
+                for key, value in call.attributes.items():
+                    span.set_attribute(key, value)

@@ -1,0 +1,194 @@
+"""One Kafka request as its handler sees it, and the way into the gateway's own servicers.
+
+`KafkaCall.invoke` runs a gRPC servicer method of the gateway in this process, wrapped by
+`gateway.authorization.guard` exactly as the gRPC server wraps it, with a stand-in for
+grpc.ServicerContext that carries the Kafka connection's identity: its SASL bearer token as
+the call's `authorization` metadata, its TLS client certificate as the auth context, its
+peer address. So every Kafka API gets the gRPC path's validation, ACL rules and semantics,
+and a servicer's abort comes back as the SeglogError it aborted with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+from seglog import errors
+from seglog.errors import SeglogError
+from seglog.rpc.status import DOMAIN
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+_STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_ERROR_CLASSES = errors.error_classes()
+
+
+@dataclass(frozen=True)
+class ConnectionIdentity:
+    """Who is at the other end of a Kafka connection, as far as the listener knows."""
+
+    peer_host: str
+    peer_port: int
+    # The verified client certificate's common name and subject DN (mutual TLS).
+    certificate_common_name: str | None = None
+    certificate_subject: str | None = None
+    # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
+    bearer_token: str | None = None
+
+
+@dataclass
+class ConnectionSession:
+    """A connection's state across its requests: who it is, and where its SASL exchange
+    stands on a SASL listener (only ApiVersions and the SASL APIs are served before it
+    authenticates, as Kafka's broker does)."""
+
+    identity: ConnectionIdentity
+    # The listener's advertised host:port: Metadata names it to this connection's client.
+    advertised_address: str
+    sasl_required: bool = False
+    sasl_mechanism: str | None = None  # chosen by SaslHandshake
+    # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
+    raw_sasl_token_next: bool = False
+    authenticated_principal: str | None = None
+
+    @property
+    def authenticated(self) -> bool:
+        return not self.sasl_required or self.authenticated_principal is not None
+
+
+class _Aborted(Exception):
+    def __init__(self, error: SeglogError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _error_from_status(status: grpc.Status) -> SeglogError:
+    """The SeglogError behind `seglog.rpc.status.abort`'s status (its ErrorInfo's reason)."""
+    message = status.details or ""
+    for key, value in status.trailing_metadata or ():
+        if key != _STATUS_DETAILS_KEY:
+            continue
+        details = status_pb2.Status.FromString(value)
+        for detail in details.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info) and info.domain == DOMAIN:
+                error = _ERROR_CLASSES.get(str(info.reason), SeglogError)(details.message)
+                error.details = {k: v for k, v in info.metadata.items() if k != "retriable"}
+                return error
+    return SeglogError(message or status.code.name)
+
+
+class _ServicerContext:
+    """What the gateway's servicers and `Authorization` use of a grpc.ServicerContext."""
+
+    def __init__(self, identity: ConnectionIdentity) -> None:
+        self._identity = identity
+        self._callbacks: list[Callable[[], None]] = []
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        if self._identity.bearer_token is None:
+            return ()
+        return (("authorization", f"Bearer {self._identity.bearer_token}"),)
+
+    def peer(self) -> str:
+        host = self._identity.peer_host
+        return (
+            f"ipv6:[{host}]:{self._identity.peer_port}"
+            if ":" in host
+            else (f"ipv4:{host}:{self._identity.peer_port}")
+        )
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        identity = self._identity
+        if identity.certificate_common_name is None:
+            return {}
+        context = {"x509_common_name": [identity.certificate_common_name.encode()]}
+        if identity.certificate_subject is not None:
+            context["x509_subject"] = [identity.certificate_subject.encode()]
+        return context
+
+    def abort_with_status(self, status: grpc.Status) -> NoReturn:
+        raise _Aborted(_error_from_status(status))
+
+    def abort(self, code: grpc.StatusCode, details: str) -> NoReturn:
+        error = (
+            errors.InvalidRequestError
+            if code == grpc.StatusCode.INVALID_ARGUMENT
+            else (SeglogError)
+        )
+        raise _Aborted(error(details or code.name))
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        self._callbacks.append(callback)
+        return True
+
+    def is_active(self) -> bool:
+        return True
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        pass
+
+    def set_details(self, details: str) -> None:
+        pass
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        pass
+
+    def finish(self) -> None:
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+
+@dataclass
+class KafkaCall:
+    gateway: Gateway
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    session: ConnectionSession
+    # Attributes for the request's span (topics named, ...), set by handlers.
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> ConnectionIdentity:
+        return self.session.identity
+
+    @property
+    def advertised_address(self) -> str:
+        """This gateway's address as the client's listener advertises it."""
+        return self.session.advertised_address
+
+    def invoke(self, method_name: str, servicer_method: Callable[..., Any], request: Any) -> Any:
+        """The gateway's gRPC method `method_name` run here on `request` (a proto message, or
+        the wire bytes for Produce and Fetch), authorized as the gRPC server authorizes it.
+        A streaming method's messages come back as a list. Raises the SeglogError the
+        servicer or the authorizer aborted with."""
+        context = _ServicerContext(self.identity)
+        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        try:
+            answer = guarded(request, cast(grpc.ServicerContext, context))
+            if isinstance(answer, Iterator):
+                return list(answer)
+            return answer
+        except _Aborted as aborted:
+            raise aborted.error from None
+        finally:
+            context.finish()
+
+    def allowed(self, operation: str, resource_type: str, name: str) -> bool:
+        """Whether this call's principal may `operation` the resource (always, with the
+        authorizer off): for APIs that filter what they show rather than refuse (Metadata)."""
+        context = _ServicerContext(self.identity)
+        return self.gateway.authorization.allowed(
+            cast(grpc.ServicerContext, context), operation, resource_type, name
+        )

@@ -1,0 +1,118 @@
+"""Metadata 0–9: the live gateways as the brokers, each partition led by one of them
+(brokers.py: spread deterministically, so every gateway answers alike), with the real leader
+epoch and the real replica and ISR node ids.
+
+A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
+is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
+does; clients retry it. Topics are never created by Metadata (seglog has no
+auto.create.topics.enable): a named topic that does not exist answers
+UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says. A topic the principal may
+not Describe answers TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics
+are asked for, as Kafka's broker does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from seglog.errors import SeglogError
+
+from ..cluster.registry import Topic
+from .api_table import ApiTable
+from .brokers import Broker, controller_id, leader_of, live_brokers
+from .error_codes import (
+    LEADER_NOT_AVAILABLE,
+    NONE,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    kafka_error_code,
+)
+from .kafka_call import KafkaCall
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+NO_LEADER = -1
+
+
+def _partitions(
+    call: KafkaCall, response_class: Any, topic: Topic, brokers: list[Broker]
+) -> list[Any]:
+    registry = call.gateway.registry
+    partitions = []
+    topic_class = response_class.MetadataResponseTopic
+    live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
+    for index, assignment in enumerate(topic.partitions):
+        error, leader = NONE, leader_of(brokers, topic.name, index).node_id
+        try:
+            route = registry.route(topic.name, index)
+            if not route.live:
+                error, leader = LEADER_NOT_AVAILABLE, NO_LEADER
+        except SeglogError as exc:
+            error, leader = kafka_error_code(exc), NO_LEADER
+            if error == NONE:
+                error = LEADER_NOT_AVAILABLE
+        partitions.append(
+            topic_class.MetadataResponsePartition(
+                error_code=error,
+                partition_index=index,
+                leader_id=leader,
+                leader_epoch=assignment.leader_epoch,
+                replica_nodes=list(assignment.replicas),
+                isr_nodes=list(assignment.isr),
+                offline_replicas=[
+                    r for r in assignment.replicas if not live.setdefault(r, registry.is_live(r))
+                ],
+            )
+        )
+    return partitions
+
+
+def _topic(
+    call: KafkaCall, response_class: Any, name: str, brokers: list[Broker], *, named: bool
+) -> Any | None:
+    topic_class = response_class.MetadataResponseTopic
+    if not call.allowed("Describe", "topic", name):
+        if not named:
+            return None
+        return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[])
+    topic = call.gateway.registry.topics.get(name)
+    if topic is None:
+        return topic_class(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[])
+    return topic_class(
+        error_code=NONE,
+        name=name,
+        is_internal=topic.internal,
+        partitions=_partitions(call, response_class, topic, brokers),
+    )
+
+
+def metadata(call: KafkaCall, request: Any) -> Any:
+    response_class = MetadataResponse[call.version]
+    # v0: an empty list means every topic; v1+: null does, and an empty list none.
+    every_topic = request.topics is None or (call.version == 0 and not request.topics)
+    if every_topic:
+        names = sorted(call.gateway.registry.topics)
+    else:
+        names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
+    call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
+    brokers = live_brokers(call.gateway, call.advertised_address)
+    topics = [_topic(call, response_class, name, brokers, named=not every_topic) for name in names]
+    return response_class(
+        throttle_time_ms=0,
+        brokers=[
+            response_class.MetadataResponseBroker(
+                node_id=b.node_id, host=b.host, port=b.port, rack=None
+            )
+            for b in brokers
+        ],
+        cluster_id=None,
+        controller_id=controller_id(call.gateway),
+        topics=[t for t in topics if t is not None],
+    )
+
+
+def register(table: ApiTable, gateway: Gateway) -> None:
+    table.register(MetadataRequest, 0, 9, metadata)

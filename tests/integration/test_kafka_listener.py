@@ -1,0 +1,177 @@
+"""The Kafka listener at the protocol level: what ApiVersions advertises, how Metadata
+presents the cluster, and bad input (garbage, oversize frames, unknown api keys, versions out
+of range) answered as Kafka's broker answers it, without disturbing other connections."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import ProduceRequest
+
+from services.gateway.kafka import error_codes
+from services.gateway.kafka.brokers import broker_id
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+from tests.waiting import wait_for
+
+# api key: (min, max) — the listener core's table (other areas add theirs).
+CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 6), 3: (0, 9), 18: (0, 3), 22: (0, 4)}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-listener"), nodes=3)
+    c.admin.create_topic("described", 3, 2)
+    yield c
+    c.close()
+
+
+def metadata(wire, topics, version=9):
+    request = MetadataRequest[version](
+        topics=None
+        if topics is None
+        else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    return wire.request(request, version, MetadataResponse)
+
+
+def serves_metadata(cluster) -> bool:
+    with KafkaWire(cluster.kafka_address) as wire:
+        return any(t.name == "described" for t in metadata(wire, None).topics)
+
+
+def test_api_versions_advertises_each_served_api_and_its_versions(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        for version in (0, 3):
+            answer = wire.request(ApiVersionsRequest[version](), version, ApiVersionsResponse)
+            assert answer.error_code == 0
+            advertised = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+            for api_key, versions in CORE_APIS.items():
+                assert advertised[api_key] == versions
+
+
+def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(cluster):
+    gateway_id = broker_id(cluster.kafka_address)
+    with KafkaWire(cluster.kafka_address) as wire:
+        for version in (1, 9):
+            answer = metadata(wire, ["described", "absent"], version)
+            assert [(b.node_id, f"{b.host}:{b.port}") for b in answer.brokers] == [
+                (gateway_id, cluster.kafka_address)
+            ]
+            assert answer.controller_id == gateway_id
+            described, absent = answer.topics
+            assert absent.error_code == error_codes.UNKNOWN_TOPIC_OR_PARTITION
+            assert described.error_code == 0 and not described.is_internal
+            topic = cluster.gateway.registry.topic("described")
+            assert len(described.partitions) == 3
+            for p in described.partitions:
+                assignment = topic.partitions[p.partition_index]
+                assert (p.error_code, p.leader_id) == (0, gateway_id)
+                assert p.replica_nodes == assignment.replicas and p.isr_nodes == assignment.isr
+                if version >= 7:
+                    assert p.leader_epoch == assignment.leader_epoch
+        # v0: an empty list is every topic; v1+: an empty list is none.
+        assert "described" in {t.name for t in metadata(wire, [], 0).topics}
+        assert metadata(wire, [], 1).topics == []
+    assert "absent" not in cluster.gateway.registry.topics  # never created by Metadata
+
+
+def test_api_versions_past_the_served_range_answers_v0_with_the_table(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        # v3's encoding, announced as v7: the listener reads only the header.
+        request = ApiVersionsRequest[3](client_software_name="x", client_software_version="1")
+        request.with_header(correlation_id=1, client_id="future")
+        wire.correlation_id = 1
+        frame = bytearray(request.encode(header=True, framed=True))
+        struct.pack_into(">h", frame, 6, 7)
+        wire.send_raw(bytes(frame))
+        answer = wire.decode(wire.read_frame(), 0, ApiVersionsResponse)
+        assert answer.error_code == error_codes.UNSUPPORTED_VERSION
+        assert {k.api_key for k in answer.api_keys} >= set(CORE_APIS)
+        # The connection goes on.
+        assert wire.request(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == 0
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+BAD_INPUT = {
+    "garbage": _frame(b"\x13\x37" * 20),
+    "unknown api key": _frame(struct.pack(">hhih", 9999, 0, 1, -1)),
+    "negative size": struct.pack(">i", -5),
+    "size past socket.request.max.bytes": struct.pack(">i", 200 * 1024 * 1024),
+    "truncated header": _frame(struct.pack(">hh", 3, 9) + b"\x00"),
+    "truncated body": _frame(struct.pack(">hhih", 3, 1, 1, -1) + b"\x00\x00\x00\x05\x00"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_INPUT))
+def test_bad_input_closes_its_connection_and_the_listener_serves_on(cluster, name):
+    with KafkaWire(cluster.kafka_address) as bystander:
+        with KafkaWire(cluster.kafka_address) as wire:
+            wire.send_raw(BAD_INPUT[name])
+            assert wire.closed_by_listener()
+        assert metadata(bystander, ["described"]).topics[0].error_code == 0
+    assert serves_metadata(cluster)
+
+
+def test_a_version_outside_the_advertised_range_closes_the_connection(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = ProduceRequest[2](
+            acks=1,
+            timeout_ms=1000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name="described",
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"")
+                    ],
+                )
+            ],
+        )
+        wire.send_raw(wire.encode(request, 2))
+        assert wire.closed_by_listener()
+    assert serves_metadata(cluster)
+
+
+def test_a_connection_stalled_mid_frame_does_not_hold_up_others(cluster):
+    with KafkaWire(cluster.kafka_address) as stalled:
+        stalled.send_raw(struct.pack(">i", 100) + b"\x00\x03")
+        assert serves_metadata(cluster)
+
+
+def test_an_offline_partition_answers_leader_not_available(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=2)
+    try:
+        cluster.admin.create_topic("single", 2, 1)
+        topic = cluster.gateway.registry.topic("single")
+        victim = topic.partitions[0].leader
+        cluster.stop_node(victim, controlled=False)
+
+        def partitions():
+            with KafkaWire(cluster.kafka_address) as wire:
+                return {
+                    p.partition_index: p for p in metadata(wire, ["single"]).topics[0].partitions
+                }
+
+        wait_for(
+            lambda: partitions()[0].error_code == error_codes.LEADER_NOT_AVAILABLE,
+            15,
+            "the stopped node's partition to be reported offline",
+        )
+        offline, online = partitions()[0], partitions()[1]
+        assert offline.leader_id == -1
+        assert offline.offline_replicas == [victim]
+        assert (online.error_code, online.leader_id) == (0, broker_id(cluster.kafka_address))
+    finally:
+        cluster.close()

@@ -1,0 +1,81 @@
+"""A Kafka protocol connection at the byte level, for tests that need what no client sends
+(garbage, oversize frames, versions out of range) or must see the wire answer itself: requests
+are encoded and answers decoded by kafka-python's generated message classes."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from kafka.protocol.api_header import ResponseHeader
+
+SIZE = struct.Struct(">i")
+
+
+class KafkaWire:
+    def __init__(self, address: str, client_id: str = "wire-test", timeout_s: float = 15.0):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> KafkaWire:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def encode(self, request: Any, version: int) -> bytes:
+        self.correlation_id += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self.correlation_id, client_id=self.client_id)
+        return bytes(request.encode(header=True, framed=True))
+
+    def request(self, request: Any, version: int, response_class: Any) -> Any:
+        """Send `request` at `version`; the decoded answer (its correlation id checked)."""
+        self.send_raw(self.encode(request, version))
+        frame = self.read_frame()
+        if frame is None:
+            raise ConnectionError("the listener closed the connection instead of answering")
+        return self.decode(frame, version, response_class)
+
+    def decode(self, frame: bytes, version: int, response_class: Any) -> Any:
+        (correlation_id,) = SIZE.unpack_from(frame)
+        assert correlation_id == self.correlation_id, (correlation_id, self.correlation_id)
+        response = response_class.decode(frame, version=version, header=True)
+        assert isinstance(response.header, ResponseHeader)
+        return response
+
+    def read_frame(self) -> bytes | None:
+        """The next response frame without its size; None when the listener closed."""
+        prefix = self._read(SIZE.size)
+        if prefix is None:
+            return None
+        (size,) = SIZE.unpack(prefix)
+        return self._read(size)
+
+    def closed_by_listener(self) -> bool:
+        """True when the listener closes the connection (rather than answering)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _read(self, size: int) -> bytes | None:
+        out = bytearray()
+        while len(out) < size:
+            try:
+                chunk = self.sock.recv(size - len(out))
+            except ConnectionResetError:
+                return None
+            if not chunk:
+                return None
+            out += chunk
+        return bytes(out)
