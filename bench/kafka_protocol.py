@@ -77,6 +77,7 @@ def apache_kafka(root: Path, brokers: int) -> Iterator[Side]:
 def seglog(root: Path, nodes: int) -> Iterator[Side]:
     """A gateway with its Kafka listener and `nodes` storage nodes, as processes (as make run
     starts them): topics of min(3, nodes) replicas, acks=all waiting for min(2, nodes - 1)."""
+    root.mkdir(parents=True, exist_ok=True)
     (kafka_port,) = free_ports(1)
     kafka_address = f"127.0.0.1:{kafka_port}"
     gateway = gateway_process(

@@ -14,6 +14,7 @@ import base64
 import os
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -78,15 +79,26 @@ def java_command(main_class: str, *args: str, jvm_options: Sequence[str] = ()) -
     return ["java", *jvm_options, "-cp", kafka_classpath(), main_class, *args]
 
 
+def log4j2_config() -> Path:
+    """A Log4j 2 configuration sending warnings and errors to stderr (Log4j's default prints
+    errors to stdout, mixed into what a tool prints)."""
+    path = Path(tempfile.gettempdir(), "seglog-kafka-log4j2.properties")
+    if not path.exists() or path.read_text() != LOG4J2_PROPERTIES:
+        path.write_text(LOG4J2_PROPERTIES)
+    return path
+
+
 def run_tool(
     main_class: str,
     *args: str,
     stdin: bytes | None = None,
     timeout_s: float = 120.0,
 ) -> subprocess.CompletedProcess[bytes]:
-    """One of Kafka's command-line tools run to its end: its CompletedProcess (not checked)."""
+    """One of Kafka's command-line tools run to its end: its CompletedProcess (not checked);
+    stdout holds only what the tool itself prints."""
+    jvm_options = ("-Xmx256m", f"-Dlog4j2.configurationFile={log4j2_config()}")
     return subprocess.run(
-        java_command(main_class, *args, jvm_options=("-Xmx256m",)),
+        java_command(main_class, *args, jvm_options=jvm_options),
         input=stdin,
         capture_output=True,
         timeout=timeout_s,
@@ -162,9 +174,7 @@ class KafkaBrokers:
         """Format each broker's storage, start them all, and wait until every one is in the
         cluster's metadata; returns the bootstrap list. Stops what it started if it fails."""
         self.root.mkdir(parents=True, exist_ok=True)
-        log4j = self.root / "log4j2.properties"
-        log4j.write_text(LOG4J2_PROPERTIES)
-        jvm_options = [self.heap, f"-Dlog4j2.configurationFile={log4j}"]
+        jvm_options = [self.heap, f"-Dlog4j2.configurationFile={log4j2_config()}"]
         cluster_id = new_cluster_id()
         configs = [self.root / f"broker-{index + 1}.properties" for index in range(self.count)]
         for index, config in enumerate(configs):
