@@ -5,6 +5,7 @@ of range) answered as Kafka's broker answers it, without disturbing other connec
 from __future__ import annotations
 
 import struct
+import time
 
 import pytest
 from kafka.protocol.metadata import (
@@ -17,9 +18,10 @@ from kafka.protocol.producer import ProduceRequest
 
 from services.gateway.kafka import error_codes
 from services.gateway.kafka.brokers import broker_id
+from services.gateway.kafka.listener import KafkaListener, api_table_for
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
-from tests.waiting import wait_for
+from tests.waiting import wait_for, wait_until
 
 # api key: (min, max) — the listener core's table (other areas add theirs).
 CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 6), 3: (0, 9), 18: (0, 3), 22: (0, 4)}
@@ -175,3 +177,56 @@ def test_an_offline_partition_answers_leader_not_available(tmp_path):
         assert (online.error_code, online.leader_id) == (0, broker_id(cluster.kafka_address))
     finally:
         cluster.close()
+
+
+@pytest.fixture
+def small_listener(cluster):
+    """A second Kafka listener on the cluster's gateway: two connections at most, closed
+    after half a second idle."""
+    listener = KafkaListener(
+        "127.0.0.1:0",
+        api_table_for(cluster.gateway),
+        cluster.gateway,
+        max_request_bytes=cluster.gateway.config.max_request_bytes,
+        max_connections=2,
+        connections_max_idle_ms=500,
+    )
+    listener.start()
+    yield listener
+    listener.stop()
+
+
+def api_versions_answered(wire) -> bool:
+    return wire.request(ApiVersionsRequest[0](), 0, ApiVersionsResponse).error_code == 0
+
+
+def test_connections_past_max_connections_are_closed_at_once(small_listener):
+    first, second = KafkaWire(small_listener.address), KafkaWire(small_listener.address)
+    try:
+        assert api_versions_answered(first) and api_versions_answered(second)
+        with KafkaWire(small_listener.address) as third:
+            assert third.closed_by_listener()
+        first.close()
+        assert wait_until(lambda: small_listener.open_connections == 1)
+        with KafkaWire(small_listener.address) as fourth:
+            assert api_versions_answered(fourth)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_an_idle_connection_is_closed(small_listener):
+    with KafkaWire(small_listener.address) as wire:
+        assert api_versions_answered(wire)
+        started = time.monotonic()
+        assert wire.closed_by_listener()  # the wire's own timeout is 15 s
+        assert time.monotonic() - started < 10
+    assert wait_until(lambda: small_listener.open_connections == 0)
+
+
+def test_stopping_the_listener_ends_its_connections(cluster, small_listener):
+    with KafkaWire(small_listener.address) as wire:
+        assert api_versions_answered(wire)
+        small_listener.stop()
+        assert wire.closed_by_listener()
+    assert small_listener.open_connections == 0

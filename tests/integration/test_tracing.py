@@ -176,3 +176,25 @@ def test_an_authorized_call_carries_its_principal_not_its_credentials(tmp_path):
         assert all("Bearer" not in str(v) for s in server for v in s.attributes.values())
     finally:
         cluster.close()
+
+
+def test_a_kafka_produce_is_one_span_carrying_its_api_client_and_topic(traced_cluster):
+    import confluent_kafka
+
+    _EXPORTER.clear()
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": traced_cluster.kafka_address, "client.id": "traced-client"}
+    )
+    producer.produce("t", value=b"over kafka")
+    assert producer.flush(15) == 0
+    assert wait_until(
+        lambda: any(s.name == "seglog.log.append" for s in _EXPORTER.get_finished_spans())
+    )
+    produce = one(_EXPORTER.get_finished_spans(), "kafka.Produce")
+    assert produce.attributes["kafka.client_id"] == "traced-client"
+    assert produce.attributes["kafka.topics"] == "t"
+    assert 3 <= produce.attributes["kafka.api_version"] <= 9
+    assert produce.attributes["kafka.principal"] == "User:ANONYMOUS"
+    # The relay to the node and the node's append are in the Kafka request's trace.
+    assert one(in_trace(produce), "seglog.log.append")
+    assert any(s.name == "kafka.Metadata" for s in _EXPORTER.get_finished_spans())

@@ -207,8 +207,7 @@ class KafkaConnection:
             span.set_attribute("kafka.api_version", frame.api_version)
             span.set_attribute("kafka.client_id", frame.client_id or "")
             span.set_attribute("net.peer.ip", self.session.identity.peer_host)
-            if self.session.authenticated_principal is not None:
-                span.set_attribute("kafka.principal", self.session.authenticated_principal)
+            span.set_attribute("kafka.principal", call.principal)
             try:
                 return entry.handler(call, request)
             finally:

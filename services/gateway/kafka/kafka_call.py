@@ -18,8 +18,10 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from seglog import errors
-from seglog.errors import SeglogError
+from seglog.errors import AuthenticationError, SeglogError
 from seglog.rpc.status import DOMAIN
+
+from ..authorization import principal_of
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -55,6 +57,7 @@ class ConnectionSession:
     # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
     raw_sasl_token_next: bool = False
     authenticated_principal: str | None = None
+    certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
 
     @property
     def authenticated(self) -> bool:
@@ -162,6 +165,23 @@ class KafkaCall:
     @property
     def identity(self) -> ConnectionIdentity:
         return self.session.identity
+
+    @property
+    def principal(self) -> str:
+        """Who the connection is, as the authorizer names it: the SASL token's principal, else
+        the client certificate's (through the mapping rules), else User:ANONYMOUS."""
+        session = self.session
+        if session.authenticated_principal is not None:
+            return session.authenticated_principal
+        if session.certificate_principal is None:
+            context = cast(grpc.ServicerContext, _ServicerContext(session.identity))
+            try:
+                session.certificate_principal = principal_of(
+                    context, None, self.gateway.authorization.mapper
+                )
+            except AuthenticationError:
+                return ""
+        return session.certificate_principal
 
     @property
     def advertised_address(self) -> str:

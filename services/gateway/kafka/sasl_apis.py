@@ -79,7 +79,7 @@ def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
                 session_lifetime_ms=0,
             )
         ) from None
-    call.attributes["kafka.principal"] = call.session.authenticated_principal or ""
+    call.attributes["kafka.principal"] = call.principal
     return response_class(
         error_code=NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
     )
