@@ -192,7 +192,7 @@ def _compare(report: Callable[..., None], seglog_side: Side, kafka_side: Side, l
 
 
 def run(report: Callable[..., None]) -> None:
-    for count, label in ((1, "kafka x1"), (3, "kafka x3 RF3")):
+    for count, label in ((1, "1 node vs 1 broker"), (3, "3 nodes vs 3 brokers RF3")):
         with tempfile.TemporaryDirectory(prefix="seglog-bench-kafka-") as tmp:
             root = Path(tmp)
             with (

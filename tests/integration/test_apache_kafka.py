@@ -14,7 +14,11 @@ from devtools import apache_kafka
 from devtools.apache_kafka import KafkaBrokers
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT)
+# JVMs start in seconds: a broker per module, a JVM per tool run.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT),
+]
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,11 @@ from tests.cluster import LocalCluster, drain
 TIMEOUT_S = 30
 KCAT = shutil.which("kcat")
 needs_kcat = pytest.mark.skipif(KCAT is None, reason="kcat (Debian's package) is not installed")
-pytestmark = pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT)
+# JVMs start in seconds: a broker per module, a JVM per tool run.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT),
+]
 
 
 @pytest.fixture(scope="module")
