@@ -90,7 +90,17 @@ def kcat(cluster, *args, stdin=None):
 
 
 def test_kafka_topics_creates_lists_and_describes_a_topic(cluster):
-    tool(cluster, TOPICS_TOOL, "--create", "--topic", "made-by-tool", "--partitions", "3")
+    tool(
+        cluster,
+        TOPICS_TOOL,
+        "--create",
+        "--topic",
+        "made-by-tool",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "3",
+    )
     assert "made-by-tool" in tool(cluster, TOPICS_TOOL, "--list").split()
     described = tool(cluster, TOPICS_TOOL, "--describe", "--topic", "made-by-tool")
     assert "PartitionCount: 3" in described, described.errors
