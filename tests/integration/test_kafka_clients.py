@@ -11,12 +11,19 @@ import time
 import confluent_kafka
 import kafka
 import pytest
-from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.records.batch import read_header
+from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire
 
@@ -264,3 +271,126 @@ def test_long_poll_fetch_answers_when_a_record_arrives(cluster):
     finally:
         reader.join()
         consumer.close()
+
+
+def test_a_fetch_across_nodes_answers_once_one_node_has_data(cluster):
+    """Kafka's min_bytes is the request's: a fetch whose partitions live on three nodes
+    answers as soon as one has records, not when the others' long polls end, and still
+    names every partition with its high watermark."""
+    cluster.admin.create_topic("across", 3, 1)
+    leaders = {cluster.gateway.registry.route("across", p).leader for p in range(3)}
+    assert len(leaders) == 3
+    with Producer(cluster.address, linger_ms=0) as producer:
+        producer.send("across", b"only here", partition=1).get(TIMEOUT_S)
+    request = FetchRequest[11](
+        replica_id=-1,
+        max_wait_ms=10_000,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="across",
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=p,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                    for p in range(3)
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        started = time.monotonic()
+        answer = wire.request(request, 11, FetchResponse)
+        assert time.monotonic() - started < 5  # not the 10 s the empty partitions may wait
+    partitions = {p.partition_index: p for p in answer.responses[0].partitions}
+    assert sorted(partitions) == [0, 1, 2]
+    assert [partitions[p].high_watermark for p in range(3)] == [0, 1, 0]
+    assert read_header(partitions[1].records).record_count == 1
+
+
+def test_one_produce_request_for_several_topics_answers_each(cluster):
+    """librdkafka sends every topic led by the gateway in one request: each topic is written
+    (concurrently), and one that does not exist is refused alone."""
+    for name in ("multi-a", "multi-b", "multi-c"):
+        cluster.admin.create_topic(name, 1, 3)
+    producer = rdkafka_producer(cluster, **{"linger.ms": 200, "acks": "all"})
+    outcome = {}
+    for name in ("multi-a", "multi-b", "multi-c"):
+        for i in range(5):
+            producer.produce(
+                name,
+                value=b"%d" % i,
+                on_delivery=lambda err, msg: outcome.setdefault(msg.topic(), []).append(err),
+            )
+    delivered(producer)
+    assert outcome == {name: [None] * 5 for name in ("multi-a", "multi-b", "multi-c")}
+    for name in ("multi-a", "multi-b", "multi-c"):
+        assert [m.value() for m in rdkafka_consume(cluster, name, [0], 5)] == [
+            b"%d" % i for i in range(5)
+        ]
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = ProduceRequest[9](
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name=name,
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=0, records=make_batch([b"wire"])
+                        )
+                    ],
+                )
+                for name in ("multi-a", "no-such-topic")
+            ],
+        )
+        answer = wire.request(request, 9, ProduceResponse)
+    results = {t.name: t.partition_responses[0] for t in answer.responses}
+    assert (results["multi-a"].error_code, results["multi-a"].base_offset) == (0, 5)
+    assert results["no-such-topic"].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_list_offsets_answers_earliest_latest_max_timestamp_and_by_time(cluster):
+    cluster.admin.create_topic("listed", 1, 3)
+    base_ms = 1_600_000_000_000
+    stamps = [base_ms + 5000, base_ms + 9000, base_ms + 1000]  # the largest is offset 1
+    with Producer(cluster.address, linger_ms=0) as producer:
+        for stamp in stamps:
+            producer.send("listed", b"x", timestamp_ms=stamp).get(TIMEOUT_S)
+
+    def list_offset(timestamp):
+        request = ListOffsetsRequest[6](
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name="listed",
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                    ],
+                )
+            ],
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            answer = wire.request(request, 6, ListOffsetsResponse).topics[0].partitions[0]
+        assert answer.error_code == 0
+        return answer.offset, answer.timestamp
+
+    assert list_offset(-2)[0] == 0  # EARLIEST
+    assert list_offset(-1)[0] == 3  # LATEST: the high watermark
+    assert list_offset(-3) == (1, base_ms + 9000)  # MAX_TIMESTAMP
+    assert list_offset(base_ms + 6000) == (1, base_ms + 9000)  # the first at or after it
+    assert list_offset(base_ms + 60_000) == (-1, -1)  # none that late

@@ -17,7 +17,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest
 
 from services.gateway.kafka import error_codes
-from services.gateway.kafka.brokers import broker_id
+from services.gateway.kafka.brokers import broker_id, broker_of_gateway
 from services.gateway.kafka.listener import KafkaListener, api_table_for
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -230,3 +230,19 @@ def test_stopping_the_listener_ends_its_connections(cluster, small_listener):
         small_listener.stop()
         assert wire.closed_by_listener()
     assert small_listener.open_connections == 0
+
+
+def test_a_sole_gateway_is_the_broker_of_any_gateway_address_it_is_asked_about(cluster):
+    gateway = cluster.gateway
+    mine = broker_of_gateway(gateway, gateway.advertised_address)
+    assert mine is not None
+    assert (mine.node_id, mine.address) == (broker_id(cluster.kafka_address), cluster.kafka_address)
+
+
+def test_sasl_on_a_plaintext_listener_is_an_illegal_state(cluster):
+    from kafka.protocol.sasl import SaslHandshakeRequest, SaslHandshakeResponse
+
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
+        assert answer.error_code == 34  # ILLEGAL_SASL_STATE
+        assert serves_metadata(cluster)

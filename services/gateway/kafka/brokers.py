@@ -89,3 +89,15 @@ def controller_id(gateway: Gateway) -> int:
         if kafka_address is not None:
             return broker_id(kafka_address)
     return broker_id(gateway.kafka_advertised_address)
+
+
+def broker_of_gateway(
+    gateway: Gateway, gateway_address: str, advertised_address: str | None = None
+) -> Broker | None:
+    """The Kafka broker of the gateway at `gateway_address` (its gRPC address, as
+    coordination names gateways: a group's coordinator, the controller); None when that
+    gateway is not live or has no Kafka listener. The answering gateway is always known."""
+    if gateway_address == gateway.advertised_address or gateway.gateway_session is None:
+        return this_broker(gateway, advertised_address)
+    kafka_address = gateway.gateway_session.live_kafka_addresses().get(gateway_address)
+    return None if kafka_address is None else broker_at(kafka_address)

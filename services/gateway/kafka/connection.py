@@ -166,7 +166,7 @@ class KafkaConnection:
         except OSError:
             pass
 
-    def _answer(self, payload: bytes) -> bytes | None:
+    def _answer(self, payload: bytes) -> bytearray | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:

@@ -106,8 +106,10 @@ def decode_body(request_class: Any, frame: RequestFrame) -> Any:
         raise FrameError(f"malformed {request_class.name} v{frame.api_version}: {exc!r}") from None
 
 
-def encode_response(response: Any, correlation_id: int) -> bytes:
+def encode_response(response: Any, correlation_id: int) -> bytearray:
     """A response with its header, framed (ApiVersions' header stays v0: the codec's
-    ApiVersionsResponse knows it)."""
+    ApiVersionsResponse knows it). The codec's own buffer copy, not copied again: a fetch
+    answer's records are megabytes."""
     response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    encoded: bytearray = response.encode(header=True, framed=True)
+    return encoded

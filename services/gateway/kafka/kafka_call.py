@@ -10,7 +10,7 @@ and a servicer's abort comes back as the SeglogError it aborted with.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
@@ -204,6 +204,36 @@ class KafkaCall:
             raise aborted.error from None
         finally:
             context.finish()
+
+    def invoke_stream(
+        self, method_name: str, servicer_method: Callable[..., Any], request: Any
+    ) -> Generator[Any, None, None]:
+        """`invoke` for a streaming method, its messages as they come: closing the iterator
+        early ends the call as a client's cancellation does (what the servicer registered
+        with `add_callback` runs, so its calls to the nodes are cancelled)."""
+        context = _ServicerContext(self.identity)
+        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        answer: Any = None
+        try:
+            answer = guarded(request, cast(grpc.ServicerContext, context))
+            # Not `yield from`: closing this generator would close the servicer's first,
+            # before the callbacks below have cancelled what its close waits for.
+            messages = iter(answer)
+            while True:
+                try:
+                    message = next(messages)
+                except StopIteration:
+                    return
+                yield message
+        except _Aborted as aborted:
+            raise aborted.error from None
+        finally:
+            # The callbacks first, as gRPC runs them when a client cancels: they cancel the
+            # servicer's calls to the nodes, which closing the servicer's generator waits for.
+            context.finish()
+            close = getattr(answer, "close", None)
+            if close is not None:
+                close()
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         """Whether this call's principal may `operation` the resource (always, with the

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 STOP_JOIN_TIMEOUT_S = 5.0
+ACCEPT_RETRY_S = 0.1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
@@ -126,7 +127,7 @@ class KafkaListener:
     @property
     def address(self) -> str:
         host, _ = split_address(self.listen)
-        return f"{host}:{self.port}"
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
     def advertised_address(self) -> str:
@@ -155,7 +156,9 @@ class KafkaListener:
             except OSError:
                 if self._stopped.is_set():
                     return
+                # Out of file descriptors, most often: retried at a bounded pace, not spun on.
                 logger.exception("Kafka listener: accept failed")
+                self._stopped.wait(ACCEPT_RETRY_S)
                 continue
             try:
                 self._open(sock, peer)

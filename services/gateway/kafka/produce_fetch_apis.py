@@ -2,10 +2,11 @@
 path's routing, checks, ACLs and semantics): the record batches go on as the producer's
 bytes and come back as the stored bytes, never decoded here.
 
-Produce: one gateway Produce per topic (seglog's ProduceRequest names one topic); a topic
-refused as a whole (not authorized, unknown, internal) answers that error on each of its
-partitions, the other topics are written, as Kafka's broker answers per partition. acks=0
-answers nothing. Transactions are not supported: a transactional produce is refused whole.
+Produce: one gateway Produce per topic (seglog's ProduceRequest names one topic), the topics
+concurrently; a topic refused as a whole (not authorized, unknown, internal) answers that
+error on each of its partitions, the other topics are written, as Kafka's broker answers per
+partition. acks=0 answers nothing. Transactions are not supported: a transactional produce
+is refused whole.
 
 Fetch: one gateway Fetch for the whole request (it splits by leader node and long-polls with
 max_wait_ms/min_bytes on the nodes). The stored batches are relayed unchanged, the batch
@@ -18,6 +19,8 @@ stable offset is the high watermark and there are no aborted transactions.
 
 from __future__ import annotations
 
+import contextvars
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
@@ -40,6 +43,11 @@ if TYPE_CHECKING:
 
 NO_OFFSET = -1
 SESSIONLESS = 0
+# Topics of one produce request sent to the gateway at once (threads of this request).
+MAX_CONCURRENT_TOPICS = 8
+# Kafka's broker fetch.max.bytes (55 MiB): a client's max_bytes is capped to it, so what one
+# connection's fetch holds is bounded whatever the client asks.
+FETCH_MAX_BYTES = 55 * 1024 * 1024
 
 
 # -- Produce ---------------------------------------------------------------------------------
@@ -70,14 +78,31 @@ def _produce_topic(call: KafkaCall, request: Any, topic: Any) -> common_pb2.Prod
         return refused
 
 
+def _produce_topics(call: KafkaCall, request: Any) -> list[common_pb2.ProduceResponse]:
+    """Each topic's answer, in request order. Several topics go to the gateway concurrently
+    (seglog's Produce names one topic), so an acks=all request for n topics waits about as
+    long as one, not n times as long; each in the request's trace context."""
+    topics = request.topic_data
+    if len(topics) == 1:
+        return [_produce_topic(call, request, topics[0])]
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(
+        max_workers=min(len(topics), MAX_CONCURRENT_TOPICS), thread_name_prefix="kafka-produce"
+    ) as pool:
+        futures = [
+            pool.submit(context.copy().run, _produce_topic, call, request, topic)
+            for topic in topics
+        ]
+        return [future.result() for future in futures]
+
+
 def produce(call: KafkaCall, request: Any) -> Any:
     response_class = ProduceResponse[call.version]
     topic_class = response_class.TopicProduceResponse
     partition_class = topic_class.PartitionProduceResponse
     call.attributes["kafka.topics"] = ",".join(t.name for t in request.topic_data[:16])
     topics = []
-    for topic in request.topic_data:
-        answer = _produce_topic(call, request, topic)
+    for topic, answer in zip(request.topic_data, _produce_topics(call, request), strict=True):
         partitions = []
         for result in answer.partitions:
             reason = common_pb2.ErrorCode.Name(result.error)
@@ -104,7 +129,9 @@ def produce(call: KafkaCall, request: Any) -> Any:
 
 def _fetch_request(request: Any, readable: set[str]) -> common_pb2.FetchRequest:
     proto = common_pb2.FetchRequest(
-        min_bytes=request.min_bytes, max_wait_ms=request.max_wait_ms, max_bytes=request.max_bytes
+        min_bytes=request.min_bytes,
+        max_wait_ms=request.max_wait_ms,
+        max_bytes=max(1, min(request.max_bytes, FETCH_MAX_BYTES)),
     )
     for topic in request.topics:
         if topic.topic not in readable:
@@ -133,31 +160,66 @@ class _PartitionAnswer:
 
 def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, int], Any]:
     """Each partition's answer from the gateway's fetch stream (a partition's batches may
-    come in several messages, in offset order); a fetch refused whole answers its error on
-    every partition."""
+    come in several messages, each of whole batches, in offset order); a fetch refused whole
+    answers its error on every partition.
+
+    The gateway's fetch spans leader nodes, each long-polling on its own: as soon as the
+    messages come to `min_bytes` the stream is closed (the other nodes' polls cancelled), as
+    Kafka's broker answers once the request as a whole has min_bytes, and the partitions not
+    answered yet are asked again without waiting, so every partition is in the answer."""
     answers: dict[tuple[str, int], _PartitionAnswer] = {
         (p.topic, p.partition): _PartitionAnswer() for p in proto.partitions
     }
+    answered: set[tuple[str, int]] = set()
     try:
-        messages = call.invoke("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
+        received_bytes = _read_stream(call, proto, answers, answered)
+        unanswered = [p for p in proto.partitions if (p.topic, p.partition) not in answered]
+        if unanswered and len(unanswered) < len(proto.partitions):
+            rest = common_pb2.FetchRequest(max_bytes=max(1, proto.max_bytes - received_bytes))
+            rest.partitions.extend(unanswered)
+            _read_stream(call, rest, answers, answered)
     except SeglogError as exc:
         code = kafka_error_code(exc)
-        for answer in answers.values():
-            answer.error = code
-        return answers
-    for message in messages:
-        fetched = common_pb2.FetchResponse.FromString(message)
-        found = answers.get((fetched.topic, fetched.partition))
-        if found is None:
-            continue
-        answer = found
-        if fetched.error != common_pb2.NONE:
-            answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
-        answer.high_watermark = fetched.high_watermark
-        answer.log_start_offset = fetched.log_start_offset
-        if fetched.records:
-            answer.records.append(fetched.records)
+        for key, answer in answers.items():
+            if key not in answered:
+                answer.error = code
     return answers
+
+
+def _read_stream(
+    call: KafkaCall,
+    proto: common_pb2.FetchRequest,
+    answers: dict[tuple[str, int], _PartitionAnswer],
+    answered: set[tuple[str, int]],
+) -> int:
+    """Reads the gateway's fetch stream into `answers` until it ends, or until it holds
+    min_bytes of records (when the fetch may wait), or max_bytes (each node is given the
+    whole budget); the record bytes read."""
+    received_bytes = 0
+    enough = max(proto.min_bytes, 1)
+    stream = call.invoke_stream("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
+    try:
+        for message in stream:
+            fetched = common_pb2.FetchResponse.FromString(message)
+            key = (fetched.topic, fetched.partition)
+            answer = answers.get(key)
+            if answer is None:
+                continue
+            answered.add(key)
+            if fetched.error != common_pb2.NONE:
+                answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
+            answer.high_watermark = fetched.high_watermark
+            answer.log_start_offset = fetched.log_start_offset
+            if fetched.records:
+                answer.records.append(fetched.records)
+                received_bytes += len(fetched.records)
+            if received_bytes >= proto.max_bytes or (
+                proto.max_wait_ms > 0 and received_bytes >= enough
+            ):
+                break
+    finally:
+        stream.close()
+    return received_bytes
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:

@@ -46,7 +46,8 @@ class SaslFailed(Exception):
 def sasl_handshake(call: KafkaCall, request: Any) -> Any:
     response_class = SaslHandshakeResponse[call.version]
     session = call.session
-    if session.authenticated_principal is not None or session.sasl_mechanism is not None:
+    # Not a SASL listener, or a second handshake: Kafka's broker answers the same.
+    if not session.sasl_required or session.sasl_mechanism is not None:
         return response_class(error_code=ILLEGAL_SASL_STATE, mechanisms=list(MECHANISMS))
     if request.mechanism not in MECHANISMS:
         return response_class(error_code=UNSUPPORTED_SASL_MECHANISM, mechanisms=list(MECHANISMS))
