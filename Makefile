@@ -48,11 +48,15 @@ run: $(STAMP) proto
 
 # Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
 # client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under
-# devtools/maven/ pin the versions); kcat from Debian's packages when it is missing and we are
-# root. The tests that need either skip, naming this target, without them.
+# devtools/maven/ pin the versions; Maven and Java from Debian's packages when missing and we
+# are root); kcat from Debian's packages likewise. The tests that need the jars or kcat skip,
+# naming this target, without them.
 KAFKA_CACHE := .cache/kafka
 KAFKA_STAMP := $(KAFKA_CACHE)/.installed
 $(KAFKA_STAMP): devtools/maven/kafka.pom.xml devtools/maven/spark-kafka.pom.xml
+	@if ! command -v mvn > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
+		env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
+		env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven > /dev/null; fi
 	rm -rf $(KAFKA_CACHE)/kafka $(KAFKA_CACHE)/spark
 	mvn -q -B -f devtools/maven/kafka.pom.xml dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/kafka
