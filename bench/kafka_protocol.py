@@ -2,12 +2,13 @@
 each figure beside the same work against Apache Kafka itself (devtools/apache_kafka.py, the
 jars `make kafka` installs) on this machine in the same run:
 
-- one gateway and one storage node (RF1) against one Kafka broker, then one gateway and
-  three nodes (RF3, min.insync.replicas=2) against three brokers (RF3, the same min ISR);
+- "x1 RF1": one gateway and one storage node against one Kafka broker; "x3 RF3": one gateway
+  and three nodes (RF3, min.insync.replicas=2) against three brokers (RF3, the same min ISR);
 - producer throughput (acks=all, linger 5 ms) and consumer throughput (every partition
   from the start) with 100 B and 1 KiB records, each side's best of ROUNDS, sides in turns;
 - publish (until acknowledged) and end-to-end (until a consumer has it) p50 and p99 at a
-  fixed rate both sustain (RATE_PER_S records of 1 KiB for LATENCY_S seconds).
+  fixed rate both sustain (RATE_PER_S records of 1 KiB for LATENCY_S seconds; each side's
+  run with the lower end-to-end p99 of ROUNDS, sides in turns).
 
 Targets (issue 29): throughput >= 0.5x Apache Kafka's, end-to-end p99 <= 2x.
 SEGLOG_BENCH_KAFKA_RECORDS scales the throughput runs (default 200 000 records of 100 B; a
@@ -31,7 +32,13 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from tests.ports import free_ports
 
-from .kafka_clients import consume_seconds, latencies_at_rate, percentile, produce_seconds
+from .kafka_clients import (
+    Latencies,
+    consume_seconds,
+    latencies_at_rate,
+    percentile,
+    produce_seconds,
+)
 from .timing import best_in_turns
 
 RECORDS = int(os.environ.get("SEGLOG_BENCH_KAFKA_RECORDS", 200_000))
@@ -143,7 +150,7 @@ def _compare_throughput(
 
     best = best_in_turns({side.name: producing(side) for side in (ours, theirs)}, ROUNDS)
     report(
-        f"{label}: produce {size_name} acks=all (k rec/s)",
+        f"{label} produce {size_name} acks=all (k rec/s)",
         records / best[ours.name] / 1e3,
         records / best[theirs.name] / 1e3,
         "k rec/s",
@@ -153,7 +160,7 @@ def _compare_throughput(
     best = best_in_turns({side.name: consuming(side) for side in (ours, theirs)}, ROUNDS)
     total = produced[ours.name]
     report(
-        f"{label}: consume {size_name} (k rec/s)",
+        f"{label} consume {size_name} (k rec/s)",
         total / best[ours.name] / 1e3,
         total / best[theirs.name] / 1e3,
         "k rec/s",
@@ -164,17 +171,27 @@ def _compare_throughput(
 def _compare(report: Callable[..., None], seglog_side: Side, kafka_side: Side, label: str) -> None:
     for size_name, size in SIZES.items():
         _compare_throughput(report, seglog_side, kafka_side, label, size_name, size)
-    latencies = {}
+    # Each side's run with the lowest end-to-end p99 of ROUNDS, the sides taking turns, as
+    # the throughput figures take each side's best: a slow moment of this shared machine lands
+    # on one run, not on one side.
+    latencies: dict[str, Latencies] = {}
     for side in (seglog_side, kafka_side):
         side.create_topic("latency", PARTITIONS)
-        latencies[side.name] = latencies_at_rate(
-            side.bootstrap, "latency", PARTITIONS, RATE_PER_S, LATENCY_S, LATENCY_SIZE
-        )
+    for _ in range(ROUNDS):
+        for side in (seglog_side, kafka_side):
+            measured = latencies_at_rate(
+                side.bootstrap, "latency", PARTITIONS, RATE_PER_S, LATENCY_S, LATENCY_SIZE
+            )
+            best = latencies.get(side.name)
+            if best is None or percentile(measured.end_to_end_ms, 0.99) < percentile(
+                best.end_to_end_ms, 0.99
+            ):
+                latencies[side.name] = measured
     ours, theirs = latencies[seglog_side.name], latencies[kafka_side.name]
     rate = f"{RATE_PER_S}/s 1 KiB"
     for fraction, name in ((0.5, "p50"), (0.99, "p99")):
         report(
-            f"{label}: publish {name} {rate} (ms)",
+            f"{label} publish {name} {rate} (ms)",
             percentile(ours.publish_ms, fraction),
             percentile(theirs.publish_ms, fraction),
             "ms",
@@ -182,7 +199,7 @@ def _compare(report: Callable[..., None], seglog_side: Side, kafka_side: Side, l
             higher_is_better=False,
         )
         report(
-            f"{label}: end-to-end {name} {rate} (ms)",
+            f"{label} end-to-end {name} {rate} (ms)",
             percentile(ours.end_to_end_ms, fraction),
             percentile(theirs.end_to_end_ms, fraction),
             "ms",
@@ -192,7 +209,7 @@ def _compare(report: Callable[..., None], seglog_side: Side, kafka_side: Side, l
 
 
 def run(report: Callable[..., None]) -> None:
-    for count, label in ((1, "1 node vs 1 broker"), (3, "3 nodes vs 3 brokers RF3")):
+    for count, label in ((1, "x1 RF1"), (3, "x3 RF3")):
         with tempfile.TemporaryDirectory(prefix="seglog-bench-kafka-") as tmp:
             root = Path(tmp)
             with (
