@@ -1,9 +1,9 @@
 """Apache Kafka's own command-line tools (4.3.1, run as the Java mains their scripts start, from
 the jars `make kafka` installs) and kcat (Debian's package, librdkafka) against the gateway's
-Kafka listener, unmodified: kafka-topics creates, lists and describes topics,
+Kafka listener, unmodified: kafka-topics creates, lists, describes, alters and deletes topics,
 kafka-console-producer writes lines the gRPC consumer reads back, kafka-console-consumer reads
 what the gRPC producer wrote (assigned, and in a group), kafka-consumer-groups describes that
-group's committed offsets and lag; kcat -L/-P/-C/-G likewise.
+group's committed offsets and lag and resets them; kcat -L/-P/-C/-G likewise.
 
 One cluster for the module: every Java tool costs a JVM start (seconds), not the cluster."""
 
@@ -27,6 +27,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import LocalCluster, drain
+from tests.waiting import wait_until
 
 TIMEOUT_S = 30
 KCAT = shutil.which("kcat")
@@ -109,6 +110,14 @@ def test_kafka_topics_creates_lists_and_describes_a_topic(cluster):
     assert len(cluster.admin.describe_topic("made-by-tool").partitions) == 3
 
 
+def test_kafka_topics_adds_partitions_and_deletes_a_topic(cluster):
+    cluster.admin.create_topic("altered-by-tool", 1, 3)
+    tool(cluster, TOPICS_TOOL, "--alter", "--topic", "altered-by-tool", "--partitions", "4")
+    assert len(cluster.admin.describe_topic("altered-by-tool").partitions) == 4
+    tool(cluster, TOPICS_TOOL, "--delete", "--topic", "altered-by-tool")
+    assert wait_until(lambda: "altered-by-tool" not in cluster.admin.list_topics())
+
+
 def test_kafka_topics_describes_a_topic_created_over_grpc(cluster):
     cluster.admin.create_topic("made-over-grpc", 2, 3)
     described = tool(cluster, TOPICS_TOOL, "--describe", "--topic", "made-over-grpc")
@@ -187,6 +196,23 @@ def test_console_consumer_in_a_group_then_kafka_consumer_groups_describes_it(clu
     rows = [line.split() for line in described.splitlines() if line.startswith("tool-group")]
     # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...: all 30 committed, no lag.
     assert [row[1:6] for row in rows] == [["grouped", "0", "30", "30", "0"]], described
+    # The group is empty now: its offsets can be moved back, and the gRPC admin sees it.
+    tool(
+        cluster,
+        CONSUMER_GROUPS_TOOL,
+        "--reset-offsets",
+        "--group",
+        "tool-group",
+        "--topic",
+        "grouped",
+        "--to-offset",
+        "12",
+        "--execute",
+    )
+    committed = cluster.admin.list_group_offsets("tool-group")
+    assert {tp.partition: o.committed for tp, o in committed.items() if tp.topic == "grouped"} == {
+        0: 12
+    }
 
 
 @needs_kcat
