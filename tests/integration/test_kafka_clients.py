@@ -394,3 +394,94 @@ def test_list_offsets_answers_earliest_latest_max_timestamp_and_by_time(cluster)
     assert list_offset(-3) == (1, base_ms + 9000)  # MAX_TIMESTAMP
     assert list_offset(base_ms + 6000) == (1, base_ms + 9000)  # the first at or after it
     assert list_offset(base_ms + 60_000) == (-1, -1)  # none that late
+
+
+def test_a_flood_of_pipelined_requests_keeps_order_and_each_records_offset(cluster):
+    """librdkafka without idempotence keeps requests in flight without bound; those queued
+    on the connection are written together (produce_coalescing.py): every delivery report's
+    offset is where the record is read back, in send order per partition."""
+    cluster.admin.create_topic("flood", 3, 3)
+    # One record per batch: many small requests, which queue behind each other.
+    producer = rdkafka_producer(cluster, **{"linger.ms": 0, "acks": "all", "batch.num.messages": 1})
+    reported = {}
+
+    def report(err, msg):
+        assert err is None, err
+        reported[msg.value()] = (msg.partition(), msg.offset())
+
+    count = 3000
+    for i in range(count):
+        producer.produce("flood", value=b"%d" % i, partition=i % 3, on_delivery=report)
+        producer.poll(0)
+    delivered(producer)
+    assert len(reported) == count
+    messages = rdkafka_consume(cluster, "flood", [0, 1, 2], count)
+    assert {m.value(): (m.partition(), m.offset()) for m in messages} == reported
+    for partition in range(3):
+        sent = [int(m.value()) for m in messages if m.partition() == partition]
+        assert sent == sorted(sent) == list(range(partition, count, 3))
+
+
+@pytest.mark.parametrize("version", [3, 5, 7, 8, 9])
+def test_produce_answers_at_each_served_version(cluster, version):
+    topic = f"produce-v{version}"
+    cluster.admin.create_topic(topic, 1, 3)
+    request = ProduceRequest[version](
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=0, records=make_batch([b"a", b"b"])
+                    )
+                ],
+            )
+        ],
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        for expected_base in (0, 2):
+            answer = wire.request(request, version, ProduceResponse)
+            result = answer.responses[0].partition_responses[0]
+            assert (result.error_code, result.base_offset) == (0, expected_base)
+
+
+@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12])
+def test_fetch_answers_at_each_served_version(cluster, version):
+    topic = f"fetch-v{version}"
+    cluster.admin.create_topic(topic, 1, 3)
+    with Producer(cluster.address, linger_ms=0) as producer:
+        producer.send(topic, b"record").get(TIMEOUT_S)
+    request = FetchRequest[version](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=1 << 20,
+                    )
+                ],
+            )
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, version, FetchResponse)
+    data = answer.responses[0].partitions[0]
+    assert (data.error_code, data.high_watermark) == (0, 1)
+    assert read_header(data.records).record_count == 1

@@ -17,7 +17,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest
 
 from services.gateway.kafka import error_codes
-from services.gateway.kafka.brokers import broker_id, broker_of_gateway
+from services.gateway.kafka.brokers import broker_id, broker_of_gateway, cluster_id
 from services.gateway.kafka.listener import KafkaListener, api_table_for
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -70,6 +70,9 @@ def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(
                 (gateway_id, cluster.kafka_address)
             ]
             assert answer.controller_id == gateway_id
+            if version >= 2:
+                assert answer.cluster_id == cluster_id(cluster.gateway)
+                assert len(answer.cluster_id) == 22  # Kafka's form: a base64 UUID
             described, absent = answer.topics
             assert absent.error_code == error_codes.UNKNOWN_TOPIC_OR_PARTITION
             assert described.error_code == 0 and not described.is_internal

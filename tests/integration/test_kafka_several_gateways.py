@@ -64,6 +64,8 @@ def test_gateways_share_leadership_and_the_survivor_takes_it_all(tmp_path):
             TAKEOVER_S,
         )
         both = [view(a, "spread") for a in cluster.kafka_addresses]
+        ids_seen = {metadata(a, "spread").cluster_id for a in cluster.kafka_addresses}
+        assert len(ids_seen) == 1 and None not in ids_seen  # one cluster id from both
         assert both[0] == both[1]  # every gateway names the same leaders
         assert set(both[0][1].values()) == set(ids)  # spread over both
 

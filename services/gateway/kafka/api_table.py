@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from .kafka_call import KafkaCall
 
 Handler = Callable[["KafkaCall", Any], Any]
+# Several requests of one api that a connection had queued, answered together (each its own
+# response, in order): Produce coalesces them into fewer appends (produce_coalescing.py).
+BatchHandler = Callable[[list["KafkaCall"], list[Any]], list[Any]]
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,7 @@ class ApiEntry:
     min_version: int
     max_version: int
     handler: Handler
+    batch_handler: BatchHandler | None = None
 
     @property
     def api_key(self) -> int:
@@ -52,10 +56,17 @@ class ApiTable:
         self._entries: dict[int, ApiEntry] = {}
 
     def register(
-        self, request_class: Any, min_version: int, max_version: int, handler: Handler
+        self,
+        request_class: Any,
+        min_version: int,
+        max_version: int,
+        handler: Handler,
+        *,
+        batch_handler: BatchHandler | None = None,
     ) -> None:
-        """Serve `request_class` at versions min_version..max_version with `handler`. An api
-        key is registered once; the versions must be ones the codec knows."""
+        """Serve `request_class` at versions min_version..max_version with `handler` (and
+        `batch_handler` for several queued requests at once, when given). An api key is
+        registered once; the versions must be ones the codec knows."""
         if not 0 <= min_version <= max_version <= request_class.max_version:
             raise ValueError(
                 f"{request_class.name}: versions {min_version}..{max_version} are not within "
@@ -65,7 +76,12 @@ class ApiTable:
         if api_key in self._entries:
             raise ValueError(f"{request_class.name} (api key {api_key}) is registered twice")
         self._entries[api_key] = ApiEntry(
-            request_class, response_class_of(request_class), min_version, max_version, handler
+            request_class,
+            response_class_of(request_class),
+            min_version,
+            max_version,
+            handler,
+            batch_handler,
         )
 
     def entry(self, api_key: int) -> ApiEntry | None:

@@ -15,11 +15,16 @@ answer), a handler failing unexpectedly. None of these reach past this connectio
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Span
 
 from seglog.errors import AuthenticationError
 
@@ -50,6 +55,10 @@ SASL_AUTHENTICATE_KEY = 36
 # What a SASL listener serves before the client has authenticated.
 BEFORE_AUTHENTICATION = {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# Queued requests of one api answered together (produce_coalescing.py): librdkafka keeps up
+# to a million in flight without idempotence.
+MAX_QUEUED_REQUESTS = 64
+_API_KEY = struct.Struct(">h")
 # RFC 2253's short names for the subject DN handed to ssl.principal.mapping.rules.
 _DN_NAMES = {
     "commonName": "CN",
@@ -119,6 +128,11 @@ class KafkaConnection:
                 if self.session.raw_sasl_token_next:
                     self._raw_sasl_token(payload)
                     continue
+                queued = self._queued_with(payload)
+                if len(queued) > 1:
+                    for queued_answer in self._answer_queued(queued):
+                        self.sock.sendall(queued_answer)
+                    continue
                 answer = self._answer(payload)
                 if answer is not None:
                     self.sock.sendall(answer)
@@ -148,12 +162,12 @@ class KafkaConnection:
             certificate_subject=subject,
         )
 
-    def _raw_sasl_token(self, token: bytes) -> None:
+    def _raw_sasl_token(self, token: bytearray) -> None:
         """SaslHandshake v0's exchange: a bare token, answered by a bare empty frame on
         success; a failure closes the connection (v0 has no way to say why)."""
         self.session.raw_sasl_token_next = False
         try:
-            authenticate_session(self.gateway, self.session, token)
+            authenticate_session(self.gateway, self.session, bytes(token))
         except AuthenticationError as exc:
             raise FrameError(f"SASL authentication failed: {exc}") from None
         self.sock.sendall(SIZE.pack(0))
@@ -166,7 +180,66 @@ class KafkaConnection:
         except OSError:
             pass
 
-    def _answer(self, payload: bytes) -> bytearray | None:
+    def _queued_with(self, payload: bytearray) -> list[bytearray]:
+        """`payload` and the requests of the same api queued right behind it, when its api
+        answers several at once (Produce): they are already sent, so reading them now does
+        not wait on the client. Up to MAX_QUEUED_REQUESTS and socket.request.max.bytes in
+        all; not under TLS, whose buffered bytes a peek does not see."""
+        api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
+        entry = self.table.entry(api_key)
+        if (
+            entry is None
+            or entry.batch_handler is None
+            or not entry.serves(api_version)
+            or not self.session.authenticated
+            or isinstance(self.sock, ssl.SSLSocket)
+        ):
+            return [payload]
+        queued, total_bytes = [payload], len(payload)
+        while len(queued) < MAX_QUEUED_REQUESTS and self._next_request_is(api_key):
+            following = read_frame(self.sock, self.max_request_bytes)
+            if following is None:
+                break
+            queued.append(following)
+            total_bytes += len(following)
+            if total_bytes >= self.max_request_bytes:
+                break
+        return queued
+
+    def _next_request_is(self, api_key: int) -> bool:
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if not readable:
+            return False
+        head = self.sock.recv(SIZE.size + 2, socket.MSG_PEEK)
+        if len(head) < SIZE.size + 2:
+            return False
+        (next_key,) = _API_KEY.unpack_from(head, SIZE.size)
+        return bool(next_key == api_key)
+
+    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
+        """Several queued requests of one api (checked by `_queued_with`): each parsed and
+        checked as alone, then answered together by the api's batch handler. One that does
+        not parse closes the connection, as alone, before any of them is acted on."""
+        entry = self.table.entry(API_KEY_AND_VERSION.unpack_from(payloads[0])[0])
+        assert entry is not None and entry.batch_handler is not None
+        frames, requests, calls = [], [], []
+        for payload in payloads:
+            frame = parse_request(payload, entry.request_class)
+            if not entry.serves(frame.api_version):
+                raise FrameError(f"{entry.name} v{frame.api_version} is not served")
+            frames.append(frame)
+            requests.append(decode_body(entry.request_class, frame))
+            calls.append(self._call(entry, frame))
+        with self._span(entry, frames[0], calls[0]) as span:
+            span.set_attribute("kafka.requests", len(payloads))
+            responses = entry.batch_handler(calls, requests)
+        return [
+            encode_response(response, frame.correlation_id)
+            for response, frame in zip(responses, frames, strict=True)
+            if response is not None
+        ]
+
+    def _answer(self, payload: bytearray) -> bytearray | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:
@@ -192,8 +265,8 @@ class KafkaConnection:
             return None
         return encode_response(response, frame.correlation_id)
 
-    def _handle(self, entry: ApiEntry, frame: RequestFrame, request: Any) -> Any:
-        call = KafkaCall(
+    def _call(self, entry: ApiEntry, frame: RequestFrame) -> KafkaCall:
+        return KafkaCall(
             self.gateway,
             entry.api_key,
             frame.api_version,
@@ -201,6 +274,10 @@ class KafkaConnection:
             frame.client_id,
             self.session,
         )
+
+    @contextmanager
+    def _span(self, entry: ApiEntry, frame: RequestFrame, call: KafkaCall) -> Iterator[Span]:
+        """The request's span, `kafka.<Api>`, with the attributes its handler set."""
         with self.tracer.start_as_current_span(
             f"kafka.{entry.name}", kind=trace.SpanKind.SERVER
         ) as span:
@@ -209,7 +286,12 @@ class KafkaConnection:
             span.set_attribute("net.peer.ip", self.session.identity.peer_host)
             span.set_attribute("kafka.principal", call.principal)
             try:
-                return entry.handler(call, request)
+                yield span
             finally:
                 for key, value in call.attributes.items():
                     span.set_attribute(key, value)
+
+    def _handle(self, entry: ApiEntry, frame: RequestFrame, request: Any) -> Any:
+        call = self._call(entry, frame)
+        with self._span(entry, frame, call):
+            return entry.handler(call, request)

@@ -22,6 +22,9 @@ SIZE = struct.Struct(">i")
 # api_key int16, api_version int16: the part of the header read before the api is known.
 API_KEY_AND_VERSION = struct.Struct(">hh")
 API_VERSIONS_KEY = 18
+# A request header is its fixed fields, a client id (at most 32,767 bytes) and, flexible,
+# tagged fields; one longer than this is malformed.
+MAX_HEADER_BYTES = 64 * 1024
 
 
 class FrameError(Exception):
@@ -37,9 +40,9 @@ class RequestFrame:
     body: memoryview
 
 
-def read_exactly(sock: socket.socket, size: int) -> bytes | None:
-    """`size` bytes, or None when the peer closed the connection first (after none of
-    them); a close mid-way is a FrameError."""
+def read_exactly(sock: socket.socket, size: int) -> bytearray | None:
+    """`size` bytes (read into one buffer, never copied after), or None when the peer closed
+    the connection first (after none of them); a close mid-way is a FrameError."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     received = 0
@@ -50,10 +53,10 @@ def read_exactly(sock: socket.socket, size: int) -> bytes | None:
                 return None
             raise FrameError(f"connection closed after {received} of {size} bytes")
         received += count
-    return bytes(buffer)
+    return buffer
 
 
-def read_frame(sock: socket.socket, max_request_bytes: int) -> bytes | None:
+def read_frame(sock: socket.socket, max_request_bytes: int) -> bytearray | None:
     """The next request frame's bytes (without its size), None at a clean end of stream."""
     prefix = read_exactly(sock, SIZE.size)
     if prefix is None:
@@ -79,12 +82,13 @@ def request_header_is_flexible(request_class: Any, api_version: int) -> bool:
     return bool(request_class.flexible_version_q(api_version))
 
 
-def parse_request(payload: bytes, request_class: Any | None) -> RequestFrame:
+def parse_request(payload: bytes | bytearray, request_class: Any | None) -> RequestFrame:
     """The header of a request frame; `request_class` (None: an api the listener does not
     know) decides the header's version. FrameError when the header does not parse."""
     api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
     flexible = request_class is not None and request_header_is_flexible(request_class, api_version)
-    stream = io.BytesIO(payload)
+    # The header alone is read through a stream: a copy of its bytes, not of the request's.
+    stream = io.BytesIO(memoryview(payload)[:MAX_HEADER_BYTES])
     try:
         header = RequestHeader.decode(stream, flexible=flexible)
     except Exception as exc:  # the codec raises whatever its reads meet

@@ -10,6 +10,7 @@ and a servicer's abort comes back as the SeglogError it aborted with.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -92,6 +93,8 @@ class _ServicerContext:
     def __init__(self, identity: ConnectionIdentity) -> None:
         self._identity = identity
         self._callbacks: list[Callable[[], None]] = []
+        self._finished = False
+        self._lock = threading.Lock()  # servicer threads (fetch pumps) add callbacks
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         if self._identity.bearer_token is None:
@@ -127,11 +130,19 @@ class _ServicerContext:
         raise _Aborted(error(details or code.name))
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
-        self._callbacks.append(callback)
-        return True
+        """Runs `callback` when the call ends; at once when it has ended already (a fetch
+        pump that started its node call just after the Kafka answer was complete: its call
+        is cancelled rather than left to run out its long poll, which closing the servicer
+        waits for)."""
+        with self._lock:
+            if not self._finished:
+                self._callbacks.append(callback)
+                return True
+        callback()
+        return False
 
     def is_active(self) -> bool:
-        return True
+        return not self._finished
 
     def time_remaining(self) -> float | None:
         return None
@@ -146,7 +157,9 @@ class _ServicerContext:
         pass
 
     def finish(self) -> None:
-        callbacks, self._callbacks = self._callbacks, []
+        with self._lock:
+            self._finished = True
+            callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
 

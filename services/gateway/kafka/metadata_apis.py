@@ -21,7 +21,7 @@ from seglog.errors import SeglogError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
-from .brokers import Broker, controller_id, leader_of, live_brokers
+from .brokers import Broker, cluster_id, controller_id, leader_of, live_brokers
 from .error_codes import (
     LEADER_NOT_AVAILABLE,
     NONE,
@@ -108,7 +108,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             )
             for b in brokers
         ],
-        cluster_id=None,
+        cluster_id=cluster_id(call.gateway),
         controller_id=controller_id(call.gateway),
         topics=[t for t in topics if t is not None],
     )

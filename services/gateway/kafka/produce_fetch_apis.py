@@ -29,6 +29,7 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.v1 import common_pb2
 
+from . import produce_coalescing as coalescing
 from .api_table import ApiTable
 from .error_codes import (
     FETCH_SESSION_ID_NOT_FOUND,
@@ -96,32 +97,61 @@ def _produce_topics(call: KafkaCall, request: Any) -> list[common_pb2.ProduceRes
         return [future.result() for future in futures]
 
 
-def produce(call: KafkaCall, request: Any) -> Any:
+def _response(call: KafkaCall, request: Any, results: dict[tuple[str, int], Any]) -> Any:
+    """The ProduceResponse of `request` from the gateway's per-partition results."""
     response_class = ProduceResponse[call.version]
     topic_class = response_class.TopicProduceResponse
     partition_class = topic_class.PartitionProduceResponse
-    call.attributes["kafka.topics"] = ",".join(t.name for t in request.topic_data[:16])
     topics = []
-    for topic, answer in zip(request.topic_data, _produce_topics(call, request), strict=True):
+    for topic in request.topic_data:
         partitions = []
-        for result in answer.partitions:
-            reason = common_pb2.ErrorCode.Name(result.error)
+        for data in topic.partition_data:
+            result = results[(topic.name, data.index)]
             failed = result.error != common_pb2.NONE
             partitions.append(
                 partition_class(
-                    index=result.partition,
-                    error_code=kafka_error_code(reason),
+                    index=data.index,
+                    error_code=kafka_error_code(common_pb2.ErrorCode.Name(result.error)),
                     base_offset=NO_OFFSET if failed else result.base_offset,
-                    log_append_time_ms=result.log_append_time_ms if not failed else NO_OFFSET,
-                    log_start_offset=result.log_start_offset if not failed else NO_OFFSET,
+                    log_append_time_ms=NO_OFFSET if failed else result.log_append_time_ms,
+                    log_start_offset=NO_OFFSET if failed else result.log_start_offset,
                     record_errors=[],
                     error_message=result.error_message or None,
                 )
             )
         topics.append(topic_class(name=topic.name, partition_responses=partitions))
+    return response_class(responses=topics, throttle_time_ms=0)
+
+
+def _by_partition(answers: list[common_pb2.ProduceResponse]) -> dict[tuple[str, int], Any]:
+    return {(a.topic, r.partition): r for a in answers for r in a.partitions}
+
+
+def produce(call: KafkaCall, request: Any) -> Any:
+    call.attributes["kafka.topics"] = ",".join(t.name for t in request.topic_data[:16])
+    results = _by_partition(_produce_topics(call, request))
     if request.acks == 0:
         return None
-    return response_class(responses=topics, throttle_time_ms=0)
+    return _response(call, request, results)
+
+
+def produce_many(calls: list[KafkaCall], requests: list[Any]) -> list[Any]:
+    """Queued produce requests of one connection, consecutive mergeable ones as one append
+    per partition (produce_coalescing.py); each request's response, in order."""
+    responses: list[Any] = [None] * len(requests)
+    for run in coalescing.runs(requests):
+        if len(run) == 1:
+            responses[run[0]] = produce(calls[run[0]], requests[run[0]])
+            continue
+        members = [requests[i] for i in run]
+        call = calls[run[0]]
+        merged = coalescing.merged_request(members)
+        call.attributes["kafka.topics"] = ",".join(t.name for t in merged.topic_data[:16])
+        call.attributes["kafka.coalesced_requests"] = str(len(run))
+        answers = _produce_topics(call, merged)
+        for i, results in zip(run, coalescing.split_results(members, answers), strict=True):
+            responses[i] = _response(calls[i], requests[i], results)
+    return responses
 
 
 # -- Fetch -----------------------------------------------------------------------------------
@@ -266,5 +296,5 @@ def fetch(call: KafkaCall, request: Any) -> Any:
 
 
 def register(table: ApiTable, gateway: Gateway) -> None:
-    table.register(ProduceRequest, 3, 9, produce)
+    table.register(ProduceRequest, 3, 9, produce, batch_handler=produce_many)
     table.register(FetchRequest, 4, 12, fetch)
