@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test test-unit test-integration bench bench-scale lint proto install run clean fault-campaign pipeline image image-smoke
+.PHONY: test test-unit test-integration bench bench-scale lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -46,7 +46,32 @@ DATA_DIR ?= data
 run: $(STAMP) proto
 	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
 
-test: $(STAMP) proto
+# Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
+# client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under
+# devtools/maven/ pin the versions; Maven and Java from Debian's packages when missing and we
+# are root); kcat from Debian's packages likewise. The tests that need the jars or kcat skip,
+# naming this target, without them.
+KAFKA_CACHE := .cache/kafka
+KAFKA_STAMP := $(KAFKA_CACHE)/.installed
+$(KAFKA_STAMP): devtools/maven/kafka.pom.xml devtools/maven/spark-kafka.pom.xml
+	@if ! command -v mvn > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
+		env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
+		env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven > /dev/null; fi
+	rm -rf $(KAFKA_CACHE)/kafka $(KAFKA_CACHE)/spark
+	mvn -q -B -f devtools/maven/kafka.pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/kafka
+	mvn -q -B -f devtools/maven/spark-kafka.pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/spark
+	touch $(KAFKA_STAMP)
+
+kafka: $(KAFKA_STAMP)
+	@if ! command -v kcat > /dev/null; then \
+		if [ "$$(id -u)" -eq 0 ]; then \
+			env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
+			env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat > /dev/null; \
+		else echo "kcat is missing (Debian's kcat package): its tests will skip" >&2; fi; fi
+
+test: $(STAMP) proto kafka
 	$(BIN)/python -m pytest -q tests
 
 # The inner loop: rules and single components on real files, no cluster started.
@@ -55,10 +80,10 @@ test-unit: $(STAMP) proto
 
 # Real gateways and storage nodes on loopback. Tests marked slow take more than ~5 s each;
 # `$(BIN)/python -m pytest -m 'not slow' tests/integration` leaves them out.
-test-integration: $(STAMP) proto
+test-integration: $(STAMP) proto kafka
 	$(BIN)/python -m pytest -q tests/integration
 
-bench: $(STAMP) proto
+bench: $(STAMP) proto kafka
 	$(BIN)/python -m bench
 
 # The control plane at 1,000 to 10,000 partitions on three nodes (file and etcd registries):

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from devtools import apache_kafka
 from seglog.spark.session import local_session
 from tests.cluster import LocalCluster
 
@@ -16,7 +17,12 @@ _names = itertools.count()
 @pytest.fixture(scope="session")
 def spark():
     # Not registered by hand: installing seglog registers the format (pyspark_seglog).
-    session = local_session("seglog-tests")
+    # Spark's own Kafka source too when `make kafka` installed it (test_kafka_source.py): jars
+    # are loaded only as the one shared session starts.
+    conf = {}
+    if apache_kafka.spark_kafka_installed():
+        conf["spark.jars"] = ",".join(str(jar) for jar in apache_kafka.spark_kafka_jars())
+    session = local_session("seglog-tests", **conf)
     yield session
     session.stop()
 

@@ -1,0 +1,92 @@
+"""The Apache Kafka harness (devtools/apache_kafka.py) itself, against which seglog's Kafka
+listener is compared: a one-broker KRaft cluster starts, librdkafka produces to it and
+consumes back what it produced, Kafka's own topic tool describes the topic, and stopping
+ends the broker's process."""
+
+from __future__ import annotations
+
+import os
+
+import confluent_kafka
+import pytest
+
+from devtools import apache_kafka
+from devtools.apache_kafka import KafkaBrokers
+from tests.waiting import wait_until
+
+# JVMs start in seconds: a broker per module, a JVM per tool run.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT),
+]
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    brokers = KafkaBrokers(tmp_path_factory.mktemp("apache-kafka"), brokers=1)
+    brokers.start()
+    yield brokers
+    brokers.stop()
+
+
+def test_librdkafka_consumes_what_it_produced_to_apache_kafka(kafka):
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    for i in range(200):
+        producer.produce("harness", b"value-%d" % i, key=b"key-%d" % (i % 7))
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": "harness",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe(["harness"])
+    values: list[bytes] = []
+
+    def consumed_all() -> bool:
+        message = consumer.poll(0.5)
+        if message is not None:
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        return len(values) >= 200
+
+    try:
+        assert wait_until(consumed_all, timeout_s=60, interval_s=0), f"{len(values)} of 200"
+    finally:
+        consumer.close()
+    assert values == [b"value-%d" % i for i in range(200)]
+
+
+def test_kafka_topic_tool_describes_a_topic_it_created(kafka):
+    created = apache_kafka.run_tool(
+        apache_kafka.TOPICS_TOOL,
+        "--bootstrap-server",
+        kafka.bootstrap,
+        "--create",
+        "--topic",
+        "tool-made",
+        "--partitions",
+        "3",
+    )
+    assert created.returncode == 0, created.stderr.decode()
+    described = apache_kafka.run_tool(
+        apache_kafka.TOPICS_TOOL,
+        "--bootstrap-server",
+        kafka.bootstrap,
+        "--describe",
+        "--topic",
+        "tool-made",
+    )
+    assert described.returncode == 0, described.stderr.decode()
+    assert b"PartitionCount: 3" in described.stdout
+
+
+def test_stopping_ends_every_broker_process(tmp_path):
+    brokers = KafkaBrokers(tmp_path, brokers=1)
+    brokers.start()
+    pids = brokers.pids()
+    brokers.stop()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
