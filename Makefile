@@ -69,7 +69,8 @@ kafka: $(KAFKA_STAMP)
 		if [ "$$(id -u)" -eq 0 ]; then \
 			env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
 			env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat > /dev/null; \
-		else echo "kcat is missing (Debian's kcat package): its tests will skip" >&2; fi; fi
+		else echo "kcat is missing: install Debian's kcat package (its tests need it)" >&2; \
+			exit 1; fi; fi
 
 test: $(STAMP) proto kafka
 	$(BIN)/python -m pytest -q tests

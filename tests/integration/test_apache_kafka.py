@@ -15,10 +15,13 @@ from devtools.apache_kafka import KafkaBrokers
 from tests.waiting import wait_until
 
 # JVMs start in seconds: a broker per module, a JVM per tool run.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT),
-]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_installed() -> None:
+    """`make kafka` (run by `make test`) installs the jars: missing, these tests fail."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,14 @@ from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import drain
 
-pytestmark = pytest.mark.skipif(
-    not apache_kafka.spark_kafka_installed(), reason=apache_kafka.INSTALL_HINT
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def connector_installed() -> None:
+    """`make kafka` (run by `make test`) installs Spark's Kafka connector: missing, these
+    tests fail rather than skip."""
+    assert apache_kafka.spark_kafka_installed(), apache_kafka.INSTALL_HINT
+
+
 BASE_TS = 1_700_000_000_000
 
 
