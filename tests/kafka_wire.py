@@ -9,6 +9,7 @@ import struct
 from typing import Any
 
 from kafka.protocol.api_header import ResponseHeader
+from kafka.protocol.consumer import FetchRequest
 
 SIZE = struct.Struct(">i")
 
@@ -79,3 +80,45 @@ class KafkaWire:
                 return None
             out += chunk
         return bytes(out)
+
+
+def fetch_request(
+    version: int,
+    partitions: dict[str, list[int]],
+    *,
+    fetch_offset: int = 0,
+    max_wait_ms: int = 0,
+    min_bytes: int = 0,
+    max_bytes: int = 1 << 20,
+) -> Any:
+    """A consumer's sessionless Fetch of `partitions` (topic -> partition numbers), each
+    from `fetch_offset`, at `version`."""
+    fetch_topic = FetchRequest.FetchTopic
+    return FetchRequest[version](
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            fetch_topic(
+                topic=topic,
+                partitions=[
+                    fetch_topic.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=fetch_offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=max_bytes,
+                    )
+                    for partition in numbers
+                ],
+            )
+            for topic, numbers in partitions.items()
+        ],
+        forgotten_topics_data=[],
+        rack_id="",
+    )

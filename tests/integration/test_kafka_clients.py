@@ -12,7 +12,6 @@ import confluent_kafka
 import kafka
 import pytest
 from kafka.protocol.consumer import (
-    FetchRequest,
     FetchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -25,7 +24,7 @@ from seglog.client.structs import TopicPartition
 from seglog.records.batch import read_header
 from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
-from tests.kafka_wire import KafkaWire
+from tests.kafka_wire import KafkaWire, fetch_request
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT_S = 20
@@ -194,32 +193,7 @@ def test_fetch_from_a_mid_batch_offset_answers_the_whole_batch(cluster):
         producer.produce("batched", value=b"%d" % i)
     delivered(producer)
     with KafkaWire(cluster.kafka_address) as wire:
-        request = FetchRequest[12](
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic="batched",
-                    partitions=[
-                        FetchRequest.FetchTopic.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=5,
-                            last_fetched_epoch=-1,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        request = fetch_request(12, {"batched": [0]}, fetch_offset=5)
         answer = wire.request(request, 12, FetchResponse)
     data = answer.responses[0].partitions[0]
     assert (data.error_code, data.high_watermark, data.last_stable_offset) == (0, 10, 10)
@@ -282,32 +256,7 @@ def test_a_fetch_across_nodes_answers_once_one_node_has_data(cluster):
     assert len(leaders) == 3
     with Producer(cluster.address, linger_ms=0) as producer:
         producer.send("across", b"only here", partition=1).get(TIMEOUT_S)
-    request = FetchRequest[11](
-        replica_id=-1,
-        max_wait_ms=10_000,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic="across",
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=p,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                    for p in range(3)
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    request = fetch_request(11, {"across": [0, 1, 2]}, max_wait_ms=10_000, min_bytes=1)
     with KafkaWire(cluster.kafka_address) as wire:
         started = time.monotonic()
         answer = wire.request(request, 11, FetchResponse)
@@ -454,32 +403,7 @@ def test_fetch_answers_at_each_served_version(cluster, version):
     cluster.admin.create_topic(topic, 1, 3)
     with Producer(cluster.address, linger_ms=0) as producer:
         producer.send(topic, b"record").get(TIMEOUT_S)
-    request = FetchRequest[version](
-        replica_id=-1,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-        forgotten_topics_data=[],
-        rack_id="",
-    )
+    request = fetch_request(version, {topic: [0]})
     with KafkaWire(cluster.kafka_address) as wire:
         answer = wire.request(request, version, FetchResponse)
     data = answer.responses[0].partitions[0]

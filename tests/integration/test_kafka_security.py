@@ -20,7 +20,7 @@ from seglog.security.acls import AclBinding
 from seglog.security.tokens import TokenVerifier
 from services.gateway.kafka.listener import KafkaListener, api_table_for
 from tests.cluster import LocalCluster
-from tests.kafka_wire import KafkaWire
+from tests.kafka_wire import KafkaWire, fetch_request
 
 KID = "kafka-test"
 TIMEOUT_S = 20
@@ -209,7 +209,6 @@ def _metadata_response():
 
 def test_a_topic_that_may_not_be_read_is_refused_alone_in_fetch_and_list_offsets(cluster):
     from kafka.protocol.consumer import (
-        FetchRequest,
         FetchResponse,
         ListOffsetsRequest,
         ListOffsetsResponse,
@@ -230,32 +229,7 @@ def test_a_topic_that_may_not_be_read_is_refused_alone_in_fetch_and_list_offsets
         wire.request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
         request = SaslAuthenticateRequest[2](auth_bytes=b"\0bob\0s3cret-bob")
         assert wire.request(request, 2, SaslAuthenticateResponse).error_code == 0
-        fetch = FetchRequest[11](
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            isolation_level=0,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=name,
-                    partitions=[
-                        FetchRequest.FetchTopic.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            log_start_offset=-1,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-                for name in ("secure", "hidden")
-            ],
-            forgotten_topics_data=[],
-            rack_id="",
-        )
+        fetch = fetch_request(11, {"secure": [0], "hidden": [0]})
         answer = wire.request(fetch, 11, FetchResponse)
         errors = {t.topic: t.partitions[0].error_code for t in answer.responses}
         assert errors == {"secure": 0, "hidden": 29}  # TOPIC_AUTHORIZATION_FAILED

@@ -235,18 +235,7 @@ class Admin(ReassignmentAdmin):
                 principal=principal, resource_type=resource_type, resource_name=resource_name
             ),
         )
-        return [
-            AclBinding(
-                a.principal,
-                a.host,
-                a.resource_type,
-                a.pattern_type,
-                a.resource_name,
-                a.operation,
-                a.permission,
-            )
-            for a in response.acls  # type: ignore[attr-defined]
-        ]
+        return [AclBinding.from_message(a) for a in response.acls]  # type: ignore[attr-defined]
 
     def delete_acls(self, acls: Iterable[AclBinding]) -> int:
         response = self._client.call(

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..errors import InvalidRequestError
 
@@ -56,6 +57,12 @@ class AclBinding:
     resource_name: str
     operation: str
     permission: str
+
+    @classmethod
+    def from_message(cls, message: Any) -> AclBinding:
+        """From a message holding the binding's fields by the same names (the API's
+        AclBinding, as DescribeAcls answers it)."""
+        return cls(*(getattr(message, field.name) for field in fields(cls)))
 
     def check(self) -> AclBinding:
         """Every field valid (InvalidRequestError naming the first that is not)."""

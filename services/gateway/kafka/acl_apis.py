@@ -168,18 +168,7 @@ def _listed(call: KafkaCall) -> list[AclBinding]:
     """Every ACL, through the gateway's DescribeAcls (Describe on the cluster)."""
     service = call.gateway.acl_service
     answer = call.invoke("DescribeAcls", service.DescribeAcls, gateway_pb2.DescribeAclsRequest())
-    return [
-        AclBinding(
-            a.principal,
-            a.host,
-            a.resource_type,
-            a.pattern_type,
-            a.resource_name,
-            a.operation,
-            a.permission,
-        )
-        for a in answer.acls
-    ]
+    return [AclBinding.from_message(a) for a in answer.acls]
 
 
 def describe_acls(call: KafkaCall, request: Any) -> Any:
