@@ -16,6 +16,7 @@ from seglog.errors import (
     SeglogError,
     StorageError,
 )
+from seglog.rpc import MAX_REQUEST_ENTRIES
 from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.storage import log_files
 from seglog.v1 import (
@@ -321,3 +322,40 @@ def test_the_gateway_and_the_nodes_judge_a_split_request_by_the_same_rules(tmp_p
         assert cluster.log("large", 0).log_end_offset == 1  # nothing of it was written
     finally:
         cluster.close()
+
+
+def test_requests_naming_too_many_entries_are_refused_before_any_work(cluster):
+    """A request naming more than MAX_REQUEST_ENTRIES partitions or topics is refused whole
+    with INVALID_REQUEST, before the gateway looks anything up (a million entries once cost a
+    gateway 600-800 MB to answer); one at the limit's side is served."""
+    cluster.admin.create_topic("listed", 1)
+    too_many = MAX_REQUEST_ENTRIES + 1
+    stub = cluster.client._stub
+    groups = groups_pb2_grpc.GroupCoordinatorStub(cluster.client._channel)
+    list_offsets = common_pb2.ListOffsetsRequest()
+    list_offsets.partitions.extend(
+        common_pb2.ListOffsetsPartition(topic="listed", partition=0, timestamp=-1)
+        for _ in range(too_many)
+    )
+    fetch_offsets = groups_pb2.FetchOffsetsRequest(group_id="g")
+    fetch_offsets.partitions.add(topic="listed", partitions=[0] * too_many)
+    fetch = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
+    fetch.partitions.extend(
+        common_pb2.FetchPartition(topic="listed", partition=0, partition_max_bytes=1)
+        for _ in range(too_many)
+    )
+    refused = [
+        lambda: stub.ListOffsets(list_offsets, timeout=30),
+        lambda: groups.FetchOffsets(fetch_offsets, timeout=30),
+        lambda: stub.DescribeTopics(
+            gateway_pb2.DescribeTopicsRequest(names=["listed"] * too_many), timeout=30
+        ),
+        lambda: list(stub.Fetch(fetch, timeout=30)),
+    ]
+    for call in refused:
+        with pytest.raises(grpc.RpcError) as denied:
+            call()
+        error = error_from_rpc(denied.value)
+        assert isinstance(error, InvalidRequestError), error
+        assert f"at most {MAX_REQUEST_ENTRIES}" in str(error)
+    assert cluster.client.list_offsets("listed", {0: -1})[0].error == 0

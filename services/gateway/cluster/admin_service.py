@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from seglog.errors import InvalidRequestError, LeaderNotAvailableError, SeglogError
-from seglog.rpc.status import error_from_rpc, set_error
+from seglog.rpc import check_entries
+from seglog.rpc.status import abort, error_from_rpc, set_error
 from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
@@ -221,6 +222,10 @@ class AdminService:
     def DescribeTopics(
         self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeTopicsResponse:
+        try:
+            check_entries(len(request.names), "DescribeTopics names")
+        except SeglogError as exc:
+            abort(context, exc)
         names = list(request.names) or sorted(self.registry.topics)
         response = gateway_pb2.DescribeTopicsResponse()
         wanted: dict[int, list[tuple[str, int]]] = {}

@@ -21,6 +21,7 @@ from seglog.errors import (
     SeglogError,
     UnknownTopicOrPartitionError,
 )
+from seglog.rpc import check_entries
 from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
@@ -220,6 +221,13 @@ class GroupCoordinatorService:
     def FetchOffsets(
         self, request: groups_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.FetchOffsetsResponse:
+        try:
+            check_entries(
+                sum(max(1, len(tp.partitions)) for tp in request.partitions),
+                "FetchOffsets partitions",
+            )
+        except SeglogError as exc:
+            abort(context, exc)
         self._coordinated(request.group_id, context)
         response = groups_pb2.FetchOffsetsResponse()
         try:

@@ -11,7 +11,8 @@ from typing import Any
 import grpc
 
 from seglog.errors import SeglogError
-from seglog.rpc.status import error_code_for
+from seglog.rpc import check_entries
+from seglog.rpc.status import abort, error_code_for
 from seglog.v1 import common_pb2
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -31,6 +32,10 @@ class LeaderQueries:
     def ListOffsets(
         self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
     ) -> common_pb2.ListOffsetsResponse:
+        try:
+            check_entries(len(request.partitions), "ListOffsets partitions")
+        except SeglogError as exc:
+            abort(context, exc)
         response = common_pb2.ListOffsetsResponse()
         response.partitions.extend(self.per_leader_list_offsets(request.partitions))
         return response
