@@ -23,15 +23,12 @@ from seglog.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from services.gateway.cluster.registry import Registry
 from services.gateway.groups.consumer_protocol import assignment_partitions, subscription_topics
 from services.gateway.groups.coordinator import (
     COMPLETING_REBALANCE,
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
-    CoordinatorConfig,
-    GroupCoordinator,
 )
 from services.gateway.groups.offsets_formats import GroupMetadata, MemberMetadata
 from tests.waiting import wait_until
@@ -53,34 +50,6 @@ def assignment(topic: str, partitions: list[int]) -> bytes:
 
 
 RANGE = (("range", subscription("events")),)
-
-
-@pytest.fixture
-def registry(tmp_path):
-    registry = Registry(tmp_path, session_timeout_ms=600_000)
-    registry.register_node(1, "127.0.0.1:1")
-    registry.create_topic("events", 4, 1, {})
-    return registry
-
-
-@pytest.fixture
-def make_coordinator(registry):
-    made: list[GroupCoordinator] = []
-
-    def make(*, persist=None, load=None, **config) -> GroupCoordinator:
-        config.setdefault("initial_rebalance_delay_ms", 0)
-        coordinator = GroupCoordinator(registry, CoordinatorConfig(**config), persist, load)
-        made.append(coordinator)
-        return coordinator
-
-    yield make
-    for coordinator in made:
-        coordinator.close()
-
-
-@pytest.fixture
-def coordinator(make_coordinator):
-    return make_coordinator()
 
 
 def join(

@@ -21,13 +21,10 @@ from seglog.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
-from services.gateway.cluster.registry import Registry
 from services.gateway.groups.coordinator import (
     EMPTY,
     PREPARING_REBALANCE,
     STABLE,
-    CoordinatorConfig,
-    GroupCoordinator,
 )
 from services.gateway.groups.offsets_formats import CONSUMER_PROTOCOL_TYPE, GroupMetadata
 from tests.waiting import wait_until
@@ -37,36 +34,6 @@ SESSION_TIMEOUT_MS = 10_000
 # Long enough never to pass while a test runs, so only the members' joins complete it.
 LONG_REBALANCE_TIMEOUT_MS = 120_000
 JOIN_TIMEOUT_S = 30
-
-
-@pytest.fixture
-def registry(tmp_path):
-    """One live node holding a topic of four partitions."""
-    registry = Registry(tmp_path, session_timeout_ms=600_000)
-    registry.register_node(1, "127.0.0.1:1")
-    registry.create_topic("events", 4, 1, {})
-    return registry
-
-
-@pytest.fixture
-def make_coordinator(registry):
-    """Coordinators over the registry, closed (their session reaper stopped) at the end."""
-    made: list[GroupCoordinator] = []
-
-    def make(*, persist=None, load=None, **config) -> GroupCoordinator:
-        config.setdefault("initial_rebalance_delay_ms", 0)
-        coordinator = GroupCoordinator(registry, CoordinatorConfig(**config), persist, load)
-        made.append(coordinator)
-        return coordinator
-
-    yield make
-    for coordinator in made:
-        coordinator.close()
-
-
-@pytest.fixture
-def coordinator(make_coordinator):
-    return make_coordinator()
 
 
 def join(
