@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from seglog.security.tls import TlsFiles
 from .etcd_keyspace import DEFAULT_PREFIX, b64, range_end
 
 ROLE = "seglog"
+READY_TIMEOUT_S = 30.0
 ROOT_PASSWORD_ENV = "SEGLOG_ETCD_ROOT_PASSWORD"
 GATEWAY_PASSWORD_ENV = "SEGLOG_REGISTRY_ETCD_PASSWORD"
 
@@ -57,7 +59,18 @@ def lock_down(
             return {}
         raise EtcdAuthError(f"etcd {path}: {answer.status_code} {answer.text.strip()}")
 
-    status = session.post(f"{endpoint.rstrip('/')}/v3/auth/status", json={}, timeout=10)
+    # A member that just opened its port may not serve yet (no leader elected): its first
+    # answers are connection errors or 5xx, waited out up to a deadline.
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            status = session.post(f"{endpoint.rstrip('/')}/v3/auth/status", json={}, timeout=10)
+            if status.status_code < 500 or time.monotonic() > deadline:
+                break
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
     if status.status_code != 200:
         # With auth on, etcd answers even this only to a logged-in user.
         if "user name is empty" in status.text:
