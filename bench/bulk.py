@@ -59,7 +59,7 @@ def _consume(
         start = time.perf_counter()
         seen = 0
         while seen < end_offset:
-            seen += len(consumer.poll(timeout_ms=1000, max_records=100_000))
+            seen += len(consumer.poll_records(timeout_ms=1000, max_records=100_000))
         return time.perf_counter() - start
 
 

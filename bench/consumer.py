@@ -176,7 +176,7 @@ def _seglog_read(bootstrap: str, topic: str, records: int) -> Timing:
         size = 0
         deadline = time.monotonic() + 60
         while timing.count < records and time.monotonic() < deadline:
-            polled = consumer.poll(timeout_ms=1000)
+            polled = consumer.poll_records(timeout_ms=1000)
             for record in polled:
                 size += len(record.value)  # type: ignore[arg-type]
             if polled:

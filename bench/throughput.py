@@ -27,5 +27,5 @@ def fetch_seconds(bootstrap: str, topic: str, records: int) -> float:
         start = time.perf_counter()
         seen = 0
         while seen < records:
-            seen += len(consumer.poll(timeout_ms=1000, max_records=100_000))
+            seen += len(consumer.poll_records(timeout_ms=1000, max_records=100_000))
         return time.perf_counter() - start

@@ -242,7 +242,7 @@ def drain(consumer, expected: int, timeout_s: float = 20):
     out = []
     deadline = time.monotonic() + timeout_s
     while len(out) < expected and time.monotonic() < deadline:
-        out.extend(consumer.poll(timeout_ms=200))
+        out.extend(consumer.poll_records(timeout_ms=200))
     return out
 
 

@@ -89,7 +89,7 @@ def _consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
         out: list[bytes] = []
         deadline = time.monotonic() + 60
         while len(out) < expected and time.monotonic() < deadline:
-            out += [r.value for r in consumer.poll(timeout_ms=500)]
+            out += [r.value for r in consumer.poll_records(timeout_ms=500)]
         return out
 
 

@@ -149,7 +149,7 @@ def run_consumer(args: argparse.Namespace) -> int:
         consumer.subscribe([args.topic])
         while not stop:
             try:
-                records = consumer.poll(timeout_ms=200)
+                records = consumer.poll_records(timeout_ms=200)
             except Exception as exc:  # a leader or coordinator moving
                 history.record("info", "poll", {"error": describe(exc)})
                 stop.wait(ERROR_BACKOFF_S)
@@ -235,7 +235,7 @@ def run_final_read(args: argparse.Namespace) -> int:
             consumer.seek(TopicPartition(args.topic, p), 0)
         while time.monotonic() < deadline and any(positions[p] < ends[p] for p in partitions):
             try:
-                records = consumer.poll(timeout_ms=200)
+                records = consumer.poll_records(timeout_ms=200)
             except Exception as exc:  # retried until the deadline
                 print(f"final read: poll failed: {describe(exc)}", file=sys.stderr)
                 continue

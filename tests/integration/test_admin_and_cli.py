@@ -114,7 +114,7 @@ def test_cli_perf_produce_and_consume_report_rates_and_latency(cluster, capsys, 
     # Values differ from record to record, so lz4 has no repeats to remove.
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition("load", 0)])
-        values = [r.value for r in consumer.poll(timeout_ms=2000, max_records=500)]
+        values = [r.value for r in consumer.poll_records(timeout_ms=2000, max_records=500)]
     assert len(values) > 100 and len(set(values)) == len(values)
 
 

@@ -211,7 +211,10 @@ def test_a_group_commits_under_the_authorizer_and_joins_only_topics_it_may_descr
         consumer.subscribe(["orders"])
         read: list[bytes] = []
         assert wait_until(
-            lambda: read.extend(r.value for r in consumer.poll(timeout_ms=200)) or len(read) == 2,
+            lambda: (
+                read.extend(r.value for r in consumer.poll_records(timeout_ms=200))
+                or len(read) == 2
+            ),
             timeout_s=30,
         ), f"carol read {read} as a group member"
         consumer.commit()

@@ -111,7 +111,9 @@ def test_consumers_read_through_the_bulk_path_and_fall_back_when_it_is_gone(clus
         consumer.assign([TopicPartition("read", 0)])
         got = []
         assert wait_until(
-            lambda: got.extend(r.value for r in consumer.poll(timeout_ms=50)) or len(got) >= 30
+            lambda: (
+                got.extend(r.value for r in consumer.poll_records(timeout_ms=50)) or len(got) >= 30
+            )
         )
     assert served, "the consumer read from the bulk listener"
     # The same with the bulk listener gone: the gateway's gRPC path serves it.
@@ -121,7 +123,7 @@ def test_consumers_read_through_the_bulk_path_and_fall_back_when_it_is_gone(clus
         values = []
         assert wait_until(
             lambda: (
-                values.extend(r.value for r in consumer.poll(timeout_ms=50))
+                values.extend(r.value for r in consumer.poll_records(timeout_ms=50))
                 or len(values) >= len(expected)
             )
         )
@@ -129,7 +131,7 @@ def test_consumers_read_through_the_bulk_path_and_fall_back_when_it_is_gone(clus
     # Forcing the gRPC path never touches a bulk listener.
     with Consumer(cluster.address, auto_offset_reset="earliest", fetch_transport="grpc") as c:
         c.assign([TopicPartition("read", 0)])
-        assert c.poll(timeout_ms=5000)
+        assert c.poll_records(timeout_ms=5000)
 
 
 def _decode(records):
@@ -259,7 +261,7 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
         offsets = []
         assert wait_until(
             lambda: (
-                offsets.extend(r.offset for r in consumer.poll(timeout_ms=50))
+                offsets.extend(r.offset for r in consumer.poll_records(timeout_ms=50))
                 or len(offsets) >= 240
             )
         )
@@ -338,7 +340,10 @@ def test_idle_strangers_neither_keep_nor_take_the_bulk_slots(cluster):
             consumer.assign([TopicPartition("guarded", 0)])
             got = []
             assert wait_until(
-                lambda: got.extend(r.value for r in consumer.poll(timeout_ms=50)) or len(got) >= 150
+                lambda: (
+                    got.extend(r.value for r in consumer.poll_records(timeout_ms=50))
+                    or len(got) >= 150
+                )
             )
         assert served, "the consumer read from the bulk listener"
         refused = strangers[16:]  # accepted in order: the first 16 are held

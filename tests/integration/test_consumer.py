@@ -62,7 +62,7 @@ def test_poll_respects_max_records_and_position_follows(cluster):
         consumer.assign([tp])
         first = []
         while not first:
-            first = consumer.poll(timeout_ms=500, max_records=7)
+            first = consumer.poll_records(timeout_ms=500, max_records=7)
         assert [r.offset for r in first] == list(range(7))
         assert consumer.position(tp) == 7
         rest = drain(consumer, 93)
@@ -216,7 +216,7 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
         read = 0
         try:
             while not stop.is_set():
-                records = consumer.poll(timeout_ms=100)
+                records = consumer.poll_records(timeout_ms=100)
                 if not records:
                     continue
                 generation = consumer.generation

@@ -413,5 +413,5 @@ def read_values(bootstrap: str, topic: str) -> list[bytes]:
         out: list[bytes] = []
         deadline = time.monotonic() + 30
         while consumer.position(tp) < end and time.monotonic() < deadline:
-            out.extend(r.value for r in consumer.poll(timeout_ms=500))
+            out.extend(r.value for r in consumer.poll_records(timeout_ms=500))
         return out

@@ -132,7 +132,7 @@ def test_answers_lost_after_requests_of_several_batches_lose_and_repeat_nothing(
         futures = [(b"record-%03d" % i, None) for i in range(200)]
         futures = [(v, producer.send("several", v, partition=0)) for v, _ in futures]
         producer.flush(timeout=60)
-        assert producer.metrics["producer_id_resets"] == 0
+        assert producer.metrics()["producer-metrics"]["producer-id-resets"] == 0
     _records_once_at_their_offsets(cluster.log("several", 0), futures)
     assert sum(lost) >= 3
 

@@ -504,7 +504,7 @@ def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
     seglog_member.subscribe(["mixed"])
     try:
         assert wait_until(
-            lambda: seglog_member.poll(timeout_ms=100) == [] and seglog_member.assignment()
+            lambda: seglog_member.poll_records(timeout_ms=100) == [] and seglog_member.assignment()
         )
         with KafkaWire(cluster.kafka_address) as wire:
             refused = wire.request(join_request(5), 5, JoinGroupResponse)

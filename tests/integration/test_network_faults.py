@@ -164,7 +164,7 @@ def read_partition(cluster: NamespacedCluster, partition: int) -> dict[int, byte
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while consumer.position(tp) < end:
             assert time.monotonic() < deadline, f"read stopped at {consumer.position(tp)} < {end}"
-            for record in consumer.poll(timeout_ms=500):
+            for record in consumer.poll_records(timeout_ms=500):
                 assert record.offset not in stored, f"offset {record.offset} read twice"
                 stored[record.offset] = record.value
         return stored

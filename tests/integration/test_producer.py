@@ -32,7 +32,7 @@ def read_all(address, topic, partitions, expected):
     got = 0
     deadline = time.monotonic() + 30
     while got < expected and time.monotonic() < deadline:
-        for record in consumer.poll(timeout_ms=500):
+        for record in consumer.poll_records(timeout_ms=500):
             out[record.partition].append(record)
             got += 1
     consumer.close()
@@ -364,7 +364,7 @@ def test_batches_past_delivery_timeout_fail_with_a_timeout(tmp_path, caplog):
             future.get(timeout=20)
         # The failed batch had its sequence: the next batches take a new producer id, and
         # that is said and counted, never silent.
-        assert producer.metrics["producer_id_resets"] == 1
+        assert producer.metrics()["producer-metrics"]["producer-id-resets"] == 1
         assert "producer id 0 (epoch 0) abandoned" in caplog.text
         producer.close(timeout=5)
     finally:

@@ -82,7 +82,7 @@ def _read_values(cluster, topic, expected, partition=0):
     out = []
     deadline = time.monotonic() + 30
     while len(out) < expected and time.monotonic() < deadline:
-        out.extend(r.value for r in consumer.poll(timeout_ms=300))
+        out.extend(r.value for r in consumer.poll_records(timeout_ms=300))
     consumer.close()
     return out
 

@@ -74,7 +74,7 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[int]:
         out: list[int] = []
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            out.extend(int(r.value) for r in consumer.poll(timeout_ms=500))
+            out.extend(int(r.value) for r in consumer.poll_records(timeout_ms=500))
             if all(consumer.position(tp) >= end for tp, end in ends.items()):
                 return out
         raise AssertionError("could not read the topic to its end")
@@ -129,7 +129,7 @@ def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     ) as consumer:  # fmt: skip
         consumer.subscribe(["events"])
         while len(seen) < 120:
-            seen.extend(int(r.value) for r in consumer.poll(timeout_ms=500))
+            seen.extend(int(r.value) for r in consumer.poll_records(timeout_ms=500))
             consumer.commit()
         coordinator = consumer._client.group_coordinators.coordinator_of("readers")
         assert coordinator in cluster.gateway_addresses
@@ -158,7 +158,7 @@ def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
 
         deadline = time.monotonic() + 60 + TAKEOVER_S
         while time.monotonic() < deadline:
-            seen.extend(int(r.value) for r in consumer.poll(timeout_ms=500))
+            seen.extend(int(r.value) for r in consumer.poll_records(timeout_ms=500))
             try:
                 consumer.commit()
             except SeglogError:

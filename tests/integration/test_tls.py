@@ -62,7 +62,8 @@ def test_a_tls_cluster_replicates_produces_and_consumes(cluster):
         values = []
         assert wait_until(
             lambda: (
-                values.extend(r.value for r in consumer.poll(timeout_ms=50)) or len(values) >= 20
+                values.extend(r.value for r in consumer.poll_records(timeout_ms=50))
+                or len(values) >= 20
             )
         )
     assert values == [b"v%d" % i for i in range(20)]

@@ -133,7 +133,7 @@ def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
     try:
         while args.max_messages is None or printed < args.max_messages:
             wanted = None if args.max_messages is None else args.max_messages - printed
-            records = consumer.poll(timeout_ms=200, max_records=wanted)
+            records = consumer.poll_records(timeout_ms=200, max_records=wanted)
             for record in records:
                 if args.format is not None:
                     out.write(format_line(record, args.format))

@@ -192,7 +192,7 @@ def perf_consume(args: argparse.Namespace, out: TextIO | None = None) -> int:
         last_record = started
         older_records = 0
         while stats is None or stats.count < args.messages:
-            records = consumer.poll(timeout_ms=200)
+            records = consumer.poll_records(timeout_ms=200)
             if not records:
                 if (time.monotonic() - last_record) * 1000 >= args.timeout_ms:
                     break

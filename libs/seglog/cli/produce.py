@@ -6,6 +6,10 @@ settings (`--batch-size`, `--linger-ms`, `--compression`, or any `--property nam
 Headers: `--header k=v` on every record (kcat -H), and with `--parse-headers` each line's own
 (kafka-console-producer's parse.headers format). `--value-file` (and `--key-file`) send one
 record whose value (and key) are a file's bytes.
+
+Ctrl-C (as kafka-console-producer): what was read is sent for up to INTERRUPT_FLUSH_S, then
+the command exits 130 with one line saying how many records were acknowledged; a second
+Ctrl-C drops the rest at once. Never a traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ from typing import BinaryIO
 from ..client.producer import Producer
 from ..errors import InvalidPartitionsError, InvalidRequestError, SeglogError
 from .options import parse_properties, plural
+
+INTERRUPT_FLUSH_S = 5.0
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def add_parser(
@@ -110,13 +117,17 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
         **parse_properties(args.property),
     }
     failures: list[BaseException] = []
+    acknowledged = [0]  # written on the sender thread only
 
     def on_completion(_metadata: object, error: BaseException | None) -> None:
-        if error is not None and len(failures) < 10:
+        if error is None:
+            acknowledged[0] += 1
+        elif len(failures) < 10:
             failures.append(error)
 
     count = 0
-    with Producer(args.bootstrap, **config) as producer:
+    producer = Producer(args.bootstrap, **config)
+    try:
         partitions = len(producer.partitions_for(args.topic))
         if args.partition is not None and not 0 <= args.partition < partitions:
             raise InvalidPartitionsError(
@@ -156,8 +167,31 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
             )
             count += 1
         producer.flush()
+    except KeyboardInterrupt:
+        _close_interrupted(producer)
+        print(
+            f"seglog: interrupted: {plural(acknowledged[0], 'record')} of {count} sent to "
+            f"{args.topic} acknowledged",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    finally:
+        producer.close()  # at once after a flush or an interrupt; else sends what is queued
     if failures:
         error = failures[0]
         raise error if isinstance(error, SeglogError) else SeglogError(str(error))
     print(f"Produced {plural(count, 'record')} to {args.topic}.", file=sys.stderr)
     return 0
+
+
+def _close_interrupted(producer: Producer) -> None:
+    """Send what is queued for a bounded time, then drop the rest; a second Ctrl-C drops it
+    at once."""
+    try:
+        producer.flush(timeout=INTERRUPT_FLUSH_S)
+    except (TimeoutError, KeyboardInterrupt):
+        pass
+    try:
+        producer.close(timeout=0)
+    except KeyboardInterrupt:
+        pass  # the sender thread is a daemon: it ends with the process

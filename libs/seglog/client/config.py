@@ -41,6 +41,8 @@ class ProducerConfig:
     compression_type: str = "none"
     retries: int = INT_MAX
     retry_backoff_ms: int = 100
+    # Kafka's (KIP-580): retries after repeated failures wait twice as long each time, up to this.
+    retry_backoff_max_ms: int = 1000
     delivery_timeout_ms: int = 120_000
     request_timeout_ms: int = 30_000
     max_in_flight_requests_per_connection: int = 5
@@ -81,6 +83,7 @@ class ProducerConfig:
         _at_least(self, "max_block_ms", 0)
         _at_least(self, "retries", 0)
         _at_least(self, "retry_backoff_ms", 0)
+        _at_least(self, "retry_backoff_max_ms", 0)
         _at_least(self, "request_timeout_ms", 1)
         _at_least(self, "delivery_timeout_ms", 1)
         _at_least(self, "max_in_flight_requests_per_connection", 1)
@@ -148,6 +151,8 @@ class ConsumerConfig:
     partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
+    # Kafka's (KIP-580): retries after repeated failures wait twice as long each time, up to this.
+    retry_backoff_max_ms: int = 1000
     metadata_max_age_ms: int = 300_000
     key_deserializer: Callable[[bytes | None], Any] | None = None
     value_deserializer: Callable[[bytes | None], Any] | None = None
@@ -184,6 +189,7 @@ class ConsumerConfig:
         _at_least(self, "max_poll_interval_ms", 1)
         _at_least(self, "request_timeout_ms", 1)
         _at_least(self, "retry_backoff_ms", 0)
+        _at_least(self, "retry_backoff_max_ms", 0)
         _at_least(self, "metadata_max_age_ms", 0)
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise InvalidConfigError(

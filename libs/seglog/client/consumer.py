@@ -2,9 +2,12 @@
 
     consumer = Consumer(bootstrap="127.0.0.1:7070", group_id="billing",
                         auto_offset_reset="earliest")
-    consumer.subscribe(["orders"])
-    for record in consumer:              # or: records = consumer.poll(timeout_ms=1000)
+    consumer.subscribe(["orders"])       # or pattern="orders-.*", listener=...
+    for record in consumer:
         handle(record.key, record.value)
+
+`poll(timeout_ms=1000)` answers as kafka-python's does, a dict TopicPartition -> records;
+`poll_records(timeout_ms=1000)` answers the same records as one list, in fetch order.
 
 Records are `seglog.records.Record` tuples: topic, partition, offset, timestamp_ms,
 timestamp_type, key, value, headers. Fetching runs ahead on a background thread
@@ -19,7 +22,9 @@ partitions away, and on `close` — at-least-once, as in Kafka.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -35,6 +40,7 @@ from .metadata import Metadata
 from .position_resets import NoOffsetForPartitionError as NoOffsetForPartitionError
 from .position_resets import PositionResets
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .subscriptions import TopicPattern, check_listener, notify, requested_topics
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ class Consumer:
         if self.config.group_id is not None:
             self._group = GroupMembership(self.config, self._client.group_coordinators)
         self._subscription: tuple[str, ...] = ()
+        self._pattern: TopicPattern | None = None
+        self._listener: Any = None
         self._assigned: set[TopicPartition] = set()
         self._manual = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
@@ -82,27 +90,49 @@ class Consumer:
         self._manual = True
         self._set_assignment(wanted)
 
-    def subscribe(self, topics: Iterable[str]) -> None:
-        """Join the group and read whatever share of these topics it assigns."""
+    def subscribe(
+        self,
+        topics: Iterable[str] | str = (),
+        pattern: str | re.Pattern[str] | None = None,
+        listener: Any = None,
+    ) -> None:
+        """Join the group and read whatever share of these topics (or of the topics matching
+        `pattern`, see subscriptions.py) it assigns; `listener`, a ConsumerRebalanceListener,
+        hears of each rebalance. kafka-python's signature."""
         if self._group is None:
             raise SeglogError("subscribe() needs a group_id; use assign() without one")
         if self._manual:
             raise SeglogError("subscribe() after assign(): call unsubscribe() first")
-        topics = tuple(sorted(set(topics)))
-        if not topics:
-            raise SeglogError("subscribe() needs at least one topic")
-        if topics != self._subscription:
-            self._subscription = topics
+        names = requested_topics(topics)
+        if names and pattern is not None:
+            raise SeglogError("subscribe() takes topics or a pattern, not both")
+        if not names and pattern is None:
+            raise SeglogError("subscribe() needs at least one topic or a pattern")
+        if listener is not None:
+            check_listener(listener)
+        matcher = None
+        if pattern is not None:
+            matcher = TopicPattern(pattern, self.config.metadata_max_age_ms)
+        self._listener = listener
+        self._pattern = matcher
+        if matcher is None and names != self._subscription:
+            self._subscription = names
             self._group.request_rejoin()
 
     def unsubscribe(self) -> None:
-        if self._group is not None and self._subscription:
-            self._maybe_commit_before_revoke()
-            self._group.leave()
-            self._group = GroupMembership(self.config, self._client.group_coordinators)
+        self._leave_group()
         self._subscription = ()
+        self._pattern = None
+        self._listener = None
         self._manual = False
         self._set_assignment(set())
+
+    def _leave_group(self) -> None:
+        if self._group is not None and self._subscription:
+            self._maybe_commit_before_revoke()
+            notify(self._listener, "on_partitions_revoked", self._assigned)
+            self._group.leave()
+            self._group = GroupMembership(self.config, self._client.group_coordinators)
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._metadata.topic(topic).num_partitions))
@@ -111,7 +141,20 @@ class Consumer:
         return set(self._assigned)
 
     def subscription(self) -> set[str]:
+        """The subscribed topics; with a pattern, the topics it matched at the last refresh."""
         return set(self._subscription)
+
+    def paused(self) -> set[TopicPartition]:
+        """The partitions `pause` stopped (kafka-python's `paused()`)."""
+        return self._fetcher.paused()
+
+    def highwater(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """The partition's high watermark as the last fetch answer gave it, or None before
+        any answer (kafka-python's `highwater`: no request is made)."""
+        tp = TopicPartition(*partition)
+        if tp not in self._assigned:
+            raise SeglogError(f"{tp.topic}-{tp.partition} is not assigned to this consumer")
+        return self._fetcher.high_watermark(tp)
 
     @property
     def generation(self) -> int:
@@ -124,11 +167,54 @@ class Consumer:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[Record]:
-        """Records fetched since the last poll, at most `max_records` (default
-        `max_poll_records`); waits up to `timeout_ms` for some to arrive."""
+    def poll(
+        self,
+        positional_timeout_ms: float | None = None,
+        /,
+        max_records: int | None = None,
+        *,
+        timeout_ms: float | None = None,
+    ) -> dict[TopicPartition, list[Record]]:
+        """kafka-python's `poll(timeout_ms=0, max_records=None)`: the records fetched since
+        the last poll, at most `max_records` (default `max_poll_records`), by partition, each
+        list in offset order; waits up to `timeout_ms` for some to arrive.
+
+        The timeout is in milliseconds, as kafka-python's. A positional float (`poll(1.0)`)
+        is refused: it is confluent-kafka's timeout in seconds, which waited 1 ms here; a
+        ported confluent program also expects one message back, not a dict, so it must be
+        rewritten anyway (`poll(timeout_ms=1000)`, or `poll_records`)."""
+        if positional_timeout_ms is not None:
+            if timeout_ms is not None:
+                raise TypeError("poll() got the timeout twice (positionally and as timeout_ms)")
+            if isinstance(positional_timeout_ms, float):
+                raise TypeError(
+                    f"poll({positional_timeout_ms!r}): the timeout is in milliseconds "
+                    "(kafka-python's poll), and a positional float looks like "
+                    "confluent-kafka's seconds; write poll(timeout_ms="
+                    f"{int(positional_timeout_ms * 1000)}) if seconds were meant"
+                )
+            timeout_ms = positional_timeout_ms
+        records = self.poll_records(timeout_ms=timeout_ms or 0, max_records=max_records)
+        # Records come in runs of one partition (a fetch answer each): one group per run.
+        by_partition: dict[TopicPartition, list[Record]] = {}
+        for (topic, partition), run in itertools.groupby(records, _record_partition):
+            tp = TopicPartition(topic, partition)
+            found = by_partition.get(tp)
+            if found is None:
+                by_partition[tp] = list(run)
+            else:
+                found.extend(run)
+        return by_partition
+
+    def poll_records(
+        self, *, timeout_ms: float = 0, max_records: int | None = None
+    ) -> list[Record]:
+        """seglog's own `poll`: the same records as one list in fetch order, at most
+        `max_records` (default `max_poll_records`); waits up to `timeout_ms` for some."""
         if self._closed:
             raise SeglogError("poll after close")
+        if timeout_ms < 0:
+            raise SeglogError(f"poll timeout_ms must not be negative, got {timeout_ms}")
         limit = max_records or self.config.max_poll_records
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
@@ -159,7 +245,7 @@ class Consumer:
             if idle_limit_s >= 0:
                 left_ms = int((idle_limit_s - (time.monotonic() - last_record)) * 1000)
                 wait_ms = max(0, min(wait_ms, left_ms))
-            records = self.poll(timeout_ms=wait_ms)
+            records = self.poll_records(timeout_ms=wait_ms)
             if records:
                 last_record = time.monotonic()
                 yield from records
@@ -185,12 +271,31 @@ class Consumer:
         ]
 
     def _ensure_assignment(self) -> None:
+        if self._pattern is not None and self._pattern.due():
+            self._match_pattern(self._pattern)
         group = self._group
         if group is None or not self._subscription or not group.rejoin_needed:
             return
         self._maybe_commit_before_revoke()
+        revoked = set(self._assigned)
         self._set_assignment(set())  # nothing is read while the group decides
+        notify(self._listener, "on_partitions_revoked", revoked)
         self._set_assignment(group.join(self._subscription))
+        notify(self._listener, "on_partitions_assigned", self._assigned)
+
+    def _match_pattern(self, pattern: TopicPattern) -> None:
+        matched = pattern.match(lambda: (t.name for t in self._client.list_topics()))
+        if matched is None or matched == self._subscription:
+            return
+        logger.info("pattern %r now matches %s", pattern.regex.pattern, list(matched))
+        if not matched:
+            self._leave_group()  # nothing left to read: give the partitions back
+            self._subscription = ()
+            self._set_assignment(set())
+            return
+        self._subscription = matched
+        assert self._group is not None
+        self._group.request_rejoin()
 
     def _maybe_commit_before_revoke(self) -> None:
         if self.config.auto_commit and self._assigned:
@@ -372,6 +477,8 @@ class Consumer:
                     self.commit()
                 except SeglogError:
                     pass  # the group moved on; the next owner reads from the last commit
+            if self._subscription:
+                notify(self._listener, "on_partitions_revoked", self._assigned)
             if self._commit_executor is not None:
                 self._commit_executor.shutdown(wait=True)
             if self._group is not None:
@@ -397,3 +504,7 @@ def _normalize(
         else OffsetAndMetadata(meta)
         for tp, meta in offsets.items()
     }
+
+
+def _record_partition(record: Record) -> tuple[str, int]:
+    return record.topic, record.partition

@@ -40,6 +40,7 @@ from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
 from .bulk import BulkReader
 from .config import ConsumerConfig
+from .outages import OutageLog
 from .structs import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,15 @@ class Fetcher:
             ssl_context=None if security is None else security.ssl_context(),
         )
         self._closed = False
+        # Partitions the gateway or a leader could not serve this round, by error reason,
+        # for one log line per outage (a deleted topic, a stopped cluster), not silence.
+        self._round_failures: dict[str, set[str]] = {}
+        self._outage = OutageLog(
+            logger,
+            "fetching",
+            backoff_ms=config.retry_backoff_ms,
+            backoff_max_ms=config.retry_backoff_max_ms,
+        )
         self._thread = threading.Thread(
             target=self._run, name=f"{config.client_id}-fetcher", daemon=True
         )
@@ -191,6 +201,15 @@ class Fetcher:
                 if tp in self.states:
                     self.states[tp].paused = paused
             self._interrupt()
+
+    def paused(self) -> set[TopicPartition]:
+        with self._lock:
+            return {tp for tp, s in self.states.items() if s.paused}
+
+    def high_watermark(self, tp: TopicPartition) -> int | None:
+        with self._lock:
+            state = self.states.get(tp)
+            return None if state is None or state.high_watermark < 0 else state.high_watermark
 
     def positions(self) -> dict[TopicPartition, int | None]:
         with self._lock:
@@ -360,7 +379,6 @@ class Fetcher:
         ]
 
     def _run(self) -> None:
-        backoff_s = self.config.retry_backoff_ms / 1000
         transport = self.config.fetch_transport
         while True:
             with self._lock:
@@ -373,6 +391,7 @@ class Fetcher:
                 epochs = {tp: epoch for tp, _, epoch in wanted}
             rest = wanted
             failed = False
+            self._round_failures = {}
             if transport != "grpc":
                 rest, failed = self._bulk_round(wanted, epochs)
                 if transport == "bulk" and rest:
@@ -381,7 +400,12 @@ class Fetcher:
             if rest:
                 failed |= self._grpc_round(rest, epochs, wait=len(rest) == len(wanted))
             if failed:
-                time.sleep(backoff_s)  # a leader is down or moving: do not spin
+                # A leader is down or moving, the topic gone, the cluster away: back off.
+                failures = self._round_failures or {"unavailable": {"some partitions"}}
+                key = "; ".join(f"{r} for {sorted(t)}" for r, t in sorted(failures.items()))
+                time.sleep(self._outage.failed(key, key))
+            elif self._outage.failing:
+                self._outage.succeeded()
 
     def _request(
         self, partitions: list[tuple[TopicPartition, int]], *, wait: bool
@@ -430,7 +454,10 @@ class Fetcher:
             return failed
         except grpc.RpcError as exc:
             if exc.code() != grpc.StatusCode.CANCELLED:
-                logger.debug("fetch failed: %s", error_from_rpc(exc))
+                error = error_from_rpc(exc)
+                logger.debug("fetch failed: %s", error)
+                topics = {tp.topic for tp, _, _ in wanted}
+                self._round_failures.setdefault(error.reason, set()).update(topics)
                 return True
             return False
         finally:
@@ -449,6 +476,7 @@ class Fetcher:
             if message.error:
                 error = error_from_code(message.error, message.error_message)
                 if error.retriable:
+                    self._round_failures.setdefault(error.reason, set()).add(tp.topic)
                     return True  # asked again next round
                 logger.info(
                     "%s-%d: fetch at %d (position %s) answered %s: %s",

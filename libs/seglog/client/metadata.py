@@ -13,9 +13,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..errors import SeglogError, UnknownTopicOrPartitionError
+from ..errors import RequestTimedOutError, SeglogError, UnknownTopicOrPartitionError
 from ..rpc.status import error_from_code
 from .gateway import GatewayClient
+
+
+class MetadataTimeoutError(RequestTimedOutError):
+    """`send` waited `max_block_ms` for a topic's metadata (kafka-python's KafkaTimeoutError,
+    Kafka's "Topic … not present in metadata after … ms")."""
 
 
 @dataclass(frozen=True)
@@ -81,14 +86,22 @@ class Metadata:
             )
 
     def refresh(self, names: Iterable[str]) -> dict[str, TopicInfo]:
-        """Ask the gateway; raises the topic's error (UNKNOWN_TOPIC_OR_PARTITION, …)."""
+        """Ask the gateway; raises the first topic's error (UNKNOWN_TOPIC_OR_PARTITION, …)
+        after keeping what the others answered. A topic that no longer exists is forgotten,
+        so the producer stops taking records for it (they wait for its metadata instead)."""
         out: dict[str, TopicInfo] = {}
+        first_error: SeglogError | None = None
+        gone: list[str] = []
         for description in self._client.describe_topics(list(names)):
             if description.error:
                 error = error_from_code(description.error, description.error_message)
                 if isinstance(error, UnknownTopicOrPartitionError):
-                    raise UnknownTopicOrPartitionError(f"topic {description.name!r} does not exist")
-                raise error
+                    gone.append(description.name)
+                    error = UnknownTopicOrPartitionError(
+                        f"topic {description.name!r} does not exist"
+                    )
+                first_error = first_error or error
+                continue
             info = TopicInfo(
                 description.name,
                 tuple(
@@ -104,6 +117,13 @@ class Metadata:
                 self._fetched_at[name] = now
                 self._stale.discard(name)
                 self.partition_counts[name] = info.num_partitions
+            for name in gone:
+                self._topics.pop(name, None)
+                self._fetched_at.pop(name, None)
+                self._stale.discard(name)
+                self.partition_counts.pop(name, None)
+        if first_error is not None:
+            raise first_error
         return out
 
     def try_refresh(self, names: Iterable[str]) -> SeglogError | None:

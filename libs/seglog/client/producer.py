@@ -13,6 +13,7 @@ records without a key stick to one partition until its batch is closed, then mov
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -26,11 +27,14 @@ from .buffer_pool import BufferPool
 from .config import ProducerConfig, client_security, from_kwargs, pop_bootstrap
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
 from .gateway import GatewayClient, default_bootstrap
-from .metadata import Metadata
+from .metadata import Metadata, MetadataTimeoutError
+from .outages import OutageLog
 from .partitioner import KeyPartitioner
 from .sender import Sender
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
+
+logger = logging.getLogger(__name__)
 
 
 def _partition_out_of_range(topic: str, partition: int, num_partitions: int) -> NoReturn:
@@ -91,9 +95,10 @@ class Producer:
     ) -> RecordFuture:
         """Queue one record; the future resolves to its RecordMetadata once acknowledged.
 
-        Blocks only to fetch the topic's metadata the first time, or up to `max_block_ms`
-        when `buffer_memory` is spent. `callback(metadata, exception)` runs on the sender
-        thread when the record completes.
+        Blocks to fetch the topic's metadata the first time, and up to `max_block_ms` when
+        `buffer_memory` is spent or the topic is unknown (then MetadataTimeoutError, as
+        Kafka's send for a topic that does not exist or was deleted).
+        `callback(metadata, exception)` runs on the sender thread when the record completes.
         """
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
@@ -261,9 +266,41 @@ class Producer:
             )
 
     def _num_partitions(self, topic: str) -> int:
-        """The topic's partition count, fetched the first time (bounded by max_block_ms as
-        Kafka's waitOnMetadata is, through the request timeout)."""
-        return self._metadata.topic(topic).num_partitions
+        """The topic's partition count, fetched the first time; while the topic is unknown
+        (not created yet, deleted) or the cluster unreachable, asked again with back-off up
+        to `max_block_ms`, as Kafka's waitOnMetadata."""
+        try:
+            return self._metadata.topic(topic).num_partitions
+        except SeglogError as exc:
+            if not exc.retriable:
+                raise
+            first_error = exc
+        max_block_ms = self.config.max_block_ms
+        deadline_s = time.monotonic() + max_block_ms / 1000
+        outage = OutageLog(
+            logger,
+            f"metadata for topic {topic!r}",
+            backoff_ms=self.config.retry_backoff_ms,
+            backoff_max_ms=self.config.retry_backoff_max_ms,
+        )
+        error = first_error
+        while True:
+            wait_s = min(outage.failed(error, key=error.reason), deadline_s - time.monotonic())
+            if wait_s <= 0 or self._closed:
+                raise MetadataTimeoutError(
+                    f"topic {topic!r} not present in metadata after {max_block_ms} ms "
+                    f"(max_block_ms): {error}"
+                ) from None
+            time.sleep(wait_s)
+            try:
+                num_partitions = self._metadata.topic(topic).num_partitions
+            except SeglogError as exc:
+                if not exc.retriable:
+                    raise
+                error = exc
+                continue
+            outage.succeeded()
+            return num_partitions
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._metadata.topic(topic).num_partitions))
@@ -330,11 +367,16 @@ class Producer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def metrics(self) -> dict[str, int]:
+    def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
+        """kafka-python's shape: metric group -> name -> value, Kafka's metric names
+        (`producer-id-resets` is seglog's: producer ids abandoned after a failed sequenced
+        batch). `raw` is accepted for kafka-python's signature; the answer is the same."""
         return {
-            "buffer_available_bytes": self._pool.available_bytes,
-            "waiting_threads": self._pool.queued_waiters,
-            "requests_in_flight": self._sender.in_flight_requests,
-            "producer_id_resets": self._sender.producer_id_resets,
+            "producer-metrics": {
+                "buffer-total-bytes": self.config.buffer_memory,
+                "buffer-available-bytes": self._pool.available_bytes,
+                "waiting-threads": self._pool.queued_waiters,
+                "requests-in-flight": self._sender.in_flight_requests,
+                "producer-id-resets": self._sender.producer_id_resets,
+            }
         }

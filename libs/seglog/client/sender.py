@@ -45,6 +45,7 @@ from ..rpc.status import error_from_code, error_from_rpc
 from .accumulator import ProduceRequestPlan, RecordAccumulator, Settlement
 from .config import ProducerConfig
 from .metadata import Metadata
+from .outages import OutageLog
 from .producer_batch import ProducerBatch
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,12 @@ class Sender(threading.Thread):
         self._force_close = False
         self._request_timeout_s = config.request_timeout_ms / 1000
         self._metadata_retry_at_s = 0.0
+        self._metadata_outage = OutageLog(
+            logger,
+            "metadata refresh",
+            backoff_ms=config.retry_backoff_ms,
+            backoff_max_ms=config.retry_backoff_max_ms,
+        )
         # What this round's answers settled, handed to the accumulator at the next `ready`.
         self._settled = Settlement()
         # Idempotence: the producer id and epoch, and each partition's next sequence. A
@@ -135,8 +142,14 @@ class Sender(threading.Thread):
         if refresh and now >= self._metadata_retry_at_s:
             error = self.metadata.try_refresh(refresh)
             if error is not None:
-                logger.warning("metadata refresh for %s failed: %s", sorted(refresh), error)
-                self._metadata_retry_at_s = now + self.config.retry_backoff_ms / 1000
+                # Logged once per outage (and per change of cause), not once per attempt;
+                # the batches waiting for it expire by delivery_timeout_ms.
+                topics = sorted(refresh)
+                self._metadata_retry_at_s = now + self._metadata_outage.failed(
+                    f"{topics}: {error}", key=f"{topics}: {error.reason}"
+                )
+            else:
+                self._metadata_outage.succeeded()
         limit = self.config.max_in_flight_requests_per_connection
         if self._init_producer_id is not None and self._producer is None and check.nodes:
             try:
