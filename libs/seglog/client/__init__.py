@@ -7,9 +7,11 @@ from .consumer import Consumer, NoOffsetForPartitionError
 from .futures import BatchMetadata, RecordMetadata
 from .gateway import EARLIEST, LATEST, GatewayClient
 from .membership import CommitFailedError
+from .metadata import MetadataTimeoutError
 from .partitioner import murmur2, partition_for_key
 from .producer import Producer
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .subscriptions import ConsumerRebalanceListener
 
 __all__ = [
     "EARLIEST",
@@ -18,7 +20,9 @@ __all__ = [
     "BatchMetadata",
     "CommitFailedError",
     "Consumer",
+    "ConsumerRebalanceListener",
     "GatewayClient",
+    "MetadataTimeoutError",
     "NoOffsetForPartitionError",
     "OffsetAndMetadata",
     "OffsetAndTimestamp",

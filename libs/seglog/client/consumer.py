@@ -27,12 +27,14 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import Record
 from .config import ConsumerConfig, client_security, from_kwargs, pop_bootstrap
+from .consumer_commits import CommitCallback as CommitCallback
+from .consumer_commits import OffsetCommits
 from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
@@ -44,10 +46,8 @@ from .subscriptions import TopicPattern, check_listener, notify, requested_topic
 
 logger = logging.getLogger(__name__)
 
-CommitCallback = Callable[[Mapping[TopicPartition, OffsetAndMetadata], BaseException | None], Any]
 
-
-class Consumer:
+class Consumer(OffsetCommits):
     def __init__(self, bootstrap: str | None = None, **config: Any) -> None:
         bootstrap = pop_bootstrap(bootstrap, config)
         self.config = from_kwargs(ConsumerConfig, config)
@@ -387,77 +387,6 @@ class Consumer:
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         return partition_offsets(self._client, targets)
 
-    # -- committing --------------------------------------------------------------------------
-
-    def _group_or_raise(self) -> GroupMembership:
-        if self._group is None:
-            raise SeglogError("committing offsets needs a group_id")
-        return self._group
-
-    def _current_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
-        # As Kafka's consumer, a commit carries the leader epoch of the last record read.
-        return {
-            tp: OffsetAndMetadata(position, "", epoch)
-            for tp, (position, epoch) in self._fetcher.positions_with_epochs().items()
-            if tp in self._assigned
-        }
-
-    def commit(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
-    ) -> None:
-        """Commit `offsets` (default: the current positions) and wait for the answer.
-        Raises CommitFailedError when the group rebalanced in between."""
-        group = self._group_or_raise()
-        chosen = self._current_offsets() if offsets is None else _normalize(offsets)
-        if chosen:
-            group.commit(chosen, as_member=bool(self._subscription))
-
-    def commit_async(
-        self,
-        offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
-        callback: CommitCallback | None = None,
-    ) -> concurrent.futures.Future[None]:
-        """Commit on a background thread (one at a time, in order); `callback(offsets,
-        exception)` runs when it completes."""
-        group = self._group_or_raise()
-        chosen = self._current_offsets() if offsets is None else _normalize(offsets)
-        as_member = bool(self._subscription)
-        if self._commit_executor is None:
-            self._commit_executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix=f"{self.config.client_id}-commit"
-            )
-
-        def run() -> None:
-            error: BaseException | None = None
-            try:
-                if chosen:
-                    group.commit(chosen, as_member=as_member)
-            except BaseException as exc:  # handed to the callback and future
-                error = exc
-            if callback is not None:
-                callback(chosen, error)
-            if error is not None:
-                raise error
-
-        return self._commit_executor.submit(run)
-
-    def committed(
-        self, partitions: TopicPartition | Iterable[TopicPartition]
-    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-        group = self._group_or_raise()
-        if isinstance(partitions, TopicPartition):
-            partitions = [partitions]
-        return group.committed([TopicPartition(*tp) for tp in partitions])
-
-    def _maybe_auto_commit(self) -> None:
-        if not self.config.auto_commit or not self._assigned:
-            return
-        now = time.monotonic()
-        if now < self._next_auto_commit:
-            return
-        self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
-        self.commit_async()
-
     # -- closing -----------------------------------------------------------------------------
 
     def pause(self, *partitions: TopicPartition) -> None:
@@ -493,17 +422,6 @@ class Consumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _normalize(
-    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
-) -> dict[TopicPartition, OffsetAndMetadata]:
-    return {
-        TopicPartition(*tp): meta
-        if isinstance(meta, OffsetAndMetadata)
-        else OffsetAndMetadata(meta)
-        for tp, meta in offsets.items()
-    }
 
 
 def _record_partition(record: Record) -> tuple[str, int]:
