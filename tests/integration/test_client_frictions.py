@@ -270,3 +270,44 @@ def test_ctrl_c_in_seglog_produce_exits_130_with_one_line(cluster):
     assert err.decode().strip().splitlines() == [
         "seglog: interrupted: 3 records of 3 sent to interrupted acknowledged"
     ]
+
+
+def test_with_the_cluster_down_clients_log_once_and_records_expire(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="seglog.client")
+    down = LocalCluster(tmp_path, nodes=1)
+    try:
+        down.admin.create_topic("stranded", 1)
+        tp = TopicPartition("stranded", 0)
+        producer = Producer(
+            down.address, linger_ms=0, request_timeout_ms=1000, delivery_timeout_ms=2500
+        )
+        consumer = Consumer(down.address, auto_offset_reset="earliest", fetch_max_wait_ms=100)
+        producer.send("stranded", b"before", key=b"k").get(timeout=10)
+        consumer.assign([tp])
+        assert wait_until(lambda: consumer.poll_records(timeout_ms=100))
+    finally:
+        down.close()
+    try:
+        # Kafka's behaviour for a known topic: accepted into the buffer, failed by
+        # delivery_timeout_ms; before, the failed refresh was logged every 100 ms meanwhile.
+        futures = [producer.send("stranded", b"during", key=b"k") for _ in range(5)]
+        for future in futures:
+            assert future.exception(timeout=30) is not None
+        # The consumer, silent before, says once that it cannot fetch, and keeps trying.
+        assert wait_until(
+            lambda: (
+                consumer.poll_records(timeout_ms=100) == []
+                and warnings_from(caplog, "seglog.client.fetcher", "fetching")
+            ),
+            timeout_s=30,
+        )
+        logged_at = time.monotonic()
+        while time.monotonic() - logged_at < 3:
+            assert consumer.poll_records(timeout_ms=200) == []
+    finally:
+        producer.close(timeout=0)
+        consumer.close()
+    refreshes = warnings_from(caplog, "seglog.client.sender", "metadata refresh")
+    assert 1 <= len(refreshes) <= 3, [r.getMessage() for r in refreshes]
+    fetching = warnings_from(caplog, "seglog.client.fetcher", "fetching")
+    assert len(fetching) == 1, [r.getMessage() for r in fetching]

@@ -401,9 +401,12 @@ class Fetcher:
                 failed |= self._grpc_round(rest, epochs, wait=len(rest) == len(wanted))
             if failed:
                 # A leader is down or moving, the topic gone, the cluster away: back off.
-                failures = self._round_failures or {"unavailable": {"some partitions"}}
-                key = "; ".join(f"{r} for {sorted(t)}" for r, t in sorted(failures.items()))
-                time.sleep(self._outage.failed(key, key))
+                failures = self._round_failures or {"UNAVAILABLE": {tp.topic for tp in epochs}}
+                reasons = "; ".join(f"{r} for {sorted(t)}" for r, t in sorted(failures.items()))
+                # One line per outage: a new line when other topics fail, not when the
+                # same ones fail for a differently worded reason (bulk, then gateway).
+                topics = str(sorted(set().union(*failures.values())))
+                time.sleep(self._outage.failed(reasons, key=topics))
             elif self._outage.failing:
                 self._outage.succeeded()
 
