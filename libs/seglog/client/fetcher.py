@@ -399,9 +399,13 @@ class Fetcher:
                     rest = []
             if rest:
                 failed |= self._grpc_round(rest, epochs, wait=len(rest) == len(wanted))
-            if failed:
+            if failed and not self._round_failures:
+                # A bulk answer cut short (a seek, a pause, a node's connection lost): the
+                # gateway serves these next round; not an outage by itself.
+                time.sleep(self.config.retry_backoff_ms / 1000)
+            elif failed:
                 # A leader is down or moving, the topic gone, the cluster away: back off.
-                failures = self._round_failures or {"UNAVAILABLE": {tp.topic for tp in epochs}}
+                failures = self._round_failures
                 reasons = "; ".join(f"{r} for {sorted(t)}" for r, t in sorted(failures.items()))
                 # One line per outage: a new line when other topics fail, not when the
                 # same ones fail for a differently worded reason (bulk, then gateway).

@@ -78,7 +78,7 @@ class OutageLog:
             since_s = time.monotonic() - self._since_s
             self._cause = ""
         if failures:
-            self._logger.warning(
+            self._logger.info(
                 "%s succeeded again after %.1f s and %d failed attempts",
                 self._what,
                 since_s,
