@@ -311,3 +311,33 @@ def test_with_the_cluster_down_clients_log_once_and_records_expire(tmp_path, cap
     assert 1 <= len(refreshes) <= 3, [r.getMessage() for r in refreshes]
     fetching = warnings_from(caplog, "seglog.client.fetcher", "fetching")
     assert len(fetching) == 1, [r.getMessage() for r in fetching]
+
+
+def test_a_group_member_says_once_that_its_subscribed_topic_is_gone(cluster, caplog):
+    caplog.set_level(logging.INFO, logger="seglog.client")
+    cluster.admin.create_topic("sub-vanishing", 1)
+    with Consumer(cluster.address, group_id="vanishing-group") as consumer:
+        consumer.subscribe(["sub-vanishing"])
+        assert wait_until(
+            lambda: consumer.poll(timeout_ms=50) is not None and consumer.assignment()
+        )
+        assert not warnings_from(caplog, "seglog.client.subscriptions", "do not exist")
+        cluster.admin.delete_topic("sub-vanishing")
+        # The friction: the group rebalanced the partition away and nothing was said.
+        assert wait_until(
+            lambda: (
+                consumer.poll(timeout_ms=50) == {}
+                and not consumer.assignment()
+                and warnings_from(caplog, "seglog.client.subscriptions", "do not exist")
+            ),
+            timeout_s=30,
+        )
+        for _ in range(5):
+            assert consumer.poll(timeout_ms=50) == {}
+    lines = [
+        r.getMessage() for r in warnings_from(caplog, "seglog.client.subscriptions", "do not exist")
+    ]
+    assert lines == [
+        "subscribed topics ['sub-vanishing'] do not exist (deleted, or not created yet): "
+        "nothing is read from them until they are created"
+    ]

@@ -42,7 +42,13 @@ from .metadata import Metadata
 from .position_resets import NoOffsetForPartitionError as NoOffsetForPartitionError
 from .position_resets import PositionResets
 from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from .subscriptions import TopicPattern, check_listener, notify, requested_topics
+from .subscriptions import (
+    MissingTopics,
+    TopicPattern,
+    check_listener,
+    notify,
+    requested_topics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +72,7 @@ class Consumer(OffsetCommits):
         self._subscription: tuple[str, ...] = ()
         self._pattern: TopicPattern | None = None
         self._listener: Any = None
+        self._missing_topics = MissingTopics()
         self._assigned: set[TopicPartition] = set()
         self._manual = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
@@ -282,6 +289,7 @@ class Consumer(OffsetCommits):
         notify(self._listener, "on_partitions_revoked", revoked)
         self._set_assignment(group.join(self._subscription))
         notify(self._listener, "on_partitions_assigned", self._assigned)
+        self._missing_topics.check(self._client.describe_topics, self._subscription)
 
     def _match_pattern(self, pattern: TopicPattern) -> None:
         matched = pattern.match(lambda: (t.name for t in self._client.list_topics()))

@@ -94,3 +94,30 @@ class TopicPattern:
             return None
         self._next_refresh_s = time.monotonic() + self._refresh_every_s
         return tuple(sorted(n for n in names if not n.startswith("__") and self.regex.fullmatch(n)))
+
+
+class MissingTopics:
+    """Says once (per change) which subscribed topics do not exist: a group member whose
+    topic was deleted, or not created yet, is assigned nothing of it and was silent."""
+
+    def __init__(self) -> None:
+        self._missing: tuple[str, ...] = ()
+
+    def check(self, describe: Callable[[list[str]], Iterable[Any]], topics: Iterable[str]) -> None:
+        try:
+            descriptions = describe(list(topics))
+        except SeglogError as exc:
+            logger.debug("describing the subscribed topics failed: %s", exc)
+            return
+        missing = tuple(sorted(d.name for d in descriptions if d.error))
+        if missing == self._missing:
+            return
+        if missing:
+            logger.warning(
+                "subscribed topics %s do not exist (deleted, or not created yet): "
+                "nothing is read from them until they are created",
+                list(missing),
+            )
+        else:
+            logger.info("subscribed topics %s exist again", list(self._missing))
+        self._missing = missing
