@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -341,3 +342,51 @@ def test_a_group_member_says_once_that_its_subscribed_topic_is_gone(cluster, cap
         "subscribed topics ['sub-vanishing'] do not exist (deleted, or not created yet): "
         "nothing is read from them until they are created"
     ]
+
+
+def test_ctrl_c_in_seglog_produce_with_the_cluster_down_is_not_ignored(tmp_path):
+    down = LocalCluster(tmp_path, nodes=1)
+    process = None
+    try:
+        down.admin.create_topic("stuck", 1)
+        env = {**os.environ, "SEGLOG_BOOTSTRAP": down.address}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "seglog.cli.main", "produce", "stuck", "--linger-ms", "0"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        process.stdin.write(b"one\ntwo\n")
+        process.stdin.flush()
+        end = TopicPartition("stuck", 0)
+        with Consumer(down.address) as consumer:
+            assert wait_until(lambda: consumer.end_offsets([end])[end] == 2, timeout_s=30)
+    finally:
+        down.close()
+    try:
+        lines: list[str] = []
+        reader = threading.Thread(
+            target=lambda: lines.extend(line.decode() for line in process.stderr)
+        )
+        reader.start()
+        process.stdin.write(b"three\n")  # queued: nobody to send it to
+        process.stdin.flush()
+        # It was read and queued once the sender says it cannot reach the cluster.
+        assert wait_until(lambda: any("metadata refresh failed" in line for line in lines), 30), (
+            lines
+        )
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        reader.join(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    # Before: the first Ctrl-C hung in close() for ever, the second printed two tracebacks.
+    assert process.returncode == 130, lines
+    assert time.monotonic() - started < 30  # the flush is bounded (5 s)
+    assert not any("Traceback" in line for line in lines), lines
+    assert lines[-1].strip() == "seglog: interrupted: 2 records of 3 sent to stuck acknowledged"
+    assert sum("interrupted" in line for line in lines) == 1, lines

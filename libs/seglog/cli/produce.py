@@ -15,7 +15,10 @@ Ctrl-C drops the rest at once. Never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -25,6 +28,7 @@ from ..errors import InvalidPartitionsError, InvalidRequestError, SeglogError
 from .options import parse_properties, plural
 
 INTERRUPT_FLUSH_S = 5.0
+_SIGNAL_CHECK_S = 0.1  # how soon a second Ctrl-C stops the flush
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -185,13 +189,24 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
 
 
 def _close_interrupted(producer: Producer) -> None:
-    """Send what is queued for a bounded time, then drop the rest; a second Ctrl-C drops it
-    at once."""
+    """Send what is queued for up to INTERRUPT_FLUSH_S, then drop the rest; a second Ctrl-C
+    drops it at once. The second one only sets a flag: raised as KeyboardInterrupt inside
+    the flush it printed a second, chained traceback."""
+    again = threading.Event()
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, lambda *_: again.set()) if in_main else None
     try:
-        producer.flush(timeout=INTERRUPT_FLUSH_S)
-    except (TimeoutError, KeyboardInterrupt):
-        pass
-    try:
+        deadline_s = time.monotonic() + INTERRUPT_FLUSH_S
+        while not again.is_set():
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                break
+            try:
+                producer.flush(timeout=min(remaining_s, _SIGNAL_CHECK_S))
+                break
+            except TimeoutError:
+                continue
         producer.close(timeout=0)
-    except KeyboardInterrupt:
-        pass  # the sender thread is a daemon: it ends with the process
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
