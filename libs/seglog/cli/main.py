@@ -18,8 +18,22 @@ BOOTSTRAP_HELP = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse leaves a subcommand's unknown flags to the top-level parser, which prints
+    its own usage; here the subcommand that got them reports them, with its usage."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        is_leaf_subcommand = self._subparsers is None and self.prog != "seglog"
+        if extras and is_leaf_subcommand:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seglog", description="seglog command-line tools")
+    parser = _Parser(prog="seglog", description="seglog command-line tools")
     parser.add_argument("--version", action="version", version=f"seglog {_version()}")
     # Accepted before the subcommand here and after it (`common`); a value given after it
     # wins, and none given anywhere means the default.
