@@ -7,6 +7,8 @@ without Python reprs, and `dump --verify` on a node's real files of an empty par
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from seglog.cli.main import main
@@ -273,3 +275,20 @@ def test_describe_filters_show_only_the_partitions_that_match(cluster, capsys, m
         assert shown("--under-min-isr-partitions", "wide") == set()
     finally:
         cluster.start_node(lonely)
+
+
+def test_a_tls_client_at_a_plaintext_listener_is_told_so(cluster, tmp_path):
+    from seglog.security.certs import CertificateAuthority
+    from tests.cluster import run_cli
+
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(CertificateAuthority.create().cert_pem)
+    saved = dict(os.environ)
+    os.environ["SEGLOG_TLS_CA"] = str(ca)
+    try:
+        refused = run_cli("topics", "list", bootstrap=cluster.address)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert refused.returncode == 1
+    assert b"a TLS client against a plaintext listener" in refused.stderr, refused.stderr
