@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 from ..client.admin import EARLIEST, LATEST, Admin
@@ -143,7 +144,7 @@ def _assignment_text(assignment: frozenset[TopicPartition]) -> str:
     return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items())
 
 
-def _print_table(rows: list[tuple[str, ...]], out: TextIO) -> None:
+def _print_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import sys
+from typing import cast
 
 from ..client.gateway import default_bootstrap, trace_client_calls
 from ..errors import SeglogError
@@ -44,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=default_bootstrap(),
         help=BOOTSTRAP_HELP,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Every subcommand's parser is a _Parser too (argparse makes them of the parent's class).
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True),
+    )
     dump = sub.add_parser("dump", help="print the batches of .log files and index entries")
     dump.add_argument("files", nargs="*", help=".log, .index or .timeindex files")
     dump.add_argument("--topic", help="dump this topic's files found under --data-dir")
