@@ -1,4 +1,7 @@
-"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py)."""
+"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py), with
+kafka-topics' everyday flags: `create --if-not-exists`, `delete --if-exists`, and describe's
+`--under-replicated-partitions`, `--unavailable-partitions`, `--under-min-isr-partitions`,
+`--at-min-isr-partitions`, which print only the partition lines that match any of them."""
 
 from __future__ import annotations
 
