@@ -140,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             extra_args=[
                 "--default-replication-factor",
                 str(replication_factor),
+                # As Kafka's quickstart: a first `consume --group` is served at once instead
+                # of waiting for more members (production keeps the 3 s default).
+                "--group-initial-rebalance-delay-ms",
+                "0",
                 *registry_args,
                 *gateway_tls,
                 *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),

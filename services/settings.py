@@ -117,14 +117,14 @@ def setting(
     engine_config: bool = False,
     described: bool = True,
     described_name: str | None = None,
-    show: Callable[[Any], str] = str,
+    show: Callable[[Any], str] | None = None,
     repr: bool = True,
 ) -> _T:
     """A config field that is a setting. By default its name is the field's with dots
     (`offsets_retention_minutes`: `offsets.retention.minutes`), its one flag the field's with
-    dashes, its type the field's annotation, and DescribeConfigs shows `str(value)` under its
-    name. `flags=()`: no flag (set in code, or with `engine_config` as the node's
-    `--config NAME=VALUE`)."""
+    dashes, its type the field's annotation, and DescribeConfigs shows the value under its
+    name as a properties file would write it (`shown_value`). `flags=()`: no flag (set in
+    code, or with `engine_config` as the node's `--config NAME=VALUE`)."""
     declaration = _Declaration(
         doc=doc,
         name=name,
@@ -135,7 +135,7 @@ def setting(
         engine_config=engine_config,
         described=described,
         described_name=described_name,
-        show=show,
+        show=show or shown_value,
     )
     return dataclasses.field(default=default, repr=repr, metadata={_KEY: declaration})
 
@@ -152,7 +152,7 @@ def required_setting(doc: str, *, parse: Callable[[str], Any] | None = None) -> 
         engine_config=False,
         described=False,
         described_name=None,
-        show=str,
+        show=shown_value,
     )
     return dataclasses.field(metadata={_KEY: declaration})
 
@@ -215,6 +215,12 @@ def shown_default(value: Any) -> str:
     if isinstance(value, tuple):
         return ";".join(value)
     return str(value)
+
+
+def shown_value(value: Any) -> str:
+    """A setting's value as kafka-configs prints one: `null` when unset, `true`/`false`,
+    a list `;`-separated (Kafka's super.users), never a Python repr."""
+    return "null" if value is None else shown_default(value)
 
 
 # -- what is shown ---------------------------------------------------------------------------

@@ -157,11 +157,31 @@ def _readme_first_session() -> str:
     return section.split("```", 2)[1]
 
 
+def readme_python_snippets(heading: str) -> list[str]:
+    """The ```python blocks of the README section under `## heading`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+
+
+def run_snippet(code: str, cluster: LocalCluster) -> str:
+    """A README snippet as a user runs it after `make run`, pointed at this cluster: its
+    stdout (it must succeed)."""
+    code = code.replace("127.0.0.1:7070", cluster.address)
+    code = code.replace("127.0.0.1:9092", cluster.kafka_address)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, (code, result.stderr.decode()[-3000:])
+    return result.stdout.decode()
+
+
 @pytest.mark.slow
 def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
     # Against a fresh cluster, as written (the gateway's address through SEGLOG_BOOTSTRAP):
     # every command must succeed and return; a command that followed the log forever would
-    # hit the timeout.
+    # hit the timeout. Then the Clients and Kafka clients snippets, in the README's order on
+    # the same cluster (after the session's `topics delete orders`), as a reader runs them.
     cluster = LocalCluster(tmp_path, nodes=3)
     try:
         script = "set -euo pipefail\n" + _readme_first_session()
@@ -178,6 +198,22 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
         assert "Created topic orders." in out and "Deleted topic orders." in out
         assert "1000000 records sent" in out
         assert re.search(r"^100000\d records consumed", out, re.MULTILINE)
+        # -e exits after each partition's last record (murmur2 puts all three keys in
+        # partition 0); print.key puts the key first; --include reads the regex's topics.
+        lines = out.splitlines()
+        assert "alice\t3" in lines and "bob\t2" not in lines, out
+        assert [line for line in lines if line.startswith("Partition:")] == [
+            "Partition:0\t1",
+            "Partition:0\t2",
+            "Partition:0\t3",
+        ]
+        clients, admin = readme_python_snippets("Clients")
+        printed = run_snippet(clients, cluster)
+        assert "RecordMetadata(" in printed and "b'value'" in printed, printed
+        run_snippet(admin, cluster)
+        assert "invoices" in cluster.admin.list_topics()
+        (kafka_clients,) = readme_python_snippets("Using Kafka clients")
+        run_snippet(kafka_clients, cluster)
     finally:
         cluster.close()
 
@@ -240,11 +276,21 @@ def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
                 "consume", "sealed", "--from-beginning", "--max-messages", "3", bootstrap=address
             )
             assert out.returncode == 0 and out.stdout.count(b"\n") == 3, out.stderr
+            # make run serves a first group at once, as Kafka's quickstart.
+            configs = run_cli("configs", "describe", "--cluster", bootstrap=address)
+            assert b"  group.initial.rebalance.delay.ms=0\n" in configs.stdout, configs.stdout
+            # The CA but no client certificate: the mutual-TLS listener closes the socket.
+            del os.environ["SEGLOG_TLS_CERT"], os.environ["SEGLOG_TLS_KEY"]
+            no_certificate = run_cli("topics", "list", bootstrap=address)
+            assert no_certificate.returncode == 1
+            assert b"requires a client certificate" in no_certificate.stderr
         finally:
             os.environ.clear()
             os.environ.update(env_backup)
         refused = run_cli("topics", "list", bootstrap=address)  # no certificate: plaintext
         assert refused.returncode == 1 and b"UNAVAILABLE" in refused.stderr
+        # gRPC says only "Socket closed": the error names the likely cause.
+        assert b"plaintext client against a TLS listener" in refused.stderr, refused.stderr
     finally:
         runner.send_signal(signal.SIGTERM)
         runner.wait(60)

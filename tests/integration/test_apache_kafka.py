@@ -1,7 +1,8 @@
 """The Apache Kafka harness (devtools/apache_kafka.py) itself, against which seglog's Kafka
 listener is compared: a one-broker KRaft cluster starts, librdkafka produces to it and
 consumes back what it produced, Kafka's own topic tool describes the topic, and stopping
-ends the broker's process."""
+ends the broker's process; seglog's `dump --verify` reads the broker's files of an empty
+partition clean."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import os
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from devtools import apache_kafka
 from devtools.apache_kafka import KafkaBrokers
+from seglog.cli.main import main
 from tests.waiting import wait_until
 
 # JVMs start in seconds: a broker per module, a JVM per tool run.
@@ -93,3 +96,20 @@ def test_stopping_ends_every_broker_process(tmp_path):
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_seglog_dump_verifies_a_kafka_brokers_empty_partition(kafka, capsys):
+    # Kafka preallocates an active segment's .index and .timeindex zero-filled: none of those
+    # slots is an entry, so an empty partition dumps with no entry and verifies clean.
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.create_topics([NewTopic("never-written", 1, 1)])
+    futures["never-written"].result(timeout=60)
+    partition_dir = kafka.root / "broker-1" / "never-written-0"
+    assert wait_until(lambda: any(partition_dir.glob("*.timeindex")), timeout_s=60)
+    (index,) = partition_dir.glob("*.index")
+    assert index.stat().st_size > 0 and not any(index.read_bytes())  # preallocated zeros
+    code = main(["dump", "--verify", "--topic", "never-written", "--data-dir", str(kafka.root)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "offset:" not in out and "timestamp:" not in out, out
+    assert f"Dumping {index}" in out

@@ -5,12 +5,15 @@ error."""
 from __future__ import annotations
 
 import datetime
+import re
+from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
 
 from seglog.client.consumer import Consumer
 from seglog.client.partitioner import partition_for_key
+from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import drain
 
@@ -109,3 +112,20 @@ def test_a_failing_write_fails_the_job_with_the_producers_error(spark, spark_clu
         df, spark_cluster, topic=topic_name, **{"producer.acks": "all", "producer.linger_ms": "1"}
     ).save()
     assert len(_read_all(spark_cluster, topic_name, 2, 10)) == 10
+
+
+def test_the_readmes_spark_snippet_runs_as_written(spark, spark_cluster):
+    # The README's example reads `orders` and writes `shouted`, which it creates first.
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Spark\n", 1)[1].split("\n## ", 1)[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    if "orders" not in spark_cluster.admin.list_topics():
+        spark_cluster.admin.create_topic("orders", 3)
+    with Producer(spark_cluster.address) as producer:
+        for i in range(5):
+            producer.send("orders", b"paid-%d" % i, key=b"o-%d" % i)
+    exec(snippet.replace("127.0.0.1:7070", spark_cluster.address), {"spark": spark})
+    with Consumer(spark_cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([("shouted", p) for p in consumer.partitions_for("shouted")])
+        got = drain(consumer, 5)
+    assert sorted(r.value for r in got) == [b"PAID-%d" % i for i in range(5)]

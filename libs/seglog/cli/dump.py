@@ -121,9 +121,11 @@ def _index_entries(path: Path, verify: bool) -> Iterator[dict[str, Any]]:
     for n in range(len(data) // entry_struct.size):
         a, b = entry_struct.unpack_from(data, n * entry_struct.size)
         # An active segment's index is preallocated with zeros (and a crash leaves it so):
-        # as DumpLogSegments, stop at the first entry after the first whose relative offset
-        # is 0, instead of listing (and failing) the unused slots.
-        if n > 0 and (b if time_index else a) == 0:
+        # the slots past the real entries are all-zero. No real entry is: the first batch of
+        # a segment is never indexed (an entry needs index.interval.bytes before it), so no
+        # offset entry points at position 0, and a time entry has a timestamp. As
+        # DumpLogSegments, also stop at a later entry back at the segment's base offset.
+        if not (a or b) or (n > 0 and (b if time_index else a) == 0):
             return
         if time_index:
             entry: dict[str, Any] = {"timestamp": a, "offset": base + b}

@@ -1,6 +1,7 @@
 """`seglog groups list|describe|reset-offsets|delete|delete-offsets`, as
-kafka-consumer-groups.sh: groups with their members and assignments, and per partition the
-committed offset, the log end offset and the lag; reset-offsets moves an inactive group's
+kafka-consumer-groups.sh: groups (one, or `--all-groups`) with per partition the committed
+offset, the log end offset and the lag, or `--members` (`--verbose`: their partitions) or
+`--state`, one line each; reset-offsets moves an inactive group's
 committed offsets (a dry run printing the new offsets unless `--execute`, targets clamped to
 each partition's [earliest, latest]); delete removes empty groups with their offsets;
 delete-offsets removes a group's offsets for topics its members do not read."""
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+from collections.abc import Sequence
 from typing import TextIO
 
 from ..client.admin import EARLIEST, LATEST, Admin
@@ -29,7 +31,15 @@ def add_parser(
     describe = actions.add_parser(
         "describe", parents=[common], help="members, assignment, committed offsets and lag"
     )
-    describe.add_argument("group")
+    describe.add_argument("group", nargs="?", help="the group (or give --all-groups)")
+    describe.add_argument("--all-groups", action="store_true", help="describe every group")
+    view = describe.add_mutually_exclusive_group()
+    view.add_argument("--offsets", action="store_true", help="offsets and lag (the default)")
+    view.add_argument("--members", action="store_true", help="one line per member")
+    view.add_argument("--state", action="store_true", help="one line per group")
+    describe.add_argument(
+        "--verbose", action="store_true", help="with --members: each member's partitions"
+    )
     describe.set_defaults(handler=describe_group)
 
     reset = actions.add_parser(
@@ -80,14 +90,76 @@ def list_groups(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 def describe_group(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if (args.group is None) == (not args.all_groups):
+        raise InvalidRequestError("give a group or --all-groups (one of them)")
     with Admin(args.bootstrap) as admin:
-        group = admin.describe_group(args.group)
-        offsets = admin.list_group_offsets(args.group)
-        owner = {tp: m for m in group.members for tp in m.assignment}
-        # A partition assigned but never committed shows `-` for its offset and lag, as
-        # kafka-consumer-groups does, and still its log end offset.
-        uncommitted = [tp for tp in owner if tp not in offsets]
-        ends = admin.list_offsets(dict.fromkeys(uncommitted, LATEST)) if uncommitted else {}
+        names = [args.group] if args.group else [g.group_id for g in admin.list_groups()]
+        if args.state:
+            _print_table([_STATE_HEADER, *(_state_row(admin, n) for n in names)], out)
+            return 0
+        if args.members:
+            header = _MEMBERS_HEADER + (("ASSIGNMENT",) if args.verbose else ())
+            rows = [row for n in names for row in _member_rows(admin, n, args.verbose)]
+            _print_table([header, *rows], out)
+            return 0
+        for n, name in enumerate(names):
+            if n:
+                print(file=out)
+            _describe_offsets(admin, name, out)
+    return 0
+
+
+# kafka-consumer-groups --describe --state / --members columns (the gateway coordinates every
+# group, so no COORDINATOR column).
+_STATE_HEADER = ("GROUP", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+_MEMBERS_HEADER = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+
+
+def _state_row(admin: Admin, name: str) -> tuple[str, ...]:
+    group = admin.describe_group(name)
+    return (name, group.assignment_strategy or "-", group.state, str(len(group.members)))
+
+
+def _member_rows(admin: Admin, name: str, verbose: bool) -> list[tuple[str, ...]]:
+    rows = []
+    for m in admin.describe_group(name).members:
+        row: tuple[str, ...] = (
+            name,
+            m.member_id,
+            m.client_host or "-",
+            m.client_id or "-",
+            str(len(m.assignment)),
+        )
+        if verbose:
+            row += (_assignment_text(m.assignment) or "-",)
+        rows.append(row)
+    return rows
+
+
+def _assignment_text(assignment: frozenset[TopicPartition]) -> str:
+    """`t(0,1),u(2)` as kafka-consumer-groups --members --verbose prints an assignment."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in sorted(assignment):
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return ",".join(f"{t}({','.join(map(str, ps))})" for t, ps in by_topic.items())
+
+
+def _print_table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+
+
+def _describe_offsets(admin: Admin, name: str, out: TextIO) -> None:
+    group = admin.describe_group(name)
+    offsets = admin.list_group_offsets(name)
+    owner = {tp: m for m in group.members for tp in m.assignment}
+    # A partition assigned but never committed shows `-` for its offset and lag, as
+    # kafka-consumer-groups does, and still its log end offset.
+    uncommitted = [tp for tp in owner if tp not in offsets]
+    ends = admin.list_offsets(dict.fromkeys(uncommitted, LATEST)) if uncommitted else {}
     print(
         f"Group: {group.group_id}\tState: {group.state}\tGeneration: {group.generation}\t"
         f"Strategy: {group.assignment_strategy or '-'}\tMembers: {len(group.members)}",
@@ -109,12 +181,7 @@ def describe_group(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 member.member_id if member else "-",
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
-        )
-    return 0
+    _print_table(rows, out)
 
 
 def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicPartition]:
@@ -179,11 +246,7 @@ def reset_offsets(args: argparse.Namespace, out: TextIO | None = None) -> int:
         targets = _targets(admin, args, partitions)
         rows = [("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")]
         rows += [(args.group, tp.topic, str(tp.partition), str(o)) for tp, o in targets.items()]
-        widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        for row in rows:
-            print(
-                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(), file=out
-            )
+        _print_table(rows, out)
         if args.execute:
             admin.alter_group_offsets(args.group, targets)
         else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import sys
+from typing import cast
 
 from ..client.gateway import default_bootstrap, trace_client_calls
 from ..errors import SeglogError
@@ -18,8 +19,22 @@ BOOTSTRAP_HELP = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse leaves a subcommand's unknown flags to the top-level parser, which prints
+    its own usage; here the subcommand that got them reports them, with its usage."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        is_leaf_subcommand = self._subparsers is None and self.prog != "seglog"
+        if extras and is_leaf_subcommand:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="seglog", description="seglog command-line tools")
+    parser = _Parser(prog="seglog", description="seglog command-line tools")
     parser.add_argument("--version", action="version", version=f"seglog {_version()}")
     # Accepted before the subcommand here and after it (`common`); a value given after it
     # wins, and none given anywhere means the default.
@@ -30,7 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=default_bootstrap(),
         help=BOOTSTRAP_HELP,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    # Every subcommand's parser is a _Parser too (argparse makes them of the parent's class).
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True),
+    )
     dump = sub.add_parser("dump", help="print the batches of .log files and index entries")
     dump.add_argument("files", nargs="*", help=".log, .index or .timeindex files")
     dump.add_argument("--topic", help="dump this topic's files found under --data-dir")

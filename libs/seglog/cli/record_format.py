@@ -10,6 +10,11 @@ string, or a JSON line.
   `%k` key, `%s` value, `%K` / `%S` their lengths (-1 for null), `%h` headers, `%%`; the
   escapes `\\n`, `\\t`, `\\r`, `\\\\` in the format itself. Fields are printed as text, not
   escaped: the format decides the separators.
+- `--property print.key=true` (print.timestamp, print.partition, print.offset, print.headers,
+  print.value, key.separator, headers.separator, line.separator, null.literal): the layout
+  of kafka-console-consumer's DefaultMessageFormatter, fields as text, not escaped:
+  `CreateTime:TS`, `Partition:P`, `Offset:O`, headers `k:v` (`NO_HEADERS` when none), key,
+  value, joined by key.separator (a tab) and ended by line.separator (a newline).
 - `--json`: one object per record with topic, partition, offset, timestamp, timestamp_type,
   key, value and headers; bytes are UTF-8 text when they decode, else base64, and each of
   them says which in `key_encoding` / `value_encoding` (`"utf-8"` or `"base64"`; null for
@@ -90,6 +95,52 @@ def format_line(record: Record, fmt: str) -> str:
         return producers[name]()
 
     return _TOKEN.sub(token, fmt)
+
+
+# kafka-console-consumer's formatter properties (everything else in --property configures
+# the consumer), with their defaults.
+KAFKA_FORMATTER_DEFAULTS = {
+    "print.timestamp": "false",
+    "print.partition": "false",
+    "print.offset": "false",
+    "print.headers": "false",
+    "print.key": "false",
+    "print.value": "true",
+    "key.separator": "\t",
+    "headers.separator": ",",
+    "line.separator": "\n",
+    "null.literal": "null",
+}
+
+
+def kafka_line(record: Record, properties: dict[str, str]) -> str:
+    """The record as kafka-console-consumer prints it under these formatter properties."""
+    settings = {**KAFKA_FORMATTER_DEFAULTS, **properties}
+
+    def enabled(name: str) -> bool:
+        return settings[name].strip().lower() == "true"
+
+    def text(data: bytes | None) -> str:
+        return settings["null.literal"] if data is None else _text(data)
+
+    fields = []
+    if enabled("print.timestamp"):
+        kind = "LogAppendTime" if record.timestamp_type == LOG_APPEND_TIME else "CreateTime"
+        fields.append(f"{kind}:{record.timestamp_ms}")
+    if enabled("print.partition"):
+        fields.append(f"Partition:{record.partition}")
+    if enabled("print.offset"):
+        fields.append(f"Offset:{record.offset}")
+    if enabled("print.headers"):
+        headers = settings["headers.separator"].join(
+            f"{name}:{text(value)}" for name, value in record.headers
+        )
+        fields.append(headers or "NO_HEADERS")
+    if enabled("print.key"):
+        fields.append(text(record.key))
+    if enabled("print.value"):
+        fields.append(text(record.value))
+    return settings["key.separator"].join(fields) + settings["line.separator"]
 
 
 def _encoded(data: bytes | None) -> tuple[str | None, str | None]:

@@ -1,12 +1,18 @@
-"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py)."""
+"""`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py), with
+kafka-topics' everyday flags: `create --if-not-exists`, `delete --if-exists`, and describe's
+`--under-replicated-partitions`, `--unavailable-partitions`, `--under-min-isr-partitions`,
+`--at-min-isr-partitions`, which print only the partition lines that match any of them."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..client.admin import Admin
+from ..client.admin_reassignments import PartitionReassignment
 from ..client.structs import TopicPartition
-from ..v1 import common_pb2
+from ..errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from ..v1 import common_pb2, gateway_pb2
 from . import reassign
 
 
@@ -32,6 +38,9 @@ def add_parser(
         metavar="NAME=VALUE",
         help="topic config with Kafka's name, e.g. retention.ms=60000 (repeatable)",
     )
+    create.add_argument(
+        "--if-not-exists", action="store_true", help="do nothing when the topic exists already"
+    )
     create.set_defaults(handler=create_topic)
 
     listing = actions.add_parser("list", parents=[common], help="list topic names")
@@ -43,6 +52,27 @@ def add_parser(
     describe.add_argument(
         "--include-internal", action="store_true", help="with no names: internal topics too"
     )
+    # As kafka-topics: any of these prints only the partitions that match one of them.
+    describe.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replica set",
+    )
+    describe.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="only partitions without a leader, or whose leader is down",
+    )
+    describe.add_argument(
+        "--under-min-isr-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than min.insync.replicas",
+    )
+    describe.add_argument(
+        "--at-min-isr-partitions",
+        action="store_true",
+        help="only partitions whose ISR is exactly min.insync.replicas",
+    )
     describe.set_defaults(handler=describe_topics)
 
     alter = actions.add_parser("alter", parents=[common], help="grow a topic's partitions")
@@ -52,6 +82,7 @@ def add_parser(
 
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name")
+    delete.add_argument("--if-exists", action="store_true", help="do nothing when it is absent")
     delete.set_defaults(handler=delete_topic)
 
     reassign.add_topics_parser(actions, common)
@@ -69,9 +100,14 @@ def parse_configs(items: list[str]) -> dict[str, str]:
 
 def create_topic(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap) as admin:
-        admin.create_topic(
-            args.name, args.partitions, args.replication_factor, parse_configs(args.config)
-        )
+        try:
+            admin.create_topic(
+                args.name, args.partitions, args.replication_factor, parse_configs(args.config)
+            )
+        except TopicAlreadyExistsError:
+            if not args.if_not_exists:
+                raise
+            return 0  # as kafka-topics: silently
     print(f"Created topic {args.name}.")
     return 0
 
@@ -90,10 +126,17 @@ def describe_topics(args: argparse.Namespace) -> int:
         if not names:
             return 0  # describe_topics([]) would mean every topic, internal ones included
         moving = reassign.ongoing_moves(admin)
+        only_matching = _partition_filter(args)
         for topic in admin.describe_topics(names):
             if topic.error:
                 print(f"Topic: {topic.name}\tError: {topic.error_message}")
                 status = 1
+                continue
+            if only_matching is not None:
+                min_isr = _min_insync_replicas(admin, topic.name, args)
+                shown = [p for p in topic.partitions if only_matching(p, min_isr)]
+                for p in shown:
+                    print(_partition_line(topic.name, p, moving))
                 continue
             configs = ",".join(f"{k}={v}" for k, v in sorted(topic.configs.items()))
             print(
@@ -101,29 +144,70 @@ def describe_topics(args: argparse.Namespace) -> int:
                 f"ReplicationFactor: {topic.replication_factor}\tConfigs: {configs}"
             )
             for p in topic.partitions:
-                # Kafka's layout, then each replica's own log end offset and high watermark.
-                replicas = " ".join(
-                    f"{r.node_id}:{r.log_end_offset}/{r.high_watermark}"
-                    + ("" if r.live else "(down)")
-                    for r in p.replica_states
-                )
-                line = (
-                    f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}\t"
-                    f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
-                    f"\tLeaderEpoch: {p.leader_epoch}\tHighWatermark: {p.high_watermark}\t"
-                    f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
-                    f"ReplicaLogEnd/HW: {replicas}"
-                )
-                move = moving.get(TopicPartition(topic.name, p.partition))
-                if move is not None:  # as kafka-topics --describe shows a move under way
-                    line += (
-                        f"\tAdding Replicas: {','.join(map(str, move.adding))}"
-                        f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
-                    )
-                if p.error:
-                    line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
-                print(line)
+                print(_partition_line(topic.name, p, moving))
     return status
+
+
+PartitionFilter = Callable[[gateway_pb2.PartitionDescription, int], bool]
+
+
+def _partition_filter(args: argparse.Namespace) -> PartitionFilter | None:
+    """The partitions the describe flags ask for (any one of them matching), or None: all."""
+    tests: list[PartitionFilter] = []
+    if args.under_replicated_partitions:
+        tests.append(lambda p, _: len(p.isr) < len(p.replicas))
+    if args.unavailable_partitions:
+        tests.append(lambda p, _: not _leader_live(p))
+    if args.under_min_isr_partitions:
+        tests.append(lambda p, min_isr: len(p.isr) < min_isr)
+    if args.at_min_isr_partitions:
+        tests.append(lambda p, min_isr: len(p.isr) == min_isr)
+    if not tests:
+        return None
+    return lambda p, min_isr: any(test(p, min_isr) for test in tests)
+
+
+def _leader_live(p: gateway_pb2.PartitionDescription) -> bool:
+    if p.leader < 0:
+        return False
+    return any(r.node_id == p.leader and r.live for r in p.replica_states)
+
+
+def _min_insync_replicas(admin: Admin, topic: str, args: argparse.Namespace) -> int:
+    """The topic's effective min.insync.replicas (its own, its leader node's or Kafka's
+    default), asked for only when a flag compares the ISR with it."""
+    if not (args.under_min_isr_partitions or args.at_min_isr_partitions):
+        return 0
+    value, _source = admin.describe_configs(topic)["min.insync.replicas"]
+    return int(value)
+
+
+def _partition_line(
+    topic: str,
+    p: gateway_pb2.PartitionDescription,
+    moving: dict[TopicPartition, PartitionReassignment],
+) -> str:
+    # Kafka's layout, then each replica's own log end offset and high watermark.
+    replicas = " ".join(
+        f"{r.node_id}:{r.log_end_offset}/{r.high_watermark}" + ("" if r.live else "(down)")
+        for r in p.replica_states
+    )
+    line = (
+        f"\tTopic: {topic}\tPartition: {p.partition}\tLeader: {p.leader}\t"
+        f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}"
+        f"\tLeaderEpoch: {p.leader_epoch}\tHighWatermark: {p.high_watermark}\t"
+        f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
+        f"ReplicaLogEnd/HW: {replicas}"
+    )
+    move = moving.get(TopicPartition(topic, p.partition))
+    if move is not None:  # as kafka-topics --describe shows a move under way
+        line += (
+            f"\tAdding Replicas: {','.join(map(str, move.adding))}"
+            f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
+        )
+    if p.error:
+        line += f"\tError: {common_pb2.ErrorCode.Name(p.error)}"
+    return line
 
 
 def alter_topic(args: argparse.Namespace) -> int:
@@ -138,6 +222,11 @@ def alter_topic(args: argparse.Namespace) -> int:
 
 def delete_topic(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap) as admin:
-        admin.delete_topic(args.name)
+        try:
+            admin.delete_topic(args.name)
+        except UnknownTopicOrPartitionError:
+            if not args.if_exists:
+                raise
+            return 0
     print(f"Deleted topic {args.name}.")
     return 0

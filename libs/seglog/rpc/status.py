@@ -160,4 +160,30 @@ def error_from_rpc(error: grpc.RpcError) -> SeglogError:
             " (the address answers but does not serve this seglog API: is it a storage "
             "node's address where the gateway's is needed?)"
         )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        message += _tls_hint(message)
     return _ERROR_BY_STATUS.get(code, SeglogError)(f"{code.name}: {message}")
+
+
+def _tls_hint(message: str) -> str:
+    """What a connection closed during setup most likely means: gRPC itself only says
+    "Socket closed" both for a plaintext client at a TLS listener and for a TLS client
+    without the client certificate a mutual-TLS listener requires."""
+    if "WRONG_VERSION_NUMBER" in message:
+        return (
+            " (a TLS client against a plaintext listener: connect without TLS, i.e. unset "
+            "SEGLOG_TLS_CA/_CERT/_KEY or use security_protocol=PLAINTEXT)"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in message:
+        return (
+            " (the server's certificate is not signed by the CA given: check SEGLOG_TLS_CA "
+            "or ssl_cafile)"
+        )
+    if "Socket closed" in message:
+        return (
+            " (the server closed the connection during setup: most likely a TLS mismatch, a "
+            "plaintext client against a TLS listener, or a mutual-TLS listener that requires a "
+            "client certificate: set SEGLOG_TLS_CA, SEGLOG_TLS_CERT and SEGLOG_TLS_KEY, or "
+            "ssl_cafile, ssl_certfile and ssl_keyfile)"
+        )
+    return ""
