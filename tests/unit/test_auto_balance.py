@@ -86,3 +86,28 @@ def test_nothing_moves_while_a_node_holding_replicas_is_down(tmp_path):
     balancer.tick()
     assert balancer.pending and not registry.reassignments()
     assert registry.placement().absent_holders == [1]
+
+
+def test_an_operators_reassignment_takes_precedence_over_a_pending_balance(tmp_path):
+    registry = _registry(tmp_path)
+    registry.create_topic("t", 6, 2, {})
+    balancer = AutoBalancer(registry, max_moves=1)
+    balancer.tick()
+    registry.register_node(4, "127.0.0.1:4")
+    balancer.tick()
+    assert balancer.pending and len(registry.reassignments()) == 1  # one move at a time
+    _catch_up(registry)
+    # The operator decommissions node 4 (it holds one replica now): the balancer stands by.
+    [(topic, i, p)] = [
+        (t, i, p)
+        for t in registry.topics.values()
+        for i, p in enumerate(t.partitions)
+        if 4 in p.replicas
+    ]
+    free = next(n for n in (1, 2, 3) if n not in p.replicas)
+    registry.alter_reassignments({(topic.name, i): [free if r == 4 else r for r in p.replicas]})
+    balancer.tick()
+    assert not balancer.pending
+    _catch_up(registry)
+    balancer.tick()
+    assert not registry.reassignments() and registry.replica_counts().get(4, 0) == 0

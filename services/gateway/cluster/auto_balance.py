@@ -13,9 +13,12 @@ Bounds, so a join never turns into a storm:
   or down: the counts would be wrong, and its partitions are under-replicated anyway).
 
 Why only on a change of the node set, not continuously: `seglog nodes decommission` empties a
-node that stays up until it is stopped; a continuous balancer would fill it again. A node
-decommissioned while the balancer is idle stays empty; once it is stopped the set shrinks and
-the rest is balanced. The balancer goes idle again when a round finds nothing to move.
+node that stays up until it is stopped; a continuous balancer would fill it again. An
+operator's reassignment (one this balancer did not start, such as a decommission's) takes
+precedence: seeing one, the balancer drops what it had pending, so the node being emptied
+stays empty; once it is stopped the set shrinks and the rest is balanced. The balancer goes
+idle again when a round finds nothing to move. (What it started is remembered by this
+controller only: a newly elected one treats moves under way as an operator's and waits.)
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class AutoBalancer:
         self._nodes_seen: list[int] | None = None  # None: not looked yet (a new controller)
         self.pending = False  # a change of the node set not yet balanced
         self.rounds = 0  # rounds that started moves (for tests and logs)
+        self._started: dict[tuple[str, int], list[int]] = {}  # what it moves, and where to
 
     def tick(self, controller: Fence | None = None) -> None:
         """One round: note a change of the node set, then, while one is pending, start
@@ -64,6 +68,13 @@ class AutoBalancer:
             logger.info("auto balance: eligible nodes %s -> %s", self._nodes_seen, nodes)
             self.pending = True
         self._nodes_seen = nodes
+        moving = placement.reassigning
+        self._started = {tp: t for tp, t in self._started.items() if moving.get(tp) == t}
+        if any(self._started.get(tp) != target for tp, target in moving.items()):
+            if self.pending:
+                logger.info("auto balance: an operator's reassignment under way; standing by")
+            self.pending = False
+            return
         if not self.pending or placement.absent_holders or len(nodes) < 2:
             return
         budget = self.max_moves - placement.moves_in_flight
@@ -99,8 +110,7 @@ class AutoBalancer:
             placement.moves_in_flight,
             {f"{tp.topic}-{tp.partition}": target for tp, target in sorted(plan.items())},
         )
-        self.registry.alter_reassignments(
-            {(tp.topic, tp.partition): target for tp, target in plan.items()},
-            self.throttle_bytes_per_s,
-        )
+        targets = {(tp.topic, tp.partition): target for tp, target in plan.items()}
+        self._started.update(targets)  # before: one may complete before the call returns
+        self.registry.alter_reassignments(targets, self.throttle_bytes_per_s)
         self.rounds += 1

@@ -58,6 +58,8 @@ class Placement:
     replicas: dict[PartitionChange, list[int]] = field(default_factory=dict)
     # At rest, with a leader and every replica in sync on an eligible node: may be moved.
     movable: set[PartitionChange] = field(default_factory=set)
+    # The partitions being moved, each with its target replicas.
+    reassigning: dict[PartitionChange, list[int]] = field(default_factory=dict)
     moves_in_flight: int = 0  # replicas being added by reassignments under way
     eligible_nodes: list[int] = field(default_factory=list)
     # Nodes that hold replicas but are not eligible (down, fenced, shutting down).
@@ -226,6 +228,8 @@ class ReassigningState(RegistryState):
                     tp = (topic.name, i)
                     placement.replicas[tp] = list(p.replicas)
                     placement.moves_in_flight += len(p.adding)
+                    if p.reassigning:
+                        placement.reassigning[tp] = [r for r in p.replicas if r not in p.removing]
                     if (
                         not p.reassigning
                         and p.leader != NO_LEADER
