@@ -2,7 +2,8 @@
 fourth node joins a three-node cluster with `auto.balance.enable` while acks=all producers
 write to every partition; the controller moves replicas onto it, never more than
 `auto.balance.max.moves` being added at once, each catch-up throttled, until replicas and
-leaders are within one per node; every acknowledged record is read back, once."""
+leaders are within one per node; then node 4 is decommissioned (the balancer stands by) and
+stopped, and the three left are evened out; every acknowledged record is read back, once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import threading
 import pytest
 
 from seglog.client import Consumer, Producer
+from seglog.client.reassignment_plans import decommission
+from seglog.client.structs import TopicPartition
 from tests.cluster import LocalCluster
 from tests.waiting import wait_for
 
@@ -72,12 +75,12 @@ def _spread(cluster):
     return held, led
 
 
-def _balanced(cluster) -> bool:
+def _balanced(cluster, nodes: int = 4) -> bool:
     if cluster.gateway.registry.reassignments():
         return False
     held, led = _spread(cluster)
     return (
-        len(held) == 4
+        len(held) == nodes
         and max(held.values()) - min(held.values()) <= 1
         and max(led.values()) - min(led.values()) <= 1
     )
@@ -131,15 +134,39 @@ def test_a_joining_node_is_balanced_automatically_under_load_losing_nothing(tmp_
             return _balanced(cluster) and not balancer.pending
 
         wait_for(balanced_yet, 120, "node 4 balanced", lambda: str(_spread(cluster)))
-        acknowledged_when_balanced = load.count
-        wait_for(lambda: load.count >= acknowledged_when_balanced + 100, 30, "load after")
-        load.stop()
-
         held, led = _spread(cluster)
         assert held[4] == 6 and led[4] == 2, (held, led)  # 24 replicas, 8 leaders, 4 nodes
         assert balancer.rounds >= 3  # 6 replica moves, at most 2 at once
         assert most_in_flight <= MAX_MOVES  # sampled; the unit test checks every round
         assert throttles <= {THROTTLE_BYTES_PER_S}
+
+        # Node 4 leaves for good: decommissioned (the balancer stands by, so it stays
+        # empty), then stopped; the three left are evened out again.
+        rounds_before = balancer.rounds
+        current = {
+            TopicPartition(TOPIC, i): list(p.replicas)
+            for i, p in enumerate(registry.topic(TOPIC).partitions)
+        }
+        plan = decommission(current, 4, [1, 2, 3])
+        cluster.admin.alter_partition_reassignments(plan)
+        wait_for(
+            lambda: not registry.reassignments() and not registry.replica_counts().get(4),
+            60,
+            "node 4 emptied",
+            lambda: str(_spread(cluster)),
+        )
+        assert balancer.rounds == rounds_before and not balancer.pending
+        cluster.stop_node(4)
+        wait_for(
+            lambda: 4 not in registry.live_nodes() and _balanced(cluster, 3),
+            60,
+            "three nodes balanced",
+            lambda: str(_spread(cluster)),
+        )
+        acknowledged_when_balanced = load.count
+        wait_for(lambda: load.count >= acknowledged_when_balanced + 100, 30, "load after")
+        load.stop()
+        assert not registry.replica_counts().get(4)
         for partition, acknowledged in load.acknowledged.items():
             values = _read_partition(cluster, partition, len(acknowledged))
             assert set(acknowledged) <= set(values), f"partition {partition} lost records"
