@@ -35,7 +35,7 @@ from seglog.v1 import gateway_pb2
 
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
-from .auto_balance import AutoBalancer
+from .auto_balance import DEFAULT_AUTO_BALANCE_INTERVAL_MS, AutoBalancer
 from .metadata_image import Topic
 from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
@@ -106,7 +106,7 @@ class Controller:
         leader_imbalance_check_interval_seconds: float = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S,
         election: ControllerElection | SoleController | None = None,
         auto_balancer: AutoBalancer | None = None,
-        auto_balance_interval_s: float = 10.0,
+        auto_balance_interval_s: float = DEFAULT_AUTO_BALANCE_INTERVAL_MS / 1000,
     ) -> None:
         self.registry = registry
         self.connections = connections
