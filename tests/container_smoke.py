@@ -83,9 +83,9 @@ def _in_sync(admin: Admin, topic: str) -> bool:
     return all(len(p.isr) == 3 for p in described.partitions)
 
 
-def _consume_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
+def _consume_all(bootstrap: str, topic: str, expected: int, partitions: int = 3) -> list[bytes]:
     with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(3)])
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         out: list[bytes] = []
         deadline = time.monotonic() + 60
         while len(out) < expected and time.monotonic() < deadline:

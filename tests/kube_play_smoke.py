@@ -3,8 +3,10 @@ runs Pods, Deployments, ConfigMaps and PersistentVolumeClaims, not StatefulSets 
 Services, so the rendered overlay is narrowed to what it runs, changed only where a single
 machine must differ from a cluster, each change said below:
 
-- the storage-node StatefulSet becomes a Deployment of one pod, and the pod-index label the
-  kubelet would give it becomes its value (0);
+- each pod the storage-node StatefulSet would make (ordinals 0-2, then 3 when it is scaled
+  up) becomes a Deployment of one pod with the claim its volumeClaimTemplate would make, and
+  the pod-index label becomes its value; `kubectl scale` is playing (or taking down) the
+  pod of the ordinal added (or removed), as the StatefulSet controller would;
 - pods share the host's network (no Service DNS): the gateway and the node listen on free
   loopback ports and the node dials the gateway there; the image is the one just built;
 - the generated Secret is given as the variable it would fill, and the namespace and host
@@ -14,7 +16,8 @@ machine must differ from a cluster, each change said below:
 Everything else runs as written: commands, the Kafka-named ConfigMap mounted read-only and
 read through SEGLOG_CONFIG_FILE, the volumes at the data dirs, the read-only root file
 system, non-root user and dropped capabilities. A producer and a consumer on the host then
-work against it.
+work against it while the storage nodes are scaled from 3 to 4 (the new node balanced by the
+gateway's auto.balance) and back (decommissioned first, as README's Operations says).
 
     python -m tests.kube_play_smoke [--image localhost/seglog:dev]
 """
@@ -32,6 +35,7 @@ import yaml
 
 from seglog.client.admin import Admin
 from seglog.client.producer import Producer
+from tests.cluster import run_cli
 from tests.container_smoke import (
     _consume_all,
     _live_nodes,
@@ -43,6 +47,9 @@ from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = 500
+NODES = 3
+TOPIC = "played"
+PARTITIONS = 6
 
 
 def _render() -> list[dict]:
@@ -68,96 +75,176 @@ def _set_env(container: dict, name: str, value: str) -> None:
     container["env"].append({"name": name, "value": value})
 
 
-def playable(
-    objects: list[dict], image: str, gateway_port: int, node_ports: list[int]
-) -> list[dict]:
-    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+def playable(objects: list[dict], image: str, gateway_port: int) -> list[dict]:
+    """The ConfigMaps, the gateway and its claim, ready for podman (the nodes:
+    `node_manifests`)."""
     out = []
     for obj in objects:
-        kind = obj["kind"]
-        if kind in ("ConfigMap", "PersistentVolumeClaim"):
+        if obj["kind"] in ("ConfigMap", "PersistentVolumeClaim"):
             out.append(obj)
-        elif (
-            kind in ("Deployment", "StatefulSet")
-            and obj["metadata"]["name"].startswith("seglog-")
-            and "otel" not in obj["metadata"]["name"]
-        ):
-            played = copy.deepcopy(obj)
-            spec = played["spec"]
-            pod = spec["template"]["spec"]
-            pod["hostNetwork"] = True
-            (container,) = pod["containers"]
-            container["image"] = image
-            container.pop("ports", None)  # the host's network: nothing to publish
-            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                container.pop(probe, None)  # gRPC probes are the kubelet's, not podman's
-            for item in container["env"]:
-                ref = item.get("valueFrom", {}).get("secretKeyRef")
-                if ref is not None:
-                    data = secrets[ref["name"]]["data"][ref["key"]]
-                    item.pop("valueFrom")
-                    item["value"] = base64.b64decode(data).decode()
-            _set_env(container, "OTEL_TRACES_EXPORTER", "none")  # no collector here
-            _set_env(container, "OTEL_METRICS_EXPORTER", "none")
-            # podman's downward API knows the pod's name, not its namespace or host.
-            _set_env(container, "POD_NAMESPACE", played["metadata"].get("namespace", "default"))
-            _set_env(container, "NODE_NAME", "localhost")
-            if kind == "StatefulSet":
-                played["kind"] = "Deployment"
-                spec["replicas"] = 1
-                for key in ("serviceName", "podManagementPolicy", "volumeClaimTemplates"):
-                    spec.pop(key, None)
-                pvc = {
-                    "apiVersion": "v1",
-                    "kind": "PersistentVolumeClaim",
-                    "metadata": {"name": "seglog-node-0-data"},
-                    "spec": obj["spec"]["volumeClaimTemplates"][0]["spec"],
-                }
-                out.append(pvc)
-                pod["volumes"].append(
-                    {"name": "data", "persistentVolumeClaim": {"claimName": "seglog-node-0-data"}}
-                )
-                _set_env(container, "SEGLOG_NODE_ID", "0")
-                _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{node_ports[0]}")
-                _set_env(container, "SEGLOG_ADVERTISED_ADDRESS", f"127.0.0.1:{node_ports[0]}")
-                _set_env(container, "SEGLOG_BULK_LISTEN", f"127.0.0.1:{node_ports[1]}")
-                _set_env(container, "SEGLOG_ADVERTISED_BULK_ADDRESS", f"127.0.0.1:{node_ports[1]}")
-                _set_env(container, "SEGLOG_GATEWAY", f"127.0.0.1:{gateway_port}")
-            else:
-                _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{gateway_port}")
+        elif obj["kind"] == "Deployment" and obj["metadata"]["name"] == "seglog-gateway":
+            played = _on_this_machine(obj, objects, image)
+            (container,) = played["spec"]["template"]["spec"]["containers"]
+            _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{gateway_port}")
             out.append(played)
     return out
 
 
+def node_manifests(
+    objects: list[dict], image: str, gateway_port: int, ordinal: int, ports: tuple[int, int]
+) -> list[dict]:
+    """What the StatefulSet's pod `ordinal` would be (as a Deployment of one pod, with the
+    claim its volumeClaimTemplate would make), listening on `ports` (API, bulk)."""
+    (statefulset,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    played = _on_this_machine(statefulset, objects, image)
+    name = f"{statefulset['metadata']['name']}-{ordinal}"
+    played["kind"] = "Deployment"
+    played["metadata"]["name"] = name
+    spec = played["spec"]
+    spec["replicas"] = 1
+    for key in ("serviceName", "podManagementPolicy", "volumeClaimTemplates"):
+        spec.pop(key, None)
+    pod = spec["template"]["spec"]
+    claim = f"{name}-data"
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim},
+        "spec": statefulset["spec"]["volumeClaimTemplates"][0]["spec"],
+    }
+    pod["volumes"].append({"name": "data", "persistentVolumeClaim": {"claimName": claim}})
+    (container,) = pod["containers"]
+    api, bulk = ports
+    _set_env(container, "POD_NAME", name)
+    _set_env(container, "SEGLOG_NODE_ID", str(ordinal))  # the pod-index label's value
+    _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{api}")
+    _set_env(container, "SEGLOG_ADVERTISED_ADDRESS", f"127.0.0.1:{api}")
+    _set_env(container, "SEGLOG_BULK_LISTEN", f"127.0.0.1:{bulk}")
+    _set_env(container, "SEGLOG_ADVERTISED_BULK_ADDRESS", f"127.0.0.1:{bulk}")
+    _set_env(container, "SEGLOG_GATEWAY", f"127.0.0.1:{gateway_port}")
+    configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
+    return [*configmaps, pvc, played]
+
+
+def _on_this_machine(obj: dict, objects: list[dict], image: str) -> dict:
+    secrets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Secret"}
+    played = copy.deepcopy(obj)
+    pod = played["spec"]["template"]["spec"]
+    pod["hostNetwork"] = True
+    (container,) = pod["containers"]
+    container["image"] = image
+    container.pop("ports", None)  # the host's network: nothing to publish
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        container.pop(probe, None)  # gRPC probes are the kubelet's, not podman's
+    for item in container["env"]:
+        ref = item.get("valueFrom", {}).get("secretKeyRef")
+        if ref is not None:
+            data = secrets[ref["name"]]["data"][ref["key"]]
+            item.pop("valueFrom")
+            item["value"] = base64.b64decode(data).decode()
+    _set_env(container, "OTEL_TRACES_EXPORTER", "none")  # no collector here
+    _set_env(container, "OTEL_METRICS_EXPORTER", "none")
+    # podman's downward API knows the pod's name, not its namespace or host.
+    _set_env(container, "POD_NAMESPACE", played["metadata"].get("namespace", "default"))
+    _set_env(container, "NODE_NAME", "localhost")
+    return played
+
+
+def _spread(admin: Admin, topic: str) -> tuple[dict[int, int], dict[int, int]]:
+    """Replicas and leaders per live node."""
+    live = _live_nodes(admin)
+    held, led = dict.fromkeys(live, 0), dict.fromkeys(live, 0)
+    (described,) = admin.describe_topics([topic])
+    for p in described.partitions:
+        for r in p.replicas:
+            held[r] = held.get(r, 0) + 1
+        led[p.leader] = led.get(p.leader, 0) + 1
+    return held, led
+
+
+def _balanced_over(admin: Admin, topic: str, nodes: set[int]) -> bool:
+    if admin.list_partition_reassignments():
+        return False
+    held, led = _spread(admin, topic)
+    return (
+        set(held) == nodes
+        and set(led) <= nodes
+        and max(held.values()) - min(held.values()) <= 1
+        and max(led.get(n, 0) for n in nodes) - min(led.get(n, 0) for n in nodes) <= 1
+    )
+
+
 def smoke(image: str) -> None:
-    gateway_port, *node_ports = free_ports(3)
+    """Three storage nodes (the StatefulSet's ordinals 0-2), records written; `kubectl scale
+    --replicas=4` (ordinal 3 played): the gateway's automatic balancing gives it its share;
+    `seglog nodes decommission --node 3`, then `kubectl scale --replicas=3` (ordinal 3
+    down): everything written is still read back."""
+    gateway_port, *ports = free_ports(1 + 2 * (NODES + 1))
     bootstrap = f"127.0.0.1:{gateway_port}"
-    manifests = playable(_render(), image, gateway_port, node_ports)
+    objects = _render()
     with tempfile.TemporaryDirectory(prefix="seglog-kube-play-") as tmp:
-        path = Path(tmp) / "dev.yaml"
-        path.write_text(yaml.safe_dump_all(manifests))
+        files = {"cluster": Path(tmp) / "cluster.yaml"}
+        manifests = {"cluster": playable(objects, image, gateway_port)}
+        for ordinal in range(NODES + 1):
+            files[ordinal] = Path(tmp) / f"node-{ordinal}.yaml"
+            manifests[ordinal] = node_manifests(
+                objects, image, gateway_port, ordinal, (ports[2 * ordinal], ports[2 * ordinal + 1])
+            )
+        for key, path in files.items():
+            path.write_text(yaml.safe_dump_all(manifests[key]))
         try:
-            _down(path, manifests)  # what an interrupted earlier run may have left
-            _podman("kube", "play", str(path), timeout=300)
-            with Admin(bootstrap) as admin:
-                _wait(lambda: _live_nodes(admin) == {0}, "the node registered", 90)
-                admin.create_topic("played", 3)
+            for key in files:  # what an interrupted earlier run may have left
+                _down(files[key], manifests[key])
+            _podman("kube", "play", str(files["cluster"]), timeout=300)
+            for ordinal in range(NODES):
+                _podman("kube", "play", str(files[ordinal]), timeout=300)
             values = [b"played-%d" % i for i in range(RECORDS)]
-            with Producer(bootstrap) as producer:
-                for f in [producer.send("played", v) for v in values]:
-                    f.get(timeout=30)
-            got = _consume_all(bootstrap, "played", RECORDS)
+            with Admin(bootstrap) as admin:
+                _wait(lambda: _live_nodes(admin) == {0, 1, 2}, "three nodes registered", 90)
+                admin.create_topic(TOPIC, PARTITIONS, 2)
+                with Producer(bootstrap) as producer:
+                    for f in [producer.send(TOPIC, v) for v in values]:
+                        f.get(timeout=30)
+
+                _podman("kube", "play", str(files[NODES]), timeout=300)  # scale to 4
+                _wait(lambda: _live_nodes(admin) == {0, 1, 2, 3}, "node 3 registered", 90)
+                _wait(
+                    lambda: _balanced_over(admin, TOPIC, {0, 1, 2, 3}),
+                    "node 3 balanced automatically",
+                    180,
+                )
+                print(f"scaled to 4: replicas and leaders per node {_spread(admin, TOPIC)}")
+
+                done = run_cli("nodes", "decommission", "--node", "3", bootstrap=bootstrap)
+                assert done.returncode == 0, done.stderr.decode()
+                held, _ = _spread(admin, TOPIC)
+                assert held.get(3, 0) == 0, held
+                # Scale back to 3: its pod and its claim go, the shared ConfigMaps stay.
+                _down(files[NODES], manifests[NODES], kinds=("PersistentVolumeClaim",))
+                _wait(lambda: _live_nodes(admin) == {0, 1, 2}, "node 3 gone", 90)
+                _wait(
+                    lambda: _balanced_over(admin, TOPIC, {0, 1, 2}),
+                    "three nodes balanced",
+                    120,
+                )
+                print(f"scaled to 3: replicas and leaders per node {_spread(admin, TOPIC)}")
+            got = _consume_all(bootstrap, TOPIC, RECORDS, PARTITIONS)
             assert sorted(got) == sorted(values), f"read {len(got)} of {RECORDS}"
-            print(f"podman kube play of the dev overlay: {RECORDS} records produced and consumed")
+            print(
+                f"podman kube play of the dev overlay: {NODES} nodes scaled to {NODES + 1} and "
+                f"back, {RECORDS} records produced and all read back"
+            )
         finally:
-            _down(path, manifests)
+            for key in reversed(list(files)):
+                _down(files[key], manifests[key])
 
 
-def _down(path: Path, manifests: list[dict]) -> None:
-    """Remove the pods of `path` and the volumes podman made for its claims and ConfigMaps."""
+def _down(path: Path, manifests: list[dict], kinds=("PersistentVolumeClaim", "ConfigMap")) -> None:
+    """Remove the pods of `path` and the volumes podman made for its claims and ConfigMaps
+    (`kinds`: a forced removal also removes every container still using the volume)."""
     _podman("kube", "down", str(path), check=False, timeout=120)
     for obj in manifests:
-        if obj["kind"] in ("PersistentVolumeClaim", "ConfigMap"):
+        if obj["kind"] in kinds:
             _podman("volume", "rm", "--force", obj["metadata"]["name"], check=False)
 
 

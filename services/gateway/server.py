@@ -21,6 +21,7 @@ from services.settings import described_settings
 from .authorization import Authorization
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
+from .cluster.auto_balance import AutoBalancer
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.reassignment_service import ReassignmentService
@@ -117,6 +118,14 @@ class Gateway:
             auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds=config.leader_imbalance_check_interval_seconds,
             election=self.election,
+            auto_balancer=AutoBalancer(
+                self.registry,
+                max_moves=config.auto_balance_max_moves,
+                throttle_bytes_per_s=config.auto_balance_throttle_bytes_per_s,
+            )
+            if config.auto_balance_enable
+            else None,
+            auto_balance_interval_s=config.auto_balance_interval_ms / 1000,
         )
         self.service = GatewayService(
             self.registry,

@@ -18,6 +18,11 @@ from services.settings import (
     setting,
 )
 
+from .cluster.auto_balance import (
+    DEFAULT_AUTO_BALANCE_INTERVAL_MS,
+    DEFAULT_AUTO_BALANCE_MAX_MOVES,
+    DEFAULT_AUTO_BALANCE_THROTTLE_BYTES_PER_S,
+)
 from .cluster.controller import DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S
 from .cluster.topic_rules import (
     DEFAULT_MAX_PARTITIONS,
@@ -193,6 +198,22 @@ class GatewayConfig:
     )
     leader_imbalance_check_interval_seconds: int = setting(
         DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S, "how often preferred leaders are restored"
+    )
+    auto_balance_enable: bool = setting(
+        False,
+        "when the nodes change (one joins, a decommissioned one leaves), spread replicas "
+        "and leaders over them to within one (true/false)",
+    )
+    auto_balance_max_moves: int = setting(
+        DEFAULT_AUTO_BALANCE_MAX_MOVES,
+        "automatic balancing: the most replicas being added at once (every move counted)",
+    )
+    auto_balance_throttle_bytes_per_s: int = setting(
+        DEFAULT_AUTO_BALANCE_THROTTLE_BYTES_PER_S,
+        "automatic balancing: each new replica's catch-up rate (0: unthrottled)",
+    )
+    auto_balance_interval_ms: int = setting(
+        DEFAULT_AUTO_BALANCE_INTERVAL_MS, "automatic balancing: how often a round runs"
     )
     # Signs bulk transfer grants (shared with the nodes); None: the bulk path is off. Never
     # shown: DescribeConfigs says only whether one is set.

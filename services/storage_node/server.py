@@ -26,6 +26,7 @@ from services import serving
 from .bulk_server import BulkServer
 from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
+from .readiness import InSyncReadiness
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
@@ -99,6 +100,7 @@ class StorageNode:
         self.health: HealthServicer | None = None
         self.health_server: grpc.Server | None = None
         self.health_port = 0
+        self.readiness: InSyncReadiness | None = None
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
@@ -273,6 +275,16 @@ class StorageNode:
                 tls=self.config.tls,
             )
             self.session.start()
+        session = self.session
+        assert self.health is not None
+        self.readiness = InSyncReadiness(
+            self.health,
+            self.replicas,
+            self.config.node_id,
+            (lambda: session.registered.is_set()) if session is not None else (lambda: True),
+            self.config.heartbeat_interval_ms / 1000,
+        )
+        self.readiness.start()
 
     def stop(self, grace_s: float = 10.0, *, controlled: bool | None = None) -> None:
         """Stop accepting calls, let in-flight ones finish, then flush and close every log
@@ -280,6 +292,8 @@ class StorageNode:
         in-sync replicas first (controlled shutdown), so acks=all producers barely pause."""
         if controlled is None:
             controlled = self.config.controlled_shutdown_enable
+        if self.readiness is not None:
+            self.readiness.stop()
         if self.health is not None:  # draining: no longer ready for new work
             serving.set_serving(self.health, [SERVICE_NAME], False)
         if self.session is not None:

@@ -12,7 +12,7 @@ asks for a plan and executes it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ..errors import InvalidReplicaAssignmentError
 from .structs import TopicPartition
@@ -142,13 +142,18 @@ def decommission(
 
 
 def balance(
-    current: Mapping[TopicPartition, Sequence[int]], nodes: Sequence[int], max_moves: int = 0
+    current: Mapping[TopicPartition, Sequence[int]],
+    nodes: Sequence[int],
+    max_moves: int = 0,
+    movable: Collection[TopicPartition] | None = None,
 ) -> Plan:
     """Replicas per node to within one of each other (each move takes a replica from the
     most loaded node to the least loaded one not holding the partition; at most `max_moves`
     replica moves, 0: no bound), then preferred leaders (first replicas) to within one by
-    reordering replicas, which moves no data. Only the partitions that change are in it."""
+    reordering replicas, which moves no data. Only the partitions that change are in it, and
+    only partitions of `movable` (None: all) change; the others still count in the load."""
     assigned = {tp: list(replicas) for tp, replicas in current.items()}
+    changeable = sorted(assigned if movable is None else set(movable) & set(assigned))
     held = _counts(assigned, nodes)
     moves = 0
     while not max_moves or moves < max_moves:
@@ -156,19 +161,23 @@ def balance(
         least = min(held, key=lambda n: (held[n], n))
         if held[most] - held[least] <= 1:
             break
-        movable = [tp for tp in sorted(assigned) if most in assigned[tp]]
-        tp = next((tp for tp in movable if least not in assigned[tp]), None)
+        candidates = (tp for tp in changeable if most in assigned[tp])
+        tp = next((tp for tp in candidates if least not in assigned[tp]), None)
         if tp is None:
             break
         assigned[tp] = [least if r == most else r for r in assigned[tp]]
         held[most] -= 1
         held[least] += 1
         moves += 1
-    _balance_preferred(assigned, nodes)
+    _balance_preferred(assigned, nodes, changeable)
     return {tp: replicas for tp, replicas in assigned.items() if replicas != list(current[tp])}
 
 
-def _balance_preferred(assigned: dict[TopicPartition, list[int]], nodes: Sequence[int]) -> None:
+def _balance_preferred(
+    assigned: dict[TopicPartition, list[int]],
+    nodes: Sequence[int],
+    changeable: Sequence[TopicPartition],
+) -> None:
     preferred = {n: 0 for n in nodes}
     for replicas in assigned.values():
         if replicas and replicas[0] in preferred:
@@ -179,7 +188,7 @@ def _balance_preferred(assigned: dict[TopicPartition, list[int]], nodes: Sequenc
         if preferred[most] - preferred[least] <= 1:
             return
         tp = next(
-            (tp for tp in sorted(assigned) if assigned[tp][0] == most and least in assigned[tp]),
+            (tp for tp in changeable if assigned[tp][0] == most and least in assigned[tp]),
             None,
         )
         if tp is None:

@@ -5,6 +5,8 @@ Registry.check_sessions) every quarter session timeout, and, with
 `auto.leader.rebalance.enable`, gives leadership back to preferred replicas every
 `leader.imbalance.check.interval.seconds`. Each tick also finishes the reassignments whose
 target replicas are all in sync (reassignments.py) and deletes the removed replicas' logs.
+With `auto.balance.enable`, every `auto.balance.interval.ms` it runs a round of automatic
+balancing (auto_balance.py).
 
 With several gateways (the etcd registry) only the elected one (election.py) runs this loop
 and pushes; the others campaign on each tick. Its decisions carry the election's fence: the
@@ -33,6 +35,7 @@ from seglog.v1 import gateway_pb2
 
 from ..coordination.election import ControllerElection, SoleController
 from ..node_connections import NodeConnections
+from .auto_balance import DEFAULT_AUTO_BALANCE_INTERVAL_MS, AutoBalancer
 from .metadata_image import Topic
 from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
@@ -102,12 +105,16 @@ class Controller:
         auto_leader_rebalance_enable: bool = True,
         leader_imbalance_check_interval_seconds: float = DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S,
         election: ControllerElection | SoleController | None = None,
+        auto_balancer: AutoBalancer | None = None,
+        auto_balance_interval_s: float = DEFAULT_AUTO_BALANCE_INTERVAL_MS / 1000,
     ) -> None:
         self.registry = registry
         self.connections = connections
         self.election = election or SoleController()
         self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
         self.rebalance_interval_s = leader_imbalance_check_interval_seconds
+        self.auto_balancer = auto_balancer
+        self.auto_balance_interval_s = auto_balance_interval_s
         self._stop = threading.Event()
         self._pushes: queue.Queue[list[PartitionChange] | None] = queue.Queue()
         self._threads = [
@@ -130,6 +137,7 @@ class Controller:
     def _run(self) -> None:
         tick_s = max(self.registry.session_timeout_s / 4, 0.05)
         until_rebalance_s = self.rebalance_interval_s
+        until_balance_s = self.auto_balance_interval_s
         while not self._stop.wait(tick_s):
             try:
                 if not self.election.is_controller:
@@ -149,6 +157,10 @@ class Controller:
                 if self.auto_leader_rebalance_enable and until_rebalance_s <= 0:
                     until_rebalance_s = self.rebalance_interval_s
                     self.registry.rebalance_leaders(fence)
+                until_balance_s -= tick_s
+                if self.auto_balancer is not None and until_balance_s <= 0:
+                    until_balance_s = self.auto_balance_interval_s
+                    self.auto_balancer.tick(fence)
             except ControllerFencedError as exc:
                 self.election.step_down(str(exc))
             except SeglogError as exc:  # etcd unreachable: decide again next tick

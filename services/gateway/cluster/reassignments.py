@@ -21,6 +21,7 @@ way. The ISR, and so min.insync.replicas, is never counted differently during a 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from seglog.errors import (
     ElectionNotNeededError,
@@ -48,6 +49,22 @@ PREFERRED = "preferred"
 UNCLEAN = "unclean"
 # A partition's requested move: its target replicas, or None to cancel its move.
 Target = list[int] | None
+
+
+@dataclass
+class Placement:
+    """Where every partition's replicas are, as a balancer must see it at one instant."""
+
+    replicas: dict[PartitionChange, list[int]] = field(default_factory=dict)
+    # At rest, with a leader and every replica in sync on an eligible node: may be moved.
+    movable: set[PartitionChange] = field(default_factory=set)
+    # The partitions being moved, each with its target replicas.
+    reassigning: dict[PartitionChange, list[int]] = field(default_factory=dict)
+    moves_in_flight: int = 0  # replicas being added by reassignments under way
+    eligible_nodes: list[int] = field(default_factory=list)
+    # Nodes that hold replicas but are not eligible (down, fenced, shutting down).
+    absent_holders: list[int] = field(default_factory=list)
+    misled: int = 0  # partitions not led by their preferred replica
 
 
 def check_target(name: str, target: Sequence[int], known_nodes: set[int]) -> None:
@@ -197,6 +214,30 @@ class ReassigningState(RegistryState):
             return {}
         self._notify(set(removed))
         return removed
+
+    def placement(self) -> Placement:
+        with self._lock:
+            placement = Placement(misled=len(self.image.misled))
+            placement.eligible_nodes = sorted(n for n in self.nodes if self._eligible(n))
+            eligible = set(placement.eligible_nodes)
+            placement.absent_holders = sorted(
+                n for n, hosted in self.image.hosted.items() if hosted and n not in eligible
+            )
+            for topic in self.image.topics.values():
+                for i, p in enumerate(topic.partitions):
+                    tp = (topic.name, i)
+                    placement.replicas[tp] = list(p.replicas)
+                    placement.moves_in_flight += len(p.adding)
+                    if p.reassigning:
+                        placement.reassigning[tp] = [r for r in p.replicas if r not in p.removing]
+                    if (
+                        not p.reassigning
+                        and p.leader != NO_LEADER
+                        and set(p.isr) == set(p.replicas)
+                        and eligible.issuperset(p.replicas)
+                    ):
+                        placement.movable.add(tp)
+            return placement
 
     def reassignments(
         self, wanted: Sequence[PartitionChange] | None = None
