@@ -22,8 +22,8 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.consumer.lag                       gauge per group and partition (the coordinator)
   seglog.authorization.denied               counter per operation and resource type
 
-Topic and partition attributes use OpenTelemetry's messaging names
-(`messaging.destination.name`, `messaging.destination.partition.id`,
+Topic, partition and group attributes use OpenTelemetry's messaging names, as the spans do
+(semconv.py: `messaging.destination.name`, `messaging.destination.partition.id`,
 `messaging.consumer.group.name`).
 """
 
@@ -46,11 +46,8 @@ from opentelemetry.sdk.resources import Resource
 
 from .errors import SeglogError
 from .rpc.status import error_code_for
+from .semconv import TOPIC
 from .v1 import common_pb2
-
-TOPIC = "messaging.destination.name"
-PARTITION = "messaging.destination.partition.id"
-GROUP = "messaging.consumer.group.name"
 
 logger = logging.getLogger(__name__)
 

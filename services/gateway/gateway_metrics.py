@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator
 from opentelemetry.metrics import MeterProvider, Observation
 
 from seglog.client.gateway import LATEST
-from seglog.metrics import GROUP, PARTITION, TOPIC, RequestMetrics
+from seglog.metrics import RequestMetrics
+from seglog.semconv import GROUP, PARTITION, TOPIC
 from seglog.v1 import common_pb2
 
 from .cluster.registry import Registry

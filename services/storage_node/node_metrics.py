@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from opentelemetry.metrics import MeterProvider, Observation
 
-from seglog.metrics import PARTITION, TOPIC, RequestMetrics, error_reason
+from seglog.metrics import RequestMetrics, error_reason
+from seglog.semconv import PARTITION, TOPIC
 
 from .delayed_produce import AppendResult
 from .metadata_applier import MetadataApplier
