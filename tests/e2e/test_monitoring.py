@@ -233,3 +233,26 @@ def test_the_production_overlay_ships_the_same_rules_and_a_scrape_config():
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert "prometheus" in env["OTEL_METRICS_EXPORTER"].split(",")
         assert {"name": "metrics", "containerPort": 9464} in container["ports"]
+
+
+def test_make_run_names_a_busy_scrape_port_and_the_setting_to_change(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        node_2_port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "OTEL_METRICS_EXPORTER": "prometheus",
+            "OTEL_EXPORTER_PROMETHEUS_PORT": str(node_2_port - 2),
+        }
+        refused = subprocess.run(
+            local_cluster_command(tmp_path / "data", nodes=3),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert refused.returncode == 1
+    assert f"127.0.0.1:{node_2_port}" in refused.stderr
+    assert "OTEL_EXPORTER_PROMETHEUS_PORT" in refused.stderr
