@@ -87,6 +87,7 @@ class Log:
     ) -> None:
         self.directory = directory
         self.topic, self.partition = log_files.parse_topic_partition(directory)
+        self._partition_id = str(self.partition)  # spans name partitions as strings
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -273,7 +274,7 @@ class Log:
         offsets from the log end offset."""
         with tracer.start_as_current_span("seglog.log.append") as span:
             span.set_attribute(TOPIC, self.topic)
-            span.set_attribute(PARTITION, str(self.partition))
+            span.set_attribute(PARTITION, self._partition_id)
             validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
             info = self._append_validated(validated, leader_epoch)
             span.set_attribute("seglog.bytes", info.valid_bytes)
@@ -529,7 +530,7 @@ class Log:
             return LogSlice(None, offset, upper, start)
         with tracer.start_as_current_span("seglog.log.read") as span:
             span.set_attribute(TOPIC, self.topic)
-            span.set_attribute(PARTITION, str(self.partition))
+            span.set_attribute(PARTITION, self._partition_id)
             span.set_attribute("seglog.fetch_offset", offset)
             snapshot = self._segments.snapshot()
             bound: tuple[LogSegment, int] | None = None
@@ -745,7 +746,7 @@ class Log:
         with self._lock, tracer.start_as_current_span("seglog.log.flush") as span:
             self._check_open()
             span.set_attribute(TOPIC, self.topic)
-            span.set_attribute(PARTITION, str(self.partition))
+            span.set_attribute(PARTITION, self._partition_id)
             target = self._log_end_offset
             if self._changed_since_flush:
                 snapshot = self._segments.snapshot()
