@@ -256,3 +256,13 @@ def test_make_run_names_a_busy_scrape_port_and_the_setting_to_change(tmp_path):
     assert refused.returncode == 1
     assert f"127.0.0.1:{node_2_port}" in refused.stderr
     assert "OTEL_EXPORTER_PROMETHEUS_PORT" in refused.stderr
+
+
+def test_the_prometheus_operator_objects_carry_the_same_rules_and_scrape_port():
+    operator = OBSERVABILITY / "prometheus-operator"
+    rule = yaml.safe_load((operator / "prometheusrule.yaml").read_text())
+    assert rule["kind"] == "PrometheusRule"
+    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    monitor = yaml.safe_load((operator / "podmonitor.yaml").read_text())
+    assert monitor["kind"] == "PodMonitor"
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
