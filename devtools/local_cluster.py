@@ -8,6 +8,11 @@ listen on the ports after the gateway's (7071, 7072, 7073), or on free ports whe
 port is 0. A second cluster on a port already served is refused at once. Kafka clients use
 the gateway's Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
 
+With OTEL_METRICS_EXPORTER=prometheus, each process serves its own scrape endpoint: the
+gateway on OTEL_EXPORTER_PROMETHEUS_PORT (9464 unless set), node N on that port + N, the
+second gateway of --etcd on the port after the last node's (9464-9467 with three nodes, all
+free ports when it is 0), on the gateway's host unless OTEL_EXPORTER_PROMETHEUS_HOST says.
+
 A storage node that dies is reported and the cluster keeps running without it, so failover
 can be watched (topics default to three replicas, min.insync.replicas=2); SIGHUP
 (`kill -HUP <pid>`, the pid is printed) restarts the nodes that are down. The gateway's
@@ -92,6 +97,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    metrics_ports = _prometheus_ports(args.nodes + (2 if args.etcd else 1))
+    for metrics_port in metrics_ports:
+        if metrics_port != 0 and _listening(host, metrics_port):
+            print(
+                f"seglog local cluster: {host}:{metrics_port} (a Prometheus endpoint) is "
+                f"already served: set OTEL_EXPORTER_PROMETHEUS_PORT to the first of "
+                f"{len(metrics_ports)} free ports",
+                file=sys.stderr,
+            )
+            return 1
     stop = threading.Event()
     restart = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -148,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 *gateway_tls,
                 *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),
             ],
-            env=env,
+            env={**env, **_metrics_env(metrics_ports, host, 0 if i == 0 else args.nodes + i)},
             stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),
             echo_stdout=echo,
         )
@@ -191,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"min.insync.replicas={min_insync_replicas}",
                     *node_tls.get(node_id, []),
                 ],
-                env=env,
+                env={**env, **_metrics_env(metrics_ports, host, node_id)},
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
             )
@@ -206,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
+        if metrics_ports and metrics_ports[0] != 0:
+            scraped = f"{metrics_ports[0]}-{metrics_ports[-1]}"
+            print(f"  Prometheus endpoints on {host}:{scraped} (/metrics)", flush=True)
         print(
             f"  data in {data}/, logs in {data / 'logs'}/; Ctrl-C stops, "
             f"kill -HUP {os.getpid()} restarts dead nodes",
@@ -257,6 +275,26 @@ def main(argv: list[str] | None = None) -> int:
             etcd.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _prometheus_ports(processes: int) -> list[int]:
+    """Each process's scrape port (gateway first, then the nodes, then a second gateway),
+    or none when metrics do not go to Prometheus: the standard variable names one port, and
+    processes sharing a host cannot share it."""
+    exporters = os.environ.get("OTEL_METRICS_EXPORTER", "").split(",")
+    if "prometheus" not in [name.strip() for name in exporters]:
+        return []
+    base = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
+    return [0 if base == 0 else base + i for i in range(processes)]
+
+
+def _metrics_env(ports: list[int], host: str, index: int) -> dict[str, str]:
+    if not ports:
+        return {}
+    return {
+        "OTEL_EXPORTER_PROMETHEUS_PORT": str(ports[index]),
+        "OTEL_EXPORTER_PROMETHEUS_HOST": os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", host),
+    }
 
 
 def _tls_flags(directory: Path, nodes: int) -> tuple[list[str], dict[int, list[str]]]:

@@ -16,17 +16,20 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.log.size / seglog.log.segments     gauges per partition a node hosts
   seglog.log.start_offset / .end_offset     gauges per partition
   seglog.partition.isr / .under_replicated  gauges per partition the node leads
+  seglog.partition.isr.shrinks / .expands   counters per node (ISR changes it led)
+  seglog.partitions.offline                 gauge: partitions without a live leader (gateway)
   seglog.registry.node.live                 gauge per registered node (the gateway)
   seglog.consumer.lag                       gauge per group and partition (the coordinator)
   seglog.authorization.denied               counter per operation and resource type
 
-Topic and partition attributes use OpenTelemetry's messaging names
-(`messaging.destination.name`, `messaging.destination.partition.id`,
+Topic, partition and group attributes use OpenTelemetry's messaging names, as the spans do
+(semconv.py: `messaging.destination.name`, `messaging.destination.partition.id`,
 `messaging.consumer.group.name`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,11 +46,10 @@ from opentelemetry.sdk.resources import Resource
 
 from .errors import SeglogError
 from .rpc.status import error_code_for
+from .semconv import TOPIC
 from .v1 import common_pb2
 
-TOPIC = "messaging.destination.name"
-PARTITION = "messaging.destination.partition.id"
-GROUP = "messaging.consumer.group.name"
+logger = logging.getLogger(__name__)
 
 # The scrape endpoints started (their ports, when asked for port 0, for tests).
 PROMETHEUS_SERVERS: list[Any] = []
@@ -78,8 +80,18 @@ def configure_metrics(default_service_name: str) -> SdkMeterProvider | None:
 
             host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "0.0.0.0")
             port = int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "9464"))
-            server, _ = start_http_server(port, addr=host)
+            try:
+                server, _ = start_http_server(port, addr=host)
+            except OSError as exc:
+                # The bare errno ("Address already in use") names neither the endpoint nor
+                # what to change: every process on a host needs its own port.
+                raise OSError(
+                    f"the Prometheus endpoint cannot listen on {host}:{port} "
+                    f"({exc.strerror or exc}): give each process on this host its own "
+                    f"OTEL_EXPORTER_PROMETHEUS_PORT (or OTEL_EXPORTER_PROMETHEUS_HOST)"
+                ) from exc
             PROMETHEUS_SERVERS.append(server)
+            logger.info("metrics for Prometheus at http://%s:%d/metrics", host, server.server_port)
             readers.append(PrometheusMetricReader())
         elif name == "console":
             readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
@@ -158,6 +170,19 @@ class RequestMetrics:
             yield from observe()
 
         self.meter.create_observable_gauge(name, [callback], unit=unit, description=description)
+
+    def observed_counter(
+        self, name: str, unit: str, description: str, total: Callable[[], int]
+    ) -> None:
+        """A monotonic total kept elsewhere (a plain int its one writer increments), read
+        at each export: always exported, zero included, so alerts on its rate see it."""
+        if not self.on:
+            return
+
+        def callback(options: CallbackOptions) -> Iterator[Observation]:
+            yield Observation(total())
+
+        self.meter.create_observable_counter(name, [callback], unit=unit, description=description)
 
     def counter(self, name: str, unit: str, description: str) -> Any:
         return (

@@ -18,6 +18,7 @@ import os
 
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.util.types import AttributeValue
 
 _NO_SPAN = trace.INVALID_SPAN
 _UNKNOWN = object()
@@ -57,13 +58,28 @@ class EngineTracer:
         return tracer.start_as_current_span(name, context=context, kind=kind)  # type: ignore[return-value]
 
     def start_span(
-        self, name: str, *, kind: trace.SpanKind = trace.SpanKind.INTERNAL
+        self,
+        name: str,
+        *,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        context: Context | None = None,
     ) -> trace.Span:
         """A span that is not made current (the caller ends it), for work that outlives one
-        call frame: a transfer sent in one call and received in another."""
+        call frame (a transfer sent in one call and received in another), or whose span is
+        dropped when the work turns out to be nothing (never ended, it is never exported)."""
         tracer = self._tracer
         if tracer is None:
             if not _provider_installed():
                 return _NO_SPAN
             tracer = self._tracer = trace.get_tracer_provider().get_tracer(self._name)
-        return tracer.start_span(name, kind=kind)
+        return tracer.start_span(name, context=context, kind=kind)
+
+
+def annotate_current_span(attributes: dict[str, AttributeValue]) -> None:
+    """Attributes on the current span (a gRPC server span the interceptor started) when one
+    records; one global read while tracing is off."""
+    if not _provider_installed():
+        return
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.set_attributes(attributes)

@@ -1,7 +1,9 @@
 """The gateway's metrics (seglog/metrics.py has the names): request durations of Produce and
 Fetch as clients see them, denied calls, and gauges read at each export: each registered
-node's liveness, and each group's lag per partition (the committed offset against the
-partition's high watermark, asked of the leaders once per export)."""
+node's liveness, the partitions without a live leader (Kafka's OfflinePartitionsCount,
+counted from the registry's per-leader index, nothing on a request's path), and each
+group's lag per partition (the committed offset against the partition's high watermark,
+asked of the leaders once per export)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from collections.abc import Callable, Iterator
 from opentelemetry.metrics import MeterProvider, Observation
 
 from seglog.client.gateway import LATEST
-from seglog.metrics import GROUP, PARTITION, TOPIC, RequestMetrics
+from seglog.metrics import RequestMetrics
+from seglog.semconv import GROUP, PARTITION, TOPIC
 from seglog.v1 import common_pb2
 
 from .cluster.registry import Registry
@@ -42,6 +45,12 @@ class GatewayMetrics(RequestMetrics):
             self._nodes,
         )
         self.gauge(
+            "seglog.partitions.offline",
+            "{partition}",
+            "partitions with no leader or whose leader's session is not live",
+            self._offline,
+        )
+        self.gauge(
             "seglog.consumer.lag",
             "{message}",
             "a group's committed offset behind the partition's high watermark",
@@ -58,6 +67,9 @@ class GatewayMetrics(RequestMetrics):
         for node_id in sorted(self.registry.addresses()):
             live = int(self.registry.is_live(node_id))
             yield Observation(live, {"seglog.node.id": str(node_id)})
+
+    def _offline(self) -> Iterator[Observation]:
+        yield Observation(self.registry.offline_partition_count())
 
     def _lag(self) -> Iterator[Observation]:
         committed = self.offsets.loaded_offsets()

@@ -31,7 +31,7 @@ from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, gran
 from seglog.rpc.status import error_code_for
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
-from seglog.v1 import bulk_pb2
+from seglog.v1 import bulk_pb2, common_pb2
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .replica_manager import ReplicaManager
@@ -184,36 +184,70 @@ class BulkServer:
             return False
         fetch = request.fetch
         parent = propagate.extract(request.trace_context) if request.trace_context else None
-        with tracer.start_as_current_span(
-            "seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent
-        ) as span:
-            max_bytes = fetch.max_bytes or (1 << 31) - 1
-            if fetch.HasField("session_id"):
-                found = self.replicas.session_fetch(
-                    fetch, client_leader_epoch, lambda: not self._stopping
-                )
-                bulk_wire.send_message(
-                    conn,
-                    bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error),
-                )
-                chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
-            else:
-                states = self.replicas.fetch_states(wanted, replica_id)
-                if fetch.max_wait_ms > 0:
-                    self.replicas.wait_for_fetch(
-                        states,
-                        max(fetch.min_bytes, 0),
-                        fetch.max_wait_ms,
-                        lambda: not self._stopping,
-                    )
-                chunks = self.replicas.read_chunks(states, max_bytes)
-            sent = 0
-            for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):
-                sent += self._send_chunk(conn, chunk)
-            bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+        span = tracer.start_span("seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent)
+        if not span.is_recording():
+            self._send_answer(conn, fetch, wanted, replica_id, started)
+            return True
+        try:
+            # Exceptions are judged below, not by the span: a peer that hung up is no error.
+            with trace.use_span(span, record_exception=False, set_status_on_exception=False):
+                sent, answered = self._send_answer(conn, fetch, wanted, replica_id, started)
+        except OSError as exc:  # the fetcher closed its connection: a consumer that left
+            span.set_attribute("seglog.peer_closed", True)
+            span.end()
+            logger.debug("bulk fetch answer cut short: %s", exc)
+            raise
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.end()
+            raise
+        if sent or answered:
             span.set_attribute("seglog.node_id", self.node_id)
             span.set_attribute("seglog.bytes", sent)
+            span.end()
+        # A long poll that found nothing (a caught-up follower or consumer, every
+        # max.wait.ms) leaves its span unended, so it is never exported: idle polls would
+        # otherwise be most of a quiet cluster's traces.
         return True
+
+    def _send_answer(
+        self,
+        conn: socket.socket,
+        fetch: common_pb2.FetchRequest,
+        wanted: list[tuple[str, int, int, int, int, int]],
+        replica_id: int,
+        started: float,
+    ) -> tuple[int, bool]:
+        """Wait for and send one answer: the record bytes sent, and whether any partition
+        was answered an error or a diverging epoch."""
+        max_bytes = fetch.max_bytes or (1 << 31) - 1
+        if fetch.HasField("session_id"):
+            found = self.replicas.session_fetch(
+                fetch, client_leader_epoch, lambda: not self._stopping
+            )
+            bulk_wire.send_message(
+                conn,
+                bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error),
+            )
+            chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
+        else:
+            states = self.replicas.fetch_states(wanted, replica_id)
+            if fetch.max_wait_ms > 0:
+                self.replicas.wait_for_fetch(
+                    states,
+                    max(fetch.min_bytes, 0),
+                    fetch.max_wait_ms,
+                    lambda: not self._stopping,
+                )
+            chunks = self.replicas.read_chunks(states, max_bytes)
+        sent = 0
+        problem = False
+        for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):
+            sent += self._send_chunk(conn, chunk)
+            problem = problem or chunk.error is not None or chunk.diverging is not None
+        bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+        return sent, problem
 
     def _check(
         self, request: bulk_pb2.BulkFetchRequest

@@ -34,6 +34,10 @@ class IsrUpdates:
         self.lag_time_max_ms = lag_time_max_ms
         self.on_change = on_change  # (topic, partition): its high watermark may have moved
         self.alter_partition: AlterPartition | None = None  # set by the registry session
+        # ISR changes the registry accepted, for the metrics (Kafka's IsrShrinksPerSec and
+        # IsrExpandsPerSec): written by the one thread that sends proposals.
+        self.shrinks = 0
+        self.expands = 0
         self._proposals: queue.Queue[IsrProposal | None] = queue.Queue()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="isr", daemon=True)
@@ -73,6 +77,9 @@ class IsrUpdates:
         if self.alter_partition is None:
             held.proposal_failed()
             return
+        # Measured before the registry answers: its push of the change may reach the
+        # partition before this call returns.
+        before = len(held.isr)
         try:
             registration = self.alter_partition(proposal)
         except Exception as exc:  # the registry said no, or is unreachable: retry later
@@ -89,5 +96,9 @@ class IsrUpdates:
             "%s-%d: ISR is now %s", proposal.topic, proposal.partition, list(registration.isr)
         )
         held.apply(registration)
+        if len(proposal.new_isr) < before:
+            self.shrinks += 1
+        elif len(proposal.new_isr) > before:
+            self.expands += 1
         held.maybe_increment_high_watermark()
         self.on_change(held.topic, held.partition)

@@ -1,6 +1,7 @@
 """A storage node's metrics (seglog/metrics.py has the names): appends and fetches counted
-once per request, per-partition gauges read from the replica manager at each export, and
-the metadata applier's progress.
+once per request, per-partition gauges read from the replica manager at each export, the
+ISR shrinks and expansions this node's leaderships made, and the metadata applier's
+progress.
 
 The per-partition gauges share one walk of the hosted partitions per export (a snapshot
 taken by the first gauge read and reused by the others), not one walk per gauge: at
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from opentelemetry.metrics import MeterProvider, Observation
 
-from seglog.metrics import PARTITION, TOPIC, RequestMetrics, error_reason
+from seglog.metrics import RequestMetrics, error_reason
+from seglog.semconv import PARTITION, TOPIC
 
 from .delayed_produce import AppendResult
 from .metadata_applier import MetadataApplier
@@ -80,6 +82,19 @@ class NodeMetrics(RequestMetrics):
             "{partition}",
             "1 when a partition this node leads has fewer in-sync replicas than replicas",
             self._led(lambda g: int(g.led_isr < g.led_replicas)),
+        )
+        isr_updates = replicas.isr_updates
+        self.observed_counter(
+            "seglog.partition.isr.shrinks",
+            "{change}",
+            "ISR shrinks of partitions this node leads, as the registry accepted them",
+            lambda: isr_updates.shrinks,
+        )
+        self.observed_counter(
+            "seglog.partition.isr.expands",
+            "{change}",
+            "ISR expansions of partitions this node leads, as the registry accepted them",
+            lambda: isr_updates.expands,
         )
         if applier is not None:
             self.gauge(

@@ -4,6 +4,7 @@ read, lag falling to zero once a group has caught up, gauges per partition and n
 
 from __future__ import annotations
 
+import socket
 import urllib.request
 
 import pytest
@@ -66,6 +67,11 @@ def _total(receiver, name, **attributes):
         if point.name == name and all(point.attributes.get(k) == v for k, v in attributes.items()):
             found[(point.service, tuple(sorted(point.attributes.items())))] = point.value
     return sum(found.values())
+
+
+def _series(receiver, name):
+    """The services exporting `name`."""
+    return {point.service for point in receiver.points() if point.name == name}
 
 
 def test_services_export_what_they_count(metered_cluster, receiver):
@@ -144,6 +150,57 @@ def test_an_error_answered_is_counted_by_its_reason(metered_cluster, receiver):
         ),
         20,
     )
+
+
+def test_a_crashed_node_counts_its_partitions_offline_and_isr_shrinks(
+    tmp_path, provider_for, receiver
+):
+    # Followers drop out of an ISR after 300 ms without fetching, well before the crashed
+    # node's session (1.5 s) expires, so the leaders shrink their ISRs themselves.
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=3,
+        meter_provider_for=provider_for,
+        node_configs={"replica.lag.time.max.ms": "300"},
+    )
+    try:
+        cluster.admin.create_topic("solo", 1, 1)
+        cluster.admin.create_topic("spread", 3, 3)
+        assert wait_until(lambda: receiver.latest("seglog.partitions.offline"), 20)
+        assert _total(receiver, "seglog.partitions.offline") == 0
+        # Exported by every node while still zero, so a rate over it starts from zero.
+        assert wait_until(lambda: len(_series(receiver, "seglog.partition.isr.shrinks")) == 3)
+        assert _total(receiver, "seglog.partition.isr.shrinks") == 0
+        crashed = cluster.gateway.registry.route("solo", 0).leader
+        led_elsewhere = [
+            p for p in range(3) if cluster.gateway.registry.route("spread", p).leader != crashed
+        ]
+        cluster.stop_node(crashed, controlled=False)
+        # A follower falls out of the ISR once the leader's log end moves past it.
+        for partition in led_elsewhere:
+            [result] = cluster.client.produce("spread", {partition: make_batch([b"x"])}, acks=1)
+            assert not result.error
+        # Only "solo" has no other replica to lead it.
+        assert wait_until(lambda: _total(receiver, "seglog.partitions.offline") == 1, 30)
+        assert wait_until(
+            lambda: _total(receiver, "seglog.partition.isr.shrinks") >= len(led_elsewhere), 30
+        )
+    finally:
+        cluster.close()
+
+
+def test_a_busy_prometheus_port_is_named_with_the_setting_to_change(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_HOST", "127.0.0.1")
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+        with pytest.raises(OSError) as refused:
+            metrics.configure_metrics("seglog-test")
+    message = str(refused.value)
+    assert f"127.0.0.1:{port}" in message and "OTEL_EXPORTER_PROMETHEUS_PORT" in message
 
 
 def test_the_prometheus_exporter_serves_a_scrape_endpoint(monkeypatch):

@@ -6,6 +6,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from seglog.rpc.channels import open_channel
+from seglog.semconv import PARTITION, TOPIC
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -76,8 +77,10 @@ def test_a_produce_is_one_trace_through_gateway_node_and_engine(traced_cluster):
         "seglog.segment.write",
         "seglog.segment.index",
     }
-    assert append.attributes["seglog.topic"] == "t"
-    assert append.attributes["seglog.partition"] == 0
+    # Named as the metrics name them: OpenTelemetry's messaging conventions.
+    assert append.attributes[TOPIC] == "t"
+    assert append.attributes[PARTITION] == "0"
+    assert gateway_server.attributes[TOPIC] == "t"
     assert append.attributes["seglog.batch_count"] == 1
     assert (append.attributes["seglog.first_offset"], append.attributes["seglog.last_offset"]) == (
         0,
@@ -151,6 +154,62 @@ def test_a_bulk_transfer_is_a_client_span_with_the_nodes_span_in_its_trace(trace
     assert served.attributes["seglog.bytes"] == size
 
 
+def test_a_long_poll_that_finds_nothing_leaves_no_span(traced_cluster):
+    from seglog.client.bulk import BulkReader
+    from seglog.client.structs import TopicPartition
+
+    traced_cluster.client.produce("t", {0: make_batch([b"polled"])})
+    end = traced_cluster.log("t", 0).high_watermark
+    reader = BulkReader(traced_cluster.stub, 10)
+    try:
+        by_grant, _ = reader.route([(TopicPartition("t", 0), 0)])
+        [(grant, _)] = by_grant.values()
+
+        def fetch(offset, max_wait_ms):
+            request = common_pb2.FetchRequest(max_wait_ms=max_wait_ms, max_bytes=1 << 20)
+            request.partitions.add(
+                topic="t", partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+            )
+            return sum(len(m.records) for m in reader.send(grant, request).receive())
+
+        _EXPORTER.clear()
+        assert fetch(end, 100) == 0  # caught up: waits 100 ms, answers nothing
+        assert fetch(0, 0) > 0
+    finally:
+        reader.close()
+    # The second answer's span marks the first one's end (one connection, in order).
+    assert wait_until(
+        lambda: any(s.name == "seglog.bulk.serve" for s in _EXPORTER.get_finished_spans())
+    )
+    served = [s for s in _EXPORTER.get_finished_spans() if s.name == "seglog.bulk.serve"]
+    assert len(served) == 1 and served[0].attributes["seglog.bytes"] > 0
+    # The client's spans are both kept: the caller's own request, empty or not.
+    fetched = [s for s in _EXPORTER.get_finished_spans() if s.name == "seglog.bulk.fetch"]
+    assert sorted(s.attributes["seglog.bytes"] > 0 for s in fetched) == [False, True]
+
+
+def test_a_consumer_closing_during_its_long_poll_records_no_error(traced_cluster):
+    from seglog.client.consumer import Consumer
+
+    traced_cluster.client.produce("t", {0: make_batch([b"read then leave"])})
+    _EXPORTER.clear()
+    consumer = Consumer(traced_cluster.address, group_id="leaving", auto_offset_reset="earliest")
+    consumer.subscribe(["t"])
+    assert wait_until(lambda: bool(consumer.poll(200)), 30)
+    consumer.poll(300)  # caught up: the next long poll is in flight when it closes
+    consumer.close()
+    assert wait_until(
+        lambda: any(s.attributes.get("seglog.cancelled") for s in _EXPORTER.get_finished_spans()),
+        10,
+    )
+    errors = [
+        (s.name, s.status.description)
+        for s in _EXPORTER.get_finished_spans()
+        if s.status.status_code == trace.StatusCode.ERROR
+    ]
+    assert not errors
+
+
 def test_an_authorized_call_carries_its_principal_not_its_credentials(tmp_path):
     # A second cluster with TLS and the authorizer, under the same global provider.
     trace.set_tracer_provider(_PROVIDER)
@@ -193,6 +252,7 @@ def test_a_kafka_produce_is_one_span_carrying_its_api_client_and_topic(traced_cl
     produce = one(_EXPORTER.get_finished_spans(), "kafka.Produce")
     assert produce.attributes["kafka.client_id"] == "traced-client"
     assert produce.attributes["kafka.topics"] == "t"
+    assert produce.attributes[TOPIC] == "t"
     assert 3 <= produce.attributes["kafka.api_version"] <= 9
     assert produce.attributes["kafka.principal"] == "User:ANONYMOUS"
     # The relay to the node and the node's append are in the Kafka request's trace.

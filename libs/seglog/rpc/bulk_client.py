@@ -84,6 +84,9 @@ class BulkConnection:
         self._traced = traced
         self._spans: deque[trace.Span] = deque()  # the transfer span of each answer awaited
         self._closed = threading.Event()
+        # Set when this side gives the answer up (close, shutdown, an abandoned answer): the
+        # transfer then ends cancelled, which is no error of the node's or the network's.
+        self._abandoned = False
 
     @classmethod
     def open(
@@ -167,11 +170,13 @@ class BulkConnection:
             raise BulkFetchError(f"{self.address}: {exc}") from None
         finally:
             if not finished:  # abandoned mid-answer: the rest of it is still on the wire
+                self._abandoned = True
                 self._fail(ConnectionError("the answer was abandoned"), received)
 
     def shutdown(self) -> None:
         """Abandon the answer in flight from another thread: the reader's `recv` returns
         and `receive` raises BulkFetchError."""
+        self._abandoned = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -202,6 +207,8 @@ class BulkConnection:
             return
         span = self._spans.popleft()
         span.set_attribute("seglog.bytes", received)
-        if error is not None:
+        if error is not None and self._abandoned:
+            span.set_attribute("seglog.cancelled", True)
+        elif error is not None:
             span.set_status(trace.Status(trace.StatusCode.ERROR, str(error)))
         span.end()

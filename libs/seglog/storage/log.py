@@ -32,6 +32,7 @@ from ..errors import (
     OffsetOutOfRangeError,
 )
 from ..records.batch import NO_TIMESTAMP
+from ..semconv import PARTITION, TOPIC
 from ..spans import EngineTracer
 from . import log_files, log_reads, segment_reads
 from .checkpoint import DataDir
@@ -86,6 +87,7 @@ class Log:
     ) -> None:
         self.directory = directory
         self.topic, self.partition = log_files.parse_topic_partition(directory)
+        self._partition_id = str(self.partition)  # spans name partitions as strings
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -271,8 +273,8 @@ class Log:
         """Validate the whole input (unless it comes from `validate`), then append it with
         offsets from the log end offset."""
         with tracer.start_as_current_span("seglog.log.append") as span:
-            span.set_attribute("seglog.topic", self.topic)
-            span.set_attribute("seglog.partition", self.partition)
+            span.set_attribute(TOPIC, self.topic)
+            span.set_attribute(PARTITION, self._partition_id)
             validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
             info = self._append_validated(validated, leader_epoch)
             span.set_attribute("seglog.bytes", info.valid_bytes)
@@ -527,8 +529,8 @@ class Log:
         if offset >= upper:
             return LogSlice(None, offset, upper, start)
         with tracer.start_as_current_span("seglog.log.read") as span:
-            span.set_attribute("seglog.topic", self.topic)
-            span.set_attribute("seglog.partition", self.partition)
+            span.set_attribute(TOPIC, self.topic)
+            span.set_attribute(PARTITION, self._partition_id)
             span.set_attribute("seglog.fetch_offset", offset)
             snapshot = self._segments.snapshot()
             bound: tuple[LogSegment, int] | None = None
@@ -743,8 +745,8 @@ class Log:
         """fsync every segment holding unflushed offsets and advance the recovery point."""
         with self._lock, tracer.start_as_current_span("seglog.log.flush") as span:
             self._check_open()
-            span.set_attribute("seglog.topic", self.topic)
-            span.set_attribute("seglog.partition", self.partition)
+            span.set_attribute(TOPIC, self.topic)
+            span.set_attribute(PARTITION, self._partition_id)
             target = self._log_end_offset
             if self._changed_since_flush:
                 snapshot = self._segments.snapshot()

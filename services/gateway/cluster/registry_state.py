@@ -319,6 +319,14 @@ class RegistryState:
             counts.update((n, len(tps)) for n, tps in self.image.led.items() if tps)
             return counts
 
+    def offline_partition_count(self) -> int:
+        """Partitions with no leader or a leader whose session is not live (Kafka's
+        OfflinePartitionsCount), from the per-leader index: one pass over topics and nodes."""
+        with self._lock:
+            total = sum(len(topic.partitions) for topic in self.image.topics.values())
+            led_live = sum(len(tps) for n, tps in self.image.led.items() if self.is_live(n))
+            return total - led_live
+
     def replica_counts(self) -> dict[int, int]:
         with self._lock:
             counts = {n: len(self.image.hosted.get(n, ())) for n in self.nodes}

@@ -27,6 +27,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from seglog.errors import AuthenticationError
+from seglog.semconv import TOPIC
 
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
@@ -290,6 +291,9 @@ class KafkaConnection:
             finally:
                 for key, value in call.attributes.items():
                     span.set_attribute(key, value)
+                topics = call.attributes.get("kafka.topics")
+                if isinstance(topics, str) and topics and "," not in topics and topics != "*":
+                    span.set_attribute(TOPIC, topics)  # one topic: named as the metrics name it
 
     def _handle(self, entry: ApiEntry, frame: RequestFrame, request: Any) -> Any:
         call = self._call(entry, frame)

@@ -49,6 +49,8 @@ from seglog.rpc import (
     wire,
 )
 from seglog.rpc.status import abort, error_code_for, error_from_rpc
+from seglog.semconv import TOPIC
+from seglog.spans import annotate_current_span
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
@@ -154,6 +156,7 @@ class GatewayService:
             scanned = wire.scan_produce_request(raw)
         except ValueError as exc:
             abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
+        annotate_current_span({TOPIC: scanned.topic})
         try:
             by_node = self._check_produce(scanned)
         except SeglogError as exc:
