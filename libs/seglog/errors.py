@@ -175,6 +175,14 @@ class RequestTimedOutError(SeglogError):
     retriable = True
 
 
+class MemoryBudgetExhaustedError(SeglogError):
+    """The server's memory for requests in flight (queued.max.request.bytes) stayed full:
+    retry after a back-off."""
+
+    reason = "MEMORY_BUDGET_EXHAUSTED"
+    retriable = True
+
+
 class CoordinatorNotAvailableError(SeglogError):
     """The group coordinator cannot serve yet: the offsets topic has no live leader."""
 

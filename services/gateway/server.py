@@ -39,6 +39,7 @@ from .groups.offsets_store import (
 )
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
+from .request_memory import RequestMemoryInterceptor, RequestMemoryPool
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
@@ -61,6 +62,8 @@ class Gateway:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
+        # Shared by every connection, gRPC and Kafka (queued.max.request.bytes).
+        self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
@@ -321,6 +324,7 @@ class Gateway:
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
+            interceptors=[RequestMemoryInterceptor(self.request_memory)],
         )
         self.server.start()
         if self.config.health_listen:

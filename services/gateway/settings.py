@@ -40,6 +40,7 @@ from .kafka.listener import (
     DEFAULT_MAX_CONNECTIONS,
     parse_listener,
 )
+from .request_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
@@ -149,6 +150,12 @@ class GatewayConfig:
         "the largest request the gateway's listeners take (gRPC and Kafka)",
         name="socket.request.max.bytes",
         flags=(),
+    )
+    queued_max_request_bytes: int = setting(
+        DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+        "bytes of requests in flight (being read, decoded, relayed or answered) over all the "
+        "gateway's connections, gRPC and Kafka; past it a request waits, then is refused "
+        "retriably (Kafka's default is -1, unbounded; -1 here too turns the bound off)",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,

@@ -89,6 +89,7 @@ DESCRIBED_NAMES = [
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",
     "socket.request.max.bytes",
+    "queued.max.request.bytes",
     "offsets.topic.num.partitions",
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
