@@ -23,6 +23,7 @@ import ssl
 import struct
 import threading
 import time
+from typing import Any
 
 from opentelemetry import propagate, trace
 
@@ -179,13 +180,9 @@ class BulkServer:
         """The node id the peer's certificate names (verified against the cluster CA during
         the handshake), or None: no certificate, or not a node's."""
         assert isinstance(conn, ssl.SSLSocket)
-        certificate = conn.getpeercert() or {}
-        names = [
-            str(value)
-            for rdn in certificate.get("subject", ())
-            for key, value in rdn
-            if key == "commonName"
-        ]
+        certificate: dict[str, Any] = dict(conn.getpeercert() or {})
+        subject: tuple[tuple[tuple[str, str], ...], ...] = certificate.get("subject", ())
+        names = [value for rdn in subject for key, value in rdn if key == "commonName"]
         return node_id_of(names[-1], self.node_identity_prefix) if names else None
 
     def _answer(
