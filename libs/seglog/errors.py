@@ -183,6 +183,12 @@ class MemoryBudgetExhaustedError(SeglogError):
     retriable = True
 
 
+class GroupMaxSizeReachedError(SeglogError):
+    """A new member cannot join: the group has group.max.size members already."""
+
+    reason = "GROUP_MAX_SIZE_REACHED"
+
+
 class CoordinatorNotAvailableError(SeglogError):
     """The group coordinator cannot serve yet: the offsets topic has no live leader."""
 

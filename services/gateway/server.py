@@ -157,6 +157,7 @@ class Gateway:
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
                 max_session_timeout_ms=config.group_max_session_timeout_ms,
+                group_max_size=config.group_max_size,
             ),
             persist=self.offsets.store_group,
             load=self.offsets.group_metadata,

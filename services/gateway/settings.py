@@ -26,6 +26,7 @@ from .cluster.topic_rules import (
 )
 from .coordination.etcd_keyspace import DEFAULT_PREFIX
 from .groups.coordinator import (
+    DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
@@ -170,6 +171,11 @@ class GatewayConfig:
     )
     group_max_session_timeout_ms: int = setting(
         DEFAULT_MAX_SESSION_TIMEOUT_MS, "the longest consumer session timeout accepted", flags=()
+    )
+    group_max_size: int = setting(
+        DEFAULT_GROUP_MAX_SIZE,
+        "the most members one consumer group may have (Kafka's default is 2^31 - 1); a new "
+        "member past it gets GROUP_MAX_SIZE_REACHED",
     )
     max_partitions_per_topic: int = setting(
         DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from seglog.errors import GroupMaxSizeReachedError
 from services.gateway.groups.coordinator import PREPARING_REBALANCE, STABLE
 from services.gateway.groups.managed_protocol import JoinAgainLater
 
@@ -58,3 +59,20 @@ def test_a_join_without_a_thread_is_recorded_and_answered_when_called_again(coor
     second = join(coordinator, second_id, wait=False)
     assert second.generation == rejoined.generation
     assert sorted(second.assignment["events"] + rejoined.assignment["events"]) == [0, 1, 2, 3]
+
+
+def test_a_new_member_past_group_max_size_is_refused_and_known_ones_still_rejoin(
+    make_coordinator,
+):
+    coordinator = make_coordinator(group_max_size=2)
+    first = join(coordinator)
+    with pytest.raises(JoinAgainLater) as recorded:
+        join(coordinator, wait=False)
+    second_id = recorded.value.member_id
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(join, coordinator, first.member_id).result(JOIN_TIMEOUT_S)
+    second = join(coordinator, second_id)
+    with pytest.raises(GroupMaxSizeReachedError):
+        join(coordinator)
+    assert len(coordinator.snapshot(GROUP).members) == 2
+    assert join(coordinator, second.member_id).generation == second.generation

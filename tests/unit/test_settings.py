@@ -94,6 +94,7 @@ DESCRIBED_NAMES = [
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
+    "group.max.size",
     "max.partitions.per.topic",
     "max.partitions",
     "max.unacknowledged.bytes",

@@ -78,6 +78,7 @@ class ManagedProtocol:
                         f"member {member_id} is not in group {group_id}: join without an id"
                     )
             else:
+                self._check_room(group, "")
                 member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
                 member = None
             others = [m.strategies for m in group.members.values() if m.member_id != member_id]
