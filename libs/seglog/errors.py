@@ -189,6 +189,13 @@ class GroupMaxSizeReachedError(SeglogError):
     reason = "GROUP_MAX_SIZE_REACHED"
 
 
+class ServerBusyError(SeglogError):
+    """The server's threads for this kind of call are all in use: retry after a back-off."""
+
+    reason = "SERVER_BUSY"
+    retriable = True
+
+
 class CoordinatorNotAvailableError(SeglogError):
     """The group coordinator cannot serve yet: the offsets topic has no live leader."""
 

@@ -31,6 +31,7 @@ from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordination.node_sessions import EtcdNodeSessions
+from .fetch_threads import FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
@@ -64,6 +65,8 @@ class Gateway:
         self.config = config
         # Shared by every connection, gRPC and Kafka (queued.max.request.bytes).
         self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)
+        # Fetches hold at most half the gRPC threads (fetch_threads.py).
+        self.fetch_threads = FetchThreadsInterceptor()
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
@@ -325,7 +328,7 @@ class Gateway:
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
-            interceptors=[RequestMemoryInterceptor(self.request_memory)],
+            interceptors=[RequestMemoryInterceptor(self.request_memory), self.fetch_threads],
         )
         self.server.start()
         if self.config.health_listen:
