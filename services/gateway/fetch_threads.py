@@ -5,10 +5,10 @@ order calls arrive. Fetches past the long-poll bound are answered at once, and t
 ask again at once: 60 clients looping long polls over 100 partitions kept the pool's queue
 full of fetches, so a produce waited behind them, and a node's registry heartbeat did too
 until its session expired and its partitions went offline (200 polls of 500 partitions made
-one produce wait 99 s). So fetches may hold at most half the threads; a fetch past that is
+one produce wait 99 s). So fetches may hold at most 5/8 of the threads; a fetch past that is
 refused at once, before any work, with the retriable SERVER_BUSY (RESOURCE_EXHAUSTED), and
 the client backs off (retry_backoff_ms) instead of spinning. Produce, heartbeats and group
-calls always find the other half. The Kafka listener's fetches run on its connections' own
+calls always find the rest. The Kafka listener's fetches run on its connections' own
 threads, not the pool's, and are not counted here.
 """
 
@@ -24,7 +24,10 @@ from seglog.rpc.status import abort
 from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
 
 FETCH_METHOD = "/seglog.v1.Gateway/Fetch"
-MAX_FETCH_THREADS = SERVER_MAX_WORKERS // 2
+# Above the long polls' own bound (DEFAULT_MAX_WAITING_CALLS, half the pool), so fetches that
+# do not wait still find threads while every long-poll slot is held; below the pool, so
+# produce, heartbeats and group joins (a quarter at most) find the rest.
+MAX_FETCH_THREADS = SERVER_MAX_WORKERS * 5 // 8
 
 
 class FetchThreadsInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
