@@ -91,6 +91,7 @@ def build_server(
     tracer_provider: trace.TracerProvider | None = None,
     credentials: grpc.ServerCredentials | None = None,
     serving: bool = True,
+    interceptors: Iterable[grpc.ServerInterceptor] = (),
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
     """A started-ready (not yet started) server bound to `listen`; returns the bound port.
     Its health service answers SERVING for the server ("") and each service, or NOT_SERVING
@@ -98,7 +99,7 @@ def build_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         handlers=list(handlers),
-        interceptors=tracing.server_interceptors(tracer_provider),
+        interceptors=[*tracing.server_interceptors(tracer_provider), *interceptors],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", -1),

@@ -31,3 +31,27 @@ class WaitSlots:
     @property
     def in_use(self) -> int:
         return self._in_use
+
+
+class PeerWaitSlots:
+    """WaitSlots counted per peer (a connection's address): one client cannot take a bound's
+    every slot."""
+
+    def __init__(self, limit_per_peer: int) -> None:
+        self.limit_per_peer = limit_per_peer
+        self._in_use: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def try_acquire(self, peer: str) -> bool:
+        with self._lock:
+            held = self._in_use.get(peer, 0)
+            if held >= self.limit_per_peer:
+                return False
+            self._in_use[peer] = held + 1
+            return True
+
+    def release(self, peer: str) -> None:
+        with self._lock:
+            held = self._in_use.pop(peer) - 1
+            if held:
+                self._in_use[peer] = held

@@ -37,6 +37,13 @@ def join(stub, member_id=""):
     return response.member_id, response.generation_id
 
 
+def rejoin_as_a_new_member(stub, member_id):
+    """Leave and join anew: a second generation (a stable member's rejoin with the same
+    subscription starts none)."""
+    stub.LeaveGroup(groups_pb2.LeaveGroupRequest(group_id=GROUP, member_id=member_id), timeout=10)
+    return join(stub)
+
+
 def commit(stub, member_id, generation, offset):
     request = groups_pb2.CommitOffsetsRequest(
         group_id=GROUP, member_id=member_id, generation_id=generation

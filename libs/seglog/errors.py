@@ -175,6 +175,27 @@ class RequestTimedOutError(SeglogError):
     retriable = True
 
 
+class MemoryBudgetExhaustedError(SeglogError):
+    """The server's memory for requests in flight (queued.max.request.bytes) stayed full:
+    retry after a back-off."""
+
+    reason = "MEMORY_BUDGET_EXHAUSTED"
+    retriable = True
+
+
+class GroupMaxSizeReachedError(SeglogError):
+    """A new member cannot join: the group has group.max.size members already."""
+
+    reason = "GROUP_MAX_SIZE_REACHED"
+
+
+class ServerBusyError(SeglogError):
+    """The server's threads for this kind of call are all in use: retry after a back-off."""
+
+    reason = "SERVER_BUSY"
+    retriable = True
+
+
 class CoordinatorNotAvailableError(SeglogError):
     """The group coordinator cannot serve yet: the offsets topic has no live leader."""
 

@@ -32,6 +32,7 @@ from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordination.node_sessions import EtcdNodeSessions
+from .fetch_threads import FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
@@ -40,6 +41,7 @@ from .groups.offsets_store import (
 )
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
+from .request_memory import RequestMemoryInterceptor, RequestMemoryPool
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
@@ -62,6 +64,10 @@ class Gateway:
         meter_provider: MeterProvider | None = None,
     ) -> None:
         self.config = config
+        # Shared by every connection, gRPC and Kafka (queued.max.request.bytes).
+        self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)
+        # Fetches hold at most half the gRPC threads (fetch_threads.py).
+        self.fetch_threads = FetchThreadsInterceptor()
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
@@ -163,6 +169,7 @@ class Gateway:
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
                 max_session_timeout_ms=config.group_max_session_timeout_ms,
+                group_max_size=config.group_max_size,
             ),
             persist=self.offsets.store_group,
             load=self.offsets.group_metadata,
@@ -330,6 +337,7 @@ class Gateway:
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
+            interceptors=[RequestMemoryInterceptor(self.request_memory), self.fetch_threads],
         )
         self.server.start()
         if self.config.health_listen:

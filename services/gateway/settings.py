@@ -31,6 +31,7 @@ from .cluster.topic_rules import (
 )
 from .coordination.etcd_keyspace import DEFAULT_PREFIX
 from .groups.coordinator import (
+    DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
@@ -45,6 +46,7 @@ from .kafka.listener import (
     DEFAULT_MAX_CONNECTIONS,
     parse_listener,
 )
+from .request_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
@@ -155,6 +157,12 @@ class GatewayConfig:
         name="socket.request.max.bytes",
         flags=(),
     )
+    queued_max_request_bytes: int = setting(
+        DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+        "bytes of requests in flight (being read, decoded, relayed or answered) over all the "
+        "gateway's connections, gRPC and Kafka; past it a request waits, then is refused "
+        "retriably (Kafka's default is -1, unbounded; -1 here too turns the bound off)",
+    )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
         "partitions of __consumer_offsets, fixed when it is first created",
@@ -168,6 +176,11 @@ class GatewayConfig:
     )
     group_max_session_timeout_ms: int = setting(
         DEFAULT_MAX_SESSION_TIMEOUT_MS, "the longest consumer session timeout accepted", flags=()
+    )
+    group_max_size: int = setting(
+        DEFAULT_GROUP_MAX_SIZE,
+        "the most members one consumer group may have (Kafka's default is 2^31 - 1); a new "
+        "member past it gets GROUP_MAX_SIZE_REACHED",
     )
     max_partitions_per_topic: int = setting(
         DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"

@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import struct
 import threading
 import time
+from typing import Any
 
 from opentelemetry import propagate, trace
 
-from seglog.errors import InvalidRequestError, SeglogError
+from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
 from seglog.metrics import RequestMetrics
 from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
+from seglog.security.certs import NODE_IDENTITY_PREFIX, node_id_of
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
@@ -63,12 +66,14 @@ class BulkServer:
         max_unverified_per_peer: int = DEFAULT_MAX_UNVERIFIED_PER_PEER,
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         tls: TlsFiles | None = None,
+        node_identity_prefix: str = NODE_IDENTITY_PREFIX,
         metrics: RequestMetrics | None = None,
     ) -> None:
         self.metrics = metrics or RequestMetrics(None, "seglog.storage_node")
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
+        self.node_identity_prefix = node_identity_prefix
         host, port = listen.rsplit(":", 1)
         self.replicas = replicas
         self.node_id = node_id
@@ -140,6 +145,7 @@ class BulkServer:
 
     def _serve(self, conn: socket.socket, host: str) -> None:
         unverified = True
+        peer_node_id: int | None = None
         try:
             if self._ssl is not None:
                 plain = conn
@@ -147,11 +153,12 @@ class BulkServer:
                 with self._lock:
                     self._connections.discard(plain)
                     self._connections.add(conn)
+                peer_node_id = self._certificate_node_id(conn)
             while not self._stopping:
                 request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
                 if request is None:
                     return
-                if not self._answer(conn, request):
+                if not self._answer(conn, request, peer_node_id):
                     return
                 if unverified:
                     unverified = False
@@ -169,11 +176,22 @@ class BulkServer:
             _shutdown(conn)
             conn.close()
 
-    def _answer(self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest) -> bool:
+    def _certificate_node_id(self, conn: socket.socket) -> int | None:
+        """The node id the peer's certificate names (verified against the cluster CA during
+        the handshake), or None: no certificate, or not a node's."""
+        assert isinstance(conn, ssl.SSLSocket)
+        certificate: dict[str, Any] = dict(conn.getpeercert() or {})
+        subject: tuple[tuple[tuple[str, str], ...], ...] = certificate.get("subject", ())
+        names = [value for rdn in subject for key, value in rdn if key == "commonName"]
+        return node_id_of(names[-1], self.node_identity_prefix) if names else None
+
+    def _answer(
+        self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_node_id: int | None
+    ) -> bool:
         """Serve one fetch; False when it was refused (the connection is then closed)."""
         started = time.perf_counter()
         try:
-            wanted, replica_id = self._check(request)
+            wanted, replica_id = self._check(request, peer_node_id)
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
@@ -250,10 +268,17 @@ class BulkServer:
         return sent, problem
 
     def _check(
-        self, request: bulk_pb2.BulkFetchRequest
+        self, request: bulk_pb2.BulkFetchRequest, peer_node_id: int | None = None
     ) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
         """The whole request against its grant, before anything is read: the partitions as
-        fetch_states takes them, and the replica id (-1: a consumer)."""
+        fetch_states takes them, and the replica id (-1: a consumer).
+
+        Every node holds the cluster secret, so a grant's signature alone cannot tell which
+        node made it: node 2 could sign a replica grant naming replica 3 and count as node
+        3's progress toward the high watermark. On a TLS cluster a replica grant is
+        therefore taken only over a connection whose certificate names that very replica
+        (Kafka's rule: no broker acts as another), as the node's gRPC Fetch checks. A
+        plaintext cluster has no identities to bind to (its gRPC API is as open)."""
         if request.version != bulk_wire.BULK_VERSION:
             raise InvalidRequestError(
                 f"bulk protocol version {request.version}: this node speaks "
@@ -266,6 +291,12 @@ class BulkServer:
         if replica_id != (CONSUMER if grant.replica_id is None else grant.replica_id):
             raise InvalidRequestError(
                 f"transfer grant: replica id {replica_id} is not the granted one"
+            )
+        if self._ssl is not None and replica_id != CONSUMER and peer_node_id != replica_id:
+            raise PermissionDeniedError(
+                f"a replica fetch as node {replica_id} needs that node's certificate; this "
+                f"connection's names "
+                f"{'no node' if peer_node_id is None else f'node {peer_node_id}'}"
             )
         wanted = []
         for p in fetch.partitions:

@@ -244,6 +244,7 @@ class StorageNode:
                 self.config.cluster_secret,
                 first_request_timeout_ms=self.config.bulk_first_request_timeout_ms,
                 tls=self.config.tls,
+                node_identity_prefix=self.config.node_identity_prefix,
                 metrics=self.metrics,
             )
             self.bulk.start()

@@ -16,6 +16,7 @@ from tests.group_calls import (
     commit,
     committed,
     join,
+    rejoin_as_a_new_member,
     stored_generation,
 )
 from tests.waiting import wait_until
@@ -29,7 +30,7 @@ def test_generations_continue_after_the_gateway_is_sigkilled(tmp_path):
         with grpc.insecure_channel(cluster.gateway.address) as channel:
             stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
             old_member, first = join(stub)
-            old_member, stored = join(stub, old_member)  # a second round: generation N > 1
+            old_member, stored = rejoin_as_a_new_member(stub, old_member)  # generation N > 1
             assert stored > first
             assert commit(stub, old_member, stored, 10) is None
         # The record is written after the rebalance, off the coordinator's lock.

@@ -106,7 +106,7 @@ def test_consumers_read_through_the_bulk_path_and_fall_back_when_it_is_gone(clus
     node = cluster.leader_of("read", 0)
     served = []
     real = node.bulk._answer
-    node.bulk._answer = lambda conn, request: served.append(1) or real(conn, request)
+    node.bulk._answer = lambda conn, request, *peer: served.append(1) or real(conn, request, *peer)
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition("read", 0)])
         got = []
@@ -335,7 +335,9 @@ def test_idle_strangers_neither_keep_nor_take_the_bulk_slots(cluster):
         assert node.bulk._unverified == {"127.0.0.2": 16}
         served = []
         real = node.bulk._answer
-        node.bulk._answer = lambda conn, request: served.append(1) or real(conn, request)
+        node.bulk._answer = lambda conn, request, *peer: (
+            served.append(1) or real(conn, request, *peer)
+        )
         with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
             consumer.assign([TopicPartition("guarded", 0)])
             got = []

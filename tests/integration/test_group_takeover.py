@@ -16,6 +16,7 @@ from tests.group_calls import (
     commit,
     committed,
     join,
+    rejoin_as_a_new_member,
     stored_generation,
 )
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
@@ -51,7 +52,7 @@ def test_the_gateway_taking_a_group_over_continues_its_generations(tmp_path):
         with grpc.insecure_channel(coordinator) as channel:
             stub = groups_pb2_grpc.GroupCoordinatorStub(channel)
             old_member, first = join(stub)
-            old_member, stored = join(stub, old_member)
+            old_member, stored = rejoin_as_a_new_member(stub, old_member)  # generation N > 1
             assert stored > first
             assert commit(stub, old_member, stored, 10) is None
         with cluster.client(1 - index) as client:

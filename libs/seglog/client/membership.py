@@ -110,6 +110,11 @@ class GroupMembership:
                         self.member_id = ""
                     continue
                 if error.retriable:
+                    if response.member_id:
+                        # The coordinator recorded the join without holding it: call again
+                        # as the member it made.
+                        with self._lock:
+                            self.member_id = response.member_id
                     time.sleep(backoff_s)
                     continue
                 raise error

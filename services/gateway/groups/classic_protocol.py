@@ -92,6 +92,8 @@ class ClassicProtocol:
                     f"instance {group_instance_id} of group {group_id} is now member "
                     f"{static.member_id}, not {member_id}"
                 )
+            if not (static is not None or member_id in group.members):
+                self._check_room(group, member_id)
             if not member_id and static is not None:
                 member = _replace_static_member(group, static, new_id)
             elif not member_id and group_instance_id is None and require_known_member_id:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from seglog.errors import (
+    GroupMaxSizeReachedError,
     IllegalGenerationError,
     InvalidSessionTimeoutError,
     NonEmptyGroupError,
@@ -71,6 +72,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_INITIAL_REBALANCE_DELAY_MS = 3000
 DEFAULT_MIN_SESSION_TIMEOUT_MS = 6000
 DEFAULT_MAX_SESSION_TIMEOUT_MS = 1_800_000
+# Kafka's group.max.size defaults to 2^31 - 1, no bound; seglog bounds a group's members (and
+# so each rebalance's work and the joins it waits for) at 1000.
+DEFAULT_GROUP_MAX_SIZE = 1000
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class CoordinatorConfig:
     initial_rebalance_delay_ms: int = DEFAULT_INITIAL_REBALANCE_DELAY_MS
     min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
+    group_max_size: int = DEFAULT_GROUP_MAX_SIZE
 
 
 class GroupCoordinator(ManagedProtocol, ClassicProtocol):
@@ -116,6 +121,21 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
             raise InvalidSessionTimeoutError(
                 f"session_timeout_ms {session_timeout_ms} is outside the coordinator's "
                 f"range [{low}, {high}]"
+            )
+
+    def _check_room(self, group: Group, member_id: str) -> None:
+        """A member not in the group yet (new, or pending with the id MEMBER_ID_REQUIRED
+        gave it) joins only below group.max.size, counting pending members, as Kafka's
+        acceptJoiningMember."""
+        if member_id in group.members:
+            return
+        others = (
+            len(group.members) + len(group.pending_members) - (member_id in group.pending_members)
+        )
+        if others >= self.config.group_max_size:
+            raise GroupMaxSizeReachedError(
+                f"group {group.group_id} has {others} members, its most (group.max.size "
+                f"{self.config.group_max_size})"
             )
 
     def heartbeat(

@@ -24,15 +24,20 @@ from seglog.errors import (
 from seglog.rpc import check_entries
 from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
-from services.wait_slots import SERVER_MAX_WORKERS, WaitSlots
+from services.wait_slots import SERVER_MAX_WORKERS, PeerWaitSlots, WaitSlots
 
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .consumer_protocol import assignment_partitions
 from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
 from .group_state import CLASSIC, Group, Member
+from .managed_protocol import JoinAgainLater
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 from .offsets_store import OffsetsStore
+
+# Joins one connection may have waiting for their rebalances at once (a consumer waits in
+# one; a client running several consumers on one channel gets the rest answered at once).
+JOINS_WAITING_PER_CONNECTION = 2
 
 # Kafka's offset.metadata.max.bytes.
 OFFSET_METADATA_MAX_BYTES = 4096
@@ -59,8 +64,11 @@ class GroupCoordinatorService:
             self.coordination.lost.append(self._lost)
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         # A join waits for its rebalance on a gateway thread: a quarter of the pool at most,
-        # so node heartbeats, produce and fetch always find one.
+        # so node heartbeats, produce and fetch always find one, and at most
+        # JOINS_WAITING_PER_CONNECTION from one connection, so a looping client cannot take
+        # them all. A join finding no slot is recorded without waiting (JoinAgainLater).
         self.waiting_joins = WaitSlots(SERVER_MAX_WORKERS // 4)
+        self.waiting_joins_by_peer = PeerWaitSlots(JOINS_WAITING_PER_CONNECTION)
 
     # -- which gateway coordinates ------------------------------------------------------------
 
@@ -108,20 +116,22 @@ class GroupCoordinatorService:
     ) -> groups_pb2.JoinGroupResponse:
         self._coordinated(request.group_id, context)
         response = groups_pb2.JoinGroupResponse()
-        if not self.waiting_joins.try_acquire():
-            busy = CoordinatorNotAvailableError(
-                f"{self.waiting_joins.limit} group joins are already waiting on this "
-                f"coordinator; retry"
-            )
-            set_error(response, busy)
-            return response
+        peer = context.peer()
+        slot = self.waiting_joins_by_peer.try_acquire(peer)
+        if slot and not self.waiting_joins.try_acquire():
+            self.waiting_joins_by_peer.release(peer)
+            slot = False
         try:
-            result = self._join(request, context)
+            result = self._join(request, context, wait=slot)
         except SeglogError as exc:
             set_error(response, exc)
+            if isinstance(exc, JoinAgainLater):
+                response.member_id = exc.member_id
             return response
         finally:
-            self.waiting_joins.release()
+            if slot:
+                self.waiting_joins.release()
+                self.waiting_joins_by_peer.release(peer)
         response.generation_id = result.generation
         response.member_id = result.member_id
         response.assignment_strategy = result.strategy
@@ -131,7 +141,7 @@ class GroupCoordinatorService:
         return response
 
     def _join(
-        self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
+        self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext, *, wait: bool
     ) -> JoinResult:
         return self.coordinator.join(
             request.group_id,
@@ -142,6 +152,7 @@ class GroupCoordinatorService:
             strategies=tuple(request.assignment_strategies),
             session_timeout_ms=request.session_timeout_ms,
             rebalance_timeout_ms=request.rebalance_timeout_ms,
+            wait=wait,
         )
 
     def Heartbeat(

@@ -44,8 +44,14 @@ class ManagedProtocol:
         strategies: tuple[str, ...],
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
+        wait: bool = True,
     ) -> JoinResult:
-        """Join (or join again) and wait until the rebalance completes."""
+        """Join (or join again) and wait until the rebalance completes. A known member of a
+        stable group that joins again with the same subscription is answered its current
+        generation at once, starting no rebalance (Kafka's rule for a follower's rejoin): a
+        client looping JoinGroup cannot keep its group rebalancing. Without `wait` the join
+        is recorded but not waited for: unless it completes the rebalance, JoinAgainLater
+        gives the member its id to call again with (the caller has no thread to spare)."""
         check_group_id(group_id)
         if rebalance_timeout_ms < 0:
             raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
@@ -72,6 +78,7 @@ class ManagedProtocol:
                         f"member {member_id} is not in group {group_id}: join without an id"
                     )
             else:
+                self._check_room(group, "")
                 member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
                 member = None
             others = [m.strategies for m in group.members.values() if m.member_id != member_id]
@@ -79,6 +86,16 @@ class ManagedProtocol:
                 raise InconsistentGroupProtocolError(
                     f"strategies {list(strategies)} share none with group {group_id}'s members"
                 )
+            if (
+                member is not None
+                and group.state == STABLE
+                and member.topics == topics
+                and member.strategies == strategies
+            ):
+                member.session_timeout_s = session_timeout_ms / 1000
+                member.rebalance_timeout_s = max(rebalance_timeout_ms, 0) / 1000
+                member.last_heartbeat = now
+                return _result(group, member)
             if member is None:
                 member = group.members[member_id] = Member(
                     member_id, client_id, client_host, topics, strategies, 0, 0, now
@@ -92,6 +109,12 @@ class ManagedProtocol:
             if group.state != PREPARING_REBALANCE:
                 self._begin_rebalance(group, now)
             self._maybe_complete(group, now)
+            if not wait and member.joining:
+                raise JoinAgainLater(
+                    f"group {group_id} is rebalancing and this coordinator has no room to hold "
+                    f"the join: call again with member id {member_id}",
+                    member_id,
+                )
             while member.joining and not self._stop.is_set():
                 if group.members.get(member_id) is not member:
                     raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
@@ -103,13 +126,26 @@ class ManagedProtocol:
                 self._maybe_complete(group, time.monotonic())
             if member.joining:
                 raise RebalanceInProgressError("the coordinator is shutting down")
-            return JoinResult(
-                group.generation,
-                member_id,
-                group.strategy,
-                {t: list(ps) for t, ps in member.assignment.items()},
-                len(group.members),
-            )
+            return _result(group, member)
+
+
+class JoinAgainLater(RebalanceInProgressError):
+    """A join recorded but not waited for: the member calls again, with this id, after its
+    back-off; a rebalance that completed meanwhile answers it at once."""
+
+    def __init__(self, message: str, member_id: str) -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+
+def _result(group: Group, member: Member) -> JoinResult:
+    return JoinResult(
+        group.generation,
+        member.member_id,
+        group.strategy,
+        {t: list(ps) for t, ps in member.assignment.items()},
+        len(group.members),
+    )
 
 
 def complete_managed_join(group: Group, now: float, partition_counts: dict[str, int]) -> None:

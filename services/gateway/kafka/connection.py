@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from seglog.errors import AuthenticationError
+from seglog.errors import AuthenticationError, MemoryBudgetExhaustedError
 from seglog.semconv import TOPIC
 
+from ..request_memory import RequestShare
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
 from .error_codes import UNSUPPORTED_VERSION
@@ -123,20 +124,29 @@ class KafkaConnection:
             if isinstance(self.sock, ssl.SSLSocket):
                 self._tls_handshake(self.sock)
             while True:
-                payload = read_frame(self.sock, self.max_request_bytes)
-                if payload is None:
-                    return
-                if self.session.raw_sasl_token_next:
-                    self._raw_sasl_token(payload)
-                    continue
-                queued = self._queued_with(payload)
-                if len(queued) > 1:
-                    for queued_answer in self._answer_queued(queued):
-                        self.sock.sendall(queued_answer)
-                    continue
-                answer = self._answer(payload)
-                if answer is not None:
-                    self.sock.sendall(answer)
+                # The request's bytes, and its answer's, are held from the gateway's pool
+                # until the answer is sent (request_memory.py); a full pool mutes the
+                # connection before the body is read.
+                with self.gateway.request_memory.holding() as share:
+                    payload = read_frame(self.sock, self.max_request_bytes, share.acquire)
+                    if payload is None:
+                        return
+                    if self.session.raw_sasl_token_next:
+                        self._raw_sasl_token(payload)
+                        continue
+                    queued = self._queued_with(payload, share)
+                    if len(queued) > 1:
+                        answers = self._answer_queued(queued)
+                        share.add(sum(len(a) for a in answers))
+                        for queued_answer in answers:
+                            self.sock.sendall(queued_answer)
+                        continue
+                    answer = self._answer(payload)
+                    if answer is not None:
+                        share.add(len(answer))
+                        self.sock.sendall(answer)
+        except MemoryBudgetExhaustedError as exc:
+            logger.info("closing Kafka connection from %s unread: %s", self.peer, exc)
         except SaslFailed as failed:
             logger.info("Kafka connection from %s failed to authenticate", self.peer)
             self._send_quietly(failed)
@@ -181,11 +191,13 @@ class KafkaConnection:
         except OSError:
             pass
 
-    def _queued_with(self, payload: bytearray) -> list[bytearray]:
+    def _queued_with(self, payload: bytearray, share: RequestShare) -> list[bytearray]:
         """`payload` and the requests of the same api queued right behind it, when its api
         answers several at once (Produce): they are already sent, so reading them now does
         not wait on the client. Up to MAX_QUEUED_REQUESTS and socket.request.max.bytes in
-        all; not under TLS, whose buffered bytes a peek does not see."""
+        all, and only while the gateway's request pool has room for them without waiting
+        (a connection never waits holding memory); not under TLS, whose buffered bytes a
+        peek does not see."""
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if (
@@ -197,7 +209,10 @@ class KafkaConnection:
         ):
             return [payload]
         queued, total_bytes = [payload], len(payload)
-        while len(queued) < MAX_QUEUED_REQUESTS and self._next_request_is(api_key):
+        while len(queued) < MAX_QUEUED_REQUESTS:
+            size = self._next_request_size(api_key)
+            if size is None or size > self.max_request_bytes or not share.try_acquire(size):
+                break
             following = read_frame(self.sock, self.max_request_bytes)
             if following is None:
                 break
@@ -207,15 +222,17 @@ class KafkaConnection:
                 break
         return queued
 
-    def _next_request_is(self, api_key: int) -> bool:
+    def _next_request_size(self, api_key: int) -> int | None:
+        """The size of the next request if it is already here and of `api_key`."""
         readable, _, _ = select.select([self.sock], [], [], 0)
         if not readable:
-            return False
+            return None
         head = self.sock.recv(SIZE.size + 2, socket.MSG_PEEK)
         if len(head) < SIZE.size + 2:
-            return False
+            return None
+        (size,) = SIZE.unpack_from(head)
         (next_key,) = _API_KEY.unpack_from(head, SIZE.size)
-        return bool(next_key == api_key)
+        return int(size) if next_key == api_key else None
 
     def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and

@@ -67,6 +67,10 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     # The gateway could not reach the leader's node: retriable, clients refresh metadata.
     "NODE_UNAVAILABLE": kafka_errors.LeaderNotAvailableError,
     "REQUEST_TIMED_OUT": kafka_errors.RequestTimedOutError,
+    # The Kafka listener mutes instead of answering it; a gRPC servicer's error, if relayed.
+    "MEMORY_BUDGET_EXHAUSTED": kafka_errors.RequestTimedOutError,
+    "GROUP_MAX_SIZE_REACHED": kafka_errors.GroupMaxSizeReachedError,
+    "SERVER_BUSY": kafka_errors.RequestTimedOutError,
     "KAFKA_STORAGE_ERROR": kafka_errors.KafkaStorageError,
     # The partition is closing on its node (moving or deleted): retriable, as Kafka's
     # broker answers for a replica it is removing.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +57,14 @@ def read_exactly(sock: socket.socket, size: int) -> bytearray | None:
     return buffer
 
 
-def read_frame(sock: socket.socket, max_request_bytes: int) -> bytearray | None:
-    """The next request frame's bytes (without its size), None at a clean end of stream."""
+def read_frame(
+    sock: socket.socket,
+    max_request_bytes: int,
+    reserve: Callable[[int], None] | None = None,
+) -> bytearray | None:
+    """The next request frame's bytes (without its size), None at a clean end of stream.
+    `reserve(size)` is called once the size is read and checked, before the body is read
+    or its buffer made: it may wait (the connection is muted meanwhile) or raise."""
     prefix = read_exactly(sock, SIZE.size)
     if prefix is None:
         return None
@@ -67,6 +74,8 @@ def read_frame(sock: socket.socket, max_request_bytes: int) -> bytearray | None:
             f"request size {size} is outside {API_KEY_AND_VERSION.size}.."
             f"{max_request_bytes} (socket.request.max.bytes)"
         )
+    if reserve is not None:
+        reserve(size)
     payload = read_exactly(sock, size)
     if payload is None:
         raise FrameError(f"connection closed before a request of {size} bytes")

@@ -1,0 +1,174 @@
+"""Memory for requests in flight, bounded per gateway: Kafka's `queued.max.request.bytes`.
+
+Every connection shares one pool, gRPC's and the Kafka listener's alike: the bytes of each
+request being decoded, validated, relayed or answered are held from the pool until its
+answer is sent. Per request, `socket.request.max.bytes` bounds the frame; the pool bounds
+the sum, so a thousand connections each sending a large request cannot take a thousand
+times that.
+
+When the pool is full, a request waits for room (up to `wait_s`): the Kafka listener does
+not read the frame's body meanwhile (it mutes the connection, as Kafka's broker does with
+its memory pool), a gRPC call holds its thread; past the wait the Kafka connection closes
+(nothing of the request was read, the client sends it again) and the gRPC call answers
+RESOURCE_EXHAUSTED with the retriable reason MEMORY_BUDGET_EXHAUSTED. A request larger than
+the whole pool runs when it is alone (Kafka's pool lets one allocation overshoot), so a limit
+below socket.request.max.bytes never refuses a request for good. An answer's bytes are added
+to its request's share without waiting (its request was admitted; the answer is already
+built), so the answers of admitted requests push new requests to wait, never themselves.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+
+from seglog.errors import MemoryBudgetExhaustedError
+from seglog.rpc.status import abort
+
+# Kafka's default is -1 (unbounded); seglog bounds a gateway at 256 MiB.
+DEFAULT_QUEUED_MAX_REQUEST_BYTES = 256 * 1024 * 1024
+DEFAULT_WAIT_S = 30.0
+# A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
+# briefly, then the client backs off.
+GRPC_WAIT_S = 1.0
+
+
+class RequestMemoryPool:
+    def __init__(
+        self, limit_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES, wait_s: float = DEFAULT_WAIT_S
+    ) -> None:
+        # limit_bytes <= 0: unbounded (Kafka's -1); the pool still counts.
+        self.limit_bytes = limit_bytes
+        self.wait_s = wait_s
+        self.used_bytes = 0
+        self.peak_bytes = 0
+        self.waited = 0
+        self.refused = 0
+        self._room = threading.Condition()
+
+    def _fits(self, nbytes: int) -> bool:
+        return (
+            self.limit_bytes <= 0
+            or self.used_bytes + nbytes <= self.limit_bytes
+            or self.used_bytes == 0
+        )
+
+    def acquire(self, nbytes: int, wait_s: float | None = None) -> None:
+        """Take `nbytes`, waiting up to `wait_s` (the pool's by default) for room;
+        MemoryBudgetExhaustedError (retriable) when none came."""
+        wait_s = self.wait_s if wait_s is None else wait_s
+        with self._room:
+            if not self._fits(nbytes):
+                self.waited += 1
+                deadline = time.monotonic() + wait_s
+                while not self._fits(nbytes):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.refused += 1
+                        raise MemoryBudgetExhaustedError(
+                            f"the gateway's {self.limit_bytes} bytes for requests in flight "
+                            f"(queued.max.request.bytes) stayed in use for {wait_s:g} s; "
+                            f"retry"
+                        )
+                    self._room.wait(left)
+            self._take(nbytes)
+
+    def try_acquire(self, nbytes: int) -> bool:
+        """Take `nbytes` if they fit now (within the limit, with no overshoot)."""
+        with self._room:
+            if self.limit_bytes > 0 and self.used_bytes + nbytes > self.limit_bytes:
+                return False
+            self._take(nbytes)
+            return True
+
+    def add(self, nbytes: int) -> None:
+        """Take `nbytes` without waiting (an admitted request's answer)."""
+        with self._room:
+            self._take(nbytes)
+
+    def release(self, nbytes: int) -> None:
+        if nbytes:
+            with self._room:
+                self.used_bytes -= nbytes
+                self._room.notify_all()
+
+    def _take(self, nbytes: int) -> None:
+        self.used_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
+
+    @contextmanager
+    def holding(self) -> Iterator[RequestShare]:
+        """A request's share: what it takes is given back when the block ends."""
+        share = RequestShare(self)
+        try:
+            yield share
+        finally:
+            self.release(share.held_bytes)
+
+
+class RequestShare:
+    def __init__(self, pool: RequestMemoryPool) -> None:
+        self.pool = pool
+        self.held_bytes = 0
+
+    def acquire(self, nbytes: int, wait_s: float | None = None) -> None:
+        self.pool.acquire(nbytes, wait_s)
+        self.held_bytes += nbytes
+
+    def try_acquire(self, nbytes: int) -> bool:
+        if not self.pool.try_acquire(nbytes):
+            return False
+        self.held_bytes += nbytes
+        return True
+
+    def add(self, nbytes: int) -> None:
+        self.pool.add(nbytes)
+        self.held_bytes += nbytes
+
+
+class RequestMemoryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Holds each unary gRPC call's request (its encoded size) from the pool while it is
+    served, and its answer once built; the answer's bytes are given back when the handler
+    returns, before gRPC writes them (the wire copy is not counted). Streaming methods are
+    left alone (the gateway serves none)."""
+
+    def __init__(self, pool: RequestMemoryPool) -> None:
+        self.pool = pool
+
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], handler_call_details: Any
+    ) -> Any:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        serve = handler.unary_unary
+        pool = self.pool
+
+        def held(request: Any, context: grpc.ServicerContext) -> Any:
+            with pool.holding() as share:
+                try:
+                    share.acquire(_encoded_size(request), GRPC_WAIT_S)
+                except MemoryBudgetExhaustedError as exc:
+                    abort(context, exc)
+                response = serve(request, context)
+                share.add(_encoded_size(response))
+                return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            held,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def _encoded_size(message: Any) -> int:
+    """A message's encoded size; some methods take or give their bytes undecoded (the
+    produce relay forwards a request as it came)."""
+    if isinstance(message, bytes | bytearray | memoryview):
+        return len(message)
+    return int(message.ByteSize())
