@@ -39,9 +39,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from opentelemetry import trace
 
-from seglog.errors import AuthenticationError, PermissionDeniedError
+from seglog.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
@@ -204,8 +205,10 @@ class Authorization:
                 return handler(request, context)
             try:
                 needs = rule(request)
-            except ValueError:
-                needs = []  # malformed: the handler refuses it with its own error
+            except (ValueError, DecodeError) as exc:
+                # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
+                # in it, so it is refused here rather than handed on unchecked.
+                abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
             for operation, kind, name in needs:
                 if not self.authorizer.authorize(principal, host, operation, kind, name):
                     with self._lock:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from seglog.errors import (
     InvalidRequestError,
@@ -163,7 +164,10 @@ class GatewayService:
         # rather than the relay's own deadline racing it.
         timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
         if scanned.acks == 0 or len(by_node) > 1:
-            request = common_pb2.ProduceRequest.FromString(raw)
+            try:
+                request = common_pb2.ProduceRequest.FromString(raw)
+            except DecodeError as exc:
+                abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
         if scanned.acks == 0:
             try:
                 answer = self._produce_without_acks(raw, request, by_node, timeout_s)
@@ -292,7 +296,10 @@ class GatewayService:
             self.metrics.request("Fetch", started)
 
     def _fetch_request(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        request = common_pb2.FetchRequest.FromString(raw)
+        try:
+            request = common_pb2.FetchRequest.FromString(raw)
+        except DecodeError as exc:
+            abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
         try:
             check_fetch_request(request)
         except SeglogError as exc:
