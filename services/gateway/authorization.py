@@ -21,6 +21,8 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     DescribeConfigs            DescribeConfigs on each topic (and on the cluster with it)
     AlterConfigs               AlterConfigs on the topic
     DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
+    AlterClientQuotas          AlterConfigs on the cluster
+    DescribeClientQuotas       DescribeConfigs on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
     JoinGroup                  Read on the group, Describe on each topic subscribed
     Heartbeat, LeaveGroup, SyncGroup            Read on the group
@@ -138,6 +140,10 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "ListPartitionReassignments": lambda r: _cluster("Describe"),
     "ElectLeaders": lambda r: _cluster("Alter"),
     "DescribeLogDirs": lambda r: _cluster("Describe"),
+    # Kafka's AlterClientQuotas needs AlterConfigs on the cluster, DescribeClientQuotas
+    # DescribeConfigs on it.
+    "AlterClientQuotas": lambda r: _cluster("AlterConfigs"),
+    "DescribeClientQuotas": lambda r: _cluster("DescribeConfigs"),
     "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],

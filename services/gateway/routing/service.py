@@ -58,6 +58,7 @@ from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnection, NodeConnections
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
+from .quotas import ClientQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ class GatewayService:
         self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
         self._unacknowledged_lock = threading.Lock()
         self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
+        self.quotas: ClientQuotas | None = None  # client quotas (quotas.py), set by the gateway
         # ListOffsets and SplitPoints: asked of each partition's leader (leader_queries.py).
         self.queries = LeaderQueries(
             lambda p: self._route(p.topic, p.partition, client_leader_epoch(p))[1],
@@ -142,7 +144,10 @@ class GatewayService:
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            return self._produce(raw, context)
+            answer = self._produce(raw, context)
+            if self.quotas is not None:
+                answer = self.quotas.hold_produce(context, len(raw), answer)
+            return answer
         finally:
             self.metrics.request("Produce", started)
 
@@ -291,7 +296,10 @@ class GatewayService:
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         started = time.perf_counter()
         try:
-            yield from self._fetch_request(raw, context)
+            answers = self._fetch_request(raw, context)
+            if self.quotas is not None:
+                answers = self.quotas.hold_fetch(context, answers)
+            yield from answers
         finally:
             self.metrics.request("Fetch", started)
 
