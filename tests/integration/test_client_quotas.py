@@ -14,6 +14,7 @@ from seglog.errors import SeglogError
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
+from tests.cluster import cli_in_process as run
 from tests.waiting import wait_until
 
 RATE_BYTES_PER_S = 100_000
@@ -141,3 +142,45 @@ def test_quotas_are_described_checked_whole_removed_and_kept_across_a_restart(cl
         assert (("user", None),) not in {
             tuple(sorted(e.items(), key=str)) for e, _ in admin.describe_client_quotas()
         }
+
+
+def test_the_cli_sets_and_shows_quotas_as_kafka_configs_does(cluster, capsys, monkeypatch):
+    security = cluster.client_security("client")
+    monkeypatch.setenv("SEGLOG_TLS_CA", str(security.ca))
+    monkeypatch.setenv("SEGLOG_TLS_CERT", str(security.cert))
+    monkeypatch.setenv("SEGLOG_TLS_KEY", str(security.key))
+    alter = ("configs", "alter", "--entity-type", "users", "--entity-name", "frank")
+    code, out, _ = run(
+        cluster, capsys, monkeypatch, *alter, "--add-config", "producer_byte_rate=1048576"
+    )
+    assert code == 0 and "user 'frank'" in out
+    code, _, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        *("configs", "alter", "--entity-type", "users", "--entity-default"),
+        *("--entity-type", "clients", "--entity-name", "etl"),
+        "--add-config",
+        "consumer_byte_rate=2048,producer_byte_rate=1024",
+    )
+    assert code == 0
+    code, out, _ = run(
+        cluster, capsys, monkeypatch, "configs", "describe", "--entity-type", "users"
+    )
+    assert code == 0
+    assert "Quota configs for user 'frank' are producer_byte_rate=1.04858e+06" in out
+    code, out, _ = run(
+        cluster,
+        capsys,
+        monkeypatch,
+        *("configs", "describe", "--entity-type", "users", "--entity-type", "clients"),
+    )
+    assert (
+        "Quota configs for user <default>, client-id 'etl' are "
+        "consumer_byte_rate=2048, producer_byte_rate=1024"
+    ) in out.splitlines()
+    code, _, err = run(cluster, capsys, monkeypatch, *alter, "--add-config", "producer_byte_rate=x")
+    assert code != 0 and "bytes/s" in err
+    code, _, _ = run(cluster, capsys, monkeypatch, *alter, "--delete-config", "producer_byte_rate")
+    assert code == 0
+    assert cluster.admin.describe_client_quotas({"user": "frank"}) == []
