@@ -15,7 +15,7 @@ from typing import TextIO
 
 from ..client.admin import Admin
 from ..errors import InvalidConfigError
-from .quotas import ENTITY_TYPES, entity_arguments, alter_quotas, describe_quotas
+from .quotas import ENTITY_TYPES, alter_quotas, describe_quotas, entity_arguments
 
 
 def add_parser(
