@@ -13,12 +13,13 @@ in this order (user = the principal's name without "User:", client id = the call
 Callers that match the same entity share one budget (a user's quota is the sum of all its
 clients), except through a <default>, which gives each user or client its own.
 
-Enforcement is Kafka's (KIP-219's answer-then-throttle, for gRPC where a channel cannot be
-muted: the answer is held back): each budget is a token bucket refilled at the rate, holding
-at most one second of it. Bytes past it put the bucket in debt; the answer that ran it into
-debt waits until the debt is repaid (at most MAX_THROTTLE_MS) and says how long it waited in
-`throttle_time_ms` (ProduceResponse field 3, each FetchResponse's field 13, appended to the
-answer's wire bytes: protobuf reads the last occurrence of a field).
+Each budget is a token bucket refilled at the rate, holding at most one second of it. Bytes
+past it put the bucket in debt; the caller is throttled until the debt is repaid (at most
+MAX_THROTTLE_MS), and the answer says for how long in `throttle_time_ms` (ProduceResponse
+field 3, each FetchResponse's field 13, appended to the answer's wire bytes: protobuf reads
+the last occurrence of a field). How, is Kafka's: on gRPC, where a channel cannot be muted,
+the answer is held back that long; on the Kafka listener, KIP-219's answer-then-mute (the
+answer goes at once, and the connection reads no further request for that long).
 """
 
 from __future__ import annotations
@@ -151,8 +152,15 @@ class ClientQuotas:
         throttle = self.throttle_ms(PRODUCER_BYTE_RATE, user, client_id, request_bytes)
         if throttle == 0:
             return answer
-        self.sleep(throttle / 1000)
+        self._hold(context, throttle)
         return answer + _PRODUCE_THROTTLE_FIELD + _varint(throttle)
+
+    def _hold(self, context: grpc.ServicerContext, throttle_ms: int) -> None:
+        """Hold the answer back; the Kafka listener's calls instead mute their connection
+        after the answer (KIP-219), which they do themselves when asked to."""
+        defer = getattr(context, "defer_throttle", None)
+        if defer is None or not defer(throttle_ms):
+            self.sleep(throttle_ms / 1000)
 
     def hold_fetch(
         self, context: grpc.ServicerContext, answers: Iterator[bytes]
@@ -166,7 +174,7 @@ class ClientQuotas:
         for answer in answers:
             throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(answer))
             if throttle:
-                self.sleep(throttle / 1000)
+                self._hold(context, throttle)
                 answer = answer + _FETCH_THROTTLE_FIELD + _varint(throttle)
             yield answer
 
