@@ -11,6 +11,8 @@ import confluent_kafka
 import grpc
 import pytest
 
+from devtools import apache_kafka
+from devtools.apache_kafka import run_tool
 from seglog.errors import SeglogError
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from tests.batches import make_batch
@@ -18,6 +20,7 @@ from tests.cluster import LocalCluster
 from tests.cluster import cli_in_process as run
 from tests.waiting import wait_until
 
+CONFIG_COMMAND = "kafka.admin.ConfigCommand"  # what kafka-configs.sh runs
 RATE_BYTES_PER_S = 100_000
 # The rate is measured after the first second, which a full bucket (one second of the rate)
 # lets through unthrottled, over the next three.
@@ -244,3 +247,38 @@ def test_a_kafka_client_id_over_its_quota_is_held_to_it_and_another_is_not(kafka
     assert metered_throttles > 0
     assert free_throttles == 0
     assert free_rate > 3 * RATE_BYTES_PER_S, free_rate
+
+
+@pytest.mark.slow  # a JVM per tool run
+def test_kafkas_own_kafka_configs_sets_and_describes_quotas(kafka_cluster):
+    """kafka-configs.sh (Kafka 4.3.1's ConfigCommand) through DescribeClientQuotas and
+    AlterClientQuotas on the listener, as against a Kafka broker."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+
+    def configs(*args: str) -> str:
+        done = run_tool(CONFIG_COMMAND, "--bootstrap-server", kafka_cluster.kafka_address, *args)
+        assert done.returncode == 0, done.stderr.decode()[-3000:]
+        return done.stdout.decode()
+
+    configs(
+        *("--alter", "--entity-type", "users", "--entity-name", "grace"),
+        *("--entity-type", "clients", "--entity-default"),
+        *("--add-config", "producer_byte_rate=4096,consumer_byte_rate=8192"),
+    )
+    assert kafka_cluster.admin.describe_client_quotas({"user": "grace", "client-id": None}) == [
+        (
+            {"user": "grace", "client-id": None},
+            {"producer_byte_rate": 4096.0, "consumer_byte_rate": 8192.0},
+        )
+    ]
+    described = configs(
+        *("--describe", "--entity-type", "users", "--entity-name", "grace"),
+        *("--entity-type", "clients", "--entity-default"),
+    )
+    assert "consumer_byte_rate=8192.0" in described and "producer_byte_rate=4096.0" in described
+    configs(
+        *("--alter", "--entity-type", "users", "--entity-name", "grace"),
+        *("--entity-type", "clients", "--entity-default"),
+        *("--delete-config", "consumer_byte_rate,producer_byte_rate"),
+    )
+    assert kafka_cluster.admin.describe_client_quotas({"user": "grace", "client-id": None}) == []
