@@ -3,9 +3,9 @@ storage node's StorageNode) fed requests built by hypothesis from the .proto des
 (tests/proto_strategies.py), against a real gateway and real nodes, no TLS; the authorizer
 off, and on with every operation allowed (so every call still reaches its handler, after the
 authorizer has read the request too). No answer may be UNKNOWN or INTERNAL — malformed input is
-INVALID_ARGUMENT or the method's own error — and the server answers a good request after
-each one. Derandomized with a bounded number of examples per method, so CI runs the same
-few hundred requests every time."""
+INVALID_ARGUMENT or the method's own error — no server thread dies of one, and the server
+answers a good request after each one. Derandomized with a bounded number of examples per
+method, so CI runs the same few hundred requests every time."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.proto_strategies import Known, messages
+
+# A request that kills a server's thread (a replica fetcher handed a bad address) breaks the
+# server as surely as a crash: the thread's exception fails the test that sent it.
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 TOPIC = "fuzz"
 GROUP = "fuzz-group"
