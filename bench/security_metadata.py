@@ -7,7 +7,9 @@ TLS=1` and the production overlay run it. The open side: plain HTTP, no auth. Cl
 both gateways over plaintext gRPC, so the ratio is etcd's lock-down alone.
 
 The operations, in rounds that take turns between the sides (each figure the best round):
-create a topic, describe it, alter a config of it, describe its configs, delete it."""
+create a topic, describe it, alter a config of it, describe its configs, delete it. Creating,
+altering and deleting write the registry's metadata log in etcd; the two describes are
+answered from the gateway's image, so their ratio shows only the machine's noise."""
 
 from __future__ import annotations
 
