@@ -13,6 +13,8 @@ import pytest
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
+from seglog.client.consumer import Consumer
+from seglog.client.structs import TopicPartition
 from seglog.errors import SeglogError
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from tests.batches import make_batch
@@ -282,3 +284,34 @@ def test_kafkas_own_kafka_configs_sets_and_describes_quotas(kafka_cluster):
         *("--delete-config", "consumer_byte_rate,producer_byte_rate"),
     )
     assert kafka_cluster.admin.describe_client_quotas({"user": "grace", "client-id": None}) == []
+
+
+def test_seglogs_consumer_under_a_quota_reads_through_the_gateway_at_its_rate(cluster):
+    """The nodes' bulk path is not metered: a caller with a consumer_byte_rate quota gets no
+    bulk grants, so seglog's Consumer (bulk by default) reads through the gateway's Fetch."""
+    _, producer = _stub(cluster, "client")
+    for _ in range(30):  # ~600 KB more to read
+        request = common_pb2.ProduceRequest(topic="metered", acks=1)
+        request.partitions.add(partition=0, records=BATCH)
+        producer.Produce(request, timeout=30)
+    cluster.admin.alter_client_quotas({"user": "heidi"}, {"consumer_byte_rate": RATE_BYTES_PER_S})
+    files = cluster.tls_files("heidi")
+    read = 0
+    with Consumer(
+        cluster.address,
+        enable_auto_commit=False,
+        # Fetches small beside the rate: an answer is held until it is paid for.
+        max_partition_fetch_bytes=16 * 1024,
+        ssl_cafile=str(files.ca),
+        ssl_certfile=str(files.cert),
+        ssl_keyfile=str(files.key),
+    ) as consumer:
+        consumer.assign([TopicPartition("metered", 0)])
+        consumer.seek_to_beginning()
+        start = time.monotonic()
+        while time.monotonic() - start < MEASURE_S:
+            records = consumer.poll(timeout_ms=100)
+            if time.monotonic() - start > BURST_S:
+                read += sum(len(r.value) for r in records)
+    rate = read / (MEASURE_S - BURST_S)
+    assert 0.5 * RATE_BYTES_PER_S <= rate <= 1.4 * RATE_BYTES_PER_S, rate

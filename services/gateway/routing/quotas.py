@@ -32,6 +32,7 @@ import grpc
 
 from seglog.errors import AuthenticationError
 from seglog.security.acls import ANONYMOUS
+from seglog.v1 import bulk_pb2, common_pb2
 
 PRODUCER_BYTE_RATE = "producer_byte_rate"
 CONSUMER_BYTE_RATE = "consumer_byte_rate"
@@ -129,6 +130,28 @@ class ClientQuotas:
             throttle = min(MAX_THROTTLE_MS, int(-bucket.tokens / rate * 1000) + 1)
             self.throttled_ms += throttle
             return throttle
+
+    def metered(self, key: str, context: grpc.ServicerContext) -> bool:
+        """Whether a `key` quota applies to the caller."""
+        quotas = self.quotas()
+        if not quotas:
+            return False
+        user, client_id = self._caller(context)
+        return any(key in quotas.get(entity, {}) for entity in _candidates(user, client_id))
+
+    def refuse_grants(self, request: bulk_pb2.FetchGrantsRequest) -> bulk_pb2.FetchGrantsResponse:
+        """FetchGrants' answer to a caller with a consumer_byte_rate quota: no bulk transfer
+        grant (the nodes' bulk path is not metered), so its consumer reads through the
+        gateway's Fetch, which is."""
+        response = bulk_pb2.FetchGrantsResponse()
+        for p in request.partitions:
+            response.errors.add(
+                topic=p.topic,
+                partition=p.partition,
+                error=common_pb2.INVALID_REQUEST,
+                error_message="a consumer_byte_rate quota applies: fetch through the gateway",
+            )
+        return response
 
     def _caller(self, context: grpc.ServicerContext) -> tuple[str, str]:
         try:

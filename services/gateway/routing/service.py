@@ -58,7 +58,7 @@ from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnection, NodeConnections
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
-from .quotas import ClientQuotas
+from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,8 @@ class GatewayService:
     def FetchGrants(
         self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
     ) -> bulk_pb2.FetchGrantsResponse:
+        if self.quotas is not None and self.quotas.metered(CONSUMER_BYTE_RATE, context):
+            return self.quotas.refuse_grants(request)
         return fetch_grants(
             request,
             lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
