@@ -5,7 +5,9 @@
   (SEGLOG_BENCH_SERVICE_MIB per side, as the service bench) and the partition read back;
 - the authorizer's cost per 1 MiB produce with 10,000 ACLs (5,000 literal, 5,000 prefixed):
   the gateway's check of one request (its routing scan and the decision) against the time
-  of one 1 MiB produce through the plaintext gateway.
+  of one 1 MiB produce through the plaintext gateway;
+- metadata operations with the registry in etcd locked down (TLS, client certificates,
+  role-based auth) against an open etcd (bench/security_metadata.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services import serving
 from services.gateway.authorization import Authorization
 
+from . import security_metadata
 from .services import (
     MIB,
     ROUNDS,
@@ -215,3 +218,4 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
         finally:
             for process in reversed(processes):
                 process.stop()
+        security_metadata.run(root / "metadata", report)

@@ -21,6 +21,8 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     DescribeConfigs            DescribeConfigs on each topic (and on the cluster with it)
     AlterConfigs               AlterConfigs on the topic
     DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
+    AlterClientQuotas          AlterConfigs on the cluster
+    DescribeClientQuotas       DescribeConfigs on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
     JoinGroup                  Read on the group, Describe on each topic subscribed
     Heartbeat, LeaveGroup, SyncGroup            Read on the group
@@ -39,9 +41,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from opentelemetry import trace
 
-from seglog.errors import AuthenticationError, PermissionDeniedError
+from seglog.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from seglog.rpc import wire
 from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
@@ -137,6 +140,10 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "ListPartitionReassignments": lambda r: _cluster("Describe"),
     "ElectLeaders": lambda r: _cluster("Alter"),
     "DescribeLogDirs": lambda r: _cluster("Describe"),
+    # Kafka's AlterClientQuotas needs AlterConfigs on the cluster, DescribeClientQuotas
+    # DescribeConfigs on it.
+    "AlterClientQuotas": lambda r: _cluster("AlterConfigs"),
+    "DescribeClientQuotas": lambda r: _cluster("DescribeConfigs"),
     "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],
     "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
@@ -204,8 +211,10 @@ class Authorization:
                 return handler(request, context)
             try:
                 needs = rule(request)
-            except ValueError:
-                needs = []  # malformed: the handler refuses it with its own error
+            except (ValueError, DecodeError) as exc:
+                # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
+                # in it, so it is refused here rather than handed on unchecked.
+                abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
             for operation, kind, name in needs:
                 if not self.authorizer.authorize(principal, host, operation, kind, name):
                     with self._lock:

@@ -18,12 +18,13 @@ from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.settings import described_settings
 
-from .authorization import Authorization
+from .authorization import Authorization, principal_of
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
@@ -42,6 +43,7 @@ from .groups.offsets_store import (
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor, RequestMemoryPool
+from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
@@ -149,6 +151,13 @@ class Gateway:
             cluster_view=self.cluster_view,
         )
         self.acl_service = AclService(self.registry)
+        self.quota_service = QuotaService(self.registry)
+        self.service.quotas = ClientQuotas(
+            lambda: self.registry.client_quotas,
+            lambda context: principal_of(
+                context, self.authorization.tokens, self.authorization.mapper
+            ),
+        )
         self.reassignment_service = ReassignmentService(self.registry, self.connections)
         self.registry_service = RegistryService(
             self.registry,
@@ -256,6 +265,8 @@ class Gateway:
                 "ListPartitionReassignments": moves.ListPartitionReassignments,
                 "ElectLeaders": moves.ElectLeaders,
                 "DescribeLogDirs": moves.DescribeLogDirs,
+                "AlterClientQuotas": self.quota_service.AlterClientQuotas,
+                "DescribeClientQuotas": self.quota_service.DescribeClientQuotas,
             },
             wrap=guard,
         )

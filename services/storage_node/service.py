@@ -20,6 +20,7 @@ import grpc
 from seglog.errors import SeglogError
 from seglog.metrics import error_reason
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
+from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import log_files
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
@@ -236,6 +237,10 @@ class StorageNodeService:
                 log_files.check_topic_name(p.topic)
             for removed in request.removed:
                 log_files.check_topic_name(removed.topic)
+            # Followers dial these over plain TCP (a gRPC address is gRPC's to parse).
+            for node_id, address in request.node_bulk_addresses.items():
+                if address:  # "": that node has no bulk listener
+                    check_host_port(address, f"node {node_id}'s bulk address")
         except SeglogError as exc:
             abort(context, exc)
         # The applier's thread applies them, never this one; it waits for them, bounded.

@@ -11,10 +11,15 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import with_default_port
 from seglog.client.producer import Producer
 from seglog.client.structs import OffsetAndTimestamp, TopicPartition
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.cluster import cli_in_process as run
 from tests.cluster import drain
 
+# Tests of admin and group calls run with the authorizer off and on (conftest's cluster).
+BOTH_AUTHORIZER_MODES = pytest.mark.parametrize("cluster", AUTHORIZER_MODES, indirect=True)
 
+
+@BOTH_AUTHORIZER_MODES
 def test_admin_topics_offsets_groups_and_lag(cluster):
     with Admin(cluster.address) as admin:
         admin.create_topic("audit", 2, configs={"retention.ms": "3600000"})
@@ -37,6 +42,7 @@ def test_admin_topics_offsets_groups_and_lag(cluster):
         assert "__consumer_offsets" not in admin.list_topics()
 
 
+@BOTH_AUTHORIZER_MODES
 def test_cli_produce_consume_with_a_group_and_groups_describe(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("lines", 3)
     lines = b"".join(b"k%d:v%d\n" % (i % 5, i) for i in range(40))
@@ -165,6 +171,7 @@ def test_version_and_addresses_without_a_port(capsys):
     assert with_default_port("unix:/run/seglog.sock") == "unix:/run/seglog.sock"
 
 
+@BOTH_AUTHORIZER_MODES
 def test_topics_describe_without_names_shows_user_topics(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("users", 2)
     with Consumer(cluster.address, group_id="g", enable_auto_commit=False) as consumer:

@@ -269,3 +269,28 @@ def _may_list(admin) -> bool:
         return admin.list_partition_reassignments() == {}
     except PermissionDeniedError:
         return False
+
+
+def test_client_quotas_need_alter_configs_on_the_cluster_and_describing_describe_configs(
+    cluster,
+):
+    with cluster.admin_as("alice") as alice:
+        with pytest.raises(PermissionDeniedError, match="AlterConfigs cluster"):
+            alice.alter_client_quotas({"user": "alice"}, {"producer_byte_rate": 1e9})
+        with pytest.raises(PermissionDeniedError, match="DescribeConfigs cluster"):
+            alice.describe_client_quotas()
+        with _admin(cluster) as admin:
+            assert admin.describe_client_quotas() == []  # nothing of the refusal
+            admin.create_acls([acl("alice", "AlterConfigs", "kafka-cluster", kind="cluster")])
+        # AlterConfigs implies DescribeConfigs, as in Kafka.
+        assert wait_until(lambda: _may_describe_quotas(alice))
+        alice.alter_client_quotas({"user": "bob"}, {"consumer_byte_rate": 1e6})
+        assert alice.describe_client_quotas() == [({"user": "bob"}, {"consumer_byte_rate": 1e6})]
+
+
+def _may_describe_quotas(admin) -> bool:
+    try:
+        admin.describe_client_quotas()
+        return True
+    except PermissionDeniedError:
+        return False

@@ -12,11 +12,16 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.batches import make_batch
 from tests.cluster import cli_in_process as run
 from tests.waiting import wait_until
 
+# The group commands run with the authorizer off and on (conftest's cluster, GROUP_GRANTS).
+BOTH_AUTHORIZER_MODES = pytest.mark.parametrize("cluster", AUTHORIZER_MODES, indirect=True)
 
+
+@BOTH_AUTHORIZER_MODES
 def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("ledger", 2)
     with Producer(cluster.address) as producer:
@@ -93,6 +98,7 @@ def test_groups_reset_offsets_dry_run_then_execute(cluster, capsys, monkeypatch)
             assert code == 1 and "active members" in err
 
 
+@BOTH_AUTHORIZER_MODES
 def test_groups_delete_and_delete_offsets(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("a", 2)
     cluster.admin.create_topic("b", 1)
@@ -277,6 +283,7 @@ def test_configs_describe_with_sources_and_alter(tmp_path, capsys, monkeypatch):
         cluster.close()
 
 
+@BOTH_AUTHORIZER_MODES
 def test_groups_describe_shows_a_dash_for_partitions_never_committed(cluster, capsys, monkeypatch):
     cluster.admin.create_topic("half", 2)
     cluster.client.produce("half", {1: make_batch([b"x", b"y"])})

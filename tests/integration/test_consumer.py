@@ -14,10 +14,13 @@ from seglog.client.structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPa
 from seglog.errors import CorruptRecordError, InvalidConfigError
 from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.batches import make_batch
 from tests.cluster import drain
 from tests.waiting import wait_until
 
+# The group tests run with the authorizer off and on (conftest's cluster, GROUP_GRANTS).
+BOTH_AUTHORIZER_MODES = pytest.mark.parametrize("cluster", AUTHORIZER_MODES, indirect=True)
 GROUP_CONFIG = {"session_timeout_ms": 1500, "heartbeat_interval_ms": 100}
 
 
@@ -147,6 +150,7 @@ def test_an_out_of_range_answer_the_leader_no_longer_confirms_keeps_the_position
     assert records[0].value == b"later-15"
 
 
+@BOTH_AUTHORIZER_MODES
 def test_manual_commits_and_committed_offsets(cluster):
     cluster.admin.create_topic("ledger", 2)
     produce(cluster.address, "ledger", [b"x"] * 10, partition=0)
@@ -168,6 +172,7 @@ def test_manual_commits_and_committed_offsets(cluster):
         assert [r.offset for r in drain(again, 6)] == list(range(4, 10))
 
 
+@BOTH_AUTHORIZER_MODES
 def test_committed_offsets_survive_a_gateway_restart(cluster):
     cluster.admin.create_topic("durable", 3)
     tps = [TopicPartition("durable", p) for p in range(3)]
@@ -189,6 +194,7 @@ def test_committed_offsets_survive_a_gateway_restart(cluster):
     assert offsets_log.config.cleanup_policy == "compact"
 
 
+@BOTH_AUTHORIZER_MODES
 def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
     cluster.admin.create_topic("shared", 6)
     total = 3000
@@ -262,6 +268,7 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
     assert len(generations) >= 2  # the leave made a new generation that kept reading
 
 
+@BOTH_AUTHORIZER_MODES
 def test_a_member_that_stops_heartbeating_is_removed(cluster):
     cluster.admin.create_topic("watched", 2)
     stub = groups_pb2_grpc.GroupCoordinatorStub(grpc.insecure_channel(cluster.address))
@@ -294,6 +301,7 @@ def test_a_member_that_stops_heartbeating_is_removed(cluster):
     assert common_pb2.ErrorCode.Name(answer.error) == "UNKNOWN_MEMBER_ID"
 
 
+@BOTH_AUTHORIZER_MODES
 def test_a_consumer_that_stops_polling_leaves_the_group_until_it_polls_again(cluster):
     cluster.admin.create_topic("paced", 2)
     config = dict(

@@ -51,6 +51,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
 from seglog.security.acls import AclBinding
 from services.gateway.kafka.brokers import broker_id
+from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, cluster_in_mode
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
@@ -62,9 +63,13 @@ TOPIC_AUTHORIZATION_FAILED = kafka.errors.TopicAuthorizationFailedError.errno
 PARTITIONS = 4
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("kafka-groups"), nodes=3)
+@pytest.fixture(scope="module", params=AUTHORIZER_MODES)
+def cluster(request, tmp_path_factory):
+    """The module's tests with the authorizer off, then on (GROUP_GRANTS to ANONYMOUS, the
+    Kafka listener's principal without SASL)."""
+    c = cluster_in_mode(
+        tmp_path_factory.mktemp("kafka-groups"), request.param, GROUP_GRANTS, nodes=3
+    )
     yield c
     c.close()
 

@@ -4,14 +4,22 @@ and a read-back that survives a corrupt batch."""
 
 from __future__ import annotations
 
+import pytest
+
 from seglog.client.consumer import Consumer
 from seglog.client.structs import TopicPartition
 from seglog.records import RecordBatch
 from services.gateway.groups.offsets_formats import decode_subscription_topics
 from services.gateway.groups.offsets_store import OFFSETS_TOPIC
+from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, Grant
 from tests.batches import make_batch
 from tests.cluster import drain
 from tests.waiting import wait_until
+
+# Each test with the authorizer off and on (conftest's cluster, AUTHORIZER_GRANTS to ANONYMOUS).
+pytestmark = pytest.mark.parametrize("cluster", AUTHORIZER_MODES, indirect=True)
+# Group tests' needs, and deleting a topic (its committed offsets go with it).
+AUTHORIZER_GRANTS = (*GROUP_GRANTS, Grant("topic", ("Delete",)))
 
 GROUP = dict(session_timeout_ms=1500, heartbeat_interval_ms=100, enable_auto_commit=False)
 RETENTION_MS = 60_000

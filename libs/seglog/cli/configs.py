@@ -2,7 +2,9 @@
 changes them: every config with its effective value and where it comes from (`topic` for the
 topic's override, `node` for the leader node's `--config log.*` default, `default` for
 Kafka's), and `--add-config k=v,k2=v2` (a list in brackets: `cleanup.policy=[compact,delete]`)
-/ `--delete-config k` applied together after one validation of the result."""
+/ `--delete-config k` applied together after one validation of the result. With
+`--entity-type users|clients` (once or both) and `--entity-name N` / `--entity-default` for
+each, client quotas instead (cli/quotas.py), as kafka-configs.sh takes them."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import TextIO
 
 from ..client.admin import Admin
 from ..errors import InvalidConfigError
+from .quotas import ENTITY_TYPES, alter_quotas, describe_quotas, entity_arguments
 
 
 def add_parser(
@@ -26,12 +29,28 @@ def add_parser(
     target.add_argument(
         "--cluster", action="store_true", help="the gateway's settings and nodes' defaults"
     )
+    target.add_argument(
+        "--entity-type",
+        action="append",
+        choices=ENTITY_TYPES,
+        help="client quotas of users and/or clients (with --entity-name or --entity-default)",
+    )
     describe.add_argument(
         "--overrides-only", action="store_true", help="only what the topic sets itself"
     )
+    entity_arguments(describe)
     describe.set_defaults(handler=describe_configs)
     alter = actions.add_parser("alter", parents=[common], help="set and delete overrides")
-    alter.add_argument("--topic", required=True)
+    alter_target = alter.add_mutually_exclusive_group(required=True)
+    alter_target.add_argument("--topic")
+    alter_target.add_argument(
+        "--entity-type",
+        action="append",
+        choices=ENTITY_TYPES,
+        help="a client quota entity: users and/or clients (Kafka's producer_byte_rate, "
+        "consumer_byte_rate)",
+    )
+    entity_arguments(alter)
     alter.add_argument("--add-config", action="append", default=[], metavar="K=V[,K=V]")
     alter.add_argument("--delete-config", action="append", default=[], metavar="K[,K]")
     alter.set_defaults(handler=alter_configs)
@@ -57,6 +76,8 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 def describe_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
+    if args.entity_type:
+        return describe_quotas(args, out)
     if args.cluster:
         with Admin(args.bootstrap) as admin:
             cluster = admin.describe_cluster_configs()
@@ -81,6 +102,8 @@ def alter_configs(args: argparse.Namespace, out: TextIO | None = None) -> int:
     delete = [n.strip() for item in args.delete_config for n in item.split(",") if n.strip()]
     if not set_configs and not delete:
         raise InvalidConfigError("nothing to change: give --add-config or --delete-config")
+    if args.entity_type:
+        return alter_quotas(args, set_configs, delete, out)
     with Admin(args.bootstrap) as admin:
         admin.alter_configs(args.topic, set_configs, delete)
     print(f"Completed updating configs for topic {args.topic}.", file=out)

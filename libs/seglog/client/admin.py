@@ -218,6 +218,45 @@ class Admin(ReassignmentAdmin):
 
     # -- ACLs (Kafka's model: security/acls.py) ----------------------------------------------
 
+    # -- client quotas (Kafka's; the gateway enforces them on Produce and Fetch) -----------
+
+    def alter_client_quotas(
+        self,
+        entity: Mapping[str, str | None],
+        set_rates: Mapping[str, float] | None = None,
+        remove: Iterable[str] = (),
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Set or remove quota keys (producer_byte_rate, consumer_byte_rate, bytes/s) of one
+        entity: {"user": name, "client-id": name}, either or both, a None name being that
+        type's default."""
+        entry = gateway_pb2.ClientQuotaAlteration(entity=_quota_entity(entity))
+        for key, value in (set_rates or {}).items():
+            entry.ops.add(key=key, value=value)
+        for key in remove:
+            entry.ops.add(key=key, remove=True)
+        request = gateway_pb2.AlterClientQuotasRequest(validate_only=validate_only)
+        request.entries.append(entry)
+        self._client.call("AlterClientQuotas", request)
+
+    def describe_client_quotas(
+        self, entity: Mapping[str, str | None] | None = None
+    ) -> list[tuple[dict[str, str | None], dict[str, float]]]:
+        """Every entity's quotas (or one entity's): (entity as alter_client_quotas takes it,
+        key -> bytes/s)."""
+        request = gateway_pb2.DescribeClientQuotasRequest(
+            components=_quota_entity(entity) if entity else []
+        )
+        response = self._client.call("DescribeClientQuotas", request)
+        return [
+            (
+                {c.entity_type: None if c.is_default else c.name for c in entry.entity},
+                dict(entry.values),
+            )
+            for entry in response.entries  # type: ignore[attr-defined]
+        ]
+
     def create_acls(self, acls: Iterable[AclBinding]) -> None:
         self._client.call(
             "CreateAcls",
@@ -389,3 +428,10 @@ __all__ = [
     "GroupOffset",
     "MemberDescription",
 ]
+
+
+def _quota_entity(entity: Mapping[str, str | None]) -> list[gateway_pb2.QuotaEntity]:
+    return [
+        gateway_pb2.QuotaEntity(entity_type=kind, name=name or "", is_default=name is None)
+        for kind, name in entity.items()
+    ]

@@ -22,6 +22,7 @@ from seglog.security.acls import AclBinding
 from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
+    CLIENT_QUOTA,
     NODE,
     PARTITION,
     PRODUCER_IDS,
@@ -30,6 +31,7 @@ from .metadata_records import (
     MetadataRecordError,
     Record,
     acl_record,
+    client_quota_record,
     node_record,
     partition_record,
     producer_ids_record,
@@ -51,6 +53,9 @@ class Topic:
         return is_internal_topic(self.name)
 
 
+QuotaEntityKey = tuple[tuple[str, str], ...]
+
+
 @dataclass
 class Applied:
     """What one batch changed."""
@@ -67,6 +72,8 @@ class MetadataImage:
         self.topics: dict[str, Topic] = {}
         self.node_addresses: dict[int, str] = {}
         self.acls: list[AclBinding] = []
+        # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
+        self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
         self.hosted: dict[int, set[PartitionChange]] = {}
         self.led: dict[int, set[PartitionChange]] = {}
@@ -110,6 +117,12 @@ class MetadataImage:
                 applied.acls = True
             elif kind == PRODUCER_IDS:
                 self.next_producer_id_block = record["next"]
+            elif kind == CLIENT_QUOTA:
+                entity = tuple(sorted(record["entity"].items()))
+                if record["values"]:
+                    self.client_quotas[entity] = dict(record["values"])
+                else:
+                    self.client_quotas.pop(entity, None)
         for name, topic in new_topics.items():
             if any(p is None for p in topic.partitions):
                 raise MetadataRecordError(f"topic {name} created without all its partitions")
@@ -248,6 +261,10 @@ class MetadataImage:
         records = [node_record(n, a) for n, a in sorted(self.node_addresses.items())]
         records.append(producer_ids_record(self.next_producer_id_block))
         records += [acl_record("add", acl.to_json()) for acl in self.acls]
+        records += [
+            client_quota_record(dict(entity), values)
+            for entity, values in sorted(self.client_quotas.items())
+        ]
         for name in sorted(self.topics):
             topic = self.topics[name]
             records.append(

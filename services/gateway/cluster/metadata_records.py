@@ -20,10 +20,14 @@ Record types (`type`), and what they set:
     acl            {op: "add" | "remove", acl: {principal, host, resource_type,
                    pattern_type, resource_name, operation, permission}}
     producer_ids   {next}: the first producer id not yet handed out
+    client_quota   {entity: {"user"?: name, "client-id"?: name}, values: {key: bytes/s}}:
+                   one quota entity's whole set of values (Kafka's producer_byte_rate,
+                   consumer_byte_rate); a name "<default>" is the entity type's default;
+                   empty values remove the entity
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
-the whole image as one batch of the same records (nodes, producer ids, ACLs, then each
-topic followed by its partitions), applied onto an empty image.
+the whole image as one batch of the same records (nodes, producer ids, ACLs, client quotas,
+then each topic followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -42,6 +46,7 @@ REMOVE_TOPIC = "remove_topic"
 NODE = "node"
 ACL = "acl"
 PRODUCER_IDS = "producer_ids"
+CLIENT_QUOTA = "client_quota"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -58,6 +63,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     NODE: {"node_id": int, "address": str},
     ACL: {"op": str, "acl": dict},
     PRODUCER_IDS: {"next": int},
+    CLIENT_QUOTA: {"entity": dict, "values": dict},
 }
 # Optional fields of a partition record (a reassignment in progress).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas")
@@ -142,6 +148,10 @@ def node_record(node_id: int, address: str) -> Record:
 
 def acl_record(op: str, acl: dict[str, str]) -> Record:
     return {"type": ACL, "op": op, "acl": dict(acl)}
+
+
+def client_quota_record(entity: dict[str, str], values: dict[str, float]) -> Record:
+    return {"type": CLIENT_QUOTA, "entity": dict(entity), "values": dict(values)}
 
 
 def producer_ids_record(next_id: int) -> Record:

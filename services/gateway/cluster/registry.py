@@ -45,6 +45,7 @@ from ..coordination.node_sessions import EtcdNodeSessions
 from .metadata_image import Topic
 from .metadata_records import (
     acl_record,
+    client_quota_record,
     node_record,
     partition_record,
     producer_ids_record,
@@ -127,6 +128,26 @@ class Registry(ReassigningState):
                 self._commit([acl_record("remove", a.to_json()) for a in doomed])
         self._notify_acls()
         return len(doomed)
+
+    @retrying
+    def alter_client_quotas(
+        self, changes: dict[tuple[tuple[str, str], ...], dict[str, float | None]]
+    ) -> None:
+        """Kafka's AlterClientQuotas, checked by the caller: per entity, keys set (a rate) or
+        removed (None); persisted before they apply."""
+        with self._lock:
+            records = []
+            for entity, change in changes.items():
+                values = dict(self.client_quotas.get(entity, {}))
+                for key, value in change.items():
+                    if value is None:
+                        values.pop(key, None)
+                    else:
+                        values[key] = value
+                if values != self.client_quotas.get(entity, {}):
+                    records.append(client_quota_record(dict(entity), values))
+            if records:
+                self._commit(records)
 
     @retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:

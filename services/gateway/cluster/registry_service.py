@@ -16,6 +16,7 @@ import logging
 import grpc
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
+from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, set_error
 from seglog.security.certs import NODE_IDENTITY_PREFIX, node_identity
 from seglog.security.tls import peer_identity
@@ -67,6 +68,7 @@ class RegistryService:
         self._check_node(context, request.node_id, "registering")
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
+        _check_bulk_address(request, context)
         self.registry.register_node(
             request.node_id,
             request.address,
@@ -81,6 +83,7 @@ class RegistryService:
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
         self._check_node(context, request.node_id, "heartbeating")
+        _check_bulk_address(request, context)
         if not self.registry.heartbeat(
             request.node_id,
             request.address,
@@ -128,3 +131,13 @@ def _offline(heartbeat: gateway_pb2.NodeHeartbeat) -> dict[tuple[str, int], str]
     return {
         (p.topic, p.partition): p.offline_reason for p in heartbeat.partitions if p.offline_reason
     }
+
+
+def _check_bulk_address(request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext) -> None:
+    """Other nodes' followers dial a node's bulk listener over plain TCP: a malformed address
+    is refused here, not handed to them ("": the node has no bulk listener)."""
+    if request.bulk_address:
+        try:
+            check_host_port(request.bulk_address, f"node {request.node_id}'s bulk address")
+        except InvalidRequestError as exc:
+            abort(context, exc)

@@ -126,6 +126,11 @@ class RegistryState:
         return self.image.acls
 
     @property
+    def client_quotas(self) -> dict[tuple[tuple[str, str], ...], dict[str, float]]:
+        """entity (sorted (entity type, name) pairs) -> quota key -> bytes/s"""
+        return self.image.client_quotas
+
+    @property
     def next_producer_id_block(self) -> int:
         return self.image.next_producer_id_block
 

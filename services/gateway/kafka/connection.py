@@ -19,6 +19,7 @@ import select
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -124,6 +125,9 @@ class KafkaConnection:
             if isinstance(self.sock, ssl.SSLSocket):
                 self._tls_handshake(self.sock)
             while True:
+                muted_s = self.session.muted_until - time.monotonic()
+                if muted_s > 0:
+                    time.sleep(muted_s)  # over a client quota: KIP-219's mute
                 # The request's bytes, and its answer's, are held from the gateway's pool
                 # until the answer is sent (request_memory.py); a full pool mutes the
                 # connection before the body is read.

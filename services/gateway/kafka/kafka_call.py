@@ -11,6 +11,7 @@ and a servicer's abort comes back as the SeglogError it aborted with.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -23,6 +24,7 @@ from seglog.errors import AuthenticationError, SeglogError
 from seglog.rpc.status import DOMAIN
 
 from ..authorization import principal_of
+from ..routing.quotas import CLIENT_ID_METADATA
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -59,6 +61,9 @@ class ConnectionSession:
     raw_sasl_token_next: bool = False
     authenticated_principal: str | None = None
     certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
+    # Past a client quota, the connection reads no request before this (time.monotonic()):
+    # KIP-219's mute, after the answer that says throttle_time_ms went out.
+    muted_until: float = 0.0
 
     @property
     def authenticated(self) -> bool:
@@ -90,16 +95,35 @@ def _error_from_status(status: grpc.Status) -> SeglogError:
 class _ServicerContext:
     """What the gateway's servicers and `Authorization` use of a grpc.ServicerContext."""
 
-    def __init__(self, identity: ConnectionIdentity) -> None:
+    def __init__(
+        self,
+        identity: ConnectionIdentity,
+        session: ConnectionSession | None = None,
+        client_id: str | None = None,
+    ) -> None:
         self._identity = identity
+        self._session = session
+        self._client_id = client_id
         self._callbacks: list[Callable[[], None]] = []
         self._finished = False
         self._lock = threading.Lock()  # servicer threads (fetch pumps) add callbacks
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        metadata: tuple[tuple[str, str], ...] = ()
+        if self._client_id:
+            metadata += ((CLIENT_ID_METADATA, self._client_id),)
         if self._identity.bearer_token is None:
-            return ()
-        return (("authorization", f"Bearer {self._identity.bearer_token}"),)
+            return metadata
+        return (*metadata, ("authorization", f"Bearer {self._identity.bearer_token}"))
+
+    def defer_throttle(self, throttle_ms: int) -> bool:
+        """Throttle the Kafka way (KIP-219): the answer goes at once, saying throttle_time_ms,
+        and the connection is muted that long after it; False outside a connection."""
+        if self._session is None:
+            return False
+        until = time.monotonic() + throttle_ms / 1000
+        self._session.muted_until = max(self._session.muted_until, until)
+        return True
 
     def peer(self) -> str:
         host = self._identity.peer_host
@@ -180,6 +204,12 @@ class KafkaCall:
         return self.session.identity
 
     @property
+    def throttle_time_ms(self) -> int:
+        """What the answer says in throttle_time_ms: how long the connection stays muted
+        for being over a client quota (routing/quotas.py), 0 when it is not."""
+        return max(0, int((self.session.muted_until - time.monotonic()) * 1000))
+
+    @property
     def principal(self) -> str:
         """Who the connection is, as the authorizer names it: the SASL token's principal, else
         the client certificate's (through the mapping rules), else User:ANONYMOUS."""
@@ -206,7 +236,7 @@ class KafkaCall:
         the wire bytes for Produce and Fetch), authorized as the gRPC server authorizes it.
         A streaming method's messages come back as a list. Raises the SeglogError the
         servicer or the authorizer aborted with."""
-        context = _ServicerContext(self.identity)
+        context = _ServicerContext(self.identity, self.session, self.client_id)
         guarded = self.gateway.authorization.guard(method_name, servicer_method)
         try:
             answer = guarded(request, cast(grpc.ServicerContext, context))
@@ -224,7 +254,7 @@ class KafkaCall:
         """`invoke` for a streaming method, its messages as they come: closing the iterator
         early ends the call as a client's cancellation does (what the servicer registered
         with `add_callback` runs, so its calls to the nodes are cancelled)."""
-        context = _ServicerContext(self.identity)
+        context = _ServicerContext(self.identity, self.session, self.client_id)
         guarded = self.gateway.authorization.guard(method_name, servicer_method)
         answer: Any = None
         try:
@@ -251,7 +281,7 @@ class KafkaCall:
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         """Whether this call's principal may `operation` the resource (always, with the
         authorizer off): for APIs that filter what they show rather than refuse (Metadata)."""
-        context = _ServicerContext(self.identity)
+        context = _ServicerContext(self.identity, self.session, self.client_id)
         return self.gateway.authorization.allowed(
             cast(grpc.ServicerContext, context), operation, resource_type, name
         )

@@ -120,7 +120,7 @@ def _response(call: KafkaCall, request: Any, results: dict[tuple[str, int], Any]
                 )
             )
         topics.append(topic_class(name=topic.name, partition_responses=partitions))
-    return response_class(responses=topics, throttle_time_ms=0)
+    return response_class(responses=topics, throttle_time_ms=call.throttle_time_ms)
 
 
 def _by_partition(answers: list[common_pb2.ProduceResponse]) -> dict[tuple[str, int], Any]:
@@ -291,7 +291,10 @@ def fetch(call: KafkaCall, request: Any) -> Any:
             )
         topics.append(topic_class(topic=topic.topic, partitions=partitions))
     return response_class(
-        throttle_time_ms=0, error_code=NONE, session_id=SESSIONLESS, responses=topics
+        throttle_time_ms=call.throttle_time_ms,
+        error_code=NONE,
+        session_id=SESSIONLESS,
+        responses=topics,
     )
 
 

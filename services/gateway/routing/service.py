@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from seglog.errors import (
     InvalidRequestError,
@@ -59,6 +60,7 @@ from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnection, NodeConnections
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
+from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,7 @@ class GatewayService:
         self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
         self._unacknowledged_lock = threading.Lock()
         self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
+        self.quotas: ClientQuotas | None = None  # client quotas (quotas.py), set by the gateway
         # ListOffsets and SplitPoints: asked of each partition's leader (leader_queries.py).
         self.queries = LeaderQueries(
             lambda p: self._route(p.topic, p.partition, client_leader_epoch(p))[1],
@@ -131,6 +134,8 @@ class GatewayService:
     def FetchGrants(
         self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
     ) -> bulk_pb2.FetchGrantsResponse:
+        if self.quotas is not None and self.quotas.metered(CONSUMER_BYTE_RATE, context):
+            return self.quotas.refuse_grants(request)
         return fetch_grants(
             request,
             lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
@@ -143,7 +148,10 @@ class GatewayService:
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            return self._produce(raw, context)
+            answer = self._produce(raw, context)
+            if self.quotas is not None:
+                answer = self.quotas.hold_produce(context, len(raw), answer)
+            return answer
         finally:
             self.metrics.request("Produce", started)
 
@@ -166,7 +174,10 @@ class GatewayService:
         # rather than the relay's own deadline racing it.
         timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
         if scanned.acks == 0 or len(by_node) > 1:
-            request = common_pb2.ProduceRequest.FromString(raw)
+            try:
+                request = common_pb2.ProduceRequest.FromString(raw)
+            except DecodeError as exc:
+                abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
         if scanned.acks == 0:
             try:
                 answer = self._produce_without_acks(raw, request, by_node, timeout_s)
@@ -290,12 +301,18 @@ class GatewayService:
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         started = time.perf_counter()
         try:
-            yield from self._fetch_request(raw, context)
+            answers = self._fetch_request(raw, context)
+            if self.quotas is not None:
+                answers = self.quotas.hold_fetch(context, answers)
+            yield from answers
         finally:
             self.metrics.request("Fetch", started)
 
     def _fetch_request(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        request = common_pb2.FetchRequest.FromString(raw)
+        try:
+            request = common_pb2.FetchRequest.FromString(raw)
+        except DecodeError as exc:
+            abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
         try:
             check_fetch_request(request)
         except SeglogError as exc:
