@@ -43,10 +43,13 @@ Runner = Callable[[int, int], Run]  # (acks, rate per s) -> Run
 
 
 @contextmanager
-def seglog_cluster(root: Path) -> Iterator[str]:
-    """A gateway and NODES storage nodes as processes; yields the gateway's address."""
+def seglog_cluster(root: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A gateway and NODES storage nodes as processes (`env` added to their environment);
+    yields the gateway's address."""
     root.mkdir(parents=True, exist_ok=True)
-    gateway = gateway_process("127.0.0.1:0", root / "gateway", stderr_path=root / "gateway.log")
+    gateway = gateway_process(
+        "127.0.0.1:0", root / "gateway", stderr_path=root / "gateway.log", env=env
+    )
     processes: list[ServerProcess] = [gateway]
     try:
         gateway.start()
@@ -57,6 +60,7 @@ def seglog_cluster(root: Path) -> Iterator[str]:
                 root / f"node-{node_id}",
                 gateway.address,
                 stderr_path=root / f"node-{node_id}.log",
+                env=env,
             )
             processes.append(node)
             node.start()

@@ -235,19 +235,44 @@ def kafka_run(
 
 
 def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
-    """Unary calls of SIZE bytes through the bare relay, each timed to its answer, several in
-    flight at once (as the producer's requests are)."""
+    """Records sent through the bare relay as the producer sends them: gathered for
+    LINGER_MS, then one unary call carrying them all, several calls in flight at once; each
+    record timed to its call's answer."""
     put = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
     put(b"w" * SIZE, timeout=30)
     published: list[tuple[int, int]] = []
     clock = time.perf_counter_ns
     unpack = STAMP.unpack_from
+    linger_ns = LINGER_MS * 1_000_000
+    at_once = 1_000_000_000 // rate_per_s >= linger_ns  # sends further apart than the linger
+    pending: list[bytes] = []
+    first_ns = 0
+
+    def answered(stamps: list[int]) -> Callable[[grpc.Future], None]:
+        def done(_: grpc.Future) -> None:
+            now = clock()
+            published.extend((stamp, now) for stamp in stamps)
+
+        return done
+
+    def flush() -> None:
+        stamps = [unpack(value)[0] for value in pending]
+        future = put.future(b"".join(pending), timeout=30)
+        future.add_done_callback(answered(stamps))
+        pending.clear()
 
     def send_one(value: bytes) -> None:
-        future = put.future(value, timeout=30)
-        future.add_done_callback(lambda f, v=value: published.append((unpack(v)[0], clock())))
+        nonlocal first_ns
+        now = clock()
+        if not pending:
+            first_ns = now
+        pending.append(value)
+        if at_once or now - first_ns >= linger_ns:
+            flush()
 
     start, lag_s = paced(rate_per_s, duration_s, send_one)
+    if pending:
+        flush()
     _wait_for(lambda: len(published), int(rate_per_s * duration_s), f"floor at {rate_per_s}/s")
     acks_ms, _ = _after_warmup(start, published, [])
     return Run(acks_ms, [], lag_s)
