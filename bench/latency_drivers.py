@@ -244,7 +244,7 @@ def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
     clock = time.perf_counter_ns
     unpack = STAMP.unpack_from
     linger_ns = LINGER_MS * 1_000_000
-    at_once = 1_000_000_000 // rate_per_s >= linger_ns  # sends further apart than the linger
+    at_once = 1_000_000_000 // rate_per_s > linger_ns  # sends further apart than the linger
     pending: list[bytes] = []
     first_ns = 0
 
