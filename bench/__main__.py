@@ -2,7 +2,7 @@
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
 `python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
-registry, spark, scale, kafka-protocol) runs one group.
+registry, spark, scale, kafka-protocol, latency) runs one group.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ SERVICE_GROUPS = (
     "spark",
     "scale",
     "kafka-protocol",
+    "latency",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 

@@ -7,6 +7,7 @@ import ctypes
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
@@ -178,12 +179,18 @@ def run_until_signalled(
     name: str,
     service_name: str,
     build: Callable[[trace.TracerProvider | None, MeterProvider | None], Server],
+    switch_interval_ms: float | None = None,
 ) -> int:
     """A server process's life: logging, tracing and metrics from the environment, start,
     print `<name> listening on HOST:PORT` (the line launchers wait for), serve until SIGTERM
-    or SIGINT, stop gracefully, flush the spans and metrics."""
+    or SIGINT, stop gracefully, flush the spans and metrics. `switch_interval_ms`: how long
+    a thread may keep the GIL while another wants it (None: Python's 5 ms), overridden by
+    SEGLOG_GIL_SWITCH_INTERVAL_MS."""
     configure_logging()
     logger = logging.getLogger(f"services.{service_name}")
+    interval_ms = os.environ.get("SEGLOG_GIL_SWITCH_INTERVAL_MS", switch_interval_ms)
+    if interval_ms is not None:
+        sys.setswitchinterval(float(interval_ms) / 1000)
     if not keep_freed_buffers_for_reuse():
         logger.info("no glibc mallopt: large buffers use the C library's defaults")
     try:

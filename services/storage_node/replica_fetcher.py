@@ -128,7 +128,9 @@ class ReplicaFetcher:
         self._stop = threading.Event()
         self.tls = tls
         self._channel = open_channel(
-            address, credentials=None if tls is None else channel_credentials(tls)
+            address,
+            credentials=None if tls is None else channel_credentials(tls),
+            keep_event_thread=True,  # one fetch stream after another
         )
         self._fetch = self._channel.unary_stream(
             _FETCH,

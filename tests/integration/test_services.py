@@ -346,6 +346,26 @@ def test_a_fetch_across_nodes_answers_a_dead_nodes_partitions_with_errors(cluste
     assert common_pb2.ErrorCode.Name(by_partition[2].error) == "LEADER_NOT_AVAILABLE"
 
 
+def test_a_waiting_fetch_across_nodes_answers_once_one_node_has_data(cluster):
+    """Kafka's min_bytes is the request's: once one node answered with records, the nodes
+    still long-polling are cancelled, not waited out (their partitions are asked again by the
+    client's next fetch), and the node that answered is relayed whole."""
+    cluster.admin.create_topic("one-busy", 3, 1)
+    leaders = {cluster.gateway.registry.route("one-busy", p).leader for p in range(3)}
+    assert len(leaders) == 3
+    produce_raw(cluster, "one-busy", {1: make_batch([b"here", b"too"])})
+    started = time.monotonic()
+    messages = list(
+        cluster.client.fetch(
+            [FetchPosition("one-busy", p, 0, 1 << 20) for p in range(3)], max_wait_ms=10_000
+        )
+    )
+    assert time.monotonic() - started < 5  # not the 10 s the empty partitions may wait
+    answered = [(m.partition, [r.value for r in iter_records(m.records)]) for m in messages]
+    assert [a for a in answered if a[1]] == [(1, [b"here", b"too"])]
+    assert all(m.error == 0 for m in messages)
+
+
 def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
     cluster.admin.create_topic("t", 4, configs={"segment.bytes": "1048576"})
     produce_raw(cluster, "t", {p: make_batch([b"before"]) for p in range(4)})

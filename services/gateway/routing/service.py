@@ -22,7 +22,6 @@ messages, so one bad partition does not hide its neighbours' data.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,6 +57,7 @@ from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 from ..cluster.registry import Registry, Route
 from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnection, NodeConnections
+from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
 from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
@@ -358,7 +358,13 @@ class GatewayService:
             target, indexes = next(iter(by_node.values()))
             yield from self._relay(target, raw, request, indexes, context)
             return
-        yield from self._fetch_across_nodes(request, by_node, context)
+        yield from fetch_across_nodes(
+            request,
+            by_node,
+            lambda target, payload, indexes, keep_cancel: self._relay(
+                target, payload, request, indexes, context, keep_cancel
+            ),
+        )
 
     def _relay(
         self,
@@ -367,12 +373,15 @@ class GatewayService:
         request: common_pb2.FetchRequest,
         indexes: list[int],
         context: grpc.ServicerContext,
+        keep_cancel: Callable[[Callable[[], object]], None] | None = None,
     ) -> Iterator[bytes]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
         stream = target.connection.fetch_raw(payload, timeout=timeout_s)
         cancel = getattr(stream, "cancel", None)
         if cancel is not None:  # the traced channel hands back a plain generator
             context.add_callback(cancel)
+            if keep_cancel is not None:
+                keep_cancel(cancel)
         try:
             yield from stream
         except grpc.RpcError as exc:
@@ -380,64 +389,6 @@ class GatewayService:
             for i in indexes:
                 p = request.partitions[i]
                 yield _fetch_error(p.topic, p.partition, error)
-
-    def _fetch_across_nodes(
-        self,
-        request: common_pb2.FetchRequest,
-        by_node: dict[int, tuple[_Target, list[int]]],
-        context: grpc.ServicerContext,
-    ) -> Iterator[bytes]:
-        """One sub-fetch per node, concurrently; messages are relayed as they arrive. Each
-        node gets the whole `max_bytes` budget (a budget is per node, as per broker in
-        Kafka)."""
-        out: queue.Queue[bytes | None] = queue.Queue(maxsize=64)
-        stop = threading.Event()
-
-        def pump(target: _Target, indexes: list[int]) -> None:
-            sub = common_pb2.FetchRequest(
-                min_bytes=request.min_bytes,
-                max_wait_ms=request.max_wait_ms,
-                max_bytes=request.max_bytes,
-            )
-            sub.partitions.extend(request.partitions[i] for i in indexes)
-            try:
-                payload = sub.SerializeToString()
-                # `indexes` point into the whole request: errors are named from it.
-                for message in self._relay(target, payload, request, indexes, context):
-                    while not stop.is_set():
-                        try:
-                            out.put(message, timeout=0.5)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-            finally:
-                out.put(None)
-
-        pumps = [
-            threading.Thread(target=pump, args=(target, indexes), daemon=True, name="fetch-pump")
-            for target, indexes in by_node.values()
-        ]
-        for thread in pumps:
-            thread.start()
-        finished = 0
-        try:
-            while finished < len(pumps):
-                message = out.get()
-                if message is None:
-                    finished += 1
-                else:
-                    yield message
-        finally:
-            stop.set()
-            while finished < len(pumps):  # unblock pumps still trying to put
-                try:
-                    if out.get(timeout=0.5) is None:
-                        finished += 1
-                except queue.Empty:
-                    if not any(t.is_alive() for t in pumps):
-                        break
 
 
 def _fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:

@@ -1,0 +1,227 @@
+"""The `latency` group, as the OpenMessaging Benchmark measures it: fixed rates of 1 KiB
+records (RATES, then the highest rate each system sustains, found by stepping up LADDER),
+publish and end-to-end p50/p99/p99.9/max, acks=all and acks=1, after a warm-up that is not
+counted (bench/latency_drivers.py says how each side is driven).
+
+Three nodes, a topic of 3 partitions RF3 min ISR 2, beside two baselines measured in the same
+run, the sides taking turns at each rate:
+- the floor: a bare two-hop gRPC relay round trip at the same rate, no storage;
+- Apache Kafka itself: three KRaft brokers, the same topic, driven by confluent-kafka.
+
+Targets (issue 32): at 5,000/s acks=all end-to-end p99 <= 15 ms and publish p99 <= 10 ms;
+p99.9 <= 2x p99; p99 <= 1.5x Kafka's at every rate both sustain.
+SEGLOG_BENCH_LATENCY_S sets each run's length (default 8 s, WARMUP_S of it not counted).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
+from seglog.rpc.channels import open_channel
+
+from .kafka_clients import percentile
+from .kafka_protocol import apache_kafka
+from .latency_drivers import Run, floor_run, kafka_run, seglog_run
+
+DURATION_S = float(os.environ.get("SEGLOG_BENCH_LATENCY_S", 8.0))
+RATES = (1_000, 5_000, 20_000)
+LADDER = (2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000, 30_000, 40_000, 60_000, 80_000)
+NODES = 3
+PARTITIONS = 3
+MIN_INSYNC = 2
+ACKS = {"all": -1, "1": 1}
+FRACTIONS = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
+
+Runner = Callable[[int, int], Run]  # (acks, rate per s) -> Run
+
+
+@contextmanager
+def seglog_cluster(root: Path, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A gateway and NODES storage nodes as processes (`env` added to their environment);
+    yields the gateway's address."""
+    root.mkdir(parents=True, exist_ok=True)
+    gateway = gateway_process(
+        "127.0.0.1:0", root / "gateway", stderr_path=root / "gateway.log", env=env
+    )
+    processes: list[ServerProcess] = [gateway]
+    try:
+        gateway.start()
+        for node_id in range(1, NODES + 1):
+            node = node_process(
+                node_id,
+                "127.0.0.1:0",
+                root / f"node-{node_id}",
+                gateway.address,
+                stderr_path=root / f"node-{node_id}.log",
+                env=env,
+            )
+            processes.append(node)
+            node.start()
+        with Admin(gateway.address) as admin:
+            deadline = time.monotonic() + 60
+            while len(admin.describe_cluster().nodes) < NODES:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{NODES} storage nodes never registered")
+                time.sleep(0.05)
+        yield gateway.address
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
+@contextmanager
+def bare_relay() -> Iterator[Callable[[int], Run]]:
+    echo = ServerProcess("echo", "bench.echo_server", [])
+    processes = [echo]
+    try:
+        echo.start()
+        relay = ServerProcess("relay", "bench.echo_server", ["--relay-to", echo.address])
+        processes.append(relay)
+        relay.start()
+        channel = open_channel(relay.address)
+        try:
+            yield lambda rate: floor_run(channel, rate, DURATION_S)
+        finally:
+            channel.close()
+    finally:
+        for process in reversed(processes):
+            process.stop()
+
+
+def _figures(samples: list[float]) -> str:
+    if not samples:
+        return f"{'-':>31s}"
+    cuts = [percentile(samples, fraction) for fraction, _ in FRACTIONS]
+    return " ".join(f"{value:7.1f}" for value in [*cuts, max(samples)])
+
+
+def _print_row(label: str, run: Run) -> None:
+    note = "" if run.sustained else f"  NOT SUSTAINED (sender {run.lag_s:.2f} s late)"
+    print(f"  {label:22s} {_figures(run.publish_ms)}   {_figures(run.end_to_end_ms)}{note}")
+
+
+def _highest_sustained(runner: Runner, acks: int, known: dict[int, Run]) -> tuple[int, Run]:
+    """Step up LADDER from the highest of `known` sustained until a rate is not."""
+    sustained = [rate for rate, run in known.items() if run.sustained]
+    best = max(sustained, default=0)
+    if best == 0:
+        return min(known), known[min(known)]
+    failed = min((rate for rate in known if rate > best), default=None)
+    for rate in (r for r in LADDER if r > best and (failed is None or r < failed)):
+        run = runner(acks, rate)
+        known[rate] = run
+        if not run.sustained:
+            break
+        best = rate
+    return best, known[best]
+
+
+def _compare(
+    report: Callable[..., None], acks_name: str, rate: int, ours: Run, kafka: Run, floor: Run
+) -> None:
+    label = f"latency acks={acks_name} {rate}/s"
+    both = ours.sustained and kafka.sustained
+    for kind, mine, theirs in (
+        ("publish", ours.publish_ms, kafka.publish_ms),
+        ("end-to-end", ours.end_to_end_ms, kafka.end_to_end_ms),
+    ):
+        p99 = percentile(mine, 0.99)
+        report(
+            f"{label} {kind} p99 vs Kafka (ms)",
+            p99,
+            percentile(theirs, 0.99),
+            "ms",
+            1.5 if both else None,
+            higher_is_better=False,
+        )
+        report(
+            f"{label} {kind} p99.9 vs own p99 (ms)",
+            percentile(mine, 0.999),
+            p99,
+            "ms",
+            2.0,
+            higher_is_better=False,
+        )
+    report(
+        f"{label} publish p99 vs bare relay (ms)",
+        percentile(ours.publish_ms, 0.99),
+        percentile(floor.publish_ms, 0.99),
+        "ms",
+        None,
+        higher_is_better=False,
+    )
+    if acks_name == "all" and rate == 5_000:
+        for kind, samples, target_ms in (
+            ("end-to-end", ours.end_to_end_ms, 15.0),
+            ("publish", ours.publish_ms, 10.0),
+        ):
+            report(
+                f"{label} {kind} p99 vs target (ms)",
+                percentile(samples, 0.99),
+                target_ms,
+                "ms",
+                1.0,
+                higher_is_better=False,
+            )
+
+
+def run(report: Callable[..., None]) -> None:
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-latency-") as tmp:
+        root = Path(tmp)
+        with (
+            bare_relay() as floor,
+            apache_kafka(root / "kafka", NODES) as kafka_side,
+            seglog_cluster(root / "seglog") as gateway,
+        ):
+            with Admin(gateway) as admin:
+                admin.create_topic(
+                    "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
+                )
+            kafka_side.create_topic("latency", PARTITIONS)
+            runners: dict[str, Runner] = {
+                "seglog": lambda acks, rate: seglog_run(
+                    gateway, "latency", PARTITIONS, acks, rate, DURATION_S
+                ),
+                "Apache Kafka": lambda acks, rate: kafka_run(
+                    kafka_side.bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
+                ),
+            }
+            floors = {rate: floor(rate) for rate in RATES}
+            for acks_name, acks in ACKS.items():
+                runs: dict[str, dict[int, Run]] = {name: {} for name in runners}
+                for rate in RATES:  # the sides in turns at each rate
+                    for name, runner in runners.items():
+                        runs[name][rate] = runner(acks, rate)
+                highest = {
+                    name: _highest_sustained(runner, acks, runs[name])
+                    for name, runner in runners.items()
+                }
+                print(
+                    f"latency acks={acks_name}, {PARTITIONS} partitions RF{NODES} min ISR "
+                    f"{MIN_INSYNC}, 1 KiB, ms:   publish p50 p99 p99.9 max"
+                    f"   end-to-end p50 p99 p99.9 max"
+                )
+                for rate in RATES:
+                    print(f" {rate}/s")
+                    for name in runners:
+                        _print_row(name, runs[name][rate])
+                    _print_row("bare relay", floors[rate])
+                for name, (rate, best) in highest.items():
+                    print(f" highest sustained, {name}: {rate}/s")
+                    _print_row(name, best)
+                for rate in RATES:
+                    _compare(
+                        report,
+                        acks_name,
+                        rate,
+                        runs["seglog"][rate],
+                        runs["Apache Kafka"][rate],
+                        floors[rate],
+                    )

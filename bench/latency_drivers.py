@@ -1,0 +1,278 @@
+"""The three things the `latency` group drives at a fixed rate, each the same way: records of
+SIZE bytes stamped with their send time (perf_counter_ns, producer and consumer in this one
+process), sent by a loop that SLEEPS until each record is due (as an application does: a
+spinning loop would starve the client's own threads of the GIL), timed until acknowledged
+(publish) and until a consumer assigned every partition at its end has it (end to end).
+
+- seglog: its Python Producer (linger 1 ms) and Consumer over gRPC;
+- Apache Kafka: confluent-kafka (librdkafka), linger 1 ms, at most five requests in flight;
+- the floor: a unary call through a bare two-hop gRPC relay (bench/echo_server.py), no
+  storage; its round trip is its publish latency and it has no end to end.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import confluent_kafka
+import grpc
+
+from seglog.client import Consumer, Producer
+from seglog.rpc import wire
+
+SIZE = 1024
+LINGER_MS = 1
+STAMP = struct.Struct(">q")  # each record opens with its send time (perf_counter_ns)
+WARMUP_S = 2.0  # records sent in the first seconds (connections, caches, JIT) are not counted
+DRAIN_S = 30.0  # how long after the last send every record may still take to arrive
+# A rate is sustained when the sender kept to its schedule (the last record left at most this
+# late: the client kept up) and nothing waited this long (no backlog growing in a queue).
+MAX_LAG_S = 0.25
+MAX_LATENCY_MS = 1000.0
+
+
+@dataclass
+class Run:
+    """Milliseconds per record sent after the warm-up: until acknowledged (publish) and until
+    the consumer had it (end to end, empty for the floor), and how late the last send left."""
+
+    publish_ms: list[float]
+    end_to_end_ms: list[float]
+    lag_s: float
+
+    @property
+    def sustained(self) -> bool:
+        worst = max([*self.publish_ms, *self.end_to_end_ms])
+        return self.lag_s <= MAX_LAG_S and worst <= MAX_LATENCY_MS
+
+
+def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> tuple[int, float]:
+    """Call `send(stamped value)` `rate_per_s` times a second for `duration_s`, sleeping until
+    each is due; return the start (ns) and how late (s) the last send left."""
+    padding = b"p" * (SIZE - STAMP.size)
+    total = int(rate_per_s * duration_s)
+    interval_ns = 1_000_000_000 // rate_per_s
+    pack = STAMP.pack
+    clock = time.perf_counter_ns
+    start = clock()
+    due = start
+    for _ in range(total):
+        now = clock()
+        if now < due:
+            time.sleep((due - now) / 1e9)
+        send(pack(clock()) + padding)
+        due += interval_ns
+    return start, max(0.0, (clock() - due) / 1e9)
+
+
+def _after_warmup(
+    start_ns: int, published: list[tuple[int, int]], received: list[tuple[int, int]]
+) -> tuple[list[float], list[float]]:
+    warm = start_ns + int(WARMUP_S * 1e9)
+    acks = [(acked - sent) / 1e6 for sent, acked in published if sent >= warm]
+    ends = [(got - sent) / 1e6 for sent, got in received if sent >= warm]
+    return acks, ends
+
+
+def _wait_for(count: Callable[[], int], expected: int, what: str) -> None:
+    deadline = time.monotonic() + DRAIN_S
+    while count() < expected:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: {count()} of {expected} records in {DRAIN_S:.0f} s")
+        time.sleep(0.02)
+
+
+def _warm_up(
+    send: Callable[[int, bytes], None],
+    flush: Callable[[], None],
+    partitions: int,
+    received: list[tuple[int, int]],
+    what: str,
+) -> None:
+    """Connections, metadata and the consumer's positions settle before timing starts: a
+    record to every partition, again until the consumer has had one of each round (a
+    consumer assigned at the log end may find its position only after the first round)."""
+    deadline = time.monotonic() + DRAIN_S
+    while True:
+        received.clear()
+        for p in range(partitions):
+            send(p, STAMP.pack(time.perf_counter_ns()) + b"w" * (SIZE - STAMP.size))
+        flush()
+        settle = time.monotonic() + 2.0
+        while len(received) < partitions and time.monotonic() < settle:
+            time.sleep(0.02)
+        if len(received) >= partitions:
+            received.clear()
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: the consumer never saw the warm-up records")
+
+
+def seglog_run(
+    gateway: str, topic: str, partitions: int, acks: int, rate_per_s: int, duration_s: float
+) -> Run:
+    consumer = Consumer(gateway)
+    consumer.assign([(topic, p) for p in range(partitions)])
+    consumer.seek_to_end()
+    received: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def receive() -> None:
+        while not stop.is_set():
+            records = consumer.poll(100)
+            now = time.perf_counter_ns()
+            received.extend((STAMP.unpack_from(r.value)[0], now) for r in records)  # type: ignore[arg-type]
+
+    producer = Producer(gateway, acks=acks, linger_ms=LINGER_MS)
+    receiver = threading.Thread(target=receive, name="bench-consumer", daemon=True)
+    receiver.start()
+    try:
+        _warm_up(
+            lambda p, value: producer.send(topic, value, partition=p),
+            lambda: producer.flush(DRAIN_S),
+            partitions,
+            received,
+            f"seglog warm-up on {topic}",
+        )
+        published: list[tuple[int, int]] = []
+        append = published.append
+        clock = time.perf_counter_ns
+        unpack = STAMP.unpack_from
+        send = producer.send
+
+        def send_one(value: bytes) -> None:
+            send(topic, value, callback=lambda m, e, v=value: append((unpack(v)[0], clock())))
+
+        start, lag_s = paced(rate_per_s, duration_s, send_one)
+        producer.flush(DRAIN_S)
+        total = int(rate_per_s * duration_s)
+        _wait_for(lambda: len(published), total, f"seglog acks={acks} at {rate_per_s}/s")
+        _wait_for(lambda: len(received), total, f"seglog consumer at {rate_per_s}/s")
+    finally:
+        stop.set()
+        receiver.join()
+        producer.close()
+        consumer.close()
+    acks_ms, ends_ms = _after_warmup(start, published, received)
+    return Run(acks_ms, ends_ms, lag_s)
+
+
+def kafka_run(
+    bootstrap: str, topic: str, partitions: int, acks: int, rate_per_s: int, duration_s: float
+) -> Run:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-latency-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
+    consumer.assign(
+        [
+            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_END)
+            for p in range(partitions)
+        ]
+    )
+    received: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def receive() -> None:
+        # One message a call: a batch call waits for its count or its timeout.
+        while not stop.is_set():
+            message = consumer.poll(0.1)
+            now = time.perf_counter_ns()
+            if message is not None and message.error() is None:
+                received.append((STAMP.unpack_from(message.value())[0], now))  # type: ignore[arg-type]
+
+    receiver = threading.Thread(target=receive, name="bench-kafka-consumer", daemon=True)
+    receiver.start()
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": str(acks),
+            "linger.ms": LINGER_MS,
+            "max.in.flight.requests.per.connection": 5,
+            "log_level": 3,
+        }
+    )
+    try:
+        _warm_up(
+            lambda p, value: producer.produce(topic, value, partition=p),
+            lambda: producer.flush(DRAIN_S),
+            partitions,
+            received,
+            f"Kafka warm-up on {topic}",
+        )
+        published: list[tuple[int, int]] = []
+        clock = time.perf_counter_ns
+
+        def delivered(error: object, message: confluent_kafka.Message) -> None:
+            if error is None:
+                published.append((STAMP.unpack_from(message.value())[0], clock()))  # type: ignore[arg-type]
+
+        produce, poll = producer.produce, producer.poll
+
+        def send_one(value: bytes) -> None:
+            produce(topic, value, on_delivery=delivered)
+            poll(0)  # delivery reports run here, on this thread
+
+        start, lag_s = paced(rate_per_s, duration_s, send_one)
+        producer.flush(DRAIN_S)
+        total = int(rate_per_s * duration_s)
+        _wait_for(lambda: len(published), total, f"Kafka acks={acks} at {rate_per_s}/s")
+        _wait_for(lambda: len(received), total, f"Kafka consumer at {rate_per_s}/s")
+    finally:
+        stop.set()
+        receiver.join()
+        consumer.close()
+    acks_ms, ends_ms = _after_warmup(start, published, received)
+    return Run(acks_ms, ends_ms, lag_s)
+
+
+def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
+    """Records sent through the bare relay as the producer sends them: gathered for
+    LINGER_MS, then one unary call carrying them all, several calls in flight at once; each
+    record timed to its call's answer."""
+    put = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
+    put(b"w" * SIZE, timeout=30)
+    published: list[tuple[int, int]] = []
+    clock = time.perf_counter_ns
+    unpack = STAMP.unpack_from
+    linger_ns = LINGER_MS * 1_000_000
+    at_once = 1_000_000_000 // rate_per_s > linger_ns  # sends further apart than the linger
+    pending: list[bytes] = []
+    first_ns = 0
+
+    def answered(stamps: list[int]) -> Callable[[grpc.Future], None]:
+        def done(_: grpc.Future) -> None:
+            now = clock()
+            published.extend((stamp, now) for stamp in stamps)
+
+        return done
+
+    def flush() -> None:
+        stamps = [unpack(value)[0] for value in pending]
+        future = put.future(b"".join(pending), timeout=30)
+        future.add_done_callback(answered(stamps))
+        pending.clear()
+
+    def send_one(value: bytes) -> None:
+        nonlocal first_ns
+        now = clock()
+        if not pending:
+            first_ns = now
+        pending.append(value)
+        if at_once or now - first_ns >= linger_ns:
+            flush()
+
+    start, lag_s = paced(rate_per_s, duration_s, send_one)
+    if pending:
+        flush()
+    _wait_for(lambda: len(published), int(rate_per_s * duration_s), f"floor at {rate_per_s}/s")
+    acks_ms, _ = _after_warmup(start, published, [])
+    return Run(acks_ms, [], lag_s)

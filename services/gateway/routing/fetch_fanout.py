@@ -1,0 +1,132 @@
+"""A Fetch whose partitions are led by several nodes: one sub-fetch per node, concurrently,
+their messages relayed as they arrive.
+
+A waiting fetch (max_wait_ms > 0) answers once one node's answer is complete, as Kafka's
+broker answers once the request as a whole has min_bytes: each node is given the request's
+min_bytes, so a node that answered with records before its wait ran out had min_bytes alone.
+The nodes that have sent nothing yet are then cancelled (their partitions are simply not in
+this answer; the client asks again from the same offsets), instead of holding the answer, and
+with it the client's next fetch, until their own long polls end. A node already sending is
+relayed to its end, so no partition's answer is cut short. A fetch that does not wait is
+relayed whole.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+from seglog.v1 import common_pb2
+
+Target = TypeVar("Target")
+# relay(target, sub-request, indexes into the whole request, keep_cancel) yields the node's
+# messages; keep_cancel receives the function that cancels the node's call, when there is one.
+Relay = Callable[
+    [Target, bytes, list[int], Callable[[Callable[[], object]], None]], Iterator[bytes]
+]
+_PUT_RETRY_S = 0.5
+
+
+class _Pump(Generic[Target]):
+    """One node's sub-fetch, run on its own thread into the shared queue as (pump, message),
+    then (pump, None) once done."""
+
+    def __init__(self, number: int, target: Target, indexes: list[int]) -> None:
+        self.number = number
+        self.target = target
+        self.indexes = indexes
+        self.cancel: Callable[[], object] | None = None
+        self.sent_any = False  # read and written by the relaying thread only
+        self.abandoned = False
+        self.done = False
+
+
+def fetch_across_nodes(
+    request: common_pb2.FetchRequest,
+    by_node: dict[int, tuple[Target, list[int]]],
+    relay: Relay[Target],
+) -> Iterator[bytes]:
+    """Each node gets the whole `max_bytes` budget (a budget is per node, as per broker in
+    Kafka)."""
+    out: queue.Queue[tuple[_Pump[Target], bytes | None]] = queue.Queue(maxsize=64)
+    stop = threading.Event()
+    pumps = [
+        _Pump(number, target, indexes) for number, (target, indexes) in enumerate(by_node.values())
+    ]
+
+    def keep_cancel(pump: _Pump[Target]) -> Callable[[Callable[[], object]], None]:
+        def keep(cancel: Callable[[], object]) -> None:
+            pump.cancel = cancel
+
+        return keep
+
+    def run(pump: _Pump[Target]) -> None:
+        sub = common_pb2.FetchRequest(
+            min_bytes=request.min_bytes,
+            max_wait_ms=request.max_wait_ms,
+            max_bytes=request.max_bytes,
+        )
+        sub.partitions.extend(request.partitions[i] for i in pump.indexes)
+        try:
+            payload = sub.SerializeToString()
+            for message in relay(pump.target, payload, pump.indexes, keep_cancel(pump)):
+                if not _put(out, (pump, message), stop):
+                    return
+        finally:
+            out.put((pump, None))
+
+    threads = [
+        threading.Thread(target=run, args=(pump,), daemon=True, name="fetch-pump") for pump in pumps
+    ]
+    for thread in threads:
+        thread.start()
+    finished = 0
+    waits = request.max_wait_ms > 0
+    try:
+        while finished < len(pumps):
+            pump, message = out.get()
+            if message is None:
+                finished += 1
+                pump.done = True
+                if waits and pump.sent_any:
+                    _abandon_silent(pumps)
+            elif not pump.abandoned:
+                pump.sent_any = True
+                yield message
+    finally:
+        stop.set()
+        while finished < len(pumps):  # unblock pumps still trying to put
+            try:
+                if out.get(timeout=_PUT_RETRY_S)[1] is None:
+                    finished += 1
+            except queue.Empty:
+                if not any(t.is_alive() for t in threads):
+                    break
+
+
+def _abandon_silent(pumps: list[_Pump[Target]]) -> None:
+    """One node answered in full: cancel the calls of the nodes that have sent nothing yet.
+    What they send from now on (their cancellation's errors too) is dropped."""
+    for pump in pumps:
+        if pump.done or pump.sent_any or pump.abandoned:
+            continue
+        pump.abandoned = True
+        if pump.cancel is not None:  # a traced channel's call cannot be cancelled: waited out
+            pump.cancel()
+
+
+def _put(
+    out: queue.Queue[tuple[_Pump[Target], bytes | None]],
+    item: tuple[_Pump[Target], bytes | None],
+    stop: threading.Event,
+) -> bool:
+    """Put unless the fetch was given up meanwhile; False then."""
+    while not stop.is_set():
+        try:
+            out.put(item, timeout=_PUT_RETRY_S)
+            return True
+        except queue.Full:
+            continue
+    return False
