@@ -9,7 +9,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from seglog.client import partitioner
 from seglog.errors import InvalidRecordError
-from seglog.records import RecordBatchBuilder, iter_records
+from seglog.records import RecordBatchBuilder, iter_records, records_writer
 from seglog.records._encode import RecordsWriter
 from seglog.records.records_writer import PyRecordsWriter
 
@@ -32,6 +32,12 @@ _TIMESTAMP_DELTA = st.one_of(
     st.integers(min_value=-(2**62), max_value=2**62),
 )
 _RECORDS = st.lists(st.tuples(_FIELD, _FIELD, _TIMESTAMP_DELTA, _HEADERS), min_size=1, max_size=30)
+
+
+def test_the_producer_path_takes_the_c_writer_and_partitioner_once_built():
+    # The Python ones are the fallback where the C module is missing; here it is built.
+    assert records_writer.RecordsWriter is RecordsWriter
+    assert partitioner.KeyPartitioner is partitioner.CKeyPartitioner
 
 
 def _build(writer, records, max_bytes):
