@@ -8,8 +8,8 @@ ARG BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 
 FROM ${BASE_IMAGE} AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# The one C module (records/_scan.c) needs a compiler and Python's headers; the gRPC code is
-# generated from proto/. Neither the compiler nor grpcio-tools reaches the runtime stage.
+# The C modules (records/_scan.c, records/_encode.c) need a compiler and Python's headers;
+# the gRPC code is generated from proto/. Neither the compiler nor grpcio-tools reaches the runtime stage.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \

@@ -215,6 +215,27 @@ def test_the_c_decoder_reads_what_kafka_python_wrote_as_the_python_loop_does(
         assert batch.records("t", 3) == decoded
 
 
+# Headers from a small alphabet, so that neighbouring records often repeat a key, a pair or
+# all their headers (which the C decoder then shares) and often differ in just one of them.
+_REPEATING_HEADERS = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "é"]), st.sampled_from([None, b"", b"1", b"2"])),
+    max_size=10,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_REPEATING_HEADERS, min_size=1, max_size=30))
+def test_the_c_decoder_shares_repeated_headers_only_where_they_are_equal(headers_per_record):
+    builder = RecordBatchBuilder()
+    for headers in headers_per_record:
+        builder.append(b"k", b"v", 1_700_000_000_000, headers)
+    batch = RecordBatch(builder.build())
+    decoded = batch.records("t", 3)
+    assert [r.headers for r in decoded] == [tuple(h) for h in headers_per_record]
+    with mock.patch.object(record_module, "decode_section", _refuse):
+        assert batch.records("t", 3) == decoded
+
+
 def _refuse(*args):
     raise ValueError("forced")
 

@@ -311,21 +311,46 @@ static PyObject *bytes_or_none(const unsigned char *p, int64_t n) {
     return PyBytes_FromStringAndSize((const char *)p, (Py_ssize_t)n);
 }
 
-/* Header keys repeat from record to record (the same few names in the same order): the
- * key decoded at each position is kept and reused when the next record's bytes match it. */
+/* Headers repeat from record to record (the same few names in the same order, often with
+ * the same values: a source, a content type): the key and the (key, value) pair decoded at
+ * each position are kept and reused when the next record's bytes match them, and so is the
+ * whole headers tuple when every pair was reused. Tuples are immutable, so sharing them
+ * changes nothing a caller can see. */
 #define KEY_CACHE_SLOTS 8
 typedef struct {
     PyObject *keys[KEY_CACHE_SLOTS];
+    PyObject *pairs[KEY_CACHE_SLOTS];
+    PyObject *last_headers;
 } key_cache;
 
+static void clear_cache(key_cache *cache) {
+    for (int slot = 0; slot < KEY_CACHE_SLOTS; slot++) {
+        Py_CLEAR(cache->keys[slot]);
+        Py_CLEAR(cache->pairs[slot]);
+    }
+    Py_CLEAR(cache->last_headers);
+}
+
+static int same_utf8(PyObject *str, const unsigned char *p, int64_t n) {
+    Py_ssize_t size;
+    const char *cached = PyUnicode_AsUTF8AndSize(str, &size);
+    if (cached == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    return size == n && memcmp(cached, p, (size_t)n) == 0;
+}
+
+static int same_value(PyObject *value, const unsigned char *p, int64_t n) {
+    if (n < 0) return value == Py_None;
+    return value != Py_None && PyBytes_GET_SIZE(value) == n &&
+           memcmp(PyBytes_AS_STRING(value), p, (size_t)n) == 0;
+}
+
 static PyObject *header_key(key_cache *cache, int64_t i, const unsigned char *p, int64_t n) {
-    if (i < KEY_CACHE_SLOTS && cache->keys[i] != NULL) {
-        Py_ssize_t size;
-        const char *cached = PyUnicode_AsUTF8AndSize(cache->keys[i], &size);
-        if (cached != NULL && size == n && memcmp(cached, p, (size_t)n) == 0) {
-            Py_INCREF(cache->keys[i]);
-            return cache->keys[i];
-        }
+    if (i < KEY_CACHE_SLOTS && cache->keys[i] != NULL && same_utf8(cache->keys[i], p, n)) {
+        Py_INCREF(cache->keys[i]);
+        return cache->keys[i];
     }
     PyObject *key = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)n, NULL);
     if (key != NULL && i < KEY_CACHE_SLOTS) {
@@ -336,27 +361,64 @@ static PyObject *header_key(key_cache *cache, int64_t i, const unsigned char *p,
     return key;
 }
 
+static PyObject *header_pair(key_cache *cache, int64_t i, const unsigned char *key_p,
+                             int64_t key_n, const unsigned char *value_p, int64_t value_n) {
+    PyObject *cached = i < KEY_CACHE_SLOTS ? cache->pairs[i] : NULL;
+    if (cached != NULL && same_value(PyTuple_GET_ITEM(cached, 1), value_p, value_n) &&
+        same_utf8(PyTuple_GET_ITEM(cached, 0), key_p, key_n)) {
+        Py_INCREF(cached);
+        return cached;
+    }
+    PyObject *key = header_key(cache, i, key_p, key_n);
+    if (key == NULL) return NULL;
+    PyObject *value = bytes_or_none(value_p, value_n);
+    PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
+    Py_DECREF(key);
+    Py_XDECREF(value);
+    if (pair == NULL) return NULL;
+    /* A str and a bytes (or None) can hold no reference cycle: the collector need not
+     * visit the pair (CPython untracks such tuples itself, at its next collection). */
+    PyObject_GC_UnTrack(pair);
+    if (i < KEY_CACHE_SLOTS) {
+        Py_XDECREF(cache->pairs[i]);
+        Py_INCREF(pair);
+        cache->pairs[i] = pair;
+    }
+    return pair;
+}
+
 static PyObject *decode_headers(cursor *c, Py_ssize_t limit, int64_t count, key_cache *cache) {
     PyObject *headers = PyTuple_New((Py_ssize_t)count);
-    if (headers == NULL) return NULL;
+    if (headers == NULL || count == 0) return headers;
+    int reused = 1;
     for (int64_t i = 0; i < count; i++) {
-        int64_t n;
-        if (read_varlong(c, limit, 5, &n) < 0 || n < 0 || n > limit - c->pos) goto bad;
-        PyObject *key = header_key(cache, i, c->p + c->pos, n);
-        if (key == NULL) goto bad;
-        c->pos += (Py_ssize_t)n;
-        if (read_varlong(c, limit, 5, &n) < 0 || n < -1 || n > limit - c->pos) {
-            Py_DECREF(key);
+        int64_t key_n, value_n;
+        if (read_varlong(c, limit, 5, &key_n) < 0 || key_n < 0 || key_n > limit - c->pos)
             goto bad;
-        }
-        PyObject *value = bytes_or_none(c->p + c->pos, n);
-        if (n > 0) c->pos += (Py_ssize_t)n;
-        PyObject *pair = value == NULL ? NULL : PyTuple_Pack(2, key, value);
-        Py_DECREF(key);
-        Py_XDECREF(value);
+        const unsigned char *key_p = c->p + c->pos;
+        c->pos += (Py_ssize_t)key_n;
+        if (read_varlong(c, limit, 5, &value_n) < 0 || value_n < -1 ||
+            value_n > limit - c->pos)
+            goto bad;
+        const unsigned char *value_p = c->p + c->pos;
+        if (value_n > 0) c->pos += (Py_ssize_t)value_n;
+        PyObject *pair = header_pair(cache, i, key_p, key_n, value_p, value_n);
         if (pair == NULL) goto bad;
+        PyObject *last = cache->last_headers;
+        if (reused && !(last != NULL && PyTuple_GET_SIZE(last) == count &&
+                        PyTuple_GET_ITEM(last, i) == pair))
+            reused = 0;
         PyTuple_SET_ITEM(headers, (Py_ssize_t)i, pair);
     }
+    if (reused) {
+        Py_DECREF(headers);
+        Py_INCREF(cache->last_headers);
+        return cache->last_headers;
+    }
+    PyObject_GC_UnTrack(headers); /* untracked pairs only: no cycle through it */
+    Py_XDECREF(cache->last_headers);
+    Py_INCREF(headers);
+    cache->last_headers = headers;
     return headers;
 bad:
     Py_DECREF(headers);
@@ -373,7 +435,7 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
                           &stamp))
         return NULL;
     PyObject *out = NULL;
-    key_cache cache = {{NULL}};
+    key_cache cache = {{NULL}, {NULL}, NULL};
     if (!PyType_Check(record_class) ||
         !PyType_IsSubtype((PyTypeObject *)record_class, &PyTuple_Type) || record_count < 0 ||
         record_count > view.len) {
@@ -382,6 +444,14 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
     }
     out = PyList_New(record_count);
     if (out == NULL) goto done;
+    /* A tuple subclass without fields of its own (a NamedTuple: __slots__ = ()) is
+     * allocated directly; anything else goes through tuple.__new__. */
+    PyTypeObject *record_type = (PyTypeObject *)record_class;
+    int direct = record_type->tp_basicsize == PyTuple_Type.tp_basicsize &&
+                 record_type->tp_itemsize == PyTuple_Type.tp_itemsize &&
+                 record_type->tp_dictoffset == 0 && record_type->tp_alloc == PyType_GenericAlloc;
+    int plain_fields = PyUnicode_CheckExact(topic) && PyLong_CheckExact(partition) &&
+                       PyLong_CheckExact(timestamp_type);
     cursor c = {(const unsigned char *)view.buf, 0, view.len};
     int64_t prev_delta = -1;
     for (long i = 0; i < record_count; i++) {
@@ -397,7 +467,11 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
             Py_DECREF(headers);
             goto bad;
         }
-        PyObject *fields = PyTuple_New(8);
+        /* The record tuple itself, allocated as record_class and filled in place: the
+         * class adds nothing to a tuple (checked above), so this is what tuple.__new__
+         * would build, without the two tuples it copies from. */
+        PyObject *fields = direct ? PyType_GenericAlloc((PyTypeObject *)record_class, 8)
+                                  : PyTuple_New(8);
         if (fields == NULL) {
             Py_DECREF(headers);
             goto bad;
@@ -420,6 +494,12 @@ static PyObject *decode_section(PyObject *self, PyObject *args) {
                 goto bad;
             }
         }
+        if (direct) {
+            /* ints, bytes, str and the untracked headers: no cycle through the record. */
+            if (plain_fields) PyObject_GC_UnTrack(fields);
+            PyList_SET_ITEM(out, i, fields);
+            continue;
+        }
         PyObject *new_args = PyTuple_Pack(1, fields);
         Py_DECREF(fields);
         if (new_args == NULL) goto bad;
@@ -435,7 +515,7 @@ bad:
     PyErr_Clear();
     PyErr_SetString(PyExc_ValueError, "records section does not decode");
 done:
-    for (int slot = 0; slot < KEY_CACHE_SLOTS; slot++) Py_XDECREF(cache.keys[slot]);
+    clear_cache(&cache);
     PyBuffer_Release(&view);
     return out;
 }
