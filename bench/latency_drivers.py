@@ -123,7 +123,7 @@ def seglog_run(
 
     def receive() -> None:
         while not stop.is_set():
-            records = consumer.poll(100)
+            records = consumer.poll_records(timeout_ms=100)
             now = time.perf_counter_ns()
             received.extend((STAMP.unpack_from(r.value)[0], now) for r in records)  # type: ignore[arg-type]
 

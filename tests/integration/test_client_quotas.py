@@ -310,7 +310,7 @@ def test_seglogs_consumer_under_a_quota_reads_through_the_gateway_at_its_rate(cl
         consumer.seek_to_beginning()
         start = time.monotonic()
         while time.monotonic() - start < MEASURE_S:
-            records = consumer.poll(timeout_ms=100)
+            records = consumer.poll_records(timeout_ms=100)
             if time.monotonic() - start > BURST_S:
                 read += sum(len(r.value) for r in records)
     rate = read / (MEASURE_S - BURST_S)

@@ -99,7 +99,7 @@ def _records_read(address: str, group_id: str, topic: str) -> tuple[int, float]:
     ) as consumer:
         consumer.subscribe([topic])
         while read < RECORDS and time.monotonic() - started < READ_BOUND_S * 3:
-            read += len(consumer.poll(timeout_ms=200))
+            read += len(consumer.poll_records(timeout_ms=200))
     return read, time.monotonic() - started
 
 

@@ -3,7 +3,8 @@ hold at most 5/8 of its gRPC threads (services/gateway/fetch_threads.py); a fetc
 refused at once with the retriable SERVER_BUSY and its client backs off. Before: with 60
 such clients over 100 partitions the node's registry heartbeats starved behind the fetches,
 its session expired and a produce failed with LEADER_NOT_AVAILABLE (issue 31: 200 polls of
-500 partitions made one produce wait 99 s); after, in runs here: produce p50 72-100 ms, max 170-492 ms."""
+500 partitions made one produce wait 99 s); after, in runs here: produce p50 72-100 ms,
+max 170-492 ms."""
 
 from __future__ import annotations
 
