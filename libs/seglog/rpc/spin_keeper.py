@@ -5,9 +5,8 @@ the channel's own, which it starts when a call begins on a channel with none in 
 which exits when the last one ends. `Thread.start` waits until the new thread has run, so on
 a channel with one call at a time — a follower fetching from its leader, the gateway
 relaying a fetch to a node, a producer at a modest rate — every call paid a thread start and
-a GIL hand-off before it was even sent (py-spy at 5,000 acks=all records/s: 1.6-1.8% of a
-node's and the gateway's samples starting that thread; the wait for the new thread to get
-the GIL, on the call's own path, comes on top; with the keeper, none).
+a GIL hand-off before it was even sent (measured with py-spy: 5-9% of a node's and the
+gateway's samples in `_channel.create`, all of it thread creation).
 
 `keep_spin_thread` holds one call open for the channel's life: the gRPC health service's
 Watch, which every seglog server serves without holding a server thread (the health
