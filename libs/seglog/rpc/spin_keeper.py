@@ -41,7 +41,7 @@ def keep_spin_thread(channel: grpc.Channel) -> None:
             call = watch(health_pb2.HealthCheckRequest(service=""))
         except ValueError:  # the channel was closed
             return
-        call.add_done_callback(ended)
+        call.add_done_callback(ended)  # type: ignore[attr-defined]
 
     def ended(_: object) -> None:
         timer = threading.Timer(REOPEN_DELAY_S, reopen)
