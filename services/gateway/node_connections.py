@@ -58,7 +58,6 @@ class NodeConnections:
                 traced=self._tracer_provider is not None,
                 tracer_provider=self._tracer_provider,
                 credentials=self._credentials,
-                keep_event_thread=True,  # relayed fetch streams, often one at a time
             )
             conn = NodeConnection(
                 address,

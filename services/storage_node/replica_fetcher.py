@@ -128,9 +128,7 @@ class ReplicaFetcher:
         self._stop = threading.Event()
         self.tls = tls
         self._channel = open_channel(
-            address,
-            credentials=None if tls is None else channel_credentials(tls),
-            keep_event_thread=True,  # one fetch stream after another
+            address, credentials=None if tls is None else channel_credentials(tls)
         )
         self._fetch = self._channel.unary_stream(
             _FETCH,

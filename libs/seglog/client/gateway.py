@@ -99,7 +99,6 @@ class GatewayClient:
             tracer_provider=provider,
             credentials=None if self.security is None else self.security.channel_credentials(),
             server_name=server_name,
-            keep_event_thread=True,  # produce futures and fetch streams, one at a time
         )
 
     def _open_extra(self, address: str) -> grpc.Channel:

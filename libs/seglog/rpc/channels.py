@@ -9,7 +9,6 @@ import grpc
 from opentelemetry import trace
 
 from .. import tracing
-from .spin_keeper import keep_spin_thread
 
 # Kafka's socket.request.max.bytes: the largest request a seglog server accepts.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
@@ -88,12 +87,9 @@ def open_channel(
     tracer_provider: trace.TracerProvider | None = None,
     credentials: grpc.ChannelCredentials | None = None,
     server_name: str | None = None,
-    keep_event_thread: bool = False,
 ) -> grpc.Channel:
     """A channel to a seglog server; TLS when `credentials` are given (security/tls.py),
-    checking certificates against `server_name` when given (`tls_server_name`).
-    `keep_event_thread`: for channels whose streaming calls or futures are on the data path,
-    the channel's event thread is kept between calls (spin_keeper.py)."""
+    checking certificates against `server_name` when given (`tls_server_name`)."""
     if credentials is not None:
         options = channel_options()
         if server_name is not None:
@@ -101,8 +97,6 @@ def open_channel(
         channel = grpc.secure_channel(address, credentials, options=options)
     else:
         channel = grpc.insecure_channel(address, options=channel_options())
-    if keep_event_thread:
-        keep_spin_thread(channel)
     if traced:
         return tracing.traced_channel(channel, tracer_provider)
     return channel
