@@ -11,13 +11,6 @@ from services.command_line import parse_command_line
 from .server import StorageNode
 from .settings import NodeConfig
 
-# The node's GIL switch interval (Python's default: 5 ms). A replicated append passes through
-# several threads here (gRPC's poller, the Append handler, the leader's fetch session that
-# the append wakes, the follower's next fetch that moves the high watermark, the acks=all
-# wait it wakes), and each hand-off to a woken thread while another runs Python may wait up
-# to this interval. Shorter costs only more frequent switches under contention.
-SWITCH_INTERVAL_MS = 0.5
-
 
 def parse_args(argv: list[str] | None = None) -> NodeConfig:
     return parse_command_line(NodeConfig, "python -m services.storage_node", argv)
@@ -29,7 +22,6 @@ def main(argv: list[str] | None = None) -> int:
         f"storage node {config.node_id}",
         f"seglog-storage-node-{config.node_id}",
         lambda tracer, meter: StorageNode(config, tracer_provider=tracer, meter_provider=meter),
-        switch_interval_ms=SWITCH_INTERVAL_MS,
     )
 
 
