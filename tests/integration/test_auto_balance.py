@@ -92,7 +92,10 @@ def _read_partition(cluster, partition: int, expected: int) -> list[bytes]:
     values: list[bytes] = []
     try:
         wait_for(
-            lambda: values.extend(r.value for r in consumer.poll_records(timeout_ms=500)) or len(values) >= expected,
+            lambda: (
+                values.extend(r.value for r in consumer.poll_records(timeout_ms=500))
+                or len(values) >= expected
+            ),
             30,
             f"{expected} records of {TOPIC}-{partition}",
         )
