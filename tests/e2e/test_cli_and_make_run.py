@@ -207,9 +207,11 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
             "Partition:0\t2",
             "Partition:0\t3",
         ]
-        clients, admin = readme_python_snippets("Clients")
+        clients, kafka_python_shapes, admin = readme_python_snippets("Clients")
         printed = run_snippet(clients, cluster)
         assert "RecordMetadata(" in printed and "b'value'" in printed, printed
+        printed = run_snippet(kafka_python_shapes, cluster)
+        assert "now reading" in printed, printed
         run_snippet(admin, cluster)
         assert "invoices" in cluster.admin.list_topics()
         (kafka_clients,) = readme_python_snippets("Using Kafka clients")

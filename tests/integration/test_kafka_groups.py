@@ -8,7 +8,6 @@ versions and their authorization, at the wire; a group across a gateway restart.
 from __future__ import annotations
 
 import io
-from argparse import Namespace
 from collections import Counter
 
 import confluent_kafka
@@ -47,6 +46,7 @@ from kafka.protocol.metadata.find_coordinator import (
 from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from seglog.cli.groups import describe_group
+from seglog.cli.main import build_parser
 from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
 from seglog.security.acls import AclBinding
@@ -313,7 +313,10 @@ def test_seglogs_cli_describes_a_kafka_groups_members_and_assignment(cluster):
     try:
         assert poll_until([reader], lambda: len(seen) == 8)
         out = io.StringIO()
-        assert describe_group(Namespace(bootstrap=cluster.address, group="describers"), out) == 0
+        args = build_parser().parse_args(
+            ["groups", "describe", "--bootstrap", cluster.address, "describers"]
+        )
+        assert describe_group(args, out) == 0
         (member_id,) = cluster.gateway.coordinator.snapshot("describers").members
     finally:
         reader.consumer.close()

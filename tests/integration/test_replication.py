@@ -94,8 +94,8 @@ def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
     replica_answers = []
     real_check = leader_bulk._check
 
-    def check(request):
-        wanted, replica_id = real_check(request)
+    def check(request, peer_node_id):
+        wanted, replica_id = real_check(request, peer_node_id)
         replica_answers.append(replica_id)
         return wanted, replica_id
 
