@@ -30,7 +30,8 @@ def _project_copy(tmp_path: Path, version: str, check_status: int) -> Path:
     (project / "libs/seglog/records").mkdir(parents=True)
     shutil.copy(ROOT / "Makefile", project / "Makefile")
     shutil.copy(ROOT / "pyproject.toml", project / "pyproject.toml")
-    shutil.copy(ROOT / "libs/seglog/records/_scan.c", project / "libs/seglog/records/_scan.c")
+    for source in ("_scan.c", "_encode.c"):  # the compiled extensions the install builds
+        shutil.copy(ROOT / "libs/seglog/records" / source, project / "libs/seglog/records" / source)
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON.format(version=version, check_status=check_status))
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
