@@ -7,7 +7,6 @@ import ctypes
 import logging
 import os
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from concurrent import futures
@@ -30,13 +29,6 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 MALLOC_MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 MALLOC_TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
-# How long a thread may keep the GIL while another wants it (Python's default: 5 ms). A
-# server's request passes through several threads (gRPC's poller, a handler, a replica
-# fetcher, the thread an append wakes), and each hand-off to a thread that was woken while
-# another runs Python waits up to this interval: at 5 ms, a few of them are an acks=all
-# produce's whole p99 budget. Shorter costs only more frequent switches under contention.
-# SEGLOG_GIL_SWITCH_INTERVAL_MS overrides it.
-GIL_SWITCH_INTERVAL_MS = 0.5
 
 
 def keep_freed_buffers_for_reuse() -> bool:
@@ -192,9 +184,6 @@ def run_until_signalled(
     or SIGINT, stop gracefully, flush the spans and metrics."""
     configure_logging()
     logger = logging.getLogger(f"services.{service_name}")
-    sys.setswitchinterval(
-        float(os.environ.get("SEGLOG_GIL_SWITCH_INTERVAL_MS", GIL_SWITCH_INTERVAL_MS)) / 1000
-    )
     if not keep_freed_buffers_for_reuse():
         logger.info("no glibc mallopt: large buffers use the C library's defaults")
     try:
