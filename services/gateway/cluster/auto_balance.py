@@ -64,7 +64,11 @@ class AutoBalancer:
         the moves the bound allows; idle once nothing is left to move."""
         placement = self.registry.placement()
         nodes = placement.eligible_nodes
-        if self._nodes_seen is not None and nodes != self._nodes_seen:
+        if self._nodes_seen is None:
+            # A new controller looks once: a node that joined before its first round (a
+            # StatefulSet scaled right after a start) is otherwise never seen joining.
+            self.pending = True
+        elif nodes != self._nodes_seen:
             logger.info("auto balance: eligible nodes %s -> %s", self._nodes_seen, nodes)
             self.pending = True
         self._nodes_seen = nodes
