@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 _MASK_64 = (1 << 64) - 1
 
 
-def _varint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """Protobuf's unsigned varint (negative values as their 64-bit two's complement)."""
     value &= _MASK_64
     out = bytearray()
     while value > 0x7F:
@@ -65,20 +66,20 @@ def fetch_response_prefix(
     parts = []
     if topic:
         encoded = topic.encode()
-        parts += [b"\x0a", _varint(len(encoded)), encoded]
+        parts += [b"\x0a", encode_uvarint(len(encoded)), encoded]
     if partition:
-        parts += [b"\x10", _varint(partition)]
+        parts += [b"\x10", encode_uvarint(partition)]
     if error:
-        parts += [b"\x18", _varint(error)]
+        parts += [b"\x18", encode_uvarint(error)]
     if error_message:
         encoded = error_message.encode()
-        parts += [b"\x22", _varint(len(encoded)), encoded]
+        parts += [b"\x22", encode_uvarint(len(encoded)), encoded]
     if high_watermark:
-        parts += [b"\x28", _varint(high_watermark)]
+        parts += [b"\x28", encode_uvarint(high_watermark)]
     if log_start_offset:
-        parts += [b"\x30", _varint(log_start_offset)]
+        parts += [b"\x30", encode_uvarint(log_start_offset)]
     if records_length:
-        parts += [b"\x3a", _varint(records_length)]
+        parts += [b"\x3a", encode_uvarint(records_length)]
     return b"".join(parts)
 
 
@@ -88,11 +89,11 @@ def fetch_response_suffix(
     """The replica-fetch fields after the records."""
     parts = []
     if diverging_epoch is not None:
-        parts += [b"\x40", _varint(diverging_epoch)]
+        parts += [b"\x40", encode_uvarint(diverging_epoch)]
     if diverging_end_offset:
-        parts += [b"\x48", _varint(diverging_end_offset)]
+        parts += [b"\x48", encode_uvarint(diverging_end_offset)]
     if segment_base_offset:
-        parts += [b"\x50", _varint(segment_base_offset)]
+        parts += [b"\x50", encode_uvarint(segment_base_offset)]
     return b"".join(parts)
 
 
@@ -124,20 +125,20 @@ def encode_produce_request(
     encoded_topic = topic.encode()
     parts: list[bytes | memoryview] = []
     if encoded_topic:
-        parts += [b"\x0a", _varint(len(encoded_topic)), encoded_topic]
+        parts += [b"\x0a", encode_uvarint(len(encoded_topic)), encoded_topic]
     for partition, leader_epoch, batches in partitions:
         records_length = sum(len(batch) for batch in batches)
-        head = b"\x08" + _varint(partition) if partition else b""
+        head = b"\x08" + encode_uvarint(partition) if partition else b""
         if records_length:
-            head += b"\x12" + _varint(records_length)
-        epoch = b"\x18" + _varint(leader_epoch)
-        parts += [b"\x12", _varint(len(head) + records_length + len(epoch)), head]
+            head += b"\x12" + encode_uvarint(records_length)
+        epoch = b"\x18" + encode_uvarint(leader_epoch)
+        parts += [b"\x12", encode_uvarint(len(head) + records_length + len(epoch)), head]
         parts += batches
         parts.append(epoch)
     if acks:
-        parts += [b"\x18", _varint(acks)]
+        parts += [b"\x18", encode_uvarint(acks)]
     if timeout_ms:
-        parts += [b"\x20", _varint(timeout_ms)]
+        parts += [b"\x20", encode_uvarint(timeout_ms)]
     return b"".join(parts)
 
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from seglog.errors import AuthenticationError
+from seglog.rpc.wire import encode_uvarint
 from seglog.security.acls import ANONYMOUS
 from seglog.v1 import bulk_pb2, common_pb2
 
@@ -176,7 +177,7 @@ class ClientQuotas:
         if throttle == 0:
             return answer
         self._hold(context, throttle)
-        return answer + _PRODUCE_THROTTLE_FIELD + _varint(throttle)
+        return answer + _PRODUCE_THROTTLE_FIELD + encode_uvarint(throttle)
 
     def _hold(self, context: grpc.ServicerContext, throttle_ms: int) -> None:
         """Hold the answer back; the Kafka listener's calls instead mute their connection
@@ -198,14 +199,5 @@ class ClientQuotas:
             throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(answer))
             if throttle:
                 self._hold(context, throttle)
-                answer = answer + _FETCH_THROTTLE_FIELD + _varint(throttle)
+                answer = answer + _FETCH_THROTTLE_FIELD + encode_uvarint(throttle)
             yield answer
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
