@@ -14,7 +14,9 @@ node's own view of its ISRs is what both respect. The node knows every ISR it be
 the controller pushes each registration change to every replica (Kafka's LeaderAndIsr).
 
 Checked every `interval_s` (the heartbeat interval), over the partitions the node holds: a
-control-plane loop, never on the data path.
+control-plane loop, never on the data path. Once ready, the scan is repeated only when the
+node has applied new metadata (`metadata_version`): every ISR change reaches the node as
+metadata, so an idle node's check costs nothing per partition.
 """
 
 from __future__ import annotations
@@ -53,12 +55,15 @@ class InSyncReadiness:
         node_id: int,
         registered: Callable[[], bool],
         interval_s: float,
+        metadata_version: Callable[[], int] = lambda: -1,
     ) -> None:
         self.health = health_servicer
         self.replicas = replicas
         self.node_id = node_id
         self.registered = registered
         self.interval_s = interval_s
+        self.metadata_version = metadata_version
+        self._ready_at_version: int | None = None  # the metadata a ready scan saw
         self.ready = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="in-sync-readiness", daemon=True)
@@ -77,8 +82,12 @@ class InSyncReadiness:
     def check(self) -> bool:
         if not self.registered() or self.replicas.fenced is not None:
             ready, why = False, "not registered with the registry"
+        elif self.ready and self._ready_at_version == self.metadata_version() != -1:
+            return True  # nothing applied since a scan found every ISR with this node
         else:
+            version = self.metadata_version()
             behind = out_of_sync(self.replicas, self.node_id)
+            self._ready_at_version = version if not behind else None
             ready = not behind
             why = f"not in the ISR of {len(behind)} partition(s): {', '.join(behind[:5])}"
         if ready != self.ready:

@@ -284,6 +284,7 @@ class StorageNode:
             self.config.node_id,
             (lambda: session.registered.is_set()) if session is not None else (lambda: True),
             self.config.heartbeat_interval_ms / 1000,
+            metadata_version=lambda: self.applier.applied_offset,
         )
         self.readiness.start()
 
