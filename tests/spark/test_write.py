@@ -101,8 +101,12 @@ def test_save_modes_and_columns_the_sink_cannot_write(spark, spark_cluster, topi
 
 def test_a_failing_write_fails_the_job_with_the_producers_error(spark, spark_cluster, topic_name):
     df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary")
+    # A producer waits max_block_ms for a topic to appear (Kafka's 60 s by default): the job
+    # fails with the producer's error once that shorter wait is spent.
     with pytest.raises(PySparkException, match="(?i)unknown topic|does not exist"):
-        _writer(df, spark_cluster, topic=f"{topic_name}-missing").save()
+        _writer(
+            df, spark_cluster, topic=f"{topic_name}-missing", **{"producer.max_block_ms": "1500"}
+        ).save()
     spark_cluster.admin.create_topic(topic_name, 2)
     with pytest.raises(PySparkException, match="partition 5"):
         bad = spark.createDataFrame([(b"v", 5)], "value binary, partition int")
