@@ -508,7 +508,7 @@ def test_join_v7_asks_a_new_member_to_join_again_with_its_id(cluster):
 
 def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
     create_topic(cluster, "mixed")
-    seglog_member = Consumer(cluster.address, group_id="wire-v5")
+    seglog_member = Consumer(cluster.address, group_id="wire-v5", client_id="mixed-reader")
     seglog_member.subscribe(["mixed"])
     try:
         assert wait_until(
@@ -529,6 +529,7 @@ def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
     seglog_group, absent = described.groups
     assert (seglog_group.group_state, seglog_group.protocol_type) == ("Stable", "consumer")
     (member,) = seglog_group.members
+    assert member.client_id == "mixed-reader"  # what kafka-consumer-groups shows as CLIENT-ID
     assignment = ConsumerProtocolAssignment.decode(member.member_assignment)
     assert [(a.topic, a.partitions) for a in assignment.assigned_partitions] == [
         ("mixed", list(range(PARTITIONS)))
