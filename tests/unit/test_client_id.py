@@ -28,14 +28,20 @@ def _echo_server() -> tuple[grpc.Server, int, list[dict[str, str]]]:
         seen.append(dict(context.invocation_metadata()))
         yield request
 
-    handler = grpc.method_handlers_generic_handler(
-        "test.Echo",
-        {
-            "Unary": grpc.unary_unary_rpc_method_handler(unary),
-            "Stream": grpc.unary_stream_rpc_method_handler(stream),
-        },
-    )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[handler])
+    handlers = [
+        grpc.method_handlers_generic_handler(
+            "test.Echo",
+            {
+                "Unary": grpc.unary_unary_rpc_method_handler(unary),
+                "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            },
+        ),
+        # An empty ListTopicsRequest echoed is an empty ListTopicsResponse: Admin's call.
+        grpc.method_handlers_generic_handler(
+            "seglog.v1.Gateway", {"ListTopics": grpc.unary_unary_rpc_method_handler(unary)}
+        ),
+    ]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=handlers)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     return server, port, seen
@@ -51,9 +57,21 @@ def test_every_call_carries_the_client_id_beside_its_own_metadata():
             assert list(stream(b"b", timeout=10)) == [b"b"]
         with open_channel(f"127.0.0.1:{port}") as channel:
             assert channel.unary_unary("/test.Echo/Unary")(b"c", timeout=10) == b"c"
+        for admin in (
+            Admin(f"127.0.0.1:{port}", security_protocol="PLAINTEXT", client_id="ops"),
+            Admin(f"127.0.0.1:{port}", security_protocol="PLAINTEXT"),
+        ):
+            with admin:
+                assert admin.list_topics() == []
     finally:
         server.stop(0)
-    assert [call.get(CLIENT_ID_METADATA) for call in seen] == ["billing-7", "billing-7", None]
+    assert [call.get(CLIENT_ID_METADATA) for call in seen] == [
+        "billing-7",
+        "billing-7",
+        None,
+        "ops",
+        "seglog-admin",
+    ]
     assert seen[0]["x-own"] == "kept"
 
 
