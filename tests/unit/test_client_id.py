@@ -9,8 +9,9 @@ from concurrent import futures
 import grpc
 import pytest
 
+from seglog.cli.options import parse_properties
 from seglog.client.admin import Admin
-from seglog.client.config import ConsumerConfig, ProducerConfig
+from seglog.client.config import ConsumerConfig, ProducerConfig, from_kwargs
 from seglog.errors import InvalidConfigError
 from seglog.rpc.channels import open_channel
 from seglog.rpc.client_id import CLIENT_ID_METADATA
@@ -84,6 +85,12 @@ def test_an_id_grpc_metadata_cannot_carry_is_refused_when_configured(bad):
         Admin("127.0.0.1:1", security_protocol="PLAINTEXT", client_id=bad)
 
 
-def test_the_defaults_name_the_kind_of_client():
-    assert ProducerConfig().client_id == "seglog-producer"
-    assert ConsumerConfig().client_id == "seglog-consumer"
+def test_kafkas_property_name_sets_it_as_the_clis_property_flag_does():
+    # `seglog produce|consume --property client.id=etl` (kafka-console-producer's
+    # --producer-property client.id=...), and the defaults naming the kind of client.
+    for config, default in (
+        (ProducerConfig, "seglog-producer"),
+        (ConsumerConfig, "seglog-consumer"),
+    ):
+        assert from_kwargs(config, parse_properties(["client.id=etl"])).client_id == "etl"
+        assert from_kwargs(config, {}).client_id == default
