@@ -5,6 +5,7 @@ are encoded and answers decoded by kafka-python's generated message classes."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -15,9 +16,18 @@ SIZE = struct.Struct(">i")
 
 
 class KafkaWire:
-    def __init__(self, address: str, client_id: str = "wire-test", timeout_s: float = 15.0):
+    def __init__(
+        self,
+        address: str,
+        client_id: str = "wire-test",
+        timeout_s: float = 15.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
+        """`ssl_context`: an SSL listener's (tests/secured.py), else plaintext."""
         host, port = address.rsplit(":", 1)
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        if ssl_context is not None:
+            self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         self.client_id = client_id
         self.correlation_id = 0
 

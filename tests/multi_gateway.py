@@ -14,28 +14,41 @@ from devtools.embedded_etcd import EtcdProcess
 from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
+from seglog.security.certs import node_identity
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.cluster import CLUSTER_SECRET
 from tests.ports import free_ports
+from tests.secured import OPERATOR, ClusterCertificates
 from tests.waiting import wait_until
 
 SESSION_TIMEOUT_MS = 3000  # nodes' and gateways' leases: 3 s
 
 
 class GatewayQueries:
-    """What a test asks each of several gateways (`gateway_addresses`, by index)."""
+    """What a test asks each of several gateways (`gateway_addresses`, by index); on a
+    secured cluster (`certificates` set), as its operator."""
 
     gateway_addresses: list[str]
+    certificates: ClusterCertificates | None = None
 
     @property
     def bootstrap(self) -> str:
         return ",".join(self.gateway_addresses)
 
     def admin(self, index: int) -> Admin:
+        if self.certificates is not None:
+            return self.certificates.admin(self.gateway_addresses[index])
         return Admin(self.gateway_addresses[index], security_protocol="PLAINTEXT")
 
+    def channel(self, address: str, identity: str = OPERATOR) -> grpc.Channel:
+        """A channel to one gateway, with `identity`'s certificate on a secured cluster."""
+        if self.certificates is None:
+            return grpc.insecure_channel(address)
+        credentials = self.certificates.client_security(identity).channel_credentials()
+        return grpc.secure_channel(address, credentials)
+
     def describe_cluster(self, index: int) -> gateway_pb2.DescribeClusterResponse:
-        with grpc.insecure_channel(self.gateway_addresses[index]) as channel:
+        with self.channel(self.gateway_addresses[index]) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
             return stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5)
 
@@ -55,12 +68,27 @@ class GatewayQueries:
 
 class EtcdBackedCluster(GatewayQueries):
     def __init__(
-        self, root: Path, *, gateways: int = 2, nodes: int = 3, node_gateway_order=None
+        self,
+        root: Path,
+        *,
+        gateways: int = 2,
+        nodes: int = 3,
+        node_gateway_order=None,
+        secured: bool = False,
     ) -> None:
         """`node_gateway_order`: the gateway indexes, in order, nodes are given (default all
-        in order)."""
+        in order). `secured`: production's configuration — mutual TLS on every gRPC and
+        Kafka listener (tests/secured.py) and the authorizer on, OPERATOR the only super user
+        (tests grant their own principals what they need)."""
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
+        gateway_security: list[str] = []
+        if secured:
+            self.certificates = ClusterCertificates(root / "tls")
+            gateway_security = [
+                *self.certificates.server_flags(),
+                *("--authorizer", "true", "--super-users", f"User:{OPERATOR}"),
+            ]
         self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
         self.etcd.start()
         self.env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET.decode()}
@@ -92,7 +120,8 @@ class EtcdBackedCluster(GatewayQueries):
                     "--offsets-topic-replication-factor",
                     str(min(3, nodes)),
                     "--kafka-listen",
-                    self.kafka_addresses[i],
+                    f"SSL://{self.kafka_addresses[i]}" if secured else self.kafka_addresses[i],
+                    *gateway_security,
                 ],  # fmt: skip
                 env=self.env,
                 stderr_path=root / "logs" / f"gateway-{i}.log",
@@ -107,7 +136,10 @@ class EtcdBackedCluster(GatewayQueries):
                 "127.0.0.1:0",
                 root / f"node-{n}",
                 self.node_gateways,
-                extra_args=["--heartbeat-interval-ms", "200", "--config", "min.insync.replicas=2"],
+                extra_args=[
+                    *("--heartbeat-interval-ms", "200", "--config", "min.insync.replicas=2"),
+                    *(self.certificates.server_flags(node_identity(n)) if secured else ()),
+                ],
                 env=self.env,
                 stderr_path=root / "logs" / f"node-{n}.log",
             )
@@ -127,7 +159,10 @@ class EtcdBackedCluster(GatewayQueries):
 
     def client(self, index: int | None = None) -> GatewayClient:
         address = self.bootstrap if index is None else self.gateway_addresses[index]
-        return GatewayClient(address, security=None)
+        security = None
+        if self.certificates is not None:
+            security = self.certificates.client_security(OPERATOR)
+        return GatewayClient(address, security=security)
 
     def log(self, name: str) -> str:
         return (self.root / "logs" / f"{name}.log").read_text(errors="replace")

@@ -1,7 +1,8 @@
 """Kafka's client quotas at the gateway, on a mutual-TLS cluster whose principals are the
 callers' certificates: a producer and a consumer over their byte rates are held to them
-(answers held back, throttle_time_ms set) while another principal is not; quotas are set,
-described and removed through the Admin API, checked whole, and kept across a restart."""
+(answers held back, throttle_time_ms set) while another principal is not; seglog's own
+clients held by the client id they send; quotas are set, described and removed through the
+Admin API, checked whole, and kept across a restart."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
 from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.errors import SeglogError
 from seglog.v1 import common_pb2, gateway_pb2_grpc
@@ -196,6 +198,47 @@ def test_the_cli_sets_and_shows_quotas_as_kafka_configs_does(cluster, capsys, mo
     assert cluster.admin.describe_client_quotas({"user": "frank"}) == []
 
 
+def _seglog_produce_for(cluster, identity: str, client_id: str, seconds: float) -> float:
+    """Value bytes/s a seglog Producer (`identity`'s certificate, `client_id`) gets
+    acknowledged over `seconds` of sending as fast as its buffer takes."""
+    files = cluster.tls_files(identity)
+    acknowledged = [0]
+    start = time.monotonic()
+
+    def delivered(_metadata, error) -> None:
+        if error is None and BURST_S < time.monotonic() - start <= seconds:
+            acknowledged[0] += 1000
+
+    with Producer(
+        cluster.address,
+        client_id=client_id,
+        acks=1,
+        # Requests small beside the rate, and few waiting: sends block on the buffer.
+        batch_size=16384,
+        buffer_memory=64 * 1024,
+        ssl_cafile=str(files.ca),
+        ssl_certfile=str(files.cert),
+        ssl_keyfile=str(files.key),
+    ) as producer:
+        value = b"v" * 1000
+        while time.monotonic() - start < seconds:
+            producer.send("metered", value, partition=0, callback=delivered)
+        producer.flush(30)
+    return acknowledged[0] / (seconds - BURST_S)
+
+
+def test_seglogs_producer_is_held_to_its_client_ids_quota_and_another_client_id_is_not(cluster):
+    """The quota names a client id, not a principal: one principal's two producers, one
+    under the `clients` quota by its client_id (sent on every call), one not."""
+    cluster.admin.alter_client_quotas(
+        {"client-id": "seglog-metered"}, {"producer_byte_rate": RATE_BYTES_PER_S}
+    )
+    metered_rate = _seglog_produce_for(cluster, "ivan", "seglog-metered", MEASURE_S)
+    free_rate = _seglog_produce_for(cluster, "ivan", "seglog-free", BURST_S + 1.0)
+    assert 0.6 * RATE_BYTES_PER_S <= metered_rate <= 1.4 * RATE_BYTES_PER_S, metered_rate
+    assert free_rate > 3 * RATE_BYTES_PER_S, free_rate
+
+
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory):
     """Plaintext, for Kafka's clients on the listener (principal User:ANONYMOUS)."""
@@ -288,17 +331,22 @@ def test_kafkas_own_kafka_configs_sets_and_describes_quotas(kafka_cluster):
 
 def test_seglogs_consumer_under_a_quota_reads_through_the_gateway_at_its_rate(cluster):
     """The nodes' bulk path is not metered: a caller with a consumer_byte_rate quota gets no
-    bulk grants, so seglog's Consumer (bulk by default) reads through the gateway's Fetch."""
+    bulk grants, so seglog's Consumer (bulk by default) reads through the gateway's Fetch.
+    The quota is Kafka's most specific, user and client id: it applies only because the
+    Consumer sends its client_id with FetchGrants and Fetch alike."""
     _, producer = _stub(cluster, "client")
     for _ in range(30):  # ~600 KB more to read
         request = common_pb2.ProduceRequest(topic="metered", acks=1)
         request.partitions.add(partition=0, records=BATCH)
         producer.Produce(request, timeout=30)
-    cluster.admin.alter_client_quotas({"user": "heidi"}, {"consumer_byte_rate": RATE_BYTES_PER_S})
+    cluster.admin.alter_client_quotas(
+        {"user": "heidi", "client-id": "heidi-reader"}, {"consumer_byte_rate": RATE_BYTES_PER_S}
+    )
     files = cluster.tls_files("heidi")
     read = 0
     with Consumer(
         cluster.address,
+        client_id="heidi-reader",
         enable_auto_commit=False,
         # Fetches small beside the rate: an answer is held until it is paid for.
         max_partition_fetch_bytes=16 * 1024,

@@ -2,7 +2,10 @@
 storage nodes, RF 3, min ISR 2; records produced with acks=all by librdkafka; the leader of a
 partition SIGKILLed mid-way; every acknowledged record still read by the group, whose commits
 and membership live on through the new leader), and with several gateways sharing etcd (each
-group served by the gateway that coordinates it, which every gateway names)."""
+group served by the gateway that coordinates it, which every gateway names). Both in
+production's configuration — mutual TLS on every listener, the authorizer on, the clients a
+principal granted only what they do: the failover paths do not depend on the authorizer, whose
+off paths the in-process group tests (test_kafka_groups' first run) cover."""
 
 from __future__ import annotations
 
@@ -17,11 +20,14 @@ from kafka.protocol.metadata.find_coordinator import (
 )
 
 from devtools.processes import ServerProcess, gateway_process, node_process
-from seglog.client.admin import Admin
+from seglog.security.acls import AclBinding
+from seglog.security.certs import node_identity
 from services.gateway.kafka.brokers import broker_id
+from tests.authorizer_modes import Grant
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import EtcdBackedCluster
 from tests.ports import free_ports
+from tests.secured import OPERATOR, ClusterCertificates
 from tests.waiting import wait_for, wait_until
 
 TOPIC = "survivors"
@@ -34,20 +40,35 @@ NODE_CONFIGS = {
     "replica.fetch.wait.max.ms": "100",
 }
 TIMEOUT_S = 90.0
+CLIENT = "client"  # the librdkafka clients' certificate: a principal with only its ACLs
+
+
+def client_grants(topic: str, group: str) -> list[AclBinding]:
+    """What the tests' librdkafka clients do: produce idempotently to and read `topic`, as
+    members of `group`."""
+    grants = (
+        Grant("topic", ("Write", "Read"), topic),
+        Grant("group", ("Read",), group),
+        Grant("cluster", ("IdempotentWrite",)),
+    )
+    return [binding for grant in grants for binding in grant.bindings(f"User:{CLIENT}")]
 
 
 class ProcessCluster:
     def __init__(self, root) -> None:
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
         (root / "logs").mkdir(parents=True)
+        self.certificates = ClusterCertificates(root / "tls")
         grpc_port, kafka_port = free_ports(2)
         self.kafka_address = f"127.0.0.1:{kafka_port}"
         self.gateway = gateway_process(
             f"127.0.0.1:{grpc_port}",
             root / "gateway",
             extra_args=[
+                *self.certificates.server_flags(),
+                *("--authorizer", "true", "--super-users", f"User:{OPERATOR}"),
                 "--kafka-listen",
-                f"PLAINTEXT://{self.kafka_address}",
+                f"SSL://{self.kafka_address}",
                 "--session-timeout-ms",
                 "2000",
                 "--heartbeat-interval-ms",
@@ -64,7 +85,7 @@ class ProcessCluster:
         )
         self.nodes: dict[int, ServerProcess] = {}
         address = self.gateway.start()
-        self.admin = Admin(address, timeout_s=5)
+        self.admin = self.certificates.admin(address)
         try:
             for node_id in (1, 2, 3):
                 configs = [a for k, v in NODE_CONFIGS.items() for a in ("--config", f"{k}={v}")]
@@ -73,7 +94,10 @@ class ProcessCluster:
                     "127.0.0.1:0",
                     root / f"node-{node_id}",
                     address,
-                    extra_args=["--heartbeat-interval-ms", "200", *configs],
+                    extra_args=[
+                        *("--heartbeat-interval-ms", "200", *configs),
+                        *self.certificates.server_flags(node_identity(node_id)),
+                    ],
                     stderr_path=root / "logs" / f"node-{node_id}.log",
                     env=env,
                 )
@@ -117,9 +141,12 @@ def cluster(tmp_path):
 
 def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigkill(cluster):
     cluster.admin.create_topic(TOPIC, PARTITIONS, 3)
+    cluster.admin.create_acls(client_grants(TOPIC, "survivors"))
     wait_for(cluster.in_sync, TIMEOUT_S, "every replica in sync")
+    tls = cluster.certificates.librdkafka(CLIENT)
     producer = confluent_kafka.Producer(
         {
+            **tls,
             "bootstrap.servers": cluster.kafka_address,
             "acks": "all",
             "enable.idempotence": True,
@@ -150,6 +177,7 @@ def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigk
     def consume():
         consumer = confluent_kafka.Consumer(
             {
+                **tls,
                 "bootstrap.servers": cluster.kafka_address,
                 "group.id": "survivors",
                 "auto.offset.reset": "earliest",
@@ -190,36 +218,46 @@ def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigk
     assert set(seen) == set(range(RECORDS))
 
 
-def find_coordinator(kafka_address: str, group_id: str):
-    with KafkaWire(kafka_address) as wire:
+def find_coordinator(cluster: EtcdBackedCluster, kafka_address: str, group_id: str):
+    assert cluster.certificates is not None
+    with KafkaWire(kafka_address, ssl_context=cluster.certificates.ssl_context(CLIENT)) as wire:
         return wire.request(
             FindCoordinatorRequest[3](key=group_id, key_type=0), 3, FindCoordinatorResponse
         )
 
 
 def test_with_several_gateways_a_group_is_served_by_the_gateway_that_coordinates_it(tmp_path):
-    cluster = EtcdBackedCluster(tmp_path)
+    cluster = EtcdBackedCluster(tmp_path, secured=True)
+    assert cluster.certificates is not None
+    tls = cluster.certificates.librdkafka(CLIENT)
     try:
+        group_id = "far-away"
         with cluster.admin(0) as admin:
             admin.create_topic("spread-groups", PARTITIONS, 3)
+            admin.create_acls(client_grants("spread-groups", group_id))
         far_broker = broker_id(cluster.kafka_addresses[1])
-        group_id = "far-away"
         # The first gateway asked about a group's offsets partition claims it: the second.
         assert wait_until(
-            lambda: find_coordinator(cluster.kafka_addresses[1], group_id).node_id == far_broker,
+            lambda: (
+                find_coordinator(cluster, cluster.kafka_addresses[1], group_id).node_id
+                == far_broker
+            ),
             TIMEOUT_S,
         )
-        answer = find_coordinator(cluster.kafka_addresses[0], group_id)
+        answer = find_coordinator(cluster, cluster.kafka_addresses[0], group_id)
         assert (answer.error_code, answer.node_id) == (0, far_broker)
         assert f"{answer.host}:{answer.port}" == cluster.kafka_addresses[1]
         # A librdkafka consumer bootstrapped at the first gateway joins and commits at the
         # second, which the first names as the group's coordinator.
-        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_addresses[0]})
+        producer = confluent_kafka.Producer(
+            {**tls, "bootstrap.servers": cluster.kafka_addresses[0]}
+        )
         for value in range(20):
             producer.produce("spread-groups", str(value).encode(), partition=value % PARTITIONS)
         assert producer.flush(TIMEOUT_S) == 0
         consumer = confluent_kafka.Consumer(
             {
+                **tls,
                 "bootstrap.servers": cluster.kafka_addresses[0],
                 "group.id": group_id,
                 "auto.offset.reset": "earliest",

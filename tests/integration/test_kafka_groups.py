@@ -3,7 +3,8 @@ and kafka-python consumers subscribe as groups of Kafka's classic protocol (the 
 assigns), rebalance as members come and go, commit and read their offsets; a static member
 restarts without a rebalance; offsets cross between the Kafka and gRPC APIs both ways;
 Kafka's admin clients list, describe and delete groups and offsets; the APIs' oldest served
-versions and their authorization, at the wire; a group across a gateway restart."""
+versions and their authorization, at the wire; a group across a gateway restart (mutual TLS
+and the authorizer on, as in production)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
 from seglog.security.acls import AclBinding
 from services.gateway.kafka.brokers import broker_id
-from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, cluster_in_mode
+from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, Grant, cluster_in_mode
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
@@ -78,9 +79,11 @@ def create_topic(cluster, topic, partitions=PARTITIONS):
     cluster.admin.create_topic(topic, partitions, 3)
 
 
-def produce(cluster, topic, values, partitions=PARTITIONS):
+def produce(cluster, topic, values, partitions=PARTITIONS, **config):
     """acks=all, each value to partition value % partitions."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address, "acks": "all"})
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "acks": "all", **config}
+    )
     for value in values:
         producer.produce(topic, value=str(value).encode(), partition=value % partitions)
     assert producer.flush(TIMEOUT_S) == 0
@@ -508,7 +511,7 @@ def test_join_v7_asks_a_new_member_to_join_again_with_its_id(cluster):
 
 def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
     create_topic(cluster, "mixed")
-    seglog_member = Consumer(cluster.address, group_id="wire-v5")
+    seglog_member = Consumer(cluster.address, group_id="wire-v5", client_id="mixed-reader")
     seglog_member.subscribe(["mixed"])
     try:
         assert wait_until(
@@ -529,6 +532,7 @@ def test_a_kafka_member_cannot_join_a_group_of_seglog_consumers(cluster):
     seglog_group, absent = described.groups
     assert (seglog_group.group_state, seglog_group.protocol_type) == ("Stable", "consumer")
     (member,) = seglog_group.members
+    assert member.client_id == "mixed-reader"  # what kafka-consumer-groups shows as CLIENT-ID
     assignment = ConsumerProtocolAssignment.decode(member.member_assignment)
     assert [(a.topic, a.partitions) for a in assignment.assigned_partitions] == [
         ("mixed", list(range(PARTITIONS)))
@@ -619,24 +623,56 @@ def test_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
 
 
 # -- a coordinator restart ---------------------------------------------------------------------
+# In the production configuration only (the group's behaviour across a restart does not depend
+# on the authorizer; its authorizer-off paths are the shared-cluster tests' first run): mutual
+# TLS on gRPC and on the Kafka listener, the authorizer on, and the tests' principal — the
+# certificate `client`, no super user — granted exactly what the test does.
+
+
+def secured_cluster(root, topic: str, group: str) -> LocalCluster:
+    """One node, mutual TLS, the authorizer on; `User:client` may create and use `topic` and
+    join and commit as `group` (the ACLs an operator would have put in place first)."""
+    cluster = LocalCluster(
+        root, nodes=1, tls=True, authorizer=True, kafka_listen="SSL://127.0.0.1:0"
+    )
+    grants = (
+        Grant("topic", ("Create", "Write", "Read"), topic),
+        Grant("group", ("Read",), group),
+    )
+    assert cluster.gateway is not None
+    cluster.gateway.registry.add_acls([b for g in grants for b in g.bindings("User:client")])
+    return cluster
+
+
+def client_tls(cluster) -> dict[str, str]:
+    """librdkafka's settings for the SSL listener with the `client` certificate."""
+    files = cluster.tls_files("client")
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(files.ca),
+        "ssl.certificate.location": str(files.cert),
+        "ssl.key.location": str(files.key),
+        "ssl.endpoint.identification.algorithm": "none",
+    }
 
 
 def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
     # Membership is the gateway's memory: the member meets UNKNOWN_MEMBER_ID and joins again,
     # in the generation after the stored one, and resumes from its committed offsets.
-    cluster = LocalCluster(tmp_path, nodes=1)
+    cluster = secured_cluster(tmp_path, "restarted", "restarted-readers")
+    tls = client_tls(cluster)
     try:
         cluster.admin.create_topic("restarted", PARTITIONS, 1)
-        produce(cluster, "restarted", range(100))
+        produce(cluster, "restarted", range(100), **tls)
         seen: Counter[int] = Counter()
         uncommitted: set[int] = set()
-        reader = Reader(rdkafka_consumer(cluster, "restarted-readers"), seen, uncommitted)
+        reader = Reader(rdkafka_consumer(cluster, "restarted-readers", **tls), seen, uncommitted)
         reader.consumer.subscribe(["restarted"])
         try:
             assert poll_until([reader], lambda: len(seen) == 100)
             before = cluster.gateway.coordinator.snapshot("restarted-readers").generation
             cluster.restart_gateway()  # same gRPC and Kafka ports, same data
-            produce(cluster, "restarted", range(100, 200))
+            produce(cluster, "restarted", range(100, 200), **tls)
             assert poll_until([reader], lambda: len(seen) == 200), len(seen)
             after = cluster.gateway.coordinator.snapshot("restarted-readers")
         finally:
@@ -651,13 +687,14 @@ def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
 def test_a_static_librdkafka_member_keeps_its_place_across_a_gateway_restart(tmp_path):
     # Kafka's coordinator loads a group with its members: a static member goes on in its
     # generation, no rebalance.
-    cluster = LocalCluster(tmp_path, nodes=1)
+    cluster = secured_cluster(tmp_path, "kept", "kept-readers")
+    tls = client_tls(cluster)
     try:
         cluster.admin.create_topic("kept", PARTITIONS, 1)
-        produce(cluster, "kept", range(40))
+        produce(cluster, "kept", range(40), **tls)
         seen: Counter[int] = Counter()
         uncommitted: set[int] = set()
-        config = {"group.instance.id": "kept-a"}
+        config = {"group.instance.id": "kept-a", **tls}
         reader = Reader(rdkafka_consumer(cluster, "kept-readers", **config), seen, uncommitted)
         reader.consumer.subscribe(["kept"])
         try:
@@ -665,7 +702,7 @@ def test_a_static_librdkafka_member_keeps_its_place_across_a_gateway_restart(tmp
             before = cluster.gateway.coordinator.snapshot("kept-readers")
             assert cluster.gateway.coordinator.wait_persisted(TIMEOUT_S)
             cluster.restart_gateway()
-            produce(cluster, "kept", range(40, 80))
+            produce(cluster, "kept", range(40, 80), **tls)
             assert poll_until([reader], lambda: len(seen) == 80), len(seen)
             after = cluster.gateway.coordinator.snapshot("kept-readers")
         finally:

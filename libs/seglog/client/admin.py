@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import grpc
 
 from ..errors import InvalidConfigError, SeglogError
+from ..rpc.client_id import check_client_id
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.acls import AclBinding
 from ..security.tls import ClientSecurity
@@ -23,6 +24,8 @@ from ..v1 import common_pb2, gateway_pb2, groups_pb2
 from .admin_reassignments import ReassignmentAdmin
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
+
+DEFAULT_CLIENT_ID = "seglog-admin"  # as the producer's and consumer's defaults (config.py)
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ class Admin(ReassignmentAdmin):
     configs, the cluster, offsets, consumer groups and ACLs (Kafka's AdminClient); moving
     partitions, elections and log dirs (admin_reassignments.py). Security
     as the producer's and consumer's: `security_protocol` and `ssl_*` files, `bearer_token`
-    (else SEGLOG_BEARER_TOKEN), or SEGLOG_TLS_CA / _CERT / _KEY when none is given."""
+    (else SEGLOG_BEARER_TOKEN), or SEGLOG_TLS_CA / _CERT / _KEY when none is given;
+    `client_id` as theirs (Kafka's client.id, on every call)."""
 
     def __init__(
         self,
@@ -76,14 +80,18 @@ class Admin(ReassignmentAdmin):
         ssl_certfile: str | None = None,
         ssl_keyfile: str | None = None,
         bearer_token: str | None = None,
+        client_id: str = DEFAULT_CLIENT_ID,
     ) -> None:
         try:
             security = ClientSecurity.resolve(
                 security_protocol, ssl_cafile, ssl_certfile, ssl_keyfile, bearer_token
             )
+            check_client_id(client_id)
         except ValueError as exc:
             raise InvalidConfigError(str(exc)) from None
-        self._client = GatewayClient(bootstrap, timeout_s=timeout_s, security=security)
+        self._client = GatewayClient(
+            bootstrap, timeout_s=timeout_s, security=security, client_id=client_id
+        )
         self._groups = self._client.group_coordinators
         self.timeout_s = timeout_s
 

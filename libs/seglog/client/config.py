@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidConfigError
 from ..records.compression import CompressionType
+from ..rpc.client_id import check_client_id
 from ..security.tls import ClientSecurity
 
 INT_MAX = (1 << 31) - 1
@@ -63,6 +64,7 @@ class ProducerConfig:
 
     def __post_init__(self) -> None:
         _check_callables(self, "key_serializer", "value_serializer")
+        _check_client_id(self)
         acks: object = self.acks
         if acks == "all":
             object.__setattr__(self, "acks", -1)
@@ -173,6 +175,7 @@ class ConsumerConfig:
     def __post_init__(self) -> None:
         _check_ints(self)
         _check_callables(self, "key_deserializer", "value_deserializer")
+        _check_client_id(self)
         if self.fetch_transport not in FETCH_TRANSPORTS:
             raise InvalidConfigError(
                 f"fetch_transport must be one of {list(FETCH_TRANSPORTS)}, "
@@ -271,6 +274,13 @@ def _check_ints(config: object) -> None:
                 object.__setattr__(config, field.name, value.lower() == "true")
                 continue
             raise InvalidConfigError(f"{field.name} must be true or false, got {value!r}")
+
+
+def _check_client_id(config: ProducerConfig | ConsumerConfig) -> None:
+    try:
+        check_client_id(config.client_id)
+    except ValueError as exc:
+        raise InvalidConfigError(str(exc)) from None
 
 
 def _check_callables(config: object, *names: str) -> None:

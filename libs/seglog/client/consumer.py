@@ -62,6 +62,7 @@ class Consumer(OffsetCommits):
             self.bootstrap,
             timeout_s=self.config.request_timeout_ms / 1000,
             security=client_security(self.config),
+            client_id=self.config.client_id,
         )
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._fetcher = Fetcher(self.config, self._client._stub, self._client.security)

@@ -72,12 +72,15 @@ class GatewayClient:
         *,
         timeout_s: float = 30.0,
         security: ClientSecurity | None = _FROM_ENV,
+        client_id: str | None = None,
     ) -> None:
         """`security`: TLS settings (None: plaintext); by default from SEGLOG_TLS_CA,
-        SEGLOG_TLS_CERT and SEGLOG_TLS_KEY when set."""
+        SEGLOG_TLS_CERT and SEGLOG_TLS_KEY when set. `client_id`: Kafka's client.id, sent
+        with every call, to every gateway (rpc/client_id.py)."""
         given = bootstrap or default_bootstrap()
         self.bootstrap = with_default_port(given)
         self.timeout_s = timeout_s
+        self.client_id = client_id
         self.security = ClientSecurity.resolve() if security is _FROM_ENV else security
         self._channel = self._open(self.bootstrap, tls_server_name(given))
         self._extra_channels: list[grpc.Channel] = []
@@ -99,6 +102,7 @@ class GatewayClient:
             tracer_provider=provider,
             credentials=None if self.security is None else self.security.channel_credentials(),
             server_name=server_name,
+            client_id=self.client_id,
         )
 
     def _open_extra(self, address: str) -> grpc.Channel:

@@ -9,6 +9,7 @@ import grpc
 from opentelemetry import trace
 
 from .. import tracing
+from .client_id import with_client_id
 
 # Kafka's socket.request.max.bytes: the largest request a seglog server accepts.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
@@ -87,9 +88,11 @@ def open_channel(
     tracer_provider: trace.TracerProvider | None = None,
     credentials: grpc.ChannelCredentials | None = None,
     server_name: str | None = None,
+    client_id: str | None = None,
 ) -> grpc.Channel:
     """A channel to a seglog server; TLS when `credentials` are given (security/tls.py),
-    checking certificates against `server_name` when given (`tls_server_name`)."""
+    checking certificates against `server_name` when given (`tls_server_name`); every call
+    labelled with `client_id` when given (client_id.py)."""
     if credentials is not None:
         options = channel_options()
         if server_name is not None:
@@ -97,6 +100,7 @@ def open_channel(
         channel = grpc.secure_channel(address, credentials, options=options)
     else:
         channel = grpc.insecure_channel(address, options=channel_options())
+    channel = with_client_id(channel, client_id)
     if traced:
         return tracing.traced_channel(channel, tracer_provider)
     return channel

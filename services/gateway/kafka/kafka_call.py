@@ -21,10 +21,10 @@ from google.rpc import error_details_pb2, status_pb2
 
 from seglog import errors
 from seglog.errors import AuthenticationError, SeglogError
+from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.status import DOMAIN
 
 from ..authorization import principal_of
-from ..routing.quotas import CLIENT_ID_METADATA
 
 if TYPE_CHECKING:
     from ..server import Gateway

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from seglog.errors import AuthenticationError
+from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.wire import encode_uvarint
 from seglog.security.acls import ANONYMOUS
 from seglog.v1 import bulk_pb2, common_pb2
@@ -41,7 +42,6 @@ QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
 USER, CLIENT_ID = "user", "client-id"
 ENTITY_TYPES = (USER, CLIENT_ID)
 DEFAULT_NAME = "<default>"
-CLIENT_ID_METADATA = "client-id"
 # A bucket holds one second of its rate: a client idle for a while may send that much at once.
 BURST_S = 1.0
 # Kafka bounds a throttle by its quota window; a held answer must also stay within clients'
