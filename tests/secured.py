@@ -53,15 +53,7 @@ class ClusterCertificates:
         )
 
     def librdkafka(self, identity: str) -> dict[str, str]:
-        """confluent-kafka's settings for an SSL listener with `identity`'s certificate."""
-        files = self.files(identity)
-        return {
-            "security.protocol": "SSL",
-            "ssl.ca.location": str(files.ca),
-            "ssl.certificate.location": str(files.cert),
-            "ssl.key.location": str(files.key),
-            "ssl.endpoint.identification.algorithm": "none",
-        }
+        return librdkafka_tls(self.files(identity))
 
     def ssl_context(self, identity: str) -> ssl.SSLContext:
         """For a raw Kafka connection (tests/kafka_wire.py) with `identity`'s certificate; the
@@ -71,3 +63,14 @@ class ClusterCertificates:
         context.check_hostname = False
         context.load_cert_chain(str(files.cert), str(files.key))
         return context
+
+
+def librdkafka_tls(files: TlsFiles) -> dict[str, str]:
+    """confluent-kafka's settings for an SSL listener, presenting `files`' certificate."""
+    return {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(files.ca),
+        "ssl.certificate.location": str(files.cert),
+        "ssl.key.location": str(files.key),
+        "ssl.endpoint.identification.algorithm": "none",
+    }

@@ -55,6 +55,7 @@ from services.gateway.kafka.brokers import broker_id
 from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, Grant, cluster_in_mode
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
+from tests.secured import librdkafka_tls
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
@@ -646,14 +647,7 @@ def secured_cluster(root, topic: str, group: str) -> LocalCluster:
 
 def client_tls(cluster) -> dict[str, str]:
     """librdkafka's settings for the SSL listener with the `client` certificate."""
-    files = cluster.tls_files("client")
-    return {
-        "security.protocol": "SSL",
-        "ssl.ca.location": str(files.ca),
-        "ssl.certificate.location": str(files.cert),
-        "ssl.key.location": str(files.key),
-        "ssl.endpoint.identification.algorithm": "none",
-    }
+    return librdkafka_tls(cluster.tls_files("client"))
 
 
 def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
