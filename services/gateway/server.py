@@ -33,6 +33,7 @@ from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordination.node_sessions import EtcdNodeSessions
+from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
@@ -70,6 +71,10 @@ class Gateway:
         self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)
         # Fetches hold at most half the gRPC threads (fetch_threads.py).
         self.fetch_threads = FetchThreadsInterceptor()
+        # gRPC fetch answers reserve their bytes from the same pool (fetch_memory.py).
+        self.fetch_memory = FetchAnswerMemoryInterceptor(
+            self.request_memory, self.fetch_threads.slots.limit
+        )
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
@@ -348,7 +353,11 @@ class Gateway:
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
-            interceptors=[RequestMemoryInterceptor(self.request_memory), self.fetch_threads],
+            interceptors=[
+                RequestMemoryInterceptor(self.request_memory),
+                self.fetch_threads,
+                self.fetch_memory,
+            ],
         )
         self.server.start()
         if self.config.health_listen:
