@@ -34,7 +34,7 @@ from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordination.node_sessions import EtcdNodeSessions
 from .fetch_memory import FetchAnswerMemoryInterceptor
-from .fetch_threads import FetchThreadsInterceptor
+from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
@@ -358,6 +358,7 @@ class Gateway:
                 self.fetch_threads,
                 self.fetch_memory,
             ],
+            method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
         )
         self.server.start()
         if self.config.health_listen:

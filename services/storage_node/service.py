@@ -17,14 +17,14 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import SeglogError
+from seglog.errors import SeglogError, ServerBusyError
 from seglog.metrics import error_reason
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import log_files
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
-from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
+from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, SERVER_MAX_WORKERS, WaitSlots
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .fetch_waits import Waiter
@@ -38,6 +38,15 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 # of partitions) answers while the applier goes on in the background.
 MAX_PUSH_APPLY_WAIT_S = 5.0
 PUSH_ANSWER_MARGIN_S = 0.2
+
+FETCH_METHOD = "/seglog.v1.StorageNode/Fetch"
+# Fetches run on a pool of their own (serving.MethodThreadPools), so appends and the
+# registry's pushes never queue behind them, however many gateways relay long polls here.
+FETCH_POOL_THREADS = SERVER_MAX_WORKERS
+# Consumers' fetches (relayed by gateways) may hold at most this many of that pool's threads;
+# past it they are refused at once with the retriable SERVER_BUSY, so followers' fetches —
+# one per follower and leader, the replication acks=all produce waits for — always find one.
+MAX_CONSUMER_FETCH_THREADS = FETCH_POOL_THREADS * 3 // 4
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +64,7 @@ class StorageNodeService:
         self.applier = applier
         self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
+        self.consumer_fetches = WaitSlots(MAX_CONSUMER_FETCH_THREADS)
 
     # -- Append --------------------------------------------------------------------------
 
@@ -106,6 +116,29 @@ class StorageNodeService:
         if request.HasField("session_id"):
             yield from self._session_fetch(request, context, started)
             return
+        if replica_id != CONSUMER:
+            yield from self._fetch(request, context, started, replica_id)
+            return
+        if not self.consumer_fetches.try_acquire():
+            abort(
+                context,
+                ServerBusyError(
+                    f"{self.consumer_fetches.limit} consumer fetches already hold this node's "
+                    f"fetch threads; retry after a back-off"
+                ),
+            )
+        try:
+            yield from self._fetch(request, context, started, replica_id)
+        finally:
+            self.consumer_fetches.release()
+
+    def _fetch(
+        self,
+        request: common_pb2.FetchRequest,
+        context: grpc.ServicerContext,
+        started: float,
+        replica_id: int,
+    ) -> Iterator[bytes]:
         states = self.replicas.fetch_states(
             [
                 (

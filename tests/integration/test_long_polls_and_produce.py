@@ -14,7 +14,10 @@ import time
 import grpc
 import pytest
 
-from seglog.v1 import common_pb2, gateway_pb2_grpc
+from seglog.errors import ServerBusyError
+from seglog.rpc.status import error_from_rpc
+from seglog.v1 import common_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from services.storage_node.service import FETCH_POOL_THREADS, MAX_CONSUMER_FETCH_THREADS
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 
@@ -86,3 +89,44 @@ def test_a_produce_completes_within_a_bound_under_deep_long_polls(one_node):
     )
     assert took[-1] < PRODUCE_BOUND_S
     assert polls.answered > 0 and polls.refused > 0
+
+
+def test_a_node_refuses_consumer_fetches_past_their_share_and_still_serves_followers_and_appends(
+    one_node,
+):
+    """On the node, fetches run on a pool of their own, where consumers' fetches may hold at
+    most MAX_CONSUMER_FETCH_THREADS threads: past that they are refused at once with the
+    retriable SERVER_BUSY, while a follower's fetch and an append are still served."""
+    one_node.admin.create_topic("shares", 1, 1)
+    node = one_node.nodes[1]
+    slots = node.service.consumer_fetches
+    assert slots.limit == MAX_CONSUMER_FETCH_THREADS < FETCH_POOL_THREADS
+    consumer = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
+    consumer.partitions.add(
+        topic="shares", partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    follower = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20, replica_id=2)
+    follower.partitions.add(
+        topic="shares", partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    append = common_pb2.ProduceRequest(topic="shares", acks=1)
+    append.partitions.add(partition=0, records=make_batch([b"kept"]))
+    held = 0
+    while slots.try_acquire():  # as if consumers held every slot
+        held += 1
+    try:
+        with grpc.insecure_channel(node.address) as channel:
+            stub = storage_pb2_grpc.StorageNodeStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(stub.Fetch(consumer, timeout=10))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert isinstance(error_from_rpc(refused.value), ServerBusyError)
+            list(stub.Fetch(follower, timeout=10))  # served (its answer is its own business)
+            assert stub.Append(append, timeout=10).partitions[0].error == 0
+    finally:
+        for _ in range(held):
+            slots.release()
+    assert held == MAX_CONSUMER_FETCH_THREADS
+    with grpc.insecure_channel(node.address) as channel:
+        [answer] = list(storage_pb2_grpc.StorageNodeStub(channel).Fetch(consumer, timeout=10))
+    assert answer.records
