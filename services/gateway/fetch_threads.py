@@ -1,6 +1,6 @@
 """A bound on the gateway's gRPC threads that fetches may hold at once.
 
-The gateway serves every gRPC method from one thread pool (serving.build_server), in the
+The gateway served every gRPC method from one thread pool (serving.build_server), in the
 order calls arrive. Fetches past the long-poll bound are answered at once, and their clients
 ask again at once: 60 clients looping long polls over 100 partitions kept the pool's queue
 full of fetches, so a produce waited behind them, and a node's registry heartbeat did too

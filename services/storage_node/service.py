@@ -65,6 +65,7 @@ class StorageNodeService:
         self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
         self.consumer_fetches = WaitSlots(MAX_CONSUMER_FETCH_THREADS)
+        self.waiting_consumer_fetches = WaitSlots(max(max_waiting_fetches * 3 // 4, 1))
 
     # -- Append --------------------------------------------------------------------------
 
@@ -155,7 +156,7 @@ class StorageNodeService:
         )
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
-        if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
+        if request.max_wait_ms > 0 and self._take_wait_slot(replica_id):
             waiter = Waiter()
             try:
                 # Runs when the call ends: a call cancelled while it waits stops waiting.
@@ -168,12 +169,29 @@ class StorageNodeService:
                     waiter,
                 )
             finally:
-                self.waiting_fetches.release()
+                self._give_wait_slot(replica_id)
         if not context.is_active():
             return
         chunks = self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1)
         for chunk in counted(chunks, self.metrics, "Fetch", started, replica_id >= 0):
             yield _encode_chunk(chunk, replica_id >= 0)
+
+    def _take_wait_slot(self, replica_id: int) -> bool:
+        """A waiting slot; consumers may hold only their share of them, so a follower's
+        long poll can always wait (without one it would fetch again at once, in a loop)."""
+        consumer = replica_id == CONSUMER
+        if consumer and not self.waiting_consumer_fetches.try_acquire():
+            return False
+        if self.waiting_fetches.try_acquire():
+            return True
+        if consumer:
+            self.waiting_consumer_fetches.release()
+        return False
+
+    def _give_wait_slot(self, replica_id: int) -> None:
+        self.waiting_fetches.release()
+        if replica_id == CONSUMER:
+            self.waiting_consumer_fetches.release()
 
     def _session_fetch(
         self, request: common_pb2.FetchRequest, context: grpc.ServicerContext, started: float
