@@ -107,6 +107,8 @@ class FetchAnswerMemoryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc
             asked = common_pb2.FetchRequest.FromString(raw).max_bytes
         except DecodeError:
             return raw, 0  # the servicer refuses it with INVALID_ARGUMENT
+        if asked < 0:
+            return raw, 0  # the servicer refuses it with INVALID_ARGUMENT: left as it is
         asked = asked if asked > 0 else UNLIMITED_MAX_BYTES
         if self.share_bytes == 0:
             return raw, asked

@@ -47,6 +47,11 @@ FETCH_POOL_THREADS = SERVER_MAX_WORKERS
 # past it they are refused at once with the retriable SERVER_BUSY, so followers' fetches —
 # one per follower and leader, the replication acks=all produce waits for — always find one.
 MAX_CONSUMER_FETCH_THREADS = FETCH_POOL_THREADS * 3 // 4
+# Long polls that may wait at once: as many consumers' as one gateway relays, and on top
+# the rest of the pool's threads for followers' (a follower that cannot wait fetches again
+# at once, in a loop).
+MAX_WAITING_CONSUMER_FETCHES = DEFAULT_MAX_WAITING_CALLS
+MAX_WAITING_FETCHES = MAX_WAITING_CONSUMER_FETCHES + FETCH_POOL_THREADS - MAX_CONSUMER_FETCH_THREADS
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +62,7 @@ class StorageNodeService:
         replicas: ReplicaManager,
         applier: MetadataApplier,
         *,
-        max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+        max_waiting_fetches: int = MAX_WAITING_FETCHES,
         metrics: NodeMetrics | None = None,
     ) -> None:
         self.replicas = replicas
@@ -65,7 +70,9 @@ class StorageNodeService:
         self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
         self.consumer_fetches = WaitSlots(MAX_CONSUMER_FETCH_THREADS)
-        self.waiting_consumer_fetches = WaitSlots(max(max_waiting_fetches * 3 // 4, 1))
+        self.waiting_consumer_fetches = WaitSlots(
+            min(MAX_WAITING_CONSUMER_FETCHES, max_waiting_fetches)
+        )
 
     # -- Append --------------------------------------------------------------------------
 

@@ -137,9 +137,9 @@ def test_a_node_refuses_consumer_fetches_past_their_share_and_still_serves_follo
 
 
 def test_consumers_long_polls_on_a_node_hold_only_their_share_of_its_waiting_slots(one_node):
-    """Consumers may hold 3/4 of a node's waiting slots; the rest are followers' (a follower
-    that cannot wait fetches again at once, in a loop). A consumer's long poll finding its
-    share held answers at once instead of waiting."""
+    """Consumers may hold as many of a node's waiting slots as one gateway relays; the rest
+    are followers' (a follower that cannot wait fetches again at once, in a loop). A
+    consumer's long poll finding its share held answers at once instead of waiting."""
     one_node.admin.create_topic("waits", 1, 1)
     service = one_node.nodes[1].service
     share = service.waiting_consumer_fetches
