@@ -166,9 +166,9 @@ def _read_whole_topic(address: str) -> tuple[int, str]:
 def test_large_fetch_answers_stay_within_the_gateways_request_pool(gateways):
     """24 clients each reading a 48 MiB topic whole at once (20 served, the rest refused
     SERVER_BUSY by the fetch threads' bound). Measured here: without the bound the gateway's
-    peak grew by 209-523 MiB (answers waiting in gRPC's buffers); with a 64 MiB pool, each
+    peak grew by 209-560 MiB (answers waiting in gRPC's buffers); with a 64 MiB pool, each
     fetch reserves its answer first (at most the pool / 2 / fetch threads) and asks the node
-    for no more: 18-22 MiB."""
+    for no more: 18-25 MiB."""
     results: dict[str, list[tuple[int, str]]] = {}
 
     def attack(gateway: Gateway) -> None:
@@ -191,7 +191,8 @@ def test_large_fetch_answers_stay_within_the_gateways_request_pool(gateways):
     # With the bound, answers are smaller (the client asks again), never refused for size.
     share_bytes = POOL_BYTES // 2 // MAX_FETCH_THREADS
     assert all(got <= share_bytes + MIB for got, _ in results[gateways[1].address])
-    assert unbounded > 3 * topic_bytes, "the attack did not reach the gateway"
+    # Without the bound the same attack goes past what the bound holds the gateway to.
+    assert unbounded > POOL_BYTES + MARGIN_BYTES, "the attack did not reach the gateway"
     assert bounded < POOL_BYTES + MARGIN_BYTES, f"peak grew by {bounded / MIB:.0f} MiB"
     # A consumer still reads the whole topic through the bounded gateway, answer by answer.
     client = GatewayClient(gateways[1].address)
