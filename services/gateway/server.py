@@ -17,6 +17,7 @@ from seglog.security.tls import channel_credentials, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.settings import described_settings
+from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
 from .cluster.acl_service import AclService
@@ -345,6 +346,15 @@ class Gateway:
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
+        # gRPC decodes a request before any interceptor can hold it back: that path's own
+        # bound is its threads x the largest request, said here beside the pool's.
+        logger.info(
+            "gRPC requests: up to %d threads x socket.request.max.bytes %d decoding at once, "
+            "before queued.max.request.bytes %d admits them",
+            SERVER_MAX_WORKERS,
+            self.config.max_request_bytes,
+            self.config.queued_max_request_bytes,
+        )
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers,
