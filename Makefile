@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test test-unit test-integration bench bench-scale bench-latency lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: test test-unit test-integration bench bench-scale bench-latency bench-long-polls lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -90,6 +90,11 @@ bench: $(STAMP) proto kafka
 # the `latency` group of `make bench` alone (about 6 minutes; Apache Kafka as its baseline).
 bench-latency: $(STAMP) proto kafka
 	$(BIN)/python -m bench latency
+
+# the `long-polls` group of `make bench` alone: issue 31's 200 long polls of 500 partitions
+# vs one produce (about a minute).
+bench-long-polls: $(STAMP) proto
+	$(BIN)/python -m bench long-polls
 
 # The control plane at 1,000 to 10,000 partitions on three nodes (file and etcd registries):
 # the `scale` group of `make bench` alone.

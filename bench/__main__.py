@@ -37,6 +37,7 @@ SERVICE_GROUPS = (
     "scale",
     "kafka-protocol",
     "latency",
+    "long-polls",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 

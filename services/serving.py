@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from typing import Any, Protocol
 
@@ -92,14 +92,20 @@ def build_server(
     credentials: grpc.ServerCredentials | None = None,
     serving: bool = True,
     interceptors: Iterable[grpc.ServerInterceptor] = (),
+    method_threads: Mapping[str, int] | None = None,
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
     """A started-ready (not yet started) server bound to `listen`; returns the bound port.
     Its health service answers SERVING for the server ("") and each service, or NOT_SERVING
-    until `set_serving` when `serving` is False."""
+    until `set_serving` when `serving` is False. `method_threads` gives some methods (full
+    names) a thread pool of their own of that size (MethodThreadPools)."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         handlers=list(handlers),
-        interceptors=[*tracing.server_interceptors(tracer_provider), *interceptors],
+        interceptors=[
+            MethodThreadPools(method_threads or {}),
+            *tracing.server_interceptors(tracer_provider),
+            *interceptors,
+        ],
         options=[
             ("grpc.max_receive_message_length", max_request_bytes),
             ("grpc.max_send_message_length", -1),
@@ -125,6 +131,54 @@ def build_server(
         raise OSError(f"cannot listen on {listen}")
     set_serving(health_servicer, names, serving)
     return server, health_servicer, port
+
+
+class MethodThreadPools(grpc.ServerInterceptor):  # type: ignore[misc]
+    """Runs some methods on thread pools of their own, apart from the server's.
+
+    A server's pool takes calls in the order they arrive: 200 clients looping long polls
+    through the gateway, each refused at once past the fetch threads' bound, kept its queue
+    hundreds of fetches deep, and a produce queued behind them (p50 228 ms, measured; the
+    node it was relayed to answered in 3 ms). On a pool of their own, fetches queue only
+    behind fetches. gRPC picks the pool when it dispatches a call, from the behavior's
+    `experimental_thread_pool` (grpc/_server.py `_select_thread_pool_for_behavior`); this
+    interceptor comes first, so it marks the handler every other interceptor has wrapped.
+    """
+
+    def __init__(self, threads_by_method: Mapping[str, int]) -> None:
+        self.pools = {
+            method: futures.ThreadPoolExecutor(
+                max_workers=threads, thread_name_prefix=method.rsplit("/", 1)[-1].lower()
+            )
+            for method, threads in threads_by_method.items()
+        }
+
+    def intercept_service(
+        self, continuation: Callable[[Any], Any], handler_call_details: Any
+    ) -> Any:
+        handler = continuation(handler_call_details)
+        pool = self.pools.get(handler_call_details.method)
+        if handler is None or pool is None:
+            return handler
+        kind = "unary_stream" if handler.response_streaming else "unary_unary"
+        behavior = getattr(handler, kind)
+        if behavior is None or handler.request_streaming:
+            return handler
+
+        def on_own_pool(request: Any, context: grpc.ServicerContext) -> Any:
+            return behavior(request, context)
+
+        on_own_pool.experimental_thread_pool = pool  # type: ignore[attr-defined]
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if handler.response_streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        return make(
+            on_own_pool,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
 
 
 def health_server(listen: str, health_servicer: health.HealthServicer) -> tuple[grpc.Server, int]:

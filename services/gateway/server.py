@@ -17,6 +17,7 @@ from seglog.security.tls import channel_credentials, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.settings import described_settings
+from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
 from .cluster.acl_service import AclService
@@ -33,7 +34,8 @@ from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordination.node_sessions import EtcdNodeSessions
-from .fetch_threads import FetchThreadsInterceptor
+from .fetch_memory import FetchAnswerMemoryInterceptor
+from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
@@ -70,6 +72,10 @@ class Gateway:
         self.request_memory = RequestMemoryPool(config.queued_max_request_bytes)
         # Fetches hold at most half the gRPC threads (fetch_threads.py).
         self.fetch_threads = FetchThreadsInterceptor()
+        # gRPC fetch answers reserve their bytes from the same pool (fetch_memory.py).
+        self.fetch_memory = FetchAnswerMemoryInterceptor(
+            self.request_memory, self.fetch_threads.slots.limit
+        )
         self.keyspace: EtcdKeyspace | None = None
         store, sessions = None, None
         if config.registry_etcd is not None:
@@ -340,6 +346,15 @@ class Gateway:
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
+        # gRPC decodes a request before any interceptor can hold it back: that path's own
+        # bound is its threads x the largest request, said here beside the pool's.
+        logger.info(
+            "gRPC requests: up to %d threads x socket.request.max.bytes %d decoding at once, "
+            "before queued.max.request.bytes %d admits them",
+            SERVER_MAX_WORKERS,
+            self.config.max_request_bytes,
+            self.config.queued_max_request_bytes,
+        )
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers,
@@ -348,7 +363,12 @@ class Gateway:
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
-            interceptors=[RequestMemoryInterceptor(self.request_memory), self.fetch_threads],
+            interceptors=[
+                RequestMemoryInterceptor(self.request_memory),
+                self.fetch_threads,
+                self.fetch_memory,
+            ],
+            method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
         )
         self.server.start()
         if self.config.health_listen:

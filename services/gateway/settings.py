@@ -161,7 +161,9 @@ class GatewayConfig:
         DEFAULT_QUEUED_MAX_REQUEST_BYTES,
         "bytes of requests in flight (being read, decoded, relayed or answered) over all the "
         "gateway's connections, gRPC and Kafka; past it a request waits, then is refused "
-        "retriably (Kafka's default is -1, unbounded; -1 here too turns the bound off)",
+        "retriably (Kafka's default is -1, unbounded; -1 here too turns the bound off). A gRPC "
+        "fetch reserves its answer first, at most half of it over the fetch threads, and is "
+        "answered smaller rather than refused",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,

@@ -30,7 +30,7 @@ from .readiness import InSyncReadiness
 from .registry_client import RegistrySession
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
-from .service import StorageNodeService
+from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
 from .settings import NodeConfig
 
 logger = logging.getLogger(__name__)
@@ -213,6 +213,7 @@ class StorageNode:
             tracer_provider=self.tracer_provider,
             credentials=credentials,
             serving=False,
+            method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
         )
         self.server.start()
         if self.config.health_listen:

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import SeglogError
+from seglog.errors import SeglogError, ServerBusyError
 from seglog.metrics import error_reason
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import log_files
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
-from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
+from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, SERVER_MAX_WORKERS, WaitSlots
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .fetch_waits import Waiter
@@ -39,6 +39,20 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 MAX_PUSH_APPLY_WAIT_S = 5.0
 PUSH_ANSWER_MARGIN_S = 0.2
 
+FETCH_METHOD = "/seglog.v1.StorageNode/Fetch"
+# Fetches run on a pool of their own (serving.MethodThreadPools), so appends and the
+# registry's pushes never queue behind them, however many gateways relay long polls here.
+FETCH_POOL_THREADS = SERVER_MAX_WORKERS
+# Consumers' fetches (relayed by gateways) may hold at most this many of that pool's threads;
+# past it they are refused at once with the retriable SERVER_BUSY, so followers' fetches —
+# one per follower and leader, the replication acks=all produce waits for — always find one.
+MAX_CONSUMER_FETCH_THREADS = FETCH_POOL_THREADS * 3 // 4
+# Long polls that may wait at once: as many consumers' as one gateway relays, and on top
+# the rest of the pool's threads for followers' (a follower that cannot wait fetches again
+# at once, in a loop).
+MAX_WAITING_CONSUMER_FETCHES = DEFAULT_MAX_WAITING_CALLS
+MAX_WAITING_FETCHES = MAX_WAITING_CONSUMER_FETCHES + FETCH_POOL_THREADS - MAX_CONSUMER_FETCH_THREADS
+
 logger = logging.getLogger(__name__)
 
 
@@ -48,13 +62,17 @@ class StorageNodeService:
         replicas: ReplicaManager,
         applier: MetadataApplier,
         *,
-        max_waiting_fetches: int = DEFAULT_MAX_WAITING_CALLS,
+        max_waiting_fetches: int = MAX_WAITING_FETCHES,
         metrics: NodeMetrics | None = None,
     ) -> None:
         self.replicas = replicas
         self.applier = applier
         self.metrics = metrics or NodeMetrics(None, replicas)
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
+        self.consumer_fetches = WaitSlots(MAX_CONSUMER_FETCH_THREADS)
+        self.waiting_consumer_fetches = WaitSlots(
+            min(MAX_WAITING_CONSUMER_FETCHES, max_waiting_fetches)
+        )
 
     # -- Append --------------------------------------------------------------------------
 
@@ -106,6 +124,29 @@ class StorageNodeService:
         if request.HasField("session_id"):
             yield from self._session_fetch(request, context, started)
             return
+        if replica_id != CONSUMER:
+            yield from self._fetch(request, context, started, replica_id)
+            return
+        if not self.consumer_fetches.try_acquire():
+            abort(
+                context,
+                ServerBusyError(
+                    f"{self.consumer_fetches.limit} consumer fetches already hold this node's "
+                    f"fetch threads; retry after a back-off"
+                ),
+            )
+        try:
+            yield from self._fetch(request, context, started, replica_id)
+        finally:
+            self.consumer_fetches.release()
+
+    def _fetch(
+        self,
+        request: common_pb2.FetchRequest,
+        context: grpc.ServicerContext,
+        started: float,
+        replica_id: int,
+    ) -> Iterator[bytes]:
         states = self.replicas.fetch_states(
             [
                 (
@@ -122,7 +163,7 @@ class StorageNodeService:
         )
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
-        if request.max_wait_ms > 0 and self.waiting_fetches.try_acquire():
+        if request.max_wait_ms > 0 and self._take_wait_slot(replica_id):
             waiter = Waiter()
             try:
                 # Runs when the call ends: a call cancelled while it waits stops waiting.
@@ -135,12 +176,29 @@ class StorageNodeService:
                     waiter,
                 )
             finally:
-                self.waiting_fetches.release()
+                self._give_wait_slot(replica_id)
         if not context.is_active():
             return
         chunks = self.replicas.read_chunks(states, request.max_bytes or (1 << 31) - 1)
         for chunk in counted(chunks, self.metrics, "Fetch", started, replica_id >= 0):
             yield _encode_chunk(chunk, replica_id >= 0)
+
+    def _take_wait_slot(self, replica_id: int) -> bool:
+        """A waiting slot; consumers may hold only their share of them, so a follower's
+        long poll can always wait (without one it would fetch again at once, in a loop)."""
+        consumer = replica_id == CONSUMER
+        if consumer and not self.waiting_consumer_fetches.try_acquire():
+            return False
+        if self.waiting_fetches.try_acquire():
+            return True
+        if consumer:
+            self.waiting_consumer_fetches.release()
+        return False
+
+    def _give_wait_slot(self, replica_id: int) -> None:
+        self.waiting_fetches.release()
+        if replica_id == CONSUMER:
+            self.waiting_consumer_fetches.release()
 
     def _session_fetch(
         self, request: common_pb2.FetchRequest, context: grpc.ServicerContext, started: float

@@ -1,10 +1,14 @@
 """Long polls cannot delay produce: clients looping deep long polls through the gateway
 hold at most 5/8 of its gRPC threads (services/gateway/fetch_threads.py); a fetch past that is
-refused at once with the retriable SERVER_BUSY and its client backs off. Before: with 60
-such clients over 100 partitions the node's registry heartbeats starved behind the fetches,
-its session expired and a produce failed with LEADER_NOT_AVAILABLE (issue 31: 200 polls of
-500 partitions made one produce wait 99 s); after, in runs here: produce p50 72-100 ms,
-max 170-492 ms."""
+refused at once with the retriable SERVER_BUSY and its client backs off. Fetches run on a
+thread pool of their own, in the gateway and in the node (serving.MethodThreadPools), so a
+produce never queues behind them, and on the node consumers' fetches hold at most 3/4 of
+that pool, so followers always find a thread. Before: with 60 such clients over 100
+partitions the node's registry heartbeats starved behind the fetches, its session expired
+and a produce failed with LEADER_NOT_AVAILABLE (issue 31: 200 polls of 500 partitions made
+one produce wait 99 s); after, in runs here (attackers, gateway and node in this one
+process, so sharing its interpreter): produce p50 72-185 ms, max 170-616 ms. The full scale,
+from attacker processes: `make bench-long-polls`."""
 
 from __future__ import annotations
 
@@ -14,7 +18,10 @@ import time
 import grpc
 import pytest
 
-from seglog.v1 import common_pb2, gateway_pb2_grpc
+from seglog.errors import ServerBusyError
+from seglog.rpc.status import error_from_rpc
+from seglog.v1 import common_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from services.storage_node.service import FETCH_POOL_THREADS, MAX_CONSUMER_FETCH_THREADS
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 
@@ -86,3 +93,74 @@ def test_a_produce_completes_within_a_bound_under_deep_long_polls(one_node):
     )
     assert took[-1] < PRODUCE_BOUND_S
     assert polls.answered > 0 and polls.refused > 0
+
+
+def test_a_node_refuses_consumer_fetches_past_their_share_and_still_serves_followers_and_appends(
+    one_node,
+):
+    """On the node, fetches run on a pool of their own, where consumers' fetches may hold at
+    most MAX_CONSUMER_FETCH_THREADS threads: past that they are refused at once with the
+    retriable SERVER_BUSY, while a follower's fetch and an append are still served."""
+    one_node.admin.create_topic("shares", 1, 1)
+    node = one_node.nodes[1]
+    slots = node.service.consumer_fetches
+    assert slots.limit == MAX_CONSUMER_FETCH_THREADS < FETCH_POOL_THREADS
+    consumer = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
+    consumer.partitions.add(
+        topic="shares", partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    follower = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20, replica_id=2)
+    follower.partitions.add(
+        topic="shares", partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+    )
+    append = common_pb2.ProduceRequest(topic="shares", acks=1)
+    append.partitions.add(partition=0, records=make_batch([b"kept"]))
+    held = 0
+    while slots.try_acquire():  # as if consumers held every slot
+        held += 1
+    try:
+        with grpc.insecure_channel(node.address) as channel:
+            stub = storage_pb2_grpc.StorageNodeStub(channel)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(stub.Fetch(consumer, timeout=10))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert isinstance(error_from_rpc(refused.value), ServerBusyError)
+            list(stub.Fetch(follower, timeout=10))  # served (its answer is its own business)
+            assert stub.Append(append, timeout=10).partitions[0].error == 0
+    finally:
+        for _ in range(held):
+            slots.release()
+    assert held == MAX_CONSUMER_FETCH_THREADS
+    with grpc.insecure_channel(node.address) as channel:
+        [answer] = list(storage_pb2_grpc.StorageNodeStub(channel).Fetch(consumer, timeout=10))
+    assert answer.records
+
+
+def test_consumers_long_polls_on_a_node_hold_only_their_share_of_its_waiting_slots(one_node):
+    """Consumers may hold as many of a node's waiting slots as one gateway relays; the rest
+    are followers' (a follower that cannot wait fetches again at once, in a loop). A
+    consumer's long poll finding its share held answers at once instead of waiting."""
+    one_node.admin.create_topic("waits", 1, 1)
+    service = one_node.nodes[1].service
+    share = service.waiting_consumer_fetches
+    assert share.limit < service.waiting_fetches.limit
+    poll = common_pb2.FetchRequest(min_bytes=1 << 20, max_wait_ms=1000, max_bytes=1 << 20)
+    poll.partitions.add(topic="waits", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    with grpc.insecure_channel(one_node.nodes[1].address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        started = time.monotonic()
+        list(stub.Fetch(poll, timeout=30))
+        assert time.monotonic() - started >= 0.9  # it waited its max_wait_ms
+        held = 0
+        while share.try_acquire():
+            held += 1
+        try:
+            poll.max_wait_ms = 20_000
+            started = time.monotonic()
+            list(stub.Fetch(poll, timeout=30))
+            assert time.monotonic() - started < 10  # answered without its 20 s wait
+            assert service.waiting_fetches.in_use == 0
+        finally:
+            for _ in range(held):
+                share.release()
+    assert share.in_use == 0 and service.waiting_fetches.in_use == 0
