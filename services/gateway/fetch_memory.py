@@ -33,6 +33,7 @@ from google.protobuf.message import DecodeError
 
 from seglog.errors import MemoryBudgetExhaustedError
 from seglog.rpc.status import abort
+from seglog.rpc.wire import encode_uvarint
 from seglog.v1 import common_pb2
 
 from .fetch_threads import FETCH_METHOD, MAX_FETCH_THREADS
@@ -126,16 +127,7 @@ class FetchAnswerMemoryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc
         if reserved >= asked:
             return raw, reserved
         self.lowered += 1
-        return raw + _MAX_BYTES_TAG + _varint(reserved), reserved
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+        return raw + _MAX_BYTES_TAG + encode_uvarint(reserved), reserved
 
 
 class _CallHold:
