@@ -210,6 +210,8 @@ def _fields(view: memoryview) -> Iterator[tuple[int, int | memoryview | None]]:
     while pos < end:
         key, pos = _read_varint(view, pos)
         number, wire_type = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")  # protobuf's parsers refuse it too
         if wire_type == 2:
             length, pos = _read_varint(view, pos)
             if pos + length > end:
