@@ -165,7 +165,9 @@ def test_the_nodes_append_refuses_malformed_bytes_and_writes_nothing(servers: Se
     # its last field is a shorter message, well-formed (a ProduceRequest cut before `acks`
     # asks for acks=0) - the records carry their own lengths and CRCs.
     entry = _field(1, 0) + _field(3, 2**64 - 1) + _field(2, batch)  # epoch -1: any
-    good = _field(1, topic.encode()) + _field(3, 1) + _field(4, 5000) + _field(2, entry)
+    # acks=all: the answer comes once the follower has it, so a consumer's fetch finds it.
+    acks_all = _field(3, 2**64 - 1)
+    good = _field(1, topic.encode()) + acks_all + _field(4, 5000) + _field(2, entry)
     assert common_pb2.ProduceRequest.FromString(good).partitions[0].records == batch
     bad = [good[:cut] for cut in range(len(good))]
     bad += [
