@@ -3,8 +3,8 @@ as Kafka's KafkaApis over its ReplicaManager. It checks request fields, translat
 to and from the manager's calls, and bounds how many fetches may wait at once; what the node
 does with partitions lives in the manager.
 
-Fetch answers stream the manager's chunks as wire bytes directly (seglog.rpc.wire), without
-building a protobuf message around the records. A follower's fetch-session request
+Append takes its request as wire bytes and Fetch answers stream the manager's chunks as wire
+bytes (seglog.rpc.wire), so neither builds nor parses a protobuf message around the records. A follower's fetch-session request
 (FetchRequest.session_id, fetch_sessions.py) is answered with the session header first, then
 only the partitions with news.
 """
