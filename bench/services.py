@@ -6,7 +6,9 @@ each beside a bare gRPC call moving the same bytes, measured in the same run.
   call writes nothing; a plain sequential write of the same bytes to the same file system is
   printed too, as the disk's ceiling, and so is a bare relay: an echo server forwarding each
   payload unchanged to a second one, doing nothing else (the ceiling of any design where a
-  gateway relays the request to a storage node over a second gRPC hop). The CPU time the
+  gateway relays the request to a storage node over a second gRPC hop); and the same relay
+  to an echo server that writes each payload to a file (os.write, the page cache): the
+  ceiling of such a design for a node that stores the bytes. The CPU time the
   gateway and the node spend per MiB is printed beside the bare relay's and the echo
   server's, summed over every round (/proc/<pid>/stat counts in 10 ms ticks).
 - fetch: the same partition read back in fetch streams, against a bare server stream of 1 MiB
@@ -167,6 +169,14 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             relay = ServerProcess("relay", "bench.echo_server", ["--relay-to", echo.address])
             processes.append(relay)
             relay.start()
+            sink = ServerProcess("sink", "bench.echo_server", ["--write-to", str(root / "sink")])
+            processes.append(sink)
+            sink.start()
+            writing_relay = ServerProcess(
+                "writing-relay", "bench.echo_server", ["--relay-to", sink.address]
+            )
+            processes.append(writing_relay)
+            writing_relay.start()
             gateway.start()
             node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
             processes.append(node)
@@ -184,6 +194,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 stub.CreateTopics(request)
             echo_channel = open_channel(echo.address)
             relay_channel = open_channel(relay.address)
+            writing_relay_channel = open_channel(writing_relay.address)
             node_channel = open_channel(node.address)
 
             gateway_payload = _request_of_batches("via-gateway", 16 * 1024, 64)
@@ -210,11 +221,15 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                         lambda: _baseline_put(relay_channel, gateway_payload, calls),
                     ),
                     "disk": lambda: _baseline_disk(root, gateway_payload, calls),
+                    "writing relay": lambda: _baseline_put(
+                        writing_relay_channel, gateway_payload, calls
+                    ),
                 },
                 ROUNDS,
             )
-            base, via, direct, relayed, disk = (
-                produce_s[name] for name in ("base", "via", "direct", "relay", "disk")
+            base, via, direct, relayed, disk, relayed_to_disk = (
+                produce_s[name]
+                for name in ("base", "via", "direct", "relay", "disk", "writing relay")
             )
             report(
                 "produce via gateway, 1 MiB reqs, acks=1 (MB/s)", mb / via, mb / base, "MB/s", 0.5
@@ -225,6 +240,13 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 "  produce via gateway against that relay (MB/s)",
                 mb / via,
                 mb / relayed,
+                "MB/s",
+                None,
+            )
+            report(
+                "  via gateway against a relay that writes (MB/s)",
+                mb / via,
+                mb / relayed_to_disk,
                 "MB/s",
                 None,
             )
@@ -250,7 +272,13 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 None,
             )
             if not WITH_FETCH:
-                for channel in (admin, echo_channel, relay_channel, node_channel):
+                for channel in (
+                    admin,
+                    echo_channel,
+                    relay_channel,
+                    writing_relay_channel,
+                    node_channel,
+                ):
                     channel.close()
                 return
 
@@ -291,7 +319,13 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 "MB/s",
                 None,
             )
-            for channel in (admin, echo_channel, relay_channel, node_channel):
+            for channel in (
+                admin,
+                echo_channel,
+                relay_channel,
+                writing_relay_channel,
+                node_channel,
+            ):
                 channel.close()
         finally:
             for process in reversed(processes):
