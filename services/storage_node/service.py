@@ -4,9 +4,9 @@ to and from the manager's calls, and bounds how many fetches may wait at once; w
 does with partitions lives in the manager.
 
 Append takes its request as wire bytes and Fetch answers stream the manager's chunks as wire
-bytes (seglog.rpc.wire), so neither builds nor parses a protobuf message around the records. A follower's fetch-session request
-(FetchRequest.session_id, fetch_sessions.py) is answered with the session header first, then
-only the partitions with news.
+bytes (seglog.rpc.wire), so neither builds nor parses a protobuf message around the records.
+A follower's fetch-session request (FetchRequest.session_id, fetch_sessions.py) is answered
+with the session header first, then only the partitions with news.
 """
 
 from __future__ import annotations
