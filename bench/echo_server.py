@@ -11,11 +11,17 @@ work: the ceiling of any design in which a gateway relays calls to a storage nod
 With `--tls CERT KEY CA` (first) it serves mutual TLS and a relay dials upstream with the
 same certificate: the ceiling of the same design with TLS on both hops.
 
+With `--write-to FILE`, Put also appends each payload to FILE (one os.write, emptied past
+WRITE_WRAP_BYTES so the file stays bounded): behind a relay, the ceiling of a relay to a
+storage node that must at least put the bytes in the page cache.
+
 Prints `echo listening on HOST:PORT` and serves until SIGTERM."""
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -31,8 +37,21 @@ Put = Callable[[bytes, grpc.ServicerContext], bytes]
 Stream = Callable[[bytes, grpc.ServicerContext], Iterator[bytes]]
 
 
-def _echo() -> tuple[Put, Stream]:
+WRITE_WRAP_BYTES = 1024 * 1024 * 1024
+
+
+def _echo(write_to: Path | None = None) -> tuple[Put, Stream]:
+    fd = -1 if write_to is None else os.open(write_to, os.O_CREAT | os.O_WRONLY | os.O_TRUNC)
+    written = [0]
+    lock = threading.Lock()
+
     def put(payload: bytes, context: grpc.ServicerContext) -> bytes:
+        if fd >= 0:
+            with lock:
+                if written[0] >= WRITE_WRAP_BYTES:
+                    os.ftruncate(fd, 0)
+                    written[0] = 0
+                written[0] += os.pwrite(fd, payload, written[0])
         return len(payload).to_bytes(8, "big")
 
     def stream(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -68,7 +87,10 @@ def main(argv: list[str]) -> int:
         tls = TlsFiles(Path(argv[1]), Path(argv[2]), Path(argv[3]))
         argv = argv[4:]
     credentials = None if tls is None else channel_credentials(tls)
-    put, stream = _relay(argv[1], credentials) if argv[:1] == ["--relay-to"] else _echo()
+    if argv[:1] == ["--relay-to"]:
+        put, stream = _relay(argv[1], credentials)
+    else:
+        put, stream = _echo(Path(argv[1]) if argv[:1] == ["--write-to"] else None)
     handler = grpc.method_handlers_generic_handler(
         "bench.Echo",
         {

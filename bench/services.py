@@ -6,12 +6,17 @@ each beside a bare gRPC call moving the same bytes, measured in the same run.
   call writes nothing; a plain sequential write of the same bytes to the same file system is
   printed too, as the disk's ceiling, and so is a bare relay: an echo server forwarding each
   payload unchanged to a second one, doing nothing else (the ceiling of any design where a
-  gateway relays the request to a storage node over a second gRPC hop).
+  gateway relays the request to a storage node over a second gRPC hop); and the same relay
+  to an echo server that writes each payload to a file (os.write, the page cache): the
+  ceiling of such a design for a node that stores the bytes. The CPU time the
+  gateway and the node spend per MiB is printed beside the bare relay's and the echo
+  server's, summed over every round (/proc/<pid>/stat counts in 10 ms ticks).
 - fetch: the same partition read back in fetch streams, against a bare server stream of 1 MiB
   FetchResponse messages written by a raw serializer; both clients parse normal messages.
   The same stream through the bare relay is printed too.
 
-SEGLOG_BENCH_SERVICE_MIB sets how much is produced per side (default 256, in 3 rounds).
+SEGLOG_BENCH_SERVICE_MIB sets how much is produced per side (default 256, in 3 rounds);
+SEGLOG_BENCH_SERVICE_FETCH=0 leaves the fetch half out.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -30,11 +36,13 @@ from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services import serving
 
+from .scale_probes import cpu_seconds
 from .timing import best_in_turns
 
 MIB = 1024 * 1024
 SERVICE_MIB = int(os.environ.get("SEGLOG_BENCH_SERVICE_MIB", 256))
 ROUNDS = 3
+WITH_FETCH = os.environ.get("SEGLOG_BENCH_SERVICE_FETCH", "1") != "0"
 FETCH_MAX_BYTES = 32 * MIB
 
 
@@ -99,6 +107,21 @@ def _fetch(channel: grpc.Channel, method: str, topic: str, end_offset: int) -> t
     return time.perf_counter() - start, moved
 
 
+def _counting_cpu(
+    pids: dict[str, int], spent_s: dict[str, float], fn: Callable[[], float]
+) -> Callable[[], float]:
+    """`fn`, adding the CPU seconds each named process spent during it to `spent_s`."""
+
+    def run() -> float:
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        elapsed = fn()
+        for name, pid in pids.items():
+            spent_s[name] = spent_s.get(name, 0.0) + cpu_seconds(pid) - before[name]
+        return elapsed
+
+    return run
+
+
 def _baseline_disk(directory: Path, payload: bytes, calls: int) -> float:
     """The same bytes written sequentially to a file in the same file system: the ceiling
     that any durable produce path shares with this one."""
@@ -146,6 +169,14 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             relay = ServerProcess("relay", "bench.echo_server", ["--relay-to", echo.address])
             processes.append(relay)
             relay.start()
+            sink = ServerProcess("sink", "bench.echo_server", ["--write-to", str(root / "sink")])
+            processes.append(sink)
+            sink.start()
+            writing_relay = ServerProcess(
+                "writing-relay", "bench.echo_server", ["--relay-to", sink.address]
+            )
+            processes.append(writing_relay)
+            writing_relay.start()
             gateway.start()
             node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
             processes.append(node)
@@ -163,28 +194,42 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 stub.CreateTopics(request)
             echo_channel = open_channel(echo.address)
             relay_channel = open_channel(relay.address)
+            writing_relay_channel = open_channel(writing_relay.address)
             node_channel = open_channel(node.address)
 
             gateway_payload = _request_of_batches("via-gateway", 16 * 1024, 64)
             direct_payload = _request_of_batches("direct", 16 * 1024, 64)
             calls = max(1, SERVICE_MIB // ROUNDS)
             mb = calls * len(gateway_payload) / MIB
+            cpu_s: dict[str, float] = {}
             produce_s = best_in_turns(
                 {
                     "base": lambda: _baseline_put(echo_channel, gateway_payload, calls),
-                    "via": lambda: _produce(
-                        admin, "/seglog.v1.Gateway/Produce", gateway_payload, calls
+                    "via": _counting_cpu(
+                        {"gateway": gateway.pid, "node": node.pid},
+                        cpu_s,
+                        lambda: _produce(
+                            admin, "/seglog.v1.Gateway/Produce", gateway_payload, calls
+                        ),
                     ),
                     "direct": lambda: _produce(
                         node_channel, "/seglog.v1.StorageNode/Append", direct_payload, calls
                     ),
-                    "relay": lambda: _baseline_put(relay_channel, gateway_payload, calls),
+                    "relay": _counting_cpu(
+                        {"relay": relay.pid, "echo": echo.pid},
+                        cpu_s,
+                        lambda: _baseline_put(relay_channel, gateway_payload, calls),
+                    ),
                     "disk": lambda: _baseline_disk(root, gateway_payload, calls),
+                    "writing relay": lambda: _baseline_put(
+                        writing_relay_channel, gateway_payload, calls
+                    ),
                 },
                 ROUNDS,
             )
-            base, via, direct, relayed, disk = (
-                produce_s[name] for name in ("base", "via", "direct", "relay", "disk")
+            base, via, direct, relayed, disk, relayed_to_disk = (
+                produce_s[name]
+                for name in ("base", "via", "direct", "relay", "disk", "writing relay")
             )
             report(
                 "produce via gateway, 1 MiB reqs, acks=1 (MB/s)", mb / via, mb / base, "MB/s", 0.5
@@ -199,12 +244,43 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 None,
             )
             report(
+                "  via gateway against a relay that writes (MB/s)",
+                mb / via,
+                mb / relayed_to_disk,
+                "MB/s",
+                None,
+            )
+            # Each side's processes are counted over every round (warm-up requests included).
+            moved_mib = ROUNDS * (calls + 1) * len(gateway_payload) / MIB
+            for name, process, baseline in (
+                ("gateway", "gateway", "relay"),
+                ("node", "node", "echo"),
+            ):
+                report(
+                    f"  {name} CPU per MiB (ms, baseline: {baseline})",
+                    1000 * cpu_s[process] / moved_mib,
+                    1000 * max(cpu_s[baseline], 0.01) / moved_mib,
+                    "ms",
+                    None,
+                    higher_is_better=False,
+                )
+            report(
                 "  the same bytes, os.write to the data fs (MB/s)",
                 mb / disk,
                 mb / base,
                 "MB/s",
                 None,
             )
+            if not WITH_FETCH:
+                for channel in (
+                    admin,
+                    echo_channel,
+                    relay_channel,
+                    writing_relay_channel,
+                    node_channel,
+                ):
+                    channel.close()
+                return
 
             # Every _produce call sent one warm-up request besides its timed ones.
             end = ROUNDS * (calls + 1) * 64
@@ -243,7 +319,13 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 "MB/s",
                 None,
             )
-            for channel in (admin, echo_channel, relay_channel, node_channel):
+            for channel in (
+                admin,
+                echo_channel,
+                relay_channel,
+                writing_relay_channel,
+                node_channel,
+            ):
                 channel.close()
         finally:
             for process in reversed(processes):

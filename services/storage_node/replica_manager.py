@@ -271,7 +271,7 @@ class ReplicaManager:
     # -- append --------------------------------------------------------------------------
 
     def append(
-        self, topic: str, entries: Sequence[tuple[int, bytes, int]], acks: int = 1
+        self, topic: str, entries: Sequence[tuple[int, bytes | memoryview, int]], acks: int = 1
     ) -> list[AppendResult]:
         """Append (partition, records, client leader epoch) entries, all checked first: an
         error raised here wrote nothing; a partition's own failure (too few in-sync replicas

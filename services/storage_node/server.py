@@ -118,8 +118,12 @@ class StorageNode:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
-                "Append": serving.unary(
-                    guard(s.Append), common_pb2.ProduceRequest, common_pb2.ProduceResponse
+                # Taken as wire bytes: service.py scans them (seglog.rpc.wire) instead of
+                # parsing a message around the records.
+                "Append": grpc.unary_unary_rpc_method_handler(
+                    guard(s.Append),
+                    request_deserializer=wire.identity,
+                    response_serializer=common_pb2.ProduceResponse.SerializeToString,
                 ),
                 "Fetch": grpc.unary_stream_rpc_method_handler(
                     guard(s.Fetch),

@@ -3,10 +3,10 @@ as Kafka's KafkaApis over its ReplicaManager. It checks request fields, translat
 to and from the manager's calls, and bounds how many fetches may wait at once; what the node
 does with partitions lives in the manager.
 
-Fetch answers stream the manager's chunks as wire bytes directly (seglog.rpc.wire), without
-building a protobuf message around the records. A follower's fetch-session request
-(FetchRequest.session_id, fetch_sessions.py) is answered with the session header first, then
-only the partitions with news.
+Append takes its request as wire bytes and Fetch answers stream the manager's chunks as wire
+bytes (seglog.rpc.wire), so neither builds nor parses a protobuf message around the records.
+A follower's fetch-session request (FetchRequest.session_id, fetch_sessions.py) is answered
+with the session header first, then only the partitions with news.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import SeglogError, ServerBusyError
+from seglog.errors import InvalidRequestError, SeglogError, ServerBusyError
 from seglog.metrics import error_reason
 from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
@@ -76,11 +76,16 @@ class StorageNodeService:
 
     # -- Append --------------------------------------------------------------------------
 
-    def Append(
-        self, request: common_pb2.ProduceRequest, context: grpc.ServicerContext
-    ) -> common_pb2.ProduceResponse:
+    def Append(self, raw: bytes, context: grpc.ServicerContext) -> common_pb2.ProduceResponse:
+        """A ProduceRequest taken as its wire bytes (server.py registers no deserializer):
+        the records stay views of the received bytes from here to the file, with no protobuf
+        message parsed around them (a 1 MiB request was copied twice on the way in: into the
+        parsed message, then out of it as `records`). The layout is the one
+        `seglog.rpc.wire` documents and scans; the gateway relays a client's request as it
+        came. What is not well-formed fails the whole call before anything is written."""
         started = time.perf_counter()
         try:
+            request = _scan_produce(raw)
             check_produce_request(request)
             results = self.replicas.append(
                 request.topic,
@@ -342,6 +347,13 @@ class StorageNodeService:
             state.high_watermark = described.high_watermark
             state.role = described.role
         return response
+
+
+def _scan_produce(raw: bytes) -> wire.ScannedProduce:
+    try:
+        return wire.scan_produce_request(raw)
+    except ValueError as exc:  # a UnicodeDecodeError (the topic) included
+        raise InvalidRequestError(f"malformed ProduceRequest: {exc}") from None
 
 
 def _encode_chunk(chunk: FetchChunk, for_replica: bool) -> bytes:

@@ -19,7 +19,9 @@ from google.protobuf.descriptor import MethodDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seglog.v1 import common_pb2, gateway_pb2, groups_pb2, storage_pb2
+from seglog.rpc import wire
+from seglog.rpc.wire import encode_uvarint
+from seglog.v1 import common_pb2, gateway_pb2, groups_pb2, storage_pb2, storage_pb2_grpc
 from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -70,10 +72,14 @@ class Servers:
     def __init__(self, cluster: LocalCluster) -> None:
         assert cluster.gateway is not None
         node = cluster.nodes[1]
+        self.cluster = cluster
+        # The node's Append is fuzzed at the leader of TOPIC-0, so requests get past the
+        # leadership check to the bytes.
         self.channels = {
             "gateway": grpc.insecure_channel(cluster.address),
             "registry": grpc.insecure_channel(cluster.gateway.internal_address),
             "node": grpc.insecure_channel(node.address),
+            "leader": grpc.insecure_channel(cluster.leader_of(TOPIC, 0).address),
         }
 
     def call(self, server: str, method: MethodDescriptor, request) -> grpc.StatusCode:
@@ -99,7 +105,7 @@ class Servers:
 
     def good_call_succeeds(self, server: str) -> None:
         """A well-formed call the same server answers with OK."""
-        if server == "node":
+        if server in ("node", "leader"):
             stub_method = storage_pb2.DESCRIPTOR.services_by_name["StorageNode"]
             method = stub_method.methods_by_name["DescribePartitions"]
             request = storage_pb2.DescribePartitionsRequest()
@@ -135,6 +141,68 @@ def servers(request, tmp_path_factory) -> Iterator[Servers]:
         cluster.close()
 
 
+def _field(number: int, value: bytes | int) -> bytes:
+    """One protobuf field: length-delimited for bytes, a varint for an int."""
+    if isinstance(value, int):
+        return encode_uvarint(number << 3) + encode_uvarint(value)
+    return encode_uvarint(number << 3 | 2) + encode_uvarint(len(value)) + value
+
+
+# First in the module, so first on its cluster: the fuzzers below register nodes at addresses
+# no client can dial and delete topics, which leaves no cluster for a produce to succeed on.
+def test_the_nodes_append_refuses_malformed_bytes_and_writes_nothing(servers: Servers) -> None:
+    """The node's Append reads the request's wire bytes itself: every strict prefix of a good
+    request, and bytes no protobuf parser accepts, are INVALID_ARGUMENT with nothing written
+    (the partition's log end offset unchanged); the good request then appends the client's
+    batch as it was sent, read back from the node."""
+    topic = "raw-append"  # its own, out of the fuzzers' names
+    cluster = servers.cluster
+    cluster.admin.create_topic(topic, 1, 2)
+    cluster.client.produce(topic, {0: KNOWN.payloads[0]}, acks=-1)  # through the gateway
+    log = cluster.log(topic, 0)
+    batch = KNOWN.payloads[1]  # gzip: its insides are checked too
+    # The records last, so that no cut ends on a whole request: a protobuf message cut after
+    # its last field is a shorter message, well-formed (a ProduceRequest cut before `acks`
+    # asks for acks=0) - the records carry their own lengths and CRCs.
+    entry = _field(1, 0) + _field(3, 2**64 - 1) + _field(2, batch)  # epoch -1: any
+    # acks=all: the answer comes once the follower has it, so a consumer's fetch finds it.
+    acks_all = _field(3, 2**64 - 1)
+    good = _field(1, topic.encode()) + acks_all + _field(4, 5000) + _field(2, entry)
+    assert common_pb2.ProduceRequest.FromString(good).partitions[0].records == batch
+    bad = [good[:cut] for cut in range(len(good))]
+    bad += [
+        NOT_UTF8_TOPIC + good,
+        good + b"\x80",  # a truncated varint after a whole request
+        good + b"\x0f",  # field 1, wire type 7
+        b"\x00\x00" + good,  # field number 0
+        good.replace(_field(2, entry), _field(2, entry[:-1])),  # the batch one byte short
+    ]
+    end_before = log.log_end_offset
+    with grpc.insecure_channel(cluster.leader_of(topic, 0).address) as channel:
+        append = channel.unary_unary(
+            "/seglog.v1.StorageNode/Append",
+            request_serializer=wire.identity,
+            response_deserializer=common_pb2.ProduceResponse.FromString,
+        )
+        for request in bad:
+            with pytest.raises(grpc.RpcError) as refused:
+                append(request, timeout=CALL_TIMEOUT_S)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, request
+        assert log.log_end_offset == end_before
+        [result] = append(good, timeout=CALL_TIMEOUT_S).partitions
+        assert (result.error, result.base_offset) == (0, end_before)
+        assert log.log_end_offset == end_before + 1
+        fetch = common_pb2.FetchRequest(max_wait_ms=0, max_bytes=1 << 20)
+        fetch.partitions.add(
+            topic=topic, partition=0, fetch_offset=end_before, partition_max_bytes=1 << 20
+        )
+        [answer] = storage_pb2_grpc.StorageNodeStub(channel).Fetch(fetch, timeout=CALL_TIMEOUT_S)
+    stored = answer.records
+    # The node rewrote baseOffset and partitionLeaderEpoch only, neither under the CRC.
+    assert int.from_bytes(stored[:8], "big") == end_before
+    assert (stored[8:12], stored[16:]) == (batch[8:12], batch[16:])
+
+
 @pytest.mark.parametrize(
     ("server", "method"),
     METHODS,
@@ -158,16 +226,17 @@ def test_no_request_breaks_a_handler(servers: Servers, server: str, method, data
 
 
 # The gateway takes Produce's and Fetch's requests as wire bytes (it forwards them, reading
-# only what it needs), so these two meet bytes no protobuf serializer would write: cut
-# short, a byte changed, a topic that is not UTF-8, noise.
+# only what it needs), and so does the node's Append (the gateway relays a producer's bytes
+# to it): these meet bytes no protobuf serializer would write: cut short, a byte changed, a
+# topic that is not UTF-8, noise.
 RAW_METHODS = [
-    gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods_by_name[name]
+    ("gateway", gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods_by_name[name])
     for name in ("Produce", "Fetch")
-]
+] + [("leader", storage_pb2.DESCRIPTOR.services_by_name["StorageNode"].methods_by_name["Append"])]
 
 
 def _good_raw_request(method: MethodDescriptor) -> bytes:
-    if method.name == "Produce":
+    if method.name in ("Produce", "Append"):
         request = common_pb2.ProduceRequest(topic=TOPIC, acks=1, timeout_ms=1000)
         request.partitions.add(partition=0, records=KNOWN.payloads[0])
     else:
@@ -195,7 +264,7 @@ def _raw_requests(draw: st.DrawFn, method: MethodDescriptor) -> bytes:
     return bytes(changed)
 
 
-@pytest.mark.parametrize("method", RAW_METHODS, ids=[m.name for m in RAW_METHODS])
+@pytest.mark.parametrize(("server", "method"), RAW_METHODS, ids=[m.name for _, m in RAW_METHODS])
 @settings(
     max_examples=EXAMPLES_PER_METHOD * 3,
     derandomize=True,
@@ -204,8 +273,8 @@ def _raw_requests(draw: st.DrawFn, method: MethodDescriptor) -> bytes:
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(data=st.data())
-def test_no_wire_bytes_break_the_gateways_relay(servers: Servers, method, data) -> None:
+def test_no_wire_bytes_break_a_raw_handler(servers: Servers, server: str, method, data) -> None:
     request = data.draw(_raw_requests(method), label="request")
-    status = servers.call_raw("gateway", method, request)
+    status = servers.call_raw(server, method, request)
     assert status not in FORBIDDEN, f"{method.full_name} answered {status.name}"
-    servers.good_call_succeeds("gateway")
+    servers.good_call_succeeds(server)

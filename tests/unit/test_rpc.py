@@ -106,9 +106,60 @@ def test_the_routing_scan_refuses_malformed_requests():
         data[:-3],
         data + b"\x12\x7f",
         b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+        data + b"\x29\x00\x00",  # field 5 fixed64, cut short
+        b"\x00\x00" + data,  # field number 0
     ):
         with pytest.raises(ValueError):
             wire.scan_produce_request(broken)
+
+
+@st.composite
+def _mutated_produce_requests(draw: st.DrawFn) -> bytes:
+    """A well-formed ProduceRequest, then cut, a byte changed, or bytes inserted."""
+    request = common_pb2.ProduceRequest(
+        topic=draw(st.text(max_size=8)), acks=draw(st.sampled_from([-1, 0, 1, 7]))
+    )
+    for partition in draw(st.lists(st.integers(0, 300), max_size=3)):
+        data = request.partitions.add(partition=partition, records=draw(st.binary(max_size=20)))
+        if draw(st.booleans()):
+            data.current_leader_epoch = draw(INT32)
+    encoded = bytearray(request.SerializeToString())
+    for _ in range(draw(st.integers(0, 3))):
+        position = draw(st.integers(0, len(encoded)))
+        kind = draw(st.sampled_from(["cut", "change", "insert"]))
+        if kind == "cut":
+            del encoded[position:]
+        elif kind == "change" and position < len(encoded):
+            encoded[position] = draw(st.integers(0, 255))
+        else:
+            encoded[position:position] = draw(st.binary(min_size=1, max_size=4))
+    return bytes(encoded)
+
+
+@given(_mutated_produce_requests())
+def test_the_scan_accepts_nothing_protobuf_refuses_and_reads_what_it_reads(raw):
+    """The node appends what the scan reads (it parses no message): whatever the scan
+    accepts, protobuf's parser accepts too, with the same fields."""
+    try:
+        scanned = wire.scan_produce_request(raw)
+    except ValueError:
+        return  # refused: the node answers INVALID_ARGUMENT
+    parsed = common_pb2.ProduceRequest.FromString(raw)
+    assert (scanned.topic, scanned.acks, scanned.timeout_ms) == (
+        parsed.topic,
+        parsed.acks,
+        parsed.timeout_ms,
+    )
+    assert [
+        (p.partition, bytes(p.records), p.current_leader_epoch) for p in scanned.partitions
+    ] == [
+        (
+            p.partition,
+            p.records,
+            p.current_leader_epoch if p.HasField("current_leader_epoch") else None,
+        )
+        for p in parsed.partitions
+    ]
 
 
 def test_every_reason_code_has_an_error_class_and_a_status():

@@ -205,22 +205,41 @@ def _scan_partition(view: memoryview) -> ScannedPartition:
 
 def _fields(view: memoryview) -> Iterator[tuple[int, int | memoryview | None]]:
     """(field number, value) of a message's fields: varints as ints, length-delimited ones
-    as views of the message (not copied), fixed-width ones skipped (None)."""
+    as views of the message (not copied), fixed-width ones skipped (None). Keys, small
+    numbers and short lengths are one-byte varints, read inline (every produce is scanned
+    by the gateway and again by the node)."""
     pos, end = 0, len(view)
     while pos < end:
-        key, pos = _read_varint(view, pos)
+        key = view[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(view, pos)
         number, wire_type = key >> 3, key & 7
+        # As protobuf's parsers: a key is 32 bits, and no field is numbered 0.
+        if number == 0 or key > 0xFFFFFFFF:
+            raise ValueError(f"a field key {key} no message can have")
         if wire_type == 2:
-            length, pos = _read_varint(view, pos)
+            if pos < end and view[pos] < 0x80:
+                length = view[pos]
+                pos += 1
+            else:
+                length, pos = _read_varint(view, pos)
             if pos + length > end:
                 raise ValueError("a length-delimited field runs past the end")
             yield number, view[pos : pos + length]
             pos += length
         elif wire_type == 0:
-            value, pos = _read_varint(view, pos)
+            if pos < end and view[pos] < 0x80:
+                value = view[pos]
+                pos += 1
+            else:
+                value, pos = _read_varint(view, pos)
             yield number, value
         elif wire_type in (1, 5):
             pos += 8 if wire_type == 1 else 4
+            if pos > end:
+                raise ValueError("a fixed-width field runs past the end")
             yield number, None
         else:
             raise ValueError(f"unsupported wire type {wire_type}")

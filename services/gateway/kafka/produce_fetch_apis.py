@@ -27,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.errors import InvalidRequestError, SeglogError
+from seglog.rpc import wire
 from seglog.v1 import common_pb2
 
 from . import produce_coalescing as coalescing
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from ..server import Gateway
 
 NO_OFFSET = -1
+NO_LEADER_EPOCH = -1  # a Kafka producer names none: the gateway routes by its current leader
 SESSIONLESS = 0
 # Topics of one produce request sent to the gateway at once (threads of this request).
 MAX_CONCURRENT_TOPICS = 8
@@ -57,15 +59,21 @@ FETCH_MAX_BYTES = 55 * 1024 * 1024
 def _produce_topic(call: KafkaCall, request: Any, topic: Any) -> common_pb2.ProduceResponse:
     """The gateway's answer for one topic's partitions; a whole-topic refusal as an answer
     with the error on each partition."""
-    proto = common_pb2.ProduceRequest(
-        topic=topic.name, acks=request.acks, timeout_ms=request.timeout_ms
-    )
-    for data in topic.partition_data:
-        proto.partitions.add(partition=data.index, records=data.records or b"")
     try:
         if request.transactional_id is not None:
             raise InvalidRequestError("transactions are not supported: no transactional.id")
-        raw = call.invoke("Produce", call.gateway.service.Produce, proto.SerializeToString())
+        # Written as wire bytes: the records are copied once, not into a message and then
+        # out of it again (the gateway's Produce reads wire bytes anyway).
+        raw_request = wire.encode_produce_request(
+            topic.name,
+            request.acks,
+            request.timeout_ms,
+            (
+                (data.index, NO_LEADER_EPOCH, (data.records or b"",))
+                for data in topic.partition_data
+            ),
+        )
+        raw = call.invoke("Produce", call.gateway.service.Produce, raw_request)
         answer: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(raw)
         return answer
     except SeglogError as exc:

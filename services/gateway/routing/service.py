@@ -173,14 +173,9 @@ class GatewayService:
         # (acks=all); the relay waits a little longer, so that answer reaches the producer
         # rather than the relay's own deadline racing it.
         timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
-        if scanned.acks == 0 or len(by_node) > 1:
-            try:
-                request = common_pb2.ProduceRequest.FromString(raw)
-            except DecodeError as exc:
-                abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
         if scanned.acks == 0:
             try:
-                answer = self._produce_without_acks(raw, request, by_node, timeout_s)
+                answer = self._produce_without_acks(raw, scanned, by_node, timeout_s)
             except SeglogError as exc:
                 abort(context, exc)
             answered: bytes = answer.SerializeToString()
@@ -192,7 +187,7 @@ class GatewayService:
                 return relayed
             except grpc.RpcError as exc:
                 abort(context, self._node_failure(target, exc))
-        merged: bytes = self._produce_across_nodes(request, by_node, timeout_s).SerializeToString()
+        merged: bytes = self._produce_across_nodes(scanned, by_node, timeout_s).SerializeToString()
         return merged
 
     def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[_Target, list[int]]]:
@@ -218,17 +213,26 @@ class GatewayService:
                     raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
         return by_node
 
-    def _sub_request(self, request: common_pb2.ProduceRequest, indexes: list[int]) -> bytes:
-        sub = common_pb2.ProduceRequest(
-            topic=request.topic, acks=request.acks, timeout_ms=request.timeout_ms
+    def _sub_request(self, request: wire.ScannedProduce, indexes: list[int]) -> bytes:
+        """The request's part for one node, its records written from views of the client's
+        bytes (one copy, no message parsed)."""
+        return wire.encode_produce_request(
+            request.topic,
+            request.acks,
+            request.timeout_ms,
+            (
+                (
+                    request.partitions[i].partition,
+                    client_leader_epoch(request.partitions[i]),
+                    [request.partitions[i].records],
+                )
+                for i in indexes
+            ),
         )
-        sub.partitions.extend(request.partitions[i] for i in indexes)
-        payload: bytes = sub.SerializeToString()
-        return payload
 
     def _produce_across_nodes(
         self,
-        request: common_pb2.ProduceRequest,
+        request: wire.ScannedProduce,
         by_node: dict[int, tuple[_Target, list[int]]],
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
@@ -261,7 +265,7 @@ class GatewayService:
     def _produce_without_acks(
         self,
         raw: bytes,
-        request: common_pb2.ProduceRequest,
+        request: wire.ScannedProduce,
         by_node: dict[int, tuple[_Target, list[int]]],
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
