@@ -164,6 +164,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
         echo = ServerProcess("echo", "bench.echo_server", [])
         gateway = gateway_process("127.0.0.1:0", root / "gateway")
         processes: list[ServerProcess] = [echo, gateway]
+        channels: list[grpc.Channel] = []
         try:
             echo.start()
             relay = ServerProcess("relay", "bench.echo_server", ["--relay-to", echo.address])
@@ -182,6 +183,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             processes.append(node)
             node.start()
             admin = open_channel(gateway.address)
+            channels.append(admin)
             stub = gateway_pb2_grpc.GatewayStub(admin)  # type: ignore[no-untyped-call]
             deadline = time.monotonic() + 30
             while not stub.DescribeCluster(gateway_pb2.DescribeClusterRequest()).nodes:
@@ -196,6 +198,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             relay_channel = open_channel(relay.address)
             writing_relay_channel = open_channel(writing_relay.address)
             node_channel = open_channel(node.address)
+            channels += [echo_channel, relay_channel, writing_relay_channel, node_channel]
 
             gateway_payload = _request_of_batches("via-gateway", 16 * 1024, 64)
             direct_payload = _request_of_batches("direct", 16 * 1024, 64)
@@ -272,14 +275,6 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 None,
             )
             if not WITH_FETCH:
-                for channel in (
-                    admin,
-                    echo_channel,
-                    relay_channel,
-                    writing_relay_channel,
-                    node_channel,
-                ):
-                    channel.close()
                 return
 
             # Every _produce call sent one warm-up request besides its timed ones.
@@ -319,14 +314,8 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
                 "MB/s",
                 None,
             )
-            for channel in (
-                admin,
-                echo_channel,
-                relay_channel,
-                writing_relay_channel,
-                node_channel,
-            ):
-                channel.close()
         finally:
+            for channel in channels:
+                channel.close()
             for process in reversed(processes):
                 process.stop()
