@@ -170,9 +170,9 @@ class GatewayConfig:
         "gRPC calls running or waiting for a thread at once, over every thread pool (long polls, "
         "group joins, node heartbeats and health checks included); past it gRPC refuses a call "
         "RESOURCE_EXHAUSTED before its request is decoded, and clients back off and retry. It "
-        "bounds the memory of requests gRPC decodes before queued.max.request.bytes sees them "
-        "(about twice a request's size per call). -1 turns the bound off; the Kafka listener's "
-        "connections are not counted",
+        "bounds the calls whose requests gRPC holds before queued.max.request.bytes sees them "
+        "(about three times a request per call served, one request per call queued). -1 turns "
+        "the bound off; the Kafka listener's connections are not counted",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
