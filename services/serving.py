@@ -93,11 +93,15 @@ def build_server(
     serving: bool = True,
     interceptors: Iterable[grpc.ServerInterceptor] = (),
     method_threads: Mapping[str, int] | None = None,
+    max_concurrent_rpcs: int | None = None,
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
     """A started-ready (not yet started) server bound to `listen`; returns the bound port.
     Its health service answers SERVING for the server ("") and each service, or NOT_SERVING
     until `set_serving` when `serving` is False. `method_threads` gives some methods (full
-    names) a thread pool of their own of that size (MethodThreadPools)."""
+    names) a thread pool of their own of that size (MethodThreadPools). `max_concurrent_rpcs`
+    bounds the calls running or queued for a thread, over every pool: gRPC answers a call
+    past it RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded!") before its handler reads
+    the request; None leaves it unbounded."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
         handlers=list(handlers),
@@ -111,6 +115,7 @@ def build_server(
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -29,10 +29,25 @@ import grpc
 
 from seglog.errors import MemoryBudgetExhaustedError
 from seglog.rpc.status import abort
+from services.wait_slots import SERVER_MAX_WORKERS
+
+from .fetch_threads import FETCH_POOL_THREADS
 
 # Kafka's default is -1 (unbounded); seglog bounds a gateway at 256 MiB.
 DEFAULT_QUEUED_MAX_REQUEST_BYTES = 256 * 1024 * 1024
 DEFAULT_WAIT_S = 30.0
+# gRPC Python decodes a request before any interceptor sees it, and nothing bounded the calls
+# it accepts and queues for a thread. Measured with 4 MiB produces and the pool off: a call
+# being served holds about three times its request (received, decoded, relayed), one queued
+# for a thread its whole request in gRPC's transport buffers (BDP-sized stream windows), one
+# refused about half of it while it arrives. 96 looping callers raised a gateway's peak RSS
+# by 546-711 MiB; with at most 12 calls at once, 262 MiB; 24, 357; 40, 422. gRPC's own limit
+# on calls running or queued (maximum_concurrent_rpcs) refuses the rest RESOURCE_EXHAUSTED
+# before a handler reads them, and clients back off. Long polls, group joins, heartbeats and
+# health checks count too, so the default leaves every thread of every pool (the server's
+# and the fetches') busy and as many calls again queued: it bounds the queue, while the
+# threads themselves bound what is being served (threads x socket.request.max.bytes x ~3).
+DEFAULT_MAX_CONCURRENT_REQUESTS = SERVER_MAX_WORKERS + FETCH_POOL_THREADS + SERVER_MAX_WORKERS
 # A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
 # briefly, then the client backs off.
 GRPC_WAIT_S = 1.0

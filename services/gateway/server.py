@@ -347,11 +347,13 @@ class Gateway:
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
         # gRPC decodes a request before any interceptor can hold it back: that path's own
-        # bound is its threads x the largest request, said here beside the pool's.
+        # bound is the calls it takes at once x the largest request, said beside the pool's.
         logger.info(
-            "gRPC requests: up to %d threads x socket.request.max.bytes %d decoding at once, "
-            "before queued.max.request.bytes %d admits them",
-            SERVER_MAX_WORKERS,
+            "gRPC requests: up to max.concurrent.requests %d calls (%d threads) x "
+            "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
+            "admits them",
+            self.config.max_concurrent_requests,
+            SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
             self.config.max_request_bytes,
             self.config.queued_max_request_bytes,
         )
@@ -369,6 +371,11 @@ class Gateway:
                 self.fetch_memory,
             ],
             method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
+            max_concurrent_rpcs=(
+                self.config.max_concurrent_requests
+                if self.config.max_concurrent_requests > 0
+                else None
+            ),
         )
         self.server.start()
         if self.config.health_listen:

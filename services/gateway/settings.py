@@ -46,7 +46,7 @@ from .kafka.listener import (
     DEFAULT_MAX_CONNECTIONS,
     parse_listener,
 )
-from .request_memory import DEFAULT_QUEUED_MAX_REQUEST_BYTES
+from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 
@@ -164,6 +164,15 @@ class GatewayConfig:
         "retriably (Kafka's default is -1, unbounded; -1 here too turns the bound off). A gRPC "
         "fetch reserves its answer first, at most half of it over the fetch threads, and is "
         "answered smaller rather than refused",
+    )
+    max_concurrent_requests: int = setting(
+        DEFAULT_MAX_CONCURRENT_REQUESTS,
+        "gRPC calls running or waiting for a thread at once, over every thread pool (long polls, "
+        "group joins, node heartbeats and health checks included); past it gRPC refuses a call "
+        "RESOURCE_EXHAUSTED before its request is decoded, and clients back off and retry. It "
+        "bounds the calls whose requests gRPC holds before queued.max.request.bytes sees them "
+        "(about three times a request per call served, one request per call queued). -1 turns "
+        "the bound off; the Kafka listener's connections are not counted",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,

@@ -218,6 +218,48 @@ def test_not_coordinator_names_the_coordinator_across_the_wire():
     assert error.coordinator == "10.0.0.9:7070" and error.retriable
 
 
+def test_a_call_past_the_servers_concurrent_rpc_limit_is_retriable_server_busy():
+    """gRPC refuses a call past maximum_concurrent_rpcs with a bare RESOURCE_EXHAUSTED (no
+    ErrorInfo): clients must back off and retry it, not take it for a request too large."""
+    import threading
+    from concurrent import futures
+
+    from seglog.rpc.status import error_from_rpc
+
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(request, context):
+        entered.set()
+        release.wait(30)
+        return b""
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), maximum_concurrent_rpcs=1)
+    handler = grpc.unary_unary_rpc_method_handler(hold)
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("t.T", {"Call": handler})]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/t.T/Call")
+            held = call.future(b"", timeout=30)
+            assert entered.wait(30)
+            try:
+                call(b"", timeout=30)
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc)
+            else:
+                raise AssertionError("the call past the limit succeeded")
+            release.set()
+            assert held.result() == b""
+            assert call(b"", timeout=30) == b""  # room again once the first one ended
+    finally:
+        release.set()
+        server.stop(0)
+    assert isinstance(error, errors.ServerBusyError) and error.retriable
+
+
 KAFKA_MURMUR2_VECTORS = {
     # Kafka's UtilsTest.testMurmur2
     b"21": -973932308,

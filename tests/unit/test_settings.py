@@ -94,6 +94,7 @@ DESCRIBED_NAMES = [
     "broker.heartbeat.interval.ms",
     "socket.request.max.bytes",
     "queued.max.request.bytes",
+    "max.concurrent.requests",
     "offsets.topic.num.partitions",
     "group.initial.rebalance.delay.ms",
     "group.min.session.timeout.ms",

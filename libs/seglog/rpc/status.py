@@ -96,6 +96,10 @@ _ERROR_BY_STATUS: dict[grpc.StatusCode, type[SeglogError]] = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: errors.RecordListTooLargeError,
 }
 
+# What gRPC's server answers a call past its maximum_concurrent_rpcs (grpc/_server.py), before
+# any handler ran: the server is busy, not the request too large, so the call is retried.
+_CONCURRENCY_LIMIT_DETAILS = "Concurrent RPC limit exceeded"
+
 _ERROR_CLASSES = errors.error_classes()
 
 
@@ -165,6 +169,8 @@ def error_from_rpc(error: grpc.RpcError) -> SeglogError:
         )
     if code == grpc.StatusCode.UNAVAILABLE:
         message += _tls_hint(message)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and _CONCURRENCY_LIMIT_DETAILS in message:
+        return errors.ServerBusyError(f"{code.name}: {message}")
     return _ERROR_BY_STATUS.get(code, SeglogError)(f"{code.name}: {message}")
 
 
