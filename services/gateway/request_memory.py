@@ -29,9 +29,6 @@ import grpc
 
 from seglog.errors import MemoryBudgetExhaustedError
 from seglog.rpc.status import abort
-from services.wait_slots import SERVER_MAX_WORKERS
-
-from .fetch_threads import FETCH_POOL_THREADS
 
 # Kafka's default is -1 (unbounded); seglog bounds a gateway at 256 MiB.
 DEFAULT_QUEUED_MAX_REQUEST_BYTES = 256 * 1024 * 1024
@@ -47,7 +44,12 @@ DEFAULT_WAIT_S = 30.0
 # health checks count too, so the default leaves every thread of every pool (the server's
 # and the fetches') busy and as many calls again queued: it bounds the queue, while the
 # threads themselves bound what is being served (threads x socket.request.max.bytes x ~3).
-DEFAULT_MAX_CONCURRENT_REQUESTS = SERVER_MAX_WORKERS + FETCH_POOL_THREADS + SERVER_MAX_WORKERS
+# It is off unless set: gRPC's limit cannot spare a service, and nodes heartbeat on this
+# listener (unless they have an internal one), so under a flood of client calls it would
+# refuse their heartbeats too and nodes would lose their sessions. Where set, threads of
+# every pool and as many queued (SERVER_MAX_WORKERS + FETCH_POOL_THREADS + SERVER_MAX_WORKERS,
+# 88) is a sensible value.
+DEFAULT_MAX_CONCURRENT_REQUESTS = -1
 # A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
 # briefly, then the client backs off.
 GRPC_WAIT_S = 1.0

@@ -171,8 +171,11 @@ class GatewayConfig:
         "group joins, node heartbeats and health checks included); past it gRPC refuses a call "
         "RESOURCE_EXHAUSTED before its request is decoded, and clients back off and retry. It "
         "bounds the calls whose requests gRPC holds before queued.max.request.bytes sees them "
-        "(about three times a request per call served, one request per call queued). -1 turns "
-        "the bound off; the Kafka listener's connections are not counted",
+        "(about three times a request per call served, one request per call queued); 88 leaves "
+        "every thread busy and as many calls queued. Off (-1) by default: nodes heartbeat on this "
+        "listener unless they have an internal one, so a flood of client calls would refuse "
+        "their heartbeats too (a node retries a refused heartbeat after 0.1 s). The Kafka "
+        "listener's connections are not counted",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,

@@ -50,6 +50,8 @@ from .replica_manager import ReplicaManager
 logger = logging.getLogger(__name__)
 
 DEFAULT_GATEWAY_PORT = 7070
+# A heartbeat refused unread by a gateway at its gRPC call limit is sent again after this.
+BUSY_RETRY_S = 0.1
 
 
 class RegistrySession:
@@ -126,11 +128,16 @@ class RegistrySession:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            wait_s = self.interval_s
             try:
-                self._beat()
+                if self._beat() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # The gateway's max.concurrent.requests refused it before reading it
+                    # (a flood of client calls): a heartbeat every interval could miss the
+                    # session behind the flood, so it tries again soon.
+                    wait_s = min(self.interval_s, BUSY_RETRY_S)
             except Exception:  # the session outlives any one failure; next interval retries
                 logger.exception("registry session step failed")
-            self._beat_now.wait(self.interval_s)
+            self._beat_now.wait(wait_s)
             self._beat_now.clear()
 
     def controlled_shutdown(self, timeout_s: float) -> bool:
@@ -146,7 +153,8 @@ class RegistrySession:
                 return True
         return False
 
-    def _beat(self) -> None:
+    def _beat(self) -> grpc.StatusCode | None:
+        """One heartbeat (or registration); the status code when it failed."""
         # A session is registered once; later heartbeats keep it. A gateway that does not
         # know it (restarted without it, or fenced it after a missed session) answers a
         # heartbeat by registering it anew, so a failed heartbeat is simply retried.
@@ -164,7 +172,8 @@ class RegistrySession:
             if self._answered_once:
                 logger.warning("heartbeat to the gateway failed: %s", exc.code())
                 self._fence_if_lapsed()
-            return
+            code: grpc.StatusCode = exc.code()
+            return code
         if assignment.heartbeat_interval_ms > 0:
             self.interval_s = assignment.heartbeat_interval_ms / 1000
         ticket = self.applier.submit(assignment)  # applied on the applier's thread
@@ -178,6 +187,7 @@ class RegistrySession:
             # shutdown goes on; the session has nothing else left to do.
             self.applier.wait_applied(ticket, max(self.interval_s, 1.0))
             self.may_shut_down.set()
+        return None
 
     def _fence_if_lapsed(self) -> None:
         with self._fencing:

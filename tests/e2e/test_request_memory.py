@@ -1,18 +1,16 @@
 """A gateway's memory under many large requests and answers at once, measured on a real
 process (its peak resident set, VmHWM, reset before each attack): bounded by
 queued.max.request.bytes over all its connections, not by socket.request.max.bytes per
-connection, and for gRPC, which decodes a request before the pool sees it, by
-max.concurrent.requests. Every attack runs first against a gateway without the bounds, as
-this run's baseline, then against one with a POOL_BYTES pool and CONCURRENT_CALLS calls."""
+connection. Every attack runs first against a gateway without the bounds, as this run's
+baseline, then against one with a POOL_BYTES pool and CONCURRENT_CALLS calls. (gRPC decodes a
+request before the pool sees it: what bounds that path is services/gateway/request_memory.py's
+comment on max.concurrent.requests, with its measurements.)"""
 
 from __future__ import annotations
 
 import concurrent.futures
-import random
 import socket
 import struct
-import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -20,8 +18,6 @@ import pytest
 
 from seglog.client.fetcher import next_offset_after
 from seglog.client.gateway import FetchPosition, GatewayClient
-from seglog.errors import SeglogError
-from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from services.gateway.fetch_threads import MAX_FETCH_THREADS
 from tests.batches import make_batch
@@ -37,12 +33,6 @@ PRODUCE_V9 = struct.pack(">hh", 0, 9)
 ANSWER_PARTITIONS = 4
 BATCHES_PER_PARTITION = 12
 FETCHERS = 24
-# The gRPC produce attack: PRODUCERS clients at once, each sending PRODUCES_EACH produces of
-# PRODUCE_PARTITIONS batches of about 1 MiB, against a gateway taking CONCURRENT_CALLS calls.
-PRODUCERS = 96
-PRODUCES_EACH = 1
-PRODUCE_PARTITIONS = 4
-PRODUCE_BYTES = PRODUCE_PARTITIONS * MIB
 CONCURRENT_CALLS = FETCHERS
 # Allocator slack, gRPC's transport buffers, the measuring's own noise.
 MARGIN_BYTES = 32 * MIB
@@ -83,7 +73,6 @@ class Gateway:
             ],
         )
         self.cluster.admin.create_topic("kept", 1, 1)
-        self.cluster.admin.create_topic("large", PRODUCE_PARTITIONS, 1)
         self.cluster.admin.create_topic("answers", ANSWER_PARTITIONS, 1)
         batch = make_batch([b"a" * (MIB - 256)])
         for _ in range(BATCHES_PER_PARTITION):
@@ -230,71 +219,3 @@ def test_large_fetch_answers_stay_within_the_gateways_request_pool(gateways):
         assert offsets == dict.fromkeys(range(ANSWER_PARTITIONS), BATCHES_PER_PARTITION)
     finally:
         client.close()
-
-
-def _produce_large(address: str, start: threading.Barrier, deadline_s: float) -> list[str]:
-    """PRODUCES_EACH produces of PRODUCE_BYTES, the first once every client is connected, each
-    sent again after a short back-off while it is refused retriably, as seglog's producer
-    does; the outcome of every attempt."""
-    batch = make_batch([b"p" * (MIB - 512)])
-    request = common_pb2.ProduceRequest(topic="large", acks=1, timeout_ms=30_000)
-    for partition in range(PRODUCE_PARTITIONS):
-        request.partitions.add(partition=partition, records=batch, current_leader_epoch=-1)
-    outcomes: list[str] = []
-    with grpc.insecure_channel(address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        grpc.channel_ready_future(channel).result(timeout=60)
-        start.wait(60)
-        while outcomes.count("OK") < PRODUCES_EACH and time.monotonic() < deadline_s:
-            try:
-                answer = stub.Produce(request, timeout=60)
-            except grpc.RpcError as exc:
-                error: SeglogError = error_from_rpc(exc)
-                outcomes.append(f"{error.reason} retriable={error.retriable}")
-                time.sleep(random.uniform(0.05, 0.15))
-                continue
-            assert all(p.error == 0 for p in answer.partitions), answer
-            outcomes.append("OK")
-    return outcomes
-
-
-@pytest.mark.slow
-def test_many_large_grpc_produces_stay_within_the_gateways_concurrent_calls(gateways):
-    """96 clients producing 4 MiB each at once through gRPC, which decodes a request before
-    queued.max.request.bytes can hold it back. With max.concurrent.requests, gRPC refuses the
-    calls past CONCURRENT_CALLS before a handler reads them (SERVER_BUSY), the clients back
-    off and send them again, every produce succeeds, and the peak stays within the calls taken
-    x (a request served: received, decoded, relayed; plus what refused calls send meanwhile).
-    Measured here: unbounded 104-308 MiB, bounded 266-361 MiB. The limit does not lower this
-    attack's peak (the server's threads, not its queue, hold most: 32 x ~9 MiB); it bounds
-    what more callers could queue (gRPC buffers a queued call's whole request)."""
-    outcomes: dict[str, list[str]] = {}
-
-    def attack(gateway: Gateway) -> None:
-        deadline_s = time.monotonic() + 90
-        start = threading.Barrier(PRODUCERS)
-        with concurrent.futures.ThreadPoolExecutor(PRODUCERS) as pool:
-            outcomes[gateway.address] = [
-                outcome
-                for attempts in pool.map(
-                    lambda _: _produce_large(gateway.address, start, deadline_s), range(PRODUCERS)
-                )
-                for outcome in attempts
-            ]
-
-    unbounded, bounded = (g.growth(attack) for g in gateways)
-    refused = {
-        kind: {o for o in outcomes[g.address] if o != "OK"}
-        for kind, g in zip(("unbounded", "bounded"), gateways, strict=True)
-    }
-    print(
-        f"gateway peak RSS growth under {PRODUCERS} produces of {PRODUCE_BYTES // MIB} MiB: "
-        f"unbounded {unbounded / MIB:.0f} MiB, {CONCURRENT_CALLS} calls and "
-        f"{POOL_BYTES // MIB} MiB pool {bounded / MIB:.0f} MiB; refusals {refused}"
-    )
-    for gateway in gateways:
-        assert outcomes[gateway.address].count("OK") == PRODUCERS * PRODUCES_EACH
-        assert all(o.endswith("retriable=True") for o in outcomes[gateway.address] if o != "OK")
-    assert "SERVER_BUSY retriable=True" in refused["bounded"], "the limit was never reached"
-    held_bytes = CONCURRENT_CALLS * 4 * PRODUCE_BYTES
-    assert bounded < held_bytes + MARGIN_BYTES, f"peak grew by {bounded / MIB:.0f} MiB"

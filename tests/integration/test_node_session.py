@@ -40,6 +40,7 @@ class ScriptedRegistry(gateway_pb2_grpc.RegistryServicer):
             lambda heartbeat: assignment([], offset=1, full=True)
         )
         self.refusing = threading.Event()
+        self.refusal_code = grpc.StatusCode.UNAVAILABLE
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         gateway_pb2_grpc.add_RegistryServicer_to_server(self, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -50,7 +51,7 @@ class ScriptedRegistry(gateway_pb2_grpc.RegistryServicer):
     ) -> gateway_pb2.NodeAssignment:
         self.received.append(Received(time.monotonic(), method, request))
         if self.refusing.is_set():
-            context.abort(grpc.StatusCode.UNAVAILABLE, "refusing, as the test asked")
+            context.abort(self.refusal_code, "refusing, as the test asked")
         return self.answer(request)
 
     def RegisterNode(self, request, context):
@@ -340,3 +341,26 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     created_after = applied[applied.index("hot@1") :].count("bulk@0")
     assert created_after > many // 2, f"the push waited for {many - created_after} creations"
     assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
+
+
+def test_a_heartbeat_refused_at_the_gateways_call_limit_is_sent_again_soon(
+    tmp_path, registry, stopping
+):
+    """A gateway at max.concurrent.requests refuses calls RESOURCE_EXHAUSTED unread; a node
+    sending its next heartbeat only an interval later could lose its session behind a flood
+    of client calls, so it tries again after a tenth of a second instead."""
+    registry.refusal_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    registry.refusing.set()
+    node = StorageNode(
+        NodeConfig(
+            node_id=NODE_ID,
+            data_dir=tmp_path / "node",
+            gateway=f"127.0.0.1:{registry.port}",
+            heartbeat_interval_ms=60_000,  # the next try one interval later would fail the wait
+        )
+    )
+    node.start()
+    stopping.append(node)
+    assert wait_until(lambda: len(registry.received) >= 3, timeout_s=30), registry.received
+    registry.refusing.clear()
+    assert node.session is not None and node.session.registered.wait(30)
