@@ -1,0 +1,231 @@
+"""LogAppending: a log's write path, the leader's append and the follower's, and segment rolls.
+
+Append path (no per-record work): validate every batch of the input (header, lengths, CRC-32C,
+count, size, timestamps) before writing a byte; assign offsets by rewriting each batch's
+first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch: outside the CRC); write all
+batches with one vectored write; add sparse index entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..records.batch import NO_TIMESTAMP
+from ..semconv import PARTITION, TOPIC
+from .config import LOG_APPEND_TIME
+from .log_flushing import LogFlushing
+from .log_state import tracer
+from .producer_state import producer_batches
+from .segment import AppendedBatch, LogSegment
+from .validation import (
+    ValidatedRecords,
+    assign_offsets,
+    validate_follower_records,
+    validate_records,
+)
+
+# Kafka's producer.id.expiration.ms: a producer silent this long is forgotten (checked at rolls).
+PRODUCER_ID_EXPIRATION_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class LogAppendInfo:
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time_ms: int  # -1 unless the log stamps LogAppendTime
+    log_start_offset: int
+    batch_count: int
+    valid_bytes: int
+
+
+class LogAppending(LogFlushing):
+    def validate(self, records: bytes | bytearray | memoryview) -> ValidatedRecords:
+        """Check the whole input against this log's config without writing anything, so a
+        caller holding several partitions' inputs can check them all before appending any."""
+        with tracer.start_as_current_span("seglog.log.validate") as span:
+            validated = validate_records(records, self.config, self.clock.now_ms())
+            span.set_attribute("seglog.bytes", len(validated.view))
+            span.set_attribute("seglog.batch_count", len(validated.batches))
+            return validated
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview | ValidatedRecords,
+        *,
+        leader_epoch: int | None = None,
+    ) -> LogAppendInfo:
+        """Validate the whole input (unless it comes from `validate`), then append it with
+        offsets from the log end offset."""
+        with tracer.start_as_current_span("seglog.log.append") as span:
+            span.set_attribute(TOPIC, self.topic)
+            span.set_attribute(PARTITION, self._partition_id)
+            validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
+            info = self._append_validated(validated, leader_epoch)
+            span.set_attribute("seglog.bytes", info.valid_bytes)
+            span.set_attribute("seglog.batch_count", info.batch_count)
+            span.set_attribute("seglog.first_offset", info.first_offset)
+            span.set_attribute("seglog.last_offset", info.last_offset)
+            return info
+
+    def _append_validated(
+        self, validated: ValidatedRecords, leader_epoch: int | None
+    ) -> LogAppendInfo:
+        view, batches, now_ms = validated.view, validated.batches, validated.validated_at_ms
+        stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        with self._lock:
+            self._check_open()
+            first_offset = self._log_end_offset
+            idempotent = any(h.producer_id >= 0 for _, h in batches)
+            if idempotent:
+                duplicate = self.producer_state.check_append(
+                    producer_batches((h, 0, 0) for _, h in batches), len(batches)
+                )
+                if duplicate is not None:  # a retry: answered, not written again
+                    return LogAppendInfo(
+                        duplicate.first_offset,
+                        duplicate.last_offset,
+                        duplicate.timestamp_ms,
+                        NO_TIMESTAMP,
+                        self._log_start_offset,
+                        0,
+                        0,
+                    )
+            buffers, appended, max_timestamp = assign_offsets(
+                view, batches, first_offset, leader_epoch, stamp_ms
+            )
+            next_offset = appended[-1].last_offset + 1
+            if leader_epoch is not None:  # the node stamps its epoch: one check per append
+                self.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
+            else:  # the batches keep theirs
+                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
+                self.leader_epochs.assign_from_batches(
+                    zip((h.partition_leader_epoch for _, h in batches), bases, strict=True)
+                )
+            total_bytes = len(view)  # the batches tile the validated input
+            segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
+            self._write(segment, buffers, appended, first_offset, next_offset)
+            if idempotent:
+                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
+                self.producer_state.update(
+                    producer_batches(
+                        (h, base, a.last_offset)
+                        for (_, h), base, a in zip(batches, bases, appended, strict=True)
+                    )
+                )
+            return LogAppendInfo(
+                first_offset,
+                next_offset - 1,
+                max_timestamp,
+                stamp_ms,
+                self._log_start_offset,
+                len(appended),
+                total_bytes,
+            )
+
+    def append_as_follower(
+        self, records: bytes | bytearray | memoryview, *, segment_base_offset: int | None = None
+    ) -> LogAppendInfo:
+        """Append the leader's batches as they are, offsets, timestamps and epochs kept (Kafka's
+        appendAsFollower): nothing is re-encoded, so the bytes on disk are the leader's.
+        `segment_base_offset`, the base offset of the leader's segment the bytes were read
+        from, rolls a new segment there when it is past the active one, so segment files
+        match the leader's one for one."""
+        view = memoryview(records).cast("B")
+        with self._lock:
+            self._check_open()
+            batches = validate_follower_records(
+                view, self._log_end_offset, gaps_allowed=self.config.compact
+            )
+            first_offset = batches[0][1].base_offset
+            last = batches[-1][1]
+            appended = [
+                AppendedBatch(h.size_in_bytes, h.last_offset, h.max_timestamp) for _, h in batches
+            ]
+            max_timestamp = max(b.max_timestamp for b in appended)
+            active = self._segments.active
+            if (
+                segment_base_offset is not None
+                and active.base_offset < segment_base_offset <= first_offset
+            ):
+                self._roll_at(segment_base_offset)
+            else:
+                self._maybe_roll(len(view), max_timestamp, last.last_offset, self.clock.now_ms())
+            self.leader_epochs.assign_from_batches(
+                (h.partition_leader_epoch, h.base_offset) for _, h in batches
+            )
+            self._write(self._segments.active, [view], appended, first_offset, last.next_offset)
+            self.producer_state.update(
+                producer_batches((h, h.base_offset, h.last_offset) for _, h in batches)
+            )
+            return LogAppendInfo(
+                first_offset,
+                last.last_offset,
+                max_timestamp,
+                NO_TIMESTAMP,
+                self._log_start_offset,
+                len(batches),
+                len(view),
+            )
+
+    def _write(
+        self,
+        segment: LogSegment,
+        buffers: Sequence[bytes | bytearray | memoryview],
+        appended: Sequence[AppendedBatch],
+        first_offset: int,
+        next_offset: int,
+    ) -> None:
+        """The end of every append, leader's or follower's: write, move the log end offset,
+        flush when `flush_messages` says so (the lock is held)."""
+        segment.append(buffers, appended)
+        self._changed_since_flush = self._snapshot_due = True
+        self._log_end_offset = next_offset
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        if self._dirty_logs is not None:
+            self._dirty_logs.add(self)
+
+    def _maybe_roll(
+        self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
+    ) -> LogSegment:
+        segment = self._segments.active
+        if segment.should_roll(
+            messages_bytes=messages_bytes,
+            max_timestamp=max_timestamp,
+            max_offset=max_offset,
+            segment_bytes=self.config.segment_bytes,
+            segment_ms=self.config.max_segment_ms,
+            now_ms=now_ms,
+        ):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (a no-op on an empty one)."""
+        with self._lock:
+            self._check_open()
+            return self._roll_at(self._log_end_offset)
+
+    def _roll_at(self, base_offset: int) -> LogSegment:
+        active = self._segments.active
+        if active.size == 0 and active.base_offset == base_offset:
+            return active
+        if active.size == 0:
+            # An empty active segment is replaced rather than left between two others.
+            active.delete_files()
+            self._segments.remove([active])
+        else:
+            active.on_become_inactive()
+        segment = self.segment_factory.open(base_offset)
+        self._make_active(segment)
+        self._segments.add(segment)
+        self._rolled_up_to = segment.base_offset
+        self._changed_since_flush = self._snapshot_due = True
+        # Kafka's roll: the producer state as of the new segment's base, so a later load
+        # replays from here; fsynced with the rolled segment by the scheduled flush.
+        self.producer_state.remove_expired(self.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
+        self.producer_state.take_snapshot(base_offset, sync=False)
+        return segment

@@ -1,0 +1,161 @@
+"""LogReading: a log's reads. Fetch's bytes (where they lie, bounded by the log start and,
+for consumers, the high watermark), the bytes available from an offset, the cut of a range
+into pieces, and ListOffsets' offset for a timestamp; the lookups themselves are
+log_reads' and segment_reads'."""
+
+from __future__ import annotations
+
+from ..errors import InvalidOffsetError, OffsetOutOfRangeError
+from ..records.batch import NO_TIMESTAMP
+from ..semconv import PARTITION, TOPIC
+from . import log_reads, segment_reads
+from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
+from .log_segments import SegmentsSnapshot
+from .log_state import LogState, tracer
+from .segment import LogSegment
+
+# ListOffsets' special timestamps, as Kafka's.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
+
+
+class LogReading(LogState):
+    def _bound_at(self, offset: int, snapshot: SegmentsSnapshot) -> tuple[LogSegment, int]:
+        """The segment and file position where a read bounded at `offset` stops (cached for
+        the current HW, which moves far less often than reads happen)."""
+        cached = self._high_watermark_position
+        if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
+            return cached[1], cached[2]
+        segment, position = log_reads.position_of(snapshot, offset)
+        self._high_watermark_position = (offset, segment, position)
+        return segment, position
+
+    def read(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> bytes | memoryview:
+        """Raw bytes (bytes, or a memoryview of them) of whole batches from the batch holding
+        `offset`, up to `max_bytes` (at least one batch when `min_one_message`), exactly as
+        stored.
+
+        As in Kafka, one read serves one segment: a read that reaches a segment's end returns
+        what that segment holds, and the caller continues from the next offset.
+        The first batch may start before `offset` (offsets inside a batch are not split)."""
+        return self.read_records(offset, max_bytes, min_one_message=min_one_message).data
+
+    def read_records(
+        self, offset: int, max_bytes: int, *, min_one_message: bool = True
+    ) -> LogReadResult:
+        """`read`, with the offset to continue from and the watermarks seen by the read."""
+        found = self.locate_records(offset, max_bytes, min_one_message=min_one_message)
+        return LogReadResult(
+            found.read(), found.next_offset, found.high_watermark, found.log_start_offset
+        )
+
+    def locate_records(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one_message: bool = True,
+        max_offset: int | None = None,
+    ) -> LogSlice:
+        """Where `read`'s bytes lie (segment, position, size: Kafka's FetchDataInfo), found
+        from the indexes and a few batch headers without reading the batches, so a caller
+        can send them from the file or read them once. `max_offset` (a consumer's read: the
+        high watermark) bounds the read: nothing at or past it is returned, and a fetch
+        offset between it and the log end finds nothing rather than an error, as in Kafka."""
+        if offset < 0 or max_bytes < 0:
+            raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
+        log_end = self._log_end_offset
+        start = self._log_start_offset
+        if offset < start or offset > log_end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
+            )
+        upper = log_end if max_offset is None else min(max_offset, log_end)
+        if offset >= upper:
+            return LogSlice(None, offset, upper, start)
+        with tracer.start_as_current_span("seglog.log.read") as span:
+            span.set_attribute(TOPIC, self.topic)
+            span.set_attribute(PARTITION, self._partition_id)
+            span.set_attribute("seglog.fetch_offset", offset)
+            snapshot = self._segments.snapshot()
+            bound: tuple[LogSegment, int] | None = None
+            if upper < log_end:
+                bound = self._bound_at(upper, snapshot)
+            for segment in snapshot.segments[snapshot.floor_index(offset) :]:
+                max_position = None
+                if bound is not None and segment is bound[0]:
+                    max_position = bound[1]
+                found = segment_reads.locate(
+                    segment,
+                    offset,
+                    max_bytes,
+                    min_one_message=min_one_message,
+                    max_position=max_position,
+                )
+                if found is not None:
+                    span.set_attribute("seglog.bytes", found.size)
+                    span.set_attribute("seglog.next_offset", found.next_offset)
+                    return LogSlice(found, found.next_offset, upper, start)
+                if max_position is not None:
+                    break  # the bound's segment ends the read
+            return LogSlice(None, offset, upper, start)
+
+    def bytes_from(
+        self, offset: int, hint: ReadPosition | None = None, *, max_offset: int | None = None
+    ) -> ReadPosition:
+        """How many bytes lie from the batch holding `offset` to the log end (or to
+        `max_offset`, the high watermark of a consumer's read), counted from file positions
+        and segment sizes (a waiting fetch's `min_bytes`), never by reading the data.
+        `hint`, a result of an earlier call for the same offset, skips the index lookup
+        while its segment is still in the log."""
+        snapshot = self._segments.snapshot()
+        found = log_reads.bytes_from(snapshot, offset, hint)
+        if max_offset is None or max_offset >= self._log_end_offset:
+            return found
+        if max_offset <= offset:
+            return ReadPosition(found.segment, found.position, 0)
+        bound_segment, bound_position = self._bound_at(max_offset, snapshot)
+        past_bound = log_reads.bytes_from(
+            snapshot, max_offset, ReadPosition(bound_segment, bound_position, 0)
+        ).available_bytes
+        return ReadPosition(
+            found.segment, found.position, max(found.available_bytes - past_bound, 0)
+        )
+
+    def split_points(
+        self, start_offset: int, end_offset: int, target_bytes: int
+    ) -> tuple[int, int, list[log_reads.Split]]:
+        """[start, end) clamped to [log start, high watermark] (an end < 0: the high
+        watermark), and that range cut into pieces of about `target_bytes` at batch starts
+        (log_reads.split_points): (start, end, pieces)."""
+        upper = self._high_watermark
+        end = upper if end_offset < 0 else min(end_offset, upper)
+        start = min(max(start_offset, self._log_start_offset), end)
+        pieces = log_reads.split_points(self._segments.snapshot(), start, end, target_bytes)
+        return start, end, pieces
+
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, max_offset: int | None = None
+    ) -> TimestampAndOffset | None:
+        """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
+        LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2) and MAX_TIMESTAMP (-3). None when no
+        record qualifies. `max_offset` (a consumer's: the high watermark) hides the offsets
+        at or past it: LATEST answers it, and a record found past it is not an answer."""
+        upper = (
+            self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
+        )
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, upper)
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        snapshot, start = self._segments.snapshot(), self._log_start_offset
+        if timestamp_ms == MAX_TIMESTAMP:
+            found = log_reads.offset_of_max_timestamp(snapshot, start)
+        elif timestamp_ms < 0:
+            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1, -2 nor -3")
+        else:
+            found = log_reads.offset_for_timestamp(snapshot, timestamp_ms, start)
+        return None if found is None or found.offset >= upper else found
