@@ -10,6 +10,10 @@ of, each documenting its part:
 - log_reading.py: fetch reads and ListOffsets' lookups;
 - log_deletion.py: truncation, the log start offset, segment deletion and the cleaner's swap;
 - here: opening (recovery after an unclean shutdown: log_loader.py), closing and deleting.
+
+The parts are base classes of `Log` rather than objects it holds, so every method works on
+the same fields under the same lock, as one class did before the split; each part derives
+from the ones it calls (appending flushes, deletion rolls), and all from LogState.
 """
 
 from __future__ import annotations
