@@ -1,6 +1,6 @@
-"""LogFlushing: a log's durability. fsync what changed, move the recovery point, and the
-flush policies (`flush_messages`, `flush_ms`, the flush a roll asks for) the log manager's
-scheduler drives."""
+"""LogFlushing: a log's durability. fsync what changed and move the recovery point, on
+demand, after `flush_messages` appended records (each append checks), and on the log
+manager's scheduler: the flush a roll asks for, and `flush_ms`."""
 
 from __future__ import annotations
 

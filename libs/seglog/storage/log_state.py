@@ -160,6 +160,8 @@ class LogState:
         """Kafka's OffsetsForLeaderEpoch answer: (the largest epoch <= `epoch`, its end)."""
         return self.leader_epochs.end_offset_for(epoch, self._log_end_offset)
 
+    # -- the data dir's checkpoints, and the rest --------------------------------------
+
     def _update_data_dir(self) -> None:
         self._data_dir.update(
             (self.topic, self.partition),
