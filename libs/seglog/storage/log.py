@@ -754,6 +754,7 @@ class Log:
                     upper = snapshot.upper_bound_of(i)
                     if upper is None or upper > self._recovery_point:
                         segment.flush()
+                self.leader_epochs.sync()  # a new log's first epoch entry, written unsynced
                 log_files.fsync_directory(self.directory)
                 self._changed_since_flush = False
             self._recovery_point = target
@@ -775,6 +776,7 @@ class Log:
                     break
                 if upper > self._recovery_point:
                     segment.flush()
+            self.leader_epochs.sync()
             log_files.fsync_directory(self.directory)
             self._recovery_point = offset
             self._update_data_dir()
