@@ -21,6 +21,12 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
+Creations run on a thread of their own at a lower OS priority (`CREATION_NICE_INCREMENT`), one
+step at a time while the applier thread waits for it: a creation's work is mostly the kernel's
+(mkdir, open, rename), which takes a core from appends, fetches and the session when the CPUs
+are busy; at a lower priority the scheduler runs those first. Role changes and removals stay
+on the applier thread at the node's priority, so a failover is never applied at the lower one.
+
 Progress: `received_offset` is the registry's metadata offset up to which states were
 queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
 applied, reached when nothing queued remains (the heartbeat's applied_metadata_offset);
@@ -31,9 +37,12 @@ is applied (registry_client.py).
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from seglog.errors import UnknownTopicOrPartitionError
 from seglog.v1 import gateway_pb2
@@ -54,6 +63,10 @@ STEP_TIME_BUDGET_S = 0.1
 # failover) are never paced.
 CREATION_REST_RATIO = 1.0
 CREATION_STEP_S = 0.005  # creations in short steps, so a rest comes every few ms of work
+# Added to the creation thread's nice value (Linux schedules threads, so only that thread is
+# affected). An unprivileged thread can lower its priority but never raise it back, hence a
+# thread of its own rather than the applier's changing its priority around each step.
+CREATION_NICE_INCREMENT = 10
 # A batch at least this large is logged when it starts and ends, and its progress between.
 LARGE_BATCH_PARTITIONS = 500
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -109,6 +122,9 @@ class MetadataApplier:
         self._stopping = False
         self._creations_resume_at = 0.0  # time.monotonic() before which creations rest
         self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
+        self._creator = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="partition-creator", initializer=_lower_priority
+        )
 
     # -- the callers' side ---------------------------------------------------------------
 
@@ -121,6 +137,7 @@ class MetadataApplier:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self._creator.shutdown(wait=False)
 
     def submit(self, assignment: gateway_pb2.NodeAssignment) -> int:
         """Queue an answer's or a push's states; returns its ticket. O(1): the caller (the
@@ -291,35 +308,56 @@ class MetadataApplier:
                 self._creations[tp] = state
 
     def _apply_some(self) -> None:
+        """One step: role changes and removals here, then (when none is left and creations
+        are not resting) a step of creations on the creation thread, waited for."""
         offline = self.replicas.offline()
         started = time.monotonic()
-        created = False
-        for _ in range(self.step_partitions):
-            queue = self._changes or self._creations
-            if not queue or time.monotonic() - started > STEP_TIME_BUDGET_S:
+        applied = 0
+        while self._changes and applied < self.step_partitions:
+            if time.monotonic() - started > STEP_TIME_BUDGET_S:
                 break
-            if queue is self._creations:
-                if created and time.monotonic() - started > CREATION_STEP_S:
-                    break
-                created = True
-            tp = next(iter(queue))
-            queued = queue[tp]
-            if queued is None:
-                self._failed.pop(tp, None)
-                self._set_aside(tp, offline.get(tp))
-            else:
-                try:
-                    self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
-                    self._failed.pop(tp, None)
-                except Exception as exc:
-                    self._failed[tp] = queued
-                    partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
-            del queue[tp]  # after applying: a push waiting for it sees it done
-            self._batch_applied += 1
-        if created:
-            now = time.monotonic()
-            self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
+            self._apply_first(self._changes, offline)
+            applied += 1
+        if (
+            not self._changes
+            and self._creations
+            and applied < self.step_partitions
+            and time.monotonic() >= self._creations_resume_at
+        ):
+            # The applier thread only waits meanwhile: the queues stay its own.
+            self._creator.submit(
+                self._create_some, offline, self.step_partitions - applied
+            ).result()
         self._log_progress()
+
+    def _create_some(self, offline: dict[TopicPartition, str], limit: int) -> None:
+        """On the creation thread: creations for about CREATION_STEP_S (at least one), then
+        the rest they earned."""
+        started = time.monotonic()
+        for _ in range(limit):
+            if not self._creations or time.monotonic() - started > CREATION_STEP_S:
+                break
+            self._apply_first(self._creations, offline)
+        now = time.monotonic()
+        self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
+
+    def _apply_first(
+        self, queue: dict[TopicPartition, Queued], offline: dict[TopicPartition, str]
+    ) -> None:
+        tp = next(iter(queue))
+        queued = queue[tp]
+        if queued is None:
+            self._failed.pop(tp, None)
+            self._set_aside(tp, offline.get(tp))
+        else:
+            try:
+                self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
+                self._failed.pop(tp, None)
+            except Exception as exc:
+                self._failed[tp] = queued
+                partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
+        del queue[tp]  # after applying: a push waiting for it sees it done
+        self._batch_applied += 1
 
     def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
         try:
@@ -376,6 +414,18 @@ class MetadataApplier:
             time.monotonic() - self._batch_started,
         )
         self._batch_started = None
+
+
+def _lower_priority() -> None:
+    """The creation thread's initializer: its own nice value raised (Linux: per thread)."""
+    if sys.platform != "linux":
+        return  # elsewhere the call would lower the whole process
+    thread_id = threading.get_native_id()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, thread_id)
+        os.setpriority(os.PRIO_PROCESS, thread_id, nice + CREATION_NICE_INCREMENT)
+    except OSError as exc:  # a sandbox refusing it: creations then run at the usual priority
+        logger.warning("partition creations keep the node's priority: %s", exc)
 
 
 def _advanced(offset: int, assignment: gateway_pb2.NodeAssignment) -> int:
