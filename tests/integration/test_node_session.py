@@ -5,6 +5,7 @@ part (its own gRPC server, files, session and applier threads) heartbeating to i
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import grpc
 import pytest
 
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from services.storage_node.metadata_applier import CREATION_NICE_INCREMENT
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
 from tests.waiting import wait_for, wait_until
@@ -306,7 +308,10 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     release = threading.Event()
     apply_state = node.replicas.apply_state
 
+    niceness: dict[str, set[int]] = {"bulk": set(), "hot": set()}
+
     def recording(topic, partition, configs, registration):
+        niceness[topic].add(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         if topic == "bulk" and not creation_held.is_set():
             creation_held.set()
             assert release.wait(30), "the push was never queued"
@@ -340,3 +345,6 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     created_after = applied[applied.index("hot@1") :].count("bulk@0")
     assert created_after > many // 2, f"the push waited for {many - created_after} creations"
     assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
+    # Creations ran at a lower OS priority than the node; the role change at the node's own.
+    node_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert niceness == {"bulk": {node_nice + CREATION_NICE_INCREMENT}, "hot": {node_nice}}
