@@ -21,11 +21,13 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
-Creations run on a thread of their own at a lower OS priority (`CREATION_NICE_INCREMENT`), one
-step at a time while the applier thread waits for it: a creation's work is mostly the kernel's
-(mkdir, open, rename), which takes a core from appends, fetches and the session when the CPUs
-are busy; at a lower priority the scheduler runs those first. Role changes and removals stay
-on the applier thread at the node's priority, so a failover is never applied at the lower one.
+A creation's costly part (its directory and files: mostly the kernel's work, mkdir, open)
+runs on a thread of its own at a lower OS priority (`CREATION_NICE_INCREMENT`), a step at a
+time while the applier thread waits; the applier thread then gives those partitions their
+roles. When the CPUs are busy, the scheduler runs appends, fetches and the session before the
+creation thread. Roles, role changes and removals stay on the applier thread at the node's
+priority: a failover is never applied at the lower one, and threads started for a role (a
+replica fetcher) do not inherit it.
 
 Progress: `received_offset` is the registry's metadata offset up to which states were
 queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
@@ -324,27 +326,52 @@ class MetadataApplier:
             and applied < self.step_partitions
             and time.monotonic() >= self._creations_resume_at
         ):
+            started = time.monotonic()
             # The applier thread only waits meanwhile: the queues stay its own.
-            self._creator.submit(
-                self._create_some, offline, self.step_partitions - applied
+            created = self._creator.submit(
+                self._create_logs, self.step_partitions - applied
             ).result()
+            for tp, error in created:
+                if error is None:
+                    self._apply_one(self._creations, tp, offline)
+                else:
+                    state = self._creations.pop(tp)
+                    if state is not None:
+                        self._failed[tp] = state
+                    partition_failed(self.replicas, tp, "create", error, offline.get(tp))
+                    self._batch_applied += 1
+            now = time.monotonic()
+            self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
         self._log_progress()
 
-    def _create_some(self, offline: dict[TopicPartition, str], limit: int) -> None:
-        """On the creation thread: creations for about CREATION_STEP_S (at least one), then
-        the rest they earned."""
+    def _create_logs(self, limit: int) -> list[tuple[TopicPartition, Exception | None]]:
+        """On the creation thread: the logs of queued creations, for about CREATION_STEP_S
+        (at least one); each with the error that stopped it, if any."""
         started = time.monotonic()
-        for _ in range(limit):
-            if not self._creations or time.monotonic() - started > CREATION_STEP_S:
+        created: list[tuple[TopicPartition, Exception | None]] = []
+        for tp, state in self._creations.items():
+            if len(created) >= limit or (created and time.monotonic() - started > CREATION_STEP_S):
                 break
-            self._apply_first(self._creations, offline)
-        now = time.monotonic()
-        self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
+            if state is None:  # never queued as a creation (removals are changes)
+                continue
+            try:
+                self.replicas.create_log(tp[0], tp[1], state.configs)
+                created.append((tp, None))
+            except Exception as exc:
+                created.append((tp, exc))
+        return created
 
     def _apply_first(
         self, queue: dict[TopicPartition, Queued], offline: dict[TopicPartition, str]
     ) -> None:
-        tp = next(iter(queue))
+        self._apply_one(queue, next(iter(queue)), offline)
+
+    def _apply_one(
+        self,
+        queue: dict[TopicPartition, Queued],
+        tp: TopicPartition,
+        offline: dict[TopicPartition, str],
+    ) -> None:
         queued = queue[tp]
         if queued is None:
             self._failed.pop(tp, None)
