@@ -21,6 +21,14 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
+A creation's costly part (its directory and files: mostly the kernel's work, mkdir, open)
+runs on a thread of its own at a lower OS priority (`CREATION_NICE_INCREMENT`), a step at a
+time while the applier thread waits; the applier thread then gives those partitions their
+roles. When the CPUs are busy, the scheduler runs appends, fetches and the session before the
+creation thread. Roles, role changes and removals stay on the applier thread at the node's
+priority: a failover is never applied at the lower one, and threads started for a role (a
+replica fetcher) do not inherit it.
+
 Progress: `received_offset` is the registry's metadata offset up to which states were
 queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
 applied, reached when nothing queued remains (the heartbeat's applied_metadata_offset);
@@ -31,9 +39,12 @@ is applied (registry_client.py).
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from seglog.errors import UnknownTopicOrPartitionError
 from seglog.v1 import gateway_pb2
@@ -54,6 +65,10 @@ STEP_TIME_BUDGET_S = 0.1
 # failover) are never paced.
 CREATION_REST_RATIO = 1.0
 CREATION_STEP_S = 0.005  # creations in short steps, so a rest comes every few ms of work
+# Added to the creation thread's nice value (Linux schedules threads, so only that thread is
+# affected). An unprivileged thread can lower its priority but never raise it back, hence a
+# thread of its own rather than the applier's changing its priority around each step.
+CREATION_NICE_INCREMENT = 10
 # A batch at least this large is logged when it starts and ends, and its progress between.
 LARGE_BATCH_PARTITIONS = 500
 PROGRESS_LOG_INTERVAL_S = 5.0
@@ -109,6 +124,9 @@ class MetadataApplier:
         self._stopping = False
         self._creations_resume_at = 0.0  # time.monotonic() before which creations rest
         self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
+        self._creator = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="partition-creator", initializer=_lower_priority
+        )
 
     # -- the callers' side ---------------------------------------------------------------
 
@@ -121,6 +139,7 @@ class MetadataApplier:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+        self._creator.shutdown(wait=False)
 
     def submit(self, assignment: gateway_pb2.NodeAssignment) -> int:
         """Queue an answer's or a push's states; returns its ticket. O(1): the caller (the
@@ -291,35 +310,81 @@ class MetadataApplier:
                 self._creations[tp] = state
 
     def _apply_some(self) -> None:
+        """One step: role changes and removals here, then (when none is left and creations
+        are not resting) a step of creations on the creation thread, waited for."""
         offline = self.replicas.offline()
         started = time.monotonic()
-        created = False
-        for _ in range(self.step_partitions):
-            queue = self._changes or self._creations
-            if not queue or time.monotonic() - started > STEP_TIME_BUDGET_S:
+        applied = 0
+        while self._changes and applied < self.step_partitions:
+            if time.monotonic() - started > STEP_TIME_BUDGET_S:
                 break
-            if queue is self._creations:
-                if created and time.monotonic() - started > CREATION_STEP_S:
-                    break
-                created = True
-            tp = next(iter(queue))
-            queued = queue[tp]
-            if queued is None:
-                self._failed.pop(tp, None)
-                self._set_aside(tp, offline.get(tp))
-            else:
-                try:
-                    self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
-                    self._failed.pop(tp, None)
-                except Exception as exc:
-                    self._failed[tp] = queued
-                    partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
-            del queue[tp]  # after applying: a push waiting for it sees it done
-            self._batch_applied += 1
-        if created:
+            self._apply_first(self._changes, offline)
+            applied += 1
+        if (
+            not self._changes
+            and self._creations
+            and applied < self.step_partitions
+            and time.monotonic() >= self._creations_resume_at
+        ):
+            started = time.monotonic()
+            # The applier thread only waits meanwhile: the queues stay its own.
+            created = self._creator.submit(
+                self._create_logs, self.step_partitions - applied
+            ).result()
+            for tp, error in created:
+                if error is None:
+                    self._apply_one(self._creations, tp, offline)
+                else:
+                    state = self._creations.pop(tp)
+                    if state is not None:
+                        self._failed[tp] = state
+                    partition_failed(self.replicas, tp, "create", error, offline.get(tp))
+                    self._batch_applied += 1
             now = time.monotonic()
             self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
         self._log_progress()
+
+    def _create_logs(self, limit: int) -> list[tuple[TopicPartition, Exception | None]]:
+        """On the creation thread: the logs of queued creations, for about CREATION_STEP_S
+        (at least one); each with the error that stopped it, if any."""
+        started = time.monotonic()
+        created: list[tuple[TopicPartition, Exception | None]] = []
+        for tp, state in self._creations.items():
+            if len(created) >= limit or (created and time.monotonic() - started > CREATION_STEP_S):
+                break
+            if state is None:  # never queued as a creation (removals are changes)
+                continue
+            try:
+                self.replicas.create_log(tp[0], tp[1], state.configs)
+                created.append((tp, None))
+            except Exception as exc:
+                created.append((tp, exc))
+        return created
+
+    def _apply_first(
+        self, queue: dict[TopicPartition, Queued], offline: dict[TopicPartition, str]
+    ) -> None:
+        self._apply_one(queue, next(iter(queue)), offline)
+
+    def _apply_one(
+        self,
+        queue: dict[TopicPartition, Queued],
+        tp: TopicPartition,
+        offline: dict[TopicPartition, str],
+    ) -> None:
+        queued = queue[tp]
+        if queued is None:
+            self._failed.pop(tp, None)
+            self._set_aside(tp, offline.get(tp))
+        else:
+            try:
+                self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
+                self._failed.pop(tp, None)
+            except Exception as exc:
+                self._failed[tp] = queued
+                partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
+        del queue[tp]  # after applying: a push waiting for it sees it done
+        self._batch_applied += 1
 
     def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
         try:
@@ -376,6 +441,18 @@ class MetadataApplier:
             time.monotonic() - self._batch_started,
         )
         self._batch_started = None
+
+
+def _lower_priority() -> None:
+    """The creation thread's initializer: its own nice value raised (Linux: per thread)."""
+    if sys.platform != "linux":
+        return  # elsewhere the call would lower the whole process
+    thread_id = threading.get_native_id()
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, thread_id)
+        os.setpriority(os.PRIO_PROCESS, thread_id, nice + CREATION_NICE_INCREMENT)
+    except OSError as exc:  # a sandbox refusing it: creations then run at the usual priority
+        logger.warning("partition creations keep the node's priority: %s", exc)
 
 
 def _advanced(offset: int, assignment: gateway_pb2.NodeAssignment) -> int:

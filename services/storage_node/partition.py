@@ -158,7 +158,15 @@ class Partition:
         offsets are forgotten; ISR members count as caught up now."""
         r = self.registration
         assert r is not None
-        self.log.leader_epochs.assign(r.leader_epoch, self.log.log_end_offset)
+        log = self.log
+        # A new partition's log holds no batch: its first entry is written without fsync,
+        # which the log's next flush makes up for (leader_epoch_cache.py says why that is
+        # safe); creating thousands of partitions otherwise costs two fsyncs per leader.
+        log.leader_epochs.assign(
+            r.leader_epoch,
+            log.log_end_offset,
+            log_holds_batches=log.log_end_offset > log.log_start_offset,
+        )
         now = now_ms()
         self.followers = {
             replica: FollowerState(last_caught_up_time_ms=now if replica in r.isr else 0)

@@ -221,6 +221,16 @@ class ReplicaManager:
             self._update_fetching(held)
         self.wake_partition(topic, partition)
 
+    def create_log(self, topic: str, partition: int, configs: Mapping[str, str]) -> None:
+        """The costly part of hosting a new partition, its directory and files, without a
+        role: the metadata applier runs it on its lower-priority creation thread, then
+        `apply_state` on its own. Nothing here starts a thread (a thread inherits the
+        priority of the one that starts it: a replica fetcher must not run lower)."""
+        log_files.check_topic_name(topic)
+        if dict(configs) != self.topic_configs(topic):
+            self.logs.set_topic_overrides(topic, dict(configs))
+        self.logs.create_log(topic, partition)
+
     def host_as_sole_leader(
         self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
     ) -> Log:

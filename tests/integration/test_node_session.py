@@ -5,16 +5,19 @@ part (its own gRPC server, files, session and applier threads) heartbeating to i
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import pytest
 
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from services.storage_node.metadata_applier import CREATION_NICE_INCREMENT
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
 from tests.waiting import wait_for, wait_until
@@ -62,6 +65,16 @@ class ScriptedRegistry(gateway_pb2_grpc.RegistryServicer):
 
     def heartbeats_since(self, at: float) -> list[Received]:
         return [r for r in list(self.received) if r.at >= at]
+
+
+def _nice_of(task: Path) -> int | None:
+    """A thread's nice value from /proc/<pid>/task/<tid>/stat (field 19; fields counted
+    after the command name's closing parenthesis); None if it ended meanwhile."""
+    try:
+        text = (task / "stat").read_text()
+    except OSError:
+        return None
+    return int(text[text.rindex(")") + 2 :].split()[16])
 
 
 def states(topic: str, count: int, *, leader_epoch: int = 0) -> list[gateway_pb2.AssignedPartition]:
@@ -307,7 +320,20 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     release = threading.Event()
     apply_state = node.replicas.apply_state
 
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    niceness: dict[str, set[int]] = {"logs": set(), "roles": set()}
+    creator_ids: set[int] = set()
+    create_log = node.replicas.create_log
+
+    def recording_creation(topic, partition, configs):
+        niceness["logs"].add(nice())
+        creator_ids.add(threading.get_native_id())
+        return create_log(topic, partition, configs)
+
     def recording(topic, partition, configs, registration):
+        niceness["roles"].add(nice())
         if topic == "bulk" and not creation_held.is_set():
             creation_held.set()
             assert release.wait(30), "the push was never queued"
@@ -315,10 +341,16 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
         return apply_state(topic, partition, configs, registration)
 
     node.replicas.apply_state = recording
+    node.replicas.create_log = recording_creation
     many = 500
-    registry.answer = lambda heartbeat: assignment(
-        states("hot", 1) + states("bulk", many), offset=3, full=True
+    # One created partition is followed from node 2 (nobody answers there): its replica
+    # fetcher's thread starts during the creations.
+    followed = gateway_pb2.AssignedPartition(
+        topic="bulk", partition=many, leader=2, replicas=[2, NODE_ID], isr=[2, NODE_ID]
     )
+    big = assignment(states("hot", 1) + states("bulk", many) + [followed], offset=3, full=True)
+    big.node_addresses[2] = "127.0.0.1:1"
+    registry.answer = lambda heartbeat: big
     assert creation_held.wait(15), "the creation under way"
     moved = gateway_pb2.AssignedPartition(
         topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
@@ -340,7 +372,19 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     wait_for(lambda: node.applier.pending_partitions == 0, 120, "the creation done")
     created_after = applied[applied.index("hot@1") :].count("bulk@0")
     assert created_after > many // 2, f"the push waited for {many - created_after} creations"
+    assert node.replicas.registration("bulk", many).leader == 2
     assert node.replicas.registration("hot", 0).leader_epoch == 1  # the older state lost
+    # The logs were created at a lower OS priority than the node; every role (the role
+    # change too) was taken at the node's own, and no other thread, the replica fetcher
+    # started meanwhile among them, inherited the lower one.
+    node_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert niceness == {"logs": {node_nice + CREATION_NICE_INCREMENT}, "roles": {node_nice}}
+    lowered = {
+        int(task.name)
+        for task in Path("/proc/self/task").iterdir()
+        if _nice_of(task) not in (node_nice, None)
+    }
+    assert lowered <= creator_ids
 
 
 def test_a_heartbeat_refused_at_the_gateways_call_limit_is_sent_again_soon(

@@ -164,3 +164,21 @@ def test_truncating_at_the_log_end_drops_an_epoch_that_starts_there(tmp_path, no
     log.leader_epochs.assign(3, log.log_end_offset)
     log.truncate_to(log.log_end_offset)
     assert log.leader_epochs.entries == [EpochEntry(1, 0)]
+
+
+def test_a_new_logs_first_entry_waits_for_the_flush_to_be_synced(tmp_path):
+    """Written without fsync while the log holds no batch (KAFKA-15046's reasoning, see the
+    module); the flush after appends syncs it before it moves the recovery point. Any other
+    change is synced at once."""
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    log.leader_epochs.assign(3, 0, log_holds_batches=False)
+    assert log.leader_epochs.sync_pending
+    assert read_epoch_entries(log.leader_epochs.path) == [EpochEntry(3, 0)]  # written, renamed
+    log.flush()  # nothing appended: nothing to make durable yet
+    assert log.leader_epochs.sync_pending
+    log.append(make_batch([b"a"]), leader_epoch=3)
+    log.flush()
+    assert not log.leader_epochs.sync_pending
+    log.leader_epochs.assign(4, 1, log_holds_batches=False)  # an older entry stays: synced
+    assert not log.leader_epochs.sync_pending
+    log.close()

@@ -6,11 +6,25 @@ kept in the partition directory's `leader-epoch-checkpoint` in Kafka's text form
     0 0             <- epoch start_offset, epochs and offsets increasing
     3 1042
 
-written atomically whenever it changes. A replica that becomes follower asks the new leader
-for the end of its latest epoch (`end_offset_for`) and truncates what diverges (KIP-101,
-KIP-279). Entries are assigned as batches are appended (a batch whose partitionLeaderEpoch is
-larger than the latest starts an epoch at its base offset), rebuilt from the batches when
-segments are recovered, cut with the log on truncation and moved with the log start offset.
+written atomically whenever it changes, with one exception (after Kafka's KAFKA-15046, which
+took the fsync out of truncations for the same reason: fsyncs on a busy path): the first entry
+of a log that holds no batch yet — a new partition's leader starting its epoch — is written
+and renamed into place without fsync, because when thousands of partitions are created those
+fsyncs were half of a node's creation work. Why that loses nothing:
+- Until a batch is appended, no restart reads the entry: loading truncates the entries that
+  start at or past the loaded log end (`truncate_from_end`, as Kafka's LogLoader does), and an
+  empty log's entry starts at its end. The next leader starts its own epoch anyway.
+- Once batches follow, the log's next flush fsyncs the file (`sync`) before the directory and
+  before it moves the recovery point or a clean close marks the log as needing no recovery:
+  the only two things that let a restart skip recovering those batches. A crash before that
+  flush recovers every segment, which assigns each batch's epoch again (LogSegment.recover);
+  a file a power cut left empty or torn does not parse and is rebuilt from the batches.
+
+A replica that becomes follower asks the new leader for the end of its latest epoch
+(`end_offset_for`) and truncates what diverges (KIP-101, KIP-279). Entries are assigned as
+batches are appended (a batch whose partitionLeaderEpoch is larger than the latest starts an
+epoch at its base offset), rebuilt from the batches when segments are recovered, cut with the
+log on truncation and moved with the log start offset.
 """
 
 from __future__ import annotations
@@ -62,6 +76,9 @@ class LeaderEpochCache:
     def __init__(self, directory: Path) -> None:
         self.path = directory / LEADER_EPOCH_CHECKPOINT
         self._lock = threading.Lock()
+        # The file was replaced without fsync (a new log's first entry): the log's next
+        # flush syncs it.
+        self._unsynced = False
         # The file is derived from the batches' partitionLeaderEpoch fields: a file that
         # does not parse (a flipped bit, a torn write, or emptied after a write failed on a
         # full disk) is not a reason to refuse the partition: it starts empty and
@@ -87,9 +104,11 @@ class LeaderEpochCache:
     def start_offset_of(self, epoch: int) -> int | None:
         return next((e.start_offset for e in self._entries if e.epoch == epoch), None)
 
-    def assign(self, epoch: int, start_offset: int) -> None:
+    def assign(self, epoch: int, start_offset: int, *, log_holds_batches: bool = True) -> None:
         """Record that `epoch` begins at `start_offset`. Entries it contradicts (an epoch as
-        large, or a start offset as late) go first, as in Kafka."""
+        large, or a start offset as late) go first, as in Kafka. The first entry of a log
+        without batches (`log_holds_batches` False) is written without fsync (module
+        docstring); every other change is written durably at once."""
         if epoch < 0 or start_offset < 0:
             raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
         with self._lock:
@@ -98,7 +117,28 @@ class LeaderEpochCache:
                 return
             kept = [e for e in self._entries if e.epoch < epoch and e.start_offset < start_offset]
             self._entries = [*kept, EpochEntry(epoch, start_offset)]
-            self._write()
+            self._write(durable=log_holds_batches or bool(kept))
+
+    @property
+    def sync_pending(self) -> bool:
+        return self._unsynced
+
+    def sync(self) -> None:
+        """fsync a file written without it; the caller fsyncs the directory after (the
+        rename). Called by the log's flush before it moves the recovery point."""
+        with self._lock:
+            if not self._unsynced:
+                return
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # the directory is going away (deleted, set aside)
+                self._unsynced = False
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._unsynced = False
 
     def assign_from_batches(self, batches: Iterable[tuple[int, int]]) -> None:
         """(partitionLeaderEpoch, base offset) of batches in log order: one larger than the
@@ -147,17 +187,19 @@ class LeaderEpochCache:
             self._entries = []
             self._write()
 
-    def _write(self) -> None:
-        """Write the file after a change. The entries in memory are the truth: a write that
-        fails (a full disk) is logged and not raised, since the append or truncation that
-        changed them has already happened to the log. The stale file is emptied (which needs
-        no space), so a restart before the next successful write rebuilds the epochs from
-        the batches rather than trusting entries the log has moved past."""
+    def _write(self, *, durable: bool = True) -> None:
+        """Write the file after a change (fsync'd unless not `durable`). The entries in
+        memory are the truth: a write that fails (a full disk) is logged and not raised,
+        since the append or truncation that changed them has already happened to the log.
+        The stale file is emptied (which needs no space), so a restart before the next
+        successful write rebuilds the epochs from the batches rather than trusting entries
+        the log has moved past."""
         lines = [str(_VERSION), str(len(self._entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in self._entries]
         if self.path.parent.exists():
             try:
-                atomic_write(self.path, ("\n".join(lines) + "\n").encode())
+                atomic_write(self.path, ("\n".join(lines) + "\n").encode(), sync=durable)
+                self._unsynced = not durable
             except OSError as exc:
                 logger.error("%s not written (%s); emptied until the next change", self.path, exc)
                 try:

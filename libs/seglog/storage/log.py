@@ -106,7 +106,8 @@ class Log(LogDeletion, LogReading):
         )
         self.leader_epochs.truncate_from_start(self._log_start_offset)
         self._set_high_watermark(self._data_dir.high_watermarks.get(tp, 0))
-        self._rebuild_producer_state()
+        if not created:  # a directory made just now holds no snapshot and no batch to replay
+            self._rebuild_producer_state()
         for segment in self._segments.as_list()[:-1]:
             segment.on_become_inactive()
             segment.release_indexes()  # loaded by the checks above; idle until read

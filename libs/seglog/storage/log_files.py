@@ -110,14 +110,19 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write a small file so that a crash leaves the old or the new content, never a mix."""
+def atomic_write(path: Path, data: bytes, *, sync: bool = True) -> None:
+    """Write a small file so that a crash leaves the old or the new content, never a mix.
+    Without `sync` a process crash still leaves one or the other, but a power cut may leave
+    the file empty or missing: only for files whose loss the reader survives, and whose
+    owner fsyncs them (and their directory) before relying on them."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_directory(path.parent)
+    if sync:
+        fsync_directory(path.parent)

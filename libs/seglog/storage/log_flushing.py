@@ -24,6 +24,7 @@ class LogFlushing(LogState):
                     upper = snapshot.upper_bound_of(i)
                     if upper is None or upper > self._recovery_point:
                         segment.flush()
+                self.leader_epochs.sync()  # a new log's first epoch entry, written unsynced
                 log_files.fsync_directory(self.directory)
                 self._changed_since_flush = False
             self._recovery_point = target
@@ -45,6 +46,7 @@ class LogFlushing(LogState):
                     break
                 if upper > self._recovery_point:
                     segment.flush()
+            self.leader_epochs.sync()
             log_files.fsync_directory(self.directory)
             self._recovery_point = offset
             self._update_data_dir()
