@@ -37,16 +37,22 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
+import grpc
+
+from seglog.client.gateway import with_default_port
 from seglog.rpc import grants
+from seglog.rpc.channels import open_channel, tls_server_name
 from seglog.security.certs import (
     GATEWAY_IDENTITY,
     CertificateAuthority,
     node_identity,
     write_issued,
 )
-from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, TlsFiles
+from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity, TlsFiles
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.coordination.etcd_auth import lock_down
 from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
 
@@ -212,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             nodes.append(node)
             node.start()
+        # The banner means ready: a first `topics create` with three replicas must find three
+        # registered nodes, not race their first heartbeats.
+        _wait_for_nodes(address, args.nodes, data / "tls" if args.tls else None)
         kafka = ""
         if kafka_listens:
             free = " (free ports: see the gateway logs)" if int(kafka_port) == 0 else ""
@@ -295,6 +304,35 @@ def _metrics_env(ports: list[int], host: str, index: int) -> dict[str, str]:
         "OTEL_EXPORTER_PROMETHEUS_PORT": str(ports[index]),
         "OTEL_EXPORTER_PROMETHEUS_HOST": os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", host),
     }
+
+
+def _wait_for_nodes(address: str, count: int, tls: Path | None, timeout_s: float = 60) -> None:
+    """Until the gateway lists `count` registered nodes (said on stderr if they never do).
+    Untraced: under OTEL_TRACES_EXPORTER=console its spans would come before the banner."""
+    security = None
+    if tls is not None:
+        security = ClientSecurity(tls / "ca.pem", tls / "admin.pem", tls / "admin.key")
+    channel = open_channel(
+        with_default_port(address),
+        credentials=None if security is None else security.channel_credentials(),
+        server_name=tls_server_name(address),
+    )
+    stub = gateway_pb2_grpc.GatewayStub(channel)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                nodes = stub.DescribeCluster(gateway_pb2.DescribeClusterRequest(), timeout=5).nodes
+            except grpc.RpcError:
+                nodes = []  # the gateway is still starting
+            if len(nodes) >= count:
+                return
+            if time.monotonic() > deadline:
+                print(f"not every storage node registered within {timeout_s:g} s", file=sys.stderr)
+                return
+            time.sleep(0.05)
+    finally:
+        channel.close()
 
 
 def _tls_flags(directory: Path, nodes: int) -> tuple[list[str], dict[int, list[str]]]:

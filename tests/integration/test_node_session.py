@@ -144,7 +144,7 @@ def stopping():
 def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
     tmp_path, registry, stopping
 ):
-    """The answer that creates 1,000 partitions takes seconds to apply; meanwhile the node
+    """The answer that creates 2,000 partitions takes seconds to apply; meanwhile the node
     heartbeats on time, is never fenced, never registers again, and its heartbeats report
     the offset received at once and the offset applied when done, without growing."""
     session_timeout_ms = 1500
@@ -163,7 +163,7 @@ def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
 
     watcher = threading.Thread(target=watch_fencing, daemon=True)
     watcher.start()
-    many = 1000
+    many = 2000
     big = assignment(states("wide", many), offset=2, full=True)
     started = time.monotonic()
     registry.answer = lambda heartbeat: big
@@ -183,16 +183,19 @@ def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
     assert len(node.replicas.hosted()) == many
     assert fenced_seen == []
     assert {r.method for r in during} == {"Heartbeat"}  # no re-registration
-    assert applied_s > 1.0, "too fast to show anything: make the answer larger"
     times = [started, *(r.at for r in during), started + applied_s]
     gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
     assert max(gaps) < session_timeout_ms / 2000, (
         f"a heartbeat came {max(gaps):.2f} s after the one before"
     )
-    # Received at once, applied when done: progress shows while it applies.
-    assert any(
-        r.heartbeat.metadata_offset == 2 and r.heartbeat.applied_metadata_offset < 2 for r in during
-    )
+    # Received at once, applied when done: progress shows while it applies, heartbeat after
+    # heartbeat (fewer would show nothing: the answer must then be made larger).
+    in_progress = [
+        r
+        for r in during
+        if r.heartbeat.metadata_offset == 2 and r.heartbeat.applied_metadata_offset < 2
+    ]
+    assert len(in_progress) >= 3, f"{len(in_progress)} heartbeats while it applied"
     assert all(r.heartbeat.applied_metadata_offset <= r.heartbeat.metadata_offset for r in during)
     # Liveness and progress only: the size does not grow with the partitions hosted.
     assert max(r.heartbeat.ByteSize() for r in during) <= small + 2
