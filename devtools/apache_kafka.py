@@ -107,8 +107,13 @@ def run_tool(
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes in unpadded URL-safe base64, as Kafka's Uuid."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: 16 random bytes in unpadded URL-safe base64, as Kafka's Uuid —
+    never starting with "-" (Kafka's Uuid.randomUuid draws again too): a command line would
+    read it as an option (kafka-storage format failed so, one run in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class KafkaBrokers:
@@ -206,8 +211,7 @@ class KafkaBrokers:
                 java_command(
                     STORAGE_TOOL,
                     "format",
-                    "--cluster-id",
-                    cluster_id,
+                    f"--cluster-id={cluster_id}",
                     "--config",
                     str(config),
                     "--ignore-formatted",

@@ -6,6 +6,7 @@ partition clean."""
 
 from __future__ import annotations
 
+import base64
 import os
 
 import confluent_kafka
@@ -113,3 +114,10 @@ def test_seglog_dump_verifies_a_kafka_brokers_empty_partition(kafka, capsys):
     assert code == 0, out
     assert "offset:" not in out and "timestamp:" not in out, out
     assert f"Dumping {index}" in out
+
+
+def test_a_new_cluster_id_is_a_kafka_uuid_no_command_line_reads_as_an_option():
+    # One urlsafe-base64 id in 64 starts with "-": kafka-storage's parser took it for a flag.
+    ids = [apache_kafka.new_cluster_id() for _ in range(5000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(base64.urlsafe_b64decode(i + "==")) == 16 for i in ids)
