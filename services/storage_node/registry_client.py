@@ -69,8 +69,12 @@ class RegistrySession:
         log_config_defaults: Mapping[str, str] | None = None,
         bulk_address: str = "",
         tls: TlsFiles | None = None,
+        unclean_shutdown: bool = True,
     ) -> None:
         self.bulk_address = bulk_address
+        # Said when registering: the registry then trusts none of this node's logs with
+        # committed records it may have lost (KIP-966).
+        self.unclean_shutdown = unclean_shutdown
         self.log_config_defaults = dict(log_config_defaults or {})
         self.node_id = node_id
         self.address = address
@@ -121,6 +125,7 @@ class RegistrySession:
             bulk_address=self.bulk_address,
             metadata_offset=self.applier.received_offset,
             applied_metadata_offset=self.applier.applied_offset,
+            unclean_shutdown=self.unclean_shutdown,
         )
         for (topic, partition), reason in sorted(self.replicas.offline().items()):
             message.partitions.add(topic=topic, partition=partition, offline_reason=reason)

@@ -279,6 +279,7 @@ class StorageNode:
                 log_config_defaults=split_engine_configs(self.config.engine_configs)[0],
                 bulk_address=self.bulk_address,
                 tls=self.config.tls,
+                unclean_shutdown=not self.logs.started_after_clean_shutdown,
             )
             self.session.start()
         session = self.session

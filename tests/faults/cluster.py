@@ -209,7 +209,7 @@ class Cluster:
             replicas = [(r.node_id, r.log_end_offset, r.high_watermark) for r in p.replica_states]
             parts.append(
                 f"p{p.partition} leader {p.leader} epoch {p.leader_epoch} isr {list(p.isr)} "
-                f"replicas (node, end, hw) {replicas}"
+                f"elr {list(p.eligible_leader_replicas)} replicas (node, end, hw) {replicas}"
             )
         return f"processes alive {alive}; " + "; ".join(parts)
 

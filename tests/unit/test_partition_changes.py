@@ -30,6 +30,10 @@ def eligible_nodes(*nodes: int):
     return lambda node: node in nodes
 
 
+def MIN_ISR_1(topic: str) -> int:  # Kafka's default: no ELR ever
+    return 1
+
+
 def registration(replicas, leader, isr=None, leader_epoch=5, partition_epoch=7):
     return PartitionAssignment(
         list(replicas), leader, leader_epoch, list(isr or replicas), partition_epoch
@@ -79,7 +83,7 @@ def test_a_leaderless_partition_without_an_eligible_isr_member_stays_offline_unc
 
 def test_fencing_the_leader_elects_another_isr_member_and_drops_it_from_the_isr():
     p = registration([1, 2, 3], 1)
-    assert fence([(TP, p)], 1, eligible_nodes(2, 3)) == {TP}
+    assert fence([(TP, p)], 1, eligible_nodes(2, 3), MIN_ISR_1) == {TP}
     assert p.leader == 2
     assert p.isr == [2, 3]
     assert (p.leader_epoch, p.partition_epoch) == (6, 8)
@@ -87,14 +91,14 @@ def test_fencing_the_leader_elects_another_isr_member_and_drops_it_from_the_isr(
 
 def test_fencing_a_follower_shrinks_the_isr_without_a_new_leader_epoch():
     p = registration([1, 2, 3], 1)
-    assert fence([(TP, p)], 3, eligible_nodes(1, 2)) == {TP}
+    assert fence([(TP, p)], 3, eligible_nodes(1, 2), MIN_ISR_1) == {TP}
     assert (p.leader, p.isr) == (1, [1, 2])
     assert (p.leader_epoch, p.partition_epoch) == (5, 8)
 
 
 def test_fencing_the_last_isr_member_keeps_it_in_the_isr_and_leaves_the_partition_offline():
     p = registration([1, 2], 1, isr=[1])
-    assert fence([(TP, p)], 1, eligible_nodes(2)) == {TP}
+    assert fence([(TP, p)], 1, eligible_nodes(2), MIN_ISR_1) == {TP}
     assert p.leader == NO_LEADER
     assert p.isr == [1]  # so that it, and only it, is elected when it returns
     assert elect_leaderless([(TP, p)], eligible_nodes(2)) == set()
@@ -105,7 +109,7 @@ def test_fencing_the_last_isr_member_keeps_it_in_the_isr_and_leaves_the_partitio
 def test_controlled_shutdown_moves_leadership_away_from_the_node_that_is_stopping():
     # A node shutting down is not eligible; the registry fences it while it is still live.
     led, followed = registration([1, 2], 1), registration([2, 1], 2)
-    changed = fence([(("t", 0), led), (("t", 1), followed)], 1, eligible_nodes(2))
+    changed = fence([(("t", 0), led), (("t", 1), followed)], 1, eligible_nodes(2), MIN_ISR_1)
     assert changed == {("t", 0), ("t", 1)}
     assert (led.leader, led.isr) == (2, [2])
     assert (followed.leader, followed.isr) == (2, [2])
@@ -114,7 +118,10 @@ def test_controlled_shutdown_moves_leadership_away_from_the_node_that_is_stoppin
 def test_fencing_a_node_that_holds_no_replica_or_is_already_out_changes_nothing():
     elsewhere = registration([2, 3], 2)
     out_of_sync = registration([1, 2], 2, isr=[2])
-    assert fence([(("a", 0), elsewhere), (("b", 0), out_of_sync)], 1, eligible_nodes(2, 3)) == set()
+    assert (
+        fence([(("a", 0), elsewhere), (("b", 0), out_of_sync)], 1, eligible_nodes(2, 3), MIN_ISR_1)
+        == set()
+    )
     assert (elsewhere.partition_epoch, out_of_sync.partition_epoch) == (7, 7)
 
 
@@ -139,9 +146,25 @@ def test_preferred_leader_election_skips_a_first_replica_outside_the_isr_or_not_
 # -- AlterPartition ------------------------------------------------------------------------
 
 
-def alter(p, *, node=1, leader_epoch=5, partition_epoch=7, new_isr=(1, 2), eligible=(1, 2, 3)):
+def alter(
+    p,
+    *,
+    node=1,
+    leader_epoch=5,
+    partition_epoch=7,
+    new_isr=(1, 2),
+    eligible=(1, 2, 3),
+    min_isr=1,
+):
     alter_isr(
-        p, "t-0", node, leader_epoch, partition_epoch, list(new_isr), eligible_nodes(*eligible)
+        p,
+        "t-0",
+        node,
+        leader_epoch,
+        partition_epoch,
+        list(new_isr),
+        eligible_nodes(*eligible),
+        min_isr,
     )
 
 

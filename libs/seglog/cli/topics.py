@@ -199,6 +199,8 @@ def _partition_line(
         f"LogStartOffset: {p.log_start_offset}\tLogEndOffset: {p.log_end_offset}\t"
         f"ReplicaLogEnd/HW: {replicas}"
     )
+    if p.eligible_leader_replicas:  # as kafka-topics --describe shows KIP-966's ELR
+        line += f"\tElr: {','.join(map(str, p.eligible_leader_replicas))}"
     move = moving.get(TopicPartition(topic, p.partition))
     if move is not None:  # as kafka-topics --describe shows a move under way
         line += (

@@ -70,6 +70,11 @@ class LogManager:
         # One object per data dir for its checkpoints and clean-shutdown marker, shared by the
         # logs in it and closed (marker written) by shutdown.
         self._data_dirs = {d: DataDir(d) for d in self._dirs}
+        # Every data dir held its clean-shutdown marker: nothing written before was lost. A
+        # new, empty dir counts as unclean (it holds none of what this node acknowledged).
+        self.started_after_clean_shutdown = all(
+            data_dir.clean_shutdown for data_dir in self._data_dirs.values()
+        )
         self._dirty_logs = DirtyLogs()
         self.logs_flush_checked = 0  # logs the flush task visited, all time (tests, metrics)
         self.cleaner = Cleaner(clock=clock, dedupe_buffer_bytes=config.cleaner_dedupe_buffer_size)

@@ -248,6 +248,7 @@ class AdminService:
                 )
                 part.replicas.extend(p.replicas)
                 part.isr.extend(p.isr)
+                part.eligible_leader_replicas.extend(p.elr)
                 part.log_start_offset = part.log_end_offset = part.high_watermark = -1
                 if p.leader < 0:
                     set_error(

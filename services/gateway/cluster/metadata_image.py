@@ -173,6 +173,7 @@ class MetadataImage:
             list(record.get("adding_replicas", [])),
             list(record.get("removing_replicas", [])),
             record.get("throttle_bytes_per_s", 0),
+            list(record.get("eligible_leader_replicas", [])),
         )
         tp = (name, i)
         if i < 0:

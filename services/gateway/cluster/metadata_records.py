@@ -10,11 +10,13 @@ Record types (`type`), and what they set:
                    the new partitions' records in the same batch)
     partition      {topic, partition, replicas, leader, leader_epoch, isr,
                    partition_epoch[, adding_replicas, removing_replicas,
-                   throttle_bytes_per_s]}: one partition's whole registration; the three
-                   optional fields only while a reassignment moves it (KIP-455's
-                   addingReplicas/removingReplicas: `replicas` is the target followed by
-                   the replicas being removed; absent reads as none), the throttle in
-                   bytes/s on the adding replicas' catch-up (0: none)
+                   throttle_bytes_per_s, eligible_leader_replicas]}: one partition's
+                   whole registration; the three reassignment fields only while a
+                   reassignment moves it (KIP-455's addingReplicas/removingReplicas:
+                   `replicas` is the target followed by the replicas being removed; absent
+                   reads as none), the throttle in bytes/s on the adding replicas' catch-up
+                   (0: none); eligible_leader_replicas (KIP-966's ELR, partition_changes.py)
+                   only while the ISR is below min ISR and some replica left it
     remove_topic   {name}: the topic and all its partitions are gone
     node           {node_id, address}: a storage node registered (or moved)
     acl            {op: "add" | "remove", acl: {principal, host, resource_type,
@@ -65,8 +67,8 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     PRODUCER_IDS: {"next": int},
     CLIENT_QUOTA: {"entity": dict, "values": dict},
 }
-# Optional fields of a partition record (a reassignment in progress).
-_REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas")
+# Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
+_REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
 _LEGACY_VERSION = 1
 
 

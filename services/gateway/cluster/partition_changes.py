@@ -5,9 +5,27 @@ calls these with its lock held and persists what they changed; `eligible(node)` 
 a node may lead or join an ISR (registered, live, not fenced, not shutting down).
 
 - A leader change bumps the leader epoch; every change bumps the partition epoch.
-- Clean election: the first replica, in assignment order, that is in the ISR and eligible.
-  None: leader -1 (the partition is offline) and the last ISR member is kept, so it is
-  elected when it returns (unclean election is off).
+- Clean election: the first replica, in assignment order, that is in the ISR and eligible;
+  else the first eligible one of the eligible leader replicas (below). None: leader -1 (the
+  partition is offline) and the last ISR member is kept, so it is elected when it returns
+  (unclean election is off).
+
+Eligible leader replicas (ELR, Kafka's KIP-966). The ISR and ELR together are the replicas
+known to hold every committed record (everything below the high watermark), so any of them
+may lead without losing an acknowledged one:
+- A replica that leaves the ISR while the ISR drops below the topic's effective
+  min.insync.replicas (min of the setting and the replica count) joins the ELR: it held
+  every committed record, and the leader's high watermark stays put while the ISR is below
+  min ISR (partition.py), so it still holds them. Above min ISR it does not: records
+  committed later are not on it.
+- The ELR empties once the ISR reaches min ISR again; a replica rejoining the ISR leaves it.
+- A leader elected from the ELR becomes the ISR alone; the former ISR members, which hold
+  the committed records too, join the ELR.
+- A node back from an unclean shutdown (no clean-shutdown marker: it may have lost
+  unflushed writes, its page cache gone with a power cut) holds nothing it can vouch for:
+  it leaves the ELR, and the ISR even as its last member when another replica holds the
+  committed records (the ELR). Kafka's "last replica standing" problem: without this it
+  would be elected with a log cut short and its followers would truncate to it.
 """
 
 from __future__ import annotations
@@ -25,6 +43,7 @@ from seglog.errors import (
 NO_LEADER = -1
 PartitionChange = tuple[str, int]  # (topic, partition) whose registration changed
 Eligible = Callable[[int], bool]
+MinIsr = Callable[[str], int]  # a topic's min.insync.replicas, as the registry knows it
 Registrations = Iterable[tuple[PartitionChange, "PartitionAssignment"]]
 
 
@@ -41,6 +60,9 @@ class PartitionAssignment:
     adding: list[int] = field(default_factory=list)
     removing: list[int] = field(default_factory=list)
     throttle_bytes_per_s: int = 0
+    # Eligible leader replicas (KIP-966), in assignment order; empty while the ISR is at or
+    # above min ISR.
+    elr: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.isr:
@@ -56,6 +78,7 @@ class PartitionAssignment:
             list(self.adding),
             list(self.removing),
             self.throttle_bytes_per_s,
+            list(self.elr),
         )
 
     @property
@@ -74,7 +97,37 @@ class PartitionAssignment:
             registration["adding_replicas"] = self.adding
             registration["removing_replicas"] = self.removing
             registration["throttle_bytes_per_s"] = self.throttle_bytes_per_s
+        if self.elr:  # absent otherwise, as the reassignment's fields are
+            registration["eligible_leader_replicas"] = self.elr
         return registration
+
+    def effective_min_isr(self, min_isr: int) -> int:
+        return min(min_isr, len(self.replicas))
+
+    def _ordered(self, members: set[int]) -> list[int]:
+        return [r for r in self.replicas if r in members]
+
+    def leave_isr(self, node_id: int, min_isr: int, holds_committed: bool = True) -> None:
+        """The node leaves the ISR (where another member remains); it joins the ELR when the
+        ISR is then below min ISR and it still holds the committed records."""
+        if node_id not in self.isr or len(self.isr) == 1:
+            return
+        self.isr.remove(node_id)
+        if holds_committed and len(self.isr) < self.effective_min_isr(min_isr):
+            self.elr = self._ordered(set(self.elr) | {node_id})
+
+    def set_isr(self, isr: list[int], min_isr: int) -> None:
+        """A new ISR (an AlterPartition): members removed while it is below min ISR join the
+        ELR, members added leave it, and it empties at min ISR."""
+        removed = set(self.isr) - set(isr)
+        self.isr = self._ordered(set(isr))
+        if len(self.isr) >= self.effective_min_isr(min_isr):
+            self.elr = []
+        else:
+            self.elr = self._ordered((set(self.elr) | removed) - set(self.isr))
+
+    def keep_elr_within_replicas(self) -> None:
+        self.elr = [r for r in self.elr if r in self.replicas]
 
 
 def choose_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
@@ -90,34 +143,84 @@ def change_leader(p: PartitionAssignment, leader: int) -> None:
     p.partition_epoch += 1
 
 
-def fence(partitions: Registrations, node_id: int, eligible: Eligible) -> set[PartitionChange]:
-    """The node leaves every ISR where another member remains, and its leaderships are
-    elected anew without it."""
+def clean_choice(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
+    """Clean election's choice, changing nothing: from the ISR, else from the ELR."""
+    leader = choose_leader(p, eligible, exclude)
+    if leader == NO_LEADER:
+        leader = next(
+            (r for r in p.replicas if r in p.elr and r != exclude and eligible(r)), NO_LEADER
+        )
+    return leader
+
+
+def elect_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
+    """Clean election (`exclude`: the leader stepping down); the leader chosen, NO_LEADER
+    when none is eligible."""
+    leader = clean_choice(p, eligible, exclude)
+    if leader != NO_LEADER and leader not in p.isr:
+        # From the ELR: it becomes the ISR alone, and the ISR's members, which hold the
+        # committed records too, join the ELR.
+        p.elr = p._ordered((set(p.elr) | set(p.isr)) - {leader})
+        p.isr = [leader]
+    change_leader(p, leader)
+    return leader
+
+
+def fence(
+    partitions: Registrations, node_id: int, eligible: Eligible, min_isr: MinIsr
+) -> set[PartitionChange]:
+    """The node leaves every ISR where another member remains (for the ELR when that takes
+    the ISR below min ISR), and its leaderships are elected anew without it."""
     changed = set()
     for tp, p in partitions:
         if node_id not in p.replicas:
             continue
-        moved = False
-        if node_id in p.isr and len(p.isr) > 1:
-            p.isr.remove(node_id)
-            moved = True
+        before = (list(p.isr), list(p.elr))
+        p.leave_isr(node_id, min_isr(tp[0]))
         if p.leader == node_id:
-            change_leader(p, choose_leader(p, eligible, exclude=node_id))
+            elect_leader(p, eligible, exclude=node_id)
             changed.add(tp)
-        elif moved:
+        elif (p.isr, p.elr) != before:
             p.partition_epoch += 1
             changed.add(tp)
+    return changed
+
+
+def forget_unclean(
+    partitions: Registrations, node_id: int, eligible: Eligible
+) -> set[PartitionChange]:
+    """After `fence`, for a node back from an unclean shutdown (its log may be cut short):
+    it leaves the ELR, and the ISR even as its last member when the ELR holds the committed
+    records; a leader is then elected from the ELR, or, none of it live yet, the ELR becomes
+    the ISR to elect from when one returns. With no ELR the last member stays: no other
+    replica is known to hold more, and it is elected as before (unclean election is off)."""
+    changed = set()
+    for tp, p in partitions:
+        was_in_elr = node_id in p.elr
+        p.elr = [r for r in p.elr if r != node_id]
+        leaves_isr = node_id in p.isr and (len(p.isr) > 1 or bool(p.elr))
+        if not (was_in_elr or leaves_isr):
+            continue
+        if leaves_isr:
+            p.isr = [r for r in p.isr if r != node_id]
+        if p.leader == node_id or (
+            p.leader == NO_LEADER and clean_choice(p, eligible, node_id) != NO_LEADER
+        ):
+            elect_leader(p, eligible, exclude=node_id)
+        else:
+            p.partition_epoch += 1
+        if not p.isr:
+            p.isr, p.elr = p.elr, []
+        changed.add(tp)
     return changed
 
 
 def elect_leaderless(partitions: Registrations, eligible: Eligible) -> set[PartitionChange]:
     changed = set()
     for tp, p in partitions:
-        if p.leader == NO_LEADER:
-            leader = choose_leader(p, eligible)
-            if leader != NO_LEADER:
-                change_leader(p, leader)
-                changed.add(tp)
+        if p.leader == NO_LEADER and clean_choice(p, eligible) != NO_LEADER:
+            elect_leader(p, eligible)
+            changed.add(tp)
     return changed
 
 
@@ -141,6 +244,7 @@ def alter_isr(
     partition_epoch: int,
     new_isr: list[int],
     eligible: Eligible,
+    min_isr: int,
 ) -> None:
     """Kafka's AlterPartition as the controller validates it; an error changes nothing."""
     if leader_epoch < p.leader_epoch:
@@ -172,7 +276,7 @@ def alter_isr(
             raise IneligibleReplicaError(
                 f"{name}: replica {replica} cannot join the ISR: its node is not live"
             )
-    p.isr = [r for r in p.replicas if r in new_isr]  # assignment order
+    p.set_isr(new_isr, min_isr)
     p.partition_epoch += 1
 
 

@@ -41,7 +41,8 @@ from .partition_changes import (
     PartitionAssignment,
     PartitionChange,
     change_leader,
-    choose_leader,
+    clean_choice,
+    elect_leader,
 )
 from .registry_state import RegistryState, retrying
 
@@ -104,8 +105,9 @@ def start(
         )
     p.replicas, p.isr, p.adding, p.removing = replicas, isr, adding, removing
     p.throttle_bytes_per_s = throttle
+    p.keep_elr_within_replicas()
     if p.leader != NO_LEADER and p.leader not in replicas:  # a replaced move's new leader
-        change_leader(p, choose_leader(p, eligible))
+        elect_leader(p, eligible)
     else:
         p.partition_epoch += 1
     return True
@@ -142,8 +144,9 @@ def _settle(
 ) -> None:
     p.replicas, p.isr = replicas, isr
     p.adding, p.removing, p.throttle_bytes_per_s = [], [], 0
+    p.keep_elr_within_replicas()
     if p.leader not in replicas:
-        change_leader(p, choose_leader(p, eligible))
+        elect_leader(p, eligible)
     else:
         p.partition_epoch += 1
 
@@ -164,12 +167,13 @@ def elect(name: str, p: PartitionAssignment, kind: str, eligible: Eligible) -> N
         return
     if p.leader != NO_LEADER:
         raise ElectionNotNeededError(f"{name} has a leader (node {p.leader})")
-    leader = choose_leader(p, eligible)
+    if clean_choice(p, eligible) != NO_LEADER:  # a clean choice after all (the ISR or ELR)
+        elect_leader(p, eligible)
+        return
+    leader = next((r for r in p.replicas if eligible(r)), NO_LEADER)
     if leader == NO_LEADER:
-        leader = next((r for r in p.replicas if eligible(r)), NO_LEADER)
-        if leader == NO_LEADER:
-            raise EligibleLeadersNotAvailableError(f"{name}: no replica of {p.replicas} is live")
-        p.isr = [leader]
+        raise EligibleLeadersNotAvailableError(f"{name}: no replica of {p.replicas} is live")
+    p.isr, p.elr = [leader], []  # its log becomes the truth: no other replica is vouched for
     change_leader(p, leader)
 
 

@@ -13,12 +13,17 @@ partition_changes.py (Kafka's PartitionChangeBuilder):
 - Placement: each partition's replicas on distinct live nodes, the leader (first replica,
   the preferred one) on the node leading fewest partitions, the followers on the nodes
   holding fewest replicas.
-- A node is fenced when its session expires and when it registers anew (a restarted process
-  may have lost unflushed records): it leaves every ISR where another member remains, and
-  each partition it led elects the first replica, in assignment order, that is in the ISR,
-  live and not shutting down. No such replica: leader -1, the partition is offline, and its
-  last ISR member is kept so it is elected when it returns (unclean election is off). All
-  nodes found down in one tick fail over in one batch.
+- A node is fenced when its session expires and when a new process of it registers: it
+  leaves every ISR where another member remains (for the eligible leader replicas, ELR,
+  when the ISR drops below min ISR), and each partition it led elects the first replica, in
+  assignment order, that is in the ISR, else in the ELR, live and not shutting down. No
+  such replica: leader -1, the partition is offline, and its last ISR member is kept so it
+  is elected when it returns (unclean election is off). All nodes found down in one tick
+  fail over in one batch. A live process that a restarted gateway does not know yet (its
+  heartbeat meets no session) is admitted without fencing: it lost nothing.
+- A new process back from an unclean shutdown (it says so when it registers) may have lost
+  unflushed records: it leaves the ELR, and the ISR even as its last member when the ELR
+  holds the committed records (Kafka's KIP-966; partition_changes.py).
 - A leader change bumps the leader epoch; every change bumps the partition epoch.
 - Leaders change their ISR through AlterPartition (`alter_partition`), fenced by both epochs.
 - Controlled shutdown: a node asking to stop loses its leaderships and ISR memberships the
@@ -59,6 +64,7 @@ from .partition_changes import (
     alter_isr,
     elect_leaderless,
     fence,
+    forget_unclean,
     place,
     restore_preferred,
 )
@@ -167,10 +173,16 @@ class Registry(ReassigningState):
         offline: dict[tuple[str, int], str] | None = None,
         log_config_defaults: dict[str, str] | None = None,
         bulk_address: str = "",
+        *,
+        new_process: bool = True,
+        unclean_shutdown: bool = False,
     ) -> None:
-        """A node starting a session: its previous incarnation is fenced (it may have lost
-        unflushed records), then it is live again: elected where it was the last in-sync
-        replica, a follower elsewhere until it catches up and its leader adds it back."""
+        """A node starting a session. A new process: its previous incarnation is fenced,
+        and after an unclean shutdown it is trusted with no committed record (it may have
+        lost unflushed ones). Then it is live again: elected where it was the last in-sync
+        replica, a follower elsewhere until it catches up and its leader adds it back. A
+        process that already registered (`new_process` False: a restarted gateway met its
+        heartbeat) lost nothing and is only admitted."""
         if self.sessions is not None:
             self.sessions.open(
                 node_id,
@@ -179,7 +191,15 @@ class Registry(ReassigningState):
                 offline=offline,
                 log_config_defaults=log_config_defaults,
             )
-        self._register(node_id, address, offline, log_config_defaults, bulk_address)
+        self._register(
+            node_id,
+            address,
+            offline,
+            log_config_defaults,
+            bulk_address,
+            new_process,
+            unclean_shutdown,
+        )
 
     @retrying
     def _register(
@@ -189,13 +209,19 @@ class Registry(ReassigningState):
         offline: dict[tuple[str, int], str] | None,
         log_config_defaults: dict[str, str] | None,
         bulk_address: str,
+        new_process: bool,
+        unclean_shutdown: bool,
     ) -> None:
         with self._lock:
             node = self.nodes.get(node_id)
             if node is None:
                 node = self.nodes[node_id] = Node(node_id, address)
             working = self._working(self.image.hosted.get(node_id, set()) | self.image.leaderless)
-            changed = fence(working.items(), node_id, self._eligible)
+            changed: set[PartitionChange] = set()
+            if new_process:
+                changed = fence(working.items(), node_id, self._eligible, self._min_isr())
+                if unclean_shutdown:
+                    changed |= forget_unclean(working.items(), node_id, self._eligible)
             node.address = address
             node.bulk_address = bulk_address
             node.offline = dict(offline or {})
@@ -203,7 +229,7 @@ class Registry(ReassigningState):
             node.last_heartbeat = time.monotonic()
             node.heard_from = True
             node.fenced = node.shutting_down = False
-            node.metadata_offset = 0  # a new process: it has received nothing yet
+            node.metadata_offset = 0  # answered with its whole assignment
             changed |= elect_leaderless(working.items(), self._eligible)
             self._commit(
                 [node_record(node_id, address), *self._partition_records(working, changed)]
@@ -257,8 +283,9 @@ class Registry(ReassigningState):
             for node in down:
                 wanted |= self.image.hosted.get(node.node_id, set())
             working = self._working(wanted)
+            min_isr = self._min_isr()
             for node in down:
-                changed |= fence(working.items(), node.node_id, self._eligible)
+                changed |= fence(working.items(), node.node_id, self._eligible, min_isr)
             changed |= elect_leaderless(working.items(), self._eligible)
             if changed:
                 self._commit(self._partition_records(working, changed), controller)
@@ -282,7 +309,7 @@ class Registry(ReassigningState):
                 return True
             node.shutting_down = True
             working = self._working(self.image.hosted.get(node_id, set()))
-            changed = fence(working.items(), node_id, self._eligible)
+            changed = fence(working.items(), node_id, self._eligible, self._min_isr())
             if changed:
                 self._commit(self._partition_records(working, changed))
             leads = bool(self.image.led.get(node_id))
@@ -322,6 +349,7 @@ class Registry(ReassigningState):
                 partition_epoch,
                 new_isr,
                 self._eligible,
+                self._min_isr()(topic_name),
             )
             self._commit([partition_record(topic_name, partition, p.to_json())])
             return p.copy()

@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 class RegistryService:
-    """Node sessions: registration fences the node's previous incarnation (registry.py);
+    """Node sessions: a new process's registration fences its previous incarnation
+    (registry.py);
     each answer carries the states of the partitions the node holds replicas of, and
     AlterPartition carries leaders' ISR changes."""
 
@@ -66,6 +67,15 @@ class RegistryService:
         self, request: gateway_pb2.NodeHeartbeat, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeAssignment:
         self._check_node(context, request.node_id, "registering")
+        return self._register(request, context, new_process=True)
+
+    def _register(
+        self,
+        request: gateway_pb2.NodeHeartbeat,
+        context: grpc.ServicerContext,
+        *,
+        new_process: bool,
+    ) -> gateway_pb2.NodeAssignment:
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
         _check_bulk_address(request, context)
@@ -75,8 +85,17 @@ class RegistryService:
             _offline(request),
             dict(request.log_config_defaults),
             request.bulk_address,
+            new_process=new_process,
+            unclean_shutdown=new_process and request.unclean_shutdown,
         )
-        logger.info("node %d registered at %s", request.node_id, request.address)
+        logger.info(
+            "node %d registered at %s%s",
+            request.node_id,
+            request.address,
+            (" after an unclean shutdown" if request.unclean_shutdown else "")
+            if new_process
+            else " (a session this gateway did not know)",
+        )
         return self._assignment(request, since=0)
 
     def Heartbeat(
@@ -91,7 +110,9 @@ class RegistryService:
             request.bulk_address,
             request.metadata_offset,
         ):
-            return self.RegisterNode(request, context)
+            # A process that registered before (a new one calls RegisterNode first): this
+            # gateway restarted, or fenced it after a missed session. Nothing was lost.
+            return self._register(request, context, new_process=False)
         return self._assignment(request, since=request.metadata_offset)
 
     def AlterPartition(

@@ -34,13 +34,14 @@ from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
 from .node_state import Node, NodeView
-from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .partition_changes import NO_LEADER, MinIsr, PartitionAssignment, PartitionChange
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
 logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "registry.json"  # the former whole document, migrated once
 METADATA_DIR = "metadata"
+MIN_ISR_CONFIG = "min.insync.replicas"
 # A change that keeps meeting newer state is given up after this many tries (each retry
 # means another gateway's change landed in between: the cluster is making progress).
 _STALE_RETRIES = 20
@@ -306,6 +307,23 @@ class RegistryState:
         with self._lock:
             return sorted(n for n in self.nodes if self.is_live(n))
 
+    def _min_isr(self) -> MinIsr:
+        """Each topic's min.insync.replicas as its nodes count it: the topic's setting, else
+        the largest default the nodes report (their --config log.min.insync.replicas), else
+        Kafka's 1. The largest, because a replica counted eligible (ELR) must hold what any
+        node's leader may have committed."""
+        node_default = max(
+            (_int(n.log_config_defaults.get(MIN_ISR_CONFIG)) for n in self.nodes.values()),
+            default=1,
+        )
+
+        def min_isr(topic_name: str) -> int:
+            topic = self.image.topics.get(topic_name)
+            configured = topic.configs.get(MIN_ISR_CONFIG) if topic is not None else None
+            return _int(configured) if configured is not None else node_default
+
+        return min_isr
+
     def _eligible(self, node_id: int) -> bool:
         """May lead or join an ISR: registered, live, not fenced, not shutting down."""
         node = self.nodes.get(node_id)
@@ -438,3 +456,10 @@ class RegistryState:
         if last is not None and now - last < self.session_timeout_s:
             return True
         return not node.heard_from and now < node.grace_until
+
+
+def _int(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else 1
+    except ValueError:
+        return 1
