@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.campaign import NETWORK_FAULTS, PROXY_FAULTS, CampaignConfig, run
-from tests.faults.fault_kinds import available_faults
+from tests.faults.catalog import available_faults
 
 CYCLES = 6
 # Met in every run where this machine can make them: a leader cut from its followers, and

@@ -31,21 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults.checker import Guarantees, Verdict, check
-from tests.faults.clients import ClientProcess, Clients
-from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
-from tests.faults.fault_kinds import (
+from tests.faults.catalog import (
     ALL_FAULTS,
     DISK_FAULTS,
     ETCD_FAULTS,
     MOUNTED_DISK_FAULTS,
     NETWORK_FAULTS,
-    NODE,
-    PRODUCER_REQUEST_TIMEOUT_MS,
     PROXY_FAULTS,
-    Fault,
     available_faults,
 )
+from tests.faults.checker import Guarantees, Verdict, check
+from tests.faults.clients import ClientProcess, Clients
+from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
+from tests.faults.fault_kinds import NODE, PRODUCER_REQUEST_TIMEOUT_MS, Fault
 from tests.faults.history import read_history
 from tests.waiting import wait_for
 

@@ -1,17 +1,16 @@
 """The faults a campaign injects, each a small object: `start(cluster, rng)` injects it and
 says what it did, `heal(cluster)` undoes it. `target` says what it harms (a storage node, the
 gateway, or the link between clients and the gateway); the campaign never overlaps two
-faults with the same target, so at most one node is harmed at a time, which is what RF 3 with
-min ISR 2 promises to survive."""
+faults with the same target, so at most one node loses what it held at a time, which is what
+RF 3 with min ISR 2 promises to survive (others may be unreachable meanwhile: paused, cut
+off, their sessions lapsed). Disk faults: disk_faults.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import signal
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,7 +18,6 @@ from tests.faults.cluster import (
     NOTICE_TIMEOUT_S,
     PARTITIONS,
     SESSION_TIMEOUT_MS,
-    TOPIC,
     Cluster,
 )
 from tests.waiting import wait_for, wait_until
@@ -357,130 +355,6 @@ class DelayAnswers:
             proxy.heal()
 
 
-@dataclass
-class DiskBitflip(OnANode):
-    """SIGKILL a node, flip one bit in one of its files of the campaign topic, restart it:
-    recovery must find what the CRC does not cover, and the replica repair from its peers."""
-
-    name: str = "disk-bitflip"
-
-    def start(self, cluster: Cluster, rng: random.Random) -> str:
-        from tests.faults.disks import flip_a_bit
-
-        # half the time the leader of the partition damaged
-        partition = rng.randrange(PARTITIONS)
-        leader = cluster.leader_of(partition)
-        if rng.random() < 0.5 and leader in cluster.nodes:
-            self.node_id, which = leader, f"node {leader} (leader of p{partition})"
-        else:
-            self.node_id = rng.choice(sorted(cluster.nodes))
-            which = f"node {self.node_id}"
-        cluster.nodes[self.node_id].kill()
-        flipped = flip_a_bit(cluster.root / f"node-{self.node_id}" / f"{TOPIC}-{partition}", rng)
-        cluster.nodes[self.node_id].start()
-        return f"SIGKILL {which}, {flipped}, restarted"
-
-
-@dataclass
-class DiskPowerCut:
-    """SIGKILL a node and lose what its filesystem had not flushed (EXT4_IOC_SHUTDOWN
-    without flushing, then what the device held mounted again), restart it."""
-
-    name: str = "disk-power-cut"
-    target: str = NODE
-    node_id: int = -1
-
-    def start(self, cluster: Cluster, rng: random.Random) -> str:
-        if cluster.disks is None:
-            raise RuntimeError("disk-power-cut needs the nodes on disks of their own")
-        self.node_id, which = pick_node(cluster, rng)
-        cluster.nodes[self.node_id].kill()
-        cluster.disks.cut_power(self.node_id)
-        cluster.nodes[self.node_id].start()
-        return f"SIGKILL {which} and cut its disk's power, restarted"
-
-    def heal(self, cluster: Cluster) -> None:
-        restart_node_if_down(cluster, self.node_id)
-
-
-@dataclass
-class DiskFull:
-    """A node's filesystem filled by a ballast file for a few seconds, so its appends fail;
-    the ballast is removed when healed."""
-
-    name: str = "disk-full"
-    target: str = NODE
-    node_id: int = -1
-
-    def start(self, cluster: Cluster, rng: random.Random) -> str:
-        if cluster.disks is None:
-            raise RuntimeError("disk-full needs the nodes on disks of their own")
-        self.node_id, which = pick_node(cluster, rng)
-        ballast_bytes = cluster.disks.fill(self.node_id)
-        hold_network_fault(rng)
-        return f"filled the disk of {which} ({ballast_bytes} bytes of ballast)"
-
-    def heal(self, cluster: Cluster) -> None:
-        if self.node_id < 0 or cluster.disks is None:
-            return
-        cluster.disks.free(self.node_id)
-        restart_node_if_down(cluster, self.node_id)  # a node may give up on a full disk
-
-
 def hold_network_fault(rng: random.Random) -> None:
     """A network fault lasts a random few seconds (its duration is part of the fault)."""
     time.sleep(rng.uniform(2.0, 6.0))
-
-
-PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
-    "node-kill": NodeKill,
-    "node-crash": NodeCrash,
-    "node-pause": NodePause,
-    "node-term": NodeTerm,
-    "gateway-kill": GatewayKill,
-    "gateway-term": GatewayTerm,
-    "gateway-pause": GatewayPause,
-    "client-kill": ClientKill,
-}
-ETCD_FAULTS: dict[str, Callable[[], Fault]] = {
-    "etcd-kill": EtcdKill,
-    "etcd-pause": EtcdPause,
-}
-NETWORK_FAULTS: dict[str, Callable[[], Fault]] = {
-    "partition-leader-from-followers": LeaderCutFromFollowers,
-    "partition-leader-from-gateway": LeaderCutFromGateway,
-    "slow-follower": SlowFollower,
-}
-PROXY_FAULTS: dict[str, Callable[[], Fault]] = {
-    "drop-answers": DropAnswers,
-    "delay-answers": DelayAnswers,
-}
-# Faults needing each node's data dir on a loop-mounted filesystem of its own.
-MOUNTED_DISK_FAULTS: dict[str, Callable[[], Fault]] = {
-    "disk-power-cut": DiskPowerCut,
-    "disk-full": DiskFull,
-}
-DISK_FAULTS: dict[str, Callable[[], Fault]] = {"disk-bitflip": DiskBitflip, **MOUNTED_DISK_FAULTS}
-ALL_FAULTS = {**PROCESS_FAULTS, **ETCD_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS, **DISK_FAULTS}
-
-
-def available_faults(etcd: bool = False) -> list[str]:
-    """The faults this machine and work tree can inject into a cluster with or without etcd:
-    network faults need root and the network lab (not yet with etcd), answer faults the
-    proxy, power cuts and full disks root and loop mounts."""
-    names = list(PROCESS_FAULTS)
-    if etcd:
-        names += list(ETCD_FAULTS)
-    elif os.geteuid() == 0 and _importable("tests.faults.netns"):
-        names += list(NETWORK_FAULTS)
-    if _importable("tests.faults.proxy"):
-        names += list(PROXY_FAULTS)
-    if _importable("tests.faults.disks"):
-        from tests.faults.disks import loop_mounts_possible
-
-        names += [n for n in DISK_FAULTS if n not in MOUNTED_DISK_FAULTS or loop_mounts_possible()]
-    return names
-
-
-def _importable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
