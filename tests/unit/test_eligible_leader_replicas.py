@@ -227,3 +227,46 @@ def test_a_clean_restart_of_the_last_replica_standing_is_elected_again(tmp_path)
     _lapse(registry, survivor)
     registry.register_node(survivor, f"127.0.0.1:{survivor}", unclean_shutdown=False)
     assert _partition(registry) == (survivor, [survivor], [vouched])
+
+
+def test_changing_a_topics_min_isr_clears_its_elr(tmp_path):
+    registry = _cluster(tmp_path)
+    replicas = registry.topic("t").partitions[0].replicas
+    _lapse(registry, replicas[0])
+    _lapse(registry, replicas[1])
+    assert _partition(registry)[2] == [replicas[1]]
+    registry.alter_topic_configs("t", {"retention.ms": "1000"}, [])
+    assert _partition(registry)[2] == [replicas[1]]  # another setting: the ELR holds
+    epoch = registry.topic("t").partitions[0].partition_epoch
+    registry.alter_topic_configs("t", {"min.insync.replicas": "1"}, [])
+    # Under min ISR 1 the high watermark may pass the ELR member: it is vouched for no more.
+    assert _partition(registry)[2] == []
+    assert registry.topic("t").partitions[0].partition_epoch == epoch + 1
+
+
+def test_a_restarted_gateway_knows_the_nodes_min_isr_before_any_heartbeat(tmp_path):
+    """The campaign's second loss: min ISR 2 was the nodes' default (--config), which a
+    restarted gateway learnt only from registrations; before any, it counted min ISR 1, put
+    no one in the ELR, and the last replica standing was elected after its power cut."""
+    registry = _registry(tmp_path)
+    for n in (1, 2, 3):
+        registry.register_node(
+            n, f"127.0.0.1:{n}", log_config_defaults={"min.insync.replicas": "2"}
+        )
+    registry.create_topic("t", 1, 3, {})
+    replicas = registry.topic("t").partitions[0].replicas
+    again = _registry(tmp_path)  # restarted: no node has heartbeated or registered yet
+    _lapse(again, replicas[0])
+    _lapse(again, replicas[1])
+    assert _partition(again) == (replicas[2], [replicas[2]], [replicas[1]])
+    again.register_node(
+        replicas[2],
+        "127.0.0.1:9",
+        log_config_defaults={"min.insync.replicas": "2"},
+        unclean_shutdown=True,
+    )
+    assert _partition(again)[0] != replicas[2]
+    # A snapshot keeps the nodes' defaults too.
+    records = again.image.records()
+    check_records(records)
+    assert {r["min_insync_replicas"] for r in records if r["type"] == "node"} == {2}

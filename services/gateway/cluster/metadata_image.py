@@ -71,6 +71,7 @@ class MetadataImage:
         self.offset = offset  # of the last batch applied
         self.topics: dict[str, Topic] = {}
         self.node_addresses: dict[int, str] = {}
+        self.node_min_isr: dict[int, int] = {}  # each node's min.insync.replicas default
         self.acls: list[AclBinding] = []
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
@@ -111,6 +112,10 @@ class MetadataImage:
                 self._remove_topic(record["name"], new_topics, applied)
             elif kind == NODE:
                 self.node_addresses[record["node_id"]] = record["address"]
+                if "min_insync_replicas" in record:
+                    self.node_min_isr[record["node_id"]] = record["min_insync_replicas"]
+                else:
+                    self.node_min_isr.pop(record["node_id"], None)
                 applied.nodes.add(record["node_id"])
             elif kind == ACL:
                 self._apply_acl(record)
@@ -259,7 +264,10 @@ class MetadataImage:
     def records(self) -> list[Record]:
         """The whole image as one batch (a snapshot), in the order metadata_records.py
         documents."""
-        records = [node_record(n, a) for n, a in sorted(self.node_addresses.items())]
+        records = [
+            node_record(n, address, self.node_min_isr.get(n))
+            for n, address in sorted(self.node_addresses.items())
+        ]
         records.append(producer_ids_record(self.next_producer_id_block))
         records += [acl_record("add", acl.to_json()) for acl in self.acls]
         records += [

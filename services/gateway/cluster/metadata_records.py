@@ -18,7 +18,10 @@ Record types (`type`), and what they set:
                    (0: none); eligible_leader_replicas (KIP-966's ELR, partition_changes.py)
                    only while the ISR is below min ISR and some replica left it
     remove_topic   {name}: the topic and all its partitions are gone
-    node           {node_id, address}: a storage node registered (or moved)
+    node           {node_id, address[, min_insync_replicas]}: a storage node registered
+                   (or moved), with the min.insync.replicas default its process runs with
+                   (its --config): the registry counts eligible leader replicas by it, so
+                   it must be known before the node's first heartbeat after a restart
     acl            {op: "add" | "remove", acl: {principal, host, resource_type,
                    pattern_type, resource_name, operation, permission}}
     producer_ids   {next}: the first producer id not yet handed out
@@ -95,6 +98,10 @@ def check_records(records: list[Record]) -> list[Record]:
             raise MetadataRecordError(f"metadata record {record!r}: replicas are node ids")
         if record["type"] == PARTITION:
             _check_reassignment(record)
+        if record["type"] == NODE and "min_insync_replicas" in record:
+            value = record["min_insync_replicas"]
+            if type(value) is not int or value < 1:
+                raise MetadataRecordError(f"metadata record {record!r}: bad min_insync_replicas")
         if record["type"] == ACL and record["op"] not in ("add", "remove"):
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
     return records
@@ -144,8 +151,11 @@ def remove_topic_record(name: str) -> Record:
     return {"type": REMOVE_TOPIC, "name": name}
 
 
-def node_record(node_id: int, address: str) -> Record:
-    return {"type": NODE, "node_id": node_id, "address": address}
+def node_record(node_id: int, address: str, min_insync_replicas: int | None = None) -> Record:
+    record: Record = {"type": NODE, "node_id": node_id, "address": address}
+    if min_insync_replicas is not None:
+        record["min_insync_replicas"] = min_insync_replicas
+    return record
 
 
 def acl_record(op: str, acl: dict[str, str]) -> Record:

@@ -69,7 +69,7 @@ from .partition_changes import (
     restore_preferred,
 )
 from .reassignments import ReassigningState
-from .registry_state import REGISTRY_FILE, Route, retrying
+from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, Route, retrying
 from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
@@ -232,7 +232,10 @@ class Registry(ReassigningState):
             node.metadata_offset = 0  # answered with its whole assignment
             changed |= elect_leaderless(working.items(), self._eligible)
             self._commit(
-                [node_record(node_id, address), *self._partition_records(working, changed)]
+                [
+                    node_record(node_id, address, _min_isr_default(node.log_config_defaults)),
+                    *self._partition_records(working, changed),
+                ]
             )
         self._notify(changed)
 
@@ -463,10 +466,21 @@ class Registry(ReassigningState):
             )
             if validate_only:
                 return topic
-            self._commit(
-                [topic_record(name, topic.replication_factor, configs, len(topic.partitions))]
-            )
-            return self.topic(name)
+            records = [topic_record(name, topic.replication_factor, configs, len(topic.partitions))]
+            changed: set[PartitionChange] = set()
+            if configs.get(MIN_ISR_CONFIG) != topic.configs.get(MIN_ISR_CONFIG):
+                # An ELR member held every record committed under the former min ISR; a
+                # lower one lets the high watermark pass it. Kafka clears the ELR too.
+                with_elr = [(name, i) for i, p in enumerate(topic.partitions) if p.elr]
+                working = self._working(with_elr)
+                for p in working.values():
+                    p.elr = []
+                    p.partition_epoch += 1
+                changed = set(working)
+                records += self._partition_records(working, changed)
+            self._commit(records)
+        self._notify(changed)
+        return self.topic(name)
 
     @retrying
     def delete_topic(self, name: str) -> Topic:
@@ -475,3 +489,12 @@ class Registry(ReassigningState):
             topic = self.topic(name)
             self._commit([remove_topic_record(name)])
             return topic
+
+
+def _min_isr_default(log_config_defaults: Mapping[str, str]) -> int | None:
+    """The node's min.insync.replicas default, kept in its node record (None: Kafka's 1)."""
+    value = log_config_defaults.get(MIN_ISR_CONFIG)
+    try:
+        return max(int(value), 1) if value is not None else None
+    except ValueError:
+        return None

@@ -309,13 +309,11 @@ class RegistryState:
 
     def _min_isr(self) -> MinIsr:
         """Each topic's min.insync.replicas as its nodes count it: the topic's setting, else
-        the largest default the nodes report (their --config log.min.insync.replicas), else
-        Kafka's 1. The largest, because a replica counted eligible (ELR) must hold what any
-        node's leader may have committed."""
-        node_default = max(
-            (_int(n.log_config_defaults.get(MIN_ISR_CONFIG)) for n in self.nodes.values()),
-            default=1,
-        )
+        the largest default the nodes registered with (their --config
+        log.min.insync.replicas, kept in their node records, so known at once after a
+        restart), else Kafka's 1. The largest, because a replica counted eligible (ELR) must
+        hold what any node's leader may have committed."""
+        node_default = max(self.image.node_min_isr.values(), default=1)
 
         def min_isr(topic_name: str) -> int:
             topic = self.image.topics.get(topic_name)
