@@ -21,13 +21,10 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
-A creation's costly part (its directory and files: mostly the kernel's work, mkdir, open)
-runs on a thread of its own at a lower OS priority (`CREATION_NICE_INCREMENT`), a step at a
-time while the applier thread waits; the applier thread then gives those partitions their
-roles. When the CPUs are busy, the scheduler runs appends, fetches and the session before the
-creation thread. Roles, role changes and removals stay on the applier thread at the node's
-priority: a failover is never applied at the lower one, and threads started for a role (a
-replica fetcher) do not inherit it.
+A creation's costly part runs paced on a thread of its own at a lower OS priority
+(partition_creator.py) while the applier thread waits; the applier thread then gives those
+partitions their roles. Roles, role changes and removals stay on the applier thread at the
+node's priority. Large batches are logged as they go (apply_progress.py).
 
 Progress: `received_offset` is the registry's metadata offset up to which states were
 queued (the heartbeat's metadata_offset); `applied_offset` the one whose states are all
@@ -39,17 +36,16 @@ is applied (registry_client.py).
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from seglog.errors import UnknownTopicOrPartitionError
 from seglog.v1 import gateway_pb2
 
+from .apply_progress import ApplyProgress
 from .partition import Registration
+from .partition_creator import PartitionCreator
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -58,21 +54,6 @@ DEFAULT_STEP_PARTITIONS = 200
 # A step also ends after this long (creations cost fsyncs, slow on a busy disk): newer
 # submissions, a failover's push among them, wait at most about this long to be merged.
 STEP_TIME_BUDGET_S = 0.1
-# Creations are paced: after a step of creations the applier rests CREATION_REST_RATIO times
-# as long as the step took before creating more, so a burst of topic creations takes about
-# half of a node's time and the data path's latency holds up better meanwhile (a ratio of 2
-# made 10,000 partitions take longer than a minute to create on etcd). Role changes (a
-# failover) are never paced.
-CREATION_REST_RATIO = 1.0
-CREATION_STEP_S = 0.005  # creations in short steps, so a rest comes every few ms of work
-# Added to the creation thread's nice value (Linux schedules threads, so only that thread is
-# affected). An unprivileged thread can lower its priority but never raise it back, hence a
-# thread of its own rather than the applier's changing its priority around each step.
-CREATION_NICE_INCREMENT = 10
-# A batch at least this large is logged when it starts and ends, and its progress between.
-LARGE_BATCH_PARTITIONS = 500
-PROGRESS_LOG_INTERVAL_S = 5.0
-
 TopicPartition = tuple[str, int]
 # A queued state to apply, or None: set the partition aside (removed from the node).
 Queued = gateway_pb2.AssignedPartition | None
@@ -117,16 +98,10 @@ class MetadataApplier:
         # later submission, so a partition comes back once its obstacle is gone (a heartbeat
         # answer arrives every interval even when nothing changed).
         self._failed: dict[TopicPartition, gateway_pb2.AssignedPartition] = {}
-        self._batch_started: float | None = None
-        self._batch_partitions = 0
-        self._batch_applied = 0
-        self._progress_logged = 0.0
+        self._progress = ApplyProgress()
         self._stopping = False
-        self._creations_resume_at = 0.0  # time.monotonic() before which creations rest
         self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
-        self._creator = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="partition-creator", initializer=_lower_priority
-        )
+        self._creator = PartitionCreator(replicas)
 
     # -- the callers' side ---------------------------------------------------------------
 
@@ -139,7 +114,7 @@ class MetadataApplier:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        self._creator.shutdown(wait=False)
+        self._creator.close()
 
     def submit(self, assignment: gateway_pb2.NodeAssignment) -> int:
         """Queue an answer's or a push's states; returns its ticket. O(1): the caller (the
@@ -205,14 +180,14 @@ class MetadataApplier:
         """How long creations still rest (None: not resting, wait for a submission)."""
         if not self._creations or self._changes:
             return None
-        return max(self._creations_resume_at - time.monotonic(), 0.0)
+        return self._creator.rest_s()
 
     def _has_work(self) -> bool:
         return bool(
             self._stopping
             or self._queue
             or self._changes
-            or (self._creations and time.monotonic() >= self._creations_resume_at)
+            or (self._creations and not self._creator.resting())
             or (not self.pending_partitions and self._applied_ticket < self._merged_ticket)
         )
 
@@ -225,8 +200,8 @@ class MetadataApplier:
             self._merged_ticket = ticket
         if batch:
             self._retry_failed()
-            self._note_batch()
-        if self._changes or (self._creations and time.monotonic() >= self._creations_resume_at):
+            self._progress.note_pending(self.pending_partitions, self.step_partitions)
+        if self._changes or (self._creations and not self._creator.resting()):
             self._apply_some()
         if self.pending_partitions:
             with self._cond:
@@ -235,7 +210,7 @@ class MetadataApplier:
         if self._named_since_full is not None:
             self._sweep(self._named_since_full)
             self._named_since_full = None
-        self._finish_batch()
+        self._progress.finish()
         with self._cond:
             self._applied_ticket = self._merged_ticket
             self.applied_offset = self._merged_offset
@@ -324,14 +299,10 @@ class MetadataApplier:
             not self._changes
             and self._creations
             and applied < self.step_partitions
-            and time.monotonic() >= self._creations_resume_at
+            and not self._creator.resting()
         ):
             started = time.monotonic()
-            # The applier thread only waits meanwhile: the queues stay its own.
-            created = self._creator.submit(
-                self._create_logs, self.step_partitions - applied
-            ).result()
-            for tp, error in created:
+            for tp, error in self._creator.step(self._creations, self.step_partitions - applied):
                 if error is None:
                     self._apply_one(self._creations, tp, offline)
                 else:
@@ -339,27 +310,9 @@ class MetadataApplier:
                     if state is not None:
                         self._failed[tp] = state
                     partition_failed(self.replicas, tp, "create", error, offline.get(tp))
-                    self._batch_applied += 1
-            now = time.monotonic()
-            self._creations_resume_at = now + (now - started) * CREATION_REST_RATIO
-        self._log_progress()
-
-    def _create_logs(self, limit: int) -> list[tuple[TopicPartition, Exception | None]]:
-        """On the creation thread: the logs of queued creations, for about CREATION_STEP_S
-        (at least one); each with the error that stopped it, if any."""
-        started = time.monotonic()
-        created: list[tuple[TopicPartition, Exception | None]] = []
-        for tp, state in self._creations.items():
-            if len(created) >= limit or (created and time.monotonic() - started > CREATION_STEP_S):
-                break
-            if state is None:  # never queued as a creation (removals are changes)
-                continue
-            try:
-                self.replicas.create_log(tp[0], tp[1], state.configs)
-                created.append((tp, None))
-            except Exception as exc:
-                created.append((tp, exc))
-        return created
+                    self._progress.applied += 1
+            self._creator.rest_after(started)
+        self._progress.log(self.pending_partitions)
 
     def _apply_first(
         self, queue: dict[TopicPartition, Queued], offline: dict[TopicPartition, str]
@@ -384,7 +337,7 @@ class MetadataApplier:
                 self._failed[tp] = queued
                 partition_failed(self.replicas, tp, "create", exc, offline.get(tp))
         del queue[tp]  # after applying: a push waiting for it sees it done
-        self._batch_applied += 1
+        self._progress.applied += 1
 
     def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
         try:
@@ -408,51 +361,6 @@ class MetadataApplier:
             self._set_aside(tp, offline.get(tp))
         for tp in set(offline) - assigned:
             self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
-
-    # -- progress ------------------------------------------------------------------------
-
-    def _note_batch(self) -> None:
-        pending = self.pending_partitions
-        if self._batch_started is None and pending >= LARGE_BATCH_PARTITIONS:
-            self._batch_started = self._progress_logged = time.monotonic()
-            self._batch_partitions, self._batch_applied = pending, 0
-            logger.info(
-                "applying %d partition states in steps of %d", pending, self.step_partitions
-            )
-
-    def _log_progress(self) -> None:
-        if self._batch_started is None:
-            return
-        now = time.monotonic()
-        if now - self._progress_logged >= PROGRESS_LOG_INTERVAL_S:
-            self._progress_logged = now
-            logger.info(
-                "applied %d partition states, %d to go",
-                self._batch_applied,
-                self.pending_partitions,
-            )
-
-    def _finish_batch(self) -> None:
-        if self._batch_started is None:
-            return
-        logger.info(
-            "applied %d partition states in %.1f s",
-            self._batch_applied,
-            time.monotonic() - self._batch_started,
-        )
-        self._batch_started = None
-
-
-def _lower_priority() -> None:
-    """The creation thread's initializer: its own nice value raised (Linux: per thread)."""
-    if sys.platform != "linux":
-        return  # elsewhere the call would lower the whole process
-    thread_id = threading.get_native_id()
-    try:
-        nice = os.getpriority(os.PRIO_PROCESS, thread_id)
-        os.setpriority(os.PRIO_PROCESS, thread_id, nice + CREATION_NICE_INCREMENT)
-    except OSError as exc:  # a sandbox refusing it: creations then run at the usual priority
-        logger.warning("partition creations keep the node's priority: %s", exc)
 
 
 def _advanced(offset: int, assignment: gateway_pb2.NodeAssignment) -> int:

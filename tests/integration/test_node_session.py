@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
-from services.storage_node.metadata_applier import CREATION_NICE_INCREMENT
+from services.storage_node.partition_creator import CREATION_NICE_INCREMENT
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
 from tests.waiting import wait_for, wait_until
