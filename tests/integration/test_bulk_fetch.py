@@ -359,3 +359,26 @@ def test_idle_strangers_neither_keep_nor_take_the_bulk_slots(cluster):
     finally:
         for conn in strangers:
             conn.close()
+
+
+def test_records_of_a_busy_partition_do_not_wait_for_an_idle_nodes_long_poll(cluster):
+    """Each node's answer is taken as it comes (Kafka's fetcher): a consumer reading a
+    partition on each node, one of them idle, gets the other's records at once. A round that
+    waited for every node's answer held them behind the idle node's long poll, here 30 s."""
+    cluster.admin.create_topic("uneven", 2, 1)
+    leaders = {cluster.gateway.registry.route("uneven", p).leader for p in (0, 1)}
+    assert len(leaders) == 2  # one partition on each node
+    with Consumer(cluster.address, fetch_transport="bulk", fetch_max_wait_ms=30_000) as consumer:
+        consumer.assign([TopicPartition("uneven", 0), TopicPartition("uneven", 1)])
+        consumer.seek_to_end()
+        got: list[bytes] = []
+        for i in range(5):
+            assert cluster.client.produce("uneven", {0: make_batch([b"v%d" % i])})[0].error == 0
+            assert wait_until(
+                lambda i=i: (
+                    got.extend(r.value for r in consumer.poll_records(timeout_ms=50))
+                    or len(got) > i
+                ),
+                timeout_s=10,
+            ), f"record {i} did not arrive within 10 s (idle partition's long poll: 30 s)"
+        assert got == [b"v%d" % i for i in range(5)]

@@ -11,10 +11,12 @@ round asks the gateway again (the partition's leader may have moved).
 from __future__ import annotations
 
 import logging
+import selectors
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage
@@ -49,6 +51,16 @@ class Grant:
         )
 
 
+@dataclass
+class _Sent:
+    """A request in flight: its partitions (with their fetch offsets) and the caller's
+    context for them (the consumer's partition epochs when it was sent), handed back with
+    each message of its answer."""
+
+    partitions: list[tuple[TopicPartition, int]]
+    context: Mapping[TopicPartition, int]
+
+
 class BulkReader:
     def __init__(
         self,
@@ -64,6 +76,9 @@ class BulkReader:
         self._connections: dict[str, BulkConnection] = {}
         self._unreachable_until: dict[str, float] = {}
         self._no_grant_until: dict[TopicPartition, float] = {}
+        # The consumer's fetches in flight (`fetch_some`): per connection, each request sent
+        # and not yet answered, in the order sent (answers come so).
+        self._in_flight: dict[BulkConnection, deque[_Sent]] = {}
         self._lock = threading.Lock()
 
     # -- grants ------------------------------------------------------------------------------
@@ -173,6 +188,95 @@ class BulkReader:
                 connection.close()
         return rest, failed
 
+    def fetch_some(
+        self,
+        wanted: Sequence[tuple[TopicPartition, int]],
+        request_for: Callable[..., common_pb2.FetchRequest],
+        on_message: Callable[[BulkMessage, Mapping[TopicPartition, int]], bool],
+        wait_s: float,
+        context: Mapping[TopicPartition, int],
+    ) -> tuple[set[TopicPartition], bool, bool]:
+        """The consumer's round, as Kafka's fetcher does it: each node has a fetch in flight
+        and its answer is taken as soon as it comes, whatever the other nodes' long polls.
+        A request goes to each node for its wanted partitions not already in flight; then
+        the answers ready are read, waiting up to `wait_s` for the first when every wanted
+        partition goes the bulk way or a request was just sent (a request sent while some
+        partitions go through the gateway does not long-poll, so its answer comes at once).
+        A round that waited for every node's answer held each record behind the slowest
+        long poll: with two of three partitions idle, records of the third took
+        fetch.max.wait.ms (500 ms) to arrive.
+
+        `on_message(message, context)` gets the `context` given when the message's request
+        was sent (an answer may come rounds later).
+
+        Returns the partitions the gateway must serve, whether `on_message` reported a
+        retriable error or a node failed, and whether this side was busy (a request sent or
+        an answer read: the gateway's fetch then should not long-poll)."""
+        by_grant, fallback = self.route(wanted)
+        rest = set(fallback)
+        with self._lock:
+            busy = {
+                tp
+                for queued in self._in_flight.values()
+                for sent in queued
+                for tp, _ in sent.partitions
+            }
+        sent_any = False
+        for grant, partitions in by_grant.values():
+            idle = [(tp, offset) for tp, offset in partitions if tp not in busy]
+            if not idle:
+                continue
+            try:
+                request = request_for(idle, wait=not fallback)
+                connection = self.send(grant, request)
+            except BulkFetchError:
+                rest.update(tp for tp, _ in idle)
+                continue
+            with self._lock:
+                self._in_flight.setdefault(connection, deque()).append(
+                    _Sent(idle, {tp: context[tp] for tp, _ in idle if tp in context})
+                )
+            sent_any = True
+        failed = False
+        answered = False
+        for connection in self._ready(wait_s if sent_any or not fallback else 0.0):
+            with self._lock:
+                queued = self._in_flight.get(connection)
+                sent = queued.popleft() if queued else _Sent([], {})
+                if queued is not None and not queued:
+                    del self._in_flight[connection]
+            answered = True
+            try:
+                for message in connection.receive():
+                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
+                        self.forget(TopicPartition(message.topic, message.partition))
+                    failed |= on_message(message, sent.context)
+            except BulkFetchError as exc:
+                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+                with self._lock:
+                    lost = [sent, *self._in_flight.pop(connection, deque())]
+                for tp, _ in (entry for request in lost for entry in request.partitions):
+                    self.forget(tp)
+                failed = True
+        return rest, failed, answered or sent_any
+
+    def _ready(self, wait_s: float) -> list[BulkConnection]:
+        """The connections with an answer coming, after waiting up to `wait_s` for one."""
+        with self._lock:
+            awaited = list(self._in_flight)
+        if not awaited:
+            return []
+        buffered = [c for c in awaited if c.has_buffered_bytes()]
+        if buffered:
+            return buffered
+        with selectors.DefaultSelector() as selector:
+            for connection in awaited:
+                try:
+                    selector.register(connection, selectors.EVENT_READ)
+                except (ValueError, OSError):  # closed by `interrupt` meanwhile
+                    return [connection]
+            return [key.fileobj for key, _ in selector.select(wait_s)]  # type: ignore[misc]
+
     def send(self, grant: Grant, request: common_pb2.FetchRequest) -> BulkConnection:
         """Send one fetch to the grant's node; its answer is read with the connection's
         `receive`."""
@@ -185,6 +289,7 @@ class BulkReader:
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()
+            self._in_flight.clear()
         for connection in connections:
             connection.shutdown()
 

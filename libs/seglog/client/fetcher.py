@@ -26,7 +26,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import grpc
@@ -391,14 +391,16 @@ class Fetcher:
                 epochs = {tp: epoch for tp, _, epoch in wanted}
             rest = wanted
             failed = False
+            bulk_busy = False
             self._round_failures = {}
             if transport != "grpc":
-                rest, failed = self._bulk_round(wanted, epochs)
+                rest, failed, bulk_busy = self._bulk_round(wanted, epochs)
                 if transport == "bulk" and rest:
                     failed = True  # forced: these wait for a grant instead of the gateway
                     rest = []
             if rest:
-                failed |= self._grpc_round(rest, epochs, wait=len(rest) == len(wanted))
+                # The gateway's fetch long-polls only when the bulk side had nothing to do.
+                failed |= self._grpc_round(rest, epochs, wait=not bulk_busy)
             if failed and not self._round_failures:
                 # A bulk answer cut short (a seek, a pause, a node's connection lost): the
                 # gateway serves these next round; not an outage by itself.
@@ -429,15 +431,18 @@ class Fetcher:
         self,
         wanted: list[tuple[TopicPartition, int, int]],
         epochs: dict[TopicPartition, int],
-    ) -> tuple[list[tuple[TopicPartition, int, int]], bool]:
-        """What has a grant, from the leaders' bulk listeners (client/bulk.py); returns what
-        must go through the gateway, and whether a retriable error was met."""
-        rest, failed = self._bulk.fetch(
+    ) -> tuple[list[tuple[TopicPartition, int, int]], bool, bool]:
+        """What has a grant, from the leaders' bulk listeners (client/bulk.py), each node's
+        answer taken as it comes; returns what must go through the gateway, whether a
+        retriable error was met, and whether the bulk side sent or read anything."""
+        rest, failed, busy = self._bulk.fetch_some(
             [(tp, offset) for tp, offset, _ in wanted],
             self._request,
-            lambda message: self._on_message(message, epochs),
+            self._on_message,
+            (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000,
+            epochs,
         )
-        return [w for w in wanted if w[0] in rest], failed
+        return [w for w in wanted if w[0] in rest], failed, busy
 
     def _grpc_round(
         self,
@@ -472,7 +477,9 @@ class Fetcher:
                 self._call = None
 
     def _on_message(
-        self, message: common_pb2.FetchResponse | BulkMessage, epochs: dict[TopicPartition, int]
+        self,
+        message: common_pb2.FetchResponse | BulkMessage,
+        epochs: Mapping[TopicPartition, int],
     ) -> bool:
         """Buffer one message's batches; True when it carried a retriable error."""
         tp = TopicPartition(message.topic, message.partition)

@@ -118,6 +118,16 @@ class BulkConnection:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    def fileno(self) -> int:
+        """For a selector waiting on the answers of several connections."""
+        return self._sock.fileno()
+
+    def has_buffered_bytes(self) -> bool:
+        """Bytes already read off the socket and decrypted but not yet taken (TLS): a
+        selector does not see them, so an answer may be ready without the socket being
+        readable."""
+        return isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0
+
     def send(
         self, grant: bytes, signature: bytes, fetch: common_pb2.FetchRequest, *, node_id: int
     ) -> None:
