@@ -15,7 +15,8 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import confluent_kafka
@@ -50,6 +51,31 @@ class Run:
         return self.lag_s <= MAX_LAG_S and worst <= MAX_LATENCY_MS
 
 
+class Samples:
+    """(sent, arrived) times in ns, kept in two arrays rather than a list of tuples: a
+    list of 160,000 tuples made each of the bench process's full garbage collections take
+    ~30 ms, stalling the clients under test (both sides') and counted as their latency."""
+
+    def __init__(self) -> None:
+        self.sent = array("q")
+        self.at = array("q")
+
+    def add(self, sent_ns: int, at_ns: int) -> None:
+        self.sent.append(sent_ns)
+        self.at.append(at_ns)
+
+    def extend(self, sent_ns: Iterable[int], at_ns: int) -> None:
+        before = len(self.sent)
+        self.sent.extend(sent_ns)
+        self.at.extend([at_ns] * (len(self.sent) - before))
+
+    def clear(self) -> None:
+        del self.sent[:], self.at[:]
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
 def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> tuple[int, float]:
     """Call `send(stamped value)` `rate_per_s` times a second for `duration_s`, sleeping until
     each is due; return the start (ns) and how late (s) the last send left."""
@@ -70,11 +96,19 @@ def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> 
 
 
 def _after_warmup(
-    start_ns: int, published: list[tuple[int, int]], received: list[tuple[int, int]]
+    start_ns: int, published: Samples, received: Samples
 ) -> tuple[list[float], list[float]]:
     warm = start_ns + int(WARMUP_S * 1e9)
-    acks = [(acked - sent) / 1e6 for sent, acked in published if sent >= warm]
-    ends = [(got - sent) / 1e6 for sent, got in received if sent >= warm]
+    acks = [
+        (at - sent) / 1e6
+        for sent, at in zip(published.sent, published.at, strict=True)
+        if sent >= warm
+    ]
+    ends = [
+        (at - sent) / 1e6
+        for sent, at in zip(received.sent, received.at, strict=True)
+        if sent >= warm
+    ]
     return acks, ends
 
 
@@ -90,7 +124,7 @@ def _warm_up(
     send: Callable[[int, bytes], None],
     flush: Callable[[], None],
     partitions: int,
-    received: list[tuple[int, int]],
+    received: Samples,
     what: str,
 ) -> None:
     """Connections, metadata and the consumer's positions settle before timing starts: a
@@ -118,14 +152,14 @@ def seglog_run(
     consumer = Consumer(gateway)
     consumer.assign([(topic, p) for p in range(partitions)])
     consumer.seek_to_end()
-    received: list[tuple[int, int]] = []
+    received = Samples()
     stop = threading.Event()
 
     def receive() -> None:
         while not stop.is_set():
             records = consumer.poll_records(timeout_ms=100)
             now = time.perf_counter_ns()
-            received.extend((STAMP.unpack_from(r.value)[0], now) for r in records)  # type: ignore[arg-type]
+            received.extend((STAMP.unpack_from(r.value)[0] for r in records), now)  # type: ignore[arg-type]
 
     producer = Producer(gateway, acks=acks, linger_ms=LINGER_MS)
     receiver = threading.Thread(target=receive, name="bench-consumer", daemon=True)
@@ -138,14 +172,14 @@ def seglog_run(
             received,
             f"seglog warm-up on {topic}",
         )
-        published: list[tuple[int, int]] = []
-        append = published.append
+        published = Samples()
+        add = published.add
         clock = time.perf_counter_ns
         unpack = STAMP.unpack_from
         send = producer.send
 
         def send_one(value: bytes) -> None:
-            send(topic, value, callback=lambda m, e, v=value: append((unpack(v)[0], clock())))
+            send(topic, value, callback=lambda m, e, v=value: add(unpack(v)[0], clock()))
 
         start, lag_s = paced(rate_per_s, duration_s, send_one)
         producer.flush(DRAIN_S)
@@ -178,7 +212,7 @@ def kafka_run(
             for p in range(partitions)
         ]
     )
-    received: list[tuple[int, int]] = []
+    received = Samples()
     stop = threading.Event()
 
     def receive() -> None:
@@ -187,7 +221,7 @@ def kafka_run(
             message = consumer.poll(0.1)
             now = time.perf_counter_ns()
             if message is not None and message.error() is None:
-                received.append((STAMP.unpack_from(message.value())[0], now))  # type: ignore[arg-type]
+                received.add(STAMP.unpack_from(message.value())[0], now)  # type: ignore[arg-type]
 
     receiver = threading.Thread(target=receive, name="bench-kafka-consumer", daemon=True)
     receiver.start()
@@ -208,12 +242,12 @@ def kafka_run(
             received,
             f"Kafka warm-up on {topic}",
         )
-        published: list[tuple[int, int]] = []
+        published = Samples()
         clock = time.perf_counter_ns
 
         def delivered(error: object, message: confluent_kafka.Message) -> None:
             if error is None:
-                published.append((STAMP.unpack_from(message.value())[0], clock()))  # type: ignore[arg-type]
+                published.add(STAMP.unpack_from(message.value())[0], clock())  # type: ignore[arg-type]
 
         produce, poll = producer.produce, producer.poll
 
@@ -240,7 +274,7 @@ def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
     record timed to its call's answer."""
     put = channel.unary_unary("/bench.Echo/Put", wire.identity, wire.identity)
     put(b"w" * SIZE, timeout=30)
-    published: list[tuple[int, int]] = []
+    published = Samples()
     clock = time.perf_counter_ns
     unpack = STAMP.unpack_from
     linger_ns = LINGER_MS * 1_000_000
@@ -251,7 +285,7 @@ def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
     def answered(stamps: list[int]) -> Callable[[grpc.Future], None]:
         def done(_: grpc.Future) -> None:
             now = clock()
-            published.extend((stamp, now) for stamp in stamps)
+            published.extend(stamps, now)
 
         return done
 
@@ -274,5 +308,5 @@ def floor_run(channel: grpc.Channel, rate_per_s: int, duration_s: float) -> Run:
     if pending:
         flush()
     _wait_for(lambda: len(published), int(rate_per_s * duration_s), f"floor at {rate_per_s}/s")
-    acks_ms, _ = _after_warmup(start, published, [])
+    acks_ms, _ = _after_warmup(start, published, Samples())
     return Run(acks_ms, [], lag_s)
