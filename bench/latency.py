@@ -3,8 +3,9 @@ records (RATES, then the highest rate each system sustains, found by stepping up
 publish and end-to-end p50/p99/p99.9/max, acks=all and acks=1, after a warm-up that is not
 counted (bench/latency_drivers.py says how each side is driven).
 
-Three nodes, a topic of 3 partitions RF3 min ISR 2, beside two baselines measured in the same
-run, the sides taking turns at each rate:
+Three nodes, a topic of 3 partitions RF3 min ISR 2, seglog as `make run` and the Kubernetes
+manifests deploy it (a cluster secret, so followers and consumers fetch over the bulk path),
+beside two baselines measured in the same run, the sides taking turns at each rate:
 - the floor: a bare two-hop gRPC relay round trip at the same rate, no storage;
 - Apache Kafka itself: three KRaft brokers, the same topic, driven by confluent-kafka.
 
@@ -40,6 +41,8 @@ ACKS = {"all": -1, "1": 1}
 FRACTIONS = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
 
 Runner = Callable[[int, int], Run]  # (acks, rate per s) -> Run
+# As make run has it: with a cluster secret, replication and consumers take the bulk path.
+CLUSTER_SECRET_ENV = {"SEGLOG_CLUSTER_SECRET": "bench-cluster-secret-0123456789abcdef"}
 
 
 @contextmanager
@@ -178,7 +181,7 @@ def run(report: Callable[..., None]) -> None:
         with (
             bare_relay() as floor,
             apache_kafka(root / "kafka", NODES) as kafka_side,
-            seglog_cluster(root / "seglog") as gateway,
+            seglog_cluster(root / "seglog", env=CLUSTER_SECRET_ENV) as gateway,
         ):
             with Admin(gateway) as admin:
                 admin.create_topic(
