@@ -55,8 +55,7 @@ class DiskPowerCut:
     node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        if cluster.disks is None:
-            raise RuntimeError("disk-power-cut needs the nodes on disks of their own")
+        _require_disks(cluster, "disk-power-cut")
         self.node_id, which = pick_node(cluster, rng)
         cluster.nodes[self.node_id].kill()
         cluster.disks.cut_power(self.node_id)
@@ -77,8 +76,7 @@ class DiskFull:
     node_id: int = -1
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        if cluster.disks is None:
-            raise RuntimeError("disk-full needs the nodes on disks of their own")
+        _require_disks(cluster, "disk-full")
         self.node_id, which = pick_node(cluster, rng)
         ballast_bytes = cluster.disks.fill(self.node_id)
         hold_network_fault(rng)
@@ -105,8 +103,7 @@ class LastReplicaStanding:
     paused: list[int] = field(default_factory=list)
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
-        if cluster.disks is None:
-            raise RuntimeError("last-replica-standing needs the nodes on disks of their own")
+        _require_disks(cluster, "last-replica-standing")
         partition = rng.randrange(PARTITIONS)
         leader = cluster.leader_of(partition)
         if leader not in cluster.nodes:
@@ -130,3 +127,8 @@ class LastReplicaStanding:
             if node_id in cluster.nodes and cluster.nodes[node_id].alive():
                 os.kill(cluster.nodes[node_id].pid, signal.SIGCONT)
         restart_node_if_down(cluster, self.node_id)
+
+
+def _require_disks(cluster: Cluster, fault: str) -> None:
+    if cluster.disks is None:
+        raise RuntimeError(f"{fault} needs the nodes on disks of their own")
