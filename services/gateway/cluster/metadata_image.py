@@ -72,6 +72,7 @@ class MetadataImage:
         self.topics: dict[str, Topic] = {}
         self.node_addresses: dict[int, str] = {}
         self.node_min_isr: dict[int, int] = {}  # each node's min.insync.replicas default
+        self.min_isr_default = 1  # the largest of them (Kafka's 1 when none is set)
         self.acls: list[AclBinding] = []
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
@@ -116,6 +117,7 @@ class MetadataImage:
                     self.node_min_isr[record["node_id"]] = record["min_insync_replicas"]
                 else:
                     self.node_min_isr.pop(record["node_id"], None)
+                self.min_isr_default = max(self.node_min_isr.values(), default=1)
                 applied.nodes.add(record["node_id"])
             elif kind == ACL:
                 self._apply_acl(record)

@@ -104,27 +104,27 @@ class PartitionAssignment:
     def effective_min_isr(self, min_isr: int) -> int:
         return min(min_isr, len(self.replicas))
 
-    def _ordered(self, members: set[int]) -> list[int]:
+    def in_assignment_order(self, members: set[int]) -> list[int]:
         return [r for r in self.replicas if r in members]
 
-    def leave_isr(self, node_id: int, min_isr: int, holds_committed: bool = True) -> None:
+    def leave_isr(self, node_id: int, min_isr: int) -> None:
         """The node leaves the ISR (where another member remains); it joins the ELR when the
-        ISR is then below min ISR and it still holds the committed records."""
+        ISR is then below min ISR."""
         if node_id not in self.isr or len(self.isr) == 1:
             return
         self.isr.remove(node_id)
-        if holds_committed and len(self.isr) < self.effective_min_isr(min_isr):
-            self.elr = self._ordered(set(self.elr) | {node_id})
+        if len(self.isr) < self.effective_min_isr(min_isr):
+            self.elr = self.in_assignment_order(set(self.elr) | {node_id})
 
     def set_isr(self, isr: list[int], min_isr: int) -> None:
         """A new ISR (an AlterPartition): members removed while it is below min ISR join the
         ELR, members added leave it, and it empties at min ISR."""
         removed = set(self.isr) - set(isr)
-        self.isr = self._ordered(set(isr))
+        self.isr = self.in_assignment_order(set(isr))
         if len(self.isr) >= self.effective_min_isr(min_isr):
             self.elr = []
         else:
-            self.elr = self._ordered((set(self.elr) | removed) - set(self.isr))
+            self.elr = self.in_assignment_order((set(self.elr) | removed) - set(self.isr))
 
     def keep_elr_within_replicas(self) -> None:
         self.elr = [r for r in self.elr if r in self.replicas]
@@ -160,7 +160,7 @@ def elect_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None
     if leader != NO_LEADER and leader not in p.isr:
         # From the ELR: it becomes the ISR alone, and the ISR's members, which hold the
         # committed records too, join the ELR.
-        p.elr = p._ordered((set(p.elr) | set(p.isr)) - {leader})
+        p.elr = p.in_assignment_order((set(p.elr) | set(p.isr)) - {leader})
         p.isr = [leader]
     change_leader(p, leader)
     return leader

@@ -8,8 +8,10 @@ decision below is made on copies of the few registrations it may touch (found th
 image's indexes, never by walking every partition), written as one batch of records, and
 applied only once stored.
 
-The controller's decisions, made here under the registry's lock by the rules in
-partition_changes.py (Kafka's PartitionChangeBuilder):
+The controller's decisions, made under the registry's lock by the rules in
+partition_changes.py (Kafka's PartitionChangeBuilder); those about nodes (sessions, fencing,
+controlled shutdown, preferred leaders, AlterPartition) in node_registrations.py, topics,
+ACLs, quotas and producer ids here:
 - Placement: each partition's replicas on distinct live nodes, the leader (first replica,
   the preferred one) on the node leading fewest partitions, the followers on the nodes
   holding fewest replicas.
@@ -31,42 +33,37 @@ partition_changes.py (Kafka's PartitionChangeBuilder):
 - Preferred leaders: `rebalance_leaders` moves leadership back to the first replica when it
   is in the ISR and live (Kafka's auto.leader.rebalance.enable).
 - Reassignments and elections on demand: reassignments.py.
+- A change of a topic's min.insync.replicas clears its ELR (a lower one lets the high
+  watermark pass the ELR's members), as Kafka does.
 Every registration change is handed to `listeners` (the gateway pushes it to the nodes).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from seglog.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from seglog.errors import TopicAlreadyExistsError
 from seglog.security.acls import AclBinding
 from services.settings import BROKER_SESSION_TIMEOUT_MS
 
-from ..coordination.election import Fence
 from ..coordination.node_sessions import EtcdNodeSessions
 from .metadata_image import Topic
 from .metadata_records import (
     acl_record,
     client_quota_record,
-    node_record,
     partition_record,
     producer_ids_record,
     remove_topic_record,
     topic_record,
 )
+from .node_registrations import NodeRegistrations
 from .node_state import Node
 from .partition_changes import (
     PartitionAssignment,
     PartitionChange,
-    alter_isr,
-    elect_leaderless,
-    fence,
-    forget_unclean,
     place,
-    restore_preferred,
 )
 from .reassignments import ReassigningState
 from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, Route, retrying
@@ -91,7 +88,7 @@ logger = logging.getLogger(__name__)
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
-class Registry(ReassigningState):
+class Registry(NodeRegistrations, ReassigningState):
     def __init__(
         self,
         data_dir: Path,
@@ -163,207 +160,6 @@ class Registry(ReassigningState):
             start = self.next_producer_id_block
             self._commit([producer_ids_record(start + count)])
             return range(start, start + count)
-
-    # -- nodes ---------------------------------------------------------------------------
-
-    def register_node(
-        self,
-        node_id: int,
-        address: str,
-        offline: dict[tuple[str, int], str] | None = None,
-        log_config_defaults: dict[str, str] | None = None,
-        bulk_address: str = "",
-        *,
-        new_process: bool = True,
-        unclean_shutdown: bool = False,
-    ) -> None:
-        """A node starting a session. A new process: its previous incarnation is fenced,
-        and after an unclean shutdown it is trusted with no committed record (it may have
-        lost unflushed ones). Then it is live again: elected where it was the last in-sync
-        replica, a follower elsewhere until it catches up and its leader adds it back. A
-        process that already registered (`new_process` False: a restarted gateway met its
-        heartbeat) lost nothing and is only admitted."""
-        if self.sessions is not None:
-            self.sessions.open(
-                node_id,
-                address,
-                bulk_address=bulk_address,
-                offline=offline,
-                log_config_defaults=log_config_defaults,
-            )
-        self._register(
-            node_id,
-            address,
-            offline,
-            log_config_defaults,
-            bulk_address,
-            new_process,
-            unclean_shutdown,
-        )
-
-    @retrying
-    def _register(
-        self,
-        node_id: int,
-        address: str,
-        offline: dict[tuple[str, int], str] | None,
-        log_config_defaults: dict[str, str] | None,
-        bulk_address: str,
-        new_process: bool,
-        unclean_shutdown: bool,
-    ) -> None:
-        with self._lock:
-            node = self.nodes.get(node_id)
-            if node is None:
-                node = self.nodes[node_id] = Node(node_id, address)
-            working = self._working(self.image.hosted.get(node_id, set()) | self.image.leaderless)
-            changed: set[PartitionChange] = set()
-            if new_process:
-                changed = fence(working.items(), node_id, self._eligible, self._min_isr())
-                if unclean_shutdown:
-                    changed |= forget_unclean(working.items(), node_id, self._eligible)
-            node.address = address
-            node.bulk_address = bulk_address
-            node.offline = dict(offline or {})
-            node.log_config_defaults = dict(log_config_defaults or {})
-            node.last_heartbeat = time.monotonic()
-            node.heard_from = True
-            node.fenced = node.shutting_down = False
-            node.metadata_offset = 0  # answered with its whole assignment
-            changed |= elect_leaderless(working.items(), self._eligible)
-            self._commit(
-                [
-                    node_record(node_id, address, _min_isr_default(node.log_config_defaults)),
-                    *self._partition_records(working, changed),
-                ]
-            )
-        self._notify(changed)
-
-    def heartbeat(
-        self,
-        node_id: int,
-        address: str,
-        offline: dict[tuple[str, int], str] | None = None,
-        bulk_address: str = "",
-        metadata_offset: int = 0,
-    ) -> bool:
-        """Record a heartbeat; False when the node must register first (unknown to this
-        registry, its address changed, or its session expired and it was fenced)."""
-        if self.sessions is not None and not self.sessions.keep_alive(
-            node_id, address, offline=dict(offline or {}), bulk_address=bulk_address
-        ):
-            return False
-        with self._lock:
-            node = self.nodes.get(node_id)
-            if node is None or node.address != address:
-                return False
-            if node.fenced and self.sessions is None:
-                return False
-            node.offline = dict(offline or {})
-            node.bulk_address = bulk_address
-            node.last_heartbeat = time.monotonic()
-            node.heard_from = True
-            node.metadata_offset = metadata_offset
-            return True
-
-    @retrying
-    def check_sessions(self, controller: Fence | None = None) -> list[PartitionChange]:
-        """The controller's tick: fence every node whose session expired (Kafka's
-        BrokerHeartbeatManager), elect leaders where one became possible, all in one batch.
-        It looks only at the partitions of the nodes found down and at the leaderless ones
-        (the image's indexes), the latter only when a node's eligibility or the image changed
-        since it last looked: an idle tick examines no partition. A node is marked fenced
-        only once its fencing is stored, so a retry on newer state fences it again (a newly
-        elected controller, whose marks are all clear, fences each down node once; fencing
-        twice changes nothing)."""
-        with self._lock:
-            changed: set[PartitionChange] = set()
-            down = [n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)]
-            election = (frozenset(n for n in self.nodes if self._eligible(n)), self.image.offset)
-            wanted = set()
-            if self.image.leaderless and election != self.last_election:
-                wanted |= self.image.leaderless
-            for node in down:
-                wanted |= self.image.hosted.get(node.node_id, set())
-            working = self._working(wanted)
-            min_isr = self._min_isr()
-            for node in down:
-                changed |= fence(working.items(), node.node_id, self._eligible, min_isr)
-            changed |= elect_leaderless(working.items(), self._eligible)
-            if changed:
-                self._commit(self._partition_records(working, changed), controller)
-            for node in down:
-                node.fenced = True
-            self.last_election = election if not down and not changed else None
-        return self._notify(changed)
-
-    def controlled_shutdown(self, node_id: int) -> bool:
-        """A node asks to stop (Kafka's WantShutDown): its leaderships move to other in-sync
-        replicas and it leaves the ISRs it shares. True once it leads nothing."""
-        if self.sessions is not None:
-            self.sessions.shut_down(node_id)
-        return self._shut_down(node_id)
-
-    @retrying
-    def _shut_down(self, node_id: int) -> bool:
-        with self._lock:
-            node = self.nodes.get(node_id)
-            if node is None:
-                return True
-            node.shutting_down = True
-            working = self._working(self.image.hosted.get(node_id, set()))
-            changed = fence(working.items(), node_id, self._eligible, self._min_isr())
-            if changed:
-                self._commit(self._partition_records(working, changed))
-            leads = bool(self.image.led.get(node_id))
-        self._notify(changed)
-        return not leads
-
-    @retrying
-    def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
-        """Kafka's preferred-leader election: each partition whose first replica is in the
-        ISR and eligible but does not lead gets it back as leader."""
-        with self._lock:
-            working = self._working(self.image.misled)
-            changed = restore_preferred(working.items(), self._eligible)
-            if changed:
-                self._commit(self._partition_records(working, changed), controller)
-        return self._notify(changed)
-
-    @retrying
-    def alter_partition(
-        self,
-        node_id: int,
-        topic_name: str,
-        partition: int,
-        leader_epoch: int,
-        partition_epoch: int,
-        new_isr: list[int],
-    ) -> PartitionAssignment:
-        """Kafka's AlterPartition, as the controller validates it; returns the partition's
-        new registration. Errors change nothing."""
-        with self._lock:
-            p = self._partition(topic_name, partition).copy()
-            alter_isr(
-                p,
-                f"{topic_name}-{partition}",
-                node_id,
-                leader_epoch,
-                partition_epoch,
-                new_isr,
-                self._eligible,
-                self._min_isr()(topic_name),
-            )
-            self._commit([partition_record(topic_name, partition, p.to_json())])
-            return p.copy()
-
-    def _partition(self, topic_name: str, partition: int) -> PartitionAssignment:
-        topic = self.topic(topic_name)
-        if not 0 <= partition < len(topic.partitions):
-            raise UnknownTopicOrPartitionError(
-                f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
-            )
-        return topic.partitions[partition]
 
     # -- topics --------------------------------------------------------------------------
 
@@ -489,12 +285,3 @@ class Registry(ReassigningState):
             topic = self.topic(name)
             self._commit([remove_topic_record(name)])
             return topic
-
-
-def _min_isr_default(log_config_defaults: Mapping[str, str]) -> int | None:
-    """The node's min.insync.replicas default, kept in its node record (None: Kafka's 1)."""
-    value = log_config_defaults.get(MIN_ISR_CONFIG)
-    try:
-        return max(int(value), 1) if value is not None else None
-    except ValueError:
-        return None

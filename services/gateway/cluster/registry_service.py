@@ -31,9 +31,8 @@ logger = logging.getLogger(__name__)
 
 class RegistryService:
     """Node sessions: a new process's registration fences its previous incarnation
-    (registry.py);
-    each answer carries the states of the partitions the node holds replicas of, and
-    AlterPartition carries leaders' ISR changes."""
+    (registry.py); each answer carries the states of the partitions the node holds replicas
+    of, and AlterPartition carries leaders' ISR changes."""
 
     def __init__(
         self,

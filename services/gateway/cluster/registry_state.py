@@ -34,7 +34,7 @@ from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
 from .node_state import Node, NodeView
-from .partition_changes import NO_LEADER, MinIsr, PartitionAssignment, PartitionChange
+from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
 logger = logging.getLogger(__name__)
@@ -307,20 +307,15 @@ class RegistryState:
         with self._lock:
             return sorted(n for n in self.nodes if self.is_live(n))
 
-    def _min_isr(self) -> MinIsr:
-        """Each topic's min.insync.replicas as its nodes count it: the topic's setting, else
-        the largest default the nodes registered with (their --config
-        log.min.insync.replicas, kept in their node records, so known at once after a
-        restart), else Kafka's 1. The largest, because a replica counted eligible (ELR) must
-        hold what any node's leader may have committed."""
-        node_default = max(self.image.node_min_isr.values(), default=1)
-
-        def min_isr(topic_name: str) -> int:
-            topic = self.image.topics.get(topic_name)
-            configured = topic.configs.get(MIN_ISR_CONFIG) if topic is not None else None
-            return _int(configured) if configured is not None else node_default
-
-        return min_isr
+    def _min_isr(self, topic_name: str) -> int:
+        """A topic's min.insync.replicas as its nodes count it: the topic's setting, else the
+        largest default the nodes registered with (their --config log.min.insync.replicas,
+        kept in their node records, so known at once after a restart). The largest, because
+        a replica counted eligible (ELR) must hold what any node's leader may have
+        committed."""
+        topic = self.image.topics.get(topic_name)
+        configured = min_isr_setting(topic.configs.get(MIN_ISR_CONFIG)) if topic else None
+        return configured or self.image.min_isr_default
 
     def _eligible(self, node_id: int) -> bool:
         """May lead or join an ISR: registered, live, not fenced, not shutting down."""
@@ -456,8 +451,10 @@ class RegistryState:
         return not node.heard_from and now < node.grace_until
 
 
-def _int(value: str | None) -> int:
+def min_isr_setting(value: str | None) -> int | None:
+    """A min.insync.replicas value as set (a topic's config, a node's default); None when
+    unset or not a number."""
     try:
-        return int(value) if value is not None else 1
+        return max(int(value), 1) if value is not None else None
     except ValueError:
-        return 1
+        return None

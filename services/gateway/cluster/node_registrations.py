@@ -1,0 +1,231 @@
+"""The registry's decisions about storage nodes (mixed into Registry, registry.py): sessions
+(registration, heartbeats, expiry), fencing and the elections it causes, controlled shutdown,
+preferred leaders, and the ISR changes leaders ask for (AlterPartition). The rules are
+partition_changes.py's; this module finds the few registrations a decision touches, stores
+the records, and tells the listeners.
+
+- A node is fenced when its session expires and when a new process of it registers (a live
+  process a restarted gateway meets is only admitted: it lost nothing).
+- A new process back from an unclean shutdown is trusted with no committed record
+  (partition_changes.forget_unclean, Kafka's KIP-966).
+- A node's min.insync.replicas default is stored in its node record at each registration, so
+  the ELR is counted right before its first heartbeat after a gateway restart.
+"""
+
+from __future__ import annotations
+
+import time
+
+from seglog.errors import UnknownTopicOrPartitionError
+
+from ..coordination.election import Fence
+from .metadata_records import node_record, partition_record
+from .node_state import Node
+from .partition_changes import (
+    PartitionAssignment,
+    PartitionChange,
+    alter_isr,
+    elect_leaderless,
+    fence,
+    forget_unclean,
+    restore_preferred,
+)
+from .registry_state import MIN_ISR_CONFIG, RegistryState, min_isr_setting, retrying
+
+
+class NodeRegistrations(RegistryState):
+    def register_node(
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None = None,
+        log_config_defaults: dict[str, str] | None = None,
+        bulk_address: str = "",
+        *,
+        new_process: bool = True,
+        unclean_shutdown: bool = False,
+    ) -> None:
+        """A node starting a session. A new process: its previous incarnation is fenced,
+        and after an unclean shutdown it is trusted with no committed record (it may have
+        lost unflushed ones). Then it is live again: elected where it was the last in-sync
+        replica, a follower elsewhere until it catches up and its leader adds it back. A
+        process that already registered (`new_process` False: a restarted gateway met its
+        heartbeat) lost nothing and is only admitted."""
+        if self.sessions is not None:
+            self.sessions.open(
+                node_id,
+                address,
+                bulk_address=bulk_address,
+                offline=offline,
+                log_config_defaults=log_config_defaults,
+            )
+        self._register(
+            node_id,
+            address,
+            offline,
+            log_config_defaults,
+            bulk_address,
+            new_process,
+            unclean_shutdown,
+        )
+
+    @retrying
+    def _register(
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None,
+        log_config_defaults: dict[str, str] | None,
+        bulk_address: str,
+        new_process: bool,
+        unclean_shutdown: bool,
+    ) -> None:
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                node = self.nodes[node_id] = Node(node_id, address)
+            working = self._working(self.image.hosted.get(node_id, set()) | self.image.leaderless)
+            changed: set[PartitionChange] = set()
+            if new_process:
+                changed = fence(working.items(), node_id, self._eligible, self._min_isr)
+                if unclean_shutdown:
+                    changed |= forget_unclean(working.items(), node_id, self._eligible)
+            node.address = address
+            node.bulk_address = bulk_address
+            node.offline = dict(offline or {})
+            node.log_config_defaults = dict(log_config_defaults or {})
+            node.last_heartbeat = time.monotonic()
+            node.heard_from = True
+            node.fenced = node.shutting_down = False
+            node.metadata_offset = 0  # answered with its whole assignment
+            changed |= elect_leaderless(working.items(), self._eligible)
+            min_isr = min_isr_setting(node.log_config_defaults.get(MIN_ISR_CONFIG))
+            self._commit(
+                [node_record(node_id, address, min_isr), *self._partition_records(working, changed)]
+            )
+        self._notify(changed)
+
+    def heartbeat(
+        self,
+        node_id: int,
+        address: str,
+        offline: dict[tuple[str, int], str] | None = None,
+        bulk_address: str = "",
+        metadata_offset: int = 0,
+    ) -> bool:
+        """Record a heartbeat; False when the node must register first (unknown to this
+        registry, its address changed, or its session expired and it was fenced)."""
+        if self.sessions is not None and not self.sessions.keep_alive(
+            node_id, address, offline=dict(offline or {}), bulk_address=bulk_address
+        ):
+            return False
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None or node.address != address:
+                return False
+            if node.fenced and self.sessions is None:
+                return False
+            node.offline = dict(offline or {})
+            node.bulk_address = bulk_address
+            node.last_heartbeat = time.monotonic()
+            node.heard_from = True
+            node.metadata_offset = metadata_offset
+            return True
+
+    @retrying
+    def check_sessions(self, controller: Fence | None = None) -> list[PartitionChange]:
+        """The controller's tick: fence every node whose session expired (Kafka's
+        BrokerHeartbeatManager), elect leaders where one became possible, all in one batch.
+        It looks only at the partitions of the nodes found down and at the leaderless ones
+        (the image's indexes), the latter only when a node's eligibility or the image changed
+        since it last looked: an idle tick examines no partition. A node is marked fenced
+        only once its fencing is stored, so a retry on newer state fences it again (a newly
+        elected controller, whose marks are all clear, fences each down node once; fencing
+        twice changes nothing)."""
+        with self._lock:
+            changed: set[PartitionChange] = set()
+            down = [n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)]
+            election = (frozenset(n for n in self.nodes if self._eligible(n)), self.image.offset)
+            wanted = set()
+            if self.image.leaderless and election != self.last_election:
+                wanted |= self.image.leaderless
+            for node in down:
+                wanted |= self.image.hosted.get(node.node_id, set())
+            working = self._working(wanted)
+            for node in down:
+                changed |= fence(working.items(), node.node_id, self._eligible, self._min_isr)
+            changed |= elect_leaderless(working.items(), self._eligible)
+            if changed:
+                self._commit(self._partition_records(working, changed), controller)
+            for node in down:
+                node.fenced = True
+            self.last_election = election if not down and not changed else None
+        return self._notify(changed)
+
+    def controlled_shutdown(self, node_id: int) -> bool:
+        """A node asks to stop (Kafka's WantShutDown): its leaderships move to other in-sync
+        replicas and it leaves the ISRs it shares. True once it leads nothing."""
+        if self.sessions is not None:
+            self.sessions.shut_down(node_id)
+        return self._shut_down(node_id)
+
+    @retrying
+    def _shut_down(self, node_id: int) -> bool:
+        with self._lock:
+            node = self.nodes.get(node_id)
+            if node is None:
+                return True
+            node.shutting_down = True
+            working = self._working(self.image.hosted.get(node_id, set()))
+            changed = fence(working.items(), node_id, self._eligible, self._min_isr)
+            if changed:
+                self._commit(self._partition_records(working, changed))
+            leads = bool(self.image.led.get(node_id))
+        self._notify(changed)
+        return not leads
+
+    @retrying
+    def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
+        """Kafka's preferred-leader election: each partition whose first replica is in the
+        ISR and eligible but does not lead gets it back as leader."""
+        with self._lock:
+            working = self._working(self.image.misled)
+            changed = restore_preferred(working.items(), self._eligible)
+            if changed:
+                self._commit(self._partition_records(working, changed), controller)
+        return self._notify(changed)
+
+    @retrying
+    def alter_partition(
+        self,
+        node_id: int,
+        topic_name: str,
+        partition: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        new_isr: list[int],
+    ) -> PartitionAssignment:
+        """Kafka's AlterPartition, as the controller validates it; returns the partition's
+        new registration. Errors change nothing."""
+        with self._lock:
+            p = self._partition(topic_name, partition).copy()
+            alter_isr(
+                p,
+                f"{topic_name}-{partition}",
+                node_id,
+                leader_epoch,
+                partition_epoch,
+                new_isr,
+                self._eligible,
+                self._min_isr(topic_name),
+            )
+            self._commit([partition_record(topic_name, partition, p.to_json())])
+            return p.copy()
+
+    def _partition(self, topic_name: str, partition: int) -> PartitionAssignment:
+        topic = self.topic(topic_name)
+        if not 0 <= partition < len(topic.partitions):
+            raise UnknownTopicOrPartitionError(
+                f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"
+            )
+        return topic.partitions[partition]
