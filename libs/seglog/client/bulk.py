@@ -10,6 +10,7 @@ round asks the gateway again (the partition's leader may have moved).
 
 from __future__ import annotations
 
+import functools
 import logging
 import selectors
 import ssl
@@ -173,16 +174,10 @@ class BulkReader:
         try:
             for connection, partitions in sent:
                 unread.remove(connection)
-                try:
-                    for message in connection.receive():
-                        if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
-                            self.forget(TopicPartition(message.topic, message.partition))
-                        failed |= on_message(message)
-                except BulkFetchError as exc:
-                    logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
-                    for tp, _ in partitions:
-                        self.forget(tp)
-                    failed = True
+                retriable, broken = self._read_answer(connection, on_message)
+                failed |= retriable or broken
+                if broken:
+                    self._forget_all(partitions)
         finally:
             for connection in unread:  # `on_message` raised: these answers stay unread
                 connection.close()
@@ -246,19 +241,37 @@ class BulkReader:
                 if queued is not None and not queued:
                     del self._in_flight[connection]
             answered = True
-            try:
-                for message in connection.receive():
-                    if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
-                        self.forget(TopicPartition(message.topic, message.partition))
-                    failed |= on_message(message, sent.context)
-            except BulkFetchError as exc:
-                logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+            retriable, broken = self._read_answer(
+                connection, functools.partial(_with_context, on_message, sent.context)
+            )
+            failed |= retriable or broken
+            if broken:  # the requests queued behind it are lost with it
                 with self._lock:
-                    lost = [sent, *self._in_flight.pop(connection, deque())]
-                for tp, _ in (entry for request in lost for entry in request.partitions):
-                    self.forget(tp)
-                failed = True
+                    queued = self._in_flight.pop(connection, deque())
+                for lost in (sent, *queued):
+                    self._forget_all(lost.partitions)
         return rest, failed, answered or sent_any
+
+    def _read_answer(
+        self, connection: BulkConnection, on_message: Callable[[BulkMessage], bool]
+    ) -> tuple[bool, bool]:
+        """One answer, each message to `on_message`: whether one reported a retriable error,
+        and whether the connection failed (its partitions' grants are then forgotten by the
+        caller: the next round asks the gateway again)."""
+        retriable = False
+        try:
+            for message in connection.receive():
+                if message.error == common_pb2.NOT_LEADER_OR_FOLLOWER:
+                    self.forget(TopicPartition(message.topic, message.partition))
+                retriable |= on_message(message)
+        except BulkFetchError as exc:
+            logger.debug("bulk fetch failed, the gateway serves these: %s", exc)
+            return retriable, True
+        return retriable, False
+
+    def _forget_all(self, partitions: list[tuple[TopicPartition, int]]) -> None:
+        for tp, _ in partitions:
+            self.forget(tp)
 
     def _ready(self, wait_s: float) -> list[BulkConnection]:
         """The connections with an answer coming, after waiting up to `wait_s` for one."""
@@ -315,3 +328,11 @@ class BulkReader:
         with self._lock:
             self._connections[address] = connection
         return connection
+
+
+def _with_context(
+    on_message: Callable[[BulkMessage, Mapping[TopicPartition, int]], bool],
+    context: Mapping[TopicPartition, int],
+    message: BulkMessage,
+) -> bool:
+    return on_message(message, context)
