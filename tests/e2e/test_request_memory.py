@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from seglog.client.fetcher import next_offset_after
+from seglog.client.fetched import next_offset_after
 from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from services.gateway.fetch_threads import MAX_FETCH_THREADS

@@ -13,7 +13,7 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from seglog.client.bulk import BulkReader
 from seglog.client.consumer import Consumer
-from seglog.client.fetcher import next_offset_after
+from seglog.client.fetched import next_offset_after
 from seglog.client.gateway import FetchPosition
 from seglog.client.structs import TopicPartition
 from seglog.records import CompressionType

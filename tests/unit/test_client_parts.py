@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from seglog.client.accumulator import RecordAccumulator, Settlement
 from seglog.client.buffer_pool import BufferExhaustedError, BufferPool
 from seglog.client.config import ConsumerConfig, ProducerConfig
-from seglog.client.fetcher import CompletedFetch, Fetcher, next_offset_after
+from seglog.client.fetched import CompletedFetch, next_offset_after
+from seglog.client.fetcher import Fetcher
 from seglog.client.futures import BatchResult, BulkFuture
 from seglog.client.metadata import PartitionInfo, TopicInfo
 from seglog.client.structs import TopicPartition

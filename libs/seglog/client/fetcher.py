@@ -1,5 +1,6 @@
 """The consumer's fetcher: a background thread that keeps one Fetch stream in flight while
-the caller works through what came before (pipelining), and the decoding of what it brought.
+the caller works through what came before (pipelining); what it brought is decoded on the
+caller's thread (fetched.py).
 
 Each partition has a `position` (the next offset handed to the caller) and a `fetch_offset`
 (the next offset to ask for), which runs ahead of it by what is buffered. A partition is
@@ -23,31 +24,26 @@ import bisect
 import collections
 import itertools
 import logging
-import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import grpc
 
-from ..errors import CorruptRecordError, SeglogError
-from ..records import Record, iter_batches
-from ..records.legacy import LegacyMessage, records_of
+from ..errors import SeglogError
+from ..records import Record
 from ..rpc.bulk_client import BulkMessage
 from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
 from .bulk import BulkReader
 from .config import ConsumerConfig
+from .fetched import CompletedFetch, Pending, decode, fetch_request, next_offset_after
 from .outages import OutageLog
 from .structs import TopicPartition
 
 logger = logging.getLogger(__name__)
-
-_HEADER = struct.Struct(">qi")  # baseOffset, batchLength
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT = 23  # after baseOffset, length, leader epoch, magic, crc, attributes
 
 
 @dataclass
@@ -66,71 +62,6 @@ class PartitionState:
     error: SeglogError | None = None
 
 
-@dataclass
-class CompletedFetch:
-    tp: TopicPartition
-    epoch: int
-    records: bytes | memoryview
-    next_offset: int
-
-
-@dataclass
-class _Pending:
-    tp: TopicPartition
-    epoch: int
-    records: list[Record]
-    index: int
-    next_offset: int
-    # Where each batch's records start in `records`, and its partition leader epoch.
-    batch_starts: list[int] = field(default_factory=list)
-    batch_epochs: list[int] = field(default_factory=list)
-    # A batch that would not decode: its records stop here, and once the records before it
-    # are handed out the partition waits at `error_offset` with this error.
-    error: SeglogError | None = None
-    error_offset: int = 0
-
-
-def next_offset_after(records: bytes | memoryview, start: int) -> int:
-    """The offset after the last whole batch in `records` (headers only)."""
-    pos = 0
-    end = len(records)
-    next_offset = start
-    while end - pos >= 27:
-        base_offset, length = _HEADER.unpack_from(records, pos)
-        if pos + 12 + length > end:
-            break
-        if records[pos + 16] >= 2:
-            (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
-            next_offset = base_offset + delta + 1
-        else:
-            # Legacy entries: a wrapper's offset is that of its last inner message.
-            next_offset = base_offset + 1
-        pos += 12 + length
-    return next_offset
-
-
-def fetch_request(
-    partitions: Sequence[tuple[TopicPartition, int]],
-    *,
-    min_bytes: int,
-    max_wait_ms: int,
-    max_bytes: int,
-    partition_max_bytes: int,
-) -> common_pb2.FetchRequest:
-    """A consumer's Fetch of `partitions` at their offsets (the gRPC and bulk paths)."""
-    request = common_pb2.FetchRequest(
-        min_bytes=min_bytes, max_wait_ms=max_wait_ms, max_bytes=max_bytes
-    )
-    for tp, offset in partitions:
-        request.partitions.add(
-            topic=tp.topic,
-            partition=tp.partition,
-            fetch_offset=offset,
-            partition_max_bytes=partition_max_bytes,
-        )
-    return request
-
-
 class Fetcher:
     def __init__(
         self,
@@ -146,7 +77,7 @@ class Fetcher:
         self.states: dict[TopicPartition, PartitionState] = {}
         self._epochs = itertools.count(1)  # every PartitionState.epoch this fetcher gives
         self._completed: collections.deque[CompletedFetch] = collections.deque()
-        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending: collections.deque[Pending] = collections.deque()
         self._buffered_bytes = 0
         self._call: grpc.Call | None = None
         self._bulk = BulkReader(
@@ -278,7 +209,7 @@ class Fetcher:
         self._thread.join(timeout=5)
         self._bulk.close()
 
-    def _stop_at_corrupt_batch(self, state: PartitionState, pending: _Pending) -> None:
+    def _stop_at_corrupt_batch(self, state: PartitionState, pending: Pending) -> None:
         """As Kafka's consumer: the position stays at the batch that would not decode, so
         every poll raises for it (fetching it again) until the caller seeks past it; nothing
         after it is delivered, so nothing is skipped (the lock is held)."""
@@ -292,11 +223,11 @@ class Fetcher:
     def _has_errors(self) -> bool:
         return any(s.error is not None for s in self.states.values())
 
-    def _drop_pending(self, pending: _Pending) -> None:
+    def _drop_pending(self, pending: Pending) -> None:
         if self._pending and self._pending[0] is pending:
             self._pending.popleft()
 
-    def _next_pending(self) -> _Pending | None:
+    def _next_pending(self) -> Pending | None:
         """The partly served fetch, or the next completed one, decoded."""
         with self._lock:
             if self._pending:
@@ -313,46 +244,9 @@ class Fetcher:
             else:
                 return None
             self._work.notify()  # room to fetch more
-        pending = self._decode(fetch, position)
+        pending = decode(fetch, position, check_crcs=self.config.check_crcs)
         with self._lock:
             self._pending.append(pending)
-        return pending
-
-    def _decode(self, fetch: CompletedFetch, position: int) -> _Pending:
-        """The fetch's records from `position` on; a batch that fails its CRC or does not
-        decode ends them, recorded on the result with the offset it sits at."""
-        topic, partition = fetch.tp
-        out: list[Record] = []
-        pending = _Pending(fetch.tp, fetch.epoch, out, 0, fetch.next_offset)
-        reached = position  # the offset after the last batch decoded
-        try:
-            for batch in iter_batches(fetch.records, validate=self.config.check_crcs):
-                if isinstance(batch, LegacyMessage):
-                    pending.batch_starts.append(len(out))
-                    pending.batch_epochs.append(-1)  # legacy entries carry no leader epoch
-                    out.extend(
-                        r._replace(topic=topic, partition=partition)
-                        for r in records_of(batch)
-                        if r.offset >= position
-                    )
-                    reached = max(reached, batch.offset + 1)
-                    continue
-                header = batch.header
-                if header.last_offset >= position and not header.is_control:
-                    records = batch.records(topic, partition)
-                    if records and records[0].offset < position:
-                        records = [r for r in records if r.offset >= position]
-                    if records:
-                        pending.batch_starts.append(len(out))
-                        pending.batch_epochs.append(header.partition_leader_epoch)
-                    out.extend(records)
-                reached = max(reached, header.last_offset + 1)
-        except (SeglogError, ValueError, IndexError, struct.error) as exc:
-            pending.error_offset = reached
-            pending.error = CorruptRecordError(
-                f"{topic}-{partition}: the batch at offset {reached} is corrupt ({exc}); "
-                "seek past it to go on reading"
-            )
         return pending
 
     # -- the fetch thread -------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..client.bulk import BulkReader
-from ..client.fetcher import fetch_request, next_offset_after
+from ..client.fetched import fetch_request, next_offset_after
 from ..client.gateway import FetchPosition, GatewayClient, leader_range
 from ..client.structs import TopicPartition
 from ..errors import OffsetOutOfRangeError, SeglogError
