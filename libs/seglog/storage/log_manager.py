@@ -238,6 +238,7 @@ class LogManager:
                 if directory.is_dir():
                     shutil.rmtree(directory, ignore_errors=True)
             return
+        self._dirty_logs.discard(log)  # gone: nothing left to flush, nothing to keep it alive
         log.delete()
         with self._lock:
             if topic in self._topic_overrides and not any(t == topic for t, _ in self._logs):
@@ -252,7 +253,8 @@ class LogManager:
             log = self._logs.pop((topic, partition), None)
         if log is None:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
-        log.close()
+        log.close()  # flushed: the flush task has nothing left to visit
+        self._dirty_logs.discard(log)
         self._data_dirs[log.directory.parent].forget((topic, partition))
         target = log.directory.with_name(log.directory.name + STRAY_SUFFIX)
         suffix = 0
