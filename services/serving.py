@@ -22,6 +22,7 @@ from opentelemetry.metrics import MeterProvider
 from seglog import metrics, tracing
 from seglog.errors import SeglogError
 from seglog.rpc.channels import MAX_REQUEST_BYTES
+from services import long_lived
 from services.wait_slots import SERVER_MAX_WORKERS
 
 # glibc's mallopt parameters (malloc.h).
@@ -253,6 +254,7 @@ def run_until_signalled(
     except (OSError, ValueError, SeglogError) as exc:
         logger.error("cannot start: %s", exc)
         return 1
+    long_lived.enable()  # what startup loaded (a node's logs, a gateway's image) stays
     print(f"{name} listening on {server.address}", flush=True)
     signum = wait_for_signal()
     logger.info("%s: stopping", signal.Signals(signum).name)

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 
 from seglog.errors import UnknownTopicOrPartitionError
 from seglog.v1 import gateway_pb2
+from services import long_lived
 
 from .apply_progress import ApplyProgress
 from .partition import Registration
@@ -54,6 +55,10 @@ DEFAULT_STEP_PARTITIONS = 200
 # A step also ends after this long (creations cost fsyncs, slow on a busy disk): newer
 # submissions, a failover's push among them, wait at most about this long to be merged.
 STEP_TIME_BUDGET_S = 0.1
+# Created partitions are settled (long_lived.settle) every this many and when the queue of
+# creations empties: a full collection while thousands are created walks only the last few
+# hundred (about 40 objects each), never the whole node.
+SETTLE_EVERY_CREATED = 250
 TopicPartition = tuple[str, int]
 # A queued state to apply, or None: set the partition aside (removed from the node).
 Queued = gateway_pb2.AssignedPartition | None
@@ -102,6 +107,7 @@ class MetadataApplier:
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="metadata-applier", daemon=True)
         self._creator = PartitionCreator(replicas)
+        self._created_since_settle = 0  # partitions created since long_lived.settle()
 
     # -- the callers' side ---------------------------------------------------------------
 
@@ -305,6 +311,7 @@ class MetadataApplier:
             for tp, error in self._creator.step(self._creations, self.step_partitions - applied):
                 if error is None:
                     self._apply_one(self._creations, tp, offline)
+                    self._created_since_settle += 1
                 else:
                     state = self._creations.pop(tp)
                     if state is not None:
@@ -312,6 +319,11 @@ class MetadataApplier:
                     partition_failed(self.replicas, tp, "create", error, offline.get(tp))
                     self._progress.applied += 1
             self._creator.rest_after(started)
+            if self._created_since_settle >= SETTLE_EVERY_CREATED or (
+                self._created_since_settle and not self._creations
+            ):
+                self._created_since_settle = 0
+                long_lived.settle()
         self._progress.log(self.pending_partitions)
 
     def _apply_first(

@@ -64,6 +64,7 @@ class Applied:
     configs: set[str] = field(default_factory=set)  # topics whose configs changed
     nodes: set[int] = field(default_factory=set)  # node records applied
     acls: bool = False
+    created: bool = False  # a topic or partitions added: long-lived objects to settle
 
 
 class MetadataImage:
@@ -138,6 +139,7 @@ class MetadataImage:
             grown = self.topics.get(name)
             if grown is not None and len(grown.partitions) != count:
                 raise MetadataRecordError(f"topic {name} grown without all its partitions")
+        applied.created = bool(new_topics or self._growing)
         self._growing.clear()
         self.offset = offset
         if remember:

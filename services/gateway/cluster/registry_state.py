@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from seglog.errors import LeaderNotAvailableError, StorageError, UnknownTopicOrPartitionError
 from seglog.security.acls import AclBinding
+from services import long_lived
 
 from ..coordination.election import Fence
 from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
@@ -146,6 +147,8 @@ class RegistryState:
         offset = self.store.append(records, self.image.offset, fence)
         applied = self.image.apply(offset, records)
         self._nodes_recorded(applied.nodes)
+        if applied.created:
+            long_lived.settle()
         if self.store.wants_snapshot():
             try:
                 self.store.snapshot(self.image.offset, self.image.records())
@@ -165,6 +168,8 @@ class RegistryState:
                 self.reload()
                 return
             self._nodes_recorded(applied.nodes)
+        if applied.created:
+            long_lived.settle()
         self._notify(applied.partitions)
         if applied.acls:
             self._notify_acls()
@@ -196,6 +201,7 @@ class RegistryState:
             else:
                 changed = self._reset(batches)
             acls_changed = self.image.acls != acls_before
+        long_lived.settle()  # a whole image, or a watch's catch-up: rare, and maybe large
         self._notify(changed)
         if acls_changed:
             self._notify_acls()
