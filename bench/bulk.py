@@ -29,11 +29,11 @@ from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2
 from services import serving
 
+from .cluster import CLUSTER_SECRET_ENV
 from .services import _request_of_batches
 
 MIB = 1024 * 1024
 BULK_MIB = int(os.environ.get("SEGLOG_BENCH_BULK_MIB", 1024))
-SECRET = "bench-cluster-secret-0123456789abcdef"
 TOPIC = "bulk"
 BATCH_BYTES = int(os.environ.get("SEGLOG_BENCH_BULK_RECORD_BYTES", 256 * 1024))
 
@@ -81,7 +81,7 @@ def _bare_sendfile(address: str, total: int) -> float:
 
 def run(report) -> None:  # type: ignore[no-untyped-def]
     serving.keep_freed_buffers_for_reuse()
-    env = {"SEGLOG_CLUSTER_SECRET": SECRET}
+    env = CLUSTER_SECRET_ENV
     with tempfile.TemporaryDirectory(prefix="seglog-bench-bulk-") as tmp:
         root = Path(tmp)
         gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)

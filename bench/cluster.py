@@ -11,6 +11,11 @@ from pathlib import Path
 from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 
+# As make run and the Kubernetes manifests deploy seglog: with a cluster secret, followers
+# and consumers fetch over the bulk path.
+CLUSTER_SECRET = "bench-cluster-secret-0123456789abcdef"
+CLUSTER_SECRET_ENV = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
+
 
 @contextmanager
 def one_node_cluster(

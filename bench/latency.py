@@ -27,6 +27,7 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.rpc.channels import open_channel
 
+from .cluster import CLUSTER_SECRET_ENV
 from .kafka_clients import percentile
 from .kafka_protocol import apache_kafka
 from .latency_drivers import Run, floor_run, kafka_run, seglog_run
@@ -41,8 +42,6 @@ ACKS = {"all": -1, "1": 1}
 FRACTIONS = ((0.5, "p50"), (0.99, "p99"), (0.999, "p99.9"))
 
 Runner = Callable[[int, int], Run]  # (acks, rate per s) -> Run
-# As make run has it: with a cluster secret, replication and consumers take the bulk path.
-CLUSTER_SECRET_ENV = {"SEGLOG_CLUSTER_SECRET": "bench-cluster-secret-0123456789abcdef"}
 
 
 @contextmanager

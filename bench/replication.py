@@ -34,6 +34,7 @@ from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from services import serving
 
+from .cluster import CLUSTER_SECRET_ENV
 from .services import _baseline_stream
 from .timing import best_in_turns
 
@@ -55,7 +56,7 @@ class BenchCluster:
     def __init__(self, root: Path) -> None:
         self.root = root
         # With the cluster secret, as make run has it: followers copy over the bulk path.
-        env = {"SEGLOG_CLUSTER_SECRET": "bench-cluster-secret-0123456789abcdef"}
+        env = CLUSTER_SECRET_ENV
         self.gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)
         self.gateway.start()
         self.nodes: dict[int, ServerProcess] = {}

@@ -1,7 +1,8 @@
-"""The scale group's cluster: one gateway and three storage nodes as real processes (the
-registry in the gateway's data dir, or in an etcd member started here), and what the group
-asks of it from outside: are the ISRs of some topics full, did a node lose its session or a
-leader change, how long do leaderships take to leave a node that stops."""
+"""The scale group's cluster: one gateway and three storage nodes as real processes, as
+deployed (a cluster secret: replication over the bulk path; the registry in the gateway's
+data dir, or in an etcd member started here), and what the group asks of it from outside:
+are the ISRs of some topics full, did a node lose its session or a leader change, how long
+do leaderships take to leave a node that stops."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.errors import SeglogError
 from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+
+from .cluster import CLUSTER_SECRET_ENV
 
 NODE_IDS = (1, 2, 3)
 REGISTER_TIMEOUT_S = 60.0
@@ -95,6 +98,7 @@ def scale_cluster(
                 root / "gateway",
                 extra_args=[*registry, *gateway_timeout],
                 stderr_path=root / "gateway.log",
+                env=CLUSTER_SECRET_ENV,
             )
             processes.append(gateway)
             gateway.start()
@@ -107,6 +111,7 @@ def scale_cluster(
                     gateway.address,
                     extra_args=node_timeout,
                     stderr_path=root / f"node-{node_id}.log",
+                    env=CLUSTER_SECRET_ENV,
                 )
                 processes.append(node)
                 node.start()

@@ -4,9 +4,11 @@ registry change writes (files in the gateway's data dir, or values in etcd)."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
-import threading
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,53 +62,50 @@ def produce_latency_median_ms(producer: Producer, topic: str, samples: int) -> f
 
 
 class SteadyProduce:
-    """1 KiB records to one partition at a fixed rate from a thread, through a producer of
-    its own, each record's latency (send to acknowledgement, acks=all) kept; `window()`
-    starts a new set of samples; `failures` counts records that were not acknowledged."""
+    """bench.steady_producer in a process of its own: 1 KiB records to one partition at a
+    fixed rate, acks=all, each record's latency kept; `window()` returns the latencies since
+    the last call; `failures` counts records that were not acknowledged."""
+
+    STOP_TIMEOUT_S = 90.0  # the producer's close waits up to 60 s for its sends
 
     def __init__(self, bootstrap: str, topic: str, rate_per_s: float) -> None:
-        self.producer = Producer(bootstrap, acks="all", linger_ms=0)
-        self.topic = topic
-        self.interval_s = 1 / rate_per_s
-        self._latencies: list[float] = []
+        self.args = [bootstrap, topic, str(rate_per_s)]
         self.failures = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._send_steadily, daemon=True)
+        self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> SteadyProduce:
-        self._thread.start()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "bench.steady_producer", *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.producer.close(timeout=60)
+        process = self._process
+        if process is None:
+            return
+        assert process.stdin is not None
+        process.stdin.close()  # end of input: it stops
+        try:
+            process.wait(self.STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
     def window(self) -> list[float]:
         """The latencies (s) recorded since the last call."""
-        with self._lock:
-            taken, self._latencies = self._latencies, []
-        return taken
-
-    def _send_steadily(self) -> None:
-        value = b"s" * 1024
-        next_send = time.monotonic()
-        while not self._stop.is_set():
-            sent_at = time.perf_counter()
-
-            def acknowledged(
-                metadata: object, exc: BaseException | None, t: float = sent_at
-            ) -> None:
-                with self._lock:
-                    if exc is None:
-                        self._latencies.append(time.perf_counter() - t)
-                    else:
-                        self.failures += 1
-
-            self.producer.send(self.topic, value, partition=0, callback=acknowledged)
-            next_send += self.interval_s
-            self._stop.wait(max(0.0, next_send - time.monotonic()))
+        process = self._process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        process.stdin.write("window\n")
+        process.stdin.flush()
+        line = process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the steady producer exited ({process.poll()})")
+        answer = json.loads(line)
+        self.failures = answer["failures"]
+        return answer["latencies_s"]
 
 
 def p99_ms(latencies_s: list[float]) -> float:

@@ -29,13 +29,12 @@ from seglog.spark.columns import ROWS_PER_ARROW_BATCH, arrow_schema
 from seglog.spark.session import local_session
 from seglog.spark.source import source_schema
 
-from .cluster import one_node_cluster
+from .cluster import CLUSTER_SECRET, one_node_cluster
 from .timing import best_in_turns
 
 RECORDS = int(os.environ.get("SEGLOG_BENCH_SPARK_RECORDS", 1_000_000))
 VALUE = b"v" * 100
 ROUNDS = 5
-CLUSTER_SECRET = "bench-cluster-secret-0123456789abcdef"  # the bulk path on, as make run has it
 
 # The baseline source's batches, built once per Python worker before the timed runs.
 _prebuilt: dict[int, list[pa.RecordBatch]] = {}

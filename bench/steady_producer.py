@@ -1,0 +1,77 @@
+"""`python -m bench.steady_producer BOOTSTRAP TOPIC RATE_PER_S`: an application's producer
+in a process of its own (as applications are: not sharing an interpreter, its GIL and its
+garbage collector with the benchmark that polls the cluster meanwhile). It sends 1 KiB
+records to partition 0 at a fixed rate, acks=all, and keeps each record's latency (send to
+acknowledgement).
+
+Its stdin takes commands, one per line: `window` answers one JSON line on stdout,
+{"latencies_s": [...], "failures": N}, the latencies recorded since the last window and the
+records not acknowledged so far; end of input stops it (the producer closed, sends flushed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from array import array
+
+from seglog.client.producer import Producer
+
+RECORD = b"s" * 1024
+
+
+class SteadySender:
+    def __init__(self, bootstrap: str, topic: str, rate_per_s: float) -> None:
+        self.producer = Producer(bootstrap, acks="all", linger_ms=0)
+        self.topic = topic
+        self.interval_s = 1 / rate_per_s
+        # An array, not a list of floats: no objects for the collector to walk.
+        self._latencies = array("d")
+        self.failures = 0
+        self._lock = threading.Lock()
+        self.stop = threading.Event()
+
+    def window(self) -> dict[str, object]:
+        with self._lock:
+            taken, self._latencies = self._latencies, array("d")
+            return {"latencies_s": taken.tolist(), "failures": self.failures}
+
+    def send_steadily(self) -> None:
+        next_send = time.monotonic()
+        while not self.stop.is_set():
+            sent_at = time.perf_counter()
+
+            def acknowledged(
+                metadata: object, exc: BaseException | None, t: float = sent_at
+            ) -> None:
+                with self._lock:
+                    if exc is None:
+                        self._latencies.append(time.perf_counter() - t)
+                    else:
+                        self.failures += 1
+
+            self.producer.send(self.topic, RECORD, partition=0, callback=acknowledged)
+            next_send += self.interval_s
+            # A sleep between sends, as an application's pacing: spinning would starve the
+            # producer's own sender thread of the GIL.
+            self.stop.wait(max(0.0, next_send - time.monotonic()))
+
+
+def main(argv: list[str]) -> int:
+    bootstrap, topic, rate = argv[0], argv[1], float(argv[2])
+    sender = SteadySender(bootstrap, topic, rate)
+    thread = threading.Thread(target=sender.send_steadily, daemon=True)
+    thread.start()
+    for line in sys.stdin:
+        if line.strip() == "window":
+            print(json.dumps(sender.window()), flush=True)
+    sender.stop.set()
+    thread.join()
+    sender.producer.close(timeout=60)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
