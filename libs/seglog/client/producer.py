@@ -22,7 +22,9 @@ from typing import Any, NoReturn
 
 from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
 from ..records.builder import Headers
-from .accumulator import RecordAccumulator
+from .accumulator import FAST_SEND, RecordAccumulator
+from .accumulator import send_keyed as _send_keyed
+from .accumulator import send_value as _send_value
 from .buffer_pool import BufferPool
 from .config import ProducerConfig, client_security, from_kwargs, pop_bootstrap
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
@@ -76,6 +78,10 @@ class Producer:
         )
         self._sticky: dict[str, int] = {}
         self._key_partitioner = KeyPartitioner()
+        # send's C path (accumulator.FAST_SEND): the accumulator's published open batches.
+        self._fast_send = FAST_SEND
+        self._fast_sticky = self._accumulator.fast_sticky
+        self._fast_open = self._accumulator.fast_open
         self._partition_counts = self._metadata.partition_counts  # kept current by refreshes
         self._max_record_bytes = min(self.config.max_request_size, self.config.buffer_memory)
         self._sticky_lock = threading.Lock()
@@ -101,6 +107,28 @@ class Producer:
         Kafka's send for a topic that does not exist or was deleted).
         `callback(metadata, exception)` runs on the sender thread when the record completes.
         """
+        if partition is None and headers is None and self._fast_send:
+            # The two common records into a batch already open, each in one C call
+            # (records/_encode.c: encoding, the future, the callback's registration).
+            if key is None:
+                if type(value) is bytes and len(value) <= self._max_record_bytes:
+                    future: RecordFuture | None = _send_value(
+                        self._fast_sticky, topic, value, timestamp_ms, callback
+                    )
+                    if future is not None:
+                        return future
+            elif type(key) is bytes and (value is None or type(value) is bytes):
+                num_partitions = self._partition_counts.get(topic)
+                if (
+                    num_partitions is not None
+                    and not self._closed
+                    and len(key) + (0 if value is None else len(value)) <= self._max_record_bytes
+                ):
+                    future = _send_keyed(
+                        self._fast_open, topic, key, value, num_partitions, timestamp_ms, callback
+                    )
+                    if future is not None:
+                        return future
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         if partition is None:

@@ -12,6 +12,7 @@ from crc32c import crc32c
 
 from ..records import RecordBatchBuilder
 from ..records.builder import Headers
+from ..records.records_writer import C_WRITER, RecordsWriter
 from .futures import BatchResult, Callback, RecordFuture
 
 # RecordBatch v2 header: crc at 17 (over bytes 21..end), producerId/Epoch/baseSequence at 43.
@@ -38,6 +39,7 @@ class ProducerBatch:
         "data",
         "record_count",
         "base_sequence",
+        "fast_entry",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
@@ -54,6 +56,14 @@ class ProducerBatch:
         self.data: memoryview | bytes | None = None
         self.record_count = 0
         self.base_sequence: int | None = None  # set when an idempotent producer first sends it
+        # What `send`'s C path appends through (records/_encode.c): None when the builder's
+        # writer is the Python one.
+        writer = builder._writer
+        self.fast_entry: tuple[object, ...] | None = (
+            (writer, self.result, topic, partition, self.callbacks)
+            if C_WRITER and type(writer) is RecordsWriter
+            else None
+        )
 
     @property
     def is_open(self) -> bool:
@@ -85,8 +95,9 @@ class ProducerBatch:
         builder = self.builder
         if builder is None:
             return
-        self.record_count = builder.record_count
+        # Counted after the build: the C path may add records until the build seals them.
         self.data = builder.build_into(self.buffer)
+        self.record_count = builder.record_count
         self.builder = None
 
     def stamp_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
@@ -127,3 +138,6 @@ class ProducerBatch:
                 future._run_callback(callback)
             except Exception:  # a user callback must not stop the sender
                 logger.exception("a producer callback raised")
+        # In place: a stale entry of the C path's may hold the list until its partition
+        # opens another batch.
+        self.callbacks.clear()

@@ -29,9 +29,25 @@
  *     append_value(value, timestamp_ms) -> append(None, value, timestamp_ms)
  *     append_many(values, keys=None, timestamp_ms=None) -> how many records fitted; a bad
  *         record raises and leaves the section as it was before the call.
- *     section() -> bytes; record_count, records_bytes, base_timestamp, max_timestamp.
+ *     section() -> bytes, once: it seals the section (every later append adds nothing and
+ *         returns 0) and frees its buffer; record_count, records_bytes, base_timestamp,
+ *         max_timestamp.
  * murmur2(data) -> Kafka's Utils.murmur2, a signed 32-bit int.
  * partition_for_key(key, num_partitions) -> (murmur2(key) & 0x7fffffff) % num_partitions.
+ *
+ * The producer's `send` in one call (accumulator.py publishes the entries, producer.py calls):
+ * an open batch's entry is the tuple (writer, batch result, topic, partition, callbacks).
+ *     use_future_type(RecordFuture): the tuple subclass the two calls below return.
+ *     send_value(sticky_entries, topic, value, timestamp_ms, callback): the record into the
+ *         entry sticky_entries[topic]; its RecordFuture, or None when there is no entry, its
+ *         section is sealed, or the record does not fit (the caller then takes the checked
+ *         path, under the accumulator's lock).
+ *     send_keyed(open_entries, topic, key, value, num_partitions, timestamp_ms, callback):
+ *         the same into open_entries[topic][partition_for_key(key, num_partitions)].
+ * Each runs whole under the GIL and never lets it go: an append cannot interleave with a
+ * section() that seals the batch, so a record is either in the sealed bytes or refused.
+ * timestamp_ms None: now (CLOCK_REALTIME, as time.time_ns()). (future, callback) is added to
+ * the entry's callbacks list when a callback is given.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -204,6 +220,7 @@ typedef struct {
     int64_t base_timestamp;
     int64_t max_timestamp;
     Py_ssize_t count;
+    int sealed; /* section() was taken: no more records */
 } Writer;
 
 static int reserve(Writer *w, int64_t extra) {
@@ -231,6 +248,7 @@ static Py_ssize_t write_record(Writer *w, const field *key, const field *value,
                                int64_t timestamp, const headers_plan *headers) {
     Py_ssize_t count = w->count;
     int64_t ts_delta = 0;
+    if (w->sealed) return 0;
     if (count && __builtin_sub_overflow(timestamp, w->base_timestamp, &ts_delta)) {
         PyErr_SetString(PyExc_OverflowError, "timestamp delta does not fit in 64 bits");
         return -1;
@@ -415,7 +433,19 @@ static PyObject *writer_append_many(Writer *w, PyObject *const *args, Py_ssize_t
 }
 
 static PyObject *writer_section(Writer *w, PyObject *Py_UNUSED(ignored)) {
-    return PyBytes_FromStringAndSize((const char *)w->buf, w->len);
+    if (w->sealed) {
+        PyErr_SetString(PyExc_RuntimeError, "the records section was already taken");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)w->buf, w->len);
+    if (out == NULL) return NULL;
+    w->sealed = 1;
+    /* A sealed writer may still be referenced (a stale entry of the producer's) until its
+     * partition opens another batch: it keeps no buffer meanwhile. */
+    PyMem_Free(w->buf);
+    w->buf = NULL;
+    w->cap = 0;
+    return out;
 }
 
 static int writer_init(Writer *w, PyObject *args, PyObject *kwds) {
@@ -425,6 +455,7 @@ static int writer_init(Writer *w, PyObject *args, PyObject *kwds) {
     w->max_records_bytes = max_records_bytes;
     w->len = 0;
     w->count = 0;
+    w->sealed = 0;
     w->base_timestamp = w->max_timestamp = 0;
     return 0;
 }
@@ -540,10 +571,163 @@ static PyObject *py_partition_for_key(PyObject *Py_UNUSED(self), PyObject *const
     return PyLong_FromLong(positive % num_partitions);
 }
 
+static PyTypeObject *future_type = NULL; /* RecordFuture, given by use_future_type */
+
+static PyObject *py_use_future_type(PyObject *Py_UNUSED(self), PyObject *type) {
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "use_future_type(a tuple subclass)");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_XSETREF(future_type, (PyTypeObject *)type);
+    Py_RETURN_NONE;
+}
+
+static PyObject *write_and_register(Writer *w, PyObject *entry, const field *key,
+                                    const field *value, int64_t timestamp, PyObject *callback);
+
+/* The record into the open batch `entry` (writer, result, topic, partition, callbacks): its
+ * future, None when it cannot go there (no entry, sealed, full), NULL on error. */
+static PyObject *send_to_entry(PyObject *entry, const field *key, const field *value,
+                               PyObject *timestamp_ms, PyObject *callback) {
+    if (entry == NULL || entry == Py_None) Py_RETURN_NONE;
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 ||
+        !Py_IS_TYPE(PyTuple_GET_ITEM(entry, 0), &WriterType) ||
+        !PyList_CheckExact(PyTuple_GET_ITEM(entry, 4))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "an entry is (RecordsWriter, result, topic, partition, callbacks list)");
+        return NULL;
+    }
+    if (future_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "use_future_type was not called");
+        return NULL;
+    }
+    Writer *w = (Writer *)PyTuple_GET_ITEM(entry, 0);
+    if (w->sealed) Py_RETURN_NONE;
+    int64_t timestamp;
+    if (get_timestamp(timestamp_ms, &timestamp) < 0) return NULL;
+    /* No collection from the write to the callback's registration: a collection may run
+     * finalizers, and one that let the GIL go would let the sender seal and complete the
+     * batch before the callback is in its list. */
+    int collecting = PyGC_Disable();
+    PyObject *out = write_and_register(w, entry, key, value, timestamp, callback);
+    if (collecting) PyGC_Enable();
+    return out;
+}
+
+static PyObject *write_and_register(Writer *w, PyObject *entry, const field *key,
+                                    const field *value, int64_t timestamp, PyObject *callback) {
+    Py_ssize_t count = write_record(w, key, value, timestamp, NULL);
+    if (count < 0) return NULL;
+    if (count == 0) Py_RETURN_NONE;
+    PyObject *index = PyLong_FromSsize_t(count - 1);
+    PyObject *stamp = PyLong_FromLongLong(timestamp);
+    PyObject *future = index && stamp ? future_type->tp_alloc(future_type, 5) : NULL;
+    if (future == NULL) {
+        /* The record is written: an error here loses its future, never its bytes. */
+        Py_XDECREF(index);
+        Py_XDECREF(stamp);
+        return NULL;
+    }
+    for (int i = 1; i <= 3; i++) Py_INCREF(PyTuple_GET_ITEM(entry, i));
+    PyTuple_SET_ITEM(future, 0, PyTuple_GET_ITEM(entry, 1));
+    PyTuple_SET_ITEM(future, 1, PyTuple_GET_ITEM(entry, 2));
+    PyTuple_SET_ITEM(future, 2, PyTuple_GET_ITEM(entry, 3));
+    PyTuple_SET_ITEM(future, 3, index);
+    PyTuple_SET_ITEM(future, 4, stamp);
+    if (callback != Py_None) {
+        PyObject *pair = PyTuple_Pack(2, future, callback);
+        if (pair == NULL || PyList_Append(PyTuple_GET_ITEM(entry, 4), pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(future);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
+    return future;
+}
+
+static PyObject *py_send_value(PyObject *Py_UNUSED(self), PyObject *const *args,
+                               Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_value(sticky_entries: dict, topic, value, timestamp_ms, callback)");
+        return NULL;
+    }
+    PyObject *entry = PyDict_GetItemWithError(args[0], args[1]);
+    if (entry == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    field key = {.p = NULL, .n = 0, .null = 1}, value;
+    if (get_field(args[2], &value) < 0) return NULL;
+    Py_INCREF(entry); /* borrowed from a dict other threads change */
+    PyObject *out = send_to_entry(entry, &key, &value, args[3], args[4]);
+    Py_DECREF(entry);
+    release_field(&value);
+    return out;
+}
+
+static PyObject *py_send_keyed(PyObject *Py_UNUSED(self), PyObject *const *args,
+                               Py_ssize_t nargs) {
+    if (nargs != 7 || !PyDict_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_keyed(open_entries: dict, topic, key, value, num_partitions, "
+                        "timestamp_ms, callback)");
+        return NULL;
+    }
+    PyObject *entries = PyDict_GetItemWithError(args[0], args[1]);
+    if (entries == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    if (!PyList_CheckExact(entries)) {
+        PyErr_SetString(PyExc_TypeError, "open_entries[topic] is a list of entries");
+        return NULL;
+    }
+    long num_partitions = PyLong_AsLong(args[4]);
+    if (num_partitions == -1 && PyErr_Occurred()) return NULL;
+    if (num_partitions < 1) {
+        PyErr_Format(PyExc_ValueError, "num_partitions must be >= 1, got %ld", num_partitions);
+        return NULL;
+    }
+    field key, value;
+    if (get_field(args[2], &key) < 0) return NULL;
+    if (key.null) {
+        PyErr_SetString(PyExc_TypeError, "a key to partition by cannot be None");
+        return NULL;
+    }
+    long partition =
+        (long)((uint32_t)murmur2((const unsigned char *)key.p, key.n) & 0x7fffffffU) %
+        num_partitions;
+    PyObject *out;
+    if (partition >= PyList_GET_SIZE(entries)) {
+        out = Py_None;
+        Py_INCREF(out);
+    } else if (get_field(args[3], &value) < 0) {
+        out = NULL;
+    } else {
+        PyObject *entry = PyList_GET_ITEM(entries, partition);
+        Py_INCREF(entry); /* borrowed from a list other threads change */
+        out = send_to_entry(entry, &key, &value, args[5], args[6]);
+        Py_DECREF(entry);
+        release_field(&value);
+    }
+    release_field(&key);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"murmur2", py_murmur2, METH_O, "murmur2(data) -> Kafka's murmur2, signed 32-bit"},
     {"partition_for_key", (PyCFunction)(void (*)(void))py_partition_for_key, METH_FASTCALL,
      "partition_for_key(key, num_partitions) -> Kafka's default partition of a keyed record"},
+    {"use_future_type", py_use_future_type, METH_O,
+     "use_future_type(type): the tuple subclass send_value and send_keyed return"},
+    {"send_value", (PyCFunction)(void (*)(void))py_send_value, METH_FASTCALL,
+     "send_value(sticky_entries, topic, value, timestamp_ms, callback) -> future or None"},
+    {"send_keyed", (PyCFunction)(void (*)(void))py_send_keyed, METH_FASTCALL,
+     "send_keyed(open_entries, topic, key, value, num_partitions, timestamp_ms, callback)"
+     " -> future or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,5 +1,6 @@
 # Types of the C module _encode.c.
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 class RecordsWriter:
     def __init__(self, max_records_bytes: int) -> None: ...
@@ -31,3 +32,20 @@ class RecordsWriter:
 
 def murmur2(data: bytes) -> int: ...
 def partition_for_key(key: bytes, num_partitions: int) -> int: ...
+def use_future_type(future_type: type[tuple[object, ...]]) -> None: ...
+def send_value(
+    sticky_entries: dict[str, tuple[object, ...]],
+    topic: str,
+    value: bytes,
+    timestamp_ms: int | None,
+    callback: object,
+) -> Any: ...
+def send_keyed(
+    open_entries: dict[str, list[tuple[object, ...] | None]],
+    topic: str,
+    key: bytes,
+    value: bytes | None,
+    num_partitions: int,
+    timestamp_ms: int | None,
+    callback: object,
+) -> Any: ...

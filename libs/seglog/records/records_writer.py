@@ -92,6 +92,7 @@ class PyRecordsWriter:
         "_base_timestamp",
         "_max_timestamp",
         "_count",
+        "_sealed",
     )
 
     def __init__(self, max_records_bytes: int) -> None:
@@ -103,6 +104,7 @@ class PyRecordsWriter:
         self._base_timestamp = 0
         self._max_timestamp = 0
         self._count = 0
+        self._sealed = False  # section() was taken: no more records
 
     @property
     def record_count(self) -> int:
@@ -121,7 +123,14 @@ class PyRecordsWriter:
         return self._max_timestamp
 
     def section(self) -> bytes:
-        return b"".join(self._parts)
+        """The records' bytes, once: the section is sealed (later appends add nothing and
+        return 0), as the producer closes a batch while `send` may still reach it."""
+        if self._sealed:
+            raise RuntimeError("the records section was already taken")
+        self._sealed = True
+        out = b"".join(self._parts)
+        self._parts = []
+        return out
 
     def append(
         self,
@@ -144,6 +153,8 @@ class PyRecordsWriter:
         record comes from a table, with attributes and the null key folded into their
         neighbours' parts; anything outside the tables takes `append`'s general path."""
         count = self._count
+        if self._sealed:
+            return 0
         ts_delta = timestamp_ms - self._base_timestamp if count else 0
         n = len(value)
         if not (_TABLE_LOW <= ts_delta < _TABLE_HIGH and n < _TABLE_HIGH and count < _TABLE_HIGH):
@@ -180,6 +191,8 @@ class PyRecordsWriter:
     ) -> int:
         """Any record: a key, headers, a null value, or fields beyond the varint tables."""
         count = self._count
+        if self._sealed:
+            return 0
         ts_delta = timestamp_ms - self._base_timestamp if count else 0
         table = VARINT_TABLE
         table_offset = VARINT_TABLE_OFFSET
@@ -250,6 +263,8 @@ class PyRecordsWriter:
         """
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
+        if self._sealed:
+            return 0
         table = VARINT_TABLE
         table_offset = VARINT_TABLE_OFFSET
         high = _TABLE_HIGH
@@ -303,5 +318,8 @@ class PyRecordsWriter:
 
 try:
     from ._encode import RecordsWriter
+
+    C_WRITER = True
 except ImportError:  # the C module is not built: the Python reference does the work
     RecordsWriter = PyRecordsWriter  # type: ignore[misc,assignment]
+    C_WRITER = False
