@@ -79,6 +79,26 @@ def test_settled_objects_leave_the_collectors_view_and_garbage_does_not_stay(
     assert id(made_after) in tracked_ids()  # the next collections walk only what is new
 
 
+def test_every_so_many_settles_a_cycle_that_died_after_its_settle_is_collected(
+    settling: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(long_lived, "_settles", 0)
+
+    class Node:
+        other: object = None
+
+    first, second = Node(), Node()
+    first.other, second.other = second, first
+    gone = weakref.ref(first)
+    long_lived.settle()  # both settled while alive
+    del first, second  # now a garbage cycle out of the collector's view
+    for _ in range(long_lived.FULL_PASS_EVERY - 2):
+        long_lived.settle()
+        assert gone() is not None
+    long_lived.settle()  # the FULL_PASS_EVERY-th
+    assert gone() is None
+
+
 def _batch(count: int) -> bytes:
     builder = RecordBatchBuilder()
     for i in range(count):
