@@ -30,7 +30,6 @@ import collections
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..records import HEADER_BYTES, RecordBatchBuilder
 from ..records.builder import Headers
@@ -49,28 +48,8 @@ try:  # `send` in one C call (records/_encode.c) into the entries published here
 
     use_future_type(RecordFuture)
     FAST_SEND = True
-except ImportError:  # the C module is not built: `send` takes try_append
-
-    def send_value(
-        sticky_entries: dict[str, tuple[object, ...]],
-        topic: str,
-        value: bytes,
-        timestamp_ms: int | None,
-        callback: object,
-    ) -> Any:
-        return None
-
-    def send_keyed(
-        open_entries: dict[str, list[tuple[object, ...] | None]],
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        num_partitions: int,
-        timestamp_ms: int | None,
-        callback: object,
-    ) -> Any:
-        return None
-
+except ImportError:  # the C module is not built: `send` takes try_append, never these
+    send_keyed = send_value = None  # type: ignore[assignment]
     FAST_SEND = False
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).

@@ -107,16 +107,23 @@ class Producer:
         Kafka's send for a topic that does not exist or was deleted).
         `callback(metadata, exception)` runs on the sender thread when the record completes.
         """
-        if partition is None and headers is None and self._fast_send:
-            # The two common records into a batch already open, each in one C call
-            # (records/_encode.c: encoding, the future, the callback's registration).
+        if partition is None:
+            # The two common records, into a batch already open, with the fewest checks:
+            # without headers in one C call (records/_encode.c: encoding, the future, the
+            # callback's registration), else through try_append. Anything else, or a batch
+            # to open, takes _send.
+            fast = headers is None and self._fast_send
+            future: RecordFuture | None = None
             if key is None:
                 if type(value) is bytes and len(value) <= self._max_record_bytes:
-                    future: RecordFuture | None = _send_value(
-                        self._fast_sticky, topic, value, timestamp_ms, callback
-                    )
-                    if future is not None:
-                        return future
+                    if fast:
+                        future = _send_value(
+                            self._fast_sticky, topic, value, timestamp_ms, callback
+                        )
+                    else:
+                        future = self._accumulator.try_append(
+                            topic, None, None, value, _or_now(timestamp_ms), headers, callback
+                        )
             elif type(key) is bytes and (value is None or type(value) is bytes):
                 num_partitions = self._partition_counts.get(topic)
                 if (
@@ -124,41 +131,30 @@ class Producer:
                     and not self._closed
                     and len(key) + (0 if value is None else len(value)) <= self._max_record_bytes
                 ):
-                    future = _send_keyed(
-                        self._fast_open, topic, key, value, num_partitions, timestamp_ms, callback
-                    )
-                    if future is not None:
-                        return future
+                    if fast:
+                        future = _send_keyed(
+                            self._fast_open,
+                            topic,
+                            key,
+                            value,
+                            num_partitions,
+                            timestamp_ms,
+                            callback,
+                        )
+                    else:
+                        future = self._accumulator.try_append(
+                            topic,
+                            self._key_partitioner.partition(key, num_partitions),
+                            key,
+                            value,
+                            _or_now(timestamp_ms),
+                            headers,
+                            callback,
+                        )
+            if future is not None:
+                return future
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        if partition is None:
-            # The two common records, into a batch already open, with the fewest checks;
-            # anything else (or a batch to open) takes _send.
-            if key is None:
-                if type(value) is bytes and len(value) <= self._max_record_bytes:
-                    future = self._accumulator.try_append(
-                        topic, None, None, value, timestamp_ms, headers, callback
-                    )
-                    if future is not None:
-                        return future
-            elif type(key) is bytes and (value is None or type(value) is bytes):
-                num_partitions = self._partition_counts.get(topic)
-                if (
-                    num_partitions is not None
-                    and not self._closed
-                    and len(key) + (0 if value is None else len(value)) <= self._max_record_bytes
-                ):
-                    future = self._accumulator.try_append(
-                        topic,
-                        self._key_partitioner.partition(key, num_partitions),
-                        key,
-                        value,
-                        timestamp_ms,
-                        headers,
-                        callback,
-                    )
-                    if future is not None:
-                        return future
         return self._send(topic, value, key, partition, timestamp_ms, headers, callback)
 
     def _send_serialized(
@@ -409,3 +405,7 @@ class Producer:
                 "producer-id-resets": self._sender.producer_id_resets,
             }
         }
+
+
+def _or_now(timestamp_ms: int | None) -> int:
+    return time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
