@@ -66,7 +66,8 @@ from .partition_changes import (
     place,
 )
 from .reassignments import ReassigningState
-from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, Route, retrying
+from .registry_routes import Route
+from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, retrying
 from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,

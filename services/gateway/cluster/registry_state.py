@@ -1,6 +1,7 @@
 """The registry's state and how it changes: the metadata image (metadata_image.py) built from
 the metadata log (registry_store.py), each storage node's session, and the reads the rest of
-the gateway makes of them (routes for the data plane, node assignments, counts).
+the gateway makes of them (node assignments, counts; the data plane's routes are
+registry_routes.py's).
 
 Every change is one batch of records, stored first (`_commit`: fsync'd, or an etcd
 transaction) and then applied to the image, exactly as a batch another gateway wrote is
@@ -21,11 +22,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from seglog.errors import LeaderNotAvailableError, StorageError, UnknownTopicOrPartitionError
 from seglog.security.acls import AclBinding
 from services import long_lived
 
@@ -35,7 +34,8 @@ from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
 from .node_state import Node, NodeView
-from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .partition_changes import PartitionAssignment, PartitionChange
+from .registry_routes import RegistryRoutes
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
 logger = logging.getLogger(__name__)
@@ -71,18 +71,7 @@ def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
     return run
 
 
-@dataclass(frozen=True)
-class Route:
-    topic: str
-    partition: int
-    leader: int
-    leader_epoch: int
-    address: str | None
-    live: bool
-    bulk_address: str = ""
-
-
-class RegistryState:
+class RegistryState(RegistryRoutes):
     def __init__(
         self,
         data_dir: Path,
@@ -191,6 +180,7 @@ class RegistryState:
         so nodes keep getting deltas; else as a whole new image."""
         with self._lock:
             acls_before = list(self.image.acls)
+            created = False
             if batches and batches[0][0] <= self.image.offset:
                 changed = set()
                 for offset, records in batches:
@@ -198,10 +188,13 @@ class RegistryState:
                         applied = self.image.apply(offset, records)
                         self._nodes_recorded(applied.nodes)
                         changed |= applied.partitions
+                        created = created or applied.created
             else:
                 changed = self._reset(batches)
+                created = True  # a whole new image
             acls_changed = self.image.acls != acls_before
-        long_lived.settle()  # a whole image, or a watch's catch-up: rare, and maybe large
+        if created:  # not on every reload: a write that lost a race reloads too
+            long_lived.settle()
         self._notify(changed)
         if acls_changed:
             self._notify_acls()
@@ -400,61 +393,6 @@ class RegistryState:
             node = self.nodes.get(node_id)
             if node is not None and offset > node.metadata_offset:
                 node.metadata_offset = offset
-
-    def topic(self, name: str) -> Topic:
-        topic = self.image.topics.get(name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        return topic
-
-    def route(self, topic_name: str, partition: int) -> Route:
-        """Run for every partition of every Produce and Fetch, so it takes no lock a
-        control-plane write holds (writes keep the registry's lock while they fsync or call
-        etcd): it reads the current objects as they are. Applying a batch swaps in new
-        registration objects; a route read in the middle of a batch may pair the new
-        leader with the old address, and the node it names then answers NOT_LEADER, which
-        clients retry as they do for any leader change."""
-        topic = self.image.topics.get(topic_name)
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"topic {topic_name!r} does not exist")
-        partitions = topic.partitions
-        if not 0 <= partition < len(partitions):
-            raise UnknownTopicOrPartitionError(
-                f"{topic_name} has partitions 0..{len(partitions) - 1}, not {partition}"
-            )
-        p = partitions[partition]
-        leader = p.leader
-        if leader == NO_LEADER:
-            raise LeaderNotAvailableError(
-                f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
-                f"live (unclean leader election is off)"
-            )
-        node = self.nodes.get(leader)
-        reason = None if node is None else node.offline.get((topic_name, partition))
-        if reason is not None:
-            raise StorageError(f"{topic_name}-{partition} is offline on node {leader}: {reason}")
-        return Route(
-            topic_name,
-            partition,
-            leader,
-            p.leader_epoch,
-            node.address if node else None,
-            self._routable(leader, node),
-            node.bulk_address if node else "",
-        )
-
-    def _routable(self, node_id: int, node: Node | None) -> bool:
-        """`is_live` as routing reads it: without the registry's lock, and never acting on
-        what it reads (ending a lapsed etcd session is the control plane's to do)."""
-        if self.sessions is not None:
-            return self.sessions.has_session(node_id)
-        if node is None:
-            return False
-        now = time.monotonic()
-        last = node.last_heartbeat
-        if last is not None and now - last < self.session_timeout_s:
-            return True
-        return not node.heard_from and now < node.grace_until
 
 
 def min_isr_setting(value: str | None) -> int | None:
