@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.client.accumulator import FAST_SEND
+from seglog.client.fast_entries import FAST_SEND
 from seglog.client.futures import BatchResult, RecordFuture
 from seglog.client.partitioner import partition_for_key
 from seglog.records.records_writer import PyRecordsWriter

@@ -35,22 +35,12 @@ from ..records import HEADER_BYTES, RecordBatchBuilder
 from ..records.builder import Headers
 from .buffer_pool import BufferPool
 from .config import ProducerConfig
+from .fast_entries import FastEntries
 from .futures import BulkFuture, Callback, RecordFuture
 from .metadata import Metadata
 from .producer_batch import ProducerBatch
 
 _new_future = tuple.__new__
-
-try:  # `send` in one C call (records/_encode.c) into the entries published here
-    from ..records._encode import send_keyed as send_keyed
-    from ..records._encode import send_value as send_value
-    from ..records._encode import use_future_type
-
-    use_future_type(RecordFuture)
-    FAST_SEND = True
-except ImportError:  # the C module is not built: `send` takes try_append, never these
-    send_keyed = send_value = None  # type: ignore[assignment]
-    FAST_SEND = False
 
 # Kafka's estimate of a record's worst-case framing inside a batch (varints and attributes).
 RECORD_OVERHEAD_BYTES = 21
@@ -111,15 +101,9 @@ class RecordAccumulator:
         # Per topic, the batch its unkeyed records go to (the open batch of the topic's sticky
         # partition): `try_append` reaches it without the partition's deque.
         self._sticky_batches: dict[str, ProducerBatch] = {}
-        # The same open batches as entries for `send`'s C path (_encode.send_value and
-        # send_keyed), which reads them without this lock: per topic the sticky batch's, and
-        # per topic a list indexed by partition of each partition's last batch's. Published
-        # under the lock; never taken back when a batch closes, as closing seals its writer
-        # (section()) and the C path adds nothing to a sealed one. An entry's batch must not
-        # take a record that way while the lock's holder counts its records: `append_many`
-        # withdraws it first.
-        self.fast_sticky: dict[str, tuple[object, ...]] = {}
-        self.fast_open: dict[str, list[tuple[object, ...] | None]] = {}
+        # The same open batches for `send`'s C path, which reads them without this lock
+        # (fast_entries.py); published and withdrawn under it.
+        self.fast = FastEntries()
         self._muted: set[TopicPartition] = set()
         self._incomplete: set[ProducerBatch] = set()
         self._flushes_in_progress = 0
@@ -180,8 +164,7 @@ class RecordAccumulator:
             dq = self._batches.get((topic, partition))
             if dq and dq[-1].is_open and not self._closing:
                 self._sticky_batches[topic] = dq[-1]
-                if dq[-1].fast_entry is not None:
-                    self.fast_sticky[topic] = dq[-1].fast_entry
+                self.fast.stick(dq[-1])
 
     def append(
         self,
@@ -265,7 +248,7 @@ class RecordAccumulator:
         """Records from `done` on into `batch` (the lock is held); how many fitted."""
         builder = batch.builder
         assert builder is not None
-        self._withdraw(batch)  # no record through `send`'s C path between count and append
+        self.fast.withdraw(batch)  # no record through `send`'s C path between count and append
         start = builder.record_count
         # Slices about one batch long: the builder stops at the first record that does not
         # fit, and slicing the rest each time would be quadratic.
@@ -287,29 +270,9 @@ class RecordAccumulator:
         batch = ProducerBatch(tp[0], tp[1], builder, buffer)
         dq.append(batch)
         self._incomplete.add(batch)
-        if batch.fast_entry is not None and not self._closing:
-            entries = self.fast_open.get(tp[0])
-            if entries is None:
-                entries = self.fast_open[tp[0]] = []
-            if len(entries) <= tp[1]:
-                entries.extend([None] * (tp[1] + 1 - len(entries)))
-            entries[tp[1]] = batch.fast_entry
+        if not self._closing:
+            self.fast.open(batch)
         return batch
-
-    def _withdraw(self, batch: ProducerBatch) -> None:
-        """`batch` out of the C path's reach (the lock is held)."""
-        entry = batch.fast_entry
-        if entry is None:
-            return
-        if self.fast_sticky.get(batch.topic) is entry:
-            del self.fast_sticky[batch.topic]
-        entries = self.fast_open.get(batch.topic)
-        if (
-            entries is not None
-            and batch.partition < len(entries)
-            and entries[batch.partition] is entry
-        ):
-            entries[batch.partition] = None
 
     # -- the sender's side -------------------------------------------------------------------
 
@@ -431,8 +394,7 @@ class RecordAccumulator:
             out = [batch for dq in self._batches.values() for batch in dq]
             self._batches.clear()
             self._sticky_batches.clear()
-            self.fast_sticky.clear()
-            self.fast_open.clear()
+            self.fast.clear()
         for batch in out:
             batch.close()
         return out
@@ -452,8 +414,7 @@ class RecordAccumulator:
         with self._lock:
             self._closing = True
             self._sticky_batches.clear()  # `send` after close must take the checked path
-            self.fast_sticky.clear()
-            self.fast_open.clear()
+            self.fast.clear()
 
     def has_undrained(self) -> bool:
         with self._lock:

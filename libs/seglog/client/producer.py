@@ -22,11 +22,12 @@ from typing import Any, NoReturn
 
 from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
 from ..records.builder import Headers
-from .accumulator import FAST_SEND, RecordAccumulator
-from .accumulator import send_keyed as _send_keyed
-from .accumulator import send_value as _send_value
+from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
 from .config import ProducerConfig, client_security, from_kwargs, pop_bootstrap
+from .fast_entries import FAST_SEND
+from .fast_entries import send_keyed as _send_keyed
+from .fast_entries import send_value as _send_value
 from .futures import BulkFuture, Callback, ProducerClosedError, RecordFuture
 from .gateway import GatewayClient, default_bootstrap
 from .metadata import Metadata, MetadataTimeoutError
@@ -78,10 +79,10 @@ class Producer:
         )
         self._sticky: dict[str, int] = {}
         self._key_partitioner = KeyPartitioner()
-        # send's C path (accumulator.FAST_SEND): the accumulator's published open batches.
+        # send's C path (fast_entries.py): the accumulator's published open batches.
         self._fast_send = FAST_SEND
-        self._fast_sticky = self._accumulator.fast_sticky
-        self._fast_open = self._accumulator.fast_open
+        self._fast_sticky = self._accumulator.fast.sticky
+        self._fast_open = self._accumulator.fast.open_by_partition
         self._partition_counts = self._metadata.partition_counts  # kept current by refreshes
         self._max_record_bytes = min(self.config.max_request_size, self.config.buffer_memory)
         self._sticky_lock = threading.Lock()

@@ -35,7 +35,7 @@
  * murmur2(data) -> Kafka's Utils.murmur2, a signed 32-bit int.
  * partition_for_key(key, num_partitions) -> (murmur2(key) & 0x7fffffff) % num_partitions.
  *
- * The producer's `send` in one call (accumulator.py publishes the entries, producer.py calls):
+ * The producer's `send` in one call (client/fast_entries.py publishes the entries):
  * an open batch's entry is the tuple (writer, batch result, topic, partition, callbacks).
  *     use_future_type(RecordFuture): the tuple subclass the two calls below return.
  *     send_value(sticky_entries, topic, value, timestamp_ms, callback): the record into the
