@@ -125,9 +125,19 @@ def test_services_export_what_they_count(metered_cluster, receiver):
         lambda: _total(receiver, "seglog.partition.isr", **{TOPIC: "metered"}) == 2 * 3
     )
     assert _total(receiver, "seglog.partition.under_replicated", **{TOPIC: "metered"}) == 0
+    # Every replica's end offset, once each has exported after catching up (a follower's
+    # last export may predate its last fetch).
     for partition in ("0", "1"):
-        ends = receiver.latest("seglog.log.end_offset", **{TOPIC: "metered", PARTITION: partition})
-        assert set(ends.values()) == {100}
+        assert wait_until(
+            lambda p=partition: (
+                set(
+                    receiver.latest(
+                        "seglog.log.end_offset", **{TOPIC: "metered", PARTITION: p}
+                    ).values()
+                )
+                == {100}
+            )
+        ), receiver.latest("seglog.log.end_offset", **{TOPIC: "metered", PARTITION: partition})
     # Every replica's size (followers' too), once each has exported after catching up.
     assert wait_until(
         lambda: _total(receiver, "seglog.log.size", **{TOPIC: "metered"}) == 3 * produced
