@@ -16,7 +16,11 @@ For each backend, two clusters:
   a third, timed until it leads nothing (against the session timeout + 2 s).
 
 SEGLOG_BENCH_SCALE_STEPS (e.g. 1000,2500), SEGLOG_BENCH_SCALE_BACKENDS (file, etcd or both,
-comma-separated) and SEGLOG_BENCH_SCALE_ONE_TOPIC (its partitions, 0 for none) make it smaller.
+comma-separated) and SEGLOG_BENCH_SCALE_ONE_TOPIC (its partitions, 0 for none) make it smaller;
+SEGLOG_BENCH_SCALE_KAFKA=0 leaves out the reference below.
+
+Last, the reference for the p99-while-creating ratio: the same probe against Apache Kafka on
+the same machine (three KRaft brokers, RF3) while it creates the first step's topics.
 
 Every step has a deadline: a step that does not converge prints "did not reach" with what it
 saw, and that cluster stops climbing. Each figure is printed beside its target, OK or MISS.
@@ -49,6 +53,7 @@ from .scale_cluster import (
     offline_partitions,
     scale_cluster,
 )
+from .scale_kafka import kafka_creating_p99
 from .scale_probes import (
     FileWrites,
     SteadyProduce,
@@ -94,6 +99,7 @@ class ScaleShape:
     latency_samples: int = 20
     steady_rate_per_s: float = 50.0
     steady_baseline_s: float = 10.0
+    kafka_reference: bool = True  # the p99-while-creating probe against Apache Kafka too
     session_timeout_ms: int | None = None  # None: the servers' default
     settle_s: float = 2.0  # after a step converges, before its idle window: stragglers finish
     registry_write_settle_s: float = 1.0  # a change's writes after its answer (pushes, fsyncs)
@@ -226,10 +232,11 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
             if index == 0:
                 with SteadyProduce(cluster.address, PROBE_TOPIC, shape.steady_rate_per_s) as steady:
                     time.sleep(shape.steady_baseline_s)
-                    idle_p99 = p99_ms(steady.window())
+                    idle = steady.window()
                     row = climb.step(target + shape.baseline_partitions, shape.topic_partitions)
-                    creating_p99 = p99_ms(steady.window())
-                result.steady_p99_ms = (idle_p99, creating_p99)
+                    creating = steady.window()
+                result.steady_p99_ms = (p99_ms(idle), p99_ms(creating))
+                result.steady_samples = (len(idle), len(creating))
                 steady_failures = steady.failures
             else:
                 row = climb.step(target + shape.baseline_partitions, shape.topic_partitions)
@@ -242,9 +249,11 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
             if index == 0 and result.steady_p99_ms is not None:
                 idle_p99, creating_p99 = result.steady_p99_ms
                 ratio = creating_p99 / idle_p99
+                idle_n, creating_n = result.steady_samples
                 line(
-                    f"produce p99 while creating {creating_p99:.1f} ms, {ratio:.2f}x "
-                    f"its {idle_p99:.1f} ms with no creations ({steady_failures} not acknowledged)",
+                    f"produce p99 while creating {creating_p99:.1f} ms ({creating_n} records), "
+                    f"{ratio:.2f}x its {idle_p99:.1f} ms with no creations ({idle_n}; "
+                    f"{steady_failures} not acknowledged)",
                     f"<= {PRODUCE_P99_RATIO_TARGET}x",
                     ratio <= PRODUCE_P99_RATIO_TARGET,
                 )
@@ -364,7 +373,33 @@ def run_shape(shape: ScaleShape) -> dict[str, BackendResult]:
             run_one_topic(shape, backend, result)
         print_curve(result)
         print(f"[{backend}] {time.monotonic() - started:.0f} s", flush=True)
+    if shape.kafka_reference:
+        run_kafka_reference(shape)
     return results
+
+
+def run_kafka_reference(shape: ScaleShape) -> None:
+    """Apache Kafka on the same machine, the same probe while the first step is created: how
+    much of the ratio these cores impose on any broker set creating partitions."""
+    partitions = shape.steps[0]
+    print(f"[Apache Kafka x3] topics of {shape.topic_partitions} up to {partitions:,}", flush=True)
+    measured = kafka_creating_p99(
+        partitions,
+        shape.topic_partitions,
+        shape.steady_rate_per_s,
+        shape.steady_baseline_s,
+        shape.step_deadline_s(partitions),
+    )
+    if isinstance(measured, str):
+        line(f"Apache Kafka reference not measured: {measured}")
+        return
+    idle_n, creating_n = measured.samples
+    line(
+        f"Apache Kafka, same probe: every ISR full in {measured.create_s:.1f} s; produce p99 "
+        f"while creating {measured.creating_p99_ms:.1f} ms ({creating_n} records), "
+        f"{measured.ratio:.2f}x its {measured.idle_p99_ms:.1f} ms with no creations ({idle_n}; "
+        f"{measured.failures} not acknowledged)"
+    )
 
 
 def run(report: Callable[..., None]) -> None:
@@ -377,4 +412,6 @@ def run(report: Callable[..., None]) -> None:
         shape = replace(shape, backends=tuple(backends.split(",")))
     if one_topic := os.environ.get("SEGLOG_BENCH_SCALE_ONE_TOPIC"):
         shape = replace(shape, one_topic_partitions=int(one_topic))
+    if os.environ.get("SEGLOG_BENCH_SCALE_KAFKA") == "0":
+        shape = replace(shape, kafka_reference=False)
     run_shape(shape)

@@ -68,8 +68,11 @@ class SteadyProduce:
 
     STOP_TIMEOUT_S = 90.0  # the producer's close waits up to 60 s for its sends
 
-    def __init__(self, bootstrap: str, topic: str, rate_per_s: float) -> None:
-        self.args = [bootstrap, topic, str(rate_per_s)]
+    def __init__(
+        self, bootstrap: str, topic: str, rate_per_s: float, *, kafka: bool = False
+    ) -> None:
+        """`kafka`: librdkafka's producer against Apache Kafka at `bootstrap`."""
+        self.args = [bootstrap, topic, str(rate_per_s)] + (["--kafka"] if kafka else [])
         self.failures = 0
         self._process: subprocess.Popen[str] | None = None
 

@@ -42,6 +42,7 @@ class BackendResult:
     climb: list[StepRow] = field(default_factory=list)
     one_topic: StepRow | None = None
     steady_p99_ms: tuple[float, float] | None = None  # (idle, while creating)
+    steady_samples: tuple[int, int] = (0, 0)  # the records behind each
     registry_bytes: dict[int, int] = field(default_factory=dict)  # partitions -> bytes
     largest_etcd_value_bytes: int | None = None
     controlled_shutdown_s: tuple[int, float | None] | None = None  # (led, seconds)

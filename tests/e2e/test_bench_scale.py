@@ -9,6 +9,7 @@ import pytest
 from etcd3gw.client import Etcd3Client
 
 from bench.scale import ScaleShape, run_shape
+from bench.scale_kafka import KafkaCreating, kafka_creating_p99
 from bench.scale_probes import FileWrites, etcd_revision, etcd_written_bytes
 from tests.etcd import Etcd
 
@@ -23,6 +24,7 @@ TINY = ScaleShape(
     steady_baseline_s=1.0,
     settle_s=0.1,
     registry_write_settle_s=0.2,
+    kafka_reference=False,  # its own test below, on one broker
 )
 
 
@@ -44,6 +46,16 @@ def test_tiny_scale_run_measures_every_figure(capsys: pytest.CaptureFixture[str]
     led, moved_s = result.controlled_shutdown_s
     assert led > 0 and moved_s is not None
     assert "30 partitions, every ISR full" in printed and "the cost curve" in printed
+
+
+def test_kafka_reference_measures_the_probe_while_apache_kafka_creates_topics() -> None:
+    measured = kafka_creating_p99(
+        partitions=20, topic_partitions=10, rate_per_s=20, idle_s=1.0, deadline_s=120, brokers=1
+    )
+    assert isinstance(measured, KafkaCreating), measured
+    idle_n, _ = measured.samples  # the creations may be over before a record is sent
+    assert idle_n > 0 and measured.failures == 0
+    assert measured.idle_p99_ms > 0 and measured.create_s > 0
 
 
 def test_file_writes_count_replaced_files_whole_and_appended_files_by_growth(
