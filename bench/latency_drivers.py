@@ -2,7 +2,8 @@
 SIZE bytes stamped with their send time (perf_counter_ns, producer and consumer in this one
 process), sent by a loop that SLEEPS until each record is due (as an application does: a
 spinning loop would starve the client's own threads of the GIL), timed until acknowledged
-(publish) and until a consumer assigned every partition at its end has it (end to end).
+(publish) and until a consumer assigned every partition at its end has it (end to end). The
+consumer runs in a process of its own (bench/latency_consumer.py), as an application's does.
 
 - seglog: its Python Producer (linger 1 ms) and Consumer over gRPC;
 - Apache Kafka: confluent-kafka (librdkafka), linger 1 ms, at most five requests in flight;
@@ -12,8 +13,10 @@ spinning loop would starve the client's own threads of the GIL), timed until ack
 
 from __future__ import annotations
 
+import json
 import struct
-import threading
+import subprocess
+import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 import confluent_kafka
 import grpc
 
-from seglog.client import Consumer, Producer
+from seglog.client import Producer
 from seglog.rpc import wire
 
 SIZE = 1024
@@ -76,6 +79,75 @@ class Samples:
         return len(self.at)
 
 
+class ConsumerProcess:
+    """bench.latency_consumer in a process of its own (`kind` seglog or kafka), assigned
+    every partition of `topic` at its end: `len()` and `clear()` as Samples, `take()` the
+    samples it kept."""
+
+    READY_TIMEOUT_S = 60.0
+    STOP_TIMEOUT_S = 30.0
+
+    def __init__(self, kind: str, bootstrap: str, topic: str, partitions: int) -> None:
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.latency_consumer",
+                kind,
+                bootstrap,
+                topic,
+                str(partitions),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            self._expect_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    def _expect_ready(self) -> None:
+        assert self._process.stdout is not None
+        ready = self._process.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"the latency consumer did not start ({self._process.poll()})")
+
+    def _ask(self, command: str) -> str:
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write(command + "\n")
+        process.stdin.flush()
+        answer = process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"the latency consumer exited ({process.poll()})")
+        return answer
+
+    def __len__(self) -> int:
+        return int(self._ask("count"))
+
+    def clear(self) -> None:
+        self._ask("clear")
+
+    def take(self) -> Samples:
+        taken = json.loads(self._ask("take"))
+        samples = Samples()
+        samples.sent.extend(taken["sent"])
+        samples.at.extend(taken["at"])
+        return samples
+
+    def close(self) -> None:
+        process = self._process
+        if process.stdin is not None and not process.stdin.closed:
+            process.stdin.close()  # end of input: it stops
+        try:
+            process.wait(self.STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> tuple[int, float]:
     """Call `send(stamped value)` `rate_per_s` times a second for `duration_s`, sleeping until
     each is due; return the start (ns) and how late (s) the last send left."""
@@ -124,7 +196,7 @@ def _warm_up(
     send: Callable[[int, bytes], None],
     flush: Callable[[], None],
     partitions: int,
-    received: Samples,
+    received: ConsumerProcess,
     what: str,
 ) -> None:
     """Connections, metadata and the consumer's positions settle before timing starts: a
@@ -149,21 +221,8 @@ def _warm_up(
 def seglog_run(
     gateway: str, topic: str, partitions: int, acks: int, rate_per_s: int, duration_s: float
 ) -> Run:
-    consumer = Consumer(gateway)
-    consumer.assign([(topic, p) for p in range(partitions)])
-    consumer.seek_to_end()
-    received = Samples()
-    stop = threading.Event()
-
-    def receive() -> None:
-        while not stop.is_set():
-            records = consumer.poll_records(timeout_ms=100)
-            now = time.perf_counter_ns()
-            received.extend((STAMP.unpack_from(r.value)[0] for r in records), now)  # type: ignore[arg-type]
-
+    received = ConsumerProcess("seglog", gateway, topic, partitions)
     producer = Producer(gateway, acks=acks, linger_ms=LINGER_MS)
-    receiver = threading.Thread(target=receive, name="bench-consumer", daemon=True)
-    receiver.start()
     try:
         _warm_up(
             lambda p, value: producer.send(topic, value, partition=p),
@@ -186,45 +245,18 @@ def seglog_run(
         total = int(rate_per_s * duration_s)
         _wait_for(lambda: len(published), total, f"seglog acks={acks} at {rate_per_s}/s")
         _wait_for(lambda: len(received), total, f"seglog consumer at {rate_per_s}/s")
+        ends = received.take()
     finally:
-        stop.set()
-        receiver.join()
         producer.close()
-        consumer.close()
-    acks_ms, ends_ms = _after_warmup(start, published, received)
+        received.close()
+    acks_ms, ends_ms = _after_warmup(start, published, ends)
     return Run(acks_ms, ends_ms, lag_s)
 
 
 def kafka_run(
     bootstrap: str, topic: str, partitions: int, acks: int, rate_per_s: int, duration_s: float
 ) -> Run:
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-latency-{time.monotonic_ns()}",
-            "enable.auto.commit": False,
-            "log_level": 3,
-        }
-    )
-    consumer.assign(
-        [
-            confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_END)
-            for p in range(partitions)
-        ]
-    )
-    received = Samples()
-    stop = threading.Event()
-
-    def receive() -> None:
-        # One message a call: a batch call waits for its count or its timeout.
-        while not stop.is_set():
-            message = consumer.poll(0.1)
-            now = time.perf_counter_ns()
-            if message is not None and message.error() is None:
-                received.add(STAMP.unpack_from(message.value())[0], now)  # type: ignore[arg-type]
-
-    receiver = threading.Thread(target=receive, name="bench-kafka-consumer", daemon=True)
-    receiver.start()
+    received = ConsumerProcess("kafka", bootstrap, topic, partitions)
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -260,11 +292,10 @@ def kafka_run(
         total = int(rate_per_s * duration_s)
         _wait_for(lambda: len(published), total, f"Kafka acks={acks} at {rate_per_s}/s")
         _wait_for(lambda: len(received), total, f"Kafka consumer at {rate_per_s}/s")
+        ends = received.take()
     finally:
-        stop.set()
-        receiver.join()
-        consumer.close()
-    acks_ms, ends_ms = _after_warmup(start, published, received)
+        received.close()
+    acks_ms, ends_ms = _after_warmup(start, published, ends)
     return Run(acks_ms, ends_ms, lag_s)
 
 

@@ -1,0 +1,50 @@
+"""The latency group's drivers at a tiny size, so they cannot rot: seglog as the benchmark
+runs it (a gateway and three nodes as processes, with a cluster secret) and Apache Kafka (one
+broker), each driven at a low rate with its consumer in a process of its own; every record
+sent after the warm-up is timed both until acknowledged and until the consumer had it."""
+
+from pathlib import Path
+
+import confluent_kafka.admin
+
+from bench.cluster import CLUSTER_SECRET_ENV
+from bench.latency import MIN_INSYNC, NODES, seglog_cluster
+from bench.latency_drivers import WARMUP_S, Run, kafka_run, seglog_run
+from devtools.apache_kafka import KafkaBrokers
+from seglog.client.admin import Admin
+
+RATE_PER_S = 100
+DURATION_S = WARMUP_S + 1.0
+PARTITIONS = 2
+
+
+def _assert_timed_each_record(run: Run) -> None:
+    # About RATE_PER_S records were sent after the warm-up; each was acknowledged and
+    # received once, and the two lists are of the same records.
+    assert len(run.publish_ms) > RATE_PER_S // 2
+    assert len(run.end_to_end_ms) == len(run.publish_ms)
+    assert min(run.publish_ms) > 0 and min(run.end_to_end_ms) > 0
+
+
+def test_seglog_run_times_every_record_to_its_ack_and_to_the_other_process_consumer(
+    tmp_path: Path,
+) -> None:
+    with seglog_cluster(tmp_path / "seglog", env=CLUSTER_SECRET_ENV) as gateway:
+        with Admin(gateway) as admin:
+            admin.create_topic(
+                "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
+            )
+        run = seglog_run(gateway, "latency", PARTITIONS, -1, RATE_PER_S, DURATION_S)
+    _assert_timed_each_record(run)
+
+
+def test_kafka_run_times_every_record_to_its_ack_and_to_the_other_process_consumer(
+    tmp_path: Path,
+) -> None:
+    with KafkaBrokers(tmp_path / "kafka", brokers=1) as kafka:
+        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
+        topic = confluent_kafka.admin.NewTopic("latency", PARTITIONS, 1)
+        admin.create_topics([topic])["latency"].result(60)
+        del admin  # before the broker stops: it would go on reconnecting
+        run = kafka_run(kafka.bootstrap, "latency", PARTITIONS, 1, RATE_PER_S, DURATION_S)
+    _assert_timed_each_record(run)
