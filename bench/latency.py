@@ -5,7 +5,8 @@ counted (bench/latency_drivers.py says how each side is driven).
 
 Three nodes, a topic of 3 partitions RF3 min ISR 2, seglog as `make run` and the Kubernetes
 manifests deploy it (a cluster secret, so followers and consumers fetch over the bulk path),
-beside two baselines measured in the same run, the sides taking turns at each rate:
+beside two baselines measured in the same run, each side alone on the machine in turn (see
+`run`):
 - the floor: a bare two-hop gRPC relay round trip at the same rate, no storage;
 - Apache Kafka itself: three KRaft brokers, the same topic, driven by confluent-kafka.
 
@@ -174,56 +175,65 @@ def _compare(
             )
 
 
+Measured = dict[str, tuple[dict[int, Run], tuple[int, Run]]]  # acks -> (by rate, highest)
+
+
+def _measure(runner: Runner) -> Measured:
+    measured: Measured = {}
+    for acks_name, acks in ACKS.items():
+        runs = {rate: runner(acks, rate) for rate in RATES}
+        measured[acks_name] = (runs, _highest_sustained(runner, acks, runs))
+    return measured
+
+
 def run(report: Callable[..., None]) -> None:
+    """Each side alone on the machine, in turn: the floor, then Kafka, then seglog. Run side
+    by side, the others' idle processes were not idle enough (three idle Kafka brokers take
+    0.6 s of CPU per 10 s each, in bursts): the bare relay's p99 at 5,000/s was 10 ms with
+    both clusters up, 3 ms alone, and so every figure measured the neighbours too."""
     with tempfile.TemporaryDirectory(prefix="seglog-bench-latency-") as tmp:
         root = Path(tmp)
-        with (
-            bare_relay() as floor,
-            apache_kafka(root / "kafka", NODES) as kafka_side,
-            seglog_cluster(root / "seglog", env=CLUSTER_SECRET_ENV) as gateway,
-        ):
+        with bare_relay() as floor:
+            floors = {rate: floor(rate) for rate in RATES}
+        with apache_kafka(root / "kafka", NODES) as kafka_side:
+            kafka_side.create_topic("latency", PARTITIONS)
+            kafka = _measure(
+                lambda acks, rate: kafka_run(
+                    kafka_side.bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
+                )
+            )
+        with seglog_cluster(root / "seglog", env=CLUSTER_SECRET_ENV) as gateway:
             with Admin(gateway) as admin:
                 admin.create_topic(
                     "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
                 )
-            kafka_side.create_topic("latency", PARTITIONS)
-            runners: dict[str, Runner] = {
-                "seglog": lambda acks, rate: seglog_run(
+            seglog = _measure(
+                lambda acks, rate: seglog_run(
                     gateway, "latency", PARTITIONS, acks, rate, DURATION_S
-                ),
-                "Apache Kafka": lambda acks, rate: kafka_run(
-                    kafka_side.bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
-                ),
-            }
-            floors = {rate: floor(rate) for rate in RATES}
-            for acks_name, acks in ACKS.items():
-                runs: dict[str, dict[int, Run]] = {name: {} for name in runners}
-                for rate in RATES:  # the sides in turns at each rate
-                    for name, runner in runners.items():
-                        runs[name][rate] = runner(acks, rate)
-                highest = {
-                    name: _highest_sustained(runner, acks, runs[name])
-                    for name, runner in runners.items()
-                }
-                print(
-                    f"latency acks={acks_name}, {PARTITIONS} partitions RF{NODES} min ISR "
-                    f"{MIN_INSYNC}, 1 KiB, ms:   publish p50 p99 p99.9 max"
-                    f"   end-to-end p50 p99 p99.9 max"
                 )
-                for rate in RATES:
-                    print(f" {rate}/s")
-                    for name in runners:
-                        _print_row(name, runs[name][rate])
-                    _print_row("bare relay", floors[rate])
-                for name, (rate, best) in highest.items():
-                    print(f" highest sustained, {name}: {rate}/s")
-                    _print_row(name, best)
-                for rate in RATES:
-                    _compare(
-                        report,
-                        acks_name,
-                        rate,
-                        runs["seglog"][rate],
-                        runs["Apache Kafka"][rate],
-                        floors[rate],
-                    )
+            )
+    sides = {"seglog": seglog, "Apache Kafka": kafka}
+    for acks_name in ACKS:
+        print(
+            f"latency acks={acks_name}, {PARTITIONS} partitions RF{NODES} min ISR "
+            f"{MIN_INSYNC}, 1 KiB, ms:   publish p50 p99 p99.9 max"
+            f"   end-to-end p50 p99 p99.9 max"
+        )
+        for rate in RATES:
+            print(f" {rate}/s")
+            for name, measured in sides.items():
+                _print_row(name, measured[acks_name][0][rate])
+            _print_row("bare relay", floors[rate])
+        for name, measured in sides.items():
+            highest_rate, best = measured[acks_name][1]
+            print(f" highest sustained, {name}: {highest_rate}/s")
+            _print_row(name, best)
+        for rate in RATES:
+            _compare(
+                report,
+                acks_name,
+                rate,
+                seglog[acks_name][0][rate],
+                kafka[acks_name][0][rate],
+                floors[rate],
+            )
