@@ -18,6 +18,7 @@ SEGLOG_BENCH_LATENCY_S sets each run's length (default 8 s, WARMUP_S of it not c
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -178,7 +179,20 @@ def _compare(
 Measured = dict[str, tuple[dict[int, Run], tuple[int, Run]]]  # acks -> (by rate, highest)
 
 
-def _measure(runner: Runner) -> Measured:
+def _written_back_first(runner: Runner) -> Runner:
+    """`runner` after os.sync(): the page cache a previous run dirtied (gigabytes after the
+    highest rates) is written back before this run, not by the kernel's flusher 30 s later
+    in the middle of another run's figures, whichever side's they are."""
+
+    def run(acks: int, rate: int) -> Run:
+        os.sync()
+        return runner(acks, rate)
+
+    return run
+
+
+def _measure(side: Runner) -> Measured:
+    runner = _written_back_first(side)
     measured: Measured = {}
     for acks_name, acks in ACKS.items():
         runs = {rate: runner(acks, rate) for rate in RATES}
@@ -194,7 +208,8 @@ def run(report: Callable[..., None]) -> None:
     with tempfile.TemporaryDirectory(prefix="seglog-bench-latency-") as tmp:
         root = Path(tmp)
         with bare_relay() as floor:
-            floors = {rate: floor(rate) for rate in RATES}
+            floor_run = _written_back_first(lambda _, rate: floor(rate))
+            floors = {rate: floor_run(0, rate) for rate in RATES}
         with apache_kafka(root / "kafka", NODES) as kafka_side:
             kafka_side.create_topic("latency", PARTITIONS)
             kafka = _measure(
@@ -202,6 +217,8 @@ def run(report: Callable[..., None]) -> None:
                     kafka_side.bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
                 )
             )
+        # Its files go before seglog's turn: deleted, their dirty pages need no writing back.
+        shutil.rmtree(root / "kafka", ignore_errors=True)
         with seglog_cluster(root / "seglog", env=CLUSTER_SECRET_ENV) as gateway:
             with Admin(gateway) as admin:
                 admin.create_topic(
