@@ -44,7 +44,7 @@ class LogDeletion(LogAppending):
             self.leader_epochs.truncate_from_end(self._log_end_offset)
             self._recovery_point = min(self._recovery_point, self._log_end_offset)
             self._log_start_offset = min(self._log_start_offset, self._log_end_offset)
-            self._high_watermark_position = None
+            self._high_watermark_position = self._log_end_position = None
             self._set_high_watermark(self._high_watermark)
             self.producer_state.delete_snapshots_from(self._log_end_offset + 1)
             self._rebuild_producer_state()
@@ -63,7 +63,7 @@ class LogDeletion(LogAppending):
             self._make_active(segment)
             self._segments.set([segment])
             self._log_end_offset = self._log_start_offset = self._recovery_point = offset
-            self._high_watermark_position = None
+            self._high_watermark_position = self._log_end_position = None
             self._set_high_watermark(offset)
             self.leader_epochs.clear()
             self.producer_state.delete_snapshots_from(0)

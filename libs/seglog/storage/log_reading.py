@@ -22,13 +22,19 @@ MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
 
 class LogReading(LogState):
     def _bound_at(self, offset: int, snapshot: SegmentsSnapshot) -> tuple[LogSegment, int]:
-        """The segment and file position where a read bounded at `offset` stops (cached for
-        the current HW, which moves far less often than reads happen)."""
-        cached = self._high_watermark_position
-        if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
-            return cached[1], cached[2]
+        """The segment and file position where a read bounded at `offset` stops: where the
+        batch holding it starts, or the segment's end when no batch holds it yet. Cached for
+        the HW (consumers' bound) and for the log end (followers'), which move far less often
+        than reads happen. A batch an append has written but whose offsets the log end does
+        not cover yet is past that position, and never read."""
+        for cached in (self._high_watermark_position, self._log_end_position):
+            if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
+                return cached[1], cached[2]
         segment, position = log_reads.position_of(snapshot, offset)
-        self._high_watermark_position = (offset, segment, position)
+        if offset == self._high_watermark:
+            self._high_watermark_position = (offset, segment, position)
+        else:
+            self._log_end_position = (offset, segment, position)
         return segment, position
 
     def read(
@@ -81,13 +87,12 @@ class LogReading(LogState):
             span.set_attribute(PARTITION, self._partition_id)
             span.set_attribute("seglog.fetch_offset", offset)
             snapshot = self._segments.snapshot()
-            bound: tuple[LogSegment, int] | None = None
-            if upper < log_end:
-                bound = self._bound_at(upper, snapshot)
+            # Always bounded, the log end too: reads take no lock, and an append writes its
+            # batch to the file before it moves the log end (Kafka bounds every read by the
+            # position of its max offset, LogOffsetMetadata, for the same reason).
+            bound = self._bound_at(upper, snapshot)
             for segment in snapshot.segments[snapshot.floor_index(offset) :]:
-                max_position = None
-                if bound is not None and segment is bound[0]:
-                    max_position = bound[1]
+                max_position = bound[1] if segment is bound[0] else None
                 found = segment_reads.locate(
                     segment,
                     offset,
