@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 import time
 from array import array
 from collections.abc import Callable, Iterable
@@ -27,6 +25,8 @@ import grpc
 
 from seglog.client import Producer
 from seglog.rpc import wire
+
+from .line_process import LineProcess
 
 SIZE = 1024
 LINGER_MS = 1
@@ -84,45 +84,23 @@ class ConsumerProcess:
     every partition of `topic` at its end: `len()` and `clear()` as Samples, `take()` the
     samples it kept."""
 
-    READY_TIMEOUT_S = 60.0
     STOP_TIMEOUT_S = 30.0
 
     def __init__(self, kind: str, bootstrap: str, topic: str, partitions: int) -> None:
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "bench.latency_consumer",
-                kind,
-                bootstrap,
-                topic,
-                str(partitions),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+        self._process = LineProcess(
+            "bench.latency_consumer",
+            [kind, bootstrap, topic, str(partitions)],
+            self.STOP_TIMEOUT_S,
         )
         try:
-            self._expect_ready()
+            if self._process.read_line().strip() != "ready":
+                raise RuntimeError("the latency consumer did not start")
         except BaseException:
             self.close()
             raise
 
-    def _expect_ready(self) -> None:
-        assert self._process.stdout is not None
-        ready = self._process.stdout.readline().strip()
-        if ready != "ready":
-            raise RuntimeError(f"the latency consumer did not start ({self._process.poll()})")
-
     def _ask(self, command: str) -> str:
-        process = self._process
-        assert process.stdin is not None and process.stdout is not None
-        process.stdin.write(command + "\n")
-        process.stdin.flush()
-        answer = process.stdout.readline()
-        if not answer:
-            raise RuntimeError(f"the latency consumer exited ({process.poll()})")
-        return answer
+        return self._process.ask(command)
 
     def __len__(self) -> int:
         return int(self._ask("count"))
@@ -138,14 +116,7 @@ class ConsumerProcess:
         return samples
 
     def close(self) -> None:
-        process = self._process
-        if process.stdin is not None and not process.stdin.closed:
-            process.stdin.close()  # end of input: it stops
-        try:
-            process.wait(self.STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        self._process.stop()
 
 
 def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> tuple[int, float]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +14,8 @@ from pathlib import Path
 from etcd3gw.client import Etcd3Client
 
 from seglog.client.producer import Producer
+
+from .line_process import LineProcess
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -74,38 +74,20 @@ class SteadyProduce:
         """`kafka`: librdkafka's producer against Apache Kafka at `bootstrap`."""
         self.args = [bootstrap, topic, str(rate_per_s)] + (["--kafka"] if kafka else [])
         self.failures = 0
-        self._process: subprocess.Popen[str] | None = None
+        self._process: LineProcess | None = None
 
     def __enter__(self) -> SteadyProduce:
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "bench.steady_producer", *self.args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        self._process = LineProcess("bench.steady_producer", self.args, self.STOP_TIMEOUT_S)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        process = self._process
-        if process is None:
-            return
-        assert process.stdin is not None
-        process.stdin.close()  # end of input: it stops
-        try:
-            process.wait(self.STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if self._process is not None:
+            self._process.stop()
 
     def window(self) -> list[float]:
         """The latencies (s) recorded since the last call."""
-        process = self._process
-        assert process is not None and process.stdin is not None and process.stdout is not None
-        process.stdin.write("window\n")
-        process.stdin.flush()
-        line = process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the steady producer exited ({process.poll()})")
+        assert self._process is not None
+        line = self._process.ask("window")
         answer = json.loads(line)
         self.failures = answer["failures"]
         return answer["latencies_s"]
