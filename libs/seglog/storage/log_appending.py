@@ -182,6 +182,7 @@ class LogAppending(LogFlushing):
         segment.append(buffers, appended)
         self._changed_since_flush = self._snapshot_due = True
         self._log_end_offset = next_offset
+        self._log_end_position = (next_offset, segment, segment.size)
         self._unflushed_messages += next_offset - first_offset
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()

@@ -23,18 +23,17 @@ MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
 class LogReading(LogState):
     def _bound_at(self, offset: int, snapshot: SegmentsSnapshot) -> tuple[LogSegment, int]:
         """The segment and file position where a read bounded at `offset` stops: where the
-        batch holding it starts, or the segment's end when no batch holds it yet. Cached for
-        the HW (consumers' bound) and for the log end (followers'), which move far less often
-        than reads happen. A batch an append has written but whose offsets the log end does
-        not cover yet is past that position, and never read."""
-        for cached in (self._high_watermark_position, self._log_end_position):
+        batch holding it starts, or the segment's end when no batch holds it yet. A batch an
+        append has written but whose offsets the log end does not cover yet is past that
+        position, and never read. The log end's position is kept by each append (followers'
+        reads stop there); the HW's is cached here (consumers'), as it moves far less often
+        than reads happen."""
+        for cached in (self._log_end_position, self._high_watermark_position):
             if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
                 return cached[1], cached[2]
         segment, position = log_reads.position_of(snapshot, offset)
         if offset == self._high_watermark:
             self._high_watermark_position = (offset, segment, position)
-        else:
-            self._log_end_position = (offset, segment, position)
         return segment, position
 
     def read(

@@ -62,7 +62,8 @@ class LogState:
         self._high_watermark = 0
         # (HW offset, its segment, its file position there): where HW-bounded reads stop.
         self._high_watermark_position: tuple[int, LogSegment, int] | None = None
-        self._log_end_position: tuple[int, LogSegment, int] | None = None  # as the HW's
+        # (log end offset, its segment, its file position there), kept by each append.
+        self._log_end_position: tuple[int, LogSegment, int] | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = clock.now_ms()
         self._pending_deletes: list[tuple[int, LogSegment]] = []
