@@ -17,6 +17,7 @@ import json
 import sys
 import threading
 import time
+from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable
 
@@ -27,8 +28,9 @@ from seglog.client.producer import Producer
 RECORD = b"s" * 1024
 
 
-class SteadySender:
-    """Paces sends and keeps each record's latency; `send` is the producer's."""
+class SteadySender(ABC):
+    """Paces sends and keeps each record's latency; each subclass is one producer: `send`
+    one record with its acknowledgement callback, `close` flushing what was sent."""
 
     def __init__(self, topic: str, rate_per_s: float) -> None:
         self.topic = topic
@@ -62,11 +64,11 @@ class SteadySender:
             # producer's own sender thread of the GIL.
             self.stop.wait(max(0.0, next_send - time.monotonic()))
 
-    def send(self, acknowledged: Callable[[BaseException | None], None]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def send(self, acknowledged: Callable[[BaseException | None], None]) -> None: ...
 
-    def close(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None: ...
 
 
 class SeglogSender(SteadySender):
