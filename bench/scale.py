@@ -10,7 +10,8 @@ For each backend, two clusters:
   session or a leader changed while the step was created; the registry's bytes written by
   one small change (a config override) at each step; produce p99 (one partition, steady 1 KiB
   records) while the first step's topics are created, against its p99 just before with no
-  creations; last, a controlled shutdown (SIGTERM) of the node leading about a third of the
+  creations (and the same records' p50 and p90: a p99 of a few hundred records is close to
+  their maximum); last, a controlled shutdown (SIGTERM) of the node leading about a third of the
   partitions, timed until it leads nothing;
 - one topic of 10,000 partitions, the same figures, then a SIGKILL of the node leading about
   a third, timed until it leads nothing (against the session timeout + 2 s).
@@ -61,6 +62,7 @@ from .scale_probes import (
     etcd_revision,
     etcd_written_bytes,
     idle_cpu_s,
+    median_and_p90_moves,
     open_descriptors,
     p99_ms,
     produce_latency_median_ms,
@@ -237,6 +239,7 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
                     creating = steady.window()
                 result.steady_p99_ms = (p99_ms(idle), p99_ms(creating))
                 result.steady_samples = (len(idle), len(creating))
+                result.steady_moves = median_and_p90_moves(idle, creating)
                 steady_failures = steady.failures
             else:
                 row = climb.step(target + shape.baseline_partitions, shape.topic_partitions)
@@ -257,6 +260,7 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
                     f"<= {PRODUCE_P99_RATIO_TARGET}x",
                     ratio <= PRODUCE_P99_RATIO_TARGET,
                 )
+                line(f"  the same records' {result.steady_moves}")
             if not row.reached:
                 print(f"  [{backend}] stopped climbing at {row.partitions:,}", flush=True)
                 break
@@ -400,6 +404,7 @@ def run_kafka_reference(shape: ScaleShape) -> None:
         f"{measured.ratio:.2f}x its {measured.idle_p99_ms:.1f} ms with no creations ({idle_n}; "
         f"{measured.failures} not acknowledged)"
     )
+    line(f"  the same records' {measured.moves}")
 
 
 def run(report: Callable[..., None]) -> None:

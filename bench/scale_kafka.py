@@ -20,7 +20,7 @@ import confluent_kafka.admin
 
 from devtools.apache_kafka import KafkaBrokers, installed
 
-from .scale_probes import SteadyProduce, p99_ms
+from .scale_probes import SteadyProduce, median_and_p90_moves, p99_ms
 
 PROBE_TOPIC = "scale-probe"
 CALL_TIMEOUT_S = 120.0
@@ -34,6 +34,7 @@ class KafkaCreating:
     create_s: float
     samples: tuple[int, int]  # (idle, creating)
     failures: int
+    moves: str  # p50 and p90, idle -> while creating
 
     @property
     def ratio(self) -> float:
@@ -128,5 +129,10 @@ def _measure(
     if waiting or len(created) * topic_partitions < partitions:
         return f"no full ISRs for {partitions:,} partitions in {deadline_s:.0f} s"
     return KafkaCreating(
-        p99_ms(idle), p99_ms(creating), create_s, (len(idle), len(creating)), failures
+        p99_ms(idle),
+        p99_ms(creating),
+        create_s,
+        (len(idle), len(creating)),
+        failures,
+        median_and_p90_moves(idle, creating),
     )

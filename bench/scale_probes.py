@@ -93,11 +93,25 @@ class SteadyProduce:
         return answer["latencies_s"]
 
 
-def p99_ms(latencies_s: list[float]) -> float:
+def quantile_ms(latencies_s: list[float], fraction: float) -> float:
     if not latencies_s:
         return float("nan")
     ordered = sorted(latencies_s)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] * 1000
+
+
+def p99_ms(latencies_s: list[float]) -> float:
+    return quantile_ms(latencies_s, 0.99)
+
+
+def median_and_p90_moves(idle_s: list[float], creating_s: list[float]) -> str:
+    """How the body of the distribution moved, not only its tail: a p99 over a window of a
+    few hundred records is close to its maximum, and says nothing of the rest."""
+    moves = (
+        f"{name} {quantile_ms(idle_s, fraction):.1f} -> {quantile_ms(creating_s, fraction):.1f}"
+        for name, fraction in (("p50", 0.5), ("p90", 0.9))
+    )
+    return ", ".join(moves) + " ms"
 
 
 # -- registry bytes per change ------------------------------------------------------------

@@ -43,6 +43,7 @@ class BackendResult:
     one_topic: StepRow | None = None
     steady_p99_ms: tuple[float, float] | None = None  # (idle, while creating)
     steady_samples: tuple[int, int] = (0, 0)  # the records behind each
+    steady_moves: str = ""  # p50 and p90, idle -> while creating
     registry_bytes: dict[int, int] = field(default_factory=dict)  # partitions -> bytes
     largest_etcd_value_bytes: int | None = None
     controlled_shutdown_s: tuple[int, float | None] | None = None  # (led, seconds)

@@ -41,6 +41,7 @@ def test_tiny_scale_run_measures_every_figure(capsys: pytest.CaptureFixture[str]
     assert step.node_descriptors > 40
     assert step.produce_ms > 0 and result.baseline.produce_ms > 0
     assert result.steady_p99_ms is not None and all(p > 0 for p in result.steady_p99_ms)
+    assert f"the same records' {result.steady_moves}" in printed
     assert result.registry_bytes[30] > 0
     assert result.controlled_shutdown_s is not None
     led, moved_s = result.controlled_shutdown_s
@@ -56,6 +57,7 @@ def test_kafka_reference_measures_the_probe_while_apache_kafka_creates_topics() 
     idle_n, _ = measured.samples  # the creations may be over before a record is sent
     assert idle_n > 0 and measured.failures == 0
     assert measured.idle_p99_ms > 0 and measured.create_s > 0
+    assert measured.moves.startswith("p50 ") and ", p90 " in measured.moves
 
 
 def test_file_writes_count_replaced_files_whole_and_appended_files_by_growth(
