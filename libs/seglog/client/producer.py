@@ -154,9 +154,7 @@ class Producer:
                         )
             if future is not None:
                 return future
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
-        return self._send(topic, value, key, partition, timestamp_ms, headers, callback)
+        return self._send(topic, value, key, partition, _or_now(timestamp_ms), headers, callback)
 
     def _send_serialized(
         self,
@@ -249,8 +247,7 @@ class Producer:
         if keys is not None and len(keys) != len(values):
             raise ValueError(f"{len(keys)} keys for {len(values)} values")
         num_partitions = self._num_partitions(topic)
-        if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+        timestamp_ms = _or_now(timestamp_ms)
         bulk = BulkFuture(topic)
         if not values:
             return bulk
