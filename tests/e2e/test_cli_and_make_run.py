@@ -235,7 +235,15 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
     )
     printed: list[bytes] = []
     try:
-        address = re.search(rb"gateway on (\S+)", runner.stdout.readline()).group(1).decode()
+        # Spans of the starting processes may be printed before the line naming the gateway.
+        address = ""
+        for line in iter(runner.stdout.readline, b""):
+            found = re.search(rb"gateway on (\S+)", line)
+            if found:
+                address = found.group(1).decode()
+                break
+            printed.append(line)
+        assert address, b"".join(printed)[-2000:]
         threading.Thread(
             target=lambda: printed.extend(iter(runner.stdout.readline, b"")), daemon=True
         ).start()

@@ -77,6 +77,15 @@ def _nice_of(task: Path) -> int | None:
     return int(text[text.rindex(")") + 2 :].split()[16])
 
 
+def _lowered_threads(process_nice: int) -> set[int]:
+    """This process's threads whose nice value is not the process's own."""
+    return {
+        int(task.name)
+        for task in Path("/proc/self/task").iterdir()
+        if _nice_of(task) not in (process_nice, None)
+    }
+
+
 def states(topic: str, count: int, *, leader_epoch: int = 0) -> list[gateway_pb2.AssignedPartition]:
     """`count` partitions of `topic` led by the node alone."""
     return [
@@ -332,6 +341,8 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     node already hosts are applied first, and the push answers once its own are. The order
     is recorded as the applier applies states, with the creation held at its first partition
     until the push is queued, so no timing decides it."""
+    # Threads an earlier test in this process left at another priority are not this node's.
+    lowered_before = _lowered_threads(os.getpriority(os.PRIO_PROCESS, 0))
     node = start_node(tmp_path, registry, session_timeout_ms=3000)
     stopping.append(node)
     registry.answer = lambda heartbeat: assignment(states("hot", 1), offset=2, full=True)
@@ -400,12 +411,7 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     # started meanwhile among them, inherited the lower one.
     node_nice = os.getpriority(os.PRIO_PROCESS, 0)
     assert niceness == {"logs": {node_nice + CREATION_NICE_INCREMENT}, "roles": {node_nice}}
-    lowered = {
-        int(task.name)
-        for task in Path("/proc/self/task").iterdir()
-        if _nice_of(task) not in (node_nice, None)
-    }
-    assert lowered <= creator_ids
+    assert _lowered_threads(node_nice) - lowered_before <= creator_ids
 
 
 def test_a_heartbeat_refused_at_the_gateways_call_limit_is_sent_again_soon(
