@@ -46,6 +46,7 @@ class Cluster:
         use_proxy: bool = False,
         etcd: bool = False,
         node_disks: bool = False,
+        leader_imbalance_check_interval_s: int = 3,
     ) -> None:
         if etcd and lab is not None:
             raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
@@ -60,6 +61,8 @@ class Cluster:
         self.proxies: list[Any] = []  # one fault proxy in front of each gateway
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
+        # The controller's preferred-leader elections: often, so faults move leaders back.
+        self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
         try:
             self._start(use_proxy, etcd, node_disks)
         except BaseException:
@@ -106,7 +109,7 @@ class Cluster:
                     "--offsets-topic-replication-factor",
                     "3",
                     "--leader-imbalance-check-interval-seconds",
-                    "3",
+                    str(self.leader_imbalance_check_interval_s),
                 ],
                 stderr_path=root / "logs" / f"{name}.log",
                 env=env,
