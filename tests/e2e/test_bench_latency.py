@@ -8,7 +8,15 @@ from pathlib import Path
 import confluent_kafka.admin
 
 from bench.cluster import CLUSTER_SECRET_ENV
-from bench.latency import MIN_INSYNC, NODES, seglog_cluster
+from bench.latency import (
+    MAX_WARM_UP_RUNS,
+    MIN_INSYNC,
+    NODES,
+    WARM_UP_RATE,
+    seglog_cluster,
+    warm_up,
+    warmed_up,
+)
 from bench.latency_drivers import WARMUP_S, Run, kafka_run, seglog_run
 from devtools.apache_kafka import KafkaBrokers
 from seglog.client.admin import Admin
@@ -48,3 +56,26 @@ def test_kafka_run_times_every_record_to_its_ack_and_to_the_other_process_consum
         del admin  # before the broker stops: it would go on reconnecting
         run = kafka_run(kafka.bootstrap, "latency", PARTITIONS, 1, RATE_PER_S, DURATION_S)
     _assert_timed_each_record(run)
+
+
+def test_warm_up_runs_until_the_publish_median_stops_improving() -> None:
+    # A JVM's first runs (Kafka's, measured: 17.1, 8.0, 3.4, 2.4, 2.0 ms) go on until one is
+    # within SETTLED_RATIO of the run before it; an interpreter's settle after the minimum.
+    kafka = [17.1, 8.0, 3.4, 2.4, 2.0]
+    assert [warmed_up(kafka[:n]) for n in range(1, 6)] == [False, False, False, False, True]
+    assert warmed_up([13.2, 12.9, 13.1])
+    assert not warmed_up([13.2, 12.9])
+    assert warmed_up([9.0, 5.0, 6.5])  # slower than before: noise, not a compiler at work
+
+
+def test_warm_up_stops_at_its_bound_when_the_side_keeps_getting_faster() -> None:
+    medians = iter(100.0 / 2**n for n in range(20))
+    asked: list[tuple[int, int]] = []
+
+    def halving(acks: int, rate: int) -> Run:
+        asked.append((acks, rate))
+        median = next(medians)
+        return Run([median, median], [], 0.0)
+
+    assert len(warm_up(halving)) == MAX_WARM_UP_RUNS
+    assert asked == [(-1, WARM_UP_RATE)] * MAX_WARM_UP_RUNS
