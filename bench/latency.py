@@ -12,8 +12,8 @@ beside two baselines measured in the same run, each side alone on the machine in
 
 Each side is warmed up first, uncounted (`warm_up`): a JVM compiles its hot paths over the
 first minute or so of load, and figures taken before that measure Kafka's compiler, not
-Kafka (its acks=all publish p50 at 5,000/s went 17, 8, 3.4, 2.4 ms over its first four 8 s
-runs here; cold, its p99 was 3-4x its warm one).
+Kafka (its acks=all publish p50 at 5,000/s went 105, 52, 35, 27, 18, 4.4, 2.8, 2.2 ms over
+its first eight 8 s runs in one bench run here; cold, its p99 was 3-4x its warm one).
 
 Targets (issue 32): at 5,000/s acks=all end-to-end p99 <= 15 ms and publish p99 <= 10 ms;
 p99.9 <= 2x p99; p99 <= 1.5x Kafka's at every rate both sustain.

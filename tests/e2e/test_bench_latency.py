@@ -59,8 +59,8 @@ def test_kafka_run_times_every_record_to_its_ack_and_to_the_other_process_consum
 
 
 def test_warm_up_runs_until_the_publish_median_stops_improving() -> None:
-    # A JVM's first runs (Kafka's, measured: 17.1, 8.0, 3.4, 2.4, 2.0 ms) go on until one is
-    # within SETTLED_RATIO of the run before it; an interpreter's settle after the minimum.
+    # A JVM's medians fall run after run while it compiles; warm-up goes on until a run is
+    # within SETTLED_RATIO of the one before it. An interpreter's settle after the minimum.
     kafka = [17.1, 8.0, 3.4, 2.4, 2.0]
     assert [warmed_up(kafka[:n]) for n in range(1, 6)] == [False, False, False, False, True]
     assert warmed_up([13.2, 12.9, 13.1])
