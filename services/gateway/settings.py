@@ -256,6 +256,11 @@ class GatewayConfig:
     fetch_grant_ttl_ms: int = setting(
         grants.DEFAULT_GRANT_TTL_MS, "how long a bulk transfer grant stays valid"
     )
+    bulk_produce_relay_enable: bool = setting(
+        True,
+        "with the cluster secret, relay produce requests to the leaders over their bulk "
+        "listeners rather than gRPC (true/false)",
+    )
     # TLS on the gateway's listener (certificate subject `gateway`). With the cluster CA it
     # is mutual TLS: every caller presents a certificate from that CA (gRPC's Python server
     # can require client certificates or not ask for them, nothing between), storage nodes

@@ -28,15 +28,17 @@ from typing import Any
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
-from seglog.metrics import RequestMetrics
 from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
+from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.rpc.status import error_code_for
-from seglog.security.certs import NODE_IDENTITY_PREFIX, node_id_of
+from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
+from .node_metrics import NodeMetrics
+from .produce_requests import answer_produce
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -67,9 +69,9 @@ class BulkServer:
         idle_timeout_ms: int = DEFAULT_IDLE_TIMEOUT_MS,
         tls: TlsFiles | None = None,
         node_identity_prefix: str = NODE_IDENTITY_PREFIX,
-        metrics: RequestMetrics | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
-        self.metrics = metrics or RequestMetrics(None, "seglog.storage_node")
+        self.metrics = metrics or NodeMetrics(None, replicas)
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
@@ -146,6 +148,7 @@ class BulkServer:
     def _serve(self, conn: socket.socket, host: str) -> None:
         unverified = True
         peer_node_id: int | None = None
+        peer_name: str | None = None
         try:
             if self._ssl is not None:
                 plain = conn
@@ -153,12 +156,16 @@ class BulkServer:
                 with self._lock:
                     self._connections.discard(plain)
                     self._connections.add(conn)
-                peer_node_id = self._certificate_node_id(conn)
+                peer_name = _certificate_name(conn)
+                peer_node_id = node_id_of(peer_name or "", self.node_identity_prefix)
             while not self._stopping:
                 request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
                 if request is None:
                     return
-                if not self._answer(conn, request, peer_node_id):
+                if request.version == bulk_wire.BULK_PRODUCE_VERSION:
+                    if not self._answer_produce(conn, request, peer_name):
+                        return
+                elif not self._answer(conn, request, peer_node_id):
                     return
                 if unverified:
                     unverified = False
@@ -175,15 +182,6 @@ class BulkServer:
                 self._connections.discard(conn)
             _shutdown(conn)
             conn.close()
-
-    def _certificate_node_id(self, conn: socket.socket) -> int | None:
-        """The node id the peer's certificate names (verified against the cluster CA during
-        the handshake), or None: no certificate, or not a node's."""
-        assert isinstance(conn, ssl.SSLSocket)
-        certificate: dict[str, Any] = dict(conn.getpeercert() or {})
-        subject: tuple[tuple[tuple[str, str], ...], ...] = certificate.get("subject", ())
-        names = [value for rdn in subject for key, value in rdn if key == "commonName"]
-        return node_id_of(names[-1], self.node_identity_prefix) if names else None
 
     def _answer(
         self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_node_id: int | None
@@ -228,6 +226,54 @@ class BulkServer:
         # max.wait.ms) leaves its span unended, so it is never exported: idle polls would
         # otherwise be most of a quiet cluster's traces.
         return True
+
+    def _answer_produce(
+        self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
+    ) -> bool:
+        """Serve one relayed produce (bulk.md, version 3); False when it was refused as a
+        whole for its grant or framing (the connection is then closed, its bytes unread)."""
+        try:
+            self._check_produce(request, peer_name)
+        except SeglogError as exc:
+            bulk_wire.send_message(
+                conn,
+                bulk_pb2.BulkProduceAnswer(error=error_code_for(exc), error_message=str(exc)),
+            )
+            return False
+        raw = memoryview(bytearray(request.produce_length))
+        bulk_wire.recv_exactly_into(conn, raw)
+        parent = propagate.extract(request.trace_context) if request.trace_context else None
+        with tracer.start_as_current_span(
+            "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
+        ) as span:
+            try:
+                response = answer_produce(self.replicas, self.metrics, raw)
+                answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
+            except SeglogError as exc:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                answer = bulk_pb2.BulkProduceAnswer(
+                    error=error_code_for(exc), error_message=str(exc)
+                )
+            bulk_wire.send_message(conn, answer)
+        return True
+
+    def _check_produce(self, request: bulk_pb2.BulkFetchRequest, peer_name: str | None) -> None:
+        """A relayed produce is the gateway's alone, as the gRPC Append is: its grant must be
+        the produce relay's (which the gateway never gives a client), and on a TLS cluster
+        the connection's certificate must be the gateway's."""
+        grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
+        if not grant.produce_relay:
+            raise PermissionDeniedError("transfer grant: not the gateway's produce relay grant")
+        if self._ssl is not None and peer_name != GATEWAY_IDENTITY:
+            raise PermissionDeniedError(
+                f"a relayed produce needs the gateway's certificate; this connection's names "
+                f"{peer_name or 'nothing'}"
+            )
+        if not 0 < request.produce_length <= MAX_REQUEST_BYTES:
+            raise InvalidRequestError(
+                f"a relayed produce of {request.produce_length} bytes: it must be 1 to "
+                f"{MAX_REQUEST_BYTES}"
+            )
 
     def _send_answer(
         self,
@@ -350,6 +396,16 @@ class BulkServer:
         header.records_length = found.size
         bulk_wire.send_message(conn, header)
         return found.write_to(conn)
+
+
+def _certificate_name(conn: socket.socket) -> str | None:
+    """The common name of the peer's certificate (verified against the cluster CA during the
+    handshake), or None when it sent none."""
+    assert isinstance(conn, ssl.SSLSocket)
+    certificate: dict[str, Any] = dict(conn.getpeercert() or {})
+    subject: tuple[tuple[tuple[str, str], ...], ...] = certificate.get("subject", ())
+    names = [value for rdn in subject for key, value in rdn if key == "commonName"]
+    return names[-1] if names else None
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -17,9 +17,8 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import InvalidRequestError, SeglogError, ServerBusyError
-from seglog.metrics import error_reason
-from seglog.rpc import check_fetch_request, check_produce_request, client_leader_epoch, wire
+from seglog.errors import SeglogError, ServerBusyError
+from seglog.rpc import check_fetch_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
 from seglog.storage import log_files
@@ -30,9 +29,9 @@ from .fetch_reads import CONSUMER, FetchChunk, counted
 from .fetch_waits import Waiter
 from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
-from .replica_manager import ACKS_ALL, ReplicaManager
+from .produce_requests import answer_produce
+from .replica_manager import ReplicaManager
 
-DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 # A push waits this long at most for its states to be applied (the caller's deadline, less a
 # margin, when shorter): a small push answers once its leaders serve, a large one (thousands
 # of partitions) answers while the applier goes on in the background.
@@ -78,42 +77,13 @@ class StorageNodeService:
 
     def Append(self, raw: bytes, context: grpc.ServicerContext) -> common_pb2.ProduceResponse:
         """A ProduceRequest taken as its wire bytes (server.py registers no deserializer):
-        the records stay views of the received bytes from here to the file, with no protobuf
-        message parsed around them (a 1 MiB request was copied twice on the way in: into the
-        parsed message, then out of it as `records`). The layout is the one
-        `seglog.rpc.wire` documents and scans; the gateway relays a client's request as it
-        came. What is not well-formed fails the whole call before anything is written."""
-        started = time.perf_counter()
+        a 1 MiB request was copied twice on the way in when parsed (into the message, then
+        out of it as `records`). produce_requests.py does the rest, as for the gateway's
+        relay over the bulk listener."""
         try:
-            request = _scan_produce(raw)
-            check_produce_request(request)
-            results = self.replicas.append(
-                request.topic,
-                [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
-                request.acks,
-            )
+            return answer_produce(self.replicas, self.metrics, raw)
         except SeglogError as exc:
-            self.metrics.request("Append", started, {error_reason(exc): 1})
             abort(context, exc)
-        if request.acks == ACKS_ALL:
-            results = self.replicas.wait_for_replication(
-                request.topic, results, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
-            )
-        response = common_pb2.ProduceResponse(topic=request.topic)
-        for appended in results:
-            result = response.partitions.add(partition=appended.partition)
-            if appended.info is None:
-                assert appended.error is not None
-                set_error(result, appended.error)
-                result.base_offset = result.last_offset = -1
-                continue
-            info = appended.info
-            result.base_offset = info.first_offset
-            result.last_offset = info.last_offset
-            result.log_append_time_ms = info.log_append_time_ms
-            result.log_start_offset = info.log_start_offset
-        self.metrics.appended(request.topic, results, started)
-        return response
 
     # -- Fetch ---------------------------------------------------------------------------
 
@@ -347,13 +317,6 @@ class StorageNodeService:
             state.high_watermark = described.high_watermark
             state.role = described.role
         return response
-
-
-def _scan_produce(raw: bytes) -> wire.ScannedProduce:
-    try:
-        return wire.scan_produce_request(raw)
-    except ValueError as exc:  # a UnicodeDecodeError (the topic) included
-        raise InvalidRequestError(f"malformed ProduceRequest: {exc}") from None
 
 
 def _encode_chunk(chunk: FetchChunk, for_replica: bool) -> bytes:

@@ -1,6 +1,7 @@
-"""The client side of the bulk fetch path (proto/seglog/v1/bulk.md), one for every reader of
-it: the consumer and the Spark reader (through client/bulk.py, which adds the gateway's
-grants) and a follower's replica fetcher (which signs its own). A `BulkConnection` is one
+"""The client side of the bulk path (proto/seglog/v1/bulk.md), one for every user of it: the
+consumer and the Spark reader (through client/bulk.py, which adds the gateway's grants), a
+follower's replica fetcher (which signs its own), and the gateway's produce relay
+(services/gateway/routing/produce_relay.py, its own grant too). A `BulkConnection` is one
 kept TCP connection (TLS when given a context) to one storage node's bulk listener; a fetch
 is sent with its signed transfer grant, and the answer's chunks are read with `recv_into`
 into a buffer allocated for each chunk, so the batches reach the caller without another
@@ -17,6 +18,7 @@ caller's policy.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 import threading
@@ -37,6 +39,10 @@ tracer = EngineTracer("seglog.client.bulk")
 
 class BulkFetchError(Exception):
     """The bulk path failed for a node (connection, refusal): use the gRPC path."""
+
+
+class BulkRelayTimeout(BulkFetchError):
+    """A relayed produce had no answer in its time (the connection is closed)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,64 @@ class BulkConnection:
         except OSError as exc:
             self._fail(exc, 0)
             raise BulkFetchError(f"sending to {self.address}: {exc}") from None
+
+    def produce(
+        self,
+        grant: bytes,
+        signature: bytes,
+        request: bytes,
+        *,
+        node_id: int,
+        timeout_s: float,
+    ) -> bulk_pb2.BulkProduceAnswer:
+        """Relay a ProduceRequest's wire bytes under the gateway's produce-relay grant
+        (bulk.md, version 3) and wait for the node's answer. An answer with `end` set is the
+        node's refusal of the relay itself (nothing written; the connection is then closed).
+        BulkFetchError (BulkRelayTimeout past `timeout_s`) when the connection fails once
+        sending began: whether the node wrote the request is then unknown."""
+        message = bulk_pb2.BulkFetchRequest(
+            version=bulk_wire.BULK_PRODUCE_VERSION,
+            grant=grant,
+            signature=signature,
+            produce_length=len(request),
+        )
+        if self._traced:
+            span = tracer.start_span("seglog.bulk.produce", kind=trace.SpanKind.CLIENT)
+            if span.is_recording():
+                self._spans.append(span)
+                span.set_attribute("seglog.node_id", node_id)
+                span.set_attribute("net.peer.name", self.address)
+                propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
+        try:
+            self._sock.settimeout(timeout_s)
+            bulk_wire.send_message(self._sock, message, request)
+            answer = bulk_wire.recv_message(self._sock, bulk_pb2.BulkProduceAnswer)
+            if answer is None:
+                raise ConnectionError("the node closed the connection before answering")
+            self._sock.settimeout(None)
+        except TimeoutError as exc:
+            self._fail(exc, 0)
+            raise BulkRelayTimeout(
+                f"{self.address}: no answer to a relayed produce in {timeout_s:.1f} s"
+            ) from None
+        except (OSError, ConnectionError, DecodeError) as exc:
+            self._fail(exc, 0)
+            raise BulkFetchError(f"{self.address}: {exc}") from None
+        self._end_span(len(request), None)
+        if answer.end:
+            self.close()
+        return answer
+
+    def peer_closed(self) -> bool:
+        """Whether the node closed (or wrote unasked to) this idle connection: one taken
+        from a pool is checked before a request goes on it, so a node's restart or idle
+        timeout does not cost a request that never reached it."""
+        if self._closed.is_set():
+            return True
+        if self.has_buffered_bytes():
+            return True
+        readable, _, _ = select.select([self._sock], [], [], 0)
+        return bool(readable)
 
     def receive(self) -> Iterator[BulkMessage]:
         """The answer's chunks, each whole; BulkFetchError (after the chunks already

@@ -13,14 +13,26 @@ from google.protobuf.message import Message
 
 # BulkFetchRequest.version: the node refuses a request of any other version as a whole.
 BULK_VERSION = 2  # 2: fetch-session header chunks (bulk.md)
+# A BulkFetchRequest of this version is the gateway's relay of a produce request (bulk.md).
+BULK_PRODUCE_VERSION = 3
 MAX_MESSAGE_BYTES = 1024 * 1024
 _LENGTH = struct.Struct(">I")
 M = TypeVar("M", bound=Message)
 
 
-def send_message(sock: socket.socket, message: Message) -> None:
+# Raw bytes this small go out in one send with their message; larger ones in a send of
+# their own rather than copied.
+_JOIN_BELOW_BYTES = 64 * 1024
+
+
+def send_message(sock: socket.socket, message: Message, raw: bytes = b"") -> None:
+    """The message, then `raw` (bytes its header announced, as a relayed produce's)."""
     data = message.SerializeToString()
+    if len(raw) < _JOIN_BELOW_BYTES:
+        sock.sendall(_LENGTH.pack(len(data)) + data + raw)
+        return
     sock.sendall(_LENGTH.pack(len(data)) + data)
+    sock.sendall(raw)
 
 
 def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:

@@ -1,7 +1,8 @@
 """Transfer grants for the bulk fetch path (proto/seglog/v1/bulk.proto, bulk.md): the gateway
 signs, storage nodes verify, with a secret the cluster shares (HMAC-SHA256 over the
 serialized TransferGrant). A grant names one node, the partitions it may serve to the holder
-with the offset each may start at and the leader epoch, and an expiry."""
+with the offset each may start at and the leader epoch, and an expiry; or, made for the
+gateway's own produce relay, no partition and the right to append (`produce_relay`)."""
 
 from __future__ import annotations
 
@@ -41,9 +42,11 @@ def issue(
     ttl_ms: int = DEFAULT_GRANT_TTL_MS,
     *,
     replica_id: int | None = None,
+    produce_relay: bool = False,
 ) -> tuple[bytes, bytes, int]:
     """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch);
-    with `replica_id`, a follower's grant for replica fetches."""
+    with `replica_id`, a follower's grant for replica fetches; with `produce_relay` (and no
+    partitions), the gateway's grant for relaying produce requests to the node."""
     expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
     grant = bulk_pb2.TransferGrant(
         version=GRANT_VERSION, node_id=node_id, expires_at_ms=expires_at_ms
@@ -51,6 +54,7 @@ def issue(
     if replica_id is not None:
         grant.replica = True
         grant.replica_id = replica_id
+    grant.produce_relay = produce_relay
     for topic, partition, min_offset, leader_epoch in partitions:
         grant.partitions.add(
             topic=topic, partition=partition, min_offset=min_offset, leader_epoch=leader_epoch
@@ -65,6 +69,7 @@ class VerifiedGrant:
     expires_at_ms: int
     partitions: dict[tuple[str, int], tuple[int, int]]  # -> (min offset, leader epoch)
     replica_id: int | None = None  # a follower's grant
+    produce_relay: bool = False  # the gateway's produce relay's grant
 
 
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
@@ -93,4 +98,5 @@ def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> Verif
         parsed.expires_at_ms,
         {(p.topic, p.partition): (p.min_offset, p.leader_epoch) for p in parsed.partitions},
         parsed.replica_id if parsed.replica else None,
+        parsed.produce_relay,
     )

@@ -165,7 +165,7 @@ class ScannedProduce:
     partitions: list[ScannedPartition] = field(default_factory=list)
 
 
-def scan_produce_request(raw: bytes) -> ScannedProduce:
+def scan_produce_request(raw: bytes | memoryview) -> ScannedProduce:
     """Parse a ProduceRequest's wire bytes (the layout above), skipping over the records;
     ValueError when they are not a well-formed ProduceRequest."""
     out = ScannedProduce()

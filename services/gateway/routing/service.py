@@ -21,10 +21,12 @@ messages, so one bad partition does not hide its neighbours' data.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import grpc
@@ -60,6 +62,7 @@ from ..node_connections import NodeConnection, NodeConnections
 from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
 from .leader_queries import LeaderQueries
+from .produce_relay import ProduceRelay
 from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
@@ -68,6 +71,9 @@ logger = logging.getLogger(__name__)
 NODE_ANSWER_GRACE_S = 2.0
 
 DEFAULT_TIMEOUT_MS = 30_000
+# Nodes' parts of produce requests spanning several leaders, relayed at once (the first part
+# of each request goes from the handler's own thread).
+MAX_CONCURRENT_NODE_RELAYS = 32
 # acks=0 payloads the gateway holds while their nodes have not answered (a hung leader).
 DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 256 * 1024 * 1024
 
@@ -76,6 +82,7 @@ DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 256 * 1024 * 1024
 class _Target:
     node_id: int
     connection: NodeConnection
+    bulk_address: str = ""
 
 
 class GatewayService:
@@ -88,8 +95,14 @@ class GatewayService:
         max_unacknowledged_bytes: int = DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
         cluster_secret: bytes | None = None,
         fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
+        produce_relay: ProduceRelay | None = None,
     ) -> None:
         self.registry = registry
+        # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
+        self.produce_relay = produce_relay
+        self._relay_pool = ThreadPoolExecutor(
+            max_workers=MAX_CONCURRENT_NODE_RELAYS, thread_name_prefix="produce-relay"
+        )
         self.cluster_secret = cluster_secret
         self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
@@ -105,6 +118,12 @@ class GatewayService:
             self._node_failure,
         )
 
+    def close(self) -> None:
+        """After the server stopped: the produce relay's connections and threads."""
+        self._relay_pool.shutdown(wait=False)
+        if self.produce_relay is not None:
+            self.produce_relay.close()
+
     # -- routing -------------------------------------------------------------------------
 
     def _route(self, topic: str, partition: int, client_epoch: int) -> tuple[Route, _Target]:
@@ -118,7 +137,8 @@ class GatewayService:
             raise LeaderNotAvailableError(
                 f"{topic}-{partition}: leader node {route.leader} is not available"
             )
-        return route, _Target(route.leader, self.connections.get(route.leader, route.address))
+        connection = self.connections.get(route.leader, route.address)
+        return route, _Target(route.leader, connection, route.bulk_address)
 
     def _node_failure(self, target: _Target, exc: grpc.RpcError) -> SeglogError:
         error = error_from_rpc(exc)
@@ -183,12 +203,27 @@ class GatewayService:
         if len(by_node) == 1:
             target, _ = next(iter(by_node.values()))
             try:
-                relayed: bytes = target.connection.append_relay(raw, timeout=timeout_s)
-                return relayed
-            except grpc.RpcError as exc:
-                abort(context, self._node_failure(target, exc))
+                return self._append(target, raw, timeout_s)
+            except SeglogError as exc:
+                abort(context, exc)
         merged: bytes = self._produce_across_nodes(scanned, by_node, timeout_s).SerializeToString()
         return merged
+
+    def _append(self, target: _Target, request: bytes, timeout_s: float) -> bytes:
+        """The leader's answer (ProduceResponse wire bytes) to `request`, over its bulk
+        listener when it takes it, else over gRPC; SeglogError when the node refused the
+        request as a whole or could not be reached."""
+        if self.produce_relay is not None:
+            answer = self.produce_relay.relay(
+                target.node_id, target.bulk_address, request, timeout_s
+            )
+            if answer is not None:
+                return answer
+        try:
+            relayed: bytes = target.connection.append_relay(request, timeout=timeout_s)
+            return relayed
+        except grpc.RpcError as exc:
+            raise self._node_failure(target, exc) from None
 
     def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[_Target, list[int]]]:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
@@ -236,21 +271,31 @@ class GatewayService:
         by_node: dict[int, tuple[_Target, list[int]]],
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
-        calls = {
-            node_id: target.connection.append_raw.future(
-                self._sub_request(request, indexes), timeout=timeout_s
+        # Each node's part concurrently: the last on this thread, the others on the pool.
+        context = contextvars.copy_context()
+        parts = list(by_node.values())
+        calls = [
+            self._relay_pool.submit(
+                context.copy().run,
+                self._append,
+                target,
+                self._sub_request(request, indexes),
+                timeout_s,
             )
-            for node_id, (target, indexes) in by_node.items()
-        }
+            for target, indexes in parts[:-1]
+        ]
         results: dict[int, common_pb2.PartitionProduceResult] = {}
-        for node_id, (target, indexes) in by_node.items():
+        for i, (target, indexes) in enumerate(parts):
             try:
-                for result in calls[node_id].result().partitions:
+                if i < len(calls):
+                    answer = calls[i].result()
+                else:
+                    answer = self._append(target, self._sub_request(request, indexes), timeout_s)
+                for result in common_pb2.ProduceResponse.FromString(answer).partitions:
                     results[result.partition] = result
-            except grpc.RpcError as exc:
-                error = self._node_failure(target, exc)
-                for i in indexes:
-                    partition = request.partitions[i].partition
+            except SeglogError as error:
+                for index in indexes:
+                    partition = request.partitions[index].partition
                     results[partition] = common_pb2.PartitionProduceResult(
                         partition=partition,
                         error=error_code_for(error),
