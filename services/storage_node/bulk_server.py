@@ -237,12 +237,16 @@ class BulkServer:
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
-                bulk_pb2.BulkProduceAnswer(error=error_code_for(exc), error_message=str(exc)),
+                bulk_pb2.BulkProduceAnswer(
+                    error=error_code_for(exc), error_message=str(exc), end=True
+                ),
             )
             return False
         raw = memoryview(bytearray(request.produce_length))
         bulk_wire.recv_exactly_into(conn, raw)
         parent = propagate.extract(request.trace_context) if request.trace_context else None
+        # The span ends before the answer goes out, as a gRPC server's does: once the
+        # gateway has the answer, the node's span is already complete.
         with tracer.start_as_current_span(
             "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
         ) as span:
@@ -254,7 +258,7 @@ class BulkServer:
                 answer = bulk_pb2.BulkProduceAnswer(
                     error=error_code_for(exc), error_message=str(exc)
                 )
-            bulk_wire.send_message(conn, answer)
+        bulk_wire.send_message(conn, answer)
         return True
 
     def _check_produce(self, request: bulk_pb2.BulkFetchRequest, peer_name: str | None) -> None:
@@ -328,7 +332,7 @@ class BulkServer:
         if request.version != bulk_wire.BULK_VERSION:
             raise InvalidRequestError(
                 f"bulk protocol version {request.version}: this node speaks "
-                f"{bulk_wire.BULK_VERSION}"
+                f"{bulk_wire.BULK_VERSION} (fetch) and {bulk_wire.BULK_PRODUCE_VERSION} (produce)"
             )
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
         fetch = request.fetch

@@ -190,7 +190,11 @@ def test_forged_expired_misdirected_and_overreaching_grants_are_refused(cluster)
         (_raw_request(grant.grant, grant.signature, "other", 0), node, "not granted"),
         (
             _raw_request(
-                grant.grant, grant.signature, "guarded", 0, version=bulk_wire.BULK_VERSION + 1
+                grant.grant,
+                grant.signature,
+                "guarded",
+                0,
+                version=bulk_wire.BULK_PRODUCE_VERSION + 1,
             ),
             node,
             "version",

@@ -63,12 +63,14 @@ def test_a_produce_is_one_trace_through_gateway_node_and_engine(traced_cluster):
     assert len(client) == 1 and client[0].kind == trace.SpanKind.CLIENT
     # Heartbeats from the node make traces of their own; this call's trace holds the rest.
     spans = in_trace(client[0])
-    assert {s.name for s in spans} >= {"seglog.log.append", "/seglog.v1.StorageNode/Append"}
+    assert {s.name for s in spans} >= {"seglog.log.append", "seglog.bulk.produce"}
     (gateway_server,) = children(spans, client[0])
     assert gateway_server.kind == trace.SpanKind.SERVER
+    # The gateway relays the request over the leader's bulk listener (bulk.md, version 3).
     (to_node,) = children(spans, gateway_server)
-    assert to_node.name == "/seglog.v1.StorageNode/Append" and to_node.kind == trace.SpanKind.CLIENT
+    assert to_node.name == "seglog.bulk.produce" and to_node.kind == trace.SpanKind.CLIENT
     (node_server,) = children(spans, to_node)
+    assert node_server.name == "seglog.bulk.produce"
     assert node_server.kind == trace.SpanKind.SERVER
     names = {s.name for s in children(spans, node_server)}
     assert {"seglog.log.validate", "seglog.log.append"} <= names

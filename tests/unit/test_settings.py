@@ -115,6 +115,7 @@ DESCRIBED_NAMES = [
     "auto.balance.interval.ms",
     "bulk.fetch.enabled",
     "fetch.grant.ttl.ms",
+    "bulk.produce.relay.enable",
     "security.protocol",
     "tls.client.auth",
     "internal.listen",
