@@ -66,7 +66,12 @@ class Consumer(OffsetCommits):
         )
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._fetcher = Fetcher(self.config, self._client._stub, self._client.security)
-        self._resets = PositionResets(self._fetcher, self._client, self.config.auto_offset_reset)
+        self._resets = PositionResets(
+            self._fetcher,
+            self._client,
+            self.config.auto_offset_reset,
+            self.config.retry_backoff_ms / 1000,
+        )
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
             self._group = GroupMembership(self.config, self._client.group_coordinators)

@@ -9,11 +9,15 @@ in spirit).
   (logged: some replica answered for a log that is not the leader's); outside it, the policy
   applies as above (none: the error is raised). A retriable failure of that check keeps the
   position, so the fetch, and the check, repeat.
+- A retriable failure of the reset's own lookup (LEADER_NOT_AVAILABLE, ...) leaves the
+  partitions without a position, and is asked again after `retry_backoff_s`; `poll` does not
+  raise it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from ..errors import OffsetOutOfRangeError, SeglogError
 from .fetcher import Fetcher
@@ -22,16 +26,26 @@ from .structs import TopicPartition
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms
+
 
 class NoOffsetForPartitionError(OffsetOutOfRangeError):
     """No committed offset and `auto_offset_reset` is none."""
 
 
 class PositionResets:
-    def __init__(self, fetcher: Fetcher, client: GatewayClient, policy: str) -> None:
+    def __init__(
+        self,
+        fetcher: Fetcher,
+        client: GatewayClient,
+        policy: str,
+        retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
+    ) -> None:
         self.fetcher = fetcher
         self.client = client
         self.policy = policy
+        self.retry_backoff_s = retry_backoff_s
+        self._retry_at = 0.0  # monotonic: no reset is asked before (a retriable failure)
 
     def reset(self, partitions: list[TopicPartition]) -> None:
         """Positions for partitions that have none, by the policy."""
@@ -40,8 +54,19 @@ class PositionResets:
             raise NoOffsetForPartitionError(
                 f"no committed offset for {names} and auto_offset_reset is none"
             )
+        if time.monotonic() < self._retry_at:
+            return
         target = EARLIEST if self.policy == "earliest" else LATEST
-        found = partition_offsets(self.client, dict.fromkeys(partitions, target))
+        try:
+            found = partition_offsets(self.client, dict.fromkeys(partitions, target))
+        except SeglogError as exc:
+            if not exc.retriable:
+                raise
+            # As Kafka's consumer: the partitions stay without a position, and the lookup is
+            # asked again after the backoff (a leader moving, a node coming back).
+            logger.info("position reset for %d partitions postponed: %s", len(partitions), exc)
+            self._retry_at = time.monotonic() + self.retry_backoff_s
+            return
         for tp, (offset, _) in found.items():
             logger.info("%s-%d: position reset to %s offset %d", *tp, self.policy, offset)
             self.fetcher.seek(tp, offset)

@@ -13,6 +13,8 @@ from .client_id import with_client_id
 
 # Kafka's socket.request.max.bytes: the largest request a seglog server accepts.
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
+RECONNECT_BACKOFF_MS = 50
+RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 def channel_options() -> list[tuple[str, Any]]:
@@ -22,6 +24,12 @@ def channel_options() -> list[tuple[str, Any]]:
         # One connection per target per process: do not share subchannels across channels
         # created for the same address, so closing one cannot disturb another.
         ("grpc.use_local_subchannel_pool", 1),
+        # Kafka's reconnect.backoff.ms and reconnect.backoff.max.ms. gRPC's own start at 1 s
+        # and grow to 120 s, so a server back after a long outage stayed unreachable through
+        # this channel for up to two minutes, each call failing at once meanwhile.
+        ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
+        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
+        ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
     ]
 
 
