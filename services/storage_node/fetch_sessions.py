@@ -113,13 +113,16 @@ class FetchSession(Waiter):
         self._all_changed = False
         self._last_full_check = time.monotonic()
 
-    def notify(self, partition: TopicPartition | None) -> None:
+    def notify(self, partition: TopicPartition | None, watermarks_only: bool = False) -> None:
         with self._lock:
             if partition is None:
                 self._all_changed = True
             else:
                 self._changed.add(partition)
-        super().notify(partition)
+        # A new watermark alone answers no round (session_round): noted for the round's end
+        # or the next records, without waking the round only to wait again.
+        if not watermarks_only:
+            super().notify(partition)
 
     def take_changed(self) -> set[TopicPartition]:
         """The partitions marked changed since the last call (every one, now and then)."""

@@ -22,7 +22,7 @@ class Waiter:
         self.event = threading.Event()
         self.wakeups = 0
 
-    def notify(self, partition: TopicPartition | None) -> None:
+    def notify(self, partition: TopicPartition | None, watermarks_only: bool = False) -> None:
         self.wakeups += 1
         self.event.set()
 
@@ -58,11 +58,13 @@ class PartitionWaiters:
                 else:
                     del self._count[waiter]
 
-    def wake(self, tp: TopicPartition) -> None:
+    def wake(self, tp: TopicPartition, *, watermarks_only: bool = False) -> None:
+        """`watermarks_only`: only the high watermark (or log start) moved, no records came:
+        a follower's session notes it without waking (fetch_sessions.py)."""
         with self._lock:
             waiters = list(self._by_partition.get(tp, ()))
         for waiter in waiters:
-            waiter.notify(tp)
+            waiter.notify(tp, watermarks_only)
 
     def wake_all(self) -> None:
         with self._lock:

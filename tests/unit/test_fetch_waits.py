@@ -130,3 +130,23 @@ def test_the_session_cache_is_bounded_and_holds_one_session_per_follower():
     again = cache.open(2)  # a follower's new full request replaces its session
     assert first.closed and cache.get(again.id, 2) is again and len(cache) == 2
     assert cache.get(again.id, 3) is None  # another follower cannot use it
+
+
+def test_a_moved_watermark_wakes_long_polls_and_appends_but_only_marks_sessions():
+    waiters = PartitionWaiters()
+    cache = FetchSessionCache(waiters)
+    session = cache.open(replica_id=2)
+    poll = Waiter()
+    tp = ("t", 0)
+    waiters.register(session, [tp, ("t", 1)])
+    waiters.register(poll, [tp])
+    session.take_changed()  # what opening the session marked
+    waiters.wake(tp, watermarks_only=True)
+    # A consumer's long poll and an acks=all append wait on the watermark: woken. A session
+    # is answered for records, so it is not woken, but the partition is noted for its next
+    # answer (or its wait's end).
+    assert poll.event.is_set() and poll.wakeups == 1
+    assert not session.event.is_set() and session.wakeups == 0
+    assert session.take_changed() == {tp}
+    waiters.wake(("t", 1))  # records
+    assert session.event.is_set() and session.take_changed() == {("t", 1)}
