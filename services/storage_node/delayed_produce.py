@@ -63,7 +63,7 @@ def wait_for_replication(
             return True
         return held.log.high_watermark > result.info.last_offset
 
-    waiter = Waiter()
+    waiter = Waiter(wakes_on_records=False)  # the high watermark passing is what it waits for
     watched = [(topic, number) for number in waiting]
     waiters.register(waiter, watched)
     try:

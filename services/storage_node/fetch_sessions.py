@@ -113,7 +113,9 @@ class FetchSession(Waiter):
         self._all_changed = False
         self._last_full_check = time.monotonic()
 
-    def notify(self, partition: TopicPartition | None, watermarks_only: bool = False) -> None:
+    def notify(
+        self, partition: TopicPartition | None, *, records: bool = True, watermark: bool = True
+    ) -> None:
         with self._lock:
             if partition is None:
                 self._all_changed = True
@@ -121,7 +123,7 @@ class FetchSession(Waiter):
                 self._changed.add(partition)
         # A new watermark alone answers no round (session_round): noted for the round's end
         # or the next records, without waking the round only to wait again.
-        if not watermarks_only:
+        if records:
             super().notify(partition)
 
     def take_changed(self) -> set[TopicPartition]:

@@ -16,15 +16,26 @@ TopicPartition = tuple[str, int]
 
 class Waiter:
     """One waiting call: woken (its event set) when one of its partitions changes, or on a
-    wake of every waiter (`partition` None). `wakeups` counts the times it was notified."""
+    wake of every waiter (`partition` None). `wakeups` counts the times it was woken.
 
-    def __init__(self) -> None:
+    A change is records appended, the high watermark moved, or anything else (both flags
+    set: a new leader, a log start moved, a truncation). What waits on the high watermark
+    only — a consumer's long poll, which reads below it, and an acks=all append — is not
+    woken by an append that did not move it (`wakes_on_records` False): on a replicated
+    partition that is every append, and each needless wake costs a thread switch and the
+    GIL on the appending node's busiest path."""
+
+    def __init__(self, *, wakes_on_records: bool = True) -> None:
         self.event = threading.Event()
         self.wakeups = 0
+        self.wakes_on_records = wakes_on_records
 
-    def notify(self, partition: TopicPartition | None, watermarks_only: bool = False) -> None:
-        self.wakeups += 1
-        self.event.set()
+    def notify(
+        self, partition: TopicPartition | None, *, records: bool = True, watermark: bool = True
+    ) -> None:
+        if watermark or (records and self.wakes_on_records):
+            self.wakeups += 1
+            self.event.set()
 
 
 class PartitionWaiters:
@@ -58,13 +69,13 @@ class PartitionWaiters:
                 else:
                     del self._count[waiter]
 
-    def wake(self, tp: TopicPartition, *, watermarks_only: bool = False) -> None:
-        """`watermarks_only`: only the high watermark (or log start) moved, no records came:
-        a follower's session notes it without waking (fetch_sessions.py)."""
+    def wake(self, tp: TopicPartition, *, records: bool = True, watermark: bool = True) -> None:
+        """What changed on `tp` (Waiter): records appended, the high watermark moved, or both
+        (anything else counts as both)."""
         with self._lock:
             waiters = list(self._by_partition.get(tp, ()))
         for waiter in waiters:
-            waiter.notify(tp, watermarks_only)
+            waiter.notify(tp, records=records, watermark=watermark)
 
     def wake_all(self) -> None:
         with self._lock:

@@ -95,7 +95,7 @@ class LeaderFetches:
         if proposal is not None:
             self._isr_updates.propose(proposal)
         if log.high_watermark != high_watermark:  # acks=all and consumers wait on it
-            self._waiters.wake((held.topic, held.partition), watermarks_only=True)
+            self._waiters.wake((held.topic, held.partition), records=False)
 
     def wait_for_fetch(
         self,
@@ -109,7 +109,7 @@ class LeaderFetches:
         the caller went away (its `waiter` notified), or the node is stopping. Only the
         fetch's own partitions wake it."""
         deadline = time.monotonic() + max_wait_ms / 1000
-        waiter = waiter or Waiter()
+        waiter = waiter or Waiter(wakes_on_records=_replica_fetch(states))
         watched = [(s.topic, s.partition) for s in states if s.log is not None]
         self._waiters.register(waiter, watched)
         try:
@@ -155,3 +155,8 @@ class LeaderFetches:
                 seen = self.sessions.caught_up_ms(replica, (held.topic, held.partition), end)
                 if seen is not None and seen > state.last_caught_up_time_ms:
                     state.last_caught_up_time_ms = seen
+
+
+def _replica_fetch(states: list[FetchState]) -> bool:
+    """A follower's fetch waits for records; a consumer's for the high watermark."""
+    return any(state.replica_id >= 0 for state in states)

@@ -295,6 +295,7 @@ class ReplicaManager:
             except SeglogError as exc:
                 raise type(exc)(f"{topic}-{number}: {exc}") from None
         results = []
+        wakes = []  # (partition, whether its high watermark moved)
         for number, held, validated in checked:
             try:
                 if acks == ACKS_ALL:
@@ -305,9 +306,10 @@ class ReplicaManager:
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
                 results.append(AppendResult(number, None, exc))
-            held.maybe_increment_high_watermark()
-        for number, _, _ in checked:
-            self.wake_partition(topic, number)
+            moved = held.maybe_increment_high_watermark()
+            wakes.append((number, moved))
+        for number, moved in wakes:
+            self.waiters.wake((topic, number), watermark=moved)
         return results
 
     def wait_for_replication(

@@ -139,7 +139,7 @@ class StorageNodeService:
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
         if request.max_wait_ms > 0 and self._take_wait_slot(replica_id):
-            waiter = Waiter()
+            waiter = Waiter(wakes_on_records=replica_id >= 0)
             try:
                 # Runs when the call ends: a call cancelled while it waits stops waiting.
                 context.add_callback(lambda: waiter.notify(None))

@@ -136,17 +136,34 @@ def test_a_moved_watermark_wakes_long_polls_and_appends_but_only_marks_sessions(
     waiters = PartitionWaiters()
     cache = FetchSessionCache(waiters)
     session = cache.open(replica_id=2)
-    poll = Waiter()
+    watermark_wait = Waiter(wakes_on_records=False)  # a consumer's long poll, acks=all
     tp = ("t", 0)
     waiters.register(session, [tp, ("t", 1)])
-    waiters.register(poll, [tp])
+    waiters.register(watermark_wait, [tp])
     session.take_changed()  # what opening the session marked
-    waiters.wake(tp, watermarks_only=True)
-    # A consumer's long poll and an acks=all append wait on the watermark: woken. A session
-    # is answered for records, so it is not woken, but the partition is noted for its next
-    # answer (or its wait's end).
-    assert poll.event.is_set() and poll.wakeups == 1
-    assert not session.event.is_set() and session.wakeups == 0
-    assert session.take_changed() == {tp}
-    waiters.wake(("t", 1))  # records
-    assert session.event.is_set() and session.take_changed() == {("t", 1)}
+    # Records that did not move the watermark: the session is woken, the others are not.
+    waiters.wake(tp, watermark=False)
+    assert session.event.is_set() and session.take_changed() == {tp}
+    assert not watermark_wait.event.is_set() and watermark_wait.wakeups == 0
+    # Only the watermark: the others are woken; a session is answered for records, so it
+    # only notes the partition for its next answer (or its wait's end).
+    waiters.wake(tp, records=False)
+    assert watermark_wait.event.is_set() and watermark_wait.wakeups == 1
+    assert not session.event.is_set() and session.take_changed() == {tp}
+    # Anything else wakes everything.
+    waiters.wake(tp)
+    assert session.event.is_set() and watermark_wait.wakeups == 2
+
+
+def test_a_consumers_long_poll_sleeps_through_appends_until_the_watermark_moves(replicas):
+    replicas.apply_state("t", 0, {}, Registration(1, 0, 1, (1, 2), (1, 2)))  # 2 in the ISR
+    poll = _long_poll(replicas, 0, None)
+    assert wait_until(lambda: replicas.waiters.waiting_on(("t", 0)) == 1)
+    [waiter] = replicas.waiters._by_partition[("t", 0)]
+    replicas.append("t", [(0, make_batch([b"x"]), -1)])
+    # The record is not readable below the high watermark yet: the poll was not even woken.
+    assert waiter.wakeups == 0 and poll.is_alive()
+    # Follower 2 fetches past it: the watermark moves and the poll answers.
+    replicas.fetch_states([("t", 0, 1, 1 << 20, 0, 0)], replica_id=2)
+    poll.join(timeout=10)
+    assert not poll.is_alive() and waiter.wakeups >= 1
