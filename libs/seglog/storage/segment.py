@@ -4,6 +4,11 @@ The segment owns the index bookkeeping: after every `index_interval_bytes` of ap
 adds an offset-index entry (the batch's last offset, the batch's position) and a time-index
 entry (the largest timestamp so far, the offset of the batch that carried it). Both indexes
 are derived from the log and can be rebuilt from it (`recover`).
+
+It also remembers where its last few appends ended (`RECENT_BOUNDARIES`): a caught-up
+follower or consumer fetches from exactly such a place, the offset after what it got last,
+and finds it there (one 61-byte header read to confirm) instead of by two binary searches of
+the offset index and a walk of headers, on every fetch of the node's busiest path.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from typing import NamedTuple
 
 from ..errors import StorageError
 from ..records.batch import (
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MAGIC_V2,
     NO_TIMESTAMP,
 )
 from ..spans import EngineTracer
@@ -30,6 +38,9 @@ from .time_index import TimeIndex
 from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
+
+# Append ends remembered per segment: the followers' and consumers' next fetch offsets.
+RECENT_BOUNDARIES = 16
 
 
 class SegmentRecovery(NamedTuple):
@@ -79,6 +90,10 @@ class LogSegment:
         # The first batch's max timestamp: segment_ms rolls measure from it (Kafka's
         # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
         self.rolling_based_timestamp: int | None = None
+        # Where recent appends ended: next offset -> file position, and back. Written by the
+        # appending thread only; readers confirm what they take (`translate_offset`).
+        self._position_of_offset: dict[int, int] = {}
+        self._offset_at_position: dict[int, int] = {}
 
     @classmethod
     def open(
@@ -242,6 +257,25 @@ class LogSegment:
                 f"index write for {self.log.path} failed, append rolled back to position "
                 f"{position}: {exc}"
             ) from exc
+        if batches:
+            self._note_boundary(batches[-1].last_offset + 1, self.log.size)
+
+    def _note_boundary(self, next_offset: int, position: int) -> None:
+        if len(self._position_of_offset) >= RECENT_BOUNDARIES:
+            oldest = next(iter(self._position_of_offset))  # dicts keep insertion order
+            self._offset_at_position.pop(self._position_of_offset.pop(oldest), None)
+        self._position_of_offset[next_offset] = position
+        self._offset_at_position[position] = next_offset
+
+    def _forget_boundaries(self) -> None:
+        """The file was cut: a remembered place may no longer be one."""
+        self._position_of_offset.clear()
+        self._offset_at_position.clear()
+
+    def offset_after(self, position: int) -> int | None:
+        """The next offset after the batches ending at `position`, when an append ended
+        there recently (segment_reads.locate's slice end); None otherwise."""
+        return self._offset_at_position.get(position)
 
     def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
         self._load_state()
@@ -255,6 +289,7 @@ class LogSegment:
         )
 
     def _roll_back(self, position: int, state: tuple[int, int, int, int, int | None, int]) -> None:
+        self._forget_boundaries()
         (
             offset_entries,
             time_entries,
@@ -335,10 +370,33 @@ class LogSegment:
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
         """The batch holding `offset` (or the first after it), starting from the index."""
         with tracer.start_as_current_span("seglog.segment.index_lookup") as span:
+            remembered = self._remembered_batch(offset, start_position)
+            if remembered is not None:
+                span.set_attribute("seglog.position", remembered.position)
+                return remembered
             entry = self.offset_index.lookup(offset)
             found = self.log.search_offset(offset, max(entry.position, start_position))
             span.set_attribute("seglog.position", -1 if found is None else found.position)
             return found
+
+    def _remembered_batch(self, offset: int, start_position: int) -> BatchPosition | None:
+        """The batch starting at `offset` where an append ended, confirmed by its header (a
+        place remembered across a cut and refilled file is taken only if it still is one)."""
+        position = self._position_of_offset.get(offset)
+        if position is None or position < start_position:
+            return None
+        size = self.log.size
+        if position + HEADER_BYTES > size:
+            return None
+        header = self.log.header_at(position)
+        if (
+            header.magic != MAGIC_V2
+            or header.base_offset != offset
+            or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
+            or position + header.size_in_bytes > size
+        ):
+            return None
+        return BatchPosition(position, header)
 
     # -- recovery and truncation -------------------------------------------------------
 
@@ -350,6 +408,7 @@ class LogSegment:
         cover, bounded by this segment's base and `upper_bound`, the next segment's base).
         With `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known
         starts that epoch at its base offset, as Kafka's LogSegment.recover does."""
+        self._forget_boundaries()
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -376,6 +435,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         if found is None:
             return 0
+        self._forget_boundaries()
         position = found.position
         self.offset_index.truncate_to(found.header.base_offset)
         self.time_index.truncate_to(found.header.base_offset)
