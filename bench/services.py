@@ -6,9 +6,10 @@ each beside a bare gRPC call moving the same bytes, measured in the same run.
   call writes nothing; a plain sequential write of the same bytes to the same file system is
   printed too, as the disk's ceiling, and so is a bare relay: an echo server forwarding each
   payload unchanged to a second one, doing nothing else (the ceiling of any design where a
-  gateway relays the request to a storage node over a second gRPC hop); and the same relay
-  to an echo server that writes each payload to a file (os.write, the page cache): the
-  ceiling of such a design for a node that stores the bytes. The CPU time the
+  gateway relays the request to a storage node over a second gRPC hop; seglog's gateway
+  relays over the node's bulk listener instead, as deployed with a cluster secret); and the
+  same relay to an echo server that writes each payload to a file (os.write, the page
+  cache): the ceiling of such a design for a node that stores the bytes. The CPU time the
   gateway and the node spend per MiB is printed beside the bare relay's and the echo
   server's, summed over every round (/proc/<pid>/stat counts in 10 ms ticks).
 - fetch: the same partition read back in fetch streams, against a bare server stream of 1 MiB
@@ -36,6 +37,7 @@ from seglog.rpc.channels import open_channel
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services import serving
 
+from .cluster import CLUSTER_SECRET_ENV
 from .scale_probes import cpu_seconds
 from .timing import best_in_turns
 
@@ -162,7 +164,9 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
     with tempfile.TemporaryDirectory(prefix="seglog-bench-") as tmp:
         root = Path(tmp)
         echo = ServerProcess("echo", "bench.echo_server", [])
-        gateway = gateway_process("127.0.0.1:0", root / "gateway")
+        # With the cluster secret, as deployed (make run, the manifests): the gateway relays
+        # produce to the node over its bulk listener (bulk.md, version 3).
+        gateway = gateway_process("127.0.0.1:0", root / "gateway", env=CLUSTER_SECRET_ENV)
         processes: list[ServerProcess] = [echo, gateway]
         channels: list[grpc.Channel] = []
         try:
@@ -179,7 +183,9 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             processes.append(writing_relay)
             writing_relay.start()
             gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
+            node = node_process(
+                1, "127.0.0.1:0", root / "node-1", gateway.address, env=CLUSTER_SECRET_ENV
+            )
             processes.append(node)
             node.start()
             admin = open_channel(gateway.address)
