@@ -76,11 +76,12 @@ class SessionPartition:
         )
 
     def has_news(self, state: FetchState) -> bool:
+        if state.error is not None or state.diverging is not None:
+            return not self.answered_problem  # answered once, until the state changes
         if self.has_urgent_news(state):
             return True
         log = state.log
-        if log is None:
-            return False
+        assert log is not None
         return (
             log.high_watermark != self.answered_high_watermark
             or log.log_start_offset != self.answered_log_start_offset
