@@ -142,13 +142,7 @@ class BulkConnection:
         message = bulk_pb2.BulkFetchRequest(
             version=bulk_wire.BULK_VERSION, grant=grant, signature=signature, fetch=fetch
         )
-        if self._traced:
-            span = tracer.start_span("seglog.bulk.fetch", kind=trace.SpanKind.CLIENT)
-            if span.is_recording():
-                self._spans.append(span)
-                span.set_attribute("seglog.node_id", node_id)
-                span.set_attribute("net.peer.name", self.address)
-                propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
+        self._start_span("seglog.bulk.fetch", message, node_id)
         try:
             bulk_wire.send_message(self._sock, message)
         except OSError as exc:
@@ -175,13 +169,7 @@ class BulkConnection:
             signature=signature,
             produce_length=len(request),
         )
-        if self._traced:
-            span = tracer.start_span("seglog.bulk.produce", kind=trace.SpanKind.CLIENT)
-            if span.is_recording():
-                self._spans.append(span)
-                span.set_attribute("seglog.node_id", node_id)
-                span.set_attribute("net.peer.name", self.address)
-                propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
+        self._start_span("seglog.bulk.produce", message, node_id)
         try:
             self._sock.settimeout(timeout_s)
             bulk_wire.send_message(self._sock, message, request)
@@ -273,6 +261,18 @@ class BulkConnection:
         while self._spans:
             self._end_span(0, exc)
         self.close()
+
+    def _start_span(self, name: str, message: bulk_pb2.BulkFetchRequest, node_id: int) -> None:
+        """When traced, the request's client span, its context carried to the node in the
+        message; it ends with the answer (`_end_span`)."""
+        if not self._traced:
+            return
+        span = tracer.start_span(name, kind=trace.SpanKind.CLIENT)
+        if span.is_recording():
+            self._spans.append(span)
+            span.set_attribute("seglog.node_id", node_id)
+            span.set_attribute("net.peer.name", self.address)
+            propagate.inject(message.trace_context, context=trace.set_span_in_context(span))
 
     def _end_span(self, received: int, error: BaseException | None) -> None:
         """The transfer span (bytes, node; its duration is the transfer's) ends with its
