@@ -242,3 +242,26 @@ def test_the_relay_renews_its_grant_before_it_expires(cluster, monkeypatch):
     )
     assert cluster.client.produce("renewed", {0: make_batch([b"b"])})[0].error == 0
     assert gateway_relay._nodes[leader_id].grant != first
+
+
+def test_connections_per_node_are_bounded_and_reused(cluster):
+    cluster.admin.create_topic("bounded", 1, 1)
+    leader = cluster.leader_of("bounded", 0)
+    node_id, address = leader.config.node_id, leader.bulk.address
+    relay = produce_relay.ProduceRelay(CLUSTER_SECRET, max_connections_per_node=2)
+    try:
+        first = relay._take(node_id, address)
+        second = relay._take(node_id, address)
+        assert first is not None and second is not None
+        # Two in use: a third request would go over gRPC rather than open another.
+        assert relay._take(node_id, address) is None
+        relay._give_back(first[0], first[1])
+        again = relay._take(node_id, address)
+        assert again is not None and again[1] is first[1]  # the idle one, kept
+        # A connection the node closed is counted out when next taken, and replaced.
+        leader.bulk.stop()
+        relay._give_back(again[0], again[1])
+        assert relay._take(node_id, address) is None  # nothing listens now
+        assert relay._nodes[node_id].connections == 1  # only `second` is left
+    finally:
+        relay.close()

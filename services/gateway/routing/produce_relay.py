@@ -6,9 +6,10 @@ to gateway, gateway to leader). The second now goes over a kept TCP connection t
 leader's bulk listener, which hands the request's bytes to the same code as the gRPC Append
 (storage_node/produce_requests.py) and answers the ProduceResponse's bytes.
 
-Each node has a pool of idle connections: a relay takes one (or opens one), sends the request,
-reads the answer and puts the connection back, so concurrent produces to one node go on
-separate connections, one request in flight on each. The relay signs its own grant
+Each node has a pool of connections: a relay takes an idle one (or opens one), sends the
+request, reads the answer and puts the connection back, so concurrent produces to one node go
+on separate connections, one request in flight on each; past `MAX_CONNECTIONS_PER_NODE` in
+use, a request goes over gRPC. The relay signs its own grant
 (`produce_relay`, no partition: nothing a client is ever given) and renews it before expiry.
 
 When the bulk path cannot take a request — no cluster secret or bulk address, the node
@@ -36,8 +37,11 @@ from seglog.v1 import common_pb2
 logger = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 2.0
-# Idle connections kept per node; a burst past it opens more, closed when handed back.
-MAX_IDLE_PER_NODE = 32
+# Connections kept per node, busy or idle. A burst past it goes over gRPC: the node's bulk
+# listener admits only so many new connections from one host at once (its
+# max_unverified_per_peer, 16), and a connection it turns away at the door would cost a
+# request an error it never needed.
+MAX_CONNECTIONS_PER_NODE = 16
 RETRY_REFUSED_AFTER_S = 60.0
 # A grant is renewed once less than this much of its life is left.
 GRANT_RENEW_MARGIN_MS = 5_000
@@ -45,8 +49,10 @@ GRANT_RENEW_MARGIN_MS = 5_000
 
 @dataclass
 class _NodeRelay:
+    node_id: int
     address: str
     idle: list[BulkConnection] = field(default_factory=list)
+    connections: int = 0  # open, idle or carrying a request
     grant: tuple[bytes, bytes, int] | None = None  # (grant, signature, expires at ms)
     refused_until: float = 0.0  # monotonic
 
@@ -59,13 +65,13 @@ class ProduceRelay:
         ssl_context: ssl.SSLContext | None = None,
         traced: bool = False,
         grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
-        max_idle_per_node: int = MAX_IDLE_PER_NODE,
+        max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
     ) -> None:
         self.secret = secret
         self.ssl_context = ssl_context
         self.traced = traced
         self.grant_ttl_ms = max(grant_ttl_ms, 2 * GRANT_RENEW_MARGIN_MS)
-        self.max_idle_per_node = max_idle_per_node
+        self.max_connections_per_node = max_connections_per_node
         self._lock = threading.Lock()
         self._nodes: dict[int, _NodeRelay] = {}
         self._closed = False
@@ -80,7 +86,7 @@ class ProduceRelay:
         taken = self._take(node_id, address)
         if taken is None:
             return None
-        connection, (grant, signature, _) = taken
+        node, connection, (grant, signature, _) = taken
         try:
             answer = connection.produce(
                 grant, signature, request, node_id=node_id, timeout_s=timeout_s
@@ -89,6 +95,8 @@ class ProduceRelay:
             raise RequestTimedOutError(f"node {node_id}: {exc}") from None
         except BulkFetchError as exc:
             raise LeaderNotAvailableError(f"node {node_id} unavailable: {exc}") from None
+        finally:
+            self._give_back(node, connection)  # closed on failure: then only counted out
         if answer.end:  # the relay itself refused: nothing was written
             logger.warning(
                 "node %d refuses the bulk produce relay (%s): its produce goes over gRPC "
@@ -97,9 +105,9 @@ class ProduceRelay:
                 answer.error_message,
                 RETRY_REFUSED_AFTER_S,
             )
-            self._refused(node_id, address)
+            with self._lock:
+                node.refused_until = time.monotonic() + RETRY_REFUSED_AFTER_S
             return None
-        self._give_back(node_id, address, connection)
         if answer.error != common_pb2.NONE:
             error: SeglogError = error_from_code(answer.error, answer.error_message)
             raise error
@@ -116,7 +124,7 @@ class ProduceRelay:
 
     def _take(
         self, node_id: int, address: str
-    ) -> tuple[BulkConnection, tuple[bytes, bytes, int]] | None:
+    ) -> tuple[_NodeRelay, BulkConnection, tuple[bytes, bytes, int]] | None:
         now_ms = time.time_ns() // 1_000_000
         with self._lock:
             if self._closed:
@@ -132,8 +140,12 @@ class ProduceRelay:
             while node.idle:
                 connection = node.idle.pop()
                 if not connection.peer_closed():
-                    return connection, grant
+                    return node, connection, grant
                 connection.close()
+                node.connections -= 1
+            if node.connections >= self.max_connections_per_node:
+                return None
+            node.connections += 1
         try:
             connection = BulkConnection.open(
                 address,
@@ -143,33 +155,32 @@ class ProduceRelay:
             )
         except BulkFetchError as exc:
             logger.debug("bulk produce relay to node %d: %s", node_id, exc)
+            with self._lock:
+                node.connections -= 1
             return None
-        return connection, grant
+        return node, connection, grant
 
-    def _give_back(self, node_id: int, address: str, connection: BulkConnection) -> None:
+    def _give_back(self, node: _NodeRelay, connection: BulkConnection) -> None:
+        """Keep the connection for the next request; closed (it failed, or the node refused
+        the relay), or its node moved or the relay closed meanwhile, it is counted out."""
         with self._lock:
-            node = self._nodes.get(node_id)
-            if (
-                not self._closed
-                and node is not None
-                and node.address == address
-                and len(node.idle) < self.max_idle_per_node
-            ):
+            keep = (
+                not connection.closed and not self._closed and self._nodes.get(node.node_id) is node
+            )
+            if keep:
                 node.idle.append(connection)
                 return
+            node.connections -= 1
         connection.close()
 
-    def _refused(self, node_id: int, address: str) -> None:
-        with self._lock:
-            self._node(node_id, address).refused_until = time.monotonic() + RETRY_REFUSED_AFTER_S
-
     def _node(self, node_id: int, address: str) -> _NodeRelay:
-        """The node's relay state, fresh when it moved to another address (its connections
-        to the old one are closed). Called under the lock."""
+        """The node's relay state, fresh when it moved to another address (its idle
+        connections to the old one are closed). Called under the lock."""
         node = self._nodes.get(node_id)
         if node is None or node.address != address:
             if node is not None:
                 for connection in node.idle:
                     connection.close()
-            node = self._nodes[node_id] = _NodeRelay(address)
+                node.idle.clear()
+            node = self._nodes[node_id] = _NodeRelay(node_id, address)
         return node
