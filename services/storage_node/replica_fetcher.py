@@ -115,6 +115,7 @@ class ReplicaFetcher:
         self.secret = secret
         self._bulk_connection: BulkConnection | None = None
         self._bulk_unusable_until = 0.0
+        self._grants: grants.ReusedGrants | None = None  # made with the first bulk round
         self.leader_id = leader_id
         self.address = address
         self.settings = settings
@@ -265,12 +266,11 @@ class ReplicaFetcher:
     ) -> None:
         """One round through the leader's bulk listener, under a grant this node signs for
         itself (the replica id is its own; the request carries the epochs)."""
-        assert self.secret is not None
-        grant, signature, _ = grants.issue(
-            self.secret,
-            self.leader_id,
-            [(p.topic, p.partition, 0, -1) for p in request.partitions],
-            replica_id=self.node_id,
+        if self._grants is None:
+            assert self.secret is not None
+            self._grants = grants.ReusedGrants(self.secret, self.leader_id, replica_id=self.node_id)
+        grant, signature = self._grants.get(
+            tuple((p.topic, p.partition) for p in request.partitions)
         )
         connection = self._bulk_connection
         if connection is None or connection.closed:

@@ -225,23 +225,26 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay(tmp_path, monk
         cluster.close()
 
 
-def test_the_relay_renews_its_grant_before_it_expires(cluster, monkeypatch):
-    # A grant shorter than the renewal margin would be renewed on every request; the relay
-    # keeps each one at least twice the margin.
-    relay = produce_relay.ProduceRelay(b"0123456789abcdef", grant_ttl_ms=1)
-    assert relay.grant_ttl_ms == 2 * produce_relay.GRANT_RENEW_MARGIN_MS
+def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatch):
     cluster.admin.create_topic("renewed", 1, 1)
-    gateway_relay = cluster.gateway.service.produce_relay
-    assert gateway_relay is not None
-    assert cluster.client.produce("renewed", {0: make_batch([b"a"])})[0].error == 0
-    leader_id = cluster.leader_of("renewed", 0).config.node_id
-    first = gateway_relay._nodes[leader_id].grant
+    leader = cluster.leader_of("renewed", 0)
+    seen = []
+    check = leader.bulk._check_produce
+
+    def recording(request, peer_name):
+        seen.append(request.grant)
+        return check(request, peer_name)
+
+    monkeypatch.setattr(leader.bulk, "_check_produce", recording)
+    for value in (b"a", b"b"):
+        assert cluster.client.produce("renewed", {0: make_batch([value])})[0].error == 0
+    assert len(seen) == 2 and seen[0] == seen[1]  # signed once, verified once
     # Once less than the margin is left, the next request carries a new grant.
-    monkeypatch.setattr(
-        produce_relay, "GRANT_RENEW_MARGIN_MS", cluster.gateway.config.fetch_grant_ttl_ms + 1
-    )
-    assert cluster.client.produce("renewed", {0: make_batch([b"b"])})[0].error == 0
-    assert gateway_relay._nodes[leader_id].grant != first
+    relay = cluster.gateway.service.produce_relay
+    reused = relay._nodes[leader.config.node_id].grants
+    monkeypatch.setattr(reused, "renew_margin_ms", reused.ttl_ms + 1)
+    assert cluster.client.produce("renewed", {0: make_batch([b"c"])})[0].error == 0
+    assert len(seen) == 3 and seen[2] != seen[1]
 
 
 def test_connections_per_node_are_bounded_and_reused(cluster):

@@ -18,6 +18,8 @@ from ..v1 import bulk_pb2
 
 GRANT_VERSION = 1
 DEFAULT_GRANT_TTL_MS = 30_000
+VERIFIED_CACHE_SIZE = 1024
+CACHED_GRANT_MAX_BYTES = 1024
 CLUSTER_SECRET_ENV = "SEGLOG_CLUSTER_SECRET"
 
 
@@ -63,6 +65,51 @@ def issue(
     return data, sign(secret, data), expires_at_ms
 
 
+class ReusedGrants:
+    """Grants one holder makes for itself and sends again until `renew_margin_ms` before they
+    expire, one per set of partitions named (a follower's session rounds name the same few;
+    the gateway's produce relay names none): no signing per request, and the node finds the
+    same bytes verified already (`verify`)."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        node_id: int,
+        *,
+        replica_id: int | None = None,
+        produce_relay: bool = False,
+        ttl_ms: int = DEFAULT_GRANT_TTL_MS,
+        renew_margin_ms: int = DEFAULT_GRANT_TTL_MS // 3,
+        max_kept: int = 64,
+    ) -> None:
+        self.secret = secret
+        self.node_id = node_id
+        self.replica_id = replica_id
+        self.produce_relay = produce_relay
+        self.ttl_ms = max(ttl_ms, 2 * renew_margin_ms)
+        self.renew_margin_ms = renew_margin_ms
+        self.max_kept = max_kept
+        self._made: dict[tuple[tuple[str, int], ...], tuple[bytes, bytes, int]] = {}
+
+    def get(self, partitions: tuple[tuple[str, int], ...] = ()) -> tuple[bytes, bytes]:
+        """(grant, signature) for `partitions` (each from offset 0, any epoch)."""
+        now_ms = time.time_ns() // 1_000_000
+        made = self._made.get(partitions)
+        if made is None or made[2] - now_ms < self.renew_margin_ms:
+            made = issue(
+                self.secret,
+                self.node_id,
+                [(topic, partition, 0, -1) for topic, partition in partitions],
+                self.ttl_ms,
+                replica_id=self.replica_id,
+                produce_relay=self.produce_relay,
+            )
+            if len(self._made) >= self.max_kept:
+                self._made.clear()
+            self._made[partitions] = made
+        return made[0], made[1]
+
+
 @dataclass(frozen=True)
 class VerifiedGrant:
     node_id: int
@@ -75,6 +122,31 @@ class VerifiedGrant:
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
     """The grant's content, once its signature, version, node and expiry check out;
     InvalidRequestError naming what failed otherwise."""
+    key = (secret, grant, signature, node_id)
+    verified = _verified.get(key)
+    if verified is None:
+        verified = _signed_content(secret, grant, signature, node_id)
+        if len(grant) <= CACHED_GRANT_MAX_BYTES:
+            if len(_verified) >= VERIFIED_CACHE_SIZE:
+                _verified.clear()  # grants expire in seconds: what is dropped comes back
+            _verified[key] = verified
+    now_ms = time.time_ns() // 1_000_000
+    if verified.expires_at_ms <= now_ms:
+        raise InvalidRequestError(
+            f"transfer grant: expired {now_ms - verified.expires_at_ms} ms ago; ask the "
+            f"gateway for a new one"
+        )
+    return verified
+
+
+# A follower sends the same grant round after round, and the gateway's relay one with every
+# produce: the same bytes are verified once, then found here (the expiry is still checked
+# on each use). Only grants that verified are kept, and only small ones (a consumer's grant
+# for thousands of partitions is verified each time rather than held).
+_verified: dict[tuple[bytes, bytes, bytes, int], VerifiedGrant] = {}
+
+
+def _signed_content(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
     if not hmac.compare_digest(sign(secret, grant), signature):
         raise InvalidRequestError("transfer grant: the signature does not verify")
     try:
@@ -86,12 +158,6 @@ def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> Verif
     if parsed.node_id != node_id:
         raise InvalidRequestError(
             f"transfer grant: issued for node {parsed.node_id}, this is node {node_id}"
-        )
-    now_ms = time.time_ns() // 1_000_000
-    if parsed.expires_at_ms <= now_ms:
-        raise InvalidRequestError(
-            f"transfer grant: expired {now_ms - parsed.expires_at_ms} ms ago; ask the gateway "
-            f"for a new one"
         )
     return VerifiedGrant(
         parsed.node_id,

@@ -10,7 +10,8 @@ Each node has a pool of connections: a relay takes an idle one (or opens one), s
 request, reads the answer and puts the connection back, so concurrent produces to one node go
 on separate connections, one request in flight on each; past `MAX_CONNECTIONS_PER_NODE` in
 use, a request goes over gRPC. The relay signs its own grant
-(`produce_relay`, no partition: nothing a client is ever given) and renews it before expiry.
+(`produce_relay`, no partition: nothing a client is ever given) and renews it before expiry
+(grants.ReusedGrants).
 
 When the bulk path cannot take a request — no cluster secret or bulk address, the node
 unreachable, a node that refuses the relay (one that serves fetches only, a secret of its
@@ -43,17 +44,15 @@ CONNECT_TIMEOUT_S = 2.0
 # request an error it never needed.
 MAX_CONNECTIONS_PER_NODE = 16
 RETRY_REFUSED_AFTER_S = 60.0
-# A grant is renewed once less than this much of its life is left.
-GRANT_RENEW_MARGIN_MS = 5_000
 
 
 @dataclass
 class _NodeRelay:
     node_id: int
     address: str
+    grants: grants.ReusedGrants
     idle: list[BulkConnection] = field(default_factory=list)
     connections: int = 0  # open, idle or carrying a request
-    grant: tuple[bytes, bytes, int] | None = None  # (grant, signature, expires at ms)
     refused_until: float = 0.0  # monotonic
 
 
@@ -70,7 +69,7 @@ class ProduceRelay:
         self.secret = secret
         self.ssl_context = ssl_context
         self.traced = traced
-        self.grant_ttl_ms = max(grant_ttl_ms, 2 * GRANT_RENEW_MARGIN_MS)
+        self.grant_ttl_ms = grant_ttl_ms
         self.max_connections_per_node = max_connections_per_node
         self._lock = threading.Lock()
         self._nodes: dict[int, _NodeRelay] = {}
@@ -86,7 +85,7 @@ class ProduceRelay:
         taken = self._take(node_id, address)
         if taken is None:
             return None
-        node, connection, (grant, signature, _) = taken
+        node, connection, (grant, signature) = taken
         try:
             answer = connection.produce(
                 grant, signature, request, node_id=node_id, timeout_s=timeout_s
@@ -124,19 +123,14 @@ class ProduceRelay:
 
     def _take(
         self, node_id: int, address: str
-    ) -> tuple[_NodeRelay, BulkConnection, tuple[bytes, bytes, int]] | None:
-        now_ms = time.time_ns() // 1_000_000
+    ) -> tuple[_NodeRelay, BulkConnection, tuple[bytes, bytes]] | None:
         with self._lock:
             if self._closed:
                 return None
             node = self._node(node_id, address)
             if node.refused_until > time.monotonic():
                 return None
-            if node.grant is None or node.grant[2] - now_ms < GRANT_RENEW_MARGIN_MS:
-                node.grant = grants.issue(
-                    self.secret, node_id, (), self.grant_ttl_ms, produce_relay=True
-                )
-            grant = node.grant
+            grant = node.grants.get()
             while node.idle:
                 connection = node.idle.pop()
                 if not connection.peer_closed():
@@ -182,5 +176,8 @@ class ProduceRelay:
                 for connection in node.idle:
                     connection.close()
                 node.idle.clear()
-            node = self._nodes[node_id] = _NodeRelay(node_id, address)
+            made = grants.ReusedGrants(
+                self.secret, node_id, produce_relay=True, ttl_ms=self.grant_ttl_ms
+            )
+            node = self._nodes[node_id] = _NodeRelay(node_id, address, made)
         return node
