@@ -100,6 +100,10 @@ def test_a_node_disk_keeps_what_was_synced_through_repeated_power_cuts(tmp_path)
             (mount / "more").write_bytes(b"x" * 65536)
         disks.free(1)
         (mount / "more").write_bytes(b"x" * 65536)
+        # A power cut after the ballast was freed does not bring it back.
+        disks.cut_power(1)
+        assert not (mount / "ballast").exists()
+        (mount / "again").write_bytes(b"x" * 65536)
     finally:
         for holder in holders:
             holder.kill()
