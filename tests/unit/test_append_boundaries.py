@@ -1,7 +1,7 @@
-"""Where recent appends ended (LogSegment's remembered boundaries, the reads' shortcut for a
-caught-up follower or consumer): every read finds exactly what the indexes and headers alone
-find, through appends of one and of many batches, segment rolls, truncations and refills, at
-every offset, with and without a high-watermark bound."""
+"""Where recent appends ended (append_ends.py, the reads' shortcut for a caught-up follower or
+consumer): every read finds exactly what the indexes and headers alone find, through appends
+of one and of many batches, segment rolls, truncations and refills, at every offset, with and
+without a high-watermark bound."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_reads_find_what_the_indexes_alone_find(steps):
             bound = log.log_end_offset // 2
             remembered = (_reads(log, None), _reads(log, bound))
             for segment in log._segments.snapshot().segments:
-                segment._forget_boundaries()
+                segment.append_ends.forget()
             assert (_reads(log, None), _reads(log, bound)) == remembered
         finally:
             log.close()
@@ -79,11 +79,17 @@ def test_a_caught_up_readers_offset_is_found_where_the_last_append_ended(tmp_pat
             log.append(make_batch([b"r%d" % i]), leader_epoch=0)
         segment = log._segments.active
         end = segment.log.size
-        assert segment.offset_after(end) == 5
+        assert segment.append_ends.offset_after(end) == 5
         position = segment.translate_offset(4).position
         # Found without the index (which has no entry: the interval is larger than the log).
-        assert segment.offset_index.entries == 0 and position == segment._position_of_offset[4]
+        assert (
+            segment.offset_index.entries == 0
+            and position == segment.append_ends._position_of_offset[4]
+        )
         log.truncate_to(2)  # the file is cut: nothing remembered survives it
-        assert segment.offset_after(end) is None and not segment._position_of_offset
+        assert (
+            segment.append_ends.offset_after(end) is None
+            and not segment.append_ends._position_of_offset
+        )
     finally:
         log.close()

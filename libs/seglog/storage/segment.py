@@ -4,11 +4,7 @@ The segment owns the index bookkeeping: after every `index_interval_bytes` of ap
 adds an offset-index entry (the batch's last offset, the batch's position) and a time-index
 entry (the largest timestamp so far, the offset of the batch that carried it). Both indexes
 are derived from the log and can be rebuilt from it (`recover`).
-
-It also remembers where its last few appends ended (`RECENT_BOUNDARIES`): a caught-up
-follower or consumer fetches from exactly such a place, the offset after what it got last,
-and finds it there (one 61-byte header read to confirm) instead of by two binary searches of
-the offset index and a walk of headers, on every fetch of the node's busiest path.
+It also remembers where its last few appends ended (append_ends.py), for caught-up reads.
 """
 
 from __future__ import annotations
@@ -21,14 +17,12 @@ from typing import NamedTuple
 
 from ..errors import StorageError
 from ..records.batch import (
-    HEADER_BYTES,
-    LOG_OVERHEAD,
-    MAGIC_V2,
     NO_TIMESTAMP,
 )
 from ..spans import EngineTracer
 from . import log_files
 from . import open_files as open_files_module
+from .append_ends import AppendEnds
 from .batch_bounds import Damage
 from .file_records import FileRecords
 from .leader_epoch_cache import LeaderEpochCache
@@ -38,9 +32,6 @@ from .time_index import TimeIndex
 from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
-
-# Append ends remembered per segment: the followers' and consumers' next fetch offsets.
-RECENT_BOUNDARIES = 16
 
 
 class SegmentRecovery(NamedTuple):
@@ -90,10 +81,7 @@ class LogSegment:
         # The first batch's max timestamp: segment_ms rolls measure from it (Kafka's
         # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
         self.rolling_based_timestamp: int | None = None
-        # Where recent appends ended: next offset -> file position, and back. Written by the
-        # appending thread only; readers confirm what they take (`translate_offset`).
-        self._position_of_offset: dict[int, int] = {}
-        self._offset_at_position: dict[int, int] = {}
+        self.append_ends = AppendEnds()
 
     @classmethod
     def open(
@@ -258,24 +246,7 @@ class LogSegment:
                 f"{position}: {exc}"
             ) from exc
         if batches:
-            self._note_boundary(batches[-1].last_offset + 1, self.log.size)
-
-    def _note_boundary(self, next_offset: int, position: int) -> None:
-        if len(self._position_of_offset) >= RECENT_BOUNDARIES:
-            oldest = next(iter(self._position_of_offset))  # dicts keep insertion order
-            self._offset_at_position.pop(self._position_of_offset.pop(oldest), None)
-        self._position_of_offset[next_offset] = position
-        self._offset_at_position[position] = next_offset
-
-    def _forget_boundaries(self) -> None:
-        """The file was cut: a remembered place may no longer be one."""
-        self._position_of_offset.clear()
-        self._offset_at_position.clear()
-
-    def offset_after(self, position: int) -> int | None:
-        """The next offset after the batches ending at `position`, when an append ended
-        there recently (segment_reads.locate's slice end); None otherwise."""
-        return self._offset_at_position.get(position)
+            self.append_ends.note(batches[-1].last_offset + 1, self.log.size)
 
     def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
         self._load_state()
@@ -289,7 +260,7 @@ class LogSegment:
         )
 
     def _roll_back(self, position: int, state: tuple[int, int, int, int, int | None, int]) -> None:
-        self._forget_boundaries()
+        self.append_ends.forget()
         (
             offset_entries,
             time_entries,
@@ -370,7 +341,7 @@ class LogSegment:
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchPosition | None:
         """The batch holding `offset` (or the first after it), starting from the index."""
         with tracer.start_as_current_span("seglog.segment.index_lookup") as span:
-            remembered = self._remembered_batch(offset, start_position)
+            remembered = self.append_ends.batch_at(self.log, offset, start_position)
             if remembered is not None:
                 span.set_attribute("seglog.position", remembered.position)
                 return remembered
@@ -378,25 +349,6 @@ class LogSegment:
             found = self.log.search_offset(offset, max(entry.position, start_position))
             span.set_attribute("seglog.position", -1 if found is None else found.position)
             return found
-
-    def _remembered_batch(self, offset: int, start_position: int) -> BatchPosition | None:
-        """The batch starting at `offset` where an append ended, confirmed by its header (a
-        place remembered across a cut and refilled file is taken only if it still is one)."""
-        position = self._position_of_offset.get(offset)
-        if position is None or position < start_position:
-            return None
-        size = self.log.size
-        if position + HEADER_BYTES > size:
-            return None
-        header = self.log.header_at(position)
-        if (
-            header.magic != MAGIC_V2
-            or header.base_offset != offset
-            or header.batch_length < HEADER_BYTES - LOG_OVERHEAD
-            or position + header.size_in_bytes > size
-        ):
-            return None
-        return BatchPosition(position, header)
 
     # -- recovery and truncation -------------------------------------------------------
 
@@ -408,7 +360,7 @@ class LogSegment:
         cover, bounded by this segment's base and `upper_bound`, the next segment's base).
         With `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known
         starts that epoch at its base offset, as Kafka's LogSegment.recover does."""
-        self._forget_boundaries()
+        self.append_ends.forget()
         self.offset_index.reset()
         self.time_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
@@ -435,7 +387,7 @@ class LogSegment:
         found = self.translate_offset(offset)
         if found is None:
             return 0
-        self._forget_boundaries()
+        self.append_ends.forget()
         position = found.position
         self.offset_index.truncate_to(found.header.base_offset)
         self.time_index.truncate_to(found.header.base_offset)

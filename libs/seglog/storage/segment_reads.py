@@ -66,7 +66,7 @@ def locate(
         next_offset = first.next_offset if min_one_message else first.base_offset
         return SegmentSlice(segment, start.position, size, first.base_offset, next_offset)
     target = min(start.position + max_bytes, end)
-    known_next = segment.offset_after(target)
+    known_next = segment.append_ends.offset_after(target)
     if known_next is not None:
         # An append ended at `target` (the log end, a caught-up reader's usual bound): the
         # batches up to it are whole, and the next offset is known without a walk.
