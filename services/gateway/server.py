@@ -13,7 +13,7 @@ from opentelemetry.metrics import MeterProvider
 
 from seglog.rpc import wire
 from seglog.security.principals import PrincipalMapper
-from seglog.security.tls import channel_credentials, client_ssl_context, server_credentials
+from seglog.security.tls import channel_credentials, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.settings import described_settings
@@ -45,7 +45,7 @@ from .groups.offsets_store import (
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor, RequestMemoryPool
-from .routing.produce_relay import ProduceRelay
+from .routing.produce_relay import configured_relay
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
@@ -148,14 +148,7 @@ class Gateway:
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
-            produce_relay=None
-            if config.cluster_secret is None or not config.bulk_produce_relay_enable
-            else ProduceRelay(
-                config.cluster_secret,
-                ssl_context=None if config.tls is None else client_ssl_context(config.tls),
-                traced=tracer_provider is not None,
-                grant_ttl_ms=config.fetch_grant_ttl_ms,
-            ),
+            produce_relay=configured_relay(config, traced=tracer_provider is not None),
         )
         self.admin = AdminService(
             self.registry,

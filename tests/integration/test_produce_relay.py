@@ -240,7 +240,7 @@ def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatc
         assert cluster.client.produce("renewed", {0: make_batch([value])})[0].error == 0
     assert len(seen) == 2 and seen[0] == seen[1]  # signed once, verified once
     # Once less than the margin is left, the next request carries a new grant.
-    relay = cluster.gateway.service.produce_relay
+    relay = cluster.gateway.service.appends.relay
     reused = relay._nodes[leader.config.node_id].grants
     monkeypatch.setattr(reused, "renew_margin_ms", reused.ttl_ms + 1)
     assert cluster.client.produce("renewed", {0: make_batch([b"c"])})[0].error == 0

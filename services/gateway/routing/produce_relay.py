@@ -28,12 +28,17 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seglog.errors import LeaderNotAvailableError, RequestTimedOutError, SeglogError
 from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkRelayTimeout
 from seglog.rpc.status import error_from_code
+from seglog.security.tls import client_ssl_context
 from seglog.v1 import common_pb2
+
+if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
+    from ..settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +59,19 @@ class _NodeRelay:
     idle: list[BulkConnection] = field(default_factory=list)
     connections: int = 0  # open, idle or carrying a request
     refused_until: float = 0.0  # monotonic
+
+
+def configured_relay(config: GatewayConfig, *, traced: bool) -> ProduceRelay | None:
+    """The gateway's relay as configured: none without a cluster secret or with
+    `bulk.produce.relay.enable` false."""
+    if config.cluster_secret is None or not config.bulk_produce_relay_enable:
+        return None
+    return ProduceRelay(
+        config.cluster_secret,
+        ssl_context=None if config.tls is None else client_ssl_context(config.tls),
+        traced=traced,
+        grant_ttl_ms=config.fetch_grant_ttl_ms,
+    )
 
 
 class ProduceRelay:

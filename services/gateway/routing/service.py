@@ -21,13 +21,10 @@ messages, so one bad partition does not hide its neighbours' data.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -58,9 +55,10 @@ from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from ..cluster.registry import Registry, Route
 from ..cluster.topic_rules import is_internal_topic
-from ..node_connections import NodeConnection, NodeConnections
+from ..node_connections import NodeConnections
 from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
+from .leader_appends import LeaderAppends, Target
 from .leader_queries import LeaderQueries
 from .produce_relay import ProduceRelay
 from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
@@ -71,18 +69,8 @@ logger = logging.getLogger(__name__)
 NODE_ANSWER_GRACE_S = 2.0
 
 DEFAULT_TIMEOUT_MS = 30_000
-# Nodes' parts of produce requests spanning several leaders, relayed at once (the first part
-# of each request goes from the handler's own thread).
-MAX_CONCURRENT_NODE_RELAYS = 32
 # acks=0 payloads the gateway holds while their nodes have not answered (a hung leader).
 DEFAULT_MAX_UNACKNOWLEDGED_BYTES = 256 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class _Target:
-    node_id: int
-    connection: NodeConnection
-    bulk_address: str = ""
 
 
 class GatewayService:
@@ -99,10 +87,7 @@ class GatewayService:
     ) -> None:
         self.registry = registry
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
-        self.produce_relay = produce_relay
-        self._relay_pool = ThreadPoolExecutor(
-            max_workers=MAX_CONCURRENT_NODE_RELAYS, thread_name_prefix="produce-relay"
-        )
+        self.appends = LeaderAppends(produce_relay, self._node_failure)
         self.cluster_secret = cluster_secret
         self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
@@ -120,13 +105,11 @@ class GatewayService:
 
     def close(self) -> None:
         """After the server stopped: the produce relay's connections and threads."""
-        self._relay_pool.shutdown(wait=False)
-        if self.produce_relay is not None:
-            self.produce_relay.close()
+        self.appends.close()
 
     # -- routing -------------------------------------------------------------------------
 
-    def _route(self, topic: str, partition: int, client_epoch: int) -> tuple[Route, _Target]:
+    def _route(self, topic: str, partition: int, client_epoch: int) -> tuple[Route, Target]:
         route = self.registry.route(topic, partition)
         if client_epoch >= 0 and client_epoch != route.leader_epoch:
             raise NotLeaderError(
@@ -138,9 +121,9 @@ class GatewayService:
                 f"{topic}-{partition}: leader node {route.leader} is not available"
             )
         connection = self.connections.get(route.leader, route.address)
-        return route, _Target(route.leader, connection, route.bulk_address)
+        return route, Target(route.leader, connection, route.bulk_address)
 
-    def _node_failure(self, target: _Target, exc: grpc.RpcError) -> SeglogError:
+    def _node_failure(self, target: Target, exc: grpc.RpcError) -> SeglogError:
         error = error_from_rpc(exc)
         # The transport's own failure (no seglog reason attached), or CANCELLED: the node's
         # channel was closed under the call (the node re-registered at a new address) or
@@ -203,29 +186,13 @@ class GatewayService:
         if len(by_node) == 1:
             target, _ = next(iter(by_node.values()))
             try:
-                return self._append(target, raw, timeout_s)
+                return self.appends.append(target, raw, timeout_s)
             except SeglogError as exc:
                 abort(context, exc)
         merged: bytes = self._produce_across_nodes(scanned, by_node, timeout_s).SerializeToString()
         return merged
 
-    def _append(self, target: _Target, request: bytes, timeout_s: float) -> bytes:
-        """The leader's answer (ProduceResponse wire bytes) to `request`, over its bulk
-        listener when it takes it, else over gRPC; SeglogError when the node refused the
-        request as a whole or could not be reached."""
-        if self.produce_relay is not None:
-            answer = self.produce_relay.relay(
-                target.node_id, target.bulk_address, request, timeout_s
-            )
-            if answer is not None:
-                return answer
-        try:
-            relayed: bytes = target.connection.append_relay(request, timeout=timeout_s)
-            return relayed
-        except grpc.RpcError as exc:
-            raise self._node_failure(target, exc) from None
-
-    def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[_Target, list[int]]]:
+    def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[Target, list[int]]]:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
         leaders up; returns request indexes grouped by leader node."""
         check_produce_request(request)
@@ -233,7 +200,7 @@ class GatewayService:
             raise InvalidTopicError(
                 f"topic {request.topic!r} is internal: only the cluster itself writes it"
             )
-        by_node: dict[int, tuple[_Target, list[int]]] = {}
+        by_node: dict[int, tuple[Target, list[int]]] = {}
         for i, data in enumerate(request.partitions):
             _, target = self._route(request.topic, data.partition, client_leader_epoch(data))
             by_node.setdefault(target.node_id, (target, []))[1].append(i)
@@ -268,41 +235,29 @@ class GatewayService:
     def _produce_across_nodes(
         self,
         request: wire.ScannedProduce,
-        by_node: dict[int, tuple[_Target, list[int]]],
+        by_node: dict[int, tuple[Target, list[int]]],
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
-        # Each node's part concurrently: the last on this thread, the others on the pool.
-        context = contextvars.copy_context()
         parts = list(by_node.values())
-        calls = [
-            self._relay_pool.submit(
-                context.copy().run,
-                self._append,
-                target,
-                self._sub_request(request, indexes),
-                timeout_s,
-            )
-            for target, indexes in parts[:-1]
-        ]
+        answers = self.appends.append_all(
+            [(target, self._sub_request(request, indexes)) for target, indexes in parts],
+            timeout_s,
+        )
         results: dict[int, common_pb2.PartitionProduceResult] = {}
-        for i, (target, indexes) in enumerate(parts):
-            try:
-                if i < len(calls):
-                    answer = calls[i].result()
-                else:
-                    answer = self._append(target, self._sub_request(request, indexes), timeout_s)
+        for (_, indexes), answer in zip(parts, answers, strict=True):
+            if not isinstance(answer, SeglogError):
                 for result in common_pb2.ProduceResponse.FromString(answer).partitions:
                     results[result.partition] = result
-            except SeglogError as error:
-                for index in indexes:
-                    partition = request.partitions[index].partition
-                    results[partition] = common_pb2.PartitionProduceResult(
-                        partition=partition,
-                        error=error_code_for(error),
-                        error_message=str(error),
-                        base_offset=-1,
-                        last_offset=-1,
-                    )
+                continue
+            for index in indexes:
+                partition = request.partitions[index].partition
+                results[partition] = common_pb2.PartitionProduceResult(
+                    partition=partition,
+                    error=error_code_for(answer),
+                    error_message=str(answer),
+                    base_offset=-1,
+                    last_offset=-1,
+                )
         response = common_pb2.ProduceResponse(topic=request.topic)
         response.partitions.extend(results[p.partition] for p in request.partitions)
         return response
@@ -311,7 +266,7 @@ class GatewayService:
         self,
         raw: bytes,
         request: wire.ScannedProduce,
-        by_node: dict[int, tuple[_Target, list[int]]],
+        by_node: dict[int, tuple[Target, list[int]]],
         timeout_s: float,
     ) -> common_pb2.ProduceResponse:
         """acks=0: hand the batches to the nodes and answer at once (offsets unknown, -1),
@@ -383,7 +338,7 @@ class GatewayService:
     def _fetch(
         self, request: common_pb2.FetchRequest, raw: bytes, context: grpc.ServicerContext
     ) -> Iterator[bytes]:
-        by_node: dict[int, tuple[_Target, list[int]]] = {}
+        by_node: dict[int, tuple[Target, list[int]]] = {}
         epochs_added = False
         for i, p in enumerate(request.partitions):
             try:
@@ -417,7 +372,7 @@ class GatewayService:
 
     def _relay(
         self,
-        target: _Target,
+        target: Target,
         payload: bytes,
         request: common_pb2.FetchRequest,
         indexes: list[int],
