@@ -16,7 +16,7 @@ from seglog.records import CREATE_TIME
 from seglog.v1 import common_pb2, groups_pb2, groups_pb2_grpc
 from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.batches import make_batch
-from tests.cluster import LocalCluster, drain
+from tests.cluster import drain
 from tests.waiting import wait_until
 
 # The group tests run with the authorizer off and on (conftest's cluster, GROUP_GRANTS).
@@ -119,27 +119,6 @@ def test_auto_offset_reset_latest_and_none(cluster):
         consumer.assign([tp])
         with pytest.raises(NoOffsetForPartitionError, match="no committed offset for resets-0"):
             consumer.poll(timeout_ms=100)
-
-
-def test_a_reset_while_the_leader_is_away_waits_for_it_instead_of_raising(tmp_path):
-    # As Kafka's consumer: a retriable failure of the reset's lookup is asked again after
-    # retry_backoff_ms; poll does not raise it.
-    cluster = LocalCluster(tmp_path, nodes=1)
-    try:
-        cluster.admin.create_topic("away", 1)
-        produce(cluster.address, "away", [b"a", b"b"])
-        cluster.stop_node(1, controlled=False)
-        tp = TopicPartition("away", 0)
-        with Consumer(
-            cluster.address, auto_offset_reset="earliest", retry_backoff_ms=20
-        ) as consumer:
-            consumer.assign([tp])
-            for _ in range(3):
-                assert consumer.poll_records(timeout_ms=50) == []
-            cluster.start_node(1)
-            assert [r.value for r in drain(consumer, 2)] == [b"a", b"b"]
-    finally:
-        cluster.close()
 
 
 def test_an_offset_outside_the_log_is_reset_by_the_policy(cluster):
