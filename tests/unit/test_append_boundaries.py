@@ -82,14 +82,12 @@ def test_a_caught_up_readers_offset_is_found_where_the_last_append_ended(tmp_pat
         assert segment.append_ends.offset_after(end) == 5
         position = segment.translate_offset(4).position
         # Found without the index (which has no entry: the interval is larger than the log).
-        assert (
-            segment.offset_index.entries == 0
-            and position == segment.append_ends._position_of_offset[4]
-        )
+        assert segment.offset_index.entries == 0 and position == dict(segment.append_ends._ends)[4]
         log.truncate_to(2)  # the file is cut: nothing remembered survives it
-        assert (
-            segment.append_ends.offset_after(end) is None
-            and not segment.append_ends._position_of_offset
-        )
+        assert segment.append_ends.offset_after(end) is None and not segment.append_ends._ends
+        log.append(make_batch([b"again"]), leader_epoch=0)
+        assert segment.append_ends.offset_after(segment.log.size) == 3
+        log.roll()  # no longer active: a reader still there is behind, the index finds it
+        assert segment.append_ends.offset_after(segment.log.size) is None
     finally:
         log.close()

@@ -415,6 +415,7 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """The segment stops being the active one: final time entry, trim the indexes."""
+        self.append_ends.forget()
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
         )
