@@ -77,25 +77,15 @@ class SessionPartition:
 
     def has_news(self, state: FetchState) -> bool:
         if state.error is not None or state.diverging is not None:
-            return not self.answered_problem  # answered once, until the state changes
-        if self.has_urgent_news(state):
-            return True
+            return not self.answered_problem
         log = state.log
         assert log is not None
+        if state.offset < log.log_end_offset:
+            return True  # records to send
         return (
             log.high_watermark != self.answered_high_watermark
             or log.log_start_offset != self.answered_log_start_offset
         )
-
-    def has_urgent_news(self, state: FetchState) -> bool:
-        """Records to send, or an error or diverging epoch not yet answered: news that
-        answers a waiting round by itself. New watermarks alone do not (they go with the
-        next answer), as Kafka's delayed fetch completes on bytes, not on the high mark."""
-        if state.error is not None or state.diverging is not None:
-            return not self.answered_problem
-        log = state.log
-        assert log is not None
-        return state.offset < log.log_end_offset
 
 
 class FetchSession(Waiter):
@@ -117,15 +107,13 @@ class FetchSession(Waiter):
     def notify(
         self, partition: TopicPartition | None, *, records: bool = True, watermark: bool = True
     ) -> None:
+        # Any change wakes a session: a new high watermark is news to a follower too.
         with self._lock:
             if partition is None:
                 self._all_changed = True
             else:
                 self._changed.add(partition)
-        # A new watermark alone answers no round (session_round): noted for the round's end
-        # or the next records, without waking the round only to wait again.
-        if records:
-            super().notify(partition)
+        super().notify(partition)
 
     def take_changed(self) -> set[TopicPartition]:
         """The partitions marked changed since the last call (every one, now and then)."""
@@ -269,21 +257,13 @@ def session_round(
         named = _apply_request(cache, session, request, client_epoch)
         deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
         candidates = named | session.take_changed()
-        # Partitions whose news is only new watermarks: answered with the first urgent news
-        # or at the wait's end. A follower learns the high watermark one round late, as in
-        # Kafka; an acks=all produce costs each follower one round instead of two.
-        waiting_watermarks: set[TopicPartition] = set()
         while True:
-            news = _news(session, candidates | waiting_watermarks, replica_id, evaluate)
-            remaining = deadline - time.monotonic()
-            if (
-                remaining <= 0
-                or session.closed
-                or not is_active()
-                or any(_urgent(session, state) for state in news)
-            ):
+            news = _news(session, candidates, replica_id, evaluate)
+            if news or session.closed or not is_active():
                 return SessionRound(session.id, states=news, session=session)
-            waiting_watermarks = {(n.topic, n.partition) for n in news}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return SessionRound(session.id, session=session)
             session.event.wait(remaining)
             candidates = session.take_changed()
     finally:
@@ -319,11 +299,6 @@ def _apply_request(
     cache.waiters.unregister(session, [tp for tp in forgotten if tp not in named])
     cache.waiters.register(session, added)
     return named
-
-
-def _urgent(session: FetchSession, state: FetchState) -> bool:
-    held = session.partitions.get((state.topic, state.partition))
-    return held is not None and held.has_urgent_news(state)
 
 
 def _news(
