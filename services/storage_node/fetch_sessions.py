@@ -1,12 +1,12 @@
 """The leader's side of follower fetch sessions (Kafka's KIP-227, FetchSession.java), so that
 idle replication costs O(1) per round instead of O(partitions).
 
-A follower opens a session with a full request (session id 0, epoch 0) naming every
-partition it fetches from this node; the leader keeps, per partition, what the follower last
-asked (fetch offset, leader epochs, log start) and what it was last answered (high
-watermark, log start, whether an error or diverging epoch was answered). Later requests
-carry the session id and its next epoch, and name only partitions that are new or whose
-fetch state changed, and those to forget; an idle round names none.
+A follower opens a session with a full request (session id 0, epoch 0) naming every partition
+it fetches from this node; the leader keeps, per partition, what the follower last asked
+(fetch offset, leader epochs, log start) and what it was last answered (high watermark, log
+start, the error or diverging epoch answered). Later requests carry the session id and its
+next epoch, and name only partitions that are new or whose fetch state changed, and those to
+forget; an idle round names none.
 
 The session is a `Waiter` registered for its partitions (fetch_waits.py): an append or a
 high-watermark move on P marks P changed in the sessions holding it. A round evaluates only
@@ -14,15 +14,17 @@ the partitions the request named and those marked changed (plus every partition 
 `FULL_RECHECK_S`, which catches what no wake-up reports, such as the log start moved by
 retention), and answers those with news for the follower: records (its fetch offset is below
 the log end), a high watermark or log start other than the one last answered, an error or a
-diverging epoch not answered yet. With none, it waits on the session's own event. A named
-partition is answered at least once (its answered state is reset). Evaluating a partition
-records the follower's fetch at its last fetch offset (Partition.record_follower_fetch), as
-Kafka's session does for every partition of every fetch: a partition the follower has not
-named since still holds everything below that offset. And since an idle round evaluates
-nothing, the leader asks the session before its log end moves (`caught_up_ms`): a follower
-whose session holds the partition at the log end was caught up as of its last request (now,
-while a request waits), so the append that follows does not make it look behind since its
-last named fetch (replica.lag.time.max.ms would drop an idle in-sync follower otherwise).
+diverging epoch other than the one last answered (a follower that drops an answer names the
+partition again, which resets what the leader remembers of it). With none, it waits on the
+session's own event. A named partition is answered at least once (its answered state is
+reset). Evaluating a partition records the follower's fetch at its last fetch offset
+(Partition.record_follower_fetch), as Kafka's session does for every partition of every
+fetch: a partition the follower has not named since still holds everything below that offset.
+And since an idle round evaluates nothing, the leader asks the session before its log end
+moves (`caught_up_ms`): a follower whose session holds the partition at the log end was
+caught up as of its last request (now, while a request waits), so the append that follows
+does not make it look behind since its last named fetch (replica.lag.time.max.ms would drop
+an idle in-sync follower otherwise).
 
 The cache is bounded (`SESSION_CACHE_SLOTS`, least recently used evicted first) and holds one
 session per follower: a new full request replaces the follower's previous session. A request
@@ -49,6 +51,16 @@ SESSION_CACHE_SLOTS = 1000  # Kafka's max.incremental.fetch.session.cache.slots
 FULL_RECHECK_S = 10.0
 
 
+def problem_of(
+    error: Exception | None, diverging: tuple[int, int] | None
+) -> tuple[str, tuple[int, int] | None] | None:
+    """What a partition's answer says is wrong (its error's kind, its diverging epoch), None
+    when nothing is."""
+    if error is None and diverging is None:
+        return None
+    return ("" if error is None else type(error).__name__, diverging)
+
+
 @dataclass
 class SessionPartition:
     """One partition of a session: the follower's last request for it, and what it was last
@@ -62,7 +74,9 @@ class SessionPartition:
     last_fetched_epoch: int
     answered_high_watermark: int = -1
     answered_log_start_offset: int = -1
-    answered_problem: bool = False  # an error or a diverging epoch was answered
+    # The error or diverging epoch last answered (problem_of), None after a clean answer:
+    # a problem is news once, until it changes or the partition is answered clean.
+    answered_problem: tuple[str, tuple[int, int] | None] | None = None
 
     def wanted(self) -> tuple[str, int, int, int, int, int]:
         """As ReplicaManager.fetch_states takes it."""
@@ -76,8 +90,9 @@ class SessionPartition:
         )
 
     def has_news(self, state: FetchState) -> bool:
-        if state.error is not None or state.diverging is not None:
-            return not self.answered_problem
+        problem = problem_of(state.error, state.diverging)
+        if problem is not None:
+            return problem != self.answered_problem
         log = state.log
         assert log is not None
         if state.offset < log.log_end_offset:
@@ -151,9 +166,8 @@ class SessionRound:
                 tp = (chunk.topic, chunk.partition)
                 held = session.partitions.get(tp)
                 if held is not None:
-                    if chunk.error is not None or chunk.diverging is not None:
-                        held.answered_problem = True
-                    else:
+                    held.answered_problem = problem_of(chunk.error, chunk.diverging)
+                    if held.answered_problem is None:
                         held.answered_high_watermark = chunk.high_watermark
                         held.answered_log_start_offset = chunk.log_start_offset
                     session.recheck(tp)

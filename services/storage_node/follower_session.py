@@ -85,6 +85,13 @@ class FollowerSession:
                 part.last_fetched_epoch = wanted.last_fetched_epoch
         return bool(self.sent) or bool(request.forgotten_partitions)
 
+    def forget_sent(self, tp: TopicPartition) -> None:
+        """The leader's answer for `tp` was not applied (it came for a registration this
+        node has since replaced): the next request names `tp` again, so the leader answers it
+        afresh. Its session answers an error or a diverging epoch once and remembers it;
+        without this, a dropped one would never be answered again."""
+        self.sent.pop(tp, None)
+
     def header(self, session_id: int, error: int) -> bool:
         """The answer's session header; False (and the session dropped) on a session error."""
         if error != common_pb2.FETCH_SESSION_NONE:

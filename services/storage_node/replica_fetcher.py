@@ -329,6 +329,10 @@ class ReplicaFetcher:
         )
         if not self._session.fill(request, ready, changed, self.settings.replica_fetch_max_bytes):
             return None, followed
+        if not self._session.sent:
+            # It only forgets: the leader has nothing left to wait for, and this side's own
+            # wait (for a backoff's end, a new partition) must not sit behind the leader's.
+            request.max_wait_ms = 0
         return request, followed
 
     def _back_off(self, tp: TopicPartition, entry: _Followed, for_s: float | None = None) -> None:
@@ -368,8 +372,11 @@ class ReplicaFetcher:
         with self._lock:
             current = self._partitions.get(tp)
             self._changed_partitions.add(tp)  # its fetch state may change now
+        if current is None:
+            return  # no longer followed here: the next request forgets it
         if entry is None or current is not entry:
-            return  # no longer followed here, or followed under a newer term
+            self._session.forget_sent(tp)  # followed anew since: named again
+            return
         partition = entry.partition
         with partition._lock:
             registration = partition.registration
@@ -378,6 +385,9 @@ class ReplicaFetcher:
                 or registration.leader != self.leader_id
                 or registration.leader_epoch != entry.leader_epoch
             ):
+                # Its entry is replaced or unfollowed shortly; meanwhile it rests, and the
+                # leader's session forgets it (and what it answered) until it is named again.
+                self._back_off(tp, entry)
                 return
             log = partition.log
             if response.error != common_pb2.NONE:

@@ -1,6 +1,7 @@
 """Per-partition wake-ups (services/storage_node/fetch_waits.py) on a real replica manager and
-logs: an append to P wakes only what waits on P; and the follower's side of a fetch session
-(follower_session.py): what each request names."""
+logs: an append to P wakes only what waits on P; the leader's side of a fetch session
+(fetch_sessions.py): what each round answers; and the follower's side (follower_session.py,
+replica_fetcher.py): what each request names."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from services.storage_node.fetch_sessions import FetchSessionCache
 from services.storage_node.fetch_waits import PartitionWaiters, Waiter
 from services.storage_node.follower_session import FollowerSession, PartitionFetch
 from services.storage_node.partition import Registration
+from services.storage_node.replica_fetcher import FetcherSettings, ReplicaFetcher
 from services.storage_node.replica_manager import ReplicaManager
 from tests.batches import make_batch
 from tests.waiting import wait_until
@@ -93,6 +95,41 @@ def test_a_fetch_session_answers_only_the_partitions_with_news(replicas):
     )
 
 
+def test_a_session_answers_each_new_problem_once_even_after_a_clean_answer(replicas):
+    # The leader's session answers an error once, not every round (the follower backs off),
+    # but once a clean answer went out the next error is news again, whatever its kind.
+    def round_(session_id, epoch, name=False):
+        request = common_pb2.FetchRequest(
+            replica_id=2, session_id=session_id, session_epoch=epoch, max_wait_ms=0
+        )
+        if name:  # no current_leader_epoch: only leadership itself is checked
+            request.partitions.add(topic="t", partition=0, partition_max_bytes=1 << 20)
+        found = replicas.session_fetch(request, client_leader_epoch, lambda: True)
+        chunks = list(found.answered(replicas.read_chunks(list(found.states), 1 << 20)))
+        return found, [type(chunk.error).__name__ for chunk in chunks]
+
+    def lead(leader_epoch):
+        registration = Registration(1, leader_epoch, leader_epoch, (1, 2), (1,))
+        replicas.apply_state("t", 0, {}, registration)
+
+    def follow(leader_epoch):  # node 3 leads: this node answers no fetch for it
+        registration = Registration(3, leader_epoch, leader_epoch, (1, 2, 3), (3,))
+        replicas.apply_state("t", 0, {}, registration)
+
+    lead(1)
+    found, answered = round_(0, 0, name=True)
+    assert answered == ["NoneType"]
+    session_id = found.session.id
+    follow(2)
+    assert round_(session_id, 1)[1] == ["NotLeaderError"]
+    assert round_(session_id, 2)[1] == []  # told once
+    lead(3)
+    replicas.append("t", [(0, make_batch([b"x"]), -1)])
+    assert round_(session_id, 3)[1] == ["NoneType"]  # the record: a clean answer
+    follow(4)
+    assert round_(session_id, 4)[1] == ["NotLeaderError"]  # news again
+
+
 def _request(session, ready, changed):
     request = common_pb2.FetchRequest(replica_id=2)
     asked = session.fill(request, ready, changed, 1 << 20)
@@ -118,6 +155,55 @@ def test_the_follower_names_everything_once_then_only_what_changed():
     assert _request(session, ready, set()) == (True, 0, 0, {a: 9, b: 7}, set())
     assert not session.header(42, common_pb2.FETCH_SESSION_ID_NOT_FOUND)
     assert not session.is_open
+
+
+def test_a_follower_names_again_a_partition_whose_answer_it_dropped(replicas):
+    # The leader answers a diverging epoch once and remembers it. An answer that arrives for
+    # an entry this follower has replaced since (the registration was applied again at the
+    # same leader epoch: an ISR change) is dropped; the next request names the partition
+    # again, so the leader answers afresh. Else the follower would wait for it forever.
+    replicas.apply_state("t", 0, {}, Registration(3, 1, 1, (1, 3), (1, 3)))  # 3 leads
+    held = replicas.partition("t", 0)
+    fetcher = ReplicaFetcher(1, 3, "127.0.0.1:9", FetcherSettings())  # never started
+    try:
+        fetcher.add_partition(held)
+        request, followed = fetcher._build_request()
+        assert [(p.topic, p.partition) for p in request.partitions] == [("t", 0)]
+        assert fetcher._session.header(42, common_pb2.FETCH_SESSION_NONE)
+        fetcher._session.answered()
+        fetcher.add_partition(held)  # the same term, a new entry
+        request, _ = fetcher._build_request()
+        assert request is not None and not request.partitions  # nothing new to name
+        diverging = common_pb2.FetchResponse(
+            topic="t", partition=0, diverging_epoch=0, diverging_end_offset=0
+        )
+        fetcher._apply(diverging, b"", followed)  # for the replaced entry: dropped
+        request, _ = fetcher._build_request()
+        assert [(p.topic, p.partition) for p in request.partitions] == [("t", 0)]
+    finally:
+        fetcher.shutdown()
+
+
+def test_a_follower_left_with_nothing_to_fetch_does_not_wait_at_the_leader(replicas):
+    # A partition backing off after an error is forgotten by the session; with nothing else
+    # to fetch, waiting at the leader would hold up naming it again when its backoff ends.
+    replicas.apply_state("t", 0, {}, Registration(3, 1, 1, (1, 3), (1, 3)))
+    fetcher = ReplicaFetcher(1, 3, "127.0.0.1:9", FetcherSettings())  # never started
+    try:
+        fetcher.add_partition(replicas.partition("t", 0))
+        request, followed = fetcher._build_request()
+        assert request.max_wait_ms == 500 and len(request.partitions) == 1
+        assert fetcher._session.header(42, common_pb2.FETCH_SESSION_NONE)
+        fetcher._session.answered()
+        error = common_pb2.FetchResponse(
+            topic="t", partition=0, error=common_pb2.NOT_LEADER_OR_FOLLOWER
+        )
+        fetcher._apply(error, b"", followed)  # backs off
+        request, _ = fetcher._build_request()
+        assert [(f.topic, f.partition) for f in request.forgotten_partitions] == [("t", 0)]
+        assert request.max_wait_ms == 0
+    finally:
+        fetcher.shutdown()
 
 
 def test_the_session_cache_is_bounded_and_holds_one_session_per_follower():
