@@ -12,12 +12,15 @@ The session is a `Waiter` registered for its partitions (fetch_waits.py): an app
 high-watermark move on P marks P changed in the sessions holding it. A round evaluates only
 the partitions the request named and those marked changed (plus every partition once per
 `FULL_RECHECK_S`, which catches what no wake-up reports, such as the log start moved by
-retention), and answers those with news for the follower: records (its fetch offset is below
-the log end), a high watermark or log start other than the one last answered, an error or a
-diverging epoch other than the one last answered (a follower that drops an answer names the
-partition again, which resets what the leader remembers of it). With none, it waits on the
-session's own event. A named partition is answered at least once (its answered state is
-reset). Evaluating a partition records the follower's fetch at its last fetch offset
+retention), and answers those with news for the follower. Records (its fetch offset is below
+the log end), or an error or a diverging epoch other than the one last answered, answer a
+waiting round at once; a high watermark or log start other than the one last answered goes
+with the next such answer or at the wait's end, as Kafka's delayed fetch completes on bytes,
+not on a new high watermark (so an acks=all produce costs each follower one round, not two).
+A follower that drops an answer names the partition again, which resets what the leader
+remembers of it. With no news, a round waits on the session's own event. A named partition is
+answered at least once, at the latest when the wait ends (its answered state is reset).
+Evaluating a partition records the follower's fetch at its last fetch offset
 (Partition.record_follower_fetch), as Kafka's session does for every partition of every
 fetch: a partition the follower has not named since still holds everything below that offset.
 And since an idle round evaluates nothing, the leader asks the session before its log end
@@ -90,17 +93,27 @@ class SessionPartition:
         )
 
     def has_news(self, state: FetchState) -> bool:
+        if self.has_urgent_news(state):
+            return True
+        log = state.log
+        if log is None or state.error is not None or state.diverging is not None:
+            return False  # its problem was answered already
+        return (
+            log.high_watermark != self.answered_high_watermark
+            or log.log_start_offset != self.answered_log_start_offset
+        )
+
+    def has_urgent_news(self, state: FetchState) -> bool:
+        """Records to send, or an error or diverging epoch other than the last answered:
+        news that answers a waiting round by itself. New watermarks alone do not (they go
+        with the next answer), as Kafka's delayed fetch completes on bytes, not on the high
+        mark."""
         problem = problem_of(state.error, state.diverging)
         if problem is not None:
             return problem != self.answered_problem
         log = state.log
         assert log is not None
-        if state.offset < log.log_end_offset:
-            return True  # records to send
-        return (
-            log.high_watermark != self.answered_high_watermark
-            or log.log_start_offset != self.answered_log_start_offset
-        )
+        return state.offset < log.log_end_offset
 
 
 class FetchSession(Waiter):
@@ -122,13 +135,15 @@ class FetchSession(Waiter):
     def notify(
         self, partition: TopicPartition | None, *, records: bool = True, watermark: bool = True
     ) -> None:
-        # Any change wakes a session: a new high watermark is news to a follower too.
         with self._lock:
             if partition is None:
                 self._all_changed = True
             else:
                 self._changed.add(partition)
-        super().notify(partition)
+        # A new watermark alone answers no round (session_round): noted for the round's end
+        # or the next records, without waking the round only to wait again.
+        if records:
+            super().notify(partition)
 
     def take_changed(self) -> set[TopicPartition]:
         """The partitions marked changed since the last call (every one, now and then)."""
@@ -271,13 +286,21 @@ def session_round(
         named = _apply_request(cache, session, request, client_epoch)
         deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
         candidates = named | session.take_changed()
+        # Partitions whose news is only new watermarks: answered with the first urgent news
+        # or at the wait's end. A follower learns the high watermark one round late, as in
+        # Kafka; an acks=all produce costs each follower one round instead of two.
+        waiting_watermarks: set[TopicPartition] = set()
         while True:
-            news = _news(session, candidates, replica_id, evaluate)
-            if news or session.closed or not is_active():
-                return SessionRound(session.id, states=news, session=session)
+            news = _news(session, candidates | waiting_watermarks, replica_id, evaluate)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return SessionRound(session.id, session=session)
+            if (
+                remaining <= 0
+                or session.closed
+                or not is_active()
+                or any(_urgent(session, state) for state in news)
+            ):
+                return SessionRound(session.id, states=news, session=session)
+            waiting_watermarks = {(n.topic, n.partition) for n in news}
             session.event.wait(remaining)
             candidates = session.take_changed()
     finally:
@@ -313,6 +336,11 @@ def _apply_request(
     cache.waiters.unregister(session, [tp for tp in forgotten if tp not in named])
     cache.waiters.register(session, added)
     return named
+
+
+def _urgent(session: FetchSession, state: FetchState) -> bool:
+    held = session.partitions.get((state.topic, state.partition))
+    return held is not None and held.has_urgent_news(state)
 
 
 def _news(

@@ -94,7 +94,7 @@ class LeaderFetches:
         proposal = held.record_follower_fetch(state.replica_id, state.offset, log.log_start_offset)
         if proposal is not None:
             self._isr_updates.propose(proposal)
-        if log.high_watermark != high_watermark:  # acks=all, consumers and sessions wait on it
+        if log.high_watermark != high_watermark:  # acks=all and consumers wait on it
             self._waiters.wake((held.topic, held.partition), records=False)
 
     def wait_for_fetch(

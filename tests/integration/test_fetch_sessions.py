@@ -172,3 +172,50 @@ def test_an_idle_in_sync_follower_stays_in_the_isr_past_the_lag_time(cluster, mo
     _produce_everywhere(cluster, "quiet", b"c")  # acks=all still goes through both
     for partition in range(PARTITIONS):
         assert sorted(cluster.gateway.registry.topic("quiet").partitions[partition].isr) == [1, 2]
+
+
+@pytest.mark.parametrize("path", ["bulk", "grpc"])
+def test_a_follower_is_answered_for_records_and_learns_the_watermark_with_the_next(
+    tmp_path, monkeypatch, path
+):
+    # Kafka's delayed fetch completes on bytes: a new high watermark alone does not answer a
+    # waiting follower (the wait here is longer than the test), it goes with the next
+    # records. One acks=all produce is then one round per follower, not two.
+    secret = {} if path == "bulk" else {"cluster_secret": None}
+    slow = {**FAST, "replica.fetch.wait.max.ms": "60000", "replica.lag.time.max.ms": "60000"}
+    cluster = LocalCluster(tmp_path, nodes=2, node_configs=slow, **secret)
+    try:
+        cluster.admin.create_topic("watermarks", 1, 2)
+        leader = cluster.leader_of("watermarks", 0)
+        follower = next(n for n in cluster.nodes.values() if n is not leader)
+        spy = SessionRequests(leader, monkeypatch)
+        follower_log = follower.logs.get_log("watermarks", 0)
+        # A new topic's leader may not serve yet: its refusals write nothing, so the first
+        # record is sent until it is taken. The round answering it may have begun before
+        # the spy: the rounds counted begin after.
+        refusals = ("NOT_LEADER_OR_FOLLOWER", "LEADER_NOT_AVAILABLE", "UNKNOWN_TOPIC_OR_PARTITION")
+
+        def first_taken() -> bool:
+            [result] = cluster.client.produce("watermarks", {0: make_batch([b"first"])}, acks=-1)
+            assert result.error == 0 or common_pb2.ErrorCode.Name(result.error) in refusals
+            return result.error == 0 and result.base_offset == 0
+
+        assert wait_until(first_taken)
+        assert wait_until(lambda: follower_log.log_end_offset == 1)  # following, in the ISR
+        mark = len(spy)
+        produced = 11
+        for i in range(1, produced):
+            [result] = cluster.client.produce("watermarks", {0: make_batch([b"w%d" % i])}, acks=-1)
+            assert result.error == 0 and result.base_offset == i
+        answered = [answered for *_, answered in spy.since(mark) if answered]
+        assert answered == [1] * (produced - 1), spy.since(0)
+        # Acknowledged up to offset 11 on the leader; the follower was last answered with the
+        # records of offset 10, when the watermark was 10.
+        assert leader.logs.get_log("watermarks", 0).high_watermark == produced
+        assert follower_log.log_end_offset == produced
+        assert follower_log.high_watermark == produced - 1
+        [result] = cluster.client.produce("watermarks", {0: make_batch([b"next"])}, acks=-1)
+        assert result.error == 0
+        assert wait_until(lambda: follower_log.high_watermark == produced)
+    finally:
+        cluster.close()

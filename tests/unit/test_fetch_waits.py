@@ -218,7 +218,7 @@ def test_the_session_cache_is_bounded_and_holds_one_session_per_follower():
     assert cache.get(again.id, 3) is None  # another follower cannot use it
 
 
-def test_records_wake_sessions_and_a_moved_watermark_wakes_everything():
+def test_a_moved_watermark_wakes_long_polls_and_appends_but_only_marks_sessions():
     waiters = PartitionWaiters()
     cache = FetchSessionCache(waiters)
     session = cache.open(replica_id=2)
@@ -231,10 +231,14 @@ def test_records_wake_sessions_and_a_moved_watermark_wakes_everything():
     waiters.wake(tp, watermark=False)
     assert session.event.is_set() and session.take_changed() == {tp}
     assert not watermark_wait.event.is_set() and watermark_wait.wakeups == 0
-    # The watermark: both are woken (a follower learns it from its session's answer).
+    # Only the watermark: the others are woken; a session is answered for records, so it
+    # only notes the partition for its next answer (or its wait's end).
     waiters.wake(tp, records=False)
     assert watermark_wait.event.is_set() and watermark_wait.wakeups == 1
-    assert session.event.is_set() and session.take_changed() == {tp}
+    assert not session.event.is_set() and session.take_changed() == {tp}
+    # Anything else wakes everything.
+    waiters.wake(tp)
+    assert session.event.is_set() and watermark_wait.wakeups == 2
 
 
 def test_a_consumers_long_poll_sleeps_through_appends_until_the_watermark_moves(replicas):
