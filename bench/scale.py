@@ -86,6 +86,7 @@ PROBE_TOPIC = "probe"
 CREATE_CALL_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 0.5
 FAILOVER_DEADLINE_S = 60.0
+STEADY_WARM_UP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -233,6 +234,10 @@ def run_climb(shape: ScaleShape, backend: str, result: BackendResult) -> None:
         for index, target in enumerate(shape.steps):
             if index == 0:
                 with SteadyProduce(cluster.address, PROBE_TOPIC, shape.steady_rate_per_s) as steady:
+                    # Warm-up excluded, as for Kafka: a process starting under load can take
+                    # longer than the idle window to send its first record.
+                    if not steady.warmed_up(STEADY_WARM_UP_TIMEOUT_S):
+                        print("  the steady producer had no record acknowledged", flush=True)
                     time.sleep(shape.steady_baseline_s)
                     idle = steady.window()
                     row = climb.step(target + shape.baseline_partitions, shape.topic_partitions)

@@ -105,12 +105,8 @@ def _measure(
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": bootstrap})
     _create(admin, PROBE_TOPIC, 10, replicas)
     with SteadyProduce(bootstrap, PROBE_TOPIC, rate_per_s, kafka=True) as steady:
-        # Warm-up excluded: the window starts once a record has been acknowledged.
-        warm_deadline = time.monotonic() + CALL_TIMEOUT_S
-        while not steady.window():
-            if time.monotonic() > warm_deadline:
-                return f"no record acknowledged by Kafka in {CALL_TIMEOUT_S:.0f} s"
-            time.sleep(POLL_INTERVAL_S)
+        if not steady.warmed_up(CALL_TIMEOUT_S, POLL_INTERVAL_S):
+            return f"no record acknowledged by Kafka in {CALL_TIMEOUT_S:.0f} s"
         time.sleep(idle_s)
         idle = steady.window()
         started = time.monotonic()

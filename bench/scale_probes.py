@@ -84,6 +84,17 @@ class SteadyProduce:
         if self._process is not None:
             self._process.stop()
 
+    def warmed_up(self, timeout_s: float, poll_interval_s: float = 0.1) -> bool:
+        """Wait until a record has been acknowledged (its process started, its producer
+        connected), discarding what was recorded so far: windows that follow start warm.
+        False when none was within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not self.window():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(poll_interval_s)
+        return True
+
     def window(self) -> list[float]:
         """The latencies (s) recorded since the last call."""
         assert self._process is not None
