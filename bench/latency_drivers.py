@@ -265,6 +265,9 @@ def kafka_run(
         _wait_for(lambda: len(received), total, f"Kafka consumer at {rate_per_s}/s")
         ends = received.take()
     finally:
+        # Closed while its brokers still run: one left to the collector kept reconnecting to
+        # them after they stopped, printing an error a second through the rest of the run.
+        producer.close()
         received.close()
     acks_ms, ends_ms = _after_warmup(start, published, ends)
     return Run(acks_ms, ends_ms, lag_s)
