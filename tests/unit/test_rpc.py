@@ -1,3 +1,6 @@
+import socket
+import threading
+
 import grpc
 import pytest
 from hypothesis import given
@@ -7,7 +10,7 @@ from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 from seglog import errors
 from seglog.client.partitioner import KeyPartitioner, murmur2, partition_for_key
 from seglog.rpc import wire
-from seglog.rpc.channels import channel_target
+from seglog.rpc.channels import channel_options, channel_target
 from seglog.rpc.status import error_code_for, error_from_code, status_code_for, to_rpc_status
 from seglog.v1 import common_pb2
 
@@ -304,3 +307,24 @@ def test_several_addresses_become_one_target_that_fails_over():
     assert "127.0.0.1:9" in channel_target("localhost:9,no-such-host.invalid:9", 7070)
     with pytest.raises(ValueError, match="resolves"):
         channel_target("no-such-host.invalid:1,also-not.invalid:2", 7070)
+
+
+def test_a_connection_is_given_time_to_finish_its_handshake():
+    # A server that accepts but is slow to send its HTTP/2 SETTINGS (here: never) is given
+    # the connection setup timeout, not the 50 ms reconnect backoff: the call runs to its
+    # own deadline instead of failing UNAVAILABLE at once, as it did under load.
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    port = listener.getsockname()[1]
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=channel_options())
+    try:
+        with pytest.raises(grpc.RpcError) as raised:
+            channel.unary_unary("/seglog.v1.Probe/Call")(b"", timeout=2)
+        assert raised.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, raised.value
+        assert len(accepted) == 1
+    finally:
+        channel.close()
+        for conn in accepted:
+            conn.close()
+        listener.close()

@@ -15,6 +15,8 @@ from .client_id import with_client_id
 MAX_REQUEST_BYTES = 100 * 1024 * 1024
 RECONNECT_BACKOFF_MS = 50
 RECONNECT_BACKOFF_MAX_MS = 1000
+# Kafka's socket.connection.setup.timeout.ms: how long one connection attempt may take.
+CONNECTION_SETUP_TIMEOUT_MS = 10_000
 
 
 def channel_options() -> list[tuple[str, Any]]:
@@ -28,8 +30,11 @@ def channel_options() -> list[tuple[str, Any]]:
         # and grow to 120 s, so a server back after a long outage stayed unreachable through
         # this channel for up to two minutes, each call failing at once meanwhile.
         ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
-        ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MS),
         ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
+        # gRPC takes its "min reconnect backoff" as the time a connection attempt is given
+        # to finish the HTTP/2 handshake. At the backoff's 50 ms, a busy server that was
+        # slow to send its SETTINGS failed every call at once (UNAVAILABLE).
+        ("grpc.min_reconnect_backoff_ms", CONNECTION_SETUP_TIMEOUT_MS),
     ]
 
 
