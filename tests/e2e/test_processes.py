@@ -147,7 +147,8 @@ def test_storage_node_sigkilled_mid_produce_loses_no_acknowledged_record(process
     others = [p for p, leader in leaders.items() if leader != victim]
     assert wait_until(lambda: all(successes["killed"][p] >= 20 for p in others))
     assert wait_until(lambda: errors[0] > 0)
-    processes.start_node(victim, processes.nodes[victim].address)
+    # On a port of its own: its old one may be another test's by now.
+    processes.start_node(victim, "127.0.0.1:0")
     phase[0] = "restarted"
     # The restarted node takes writes again.
     assert wait_until(lambda: successes["restarted"][0] > 0, 30)
