@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seglog.security.tls import TlsFiles
+from tests.ports import free_ports
 
 READY_TIMEOUT_S = 30.0
 
@@ -30,9 +31,8 @@ def etcd_binary() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    (port,) = free_ports(1)  # outside the ephemeral range: see tests/ports.py
+    return port
 
 
 class EtcdProcess:
