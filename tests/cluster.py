@@ -29,6 +29,7 @@ from services.gateway.server import Gateway
 from services.gateway.settings import GatewayConfig
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
+from tests.ports import free_ports
 
 HEARTBEAT_MS = 100
 # The bulk fetch path is on in test clusters (consumers use it by default), as under make run.
@@ -131,6 +132,7 @@ class LocalCluster:
         return self.gateway.kafka_address
 
     def start_gateway(self, port: int = 0, kafka_port: int = 0) -> Gateway:
+        port = port or free_ports(1)[0]  # as a node's: restart_gateway binds it again
         settings = {"cluster_secret": CLUSTER_SECRET, **self.gateway_config}
         if kafka_port and settings.get("kafka_listen"):
             protocol, _, address = str(settings["kafka_listen"]).rpartition("://")
@@ -152,7 +154,9 @@ class LocalCluster:
         return self.gateway
 
     def start_node(self, node_id: int, **engine_configs: str) -> StorageNode:
-        port = self.node_ports.get(node_id, 0)
+        # A port of its own for good, below the ephemeral range (tests/ports.py): a restart
+        # binds it again, and meanwhile no other socket of the run can have taken it.
+        port = self.node_ports.get(node_id) or free_ports(1)[0]
         config = NodeConfig(
             node_id=node_id,
             listen=f"127.0.0.1:{port}",
