@@ -69,9 +69,11 @@ def apache_kafka(root: Path, brokers: int) -> Iterator[Side]:
     with KafkaBrokers(
         root, brokers, configs={"min.insync.replicas": str(_min_insync(brokers))}
     ) as kafka:
-        admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
 
         def create_topic(name: str, partitions: int) -> None:
+            # An admin client of its own, gone with the call: one kept by the Side outlived
+            # the brokers and printed a connection error a second through the rest of a run.
+            admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": kafka.bootstrap})
             futures = admin.create_topics(
                 [confluent_kafka.admin.NewTopic(name, partitions, replicas)]
             )
