@@ -54,8 +54,12 @@ Runner = Callable[[int, int], Run]  # (acks, rate per s) -> Run
 # SETTLED_RATIO from one run to the next (at least MIN_WARM_UP_RUNS, at most MAX_WARM_UP_RUNS).
 WARM_UP_RATE = 5_000
 MIN_WARM_UP_RUNS = 3
-MAX_WARM_UP_RUNS = 8
+MAX_WARM_UP_RUNS = 12
 SETTLED_RATIO = 1.25
+# A warm Apache Kafka's acks=all publish p50 at WARM_UP_RATE is about 2 ms on the development
+# machine. One that settled far above that (a day it warmed only to 29-86 ms, for reasons not
+# found) is not the baseline the comparisons mean: its figures are printed, not judged.
+KAFKA_WARM_P50_LIMIT_MS = 10.0
 
 
 @contextmanager
@@ -148,20 +152,35 @@ def warmed_up(publish_p50s_ms: list[float]) -> bool:
     return before <= SETTLED_RATIO * last
 
 
-def warm_up(runner: Runner) -> list[float]:
-    """Uncounted acks=all runs until the side is warm (`warmed_up`) or MAX_WARM_UP_RUNS
-    are done; returns their publish p50s (ms) for the report."""
+def warm_up(runner: Runner, warm_p50_ms: float | None = None) -> list[float]:
+    """Uncounted acks=all runs until the side is warm (`warmed_up`, and its publish p50 at
+    most `warm_p50_ms` when given) or MAX_WARM_UP_RUNS are done; returns their publish p50s
+    (ms) for the report. A JVM compiles in steps: Kafka's p50 can hold at 30 ms for two runs
+    before falling to 2 ms, and settling alone took that plateau for warm."""
     p50s: list[float] = []
-    while len(p50s) < MAX_WARM_UP_RUNS and not warmed_up(p50s):
+    while len(p50s) < MAX_WARM_UP_RUNS and not (
+        warmed_up(p50s) and (warm_p50_ms is None or p50s[-1] <= warm_p50_ms)
+    ):
         p50s.append(percentile(runner(ACKS["all"], WARM_UP_RATE).publish_ms, 0.5))
     return p50s
 
 
+def kafka_is_a_baseline(warm_up_p50s_ms: list[float]) -> bool:
+    """Whether Kafka's warm-up ended where a warm broker answers (KAFKA_WARM_P50_LIMIT_MS)."""
+    return bool(warm_up_p50s_ms) and warm_up_p50s_ms[-1] <= KAFKA_WARM_P50_LIMIT_MS
+
+
 def _compare(
-    report: Callable[..., None], acks_name: str, rate: int, ours: Run, kafka: Run, floor: Run
+    report: Callable[..., None],
+    acks_name: str,
+    rate: int,
+    ours: Run,
+    kafka: Run,
+    floor: Run,
+    judge_kafka: bool,
 ) -> None:
     label = f"latency acks={acks_name} {rate}/s"
-    both = ours.sustained and kafka.sustained
+    both = ours.sustained and kafka.sustained and judge_kafka
     for kind, mine, theirs in (
         ("publish", ours.publish_ms, kafka.publish_ms),
         ("end-to-end", ours.end_to_end_ms, kafka.end_to_end_ms),
@@ -221,9 +240,9 @@ def _written_back_first(runner: Runner) -> Runner:
     return run
 
 
-def _measure(side: Runner) -> tuple[list[float], Measured]:
+def _measure(side: Runner, warm_p50_ms: float | None = None) -> tuple[list[float], Measured]:
     runner = _written_back_first(side)
-    warm_up_p50s = warm_up(runner)
+    warm_up_p50s = warm_up(runner, warm_p50_ms)
     measured: Measured = {}
     for acks_name, acks in ACKS.items():
         runs = {rate: runner(acks, rate) for rate in RATES}
@@ -246,7 +265,8 @@ def run(report: Callable[..., None]) -> None:
             kafka_warm_up, kafka = _measure(
                 lambda acks, rate: kafka_run(
                     kafka_side.bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
-                )
+                ),
+                KAFKA_WARM_P50_LIMIT_MS,
             )
         # Its files go before seglog's turn: deleted, their dirty pages need no writing back.
         shutil.rmtree(root / "kafka", ignore_errors=True)
@@ -264,6 +284,12 @@ def run(report: Callable[..., None]) -> None:
     print(f"latency warm-up, uncounted: acks=all {WARM_UP_RATE}/s publish p50 per run (ms)")
     for name, p50s in (("seglog", seglog_warm_up), ("Apache Kafka", kafka_warm_up)):
         print(f"  {name:22s} {' '.join(f'{p50:7.1f}' for p50 in p50s)}")
+    judge_kafka = kafka_is_a_baseline(kafka_warm_up)
+    if not judge_kafka:
+        print(
+            f"  Apache Kafka did not warm up below {KAFKA_WARM_P50_LIMIT_MS:.0f} ms: the ratios "
+            "against it are printed, not judged"
+        )
     for acks_name in ACKS:
         print(
             f"latency acks={acks_name}, {PARTITIONS} partitions RF{NODES} min ISR "
@@ -287,4 +313,5 @@ def run(report: Callable[..., None]) -> None:
                 seglog[acks_name][0][rate],
                 kafka[acks_name][0][rate],
                 floors[rate],
+                judge_kafka,
             )

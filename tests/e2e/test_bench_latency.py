@@ -9,10 +9,12 @@ import confluent_kafka.admin
 
 from bench.cluster import CLUSTER_SECRET_ENV
 from bench.latency import (
+    KAFKA_WARM_P50_LIMIT_MS,
     MAX_WARM_UP_RUNS,
     MIN_INSYNC,
     NODES,
     WARM_UP_RATE,
+    kafka_is_a_baseline,
     seglog_cluster,
     warm_up,
     warmed_up,
@@ -66,6 +68,24 @@ def test_warm_up_runs_until_the_publish_median_stops_improving() -> None:
     assert warmed_up([13.2, 12.9, 13.1])
     assert not warmed_up([13.2, 12.9])
     assert warmed_up([9.0, 5.0, 6.5])  # slower than before: noise, not a compiler at work
+
+
+def test_kafka_warms_up_past_a_plateau_until_it_answers_as_a_warm_broker() -> None:
+    medians = iter([114.2, 76.3, 47.0, 31.2, 28.9, 18.0, 4.4, 2.8, 2.2, 2.1, 2.2, 2.0])
+
+    def plateau(acks: int, rate: int) -> Run:
+        median = next(medians)
+        return Run([median, median], [], 0.0)
+
+    # Settled by the ratio alone at 28.9; below the limit and settled only at 2.1.
+    warmed = warm_up(plateau, KAFKA_WARM_P50_LIMIT_MS)
+    assert warmed == [114.2, 76.3, 47.0, 31.2, 28.9, 18.0, 4.4, 2.8, 2.2, 2.1]
+
+
+def test_kafka_is_judged_against_only_once_it_warmed_up_where_a_warm_broker_answers() -> None:
+    assert kafka_is_a_baseline([17.1, 8.0, 3.4, 2.4, 2.0])
+    assert not kafka_is_a_baseline([114.2, 76.3, 47.0, 31.2, 28.9])  # settled, but slow
+    assert not kafka_is_a_baseline([])
 
 
 def test_warm_up_stops_at_its_bound_when_the_side_keeps_getting_faster() -> None:
