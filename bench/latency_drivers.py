@@ -255,7 +255,15 @@ def kafka_run(
         produce, poll = producer.produce, producer.poll
 
         def send_one(value: bytes) -> None:
-            produce(topic, value, on_delivery=delivered)
+            while True:
+                try:
+                    produce(topic, value, on_delivery=delivered)
+                    break
+                except BufferError:
+                    # librdkafka's queue is full: wait for room, as seglog's send() blocks.
+                    # The sender falls behind, and the run counts as not sustained (it
+                    # crashed the bench once a warm Kafka climbed the ladder that high).
+                    poll(0.01)
             poll(0)  # delivery reports run here, on this thread
 
         start, lag_s = paced(rate_per_s, duration_s, send_one)
