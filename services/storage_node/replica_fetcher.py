@@ -45,10 +45,10 @@ from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError
 from seglog.rpc.channels import open_channel
 from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_context
-from seglog.storage import Log
 from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
 
 from .follower_session import FollowerSession, PartitionFetch
+from .follower_truncation import truncation_offset
 from .partition import Partition
 from .replication_throttle import ReplicationThrottle, round_max_bytes
 
@@ -80,19 +80,6 @@ class _Followed:
 
 class _SessionGone(Exception):
     """The leader answered a session error: open a new session with a full request."""
-
-
-def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> int:
-    """Where a follower cuts its log when the leader answered a diverging epoch."""
-    leo = log.log_end_offset
-    if leader_end_offset < 0:
-        return min(log.high_watermark, leo)
-    local_epoch, local_end = log.end_offset_for_epoch(leader_epoch)
-    if local_epoch < 0:
-        return min(leader_end_offset, leo)
-    if local_epoch == leader_epoch:
-        return min(local_end, leader_end_offset, leo)
-    return min(local_end, leo)
 
 
 class ReplicaFetcher:
