@@ -48,6 +48,28 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free on 127.0.0.1 now (for a setting that names
+    one port and derives the rest), below the kernel's ephemeral range."""
+    for _ in range(_ATTEMPTS):
+        [first] = free_ports(1)
+        if first + count > 65536:
+            continue
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(first, first + count):
+                probe = socket.socket()
+                sockets.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:  # one of the run is in use: try another
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports on loopback")
+
+
 def _ephemeral_low() -> int:
     try:
         return int(_EPHEMERAL_RANGE.read_text().split()[0])

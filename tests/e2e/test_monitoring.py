@@ -26,6 +26,7 @@ from seglog.client.gateway import GatewayClient
 from seglog.errors import RecordTooLargeError
 from tests.batches import make_batch
 from tests.cluster import drain, local_cluster_command
+from tests.ports import free_port_run
 from tests.promql_names import metric_names
 from tests.waiting import wait_until
 
@@ -38,27 +39,6 @@ PROMETHEUS_OWN = {"up"}
 PROCESSES = 4  # make run: the gateway and three nodes
 
 pytestmark = pytest.mark.slow  # one make run for the module, ~15 s
-
-
-def _free_port_run(count: int) -> int:
-    """The first of `count` consecutive ports free on loopback now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        free = True
-        for port in range(base, base + count):
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("127.0.0.1", port))
-                except OSError:
-                    free = False
-                    break
-        if free:
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports on loopback")
 
 
 def _scrape(port: int) -> str:
@@ -78,7 +58,7 @@ def _series_names(text: str) -> set[str]:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
     """Each process's scrape text, by port, once the cluster has been used."""
-    base = _free_port_run(PROCESSES)
+    base = free_port_run(PROCESSES)
     env = {
         **os.environ,
         "OTEL_METRICS_EXPORTER": "prometheus",
@@ -236,10 +216,19 @@ def test_the_production_overlay_ships_the_same_rules_and_a_scrape_config():
 
 
 def test_make_run_names_a_busy_scrape_port_and_the_setting_to_change(tmp_path):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
+    # The gateway's and node 1's ports are held bound but not served, so no other test's
+    # server can take them meanwhile and make the cluster name the wrong port.
+    base = free_port_run(3)
+    with (
+        socket.socket() as gateway_port,
+        socket.socket() as node_1_port,
+        socket.socket() as taken,
+    ):
+        gateway_port.bind(("127.0.0.1", base))
+        node_1_port.bind(("127.0.0.1", base + 1))
+        taken.bind(("127.0.0.1", base + 2))
         taken.listen()
-        node_2_port = taken.getsockname()[1]
+        node_2_port = base + 2
         env = {
             **os.environ,
             "OTEL_METRICS_EXPORTER": "prometheus",

@@ -22,6 +22,7 @@ from seglog.v1 import common_pb2, gateway_pb2_grpc
 from services.gateway.fetch_threads import MAX_FETCH_THREADS
 from tests.batches import make_batch
 from tests.e2e.test_processes import ProcessCluster
+from tests.ports import free_ports
 
 MIB = 1024 * 1024
 CONNECTIONS = 16
@@ -36,12 +37,6 @@ FETCHERS = 24
 CONCURRENT_CALLS = FETCHERS
 # Allocator slack, gRPC's transport buffers, the measuring's own noise.
 MARGIN_BYTES = 32 * MIB
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _status_value(pid: int, key: str) -> int:
@@ -59,7 +54,7 @@ class Gateway:
         self, root: Path, queued_max_request_bytes: int, max_concurrent_requests: int
     ) -> None:
         root.mkdir()
-        self.kafka_port = _free_port()
+        [self.kafka_port] = free_ports(1)
         self.cluster = ProcessCluster(
             root,
             nodes=1,
