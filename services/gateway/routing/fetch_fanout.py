@@ -9,6 +9,9 @@ this answer; the client asks again from the same offsets), instead of holding th
 with it the client's next fetch, until their own long polls end. A node already sending is
 relayed to its end, so no partition's answer is cut short. A fetch that does not wait is
 relayed whole.
+
+A node's call may start after it was given up (its thread is late under load): it is then
+cancelled as it starts, and the answer never waits on it either way.
 """
 
 from __future__ import annotations
@@ -37,10 +40,32 @@ class _Pump(Generic[Target]):
         self.number = number
         self.target = target
         self.indexes = indexes
-        self.cancel: Callable[[], object] | None = None
         self.sent_any = False  # read and written by the relaying thread only
-        self.abandoned = False
         self.done = False
+        # Between the relaying thread (abandon) and the pump's (keep_cancel).
+        self._lock = threading.Lock()
+        self._cancel: Callable[[], object] | None = None
+        self.abandoned = False
+
+    def keep_cancel(self, cancel: Callable[[], object]) -> None:
+        with self._lock:
+            self._cancel = cancel
+            abandoned = self.abandoned
+        if abandoned:
+            cancel()
+
+    def abandon(self) -> None:
+        """What it sends from now on is dropped; its call is cancelled now or as it starts (a
+        traced channel's call cannot be cancelled: it runs out on its own)."""
+        with self._lock:
+            self.abandoned = True
+            cancel = self._cancel
+        if cancel is not None:
+            cancel()
+
+    @property
+    def awaited(self) -> bool:
+        return not (self.done or self.abandoned)
 
 
 def fetch_across_nodes(
@@ -56,12 +81,6 @@ def fetch_across_nodes(
         _Pump(number, target, indexes) for number, (target, indexes) in enumerate(by_node.values())
     ]
 
-    def keep_cancel(pump: _Pump[Target]) -> Callable[[Callable[[], object]], None]:
-        def keep(cancel: Callable[[], object]) -> None:
-            pump.cancel = cancel
-
-        return keep
-
     def run(pump: _Pump[Target]) -> None:
         sub = common_pb2.FetchRequest(
             min_bytes=request.min_bytes,
@@ -71,24 +90,22 @@ def fetch_across_nodes(
         sub.partitions.extend(request.partitions[i] for i in pump.indexes)
         try:
             payload = sub.SerializeToString()
-            for message in relay(pump.target, payload, pump.indexes, keep_cancel(pump)):
+            for message in relay(pump.target, payload, pump.indexes, pump.keep_cancel):
                 if not _put(out, (pump, message), stop):
                     return
         finally:
-            out.put((pump, None))
+            _put(out, (pump, None), stop)
 
     threads = [
         threading.Thread(target=run, args=(pump,), daemon=True, name="fetch-pump") for pump in pumps
     ]
     for thread in threads:
         thread.start()
-    finished = 0
     waits = request.max_wait_ms > 0
     try:
-        while finished < len(pumps):
+        while any(pump.awaited for pump in pumps):
             pump, message = out.get()
             if message is None:
-                finished += 1
                 pump.done = True
                 if waits and pump.sent_any:
                     _abandon_silent(pumps)
@@ -96,25 +113,14 @@ def fetch_across_nodes(
                 pump.sent_any = True
                 yield message
     finally:
-        stop.set()
-        while finished < len(pumps):  # unblock pumps still trying to put
-            try:
-                if out.get(timeout=_PUT_RETRY_S)[1] is None:
-                    finished += 1
-            except queue.Empty:
-                if not any(t.is_alive() for t in threads):
-                    break
+        stop.set()  # pumps still running give up their next put (within _PUT_RETRY_S)
 
 
 def _abandon_silent(pumps: list[_Pump[Target]]) -> None:
-    """One node answered in full: cancel the calls of the nodes that have sent nothing yet.
-    What they send from now on (their cancellation's errors too) is dropped."""
+    """One node answered in full: give up the nodes that have sent nothing yet."""
     for pump in pumps:
-        if pump.done or pump.sent_any or pump.abandoned:
-            continue
-        pump.abandoned = True
-        if pump.cancel is not None:  # a traced channel's call cannot be cancelled: waited out
-            pump.cancel()
+        if pump.awaited and not pump.sent_any:
+            pump.abandon()
 
 
 def _put(
