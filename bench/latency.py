@@ -9,6 +9,9 @@ beside two baselines measured in the same run, each side alone on the machine in
 `run`):
 - the floor: a bare two-hop gRPC relay round trip at the same rate, no storage;
 - Apache Kafka itself: three KRaft brokers, the same topic, driven by confluent-kafka.
+The same seglog cluster is then driven by confluent-kafka through the gateway's Kafka
+listener, as a Kafka user's application arrives: printed beside the others, not judged (the
+targets are the seglog client's).
 
 Each side is warmed up first, uncounted (`warm_up`): a JVM compiles its hot paths over the
 first minute or so of load, and figures taken before that measure Kafka's compiler, not
@@ -23,11 +26,13 @@ SEGLOG_BENCH_LATENCY_S sets each run's length (default 8 s, WARMUP_S of it not c
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from devtools.processes import ServerProcess, gateway_process, node_process
@@ -60,19 +65,35 @@ SETTLED_RATIO = 1.25
 # machine. One that settled far above that (a day it warmed only to 29-86 ms, for reasons not
 # found) is not the baseline the comparisons mean: its figures are printed, not judged.
 KAFKA_WARM_P50_LIMIT_MS = 10.0
+# services/gateway/server.py logs it so once the listener is bound.
+KAFKA_LISTENER_LINE = re.compile(r"gateway's Kafka listener on (\S+)")
+
+
+@dataclass(frozen=True)
+class SeglogCluster:
+    gateway: str  # its gRPC address
+    kafka_bootstrap: str | None  # its Kafka listener's, when asked for
 
 
 @contextmanager
-def seglog_cluster(root: Path, env: dict[str, str] | None = None) -> Iterator[str]:
-    """A gateway and NODES storage nodes as processes (`env` added to their environment);
-    yields the gateway's address."""
+def seglog_cluster(
+    root: Path, env: dict[str, str] | None = None, *, kafka_listener: bool = False
+) -> Iterator[SeglogCluster]:
+    """A gateway and NODES storage nodes as processes (`env` added to their environment),
+    the gateway with a Kafka listener on a port of its own choosing when `kafka_listener`."""
     root.mkdir(parents=True, exist_ok=True)
+    gateway_log = root / "gateway.log"
     gateway = gateway_process(
-        "127.0.0.1:0", root / "gateway", stderr_path=root / "gateway.log", env=env
+        "127.0.0.1:0",
+        root / "gateway",
+        extra_args=["--kafka-listen", "127.0.0.1:0"] if kafka_listener else [],
+        stderr_path=gateway_log,
+        env=env,
     )
     processes: list[ServerProcess] = [gateway]
     try:
         gateway.start()
+        kafka_bootstrap = _kafka_listener_address(gateway_log) if kafka_listener else None
         for node_id in range(1, NODES + 1):
             node = node_process(
                 node_id,
@@ -90,10 +111,22 @@ def seglog_cluster(root: Path, env: dict[str, str] | None = None) -> Iterator[st
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{NODES} storage nodes never registered")
                 time.sleep(0.05)
-        yield gateway.address
+        yield SeglogCluster(gateway.address, kafka_bootstrap)
     finally:
         for process in reversed(processes):
             process.stop()
+
+
+def _kafka_listener_address(gateway_log: Path, timeout_s: float = 30.0) -> str:
+    """The address a gateway started with `--kafka-listen 127.0.0.1:0` bound, as it logs it
+    (the port is the kernel's pick, so nothing can take it between a pick and the bind)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = KAFKA_LISTENER_LINE.search(gateway_log.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+        time.sleep(0.05)
+    raise RuntimeError(f"the gateway logged no Kafka listener address; see {gateway_log}")
 
 
 @contextmanager
@@ -225,6 +258,25 @@ def _compare(
             )
 
 
+def _compare_kafka_protocol(
+    report: Callable[..., None], acks_name: str, rate: int, ours: Run, kafka: Run
+) -> None:
+    """librdkafka through seglog's Kafka listener against librdkafka on Apache Kafka: the
+    same client, so the difference is the servers'. Printed, not judged."""
+    for kind, mine, theirs in (
+        ("publish", ours.publish_ms, kafka.publish_ms),
+        ("end-to-end", ours.end_to_end_ms, kafka.end_to_end_ms),
+    ):
+        report(
+            f"latency acks={acks_name} {rate}/s {kind} p99, Kafka protocol vs Kafka (ms)",
+            percentile(mine, 0.99),
+            percentile(theirs, 0.99),
+            "ms",
+            None,
+            higher_is_better=False,
+        )
+
+
 Measured = dict[str, tuple[dict[int, Run], tuple[int, Run]]]  # acks -> (by rate, highest)
 
 
@@ -270,16 +322,30 @@ def run(report: Callable[..., None]) -> None:
             )
         # Its files go before seglog's turn: deleted, their dirty pages need no writing back.
         shutil.rmtree(root / "kafka", ignore_errors=True)
-        with seglog_cluster(root / "seglog", env=CLUSTER_SECRET_ENV) as gateway:
-            with Admin(gateway) as admin:
+        with seglog_cluster(
+            root / "seglog", env=CLUSTER_SECRET_ENV, kafka_listener=True
+        ) as cluster:
+            with Admin(cluster.gateway) as admin:
                 admin.create_topic(
                     "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
                 )
             seglog_warm_up, seglog = _measure(
                 lambda acks, rate: seglog_run(
-                    gateway, "latency", PARTITIONS, acks, rate, DURATION_S
+                    cluster.gateway, "latency", PARTITIONS, acks, rate, DURATION_S
                 )
             )
+            assert cluster.kafka_bootstrap is not None
+            bootstrap = cluster.kafka_bootstrap
+            via_kafka_protocol = _written_back_first(
+                lambda acks, rate: kafka_run(
+                    bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
+                )
+            )
+            # Warm already (seglog's runs), and librdkafka has no compiler to wait for.
+            kafka_protocol = {
+                acks_name: {rate: via_kafka_protocol(acks, rate) for rate in RATES}
+                for acks_name, acks in ACKS.items()
+            }
     sides = {"seglog": seglog, "Apache Kafka": kafka}
     print(f"latency warm-up, uncounted: acks=all {WARM_UP_RATE}/s publish p50 per run (ms)")
     for name, p50s in (("seglog", seglog_warm_up), ("Apache Kafka", kafka_warm_up)):
@@ -300,6 +366,7 @@ def run(report: Callable[..., None]) -> None:
             print(f" {rate}/s")
             for name, measured in sides.items():
                 _print_row(name, measured[acks_name][0][rate])
+            _print_row("seglog, Kafka protocol", kafka_protocol[acks_name][rate])
             _print_row("bare relay", floors[rate])
         for name, measured in sides.items():
             highest_rate, best = measured[acks_name][1]
@@ -314,4 +381,7 @@ def run(report: Callable[..., None]) -> None:
                 kafka[acks_name][0][rate],
                 floors[rate],
                 judge_kafka,
+            )
+            _compare_kafka_protocol(
+                report, acks_name, rate, kafka_protocol[acks_name][rate], kafka[acks_name][0][rate]
             )

@@ -1,7 +1,8 @@
 """The latency group's drivers at a tiny size, so they cannot rot: seglog as the benchmark
-runs it (a gateway and three nodes as processes, with a cluster secret) and Apache Kafka (one
-broker), each driven at a low rate with its consumer in a process of its own; every record
-sent after the warm-up is timed both until acknowledged and until the consumer had it."""
+runs it (a gateway and three nodes as processes, with a cluster secret; by its own client, and
+by librdkafka through the gateway's Kafka listener) and Apache Kafka (one broker), each
+driven at a low rate with its consumer in a process of its own; every record sent after the
+warm-up is timed both until acknowledged and until the consumer had it."""
 
 from pathlib import Path
 
@@ -39,12 +40,28 @@ def _assert_timed_each_record(run: Run) -> None:
 def test_seglog_run_times_every_record_to_its_ack_and_to_the_other_process_consumer(
     tmp_path: Path,
 ) -> None:
-    with seglog_cluster(tmp_path / "seglog", env=CLUSTER_SECRET_ENV) as gateway:
-        with Admin(gateway) as admin:
+    with seglog_cluster(tmp_path / "seglog", env=CLUSTER_SECRET_ENV) as cluster:
+        assert cluster.kafka_bootstrap is None
+        with Admin(cluster.gateway) as admin:
             admin.create_topic(
                 "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
             )
-        run = seglog_run(gateway, "latency", PARTITIONS, -1, RATE_PER_S, DURATION_S)
+        run = seglog_run(cluster.gateway, "latency", PARTITIONS, -1, RATE_PER_S, DURATION_S)
+    _assert_timed_each_record(run)
+
+
+def test_librdkafka_through_the_gateway_kafka_listener_times_every_record(
+    tmp_path: Path,
+) -> None:
+    with seglog_cluster(
+        tmp_path / "seglog", env=CLUSTER_SECRET_ENV, kafka_listener=True
+    ) as cluster:
+        assert cluster.kafka_bootstrap is not None
+        with Admin(cluster.gateway) as admin:
+            admin.create_topic(
+                "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
+            )
+        run = kafka_run(cluster.kafka_bootstrap, "latency", PARTITIONS, -1, RATE_PER_S, DURATION_S)
     _assert_timed_each_record(run)
 
 
