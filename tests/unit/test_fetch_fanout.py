@@ -91,3 +91,22 @@ def test_a_fetch_that_does_not_wait_relays_every_node_whole():
     released.set()
     fetching.join(BOUND_S)
     assert sorted(answer) == [b"fast", b"slow"]
+
+
+def test_a_reader_that_stops_early_gives_up_the_nodes_still_polling():
+    """The Kafka listener's fetch stops reading once it has min_bytes: the quiet nodes'
+    long polls are cancelled, not left running until their own waits end."""
+    quiet = LateNode()
+    quiet.start.set()
+
+    def relay(target, payload, indexes, keep_cancel):
+        if target == "busy":
+            yield b"records"
+            yield b"more of them"
+        else:
+            yield from quiet.relay(keep_cancel)
+
+    stream = fetch_across_nodes(_request(2, 10_000), {1: ("busy", [0]), 2: ("quiet", [1])}, relay)
+    assert next(stream) == b"records"
+    stream.close()
+    assert wait_until(quiet.cancelled.is_set, BOUND_S)

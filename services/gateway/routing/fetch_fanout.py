@@ -11,7 +11,8 @@ relayed to its end, so no partition's answer is cut short. A fetch that does not
 relayed whole.
 
 A node's call may start after it was given up (its thread is late under load): it is then
-cancelled as it starts, and the answer never waits on it either way.
+cancelled as it starts, and the answer never waits on it either way. A reader that stops
+reading (closes the stream) gives up every node not done yet, as its caller went away.
 """
 
 from __future__ import annotations
@@ -113,7 +114,12 @@ def fetch_across_nodes(
                 pump.sent_any = True
                 yield message
     finally:
-        stop.set()  # pumps still running give up their next put (within _PUT_RETRY_S)
+        # Closed early too (the Kafka listener's fetch stops reading at min_bytes): the
+        # nodes still long-polling are given up, and the pumps give up their next put.
+        stop.set()
+        for pump in pumps:
+            if pump.awaited:
+                pump.abandon()
 
 
 def _abandon_silent(pumps: list[_Pump[Target]]) -> None:
