@@ -51,9 +51,12 @@ def free_ports(count: int) -> list[int]:
 def free_port_run(count: int) -> int:
     """The first of `count` consecutive ports free on 127.0.0.1 now (for a setting that names
     one port and derives the rest), below the kernel's ephemeral range."""
+    ephemeral_low = _ephemeral_low()
+    # The whole run below the ephemeral range, when free_ports picks there at all.
+    limit = ephemeral_low if ephemeral_low - LOWEST_PICKED_PORT >= 10 * count else 65536
     for _ in range(_ATTEMPTS):
         [first] = free_ports(1)
-        if first + count > 65536:
+        if first + count > limit:
             continue
         sockets: list[socket.socket] = []
         try:

@@ -144,3 +144,17 @@ def test_an_idle_pump_thread_ends(monkeypatch):
     done = threading.Event()
     threads.run(done.set)  # a new thread for it
     assert done.wait(BOUND_S)
+
+
+def test_a_pump_task_that_raises_leaves_its_thread_to_run_the_next():
+    threads = _ReusedThreads("test-pump-raises")
+
+    def fails() -> None:
+        raise RuntimeError("a relay's bug")
+
+    threads.run(fails)
+    assert wait_until(lambda: threads._idle == 1, BOUND_S)
+    done = threading.Event()
+    threads.run(done.set)  # claims the thread that ran `fails`: it must still be there
+    assert done.wait(BOUND_S)
+    assert sum(t.name == "test-pump-raises" for t in threading.enumerate()) == 1

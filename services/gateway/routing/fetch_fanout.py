@@ -18,6 +18,7 @@ reading (closes the stream) gives up every node not done yet, as its caller went
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -31,6 +32,8 @@ Target = TypeVar("Target")
 Relay = Callable[
     [Target, bytes, list[int], Callable[[Callable[[], object]], None]], Iterator[bytes]
 ]
+logger = logging.getLogger(__name__)
+
 _PUT_RETRY_S = 0.5
 # A pump thread idle this long ends; one busy again is started anew.
 PUMP_THREAD_IDLE_S = 60.0
@@ -70,9 +73,10 @@ class _ReusedThreads:
                 continue
             try:
                 task()
-            finally:
-                with self._lock:
-                    self._idle += 1
+            except Exception:  # the thread is counted idle again: it must live on
+                logger.exception("%s task failed", self.name)
+            with self._lock:
+                self._idle += 1
 
 
 _PUMP_THREADS = _ReusedThreads("fetch-pump")
