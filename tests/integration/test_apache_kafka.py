@@ -37,7 +37,12 @@ def kafka(tmp_path_factory):
 
 
 def test_librdkafka_consumes_what_it_produced_to_apache_kafka(kafka):
-    producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    # Idempotent: the first sends meet the topic's auto-creation and are retried, and without
+    # idempotence librdkafka's pipelined retries may reorder them (a CI run got value-30
+    # first); Kafka keeps a partition's order across retries only for an idempotent producer.
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka.bootstrap, "acks": "all", "enable.idempotence": True}
+    )
     for i in range(200):
         producer.produce("harness", b"value-%d" % i, key=b"key-%d" % (i % 7))
     assert producer.flush(30) == 0
