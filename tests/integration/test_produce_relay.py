@@ -7,7 +7,6 @@ gateway's, and a malformed one without writing a byte."""
 from __future__ import annotations
 
 import socket
-import threading
 
 import pytest
 
@@ -15,28 +14,13 @@ from seglog.client.consumer import Consumer
 from seglog.client.structs import TopicPartition
 from seglog.records import iter_records
 from seglog.rpc import bulk_wire, grants, wire
+from seglog.rpc.produce_connections import ProduceConnections
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import bulk_pb2, common_pb2
-from services.gateway.routing import produce_relay
 from tests.batches import make_batch
+from tests.bulk_produce import RelayedProduces, closed_by_node, exchange, produce_header
 from tests.cluster import CLUSTER_SECRET, LocalCluster
-
-
-class RelayedProduces:
-    """Counts the relayed produces a node's bulk listener answers."""
-
-    def __init__(self, node, monkeypatch) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-        original = node.bulk._answer_produce
-
-        def counting(*args, **kwargs):
-            with self._lock:
-                self.count += 1
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(node.bulk, "_answer_produce", counting)
 
 
 @pytest.fixture
@@ -131,24 +115,6 @@ def test_whole_request_refusals_read_the_same_over_the_relay_and_over_grpc(tmp_p
     assert errors[True] == errors[False] and errors[True][1] == "CORRUPT_MESSAGE"
 
 
-def _relay_request(request: bytes, grant: bytes, signature: bytes) -> bulk_pb2.BulkFetchRequest:
-    return bulk_pb2.BulkFetchRequest(
-        version=bulk_wire.BULK_PRODUCE_VERSION,
-        grant=grant,
-        signature=signature,
-        produce_length=len(request),
-    )
-
-
-def _exchange(sock, header, body=b""):
-    bulk_wire.send_message(sock, header, body)
-    return bulk_wire.recv_message(sock, bulk_pb2.BulkProduceAnswer)
-
-
-def _closed(sock) -> bool:
-    return bulk_wire.recv_message(sock, bulk_pb2.BulkProduceAnswer) is None
-
-
 def test_the_node_takes_relayed_produce_under_the_gateways_relay_grant_only(cluster):
     cluster.admin.create_topic("guarded", 1, 1)
     leader = cluster.leader_of("guarded", 0)
@@ -164,8 +130,8 @@ def test_the_node_takes_relayed_produce_under_the_gateways_relay_grant_only(clus
     ).grants
     host, port = leader.bulk.address.rsplit(":", 1)
     refusals = [
-        (_relay_request(request, fetch_grant.grant, fetch_grant.signature), request, "relay"),
-        (_relay_request(request, relay_grant, b"\0" * 32), request, "does not verify"),
+        (produce_header(request, fetch_grant.grant, fetch_grant.signature), request, "relay"),
+        (produce_header(request, relay_grant, b"\0" * 32), request, "does not verify"),
         (
             bulk_pb2.BulkFetchRequest(
                 version=bulk_wire.BULK_PRODUCE_VERSION,
@@ -179,19 +145,19 @@ def test_the_node_takes_relayed_produce_under_the_gateways_relay_grant_only(clus
     ]
     for header, body, reason in refusals:
         with socket.create_connection((host, int(port)), timeout=10) as sock:
-            answer = _exchange(sock, header, body)
+            answer = exchange(sock, header, body)
             assert answer.end and answer.error != common_pb2.NONE
             assert reason in answer.error_message and not answer.response
-            assert _closed(sock)
+            assert closed_by_node(sock)
     assert leader.logs.get_log("guarded", 0).log_end_offset == 0
     # Under the relay grant: a malformed request is refused whole and nothing is written,
     # the connection stays, and a good one on it is appended and answered.
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         malformed = b"\x0a\x09guard"  # a topic of 9 bytes, 5 of them sent
-        answer = _exchange(sock, _relay_request(malformed, relay_grant, relay_signature), malformed)
+        answer = exchange(sock, produce_header(malformed, relay_grant, relay_signature), malformed)
         assert not answer.end and common_pb2.ErrorCode.Name(answer.error) == "INVALID_REQUEST"
         assert leader.logs.get_log("guarded", 0).log_end_offset == 0
-        answer = _exchange(sock, _relay_request(request, relay_grant, relay_signature), request)
+        answer = exchange(sock, produce_header(request, relay_grant, relay_signature), request)
         assert not answer.end and answer.error == common_pb2.NONE
         [result] = common_pb2.ProduceResponse.FromString(answer.response).partitions
         assert result.error == 0 and result.base_offset == 0
@@ -218,7 +184,7 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay(tmp_path, monk
         host, port = leader.bulk.address.rsplit(":", 1)
         plain = socket.create_connection((host, int(port)), timeout=10)
         with context.wrap_socket(plain, server_hostname=host) as sock:
-            answer = _exchange(sock, _relay_request(request, grant, signature), request)
+            answer = exchange(sock, produce_header(request, grant, signature), request)
             assert answer.end and "gateway's certificate" in answer.error_message
         assert leader.logs.get_log("tls", 0).log_end_offset == 3
     finally:
@@ -241,7 +207,7 @@ def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatc
     assert len(seen) == 2 and seen[0] == seen[1]  # signed once, verified once
     # Once less than the margin is left, the next request carries a new grant.
     relay = cluster.gateway.service.appends.relay
-    reused = relay._nodes[leader.config.node_id].grants
+    reused = relay._grants[leader.config.node_id]
     monkeypatch.setattr(reused, "renew_margin_ms", reused.ttl_ms + 1)
     assert cluster.client.produce("renewed", {0: make_batch([b"c"])})[0].error == 0
     assert len(seen) == 3 and seen[2] != seen[1]
@@ -251,20 +217,20 @@ def test_connections_per_node_are_bounded_and_reused(cluster):
     cluster.admin.create_topic("bounded", 1, 1)
     leader = cluster.leader_of("bounded", 0)
     node_id, address = leader.config.node_id, leader.bulk.address
-    relay = produce_relay.ProduceRelay(CLUSTER_SECRET, max_connections_per_node=2)
+    pool = ProduceConnections(max_connections_per_node=2)
     try:
-        first = relay._take(node_id, address)
-        second = relay._take(node_id, address)
+        first = pool._take(node_id, address)
+        second = pool._take(node_id, address)
         assert first is not None and second is not None
         # Two in use: a third request would go over gRPC rather than open another.
-        assert relay._take(node_id, address) is None
-        relay._give_back(first[0], first[1])
-        again = relay._take(node_id, address)
+        assert pool._take(node_id, address) is None
+        pool._give_back(first[0], first[1])
+        again = pool._take(node_id, address)
         assert again is not None and again[1] is first[1]  # the idle one, kept
         # A connection the node closed is counted out when next taken, and replaced.
         leader.bulk.stop()
-        relay._give_back(again[0], again[1])
-        assert relay._take(node_id, address) is None  # nothing listens now
-        assert relay._nodes[node_id].connections == 1  # only `second` is left
+        pool._give_back(again[0], again[1])
+        assert pool._take(node_id, address) is None  # nothing listens now
+        assert pool._nodes[node_id].connections == 1  # only `second` is left
     finally:
-        relay.close()
+        pool.close()

@@ -1,64 +1,22 @@
-"""The gateway's produce relay over the storage nodes' bulk listeners (bulk.md, version 3).
-
-A gRPC unary call costs about 0.75 ms of round trip in Python here, ten times a plain TCP
-exchange, and most of it is CPU on both sides: a client's produce crossed two of them (client
-to gateway, gateway to leader). The second now goes over a kept TCP connection to the
-leader's bulk listener, which hands the request's bytes to the same code as the gRPC Append
-(storage_node/produce_requests.py) and answers the ProduceResponse's bytes.
-
-Each node has a pool of connections: a relay takes an idle one (or opens one), sends the
-request, reads the answer and puts the connection back, so concurrent produces to one node go
-on separate connections, one request in flight on each; past `MAX_CONNECTIONS_PER_NODE` in
-use, a request goes over gRPC. The relay signs its own grant
-(`produce_relay`, no partition: nothing a client is ever given) and renews it before expiry
-(grants.ReusedGrants).
-
-When the bulk path cannot take a request — no cluster secret or bulk address, the node
-unreachable, a node that refuses the relay (one that serves fetches only, a secret of its
-own) — nothing was written, and the caller sends it over gRPC; a node that refused is left
-alone for `RETRY_REFUSED_AFTER_S`. Once a request was sent, a lost connection is the
-caller's error (LEADER_NOT_AVAILABLE, or REQUEST_TIMED_OUT past the deadline): the node may
-have written it, as with a gRPC call cut short, and the producer's retry settles it.
-"""
+"""The gateway's produce relay over the storage nodes' bulk listeners (bulk.md, version 3):
+a client's produce crossed two gRPC hops (client to gateway, gateway to leader); the second
+goes over kept TCP connections to the leader's bulk listener instead
+(seglog.rpc.produce_connections has the pool and what happens when the node cannot take a
+request). The relay signs its own grant per node (`produce_relay`, no partition: nothing a
+client is ever given) and renews it before expiry (grants.ReusedGrants)."""
 
 from __future__ import annotations
 
-import logging
 import ssl
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from seglog.errors import LeaderNotAvailableError, RequestTimedOutError, SeglogError
 from seglog.rpc import grants
-from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkRelayTimeout
-from seglog.rpc.status import error_from_code
+from seglog.rpc.produce_connections import MAX_CONNECTIONS_PER_NODE, ProduceConnections
 from seglog.security.tls import client_ssl_context
-from seglog.v1 import common_pb2
 
 if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
     from ..settings import GatewayConfig
-
-logger = logging.getLogger(__name__)
-
-CONNECT_TIMEOUT_S = 2.0
-# Connections kept per node, busy or idle. A burst past it goes over gRPC: the node's bulk
-# listener admits only so many new connections from one host at once (its
-# max_unverified_per_peer, 16), and a connection it turns away at the door would cost a
-# request an error it never needed.
-MAX_CONNECTIONS_PER_NODE = 16
-RETRY_REFUSED_AFTER_S = 60.0
-
-
-@dataclass
-class _NodeRelay:
-    node_id: int
-    address: str
-    grants: grants.ReusedGrants
-    idle: list[BulkConnection] = field(default_factory=list)
-    connections: int = 0  # open, idle or carrying a request
-    refused_until: float = 0.0  # monotonic
 
 
 def configured_relay(config: GatewayConfig, *, traced: bool) -> ProduceRelay | None:
@@ -85,13 +43,14 @@ class ProduceRelay:
         max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
     ) -> None:
         self.secret = secret
-        self.ssl_context = ssl_context
-        self.traced = traced
         self.grant_ttl_ms = grant_ttl_ms
-        self.max_connections_per_node = max_connections_per_node
-        self._lock = threading.Lock()
-        self._nodes: dict[int, _NodeRelay] = {}
-        self._closed = False
+        self.connections = ProduceConnections(
+            ssl_context=ssl_context,
+            traced=traced,
+            max_connections_per_node=max_connections_per_node,
+        )
+        self._grants: dict[int, grants.ReusedGrants] = {}
+        self._grants_lock = threading.Lock()
 
     def relay(self, node_id: int, address: str, request: bytes, timeout_s: float) -> bytes | None:
         """The node's answer to the ProduceRequest `request` (its wire bytes), or None when
@@ -100,102 +59,16 @@ class ProduceRelay:
         after it was sent."""
         if not address:
             return None
-        taken = self._take(node_id, address)
-        if taken is None:
-            return None
-        node, connection, (grant, signature) = taken
-        try:
-            answer = connection.produce(
-                grant, signature, request, node_id=node_id, timeout_s=timeout_s
-            )
-        except BulkRelayTimeout as exc:
-            raise RequestTimedOutError(f"node {node_id}: {exc}") from None
-        except BulkFetchError as exc:
-            raise LeaderNotAvailableError(f"node {node_id} unavailable: {exc}") from None
-        finally:
-            self._give_back(node, connection)  # closed on failure: then only counted out
-        if answer.end:  # the relay itself refused: nothing was written
-            logger.warning(
-                "node %d refuses the bulk produce relay (%s): its produce goes over gRPC "
-                "for %.0f s",
-                node_id,
-                answer.error_message,
-                RETRY_REFUSED_AFTER_S,
-            )
-            with self._lock:
-                node.refused_until = time.monotonic() + RETRY_REFUSED_AFTER_S
-            return None
-        if answer.error != common_pb2.NONE:
-            error: SeglogError = error_from_code(answer.error, answer.error_message)
-            raise error
-        response: bytes = answer.response
-        return response
+        return self.connections.send(node_id, address, self.grant(node_id), request, timeout_s)
+
+    def grant(self, node_id: int) -> tuple[bytes, bytes]:
+        with self._grants_lock:
+            reused = self._grants.get(node_id)
+            if reused is None:
+                reused = self._grants[node_id] = grants.ReusedGrants(
+                    self.secret, node_id, produce_relay=True, ttl_ms=self.grant_ttl_ms
+                )
+            return reused.get()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            nodes, self._nodes = self._nodes, {}
-        for node in nodes.values():
-            for connection in node.idle:
-                connection.close()
-
-    def _take(
-        self, node_id: int, address: str
-    ) -> tuple[_NodeRelay, BulkConnection, tuple[bytes, bytes]] | None:
-        with self._lock:
-            if self._closed:
-                return None
-            node = self._node(node_id, address)
-            if node.refused_until > time.monotonic():
-                return None
-            grant = node.grants.get()
-            while node.idle:
-                connection = node.idle.pop()
-                if not connection.peer_closed():
-                    return node, connection, grant
-                connection.close()
-                node.connections -= 1
-            if node.connections >= self.max_connections_per_node:
-                return None
-            node.connections += 1
-        try:
-            connection = BulkConnection.open(
-                address,
-                connect_timeout_s=CONNECT_TIMEOUT_S,
-                ssl_context=self.ssl_context,
-                traced=self.traced,
-            )
-        except BulkFetchError as exc:
-            logger.debug("bulk produce relay to node %d: %s", node_id, exc)
-            with self._lock:
-                node.connections -= 1
-            return None
-        return node, connection, grant
-
-    def _give_back(self, node: _NodeRelay, connection: BulkConnection) -> None:
-        """Keep the connection for the next request; closed (it failed, or the node refused
-        the relay), or its node moved or the relay closed meanwhile, it is counted out."""
-        with self._lock:
-            keep = (
-                not connection.closed and not self._closed and self._nodes.get(node.node_id) is node
-            )
-            if keep:
-                node.idle.append(connection)
-                return
-            node.connections -= 1
-        connection.close()
-
-    def _node(self, node_id: int, address: str) -> _NodeRelay:
-        """The node's relay state, fresh when it moved to another address (its idle
-        connections to the old one are closed). Called under the lock."""
-        node = self._nodes.get(node_id)
-        if node is None or node.address != address:
-            if node is not None:
-                for connection in node.idle:
-                    connection.close()
-                node.idle.clear()
-            made = grants.ReusedGrants(
-                self.secret, node_id, produce_relay=True, ttl_ms=self.grant_ttl_ms
-            )
-            node = self._nodes[node_id] = _NodeRelay(node_id, address, made)
-        return node
+        self.connections.close()
