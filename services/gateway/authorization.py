@@ -7,7 +7,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
 `User:ANONYMOUS`. What each call needs is Kafka's
 (the operation Kafka's broker checks for the same request):
 
-    Produce                    Write on each topic
+    Produce, ProduceGrants     Write on each topic
     Fetch, FetchGrants         Read on each topic
     ListOffsets                Describe on each topic
     SplitPoints                Describe on each topic
@@ -116,6 +116,7 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
         "Read", {p.topic for p in common_pb2.FetchRequest.FromString(raw).partitions}
     ),
     "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
+    "ProduceGrants": lambda r: _topics("Write", set(r.topics)),
     "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "DeleteRecords": lambda r: _topics("Delete", {p.topic for p in r.partitions}),

@@ -265,6 +265,7 @@ class Gateway:
                 "SplitPoints": s.queries.SplitPoints,
                 "DeleteRecords": s.queries.DeleteRecords,
                 "FetchGrants": s.FetchGrants,
+                "ProduceGrants": s.ProduceGrants,
                 "CreateAcls": acls.CreateAcls,
                 "DescribeAcls": acls.DescribeAcls,
                 "DeleteAcls": acls.DeleteAcls,

@@ -28,7 +28,7 @@ from typing import Any
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
-from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
+from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants, wire
 from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.rpc.status import error_code_for
 from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
@@ -230,10 +230,11 @@ class BulkServer:
     def _answer_produce(
         self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
     ) -> bool:
-        """Serve one relayed produce (bulk.md, version 3); False when it was refused as a
-        whole for its grant or framing (the connection is then closed, its bytes unread)."""
+        """Serve one produce (bulk.md, version 3): relayed by the gateway, or sent by a
+        client under its produce grant. False when it was refused as a whole for its grant
+        or framing (the connection is then closed, its bytes unread)."""
         try:
-            self._check_produce(request, peer_name)
+            topics = self._check_produce(request, peer_name)
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
@@ -251,6 +252,8 @@ class BulkServer:
             "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
         ) as span:
             try:
+                if topics is not None:
+                    _check_granted_topic(raw, topics)
                 response = answer_produce(self.replicas, self.metrics, raw)
                 answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
             except SeglogError as exc:
@@ -261,14 +264,20 @@ class BulkServer:
         bulk_wire.send_message(conn, answer)
         return True
 
-    def _check_produce(self, request: bulk_pb2.BulkFetchRequest, peer_name: str | None) -> None:
-        """A relayed produce is the gateway's alone, as the gRPC Append is: its grant must be
-        the produce relay's (which the gateway never gives a client), and on a TLS cluster
-        the connection's certificate must be the gateway's."""
+    def _check_produce(
+        self, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
+    ) -> frozenset[str] | None:
+        """The produce's grant and framing, before a byte of it is read: the topics a
+        client's produce grant names (Gateway.ProduceGrants gave it after checking the
+        caller's Write on each), or None for the gateway's relay, which may append to any
+        topic as the gRPC Append may. The relay grant is the gateway's alone (it never gives
+        it to a client), and on a TLS cluster only over the gateway's certificate."""
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
-        if not grant.produce_relay:
-            raise PermissionDeniedError("transfer grant: not the gateway's produce relay grant")
-        if self._ssl is not None and peer_name != GATEWAY_IDENTITY:
+        if not grant.produce_relay and not grant.produce_topics:
+            raise PermissionDeniedError(
+                "transfer grant: neither the gateway's produce relay grant nor a produce grant"
+            )
+        if grant.produce_relay and self._ssl is not None and peer_name != GATEWAY_IDENTITY:
             raise PermissionDeniedError(
                 f"a relayed produce needs the gateway's certificate; this connection's names "
                 f"{peer_name or 'nothing'}"
@@ -278,6 +287,7 @@ class BulkServer:
                 f"a relayed produce of {request.produce_length} bytes: it must be 1 to "
                 f"{MAX_REQUEST_BYTES}"
             )
+        return None if grant.produce_relay else grant.produce_topics
 
     def _send_answer(
         self,
@@ -400,6 +410,18 @@ class BulkServer:
         header.records_length = found.size
         bulk_wire.send_message(conn, header)
         return found.write_to(conn)
+
+
+def _check_granted_topic(raw: memoryview, topics: frozenset[str]) -> None:
+    try:
+        topic = wire.produce_topic(raw)
+    except ValueError as exc:
+        raise InvalidRequestError(f"malformed ProduceRequest: {exc}") from None
+    if topic not in topics:
+        raise PermissionDeniedError(
+            f"the produce grant names {sorted(topics)}, not {topic!r}: ask the gateway "
+            f"(ProduceGrants) for this topic's"
+        )
 
 
 def _certificate_name(conn: socket.socket) -> str | None:

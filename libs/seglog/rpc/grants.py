@@ -2,7 +2,9 @@
 signs, storage nodes verify, with a secret the cluster shares (HMAC-SHA256 over the
 serialized TransferGrant). A grant names one node, the partitions it may serve to the holder
 with the offset each may start at and the leader epoch, and an expiry; or, made for the
-gateway's own produce relay, no partition and the right to append (`produce_relay`)."""
+gateway's own produce relay, no partition and the right to append (`produce_relay`); or, made
+for a client by Gateway.ProduceGrants, the right to append to the topics it names
+(`produce_topics`)."""
 
 from __future__ import annotations
 
@@ -45,10 +47,12 @@ def issue(
     *,
     replica_id: int | None = None,
     produce_relay: bool = False,
+    produce_topics: Iterable[str] = (),
 ) -> tuple[bytes, bytes, int]:
     """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch);
     with `replica_id`, a follower's grant for replica fetches; with `produce_relay` (and no
-    partitions), the gateway's grant for relaying produce requests to the node."""
+    partitions), the gateway's grant for relaying produce requests to the node; with
+    `produce_topics` (and no partitions), a client's grant to produce to those topics."""
     expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
     grant = bulk_pb2.TransferGrant(
         version=GRANT_VERSION, node_id=node_id, expires_at_ms=expires_at_ms
@@ -57,6 +61,7 @@ def issue(
         grant.replica = True
         grant.replica_id = replica_id
     grant.produce_relay = produce_relay
+    grant.produce_topics.extend(produce_topics)
     for topic, partition, min_offset, leader_epoch in partitions:
         grant.partitions.add(
             topic=topic, partition=partition, min_offset=min_offset, leader_epoch=leader_epoch
@@ -117,6 +122,7 @@ class VerifiedGrant:
     partitions: dict[tuple[str, int], tuple[int, int]]  # -> (min offset, leader epoch)
     replica_id: int | None = None  # a follower's grant
     produce_relay: bool = False  # the gateway's produce relay's grant
+    produce_topics: frozenset[str] = frozenset()  # a client's produce grant's topics
 
 
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
@@ -165,4 +171,5 @@ def _signed_content(secret: bytes, grant: bytes, signature: bytes, node_id: int)
         {(p.topic, p.partition): (p.min_offset, p.leader_epoch) for p in parsed.partitions},
         parsed.replica_id if parsed.replica else None,
         parsed.produce_relay,
+        frozenset(parsed.produce_topics),
     )

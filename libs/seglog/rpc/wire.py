@@ -181,7 +181,7 @@ def scan_produce_request(raw: bytes | memoryview) -> ScannedProduce:
     return out
 
 
-def produce_topic(raw: bytes) -> str:
+def produce_topic(raw: bytes | memoryview) -> str:
     """A ProduceRequest's topic alone: field 1 comes first on the wire (encode_produce_request
     and protobuf's serializers write fields in order), so nothing past it is read."""
     for number, value in _fields(memoryview(raw)):

@@ -75,6 +75,15 @@ class RegistryRoutes:
             node.bulk_address if node else "",
         )
 
+    def bulk_routes(self) -> dict[int, str]:
+        """The bulk listener of each node routable now, read as `route` reads (no lock):
+        where Gateway.ProduceGrants sends producers."""
+        return {
+            node_id: node.bulk_address
+            for node_id, node in list(self.nodes.items())
+            if node.bulk_address and self._routable(node_id, node)
+        }
+
     def _routable(self, node_id: int, node: Node | None) -> bool:
         """`is_live` as routing reads it: without the registry's lock, and never acting on
         what it reads (ending a lapsed etcd session is the control plane's to do)."""

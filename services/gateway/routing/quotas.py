@@ -154,6 +154,22 @@ class ClientQuotas:
             )
         return response
 
+    def refuse_produce_grants(
+        self, request: bulk_pb2.ProduceGrantsRequest
+    ) -> bulk_pb2.ProduceGrantsResponse:
+        """ProduceGrants' answer to a caller with a producer_byte_rate quota: no grant (a
+        node's bulk listener meters nothing), so its producer sends through the gateway's
+        Produce, which holds its answers while it is over the quota."""
+        response = bulk_pb2.ProduceGrantsResponse()
+        for topic in request.topics:
+            response.errors.add(
+                topic=topic,
+                partition=-1,
+                error=common_pb2.INVALID_REQUEST,
+                error_message="a producer_byte_rate quota applies: produce through the gateway",
+            )
+        return response
+
     def _caller(self, context: grpc.ServicerContext) -> tuple[str, str]:
         try:
             principal = self.principal_of(context)

@@ -60,8 +60,9 @@ from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
 from .leader_appends import LeaderAppends, Target
 from .leader_queries import LeaderQueries
+from .produce_grants import produce_grants
 from .produce_relay import ProduceRelay
-from .quotas import CONSUMER_BYTE_RATE, ClientQuotas
+from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class GatewayService:
             return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
         return error
 
-    # -- FetchGrants (the bulk path) -----------------------------------------------------
+    # -- FetchGrants and ProduceGrants (the bulk path) ------------------------------------
 
     def FetchGrants(
         self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
@@ -142,6 +143,19 @@ class GatewayService:
         return fetch_grants(
             request,
             lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
+            self.cluster_secret,
+            self.fetch_grant_ttl_ms,
+        )
+
+    def ProduceGrants(
+        self, request: bulk_pb2.ProduceGrantsRequest, context: grpc.ServicerContext
+    ) -> bulk_pb2.ProduceGrantsResponse:
+        if self.quotas is not None and self.quotas.metered(PRODUCER_BYTE_RATE, context):
+            return self.quotas.refuse_produce_grants(request)
+        return produce_grants(
+            request,
+            self.registry.topic,
+            self.registry.bulk_routes,
             self.cluster_secret,
             self.fetch_grant_ttl_ms,
         )
