@@ -52,6 +52,9 @@ class ClientProcess:
             return self.process.returncode
 
 
+PRODUCE_TRANSPORTS = ("auto", "grpc")
+
+
 class Clients:
     """The producers and consumers of a campaign."""
 
@@ -66,10 +69,16 @@ class Clients:
         self._started = {"producer": 0, "consumer": 0}
 
     def start(self, role: str) -> ClientProcess:
-        name = f"{role}-{self._started[role]}"
+        index = self._started[role]
+        name = f"{role}-{index}"
         self._started[role] += 1
         if role == "producer":
-            client = ClientProcess(self.root, role, name, self.producer_args)
+            # Every other producer sends straight to its leaders (under produce grants), the
+            # others through the gateway, behind its fault proxy when there is one: each
+            # path meets the campaign's faults.
+            transport = PRODUCE_TRANSPORTS[index % len(PRODUCE_TRANSPORTS)]
+            args = [*self.producer_args, "--produce-transport", transport]
+            client = ClientProcess(self.root, role, name, args)
             self.producers.append(client)
         else:
             client = ClientProcess(self.root, role, name, self.consumer_args)

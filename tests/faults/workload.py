@@ -84,6 +84,7 @@ def run_producer(args: argparse.Namespace) -> int:
         request_timeout_ms=args.request_timeout_ms,
         delivery_timeout_ms=args.delivery_timeout_ms,
         client_id=args.name,
+        produce_transport=args.produce_transport,
         **PRODUCER_MODES[args.mode],
     )
     deadline = time.monotonic() + args.max_seconds
@@ -310,6 +311,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     producer.add_argument("--interval-ms", type=float, default=2.0)
     producer.add_argument("--max-sends", type=int, default=10_000_000)
     producer.add_argument("--linger-ms", type=int, default=5)
+    producer.add_argument("--produce-transport", choices=("auto", "grpc"), default="auto")
     producer.add_argument("--delivery-timeout-ms", type=int, default=60_000)
     consumer = roles.choices["consumer"]
     consumer.add_argument("--group", required=True)

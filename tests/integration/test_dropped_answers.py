@@ -1,10 +1,15 @@
 """Issue 26's deterministic shape: answers lost between a real idempotent acks=all producer
-and the gateway (the requests landed; the producer retries them). Every record the producer
-was told is written must be in the log exactly once, at the offset it was told."""
+and the gateway (the requests landed; the producer retries them), and the same between a
+producer sending straight to its leader and the leader's bulk listener (the node appended,
+then its connection was cut before the answer went out). Every record the producer was told
+is written must be in the log exactly once, at the offset it was told."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -12,6 +17,7 @@ from seglog.client.futures import RecordFuture
 from seglog.client.gateway import LATEST, FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.records import iter_records
+from services.storage_node import bulk_server
 from tests.cluster import LocalCluster
 from tests.faults.proxy import FaultProxy
 
@@ -56,11 +62,50 @@ def send(producer: Producer, index: int) -> tuple[bytes, RecordFuture]:
     return value, producer.send(TOPIC, value, partition=0)
 
 
-def test_acknowledged_records_survive_dropped_answers(cluster):
+class NodeAnswerDrops:
+    """Drops a leader's answers to produce over its bulk listener, as FaultProxy drops the
+    gateway's: the request is appended (and replicated, acks=all), then the connection is
+    cut where the answer would go."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.answers_dropped = 0
+        self._armed = 0
+        self._lock = threading.Lock()
+        answer = bulk_server.answer_produce
+
+        def dropping(*args, **kwargs):
+            response = answer(*args, **kwargs)
+            with self._lock:
+                if self._armed == 0:
+                    return response
+                self._armed -= 1
+                self.answers_dropped += 1
+            raise ConnectionResetError("the answer is dropped on purpose")
+
+        monkeypatch.setattr(bulk_server, "answer_produce", dropping)
+
+    def drop_answers(self, count: int) -> None:
+        with self._lock:
+            self._armed += count
+
+
+@contextlib.contextmanager
+def answers_lost(cluster, transport: str, monkeypatch) -> Iterator[tuple[str, object]]:
+    """(the producer's bootstrap, what drops answers) for the transport under test."""
+    if transport == "grpc":
+        with FaultProxy(cluster.address) as proxy:
+            yield proxy.address, proxy
+    else:
+        yield cluster.address, NodeAnswerDrops(monkeypatch)
+
+
+@pytest.mark.parametrize("transport", ["grpc", "auto"])
+def test_acknowledged_records_survive_dropped_answers(cluster, transport, monkeypatch):
     futures = []
-    with FaultProxy(cluster.address) as proxy:
+    with answers_lost(cluster, transport, monkeypatch) as (bootstrap, proxy):
         producer = Producer(
-            proxy.address,
+            bootstrap,
+            produce_transport=transport,
             acks="all",
             enable_idempotence=True,
             # Small batches and a short linger: several batches of the partition wait for
@@ -76,6 +121,8 @@ def test_acknowledged_records_survive_dropped_answers(cluster):
             warm = producer.send(TOPIC, b"warm-up", partition=0)
             futures.append((b"warm-up", warm))
             warm.get(timeout=FLUSH_TIMEOUT_S)
+            # Each path carries what this test drops: the gateway's answers, or the leader's.
+            assert (producer._transport.sent_direct > 0) == (transport == "auto")
             per_round = RECORDS // ROUNDS
             sent = 0
             for round_index in range(ROUNDS):

@@ -135,7 +135,8 @@ def test_past_the_concurrent_call_limit_clients_back_off_and_kafka_is_not_counte
                 thread.join(30)
     finally:
         kafka_producer.close()
-    with Producer(cluster.address, retry_backoff_ms=50) as producer:
+    # Through the gateway (not straight to the leader), whose call limit is what is tested.
+    with Producer(cluster.address, retry_backoff_ms=50, produce_transport="grpc") as producer:
         assert producer.send("limited", b"seglog", partition=0).get(timeout=30).offset == 2
         polls = [
             threading.Thread(target=_long_poll, args=(cluster,)) for _ in range(CONCURRENT_CALLS)

@@ -29,6 +29,7 @@ COMPRESSION_TYPES = {c.name.lower(): c for c in CompressionType}
 ASSIGNMENT_STRATEGIES = ("range", "roundrobin")
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 FETCH_TRANSPORTS = ("auto", "bulk", "grpc")
+PRODUCE_TRANSPORTS = ("auto", "grpc")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +55,11 @@ class ProducerConfig:
     enable_idempotence: bool | None = None
     key_serializer: Callable[[Any], bytes | None] | None = None
     value_serializer: Callable[[Any], bytes | None] | None = None
+    # seglog's own: "auto" sends each request straight to its leader's bulk listener under
+    # a produce grant from the gateway, as a Kafka producer talks to its leaders, and through
+    # the gateway's Produce what has no grant (produce_transport.py); "grpc": all through
+    # the gateway.
+    produce_transport: str = "auto"
     # TLS, kafka-python's names: "SSL" or "PLAINTEXT" ("" : SSL when SEGLOG_TLS_CA /
     # SEGLOG_TLS_CERT / SEGLOG_TLS_KEY are set); the CA and the client's own certificate.
     security_protocol: str = ""
@@ -91,6 +97,11 @@ class ProducerConfig:
         _at_least(self, "max_in_flight_requests_per_connection", 1)
         _at_least(self, "max_request_size", 1)
         _at_least(self, "metadata_max_age_ms", 0)
+        if self.produce_transport not in PRODUCE_TRANSPORTS:
+            raise InvalidConfigError(
+                f"produce_transport must be one of {list(PRODUCE_TRANSPORTS)}, "
+                f"got {self.produce_transport!r}"
+            )
         if self.compression_type not in COMPRESSION_TYPES:
             raise InvalidConfigError(
                 f"compression_type must be one of {sorted(COMPRESSION_TYPES)}, "

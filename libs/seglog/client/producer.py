@@ -33,6 +33,7 @@ from .gateway import GatewayClient, default_bootstrap
 from .metadata import Metadata, MetadataTimeoutError
 from .outages import OutageLog
 from .partitioner import KeyPartitioner
+from .produce_transport import ProduceTransport
 from .sender import Sender
 
 _BYTES_TYPES = (bytes, bytearray, memoryview)
@@ -70,11 +71,14 @@ class Producer:
         self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
         self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)
         self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
+        self._transport = ProduceTransport(
+            self._client, direct=self.config.produce_transport == "auto"
+        )
         self._sender = Sender(
             self.config,
             self._accumulator,
             self._metadata,
-            self._client.produce_raw,
+            self._transport,
             self._client.init_producer_id if self.config.enable_idempotence else None,
         )
         self._sticky: dict[str, int] = {}
@@ -382,6 +386,7 @@ class Producer:
             self._sender.initiate_close(force=True)
             self._sender.join()
         self._pool.close()
+        self._transport.close()
         self._client.close()
 
     def __enter__(self) -> Producer:

@@ -1,5 +1,6 @@
 """The producer's sender thread: drains the accumulator into Produce requests, one per leader
-node and topic, keeps up to `max_in_flight_requests_per_connection` in flight per node, and
+node and topic (sent as produce_transport.py says: straight to the leader, or through the
+gateway), keeps up to `max_in_flight_requests_per_connection` in flight per node, and
 settles each batch when its answer comes back.
 
 Answers arrive on gRPC's threads and are queued; the sender thread handles them itself, so the
@@ -29,6 +30,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 import grpc
 
@@ -42,10 +44,12 @@ from ..errors import (
 )
 from ..rpc import wire
 from ..rpc.status import error_from_code, error_from_rpc
+from ..v1 import common_pb2
 from .accumulator import ProduceRequestPlan, RecordAccumulator, Settlement
 from .config import ProducerConfig
 from .metadata import Metadata
 from .outages import OutageLog
+from .produce_transport import ProduceTransport
 from .producer_batch import ProducerBatch
 
 logger = logging.getLogger(__name__)
@@ -67,14 +71,14 @@ class Sender(threading.Thread):
         config: ProducerConfig,
         accumulator: RecordAccumulator,
         metadata: Metadata,
-        produce: grpc.UnaryUnaryMultiCallable,
+        produce: ProduceTransport,
         init_producer_id: Callable[[], tuple[int, int]] | None = None,
     ) -> None:
         super().__init__(name=f"{config.client_id}-sender", daemon=True)
         self.config = config
         self.accumulator = accumulator
         self.metadata = metadata
-        self.produce = produce  # takes ProduceRequest wire bytes
+        self.produce = produce
         self._wakeup = threading.Event()
         self._answers: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._in_flight: dict[int, int] = {}
@@ -198,7 +202,9 @@ class Sender(threading.Thread):
             ],
         )
         self._in_flight[plan.node_id] = self._in_flight.get(plan.node_id, 0) + 1
-        call = self.produce.future(request, timeout=self._request_timeout_s)
+        call = self.produce.send(
+            plan.node_id, plan.topic, self.config.acks, request, self._request_timeout_s
+        )
         if self.config.acks == 0:
             # Nobody waits for an answer: the records count as sent now, as in Kafka.
             for partition, batches in plan.batches.items():
@@ -228,13 +234,15 @@ class Sender(threading.Thread):
     def _request_done(self, node_id: int) -> None:
         self._in_flight[node_id] -= 1
 
-    def _on_answer(self, plan: ProduceRequestPlan, call: grpc.Future) -> None:
+    def _on_answer(
+        self, plan: ProduceRequestPlan, call: Future[common_pb2.ProduceResponse]
+    ) -> None:
         self._request_done(plan.node_id)
         now = time.monotonic()
         try:
             response = call.result()
-        except grpc.RpcError as exc:
-            error = error_from_rpc(exc)
+        except Exception as exc:
+            error = _call_error(exc)
             for partition, batches in plan.batches.items():
                 self._settle_failed(plan.topic, partition, batches, error, now)
             return
@@ -328,6 +336,17 @@ class Sender(threading.Thread):
             self._producer = None
         batch.complete(-1, -1, error)
         self._settled.completed.append(batch)
+
+
+def _call_error(exc: Exception) -> SeglogError:
+    """What a failed produce call stands for: gRPC's status, the bulk path's own error, or
+    anything else that cut the call short (retriable: the leader may have written the
+    request, and an idempotent retry is answered with its offsets)."""
+    if isinstance(exc, grpc.RpcError):
+        return error_from_rpc(exc)
+    if isinstance(exc, SeglogError):
+        return exc
+    return LeaderNotAvailableError(f"the produce call failed: {type(exc).__name__}: {exc}")
 
 
 class UnansweredBatchesError(SeglogError):

@@ -1,0 +1,147 @@
+"""How the producer's requests reach their leaders. With `produce_transport` "auto" (the
+default), each request goes straight to its leader's bulk listener (bulk.md, version 3) under
+a produce grant the gateway gave for its topic (Gateway.ProduceGrants): one hop, as a Kafka
+producer talks to its partition leaders, instead of client → gateway → leader. The gateway
+stays the way in for everything a grant does not cover: acks=0 (nobody waits for an answer,
+the gateway's Produce answers at once), a topic the gateway gave no grant for (no cluster
+secret, no Write on it, a producer_byte_rate quota on this client: the gateway's Produce then
+answers what it answers), a node without a grant or a bulk listener, a node that refused its
+grant or cannot be reached before the request was sent. "grpc" sends everything through the
+gateway.
+
+Grants are asked for per topic, kept until a third of their life is left, and asked for
+again; a topic refused is asked about again after NO_GRANT_RETRY_S. A request lost after it
+was sent fails as a gRPC call cut short does (LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT): the
+node may have written it, and the producer's retry (idempotent by default) settles it.
+
+The send itself blocks on its socket, so it runs on a small pool of threads, never on the
+sender thread: `send` answers a future at once, completed with the ProduceResponse, or with
+the SeglogError or grpc.RpcError that stood for it, as gRPC's own future is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..rpc.produce_connections import ProduceConnections
+from ..v1 import bulk_pb2, common_pb2
+from .gateway import GatewayClient
+
+logger = logging.getLogger(__name__)
+
+NO_GRANT_RETRY_S = 10.0
+# Threads that carry requests to leaders: the sender keeps at most
+# max_in_flight_requests_per_connection requests per node in flight, so this bounds how many
+# nodes' requests travel at once, not how many are queued.
+MAX_SEND_THREADS = 32
+
+
+@dataclass(frozen=True)
+class _NodeGrant:
+    bulk_address: str
+    grant: bytes
+    signature: bytes
+    expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class _TopicGrants:
+    by_node: dict[int, _NodeGrant]
+    # Asked for again from then on: a third of the grants' life before they end, or, when
+    # the gateway gave none (or could not be asked), NO_GRANT_RETRY_S later.
+    ask_again_at_ms: int
+
+
+class ProduceTransport:
+    def __init__(self, client: GatewayClient, *, direct: bool) -> None:
+        self.client = client
+        self.direct = direct
+        security = client.security
+        self._connections = ProduceConnections(
+            ssl_context=None if security is None else security.ssl_context(), traced=True
+        )
+        self._pool = ThreadPoolExecutor(MAX_SEND_THREADS, thread_name_prefix="produce-send")
+        self._grants: dict[str, _TopicGrants] = {}
+        self._grants_lock = threading.Lock()  # one ProduceGrants call at a time
+        self.sent_direct = 0  # requests a leader answered over its bulk listener
+        self._sent_lock = threading.Lock()
+
+    def send(
+        self, node_id: int, topic: str, acks: int, request: bytes, timeout_s: float
+    ) -> Future[common_pb2.ProduceResponse]:
+        """A future of the leader's ProduceResponse to `request` (its wire bytes)."""
+        if not self.direct or acks == 0:
+            # gRPC's future answers as a concurrent one does (result, add_done_callback).
+            call: Future[common_pb2.ProduceResponse] = self.client.produce_raw.future(
+                request, timeout=timeout_s
+            )
+            return call
+        return self._pool.submit(self._send, node_id, topic, request, timeout_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self._connections.close()
+
+    def _send(
+        self, node_id: int, topic: str, request: bytes, timeout_s: float
+    ) -> common_pb2.ProduceResponse:
+        grant = self._grant(topic, node_id)
+        if grant is not None:
+            answer = self._connections.send(
+                node_id,
+                grant.bulk_address,
+                (grant.grant, grant.signature),
+                request,
+                timeout_s,
+            )
+            if answer is not None:
+                with self._sent_lock:
+                    self.sent_direct += 1
+                parsed: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(answer)
+                return parsed
+        response: common_pb2.ProduceResponse = self.client.produce_raw(request, timeout=timeout_s)
+        return response
+
+    def _grant(self, topic: str, node_id: int) -> _NodeGrant | None:
+        """The node's grant for `topic`, asked for when there is none yet or it is time to
+        renew; None: the request goes through the gateway."""
+        grants = self._grants.get(topic)
+        if grants is None or _now_ms() >= grants.ask_again_at_ms:
+            with self._grants_lock:  # one ask at a time; the others find its answer
+                grants = self._grants.get(topic)
+                if grants is None or _now_ms() >= grants.ask_again_at_ms:
+                    grants = self._grants[topic] = self._ask(topic)
+        grant = grants.by_node.get(node_id)
+        return grant if grant is not None and _now_ms() < grant.expires_at_ms else None
+
+    def _ask(self, topic: str) -> _TopicGrants:
+        """The topic's grants from the gateway; none when it gives none: the records then go
+        through its Produce, which answers what it answers (an authorization error, ...)."""
+        asked_ms = _now_ms()
+        no_grant = _TopicGrants({}, asked_ms + int(NO_GRANT_RETRY_S * 1000))
+        try:
+            response = self.client.call(
+                "ProduceGrants", bulk_pb2.ProduceGrantsRequest(topics=[topic])
+            )
+        except Exception as exc:  # a gateway without the call, no Write on the topic, ...
+            logger.debug("ProduceGrants for %r failed: %s", topic, exc)
+            return no_grant
+        assert isinstance(response, bulk_pb2.ProduceGrantsResponse)
+        if response.errors or not response.grants:
+            for error in response.errors:
+                logger.debug("no produce grant for %r: %s", topic, error.error_message)
+            return no_grant
+        by_node = {
+            g.node_id: _NodeGrant(g.bulk_address, g.grant, g.signature, g.expires_at_ms)
+            for g in response.grants
+        }
+        first_end_ms = min(g.expires_at_ms for g in by_node.values())
+        return _TopicGrants(by_node, first_end_ms - max(first_end_ms - asked_ms, 0) // 3)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

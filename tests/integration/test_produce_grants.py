@@ -1,0 +1,272 @@
+"""A producer sending straight to its leaders' bulk listeners under produce grants
+(Gateway.ProduceGrants, bulk.md version 3), on real clusters: its records go there, none
+through the gateway's Produce, and read back as sent; what a grant does not cover (acks=0, a
+topic the gateway refuses, a node whose listener is gone) goes through the gateway and
+lands once; the gateway grants no internal, unknown or quota-metered topic, and no topic
+without Write on it; a node takes a client's grant only for the topics it names."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import grpc
+import pytest
+
+from seglog.client.admin import Admin
+from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from seglog.errors import PermissionDeniedError
+from seglog.rpc import grants, wire
+from seglog.security.acls import CLUSTER_NAME, AclBinding
+from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
+from tests.batches import make_batch
+from tests.bulk_produce import RelayedProduces, closed_by_node, exchange, produce_header
+from tests.cluster import CLUSTER_SECRET, LocalCluster
+
+
+class GatewayProduces:
+    """Counts the Produce calls the gateway serves."""
+
+    def __init__(self, cluster, monkeypatch) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+        service = cluster.gateway.service
+        original = service._produce
+
+        def counting(*args, **kwargs):
+            with self._lock:
+                self.count += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(service, "_produce", counting)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path, nodes=3)
+    yield c
+    c.close()
+
+
+def _values(cluster, topic, partitions):
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        end = sum(cluster.log(topic, p).high_watermark for p in range(partitions))
+        values = []
+        while len(values) < end:
+            records = consumer.poll_records(timeout_ms=5000)
+            assert records, f"nothing more to read after {len(values)} of {end}"
+            values.extend(r.value for r in records)
+        return sorted(values)
+
+
+def _send_all(producer, topic, values, partitions):
+    futures = [producer.send(topic, v, partition=i % partitions) for i, v in enumerate(values)]
+    producer.flush()
+    return [f.get(timeout=30) for f in futures]
+
+
+def test_a_producer_writes_to_its_leaders_not_through_the_gateway(cluster, monkeypatch):
+    cluster.admin.create_topic("direct", 3, 3)
+    leaders = {cluster.leader_of("direct", p).config.node_id for p in range(3)}
+    assert len(leaders) == 3
+    through_gateway = GatewayProduces(cluster, monkeypatch)
+    at_nodes = {n: RelayedProduces(node, monkeypatch) for n, node in cluster.nodes.items()}
+    values = [b"d%d" % i for i in range(300)]
+    for acks in (1, -1):
+        with Producer(cluster.address, acks=acks, linger_ms=1) as producer:
+            sent = _send_all(producer, "direct", values, 3)
+            assert producer._transport.sent_direct > 0
+        assert all(m.offset >= 0 for m in sent)
+    assert through_gateway.count == 0
+    assert all(spy.count > 0 for spy in at_nodes.values())  # every leader took some
+    assert _values(cluster, "direct", 3) == sorted(values * 2)
+    # acks=0 waits for no answer: it goes through the gateway's Produce, which answers at once.
+    with Producer(cluster.address, acks=0, linger_ms=1) as producer:
+        _send_all(producer, "direct", [b"zero"], 1)
+        assert producer._transport.sent_direct == 0
+    assert through_gateway.count == 1
+
+
+def test_produce_transport_grpc_and_a_gone_listener_go_through_the_gateway(cluster, monkeypatch):
+    cluster.admin.create_topic("fallback", 1, 3)
+    through_gateway = GatewayProduces(cluster, monkeypatch)
+    with Producer(cluster.address, linger_ms=1, produce_transport="grpc") as producer:
+        _send_all(producer, "fallback", [b"g0", b"g1"], 1)
+        assert producer._transport.sent_direct == 0
+    assert through_gateway.count >= 1
+    # The leader's bulk listener stops: nothing was sent there, so the request goes through
+    # the gateway, and is written once.
+    cluster.leader_of("fallback", 0).bulk.stop()
+    before = through_gateway.count
+    with Producer(cluster.address, linger_ms=1) as producer:
+        _send_all(producer, "fallback", [b"s0", b"s1", b"s2"], 1)
+        assert producer._transport.sent_direct == 0
+    assert through_gateway.count > before
+    assert _values(cluster, "fallback", 1) == [b"g0", b"g1", b"s0", b"s1", b"s2"]
+
+
+def test_the_gateway_grants_only_existing_topics_that_are_not_internal(cluster):
+    cluster.admin.create_topic("granted", 2, 3)
+    response = cluster.stub.ProduceGrants(
+        bulk_pb2.ProduceGrantsRequest(topics=["granted", "missing", "__consumer_offsets"]),
+        timeout=10,
+    )
+    refused = {e.topic: common_pb2.ErrorCode.Name(e.error) for e in response.errors}
+    assert refused == {
+        "missing": "UNKNOWN_TOPIC_OR_PARTITION",
+        "__consumer_offsets": "INVALID_TOPIC",
+    }
+    # One grant per node, each naming only the topic granted, for that node alone.
+    assert sorted(g.node_id for g in response.grants) == sorted(cluster.nodes)
+    for g in response.grants:
+        assert g.bulk_address == cluster.nodes[g.node_id].bulk.address
+        verified = grants.verify(CLUSTER_SECRET, g.grant, g.signature, g.node_id)
+        assert verified.produce_topics == {"granted"} and not verified.produce_relay
+        assert not verified.partitions
+        with pytest.raises(Exception, match="issued for node"):
+            grants.verify(CLUSTER_SECRET, g.grant, g.signature, g.node_id % 3 + 1)
+
+
+def test_a_gateway_without_a_cluster_secret_grants_nothing_and_produce_still_works(
+    tmp_path, monkeypatch
+):
+    cluster = LocalCluster(tmp_path, nodes=1, cluster_secret=None)
+    try:
+        cluster.admin.create_topic("plain", 1, 1)
+        response = cluster.stub.ProduceGrants(
+            bulk_pb2.ProduceGrantsRequest(topics=["plain"]), timeout=10
+        )
+        assert not response.grants and "no cluster secret" in response.errors[0].error_message
+        through_gateway = GatewayProduces(cluster, monkeypatch)
+        with Producer(cluster.address, linger_ms=1) as producer:
+            _send_all(producer, "plain", [b"p"], 1)
+            assert producer._transport.sent_direct == 0
+        assert through_gateway.count == 1
+    finally:
+        cluster.close()
+
+
+def test_a_node_takes_a_client_grant_for_the_topics_it_names_only(cluster):
+    cluster.admin.create_topic("mine", 1, 1)
+    cluster.admin.create_topic("theirs", 3, 1)  # one partition on each node
+    leader = cluster.leader_of("mine", 0)
+    [same] = [p for p in range(3) if cluster.leader_of("theirs", p) is leader]
+    [grant] = [
+        g
+        for g in cluster.stub.ProduceGrants(
+            bulk_pb2.ProduceGrantsRequest(topics=["mine"]), timeout=10
+        ).grants
+        if g.node_id == leader.config.node_id
+    ]
+    host, port = leader.bulk.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        theirs = wire.encode_produce_request("theirs", 1, 5000, [(same, -1, [make_batch([b"no"])])])
+        answer = exchange(sock, produce_header(theirs, grant.grant, grant.signature), theirs)
+        assert not answer.end
+        assert common_pb2.ErrorCode.Name(answer.error) == "PERMISSION_DENIED"
+        assert "not 'theirs'" in answer.error_message
+        assert cluster.log("theirs", same).log_end_offset == 0
+        # The connection stays, and the granted topic is written.
+        mine = wire.encode_produce_request("mine", 1, 5000, [(0, -1, [make_batch([b"yes"])])])
+        answer = exchange(sock, produce_header(mine, grant.grant, grant.signature), mine)
+        assert answer.error == common_pb2.NONE
+        [result] = common_pb2.ProduceResponse.FromString(answer.response).partitions
+        assert result.error == 0 and result.base_offset == 0
+    # A grant with its topics changed no longer verifies; a consumer's fetch grant is no
+    # produce grant.
+    forged = bulk_pb2.TransferGrant.FromString(grant.grant)
+    forged.produce_topics.append("theirs")
+    [fetch_grant] = cluster.stub.FetchGrants(
+        bulk_pb2.FetchGrantsRequest(
+            partitions=[common_pb2.FetchPartition(topic="theirs", partition=same)]
+        ),
+        timeout=10,
+    ).grants
+    for forged_grant, signature, reason in (
+        (forged.SerializeToString(), grant.signature, "does not verify"),
+        (fetch_grant.grant, fetch_grant.signature, "nor a produce grant"),
+    ):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            answer = exchange(sock, produce_header(theirs, forged_grant, signature), theirs)
+            assert answer.end and reason in answer.error_message
+            assert closed_by_node(sock)
+    assert cluster.log("theirs", same).log_end_offset == 0
+    assert cluster.log("mine", 0).log_end_offset == 1
+
+
+def test_write_is_checked_when_the_grant_is_asked_for(tmp_path):
+    cluster = LocalCluster(
+        tmp_path, nodes=1, tls=True, authorizer=True, super_users=("User:admin",)
+    )
+    try:
+        with cluster.admin_as("admin") as admin:
+            admin.create_topic("orders", 1, 1)
+            admin.create_acls(
+                [
+                    AclBinding("User:alice", "*", "topic", "literal", "orders", "Write", "allow"),
+                    AclBinding(
+                        "User:alice",
+                        "*",
+                        "cluster",
+                        "literal",
+                        CLUSTER_NAME,
+                        "IdempotentWrite",
+                        "allow",
+                    ),
+                    AclBinding("User:bob", "*", "topic", "literal", "orders", "Describe", "allow"),
+                ]
+            )
+        security = cluster.client_security("bob")
+        channel = grpc.secure_channel(cluster.address, security.channel_credentials())
+        with channel:
+            bob = gateway_pb2_grpc.GatewayStub(channel)
+            with pytest.raises(grpc.RpcError) as denied:
+                bob.ProduceGrants(bulk_pb2.ProduceGrantsRequest(topics=["orders"]), timeout=10)
+            assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        # bob's producer gets no grant, goes through Produce, and is told why.
+        with (
+            Producer(
+                cluster.address,
+                linger_ms=1,
+                retries=0,
+                enable_idempotence=False,
+                **_tls("bob", cluster),
+            ) as producer,
+            pytest.raises(PermissionDeniedError, match="User:bob may not Write"),
+        ):
+            producer.send("orders", b"no").get(timeout=30)
+        # alice's is granted and writes to the leader over TLS, with her certificate.
+        with Producer(cluster.address, linger_ms=1, **_tls("alice", cluster)) as producer:
+            assert producer.send("orders", b"yes").get(timeout=30).offset == 0
+            assert producer._transport.sent_direct == 1
+        assert cluster.log("orders", 0).log_end_offset == 1
+    finally:
+        cluster.close()
+
+
+def _tls(identity, cluster):
+    files = cluster.tls_files(identity)
+    return {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(files.ca),
+        "ssl_certfile": str(files.cert),
+        "ssl_keyfile": str(files.key),
+    }
+
+
+def test_a_caller_with_a_producer_quota_gets_no_grant(cluster, monkeypatch):
+    cluster.admin.create_topic("metered", 1, 3)
+    with Admin(cluster.address) as admin:
+        admin.alter_client_quotas({"client-id": "metered-app"}, {"producer_byte_rate": 1e9})
+    through_gateway = GatewayProduces(cluster, monkeypatch)
+    with Producer(cluster.address, client_id="metered-app", linger_ms=1) as producer:
+        _send_all(producer, "metered", [b"m"], 1)
+        assert producer._transport.sent_direct == 0
+    assert through_gateway.count == 1
+    with Producer(cluster.address, client_id="free-app", linger_ms=1) as producer:
+        _send_all(producer, "metered", [b"f"], 1)
+        assert producer._transport.sent_direct == 1
+    assert through_gateway.count == 1
