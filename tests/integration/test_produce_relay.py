@@ -14,6 +14,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.structs import TopicPartition
 from seglog.records import iter_records
 from seglog.rpc import bulk_wire, grants, wire
+from seglog.rpc.bulk_client import BulkConnection
 from seglog.rpc.produce_connections import ProduceConnections
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
@@ -213,7 +214,7 @@ def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatc
     assert len(seen) == 3 and seen[2] != seen[1]
 
 
-def test_connections_per_node_are_bounded_and_reused(cluster):
+def test_connections_per_node_are_bounded_and_reused(cluster, monkeypatch):
     cluster.admin.create_topic("bounded", 1, 1)
     leader = cluster.leader_of("bounded", 0)
     node_id, address = leader.config.node_id, leader.bulk.address
@@ -231,6 +232,10 @@ def test_connections_per_node_are_bounded_and_reused(cluster):
         leader.bulk.stop()
         pool._give_back(again[0], again[1])
         assert pool._take(node_id, address) is None  # nothing listens now
+        # Left alone for a while: no request waits on a connect that just failed.
+        opened = []
+        monkeypatch.setattr(BulkConnection, "open", lambda *a, **k: opened.append(a))
+        assert pool._take(node_id, address) is None and opened == []
         assert pool._nodes[node_id].connections == 1  # only `second` is left
     finally:
         pool.close()

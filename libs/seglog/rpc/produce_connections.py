@@ -15,7 +15,8 @@ request is not taken (the caller sends it over gRPC).
 When the bulk path cannot take a request — no bulk address, the node unreachable, a node that
 refuses the grant (one that serves fetches only, a secret of its own, an expired grant) —
 nothing was written, `send` answers None and the caller sends it over gRPC; a node that
-refused is left alone for `RETRY_REFUSED_AFTER_S`. Once a request was sent, a lost connection
+refused is left alone for `RETRY_REFUSED_AFTER_S`, one that could not be reached for
+`RETRY_UNREACHABLE_AFTER_S`. Once a request was sent, a lost connection
 is the caller's error (LEADER_NOT_AVAILABLE, or REQUEST_TIMED_OUT past the deadline): the
 node may have written it, as with a gRPC call cut short, and the producer's retry settles it.
 """
@@ -42,6 +43,10 @@ CONNECT_TIMEOUT_S = 2.0
 # request an error it never needed.
 MAX_CONNECTIONS_PER_NODE = 16
 RETRY_REFUSED_AFTER_S = 60.0
+# A node whose listener could not be reached (refused, timed out, a TLS handshake it failed)
+# is left alone this long: a producer outside the cluster that cannot route to the nodes'
+# bulk addresses would otherwise wait CONNECT_TIMEOUT_S before every request.
+RETRY_UNREACHABLE_AFTER_S = 10.0
 
 
 @dataclass
@@ -50,7 +55,7 @@ class NodeConnections:
     address: str
     idle: list[BulkConnection] = field(default_factory=list)
     connections: int = 0  # open, idle or carrying a request
-    refused_until: float = 0.0  # monotonic
+    refused_until: float = 0.0  # monotonic: refused or unreachable, gRPC until then
 
 
 class ProduceConnections:
@@ -147,6 +152,7 @@ class ProduceConnections:
             logger.debug("bulk produce to node %d: %s", node_id, exc)
             with self._lock:
                 node.connections -= 1
+                node.refused_until = time.monotonic() + RETRY_UNREACHABLE_AFTER_S
             return None
         return node, connection
 
