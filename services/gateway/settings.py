@@ -247,14 +247,14 @@ class GatewayConfig:
     cluster_secret: bytes | None = setting(
         None,
         "secret shared with the nodes to sign bulk transfer grants (16+ characters); "
-        "without it the bulk fetch path is off",
+        "without it the bulk fetch path and produce grants are off",
         parse=grants.cluster_secret,
         described_name="bulk.fetch.enabled",
         show=lambda secret: str(secret is not None).lower(),
         repr=False,
     )
     fetch_grant_ttl_ms: int = setting(
-        grants.DEFAULT_GRANT_TTL_MS, "how long a bulk transfer grant stays valid"
+        grants.DEFAULT_GRANT_TTL_MS, "how long a bulk transfer grant (fetch or produce) stays valid"
     )
     bulk_produce_relay_enable: bool = setting(
         True,

@@ -111,6 +111,12 @@ def run_producer(args: argparse.Namespace) -> int:
         # Sends still unanswered when the producer closes stay invoke-only: unknown.
         producer.close(timeout=CLOSE_TIMEOUT_S)
         history.close()
+        direct = producer.metrics()["producer-metrics"]["direct-requests"]
+        print(
+            f"{args.name}: produce_transport {args.produce_transport}, {direct:.0f} requests "
+            f"answered by their leaders straight",
+            file=sys.stderr,
+        )
     return 0
 
 

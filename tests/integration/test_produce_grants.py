@@ -7,6 +7,7 @@ without Write on it; a node takes a client's grant only for the topics it names.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import threading
 
@@ -17,10 +18,12 @@ from seglog.client.admin import Admin
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
-from seglog.errors import PermissionDeniedError
+from seglog.errors import PermissionDeniedError, ServerBusyError
 from seglog.rpc import grants, wire
+from seglog.rpc.status import abort
 from seglog.security.acls import CLUSTER_NAME, AclBinding
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
+from services.gateway.routing import service as produce_grants_module
 from tests.batches import make_batch
 from tests.bulk_produce import RelayedProduces, closed_by_node, exchange, produce_header
 from tests.cluster import CLUSTER_SECRET, LocalCluster
@@ -41,6 +44,11 @@ class GatewayProduces:
             return original(*args, **kwargs)
 
         monkeypatch.setattr(service, "_produce", counting)
+
+
+def _direct(producer) -> float:
+    """Requests the producer's leaders answered straight, not through the gateway."""
+    return producer.metrics()["producer-metrics"]["direct-requests"]
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def test_a_producer_writes_to_its_leaders_not_through_the_gateway(cluster, monke
     for acks in (1, -1):
         with Producer(cluster.address, acks=acks, linger_ms=1) as producer:
             sent = _send_all(producer, "direct", values, 3)
-            assert producer._transport.sent_direct > 0
+            assert _direct(producer) > 0
         assert all(m.offset >= 0 for m in sent)
     assert through_gateway.count == 0
     assert all(spy.count > 0 for spy in at_nodes.values())  # every leader took some
@@ -86,7 +94,7 @@ def test_a_producer_writes_to_its_leaders_not_through_the_gateway(cluster, monke
     # acks=0 waits for no answer: it goes through the gateway's Produce, which answers at once.
     with Producer(cluster.address, acks=0, linger_ms=1) as producer:
         _send_all(producer, "direct", [b"zero"], 1)
-        assert producer._transport.sent_direct == 0
+        assert _direct(producer) == 0
     assert through_gateway.count == 1
 
 
@@ -95,7 +103,7 @@ def test_produce_transport_grpc_and_a_gone_listener_go_through_the_gateway(clust
     through_gateway = GatewayProduces(cluster, monkeypatch)
     with Producer(cluster.address, linger_ms=1, produce_transport="grpc") as producer:
         _send_all(producer, "fallback", [b"g0", b"g1"], 1)
-        assert producer._transport.sent_direct == 0
+        assert _direct(producer) == 0
     assert through_gateway.count >= 1
     # The leader's bulk listener stops: nothing was sent there, so the request goes through
     # the gateway, and is written once.
@@ -103,7 +111,7 @@ def test_produce_transport_grpc_and_a_gone_listener_go_through_the_gateway(clust
     before = through_gateway.count
     with Producer(cluster.address, linger_ms=1) as producer:
         _send_all(producer, "fallback", [b"s0", b"s1", b"s2"], 1)
-        assert producer._transport.sent_direct == 0
+        assert _direct(producer) == 0
     assert through_gateway.count > before
     assert _values(cluster, "fallback", 1) == [b"g0", b"g1", b"s0", b"s1", b"s2"]
 
@@ -143,7 +151,7 @@ def test_a_gateway_without_a_cluster_secret_grants_nothing_and_produce_still_wor
         through_gateway = GatewayProduces(cluster, monkeypatch)
         with Producer(cluster.address, linger_ms=1) as producer:
             _send_all(producer, "plain", [b"p"], 1)
-            assert producer._transport.sent_direct == 0
+            assert _direct(producer) == 0
         assert through_gateway.count == 1
     finally:
         cluster.close()
@@ -241,7 +249,7 @@ def test_write_is_checked_when_the_grant_is_asked_for(tmp_path):
         # alice's is granted and writes to the leader over TLS, with her certificate.
         with Producer(cluster.address, linger_ms=1, **_tls("alice", cluster)) as producer:
             assert producer.send("orders", b"yes").get(timeout=30).offset == 0
-            assert producer._transport.sent_direct == 1
+            assert _direct(producer) == 1
         assert cluster.log("orders", 0).log_end_offset == 1
     finally:
         cluster.close()
@@ -264,9 +272,48 @@ def test_a_caller_with_a_producer_quota_gets_no_grant(cluster, monkeypatch):
     through_gateway = GatewayProduces(cluster, monkeypatch)
     with Producer(cluster.address, client_id="metered-app", linger_ms=1) as producer:
         _send_all(producer, "metered", [b"m"], 1)
-        assert producer._transport.sent_direct == 0
+        assert _direct(producer) == 0
     assert through_gateway.count == 1
     with Producer(cluster.address, client_id="free-app", linger_ms=1) as producer:
         _send_all(producer, "metered", [b"f"], 1)
-        assert producer._transport.sent_direct == 1
+        assert _direct(producer) == 1
     assert through_gateway.count == 1
+
+
+def test_a_gateway_that_cannot_renew_the_grants_stops_no_produce_they_cover(cluster, monkeypatch):
+    cluster.admin.create_topic("renewing", 1, 3)
+    asked = []
+
+    class BusyGateway:
+        """In place of the gateway's quotas, whose check ProduceGrants makes first: the call
+        is answered SERVER_BUSY (retriable, as a restarting gateway's UNAVAILABLE is)."""
+
+        def metered(self, key, context):
+            asked.append(key)
+            abort(context, ServerBusyError("the gateway is busy"))
+
+    service = cluster.gateway.service
+    with Producer(cluster.address, linger_ms=1) as producer:
+        _send_all(producer, "renewing", [b"before"], 1)
+        assert _direct(producer) == 1
+        transport = producer._transport
+        held = transport._grants["renewing"]
+        # Renewal is due, and the gateway cannot answer: the grant held still serves.
+        with monkeypatch.context() as patched:
+            patched.setattr(service, "quotas", BusyGateway())
+            transport._grants["renewing"] = dataclasses.replace(held, ask_again_at_ms=0)
+            _send_all(producer, "renewing", [b"during"], 1)
+        assert asked == ["producer_byte_rate"] and _direct(producer) == 2
+        # Refused outright (no Write any more, say): no grant, through the gateway.
+        with monkeypatch.context() as patched:
+            patched.setattr(
+                produce_grants_module,
+                "produce_grants",
+                lambda *a: bulk_pb2.ProduceGrantsResponse(
+                    errors=[bulk_pb2.GrantError(topic="renewing", partition=-1, error=1)]
+                ),
+            )
+            transport._grants["renewing"] = dataclasses.replace(held, ask_again_at_ms=0)
+            _send_all(producer, "renewing", [b"after"], 1)
+        assert _direct(producer) == 2
+    assert _values(cluster, "renewing", 1) == [b"after", b"before", b"during"]

@@ -10,9 +10,12 @@ grant or cannot be reached before the request was sent. "grpc" sends everything 
 gateway.
 
 Grants are asked for per topic, kept until a third of their life is left, and asked for
-again; a topic refused is asked about again after NO_GRANT_RETRY_S. A request lost after it
-was sent fails as a gRPC call cut short does (LEADER_NOT_AVAILABLE, REQUEST_TIMED_OUT): the
-node may have written it, and the producer's retry (idempotent by default) settles it.
+again; a topic refused is asked about again after NO_GRANT_RETRY_S. A gateway that cannot
+be asked (down, restarting) stops nothing: the grants held serve until they expire.
+
+A request lost after it was sent fails as a gRPC call cut short does (LEADER_NOT_AVAILABLE,
+REQUEST_TIMED_OUT): the node may have written it, and the producer's retry (idempotent by
+default) settles it.
 
 The send itself blocks on its socket, so it runs on a small pool of threads, never on the
 sender thread: `send` answers a future at once, completed with the ProduceResponse, or with
@@ -27,6 +30,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..errors import SeglogError
 from ..rpc.produce_connections import ProduceConnections
 from ..v1 import bulk_pb2, common_pb2
 from .gateway import GatewayClient
@@ -34,6 +38,7 @@ from .gateway import GatewayClient
 logger = logging.getLogger(__name__)
 
 NO_GRANT_RETRY_S = 10.0
+RETRY_ASK_S = 1.0
 # Threads that carry requests to leaders: the sender keeps at most
 # max_in_flight_requests_per_connection requests per node in flight, so this bounds how many
 # nodes' requests travel at once, not how many are queued.
@@ -51,9 +56,13 @@ class _NodeGrant:
 @dataclass(frozen=True)
 class _TopicGrants:
     by_node: dict[int, _NodeGrant]
-    # Asked for again from then on: a third of the grants' life before they end, or, when
-    # the gateway gave none (or could not be asked), NO_GRANT_RETRY_S later.
+    # Asked for again from then on: a third of the grants' life before they end; when the
+    # gateway refused them, NO_GRANT_RETRY_S later; when it could not be asked, RETRY_ASK_S.
     ask_again_at_ms: int
+
+    def usable(self) -> bool:
+        now_ms = _now_ms()
+        return any(now_ms < grant.expires_at_ms for grant in self.by_node.values())
 
 
 class ProduceTransport:
@@ -109,32 +118,50 @@ class ProduceTransport:
     def _grant(self, topic: str, node_id: int) -> _NodeGrant | None:
         """The node's grant for `topic`, asked for when there is none yet or it is time to
         renew; None: the request goes through the gateway."""
-        grants = self._grants.get(topic)
-        if grants is None or _now_ms() >= grants.ask_again_at_ms:
-            with self._grants_lock:  # one ask at a time; the others find its answer
-                grants = self._grants.get(topic)
-                if grants is None or _now_ms() >= grants.ask_again_at_ms:
-                    grants = self._grants[topic] = self._ask(topic)
+        held = self._grants.get(topic)
+        grants = held if held is not None and _now_ms() < held.ask_again_at_ms else None
+        if grants is None:
+            grants = self._renew(topic, held)
         grant = grants.by_node.get(node_id)
         return grant if grant is not None and _now_ms() < grant.expires_at_ms else None
 
-    def _ask(self, topic: str) -> _TopicGrants:
-        """The topic's grants from the gateway; none when it gives none: the records then go
-        through its Produce, which answers what it answers (an authorization error, ...)."""
+    def _renew(self, topic: str, held: _TopicGrants | None) -> _TopicGrants:
+        """One thread asks the gateway at a time. The others meanwhile send under the grants
+        held while they are still good (a slow or restarting gateway stops no produce that
+        a grant covers), or wait for the answer when there are none."""
+        if held is not None and held.usable() and not self._grants_lock.acquire(blocking=False):
+            return held
+        if held is None or not held.usable():
+            self._grants_lock.acquire()
+        try:
+            current = self._grants.get(topic)
+            if current is not None and _now_ms() < current.ask_again_at_ms:
+                return current  # another thread asked meanwhile
+            grants = self._grants[topic] = self._ask(topic, current)
+            return grants
+        finally:
+            self._grants_lock.release()
+
+    def _ask(self, topic: str, held: _TopicGrants | None) -> _TopicGrants:
+        """The topic's grants from the gateway. None when it refuses them: the records then
+        go through its Produce, which answers what it answers (an authorization error,
+        ...). When it cannot be asked (down, restarting), what is held is kept until it
+        expires and the gateway is asked again after RETRY_ASK_S."""
         asked_ms = _now_ms()
-        no_grant = _TopicGrants({}, asked_ms + int(NO_GRANT_RETRY_S * 1000))
         try:
             response = self.client.call(
                 "ProduceGrants", bulk_pb2.ProduceGrantsRequest(topics=[topic])
             )
-        except Exception as exc:  # a gateway without the call, no Write on the topic, ...
+        except SeglogError as exc:
             logger.debug("ProduceGrants for %r failed: %s", topic, exc)
-            return no_grant
+            if exc.retriable and held is not None:
+                return _TopicGrants(held.by_node, asked_ms + int(RETRY_ASK_S * 1000))
+            return _TopicGrants({}, asked_ms + int(NO_GRANT_RETRY_S * 1000))
         assert isinstance(response, bulk_pb2.ProduceGrantsResponse)
         if response.errors or not response.grants:
             for error in response.errors:
                 logger.debug("no produce grant for %r: %s", topic, error.error_message)
-            return no_grant
+            return _TopicGrants({}, asked_ms + int(NO_GRANT_RETRY_S * 1000))
         by_node = {
             g.node_id: _NodeGrant(g.bulk_address, g.grant, g.signature, g.expires_at_ms)
             for g in response.grants

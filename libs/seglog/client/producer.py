@@ -397,8 +397,9 @@ class Producer:
 
     def metrics(self, raw: bool = False) -> dict[str, dict[str, float]]:
         """kafka-python's shape: metric group -> name -> value, Kafka's metric names
-        (`producer-id-resets` is seglog's: producer ids abandoned after a failed sequenced
-        batch). `raw` is accepted for kafka-python's signature; the answer is the same."""
+        (seglog's own: `producer-id-resets`, producer ids abandoned after a failed sequenced
+        batch; `direct-requests`, requests answered by their leaders straight, not through
+        the gateway). `raw` is accepted for kafka-python's signature; the answer is the same."""
         return {
             "producer-metrics": {
                 "buffer-total-bytes": self.config.buffer_memory,
@@ -406,6 +407,7 @@ class Producer:
                 "waiting-threads": self._pool.queued_waiters,
                 "requests-in-flight": self._sender.in_flight_requests,
                 "producer-id-resets": self._sender.producer_id_resets,
+                "direct-requests": self._transport.sent_direct,
             }
         }
 
