@@ -5,7 +5,10 @@ what the node answered."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
+from seglog.client.consumer import Consumer
+from seglog.client.structs import TopicPartition
 from seglog.rpc import bulk_wire
 from seglog.v1 import bulk_pb2
 
@@ -42,3 +45,18 @@ def exchange(sock, header, body=b""):
 
 def closed_by_node(sock) -> bool:
     return bulk_wire.recv_message(sock, bulk_pb2.BulkProduceAnswer) is None
+
+
+def consumed_values(cluster, topic: str, partitions: Iterable[int]) -> list[bytes]:
+    """Every record value below the partitions' high watermarks, as a consumer reads them
+    (each partition's in its order)."""
+    partitions = list(partitions)
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in partitions])
+        end = sum(cluster.log(topic, p).high_watermark for p in partitions)
+        values: list[bytes] = []
+        while len(values) < end:
+            records = consumer.poll_records(timeout_ms=5000)
+            assert records, f"nothing more to read after {len(values)} of {end}"
+            values.extend(r.value for r in records)
+        return values

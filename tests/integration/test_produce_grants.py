@@ -15,9 +15,7 @@ import grpc
 import pytest
 
 from seglog.client.admin import Admin
-from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
-from seglog.client.structs import TopicPartition
 from seglog.errors import PermissionDeniedError, ServerBusyError
 from seglog.rpc import grants, wire
 from seglog.rpc.status import abort
@@ -25,7 +23,13 @@ from seglog.security.acls import CLUSTER_NAME, AclBinding
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
 from services.gateway.routing import service as produce_grants_module
 from tests.batches import make_batch
-from tests.bulk_produce import RelayedProduces, closed_by_node, exchange, produce_header
+from tests.bulk_produce import (
+    RelayedProduces,
+    closed_by_node,
+    consumed_values,
+    exchange,
+    produce_header,
+)
 from tests.cluster import CLUSTER_SECRET, LocalCluster
 
 
@@ -58,18 +62,6 @@ def cluster(tmp_path):
     c.close()
 
 
-def _values(cluster, topic, partitions):
-    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-        end = sum(cluster.log(topic, p).high_watermark for p in range(partitions))
-        values = []
-        while len(values) < end:
-            records = consumer.poll_records(timeout_ms=5000)
-            assert records, f"nothing more to read after {len(values)} of {end}"
-            values.extend(r.value for r in records)
-        return sorted(values)
-
-
 def _send_all(producer, topic, values, partitions):
     futures = [producer.send(topic, v, partition=i % partitions) for i, v in enumerate(values)]
     producer.flush()
@@ -90,7 +82,7 @@ def test_a_producer_writes_to_its_leaders_not_through_the_gateway(cluster, monke
         assert all(m.offset >= 0 for m in sent)
     assert through_gateway.count == 0
     assert all(spy.count > 0 for spy in at_nodes.values())  # every leader took some
-    assert _values(cluster, "direct", 3) == sorted(values * 2)
+    assert sorted(consumed_values(cluster, "direct", range(3))) == sorted(values * 2)
     # acks=0 waits for no answer: it goes through the gateway's Produce, which answers at once.
     with Producer(cluster.address, acks=0, linger_ms=1) as producer:
         _send_all(producer, "direct", [b"zero"], 1)
@@ -113,7 +105,7 @@ def test_produce_transport_grpc_and_a_gone_listener_go_through_the_gateway(clust
         _send_all(producer, "fallback", [b"s0", b"s1", b"s2"], 1)
         assert _direct(producer) == 0
     assert through_gateway.count > before
-    assert _values(cluster, "fallback", 1) == [b"g0", b"g1", b"s0", b"s1", b"s2"]
+    assert consumed_values(cluster, "fallback", [0]) == [b"g0", b"g1", b"s0", b"s1", b"s2"]
 
 
 def test_the_gateway_grants_only_existing_topics_that_are_not_internal(cluster):
@@ -316,4 +308,4 @@ def test_a_gateway_that_cannot_renew_the_grants_stops_no_produce_they_cover(clus
             transport._grants["renewing"] = dataclasses.replace(held, ask_again_at_ms=0)
             _send_all(producer, "renewing", [b"after"], 1)
         assert _direct(producer) == 2
-    assert _values(cluster, "renewing", 1) == [b"after", b"before", b"during"]
+    assert sorted(consumed_values(cluster, "renewing", [0])) == [b"after", b"before", b"during"]

@@ -10,8 +10,6 @@ import socket
 
 import pytest
 
-from seglog.client.consumer import Consumer
-from seglog.client.structs import TopicPartition
 from seglog.records import iter_records
 from seglog.rpc import bulk_wire, grants, wire
 from seglog.rpc.bulk_client import BulkConnection
@@ -20,7 +18,13 @@ from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import bulk_pb2, common_pb2
 from tests.batches import make_batch
-from tests.bulk_produce import RelayedProduces, closed_by_node, exchange, produce_header
+from tests.bulk_produce import (
+    RelayedProduces,
+    closed_by_node,
+    consumed_values,
+    exchange,
+    produce_header,
+)
 from tests.cluster import CLUSTER_SECRET, LocalCluster
 
 
@@ -29,18 +33,6 @@ def cluster(tmp_path):
     c = LocalCluster(tmp_path, nodes=2)
     yield c
     c.close()
-
-
-def _values(cluster, topic, partition):
-    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
-        consumer.assign([TopicPartition(topic, partition)])
-        end = cluster.log(topic, partition).high_watermark
-        values = []
-        while len(values) < end:
-            records = consumer.poll_records(timeout_ms=5000)
-            assert records, f"nothing more to read after {len(values)} of {end}"
-            values.extend(r.value for r in records)
-        return values
 
 
 def test_produce_goes_over_the_bulk_listener_and_reads_back_as_sent(cluster, monkeypatch):
@@ -59,7 +51,7 @@ def test_produce_goes_over_the_bulk_listener_and_reads_back_as_sent(cluster, mon
         assert spy.count == 10 * leaders.count(node_id)
     for partition in (0, 1):
         expected = [b"v%d-%d" % (i, acks) for i in range(5) for acks in (1, -1)]
-        assert _values(cluster, "relayed", partition) == expected
+        assert consumed_values(cluster, "relayed", [partition]) == expected
     # One request for both partitions, leaders on both nodes: split, relayed, merged in order.
     cluster.admin.create_topic("split", 2, 1)
     assert cluster.leader_of("split", 0) is not cluster.leader_of("split", 1)
