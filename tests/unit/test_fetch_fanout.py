@@ -11,8 +11,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from seglog.v1 import common_pb2
-from services.gateway.routing import fetch_fanout
-from services.gateway.routing.fetch_fanout import _ReusedThreads, fetch_across_nodes
+from services.gateway.routing.fetch_fanout import fetch_across_nodes
 from tests.waiting import wait_until
 
 BOUND_S = 30
@@ -111,50 +110,3 @@ def test_a_reader_that_stops_early_gives_up_the_nodes_still_polling():
     assert next(stream) == b"records"
     stream.close()
     assert wait_until(quiet.cancelled.is_set, BOUND_S)
-
-
-def test_pump_threads_are_reused_and_never_queue_a_task_behind_another():
-    threads = _ReusedThreads("test-pump-reuse")
-    ran_on: list[int] = []
-    threads.run(lambda: ran_on.append(threading.get_ident()))
-    assert wait_until(lambda: threads._idle == 1, BOUND_S)  # done, and waiting for more
-    threads.run(lambda: ran_on.append(threading.get_ident()))
-    assert wait_until(lambda: len(ran_on) == 2, BOUND_S)
-    assert ran_on[0] == ran_on[1]
-    # Tasks that each wait for all the others to start: one queued behind another would
-    # break the barrier.
-    barrier = threading.Barrier(5, timeout=BOUND_S)
-    passed: list[int] = []
-    for _ in range(5):
-        threads.run(lambda: passed.append(barrier.wait()))
-    assert wait_until(lambda: len(passed) == 5, BOUND_S)
-    assert not barrier.broken
-
-
-def test_an_idle_pump_thread_ends(monkeypatch):
-    monkeypatch.setattr(fetch_fanout, "PUMP_THREAD_IDLE_S", 0.05)
-    threads = _ReusedThreads("test-pump-idle")
-    threads.run(lambda: None)
-
-    def named() -> int:
-        return sum(t.name == "test-pump-idle" for t in threading.enumerate())
-
-    assert wait_until(lambda: named() == 0, BOUND_S)
-    assert threads._idle == 0
-    done = threading.Event()
-    threads.run(done.set)  # a new thread for it
-    assert done.wait(BOUND_S)
-
-
-def test_a_pump_task_that_raises_leaves_its_thread_to_run_the_next():
-    threads = _ReusedThreads("test-pump-raises")
-
-    def fails() -> None:
-        raise RuntimeError("a relay's bug")
-
-    threads.run(fails)
-    assert wait_until(lambda: threads._idle == 1, BOUND_S)
-    done = threading.Event()
-    threads.run(done.set)  # claims the thread that ran `fails`: it must still be there
-    assert done.wait(BOUND_S)
-    assert sum(t.name == "test-pump-raises" for t in threading.enumerate()) == 1

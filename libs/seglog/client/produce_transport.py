@@ -17,7 +17,7 @@ A request lost after it was sent fails as a gRPC call cut short does (LEADER_NOT
 REQUEST_TIMED_OUT): the node may have written it, and the producer's retry (idempotent by
 default) settles it.
 
-The send itself blocks on its socket, so it runs on a small pool of threads, never on the
+The send itself blocks on its socket, so it runs on kept daemon threads, never on the
 sender thread: `send` answers a future at once, completed with the ProduceResponse, or with
 the SeglogError or grpc.RpcError that stood for it, as gRPC's own future is.
 """
@@ -27,10 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from ..errors import SeglogError
+from ..reused_threads import ReusedThreads
 from ..rpc.produce_connections import ProduceConnections
 from ..v1 import bulk_pb2, common_pb2
 from .gateway import GatewayClient
@@ -39,10 +40,6 @@ logger = logging.getLogger(__name__)
 
 NO_GRANT_RETRY_S = 10.0
 RETRY_ASK_S = 1.0
-# Threads that carry requests to leaders: the sender keeps at most
-# max_in_flight_requests_per_connection requests per node in flight, so this bounds how many
-# nodes' requests travel at once, not how many are queued.
-MAX_SEND_THREADS = 32
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,8 @@ class ProduceTransport:
         self._connections = ProduceConnections(
             ssl_context=None if security is None else security.ssl_context(), traced=True
         )
-        self._pool = ThreadPoolExecutor(MAX_SEND_THREADS, thread_name_prefix="produce-send")
+        # As many as requests in flight, which the sender bounds (max in flight per node).
+        self._threads = ReusedThreads("produce-send")
         self._grants: dict[str, _TopicGrants] = {}
         self._grants_lock = threading.Lock()  # one ProduceGrants call at a time
         self.sent_direct = 0  # requests a leader answered over its bulk listener
@@ -89,10 +87,10 @@ class ProduceTransport:
                 request, timeout=timeout_s
             )
             return call
-        return self._pool.submit(self._send, node_id, topic, request, timeout_s)
+        return self._threads.submit(self._send, node_id, topic, request, timeout_s)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False)
+        """After the sender stopped: nothing is in flight; idle threads end by themselves."""
         self._connections.close()
 
     def _send(

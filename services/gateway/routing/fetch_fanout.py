@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
+from seglog.reused_threads import ReusedThreads
 from seglog.v1 import common_pb2
 
 Target = TypeVar("Target")
@@ -39,47 +40,7 @@ _PUT_RETRY_S = 0.5
 PUMP_THREAD_IDLE_S = 60.0
 
 
-class _ReusedThreads:
-    """Daemon threads that run one task each at a time and are kept for the next: a thread
-    started per node per fetch cost about 250 us, several times a fetch's own work in the
-    gateway. Never more threads than tasks at once (a task never waits behind another, as a
-    pump long-polls); a thread idle PUMP_THREAD_IDLE_S ends. Daemons, so a pump still
-    polling never holds up the process's exit."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self._lock = threading.Lock()
-        self._idle = 0  # threads waiting for a task that no caller has claimed yet
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-
-    def run(self, task: Callable[[], None]) -> None:
-        with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1  # claimed: that thread takes this task (or another's)
-        self._tasks.put(task)
-        if start:
-            threading.Thread(target=self._work, daemon=True, name=self.name).start()
-
-    def _work(self) -> None:
-        while True:
-            try:
-                task = self._tasks.get(timeout=PUMP_THREAD_IDLE_S)
-            except queue.Empty:
-                with self._lock:
-                    if self._idle > 0:  # unclaimed: end; else a task is on its way
-                        self._idle -= 1
-                        return
-                continue
-            try:
-                task()
-            except Exception:  # the thread is counted idle again: it must live on
-                logger.exception("%s task failed", self.name)
-            with self._lock:
-                self._idle += 1
-
-
-_PUMP_THREADS = _ReusedThreads("fetch-pump")
+_PUMP_THREADS = ReusedThreads("fetch-pump", PUMP_THREAD_IDLE_S)
 
 
 class _Pump(Generic[Target]):
