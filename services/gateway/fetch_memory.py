@@ -35,9 +35,10 @@ from seglog.errors import MemoryBudgetExhaustedError
 from seglog.rpc.status import abort
 from seglog.rpc.wire import encode_uvarint
 from seglog.v1 import common_pb2
+from services.memory_pool import RequestMemoryPool, RequestShare
 
 from .fetch_threads import FETCH_METHOD, MAX_FETCH_THREADS
-from .request_memory import GRPC_WAIT_S, RequestMemoryPool, RequestShare
+from .request_memory import GRPC_WAIT_S
 
 # A node's answers come in chunks of at most 1 MiB (the node's fetch.chunk.bytes): a fetch
 # holding less than one could not take a chunk whole.

@@ -1,4 +1,5 @@
-"""Memory for requests in flight, bounded per gateway: Kafka's `queued.max.request.bytes`.
+"""Memory for requests in flight, bounded per gateway: Kafka's `queued.max.request.bytes`
+(services/memory_pool.py has the pool, which storage nodes' bulk listeners use too).
 
 Every connection shares one pool, gRPC's and the Kafka listener's alike: the bytes of each
 request being decoded, validated, relayed or answered are held from the pool until its
@@ -19,20 +20,17 @@ built), so the answers of admitted requests push new requests to wait, never the
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from seglog.errors import MemoryBudgetExhaustedError
 from seglog.rpc.status import abort
+from services.memory_pool import (
+    RequestMemoryPool,
+)
 
-# Kafka's default is -1 (unbounded); seglog bounds a gateway at 256 MiB.
-DEFAULT_QUEUED_MAX_REQUEST_BYTES = 256 * 1024 * 1024
-DEFAULT_WAIT_S = 30.0
 # gRPC Python decodes a request before any interceptor sees it, and nothing bounded the calls
 # it accepts and queues for a thread. Measured with 4 MiB produces and the pool off: a call
 # being served holds about three times its request (received, decoded, relayed), one queued
@@ -53,99 +51,6 @@ DEFAULT_MAX_CONCURRENT_REQUESTS = -1
 # A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
 # briefly, then the client backs off.
 GRPC_WAIT_S = 1.0
-
-
-class RequestMemoryPool:
-    def __init__(
-        self, limit_bytes: int = DEFAULT_QUEUED_MAX_REQUEST_BYTES, wait_s: float = DEFAULT_WAIT_S
-    ) -> None:
-        # limit_bytes <= 0: unbounded (Kafka's -1); the pool still counts.
-        self.limit_bytes = limit_bytes
-        self.wait_s = wait_s
-        self.used_bytes = 0
-        self.peak_bytes = 0
-        self.waited = 0
-        self.refused = 0
-        self._room = threading.Condition()
-
-    def _fits(self, nbytes: int) -> bool:
-        return (
-            self.limit_bytes <= 0
-            or self.used_bytes + nbytes <= self.limit_bytes
-            or self.used_bytes == 0
-        )
-
-    def acquire(self, nbytes: int, wait_s: float | None = None) -> None:
-        """Take `nbytes`, waiting up to `wait_s` (the pool's by default) for room;
-        MemoryBudgetExhaustedError (retriable) when none came."""
-        wait_s = self.wait_s if wait_s is None else wait_s
-        with self._room:
-            if not self._fits(nbytes):
-                self.waited += 1
-                deadline = time.monotonic() + wait_s
-                while not self._fits(nbytes):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        self.refused += 1
-                        raise MemoryBudgetExhaustedError(
-                            f"the gateway's {self.limit_bytes} bytes for requests in flight "
-                            f"(queued.max.request.bytes) stayed in use for {wait_s:g} s; "
-                            f"retry"
-                        )
-                    self._room.wait(left)
-            self._take(nbytes)
-
-    def try_acquire(self, nbytes: int) -> bool:
-        """Take `nbytes` if they fit now (within the limit, with no overshoot)."""
-        with self._room:
-            if self.limit_bytes > 0 and self.used_bytes + nbytes > self.limit_bytes:
-                return False
-            self._take(nbytes)
-            return True
-
-    def add(self, nbytes: int) -> None:
-        """Take `nbytes` without waiting (an admitted request's answer)."""
-        with self._room:
-            self._take(nbytes)
-
-    def release(self, nbytes: int) -> None:
-        if nbytes:
-            with self._room:
-                self.used_bytes -= nbytes
-                self._room.notify_all()
-
-    def _take(self, nbytes: int) -> None:
-        self.used_bytes += nbytes
-        self.peak_bytes = max(self.peak_bytes, self.used_bytes)
-
-    @contextmanager
-    def holding(self) -> Iterator[RequestShare]:
-        """A request's share: what it takes is given back when the block ends."""
-        share = RequestShare(self)
-        try:
-            yield share
-        finally:
-            self.release(share.held_bytes)
-
-
-class RequestShare:
-    def __init__(self, pool: RequestMemoryPool) -> None:
-        self.pool = pool
-        self.held_bytes = 0
-
-    def acquire(self, nbytes: int, wait_s: float | None = None) -> None:
-        self.pool.acquire(nbytes, wait_s)
-        self.held_bytes += nbytes
-
-    def try_acquire(self, nbytes: int) -> bool:
-        if not self.pool.try_acquire(nbytes):
-            return False
-        self.held_bytes += nbytes
-        return True
-
-    def add(self, nbytes: int) -> None:
-        self.pool.add(nbytes)
-        self.held_bytes += nbytes
 
 
 class RequestMemoryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]

@@ -16,6 +16,7 @@ from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import channel_credentials, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
+from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
 from services.wait_slots import SERVER_MAX_WORKERS
 
@@ -44,7 +45,7 @@ from .groups.offsets_store import (
 )
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
-from .request_memory import RequestMemoryInterceptor, RequestMemoryPool
+from .request_memory import RequestMemoryInterceptor
 from .routing.produce_relay import configured_relay
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService

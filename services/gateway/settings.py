@@ -11,6 +11,7 @@ from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
 from seglog.security.tokens import TokenVerifier
+from services.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from services.settings import (
     BROKER_HEARTBEAT_INTERVAL_MS,
     BROKER_SESSION_TIMEOUT_MS,
@@ -46,7 +47,7 @@ from .kafka.listener import (
     DEFAULT_MAX_CONNECTIONS,
     parse_listener,
 )
-from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS, DEFAULT_QUEUED_MAX_REQUEST_BYTES
+from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 
 

@@ -35,6 +35,7 @@ from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_i
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
+from services.memory_pool import RequestMemoryPool
 
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .node_metrics import NodeMetrics
@@ -70,8 +71,11 @@ class BulkServer:
         tls: TlsFiles | None = None,
         node_identity_prefix: str = NODE_IDENTITY_PREFIX,
         metrics: NodeMetrics | None = None,
+        request_memory: RequestMemoryPool | None = None,
     ) -> None:
         self.metrics = metrics or NodeMetrics(None, replicas)
+        # Produce requests' bytes in flight, whoever sends them (queued.max.request.bytes).
+        self.request_memory = request_memory or RequestMemoryPool(owner=f"node {node_id}")
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
@@ -231,10 +235,13 @@ class BulkServer:
         self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
     ) -> bool:
         """Serve one produce (bulk.md, version 3): relayed by the gateway, or sent by a
-        client under its produce grant. False when it was refused as a whole for its grant
-        or framing (the connection is then closed, its bytes unread)."""
+        client under its produce grant. False when it was refused as a whole for its grant,
+        its framing or want of memory (the connection is then closed, its bytes unread, and
+        the sender takes it through the gateway)."""
         try:
             topics = self._check_produce(request, peer_name)
+            # Its bytes are reserved before one is read (queued.max.request.bytes).
+            self.request_memory.acquire(request.produce_length)
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
@@ -243,25 +250,28 @@ class BulkServer:
                 ),
             )
             return False
-        raw = memoryview(bytearray(request.produce_length))
-        bulk_wire.recv_exactly_into(conn, raw)
-        parent = propagate.extract(request.trace_context) if request.trace_context else None
-        # The span ends before the answer goes out, as a gRPC server's does: once the
-        # gateway has the answer, the node's span is already complete.
-        with tracer.start_as_current_span(
-            "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
-        ) as span:
-            try:
-                if topics is not None:
-                    _check_granted_topic(raw, topics)
-                response = answer_produce(self.replicas, self.metrics, raw)
-                answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
-            except SeglogError as exc:
-                span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-                answer = bulk_pb2.BulkProduceAnswer(
-                    error=error_code_for(exc), error_message=str(exc)
-                )
-        bulk_wire.send_message(conn, answer)
+        try:
+            raw = memoryview(bytearray(request.produce_length))
+            bulk_wire.recv_exactly_into(conn, raw)
+            parent = propagate.extract(request.trace_context) if request.trace_context else None
+            # The span ends before the answer goes out, as a gRPC server's does: once the
+            # gateway has the answer, the node's span is already complete.
+            with tracer.start_as_current_span(
+                "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
+            ) as span:
+                try:
+                    if topics is not None:
+                        _check_granted_topic(raw, topics)
+                    response = answer_produce(self.replicas, self.metrics, raw)
+                    answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
+                except SeglogError as exc:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                    answer = bulk_pb2.BulkProduceAnswer(
+                        error=error_code_for(exc), error_message=str(exc)
+                    )
+            bulk_wire.send_message(conn, answer)
+        finally:
+            self.request_memory.release(request.produce_length)
         return True
 
     def _check_produce(

@@ -22,6 +22,7 @@ from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
+from services.memory_pool import RequestMemoryPool
 
 from .bulk_server import BulkServer
 from .metadata_applier import MetadataApplier
@@ -248,6 +249,9 @@ class StorageNode:
                 self.config.node_id,
                 self.config.cluster_secret,
                 first_request_timeout_ms=self.config.bulk_first_request_timeout_ms,
+                request_memory=RequestMemoryPool(
+                    self.config.queued_max_request_bytes, owner=f"node {self.config.node_id}"
+                ),
                 tls=self.config.tls,
                 node_identity_prefix=self.config.node_identity_prefix,
                 metrics=self.metrics,

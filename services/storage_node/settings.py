@@ -12,6 +12,7 @@ from pathlib import Path
 from seglog.rpc import grants
 from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
+from services.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from services.settings import (
     BROKER_HEARTBEAT_INTERVAL_MS,
     BROKER_SESSION_TIMEOUT_MS,
@@ -108,6 +109,13 @@ class NodeConfig:
         "memory for decompressing produced batches to check them, shared by every request "
         "at once (a batch that finds no room is refused as retriable)",
         parse=_positive_bytes,
+    )
+    queued_max_request_bytes: int = setting(
+        DEFAULT_QUEUED_MAX_REQUEST_BYTES,
+        "bytes of produce requests in flight on the bulk listener (producers' and the "
+        "gateway's relay), read, appended or waiting for replication; past it a request "
+        "waits, then is refused retriably and goes through the gateway (Kafka's default "
+        "is -1, unbounded; -1 here too turns the bound off)",
     )
     bulk_first_request_timeout_ms: int = setting(
         10_000,

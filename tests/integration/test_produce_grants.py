@@ -309,3 +309,44 @@ def test_a_gateway_that_cannot_renew_the_grants_stops_no_produce_they_cover(clus
             _send_all(producer, "renewing", [b"after"], 1)
         assert _direct(producer) == 2
     assert sorted(consumed_values(cluster, "renewing", [0])) == [b"after", b"before", b"during"]
+
+
+def test_a_node_out_of_request_memory_refuses_unread_and_the_records_go_through_the_gateway(
+    cluster, monkeypatch
+):
+    cluster.admin.create_topic("full", 1, 3)
+    leader = cluster.leader_of("full", 0)
+    memory = leader.bulk.request_memory
+    monkeypatch.setattr(memory, "limit_bytes", 1000)
+    monkeypatch.setattr(memory, "wait_s", 0.05)
+    memory.acquire(1000)  # other requests' bytes, in flight
+    through_gateway = GatewayProduces(cluster, monkeypatch)
+    try:
+        [grant] = [
+            g
+            for g in cluster.stub.ProduceGrants(
+                bulk_pb2.ProduceGrantsRequest(topics=["full"]), timeout=10
+            ).grants
+            if g.node_id == leader.config.node_id
+        ]
+        host, port = leader.bulk.address.rsplit(":", 1)
+        request = wire.encode_produce_request("full", 1, 5000, [(0, -1, [make_batch([b"no"])])])
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            answer = exchange(sock, produce_header(request, grant.grant, grant.signature), request)
+            assert answer.end and "queued.max.request.bytes" in answer.error_message
+            assert closed_by_node(sock)
+        assert cluster.log("full", 0).log_end_offset == 0
+        # A producer's request meets the same refusal, unread, and goes through the gateway
+        # (whose relay the node refuses too: it goes over gRPC), written once.
+        with Producer(cluster.address, linger_ms=1) as producer:
+            _send_all(producer, "full", [b"m0"], 1)
+            assert _direct(producer) == 0
+        assert through_gateway.count == 1
+    finally:
+        memory.release(1000)
+    assert memory.used_bytes == 0
+    with Producer(cluster.address, linger_ms=1) as producer:
+        _send_all(producer, "full", [b"m1"], 1)
+        assert _direct(producer) == 1
+    assert memory.used_bytes == 0  # given back once answered
+    assert consumed_values(cluster, "full", [0]) == [b"m0", b"m1"]

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from seglog.errors import MemoryBudgetExhaustedError
-from services.gateway.request_memory import RequestMemoryPool
+from services.memory_pool import RequestMemoryPool
 from tests.waiting import wait_until
 
 

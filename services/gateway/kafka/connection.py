@@ -29,8 +29,8 @@ from opentelemetry.trace import Span
 
 from seglog.errors import AuthenticationError, MemoryBudgetExhaustedError
 from seglog.semconv import TOPIC
+from services.memory_pool import RequestShare
 
-from ..request_memory import RequestShare
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
 from .error_codes import UNSUPPORTED_VERSION
