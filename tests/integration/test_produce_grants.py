@@ -55,6 +55,13 @@ def _direct(producer) -> float:
     return producer.metrics()["producer-metrics"]["direct-requests"]
 
 
+def _grant_at(cluster, topic, node):
+    """The gateway's produce grant for `topic` at `node`."""
+    response = cluster.stub.ProduceGrants(bulk_pb2.ProduceGrantsRequest(topics=[topic]), timeout=10)
+    [grant] = [g for g in response.grants if g.node_id == node.config.node_id]
+    return grant
+
+
 @pytest.fixture
 def cluster(tmp_path):
     c = LocalCluster(tmp_path, nodes=3)
@@ -154,13 +161,7 @@ def test_a_node_takes_a_client_grant_for_the_topics_it_names_only(cluster):
     cluster.admin.create_topic("theirs", 3, 1)  # one partition on each node
     leader = cluster.leader_of("mine", 0)
     [same] = [p for p in range(3) if cluster.leader_of("theirs", p) is leader]
-    [grant] = [
-        g
-        for g in cluster.stub.ProduceGrants(
-            bulk_pb2.ProduceGrantsRequest(topics=["mine"]), timeout=10
-        ).grants
-        if g.node_id == leader.config.node_id
-    ]
+    grant = _grant_at(cluster, "mine", leader)
     host, port = leader.bulk.address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         theirs = wire.encode_produce_request("theirs", 1, 5000, [(same, -1, [make_batch([b"no"])])])
@@ -322,13 +323,7 @@ def test_a_node_out_of_request_memory_refuses_unread_and_the_records_go_through_
     memory.acquire(1000)  # other requests' bytes, in flight
     through_gateway = GatewayProduces(cluster, monkeypatch)
     try:
-        [grant] = [
-            g
-            for g in cluster.stub.ProduceGrants(
-                bulk_pb2.ProduceGrantsRequest(topics=["full"]), timeout=10
-            ).grants
-            if g.node_id == leader.config.node_id
-        ]
+        grant = _grant_at(cluster, "full", leader)
         host, port = leader.bulk.address.rsplit(":", 1)
         request = wire.encode_produce_request("full", 1, 5000, [(0, -1, [make_batch([b"no"])])])
         with socket.create_connection((host, int(port)), timeout=10) as sock:
