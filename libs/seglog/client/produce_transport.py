@@ -127,9 +127,10 @@ class ProduceTransport:
         """One thread asks the gateway at a time. The others meanwhile send under the grants
         held while they are still good (a slow or restarting gateway stops no produce that
         a grant covers), or wait for the answer when there are none."""
-        if held is not None and held.usable() and not self._grants_lock.acquire(blocking=False):
-            return held
-        if held is None or not held.usable():
+        if held is not None and held.usable():  # judged once: the lock is taken once
+            if not self._grants_lock.acquire(blocking=False):
+                return held
+        else:
             self._grants_lock.acquire()
         try:
             current = self._grants.get(topic)
