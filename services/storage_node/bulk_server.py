@@ -269,9 +269,11 @@ class BulkServer:
                     answer = bulk_pb2.BulkProduceAnswer(
                         error=error_code_for(exc), error_message=str(exc)
                     )
-            bulk_wire.send_message(conn, answer)
         finally:
+            # Given back before the answer goes out: the request's bytes are done with, and
+            # whoever reads the answer finds them free.
             self.request_memory.release(request.produce_length)
+        bulk_wire.send_message(conn, answer)
         return True
 
     def _check_produce(
