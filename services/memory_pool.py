@@ -4,7 +4,7 @@ answered; past the wait it is refused retriably (MEMORY_BUDGET_EXHAUSTED). A req
 than the whole budget runs when it is alone (Kafka's pool lets one allocation overshoot), so a
 limit below the largest request never refuses one for good. The gateway bounds all its
 connections with one (gateway/request_memory.py), a storage node its bulk listener's produce
-requests (storage_node/bulk_server.py)."""
+requests (storage_node/bulk_produce.py)."""
 
 from __future__ import annotations
 

@@ -19,14 +19,14 @@ class RelayedProduces:
     def __init__(self, node, monkeypatch) -> None:
         self.count = 0
         self._lock = threading.Lock()
-        original = node.bulk._answer_produce
+        original = node.bulk.produce.answer
 
         def counting(*args, **kwargs):
             with self._lock:
                 self.count += 1
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(node.bulk, "_answer_produce", counting)
+        monkeypatch.setattr(node.bulk.produce, "answer", counting)
 
 
 def produce_header(request: bytes, grant: bytes, signature: bytes) -> bulk_pb2.BulkFetchRequest:

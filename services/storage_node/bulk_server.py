@@ -1,8 +1,9 @@
 """The storage node's bulk listener (proto/seglog/v1/bulk.md): plain TCP beside gRPC, one
-thread per connection, serving fetches whose transfer grant verifies. Segment bytes go to
-the socket from the `.log` file by the storage layer (SegmentSlice.write_to ->
-FileRecords.write_to: `os.sendfile`, Kafka's transferTo): the node copies nothing in user
-space, except under TLS, where the bytes must be encrypted.
+thread per connection, serving fetches whose transfer grant verifies, and produce requests
+under a produce grant (bulk_produce.py). Segment bytes go to the socket from the `.log` file
+by the storage layer (SegmentSlice.write_to -> FileRecords.write_to: `os.sendfile`, Kafka's
+transferTo): the node copies nothing in user space, except under TLS, where the bytes must be
+encrypted.
 
 What is served is what the gRPC Fetch serves a consumer (ReplicaManager.fetch_states /
 wait_for_fetch / read_chunks): whole batches as stored, at least one, up to the max bytes,
@@ -28,18 +29,17 @@ from typing import Any
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
-from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants, wire
-from seglog.rpc.channels import MAX_REQUEST_BYTES
+from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
-from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
+from seglog.security.certs import NODE_IDENTITY_PREFIX, node_id_of
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
+from .bulk_produce import BulkProduce
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .node_metrics import NodeMetrics
-from .produce_requests import answer_produce
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -74,8 +74,6 @@ class BulkServer:
         request_memory: RequestMemoryPool | None = None,
     ) -> None:
         self.metrics = metrics or NodeMetrics(None, replicas)
-        # Produce requests' bytes in flight, whoever sends them (queued.max.request.bytes).
-        self.request_memory = request_memory or RequestMemoryPool(owner=f"node {node_id}")
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
@@ -84,6 +82,14 @@ class BulkServer:
         self.replicas = replicas
         self.node_id = node_id
         self.secret = secret
+        self.produce = BulkProduce(
+            replicas,
+            node_id,
+            secret,
+            self.metrics,
+            request_memory or RequestMemoryPool(owner=f"node {node_id}"),
+            tls=self._ssl is not None,
+        )
         self.max_connections = max_connections
         self.first_request_timeout_s = first_request_timeout_ms / 1000
         self.max_unverified_per_peer = max_unverified_per_peer
@@ -167,7 +173,7 @@ class BulkServer:
                 if request is None:
                     return
                 if request.version == bulk_wire.BULK_PRODUCE_VERSION:
-                    if not self._answer_produce(conn, request, peer_name):
+                    if not self.produce.answer(conn, request, peer_name):
                         return
                 elif not self._answer(conn, request, peer_node_id):
                     return
@@ -230,76 +236,6 @@ class BulkServer:
         # max.wait.ms) leaves its span unended, so it is never exported: idle polls would
         # otherwise be most of a quiet cluster's traces.
         return True
-
-    def _answer_produce(
-        self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
-    ) -> bool:
-        """Serve one produce (bulk.md, version 3): relayed by the gateway, or sent by a
-        client under its produce grant. False when it was refused as a whole for its grant,
-        its framing or want of memory (the connection is then closed, its bytes unread, and
-        the sender takes it through the gateway)."""
-        try:
-            topics = self._check_produce(request, peer_name)
-            # Its bytes are reserved before one is read (queued.max.request.bytes).
-            self.request_memory.acquire(request.produce_length)
-        except SeglogError as exc:
-            bulk_wire.send_message(
-                conn,
-                bulk_pb2.BulkProduceAnswer(
-                    error=error_code_for(exc), error_message=str(exc), end=True
-                ),
-            )
-            return False
-        try:
-            raw = memoryview(bytearray(request.produce_length))
-            bulk_wire.recv_exactly_into(conn, raw)
-            parent = propagate.extract(request.trace_context) if request.trace_context else None
-            # The span ends before the answer goes out, as a gRPC server's does: once the
-            # gateway has the answer, the node's span is already complete.
-            with tracer.start_as_current_span(
-                "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
-            ) as span:
-                try:
-                    if topics is not None:
-                        _check_granted_topic(raw, topics)
-                    response = answer_produce(self.replicas, self.metrics, raw)
-                    answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
-                except SeglogError as exc:
-                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-                    answer = bulk_pb2.BulkProduceAnswer(
-                        error=error_code_for(exc), error_message=str(exc)
-                    )
-        finally:
-            # Given back before the answer goes out: the request's bytes are done with, and
-            # whoever reads the answer finds them free.
-            self.request_memory.release(request.produce_length)
-        bulk_wire.send_message(conn, answer)
-        return True
-
-    def _check_produce(
-        self, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
-    ) -> frozenset[str] | None:
-        """The produce's grant and framing, before a byte of it is read: the topics a
-        client's produce grant names (Gateway.ProduceGrants gave it after checking the
-        caller's Write on each), or None for the gateway's relay, which may append to any
-        topic as the gRPC Append may. The relay grant is the gateway's alone (it never gives
-        it to a client), and on a TLS cluster only over the gateway's certificate."""
-        grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
-        if not grant.produce_relay and not grant.produce_topics:
-            raise PermissionDeniedError(
-                "transfer grant: neither the gateway's produce relay grant nor a produce grant"
-            )
-        if grant.produce_relay and self._ssl is not None and peer_name != GATEWAY_IDENTITY:
-            raise PermissionDeniedError(
-                f"a relayed produce needs the gateway's certificate; this connection's names "
-                f"{peer_name or 'nothing'}"
-            )
-        if not 0 < request.produce_length <= MAX_REQUEST_BYTES:
-            raise InvalidRequestError(
-                f"a relayed produce of {request.produce_length} bytes: it must be 1 to "
-                f"{MAX_REQUEST_BYTES}"
-            )
-        return None if grant.produce_relay else grant.produce_topics
 
     def _send_answer(
         self,
@@ -422,18 +358,6 @@ class BulkServer:
         header.records_length = found.size
         bulk_wire.send_message(conn, header)
         return found.write_to(conn)
-
-
-def _check_granted_topic(raw: memoryview, topics: frozenset[str]) -> None:
-    try:
-        topic = wire.produce_topic(raw)
-    except ValueError as exc:
-        raise InvalidRequestError(f"malformed ProduceRequest: {exc}") from None
-    if topic not in topics:
-        raise PermissionDeniedError(
-            f"the produce grant names {sorted(topics)}, not {topic!r}: ask the gateway "
-            f"(ProduceGrants) for this topic's"
-        )
 
 
 def _certificate_name(conn: socket.socket) -> str | None:

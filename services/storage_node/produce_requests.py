@@ -1,5 +1,6 @@
 """A ProduceRequest's wire bytes to its ProduceResponse: what the node does for one, however
-it came (the gRPC Append, or the gateway's relay over the bulk listener, bulk_server.py).
+it came (the gRPC Append, or the bulk listener, bulk_produce.py: the gateway's relay or a
+producer under its produce grant).
 The records stay views of the received bytes from here to the file, with no protobuf message
 parsed around them; the layout is the one `seglog.rpc.wire` documents and scans. What is not
 well-formed fails the whole request before anything is written."""

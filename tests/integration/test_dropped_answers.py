@@ -17,7 +17,7 @@ from seglog.client.futures import RecordFuture
 from seglog.client.gateway import LATEST, FetchPosition, GatewayClient
 from seglog.client.producer import Producer
 from seglog.records import iter_records
-from services.storage_node import bulk_server
+from services.storage_node import bulk_produce
 from tests.cluster import LocalCluster
 from tests.faults.proxy import FaultProxy
 
@@ -76,7 +76,7 @@ class NodeAnswerDrops:
         self.answers_dropped = 0
         self._armed = 0
         self._lock = threading.Lock()
-        answer = bulk_server.answer_produce
+        answer = bulk_produce.answer_produce
 
         def dropping(*args, **kwargs):
             response = answer(*args, **kwargs)
@@ -87,7 +87,7 @@ class NodeAnswerDrops:
                 self.answers_dropped += 1
             raise ConnectionResetError("the answer is dropped on purpose")
 
-        monkeypatch.setattr(bulk_server, "answer_produce", dropping)
+        monkeypatch.setattr(bulk_produce, "answer_produce", dropping)
 
     def drop_answers(self, count: int) -> None:
         with self._lock:

@@ -317,7 +317,7 @@ def test_a_node_out_of_request_memory_refuses_unread_and_the_records_go_through_
 ):
     cluster.admin.create_topic("full", 1, 3)
     leader = cluster.leader_of("full", 0)
-    memory = leader.bulk.request_memory
+    memory = leader.bulk.produce.request_memory
     monkeypatch.setattr(memory, "limit_bytes", 1000)
     monkeypatch.setattr(memory, "wait_s", 0.05)
     memory.acquire(1000)  # other requests' bytes, in flight

@@ -66,7 +66,7 @@ def test_a_node_refusing_the_relay_gets_each_request_over_grpc_once(cluster, mon
     relayed = RelayedProduces(leader, monkeypatch)
     # A node with a secret of its own refuses the gateway's grant (as would a node that
     # serves fetches only): the request goes over gRPC, and is written once.
-    monkeypatch.setattr(leader.bulk, "secret", b"another secret, not the cluster's")
+    monkeypatch.setattr(leader.bulk.produce, "secret", b"another secret, not the cluster's")
     for i in range(3):
         [result] = cluster.client.produce("refused", {0: make_batch([b"r%d" % i])}, acks=-1)
         assert result.error == 0 and result.base_offset == i
@@ -188,13 +188,13 @@ def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatc
     cluster.admin.create_topic("renewed", 1, 1)
     leader = cluster.leader_of("renewed", 0)
     seen = []
-    check = leader.bulk._check_produce
+    check = leader.bulk.produce.check
 
     def recording(request, peer_name):
         seen.append(request.grant)
         return check(request, peer_name)
 
-    monkeypatch.setattr(leader.bulk, "_check_produce", recording)
+    monkeypatch.setattr(leader.bulk.produce, "check", recording)
     for value in (b"a", b"b"):
         assert cluster.client.produce("renewed", {0: make_batch([value])})[0].error == 0
     assert len(seen) == 2 and seen[0] == seen[1]  # signed once, verified once

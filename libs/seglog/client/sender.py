@@ -3,9 +3,10 @@ node and topic (sent as produce_transport.py says: straight to the leader, or th
 gateway), keeps up to `max_in_flight_requests_per_connection` in flight per node, and
 settles each batch when its answer comes back.
 
-Answers arrive on gRPC's threads and are queued; the sender thread handles them itself, so the
-accumulator's deques and the callbacks are only ever touched from here (callbacks run on the
-sender thread, as in Kafka's producer: keep them short).
+Answers arrive on other threads (gRPC's, or the produce-send threads of the direct path) and
+are queued; the sender thread handles them itself, so the accumulator's deques and the
+callbacks are only ever touched from here (callbacks run on the sender thread, as in Kafka's
+producer: keep them short).
 
 Idempotence (`enable_idempotence`, on by default as in Kafka): the sender takes a producer id
 from the gateway (InitProducerId) and numbers each partition's batches with sequences when
