@@ -79,13 +79,16 @@ def seglog_cluster(
     root: Path, env: dict[str, str] | None = None, *, kafka_listener: bool = False
 ) -> Iterator[SeglogCluster]:
     """A gateway and NODES storage nodes as processes (`env` added to their environment),
-    the gateway with a Kafka listener on a port of its own choosing when `kafka_listener`."""
+    the gateway with a Kafka listener on ports of its own choosing when `kafka_listener`,
+    one lane per node (listener.py), as many brokers as Kafka's side has."""
     root.mkdir(parents=True, exist_ok=True)
     gateway_log = root / "gateway.log"
     gateway = gateway_process(
         "127.0.0.1:0",
         root / "gateway",
-        extra_args=["--kafka-listen", "127.0.0.1:0"] if kafka_listener else [],
+        extra_args=(
+            ["--kafka-listen", "127.0.0.1:0", "--kafka-lanes", str(NODES)] if kafka_listener else []
+        ),
         stderr_path=gateway_log,
         env=env,
     )

@@ -239,6 +239,14 @@ class Gateway:
             raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
         return self.kafka_listener.advertised_address
 
+    @property
+    def kafka_advertised_lanes(self) -> list[str]:
+        """What Kafka clients are told each lane of this gateway is at, lane 0 first (the
+        advertised address; listener.py)."""
+        if self.kafka_listener is None:
+            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
+        return self.kafka_listener.advertised_lanes
+
     def cluster_view(self) -> tuple[str, list[str]]:
         """The controller gateway's address and every running gateway's."""
         if self.gateway_session is None:
@@ -395,6 +403,7 @@ class Gateway:
                 max_connections=self.config.kafka_max_connections,
                 connections_max_idle_ms=self.config.connections_max_idle_ms,
                 advertised_listener=self.config.kafka_advertised_listener,
+                lanes=self.config.kafka_lanes,
             )
             self.kafka_listener.start()
         self._expiry.start()
@@ -402,6 +411,7 @@ class Gateway:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
                 self.gateway_session.kafka_address = self.kafka_listener.advertised_address
+                self.gateway_session.kafka_lanes = self.kafka_listener.advertised_lanes
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
@@ -412,6 +422,11 @@ class Gateway:
             )
         if self.kafka_listener is not None:
             logger.info("gateway's Kafka listener on %s", self.kafka_listener.address)
+            if self.kafka_listener.lanes > 1:
+                logger.info(
+                    "gateway's Kafka listener lanes on %s",
+                    " ".join(self.kafka_listener.lane_addresses),
+                )
         if self.internal_server is not None:
             logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
 

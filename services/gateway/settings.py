@@ -45,6 +45,7 @@ from .groups.offsets_store import (
 from .kafka.listener import (
     DEFAULT_CONNECTIONS_MAX_IDLE_MS,
     DEFAULT_MAX_CONNECTIONS,
+    MAX_KAFKA_LANES,
     parse_listener,
 )
 from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
@@ -66,6 +67,13 @@ def _kafka_listener(text: str) -> str | None:
         return None
     protocol, address = parse_listener(text)
     return f"{protocol}://{address}"
+
+
+def _kafka_lanes(text: str) -> int:
+    lanes = int(text)
+    if not 1 <= lanes <= MAX_KAFKA_LANES:
+        raise ValueError(f"kafka lanes {lanes}: must be 1 to {MAX_KAFKA_LANES}")
+    return lanes
 
 
 @dataclass(frozen=True)
@@ -126,6 +134,17 @@ class GatewayConfig:
         name="advertised.listeners",
         flag="--kafka-advertised-listen",
         parse=_kafka_listener,
+        described=False,
+    )
+    kafka_lanes: int = setting(
+        1,
+        "Kafka brokers this gateway presents, each on a port of its own (lane i on the "
+        "listener's port + i, advertised likewise; the kernel picks each when the port is 0). "
+        "Metadata names as each partition's leader the lane of its storage leader, so a "
+        "client keeps a connection per storage leader, served concurrently, as it would "
+        "per Kafka broker",
+        name="kafka.lanes",
+        parse=_kafka_lanes,
         described=False,
     )
     kafka_max_connections: int = setting(

@@ -98,3 +98,36 @@ def test_gateways_share_leadership_and_the_survivor_takes_it_all(tmp_path):
         assert sorted(read) == sorted(first + second)
     finally:
         cluster.close()
+
+
+def test_gateways_with_lanes_are_each_lane_a_broker_led_by_storage_leader(tmp_path):
+    """Two gateways of two lanes each: both answer four brokers and the same leaders, each
+    partition on the lane of its storage leader at the gateway its name hashes to; a
+    producer bootstrapped from one writes through every lane it is given."""
+    cluster = EtcdBackedCluster(tmp_path, kafka_lanes=2)
+    try:
+        with cluster.admin(0) as admin:
+            admin.create_topic("laned", PARTITIONS, 3)
+        lanes = [lane for gateway in cluster.kafka_lanes_of for lane in gateway]
+        ids = sorted(broker_id(lane) for lane in lanes)
+        assert len(set(ids)) == 4
+        assert wait_until(
+            lambda: all(view(a, "laned")[0] == ids for a in cluster.kafka_addresses),
+            TAKEOVER_S,
+        )
+        both = [view(a, "laned") for a in cluster.kafka_addresses]
+        assert both[0] == both[1]
+        with cluster.admin(0) as admin:
+            described = admin.describe_topic("laned")
+        lane_of = {
+            broker_id(address): lane
+            for gateway in cluster.kafka_lanes_of
+            for lane, address in enumerate(gateway)
+        }
+        for partition in described.partitions:
+            assert lane_of[both[0][1][partition.partition]] == partition.leader % 2
+        assert {lane_of[leader] for leader in both[0][1].values()} == {0, 1}
+        values = [b"laned-%d" % i for i in range(200)]
+        assert produce(cluster.kafka_addresses[0], "laned", values) == [None] * 200
+    finally:
+        cluster.close()

@@ -1,6 +1,8 @@
 """The gateways as Kafka brokers: their broker ids and addresses, and which one Metadata names
 as each partition's leader (spread over the live gateways when several share etcd, each
-publishing its Kafka address with its gateway session).
+publishing its Kafka address with its gateway session). A gateway with several lanes
+(listener.py: `--kafka-lanes`) is that many brokers, one per lane's address; within the
+gateway a partition is led by the lane of its storage leader.
 
 A gateway's broker id is derived from its advertised Kafka address, so every gateway computes
 the same id for every other without coordinating, and a restarted gateway keeps its id. The
@@ -58,28 +60,40 @@ def this_broker(gateway: Gateway, advertised_address: str | None = None) -> Brok
     return Broker(broker_id(gateway.kafka_advertised_address), host, port)
 
 
-def live_brokers(gateway: Gateway, advertised_address: str | None = None) -> list[Broker]:
-    """Every live gateway with a Kafka listener, by broker id: with several gateways on etcd,
-    those whose session publishes a Kafka address (gateway_session.py), always including the
-    answering one (named by `advertised_address`, the address of the listener the client
-    came through); else the answering gateway alone."""
-    this = this_broker(gateway, advertised_address)
+def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> list[list[Broker]]:
+    """Every live gateway with a Kafka listener as its lanes' brokers (lane 0 first), by
+    lane 0's broker id: with several gateways on etcd, those whose session publishes a Kafka
+    address (gateway_session.py), always including the answering one (its lane 0 named by
+    `advertised_address`, the address of the listener a client came through); else the
+    answering gateway alone."""
+    this = [this_broker(gateway, advertised_address)]
+    this.extend(broker_at(lane) for lane in gateway.kafka_advertised_lanes[1:])
     session = gateway.gateway_session
     if session is None:
         return [this]
-    brokers = {this.node_id: this}
-    for kafka_address in session.live_kafka_addresses().values():
-        broker = broker_at(kafka_address)
-        brokers.setdefault(broker.node_id, broker)
-    return [brokers[node_id] for node_id in sorted(brokers)]
+    gateways = {this[0].node_id: this}
+    for lanes in session.live_kafka_lanes().values():
+        brokers = [broker_at(lane) for lane in lanes]
+        gateways.setdefault(brokers[0].node_id, brokers)
+    return [gateways[node_id] for node_id in sorted(gateways)]
 
 
-def leader_of(brokers: list[Broker], topic: str, partition: int) -> Broker:
-    """The gateway Metadata names as the partition's leader, spread over `brokers` (live
-    brokers by id) by a hash of the partition's name: every gateway with the same view of
-    the live gateways names the same one, and any gateway relays to the real leader, so a
-    client that writes to another (its metadata older) is served all the same."""
-    return brokers[zlib.crc32(f"{topic}-{partition}".encode()) % len(brokers)]
+def live_brokers(gateway: Gateway, advertised_address: str | None = None) -> list[Broker]:
+    """Every broker of `live_gateways`, each gateway's lanes together."""
+    return [broker for lanes in live_gateways(gateway, advertised_address) for broker in lanes]
+
+
+def leader_of(
+    gateways: list[list[Broker]], topic: str, partition: int, storage_leader: int
+) -> Broker:
+    """The broker Metadata names as the partition's leader: a gateway of `gateways` (as
+    `live_gateways` lists them) by a hash of the partition's name, and of its lanes the one
+    of the partition's storage leader (its node id modulo the lanes). Every gateway with the
+    same view of the live gateways names the same one, and any lane of any gateway relays
+    to the real leader, so a client that writes to another (its metadata older) is served
+    all the same."""
+    lanes = gateways[zlib.crc32(f"{topic}-{partition}".encode()) % len(gateways)]
+    return lanes[max(storage_leader, 0) % len(lanes)]
 
 
 def controller_id(gateway: Gateway) -> int:

@@ -8,7 +8,14 @@ the gateway's certificate; with the cluster CA and tls_client_auth=required, mut
 the certificate's principal as on gRPC), SASL_PLAINTEXT and SASL_SSL (PLAIN or OAUTHBEARER
 carrying a seglog bearer token, sasl.py).
 
-`stop` closes the listening socket and shuts down every open connection, so a request being
+With `lanes` above 1 the listener binds that many ports, each presented to clients as a
+broker of its own (brokers.py), all served alike: any lane answers any request. Metadata
+names as each partition's leader the lane of its storage leader, so a client holds one
+connection per storage leader, and the one-request-at-a-time rule of a connection no longer
+queues one leader's produce behind another's (with one lane, an acks=all request waits for
+the slowest of the leaders it spans, and the next waits for it).
+
+`stop` closes the listening sockets and shuts down every open connection, so a request being
 read ends and no new one starts; a request already being handled finishes first (its answer
 write then fails on the closed socket).
 """
@@ -42,6 +49,7 @@ DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
 STOP_JOIN_TIMEOUT_S = 5.0
 ACCEPT_RETRY_S = 0.1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MAX_KAFKA_LANES = 64
 
 
 def parse_listener(text: str) -> tuple[str, str]:
@@ -99,8 +107,10 @@ class KafkaListener:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
         advertised_listener: str | None = None,
+        lanes: int = 1,
     ) -> None:
         self.protocol, self.listen = parse_listener(listen)
+        self.lanes = lanes
         self._advertised = (
             None if advertised_listener is None else (parse_listener(advertised_listener)[1])
         )
@@ -117,42 +127,73 @@ class KafkaListener:
         self.max_connections = max_connections
         self.idle_timeout_s = connections_max_idle_ms / 1000
         self.tracer = trace.get_tracer(__name__, tracer_provider=gateway.tracer_provider)
-        self._server: socket.socket | None = None
-        self._accepting: threading.Thread | None = None
+        self._servers: list[socket.socket] = []
+        self._accepting: list[threading.Thread] = []
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
-        self.port = 0
+        self.ports: list[int] = []  # each lane's, once started
+        self.accepted_connections = [0] * lanes  # per lane, since start
+
+    @property
+    def port(self) -> int:
+        return self.ports[0] if self.ports else 0
 
     @property
     def address(self) -> str:
-        host, _ = split_address(self.listen)
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        return self.lane_addresses[0] if self.ports else _joined(self.listen, 0)
+
+    @property
+    def lane_addresses(self) -> list[str]:
+        """Each lane's bound address, lane 0 first."""
+        return [_joined(self.listen, port) for port in self.ports]
 
     @property
     def advertised_address(self) -> str:
         """What Metadata names as this gateway's address to clients of this listener."""
         return self._advertised or self.address
 
+    @property
+    def advertised_lanes(self) -> list[str]:
+        """What Metadata names as each lane's address: the advertised port + i when an
+        advertised address is set, else each lane's bound address."""
+        if self._advertised is None:
+            return self.lane_addresses
+        _, port = split_address(self._advertised)
+        return [_joined(self._advertised, port + lane) for lane in range(self.lanes)]
+
     def start(self) -> None:
         host, port = split_address(self.listen)
-        self._server = socket.create_server(
-            (host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET, backlog=128
-        )
-        self.port = self._server.getsockname()[1]
-        self._accepting = threading.Thread(target=self._accept, name="kafka-accept", daemon=True)
-        self._accepting.start()
+        if port and port + self.lanes > 65536:
+            raise ValueError(f"{self.listen}: {self.lanes} lanes from port {port} pass 65535")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            for lane in range(self.lanes):
+                server = socket.create_server(
+                    (host, port + lane if port else 0), family=family, backlog=128
+                )
+                self._servers.append(server)
+                self.ports.append(server.getsockname()[1])
+        except OSError:
+            for server in self._servers:
+                server.close()
+            raise
+        for lane, server in enumerate(self._servers):
+            accepting = threading.Thread(
+                target=self._accept, args=(server, lane), name="kafka-accept", daemon=True
+            )
+            self._accepting.append(accepting)
+            accepting.start()
 
     @property
     def open_connections(self) -> int:
         with self._lock:
             return len(self._connections)
 
-    def _accept(self) -> None:
-        assert self._server is not None
+    def _accept(self, server: socket.socket, lane: int) -> None:
         while not self._stopped.is_set():
             try:
-                sock, peer = self._server.accept()
+                sock, peer = server.accept()
             except OSError:
                 if self._stopped.is_set():
                     return
@@ -160,6 +201,7 @@ class KafkaListener:
                 logger.exception("Kafka listener: accept failed")
                 self._stopped.wait(ACCEPT_RETRY_S)
                 continue
+            self.accepted_connections[lane] += 1
             try:
                 self._open(sock, peer)
             except Exception:
@@ -208,14 +250,14 @@ class KafkaListener:
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._server is not None:
+        for server in self._servers:
             try:
-                self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
+                server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept
             except OSError:
                 pass
-            self._server.close()
-        if self._accepting is not None:
-            self._accepting.join(STOP_JOIN_TIMEOUT_S)
+            server.close()
+        for accepting in self._accepting:
+            accepting.join(STOP_JOIN_TIMEOUT_S)
         with self._lock:
             connections = dict(self._connections)
         for sock in connections:
@@ -225,3 +267,9 @@ class KafkaListener:
                 pass
         for thread in connections.values():
             thread.join(STOP_JOIN_TIMEOUT_S)
+
+
+def _joined(address: str, port: int) -> str:
+    """`address`'s host with `port`, bracketed when IPv6."""
+    host, _ = split_address(address)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

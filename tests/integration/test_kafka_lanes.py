@@ -1,0 +1,166 @@
+"""The gateway's Kafka listener with several lanes (`--kafka-lanes`, listener.py): each lane is
+a broker of its own on a port of its own, Metadata names as each partition's leader the lane
+of its storage leader, any lane serves any partition, and Kafka's own clients write and read
+through them all, one connection per lane."""
+
+from __future__ import annotations
+
+import confluent_kafka
+import pytest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from seglog.records import iter_records
+from services.gateway.__main__ import parse_args as gateway_args
+from services.gateway.kafka.brokers import broker_id
+from services.gateway.kafka.listener import KafkaListener
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+from tests.waiting import wait_until
+
+LANES = 3
+PARTITIONS = 6
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-lanes"), nodes=3, kafka_lanes=LANES)
+    yield c
+    c.close()
+
+
+def metadata(address: str, topic: str):
+    with KafkaWire(address) as wire:
+        request = MetadataRequest[9](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        return wire.request(request, 9, MetadataResponse)
+
+
+def lane_addresses(cluster) -> list[str]:
+    listener = cluster.gateway.kafka_listener
+    assert listener is not None
+    return listener.lane_addresses
+
+
+def test_metadata_names_each_lane_a_broker_and_the_storage_leaders_lane_the_leader(cluster):
+    cluster.admin.create_topic("laned", PARTITIONS, 3)
+    lanes = lane_addresses(cluster)
+    assert len(set(lanes)) == LANES
+    answer = metadata(cluster.kafka_address, "laned")
+    brokers = {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}
+    assert sorted(brokers.values()) == sorted(lanes)
+    assert broker_id(lanes[0]) in brokers  # lane 0 keeps the gateway's own broker id
+    registry = cluster.gateway.registry
+    for partition in answer.topics[0].partitions:
+        storage_leader = registry.route("laned", partition.partition_index).leader
+        assert brokers[partition.leader_id] == lanes[storage_leader % LANES]
+    # Three storage leaders, three lanes: every lane leads something.
+    assert {p.leader_id for p in answer.topics[0].partitions} == set(brokers)
+    # Every lane answers Metadata alike.
+    for lane in lanes[1:]:
+        other = metadata(lane, "laned")
+        assert {b.node_id for b in other.brokers} == set(brokers)
+        assert [p.leader_id for p in other.topics[0].partitions] == [
+            p.leader_id for p in answer.topics[0].partitions
+        ]
+
+
+def test_any_lane_serves_any_partition(cluster):
+    """A client whose metadata is older than a leader change writes through the lane it
+    has: every lane relays to the real leader."""
+    cluster.admin.create_topic("any-lane", 1, 3)
+    for offset, lane in enumerate(lane_addresses(cluster)):
+        request = ProduceRequest[9](
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                ProduceRequest.TopicProduceData(
+                    name="any-lane",
+                    partition_data=[
+                        ProduceRequest.TopicProduceData.PartitionProduceData(
+                            index=0, records=make_batch([lane.encode()])
+                        )
+                    ],
+                )
+            ],
+        )
+        with KafkaWire(lane) as wire:
+            answer = wire.request(request, 9, ProduceResponse)
+        result = answer.responses[0].partition_responses[0]
+        assert (result.error_code, result.base_offset) == (0, offset)
+    log = cluster.log("any-lane", 0)
+    values = [r.value for r in iter_records(bytes(log.read(0, 1 << 20)))]
+    assert values == [lane.encode() for lane in lane_addresses(cluster)]
+
+
+def test_librdkafka_writes_through_every_lane_and_reads_it_back_in_order(cluster):
+    cluster.admin.create_topic("through-lanes", PARTITIONS, 3)
+    listener = cluster.gateway.kafka_listener
+    accepted_before = list(listener.accepted_connections)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "acks": "all", "linger.ms": 5}
+    )
+    reported = {}
+
+    def report(error, message):
+        assert error is None, error
+        reported[message.value()] = (message.partition(), message.offset())
+
+    count = 600
+    for i in range(count):
+        producer.produce(
+            "through-lanes", value=b"%d" % i, partition=i % PARTITIONS, on_delivery=report
+        )
+        producer.poll(0)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert len(reported) == count
+    # One connection per lane at least: each storage leader's partitions went on its own.
+    assert all(
+        after > before
+        for before, after in zip(accepted_before, listener.accepted_connections, strict=True)
+    )
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "lanes-reader",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign(
+        [confluent_kafka.TopicPartition("through-lanes", p, 0) for p in range(PARTITIONS)]
+    )
+    read = {}
+    try:
+        assert wait_until(lambda: _poll_into(consumer, read) >= count, TIMEOUT_S)
+    finally:
+        consumer.close()
+    assert read == reported
+    for partition in range(PARTITIONS):
+        values = sorted((offset, int(v)) for v, (p, offset) in read.items() if p == partition)
+        assert [v for _, v in values] == list(range(partition, count, PARTITIONS))
+
+
+def _poll_into(consumer, read) -> int:
+    message = consumer.poll(0.2)
+    if message is not None:
+        assert message.error() is None, message.error()
+        read[message.value()] = (message.partition(), message.offset())
+    return len(read)
+
+
+def test_lanes_outside_their_range_are_refused(capsys):
+    for lanes in ("0", "65"):
+        with pytest.raises(SystemExit):
+            gateway_args(["--kafka-listen", "127.0.0.1:0", "--kafka-lanes", lanes])
+        assert "must be 1 to 64" in capsys.readouterr().err
+    assert gateway_args(["--kafka-lanes", "4"]).kafka_lanes == 4
+    listener = KafkaListener.__new__(KafkaListener)
+    listener.listen, listener.lanes = "127.0.0.1:65535", 2
+    with pytest.raises(ValueError, match="pass 65535"):
+        listener.start()
