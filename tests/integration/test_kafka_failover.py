@@ -1,7 +1,8 @@
 """A Kafka producer through a storage leader's crash: librdkafka, idempotent with acks=all,
 keeps producing while the leader of its partition is stopped without a controlled shutdown;
 the gateway's answers (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER) are retried, and every
-record is read back once."""
+record is read back once. With lanes (listener.py), the new storage leader's lane is another
+broker: the producer moves the partition to another connection on the way."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from tests.waiting import wait_until
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(tmp_path):
-    cluster = LocalCluster(tmp_path, nodes=3)
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(tmp_path, lanes):
+    cluster = LocalCluster(tmp_path, nodes=3, kafka_lanes=lanes)
     try:
         cluster.admin.create_topic("survives", 1, 3)
         victim = cluster.gateway.registry.route("survives", 0).leader
@@ -59,6 +61,12 @@ def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(t
         assert errors == []
         assert sorted(acknowledged) == list(range(3000))
         assert wait_until(lambda: cluster.gateway.registry.route("survives", 0).leader != victim)
+        if lanes > 1:  # node ids 1-3 over 3 lanes: the new leader's lane is another broker
+            successor = cluster.gateway.registry.route("survives", 0).leader
+            listener = cluster.gateway.kafka_listener
+            assert listener is not None
+            assert listener.accepted_connections[victim % lanes] > 0
+            assert listener.accepted_connections[successor % lanes] > 0
 
         consumer = confluent_kafka.Consumer(
             {
