@@ -42,6 +42,7 @@ from .cluster import CLUSTER_SECRET_ENV
 from .kafka_clients import percentile
 from .kafka_protocol import apache_kafka
 from .latency_drivers import Run, floor_run, kafka_run, seglog_run
+from .timing import StolenTime
 
 DURATION_S = float(os.environ.get("SEGLOG_BENCH_LATENCY_S", 8.0))
 RATES = (1_000, 5_000, 20_000)
@@ -155,6 +156,15 @@ def _figures(samples: list[float]) -> str:
         return f"{'-':>31s}"
     cuts = [percentile(samples, fraction) for fraction, _ in FRACTIONS]
     return " ".join(f"{value:7.1f}" for value in [*cuts, max(samples)])
+
+
+def _print_stolen(stolen: dict[str, float | None]) -> None:
+    """How much CPU the host took from this machine while each side was measured: a floor
+    whose p99 is far above its usual few ms, with a high share here, says the whole run
+    measured the host's neighbours as well."""
+    shares = [f"{name} {share:.1%}" for name, share in stolen.items() if share is not None]
+    if shares:
+        print(f"latency: CPU time stolen by the host while each side ran: {', '.join(shares)}")
 
 
 def _print_row(label: str, run: Run) -> None:
@@ -309,12 +319,16 @@ def run(report: Callable[..., None]) -> None:
     by side, the others' idle processes were not idle enough (three idle Kafka brokers take
     0.6 s of CPU per 10 s each, in bursts): the bare relay's p99 at 5,000/s was 10 ms with
     both clusters up, 3 ms alone, and so every figure measured the neighbours too."""
+    stolen: dict[str, float | None] = {}
     with tempfile.TemporaryDirectory(prefix="seglog-bench-latency-") as tmp:
         root = Path(tmp)
         with bare_relay() as floor:
+            meter = StolenTime()
             floor_run = _written_back_first(lambda _, rate: floor(rate))
             floors = {rate: floor_run(0, rate) for rate in RATES}
+            stolen["bare relay"] = meter.share()
         with apache_kafka(root / "kafka", NODES) as kafka_side:
+            meter = StolenTime()
             kafka_side.create_topic("latency", PARTITIONS)
             kafka_warm_up, kafka = _measure(
                 lambda acks, rate: kafka_run(
@@ -322,6 +336,7 @@ def run(report: Callable[..., None]) -> None:
                 ),
                 KAFKA_WARM_P50_LIMIT_MS,
             )
+            stolen["Apache Kafka"] = meter.share()
         # Kafka's files stay until the end: deleting gigabytes on a filesystem mounted with
         # `discard` (this machine's root) trims them in the journal's commits for tens of
         # seconds after, and every write of seglog's first runs waited behind that (6 GB
@@ -334,11 +349,13 @@ def run(report: Callable[..., None]) -> None:
                 admin.create_topic(
                     "latency", PARTITIONS, NODES, {"min.insync.replicas": str(MIN_INSYNC)}
                 )
+            meter = StolenTime()
             seglog_warm_up, seglog = _measure(
                 lambda acks, rate: seglog_run(
                     cluster.gateway, "latency", PARTITIONS, acks, rate, DURATION_S
                 )
             )
+            stolen["seglog"] = meter.share()
             assert cluster.kafka_bootstrap is not None
             bootstrap = cluster.kafka_bootstrap
             via_kafka_protocol = _written_back_first(
@@ -352,6 +369,7 @@ def run(report: Callable[..., None]) -> None:
                 for acks_name, acks in ACKS.items()
             }
     sides = {"seglog": seglog, "Apache Kafka": kafka}
+    _print_stolen(stolen)
     print(f"latency warm-up, uncounted: acks=all {WARM_UP_RATE}/s publish p50 per run (ms)")
     for name, p50s in (("seglog", seglog_warm_up), ("Apache Kafka", kafka_warm_up)):
         print(f"  {name:22s} {' '.join(f'{p50:7.1f}' for p50 in p50s)}")

@@ -18,3 +18,35 @@ def best_in_turns(runs: dict[str, Callable[[], float]], rounds: int) -> dict[str
         for name, run in runs.items():
             times[name].append(run())
     return {name: min(elapsed) for name, elapsed in times.items()}
+
+
+class StolenTime:
+    """The share of this virtual machine's CPU time its hypervisor gave to other guests
+    (the `steal` column of /proc/stat's first line) between `start` and `share`: when it is
+    high, a latency figure measured then measures the host's neighbours too. None where the
+    kernel does not count it."""
+
+    def __init__(self) -> None:
+        self._start = _cpu_ticks()
+
+    def share(self) -> float | None:
+        now = _cpu_ticks()
+        if self._start is None or now is None:
+            return None
+        stolen, total = (now[i] - self._start[i] for i in range(2))
+        return stolen / total if total > 0 else 0.0
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(stolen, all) CPU ticks since boot, summed over the CPUs."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    # cpu user nice system idle iowait irq softirq steal guest guest_nice; guest time is
+    # already counted in user and nice.
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(value) for value in fields[1:9]]
+    return ticks[7], sum(ticks)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import confluent_kafka.admin
 
+import bench.timing
 from bench.cluster import CLUSTER_SECRET_ENV
 from bench.latency import (
     KAFKA_WARM_P50_LIMIT_MS,
@@ -21,6 +22,7 @@ from bench.latency import (
     warmed_up,
 )
 from bench.latency_drivers import WARMUP_S, Run, kafka_run, seglog_run
+from bench.timing import StolenTime
 from devtools.apache_kafka import KafkaBrokers
 from seglog.client.admin import Admin
 
@@ -116,3 +118,17 @@ def test_warm_up_stops_at_its_bound_when_the_side_keeps_getting_faster() -> None
 
     assert len(warm_up(halving)) == MAX_WARM_UP_RUNS
     assert asked == [(-1, WARM_UP_RATE)] * MAX_WARM_UP_RUNS
+
+
+def test_stolen_time_is_a_share_of_the_cpu_time_that_passed(monkeypatch) -> None:
+    ticks = iter([(100, 10_000), (150, 11_000)])
+    monkeypatch.setattr(bench.timing, "_cpu_ticks", lambda: next(ticks))
+    assert StolenTime().share() == 50 / 1_000
+    # Where the kernel counts no steal (or /proc/stat is missing), nothing is claimed.
+    monkeypatch.setattr(bench.timing, "_cpu_ticks", lambda: None)
+    assert StolenTime().share() is None
+
+
+def test_stolen_time_reads_this_machines_counters() -> None:
+    share = StolenTime().share()
+    assert share is None or 0.0 <= share <= 1.0
