@@ -11,6 +11,7 @@ from typing import Any
 
 from kafka.protocol.api_header import ResponseHeader
 from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 SIZE = struct.Struct(">i")
 
@@ -132,3 +133,14 @@ def fetch_request(
         forgotten_topics_data=[],
         rack_id="",
     )
+
+
+def metadata(address: str, topic: str) -> Any:
+    """Metadata v9 for `topic` as the listener at `address` answers it."""
+    with KafkaWire(address) as wire:
+        request = MetadataRequest[9](
+            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        return wire.request(request, 9, MetadataResponse)

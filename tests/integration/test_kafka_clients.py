@@ -25,6 +25,8 @@ from seglog.records.batch import read_header
 from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire, fetch_request
+from tests.rdkafka import assert_read_back_in_order, produce_round_robin
+from tests.rdkafka import rdkafka_consume as consume
 
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT_S = 20
@@ -44,28 +46,7 @@ def rdkafka_producer(cluster, **config):
 
 
 def rdkafka_consume(cluster, topic, partitions, count, offset=0):
-    """`count` messages read by librdkafka from `offset` of each partition (assign, no
-    group)."""
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_address,
-            "group.id": f"reader-{topic}",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign([confluent_kafka.TopicPartition(topic, p, offset) for p in partitions])
-    messages = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(messages) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            messages.append(message)
-    finally:
-        consumer.close()
-    return messages
+    return consume(cluster.kafka_address, topic, partitions, count, offset)
 
 
 def delivered(producer):
@@ -352,23 +333,10 @@ def test_a_flood_of_pipelined_requests_keeps_order_and_each_records_offset(clust
     cluster.admin.create_topic("flood", 3, 3)
     # One record per batch: many small requests, which queue behind each other.
     producer = rdkafka_producer(cluster, **{"linger.ms": 0, "acks": "all", "batch.num.messages": 1})
-    reported = {}
-
-    def report(err, msg):
-        assert err is None, err
-        reported[msg.value()] = (msg.partition(), msg.offset())
-
     count = 3000
-    for i in range(count):
-        producer.produce("flood", value=b"%d" % i, partition=i % 3, on_delivery=report)
-        producer.poll(0)
-    delivered(producer)
-    assert len(reported) == count
+    reported = produce_round_robin(producer, "flood", 3, count)
     messages = rdkafka_consume(cluster, "flood", [0, 1, 2], count)
-    assert {m.value(): (m.partition(), m.offset()) for m in messages} == reported
-    for partition in range(3):
-        sent = [int(m.value()) for m in messages if m.partition() == partition]
-        assert sent == sorted(sent) == list(range(partition, count, 3))
+    assert_read_back_in_order(messages, reported, 3, count)
 
 
 @pytest.mark.parametrize("version", [3, 5, 7, 8, 9])

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import confluent_kafka
 import pytest
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.records import iter_records
@@ -16,8 +15,8 @@ from services.gateway.kafka.brokers import broker_id
 from services.gateway.kafka.listener import KafkaListener
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
-from tests.kafka_wire import KafkaWire
-from tests.waiting import wait_until
+from tests.kafka_wire import KafkaWire, metadata
+from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
 
 LANES = 3
 PARTITIONS = 6
@@ -29,16 +28,6 @@ def cluster(tmp_path_factory):
     c = LocalCluster(tmp_path_factory.mktemp("kafka-lanes"), nodes=3, kafka_lanes=LANES)
     yield c
     c.close()
-
-
-def metadata(address: str, topic: str):
-    with KafkaWire(address) as wire:
-        request = MetadataRequest[9](
-            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        return wire.request(request, 9, MetadataResponse)
 
 
 def lane_addresses(cluster) -> list[str]:
@@ -106,52 +95,15 @@ def test_librdkafka_writes_through_every_lane_and_reads_it_back_in_order(cluster
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": cluster.kafka_address, "acks": "all", "linger.ms": 5}
     )
-    reported = {}
-
-    def report(error, message):
-        assert error is None, error
-        reported[message.value()] = (message.partition(), message.offset())
-
     count = 600
-    for i in range(count):
-        producer.produce(
-            "through-lanes", value=b"%d" % i, partition=i % PARTITIONS, on_delivery=report
-        )
-        producer.poll(0)
-    assert producer.flush(TIMEOUT_S) == 0
-    assert len(reported) == count
+    reported = produce_round_robin(producer, "through-lanes", PARTITIONS, count)
     # One connection per lane at least: each storage leader's partitions went on its own.
     assert all(
         after > before
         for before, after in zip(accepted_before, listener.accepted_connections, strict=True)
     )
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_address,
-            "group.id": "lanes-reader",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign(
-        [confluent_kafka.TopicPartition("through-lanes", p, 0) for p in range(PARTITIONS)]
-    )
-    read = {}
-    try:
-        assert wait_until(lambda: _poll_into(consumer, read) >= count, TIMEOUT_S)
-    finally:
-        consumer.close()
-    assert read == reported
-    for partition in range(PARTITIONS):
-        values = sorted((offset, int(v)) for v, (p, offset) in read.items() if p == partition)
-        assert [v for _, v in values] == list(range(partition, count, PARTITIONS))
-
-
-def _poll_into(consumer, read) -> int:
-    message = consumer.poll(0.2)
-    if message is not None:
-        assert message.error() is None, message.error()
-        read[message.value()] = (message.partition(), message.offset())
-    return len(read)
+    messages = rdkafka_consume(cluster.kafka_address, "through-lanes", range(PARTITIONS), count)
+    assert_read_back_in_order(messages, reported, PARTITIONS, count)
 
 
 def test_lanes_outside_their_range_are_refused(capsys):

@@ -9,10 +9,9 @@ import time
 
 import confluent_kafka
 import pytest
-from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from services.gateway.kafka.brokers import broker_id
-from tests.kafka_wire import KafkaWire
+from tests.kafka_wire import metadata
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
 from tests.waiting import wait_until
 
@@ -20,16 +19,6 @@ pytestmark = pytest.mark.timeout(180)
 
 PARTITIONS = 8
 TAKEOVER_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10
-
-
-def metadata(address: str, topic: str):
-    with KafkaWire(address) as wire:
-        request = MetadataRequest[9](
-            topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-            allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
-        )
-        return wire.request(request, 9, MetadataResponse)
 
 
 def view(address: str, topic: str):
