@@ -116,3 +116,27 @@ def test_lanes_outside_their_range_are_refused(capsys):
     listener.listen, listener.lanes = "127.0.0.1:65535", 2
     with pytest.raises(ValueError, match="pass 65535"):
         listener.start()
+
+
+def test_lanes_are_advertised_at_the_advertised_port_and_the_ports_after_it(tmp_path):
+    """Behind a proxy or a Kubernetes Service the lanes are reached at the advertised port
+    and the ones after it, in lane order, wherever they are bound here."""
+    advertised_port = 19092
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=1,
+        kafka_lanes=2,
+        kafka_advertised_listener=f"kafka.example:{advertised_port}",
+    )
+    try:
+        cluster.admin.create_topic("advertised", 1, 1)
+        answer = metadata(cluster.kafka_address, "advertised")
+        brokers = sorted((b.host, b.port, b.node_id) for b in answer.brokers)
+        expected = [f"kafka.example:{advertised_port + lane}" for lane in range(2)]
+        assert [f"{host}:{port}" for host, port, _ in brokers] == expected
+        assert [node_id for *_, node_id in brokers] == [broker_id(a) for a in expected]
+        # Node 1 leads the partition: lane 1 % 2.
+        [partition] = answer.topics[0].partitions
+        assert partition.leader_id == broker_id(expected[1])
+    finally:
+        cluster.close()
