@@ -19,7 +19,8 @@ Kafka (its acks=all publish p50 at 5,000/s went 105, 52, 35, 27, 18, 4.4, 2.8, 2
 its first eight 8 s runs in one bench run here; cold, its p99 was 3-4x its warm one).
 
 Targets (issue 32): at 5,000/s acks=all end-to-end p99 <= 15 ms and publish p99 <= 10 ms;
-p99.9 <= 2x p99; p99 <= 1.5x Kafka's at every rate both sustain.
+p99.9 <= 2x p99; p99 <= 1.5x Kafka's at every rate both sustain. A row measured while the
+host took CPU from this machine (latency_drivers.MAX_STOLEN_SHARE) is printed, not judged.
 SEGLOG_BENCH_LATENCY_S sets each run's length (default 8 s, WARMUP_S of it not counted).
 """
 
@@ -41,7 +42,7 @@ from seglog.rpc.channels import open_channel
 from .cluster import CLUSTER_SECRET_ENV
 from .kafka_clients import percentile
 from .kafka_protocol import apache_kafka
-from .latency_drivers import Run, floor_run, kafka_run, seglog_run
+from .latency_drivers import MAX_STOLEN_SHARE, Run, floor_run, kafka_run, seglog_run
 from .timing import StolenTime
 
 DURATION_S = float(os.environ.get("SEGLOG_BENCH_LATENCY_S", 8.0))
@@ -169,6 +170,8 @@ def _print_stolen(stolen: dict[str, float | None]) -> None:
 
 def _print_row(label: str, run: Run) -> None:
     note = "" if run.sustained else f"  NOT SUSTAINED (sender {run.lag_s:.2f} s late)"
+    if not run.host_was_quiet:
+        note += f"  host stole {run.stolen_share:.0%} of the CPU"
     print(f"  {label:22s} {_figures(run.publish_ms)}   {_figures(run.end_to_end_ms)}{note}")
 
 
@@ -225,7 +228,9 @@ def _compare(
     judge_kafka: bool,
 ) -> None:
     label = f"latency acks={acks_name} {rate}/s"
-    both = ours.sustained and kafka.sustained and judge_kafka
+    # A run the host took CPU from measured its neighbours too: printed, not judged.
+    quiet = ours.host_was_quiet
+    both = ours.sustained and kafka.sustained and judge_kafka and quiet and kafka.host_was_quiet
     for kind, mine, theirs in (
         ("publish", ours.publish_ms, kafka.publish_ms),
         ("end-to-end", ours.end_to_end_ms, kafka.end_to_end_ms),
@@ -244,7 +249,7 @@ def _compare(
             percentile(mine, 0.999),
             p99,
             "ms",
-            2.0,
+            2.0 if quiet else None,
             higher_is_better=False,
         )
     report(
@@ -265,7 +270,7 @@ def _compare(
                 percentile(samples, 0.99),
                 target_ms,
                 "ms",
-                1.0,
+                1.0 if quiet else None,
                 higher_is_better=False,
             )
 
@@ -370,6 +375,10 @@ def run(report: Callable[..., None]) -> None:
             }
     sides = {"seglog": seglog, "Apache Kafka": kafka}
     _print_stolen(stolen)
+    print(
+        f"  a row during which the host stole more than {MAX_STOLEN_SHARE:.0%} of the CPU is "
+        "printed, not judged (marked on its row)"
+    )
     print(f"latency warm-up, uncounted: acks=all {WARM_UP_RATE}/s publish p50 per run (ms)")
     for name, p50s in (("seglog", seglog_warm_up), ("Apache Kafka", kafka_warm_up)):
         print(f"  {name:22s} {' '.join(f'{p50:7.1f}' for p50 in p50s)}")

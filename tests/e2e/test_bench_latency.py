@@ -16,12 +16,13 @@ from bench.latency import (
     MIN_INSYNC,
     NODES,
     WARM_UP_RATE,
+    _compare,
     kafka_is_a_baseline,
     seglog_cluster,
     warm_up,
     warmed_up,
 )
-from bench.latency_drivers import WARMUP_S, Run, kafka_run, seglog_run
+from bench.latency_drivers import MAX_STOLEN_SHARE, WARMUP_S, Run, kafka_run, seglog_run
 from bench.timing import StolenTime
 from devtools.apache_kafka import KafkaBrokers
 from seglog.client.admin import Admin
@@ -132,3 +133,37 @@ def test_stolen_time_is_a_share_of_the_cpu_time_that_passed(monkeypatch) -> None
 def test_stolen_time_reads_this_machines_counters() -> None:
     share = StolenTime().share()
     assert share is None or 0.0 <= share <= 1.0
+
+
+def test_a_run_is_judged_only_when_the_host_left_the_cpu_alone() -> None:
+    assert Run([1.0], [], 0.0).host_was_quiet  # steal not counted: judged
+    assert Run([1.0], [], 0.0, MAX_STOLEN_SHARE).host_was_quiet
+    assert not Run([1.0], [], 0.0, MAX_STOLEN_SHARE * 2).host_was_quiet
+
+
+def _targets(ours: Run, kafka: Run) -> dict[str, float | None]:
+    """Each figure `_compare` reports for acks=all at 5,000/s, with its target (None: printed,
+    not judged)."""
+    reported: dict[str, float | None] = {}
+
+    def report(name, value, baseline, unit, target, higher_is_better=True) -> None:
+        reported[name] = target
+
+    floor = Run([1.0] * 100, [], 0.0)
+    _compare(report, "all", 5_000, ours, kafka, floor, True)
+    return reported
+
+
+def test_rows_measured_while_the_host_stole_cpu_are_printed_not_judged() -> None:
+    samples = [float(i % 10 + 1) for i in range(1000)]
+    quiet = Run(samples, samples, 0.0, 0.0)
+    noisy = Run(samples, samples, 0.0, MAX_STOLEN_SHARE * 2)
+    judged = _targets(quiet, quiet)
+    assert judged["latency acks=all 5000/s publish p99 vs Kafka (ms)"] == 1.5
+    assert judged["latency acks=all 5000/s publish p99 vs target (ms)"] == 1.0
+    assert judged["latency acks=all 5000/s publish p99.9 vs own p99 (ms)"] == 2.0
+    # Ours noisy: nothing of ours is judged. Kafka's noisy: the comparison with it is not.
+    assert all(target is None for target in _targets(noisy, quiet).values())
+    against_noisy_kafka = _targets(quiet, noisy)
+    assert against_noisy_kafka["latency acks=all 5000/s publish p99 vs Kafka (ms)"] is None
+    assert against_noisy_kafka["latency acks=all 5000/s publish p99 vs target (ms)"] == 1.0
