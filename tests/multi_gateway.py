@@ -192,7 +192,7 @@ class EtcdBackedCluster(GatewayQueries):
 
 
 def _logged_lanes(log: Path, timeout_s: float = 30.0) -> list[str]:
-    """A gateway's Kafka lanes' addresses, as it logs them once bound (server.py)."""
+    """A gateway's Kafka lanes' addresses, as it logs them once bound (kafka/listener.py)."""
     found: list[str] = []
 
     def logged() -> bool:

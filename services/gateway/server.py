@@ -422,11 +422,6 @@ class Gateway:
             )
         if self.kafka_listener is not None:
             logger.info("gateway's Kafka listener on %s", self.kafka_listener.address)
-            if self.kafka_listener.lanes > 1:
-                logger.info(
-                    "gateway's Kafka listener lanes on %s",
-                    " ".join(self.kafka_listener.lane_addresses),
-                )
         if self.internal_server is not None:
             logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
 

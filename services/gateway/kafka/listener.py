@@ -178,6 +178,8 @@ class KafkaListener:
             for server in self._servers:
                 server.close()
             raise
+        if self.lanes > 1:
+            logger.info("gateway's Kafka listener lanes on %s", " ".join(self.lane_addresses))
         for lane, server in enumerate(self._servers):
             accepting = threading.Thread(
                 target=self._accept, args=(server, lane), name="kafka-accept", daemon=True
