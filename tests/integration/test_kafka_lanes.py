@@ -5,6 +5,8 @@ through them all, one connection per lane."""
 
 from __future__ import annotations
 
+import socket
+
 import confluent_kafka
 import pytest
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -116,6 +118,19 @@ def test_lanes_outside_their_range_are_refused(capsys):
     listener.listen, listener.lanes = "127.0.0.1:65535", 2
     with pytest.raises(ValueError, match="pass 65535"):
         listener.start()
+
+
+def test_a_lane_whose_port_is_taken_leaves_no_lane_bound():
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        listener = KafkaListener.__new__(KafkaListener)
+        listener.listen = f"127.0.0.1:{taken.getsockname()[1] - 1}"
+        listener.lanes, listener._servers, listener.ports = 2, [], []
+        with pytest.raises(OSError):
+            listener.start()  # lane 1 is the taken port (or lane 0's is taken too)
+        assert listener._servers == [] and listener.ports == []
+    finally:
+        taken.close()
 
 
 def test_lanes_are_advertised_at_the_advertised_port_and_the_ports_after_it(tmp_path):

@@ -175,8 +175,11 @@ class KafkaListener:
                 self._servers.append(server)
                 self.ports.append(server.getsockname()[1])
         except OSError:
+            # A lane's port taken: none of them stays bound, so a retry finds them free.
             for server in self._servers:
                 server.close()
+            self._servers.clear()
+            self.ports.clear()
             raise
         if self.lanes > 1:
             logger.info("gateway's Kafka listener lanes on %s", " ".join(self.lane_addresses))
