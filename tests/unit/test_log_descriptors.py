@@ -73,7 +73,6 @@ def test_a_log_with_one_segment_holds_one_descriptor(tmp_path):
         # (each index had two for good before: its own and its mmap's duplicate).
         assert open_descriptors() - before <= 3
         open_files_module.SHARED.close_idle()
-        assert open_descriptors() - before == 1
         assert descriptors_on(tmp_path / "t-0") == 1
         write_segments(log, 5)  # appends go on: the indexes open their files again
         assert segment.offset_index.entries == 24
@@ -93,7 +92,9 @@ def test_idle_old_segments_hold_no_descriptor(tmp_path, small_cache):
         assert values(log) == list(range(60))  # every old segment read once more
         assert descriptors_on(tmp_path / "t-0") <= 1 + small_cache.capacity
         small_cache.close_idle()
-        assert open_descriptors() - before == 1
+        # Counted on the log's own files: another test's sockets, collected meanwhile in
+        # this worker process, once made a process-wide count come out 4 lower.
+        assert descriptors_on(tmp_path / "t-0") == 1
     finally:
         log.close()
     reopened = Log.open(tmp_path / "t-0", MANY_SEGMENTS)
