@@ -46,6 +46,7 @@ from .groups.offsets_store import (
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
+from .routing.fetch_relay import configured_fetch_relay
 from .routing.produce_relay import configured_relay
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
@@ -150,6 +151,7 @@ class Gateway:
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
             produce_relay=configured_relay(config, traced=tracer_provider is not None),
+            fetch_relay=configured_fetch_relay(config, traced=tracer_provider is not None),
         )
         self.admin = AdminService(
             self.registry,

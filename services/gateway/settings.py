@@ -281,6 +281,11 @@ class GatewayConfig:
         "with the cluster secret, relay produce requests to the leaders over their bulk "
         "listeners rather than gRPC (true/false)",
     )
+    bulk_fetch_relay_enable: bool = setting(
+        True,
+        "with the cluster secret, relay consumers' fetches to the leaders over their bulk "
+        "listeners rather than gRPC (true/false)",
+    )
     # TLS on the gateway's listener (certificate subject `gateway`). With the cluster CA it
     # is mutual TLS: every caller presents a certificate from that CA (gRPC's Python server
     # can require client certificates or not ask for them, nothing between), storage nodes

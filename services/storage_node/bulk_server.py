@@ -24,6 +24,7 @@ import ssl
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -31,15 +32,16 @@ from opentelemetry import propagate, trace
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
 from seglog.rpc import bulk_wire, check_fetch_request, client_leader_epoch, grants
 from seglog.rpc.status import error_code_for
-from seglog.security.certs import NODE_IDENTITY_PREFIX, node_id_of
+from seglog.security.certs import GATEWAY_IDENTITY, NODE_IDENTITY_PREFIX, node_id_of
 from seglog.security.tls import TlsFiles, server_ssl_context
 from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
 from .bulk_produce import BulkProduce
-from .fetch_reads import CONSUMER, FetchChunk, counted
+from .fetch_reads import CONSUMER, FetchChunk, FetchState, counted
 from .node_metrics import NodeMetrics
+from .peer_watch import PeerWatch
 from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class BulkServer:
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._stopping = False
+        self._peer_watch = PeerWatch()  # relayed long polls' connections (peer_watch.py)
         self._thread = threading.Thread(target=self._accept_loop, name="bulk-accept", daemon=True)
 
     @property
@@ -123,6 +126,7 @@ class BulkServer:
         for conn in connections:
             _shutdown(conn)
         self._thread.join(timeout=5)
+        self._peer_watch.stop()
 
     def _accept_loop(self) -> None:
         while not self._stopping:
@@ -168,19 +172,29 @@ class BulkServer:
                     self._connections.add(conn)
                 peer_name = _certificate_name(conn)
                 peer_node_id = node_id_of(peer_name or "", self.node_identity_prefix)
-            while not self._stopping:
-                request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
-                if request is None:
-                    return
-                if request.version == bulk_wire.BULK_PRODUCE_VERSION:
-                    if not self.produce.answer(conn, request, peer_name):
-                        return
-                elif not self._answer(conn, request, peer_node_id):
-                    return
+
+            def verified() -> None:
+                """The connection's first request passed its grant check: it no longer
+                counts against its peer's unverified connections (a first request that is
+                a long poll would hold that slot for all its wait)."""
+                nonlocal unverified
                 if unverified:
                     unverified = False
                     self._verified(host)
                     _receive_timeout(conn, self.idle_timeout_s)
+
+            while not self._stopping:
+                request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
+                if request is None:
+                    return
+                if request.cancel and not unverified:
+                    continue  # the relay gave up a poll answered since (peer_watch.py)
+                if request.version == bulk_wire.BULK_PRODUCE_VERSION:
+                    if not self.produce.answer(conn, request, peer_name):
+                        return
+                elif not self._answer(conn, request, peer_node_id, peer_name, verified):
+                    return
+                verified()
         except (OSError, ConnectionError, SeglogError) as exc:
             logger.debug("bulk connection ended: %s", exc)
         except Exception:
@@ -194,12 +208,18 @@ class BulkServer:
             conn.close()
 
     def _answer(
-        self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_node_id: int | None
+        self,
+        conn: socket.socket,
+        request: bulk_pb2.BulkFetchRequest,
+        peer_node_id: int | None,
+        peer_name: str | None,
+        verified: Callable[[], None],
     ) -> bool:
-        """Serve one fetch; False when it was refused (the connection is then closed)."""
+        """Serve one fetch, `verified` called once its grant checked out; False when it was
+        refused (the connection is then closed)."""
         started = time.perf_counter()
         try:
-            wanted, replica_id = self._check(request, peer_node_id)
+            wanted, replica_id, relayed = self._check(request, peer_node_id, peer_name)
         except SeglogError as exc:
             bulk_wire.send_message(
                 conn,
@@ -208,16 +228,19 @@ class BulkServer:
                 ),
             )
             return False
+        verified()
         fetch = request.fetch
         parent = propagate.extract(request.trace_context) if request.trace_context else None
         span = tracer.start_span("seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent)
         if not span.is_recording():
-            self._send_answer(conn, fetch, wanted, replica_id, started)
+            self._send_answer(conn, fetch, wanted, replica_id, started, relayed)
             return True
         try:
             # Exceptions are judged below, not by the span: a peer that hung up is no error.
             with trace.use_span(span, record_exception=False, set_status_on_exception=False):
-                sent, answered = self._send_answer(conn, fetch, wanted, replica_id, started)
+                sent, answered = self._send_answer(
+                    conn, fetch, wanted, replica_id, started, relayed
+                )
         except OSError as exc:  # the fetcher closed its connection: a consumer that left
             span.set_attribute("seglog.peer_closed", True)
             span.end()
@@ -244,6 +267,7 @@ class BulkServer:
         wanted: list[tuple[str, int, int, int, int, int]],
         replica_id: int,
         started: float,
+        relayed: bool,
     ) -> tuple[int, bool]:
         """Wait for and send one answer: the record bytes sent, and whether any partition
         was answered an error or a diverging epoch."""
@@ -260,12 +284,7 @@ class BulkServer:
         else:
             states = self.replicas.fetch_states(wanted, replica_id)
             if fetch.max_wait_ms > 0:
-                self.replicas.wait_for_fetch(
-                    states,
-                    max(fetch.min_bytes, 0),
-                    fetch.max_wait_ms,
-                    lambda: not self._stopping,
-                )
+                self._wait(conn, states, fetch, relayed)
             chunks = self.replicas.read_chunks(states, max_bytes)
         sent = 0
         problem = False
@@ -275,11 +294,45 @@ class BulkServer:
         bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
         return sent, problem
 
+    def _wait(
+        self,
+        conn: socket.socket,
+        states: list[FetchState],
+        fetch: common_pb2.FetchRequest,
+        relayed: bool,
+    ) -> None:
+        """Kafka's delayed fetch; a relayed one also ends once the gateway gives it up."""
+        min_bytes = max(fetch.min_bytes, 0)
+        if not relayed:
+            self.replicas.wait_for_fetch(
+                states, min_bytes, fetch.max_wait_ms, lambda: not self._stopping
+            )
+            return
+        self._peer_watch.wait_for_fetch(
+            self.replicas,
+            conn,
+            states,
+            min_bytes,
+            fetch.max_wait_ms,
+            lambda: not self._stopping,
+        )
+
     def _check(
-        self, request: bulk_pb2.BulkFetchRequest, peer_node_id: int | None = None
-    ) -> tuple[list[tuple[str, int, int, int, int, int]], int]:
+        self,
+        request: bulk_pb2.BulkFetchRequest,
+        peer_node_id: int | None = None,
+        peer_name: str | None = None,
+    ) -> tuple[list[tuple[str, int, int, int, int, int]], int, bool]:
         """The whole request against its grant, before anything is read: the partitions as
-        fetch_states takes them, and the replica id (-1: a consumer).
+        fetch_states takes them, the replica id (-1: a consumer), and whether it is the
+        gateway's relay.
+
+        The gateway's fetch relay grant names no partition: the gateway checked the caller's
+        Read before relaying, as it does before its gRPC Fetch, and routed each partition by
+        the leader epoch the request names, which the node then holds it to (a node that no
+        longer leads that epoch answers NOT_LEADER or FENCED_LEADER_EPOCH, never another
+        leader's log). It is the gateway's alone, and on a TLS cluster taken only over the
+        gateway's certificate.
 
         Every node holds the cluster secret, so a grant's signature alone cannot tell which
         node made it: node 2 could sign a replica grant naming replica 3 and count as node
@@ -306,8 +359,31 @@ class BulkServer:
                 f"connection's names "
                 f"{'no node' if peer_node_id is None else f'node {peer_node_id}'}"
             )
+        if grant.fetch_relay and self._ssl is not None and peer_name != GATEWAY_IDENTITY:
+            raise PermissionDeniedError(
+                f"a relayed fetch needs the gateway's certificate; this connection's names "
+                f"{peer_name or 'nothing'}"
+            )
         wanted = []
         for p in fetch.partitions:
+            last_fetched = p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1
+            if grant.fetch_relay:
+                leader_epoch = client_leader_epoch(p)
+                if leader_epoch < 0:
+                    raise InvalidRequestError(
+                        f"a relayed fetch of {p.topic}-{p.partition} names no leader epoch"
+                    )
+                wanted.append(
+                    (
+                        p.topic,
+                        p.partition,
+                        p.fetch_offset,
+                        p.partition_max_bytes,
+                        leader_epoch,
+                        last_fetched,
+                    )
+                )
+                continue
             granted = grant.partitions.get((p.topic, p.partition))
             if granted is None:
                 raise InvalidRequestError(
@@ -321,7 +397,6 @@ class BulkServer:
                 )
             if grant.replica_id is not None:  # Kafka's replica fetch: the request's epochs
                 leader_epoch = client_leader_epoch(p)
-            last_fetched = p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1
             wanted.append(
                 (
                     p.topic,
@@ -332,7 +407,7 @@ class BulkServer:
                     last_fetched,
                 )
             )
-        return wanted, replica_id
+        return wanted, replica_id, grant.fetch_relay
 
     @staticmethod
     def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> int:

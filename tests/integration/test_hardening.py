@@ -228,11 +228,31 @@ def test_group_ids_metadata_and_committed_offsets_are_checked(cluster):
 # -- resources stay bounded under load ----------------------------------------------------
 
 
+@pytest.mark.parametrize("relay", [False, True], ids=["grpc", "bulk-relay"])
 def test_idle_long_polls_cannot_freeze_a_node_or_the_gateway_and_cancelling_releases_them(
-    cluster,
+    tmp_path, relay
 ):
+    """Over gRPC, the node bounds its waiting fetches itself; over the gateway's relay, each
+    waits on a connection of the gateway's pool, bounded by the gateway's own waiting slots,
+    on a thread of the node's bulk listener, away from its gRPC threads."""
+    cluster = LocalCluster(tmp_path, nodes=3, bulk_fetch_relay_enable=relay)
+    try:
+        _idle_long_polls(cluster, relay)
+    finally:
+        cluster.close()
+
+
+def _idle_long_polls(cluster, relay: bool) -> None:
     cluster.admin.create_topic("idle", 1)
     node = cluster.leader_of("idle", 0)
+    pool = cluster.gateway.service.fetch_relay.pool if relay else None
+
+    def waiting_on_node() -> int:
+        if pool is None:
+            return node.service.waiting_fetches.in_use
+        opened, idle = pool.open_connections(node.config.node_id)
+        return opened - idle
+
     request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1 << 20, max_bytes=1 << 20)
     request.partitions.add(topic="idle", partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
     channel = grpc.insecure_channel(cluster.address)
@@ -257,7 +277,7 @@ def test_idle_long_polls_cannot_freeze_a_node_or_the_gateway_and_cancelling_rele
             reader.start()
         gateway_slots = cluster.gateway.service.waiting_fetches
         assert wait_until(lambda: gateway_slots.in_use == gateway_slots.limit)
-        assert wait_until(lambda: node.service.waiting_fetches.in_use == gateway_slots.limit)
+        assert wait_until(lambda: waiting_on_node() == gateway_slots.limit)
         # Past the bound, fetches answer at once (here: nothing to read) instead of waiting,
         # or, past the fetches' share of the gateway's threads, are refused retriably.
         assert wait_until(lambda: len(answered) + len(busy) == 40 - gateway_slots.limit)
@@ -276,7 +296,7 @@ def test_idle_long_polls_cannot_freeze_a_node_or_the_gateway_and_cancelling_rele
             reader.join(10)
         # Cancelled calls give their waits back at once, not when max_wait_ms runs out.
         assert wait_until(lambda: gateway_slots.in_use == 0, timeout_s=10)
-        assert wait_until(lambda: node.service.waiting_fetches.in_use == 0, timeout_s=10)
+        assert wait_until(lambda: waiting_on_node() == 0, timeout_s=10)
     finally:
         channel.close()
 

@@ -13,7 +13,7 @@ import pytest
 from seglog.records import iter_records
 from seglog.rpc import bulk_wire, grants, wire
 from seglog.rpc.bulk_client import BulkConnection
-from seglog.rpc.produce_connections import ProduceConnections
+from seglog.rpc.bulk_pool import BulkPool
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import bulk_pb2, common_pb2
@@ -200,34 +200,34 @@ def test_the_relay_sends_one_grant_until_it_nears_its_expiry(cluster, monkeypatc
     assert len(seen) == 2 and seen[0] == seen[1]  # signed once, verified once
     # Once less than the margin is left, the next request carries a new grant.
     relay = cluster.gateway.service.appends.relay
-    reused = relay._grants[leader.config.node_id]
+    reused = relay.grants.by_node[leader.config.node_id]
     monkeypatch.setattr(reused, "renew_margin_ms", reused.ttl_ms + 1)
     assert cluster.client.produce("renewed", {0: make_batch([b"c"])})[0].error == 0
     assert len(seen) == 3 and seen[2] != seen[1]
 
 
-def test_connections_per_node_are_bounded_and_reused(cluster, monkeypatch):
+def test_bulk_connections_per_node_are_bounded_and_reused(cluster, monkeypatch):
     cluster.admin.create_topic("bounded", 1, 1)
     leader = cluster.leader_of("bounded", 0)
     node_id, address = leader.config.node_id, leader.bulk.address
-    pool = ProduceConnections(max_connections_per_node=2)
+    pool = BulkPool(max_connections_per_node=2)
     try:
-        first = pool._take(node_id, address)
-        second = pool._take(node_id, address)
+        first = pool.take(node_id, address)
+        second = pool.take(node_id, address)
         assert first is not None and second is not None
         # Two in use: a third request would go over gRPC rather than open another.
-        assert pool._take(node_id, address) is None
-        pool._give_back(first[0], first[1])
-        again = pool._take(node_id, address)
+        assert pool.take(node_id, address) is None
+        pool.give_back(first[0], first[1])
+        again = pool.take(node_id, address)
         assert again is not None and again[1] is first[1]  # the idle one, kept
         # A connection the node closed is counted out when next taken, and replaced.
         leader.bulk.stop()
-        pool._give_back(again[0], again[1])
-        assert pool._take(node_id, address) is None  # nothing listens now
+        pool.give_back(again[0], again[1])
+        assert pool.take(node_id, address) is None  # nothing listens now
         # Left alone for a while: no request waits on a connect that just failed.
         opened = []
         monkeypatch.setattr(BulkConnection, "open", lambda *a, **k: opened.append(a))
-        assert pool._take(node_id, address) is None and opened == []
-        assert pool._nodes[node_id].connections == 1  # only `second` is left
+        assert pool.take(node_id, address) is None and opened == []
+        assert pool.open_connections(node_id) == (1, 0)  # only `second` is left
     finally:
         pool.close()

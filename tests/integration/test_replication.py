@@ -94,10 +94,10 @@ def test_followers_end_with_the_leaders_segment_files_byte_for_byte(cluster):
     replica_answers = []
     real_check = leader_bulk._check
 
-    def check(request, peer_node_id):
-        wanted, replica_id = real_check(request, peer_node_id)
+    def check(request, *peer):
+        wanted, replica_id, relayed = real_check(request, *peer)
         replica_answers.append(replica_id)
-        return wanted, replica_id
+        return wanted, replica_id, relayed
 
     leader_bulk._check = check  # followers copy through the leader's bulk listener
     assert sorted(p.replicas) == [1, 2, 3] and len(set(p.replicas)) == 3

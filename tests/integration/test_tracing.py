@@ -119,7 +119,14 @@ def test_a_fetch_traces_the_engine_read_and_health_checks_are_not_traced(traced_
     # This client is not traced: the gateway's server span is the trace's root.
     (root,) = [s for s in spans if s.parent is None]
     assert root.name == "/seglog.v1.Gateway/Fetch" and root.kind == trace.SpanKind.SERVER
-    assert {s.name for s in spans} >= {"/seglog.v1.StorageNode/Fetch", "seglog.log.read"}
+    # Relayed to the node over its bulk listener (routing/fetch_relay.py): the gateway's
+    # transfer span, and the node's serving span under it, in the same trace.
+    assert {s.name for s in spans} >= {"seglog.bulk.fetch", "seglog.bulk.serve", "seglog.log.read"}
+    transfer = one(spans, "seglog.bulk.fetch")
+    assert (
+        transfer.kind == trace.SpanKind.CLIENT and transfer.parent.span_id == root.context.span_id
+    )
+    assert one(spans, "seglog.bulk.serve").parent.span_id == transfer.context.span_id
 
     _EXPORTER.clear()
     health = health_pb2_grpc.HealthStub(traced_cluster.channel)

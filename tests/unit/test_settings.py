@@ -116,6 +116,7 @@ DESCRIBED_NAMES = [
     "bulk.fetch.enabled",
     "fetch.grant.ttl.ms",
     "bulk.produce.relay.enable",
+    "bulk.fetch.relay.enable",
     "security.protocol",
     "tls.client.auth",
     "internal.listen",

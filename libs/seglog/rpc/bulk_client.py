@@ -1,11 +1,11 @@
 """The client side of the bulk path (proto/seglog/v1/bulk.md), one for every user of it: the
 consumer and the Spark reader (through client/bulk.py, which adds the gateway's grants), a
-follower's replica fetcher (which signs its own), and the gateway's produce relay
-(services/gateway/routing/produce_relay.py, its own grant too). A `BulkConnection` is one
-kept TCP connection (TLS when given a context) to one storage node's bulk listener; a fetch
-is sent with its signed transfer grant, and the answer's chunks are read with `recv_into`
-into a buffer allocated for each chunk, so the batches reach the caller without another
-copy.
+follower's replica fetcher (which signs its own), and the gateway's produce and fetch relays
+(services/gateway/routing/produce_relay.py and fetch_relay.py, their own grants). A
+`BulkConnection` is one kept TCP connection (TLS when given a context) to one storage node's
+bulk listener; a fetch is sent with its signed transfer grant, and the answer's chunks are
+read with `recv_into` into a buffer allocated for each chunk, so the batches reach the
+caller without another copy.
 
 One error handling for all: anything that goes wrong — the node unreachable, the connection
 lost or closed mid-answer, a frame that does not parse, the node refusing the request —
@@ -39,6 +39,11 @@ tracer = EngineTracer("seglog.client.bulk")
 
 class BulkFetchError(Exception):
     """The bulk path failed for a node (connection, refusal): use the gRPC path."""
+
+
+class BulkRefused(BulkFetchError):
+    """The node refused the request as a whole (its grant, its version) before answering
+    anything."""
 
 
 class BulkRelayTimeout(BulkFetchError):
@@ -190,6 +195,19 @@ class BulkConnection:
             self.close()
         return answer
 
+    def cancel(self) -> None:
+        """Ask the node to end the long poll in flight now (the gateway's relay, bulk.md):
+        its answer, with what it has, still comes and is read as any answer. Any thread; on a
+        TLS connection, where two threads may not use the socket at once, and on a connection
+        that failed, the answer is abandoned instead (`shutdown`)."""
+        if isinstance(self._sock, ssl.SSLSocket):
+            self.shutdown()
+            return
+        try:
+            bulk_wire.send_message(self._sock, bulk_pb2.BulkFetchRequest(cancel=True))
+        except OSError:
+            self.shutdown()
+
     def peer_closed(self) -> bool:
         """Whether the node closed (or wrote unasked to) this idle connection: one taken
         from a pool is checked before a request goes on it, so a node's restart or idle
@@ -201,21 +219,26 @@ class BulkConnection:
         readable, _, _ = select.select([self._sock], [], [], 0)
         return bool(readable)
 
-    def receive(self) -> Iterator[BulkMessage]:
+    def receive(self, *, timeout_s: float | None = None) -> Iterator[BulkMessage]:
         """The answer's chunks, each whole; BulkFetchError (after the chunks already
-        yielded) when the connection fails or the node refuses the request. Left before
-        its end, the answer closes the connection."""
+        yielded) when the connection fails, or no byte arrives for `timeout_s`; BulkRefused
+        when the node refuses the request. Left before its end, the answer closes the
+        connection."""
         received = 0
         finished = False
         try:
+            if timeout_s is not None:
+                self._sock.settimeout(timeout_s)
             while True:
                 header = bulk_wire.recv_message(self._sock, bulk_pb2.BulkFetchChunk)
                 if header is None:
                     raise ConnectionError("the node closed the connection mid-answer")
                 if header.end:
                     if header.error:
-                        raise BulkFetchError(f"refused: {header.error_message}")
+                        raise BulkRefused(f"refused: {header.error_message}")
                     finished = True
+                    if timeout_s is not None:
+                        self._sock.settimeout(None)
                     self._end_span(received, None)
                     return
                 records: memoryview | bytes = b""

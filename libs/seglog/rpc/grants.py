@@ -3,14 +3,16 @@ signs, storage nodes verify, with a secret the cluster shares (HMAC-SHA256 over 
 serialized TransferGrant). A grant names one node, the partitions it may serve to the holder
 with the offset each may start at and the leader epoch, and an expiry; or, made for the
 gateway's own produce relay, no partition and the right to append (`produce_relay`); or, made
-for a client by Gateway.ProduceGrants, the right to append to the topics it names
-(`produce_topics`)."""
+for the gateway's own fetch relay, no partition and the right to read any partition as a
+consumer at the leader epoch the request names (`fetch_relay`); or, made for a client by
+Gateway.ProduceGrants, the right to append to the topics it names (`produce_topics`)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,11 +49,13 @@ def issue(
     *,
     replica_id: int | None = None,
     produce_relay: bool = False,
+    fetch_relay: bool = False,
     produce_topics: Iterable[str] = (),
 ) -> tuple[bytes, bytes, int]:
     """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch);
     with `replica_id`, a follower's grant for replica fetches; with `produce_relay` (and no
     partitions), the gateway's grant for relaying produce requests to the node; with
+    `fetch_relay` (and no partitions), the gateway's grant for relaying consumer fetches; with
     `produce_topics` (and no partitions), a client's grant to produce to those topics."""
     expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
     grant = bulk_pb2.TransferGrant(
@@ -61,6 +65,7 @@ def issue(
         grant.replica = True
         grant.replica_id = replica_id
     grant.produce_relay = produce_relay
+    grant.fetch_relay = fetch_relay
     grant.produce_topics.extend(produce_topics)
     for topic, partition, min_offset, leader_epoch in partitions:
         grant.partitions.add(
@@ -73,7 +78,7 @@ def issue(
 class ReusedGrants:
     """Grants one holder makes for itself and sends again until `renew_margin_ms` before they
     expire, one per set of partitions named (a follower's session rounds name the same few;
-    the gateway's produce relay names none): no signing per request, and the node finds the
+    the gateway's relays name none): no signing per request, and the node finds the
     same bytes verified already (`verify`)."""
 
     def __init__(
@@ -83,6 +88,7 @@ class ReusedGrants:
         *,
         replica_id: int | None = None,
         produce_relay: bool = False,
+        fetch_relay: bool = False,
         ttl_ms: int = DEFAULT_GRANT_TTL_MS,
         renew_margin_ms: int = DEFAULT_GRANT_TTL_MS // 3,
         max_kept: int = 64,
@@ -91,6 +97,7 @@ class ReusedGrants:
         self.node_id = node_id
         self.replica_id = replica_id
         self.produce_relay = produce_relay
+        self.fetch_relay = fetch_relay
         self.ttl_ms = max(ttl_ms, 2 * renew_margin_ms)
         self.renew_margin_ms = renew_margin_ms
         self.max_kept = max_kept
@@ -108,11 +115,45 @@ class ReusedGrants:
                 self.ttl_ms,
                 replica_id=self.replica_id,
                 produce_relay=self.produce_relay,
+                fetch_relay=self.fetch_relay,
             )
             if len(self._made) >= self.max_kept:
                 self._made.clear()
             self._made[partitions] = made
         return made[0], made[1]
+
+
+class RelayGrants:
+    """The gateway's grants for one of its relays, one ReusedGrants per node (any thread)."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        ttl_ms: int = DEFAULT_GRANT_TTL_MS,
+        produce_relay: bool = False,
+        fetch_relay: bool = False,
+    ) -> None:
+        self.secret = secret
+        self.ttl_ms = ttl_ms
+        self.produce_relay = produce_relay
+        self.fetch_relay = fetch_relay
+        self.by_node: dict[int, ReusedGrants] = {}
+        self._lock = threading.Lock()
+
+    def get(self, node_id: int) -> tuple[bytes, bytes]:
+        """(grant, signature) for the node."""
+        with self._lock:
+            reused = self.by_node.get(node_id)
+            if reused is None:
+                reused = self.by_node[node_id] = ReusedGrants(
+                    self.secret,
+                    node_id,
+                    produce_relay=self.produce_relay,
+                    fetch_relay=self.fetch_relay,
+                    ttl_ms=self.ttl_ms,
+                )
+            return reused.get()
 
 
 @dataclass(frozen=True)
@@ -123,6 +164,7 @@ class VerifiedGrant:
     replica_id: int | None = None  # a follower's grant
     produce_relay: bool = False  # the gateway's produce relay's grant
     produce_topics: frozenset[str] = frozenset()  # a client's produce grant's topics
+    fetch_relay: bool = False  # the gateway's fetch relay's grant
 
 
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
@@ -172,4 +214,5 @@ def _signed_content(secret: bytes, grant: bytes, signature: bytes, node_id: int)
         parsed.replica_id if parsed.replica else None,
         parsed.produce_relay,
         frozenset(parsed.produce_topics),
+        parsed.fetch_relay,
     )

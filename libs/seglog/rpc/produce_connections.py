@@ -7,16 +7,16 @@ exchange, and most of it is CPU on both sides. The bulk listener hands the reque
 the same code as the node's gRPC Append (storage_node/produce_requests.py) and answers the
 ProduceResponse's bytes.
 
-Each node has a pool of connections: a request takes an idle one (or opens one), is sent, its
-answer read, and the connection goes back, so concurrent produces to one node go on separate
-connections, one request in flight on each; past `max_connections_per_node` in use, the
-request is not taken (the caller sends it over gRPC).
+Each node has a pool of connections (bulk_pool.py): a request takes an idle one (or opens
+one), is sent, its answer read, and the connection goes back, so concurrent produces to one
+node go on separate connections, one request in flight on each; past
+`max_connections_per_node` in use, the request is not taken (the caller sends it over gRPC).
 
 When the bulk path cannot take a request — no bulk address, the node unreachable, a node that
 refuses the grant (one that serves fetches only, a secret of its own, an expired grant) —
 nothing was written, `send` answers None and the caller sends it over gRPC; a node that
 refused is left alone for `RETRY_REFUSED_AFTER_S`, one that could not be reached for
-`RETRY_UNREACHABLE_AFTER_S`. Once a request was sent, a lost connection
+bulk_pool.RETRY_UNREACHABLE_AFTER_S. Once a request was sent, a lost connection
 is the caller's error (LEADER_NOT_AVAILABLE, or REQUEST_TIMED_OUT past the deadline): the
 node may have written it, as with a gRPC call cut short, and the producer's retry settles it.
 """
@@ -25,37 +25,21 @@ from __future__ import annotations
 
 import logging
 import ssl
-import threading
-import time
-from dataclasses import dataclass, field
 
 from ..errors import LeaderNotAvailableError, RequestTimedOutError, SeglogError
 from ..v1 import common_pb2
-from .bulk_client import BulkConnection, BulkFetchError, BulkRelayTimeout
+from .bulk_client import BulkFetchError, BulkRelayTimeout
+from .bulk_pool import BulkPool
 from .status import error_from_code
 
 logger = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 2.0
 # Connections kept per node, busy or idle. A burst past it goes over gRPC: the node's bulk
 # listener admits only so many new connections from one host at once (its
 # max_unverified_per_peer, 16), and a connection it turns away at the door would cost a
 # request an error it never needed.
 MAX_CONNECTIONS_PER_NODE = 16
 RETRY_REFUSED_AFTER_S = 60.0
-# A node whose listener could not be reached (refused, timed out, a TLS handshake it failed)
-# is left alone this long: a producer outside the cluster that cannot route to the nodes'
-# bulk addresses would otherwise wait CONNECT_TIMEOUT_S before every request.
-RETRY_UNREACHABLE_AFTER_S = 10.0
-
-
-@dataclass
-class NodeConnections:
-    node_id: int
-    address: str
-    idle: list[BulkConnection] = field(default_factory=list)
-    connections: int = 0  # open, idle or carrying a request
-    refused_until: float = 0.0  # monotonic: refused or unreachable, gRPC until then
 
 
 class ProduceConnections:
@@ -66,12 +50,7 @@ class ProduceConnections:
         traced: bool = False,
         max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
     ) -> None:
-        self.ssl_context = ssl_context
-        self.traced = traced
-        self.max_connections_per_node = max_connections_per_node
-        self._lock = threading.Lock()
-        self._nodes: dict[int, NodeConnections] = {}
-        self._closed = False
+        self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
 
     def send(
         self,
@@ -87,7 +66,7 @@ class ProduceConnections:
         as a whole, or the connection failed after it was sent."""
         if not address:
             return None
-        taken = self._take(node_id, address)
+        taken = self.pool.take(node_id, address)
         if taken is None:
             return None
         node, connection = taken
@@ -100,7 +79,7 @@ class ProduceConnections:
         except BulkFetchError as exc:
             raise LeaderNotAvailableError(f"node {node_id} unavailable: {exc}") from None
         finally:
-            self._give_back(node, connection)  # closed on failure: then only counted out
+            self.pool.give_back(node, connection)  # closed on failure: then only counted out
         if answer.end:  # the grant or the framing refused: nothing was written
             logger.warning(
                 "node %d refuses bulk produce (%s): its produce goes over gRPC for %.0f s",
@@ -108,8 +87,7 @@ class ProduceConnections:
                 answer.error_message,
                 RETRY_REFUSED_AFTER_S,
             )
-            with self._lock:
-                node.refused_until = time.monotonic() + RETRY_REFUSED_AFTER_S
+            self.pool.refuse(node, RETRY_REFUSED_AFTER_S)
             return None
         if answer.error != common_pb2.NONE:
             error: SeglogError = error_from_code(answer.error, answer.error_message)
@@ -118,65 +96,4 @@ class ProduceConnections:
         return response
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            nodes, self._nodes = self._nodes, {}
-        for node in nodes.values():
-            for connection in node.idle:
-                connection.close()
-
-    def _take(self, node_id: int, address: str) -> tuple[NodeConnections, BulkConnection] | None:
-        with self._lock:
-            if self._closed:
-                return None
-            node = self._node(node_id, address)
-            if node.refused_until > time.monotonic():
-                return None
-            while node.idle:
-                connection = node.idle.pop()
-                if not connection.peer_closed():
-                    return node, connection
-                connection.close()
-                node.connections -= 1
-            if node.connections >= self.max_connections_per_node:
-                return None
-            node.connections += 1
-        try:
-            connection = BulkConnection.open(
-                address,
-                connect_timeout_s=CONNECT_TIMEOUT_S,
-                ssl_context=self.ssl_context,
-                traced=self.traced,
-            )
-        except BulkFetchError as exc:
-            logger.debug("bulk produce to node %d: %s", node_id, exc)
-            with self._lock:
-                node.connections -= 1
-                node.refused_until = time.monotonic() + RETRY_UNREACHABLE_AFTER_S
-            return None
-        return node, connection
-
-    def _give_back(self, node: NodeConnections, connection: BulkConnection) -> None:
-        """Keep the connection for the next request; closed (it failed, or the node refused
-        the grant), or its node moved or the pool closed meanwhile, it is counted out."""
-        with self._lock:
-            keep = (
-                not connection.closed and not self._closed and self._nodes.get(node.node_id) is node
-            )
-            if keep:
-                node.idle.append(connection)
-                return
-            node.connections -= 1
-        connection.close()
-
-    def _node(self, node_id: int, address: str) -> NodeConnections:
-        """The node's pool, fresh when it moved to another address (its idle connections to
-        the old one are closed). Called under the lock."""
-        node = self._nodes.get(node_id)
-        if node is None or node.address != address:
-            if node is not None:
-                for connection in node.idle:
-                    connection.close()
-                node.idle.clear()
-            node = self._nodes[node_id] = NodeConnections(node_id, address)
-        return node
+        self.pool.close()

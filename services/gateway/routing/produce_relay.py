@@ -8,7 +8,6 @@ client is ever given) and renews it before expiry (grants.ReusedGrants)."""
 from __future__ import annotations
 
 import ssl
-import threading
 from typing import TYPE_CHECKING
 
 from seglog.rpc import grants
@@ -42,15 +41,12 @@ class ProduceRelay:
         grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
         max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
     ) -> None:
-        self.secret = secret
-        self.grant_ttl_ms = grant_ttl_ms
+        self.grants = grants.RelayGrants(secret, ttl_ms=grant_ttl_ms, produce_relay=True)
         self.connections = ProduceConnections(
             ssl_context=ssl_context,
             traced=traced,
             max_connections_per_node=max_connections_per_node,
         )
-        self._grants: dict[int, grants.ReusedGrants] = {}
-        self._grants_lock = threading.Lock()
 
     def relay(self, node_id: int, address: str, request: bytes, timeout_s: float) -> bytes | None:
         """The node's answer to the ProduceRequest `request` (its wire bytes), or None when
@@ -59,16 +55,7 @@ class ProduceRelay:
         after it was sent."""
         if not address:
             return None
-        return self.connections.send(node_id, address, self.grant(node_id), request, timeout_s)
-
-    def grant(self, node_id: int) -> tuple[bytes, bytes]:
-        with self._grants_lock:
-            reused = self._grants.get(node_id)
-            if reused is None:
-                reused = self._grants[node_id] = grants.ReusedGrants(
-                    self.secret, node_id, produce_relay=True, ttl_ms=self.grant_ttl_ms
-                )
-            return reused.get()
+        return self.connections.send(node_id, address, self.grants.get(node_id), request, timeout_s)
 
     def close(self) -> None:
         self.connections.close()

@@ -21,6 +21,7 @@ messages, so one bad partition does not hide its neighbours' data.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -58,6 +59,7 @@ from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnections
 from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
+from .fetch_relay import FetchRelay, cancel_with, fetch_error, relayable
 from .leader_appends import LeaderAppends, Target
 from .leader_queries import LeaderQueries
 from .produce_grants import produce_grants
@@ -85,10 +87,13 @@ class GatewayService:
         cluster_secret: bytes | None = None,
         fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
         produce_relay: ProduceRelay | None = None,
+        fetch_relay: FetchRelay | None = None,
     ) -> None:
         self.registry = registry
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
         self.appends = LeaderAppends(produce_relay, self._node_failure)
+        # Consumers' fetches likewise (fetch_relay.py).
+        self.fetch_relay = fetch_relay
         self.cluster_secret = cluster_secret
         self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
@@ -105,8 +110,10 @@ class GatewayService:
         )
 
     def close(self) -> None:
-        """After the server stopped: the produce relay's connections and threads."""
+        """After the server stopped: the relays' connections and threads."""
         self.appends.close()
+        if self.fetch_relay is not None:
+            self.fetch_relay.close()
 
     # -- routing -------------------------------------------------------------------------
 
@@ -358,7 +365,7 @@ class GatewayService:
             try:
                 route, target = self._route(p.topic, p.partition, client_leader_epoch(p))
             except SeglogError as exc:
-                yield _fetch_error(p.topic, p.partition, exc)
+                yield fetch_error(p.topic, p.partition, exc)
                 continue
             if client_leader_epoch(p) < 0:
                 # The node answers only while it leads the epoch the fetch was routed by (as a
@@ -394,10 +401,23 @@ class GatewayService:
         keep_cancel: Callable[[Callable[[], object]], None] | None = None,
     ) -> Iterator[bytes]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
+        if self.fetch_relay is not None and relayable(request):
+            relayed = self.fetch_relay.take(target.node_id, target.bulk_address)
+            if relayed is not None:
+                on_cancel: list[Callable[[Callable[[], object]], object]] = [
+                    functools.partial(cancel_with, context)
+                ]
+                if keep_cancel is not None:
+                    on_cancel.append(keep_cancel)
+                answered = yield from relayed.relay(
+                    request, payload, indexes, timeout_s, on_cancel, context.is_active
+                )
+                if answered:
+                    return
         stream = target.connection.fetch_raw(payload, timeout=timeout_s)
         cancel = getattr(stream, "cancel", None)
         if cancel is not None:  # the traced channel hands back a plain generator
-            context.add_callback(cancel)
+            cancel_with(context, cancel)
             if keep_cancel is not None:
                 keep_cancel(cancel)
         try:
@@ -406,13 +426,7 @@ class GatewayService:
             error = self._node_failure(target, exc)
             for i in indexes:
                 p = request.partitions[i]
-                yield _fetch_error(p.topic, p.partition, error)
-
-
-def _fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
-    return wire.encode_fetch_response(
-        topic, partition, -1, -1, b"", error_code_for(error), str(error)
-    )
+                yield fetch_error(p.topic, p.partition, error)
 
 
 def _log_failed_call(node_id: int):  # type: ignore[no-untyped-def]

@@ -1,0 +1,230 @@
+"""The gateway's fetch relay over the storage nodes' bulk listeners (bulk.md, "The gateway's
+fetch relay"): a consumer's fetch through the gateway (its gRPC Fetch, and the Kafka
+listener's, which goes through it) crossed a second gRPC hop to the leader, a server stream
+opened per fetch. It goes over kept TCP connections to the leader's bulk listener instead,
+as the produce relay's requests do (produce_relay.py), and the leader's chunks are relayed as
+the FetchResponse messages the gRPC stream would have carried (the same records, watermarks
+and errors; the node serves both from the same reads).
+
+The relay signs its own grant per node (`fetch_relay`, no partition: nothing a client is ever
+given), and the node holds each partition to the leader epoch the gateway routed it by.
+
+A fetch is read-only, so whatever keeps the bulk path from answering before the first chunk
+arrived — no idle connection left, the node unreachable, or refusing the grant (an older
+node, another secret) — sends the same fetch over gRPC instead, and a node that refused is
+left to gRPC for RETRY_REFUSED_AFTER_S. A long poll holds its connection until the node
+answers. One the caller gives up (the client went away, or fetch_fanout.py gave up a silent
+node) is cancelled on its connection: the node ends the wait and answers with what it has
+(storage_node/peer_watch.py), and the connection goes back to the pool for the next fetch
+(on TLS, where the reading thread owns the socket, the connection is shut down instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING
+
+import grpc
+
+from seglog.errors import LeaderNotAvailableError, SeglogError
+from seglog.rpc import grants, wire
+from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage, BulkRefused
+from seglog.rpc.bulk_pool import BulkPool, NodePool
+from seglog.rpc.status import error_code_for
+from seglog.security.tls import client_ssl_context
+from seglog.v1 import common_pb2
+
+if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
+    from ..settings import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+# Connections kept per node, busy or idle: each long poll holds one for its wait, and the
+# gateway bounds its waiting fetches (waiting_fetches) anyway; past this, gRPC.
+MAX_CONNECTIONS_PER_NODE = 64
+RETRY_REFUSED_AFTER_S = 60.0
+# An answer its reader left is read to its end, to keep the connection, up to this much; a
+# new connection costs less than reading more.
+MAX_DRAINED_BYTES = 1024 * 1024
+
+
+def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay | None:
+    """The gateway's fetch relay as configured: none without a cluster secret or with
+    `bulk.fetch.relay.enable` false."""
+    if config.cluster_secret is None or not config.bulk_fetch_relay_enable:
+        return None
+    return FetchRelay(
+        config.cluster_secret,
+        ssl_context=None if config.tls is None else client_ssl_context(config.tls),
+        traced=traced,
+        grant_ttl_ms=config.fetch_grant_ttl_ms,
+    )
+
+
+def relayable(request: common_pb2.FetchRequest) -> bool:
+    """A consumer's sessionless fetch: what the relay's grant covers."""
+    return not request.HasField("replica_id") and not request.HasField("session_id")
+
+
+class RelayedFetch:
+    """One fetch on one kept connection: `cancel` (any thread, any time) gives it up."""
+
+    def __init__(self, relay: FetchRelay, node: NodePool, connection: BulkConnection) -> None:
+        self._relay = relay
+        self._node = node
+        self._connection = connection
+        # The call's end runs `cancel` too, after the answer was read and the connection
+        # went back to the pool, maybe to another fetch: it acts only while this one's
+        # request is out and its answer not read.
+        self._lock = threading.Lock()
+        self._sent = False
+        self._done = False
+        self._answered = False
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled or self._done:
+                return
+            self._cancelled = True
+            if not self._sent:
+                return  # `answers` sends nothing now
+            # The node ends the wait and answers; the reader takes that answer as any.
+            self._connection.cancel()
+
+    @property
+    def nothing_read(self) -> bool:
+        """Whether the fetch failed before any answer came and without being cancelled:
+        then the same fetch may go over gRPC."""
+        return not (self._answered or self._cancelled)
+
+    def relay(
+        self,
+        request: common_pb2.FetchRequest,
+        payload: bytes,
+        indexes: list[int],
+        timeout_s: float,
+        on_cancel: list[Callable[[Callable[[], object]], object]],
+        still_wanted: Callable[[], bool],
+    ) -> Generator[bytes, None, bool]:
+        """Relay the fetch `payload` (the partitions `indexes` of `request`) to the node,
+        handing `cancel` to each of `on_cancel`; False when it should go over gRPC instead:
+        it failed with nothing read and was not given up (`still_wanted`). Cut off
+        mid-answer, or given up, it reads as a gRPC stream broken there: the node's loss for
+        each of its partitions."""
+        for hand_over in on_cancel:
+            hand_over(self.cancel)
+        whole = len(indexes) == len(request.partitions)
+        try:
+            fetch = request if whole else common_pb2.FetchRequest.FromString(payload)
+            yield from self.answers(fetch, timeout_s)
+            return True
+        except BulkFetchError as exc:
+            if self.nothing_read and still_wanted():
+                return False
+            lost = LeaderNotAvailableError(f"node {self._node.node_id} unavailable: {exc}")
+            for i in indexes:
+                p = request.partitions[i]
+                yield fetch_error(p.topic, p.partition, lost)
+            return True
+
+    def answers(self, fetch: common_pb2.FetchRequest, timeout_s: float) -> Iterator[bytes]:
+        """The node's answer as FetchResponse messages (wire bytes). BulkRefused: the node
+        refused the relay before answering anything (use gRPC); BulkFetchError: the
+        connection failed or was cancelled, possibly after messages were yielded."""
+        grant, signature = self._relay.grants.get(self._node.node_id)
+        connection = self._connection
+        try:
+            with self._lock:
+                if self._cancelled:
+                    raise BulkFetchError("given up before it was sent")
+                connection.send(grant, signature, fetch, node_id=self._node.node_id)
+                self._sent = True
+            chunks = connection.receive(timeout_s=timeout_s)
+            try:
+                for chunk in chunks:
+                    self._answered = True
+                    yield wire.encode_fetch_response(
+                        chunk.topic,
+                        chunk.partition,
+                        chunk.high_watermark,
+                        chunk.log_start_offset,
+                        chunk.records,
+                        chunk.error,
+                        chunk.error_message,
+                    )
+            except GeneratorExit:
+                # The reader left mid-answer (its caller went away, or had enough): the
+                # node ends its wait, and what it still sends is read off and dropped, so
+                # the connection serves the next fetch, unless that is much.
+                self.cancel()
+                _drain(chunks)
+                raise
+        except BulkRefused as exc:
+            logger.warning(
+                "node %d refuses the fetch relay (%s): its fetches go over gRPC for %.0f s",
+                self._node.node_id,
+                exc,
+                RETRY_REFUSED_AFTER_S,
+            )
+            self._relay.pool.refuse(self._node, RETRY_REFUSED_AFTER_S)
+            raise
+        finally:
+            with self._lock:
+                self._done = True
+            # Closed unless the answer was read to its end: only then is it reused.
+            self._relay.pool.give_back(self._node, connection)
+
+
+def _drain(chunks: Iterator[BulkMessage]) -> None:
+    """Read the rest of an answer, up to MAX_DRAINED_BYTES (past that, or on a failure, the
+    answer is left unread, so its connection is closed)."""
+    drained = 0
+    try:
+        for chunk in chunks:
+            drained += len(chunk.records)
+            if drained > MAX_DRAINED_BYTES:
+                return
+    except BulkFetchError:
+        pass
+
+
+def cancel_with(context: grpc.ServicerContext, cancel: Callable[[], object]) -> None:
+    """`cancel` once the caller's call ends; now if it has ended already (a client that gave
+    up while the node's call was being opened: gRPC then takes no callback)."""
+    if not context.add_callback(cancel):
+        cancel()
+
+
+def fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
+    """A partition's FetchResponse holding `error`, as wire bytes."""
+    return wire.encode_fetch_response(
+        topic, partition, -1, -1, b"", error_code_for(error), str(error)
+    )
+
+
+class FetchRelay:
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        traced: bool = False,
+        grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
+        max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
+    ) -> None:
+        self.grants = grants.RelayGrants(secret, ttl_ms=grant_ttl_ms, fetch_relay=True)
+        self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
+
+    def take(self, node_id: int, address: str) -> RelayedFetch | None:
+        """A connection for one fetch to the node, or None: use gRPC."""
+        if not address:
+            return None
+        taken = self.pool.take(node_id, address)
+        return None if taken is None else RelayedFetch(self, *taken)
+
+    def close(self) -> None:
+        self.pool.close()

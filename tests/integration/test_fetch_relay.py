@@ -1,0 +1,350 @@
+"""The gateway's fetch relay over the nodes' bulk listeners (bulk.md, "The gateway's fetch
+relay") on real clusters: a consumer's fetch through the gateway goes there and answers what
+the gRPC hop answers, and a Kafka client reads through it; a long poll waits on the node and
+wakes on an append; a fetch given up ends the node's wait and keeps its connection; a node
+that refuses the relay gets the fetch over gRPC; the node takes the relay's grant for
+consumer reads at a named leader epoch only, on a TLS cluster from the gateway's certificate
+only."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import confluent_kafka
+import grpc
+import pytest
+
+from seglog.records import iter_records
+from seglog.rpc import bulk_wire, grants
+from seglog.security.certs import node_identity
+from seglog.security.tls import client_ssl_context
+from seglog.v1 import bulk_pb2, common_pb2
+from tests.batches import make_batch
+from tests.cluster import CLUSTER_SECRET, LocalCluster
+from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
+
+DEADLINE_S = 20.0
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = LocalCluster(tmp_path, nodes=2)
+    yield c
+    c.close()
+
+
+class ServedFetches:
+    """Counts the consumer fetches (not followers') each node served over its bulk listener
+    and over its gRPC Fetch."""
+
+    def __init__(self, cluster, monkeypatch) -> None:
+        self.bulk: dict[int, int] = {n: 0 for n in cluster.nodes}
+        self.grpc: dict[int, int] = {n: 0 for n in cluster.nodes}
+        self._lock = threading.Lock()
+        for node_id, node in cluster.nodes.items():
+            self._count(
+                monkeypatch,
+                node.bulk,
+                "_answer",
+                lambda conn, request, *_: not request.fetch.HasField("replica_id"),
+                self.bulk,
+                node_id,
+            )
+            self._count(
+                monkeypatch,
+                node.service,
+                "_fetch",
+                lambda request, context, started, replica_id: replica_id < 0,
+                self.grpc,
+                node_id,
+            )
+
+    def _count(self, monkeypatch, target, name, consumers, counts, node_id) -> None:
+        original = getattr(target, name)
+
+        def counting(*args, **kwargs):
+            if consumers(*args):
+                with self._lock:
+                    counts[node_id] += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(target, name, counting)
+
+
+def fetch(cluster, partitions, *, max_wait_ms=0, min_bytes=1, timeout_s=DEADLINE_S):
+    """The gateway's Fetch answer, each message parsed: `partitions` as (topic, partition,
+    offset)."""
+    request = common_pb2.FetchRequest(max_wait_ms=max_wait_ms, min_bytes=min_bytes)
+    for topic, partition, offset in partitions:
+        request.partitions.add(
+            topic=topic, partition=partition, fetch_offset=offset, partition_max_bytes=1 << 20
+        )
+    return list(cluster.stub.Fetch(request, timeout=timeout_s))
+
+
+def answered(messages):
+    """(topic, partition) -> (error name, high watermark, log start, values)."""
+    out = {}
+    for m in messages:
+        values = [r.value for r in iter_records(m.records)] if m.records else []
+        key = (m.topic, m.partition)
+        _, _, _, before = out.get(key, (None, None, None, []))
+        out[key] = (
+            common_pb2.ErrorCode.Name(m.error),
+            m.high_watermark,
+            m.log_start_offset,
+            before + values,
+        )
+    return out
+
+
+def wait_until(condition, what):
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_fetch_goes_over_the_bulk_listener_and_answers_as_over_grpc(tmp_path, monkeypatch):
+    seen = {}
+    for enabled in (True, False):
+        cluster = LocalCluster(tmp_path / str(enabled), nodes=2, bulk_fetch_relay_enable=enabled)
+        try:
+            cluster.admin.create_topic("relayed", 2, 1)
+            assert cluster.leader_of("relayed", 0) is not cluster.leader_of("relayed", 1)
+            for partition in (0, 1):
+                for i in range(3):
+                    batch = make_batch([b"p%d-%d" % (partition, i)])
+                    assert cluster.client.produce("relayed", {partition: batch})[0].error == 0
+            served = ServedFetches(cluster, monkeypatch)
+            # Both leaders in one fetch (split by node), one of them from a later offset,
+            # and a partition that does not exist.
+            messages = fetch(cluster, [("relayed", 0, 0), ("relayed", 1, 1), ("relayed", 7, 0)])
+            seen[enabled] = answered(messages)
+            if enabled:
+                assert sum(served.bulk.values()) == 2 and sum(served.grpc.values()) == 0
+            else:
+                assert sum(served.bulk.values()) == 0 and sum(served.grpc.values()) == 2
+        finally:
+            cluster.close()
+    assert seen[True] == seen[False]
+    assert seen[True][("relayed", 0)] == ("NONE", 3, 0, [b"p0-0", b"p0-1", b"p0-2"])
+    assert seen[True][("relayed", 1)] == ("NONE", 3, 0, [b"p1-1", b"p1-2"])
+    assert seen[True][("relayed", 7)][0] == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def test_librdkafka_reads_through_the_kafka_listener_over_the_relay(cluster, monkeypatch):
+    cluster.admin.create_topic("kafka-read", 2, 2)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+    reported = produce_round_robin(producer, "kafka-read", 2, 200)
+    served = ServedFetches(cluster, monkeypatch)
+    messages = rdkafka_consume(cluster.kafka_address, "kafka-read", [0, 1], 200)
+    assert_read_back_in_order(messages, reported, 2, 200)
+    # Every Kafka fetch reached the leaders over their bulk listeners, none over gRPC.
+    assert sum(served.bulk.values()) > 0 and sum(served.grpc.values()) == 0
+
+
+def test_a_long_poll_waits_on_the_node_and_wakes_on_an_append(cluster, monkeypatch):
+    cluster.admin.create_topic("polled", 1, 2)
+    # Written to both replicas first: the partition's leadership has settled.
+    assert cluster.client.produce("polled", {0: make_batch([b"first"])}, acks=-1)[0].error == 0
+    served = ServedFetches(cluster, monkeypatch)
+    result = {}
+
+    def poll():
+        result["messages"] = fetch(cluster, [("polled", 0, 1)], max_wait_ms=15_000)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    wait_until(
+        lambda: sum(served.bulk.values()) == 1,
+        f"the long poll never reached the leader: {result}",
+    )
+    assert "messages" not in result
+    assert cluster.client.produce("polled", {0: make_batch([b"woke"])}, acks=-1)[0].error == 0
+    poller.join(DEADLINE_S)
+    assert not poller.is_alive()
+    assert answered(result["messages"])[("polled", 0)][3] == [b"woke"]
+    assert sum(served.grpc.values()) == 0
+
+
+def test_a_fetch_given_up_ends_the_nodes_wait_and_keeps_its_connection(cluster):
+    cluster.admin.create_topic("left", 1, 1)
+    leader = cluster.leader_of("left", 0).config.node_id
+    relay = cluster.gateway.service.fetch_relay
+    request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1)
+    request.partitions.add(topic="left", partition=0, fetch_offset=0, partition_max_bytes=1024)
+    call = cluster.stub.Fetch(request, timeout=120)
+    waiting = threading.Thread(target=lambda: list(_until_cancelled(call)))
+    waiting.start()
+    wait_until(
+        lambda: relay.pool.open_connections(leader) == (1, 0), "the long poll took no connection"
+    )
+    call.cancel()
+    waiting.join(DEADLINE_S)
+    # The node answered at once, not after its 60 s wait, and the connection went back to
+    # the pool with nothing of that answer left on it.
+    wait_until(lambda: relay.pool.open_connections(leader) == (1, 1), "the node's wait did not end")
+    assert cluster.client.produce("left", {0: make_batch([b"after"])})[0].error == 0
+    for offset in (0, 1):  # read on that same connection, and again after the cancel's echo
+        got = answered(fetch(cluster, [("left", 0, offset)]))[("left", 0)]
+        assert got[3] == [b"after"][offset:] and got[1] == 1
+    assert relay.pool.open_connections(leader) == (1, 1)
+
+
+def _until_cancelled(call):
+    try:
+        yield from call
+    except grpc.RpcError as exc:
+        assert exc.code() == grpc.StatusCode.CANCELLED
+
+
+def test_an_answer_cut_off_reads_as_the_nodes_loss_not_as_the_end(cluster, monkeypatch):
+    cluster.admin.create_topic("cut", 4, 1)
+    leaders = {p: cluster.leader_of("cut", p).config.node_id for p in range(4)}
+    first, second = [p for p in range(4) if leaders[p] == leaders[0]][:2]
+    for p in (first, second):
+        assert cluster.client.produce("cut", {p: make_batch([b"c%d" % p])})[0].error == 0
+    node = cluster.nodes[leaders[0]]
+    send_chunk = node.bulk._send_chunk
+    sent = []
+
+    def failing_second(conn, chunk):
+        sent.append(chunk)
+        if len(sent) == 2:
+            raise ConnectionResetError("the node went away mid-answer")
+        return send_chunk(conn, chunk)
+
+    monkeypatch.setattr(node.bulk, "_send_chunk", failing_second)
+    served = ServedFetches(cluster, monkeypatch)
+    got = answered(fetch(cluster, [("cut", first, 0), ("cut", second, 0)]))
+    # The first partition's records came; then both partitions read as the node's loss, as
+    # a broken gRPC stream reads, and the fetch is not sent again over gRPC.
+    assert got[("cut", first)][3] == [b"c%d" % first]
+    assert got[("cut", first)][0] == got[("cut", second)][0] == "LEADER_NOT_AVAILABLE"
+    assert got[("cut", second)][3] == []
+    assert served.bulk[leaders[0]] == 1 and served.grpc[leaders[0]] == 0
+    relay = cluster.gateway.service.fetch_relay
+    wait_until(
+        lambda: relay.pool.open_connections(leaders[0]) == (0, 0), "the broken connection stayed"
+    )
+
+
+def test_a_node_refusing_the_relay_is_fetched_over_grpc(cluster, monkeypatch):
+    cluster.admin.create_topic("refused", 1, 1)
+    cluster.client.produce("refused", {0: make_batch([b"r"])})
+    node = cluster.leader_of("refused", 0)
+    # A node from before the relay: it knows no relay grant, so it refuses the partitions.
+    monkeypatch.setattr(grants, "verify", _without_fetch_relay(grants.verify))
+    served = ServedFetches(cluster, monkeypatch)
+    for _ in range(2):
+        assert answered(fetch(cluster, [("refused", 0, 0)]))[("refused", 0)][3] == [b"r"]
+    node_id = node.config.node_id
+    # Refused once, then left to gRPC: both fetches answered over gRPC.
+    assert served.bulk[node_id] == 1 and served.grpc[node_id] == 2
+
+
+def _without_fetch_relay(verify):
+    def verify_as_before(*args, **kwargs):
+        verified = verify(*args, **kwargs)
+        return grants.VerifiedGrant(
+            verified.node_id,
+            verified.expires_at_ms,
+            verified.partitions,
+            verified.replica_id,
+            verified.produce_relay,
+            verified.produce_topics,
+        )
+
+    return verify_as_before
+
+
+def _relayed_fetch(grant, signature, partitions, *, replica_id=None):
+    request = bulk_pb2.BulkFetchRequest(
+        version=bulk_wire.BULK_VERSION, grant=grant, signature=signature
+    )
+    for topic, partition, epoch in partitions:
+        p = request.fetch.partitions.add(
+            topic=topic, partition=partition, fetch_offset=0, partition_max_bytes=1 << 20
+        )
+        if epoch is not None:
+            p.current_leader_epoch = epoch
+    if replica_id is not None:
+        request.fetch.replica_id = replica_id
+    return request
+
+
+def _answer(sock, request):
+    """The chunks of one answer, up to its end chunk (included)."""
+    bulk_wire.send_message(sock, request)
+    chunks = []
+    while True:
+        chunk = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
+        assert chunk is not None, "the node closed the connection mid-answer"
+        if chunk.records_length:
+            bulk_wire.recv_exactly_into(sock, memoryview(bytearray(chunk.records_length)))
+        chunks.append(chunk)
+        if chunk.end:
+            return chunks
+
+
+def test_the_node_serves_the_relay_grant_as_a_consumer_at_the_named_epoch_only(cluster):
+    cluster.admin.create_topic("guarded", 1, 1)
+    cluster.client.produce("guarded", {0: make_batch([b"g"])})
+    leader = cluster.leader_of("guarded", 0)
+    node_id = leader.config.node_id
+    epoch = cluster.gateway.registry.route("guarded", 0).leader_epoch
+    grant, signature, _ = grants.issue(CLUSTER_SECRET, node_id, (), fetch_relay=True)
+    produce_grant, produce_signature, _ = grants.issue(
+        CLUSTER_SECRET, node_id, (), produce_relay=True
+    )
+    host, port = leader.bulk.address.rsplit(":", 1)
+    refusals = [
+        (_relayed_fetch(grant, signature, [("guarded", 0, None)]), "names no leader epoch"),
+        (
+            _relayed_fetch(grant, signature, [("guarded", 0, epoch)], replica_id=node_id),
+            "not the granted one",
+        ),
+        (
+            _relayed_fetch(produce_grant, produce_signature, [("guarded", 0, epoch)]),
+            "not granted",
+        ),
+    ]
+    for request, reason in refusals:
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            [refusal] = _answer(sock, request)
+            assert refusal.error and reason in refusal.error_message
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        # A stale epoch is the partition's error, as over gRPC: the fetch is answered.
+        stale = _answer(sock, _relayed_fetch(grant, signature, [("guarded", 0, epoch + 1)]))
+        assert [common_pb2.ErrorCode.Name(c.error) for c in stale[:-1]] == [
+            "NOT_LEADER_OR_FOLLOWER"
+        ]
+        assert stale[-1].end and not stale[-1].error
+        [chunk, end] = _answer(sock, _relayed_fetch(grant, signature, [("guarded", 0, epoch)]))
+        assert chunk.error == common_pb2.NONE and chunk.records_length > 0
+        assert end.end and not end.error
+
+
+def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_path, monkeypatch):
+    cluster = LocalCluster(tmp_path, nodes=1, tls=True)
+    try:
+        cluster.admin.create_topic("tls", 1, 1)
+        cluster.client.produce("tls", {0: make_batch([b"t"])})
+        served = ServedFetches(cluster, monkeypatch)
+        assert answered(fetch(cluster, [("tls", 0, 0)]))[("tls", 0)][3] == [b"t"]
+        assert served.bulk[1] == 1 and served.grpc[1] == 0
+        # A node's certificate, a grant that verifies: still not the gateway.
+        leader = cluster.leader_of("tls", 0)
+        epoch = cluster.gateway.registry.route("tls", 0).leader_epoch
+        grant, signature, _ = grants.issue(CLUSTER_SECRET, 1, (), fetch_relay=True)
+        context = client_ssl_context(cluster.tls_files(node_identity(1)))
+        host, port = leader.bulk.address.rsplit(":", 1)
+        plain = socket.create_connection((host, int(port)), timeout=10)
+        with context.wrap_socket(plain, server_hostname=host) as sock:
+            [refusal] = _answer(sock, _relayed_fetch(grant, signature, [("tls", 0, epoch)]))
+            assert refusal.end and "gateway's certificate" in refusal.error_message
+    finally:
+        cluster.close()
