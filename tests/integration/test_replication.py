@@ -159,6 +159,9 @@ def test_acks_all_below_min_insync_replicas_is_refused_and_writes_nothing(cluste
     assert _produce(cluster, "strict", [b"b"]).error == 0
     cluster.stop_node(followers[1], controlled=False)
     assert wait_until(lambda: _isr(cluster, "strict") == [p.leader])
+    # The leader judges acks=all by the ISR it has applied, which follows the registry's.
+    held = cluster.nodes[p.leader].replicas.partition("strict", 0)
+    assert wait_until(lambda: held.isr == (p.leader,))
     leader_log = cluster.nodes[p.leader].logs.get_log("strict", 0)
     end_before = leader_log.log_end_offset
     result = _produce(cluster, "strict", [b"c"])
