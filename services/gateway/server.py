@@ -46,8 +46,7 @@ from .groups.offsets_store import (
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
-from .routing.fetch_relay import configured_fetch_relay
-from .routing.produce_relay import configured_relay
+from .routing.fetch_relay import configured_relays
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
@@ -150,8 +149,7 @@ class Gateway:
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
-            produce_relay=configured_relay(config, traced=tracer_provider is not None),
-            fetch_relay=configured_fetch_relay(config, traced=tracer_provider is not None),
+            **configured_relays(config, traced=tracer_provider is not None),
         )
         self.admin = AdminService(
             self.registry,

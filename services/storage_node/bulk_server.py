@@ -39,7 +39,7 @@ from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
 from .bulk_produce import BulkProduce
-from .fetch_reads import CONSUMER, FetchChunk, FetchState, counted
+from .fetch_reads import CONSUMER, FetchChunk, counted
 from .node_metrics import NodeMetrics
 from .peer_watch import PeerWatch
 from .replica_manager import ReplicaManager
@@ -284,7 +284,14 @@ class BulkServer:
         else:
             states = self.replicas.fetch_states(wanted, replica_id)
             if fetch.max_wait_ms > 0:
-                self._wait(conn, states, fetch, relayed)
+                self._peer_watch.wait_for_fetch(
+                    self.replicas,
+                    conn if relayed else None,
+                    states,
+                    max(fetch.min_bytes, 0),
+                    fetch.max_wait_ms,
+                    lambda: not self._stopping,
+                )
             chunks = self.replicas.read_chunks(states, max_bytes)
         sent = 0
         problem = False
@@ -293,29 +300,6 @@ class BulkServer:
             problem = problem or chunk.error is not None or chunk.diverging is not None
         bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
         return sent, problem
-
-    def _wait(
-        self,
-        conn: socket.socket,
-        states: list[FetchState],
-        fetch: common_pb2.FetchRequest,
-        relayed: bool,
-    ) -> None:
-        """Kafka's delayed fetch; a relayed one also ends once the gateway gives it up."""
-        min_bytes = max(fetch.min_bytes, 0)
-        if not relayed:
-            self.replicas.wait_for_fetch(
-                states, min_bytes, fetch.max_wait_ms, lambda: not self._stopping
-            )
-            return
-        self._peer_watch.wait_for_fetch(
-            self.replicas,
-            conn,
-            states,
-            min_bytes,
-            fetch.max_wait_ms,
-            lambda: not self._stopping,
-        )
 
     def _check(
         self,
@@ -366,37 +350,27 @@ class BulkServer:
             )
         wanted = []
         for p in fetch.partitions:
-            last_fetched = p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1
             if grant.fetch_relay:
                 leader_epoch = client_leader_epoch(p)
                 if leader_epoch < 0:
                     raise InvalidRequestError(
                         f"a relayed fetch of {p.topic}-{p.partition} names no leader epoch"
                     )
-                wanted.append(
-                    (
-                        p.topic,
-                        p.partition,
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        leader_epoch,
-                        last_fetched,
+            else:
+                granted = grant.partitions.get((p.topic, p.partition))
+                if granted is None:
+                    raise InvalidRequestError(
+                        f"transfer grant: {p.topic}-{p.partition} is not granted on this node"
                     )
-                )
-                continue
-            granted = grant.partitions.get((p.topic, p.partition))
-            if granted is None:
-                raise InvalidRequestError(
-                    f"transfer grant: {p.topic}-{p.partition} is not granted on this node"
-                )
-            min_offset, leader_epoch = granted
-            if p.fetch_offset < min_offset:
-                raise InvalidRequestError(
-                    f"transfer grant: {p.topic}-{p.partition} from offset {p.fetch_offset} is "
-                    f"below the granted {min_offset}"
-                )
-            if grant.replica_id is not None:  # Kafka's replica fetch: the request's epochs
-                leader_epoch = client_leader_epoch(p)
+                min_offset, leader_epoch = granted
+                if p.fetch_offset < min_offset:
+                    raise InvalidRequestError(
+                        f"transfer grant: {p.topic}-{p.partition} from offset "
+                        f"{p.fetch_offset} is below the granted {min_offset}"
+                    )
+                if grant.replica_id is not None:  # Kafka's replica fetch: the request's epochs
+                    leader_epoch = client_leader_epoch(p)
+            last_fetched = p.last_fetched_epoch if p.HasField("last_fetched_epoch") else -1
             wanted.append(
                 (
                     p.topic,

@@ -41,14 +41,18 @@ class PeerWatch:
     def wait_for_fetch(
         self,
         replicas: ReplicaManager,
-        conn: socket.socket,
+        conn: socket.socket | None,
         states: list[FetchState],
         min_bytes: int,
         max_wait_ms: int,
         is_active: Callable[[], bool],
     ) -> None:
-        """The relayed fetch's delayed wait (ReplicaManager.wait_for_fetch), ended as well
-        once `conn` turns readable or closes."""
+        """A fetch's delayed wait (ReplicaManager.wait_for_fetch); a relayed fetch's (`conn`
+        its connection, None for any other) ended as well once `conn` turns readable or
+        closes."""
+        if conn is None:
+            replicas.wait_for_fetch(states, min_bytes, max_wait_ms, is_active)
+            return
         waiter = Waiter(wakes_on_records=False)  # a consumer's: on the high watermark only
         given_up = threading.Event()
 

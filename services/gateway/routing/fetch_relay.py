@@ -25,7 +25,7 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -34,8 +34,9 @@ from seglog.rpc import grants, wire
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage, BulkRefused
 from seglog.rpc.bulk_pool import BulkPool, NodePool
 from seglog.rpc.status import error_code_for
-from seglog.security.tls import client_ssl_context
 from seglog.v1 import common_pb2
+
+from .produce_relay import configured_relay, relay_settings
 
 if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
     from ..settings import GatewayConfig
@@ -56,12 +57,15 @@ def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay
     `bulk.fetch.relay.enable` false."""
     if config.cluster_secret is None or not config.bulk_fetch_relay_enable:
         return None
-    return FetchRelay(
-        config.cluster_secret,
-        ssl_context=None if config.tls is None else client_ssl_context(config.tls),
-        traced=traced,
-        grant_ttl_ms=config.fetch_grant_ttl_ms,
-    )
+    return FetchRelay(**relay_settings(config, traced=traced))
+
+
+def configured_relays(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
+    """GatewayService's `produce_relay` and `fetch_relay`, as configured."""
+    return {
+        "produce_relay": configured_relay(config, traced=traced),
+        "fetch_relay": configured_fetch_relay(config, traced=traced),
+    }
 
 
 def relayable(request: common_pb2.FetchRequest) -> bool:

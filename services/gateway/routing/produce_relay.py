@@ -8,7 +8,7 @@ client is ever given) and renews it before expiry (grants.ReusedGrants)."""
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seglog.rpc import grants
 from seglog.rpc.produce_connections import MAX_CONNECTIONS_PER_NODE, ProduceConnections
@@ -18,17 +18,24 @@ if TYPE_CHECKING:  # the settings import the cluster package, which imports this
     from ..settings import GatewayConfig
 
 
+def relay_settings(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
+    """What either relay (this one, fetch_relay.py) is made with: the cluster secret, the
+    gateway's TLS client context, whether it traces, its grants' time to live."""
+    assert config.cluster_secret is not None
+    return {
+        "secret": config.cluster_secret,
+        "ssl_context": None if config.tls is None else client_ssl_context(config.tls),
+        "traced": traced,
+        "grant_ttl_ms": config.fetch_grant_ttl_ms,
+    }
+
+
 def configured_relay(config: GatewayConfig, *, traced: bool) -> ProduceRelay | None:
     """The gateway's relay as configured: none without a cluster secret or with
     `bulk.produce.relay.enable` false."""
     if config.cluster_secret is None or not config.bulk_produce_relay_enable:
         return None
-    return ProduceRelay(
-        config.cluster_secret,
-        ssl_context=None if config.tls is None else client_ssl_context(config.tls),
-        traced=traced,
-        grant_ttl_ms=config.fetch_grant_ttl_ms,
-    )
+    return ProduceRelay(**relay_settings(config, traced=traced))
 
 
 class ProduceRelay:
