@@ -4,7 +4,7 @@ the gRPC hop answers, and a Kafka client reads through it; a long poll waits on 
 wakes on an append; a fetch given up ends the node's wait and keeps its connection; a node
 that refuses the relay gets the fetch over gRPC; the node takes the relay's grant for
 consumer reads at a named leader epoch only, on a TLS cluster from the gateway's certificate
-only."""
+only, and there not for a fetch spanning several nodes."""
 
 from __future__ import annotations
 
@@ -329,18 +329,26 @@ def test_the_node_serves_the_relay_grant_as_a_consumer_at_the_named_epoch_only(c
 
 
 def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_path, monkeypatch):
-    cluster = LocalCluster(tmp_path, nodes=1, tls=True)
+    cluster = LocalCluster(tmp_path, nodes=2, tls=True)
     try:
-        cluster.admin.create_topic("tls", 1, 1)
-        cluster.client.produce("tls", {0: make_batch([b"t"])})
+        cluster.admin.create_topic("tls", 2, 1)
+        leaders = [cluster.leader_of("tls", p).config.node_id for p in (0, 1)]
+        assert leaders[0] != leaders[1]
+        for p in (0, 1):
+            cluster.client.produce("tls", {p: make_batch([b"t%d" % p])})
         served = ServedFetches(cluster, monkeypatch)
-        assert answered(fetch(cluster, [("tls", 0, 0)]))[("tls", 0)][3] == [b"t"]
-        assert served.bulk[1] == 1 and served.grpc[1] == 0
+        assert answered(fetch(cluster, [("tls", 0, 0)]))[("tls", 0)][3] == [b"t0"]
+        assert served.bulk[leaders[0]] == 1 and served.grpc[leaders[0]] == 0
+        # Spanning both nodes: over gRPC, as a given-up TLS poll would cost its connection.
+        both = answered(fetch(cluster, [("tls", 0, 0), ("tls", 1, 0)]))
+        assert [both[("tls", p)][3] for p in (0, 1)] == [[b"t0"], [b"t1"]]
+        assert served.bulk == {leaders[0]: 1, leaders[1]: 0}
+        assert served.grpc == {leaders[0]: 1, leaders[1]: 1}
         # A node's certificate, a grant that verifies: still not the gateway.
-        leader = cluster.leader_of("tls", 0)
+        leader = cluster.nodes[leaders[0]]
         epoch = cluster.gateway.registry.route("tls", 0).leader_epoch
-        grant, signature, _ = grants.issue(CLUSTER_SECRET, 1, (), fetch_relay=True)
-        context = client_ssl_context(cluster.tls_files(node_identity(1)))
+        grant, signature, _ = grants.issue(CLUSTER_SECRET, leaders[0], (), fetch_relay=True)
+        context = client_ssl_context(cluster.tls_files(node_identity(leaders[0])))
         host, port = leader.bulk.address.rsplit(":", 1)
         plain = socket.create_connection((host, int(port)), timeout=10)
         with context.wrap_socket(plain, server_hostname=host) as sock:

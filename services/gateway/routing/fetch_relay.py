@@ -15,8 +15,10 @@ node, another secret) — sends the same fetch over gRPC instead, and a node tha
 left to gRPC for RETRY_REFUSED_AFTER_S. A long poll holds its connection until the node
 answers. One the caller gives up (the client went away, or fetch_fanout.py gave up a silent
 node) is cancelled on its connection: the node ends the wait and answers with what it has
-(storage_node/peer_watch.py), and the connection goes back to the pool for the next fetch
-(on TLS, where the reading thread owns the socket, the connection is shut down instead).
+(storage_node/peer_watch.py), and the connection goes back to the pool for the next fetch.
+On TLS, where the reading thread owns the socket, the connection is shut down instead; so
+there a fetch spanning several nodes, whose silent nodes are given up every time one
+answers, goes over gRPC.
 """
 
 from __future__ import annotations
@@ -223,9 +225,12 @@ class FetchRelay:
         self.grants = grants.RelayGrants(secret, ttl_ms=grant_ttl_ms, fetch_relay=True)
         self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
 
-    def take(self, node_id: int, address: str) -> RelayedFetch | None:
-        """A connection for one fetch to the node, or None: use gRPC."""
-        if not address:
+    def take(self, node_id: int, address: str, *, spans_nodes: bool) -> RelayedFetch | None:
+        """A connection for one fetch to the node, or None: use gRPC. On TLS, a fetch that
+        spans several nodes goes over gRPC: once one node answers, the others' polls are
+        given up (fetch_fanout.py), and a TLS connection can only be shut down for that,
+        so each such fetch would cost new connections and handshakes."""
+        if not address or (spans_nodes and self.pool.ssl_context is not None):
             return None
         taken = self.pool.take(node_id, address)
         return None if taken is None else RelayedFetch(self, *taken)

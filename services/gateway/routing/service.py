@@ -402,7 +402,9 @@ class GatewayService:
     ) -> Iterator[bytes]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
         if self.fetch_relay is not None and relayable(request):
-            relayed = self.fetch_relay.take(target.node_id, target.bulk_address)
+            relayed = self.fetch_relay.take(
+                target.node_id, target.bulk_address, spans_nodes=keep_cancel is not None
+            )
             if relayed is not None:
                 on_cancel: list[Callable[[Callable[[], object]], object]] = [
                     functools.partial(cancel_with, context)
