@@ -10,11 +10,18 @@ import confluent_kafka
 TIMEOUT_S = 20
 
 
-def rdkafka_consume(bootstrap: str, topic: str, partitions, count: int, offset: int = 0):
+def rdkafka_consume(
+    bootstrap: str, topic: str, partitions, count: int, offset: int = 0, config=None
+):
     """`count` messages read by librdkafka from `offset` of each partition (assign, no
-    group)."""
+    group), `config` added to the consumer's."""
     consumer = confluent_kafka.Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"reader-{topic}", "enable.auto.commit": False}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{topic}",
+            "enable.auto.commit": False,
+            **(config or {}),
+        }
     )
     consumer.assign([confluent_kafka.TopicPartition(topic, p, offset) for p in partitions])
     messages = []

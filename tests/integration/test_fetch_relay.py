@@ -18,6 +18,7 @@ import pytest
 
 from seglog.records import iter_records
 from seglog.rpc import bulk_wire, grants
+from seglog.rpc.bulk_client import BulkConnection
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import bulk_pb2, common_pb2
@@ -137,13 +138,34 @@ def test_fetch_goes_over_the_bulk_listener_and_answers_as_over_grpc(tmp_path, mo
 
 def test_librdkafka_reads_through_the_kafka_listener_over_the_relay(cluster, monkeypatch):
     cluster.admin.create_topic("kafka-read", 2, 2)
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+    # A batch per record, read a batch per partition per fetch: a hundred fetches or so.
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "linger.ms": 0, "batch.num.messages": 1}
+    )
     reported = produce_round_robin(producer, "kafka-read", 2, 200)
     served = ServedFetches(cluster, monkeypatch)
-    messages = rdkafka_consume(cluster.kafka_address, "kafka-read", [0, 1], 200)
+    opened = []
+    open_connection = BulkConnection.open
+
+    def counted_open(*args, **kwargs):
+        opened.append(args[0])
+        return open_connection(*args, **kwargs)
+
+    monkeypatch.setattr(BulkConnection, "open", counted_open)
+    messages = rdkafka_consume(
+        cluster.kafka_address,
+        "kafka-read",
+        [0, 1],
+        200,
+        config={"max.partition.fetch.bytes": 1, "fetch.max.bytes": 1000, "message.max.bytes": 1000},
+    )
     assert_read_back_in_order(messages, reported, 2, 200)
-    # Every Kafka fetch reached the leaders over their bulk listeners, none over gRPC.
-    assert sum(served.bulk.values()) > 0 and sum(served.grpc.values()) == 0
+    # Every Kafka fetch reached the leaders over their bulk listeners, none over gRPC, on
+    # kept connections: each fetch spans both leaders (one lane), the silent one's poll is
+    # cancelled and the answer left at min_bytes read off, and neither costs a connection.
+    fetches = sum(served.bulk.values())
+    assert fetches >= 50 and sum(served.grpc.values()) == 0
+    assert len(opened) <= 8, f"{len(opened)} connections opened for {fetches} fetches"
 
 
 def test_a_long_poll_waits_on_the_node_and_wakes_on_an_append(cluster, monkeypatch):

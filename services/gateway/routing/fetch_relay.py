@@ -163,10 +163,12 @@ class RelayedFetch:
                         chunk.error_message,
                     )
             except GeneratorExit:
-                # The reader left mid-answer (its caller went away, or had enough): the
-                # node ends its wait, and what it still sends is read off and dropped, so
-                # the connection serves the next fetch, unless that is much.
-                self.cancel()
+                # The reader left mid-answer (its caller went away, or had enough): what
+                # the node still sends is read off and dropped, so the connection serves the
+                # next fetch, unless that is much. A node still waiting is asked to answer
+                # now; one that began answering sends the rest at once anyway.
+                if not self._answered:
+                    self.cancel()
                 _drain(chunks)
                 raise
         except BulkRefused as exc:
