@@ -2,7 +2,7 @@
 keeps producing while the leader of its partition is stopped without a controlled shutdown;
 the gateway's answers (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER) are retried, and every
 record is read back once. With lanes (listener.py), the new storage leader's lane is another
-broker: the producer moves the partition to another connection on the way."""
+broker, and the reader afterwards is sent to it."""
 
 from __future__ import annotations
 
@@ -61,12 +61,11 @@ def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(t
         assert errors == []
         assert sorted(acknowledged) == list(range(3000))
         assert wait_until(lambda: cluster.gateway.registry.route("survives", 0).leader != victim)
-        if lanes > 1:  # node ids 1-3 over 3 lanes: the new leader's lane is another broker
-            successor = cluster.gateway.registry.route("survives", 0).leader
-            listener = cluster.gateway.kafka_listener
-            assert listener is not None
+        listener = cluster.gateway.kafka_listener
+        assert listener is not None
+        successor = cluster.gateway.registry.route("survives", 0).leader
+        if lanes > 1:
             assert listener.accepted_connections[victim % lanes] > 0
-            assert listener.accepted_connections[successor % lanes] > 0
 
         consumer = confluent_kafka.Consumer(
             {
@@ -84,5 +83,11 @@ def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(t
                 read.append(int(message.value()))
         consumer.close()
         assert read == list(range(3000))  # all of them, once each, in order
+        if lanes > 1:
+            # Node ids 1-3 over 3 lanes: the new leader's lane is another broker, and the
+            # reader's metadata sent it there. (The producer may have finished on the old
+            # lane: any lane serves any partition, and a retry that finds the new leader
+            # through it gives librdkafka no reason to look again.)
+            assert listener.accepted_connections[successor % lanes] > 0
     finally:
         cluster.close()
