@@ -14,7 +14,8 @@ each beside a bare gRPC call moving the same bytes, measured in the same run.
   server's, summed over every round (/proc/<pid>/stat counts in 10 ms ticks).
 - fetch: the same partition read back in fetch streams, against a bare server stream of 1 MiB
   FetchResponse messages written by a raw serializer; both clients parse normal messages.
-  The same stream through the bare relay is printed too.
+  The gateway relays the fetch to the node over its bulk listener (with the cluster secret,
+  as deployed); the same stream through the bare relay is printed too.
 
 SEGLOG_BENCH_SERVICE_MIB sets how much is produced per side (default 256, in 3 rounds);
 SEGLOG_BENCH_SERVICE_FETCH=0 leaves the fetch half out.
