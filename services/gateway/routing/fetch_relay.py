@@ -23,6 +23,7 @@ answers, goes over gRPC.
 
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 import threading
@@ -38,6 +39,7 @@ from seglog.rpc.bulk_pool import BulkPool, NodePool
 from seglog.rpc.status import error_code_for
 from seglog.v1 import common_pb2
 
+from .leader_appends import Target
 from .produce_relay import configured_relay, relay_settings
 
 if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
@@ -226,6 +228,38 @@ class FetchRelay:
     ) -> None:
         self.grants = grants.RelayGrants(secret, ttl_ms=grant_ttl_ms, fetch_relay=True)
         self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
+
+    def fetch(
+        self,
+        target: Target,
+        request: common_pb2.FetchRequest,
+        payload: bytes,
+        indexes: list[int],
+        timeout_s: float,
+        context: grpc.ServicerContext,
+        keep_cancel: Callable[[Callable[[], object]], None] | None,
+    ) -> Generator[bytes, None, bool]:
+        """GatewayService._relay's fetch `payload` (the partitions `indexes` of `request`)
+        to the `target` leader over its bulk listener, cancelled when the call ends and handed to
+        `keep_cancel` (fetch_fanout.py, whose presence says the fetch spans nodes); False
+        when it should go over gRPC instead (RelayedFetch.relay)."""
+        relayed = (
+            self.take(target.node_id, target.bulk_address, spans_nodes=keep_cancel is not None)
+            if relayable(request)
+            else None
+        )
+        if relayed is None:
+            return False
+        on_cancel: list[Callable[[Callable[[], object]], object]] = [
+            functools.partial(cancel_with, context)
+        ]
+        if keep_cancel is not None:
+            on_cancel.append(keep_cancel)
+        return (
+            yield from relayed.relay(
+                request, payload, indexes, timeout_s, on_cancel, context.is_active
+            )
+        )
 
     def take(self, node_id: int, address: str, *, spans_nodes: bool) -> RelayedFetch | None:
         """A connection for one fetch to the node, or None: use gRPC. On TLS, a fetch that

@@ -21,7 +21,6 @@ messages, so one bad partition does not hide its neighbours' data.
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -59,7 +58,7 @@ from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnections
 from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
-from .fetch_relay import FetchRelay, cancel_with, fetch_error, relayable
+from .fetch_relay import FetchRelay, cancel_with, fetch_error
 from .leader_appends import LeaderAppends, Target
 from .leader_queries import LeaderQueries
 from .produce_grants import produce_grants
@@ -401,21 +400,12 @@ class GatewayService:
         keep_cancel: Callable[[Callable[[], object]], None] | None = None,
     ) -> Iterator[bytes]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
-        if self.fetch_relay is not None and relayable(request):
-            relayed = self.fetch_relay.take(
-                target.node_id, target.bulk_address, spans_nodes=keep_cancel is not None
+        if self.fetch_relay is not None:
+            answered = yield from self.fetch_relay.fetch(
+                target, request, payload, indexes, timeout_s, context, keep_cancel
             )
-            if relayed is not None:
-                on_cancel: list[Callable[[Callable[[], object]], object]] = [
-                    functools.partial(cancel_with, context)
-                ]
-                if keep_cancel is not None:
-                    on_cancel.append(keep_cancel)
-                answered = yield from relayed.relay(
-                    request, payload, indexes, timeout_s, on_cancel, context.is_active
-                )
-                if answered:
-                    return
+            if answered:
+                return
         stream = target.connection.fetch_raw(payload, timeout=timeout_s)
         cancel = getattr(stream, "cancel", None)
         if cancel is not None:  # the traced channel hands back a plain generator
