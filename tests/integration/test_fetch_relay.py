@@ -378,3 +378,46 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_pa
             assert refusal.end and "gateway's certificate" in refusal.error_message
     finally:
         cluster.close()
+
+
+def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(cluster, monkeypatch):
+    cluster.admin.create_topic("stalled", 4, 1)
+    leaders = {p: cluster.leader_of("stalled", p).config.node_id for p in range(4)}
+    first, second = [p for p in range(4) if leaders[p] == leaders[0]][:2]
+    for p in (first, second):
+        assert cluster.client.produce("stalled", {p: make_batch([b"s%d" % p])})[0].error == 0
+    node = cluster.nodes[leaders[0]]
+    send_chunk = node.bulk._send_chunk
+    resume = threading.Event()
+    sent = []
+
+    def stalling_second(conn, chunk):
+        sent.append(chunk)
+        if len(sent) == 2:  # the node stalls mid-answer (paused, overloaded)
+            resume.wait(DEADLINE_S)
+        return send_chunk(conn, chunk)
+
+    monkeypatch.setattr(node.bulk, "_send_chunk", stalling_second)
+    relay = cluster.gateway.service.fetch_relay
+    request = common_pb2.FetchRequest(max_wait_ms=0)
+    for p in (first, second):
+        request.partitions.add(
+            topic="stalled",
+            partition=p,
+            fetch_offset=0,
+            partition_max_bytes=1 << 20,
+            current_leader_epoch=cluster.gateway.registry.route("stalled", p).leader_epoch,
+        )
+    relayed = relay.take(leaders[0], node.bulk.address, spans_nodes=False)
+    assert relayed is not None
+    answers = relayed.answers(request, timeout_s=600)
+    assert common_pb2.FetchResponse.FromString(next(answers)).partition == first
+    try:
+        left = time.monotonic()
+        answers.close()  # the reader leaves while the rest of the answer is stalled
+        # Given up on after DRAIN_TIMEOUT_S without a byte, not the 600 s the poll allowed;
+        # the connection, with an answer unread on it, is closed rather than kept.
+        assert time.monotonic() - left < 60
+        assert relay.pool.open_connections(leaders[0]) == (0, 0)
+    finally:
+        resume.set()

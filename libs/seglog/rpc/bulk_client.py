@@ -208,6 +208,14 @@ class BulkConnection:
         except OSError:
             self.shutdown()
 
+    def set_receive_timeout(self, timeout_s: float) -> None:
+        """How long the answer being received may go without a byte from now on (its
+        `receive` then fails)."""
+        try:
+            self._sock.settimeout(timeout_s)
+        except OSError:  # closed meanwhile: the next receive fails anyway
+            pass
+
     def peer_closed(self) -> bool:
         """Whether the node closed (or wrote unasked to) this idle connection: one taken
         from a pool is checked before a request goes on it, so a node's restart or idle

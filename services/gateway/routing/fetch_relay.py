@@ -54,6 +54,9 @@ RETRY_REFUSED_AFTER_S = 60.0
 # An answer its reader left is read to its end, to keep the connection, up to this much; a
 # new connection costs less than reading more.
 MAX_DRAINED_BYTES = 1024 * 1024
+# ... and for so long at most without a byte: a node that does not answer at once (paused,
+# overloaded) costs its connection, not the leaving reader's thread for the poll's timeout.
+DRAIN_TIMEOUT_S = 1.0
 
 
 def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay | None:
@@ -165,12 +168,10 @@ class RelayedFetch:
                         chunk.error_message,
                     )
             except GeneratorExit:
-                # The reader left mid-answer (its caller went away, or had enough): what
-                # the node still sends is read off and dropped, so the connection serves the
-                # next fetch, unless that is much. A node still waiting is asked to answer
-                # now; one that began answering sends the rest at once anyway.
-                if not self._answered:
-                    self.cancel()
+                # The reader left mid-answer (its caller went away, or had enough): the
+                # node, which began answering, sends the rest at once; it is read off and
+                # dropped, so the connection serves the next fetch, unless that is much.
+                connection.set_receive_timeout(DRAIN_TIMEOUT_S)
                 _drain(chunks)
                 raise
         except BulkRefused as exc:
@@ -190,8 +191,9 @@ class RelayedFetch:
 
 
 def _drain(chunks: Iterator[BulkMessage]) -> None:
-    """Read the rest of an answer, up to MAX_DRAINED_BYTES (past that, or on a failure, the
-    answer is left unread, so its connection is closed)."""
+    """Read the rest of an answer, up to MAX_DRAINED_BYTES (past that, on a failure, or past
+    DRAIN_TIMEOUT_S without a byte, the answer is left unread, so its connection is
+    closed)."""
     drained = 0
     try:
         for chunk in chunks:
