@@ -223,13 +223,20 @@ def _until_cancelled(call):
         assert exc.code() == grpc.StatusCode.CANCELLED
 
 
-def test_an_answer_cut_off_reads_as_the_nodes_loss_not_as_the_end(cluster, monkeypatch):
-    cluster.admin.create_topic("cut", 4, 1)
-    leaders = {p: cluster.leader_of("cut", p).config.node_id for p in range(4)}
+def _two_partitions_on_one_leader(cluster, topic: str) -> tuple[int, int, int]:
+    """A topic of 4 partitions RF1 on the cluster's 2 nodes, and a leader with two of them,
+    each holding one record (b"<partition>"): (its node id, those two partitions)."""
+    cluster.admin.create_topic(topic, 4, 1)
+    leaders = {p: cluster.leader_of(topic, p).config.node_id for p in range(4)}
     first, second = [p for p in range(4) if leaders[p] == leaders[0]][:2]
     for p in (first, second):
-        assert cluster.client.produce("cut", {p: make_batch([b"c%d" % p])})[0].error == 0
-    node = cluster.nodes[leaders[0]]
+        assert cluster.client.produce(topic, {p: make_batch([b"%d" % p])})[0].error == 0
+    return leaders[0], first, second
+
+
+def test_an_answer_cut_off_reads_as_the_nodes_loss_not_as_the_end(cluster, monkeypatch):
+    node_id, first, second = _two_partitions_on_one_leader(cluster, "cut")
+    node = cluster.nodes[node_id]
     send_chunk = node.bulk._send_chunk
     sent = []
 
@@ -244,13 +251,13 @@ def test_an_answer_cut_off_reads_as_the_nodes_loss_not_as_the_end(cluster, monke
     got = answered(fetch(cluster, [("cut", first, 0), ("cut", second, 0)]))
     # The first partition's records came; then both partitions read as the node's loss, as
     # a broken gRPC stream reads, and the fetch is not sent again over gRPC.
-    assert got[("cut", first)][3] == [b"c%d" % first]
+    assert got[("cut", first)][3] == [b"%d" % first]
     assert got[("cut", first)][0] == got[("cut", second)][0] == "LEADER_NOT_AVAILABLE"
     assert got[("cut", second)][3] == []
-    assert served.bulk[leaders[0]] == 1 and served.grpc[leaders[0]] == 0
+    assert served.bulk[node_id] == 1 and served.grpc[node_id] == 0
     relay = cluster.gateway.service.fetch_relay
     wait_until(
-        lambda: relay.pool.open_connections(leaders[0]) == (0, 0), "the broken connection stayed"
+        lambda: relay.pool.open_connections(node_id) == (0, 0), "the broken connection stayed"
     )
 
 
@@ -381,12 +388,8 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_pa
 
 
 def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(cluster, monkeypatch):
-    cluster.admin.create_topic("stalled", 4, 1)
-    leaders = {p: cluster.leader_of("stalled", p).config.node_id for p in range(4)}
-    first, second = [p for p in range(4) if leaders[p] == leaders[0]][:2]
-    for p in (first, second):
-        assert cluster.client.produce("stalled", {p: make_batch([b"s%d" % p])})[0].error == 0
-    node = cluster.nodes[leaders[0]]
+    node_id, first, second = _two_partitions_on_one_leader(cluster, "stalled")
+    node = cluster.nodes[node_id]
     send_chunk = node.bulk._send_chunk
     resume = threading.Event()
     sent = []
@@ -408,7 +411,7 @@ def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(clu
             partition_max_bytes=1 << 20,
             current_leader_epoch=cluster.gateway.registry.route("stalled", p).leader_epoch,
         )
-    relayed = relay.take(leaders[0], node.bulk.address, spans_nodes=False)
+    relayed = relay.take(node_id, node.bulk.address, spans_nodes=False)
     assert relayed is not None
     answers = relayed.answers(request, timeout_s=600)
     assert common_pb2.FetchResponse.FromString(next(answers)).partition == first
@@ -418,6 +421,6 @@ def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(clu
         # Given up on after DRAIN_TIMEOUT_S without a byte, not the 600 s the poll allowed;
         # the connection, with an answer unread on it, is closed rather than kept.
         assert time.monotonic() - left < 60
-        assert relay.pool.open_connections(leaders[0]) == (0, 0)
+        assert relay.pool.open_connections(node_id) == (0, 0)
     finally:
         resume.set()
