@@ -192,18 +192,18 @@ def test_a_long_poll_waits_on_the_node_and_wakes_on_an_append(cluster, monkeypat
     assert sum(served.grpc.values()) == 0
 
 
-def test_a_fetch_given_up_ends_the_nodes_wait_and_keeps_its_connection(cluster):
+def test_a_fetch_given_up_ends_the_nodes_wait_and_keeps_its_connection(cluster, monkeypatch):
     cluster.admin.create_topic("left", 1, 1)
     leader = cluster.leader_of("left", 0).config.node_id
     relay = cluster.gateway.service.fetch_relay
     request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1)
     request.partitions.add(topic="left", partition=0, fetch_offset=0, partition_max_bytes=1024)
+    served = ServedFetches(cluster, monkeypatch)
     call = cluster.stub.Fetch(request, timeout=120)
     waiting = threading.Thread(target=lambda: list(_until_cancelled(call)))
     waiting.start()
-    wait_until(
-        lambda: relay.pool.open_connections(leader) == (1, 0), "the long poll took no connection"
-    )
+    wait_until(lambda: served.bulk[leader] == 1, "the long poll never reached the node")
+    assert relay.pool.open_connections(leader) == (1, 0)
     call.cancel()
     waiting.join(DEADLINE_S)
     # The node answered at once, not after its 60 s wait, and the connection went back to
@@ -214,6 +214,30 @@ def test_a_fetch_given_up_ends_the_nodes_wait_and_keeps_its_connection(cluster):
         got = answered(fetch(cluster, [("left", 0, offset)]))[("left", 0)]
         assert got[3] == [b"after"][offset:] and got[1] == 1
     assert relay.pool.open_connections(leader) == (1, 1)
+
+
+def test_a_cancelled_poll_whose_node_cannot_answer_is_given_up(cluster, monkeypatch):
+    cluster.admin.create_topic("paused", 1, 1)
+    leader = cluster.leader_of("paused", 0)
+    # The node does not see the cancel (as if paused): its poll would run its whole wait.
+    monkeypatch.setattr(leader.bulk._peer_watch, "watch", lambda conn, on_readable: None)
+    relay = cluster.gateway.service.fetch_relay
+    node_id = leader.config.node_id
+    request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1)
+    request.partitions.add(topic="paused", partition=0, fetch_offset=0, partition_max_bytes=1024)
+    call = cluster.stub.Fetch(request, timeout=120)
+    served = ServedFetches(cluster, monkeypatch)
+    waiting = threading.Thread(target=lambda: list(_until_cancelled(call)))
+    waiting.start()
+    wait_until(lambda: served.bulk[node_id] == 1, "the poll never reached the node")
+    assert relay.pool.open_connections(node_id) == (1, 0)
+    call.cancel()
+    waiting.join(DEADLINE_S)
+    # After CANCEL_GRACE_S the connection is shut down: the gateway's thread reading it is
+    # free, not held for the 60 s the poll may wait.
+    wait_until(
+        lambda: relay.pool.open_connections(node_id) == (0, 0), "the unanswered poll held on"
+    )
 
 
 def _until_cancelled(call):

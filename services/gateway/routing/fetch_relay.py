@@ -15,7 +15,9 @@ node, another secret) — sends the same fetch over gRPC instead, and a node tha
 left to gRPC for RETRY_REFUSED_AFTER_S. A long poll holds its connection until the node
 answers. One the caller gives up (the client went away, or fetch_fanout.py gave up a silent
 node) is cancelled on its connection: the node ends the wait and answers with what it has
-(storage_node/peer_watch.py), and the connection goes back to the pool for the next fetch.
+(storage_node/peer_watch.py), and the connection goes back to the pool for the next fetch;
+a node that cannot answer (paused) loses the connection after CANCEL_GRACE_S
+(cancel_deadlines.py).
 On TLS, where the reading thread owns the socket, the connection is shut down instead; so
 there a fetch spanning several nodes, whose silent nodes are given up every time one
 answers, goes over gRPC.
@@ -39,6 +41,7 @@ from seglog.rpc.bulk_pool import BulkPool, NodePool
 from seglog.rpc.status import error_code_for
 from seglog.v1 import common_pb2
 
+from .cancel_deadlines import CancelDeadlines
 from .leader_appends import Target
 from .produce_relay import configured_relay, relay_settings
 
@@ -57,6 +60,8 @@ MAX_DRAINED_BYTES = 1024 * 1024
 # ... and for so long at most without a byte: a node that does not answer at once (paused,
 # overloaded) costs its connection, not the leaving reader's thread for the poll's timeout.
 DRAIN_TIMEOUT_S = 1.0
+# A cancelled poll's node answers at once; one that has not after this long is given up.
+CANCEL_GRACE_S = 1.0
 
 
 def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay | None:
@@ -103,8 +108,17 @@ class RelayedFetch:
             self._cancelled = True
             if not self._sent:
                 return  # `answers` sends nothing now
-            # The node ends the wait and answers; the reader takes that answer as any.
+            # The node ends the wait and answers; the reader takes that answer as any. A
+            # node that cannot answer (paused) loses the connection after CANCEL_GRACE_S.
             self._connection.cancel()
+        self._relay.deadlines.after_grace(self._give_up)
+
+    def _give_up(self) -> None:
+        """A cancelled fetch's grace passed: shut its connection down unless its answer
+        was read meanwhile (the connection may then carry another fetch)."""
+        with self._lock:
+            if not self._done:
+                self._connection.shutdown()
 
     @property
     def nothing_read(self) -> bool:
@@ -230,6 +244,7 @@ class FetchRelay:
     ) -> None:
         self.grants = grants.RelayGrants(secret, ttl_ms=grant_ttl_ms, fetch_relay=True)
         self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
+        self.deadlines = CancelDeadlines(CANCEL_GRACE_S)
 
     def fetch(
         self,
@@ -274,4 +289,5 @@ class FetchRelay:
         return None if taken is None else RelayedFetch(self, *taken)
 
     def close(self) -> None:
+        self.deadlines.close()
         self.pool.close()
