@@ -1,11 +1,17 @@
 """Where a follower cuts its log when its leader answers a diverging epoch (Kafka's KIP-101
 and KIP-279 truncation by leader epoch, as its AbstractFetcherThread computes it): the end
 of the last epoch both logs share, never past either log's end; without an end offset from
-the leader, the follower's own high watermark."""
+the leader, the follower's own high watermark. And where it cuts or restarts its log when the
+leader answers that its fetch offset is out of range."""
 
 from __future__ import annotations
 
+import grpc
+
 from seglog.storage import Log
+from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+
+DESCRIBE_TIMEOUT_S = 5.0
 
 
 def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> int:
@@ -19,3 +25,29 @@ def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> in
     if local_epoch == leader_epoch:
         return min(local_end, leader_end_offset, leo)
     return min(local_end, leo)
+
+
+def repair_out_of_range(
+    leader: storage_pb2_grpc.StorageNodeStub, log: Log, topic: str, partition: int
+) -> bool:
+    """After OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError): asked for
+    its log's ends, cut a log that runs past the leader's end, or start empty at the
+    leader's log start when retention went past this log's end. True when it did either."""
+    try:
+        described = leader.DescribePartitions(
+            storage_pb2.DescribePartitionsRequest(
+                partitions=[storage_pb2.HostedPartitionRef(topic=topic, partition=partition)]
+            ),
+            timeout=DESCRIBE_TIMEOUT_S,
+        ).partitions[0]
+    except (grpc.RpcError, IndexError):
+        return False
+    if described.error != common_pb2.NONE:
+        return False
+    if described.log_end_offset < log.log_end_offset:
+        log.truncate_to(described.log_end_offset)
+        return True
+    if described.log_start_offset > log.log_end_offset:
+        log.truncate_fully_and_start_at(described.log_start_offset)
+        return True
+    return False

@@ -23,6 +23,10 @@ session: the next request is a full one. The answers are applied in order:
   fallen behind retention.
 - other errors (a fenced or unknown epoch, the leader down): the partition backs off for
   `replica.fetch.backoff.ms`; the registry's next state moves it to its new leader.
+- records the log refuses to append (a batch starting below the follower's log end, bytes
+  failing their checks, a full disk): that partition alone backs off, logged as an error;
+  the round goes on for the others (Kafka's AbstractFetcherThread isolates a partition's
+  failure the same way).
 
 Truncation point for a diverging epoch (leader answered epoch E ending at offset X):
     X undefined (-1)                        -> the high watermark
@@ -45,10 +49,10 @@ from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError
 from seglog.rpc.channels import open_channel
 from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_context
-from seglog.v1 import bulk_pb2, common_pb2, storage_pb2, storage_pb2_grpc
+from seglog.v1 import bulk_pb2, common_pb2, storage_pb2_grpc
 
 from .follower_session import FollowerSession, PartitionFetch
-from .follower_truncation import truncation_offset
+from .follower_truncation import repair_out_of_range, truncation_offset
 from .partition import Partition
 from .replication_throttle import ReplicationThrottle, round_max_bytes
 
@@ -400,7 +404,13 @@ class ReplicaFetcher:
                     self._back_off(tp, entry)
                 return
             if records:
-                log.append_as_follower(records, segment_base_offset=response.segment_base_offset)
+                try:
+                    log.append_as_follower(
+                        records, segment_base_offset=response.segment_base_offset
+                    )
+                except SeglogError as exc:
+                    self._refused(tp, entry, exc)
+                    return
                 rate = registration.throttles(self.node_id)
                 if rate:
                     wait_s = self.throttle.charge(len(records), rate)
@@ -410,31 +420,28 @@ class ReplicaFetcher:
             if log.log_start_offset < response.log_start_offset <= log.log_end_offset:
                 log.delete_records_before(response.log_start_offset)
 
+    def _refused(self, tp: TopicPartition, entry: _Followed, exc: SeglogError) -> None:
+        """The leader's records for one partition could not be appended (bytes the log
+        refuses, a full disk): that partition rests and is fetched again after the backoff,
+        while the round goes on for the others. Kafka's fetcher does the same, so that one
+        partition cannot stall every partition of its leader."""
+        logger.error(
+            "%s-%d: records from leader %d not appended at offset %d: %s",
+            tp[0],
+            tp[1],
+            self.leader_id,
+            entry.partition.log.log_end_offset,
+            exc,
+        )
+        self._back_off(tp, entry)
+
     def _fetch_error(
         self, entry: _Followed, response: common_pb2.FetchResponse | bulk_pb2.BulkFetchChunk
     ) -> None:
-        log = entry.partition.log
-        if response.error == common_pb2.OFFSET_OUT_OF_RANGE:
-            try:
-                described = self._stub.DescribePartitions(
-                    storage_pb2.DescribePartitionsRequest(
-                        partitions=[
-                            storage_pb2.HostedPartitionRef(
-                                topic=response.topic, partition=response.partition
-                            )
-                        ]
-                    ),
-                    timeout=5,
-                ).partitions[0]
-            except (grpc.RpcError, IndexError):
-                described = None
-            if described is not None and described.error == common_pb2.NONE:
-                if described.log_end_offset < log.log_end_offset:
-                    log.truncate_to(described.log_end_offset)
-                    return
-                if described.log_start_offset > log.log_end_offset:
-                    log.truncate_fully_and_start_at(described.log_start_offset)
-                    return
+        if response.error == common_pb2.OFFSET_OUT_OF_RANGE and repair_out_of_range(
+            self._stub, entry.partition.log, response.topic, response.partition
+        ):
+            return
         logger.info(
             "%s-%d: fetch from leader %d: %s %s",
             response.topic,
