@@ -2,7 +2,9 @@
 RF 3, min ISR 2; or two gateways sharing a registry in etcd), real client processes
 recording their histories (tests/faults/workload.py), a seeded random schedule of faults
 (tests/faults/fault_kinds.py), then healing, a final read of every partition, and the
-checker's verdict (tests/faults/checker.py), which alone decides pass or fail.
+checker's verdict (tests/faults/checker.py) on the histories; and once every replica has
+caught up, the replicas' own files compared batch by batch (tests/faults/replica_logs.py):
+replicas that went through two histories are a failure even when no client saw it.
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
         --producer idempotent [--etcd] [--keep]
@@ -45,6 +47,7 @@ from tests.faults.clients import ClientProcess, Clients
 from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
 from tests.faults.fault_kinds import NODE, PRODUCER_REQUEST_TIMEOUT_MS, Fault
 from tests.faults.history import read_history
+from tests.faults.replica_logs import diverged_partitions
 from tests.waiting import wait_for
 
 GROUP = "campaign-readers"
@@ -162,7 +165,10 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
         _settle(cluster, report)
         clients.stop_producers()
-        _note_timeout(report, cluster.caught_up, "every replica to catch up")
+        if _note_timeout(report, cluster.caught_up, "every replica to catch up"):
+            report.problems += diverged_partitions(
+                cluster.root, TOPIC, PARTITIONS, sorted(cluster.nodes)
+            )
         clients.stop_all()
         reader = ClientProcess(
             root,
