@@ -93,6 +93,11 @@ def test_a_produce_is_one_trace_through_gateway_node_and_engine(traced_cluster):
 
 
 def test_a_fetch_traces_the_engine_read_and_health_checks_are_not_traced(traced_cluster):
+    # Its own record to read: the test must not rely on another test of the module having
+    # run first in the same process.
+    produced = common_pb2.ProduceRequest(topic="t", acks=1)
+    produced.partitions.add(partition=0, records=make_batch([b"to-fetch"]))
+    traced_cluster.stub.Produce(produced, timeout=10)
     _EXPORTER.clear()
     messages = list(
         traced_cluster.stub.Fetch(
