@@ -166,9 +166,10 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         _settle(cluster, report)
         clients.stop_producers()
         if _note_timeout(report, cluster.caught_up, "every replica to catch up"):
-            report.problems += diverged_partitions(
-                cluster.root, TOPIC, PARTITIONS, sorted(cluster.nodes)
-            )
+            diverged = diverged_partitions(cluster.root, TOPIC, PARTITIONS, sorted(cluster.nodes))
+            if diverged:
+                _keep_replicas(cluster, root / "diverged")
+            report.problems += diverged
         clients.stop_all()
         reader = ClientProcess(
             root,
@@ -195,6 +196,17 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     mode = Guarantees.for_producer_mode(config.producer_mode)
     report.verdict = check(read_history(history_dir), mode)
     return report
+
+
+def _keep_replicas(cluster: Cluster, into: Path) -> None:
+    """Copy every node's partitions of the campaign topic aside, for the diverged replicas'
+    post-mortem: a node's own disk goes with the cluster (its power cuts' copies are
+    removed)."""
+    for node_id in sorted(cluster.nodes):
+        for partition in range(PARTITIONS):
+            source = cluster.root / f"node-{node_id}" / f"{TOPIC}-{partition}"
+            if source.is_dir():
+                shutil.copytree(source, into / f"node-{node_id}" / source.name)
 
 
 def _open_lab(config: CampaignConfig) -> Any:
