@@ -104,3 +104,39 @@ def test_an_index_entry_pointing_inside_a_batch_is_detected_and_rebuilt(tmp_path
         assert [r.offset for r in iter_records(reopened.read(5, 1 << 20))][-1] == 5
     finally:
         reopened.close()
+
+
+@pytest.mark.parametrize("as_follower", [False, True], ids=["leader", "follower"])
+def test_a_failed_append_leaves_no_epoch_its_batches_would_have_started(tmp_path, as_follower):
+    """A replica names its last epoch when it fetches; an epoch recorded for an append that
+    was rolled back would let a leader take a log of another history for its own."""
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
+    for value in (b"a", b"b"):
+        log.append(make_batch([value]), leader_epoch=3)
+    assert log.leader_epochs.entries == [(3, 0)]
+    if as_follower:
+        leader = Log.open(tmp_path / "leader-0", LogConfig())
+        for value, epoch in ((b"a", 3), (b"b", 3), (b"c", 5)):
+            leader.append(make_batch([value]), leader_epoch=epoch)
+        newer_epoch = bytes(leader.read(2, 1 << 20))
+    segment = log.active_segment
+    index_fd = segment.offset_index._fd
+    saved = os.dup(index_fd)
+    read_only = os.open(tmp_path / "read-only", os.O_RDONLY | os.O_CREAT, 0o644)
+    os.dup2(read_only, index_fd)  # every pwrite to the index now fails with EBADF
+    try:
+        with pytest.raises(StorageError, match="rolled back"):
+            if as_follower:
+                log.append_as_follower(newer_epoch)
+            else:
+                log.append(make_batch([b"c"]), leader_epoch=5)
+    finally:
+        os.dup2(saved, index_fd)
+        os.close(saved)
+        os.close(read_only)
+    assert log.log_end_offset == 2
+    assert log.leader_epochs.entries == [(3, 0)]
+    assert log.leader_epochs.end_offset_for(5, log.log_end_offset) == (-1, -1)
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
+    assert reopened.leader_epochs.entries == [(3, 0)]

@@ -96,6 +96,9 @@ class LogAppending(LogFlushing):
                 view, batches, first_offset, leader_epoch, stamp_ms
             )
             next_offset = appended[-1].last_offset + 1
+            total_bytes = len(view)  # the batches tile the validated input
+            # Rolled before the epochs are recorded: a roll that fails leaves none behind.
+            segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             if leader_epoch is not None:  # the node stamps its epoch: one check per append
                 self.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
             else:  # the batches keep theirs
@@ -103,8 +106,6 @@ class LogAppending(LogFlushing):
                 self.leader_epochs.assign_from_batches(
                     zip((h.partition_leader_epoch for _, h in batches), bases, strict=True)
                 )
-            total_bytes = len(view)  # the batches tile the validated input
-            segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             self._write(segment, buffers, appended, first_offset, next_offset)
             if idempotent:
                 bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
@@ -179,7 +180,15 @@ class LogAppending(LogFlushing):
     ) -> None:
         """The end of every append, leader's or follower's: write, move the log end offset,
         flush when `flush_messages` says so (the lock is held)."""
-        segment.append(buffers, appended)
+        try:
+            segment.append(buffers, appended)
+        except BaseException:
+            # The append's epochs were recorded before its bytes, as Kafka orders them; one
+            # that failed (a full disk: retriable here) must not leave an epoch the log does
+            # not hold, or this replica would name it as its last fetched epoch and the
+            # leader could not see the logs diverge.
+            self.leader_epochs.truncate_from_end(self._log_end_offset)
+            raise
         self._changed_since_flush = self._snapshot_due = True
         self._log_end_offset = next_offset
         self._log_end_position = (next_offset, segment, segment.size)
