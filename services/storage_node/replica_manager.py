@@ -286,23 +286,29 @@ class ReplicaManager:
         """Append (partition, records, client leader epoch) entries, all checked first: an
         error raised here wrote nothing; a partition's own failure (too few in-sync replicas
         for acks=all: nothing written there; an append error) is its result's."""
-        checked: list[tuple[int, Partition, ValidatedRecords]] = []
+        checked: list[tuple[int, Partition, ValidatedRecords, int]] = []
         for number, records, client_epoch in entries:
             held = self.partition(topic, number)
             held.require_leader(client_epoch)
             try:
-                checked.append((number, held, held.log.validate(records)))
+                checked.append((number, held, held.log.validate(records), client_epoch))
             except SeglogError as exc:
                 raise type(exc)(f"{topic}-{number}: {exc}") from None
         results = []
         wakes = []  # (partition, whether its high watermark moved)
-        for number, held, validated in checked:
+        for number, held, validated, client_epoch in checked:
             try:
-                if acks == ACKS_ALL:
-                    held.check_enough_replicas()  # Kafka's per-partition refusal
-                epoch = held.leader_epoch
-                self.fetches.note_idle_followers(held)
-                info = held.log.append(validated, leader_epoch=epoch)
+                # The role is checked again and the batches written under the partition's
+                # lock, which a new registration takes (Kafka's leaderIsrUpdateLock): a
+                # produce checked while this node led must not land after it became a
+                # follower, stamped with the new leader's epoch.
+                with held._lock:
+                    held.require_leader(client_epoch)
+                    if acks == ACKS_ALL:
+                        held.check_enough_replicas()  # Kafka's per-partition refusal
+                    epoch = held.leader_epoch
+                    self.fetches.note_idle_followers(held)
+                    info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
                 results.append(AppendResult(number, None, exc))
