@@ -41,6 +41,7 @@ def test_a_followers_copy_and_retention_on_one_replica_are_no_difference(tmp_pat
     held = read_batches(tmp_path / "node-1" / f"{TOPIC}-0")
     assert [b.base_offset for b in held] == list(range(0, 80, 2))
     assert {b.leader_epoch for b in held} == {3}
+    assert read_batches(tmp_path / "node-2" / f"{TOPIC}-0")[0].base_offset > 0
     assert diverged_partitions(tmp_path, TOPIC, 1, [1, 2]) == []
     leader.close()
     follower.close()
