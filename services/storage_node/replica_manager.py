@@ -386,8 +386,15 @@ class ReplicaManager:
         read is deleted. Returns the log start offset now. Followers take it from their next
         fetch answer: their waiting fetches are woken for it."""
         held = self.partition(topic, partition)
+        with held._lock:  # as an append: not on a node that became a follower meanwhile
+            start = self._delete_records_as_leader(held, offset, client_epoch)
+        self.wake_partition(topic, partition)
+        return start
+
+    @staticmethod
+    def _delete_records_as_leader(held: Partition, offset: int, client_epoch: int) -> int:
         held.require_leader(client_epoch)
-        log = held.log
+        topic, partition, log = held.topic, held.partition, held.log
         if not log.config.delete:  # as Kafka: a compacted topic's records go by key only
             raise PolicyViolationError(
                 f"{topic}-{partition}: records cannot be deleted from a topic whose "
@@ -400,9 +407,7 @@ class ReplicaManager:
                 f"{topic}-{partition}: cannot delete records before {offset}: the offset must "
                 f"be -1 (the high watermark) or in [0, {high_watermark}]"
             )
-        start = log.delete_records_before(wanted)
-        self.wake_partition(topic, partition)
-        return start
+        return log.delete_records_before(wanted)
 
     def split_points(
         self,
