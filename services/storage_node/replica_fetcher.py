@@ -421,10 +421,7 @@ class ReplicaFetcher:
                 log.delete_records_before(response.log_start_offset)
 
     def _refused(self, tp: TopicPartition, entry: _Followed, exc: SeglogError) -> None:
-        """The leader's records for one partition could not be appended (bytes the log
-        refuses, a full disk): that partition rests and is fetched again after the backoff,
-        while the round goes on for the others. Kafka's fetcher does the same, so that one
-        partition cannot stall every partition of its leader."""
+        """The log refused the partition's records: it alone rests (module docstring)."""
         logger.error(
             "%s-%d: records from leader %d not appended at offset %d: %s",
             tp[0],
