@@ -17,6 +17,7 @@ from bench.latency import (
     NODES,
     WARM_UP_RATE,
     _compare,
+    climbed_by_both,
     kafka_is_a_baseline,
     seglog_cluster,
     warm_up,
@@ -167,3 +168,15 @@ def test_rows_measured_while_the_host_stole_cpu_are_printed_not_judged() -> None
     against_noisy_kafka = _targets(quiet, noisy)
     assert against_noisy_kafka["latency acks=all 5000/s publish p99 vs Kafka (ms)"] is None
     assert against_noisy_kafka["latency acks=all 5000/s publish p99 vs target (ms)"] == 1.0
+
+
+def test_rates_past_the_fixed_ones_are_judged_where_both_sides_sustained_them() -> None:
+    def sustained() -> Run:
+        return Run([1.0], [1.0], 0.0)
+
+    late = Run([1.0], [1.0], 1.0)  # its sender fell behind
+    ours = {5_000: sustained(), 30_000: sustained(), 40_000: sustained(), 60_000: late}
+    theirs = {5_000: sustained(), 30_000: sustained(), 60_000: sustained(), 80_000: sustained()}
+    # 5,000/s is a fixed rate, judged anyway; 40,000/s Kafka never ran (its ladder stopped
+    # elsewhere), 60,000/s ours did not sustain, 80,000/s ours never reached.
+    assert climbed_by_both(ours, theirs) == [30_000]
