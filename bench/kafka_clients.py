@@ -8,6 +8,7 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import confluent_kafka
@@ -101,7 +102,7 @@ class Latencies:
     end_to_end_ms: list[float]
 
 
-def percentile(samples: list[float], fraction: float) -> float:
+def percentile(samples: Sequence[float], fraction: float) -> float:
     cuts = statistics.quantiles(samples, n=1000, method="inclusive")
     return cuts[min(len(cuts) - 1, max(0, round(fraction * 1000) - 1))]
 

@@ -31,7 +31,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,7 +153,7 @@ def bare_relay() -> Iterator[Callable[[int], Run]]:
             process.stop()
 
 
-def _figures(samples: list[float]) -> str:
+def _figures(samples: Sequence[float]) -> str:
     if not samples:
         return f"{'-':>31s}"
     cuts = [percentile(samples, fraction) for fraction, _ in FRACTIONS]

@@ -4,6 +4,7 @@ by librdkafka through the gateway's Kafka listener) and Apache Kafka (one broker
 driven at a low rate with its consumer in a process of its own; every record sent after the
 warm-up is timed both until acknowledged and until the consumer had it."""
 
+import gc
 from pathlib import Path
 
 import confluent_kafka.admin
@@ -180,3 +181,13 @@ def test_rates_past_the_fixed_ones_are_judged_where_both_sides_sustained_them() 
     # 5,000/s is a fixed rate, judged anyway; 40,000/s Kafka never ran (its ladder stopped
     # elsewhere), 60,000/s ours did not sustain, 80,000/s ours never reached.
     assert climbed_by_both(ours, theirs) == [30_000]
+
+
+def test_a_runs_samples_are_nothing_the_garbage_collector_walks() -> None:
+    # The bench keeps every run of both sides in the process whose clients it times: as
+    # lists, a full collection walked millions of items while a client was being timed.
+    run = Run([1.0] * 1000, [2.0] * 1000, 0.0)
+    # What a collection visits of an object is what gc.get_referents answers: a list's items.
+    assert len(gc.get_referents(run.publish_ms)) + len(gc.get_referents(run.end_to_end_ms)) <= 2
+    assert list(run.publish_ms) == [1.0] * 1000 and max(run.end_to_end_ms) == 2.0
+    assert run.sustained
