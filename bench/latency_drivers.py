@@ -165,24 +165,19 @@ def paced(rate_per_s: int, duration_s: float, send: Callable[[bytes], None]) -> 
 
 def _after_warmup(
     start_ns: int, published: Samples, received: Samples
-) -> tuple[array[float], array[float]]:
+) -> tuple[list[float], list[float]]:
+    """The latencies (ms) of the records sent after the warm-up; Run keeps them as arrays."""
     warm = start_ns + int(WARMUP_S * 1e9)
-    acks = array(
-        "d",
-        (
-            (at - sent) / 1e6
-            for sent, at in zip(published.sent, published.at, strict=True)
-            if sent >= warm
-        ),
-    )
-    ends = array(
-        "d",
-        (
-            (at - sent) / 1e6
-            for sent, at in zip(received.sent, received.at, strict=True)
-            if sent >= warm
-        ),
-    )
+    acks = [
+        (at - sent) / 1e6
+        for sent, at in zip(published.sent, published.at, strict=True)
+        if sent >= warm
+    ]
+    ends = [
+        (at - sent) / 1e6
+        for sent, at in zip(received.sent, received.at, strict=True)
+        if sent >= warm
+    ]
     return acks, ends
 
 
