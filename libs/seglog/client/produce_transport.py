@@ -17,9 +17,13 @@ A request lost after it was sent fails as a gRPC call cut short does (LEADER_NOT
 REQUEST_TIMED_OUT): the node may have written it, and the producer's retry (idempotent by
 default) settles it.
 
-The send itself blocks on its socket, so it runs on kept daemon threads, never on the
-sender thread: `send` answers a future at once, completed with the ProduceResponse, or with
-the SeglogError or grpc.RpcError that stood for it, as gRPC's own future is.
+`send` answers a future at once, completed with the ProduceResponse, or with the SeglogError
+or grpc.RpcError that stood for it, as gRPC's own future is. It is called from the sender
+thread alone. A request under a grant held and not due for renewal, with an idle plain-TCP
+connection to its leader, is carried by the sender thread itself without blocking
+(rpc/produce_selector.py: no hand-off between threads); its future completes in the
+sender's `selector.poll`. Anything that may block — a connection to open, a grant to ask
+for, TLS, the gateway — runs on kept daemon threads.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from ..errors import SeglogError
 from ..reused_threads import ReusedThreads
 from ..rpc.produce_connections import ProduceConnections
+from ..rpc.produce_selector import ProduceSelector
 from ..v1 import bulk_pb2, common_pb2
 from .gateway import GatewayClient
 
@@ -70,6 +75,9 @@ class ProduceTransport:
         self._connections = ProduceConnections(
             ssl_context=None if security is None else security.ssl_context(), traced=True
         )
+        # The sender thread's wait, and the requests it carries itself.
+        self.selector = ProduceSelector(self._connections.pool)
+        self._plain_tcp = self._connections.pool.ssl_context is None
         # As many as requests in flight, which the sender bounds (max in flight per node).
         self._threads = ReusedThreads("produce-send")
         self._grants: dict[str, _TopicGrants] = {}
@@ -87,11 +95,73 @@ class ProduceTransport:
                 request, timeout=timeout_s
             )
             return call
+        if self._plain_tcp:
+            carried = self._send_here(node_id, topic, request, timeout_s)
+            if carried is not None:
+                return carried
         return self._threads.submit(self._send, node_id, topic, request, timeout_s)
 
     def close(self) -> None:
         """After the sender stopped: nothing is in flight; idle threads end by themselves."""
+        self.selector.close()
         self._connections.close()
+
+    def _send_here(
+        self, node_id: int, topic: str, request: bytes, timeout_s: float
+    ) -> Future[common_pb2.ProduceResponse] | None:
+        """The request carried by the selector, when nothing about it blocks: a grant held
+        and not due for renewal, an idle connection to the node. None: it takes a thread."""
+        now_ms = _now_ms()
+        held = self._grants.get(topic)
+        if held is None or now_ms >= held.ask_again_at_ms:
+            return None
+        grant = held.by_node.get(node_id)
+        if grant is None or not grant.bulk_address or now_ms >= grant.expires_at_ms:
+            return None
+        taken = self._connections.pool.take_idle(node_id, grant.bulk_address)
+        if taken is None:
+            return None
+        node, connection = taken
+        future: Future[common_pb2.ProduceResponse] = Future()
+        deadline_s = time.monotonic() + timeout_s
+
+        def done(answer: bulk_pb2.BulkProduceAnswer | None, error: SeglogError | None) -> None:
+            if answer is None:
+                future.set_exception(error or SeglogError("a produce ended without an answer"))
+                return
+            try:
+                response = self._connections.settle(node, answer)
+            except SeglogError as exc:
+                future.set_exception(exc)
+                return
+            if response is None:  # the node refused the bulk path, nothing written
+                self._through_gateway(request, deadline_s - time.monotonic(), future)
+                return
+            self._count_direct()
+            future.set_result(common_pb2.ProduceResponse.FromString(response))
+
+        frame = connection.produce_frame(grant.grant, grant.signature, request, node_id=node_id)
+        self.selector.start(node, connection, frame, len(request), timeout_s, done)
+        return future
+
+    def _through_gateway(
+        self, request: bytes, timeout_s: float, future: Future[common_pb2.ProduceResponse]
+    ) -> None:
+        """`future` completed by the gateway's Produce of `request`."""
+        call = self.client.produce_raw.future(request, timeout=max(timeout_s, 0.001))
+
+        def answered(_: object) -> None:
+            error = call.exception()
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(call.result())
+
+        call.add_done_callback(answered)
+
+    def _count_direct(self) -> None:
+        with self._sent_lock:
+            self.sent_direct += 1
 
     def _send(
         self, node_id: int, topic: str, request: bytes, timeout_s: float
@@ -106,8 +176,7 @@ class ProduceTransport:
                 timeout_s,
             )
             if answer is not None:
-                with self._sent_lock:
-                    self.sent_direct += 1
+                self._count_direct()
                 parsed: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(answer)
                 return parsed
         response: common_pb2.ProduceResponse = self.client.produce_raw(request, timeout=timeout_s)

@@ -3,10 +3,12 @@ node and topic (sent as produce_transport.py says: straight to the leader, or th
 gateway), keeps up to `max_in_flight_requests_per_connection` in flight per node, and
 settles each batch when its answer comes back.
 
-Answers arrive on other threads (gRPC's, or the produce-send threads of the direct path) and
-are queued; the sender thread handles them itself, so the accumulator's deques and the
-callbacks are only ever touched from here (callbacks run on the sender thread, as in Kafka's
-producer: keep them short).
+The sender waits in its transport's selector (rpc/produce_selector.py), which reads the answers
+of the requests the sender thread carries itself; answers that arrive on other threads (gRPC's,
+or the produce-send threads of the direct path) are queued and wake it. Either way the sender
+thread handles them itself, so the accumulator's deques and the callbacks are only ever
+touched from here (callbacks run on the sender thread, as in Kafka's producer: keep them
+short).
 
 Idempotence (`enable_idempotence`, on by default as in Kafka): the sender takes a producer id
 from the gateway (InitProducerId) and numbers each partition's batches with sequences when
@@ -80,7 +82,7 @@ class Sender(threading.Thread):
         self.accumulator = accumulator
         self.metadata = metadata
         self.produce = produce
-        self._wakeup = threading.Event()
+        self._selector = produce.selector
         self._answers: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._in_flight: dict[int, int] = {}
         self._running = True
@@ -104,7 +106,7 @@ class Sender(threading.Thread):
         self.producer_id_resets = 0  # read by Producer.metrics
 
     def wakeup(self) -> None:
-        self._wakeup.set()
+        self._selector.wakeup()
 
     def initiate_close(self, *, force: bool) -> None:
         """Stop after what is queued is sent (or at once, failing it, when `force`)."""
@@ -127,8 +129,10 @@ class Sender(threading.Thread):
             self._run_once()
         for batch in self.accumulator.abort_all():
             self._fail(batch, SeglogError("the producer was closed before the batch was sent"))
+        self._handle_answers()
         while self.in_flight_requests:
-            self._handle_answers(block_s=self._request_timeout_s)
+            self._selector.poll(self._request_timeout_s)
+            self._handle_answers()
         self.accumulator.settle(self._take_settled(), time.monotonic())
 
     def _take_settled(self) -> Settlement:
@@ -136,7 +140,7 @@ class Sender(threading.Thread):
         return settled
 
     def _run_once(self) -> None:
-        self._handle_answers(block_s=0)
+        self._handle_answers()
         now = time.monotonic()
         check = self.accumulator.ready(now, self._take_settled())
         for batch in check.expired:  # settled with the next round
@@ -162,7 +166,7 @@ class Sender(threading.Thread):
                 self._sequences = {}
             except SeglogError as exc:
                 logger.warning("InitProducerId failed, retrying: %s", exc)
-                self._wakeup.wait(self.config.retry_backoff_ms / 1000)
+                self._selector.poll(self.config.retry_backoff_ms / 1000)
                 return
         for node_id in check.nodes:
             if self._in_flight.get(node_id, 0) >= limit:
@@ -173,8 +177,7 @@ class Sender(threading.Thread):
             wait_s = 0.0  # batches to hand back (expired, or acks=0): another round at once
         else:
             wait_s = min(check.wait_s, _IDLE_WAIT_S) if self._answers.empty() else 0
-        if self._wakeup.wait(wait_s):
-            self._wakeup.clear()
+        self._selector.poll(wait_s)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -218,19 +221,17 @@ class Sender(threading.Thread):
 
     def _post(self, handler: Callable[[], None]) -> None:
         self._answers.put(handler)
-        self._wakeup.set()
+        if threading.get_ident() != self.ident:
+            # Answered on another thread. One the selector read is taken at the next round.
+            self._selector.wakeup()
 
-    def _handle_answers(self, block_s: float) -> None:
-        try:
-            handler = self._answers.get(timeout=block_s) if block_s else self._answers.get_nowait()
-        except queue.Empty:
-            return
+    def _handle_answers(self) -> None:
         while True:
-            handler()
             try:
                 handler = self._answers.get_nowait()
             except queue.Empty:
                 return
+            handler()
 
     def _request_done(self, node_id: int) -> None:
         self._in_flight[node_id] -= 1

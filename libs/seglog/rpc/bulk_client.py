@@ -195,6 +195,49 @@ class BulkConnection:
             self.close()
         return answer
 
+    def produce_frame(
+        self, grant: bytes, signature: bytes, request: bytes, *, node_id: int
+    ) -> list[bytes]:
+        """The bytes of `produce`'s exchange, for a caller that writes them and reads the
+        answer itself without blocking (produce_selector.py: `send_nowait`, `recv_nowait`,
+        then `produce_answered`); the transfer's span starts now."""
+        message = bulk_pb2.BulkFetchRequest(
+            version=bulk_wire.BULK_PRODUCE_VERSION,
+            grant=grant,
+            signature=signature,
+            produce_length=len(request),
+        )
+        self._start_span("seglog.bulk.produce", message, node_id)
+        return bulk_wire.frame_message(message, request)
+
+    def send_nowait(self, buffers: list[memoryview]) -> int:
+        """How many bytes of `buffers` the socket took without waiting (0: it is full).
+        OSError when the connection failed."""
+        if self._sock.gettimeout() != 0.0:
+            self._sock.settimeout(0.0)  # `produce` sets its own timeout again
+        try:
+            return self._sock.sendmsg(buffers)
+        except BlockingIOError:
+            return 0
+
+    def recv_nowait(self, max_bytes: int) -> bytes | None:
+        """What the socket holds, up to `max_bytes`, without waiting: None when nothing yet,
+        b"" when the node closed the connection. OSError when it failed."""
+        if self._sock.gettimeout() != 0.0:
+            self._sock.settimeout(0.0)
+        try:
+            return self._sock.recv(max_bytes)
+        except BlockingIOError:
+            return None
+
+    def produce_answered(self, request_bytes: int, error: BaseException | None) -> None:
+        """A `produce_frame` exchange ended: with its answer (`error` None), or failed (the
+        connection is closed: it may hold part of an answer)."""
+        if error is not None:
+            self._fail(error, 0)
+            return
+        self._end_span(request_bytes, None)
+
     def cancel(self) -> None:
         """Ask the node to end the long poll in flight now (the gateway's relay, bulk.md):
         its answer, with what it has, still comes and is read as any answer. Any thread; on a

@@ -55,17 +55,12 @@ class BulkPool:
         """A connection to the node's listener at `address` for one request, with the pool
         it goes back to (`give_back`); None when the caller should use gRPC."""
         with self._lock:
-            if self._closed:
+            node = self._usable_node(node_id, address)
+            if node is None:
                 return None
-            node = self._node(node_id, address)
-            if node.refused_until > time.monotonic():
-                return None
-            while node.idle:
-                connection = node.idle.pop()
-                if not connection.peer_closed():
-                    return node, connection
-                connection.close()
-                node.connections -= 1
+            connection = self._idle_connection(node)
+            if connection is not None:
+                return node, connection
             if node.connections >= self.max_connections_per_node:
                 return None
             node.connections += 1
@@ -83,6 +78,33 @@ class BulkPool:
                 node.refused_until = time.monotonic() + RETRY_UNREACHABLE_AFTER_S
             return None
         return node, connection
+
+    def take_idle(self, node_id: int, address: str) -> tuple[NodePool, BulkConnection] | None:
+        """`take` without opening a connection (which blocks): None when none is idle."""
+        with self._lock:
+            node = self._usable_node(node_id, address)
+            if node is None:
+                return None
+            connection = self._idle_connection(node)
+            return None if connection is None else (node, connection)
+
+    def _usable_node(self, node_id: int, address: str) -> NodePool | None:
+        """The node's pool, None while the bulk path is not to be tried. Under the lock."""
+        if self._closed:
+            return None
+        node = self._node(node_id, address)
+        return None if node.refused_until > time.monotonic() else node
+
+    @staticmethod
+    def _idle_connection(node: NodePool) -> BulkConnection | None:
+        """An idle connection the node has not closed meanwhile. Under the lock."""
+        while node.idle:
+            connection = node.idle.pop()
+            if not connection.peer_closed():
+                return connection
+            connection.close()
+            node.connections -= 1
+        return None
 
     def give_back(self, node: NodePool, connection: BulkConnection) -> None:
         """Keep the connection for the next request; closed (it failed, or the node refused

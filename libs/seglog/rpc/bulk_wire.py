@@ -27,12 +27,35 @@ _JOIN_BELOW_BYTES = 64 * 1024
 
 def send_message(sock: socket.socket, message: Message, raw: bytes = b"") -> None:
     """The message, then `raw` (bytes its header announced, as a relayed produce's)."""
+    for data in frame_message(message, raw):
+        sock.sendall(data)
+
+
+def frame_message(message: Message, raw: bytes = b"") -> list[bytes]:
+    """`send_message`'s bytes, for a caller that writes them itself (a list: large raw
+    bytes are not copied)."""
     data = message.SerializeToString()
     if len(raw) < _JOIN_BELOW_BYTES:
-        sock.sendall(_LENGTH.pack(len(data)) + data + raw)
-        return
-    sock.sendall(_LENGTH.pack(len(data)) + data)
-    sock.sendall(raw)
+        return [_LENGTH.pack(len(data)) + data + raw]
+    return [_LENGTH.pack(len(data)) + data, raw]
+
+
+def parse_message(buffer: bytearray, cls: type[M]) -> M | None:
+    """The message `buffer` holds whole (and nothing after it), or None while it is still
+    short of it. ConnectionError: over the size limit, or bytes past the message."""
+    if len(buffer) < _LENGTH.size:
+        return None
+    (length,) = _LENGTH.unpack_from(buffer)
+    if length > MAX_MESSAGE_BYTES:
+        raise ConnectionError(f"a {length}-byte message is over the {MAX_MESSAGE_BYTES} limit")
+    end = _LENGTH.size + length
+    if len(buffer) < end:
+        return None
+    if len(buffer) > end:
+        raise ConnectionError(f"{len(buffer) - end} bytes after the answer, none asked for")
+    message: M = cls()
+    message.ParseFromString(bytes(buffer[_LENGTH.size :]))
+    return message
 
 
 def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:

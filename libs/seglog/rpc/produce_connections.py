@@ -27,9 +27,9 @@ import logging
 import ssl
 
 from ..errors import LeaderNotAvailableError, RequestTimedOutError, SeglogError
-from ..v1 import common_pb2
+from ..v1 import bulk_pb2, common_pb2
 from .bulk_client import BulkFetchError, BulkRelayTimeout
-from .bulk_pool import BulkPool
+from .bulk_pool import BulkPool, NodePool
 from .status import error_from_code
 
 logger = logging.getLogger(__name__)
@@ -80,6 +80,13 @@ class ProduceConnections:
             raise LeaderNotAvailableError(f"node {node_id} unavailable: {exc}") from None
         finally:
             self.pool.give_back(node, connection)  # closed on failure: then only counted out
+        return self.settle(node, answer)
+
+    def settle(self, node: NodePool, answer: bulk_pb2.BulkProduceAnswer) -> bytes | None:
+        """What the node's answer stands for: the ProduceResponse's bytes; None when it
+        refused the bulk path (nothing written: the caller uses gRPC, and the node is left
+        to it for RETRY_REFUSED_AFTER_S); SeglogError when it refused the request whole."""
+        node_id = node.node_id
         if answer.end:  # the grant or the framing refused: nothing was written
             logger.warning(
                 "node %d refuses bulk produce (%s): its produce goes over gRPC for %.0f s",
