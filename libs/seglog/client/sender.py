@@ -15,8 +15,8 @@ from the gateway (InitProducerId) and numbers each partition's batches with sequ
 they are first sent, so the leader recognises a retried batch and answers it with its
 original offsets instead of writing it twice. One request per partition is in flight at a
 time (the accumulator mutes a partition until its answer), so sequences reach the leader in
-order; it carries at most five new batches of the partition, or one retried batch (see the
-accumulator). An answer is believed only as far as its offsets go: batches past its last
+order; it carries the partition's new batches up to `max_request_size`, or one retried
+batch (see the accumulator). An answer is believed only as far as its offsets go: batches past its last
 offset are sent again, never acknowledged on trust. A batch that fails for good after it had
 its sequence abandons the producer id (logged, counted in `producer_id_resets`).
 
