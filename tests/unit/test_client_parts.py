@@ -2,6 +2,7 @@
 sender-side rounds, the assignors, the __consumer_offsets record formats, the fetcher's header
 walk."""
 
+import sys
 import threading
 import time
 
@@ -73,6 +74,41 @@ class _OneLeader:
 
     def cached(self, name):
         return TopicInfo(name, tuple(PartitionInfo(p, 1, 0) for p in range(2)))
+
+
+@pytest.mark.parametrize(
+    ("log_append_time_ms", "error"), [(-1, None), (77, None), (-1, RequestTimedOutError("late"))]
+)
+def test_callbacks_get_their_records_metadata_and_the_batch_holds_no_future(
+    log_append_time_ms, error
+):
+    config = ProducerConfig(batch_size=4096, buffer_memory=8192, linger_ms=0)
+    accumulator = RecordAccumulator(
+        config, BufferPool(config.buffer_memory, config.batch_size), _OneLeader()
+    )
+    calls = []
+
+    def callback(name):
+        return lambda metadata, exc: calls.append((name, metadata, exc))
+
+    accumulator.append("t", 0, None, b"a", 1000, None, callback("a"))  # opens the batch
+    assert accumulator.try_append("t", 0, None, b"b", 1001, None, None) is not None
+    c = accumulator.try_append("t", 0, b"k", b"c", 1002, [("h", b"v")], callback("c"))
+    assert sys.getrefcount(c) == 2  # this test's reference alone (and getrefcount's argument)
+    (plan,) = accumulator.drain(1, time.monotonic())
+    (batch,) = plan.batches[0]
+    assert batch.callbacks[:2] == [0, 1000] and batch.callbacks[3:5] == [2, 1002]
+    batch.complete(40, log_append_time_ms, error)
+    if error is not None:
+        assert calls == [("a", None, error), ("c", None, error)]
+    else:
+        stamp = [1000, 1002] if log_append_time_ms < 0 else [77, 77]
+        assert calls == [
+            ("a", ("t", 0, 40, stamp[0]), None),
+            ("c", ("t", 0, 42, stamp[1]), None),
+        ]
+        assert c.get(timeout=0) == ("t", 0, 42, stamp[1])  # the future agrees
+    assert batch.callbacks == []
 
 
 def test_a_settlement_requeues_retries_in_order_before_unmuting_and_returns_buffers():

@@ -4,6 +4,8 @@ record's, and nothing gets into a batch once it is sealed for sending (section()
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,8 +72,10 @@ def test_the_future_and_callback_are_the_records() -> None:
     assert (first.topic, first.partition, first[3], first[4]) == ("t", 3, 0, BASE_MS)
     assert (second.partition, second[3]) == (3, 1)
     assert abs(second[4] - __import__("time").time() * 1000) < 60_000  # now, when not given
+    # The record's index, timestamp and callback: not its future, which the caller may drop.
     callbacks = sticky["t"][4]
-    assert callbacks == [(second, callbacks[0][1])]
+    assert callbacks == [1, second[4], callbacks[2]] and callable(callbacks[2])
+    assert sys.getrefcount(second) == 2  # held by this test alone (and getrefcount's argument)
     assert first[0] is second[0] is sticky["t"][1]  # the batch's result resolves both
 
 

@@ -152,7 +152,7 @@ class RecordAccumulator:
                 RecordFuture, (batch.result, topic, batch.partition, count - 1, timestamp_ms)
             )
             if callback is not None:
-                batch.callbacks.append((future, callback))
+                batch.callbacks += (count - 1, timestamp_ms, callback)
             return future
         finally:
             self._release()

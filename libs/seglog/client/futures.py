@@ -68,6 +68,14 @@ class BatchResult:
     def is_done(self) -> bool:
         return self._done
 
+    def metadata(self, topic: str, partition: int, index: int, timestamp_ms: int) -> RecordMetadata:
+        """The metadata of the batch's record at `index`, sent with `timestamp_ms`."""
+        offset = self.base_offset + index if self.base_offset >= 0 else -1
+        append_time = self.log_append_time_ms
+        return RecordMetadata(
+            topic, partition, offset, timestamp_ms if append_time < 0 else append_time
+        )
+
     def wait(self, timeout_s: float | None) -> None:
         if not self._done:
             with _WAITERS_LOCK:
@@ -122,15 +130,8 @@ class RecordFuture(tuple):  # type: ignore[type-arg]
 
     def _metadata(self) -> RecordMetadata:
         result, topic, partition, index, timestamp_ms = self
-        offset = result.base_offset + index if result.base_offset >= 0 else -1
-        append_time = result.log_append_time_ms
-        return RecordMetadata(
-            topic, partition, offset, timestamp_ms if append_time < 0 else append_time
-        )
-
-    def _run_callback(self, callback: Callback) -> None:
-        error = self[0].error
-        callback(None if error is not None else self._metadata(), error)
+        metadata: RecordMetadata = result.metadata(topic, partition, index, timestamp_ms)
+        return metadata
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "pending"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from collections.abc import Iterator
+from typing import Any
 
 from crc32c import crc32c
 
@@ -51,7 +53,13 @@ class ProducerBatch:
         self.created_s = time.monotonic()
         self.attempts = 0
         self.retry_at_s = 0.0
-        self.callbacks: list[tuple[RecordFuture, Callback]] = []
+        # (index in the batch, timestamp, callback) of each record sent with a callback, three
+        # items in a row rather than its future: a future stays alive as long as its batch,
+        # and so survives the collector's young generations into the old one. Three
+        # collector-tracked objects per record in flight (future, pair, callback) made full
+        # collections of the sending process come every half second at 40,000 records/s,
+        # each 40-90 ms here; the index and timestamp are ints, which it does not track.
+        self.callbacks: list[object] = []
         # The encoded batch, set when the batch is closed for sending.
         self.data: memoryview | bytes | None = None
         self.record_count = 0
@@ -83,7 +91,7 @@ class ProducerBatch:
             return None
         future = RecordFuture.of(self.result, self.topic, self.partition, count - 1, timestamp_ms)
         if callback is not None:
-            self.callbacks.append((future, callback))
+            self.callbacks += (count - 1, timestamp_ms, callback)
         return future
 
     def is_full(self) -> bool:
@@ -132,10 +140,18 @@ class ProducerBatch:
         self, base_offset: int, log_append_time_ms: int, error: BaseException | None
     ) -> None:
         """Resolve every record's future and run the callbacks, in the order sent."""
-        self.result.set(base_offset, log_append_time_ms, error)
-        for future, callback in self.callbacks:
+        result = self.result
+        result.set(base_offset, log_append_time_ms, error)
+        topic, partition = self.topic, self.partition
+        triples: Iterator[Any] = iter(self.callbacks)
+        for index, timestamp_ms, callback in zip(triples, triples, triples, strict=True):
+            metadata = (
+                None
+                if error is not None
+                else result.metadata(topic, partition, index, timestamp_ms)
+            )
             try:
-                future._run_callback(callback)
+                callback(metadata, error)
             except Exception:  # a user callback must not stop the sender
                 logger.exception("a producer callback raised")
         # In place: a stale entry of the C path's may hold the list until its partition

@@ -16,9 +16,9 @@ they are first sent, so the leader recognises a retried batch and answers it wit
 original offsets instead of writing it twice. One request per partition is in flight at a
 time (the accumulator mutes a partition until its answer), so sequences reach the leader in
 order; it carries the partition's new batches up to `max_request_size`, or one retried
-batch (see the accumulator). An answer is believed only as far as its offsets go: batches past its last
-offset are sent again, never acknowledged on trust. A batch that fails for good after it had
-its sequence abandons the producer id (logged, counted in `producer_id_resets`).
+batch (see the accumulator). An answer is believed only as far as its offsets go: batches
+past its last offset are sent again, never acknowledged on trust. A batch that fails for good
+after it had its sequence abandons the producer id (logged, counted in `producer_id_resets`).
 
 Per batch: success resolves its futures with offsets counted from the partition's base offset;
 a retriable error (leader moved or down, node restarting, timeout) puts it back at the front of

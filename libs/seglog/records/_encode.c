@@ -46,8 +46,9 @@
  *         the same into open_entries[topic][partition_for_key(key, num_partitions)].
  * Each runs whole under the GIL and never lets it go: an append cannot interleave with a
  * section() that seals the batch, so a record is either in the sealed bytes or refused.
- * timestamp_ms None: now (CLOCK_REALTIME, as time.time_ns()). (future, callback) is added to
- * the entry's callbacks list when a callback is given.
+ * timestamp_ms None: now (CLOCK_REALTIME, as time.time_ns()). When a callback is given, the
+ * record's index in the batch, its timestamp and the callback are added to the entry's
+ * callbacks list, three items in a row (client/producer_batch.py says why not its future).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -636,13 +637,15 @@ static PyObject *write_and_register(Writer *w, PyObject *entry, const field *key
     PyTuple_SET_ITEM(future, 3, index);
     PyTuple_SET_ITEM(future, 4, stamp);
     if (callback != Py_None) {
-        PyObject *pair = PyTuple_Pack(2, future, callback);
-        if (pair == NULL || PyList_Append(PyTuple_GET_ITEM(entry, 4), pair) < 0) {
-            Py_XDECREF(pair);
+        PyObject *callbacks = PyTuple_GET_ITEM(entry, 4);
+        Py_ssize_t before = PyList_GET_SIZE(callbacks);
+        if (PyList_Append(callbacks, index) < 0 || PyList_Append(callbacks, stamp) < 0 ||
+            PyList_Append(callbacks, callback) < 0) {
+            /* Whole triples only: what was appended of this one is taken back. */
+            PyList_SetSlice(callbacks, before, PyList_GET_SIZE(callbacks), NULL);
             Py_DECREF(future);
             return NULL;
         }
-        Py_DECREF(pair);
     }
     return future;
 }
