@@ -168,16 +168,11 @@ class BulkConnection:
         node's refusal of the relay itself (nothing written; the connection is then closed).
         BulkFetchError (BulkRelayTimeout past `timeout_s`) when the connection fails once
         sending began: whether the node wrote the request is then unknown."""
-        message = bulk_pb2.BulkFetchRequest(
-            version=bulk_wire.BULK_PRODUCE_VERSION,
-            grant=grant,
-            signature=signature,
-            produce_length=len(request),
-        )
-        self._start_span("seglog.bulk.produce", message, node_id)
+        frame = self.produce_frame(grant, signature, request, node_id=node_id)
         try:
             self._sock.settimeout(timeout_s)
-            bulk_wire.send_message(self._sock, message, request)
+            for part in frame:
+                self._sock.sendall(part)
             answer = bulk_wire.recv_message(self._sock, bulk_pb2.BulkProduceAnswer)
             if answer is None:
                 raise ConnectionError("the node closed the connection before answering")
