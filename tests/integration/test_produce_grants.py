@@ -350,3 +350,28 @@ def test_a_node_out_of_request_memory_refuses_unread_and_the_records_go_through_
         assert _direct(producer) == 1
     assert memory.used_bytes == 0  # given back once answered
     assert consumed_values(cluster, "full", [0]) == [b"m0", b"m1"]
+
+
+def test_a_refusal_met_over_a_kept_connection_sends_the_records_through_the_gateway(
+    cluster, monkeypatch
+):
+    """The same refusal when the request rides a connection kept from an earlier one, which
+    the sender thread carries itself (rpc/produce_selector.py): nothing written by the
+    refusal, the records through the gateway, written once."""
+    cluster.admin.create_topic("refused-later", 1, 3)
+    memory = cluster.leader_of("refused-later", 0).bulk.produce.request_memory
+    through_gateway = GatewayProduces(cluster, monkeypatch)
+    with Producer(cluster.address, linger_ms=1) as producer:
+        _send_all(producer, "refused-later", [b"r0"], 1)
+        assert _direct(producer) == 1 and through_gateway.count == 0
+        carried = producer._transport.selector.started
+        monkeypatch.setattr(memory, "limit_bytes", 1000)
+        monkeypatch.setattr(memory, "wait_s", 0.05)
+        memory.acquire(1000)  # other requests' bytes, in flight
+        try:
+            _send_all(producer, "refused-later", [b"r1"], 1)
+        finally:
+            memory.release(1000)
+        assert producer._transport.selector.started == carried + 1  # over the kept connection
+        assert _direct(producer) == 1 and through_gateway.count == 1
+    assert consumed_values(cluster, "refused-later", [0]) == [b"r0", b"r1"]
