@@ -111,12 +111,8 @@ class ProduceTransport:
     ) -> Future[common_pb2.ProduceResponse] | None:
         """The request carried by the selector, when nothing about it blocks: a grant held
         and not due for renewal, an idle connection to the node. None: it takes a thread."""
-        now_ms = _now_ms()
-        held = self._grants.get(topic)
-        if held is None or now_ms >= held.ask_again_at_ms:
-            return None
-        grant = held.by_node.get(node_id)
-        if grant is None or not grant.bulk_address or now_ms >= grant.expires_at_ms:
+        grant = self._grant(topic, node_id, renew=False)
+        if grant is None or not grant.bulk_address:
             return None
         taken = self._connections.pool.take_idle(node_id, grant.bulk_address)
         if taken is None:
@@ -182,12 +178,15 @@ class ProduceTransport:
         response: common_pb2.ProduceResponse = self.client.produce_raw(request, timeout=timeout_s)
         return response
 
-    def _grant(self, topic: str, node_id: int) -> _NodeGrant | None:
+    def _grant(self, topic: str, node_id: int, *, renew: bool = True) -> _NodeGrant | None:
         """The node's grant for `topic`, asked for when there is none yet or it is time to
-        renew; None: the request goes through the gateway."""
+        renew; None: the request goes through the gateway (or, without `renew`, which never
+        blocks, takes a thread that may ask)."""
         held = self._grants.get(topic)
         grants = held if held is not None and _now_ms() < held.ask_again_at_ms else None
         if grants is None:
+            if not renew:
+                return None
             grants = self._renew(topic, held)
         grant = grants.by_node.get(node_id)
         return grant if grant is not None and _now_ms() < grant.expires_at_ms else None

@@ -54,7 +54,7 @@ def parse_message(buffer: bytearray, cls: type[M]) -> M | None:
     if len(buffer) > end:
         raise ConnectionError(f"{len(buffer) - end} bytes after the answer, none asked for")
     message: M = cls()
-    message.ParseFromString(bytes(buffer[_LENGTH.size :]))
+    message.ParseFromString(memoryview(buffer)[_LENGTH.size :])
     return message
 
 
