@@ -1,7 +1,11 @@
+import gc
 import signal
 import time
+from collections.abc import Iterator
 
 import pytest
+
+from services import long_lived
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -16,3 +20,18 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def settling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The cyclic collector as a server process has it (long_lived.enable()): what lives now
+    is settled at once, and settle() settles from then on; what the test froze is given back
+    after. A node tested inside the test process otherwise meets full collections that walk
+    the whole test run's heap, which no server process does."""
+    monkeypatch.setattr(long_lived, "_enabled", True)
+    monkeypatch.setattr(long_lived, "_settles", 0)  # no full pass comes by the count's chance
+    long_lived.settle()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -151,11 +151,14 @@ def stopping():
 
 @pytest.mark.slow  # hundreds of partitions created (and closed at the end)
 def test_a_node_keeps_its_session_while_applying_thousands_of_partitions(
-    tmp_path, registry, stopping
+    tmp_path, registry, stopping, settling
 ):
     """The answer that creates 2,000 partitions takes seconds to apply; meanwhile the node
     heartbeats on time, is never fenced, never registers again, and its heartbeats report
-    the offset received at once and the offset applied when done, without growing."""
+    the offset received at once and the offset applied when done, without growing. The
+    collector is a server's (`settling`): without it, CPython's own full collections walk
+    the whole test run's heap (0.5 s alone, near a second late in a full run), a stall no
+    node process has."""
     session_timeout_ms = 1500
     node = start_node(tmp_path, registry, session_timeout_ms)
     stopping.append(node)

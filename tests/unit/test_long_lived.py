@@ -28,16 +28,6 @@ OTHER_NODE_ID = 2
 
 
 @pytest.fixture
-def settling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """settle() on, as in a server process; what the test froze is given back after."""
-    monkeypatch.setattr(long_lived, "_enabled", True)
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-@pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
     logs = LogManager(LogManagerConfig(log_dirs=(str(tmp_path / "data"),)))
     manager = ReplicaManager(logs, node_id=NODE_ID)
