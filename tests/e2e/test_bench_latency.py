@@ -18,6 +18,7 @@ from bench.latency import (
     NODES,
     WARM_UP_RATE,
     _compare,
+    _settled_first,
     climbed_by_both,
     kafka_is_a_baseline,
     seglog_cluster,
@@ -191,3 +192,26 @@ def test_a_runs_samples_are_nothing_the_garbage_collector_walks() -> None:
     assert len(gc.get_referents(run.publish_ms)) + len(gc.get_referents(run.end_to_end_ms)) <= 2
     assert list(run.publish_ms) == [1.0] * 1000 and max(run.end_to_end_ms) == 2.0
     assert run.sustained
+
+
+def test_each_run_starts_with_what_came_before_out_of_the_collectors_view() -> None:
+    # What earlier runs and the bench left behind must not be walked by a full collection
+    # while a client is timed: by the time the runner runs, it is frozen, and what the run
+    # itself makes is still collected as usual.
+    class Kept:
+        pass
+
+    earlier = Kept()
+    seen: list[tuple[int, int, bool, bool]] = []
+
+    def runner(acks: int, rate: int) -> Run:
+        made_by_the_run = Kept()
+        walked = {id(o) for o in gc.get_objects()}
+        seen.append((acks, rate, id(earlier) in walked, id(made_by_the_run) in walked))
+        return Run([1.0], [1.0], 0.0)
+
+    try:
+        _settled_first(runner)(-1, 5_000)
+    finally:
+        gc.unfreeze()
+    assert seen == [(-1, 5_000, False, True)]
