@@ -85,5 +85,5 @@ def recv_message(sock: socket.socket, cls: type[M]) -> M | None:
     body = bytearray(length)
     recv_exactly_into(sock, memoryview(body))
     message: M = cls()
-    message.ParseFromString(bytes(body))
+    message.ParseFromString(body)  # parsing copies what it keeps: the buffer is free after
     return message
