@@ -12,8 +12,6 @@ topics, checked against the request's topic once it is read and before anything 
 
 from __future__ import annotations
 
-import socket
-
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
@@ -54,10 +52,14 @@ class BulkProduce:
         self.tls = tls
 
     def answer(
-        self, conn: socket.socket, request: bulk_pb2.BulkFetchRequest, peer_name: str | None
+        self,
+        receiver: bulk_wire.Receiver,
+        request: bulk_pb2.BulkFetchRequest,
+        peer_name: str | None,
     ) -> bool:
         """Serve one produce; False when it was refused as a whole for its grant, its
         framing or want of memory (the connection is then closed, its bytes unread)."""
+        conn = receiver.sock
         try:
             topics = self.check(request, peer_name)
             # Its bytes are reserved before one is read (queued.max.request.bytes).
@@ -72,7 +74,7 @@ class BulkProduce:
             return False
         try:
             raw = memoryview(bytearray(request.produce_length))
-            bulk_wire.recv_exactly_into(conn, raw)
+            receiver.exactly_into(raw)
             parent = propagate.extract(request.trace_context) if request.trace_context else None
             # The span ends before the answer goes out, as a gRPC server's does: once the
             # gateway has the answer, the node's span is already complete.

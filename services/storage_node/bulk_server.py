@@ -3,7 +3,8 @@ thread per connection, serving fetches whose transfer grant verifies, and produc
 under a produce grant (bulk_produce.py). Segment bytes go to the socket from the `.log` file
 by the storage layer (SegmentSlice.write_to -> FileRecords.write_to: `os.sendfile`, Kafka's
 transferTo): the node copies nothing in user space, except under TLS, where the bytes must be
-encrypted.
+encrypted, and for chunks too small to be worth the system calls (bulk_answer.py). Each
+connection's requests are read through one buffer (bulk_wire.Receiver).
 
 What is served is what the gRPC Fetch serves a consumer (ReplicaManager.fetch_states /
 wait_for_fetch / read_chunks): whole batches as stored, at least one, up to the max bytes,
@@ -38,6 +39,7 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
+from .bulk_answer import AnswerWriter
 from .bulk_produce import BulkProduce
 from .fetch_reads import CONSUMER, FetchChunk, counted
 from .node_metrics import NodeMetrics
@@ -183,16 +185,17 @@ class BulkServer:
                     self._verified(host)
                     _receive_timeout(conn, self.idle_timeout_s)
 
+            receiver = bulk_wire.Receiver(conn)
             while not self._stopping:
-                request = bulk_wire.recv_message(conn, bulk_pb2.BulkFetchRequest)
+                request = receiver.message(bulk_pb2.BulkFetchRequest)
                 if request is None:
                     return
                 if request.cancel and not unverified:
                     continue  # the relay gave up a poll answered since (peer_watch.py)
                 if request.version == bulk_wire.BULK_PRODUCE_VERSION:
-                    if not self.produce.answer(conn, request, peer_name):
+                    if not self.produce.answer(receiver, request, peer_name):
                         return
-                elif not self._answer(conn, request, peer_node_id, peer_name, verified):
+                elif not self._answer(receiver, request, peer_node_id, peer_name, verified):
                     return
                 verified()
         except (OSError, ConnectionError, SeglogError) as exc:
@@ -209,7 +212,7 @@ class BulkServer:
 
     def _answer(
         self,
-        conn: socket.socket,
+        receiver: bulk_wire.Receiver,
         request: bulk_pb2.BulkFetchRequest,
         peer_node_id: int | None,
         peer_name: str | None,
@@ -218,6 +221,7 @@ class BulkServer:
         """Serve one fetch, `verified` called once its grant checked out; False when it was
         refused (the connection is then closed)."""
         started = time.perf_counter()
+        conn = receiver.sock
         try:
             wanted, replica_id, relayed = self._check(request, peer_node_id, peer_name)
         except SeglogError as exc:
@@ -233,13 +237,13 @@ class BulkServer:
         parent = propagate.extract(request.trace_context) if request.trace_context else None
         span = tracer.start_span("seglog.bulk.serve", kind=trace.SpanKind.SERVER, context=parent)
         if not span.is_recording():
-            self._send_answer(conn, fetch, wanted, replica_id, started, relayed)
+            self._send_answer(receiver, fetch, wanted, replica_id, started, relayed)
             return True
         try:
             # Exceptions are judged below, not by the span: a peer that hung up is no error.
             with trace.use_span(span, record_exception=False, set_status_on_exception=False):
                 sent, answered = self._send_answer(
-                    conn, fetch, wanted, replica_id, started, relayed
+                    receiver, fetch, wanted, replica_id, started, relayed
                 )
         except OSError as exc:  # the fetcher closed its connection: a consumer that left
             span.set_attribute("seglog.peer_closed", True)
@@ -262,7 +266,7 @@ class BulkServer:
 
     def _send_answer(
         self,
-        conn: socket.socket,
+        receiver: bulk_wire.Receiver,
         fetch: common_pb2.FetchRequest,
         wanted: list[tuple[str, int, int, int, int, int]],
         replica_id: int,
@@ -272,21 +276,23 @@ class BulkServer:
         """Wait for and send one answer: the record bytes sent, and whether any partition
         was answered an error or a diverging epoch."""
         max_bytes = fetch.max_bytes or (1 << 31) - 1
+        answer = AnswerWriter(receiver.sock)
         if fetch.HasField("session_id"):
             found = self.replicas.session_fetch(
                 fetch, client_leader_epoch, lambda: not self._stopping
             )
-            bulk_wire.send_message(
-                conn,
-                bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error),
+            answer.message(
+                bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error)
             )
             chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
         else:
             states = self.replicas.fetch_states(wanted, replica_id)
-            if fetch.max_wait_ms > 0:
+            # Bytes already after a relayed poll's request can only be the gateway's cancel:
+            # it gave the poll up, which is answered at once with what there is.
+            if fetch.max_wait_ms > 0 and not (relayed and receiver.buffered()):
                 self._peer_watch.wait_for_fetch(
                     self.replicas,
-                    conn if relayed else None,
+                    receiver.sock if relayed else None,
                     states,
                     max(fetch.min_bytes, 0),
                     fetch.max_wait_ms,
@@ -296,9 +302,10 @@ class BulkServer:
         sent = 0
         problem = False
         for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):
-            sent += self._send_chunk(conn, chunk)
+            sent += send_chunk(answer, chunk)
             problem = problem or chunk.error is not None or chunk.diverging is not None
-        bulk_wire.send_message(conn, bulk_pb2.BulkFetchChunk(end=True))
+        answer.message(bulk_pb2.BulkFetchChunk(end=True))
+        answer.flush()
         return sent, problem
 
     def _check(
@@ -383,30 +390,30 @@ class BulkServer:
             )
         return wanted, replica_id, grant.fetch_relay
 
-    @staticmethod
-    def _send_chunk(conn: socket.socket, chunk: FetchChunk) -> int:
-        """Send one chunk; the record bytes it sent."""
-        header = bulk_pb2.BulkFetchChunk(
-            topic=chunk.topic,
-            partition=chunk.partition,
-            high_watermark=chunk.high_watermark,
-            log_start_offset=chunk.log_start_offset,
-            segment_base_offset=chunk.segment_base_offset,
-        )
-        if chunk.diverging is not None:
-            header.diverging_epoch, header.diverging_end_offset = chunk.diverging
-        if chunk.error is not None:
-            header.error = error_code_for(chunk.error)
-            header.error_message = str(chunk.error)
-            bulk_wire.send_message(conn, header)
-            return 0
-        found = chunk.found.segment_slice if chunk.found is not None else None
-        if found is None or not found.size:
-            bulk_wire.send_message(conn, header)
-            return 0
-        header.records_length = found.size
-        bulk_wire.send_message(conn, header)
-        return found.write_to(conn)
+
+def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:
+    """Add one chunk to the answer; the record bytes it sent."""
+    header = bulk_pb2.BulkFetchChunk(
+        topic=chunk.topic,
+        partition=chunk.partition,
+        high_watermark=chunk.high_watermark,
+        log_start_offset=chunk.log_start_offset,
+        segment_base_offset=chunk.segment_base_offset,
+    )
+    if chunk.diverging is not None:
+        header.diverging_epoch, header.diverging_end_offset = chunk.diverging
+    if chunk.error is not None:
+        header.error = error_code_for(chunk.error)
+        header.error_message = str(chunk.error)
+        answer.message(header)
+        return 0
+    found = chunk.found.segment_slice if chunk.found is not None else None
+    if found is None or not found.size:
+        answer.message(header)
+        return 0
+    header.records_length = found.size
+    answer.message(header)
+    return answer.records(found)
 
 
 def _certificate_name(conn: socket.socket) -> str | None:

@@ -21,6 +21,8 @@ from seglog.rpc import bulk_wire
 from seglog.rpc.bulk_client import BulkFetchError
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
+from services.storage_node.bulk_answer import COPY_BELOW_BYTES, AnswerWriter
+from services.storage_node.bulk_server import send_chunk
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.waiting import wait_until
@@ -272,25 +274,44 @@ def test_a_node_lost_mid_transfer_delivers_no_partial_batch(cluster):
     assert offsets == list(range(240))
 
 
-def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(cluster):
-    cluster.admin.create_topic("retained", 1, 1, configs={"segment.bytes": "100000"})
+@pytest.mark.parametrize(
+    "record_bytes",
+    [30_000, 1_000],  # slices past COPY_BELOW_BYTES go by sendfile, smaller ones are copied
+)
+def test_a_segment_deleted_during_a_transfer_is_still_sent_whole(
+    cluster, record_bytes, monkeypatch
+):
+    topic = f"retained-{record_bytes}"
+    cluster.admin.create_topic(topic, 1, 1, configs={"segment.bytes": "100000"})
+    per_batch = max(1, (COPY_BELOW_BYTES // 2) // record_bytes)
     for _ in range(10):
-        cluster.client.produce("retained", {0: make_batch([b"z" * 30_000])})
-    node = cluster.leader_of("retained", 0)
-    log = node.logs.get_log("retained", 0)
+        cluster.client.produce(topic, {0: make_batch([b"z" * record_bytes] * per_batch)})
+    node = cluster.leader_of(topic, 0)
+    log = node.logs.get_log(topic, 0)
     first_segment = log.segments[0]
     expected = first_segment.log.read(0, first_segment.size)
-    [state] = node.replicas.fetch_states([("retained", 0, 0, 1 << 20, -1, -1)])
-    chunk = next(iter(node.replicas.read_chunks([state], 1 << 20)))  # the first segment
+    max_bytes = (COPY_BELOW_BYTES - 1) if record_bytes < COPY_BELOW_BYTES else 1 << 20
+    [state] = node.replicas.fetch_states([(topic, 0, 0, max_bytes, -1, -1)])
+    chunk = next(iter(node.replicas.read_chunks([state], max_bytes)))  # the first segment
     log.delete_segments([first_segment])  # retention takes it out of the log meanwhile
     assert not first_segment.log.path.name.endswith(".log")
+    by_sendfile = []
+    real_write_to = FileRecords.write_to
+    monkeypatch.setattr(
+        FileRecords,
+        "write_to",
+        lambda self, *args: by_sendfile.append(args) or real_write_to(self, *args),
+    )
     sender, receiver = socket.socketpair()
     with sender, receiver:
-        node.bulk._send_chunk(sender, chunk)
+        answer = AnswerWriter(sender)
+        send_chunk(answer, chunk)
+        answer.flush()
         header = bulk_wire.recv_message(receiver, bulk_pb2.BulkFetchChunk)
         data = bytearray(header.records_length)
         bulk_wire.recv_exactly_into(receiver, memoryview(data))
     assert bytes(data) == expected[: header.records_length] and header.records_length > 0
+    assert bool(by_sendfile) == (header.records_length >= COPY_BELOW_BYTES)
 
 
 def test_the_node_copies_no_record_bytes_in_user_space(cluster, monkeypatch):

@@ -22,6 +22,7 @@ from seglog.rpc.bulk_client import BulkConnection
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import bulk_pb2, common_pb2
+from services.storage_node import bulk_server
 from tests.batches import make_batch
 from tests.cluster import CLUSTER_SECRET, LocalCluster
 from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
@@ -260,17 +261,17 @@ def _two_partitions_on_one_leader(cluster, topic: str) -> tuple[int, int, int]:
 
 def test_an_answer_cut_off_reads_as_the_nodes_loss_not_as_the_end(cluster, monkeypatch):
     node_id, first, second = _two_partitions_on_one_leader(cluster, "cut")
-    node = cluster.nodes[node_id]
-    send_chunk = node.bulk._send_chunk
+    send_chunk = bulk_server.send_chunk
     sent = []
 
-    def failing_second(conn, chunk):
+    def failing_second(answer, chunk):
         sent.append(chunk)
         if len(sent) == 2:
+            answer.flush()  # the first partition's chunk is on the wire, then the node is gone
             raise ConnectionResetError("the node went away mid-answer")
-        return send_chunk(conn, chunk)
+        return send_chunk(answer, chunk)
 
-    monkeypatch.setattr(node.bulk, "_send_chunk", failing_second)
+    monkeypatch.setattr(bulk_server, "send_chunk", failing_second)
     served = ServedFetches(cluster, monkeypatch)
     got = answered(fetch(cluster, [("cut", first, 0), ("cut", second, 0)]))
     # The first partition's records came; then both partitions read as the node's loss, as
@@ -381,6 +382,36 @@ def test_the_node_serves_the_relay_grant_as_a_consumer_at_the_named_epoch_only(c
         assert end.end and not end.error
 
 
+def test_a_relayed_poll_whose_cancel_came_with_it_is_answered_at_once(cluster):
+    # The node reads what the socket holds at once: the cancel may come off the wire with the
+    # poll itself, before any watch of the connection begins, and must still end the poll.
+    cluster.admin.create_topic("hasty", 1, 1)
+    cluster.client.produce("hasty", {0: make_batch([b"h"])})
+    leader = cluster.leader_of("hasty", 0)
+    epoch = cluster.gateway.registry.route("hasty", 0).leader_epoch
+    grant, signature, _ = grants.issue(CLUSTER_SECRET, leader.config.node_id, (), fetch_relay=True)
+    poll = _relayed_fetch(grant, signature, [("hasty", 0, epoch)])
+    poll.fetch.partitions[0].fetch_offset = 1  # the log's end: nothing to answer yet
+    poll.fetch.max_wait_ms = 300_000  # the most a fetch may wait
+    poll.fetch.min_bytes = 1
+    together = b"".join(
+        bulk_wire.frame_message(poll)
+        + bulk_wire.frame_message(bulk_pb2.BulkFetchRequest(cancel=True))
+    )
+    host, port = leader.bulk.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
+        sock.sendall(together)
+        chunks = []
+        while not chunks or not chunks[-1].end:  # a poll run whole would time this out
+            chunk = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
+            assert chunk is not None, "the node closed the connection"
+            chunks.append(chunk)
+        assert not any(c.records_length or c.error for c in chunks)
+        # The cancel was taken as such, not as a request: the connection serves the next.
+        [chunk, end] = _answer(sock, _relayed_fetch(grant, signature, [("hasty", 0, epoch)]))
+        assert chunk.records_length > 0 and end.end and not end.error
+
+
 def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_path, monkeypatch):
     cluster = LocalCluster(tmp_path, nodes=2, tls=True)
     try:
@@ -414,17 +445,18 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_pa
 def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(cluster, monkeypatch):
     node_id, first, second = _two_partitions_on_one_leader(cluster, "stalled")
     node = cluster.nodes[node_id]
-    send_chunk = node.bulk._send_chunk
+    send_chunk = bulk_server.send_chunk
     resume = threading.Event()
     sent = []
 
-    def stalling_second(conn, chunk):
+    def stalling_second(answer, chunk):
         sent.append(chunk)
         if len(sent) == 2:  # the node stalls mid-answer (paused, overloaded)
+            answer.flush()  # after the first partition's chunk went out
             resume.wait(DEADLINE_S)
-        return send_chunk(conn, chunk)
+        return send_chunk(answer, chunk)
 
-    monkeypatch.setattr(node.bulk, "_send_chunk", stalling_second)
+    monkeypatch.setattr(bulk_server, "send_chunk", stalling_second)
     relay = cluster.gateway.service.fetch_relay
     request = common_pb2.FetchRequest(max_wait_ms=0)
     for p in (first, second):

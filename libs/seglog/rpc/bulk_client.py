@@ -92,6 +92,7 @@ class BulkConnection:
     def __init__(self, address: str, sock: socket.socket, *, traced: bool) -> None:
         self.address = address
         self._sock = sock
+        self._receiver = bulk_wire.Receiver(sock)  # every read of the answers goes through it
         self._traced = traced
         self._spans: deque[trace.Span] = deque()  # the transfer span of each answer awaited
         self._closed = threading.Event()
@@ -134,9 +135,11 @@ class BulkConnection:
         return self._sock.fileno()
 
     def has_buffered_bytes(self) -> bool:
-        """Bytes already read off the socket and decrypted but not yet taken (TLS): a
-        selector does not see them, so an answer may be ready without the socket being
-        readable."""
+        """Bytes already read off the socket but not yet taken (the receiver's buffer, or
+        decrypted by TLS): a selector does not see them, so an answer may be ready without
+        the socket being readable."""
+        if self._receiver.buffered():
+            return True
         return isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0
 
     def send(
@@ -173,7 +176,7 @@ class BulkConnection:
             self._sock.settimeout(timeout_s)
             for part in frame:
                 self._sock.sendall(part)
-            answer = bulk_wire.recv_message(self._sock, bulk_pb2.BulkProduceAnswer)
+            answer = self._receiver.message(bulk_pb2.BulkProduceAnswer)
             if answer is None:
                 raise ConnectionError("the node closed the connection before answering")
             self._sock.settimeout(None)
@@ -276,7 +279,7 @@ class BulkConnection:
             if timeout_s is not None:
                 self._sock.settimeout(timeout_s)
             while True:
-                header = bulk_wire.recv_message(self._sock, bulk_pb2.BulkFetchChunk)
+                header = self._receiver.message(bulk_pb2.BulkFetchChunk)
                 if header is None:
                     raise ConnectionError("the node closed the connection mid-answer")
                 if header.end:
@@ -290,7 +293,7 @@ class BulkConnection:
                 records: memoryview | bytes = b""
                 if header.records_length:
                     records = memoryview(bytearray(header.records_length))
-                    bulk_wire.recv_exactly_into(self._sock, records)
+                    self._receiver.exactly_into(records)
                     received += header.records_length
                 yield BulkMessage(header, records)
         except (OSError, ConnectionError, DecodeError, BulkFetchError) as exc:

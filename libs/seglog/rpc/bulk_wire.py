@@ -70,8 +70,83 @@ def recv_exactly_into(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
+class Receiver:
+    """A connection's incoming bytes read through one buffer: each recv takes what the socket
+    holds, up to the buffer's size, so a message's length, its body and the small record
+    bytes after it (a chunk's, a relayed produce's) come in one system call rather than
+    three. Large record bytes go from the socket straight into their own buffer once what was
+    buffered is taken. Whoever reads the connection must read it through here: bytes may
+    wait in the buffer that a selector cannot see (`buffered`)."""
+
+    def __init__(self, sock: socket.socket, buffer_bytes: int = 32 * 1024) -> None:
+        self.sock = sock
+        self._buffer = bytearray(buffer_bytes)
+        self._view = memoryview(self._buffer)
+        self._start = 0
+        self._end = 0
+
+    def buffered(self) -> int:
+        """Bytes read off the socket and not yet taken."""
+        return self._end - self._start
+
+    def _fill(self) -> int:
+        """Read what the socket holds into the buffer, after what it holds already; the
+        bytes read (0: the peer closed the connection)."""
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._end == len(self._buffer):
+            kept = self._end - self._start
+            self._buffer[:kept] = self._view[self._start : self._end]
+            self._start, self._end = 0, kept
+        n = self.sock.recv_into(self._view[self._end :])
+        self._end += n
+        return n
+
+    def message(self, cls: type[M]) -> M | None:
+        """The next message, or None when the peer closed the connection between messages."""
+        while self.buffered() < _LENGTH.size:
+            if not self._fill():
+                if self.buffered():
+                    raise ConnectionError("connection closed inside a message's length")
+                return None
+        (length,) = _LENGTH.unpack_from(self._buffer, self._start)
+        if length > MAX_MESSAGE_BYTES:
+            raise ConnectionError(f"a {length}-byte message is over the {MAX_MESSAGE_BYTES} limit")
+        self._start += _LENGTH.size
+        message: M = cls()
+        if self.buffered() >= length:
+            message.ParseFromString(self._view[self._start : self._start + length])
+            self._start += length
+            return message
+        body = bytearray(length)
+        self.exactly_into(memoryview(body))
+        message.ParseFromString(body)
+        return message
+
+    def exactly_into(self, view: memoryview) -> None:
+        """Fill `view`: first from the buffer, the rest straight from the socket;
+        ConnectionError when the peer closes first."""
+        total = len(view)
+        taken = min(self.buffered(), total)
+        view[:taken] = self._view[self._start : self._start + taken]
+        self._start += taken
+        if taken < total:
+            if total - taken < len(self._buffer) // 2:
+                while self.buffered() < total - taken:
+                    if not self._fill():
+                        raise ConnectionError(
+                            f"connection closed after {taken + self.buffered()} of {total} bytes"
+                        )
+                view[taken:] = self._view[self._start : self._start + total - taken]
+                self._start += total - taken
+            else:
+                recv_exactly_into(self.sock, view[taken:])
+
+
 def recv_message(sock: socket.socket, cls: type[M]) -> M | None:
-    """The next message, or None when the peer closed the connection between messages."""
+    """The next message, or None when the peer closed the connection between messages; no
+    byte after it is read (two receives: for a reader that leaves the rest on the socket,
+    tests and tools; the node and the bulk client read through a Receiver)."""
     head = bytearray(_LENGTH.size)
     view = memoryview(head)
     first = sock.recv_into(view, len(head))

@@ -1,0 +1,59 @@
+"""A bulk fetch answer's bytes on their way out (bulk_server.py): its messages and small
+record bytes are gathered and go out together, one send for a whole answer at a steady rate.
+
+An answer to a follower or a consumer keeping up is a session header, a chunk header, a
+few KiB of records and the end message. Sent as they came, that was four sends, and the
+records' sendfile took two more system calls for the descriptor it sends from (a dup, a
+close). Each system call of a Python thread gives the interpreter's lock up and takes it
+back, which wakes and switches threads on a node serving many connections. Records below
+COPY_BELOW_BYTES are therefore read into the answer (a pread) and sent with it; larger ones
+still go by sendfile, with no copy in user space, after what was gathered before them."""
+
+from __future__ import annotations
+
+import socket
+
+from google.protobuf.message import Message
+
+from seglog.rpc import bulk_wire
+from seglog.storage.segment_reads import SegmentSlice
+
+# Record bytes below this are copied into the answer rather than sent by sendfile.
+COPY_BELOW_BYTES = 16 * 1024
+# What is gathered goes out once it comes to this much, so a large answer of small chunks is
+# not held whole in memory.
+FLUSH_AT_BYTES = 64 * 1024
+
+
+class AnswerWriter:
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self._parts: list[bytes] = []
+        self._size = 0
+
+    def message(self, message: Message) -> None:
+        for part in bulk_wire.frame_message(message):
+            self._add(part)
+
+    def records(self, found: SegmentSlice) -> int:
+        """The slice's bytes after what was added before; the bytes sent."""
+        if found.size < COPY_BELOW_BYTES:
+            self._add(found.read())
+            return found.size
+        self.flush()
+        return found.write_to(self.conn)
+
+    def flush(self) -> None:
+        """Send what was gathered."""
+        if not self._parts:
+            return
+        data = self._parts[0] if len(self._parts) == 1 else b"".join(self._parts)
+        self._parts = []
+        self._size = 0
+        self.conn.sendall(data)
+
+    def _add(self, data: bytes) -> None:
+        self._parts.append(data)
+        self._size += len(data)
+        if self._size >= FLUSH_AT_BYTES:
+            self.flush()
