@@ -1,5 +1,6 @@
-"""A bulk fetch answer's bytes on their way out (bulk_server.py): its messages and small
-record bytes are gathered and go out together, one send for a whole answer at a steady rate.
+"""A bulk fetch answer's bytes on their way out (bulk_server.py): each partition's chunk
+(`send_chunk`: its header, then its records), its messages and small record bytes gathered
+to go out together, one send for a whole answer at a steady rate.
 
 An answer to a follower or a consumer keeping up is a session header, a chunk header, a
 few KiB of records and the end message. Sent as they came, that was four sends, and the
@@ -16,7 +17,11 @@ import socket
 from google.protobuf.message import Message
 
 from seglog.rpc import bulk_wire
+from seglog.rpc.status import error_code_for
 from seglog.storage.segment_reads import SegmentSlice
+from seglog.v1 import bulk_pb2
+
+from .fetch_reads import FetchChunk
 
 # Record bytes below this are copied into the answer rather than sent by sendfile.
 COPY_BELOW_BYTES = 16 * 1024
@@ -57,3 +62,28 @@ class AnswerWriter:
         self._size += len(data)
         if self._size >= FLUSH_AT_BYTES:
             self.flush()
+
+
+def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:
+    """Add one chunk to the answer; the record bytes it sent."""
+    header = bulk_pb2.BulkFetchChunk(
+        topic=chunk.topic,
+        partition=chunk.partition,
+        high_watermark=chunk.high_watermark,
+        log_start_offset=chunk.log_start_offset,
+        segment_base_offset=chunk.segment_base_offset,
+    )
+    if chunk.diverging is not None:
+        header.diverging_epoch, header.diverging_end_offset = chunk.diverging
+    if chunk.error is not None:
+        header.error = error_code_for(chunk.error)
+        header.error_message = str(chunk.error)
+        answer.message(header)
+        return 0
+    found = chunk.found.segment_slice if chunk.found is not None else None
+    if found is None or not found.size:
+        answer.message(header)
+        return 0
+    header.records_length = found.size
+    answer.message(header)
+    return answer.records(found)

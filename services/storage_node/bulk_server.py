@@ -39,9 +39,9 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
-from .bulk_answer import AnswerWriter
+from .bulk_answer import AnswerWriter, send_chunk
 from .bulk_produce import BulkProduce
-from .fetch_reads import CONSUMER, FetchChunk, counted
+from .fetch_reads import CONSUMER, counted
 from .node_metrics import NodeMetrics
 from .peer_watch import PeerWatch
 from .replica_manager import ReplicaManager
@@ -389,31 +389,6 @@ class BulkServer:
                 )
             )
         return wanted, replica_id, grant.fetch_relay
-
-
-def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:
-    """Add one chunk to the answer; the record bytes it sent."""
-    header = bulk_pb2.BulkFetchChunk(
-        topic=chunk.topic,
-        partition=chunk.partition,
-        high_watermark=chunk.high_watermark,
-        log_start_offset=chunk.log_start_offset,
-        segment_base_offset=chunk.segment_base_offset,
-    )
-    if chunk.diverging is not None:
-        header.diverging_epoch, header.diverging_end_offset = chunk.diverging
-    if chunk.error is not None:
-        header.error = error_code_for(chunk.error)
-        header.error_message = str(chunk.error)
-        answer.message(header)
-        return 0
-    found = chunk.found.segment_slice if chunk.found is not None else None
-    if found is None or not found.size:
-        answer.message(header)
-        return 0
-    header.records_length = found.size
-    answer.message(header)
-    return answer.records(found)
 
 
 def _certificate_name(conn: socket.socket) -> str | None:

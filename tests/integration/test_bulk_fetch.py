@@ -21,8 +21,7 @@ from seglog.rpc import bulk_wire
 from seglog.rpc.bulk_client import BulkFetchError
 from seglog.storage.file_records import FileRecords
 from seglog.v1 import bulk_pb2, common_pb2
-from services.storage_node.bulk_answer import COPY_BELOW_BYTES, AnswerWriter
-from services.storage_node.bulk_server import send_chunk
+from services.storage_node.bulk_answer import COPY_BELOW_BYTES, AnswerWriter, send_chunk
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.waiting import wait_until
