@@ -2,9 +2,9 @@
 relay") on real clusters: a consumer's fetch through the gateway goes there and answers what
 the gRPC hop answers, and a Kafka client reads through it; a long poll waits on the node and
 wakes on an append; a fetch given up ends the node's wait and keeps its connection; a node
-that refuses the relay gets the fetch over gRPC; the node takes the relay's grant for
-consumer reads at a named leader epoch only, on a TLS cluster from the gateway's certificate
-only, and there not for a fetch spanning several nodes."""
+that refuses the relay gets the fetch over gRPC; on a TLS cluster the node takes the relay's
+grant from the gateway's certificate only, and the gateway relays no fetch spanning several
+nodes. The node's own checks of the grant are in test_relay_grant_at_node.py."""
 
 from __future__ import annotations
 
@@ -17,15 +17,16 @@ import grpc
 import pytest
 
 from seglog.records import iter_records
-from seglog.rpc import bulk_wire, grants
+from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
-from seglog.v1 import bulk_pb2, common_pb2
+from seglog.v1 import common_pb2
 from services.storage_node import bulk_server
 from tests.batches import make_batch
 from tests.cluster import CLUSTER_SECRET, LocalCluster
 from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
+from tests.relayed_fetch import answer_chunks, relayed_fetch
 
 DEADLINE_S = 20.0
 
@@ -315,103 +316,6 @@ def _without_fetch_relay(verify):
     return verify_as_before
 
 
-def _relayed_fetch(grant, signature, partitions, *, replica_id=None):
-    request = bulk_pb2.BulkFetchRequest(
-        version=bulk_wire.BULK_VERSION, grant=grant, signature=signature
-    )
-    for topic, partition, epoch in partitions:
-        p = request.fetch.partitions.add(
-            topic=topic, partition=partition, fetch_offset=0, partition_max_bytes=1 << 20
-        )
-        if epoch is not None:
-            p.current_leader_epoch = epoch
-    if replica_id is not None:
-        request.fetch.replica_id = replica_id
-    return request
-
-
-def _answer(sock, request):
-    """The chunks of one answer, up to its end chunk (included)."""
-    bulk_wire.send_message(sock, request)
-    chunks = []
-    while True:
-        chunk = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
-        assert chunk is not None, "the node closed the connection mid-answer"
-        if chunk.records_length:
-            bulk_wire.recv_exactly_into(sock, memoryview(bytearray(chunk.records_length)))
-        chunks.append(chunk)
-        if chunk.end:
-            return chunks
-
-
-def test_the_node_serves_the_relay_grant_as_a_consumer_at_the_named_epoch_only(cluster):
-    cluster.admin.create_topic("guarded", 1, 1)
-    cluster.client.produce("guarded", {0: make_batch([b"g"])})
-    leader = cluster.leader_of("guarded", 0)
-    node_id = leader.config.node_id
-    epoch = cluster.gateway.registry.route("guarded", 0).leader_epoch
-    grant, signature, _ = grants.issue(CLUSTER_SECRET, node_id, (), fetch_relay=True)
-    produce_grant, produce_signature, _ = grants.issue(
-        CLUSTER_SECRET, node_id, (), produce_relay=True
-    )
-    host, port = leader.bulk.address.rsplit(":", 1)
-    refusals = [
-        (_relayed_fetch(grant, signature, [("guarded", 0, None)]), "names no leader epoch"),
-        (
-            _relayed_fetch(grant, signature, [("guarded", 0, epoch)], replica_id=node_id),
-            "not the granted one",
-        ),
-        (
-            _relayed_fetch(produce_grant, produce_signature, [("guarded", 0, epoch)]),
-            "not granted",
-        ),
-    ]
-    for request, reason in refusals:
-        with socket.create_connection((host, int(port)), timeout=10) as sock:
-            [refusal] = _answer(sock, request)
-            assert refusal.error and reason in refusal.error_message
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        # A stale epoch is the partition's error, as over gRPC: the fetch is answered.
-        stale = _answer(sock, _relayed_fetch(grant, signature, [("guarded", 0, epoch + 1)]))
-        assert [common_pb2.ErrorCode.Name(c.error) for c in stale[:-1]] == [
-            "NOT_LEADER_OR_FOLLOWER"
-        ]
-        assert stale[-1].end and not stale[-1].error
-        [chunk, end] = _answer(sock, _relayed_fetch(grant, signature, [("guarded", 0, epoch)]))
-        assert chunk.error == common_pb2.NONE and chunk.records_length > 0
-        assert end.end and not end.error
-
-
-def test_a_relayed_poll_whose_cancel_came_with_it_is_answered_at_once(cluster):
-    # The node reads what the socket holds at once: the cancel may come off the wire with the
-    # poll itself, before any watch of the connection begins, and must still end the poll.
-    cluster.admin.create_topic("hasty", 1, 1)
-    cluster.client.produce("hasty", {0: make_batch([b"h"])})
-    leader = cluster.leader_of("hasty", 0)
-    epoch = cluster.gateway.registry.route("hasty", 0).leader_epoch
-    grant, signature, _ = grants.issue(CLUSTER_SECRET, leader.config.node_id, (), fetch_relay=True)
-    poll = _relayed_fetch(grant, signature, [("hasty", 0, epoch)])
-    poll.fetch.partitions[0].fetch_offset = 1  # the log's end: nothing to answer yet
-    poll.fetch.max_wait_ms = 300_000  # the most a fetch may wait
-    poll.fetch.min_bytes = 1
-    together = b"".join(
-        bulk_wire.frame_message(poll)
-        + bulk_wire.frame_message(bulk_pb2.BulkFetchRequest(cancel=True))
-    )
-    host, port = leader.bulk.address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=DEADLINE_S) as sock:
-        sock.sendall(together)
-        chunks = []
-        while not chunks or not chunks[-1].end:  # a poll run whole would time this out
-            chunk = bulk_wire.recv_message(sock, bulk_pb2.BulkFetchChunk)
-            assert chunk is not None, "the node closed the connection"
-            chunks.append(chunk)
-        assert not any(c.records_length or c.error for c in chunks)
-        # The cancel was taken as such, not as a request: the connection serves the next.
-        [chunk, end] = _answer(sock, _relayed_fetch(grant, signature, [("hasty", 0, epoch)]))
-        assert chunk.records_length > 0 and end.end and not end.error
-
-
 def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_path, monkeypatch):
     cluster = LocalCluster(tmp_path, nodes=2, tls=True)
     try:
@@ -436,7 +340,7 @@ def test_on_a_tls_cluster_only_the_gateways_certificate_may_relay_fetches(tmp_pa
         host, port = leader.bulk.address.rsplit(":", 1)
         plain = socket.create_connection((host, int(port)), timeout=10)
         with context.wrap_socket(plain, server_hostname=host) as sock:
-            [refusal] = _answer(sock, _relayed_fetch(grant, signature, [("tls", 0, epoch)]))
+            [refusal] = answer_chunks(sock, relayed_fetch(grant, signature, [("tls", 0, epoch)]))
             assert refusal.end and "gateway's certificate" in refusal.error_message
     finally:
         cluster.close()
