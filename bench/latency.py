@@ -27,7 +27,6 @@ SEGLOG_BENCH_LATENCY_S sets each run's length (default 8 s, WARMUP_S of it not c
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import tempfile
@@ -45,7 +44,7 @@ from .cluster import CLUSTER_SECRET_ENV
 from .kafka_clients import percentile
 from .kafka_protocol import apache_kafka
 from .latency_drivers import MAX_STOLEN_SHARE, Run, floor_run, kafka_run, seglog_run
-from .timing import StolenTime
+from .timing import StolenTime, settled_first
 
 DURATION_S = float(os.environ.get("SEGLOG_BENCH_LATENCY_S", 8.0))
 RATES = (1_000, 5_000, 20_000)
@@ -314,29 +313,8 @@ def _compare_kafka_protocol(
 Measured = dict[str, tuple[dict[int, Run], tuple[int, Run]]]  # acks -> (by rate, highest)
 
 
-def _settled_first(runner: Runner) -> Runner:
-    """`runner` once what earlier runs left is settled, whichever side's it was:
-    - the page cache they dirtied (gigabytes after the highest rates) is written back
-      (os.sync()), not by the kernel's flusher 30 s later in the middle of this run;
-    - this process's heap (every run's figures, both sides' clients, the bench itself) is
-      collected and moved out of the cyclic collector's view (gc.freeze), so the collector's
-      own full collections during the run walk only what the run made. Without it, one came
-      every run or two at 30,000-40,000/s and took 68-99 ms while a client was being timed,
-      seglog's most (its sender is a Python thread of this process; librdkafka's threads
-      are not, its delivery callbacks are): acks=all 30,000/s publish p99 52.8 ms in the run
-      that had a 99 ms one, 21.7-24.9 ms in the runs after a freeze."""
-
-    def run(acks: int, rate: int) -> Run:
-        os.sync()
-        gc.collect()
-        gc.freeze()
-        return runner(acks, rate)
-
-    return run
-
-
 def _measure(side: Runner, warm_p50_ms: float | None = None) -> tuple[list[float], Measured]:
-    runner = _settled_first(side)
+    runner = settled_first(side)
     warm_up_p50s = warm_up(runner, warm_p50_ms)
     measured: Measured = {}
     for acks_name, acks in ACKS.items():
@@ -355,7 +333,7 @@ def run(report: Callable[..., None]) -> None:
         root = Path(tmp)
         with bare_relay() as floor:
             meter = StolenTime()
-            floor_run = _settled_first(lambda _, rate: floor(rate))
+            floor_run = settled_first(lambda _, rate: floor(rate))
             floors = {rate: floor_run(0, rate) for rate in RATES}
             stolen["bare relay"] = meter.share()
         with apache_kafka(root / "kafka", NODES) as kafka_side:
@@ -389,7 +367,7 @@ def run(report: Callable[..., None]) -> None:
             stolen["seglog"] = meter.share()
             assert cluster.kafka_bootstrap is not None
             bootstrap = cluster.kafka_bootstrap
-            via_kafka_protocol = _settled_first(
+            via_kafka_protocol = settled_first(
                 lambda acks, rate: kafka_run(
                     bootstrap, "latency", PARTITIONS, acks, rate, DURATION_S
                 )

@@ -18,7 +18,6 @@ from bench.latency import (
     NODES,
     WARM_UP_RATE,
     _compare,
-    _settled_first,
     climbed_by_both,
     kafka_is_a_baseline,
     seglog_cluster,
@@ -26,7 +25,7 @@ from bench.latency import (
     warmed_up,
 )
 from bench.latency_drivers import MAX_STOLEN_SHARE, WARMUP_S, Run, kafka_run, seglog_run
-from bench.timing import StolenTime
+from bench.timing import StolenTime, settled_first
 from devtools.apache_kafka import KafkaBrokers
 from seglog.client.admin import Admin
 
@@ -211,7 +210,7 @@ def test_each_run_starts_with_what_came_before_out_of_the_collectors_view() -> N
         return Run([1.0], [1.0], 0.0)
 
     try:
-        _settled_first(runner)(-1, 5_000)
+        settled_first(runner)(-1, 5_000)
     finally:
         gc.unfreeze()
     assert seen == [(-1, 5_000, False, True)]
