@@ -15,6 +15,7 @@ from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import set_error
 from seglog.v1 import common_pb2
 
+from .answer_handoff import run_claimed
 from .node_metrics import NodeMetrics
 from .replica_manager import ACKS_ALL, ReplicaManager
 
@@ -25,7 +26,9 @@ def answer_produce(
     replicas: ReplicaManager, metrics: NodeMetrics, raw: bytes | memoryview
 ) -> common_pb2.ProduceResponse:
     """Append the request's batches (and, for acks=all, wait for the in-sync replicas);
-    the per-partition outcomes. SeglogError when the request is refused as a whole."""
+    the per-partition outcomes. SeglogError when the request is refused as a whole.
+    Followers' rounds the append claimed (inside `answer_handoff.claiming`) are answered
+    before the wait; with fewer acks they are the caller's, after its answer."""
     started = time.perf_counter()
     try:
         request = _scan_produce(raw)
@@ -39,6 +42,9 @@ def answer_produce(
         metrics.request("Append", started, {error_reason(exc): 1})
         raise
     if request.acks == ACKS_ALL:
+        # Followers' rounds this append answers on this thread (answer_handoff.py) go out
+        # before it waits for them to come back.
+        run_claimed()
         results = replicas.wait_for_replication(
             request.topic, results, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
         )

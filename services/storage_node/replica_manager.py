@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from seglog.errors import (
     NotLeaderError,
@@ -43,6 +44,7 @@ from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
+from .answer_handoff import AnswerHandoff
 from .delayed_produce import AppendResult, wait_for_replication
 from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
 from .fetch_sessions import SessionRound
@@ -363,8 +365,9 @@ class ReplicaManager:
         request: common_pb2.FetchRequest,
         client_epoch: Callable[[common_pb2.FetchPartition], int],
         is_active: Callable[[], bool],
+        handoff: AnswerHandoff[SessionRound, Any] | None = None,
     ) -> SessionRound:
-        return self.fetches.session_fetch(request, client_epoch, is_active)
+        return self.fetches.session_fetch(request, client_epoch, is_active, handoff)
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
         return read_chunks(states, max_bytes, self.chunk_bytes)
