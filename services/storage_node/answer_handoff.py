@@ -1,15 +1,19 @@
-"""A waiting follower fetch answered by the thread whose append made it answerable (Kafka's
+"""A waiting request answered by the thread whose work made it answerable (Kafka's
 DelayedOperation: `tryComplete` runs on whichever thread changed the partition, and the
-answer goes out from there).
+answer goes out from there). Two waits use it, both over the bulk path:
+- a follower's fetch round, answered by the thread that appended the records it waits for
+  (bulk_server.py, fetch_sessions.py);
+- an acks=all produce, answered by the thread serving the follower fetch that moved the high
+  watermark past its batches (bulk_produce.py, delayed_produce.py).
 
 An acks=all produce is answered once every in-sync follower has fetched its records and come
-back for more. Left to itself, the follower's waiting round is woken by the append and must
-then get the interpreter's lock and a CPU in its turn before it can send: one thread hand-off
-on the path of every acks=all produce, measured at 0.35 ms in the fast half of appends at
-5,000 records/s and 8 ms in the slowest 1% (a busy node's other threads ahead of it). The
-appending thread already holds the lock and the CPU, and the answer is a few KiB of records
-and its headers: it sends it itself, and the follower's thread only wakes to read the next
-request.
+back for more. Left to itself, each waiting request is woken by the change and must then get
+the interpreter's lock and a CPU in its turn before it can send: two thread hand-offs on the
+path of every acks=all produce. The follower round's was measured at 0.35 ms in the fast half
+of appends at 5,000 records/s and 8 ms in the slowest 1% (a busy node's other threads ahead
+of it). The thread that made the change already holds the lock and a CPU, and the answers
+are small (a few KiB of records and headers; a produce's offsets): it sends them itself,
+and the waiting thread only wakes to read its connection's next request.
 
 The protocol between the round's own thread (the owner) and an appender:
 - the owner `open`s the handoff before each wait, giving it `step`, which evaluates the round
@@ -23,8 +27,9 @@ The protocol between the round's own thread (the owner) and an appender:
   appender; or `error`, the appender's, raised on the owner's thread so the connection ends as
   if the owner had failed), or still its own.
 
-Only a thread that promised to run what it claims takes part (`claiming`): other appenders
-(the gRPC Append, the Kafka listener, a follower's own appends) wake the owner as before."""
+Only a thread that promised to run what it claims takes part (`claiming`: the bulk
+listener's produce and follower-fetch threads); other threads (the gRPC Append and Fetch,
+the Kafka listener, a follower's own appends) wake the owner as before."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
-from .answer_handoff import AnswerHandoff
+from .answer_handoff import AnswerHandoff, claiming
 from .bulk_answer import AnswerWriter, fits_unsent, send_chunk
 from .bulk_produce import BulkProduce
 from .fetch_reads import CONSUMER, FetchChunk, counted
@@ -323,9 +323,12 @@ class BulkServer:
             return self._write(conn, header(found), chunks, started, replica_id)
 
         handoff = None if self._ssl is not None else AnswerHandoff(send_here)
-        found = self.replicas.session_fetch(
-            fetch, client_leader_epoch, lambda: not self._stopping, handoff
-        )
+        # The round's fetch offsets may move a high watermark: the acks=all produces that
+        # waited for it are answered on this thread (answer_handoff.py), which is running.
+        with claiming():
+            found = self.replicas.session_fetch(
+                fetch, client_leader_epoch, lambda: not self._stopping, handoff
+            )
         if not found.answered_elsewhere:
             chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
             return self._write(conn, header(found), chunks, started, replica_id)

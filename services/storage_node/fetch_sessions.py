@@ -47,7 +47,7 @@ from typing import Any
 
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff
+from .answer_handoff import AnswerHandoff, run_claimed
 from .fetch_reads import FetchChunk, FetchState
 from .fetch_waits import PartitionWaiters, TopicPartition, Waiter
 from .partition import now_ms
@@ -329,6 +329,9 @@ def session_round(
             return found_elsewhere
 
         answer = step()
+        # The follower's fetch offsets may have moved a high watermark: acks=all produces
+        # this thread claimed are answered now, not after this round's wait.
+        run_claimed()
         session.handoff = handoff
         while answer is None:
             if handoff is not None:

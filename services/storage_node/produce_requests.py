@@ -8,6 +8,7 @@ well-formed fails the whole request before anything is written."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.metrics import error_reason
@@ -15,7 +16,8 @@ from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import set_error
 from seglog.v1 import common_pb2
 
-from .answer_handoff import run_claimed
+from .answer_handoff import AnswerHandoff, run_claimed
+from .delayed_produce import AppendResult
 from .node_metrics import NodeMetrics
 from .replica_manager import ACKS_ALL, ReplicaManager
 
@@ -23,17 +25,24 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 
 
 def answer_produce(
-    replicas: ReplicaManager, metrics: NodeMetrics, raw: bytes | memoryview
-) -> common_pb2.ProduceResponse:
+    replicas: ReplicaManager,
+    metrics: NodeMetrics,
+    raw: bytes | memoryview,
+    send_elsewhere: Callable[[common_pb2.ProduceResponse], object] | None = None,
+) -> common_pb2.ProduceResponse | None:
     """Append the request's batches (and, for acks=all, wait for the in-sync replicas);
     the per-partition outcomes. SeglogError when the request is refused as a whole.
     Followers' rounds the append claimed (inside `answer_handoff.claiming`) are answered
-    before the wait; with fewer acks they are the caller's, after its answer."""
+    before the wait; with fewer acks they are the caller's, after its answer.
+
+    With `send_elsewhere`, an acks=all answer may be built and sent by the thread whose
+    follower fetch moved the high watermark past the batches (answer_handoff.py): None
+    then, or that thread's error raised here, on the request's own thread."""
     started = time.perf_counter()
     try:
         request = _scan_produce(raw)
         check_produce_request(request)
-        results = replicas.append(
+        appended = replicas.append(
             request.topic,
             [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
             request.acks,
@@ -41,14 +50,31 @@ def answer_produce(
     except SeglogError as exc:
         metrics.request("Append", started, {error_reason(exc): 1})
         raise
-    if request.acks == ACKS_ALL:
-        # Followers' rounds this append answers on this thread (answer_handoff.py) go out
-        # before it waits for them to come back.
-        run_claimed()
-        results = replicas.wait_for_replication(
-            request.topic, results, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
+    if request.acks != ACKS_ALL:
+        return _response(metrics, request.topic, appended, started)
+    # Followers' rounds this append answers on this thread (answer_handoff.py) go out
+    # before it waits for them to come back.
+    run_claimed()
+    handoff: AnswerHandoff[list[AppendResult], object] | None = None
+    if send_elsewhere is not None:
+        handoff = AnswerHandoff(
+            lambda done: send_elsewhere(_response(metrics, request.topic, done, started))
         )
-    response = common_pb2.ProduceResponse(topic=request.topic)
+    replicated = replicas.wait_for_replication(
+        request.topic, appended, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS, handoff
+    )
+    if replicated is not None:
+        return _response(metrics, request.topic, replicated, started)
+    assert handoff is not None
+    if handoff.error is not None:
+        raise handoff.error
+    return None
+
+
+def _response(
+    metrics: NodeMetrics, topic: str, results: list[AppendResult], started: float
+) -> common_pb2.ProduceResponse:
+    response = common_pb2.ProduceResponse(topic=topic)
     for appended in results:
         result = response.partitions.add(partition=appended.partition)
         if appended.info is None:
@@ -61,7 +87,7 @@ def answer_produce(
         result.last_offset = info.last_offset
         result.log_append_time_ms = info.log_append_time_ms
         result.log_start_offset = info.log_start_offset
-    metrics.appended(request.topic, results, started)
+    metrics.appended(topic, results, started)
     return response
 
 

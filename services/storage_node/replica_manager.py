@@ -321,8 +321,12 @@ class ReplicaManager:
         return results
 
     def wait_for_replication(
-        self, topic: str, results: list[AppendResult], timeout_ms: int
-    ) -> list[AppendResult]:
+        self,
+        topic: str,
+        results: list[AppendResult],
+        timeout_ms: int,
+        handoff: AnswerHandoff[list[AppendResult], Any] | None = None,
+    ) -> list[AppendResult] | None:
         """acks=all: delayed_produce.py."""
         return wait_for_replication(
             self.partition_if_hosted,
@@ -331,6 +335,7 @@ class ReplicaManager:
             topic,
             results,
             timeout_ms,
+            handoff,
         )
 
     def wake_fetchers(self) -> None:

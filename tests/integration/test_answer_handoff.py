@@ -1,7 +1,9 @@
-"""Followers' fetch rounds answered by the thread whose append brought them records
+"""Waits answered by the thread that made them answerable
 (services/storage_node/answer_handoff.py), on a real three-node cluster whose followers fetch
-over the bulk path: the answers it sends are the answers, byte for byte in the followers'
-files, and an answer too large for it to send is left to the round's own thread, not lost."""
+and whose gateway produces over the bulk path: followers' rounds answered by the appending
+thread, byte for byte in the followers' files, an answer too large for it left to the round's
+own thread, not lost; and acks=all produces answered by the thread whose follower fetch moved
+the high watermark past them, with their own offsets."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ def test_rounds_waiting_at_an_acks_all_append_are_answered_by_its_thread_byte_fo
     assert leader.bulk is not None
     assert leader.bulk.rounds_answered_by_appenders > 0
     assert leader.bulk.rounds_left_by_appenders == 0
+    assert leader.bulk.produce.answers_sent_elsewhere > 0
     log = leader.replicas.partition(TOPIC, 0).log
     assert log.high_watermark == log.log_end_offset == 3 * appends
     wait_until(
@@ -79,4 +82,6 @@ def test_a_producer_acks_all_through_the_handoff_reads_back_every_record(cluster
     offsets = [f.result(10).offset for f in futures]
     assert offsets == list(range(2_000))
     leader = cluster.leader_of(TOPIC, 0)
-    assert leader.bulk is not None and leader.bulk.rounds_answered_by_appenders > 0
+    assert leader.bulk is not None
+    assert leader.bulk.rounds_answered_by_appenders > 0
+    assert leader.bulk.produce.answers_sent_elsewhere > 0
