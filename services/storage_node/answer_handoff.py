@@ -1,8 +1,8 @@
 """A waiting request answered by the thread whose work made it answerable (Kafka's
 DelayedOperation: `tryComplete` runs on whichever thread changed the partition, and the
 answer goes out from there). Two waits use it, both over the bulk path:
-- a follower's fetch round, answered by the thread that appended the records it waits for
-  (bulk_server.py, fetch_sessions.py);
+- a follower's fetch round, answered by the thread of the acks=all append that brought the
+  records it waits for (bulk_server.py, fetch_sessions.py, produce_requests.py);
 - an acks=all produce, answered by the thread serving the follower fetch that moved the high
   watermark past its batches (bulk_produce.py, delayed_produce.py).
 
@@ -27,9 +27,11 @@ The protocol between the round's own thread (the owner) and an appender:
   appender; or `error`, the appender's, raised on the owner's thread so the connection ends as
   if the owner had failed), or still its own.
 
-Only a thread that promised to run what it claims takes part (`claiming`: the bulk
-listener's produce and follower-fetch threads); other threads (the gRPC Append and Fetch,
-the Kafka listener, a follower's own appends) wake the owner as before."""
+Only a thread that promised to run what it claims takes part (`claiming`): an acks=all
+append's (produce_requests.py), and the bulk listener's follower-fetch threads. Other
+threads wake the owner as before: an acks=1 append's, whose own answer would wait behind the
+rounds it answered, and which at high rates gains from a round that, woken in its turn,
+carries several appends; the gRPC Fetch's; a follower's own appends."""
 
 from __future__ import annotations
 

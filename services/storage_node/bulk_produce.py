@@ -25,7 +25,6 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
-from .answer_handoff import claiming
 from .node_metrics import NodeMetrics
 from .produce_requests import answer_produce
 from .replica_manager import ReplicaManager
@@ -88,42 +87,39 @@ class BulkProduce:
             answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
             bulk_wire.send_message(conn, answer)
 
-        # Followers' rounds this append brings records are answered on this thread
-        # (answer_handoff.py): for acks=all before it waits for them, else after its answer.
-        with claiming():
-            try:
-                raw = memoryview(bytearray(request.produce_length))
-                receiver.exactly_into(raw)
-                parent = propagate.extract(request.trace_context) if request.trace_context else None
-                # The span ends before the answer goes out, as a gRPC server's does: once
-                # the gateway has the answer, the node's span is already complete. (Not for
-                # an answer sent elsewhere, which goes out first.)
-                with tracer.start_as_current_span(
-                    "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
-                ) as span:
-                    try:
-                        if topics is not None:
-                            check_granted_topic(raw, topics)
-                        response = answer_produce(
-                            self.replicas,
-                            self.metrics,
-                            raw,
-                            None if self.tls else send_elsewhere,
-                        )
-                        if response is None:  # sent by the thread that moved the watermark
-                            self.answers_sent_elsewhere += 1
-                            return True
-                        answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
-                    except SeglogError as exc:
-                        span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
-                        answer = bulk_pb2.BulkProduceAnswer(
-                            error=error_code_for(exc), error_message=str(exc)
-                        )
-            finally:
-                # Given back before the answer goes out: the request's bytes are done with,
-                # and whoever reads the answer finds them free.
-                reserved.release()
-            bulk_wire.send_message(conn, answer)
+        try:
+            raw = memoryview(bytearray(request.produce_length))
+            receiver.exactly_into(raw)
+            parent = propagate.extract(request.trace_context) if request.trace_context else None
+            # The span ends before the answer goes out, as a gRPC server's does: once
+            # the gateway has the answer, the node's span is already complete. (Not for
+            # an answer sent elsewhere, which goes out first.)
+            with tracer.start_as_current_span(
+                "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
+            ) as span:
+                try:
+                    if topics is not None:
+                        check_granted_topic(raw, topics)
+                    response = answer_produce(
+                        self.replicas,
+                        self.metrics,
+                        raw,
+                        None if self.tls else send_elsewhere,
+                    )
+                    if response is None:  # sent by the thread that moved the watermark
+                        self.answers_sent_elsewhere += 1
+                        return True
+                    answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
+                except SeglogError as exc:
+                    span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
+                    answer = bulk_pb2.BulkProduceAnswer(
+                        error=error_code_for(exc), error_message=str(exc)
+                    )
+        finally:
+            # Given back before the answer goes out: the request's bytes are done with,
+            # and whoever reads the answer finds them free.
+            reserved.release()
+        bulk_wire.send_message(conn, answer)
         return True
 
     def check(

@@ -16,7 +16,7 @@ from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import set_error
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff, run_claimed
+from .answer_handoff import AnswerHandoff, claiming
 from .delayed_produce import AppendResult
 from .node_metrics import NodeMetrics
 from .replica_manager import ACKS_ALL, ReplicaManager
@@ -32,8 +32,6 @@ def answer_produce(
 ) -> common_pb2.ProduceResponse | None:
     """Append the request's batches (and, for acks=all, wait for the in-sync replicas);
     the per-partition outcomes. SeglogError when the request is refused as a whole.
-    Followers' rounds the append claimed (inside `answer_handoff.claiming`) are answered
-    before the wait; with fewer acks they are the caller's, after its answer.
 
     With `send_elsewhere`, an acks=all answer may be built and sent by the thread whose
     follower fetch moved the high watermark past the batches (answer_handoff.py): None
@@ -42,19 +40,21 @@ def answer_produce(
     try:
         request = _scan_produce(raw)
         check_produce_request(request)
-        appended = replicas.append(
-            request.topic,
-            [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
-            request.acks,
-        )
+        entries = [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions]
+        if request.acks != ACKS_ALL:
+            appended = replicas.append(request.topic, entries, request.acks)
+        else:
+            # The followers' rounds waiting for these records are answered by this thread,
+            # which is running, before it waits for the followers to come back
+            # (answer_handoff.py). Not for fewer acks: the answer would wait behind them,
+            # and at high rates a round woken in its turn carries several appends.
+            with claiming():
+                appended = replicas.append(request.topic, entries, request.acks)
     except SeglogError as exc:
         metrics.request("Append", started, {error_reason(exc): 1})
         raise
     if request.acks != ACKS_ALL:
         return _response(metrics, request.topic, appended, started)
-    # Followers' rounds this append answers on this thread (answer_handoff.py) go out
-    # before it waits for them to come back.
-    run_claimed()
     handoff: AnswerHandoff[list[AppendResult], object] | None = None
     if send_elsewhere is not None:
         handoff = AnswerHandoff(

@@ -78,12 +78,16 @@ class NodeAnswerDrops:
         self._lock = threading.Lock()
         answer = bulk_produce.answer_produce
 
-        def dropping(*args, **kwargs):
-            response = answer(*args, **kwargs)
+        def dropping(replicas, metrics, raw, send_elsewhere=None):
             with self._lock:
-                if self._armed == 0:
-                    return response
-                self._armed -= 1
+                dropped = self._armed > 0
+                self._armed -= dropped
+            if not dropped:
+                return answer(replicas, metrics, raw, send_elsewhere)
+            # Answered here, never by the thread that moved the high watermark: this answer
+            # must not go out.
+            answer(replicas, metrics, raw)
+            with self._lock:
                 self.answers_dropped += 1
             raise ConnectionResetError("the answer is dropped on purpose")
 
