@@ -12,10 +12,7 @@ still go by sendfile, with no copy in user space, after what was gathered before
 
 from __future__ import annotations
 
-import fcntl
 import socket
-import struct
-import termios
 
 from google.protobuf.message import Message
 
@@ -31,12 +28,6 @@ COPY_BELOW_BYTES = 16 * 1024
 # What is gathered goes out once it comes to this much, so a large answer of small chunks is
 # not held whole in memory.
 FLUSH_AT_BYTES = 64 * 1024
-# The largest answer another thread may send on a connection's behalf (answer_handoff.py).
-# A follower reads each answer whole before it asks again, so when its socket holds nothing
-# unsent, an answer this size lands in the follower's receive buffer (128 KiB and up) at
-# once: the sending thread never waits for the follower.
-UNSENT_FITS_BYTES = 64 * 1024
-_UNSIGNED_INT = struct.Struct("I")
 
 
 class AnswerWriter:
@@ -71,20 +62,6 @@ class AnswerWriter:
         self._size += len(data)
         if self._size >= FLUSH_AT_BYTES:
             self.flush()
-
-
-def fits_unsent(conn: socket.socket, chunks: list[FetchChunk]) -> bool:
-    """Whether an answer of these chunks goes into the socket without waiting for its
-    reader: nothing sent before is still unsent or unacknowledged (TIOCOUTQ), and the record
-    bytes are at most UNSENT_FITS_BYTES."""
-    size = 0
-    for chunk in chunks:
-        found = chunk.found.segment_slice if chunk.found is not None else None
-        size += found.size if found is not None else 0
-    if size > UNSENT_FITS_BYTES:
-        return False
-    queued = fcntl.ioctl(conn.fileno(), termios.TIOCOUTQ, bytes(_UNSIGNED_INT.size))
-    return bool(_UNSIGNED_INT.unpack(queued)[0] == 0)
 
 
 def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:

@@ -12,8 +12,6 @@ topics, checked against the request's topic once it is read and before anything 
 
 from __future__ import annotations
 
-import threading
-
 from opentelemetry import propagate, trace
 
 from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
@@ -22,7 +20,7 @@ from seglog.rpc.channels import MAX_REQUEST_BYTES
 from seglog.rpc.status import error_code_for
 from seglog.security.certs import GATEWAY_IDENTITY
 from seglog.spans import EngineTracer
-from seglog.v1 import bulk_pb2, common_pb2
+from seglog.v1 import bulk_pb2
 from services.memory_pool import RequestMemoryPool
 
 from .node_metrics import NodeMetrics
@@ -52,9 +50,6 @@ class BulkProduce:
         # Produce requests' bytes in flight, whoever sends them (queued.max.request.bytes).
         self.request_memory = request_memory
         self.tls = tls
-        # acks=all answers sent by the thread whose follower fetch moved the high
-        # watermark past them (answer_handoff.py).
-        self.answers_sent_elsewhere = 0
 
     def answer(
         self,
@@ -77,38 +72,19 @@ class BulkProduce:
                 ),
             )
             return False
-        reserved = _Reserved(self.request_memory, request.produce_length)
-
-        def send_elsewhere(response: common_pb2.ProduceResponse) -> None:
-            """An acks=all answer sent by the thread whose follower fetch moved the high
-            watermark past its batches (answer_handoff.py). Not under TLS, whose socket
-            objects are not for two threads."""
-            reserved.release()
-            answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
-            bulk_wire.send_message(conn, answer)
-
         try:
             raw = memoryview(bytearray(request.produce_length))
             receiver.exactly_into(raw)
             parent = propagate.extract(request.trace_context) if request.trace_context else None
-            # The span ends before the answer goes out, as a gRPC server's does: once
-            # the gateway has the answer, the node's span is already complete. (Not for
-            # an answer sent elsewhere, which goes out first.)
+            # The span ends before the answer goes out, as a gRPC server's does: once the
+            # gateway has the answer, the node's span is already complete.
             with tracer.start_as_current_span(
                 "seglog.bulk.produce", kind=trace.SpanKind.SERVER, context=parent
             ) as span:
                 try:
                     if topics is not None:
                         check_granted_topic(raw, topics)
-                    response = answer_produce(
-                        self.replicas,
-                        self.metrics,
-                        raw,
-                        None if self.tls else send_elsewhere,
-                    )
-                    if response is None:  # sent by the thread that moved the watermark
-                        self.answers_sent_elsewhere += 1
-                        return True
+                    response = answer_produce(self.replicas, self.metrics, raw)
                     answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
                 except SeglogError as exc:
                     span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))
@@ -116,9 +92,9 @@ class BulkProduce:
                         error=error_code_for(exc), error_message=str(exc)
                     )
         finally:
-            # Given back before the answer goes out: the request's bytes are done with,
-            # and whoever reads the answer finds them free.
-            reserved.release()
+            # Given back before the answer goes out: the request's bytes are done with, and
+            # whoever reads the answer finds them free.
+            self.request_memory.release(request.produce_length)
         bulk_wire.send_message(conn, answer)
         return True
 
@@ -159,20 +135,3 @@ def check_granted_topic(raw: memoryview, topics: frozenset[str]) -> None:
             f"the produce grant names {sorted(topics)}, not {topic!r}: ask the gateway "
             f"(ProduceGrants) for this topic's"
         )
-
-
-class _Reserved:
-    """A request's bytes in the node's request memory, given back once, by whichever thread
-    is done with them first."""
-
-    def __init__(self, pool: RequestMemoryPool, size: int) -> None:
-        self._pool = pool
-        self._size = size
-        self._held = True
-        self._lock = threading.Lock()
-
-    def release(self) -> None:
-        with self._lock:
-            held, self._held = self._held, False
-        if held:
-            self._pool.release(self._size)

@@ -25,7 +25,7 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -39,11 +39,9 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
-from .answer_handoff import AnswerHandoff, claiming
-from .bulk_answer import AnswerWriter, fits_unsent, send_chunk
+from .bulk_answer import AnswerWriter, send_chunk
 from .bulk_produce import BulkProduce
-from .fetch_reads import CONSUMER, FetchChunk, counted
-from .fetch_sessions import SessionRound
+from .fetch_reads import CONSUMER, counted
 from .node_metrics import NodeMetrics
 from .peer_watch import PeerWatch
 from .replica_manager import ReplicaManager
@@ -102,10 +100,6 @@ class BulkServer:
         self.idle_timeout_s = idle_timeout_ms / 1000
         self._unverified: dict[str, int] = {}  # peer host -> connections yet to verify
         self.refused_connections = 0
-        # Followers' rounds whose answer the appending thread sent, or read and left to the
-        # round's own thread as too large to send for it (answer_handoff.py).
-        self.rounds_answered_by_appenders = 0
-        self.rounds_left_by_appenders = 0
         self._socket = socket.create_server((host, int(port)), reuse_port=False)
         self.host = host
         self.port = self._socket.getsockname()[1]
@@ -282,80 +276,29 @@ class BulkServer:
         """Wait for and send one answer: the record bytes sent, and whether any partition
         was answered an error or a diverging epoch."""
         max_bytes = fetch.max_bytes or (1 << 31) - 1
+        answer = AnswerWriter(receiver.sock)
         if fetch.HasField("session_id"):
-            return self._answer_session(receiver.sock, fetch, max_bytes, replica_id, started)
-        states = self.replicas.fetch_states(wanted, replica_id)
-        # Bytes already after a relayed poll's request can only be the gateway's cancel: it
-        # gave the poll up, which is answered at once with what there is.
-        if fetch.max_wait_ms > 0 and not (relayed and receiver.buffered()):
-            self._peer_watch.wait_for_fetch(
-                self.replicas,
-                receiver.sock if relayed else None,
-                states,
-                max(fetch.min_bytes, 0),
-                fetch.max_wait_ms,
-                lambda: not self._stopping,
-            )
-        chunks = self.replicas.read_chunks(states, max_bytes)
-        return self._write(receiver.sock, None, chunks, started, replica_id)
-
-    def _answer_session(
-        self,
-        conn: socket.socket,
-        fetch: common_pb2.FetchRequest,
-        max_bytes: int,
-        replica_id: int,
-        started: float,
-    ) -> tuple[int, bool]:
-        """A follower's fetch-session round. While it waits, the thread whose append brings
-        it records may send the answer itself (answer_handoff.py), when the answer surely
-        goes into the socket without blocking that thread (`fits_unsent`); else it leaves
-        the chunks it read to this thread. Not under TLS, whose socket objects are not for
-        two threads."""
-
-        def header(found: SessionRound) -> bulk_pb2.BulkFetchChunk:
-            return bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error)
-
-        def send_here(found: SessionRound) -> tuple[int, bool] | list[FetchChunk]:
-            chunks = list(found.answered(self.replicas.read_chunks(list(found.states), max_bytes)))
-            if not fits_unsent(conn, chunks):
-                return chunks
-            return self._write(conn, header(found), chunks, started, replica_id)
-
-        handoff = None if self._ssl is not None else AnswerHandoff(send_here)
-        # The round's fetch offsets may move a high watermark: the acks=all produces that
-        # waited for it are answered on this thread (answer_handoff.py), which is running.
-        with claiming():
             found = self.replicas.session_fetch(
-                fetch, client_leader_epoch, lambda: not self._stopping, handoff
+                fetch, client_leader_epoch, lambda: not self._stopping
             )
-        if not found.answered_elsewhere:
+            answer.message(
+                bulk_pb2.BulkFetchChunk(session_id=found.session_id, session_error=found.error)
+            )
             chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
-            return self._write(conn, header(found), chunks, started, replica_id)
-        assert handoff is not None
-        if handoff.error is not None:
-            raise handoff.error
-        outcome = handoff.outcome
-        if isinstance(outcome, list):  # read by the appender, left to this thread to send
-            self.rounds_left_by_appenders += 1
-            return self._write(conn, header(found), outcome, started, replica_id)
-        assert isinstance(outcome, tuple)
-        self.rounds_answered_by_appenders += 1
-        return outcome
-
-    def _write(
-        self,
-        conn: socket.socket,
-        header: bulk_pb2.BulkFetchChunk | None,
-        chunks: Iterable[FetchChunk],
-        started: float,
-        replica_id: int,
-    ) -> tuple[int, bool]:
-        """The answer's header (a session's), chunks and end: the record bytes sent, and
-        whether any partition was answered an error or a diverging epoch."""
-        answer = AnswerWriter(conn)
-        if header is not None:
-            answer.message(header)
+        else:
+            states = self.replicas.fetch_states(wanted, replica_id)
+            # Bytes already after a relayed poll's request can only be the gateway's cancel:
+            # it gave the poll up, which is answered at once with what there is.
+            if fetch.max_wait_ms > 0 and not (relayed and receiver.buffered()):
+                self._peer_watch.wait_for_fetch(
+                    self.replicas,
+                    receiver.sock if relayed else None,
+                    states,
+                    max(fetch.min_bytes, 0),
+                    fetch.max_wait_ms,
+                    lambda: not self._stopping,
+                )
+            chunks = self.replicas.read_chunks(states, max_bytes)
         sent = 0
         problem = False
         for chunk in counted(chunks, self.metrics, "BulkFetch", started, replica_id >= 0):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from seglog.errors import (
     NotEnoughReplicasAfterAppendError,
@@ -18,8 +17,7 @@ from seglog.errors import (
 )
 from seglog.storage.log import LogAppendInfo
 
-from .answer_handoff import AnswerHandoff
-from .fetch_waits import PartitionWaiters, TopicPartition, Waiter
+from .fetch_waits import PartitionWaiters, Waiter
 from .partition import Partition
 
 NO_EPOCH = -1
@@ -40,19 +38,14 @@ def wait_for_replication(
     topic: str,
     results: list[AppendResult],
     timeout_ms: int,
-    handoff: AnswerHandoff[list[AppendResult], Any] | None = None,
-) -> list[AppendResult] | None:
+) -> list[AppendResult]:
     """acks=all (Kafka's DelayedProduce): wait until the high watermark passes each
     partition's batches; then NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
     min.insync.replicas meanwhile, REQUEST_TIMED_OUT if the time ran out, and
     NOT_LEADER_OR_FOLLOWER if the leadership moved before that (as Kafka's
     checkEnoughReplicasReachOffset: a deposed leader's log may be truncated and refilled
     by the new leader, so its high watermark no longer says anything about these
-    batches; the producer retries at the new leader, which dedupes what it has).
-
-    With a `handoff`, the thread whose follower fetch moves the high watermark past the
-    batches may answer them itself (answer_handoff.py): None then, the handoff holding what
-    its `send` returned."""
+    batches; the producer retries at the new leader, which dedupes what it has)."""
     deadline = time.monotonic() + timeout_ms / 1000
     waiting = {r.partition: r for r in results if r.info is not None}
     deposed: set[int] = set()
@@ -70,55 +63,19 @@ def wait_for_replication(
             return True
         return held.log.high_watermark > result.info.last_offset
 
-    def step() -> list[AppendResult] | None:
-        nonlocal waiting
-        waiter.event.clear()
-        waiting = {p: r for p, r in waiting.items() if not replicated(r)}
-        if waiting and time.monotonic() < deadline and not is_stopping():
-            return None
-        return _outcomes(partition_if_hosted, topic, results, waiting, deposed, timeout_ms)
-
-    waiter = _ReplicationWaiter(handoff)
+    waiter = Waiter(wakes_on_records=False)  # the high watermark passing is what it waits for
     watched = [(topic, number) for number in waiting]
     waiters.register(waiter, watched)
     try:
-        found = step()
-        while found is None:
-            if handoff is not None:
-                handoff.open(step, waiter.event.set)
-            waiter.event.wait(max(deadline - time.monotonic(), 0))
-            if handoff is not None and handoff.close():
-                return None
-            found = step()
-        return found
+        while not is_stopping():
+            waiter.event.clear()
+            waiting = {p: r for p, r in waiting.items() if not replicated(r)}
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                break
+            waiter.event.wait(remaining)
     finally:
         waiters.unregister(waiter, watched)
-
-
-class _ReplicationWaiter(Waiter):
-    """Woken when the high watermark moves (not by records alone); claimed by the thread
-    that moved it, when the wait has a handoff and that thread answers what it claims."""
-
-    def __init__(self, handoff: AnswerHandoff[list[AppendResult], Any] | None) -> None:
-        super().__init__(wakes_on_records=False)
-        self.handoff = handoff
-
-    def notify(
-        self, partition: TopicPartition | None, *, records: bool = True, watermark: bool = True
-    ) -> None:
-        if watermark and self.handoff is not None and self.handoff.claim():
-            return
-        super().notify(partition, records=records, watermark=watermark)
-
-
-def _outcomes(
-    partition_if_hosted: Callable[[str, int], Partition | None],
-    topic: str,
-    results: list[AppendResult],
-    waiting: dict[int, AppendResult],
-    deposed: set[int],
-    timeout_ms: int,
-) -> list[AppendResult]:
     out = []
     for result in results:
         if result.info is None:

@@ -42,12 +42,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff, run_claimed
 from .fetch_reads import FetchChunk, FetchState
 from .fetch_waits import PartitionWaiters, TopicPartition, Waiter
 from .partition import now_ms
@@ -129,8 +127,6 @@ class FetchSession(Waiter):
         self.last_used = time.monotonic()
         self.last_request_ms = now_ms()  # Partition's clock
         self.waiting = False  # a request is being answered: the follower is fetching now
-        # The waiting round's, when an appender may answer it (answer_handoff.py).
-        self.handoff: AnswerHandoff[SessionRound, Any] | None = None
         self._lock = threading.Lock()
         self._changed: set[TopicPartition] = set()
         self._all_changed = False
@@ -147,9 +143,6 @@ class FetchSession(Waiter):
         # A new watermark alone answers no round (session_round): noted for the round's end
         # or the next records, without waking the round only to wait again.
         if records:
-            handoff = self.handoff
-            if handoff is not None and handoff.claim():
-                return  # the appending thread answers the round (answer_handoff.py)
             super().notify(partition)
 
     def take_changed(self) -> set[TopicPartition]:
@@ -179,7 +172,6 @@ class SessionRound:
     error: common_pb2.FetchSessionError = common_pb2.FETCH_SESSION_NONE
     states: Sequence[FetchState] = ()
     session: FetchSession | None = None
-    answered_elsewhere: bool = False  # by the thread whose append brought its news
 
     def answered(self, chunks: Iterable[FetchChunk]) -> Iterator[FetchChunk]:
         """The chunks, remembering what each partition was answered as they are sent."""
@@ -233,15 +225,13 @@ class FetchSessionCache:
             session.last_used = time.monotonic()
             return session
 
-    def of_replica(self, replica_id: int) -> list[FetchSession]:
-        with self._lock:
-            return [s for s in self._sessions.values() if s.replica_id == replica_id]
-
     def caught_up_ms(self, replica_id: int, tp: TopicPartition, offset: int) -> int | None:
         """When `replica_id` last fetched `tp` at `offset` through its session (now, while
         a request of the session is answered), or None when its session does not hold it
         there."""
-        for session in self.of_replica(replica_id):
+        with self._lock:
+            found = [s for s in self._sessions.values() if s.replica_id == replica_id]
+        for session in found:
             held = session.partitions.get(tp)
             if held is not None and held.fetch_offset == offset and not session.closed:
                 return now_ms() if session.waiting else session.last_request_ms
@@ -275,14 +265,9 @@ def session_round(
     evaluate: Callable[[list[tuple[str, int, int, int, int, int]], int], list[FetchState]],
     client_epoch: Callable[[common_pb2.FetchPartition], int],
     is_active: Callable[[], bool],
-    handoff: AnswerHandoff[SessionRound, Any] | None = None,
 ) -> SessionRound:
     """Serve one session request: open or find the session, apply the request's partitions,
-    and wait (up to max_wait_ms) until some of the session's partitions have news.
-
-    With a `handoff`, a thread whose append brings the news may answer the round itself
-    (answer_handoff.py): the round then comes back answered (`handoff.close()` said so, and
-    the handoff holds what its `send` returned)."""
+    and wait (up to max_wait_ms) until some of the session's partitions have news."""
     if request.session_id == 0:
         if request.session_epoch != 0:
             return SessionRound(0, common_pb2.INVALID_FETCH_SESSION_EPOCH)
@@ -305,45 +290,20 @@ def session_round(
         # or at the wait's end. A follower learns the high watermark one round late, as in
         # Kafka; an acks=all produce costs each follower one round instead of two.
         waiting_watermarks: set[TopicPartition] = set()
-
-        def step() -> SessionRound | None:
-            nonlocal candidates, waiting_watermarks
+        while True:
             news = _news(session, candidates | waiting_watermarks, replica_id, evaluate)
-            candidates = set()
+            remaining = deadline - time.monotonic()
             if (
-                time.monotonic() >= deadline
+                remaining <= 0
                 or session.closed
                 or not is_active()
                 or any(_urgent(session, state) for state in news)
             ):
                 return SessionRound(session.id, states=news, session=session)
             waiting_watermarks = {(n.topic, n.partition) for n in news}
-            return None
-
-        found_elsewhere: SessionRound | None = None
-
-        def step_with_changes() -> SessionRound | None:
-            nonlocal candidates, found_elsewhere
+            session.event.wait(remaining)
             candidates = session.take_changed()
-            found_elsewhere = step()
-            return found_elsewhere
-
-        answer = step()
-        # The follower's fetch offsets may have moved a high watermark: acks=all produces
-        # this thread claimed are answered now, not after this round's wait.
-        run_claimed()
-        session.handoff = handoff
-        while answer is None:
-            if handoff is not None:
-                handoff.open(step_with_changes, session.event.set)
-            session.event.wait(max(deadline - time.monotonic(), 0))
-            if handoff is not None and handoff.close():
-                answered = found_elsewhere or SessionRound(session.id, session=session)
-                return replace(answered, answered_elsewhere=True)
-            answer = step_with_changes()
-        return answer
     finally:
-        session.handoff = None
         session.last_request_ms = now_ms()  # the answer is what it fetched
         session.waiting = False
 

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from seglog.errors import InvalidRequestError, OffsetOutOfRangeError, SeglogError
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff
 from .fetch_reads import CONSUMER, FetchState, available_bytes
 from .fetch_sessions import FetchSessionCache, SessionRound, session_round
 from .fetch_waits import PartitionWaiters, Waiter
@@ -131,11 +129,9 @@ class LeaderFetches:
         request: common_pb2.FetchRequest,
         client_epoch: Callable[[common_pb2.FetchPartition], int],
         is_active: Callable[[], bool],
-        handoff: AnswerHandoff[SessionRound, Any] | None = None,
     ) -> SessionRound:
         """A follower's fetch-session request (fetch_sessions.py): the session header and
-        the states with news, after waiting for some up to `max_wait_ms` (or answered by
-        the appender that brought them, through `handoff`)."""
+        the states with news, after waiting for some up to `max_wait_ms`."""
         if not request.HasField("replica_id") or request.replica_id < 0:
             raise InvalidRequestError("fetch sessions are for replica fetches only")
         return session_round(
@@ -145,7 +141,6 @@ class LeaderFetches:
             self.fetch_states,
             client_epoch,
             lambda: is_active() and not self._is_stopping(),
-            handoff,
         )
 
     def note_idle_followers(self, held: Partition) -> None:

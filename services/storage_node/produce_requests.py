@@ -8,7 +8,6 @@ well-formed fails the whole request before anything is written."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.metrics import error_reason
@@ -16,8 +15,6 @@ from seglog.rpc import check_produce_request, client_leader_epoch, wire
 from seglog.rpc.status import set_error
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff, claiming
-from .delayed_produce import AppendResult
 from .node_metrics import NodeMetrics
 from .replica_manager import ACKS_ALL, ReplicaManager
 
@@ -25,56 +22,27 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 
 
 def answer_produce(
-    replicas: ReplicaManager,
-    metrics: NodeMetrics,
-    raw: bytes | memoryview,
-    send_elsewhere: Callable[[common_pb2.ProduceResponse], object] | None = None,
-) -> common_pb2.ProduceResponse | None:
+    replicas: ReplicaManager, metrics: NodeMetrics, raw: bytes | memoryview
+) -> common_pb2.ProduceResponse:
     """Append the request's batches (and, for acks=all, wait for the in-sync replicas);
-    the per-partition outcomes. SeglogError when the request is refused as a whole.
-
-    With `send_elsewhere`, an acks=all answer may be built and sent by the thread whose
-    follower fetch moved the high watermark past the batches (answer_handoff.py): None
-    then, or that thread's error raised here, on the request's own thread."""
+    the per-partition outcomes. SeglogError when the request is refused as a whole."""
     started = time.perf_counter()
     try:
         request = _scan_produce(raw)
         check_produce_request(request)
-        entries = [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions]
-        if request.acks != ACKS_ALL:
-            appended = replicas.append(request.topic, entries, request.acks)
-        else:
-            # The followers' rounds waiting for these records are answered by this thread,
-            # which is running, before it waits for the followers to come back
-            # (answer_handoff.py). Not for fewer acks: the answer would wait behind them,
-            # and at high rates a round woken in its turn carries several appends.
-            with claiming():
-                appended = replicas.append(request.topic, entries, request.acks)
+        results = replicas.append(
+            request.topic,
+            [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
+            request.acks,
+        )
     except SeglogError as exc:
         metrics.request("Append", started, {error_reason(exc): 1})
         raise
-    if request.acks != ACKS_ALL:
-        return _response(metrics, request.topic, appended, started)
-    handoff: AnswerHandoff[list[AppendResult], object] | None = None
-    if send_elsewhere is not None:
-        handoff = AnswerHandoff(
-            lambda done: send_elsewhere(_response(metrics, request.topic, done, started))
+    if request.acks == ACKS_ALL:
+        results = replicas.wait_for_replication(
+            request.topic, results, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS
         )
-    replicated = replicas.wait_for_replication(
-        request.topic, appended, request.timeout_ms or DEFAULT_PRODUCE_TIMEOUT_MS, handoff
-    )
-    if replicated is not None:
-        return _response(metrics, request.topic, replicated, started)
-    assert handoff is not None
-    if handoff.error is not None:
-        raise handoff.error
-    return None
-
-
-def _response(
-    metrics: NodeMetrics, topic: str, results: list[AppendResult], started: float
-) -> common_pb2.ProduceResponse:
-    response = common_pb2.ProduceResponse(topic=topic)
+    response = common_pb2.ProduceResponse(topic=request.topic)
     for appended in results:
         result = response.partitions.add(partition=appended.partition)
         if appended.info is None:
@@ -87,7 +55,7 @@ def _response(
         result.last_offset = info.last_offset
         result.log_append_time_ms = info.log_append_time_ms
         result.log_start_offset = info.log_start_offset
-    metrics.appended(topic, results, started)
+    metrics.appended(request.topic, results, started)
     return response
 
 

@@ -28,7 +28,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from seglog.errors import (
     NotLeaderError,
@@ -44,7 +43,6 @@ from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
-from .answer_handoff import AnswerHandoff
 from .delayed_produce import AppendResult, wait_for_replication
 from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
 from .fetch_sessions import SessionRound
@@ -321,12 +319,8 @@ class ReplicaManager:
         return results
 
     def wait_for_replication(
-        self,
-        topic: str,
-        results: list[AppendResult],
-        timeout_ms: int,
-        handoff: AnswerHandoff[list[AppendResult], Any] | None = None,
-    ) -> list[AppendResult] | None:
+        self, topic: str, results: list[AppendResult], timeout_ms: int
+    ) -> list[AppendResult]:
         """acks=all: delayed_produce.py."""
         return wait_for_replication(
             self.partition_if_hosted,
@@ -335,7 +329,6 @@ class ReplicaManager:
             topic,
             results,
             timeout_ms,
-            handoff,
         )
 
     def wake_fetchers(self) -> None:
@@ -370,9 +363,8 @@ class ReplicaManager:
         request: common_pb2.FetchRequest,
         client_epoch: Callable[[common_pb2.FetchPartition], int],
         is_active: Callable[[], bool],
-        handoff: AnswerHandoff[SessionRound, Any] | None = None,
     ) -> SessionRound:
-        return self.fetches.session_fetch(request, client_epoch, is_active, handoff)
+        return self.fetches.session_fetch(request, client_epoch, is_active)
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
         return read_chunks(states, max_bytes, self.chunk_bytes)

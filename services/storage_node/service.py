@@ -81,11 +81,9 @@ class StorageNodeService:
         out of it as `records`). produce_requests.py does the rest, as for the gateway's
         relay over the bulk listener."""
         try:
-            response = answer_produce(self.replicas, self.metrics, raw)
+            return answer_produce(self.replicas, self.metrics, raw)
         except SeglogError as exc:
             abort(context, exc)
-        assert response is not None  # answered here: no one else may send it
-        return response
 
     # -- Fetch ---------------------------------------------------------------------------
 

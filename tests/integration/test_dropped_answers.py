@@ -78,16 +78,12 @@ class NodeAnswerDrops:
         self._lock = threading.Lock()
         answer = bulk_produce.answer_produce
 
-        def dropping(replicas, metrics, raw, send_elsewhere=None):
+        def dropping(*args, **kwargs):
+            response = answer(*args, **kwargs)
             with self._lock:
-                dropped = self._armed > 0
-                self._armed -= dropped
-            if not dropped:
-                return answer(replicas, metrics, raw, send_elsewhere)
-            # Answered here, never by the thread that moved the high watermark: this answer
-            # must not go out.
-            answer(replicas, metrics, raw)
-            with self._lock:
+                if self._armed == 0:
+                    return response
+                self._armed -= 1
                 self.answers_dropped += 1
             raise ConnectionResetError("the answer is dropped on purpose")
 

@@ -43,8 +43,8 @@ class SessionRequests:
         self._lock = threading.Lock()
         original = node.replicas.session_fetch
 
-        def recording(request, client_epoch, is_active, handoff=None):
-            found = original(request, client_epoch, is_active, handoff)
+        def recording(request, client_epoch, is_active):
+            found = original(request, client_epoch, is_active)
             with self._lock:
                 self.seen.append(
                     (

@@ -89,8 +89,8 @@ def test_a_retry_after_a_lost_answer_is_written_once(cluster):
     real_wait = leader.replicas.wait_for_replication
     answered = []
 
-    def written_but_timed_out_once(topic, results, timeout_ms, handoff=None):
-        results = real_wait(topic, results, timeout_ms)  # answered here, never handed off
+    def written_but_timed_out_once(topic, results, timeout_ms):
+        results = real_wait(topic, results, timeout_ms)
         if not answered:  # written and replicated, but the producer hears a timeout
             answered.append(results)
             return [AppendResult(r.partition, None, RequestTimedOutError("lost")) for r in results]
@@ -124,8 +124,8 @@ def test_answers_lost_after_requests_of_several_batches_lose_and_repeat_nothing(
     real_wait = leader.replicas.wait_for_replication
     lost = []
 
-    def every_third_answer_lost(topic, results, timeout_ms, handoff=None):
-        results = real_wait(topic, results, timeout_ms)  # answered here, never handed off
+    def every_third_answer_lost(topic, results, timeout_ms):
+        results = real_wait(topic, results, timeout_ms)
         lost.append(len(lost) % 3 == 0)
         if lost[-1]:  # written and replicated, but the producer hears a timeout
             return [AppendResult(r.partition, None, RequestTimedOutError("lost")) for r in results]
@@ -150,8 +150,8 @@ def test_an_answer_covering_fewer_records_than_sent_acknowledges_only_those(clus
     real_wait = leader.replicas.wait_for_replication
     shortened, retried = [], []
 
-    def first_answer_cut_short(topic, results, timeout_ms, handoff=None):
-        results = real_wait(topic, results, timeout_ms)  # answered here, never handed off
+    def first_answer_cut_short(topic, results, timeout_ms):
+        results = real_wait(topic, results, timeout_ms)
         info = results[0].info
         if shortened and info is not None and info.batch_count == 0:
             retried.append(info)  # a duplicate: a batch sent again, answered, not rewritten

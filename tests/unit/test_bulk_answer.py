@@ -1,7 +1,6 @@
 """services/storage_node/bulk_answer.py: what an answer gathers goes out whole and in order,
 small record bytes copied in among the messages, large ones sent by the slice itself after
-what came before them, over a real socket pair read by bulk_wire.Receiver; and which answers
-another thread may send without waiting for their reader (`fits_unsent`), over loopback TCP."""
+what came before them, over a real socket pair read by bulk_wire.Receiver."""
 
 from __future__ import annotations
 
@@ -10,17 +9,9 @@ import threading
 from typing import cast
 
 from seglog.rpc import bulk_wire
-from seglog.storage.log_reads import LogSlice
 from seglog.storage.segment_reads import SegmentSlice
 from seglog.v1 import bulk_pb2
-from services.storage_node.bulk_answer import (
-    COPY_BELOW_BYTES,
-    FLUSH_AT_BYTES,
-    UNSENT_FITS_BYTES,
-    AnswerWriter,
-    fits_unsent,
-)
-from services.storage_node.fetch_reads import FetchChunk
+from services.storage_node.bulk_answer import COPY_BELOW_BYTES, FLUSH_AT_BYTES, AnswerWriter
 
 
 class Slice:
@@ -73,34 +64,3 @@ def test_an_answer_arrives_whole_in_order_small_bytes_copied_large_ones_sent_by_
         reading.join(30)
     assert received == [(0, b""), *((p, s.data) for p, s in enumerate(slices)), (0, b"")]
     assert [s.sent_itself for s in slices] == [s.size >= COPY_BELOW_BYTES for s in slices]
-
-
-def _chunks(*sizes: int) -> list[FetchChunk]:
-    return [
-        FetchChunk(
-            "t",
-            partition,
-            0,
-            0,
-            found=LogSlice(cast(SegmentSlice, Slice(bytes(size))), size, 0, 0),
-        )
-        for partition, size in enumerate(sizes)
-    ] + [FetchChunk("t", len(sizes), 0, 0)]  # a partition with nothing to send
-
-
-def test_an_answer_fits_unsent_only_when_small_and_the_socket_holds_nothing_unsent():
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        writer = socket.create_connection(server.getsockname())
-        reader, _ = server.accept()
-        with reader, writer:
-            half = UNSENT_FITS_BYTES // 2
-            assert fits_unsent(writer, _chunks(half, half))
-            assert not fits_unsent(writer, _chunks(half, half + 1))
-            # The reader stops reading: what it cannot take stays unsent at the writer.
-            writer.setblocking(False)
-            try:
-                while True:
-                    writer.send(bytes(65536))
-            except BlockingIOError:
-                pass
-            assert not fits_unsent(writer, _chunks(10))
