@@ -220,15 +220,18 @@ def test_a_fetch_given_up_ends_the_nodes_wait_and_keeps_its_connection(cluster, 
 
 def test_a_cancelled_poll_whose_node_cannot_answer_is_given_up(cluster, monkeypatch):
     cluster.admin.create_topic("paused", 1, 1)
+    # Written first: the partition's leadership has settled, so the poll reaches a leader.
+    assert cluster.client.produce("paused", {0: make_batch([b"first"])})[0].error == 0
     leader = cluster.leader_of("paused", 0)
     # The node does not see the cancel (as if paused): its poll would run its whole wait.
     monkeypatch.setattr(leader.bulk._peer_watch, "watch", lambda conn, on_readable: None)
     relay = cluster.gateway.service.fetch_relay
     node_id = leader.config.node_id
     request = common_pb2.FetchRequest(max_wait_ms=60_000, min_bytes=1)
-    request.partitions.add(topic="paused", partition=0, fetch_offset=0, partition_max_bytes=1024)
-    call = cluster.stub.Fetch(request, timeout=120)
+    request.partitions.add(topic="paused", partition=0, fetch_offset=1, partition_max_bytes=1024)
+    # Counting before the call: a gRPC call is sent as it is made, and may be served at once.
     served = ServedFetches(cluster, monkeypatch)
+    call = cluster.stub.Fetch(request, timeout=120)
     waiting = threading.Thread(target=lambda: list(_until_cancelled(call)))
     waiting.start()
     wait_until(lambda: served.bulk[node_id] == 1, "the poll never reached the node")
