@@ -63,8 +63,8 @@ def produce_latency_median_ms(producer: Producer, topic: str, samples: int) -> f
 
 class SteadyProduce:
     """bench.steady_producer in a process of its own: 1 KiB records to one partition at a
-    fixed rate, acks=all, each record's latency kept; `window()` returns the latencies since
-    the last call; `failures` counts records that were not acknowledged."""
+    fixed rate, acks=all, each record's latency kept; `window()` returns the latencies of the
+    records sent since the last call; `failures` counts records that were not acknowledged."""
 
     STOP_TIMEOUT_S = 90.0  # the producer's close waits up to 60 s for its sends
 
@@ -89,16 +89,17 @@ class SteadyProduce:
         connected), discarding what was recorded so far: windows that follow start warm.
         False when none was within `timeout_s`."""
         deadline = time.monotonic() + timeout_s
-        while not self.window():
+        while not self.window(max(0.0, deadline - time.monotonic())):
             if time.monotonic() > deadline:
                 return False
             time.sleep(poll_interval_s)
         return True
 
-    def window(self) -> list[float]:
-        """The latencies (s) recorded since the last call."""
+    def window(self, answers_timeout_s: float = 150.0) -> list[float]:
+        """The latencies (s) of the records sent since the last call (at least one), once
+        answered, or once `answers_timeout_s` has passed (bench.steady_producer)."""
         assert self._process is not None
-        line = self._process.ask("window")
+        line = self._process.ask(f"window {answers_timeout_s:.3f}")
         answer = json.loads(line)
         self.failures = answer["failures"]
         return answer["latencies_s"]

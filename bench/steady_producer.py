@@ -4,9 +4,14 @@ garbage collector with the benchmark that polls the cluster meanwhile). It sends
 records to partition 0 at a fixed rate, acks=all, and keeps each record's latency (send to
 acknowledgement).
 
-Its stdin takes commands, one per line: `window` answers one JSON line on stdout,
-{"latencies_s": [...], "failures": N}, the latencies recorded since the last window and the
-records not acknowledged so far; end of input stops it (the producer closed, sends flushed).
+Its stdin takes commands, one per line: `window [TIMEOUT_S]` answers one JSON line on stdout,
+{"latencies_s": [...], "failures": N}: the latencies of the records sent since the last window,
+once each of them is answered, and the records not acknowledged so far. A window is of records
+by when they were sent, not when answered: a stall in the window shows as its records' long
+latencies, not as records missing from it. A window shorter than one send interval takes the
+next record sent, so no window is empty. A window waits up to TIMEOUT_S (default 150) for
+its records' answers: past the producers' own delivery timeouts. End of input stops it (the
+producer closed, sends flushed).
 With `--kafka` the producer is confluent-kafka's (librdkafka: acks=all, linger 0), for the
 same measurement against Apache Kafka.
 """
@@ -14,6 +19,7 @@ same measurement against Apache Kafka.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import threading
 import time
@@ -32,33 +38,69 @@ class SteadySender(ABC):
     """Paces sends and keeps each record's latency; each subclass is one producer: `send`
     one record with its acknowledgement callback, `close` flushing what was sent."""
 
+    WINDOW_ANSWERS_TIMEOUT_S = 150.0
+    FAILED = -1.0
+
     def __init__(self, topic: str, rate_per_s: float) -> None:
         self.topic = topic
         self.interval_s = 1 / rate_per_s
-        # An array, not a list of floats: no objects for the collector to walk.
+        # Latency by sequence number from `_first_seq` on: NaN until answered, FAILED if not
+        # acknowledged. An array, not a list of floats: no objects for the collector to walk.
         self._latencies = array("d")
+        self._first_seq = 0  # the first record of the open window
+        self._sent = 0
+        self._first_unanswered = 0
         self.failures = 0
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
         self.stop = threading.Event()
 
-    def window(self) -> dict[str, object]:
-        with self._lock:
-            taken, self._latencies = self._latencies, array("d")
-            return {"latencies_s": taken.tolist(), "failures": self.failures}
+    def window(self, answers_timeout_s: float = WINDOW_ANSWERS_TIMEOUT_S) -> dict[str, object]:
+        deadline = time.monotonic() + answers_timeout_s
+        with self._changed:
+            if self._sent == self._first_seq:
+                self._changed.wait_for(lambda: self._sent > self._first_seq, answers_timeout_s)
+            cutoff = self._sent
+            self._changed.wait_for(
+                lambda: self._first_unanswered >= cutoff, max(0.0, deadline - time.monotonic())
+            )
+            taken = self._latencies[: cutoff - self._first_seq]
+            del self._latencies[: cutoff - self._first_seq]
+            self._first_seq = cutoff
+            self._first_unanswered = max(self._first_unanswered, cutoff)
+            latencies = [x for x in taken if x >= 0]  # NaN (never answered) compares False
+            return {"latencies_s": latencies, "failures": self.failures}
+
+    def _answered(self, seq: int, latency_s: float) -> None:
+        with self._changed:
+            index = seq - self._first_seq
+            if index < 0:
+                return  # its window gave up waiting for it
+            self._latencies[index] = latency_s
+            if latency_s == self.FAILED:
+                self.failures += 1
+            while self._first_unanswered < self._sent and not math.isnan(
+                self._latencies[self._first_unanswered - self._first_seq]
+            ):
+                self._first_unanswered += 1
+            self._changed.notify_all()
+
+    def send_one(self) -> None:
+        with self._changed:
+            seq = self._sent
+            self._latencies.append(math.nan)
+            self._sent += 1
+            self._changed.notify_all()
+        sent_at = time.perf_counter()
+
+        def acknowledged(exc: BaseException | None) -> None:
+            self._answered(seq, self.FAILED if exc is not None else time.perf_counter() - sent_at)
+
+        self.send(acknowledged)
 
     def send_steadily(self) -> None:
         next_send = time.monotonic()
         while not self.stop.is_set():
-            sent_at = time.perf_counter()
-
-            def acknowledged(exc: BaseException | None, t: float = sent_at) -> None:
-                with self._lock:
-                    if exc is None:
-                        self._latencies.append(time.perf_counter() - t)
-                    else:
-                        self.failures += 1
-
-            self.send(acknowledged)
+            self.send_one()
             next_send += self.interval_s
             # A sleep between sends, as an application's pacing: spinning would starve the
             # producer's own sender thread of the GIL.
@@ -119,8 +161,9 @@ def main(argv: list[str]) -> int:
     thread = threading.Thread(target=sender.send_steadily, daemon=True)
     thread.start()
     for line in sys.stdin:
-        if line.strip() == "window":
-            print(json.dumps(sender.window()), flush=True)
+        command, *timeout_s = line.split()
+        if command == "window":
+            print(json.dumps(sender.window(*map(float, timeout_s))), flush=True)
     sender.stop.set()
     thread.join()
     sender.close()
