@@ -29,11 +29,20 @@ class HeldSender(SteadySender):
 
 
 def window_in_thread(sender: SteadySender, timeout_s: float = DEADLINE_S):
-    """Start `sender.window()` in a thread: (the thread, a dict that gets its answer)."""
+    """Start `sender.window()` in a thread: (the thread, a dict that gets its answer, an
+    Event set once the window waits, its cutoff taken)."""
     got: dict[str, object] = {}
+    waiting = threading.Event()
+    wait_for = sender._changed.wait_for
+
+    def noted_wait_for(predicate, timeout=None):
+        waiting.set()
+        return wait_for(predicate, timeout)
+
+    sender._changed.wait_for = noted_wait_for  # type: ignore[method-assign]
     thread = threading.Thread(target=lambda: got.update(sender.window(timeout_s)))
     thread.start()
-    return thread, got
+    return thread, got, waiting
 
 
 def test_a_record_answered_after_its_window_closes_counts_in_that_window() -> None:
@@ -42,8 +51,8 @@ def test_a_record_answered_after_its_window_closes_counts_in_that_window() -> No
         sender.send_one()
     sender.callbacks[0](None)
     sender.callbacks[2](None)
-    thread, got = window_in_thread(sender)
-    thread.join(0.2)
+    thread, got, waiting = window_in_thread(sender)
+    assert waiting.wait(DEADLINE_S)
     assert thread.is_alive(), "the window closed with a record of it unanswered"
     sender.send_one()  # sent after the window was asked for: the next window's
     sender.callbacks[1](None)
@@ -56,7 +65,7 @@ def test_a_record_answered_after_its_window_closes_counts_in_that_window() -> No
 
 def test_a_window_with_no_record_sent_takes_the_next_one() -> None:
     sender = HeldSender()
-    thread, got = window_in_thread(sender)
+    thread, got, _ = window_in_thread(sender)
     sender.send_one()
     sender.callbacks[0](None)
     thread.join(DEADLINE_S)
