@@ -133,7 +133,11 @@ class LocalCluster:
 
     def start_gateway(self, port: int = 0, kafka_port: int = 0) -> Gateway:
         port = port or free_ports(1)[0]  # as a node's: restart_gateway binds it again
-        settings = {"cluster_secret": CLUSTER_SECRET, **self.gateway_config}
+        settings = {
+            "cluster_secret": CLUSTER_SECRET,
+            "session_timeout_ms": SESSION_TIMEOUT_MS,
+            **self.gateway_config,
+        }
         if kafka_port and settings.get("kafka_listen"):
             protocol, _, address = str(settings["kafka_listen"]).rpartition("://")
             host = address.rsplit(":", 1)[0]
@@ -141,7 +145,6 @@ class LocalCluster:
         config = GatewayConfig(
             listen=f"127.0.0.1:{port}",
             data_dir=self.root / "gateway",
-            session_timeout_ms=SESSION_TIMEOUT_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
             **settings,
         )

@@ -25,6 +25,11 @@ POOL_BYTES = 1024 * 1024
 # Few enough for a handful of long polls to take them all; more than the calls the other
 # tests here make at once (node heartbeats count too).
 CONCURRENT_CALLS = 6
+# The polls hold every call for POLL_WAIT_MS, the node's heartbeats refused meanwhile: the
+# session outlasts that, and the polls last long enough for the checks made while they hold,
+# on a busy machine too.
+POLL_WAIT_MS = 4000
+SESSION_TIMEOUT_MS = 12_000
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +39,7 @@ def cluster(tmp_path_factory):
         nodes=1,
         queued_max_request_bytes=POOL_BYTES,
         max_concurrent_requests=CONCURRENT_CALLS,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
     )
     yield c
     c.close()
@@ -93,7 +99,7 @@ def test_a_fetch_answer_reserves_its_bytes_first_and_is_smaller_rather_than_refu
 def _long_poll(cluster) -> None:
     """One fetch waiting its whole max_wait_ms at the end of `limited` (it wants more bytes
     than arrive), taken again while a heartbeat holds the last call the limit allows."""
-    poll = common_pb2.FetchRequest(min_bytes=1 << 20, max_wait_ms=1000, max_bytes=2 << 20)
+    poll = common_pb2.FetchRequest(min_bytes=1 << 20, max_wait_ms=POLL_WAIT_MS, max_bytes=2 << 20)
     poll.partitions.add(topic="limited", partition=0, fetch_offset=1, partition_max_bytes=2 << 20)
     for _ in range(100):
         try:
@@ -105,8 +111,9 @@ def _long_poll(cluster) -> None:
 
 
 def test_past_the_concurrent_call_limit_clients_back_off_and_kafka_is_not_counted(cluster):
-    """Long polls take every call max.concurrent.requests allows (briefly: node heartbeats
-    count too, and a node whose heartbeats fail for a session is fenced). Meanwhile a gRPC
+    """Long polls take every call max.concurrent.requests allows (for less than a session:
+    node heartbeats count too, and a node whose heartbeats fail for a session is fenced).
+    Meanwhile a gRPC
     produce is refused SERVER_BUSY, retriable, having done nothing; a Kafka client's produce
     goes through; seglog's producer backs off and its record lands once the polls end."""
     cluster.admin.create_topic("limited", 1, 1)
@@ -120,7 +127,7 @@ def test_past_the_concurrent_call_limit_clients_back_off_and_kafka_is_not_counte
         for thread in polls:
             thread.start()
         try:
-            assert wait_until(lambda: slots.in_use == CONCURRENT_CALLS, timeout_s=5)
+            assert wait_until(lambda: slots.in_use == CONCURRENT_CALLS, timeout_s=20)
             request = common_pb2.ProduceRequest(topic="limited", acks=-1)
             request.partitions.add(partition=0, records=make_batch([b"refused"]))
             with pytest.raises(grpc.RpcError) as refused:
@@ -143,7 +150,7 @@ def test_past_the_concurrent_call_limit_clients_back_off_and_kafka_is_not_counte
         ]
         for thread in polls:
             thread.start()
-        assert wait_until(lambda: slots.in_use == CONCURRENT_CALLS, timeout_s=5)
+        assert wait_until(lambda: slots.in_use == CONCURRENT_CALLS, timeout_s=20)
         # Its produce is refused until the polls end, and sent again after a back-off.
         sent = producer.send("limited", b"retried", partition=0)
         for thread in polls:
