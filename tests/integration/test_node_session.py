@@ -390,6 +390,18 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     moved = gateway_pb2.AssignedPartition(
         topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
     )
+    # The creation is released once the push is queued: not by its count of pending
+    # partitions, which the creations queued before it already make more than 0.
+    push_queued = threading.Event()
+    submit = node.applier.submit
+
+    def noting_the_push(answer):
+        ticket = submit(answer)
+        if moved in answer.partitions:
+            push_queued.set()
+        return ticket
+
+    node.applier.submit = noting_the_push
     with (
         grpc.insecure_channel(node.address) as channel,
         futures.ThreadPoolExecutor(1) as pool,
@@ -399,7 +411,7 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
             gateway_pb2.NodeAssignment(partitions=[moved]),
             timeout=30,
         )
-        assert wait_until(lambda: node.applier.pending_partitions > 0)
+        assert push_queued.wait(30), "the push was never queued"
         assert not push.done()  # its state waits for the applier, held in the creation
         release.set()
         push.result()
