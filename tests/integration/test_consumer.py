@@ -206,6 +206,7 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
     seen: dict[int, list[bytes]] = {}  # generation -> values read in it
     lock = threading.Lock()
     stop = threading.Event()
+    leaver_reading = threading.Event()
     leaver_done = threading.Event()
 
     def member(name, leave_after):
@@ -220,9 +221,12 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
         )
         consumer.subscribe(["shared"])
         read = 0
+        first_generation = None
         try:
             while not stop.is_set():
                 records = consumer.poll_records(timeout_ms=100)
+                if first_generation not in (None, consumer.generation) and consumer.paused():
+                    consumer.resume(*consumer.paused())  # the others joined: read beside them
                 if not records:
                     continue
                 generation = consumer.generation
@@ -232,21 +236,32 @@ def test_three_consumers_share_a_topic_and_rebalance_when_one_leaves(cluster):
                     continue  # another member owns these now and reads them from the commit
                 with lock:
                     seen.setdefault(generation, []).extend(r.value for r in records)
-                read += len(records)
-                if leave_after and read >= leave_after:
-                    return
+                if leave_after and first_generation is None:
+                    # Alone in its first generation: it waits for the others before reading on.
+                    first_generation = generation
+                    consumer.pause(*consumer.assignment())
+                    leaver_reading.set()
+                elif leave_after and generation != first_generation:
+                    read += len(records)
+                    if read >= leave_after:
+                        return  # mid-stream, in a generation it shares
                 time.sleep(0.01)  # pace the reading so the rebalance lands mid-stream
         finally:
             consumer.close()
             if leave_after:
                 leaver_done.set()
 
+    # The leaver reads a batch first and waits, then the others join, and it leaves after
+    # reading 100 records beside them: it keeps partitions with records enough for that,
+    # however late a member's thread gets going on a busy machine.
     threads = [
+        threading.Thread(target=member, args=("c", 100)),
         threading.Thread(target=member, args=("a", 0)),
         threading.Thread(target=member, args=("b", 0)),
-        threading.Thread(target=member, args=("c", 300)),
     ]
-    for t in threads:
+    threads[0].start()
+    assert leaver_reading.wait(30)
+    for t in threads[1:]:
         t.start()
     assert leaver_done.wait(30)
 
@@ -451,11 +466,11 @@ def test_kafka_python_and_confluent_names_serializers_and_consumer_timeout(clust
         auto_offset_reset="earliest",
         value_deserializer=lambda v: json.loads(v),
         key_deserializer=lambda k: None if k is None else k.decode(),
-        consumer_timeout_ms=300,
+        consumer_timeout_ms=3000,  # from before the first fetch, on a machine maybe busy
     ) as consumer:
         consumer.assign([TopicPartition("docs", 0)])
         started = time.monotonic()
-        got = [(r.key, r.value) for r in consumer]  # ends 300 ms after the last record
+        got = [(r.key, r.value) for r in consumer]  # ends 3 s after the last record
         assert got == [("a", {"n": 1}), (None, {"n": 2})]
         assert time.monotonic() - started < 15
     with pytest.raises(InvalidConfigError, match="given twice"):
