@@ -30,6 +30,9 @@ RATE_BYTES_PER_S = 100_000
 # lets through unthrottled, over the next three.
 BURST_S = 1.0
 MEASURE_S = 4.0
+# A principal with no quota is never throttled (its answers say so) and outruns the quota:
+# by a margin a busy machine's slower round trips still clear.
+UNHELD_RATIO = 1.5
 BATCH = make_batch([b"x" * 1000] * 20, timestamp_ms=1_700_000_000_000)  # ~20 KB
 
 
@@ -86,7 +89,7 @@ def test_a_producer_over_its_quota_is_held_to_it_and_another_principal_is_not(cl
     bob_channel, bob = _stub(cluster, "bob")
     try:
         alice_rate, alice_throttled = _produce_for(alice, MEASURE_S)
-        bob_rate, bob_throttled = _produce_for(bob, BURST_S + 1.0)
+        bob_rate, bob_throttled = _produce_for(bob, BURST_S + 2.0)
     finally:
         alice_channel.close()
         bob_channel.close()
@@ -95,7 +98,7 @@ def test_a_producer_over_its_quota_is_held_to_it_and_another_principal_is_not(cl
     assert 0.6 * RATE_BYTES_PER_S <= alice_rate <= 1.4 * RATE_BYTES_PER_S, alice_rate
     assert alice_throttled > 0
     assert bob_throttled == 0
-    assert bob_rate > 3 * RATE_BYTES_PER_S, bob_rate
+    assert bob_rate > UNHELD_RATIO * RATE_BYTES_PER_S, bob_rate
 
 
 def test_a_consumer_over_its_quota_is_held_to_it_and_another_principal_is_not(cluster):
@@ -110,14 +113,14 @@ def test_a_consumer_over_its_quota_is_held_to_it_and_another_principal_is_not(cl
     dave_channel, dave = _stub(cluster, "dave")
     try:
         carol_rate, carol_throttled = _fetch_for(carol, MEASURE_S)
-        dave_rate, dave_throttled = _fetch_for(dave, BURST_S + 1.0)
+        dave_rate, dave_throttled = _fetch_for(dave, BURST_S + 2.0)
     finally:
         carol_channel.close()
         dave_channel.close()
     assert 0.6 * RATE_BYTES_PER_S <= carol_rate <= 1.4 * RATE_BYTES_PER_S, carol_rate
     assert carol_throttled > 0
     assert dave_throttled == 0
-    assert dave_rate > 3 * RATE_BYTES_PER_S, dave_rate
+    assert dave_rate > UNHELD_RATIO * RATE_BYTES_PER_S, dave_rate
 
 
 def test_quotas_are_described_checked_whole_removed_and_kept_across_a_restart(cluster):

@@ -167,7 +167,7 @@ def test_cancel_in_the_middle_restores_the_original_replicas(
 ):
     _topic_on(cluster, "cancelled", [1, 2, 3])
     _fill(cluster, "cancelled", 600)
-    _move(cluster, "cancelled", [2, 3, 4], throttle=100_000)  # ~6 s to copy: still moving
+    _move(cluster, "cancelled", [2, 3, 4], throttle=10_000)  # ~60 s to copy: still moving
     assert not _moved(cluster, "cancelled")
     code, out, _ = cli_in_process(cluster, capsys, monkeypatch, "topics", "describe", "cancelled")
     assert code == 0 and "Adding Replicas: 4\tRemoving Replicas: 1" in out, out
