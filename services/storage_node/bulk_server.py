@@ -138,6 +138,10 @@ class BulkServer:
                 return
             host = peer[0]
             with self._lock:
+                if self._stopping:
+                    # Accepted as `stop` ran: it did not see this connection to shut it down.
+                    conn.close()
+                    return
                 if (
                     len(self._connections) >= self.max_connections
                     or self._unverified.get(host, 0) >= self.max_unverified_per_peer

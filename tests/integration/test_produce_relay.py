@@ -26,6 +26,7 @@ from tests.bulk_produce import (
     produce_header,
 )
 from tests.cluster import CLUSTER_SECRET, LocalCluster
+from tests.waiting import wait_until
 
 
 @pytest.fixture
@@ -222,6 +223,9 @@ def test_bulk_connections_per_node_are_bounded_and_reused(cluster, monkeypatch):
         assert again is not None and again[1] is first[1]  # the idle one, kept
         # A connection the node closed is counted out when next taken, and replaced.
         leader.bulk.stop()
+        # The node's FIN reaches the socket when the kernel gets to it (on a busy machine,
+        # after `stop` returned).
+        assert wait_until(again[1].peer_closed, 20), "the node's close never arrived"
         pool.give_back(again[0], again[1])
         assert pool.take(node_id, address) is None  # nothing listens now
         # Left alone for a while: no request waits on a connect that just failed.
