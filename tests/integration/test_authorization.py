@@ -5,6 +5,8 @@ Admin client and kept across a gateway restart."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -294,3 +296,28 @@ def _may_describe_quotas(admin) -> bool:
         return True
     except PermissionDeniedError:
         return False
+
+
+def test_a_consumer_without_read_is_told_so_by_its_poll(cluster):
+    """Kafka's consumer raises TopicAuthorizationException from poll; it does not wait the
+    denial out as an outage."""
+    with _admin(cluster) as admin:
+        admin.create_topic("guarded", 1, 1)
+        admin.create_acls([acl("bob", "Describe", "guarded")])  # its offsets, not its records
+    files = cluster.tls_files("bob")
+    consumer = Consumer(
+        cluster.address,
+        auto_offset_reset="earliest",
+        security_protocol="SSL",
+        ssl_cafile=str(files.ca),
+        ssl_certfile=str(files.cert),
+        ssl_keyfile=str(files.key),
+    )
+    try:
+        consumer.assign([TopicPartition("guarded", 0)])
+        deadline = time.monotonic() + 20
+        with pytest.raises(PermissionDeniedError, match="User:bob may not Read"):
+            while time.monotonic() < deadline:
+                assert consumer.poll_records(timeout_ms=200) == []
+    finally:
+        consumer.close()

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from ..errors import SeglogError
+from ..errors import PermissionDeniedError, SeglogError
 from ..records import Record
 from ..rpc.bulk_client import BulkMessage
 from ..rpc.status import error_from_code, error_from_rpc
@@ -362,6 +362,11 @@ class Fetcher:
             if exc.code() != grpc.StatusCode.CANCELLED:
                 error = error_from_rpc(exc)
                 logger.debug("fetch failed: %s", error)
+                if isinstance(error, PermissionDeniedError):
+                    # Kafka's TopicAuthorizationException: the caller's poll raises it (each
+                    # partition's, until it is sought), not an outage to wait out.
+                    self._fail_partitions(wanted, epochs, error)
+                    return False
                 topics = {tp.topic for tp, _, _ in wanted}
                 self._round_failures.setdefault(error.reason, set()).update(topics)
                 return True
@@ -369,6 +374,19 @@ class Fetcher:
         finally:
             with self._lock:
                 self._call = None
+
+    def _fail_partitions(
+        self,
+        wanted: list[tuple[TopicPartition, int, int]],
+        epochs: Mapping[TopicPartition, int],
+        error: SeglogError,
+    ) -> None:
+        with self._lock:
+            for tp, _, _ in wanted:
+                state = self.states.get(tp)
+                if state is not None and state.epoch == epochs.get(tp):
+                    state.error = error
+            self._data_ready.notify_all()
 
     def _on_message(
         self,
