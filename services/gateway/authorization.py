@@ -32,6 +32,11 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
 
 A denied call answers PERMISSION_DENIED naming the principal, operation and resource, and
 nothing is done; denials are counted (`denied`) and the principal is set on the call's span.
+
+The ACLs come with the metadata offset they stand at (`acls_offset`). A call's handler can
+ask which offset its checks were made under (`checked_acls_offset`): a grant made for a
+client carries it, and a node refuses the grant once an ACL change after it may have
+narrowed access (bulk.md, "Grants and ACL changes").
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ from seglog.security.tokens import TokenVerifier
 from seglog.v1 import common_pb2, groups_pb2
 
 Need = tuple[str, str, str]  # (operation, resource type, resource name)
+# The calls whose answers are grants for clients: they carry the ACLs' offset checked under.
+GRANT_METHODS = frozenset({"FetchGrants", "ProduceGrants"})
 CLUSTER = ("cluster", CLUSTER_NAME)
 
 
@@ -170,6 +177,7 @@ class Authorization:
         allow_everyone_if_no_acl_found: bool = False,
         tokens: TokenVerifier | None = None,
         mapper: PrincipalMapper | None = None,
+        acls_offset: int = 0,
     ) -> None:
         self.enabled = enabled
         self.tokens = tokens
@@ -182,9 +190,26 @@ class Authorization:
         self.denied = 0
         self.on_denied: Callable[[str, str], None] | None = None  # (operation, resource type)
         self._lock = threading.Lock()
+        self.acls_offset = acls_offset
+        self._acls_lock = threading.Lock()
+        # The acls_offset a guarded call's checks were made under, on the call's thread.
+        self._checked = threading.local()
 
-    def update(self, acls: list[AclBinding]) -> None:
-        self.authorizer.replace(acls)
+    def update(self, acls: list[AclBinding], offset: int) -> None:
+        """The ACLs as of metadata offset `offset`; an older state arriving late (from
+        another thread's notification) is ignored."""
+        with self._acls_lock:
+            if offset < self.acls_offset:
+                return
+            self.authorizer.replace(acls)
+            # Only after the ACLs: an offset read first never stands for older ones.
+            self.acls_offset = offset
+
+    def checked_acls_offset(self) -> int:
+        """The ACLs' offset this thread's guarded call was checked under (read before its
+        checks, so never newer than the ACLs they used); else the current one."""
+        checked: int | None = getattr(self._checked, "offset", None)
+        return self.acls_offset if checked is None else checked
 
     def allowed(self, context: grpc.ServicerContext, operation: str, kind: str, name: str) -> bool:
         if not self.enabled:
@@ -206,28 +231,47 @@ class Authorization:
                 principal = principal_of(context, self.tokens, self.mapper)
             except AuthenticationError as exc:
                 abort(context, exc)
-            host = host_of(context)
             trace.get_current_span().set_attribute("seglog.principal", principal)
             if not self.enabled:
                 return handler(request, context)
+            if not grants_made:
+                self._check(rule, method_name, request, context, principal)
+                return handler(request, context)
+            self._checked.offset = self.acls_offset  # before the checks: never newer
             try:
-                needs = rule(request)
-            except (ValueError, DecodeError) as exc:
-                # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
-                # in it, so it is refused here rather than handed on unchecked.
-                abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
-            for operation, kind, name in needs:
-                if not self.authorizer.authorize(principal, host, operation, kind, name):
-                    with self._lock:
-                        self.denied += 1
-                    if self.on_denied is not None:
-                        self.on_denied(operation, kind)
-                    abort(
-                        context,
-                        PermissionDeniedError(
-                            f"{principal} may not {operation} {kind} {name!r} ({method_name})"
-                        ),
-                    )
-            return handler(request, context)
+                self._check(rule, method_name, request, context, principal)
+                return handler(request, context)
+            finally:
+                self._checked.offset = None
 
+        grants_made = method_name in GRANT_METHODS
         return guarded
+
+    def _check(
+        self,
+        rule: Callable[[Any], Iterable[Need]],
+        method_name: str,
+        request: Any,
+        context: grpc.ServicerContext,
+        principal: str,
+    ) -> None:
+        """Every need of the call allowed, or the call aborted with PERMISSION_DENIED."""
+        host = host_of(context)
+        try:
+            needs = rule(request)
+        except (ValueError, DecodeError) as exc:
+            # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
+            # in it, so it is refused here rather than handed on unchecked.
+            abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
+        for operation, kind, name in needs:
+            if not self.authorizer.authorize(principal, host, operation, kind, name):
+                with self._lock:
+                    self.denied += 1
+                if self.on_denied is not None:
+                    self.on_denied(operation, kind)
+                abort(
+                    context,
+                    PermissionDeniedError(
+                        f"{principal} may not {operation} {kind} {name!r} ({method_name})"
+                    ),
+                )

@@ -113,8 +113,10 @@ class Gateway:
         else:
             self.election = SoleController()
             self.coordination = SoleCoordinator()
+        acls_offset = self.registry.metadata_offset  # read first: never newer than the ACLs
         self.authorization = Authorization(
             self.registry.acls,
+            acls_offset=acls_offset,
             enabled=config.authorizer,
             super_users=config.super_users,
             allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
@@ -149,6 +151,7 @@ class Gateway:
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
+            grant_acls_offset=self.authorization.checked_acls_offset,
             **configured_relays(config, traced=tracer_provider is not None),
         )
         self.admin = AdminService(

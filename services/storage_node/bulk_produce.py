@@ -23,6 +23,7 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2
 from services.memory_pool import RequestMemoryPool
 
+from .acl_narrowings import AclNarrowings
 from .node_metrics import NodeMetrics
 from .produce_requests import answer_produce
 from .replica_manager import ReplicaManager
@@ -40,9 +41,11 @@ class BulkProduce:
         request_memory: RequestMemoryPool,
         *,
         tls: bool,
+        acl_narrowings: AclNarrowings,
     ) -> None:
         """`tls`: whether the listener's connections are TLS, in which case a relayed
-        produce must come over the gateway's certificate."""
+        produce must come over the gateway's certificate. `acl_narrowings`: a client's
+        grant from before the latest ACL change that may narrow access is refused."""
         self.replicas = replicas
         self.node_id = node_id
         self.secret = secret
@@ -50,6 +53,7 @@ class BulkProduce:
         # Produce requests' bytes in flight, whoever sends them (queued.max.request.bytes).
         self.request_memory = request_memory
         self.tls = tls
+        self.acl_narrowings = acl_narrowings
 
     def answer(
         self,
@@ -107,6 +111,7 @@ class BulkProduce:
         topic as the gRPC Append may. The relay grant is the gateway's alone (it never gives
         it to a client), and on a TLS cluster only over the gateway's certificate."""
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
+        self.acl_narrowings.check(grant)
         if not grant.produce_relay and not grant.produce_topics:
             raise PermissionDeniedError(
                 "transfer grant: neither the gateway's produce relay grant nor a produce grant"

@@ -39,6 +39,7 @@ from seglog.spans import EngineTracer
 from seglog.v1 import bulk_pb2, common_pb2
 from services.memory_pool import RequestMemoryPool
 
+from .acl_narrowings import AclNarrowings
 from .bulk_answer import AnswerWriter, send_chunk
 from .bulk_produce import BulkProduce
 from .fetch_reads import CONSUMER, counted
@@ -76,8 +77,10 @@ class BulkServer:
         node_identity_prefix: str = NODE_IDENTITY_PREFIX,
         metrics: NodeMetrics | None = None,
         request_memory: RequestMemoryPool | None = None,
+        acl_narrowings: AclNarrowings | None = None,
     ) -> None:
         self.metrics = metrics or NodeMetrics(None, replicas)
+        self.acl_narrowings = acl_narrowings or AclNarrowings()
         # With TLS the bytes must go through the ssl module, so sendfile's zero copy is lost
         # (no kernel TLS here): the grant still decides what is served.
         self._ssl = None if tls is None else server_ssl_context(tls, "optional")
@@ -93,6 +96,7 @@ class BulkServer:
             self.metrics,
             request_memory or RequestMemoryPool(owner=f"node {node_id}"),
             tls=self._ssl is not None,
+            acl_narrowings=self.acl_narrowings,
         )
         self.max_connections = max_connections
         self.first_request_timeout_s = first_request_timeout_ms / 1000
@@ -341,6 +345,7 @@ class BulkServer:
                 f"{bulk_wire.BULK_VERSION} (fetch) and {bulk_wire.BULK_PRODUCE_VERSION} (produce)"
             )
         grant = grants.verify(self.secret, request.grant, request.signature, self.node_id)
+        self.acl_narrowings.check(grant)
         fetch = request.fetch
         check_fetch_request(fetch)
         replica_id = fetch.replica_id if fetch.HasField("replica_id") else CONSUMER

@@ -44,6 +44,7 @@ from seglog.errors import UnknownTopicOrPartitionError
 from seglog.v1 import gateway_pb2
 from services import long_lived
 
+from .acl_narrowings import AclNarrowings
 from .apply_progress import ApplyProgress
 from .partition import Registration
 from .partition_creator import PartitionCreator
@@ -82,6 +83,9 @@ class MetadataApplier:
     ) -> None:
         self.replicas = replicas
         self.step_partitions = step_partitions
+        # Taken as a submission arrives, not queued behind creations: a revoked ACL is not
+        # kept waiting by partitions to create.
+        self.acl_narrowings = AclNarrowings()
         # Called on the applier thread each time every submission so far is applied.
         self.on_applied: Callable[[int], None] | None = None
         self._cond = threading.Condition()
@@ -125,6 +129,7 @@ class MetadataApplier:
     def submit(self, assignment: gateway_pb2.NodeAssignment) -> int:
         """Queue an answer's or a push's states; returns its ticket. O(1): the caller (the
         session thread, a gRPC thread) does no per-partition work."""
+        self.acl_narrowings.note(assignment.acls_narrowed_offset)
         with self._cond:
             self._submitted_ticket += 1
             ticket = self._submitted_ticket

@@ -255,6 +255,7 @@ class StorageNode:
                 tls=self.config.tls,
                 node_identity_prefix=self.config.node_identity_prefix,
                 metrics=self.metrics,
+                acl_narrowings=self.applier.acl_narrowings,
             )
             self.bulk.start()
             self.replicas.cluster_secret = self.config.cluster_secret

@@ -10,7 +10,9 @@ grant or cannot be reached before the request was sent. "grpc" sends everything 
 gateway.
 
 Grants are asked for per topic, kept until a third of their life is left, and asked for
-again; a topic refused is asked about again after NO_GRANT_RETRY_S. A gateway that cannot
+again; a topic refused is asked about again after NO_GRANT_RETRY_S. A grant a node refuses
+(given under ACLs changed since: bulk.md, "Grants and ACL changes") is dropped, its request
+goes through the gateway, and a new grant is asked for RETRY_ASK_S later. A gateway that cannot
 be asked (down, restarting) stops nothing: the grants held serve until they expire.
 
 A request lost after it was sent fails as a gRPC call cut short does (LEADER_NOT_AVAILABLE,
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 
 from ..errors import SeglogError
 from ..reused_threads import ReusedThreads
-from ..rpc.produce_connections import ProduceConnections
+from ..rpc.produce_connections import GrantRefused, ProduceConnections
 from ..rpc.produce_selector import ProduceSelector
 from ..v1 import bulk_pb2, common_pb2
 from .gateway import GatewayClient
@@ -73,7 +75,9 @@ class ProduceTransport:
         self.direct = direct
         security = client.security
         self._connections = ProduceConnections(
-            ssl_context=None if security is None else security.ssl_context(), traced=True
+            ssl_context=None if security is None else security.ssl_context(),
+            traced=True,
+            client_grants=True,
         )
         # The sender thread's wait, and the requests it carries itself.
         self.selector = ProduceSelector(self._connections.pool)
@@ -127,6 +131,10 @@ class ProduceTransport:
                 return
             try:
                 response = self._connections.settle(node, answer)
+            except GrantRefused as exc:
+                self._grant_refused(topic, exc)
+                self._through_gateway(request, deadline_s - time.monotonic(), future)
+                return
             except SeglogError as exc:
                 future.set_exception(exc)
                 return
@@ -164,19 +172,30 @@ class ProduceTransport:
     ) -> common_pb2.ProduceResponse:
         grant = self._grant(topic, node_id)
         if grant is not None:
-            answer = self._connections.send(
-                node_id,
-                grant.bulk_address,
-                (grant.grant, grant.signature),
-                request,
-                timeout_s,
-            )
+            try:
+                answer = self._connections.send(
+                    node_id,
+                    grant.bulk_address,
+                    (grant.grant, grant.signature),
+                    request,
+                    timeout_s,
+                )
+            except GrantRefused as exc:
+                self._grant_refused(topic, exc)
+                answer = None
             if answer is not None:
                 self._count_direct()
                 parsed: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(answer)
                 return parsed
         response: common_pb2.ProduceResponse = self.client.produce_raw(request, timeout=timeout_s)
         return response
+
+    def _grant_refused(self, topic: str, refusal: GrantRefused) -> None:
+        """A node refused the topic's grant (the ACLs changed since it was given): the
+        gateway is asked again RETRY_ASK_S from now (not at every request), and takes the
+        topic's requests meanwhile; the node is not left alone."""
+        logger.info("produce grant for %r refused, asking for a new one: %s", topic, refusal)
+        self._grants[topic] = _TopicGrants({}, _now_ms() + int(RETRY_ASK_S * 1000))
 
     def _grant(self, topic: str, node_id: int, *, renew: bool = True) -> _NodeGrant | None:
         """The node's grant for `topic`, asked for when there is none yet or it is time to

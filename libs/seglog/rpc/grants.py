@@ -5,7 +5,9 @@ with the offset each may start at and the leader epoch, and an expiry; or, made 
 gateway's own produce relay, no partition and the right to append (`produce_relay`); or, made
 for the gateway's own fetch relay, no partition and the right to read any partition as a
 consumer at the leader epoch the request names (`fetch_relay`); or, made for a client by
-Gateway.ProduceGrants, the right to append to the topics it names (`produce_topics`)."""
+Gateway.ProduceGrants, the right to append to the topics it names (`produce_topics`). A
+client's grant also carries the metadata offset of the ACLs it was authorized under
+(`acls_offset`): nodes refuse it after a later ACL change that may narrow access."""
 
 from __future__ import annotations
 
@@ -51,12 +53,15 @@ def issue(
     produce_relay: bool = False,
     fetch_relay: bool = False,
     produce_topics: Iterable[str] = (),
+    acls_offset: int = 0,
 ) -> tuple[bytes, bytes, int]:
     """(grant bytes, signature, expiry ms) for (topic, partition, min offset, leader epoch);
     with `replica_id`, a follower's grant for replica fetches; with `produce_relay` (and no
     partitions), the gateway's grant for relaying produce requests to the node; with
     `fetch_relay` (and no partitions), the gateway's grant for relaying consumer fetches; with
-    `produce_topics` (and no partitions), a client's grant to produce to those topics."""
+    `produce_topics` (and no partitions), a client's grant to produce to those topics.
+    `acls_offset`: for a client's grant, the metadata offset of the ACLs it was authorized
+    under."""
     expires_at_ms = time.time_ns() // 1_000_000 + ttl_ms
     grant = bulk_pb2.TransferGrant(
         version=GRANT_VERSION, node_id=node_id, expires_at_ms=expires_at_ms
@@ -67,6 +72,7 @@ def issue(
     grant.produce_relay = produce_relay
     grant.fetch_relay = fetch_relay
     grant.produce_topics.extend(produce_topics)
+    grant.acls_offset = acls_offset
     for topic, partition, min_offset, leader_epoch in partitions:
         grant.partitions.add(
             topic=topic, partition=partition, min_offset=min_offset, leader_epoch=leader_epoch
@@ -165,6 +171,13 @@ class VerifiedGrant:
     produce_relay: bool = False  # the gateway's produce relay's grant
     produce_topics: frozenset[str] = frozenset()  # a client's produce grant's topics
     fetch_relay: bool = False  # the gateway's fetch relay's grant
+    acls_offset: int = 0  # a client's grant: the metadata offset of the ACLs it was given under
+
+    @property
+    def for_client(self) -> bool:
+        """Made by the gateway for a client (a consumer's partitions, a producer's topics),
+        under the ACLs of `acls_offset`; not a node's or the gateway's own."""
+        return self.replica_id is None and not self.produce_relay and not self.fetch_relay
 
 
 def verify(secret: bytes, grant: bytes, signature: bytes, node_id: int) -> VerifiedGrant:
@@ -215,4 +228,5 @@ def _signed_content(secret: bytes, grant: bytes, signature: bytes, node_id: int)
         parsed.produce_relay,
         frozenset(parsed.produce_topics),
         parsed.fetch_relay,
+        parsed.acls_offset,
     )

@@ -19,6 +19,11 @@ refused is left alone for `RETRY_REFUSED_AFTER_S`, one that could not be reached
 bulk_pool.RETRY_UNREACHABLE_AFTER_S. Once a request was sent, a lost connection
 is the caller's error (LEADER_NOT_AVAILABLE, or REQUEST_TIMED_OUT past the deadline): the
 node may have written it, as with a gRPC call cut short, and the producer's retry settles it.
+
+A client's grant refused with PERMISSION_DENIED (`client_grants`) is the grant's refusal, not
+the path's: one given under ACLs changed since (bulk.md, "Grants and ACL changes"), or for
+other topics. `settle` raises GrantRefused, the node is not left alone, and the caller asks
+the gateway for a new grant.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ MAX_CONNECTIONS_PER_NODE = 16
 RETRY_REFUSED_AFTER_S = 60.0
 
 
+class GrantRefused(SeglogError):
+    """The node refused the client's grant, nothing written: ask the gateway for a new one."""
+
+    reason = "PERMISSION_DENIED"
+
+
 class ProduceConnections:
     def __init__(
         self,
@@ -49,8 +60,10 @@ class ProduceConnections:
         ssl_context: ssl.SSLContext | None = None,
         traced: bool = False,
         max_connections_per_node: int = MAX_CONNECTIONS_PER_NODE,
+        client_grants: bool = False,
     ) -> None:
         self.pool = BulkPool(max_connections_per_node, ssl_context=ssl_context, traced=traced)
+        self.client_grants = client_grants
 
     def send(
         self,
@@ -62,8 +75,9 @@ class ProduceConnections:
     ) -> bytes | None:
         """The node's answer to the ProduceRequest `request` (its wire bytes) sent under
         `grant` (grant bytes, signature), or None when the bulk path could not take it and
-        nothing was sent (the caller uses gRPC). SeglogError: the node refused the request
-        as a whole, or the connection failed after it was sent."""
+        nothing was sent (the caller uses gRPC). GrantRefused: the node refused a client's
+        grant, nothing written. SeglogError: the node refused the request as a whole, or the
+        connection failed after it was sent."""
         if not address:
             return None
         taken = self.pool.take(node_id, address)
@@ -85,8 +99,11 @@ class ProduceConnections:
     def settle(self, node: NodePool, answer: bulk_pb2.BulkProduceAnswer) -> bytes | None:
         """What the node's answer stands for: the ProduceResponse's bytes; None when it
         refused the bulk path (nothing written: the caller uses gRPC, and the node is left
-        to it for RETRY_REFUSED_AFTER_S); SeglogError when it refused the request whole."""
+        to it for RETRY_REFUSED_AFTER_S); GrantRefused when it refused a client's grant;
+        SeglogError when it refused the request whole."""
         node_id = node.node_id
+        if answer.end and self.client_grants and answer.error == common_pb2.PERMISSION_DENIED:
+            raise GrantRefused(f"node {node_id}: {answer.error_message}")
         if answer.end:  # the grant or the framing refused: nothing was written
             logger.warning(
                 "node %d refuses bulk produce (%s): its produce goes over gRPC for %.0f s",

@@ -93,6 +93,7 @@ def _assignment(
         )
     assignment.node_addresses.update(registry.addresses())
     assignment.node_bulk_addresses.update(registry.bulk_addresses())
+    assignment.acls_narrowed_offset = registry.acls_narrowed_offset
     return assignment
 
 

@@ -75,6 +75,9 @@ class MetadataImage:
         self.node_min_isr: dict[int, int] = {}  # each node's min.insync.replicas default
         self.min_isr_default = 1  # the largest of them (Kafka's 1 when none is set)
         self.acls: list[AclBinding] = []
+        # The offset of the latest ACL change that may narrow access (an ACL deleted, a Deny
+        # added): clients' grants given under older ACLs are refused by nodes from then on.
+        self.acls_narrowed_offset = 0
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
@@ -121,7 +124,8 @@ class MetadataImage:
                 self.min_isr_default = max(self.node_min_isr.values(), default=1)
                 applied.nodes.add(record["node_id"])
             elif kind == ACL:
-                self._apply_acl(record)
+                if self._apply_acl(record):
+                    self.acls_narrowed_offset = offset
                 applied.acls = True
             elif kind == PRODUCER_IDS:
                 self.next_producer_id_block = record["next"]
@@ -214,13 +218,15 @@ class MetadataImage:
                 self._before.setdefault(tp, tuple(p.replicas))
                 applied.partitions.add(tp)
 
-    def _apply_acl(self, record: Record) -> None:
+    def _apply_acl(self, record: Record) -> bool:
+        """Whether the change may narrow what someone may do: an ACL deleted, a Deny added."""
         acl = AclBinding(**record["acl"])
         if record["op"] == "add":
             if acl not in self.acls:
                 self.acls = sorted([*self.acls, acl], key=lambda a: tuple(a.to_json().values()))
-        else:
-            self.acls = [a for a in self.acls if a != acl]
+            return acl.permission == "deny"
+        self.acls = [a for a in self.acls if a != acl]
+        return True
 
     def _remember(self, offset: int, applied: Applied) -> None:
         for tp in sorted(applied.partitions):

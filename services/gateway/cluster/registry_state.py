@@ -90,8 +90,9 @@ class RegistryState(RegistryRoutes):
         self.session_timeout_s = session_timeout_s
         # Called (outside the lock) with the partitions whose registration changed.
         self.listeners: list[Callable[[list[PartitionChange]], object]] = []
-        # Called (outside the lock) with every ACL after a change.
-        self.acl_listeners: list[Callable[[list[AclBinding]], object]] = []
+        # Called (outside the lock) with every ACL after a change, and the metadata offset
+        # they stand at.
+        self.acl_listeners: list[Callable[[list[AclBinding], int], object]] = []
         self._lock = threading.RLock()
         self.image = MetadataImage()
         self.nodes: dict[int, Node] = {}
@@ -128,6 +129,10 @@ class RegistryState(RegistryRoutes):
     @property
     def metadata_offset(self) -> int:
         return self.image.offset
+
+    @property
+    def acls_narrowed_offset(self) -> int:
+        return self.image.acls_narrowed_offset
 
     # -- the log -------------------------------------------------------------------------
 
@@ -239,9 +244,12 @@ class RegistryState(RegistryRoutes):
         return ordered
 
     def _notify_acls(self) -> None:
+        # The offset read first: a batch applied meanwhile makes the ACLs newer than it
+        # says, never older (grants made under them are then refused sooner, not later).
+        offset = self.image.offset
         current = list(self.image.acls)
         for listener in self.acl_listeners:
-            listener(current)
+            listener(current, offset)
 
     def _working(
         self, wanted: Iterable[PartitionChange]

@@ -24,7 +24,9 @@ def fetch_grants(
     route_of: RouteOf,
     cluster_secret: bytes | None,
     ttl_ms: int,
+    acls_offset: int,
 ) -> bulk_pb2.FetchGrantsResponse:
+    """`acls_offset`: the metadata offset of the ACLs the caller's Read was checked under."""
     response = bulk_pb2.FetchGrantsResponse()
     by_node: dict[int, tuple[Route, list[tuple[str, int, int, int]]]] = {}
     for p in request.partitions:
@@ -50,7 +52,9 @@ def fetch_grants(
         entry[1].append((p.topic, p.partition, p.fetch_offset, route.leader_epoch))
     for node_id, (route, partitions) in by_node.items():
         assert cluster_secret is not None
-        grant, signature, expires_at_ms = grants.issue(cluster_secret, node_id, partitions, ttl_ms)
+        grant, signature, expires_at_ms = grants.issue(
+            cluster_secret, node_id, partitions, ttl_ms, acls_offset=acls_offset
+        )
         response.grants.add(
             node_id=node_id,
             bulk_address=route.bulk_address,

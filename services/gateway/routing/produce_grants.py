@@ -28,8 +28,10 @@ def produce_grants(
     bulk_routes: Callable[[], dict[int, str]],
     cluster_secret: bytes | None,
     ttl_ms: int,
+    acls_offset: int,
 ) -> bulk_pb2.ProduceGrantsResponse:
-    """`topic_exists` raises UnknownTopicOrPartitionError for a topic that does not."""
+    """`topic_exists` raises UnknownTopicOrPartitionError for a topic that does not;
+    `acls_offset`: the metadata offset of the ACLs the caller's Write was checked under."""
     response = bulk_pb2.ProduceGrantsResponse()
     granted: list[str] = []
     for topic in dict.fromkeys(request.topics):
@@ -54,7 +56,7 @@ def produce_grants(
     assert cluster_secret is not None
     for node_id, bulk_address in sorted(bulk_routes().items()):
         grant, signature, expires_at_ms = grants.issue(
-            cluster_secret, node_id, (), ttl_ms, produce_topics=granted
+            cluster_secret, node_id, (), ttl_ms, produce_topics=granted, acls_offset=acls_offset
         )
         response.grants.add(
             node_id=node_id,

@@ -87,8 +87,13 @@ class GatewayService:
         fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
         produce_relay: ProduceRelay | None = None,
         fetch_relay: FetchRelay | None = None,
+        grant_acls_offset: Callable[[], int] | None = None,
     ) -> None:
+        """`grant_acls_offset`: the metadata offset of the ACLs the call being served was
+        authorized under (Authorization.checked_acls_offset), stamped on clients' grants;
+        without it, the registry's offset (no authorizer to have used older ACLs)."""
         self.registry = registry
+        self.grant_acls_offset = grant_acls_offset or (lambda: registry.metadata_offset)
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
         self.appends = LeaderAppends(produce_relay, self._node_failure)
         # Consumers' fetches likewise (fetch_relay.py).
@@ -151,6 +156,7 @@ class GatewayService:
             lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
             self.cluster_secret,
             self.fetch_grant_ttl_ms,
+            self.grant_acls_offset(),
         )
 
     def ProduceGrants(
@@ -164,6 +170,7 @@ class GatewayService:
             self.registry.bulk_routes,
             self.cluster_secret,
             self.fetch_grant_ttl_ms,
+            self.grant_acls_offset(),
         )
 
     # -- Produce -------------------------------------------------------------------------
