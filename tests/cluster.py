@@ -102,6 +102,16 @@ class LocalCluster:
             write_issued(self.ca.issue(identity), directory, identity)
         return TlsFiles(cert, key, directory / "ca.pem")
 
+    def client_ssl_config(self, identity: str) -> dict[str, str]:
+        """A client's settings (Kafka's names) for TLS with `identity`'s certificate."""
+        files = self.tls_files(identity)
+        return {
+            "security_protocol": "SSL",
+            "ssl_cafile": str(files.ca),
+            "ssl_certfile": str(files.cert),
+            "ssl_keyfile": str(files.key),
+        }
+
     def client_security(self, identity: str = "client") -> ClientSecurity | None:
         if self.ca is None:
             return None

@@ -201,14 +201,12 @@ def test_a_group_commits_under_the_authorizer_and_joins_only_topics_it_may_descr
         )
     with _as(cluster, "client") as producer:
         assert producer.produce("orders", {0: make_batch([b"a", b"b"])})[0].error == 0
-    files = cluster.tls_files("carol")
-    security = {
-        "security_protocol": "SSL",
-        "ssl_cafile": str(files.ca),
-        "ssl_certfile": str(files.cert),
-        "ssl_keyfile": str(files.key),
-    }
-    consumer = Consumer(cluster.address, group_id="audit", auto_offset_reset="earliest", **security)
+    consumer = Consumer(
+        cluster.address,
+        group_id="audit",
+        auto_offset_reset="earliest",
+        **cluster.client_ssl_config("carol"),
+    )
     try:
         consumer.subscribe(["orders"])
         read: list[bytes] = []
@@ -304,14 +302,8 @@ def test_a_consumer_without_read_is_told_so_by_its_poll(cluster):
     with _admin(cluster) as admin:
         admin.create_topic("guarded", 1, 1)
         admin.create_acls([acl("bob", "Describe", "guarded")])  # its offsets, not its records
-    files = cluster.tls_files("bob")
     consumer = Consumer(
-        cluster.address,
-        auto_offset_reset="earliest",
-        security_protocol="SSL",
-        ssl_cafile=str(files.ca),
-        ssl_certfile=str(files.cert),
-        ssl_keyfile=str(files.key),
+        cluster.address, auto_offset_reset="earliest", **cluster.client_ssl_config("bob")
     )
     try:
         consumer.assign([TopicPartition("guarded", 0)])

@@ -50,16 +50,6 @@ def cluster(tmp_path):
     c.close()
 
 
-def _tls(cluster, identity: str) -> dict[str, str]:
-    files = cluster.tls_files(identity)
-    return {
-        "security_protocol": "SSL",
-        "ssl_cafile": str(files.ca),
-        "ssl_certfile": str(files.cert),
-        "ssl_keyfile": str(files.key),
-    }
-
-
 def _node_heard_of_the_acls(cluster) -> None:
     """Wait until the node has a registry answer from after the gateway's latest ACL change."""
     node = cluster.nodes[1]
@@ -74,7 +64,7 @@ def _direct(producer) -> float:
 
 def test_a_deleted_write_acl_stops_a_producer_holding_a_grant(cluster):
     log = cluster.log("orders", 0)
-    with Producer(cluster.address, linger_ms=1, **_tls(cluster, "alice")) as producer:
+    with Producer(cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")) as producer:
         assert producer.send("orders", b"granted").get(timeout=30).offset == 0
         assert _direct(producer) == 1  # under a grant, straight to the leader
         # An ACL that narrows nothing: the grant held is still taken.
@@ -99,7 +89,7 @@ def test_a_narrowing_for_someone_else_costs_a_producer_one_detour_not_its_grants
     gateway, and her producer asks for a new grant and goes straight to the leader again."""
     with cluster.admin_as("admin") as admin:
         admin.create_acls([acl("bob", "Write", "orders")])
-    with Producer(cluster.address, linger_ms=1, **_tls(cluster, "alice")) as producer:
+    with Producer(cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")) as producer:
         assert producer.send("orders", b"granted").get(timeout=30).offset == 0
         assert _direct(producer) == 1
         with cluster.admin_as("admin") as admin:
@@ -119,7 +109,7 @@ def test_a_narrowing_for_someone_else_costs_a_producer_one_detour_not_its_grants
 
 
 def test_a_deny_added_stops_a_producer_holding_a_grant(cluster):
-    with Producer(cluster.address, linger_ms=1, **_tls(cluster, "alice")) as producer:
+    with Producer(cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")) as producer:
         assert producer.send("orders", b"granted").get(timeout=30).offset == 0
         with cluster.admin_as("admin") as admin:
             admin.create_acls([acl("alice", "Write", "orders", permission="deny")])
@@ -131,9 +121,11 @@ def test_a_deny_added_stops_a_producer_holding_a_grant(cluster):
 
 def test_a_deleted_read_acl_stops_a_consumer_holding_a_grant(cluster, monkeypatch):
     clients_grants = _clients_grants_checked(cluster, monkeypatch)
-    with Producer(cluster.address, linger_ms=1, **_tls(cluster, "alice")) as producer:
+    with Producer(cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")) as producer:
         producer.send("orders", b"first").get(timeout=30)
-        consumer = Consumer(cluster.address, auto_offset_reset="earliest", **_tls(cluster, "alice"))
+        consumer = Consumer(
+            cluster.address, auto_offset_reset="earliest", **cluster.client_ssl_config("alice")
+        )
         try:
             consumer.assign([TopicPartition("orders", 0)])
             first = _read(consumer, 1)
@@ -146,7 +138,9 @@ def test_a_deleted_read_acl_stops_a_consumer_holding_a_grant(cluster, monkeypatc
             # Written by the admin. A long poll the node took before it heard of the change
             # may still answer with it (as a fetch Kafka's broker authorized and holds in
             # purgatory does); the consumer's next fetch is refused.
-            with Producer(cluster.address, linger_ms=1, **_tls(cluster, "admin")) as admin_producer:
+            with Producer(
+                cluster.address, linger_ms=1, **cluster.client_ssl_config("admin")
+            ) as admin_producer:
                 for value in (b"second", b"third"):
                     admin_producer.send("orders", value).get(timeout=30)
             read_after = []

@@ -239,28 +239,20 @@ def test_write_is_checked_when_the_grant_is_asked_for(tmp_path):
                 linger_ms=1,
                 retries=0,
                 enable_idempotence=False,
-                **_tls("bob", cluster),
+                **cluster.client_ssl_config("bob"),
             ) as producer,
             pytest.raises(PermissionDeniedError, match="User:bob may not Write"),
         ):
             producer.send("orders", b"no").get(timeout=30)
         # alice's is granted and writes to the leader over TLS, with her certificate.
-        with Producer(cluster.address, linger_ms=1, **_tls("alice", cluster)) as producer:
+        with Producer(
+            cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")
+        ) as producer:
             assert producer.send("orders", b"yes").get(timeout=30).offset == 0
             assert _direct(producer) == 1
         assert cluster.log("orders", 0).log_end_offset == 1
     finally:
         cluster.close()
-
-
-def _tls(identity, cluster):
-    files = cluster.tls_files(identity)
-    return {
-        "security_protocol": "SSL",
-        "ssl_cafile": str(files.ca),
-        "ssl_certfile": str(files.cert),
-        "ssl_keyfile": str(files.key),
-    }
 
 
 def test_a_caller_with_a_producer_quota_gets_no_grant(cluster, monkeypatch):
