@@ -191,19 +191,15 @@ class Authorization:
         self.on_denied: Callable[[str, str], None] | None = None  # (operation, resource type)
         self._lock = threading.Lock()
         self.acls_offset = acls_offset
-        self._acls_lock = threading.Lock()
         # The acls_offset a guarded call's checks were made under, on the call's thread.
         self._checked = threading.local()
 
     def update(self, acls: list[AclBinding], offset: int) -> None:
-        """The ACLs as of metadata offset `offset`; an older state arriving late (from
-        another thread's notification) is ignored."""
-        with self._acls_lock:
-            if offset < self.acls_offset:
-                return
-            self.authorizer.replace(acls)
-            # Only after the ACLs: an offset read first never stands for older ones.
-            self.acls_offset = offset
+        """The ACLs as of metadata offset `offset` (the registry notifies one change at a
+        time, in order)."""
+        self.authorizer.replace(acls)
+        # Only after the ACLs: an offset read first never stands for older ones.
+        self.acls_offset = offset
 
     def checked_acls_offset(self) -> int:
         """The ACLs' offset this thread's guarded call was checked under (read before its

@@ -2,7 +2,7 @@
 marks the offset of each ACL change that may narrow access (a deletion, a Deny) and not of
 one that widens it; a registry carries it into its answers to nodes; a node refuses a
 client's grant from before it, never a relay's or a follower's; the gateway's authorizer
-never takes an older state over a newer one."""
+holds each ACL change with its offset."""
 
 from __future__ import annotations
 
@@ -77,12 +77,15 @@ def test_a_node_refuses_a_clients_grant_from_before_the_latest_narrowing() -> No
         narrowings.check(grants.verify(SECRET, produce_grant, signature, 1))
 
 
-def test_the_authorizer_never_takes_older_acls_over_newer_ones() -> None:
-    authorization = Authorization([], enabled=True, acls_offset=2)
-    authorization.update([binding("Write")], 5)
-    assert authorization.acls_offset == 5
-    authorization.update([], 4)  # a notification from before, arriving late
-    assert authorization.acls_offset == 5
+def test_the_authorizer_takes_each_acl_change_with_its_offset(tmp_path) -> None:
+    registry = Registry(tmp_path)
+    authorization = Authorization([], enabled=True, acls_offset=registry.metadata_offset)
+    registry.acl_listeners.append(authorization.update)
+    registry.add_acls([binding("Write")])
+    assert authorization.acls_offset == registry.metadata_offset > 0
     assert authorization.authorizer.authorize("User:alice", "h", "Write", "topic", "orders")
+    registry.delete_acls([binding("Write")])
+    assert authorization.acls_offset == registry.metadata_offset == registry.acls_narrowed_offset
+    assert not authorization.authorizer.authorize("User:alice", "h", "Write", "topic", "orders")
     # Outside a guarded call, grants are stamped with the current offset.
-    assert authorization.checked_acls_offset() == 5
+    assert authorization.checked_acls_offset() == registry.metadata_offset

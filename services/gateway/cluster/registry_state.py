@@ -93,6 +93,9 @@ class RegistryState(RegistryRoutes):
         # Called (outside the lock) with every ACL after a change, and the metadata offset
         # they stand at.
         self.acl_listeners: list[Callable[[list[AclBinding], int], object]] = []
+        # One notification at a time: each reads the image after the one before, so the
+        # listeners never see an older state after a newer one.
+        self._acl_notifications = threading.Lock()
         self._lock = threading.RLock()
         self.image = MetadataImage()
         self.nodes: dict[int, Node] = {}
@@ -244,12 +247,13 @@ class RegistryState(RegistryRoutes):
         return ordered
 
     def _notify_acls(self) -> None:
-        # The offset read first: a batch applied meanwhile makes the ACLs newer than it
-        # says, never older (grants made under them are then refused sooner, not later).
-        offset = self.image.offset
-        current = list(self.image.acls)
-        for listener in self.acl_listeners:
-            listener(current, offset)
+        with self._acl_notifications:
+            # The offset read first: a batch applied meanwhile makes the ACLs newer than it
+            # says, never older (grants made under them are then refused sooner, not later).
+            offset = self.image.offset
+            current = list(self.image.acls)
+            for listener in self.acl_listeners:
+                listener(current, offset)
 
     def _working(
         self, wanted: Iterable[PartitionChange]
