@@ -146,6 +146,7 @@ class LocalCluster:
         settings = {
             "cluster_secret": CLUSTER_SECRET,
             "session_timeout_ms": SESSION_TIMEOUT_MS,
+            "heartbeat_interval_ms": HEARTBEAT_MS,
             **self.gateway_config,
         }
         if kafka_port and settings.get("kafka_listen"):
@@ -155,7 +156,6 @@ class LocalCluster:
         config = GatewayConfig(
             listen=f"127.0.0.1:{port}",
             data_dir=self.root / "gateway",
-            heartbeat_interval_ms=HEARTBEAT_MS,
             **settings,
         )
         self.gateway = Gateway(

@@ -6,8 +6,9 @@ metadata offset of the ACLs it was authorized under, and every registry answer a
 carries the offset of the latest ACL change that may narrow access (an ACL deleted, a Deny
 added). From the moment the node knows of such a change, a client's grant from before it is
 refused, nothing read or written: the client asks the gateway again, which checks the ACLs
-as they are now. A revoked ACL thus takes effect at the node's next heartbeat (Kafka's
-brokers likewise apply ACL changes as their metadata arrives), not at the grant's expiry.
+as they are now. The controller pushes each narrowing to every node as it happens, and
+heartbeat answers carry it too: a revoked ACL takes effect at once (Kafka's brokers likewise
+apply ACL changes as their metadata arrives), not at the grant's expiry.
 The gateway's own grants (its relays) and followers' are not a client's: its calls were
 checked by the gateway one by one.
 """

@@ -183,3 +183,39 @@ def _read(consumer, count: int):
 
     assert wait_until(enough, DEADLINE_S)
     return got
+
+
+def test_a_narrowing_is_pushed_to_the_nodes_not_left_for_their_heartbeats(tmp_path, monkeypatch):
+    """The node's heartbeats stop once it is registered (its session lasts half an hour):
+    only the controller's push can tell it."""
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=1,
+        tls=True,
+        authorizer=True,
+        super_users=("User:admin",),
+        fetch_grant_ttl_ms=GRANT_TTL_MS,
+        session_timeout_ms=1_800_000,
+    )
+    try:
+        node = cluster.nodes[1]
+        assert node.session.registered.wait(DEADLINE_S)
+        monkeypatch.setattr(node.session, "_beat", lambda: None)
+        with cluster.admin_as("admin") as admin:
+            admin.create_topic("orders", 1, 1)
+            admin.create_acls(ALICE_MAY)
+            assert node.applier.acl_narrowings.offset == 0
+            admin.delete_acls([acl("alice", "Write", "orders")])
+        narrowed = cluster.gateway.registry.acls_narrowed_offset
+        assert wait_until(lambda: node.applier.acl_narrowings.offset == narrowed, DEADLINE_S)
+        with (
+            Producer(
+                cluster.address, linger_ms=1, **cluster.client_ssl_config("alice")
+            ) as producer,
+            pytest.raises(PermissionDeniedError, match="User:alice may not Write"),
+        ):
+            producer.send("orders", b"revoked").get(timeout=30)
+        assert cluster.log("orders", 0).log_end_offset == 0
+    finally:
+        monkeypatch.undo()  # heartbeats again: the node's controlled shutdown needs them
+        cluster.close()

@@ -20,10 +20,16 @@ acknowledged), with the offset it brings the node to; a node whose offset is unk
 changed states alone, with offset 0, and its next heartbeat's answer (a delta from its own
 offset) repairs any push that was lost. Pushes run on their own thread, so a slow node never
 holds the registry.
+
+An ACL change that may narrow access is pushed to every live node at once as well (its
+offset alone, `acls_narrowed_offset`): nodes then refuse clients' grants from before it
+(bulk.md, "Grants and ACL changes") without waiting for their next heartbeat, which carries
+it too. The calls are not waited for: the heartbeat repairs a push that was lost.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -123,6 +129,8 @@ class Controller:
             threading.Thread(target=self._push_loop, name="partition-state-push", daemon=True),
         ]
         registry.listeners.append(self._pushes.put)
+        self._narrowing_pushed = registry.acls_narrowed_offset
+        registry.acl_listeners.append(self._acls_changed)
 
     def start(self) -> None:
         for thread in self._threads:
@@ -208,6 +216,21 @@ class Controller:
             else:
                 self.registry.pushed(node_id, offset)
 
+    def _acls_changed(self, _acls: object, _offset: int) -> None:
+        """The registry's ACL notification (one at a time): a new narrowing is pushed."""
+        narrowed = self.registry.acls_narrowed_offset
+        if narrowed <= self._narrowing_pushed or not self.election.is_controller:
+            return
+        self._narrowing_pushed = narrowed
+        message = gateway_pb2.NodeAssignment(acls_narrowed_offset=narrowed)
+        for node_id, address in self.registry.addresses().items():
+            if not self.registry.is_live(node_id):
+                continue
+            call = self.connections.get(node_id, address).stub.UpdatePartitions.future(
+                message, timeout=PUSH_TIMEOUT_S
+            )
+            call.add_done_callback(functools.partial(_narrowing_pushed, node_id))
+
     def _message(
         self, node_id: int, partitions: list[PartitionChange]
     ) -> gateway_pb2.NodeAssignment:
@@ -220,3 +243,9 @@ class Controller:
             if not view.full:
                 return view_states(self.registry, view)
         return partition_states(self.registry, partitions)
+
+
+def _narrowing_pushed(node_id: int, call: grpc.Future) -> None:
+    error = call.exception()
+    if error is not None:  # the node's next heartbeat's answer carries it
+        logger.info("pushing an ACL narrowing to node %d failed: %s", node_id, error)
