@@ -33,16 +33,21 @@ ALICE_MAY = [
 ]
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    c = LocalCluster(
+def _secured_cluster(tmp_path, **settings) -> LocalCluster:
+    return LocalCluster(
         tmp_path,
         nodes=1,
         tls=True,
         authorizer=True,
         super_users=("User:admin",),
         fetch_grant_ttl_ms=GRANT_TTL_MS,
+        **settings,
     )
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = _secured_cluster(tmp_path)
     with c.admin_as("admin") as admin:
         admin.create_topic("orders", 1, 1)
         admin.create_acls(ALICE_MAY)
@@ -188,15 +193,7 @@ def _read(consumer, count: int):
 def test_a_narrowing_is_pushed_to_the_nodes_not_left_for_their_heartbeats(tmp_path, monkeypatch):
     """The node's heartbeats stop once it is registered (its session lasts half an hour):
     only the controller's push can tell it."""
-    cluster = LocalCluster(
-        tmp_path,
-        nodes=1,
-        tls=True,
-        authorizer=True,
-        super_users=("User:admin",),
-        fetch_grant_ttl_ms=GRANT_TTL_MS,
-        session_timeout_ms=1_800_000,
-    )
+    cluster = _secured_cluster(tmp_path, session_timeout_ms=1_800_000)
     try:
         node = cluster.nodes[1]
         assert node.session.registered.wait(DEADLINE_S)
