@@ -230,15 +230,14 @@ class Authorization:
             trace.get_current_span().set_attribute("seglog.principal", principal)
             if not self.enabled:
                 return handler(request, context)
-            if not grants_made:
-                self._check(rule, method_name, request, context, principal)
-                return handler(request, context)
-            self._checked.offset = self.acls_offset  # before the checks: never newer
+            if grants_made:
+                self._checked.offset = self.acls_offset  # before the checks: never newer
             try:
                 self._check(rule, method_name, request, context, principal)
                 return handler(request, context)
             finally:
-                self._checked.offset = None
+                if grants_made:
+                    self._checked.offset = None
 
         grants_made = method_name in GRANT_METHODS
         return guarded

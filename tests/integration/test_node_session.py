@@ -390,10 +390,8 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     moved = gateway_pb2.AssignedPartition(
         topic="hot", partition=0, leader=2, leader_epoch=1, replicas=[NODE_ID, 2], isr=[2]
     )
-    # The creation is released once the push is queued: not by its count of pending
-    # partitions, which the creations queued before it already make more than 0.
-    push_queued = threading.Event()
-    submit = node.applier.submit
+    # Released once the push is queued (pending partitions are counted before it already).
+    push_queued, submit = threading.Event(), node.applier.submit
 
     def noting_the_push(answer):
         ticket = submit(answer)

@@ -87,13 +87,10 @@ class GatewayService:
         fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
         produce_relay: ProduceRelay | None = None,
         fetch_relay: FetchRelay | None = None,
-        grant_acls_offset: Callable[[], int] | None = None,
+        grant_acls_offset: Callable[[], int],
     ) -> None:
-        """`grant_acls_offset`: the metadata offset of the ACLs the call being served was
-        authorized under (Authorization.checked_acls_offset), stamped on clients' grants;
-        without it, the registry's offset (no authorizer to have used older ACLs)."""
         self.registry = registry
-        self.grant_acls_offset = grant_acls_offset or (lambda: registry.metadata_offset)
+        self.grant_acls_offset = grant_acls_offset  # stamped on clients' grants (bulk.md)
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
         self.appends = LeaderAppends(produce_relay, self._node_failure)
         # Consumers' fetches likewise (fetch_relay.py).
