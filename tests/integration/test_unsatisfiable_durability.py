@@ -71,13 +71,15 @@ def test_creating_a_topic_below_min_isr_warns_in_the_admin_and_the_cli(
 
 def test_a_producer_says_not_enough_replicas_once_and_fails_with_it(cluster, caplog):
     cluster.admin.create_topic("thin-produced", 1, 1)
-    with caplog.at_level(logging.INFO, logger="seglog.client.sender"):
-        with Producer(
+    with (
+        caplog.at_level(logging.INFO, logger="seglog.client.sender"),
+        Producer(
             cluster.address, delivery_timeout_ms=2000, request_timeout_ms=1000, retry_backoff_ms=50
-        ) as producer:
-            future = producer.send("thin-produced", b"lost")
-            with pytest.raises(NotEnoughReplicasError, match="min.insync.replicas is 2"):
-                future.get(timeout=10)
+        ) as producer,
+    ):
+        future = producer.send("thin-produced", b"lost")
+        with pytest.raises(NotEnoughReplicasError, match="min.insync.replicas is 2"):
+            future.get(timeout=10)
     said = [
         r
         for r in caplog.records
