@@ -101,6 +101,13 @@ def test_a_decommissioned_node_hands_over_its_leaderships_but_not_a_last_replica
         # The controller's preferred-leader rebalance does not give it back either.
         registry.rebalance_leaders()
         assert 3 not in _placed(cluster.admin, "shared")[1]
+        # Once another replica is in sync, the rebalance takes the last one off it too.
+        moved = TopicPartition("alone", alone_on_3[0])
+        cluster.admin.alter_partition_reassignments({moved: [3, 1]})
+        wait_for(lambda: not cluster.admin.list_partition_reassignments([moved]), 15, "alone moved")
+        assert registry.topic("alone").partitions[moved.partition].leader == 3
+        registry.rebalance_leaders()
+        assert registry.topic("alone").partitions[moved.partition].leader == 1
         cluster.admin.recommission_node(3)
         registry.rebalance_leaders()
         assert 3 in _placed(cluster.admin, "shared")[1]

@@ -222,10 +222,17 @@ class NodeRegistrations(RegistryState):
     @retrying
     def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
         """Kafka's preferred-leader election: each partition whose first replica is in the
-        ISR and eligible but does not lead gets it back as leader."""
+        ISR and eligible but does not lead gets it back as leader. And a partition a
+        decommissioned node still leads (it was the only in-sync replica when it was
+        decommissioned) goes to another in-sync replica once there is one."""
         with self._lock:
-            working = self._working(self.image.misled)
+            wanted = set(self.image.misled)
+            for node_id in self._avoided:
+                wanted |= self.image.led.get(node_id, set())
+            working = self._working(wanted)
             changed = restore_preferred(working.items(), self._eligible, self._avoided)
+            for node_id in self._avoided:
+                changed |= hand_over(working.items(), node_id, self._eligible, self._avoided)
             if changed:
                 self._commit(self._partition_records(working, changed), controller)
         return self._notify(changed)
