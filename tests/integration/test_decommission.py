@@ -7,6 +7,9 @@ loopback (in-process with the file registry, separate processes with etcd)."""
 from __future__ import annotations
 
 import pytest
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.errors import InvalidReplicationAssignmentError
 
 from seglog.client.structs import TopicPartition
 from seglog.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError
@@ -46,6 +49,11 @@ def test_decommission_holds_across_a_gateway_restart_until_recommissioned(
         wait_for(lambda: _fully_in_sync(cluster, "before"), 15, "before fully in sync")
 
         code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, "nodes", "decommission", "--node", "3", "--dry-run"
+        )
+        assert code == 0, err
+        assert cluster.gateway.registry.decommissioned_nodes() == set()  # a plan only
+        code, out, err = cli_in_process(
             cluster, capsys, monkeypatch, "nodes", "decommission", "--node", "3"
         )
         assert code == 0, err
@@ -65,6 +73,13 @@ def test_decommission_holds_across_a_gateway_restart_until_recommissioned(
         assert 3 not in _placed(cluster.admin, "after")[0]
         with pytest.raises(InvalidReplicaAssignmentError, match="decommissioned"):
             cluster.admin.alter_partition_reassignments({TopicPartition("after", 0): [1, 3]})
+        kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.kafka_address)
+        try:  # Kafka's AlterPartitionReassignments: INVALID_REPLICA_ASSIGNMENT
+            tp = KafkaTopicPartition("after", 0)
+            refused = kafka_admin.alter_partition_reassignments({tp: [1, 3]})
+            assert refused == {tp: InvalidReplicationAssignmentError}
+        finally:
+            kafka_admin.close()
 
         code, out, err = cli_in_process(cluster, capsys, monkeypatch, "nodes", "list")
         assert code == 0, err
