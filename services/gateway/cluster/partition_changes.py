@@ -6,7 +6,9 @@ a node may lead or join an ISR (registered, live, not fenced, not shutting down)
 
 - A leader change bumps the leader epoch; every change bumps the partition epoch.
 - Clean election: the first replica, in assignment order, that is in the ISR and eligible;
-  else the first eligible one of the eligible leader replicas (below). None: leader -1 (the
+  else the first eligible one of the eligible leader replicas (below). A decommissioned
+  node (`avoid`) is chosen only when no other replica can be: it is up and holds the
+  committed records, and an offline partition would refuse writes for nothing. None: leader -1 (the
   partition is offline) and the last ISR member is kept, so it is elected when it returns
   (unclean election is off).
 

@@ -12,9 +12,12 @@ The controller's decisions, made under the registry's lock by the rules in
 partition_changes.py (Kafka's PartitionChangeBuilder); those about nodes (sessions, fencing,
 controlled shutdown, preferred leaders, AlterPartition) in node_registrations.py, topics,
 ACLs, quotas and producer ids here:
-- Placement: each partition's replicas on distinct live nodes, the leader (first replica,
-  the preferred one) on the node leading fewest partitions, the followers on the nodes
-  holding fewest replicas.
+- Placement: each partition's replicas on distinct live nodes that are not decommissioned
+  (node_registrations.py), the leader (first replica, the preferred one) on the node leading
+  fewest partitions, the followers on the nodes holding fewest replicas.
+- A topic whose replication factor is below its min.insync.replicas is created (as Kafka
+  creates it) with a warning (`min_isr_shortfall`): seglog's nodes refuse every acks=all
+  write to it.
 - A node is fenced when its session expires and when a new process of it registers: it
   leaves every ISR where another member remains (for the eligible leader replicas, ELR,
   when the ISR drops below min ISR), and each partition it led elects the first replica, in
