@@ -85,8 +85,9 @@ def check_target(name: str, target: Sequence[int], known_nodes: set[int]) -> Non
 def check_not_decommissioned(
     name: str, target: Sequence[int], replicas: Sequence[int], decommissioned: Collection[int]
 ) -> None:
-    """No new replica on a decommissioned node (one it already holds may stay in a target,
-    so a move of the partition's other replicas is not refused)."""
+    """No new replica on a decommissioned node (one it already holds, `replicas` without
+    those a move is still adding, may stay in a target, so a move of the partition's other
+    replicas is not refused)."""
     refused = sorted(n for n in target if n in decommissioned and n not in replicas)
     if refused:
         raise InvalidReplicaAssignmentError(
@@ -243,7 +244,8 @@ class ReassigningState(RegistryState):
                     cancel(name, p, self._eligible, self._avoided)
                     continue
                 check_target(name, target, known)
-                check_not_decommissioned(name, target, current.replicas, self._avoided)
+                holding = [r for r in current.replicas if r not in current.adding]
+                check_not_decommissioned(name, target, holding, self._avoided)
                 start(p, list(target), throttle_bytes_per_s, self._eligible, self._avoided)
             removed = {}
             for tp, p in working.items():
