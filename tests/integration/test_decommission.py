@@ -98,11 +98,19 @@ def test_decommission_holds_across_a_gateway_restart_until_recommissioned(
         cluster.close()
 
 
-def test_a_decommissioned_node_hands_over_its_leaderships_but_not_a_last_replica(tmp_path):
+def test_a_decommissioned_node_hands_over_its_leaderships_but_not_a_last_replica(
+    tmp_path, capsys, monkeypatch
+):
     cluster = LocalCluster(tmp_path, nodes=3, node_configs=FAST)
     try:
         cluster.admin.create_topic("shared", 3, 3)
         cluster.admin.create_topic("alone", 3, 1)
+        # Three replicas on three nodes: nowhere to move node 3's, so it is not even marked.
+        code, _, err = cli_in_process(
+            cluster, capsys, monkeypatch, "nodes", "decommission", "--node", "3"
+        )
+        assert code == 1 and "no node of [1, 2] is free" in err, err
+        assert cluster.gateway.registry.decommissioned_nodes() == set()
         wait_for(lambda: _fully_in_sync(cluster, "shared"), 15, "shared fully in sync")
         registry = cluster.gateway.registry
         alone_on_3 = [i for i, p in enumerate(registry.topic("alone").partitions) if p.leader == 3]

@@ -361,8 +361,14 @@ def decommission_node(args: argparse.Namespace) -> int:
         known, live = _nodes(admin)
         if args.node not in known:
             raise InvalidReplicaAssignmentError(f"node {args.node} is not registered ({known})")
+        others = [n for n in live if n != args.node]
+        # A plan that cannot be made (a partition with a replica on every other node) is
+        # refused before the node is marked.
+        decommission(
+            current_assignment(admin, admin.list_topics(include_internal=True)), args.node, others
+        )
         if not args.dry_run:
-            # First, durably: no topic created meanwhile, or afterwards, lands on it.
+            # Then durably: no topic created meanwhile, or afterwards, lands on it.
             moved = admin.decommission_node(args.node)
             print(
                 f"Node {args.node} is decommissioned: no new replicas or leaderships "
@@ -370,7 +376,7 @@ def decommission_node(args: argparse.Namespace) -> int:
                 f"{args.node}` undoes it."
             )
         current = current_assignment(admin, admin.list_topics(include_internal=True))
-        plan = decommission(current, args.node, [n for n in live if n != args.node])
+        plan = decommission(current, args.node, others)
         _run_plan(admin, plan, args, f"Decommissioning node {args.node}")
         if not args.dry_run:
             everything = current_assignment(admin, admin.list_topics(include_internal=True))
