@@ -29,10 +29,14 @@ Record types (`type`), and what they set:
                    one quota entity's whole set of values (Kafka's producer_byte_rate,
                    consumer_byte_rate); a name "<default>" is the entity type's default;
                    empty values remove the entity
+    node_state     {node_id, decommissioned}: an operator's mark on a node (`seglog nodes
+                   decommission|recommission`): a decommissioned node takes no new replica
+                   and leads only where no other in-sync replica can; kept apart from the
+                   node record, which each registration rewrites
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (nodes, producer ids, ACLs, client quotas,
-then each topic followed by its partitions), applied onto an empty image.
+node states, then each topic followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -52,6 +56,7 @@ NODE = "node"
 ACL = "acl"
 PRODUCER_IDS = "producer_ids"
 CLIENT_QUOTA = "client_quota"
+NODE_STATE = "node_state"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -69,6 +74,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     ACL: {"op": str, "acl": dict},
     PRODUCER_IDS: {"next": int},
     CLIENT_QUOTA: {"entity": dict, "values": dict},
+    NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
@@ -104,6 +110,8 @@ def check_records(records: list[Record]) -> list[Record]:
                 raise MetadataRecordError(f"metadata record {record!r}: bad min_insync_replicas")
         if record["type"] == ACL and record["op"] not in ("add", "remove"):
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
+        if record["type"] == NODE_STATE and type(record.get("decommissioned")) is not bool:
+            raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
     return records
 
 
@@ -168,6 +176,10 @@ def client_quota_record(entity: dict[str, str], values: dict[str, float]) -> Rec
 
 def producer_ids_record(next_id: int) -> Record:
     return {"type": PRODUCER_IDS, "next": next_id}
+
+
+def node_state_record(node_id: int, decommissioned: bool) -> Record:
+    return {"type": NODE_STATE, "node_id": node_id, "decommissioned": decommissioned}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:
