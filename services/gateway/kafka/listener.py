@@ -298,6 +298,10 @@ class KafkaListener:
     def open_connections(self) -> int:
         return self.quotas.total
 
+    @property
+    def waiting_for_memory(self) -> int:
+        return sum(processor.waiting_for_memory for processor in self.processors)
+
     def _accept(self, server: socket.socket, lane: int) -> None:
         while not self._stopped.is_set():
             try:

@@ -107,6 +107,11 @@ class Processor:
     def connections(self) -> int:
         return len(self._channels)
 
+    @property
+    def waiting_for_memory(self) -> int:
+        """Connections muted until the request pool has room for their next frame."""
+        return len(self._waiting_memory)
+
     def start(self) -> None:
         self._thread.start()
 
@@ -282,7 +287,7 @@ class Processor:
             events |= selectors.EVENT_WRITE
         key = id(channel)
         current = self._registered.get(key)
-        if current == events:
+        if (current or 0) == events:
             return
         sock = channel.sock
         if not events:
