@@ -206,3 +206,77 @@ def test_a_connection_waiting_for_request_memory_is_muted_and_others_are_served(
         assert wait_until(lambda: pool.used_bytes == 0)
     finally:
         cluster.close()
+
+
+def test_a_flood_before_sasl_leaves_authenticated_clients_served(tmp_path):
+    """A SASL_SSL listener: three connections that finish TLS (with a certificate from the
+    cluster CA) and announce 100 MiB before authenticating, and 300 idle TCP connections,
+    beside a librdkafka producer and an admin authenticated with SASL PLAIN: the flooders
+    are closed without a byte of the request pool, produce p99 stays within 2x of the quiet
+    run, the admin is served."""
+    import ssl
+
+    import confluent_kafka
+    from confluent_kafka.admin import AdminClient
+
+    from seglog.security.tokens import TokenVerifier
+    from tests.kafka_flood import Flood, p99, rdkafka_latencies
+
+    (tmp_path / "tokens").write_text("s3cret-admin admin\n")
+    cluster = LocalCluster(
+        tmp_path,
+        nodes=1,
+        tls=True,
+        tokens=TokenVerifier(None, tmp_path / "tokens", None),
+        kafka_listen="SSL://127.0.0.1:0",
+    )
+    listener = KafkaListener(
+        "SASL_SSL://127.0.0.1:0",
+        api_table_for(cluster.gateway),
+        cluster.gateway,
+        max_request_bytes=cluster.gateway.config.max_request_bytes,
+    )
+    listener.start()
+    flood = None
+    try:
+        cluster.admin.create_topic("steady", 1, 1)
+        files = cluster.tls_files("someone")
+        sasl = {
+            "bootstrap.servers": listener.address,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "admin",
+            "sasl.password": "s3cret-admin",
+            "ssl.ca.location": str(files.ca),
+            "ssl.certificate.location": str(files.cert),
+            "ssl.key.location": str(files.key),
+            "ssl.endpoint.identification.algorithm": "none",
+        }
+        producer = confluent_kafka.Producer({**sasl, "acks": "all", "linger.ms": 0})
+        rdkafka_latencies(producer, "steady", 10)
+        quiet = rdkafka_latencies(producer, "steady", 200)
+        context = ssl.create_default_context(cafile=str(files.ca))
+        context.load_cert_chain(str(files.cert), str(files.key))
+        context.check_hostname = False
+        pool = cluster.gateway.request_memory
+        pool.peak_bytes = pool.used_bytes
+        flood = Flood(
+            listener.address,
+            idle=300,
+            idle_source=OTHER_HOST,
+            wrap=lambda sock: context.wrap_socket(sock, server_hostname="127.0.0.1"),
+        )
+        flood.start()
+        flooded = rdkafka_latencies(producer, "steady", 200)
+        admin = AdminClient(sasl)
+        assert "steady" in admin.list_topics(timeout=10).topics
+        assert wait_until(lambda: flood.large_closed() == 3, 5)
+        assert pool.peak_bytes < MIB  # the 3 x 100 MiB were never reserved
+        print(f"SASL_SSL produce p99 {p99(quiet) * 1000:.1f} ms, flooded {p99(flooded) * 1000:.1f}")
+        assert p99(flooded) <= 2 * max(p99(quiet), 0.025)
+        producer.flush(10)
+    finally:
+        if flood is not None:
+            flood.close()
+        listener.stop()
+        cluster.close()
