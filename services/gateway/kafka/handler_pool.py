@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -95,12 +96,15 @@ class RequestHandlerPool:
         return len(self._queue)
 
     def stop(self) -> None:
-        """No more work is taken; a request being run finishes on its thread."""
+        """No more work is taken; a request being run finishes on its thread, waited for
+        STOP_JOIN_TIMEOUT_S in all (a group join may wait minutes: its thread is left to
+        end on its own, a daemon)."""
         with self._lock:
             self._stopped = True
             self._queue.clear()
             self._lock.notify_all()
             workers = list(self._workers)
+        deadline = time.monotonic() + STOP_JOIN_TIMEOUT_S
         for worker in workers:
             if worker is not threading.current_thread():
-                worker.join(STOP_JOIN_TIMEOUT_S)
+                worker.join(max(0.0, deadline - time.monotonic()))
