@@ -26,11 +26,14 @@ from tests.ports import free_ports
 from tests.waiting import wait_until
 
 SAMPLES = 300
-# A produce round trip here is 1-5 ms; on two cores shared with other test runs a quiet p99
-# swings between a few and ~20 ms from one run to the next. Comparing flood to quiet against
-# this floor keeps a sub-millisecond quiet p99 from making a jitter of a few milliseconds a
-# failure, while a flood that stalls produce (on main: 30 s waits, refusals) is far past it.
-P99_FLOOR_S = 0.025
+# A produce round trip here is 1-5 ms, but this machine's two cores are shared with other
+# runs (load averages in the hundreds were seen) and a single stall of 30-90 ms lands in the
+# p99 of either phase. So the flood is measured between two quiet runs, against the worse of
+# them, and against this floor: a sub-millisecond quiet p99 cannot make a few milliseconds
+# of jitter a failure, while a flood that stalls produce (a pool filled: 30 s waits and
+# refusals) is far past it. What the flood costs on main shows in the gateway's resident set
+# (+217 MiB) and threads (+1,000), asserted below.
+P99_FLOOR_S = 0.05
 IDLE_HOST = "127.0.0.2"
 MANY_HOST = "127.0.0.3"
 MANY = 10_000
@@ -95,17 +98,25 @@ def test_a_flood_of_large_announcements_and_idle_connections_leaves_produce_serv
         large_closed = wait_until(lambda: flood.large_closed() == 3, 5)
     finally:
         flood.close()
-        producer.flush(10)
+    quiet_after = (
+        rdkafka_latencies(producer, "steady", SAMPLES),
+        grpc_latencies(grpc_produce, SAMPLES),
+    )
+    producer.flush(10)
     growth = after["VmHWM"] - before["VmRSS"]
+    ms = [
+        [round(p99(samples) * 1000, 1) for samples in phase]
+        for phase in (quiet, flooded, quiet_after)
+    ]
     print(
-        f"produce p99 quiet/flooded: librdkafka {p99(quiet[0]) * 1000:.1f}/"
-        f"{p99(flooded[0]) * 1000:.1f} ms, gRPC {p99(quiet[1]) * 1000:.1f}/"
-        f"{p99(flooded[1]) * 1000:.1f} ms; gateway RSS growth {growth / MIB:.1f} MiB, "
-        f"threads {before['Threads']} -> {after['Threads']}"
+        f"produce p99 ms (librdkafka, gRPC) quiet {ms[0]}, flooded {ms[1]}, quiet again "
+        f"{ms[2]}; gateway RSS growth {growth / MIB:.1f} MiB, threads {before['Threads']} "
+        f"-> {after['Threads']}"
     )
     assert growth < 64 * MIB
-    for name, calm, loud in zip(("librdkafka", "gRPC"), quiet, flooded, strict=True):
-        assert p99(loud) <= 2 * max(p99(calm), P99_FLOOR_S), f"{name} produce p99 grew past 2x"
+    for i, name in enumerate(("librdkafka", "gRPC")):
+        calm = max(p99(quiet[i]), p99(quiet_after[i]), P99_FLOOR_S)
+        assert p99(flooded[i]) <= 2 * calm, f"{name} produce p99 grew past 2x"
     assert large_closed, "the connections announcing 100 MiB were kept"
     assert after["Threads"] <= before["Threads"] + POOL_THREADS
 
