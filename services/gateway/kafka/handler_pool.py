@@ -84,6 +84,9 @@ class RequestHandlerPool:
             except Exception:  # the work reports its own failures; this keeps the thread
                 logger.exception("%s: a request's work failed", self.name)
             finally:
+                # Not kept while waiting for the next: it holds the request's frames, whose
+                # pool bytes are already given back once its answers are sent.
+                del work
                 with self._lock:
                     self.busy -= 1
 

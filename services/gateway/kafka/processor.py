@@ -406,6 +406,8 @@ class Processor:
             except BaseException:
                 self._answer(channel, Outcome(close=True))
                 raise
+            finally:
+                frames.clear()  # the frames' memory goes with their pool bytes, not later
             self._answer(channel, outcome)
 
         channel.handling = True
