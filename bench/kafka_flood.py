@@ -91,8 +91,11 @@ def _measure(report: Callable[..., None], pid: int, kafka: str) -> None:
     quiet = rdkafka_latencies(producer, "steady", SAMPLES)
     reset_peak(pid)
     before = process_status(pid)
+    files = len(os.listdir(f"/proc/{pid}/fd"))
     flood = Flood(kafka, idle_source="127.0.0.2")
     flood.start()
+    # Sampled once the gateway holds the flood (each connection an open file).
+    wait_until(lambda: len(os.listdir(f"/proc/{pid}/fd")) >= files + 990, 30)
     flooded, how = _flooded_latencies(producer, FLOODED_SAMPLES_S)
     during = process_status(pid)
     closed = flood.large_closed()

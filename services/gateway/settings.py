@@ -207,8 +207,9 @@ class GatewayConfig:
     )
     num_io_threads: int = setting(
         DEFAULT_NUM_IO_THREADS,
-        "threads running the Kafka listener's requests (long-poll fetches and group joins "
-        "run on a pool of their own, sized to the gateway's bounds on waiting calls)",
+        "threads running the Kafka listener's requests (produce, fetch and group joins, "
+        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
+        "waiting calls, 24, plus this many)",
         parse=_at_least_one,
     )
     queued_max_requests: int = setting(

@@ -280,3 +280,46 @@ def test_a_flood_before_sasl_leaves_authenticated_clients_served(tmp_path):
             flood.close()
         listener.stop()
         cluster.close()
+
+
+def test_a_connection_that_waits_past_the_pools_wait_is_closed_unread(tmp_path):
+    """The pool's wait (here 0.5 s) bounds how long a muted connection waits for room: then
+    it is closed, having taken nothing, and the one holding the pool is left alone."""
+    cluster = LocalCluster(tmp_path, nodes=1, queued_max_request_bytes=2 * MIB)
+    try:
+        pool = cluster.gateway.request_memory
+        pool.wait_s = 0.5
+        with KafkaWire(cluster.kafka_address) as holder, KafkaWire(cluster.kafka_address) as waiter:
+            for wire in (holder, waiter):
+                wire.request(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
+            holder.send_raw(struct.pack(">i", 3 * MIB // 2) + PRODUCE_V9_HEADER)
+            assert wait_until(lambda: pool.used_bytes >= 3 * MIB // 2)
+            waiter.send_raw(struct.pack(">i", MIB) + PRODUCE_V9_HEADER)
+            started = time.monotonic()
+            assert waiter.closed_by_listener()
+            assert 0.4 < time.monotonic() - started < 5
+            assert pool.used_bytes == 3 * MIB // 2
+        assert wait_until(lambda: pool.used_bytes == 0)
+    finally:
+        cluster.close()
+
+
+def test_a_tls_listener_closes_a_connection_that_never_handshakes(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1, tls=True, kafka_listen="SSL://127.0.0.1:0")
+    listener = KafkaListener(
+        "SSL://127.0.0.1:0",
+        api_table_for(cluster.gateway),
+        cluster.gateway,
+        max_request_bytes=cluster.gateway.config.max_request_bytes,
+        limits=ListenerLimits(connections_first_request_timeout_ms=300),
+    )
+    listener.start()
+    try:
+        started = time.monotonic()
+        with connect(listener.address) as plain:
+            assert closed_by_listener(plain)
+        assert time.monotonic() - started < 5
+        assert wait_until(lambda: listener.open_connections == 0)
+    finally:
+        listener.stop()
+        cluster.close()

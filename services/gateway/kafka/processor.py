@@ -50,11 +50,14 @@ logger = logging.getLogger(__name__)
 # The longest the loop sleeps with no event: how late a stop or an idle expiry may be seen.
 MAX_SELECT_S = 0.5
 STOP_JOIN_TIMEOUT_S = 5.0
-# Requests that may wait long in their handler (a long-poll Fetch, a group join and its
-# sync): Kafka's broker parks them in a purgatory without a thread; here a handler waits on
-# its thread, so they run on a pool of their own and never hold up produce and metadata.
-FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 1, 11, 14
-WAITING_APIS = frozenset({FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
+# Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
+# and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR
+# shrinks). Kafka's broker parks them in a purgatory without a thread; here a handler waits
+# on its thread, so they run on a pool of their own, and a stalled node or a crowd of long
+# polls never holds up metadata, SASL, offsets or the group heartbeats that keep consumers
+# in their groups.
+PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 0, 1, 11, 14
+WAITING_APIS = frozenset({PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
 
 
 @dataclass(frozen=True)
