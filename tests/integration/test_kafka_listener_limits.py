@@ -323,3 +323,32 @@ def test_a_tls_listener_closes_a_connection_that_never_handshakes(tmp_path):
     finally:
         listener.stop()
         cluster.close()
+
+
+def test_requests_past_a_full_handler_queue_wait_unread_and_are_all_answered(cluster):
+    """One handler thread and a queue of one: 40 connections' requests sent at once (three
+    each) wait in their sockets, their connections muted, and are all answered, each
+    connection's in the order sent."""
+    listener = listener_on(cluster, num_io_threads=1, queued_max_requests=1, num_network_threads=2)
+    socks = []
+    try:
+        socks = [connect(listener.address) for _ in range(40)]
+        frames = []
+        for correlation_id in (1, 2, 3):
+            request = ApiVersionsRequest[0]()
+            request.with_header(correlation_id=correlation_id, client_id="door")
+            frames.append(bytes(request.encode(header=True, framed=True)))
+        for sock in socks:  # three requests each, sent at once
+            sock.sendall(b"".join(frames))
+        for sock in socks:
+            answered = []
+            for _ in frames:
+                size = struct.unpack(">i", _read(sock, 4))[0]
+                answer = ApiVersionsResponse[0].decode(_read(sock, size), header=True)
+                answered.append(answer.header.correlation_id)
+            assert answered == [1, 2, 3]
+        assert listener.handlers.started_threads == 1
+    finally:
+        for sock in socks:
+            sock.close()
+        listener.stop()

@@ -174,7 +174,7 @@ class Processor:
 
     def _turn(self) -> None:
         now = time.monotonic()
-        timeout = MAX_SELECT_S
+        timeout = 0.0 if self._memory_released or self._queue_room else MAX_SELECT_S
         if self._timers:
             timeout = min(timeout, max(0.0, self._timers[0][0] - now))
         if self._channels:
@@ -364,6 +364,9 @@ class Processor:
         if step is Step.WAIT_MEMORY and not was_waiting:
             self._waiting_memory.append(channel)
             self._timer(now + self.context.pool.wait_s, channel)
+            # Tried again on the next turn: room given back before the channel was listed
+            # woke nobody.
+            self._memory_released = True
         elif step is not Step.WAIT_MEMORY and was_waiting:
             self._waiting_memory.remove(channel)
         self._update(channel)
@@ -392,6 +395,7 @@ class Processor:
         if not self._dispatch_parked(channel):
             channel.waiting_queue = True
             self._waiting_queue.append(channel)
+            self._queue_room = True  # tried again on the next turn, as memory waits are
 
     def _dispatch_parked(self, channel: Channel) -> bool:
         """Queues the channel's read request(s) for a handler; False when the queue is full."""
