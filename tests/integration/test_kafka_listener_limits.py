@@ -208,6 +208,7 @@ def test_a_connection_waiting_for_request_memory_is_muted_and_others_are_served(
         cluster.close()
 
 
+@pytest.mark.slow
 def test_a_flood_before_sasl_leaves_authenticated_clients_served(tmp_path):
     """A SASL_SSL listener: three connections that finish TLS (with a certificate from the
     cluster CA) and announce 100 MiB before authenticating, and 300 idle TCP connections,
