@@ -283,9 +283,10 @@ def test_a_flood_before_sasl_leaves_authenticated_clients_served(tmp_path):
         cluster.close()
 
 
-def test_a_connection_that_waits_past_the_pools_wait_is_closed_unread(tmp_path):
-    """The pool's wait (here 0.5 s) bounds how long a muted connection waits for room: then
-    it is closed, having taken nothing, and the one holding the pool is left alone."""
+def test_waiting_for_room_and_holding_it_silent_are_each_bounded_by_the_pools_wait(tmp_path):
+    """The pool's wait (here 0.5 s) bounds how long a muted connection waits for room (then
+    it is closed, having taken nothing) and how long a connection holding room for a frame
+    may send none of it (then it is closed and the room given back)."""
     cluster = LocalCluster(tmp_path, nodes=1, queued_max_request_bytes=2 * MIB)
     try:
         pool = cluster.gateway.request_memory
@@ -297,12 +298,33 @@ def test_a_connection_that_waits_past_the_pools_wait_is_closed_unread(tmp_path):
             assert wait_until(lambda: pool.used_bytes >= 3 * MIB // 2)
             waiter.send_raw(struct.pack(">i", MIB) + PRODUCE_V9_HEADER)
             started = time.monotonic()
-            assert waiter.closed_by_listener()
-            assert 0.4 < time.monotonic() - started < 5
+
+            def waiter_closed_while_holder_sends() -> bool:
+                holder.send_raw(b"\0")  # the held frame keeps coming, a byte at a time
+                return closed_now(waiter.sock)
+
+            assert wait_until(waiter_closed_while_holder_sends, 5)
+            assert time.monotonic() - started > 0.4
             assert pool.used_bytes == 3 * MIB // 2
+            stopped = time.monotonic()
+            assert wait_until(lambda: closed_now(holder.sock), 5)
+            assert time.monotonic() - stopped > 0.4
         assert wait_until(lambda: pool.used_bytes == 0)
     finally:
         cluster.close()
+
+
+def closed_now(sock: socket.socket) -> bool:
+    """Whether the listener has closed `sock` (without waiting)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.setblocking(True)
 
 
 def test_a_tls_listener_closes_a_connection_that_never_handshakes(tmp_path):

@@ -23,6 +23,12 @@ the pool has room for them at once, and answered together (produce_coalescing.py
 request of another api met on the way is left where its reading stopped, unchecked, and
 read on once the answers are sent.
 
+A frame's pool bytes are held only while it arrives: a connection that sends none of its
+body for the pool's wait (30 s, the time a request may wait for room) is closed, so one that
+announces a large frame and goes silent gives its share back after 30 s, not after the
+10-minute idle timeout. (A frame read ahead behind a request in flight is not read, so not
+timed, until that request is answered.)
+
 The pool share a connection holds: one frame at a time (coalesced Produce requests: at most
 socket.request.max.bytes in all) and its answers, until they are sent. With the defaults
 (256 MiB pool, 100 MiB frames) two connections sending frames of the largest size fill at
@@ -135,6 +141,8 @@ class Channel:
         self.opened_at = now
         self.close_after_send = False
         self.waiting_memory_since: float | None = None
+        # When to check that a frame holding pool bytes still arrives (processor.py).
+        self.body_check_at: float | None = None
         self.waiting_queue = False
         self.muted_until = 0.0  # over a client quota (KIP-219): no reading before
         self.spoke = False  # a valid request header was read (listeners without SASL)
@@ -316,6 +324,7 @@ class Channel:
         assert reader.body is not None
         taken = (reader.body, reader.reserved, reader.raw)
         reader.reset()
+        self.body_check_at = None
         self.requests_read += 1
         return taken
 

@@ -11,7 +11,8 @@ Timers, checked on every turn of the loop (a heap of deadlines, lazily cleared):
 - the TLS handshake: 10 s;
 - `connections.first.request.timeout.ms`: a connection that has not authenticated by then
   (SASL listeners; elsewhere, read its first complete request) is closed;
-- the request pool's wait (`wait_s`, 30 s): a connection still waiting is closed;
+- the request pool's wait (`wait_s`, 30 s): a connection still waiting for room is closed,
+  and so is one holding room for a frame whose bytes stopped coming that long;
 - `connections.max.idle.ms`: a connection with no bytes in or out for that long and no
   request in flight is closed (oldest first, as Kafka's idle expiry).
 """
@@ -36,7 +37,7 @@ from opentelemetry import trace
 from services.memory_pool import RequestMemoryPool
 
 from .api_table import ApiTable
-from .channel import MAX_QUEUED_REQUESTS, Channel, PeerClosed, Step
+from .channel import MAX_QUEUED_REQUESTS, Channel, PeerClosed, Stage, Step
 from .connection import KafkaConnection, Outcome
 from .framing import API_KEY_AND_VERSION, FrameError
 from .handler_pool import RequestHandlerPool
@@ -361,6 +362,14 @@ class Processor:
             self._close(channel)
             return
         self._touched(channel)
+        if (
+            step is Step.BLOCKED
+            and channel.body_check_at is None
+            and not channel.in_flight
+            and channel.reader.stage is Stage.BODY
+        ):
+            channel.body_check_at = channel.last_active + self.context.pool.wait_s
+            self._timer(channel.body_check_at, channel)
         if step is Step.WAIT_MEMORY and not was_waiting:
             self._waiting_memory.append(channel)
             self._timer(now + self.context.pool.wait_s, channel)
@@ -505,6 +514,8 @@ class Processor:
                     context.first_request_timeout_s * 1000,
                 )
                 self._close(channel)
+            elif channel.body_check_at is not None and channel.body_check_at <= now:
+                self._check_body(channel, now)
             elif channel.muted_until and channel.muted_until <= now:
                 channel.muted_until = 0.0
                 self._read(channel)
@@ -523,6 +534,25 @@ class Processor:
                 context.idle_timeout_s * 1000,
             )
             self._close(channel)
+
+    def _check_body(self, channel: Channel, now: float) -> None:
+        """A frame holding pool bytes whose body has stopped coming for the pool's wait is
+        closed; one still coming is checked again a wait after its last bytes."""
+        wait_s = self.context.pool.wait_s
+        if channel.in_flight or channel.reader.stage is not Stage.BODY:
+            channel.body_check_at = None
+        elif now - channel.last_active >= wait_s:
+            logger.info(
+                "closing Kafka connection from %s: no bytes for %g s of a %d-byte request "
+                "holding request memory (queued.max.request.bytes)",
+                channel.connection.peer,
+                wait_s,
+                channel.reader.size,
+            )
+            self._close(channel)
+        else:
+            channel.body_check_at = channel.last_active + wait_s
+            self._timer(channel.body_check_at, channel)
 
     @staticmethod
     def _met_first_deadline(channel: Channel) -> bool:
