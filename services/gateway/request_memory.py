@@ -9,7 +9,9 @@ times that.
 
 When the pool is full, a request waits for room (up to `wait_s`): the Kafka listener does
 not read the frame's body meanwhile (it mutes the connection, as Kafka's broker does with
-its memory pool), a gRPC call holds its thread; past the wait the Kafka connection closes
+its memory pool, and its network thread serves the others; a frame's bytes are taken only
+once its size and header are read and checked: kafka/channel.py), a gRPC call holds its
+thread; past the wait the Kafka connection closes
 (nothing of the request was read, the client sends it again) and the gRPC call answers
 RESOURCE_EXHAUSTED with the retriable reason MEMORY_BUDGET_EXHAUSTED. A request larger than
 the whole pool runs when it is alone (Kafka's pool lets one allocation overshoot), so a limit

@@ -405,8 +405,7 @@ class Gateway:
                 api_table_for(self),
                 self,
                 max_request_bytes=self.config.max_request_bytes,
-                max_connections=self.config.kafka_max_connections,
-                connections_max_idle_ms=self.config.connections_max_idle_ms,
+                limits=self.config.kafka_listener_limits,
                 advertised_listener=self.config.kafka_advertised_listener,
                 lanes=self.config.kafka_lanes,
             )

@@ -42,10 +42,18 @@ from .groups.offsets_store import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
 )
-from .kafka.listener import (
-    DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+from .kafka.connection_quotas import (
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    parse_overrides,
+)
+from .kafka.handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS
+from .kafka.listener import (
+    DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
+    DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    DEFAULT_NUM_NETWORK_THREADS,
     MAX_KAFKA_LANES,
+    ListenerLimits,
     parse_listener,
 )
 from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
@@ -67,6 +75,19 @@ def _kafka_listener(text: str) -> str | None:
         return None
     protocol, address = parse_listener(text)
     return f"{protocol}://{address}"
+
+
+def _per_ip_overrides(text: str) -> str:
+    """Checked (ValueError naming the bad part), kept as written."""
+    parse_overrides(text)
+    return text.strip()
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value}: must be at least 1")
+    return value
 
 
 def _kafka_lanes(text: str) -> int:
@@ -149,11 +170,53 @@ class GatewayConfig:
     )
     kafka_max_connections: int = setting(
         DEFAULT_MAX_CONNECTIONS,
-        "Kafka client connections served at once; past it new ones are closed",
+        "Kafka client connections served at once; past it new ones are closed (each costs a "
+        "file descriptor and a few KiB, no thread; the gateway raises its open-files limit to "
+        "fit, as far as the hard limit lets it)",
         name="max.connections",
+        parse=_at_least_one,
+    )
+    max_connections_per_ip: int = setting(
+        DEFAULT_MAX_CONNECTIONS_PER_IP,
+        "Kafka client connections from one address at once; past it new ones are closed "
+        "(Kafka's default is unbounded; a tenth of max.connections here, so one host cannot "
+        "take them all)",
+        parse=_at_least_one,
+    )
+    max_connections_per_ip_overrides: str = setting(
+        "",
+        "addresses allowed more (or fewer) Kafka connections than max.connections.per.ip: "
+        "host:count,host:count (Kafka's syntax; a name is resolved at start)",
+        parse=_per_ip_overrides,
     )
     connections_max_idle_ms: int = setting(
         DEFAULT_CONNECTIONS_MAX_IDLE_MS, "a Kafka connection idle this long is closed"
+    )
+    connections_first_request_timeout_ms: int = setting(
+        DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
+        "a Kafka connection that has not sent a complete request (on a SASL listener: not "
+        "authenticated) this long after it was accepted is closed (not a Kafka setting: its "
+        "broker waits for the idle timeout)",
+        parse=_at_least_one,
+    )
+    num_network_threads: int = setting(
+        DEFAULT_NUM_NETWORK_THREADS,
+        "threads reading and writing the Kafka listener's connections (selectors, "
+        "non-blocking sockets)",
+        parse=_at_least_one,
+    )
+    num_io_threads: int = setting(
+        DEFAULT_NUM_IO_THREADS,
+        "threads running the Kafka listener's requests (produce, fetch and group joins, "
+        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
+        "waiting calls, 24, plus this many)",
+        parse=_at_least_one,
+    )
+    queued_max_requests: int = setting(
+        DEFAULT_QUEUED_MAX_REQUESTS,
+        "Kafka requests read and waiting for a handler thread; past it connections wait "
+        "muted, unread",
+        parse=_at_least_one,
     )
     # This gateway's etcd session (its lease): after it dies, its controller role and its
     # groups move to another gateway within this time.
@@ -355,3 +418,19 @@ class GatewayConfig:
     allow_everyone_if_no_acl_found: bool = setting(
         False, "a resource no ACL names is open to all (true/false)"
     )
+
+    @property
+    def kafka_listener_limits(self) -> ListenerLimits:
+        """The Kafka listener's threads and bounds, from the settings above."""
+        return ListenerLimits(
+            max_connections=self.kafka_max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_connections_per_ip_overrides=tuple(
+                parse_overrides(self.max_connections_per_ip_overrides).items()
+            ),
+            connections_max_idle_ms=self.connections_max_idle_ms,
+            connections_first_request_timeout_ms=self.connections_first_request_timeout_ms,
+            num_network_threads=self.num_network_threads,
+            num_io_threads=self.num_io_threads,
+            queued_max_requests=self.queued_max_requests,
+        )
