@@ -51,7 +51,7 @@ class ProcessCluster:
             node_id,
             listen,
             self.root / f"node-{node_id}",
-            self.gateway.address,
+            self.gateway.internal_address,
             extra_args=["--heartbeat-interval-ms", "200"],
             env=self.env,
             stderr_path=self.root / f"node-{node_id}.log",
@@ -65,6 +65,7 @@ class ProcessCluster:
         self.gateway = gateway_process(
             f"127.0.0.1:{port}",
             self.root / "gateway",
+            internal_listen=self.gateway.internal_address,  # where the nodes call it
             extra_args=FAST,
             env=self.env,
             stderr_path=self.root / "gateway.log",

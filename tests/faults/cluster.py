@@ -93,11 +93,14 @@ class Cluster:
         if lab is not None:
             for name in (*names, *(f"node-{n}" for n in range(1, NODES + 1))):
                 self.hosts[name] = lab.add_host(name)
-        ports = free_ports(len(names))
+        # Each gateway's clients' port and its nodes' (internal) port: fixed, so a gateway
+        # restarted is found where its nodes call it.
+        ports = free_ports(2 * len(names))
         self.gateways += [
             gateway_process(
                 f"{self.hosts.get(name, '127.0.0.1')}:{port}",
                 root / name,
+                internal_listen=f"{self.hosts.get(name, '127.0.0.1')}:{internal_port}",
                 extra_args=[
                     *registry_args,
                     "--session-timeout-ms",
@@ -115,17 +118,21 @@ class Cluster:
                 env=env,
                 **self._prefix(name),
             )
-            for name, port in zip(names, ports, strict=True)
+            for name, port, internal_port in zip(
+                names, ports[: len(names)], ports[len(names) :], strict=True
+            )
         ]
-        # every gateway's address, in order: clients and nodes fail over along it
+        # every gateway's address, in order: clients fail over along it, nodes along the
+        # gateways' internal addresses
         self.address = ",".join(gateway.start() for gateway in self.gateways)
+        self.internal_address = ",".join(gateway.internal_address for gateway in self.gateways)
         for node_id in range(1, NODES + 1):
             configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
             node = node_process(
                 node_id,
                 f"{self.hosts.get(f'node-{node_id}', '127.0.0.1')}:0",
                 root / f"node-{node_id}",
-                self.address,
+                self.internal_address,
                 extra_args=["--heartbeat-interval-ms", "200", *configs],
                 stderr_path=root / "logs" / f"node-{node_id}.log",
                 env=env,
