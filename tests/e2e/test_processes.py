@@ -28,9 +28,10 @@ FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
 
 class ProcessCluster:
-    def __init__(self, root, nodes=2, env=None, gateway_args=()):
+    def __init__(self, root, nodes=2, env=None, gateway_args=(), node_args=()):
         self.root = root
         self.env = env or {}
+        self.node_args = list(node_args)
         self.gateway = gateway_process(
             "127.0.0.1:0",
             root / "gateway",
@@ -52,7 +53,7 @@ class ProcessCluster:
             listen,
             self.root / f"node-{node_id}",
             self.gateway.internal_address,
-            extra_args=["--heartbeat-interval-ms", "200"],
+            extra_args=["--heartbeat-interval-ms", "200", *self.node_args],
             env=self.env,
             stderr_path=self.root / f"node-{node_id}.log",
         )
