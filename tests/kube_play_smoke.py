@@ -8,7 +8,8 @@ machine must differ from a cluster, each change said below:
   the pod-index label becomes its value; `kubectl scale` is playing (or taking down) the
   pod of the ordinal added (or removed), as the StatefulSet controller would;
 - pods share the host's network (no Service DNS): the gateway and the node listen on free
-  loopback ports and the node dials the gateway's internal listener there; the image is the one just built;
+  loopback ports and the node dials the gateway's internal listener there; the image is the
+  one just built;
 - the generated Secret is given as the variable it would fill, and the namespace and host
   name (which podman's downward API does not know) as values; no collector runs here, so
   traces and metrics are not exported.
@@ -75,9 +76,7 @@ def _set_env(container: dict, name: str, value: str) -> None:
     container["env"].append({"name": name, "value": value})
 
 
-def playable(
-    objects: list[dict], image: str, gateway_port: int, internal_port: int
-) -> list[dict]:
+def playable(objects: list[dict], image: str, gateway_port: int, internal_port: int) -> list[dict]:
     """The ConfigMaps, the gateway and its claim, ready for podman (the nodes:
     `node_manifests`); the gateway's clients' listener on `gateway_port`, its nodes' on
     `internal_port`."""

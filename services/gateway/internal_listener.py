@@ -22,14 +22,8 @@ from opentelemetry import trace
 
 from seglog.security.tls import TlsFiles, server_credentials
 from services import serving
+from services.settings import GATEWAY_INTERNAL_PORT
 
-# Where nodes find the internal listener unless told: the clients' listener's host on this
-# port. 7070 is the clients' gRPC port, `make run` puts its nodes on 7071-7073 and a second
-# gateway (ETCD=1) on 7074, the production overlay's plaintext health port is 7079, Kafka's
-# listeners are 9092 (9093 for the second gateway) and the Prometheus endpoints 9464 and up:
-# 7090 is none of them, and reads as "the gateway's other port". Kafka's own controller
-# listener (9093) would collide with that second Kafka listener.
-DEFAULT_INTERNAL_PORT = 7090
 # Registry calls are short (a heartbeat is an in-memory check and an answer of what changed;
 # a registration or an ISR change one metadata record): a few threads serve hundreds of
 # nodes heartbeating every 2 s. Eight leave room for calls waiting on etcd's round trips.
@@ -45,10 +39,10 @@ INTERNAL_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 def default_internal_listen(listen: str) -> str:
-    """The clients' listener's host on DEFAULT_INTERNAL_PORT; port 0 (any free port) when
+    """The clients' listener's host on GATEWAY_INTERNAL_PORT; port 0 (any free port) when
     the clients' listener's is 0, as tests start gateways."""
     host, port = listen.rsplit(":", 1)
-    return f"{host}:{0 if int(port) == 0 else DEFAULT_INTERNAL_PORT}"
+    return f"{host}:{0 if int(port) == 0 else GATEWAY_INTERNAL_PORT}"
 
 
 def internal_credentials(tls: TlsFiles | None) -> grpc.ServerCredentials | None:

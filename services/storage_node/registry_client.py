@@ -41,7 +41,11 @@ from seglog.rpc.channels import channel_target, open_channel, tls_server_name
 from seglog.rpc.status import error_from_code
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from services.settings import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
+from services.settings import (
+    BROKER_HEARTBEAT_INTERVAL_MS,
+    BROKER_SESSION_TIMEOUT_MS,
+    GATEWAY_INTERNAL_PORT,
+)
 
 from .metadata_applier import MetadataApplier, registration_of
 from .partition import IsrProposal, Registration
@@ -49,9 +53,6 @@ from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 
-# The gateway's internal listener's default port (services/gateway/internal_listener.py):
-# nodes never call the clients' listener.
-DEFAULT_GATEWAY_PORT = 7090
 # A heartbeat refused unread by a gateway at its gRPC call limit is sent again after this.
 BUSY_RETRY_S = 0.1
 
@@ -99,7 +100,8 @@ class RegistrySession:
         self._fencing = threading.Lock()
         # Several gateway addresses (comma-separated): the session fails over between them.
         self._channel = open_channel(
-            channel_target(gateway, DEFAULT_GATEWAY_PORT),
+            # The gateway's internal listener; nodes never call the clients' listener.
+            channel_target(gateway, GATEWAY_INTERNAL_PORT),
             credentials=None if tls is None else channel_credentials(tls),
             server_name=tls_server_name(gateway),
         )
@@ -163,7 +165,7 @@ class RegistrySession:
         return (
             f"{self.gateway} answers gRPC but serves no Registry there: --gateway must name "
             f"the gateway's internal listener (its --internal-listen, port "
-            f"{DEFAULT_GATEWAY_PORT} unless set), not the clients' listener"
+            f"{GATEWAY_INTERNAL_PORT} unless set), not the clients' listener"
         )
 
     def _misdirected(self) -> None:
