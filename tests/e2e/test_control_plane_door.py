@@ -77,6 +77,7 @@ def _logs_since(cluster: ProcessCluster, offsets: dict[int, int]) -> dict[int, s
     }
 
 
+@pytest.mark.slow
 def test_a_client_flood_of_the_gateway_fences_no_node(cluster):
     cluster.admin.create_topic("kept", 3, 3)
     answers = cluster.client.produce("kept", dict.fromkeys(range(3), make_batch([b"before"])))
@@ -127,6 +128,7 @@ def test_a_client_flood_of_the_gateway_fences_no_node(cluster):
     assert after == leaders
 
 
+@pytest.mark.slow
 def test_a_node_given_the_client_listener_stops_and_says_where_to_call(tmp_path):
     """The clients' listener serves no Registry: a node pointed there cannot register, and
     no retry can change that, so it stops at once (exit code 1) naming the way out."""
