@@ -45,6 +45,16 @@ def default_internal_listen(listen: str) -> str:
     return f"{host}:{0 if int(port) == 0 else GATEWAY_INTERNAL_PORT}"
 
 
+def describe(tls: TlsFiles | None) -> str:
+    """What the gateway logs of its internal listener, for operators."""
+    security = "plaintext" if tls is None else "mutual TLS" if tls.ca is not None else "TLS"
+    return (
+        f"{security}; {INTERNAL_THREADS} threads, {INTERNAL_MAX_CONCURRENT_CALLS} calls at "
+        f"once, requests up to {INTERNAL_MAX_REQUEST_BYTES} bytes, outside "
+        f"queued.max.request.bytes"
+    )
+
+
 def internal_credentials(tls: TlsFiles | None) -> grpc.ServerCredentials | None:
     if tls is None:
         return None

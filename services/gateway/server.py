@@ -44,6 +44,7 @@ from .groups.offsets_store import (
     OffsetsStore,
 )
 from .internal_listener import build_internal_server, default_internal_listen
+from .internal_listener import describe as describe_internal_listener
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
@@ -421,7 +422,11 @@ class Gateway:
             )
         if self.kafka_listener is not None:
             logger.info("gateway's Kafka listener on %s", self.kafka_listener.address)
-        logger.info("gateway's internal listener (storage nodes) on %s", self.internal_address)
+        logger.info(
+            "gateway's internal listener (storage nodes) on %s (%s)",
+            self.internal_address,
+            describe_internal_listener(self.config.tls),
+        )
 
     def expire_offsets(self) -> int:
         """One pass of committed-offset expiry (offsets.retention.minutes)."""
