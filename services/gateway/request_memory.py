@@ -44,11 +44,10 @@ from services.memory_pool import (
 # health checks count too, so the default leaves every thread of every pool (the server's
 # and the fetches') busy and as many calls again queued: it bounds the queue, while the
 # threads themselves bound what is being served (threads x socket.request.max.bytes x ~3).
-# It is off unless set: gRPC's limit cannot spare a service, and nodes heartbeat on this
-# listener (unless they have an internal one), so under a flood of client calls it would
-# refuse their heartbeats too and nodes would lose their sessions. Where set, threads of
-# every pool and as many queued (SERVER_MAX_WORKERS + FETCH_POOL_THREADS + SERVER_MAX_WORKERS,
-# 88) is a sensible value.
+# It is off unless set (Kafka bounds no such thing). Nodes' registry calls never count
+# against it nor against the pool: they have a server of their own (internal_listener.py).
+# Where set, threads of every pool and as many queued (SERVER_MAX_WORKERS +
+# FETCH_POOL_THREADS + SERVER_MAX_WORKERS, 88) is a sensible value.
 DEFAULT_MAX_CONCURRENT_REQUESTS = -1
 # A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
 # briefly, then the client backs off.

@@ -251,14 +251,12 @@ class GatewayConfig:
     max_concurrent_requests: int = setting(
         DEFAULT_MAX_CONCURRENT_REQUESTS,
         "gRPC calls running or waiting for a thread at once, over every thread pool (long polls, "
-        "group joins, node heartbeats and health checks included); past it gRPC refuses a call "
+        "group joins and health checks included); past it gRPC refuses a call "
         "RESOURCE_EXHAUSTED before its request is decoded, and clients back off and retry. It "
         "bounds the calls whose requests gRPC holds before queued.max.request.bytes sees them "
         "(about three times a request per call served, one request per call queued); 88 leaves "
-        "every thread busy and as many calls queued. Off (-1) by default: nodes heartbeat on this "
-        "listener unless they have an internal one, so a flood of client calls would refuse "
-        "their heartbeats too (a node retries a refused heartbeat after 0.1 s). The Kafka "
-        "listener's connections are not counted",
+        "every thread busy and as many calls queued. Off (-1) by default. Nodes' calls are not "
+        "counted (they have --internal-listen), nor the Kafka listener's connections",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
@@ -369,17 +367,22 @@ class GatewayConfig:
         parse=TlsFiles.from_flags,
         show=lambda tls: "SSL" if tls is not None else "PLAINTEXT",
     )
-    # "required": every caller of the listener above presents a certificate from the CA;
-    # "none": clients are not asked for one (they authenticate with bearer tokens), and the
-    # Registry (nodes' calls, mutual TLS) moves to `internal_listen` (Kafka's separate
-    # inter-broker listener), default the same host on any free port.
+    # "required": every client of the listener above presents a certificate from the CA;
+    # "none": clients are not asked for one (they authenticate with bearer tokens). Nodes
+    # never call that listener: theirs is `internal_listen`, mutual TLS with the CA either way.
     tls_client_auth: str = setting(
         "required",
-        "required: clients present certificates; none: they use bearer tokens, and nodes "
-        "call the --internal-listen address",
+        "required: clients present certificates; none: they use bearer tokens (nodes call "
+        "the --internal-listen address, mutual TLS either way)",
         choices=("required", "none"),
     )
-    internal_listen: str | None = setting(None, "the nodes' listener (mutual TLS)")
+    # Kafka's separate control plane listener (KIP-291): internal_listener.py.
+    internal_listen: str | None = setting(
+        None,
+        "the storage nodes' listener (register, heartbeat, ISR changes): its own threads and "
+        "limits, outside queued.max.request.bytes; mutual TLS with --tls-ca, plaintext without "
+        "TLS (default: the --listen host on port 7090, any free port when --listen's is 0)",
+    )
     # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
     node_identity_prefix: str = setting(
         NODE_IDENTITY_PREFIX,

@@ -285,6 +285,7 @@ class StorageNode:
                 bulk_address=self.bulk_address,
                 tls=self.config.tls,
                 unclean_shutdown=not self.logs.started_after_clean_shutdown,
+                on_misdirected=serving.stop_process,
             )
             self.session.start()
         session = self.session
