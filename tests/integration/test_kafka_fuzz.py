@@ -5,7 +5,8 @@ byte by byte. Black-box: frames on a socket, answers read back.
 
 Each example: the answer parses as Kafka's answer of that api and version with the request's
 correlation id, or the listener closes the connection (Kafka's answer to a malformed request);
-no traceback in the cluster's log; the connection, if open, still serves (an ApiVersions sent
+no traceback in the cluster's log (nor the one line a handler's unexpected exception is logged
+as); the connection, if open, still serves (an ApiVersions sent
 behind the request is answered); a new client is served right after (ApiVersions and Metadata:
 no thread lost, nothing stuck); and a refused Produce wrote nothing (the log end offsets of the
 partitions it was refused for did not move).
@@ -77,16 +78,22 @@ PRODUCE_KEY = 0
 CLASSES = request_classes()
 
 
+# The listener's line for a handler's unexpected exception (one line, no traceback).
+HANDLER_GUARD_LOGGER = "services.gateway.kafka.handler_guard"
+
+
 class Tracebacks(logging.Handler):
     """Every log record of the cluster's processes (all in this one) that carries a
-    traceback: a request that reaches one has met an exception nobody expected."""
+    traceback, and every line of the listener's guard for a handler's unexpected exception:
+    a request that reaches one has met an exception nobody expected."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info or record.stack_info:
+        unexpected = record.name == HANDLER_GUARD_LOGGER and record.levelno >= logging.ERROR
+        if record.exc_info or record.stack_info or unexpected:
             self.records.append(record)
 
     def take(self) -> list[str]:
