@@ -1,6 +1,7 @@
 """Every API key and version the Kafka listener advertises (its ApiVersions answer, read over
 the socket), fed requests built by hypothesis from Kafka's schemas (tests/kafka_strategies.py),
-against a real gateway and real nodes; and Produce frames cut short or with a length changed,
+against a real gateway and real nodes, the authorizer off and on (every operation allowed, so
+requests still reach their handlers after it has read them); and Produce frames cut short or with a length changed,
 byte by byte. Black-box: frames on a socket, answers read back.
 
 Each example: the answer parses as Kafka's answer of that api and version with the request's
@@ -17,6 +18,7 @@ Derandomized with a few examples per API (`make test`: the whole file in under a
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import struct
@@ -37,6 +39,7 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest
 
 from services.gateway.kafka.api_table import response_class_of
+from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_strategies import Known, request_classes, requests
@@ -66,9 +69,11 @@ KNOWN = Known(names=(TOPIC, GROUP, "fuzz-member"), record_sets=RECORD_SETS)
 KNOWN_TO_PRODUCE = Known(
     names=(PRODUCE_TOPIC,), record_sets=RECORD_SETS, fields={"acks": PRODUCE_ACKS}
 )
-# CI's bound: 10 examples for each of the 38 advertised APIs, ~15 s on 2 cores. Deeper:
+# CI's bound: 10 examples for each of the 38 advertised APIs (at least 2 per version), in
+# each authorizer mode: ~30 s on 2 cores. Deeper:
 # make fuzz-kafka.
 EXAMPLES_PER_API = int(os.environ.get("SEGLOG_KAFKA_FUZZ_EXAMPLES", "10"))
+MIN_EXAMPLES_PER_VERSION = 2
 # Every wait a request can ask for is drawn short (kafka_strategies.WAIT_FIELDS); an answer
 # later than this is a handler stuck, not a wait.
 ANSWER_TIMEOUT_S = 10.0
@@ -116,12 +121,22 @@ class Target:
         return {p: self.cluster.log(PRODUCE_TOPIC, p).log_end_offset for p in range(PARTITIONS)}
 
 
-@pytest.fixture(scope="module")
-def target(tmp_path_factory) -> Iterator[Target]:
+# With the authorizer on, every operation is allowed to the fuzzer's principal: each request
+# still reaches its handler, after the authorizer has read it too (its names, its resources).
+EVERYTHING = (
+    Grant("topic", ("All",)),
+    Grant("group", ("All",)),
+    Grant("cluster", ("All",)),
+)
+
+
+@pytest.fixture(scope="module", params=AUTHORIZER_MODES)
+def target(request, tmp_path_factory) -> Iterator[Target]:
     tracebacks = Tracebacks()
     root_logger = logging.getLogger()
     root_logger.addHandler(tracebacks)
-    cluster = LocalCluster(tmp_path_factory.mktemp("kafka-fuzz"), nodes=2)
+    root = tmp_path_factory.mktemp("kafka-fuzz")
+    cluster = cluster_in_mode(root, request.param, EVERYTHING, nodes=2)
     try:
         cluster.admin.create_topic(TOPIC, PARTITIONS, 2)
         cluster.admin.create_topic(PRODUCE_TOPIC, PARTITIONS, 2)
@@ -268,24 +283,36 @@ def test_every_advertised_api_has_a_schema(target: Target) -> None:
     sorted(CLASSES),
     ids=[CLASSES[k].name.removesuffix("Request") for k in sorted(CLASSES)],
 )
-@FUZZ_SETTINGS
-@given(data=st.data())
-def test_no_request_breaks_the_listener(target: Target, api_key: int, data) -> None:
+def test_no_request_breaks_the_listener(target: Target, api_key: int) -> None:
+    """Every advertised version of the api, each its share of EXAMPLES_PER_API (at least
+    two): a version's own fields (tagged fields, compact encodings) are where it breaks."""
     if api_key not in target.advertised:
         pytest.skip("not advertised by the listener")
-    request_class = CLASSES[api_key]
     low, high = target.advertised[api_key]
-    version = data.draw(st.integers(low, high), label="version")
+    examples = max(MIN_EXAMPLES_PER_VERSION, math.ceil(EXAMPLES_PER_API / (high - low + 1)))
+    for version in range(low, high + 1):
+        fuzz_one_version(target, CLASSES[api_key], version, examples)
+
+
+def fuzz_one_version(target: Target, request_class: Any, version: int, examples: int) -> None:
+    api_key = int(request_class.API_KEY)
     known = KNOWN_TO_PRODUCE if api_key == PRODUCE_KEY else KNOWN
-    request = data.draw(requests(request_class, version, known), label="request")
-    correlation_id = data.draw(st.integers(0, FOLLOW_UP_CORRELATION_ID - 1), label="id")
-    before = target.end_offsets() if api_key == PRODUCE_KEY else {}
-    outcome = exchange(target.address, frame_of(request, version, correlation_id))
-    response = check_outcome(target, request_class, version, correlation_id, outcome)
-    if api_key == PRODUCE_KEY:
-        after = target.end_offsets()
-        for partition in refused_partitions(request, response):
-            assert after[partition] == before[partition], f"refused, yet written: {partition}"
+
+    @settings(FUZZ_SETTINGS, max_examples=examples)
+    @given(data=st.data())
+    def one_request(data: st.DataObject) -> None:
+        note(f"{request_class.name} v{version}")
+        request = data.draw(requests(request_class, version, known), label="request")
+        correlation_id = data.draw(st.integers(0, FOLLOW_UP_CORRELATION_ID - 1), label="id")
+        before = target.end_offsets() if api_key == PRODUCE_KEY else {}
+        outcome = exchange(target.address, frame_of(request, version, correlation_id))
+        response = check_outcome(target, request_class, version, correlation_id, outcome)
+        if api_key == PRODUCE_KEY:
+            after = target.end_offsets()
+            for partition in refused_partitions(request, response):
+                assert after[partition] == before[partition], f"refused, yet written: {partition}"
+
+    one_request()
 
 
 # -- Produce frames changed byte by byte --------------------------------------------------------
