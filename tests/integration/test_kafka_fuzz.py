@@ -1,8 +1,8 @@
 """Every API key and version the Kafka listener advertises (its ApiVersions answer, read over
 the socket), fed requests built by hypothesis from Kafka's schemas (tests/kafka_strategies.py),
 against a real gateway and real nodes, the authorizer off and on (every operation allowed, so
-requests still reach their handlers after it has read them); and Produce frames cut short or with a length changed,
-byte by byte. Black-box: frames on a socket, answers read back.
+requests still reach their handlers after it has read them); and Produce frames cut short or
+with a length changed, byte by byte. Black-box: frames on a socket, answers read back.
 
 Each example: the answer parses as Kafka's answer of that api and version with the request's
 correlation id, or the listener closes the connection (Kafka's answer to a malformed request);
