@@ -321,8 +321,13 @@ EDGE_INT32 = (-1, 0, 1, 2**31 - 1, -(2**31), 61, 1000)
 EDGE_INT16 = (-1, 0, 1, 2**15 - 1)
 
 
+MUTATIONS = ("cut", "int32", "int16", "byte", "added")
+
+
 @st.composite
-def produce_frames(draw: st.DrawFn, versions: tuple[int, int]) -> tuple[int, int, bytes]:
+def produce_frames(
+    draw: st.DrawFn, versions: tuple[int, int], kinds: tuple[str, ...] = MUTATIONS
+) -> tuple[int, int, bytes]:
     """(version, correlation id, frame): a valid Produce of known batches, then its body cut
     short, a 4- or 2-byte field (a length, a count) set to an edge value, a byte changed, or
     bytes added; the frame's size always says the bytes it holds, so the listener reads it
@@ -357,7 +362,7 @@ def produce_frames(draw: st.DrawFn, versions: tuple[int, int]) -> tuple[int, int
         ).encode(flexible=ProduceRequest.flexible_version_q(version))
     )
     body = bytearray(frame[header_end:])
-    kind = draw(st.sampled_from(["cut", "int32", "int16", "byte", "added"]))
+    kind = draw(st.sampled_from(kinds))
     # Not in transactional_id (null), acks and timeout_ms: acks=0 answers nothing and writes
     # after the answer would have been, so whether it was refused cannot be seen.
     topics_at = (1 if ProduceRequest.flexible_version_q(version) else 2) + 2 + 4
@@ -374,7 +379,7 @@ def produce_frames(draw: st.DrawFn, versions: tuple[int, int]) -> tuple[int, int
         )
     elif kind == "byte":
         body[position] = draw(st.integers(0, 255))
-    else:
+    elif kind == "added":
         body[position:position] = draw(st.binary(min_size=1, max_size=70))
     payload = frame[_SIZE.size : header_end] + bytes(body)
     return version, correlation_id, _SIZE.pack(len(payload)) + payload
@@ -391,3 +396,56 @@ def test_no_changed_produce_frame_is_written_when_refused(target: Target, data) 
     after = target.end_offsets()
     for partition in refused_partitions(None, response):
         assert after[partition] == before[partition], f"refused, yet written: {partition}"
+
+
+def exchange_queued(address: str, frames: list[bytes], correlation_ids: list[int]) -> list[bytes]:
+    """Send `frames` and an ApiVersions behind them in one write, so that the listener finds
+    them queued together (Produce's are answered together: produce_coalescing.py); the
+    answers, in order, up to the follow-up's or the close."""
+    host, port = address.rsplit(":", 1)
+    answers: list[bytes] = []
+    with socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S) as sock:
+        try:
+            sock.sendall(b"".join(frames) + FOLLOW_UP)
+        except OSError:
+            return answers
+        while (received := _read_frame(sock)) is not None:
+            (correlation_id,) = _SIZE.unpack_from(received)
+            if correlation_id == FOLLOW_UP_CORRELATION_ID:
+                # Open to the end: every request was answered (none has acks=0), in order.
+                assert len(answers) == len(frames), "a request went unanswered"
+                break
+            assert correlation_id == correlation_ids[len(answers)], "answered out of order"
+            answers.append(received)
+    return answers
+
+
+@settings(FUZZ_SETTINGS, max_examples=EXAMPLES_PER_API * 3)
+@given(data=st.data())
+def test_no_queued_produce_frames_are_written_when_refused(target: Target, data) -> None:
+    """Two to four Produce frames back to back, each whole or changed: each is answered as
+    alone (in order), or the connection closes; a partition no answer reported written to
+    was not written to, whatever the frames around its refusal held."""
+    versions = target.advertised[PRODUCE_KEY]
+    kinds = (*MUTATIONS, "whole", "whole")
+    drawn = data.draw(st.lists(produce_frames(versions, kinds), min_size=2, max_size=4))
+    correlation_ids = [correlation_id for _, correlation_id, _ in drawn]
+    if len(set(correlation_ids)) != len(correlation_ids):
+        return  # answers would not say which request they are for
+    before = target.end_offsets()
+    answers = exchange_queued(target.address, [frame for _, _, frame in drawn], correlation_ids)
+    written: set[int] = set()
+    for (version, _, _), answer in zip(drawn, answers, strict=False):
+        response = produce_response(version, answer)
+        written |= set(range(PARTITIONS)) - refused_partitions(None, response)
+    event(f"{len(answers)} of {len(drawn)} answered")
+    tracebacks = target.tracebacks.take()
+    assert not tracebacks, "\n\n".join(tracebacks)
+    good_client_is_served(target)
+    after = target.end_offsets()
+    for partition in set(range(PARTITIONS)) - written:
+        assert after[partition] == before[partition], f"refused, yet written: {partition}"
+
+
+def produce_response(version: int, answer: bytes) -> Any:
+    return response_class_of(ProduceRequest).decode(answer, version=version, header=True)
