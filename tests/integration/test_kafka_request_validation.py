@@ -1,23 +1,37 @@
 """Kafka requests validated whole before anything is written, each answered as Kafka's broker
 answers it: the cases found from outside (a records length past the frame's end, an empty and
-a null topic array, a null group id) and what the fuzz test (test_kafka_fuzz.py) found, each
-kept here as the frame that showed it. Black-box: frames on a socket, answers read back, the
-partition's log end offset, the cluster's log."""
+a null topic array, a null group id), one batch split across queued produce requests,
+and empty ids answered as Kafka answers them. Black-box: frames on a socket, answers read
+back, the partition's log end offset, the cluster's log."""
 
 from __future__ import annotations
 
 import logging
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import (
+    HeartbeatRequest,
+    HeartbeatResponse,
     JoinGroupRequest,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import (
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
 
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -200,6 +214,62 @@ def test_two_halves_of_one_batch_in_two_queued_requests_are_both_refused(
         assert partition.error_code == CORRUPT_MESSAGE
     assert end_offset(cluster) == before
     no_tracebacks(caplog)
+
+
+INVALID_GROUP_ID = 24
+INVALID_REQUEST = 42
+EMPTY_GROUP_ID = {
+    "Heartbeat": (
+        HeartbeatRequest[4](group_id="", generation_id=1, member_id="m", group_instance_id=None),
+        4,
+        HeartbeatResponse,
+    ),
+    "SyncGroup": (
+        SyncGroupRequest[5](
+            group_id="",
+            generation_id=1,
+            member_id="m",
+            group_instance_id=None,
+            protocol_type=None,
+            protocol_name=None,
+            assignments=[],
+        ),
+        5,
+        SyncGroupResponse,
+    ),
+    "LeaveGroup": (LeaveGroupRequest[4](group_id="", members=[]), 4, LeaveGroupResponse),
+    "OffsetDelete": (OffsetDeleteRequest[0](group_id="", topics=[]), 0, OffsetDeleteResponse),
+}
+
+
+@pytest.mark.parametrize("api", sorted(EMPTY_GROUP_ID))
+def test_an_empty_group_id_is_an_invalid_group_id(cluster: LocalCluster, api: str) -> None:
+    """As Kafka's group coordinator answers it (only OffsetCommit and OffsetFetch take an
+    empty group id, for old clients)."""
+    request, version, response_class = EMPTY_GROUP_ID[api]
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, version, response_class)
+    assert answer.error_code == INVALID_GROUP_ID
+
+
+def test_an_empty_transactional_id_is_an_invalid_request(cluster: LocalCluster) -> None:
+    """Kafka's transaction coordinator: null is an idempotent producer, "" a bad request."""
+
+    def init(transactional_id: str | None) -> Any:
+        request = InitProducerIdRequest[4](
+            transactional_id=transactional_id,
+            transaction_timeout_ms=60000,
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            return wire.request(request, 4, InitProducerIdResponse)
+
+    empty = init("")
+    assert (empty.error_code, empty.producer_id) == (INVALID_REQUEST, -1)
+    idempotent = init(None)
+    assert (idempotent.error_code, idempotent.producer_epoch) == (0, 0)
+    assert idempotent.producer_id >= 0
 
 
 @pytest.fixture(autouse=True)
