@@ -87,7 +87,12 @@ def request_classes() -> dict[int, Any]:
 def _integers(bounds: tuple[int, int]) -> st.SearchStrategy[int]:
     low, high = bounds
     edges = sorted({low, high, 0, 1, max(low, -1), min(high, 2**31 - 1), min(high, 2**15)})
-    return st.one_of(st.sampled_from(edges), st.integers(max(low, -5), min(high, 100)))
+    # Small values as often as edges and the rest: partition indexes, generations, counts.
+    return st.one_of(
+        st.sampled_from(edges),
+        st.integers(max(low, -1), min(high, 3)),
+        st.integers(max(low, -5), min(high, 100)),
+    )
 
 
 def _strings(known: Known) -> st.SearchStrategy[str]:
@@ -102,7 +107,9 @@ def _strings(known: Known) -> st.SearchStrategy[str]:
         "é☃\U0001f600\u202e",
         "*",
     ]
-    return st.one_of(st.sampled_from([*known.names, *odd]), st.text(max_size=12))
+    if not known.names:
+        return st.one_of(st.sampled_from(odd), st.text(max_size=12))
+    return st.one_of(st.sampled_from(known.names), st.sampled_from(odd), st.text(max_size=12))
 
 
 @st.composite
@@ -151,24 +158,35 @@ def _simple(type_str: str, name: str, known: Known) -> st.SearchStrategy[Any]:
     raise ValueError(f"no strategy for field type {type_str!r}")
 
 
-def _field(field: Any, version: int, known: Known, depth: int) -> st.SearchStrategy[Any]:
-    """A value for `field` at `version`: None now and then for any field that has a null on
-    the wire (strings, bytes, arrays), allowed there or not."""
+@dataclass(frozen=True)
+class _Drawing:
+    """What one request's fields are drawn with: the cluster's values, and whether a null may
+    go where the schema has none (else only where it allows one)."""
+
+    known: Known
+    nulls_anywhere: bool
+
+
+def _field(field: Any, version: int, drawing: _Drawing, depth: int) -> st.SearchStrategy[Any]:
+    """A value for `field` at `version`: None now and then where the schema allows one, and,
+    when the request draws nulls anywhere, in any field that has a null on the wire (strings,
+    bytes, arrays)."""
+    known = drawing.known
     if field.is_struct_array():
-        element = _struct(field.array_of, version, known, depth + 1)
+        element = _struct(field.array_of, version, drawing, depth + 1)
         value: st.SearchStrategy[Any] = _arrays(element, depth)
     elif field.is_struct():
-        value = _struct(field, version, known, depth + 1)
+        value = _struct(field, version, drawing, depth + 1)
     elif field.is_array():
         value = _arrays(_simple(field.array_of.type_str, field.name, known), depth)
     else:
         value = _simple(field.type_str, field.name, known)
-    if field.is_array() or field.is_struct_array() or field.type_str in ("string", "bytes"):
-        # Mostly a value (one in sixteen null): nulls everywhere would stop most requests at
-        # their first field, before the handler.
-        return st.one_of(*[value] * 15, st.none())
-    if field.is_struct() and field.nullable_for_version_q(version):
-        return st.one_of(value, st.none())
+    nullable = field.nullable_for_version_q(version)
+    has_null = field.is_array() or field.is_struct_array() or field.type_str in ("string", "bytes")
+    if nullable or (has_null and drawing.nulls_anywhere):
+        # Mostly a value (one in eight null): a request with nulls in many fields stops at the
+        # first, before its handler.
+        return st.one_of(*[value] * 7, st.none())
     return value
 
 
@@ -182,13 +200,15 @@ def _arrays(element: st.SearchStrategy[Any], depth: int) -> st.SearchStrategy[li
 
 
 def _struct(
-    struct: Any, version: int, known: Known, depth: int, data_class: Any = None
+    struct: Any, version: int, drawing: _Drawing, depth: int, data_class: Any = None
 ) -> st.SearchStrategy[Any]:
     fields = [f for f in struct.fields.values() if f.for_version_q(version)]
     untagged = {
-        f.name: _field(f, version, known, depth) for f in fields if not f.tagged_field_q(version)
+        f.name: _field(f, version, drawing, depth) for f in fields if not f.tagged_field_q(version)
     }
-    tagged = {f.name: _field(f, version, known, depth) for f in fields if f.tagged_field_q(version)}
+    tagged = {
+        f.name: _field(f, version, drawing, depth) for f in fields if f.tagged_field_q(version)
+    }
 
     def build(values: dict[str, Any]) -> Any:
         return (data_class or struct.data_class)(version=version, **values)
@@ -196,6 +216,10 @@ def _struct(
     return st.fixed_dictionaries(untagged, optional=tagged).map(build)
 
 
-def requests(request_class: Any, version: int, known: Known) -> st.SearchStrategy[Any]:
-    """A request of `request_class` at `version`, every field drawn from its schema."""
-    return _struct(request_class._struct, version, known, 0, data_class=request_class)
+@st.composite
+def requests(draw: st.DrawFn, request_class: Any, version: int, known: Known) -> Any:
+    """A request of `request_class` at `version`, every field drawn from its schema; one in
+    four with nulls anywhere (the listener's refusal), the others schema-valid (the handlers'
+    answers)."""
+    drawing = _Drawing(known, nulls_anywhere=draw(st.sampled_from([False, False, False, True])))
+    return draw(_struct(request_class._struct, version, drawing, 0, data_class=request_class))

@@ -64,10 +64,18 @@ RECORD_SETS = (
 )
 # acks=0 is not drawn: its answer is no answer, and its write lands after the request is
 # done with, under the next example's check. Values Kafka refuses (INVALID_REQUIRED_ACKS) are.
-PRODUCE_ACKS = (-1, 1, 2, -2)
+PRODUCE_ACKS = (-1, -1, 1, 1, 2, -2)
 KNOWN = Known(names=(TOPIC, GROUP, "fuzz-member"), record_sets=RECORD_SETS)
+# Produce's topic and partition drawn mostly from those that exist, so that a good share of
+# its examples reach an append (whole, cut or changed record sets).
 KNOWN_TO_PRODUCE = Known(
-    names=(PRODUCE_TOPIC,), record_sets=RECORD_SETS, fields={"acks": PRODUCE_ACKS}
+    names=(PRODUCE_TOPIC,),
+    record_sets=RECORD_SETS,
+    fields={
+        "acks": PRODUCE_ACKS,
+        "name": (PRODUCE_TOPIC, PRODUCE_TOPIC, PRODUCE_TOPIC, "", "no-such-topic", TOPIC),
+        "index": (0, 0, 1, 1, -1, PARTITIONS, 2**31 - 1),
+    },
 )
 # CI's bound: 10 examples for each of the 38 advertised APIs (at least 2 per version), in
 # each authorizer mode: ~30 s on 2 cores. Deeper:
@@ -219,7 +227,8 @@ def check_outcome(
             outcome.answer, version=version, header=True
         )
         note(f"answer: {response!r:.2000}")
-        event("answered")
+        # How far requests got, in make fuzz-kafka's statistics: the answer's error codes.
+        event(f"answered {sorted(error_codes(response))}")
     else:
         note("closed" if outcome.closed else "no answer")
         event("closed")
@@ -229,6 +238,27 @@ def check_outcome(
     assert not tracebacks, "\n\n".join(tracebacks)
     good_client_is_served(target)
     return response
+
+
+def error_codes(value: Any, depth: int = 0) -> set[int]:
+    """Every error_code in an answer, however deep (its structs and arrays)."""
+    codes: set[int] = set()
+    if depth > 4 or value is None:
+        return codes
+    if isinstance(value, list):
+        for element in value[:50]:
+            codes |= error_codes(element, depth + 1)
+        return codes
+    struct = getattr(value, "_struct", None)
+    if struct is None:
+        return codes
+    for name in struct.fields:
+        field_value = getattr(value, name, None)
+        if name == "error_code" and isinstance(field_value, int):
+            codes.add(field_value)
+        elif isinstance(field_value, list) or hasattr(field_value, "_struct"):
+            codes |= error_codes(field_value, depth + 1)
+    return codes
 
 
 def good_client_is_served(target: Target) -> None:
