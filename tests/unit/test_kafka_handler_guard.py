@@ -10,6 +10,7 @@ from typing import Any, cast
 import pytest
 from kafka.protocol.metadata import MetadataRequest
 
+from seglog.errors import MemoryBudgetExhaustedError
 from services.gateway.kafka.api_table import ApiTable
 from services.gateway.kafka.framing import FrameError
 from services.gateway.kafka.handler_guard import HandlerFailed
@@ -47,7 +48,10 @@ def test_an_unexpected_exception_is_one_line_naming_the_api_and_closes(
     assert "\n" not in line
 
 
-@pytest.mark.parametrize("raised", [FrameError("refused"), SaslFailed(cast(Any, None))])
+@pytest.mark.parametrize(
+    "raised",
+    [FrameError("refused"), SaslFailed(cast(Any, None)), MemoryBudgetExhaustedError("full")],
+)
 def test_what_a_handler_raises_on_purpose_passes(
     caplog: pytest.LogCaptureFixture, raised: Exception
 ) -> None:

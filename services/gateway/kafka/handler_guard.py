@@ -8,7 +8,8 @@ each case that got past that to a handler's exception was given Kafka's answer i
 reaches here is a request that decoded but that a handler was not written for; a stranger can
 send as many as they like, so each costs one line at ERROR, not a traceback of 20 (the
 traceback goes to DEBUG for whoever needs it). What a handler raises on purpose passes
-through: a FrameError (the connection is closed), a SASL failure (answered, then closed).
+through: a FrameError (the connection is closed), a SASL failure (answered, then closed), the
+memory budget exhausted (closed unread).
 
 The table wraps every handler it registers (api_table.py), so no handler needs its own.
 """
@@ -20,6 +21,8 @@ import os
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from seglog.errors import MemoryBudgetExhaustedError
 
 from .framing import FrameError
 
@@ -36,10 +39,12 @@ class HandlerFailed(FrameError):
 
 
 def _passes(exc: BaseException) -> bool:
-    """Raised on purpose: FrameError, and the SASL failure that carries its own answer."""
+    """Raised on purpose: FrameError, the SASL failure that carries its own answer, and the
+    gateway's memory budget running out (the listener closes the connection unread, as for
+    a request it had no room to read)."""
     from .sasl_apis import SaslFailed  # sasl_apis imports the table that imports this
 
-    return isinstance(exc, FrameError | SaslFailed)
+    return isinstance(exc, FrameError | SaslFailed | MemoryBudgetExhaustedError)
 
 
 def _where(exc: BaseException) -> str:
