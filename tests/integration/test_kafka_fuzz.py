@@ -22,6 +22,7 @@ import math
 import os
 import socket
 import struct
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -120,6 +121,10 @@ class Target:
     tracebacks: Tracebacks
     # api key -> (min version, max version), as the listener's ApiVersions says
     advertised: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # (api, outcome) -> examples: how far requests got ("closed", or the answer's error
+    # codes), printed at the end of a make fuzz-kafka run (hypothesis's own statistics do not
+    # reach the per-version tests inside each api's).
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def address(self) -> str:
@@ -154,6 +159,10 @@ def target(request, tmp_path_factory) -> Iterator[Target]:
             answer = wire.request(ApiVersionsRequest[3](), 3, ApiVersionsResponse)
         target.advertised = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
         yield target
+        if os.environ.get("SEGLOG_KAFKA_FUZZ_REPORT"):
+            print(f"\nhow far the requests got ({request.param}):")
+            for (api, reached), count in sorted(target.outcomes.items()):
+                print(f"  {api:<28} {count:>6}  {reached}")
     finally:
         cluster.close()
         root_logger.removeHandler(tracebacks)
@@ -227,11 +236,13 @@ def check_outcome(
             outcome.answer, version=version, header=True
         )
         note(f"answer: {response!r:.2000}")
-        # How far requests got, in make fuzz-kafka's statistics: the answer's error codes.
-        event(f"answered {sorted(error_codes(response))}")
+        reached = f"answered {sorted(error_codes(response))}"
     else:
         note("closed" if outcome.closed else "no answer")
-        event("closed")
+        reached = "closed"
+    event(reached)
+    target.outcomes[(str(request_class.name).removesuffix("Request"), reached)] += 1
+    if outcome.answer is None:
         # Only Produce with acks=0 answers nothing, and it is not drawn.
         assert outcome.closed, "the request was neither answered nor refused"
     tracebacks = target.tracebacks.take()
