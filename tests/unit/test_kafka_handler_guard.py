@@ -48,10 +48,7 @@ def test_an_unexpected_exception_is_one_line_naming_the_api_and_closes(
     assert "\n" not in line
 
 
-@pytest.mark.parametrize(
-    "raised",
-    [FrameError("refused"), SaslFailed(cast(Any, None)), MemoryBudgetExhaustedError("full")],
-)
+@pytest.mark.parametrize("raised", [FrameError("refused"), SaslFailed(cast(Any, None))])
 def test_what_a_handler_raises_on_purpose_passes(
     caplog: pytest.LogCaptureFixture, raised: Exception
 ) -> None:
@@ -63,4 +60,19 @@ def test_what_a_handler_raises_on_purpose_passes(
     with caplog.at_level(logging.INFO), pytest.raises(type(raised)) as passed:
         entry.handler(a_call(), MetadataRequest[9](topics=None))
     assert passed.value is raised
+    assert not caplog.records
+
+
+def test_the_memory_budget_running_out_closes_as_a_refusal_not_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def handler(call: KafkaCall, request: Any) -> Any:
+        raise MemoryBudgetExhaustedError("the pool is full")
+
+    entry = table_with(handler).entry(3)
+    assert entry is not None
+    with caplog.at_level(logging.INFO), pytest.raises(FrameError) as refused:
+        entry.handler(a_call(), MetadataRequest[9](topics=None))
+    assert not isinstance(refused.value, HandlerFailed)
+    assert "the pool is full" in str(refused.value)
     assert not caplog.records

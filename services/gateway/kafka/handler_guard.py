@@ -8,8 +8,8 @@ each case that got past that to a handler's exception was given Kafka's answer i
 reaches here is a request that decoded but that a handler was not written for; a stranger can
 send as many as they like, so each costs one line at ERROR, not a traceback of 20 (the
 traceback goes to DEBUG for whoever needs it). What a handler raises on purpose passes
-through: a FrameError (the connection is closed), a SASL failure (answered, then closed), the
-memory budget exhausted (closed unread).
+through: a FrameError (the connection is closed), a SASL failure (answered, then closed); the
+memory budget exhausted closes the connection as a FrameError does.
 
 The table wraps every handler it registers (api_table.py), so no handler needs its own.
 """
@@ -39,12 +39,19 @@ class HandlerFailed(FrameError):
 
 
 def _passes(exc: BaseException) -> bool:
-    """Raised on purpose: FrameError, the SASL failure that carries its own answer, and the
-    gateway's memory budget running out (the listener closes the connection unread, as for
-    a request it had no room to read)."""
+    """Raised on purpose: FrameError, and the SASL failure that carries its own answer."""
     from .sasl_apis import SaslFailed  # sasl_apis imports the table that imports this
 
-    return isinstance(exc, FrameError | SaslFailed | MemoryBudgetExhaustedError)
+    return isinstance(exc, FrameError | SaslFailed)
+
+
+def _refused(api: str, call: KafkaCall, exc: Exception) -> FrameError | None:
+    """The gateway's memory budget running out under a handler: the connection is closed as
+    for a request there was no room to read (one line at INFO, by the listener), not as a
+    handler's failure."""
+    if isinstance(exc, MemoryBudgetExhaustedError):
+        return FrameError(f"{api} v{call.version}: {exc}")
+    return None
 
 
 def _where(exc: BaseException) -> str:
@@ -85,7 +92,7 @@ def guarded(
         except Exception as exc:
             if _passes(exc):
                 raise
-            raise failed(api, call, exc) from None
+            raise _refused(api, call, exc) or failed(api, call, exc) from None
 
     return run
 
@@ -99,6 +106,6 @@ def guarded_batch(
         except Exception as exc:
             if _passes(exc):
                 raise
-            raise failed(api, calls[0], exc) from None
+            raise _refused(api, calls[0], exc) or failed(api, calls[0], exc) from None
 
     return run
