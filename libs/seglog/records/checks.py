@@ -18,6 +18,7 @@ below baseTimestamp and equals the largest record timestamp (CreateTime batches)
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 from ..errors import (
@@ -31,6 +32,8 @@ from .batch import (
     COMPRESSION_MASK,
     CONTROL_MASK,
     HEADER_BYTES,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAGIC_V2,
     TIMESTAMP_TYPE_MASK,
@@ -83,6 +86,32 @@ def check_timestamp_window(
                 f"[{earliest_ms}, {latest_ms}] (message.timestamp.before.max.ms / "
                 f"message.timestamp.after.max.ms)"
             )
+
+
+# Kafka's smallest entry after its 12-byte log overhead: a v0 message with a null key and
+# value (crc 4, magic 1, attributes 1, key length 4, value length 4): its RECORD_OVERHEAD_V0.
+MIN_ENTRY_LENGTH = 14
+_ENTRY_LENGTH = struct.Struct(">i")
+
+
+def frames_whole_entries(records: bytes | bytearray | memoryview) -> bool:
+    """Whether `records` is a sequence of whole entries (v2 batches or legacy messages: both
+    open with offset int64 and a length int32 of what follows) ending exactly at its end,
+    read from the length fields alone: no CRC, no header check. What a relay checks before it
+    puts two clients' record sets end to end (produce_coalescing.py): two cut halves of one
+    batch must not make a batch that neither request sent."""
+    view = memoryview(records).cast("B")
+    position, total = 0, len(view)
+    if total == 0:
+        return False
+    while position < total:
+        if total - position < LOG_OVERHEAD:
+            return False
+        (length,) = _ENTRY_LENGTH.unpack_from(view, position + LENGTH_OFFSET)
+        if length < MIN_ENTRY_LENGTH or length > total - position - LOG_OVERHEAD:
+            return False
+        position += LOG_OVERHEAD + length
+    return True
 
 
 def check_relayed_records(records: bytes | bytearray | memoryview) -> None:

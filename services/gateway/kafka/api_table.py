@@ -5,7 +5,8 @@ ApiVersions advertises exactly this table, so a client never sends a version the
 has no handler for; one that does anyway is answered as Kafka's broker answers it
 (connection.py). A handler gets the call (kafka_call.py) and the decoded request, and returns
 the response object of the request's version (`Response[call.version](...)`), or None when
-no response is due (Produce with acks=0).
+no response is due (Produce with acks=0); an exception it did not mean to raise is one log
+line and a closed connection (handler_guard.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from .handler_guard import guarded, guarded_batch
 
 if TYPE_CHECKING:
     from .kafka_call import KafkaCall
@@ -75,13 +78,16 @@ class ApiTable:
         api_key = int(request_class.API_KEY)
         if api_key in self._entries:
             raise ValueError(f"{request_class.name} (api key {api_key}) is registered twice")
+        # A handler's unexpected exception is one log line and a closed connection
+        # (handler_guard.py), the same for every api.
+        name = str(request_class.name).removesuffix("Request")
         self._entries[api_key] = ApiEntry(
             request_class,
             response_class_of(request_class),
             min_version,
             max_version,
-            handler,
-            batch_handler,
+            guarded(name, handler),
+            None if batch_handler is None else guarded_batch(name, batch_handler),
         )
 
     def entry(self, api_key: int) -> ApiEntry | None:

@@ -25,6 +25,8 @@ from typing import Any
 
 from kafka.protocol.api_header import RequestHeader
 
+from .request_schema import decode_request
+
 SIZE = struct.Struct(">i")
 # api_key int16, api_version int16: the part of the header read before the api is known.
 API_KEY_AND_VERSION = struct.Struct(">hh")
@@ -81,9 +83,11 @@ def parse_request(payload: bytes | bytearray, request_class: Any | None) -> Requ
 
 
 def decode_body(request_class: Any, frame: RequestFrame) -> Any:
-    """The request body at the frame's version; FrameError when it does not parse."""
+    """The request body at the frame's version; FrameError when it does not parse, or when
+    Kafka's reader would refuse it (request_schema.py: lengths past the end, nulls where the
+    schema has none)."""
     try:
-        return request_class.decode(frame.body, version=frame.api_version)
+        return decode_request(request_class, frame.body, frame.api_version)
     except Exception as exc:  # the codec raises whatever its reads meet
         raise FrameError(f"malformed {request_class.name} v{frame.api_version}: {exc!r}") from None
 

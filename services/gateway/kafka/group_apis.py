@@ -33,6 +33,7 @@ from kafka.protocol.metadata.find_coordinator import (
 from seglog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    InvalidGroupIdError,
     InvalidRequestError,
     MemberIdRequiredError,
     SeglogError,
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GROUP_KEY_TYPE = 0  # FindCoordinator's key_type: 0 group, 1 transaction
+# Kafka's group coordinator takes an empty group id only where old clients committed offsets
+# without a group (OffsetCommit, OffsetFetch); the group APIs answer INVALID_GROUP_ID for it
+# (its isValidGroupId), before asking whether the group is coordinated here.
+EMPTY_GROUP_ID_ALLOWED = {"CommitOffsets", "FetchOffsets"}
 
 
 def group_error_code(error: BaseException) -> int:
@@ -70,6 +75,8 @@ def on_coordinator(
     service = call.gateway.group_service
 
     def run(_request: Any, _context: Any) -> T:
+        if not group_id and method_name not in EMPTY_GROUP_ID_ALLOWED:
+            raise InvalidGroupIdError(f"{method_name}: the group id is empty")
         problem = service.not_coordinated_here(group_id)
         if problem is not None:
             raise problem

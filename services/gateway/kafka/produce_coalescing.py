@@ -14,8 +14,10 @@ Only requests that mean the same thing merged as apart are merged: the same acks
 transactional id, each partition named once, and no idempotent batch. An idempotent retry
 may be a duplicate, which the log answers with its first offsets only when it is the whole
 append, so idempotent producers (at most five requests in flight) are served request by
-request. A merged append fails or succeeds as a whole, so a malformed batch fails the
-requests merged with it too — each of them gets the error.
+request; so are requests whose record sets are not whole batches by their length fields (no
+request is merged into a batch it did not send whole). A merged append fails or succeeds as
+a whole, so a malformed batch fails the requests merged with it too — each of them gets the
+error.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest
 
 from seglog.records.batch import HEADER, LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD
+from seglog.records.checks import frames_whole_entries
 from seglog.v1 import common_pb2
 
 PRODUCER_ID_OFFSET = struct.calcsize(">qiibIhiqq")
@@ -54,12 +57,20 @@ def _idempotent(records: bytes | None) -> bool:
 
 
 def mergeable(request: Any) -> bool:
+    """Whether `request` means the same merged as alone. Its record sets must be whole
+    entries (by their length fields): two requests each holding one half of a batch would
+    otherwise be appended as that batch, though neither was valid alone; a request that is
+    not is served alone, and refused alone (CORRUPT_MESSAGE)."""
     if request.acks == 0 or request.transactional_id is not None:
         return False
     named = [(t.name, p.index) for t in request.topic_data for p in t.partition_data]
-    if len(named) != len(set(named)):
+    if not named or len(named) != len(set(named)):
         return False
-    return not any(_idempotent(p.records) for t in request.topic_data for p in t.partition_data)
+    return all(
+        p.records and frames_whole_entries(p.records) and not _idempotent(p.records)
+        for t in request.topic_data
+        for p in t.partition_data
+    )
 
 
 def runs(requests: list[Any]) -> list[list[int]]:

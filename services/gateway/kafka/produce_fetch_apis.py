@@ -92,6 +92,8 @@ def _produce_topics(call: KafkaCall, request: Any) -> list[common_pb2.ProduceRes
     (seglog's Produce names one topic), so an acks=all request for n topics waits about as
     long as one, not n times as long; each in the request's trace context."""
     topics = request.topic_data
+    if not topics:
+        return []  # Kafka's broker answers an empty topic array with an empty answer
     if len(topics) == 1:
         return [_produce_topic(call, request, topics[0])]
     context = contextvars.copy_context()

@@ -12,7 +12,7 @@ from seglog.errors import SeglogError
 from seglog.v1 import common_pb2, gateway_pb2
 
 from .api_table import ApiTable
-from .error_codes import NONE, kafka_error_code
+from .error_codes import INVALID_REQUEST, NONE, kafka_error_code
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 def init_producer_id(call: KafkaCall, request: Any) -> Any:
     response_class = InitProducerIdResponse[call.version]
+    if request.transactional_id == "":
+        # Kafka's transaction coordinator: an idempotent producer sends null; an empty id is
+        # an invalid request (not an idempotent producer id, which `or ""` would give it).
+        return response_class(
+            throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1
+        )
     proto = gateway_pb2.InitProducerIdRequest(transactional_id=request.transactional_id or "")
     try:
         answer = call.invoke("InitProducerId", call.gateway.admin.InitProducerId, proto)
