@@ -10,7 +10,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 from google.protobuf import message_factory
@@ -209,10 +209,10 @@ def set_serving(health_servicer: health.HealthServicer, names: Iterable[str], up
         health_servicer.set(name, status)
 
 
-def wait_for_signal() -> int:
-    """Block until SIGTERM or SIGINT; return the signal number."""
+def wait_for_signal(fatal: threading.Event | None = None) -> int | None:
+    """Block until SIGTERM or SIGINT; return the signal number (None: `fatal` was set)."""
     received: list[int] = []
-    done = threading.Event()
+    done = fatal or threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
         received.append(signum)
@@ -222,7 +222,7 @@ def wait_for_signal() -> int:
     signal.signal(signal.SIGINT, handler)
     while not done.wait(1.0):
         pass
-    return received[0]
+    return received[0] if received else None
 
 
 class Server(Protocol):
@@ -232,6 +232,15 @@ class Server(Protocol):
     def start(self) -> None: ...
 
     def stop(self, grace_s: float = ...) -> None: ...
+
+
+@runtime_checkable
+class SelfStopping(Protocol):
+    """A server that may have to stop on its own (a storage node refused by a registry of
+    another cluster): `fatal` set, `failure` says why, and the process exits with 1."""
+
+    fatal: threading.Event
+    failure: str
 
 
 def run_until_signalled(
@@ -256,14 +265,18 @@ def run_until_signalled(
         return 1
     long_lived.enable()  # what startup loaded (a node's logs, a gateway's image) stays
     print(f"{name} listening on {server.address}", flush=True)
-    signum = wait_for_signal()
-    logger.info("%s: stopping", signal.Signals(signum).name)
+    fatal = server.fatal if isinstance(server, SelfStopping) else None
+    signum = wait_for_signal(fatal)
+    if signum is None:
+        logger.error("cannot go on: %s", getattr(server, "failure", ""))
+    else:
+        logger.info("%s: stopping", signal.Signals(signum).name)
     server.stop()
     if provider is not None:
         provider.shutdown()
     if meter_provider is not None:
         meter_provider.shutdown()
-    return 0
+    return 0 if signum is not None else 1
 
 
 def configure_logging() -> None:

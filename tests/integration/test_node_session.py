@@ -24,6 +24,8 @@ from tests.waiting import wait_for, wait_until
 
 NODE_ID = 1
 HEARTBEAT_MS = 100
+# The scripted registry's cluster (a node sets partitions aside only on its cluster's word).
+CLUSTER_ID = "Vw0MOr7cTMqUabAmiOSm4g"
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def assignment(
         heartbeat_interval_ms=HEARTBEAT_MS,
         metadata_offset=offset,
         full=full,
+        cluster_id=CLUSTER_ID,
     )
     for topic, partition in removed:
         message.removed.add(topic=topic, partition=partition)

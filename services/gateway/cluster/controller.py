@@ -82,7 +82,7 @@ def view_states(registry: Registry, view: NodeView) -> gateway_pb2.NodeAssignmen
 def _assignment(
     registry: Registry, chosen: list[tuple[Topic, int, PartitionAssignment]]
 ) -> gateway_pb2.NodeAssignment:
-    assignment = gateway_pb2.NodeAssignment()
+    assignment = gateway_pb2.NodeAssignment(cluster_id=registry.cluster_id)
     for topic, i, p in chosen:
         assignment.partitions.add(
             topic=topic.name,

@@ -16,6 +16,7 @@ all its partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from seglog.security.acls import AclBinding
 
@@ -23,6 +24,7 @@ from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
     CLIENT_QUOTA,
+    CLUSTER,
     NODE,
     PARTITION,
     PRODUCER_IDS,
@@ -32,6 +34,7 @@ from .metadata_records import (
     Record,
     acl_record,
     client_quota_record,
+    cluster_record,
     node_record,
     partition_record,
     producer_ids_record,
@@ -81,6 +84,10 @@ class MetadataImage:
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
+        # The cluster's id ("" until the registry is bootstrapped), and the backend and
+        # offset this registry was copied from, if it was (registry_bootstrap.py).
+        self.cluster_id = ""
+        self.adopted_from: dict[str, Any] = {}
         self.hosted: dict[int, set[PartitionChange]] = {}
         self.led: dict[int, set[PartitionChange]] = {}
         self.leaderless: set[PartitionChange] = set()
@@ -129,6 +136,14 @@ class MetadataImage:
                 applied.acls = True
             elif kind == PRODUCER_IDS:
                 self.next_producer_id_block = record["next"]
+            elif kind == CLUSTER:
+                if self.cluster_id and record["cluster_id"] != self.cluster_id:
+                    raise MetadataRecordError(
+                        f"the cluster id is {self.cluster_id}: it never changes "
+                        f"(a record says {record['cluster_id']})"
+                    )
+                self.cluster_id = record["cluster_id"]
+                self.adopted_from = dict(record.get("adopted_from", {}))
             elif kind == CLIENT_QUOTA:
                 entity = tuple(sorted(record["entity"].items()))
                 if record["values"]:
@@ -274,7 +289,8 @@ class MetadataImage:
     def records(self) -> list[Record]:
         """The whole image as one batch (a snapshot), in the order metadata_records.py
         documents."""
-        records = [
+        records = [cluster_record(self.cluster_id, self.adopted_from)] if self.cluster_id else []
+        records += [
             node_record(n, address, self.node_min_isr.get(n))
             for n, address in sorted(self.node_addresses.items())
         ]
