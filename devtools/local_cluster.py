@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -53,8 +54,17 @@ from seglog.security.certs import (
 )
 from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity, TlsFiles
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+from services.gateway.cluster.metadata_etcd_store import EtcdMetadataStore
+from services.gateway.cluster.registry_bootstrap import (
+    METADATA_DIR,
+    MOVED_TO_ETCD,
+    RegistryConflictError,
+    adopt_into_file,
+    file_registry_exists,
+    moved_into_etcd,
+)
 from services.gateway.coordination.etcd_auth import lock_down
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX, EtcdKeyspace
 
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
@@ -134,6 +144,13 @@ def main(argv: list[str] | None = None) -> int:
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
     min_insync_replicas = max(1, min(2, args.nodes - 1))
+    if not args.etcd:
+        try:
+            _registry_back_from_etcd(data, args.tls)
+        except (RuntimeError, RegistryConflictError) as exc:
+            print(f"seglog local cluster: {exc}", file=sys.stderr)
+            return 1
+    adopting = args.etcd and file_registry_exists(data / "gateway")
     etcd: EtcdProcess | None = None
     gateway_listens = [args.listen]
     registry_args: list[str] = []
@@ -228,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seglog local cluster: gateway on {address}{kafka}", flush=True)
         if etcd is not None:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
+            if adopting and moved_into_etcd(data / "gateway"):
+                print(
+                    f"  (the file registry of {data / 'gateway'} was copied into it, and kept "
+                    f"aside as gateway/{METADATA_DIR}{MOVED_TO_ETCD})",
+                    flush=True,
+                )
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
@@ -254,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
             for node in nodes:
                 if not node.alive() and node.name not in reported:
                     reported.add(node.name)
+                    why = _why_not_started(node)
                     print(
                         f"{node.name} exited; the cluster goes on without it "
-                        f"(kill -HUP {os.getpid()} restarts it)",
+                        f"(kill -HUP {os.getpid()} restarts it)" + (f": {why}" if why else ""),
                         file=sys.stderr,
                         flush=True,
                     )
@@ -274,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  restarted {node.name} on {node.address}", flush=True)
     except RuntimeError as exc:
         print(f"seglog local cluster: {exc}", file=sys.stderr)
+        for gateway in gateways:
+            why = _why_not_started(gateway)
+            if why:
+                print(f"  {gateway.name}: {why}", file=sys.stderr)
         return 1
     finally:
         for node in nodes:
@@ -284,6 +312,67 @@ def main(argv: list[str] | None = None) -> int:
             etcd.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _registry_back_from_etcd(data: Path, tls: bool) -> None:
+    """A plain run on data whose registry was moved into etcd (by `--etcd`): etcd's registry
+    copied back into the gateway's data dir, then etcd's data moved aside, so neither the
+    cluster nor a stale registry is left behind (registry_bootstrap.py)."""
+    gateway_dir, etcd_dir = data / "gateway", data / "etcd"
+    if file_registry_exists(gateway_dir) or not moved_into_etcd(gateway_dir):
+        return
+    if not etcd_dir.is_dir():
+        raise RuntimeError(
+            f"the registry of {gateway_dir} was moved into etcd, and {etcd_dir} is gone: "
+            f"run with etcd again (make run ETCD=1), or to start this data over as a new "
+            f"cluster move {data} aside"
+        )
+    client = None
+    if tls:
+        client = _identity_files(data / "tls", "")
+    etcd = EtcdProcess(
+        etcd_dir,
+        log_path=data / "logs" / "etcd.log",
+        tls=_identity_files(data / "tls", "etcd") if tls else None,
+    )
+    endpoint = etcd.start()
+    try:
+        keyspace = EtcdKeyspace(
+            endpoint,
+            DEFAULT_PREFIX,
+            tls=client,
+            user=GATEWAY_IDENTITY if tls else None,
+            password=_secret_file(data / "etcd-password") if tls else None,
+        )
+        try:
+            image = adopt_into_file(EtcdMetadataStore(keyspace), gateway_dir)
+        finally:
+            keyspace.close()
+    finally:
+        etcd.stop()
+    aside = data / "etcd.moved-to-file"
+    if aside.exists():
+        shutil.rmtree(aside)
+    etcd_dir.rename(aside)
+    print(
+        f"seglog local cluster: the registry in etcd (cluster {image.cluster_id}, "
+        f"{len(image.topics)} topics) was copied back into {gateway_dir / METADATA_DIR}; "
+        f"etcd's data kept aside as {aside}",
+        flush=True,
+    )
+
+
+def _why_not_started(process: ServerProcess) -> str:
+    """Why a server did not start or stopped on its own (a node refused by a registry of
+    another cluster), as it logged it last; "" when it did not say."""
+    path = process.stderr_path
+    if path is None or not path.exists():
+        return ""
+    for line in reversed(path.read_text(errors="replace").splitlines()[-50:]):
+        for marker in ("cannot start:", "cannot go on:"):
+            if marker in line:
+                return line.split(marker, 1)[1].strip()
+    return ""
 
 
 def _prometheus_ports(processes: int) -> list[int]:
