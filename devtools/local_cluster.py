@@ -37,7 +37,6 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -123,11 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-    stop = threading.Event()
-    restart = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: restart.set())
+    # The handlers only add to a set: a threading.Event's set() from a handler can deadlock
+    # on the Event's own lock when the signal lands while the main thread holds it (in
+    # wait() or clear()), and the cluster then never stops.
+    received: set[str] = set()
+    signal.signal(signal.SIGTERM, lambda *_: received.add("stop"))
+    signal.signal(signal.SIGINT, lambda *_: received.add("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: received.add("restart"))
 
     # Services log to files; what they print (console traces with
     # OTEL_TRACES_EXPORTER=console) comes through to this terminal.
@@ -270,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         reported: set[str] = set()
-        while not stop.wait(0.2):
+        while "stop" not in received:
+            time.sleep(0.2)
             if not any(gateway.alive() for gateway in gateways):
                 print("gateway exited; stopping the cluster", file=sys.stderr, flush=True)
                 break
@@ -284,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-            if restart.is_set():
-                restart.clear()
+            if "restart" in received:
+                received.discard("restart")
                 for node in nodes:
                     if node.alive():
                         continue
