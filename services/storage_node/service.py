@@ -289,8 +289,8 @@ class StorageNodeService:
         return storage_pb2.UpdatePartitionsResponse()
 
     def _check_cluster(self, cluster_id: str) -> None:
-        """A push from a registry of another cluster is refused whole (one naming no
-        cluster is taken, but sets nothing aside: metadata_applier.py)."""
+        """A push or deletion from a registry of another cluster is refused whole (a push
+        naming no cluster is taken, but sets nothing aside: metadata_applier.py)."""
         identity = self.applier.identity
         if identity is None or not cluster_id or not identity.cluster_id:
             return
@@ -304,6 +304,8 @@ class StorageNodeService:
         self, request: storage_pb2.DeletePartitionRequest, context: grpc.ServicerContext
     ) -> storage_pb2.DeletePartitionResponse:
         try:
+            log_files.check_topic_name(request.topic)
+            self._check_cluster(request.cluster_id)
             self.replicas.delete_partition(request.topic, request.partition)
         except SeglogError as exc:
             abort(context, exc)

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
 from services.storage_node.partition_creator import CREATION_NICE_INCREMENT
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
@@ -486,7 +486,11 @@ def test_only_a_registry_of_the_nodes_own_cluster_sets_its_partitions_aside(
         stub = storage_pb2_grpc.StorageNodeStub(channel)
         with pytest.raises(grpc.RpcError) as refused:
             stub.UpdatePartitions(push, timeout=10)
-    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        deletion = storage_pb2.DeletePartitionRequest(topic="kept", partition=0, cluster_id=other)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.DeletePartition(deletion, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert sorted(node.replicas.hosted()) == [("kept", 0), ("omitted", 0)]
 
     foreign = assignment([], offset=4, full=True)
