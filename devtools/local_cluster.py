@@ -304,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
             why = _why_not_started(gateway)
             if why:
                 print(f"  {gateway.name}: {why}", file=sys.stderr)
+            if "two registries" in why:
+                print(
+                    f"  here: mv {data / 'etcd'} {data / 'etcd.aside'} (the file registry goes "
+                    f"to a new etcd), or mv {data / 'gateway' / METADATA_DIR} "
+                    f"{data / 'gateway' / 'metadata.aside'} (etcd's is kept)",
+                    file=sys.stderr,
+                )
         return 1
     finally:
         for node in nodes:
