@@ -26,6 +26,16 @@ nodes); nodes and clients may use either or both (`127.0.0.1:7070,127.0.0.1:7074
 gateway dying leaves the cluster running on the other. With `--tls` as well, etcd speaks HTTPS
 only to holders of the cluster CA's certificates, and role-based auth lets only the gateways'
 etcd user (password in `etcd-password` in the data dir) read or write the registry's keys.
+
+One registry at a time holds the cluster, and switching keeps it: `make run ETCD=1` on the
+data of a plain `make run` starts with an empty etcd, into which the first gateway copies its
+file registry whole (services/gateway/cluster/registry_bootstrap.py), leaving it aside as
+`gateway/metadata.moved-to-etcd`; a plain `make run` on data whose registry is in etcd (so
+moved, or made there by a first `--etcd` run) copies it into `gateway/metadata` before the
+gateway starts, and moves etcd's data aside as `etcd.moved-to-file` (an older copy of
+either replaced). Every node keeps its cluster id in its meta.properties, so a registry of
+another cluster is refused, never obeyed; two registries in one data dir are refused with
+the commands that resolve it.
 """
 
 from __future__ import annotations
@@ -194,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, listen in enumerate(gateway_listens)
     ]
     nodes: list[ServerProcess] = []
+    for log in (data / "logs").glob("*.log"):  # where this run's lines begin
+        _LOG_STARTS[log] = log.stat().st_size
     try:
         if etcd is not None:
             endpoint = etcd.start()
@@ -324,13 +336,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _registry_back_from_etcd(data: Path, tls: bool) -> None:
-    """A plain run on data whose registry was moved into etcd (by `--etcd`): etcd's registry
-    copied back into the gateway's data dir, then etcd's data moved aside, so neither the
-    cluster nor a stale registry is left behind (registry_bootstrap.py)."""
+    """A plain run on data whose registry is in etcd (moved there by `--etcd`, or made there
+    by a first run with `--etcd`): etcd's registry copied into the gateway's data dir, then
+    etcd's data moved aside, so neither the cluster nor a stale registry is left behind
+    (registry_bootstrap.py)."""
     gateway_dir, etcd_dir = data / "gateway", data / "etcd"
-    if file_registry_exists(gateway_dir) or not moved_into_etcd(gateway_dir):
+    if file_registry_exists(gateway_dir):
         return
     if not etcd_dir.is_dir():
+        if not moved_into_etcd(gateway_dir):
+            return  # a new data dir
         raise RuntimeError(
             f"the registry of {gateway_dir} was moved into etcd, and {etcd_dir} is gone: "
             f"run with etcd again (make run ETCD=1), or to start this data over as a new "
@@ -354,7 +369,10 @@ def _registry_back_from_etcd(data: Path, tls: bool) -> None:
             password=_secret_file(data / "etcd-password") if tls else None,
         )
         try:
-            image = adopt_into_file(EtcdMetadataStore(keyspace), gateway_dir)
+            store = EtcdMetadataStore(keyspace)
+            if not store.load():
+                return  # etcd never held a registry: nothing to bring back
+            image = adopt_into_file(store, gateway_dir)
         finally:
             keyspace.close()
     finally:
@@ -371,13 +389,20 @@ def _registry_back_from_etcd(data: Path, tls: bool) -> None:
     )
 
 
+# Each server log's size when this run began: older runs' lines are not this run's reasons.
+_LOG_STARTS: dict[Path, int] = {}
+
+
 def _why_not_started(process: ServerProcess) -> str:
     """Why a server did not start or stopped on its own (a node refused by a registry of
-    another cluster), as it logged it last; "" when it did not say."""
+    another cluster), as it logged it in this run; "" when it did not say."""
     path = process.stderr_path
-    if path is None or not path.exists():
+    if process.process is None or path is None or not path.exists():
         return ""
-    for line in reversed(path.read_text(errors="replace").splitlines()[-50:]):
+    with open(path, "rb") as log:
+        log.seek(_LOG_STARTS.get(path, 0))
+        text = log.read().decode(errors="replace")
+    for line in reversed(text.splitlines()[-50:]):
         for marker in ("cannot start:", "cannot go on:"):
             if marker in line:
                 return line.split(marker, 1)[1].strip()

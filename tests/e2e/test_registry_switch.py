@@ -29,12 +29,15 @@ BATCH = 100
 
 
 @contextmanager
-def make_run(data: Path, *extra: str) -> Iterator[str]:
+def make_run(data: Path, *extra: str, nodes: int = 3) -> Iterator[str]:
     """devtools.local_cluster on free ports until the block ends; yields its address."""
     errors = data.parent / "cluster.err"
     with open(errors, "ab") as err:
         runner = subprocess.Popen(
-            local_cluster_command(data, *extra), stdout=subprocess.PIPE, stderr=err, text=True
+            local_cluster_command(data, *extra, nodes=nodes),
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
         )
     try:
         address = ""
@@ -152,4 +155,22 @@ def test_make_run_then_etcd_then_back_serves_every_record_and_strands_nothing(tm
     # Under etcd once more (a fresh etcd, the file registry copied in again).
     with make_run(data, "--etcd") as address:
         assert served(address, second) == second
+    assert strays(data) == []
+
+
+@pytest.mark.slow
+def test_a_cluster_begun_on_etcd_comes_to_the_file_registry_whole(tmp_path):
+    data = tmp_path / "data"
+    counts = {"made-on-etcd": 500}
+    with make_run(data, "--etcd", nodes=1) as address:
+        with Admin(address.split(",")[0]) as admin:
+            admin.create_topic("made-on-etcd", PARTITIONS)
+        client = GatewayClient(address, timeout_s=10)
+        try:
+            produce(client, "made-on-etcd", counts["made-on-etcd"], "etcd")
+        finally:
+            client.close()
+    with make_run(data, nodes=1) as address:
+        assert served(address, counts) == counts
+    assert (data / "etcd.moved-to-file").is_dir()
     assert strays(data) == []
