@@ -167,8 +167,8 @@ class RegistrySession:
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask the registry to move this node's leaderships away (Kafka's controlled
         shutdown); True once it answered that the node leads nothing, False at the timeout."""
-        if not self.registered.is_set():
-            return False
+        if not self.registered.is_set() or self.refusal is not None:
+            return False  # no registry of its cluster to ask
         self.want_shutdown = True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

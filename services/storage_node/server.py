@@ -327,7 +327,7 @@ class StorageNode:
         if self.health is not None:  # draining: no longer ready for new work
             serving.set_serving(self.health, [SERVICE_NAME], False)
         if self.session is not None:
-            registered = self.session.registered.is_set()
+            registered = self.session.registered.is_set() and self.session.refusal is None
             if (
                 controlled
                 and registered
