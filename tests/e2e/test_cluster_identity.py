@@ -16,6 +16,7 @@ from seglog.client.gateway import FetchPosition, GatewayClient
 from seglog.records import iter_records
 from services.gateway.cluster.registry_bootstrap import load_file_image
 from tests.batches import make_batch
+from tests.ports import free_ports
 from tests.waiting import wait_for, wait_until
 
 TOPIC = "kept"
@@ -23,9 +24,9 @@ PARTITIONS = 2
 RECORDS = 40  # per partition
 
 
-def gateway(root: Path, name: str) -> ServerProcess:
+def gateway(root: Path, name: str, port: int = 0) -> ServerProcess:
     process = gateway_process(
-        "127.0.0.1:0",
+        f"127.0.0.1:{port}",
         root / name,
         extra_args=["--session-timeout-ms", "1500", "--heartbeat-interval-ms", "100"],
         stderr_path=root / f"{name}.log",
@@ -169,3 +170,35 @@ def test_a_node_with_an_unreadable_meta_properties_does_not_start(tmp_path, proc
     said = (tmp_path / "node-1.log").read_text()
     assert "cannot start" in said and "meta.properties" in said
     assert registered(own.address) == set()
+
+
+def test_a_running_node_whose_registry_is_replaced_by_another_clusters_stops(tmp_path, processes):
+    """The registry at the node's gateway address lost (a new gateway with an empty data dir
+    on the same port): the node's next heartbeat meets another cluster; it stops, nothing
+    set aside, and serves again once its own registry is back."""
+    (port,) = free_ports(1)
+    own = gateway(tmp_path, "gateway-a", port)
+    processes.append(own)
+    running = node(tmp_path, own)
+    processes.append(running)
+    wait_for(lambda: registered(own.address) == {1}, 30, "node 1 registered")
+    with Admin(own.address) as admin:
+        admin.create_topic(TOPIC, PARTITIONS, 1)
+    wait_for(lambda: len(partition_dirs(tmp_path)) == PARTITIONS, 30, "its partitions made")
+    held = partition_dirs(tmp_path)
+    own.stop()
+    lost = gateway(tmp_path, "gateway-b", port)  # same address, a registry without it
+    processes.append(lost)
+    wait_for(lambda: not running.alive(), 30, "the node to stop")
+    assert running.process is not None and running.process.returncode == 1
+    said = (tmp_path / "node-1.log").read_text()
+    assert load_file_image(tmp_path / "gateway-b").cluster_id in said
+    assert partition_dirs(tmp_path) == held
+    assert registered(lost.address) == set()
+    lost.stop()
+    own.start()
+    again = node(tmp_path, own)
+    processes.append(again)
+    wait_for(lambda: registered(own.address) == {1}, 30, "node 1 back")
+    assert wait_until(lambda: records_served(own.address) == 0, timeout_s=30)
+    assert partition_dirs(tmp_path) == held
