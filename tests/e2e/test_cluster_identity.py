@@ -94,6 +94,7 @@ def processes():
         process.stop()
 
 
+@pytest.mark.slow
 def test_a_node_refuses_a_registry_of_another_cluster_and_keeps_its_data(tmp_path, processes):
     own = gateway(tmp_path, "gateway-a")
     processes.append(own)
@@ -172,6 +173,7 @@ def test_a_node_with_an_unreadable_meta_properties_does_not_start(tmp_path, proc
     assert registered(own.address) == set()
 
 
+@pytest.mark.slow
 def test_a_running_node_whose_registry_is_replaced_by_another_clusters_stops(tmp_path, processes):
     """The registry at the node's gateway address lost (a new gateway with an empty data dir
     on the same port): the node's next heartbeat meets another cluster; it stops, nothing
