@@ -24,6 +24,7 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     AlterClientQuotas          AlterConfigs on the cluster
     DescribeClientQuotas       DescribeConfigs on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
+    DecommissionNode, RecommissionNode          Alter on the cluster
     JoinGroup                  Read on the group, Describe on each topic subscribed
     Heartbeat, LeaveGroup, SyncGroup            Read on the group
     CommitOffsets              Read on the group and on each topic
@@ -147,6 +148,9 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "AlterPartitionReassignments": lambda r: _cluster("Alter"),
     "ListPartitionReassignments": lambda r: _cluster("Describe"),
     "ElectLeaders": lambda r: _cluster("Alter"),
+    # Where replicas may go is the cluster's to change, as reassignments are.
+    "DecommissionNode": lambda r: _cluster("Alter"),
+    "RecommissionNode": lambda r: _cluster("Alter"),
     "DescribeLogDirs": lambda r: _cluster("Describe"),
     # Kafka's AlterClientQuotas needs AlterConfigs on the cluster, DescribeClientQuotas
     # DescribeConfigs on it.

@@ -273,6 +273,8 @@ class Gateway:
                 "ListTopics": a.ListTopics,
                 "DescribeTopics": a.DescribeTopics,
                 "DescribeCluster": a.DescribeCluster,
+                "DecommissionNode": a.DecommissionNode,
+                "RecommissionNode": a.RecommissionNode,
                 "ListOffsets": s.queries.ListOffsets,
                 "SplitPoints": s.queries.SplitPoints,
                 "DeleteRecords": s.queries.DeleteRecords,

@@ -111,3 +111,15 @@ def test_an_operators_reassignment_takes_precedence_over_a_pending_balance(tmp_p
     _catch_up(registry)
     balancer.tick()
     assert not registry.reassignments() and registry.replica_counts().get(4, 0) == 0
+
+
+def test_a_decommissioned_node_is_never_a_balancing_target(tmp_path):
+    registry = _registry(tmp_path, nodes=3)
+    registry.create_topic("t", 6, 2, {})
+    registry.register_node(4, "127.0.0.1:4")
+    registry.set_decommissioned(4, True)
+    balancer = AutoBalancer(registry, max_moves=100)
+    for _ in range(5):
+        balancer.tick()
+        _catch_up(registry)
+    assert _spread(registry)[0][4] == 0

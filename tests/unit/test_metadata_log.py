@@ -13,6 +13,7 @@ from services.gateway.cluster.metadata_file_store import FileMetadataStore
 from services.gateway.cluster.metadata_image import MetadataImage
 from services.gateway.cluster.metadata_records import (
     MetadataRecordError,
+    check_records,
     node_record,
     partition_record,
     producer_ids_record,
@@ -304,3 +305,20 @@ def test_preferred_leader_election_looks_only_at_partitions_led_elsewhere(tmp_pa
     assert registry.rebalance_leaders() == moved
     assert registry.partitions_examined == len(moved)
     assert not registry.image.misled
+
+
+def test_a_decommissioned_node_stays_so_across_restarts_and_snapshots(tmp_path):
+    registry = Registry(
+        tmp_path, store=FileMetadataStore(tmp_path / "m", snapshot_interval_records=1)
+    )
+    for n in (1, 2, 3):
+        registry.register_node(n, f"127.0.0.1:{n}")
+    registry.set_decommissioned(3, True)
+    registry.register_node(3, "127.0.0.1:3")  # a node record rewritten: the mark stays
+    again = Registry(tmp_path, store=FileMetadataStore(tmp_path / "m"))
+    assert again.image.decommissioned == {3}
+    assert again.store.snapshot_path.exists()  # read back from a snapshot, too
+    again.set_decommissioned(3, False)
+    assert Registry(tmp_path, store=FileMetadataStore(tmp_path / "m")).image.decommissioned == set()
+    with pytest.raises(MetadataRecordError, match="decommissioned"):
+        check_records([{"type": "node_state", "node_id": 3, "decommissioned": "yes"}])

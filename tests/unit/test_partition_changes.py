@@ -19,6 +19,7 @@ from services.gateway.cluster.partition_changes import (
     choose_leader,
     elect_leaderless,
     fence,
+    hand_over,
     place,
     restore_preferred,
 )
@@ -249,3 +250,22 @@ def test_placement_puts_followers_where_fewest_replicas_are_held_then_round_the_
     assert place(1, 2, [1, 2, 3], {1: 1, 2: 1}, {1: 1, 2: 1, 3: 1})[0].replicas == [3, 1]
     # Node 2 already holds more replicas: node 3 follows instead of the next id.
     assert place(1, 2, [1, 2, 3], {2: 1, 3: 1}, {2: 5})[0].replicas == [1, 3]
+
+
+def test_elections_prefer_a_node_that_is_not_decommissioned_but_take_it_as_the_last_resort():
+    p = registration([3, 1, 2], NO_LEADER, isr=[3, 1, 2])
+    assert choose_leader(p, eligible_nodes(1, 2, 3), avoid={3}) == 1
+    alone = registration([3, 1], NO_LEADER, isr=[3])
+    assert choose_leader(alone, eligible_nodes(1, 3), avoid={3}) == 3  # else offline
+    led = registration([3, 1, 2], 1, isr=[3, 1, 2])
+    assert restore_preferred([(TP, led)], eligible_nodes(1, 2, 3), avoid={3}) == set()
+    assert led.leader == 1
+
+
+def test_a_decommissioned_leader_hands_over_to_an_in_sync_replica_and_stays_in_the_isr():
+    p = registration([3, 1, 2], 3, isr=[3, 2])
+    assert hand_over([(TP, p)], 3, eligible_nodes(1, 2, 3), {3}) == {TP}
+    assert (p.leader, p.isr, p.leader_epoch) == (2, [3, 2], 6)
+    alone = registration([3, 1], 3, isr=[3])
+    assert hand_over([(TP, alone)], 3, eligible_nodes(1, 3), {3}) == set()
+    assert alone.leader == 3

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import logging
 import sys
 from typing import cast
 
@@ -93,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     # services' spans of the same trace.
     provider = configure_tracing("seglog-cli")
     trace_client_calls(provider)
+    # The library's warnings (a producer refused for too few in-sync replicas, a topic created
+    # that acks=all can never write to) are the command's to say at once, on stderr.
+    warnings = logging.StreamHandler(sys.stderr)
+    warnings.setLevel(logging.WARNING)
+    warnings.setFormatter(logging.Formatter("seglog: %(message)s"))
+    library = logging.getLogger("seglog")
+    library.addHandler(warnings)
     try:
         return int(args.handler(args))
     except SeglogError as exc:
@@ -102,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"seglog: {exc}", file=sys.stderr)
         return 2
     finally:
+        library.removeHandler(warnings)
         if provider is not None:
             provider.shutdown()  # exports the spans still batched
             trace_client_calls(None)

@@ -1,6 +1,6 @@
 """`seglog topics reassign` (kafka-reassign-partitions' options and JSON), `seglog
 elect-leaders` (kafka-leader-election), `seglog log-dirs` (kafka-log-dirs --describe) and
-`seglog nodes decommission|balance`."""
+`seglog nodes list|decommission|recommission|balance`."""
 
 from __future__ import annotations
 
@@ -72,12 +72,24 @@ def add_parser(
     log_dirs.add_argument("--topic-list", help="only these topics, e.g. a,b")
     log_dirs.set_defaults(handler=describe_log_dirs)
 
-    nodes = sub.add_parser("nodes", help="move partitions off a node, or onto new nodes")
+    nodes = sub.add_parser("nodes", help="list nodes; move partitions off a node or onto new ones")
     actions = nodes.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser(
+        "list", parents=[common], help="every registered node: live, state, leaders, replicas"
+    )
+    listing.set_defaults(handler=list_nodes)
     off = actions.add_parser(
-        "decommission", parents=[common], help="move every replica off a node, then wait"
+        "decommission",
+        parents=[common],
+        help="mark a node decommissioned (no new replicas or leaders), move every replica "
+        "off it, then wait",
     )
     off.add_argument("--node", type=int, required=True)
+    back = actions.add_parser(
+        "recommission", parents=[common], help="undo decommission: the node takes replicas again"
+    )
+    back.add_argument("--node", type=int, required=True)
+    back.set_defaults(handler=recommission_node)
     balanced = actions.add_parser(
         "balance", parents=[common], help="even replicas and leaders per node (within one)"
     )
@@ -157,7 +169,16 @@ def _generate(admin: Admin, args: argparse.Namespace) -> int:
     if not args.broker_list:
         raise SystemExit("seglog: --generate needs --broker-list")
     current = current_assignment(admin, topics)
-    proposed = generate(current, _node_list(args.broker_list))
+    nodes = _node_list(args.broker_list)
+    decommissioned = sorted(
+        n.node_id for n in admin.describe_cluster().nodes if n.decommissioned and n.node_id in nodes
+    )
+    if decommissioned:
+        raise InvalidReplicaAssignmentError(
+            f"--broker-list names decommissioned node(s) {decommissioned}: they take no new "
+            "replica (seglog nodes recommission --node N first)"
+        )
+    proposed = generate(current, nodes)
     print("Current partition replica assignment")
     print(plan_json(current))
     print()
@@ -279,9 +300,44 @@ def describe_log_dirs(args: argparse.Namespace) -> int:
 
 
 def _nodes(admin: Admin) -> tuple[list[int], list[int]]:
-    """Every registered node, and the live ones."""
+    """Every registered node, and the live ones new replicas may go to (not
+    decommissioned)."""
     described = admin.describe_cluster().nodes
-    return sorted(n.node_id for n in described), sorted(n.node_id for n in described if n.live)
+    return (
+        sorted(n.node_id for n in described),
+        sorted(n.node_id for n in described if n.live and not n.decommissioned),
+    )
+
+
+def list_nodes(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        described = admin.describe_cluster().nodes
+    rows = [("NODE", "ADDRESS", "LIVE", "STATE", "LEADERS", "REPLICAS")]
+    for n in sorted(described, key=lambda n: n.node_id):
+        state = "decommissioned" if n.decommissioned else "active"
+        rows.append(
+            (
+                str(n.node_id),
+                n.address,
+                "yes" if n.live else "no",
+                state,
+                str(n.leader_partitions),
+                str(n.replica_partitions),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+    return 0
+
+
+def recommission_node(args: argparse.Namespace) -> int:
+    with Admin(args.bootstrap) as admin:
+        admin.recommission_node(args.node)
+    print(f"Node {args.node} is recommissioned: it may take new replicas and lead again.")
+    return 0
 
 
 def _run_plan(admin: Admin, plan: Plan, args: argparse.Namespace, what: str) -> None:
@@ -305,8 +361,22 @@ def decommission_node(args: argparse.Namespace) -> int:
         known, live = _nodes(admin)
         if args.node not in known:
             raise InvalidReplicaAssignmentError(f"node {args.node} is not registered ({known})")
+        others = [n for n in live if n != args.node]
+        # A plan that cannot be made (a partition with a replica on every other node) is
+        # refused before the node is marked.
+        decommission(
+            current_assignment(admin, admin.list_topics(include_internal=True)), args.node, others
+        )
+        if not args.dry_run:
+            # Then durably: no topic created meanwhile, or afterwards, lands on it.
+            moved = admin.decommission_node(args.node)
+            print(
+                f"Node {args.node} is decommissioned: no new replicas or leaderships "
+                f"({moved} leaderships handed over); `seglog nodes recommission --node "
+                f"{args.node}` undoes it."
+            )
         current = current_assignment(admin, admin.list_topics(include_internal=True))
-        plan = decommission(current, args.node, [n for n in live if n != args.node])
+        plan = decommission(current, args.node, others)
         _run_plan(admin, plan, args, f"Decommissioning node {args.node}")
         if not args.dry_run:
             everything = current_assignment(admin, admin.list_topics(include_internal=True))

@@ -10,6 +10,7 @@ Kafka's AdminClient and kafka-consumer-groups.sh answer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from ..v1 import common_pb2, gateway_pb2, groups_pb2
 from .admin_reassignments import ReassignmentAdmin
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .structs import OffsetAndTimestamp, TopicPartition
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_ID = "seglog-admin"  # as the producer's and consumer's defaults (config.py)
 
@@ -114,9 +117,11 @@ class Admin(ReassignmentAdmin):
         configs: Mapping[str, str] | None = None,
         *,
         validate_only: bool = False,
-    ) -> None:
+    ) -> str:
         """-1 partitions: one (Kafka's num.partitions default); -1 replicas: the gateway's
-        default.replication.factor."""
+        default.replication.factor. Returns the gateway's warning ("" when none), also
+        logged: a replication factor below the topic's min.insync.replicas, so that every
+        acks=all write to it would be refused."""
         request = gateway_pb2.CreateTopicsRequest(validate_only=validate_only)
         request.topics.add(
             name=name,
@@ -126,6 +131,10 @@ class Admin(ReassignmentAdmin):
         )
         response = self._client.call("CreateTopics", request)
         _raise_first(response.topics)  # type: ignore[attr-defined]
+        warning: str = response.topics[0].warning  # type: ignore[attr-defined]
+        if warning:
+            logger.warning("topic %s: %s", name, warning)
+        return warning
 
     def delete_topic(self, name: str) -> None:
         request = gateway_pb2.DeleteTopicsRequest(names=[name])

@@ -1,5 +1,6 @@
 """Admin's calls for moving partitions (mixed into `Admin`): Kafka's
-alterPartitionReassignments, listPartitionReassignments, electLeaders and describeLogDirs."""
+alterPartitionReassignments, listPartitionReassignments, electLeaders and describeLogDirs,
+and decommissioning a node (no new replicas on it) or recommissioning it."""
 
 from __future__ import annotations
 
@@ -129,3 +130,15 @@ class ReassignmentAdmin:
                 for p in node.partitions
             }
         return out
+
+    def decommission_node(self, node_id: int) -> int:
+        """Mark a node decommissioned, durably: it takes no new replica and hands its
+        leaderships to other in-sync replicas; its replicas stay until moved (the CLI's
+        `nodes decommission` moves them). Returns the leaderships moved off it."""
+        request = gateway_pb2.NodeStateRequest(node_id=node_id)
+        response = self._client.call("DecommissionNode", request)
+        return int(response.leaderships_moved)  # type: ignore[attr-defined]
+
+    def recommission_node(self, node_id: int) -> None:
+        """Undo `decommission_node`: the node may take new replicas and lead again."""
+        self._client.call("RecommissionNode", gateway_pb2.NodeStateRequest(node_id=node_id))

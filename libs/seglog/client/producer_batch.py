@@ -42,6 +42,7 @@ class ProducerBatch:
         "record_count",
         "base_sequence",
         "fast_entry",
+        "last_error",
     )
 
     def __init__(self, topic: str, partition: int, builder: RecordBatchBuilder, buffer: bytearray):
@@ -64,6 +65,9 @@ class ProducerBatch:
         self.data: memoryview | bytes | None = None
         self.record_count = 0
         self.base_sequence: int | None = None  # set when an idempotent producer first sends it
+        # The reason its last attempt failed: what it fails with when delivery_timeout_ms
+        # ends its retries, when that reason is the node's word (NOT_ENOUGH_REPLICAS).
+        self.last_error: BaseException | None = None
         # What `send`'s C path appends through (records/_encode.c): None when the builder's
         # writer is the Python one.
         writer = builder._writer

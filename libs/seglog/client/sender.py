@@ -40,6 +40,8 @@ import grpc
 from ..errors import (
     LeaderNotAvailableError,
     NodeUnavailableError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     NotLeaderError,
     RequestTimedOutError,
     SeglogError,
@@ -64,6 +66,11 @@ _METADATA_ERRORS = (
     NodeUnavailableError,
     UnknownTopicOrPartitionError,
 )
+# Refusals that will not go away by retrying soon: too few in-sync replicas (an ISR below
+# min.insync.replicas, or a replication factor below it). Said once per partition when first
+# met, and what a batch fails with when its retries end, rather than a bare timeout: a
+# producer to such a topic was silent for 120 s, then said REQUEST_TIMED_OUT.
+_DURABILITY_ERRORS = (NotEnoughReplicasError, NotEnoughReplicasAfterAppendError)
 _IDLE_WAIT_S = 0.1
 _SEQUENCE_WRAP = 2**31  # sequences wrap past Int.MaxValue to 0, as Kafka's
 
@@ -104,6 +111,9 @@ class Sender(threading.Thread):
         self._producer: tuple[int, int] | None = None
         self._sequences: dict[tuple[str, int], int] = {}
         self.producer_id_resets = 0  # read by Producer.metrics
+        # Partitions whose writes the leader refuses for too few in-sync replicas, since it
+        # was said (cleared, and said, when one is accepted again).
+        self._durability_refused: set[tuple[str, int]] = set()
 
     def wakeup(self) -> None:
         self._selector.wakeup()
@@ -290,6 +300,18 @@ class Sender(threading.Thread):
     ) -> None:
         if isinstance(error, _METADATA_ERRORS):
             self.metadata.invalidate(topic)
+        if isinstance(error, _DURABILITY_ERRORS) and (topic, partition) not in (
+            self._durability_refused
+        ):
+            self._durability_refused.add((topic, partition))
+            logger.warning(
+                "%s: %s (retrying for up to delivery.timeout.ms, %d ms)",
+                error.reason,
+                error,
+                self.config.delivery_timeout_ms,
+            )
+        for batch in batches:
+            batch.last_error = error
         timeout_s = self.config.delivery_timeout_ms / 1000
         # Batches are in partition order, oldest first: those that may not retry form a
         # prefix; the rest go back to the front of the partition, order intact.
@@ -311,6 +333,9 @@ class Sender(threading.Thread):
         self._settled.unmuted.append((topic, partition))
 
     def _succeed(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
+        if self._durability_refused and (batch.topic, batch.partition) in self._durability_refused:
+            self._durability_refused.discard((batch.topic, batch.partition))
+            logger.info("%s-%d accepts writes again", batch.topic, batch.partition)
         batch.complete(base_offset, log_append_time_ms, None)
         self._settled.completed.append(batch)
 
@@ -373,10 +398,15 @@ def _covered(batches: list[ProducerBatch], base_offset: int, last_offset: int) -
     return covered
 
 
-def _delivery_timeout(batch: ProducerBatch, config: ProducerConfig) -> RequestTimedOutError:
+def _delivery_timeout(batch: ProducerBatch, config: ProducerConfig) -> SeglogError:
+    """REQUEST_TIMED_OUT, or the refusal that kept the batch from being written (the node's
+    NOT_ENOUGH_REPLICAS) when that was the last attempt's answer."""
     age_ms = int((time.monotonic() - batch.created_s) * 1000)
-    return RequestTimedOutError(
+    expired = (
         f"{batch.record_count} records for {batch.topic}-{batch.partition} expired: "
         f"{age_ms} ms since the batch was created, past delivery_timeout_ms "
         f"({config.delivery_timeout_ms}) after {batch.attempts + 1} attempts"
     )
+    if isinstance(batch.last_error, _DURABILITY_ERRORS):
+        return type(batch.last_error)(f"{batch.last_error}; {expired}")
+    return RequestTimedOutError(expired)

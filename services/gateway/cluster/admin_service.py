@@ -62,8 +62,11 @@ class AdminService:
             result = response.topics.add(name=new.name)
             try:
                 if request.validate_only:
-                    self.registry.validate_new_topic(
+                    _, replication_factor = self.registry.validate_new_topic(
                         new.name, new.num_partitions, new.replication_factor, dict(new.configs)
+                    )
+                    result.warning = self.registry.min_isr_shortfall(
+                        replication_factor, new.configs
                     )
                     continue
                 topic = self.registry.create_topic(
@@ -72,6 +75,12 @@ class AdminService:
             except SeglogError as exc:
                 set_error(result, exc)
                 continue
+            # Said at once, not left to the first producer's 120 s of retries.
+            result.warning = self.registry.min_isr_shortfall(
+                topic.replication_factor, topic.configs
+            )
+            if result.warning:
+                logger.warning("topic %s created: %s", topic.name, result.warning)
             self._create_on_nodes(topic.name)
         return response
 
@@ -141,7 +150,7 @@ class AdminService:
         """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes.
         Replicated `offsets.topic.replication.factor` times, or on every live node when
         fewer are up (Kafka would wait for enough brokers; a small cluster should work)."""
-        live = len(self.registry.live_nodes())
+        live = len(self.registry.placeable_nodes())
         replication_factor = max(1, min(self.offsets_topic_replication_factor, live))
         self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
@@ -341,6 +350,8 @@ class AdminService:
             gateways=gateways,
         )
         counts = self.registry.leader_counts()
+        held = self.registry.replica_counts()
+        decommissioned = self.registry.decommissioned_nodes()
         for node_id, node in sorted(self.registry.nodes.items()):
             age = -1
             if node.last_heartbeat is not None:
@@ -351,5 +362,32 @@ class AdminService:
                 live=self.registry.is_live(node_id),
                 last_heartbeat_age_ms=age,
                 leader_partitions=counts.get(node_id, 0),
+                decommissioned=node_id in decommissioned,
+                replica_partitions=held.get(node_id, 0),
             )
         return response
+
+    def DecommissionNode(
+        self, request: gateway_pb2.NodeStateRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeStateResponse:
+        return self._set_decommissioned(request.node_id, True, context)
+
+    def RecommissionNode(
+        self, request: gateway_pb2.NodeStateRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeStateResponse:
+        return self._set_decommissioned(request.node_id, False, context)
+
+    def _set_decommissioned(
+        self, node_id: int, decommissioned: bool, context: grpc.ServicerContext
+    ) -> gateway_pb2.NodeStateResponse:
+        try:
+            moved = self.registry.set_decommissioned(node_id, decommissioned)
+        except SeglogError as exc:
+            abort(context, exc)
+        logger.info(
+            "node %d %s (%d leaderships handed over)",
+            node_id,
+            "decommissioned" if decommissioned else "recommissioned",
+            len(moved),
+        )
+        return gateway_pb2.NodeStateResponse(leaderships_moved=len(moved))

@@ -1,5 +1,6 @@
 """Automatic balancing (`auto.balance.enable`, off by default): when the set of eligible
-nodes changes (a node joins, or one that was decommissioned leaves), the controller spreads
+nodes changes (a node joins, or one is decommissioned or leaves: a decommissioned node is
+never a target, reassignments.py's `placement`), the controller spreads
 replicas, then preferred leaders, over the eligible nodes to within one of each other, with
 the reassignment machinery (reassignments.py: a new replica catches up, throttled, before
 an old one is dropped) and the plan `seglog nodes balance` runs (reassignment_plans.py).

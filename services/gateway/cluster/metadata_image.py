@@ -1,5 +1,5 @@
 """The registry's metadata image (Kafka's MetadataImage): topics with each partition's
-registration, node addresses, ACLs and the producer-id block, built only by applying the
+registration, node addresses and states, ACLs and the producer-id block, built only by applying the
 metadata log's records (metadata_records.py) in offset order: a gateway's own writes and the
 ones it watches from other gateways alike.
 
@@ -26,6 +26,7 @@ from .metadata_records import (
     CLIENT_QUOTA,
     CLUSTER,
     NODE,
+    NODE_STATE,
     PARTITION,
     PRODUCER_IDS,
     REMOVE_TOPIC,
@@ -36,6 +37,7 @@ from .metadata_records import (
     client_quota_record,
     cluster_record,
     node_record,
+    node_state_record,
     partition_record,
     producer_ids_record,
     topic_record,
@@ -67,6 +69,7 @@ class Applied:
     configs: set[str] = field(default_factory=set)  # topics whose configs changed
     nodes: set[int] = field(default_factory=set)  # node records applied
     acls: bool = False
+    node_states: set[int] = field(default_factory=set)  # decommissioned or recommissioned
     created: bool = False  # a topic or partitions added: long-lived objects to settle
 
 
@@ -84,6 +87,9 @@ class MetadataImage:
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
+        # Nodes an operator decommissioned (node_state records): no new replicas, and
+        # leaders only where no other in-sync replica can lead.
+        self.decommissioned: set[int] = set()
         # The cluster's id ("" until the registry is bootstrapped), and the backend and
         # offset this registry was copied from, if it was (registry_bootstrap.py).
         self.cluster_id = ""
@@ -150,6 +156,12 @@ class MetadataImage:
                     self.client_quotas[entity] = dict(record["values"])
                 else:
                     self.client_quotas.pop(entity, None)
+            elif kind == NODE_STATE:
+                if record["decommissioned"]:
+                    self.decommissioned.add(record["node_id"])
+                else:
+                    self.decommissioned.discard(record["node_id"])
+                applied.node_states.add(record["node_id"])
         for name, topic in new_topics.items():
             if any(p is None for p in topic.partitions):
                 raise MetadataRecordError(f"topic {name} created without all its partitions")
@@ -300,6 +312,7 @@ class MetadataImage:
             client_quota_record(dict(entity), values)
             for entity, values in sorted(self.client_quotas.items())
         ]
+        records += [node_state_record(n, True) for n in sorted(self.decommissioned)]
         for name in sorted(self.topics):
             topic = self.topics[name]
             records.append(

@@ -29,6 +29,10 @@ Record types (`type`), and what they set:
                    one quota entity's whole set of values (Kafka's producer_byte_rate,
                    consumer_byte_rate); a name "<default>" is the entity type's default;
                    empty values remove the entity
+    node_state     {node_id, decommissioned}: an operator's mark on a node (`seglog nodes
+                   decommission|recommission`): a decommissioned node takes no new replica
+                   and leads only where no other in-sync replica can; kept apart from the
+                   node record, which each registration rewrites
     cluster        {cluster_id[, adopted_from]}: the cluster's id (Kafka's form, 22 URL-safe
                    base64 characters), written once when the registry is bootstrapped and
                    never changed; nodes learn it when they register and keep it in their
@@ -38,8 +42,8 @@ Record types (`type`), and what they set:
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, then each topic followed by its partitions), applied onto an empty
-image.
+ACLs, client quotas, node states, then each topic followed by its partitions), applied
+onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -61,6 +65,7 @@ NODE = "node"
 ACL = "acl"
 PRODUCER_IDS = "producer_ids"
 CLIENT_QUOTA = "client_quota"
+NODE_STATE = "node_state"
 CLUSTER = "cluster"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -79,6 +84,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     ACL: {"op": str, "acl": dict},
     PRODUCER_IDS: {"next": int},
     CLIENT_QUOTA: {"entity": dict, "values": dict},
+    NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
     CLUSTER: {"cluster_id": str},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
@@ -115,6 +121,8 @@ def check_records(records: list[Record]) -> list[Record]:
                 raise MetadataRecordError(f"metadata record {record!r}: bad min_insync_replicas")
         if record["type"] == ACL and record["op"] not in ("add", "remove"):
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
+        if record["type"] == NODE_STATE and type(record.get("decommissioned")) is not bool:
+            raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
         if record["type"] == CLUSTER:
             _check_cluster(record)
     return records
@@ -202,6 +210,10 @@ def cluster_record(cluster_id: str, adopted_from: dict[str, Any] | None = None) 
 
 def producer_ids_record(next_id: int) -> Record:
     return {"type": PRODUCER_IDS, "next": next_id}
+
+
+def node_state_record(node_id: int, decommissioned: bool) -> Record:
+    return {"type": NODE_STATE, "node_id": node_id, "decommissioned": decommissioned}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:

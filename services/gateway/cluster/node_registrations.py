@@ -8,6 +8,11 @@ the records, and tells the listeners.
   process a restarted gateway meets is only admitted: it lost nothing).
 - A new process back from an unclean shutdown is trusted with no committed record
   (partition_changes.forget_unclean, Kafka's KIP-966).
+- A node an operator decommissions (`set_decommissioned`, a node_state record, so it holds
+  across gateway restarts and controller changes) takes no new replica (registry.py's
+  placement, reassignments.py) and hands its leaderships to other in-sync replicas; every
+  election prefers another replica (partition_changes.py), and it leads only where it is the
+  last one that can: the partition stays writable while the node is up.
 - A node's min.insync.replicas default is stored in its node record at each registration, so
   the ELR is counted right before its first heartbeat after a gateway restart.
 """
@@ -16,10 +21,10 @@ from __future__ import annotations
 
 import time
 
-from seglog.errors import UnknownTopicOrPartitionError
+from seglog.errors import InvalidRequestError, UnknownTopicOrPartitionError
 
 from ..coordination.election import Fence
-from .metadata_records import node_record, partition_record
+from .metadata_records import node_record, node_state_record, partition_record
 from .node_state import Node
 from .partition_changes import (
     PartitionAssignment,
@@ -28,6 +33,7 @@ from .partition_changes import (
     elect_leaderless,
     fence,
     forget_unclean,
+    hand_over,
     restore_preferred,
 )
 from .registry_state import MIN_ISR_CONFIG, RegistryState, min_isr_setting, retrying
@@ -87,9 +93,13 @@ class NodeRegistrations(RegistryState):
             working = self._working(self.image.hosted.get(node_id, set()) | self.image.leaderless)
             changed: set[PartitionChange] = set()
             if new_process:
-                changed = fence(working.items(), node_id, self._eligible, self._min_isr)
+                changed = fence(
+                    working.items(), node_id, self._eligible, self._min_isr, self._avoided
+                )
                 if unclean_shutdown:
-                    changed |= forget_unclean(working.items(), node_id, self._eligible)
+                    changed |= forget_unclean(
+                        working.items(), node_id, self._eligible, self._avoided
+                    )
             node.address = address
             node.bulk_address = bulk_address
             node.offline = dict(offline or {})
@@ -98,7 +108,7 @@ class NodeRegistrations(RegistryState):
             node.heard_from = True
             node.fenced = node.shutting_down = False
             node.metadata_offset = 0  # answered with its whole assignment
-            changed |= elect_leaderless(working.items(), self._eligible)
+            changed |= elect_leaderless(working.items(), self._eligible, self._avoided)
             min_isr = min_isr_setting(node.log_config_defaults.get(MIN_ISR_CONFIG))
             self._commit(
                 [node_record(node_id, address, min_isr), *self._partition_records(working, changed)]
@@ -153,8 +163,10 @@ class NodeRegistrations(RegistryState):
                 wanted |= self.image.hosted.get(node.node_id, set())
             working = self._working(wanted)
             for node in down:
-                changed |= fence(working.items(), node.node_id, self._eligible, self._min_isr)
-            changed |= elect_leaderless(working.items(), self._eligible)
+                changed |= fence(
+                    working.items(), node.node_id, self._eligible, self._min_isr, self._avoided
+                )
+            changed |= elect_leaderless(working.items(), self._eligible, self._avoided)
             if changed:
                 self._commit(self._partition_records(working, changed), controller)
             for node in down:
@@ -177,7 +189,7 @@ class NodeRegistrations(RegistryState):
                 return True
             node.shutting_down = True
             working = self._working(self.image.hosted.get(node_id, set()))
-            changed = fence(working.items(), node_id, self._eligible, self._min_isr)
+            changed = fence(working.items(), node_id, self._eligible, self._min_isr, self._avoided)
             if changed:
                 self._commit(self._partition_records(working, changed))
             leads = bool(self.image.led.get(node_id))
@@ -185,12 +197,42 @@ class NodeRegistrations(RegistryState):
         return not leads
 
     @retrying
+    def set_decommissioned(self, node_id: int, decommissioned: bool) -> list[PartitionChange]:
+        """Mark a registered node decommissioned (or not, again); the leaderships it hands
+        over. Marking it again changes nothing."""
+        with self._lock:
+            if node_id not in self.image.node_addresses:
+                raise InvalidRequestError(
+                    f"node {node_id} is not registered "
+                    f"(registered: {sorted(self.image.node_addresses)})"
+                )
+            if (node_id in self.image.decommissioned) == decommissioned:
+                return []
+            working = self._working(self.image.led.get(node_id, set()) if decommissioned else ())
+            avoid = self.image.decommissioned | {node_id}
+            changed = hand_over(working.items(), node_id, self._eligible, avoid)
+            self._commit(
+                [
+                    node_state_record(node_id, decommissioned),
+                    *self._partition_records(working, changed),
+                ]
+            )
+        return self._notify(changed)
+
+    @retrying
     def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
         """Kafka's preferred-leader election: each partition whose first replica is in the
-        ISR and eligible but does not lead gets it back as leader."""
+        ISR and eligible but does not lead gets it back as leader. And a partition a
+        decommissioned node still leads (it was the only in-sync replica when it was
+        decommissioned) goes to another in-sync replica once there is one."""
         with self._lock:
-            working = self._working(self.image.misled)
-            changed = restore_preferred(working.items(), self._eligible)
+            wanted = set(self.image.misled)
+            for node_id in self._avoided:
+                wanted |= self.image.led.get(node_id, set())
+            working = self._working(wanted)
+            changed = restore_preferred(working.items(), self._eligible, self._avoided)
+            for node_id in self._avoided:
+                changed |= hand_over(working.items(), node_id, self._eligible, self._avoided)
             if changed:
                 self._commit(self._partition_records(working, changed), controller)
         return self._notify(changed)

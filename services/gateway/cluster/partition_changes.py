@@ -6,7 +6,9 @@ a node may lead or join an ISR (registered, live, not fenced, not shutting down)
 
 - A leader change bumps the leader epoch; every change bumps the partition epoch.
 - Clean election: the first replica, in assignment order, that is in the ISR and eligible;
-  else the first eligible one of the eligible leader replicas (below). None: leader -1 (the
+  else the first eligible one of the eligible leader replicas (below). A decommissioned
+  node (`avoid`) is chosen only when no other replica can be: it is up and holds the
+  committed records, and an offline partition would refuse writes for nothing. None: leader -1 (the
   partition is offline) and the last ISR member is kept, so it is elected when it returns
   (unclean election is off).
 
@@ -30,7 +32,7 @@ may lead without losing an acknowledged one:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
 from seglog.errors import (
@@ -130,11 +132,26 @@ class PartitionAssignment:
         self.elr = [r for r in self.elr if r in self.replicas]
 
 
-def choose_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
-    for replica in p.replicas:
-        if replica != exclude and replica in p.isr and eligible(replica):
-            return replica
-    return NO_LEADER
+def choose_leader(
+    p: PartitionAssignment,
+    eligible: Eligible,
+    exclude: int | None = None,
+    avoid: Collection[int] = (),
+) -> int:
+    """The first in-sync eligible replica, one not in `avoid` (decommissioned) if any."""
+    return prefer_others(
+        [r for r in p.replicas if r != exclude and r in p.isr and eligible(r)], avoid
+    )
+
+
+def prefer_others(candidates: list[int], avoid: Collection[int]) -> int:
+    """A decommissioned node leads only where no other candidate can: making the partition
+    offline instead would stop writes while that node is up and holds every committed record
+    (as a cordoned broker in Kafka, KIP-1066, keeps its leaderships)."""
+    for candidate in candidates:
+        if candidate not in avoid:
+            return candidate
+    return candidates[0] if candidates else NO_LEADER
 
 
 def change_leader(p: PartitionAssignment, leader: int) -> None:
@@ -143,20 +160,32 @@ def change_leader(p: PartitionAssignment, leader: int) -> None:
     p.partition_epoch += 1
 
 
-def clean_choice(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
-    """Clean election's choice, changing nothing: from the ISR, else from the ELR."""
-    leader = choose_leader(p, eligible, exclude)
+def clean_choice(
+    p: PartitionAssignment,
+    eligible: Eligible,
+    exclude: int | None = None,
+    avoid: Collection[int] = (),
+) -> int:
+    """Clean election's choice, changing nothing: from the ISR, else from the ELR (in each,
+    a node not in `avoid` first)."""
+    leader = choose_leader(p, eligible, exclude, avoid)
     if leader == NO_LEADER:
-        leader = next(
-            (r for r in p.replicas if r in p.elr and r != exclude and eligible(r)), NO_LEADER
+        leader = prefer_others(
+            [r for r in p.replicas if r in p.elr and r != exclude and eligible(r)], avoid
         )
     return leader
 
 
-def elect_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None = None) -> int:
-    """Clean election (`exclude`: the leader stepping down); the leader chosen, NO_LEADER
-    when none is eligible."""
-    leader = clean_choice(p, eligible, exclude)
+def elect_leader(
+    p: PartitionAssignment,
+    eligible: Eligible,
+    exclude: int | None = None,
+    avoid: Collection[int] = (),
+) -> int:
+    """Clean election (`exclude`: the leader stepping down; `avoid`: decommissioned nodes,
+    chosen only when no other can lead); the leader chosen, NO_LEADER when none is
+    eligible."""
+    leader = clean_choice(p, eligible, exclude, avoid)
     if leader != NO_LEADER and leader not in p.isr:
         # From the ELR: it becomes the ISR alone, and the ISR's members, which hold the
         # committed records too, join the ELR.
@@ -167,7 +196,11 @@ def elect_leader(p: PartitionAssignment, eligible: Eligible, exclude: int | None
 
 
 def fence(
-    partitions: Registrations, node_id: int, eligible: Eligible, min_isr: MinIsr
+    partitions: Registrations,
+    node_id: int,
+    eligible: Eligible,
+    min_isr: MinIsr,
+    avoid: Collection[int] = (),
 ) -> set[PartitionChange]:
     """The node leaves every ISR where another member remains (for the ELR when that takes
     the ISR below min ISR), and its leaderships are elected anew without it."""
@@ -178,7 +211,7 @@ def fence(
         before = (list(p.isr), list(p.elr))
         p.leave_isr(node_id, min_isr(tp[0]))
         if p.leader == node_id:
-            elect_leader(p, eligible, exclude=node_id)
+            elect_leader(p, eligible, exclude=node_id, avoid=avoid)
             changed.add(tp)
         elif (p.isr, p.elr) != before:
             p.partition_epoch += 1
@@ -187,7 +220,7 @@ def fence(
 
 
 def forget_unclean(
-    partitions: Registrations, node_id: int, eligible: Eligible
+    partitions: Registrations, node_id: int, eligible: Eligible, avoid: Collection[int] = ()
 ) -> set[PartitionChange]:
     """After `fence`, for a node back from an unclean shutdown (its log may be cut short):
     it leaves the ELR, and the ISR even as its last member when the ELR holds the committed
@@ -206,7 +239,7 @@ def forget_unclean(
         if p.leader == node_id or (
             p.leader == NO_LEADER and clean_choice(p, eligible, node_id) != NO_LEADER
         ):
-            elect_leader(p, eligible, exclude=node_id)
+            elect_leader(p, eligible, exclude=node_id, avoid=avoid)
         else:
             p.partition_epoch += 1
         if not p.isr:
@@ -215,23 +248,49 @@ def forget_unclean(
     return changed
 
 
-def elect_leaderless(partitions: Registrations, eligible: Eligible) -> set[PartitionChange]:
+def elect_leaderless(
+    partitions: Registrations, eligible: Eligible, avoid: Collection[int] = ()
+) -> set[PartitionChange]:
     changed = set()
     for tp, p in partitions:
         if p.leader == NO_LEADER and clean_choice(p, eligible) != NO_LEADER:
-            elect_leader(p, eligible)
+            elect_leader(p, eligible, avoid=avoid)
             changed.add(tp)
     return changed
 
 
-def restore_preferred(partitions: Registrations, eligible: Eligible) -> set[PartitionChange]:
+def restore_preferred(
+    partitions: Registrations, eligible: Eligible, avoid: Collection[int] = ()
+) -> set[PartitionChange]:
     """Kafka's preferred-leader election: the first replica leads again when it is in the
-    ISR and eligible."""
+    ISR and eligible (and not decommissioned: `avoid`)."""
     changed = set()
     for tp, p in partitions:
         preferred = p.replicas[0]
-        if p.leader != preferred and preferred in p.isr and eligible(preferred):
+        if (
+            p.leader != preferred
+            and preferred in p.isr
+            and eligible(preferred)
+            and preferred not in avoid
+        ):
             change_leader(p, preferred)
+            changed.add(tp)
+    return changed
+
+
+def hand_over(
+    partitions: Registrations, node_id: int, eligible: Eligible, avoid: Collection[int]
+) -> set[PartitionChange]:
+    """A node decommissioned: each partition it leads goes to another in-sync replica that
+    is eligible, where there is one (the node stays in every ISR: it still serves as a
+    follower until its replicas are moved off). Where it is the only one it keeps leading."""
+    changed = set()
+    for tp, p in partitions:
+        if p.leader != node_id:
+            continue
+        leader = choose_leader(p, eligible, exclude=node_id, avoid=avoid)
+        if leader != NO_LEADER and leader not in avoid:
+            change_leader(p, leader)
             changed.add(tp)
     return changed
 

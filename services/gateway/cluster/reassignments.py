@@ -20,7 +20,7 @@ way. The ISR, and so min.insync.replicas, is never counted differently during a 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from seglog.errors import (
@@ -43,6 +43,7 @@ from .partition_changes import (
     change_leader,
     clean_choice,
     elect_leader,
+    prefer_others,
 )
 from .registry_state import RegistryState, retrying
 
@@ -81,8 +82,26 @@ def check_target(name: str, target: Sequence[int], known_nodes: set[int]) -> Non
         )
 
 
+def check_not_decommissioned(
+    name: str, target: Sequence[int], replicas: Sequence[int], decommissioned: Collection[int]
+) -> None:
+    """No new replica on a decommissioned node (one it already holds, `replicas` without
+    those a move is still adding, may stay in a target, so a move of the partition's other
+    replicas is not refused)."""
+    refused = sorted(n for n in target if n in decommissioned and n not in replicas)
+    if refused:
+        raise InvalidReplicaAssignmentError(
+            f"{name}: replicas {list(target)} add node(s) {refused}, decommissioned: they take "
+            f"no new replica (seglog nodes recommission --node {refused[0]} first)"
+        )
+
+
 def start(
-    p: PartitionAssignment, target: list[int], throttle_bytes_per_s: int, eligible: Eligible
+    p: PartitionAssignment,
+    target: list[int],
+    throttle_bytes_per_s: int,
+    eligible: Eligible,
+    avoid: Collection[int] = (),
 ) -> bool:
     """Begin (or replace) the move of `p` to `target`; False when nothing changes."""
     original = [r for r in p.replicas if r not in p.adding]
@@ -107,13 +126,15 @@ def start(
     p.throttle_bytes_per_s = throttle
     p.keep_elr_within_replicas()
     if p.leader != NO_LEADER and p.leader not in replicas:  # a replaced move's new leader
-        elect_leader(p, eligible)
+        elect_leader(p, eligible, avoid=avoid)
     else:
         p.partition_epoch += 1
     return True
 
 
-def cancel(name: str, p: PartitionAssignment, eligible: Eligible) -> None:
+def cancel(
+    name: str, p: PartitionAssignment, eligible: Eligible, avoid: Collection[int] = ()
+) -> None:
     if not p.reassigning:
         raise NoReassignmentInProgressError(f"{name} is not being reassigned")
     original = [r for r in p.replicas if r not in p.adding]
@@ -123,10 +144,12 @@ def cancel(name: str, p: PartitionAssignment, eligible: Eligible) -> None:
             f"{name}: cancelling would leave no in-sync replica (ISR {p.isr}, original "
             f"replicas {original})"
         )
-    _settle(p, original, isr, eligible)
+    _settle(p, original, isr, eligible, avoid)
 
 
-def complete_if_ready(p: PartitionAssignment, eligible: Eligible) -> list[int]:
+def complete_if_ready(
+    p: PartitionAssignment, eligible: Eligible, avoid: Collection[int] = ()
+) -> list[int]:
     """Finish the move once every target replica is in the ISR; the replicas removed (none
     while it is not ready, or when a leader being removed has no eligible successor)."""
     target = [r for r in p.replicas if r not in p.removing]
@@ -135,23 +158,33 @@ def complete_if_ready(p: PartitionAssignment, eligible: Eligible) -> list[int]:
     if p.leader not in target and not any(eligible(r) for r in target):
         return []
     removed = list(p.removing)
-    _settle(p, target, [r for r in target if r in p.isr], eligible)
+    _settle(p, target, [r for r in target if r in p.isr], eligible, avoid)
     return removed
 
 
 def _settle(
-    p: PartitionAssignment, replicas: list[int], isr: list[int], eligible: Eligible
+    p: PartitionAssignment,
+    replicas: list[int],
+    isr: list[int],
+    eligible: Eligible,
+    avoid: Collection[int],
 ) -> None:
     p.replicas, p.isr = replicas, isr
     p.adding, p.removing, p.throttle_bytes_per_s = [], [], 0
     p.keep_elr_within_replicas()
     if p.leader not in replicas:
-        elect_leader(p, eligible)
+        elect_leader(p, eligible, avoid=avoid)
     else:
         p.partition_epoch += 1
 
 
-def elect(name: str, p: PartitionAssignment, kind: str, eligible: Eligible) -> None:
+def elect(
+    name: str,
+    p: PartitionAssignment,
+    kind: str,
+    eligible: Eligible,
+    avoid: Collection[int] = (),
+) -> None:
     """Kafka's ElectLeaders for one partition: preferred (the first replica, when it is in the
     ISR and eligible) or unclean (only for a partition without a leader: an in-sync replica
     if one is eligible, else the first eligible replica, whose log becomes the truth)."""
@@ -163,14 +196,19 @@ def elect(name: str, p: PartitionAssignment, kind: str, eligible: Eligible) -> N
             raise PreferredLeaderNotAvailableError(
                 f"{name}: preferred replica {preferred} is not in the ISR {p.isr} or not live"
             )
+        if preferred in avoid:
+            raise PreferredLeaderNotAvailableError(
+                f"{name}: preferred replica {preferred} is on a decommissioned node "
+                f"(seglog nodes recommission --node {preferred} to let it lead)"
+            )
         change_leader(p, preferred)
         return
     if p.leader != NO_LEADER:
         raise ElectionNotNeededError(f"{name} has a leader (node {p.leader})")
     if clean_choice(p, eligible) != NO_LEADER:  # a clean choice after all (the ISR or ELR)
-        elect_leader(p, eligible)
+        elect_leader(p, eligible, avoid=avoid)
         return
-    leader = next((r for r in p.replicas if eligible(r)), NO_LEADER)
+    leader = prefer_others([r for r in p.replicas if eligible(r)], avoid)
     if leader == NO_LEADER:
         raise EligibleLeadersNotAvailableError(f"{name}: no replica of {p.replicas} is live")
     p.isr, p.elr = [leader], []  # its log becomes the truth: no other replica is vouched for
@@ -203,10 +241,12 @@ class ReassigningState(RegistryState):
                     raise UnknownTopicOrPartitionError(f"{name} does not exist")
                 p = working[tp] = current.copy()
                 if target is None:
-                    cancel(name, p, self._eligible)
+                    cancel(name, p, self._eligible, self._avoided)
                     continue
                 check_target(name, target, known)
-                start(p, list(target), throttle_bytes_per_s, self._eligible)
+                holding = [r for r in current.replicas if r not in current.adding]
+                check_not_decommissioned(name, target, holding, self._avoided)
+                start(p, list(target), throttle_bytes_per_s, self._eligible, self._avoided)
             removed = {}
             for tp, p in working.items():
                 before = self.image.partition(tp)
@@ -222,10 +262,13 @@ class ReassigningState(RegistryState):
     def placement(self) -> Placement:
         with self._lock:
             placement = Placement(misled=len(self.image.misled))
-            placement.eligible_nodes = sorted(n for n in self.nodes if self._eligible(n))
+            live = {n for n in self.nodes if self._eligible(n)}
+            # A decommissioned node is no balancer's target, and its replicas are the
+            # decommission's to move; but it is up, so it does not stop balancing the rest.
+            placement.eligible_nodes = sorted(live - self._avoided)
             eligible = set(placement.eligible_nodes)
             placement.absent_holders = sorted(
-                n for n, hosted in self.image.hosted.items() if hosted and n not in eligible
+                n for n, hosted in self.image.hosted.items() if hosted and n not in live
             )
             for topic in self.image.topics.values():
                 for i, p in enumerate(topic.partitions):
@@ -263,7 +306,7 @@ class ReassigningState(RegistryState):
             working = self._working(self.image.reassigning)
             removed = {}
             for tp, p in working.items():
-                gone = complete_if_ready(p, self._eligible)
+                gone = complete_if_ready(p, self._eligible, self._avoided)
                 if not p.reassigning:
                     removed[tp] = gone
             if removed:
@@ -289,7 +332,7 @@ class ReassigningState(RegistryState):
                     continue
                 p = current.copy()
                 try:
-                    elect(f"{tp[0]}-{tp[1]}", p, kind, self._eligible)
+                    elect(f"{tp[0]}-{tp[1]}", p, kind, self._eligible, self._avoided)
                 except SeglogError as exc:
                     results[tp] = exc
                     continue

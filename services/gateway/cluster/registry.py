@@ -12,9 +12,12 @@ The controller's decisions, made under the registry's lock by the rules in
 partition_changes.py (Kafka's PartitionChangeBuilder); those about nodes (sessions, fencing,
 controlled shutdown, preferred leaders, AlterPartition) in node_registrations.py, topics,
 ACLs, quotas and producer ids here:
-- Placement: each partition's replicas on distinct live nodes, the leader (first replica,
-  the preferred one) on the node leading fewest partitions, the followers on the nodes
-  holding fewest replicas.
+- Placement: each partition's replicas on distinct live nodes that are not decommissioned
+  (node_registrations.py), the leader (first replica, the preferred one) on the node leading
+  fewest partitions, the followers on the nodes holding fewest replicas.
+- A topic whose replication factor is below its min.insync.replicas is created (as Kafka
+  creates it) with a warning (`min_isr_shortfall`): seglog's nodes refuse every acks=all
+  write to it.
 - A node is fenced when its session expires and when a new process of it registers: it
   leaves every ISR where another member remains (for the eligible leader replicas, ELR,
   when the ISR drops below min ISR), and each partition it led elects the first replica, in
@@ -67,7 +70,7 @@ from .partition_changes import (
 )
 from .reassignments import ReassigningState
 from .registry_routes import Route
-from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, retrying
+from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, min_isr_setting, retrying
 from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
@@ -169,7 +172,36 @@ class Registry(NodeRegistrations, ReassigningState):
         return place(count, replication_factor, nodes, self.leader_counts(), self.replica_counts())
 
     def _eligible_nodes(self) -> list[int]:
-        return [n for n in self.live_nodes() if self._eligible(n)]
+        """Where new replicas may go: eligible nodes not decommissioned."""
+        return [
+            n for n in self.live_nodes() if self._eligible(n) and n not in self.image.decommissioned
+        ]
+
+    def placeable_nodes(self) -> list[int]:
+        with self._lock:
+            return self._eligible_nodes()
+
+    def _check_enough_nodes(self, replication_factor: int, topic: str | None = None) -> None:
+        check_enough_nodes(
+            replication_factor, self._eligible_nodes(), topic, self.image.decommissioned
+        )
+
+    def min_isr_shortfall(self, replication_factor: int, configs: Mapping[str, str]) -> str:
+        """A warning when a topic of this replication factor and these configs can never
+        take an acks=all write (its nodes refuse one while fewer than min.insync.replicas
+        replicas are in sync); "" when it can."""
+        configured = min_isr_setting(configs.get(MIN_ISR_CONFIG))
+        with self._lock:
+            min_isr = configured or self.image.min_isr_default
+        if replication_factor >= min_isr:
+            return ""
+        source = "the topic's" if configured else "the nodes' default"
+        return (
+            f"replication factor {replication_factor} is below min.insync.replicas "
+            f"{min_isr} ({source}): every acks=all write to it will be refused with "
+            f"NOT_ENOUGH_REPLICAS; use a replication factor of at least {min_isr}, or set "
+            f"min.insync.replicas={replication_factor} on the topic"
+        )
 
     def validate_new_topic(
         self,
@@ -189,7 +221,7 @@ class Registry(NodeRegistrations, ReassigningState):
             if name in self.topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             check_cluster_room(num_partitions, self.image.partition_count(), self.limits)
-            check_enough_nodes(replication_factor, self._eligible_nodes())
+            self._check_enough_nodes(replication_factor)
         return num_partitions, replication_factor
 
     @retrying
@@ -227,7 +259,7 @@ class Registry(NodeRegistrations, ReassigningState):
             current = len(topic.partitions)
             check_growth(name, current, count, self.limits)
             check_cluster_room(count - current, self.image.partition_count(), self.limits)
-            check_enough_nodes(topic.replication_factor, self._eligible_nodes(), name)
+            self._check_enough_nodes(topic.replication_factor, name)
             if validate_only:
                 return topic
             added = self._place(count - current, topic.replication_factor)

@@ -367,6 +367,11 @@ class RegistryState(RegistryRoutes):
             and self.is_live(node_id)
         )
 
+    @property
+    def _avoided(self) -> set[int]:
+        """Nodes that lead only where no other can: the decommissioned ones."""
+        return self.image.decommissioned
+
     # -- reads ---------------------------------------------------------------------------
 
     def leader_counts(self) -> dict[int, int]:
@@ -374,6 +379,10 @@ class RegistryState(RegistryRoutes):
             counts = {n: len(self.image.led.get(n, ())) for n in self.nodes}
             counts.update((n, len(tps)) for n, tps in self.image.led.items() if tps)
             return counts
+
+    def decommissioned_nodes(self) -> set[int]:
+        with self._lock:
+            return set(self.image.decommissioned)
 
     def offline_partition_count(self) -> int:
         """Partitions with no leader or a leader whose session is not live (Kafka's

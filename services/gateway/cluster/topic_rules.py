@@ -6,7 +6,7 @@ registry (registry.py) calls them under its lock."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from seglog.errors import (
@@ -110,7 +110,10 @@ def check_cluster_room(more: int, existing: int, limits: TopicLimits) -> None:
 
 
 def check_enough_nodes(
-    replication_factor: int, eligible: list[int], topic: str | None = None
+    replication_factor: int,
+    eligible: list[int],
+    topic: str | None = None,
+    decommissioned: Collection[int] = (),
 ) -> None:
     if len(eligible) >= replication_factor:
         return
@@ -119,8 +122,13 @@ def check_enough_nodes(
         if topic is None
         else f"topic {topic} has replication factor {replication_factor}, larger than"
     )
+    aside = (
+        f"; decommissioned, taking no new replica: {sorted(decommissioned)}"
+        if decommissioned
+        else ""
+    )
     raise InvalidReplicationFactorError(
-        f"{what} the {len(eligible)} live storage nodes ({eligible})"
+        f"{what} the {len(eligible)} live storage nodes ({eligible}{aside})"
     )
 
 
