@@ -39,6 +39,7 @@ def a_file_registry(data_dir) -> Registry:
     )
     registry.alter_client_quotas({(("user", "alice"),): {"producer_byte_rate": 1024.0}})
     registry.allocate_producer_ids()
+    registry.set_decommissioned(3, True)
     return registry
 
 
@@ -62,6 +63,7 @@ def test_a_file_registry_is_copied_whole_into_an_empty_etcd_once_and_back(tmp_pa
     after = adopted.image.records()
     assert after[0]["adopted_from"] == {"backend": "file", "offset": source.metadata_offset}
     assert after[1:] == before[1:]
+    assert adopted.decommissioned_nodes() == {3}
     assert not (data_dir / "metadata").exists()
     assert (data_dir / "metadata.moved-to-etcd").is_dir()
 
