@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from seglog.security.acls import AclBinding
+from services.gateway.cluster import registry_bootstrap
 from services.gateway.cluster.metadata_etcd_store import EtcdMetadataStore
 from services.gateway.cluster.registry import Registry
 from services.gateway.cluster.registry_bootstrap import (
@@ -108,3 +109,15 @@ def test_a_gateway_on_etcd_beside_a_file_registry_etcd_was_not_copied_from_refus
         Registry(data_dir, store=store_at(etcd), session_timeout_ms=60_000)
     assert elsewhere.cluster_id in str(refused.value) and mine.cluster_id in str(refused.value)
     assert load_file_image(data_dir).cluster_id == mine.cluster_id  # left as it was
+
+
+def test_the_way_back_is_one_command(tmp_path, etcd, capsys):
+    data_dir = tmp_path / "gateway"
+    cluster_id = a_file_registry(data_dir).cluster_id
+    Registry(data_dir, store=store_at(etcd), session_timeout_ms=60_000)
+    command = ["--registry-etcd", etcd.endpoint, "--data-dir", str(data_dir)]
+    assert registry_bootstrap.main(command) == 0
+    assert cluster_id in capsys.readouterr().out
+    assert sorted(Registry(data_dir, session_timeout_ms=60_000).topics) == ["orders"]
+    assert registry_bootstrap.main(command) == 1  # not over a registry already there
+    assert "already holds a registry" in capsys.readouterr().err
