@@ -48,9 +48,9 @@ ENV PATH=/opt/seglog/bin:$PATH \
     SEGLOG_DATA_DIR=/var/lib/seglog/data
 USER 10001
 WORKDIR /var/lib/seglog
-# Gateway: 7070 clients, 7071 the cluster-internal listener. Storage node: 7071 its API,
-# 7072 the bulk fetch port.
-EXPOSE 7070 7071 7072
+# Gateway: 7070 clients, 7090 the storage nodes' (internal) listener. Storage node: 7071
+# its API, 7072 the bulk fetch port.
+EXPOSE 7070 7071 7072 7090
 # SIGTERM: a node moves its leaderships away (controlled shutdown), flushes and closes its
 # logs; Kubernetes' terminationGracePeriodSeconds leaves room for that.
 STOPSIGNAL SIGTERM

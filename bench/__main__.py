@@ -2,7 +2,7 @@
 
 SEGLOG_BENCH_LOG_BYTES sets the size of the read/recovery log (default 1 GiB).
 `python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
-registry, spark, scale, kafka-protocol, latency) runs one group.
+registry, spark, scale, kafka-protocol, latency, long-polls, kafka-flood) runs one group.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ SERVICE_GROUPS = (
     "kafka-protocol",
     "latency",
     "long-polls",
+    "kafka-flood",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 

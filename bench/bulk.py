@@ -88,7 +88,9 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
         processes: list[ServerProcess] = [gateway]
         try:
             gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address, env=env)
+            node = node_process(
+                1, "127.0.0.1:0", root / "node-1", gateway.internal_address, env=env
+            )
             processes.append(node)
             node.start()
             client = GatewayClient(gateway.address)

@@ -39,7 +39,9 @@ def one_node_cluster(
         processes: list[ServerProcess] = [gateway]
         try:
             gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address, env=env)
+            node = node_process(
+                1, "127.0.0.1:0", root / "node-1", gateway.internal_address, env=env
+            )
             processes.append(node)
             node.start()
             with Admin(gateway.address) as admin:

@@ -108,7 +108,7 @@ def seglog(root: Path, nodes: int) -> Iterator[Side]:
                 node_id,
                 "127.0.0.1:0",
                 root / f"node-{node_id}",
-                gateway.address,
+                gateway.internal_address,
                 extra_args=["--config", f"min.insync.replicas={_min_insync(nodes)}"],
                 stderr_path=root / f"node-{node_id}.log",
             )

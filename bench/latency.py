@@ -104,7 +104,7 @@ def seglog_cluster(
                 node_id,
                 "127.0.0.1:0",
                 root / f"node-{node_id}",
-                gateway.address,
+                gateway.internal_address,
                 stderr_path=root / f"node-{node_id}.log",
                 env=env,
             )

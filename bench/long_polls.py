@@ -96,7 +96,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             gateway = gateway_process("127.0.0.1:0", root / "gateway")
             processes.append(gateway)
             gateway.start()
-            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.address)
+            node = node_process(1, "127.0.0.1:0", root / "node-1", gateway.internal_address)
             processes.append(node)
             node.start()
             _measure(gateway.address, node.address, report)

@@ -59,7 +59,7 @@ def _cluster(root: Path, etcd: bool) -> Iterator[tuple[str, dict[int, ServerProc
                 node_id,
                 "127.0.0.1:0",
                 root / f"node-{node_id}",
-                address,
+                gateway.internal_address,
                 extra_args=["--heartbeat-interval-ms", str(HEARTBEAT_INTERVAL_MS)],
             )
             processes.append(node)

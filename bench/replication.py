@@ -65,7 +65,7 @@ class BenchCluster:
                 node_id,
                 "127.0.0.1:0",
                 root / f"node-{node_id}",
-                self.gateway.address,
+                self.gateway.internal_address,
                 extra_args=["--config", "min.insync.replicas=2"],
                 env=env,
             )

@@ -108,7 +108,7 @@ def scale_cluster(
                     node_id,
                     "127.0.0.1:0",
                     root / f"node-{node_id}",
-                    gateway.address,
+                    gateway.internal_address,
                     extra_args=node_timeout,
                     stderr_path=root / f"node-{node_id}.log",
                     env=CLUSTER_SECRET_ENV,

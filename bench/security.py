@@ -84,7 +84,7 @@ def _cluster(root: Path, tls: bool) -> tuple[list[ServerProcess], grpc.Channel]:
         1,
         "127.0.0.1:0",
         root / "node-1",
-        gateway.address,
+        gateway.internal_address,
         extra_args=flags.get(node_identity(1), []),
     )
     processes.append(node)

@@ -83,7 +83,7 @@ class Side:
         gateway = gateway_process("127.0.0.1:0", self.root / "gateway", extra_args=args, env=env)
         self.processes.append(gateway)
         gateway.start()
-        node = node_process(1, "127.0.0.1:0", self.root / "node-1", gateway.address)
+        node = node_process(1, "127.0.0.1:0", self.root / "node-1", gateway.internal_address)
         self.processes.append(node)
         node.start()
         self.channel = open_channel(gateway.address)

@@ -185,7 +185,7 @@ def run(report) -> None:  # type: ignore[no-untyped-def]
             writing_relay.start()
             gateway.start()
             node = node_process(
-                1, "127.0.0.1:0", root / "node-1", gateway.address, env=CLUSTER_SECRET_ENV
+                1, "127.0.0.1:0", root / "node-1", gateway.internal_address, env=CLUSTER_SECRET_ENV
             )
             processes.append(node)
             node.start()

@@ -5,8 +5,10 @@
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
-port is 0. A second cluster on a port already served is refused at once. Kafka clients use
-the gateway's Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
+port is 0, and call the gateway's internal listener, never the clients' one: the gateway's
+port + 20 (7090, a gateway's own default; the second gateway of --etcd the next, 7091). A
+second cluster on a port already served is refused at once. Kafka clients use the gateway's
+Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
 
 With OTEL_METRICS_EXPORTER=prometheus, each process serves its own scrape endpoint: the
 gateway on OTEL_EXPORTER_PROMETHEUS_PORT (9464 unless set), node N on that port + N, the
@@ -122,6 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    # The gateways' internal listeners (nodes' registry calls): the gateway's port + 20 (7090
+    # for 7070, a gateway's own default), the second gateway's the next; clear of the nodes'
+    # ports after the gateway's and of the second gateway's, up to 18 nodes.
+    internal_ports = [0 if int(port) == 0 else int(port) + 20 + i for i in range(2)]
+    for internal_port in internal_ports[: 2 if args.etcd else 1]:
+        if internal_port != 0 and _listening(host, internal_port):
+            print(
+                f"seglog local cluster: {host}:{internal_port} (the gateway's internal "
+                f"listener) is already served: choose another port: make run PORT=...",
+                file=sys.stderr,
+            )
+            return 1
     metrics_ports = _prometheus_ports(args.nodes + (2 if args.etcd else 1))
     for metrics_port in metrics_ports:
         if metrics_port != 0 and _listening(host, metrics_port):
@@ -186,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway_process(
             listen,
             data / ("gateway" if i == 0 else f"gateway-{i + 1}"),
+            internal_listen=f"{host}:{internal_ports[i]}",
             extra_args=[
                 "--default-replication-factor",
                 str(replication_factor),
@@ -230,13 +245,14 @@ def main(argv: list[str] | None = None) -> int:
             for gateway in gateways:
                 gateway.args = [endpoint if a == "<etcd>" else a for a in gateway.args]
         address = ",".join(gateway.start() for gateway in gateways)
+        internal = ",".join(gateway.internal_address for gateway in gateways)
         for node_id in range(1, args.nodes + 1):
             node_port = 0 if int(port) == 0 else int(port) + node_id
             node = node_process(
                 node_id,
                 f"{host}:{node_port}",
                 data / f"node-{node_id}",
-                address,
+                internal,
                 extra_args=[
                     "--config",
                     f"min.insync.replicas={min_insync_replicas}",
@@ -255,7 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         if kafka_listens:
             free = " (free ports: see the gateway logs)" if int(kafka_port) == 0 else ""
             kafka = f" (Kafka clients: {','.join(kafka_listens)}{free})"
-        print(f"seglog local cluster: gateway on {address}{kafka}", flush=True)
+        print(
+            f"seglog local cluster: gateway on {address}{kafka}, storage nodes call {internal}",
+            flush=True,
+        )
         if etcd is not None:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
             if adopting and moved_into_etcd(data / "gateway"):
@@ -403,8 +422,8 @@ def _why_not_started(process: ServerProcess) -> str:
         log.seek(_LOG_STARTS.get(path, 0))
         text = log.read().decode(errors="replace")
     for line in reversed(text.splitlines()[-50:]):
-        for marker in ("cannot start:", "cannot go on:"):
-            if marker in line:
+        for marker in ("cannot start:", "stopping:"):
+            if " ERROR " in line and marker in line:
                 return line.split(marker, 1)[1].strip()
     return ""
 

@@ -40,6 +40,8 @@ class ServerProcess:
         self.stderr_path = stderr_path
         self.process: subprocess.Popen[bytes] | None = None
         self.address = ""
+        # A gateway's storage nodes' listener (--internal-listen), as it said when ready.
+        self.internal_address = ""
 
     @property
     def pid(self) -> int:
@@ -47,7 +49,8 @@ class ServerProcess:
         return self.process.pid
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> str:
-        """Start and wait for the `... listening on HOST:PORT` line; return the address."""
+        """Start and wait for the `... listening on HOST:PORT` line; return the address
+        (and keep a gateway's internal one, `internal_address`)."""
         stderr = open(self.stderr_path, "ab") if self.stderr_path else None  # noqa: SIM115
         try:
             self.process = subprocess.Popen(
@@ -71,7 +74,10 @@ class ServerProcess:
                 f"{self.name} did not start (exit code {self.process.poll()}); "
                 f"see {self.stderr_path or 'its stderr'}"
             )
-        self.address = text.rsplit(" ", 1)[1]
+        # `NAME listening on HOST:PORT[, internal HOST:PORT]` (services/serving.py).
+        said = text.split(" listening on ", 1)[1]
+        self.address, _, internal = said.partition(", internal ")
+        self.internal_address = internal or self.address
         # Keep draining stdout so the child can never block on a full pipe; what it prints
         # there (console traces) goes to `echo_stdout` when one is given.
         threading.Thread(target=self._drain, daemon=True).start()
@@ -112,10 +118,21 @@ class ServerProcess:
 
 
 def gateway_process(
-    listen: str, data_dir: Path, *, extra_args: Sequence[str] = (), **kwargs: object
+    listen: str,
+    data_dir: Path,
+    *,
+    internal_listen: str | None = None,
+    extra_args: Sequence[str] = (),
+    **kwargs: object,
 ) -> ServerProcess:
-    args = ["--listen", listen, "--data-dir", str(data_dir), *extra_args]
-    return ServerProcess("gateway", "services.gateway", args, **kwargs)  # type: ignore[arg-type]
+    """A gateway; its storage nodes' listener on `internal_listen`, by default the listen
+    host's any free port (the gateway's own default, port 7090, would be shared by every
+    gateway a test run starts): nodes are given its `internal_address`. A gateway restarted
+    under running nodes needs the same one again, so give those a fixed port."""
+    host = listen.rsplit(":", 1)[0]
+    internal = internal_listen or f"{host}:0"
+    args = ["--listen", listen, "--internal-listen", internal, "--data-dir", str(data_dir)]
+    return ServerProcess("gateway", "services.gateway", [*args, *extra_args], **kwargs)  # type: ignore[arg-type]
 
 
 def node_process(

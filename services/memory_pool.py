@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from seglog.errors import MemoryBudgetExhaustedError
@@ -38,6 +38,9 @@ class RequestMemoryPool:
         self.waited = 0
         self.refused = 0
         self._room = threading.Condition()
+        # Called (outside the pool's lock) whenever bytes are given back: the Kafka listener's
+        # network threads retry the connections they muted waiting for room, never blocking.
+        self._on_release: list[Callable[[], None]] = []
 
     def _fits(self, nbytes: int) -> bool:
         return (
@@ -66,13 +69,27 @@ class RequestMemoryPool:
                     self._room.wait(left)
             self._take(nbytes)
 
-    def try_acquire(self, nbytes: int) -> bool:
-        """Take `nbytes` if they fit now (within the limit, with no overshoot)."""
+    def try_acquire(self, nbytes: int, *, overshoot: bool = False) -> bool:
+        """Take `nbytes` if they fit now (within the limit; with `overshoot`, also when the
+        pool is empty, as `acquire` lets a request larger than the pool run alone)."""
         with self._room:
-            if self.limit_bytes > 0 and self.used_bytes + nbytes > self.limit_bytes:
+            fits = (
+                self._fits(nbytes)
+                if overshoot
+                else (self.limit_bytes <= 0 or self.used_bytes + nbytes <= self.limit_bytes)
+            )
+            if not fits:
                 return False
             self._take(nbytes)
             return True
+
+    def notify_on_release(self, callback: Callable[[], None]) -> None:
+        """`callback()` after every release (from the releasing thread; it must not block)."""
+        self._on_release.append(callback)
+
+    def forget_on_release(self, callback: Callable[[], None]) -> None:
+        if callback in self._on_release:
+            self._on_release.remove(callback)
 
     def add(self, nbytes: int) -> None:
         """Take `nbytes` without waiting (an admitted request's answer)."""
@@ -84,6 +101,8 @@ class RequestMemoryPool:
             with self._room:
                 self.used_bytes -= nbytes
                 self._room.notify_all()
+            for callback in list(self._on_release):
+                callback()
 
     def _take(self, nbytes: int) -> None:
         self.used_bytes += nbytes

@@ -10,7 +10,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import message_factory
@@ -95,6 +95,7 @@ def build_server(
     interceptors: Iterable[grpc.ServerInterceptor] = (),
     method_threads: Mapping[str, int] | None = None,
     max_concurrent_rpcs: int | None = None,
+    thread_name_prefix: str = "rpc",
 ) -> tuple[grpc.Server, health.HealthServicer, int]:
     """A started-ready (not yet started) server bound to `listen`; returns the bound port.
     Its health service answers SERVING for the server ("") and each service, or NOT_SERVING
@@ -104,7 +105,7 @@ def build_server(
     past it RESOURCE_EXHAUSTED ("Concurrent RPC limit exceeded!") before its handler reads
     the request; None leaves it unbounded."""
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc"),
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
         handlers=list(handlers),
         interceptors=[
             MethodThreadPools(method_threads or {}),
@@ -209,20 +210,41 @@ def set_serving(health_servicer: health.HealthServicer, names: Iterable[str], up
         health_servicer.set(name, status)
 
 
-def wait_for_signal(fatal: threading.Event | None = None) -> int | None:
-    """Block until SIGTERM or SIGINT; return the signal number (None: `fatal` was set)."""
-    received: list[int] = []
-    done = fatal or threading.Event()
+class _ProcessStop:
+    """How a server process's main loop is woken: SIGTERM or SIGINT, or a part of the
+    server that found it cannot work as configured (`stop_process`)."""
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()
+        self.signals: list[int] = []
+        self.reasons: list[str] = []
+
+
+_PROCESS_STOP = _ProcessStop()
+
+
+def stop_process(reason: str) -> None:
+    """Stop this server process as if signalled, then exit 1 with `reason` logged: for a
+    configuration no retry can fix (a node pointed at a listener that does not serve it).
+    In a process not run by `run_until_signalled` (a test's in-process server) it changes
+    nothing; the caller stops its own work."""
+    _PROCESS_STOP.reasons.append(reason)
+    _PROCESS_STOP.wake.set()
+
+
+def wait_for_signal() -> int:
+    """Block until SIGTERM or SIGINT (return the signal number) or `stop_process` (0)."""
+    stop = _PROCESS_STOP
 
     def handler(signum: int, _frame: object) -> None:
-        received.append(signum)
-        done.set()
+        stop.signals.append(signum)
+        stop.wake.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    while not done.wait(1.0):
+    while not stop.wake.wait(1.0):
         pass
-    return received[0] if received else None
+    return stop.signals[0] if stop.signals else 0
 
 
 class Server(Protocol):
@@ -234,22 +256,14 @@ class Server(Protocol):
     def stop(self, grace_s: float = ...) -> None: ...
 
 
-@runtime_checkable
-class SelfStopping(Protocol):
-    """A server that may have to stop on its own (a storage node refused by a registry of
-    another cluster): `fatal` set, `failure` says why, and the process exits with 1."""
-
-    fatal: threading.Event
-    failure: str
-
-
 def run_until_signalled(
     name: str,
     service_name: str,
     build: Callable[[trace.TracerProvider | None, MeterProvider | None], Server],
 ) -> int:
     """A server process's life: logging, tracing and metrics from the environment, start,
-    print `<name> listening on HOST:PORT` (the line launchers wait for), serve until SIGTERM
+    print `<name> listening on HOST:PORT[, internal HOST:PORT]` (the line launchers wait
+    for; a gateway names its storage nodes' listener there), serve until SIGTERM
     or SIGINT, stop gracefully, flush the spans and metrics."""
     configure_logging()
     logger = logging.getLogger(f"services.{service_name}")
@@ -264,19 +278,22 @@ def run_until_signalled(
         logger.error("cannot start: %s", exc)
         return 1
     long_lived.enable()  # what startup loaded (a node's logs, a gateway's image) stays
-    print(f"{name} listening on {server.address}", flush=True)
-    fatal = server.fatal if isinstance(server, SelfStopping) else None
-    signum = wait_for_signal(fatal)
-    if signum is None:
-        logger.error("cannot go on: %s", getattr(server, "failure", ""))
-    else:
+    # A gateway says where its storage nodes call it too (`..., internal HOST:PORT`): with
+    # port 0 its launcher learns it only here.
+    internal = getattr(server, "internal_address", None)
+    said = f", internal {internal}" if isinstance(internal, str) else ""
+    print(f"{name} listening on {server.address}{said}", flush=True)
+    signum = wait_for_signal()
+    if signum:
         logger.info("%s: stopping", signal.Signals(signum).name)
+    else:
+        logger.error("stopping: %s", "; ".join(_PROCESS_STOP.reasons))
     server.stop()
     if provider is not None:
         provider.shutdown()
     if meter_provider is not None:
         meter_provider.shutdown()
-    return 0 if signum is not None else 1
+    return 0 if signum else 1
 
 
 def configure_logging() -> None:

@@ -27,6 +27,14 @@ ENGINE_CONFIG_FLAG = "--config"
 # nodes must agree on them (a node fences itself after the same timeout the gateways use).
 BROKER_SESSION_TIMEOUT_MS = 9000
 BROKER_HEARTBEAT_INTERVAL_MS = 2000
+# The gateway's internal listener's port unless set (services/gateway/internal_listener.py),
+# where a node calls a gateway address given without one. 7070 is the clients' gRPC port,
+# `make run` puts its nodes on 7071-7073 and a second gateway (ETCD=1) on 7074, the
+# production overlay's plaintext health port is 7079, Kafka's listeners are 9092 (9093 for
+# that second gateway) and the Prometheus endpoints 9464 and up: 7090 is none of them, and
+# reads as "the gateway's other port". Kafka's own controller port (9093) would collide with
+# the second Kafka listener.
+GATEWAY_INTERNAL_PORT = 7090
 # Units as the last word of a setting's name, in the README's words.
 _UNITS = {"ms": "ms", "bytes": "bytes", "seconds": "s", "minutes": "min", "hours": "h"}
 

@@ -141,8 +141,10 @@ class LocalCluster:
         assert self.gateway is not None
         return self.gateway.kafka_address
 
-    def start_gateway(self, port: int = 0, kafka_port: int = 0) -> Gateway:
+    def start_gateway(self, port: int = 0, kafka_port: int = 0, internal_port: int = 0) -> Gateway:
         port = port or free_ports(1)[0]  # as a node's: restart_gateway binds it again
+        # The nodes' listener too: the nodes keep calling it across a restart.
+        internal_port = internal_port or free_ports(1)[0]
         settings = {
             "cluster_secret": CLUSTER_SECRET,
             "session_timeout_ms": SESSION_TIMEOUT_MS,
@@ -153,6 +155,7 @@ class LocalCluster:
             protocol, _, address = str(settings["kafka_listen"]).rpartition("://")
             host = address.rsplit(":", 1)[0]
             settings["kafka_listen"] = f"{protocol or 'PLAINTEXT'}://{host}:{kafka_port}"
+        settings.setdefault("internal_listen", f"127.0.0.1:{internal_port}")
         config = GatewayConfig(
             listen=f"127.0.0.1:{port}",
             data_dir=self.root / "gateway",
@@ -202,11 +205,11 @@ class LocalCluster:
     def restart_gateway(self) -> Gateway:
         """Stop the gateway and start a new one on the same port and data dir."""
         assert self.gateway is not None
-        port = self.gateway.port
+        port, internal_port = self.gateway.port, self.gateway.internal_port
         listener = self.gateway.kafka_listener
         kafka_port = listener.port if listener is not None else 0
         self.gateway.stop(grace_s=1)
-        return self.start_gateway(port, kafka_port)
+        return self.start_gateway(port, kafka_port, internal_port)
 
     def leader_of(self, topic: str, partition: int) -> StorageNode:
         assert self.gateway is not None

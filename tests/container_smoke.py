@@ -95,8 +95,9 @@ def _consume_all(bootstrap: str, topic: str, expected: int, partitions: int = 3)
 
 def smoke(image: str) -> None:
     run_id = secrets.token_hex(4)
-    gateway_port, *node_ports = free_ports(7)
+    gateway_port, internal_port, *node_ports = free_ports(8)
     bootstrap = f"127.0.0.1:{gateway_port}"
+    internal = f"127.0.0.1:{internal_port}"  # where the nodes call the gateway
     names = [f"seglog-smoke-{run_id}-gateway"] + [
         f"seglog-smoke-{run_id}-node-{i}" for i in (1, 2, 3)
     ]
@@ -108,7 +109,8 @@ def smoke(image: str) -> None:
             names[0],
             volumes[0],
             image,
-            ["seglog-gateway", "--listen", bootstrap, "--data-dir", DATA],
+            ["seglog-gateway", "--listen", bootstrap, "--internal-listen", internal]
+            + ["--data-dir", DATA],
         )
         for i in (1, 2, 3):
             api, bulk = node_ports[2 * (i - 1)], node_ports[2 * (i - 1) + 1]
@@ -125,7 +127,7 @@ def smoke(image: str) -> None:
                     "--bulk-listen",
                     f"127.0.0.1:{bulk}",
                     "--gateway",
-                    bootstrap,
+                    internal,
                     "--data-dir",
                     DATA,
                 ],

@@ -8,7 +8,8 @@ machine must differ from a cluster, each change said below:
   the pod-index label becomes its value; `kubectl scale` is playing (or taking down) the
   pod of the ordinal added (or removed), as the StatefulSet controller would;
 - pods share the host's network (no Service DNS): the gateway and the node listen on free
-  loopback ports and the node dials the gateway there; the image is the one just built;
+  loopback ports and the node dials the gateway's internal listener there; the image is the
+  one just built;
 - the generated Secret is given as the variable it would fill, and the namespace and host
   name (which podman's downward API does not know) as values; no collector runs here, so
   traces and metrics are not exported.
@@ -75,9 +76,10 @@ def _set_env(container: dict, name: str, value: str) -> None:
     container["env"].append({"name": name, "value": value})
 
 
-def playable(objects: list[dict], image: str, gateway_port: int) -> list[dict]:
+def playable(objects: list[dict], image: str, gateway_port: int, internal_port: int) -> list[dict]:
     """The ConfigMaps, the gateway and its claim, ready for podman (the nodes:
-    `node_manifests`)."""
+    `node_manifests`); the gateway's clients' listener on `gateway_port`, its nodes' on
+    `internal_port`."""
     out = []
     for obj in objects:
         if obj["kind"] in ("ConfigMap", "PersistentVolumeClaim"):
@@ -86,15 +88,17 @@ def playable(objects: list[dict], image: str, gateway_port: int) -> list[dict]:
             played = _on_this_machine(obj, objects, image)
             (container,) = played["spec"]["template"]["spec"]["containers"]
             _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{gateway_port}")
+            _set_env(container, "SEGLOG_INTERNAL_LISTEN", f"127.0.0.1:{internal_port}")
             out.append(played)
     return out
 
 
 def node_manifests(
-    objects: list[dict], image: str, gateway_port: int, ordinal: int, ports: tuple[int, int]
+    objects: list[dict], image: str, internal_port: int, ordinal: int, ports: tuple[int, int]
 ) -> list[dict]:
     """What the StatefulSet's pod `ordinal` would be (as a Deployment of one pod, with the
-    claim its volumeClaimTemplate would make), listening on `ports` (API, bulk)."""
+    claim its volumeClaimTemplate would make), listening on `ports` (API, bulk), calling the
+    gateway's internal listener on `internal_port`."""
     (statefulset,) = [o for o in objects if o["kind"] == "StatefulSet"]
     played = _on_this_machine(statefulset, objects, image)
     name = f"{statefulset['metadata']['name']}-{ordinal}"
@@ -121,7 +125,7 @@ def node_manifests(
     _set_env(container, "SEGLOG_ADVERTISED_ADDRESS", f"127.0.0.1:{api}")
     _set_env(container, "SEGLOG_BULK_LISTEN", f"127.0.0.1:{bulk}")
     _set_env(container, "SEGLOG_ADVERTISED_BULK_ADDRESS", f"127.0.0.1:{bulk}")
-    _set_env(container, "SEGLOG_GATEWAY", f"127.0.0.1:{gateway_port}")
+    _set_env(container, "SEGLOG_GATEWAY", f"127.0.0.1:{internal_port}")
     configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
     return [*configmaps, pvc, played]
 
@@ -179,16 +183,16 @@ def smoke(image: str) -> None:
     --replicas=4` (ordinal 3 played): the gateway's automatic balancing gives it its share;
     `seglog nodes decommission --node 3`, then `kubectl scale --replicas=3` (ordinal 3
     down): everything written is still read back."""
-    gateway_port, *ports = free_ports(1 + 2 * (NODES + 1))
+    gateway_port, internal_port, *ports = free_ports(2 + 2 * (NODES + 1))
     bootstrap = f"127.0.0.1:{gateway_port}"
     objects = _render()
     with tempfile.TemporaryDirectory(prefix="seglog-kube-play-") as tmp:
         files = {"cluster": Path(tmp) / "cluster.yaml"}
-        manifests = {"cluster": playable(objects, image, gateway_port)}
+        manifests = {"cluster": playable(objects, image, gateway_port, internal_port)}
         for ordinal in range(NODES + 1):
             files[ordinal] = Path(tmp) / f"node-{ordinal}.yaml"
             manifests[ordinal] = node_manifests(
-                objects, image, gateway_port, ordinal, (ports[2 * ordinal], ports[2 * ordinal + 1])
+                objects, image, internal_port, ordinal, (ports[2 * ordinal], ports[2 * ordinal + 1])
             )
         for key, path in files.items():
             path.write_text(yaml.safe_dump_all(manifests[key]))

@@ -93,17 +93,20 @@ class EtcdBackedCluster(GatewayQueries):
         self.etcd = EtcdProcess(root / "etcd", log_path=root / "logs" / "etcd.log")
         self.etcd.start()
         self.env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET.decode()}
-        ports = free_ports(2 * gateways)
+        ports = free_ports(3 * gateways)
         self.gateway_addresses = [f"127.0.0.1:{p}" for p in ports[:gateways]]
+        # Where the nodes call each gateway (its internal listener), known before it starts.
+        self.internal_addresses = [f"127.0.0.1:{p}" for p in ports[2 * gateways :]]
         # Each gateway's Kafka listener (services/gateway/kafka).
         self.kafka_addresses = [
-            f"127.0.0.1:{p if kafka_lanes == 1 else 0}" for p in ports[gateways:]
+            f"127.0.0.1:{p if kafka_lanes == 1 else 0}" for p in ports[gateways : 2 * gateways]
         ]
         self.kafka_lanes_of: list[list[str]] = []
         self.gateways = [
             gateway_process(
                 address,
                 root / f"gateway-{i}",
+                internal_listen=self.internal_addresses[i],
                 extra_args=[
                     "--registry-etcd",
                     self.etcd.endpoint,
@@ -134,7 +137,7 @@ class EtcdBackedCluster(GatewayQueries):
             for i, address in enumerate(self.gateway_addresses)
         ]
         order = node_gateway_order or range(gateways)
-        self.node_gateways = ",".join(self.gateway_addresses[i] for i in order)
+        self.node_gateways = ",".join(self.internal_addresses[i] for i in order)
         self.nodes = {
             n: node_process(
                 n,

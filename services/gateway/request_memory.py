@@ -9,7 +9,9 @@ times that.
 
 When the pool is full, a request waits for room (up to `wait_s`): the Kafka listener does
 not read the frame's body meanwhile (it mutes the connection, as Kafka's broker does with
-its memory pool), a gRPC call holds its thread; past the wait the Kafka connection closes
+its memory pool, and its network thread serves the others; a frame's bytes are taken only
+once its size and header are read and checked: kafka/channel.py), a gRPC call holds its
+thread; past the wait the Kafka connection closes
 (nothing of the request was read, the client sends it again) and the gRPC call answers
 RESOURCE_EXHAUSTED with the retriable reason MEMORY_BUDGET_EXHAUSTED. A request larger than
 the whole pool runs when it is alone (Kafka's pool lets one allocation overshoot), so a limit
@@ -42,11 +44,10 @@ from services.memory_pool import (
 # health checks count too, so the default leaves every thread of every pool (the server's
 # and the fetches') busy and as many calls again queued: it bounds the queue, while the
 # threads themselves bound what is being served (threads x socket.request.max.bytes x ~3).
-# It is off unless set: gRPC's limit cannot spare a service, and nodes heartbeat on this
-# listener (unless they have an internal one), so under a flood of client calls it would
-# refuse their heartbeats too and nodes would lose their sessions. Where set, threads of
-# every pool and as many queued (SERVER_MAX_WORKERS + FETCH_POOL_THREADS + SERVER_MAX_WORKERS,
-# 88) is a sensible value.
+# It is off unless set (Kafka bounds no such thing). Nodes' registry calls never count
+# against it nor against the pool: they have a server of their own (internal_listener.py).
+# Where set, threads of every pool and as many queued (SERVER_MAX_WORKERS +
+# FETCH_POOL_THREADS + SERVER_MAX_WORKERS, 88) is a sensible value.
 DEFAULT_MAX_CONCURRENT_REQUESTS = -1
 # A gRPC call waits on one of the server's threads, which produce and heartbeats need too:
 # briefly, then the client backs off.

@@ -43,6 +43,8 @@ from .groups.group_service import GroupCoordinatorService
 from .groups.offsets_store import (
     OffsetsStore,
 )
+from .internal_listener import build_internal_server, default_internal_listen
+from .internal_listener import describe as describe_internal_listener
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
@@ -328,38 +330,34 @@ class Gateway:
         ]
 
     @property
-    def separate_internal_listener(self) -> bool:
-        tls = self.config.tls
-        return tls is not None and tls.ca is not None and self.config.tls_client_auth == "none"
+    def internal_address(self) -> str:
+        """Where nodes call the Registry: the internal listener (host:port), never the
+        clients' listener."""
+        host = self.internal_listen.rsplit(":", 1)[0]
+        return f"{host}:{self.internal_port}"
 
     @property
-    def internal_address(self) -> str:
-        """Where nodes call the Registry: the internal listener when there is one."""
-        if self.internal_server is None:
-            return self.address
-        host = (self.config.internal_listen or self.config.listen).rsplit(":", 1)[0]
-        return f"{host}:{self.internal_port}"
+    def internal_listen(self) -> str:
+        return self.config.internal_listen or default_internal_listen(self.config.listen)
 
     def start(self) -> None:
         handlers = self._handlers()
         tls = self.config.tls
-        if self.separate_internal_listener:
-            assert tls is not None
-            registry = [
-                h for h, name in zip(handlers, _SERVICES, strict=True) if name == REGISTRY_SERVICE
-            ]
-            listen = self.config.internal_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
-            self.internal_server, _, self.internal_port = serving.build_server(
-                listen,
-                registry,
-                [REGISTRY_SERVICE],
-                tracer_provider=self.tracer_provider,
-                credentials=server_credentials(tls, "required"),
-            )
-            self.internal_server.start()
-            handlers = [
-                h for h, name in zip(handlers, _SERVICES, strict=True) if name != REGISTRY_SERVICE
-            ]
+        # The Registry (nodes' calls) on a server of its own: internal_listener.py.
+        registry = [
+            h for h, name in zip(handlers, _SERVICES, strict=True) if name == REGISTRY_SERVICE
+        ]
+        self.internal_server, self.internal_port = build_internal_server(
+            self.internal_listen,
+            registry,
+            [REGISTRY_SERVICE],
+            tls=tls,
+            tracer_provider=self.tracer_provider,
+        )
+        self.internal_server.start()
+        handlers = [
+            h for h, name in zip(handlers, _SERVICES, strict=True) if name != REGISTRY_SERVICE
+        ]
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
@@ -377,8 +375,7 @@ class Gateway:
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers,
-            [GATEWAY_SERVICE, GROUPS_SERVICE]
-            + ([] if self.separate_internal_listener else [REGISTRY_SERVICE]),
+            [GATEWAY_SERVICE, GROUPS_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),
@@ -405,8 +402,7 @@ class Gateway:
                 api_table_for(self),
                 self,
                 max_request_bytes=self.config.max_request_bytes,
-                max_connections=self.config.kafka_max_connections,
-                connections_max_idle_ms=self.config.connections_max_idle_ms,
+                limits=self.config.kafka_listener_limits,
                 advertised_listener=self.config.kafka_advertised_listener,
                 lanes=self.config.kafka_lanes,
             )
@@ -427,8 +423,11 @@ class Gateway:
             )
         if self.kafka_listener is not None:
             logger.info("gateway's Kafka listener on %s", self.kafka_listener.address)
-        if self.internal_server is not None:
-            logger.info("gateway's internal listener (nodes) on %s", self.internal_address)
+        logger.info(
+            "gateway's internal listener (storage nodes) on %s (%s)",
+            self.internal_address,
+            describe_internal_listener(self.config.tls),
+        )
 
     def expire_offsets(self) -> int:
         """One pass of committed-offset expiry (offsets.retention.minutes)."""

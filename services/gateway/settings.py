@@ -42,10 +42,18 @@ from .groups.offsets_store import (
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
 )
-from .kafka.listener import (
-    DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+from .kafka.connection_quotas import (
     DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    parse_overrides,
+)
+from .kafka.handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS
+from .kafka.listener import (
+    DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
+    DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+    DEFAULT_NUM_NETWORK_THREADS,
     MAX_KAFKA_LANES,
+    ListenerLimits,
     parse_listener,
 )
 from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
@@ -67,6 +75,19 @@ def _kafka_listener(text: str) -> str | None:
         return None
     protocol, address = parse_listener(text)
     return f"{protocol}://{address}"
+
+
+def _per_ip_overrides(text: str) -> str:
+    """Checked (ValueError naming the bad part), kept as written."""
+    parse_overrides(text)
+    return text.strip()
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"{value}: must be at least 1")
+    return value
 
 
 def _kafka_lanes(text: str) -> int:
@@ -149,11 +170,53 @@ class GatewayConfig:
     )
     kafka_max_connections: int = setting(
         DEFAULT_MAX_CONNECTIONS,
-        "Kafka client connections served at once; past it new ones are closed",
+        "Kafka client connections served at once; past it new ones are closed (each costs a "
+        "file descriptor and a few KiB, no thread; the gateway raises its open-files limit to "
+        "fit, as far as the hard limit lets it)",
         name="max.connections",
+        parse=_at_least_one,
+    )
+    max_connections_per_ip: int = setting(
+        DEFAULT_MAX_CONNECTIONS_PER_IP,
+        "Kafka client connections from one address at once; past it new ones are closed "
+        "(Kafka's default is unbounded; a tenth of max.connections here, so one host cannot "
+        "take them all)",
+        parse=_at_least_one,
+    )
+    max_connections_per_ip_overrides: str = setting(
+        "",
+        "addresses allowed more (or fewer) Kafka connections than max.connections.per.ip: "
+        "host:count,host:count (Kafka's syntax; a name is resolved at start)",
+        parse=_per_ip_overrides,
     )
     connections_max_idle_ms: int = setting(
         DEFAULT_CONNECTIONS_MAX_IDLE_MS, "a Kafka connection idle this long is closed"
+    )
+    connections_first_request_timeout_ms: int = setting(
+        DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
+        "a Kafka connection that has not sent a complete request (on a SASL listener: not "
+        "authenticated) this long after it was accepted is closed (not a Kafka setting: its "
+        "broker waits for the idle timeout)",
+        parse=_at_least_one,
+    )
+    num_network_threads: int = setting(
+        DEFAULT_NUM_NETWORK_THREADS,
+        "threads reading and writing the Kafka listener's connections (selectors, "
+        "non-blocking sockets)",
+        parse=_at_least_one,
+    )
+    num_io_threads: int = setting(
+        DEFAULT_NUM_IO_THREADS,
+        "threads running the Kafka listener's requests (produce, fetch and group joins, "
+        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
+        "waiting calls, 24, plus this many)",
+        parse=_at_least_one,
+    )
+    queued_max_requests: int = setting(
+        DEFAULT_QUEUED_MAX_REQUESTS,
+        "Kafka requests read and waiting for a handler thread; past it connections wait "
+        "muted, unread",
+        parse=_at_least_one,
     )
     # This gateway's etcd session (its lease): after it dies, its controller role and its
     # groups move to another gateway within this time.
@@ -188,14 +251,12 @@ class GatewayConfig:
     max_concurrent_requests: int = setting(
         DEFAULT_MAX_CONCURRENT_REQUESTS,
         "gRPC calls running or waiting for a thread at once, over every thread pool (long polls, "
-        "group joins, node heartbeats and health checks included); past it gRPC refuses a call "
+        "group joins and health checks included); past it gRPC refuses a call "
         "RESOURCE_EXHAUSTED before its request is decoded, and clients back off and retry. It "
         "bounds the calls whose requests gRPC holds before queued.max.request.bytes sees them "
         "(about three times a request per call served, one request per call queued); 88 leaves "
-        "every thread busy and as many calls queued. Off (-1) by default: nodes heartbeat on this "
-        "listener unless they have an internal one, so a flood of client calls would refuse "
-        "their heartbeats too (a node retries a refused heartbeat after 0.1 s). The Kafka "
-        "listener's connections are not counted",
+        "every thread busy and as many calls queued. Off (-1) by default. Nodes' calls are not "
+        "counted (they have --internal-listen), nor the Kafka listener's connections",
     )
     offsets_topic_num_partitions: int = setting(
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
@@ -306,17 +367,22 @@ class GatewayConfig:
         parse=TlsFiles.from_flags,
         show=lambda tls: "SSL" if tls is not None else "PLAINTEXT",
     )
-    # "required": every caller of the listener above presents a certificate from the CA;
-    # "none": clients are not asked for one (they authenticate with bearer tokens), and the
-    # Registry (nodes' calls, mutual TLS) moves to `internal_listen` (Kafka's separate
-    # inter-broker listener), default the same host on any free port.
+    # "required": every client of the listener above presents a certificate from the CA;
+    # "none": clients are not asked for one (they authenticate with bearer tokens). Nodes
+    # never call that listener: theirs is `internal_listen`, mutual TLS with the CA either way.
     tls_client_auth: str = setting(
         "required",
-        "required: clients present certificates; none: they use bearer tokens, and nodes "
-        "call the --internal-listen address",
+        "required: clients present certificates; none: they use bearer tokens (nodes call "
+        "the --internal-listen address, mutual TLS either way)",
         choices=("required", "none"),
     )
-    internal_listen: str | None = setting(None, "the nodes' listener (mutual TLS)")
+    # Kafka's separate control plane listener (KIP-291): internal_listener.py.
+    internal_listen: str | None = setting(
+        None,
+        "the storage nodes' listener (register, heartbeat, ISR changes): its own threads and "
+        "limits, outside queued.max.request.bytes; mutual TLS with --tls-ca, plaintext without "
+        "TLS (default: the --listen host on port 7090, any free port when --listen's is 0)",
+    )
     # The CN prefix of nodes' certificates (`node-`: node 3 holds `node-3`).
     node_identity_prefix: str = setting(
         NODE_IDENTITY_PREFIX,
@@ -355,3 +421,19 @@ class GatewayConfig:
     allow_everyone_if_no_acl_found: bool = setting(
         False, "a resource no ACL names is open to all (true/false)"
     )
+
+    @property
+    def kafka_listener_limits(self) -> ListenerLimits:
+        """The Kafka listener's threads and bounds, from the settings above."""
+        return ListenerLimits(
+            max_connections=self.kafka_max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            max_connections_per_ip_overrides=tuple(
+                parse_overrides(self.max_connections_per_ip_overrides).items()
+            ),
+            connections_max_idle_ms=self.connections_max_idle_ms,
+            connections_first_request_timeout_ms=self.connections_first_request_timeout_ms,
+            num_network_threads=self.num_network_threads,
+            num_io_threads=self.num_io_threads,
+            queued_max_requests=self.queued_max_requests,
+        )

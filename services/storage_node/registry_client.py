@@ -47,7 +47,11 @@ from seglog.rpc.channels import channel_target, open_channel, tls_server_name
 from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
-from services.settings import BROKER_HEARTBEAT_INTERVAL_MS, BROKER_SESSION_TIMEOUT_MS
+from services.settings import (
+    BROKER_HEARTBEAT_INTERVAL_MS,
+    BROKER_SESSION_TIMEOUT_MS,
+    GATEWAY_INTERNAL_PORT,
+)
 
 from .cluster_identity import ClusterIdentity
 from .metadata_applier import MetadataApplier, registration_of
@@ -56,7 +60,6 @@ from .replica_manager import ReplicaManager
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_GATEWAY_PORT = 7070
 # A heartbeat refused unread by a gateway at its gRPC call limit is sent again after this.
 BUSY_RETRY_S = 0.1
 
@@ -79,7 +82,13 @@ class RegistrySession:
         unclean_shutdown: bool = True,
         identity: ClusterIdentity | None = None,
         on_refused: Callable[[str], None] | None = None,
+        on_misdirected: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_misdirected(reason)`: the address answers gRPC but serves no Registry there
+        (a gateway's clients' listener): no retry can fix that, so the session ends and
+        this is called (the node's process stops with the reason)."""
+        self.gateway = gateway
+        self.on_misdirected = on_misdirected
         # The data directory's cluster; None: a session that checks none (tests of it).
         self.identity = identity
         # Called once, on the session thread, when a registry of another cluster refused
@@ -106,7 +115,8 @@ class RegistrySession:
         self._fencing = threading.Lock()
         # Several gateway addresses (comma-separated): the session fails over between them.
         self._channel = open_channel(
-            channel_target(gateway, DEFAULT_GATEWAY_PORT),
+            # The gateway's internal listener; nodes never call the clients' listener.
+            channel_target(gateway, GATEWAY_INTERNAL_PORT),
             credentials=None if tls is None else channel_credentials(tls),
             server_name=tls_server_name(gateway),
         )
@@ -154,15 +164,37 @@ class RegistrySession:
         while not self._stop.is_set() and self.refusal is None:
             wait_s = self.interval_s
             try:
-                if self._beat() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    # The gateway's max.concurrent.requests refused it before reading it
-                    # (a flood of client calls): a heartbeat every interval could miss the
-                    # session behind the flood, so it tries again soon.
+                code = self._beat()
+                if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # The internal listener's call limit refused it before reading it (a
+                    # burst of registry calls): a heartbeat every interval could miss the
+                    # session behind it, so it tries again soon.
                     wait_s = min(self.interval_s, BUSY_RETRY_S)
+                elif code == grpc.StatusCode.UNIMPLEMENTED:
+                    if not self._answered_once:
+                        self._misdirected()
+                        return
+                    logger.error("%s", self._misdirection())
             except Exception:  # the session outlives any one failure; next interval retries
                 logger.exception("registry session step failed")
             self._beat_now.wait(wait_s)
             self._beat_now.clear()
+
+    def _misdirection(self) -> str:
+        return (
+            f"{self.gateway} answers gRPC but serves no Registry there: --gateway must name "
+            f"the gateway's internal listener (its --internal-listen, port "
+            f"{GATEWAY_INTERNAL_PORT} unless set), not the clients' listener"
+        )
+
+    def _misdirected(self) -> None:
+        """Registration answered UNIMPLEMENTED: said once, clearly, and the node stops
+        rather than retrying what cannot work."""
+        reason = self._misdirection()
+        logger.error("cannot register: %s", reason)
+        self._stop.set()
+        if self.on_misdirected is not None:
+            self.on_misdirected(reason)
 
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask the registry to move this node's leaderships away (Kafka's controlled

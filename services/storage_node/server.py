@@ -96,8 +96,7 @@ class StorageNode:
         self.replicas.tls = config.tls
         # The data directory's cluster (meta.properties), read at start.
         self.identity = ClusterIdentity(config.data_dir, config.node_id)
-        # Set when a registry of another cluster refused this node: it stops, exit code 1
-        # (services/serving.py), its data untouched.
+        # Set when a registry of another cluster refused this node (`_refused`).
         self.fatal = threading.Event()
         self.failure = ""
         # Applies the registry's partition states (answers and pushes) on its own thread.
@@ -297,6 +296,7 @@ class StorageNode:
                 unclean_shutdown=not self.logs.started_after_clean_shutdown,
                 identity=self.identity,
                 on_refused=self._refused,
+                on_misdirected=serving.stop_process,
             )
             self.session.start()
         session = self.session
@@ -312,9 +312,11 @@ class StorageNode:
         self.readiness.start()
 
     def _refused(self, reason: str) -> None:
-        """A registry of another cluster refused this node: the process stops."""
+        """A registry of another cluster refused this node: the process stops, exit code
+        1 (services/serving.py), its data untouched."""
         self.failure = reason
         self.fatal.set()
+        serving.stop_process(reason)
 
     def stop(self, grace_s: float = 10.0, *, controlled: bool | None = None) -> None:
         """Stop accepting calls, let in-flight ones finish, then flush and close every log

@@ -55,7 +55,11 @@ class NodeConfig:
     node_id: int = required_setting("this node's id")
     listen: str = setting("127.0.0.1:0", "address to serve on")
     data_dir: Path = required_setting("the node's data dir")
-    gateway: str | None = setting(None, "the gateway's registry address")
+    gateway: str | None = setting(
+        None,
+        "the gateway's internal listener (its --internal-listen; port 7090 unless given), "
+        "several comma-separated for several gateways; never the clients' listener",
+    )
     advertised_address: str | None = setting(
         None, "address the gateway should dial (default: the listen address and bound port)"
     )

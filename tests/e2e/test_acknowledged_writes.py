@@ -63,7 +63,7 @@ class Cluster:
             node_id,
             listen,
             self.root / f"node-{node_id}",
-            self.gateway.address,
+            self.gateway.internal_address,
             extra_args=["--heartbeat-interval-ms", "200", *configs],
             stderr_path=self.root / f"node-{node_id}.log",
         )

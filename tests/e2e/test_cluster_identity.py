@@ -24,10 +24,11 @@ PARTITIONS = 2
 RECORDS = 40  # per partition
 
 
-def gateway(root: Path, name: str, port: int = 0) -> ServerProcess:
+def gateway(root: Path, name: str, port: int = 0, internal_port: int = 0) -> ServerProcess:
     process = gateway_process(
         f"127.0.0.1:{port}",
         root / name,
+        internal_listen=f"127.0.0.1:{internal_port}",
         extra_args=["--session-timeout-ms", "1500", "--heartbeat-interval-ms", "100"],
         stderr_path=root / f"{name}.log",
     )
@@ -40,7 +41,7 @@ def node(root: Path, registry: ServerProcess) -> ServerProcess:
         1,
         "127.0.0.1:0",
         root / "node-1",
-        registry.address,
+        registry.internal_address,
         extra_args=["--heartbeat-interval-ms", "100"],
         stderr_path=root / "node-1.log",
     )
@@ -163,7 +164,7 @@ def test_a_node_with_an_unreadable_meta_properties_does_not_start(tmp_path, proc
         1,
         "127.0.0.1:0",
         tmp_path / "node-1",
-        own.address,
+        own.internal_address,
         stderr_path=tmp_path / "node-1.log",
     )
     with pytest.raises(RuntimeError, match="did not start"):
@@ -178,8 +179,8 @@ def test_a_running_node_whose_registry_is_replaced_by_another_clusters_stops(tmp
     """The registry at the node's gateway address lost (a new gateway with an empty data dir
     on the same port): the node's next heartbeat meets another cluster; it stops, nothing
     set aside, and serves again once its own registry is back."""
-    (port,) = free_ports(1)
-    own = gateway(tmp_path, "gateway-a", port)
+    port, internal_port = free_ports(2)
+    own = gateway(tmp_path, "gateway-a", port, internal_port)
     processes.append(own)
     running = node(tmp_path, own)
     processes.append(running)
@@ -189,7 +190,7 @@ def test_a_running_node_whose_registry_is_replaced_by_another_clusters_stops(tmp
     wait_for(lambda: len(partition_dirs(tmp_path)) == PARTITIONS, 30, "its partitions made")
     held = partition_dirs(tmp_path)
     own.stop()
-    lost = gateway(tmp_path, "gateway-b", port)  # same address, a registry without it
+    lost = gateway(tmp_path, "gateway-b", port, internal_port)  # a registry without it
     processes.append(lost)
     wait_for(lambda: not running.alive(), 30, "the node to stop")
     assert running.process is not None and running.process.returncode == 1

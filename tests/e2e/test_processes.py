@@ -28,9 +28,10 @@ FAST = ["--session-timeout-ms", "2000", "--heartbeat-interval-ms", "200"]
 
 
 class ProcessCluster:
-    def __init__(self, root, nodes=2, env=None, gateway_args=()):
+    def __init__(self, root, nodes=2, env=None, gateway_args=(), node_args=()):
         self.root = root
         self.env = env or {}
+        self.node_args = list(node_args)
         self.gateway = gateway_process(
             "127.0.0.1:0",
             root / "gateway",
@@ -51,8 +52,8 @@ class ProcessCluster:
             node_id,
             listen,
             self.root / f"node-{node_id}",
-            self.gateway.address,
-            extra_args=["--heartbeat-interval-ms", "200"],
+            self.gateway.internal_address,
+            extra_args=["--heartbeat-interval-ms", "200", *self.node_args],
             env=self.env,
             stderr_path=self.root / f"node-{node_id}.log",
         )
@@ -65,6 +66,7 @@ class ProcessCluster:
         self.gateway = gateway_process(
             f"127.0.0.1:{port}",
             self.root / "gateway",
+            internal_listen=self.gateway.internal_address,  # where the nodes call it
             extra_args=FAST,
             env=self.env,
             stderr_path=self.root / "gateway.log",

@@ -22,6 +22,7 @@ from seglog.v1 import common_pb2, gateway_pb2_grpc
 from services.gateway.fetch_threads import MAX_FETCH_THREADS
 from tests.batches import make_batch
 from tests.e2e.test_processes import ProcessCluster
+from tests.kafka_flood import FRAMED_API_VERSIONS_V0
 from tests.ports import free_ports
 
 MIB = 1024 * 1024
@@ -109,8 +110,12 @@ def gateways(tmp_path_factory):
 
 def _send_large_frame(port: int) -> None:
     """One Kafka frame of FRAME_BYTES whose body does not parse (the listener closes the
-    connection once it has read it): what it costs is the reading."""
+    connection once it has read it): what it costs is the reading. An ApiVersions first: a
+    frame past 512 KiB before the first request is refused unread."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as attacker:
+        attacker.sendall(FRAMED_API_VERSIONS_V0)
+        (size,) = struct.unpack(">i", _read_exactly(attacker, 4))
+        _read_exactly(attacker, size)
         attacker.sendall(struct.pack(">i", FRAME_BYTES) + PRODUCE_V9)
         chunk = b"\xff" * MIB
         sent = len(PRODUCE_V9)
@@ -121,6 +126,16 @@ def _send_large_frame(port: int) -> None:
             attacker.recv(1)  # the gateway closes the connection
         except OSError:
             pass  # closed before the whole frame went: it was refused unread
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    out = bytearray()
+    while len(out) < size:
+        chunk = sock.recv(size - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return bytes(out)
 
 
 def _large_kafka_frames(gateway: Gateway) -> None:

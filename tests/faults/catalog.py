@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from tests.faults.disk_faults import DiskBitflip, DiskFull, DiskPowerCut, LastReplicaStanding
 from tests.faults.fault_kinds import (
+    ClientFlooding,
     ClientKill,
     DelayAnswers,
     DropAnswers,
@@ -38,6 +39,7 @@ PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
     "gateway-term": GatewayTerm,
     "gateway-pause": GatewayPause,
     "client-kill": ClientKill,
+    "client-flood": ClientFlooding,
 }
 ETCD_FAULTS: dict[str, Callable[[], Fault]] = {
     "etcd-kill": EtcdKill,

@@ -60,6 +60,7 @@ class Cluster:
         self.clients: Any = None  # the campaign's client processes, for client faults
         self.proxies: list[Any] = []  # one fault proxy in front of each gateway
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
+        self.kafka_addresses: list[str] = []  # each gateway's Kafka listener
         self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
         self._foreign = 0  # foreign gateways started (node-foreign-registry)
         # The controller's preferred-leader elections: often, so faults move leaders back.
@@ -94,11 +95,18 @@ class Cluster:
         if lab is not None:
             for name in (*names, *(f"node-{n}" for n in range(1, NODES + 1))):
                 self.hosts[name] = lab.add_host(name)
-        ports = free_ports(len(names))
+        # Each gateway's clients' port, its nodes' (internal) port and its Kafka listener's:
+        # fixed, so a gateway restarted is found where its nodes and clients call it.
+        ports = free_ports(3 * len(names))
+        self.kafka_addresses = [
+            f"{self.hosts.get(name, '127.0.0.1')}:{port}"
+            for name, port in zip(names, ports[2 * len(names) :], strict=True)
+        ]
         self.gateways += [
             gateway_process(
                 f"{self.hosts.get(name, '127.0.0.1')}:{port}",
                 root / name,
+                internal_listen=f"{self.hosts.get(name, '127.0.0.1')}:{internal_port}",
                 extra_args=[
                     *registry_args,
                     "--session-timeout-ms",
@@ -111,22 +119,33 @@ class Cluster:
                     "3",
                     "--leader-imbalance-check-interval-seconds",
                     str(self.leader_imbalance_check_interval_s),
+                    # Kafka's door too, for the client flood (fault_kinds.py ClientFlooding).
+                    "--kafka-listen",
+                    kafka_address,
                 ],
                 stderr_path=root / "logs" / f"{name}.log",
                 env=env,
                 **self._prefix(name),
             )
-            for name, port in zip(names, ports, strict=True)
+            for name, port, internal_port, kafka_address in zip(
+                names,
+                ports[: len(names)],
+                ports[len(names) : 2 * len(names)],
+                self.kafka_addresses,
+                strict=True,
+            )
         ]
-        # every gateway's address, in order: clients and nodes fail over along it
+        # every gateway's address, in order: clients fail over along it, nodes along the
+        # gateways' internal addresses
         self.address = ",".join(gateway.start() for gateway in self.gateways)
+        self.internal_address = ",".join(gateway.internal_address for gateway in self.gateways)
         for node_id in range(1, NODES + 1):
             configs = [arg for k, v in NODE_CONFIGS.items() for arg in ("--config", f"{k}={v}")]
             node = node_process(
                 node_id,
                 f"{self.hosts.get(f'node-{node_id}', '127.0.0.1')}:0",
                 root / f"node-{node_id}",
-                self.address,
+                self.internal_address,
                 extra_args=["--heartbeat-interval-ms", "200", *configs],
                 stderr_path=root / "logs" / f"node-{node_id}.log",
                 env=env,

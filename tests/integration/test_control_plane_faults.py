@@ -185,8 +185,9 @@ class LinkedCluster(GatewayQueries):
             self.gateways[0].start()
             assert wait_until(lambda: self.controller(0) == self.gateway_addresses[0], 30)
             self.gateways[1].start()
+            # Nodes call the gateways' internal listeners.
             self.gateway_links = {
-                n: [self._link(address) for address in self.gateway_addresses]
+                n: [self._link(gateway.internal_address) for gateway in self.gateways]
                 for n in range(1, nodes + 1)
             }
             self.nodes = {

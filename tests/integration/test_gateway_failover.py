@@ -18,12 +18,14 @@ from tests.waiting import wait_until
 
 
 def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):
-    first_port, second_port = free_ports(2)
+    first_port, second_port, first_internal, second_internal = free_ports(4)
     addresses = f"127.0.0.1:{first_port},127.0.0.1:{second_port}"
+    internal_addresses = f"127.0.0.1:{first_internal},127.0.0.1:{second_internal}"
 
-    def gateway(port):
+    def gateway(port, internal_port):
         config = GatewayConfig(
             listen=f"127.0.0.1:{port}",
+            internal_listen=f"127.0.0.1:{internal_port}",
             data_dir=tmp_path / "gateway",
             session_timeout_ms=3000,
             heartbeat_interval_ms=100,
@@ -35,13 +37,13 @@ def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):
         g.start()
         return g
 
-    current = gateway(first_port)
+    current = gateway(first_port, first_internal)
     node = StorageNode(
         NodeConfig(
             node_id=1,
             listen="127.0.0.1:0",
             data_dir=tmp_path / "node-1",
-            gateway=addresses,
+            gateway=internal_addresses,
             heartbeat_interval_ms=100,
             cluster_secret=CLUSTER_SECRET,
         )
@@ -55,7 +57,7 @@ def test_clients_and_nodes_fail_over_to_the_next_gateway_address(tmp_path):
             for i in range(10):
                 producer.send("moving", b"before-%d" % i).get(timeout=30)
             current.stop(grace_s=0)
-            current = gateway(second_port)  # the same registry, the next address
+            current = gateway(second_port, second_internal)  # the same registry, the next
             assert wait_until(lambda: 1 in current.registry.live_nodes(), 20)
             for i in range(10):
                 producer.send("moving", b"after-%d" % i).get(timeout=30)

@@ -93,7 +93,7 @@ class ProcessCluster:
                     node_id,
                     "127.0.0.1:0",
                     root / f"node-{node_id}",
-                    address,
+                    self.gateway.internal_address,
                     extra_args=[
                         *("--heartbeat-interval-ms", "200", *configs),
                         *self.certificates.server_flags(node_identity(node_id)),

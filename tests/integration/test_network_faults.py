@@ -72,7 +72,7 @@ class NamespacedCluster:
                 n,
                 f"{node_ips[n]}:0",
                 root / f"node-{n}",
-                self.address,
+                self.gateway.internal_address,
                 extra_args=["--heartbeat-interval-ms", "200", *configs],
                 stderr_path=root / "logs" / f"node-{n}.log",
                 env=SECRET_ENV,

@@ -117,7 +117,8 @@ def test_plaintext_foreign_certificateless_and_expired_callers_are_refused(clust
 def test_a_node_id_is_claimed_only_with_that_nodes_certificate(cluster):
     registry_before = cluster.gateway.registry.nodes[1].address
     impostor = cluster.tls_files("node-2")  # a real node's certificate, claiming id 1
-    with grpc.secure_channel(cluster.address, channel_credentials(impostor)) as channel:
+    internal = cluster.gateway.internal_address
+    with grpc.secure_channel(internal, channel_credentials(impostor)) as channel:
         stub = gateway_pb2_grpc.RegistryStub(channel)
         for call in (stub.RegisterNode, stub.Heartbeat):
             with pytest.raises(grpc.RpcError) as denied:
@@ -236,7 +237,7 @@ def test_node_certificates_named_after_statefulset_pods(tmp_path):
         assert not result.error  # both replicas, over the nodes' mutual TLS
         for identity in ("seglog-node-2", "node-1"):
             creds = channel_credentials(cluster.tls_files(identity))
-            with grpc.secure_channel(cluster.address, creds) as channel:
+            with grpc.secure_channel(cluster.gateway.internal_address, creds) as channel:
                 stub = gateway_pb2_grpc.RegistryStub(channel)
                 with pytest.raises(grpc.RpcError) as denied:
                     stub.Heartbeat(gateway_pb2.NodeHeartbeat(node_id=1, address="x:1"), timeout=5)

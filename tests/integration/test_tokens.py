@@ -116,3 +116,16 @@ def test_nodes_reach_the_registry_only_on_the_internal_listener(cluster):
             gateway_pb2.NodeHeartbeat(node_id=1, address="127.0.0.1:1"), timeout=5
         )
     assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # The clients' listener asks for no certificate; the nodes' one does: a caller with the
+    # CA but no certificate of its own never gets a Registry call through.
+    with (
+        grpc.secure_channel(
+            cluster.gateway.internal_address, grpc.ssl_channel_credentials(ca)
+        ) as channel,
+        pytest.raises(grpc.RpcError) as refused,
+    ):
+        gateway_pb2_grpc.RegistryStub(channel).Heartbeat(
+            gateway_pb2.NodeHeartbeat(node_id=1, address="127.0.0.1:1"), timeout=5
+        )
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake failed
+    assert cluster.gateway.registry.live_nodes() == [1]

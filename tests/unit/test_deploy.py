@@ -281,3 +281,48 @@ def test_a_config_file_sets_flags_and_engine_settings_and_flags_win(tmp_path, mo
         gateway_args(["--config-file", str(gateway_file)])
     gateway_file.write_text("default.replication.factor=2\n")
     assert gateway_args(["--config-file", str(gateway_file)]).default_replication_factor == 2
+
+
+def _container(objects, kind: str, name: str) -> dict:
+    (workload,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def _env_value(container: dict, name: str) -> str:
+    (value,) = [item["value"] for item in container["env"] if item["name"] == name]
+    return value
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_nodes_call_the_gateways_internal_listener_never_the_clients_port(overlay):
+    """The nodes' --gateway names the gateway Service on the port that leads to the
+    gateway's internal listener (the Registry's own door), not its clients' port; in
+    production only the storage nodes may reach that port."""
+    objects = _render(overlay)
+    gateway = _container(objects, "Deployment", "seglog-gateway")
+    node = _container(objects, "StatefulSet", "seglog-node")
+    internal_port = int(_env_value(gateway, "SEGLOG_INTERNAL_LISTEN").rsplit(":", 1)[1])
+    client_port = int(_env_value(gateway, "SEGLOG_LISTEN").rsplit(":", 1)[1])
+    assert internal_port != client_port
+    (named,) = [p["name"] for p in gateway["ports"] if p["containerPort"] == internal_port]
+    host, port = _env_value(node, "SEGLOG_GATEWAY").rsplit(":", 1)
+    (service,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == host]
+    (target,) = [p["targetPort"] for p in service["spec"]["ports"] if p["port"] == int(port)]
+    assert target == named
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    guarding = [
+        p
+        for p in policies
+        if p["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component") == "gateway"
+    ]
+    if overlay == "production":
+        (policy,) = guarding
+        (rule,) = [
+            r for r in policy["spec"]["ingress"] if internal_port in {p["port"] for p in r["ports"]}
+        ]
+        assert {p["port"] for p in rule["ports"]} == {internal_port}
+        (source,) = rule["from"]
+        assert source["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
+            "storage-node"
+        )

@@ -19,6 +19,7 @@ the records, and tells the listeners.
 
 from __future__ import annotations
 
+import logging
 import time
 
 from seglog.errors import InvalidRequestError, UnknownTopicOrPartitionError
@@ -37,6 +38,8 @@ from .partition_changes import (
     restore_preferred,
 )
 from .registry_state import MIN_ISR_CONFIG, RegistryState, min_isr_setting, retrying
+
+logger = logging.getLogger(__name__)
 
 
 class NodeRegistrations(RegistryState):
@@ -171,6 +174,13 @@ class NodeRegistrations(RegistryState):
                 self._commit(self._partition_records(working, changed), controller)
             for node in down:
                 node.fenced = True
+                # Said once per lapse: an operator (and the fault campaign) can tell a node's
+                # session ending from its leaderships moving for another reason.
+                logger.warning(
+                    "node %d fenced: its session expired (no heartbeat answered within the "
+                    "session timeout)",
+                    node.node_id,
+                )
             self.last_election = election if not down and not changed else None
         return self._notify(changed)
 

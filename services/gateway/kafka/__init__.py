@@ -13,8 +13,12 @@ Kafka. The cost is one relay hop, which the gRPC path pays too.
 The codec is kafka-python's message classes, generated from Kafka's JSON schemas (pinned:
 it is an internal API of kafka-python); no message layout is written here.
 
-    listener.py      accepts connections, bounds their number, builds the api table
-    connection.py    one connection: frames in, one request at a time, answers in order
+    listener.py      acceptors, network threads and handler pools; builds the api table
+    connection_quotas.py  max.connections, per address and its overrides
+    processor.py     a network thread: a selector over its connections, timers
+    channel.py       one connection's bytes: TLS, frames read in checked steps, answers
+    handler_pool.py  the request handler threads and their bounded queue
+    connection.py    one connection's requests: one at a time, answers in order
     framing.py       size-prefixed frames, request/response headers
     api_table.py     api key -> request class, versions served, handler
     kafka_call.py    a request as handlers see it; `invoke` runs a gateway servicer

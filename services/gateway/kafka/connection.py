@@ -1,4 +1,6 @@
-"""One client connection to the Kafka listener: read a request, answer it, read the next.
+"""One client connection's requests as the Kafka listener answers them: a handler thread
+(handler_pool.py) gives `handle` the frames the connection's network thread read
+(channel.py) and gets back the answers to send, and whether to close the connection after.
 
 One request at a time per connection, as Kafka's broker does (it mutes a channel while a
 request is in flight), so responses go out in request order and a connection holds at most
@@ -15,21 +17,17 @@ answer), a handler failing unexpectedly. None of these reach past this connectio
 from __future__ import annotations
 
 import logging
-import select
-import socket
 import ssl
-import struct
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from seglog.errors import AuthenticationError, MemoryBudgetExhaustedError
+from seglog.errors import AuthenticationError
 from seglog.semconv import TOPIC
-from services.memory_pool import RequestShare
 
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
@@ -43,7 +41,6 @@ from .framing import (
     decode_body,
     encode_response,
     parse_request,
-    read_frame,
 )
 from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
 from .sasl_apis import SaslFailed, authenticate_session
@@ -57,11 +54,6 @@ SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 # What a SASL listener serves before the client has authenticated.
 BEFORE_AUTHENTICATION = {API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY}
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-# Queued requests of one api answered together (produce_coalescing.py): librdkafka keeps up
-# to a million in flight without idempotence.
-MAX_QUEUED_REQUESTS = 64
-_API_KEY = struct.Struct(">h")
 # RFC 2253's short names for the subject DN handed to ssl.principal.mapping.rules.
 _DN_NAMES = {
     "commonName": "CN",
@@ -93,24 +85,29 @@ def certificate_identity(sock: ssl.SSLSocket) -> tuple[str | None, str | None]:
     return (common_names[-1] if common_names else None), subject
 
 
+@dataclass
+class Outcome:
+    """What a request's handling leaves to send: its answers (framed), and whether the
+    connection closes once they are sent."""
+
+    answers: list[bytearray] = field(default_factory=list)
+    close: bool = False
+
+
 class KafkaConnection:
     def __init__(
         self,
-        sock: socket.socket,
         identity: ConnectionIdentity,
         table: ApiTable,
         gateway: Gateway,
         *,
-        max_request_bytes: int,
         tracer: trace.Tracer,
         sasl_required: bool = False,
         advertised_address: str,
     ) -> None:
-        self.sock = sock
         self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
         self.table = table
         self.gateway = gateway
-        self.max_request_bytes = max_request_bytes
         self.tracer = tracer
 
     @property
@@ -118,56 +115,9 @@ class KafkaConnection:
         identity = self.session.identity
         return f"{identity.peer_host}:{identity.peer_port}"
 
-    def serve(self) -> None:
-        """Answers requests until the client closes, a request is refused, or the socket
-        fails (shut down by the listener's stop, or idle past its timeout)."""
-        try:
-            if isinstance(self.sock, ssl.SSLSocket):
-                self._tls_handshake(self.sock)
-            while True:
-                muted_s = self.session.muted_until - time.monotonic()
-                if muted_s > 0:
-                    time.sleep(muted_s)  # over a client quota: KIP-219's mute
-                # The request's bytes, and its answer's, are held from the gateway's pool
-                # until the answer is sent (request_memory.py); a full pool mutes the
-                # connection before the body is read.
-                with self.gateway.request_memory.holding() as share:
-                    payload = read_frame(self.sock, self.max_request_bytes, share.acquire)
-                    if payload is None:
-                        return
-                    if self.session.raw_sasl_token_next:
-                        self._raw_sasl_token(payload)
-                        continue
-                    queued = self._queued_with(payload, share)
-                    if len(queued) > 1:
-                        answers = self._answer_queued(queued)
-                        share.add(sum(len(a) for a in answers))
-                        for queued_answer in answers:
-                            self.sock.sendall(queued_answer)
-                        continue
-                    answer = self._answer(payload)
-                    if answer is not None:
-                        share.add(len(answer))
-                        self.sock.sendall(answer)
-        except MemoryBudgetExhaustedError as exc:
-            logger.info("closing Kafka connection from %s unread: %s", self.peer, exc)
-        except SaslFailed as failed:
-            logger.info("Kafka connection from %s failed to authenticate", self.peer)
-            self._send_quietly(failed)
-        except FrameError as exc:
-            logger.info("closing Kafka connection from %s: %s", self.peer, exc)
-        except OSError as exc:
-            logger.debug("Kafka connection from %s ended: %s", self.peer, exc)
-        except Exception:
-            logger.exception("closing Kafka connection from %s: request failed", self.peer)
-        finally:
-            self.sock.close()
-
-    def _tls_handshake(self, sock: ssl.SSLSocket) -> None:
-        timeout = sock.gettimeout()
-        sock.settimeout(TLS_HANDSHAKE_TIMEOUT_S)
-        sock.do_handshake()
-        sock.settimeout(timeout)
+    def verified_by_tls(self, sock: ssl.SSLSocket) -> None:
+        """The TLS handshake is done: the client certificate's identity, if any, is this
+        connection's."""
         common_name, subject = certificate_identity(sock)
         identity = self.session.identity
         self.session.identity = ConnectionIdentity(
@@ -177,7 +127,39 @@ class KafkaConnection:
             certificate_subject=subject,
         )
 
-    def _raw_sasl_token(self, token: bytearray) -> None:
+    def handle(self, frames: list[bytearray], raw_sasl_token: bool = False) -> Outcome:
+        """Answers one request, or several queued requests of an api that answers them
+        together (the channel read them only then), or SaslHandshake v0's bare token."""
+        try:
+            if raw_sasl_token:
+                return Outcome([self._raw_sasl_token(frames[0])])
+            if len(frames) > 1:
+                return Outcome(self._answer_queued(frames))
+            answer = self._answer(frames[0])
+            return Outcome([] if answer is None else [answer])
+        except SaslFailed as failed:
+            logger.info("Kafka connection from %s failed to authenticate", self.peer)
+            if failed.correlation_id is None:
+                return Outcome(close=True)
+            return Outcome([encode_response(failed.response, failed.correlation_id)], close=True)
+        except FrameError as exc:
+            logger.info("closing Kafka connection from %s: %s", self.peer, exc)
+        except Exception:
+            logger.exception("closing Kafka connection from %s: request failed", self.peer)
+        return Outcome(close=True)
+
+    def batches(self, api_key: int, api_version: int) -> bool:
+        """Whether requests of this api and version, queued behind one another, are answered
+        together (Produce's coalescing): only once authenticated."""
+        entry = self.table.entry(api_key)
+        return (
+            entry is not None
+            and entry.batch_handler is not None
+            and entry.serves(api_version)
+            and self.session.authenticated
+        )
+
+    def _raw_sasl_token(self, token: bytearray) -> bytearray:
         """SaslHandshake v0's exchange: a bare token, answered by a bare empty frame on
         success; a failure closes the connection (v0 has no way to say why)."""
         self.session.raw_sasl_token_next = False
@@ -185,58 +167,7 @@ class KafkaConnection:
             authenticate_session(self.gateway, self.session, bytes(token))
         except AuthenticationError as exc:
             raise FrameError(f"SASL authentication failed: {exc}") from None
-        self.sock.sendall(SIZE.pack(0))
-
-    def _send_quietly(self, failed: SaslFailed) -> None:
-        if failed.correlation_id is None:
-            return
-        try:
-            self.sock.sendall(encode_response(failed.response, failed.correlation_id))
-        except OSError:
-            pass
-
-    def _queued_with(self, payload: bytearray, share: RequestShare) -> list[bytearray]:
-        """`payload` and the requests of the same api queued right behind it, when its api
-        answers several at once (Produce): they are already sent, so reading them now does
-        not wait on the client. Up to MAX_QUEUED_REQUESTS and socket.request.max.bytes in
-        all, and only while the gateway's request pool has room for them without waiting
-        (a connection never waits holding memory); not under TLS, whose buffered bytes a
-        peek does not see."""
-        api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
-        entry = self.table.entry(api_key)
-        if (
-            entry is None
-            or entry.batch_handler is None
-            or not entry.serves(api_version)
-            or not self.session.authenticated
-            or isinstance(self.sock, ssl.SSLSocket)
-        ):
-            return [payload]
-        queued, total_bytes = [payload], len(payload)
-        while len(queued) < MAX_QUEUED_REQUESTS:
-            size = self._next_request_size(api_key)
-            if size is None or size > self.max_request_bytes or not share.try_acquire(size):
-                break
-            following = read_frame(self.sock, self.max_request_bytes)
-            if following is None:
-                break
-            queued.append(following)
-            total_bytes += len(following)
-            if total_bytes >= self.max_request_bytes:
-                break
-        return queued
-
-    def _next_request_size(self, api_key: int) -> int | None:
-        """The size of the next request if it is already here and of `api_key`."""
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        if not readable:
-            return None
-        head = self.sock.recv(SIZE.size + 2, socket.MSG_PEEK)
-        if len(head) < SIZE.size + 2:
-            return None
-        (size,) = SIZE.unpack_from(head)
-        (next_key,) = _API_KEY.unpack_from(head, SIZE.size)
-        return int(size) if next_key == api_key else None
+        return bytearray(SIZE.pack(0))
 
     def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and

@@ -5,15 +5,21 @@ a response with the correlation id (header v1 adds tagged fields, except ApiVers
 is always v0 so that a client of any version can read it).
 
 A size that is negative or past `socket.request.max.bytes` is refused before anything is
-allocated for it, as Kafka's broker refuses it (it closes the connection).
+allocated for it, as Kafka's broker refuses it (it closes the connection). Before a
+connection has authenticated, a size past `sasl.server.max.receive.size` (512 KiB, Kafka's)
+is refused too.
+
+The listener reads a request in two steps (channel.py): the size and the header's fixed
+fields into a small buffer of the connection's own, checked (`FIXED_HEADER`: api key int16,
+api version int16, correlation id int32, client id length int16, -1 for null; 10 bytes, the
+shortest request header there is), and only then the frame's memory is taken from the
+gateway's request pool and the rest read after those 10 bytes into one buffer.
 """
 
 from __future__ import annotations
 
 import io
-import socket
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +29,10 @@ SIZE = struct.Struct(">i")
 # api_key int16, api_version int16: the part of the header read before the api is known.
 API_KEY_AND_VERSION = struct.Struct(">hh")
 API_VERSIONS_KEY = 18
+# The header's fixed fields: api key, api version, correlation id, client id's length.
+FIXED_HEADER = struct.Struct(">hhih")
+# Kafka's sasl.server.max.receive.size: the largest frame read before authentication.
+SASL_SERVER_MAX_RECEIVE_SIZE = 512 * 1024
 # A request header is its fixed fields, a client id (at most 32,767 bytes) and, flexible,
 # tagged fields; one longer than this is malformed.
 MAX_HEADER_BYTES = 64 * 1024
@@ -39,47 +49,6 @@ class RequestFrame:
     correlation_id: int
     client_id: str | None
     body: memoryview
-
-
-def read_exactly(sock: socket.socket, size: int) -> bytearray | None:
-    """`size` bytes (read into one buffer, never copied after), or None when the peer closed
-    the connection first (after none of them); a close mid-way is a FrameError."""
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    received = 0
-    while received < size:
-        count = sock.recv_into(view[received:], size - received)
-        if count == 0:
-            if received == 0:
-                return None
-            raise FrameError(f"connection closed after {received} of {size} bytes")
-        received += count
-    return buffer
-
-
-def read_frame(
-    sock: socket.socket,
-    max_request_bytes: int,
-    reserve: Callable[[int], None] | None = None,
-) -> bytearray | None:
-    """The next request frame's bytes (without its size), None at a clean end of stream.
-    `reserve(size)` is called once the size is read and checked, before the body is read
-    or its buffer made: it may wait (the connection is muted meanwhile) or raise."""
-    prefix = read_exactly(sock, SIZE.size)
-    if prefix is None:
-        return None
-    (size,) = SIZE.unpack(prefix)
-    if size < API_KEY_AND_VERSION.size or size > max_request_bytes:
-        raise FrameError(
-            f"request size {size} is outside {API_KEY_AND_VERSION.size}.."
-            f"{max_request_bytes} (socket.request.max.bytes)"
-        )
-    if reserve is not None:
-        reserve(size)
-    payload = read_exactly(sock, size)
-    if payload is None:
-        raise FrameError(f"connection closed before a request of {size} bytes")
-    return payload
 
 
 def request_header_is_flexible(request_class: Any, api_version: int) -> bool:

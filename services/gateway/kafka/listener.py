@@ -1,7 +1,18 @@
-"""The Kafka listener of a gateway: accepts client connections and serves each on its own
-thread (connection.py), up to `max.connections` at once; past it a new connection is closed
-at once rather than queued, so the gateway's threads and memory stay bounded. A connection
-idle for `connections.max.idle.ms` is closed.
+"""The Kafka listener of a gateway, built as Kafka's broker builds its SocketServer: an
+acceptor thread per port takes connections and deals them out to `num.network.threads`
+network threads (processor.py), each serving its connections on non-blocking sockets through
+a selector; complete requests go through a bounded queue (`queued.max.requests`) to
+`num.io.threads` request handlers (handler_pool.py; produce, fetches and group joins to a
+pool of their own, processor.py says why), whose answers go back to the network thread.
+So an idle connection costs a socket, a selector entry and a few small objects (measured: a
+few KiB), never a thread, and 10,000 of them cost megabytes.
+
+What a connection may hold before it authenticates, and how the request pool is shared:
+channel.py. How many connections are kept (`max.connections`, `max.connections.per.ip`,
+`max.connections.per.ip.overrides`): connection_quotas.py; past a bound a new connection is
+closed at once. A connection that has not authenticated (SASL) or sent a complete request
+(other listeners) within `connections.first.request.timeout.ms` is closed, and one idle for
+`connections.max.idle.ms`.
 
 Security comes from the listener's name, as in Kafka's `listeners`: PLAINTEXT, SSL (TLS with
 the gateway's certificate; with the cluster CA and tls_client_auth=required, mutual TLS and
@@ -15,38 +26,64 @@ connection per storage leader, and the one-request-at-a-time rule of a connectio
 queues one leader's produce behind another's (with one lane, an acks=all request waits for
 the slowest of the leaders it spans, and the next waits for it).
 
-`stop` closes the listening sockets and shuts down every open connection, so a request being
-read ends and no new one starts; a request already being handled finishes first (its answer
-write then fails on the closed socket).
+`stop` closes the listening sockets and every open connection, so a request being read ends
+and no new one starts; a request already being handled finishes first on its handler thread
+(its answer is then dropped).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import itertools
 import logging
 import pkgutil
+import resource
 import socket
 import ssl
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
 from seglog.security.tls import server_ssl_context
+from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, SERVER_MAX_WORKERS
 
 from .api_table import ApiTable
 from .brokers import split_address
-from .connection import KafkaConnection
-from .kafka_call import ConnectionIdentity
+from .connection_quotas import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_IP,
+    ConnectionQuotas,
+)
+from .handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS, RequestHandlerPool
+from .processor import ListenerContext, Processor
 
 if TYPE_CHECKING:
     from ..server import Gateway
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_CONNECTIONS = 1000
 DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000  # Kafka's connections.max.idle.ms
+DEFAULT_NUM_NETWORK_THREADS = 3  # Kafka's num.network.threads
+# Not a Kafka setting (its broker has only the idle timeout, 10 minutes, for a connection
+# that never speaks). A Kafka client sends ApiVersions as soon as it is connected and, on a
+# SASL listener, authenticates within its own timeouts (librdkafka's
+# api.version.request.timeout.ms is 10 s; the Java client's request.timeout.ms 30 s spans
+# the whole exchange), so a connection with nothing complete after 10 s is not a client
+# being slow but a slot held: 10 s leaves room for a TLS handshake over a bad network (the
+# handshake alone has 10 s too) and frees a flood's slots 60 times sooner than the idle
+# timeout.
+DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS = 10_000
+# The waiting requests' own pool (processor.py's WAITING_APIS): as many threads as the
+# gateway lets long polls (16) and group joins (8) wait at once, plus num.io.threads' worth
+# (8) for produce and for the polls and joins past those bounds, which are answered at once:
+# 32 threads, started as work comes.
+WAITING_REQUEST_THREADS = DEFAULT_MAX_WAITING_CALLS + SERVER_MAX_WORKERS // 4
 STOP_JOIN_TIMEOUT_S = 5.0
+# File descriptors kept beside the Kafka connections (node connections, gRPC, files).
+SPARE_FILE_DESCRIPTORS = 1024
 ACCEPT_RETRY_S = 0.1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MAX_KAFKA_LANES = 64
@@ -96,6 +133,32 @@ def _ssl_context(protocol: str, gateway: Gateway) -> ssl.SSLContext | None:
     return server_ssl_context(tls, "required" if required else "none")
 
 
+@dataclass(frozen=True)
+class ListenerLimits:
+    """The listener's threads and bounds, under Kafka's names."""
+
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_connections_per_ip: int = DEFAULT_MAX_CONNECTIONS_PER_IP
+    # (host, count) pairs: Kafka's max.connections.per.ip.overrides, parsed.
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS
+    connections_first_request_timeout_ms: int = DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS
+    num_network_threads: int = DEFAULT_NUM_NETWORK_THREADS
+    num_io_threads: int = DEFAULT_NUM_IO_THREADS
+    queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_connections",
+            "max_connections_per_ip",
+            "num_network_threads",
+            "num_io_threads",
+            "queued_max_requests",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name.replace('_', '.')} must be at least 1")
+
+
 class KafkaListener:
     def __init__(
         self,
@@ -104,11 +167,20 @@ class KafkaListener:
         gateway: Gateway,
         *,
         max_request_bytes: int,
-        max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        connections_max_idle_ms: int = DEFAULT_CONNECTIONS_MAX_IDLE_MS,
+        max_connections: int | None = None,
+        connections_max_idle_ms: int | None = None,
+        limits: ListenerLimits | None = None,
         advertised_listener: str | None = None,
         lanes: int = 1,
     ) -> None:
+        """`limits` (defaults: Kafka's); `max_connections` and `connections_max_idle_ms`,
+        when given, replace those of `limits`."""
+        limits = limits or ListenerLimits()
+        if max_connections is not None:
+            limits = dataclasses.replace(limits, max_connections=max_connections)
+        if connections_max_idle_ms is not None:
+            limits = dataclasses.replace(limits, connections_max_idle_ms=connections_max_idle_ms)
+        self.limits = limits
         self.protocol, self.listen = parse_listener(listen)
         self.lanes = lanes
         self._advertised = (
@@ -124,14 +196,28 @@ class KafkaListener:
         self.table = table
         self.gateway = gateway
         self.max_request_bytes = max_request_bytes
-        self.max_connections = max_connections
-        self.idle_timeout_s = connections_max_idle_ms / 1000
+        self.max_connections = limits.max_connections
+        self.idle_timeout_s = limits.connections_max_idle_ms / 1000
         self.tracer = trace.get_tracer(__name__, tracer_provider=gateway.tracer_provider)
+        self.quotas = ConnectionQuotas(
+            limits.max_connections,
+            limits.max_connections_per_ip,
+            dict(limits.max_connections_per_ip_overrides),
+        )
+        self.handlers = RequestHandlerPool(
+            "kafka-request-handler", limits.num_io_threads, limits.queued_max_requests
+        )
+        self.waiting_handlers = RequestHandlerPool(
+            "kafka-waiting-request-handler",
+            WAITING_REQUEST_THREADS + limits.num_io_threads,
+            limits.queued_max_requests,
+        )
+        self.processors: list[Processor] = []
+        self._next_processor = itertools.cycle(range(limits.num_network_threads))
         self._servers: list[socket.socket] = []
         self._accepting: list[threading.Thread] = []
-        self._connections: dict[socket.socket, threading.Thread] = {}
-        self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self.refused_connections = 0
         self.ports: list[int] = []  # each lane's, once started
         self.accepted_connections = [0] * lanes  # per lane, since start
 
@@ -170,7 +256,7 @@ class KafkaListener:
         try:
             for lane in range(self.lanes):
                 server = socket.create_server(
-                    (host, port + lane if port else 0), family=family, backlog=128
+                    (host, port + lane if port else 0), family=family, backlog=1024
                 )
                 self._servers.append(server)
                 self.ports.append(server.getsockname()[1])
@@ -181,19 +267,41 @@ class KafkaListener:
             self._servers.clear()
             self.ports.clear()
             raise
+        _raise_open_files_limit(self.max_connections + SPARE_FILE_DESCRIPTORS)
         if self.lanes > 1:
             logger.info("gateway's Kafka listener lanes on %s", " ".join(self.lane_addresses))
+        context = ListenerContext(
+            table=self.table,
+            gateway=self.gateway,
+            tracer=self.tracer,
+            pool=self.gateway.request_memory,
+            handlers=self.handlers,
+            waiting_handlers=self.waiting_handlers,
+            ssl_context=self.ssl_context,
+            sasl_required=self.sasl_required,
+            advertised_address=self.advertised_address,
+            max_request_bytes=self.max_request_bytes,
+            idle_timeout_s=self.idle_timeout_s,
+            first_request_timeout_s=self.limits.connections_first_request_timeout_ms / 1000,
+            closed=self.quotas.closed,
+        )
+        self.processors = [Processor(i, context) for i in range(self.limits.num_network_threads)]
+        for processor in self.processors:
+            processor.start()
         for lane, server in enumerate(self._servers):
             accepting = threading.Thread(
-                target=self._accept, args=(server, lane), name="kafka-accept", daemon=True
+                target=self._accept, args=(server, lane), name="kafka-acceptor", daemon=True
             )
             self._accepting.append(accepting)
             accepting.start()
 
     @property
     def open_connections(self) -> int:
-        with self._lock:
-            return len(self._connections)
+        return self.quotas.total
+
+    @property
+    def waiting_for_memory(self) -> int:
+        return sum(processor.waiting_for_memory for processor in self.processors)
 
     def _accept(self, server: socket.socket, lane: int) -> None:
         while not self._stopped.is_set():
@@ -214,44 +322,21 @@ class KafkaListener:
                 sock.close()
 
     def _open(self, sock: socket.socket, peer: tuple[str, int]) -> None:
-        with self._lock:
-            if len(self._connections) >= self.max_connections or self._stopped.is_set():
-                logger.warning(
-                    "Kafka listener: refusing a connection from %s: %d open (max.connections)",
-                    peer[0],
-                    len(self._connections),
-                )
-                sock.close()
-                return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.settimeout(self.idle_timeout_s)
-            if self.ssl_context is not None:
-                # The handshake runs on the connection's thread, not the accepting one.
-                sock = self.ssl_context.wrap_socket(
-                    sock, server_side=True, do_handshake_on_connect=False
-                )
-            connection = KafkaConnection(
-                sock,
-                ConnectionIdentity(peer[0], peer[1]),
-                self.table,
-                self.gateway,
-                max_request_bytes=self.max_request_bytes,
-                tracer=self.tracer,
-                sasl_required=self.sasl_required,
-                advertised_address=self.advertised_address,
-            )
-            thread = threading.Thread(
-                target=self._serve, args=(sock, connection), name="kafka-connection", daemon=True
-            )
-            self._connections[sock] = thread
-        thread.start()
-
-    def _serve(self, sock: socket.socket, connection: KafkaConnection) -> None:
+        refusal = "the listener is stopping" if self._stopped.is_set() else None
+        refusal = refusal or self.quotas.try_open(peer[0])
+        if refusal is not None:
+            self.refused_connections += 1
+            logger.warning("Kafka listener: refusing a connection from %s: %s", peer[0], refusal)
+            sock.close()
+            return
         try:
-            connection.serve()
-        finally:
-            with self._lock:
-                self._connections.pop(sock, None)
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            sock.close()
+            self.quotas.closed(peer[0])
+            return
+        self.processors[next(self._next_processor)].accept(sock, peer)
 
     def stop(self) -> None:
         self._stopped.set()
@@ -263,15 +348,31 @@ class KafkaListener:
             server.close()
         for accepting in self._accepting:
             accepting.join(STOP_JOIN_TIMEOUT_S)
-        with self._lock:
-            connections = dict(self._connections)
-        for sock in connections:
+        for processor in self.processors:
+            processor.stop()
+        self.handlers.stop()
+        self.waiting_handlers.stop()
+
+
+def _raise_open_files_limit(wanted: int) -> None:
+    """Every connection is a file descriptor: the soft limit raised toward `wanted` (as far
+    as the hard limit lets), with a warning when max.connections cannot all be open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        if target > soft:
             try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+            except (ValueError, OSError):
                 pass
-        for thread in connections.values():
-            thread.join(STOP_JOIN_TIMEOUT_S)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        logger.warning(
+            "open files limit %d is below max.connections + %d: connections past it fail "
+            "to be accepted (raise ulimit -n)",
+            soft,
+            SPARE_FILE_DESCRIPTORS,
+        )
 
 
 def _joined(address: str, port: int) -> str:

@@ -1,0 +1,561 @@
+"""A network thread of the Kafka listener (Kafka's SocketServer Processor): one selector over
+its share of the connections, reading requests and writing answers on non-blocking sockets
+(channel.py), handing each complete request to the request handlers (handler_pool.py) and
+taking their answers back. The listener runs `num.network.threads` of them and deals new
+connections out in turn.
+
+Per connection, one request at a time: a channel reads nothing while its request is being
+handled or its answers sent (so answers go in request order), nor while it waits for room in
+the request pool or the handlers' queue, nor while it is muted past a client quota (KIP-219).
+Timers, checked on every turn of the loop (a heap of deadlines, lazily cleared):
+- the TLS handshake: 10 s;
+- `connections.first.request.timeout.ms`: a connection that has not authenticated by then
+  (SASL listeners; elsewhere, read its first complete request) is closed;
+- the request pool's wait (`wait_s`, 30 s): a connection still waiting for room is closed,
+  and so is one holding room for a frame whose bytes stopped coming that long;
+- `connections.max.idle.ms`: a connection with no bytes in or out for that long and no
+  request in flight is closed (oldest first, as Kafka's idle expiry).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from opentelemetry import trace
+
+from services.memory_pool import RequestMemoryPool
+
+from .api_table import ApiTable
+from .channel import MAX_QUEUED_REQUESTS, Channel, PeerClosed, Stage, Step
+from .connection import KafkaConnection, Outcome
+from .framing import API_KEY_AND_VERSION, FrameError
+from .handler_pool import RequestHandlerPool
+from .kafka_call import ConnectionIdentity
+
+if TYPE_CHECKING:
+    from ..server import Gateway
+
+logger = logging.getLogger(__name__)
+
+# The longest the loop sleeps with no event: how late a stop or an idle expiry may be seen.
+MAX_SELECT_S = 0.5
+STOP_JOIN_TIMEOUT_S = 5.0
+# Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
+# and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR
+# shrinks). Kafka's broker parks them in a purgatory without a thread; here a handler waits
+# on its thread, so they run on a pool of their own, and a stalled node or a crowd of long
+# polls never holds up metadata, SASL, offsets or the group heartbeats that keep consumers
+# in their groups.
+PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 0, 1, 11, 14
+WAITING_APIS = frozenset({PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
+
+
+@dataclass(frozen=True)
+class ListenerContext:
+    """What every network thread of a listener shares."""
+
+    table: ApiTable
+    gateway: Gateway
+    tracer: trace.Tracer
+    pool: RequestMemoryPool
+    handlers: RequestHandlerPool
+    waiting_handlers: RequestHandlerPool
+    ssl_context: ssl.SSLContext | None
+    sasl_required: bool
+    advertised_address: str
+    max_request_bytes: int
+    idle_timeout_s: float
+    first_request_timeout_s: float
+    closed: Callable[[str], None]  # a connection from this address is closed
+
+
+class Processor:
+    def __init__(self, index: int, context: ListenerContext) -> None:
+        self.index = index
+        self.context = context
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._new: deque[tuple[socket.socket, tuple[str, int]]] = deque()
+        self._answered: deque[tuple[Channel, Outcome]] = deque()
+        self._channels: OrderedDict[int, Channel] = OrderedDict()  # least recently active first
+        self._registered: dict[int, int] = {}  # id(channel) -> events
+        self._timers: list[tuple[float, int, Channel]] = []
+        self._sequence = itertools.count()
+        self._waiting_memory: deque[Channel] = deque()
+        self._waiting_queue: deque[Channel] = deque()
+        self._memory_released = False
+        self._queue_room = False
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"kafka-network-thread-{index}", daemon=True
+        )
+        context.pool.notify_on_release(self._on_memory_released)
+        context.handlers.notify_on_room(self._on_queue_room)
+        context.waiting_handlers.notify_on_room(self._on_queue_room)
+
+    @property
+    def connections(self) -> int:
+        return len(self._channels)
+
+    @property
+    def waiting_for_memory(self) -> int:
+        """Connections muted until the request pool has room for their next frame."""
+        return len(self._waiting_memory)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- from other threads ----------------------------------------------------------------
+
+    def _wakeup(self) -> None:
+        try:
+            self._wake_w.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a wakeup is pending already, or the processor has stopped
+
+    def accept(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        """A new connection (counted in by the acceptor) for this thread to serve."""
+        self._new.append((sock, peer))
+        self._wakeup()
+
+    def _answer(self, channel: Channel, outcome: Outcome) -> None:
+        self._answered.append((channel, outcome))
+        self._wakeup()
+
+    def _on_memory_released(self) -> None:
+        if self._waiting_memory:
+            self._memory_released = True
+            self._wakeup()
+
+    def _on_queue_room(self) -> None:
+        if self._waiting_queue:
+            self._queue_room = True
+            self._wakeup()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wakeup()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(STOP_JOIN_TIMEOUT_S)
+        self.context.pool.forget_on_release(self._on_memory_released)
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    self._turn()
+                except Exception:
+                    logger.exception("Kafka network thread %d: a turn failed", self.index)
+        finally:
+            for channel in list(self._channels.values()):
+                self._close(channel)
+            while self._new:
+                sock, peer = self._new.popleft()
+                sock.close()
+                self.context.closed(peer[0])
+            self._selector.close()
+            self._wake_r.close()
+            self._wake_w.close()
+
+    def _turn(self) -> None:
+        now = time.monotonic()
+        timeout = 0.0 if self._memory_released or self._queue_room else MAX_SELECT_S
+        if self._timers:
+            timeout = min(timeout, max(0.0, self._timers[0][0] - now))
+        if self._channels:
+            oldest = next(iter(self._channels.values()))
+            idle_at = oldest.last_active + self.context.idle_timeout_s
+            timeout = min(timeout, max(0.0, idle_at - now))
+        for key, events in self._selector.select(timeout):
+            channel = key.data
+            if channel is None:
+                self._drain_wakeups()
+                continue
+            if channel.closed:
+                continue
+            self._serve(channel, events)
+        if self._stopped.is_set():
+            return
+        while self._new:
+            self._open(*self._new.popleft())
+        while self._answered:
+            self._answered_with(*self._answered.popleft())
+        if self._memory_released:
+            self._memory_released = False
+            for channel in list(self._waiting_memory):
+                self._read(channel)
+        if self._queue_room:
+            self._queue_room = False
+            while self._waiting_queue:
+                channel = self._waiting_queue[0]
+                if (
+                    not channel.closed
+                    and channel.waiting_queue
+                    and not self._dispatch_parked(channel)
+                ):
+                    break
+                self._waiting_queue.popleft()
+        self._expire(time.monotonic())
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _open(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        context = self.context
+        try:
+            if context.ssl_context is not None:
+                sock = context.ssl_context.wrap_socket(
+                    sock, server_side=True, do_handshake_on_connect=False
+                )
+        except (OSError, ValueError) as exc:
+            logger.info("Kafka connection from %s failed TLS setup: %s", peer[0], exc)
+            sock.close()
+            context.closed(peer[0])
+            return
+        now = time.monotonic()
+        connection = KafkaConnection(
+            ConnectionIdentity(peer[0], peer[1]),
+            context.table,
+            context.gateway,
+            tracer=context.tracer,
+            sasl_required=context.sasl_required,
+            advertised_address=context.advertised_address,
+        )
+        channel = Channel(
+            sock,
+            connection,
+            context.table,
+            context.pool,
+            max_request_bytes=context.max_request_bytes,
+            now=now,
+        )
+        self._channels[id(channel)] = channel
+        self._timer(now + context.first_request_timeout_s, channel)
+        if channel.handshaking:
+            self._timer(channel.handshake_deadline, channel)
+            self._handshake(channel)
+        else:
+            self._update(channel)
+
+    def _close(self, channel: Channel) -> None:
+        if channel.closed:
+            return
+        channel.closed = True
+        self._channels.pop(id(channel), None)
+        if channel.waiting_memory_since is not None and channel in self._waiting_memory:
+            self._waiting_memory.remove(channel)
+        if channel.waiting_queue and channel in self._waiting_queue:
+            self._waiting_queue.remove(channel)
+        if self._registered.pop(id(channel), None) is not None:
+            try:
+                self._selector.unregister(channel.sock)
+            except (KeyError, ValueError, OSError):
+                pass
+        try:
+            channel.sock.close()
+        except OSError:
+            pass
+        channel.release()
+        self.context.closed(channel.session.identity.peer_host)
+
+    def _update(self, channel: Channel) -> None:
+        """The selector's interest in `channel` made to match what it waits for."""
+        if channel.closed:
+            return
+        events = 0
+        if channel.wants_read(time.monotonic()):
+            events |= selectors.EVENT_READ
+        if channel.wants_write():
+            events |= selectors.EVENT_WRITE
+        key = id(channel)
+        current = self._registered.get(key)
+        if (current or 0) == events:
+            return
+        sock = channel.sock
+        if not events:
+            self._selector.unregister(sock)
+            del self._registered[key]
+        elif current is None:
+            self._selector.register(sock, events, channel)
+            self._registered[key] = events
+        else:
+            self._selector.modify(sock, events, channel)
+            self._registered[key] = events
+
+    def _timer(self, at: float, channel: Channel) -> None:
+        heapq.heappush(self._timers, (at, next(self._sequence), channel))
+
+    def _touched(self, channel: Channel) -> None:
+        self._channels.move_to_end(id(channel))
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _serve(self, channel: Channel, events: int) -> None:
+        if channel.handshaking:
+            self._handshake(channel)
+            return
+        if events & selectors.EVENT_WRITE:
+            self._write(channel)
+        if events & selectors.EVENT_READ and not channel.closed:
+            self._read(channel)
+
+    def _handshake(self, channel: Channel) -> None:
+        try:
+            done = channel.handshake()
+        except (ssl.SSLError, OSError) as exc:
+            logger.info(
+                "Kafka connection from %s failed its TLS handshake: %s",
+                channel.connection.peer,
+                exc,
+            )
+            self._close(channel)
+            return
+        self._touched(channel)
+        if done:
+            self._read(channel)  # bytes after the handshake may be buffered already
+        else:
+            self._update(channel)
+
+    def _read(self, channel: Channel) -> None:
+        """Reads on as far as the channel may, and hands a complete request to a handler."""
+        now = time.monotonic()
+        if channel.closed:
+            return
+        if channel.waiting_memory_since is None and not channel.wants_read(now):
+            return
+        was_waiting = channel.waiting_memory_since is not None
+        try:
+            step = channel.read_frame(now)
+            if step is Step.COMPLETE:
+                self._dispatch(channel, now)
+        except PeerClosed:
+            self._close(channel)
+            return
+        except FrameError as exc:
+            logger.info("closing Kafka connection from %s: %s", channel.connection.peer, exc)
+            self._close(channel)
+            return
+        except OSError as exc:
+            logger.debug("Kafka connection from %s ended: %s", channel.connection.peer, exc)
+            self._close(channel)
+            return
+        self._touched(channel)
+        if (
+            step is Step.BLOCKED
+            and channel.body_check_at is None
+            and not channel.in_flight
+            and channel.reader.stage is Stage.BODY
+        ):
+            channel.body_check_at = channel.last_active + self.context.pool.wait_s
+            self._timer(channel.body_check_at, channel)
+        if step is Step.WAIT_MEMORY and not was_waiting:
+            self._waiting_memory.append(channel)
+            self._timer(now + self.context.pool.wait_s, channel)
+            # Tried again on the next turn: room given back before the channel was listed
+            # woke nobody.
+            self._memory_released = True
+        elif step is not Step.WAIT_MEMORY and was_waiting:
+            self._waiting_memory.remove(channel)
+        self._update(channel)
+
+    def _dispatch(self, channel: Channel, now: float) -> None:
+        """The complete frame, and the Produce requests queued right behind it, to a
+        handler; the channel is muted until their answers are sent."""
+        frame, held, raw = channel.take_frame()
+        frames = [frame]
+        if not raw:
+            api_key, api_version = API_KEY_AND_VERSION.unpack_from(frame)
+            if channel.connection.batches(api_key, api_version):
+                while len(frames) < MAX_QUEUED_REQUESTS and held < channel.max_request_bytes:
+                    try:
+                        step = channel.read_frame(now, coalescing=(api_key, held))
+                    except (PeerClosed, FrameError, OSError):
+                        break  # met again, and acted on, when reading goes on
+                    if step is not Step.COMPLETE:
+                        break
+                    following, size, _ = channel.take_frame()
+                    frames.append(following)
+                    held += size
+        channel.in_flight = True
+        channel.in_flight_bytes = held
+        channel.parked = (frames, raw)
+        if not self._dispatch_parked(channel):
+            channel.waiting_queue = True
+            self._waiting_queue.append(channel)
+            self._queue_room = True  # tried again on the next turn, as memory waits are
+
+    def _dispatch_parked(self, channel: Channel) -> bool:
+        """Queues the channel's read request(s) for a handler; False when the queue is full."""
+        assert channel.parked is not None
+        frames, raw = channel.parked
+        connection = channel.connection
+        api_key = -1 if raw else API_KEY_AND_VERSION.unpack_from(frames[0])[0]
+        handlers = (
+            self.context.waiting_handlers if api_key in WAITING_APIS else self.context.handlers
+        )
+
+        def handle() -> None:
+            try:
+                outcome = connection.handle(frames, raw)
+            except BaseException:
+                self._answer(channel, Outcome(close=True))
+                raise
+            finally:
+                frames.clear()  # the frames' memory goes with their pool bytes, not later
+            self._answer(channel, outcome)
+
+        channel.handling = True
+        if not handlers.try_submit(handle):
+            channel.handling = False
+            return False
+        channel.parked = None
+        channel.waiting_queue = False
+        return True
+
+    def _answered_with(self, channel: Channel, outcome: Outcome) -> None:
+        """A handler's outcome: its answers queued on the channel (their bytes held from the
+        pool, added without waiting: the request was admitted) and written."""
+        answer_bytes = sum(len(answer) for answer in outcome.answers)
+        channel.handling = False
+        if channel.closed:
+            self.context.pool.release(channel.in_flight_bytes)
+            channel.in_flight_bytes = 0
+            return
+        self.context.pool.add(answer_bytes)
+        channel.in_flight_bytes += answer_bytes
+        channel.close_after_send = outcome.close
+        channel.out.extend(memoryview(answer) for answer in outcome.answers)
+        self._write(channel)
+
+    def _write(self, channel: Channel) -> None:
+        try:
+            done = channel.write()
+        except OSError as exc:
+            logger.debug("Kafka connection from %s ended: %s", channel.connection.peer, exc)
+            self._close(channel)
+            return
+        self._touched(channel)
+        if not done or not channel.in_flight:
+            self._update(channel)
+            return
+        # Everything answered: the request's memory goes back, and the channel reads on
+        # (unless the answer said to close, or a quota mutes it for a while).
+        channel.in_flight = False
+        self.context.pool.release(channel.in_flight_bytes)
+        channel.in_flight_bytes = 0
+        if channel.close_after_send:
+            self._close(channel)
+            return
+        now = time.monotonic()
+        muted_until = channel.session.muted_until
+        if muted_until > now:
+            channel.muted_until = muted_until
+            self._timer(muted_until, channel)
+            self._update(channel)
+            return
+        self._read(channel)  # a TLS record may hold the next request already
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _expire(self, now: float) -> None:
+        context = self.context
+        while self._timers and self._timers[0][0] <= now:
+            _, _, channel = heapq.heappop(self._timers)
+            if channel.closed:
+                continue
+            peer = channel.connection.peer
+            if channel.handshaking and channel.handshake_deadline <= now:
+                logger.info("closing Kafka connection from %s: no TLS handshake in time", peer)
+                self._close(channel)
+            elif (
+                channel.waiting_memory_since is not None
+                and channel.waiting_memory_since + context.pool.wait_s <= now
+            ):
+                logger.info(
+                    "closing Kafka connection from %s unread: the request pool had no room "
+                    "for %d bytes for %g s (queued.max.request.bytes)",
+                    peer,
+                    channel.reader.size,
+                    context.pool.wait_s,
+                )
+                self._waiting_memory.remove(channel)
+                self._close(channel)
+            elif (
+                not self._met_first_deadline(channel)
+                and now - channel.opened_at >= context.first_request_timeout_s
+            ):
+                logger.info(
+                    "closing Kafka connection from %s: no %s within %g ms "
+                    "(connections.first.request.timeout.ms)",
+                    peer,
+                    "authentication" if channel.session.sasl_required else "complete request",
+                    context.first_request_timeout_s * 1000,
+                )
+                self._close(channel)
+            elif channel.body_check_at is not None and channel.body_check_at <= now:
+                self._check_body(channel, now)
+            elif channel.muted_until and channel.muted_until <= now:
+                channel.muted_until = 0.0
+                self._read(channel)
+        # Idle: oldest first; a channel with a request in flight or waiting is not idle.
+        for _ in range(len(self._channels)):
+            channel = next(iter(self._channels.values()))
+            if channel.last_active + context.idle_timeout_s > now:
+                break
+            if channel.in_flight or channel.waiting_memory_since is not None:
+                channel.last_active = now
+                self._touched(channel)
+                continue
+            logger.info(
+                "closing Kafka connection from %s: idle for %g ms (connections.max.idle.ms)",
+                channel.connection.peer,
+                context.idle_timeout_s * 1000,
+            )
+            self._close(channel)
+
+    def _check_body(self, channel: Channel, now: float) -> None:
+        """A frame holding pool bytes whose body has stopped coming for the pool's wait is
+        closed; one still coming is checked again a wait after its last bytes."""
+        wait_s = self.context.pool.wait_s
+        if channel.in_flight or channel.reader.stage is not Stage.BODY:
+            channel.body_check_at = None
+        elif now - channel.last_active >= wait_s:
+            logger.info(
+                "closing Kafka connection from %s: no bytes for %g s of a %d-byte request "
+                "holding request memory (queued.max.request.bytes)",
+                channel.connection.peer,
+                wait_s,
+                channel.reader.size,
+            )
+            self._close(channel)
+        else:
+            channel.body_check_at = channel.last_active + wait_s
+            self._timer(channel.body_check_at, channel)
+
+    @staticmethod
+    def _met_first_deadline(channel: Channel) -> bool:
+        if channel.session.sasl_required:
+            return channel.session.authenticated_principal is not None
+        return channel.requests_read > 0
