@@ -5,23 +5,28 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
+from opentelemetry import trace
 
 from seglog.errors import PermissionDeniedError, UnknownTopicOrPartitionError
 from seglog.v1 import common_pb2
 from services.gateway.kafka import error_codes
 from services.gateway.kafka.api_table import ApiTable
+from services.gateway.kafka.channel import Channel, PeerClosed, Step
+from services.gateway.kafka.connection import KafkaConnection
 from services.gateway.kafka.framing import (
     FrameError,
     decode_body,
     parse_request,
-    read_frame,
     request_header_is_flexible,
 )
+from services.gateway.kafka.kafka_call import ConnectionIdentity
 from services.gateway.kafka.listener import parse_listener
+from services.memory_pool import RequestMemoryPool
 
 
 @pytest.fixture
@@ -32,29 +37,76 @@ def pair():
     b.close()
 
 
-def test_a_frame_is_read_whole_and_a_clean_close_ends_the_stream(pair):
+def _channel(server: socket.socket, max_request_bytes: int = 100) -> Channel:
+    """A channel reading `server` as a network thread does, on a listener needing no SASL;
+    nothing in reading uses the gateway."""
+    server.setblocking(False)
+    table = ApiTable()
+    table.register(ApiVersionsRequest, 0, 3, lambda call, request: None)
+    connection = KafkaConnection(
+        ConnectionIdentity("127.0.0.1", 1),
+        table,
+        None,  # type: ignore[arg-type]
+        tracer=trace.get_tracer(__name__),
+        advertised_address="127.0.0.1:9092",
+    )
+    return Channel(
+        server,
+        connection,
+        table,
+        RequestMemoryPool(1024),
+        max_request_bytes=max_request_bytes,
+        now=time.monotonic(),
+    )
+
+
+def _api_versions_frame(extra: bytes = b"") -> bytes:
+    """ApiVersions v0's header (client id 'c') and `extra` body bytes, with its size."""
+    body = struct.pack(">hhih", 18, 0, 7, 1) + b"c" + extra
+    return struct.pack(">i", len(body)) + body
+
+
+def test_a_frame_is_read_whole_across_sends_and_a_clean_close_ends_the_stream(pair):
     client, server = pair
-    client.sendall(struct.pack(">i", 6) + b"abc")
-    client.sendall(b"def")
-    assert read_frame(server, 100) == b"abcdef"
+    channel = _channel(server)
+    frame = _api_versions_frame(b"body")
+    client.sendall(frame[:7])
+    assert channel.read_frame(time.monotonic()) is Step.BLOCKED
+    client.sendall(frame[7:])
+    assert channel.read_frame(time.monotonic()) is Step.COMPLETE
+    payload, reserved, raw = channel.take_frame()
+    assert bytes(payload) == frame[4:] and reserved == len(frame) - 4 and not raw
     client.close()
-    assert read_frame(server, 100) is None
+    with pytest.raises(PeerClosed):
+        channel.read_frame(time.monotonic())
 
 
 @pytest.mark.parametrize("size", [-1, 0, 3, 101])
 def test_a_size_outside_the_bound_is_refused_before_reading_the_body(pair, size):
     client, server = pair
+    channel = _channel(server)
     client.sendall(struct.pack(">i", size))
     with pytest.raises(FrameError, match="socket.request.max.bytes"):
-        read_frame(server, 100)
+        channel.read_frame(time.monotonic())
+    assert channel.pool.used_bytes == 0
+
+
+def test_a_large_frame_before_the_first_request_is_refused_unread(pair):
+    client, server = pair
+    channel = _channel(server, max_request_bytes=100 * 1024 * 1024)
+    client.sendall(struct.pack(">i", 100 * 1024 * 1024))
+    with pytest.raises(FrameError, match="sasl.server.max.receive.size"):
+        channel.read_frame(time.monotonic())
+    assert channel.pool.used_bytes == 0
 
 
 def test_a_connection_closed_mid_frame_is_a_frame_error(pair):
     client, server = pair
-    client.sendall(struct.pack(">i", 50) + b"partial")
+    channel = _channel(server)
+    client.sendall(_api_versions_frame(b"partial" * 3)[:20])
     client.close()
     with pytest.raises(FrameError, match="closed"):
-        read_frame(server, 100)
+        channel.read_frame(time.monotonic())
 
 
 @pytest.mark.parametrize("version", [1, 9])
