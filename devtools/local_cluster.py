@@ -28,6 +28,16 @@ nodes); nodes and clients may use either or both (`127.0.0.1:7070,127.0.0.1:7074
 gateway dying leaves the cluster running on the other. With `--tls` as well, etcd speaks HTTPS
 only to holders of the cluster CA's certificates, and role-based auth lets only the gateways'
 etcd user (password in `etcd-password` in the data dir) read or write the registry's keys.
+
+One registry at a time holds the cluster, and switching keeps it: `make run ETCD=1` on the
+data of a plain `make run` starts with an empty etcd, into which the first gateway copies its
+file registry whole (services/gateway/cluster/registry_bootstrap.py), leaving it aside as
+`gateway/metadata.moved-to-etcd`; a plain `make run` on data whose registry is in etcd (so
+moved, or made there by a first `--etcd` run) copies it into `gateway/metadata` before the
+gateway starts, and moves etcd's data aside as `etcd.moved-to-file` (an older copy of
+either replaced). Every node keeps its cluster id in its meta.properties, so a registry of
+another cluster is refused, never obeyed; two registries in one data dir are refused with
+the commands that resolve it.
 """
 
 from __future__ import annotations
@@ -35,10 +45,10 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -55,8 +65,17 @@ from seglog.security.certs import (
 )
 from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity, TlsFiles
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
+from services.gateway.cluster.metadata_etcd_store import EtcdMetadataStore
+from services.gateway.cluster.registry_bootstrap import (
+    METADATA_DIR,
+    MOVED_TO_ETCD,
+    RegistryConflictError,
+    adopt_into_file,
+    file_registry_exists,
+    moved_into_etcd,
+)
 from services.gateway.coordination.etcd_auth import lock_down
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX, EtcdKeyspace
 
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
@@ -127,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-    stop = threading.Event()
-    restart = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGHUP, lambda *_: restart.set())
+    # The handlers only add to a set: a threading.Event's set() from a handler can deadlock
+    # on the Event's own lock when the signal lands while the main thread holds it (in
+    # wait() or clear()), and the cluster then never stops.
+    received: set[str] = set()
+    signal.signal(signal.SIGTERM, lambda *_: received.add("stop"))
+    signal.signal(signal.SIGINT, lambda *_: received.add("stop"))
+    signal.signal(signal.SIGHUP, lambda *_: received.add("restart"))
 
     # Services log to files; what they print (console traces with
     # OTEL_TRACES_EXPORTER=console) comes through to this terminal.
@@ -148,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
     min_insync_replicas = max(1, min(2, args.nodes - 1))
+    if not args.etcd:
+        try:
+            _registry_back_from_etcd(data, args.tls)
+        except (RuntimeError, RegistryConflictError) as exc:
+            print(f"seglog local cluster: {exc}", file=sys.stderr)
+            return 1
+    adopting = args.etcd and file_registry_exists(data / "gateway")
     etcd: EtcdProcess | None = None
     gateway_listens = [args.listen]
     registry_args: list[str] = []
@@ -191,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, listen in enumerate(gateway_listens)
     ]
     nodes: list[ServerProcess] = []
+    for log in (data / "logs").glob("*.log"):  # where this run's lines begin
+        _LOG_STARTS[log] = log.stat().st_size
     try:
         if etcd is not None:
             endpoint = etcd.start()
@@ -247,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         if etcd is not None:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
+            if adopting and moved_into_etcd(data / "gateway"):
+                print(
+                    f"  (the file registry of {data / 'gateway'} was copied into it, and kept "
+                    f"aside as gateway/{METADATA_DIR}{MOVED_TO_ETCD})",
+                    flush=True,
+                )
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
@@ -266,21 +302,23 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         reported: set[str] = set()
-        while not stop.wait(0.2):
+        while "stop" not in received:
+            time.sleep(0.2)
             if not any(gateway.alive() for gateway in gateways):
                 print("gateway exited; stopping the cluster", file=sys.stderr, flush=True)
                 break
             for node in nodes:
                 if not node.alive() and node.name not in reported:
                     reported.add(node.name)
+                    why = _why_not_started(node)
                     print(
                         f"{node.name} exited; the cluster goes on without it "
-                        f"(kill -HUP {os.getpid()} restarts it)",
+                        f"(kill -HUP {os.getpid()} restarts it)" + (f": {why}" if why else ""),
                         file=sys.stderr,
                         flush=True,
                     )
-            if restart.is_set():
-                restart.clear()
+            if "restart" in received:
+                received.discard("restart")
                 for node in nodes:
                     if node.alive():
                         continue
@@ -293,6 +331,17 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  restarted {node.name} on {node.address}", flush=True)
     except RuntimeError as exc:
         print(f"seglog local cluster: {exc}", file=sys.stderr)
+        for gateway in gateways:
+            why = _why_not_started(gateway)
+            if why:
+                print(f"  {gateway.name}: {why}", file=sys.stderr)
+            if "two registries" in why:
+                print(
+                    f"  here: mv {data / 'etcd'} {data / 'etcd.aside'} (the file registry goes "
+                    f"to a new etcd), or mv {data / 'gateway' / METADATA_DIR} "
+                    f"{data / 'gateway' / 'metadata.aside'} (etcd's is kept)",
+                    file=sys.stderr,
+                )
         return 1
     finally:
         for node in nodes:
@@ -303,6 +352,80 @@ def main(argv: list[str] | None = None) -> int:
             etcd.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
+
+
+def _registry_back_from_etcd(data: Path, tls: bool) -> None:
+    """A plain run on data whose registry is in etcd (moved there by `--etcd`, or made there
+    by a first run with `--etcd`): etcd's registry copied into the gateway's data dir, then
+    etcd's data moved aside, so neither the cluster nor a stale registry is left behind
+    (registry_bootstrap.py)."""
+    gateway_dir, etcd_dir = data / "gateway", data / "etcd"
+    if file_registry_exists(gateway_dir):
+        return
+    if not etcd_dir.is_dir():
+        if not moved_into_etcd(gateway_dir):
+            return  # a new data dir
+        raise RuntimeError(
+            f"the registry of {gateway_dir} was moved into etcd, and {etcd_dir} is gone: "
+            f"run with etcd again (make run ETCD=1), or to start this data over as a new "
+            f"cluster move {data} aside"
+        )
+    client = None
+    if tls:
+        client = _identity_files(data / "tls", "")
+    etcd = EtcdProcess(
+        etcd_dir,
+        log_path=data / "logs" / "etcd.log",
+        tls=_identity_files(data / "tls", "etcd") if tls else None,
+    )
+    endpoint = etcd.start()
+    try:
+        keyspace = EtcdKeyspace(
+            endpoint,
+            DEFAULT_PREFIX,
+            tls=client,
+            user=GATEWAY_IDENTITY if tls else None,
+            password=_secret_file(data / "etcd-password") if tls else None,
+        )
+        try:
+            store = EtcdMetadataStore(keyspace)
+            if not store.load():
+                return  # etcd never held a registry: nothing to bring back
+            image = adopt_into_file(store, gateway_dir)
+        finally:
+            keyspace.close()
+    finally:
+        etcd.stop()
+    aside = data / "etcd.moved-to-file"
+    if aside.exists():
+        shutil.rmtree(aside)
+    etcd_dir.rename(aside)
+    print(
+        f"seglog local cluster: the registry in etcd (cluster {image.cluster_id}, "
+        f"{len(image.topics)} topics) was copied back into {gateway_dir / METADATA_DIR}; "
+        f"etcd's data kept aside as {aside}",
+        flush=True,
+    )
+
+
+# Each server log's size when this run began: older runs' lines are not this run's reasons.
+_LOG_STARTS: dict[Path, int] = {}
+
+
+def _why_not_started(process: ServerProcess) -> str:
+    """Why a server did not start or stopped on its own (a node refused by a registry of
+    another cluster), as it logged it in this run; "" when it did not say."""
+    path = process.stderr_path
+    if process.process is None or path is None or not path.exists():
+        return ""
+    with open(path, "rb") as log:
+        log.seek(_LOG_STARTS.get(path, 0))
+        text = log.read().decode(errors="replace")
+    for line in reversed(text.splitlines()[-50:]):
+        for marker in ("cannot start:", "stopping:"):
+            if " ERROR " in line and marker in line:
+                return line.split(marker, 1)[1].strip()
+    return ""
 
 
 def _prometheus_ports(processes: int) -> list[int]:

@@ -392,6 +392,13 @@ class FencedInstanceIdError(SeglogError):
     reason = "FENCED_INSTANCE_ID"
 
 
+class InconsistentClusterIdError(SeglogError):
+    """A storage node and a registry of different clusters (Kafka's INCONSISTENT_CLUSTER_ID):
+    the node's data directory belongs to another cluster than the registry it reached."""
+
+    reason = "INCONSISTENT_CLUSTER_ID"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the

@@ -21,6 +21,11 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
+Only a submission from a registry of the node's own cluster (its cluster id the data
+directory's, cluster_identity.py) removes partitions: from any other, `removed` is ignored
+and a `full` one sweeps nothing — a registry that does not know the node's partitions
+cannot strand them.
+
 A creation's costly part runs paced on a thread of its own at a lower OS priority
 (partition_creator.py) while the applier thread waits; the applier thread then gives those
 partitions their roles. Roles, role changes and removals stay on the applier thread at the
@@ -46,6 +51,7 @@ from services import long_lived
 
 from .acl_narrowings import AclNarrowings
 from .apply_progress import ApplyProgress
+from .cluster_identity import ClusterIdentity
 from .partition import Registration
 from .partition_creator import PartitionCreator
 from .replica_manager import ReplicaManager
@@ -79,9 +85,16 @@ def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
 
 class MetadataApplier:
     def __init__(
-        self, replicas: ReplicaManager, *, step_partitions: int = DEFAULT_STEP_PARTITIONS
+        self,
+        replicas: ReplicaManager,
+        *,
+        step_partitions: int = DEFAULT_STEP_PARTITIONS,
+        identity: ClusterIdentity | None = None,
     ) -> None:
         self.replicas = replicas
+        # The data directory's cluster: removals only on its registry's word. None: every
+        # submission is trusted (an applier tested on its own).
+        self.identity = identity
         self.step_partitions = step_partitions
         # Taken as a submission arrives, not queued behind creations: a revoked ACL is not
         # kept waiting by partitions to create.
@@ -249,7 +262,15 @@ class MetadataApplier:
         # but what it does not name may have been created since, so nothing is swept. The
         # node takes its offset, and the next answer brings the changes after it.
         behind = 0 < assignment.metadata_offset < self._merged_offset
-        if assignment.full and not behind:
+        trusted = self.identity is None or self.identity.verified(assignment.cluster_id)
+        if not trusted and (assignment.removed or assignment.full):
+            logger.warning(
+                "partition states from a registry of cluster %r, not this node's %r: "
+                "nothing is set aside on its word",
+                assignment.cluster_id,
+                self.identity.cluster_id if self.identity is not None else "",
+            )
+        if assignment.full and not behind and trusted:
             named = {(p.topic, p.partition) for p in assignment.partitions}
             for waiting in (self._changes, self._creations):
                 for tp in [tp for tp in waiting if tp not in named]:
@@ -282,7 +303,7 @@ class MetadataApplier:
             newer = (p.leader_epoch, p.partition_epoch) > (held.leader_epoch, held.partition_epoch)
             if newer or dict(p.configs) != configs_held[p.topic]:
                 self._changes[tp] = p
-        for removed in assignment.removed:
+        for removed in assignment.removed if trusted else ():
             tp = (removed.topic, removed.partition)
             if self._named_since_full is not None:
                 self._named_since_full.discard(tp)

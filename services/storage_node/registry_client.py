@@ -22,6 +22,11 @@ every submission before it) are applied: only then are its roles the registry's 
 ones. If the session lapses again before they are, it stays fenced for the next answer.
 The node counts as registered (`registered`) once its first answer is applied.
 
+Cluster identity (cluster_identity.py): the session says the data directory's cluster id
+when it registers and heartbeats, and checks every answer's. A registry of another cluster
+(its refusal, INCONSISTENT_CLUSTER_ID, or an answer naming another cluster) ends the
+session before anything of that answer is applied, and `on_refused` stops the node.
+
 Nothing one partition does may end the session: a partition that fails to apply goes
 offline with the reason, which the next heartbeat reports; a failure of a heartbeat step
 itself is logged and the next interval tries again.
@@ -37,8 +42,9 @@ from collections.abc import Callable, Mapping
 import grpc
 from opentelemetry import trace
 
+from seglog.errors import InconsistentClusterIdError
 from seglog.rpc.channels import channel_target, open_channel, tls_server_name
-from seglog.rpc.status import error_from_code
+from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.security.tls import TlsFiles, channel_credentials
 from seglog.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from services.settings import (
@@ -47,6 +53,7 @@ from services.settings import (
     GATEWAY_INTERNAL_PORT,
 )
 
+from .cluster_identity import ClusterIdentity
 from .metadata_applier import MetadataApplier, registration_of
 from .partition import IsrProposal, Registration
 from .replica_manager import ReplicaManager
@@ -73,6 +80,8 @@ class RegistrySession:
         bulk_address: str = "",
         tls: TlsFiles | None = None,
         unclean_shutdown: bool = True,
+        identity: ClusterIdentity | None = None,
+        on_refused: Callable[[str], None] | None = None,
         on_misdirected: Callable[[str], None] | None = None,
     ) -> None:
         """`on_misdirected(reason)`: the address answers gRPC but serves no Registry there
@@ -80,6 +89,12 @@ class RegistrySession:
         this is called (the node's process stops with the reason)."""
         self.gateway = gateway
         self.on_misdirected = on_misdirected
+        # The data directory's cluster; None: a session that checks none (tests of it).
+        self.identity = identity
+        # Called once, on the session thread, when a registry of another cluster refused
+        # the node or answered as another cluster: the node must stop.
+        self.on_refused = on_refused
+        self.refusal: str | None = None
         self.bulk_address = bulk_address
         # Said when registering: the registry then trusts none of this node's logs with
         # committed records it may have lost (KIP-966).
@@ -137,12 +152,16 @@ class RegistrySession:
             applied_metadata_offset=self.applier.applied_offset,
             unclean_shutdown=self.unclean_shutdown,
         )
+        if self.identity is not None:
+            message.cluster_id = self.identity.cluster_id
+            if not self._answered_once:  # read by a registration only: counted then
+                message.held_partitions = len(self.replicas.hosted()) + len(self.replicas.offline())
         for (topic, partition), reason in sorted(self.replicas.offline().items()):
             message.partitions.add(topic=topic, partition=partition, offline_reason=reason)
         return message
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self.refusal is None:
             wait_s = self.interval_s
             try:
                 code = self._beat()
@@ -180,8 +199,8 @@ class RegistrySession:
     def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask the registry to move this node's leaderships away (Kafka's controlled
         shutdown); True once it answered that the node leads nothing, False at the timeout."""
-        if not self.registered.is_set():
-            return False
+        if not self.registered.is_set() or self.refusal is not None:
+            return False  # no registry of its cluster to ask
         self.want_shutdown = True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -206,11 +225,18 @@ class RegistrySession:
         try:
             assignment = call(self._heartbeat_message(), timeout=timeout_s)
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                error = error_from_rpc(exc)
+                if isinstance(error, InconsistentClusterIdError):
+                    self._refused(str(error))
+                    return exc.code()
             if self._answered_once:
                 logger.warning("heartbeat to the gateway failed: %s", exc.code())
                 self._fence_if_lapsed()
             code: grpc.StatusCode = exc.code()
             return code
+        if not self._same_cluster(assignment):
+            return None
         if assignment.heartbeat_interval_ms > 0:
             self.interval_s = assignment.heartbeat_interval_ms / 1000
         ticket = self.applier.submit(assignment)  # applied on the applier's thread
@@ -225,6 +251,32 @@ class RegistrySession:
             self.applier.wait_applied(ticket, max(self.interval_s, 1.0))
             self.may_shut_down.set()
         return None
+
+    def _same_cluster(self, assignment: gateway_pb2.NodeAssignment) -> bool:
+        """Whether the answer is from a registry of this node's cluster (a first answer's
+        cluster id is written into a data directory that has none)."""
+        if self.identity is None:
+            return True
+        if not assignment.cluster_id:
+            # A registry that names no cluster (older than cluster ids): its states are
+            # applied, but it never sets a partition aside (cluster_identity.py).
+            if not self._answered_once:
+                logger.warning("the registry names no cluster id: no partition is set aside")
+            return True
+        try:
+            self.identity.adopt(assignment.cluster_id)
+        except InconsistentClusterIdError as exc:
+            self._refused(str(exc))
+            return False
+        return True
+
+    def _refused(self, reason: str) -> None:
+        if self.refusal is not None:
+            return
+        self.refusal = reason
+        logger.error("the registry refused this node: %s", reason)
+        if self.on_refused is not None:
+            self.on_refused(reason)
 
     def _fence_if_lapsed(self) -> None:
         with self._fencing:

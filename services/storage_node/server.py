@@ -4,6 +4,7 @@ servicer, health, reflection, tracing, and the registry session with the gateway
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from services import serving
 from services.memory_pool import RequestMemoryPool
 
 from .bulk_server import BulkServer
+from .cluster_identity import ClusterIdentity
 from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
@@ -92,8 +94,13 @@ class StorageNode:
             replication=replication_settings(config.engine_configs),
         )
         self.replicas.tls = config.tls
+        # The data directory's cluster (meta.properties), read at start.
+        self.identity = ClusterIdentity(config.data_dir, config.node_id)
+        # Set when a registry of another cluster refused this node (`_refused`).
+        self.fatal = threading.Event()
+        self.failure = ""
         # Applies the registry's partition states (answers and pushes) on its own thread.
-        self.applier = MetadataApplier(self.replicas)
+        self.applier = MetadataApplier(self.replicas, identity=self.identity)
         self.metrics = NodeMetrics(meter_provider, self.replicas, self.applier)
         self.service = StorageNodeService(self.replicas, self.applier, metrics=self.metrics)
         self.tracer_provider = tracer_provider
@@ -226,6 +233,8 @@ class StorageNode:
                 self.config.health_listen, self.health
             )
         try:
+            if self.config.gateway:
+                self.identity.load()  # before any log: a wrong directory stops here
             self.logs.startup()
         except BaseException:
             self.server.stop(0)
@@ -285,6 +294,8 @@ class StorageNode:
                 bulk_address=self.bulk_address,
                 tls=self.config.tls,
                 unclean_shutdown=not self.logs.started_after_clean_shutdown,
+                identity=self.identity,
+                on_refused=self._refused,
                 on_misdirected=serving.stop_process,
             )
             self.session.start()
@@ -300,6 +311,13 @@ class StorageNode:
         )
         self.readiness.start()
 
+    def _refused(self, reason: str) -> None:
+        """A registry of another cluster refused this node: the process stops, exit code
+        1 (services/serving.py), its data untouched."""
+        self.failure = reason
+        self.fatal.set()
+        serving.stop_process(reason)
+
     def stop(self, grace_s: float = 10.0, *, controlled: bool | None = None) -> None:
         """Stop accepting calls, let in-flight ones finish, then flush and close every log
         (which writes the clean-shutdown marker). With a registry, leaderships move to other
@@ -311,8 +329,13 @@ class StorageNode:
         if self.health is not None:  # draining: no longer ready for new work
             serving.set_serving(self.health, [SERVICE_NAME], False)
         if self.session is not None:
-            if controlled and not self.session.controlled_shutdown(
-                self.config.controlled_shutdown_timeout_ms / 1000
+            registered = self.session.registered.is_set() and self.session.refusal is None
+            if (
+                controlled
+                and registered
+                and not self.session.controlled_shutdown(
+                    self.config.controlled_shutdown_timeout_ms / 1000
+                )
             ):
                 logger.warning("controlled shutdown did not finish: stopping anyway")
             self.session.stop()

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import SeglogError, ServerBusyError
+from seglog.errors import InconsistentClusterIdError, SeglogError, ServerBusyError
 from seglog.rpc import check_fetch_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
@@ -274,6 +274,7 @@ class StorageNodeService:
             for node_id, address in request.node_bulk_addresses.items():
                 if address:  # "": that node has no bulk listener
                     check_host_port(address, f"node {node_id}'s bulk address")
+            self._check_cluster(request.cluster_id)
         except SeglogError as exc:
             abort(context, exc)
         # The applier's thread applies them, never this one; it waits for them, bounded.
@@ -287,10 +288,24 @@ class StorageNodeService:
             self.applier.wait_partitions_applied(ticket, named, wait_s)
         return storage_pb2.UpdatePartitionsResponse()
 
+    def _check_cluster(self, cluster_id: str) -> None:
+        """A push or deletion from a registry of another cluster is refused whole (a push
+        naming no cluster is taken, but sets nothing aside: metadata_applier.py)."""
+        identity = self.applier.identity
+        if identity is None or not cluster_id or not identity.cluster_id:
+            return
+        if cluster_id != identity.cluster_id:
+            raise InconsistentClusterIdError(
+                f"partition states from a registry of cluster {cluster_id}; this node's data "
+                f"directory belongs to cluster {identity.cluster_id}"
+            )
+
     def DeletePartition(
         self, request: storage_pb2.DeletePartitionRequest, context: grpc.ServicerContext
     ) -> storage_pb2.DeletePartitionResponse:
         try:
+            log_files.check_topic_name(request.topic)
+            self._check_cluster(request.cluster_id)
             self.replicas.delete_partition(request.topic, request.partition)
         except SeglogError as exc:
             abort(context, exc)

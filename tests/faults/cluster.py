@@ -62,6 +62,7 @@ class Cluster:
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         self.kafka_addresses: list[str] = []  # each gateway's Kafka listener
         self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
+        self._foreign = 0  # foreign gateways started (node-foreign-registry)
         # The controller's preferred-leader elections: often, so faults move leaders back.
         self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
         try:
@@ -278,6 +279,21 @@ class Cluster:
             if len(ends) != 1 or (p.log_end_offset, p.high_watermark) not in ends:
                 return False
         return True
+
+    def start_foreign_gateway(self, near_node: int) -> ServerProcess:
+        """A fresh gateway of another cluster (its own registry, its own cluster id) where
+        node `near_node` reaches it: on loopback, or in that node's network namespace."""
+        self._foreign += 1
+        name = f"foreign-gateway-{self._foreign}"
+        process = gateway_process(
+            "127.0.0.1:0",
+            self.root / name,
+            extra_args=["--session-timeout-ms", str(SESSION_TIMEOUT_MS)],
+            stderr_path=self.root / "logs" / f"{name}.log",
+            **self._prefix(f"node-{near_node}"),
+        )
+        process.start()
+        return process
 
     def restart_gateway(self, index: int = 0) -> None:
         self.gateways[index].start()  # on its own address again

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2_grpc
+from seglog.v1 import gateway_pb2, gateway_pb2_grpc, storage_pb2, storage_pb2_grpc
 from services.storage_node.partition_creator import CREATION_NICE_INCREMENT
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
@@ -24,6 +24,8 @@ from tests.waiting import wait_for, wait_until
 
 NODE_ID = 1
 HEARTBEAT_MS = 100
+# The scripted registry's cluster (a node sets partitions aside only on its cluster's word).
+CLUSTER_ID = "Vw0MOr7cTMqUabAmiOSm4g"
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def assignment(
         heartbeat_interval_ms=HEARTBEAT_MS,
         metadata_offset=offset,
         full=full,
+        cluster_id=CLUSTER_ID,
     )
     for topic, partition in removed:
         message.removed.add(topic=topic, partition=partition)
@@ -448,3 +451,53 @@ def test_a_heartbeat_refused_at_the_gateways_call_limit_is_sent_again_soon(
     assert wait_until(lambda: len(registry.received) >= 3, timeout_s=30), registry.received
     registry.refusing.clear()
     assert node.session is not None and node.session.registered.wait(30)
+
+
+def test_only_a_registry_of_the_nodes_own_cluster_sets_its_partitions_aside(
+    tmp_path, registry, stopping
+):
+    """The node's data dir takes the registry's cluster id at its first answer. A whole
+    assignment naming no cluster (a registry that cannot say which cluster it is) may not
+    set aside what it omits, nor remove; a push from another cluster is refused whole; an
+    answer from another cluster stops the node, both ids named, nothing set aside."""
+    node = start_node(tmp_path, registry, session_timeout_ms=3000)
+    stopping.append(node)
+    data_dir = node.config.data_dir
+    assert f"cluster.id={CLUSTER_ID}" in (data_dir / "meta.properties").read_text()
+    registry.answer = lambda heartbeat: assignment(
+        states("kept", 1) + states("omitted", 1), offset=2, full=True
+    )
+    wait_for(lambda: len(node.replicas.hosted()) == 2, 15, "two partitions hosted")
+
+    nameless = assignment(states("kept", 1), offset=3, full=True, removed=[("kept", 0)])
+    nameless.cluster_id = ""
+    registry.answer = lambda heartbeat: nameless
+    wait_for(
+        lambda: registry.received[-1].heartbeat.applied_metadata_offset == 3,
+        15,
+        "offset 3 applied",
+    )
+    assert sorted(node.replicas.hosted()) == [("kept", 0), ("omitted", 0)]
+
+    other = "QI6iTG_UmjDqGHxcATqzmA"
+    push = gateway_pb2.NodeAssignment(cluster_id=other)
+    push.removed.add(topic="kept", partition=0)
+    with grpc.insecure_channel(node.address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.UpdatePartitions(push, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        deletion = storage_pb2.DeletePartitionRequest(topic="kept", partition=0, cluster_id=other)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.DeletePartition(deletion, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert sorted(node.replicas.hosted()) == [("kept", 0), ("omitted", 0)]
+
+    foreign = assignment([], offset=4, full=True)
+    foreign.cluster_id = other
+    registry.answer = lambda heartbeat: foreign
+    assert node.fatal.wait(15), "an answer of another cluster must stop the node"
+    assert CLUSTER_ID in node.failure and other in node.failure
+    assert sorted(node.replicas.hosted()) == [("kept", 0), ("omitted", 0)]
+    assert sorted(p.name for p in data_dir.iterdir() if p.is_dir()) == ["kept-0", "omitted-0"]
+    assert f"cluster.id={CLUSTER_ID}" in (data_dir / "meta.properties").read_text()

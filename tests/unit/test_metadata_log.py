@@ -82,7 +82,13 @@ def test_a_registry_replays_one_snapshot_and_a_bounded_tail(tmp_path):
     batches = store.load()
     assert len(batches) == 2  # the snapshot, then the one change after it
     snapshot_offset, snapshot = batches[0]
-    assert {r["type"] for r in snapshot} == {"node", "producer_ids", "topic", "partition"}
+    assert {r["type"] for r in snapshot} == {
+        "cluster",
+        "node",
+        "producer_ids",
+        "topic",
+        "partition",
+    }
     assert batches[1][0] > snapshot_offset
     again = Registry(tmp_path, store=store)
     assert again.metadata_offset == registry.metadata_offset

@@ -81,6 +81,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "ELECTION_NOT_NEEDED": grpc.StatusCode.FAILED_PRECONDITION,
     "PREFERRED_LEADER_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "INCONSISTENT_CLUSTER_ID": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -197,7 +197,9 @@ class AdminService:
                         continue
                     try:
                         self.connections.get(replica, addresses[replica]).stub.DeletePartition(
-                            storage_pb2.DeletePartitionRequest(topic=name, partition=i),
+                            storage_pb2.DeletePartitionRequest(
+                                topic=name, partition=i, cluster_id=self.registry.cluster_id
+                            ),
                             timeout=NODE_CALL_TIMEOUT_S,
                         )
                     except grpc.RpcError as exc:  # its next heartbeat sets the partition aside

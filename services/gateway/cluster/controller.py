@@ -82,7 +82,7 @@ def view_states(registry: Registry, view: NodeView) -> gateway_pb2.NodeAssignmen
 def _assignment(
     registry: Registry, chosen: list[tuple[Topic, int, PartitionAssignment]]
 ) -> gateway_pb2.NodeAssignment:
-    assignment = gateway_pb2.NodeAssignment()
+    assignment = gateway_pb2.NodeAssignment(cluster_id=registry.cluster_id)
     for topic, i, p in chosen:
         assignment.partitions.add(
             topic=topic.name,
@@ -222,7 +222,9 @@ class Controller:
         if narrowed <= self._narrowing_pushed or not self.election.is_controller:
             return
         self._narrowing_pushed = narrowed
-        message = gateway_pb2.NodeAssignment(acls_narrowed_offset=narrowed)
+        message = gateway_pb2.NodeAssignment(
+            acls_narrowed_offset=narrowed, cluster_id=self.registry.cluster_id
+        )
         for node_id, address in self.registry.addresses().items():
             if not self.registry.is_live(node_id):
                 continue

@@ -16,6 +16,7 @@ all its partitions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from seglog.security.acls import AclBinding
 
@@ -23,6 +24,7 @@ from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
     CLIENT_QUOTA,
+    CLUSTER,
     NODE,
     NODE_STATE,
     PARTITION,
@@ -33,6 +35,7 @@ from .metadata_records import (
     Record,
     acl_record,
     client_quota_record,
+    cluster_record,
     node_record,
     node_state_record,
     partition_record,
@@ -87,6 +90,10 @@ class MetadataImage:
         # Nodes an operator decommissioned (node_state records): no new replicas, and
         # leaders only where no other in-sync replica can lead.
         self.decommissioned: set[int] = set()
+        # The cluster's id ("" until the registry is bootstrapped), and the backend and
+        # offset this registry was copied from, if it was (registry_bootstrap.py).
+        self.cluster_id = ""
+        self.adopted_from: dict[str, Any] = {}
         self.hosted: dict[int, set[PartitionChange]] = {}
         self.led: dict[int, set[PartitionChange]] = {}
         self.leaderless: set[PartitionChange] = set()
@@ -135,6 +142,14 @@ class MetadataImage:
                 applied.acls = True
             elif kind == PRODUCER_IDS:
                 self.next_producer_id_block = record["next"]
+            elif kind == CLUSTER:
+                if self.cluster_id and record["cluster_id"] != self.cluster_id:
+                    raise MetadataRecordError(
+                        f"the cluster id is {self.cluster_id}: it never changes "
+                        f"(a record says {record['cluster_id']})"
+                    )
+                self.cluster_id = record["cluster_id"]
+                self.adopted_from = dict(record.get("adopted_from", {}))
             elif kind == CLIENT_QUOTA:
                 entity = tuple(sorted(record["entity"].items()))
                 if record["values"]:
@@ -286,7 +301,8 @@ class MetadataImage:
     def records(self) -> list[Record]:
         """The whole image as one batch (a snapshot), in the order metadata_records.py
         documents."""
-        records = [
+        records = [cluster_record(self.cluster_id, self.adopted_from)] if self.cluster_id else []
+        records += [
             node_record(n, address, self.node_min_isr.get(n))
             for n, address in sorted(self.node_addresses.items())
         ]

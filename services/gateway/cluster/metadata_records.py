@@ -33,10 +33,17 @@ Record types (`type`), and what they set:
                    decommission|recommission`): a decommissioned node takes no new replica
                    and leads only where no other in-sync replica can; kept apart from the
                    node record, which each registration rewrites
+    cluster        {cluster_id[, adopted_from]}: the cluster's id (Kafka's form, 22 URL-safe
+                   base64 characters), written once when the registry is bootstrapped and
+                   never changed; nodes learn it when they register and keep it in their
+                   data dir's meta.properties. `adopted_from` {backend, offset}: this
+                   registry began as a copy of another backend's image at that offset
+                   (registry_bootstrap.py)
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
-the whole image as one batch of the same records (nodes, producer ids, ACLs, client quotas,
-node states, then each topic followed by its partitions), applied onto an empty image.
+the whole image as one batch of the same records (the cluster record, nodes, producer ids,
+ACLs, client quotas, node states, then each topic followed by its partitions), applied
+onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -46,6 +53,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from seglog.storage.meta_properties import check_uuid
 
 Record = dict[str, Any]
 
@@ -57,6 +66,7 @@ ACL = "acl"
 PRODUCER_IDS = "producer_ids"
 CLIENT_QUOTA = "client_quota"
 NODE_STATE = "node_state"
+CLUSTER = "cluster"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -75,6 +85,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     PRODUCER_IDS: {"next": int},
     CLIENT_QUOTA: {"entity": dict, "values": dict},
     NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
+    CLUSTER: {"cluster_id": str},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
@@ -112,6 +123,8 @@ def check_records(records: list[Record]) -> list[Record]:
             raise MetadataRecordError(f"metadata record {record!r}: op is add or remove")
         if record["type"] == NODE_STATE and type(record.get("decommissioned")) is not bool:
             raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
+        if record["type"] == CLUSTER:
+            _check_cluster(record)
     return records
 
 
@@ -125,6 +138,20 @@ def _check_reassignment(record: Record) -> None:
     throttle = record.get("throttle_bytes_per_s", 0)
     if type(throttle) is not int or throttle < 0:
         raise MetadataRecordError(f"metadata record {record!r}: bad 'throttle_bytes_per_s'")
+
+
+def _check_cluster(record: Record) -> None:
+    try:
+        check_uuid(record["cluster_id"], "cluster_id")
+    except ValueError as exc:
+        raise MetadataRecordError(f"metadata record {record!r}: {exc}") from None
+    adopted = record.get("adopted_from", {})
+    if not (
+        isinstance(adopted, dict)
+        and isinstance(adopted.get("backend", ""), str)
+        and type(adopted.get("offset", 0)) is int
+    ):
+        raise MetadataRecordError(f"metadata record {record!r}: bad 'adopted_from'")
 
 
 def encode(records: list[Record]) -> bytes:
@@ -172,6 +199,13 @@ def acl_record(op: str, acl: dict[str, str]) -> Record:
 
 def client_quota_record(entity: dict[str, str], values: dict[str, float]) -> Record:
     return {"type": CLIENT_QUOTA, "entity": dict(entity), "values": dict(values)}
+
+
+def cluster_record(cluster_id: str, adopted_from: dict[str, Any] | None = None) -> Record:
+    record: Record = {"type": CLUSTER, "cluster_id": cluster_id}
+    if adopted_from:
+        record["adopted_from"] = dict(adopted_from)
+    return record
 
 
 def producer_ids_record(next_id: int) -> Record:

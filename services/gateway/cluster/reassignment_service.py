@@ -35,7 +35,9 @@ def delete_replicas(
             if replica not in addresses or not registry.is_live(replica):
                 continue
             stub = connections.get(replica, addresses[replica]).stub
-            request = storage_pb2.DeletePartitionRequest(topic=topic, partition=partition)
+            request = storage_pb2.DeletePartitionRequest(
+                topic=topic, partition=partition, cluster_id=registry.cluster_id
+            )
             try:
                 stub.DeletePartition(request, timeout=NODE_CALL_TIMEOUT_S)
             except grpc.RpcError as exc:

@@ -15,7 +15,12 @@ import logging
 
 import grpc
 
-from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
+from seglog.errors import (
+    InconsistentClusterIdError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    SeglogError,
+)
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, set_error
 from seglog.security.certs import NODE_IDENTITY_PREFIX, node_identity
@@ -78,6 +83,7 @@ class RegistryService:
         if request.node_id < 0 or not request.address:
             abort(context, InvalidRequestError("a node registers with an id >= 0 and an address"))
         _check_bulk_address(request, context)
+        self._check_cluster(request, context, registering=True)
         self.registry.register_node(
             request.node_id,
             request.address,
@@ -102,6 +108,7 @@ class RegistryService:
     ) -> gateway_pb2.NodeAssignment:
         self._check_node(context, request.node_id, "heartbeating")
         _check_bulk_address(request, context)
+        self._check_cluster(request, context, registering=False)
         if not self.registry.heartbeat(
             request.node_id,
             request.address,
@@ -113,6 +120,49 @@ class RegistryService:
             # gateway restarted, or fenced it after a missed session. Nothing was lost.
             return self._register(request, context, new_process=False)
         return self._assignment(request, since=request.metadata_offset)
+
+    def _check_cluster(
+        self,
+        request: gateway_pb2.NodeHeartbeat,
+        context: grpc.ServicerContext,
+        *,
+        registering: bool,
+    ) -> None:
+        """A node of another cluster is refused before anything of it is recorded, and so
+        is a node holding partitions but no cluster id (a data dir from before cluster ids)
+        that this registry never registered: a registry is never bootstrapped over another
+        registry's data. Refused, the node stops (registry_client.py)."""
+        cluster_id = self.registry.cluster_id
+        if request.cluster_id:
+            if request.cluster_id != cluster_id:
+                abort(
+                    context,
+                    InconsistentClusterIdError(
+                        f"node {request.node_id}'s data directory belongs to cluster "
+                        f"{request.cluster_id}, and this registry is cluster {cluster_id}: "
+                        f"point the node at its own cluster's registry; if that cluster is "
+                        f"gone for good and its data is not wanted, move the node's data "
+                        f"directory aside and start it empty"
+                    ),
+                )
+            return
+        if (
+            registering
+            and request.held_partitions > 0
+            and request.node_id not in self.registry.image.node_addresses
+        ):
+            abort(
+                context,
+                InconsistentClusterIdError(
+                    f"node {request.node_id} holds {request.held_partitions} partitions and "
+                    f"no cluster id (no meta.properties), and this registry (cluster "
+                    f"{cluster_id}) never registered node {request.node_id}: a registry is "
+                    f"not bootstrapped over another's data. Point the node at the registry "
+                    f"it registered with (make run ETCD=1 copies a data dir's file registry "
+                    f"into etcd when etcd's is empty); if its partitions are not wanted, "
+                    f"move the node's data directory aside and start it empty"
+                ),
+            )
 
     def AlterPartition(
         self, request: gateway_pb2.AlterPartitionRequest, context: grpc.ServicerContext

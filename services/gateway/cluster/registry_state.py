@@ -30,6 +30,7 @@ from services import long_lived
 
 from ..coordination.election import Fence
 from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
+from . import registry_bootstrap
 from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
@@ -40,8 +41,8 @@ from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRe
 
 logger = logging.getLogger(__name__)
 
-REGISTRY_FILE = "registry.json"  # the former whole document, migrated once
-METADATA_DIR = "metadata"
+REGISTRY_FILE = registry_bootstrap.REGISTRY_FILE  # the former whole document, migrated once
+METADATA_DIR = registry_bootstrap.METADATA_DIR
 MIN_ISR_CONFIG = "min.insync.replicas"
 # A change that keeps meeting newer state is given up after this many tries (each retry
 # means another gateway's change landed in between: the cluster is making progress).
@@ -110,7 +111,35 @@ class RegistryState(RegistryRoutes):
             sessions.listeners.append(self.session_changed)
         data_dir.mkdir(parents=True, exist_ok=True)
         self._reset(self.store.load())
+        self._bootstrap(data_dir, file_backend=isinstance(self.store, FileMetadataStore))
         self.store.watch(self._watched, self._watched_reset)
+
+    @retrying
+    def _bootstrap(self, data_dir: Path, *, file_backend: bool) -> None:
+        """The cluster id made once, or another backend's registry adopted
+        (registry_bootstrap.py); another gateway bootstrapping first makes this one take
+        its batch and look again."""
+        with self._lock:
+            step = registry_bootstrap.plan(self.image, data_dir, file_backend=file_backend)
+            if step.records:
+                self._commit(step.records)
+                logger.info("registry bootstrapped: cluster id %s", self.image.cluster_id)
+            if step.move_file_registry_aside:
+                registry_bootstrap.move_file_registry_aside(data_dir)
+                logger.warning(
+                    "the file registry of %s was copied into this registry (cluster %s, %d "
+                    "topics) and moved aside as %s%s",
+                    data_dir,
+                    self.image.cluster_id,
+                    len(self.image.topics),
+                    METADATA_DIR,
+                    registry_bootstrap.MOVED_TO_ETCD,
+                )
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster's id (Kafka's form), set once when the registry was bootstrapped."""
+        return self.image.cluster_id
 
     @property
     def topics(self) -> dict[str, Topic]:

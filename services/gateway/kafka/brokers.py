@@ -12,8 +12,6 @@ lists name): a client reading `leader 1074..., replicas [1, 2, 3]` sees both kin
 
 from __future__ import annotations
 
-import base64
-import uuid
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -120,14 +118,7 @@ def broker_of_gateway(
 
 
 def cluster_id(gateway: Gateway) -> str:
-    """The cluster's id as Kafka clients see it (Metadata, DescribeCluster): Kafka's form, a
-    UUID in 22 URL-safe base64 characters, derived from where the registry lives (the etcd
-    key prefix every gateway of the cluster shares, else the single gateway's data dir), so
-    all gateways answer the same id without storing one."""
-    config = gateway.config
-    if config.registry_etcd is not None:
-        home = f"etcd:{config.registry_etcd_prefix}"
-    else:
-        home = f"file:{config.data_dir.resolve()}"
-    digest = uuid.uuid5(uuid.NAMESPACE_URL, f"seglog-registry:{home}").bytes
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    """The cluster's id as Kafka clients see it (Metadata, DescribeCluster): the registry's,
+    made once when it was bootstrapped (Kafka's form, a UUID in 22 URL-safe base64
+    characters), the same in every gateway and in each node's meta.properties."""
+    return gateway.registry.cluster_id

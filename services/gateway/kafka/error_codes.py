@@ -107,6 +107,7 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "ELECTION_NOT_NEEDED": kafka_errors.ElectionNotNeededError,
     "PREFERRED_LEADER_NOT_AVAILABLE": kafka_errors.PreferredLeaderNotAvailableError,
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": kafka_errors.EligibleLeadersNotAvailableError,
+    "INCONSISTENT_CLUSTER_ID": kafka_errors.InconsistentClusterIdError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"
