@@ -86,8 +86,8 @@ class Flood:
         for sock in self.idle:
             sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
-                head = _read(sock, 4)
-                _read(sock, struct.unpack(">i", head)[0])
+                head = read_exactly(sock, 4)
+                read_exactly(sock, struct.unpack(">i", head)[0])
                 count += 1
             except (OSError, EOFError):
                 pass
@@ -99,7 +99,8 @@ class Flood:
         self.large, self.idle = [], []
 
 
-def _read(sock: socket.socket, size: int) -> bytes:
+def read_exactly(sock: socket.socket, size: int) -> bytes:
+    """`size` bytes from a blocking socket; EOFError if it closes first."""
     out = bytearray()
     while len(out) < size:
         chunk = sock.recv(size - len(out))

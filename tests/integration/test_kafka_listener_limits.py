@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from typing import Any
 
 import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -18,6 +19,7 @@ from services.gateway.kafka.framing import SASL_SERVER_MAX_RECEIVE_SIZE
 from services.gateway.kafka.listener import KafkaListener, ListenerLimits, api_table_for
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
+from tests.kafka_flood import read_exactly
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
 
@@ -67,21 +69,11 @@ def api_versions_answered(sock: socket.socket) -> bool:
     request.with_header(correlation_id=7, client_id="door")
     try:
         sock.sendall(bytes(request.encode(header=True, framed=True)))
-        size = struct.unpack(">i", _read(sock, 4))[0]
-        ApiVersionsResponse[0].decode(_read(sock, size), header=True)
+        size = struct.unpack(">i", read_exactly(sock, 4))[0]
+        ApiVersionsResponse[0].decode(read_exactly(sock, size), header=True)
     except (OSError, struct.error, EOFError):
         return False
     return True
-
-
-def _read(sock: socket.socket, size: int) -> bytes:
-    out = bytearray()
-    while len(out) < size:
-        chunk = sock.recv(size - len(out))
-        if not chunk:
-            raise EOFError
-        out += chunk
-    return bytes(out)
 
 
 def test_max_connections_per_ip_refuses_the_next_and_an_override_lets_a_host_have_more(cluster):
@@ -143,21 +135,7 @@ def test_a_large_frame_before_the_first_request_is_closed_without_reserving_memo
     with KafkaWire(cluster.kafka_address) as wire:
         wire.request(ApiVersionsRequest[0](), 0, ApiVersionsResponse)
         value = b"v" * (SASL_SERVER_MAX_RECEIVE_SIZE + 4096)
-        request = ProduceRequest[9](
-            transactional_id=None,
-            acks=1,
-            timeout_ms=10_000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name="door",
-                    partition_data=[
-                        ProduceRequest.TopicProduceData.PartitionProduceData(
-                            index=0, records=make_batch([value])
-                        )
-                    ],
-                )
-            ],
-        )
+        request = _produce_v9("door", value)
         answer = wire.request(request, 9, ProduceResponse)
         assert answer.responses[0].partition_responses[0].error_code == 0
 
@@ -176,21 +154,7 @@ def test_a_connection_waiting_for_request_memory_is_muted_and_others_are_served(
             holder.send_raw(struct.pack(">i", 3 * MIB // 2) + PRODUCE_V9_HEADER + b"\0" * 1000)
             assert wait_until(lambda: pool.used_bytes >= 3 * MIB // 2)
             value = b"w" * (9 * MIB // 10)
-            request = ProduceRequest[9](
-                transactional_id=None,
-                acks=1,
-                timeout_ms=10_000,
-                topic_data=[
-                    ProduceRequest.TopicProduceData(
-                        name="door",
-                        partition_data=[
-                            ProduceRequest.TopicProduceData.PartitionProduceData(
-                                index=0, records=make_batch([value])
-                            )
-                        ],
-                    )
-                ],
-            )
+            request = _produce_v9("door", value)
             waiter.send_raw(waiter.encode(request, 9))
             listener = cluster.gateway.kafka_listener
             assert wait_until(lambda: listener.waiting_for_memory == 1)
@@ -366,8 +330,8 @@ def test_requests_past_a_full_handler_queue_wait_unread_and_are_all_answered(clu
         for sock in socks:
             answered = []
             for _ in frames:
-                size = struct.unpack(">i", _read(sock, 4))[0]
-                answer = ApiVersionsResponse[0].decode(_read(sock, size), header=True)
+                size = struct.unpack(">i", read_exactly(sock, 4))[0]
+                answer = ApiVersionsResponse[0].decode(read_exactly(sock, size), header=True)
                 answered.append(answer.header.correlation_id)
             assert answered == [1, 2, 3]
         assert listener.handlers.started_threads == 1
@@ -375,3 +339,22 @@ def test_requests_past_a_full_handler_queue_wait_unread_and_are_all_answered(clu
         for sock in socks:
             sock.close()
         listener.stop()
+
+
+def _produce_v9(topic: str, value: bytes) -> Any:
+    """A Produce v9 (acks=1) of one batch holding `value` to partition 0 of `topic`."""
+    return ProduceRequest[9](
+        transactional_id=None,
+        acks=1,
+        timeout_ms=10_000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=0, records=make_batch([value])
+                    )
+                ],
+            )
+        ],
+    )

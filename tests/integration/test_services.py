@@ -372,9 +372,7 @@ def test_gateway_restart_keeps_topics_placements_and_routing(cluster):
     before = gateway_pb2.DescribeTopicsResponse.FromString(
         cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest()).SerializeToString()
     )
-    port = cluster.gateway.port
-    cluster.gateway.stop(grace_s=1)
-    cluster.start_gateway(port)
+    cluster.restart_gateway()
     after = cluster.stub.DescribeTopics(gateway_pb2.DescribeTopicsRequest())
     assert [(p.leader, p.replicas[:]) for p in after.topics[0].partitions] == [
         (p.leader, p.replicas[:]) for p in before.topics[0].partitions
