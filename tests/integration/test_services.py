@@ -458,6 +458,10 @@ def test_a_node_is_not_serving_while_it_loads_its_logs_or_drains(cluster, tmp_pa
             starter.join(30)
             assert health.Check(request, timeout=5).status == health_pb2.HealthCheckResponse.SERVING
             assert node.session is not None
+            # Only a registered node drains through a controlled shutdown; on a busy machine
+            # its first registration can come after its logs are loaded.
+            session = node.session
+            assert wait_until(lambda: session.registered.is_set())
             node.session.controlled_shutdown = lambda timeout_s: draining.wait(30)
             stopper = threading.Thread(target=node.stop, kwargs={"grace_s": 1})
             stopper.start()
