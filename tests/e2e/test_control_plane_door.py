@@ -77,11 +77,21 @@ def _logs_since(cluster: ProcessCluster, offsets: dict[int, int]) -> dict[int, s
     }
 
 
+def _produced(cluster: ProcessCluster, value: bytes) -> bool:
+    """Whether a record was written to each partition of `kept`."""
+    try:
+        batch = make_batch([value])
+        answers = cluster.client.produce("kept", dict.fromkeys(range(3), batch))
+    except Exception:
+        return False
+    return all(a.error == 0 for a in answers)
+
+
 @pytest.mark.slow
 def test_a_client_flood_of_the_gateway_fences_no_node(cluster):
     cluster.admin.create_topic("kept", 3, 3)
-    answers = cluster.client.produce("kept", dict.fromkeys(range(3), make_batch([b"before"])))
-    assert all(a.error == 0 for a in answers)
+    # A new topic's leaders take a moment to be everywhere on a busy machine.
+    assert wait_until(lambda: _produced(cluster, b"before"), 15)
     leaders = {
         p.partition: (p.leader, p.leader_epoch)
         for p in cluster.admin.describe_topic("kept").partitions
@@ -91,7 +101,8 @@ def test_a_client_flood_of_the_gateway_fences_no_node(cluster):
     flood = ClientFlood(cluster.gateway.address, cluster.kafka_address, SHAPE)
     try:
         # The flood holds the client listener: a small call there is not answered.
-        assert wait_until(lambda: not _client_listener_answers(cluster.gateway.address), 10)
+        # Its 48 stalled calls and 3 connections take a few seconds to open on a busy machine.
+        assert wait_until(lambda: not _client_listener_answers(cluster.gateway.address), 30)
         ends = time.monotonic() + FLOOD_S
         while time.monotonic() < ends:  # bounded: FLOOD_S, checking every heartbeat or so
             logs = _logs_since(cluster, offsets)
@@ -112,16 +123,7 @@ def test_a_client_flood_of_the_gateway_fences_no_node(cluster):
     assert "session expired" not in (cluster.root / "gateway.log").read_text(errors="replace")
 
     # Once released, clients are served again, by the same leaders (no session lapsed).
-    def produced() -> bool:
-        try:
-            batch = make_batch([b"after"])
-            return all(
-                a.error == 0 for a in cluster.client.produce("kept", dict.fromkeys(range(3), batch))
-            )
-        except Exception:
-            return False
-
-    assert wait_until(produced, 15)
+    assert wait_until(lambda: _produced(cluster, b"after"), 15)
     after = {
         p.partition: (p.leader, p.leader_epoch)
         for p in cluster.admin.describe_topic("kept").partitions
