@@ -100,6 +100,26 @@ def served(address: str, expected: dict[str, int]) -> dict[str, int]:
         assert wait_until(every_topic_led, timeout_s=30)
         listed = {t.name for t in client.list_topics()}
         assert set(expected) <= listed, listed
+
+        # After a restart a leader serves up to its high watermark, which moves to its log end
+        # once its followers have fetched again (a busy machine: seconds). Records the cluster
+        # lost would never come below it, and the count read below would say so.
+        def high_watermarks_caught_up() -> bool:
+            try:
+                return all(
+                    sum(
+                        o.offset
+                        for o in client.list_offsets(
+                            t, dict.fromkeys(range(PARTITIONS), -1)
+                        ).values()
+                    )
+                    >= count
+                    for t, count in expected.items()
+                )
+            except Exception:
+                return False
+
+        wait_until(high_watermarks_caught_up, timeout_s=60)
         return {topic: len(read_all(client, topic)) for topic in expected}
     finally:
         client.close()
