@@ -30,22 +30,17 @@ only to holders of the cluster CA's certificates, and role-based auth lets only 
 etcd user (password in `etcd-password` in the data dir) read or write the registry's keys.
 
 One registry at a time holds the cluster, and switching keeps it: `make run ETCD=1` on the
-data of a plain `make run` starts with an empty etcd, into which the first gateway copies its
-file registry whole (services/gateway/cluster/registry_bootstrap.py), leaving it aside as
-`gateway/metadata.moved-to-etcd`; a plain `make run` on data whose registry is in etcd (so
-moved, or made there by a first `--etcd` run) copies it into `gateway/metadata` before the
-gateway starts, and moves etcd's data aside as `etcd.moved-to-file` (an older copy of
-either replaced). Every node keeps its cluster id in its meta.properties, so a registry of
-another cluster is refused, never obeyed; two registries in one data dir are refused with
-the commands that resolve it.
+data of a plain `make run` adopts its file registry into etcd, and a plain `make run` on data
+whose registry is in etcd brings it back to the file (registry_switch.py). Every node keeps
+its cluster id in its meta.properties, so a registry of another cluster is refused, never
+obeyed; two registries in one data dir are refused with the commands that resolve it.
+Secrets and certificates are made once into the data dir (credentials.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import secrets
-import shutil
 import signal
 import socket
 import sys
@@ -57,28 +52,16 @@ import grpc
 from seglog.client.gateway import with_default_port
 from seglog.rpc import grants
 from seglog.rpc.channels import open_channel, tls_server_name
-from seglog.security.certs import (
-    GATEWAY_IDENTITY,
-    CertificateAuthority,
-    node_identity,
-    write_issued,
-)
-from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity, TlsFiles
+from seglog.security.certs import GATEWAY_IDENTITY
+from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
-from services.gateway.cluster.metadata_etcd_store import EtcdMetadataStore
-from services.gateway.cluster.registry_bootstrap import (
-    METADATA_DIR,
-    MOVED_TO_ETCD,
-    RegistryConflictError,
-    adopt_into_file,
-    file_registry_exists,
-    moved_into_etcd,
-)
 from services.gateway.coordination.etcd_auth import lock_down
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX, EtcdKeyspace
+from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
 
+from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
+from .registry_switch import RegistrySwitch, RegistrySwitchRefused
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,23 +142,21 @@ def main(argv: list[str] | None = None) -> int:
     echo = sys.stdout.buffer
     # The secret that signs bulk transfer grants, made once per data dir (mode 0600) and
     # given to every process through the environment, never on a command line.
-    secret = _secret_file(data / "cluster-secret")
+    secret = secret_file(data / "cluster-secret")
     env = {grants.CLUSTER_SECRET_ENV: secret}
     gateway_tls: list[str] = []
     node_tls: dict[int, list[str]] = {}
     if args.tls:
-        gateway_tls, node_tls = _tls_flags(data / "tls", args.nodes)
+        gateway_tls, node_tls = tls_flags(data / "tls", args.nodes)
     # Topics default to three replicas and acks=all to two in sync, so killing one node
     # shows a failover with no data loss (fewer nodes: as many replicas as nodes).
     replication_factor = min(3, args.nodes)
     min_insync_replicas = max(1, min(2, args.nodes - 1))
-    if not args.etcd:
-        try:
-            _registry_back_from_etcd(data, args.tls)
-        except (RuntimeError, RegistryConflictError) as exc:
-            print(f"seglog local cluster: {exc}", file=sys.stderr)
-            return 1
-    adopting = args.etcd and file_registry_exists(data / "gateway")
+    try:
+        switch = RegistrySwitch.prepare(data, etcd=args.etcd, tls=args.tls)
+    except RegistrySwitchRefused as exc:
+        print(f"seglog local cluster: {exc}", file=sys.stderr)
+        return 1
     etcd: EtcdProcess | None = None
     gateway_listens = [args.listen]
     registry_args: list[str] = []
@@ -185,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         etcd = EtcdProcess(
             data / "etcd",
             log_path=data / "logs" / "etcd.log",
-            tls=_identity_files(data / "tls", "etcd") if args.tls else None,
+            tls=identity_files(data / "tls", "etcd") if args.tls else None,
         )
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
@@ -225,13 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         if etcd is not None:
             endpoint = etcd.start()
             if etcd.tls is not None:
-                password = _secret_file(data / "etcd-password")
-                client = _identity_files(data / "tls", "")  # etcd-client.pem: no common name
+                password = secret_file(data / "etcd-password")
+                client = identity_files(data / "tls", "")  # etcd-client.pem: no common name
                 lock_down(
                     endpoint,
                     DEFAULT_PREFIX + "/",
                     {GATEWAY_IDENTITY: password},
-                    _secret_file(data / "etcd-root-password"),
+                    secret_file(data / "etcd-root-password"),
                     client,
                 )
                 for gateway in gateways:
@@ -277,12 +258,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if etcd is not None:
             print(f"  registry in etcd at {etcd.endpoint} (pid {etcd.pid})", flush=True)
-            if adopting and moved_into_etcd(data / "gateway"):
-                print(
-                    f"  (the file registry of {data / 'gateway'} was copied into it, and kept "
-                    f"aside as gateway/{METADATA_DIR}{MOVED_TO_ETCD})",
-                    flush=True,
-                )
+            adopted = switch.adopted()
+            if adopted:
+                print(f"  ({adopted})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
@@ -336,12 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             if why:
                 print(f"  {gateway.name}: {why}", file=sys.stderr)
             if "two registries" in why:
-                print(
-                    f"  here: mv {data / 'etcd'} {data / 'etcd.aside'} (the file registry goes "
-                    f"to a new etcd), or mv {data / 'gateway' / METADATA_DIR} "
-                    f"{data / 'gateway' / 'metadata.aside'} (etcd's is kept)",
-                    file=sys.stderr,
-                )
+                print(f"  here: {switch.two_registries_fix()}", file=sys.stderr)
         return 1
     finally:
         for node in nodes:
@@ -352,60 +325,6 @@ def main(argv: list[str] | None = None) -> int:
             etcd.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
-
-
-def _registry_back_from_etcd(data: Path, tls: bool) -> None:
-    """A plain run on data whose registry is in etcd (moved there by `--etcd`, or made there
-    by a first run with `--etcd`): etcd's registry copied into the gateway's data dir, then
-    etcd's data moved aside, so neither the cluster nor a stale registry is left behind
-    (registry_bootstrap.py)."""
-    gateway_dir, etcd_dir = data / "gateway", data / "etcd"
-    if file_registry_exists(gateway_dir):
-        return
-    if not etcd_dir.is_dir():
-        if not moved_into_etcd(gateway_dir):
-            return  # a new data dir
-        raise RuntimeError(
-            f"the registry of {gateway_dir} was moved into etcd, and {etcd_dir} is gone: "
-            f"run with etcd again (make run ETCD=1), or to start this data over as a new "
-            f"cluster move {data} aside"
-        )
-    client = None
-    if tls:
-        client = _identity_files(data / "tls", "")
-    etcd = EtcdProcess(
-        etcd_dir,
-        log_path=data / "logs" / "etcd.log",
-        tls=_identity_files(data / "tls", "etcd") if tls else None,
-    )
-    endpoint = etcd.start()
-    try:
-        keyspace = EtcdKeyspace(
-            endpoint,
-            DEFAULT_PREFIX,
-            tls=client,
-            user=GATEWAY_IDENTITY if tls else None,
-            password=_secret_file(data / "etcd-password") if tls else None,
-        )
-        try:
-            store = EtcdMetadataStore(keyspace)
-            if not store.load():
-                return  # etcd never held a registry: nothing to bring back
-            image = adopt_into_file(store, gateway_dir)
-        finally:
-            keyspace.close()
-    finally:
-        etcd.stop()
-    aside = data / "etcd.moved-to-file"
-    if aside.exists():
-        shutil.rmtree(aside)
-    etcd_dir.rename(aside)
-    print(
-        f"seglog local cluster: the registry in etcd (cluster {image.cluster_id}, "
-        f"{len(image.topics)} topics) was copied back into {gateway_dir / METADATA_DIR}; "
-        f"etcd's data kept aside as {aside}",
-        flush=True,
-    )
 
 
 # Each server log's size when this run began: older runs' lines are not this run's reasons.
@@ -475,44 +394,6 @@ def _wait_for_nodes(address: str, count: int, tls: Path | None, timeout_s: float
             time.sleep(0.05)
     finally:
         channel.close()
-
-
-def _tls_flags(directory: Path, nodes: int) -> tuple[list[str], dict[int, list[str]]]:
-    """A cluster CA and the gateway's, each node's and an `admin` client's certificates,
-    made once into `directory` (kept between runs, renewed by deleting them)."""
-    if (directory / "ca.pem").exists():
-        authority = CertificateAuthority.load(directory / "ca.pem", directory / "ca.key")
-    else:
-        authority = CertificateAuthority.create()
-        authority.write(directory)
-    ca = str(directory / "ca.pem")
-
-    def flags(identity: str) -> list[str]:
-        if not (directory / f"{identity}.pem").exists():
-            write_issued(authority.issue(identity), directory, identity)
-        cert, key = directory / f"{identity}.pem", directory / f"{identity}.key"
-        return ["--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", ca]
-
-    flags("admin")
-    return flags(GATEWAY_IDENTITY), {n: flags(node_identity(n)) for n in range(1, nodes + 1)}
-
-
-def _identity_files(directory: Path, identity: str) -> TlsFiles:
-    """`identity`'s certificate from the CA `_tls_flags` made (made once, then kept); "":
-    one without a common name, kept as `etcd-client`."""
-    authority = CertificateAuthority.load(directory / "ca.pem", directory / "ca.key")
-    name = identity or "etcd-client"
-    if not (directory / f"{name}.pem").exists():
-        write_issued(authority.issue(identity), directory, name)
-    return TlsFiles(directory / f"{name}.pem", directory / f"{name}.key", directory / "ca.pem")
-
-
-def _secret_file(path: Path) -> str:
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(32))
-    return path.read_text().strip()
 
 
 def _listening(host: str, port: int) -> bool:

@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from tests.faults.disk_faults import DiskBitflip, DiskFull, DiskPowerCut, LastReplicaStanding
 from tests.faults.fault_kinds import (
-    ClientFlooding,
     ClientKill,
     DelayAnswers,
     DropAnswers,
@@ -22,12 +21,13 @@ from tests.faults.fault_kinds import (
     LeaderCutFromFollowers,
     LeaderCutFromGateway,
     NodeCrash,
-    NodeForeignRegistry,
     NodeKill,
     NodePause,
     NodeTerm,
     SlowFollower,
 )
+from tests.faults.flood_fault import ClientFlooding
+from tests.faults.foreign_registry import NodeForeignRegistry
 
 PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
     "node-kill": NodeKill,

@@ -119,7 +119,7 @@ class Cluster:
                     "3",
                     "--leader-imbalance-check-interval-seconds",
                     str(self.leader_imbalance_check_interval_s),
-                    # Kafka's door too, for the client flood (fault_kinds.py ClientFlooding).
+                    # Kafka's door too, for the client flood (flood_fault.py ClientFlooding).
                     "--kafka-listen",
                     kafka_address,
                 ],

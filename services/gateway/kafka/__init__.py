@@ -15,7 +15,9 @@ it is an internal API of kafka-python); no message layout is written here.
 
     listener.py      acceptors, network threads and handler pools; builds the api table
     connection_quotas.py  max.connections, per address and its overrides
-    processor.py     a network thread: a selector over its connections, timers
+    processor.py     a network thread: a selector over its connections
+    connection_deadlines.py  a network thread's timers: handshake, first request, idle
+    request_dispatch.py  requests to the handler pools; parked while their queue is full
     channel.py       one connection's bytes: TLS, frames read in checked steps, answers
     handler_pool.py  the request handler threads and their bounded queue
     connection.py    one connection's requests: one at a time, answers in order

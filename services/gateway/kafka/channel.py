@@ -141,7 +141,7 @@ class Channel:
         self.opened_at = now
         self.close_after_send = False
         self.waiting_memory_since: float | None = None
-        # When to check that a frame holding pool bytes still arrives (processor.py).
+        # When to check that a frame holding pool bytes still arrives (connection_deadlines.py).
         self.body_check_at: float | None = None
         self.waiting_queue = False
         self.muted_until = 0.0  # over a client quota (KIP-219): no reading before

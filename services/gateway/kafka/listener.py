@@ -3,7 +3,7 @@ acceptor thread per port takes connections and deals them out to `num.network.th
 network threads (processor.py), each serving its connections on non-blocking sockets through
 a selector; complete requests go through a bounded queue (`queued.max.requests`) to
 `num.io.threads` request handlers (handler_pool.py; produce, fetches and group joins to a
-pool of their own, processor.py says why), whose answers go back to the network thread.
+pool of their own, request_dispatch.py says why), whose answers go back to the network thread.
 So an idle connection costs a socket, a selector entry and a few small objects (measured: a
 few KiB), never a thread, and 10,000 of them cost megabytes.
 
@@ -76,7 +76,7 @@ DEFAULT_NUM_NETWORK_THREADS = 3  # Kafka's num.network.threads
 # handshake alone has 10 s too) and frees a flood's slots 60 times sooner than the idle
 # timeout.
 DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS = 10_000
-# The waiting requests' own pool (processor.py's WAITING_APIS): as many threads as the
+# The waiting requests' own pool (request_dispatch.py's WAITING_APIS): as many threads as the
 # gateway lets long polls (16) and group joins (8) wait at once, plus num.io.threads' worth
 # (8) for produce and for the polls and joins past those bounds, which are answered at once:
 # 32 threads, started as work comes.

@@ -1,26 +1,19 @@
 """A network thread of the Kafka listener (Kafka's SocketServer Processor): one selector over
 its share of the connections, reading requests and writing answers on non-blocking sockets
-(channel.py), handing each complete request to the request handlers (handler_pool.py) and
-taking their answers back. The listener runs `num.network.threads` of them and deals new
-connections out in turn.
+(channel.py), handing each complete request to the request handlers (request_dispatch.py,
+handler_pool.py) and taking their answers back. The listener runs `num.network.threads` of
+them and deals new connections out in turn.
 
 Per connection, one request at a time: a channel reads nothing while its request is being
 handled or its answers sent (so answers go in request order), nor while it waits for room in
 the request pool or the handlers' queue, nor while it is muted past a client quota (KIP-219).
-Timers, checked on every turn of the loop (a heap of deadlines, lazily cleared):
-- the TLS handshake: 10 s;
-- `connections.first.request.timeout.ms`: a connection that has not authenticated by then
-  (SASL listeners; elsewhere, read its first complete request) is closed;
-- the request pool's wait (`wait_s`, 30 s): a connection still waiting for room is closed,
-  and so is one holding room for a frame whose bytes stopped coming that long;
-- `connections.max.idle.ms`: a connection with no bytes in or out for that long and no
-  request in flight is closed (oldest first, as Kafka's idle expiry).
+Its connections' deadlines (the TLS handshake, the first request, the request pool's wait,
+a quota's mute, idle expiry) are kept and acted on by connection_deadlines.py, checked on
+every turn of the loop.
 """
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import selectors
 import socket
@@ -37,11 +30,13 @@ from opentelemetry import trace
 from services.memory_pool import RequestMemoryPool
 
 from .api_table import ApiTable
-from .channel import MAX_QUEUED_REQUESTS, Channel, PeerClosed, Stage, Step
+from .channel import Channel, PeerClosed, Step
 from .connection import KafkaConnection, Outcome
-from .framing import API_KEY_AND_VERSION, FrameError
+from .connection_deadlines import ConnectionDeadlines
+from .framing import FrameError
 from .handler_pool import RequestHandlerPool
 from .kafka_call import ConnectionIdentity
+from .request_dispatch import RequestDispatch
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -51,14 +46,6 @@ logger = logging.getLogger(__name__)
 # The longest the loop sleeps with no event: how late a stop or an idle expiry may be seen.
 MAX_SELECT_S = 0.5
 STOP_JOIN_TIMEOUT_S = 5.0
-# Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
-# and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR
-# shrinks). Kafka's broker parks them in a purgatory without a thread; here a handler waits
-# on its thread, so they run on a pool of their own, and a stalled node or a crowd of long
-# polls never holds up metadata, SASL, offsets or the group heartbeats that keep consumers
-# in their groups.
-PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 0, 1, 11, 14
-WAITING_APIS = frozenset({PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY})
 
 
 @dataclass(frozen=True)
@@ -93,19 +80,22 @@ class Processor:
         self._answered: deque[tuple[Channel, Outcome]] = deque()
         self._channels: OrderedDict[int, Channel] = OrderedDict()  # least recently active first
         self._registered: dict[int, int] = {}  # id(channel) -> events
-        self._timers: list[tuple[float, int, Channel]] = []
-        self._sequence = itertools.count()
         self._waiting_memory: deque[Channel] = deque()
-        self._waiting_queue: deque[Channel] = deque()
+        self._deadlines = ConnectionDeadlines(
+            context,
+            self._channels,
+            self._waiting_memory,
+            close=self._close,
+            read=self._read,
+            touched=self._touched,
+        )
         self._memory_released = False
-        self._queue_room = False
         self._stopped = threading.Event()
         self._thread = threading.Thread(
             target=self._run, name=f"kafka-network-thread-{index}", daemon=True
         )
         context.pool.notify_on_release(self._on_memory_released)
-        context.handlers.notify_on_room(self._on_queue_room)
-        context.waiting_handlers.notify_on_room(self._on_queue_room)
+        self._dispatch = RequestDispatch(context, answer=self._answer, wakeup=self._wakeup)
 
     @property
     def connections(self) -> int:
@@ -141,11 +131,6 @@ class Processor:
             self._memory_released = True
             self._wakeup()
 
-    def _on_queue_room(self) -> None:
-        if self._waiting_queue:
-            self._queue_room = True
-            self._wakeup()
-
     def stop(self) -> None:
         self._stopped.set()
         self._wakeup()
@@ -175,13 +160,9 @@ class Processor:
 
     def _turn(self) -> None:
         now = time.monotonic()
-        timeout = 0.0 if self._memory_released or self._queue_room else MAX_SELECT_S
-        if self._timers:
-            timeout = min(timeout, max(0.0, self._timers[0][0] - now))
-        if self._channels:
-            oldest = next(iter(self._channels.values()))
-            idle_at = oldest.last_active + self.context.idle_timeout_s
-            timeout = min(timeout, max(0.0, idle_at - now))
+        timeout = self._deadlines.timeout(
+            now, 0.0 if self._memory_released or self._dispatch.room_pending else MAX_SELECT_S
+        )
         for key, events in self._selector.select(timeout):
             channel = key.data
             if channel is None:
@@ -200,18 +181,8 @@ class Processor:
             self._memory_released = False
             for channel in list(self._waiting_memory):
                 self._read(channel)
-        if self._queue_room:
-            self._queue_room = False
-            while self._waiting_queue:
-                channel = self._waiting_queue[0]
-                if (
-                    not channel.closed
-                    and channel.waiting_queue
-                    and not self._dispatch_parked(channel)
-                ):
-                    break
-                self._waiting_queue.popleft()
-        self._expire(time.monotonic())
+        self._dispatch.retry_parked()
+        self._deadlines.expire(time.monotonic())
 
     def _drain_wakeups(self) -> None:
         try:
@@ -252,9 +223,9 @@ class Processor:
             now=now,
         )
         self._channels[id(channel)] = channel
-        self._timer(now + context.first_request_timeout_s, channel)
+        self._deadlines.at(now + context.first_request_timeout_s, channel)
         if channel.handshaking:
-            self._timer(channel.handshake_deadline, channel)
+            self._deadlines.at(channel.handshake_deadline, channel)
             self._handshake(channel)
         else:
             self._update(channel)
@@ -266,8 +237,7 @@ class Processor:
         self._channels.pop(id(channel), None)
         if channel.waiting_memory_since is not None and channel in self._waiting_memory:
             self._waiting_memory.remove(channel)
-        if channel.waiting_queue and channel in self._waiting_queue:
-            self._waiting_queue.remove(channel)
+        self._dispatch.forget(channel)
         if self._registered.pop(id(channel), None) is not None:
             try:
                 self._selector.unregister(channel.sock)
@@ -303,9 +273,6 @@ class Processor:
         else:
             self._selector.modify(sock, events, channel)
             self._registered[key] = events
-
-    def _timer(self, at: float, channel: Channel) -> None:
-        heapq.heappush(self._timers, (at, next(self._sequence), channel))
 
     def _touched(self, channel: Channel) -> None:
         self._channels.move_to_end(id(channel))
@@ -349,7 +316,7 @@ class Processor:
         try:
             step = channel.read_frame(now)
             if step is Step.COMPLETE:
-                self._dispatch(channel, now)
+                self._dispatch.dispatch(channel, now)
         except PeerClosed:
             self._close(channel)
             return
@@ -362,77 +329,17 @@ class Processor:
             self._close(channel)
             return
         self._touched(channel)
-        if (
-            step is Step.BLOCKED
-            and channel.body_check_at is None
-            and not channel.in_flight
-            and channel.reader.stage is Stage.BODY
-        ):
-            channel.body_check_at = channel.last_active + self.context.pool.wait_s
-            self._timer(channel.body_check_at, channel)
+        if step is Step.BLOCKED:
+            self._deadlines.watch_body(channel)
         if step is Step.WAIT_MEMORY and not was_waiting:
             self._waiting_memory.append(channel)
-            self._timer(now + self.context.pool.wait_s, channel)
+            self._deadlines.at(now + self.context.pool.wait_s, channel)
             # Tried again on the next turn: room given back before the channel was listed
             # woke nobody.
             self._memory_released = True
         elif step is not Step.WAIT_MEMORY and was_waiting:
             self._waiting_memory.remove(channel)
         self._update(channel)
-
-    def _dispatch(self, channel: Channel, now: float) -> None:
-        """The complete frame, and the Produce requests queued right behind it, to a
-        handler; the channel is muted until their answers are sent."""
-        frame, held, raw = channel.take_frame()
-        frames = [frame]
-        if not raw:
-            api_key, api_version = API_KEY_AND_VERSION.unpack_from(frame)
-            if channel.connection.batches(api_key, api_version):
-                while len(frames) < MAX_QUEUED_REQUESTS and held < channel.max_request_bytes:
-                    try:
-                        step = channel.read_frame(now, coalescing=(api_key, held))
-                    except (PeerClosed, FrameError, OSError):
-                        break  # met again, and acted on, when reading goes on
-                    if step is not Step.COMPLETE:
-                        break
-                    following, size, _ = channel.take_frame()
-                    frames.append(following)
-                    held += size
-        channel.in_flight = True
-        channel.in_flight_bytes = held
-        channel.parked = (frames, raw)
-        if not self._dispatch_parked(channel):
-            channel.waiting_queue = True
-            self._waiting_queue.append(channel)
-            self._queue_room = True  # tried again on the next turn, as memory waits are
-
-    def _dispatch_parked(self, channel: Channel) -> bool:
-        """Queues the channel's read request(s) for a handler; False when the queue is full."""
-        assert channel.parked is not None
-        frames, raw = channel.parked
-        connection = channel.connection
-        api_key = -1 if raw else API_KEY_AND_VERSION.unpack_from(frames[0])[0]
-        handlers = (
-            self.context.waiting_handlers if api_key in WAITING_APIS else self.context.handlers
-        )
-
-        def handle() -> None:
-            try:
-                outcome = connection.handle(frames, raw)
-            except BaseException:
-                self._answer(channel, Outcome(close=True))
-                raise
-            finally:
-                frames.clear()  # the frames' memory goes with their pool bytes, not later
-            self._answer(channel, outcome)
-
-        channel.handling = True
-        if not handlers.try_submit(handle):
-            channel.handling = False
-            return False
-        channel.parked = None
-        channel.waiting_queue = False
-        return True
 
     def _answered_with(self, channel: Channel, outcome: Outcome) -> None:
         """A handler's outcome: its answers queued on the channel (their bytes held from the
@@ -472,90 +379,7 @@ class Processor:
         muted_until = channel.session.muted_until
         if muted_until > now:
             channel.muted_until = muted_until
-            self._timer(muted_until, channel)
+            self._deadlines.at(muted_until, channel)
             self._update(channel)
             return
         self._read(channel)  # a TLS record may hold the next request already
-
-    # -- timers ---------------------------------------------------------------------------
-
-    def _expire(self, now: float) -> None:
-        context = self.context
-        while self._timers and self._timers[0][0] <= now:
-            _, _, channel = heapq.heappop(self._timers)
-            if channel.closed:
-                continue
-            peer = channel.connection.peer
-            if channel.handshaking and channel.handshake_deadline <= now:
-                logger.info("closing Kafka connection from %s: no TLS handshake in time", peer)
-                self._close(channel)
-            elif (
-                channel.waiting_memory_since is not None
-                and channel.waiting_memory_since + context.pool.wait_s <= now
-            ):
-                logger.info(
-                    "closing Kafka connection from %s unread: the request pool had no room "
-                    "for %d bytes for %g s (queued.max.request.bytes)",
-                    peer,
-                    channel.reader.size,
-                    context.pool.wait_s,
-                )
-                self._waiting_memory.remove(channel)
-                self._close(channel)
-            elif (
-                not self._met_first_deadline(channel)
-                and now - channel.opened_at >= context.first_request_timeout_s
-            ):
-                logger.info(
-                    "closing Kafka connection from %s: no %s within %g ms "
-                    "(connections.first.request.timeout.ms)",
-                    peer,
-                    "authentication" if channel.session.sasl_required else "complete request",
-                    context.first_request_timeout_s * 1000,
-                )
-                self._close(channel)
-            elif channel.body_check_at is not None and channel.body_check_at <= now:
-                self._check_body(channel, now)
-            elif channel.muted_until and channel.muted_until <= now:
-                channel.muted_until = 0.0
-                self._read(channel)
-        # Idle: oldest first; a channel with a request in flight or waiting is not idle.
-        for _ in range(len(self._channels)):
-            channel = next(iter(self._channels.values()))
-            if channel.last_active + context.idle_timeout_s > now:
-                break
-            if channel.in_flight or channel.waiting_memory_since is not None:
-                channel.last_active = now
-                self._touched(channel)
-                continue
-            logger.info(
-                "closing Kafka connection from %s: idle for %g ms (connections.max.idle.ms)",
-                channel.connection.peer,
-                context.idle_timeout_s * 1000,
-            )
-            self._close(channel)
-
-    def _check_body(self, channel: Channel, now: float) -> None:
-        """A frame holding pool bytes whose body has stopped coming for the pool's wait is
-        closed; one still coming is checked again a wait after its last bytes."""
-        wait_s = self.context.pool.wait_s
-        if channel.in_flight or channel.reader.stage is not Stage.BODY:
-            channel.body_check_at = None
-        elif now - channel.last_active >= wait_s:
-            logger.info(
-                "closing Kafka connection from %s: no bytes for %g s of a %d-byte request "
-                "holding request memory (queued.max.request.bytes)",
-                channel.connection.peer,
-                wait_s,
-                channel.reader.size,
-            )
-            self._close(channel)
-        else:
-            channel.body_check_at = channel.last_active + wait_s
-            self._timer(channel.body_check_at, channel)
-
-    @staticmethod
-    def _met_first_deadline(channel: Channel) -> bool:
-        if channel.session.sasl_required:
-            return channel.session.authenticated_principal is not None
-        return channel.requests_read > 0
