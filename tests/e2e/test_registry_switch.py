@@ -70,6 +70,17 @@ def produce(client: GatewayClient, topic: str, count: int, prefix: str) -> None:
         assert all(not r.error for r in results), results
 
 
+def create_and_produce(address: str, topic: str, count: int, prefix: str) -> None:
+    """A new topic of PARTITIONS partitions and `count` records in it (acks=all)."""
+    with Admin(address.split(",")[0]) as admin:
+        admin.create_topic(topic, PARTITIONS)
+    client = GatewayClient(address, timeout_s=10)
+    try:
+        produce(client, topic, count, prefix)
+    finally:
+        client.close()
+
+
 def read_all(client: GatewayClient, topic: str) -> list[bytes]:
     """Every record of every partition below its high watermark, by offset."""
     values = []
@@ -153,13 +164,7 @@ def test_make_run_then_etcd_then_back_serves_every_record_and_strands_nothing(tm
     second = {**FIRST, "after-etcd": 300}
     with make_run(data, "--etcd") as address:
         assert served(address, FIRST) == FIRST
-        with Admin(address.split(",")[0]) as admin:
-            admin.create_topic("after-etcd", PARTITIONS)
-        client = GatewayClient(address, timeout_s=10)
-        try:
-            produce(client, "after-etcd", second["after-etcd"], "etcd")
-        finally:
-            client.close()
+        create_and_produce(address, "after-etcd", second["after-etcd"], "etcd")
         assert served(address, second) == second
     assert not (data / "gateway" / "metadata").exists()  # moved aside: never served stale
     assert (data / "gateway" / "metadata.moved-to-etcd").is_dir()
@@ -183,13 +188,7 @@ def test_a_cluster_begun_on_etcd_comes_to_the_file_registry_whole(tmp_path):
     data = tmp_path / "data"
     counts = {"made-on-etcd": 500}
     with make_run(data, "--etcd", nodes=1) as address:
-        with Admin(address.split(",")[0]) as admin:
-            admin.create_topic("made-on-etcd", PARTITIONS)
-        client = GatewayClient(address, timeout_s=10)
-        try:
-            produce(client, "made-on-etcd", counts["made-on-etcd"], "etcd")
-        finally:
-            client.close()
+        create_and_produce(address, "made-on-etcd", counts["made-on-etcd"], "etcd")
     with make_run(data, nodes=1) as address:
         assert served(address, counts) == counts
     assert (data / "etcd.moved-to-file").is_dir()

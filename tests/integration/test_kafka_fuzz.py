@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import struct
 from collections import Counter
 from collections.abc import Iterator
@@ -43,6 +42,17 @@ from services.gateway.kafka.api_table import response_class_of
 from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
+from tests.kafka_fuzz_wire import (
+    ANSWER_TIMEOUT_S,
+    FOLLOW_UP_CORRELATION_ID,
+    SIZE,
+    Outcome,
+    Tracebacks,
+    error_codes,
+    exchange,
+    exchange_queued,
+    frame_of,
+)
 from tests.kafka_strategies import Known, request_classes, requests
 from tests.kafka_wire import KafkaWire
 
@@ -83,36 +93,8 @@ KNOWN_TO_PRODUCE = Known(
 # make fuzz-kafka.
 EXAMPLES_PER_API = int(os.environ.get("SEGLOG_KAFKA_FUZZ_EXAMPLES", "10"))
 MIN_EXAMPLES_PER_VERSION = 2
-# Every wait a request can ask for is drawn short (kafka_strategies.WAIT_FIELDS); an answer
-# later than this is a handler stuck, not a wait.
-ANSWER_TIMEOUT_S = 10.0
-FOLLOW_UP_CORRELATION_ID = 2**31 - 1
-_SIZE = struct.Struct(">i")
 PRODUCE_KEY = 0
 CLASSES = request_classes()
-
-
-# The listener's line for a handler's unexpected exception (one line, no traceback).
-HANDLER_GUARD_LOGGER = "services.gateway.kafka.handler_guard"
-
-
-class Tracebacks(logging.Handler):
-    """Every log record of the cluster's processes (all in this one) that carries a
-    traceback, and every line of the listener's guard for a handler's unexpected exception:
-    a request that reaches one has met an exception nobody expected."""
-
-    def __init__(self) -> None:
-        super().__init__(level=logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        unexpected = record.name == HANDLER_GUARD_LOGGER and record.levelno >= logging.ERROR
-        if record.exc_info or record.stack_info or unexpected:
-            self.records.append(record)
-
-    def take(self) -> list[str]:
-        taken, self.records = self.records, []
-        return [f"{r.name}: {r.getMessage()}\n{self.format(r)}" for r in taken]
 
 
 @dataclass
@@ -168,69 +150,13 @@ def target(request, tmp_path_factory) -> Iterator[Target]:
         root_logger.removeHandler(tracebacks)
 
 
-def frame_of(request: Any, version: int, correlation_id: int) -> bytes:
-    request.API_VERSION = version
-    request.with_header(correlation_id=correlation_id, client_id="fuzz")
-    return bytes(request.encode(header=True, framed=True))
-
-
-FOLLOW_UP = frame_of(ApiVersionsRequest[0](), 0, FOLLOW_UP_CORRELATION_ID)
-
-
-@dataclass
-class Outcome:
-    answer: bytes | None  # the request's answer frame (without its size), if any
-    closed: bool  # the listener closed the connection (before the follow-up's answer)
-
-
-def exchange(address: str, frame: bytes) -> Outcome:
-    """Send `frame` and an ApiVersions behind it on a new connection; what came back."""
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S) as sock:
-        try:
-            sock.sendall(frame + FOLLOW_UP)
-        except OSError:
-            return Outcome(None, closed=True)  # refused before all of it was read
-        first = _read_frame(sock)
-        if first is None:
-            return Outcome(None, closed=True)
-        if _SIZE.unpack_from(first)[0] == FOLLOW_UP_CORRELATION_ID:
-            return Outcome(None, closed=False)  # the request was answered with nothing
-        follow_up = _read_frame(sock)
-        if follow_up is not None:
-            assert _SIZE.unpack_from(follow_up)[0] == FOLLOW_UP_CORRELATION_ID, "two answers"
-        return Outcome(first, closed=follow_up is None)
-
-
-def _read_frame(sock: socket.socket) -> bytes | None:
-    """The next frame without its size; None when the listener closed (or reset) first. A
-    listener that neither answers nor closes within ANSWER_TIMEOUT_S fails the example."""
-    out = bytearray()
-    size = None
-    while size is None or len(out) < size:
-        want = (_SIZE.size if size is None else size) - len(out)
-        try:
-            chunk = sock.recv(want)
-        except ConnectionResetError:
-            return None
-        except TimeoutError:
-            pytest.fail(f"no answer and no close within {ANSWER_TIMEOUT_S} s")
-        if not chunk:
-            return None
-        out += chunk
-        if size is None and len(out) == _SIZE.size:
-            (size,) = _SIZE.unpack(out)
-            out.clear()
-    return bytes(out)
-
-
 def check_outcome(
     target: Target, request_class: Any, version: int, correlation_id: int, outcome: Outcome
 ) -> Any:
     """The assertions every example ends with; the decoded answer (None if closed)."""
     response = None
     if outcome.answer is not None:
-        (answered_id,) = _SIZE.unpack_from(outcome.answer)
+        (answered_id,) = SIZE.unpack_from(outcome.answer)
         assert answered_id == correlation_id
         response = response_class_of(request_class).decode(
             outcome.answer, version=version, header=True
@@ -249,27 +175,6 @@ def check_outcome(
     assert not tracebacks, "\n\n".join(tracebacks)
     good_client_is_served(target)
     return response
-
-
-def error_codes(value: Any, depth: int = 0) -> set[int]:
-    """Every error_code in an answer, however deep (its structs and arrays)."""
-    codes: set[int] = set()
-    if depth > 4 or value is None:
-        return codes
-    if isinstance(value, list):
-        for element in value[:50]:
-            codes |= error_codes(element, depth + 1)
-        return codes
-    struct = getattr(value, "_struct", None)
-    if struct is None:
-        return codes
-    for name in struct.fields:
-        field_value = getattr(value, name, None)
-        if name == "error_code" and isinstance(field_value, int):
-            codes.add(field_value)
-        elif isinstance(field_value, list) or hasattr(field_value, "_struct"):
-            codes |= error_codes(field_value, depth + 1)
-    return codes
 
 
 def good_client_is_served(target: Target) -> None:
@@ -404,7 +309,7 @@ def produce_frames(
     )
     correlation_id = draw(st.integers(0, FOLLOW_UP_CORRELATION_ID - 1))
     frame = frame_of(request, version, correlation_id)
-    header_end = _SIZE.size + len(
+    header_end = SIZE.size + len(
         RequestHeader(
             request_api_key=PRODUCE_KEY,
             request_api_version=version,
@@ -432,8 +337,8 @@ def produce_frames(
         body[position] = draw(st.integers(0, 255))
     elif kind == "added":
         body[position:position] = draw(st.binary(min_size=1, max_size=70))
-    payload = frame[_SIZE.size : header_end] + bytes(body)
-    return version, correlation_id, _SIZE.pack(len(payload)) + payload
+    payload = frame[SIZE.size : header_end] + bytes(body)
+    return version, correlation_id, SIZE.pack(len(payload)) + payload
 
 
 @settings(FUZZ_SETTINGS, max_examples=EXAMPLES_PER_API * 6)
@@ -447,28 +352,6 @@ def test_no_changed_produce_frame_is_written_when_refused(target: Target, data) 
     after = target.end_offsets()
     for partition in refused_partitions(None, response):
         assert after[partition] == before[partition], f"refused, yet written: {partition}"
-
-
-def exchange_queued(address: str, frames: list[bytes], correlation_ids: list[int]) -> list[bytes]:
-    """Send `frames` and an ApiVersions behind them in one write, so that the listener finds
-    them queued together (Produce's are answered together: produce_coalescing.py); the
-    answers, in order, up to the follow-up's or the close."""
-    host, port = address.rsplit(":", 1)
-    answers: list[bytes] = []
-    with socket.create_connection((host, int(port)), timeout=ANSWER_TIMEOUT_S) as sock:
-        try:
-            sock.sendall(b"".join(frames) + FOLLOW_UP)
-        except OSError:
-            return answers
-        while (received := _read_frame(sock)) is not None:
-            (correlation_id,) = _SIZE.unpack_from(received)
-            if correlation_id == FOLLOW_UP_CORRELATION_ID:
-                # Open to the end: every request was answered (none has acks=0), in order.
-                assert len(answers) == len(frames), "a request went unanswered"
-                break
-            assert correlation_id == correlation_ids[len(answers)], "answered out of order"
-            answers.append(received)
-    return answers
 
 
 @settings(FUZZ_SETTINGS, max_examples=EXAMPLES_PER_API * 3)
