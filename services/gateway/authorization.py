@@ -52,12 +52,15 @@ from opentelemetry import trace
 
 from seglog.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
 from seglog.rpc import wire
+from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import peer_identity
 from seglog.security.tokens import TokenVerifier
 from seglog.v1 import common_pb2, groups_pb2
+
+from .broker.caller import Caller, Listener
 
 Need = tuple[str, str, str]  # (operation, resource type, resource name)
 # The calls whose answers are grants for clients: they carry the ACLs' offset checked under.
@@ -211,14 +214,50 @@ class Authorization:
         checked: int | None = getattr(self._checked, "offset", None)
         return self.acls_offset if checked is None else checked
 
+    def caller_of(self, context: grpc.ServicerContext, listener: Listener = "grpc") -> Caller:
+        """The gRPC call's caller (AuthenticationError for a token that does not verify)."""
+        client_id = None
+        for key, value in context.invocation_metadata():
+            if key == CLIENT_ID_METADATA:
+                client_id = value
+        return Caller(
+            principal_of(context, self.tokens, self.mapper),
+            host_of(context),
+            client_id,
+            listener,
+        )
+
+    def allows(self, caller: Caller, operation: str, kind: str, name: str) -> bool:
+        """Whether `caller` may `operation` the resource (always, with the authorizer off):
+        for answers that leave out what the caller may not see rather than refuse."""
+        if not self.enabled:
+            return True
+        return self.authorizer.authorize(caller.principal, caller.host, operation, kind, name)
+
+    def check(self, caller: Caller, needs: Iterable[Need], action: str) -> None:
+        """Every need allowed (nothing to check with the authorizer off), or
+        PermissionDeniedError naming the principal, operation and resource; denials are
+        counted. `action` names what was asked, for the message (an API's name)."""
+        if not self.enabled:
+            return
+        for operation, kind, name in needs:
+            if not self.authorizer.authorize(caller.principal, caller.host, operation, kind, name):
+                with self._lock:
+                    self.denied += 1
+                if self.on_denied is not None:
+                    self.on_denied(operation, kind)
+                raise PermissionDeniedError(
+                    f"{caller.principal} may not {operation} {kind} {name!r} ({action})"
+                )
+
     def allowed(self, context: grpc.ServicerContext, operation: str, kind: str, name: str) -> bool:
         if not self.enabled:
             return True
         try:
-            principal = principal_of(context, self.tokens, self.mapper)
+            caller = self.caller_of(context)
         except AuthenticationError:
             return False
-        return self.authorizer.authorize(principal, host_of(context), operation, kind, name)
+        return self.allows(caller, operation, kind, name)
 
     def guard(self, method_name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
         """The handler, checked first against the call's needs (unchanged when off)."""
@@ -255,22 +294,13 @@ class Authorization:
         principal: str,
     ) -> None:
         """Every need of the call allowed, or the call aborted with PERMISSION_DENIED."""
-        host = host_of(context)
         try:
             needs = rule(request)
         except (ValueError, DecodeError) as exc:
             # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
             # in it, so it is refused here rather than handed on unchecked.
             abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
-        for operation, kind, name in needs:
-            if not self.authorizer.authorize(principal, host, operation, kind, name):
-                with self._lock:
-                    self.denied += 1
-                if self.on_denied is not None:
-                    self.on_denied(operation, kind)
-                abort(
-                    context,
-                    PermissionDeniedError(
-                        f"{principal} may not {operation} {kind} {name!r} ({method_name})"
-                    ),
-                )
+        try:
+            self.check(Caller(principal, host_of(context)), needs, method_name)
+        except PermissionDeniedError as exc:
+            abort(context, exc)

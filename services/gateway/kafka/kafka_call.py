@@ -25,6 +25,7 @@ from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.status import DOMAIN
 
 from ..authorization import principal_of
+from ..broker.caller import Caller
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -225,6 +226,11 @@ class KafkaCall:
             except AuthenticationError:
                 return ""
         return session.certificate_principal
+
+    @property
+    def caller(self) -> Caller:
+        """The call's caller as the broker core takes it (broker/caller.py)."""
+        return Caller(self.principal, self.identity.peer_host, self.client_id, "kafka")
 
     @property
     def advertised_address(self) -> str:
