@@ -59,6 +59,7 @@ from .metadata_records import (
     partition_record,
     producer_ids_record,
     remove_topic_record,
+    scram_credential_record,
     topic_record,
 )
 from .node_registrations import NodeRegistrations
@@ -72,6 +73,7 @@ from .reassignments import ReassigningState
 from .registry_routes import Route
 from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, min_isr_setting, retrying
 from .registry_store import MetadataStore
+from .scram_credentials import ScramCredential
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
@@ -155,6 +157,25 @@ class Registry(NodeRegistrations, ReassigningState):
                     records.append(client_quota_record(dict(entity), values))
             if records:
                 self._commit(records)
+
+    @retrying
+    def alter_scram_credentials(
+        self, changes: list[tuple[str, str, ScramCredential | None]]
+    ) -> None:
+        """Kafka's AlterUserScramCredentials, checked by the caller: (user, mechanism, its
+        new credential or None to remove it), persisted as one batch before they apply."""
+        with self._lock:
+            records = [
+                scram_credential_record(user, mechanism, None if c is None else c.to_json())
+                for user, mechanism, c in changes
+            ]
+            if records:
+                self._commit(records)
+
+    @property
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential: an image's dict, replaced whole on each change."""
+        return self.image.scram_credentials
 
     @retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
