@@ -47,8 +47,8 @@ Record types (`type`), and what they set:
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, node states, SCRAM credentials, then each topic followed by its partitions), applied
-onto an empty image.
+ACLs, client quotas, node states, SCRAM credentials, then each topic followed by its
+partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.

@@ -75,7 +75,8 @@ def credential_of(
     digest = _HASHES[mechanism]
     client_key = hmac.new(salted_password, b"Client Key", digest).digest()
     server_key = hmac.new(salted_password, b"Server Key", digest).digest()
-    return ScramCredential(salt, digest(client_key).digest(), server_key, iterations)
+    stored_key = hashlib.new(digest().name, client_key).digest()
+    return ScramCredential(salt, stored_key, server_key, iterations)
 
 
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:

@@ -118,7 +118,8 @@ class UserScram:
         existing = self.registry.scram_credentials
         errors: dict[str, tuple[UserError, str]] = {}
         changes: dict[str, tuple[str, ScramCredential | None]] = {}
-        for change in [*deletions, *upsertions]:
+        named: list[ScramDeletion | ScramUpsertion] = [*deletions, *upsertions]
+        for change in named:
             user = change.user
             if user in errors:
                 continue

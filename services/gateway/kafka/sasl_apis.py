@@ -11,7 +11,7 @@ Kafka's broker closes it.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -83,7 +83,7 @@ def _scram_step(call_gateway: Gateway, session: ConnectionSession, token: bytes)
         registry = call_gateway.registry
         exchange = ScramExchange(session.sasl_mechanism or "", lambda: registry.scram_credentials)
         session.sasl_exchange = exchange
-    answer, principal = exchange.step(token)
+    answer, principal = cast(ScramExchange, exchange).step(token)
     if principal is not None:
         session.sasl_exchange = None
         session.identity = dataclasses.replace(session.identity, sasl_principal=principal)

@@ -110,7 +110,7 @@ def alter_user_scram_credentials(core: UserScram, call: KafkaCall, request: Any)
     try:
         outcomes = core.alter(call.caller, deletions, upsertions)
     except PermissionDeniedError as exc:
-        named = dict.fromkeys(c.user for c in [*deletions, *upsertions])
+        named = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
         outcomes = [UserOutcome(user) for user in named]
         return response_class(
             throttle_time_ms=call.throttle_time_ms,
