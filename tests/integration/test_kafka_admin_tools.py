@@ -10,9 +10,16 @@ One cluster for the module: a JVM per tool run is the cost, not the cluster."""
 from __future__ import annotations
 
 import re
+import time
 
+import confluent_kafka
 import pytest
-from kafka.protocol.admin import ListConfigResourcesRequest, ListConfigResourcesResponse
+from kafka.protocol.admin import (
+    DescribeProducersRequest,
+    DescribeProducersResponse,
+    ListConfigResourcesRequest,
+    ListConfigResourcesResponse,
+)
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from devtools import apache_kafka
@@ -101,3 +108,56 @@ def test_kafka_client_metrics_list_has_no_subscriptions(cluster):
         assert (2, "listed-configs") in listed and all(kind == 2 for kind, _ in listed)
         request = ListConfigResourcesRequest[1](resource_types=[3])
         assert wire.request(request, 1, ListConfigResourcesResponse).error_code == 42
+
+
+def test_kafka_transactions_describe_producers_shows_the_leaders_producer_state(cluster):
+    cluster.admin.create_topic("idempotent", 2, 1)
+    before_ms = int(time.time() * 1000)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "enable.idempotence": True}
+    )
+    for i in range(5):
+        producer.produce("idempotent", b"v%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    out, _ = tool(
+        cluster,
+        TRANSACTIONS_TOOL,
+        "describe-producers",
+        "--topic",
+        "idempotent",
+        "--partition",
+        "0",
+    )
+    header, *rows = [line.split() for line in out.strip().splitlines()]
+    assert header == [
+        "ProducerId",
+        "ProducerEpoch",
+        "LatestCoordinatorEpoch",
+        "LastSequence",
+        "LastTimestamp",
+        "CurrentTransactionStartOffset",
+    ]
+    assert len(rows) == 1, out
+    producer_id, epoch, coordinator_epoch, last_sequence, last_timestamp, txn_start = rows[0]
+    assert int(producer_id) >= 0 and epoch == "0"
+    assert (coordinator_epoch, last_sequence, txn_start) == ("-1", "4", "None")
+    assert before_ms <= int(last_timestamp) <= int(time.time() * 1000)
+    with KafkaWire(cluster.kafka_address) as wire:
+        request = DescribeProducersRequest[0](
+            topics=[
+                DescribeProducersRequest.TopicRequest(name="idempotent", partition_indexes=[1, 7]),
+                DescribeProducersRequest.TopicRequest(name="no-such-topic", partition_indexes=[0]),
+            ]
+        )
+        answer = wire.request(request, 0, DescribeProducersResponse)
+    found = {
+        (t.name, p.partition_index): (p.error_code, len(p.active_producers))
+        for t in answer.topics
+        for p in t.partitions
+    }
+    # An untouched partition has no producers; unknown ones are UNKNOWN_TOPIC_OR_PARTITION.
+    assert found == {
+        ("idempotent", 1): (0, 0),
+        ("idempotent", 7): (3, 0),
+        ("no-such-topic", 0): (3, 0),
+    }
