@@ -17,6 +17,8 @@ import pytest
 from kafka.protocol.admin import (
     DescribeProducersRequest,
     DescribeProducersResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListConfigResourcesRequest,
     ListConfigResourcesResponse,
 )
@@ -24,6 +26,8 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
+from services.gateway.cluster.broker_configs import BrokerConfigs
+from services.gateway.kafka.brokers import this_broker
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 
@@ -161,3 +165,52 @@ def test_kafka_transactions_describe_producers_shows_the_leaders_producer_state(
         ("idempotent", 7): (3, 0),
         ("no-such-topic", 0): (3, 0),
     }
+
+
+def test_kafka_configs_alters_and_describes_dynamic_broker_configs(cluster):
+    broker = str(this_broker(cluster.gateway).node_id)
+    out, _ = tool(
+        cluster,
+        CONFIGS_TOOL,
+        "--alter",
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        broker,
+        "--add-config",
+        "leader.replication.throttled.rate=1048576,follower.replication.throttled.rate=2097152",
+    )
+    assert f"Completed updating config for broker {broker}." in out
+    config = IncrementalAlterConfigsRequest.AlterConfigsResource.AlterableConfig
+    with KafkaWire(cluster.kafka_address) as wire:
+
+        def alter(name, value, operation=0):
+            resource = IncrementalAlterConfigsRequest.AlterConfigsResource(
+                resource_type=4,
+                resource_name="",
+                configs=[config(name=name, config_operation=operation, value=value)],
+            )
+            request = IncrementalAlterConfigsRequest[1](resources=[resource], validate_only=False)
+            (result,) = wire.request(request, 1, IncrementalAlterConfigsResponse).responses
+            return result.error_code
+
+        assert alter("follower.replication.throttled.rate", "500") == 0  # the default
+        assert alter("num.io.threads", "3") == 40  # INVALID_CONFIG: not dynamic here
+        assert alter("leader.replication.throttled.rate", "-1") == 40
+        assert alter("leader.replication.throttled.rate", "1", operation=2) == 40  # APPEND
+    out, _ = tool(cluster, CONFIGS_TOOL, "--describe", "--entity-type", "brokers")
+    assert out.splitlines() == [
+        f"Dynamic configs for broker {broker} are:",
+        "  follower.replication.throttled.rate=2097152 sensitive=false synonyms="
+        "{DYNAMIC_BROKER_CONFIG:follower.replication.throttled.rate=2097152}",
+        "  leader.replication.throttled.rate=1048576 sensitive=false synonyms="
+        "{DYNAMIC_BROKER_CONFIG:leader.replication.throttled.rate=1048576}",
+        "Default configs for brokers in the cluster are:",
+        "  follower.replication.throttled.rate=500 sensitive=false synonyms="
+        "{DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=500}",
+    ], out
+    # Kept in the registry, where the throttles are read: the broker's own, else the default.
+    configs = BrokerConfigs(cluster.gateway.registry, cluster.gateway.authorization)
+    assert configs.value(broker, "follower.replication.throttled.rate") == "2097152"
+    assert configs.value("12345", "follower.replication.throttled.rate") == "500"
+    assert configs.value(broker, "replica.alter.log.dirs.io.max.bytes.per.second") is None

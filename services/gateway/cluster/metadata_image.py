@@ -23,6 +23,7 @@ from seglog.security.acls import AclBinding
 from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
+    BROKER_CONFIG,
     CLIENT_QUOTA,
     CLUSTER,
     NODE,
@@ -35,6 +36,7 @@ from .metadata_records import (
     MetadataRecordError,
     Record,
     acl_record,
+    broker_config_record,
     client_quota_record,
     cluster_record,
     node_record,
@@ -92,6 +94,8 @@ class MetadataImage:
         self.next_producer_id_block = 0
         # user -> SCRAM mechanism -> its credential (scram_credential records)
         self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
+        # broker id ("" the cluster's default) -> its dynamic configs (broker_config records)
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # Nodes an operator decommissioned (node_state records): no new replicas, and
         # leaders only where no other in-sync replica can lead.
         self.decommissioned: set[int] = set()
@@ -163,6 +167,14 @@ class MetadataImage:
                     self.client_quotas.pop(entity, None)
             elif kind == SCRAM_CREDENTIAL:
                 self._apply_scram_credential(record)
+            elif kind == BROKER_CONFIG:
+                # Swapped whole: routing and nodes' throttles read it without a lock.
+                configs = dict(self.broker_configs)
+                if record["configs"]:
+                    configs[record["broker"]] = dict(record["configs"])
+                else:
+                    configs.pop(record["broker"], None)
+                self.broker_configs = configs
             elif kind == NODE_STATE:
                 if record["decommissioned"]:
                     self.decommissioned.add(record["node_id"])
@@ -339,6 +351,10 @@ class MetadataImage:
             scram_credential_record(user, mechanism, credential.to_json())
             for user, by_mechanism in sorted(self.scram_credentials.items())
             for mechanism, credential in sorted(by_mechanism.items())
+        ]
+        records += [
+            broker_config_record(broker, configs)
+            for broker, configs in sorted(self.broker_configs.items())
         ]
         for name in sorted(self.topics):
             topic = self.topics[name]

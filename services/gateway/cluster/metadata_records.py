@@ -44,11 +44,14 @@ Record types (`type`), and what they set:
                    UserScramCredentialRecord; SCRAM-SHA-256 or SCRAM-SHA-512), the three
                    byte strings in base64, never the password (scram_credentials.py); no
                    credential: removed
+    broker_config  {broker, configs: {name: value}}: a broker's dynamic configs (Kafka's
+                   `kafka-configs --entity-type brokers --alter`), broker "" for the
+                   cluster-wide default; the whole set, empty removes it (broker_configs.py)
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, node states, SCRAM credentials, then each topic followed by its
-partitions), applied onto an empty image.
+ACLs, client quotas, node states, SCRAM credentials, broker configs, then each topic
+followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -73,6 +76,7 @@ CLIENT_QUOTA = "client_quota"
 NODE_STATE = "node_state"
 CLUSTER = "cluster"
 SCRAM_CREDENTIAL = "scram_credential"
+BROKER_CONFIG = "broker_config"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -93,6 +97,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
     CLUSTER: {"cluster_id": str},
     SCRAM_CREDENTIAL: {"user": str, "mechanism": str},  # and "credential" (checked below)
+    BROKER_CONFIG: {"broker": str, "configs": dict},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
@@ -134,6 +139,10 @@ def check_records(records: list[Record]) -> list[Record]:
             _check_cluster(record)
         if record["type"] == SCRAM_CREDENTIAL:
             _check_scram_credential(record)
+        if record["type"] == BROKER_CONFIG and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in record["configs"].items()
+        ):
+            raise MetadataRecordError(f"metadata record {record!r}: configs are strings")
     return records
 
 
@@ -239,6 +248,10 @@ def scram_credential_record(user: str, mechanism: str, credential: dict[str, Any
     if credential:
         record["credential"] = dict(credential)
     return record
+
+
+def broker_config_record(broker: str, configs: dict[str, str]) -> Record:
+    return {"type": BROKER_CONFIG, "broker": broker, "configs": dict(configs)}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:

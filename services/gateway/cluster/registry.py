@@ -55,6 +55,7 @@ from ..coordination.node_sessions import EtcdNodeSessions
 from .metadata_image import Topic
 from .metadata_records import (
     acl_record,
+    broker_config_record,
     client_quota_record,
     partition_record,
     producer_ids_record,
@@ -171,6 +172,19 @@ class Registry(NodeRegistrations, ReassigningState):
             ]
             if records:
                 self._commit(records)
+
+    @retrying
+    def alter_broker_configs(self, broker: str, configs: dict[str, str]) -> None:
+        """A broker's whole set of dynamic configs (broker "" the cluster's default), checked
+        by the caller (broker_configs.py); persisted before it applies."""
+        with self._lock:
+            if configs != self.image.broker_configs.get(broker, {}):
+                self._commit([broker_config_record(broker, configs)])
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """broker id ("" the default) -> its dynamic configs: replaced whole on a change."""
+        return self.image.broker_configs
 
     @property
     def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
