@@ -26,7 +26,6 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
-from services.gateway.cluster.broker_configs import BrokerConfigs
 from services.gateway.kafka.brokers import this_broker
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -209,8 +208,11 @@ def test_kafka_configs_alters_and_describes_dynamic_broker_configs(cluster):
         "  follower.replication.throttled.rate=500 sensitive=false synonyms="
         "{DYNAMIC_DEFAULT_BROKER_CONFIG:follower.replication.throttled.rate=500}",
     ], out
-    # Kept in the registry, where the throttles are read: the broker's own, else the default.
-    configs = BrokerConfigs(cluster.gateway.registry, cluster.gateway.authorization)
-    assert configs.value(broker, "follower.replication.throttled.rate") == "2097152"
-    assert configs.value("12345", "follower.replication.throttled.rate") == "500"
-    assert configs.value(broker, "replica.alter.log.dirs.io.max.bytes.per.second") is None
+    # Kept in the registry, where the throttles are read.
+    assert cluster.gateway.registry.broker_configs == {
+        broker: {
+            "leader.replication.throttled.rate": "1048576",
+            "follower.replication.throttled.rate": "2097152",
+        },
+        "": {"follower.replication.throttled.rate": "500"},
+    }

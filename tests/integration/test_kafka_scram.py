@@ -37,7 +37,6 @@ from seglog.client.admin import LATEST
 from seglog.client.structs import TopicPartition
 from seglog.security.acls import AclBinding
 from seglog.security.tokens import TokenVerifier
-from services.gateway.cluster.scram_credentials import salted_password
 from services.gateway.kafka.listener import KafkaListener, api_table_for
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -83,6 +82,12 @@ def start_sasl_listener(c):
     )
     listener.start()
     return listener
+
+
+def salted_password(mechanism, password, salt, iterations):
+    """Hi() of RFC 5802 (PBKDF2), as a client computes it: written here, not the server's."""
+    digest = {"SCRAM-SHA-256": "sha256", "SCRAM-SHA-512": "sha512"}[mechanism]
+    return hashlib.pbkdf2_hmac(digest, password.encode(), salt, iterations)
 
 
 def configs_tool(cluster, *args):
@@ -225,7 +230,12 @@ def alter(cluster, user, mechanism, password, iterations, version_bytes=None):
         iterations=iterations,
         salt=salt,
         salted_password=version_bytes
-        or salted_password(mechanism, password, salt, max(1, min(iterations, 16384))),
+        or salted_password(
+            mechanism if mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512") else "SCRAM-SHA-256",
+            password,
+            salt,
+            max(1, min(iterations, 16384)),
+        ),
     )
     return alter_request(cluster.kafka_address, [], [upsertion])[0][1]
 

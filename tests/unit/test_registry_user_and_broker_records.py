@@ -6,6 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from seglog.errors import InvalidConfigError, InvalidRequestError
+from services.gateway.authorization import Authorization
+from services.gateway.broker.caller import Caller
+from services.gateway.cluster.broker_configs import (
+    FOLLOWER_THROTTLE_RATE,
+    LEADER_THROTTLE_RATE,
+    BrokerConfigs,
+)
 from services.gateway.cluster.metadata_image import MetadataImage
 from services.gateway.cluster.metadata_records import (
     MetadataRecordError,
@@ -36,6 +44,29 @@ def test_credentials_and_broker_configs_are_kept_across_restarts_and_snapshots(t
     assert snapshot.broker_configs == again.broker_configs
     # RFC 5802's keys: the salted password itself is not kept.
     assert salted not in (credential.stored_key, credential.server_key)
+
+
+def test_a_brokers_own_throttle_comes_before_the_clusters_default(tmp_path):
+    registry = Registry(tmp_path)
+    configs = BrokerConfigs(registry, Authorization([], enabled=False))
+    anyone = Caller("User:ANONYMOUS", "127.0.0.1")
+    configs.alter(anyone, "", {FOLLOWER_THROTTLE_RATE: "500"})
+    configs.alter(anyone, "7", {FOLLOWER_THROTTLE_RATE: " 2097152 "})
+    assert configs.value("7", FOLLOWER_THROTTLE_RATE) == "2097152"
+    assert configs.value("8", FOLLOWER_THROTTLE_RATE) == "500"
+    assert configs.value("7", LEADER_THROTTLE_RATE) is None
+    described = configs.describe(anyone, "7")
+    assert [(c.name, c.value, c.source) for c in described] == [
+        (FOLLOWER_THROTTLE_RATE, "2097152", "dynamic_broker")
+    ]
+    configs.alter(anyone, "7", {}, [FOLLOWER_THROTTLE_RATE])
+    assert configs.value("7", FOLLOWER_THROTTLE_RATE) == "500"
+    for name, value in ((LEADER_THROTTLE_RATE, "-1"), ("num.io.threads", "3")):
+        with pytest.raises(InvalidConfigError):
+            configs.alter(anyone, "7", {name: value})
+    with pytest.raises(InvalidRequestError):
+        configs.alter(anyone, "gateway-1", {LEADER_THROTTLE_RATE: "1"})
+    assert "7" not in registry.broker_configs
 
 
 @pytest.mark.parametrize(
