@@ -21,9 +21,54 @@ INT_MAX = (1 << 31) - 1
 
 CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
-_CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
+_CLEANUP_POLICIES = (CLEANUP_COMPACT, CLEANUP_DELETE)
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+# Kafka's BrokerCompressionType: `producer` keeps the producer's codec, any other recompresses
+# what a producer sent in another codec (storage/recompression.py).
+COMPRESSION_PRODUCER = "producer"
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", COMPRESSION_PRODUCER)
+
+
+# Topic configs seglog accepts, validates, stores and describes as Kafka does, but does not act
+# on (README: "Topic configs"): no tiered storage, no preallocated segment files, leaders
+# only from the ISR or ELR, replication throttles set per reassignment, not per replica list.
+STORED_ONLY_CONFIGS = frozenset(
+    {
+        "preallocate",
+        "unclean.leader.election.enable",
+        "remote.storage.enable",
+        "remote.log.copy.disable",
+        "remote.log.delete.on.disable",
+        "local.retention.ms",
+        "local.retention.bytes",
+        "leader.replication.throttled.replicas",
+        "follower.replication.throttled.replicas",
+    }
+)
+
+
+# The topic configs Kafka types as LIST (the ones IncrementalAlterConfigs' APPEND and SUBTRACT
+# apply to) and as INT (int32); every other numeric one is a LONG (or cleanup ratio a DOUBLE).
+LIST_CONFIG_FIELDS = frozenset(
+    {
+        "cleanup_policy",
+        "leader_replication_throttled_replicas",
+        "follower_replication_throttled_replicas",
+    }
+)
+INT_CONFIG_FIELDS = frozenset(
+    {
+        "segment_bytes",
+        "index_size_max_bytes",
+        "max_message_bytes",
+        "index_interval_bytes",
+        "min_insync_replicas",
+        "compression_gzip_level",
+        "compression_lz4_level",
+        "compression_zstd_level",
+    }
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +97,24 @@ class LogConfig:
     # seglog's own bound (Kafka has none): a batch's records section may decompress to at most
     # this many bytes when it is validated, so a small request cannot cost gigabytes.
     max_uncompressed_batch_bytes: int = 64 * 1024 * 1024
+    compression_type: str = COMPRESSION_PRODUCER
+    # Kafka's CompressionType defaults (KIP-390): gzip's is zlib's own default (-1, level 6).
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    # Accepted, validated, stored and described as Kafka's, with no effect in seglog (see
+    # STORED_ONLY_CONFIGS): seglog has no tiered storage, does not preallocate segment files,
+    # and elects leaders from the ISR/ELR only.
+    preallocate: bool = False
+    unclean_leader_election_enable: bool = False
+    remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    local_retention_ms: int = -2  # Kafka's: -2 means retention.ms
+    local_retention_bytes: int = -2  # Kafka's: -2 means retention.bytes
+    # Kafka's throttled-replica lists: `*`, or `partition:broker` pairs, comma separated.
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     def __post_init__(self) -> None:
         for name, (minimum, maximum) in _LOG_CONFIG_RANGES.items():
@@ -61,11 +124,7 @@ class LogConfig:
             raise InvalidConfigError(
                 f"min_cleanable_dirty_ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}"
             )
-        if self.cleanup_policy not in _CLEANUP_POLICIES:
-            raise InvalidConfigError(
-                f"cleanup_policy must be delete, compact or compact,delete; got "
-                f"{self.cleanup_policy!r}"
-            )
+        check_topic_config_values(self)
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError(
                 f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) must not exceed "
@@ -79,11 +138,13 @@ class LogConfig:
 
     @property
     def compact(self) -> bool:
-        return CLEANUP_COMPACT in self.cleanup_policy
+        return CLEANUP_COMPACT in list_items(self.cleanup_policy)
 
     @property
     def delete(self) -> bool:
-        return CLEANUP_DELETE in self.cleanup_policy
+        """Retention applies. An empty cleanup.policy (Kafka 4's) has neither: the log is
+        neither compacted nor trimmed by time or size."""
+        return CLEANUP_DELETE in list_items(self.cleanup_policy)
 
     @property
     def max_segment_ms(self) -> int:
@@ -154,6 +215,10 @@ _LOG_CONFIG_RANGES: dict[str, tuple[int, int]] = {
     "max_compaction_lag_ms": (1, LONG_MAX),
     "file_delete_delay_ms": (0, LONG_MAX),
     "max_uncompressed_batch_bytes": (1024, 1024 * 1024 * 1024),
+    "compression_lz4_level": (1, 17),  # Kafka's LZ4 levels
+    "compression_zstd_level": (-(1 << 17), 22),  # zstd-jni's min and max levels
+    "local_retention_ms": (-2, LONG_MAX),
+    "local_retention_bytes": (-2, LONG_MAX),
 }
 # Only ASCII digits with an optional minus: int() would also take " 5", "5_000" and "５".
 _STRICT_INT = re.compile(r"-?[0-9]+")
@@ -167,6 +232,83 @@ def _in_range(config: object, name: str, minimum: int, maximum: int) -> None:
     if not minimum <= value <= maximum:
         raise InvalidConfigError(
             f"{kafka_name(name)} must be in [{minimum}, {maximum}], got {value}"
+        )
+
+
+def list_items(value: str) -> list[str]:
+    """A LIST config's items as Kafka's ConfigDef parses them: trimmed, split on commas with
+    the spaces around them; an empty value is an empty list. Empty items are kept (to be
+    refused); trailing ones go, as Java's String.split drops them."""
+    text = value.strip()
+    if not text:
+        return []
+    items = [item.strip() for item in text.split(",")]
+    while items and not items[-1]:
+        items.pop()
+    return items
+
+
+def check_topic_config_values(config: LogConfig) -> None:
+    """Kafka's validators (LogConfig's ConfigDef) for the topic configs that are not a range
+    of integers: lists, enumerations, levels, and what tiered storage would need."""
+    _check_list(
+        "cleanup.policy",
+        config.cleanup_policy,
+        lambda item: item in _CLEANUP_POLICIES,
+        "[compact, delete]",
+    )
+    if config.compression_type not in COMPRESSION_TYPES:
+        raise InvalidConfigError(
+            f"Invalid value {config.compression_type} for configuration compression.type: "
+            f"String must be one of: {', '.join(COMPRESSION_TYPES)}"
+        )
+    level = config.compression_gzip_level
+    if (
+        isinstance(level, bool)
+        or not isinstance(level, int)
+        or not (level == -1 or 1 <= level <= 9)
+    ):
+        raise InvalidConfigError(
+            f"Invalid value {level} for configuration compression.gzip.level: "
+            f"Value must be between 1 and 9, or -1 (the default)"
+        )
+    for name in ("leader", "follower"):
+        value = getattr(config, f"{name}_replication_throttled_replicas")
+        _check_throttled_replicas(f"{name}.replication.throttled.replicas", value)
+    if config.remote_storage_enable:
+        # Kafka refuses it while remote.log.storage.system.enable is off; seglog has none.
+        raise InvalidConfigError(
+            "remote.storage.enable=true: tiered storage is not enabled on this cluster "
+            "(seglog has no remote log storage)"
+        )
+
+
+def _check_list(name: str, value: str, valid: Any, allowed: str) -> None:
+    items = list_items(value)
+    for item in items:
+        if not item:
+            raise InvalidConfigError(f"Configuration '{name}' values must not be empty: {value!r}")
+        if not valid(item):
+            raise InvalidConfigError(
+                f"Invalid value {item} for configuration {name}: String must be one of: {allowed}"
+            )
+    if len(set(items)) != len(items):
+        raise InvalidConfigError(f"Configuration '{name}' values must not be duplicated: {value}")
+
+
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def _check_throttled_replicas(name: str, value: str) -> None:
+    """Kafka's ThrottledReplicaListValidator: `*` alone, or `partition:broker` pairs."""
+    items = list_items(value)
+    if items == ["*"]:
+        return
+    if not all(_THROTTLED_REPLICA.fullmatch(item) for item in items):
+        raise InvalidConfigError(
+            f"Invalid value {value} for configuration {name}: must be the literal '*' or a "
+            f"list of replicas in the following format: "
+            f"[partitionId]:[brokerId],[partitionId]:[brokerId],..."
         )
 
 
@@ -236,8 +378,15 @@ def described_configs(
             value, source = node[name], "node"
         else:
             value, source = getattr(defaults, name), "default"
-        out.append((kafka_name(name), str(value), source))
+        out.append((kafka_name(name), config_text(value), source))
     return sorted(out)
+
+
+def config_text(value: Any) -> str:
+    """A config's value as Kafka shows it (booleans in lower case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def check_config_names(names: Iterable[str]) -> None:

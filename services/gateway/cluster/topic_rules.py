@@ -16,7 +16,13 @@ from seglog.errors import (
     InvalidTopicError,
 )
 from seglog.storage import LogConfig, log_files
-from seglog.storage.config import check_config_names, field_name, kafka_name
+from seglog.storage.config import (
+    LIST_CONFIG_FIELDS,
+    check_config_names,
+    field_name,
+    kafka_name,
+    list_items,
+)
 
 DEFAULT_NUM_PARTITIONS = 1
 # Kafka's controller refuses one operation creating more than 10,000 partitions
@@ -26,9 +32,6 @@ DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
-# The topic configs whose values are lists (Kafka's ConfigDef.Type.LIST), the only ones
-# IncrementalAlterConfigs' APPEND and SUBTRACT apply to.
-LIST_CONFIG_FIELDS = frozenset({"cleanup_policy"})
 
 
 @dataclass(frozen=True)
@@ -186,4 +189,4 @@ def _set_list(configs: dict[str, str], key: str, items: list[str]) -> None:
 
 
 def _items(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
+    return [item for item in list_items(value) if item]
