@@ -39,6 +39,8 @@ class TopicLimits:
     max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    # Kafka's num.partitions: a topic created with -1, or auto-created.
+    num_partitions: int = DEFAULT_NUM_PARTITIONS
 
 
 def is_internal_topic(name: str) -> bool:
@@ -63,7 +65,7 @@ def check_new_topic(
             f"topic {name!r}: names starting with '__' are reserved for internal topics"
         )
     if num_partitions == -1:
-        num_partitions = DEFAULT_NUM_PARTITIONS
+        num_partitions = limits.num_partitions
     if not 1 <= num_partitions <= limits.max_partitions_per_topic:
         raise InvalidPartitionsError(
             f"num_partitions must be in [1, {limits.max_partitions_per_topic}] "
