@@ -20,6 +20,7 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from devtools import apache_kafka
 from devtools.apache_kafka import CONSOLE_PRODUCER, run_tool
 from seglog.client.producer import Producer
+from seglog.errors import SeglogError
 from seglog.security.acls import AclBinding
 from services.gateway.kafka import error_codes
 from tests.cluster import LocalCluster
@@ -145,9 +146,11 @@ def test_create_is_needed_on_the_cluster_or_the_topic(cluster):
     assert partitions_of(cluster, "closed-orders") is None
     assert answer["open-orders"].error_code == error_codes.LEADER_NOT_AVAILABLE
     # The same refusal over gRPC, where seglog's producer first names a topic.
-    with Producer(cluster.address, max_block_ms=2000) as producer:
-        with pytest.raises(Exception, match="may not Create topic 'closed-grpc'"):
-            producer.send("closed-grpc", b"v").get(timeout=TIMEOUT_S)
+    with (
+        Producer(cluster.address, max_block_ms=2000) as producer,
+        pytest.raises(SeglogError, match="may not Create topic 'closed-grpc'"),
+    ):
+        producer.send("closed-grpc", b"v").get(timeout=TIMEOUT_S)
     assert partitions_of(cluster, "closed-grpc") is None
 
 
@@ -182,9 +185,11 @@ def test_a_cluster_with_auto_creation_off_makes_nothing(tmp_path):
     try:
         answer = metadata(off, ["never-made"], 1)["never-made"]
         assert answer.error_code == error_codes.UNKNOWN_TOPIC_OR_PARTITION
-        with Producer(off.address, max_block_ms=1000) as producer:
-            with pytest.raises(Exception, match="never-made"):
-                producer.send("never-made", b"v").get(timeout=TIMEOUT_S)
+        with (
+            Producer(off.address, max_block_ms=1000) as producer,
+            pytest.raises(SeglogError, match="never-made"),
+        ):
+            producer.send("never-made", b"v").get(timeout=TIMEOUT_S)
         assert partitions_of(off, "never-made") is None
     finally:
         off.close()
