@@ -158,6 +158,9 @@ def test_an_illegal_name_answers_invalid_topic_and_librdkafka_fails_the_message(
     for allow in (True, False):
         answer = metadata(cluster, ["bad name!"], 9, allow=allow)["bad name!"]
         assert answer.error_code == INVALID_TOPIC_EXCEPTION
+    # Legal for Kafka (249 characters), too long for its partition directories' names.
+    long_name = "x" * 249
+    assert metadata(cluster, [long_name], 9)[long_name].error_code == INVALID_TOPIC_EXCEPTION
     # librdkafka keeps a message for a topic answered UNKNOWN_TOPIC_OR_PARTITION queued to
     # message.timeout.ms (then _MSG_TIMED_OUT); INVALID_TOPIC_EXCEPTION fails it with that.
     producer = confluent_kafka.Producer(

@@ -13,7 +13,7 @@ AutoTopicCreationManager), the caller having passed the adapter's Describe check
 1. creation off, or not allowed by the client: an illegal name is INVALID_TOPIC, any other
    UNKNOWN_TOPIC_OR_PARTITION;
 2. no Create on the cluster nor on the topic: PERMISSION_DENIED (TOPIC_AUTHORIZATION_FAILED);
-3. an illegal name: INVALID_TOPIC;
+3. an illegal name, or one too long for its partitions' directories: INVALID_TOPIC;
 4. created (or created meanwhile by another caller or gateway): `None`. Kafka answers
    LEADER_NOT_AVAILABLE for a topic it has just made, which clients retry; the Kafka adapter
    does too. Creation here is synchronous (the nodes have the partitions when it returns),
@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from seglog.errors import (
+    InvalidTopicError,
     LeaderNotAvailableError,
     SeglogError,
     TopicAlreadyExistsError,
@@ -102,6 +103,8 @@ class TopicAutoCreation:
             self._create(name)
         except TopicAlreadyExistsError:
             return None  # another caller or gateway made it first: made all the same
+        except InvalidTopicError as exc:  # legal for Kafka, too long for partition directories
+            return exc
         except SeglogError as exc:
             self._log_once(name, exc)
             return LeaderNotAvailableError(f"topic {name!r} could not be created yet: {exc}")
