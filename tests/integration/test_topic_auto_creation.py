@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import confluent_kafka
 import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaProducer
 from kafka import errors as kafka_errors
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
@@ -196,3 +197,10 @@ def test_a_cluster_with_auto_creation_off_makes_nothing(tmp_path):
         assert partitions_of(off, "never-made") is None
     finally:
         off.close()
+
+
+def test_create_topics_without_a_count_takes_num_partitions(cluster):
+    client = AdminClient({"bootstrap.servers": cluster.kafka_address})
+    (future,) = client.create_topics([NewTopic("counted-by-default", -1, -1)]).values()
+    future.result(timeout=TIMEOUT_S)
+    assert partitions_of(cluster, "counted-by-default") == PARTITIONS
