@@ -164,7 +164,12 @@ def test_kafka_configs_alters_deletes_and_describes_every_topic_config(cluster):
     assert by_name["compression.type"].startswith(
         "compression.type=zstd sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
     )
-    assert by_name["cleanup.policy"].startswith("cleanup.policy=delete sensitive=false")
+    assert by_name["cleanup.policy"] == (
+        "cleanup.policy=delete sensitive=false synonyms={DEFAULT_CONFIG:log.cleanup.policy=delete}"
+    )
+    assert by_name["leader.replication.throttled.replicas"] == (
+        "leader.replication.throttled.replicas= sensitive=false synonyms={}"
+    )
     assert by_name["preallocate"].startswith("preallocate=true ")
     assert cluster.gateway.registry.topic("configured").configs["compression.zstd.level"] == "9"
 

@@ -312,6 +312,41 @@ def _check_throttled_replicas(name: str, value: str) -> None:
         )
 
 
+# Kafka's ServerTopicConfigSynonyms: the broker config each topic config defaults from, as
+# DescribeConfigs names it among a topic config's synonyms (`log.cleanup.policy`). Topic
+# configs not listed have no broker synonym (the throttled-replica lists, remote.*).
+BROKER_SYNONYMS = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "retention.bytes": "log.retention.bytes",
+    "retention.ms": "log.retention.ms",
+    "max.message.bytes": "message.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "cleanup.policy": "log.cleanup.policy",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "preallocate": "log.preallocate",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "local.retention.ms": "log.local.retention.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+}
+
+
 def kafka_name(field_name: str) -> str:
     """A LogConfig field's Kafka topic-config name (`retention_ms` -> `retention.ms`,
     `index_size_max_bytes` -> `segment.index.bytes`): errors and descriptions speak Kafka's."""

@@ -29,7 +29,12 @@ from kafka.protocol.admin import (
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc.status import error_from_code
 from seglog.storage import LogConfig
-from seglog.storage.config import INT_CONFIG_FIELDS, LIST_CONFIG_FIELDS, field_name
+from seglog.storage.config import (
+    BROKER_SYNONYMS,
+    INT_CONFIG_FIELDS,
+    LIST_CONFIG_FIELDS,
+    field_name,
+)
 from seglog.v1 import common_pb2, gateway_pb2
 
 from .brokers import this_broker
@@ -171,9 +176,14 @@ def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any
         documentation=None,
     )
     if synonyms:
+        # A default or a node's value is named by its broker config, as Kafka names it
+        # (`log.cleanup.policy`); a default with no broker config has no synonym.
+        name = entry.name
+        if entry.source in ("node", "default"):
+            name = BROKER_SYNONYMS.get(entry.name, "")
         described.synonyms = [
-            config_class.DescribeConfigsSynonym(name=entry.name, value=entry.value, source=source)
-        ]
+            config_class.DescribeConfigsSynonym(name=name, value=entry.value, source=source)
+        ][: 1 if name else 0]
     return described
 
 
