@@ -89,3 +89,24 @@ def test_a_batch_too_large_once_recompressed_refuses_the_input(now_ms):
     config = LogConfig(compression_type="gzip", max_message_bytes=len(batch))
     with pytest.raises(RecordTooLargeError, match="recompressed"):
         recompress(validate_records(batch, config, now_ms), config)
+
+
+def test_log_append_time_and_idempotent_retries_hold_on_a_recompressed_topic(tmp_path, now_ms):
+    config = LogConfig(compression_type="zstd", message_timestamp_type="LogAppendTime")
+    log = Log.open(tmp_path / "t-0", config)
+    builder = RecordBatchBuilder(
+        compression=CompressionType.NONE, producer_id=9, producer_epoch=0, base_sequence=0
+    )
+    for i in range(3):
+        builder.append(b"k%d" % i, b"v%d" % i, now_ms - 1000)
+    batch = builder.build()
+    first = log.append(batch)
+    retried = log.append(batch)  # the producer's retry: answered, not written twice
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    assert (retried.first_offset, retried.last_offset) == (0, 2)
+    assert log.log_end_offset == 3
+    data = bytes(log.read(0, 1 << 20))
+    header = read_header(data)
+    assert header.compression is CompressionType.ZSTD and header.timestamp_type == 1
+    assert header.max_timestamp == first.log_append_time_ms
+    assert DefaultRecordBatch(bytearray(data[: header.size_in_bytes])).validate_crc()
