@@ -306,9 +306,7 @@ class GatewayConfig:
         parse=_at_least_one,
     )
     auto_create_topics_enable: bool = setting(
-        DEFAULT_AUTO_CREATE_TOPICS_ENABLE,
-        "create a topic a client names in Metadata (or the seglog producer's DescribeTopics) "
-        "when it does not exist and the client allows it, as Kafka (true/false)",
+        DEFAULT_AUTO_CREATE_TOPICS_ENABLE, "create a missing topic a client names (true/false)"
     )
     offsets_topic_replication_factor: int = setting(
         3, "replicas of __consumer_offsets (fewer when fewer nodes are live at its creation)"

@@ -38,7 +38,8 @@ from ..records.batch import (
     read_header,
 )
 from ..records.compression import CompressionType, compress, decompress
-from .config import COMPRESSION_PRODUCER, LogConfig
+from .config import LogConfig
+from .topic_config_values import COMPRESSION_PRODUCER
 from .validation import ValidatedRecords
 
 _CODECS = {

@@ -16,13 +16,8 @@ from seglog.errors import (
     InvalidTopicError,
 )
 from seglog.storage import LogConfig, log_files
-from seglog.storage.config import (
-    LIST_CONFIG_FIELDS,
-    check_config_names,
-    field_name,
-    kafka_name,
-    list_items,
-)
+from seglog.storage.config import check_config_names, field_name, kafka_name
+from seglog.storage.topic_config_values import LIST_CONFIG_FIELDS, list_items
 
 DEFAULT_NUM_PARTITIONS = 1
 # Kafka's controller refuses one operation creating more than 10,000 partitions

@@ -29,11 +29,11 @@ from kafka.protocol.admin import (
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc.status import error_from_code
 from seglog.storage import LogConfig
-from seglog.storage.config import (
+from seglog.storage.config import field_name
+from seglog.storage.topic_config_values import (
     BROKER_SYNONYMS,
     INT_CONFIG_FIELDS,
     LIST_CONFIG_FIELDS,
-    field_name,
 )
 from seglog.v1 import common_pb2, gateway_pb2
 
