@@ -221,9 +221,9 @@ def end_offset(cluster):
     return cluster.admin.list_offsets({tp: LATEST})[tp].offset
 
 
-def alter(cluster, user, mechanism, password, iterations, version_bytes=None):
+def alter(cluster, user, mechanism, password, iterations, version_bytes=None, salt=None):
     """An AlterUserScramCredentials upsertion over the wire; the user's error code."""
-    salt = os.urandom(16)
+    salt = os.urandom(16) if salt is None else salt
     upsertion = AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
         name=user,
         mechanism={"SCRAM-SHA-256": 1, "SCRAM-SHA-512": 2}.get(mechanism, 0),
@@ -261,6 +261,9 @@ def test_alterations_are_checked_as_kafkas_controller_checks_them(cluster):
     assert alter(cluster, "", "SCRAM-SHA-256", "pw", 4096) == UNACCEPTABLE_CREDENTIAL
     assert alter(cluster, "erin", "SCRAM-SHA-1", "pw", 4096) == 33  # UNSUPPORTED_SASL_MECHANISM
     assert alter(cluster, "erin", "SCRAM-SHA-256", "pw", 4096, b"short") == UNACCEPTABLE_CREDENTIAL
+    assert alter(cluster, "erin", "SCRAM-SHA-256", "pw", 4096, salt=b"4 by") == (
+        UNACCEPTABLE_CREDENTIAL
+    )
     assert "erin" not in cluster.gateway.registry.scram_credentials
     assert alter(cluster, "erin", "SCRAM-SHA-256", "pw", 16384) == 0
     deletion = AlterUserScramCredentialsRequest.ScramCredentialDeletion

@@ -38,6 +38,8 @@ UserError = Literal[
     "UNSUPPORTED_SASL_MECHANISM",
 ]
 CLUSTER = ("cluster", "kafka-cluster")
+MIN_SALT_BYTES = 12
+MAX_SALT_BYTES = 1024  # sent back in every server-first message: no reason for more
 
 
 @dataclass(frozen=True)
@@ -165,8 +167,15 @@ def _checked(
         return "UNACCEPTABLE_CREDENTIAL", "Too few iterations"
     if change.iterations > MAX_ITERATIONS:
         return "UNACCEPTABLE_CREDENTIAL", "Too many iterations"
-    # Kafka takes any bytes here; a salted password that is not one digest long was not
-    # made by Hi() of this mechanism, and no client could ever prove it.
-    if not change.salt or len(change.salted_password) != digest_size(change.mechanism):
-        return "UNACCEPTABLE_CREDENTIAL", "The salt or salted password is malformed"
+    # Kafka takes any bytes here, but a credential no client could ever prove is refused
+    # now rather than stored: a salted password that is not one digest long was not made by
+    # Hi() of this mechanism, and the exchange (scramp) wants a salt of at least 12 bytes
+    # (Kafka's tools send 16-26).
+    if not MIN_SALT_BYTES <= len(change.salt) <= MAX_SALT_BYTES:
+        return (
+            "UNACCEPTABLE_CREDENTIAL",
+            f"The salt must be {MIN_SALT_BYTES} to {MAX_SALT_BYTES} bytes long",
+        )
+    if len(change.salted_password) != digest_size(change.mechanism):
+        return "UNACCEPTABLE_CREDENTIAL", "The salted password is not one digest long"
     return None

@@ -73,7 +73,7 @@ class ScramExchange:
                 return self._server.get_server_first().encode(), None
             self._server.set_client_final(text)
             answer = self._server.get_server_final().encode()
-        except scramp.ScramException:
+        except (scramp.ScramException, ValueError):  # ValueError: bad base64 or encodings
             raise self._failed() from None
         if self._user is None:
             raise self._failed()
