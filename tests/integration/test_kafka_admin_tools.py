@@ -216,3 +216,23 @@ def test_kafka_configs_alters_and_describes_dynamic_broker_configs(cluster):
         },
         "": {"follower.replication.throttled.rate": "500"},
     }
+
+
+def test_describe_producers_of_a_dead_leader_is_not_leader_or_follower(tmp_path):
+    """What the Java Admin retries after looking the leader up again, never a code it fails
+    on (LEADER_NOT_AVAILABLE)."""
+    c = LocalCluster(tmp_path, nodes=1)
+    try:
+        c.admin.create_topic("orphaned", 1, 1)
+        c.stop_node(1, controlled=False)
+        with KafkaWire(c.kafka_address) as wire:
+            request = DescribeProducersRequest[0](
+                topics=[
+                    DescribeProducersRequest.TopicRequest(name="orphaned", partition_indexes=[0])
+                ]
+            )
+            answer = wire.request(request, 0, DescribeProducersResponse)
+        (partition,) = answer.topics[0].partitions
+        assert partition.error_code == 6, partition.error_message  # NOT_LEADER_OR_FOLLOWER
+    finally:
+        c.close()
