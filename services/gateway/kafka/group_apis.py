@@ -43,14 +43,22 @@ from seglog.v1 import common_pb2, groups_pb2
 
 from .api_table import ApiTable
 from .brokers import Broker, broker_at, this_broker
-from .error_codes import NONE, kafka_error_code
+from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
     from ..server import Gateway
 
 T = TypeVar("T")
-GROUP_KEY_TYPE = 0  # FindCoordinator's key_type: 0 group, 1 transaction
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
+# seglog has no transaction coordinator yet. A transactional producer asking for one gets
+# TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): librdkafka's FindCoordinator handler
+# (rdkafka_txnmgr.c) raises a fatal error for it and for CLUSTER_AUTHORIZATION_FAILED alone,
+# and retries every other code every 500 ms until init_transactions() times out; the Java
+# TransactionManager fails fatally on it too (and on any code but COORDINATOR_NOT_AVAILABLE
+# and GROUP_AUTHORIZATION_FAILED). 53 is a code both already expect from this API, where 31
+# would say the cluster's ACLs refused the client.
+NO_TRANSACTIONS = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 # Kafka's group coordinator takes an empty group id only where old clients committed offsets
 # without a group (OffsetCommit, OffsetFetch); the group APIs answer INVALID_GROUP_ID for it
 # (its isValidGroupId), before asking whether the group is coordinated here.
@@ -96,6 +104,16 @@ def client_host(call: KafkaCall) -> str:
 def find_coordinator(call: KafkaCall, request: Any) -> Any:
     response_class = FindCoordinatorResponse[call.version]
     key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
+    if key_type == TRANSACTION_KEY_TYPE:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NO_TRANSACTIONS,
+            error_message="seglog has no transaction coordinator: transactions are not "
+            "supported yet (use an idempotent producer)",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
     try:
         if key_type != GROUP_KEY_TYPE:
             raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
