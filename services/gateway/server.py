@@ -24,6 +24,7 @@ from .authorization import Authorization, principal_of
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
+from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.quota_service import QuotaService
@@ -45,7 +46,9 @@ from .groups.offsets_store import (
 )
 from .internal_listener import build_internal_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
-from .kafka.listener import KafkaListener, api_table_for
+from .kafka.apis import kafka_api_table
+from .kafka.core import KafkaCore
+from .kafka.listener import KafkaListener
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
 from .routing.fetch_relay import configured_relays
@@ -165,7 +168,8 @@ class Gateway:
             cluster_view=self.cluster_view,
         )
         self.acl_service = AclService(self.registry)
-        self.quota_service = QuotaService(self.registry)
+        self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
+        self.quota_service = QuotaService(self.quota_admin, self.authorization)
         self.service.quotas = ClientQuotas(
             lambda: self.registry.client_quotas,
             lambda context: principal_of(
@@ -251,6 +255,27 @@ class Gateway:
         if self.kafka_listener is None:
             raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
         return self.kafka_listener.advertised_lanes
+
+    @property
+    def kafka_core(self) -> KafkaCore:
+        """What the Kafka adapter is given (kafka/core.py): the core objects, and this
+        gateway as the view of its peers."""
+        return KafkaCore(
+            registry=self.registry,
+            authorization=self.authorization,
+            service=self.service,
+            admin=self.admin,
+            acl_service=self.acl_service,
+            quotas=self.quota_admin,
+            reassignment_service=self.reassignment_service,
+            group_service=self.group_service,
+            coordinator=self.coordinator,
+            peers=self,
+            request_memory=self.request_memory,
+            tracer_provider=self.tracer_provider,
+            tls=self.config.tls,
+            tls_client_auth=self.config.tls_client_auth,
+        )
 
     def cluster_view(self) -> tuple[str, list[str]]:
         """The controller gateway's address and every running gateway's."""
@@ -399,8 +424,8 @@ class Gateway:
         if self.config.kafka_listen:
             self.kafka_listener = KafkaListener(
                 self.config.kafka_listen,
-                api_table_for(self),
-                self,
+                kafka_api_table(),
+                self.kafka_core,
                 max_request_bytes=self.config.max_request_bytes,
                 limits=self.config.kafka_listener_limits,
                 advertised_listener=self.config.kafka_advertised_listener,

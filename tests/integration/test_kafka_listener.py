@@ -17,8 +17,9 @@ from kafka.protocol.metadata import (
 from kafka.protocol.producer import ProduceRequest
 
 from services.gateway.kafka import error_codes
+from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.brokers import broker_id, broker_of_gateway, cluster_id
-from services.gateway.kafka.listener import KafkaListener, api_table_for
+from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_for, wait_until
@@ -188,8 +189,8 @@ def small_listener(cluster):
     after half a second idle."""
     listener = KafkaListener(
         "127.0.0.1:0",
-        api_table_for(cluster.gateway),
-        cluster.gateway,
+        kafka_api_table(),
+        cluster.gateway.kafka_core,
         max_request_bytes=cluster.gateway.config.max_request_bytes,
         max_connections=2,
         connections_max_idle_ms=500,

@@ -26,5 +26,7 @@ it is an internal API of kafka-python); no message layout is written here.
     kafka_call.py    a request as handlers see it; `invoke` runs a gateway servicer
     error_codes.py   seglog reasons -> Kafka error codes (one table)
     brokers.py       gateways as brokers: ids, addresses, partition leaders
-    *_apis.py        each area's APIs, `register(table, gateway)`, found by name
+    apis.py          the APIs served: each area's module named, `register(table)`
+    core.py          the core objects handlers call (`KafkaCall.core`), not the Gateway
+    *_apis.py        each area's APIs
 """

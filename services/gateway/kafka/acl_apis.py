@@ -38,7 +38,6 @@ from seglog.v1 import gateway_pb2
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -75,7 +74,7 @@ MIN_VERSION = 1  # version 0 has no pattern type (every ACL literal); clients se
 MAX_VERSION = 3
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeAclsRequest, MIN_VERSION, MAX_VERSION, describe_acls)
     table.register(CreateAclsRequest, MIN_VERSION, MAX_VERSION, create_acls)
     table.register(DeleteAclsRequest, MIN_VERSION, MAX_VERSION, delete_acls)
@@ -166,7 +165,7 @@ class AclFilter:
 
 def _listed(call: KafkaCall) -> list[AclBinding]:
     """Every ACL, through the gateway's DescribeAcls (Describe on the cluster)."""
-    service = call.gateway.acl_service
+    service = call.core.acl_service
     answer = call.invoke("DescribeAcls", service.DescribeAcls, gateway_pb2.DescribeAclsRequest())
     return [AclBinding.from_message(a) for a in answer.acls]
 
@@ -223,7 +222,7 @@ def create_acls(call: KafkaCall, request: Any) -> Any:
             acls=[gateway_pb2.AclBinding(**acl.to_json()) for acl in valid]
         )
         try:
-            call.invoke("CreateAcls", call.gateway.acl_service.CreateAcls, acls)
+            call.invoke("CreateAcls", call.core.acl_service.CreateAcls, acls)
         except SeglogError as exc:
             failed = (kafka_error_code(exc, "cluster"), str(exc))
             results = [failed if code == 0 else (code, m) for code, m in results]
@@ -258,7 +257,7 @@ def delete_acls(call: KafkaCall, request: Any) -> Any:
         try:
             bindings = [gateway_pb2.AclBinding(**acl.to_json()) for acl in doomed]
             request_delete = gateway_pb2.DeleteAclsRequest(acls=bindings)
-            call.invoke("DeleteAcls", call.gateway.acl_service.DeleteAcls, request_delete)
+            call.invoke("DeleteAcls", call.core.acl_service.DeleteAcls, request_delete)
         except SeglogError as exc:
             matched = [exc] * len(request.filters)
     results = []

@@ -44,7 +44,6 @@ from .brokers import cluster_id, controller_id, live_brokers
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -67,7 +66,7 @@ CLUSTER_OPERATIONS = {
 }
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(CreateTopicsRequest, 2, 7, create_topics)
     table.register(DeleteTopicsRequest, 1, 6, delete_topics)
     table.register(CreatePartitionsRequest, 0, 3, create_partitions)
@@ -105,7 +104,7 @@ def _raise_result(result: gateway_pb2.TopicResult) -> None:
 
 
 def create_topics(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
+    admin = call.core.admin
     topics = request.topics
 
     def create(i: int) -> None:
@@ -147,7 +146,7 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
     )
     if code or call.version < 5:
         return result
-    registry = call.gateway.registry
+    registry = call.core.registry
     overrides = {c.name: c.value for c in topic.configs if c.value is not None}
     if dry:
         result.num_partitions = (
@@ -193,7 +192,7 @@ def _described_configs(
         if not call.allowed("DescribeConfigs", "topic", name):
             raise PermissionDeniedError(f"may not DescribeConfigs topic {name!r}")
         return described_configs({}, overrides)
-    admin = call.gateway.admin
+    admin = call.core.admin
     ask = gateway_pb2.DescribeConfigsRequest(topics=[name])
     (answered,) = call.invoke("DescribeConfigs", admin.DescribeConfigs, ask).topics
     if answered.error:
@@ -205,7 +204,7 @@ def _described_configs(
 
 
 def delete_topics(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
+    admin = call.core.admin
     if call.version >= 6:
         entries = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -238,7 +237,7 @@ class _UnknownTopicId(Exception):
 
 
 def create_partitions(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
+    admin = call.core.admin
     topics = request.topics
 
     def grow(i: int) -> None:
@@ -268,7 +267,7 @@ def create_partitions(call: KafkaCall, request: Any) -> Any:
 def delete_records(call: KafkaCall, request: Any) -> Any:
     """One call per topic (Delete on it), routed by the gateway to each partition's leader;
     the low watermark answered is the leader's new log start offset."""
-    queries = call.gateway.service.queries
+    queries = call.core.service.queries
     topic_class = DeleteRecordsResponse.DeleteRecordsTopicResult
     partition_class = topic_class.DeleteRecordsPartitionResult
     names = [t.name for t in request.topics[:MAX_SPAN_TOPICS]]
@@ -321,7 +320,7 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
             throttle_time_ms=0,
             error_code=code,
             error_message=f"endpoint type {endpoint_type}: this gateway answers as a broker (1)",
-            cluster_id=cluster_id(call.gateway),
+            cluster_id=cluster_id(call.core),
             controller_id=-1,
             brokers=[],
             authorized_operations=None,
@@ -335,14 +334,14 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 for code, name in CLUSTER_OPERATIONS.items()
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
-    brokers = live_brokers(call.gateway, call.advertised_address)
-    controller = controller_id(call.gateway)
+    brokers = live_brokers(call.core, call.advertised_address)
+    controller = controller_id(call.core)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
-        cluster_id=cluster_id(call.gateway),
+        cluster_id=cluster_id(call.core),
         controller_id=controller if controller in {b.node_id for b in brokers} else -1,
         brokers=[
             broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers

@@ -3,16 +3,13 @@ listener has no handler for)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from .api_table import ApiTable
 from .error_codes import NONE, UNSUPPORTED_VERSION
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 
 def versions_response(table: ApiTable, version: int, error_code: int = NONE) -> Any:
@@ -30,7 +27,7 @@ def versions_response(table: ApiTable, version: int, error_code: int = NONE) -> 
     return response_class(error_code=error_code, api_keys=api_keys, throttle_time_ms=0)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     def api_versions(call: KafkaCall, request: Any) -> Any:
         return versions_response(table, call.version)
 

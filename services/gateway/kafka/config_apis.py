@@ -36,7 +36,6 @@ from .brokers import this_broker
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -60,7 +59,7 @@ _LONG_SUFFIXES = ("_ms", "_bytes")
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeConfigsRequest, 1, 4, describe_configs)
     table.register(AlterConfigsRequest, 0, 2, alter_configs)
     table.register(IncrementalAlterConfigsRequest, 0, 1, incremental_alter_configs)
@@ -128,7 +127,7 @@ def _describe_result(resource: Any, code: int, message: str | None, configs: lis
 
 
 def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
-    admin = call.gateway.admin
+    admin = call.core.admin
     if resource.resource_type == TOPIC:
         answer = call.invoke(
             "DescribeConfigs",
@@ -154,7 +153,7 @@ def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
 
 def _check_broker(call: KafkaCall, name: str) -> None:
     """A broker resource names this gateway's broker id, or "" (the cluster's default)."""
-    expected = str(this_broker(call.gateway).node_id)
+    expected = str(this_broker(call.core).node_id)
     if name not in ("", expected):
         raise InvalidRequestError(f'broker {name!r}: this broker is {expected} (or "")')
 
@@ -200,7 +199,7 @@ def _alter_each(
                     f"resource type {resource.resource_type}: only topic configs (2) can be "
                     "altered; the gateway's settings are static"
                 )
-            admin = call.gateway.admin
+            admin = call.core.admin
             answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
             if answer.error:
                 code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
@@ -222,7 +221,7 @@ def alter_configs(call: KafkaCall, request: Any) -> Any:
     def whole_set(resource: Any) -> gateway_pb2.AlterConfigsRequest:
         given = {c.name: c.value for c in resource.configs if c.value is not None}
         try:
-            current = call.gateway.registry.topic(resource.resource_name).configs
+            current = call.core.registry.topic(resource.resource_name).configs
         except SeglogError:
             current = {}  # the call below answers why (refused, or no such topic)
         wanted = {field_name(k) for k in given}

@@ -14,7 +14,7 @@ Describe.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.admin.groups import (
     DeleteGroupsRequest,
@@ -35,9 +35,6 @@ from .error_codes import NONE, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
 from .kafka_call import KafkaCall
 
-if TYPE_CHECKING:
-    from ..server import Gateway
-
 DEAD = "Dead"
 EMPTY = "Empty"
 
@@ -52,12 +49,12 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     response_class = DescribeGroupsResponse[call.version]
     group_class = response_class.DescribedGroup
     member_class = group_class.DescribedGroupMember
-    gateway = call.gateway
+    core = call.core
 
     def describe(group_id: str) -> Any:
-        group = gateway.coordinator.snapshot(group_id)
+        group = core.coordinator.snapshot(group_id)
         if group is None:
-            known = bool(gateway.group_service.offsets.committed(group_id))
+            known = bool(core.group_service.offsets.committed(group_id))
             return group_class(
                 error_code=NONE,
                 group_id=group_id,
@@ -113,7 +110,7 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
 def list_groups(call: KafkaCall, request: Any) -> Any:
     response_class = ListGroupsResponse[call.version]
-    service = call.gateway.group_service
+    service = call.core.group_service
     try:
         listing = call.invoke(
             "ListGroups", lambda _r, _c: service.group_listing(), groups_pb2.ListGroupsRequest()
@@ -144,7 +141,7 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
 
 def delete_groups(call: KafkaCall, request: Any) -> Any:
     response_class = DeleteGroupsResponse[call.version]
-    service = call.gateway.group_service
+    service = call.core.group_service
     results = []
     for group_id in request.groups_names:
         proto = groups_pb2.DeleteGroupsRequest(group_ids=[group_id])
@@ -160,7 +157,7 @@ def delete_groups(call: KafkaCall, request: Any) -> Any:
     return response_class(throttle_time_ms=0, results=results)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeGroupsRequest, 0, 5, describe_groups)
     table.register(ListGroupsRequest, 0, 4, list_groups)
     table.register(DeleteGroupsRequest, 0, 2, delete_groups)

@@ -47,7 +47,7 @@ from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_erro
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 T = TypeVar("T")
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
@@ -80,7 +80,7 @@ def on_coordinator(
 ) -> T:
     """`work` run as the gRPC method `method_name` runs (authorized as it authorizes
     `request`), once this gateway is known to coordinate the group."""
-    service = call.gateway.group_service
+    service = call.core.group_service
 
     def run(_request: Any, _context: Any) -> T:
         if not group_id and method_name not in EMPTY_GROUP_ID_ALLOWED:
@@ -140,11 +140,11 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
 def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
     """The Kafka listener of the gateway coordinating the group: this one's (the address the
     client came through), or the one another gateway publishes with its session."""
-    gateway = call.gateway
+    core = call.core
     address = _coordinator_address(call, group_id)
-    if not address or address == _own_grpc_address(gateway):
-        return this_broker(gateway, call.advertised_address)
-    session = gateway.gateway_session
+    if not address or address == _own_grpc_address(core):
+        return this_broker(core, call.advertised_address)
+    session = core.peers.gateway_session
     kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
     if kafka_address is None:
         raise CoordinatorNotAvailableError(
@@ -157,7 +157,7 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:
     """The coordinating gateway's gRPC address ("" for this one), as the gRPC
     FindCoordinator answers it; raises its error."""
-    service = call.gateway.group_service
+    service = call.core.group_service
     answer = call.invoke(
         "FindCoordinator",
         service.FindCoordinator,
@@ -169,8 +169,8 @@ def _coordinator_address(call: KafkaCall, group_id: str) -> str:
     return str(answer.address)
 
 
-def _own_grpc_address(gateway: Gateway) -> str:
-    coordination = gateway.group_service.coordination
+def _own_grpc_address(core: KafkaCore) -> str:
+    coordination = core.group_service.coordination
     return str(getattr(coordination, "address", ""))
 
 
@@ -184,7 +184,7 @@ def _error_of_reason(reason: str, message: str) -> SeglogError:
 def join_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = JoinGroupResponse[version]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def join() -> Any:
         return coordinator.join_classic(
@@ -237,7 +237,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
 def sync_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = SyncGroupResponse[version]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def sync() -> tuple[str, str, bytes]:
         return coordinator.sync_group(
@@ -273,7 +273,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     version = call.version
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def beat() -> None:
         coordinator.heartbeat(
@@ -298,7 +298,7 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
     try:
         outcomes = on_coordinator(
             call,
@@ -324,7 +324,7 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(FindCoordinatorRequest, 0, 3, find_coordinator)
     table.register(JoinGroupRequest, 0, 7, join_group)
     table.register(SyncGroupRequest, 0, 5, sync_group)

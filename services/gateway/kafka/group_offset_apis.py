@@ -13,7 +13,7 @@ applies to every offset, as for Kafka's v5+ commits.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer.group import (
     OffsetCommitRequest,
@@ -31,9 +31,6 @@ from .api_table import ApiTable
 from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -63,8 +60,8 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
         for topic, p in asked
         if topic in allowed
     ]
-    service = call.gateway.group_service
-    coordinator = call.gateway.coordinator
+    service = call.core.group_service
+    coordinator = call.core.coordinator
 
     def commit() -> list[SeglogError | None]:
         coordinator.check_commit(
@@ -112,7 +109,7 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     every = request.topics is None  # v2+: null asks for every committed partition
     asked = [] if every else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    service = call.gateway.group_service
+    service = call.core.group_service
     try:
         proto = groups_pb2.FetchOffsetsRequest(group_id=group_id)
         answer = on_coordinator(
@@ -159,8 +156,8 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     allowed = _topics_allowed(call, "Read", {topic for topic, _ in asked})
-    service = call.gateway.group_service
-    coordinator = call.gateway.coordinator
+    service = call.core.group_service
+    coordinator = call.core.coordinator
     codes: dict[tuple[str, int], int] = {}
 
     def delete() -> None:
@@ -201,7 +198,7 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(OffsetCommitRequest, 2, 8, offset_commit)
     table.register(OffsetFetchRequest, 1, 7, offset_fetch)
     table.register(OffsetDeleteRequest, 0, 0, offset_delete)

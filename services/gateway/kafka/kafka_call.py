@@ -28,7 +28,7 @@ from ..authorization import principal_of
 from ..broker.caller import Caller
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _ERROR_CLASSES = errors.error_classes()
@@ -191,7 +191,7 @@ class _ServicerContext:
 
 @dataclass
 class KafkaCall:
-    gateway: Gateway
+    core: KafkaCore
     api_key: int
     version: int
     correlation_id: int
@@ -221,7 +221,7 @@ class KafkaCall:
             context = cast(grpc.ServicerContext, _ServicerContext(session.identity))
             try:
                 session.certificate_principal = principal_of(
-                    context, None, self.gateway.authorization.mapper
+                    context, None, self.core.authorization.mapper
                 )
             except AuthenticationError:
                 return ""
@@ -243,7 +243,7 @@ class KafkaCall:
         A streaming method's messages come back as a list. Raises the SeglogError the
         servicer or the authorizer aborted with."""
         context = _ServicerContext(self.identity, self.session, self.client_id)
-        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        guarded = self.core.authorization.guard(method_name, servicer_method)
         try:
             answer = guarded(request, cast(grpc.ServicerContext, context))
             if isinstance(answer, Iterator):
@@ -261,7 +261,7 @@ class KafkaCall:
         early ends the call as a client's cancellation does (what the servicer registered
         with `add_callback` runs, so its calls to the nodes are cancelled)."""
         context = _ServicerContext(self.identity, self.session, self.client_id)
-        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        guarded = self.core.authorization.guard(method_name, servicer_method)
         answer: Any = None
         try:
             answer = guarded(request, cast(grpc.ServicerContext, context))
@@ -288,6 +288,6 @@ class KafkaCall:
         """Whether this call's principal may `operation` the resource (always, with the
         authorizer off): for APIs that filter what they show rather than refuse (Metadata)."""
         context = _ServicerContext(self.identity, self.session, self.client_id)
-        return self.gateway.authorization.allowed(
+        return self.core.authorization.allowed(
             cast(grpc.ServicerContext, context), operation, resource_type, name
         )

@@ -4,7 +4,7 @@ transactions). Needs IdempotentWrite on the cluster, as Kafka's broker checks.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
@@ -14,9 +14,6 @@ from seglog.v1 import common_pb2, gateway_pb2
 from .api_table import ApiTable
 from .error_codes import INVALID_REQUEST, NONE, kafka_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 
 def init_producer_id(call: KafkaCall, request: Any) -> Any:
@@ -29,7 +26,7 @@ def init_producer_id(call: KafkaCall, request: Any) -> Any:
         )
     proto = gateway_pb2.InitProducerIdRequest(transactional_id=request.transactional_id or "")
     try:
-        answer = call.invoke("InitProducerId", call.gateway.admin.InitProducerId, proto)
+        answer = call.invoke("InitProducerId", call.core.admin.InitProducerId, proto)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -48,5 +45,5 @@ def init_producer_id(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(InitProducerIdRequest, 0, 4, init_producer_id)

@@ -28,19 +28,10 @@ from .error_codes import (
     UNSUPPORTED_SASL_MECHANISM,
 )
 from .kafka_call import ConnectionSession, KafkaCall
-from .sasl import MECHANISMS, authenticate
+from .sasl import MECHANISMS, SaslFailed, authenticate
 
 if TYPE_CHECKING:
-    from ..server import Gateway
-
-
-class SaslFailed(Exception):
-    """Authentication failed: the answer is sent, then the connection closed."""
-
-    def __init__(self, response: Any) -> None:
-        super().__init__("SASL authentication failed")
-        self.response = response
-        self.correlation_id: int | None = None  # set by the connection that sends it
+    from .core import KafkaCore
 
 
 def sasl_handshake(call: KafkaCall, request: Any) -> Any:
@@ -56,13 +47,11 @@ def sasl_handshake(call: KafkaCall, request: Any) -> Any:
     return response_class(error_code=NONE, mechanisms=list(MECHANISMS))
 
 
-def authenticate_session(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> None:
+def authenticate_session(core: KafkaCore, session: ConnectionSession, token: bytes) -> None:
     """Authenticates the session with a client's SASL message; AuthenticationError if not."""
     if session.sasl_mechanism is None or session.authenticated_principal is not None:
         raise AuthenticationError("SaslAuthenticate before a SaslHandshake, or twice")
-    bearer_token, principal = authenticate(
-        session.sasl_mechanism, token, call_gateway.authorization.tokens
-    )
+    bearer_token, principal = authenticate(session.sasl_mechanism, token, core.authorization.tokens)
     session.identity = dataclasses.replace(session.identity, bearer_token=bearer_token)
     session.authenticated_principal = principal
 
@@ -70,7 +59,7 @@ def authenticate_session(call_gateway: Gateway, session: ConnectionSession, toke
 def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
     response_class = SaslAuthenticateResponse[call.version]
     try:
-        authenticate_session(call.gateway, call.session, bytes(request.auth_bytes))
+        authenticate_session(call.core, call.session, bytes(request.auth_bytes))
     except AuthenticationError as exc:
         raise SaslFailed(
             response_class(
@@ -86,6 +75,6 @@ def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(SaslHandshakeRequest, 0, 1, sasl_handshake)
     table.register(SaslAuthenticateRequest, 0, 2, sasl_authenticate)
