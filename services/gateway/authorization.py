@@ -120,8 +120,9 @@ def _join_topics(request: Any) -> list[Need]:
 
 # What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
 # takes unparsed). A call whose broker core checks its caller itself (`check`, with the
-# caller its adapter names) has no rule here, so it is not checked twice: the client quota
-# APIs (cluster/client_quotas.py).
+# caller its adapter names) has no rule here, so it is not checked twice: topic
+# administration and producer ids, ACLs and client quotas (cluster/topic_admin.py,
+# producer_ids.py, acl_admin.py, client_quotas.py).
 RULES: dict[str, Callable[[Any], list[Need]]] = {
     # The topic only: the handler scans the request itself right after.
     "Produce": lambda raw: _topics("Write", [wire.produce_topic(raw)]),
@@ -133,21 +134,10 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "DeleteRecords": lambda r: _topics("Delete", {p.topic for p in r.partitions}),
-    "InitProducerId": lambda r: _cluster("IdempotentWrite"),
-    "CreateTopics": lambda r: _topics("Create", [t.name for t in r.topics]),
-    "DeleteTopics": lambda r: _topics("Delete", r.names),
-    "CreatePartitions": lambda r: _topics("Alter", [t.topic for t in r.topics]),
     "ListTopics": lambda r: [],  # filtered by the handler; authenticated here
     "DescribeTopics": lambda r: _topics("Describe", r.names) if r.names else _cluster("Describe"),
-    "DescribeConfigs": lambda r: (
-        _topics("DescribeConfigs", r.topics) + (_cluster("DescribeConfigs") if r.cluster else [])
-    ),
-    "AlterConfigs": lambda r: _topics("AlterConfigs", [r.topic]),
     "DescribeCluster": lambda r: _cluster("Describe"),
     "ListGroups": lambda r: _cluster("Describe"),
-    "DescribeAcls": lambda r: _cluster("Describe"),
-    "CreateAcls": lambda r: _cluster("Alter"),
-    "DeleteAcls": lambda r: _cluster("Alter"),
     # Kafka's AlterPartitionReassignments and ElectLeaders need Alter on the cluster; listing
     # reassignments and DescribeLogDirs, Describe on it.
     "AlterPartitionReassignments": lambda r: _cluster("Alter"),

@@ -21,16 +21,19 @@ from services.settings import described_settings
 from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
+from .cluster.acl_admin import AclAdmin
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
 from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
+from .cluster.topic_admin import TopicAdmin
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
@@ -41,6 +44,7 @@ from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterce
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
+from .groups.groups_core import GroupsCore
 from .groups.offsets_store import (
     OffsetsStore,
 )
@@ -53,6 +57,7 @@ from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
 from .routing.fetch_relay import configured_relays
 from .routing.quotas import ClientQuotas
+from .routing.record_deletion import RecordDeletion
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
@@ -159,15 +164,24 @@ class Gateway:
             grant_acls_offset=self.authorization.checked_acls_offset,
             **configured_relays(config, traced=tracer_provider is not None),
         )
+        self.topic_admin = TopicAdmin(
+            self.registry,
+            self.connections,
+            self.authorization,
+            described_settings(config),
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+        )
+        self.producer_ids = ProducerIds(self.registry, self.authorization)
         self.admin = AdminService(
             self.registry,
             self.connections,
-            described_settings(config),
-            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            self.topic_admin,
+            self.producer_ids,
             authorization=self.authorization,
             cluster_view=self.cluster_view,
         )
-        self.acl_service = AclService(self.registry)
+        self.acl_admin = AclAdmin(self.registry, self.authorization)
+        self.acl_service = AclService(self.acl_admin, self.authorization)
         self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
         self.quota_service = QuotaService(self.quota_admin, self.authorization)
         self.service.quotas = ClientQuotas(
@@ -176,6 +190,7 @@ class Gateway:
                 context, self.authorization.tokens, self.authorization.mapper
             ),
         )
+        self.record_deletion = RecordDeletion(self.service.queries, self.authorization)
         self.reassignment_service = ReassignmentService(self.registry, self.connections)
         self.registry_service = RegistryService(
             self.registry,
@@ -186,10 +201,10 @@ class Gateway:
         self.offsets = OffsetsStore(
             self.registry,
             self.connections,
-            self.admin.create_internal_topic,
+            self.topic_admin.create_internal_topic,
             num_partitions=config.offsets_topic_num_partitions,
         )
-        self.admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
+        self.topic_admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(
@@ -209,6 +224,7 @@ class Gateway:
             self.registry, self.coordinator, self.offsets, coordination=self.coordination
         )
         self.group_service.lists_unclaimed = lambda: self.election.is_controller
+        self.groups = GroupsCore(self.group_service, self.authorization)
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -264,11 +280,14 @@ class Gateway:
             registry=self.registry,
             authorization=self.authorization,
             service=self.service,
-            admin=self.admin,
-            acl_service=self.acl_service,
+            record_deletion=self.record_deletion,
+            topics=self.topic_admin,
+            producer_ids=self.producer_ids,
+            acls=self.acl_admin,
             quotas=self.quota_admin,
             reassignment_service=self.reassignment_service,
             group_service=self.group_service,
+            groups=self.groups,
             coordinator=self.coordinator,
             peers=self,
             request_memory=self.request_memory,

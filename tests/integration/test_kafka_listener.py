@@ -72,7 +72,7 @@ def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(
             ]
             assert answer.controller_id == gateway_id
             if version >= 2:
-                assert answer.cluster_id == cluster_id(cluster.gateway)
+                assert answer.cluster_id == cluster_id(cluster.gateway.kafka_core)
                 assert len(answer.cluster_id) == 22  # Kafka's form: a base64 UUID
             described, absent = answer.topics
             assert absent.error_code == error_codes.UNKNOWN_TOPIC_OR_PARTITION
@@ -238,7 +238,7 @@ def test_stopping_the_listener_ends_its_connections(cluster, small_listener):
 
 def test_a_sole_gateway_is_the_broker_of_any_gateway_address_it_is_asked_about(cluster):
     gateway = cluster.gateway
-    mine = broker_of_gateway(gateway, gateway.advertised_address)
+    mine = broker_of_gateway(gateway.kafka_core, gateway.advertised_address)
     assert mine is not None
     assert (mine.node_id, mine.address) == (broker_id(cluster.kafka_address), cluster.kafka_address)
 

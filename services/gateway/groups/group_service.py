@@ -30,7 +30,7 @@ from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .consumer_protocol import assignment_partitions
 from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
-from .group_state import CLASSIC, Group, Member
+from .group_state import CLASSIC, Group, Member, OffsetToCommit
 from .managed_protocol import JoinAgainLater
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 from .offsets_store import OffsetsStore
@@ -197,7 +197,7 @@ class GroupCoordinatorService:
         return response
 
     def commit_offsets(
-        self, group_id: str, offsets: Sequence[groups_pb2.OffsetCommit]
+        self, group_id: str, offsets: Sequence[groups_pb2.OffsetCommit | OffsetToCommit]
     ) -> list[SeglogError | None]:
         """Store the offsets that are valid (the caller checked the committer): for each
         entry, in order, its error or None (Kafka's OffsetCommit and the gRPC one alike)."""
@@ -213,7 +213,9 @@ class GroupCoordinatorService:
             problems = [exc if problem is None else problem for problem in problems]
         return problems
 
-    def _check_commit_entry(self, commit: groups_pb2.OffsetCommit) -> SeglogError | None:
+    def _check_commit_entry(
+        self, commit: groups_pb2.OffsetCommit | OffsetToCommit
+    ) -> SeglogError | None:
         topic = self.registry.topics.get(commit.topic)
         if topic is None or not 0 <= commit.partition < len(topic.partitions):
             return UnknownTopicOrPartitionError(f"{commit.topic}-{commit.partition} does not exist")

@@ -17,15 +17,18 @@ from seglog.security.tls import TlsFiles
 from services.memory_pool import RequestMemoryPool
 
 from ..authorization import Authorization
-from ..cluster.acl_service import AclService
-from ..cluster.admin_service import AdminService
+from ..cluster.acl_admin import AclAdmin
 from ..cluster.client_quotas import ClientQuotaAdmin
+from ..cluster.producer_ids import ProducerIds
 from ..cluster.reassignment_service import ReassignmentService
 from ..cluster.registry import Registry
+from ..cluster.topic_admin import TopicAdmin
 from ..coordination.election import ControllerElection, SoleController
 from ..coordination.gateway_session import GatewaySession
 from ..groups.coordinator import GroupCoordinator
 from ..groups.group_service import GroupCoordinatorService
+from ..groups.groups_core import GroupsCore
+from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
 
 
@@ -54,11 +57,14 @@ class KafkaCore:
     registry: Registry
     authorization: Authorization
     service: GatewayService  # the data plane (routing/)
-    admin: AdminService
-    acl_service: AclService
+    record_deletion: RecordDeletion
+    topics: TopicAdmin
+    producer_ids: ProducerIds
+    acls: AclAdmin
     quotas: ClientQuotaAdmin
     reassignment_service: ReassignmentService
     group_service: GroupCoordinatorService
+    groups: GroupsCore
     coordinator: GroupCoordinator
     peers: GatewayPeers
     # Shared with the gRPC listener: queued.max.request.bytes bounds both together.

@@ -25,8 +25,7 @@ from kafka.protocol.admin.groups import (
     ListGroupsResponse,
 )
 
-from seglog.errors import PermissionDeniedError, SeglogError
-from seglog.v1 import common_pb2, groups_pb2
+from seglog.errors import SeglogError
 
 from ..groups.group_state import CLASSIC, STABLE, Group, Member
 from ..groups.offsets_formats import encode_assignment, encode_subscription
@@ -89,10 +88,9 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
     described = []
     for group_id in request.groups:
-        proto = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
         try:
             described.append(
-                on_coordinator(call, "DescribeGroups", proto, group_id, partial(describe, group_id))
+                on_coordinator(call, "DescribeGroups", group_id, partial(describe, group_id))
             )
         except SeglogError as exc:
             described.append(
@@ -110,17 +108,8 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
 def list_groups(call: KafkaCall, request: Any) -> Any:
     response_class = ListGroupsResponse[call.version]
-    service = call.core.group_service
     try:
-        listing = call.invoke(
-            "ListGroups", lambda _r, _c: service.group_listing(), groups_pb2.ListGroupsRequest()
-        )
-    except PermissionDeniedError:
-        listing = [
-            (group_id, group)
-            for group_id, group in service.group_listing()
-            if call.allowed("Describe", "group", group_id)
-        ]
+        listing = call.core.groups.listing(call.caller)
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=kafka_error_code(exc), groups=[])
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
@@ -141,16 +130,11 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
 
 def delete_groups(call: KafkaCall, request: Any) -> Any:
     response_class = DeleteGroupsResponse[call.version]
-    service = call.core.group_service
     results = []
     for group_id in request.groups_names:
-        proto = groups_pb2.DeleteGroupsRequest(group_ids=[group_id])
         try:
-            answer = call.invoke("DeleteGroups", service.DeleteGroups, proto)
-            (result,) = answer.groups
+            call.core.groups.delete_group(call.caller, group_id)
             code = NONE
-            if result.error:
-                code = kafka_error_code(common_pb2.ErrorCode.Name(result.error), "group")
         except SeglogError as exc:
             code = group_error_code(exc)
         results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))

@@ -33,13 +33,10 @@ from kafka.protocol.metadata.find_coordinator import (
 from seglog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
-    InvalidGroupIdError,
     InvalidRequestError,
     MemberIdRequiredError,
     SeglogError,
-    error_classes,
 )
-from seglog.v1 import common_pb2, groups_pb2
 
 from .api_table import ApiTable
 from .brokers import Broker, broker_at, this_broker
@@ -59,10 +56,6 @@ GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
 # and GROUP_AUTHORIZATION_FAILED). 53 is a code both already expect from this API, where 31
 # would say the cluster's ACLs refused the client.
 NO_TRANSACTIONS = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-# Kafka's group coordinator takes an empty group id only where old clients committed offsets
-# without a group (OffsetCommit, OffsetFetch); the group APIs answer INVALID_GROUP_ID for it
-# (its isValidGroupId), before asking whether the group is coordinated here.
-EMPTY_GROUP_ID_ALLOWED = {"CommitOffsets", "FetchOffsets"}
 
 
 def group_error_code(error: BaseException) -> int:
@@ -75,23 +68,10 @@ def group_error_code(error: BaseException) -> int:
     return kafka_error_code(error, "group")
 
 
-def on_coordinator(
-    call: KafkaCall, method_name: str, request: Any, group_id: str, work: Callable[[], T]
-) -> T:
-    """`work` run as the gRPC method `method_name` runs (authorized as it authorizes
-    `request`), once this gateway is known to coordinate the group."""
-    service = call.core.group_service
-
-    def run(_request: Any, _context: Any) -> T:
-        if not group_id and method_name not in EMPTY_GROUP_ID_ALLOWED:
-            raise InvalidGroupIdError(f"{method_name}: the group id is empty")
-        problem = service.not_coordinated_here(group_id)
-        if problem is not None:
-            raise problem
-        return work()
-
-    result: T = call.invoke(method_name, run, request)
-    return result
+def on_coordinator(call: KafkaCall, api: str, group_id: str, work: Callable[[], T]) -> T:
+    """`work` run once the core has authorized the call's caller for `api` on the group and
+    this gateway is known to coordinate it (groups/groups_core.py)."""
+    return call.core.groups.on_coordinator(call.caller, api, group_id, work)
 
 
 def client_host(call: KafkaCall) -> str:
@@ -155,27 +135,13 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
 
 
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:
-    """The coordinating gateway's gRPC address ("" for this one), as the gRPC
-    FindCoordinator answers it; raises its error."""
-    service = call.core.group_service
-    answer = call.invoke(
-        "FindCoordinator",
-        service.FindCoordinator,
-        groups_pb2.FindCoordinatorRequest(group_id=group_id),
-    )
-    if answer.error:
-        reason = common_pb2.ErrorCode.Name(answer.error)
-        raise _error_of_reason(reason, answer.error_message)
-    return str(answer.address)
+    """The coordinating gateway's gRPC address ("" for this one); raises why not known."""
+    return call.core.groups.coordinator_address(call.caller, group_id)
 
 
 def _own_grpc_address(core: KafkaCore) -> str:
     coordination = core.group_service.coordination
     return str(getattr(coordination, "address", ""))
-
-
-def _error_of_reason(reason: str, message: str) -> SeglogError:
-    return error_classes().get(reason, SeglogError)(message)
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------
@@ -204,7 +170,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
         )
 
     try:
-        result = on_coordinator(call, "JoinGroup", request, request.group_id, join)
+        result = on_coordinator(call, "JoinGroup", request.group_id, join)
     except SeglogError as exc:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
         return response_class(
@@ -252,7 +218,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
     try:
         protocol_type, protocol, assignment = on_coordinator(
-            call, "SyncGroup", request, request.group_id, sync
+            call, "SyncGroup", request.group_id, sync
         )
     except SeglogError as exc:
         return response_class(
@@ -284,7 +250,7 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         )
 
     try:
-        on_coordinator(call, "Heartbeat", request, request.group_id, beat)
+        on_coordinator(call, "Heartbeat", request.group_id, beat)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -303,7 +269,6 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         outcomes = on_coordinator(
             call,
             "LeaveGroup",
-            request,
             request.group_id,
             lambda: coordinator.leave_members(request.group_id, leaving),
         )

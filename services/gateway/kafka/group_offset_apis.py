@@ -25,8 +25,8 @@ from kafka.protocol.consumer.group import (
 )
 
 from seglog.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, SeglogError
-from seglog.v1 import groups_pb2
 
+from ..groups.group_state import OffsetToCommit
 from .api_table import ApiTable
 from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
@@ -50,7 +50,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
     asked = [(t.name, p) for t in request.topics for p in t.partitions]
     allowed = _topics_allowed(call, "Read", {topic for topic, _ in asked})
     entries = [
-        groups_pb2.OffsetCommit(
+        OffsetToCommit(
             topic=topic,
             partition=p.partition_index,
             offset=p.committed_offset,
@@ -74,8 +74,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
 
     codes: dict[tuple[str, int], int] = {}
     try:
-        proto = groups_pb2.CommitOffsetsRequest(group_id=group_id, offsets=entries)
-        problems = on_coordinator(call, "CommitOffsets", proto, group_id, commit)
+        problems = on_coordinator(call, "CommitOffsets", group_id, commit)
         for entry, problem in zip(entries, problems, strict=True):
             codes[(entry.topic, entry.partition)] = (
                 NONE if problem is None else kafka_error_code(problem)
@@ -111,9 +110,8 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
     asked = [] if every else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     service = call.core.group_service
     try:
-        proto = groups_pb2.FetchOffsetsRequest(group_id=group_id)
         answer = on_coordinator(
-            call, "FetchOffsets", proto, group_id, lambda: service.offsets.committed(group_id)
+            call, "FetchOffsets", group_id, lambda: service.offsets.committed(group_id)
         )
         group_error = NONE
     except SeglogError as exc:
@@ -177,9 +175,8 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
                 doomed.append((topic, partition))
         service.offsets.delete_offsets(group_id, doomed)
 
-    proto = groups_pb2.DeleteOffsetsRequest(group_id=group_id)
     try:
-        on_coordinator(call, "DeleteOffsets", proto, group_id, delete)
+        on_coordinator(call, "DeleteOffsets", group_id, delete)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)

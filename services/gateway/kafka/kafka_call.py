@@ -285,9 +285,6 @@ class KafkaCall:
                 close()
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
-        """Whether this call's principal may `operation` the resource (always, with the
+        """Whether this call's caller may `operation` the resource (always, with the
         authorizer off): for APIs that filter what they show rather than refuse (Metadata)."""
-        context = _ServicerContext(self.identity, self.session, self.client_id)
-        return self.core.authorization.allowed(
-            cast(grpc.ServicerContext, context), operation, resource_type, name
-        )
+        return self.core.authorization.allows(self.caller, operation, resource_type, name)
