@@ -80,17 +80,27 @@ def principal_of(
         for key, value in context.invocation_metadata():
             if key == "authorization" and value.startswith("Bearer "):
                 return tokens.principal(value[len("Bearer ") :])
-    identity = peer_identity(context)
-    if identity is None:
+    subjects = context.auth_context().get("x509_subject")
+    return certificate_principal(
+        peer_identity(context), subjects[0].decode() if subjects else None, mapper
+    )
+
+
+def certificate_principal(
+    common_name: str | None, subject: str | None, mapper: PrincipalMapper | None = None
+) -> str:
+    """A verified client certificate's principal: `User:<common name>`, or its subject DN
+    through the mapping rules (AuthenticationError when none matches); User:ANONYMOUS
+    without a certificate. The gRPC and Kafka listeners name certificates alike."""
+    if common_name is None:
         return ANONYMOUS
     if mapper is not None:
-        subjects = context.auth_context().get("x509_subject")
-        subject = subjects[0].decode() if subjects else f"CN={identity}"
+        subject = subject or f"CN={common_name}"
         name = mapper.name(subject)
         if name is None:
             raise AuthenticationError(f"no ssl.principal.mapping.rules rule matches {subject!r}")
         return f"User:{name}"
-    return f"User:{identity}"
+    return f"User:{common_name}"
 
 
 def host_of(context: grpc.ServicerContext) -> str:

@@ -11,10 +11,8 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 
-from seglog.rpc import wire
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import channel_credentials, server_credentials
-from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
@@ -48,6 +46,14 @@ from .groups.groups_core import GroupsCore
 from .groups.offsets_store import (
     OffsetsStore,
 )
+from .grpc_services import (
+    GATEWAY_SERVICE,
+    GROUPS_SERVICE,
+    REGISTRY_SERVICE,
+    SERVICES,
+    GrpcServicers,
+    grpc_handlers,
+)
 from .internal_listener import build_internal_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
 from .kafka.apis import kafka_api_table
@@ -62,13 +68,6 @@ from .routing.service import GatewayService
 from .settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
-GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
-REGISTRY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Registry"]
-GROUPS_SERVICE_DESCRIPTOR = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"]
-GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
-REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
-GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
-_SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of _handlers()
 
 
 class Gateway:
@@ -302,77 +301,6 @@ class Gateway:
             return self.advertised_address, [self.advertised_address]
         return self.election.controller_address, self.gateway_session.live_gateways()
 
-    def _handlers(self) -> list[grpc.GenericRpcHandler]:
-        """The three services' handlers, in `_SERVICES` order. Every client-facing method is
-        authorized (`guard`); nodes' Registry calls are checked by their certificates."""
-        s, a, g = self.service, self.admin, self.group_service
-        acls, guard = self.acl_service, self.authorization.guard
-        moves = self.reassignment_service
-        gateway = serving.unary_handlers(
-            GATEWAY_SERVICE_DESCRIPTOR,
-            {
-                "CreateTopics": a.CreateTopics,
-                "DeleteTopics": a.DeleteTopics,
-                "DescribeConfigs": a.DescribeConfigs,
-                "AlterConfigs": a.AlterConfigs,
-                "CreatePartitions": a.CreatePartitions,
-                "ListTopics": a.ListTopics,
-                "DescribeTopics": a.DescribeTopics,
-                "DescribeCluster": a.DescribeCluster,
-                "DecommissionNode": a.DecommissionNode,
-                "RecommissionNode": a.RecommissionNode,
-                "ListOffsets": s.queries.ListOffsets,
-                "SplitPoints": s.queries.SplitPoints,
-                "DeleteRecords": s.queries.DeleteRecords,
-                "FetchGrants": s.FetchGrants,
-                "ProduceGrants": s.ProduceGrants,
-                "CreateAcls": acls.CreateAcls,
-                "DescribeAcls": acls.DescribeAcls,
-                "DeleteAcls": acls.DeleteAcls,
-                "InitProducerId": a.InitProducerId,
-                "AlterPartitionReassignments": moves.AlterPartitionReassignments,
-                "ListPartitionReassignments": moves.ListPartitionReassignments,
-                "ElectLeaders": moves.ElectLeaders,
-                "DescribeLogDirs": moves.DescribeLogDirs,
-                "AlterClientQuotas": self.quota_service.AlterClientQuotas,
-                "DescribeClientQuotas": self.quota_service.DescribeClientQuotas,
-            },
-            wrap=guard,
-        )
-        # Produce and Fetch take the request's wire bytes: the gateway forwards them.
-        gateway["Produce"] = grpc.unary_unary_rpc_method_handler(
-            guard("Produce", s.Produce),
-            request_deserializer=wire.identity,
-            response_serializer=wire.identity,
-        )
-        gateway["Fetch"] = grpc.unary_stream_rpc_method_handler(
-            guard("Fetch", s.Fetch),
-            request_deserializer=wire.identity,
-            response_serializer=wire.identity,
-        )
-        r = self.registry_service
-        registry = serving.unary_handlers(
-            REGISTRY_SERVICE_DESCRIPTOR,
-            {
-                "RegisterNode": r.RegisterNode,
-                "Heartbeat": r.Heartbeat,
-                "AlterPartition": r.AlterPartition,
-            },
-        )
-        groups = serving.unary_handlers(
-            GROUPS_SERVICE_DESCRIPTOR,
-            {
-                name: getattr(g, name)
-                for name in GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is g's
-            },
-            wrap=guard,
-        )
-        return [
-            grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
-            grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
-            grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
-        ]
-
     @property
     def internal_address(self) -> str:
         """Where nodes call the Registry: the internal listener (host:port), never the
@@ -385,11 +313,22 @@ class Gateway:
         return self.config.internal_listen or default_internal_listen(self.config.listen)
 
     def start(self) -> None:
-        handlers = self._handlers()
+        handlers = grpc_handlers(
+            GrpcServicers(
+                self.service,
+                self.admin,
+                self.group_service,
+                self.acl_service,
+                self.quota_service,
+                self.reassignment_service,
+                self.registry_service,
+            ),
+            self.authorization,
+        )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.
         registry = [
-            h for h, name in zip(handlers, _SERVICES, strict=True) if name == REGISTRY_SERVICE
+            h for h, name in zip(handlers, SERVICES, strict=True) if name == REGISTRY_SERVICE
         ]
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
@@ -400,7 +339,7 @@ class Gateway:
         )
         self.internal_server.start()
         handlers = [
-            h for h, name in zip(handlers, _SERVICES, strict=True) if name != REGISTRY_SERVICE
+            h for h, name in zip(handlers, SERVICES, strict=True) if name != REGISTRY_SERVICE
         ]
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":

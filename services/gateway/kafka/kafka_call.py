@@ -1,11 +1,12 @@
-"""One Kafka request as its handler sees it, and the way into the gateway's own servicers.
+"""One Kafka request as its handler sees it: the connection's session, the core objects it
+calls (`core`, kafka/core.py) and who the call is from (`caller`, a broker Caller: the SASL
+principal, else the client certificate's, else User:ANONYMOUS), which the core authorizes.
 
-`KafkaCall.invoke` runs a gRPC servicer method of the gateway in this process, wrapped by
-`gateway.authorization.guard` exactly as the gRPC server wraps it, with a stand-in for
-grpc.ServicerContext that carries the Kafka connection's identity: its SASL bearer token as
-the call's `authorization` metadata, its TLS client certificate as the auth context, its
-peer address. So every Kafka API gets the gRPC path's validation, ACL rules and semantics,
-and a servicer's abort comes back as the SeglogError it aborted with.
+`KafkaCall.invoke` is what is left of the old way in, for the APIs not on the typed core yet
+(Produce, Fetch, ListOffsets, the reassignment APIs): it runs a gRPC servicer method of the
+gateway in this process, wrapped by `authorization.guard` as the gRPC server wraps it, with
+a stand-in for grpc.ServicerContext that carries the connection's identity; a servicer's
+abort comes back as the SeglogError it aborted with. It goes when they have moved.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from seglog.errors import AuthenticationError, SeglogError
 from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.status import DOMAIN
 
-from ..authorization import principal_of
+from ..authorization import certificate_principal
 from ..broker.caller import Caller
 
 if TYPE_CHECKING:
@@ -218,10 +219,12 @@ class KafkaCall:
         if session.authenticated_principal is not None:
             return session.authenticated_principal
         if session.certificate_principal is None:
-            context = cast(grpc.ServicerContext, _ServicerContext(session.identity))
+            identity = session.identity
             try:
-                session.certificate_principal = principal_of(
-                    context, None, self.core.authorization.mapper
+                session.certificate_principal = certificate_principal(
+                    identity.certificate_common_name,
+                    identity.certificate_subject,
+                    self.core.authorization.mapper,
                 )
             except AuthenticationError:
                 return ""
