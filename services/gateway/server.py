@@ -219,11 +219,15 @@ class Gateway:
         self._expiry = threading.Thread(
             target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
         )
-        self.group_service = GroupCoordinatorService(
-            self.registry, self.coordinator, self.offsets, coordination=self.coordination
+        self.groups = GroupsCore(
+            self.registry,
+            self.coordinator,
+            self.offsets,
+            self.authorization,
+            coordination=self.coordination,
         )
-        self.group_service.lists_unclaimed = lambda: self.election.is_controller
-        self.groups = GroupsCore(self.group_service, self.authorization)
+        self.groups.lists_unclaimed = lambda: self.election.is_controller
+        self.group_service = GroupCoordinatorService(self.groups)
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -285,7 +289,6 @@ class Gateway:
             acls=self.acl_admin,
             quotas=self.quota_admin,
             reassignment_service=self.reassignment_service,
-            group_service=self.group_service,
             groups=self.groups,
             coordinator=self.coordinator,
             peers=self,

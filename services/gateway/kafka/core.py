@@ -26,7 +26,6 @@ from ..cluster.topic_admin import TopicAdmin
 from ..coordination.election import ControllerElection, SoleController
 from ..coordination.gateway_session import GatewaySession
 from ..groups.coordinator import GroupCoordinator
-from ..groups.group_service import GroupCoordinatorService
 from ..groups.groups_core import GroupsCore
 from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
@@ -63,7 +62,6 @@ class KafkaCore:
     acls: AclAdmin
     quotas: ClientQuotaAdmin
     reassignment_service: ReassignmentService
-    group_service: GroupCoordinatorService
     groups: GroupsCore
     coordinator: GroupCoordinator
     peers: GatewayPeers

@@ -53,7 +53,7 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     def describe(group_id: str) -> Any:
         group = core.coordinator.snapshot(group_id)
         if group is None:
-            known = bool(core.group_service.offsets.committed(group_id))
+            known = bool(core.groups.offsets.committed(group_id))
             return group_class(
                 error_code=NONE,
                 group_id=group_id,

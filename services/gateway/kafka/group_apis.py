@@ -140,7 +140,7 @@ def _coordinator_address(call: KafkaCall, group_id: str) -> str:
 
 
 def _own_grpc_address(core: KafkaCore) -> str:
-    coordination = core.group_service.coordination
+    coordination = core.groups.coordination
     return str(getattr(coordination, "address", ""))
 
 

@@ -60,7 +60,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
         for topic, p in asked
         if topic in allowed
     ]
-    service = call.core.group_service
+    groups = call.core.groups
     coordinator = call.core.coordinator
 
     def commit() -> list[SeglogError | None]:
@@ -70,7 +70,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
             request.generation_id_or_member_epoch,
             request.group_instance_id if version >= 7 else None,
         )
-        return service.commit_offsets(group_id, entries)
+        return groups.commit_offsets(group_id, entries)
 
     codes: dict[tuple[str, int], int] = {}
     try:
@@ -108,10 +108,10 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     every = request.topics is None  # v2+: null asks for every committed partition
     asked = [] if every else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    service = call.core.group_service
+    groups = call.core.groups
     try:
         answer = on_coordinator(
-            call, "FetchOffsets", group_id, lambda: service.offsets.committed(group_id)
+            call, "FetchOffsets", group_id, lambda: groups.offsets.committed(group_id)
         )
         group_error = NONE
     except SeglogError as exc:
@@ -154,12 +154,12 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     allowed = _topics_allowed(call, "Read", {topic for topic, _ in asked})
-    service = call.core.group_service
+    groups = call.core.groups
     coordinator = call.core.coordinator
     codes: dict[tuple[str, int], int] = {}
 
     def delete() -> None:
-        if not service.offsets.committed(group_id) and coordinator.snapshot(group_id) is None:
+        if not groups.offsets.committed(group_id) and coordinator.snapshot(group_id) is None:
             raise GroupIdNotFoundError(f"group {group_id!r} not found")
         read = coordinator.subscribed_topics(group_id)
         doomed = []
@@ -173,7 +173,7 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
             else:
                 codes[(topic, partition)] = NONE
                 doomed.append((topic, partition))
-        service.offsets.delete_offsets(group_id, doomed)
+        groups.offsets.delete_offsets(group_id, doomed)
 
     try:
         on_coordinator(call, "DeleteOffsets", group_id, delete)
