@@ -33,7 +33,7 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "DeleteRecords": "the low watermark is the leader's new log start offset",
     "DescribeConfigs": "topics; the gateway's settings as its broker, read-only",
     "AlterConfigs": "topics",
-    "IncrementalAlterConfigs": "topics; APPEND/SUBTRACT on cleanup.policy",
+    "IncrementalAlterConfigs": "topics; APPEND/SUBTRACT on list configs",
     "DescribeAcls": "topic, group and cluster resources",
     "CreateAcls": "topic, group and cluster resources",
     "DeleteAcls": "topic, group and cluster resources",

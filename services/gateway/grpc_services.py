@@ -8,13 +8,16 @@ the Registry service on the nodes' own (internal_listener.py).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import grpc
 
 from seglog.rpc import wire
 from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
+from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization
 from .cluster.acl_service import AclService
@@ -22,8 +25,11 @@ from .cluster.admin_service import AdminService
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry_service import RegistryService
+from .fetch_threads import FETCH_POOL_THREADS
 from .groups.group_service import GroupCoordinatorService
 from .routing.service import GatewayService
+
+logger = logging.getLogger(__name__)
 
 GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
 REGISTRY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Registry"]
@@ -31,7 +37,6 @@ GROUPS_SERVICE_DESCRIPTOR = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordin
 GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
 REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
 GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
-SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # grpc_handlers' order
 
 
 @dataclass(frozen=True)
@@ -45,10 +50,13 @@ class GrpcServicers:
     registry: RegistryService
 
 
-def grpc_handlers(
-    servicers: GrpcServicers, authorization: Authorization
-) -> list[grpc.GenericRpcHandler]:
-    """The three services' handlers, in `SERVICES` order. Every client-facing method is
+class GrpcHandlers(NamedTuple):
+    clients: list[grpc.GenericRpcHandler]  # the Gateway and GroupCoordinator services
+    nodes: list[grpc.GenericRpcHandler]  # the Registry service, on the internal listener
+
+
+def grpc_handlers(servicers: GrpcServicers, authorization: Authorization) -> GrpcHandlers:
+    """The three services' handlers, the clients' and the nodes'. Every client-facing method is
     authorized (`guard`); nodes' Registry calls are checked by their certificates."""
     s, a, g = servicers.gateway, servicers.admin, servicers.groups
     acls, guard = servicers.acls, authorization.guard
@@ -112,8 +120,26 @@ def grpc_handlers(
         },
         wrap=guard,
     )
-    return [
-        grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
-        grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
-        grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
-    ]
+    return GrpcHandlers(
+        [
+            grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
+            grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
+        ],
+        [grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry)],
+    )
+
+
+def log_request_bounds(
+    max_concurrent_requests: int, max_request_bytes: int, queued_max_request_bytes: int
+) -> None:
+    """gRPC decodes a request before any interceptor can hold it back: that path's own bound
+    is the calls it takes at once x the largest request, said beside the pool's."""
+    logger.info(
+        "gRPC requests: up to max.concurrent.requests %d calls (%d threads) x "
+        "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
+        "admits them",
+        max_concurrent_requests,
+        SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
+        max_request_bytes,
+        queued_max_request_bytes,
+    )

@@ -16,13 +16,13 @@ from seglog.security.tls import channel_credentials, server_credentials
 from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
-from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
 from .cluster.acl_admin import AclAdmin
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
+from .cluster.auto_create import TopicAutoCreation
 from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
@@ -50,9 +50,9 @@ from .grpc_services import (
     GATEWAY_SERVICE,
     GROUPS_SERVICE,
     REGISTRY_SERVICE,
-    SERVICES,
     GrpcServicers,
     grpc_handlers,
+    log_request_bounds,
 )
 from .internal_listener import build_internal_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
@@ -105,6 +105,7 @@ class Gateway:
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
+            num_partitions=config.num_partitions,
             store=store,
             sessions=sessions,
         )
@@ -179,6 +180,13 @@ class Gateway:
             authorization=self.authorization,
             cluster_view=self.cluster_view,
         )
+        self.auto_create = TopicAutoCreation(
+            lambda name: name in self.registry.topics,
+            self.topic_admin.create_default_topic,
+            self.authorization,
+            enabled=config.auto_create_topics_enable,
+        )
+        self.admin.auto_create = self.auto_create
         self.acl_admin = AclAdmin(self.registry, self.authorization)
         self.acl_service = AclService(self.acl_admin, self.authorization)
         self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
@@ -256,35 +264,35 @@ class Gateway:
     @property
     def kafka_address(self) -> str:
         """Where the Kafka listener listens (host:port); the gateway must have one."""
-        if self.kafka_listener is None:
-            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.address
+        return self._kafka.address
 
     @property
     def kafka_advertised_address(self) -> str:
         """What Kafka clients are told this gateway's address is (advertised.listeners)."""
-        if self.kafka_listener is None:
-            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.advertised_address
+        return self._kafka.advertised_address
 
     @property
     def kafka_advertised_lanes(self) -> list[str]:
         """What Kafka clients are told each lane of this gateway is at, lane 0 first (the
         advertised address; listener.py)."""
+        return self._kafka.advertised_lanes
+
+    @property
+    def _kafka(self) -> KafkaListener:
         if self.kafka_listener is None:
             raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.advertised_lanes
+        return self.kafka_listener
 
     @property
     def kafka_core(self) -> KafkaCore:
-        """What the Kafka adapter is given (kafka/core.py): the core objects, and this
-        gateway as the view of its peers."""
+        """What the Kafka adapter is given (kafka/core.py); this gateway is its peers' view."""
         return KafkaCore(
             registry=self.registry,
             authorization=self.authorization,
             service=self.service,
             record_deletion=self.record_deletion,
             topics=self.topic_admin,
+            auto_create=self.auto_create,
             producer_ids=self.producer_ids,
             acls=self.acl_admin,
             quotas=self.quota_admin,
@@ -330,37 +338,25 @@ class Gateway:
         )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.
-        registry = [
-            h for h, name in zip(handlers, SERVICES, strict=True) if name == REGISTRY_SERVICE
-        ]
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
-            registry,
+            handlers.nodes,
             [REGISTRY_SERVICE],
             tls=tls,
             tracer_provider=self.tracer_provider,
         )
         self.internal_server.start()
-        handlers = [
-            h for h, name in zip(handlers, SERVICES, strict=True) if name != REGISTRY_SERVICE
-        ]
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
-        # gRPC decodes a request before any interceptor can hold it back: that path's own
-        # bound is the calls it takes at once x the largest request, said beside the pool's.
-        logger.info(
-            "gRPC requests: up to max.concurrent.requests %d calls (%d threads) x "
-            "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
-            "admits them",
+        log_request_bounds(
             self.config.max_concurrent_requests,
-            SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
             self.config.max_request_bytes,
             self.config.queued_max_request_bytes,
         )
         self.server, health, self.port = serving.build_server(
             self.config.listen,
-            handlers,
+            handlers.clients,
             [GATEWAY_SERVICE, GROUPS_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,

@@ -25,6 +25,7 @@ from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
 from ..authorization import Authorization
 from ..node_connections import NodeConnections
+from .auto_create import TopicAutoCreation
 from .producer_ids import ProducerIds
 from .registry import Registry
 from .topic_admin import ConfigChange, NewTopic, TopicAdmin, TopicOutcome
@@ -55,6 +56,8 @@ class AdminService:
         self.topics = topics
         self.producer_ids = producer_ids
         self.authorization = authorization
+        # Set by the gateway: DescribeTopics asking for it creates missing topics.
+        self.auto_create: TopicAutoCreation | None = None
 
     # -- topics (the core's) -------------------------------------------------------------
 
@@ -181,12 +184,16 @@ class AdminService:
         except SeglogError as exc:
             abort(context, exc)
         names = list(request.names) or sorted(self.registry.topics)
+        missing = self._auto_create(request, context)
         response = gateway_pb2.DescribeTopicsResponse()
         wanted: dict[int, list[tuple[str, int]]] = {}
         described: dict[tuple[str, int], gateway_pb2.PartitionDescription] = {}
         for name in names:
             description = response.topics.add(name=name)
             try:
+                refused = missing.get(name)
+                if refused is not None:
+                    raise refused
                 topic = self.registry.topic(name)
             except SeglogError as exc:
                 set_error(description, exc)
@@ -220,6 +227,18 @@ class AdminService:
                 described[(name, i)] = part
         self._fill_offsets(wanted, described)
         return response
+
+    def _auto_create(
+        self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
+    ) -> dict[str, SeglogError | None]:
+        """The named topics that do not exist, made when the request allows it (the seglog
+        producer's first look at a topic, as Kafka's Metadata): auto_create.py."""
+        if not (request.allow_auto_topic_creation and request.names):
+            return {}
+        if self.auto_create is None or self.authorization is None:
+            return {}
+        caller = self.authorization.caller_of(context)
+        return self.auto_create.create_missing(caller, request.names, allowed=True)
 
     def _fill_offsets(
         self,

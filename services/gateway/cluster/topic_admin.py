@@ -181,6 +181,15 @@ class TopicAdmin:
         self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
 
+    def create_default_topic(self, name: str) -> None:
+        """A topic of num.partitions and default.replication.factor, on its nodes when this
+        returns (topic auto-creation, auto_create.py, which authorizes its caller)."""
+        topic = self.registry.create_topic(name, -1, -1, {})
+        warning = self.registry.min_isr_shortfall(topic.replication_factor, topic.configs)
+        if warning:
+            logger.warning("topic %s created: %s", name, warning)
+        self._create_on_nodes(name)
+
     def _create_on_nodes(self, topic_name: str) -> None:
         """Tell every replica's node now, so the leaders serve as soon as this returns; a
         node that misses this gets the partitions from its next heartbeat's answer."""

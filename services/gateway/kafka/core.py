@@ -18,6 +18,7 @@ from services.memory_pool import RequestMemoryPool
 
 from ..authorization import Authorization
 from ..cluster.acl_admin import AclAdmin
+from ..cluster.auto_create import TopicAutoCreation
 from ..cluster.client_quotas import ClientQuotaAdmin
 from ..cluster.producer_ids import ProducerIds
 from ..cluster.reassignment_service import ReassignmentService
@@ -58,6 +59,7 @@ class KafkaCore:
     service: GatewayService  # the data plane (routing/)
     record_deletion: RecordDeletion
     topics: TopicAdmin
+    auto_create: TopicAutoCreation  # Metadata's topic auto-creation (auto_create.py)
     producer_ids: ProducerIds
     acls: AclAdmin
     quotas: ClientQuotaAdmin
