@@ -269,7 +269,7 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
                 DescribeClusterResponse,
             )
             assert described.error_code == 0
-            assert described.cluster_id == cluster_id(cluster.gateway)
+            assert described.cluster_id == cluster_id(cluster.gateway.kafka_core)
             ((broker_id, broker_host, broker_port),) = [
                 (b.broker_id, b.host, b.port) for b in described.brokers
             ]

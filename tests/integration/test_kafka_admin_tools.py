@@ -167,7 +167,7 @@ def test_kafka_transactions_describe_producers_shows_the_leaders_producer_state(
 
 
 def test_kafka_configs_alters_and_describes_dynamic_broker_configs(cluster):
-    broker = str(this_broker(cluster.gateway).node_id)
+    broker = str(this_broker(cluster.gateway.kafka_core).node_id)
     out, _ = tool(
         cluster,
         CONFIGS_TOOL,

@@ -37,7 +37,8 @@ from seglog.client.admin import LATEST
 from seglog.client.structs import TopicPartition
 from seglog.security.acls import AclBinding
 from seglog.security.tokens import TokenVerifier
-from services.gateway.kafka.listener import KafkaListener, api_table_for
+from services.gateway.kafka.apis import kafka_api_table
+from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 
@@ -76,8 +77,8 @@ def cluster(tmp_path_factory):
 def start_sasl_listener(c):
     listener = KafkaListener(
         "SASL_PLAINTEXT://127.0.0.1:0",
-        api_table_for(c.gateway),
-        c.gateway,
+        kafka_api_table(),
+        c.gateway.kafka_core,
         max_request_bytes=c.gateway.config.max_request_bytes,
     )
     listener.start()

@@ -18,7 +18,8 @@ from kafka.protocol.metadata import MetadataRequest
 
 from seglog.security.acls import AclBinding
 from seglog.security.tokens import TokenVerifier
-from services.gateway.kafka.listener import KafkaListener, api_table_for
+from services.gateway.kafka.apis import kafka_api_table
+from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire, fetch_request
 
@@ -59,8 +60,8 @@ def cluster(tmp_path_factory, signing_key):
     for protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
         listener = KafkaListener(
             f"{protocol}://127.0.0.1:0",
-            api_table_for(c.gateway),
-            c.gateway,
+            kafka_api_table(),
+            c.gateway.kafka_core,
             max_request_bytes=c.gateway.config.max_request_bytes,
         )
         listener.start()

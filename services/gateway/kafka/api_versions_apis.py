@@ -10,7 +10,7 @@ fixed by what it implements."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.admin import UpdateFeaturesRequest, UpdateFeaturesResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
@@ -21,9 +21,6 @@ from ..broker.features import FEATURES, check_update, finalized
 from .api_table import ApiTable
 from .error_codes import NONE, UNSUPPORTED_VERSION, kafka_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 CLUSTER = ("cluster", "kafka-cluster")
 
@@ -61,21 +58,23 @@ def versions_response(
     return response
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     def api_versions(call: KafkaCall, request: Any) -> Any:
-        return versions_response(table, call.version, features_epoch=gateway.registry.image.offset)
+        return versions_response(
+            table, call.version, features_epoch=call.core.registry.image.offset
+        )
 
     def update_features(call: KafkaCall, request: Any) -> Any:
-        return _update_features(gateway, call, request)
+        return _update_features(call, request)
 
     table.register(ApiVersionsRequest, 0, 4, api_versions)
     table.register(UpdateFeaturesRequest, 0, 2, update_features)
 
 
-def _update_features(gateway: Gateway, call: KafkaCall, request: Any) -> Any:
+def _update_features(call: KafkaCall, request: Any) -> Any:
     response_class = UpdateFeaturesResponse[call.version]
     try:
-        gateway.authorization.check(call.caller, [("Alter", *CLUSTER)], "UpdateFeatures")
+        call.core.authorization.check(call.caller, [("Alter", *CLUSTER)], "UpdateFeatures")
     except PermissionDeniedError as exc:
         return response_class(
             throttle_time_ms=0,

@@ -23,8 +23,8 @@ from .brokers import this_broker
 from .error_codes import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, NONE
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
+    from .core import KafkaCore
     from .kafka_call import KafkaCall
 
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
@@ -32,25 +32,25 @@ TYPES = (TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP)
 CLUSTER = ("cluster", "kafka-cluster")
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     def list_config_resources(call: KafkaCall, request: Any) -> Any:
-        return _list(gateway, call, request)
+        return _list(call.core, call, request)
 
     table.register(ListConfigResourcesRequest, 0, 1, list_config_resources)
 
 
-def _names(gateway: Gateway, kind: int) -> list[str]:
+def _names(core: KafkaCore, kind: int) -> list[str]:
     if kind == TOPIC:
-        return sorted(gateway.registry.topics)
+        return sorted(core.registry.topics)
     if kind in (BROKER, BROKER_LOGGER):
-        return [str(this_broker(gateway).node_id)]
+        return [str(this_broker(core).node_id)]
     return []  # CLIENT_METRICS, GROUP: none kept
 
 
-def _list(gateway: Gateway, call: KafkaCall, request: Any) -> Any:
+def _list(core: KafkaCore, call: KafkaCall, request: Any) -> Any:
     response_class = ListConfigResourcesResponse[call.version]
     try:
-        gateway.authorization.check(
+        core.authorization.check(
             call.caller, [("DescribeConfigs", *CLUSTER)], "ListConfigResources"
         )
     except PermissionDeniedError:
@@ -63,6 +63,6 @@ def _list(gateway: Gateway, call: KafkaCall, request: Any) -> Any:
     resources = [
         response_class.ConfigResource(resource_name=name, resource_type=kind)
         for kind in dict.fromkeys(wanted)
-        for name in _names(gateway, kind)
+        for name in _names(core, kind)
     ]
     return response_class(throttle_time_ms=0, error_code=NONE, config_resources=resources)

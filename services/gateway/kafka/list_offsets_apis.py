@@ -4,7 +4,7 @@ refused whole (not authorized) answers its error on every partition."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
@@ -14,9 +14,6 @@ from seglog.v1 import common_pb2
 from .api_table import ApiTable
 from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR, kafka_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 
@@ -44,7 +41,7 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
     refusal = UNKNOWN_SERVER_ERROR  # for a partition the answer does not name
     try:
         if proto.partitions:
-            answer = call.invoke("ListOffsets", call.gateway.service.queries.ListOffsets, proto)
+            answer = call.invoke("ListOffsets", call.core.service.queries.ListOffsets, proto)
             results = {(r.topic, r.partition): r for r in answer.partitions}
     except SeglogError as exc:
         refusal = kafka_error_code(exc)
@@ -83,5 +80,5 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
     return response_class(throttle_time_ms=0, topics=topics)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(ListOffsetsRequest, 1, 6, list_offsets)

@@ -16,7 +16,7 @@ Kafka's broker does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
@@ -34,16 +34,13 @@ from .error_codes import (
 )
 from .kafka_call import KafkaCall
 
-if TYPE_CHECKING:
-    from ..server import Gateway
-
 NO_LEADER = -1
 
 
 def _partitions(
     call: KafkaCall, response_class: Any, topic: Topic, gateways: list[list[Broker]]
 ) -> list[Any]:
-    registry = call.gateway.registry
+    registry = call.core.registry
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
@@ -88,7 +85,7 @@ def _topic(
         if not named:
             return None
         return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[])
-    topic = call.gateway.registry.topics.get(name)
+    topic = call.core.registry.topics.get(name)
     refused = missing.get(name)
     if refused is not None:
         return topic_class(error_code=kafka_error_code(refused), name=name, partitions=[])
@@ -108,14 +105,14 @@ def metadata(call: KafkaCall, request: Any) -> Any:
     # v0: an empty list means every topic; v1+: null does, and an empty list none.
     every_topic = request.topics is None or (call.version == 0 and not request.topics)
     if every_topic:
-        names = sorted(call.gateway.registry.topics)
+        names = sorted(call.core.registry.topics)
     else:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    gateways = live_gateways(call.gateway, call.advertised_address)
+    gateways = live_gateways(call.core, call.advertised_address)
     missing = {}
     if not every_topic:
-        missing = call.gateway.auto_create.create_missing(
+        missing = call.core.auto_create.create_missing(
             call.caller,
             [n for n in names if call.allowed("Describe", "topic", n)],
             allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
@@ -133,11 +130,11 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             for lanes in gateways
             for b in lanes
         ],
-        cluster_id=cluster_id(call.gateway),
-        controller_id=controller_id(call.gateway),
+        cluster_id=cluster_id(call.core),
+        controller_id=controller_id(call.core),
         topics=[t for t in topics if t is not None],
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(MetadataRequest, 0, 9, metadata)

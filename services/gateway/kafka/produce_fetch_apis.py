@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -39,9 +39,6 @@ from .error_codes import (
     kafka_error_code,
 )
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1  # a Kafka producer names none: the gateway routes by its current leader
@@ -73,7 +70,7 @@ def _produce_topic(call: KafkaCall, request: Any, topic: Any) -> common_pb2.Prod
                 for data in topic.partition_data
             ),
         )
-        raw = call.invoke("Produce", call.gateway.service.Produce, raw_request)
+        raw = call.invoke("Produce", call.core.service.Produce, raw_request)
         answer: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(raw)
         return answer
     except SeglogError as exc:
@@ -237,7 +234,7 @@ def _read_stream(
     whole budget); the record bytes read."""
     received_bytes = 0
     enough = max(proto.min_bytes, 1)
-    stream = call.invoke_stream("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
+    stream = call.invoke_stream("Fetch", call.core.service.Fetch, proto.SerializeToString())
     try:
         for message in stream:
             fetched = common_pb2.FetchResponse.FromString(message)
@@ -308,6 +305,6 @@ def fetch(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(ProduceRequest, 3, 9, produce, batch_handler=produce_many)
     table.register(FetchRequest, 4, 12, fetch)

@@ -19,7 +19,6 @@ from ..routing.producer_states import PartitionProducers, ProducerStates
 from .error_codes import NONE, kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -33,11 +32,9 @@ _RETRY_ELSEWHERE = {
 }
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
-    core = ProducerStates(gateway.registry, gateway.connections, gateway.authorization)
-
+def register(table: ApiTable) -> None:
     def describe_producers(call: KafkaCall, request: Any) -> Any:
-        return _describe(core, call, request)
+        return _describe(call.core.producer_states, call, request)
 
     table.register(DescribeProducersRequest, 0, 0, describe_producers)
 

@@ -31,22 +31,13 @@ from .error_codes import (
 )
 from .kafka_call import ConnectionSession, KafkaCall
 from .sasl import MECHANISMS as TOKEN_MECHANISMS
-from .sasl import authenticate
+from .sasl import SaslFailed, authenticate
 from .sasl_scram import SCRAM_MECHANISMS, ScramExchange
 
 MECHANISMS = (*TOKEN_MECHANISMS, *SCRAM_MECHANISMS)
 
 if TYPE_CHECKING:
-    from ..server import Gateway
-
-
-class SaslFailed(Exception):
-    """Authentication failed: the answer is sent, then the connection closed."""
-
-    def __init__(self, response: Any) -> None:
-        super().__init__("SASL authentication failed")
-        self.response = response
-        self.correlation_id: int | None = None  # set by the connection that sends it
+    from .core import KafkaCore
 
 
 def sasl_handshake(call: KafkaCall, request: Any) -> Any:
@@ -62,25 +53,23 @@ def sasl_handshake(call: KafkaCall, request: Any) -> Any:
     return response_class(error_code=NONE, mechanisms=list(MECHANISMS))
 
 
-def authenticate_session(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> bytes:
+def authenticate_session(core: KafkaCore, session: ConnectionSession, token: bytes) -> bytes:
     """Takes a client's SASL message: the server's answer to it (the session authenticated
     when the mechanism's exchange is complete); AuthenticationError if it does not verify."""
     if session.sasl_mechanism is None or session.authenticated_principal is not None:
         raise AuthenticationError("SaslAuthenticate before a SaslHandshake, or twice")
     if session.sasl_mechanism in SCRAM_MECHANISMS:
-        return _scram_step(call_gateway, session, token)
-    bearer_token, principal = authenticate(
-        session.sasl_mechanism, token, call_gateway.authorization.tokens
-    )
+        return _scram_step(core, session, token)
+    bearer_token, principal = authenticate(session.sasl_mechanism, token, core.authorization.tokens)
     session.identity = dataclasses.replace(session.identity, bearer_token=bearer_token)
     session.authenticated_principal = principal
     return b""
 
 
-def _scram_step(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> bytes:
+def _scram_step(core: KafkaCore, session: ConnectionSession, token: bytes) -> bytes:
     exchange = session.sasl_exchange
     if exchange is None:
-        registry = call_gateway.registry
+        registry = core.registry
         exchange = ScramExchange(session.sasl_mechanism or "", lambda: registry.scram_credentials)
         session.sasl_exchange = exchange
     answer, principal = cast(ScramExchange, exchange).step(token)
@@ -94,7 +83,7 @@ def _scram_step(call_gateway: Gateway, session: ConnectionSession, token: bytes)
 def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
     response_class = SaslAuthenticateResponse[call.version]
     try:
-        answer = authenticate_session(call.gateway, call.session, bytes(request.auth_bytes))
+        answer = authenticate_session(call.core, call.session, bytes(request.auth_bytes))
     except AuthenticationError as exc:
         raise SaslFailed(
             response_class(
@@ -111,6 +100,6 @@ def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(SaslHandshakeRequest, 0, 1, sasl_handshake)
     table.register(SaslAuthenticateRequest, 0, 2, sasl_authenticate)

@@ -26,7 +26,6 @@ from ..cluster.user_scram import ScramDeletion, ScramUpsertion, UserOutcome, Use
 from .error_codes import CLUSTER_AUTHORIZATION_FAILED, NONE
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -38,14 +37,12 @@ _USER_ERRORS: dict[str, int] = {
 }
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
-    core = UserScram(gateway.registry, gateway.authorization)
-
+def register(table: ApiTable) -> None:
     def describe(call: KafkaCall, request: Any) -> Any:
-        return describe_user_scram_credentials(core, call, request)
+        return describe_user_scram_credentials(call.core.user_scram, call, request)
 
     def alter(call: KafkaCall, request: Any) -> Any:
-        return alter_user_scram_credentials(core, call, request)
+        return alter_user_scram_credentials(call.core.user_scram, call, request)
 
     table.register(DescribeUserScramCredentialsRequest, 0, 0, describe)
     table.register(AlterUserScramCredentialsRequest, 0, 0, alter)

@@ -30,7 +30,7 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
@@ -43,10 +43,7 @@ from seglog.v1 import common_pb2
 
 from .cancel_deadlines import CancelDeadlines
 from .leader_appends import Target
-from .produce_relay import configured_relay, relay_settings
-
-if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
-    from ..settings import GatewayConfig
+from .produce_relay import RelayConfig, configured_relay, relay_settings
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +61,7 @@ DRAIN_TIMEOUT_S = 1.0
 CANCEL_GRACE_S = 1.0
 
 
-def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay | None:
+def configured_fetch_relay(config: RelayConfig, *, traced: bool) -> FetchRelay | None:
     """The gateway's fetch relay as configured: none without a cluster secret or with
     `bulk.fetch.relay.enable` false."""
     if config.cluster_secret is None or not config.bulk_fetch_relay_enable:
@@ -72,7 +69,7 @@ def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay
     return FetchRelay(**relay_settings(config, traced=traced))
 
 
-def configured_relays(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
+def configured_relays(config: RelayConfig, *, traced: bool) -> dict[str, Any]:
     """GatewayService's `produce_relay` and `fetch_relay`, as configured."""
     return {
         "produce_relay": configured_relay(config, traced=traced),
