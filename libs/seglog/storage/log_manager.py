@@ -10,6 +10,13 @@ background work.
 - Per-topic overrides sit on top of the default LogConfig. They are kept in
   `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
   opens its logs with the same settings before anyone tells it again.
+- Each log knows the id of the topic it belongs to (KIP-516), from its directory's
+  `partition.metadata` (partition_metadata.py). Asked for a log under another topic id than
+  the one it holds (its topic was deleted and one of the same name created while this node
+  did not hear of it), the manager sets the old log aside as `<topic>-<partition>-stray` and
+  creates an empty one: the new topic never serves the old topic's records. (Kafka's KRaft
+  broker likewise renames such a log `-stray` rather than opening it.) A log without the
+  file (written before topic ids) adopts the id it is first asked for.
 - One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
   recovery-point and high-watermark checkpoints, retention (`retention_check_interval_ms`),
   and compaction (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is
@@ -33,7 +40,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from . import log_files
+from . import log_files, partition_metadata
 from .checkpoint import DataDir
 from .cleaner import Cleaner
 from .clock import SYSTEM_CLOCK, Clock
@@ -60,6 +67,7 @@ class LogManager:
         self.default_log_config = default_log_config or LogConfig()
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}  # "" or absent: not known yet
         self._offline: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -110,21 +118,23 @@ class LogManager:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             opened = list(pool.map(self._open_existing, found))
         with self._lock:
-            for directory, log, reason in opened:
+            for directory, log, topic_id, reason in opened:
                 tp = log_files.parse_topic_partition(directory)
                 if log is not None:
                     self._logs[tp] = log
+                    self._topic_ids[tp] = topic_id
                 else:
                     self._offline[tp] = reason
 
-    def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str]:
+    def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str, str]:
         topic, partition = log_files.parse_topic_partition(directory)
         try:
-            return directory, self._open_log(directory, topic), ""
+            topic_id = partition_metadata.read(directory)
+            return directory, self._open_log(directory, topic), topic_id, ""
         except (OSError, SeglogError) as exc:
             reason = f"cannot open {directory.name}: {exc}"
             logger.error("partition %s-%d goes offline: %s", topic, partition, reason)
-            return directory, None, reason
+            return directory, None, "", reason
 
     def startup(self) -> None:
         self.load_logs()
@@ -167,13 +177,30 @@ class LogManager:
         overrides: Mapping[str, Any] | None = None,
         *,
         exist_ok: bool = True,
+        topic_id: str = "",
     ) -> Log:
+        """The partition's log, created if needed; with `topic_id`, the log of that topic
+        (one of another topic set aside first, see above)."""
         with self._lock:
             existing = self._logs.get((topic, partition))
-            if existing is not None:
+            if existing is not None and not self.holds_other_topic(topic, partition, topic_id):
                 if not exist_ok:
                     raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
+                if topic_id and not self._topic_ids.get((topic, partition)):
+                    self._adopt_topic_id(topic, partition, existing, topic_id)
                 return existing
+            if existing is not None:
+                held = self._topic_ids.get((topic, partition), "")
+                aside = self.set_aside_log(topic, partition)
+                logger.warning(
+                    "%s-%d holds records of an earlier topic of that name (topic id %s, not "
+                    "%s): set aside as %s, the partition starts empty",
+                    topic,
+                    partition,
+                    held,
+                    topic_id,
+                    aside.name,
+                )
             # Each DataDir counts the logs open in it: counting them here walked every log
             # per creation, quadratic in a node's partitions (7 ms a log at 2,000).
             data_dir = min(self._dirs, key=lambda d: self._data_dirs[d].open_logs)
@@ -182,6 +209,8 @@ class LogManager:
                 self.set_topic_overrides(topic, overrides)
             try:
                 log = self._open_log(directory, topic)
+                if topic_id:
+                    partition_metadata.write(directory, topic_id)
             except (OSError, SeglogError) as exc:
                 reason = f"cannot create {directory.name}: {exc}"
                 self._offline[(topic, partition)] = reason
@@ -189,7 +218,24 @@ class LogManager:
             self._offline.pop((topic, partition), None)
             self.cleaner.uncleanable.pop((topic, partition), None)
             self._logs[(topic, partition)] = log
+            self._topic_ids[(topic, partition)] = topic_id
             return log
+
+    def topic_id(self, topic: str, partition: int) -> str:
+        """The id of the topic the partition's log belongs to ("": not known)."""
+        return self._topic_ids.get((topic, partition), "")
+
+    def holds_other_topic(self, topic: str, partition: int, topic_id: str) -> bool:
+        """Whether the partition's log belongs to another topic than `topic_id` (both known)."""
+        held = self._topic_ids.get((topic, partition), "")
+        return bool(topic_id and held and held != topic_id)
+
+    def _adopt_topic_id(self, topic: str, partition: int, log: Log, topic_id: str) -> None:
+        try:
+            partition_metadata.write(log.directory, topic_id)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"cannot write {topic}-{partition}'s topic id: {exc}") from exc
+        self._topic_ids[(topic, partition)] = topic_id
 
     def _open_log(self, directory: Path, topic: str) -> Log:
         return Log.open(
@@ -228,6 +274,7 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._topic_ids.pop((topic, partition), None)
             was_offline = self._offline.pop((topic, partition), None) is not None
         if log is None:
             if not was_offline:
@@ -251,6 +298,7 @@ class LogManager:
         assigns to it, which an operator may still want back."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._topic_ids.pop((topic, partition), None)
         if log is None:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
         log.close()  # flushed: the flush task has nothing left to visit
