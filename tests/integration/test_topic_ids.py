@@ -14,7 +14,12 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
 from kafka import errors as kafka_errors
-from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeTopicPartitionsRequest,
+    DescribeTopicPartitionsResponse,
+)
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from seglog.storage import partition_metadata
@@ -214,3 +219,45 @@ def test_a_topic_made_again_while_its_node_was_down_starts_empty_there(cluster):
         {"bootstrap.servers": cluster.kafka_address, "group.id": "ids-again-offsets"}
     ).get_watermark_offsets(confluent_kafka.TopicPartition("ids-again", 0), RESULT_TIMEOUT_S)
     assert (low, high) == (0, 1)
+
+
+def _describe_partitions(cluster, names, limit, cursor=None):
+    request_class = DescribeTopicPartitionsRequest
+    with KafkaWire(cluster.kafka_address) as wire:
+        return wire.request(
+            request_class(
+                topics=[request_class.TopicRequest(name=n) for n in names],
+                response_partition_limit=limit,
+                cursor=cursor,
+            ),
+            0,
+            DescribeTopicPartitionsResponse,
+        )
+
+
+def test_describe_topic_partitions_answers_ids_in_pages(cluster):
+    cluster.admin.create_topic("ids-page-a", 2, 1)
+    cluster.admin.create_topic("ids-page-b", 2, 1)
+    names = ["ids-page-b", "ids-missing", "ids-page-a"]
+    first = _describe_partitions(cluster, names, 3)
+    # Name order; three partitions, then a cursor at the fourth.
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in first.topics] == [
+        ("ids-missing", []),
+        ("ids-page-a", [0, 1]),
+        ("ids-page-b", [0]),
+    ]
+    assert first.topics[0].error_code == kafka_errors.UnknownTopicOrPartitionError.errno
+    a = first.topics[1]
+    assert (a.error_code, from_wire(a.topic_id)) == (0, _registry_id(cluster, "ids-page-a"))
+    assert a.topic_authorized_operations  # Kafka always answers them here
+    assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == ("ids-page-b", 1)
+    cursor = DescribeTopicPartitionsRequest.Cursor(topic_name="ids-page-b", partition_index=1)
+    rest = _describe_partitions(cluster, names, 3, cursor)
+    assert [(t.name, [p.partition_index for p in t.partitions]) for t in rest.topics] == [
+        ("ids-page-b", [1])
+    ]
+    assert rest.next_cursor is None
+    assert from_wire(rest.topics[0].topic_id) == _registry_id(cluster, "ids-page-b")
+    # The cursor's topic must be among those named (Kafka: INVALID_REQUEST).
+    refused = _describe_partitions(cluster, ["ids-page-a"], 3, cursor)
+    assert {t.error_code for t in refused.topics} == {kafka_errors.InvalidRequestError.errno}

@@ -21,7 +21,6 @@ from services.gateway.cluster.metadata_records import (
 )
 from tests.batches import make_batch
 
-
 CLOCK = ManualClock()
 
 
