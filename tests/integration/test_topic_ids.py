@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 import confluent_kafka
+import grpc
 import pytest
 from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
@@ -23,6 +24,8 @@ from kafka.protocol.admin import (
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from seglog.storage import partition_metadata
+from seglog.storage.meta_properties import random_uuid
+from seglog.v1 import storage_pb2, storage_pb2_grpc
 from services.gateway.kafka.topic_ids import from_wire, to_wire
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -261,3 +264,24 @@ def test_describe_topic_partitions_answers_ids_in_pages(cluster):
     # The cursor's topic must be among those named (Kafka: INVALID_REQUEST).
     refused = _describe_partitions(cluster, ["ids-page-a"], 3, cursor)
     assert {t.error_code for t in refused.topics} == {kafka_errors.InvalidRequestError.errno}
+
+
+def test_a_late_delete_of_an_older_topic_leaves_the_new_one_of_that_name(cluster):
+    """A DeletePartition naming another topic id than the partition's (a delete of a topic
+    made again since, arriving late) deletes nothing; one naming its own id deletes it."""
+    cluster.admin.create_topic("ids-late-delete", 1, 1)
+    node = cluster.nodes[1]
+    topic_id = _registry_id(cluster, "ids-late-delete")
+    request = storage_pb2.DeletePartitionRequest(
+        topic="ids-late-delete",
+        partition=0,
+        cluster_id=cluster.gateway.registry.cluster_id,
+        topic_id=random_uuid(),
+    )
+    with grpc.insecure_channel(node.address) as channel:
+        stub = storage_pb2_grpc.StorageNodeStub(channel)
+        stub.DeletePartition(request, timeout=RESULT_TIMEOUT_S)
+        assert node.logs.topic_id("ids-late-delete", 0) == topic_id
+        request.topic_id = topic_id
+        stub.DeletePartition(request, timeout=RESULT_TIMEOUT_S)
+    assert ("ids-late-delete", 0) not in node.logs.logs()
