@@ -21,6 +21,11 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
+A state naming another topic id than the hosted log's (the topic deleted and made again
+under its name while this node was away) is applied whatever its epochs, the new topic's
+starting again from 0: the log manager sets the old log aside and the partition starts empty.
+A log from before topic ids adopts the id of the first state naming one.
+
 Only a submission from a registry of the node's own cluster (its cluster id the data
 directory's, cluster_identity.py) removes partitions: from any other, `removed` is ignored
 and a `full` one sweeps nothing — a registry that does not know the node's partitions

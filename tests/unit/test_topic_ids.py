@@ -46,12 +46,13 @@ def test_the_file_is_kafkas_two_lines_and_reads_back(tmp_path):
     assert not (tmp_path / "partition.metadata.tmp").exists()
     assert partition_metadata.read(tmp_path) == topic_id
     assert partition_metadata.read(tmp_path / "absent") == ""
+    (tmp_path / "partition.metadata").write_bytes(b"")  # a power cut before its sync
+    assert partition_metadata.read(tmp_path) == ""
 
 
 @pytest.mark.parametrize(
     "content",
     [
-        b"",
         b"version: 0\n",
         b"topic_id: Vw0MOr7cTMqUabAmiOSm4g\nversion: 0",
         b"version: x\ntopic_id: Vw0MOr7cTMqUabAmiOSm4g",

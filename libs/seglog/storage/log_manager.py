@@ -68,6 +68,9 @@ class LogManager:
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
         self._topic_ids: dict[TopicPartition, str] = {}  # "" or absent: not known yet
+        # Directories whose partition.metadata is written but not fsynced yet (its module
+        # says why): synced before the next recovery-point checkpoint or clean shutdown.
+        self._unsynced_ids: set[Path] = set()
         self._offline: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -210,7 +213,8 @@ class LogManager:
             try:
                 log = self._open_log(directory, topic)
                 if topic_id:
-                    partition_metadata.write(directory, topic_id)
+                    partition_metadata.write(directory, topic_id, sync=False)
+                    self._unsynced_ids.add(directory)
             except (OSError, SeglogError) as exc:
                 reason = f"cannot create {directory.name}: {exc}"
                 self._offline[(topic, partition)] = reason
@@ -232,10 +236,23 @@ class LogManager:
 
     def _adopt_topic_id(self, topic: str, partition: int, log: Log, topic_id: str) -> None:
         try:
-            partition_metadata.write(log.directory, topic_id)
+            partition_metadata.write(log.directory, topic_id, sync=False)
         except (OSError, ValueError) as exc:
             raise StorageError(f"cannot write {topic}-{partition}'s topic id: {exc}") from exc
+        self._unsynced_ids.add(log.directory)
         self._topic_ids[(topic, partition)] = topic_id
+
+    def sync_topic_ids(self) -> None:
+        """fsync the partition.metadata files written since the last call."""
+        with self._lock:
+            pending, self._unsynced_ids = self._unsynced_ids, set()
+        for directory in pending:
+            try:
+                partition_metadata.sync(directory)
+            except OSError:
+                with self._lock:
+                    self._unsynced_ids.add(directory)  # owed still: the next call tries again
+                raise
 
     def _open_log(self, directory: Path, topic: str) -> Log:
         return Log.open(
@@ -378,6 +395,7 @@ class LogManager:
                 logger.exception("log manager task flush_dirty_logs failed on %r", log)
 
     def checkpoint_recovery_points(self) -> None:
+        self.sync_topic_ids()  # before any recovery point that vouches for a log's batches
         for data_dir in self._data_dirs.values():
             data_dir.checkpoint()
 
@@ -403,6 +421,10 @@ class LogManager:
         if self._scheduler is not None:
             self._scheduler.join(timeout=30)
             self._scheduler = None
+        try:
+            self.sync_topic_ids()  # before the clean-shutdown marker
+        except OSError:
+            logger.exception("syncing partition.metadata files failed")
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()

@@ -11,18 +11,25 @@ UTF-8, the second without a line end,
 `topic_id` a Kafka Uuid (meta_properties.check_uuid: 22 URL-safe base64 characters, never
 all zero). Kafka reads each line as a key, ':' and whitespace, then the value, and refuses a
 version below 0; so does this reader, which also accepts a trailing line end. Written as
-Kafka writes it: a temporary file, fsync, rename over the old one (and here an fsync of the
-directory too), so a crash leaves the old file, the new one, or none (a log without the
-file adopts the id its registry gives it, as Kafka's broker does).
+Kafka writes it: a temporary file, then a rename over the old one, so a process crash leaves
+the old file, the new one, or none (a log without the file adopts the id its registry gives
+it, as Kafka's broker does). Unlike Kafka, the fsyncs are deferred (`write(sync=False)`, then
+`sync`): the log manager fsyncs the file and its directory before it next checkpoints
+recovery points and before a clean shutdown, the two things that let a restart trust a log's
+batches without recovering them. Synced at creation, the file made a new partition's log
+cost about twice as much (medians of 300 creations: 3–7 ms without the file, 7–10 ms with it
+deferred, 11–17 ms synced), and nodes make thousands at once; while a log holds no batch,
+losing its file to a power cut loses nothing (an empty file reads as none).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 from ..errors import StorageError
-from .log_files import atomic_write
+from .log_files import atomic_write, fsync_directory
 from .meta_properties import check_uuid
 
 PARTITION_METADATA = "partition.metadata"
@@ -48,14 +55,28 @@ def encode(topic_id: str) -> bytes:
     return f"version: {VERSION}\ntopic_id: {topic_id}".encode()
 
 
-def write(directory: Path, topic_id: str) -> None:
-    """Replace the directory's partition.metadata atomically and durably."""
-    atomic_write(path_of(directory), encode(topic_id))
+def write(directory: Path, topic_id: str, *, sync: bool = True) -> None:
+    """Replace the directory's partition.metadata atomically (and durably with `sync`)."""
+    atomic_write(path_of(directory), encode(topic_id), sync=sync)
+
+
+def sync(directory: Path) -> None:
+    """fsync a file written without it, then its directory (the rename); nothing when the
+    directory has gone since (set aside, deleted)."""
+    try:
+        fd = os.open(path_of(directory), os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_directory(directory)
 
 
 def read(directory: Path) -> str:
     """The directory's topic id, "" when it has no partition.metadata (a log from before
-    topic ids)."""
+    topic ids) or an empty one."""
     path = path_of(directory)
     try:
         with path.open("rb") as f:
@@ -64,6 +85,8 @@ def read(directory: Path) -> str:
         return ""
     except OSError as exc:
         raise PartitionMetadataError(f"cannot read {path}: {exc}") from exc
+    if not data:
+        return ""  # what a power cut can leave of a file not yet synced: no id, as no file
     if len(data) > _MAX_FILE_BYTES:
         raise PartitionMetadataError(f"{path} is larger than {_MAX_FILE_BYTES} bytes")
     try:
