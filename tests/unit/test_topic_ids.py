@@ -11,6 +11,7 @@ from seglog.storage.config import LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.storage.meta_properties import random_uuid
 from seglog.storage.partition_metadata import PartitionMetadataError
+from seglog.v1 import gateway_pb2
 from services.gateway.cluster.metadata_image import MetadataImage
 from services.gateway.cluster.metadata_records import (
     MetadataRecordError,
@@ -19,6 +20,8 @@ from services.gateway.cluster.metadata_records import (
     remove_topic_record,
     topic_record,
 )
+from services.storage_node.metadata_applier import MetadataApplier
+from services.storage_node.replica_manager import ReplicaManager
 from tests.batches import make_batch
 
 CLOCK = ManualClock()
@@ -170,3 +173,47 @@ def test_an_id_is_given_once_and_never_changed_or_shared():
         check_records([{**topic_record("x", 1, {}, 1), "topic_id": "AAAAAAAAAAAAAAAAAAAAAA"}])
     with pytest.raises(MetadataRecordError, match="topic_id"):
         check_records([{**topic_record("x", 1, {}, 1), "topic_id": 7}])
+
+
+# -- the node's applier ------------------------------------------------------------------
+
+
+def _state(topic_id: str, leader_epoch: int) -> gateway_pb2.NodeAssignment:
+    assignment = gateway_pb2.NodeAssignment()
+    assignment.partitions.add(
+        topic="t",
+        partition=0,
+        leader_epoch=leader_epoch,
+        leader=1,
+        replicas=[1],
+        isr=[1],
+        partition_epoch=leader_epoch,
+        topic_id=topic_id,
+    )
+    return assignment
+
+
+def test_a_hosted_partition_given_another_topic_id_starts_empty_whatever_the_epochs(tmp_path):
+    """A node that slept through a delete and a creation of the same name (it gets only the
+    new topic's state, at epoch 0, below the old one's) hosts the new topic, not the old."""
+    logs = manager(tmp_path)
+    logs.startup()
+    replicas = ReplicaManager(logs, node_id=1)
+    applier = MetadataApplier(replicas)
+    applier.start()
+    old_id, new_id = random_uuid(), random_uuid()
+    try:
+        assert applier.wait_applied(applier.submit(_state(old_id, 5)), timeout_s=30)
+        replicas.partition("t", 0).log.append(a_batch(b"old"), leader_epoch=5)
+        assert applier.wait_applied(applier.submit(_state(new_id, 0)), timeout_s=30)
+        held = replicas.partition("t", 0)
+        assert (held.leader_epoch, held.log.log_end_offset) == (0, 0)
+        assert logs.topic_id("t", 0) == new_id
+        assert partition_metadata.read(tmp_path / "data" / "t-0-stray") == old_id
+        # The same topic's older state changes nothing (epochs decide again).
+        assert applier.wait_applied(applier.submit(_state(new_id, 0)), timeout_s=30)
+        assert replicas.partition("t", 0) is held
+    finally:
+        applier.stop()
+        replicas.stop()
+        logs.shutdown()
