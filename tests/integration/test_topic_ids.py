@@ -153,6 +153,16 @@ def test_metadata_v12_by_id_and_delete_topics_by_id(cluster):
     ).topics
     assert refused.error_code == kafka_errors.InvalidRequestError.errno
     with KafkaWire(cluster.kafka_address) as wire:
+        both = wire.request(
+            DeleteTopicsRequest(
+                topics=[DeleteTopicsRequest.DeleteTopicState(name="ids-by-id", topic_id=topic_id)],
+                timeout_ms=5000,
+            ),
+            6,
+            DeleteTopicsResponse,
+        )
+        assert [r.error_code for r in both.responses] == [kafka_errors.InvalidRequestError.errno]
+        assert "ids-by-id" in cluster.gateway.registry.topics
         deleted = wire.request(
             DeleteTopicsRequest(
                 topics=[DeleteTopicsRequest.DeleteTopicState(name=None, topic_id=topic_id)],

@@ -8,7 +8,7 @@ others go on, as in Kafka; a topic named twice in one request gets INVALID_REQUE
 places replicas itself: a request with explicit replica assignments gets INVALID_REQUEST
 saying so. CreateTopics answers the created topic's id (v7+, the zero id for a validation);
 DeleteTopics 6 deletes by id when an entry has no name (UNKNOWN_TOPIC_ID for an id no topic
-has) and answers each deleted topic's id.
+has; INVALID_REQUEST for both, as Kafka) and answers each deleted topic's id.
 """
 
 from __future__ import annotations
@@ -215,6 +215,8 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
         registry = call.gateway.registry
         if name is None:  # by id: the registry's name, UNKNOWN_TOPIC_ID for none
             name = registry.topic_name_of(topic_ids.from_wire(topic_id))
+        elif topic_ids.from_wire(topic_id):  # Kafka's answer to both
+            raise InvalidRequestError("give a topic's name or its id, not both")
         elif name in registry.topics:
             topic_id = topic_ids.to_wire(registry.topic_id_of(name))
         answer = call.invoke(
