@@ -217,3 +217,13 @@ def test_a_hosted_partition_given_another_topic_id_starts_empty_whatever_the_epo
         applier.stop()
         replicas.stop()
         logs.shutdown()
+
+
+def test_nodes_are_told_the_id_given_to_a_topic_from_before_ids():
+    """The id-giving record puts the topic's partitions in the change history, so their
+    nodes' next heartbeat answers carry the states with the id (and the nodes write it)."""
+    image = MetadataImage()
+    image.apply(1, _topic("legacy"))
+    image.apply(2, [topic_record("legacy", 1, {}, 1, random_uuid())])
+    changes = image.history.since(1, 1)
+    assert changes is not None and changes.changed == {("legacy", 0)}

@@ -78,7 +78,8 @@ class Applied:
     """What one batch changed."""
 
     partitions: set[PartitionChange] = field(default_factory=set)  # registrations changed
-    configs: set[str] = field(default_factory=set)  # topics whose configs changed
+    # Topics whose configs changed (or that were given an id): their nodes get the states.
+    configs: set[str] = field(default_factory=set)
     nodes: set[int] = field(default_factory=set)  # node records applied
     acls: bool = False
     node_states: set[int] = field(default_factory=set)  # decommissioned or recommissioned
@@ -216,6 +217,7 @@ class MetadataImage:
                     f"(a record says {topic_id})"
                 )
             topic.topic_id = topic_id  # a topic from before ids given its id, once
+            applied.configs.add(name)  # its nodes are told, as of a config change
             if name in self.topics:
                 self.topic_names[topic_id] = name
         if count < len(topic.partitions):
