@@ -83,6 +83,7 @@ def test_the_id_is_made_once_and_every_client_and_the_partition_file_agree(clust
     topic_id = _registry_id(cluster, "ids-agree")
     assert len(topic_id) == 22 and topic_id != partition_metadata.ZERO_UUID
     assert cluster.gateway.registry.topic_name_of(topic_id) == "ids-agree"
+    assert cluster.admin.describe_topic("ids-agree").topic_id == topic_id  # the gRPC API's
     # Metadata v10+ answers it (v9 has no field for it).
     (answered,) = _metadata(
         cluster, 10, [MetadataRequest.MetadataRequestTopic(name="ids-agree")]
