@@ -4,6 +4,8 @@ before ids adopting one, and the image keeping each topic's id for good."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from seglog.storage import LogConfig, ManualClock, partition_metadata
@@ -227,3 +229,21 @@ def test_nodes_are_told_the_id_given_to_a_topic_from_before_ids():
     image.apply(2, [topic_record("legacy", 1, {}, 1, random_uuid())])
     changes = image.history.since(1, 1)
     assert changes is not None and changes.changed == {("legacy", 0)}
+
+
+def test_an_offline_partitions_directory_of_another_topic_is_set_aside_not_reopened(tmp_path):
+    old_id = random_uuid()
+    mgr = manager(tmp_path)
+    mgr.startup()
+    mgr.create_log("t", 0, topic_id=old_id).append(a_batch(b"old"))
+    mgr.shutdown()
+    # A config its log cannot open with: the partition comes back offline, its files unread.
+    overrides = tmp_path / "data" / "topic-config-overrides.json"
+    overrides.write_text(json.dumps({"t": {"retention.ms": "soon"}}))
+    mgr = manager(tmp_path)
+    mgr.startup()
+    assert ("t", 0) in mgr.offline()
+    fresh = mgr.create_log("t", 0, {"retention.ms": "1000"}, topic_id=random_uuid())
+    assert fresh.log_end_offset == 0
+    assert partition_metadata.read(tmp_path / "data" / "t-0-stray") == old_id
+    mgr.shutdown()

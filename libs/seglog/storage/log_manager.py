@@ -211,6 +211,7 @@ class LogManager:
             if overrides:
                 self.set_topic_overrides(topic, overrides)
             try:
+                self._set_aside_other_topic(directory, topic_id)
                 log = self._open_log(directory, topic)
                 if topic_id:
                     partition_metadata.write(directory, topic_id, sync=False)
@@ -321,22 +322,36 @@ class LogManager:
         log.close()  # flushed: the flush task has nothing left to visit
         self._dirty_logs.discard(log)
         self._data_dirs[log.directory.parent].forget((topic, partition))
-        target = log.directory.with_name(log.directory.name + STRAY_SUFFIX)
+        return self._rename_aside(log.directory)
+
+    def _rename_aside(self, directory: Path) -> Path:
+        target = directory.with_name(directory.name + STRAY_SUFFIX)
         suffix = 0
         while target.exists():
             suffix += 1
             if suffix >= log_files.MAX_STRAY_COPIES:
                 raise StorageError(
-                    f"{log.directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
+                    f"{directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
                     f"exist; remove some before this partition can be set aside"
                 )
-            target = log.directory.with_name(f"{log.directory.name}{STRAY_SUFFIX}.{suffix}")
+            target = directory.with_name(f"{directory.name}{STRAY_SUFFIX}.{suffix}")
         try:
-            log.directory.rename(target)
+            directory.rename(target)
         except OSError as exc:
-            raise StorageError(f"cannot set {log.directory.name} aside: {exc}") from exc
+            raise StorageError(f"cannot set {directory.name} aside: {exc}") from exc
         log_files.fsync_directory(target.parent)
         return target
+
+    def _set_aside_other_topic(self, directory: Path, topic_id: str) -> None:
+        """A directory left on disk but not opened (its partition offline) that belongs to
+        another topic id is set aside before a log is made there: never reopened as this
+        topic's. One whose id cannot be read stays, and so does the partition offline."""
+        if not (topic_id and directory.is_dir()):
+            return
+        held = partition_metadata.read(directory)
+        if held and held != topic_id:
+            aside = self._rename_aside(directory)
+            logger.warning("%s belongs to topic id %s: set aside as %s", directory, held, aside)
 
     # -- background work ---------------------------------------------------------------
 
