@@ -14,6 +14,11 @@ A registry without a cluster id when its gateway starts is bootstrapped (`plan`)
 - Otherwise a new random id: a fresh cluster, or a registry from before cluster ids (its
   nodes, which it registered before, adopt the id).
 
+Topics made before topic ids (KIP-516) get theirs the same way, once: the first gateway to
+start on such a registry stores a topic record with a new id for each (another gateway doing
+the same meanwhile finds its write stale, reloads, and sees the ids), and nodes are sent the
+ids with their partitions' states.
+
 Refused, the gateway not starting (RegistryConflictError, naming the way out):
 - on etcd, a file registry in the data dir beside an etcd registry that was not copied from
   it: two registries, and which one holds the cluster is the operator's call;
