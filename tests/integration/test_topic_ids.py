@@ -65,16 +65,16 @@ def _partition_dir(cluster, topic: str, partition: int = 0):
     return cluster.nodes[1].logs.get_log(topic, partition).directory
 
 
-def _served(cluster, topic: str) -> bool:
+def _served(cluster, topic: str, partition: int = 0) -> bool:
     """The node hosts the partition under the registry's id and leads it."""
     node = cluster.nodes.get(1)
     if node is None:
         return False
-    held = node.replicas.partition_if_hosted(topic, 0)
+    held = node.replicas.partition_if_hosted(topic, partition)
     return (
         held is not None
         and held.is_leader
-        and node.logs.topic_id(topic, 0) == _registry_id(cluster, topic)
+        and node.logs.topic_id(topic, partition) == _registry_id(cluster, topic)
     )
 
 
@@ -108,6 +108,7 @@ def test_the_id_is_made_once_and_every_client_and_the_partition_file_agree(clust
         python_admin.close()
     # Each partition directory holds it exactly as Kafka's PartitionMetadataFile writes it.
     for partition in (0, 1):
+        assert wait_until(lambda p=partition: _served(cluster, "ids-agree", p))
         directory = _partition_dir(cluster, "ids-agree", partition)
         written = (directory / "partition.metadata").read_bytes()
         assert written == b"version: 0\ntopic_id: " + topic_id.encode()
@@ -281,6 +282,7 @@ def test_a_late_delete_of_an_older_topic_leaves_the_new_one_of_that_name(cluster
     """A DeletePartition naming another topic id than the partition's (a delete of a topic
     made again since, arriving late) deletes nothing; one naming its own id deletes it."""
     cluster.admin.create_topic("ids-late-delete", 1, 1)
+    assert wait_until(lambda: _served(cluster, "ids-late-delete"))
     node = cluster.nodes[1]
     topic_id = _registry_id(cluster, "ids-late-delete")
     request = storage_pb2.DeletePartitionRequest(
