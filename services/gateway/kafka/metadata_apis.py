@@ -5,17 +5,20 @@ real replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
-does; clients retry it. Topics are never created by Metadata (seglog has no
-auto.create.topics.enable): a named topic that does not exist answers
-UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says. A topic the principal may
-not Describe answers TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics
-are asked for, as Kafka's broker does.
+does; clients retry it. A named topic that does not exist goes to the core's auto-creation
+(cluster/auto_create.py: v0-3 always allow it, v4+ as allow_auto_topic_creation says): made
+now, it answers LEADER_NOT_AVAILABLE, as Kafka's broker answers a topic it has just made;
+else INVALID_TOPIC_EXCEPTION for an illegal name, TOPIC_AUTHORIZATION_FAILED without Create,
+UNKNOWN_TOPIC_OR_PARTITION. A topic the principal may not Describe answers
+TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics are asked for, as
+Kafka's broker does.
 
 Topic ids (KIP-516, v10+): every topic answers its id. v12 may name a topic by id instead of
 name (the id wins when both are given); an id no topic has answers UNKNOWN_TOPIC_ID with a
 null name, one the principal may not Describe TOPIC_AUTHORIZATION_FAILED with a null name
 (Kafka's broker: ids are not secret, names are). v10 and v11 take names only, as Kafka's
-broker: an id there, or a null name, is INVALID_REQUEST for the whole request.
+broker: an id there, or a null name, is INVALID_REQUEST for the whole request. Topics named
+by id are never auto-created (an unknown id has no name to create).
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def _topic(
     gateways: list[list[Broker]],
     *,
     named: bool,
+    missing: dict[str, SeglogError | None],
     by_id: bool = False,
 ) -> Any | None:
     topic_class = response_class.MetadataResponseTopic
@@ -103,8 +107,12 @@ def _topic(
             topic_id=topic_id if by_id else ZERO,
             partitions=[],
         )
-    if topic is None:
-        return topic_class(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[])
+    refused = missing.get(name)
+    if refused is not None:
+        return topic_class(error_code=kafka_error_code(refused), name=name, partitions=[])
+    if topic is None or name in missing:  # just made: Kafka answers its clients retry this
+        code = UNKNOWN_TOPIC_OR_PARTITION if topic is None else LEADER_NOT_AVAILABLE
+        return topic_class(error_code=code, name=name, topic_id=topic_id, partitions=[])
     return topic_class(
         error_code=NONE,
         name=name,
@@ -148,9 +156,22 @@ def metadata(call: KafkaCall, request: Any) -> Any:
     names = [name for name, _ in asked]
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
     gateways = live_gateways(call.gateway, call.advertised_address)
+    missing = {}
+    if not every_topic:
+        missing = call.gateway.auto_create.create_missing(
+            call.caller,
+            [n for n, by_id in asked if by_id is None and call.allowed("Describe", "topic", n)],
+            allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
+        )
     topics = [
         _topic(
-            call, response_class, name, gateways, named=not every_topic, by_id=wire_id is not None
+            call,
+            response_class,
+            name,
+            gateways,
+            named=not every_topic,
+            missing=missing,
+            by_id=wire_id is not None,
         )
         if name or wire_id is None
         else response_class.MetadataResponseTopic(
