@@ -27,8 +27,10 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "Fetch": "sessionless: every answer has session id 0",
     "ListOffsets": "earliest, latest, max timestamp, by time",
     "InitProducerId": "idempotent producers; no transactional id",
-    "CreateTopics": "no replica assignments: seglog places replicas",
-    "DeleteTopics": "by name",
+    "Metadata": "topic ids, KIP-516: by id from v12",
+    "CreateTopics": "no replica assignments: seglog places replicas; answers the topic id",
+    "DeleteTopics": "by name, or by topic id from v6",
+    "DescribeTopicPartitions": "topic ids and ELRs, paged by cursor",
     "CreatePartitions": "no replica assignments",
     "DeleteRecords": "the low watermark is the leader's new log start offset",
     "DescribeConfigs": (

@@ -311,7 +311,11 @@ class StorageNodeService:
         try:
             log_files.check_topic_name(request.topic)
             self._check_cluster(request.cluster_id)
-            self.replicas.delete_partition(request.topic, request.partition)
+            tp = (request.topic, request.partition)
+            if self.replicas.logs.holds_other_topic(*tp, request.topic_id):
+                # A late delete of a topic made again since: the new one is not its to delete.
+                return storage_pb2.DeletePartitionResponse()
+            self.replicas.delete_partition(*tp)
         except SeglogError as exc:
             abort(context, exc)
         return storage_pb2.DeletePartitionResponse()

@@ -25,7 +25,7 @@ from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_for, wait_until
 
 # api key: (min, max) — the listener core's table (other areas add theirs).
-CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 6), 3: (0, 9), 18: (0, 4), 22: (0, 4)}
+CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 6), 3: (0, 12), 18: (0, 4), 22: (0, 4)}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_api_versions_advertises_each_served_api_and_its_versions(cluster):
 def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(cluster):
     gateway_id = broker_id(cluster.kafka_address)
     with KafkaWire(cluster.kafka_address) as wire:
-        for version in (1, 9):
+        for version in (1, 9, 12):
             answer = metadata(wire, ["described", "absent"], version)
             assert [(b.node_id, f"{b.host}:{b.port}") for b in answer.brokers] == [
                 (gateway_id, cluster.kafka_address)

@@ -199,6 +199,7 @@ class AdminService:
                 set_error(description, exc)
                 continue
             description.replication_factor = topic.replication_factor
+            description.topic_id = topic.topic_id
             description.configs.update(topic.configs)
             for i, p in enumerate(topic.partitions):
                 part = description.partitions.add(

@@ -1,7 +1,8 @@
-"""The registry's metadata image (Kafka's MetadataImage): topics with each partition's
-registration, node addresses and states, ACLs and the producer-id block, built only by applying the
-metadata log's records (metadata_records.py) in offset order: a gateway's own writes and the
-ones it watches from other gateways alike.
+"""The registry's metadata image (Kafka's MetadataImage): topics with their ids (KIP-516:
+`topic_name_of`, `topic_id_of`) and each partition's registration, node addresses and
+states, ACLs and the producer-id block, built only by applying the metadata log's records
+(metadata_records.py) in offset order: a gateway's own writes and the ones it watches from
+other gateways alike.
 
 Applying keeps indexes so the controller never walks every partition to find the few it
 must decide on: the partitions hosted on each node, those led by each node, those with no
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seglog.security.acls import AclBinding
+from seglog.storage.meta_properties import random_uuid
 
 from .metadata_history import MetadataHistory
 from .metadata_records import (
@@ -57,6 +59,7 @@ class Topic:
     replication_factor: int
     configs: dict[str, str]
     partitions: list[PartitionAssignment]
+    topic_id: str = ""  # KIP-516 ("" only until a registry from before ids gives one)
 
     @property
     def internal(self) -> bool:
@@ -66,12 +69,22 @@ class Topic:
 QuotaEntityKey = tuple[tuple[str, str], ...]
 
 
+def new_topic_id(image: MetadataImage) -> str:
+    """A topic id no topic of the image has (Kafka's Uuid.randomUuid: 122 random bits, so
+    a clash is never expected, but one would merge two topics' names)."""
+    while True:
+        topic_id = random_uuid()
+        if topic_id not in image.topic_names:
+            return topic_id
+
+
 @dataclass
 class Applied:
     """What one batch changed."""
 
     partitions: set[PartitionChange] = field(default_factory=set)  # registrations changed
-    configs: set[str] = field(default_factory=set)  # topics whose configs changed
+    # Topics whose configs changed (or that were given an id): their nodes get the states.
+    configs: set[str] = field(default_factory=set)
     nodes: set[int] = field(default_factory=set)  # node records applied
     acls: bool = False
     node_states: set[int] = field(default_factory=set)  # decommissioned or recommissioned
@@ -82,6 +95,7 @@ class MetadataImage:
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset  # of the last batch applied
         self.topics: dict[str, Topic] = {}
+        self.topic_names: dict[str, str] = {}  # topic id -> name (topic_name_of)
         self.node_addresses: dict[int, str] = {}
         self.node_min_isr: dict[int, int] = {}  # each node's min.insync.replicas default
         self.min_isr_default = 1  # the largest of them (Kafka's 1 when none is set)
@@ -185,6 +199,8 @@ class MetadataImage:
             if any(p is None for p in topic.partitions):
                 raise MetadataRecordError(f"topic {name} created without all its partitions")
             self.topics[name] = topic  # whole, for routing
+            if topic.topic_id:
+                self.topic_names[topic.topic_id] = name
         for name, count in self._growing.items():
             grown = self.topics.get(name)
             if grown is not None and len(grown.partitions) != count:
@@ -203,11 +219,26 @@ class MetadataImage:
     def _apply_topic(self, record: Record, new_topics: dict[str, Topic], applied: Applied) -> None:
         name, count = record["name"], record["partitions"]
         topic = self._topic(name, new_topics)
+        topic_id = record.get("topic_id", "")
         if topic is None:
+            if topic_id in self.topic_names:
+                raise MetadataRecordError(f"topic {name}: id {topic_id} is another topic's")
             placeholder: list[PartitionAssignment] = [None] * count  # type: ignore[list-item]
             configs = dict(record["configs"])
-            new_topics[name] = Topic(name, record["replication_factor"], configs, placeholder)
+            new_topics[name] = Topic(
+                name, record["replication_factor"], configs, placeholder, topic_id
+            )
             return
+        if topic_id and topic_id != topic.topic_id:
+            if topic.topic_id or topic_id in self.topic_names:
+                raise MetadataRecordError(
+                    f"topic {name} has id {topic.topic_id or 'none'}: it never changes "
+                    f"(a record says {topic_id})"
+                )
+            topic.topic_id = topic_id  # a topic from before ids given its id, once
+            applied.configs.add(name)  # its nodes are told, as of a config change
+            if name in self.topics:
+                self.topic_names[topic_id] = name
         if count < len(topic.partitions):
             raise MetadataRecordError(f"topic {name} cannot shrink to {count} partitions")
         if topic.configs != record["configs"]:
@@ -257,6 +288,7 @@ class MetadataImage:
         topic = new_topics.pop(name, None) or self.topics.pop(name, None)
         if topic is None:
             raise MetadataRecordError(f"removal of unknown topic {name}")
+        self.topic_names.pop(topic.topic_id, None)
         for i, p in enumerate(topic.partitions):
             if p is not None:
                 tp = (name, i)
@@ -329,6 +361,15 @@ class MetadataImage:
             return None
         return topic.partitions[tp[1]]
 
+    def topic_id_of(self, name: str) -> str:
+        """The topic's id ("" when no such topic)."""
+        topic = self.topics.get(name)
+        return topic.topic_id if topic is not None else ""
+
+    def topic_name_of(self, topic_id: str) -> str:
+        """The name of the topic with that id ("" when none has it: deleted, or never)."""
+        return self.topic_names.get(topic_id, "")
+
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
 
@@ -359,7 +400,13 @@ class MetadataImage:
         for name in sorted(self.topics):
             topic = self.topics[name]
             records.append(
-                topic_record(name, topic.replication_factor, topic.configs, len(topic.partitions))
+                topic_record(
+                    name,
+                    topic.replication_factor,
+                    topic.configs,
+                    len(topic.partitions),
+                    topic.topic_id,
+                )
             )
             records += [
                 partition_record(name, i, p.to_json()) for i, p in enumerate(topic.partitions)

@@ -5,9 +5,12 @@ store's frame, one etcd transaction) and applied in order.
 
 Record types (`type`), and what they set:
 
-    topic          {name, replication_factor, configs, partitions}: a topic created or
-                   altered; `partitions` is its partition count (a growth is followed by
-                   the new partitions' records in the same batch)
+    topic          {name, replication_factor, configs, partitions[, topic_id]}: a topic
+                   created or altered; `partitions` is its partition count (a growth is
+                   followed by the new partitions' records in the same batch); `topic_id`
+                   its KIP-516 id (Kafka's form, as the cluster id), made at creation and
+                   never changed. Registries from before ids give each topic one once, at
+                   start (registry_bootstrap.py): a record without it keeps the id held.
     partition      {topic, partition, replicas, leader, leader_epoch, isr,
                    partition_epoch[, adding_replicas, removing_replicas,
                    throttle_bytes_per_s, eligible_leader_replicas]}: one partition's
@@ -102,6 +105,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
 _LEGACY_VERSION = 1
+ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID: "no id", never a topic's
 
 
 class MetadataRecordError(ValueError):
@@ -137,6 +141,8 @@ def check_records(records: list[Record]) -> list[Record]:
             raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
         if record["type"] == CLUSTER:
             _check_cluster(record)
+        if record["type"] == TOPIC and "topic_id" in record:
+            _check_topic_id(record)
         if record["type"] == SCRAM_CREDENTIAL:
             _check_scram_credential(record)
         if record["type"] == BROKER_CONFIG and not all(
@@ -144,6 +150,16 @@ def check_records(records: list[Record]) -> list[Record]:
         ):
             raise MetadataRecordError(f"metadata record {record!r}: configs are strings")
     return records
+
+
+def _check_topic_id(record: Record) -> None:
+    topic_id = record["topic_id"]
+    try:
+        check_uuid(topic_id if isinstance(topic_id, str) else "", "topic_id")
+    except ValueError as exc:
+        raise MetadataRecordError(f"metadata record {record!r}: {exc}") from None
+    if topic_id == ZERO_TOPIC_ID:
+        raise MetadataRecordError(f"metadata record {record!r}: the zero topic id")
 
 
 def _check_reassignment(record: Record) -> None:
@@ -194,15 +210,22 @@ def decode(data: bytes | str) -> list[Record]:
 
 
 def topic_record(
-    name: str, replication_factor: int, configs: dict[str, str], partitions: int
+    name: str,
+    replication_factor: int,
+    configs: dict[str, str],
+    partitions: int,
+    topic_id: str = "",
 ) -> Record:
-    return {
+    record: Record = {
         "type": TOPIC,
         "name": name,
         "replication_factor": replication_factor,
         "configs": dict(configs),
         "partitions": partitions,
     }
+    if topic_id:
+        record["topic_id"] = topic_id
+    return record
 
 
 def partition_record(topic: str, partition: int, registration: dict[str, Any]) -> Record:

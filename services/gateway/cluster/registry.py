@@ -52,7 +52,7 @@ from seglog.security.acls import AclBinding
 from services.settings import BROKER_SESSION_TIMEOUT_MS
 
 from ..coordination.node_sessions import EtcdNodeSessions
-from .metadata_image import Topic
+from .metadata_image import Topic, new_topic_id
 from .metadata_records import (
     acl_record,
     broker_config_record,
@@ -280,7 +280,9 @@ class Registry(NodeRegistrations, ReassigningState):
             partitions = self._place(num_partitions, replication_factor)
             self._commit(
                 [
-                    topic_record(name, replication_factor, configs, num_partitions),
+                    topic_record(
+                        name, replication_factor, configs, num_partitions, new_topic_id(self.image)
+                    ),
                     *(partition_record(name, i, p.to_json()) for i, p in enumerate(partitions)),
                 ]
             )
@@ -302,7 +304,9 @@ class Registry(NodeRegistrations, ReassigningState):
             added = self._place(count - current, topic.replication_factor)
             self._commit(
                 [
-                    topic_record(name, topic.replication_factor, topic.configs, count),
+                    topic_record(
+                        name, topic.replication_factor, topic.configs, count, topic.topic_id
+                    ),
                     *(
                         partition_record(name, current + i, p.to_json())
                         for i, p in enumerate(added)
@@ -332,7 +336,11 @@ class Registry(NodeRegistrations, ReassigningState):
             )
             if validate_only:
                 return topic
-            records = [topic_record(name, topic.replication_factor, configs, len(topic.partitions))]
+            records = [
+                topic_record(
+                    name, topic.replication_factor, configs, len(topic.partitions), topic.topic_id
+                )
+            ]
             changed: set[PartitionChange] = set()
             if configs.get(MIN_ISR_CONFIG) != topic.configs.get(MIN_ISR_CONFIG):
                 # An ELR member held every record committed under the former min ISR; a

@@ -155,7 +155,10 @@ class TopicAdmin:
                 try:
                     self.connections.get(replica, addresses[replica]).stub.DeletePartition(
                         storage_pb2.DeletePartitionRequest(
-                            topic=name, partition=i, cluster_id=self.registry.cluster_id
+                            topic=name,
+                            partition=i,
+                            cluster_id=self.registry.cluster_id,
+                            topic_id=topic.topic_id,
                         ),
                         timeout=NODE_CALL_TIMEOUT_S,
                     )

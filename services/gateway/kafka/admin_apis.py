@@ -7,8 +7,9 @@ config APIs are config_apis.py's.
 Each topic is its own call, so one refused or invalid topic answers its own error and the
 others go on, as in Kafka; a topic named twice in one request gets INVALID_REQUEST. seglog
 places replicas itself: a request with explicit replica assignments gets INVALID_REQUEST
-saying so. seglog has no topic ids: CreateTopics answers the zero id, and DeleteTopics 6
-deletes by name (an entry with only an id gets UNKNOWN_TOPIC_ID).
+saying so. CreateTopics answers the created topic's id (v7+, the zero id for a validation);
+DeleteTopics 6 deletes by id when an entry has no name (UNKNOWN_TOPIC_ID for an id no topic
+has; INVALID_REQUEST for both, as Kafka) and answers each deleted topic's id.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from seglog.storage.config import described_configs
 
 from ..cluster.topic_admin import NewTopic, TopicOutcome
 from ..routing.record_deletion import RecordsBefore
-from . import config_apis
+from . import config_apis, topic_ids
 from .brokers import cluster_id, controller_id, live_brokers
 from .error_codes import NONE, kafka_error_code
 
@@ -53,7 +54,6 @@ BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 MISMATCHED_ENDPOINT_TYPE = kafka_errors.MismatchedEndpointTypeError.errno
 UNSUPPORTED_ENDPOINT_TYPE = kafka_errors.UnsupportedEndpointTypeError.errno
 MAX_SPAN_TOPICS = 16  # topics named on a request's span, as the data path's APIs do
-UNKNOWN_TOPIC_ID = kafka_errors.UnknownTopicIdError.errno
 # The operations Kafka authorizes on the cluster resource (DescribeCluster's bit set).
 CLUSTER_OPERATIONS = {
     ACLOperation.ALTER: "Alter",
@@ -88,8 +88,6 @@ def _each_topic(
                 raise InvalidRequestError(f"topic {name!r} is named more than once")
             act(i)
             out.append((0, None))
-        except _UnknownTopicId as exc:
-            out.append((UNKNOWN_TOPIC_ID, str(exc)))
         except SeglogError as exc:
             out.append((kafka_error_code(exc), str(exc)))
     return out
@@ -163,6 +161,7 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
             return result
         result.num_partitions = len(created.partitions)
         result.replication_factor = created.replication_factor
+        result.topic_id = topic_ids.to_wire(created.topic_id)
     try:
         described = _described_configs(call, topic.name, overrides, dry)
     except SeglogError as exc:  # not allowed to see them: the topic was created all the same
@@ -210,10 +209,16 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
 
     def delete(i: int) -> None:
         name, topic_id = entries[i]
-        if name is None:
-            raise _UnknownTopicId(f"topic id {topic_id}: seglog topics have no ids; use names")
+        registry = call.core.registry
+        if name is None:  # by id: the registry's name, UNKNOWN_TOPIC_ID for none
+            name = registry.topic_name_of(topic_ids.from_wire(topic_id))
+        elif topic_ids.from_wire(topic_id):  # Kafka's answer to both
+            raise InvalidRequestError("give a topic's name or its id, not both")
+        elif name in registry.topics:
+            topic_id = topic_ids.to_wire(registry.topic_id_of(name))
         (outcome,) = admin.delete_topics(call.caller, [name])
         _raise_outcome(outcome)
+        entries[i] = (name, topic_id)
 
     outcomes = _each_topic(call, [name or str(topic_id) for name, topic_id in entries], delete)
     result_class = DeleteTopicsResponse.DeletableTopicResult
@@ -222,11 +227,6 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
         for (name, topic_id), (code, message) in zip(entries, outcomes, strict=True)
     ]
     return DeleteTopicsResponse[call.version](throttle_time_ms=0, responses=results)
-
-
-class _UnknownTopicId(Exception):
-    """Kafka's UNKNOWN_TOPIC_ID, answered here only: not a SeglogError, whose every reason is
-    an ErrorCode of the API."""
 
 
 # -- CreatePartitions --------------------------------------------------------------------

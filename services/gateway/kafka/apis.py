@@ -14,6 +14,7 @@ from . import (
     api_versions_apis,
     config_apis,
     config_resources_apis,
+    describe_topic_partitions_apis,
     group_admin_apis,
     group_apis,
     group_offset_apis,
@@ -38,6 +39,7 @@ def kafka_api_table() -> ApiTable:
     sasl_apis.register(table)
     scram_apis.register(table)
     metadata_apis.register(table)
+    describe_topic_partitions_apis.register(table)
     produce_fetch_apis.register(table)
     list_offsets_apis.register(table)
     producer_state_apis.register(table)
