@@ -211,7 +211,7 @@ def consumer_perf(
     records: int,
     group: str,
     *,
-    timeout_ms: int = 30_000,
+    timeout_ms: int = 60_000,
     on_start: Callable[[], None] | None = None,
 ) -> ConsumerPerf:
     """kafka-consumer-perf-test: a consumer in `group` (new: from the earliest offset) reads

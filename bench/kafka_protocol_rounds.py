@@ -1,6 +1,6 @@
 """What the `kafka-protocol` group runs on each side, round by round, and how it reports.
 
-Each round runs every throughput workload once on each side, the sides taking turns workload by
+A warm-up round comes first, not counted; then each round runs every throughput workload once on each side, the sides taking turns workload by
 workload and swapping who goes first each round, so a slow moment of this shared machine lands
 on one run of one side, not on one side; each run on a topic of its own (4 partitions), the
 same work for both:
@@ -173,11 +173,13 @@ def rdkafka_at_rate(rate: int) -> Workload:
 Runs = dict[str, dict[str, list[Run]]]  # workload -> side name -> its runs
 
 
-def _rounds(sides: Sequence[Side], workloads: dict[str, Workload], phase: str) -> Runs:
-    """ROUNDS of every workload on every side. A workload's topic is its client's (the first
+def _rounds(
+    sides: Sequence[Side], workloads: dict[str, Workload], phase: str, rounds: int = ROUNDS
+) -> Runs:
+    """`rounds` of every workload on every side. A workload's topic is its client's (the first
     word of its name) for the round: perf-test consume reads what perf-test produce wrote."""
     runs: Runs = {name: {side.name: [] for side in sides} for name in workloads}
-    for round_index in range(ROUNDS):
+    for round_index in range(rounds):
         order = sides if round_index % 2 == 0 else list(reversed(sides))
         topics = {name: f"{phase}-{name.split()[0]}-r{round_index}" for name in workloads}
         for topic in sorted(set(topics.values())):
@@ -187,14 +189,14 @@ def _rounds(sides: Sequence[Side], workloads: dict[str, Workload], phase: str) -
             for side in order:
                 run = workload(side, topics[name])
                 runs[name][side.name].append(run)
-                _print_run(round_index, name, side, run)
+                _print_run(f"{phase} {round_index + 1}", name, side, run)
     return runs
 
 
-def _print_run(round_index: int, name: str, side: Side, run: Run) -> None:
+def _print_run(round_name: str, name: str, side: Side, run: Run) -> None:
     latencies = " ".join(f"{key} {ms:.1f} ms" for key, ms in run.latency_ms.items())
     print(
-        f"# round {round_index + 1} {name:24s} {side.name:16s} {run.records_per_s:9.0f} rec/s "
+        f"# {round_name:12s} {name:24s} {side.name:16s} {run.records_per_s:9.0f} rec/s "
         f"CPU {run.usage.cpu_s:6.2f} s RSS {run.usage.peak_rss_bytes / MIB:5.0f} MiB {latencies}",
         flush=True,
     )
@@ -322,6 +324,11 @@ def _report_idle(report: Callable[..., None], label: str, ours: Side, theirs: Si
 
 def compare(report: Callable[..., None], ours: Side, theirs: Side, label: str) -> None:
     sides = [ours, theirs]
+    # One round of every throughput workload first, not counted: Kafka's brokers compile their
+    # hot paths in their first minutes (round 1 without it: 11.5-11.7 s of broker CPU for
+    # 10,000 perf-test records, against 5.7-9.2 s in rounds 2 and 3), and both sides' page
+    # caches, connections and groups' coordinators settle.
+    _rounds(sides, THROUGHPUT, "warm-up", rounds=1)
     _report_idle(report, label, ours, theirs)
     runs = _rounds(sides, THROUGHPUT, "throughput")
     rate = _fixed_rate(runs)
