@@ -1,9 +1,9 @@
 """What the `kafka-protocol` group runs on each side, round by round, and how it reports.
 
-A warm-up round comes first, not counted; then each round runs every throughput workload once on each side, the sides taking turns workload by
-workload and swapping who goes first each round, so a slow moment of this shared machine lands
-on one run of one side, not on one side; each run on a topic of its own (4 partitions), the
-same work for both:
+A warm-up round comes first, not counted; then each round runs every throughput workload once
+on each side, the sides taking turns workload by workload and swapping who goes first each
+round, so a slow moment of this shared machine lands on one run of one side, not on one side;
+each run on a topic of its own (4 partitions), the same work for both:
 
 - perf-test produce: kafka-producer-perf-test, 1 KiB records as fast as it can (acks=all,
   the Java producer's defaults otherwise); its steady-state line (after the first tenth);
