@@ -88,8 +88,18 @@ test-unit: $(STAMP) proto
 test-integration: $(STAMP) proto kafka
 	$(BIN)/python -m pytest -q tests/integration
 
+# `make bench GROUP...` runs the groups named (`make bench kafka-protocol`), every group when
+# none is; the group names are goals that do nothing themselves.
+BENCH_GROUPS := engine services clients consumer security bulk replication metrics registry \
+	spark scale kafka-protocol latency long-polls kafka-flood
 bench: $(STAMP) proto kafka
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(filter $(BENCH_GROUPS),$(MAKECMDGOALS))
+
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+.PHONY: $(filter $(BENCH_GROUPS),$(MAKECMDGOALS))
+$(filter $(BENCH_GROUPS),$(MAKECMDGOALS)):
+	@:
+endif
 
 # the `latency` group of `make bench` alone (about 6 minutes; Apache Kafka as its baseline).
 bench-latency: $(STAMP) proto kafka
