@@ -1,6 +1,10 @@
-"""ListOffsets 1–6 through the gateway's ListOffsets (asked of each partition's leader):
-EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3) and by time. A request
-refused whole (not authorized) answers its error on every partition."""
+"""ListOffsets 1–10 through the gateway's ListOffsets (asked of each partition's leader):
+EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3, v7+: the offset of the
+record with the largest timestamp), EARLIEST_LOCAL (-4, v8+: the log start, seglog keeping
+every segment locally) and LATEST_TIERED (-5, v9+: offset -1, as Kafka answers for a log
+without remote storage), and by time. v10's timeout_ms is for reads from remote storage,
+which seglog has none of. A request refused whole (not authorized) answers its error on
+every partition."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ from seglog.errors import SeglogError
 from seglog.v1 import common_pb2
 
 from .api_table import ApiTable
-from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR, kafka_error_code
+from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR
+from .error_table import DataApi, data_error_code
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
@@ -47,7 +52,7 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
             answer = call.invoke("ListOffsets", call.gateway.service.queries.ListOffsets, proto)
             results = {(r.topic, r.partition): r for r in answer.partitions}
     except SeglogError as exc:
-        refusal = kafka_error_code(exc)
+        refusal = data_error_code(DataApi.LIST_OFFSETS, exc)
     topics = []
     for topic in request.topics:
         partitions = []
@@ -69,7 +74,9 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
             elif result is None:
                 error = refusal
             else:
-                error = kafka_error_code(common_pb2.ErrorCode.Name(result.error))
+                error = data_error_code(
+                    DataApi.LIST_OFFSETS, common_pb2.ErrorCode.Name(result.error)
+                )
             partitions.append(
                 partition_class(
                     partition_index=p.partition_index,
@@ -84,4 +91,4 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
 
 
 def register(table: ApiTable, gateway: Gateway) -> None:
-    table.register(ListOffsetsRequest, 1, 6, list_offsets)
+    table.register(ListOffsetsRequest, 1, 10, list_offsets)

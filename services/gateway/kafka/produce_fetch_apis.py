@@ -32,12 +32,9 @@ from seglog.v1 import common_pb2
 
 from . import produce_coalescing as coalescing
 from .api_table import ApiTable
-from .error_codes import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    NONE,
-    TOPIC_AUTHORIZATION_FAILED,
-    kafka_error_code,
-)
+from .error_codes import FETCH_SESSION_ID_NOT_FOUND, NONE, TOPIC_AUTHORIZATION_FAILED
+from .error_table import DataApi, data_error_code
+from .fetch_budget import FetchBudget
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
@@ -121,7 +118,9 @@ def _response(call: KafkaCall, request: Any, results: dict[tuple[str, int], Any]
             partitions.append(
                 partition_class(
                     index=data.index,
-                    error_code=kafka_error_code(common_pb2.ErrorCode.Name(result.error)),
+                    error_code=data_error_code(
+                        DataApi.PRODUCE, common_pb2.ErrorCode.Name(result.error)
+                    ),
                     base_offset=NO_OFFSET if failed else result.base_offset,
                     log_append_time_ms=NO_OFFSET if failed else result.log_append_time_ms,
                     log_start_offset=NO_OFFSET if failed else result.log_start_offset,
@@ -189,13 +188,15 @@ def _fetch_request(request: Any, readable: set[str]) -> common_pb2.FetchRequest:
 
 
 class _PartitionAnswer:
-    __slots__ = ("error", "high_watermark", "log_start_offset", "records")
+    __slots__ = ("error", "high_watermark", "log_start_offset", "max_bytes", "records", "cut")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = 0) -> None:
         self.error = NONE
         self.high_watermark = NO_OFFSET
         self.log_start_offset = NO_OFFSET
-        self.records: list[bytes] = []
+        self.max_bytes = max_bytes  # the request's partition_max_bytes
+        self.records: list[memoryview] = []
+        self.cut = False  # a batch was left out for the budget: nothing later may follow
 
 
 def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, int], Any]:
@@ -206,20 +207,22 @@ def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, 
     The gateway's fetch spans leader nodes, each long-polling on its own: as soon as the
     messages come to `min_bytes` the stream is closed (the other nodes' polls cancelled), as
     Kafka's broker answers once the request as a whole has min_bytes, and the partitions not
-    answered yet are asked again without waiting, so every partition is in the answer."""
+    answered yet are asked again without waiting, so every partition is in the answer. What
+    the answer holds stays within max_bytes and each partition_max_bytes (fetch_budget.py)."""
     answers: dict[tuple[str, int], _PartitionAnswer] = {
-        (p.topic, p.partition): _PartitionAnswer() for p in proto.partitions
+        (p.topic, p.partition): _PartitionAnswer(p.partition_max_bytes) for p in proto.partitions
     }
     answered: set[tuple[str, int]] = set()
+    budget = FetchBudget(proto.max_bytes)
     try:
-        received_bytes = _read_stream(call, proto, answers, answered)
+        _read_stream(call, proto, answers, answered, budget)
         unanswered = [p for p in proto.partitions if (p.topic, p.partition) not in answered]
         if unanswered and len(unanswered) < len(proto.partitions):
-            rest = common_pb2.FetchRequest(max_bytes=max(1, proto.max_bytes - received_bytes))
+            rest = common_pb2.FetchRequest(max_bytes=max(1, budget.remaining))
             rest.partitions.extend(unanswered)
-            _read_stream(call, rest, answers, answered)
+            _read_stream(call, rest, answers, answered, budget)
     except SeglogError as exc:
-        code = kafka_error_code(exc)
+        code = data_error_code(DataApi.FETCH, exc)
         for key, answer in answers.items():
             if key not in answered:
                 answer.error = code
@@ -231,10 +234,10 @@ def _read_stream(
     proto: common_pb2.FetchRequest,
     answers: dict[tuple[str, int], _PartitionAnswer],
     answered: set[tuple[str, int]],
-) -> int:
+    budget: FetchBudget,
+) -> None:
     """Reads the gateway's fetch stream into `answers` until it ends, or until it holds
-    min_bytes of records (when the fetch may wait), or max_bytes (each node is given the
-    whole budget); the record bytes read."""
+    min_bytes of records (when the fetch may wait)."""
     received_bytes = 0
     enough = max(proto.min_bytes, 1)
     stream = call.invoke_stream("Fetch", call.gateway.service.Fetch, proto.SerializeToString())
@@ -247,19 +250,20 @@ def _read_stream(
                 continue
             answered.add(key)
             if fetched.error != common_pb2.NONE:
-                answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
+                reason = common_pb2.ErrorCode.Name(fetched.error)
+                answer.error = data_error_code(DataApi.FETCH, reason)
             answer.high_watermark = fetched.high_watermark
             answer.log_start_offset = fetched.log_start_offset
-            if fetched.records:
-                answer.records.append(fetched.records)
-                received_bytes += len(fetched.records)
-            if received_bytes >= proto.max_bytes or (
-                proto.max_wait_ms > 0 and received_bytes >= enough
-            ):
+            if fetched.records and not answer.cut:
+                kept, whole = budget.take(key, answer.max_bytes, fetched.records)
+                if len(kept):
+                    answer.records.append(kept)
+                    received_bytes += len(kept)
+                answer.cut = not whole
+            if proto.max_wait_ms > 0 and received_bytes >= enough:
                 break
     finally:
         stream.close()
-    return received_bytes
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:
