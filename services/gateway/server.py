@@ -48,6 +48,7 @@ from .internal_listener import describe as describe_internal_listener
 from .kafka.listener import KafkaListener, api_table_for
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
+from .routing.data_plane import DataPlane
 from .routing.fetch_relay import configured_relays
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
@@ -156,6 +157,8 @@ class Gateway:
             grant_acls_offset=self.authorization.checked_acls_offset,
             **configured_relays(config, traced=tracer_provider is not None),
         )
+        # The broker core's data plane, over the same routing: the Kafka listener's way in.
+        self.data_plane = DataPlane(self.service, self.authorization)
         self.admin = AdminService(
             self.registry,
             self.connections,

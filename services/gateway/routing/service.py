@@ -31,31 +31,24 @@ from google.protobuf.message import DecodeError
 
 from seglog.errors import (
     InvalidRequestError,
-    InvalidTopicError,
     LeaderNotAvailableError,
     NodeUnavailableError,
     NotLeaderError,
-    RequestTimedOutError,
     SeglogError,
 )
 from seglog.metrics import RequestMetrics
-from seglog.records.checks import check_relayed_records
 from seglog.rpc import (
     check_fetch_request,
-    check_produce_request,
     client_leader_epoch,
     grants,
-    wire,
 )
-from seglog.rpc.status import abort, error_code_for, error_from_rpc
-from seglog.semconv import TOPIC
-from seglog.spans import annotate_current_span
+from seglog.rpc.status import abort, error_from_rpc
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
 from ..cluster.registry import Registry, Route
-from ..cluster.topic_rules import is_internal_topic
 from ..node_connections import NodeConnections
+from .call_scope import CallScope
 from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
 from .fetch_relay import FetchRelay, cancel_with, fetch_error
@@ -63,6 +56,7 @@ from .leader_appends import LeaderAppends, Target
 from .leader_queries import LeaderQueries
 from .produce_grants import produce_grants
 from .produce_relay import ProduceRelay
+from .produce_routing import ProduceRouting
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
@@ -99,9 +93,12 @@ class GatewayService:
         self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
-        self.max_unacknowledged_bytes = max_unacknowledged_bytes
-        self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
-        self._unacknowledged_lock = threading.Lock()
+        # Produce routed by leader, several topics' parts at once (produce_routing.py).
+        self.producing = ProduceRouting(
+            lambda topic, partition, epoch: self._route(topic, partition, epoch)[1],
+            self.appends,
+            max_unacknowledged_bytes,
+        )
         self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
         self.quotas: ClientQuotas | None = None  # client quotas (quotas.py), set by the gateway
         # ListOffsets and SplitPoints: asked of each partition's leader (leader_queries.py).
@@ -175,192 +172,64 @@ class GatewayService:
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            answer = self._produce(raw, context)
+            (answer,) = self.producing.produce_all([raw])
+            if isinstance(answer, SeglogError):
+                abort(context, answer)
             if self.quotas is not None:
                 answer = self.quotas.hold_produce(context, len(raw), answer)
             return answer
         finally:
             self.metrics.request("Produce", started)
 
-    def _produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        """Answers the ProduceResponse's wire bytes: the node's own, relayed unparsed, when
-        one node takes the whole request."""
-        # Routing reads topic, partitions, epochs, acks and timeout; the records are skipped
-        # (not copied) and the request's own bytes go on when one node takes it all.
-        try:
-            scanned = wire.scan_produce_request(raw)
-        except ValueError as exc:
-            abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
-        annotate_current_span({TOPIC: scanned.topic})
-        try:
-            by_node = self._check_produce(scanned)
-        except SeglogError as exc:
-            abort(context, exc)
-        # The node answers REQUEST_TIMED_OUT per partition itself once timeout_ms has passed
-        # (acks=all); the relay waits a little longer, so that answer reaches the producer
-        # rather than the relay's own deadline racing it.
-        timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
-        if scanned.acks == 0:
-            try:
-                answer = self._produce_without_acks(raw, scanned, by_node, timeout_s)
-            except SeglogError as exc:
-                abort(context, exc)
-            answered: bytes = answer.SerializeToString()
-            return answered
-        if len(by_node) == 1:
-            target, _ = next(iter(by_node.values()))
-            try:
-                return self.appends.append(target, raw, timeout_s)
-            except SeglogError as exc:
-                abort(context, exc)
-        merged: bytes = self._produce_across_nodes(scanned, by_node, timeout_s).SerializeToString()
-        return merged
-
-    def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[Target, list[int]]]:
-        """Everything known here, before anything is sent: acks, topic, partitions, epochs,
-        leaders up; returns request indexes grouped by leader node."""
-        check_produce_request(request)
-        if is_internal_topic(request.topic):
-            raise InvalidTopicError(
-                f"topic {request.topic!r} is internal: only the cluster itself writes it"
-            )
-        by_node: dict[int, tuple[Target, list[int]]] = {}
-        for i, data in enumerate(request.partitions):
-            _, target = self._route(request.topic, data.partition, client_leader_epoch(data))
-            by_node.setdefault(target.node_id, (target, []))[1].append(i)
-        if len(by_node) > 1:
-            # Split across nodes, the request could be half written if one node refused its
-            # part for malformed bytes: check here first what no config changes (limits and
-            # timestamps are each node's own to judge, by its configs, as Kafka's broker does).
-            for data in request.partitions:
-                try:
-                    check_relayed_records(data.records)
-                except SeglogError as exc:
-                    raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
-        return by_node
-
-    def _sub_request(self, request: wire.ScannedProduce, indexes: list[int]) -> bytes:
-        """The request's part for one node, its records written from views of the client's
-        bytes (one copy, no message parsed)."""
-        return wire.encode_produce_request(
-            request.topic,
-            request.acks,
-            request.timeout_ms,
-            (
-                (
-                    request.partitions[i].partition,
-                    client_leader_epoch(request.partitions[i]),
-                    [request.partitions[i].records],
-                )
-                for i in indexes
-            ),
-        )
-
-    def _produce_across_nodes(
-        self,
-        request: wire.ScannedProduce,
-        by_node: dict[int, tuple[Target, list[int]]],
-        timeout_s: float,
-    ) -> common_pb2.ProduceResponse:
-        parts = list(by_node.values())
-        answers = self.appends.append_all(
-            [(target, self._sub_request(request, indexes)) for target, indexes in parts],
-            timeout_s,
-        )
-        results: dict[int, common_pb2.PartitionProduceResult] = {}
-        for (_, indexes), answer in zip(parts, answers, strict=True):
-            if not isinstance(answer, SeglogError):
-                for result in common_pb2.ProduceResponse.FromString(answer).partitions:
-                    results[result.partition] = result
-                continue
-            for index in indexes:
-                partition = request.partitions[index].partition
-                results[partition] = common_pb2.PartitionProduceResult(
-                    partition=partition,
-                    error=error_code_for(answer),
-                    error_message=str(answer),
-                    base_offset=-1,
-                    last_offset=-1,
-                )
-        response = common_pb2.ProduceResponse(topic=request.topic)
-        response.partitions.extend(results[p.partition] for p in request.partitions)
-        return response
-
-    def _produce_without_acks(
-        self,
-        raw: bytes,
-        request: wire.ScannedProduce,
-        by_node: dict[int, tuple[Target, list[int]]],
-        timeout_s: float,
-    ) -> common_pb2.ProduceResponse:
-        """acks=0: hand the batches to the nodes and answer at once (offsets unknown, -1),
-        as Kafka does; a node's refusal is only logged. What the nodes have not answered yet
-        is held here, so it is bounded (`max_unacknowledged_bytes`): past it the producer is
-        told to back off (a retriable REQUEST_TIMED_OUT) instead of the gateway growing."""
-        with self._unacknowledged_lock:
-            if self._unacknowledged_bytes + len(raw) > self.max_unacknowledged_bytes:
-                raise RequestTimedOutError(
-                    f"{self._unacknowledged_bytes} bytes of acks=0 produce are still "
-                    f"unanswered by their nodes (bound {self.max_unacknowledged_bytes}); "
-                    f"retry later"
-                )
-            self._unacknowledged_bytes += len(raw)
-        pending = [len(raw)]
-        remaining_calls = [len(by_node)]
-
-        def settled(call: grpc.Future, node_id: int) -> None:
-            _log_failed_call(node_id)(call)
-            with self._unacknowledged_lock:
-                remaining_calls[0] -= 1
-                if remaining_calls[0] == 0:
-                    self._unacknowledged_bytes -= pending[0]
-
-        for node_id, (target, indexes) in by_node.items():
-            payload = raw if len(by_node) == 1 else self._sub_request(request, indexes)
-            call = target.connection.append_raw.future(payload, timeout=timeout_s)
-            call.add_done_callback(lambda call, node_id=node_id: settled(call, node_id))
-        response = common_pb2.ProduceResponse(topic=request.topic)
-        for data in request.partitions:
-            response.partitions.add(partition=data.partition, base_offset=-1, last_offset=-1)
-        return response
-
     # -- Fetch ---------------------------------------------------------------------------
 
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         started = time.perf_counter()
         try:
-            answers = self._fetch_request(raw, context)
+            try:
+                request = common_pb2.FetchRequest.FromString(raw)
+            except DecodeError as exc:
+                abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
+            try:
+                answers = self.fetch_messages(request, context, raw)
+            except SeglogError as exc:
+                abort(context, exc)
             if self.quotas is not None:
                 answers = self.quotas.hold_fetch(context, answers)
             yield from answers
         finally:
             self.metrics.request("Fetch", started)
 
-    def _fetch_request(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        try:
-            request = common_pb2.FetchRequest.FromString(raw)
-        except DecodeError as exc:
-            abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
-        try:
-            check_fetch_request(request)
-        except SeglogError as exc:
-            abort(context, exc)
+    def fetch_messages(
+        self, request: common_pb2.FetchRequest, scope: CallScope, raw: bytes | None = None
+    ) -> Iterator[bytes]:
+        """The fetch's messages (FetchResponse wire bytes, each of whole batches) as the
+        leaders send them; SeglogError at once for a request refused whole. `raw`: the
+        request's own bytes, when the caller has them. The calls to the nodes end when
+        `scope` ends, or when the messages are closed."""
+        check_fetch_request(request)
         # A relayed long poll holds a gateway thread for as long as the node waits: past the
         # bound, the node is asked to answer at once with what it has.
         if request.max_wait_ms > 0 and not self.waiting_fetches.try_acquire():
             request.max_wait_ms = 0
+            return self._fetch(request, request.SerializeToString(), scope)
+        if raw is None:
             raw = request.SerializeToString()
-            yield from self._fetch(request, raw, context)
-            return
-        release = _once(self.waiting_fetches.release) if request.max_wait_ms > 0 else _noop
-        context.add_callback(release)
+        if request.max_wait_ms <= 0:
+            return self._fetch(request, raw, scope)
+        release = _once(self.waiting_fetches.release)
+        scope.add_callback(release)
+        return self._released(self._fetch(request, raw, scope), release)
+
+    @staticmethod
+    def _released(messages: Iterator[bytes], release: Callable[[], None]) -> Iterator[bytes]:
         try:
-            yield from self._fetch(request, raw, context)
+            yield from messages
         finally:
             release()
 
     def _fetch(
-        self, request: common_pb2.FetchRequest, raw: bytes, context: grpc.ServicerContext
+        self, request: common_pb2.FetchRequest, raw: bytes, context: CallScope
     ) -> Iterator[bytes]:
         by_node: dict[int, tuple[Target, list[int]]] = {}
         epochs_added = False
@@ -400,7 +269,7 @@ class GatewayService:
         payload: bytes,
         request: common_pb2.FetchRequest,
         indexes: list[int],
-        context: grpc.ServicerContext,
+        context: CallScope,
         keep_cancel: Callable[[Callable[[], object]], None] | None = None,
     ) -> Iterator[bytes]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
@@ -423,14 +292,6 @@ class GatewayService:
             for i in indexes:
                 p = request.partitions[i]
                 yield fetch_error(p.topic, p.partition, error)
-
-
-def _log_failed_call(node_id: int):  # type: ignore[no-untyped-def]
-    def done(call: grpc.Future) -> None:
-        if call.exception() is not None:
-            logger.warning("acks=0 produce to node %d failed: %s", node_id, call.exception())
-
-    return done
 
 
 def _once(action: Callable[[], None]) -> Callable[[], None]:
