@@ -158,7 +158,14 @@ class Gateway:
             **configured_relays(config, traced=tracer_provider is not None),
         )
         # The broker core's data plane, over the same routing: the Kafka listener's way in.
-        self.data_plane = DataPlane(self.service, self.authorization)
+        self.data_plane = DataPlane(
+            self.service.producing,
+            self.service.fetching,
+            self.service.queries,
+            lambda: self.service.quotas,
+            self.authorization,
+            lambda api, started: self.service.metrics.request(api, started),
+        )
         self.admin = AdminService(
             self.registry,
             self.connections,

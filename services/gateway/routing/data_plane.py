@@ -14,7 +14,8 @@ relay's one pool (produce_routing.py), never a pool per request.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -25,8 +26,10 @@ from seglog.v1 import common_pb2
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from .call_scope import CallScope
-from .quotas import quota_user
-from .service import GatewayService
+from .fetch_routing import FetchRouting
+from .leader_queries import LeaderQueries
+from .produce_routing import ProduceRouting
+from .quotas import ClientQuotas, quota_user
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -129,14 +132,37 @@ def _refusal(
 
 
 class DataPlane:
-    def __init__(self, service: GatewayService, authorization: Authorization) -> None:
-        self.service = service
+    def __init__(
+        self,
+        producing: ProduceRouting,
+        fetching: FetchRouting,
+        queries: LeaderQueries,
+        quotas: Callable[[], ClientQuotas | None],
+        authorization: Authorization,
+        record: Callable[[str, float], None],
+    ) -> None:
+        """`record(api, started)`: a request's duration in the gateway's request metrics,
+        from its time.perf_counter() start, as the gRPC service records its own."""
+        self.record = record
+        self.producing = producing
+        self.fetching = fetching
+        self.queries = queries
+        self.quotas = quotas  # the client quotas, once the gateway has set them
         self.authorization = authorization
 
     def produce(
         self, caller: Caller, topics: Sequence[TopicProduce], scope: CallScope
     ) -> list[list[ProducedPartition]]:
         """Each topic's per-partition results, in request order."""
+        started = time.perf_counter()
+        try:
+            return self._produce(caller, topics, scope)
+        finally:
+            self.record("Produce", started)
+
+    def _produce(
+        self, caller: Caller, topics: Sequence[TopicProduce], scope: CallScope
+    ) -> list[list[ProducedPartition]]:
         answers: list[list[ProducedPartition] | None] = [None] * len(topics)
         raws: list[bytes] = []
         sent: list[int] = []
@@ -154,8 +180,8 @@ class DataPlane:
                 )
             )
             sent.append(i)
-        routed = self.service.producing.produce_all(raws) if raws else []
-        quotas = self.service.quotas
+        routed = self.producing.produce_all(raws) if raws else []
+        quotas = self.quotas()
         for i, raw, answer in zip(sent, raws, routed, strict=True):
             if isinstance(answer, SeglogError):
                 answers[i] = _refused(topics[i], answer)
@@ -174,6 +200,15 @@ class DataPlane:
         """The answer's pieces as the leaders send them: first the partitions of topics the
         caller may not Read (refused alone), then the leaders' answers. The nodes' calls end
         with `scope` (which the adapter ends when it has what it needs) or when closed."""
+        started = time.perf_counter()
+        try:
+            yield from self._fetch(caller, query, scope)
+        finally:
+            self.record("Fetch", started)
+
+    def _fetch(
+        self, caller: Caller, query: FetchQuery, scope: CallScope
+    ) -> Generator[FetchedPart, None, None]:
         refusals = {
             topic: _refusal(self.authorization, caller, "Read", topic, "Fetch")
             for topic in {p.topic for p in query.positions}
@@ -203,8 +238,8 @@ class DataPlane:
                 part.current_leader_epoch = p.current_leader_epoch
         if not request.partitions:
             return
-        messages = self.service.fetch_messages(request, scope)
-        quotas = self.service.quotas
+        messages = self.fetching.fetch_messages(request, scope)
+        quotas = self.quotas()
         if quotas is not None:
             user = quota_user(caller.principal)
             messages = quotas.hold_fetch_of(user, caller.client_id or "", scope, messages)
@@ -245,7 +280,7 @@ class DataPlane:
             for q in queries
             if refusals[q.topic] is None
         ]
-        results = iter(self.service.queries.per_leader_list_offsets(asked) if asked else [])
+        results = iter(self.queries.per_leader_list_offsets(asked) if asked else [])
         answers = []
         for q in queries:
             refusal = refusals[q.topic]
