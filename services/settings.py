@@ -13,7 +13,7 @@ word) and what it means. Everything else is derived from that declaration:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -272,16 +272,3 @@ def markdown_table(config_class: type) -> str:
         doc = doc.replace("<", "&lt;").replace(">", "&gt;")  # `<id>` is no HTML tag
         rows.append(f"| {names} | {where} | {_readme_default(item)} | {doc} |")
     return "\n".join(rows) + "\n"
-
-
-def readme_tables() -> Mapping[str, str]:
-    """Each service's table, under the title the README gives it."""
-    from services.gateway.settings import GatewayConfig
-    from services.storage_node.settings import NodeConfig
-
-    return {"gateway": markdown_table(GatewayConfig), "storage node": markdown_table(NodeConfig)}
-
-
-if __name__ == "__main__":
-    for title, table in readme_tables().items():
-        print(f"<!-- {title} settings: python -m services.settings -->\nThe {title}:\n\n{table}")

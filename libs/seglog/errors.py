@@ -72,6 +72,14 @@ class UnknownTopicOrPartitionError(SeglogError):
     retriable = True
 
 
+class UnknownTopicIdError(SeglogError):
+    """A topic named by an id (KIP-516) that no topic has: deleted, or never made (Kafka's
+    UNKNOWN_TOPIC_ID; retriable there, as metadata may lag a creation)."""
+
+    reason = "UNKNOWN_TOPIC_ID"
+    retriable = True
+
+
 class TopicAlreadyExistsError(SeglogError):
     reason = "TOPIC_ALREADY_EXISTS"
 

@@ -14,8 +14,10 @@ planes, one subpackage each, wired together by `server.py`:
 
 The planes depend one way: routing and groups read the cluster's registry, the cluster
 keeps its state and elections through coordination, and coordination depends on no other
-plane. What serves every plane stays here: `server.py` (the composition root: builds each
-part and registers the three gRPC services), `node_connections.py` (channels to storage
-nodes), `authorization.py` (ACL checks before any call), `gateway_metrics.py`, and
-`__main__.py` (the command line).
+plane. The two protocol adapters sit above them: `kafka/` (Kafka's listener) and
+`grpc_services.py` (the gRPC services' method tables). What serves every plane stays here:
+`server.py` (the composition root: builds each part and hands each adapter what it calls),
+`node_connections.py` (channels to storage nodes), `authorization.py` (ACL checks of a
+Caller), `broker/` (the core's shared types), `gateway_metrics.py`, and `__main__.py` (the
+command line). ARCHITECTURE.md writes the import layers; a test checks them.
 """

@@ -11,25 +11,28 @@ import grpc
 from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 
-from seglog.rpc import wire
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import channel_credentials, server_credentials
-from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
-from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
+from .cluster.acl_admin import AclAdmin
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
+from .cluster.auto_create import TopicAutoCreation
+from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
+from .cluster.topic_admin import TopicAdmin
+from .cluster.user_scram import UserScram
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
@@ -40,28 +43,34 @@ from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterce
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_service import GroupCoordinatorService
+from .groups.groups_core import GroupsCore
 from .groups.offsets_store import (
     OffsetsStore,
 )
+from .grpc_services import (
+    GATEWAY_SERVICE,
+    GROUPS_SERVICE,
+    REGISTRY_SERVICE,
+    GrpcServicers,
+    grpc_handlers,
+    log_request_bounds,
+)
 from .internal_listener import build_internal_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
-from .kafka.listener import KafkaListener, api_table_for
+from .kafka.apis import kafka_api_table
+from .kafka.core import KafkaCore
+from .kafka.listener import KafkaListener
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
 from .routing.data_plane import DataPlane
 from .routing.fetch_relay import configured_relays
+from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
+from .routing.record_deletion import RecordDeletion
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
 logger = logging.getLogger(__name__)
-GATEWAY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]
-REGISTRY_SERVICE_DESCRIPTOR = gateway_pb2.DESCRIPTOR.services_by_name["Registry"]
-GROUPS_SERVICE_DESCRIPTOR = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"]
-GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
-REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
-GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
-_SERVICES = (GATEWAY_SERVICE, REGISTRY_SERVICE, GROUPS_SERVICE)  # the order of _handlers()
 
 
 class Gateway:
@@ -99,6 +108,7 @@ class Gateway:
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
+            num_partitions=config.num_partitions,
             store=store,
             sessions=sessions,
         )
@@ -166,22 +176,40 @@ class Gateway:
             self.authorization,
             lambda api, started: self.service.metrics.request(api, started),
         )
+        self.topic_admin = TopicAdmin(
+            self.registry,
+            self.connections,
+            self.authorization,
+            described_settings(config),
+            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+        )
+        self.producer_ids = ProducerIds(self.registry, self.authorization)
         self.admin = AdminService(
             self.registry,
             self.connections,
-            described_settings(config),
-            offsets_topic_replication_factor=config.offsets_topic_replication_factor,
+            self.topic_admin,
+            self.producer_ids,
             authorization=self.authorization,
             cluster_view=self.cluster_view,
         )
-        self.acl_service = AclService(self.registry)
-        self.quota_service = QuotaService(self.registry)
+        self.auto_create = TopicAutoCreation(
+            lambda name: name in self.registry.topics,
+            self.topic_admin.create_default_topic,
+            self.authorization,
+            enabled=config.auto_create_topics_enable,
+        )
+        self.admin.auto_create = self.auto_create
+        self.acl_admin = AclAdmin(self.registry, self.authorization)
+        self.acl_service = AclService(self.acl_admin, self.authorization)
+        self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
+        self.quota_service = QuotaService(self.quota_admin, self.authorization)
         self.service.quotas = ClientQuotas(
             lambda: self.registry.client_quotas,
             lambda context: principal_of(
                 context, self.authorization.tokens, self.authorization.mapper
             ),
         )
+        self.record_deletion = RecordDeletion(self.service.queries, self.authorization)
         self.reassignment_service = ReassignmentService(self.registry, self.connections)
         self.registry_service = RegistryService(
             self.registry,
@@ -192,10 +220,10 @@ class Gateway:
         self.offsets = OffsetsStore(
             self.registry,
             self.connections,
-            self.admin.create_internal_topic,
+            self.topic_admin.create_internal_topic,
             num_partitions=config.offsets_topic_num_partitions,
         )
-        self.admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
+        self.topic_admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(
@@ -211,10 +239,15 @@ class Gateway:
         self._expiry = threading.Thread(
             target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
         )
-        self.group_service = GroupCoordinatorService(
-            self.registry, self.coordinator, self.offsets, coordination=self.coordination
+        self.groups = GroupsCore(
+            self.registry,
+            self.coordinator,
+            self.offsets,
+            self.authorization,
+            coordination=self.coordination,
         )
-        self.group_service.lists_unclaimed = lambda: self.election.is_controller
+        self.groups.lists_unclaimed = lambda: self.election.is_controller
+        self.group_service = GroupCoordinatorService(self.groups)
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -243,101 +276,56 @@ class Gateway:
     @property
     def kafka_address(self) -> str:
         """Where the Kafka listener listens (host:port); the gateway must have one."""
-        if self.kafka_listener is None:
-            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.address
+        return self._kafka.address
 
     @property
     def kafka_advertised_address(self) -> str:
         """What Kafka clients are told this gateway's address is (advertised.listeners)."""
-        if self.kafka_listener is None:
-            raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.advertised_address
+        return self._kafka.advertised_address
 
     @property
     def kafka_advertised_lanes(self) -> list[str]:
         """What Kafka clients are told each lane of this gateway is at, lane 0 first (the
         advertised address; listener.py)."""
+        return self._kafka.advertised_lanes
+
+    @property
+    def _kafka(self) -> KafkaListener:
         if self.kafka_listener is None:
             raise ValueError("this gateway has no Kafka listener (--kafka-listen)")
-        return self.kafka_listener.advertised_lanes
+        return self.kafka_listener
+
+    @property
+    def kafka_core(self) -> KafkaCore:
+        """What the Kafka adapter is given (kafka/core.py); this gateway is its peers' view."""
+        return KafkaCore(
+            registry=self.registry,
+            authorization=self.authorization,
+            service=self.service,
+            data_plane=self.data_plane,
+            record_deletion=self.record_deletion,
+            topics=self.topic_admin,
+            auto_create=self.auto_create,
+            producer_ids=self.producer_ids,
+            acls=self.acl_admin,
+            quotas=self.quota_admin,
+            reassignment_service=self.reassignment_service,
+            groups=self.groups,
+            coordinator=self.coordinator,
+            user_scram=UserScram(self.registry, self.authorization),
+            producer_states=ProducerStates(self.registry, self.connections, self.authorization),
+            peers=self,
+            request_memory=self.request_memory,
+            tracer_provider=self.tracer_provider,
+            tls=self.config.tls,
+            tls_client_auth=self.config.tls_client_auth,
+        )
 
     def cluster_view(self) -> tuple[str, list[str]]:
         """The controller gateway's address and every running gateway's."""
         if self.gateway_session is None:
             return self.advertised_address, [self.advertised_address]
         return self.election.controller_address, self.gateway_session.live_gateways()
-
-    def _handlers(self) -> list[grpc.GenericRpcHandler]:
-        """The three services' handlers, in `_SERVICES` order. Every client-facing method is
-        authorized (`guard`); nodes' Registry calls are checked by their certificates."""
-        s, a, g = self.service, self.admin, self.group_service
-        acls, guard = self.acl_service, self.authorization.guard
-        moves = self.reassignment_service
-        gateway = serving.unary_handlers(
-            GATEWAY_SERVICE_DESCRIPTOR,
-            {
-                "CreateTopics": a.CreateTopics,
-                "DeleteTopics": a.DeleteTopics,
-                "DescribeConfigs": a.DescribeConfigs,
-                "AlterConfigs": a.AlterConfigs,
-                "CreatePartitions": a.CreatePartitions,
-                "ListTopics": a.ListTopics,
-                "DescribeTopics": a.DescribeTopics,
-                "DescribeCluster": a.DescribeCluster,
-                "DecommissionNode": a.DecommissionNode,
-                "RecommissionNode": a.RecommissionNode,
-                "ListOffsets": s.queries.ListOffsets,
-                "SplitPoints": s.queries.SplitPoints,
-                "DeleteRecords": s.queries.DeleteRecords,
-                "FetchGrants": s.FetchGrants,
-                "ProduceGrants": s.ProduceGrants,
-                "CreateAcls": acls.CreateAcls,
-                "DescribeAcls": acls.DescribeAcls,
-                "DeleteAcls": acls.DeleteAcls,
-                "InitProducerId": a.InitProducerId,
-                "AlterPartitionReassignments": moves.AlterPartitionReassignments,
-                "ListPartitionReassignments": moves.ListPartitionReassignments,
-                "ElectLeaders": moves.ElectLeaders,
-                "DescribeLogDirs": moves.DescribeLogDirs,
-                "AlterClientQuotas": self.quota_service.AlterClientQuotas,
-                "DescribeClientQuotas": self.quota_service.DescribeClientQuotas,
-            },
-            wrap=guard,
-        )
-        # Produce and Fetch take the request's wire bytes: the gateway forwards them.
-        gateway["Produce"] = grpc.unary_unary_rpc_method_handler(
-            guard("Produce", s.Produce),
-            request_deserializer=wire.identity,
-            response_serializer=wire.identity,
-        )
-        gateway["Fetch"] = grpc.unary_stream_rpc_method_handler(
-            guard("Fetch", s.Fetch),
-            request_deserializer=wire.identity,
-            response_serializer=wire.identity,
-        )
-        r = self.registry_service
-        registry = serving.unary_handlers(
-            REGISTRY_SERVICE_DESCRIPTOR,
-            {
-                "RegisterNode": r.RegisterNode,
-                "Heartbeat": r.Heartbeat,
-                "AlterPartition": r.AlterPartition,
-            },
-        )
-        groups = serving.unary_handlers(
-            GROUPS_SERVICE_DESCRIPTOR,
-            {
-                name: getattr(g, name)
-                for name in GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is g's
-            },
-            wrap=guard,
-        )
-        return [
-            grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
-            grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry),
-            grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
-        ]
 
     @property
     def internal_address(self) -> str:
@@ -351,40 +339,39 @@ class Gateway:
         return self.config.internal_listen or default_internal_listen(self.config.listen)
 
     def start(self) -> None:
-        handlers = self._handlers()
+        handlers = grpc_handlers(
+            GrpcServicers(
+                self.service,
+                self.admin,
+                self.group_service,
+                self.acl_service,
+                self.quota_service,
+                self.reassignment_service,
+                self.registry_service,
+            ),
+            self.authorization,
+        )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.
-        registry = [
-            h for h, name in zip(handlers, _SERVICES, strict=True) if name == REGISTRY_SERVICE
-        ]
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
-            registry,
+            handlers.nodes,
             [REGISTRY_SERVICE],
             tls=tls,
             tracer_provider=self.tracer_provider,
         )
         self.internal_server.start()
-        handlers = [
-            h for h, name in zip(handlers, _SERVICES, strict=True) if name != REGISTRY_SERVICE
-        ]
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
-        # gRPC decodes a request before any interceptor can hold it back: that path's own
-        # bound is the calls it takes at once x the largest request, said beside the pool's.
-        logger.info(
-            "gRPC requests: up to max.concurrent.requests %d calls (%d threads) x "
-            "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
-            "admits them",
+        log_request_bounds(
             self.config.max_concurrent_requests,
-            SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
             self.config.max_request_bytes,
             self.config.queued_max_request_bytes,
         )
         self.server, health, self.port = serving.build_server(
             self.config.listen,
-            handlers,
+            handlers.clients,
             [GATEWAY_SERVICE, GROUPS_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
@@ -409,8 +396,8 @@ class Gateway:
         if self.config.kafka_listen:
             self.kafka_listener = KafkaListener(
                 self.config.kafka_listen,
-                api_table_for(self),
-                self,
+                kafka_api_table(),
+                self.kafka_core,
                 max_request_bytes=self.config.max_request_bytes,
                 limits=self.config.kafka_listener_limits,
                 advertised_listener=self.config.kafka_advertised_listener,

@@ -21,6 +21,11 @@ offline with the reason (the session's heartbeats report it), the next goes on, 
 failed state is applied again with each later submission until it succeeds or the
 partition is no longer assigned.
 
+A state naming another topic id than the hosted log's (the topic deleted and made again
+under its name while this node was away) is applied whatever its epochs, the new topic's
+starting again from 0: the log manager sets the old log aside and the partition starts empty.
+A log from before topic ids adopts the id of the first state naming one.
+
 Only a submission from a registry of the node's own cluster (its cluster id the data
 directory's, cluster_identity.py) removes partitions: from any other, `removed` is ignored
 and a `full` one sweeps nothing — a registry that does not know the node's partitions
@@ -80,6 +85,7 @@ def registration_of(p: gateway_pb2.AssignedPartition) -> Registration:
         tuple(p.isr),
         tuple(p.adding_replicas),
         p.throttle_bytes_per_s,
+        p.topic_id,
     )
 
 
@@ -288,7 +294,7 @@ class MetadataApplier:
                 if (queued.leader_epoch, queued.partition_epoch) <= (
                     p.leader_epoch,
                     p.partition_epoch,
-                ):
+                ) or _other_topic(queued.topic_id, p.topic_id):
                     # At least as new: it wins (its configs may be newer).
                     (self._changes if tp in self._changes else self._creations)[tp] = p
                 continue
@@ -301,6 +307,9 @@ class MetadataApplier:
             if p.topic not in configs_held:
                 configs_held[p.topic] = self.replicas.topic_configs(p.topic)
             newer = (p.leader_epoch, p.partition_epoch) > (held.leader_epoch, held.partition_epoch)
+            # Another topic's log (replaced), or one from before topic ids (adopts this id).
+            if p.topic_id and self.replicas.logs.topic_id(p.topic, p.partition) != p.topic_id:
+                newer = True
             if newer or dict(p.configs) != configs_held[p.topic]:
                 self._changes[tp] = p
         for removed in assignment.removed if trusted else ():
@@ -399,6 +408,12 @@ class MetadataApplier:
             self._set_aside(tp, offline.get(tp))
         for tp in set(offline) - assigned:
             self.replicas.forget_offline(*tp)  # its topic is gone: nothing to report
+
+
+def _other_topic(held: str, received: str) -> bool:
+    """A state of a topic deleted and made again under the same name: it replaces what is
+    held whatever the epochs (the new topic's start again from 0)."""
+    return bool(held and received and held != received)
 
 
 def _advanced(offset: int, assignment: gateway_pb2.NodeAssignment) -> int:

@@ -56,6 +56,7 @@ class Registration:
     # take (0: unthrottled; replication_throttle.py).
     adding: tuple[int, ...] = ()
     throttle_bytes_per_s: int = 0
+    topic_id: str = ""  # KIP-516's ("": a registry from before topic ids)
 
     def throttles(self, replica: int) -> int:
         """The bytes/s `replica`'s fetches are held to (0: none): an adding replica's, until

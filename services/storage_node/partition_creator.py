@@ -83,7 +83,7 @@ class PartitionCreator:
             if state is None:  # never queued as a creation (removals are changes)
                 continue
             try:
-                self.replicas.create_log(tp[0], tp[1], state.configs)
+                self.replicas.create_log(tp[0], tp[1], state.configs, state.topic_id)
                 created.append((tp, None))
             except Exception as exc:
                 created.append((tp, exc))

@@ -9,10 +9,8 @@ with enough in-sync replicas for acks=all, every batch validated by the engine) 
 partition is appended; a failure there fails the call and writes nothing. acks=all then
 waits (Kafka's DelayedProduce) until the high watermark passes each partition's batches.
 
-Fetch: the leader's side of consumer and follower fetches (long polls, fetch sessions, the
-follower's progress) is leader_fetches.py; the manager keeps their entry points for its
-callers. An append or a high-watermark move on a partition wakes only the fetches and acks=all
-appends waiting on that partition (fetch_waits.py). ISR changes are sent by isr_updates.py.
+Fetch: the leader's side of fetches is leader_fetches.py. An append or a high-watermark move
+on a partition wakes only what waits on that partition (fetch_waits.py).
 
 Fencing: the registry session fences the node (`fence`) when its heartbeats have gone
 unanswered for its session timeout, and lifts it (`unfence`) once one is answered and the
@@ -201,9 +199,9 @@ class ReplicaManager:
     def apply_state(
         self, topic: str, partition: int, configs: Mapping[str, str], registration: Registration
     ) -> None:
-        """Host the partition under the registry's registration (Kafka's LeaderAndIsr /
-        metadata delta): create its log if needed, take the role, start or stop fetching.
-        A registration no newer than the one held changes nothing but configs."""
+        """Host the partition under the registry's registration (Kafka's LeaderAndIsr): its
+        log created if needed (anew if the one held is another topic id's), the role taken,
+        fetching started or stopped; an older registration changes nothing but configs."""
         # The same checks the gateway makes: the node's API is reachable by any caller.
         log_files.check_topic_name(topic)
         if dict(configs) != self.topic_configs(topic):
@@ -211,8 +209,12 @@ class ReplicaManager:
         tp = (topic, partition)
         with self._partitions_lock:
             held = self._partitions.get(tp)
+            topic_id = registration.topic_id
+            if held is not None and self.logs.holds_other_topic(topic, partition, topic_id):
+                self._forget(topic, partition)  # the log manager sets the old log aside
+                held = None
+            log = self.logs.create_log(topic, partition, topic_id=topic_id)
             if held is None:
-                log = self.logs.create_log(topic, partition)
                 held = self._partitions[tp] = Partition(
                     topic, partition, log, self.node_id, fenced=self._fenced
                 )
@@ -221,21 +223,21 @@ class ReplicaManager:
             self._update_fetching(held)
         self.wake_partition(topic, partition)
 
-    def create_log(self, topic: str, partition: int, configs: Mapping[str, str]) -> None:
-        """The costly part of hosting a new partition, its directory and files, without a
-        role: the metadata applier runs it on its lower-priority creation thread, then
-        `apply_state` on its own. Nothing here starts a thread (a thread inherits the
-        priority of the one that starts it: a replica fetcher must not run lower)."""
+    def create_log(
+        self, topic: str, partition: int, configs: Mapping[str, str], topic_id: str = ""
+    ) -> None:
+        """A new partition's directory and files, without a role (on the applier's
+        lower-priority creation thread, so nothing here starts a thread: a thread inherits
+        its starter's priority, and a replica fetcher must not run lower)."""
         log_files.check_topic_name(topic)
         if dict(configs) != self.topic_configs(topic):
             self.logs.set_topic_overrides(topic, dict(configs))
-        self.logs.create_log(topic, partition)
+        self.logs.create_log(topic, partition, topic_id=topic_id)
 
     def host_as_sole_leader(
         self, topic: str, partition: int, leader_epoch: int, configs: Mapping[str, str]
     ) -> Log:
-        """A partition with this node as its only replica (tests and tools without a
-        registry)."""
+        """A partition with this node as its only replica (tests, tools without a registry)."""
         me = (self.node_id,)
         self.apply_state(
             topic, partition, configs, Registration(self.node_id, leader_epoch, 0, me, me)

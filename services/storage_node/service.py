@@ -17,7 +17,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import InconsistentClusterIdError, SeglogError, ServerBusyError
+from seglog.errors import (
+    InconsistentClusterIdError,
+    NotLeaderError,
+    SeglogError,
+    ServerBusyError,
+)
 from seglog.rpc import check_fetch_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
@@ -310,7 +315,11 @@ class StorageNodeService:
         try:
             log_files.check_topic_name(request.topic)
             self._check_cluster(request.cluster_id)
-            self.replicas.delete_partition(request.topic, request.partition)
+            tp = (request.topic, request.partition)
+            if self.replicas.logs.holds_other_topic(*tp, request.topic_id):
+                # A late delete of a topic made again since: the new one is not its to delete.
+                return storage_pb2.DeletePartitionResponse()
+            self.replicas.delete_partition(*tp)
         except SeglogError as exc:
             abort(context, exc)
         return storage_pb2.DeletePartitionResponse()
@@ -335,6 +344,34 @@ class StorageNodeService:
             state.segment_count = described.segment_count
             state.high_watermark = described.high_watermark
             state.role = described.role
+        return response
+
+    def DescribeProducers(
+        self, request: storage_pb2.DescribeProducersRequest, context: grpc.ServicerContext
+    ) -> storage_pb2.DescribeProducersResponse:
+        """Each partition's idempotent producers, from the leader's producer state (a
+        follower's may lag it, so only the leader answers, as Kafka's broker does)."""
+        response = storage_pb2.DescribeProducersResponse()
+        for ref in request.partitions:
+            answer = response.partitions.add(topic=ref.topic, partition=ref.partition)
+            try:
+                held = self.replicas.partition(ref.topic, ref.partition)
+                if not held.is_leader or held.fenced is not None:
+                    raise NotLeaderError(f"{ref.topic}-{ref.partition}: not led by this node")
+                producers = held.log.active_producers()
+            except SeglogError as exc:
+                answer.error = error_code_for(exc)
+                answer.error_message = str(exc)
+                continue
+            answer.producers.extend(
+                storage_pb2.ProducerState(
+                    producer_id=p.producer_id,
+                    producer_epoch=p.epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp_ms=p.last_timestamp_ms,
+                )
+                for p in producers
+            )
         return response
 
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devtools import apache_kafka
 from devtools.apache_kafka import KafkaBrokers
 from seglog.cli.main import main
+from seglog.storage import partition_metadata
 from tests.waiting import wait_until
 
 # JVMs start in seconds: a broker per module, a JVM per tool run.
@@ -119,6 +120,22 @@ def test_seglog_dump_verifies_a_kafka_brokers_empty_partition(kafka, capsys):
     assert code == 0, out
     assert "offset:" not in out and "timestamp:" not in out, out
     assert f"Dumping {index}" in out
+
+
+def test_partition_metadata_is_the_file_a_kafka_broker_writes(kafka):
+    """The broker's own partition.metadata (its topic id, KIP-516) is byte for byte what a
+    node writes for that id, and reads back as that id."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic("with-an-id", 1, 1)])["with-an-id"].result(timeout=60)
+    partition_dir = kafka.root / "broker-1" / "with-an-id-0"
+    written = partition_dir / partition_metadata.PARTITION_METADATA
+    assert wait_until(lambda: written.exists() and written.stat().st_size > 0, timeout_s=60)
+    topic_id = partition_metadata.read(partition_dir)
+    assert written.read_bytes() == partition_metadata.encode(topic_id)
+    described = admin.describe_topics(confluent_kafka.TopicCollection(["with-an-id"]))
+    seen = described["with-an-id"].result(timeout=60).topic_id
+    # librdkafka prints ids in standard base64 (Kafka in URL-safe): the same 16 bytes.
+    assert base64.b64decode(str(seen) + "==") == base64.urlsafe_b64decode(topic_id + "==")
 
 
 def test_a_new_cluster_id_is_a_kafka_uuid_no_command_line_reads_as_an_option():

@@ -71,7 +71,7 @@ def test_partition_counts_are_bounded_per_topic_and_per_cluster(small_cluster):
 def test_clients_cannot_create_delete_or_produce_into_internal_topics(cluster):
     with pytest.raises(InvalidTopicError, match="reserved for internal topics"):
         cluster.admin.create_topic("__mine", 1)
-    cluster.gateway.admin.create_internal_topic("__consumer_offsets", 1, {})
+    cluster.gateway.topic_admin.create_internal_topic("__consumer_offsets", 1, {})
     with pytest.raises(InvalidTopicError, match="internal"):
         cluster.admin.delete_topic("__consumer_offsets")
     with pytest.raises(InvalidTopicError, match="only the cluster itself writes it"):

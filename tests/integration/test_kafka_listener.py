@@ -20,14 +20,15 @@ from kafka.protocol.producer import ProduceRequest
 
 from seglog.client.producer import Producer
 from services.gateway.kafka import error_codes
+from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.brokers import broker_id, broker_of_gateway, cluster_id
-from services.gateway.kafka.listener import KafkaListener, api_table_for
+from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_for, wait_until
 
 # api key: (min, max) — the listener core's table (other areas add theirs).
-CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 10), 3: (0, 9), 18: (0, 3), 22: (0, 4)}
+CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 10), 3: (0, 12), 18: (0, 4), 22: (0, 4)}
 
 
 @pytest.fixture(scope="module")
@@ -67,14 +68,14 @@ def test_api_versions_advertises_each_served_api_and_its_versions(cluster):
 def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(cluster):
     gateway_id = broker_id(cluster.kafka_address)
     with KafkaWire(cluster.kafka_address) as wire:
-        for version in (1, 9):
+        for version in (1, 9, 12):
             answer = metadata(wire, ["described", "absent"], version)
             assert [(b.node_id, f"{b.host}:{b.port}") for b in answer.brokers] == [
                 (gateway_id, cluster.kafka_address)
             ]
             assert answer.controller_id == gateway_id
             if version >= 2:
-                assert answer.cluster_id == cluster_id(cluster.gateway)
+                assert answer.cluster_id == cluster_id(cluster.gateway.kafka_core)
                 assert len(answer.cluster_id) == 22  # Kafka's form: a base64 UUID
             described, absent = answer.topics
             assert absent.error_code == error_codes.UNKNOWN_TOPIC_OR_PARTITION
@@ -191,8 +192,8 @@ def small_listener(cluster):
     after half a second idle."""
     listener = KafkaListener(
         "127.0.0.1:0",
-        api_table_for(cluster.gateway),
-        cluster.gateway,
+        kafka_api_table(),
+        cluster.gateway.kafka_core,
         max_request_bytes=cluster.gateway.config.max_request_bytes,
         max_connections=2,
         connections_max_idle_ms=500,
@@ -240,7 +241,7 @@ def test_stopping_the_listener_ends_its_connections(cluster, small_listener):
 
 def test_a_sole_gateway_is_the_broker_of_any_gateway_address_it_is_asked_about(cluster):
     gateway = cluster.gateway
-    mine = broker_of_gateway(gateway, gateway.advertised_address)
+    mine = broker_of_gateway(gateway.kafka_core, gateway.advertised_address)
     assert mine is not None
     assert (mine.node_id, mine.address) == (broker_id(cluster.kafka_address), cluster.kafka_address)
 

@@ -15,8 +15,9 @@ import pytest
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.framing import SASL_SERVER_MAX_RECEIVE_SIZE
-from services.gateway.kafka.listener import KafkaListener, ListenerLimits, api_table_for
+from services.gateway.kafka.listener import KafkaListener, ListenerLimits
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_flood import read_exactly
@@ -40,8 +41,8 @@ def cluster(tmp_path_factory):
 def listener_on(cluster, **limits) -> KafkaListener:
     listener = KafkaListener(
         "127.0.0.1:0",
-        api_table_for(cluster.gateway),
-        cluster.gateway,
+        kafka_api_table(),
+        cluster.gateway.kafka_core,
         max_request_bytes=cluster.gateway.config.max_request_bytes,
         limits=ListenerLimits(**limits),
     )
@@ -197,8 +198,8 @@ def test_a_flood_before_sasl_leaves_authenticated_clients_served(tmp_path):
     )
     listener = KafkaListener(
         "SASL_SSL://127.0.0.1:0",
-        api_table_for(cluster.gateway),
-        cluster.gateway,
+        kafka_api_table(),
+        cluster.gateway.kafka_core,
         max_request_bytes=cluster.gateway.config.max_request_bytes,
     )
     listener.start()
@@ -295,8 +296,8 @@ def test_a_tls_listener_closes_a_connection_that_never_handshakes(tmp_path):
     cluster = LocalCluster(tmp_path, nodes=1, tls=True, kafka_listen="SSL://127.0.0.1:0")
     listener = KafkaListener(
         "SSL://127.0.0.1:0",
-        api_table_for(cluster.gateway),
-        cluster.gateway,
+        kafka_api_table(),
+        cluster.gateway.kafka_core,
         max_request_bytes=cluster.gateway.config.max_request_bytes,
         limits=ListenerLimits(connections_first_request_timeout_ms=300),
     )

@@ -132,6 +132,11 @@ def test_kafka_topics_describes_a_topic_created_over_grpc(cluster):
     for line in lines:
         # A leader is always named (a gateway): never -1 or "none" for a live partition.
         assert "Leader: -1" not in line and "Leader: none" not in line
+    # The topic's id (KIP-516) as Kafka prints it, and the topic found by it.
+    topic_id = cluster.gateway.registry.topic("made-over-grpc").topic_id
+    assert f"TopicId: {topic_id}" in described, described
+    by_id = tool(cluster, TOPICS_TOOL, "--describe", "--topic-id", topic_id)
+    assert "Topic: made-over-grpc" in by_id and "PartitionCount: 2" in by_id, by_id.errors
 
 
 def test_kafka_get_offsets_answers_each_special_time_as_kafka(cluster):

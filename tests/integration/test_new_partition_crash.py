@@ -29,6 +29,7 @@ from tests.small_filesystem import cut_power, mounted_ext4
 from tests.unit.test_log import read_all
 
 EPOCH = 5
+TOPIC_ID = "Vw0MOr7cTMqUabAmiOSm4g"  # written in partition.metadata without fsync, at creation
 PARTITIONS = 12
 RECORDS = 40
 FLUSHED, UNFLUSHED = 0, 1  # the partitions appended to; the others stay empty
@@ -41,12 +42,14 @@ CREATOR = textwrap.dedent("""
     sys.path[:0] = {paths!r}
     from seglog.storage.config import LogConfig, LogManagerConfig
     from seglog.storage.log_manager import LogManager
+    from services.storage_node.partition import Registration
     from services.storage_node.replica_manager import ReplicaManager
     from tests.batches import make_batch
     logs = LogManager(LogManagerConfig(log_dirs=({data!r},)), LogConfig())
     replicas = ReplicaManager(logs, node_id=1)
     for p in range({partitions}):
-        replicas.host_as_sole_leader("t", p, {epoch}, {{}})
+        state = Registration(1, {epoch}, 0, (1,), (1,), topic_id={topic_id!r})
+        replicas.apply_state("t", p, {{}}, state)
     for p in ({flushed}, {unflushed}):
         log = logs.get_log("t", p)
         for i in range({records}):
@@ -67,6 +70,7 @@ def _create_and_kill(data: Path) -> None:
         flushed=FLUSHED,
         unflushed=UNFLUSHED,
         records=RECORDS,
+        topic_id=TOPIC_ID,
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -117,6 +121,7 @@ def test_new_partitions_come_back_whole_after_sigkill(tmp_path):
             else:  # loading drops entries at or past the log end, as Kafka's LogLoader does
                 assert _values(log) == [], p
                 assert log.leader_epochs.entries == [], p
+            assert logs.topic_id("t", p) == TOPIC_ID, p
         _every_partition_usable(logs, replicas)
     finally:
         logs.shutdown()
@@ -135,6 +140,10 @@ def test_new_partitions_come_back_consistent_after_a_power_cut(tmp_path):
             # flush, before the checkpointed recovery point let recovery skip its batches.
             assert _values(flushed) == list(range(RECORDS))
             assert flushed.leader_epochs.entries == [EpochEntry(EPOCH, 0)]
+            # Its topic id too (synced before the checkpoint); another partition's file may be
+            # lost or empty (no id: it adopts the registry's), never unreadable.
+            assert logs.topic_id("t", FLUSHED) == TOPIC_ID
+            assert {logs.topic_id(*tp) for tp in logs.logs()} <= {TOPIC_ID, ""}
             for (_, p), log in logs.logs().items():
                 if log.log_end_offset > 0:  # batches survived: their epoch is known
                     assert log.leader_epochs.entries == [EpochEntry(EPOCH, 0)], p

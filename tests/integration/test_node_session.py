@@ -319,11 +319,11 @@ def test_a_push_answers_once_its_states_are_applied_and_a_large_one_within_its_d
         release = threading.Event()
         create_log = node.replicas.create_log
 
-        def held_creation(topic, partition, configs):
+        def held_creation(topic, partition, configs, topic_id=""):
             if topic == "many" and not creation_held.is_set():
                 creation_held.set()
                 assert release.wait(60), "the push never answered"
-            return create_log(topic, partition, configs)
+            return create_log(topic, partition, configs, topic_id)
 
         node.replicas.create_log = held_creation
         many = 500
@@ -365,10 +365,10 @@ def test_a_role_change_is_applied_before_the_creations_queued_ahead_of_it(
     creator_ids: set[int] = set()
     create_log = node.replicas.create_log
 
-    def recording_creation(topic, partition, configs):
+    def recording_creation(topic, partition, configs, topic_id=""):
         niceness["logs"].add(nice())
         creator_ids.add(threading.get_native_id())
-        return create_log(topic, partition, configs)
+        return create_log(topic, partition, configs, topic_id)
 
     def recording(topic, partition, configs, registration):
         niceness["roles"].add(nice())

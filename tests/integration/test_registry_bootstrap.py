@@ -9,6 +9,7 @@ import pytest
 from seglog.security.acls import AclBinding
 from services.gateway.cluster import registry_bootstrap
 from services.gateway.cluster.metadata_etcd_store import EtcdMetadataStore
+from services.gateway.cluster.metadata_file_store import FileMetadataStore
 from services.gateway.cluster.registry import Registry
 from services.gateway.cluster.registry_bootstrap import (
     RegistryConflictError,
@@ -121,3 +122,49 @@ def test_the_way_back_is_one_command(tmp_path, etcd, capsys):
     assert sorted(Registry(data_dir, session_timeout_ms=60_000).topics) == ["orders"]
     assert registry_bootstrap.main(command) == 1  # not over a registry already there
     assert "already holds a registry" in capsys.readouterr().err
+
+
+def _records_before_topic_ids() -> list[dict]:
+    """A registry's first batch as one from before topic ids stored it: a topic and its
+    partition, no `topic_id`."""
+    registration = {
+        "replicas": [1],
+        "leader": 1,
+        "leader_epoch": 0,
+        "isr": [1],
+        "partition_epoch": 0,
+    }
+    return [
+        {"type": "node", "node_id": 1, "address": "127.0.0.1:1"},
+        {"type": "topic", "name": "old", "replication_factor": 1, "configs": {}, "partitions": 1},
+        {"type": "partition", "topic": "old", "partition": 0, **registration},
+    ]
+
+
+@pytest.mark.parametrize("backend", ["file", "etcd"])
+def test_topics_from_before_topic_ids_get_one_once_and_keep_it(tmp_path, backend, request):
+    if backend == "etcd":
+        etcd = request.getfixturevalue("etcd")
+
+        def open_registry() -> Registry:
+            return Registry(tmp_path, store=store_at(etcd), session_timeout_ms=60_000)
+
+        store = store_at(etcd)
+    else:
+
+        def open_registry() -> Registry:
+            return Registry(tmp_path, session_timeout_ms=60_000)
+
+        store = FileMetadataStore(tmp_path / registry_bootstrap.METADATA_DIR)
+    store.append(_records_before_topic_ids(), 0)
+    first = open_registry()
+    topic_id = first.topic("old").topic_id
+    assert len(topic_id) == 22
+    assert first.topic_name_of(topic_id) == "old"
+    # Durable: a second gateway (or this one restarted) reads the same id, adds none.
+    offset = first.image.offset
+    again = open_registry()
+    assert (again.topic("old").topic_id, again.image.offset) == (topic_id, offset)
+    # A topic made from then on gets its own.
+    again.create_topic("new", 1, 1, {})
+    assert again.topic("new").topic_id not in ("", topic_id)

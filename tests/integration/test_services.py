@@ -285,7 +285,7 @@ def test_topic_admin_validation(cluster):
 
 
 def test_internal_topics_are_listed_only_on_request(cluster):
-    cluster.gateway.admin.create_internal_topic(
+    cluster.gateway.topic_admin.create_internal_topic(
         "__consumer_offsets", 1, {"cleanup.policy": "compact"}
     )
     assert cluster.client.list_topics() == []

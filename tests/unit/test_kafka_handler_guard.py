@@ -15,7 +15,7 @@ from services.gateway.kafka.api_table import ApiTable
 from services.gateway.kafka.framing import FrameError
 from services.gateway.kafka.handler_guard import HandlerFailed
 from services.gateway.kafka.kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
-from services.gateway.kafka.sasl_apis import SaslFailed
+from services.gateway.kafka.sasl import SaslFailed
 
 
 def a_call() -> KafkaCall:

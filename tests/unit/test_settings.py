@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import readme_tables
 from services import command_line, settings
 from services.gateway.__main__ import parse_args as gateway_args
 from services.gateway.settings import GatewayConfig
@@ -94,6 +95,8 @@ DESCRIBED_NAMES = [
     "connections.first.request.timeout.ms",
     "num.network.threads",
     "num.io.threads",
+    "num.partitions",
+    "auto.create.topics.enable",
     "queued.max.requests",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",
@@ -263,5 +266,7 @@ def test_names_and_flags_are_each_one_settings_and_defaults_are_the_fields():
 
 def test_the_readme_holds_each_services_table_as_declared():
     readme = (ROOT / "README.md").read_text()
-    for title, table in settings.readme_tables().items():
-        assert table in readme, f"the README's {title} table differs: python -m services.settings"
+    for title, table in readme_tables.settings_tables().items():
+        assert table in readme, (
+            f"the README's {title} table differs: python -m devtools.readme_tables"
+        )

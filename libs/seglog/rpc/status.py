@@ -82,6 +82,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "PREFERRED_LEADER_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "INCONSISTENT_CLUSTER_ID": grpc.StatusCode.FAILED_PRECONDITION,
+    "UNKNOWN_TOPIC_ID": grpc.StatusCode.NOT_FOUND,
 }
 
 # For statuses that arrive without details (the transport's own failures).

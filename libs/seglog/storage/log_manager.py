@@ -10,6 +10,13 @@ background work.
 - Per-topic overrides sit on top of the default LogConfig. They are kept in
   `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
   opens its logs with the same settings before anyone tells it again.
+- Each log knows the id of the topic it belongs to (KIP-516), from its directory's
+  `partition.metadata` (partition_metadata.py). Asked for a log under another topic id than
+  the one it holds (its topic was deleted and one of the same name created while this node
+  did not hear of it), the manager sets the old log aside as `<topic>-<partition>-stray` and
+  creates an empty one: the new topic never serves the old topic's records. (Kafka's KRaft
+  broker likewise renames such a log `-stray` rather than opening it.) A log without the
+  file (written before topic ids) adopts the id it is first asked for.
 - One scheduler thread runs the periodic tasks at their intervals: flush by `flush_ms`,
   recovery-point and high-watermark checkpoints, retention (`retention_check_interval_ms`),
   and compaction (`cleaner_backoff_ms`) when the cleaner is enabled. A failure on one log is
@@ -33,7 +40,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from . import log_files
+from . import log_files, partition_metadata
 from .checkpoint import DataDir
 from .cleaner import Cleaner
 from .clock import SYSTEM_CLOCK, Clock
@@ -60,6 +67,10 @@ class LogManager:
         self.default_log_config = default_log_config or LogConfig()
         self.clock = clock
         self._logs: dict[TopicPartition, Log] = {}
+        self._topic_ids: dict[TopicPartition, str] = {}  # "" or absent: not known yet
+        # Directories whose partition.metadata is written but not fsynced yet (its module
+        # says why): synced before the next recovery-point checkpoint or clean shutdown.
+        self._unsynced_ids: set[Path] = set()
         self._offline: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -110,21 +121,23 @@ class LogManager:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             opened = list(pool.map(self._open_existing, found))
         with self._lock:
-            for directory, log, reason in opened:
+            for directory, log, topic_id, reason in opened:
                 tp = log_files.parse_topic_partition(directory)
                 if log is not None:
                     self._logs[tp] = log
+                    self._topic_ids[tp] = topic_id
                 else:
                     self._offline[tp] = reason
 
-    def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str]:
+    def _open_existing(self, directory: Path) -> tuple[Path, Log | None, str, str]:
         topic, partition = log_files.parse_topic_partition(directory)
         try:
-            return directory, self._open_log(directory, topic), ""
+            topic_id = partition_metadata.read(directory)
+            return directory, self._open_log(directory, topic), topic_id, ""
         except (OSError, SeglogError) as exc:
             reason = f"cannot open {directory.name}: {exc}"
             logger.error("partition %s-%d goes offline: %s", topic, partition, reason)
-            return directory, None, reason
+            return directory, None, "", reason
 
     def startup(self) -> None:
         self.load_logs()
@@ -167,13 +180,30 @@ class LogManager:
         overrides: Mapping[str, Any] | None = None,
         *,
         exist_ok: bool = True,
+        topic_id: str = "",
     ) -> Log:
+        """The partition's log, created if needed; with `topic_id`, the log of that topic
+        (one of another topic set aside first, see above)."""
         with self._lock:
             existing = self._logs.get((topic, partition))
-            if existing is not None:
+            if existing is not None and not self.holds_other_topic(topic, partition, topic_id):
                 if not exist_ok:
                     raise TopicAlreadyExistsError(f"{topic}-{partition} already exists")
+                if topic_id and not self._topic_ids.get((topic, partition)):
+                    self._adopt_topic_id(topic, partition, existing, topic_id)
                 return existing
+            if existing is not None:
+                held = self._topic_ids.get((topic, partition), "")
+                aside = self.set_aside_log(topic, partition)
+                logger.warning(
+                    "%s-%d holds records of an earlier topic of that name (topic id %s, not "
+                    "%s): set aside as %s, the partition starts empty",
+                    topic,
+                    partition,
+                    held,
+                    topic_id,
+                    aside.name,
+                )
             # Each DataDir counts the logs open in it: counting them here walked every log
             # per creation, quadratic in a node's partitions (7 ms a log at 2,000).
             data_dir = min(self._dirs, key=lambda d: self._data_dirs[d].open_logs)
@@ -181,7 +211,11 @@ class LogManager:
             if overrides:
                 self.set_topic_overrides(topic, overrides)
             try:
+                self._set_aside_other_topic(directory, topic_id)
                 log = self._open_log(directory, topic)
+                if topic_id:
+                    partition_metadata.write(directory, topic_id, sync=False)
+                    self._unsynced_ids.add(directory)
             except (OSError, SeglogError) as exc:
                 reason = f"cannot create {directory.name}: {exc}"
                 self._offline[(topic, partition)] = reason
@@ -189,7 +223,37 @@ class LogManager:
             self._offline.pop((topic, partition), None)
             self.cleaner.uncleanable.pop((topic, partition), None)
             self._logs[(topic, partition)] = log
+            self._topic_ids[(topic, partition)] = topic_id
             return log
+
+    def topic_id(self, topic: str, partition: int) -> str:
+        """The id of the topic the partition's log belongs to ("": not known)."""
+        return self._topic_ids.get((topic, partition), "")
+
+    def holds_other_topic(self, topic: str, partition: int, topic_id: str) -> bool:
+        """Whether the partition's log belongs to another topic than `topic_id` (both known)."""
+        held = self._topic_ids.get((topic, partition), "")
+        return bool(topic_id and held and held != topic_id)
+
+    def _adopt_topic_id(self, topic: str, partition: int, log: Log, topic_id: str) -> None:
+        try:
+            partition_metadata.write(log.directory, topic_id, sync=False)
+        except (OSError, ValueError) as exc:
+            raise StorageError(f"cannot write {topic}-{partition}'s topic id: {exc}") from exc
+        self._unsynced_ids.add(log.directory)
+        self._topic_ids[(topic, partition)] = topic_id
+
+    def sync_topic_ids(self) -> None:
+        """fsync the partition.metadata files written since the last call."""
+        with self._lock:
+            pending, self._unsynced_ids = self._unsynced_ids, set()
+        for directory in pending:
+            try:
+                partition_metadata.sync(directory)
+            except OSError:
+                with self._lock:
+                    self._unsynced_ids.add(directory)  # owed still: the next call tries again
+                raise
 
     def _open_log(self, directory: Path, topic: str) -> Log:
         return Log.open(
@@ -228,6 +292,7 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> None:
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._topic_ids.pop((topic, partition), None)
             was_offline = self._offline.pop((topic, partition), None) is not None
         if log is None:
             if not was_offline:
@@ -251,27 +316,42 @@ class LogManager:
         assigns to it, which an operator may still want back."""
         with self._lock:
             log = self._logs.pop((topic, partition), None)
+            self._topic_ids.pop((topic, partition), None)
         if log is None:
             raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
         log.close()  # flushed: the flush task has nothing left to visit
         self._dirty_logs.discard(log)
         self._data_dirs[log.directory.parent].forget((topic, partition))
-        target = log.directory.with_name(log.directory.name + STRAY_SUFFIX)
+        return self._rename_aside(log.directory)
+
+    def _rename_aside(self, directory: Path) -> Path:
+        target = directory.with_name(directory.name + STRAY_SUFFIX)
         suffix = 0
         while target.exists():
             suffix += 1
             if suffix >= log_files.MAX_STRAY_COPIES:
                 raise StorageError(
-                    f"{log.directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
+                    f"{directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
                     f"exist; remove some before this partition can be set aside"
                 )
-            target = log.directory.with_name(f"{log.directory.name}{STRAY_SUFFIX}.{suffix}")
+            target = directory.with_name(f"{directory.name}{STRAY_SUFFIX}.{suffix}")
         try:
-            log.directory.rename(target)
+            directory.rename(target)
         except OSError as exc:
-            raise StorageError(f"cannot set {log.directory.name} aside: {exc}") from exc
+            raise StorageError(f"cannot set {directory.name} aside: {exc}") from exc
         log_files.fsync_directory(target.parent)
         return target
+
+    def _set_aside_other_topic(self, directory: Path, topic_id: str) -> None:
+        """A directory left on disk but not opened (its partition offline) that belongs to
+        another topic id is set aside before a log is made there: never reopened as this
+        topic's. One whose id cannot be read stays, and so does the partition offline."""
+        if not (topic_id and directory.is_dir()):
+            return
+        held = partition_metadata.read(directory)
+        if held and held != topic_id:
+            aside = self._rename_aside(directory)
+            logger.warning("%s belongs to topic id %s: set aside as %s", directory, held, aside)
 
     # -- background work ---------------------------------------------------------------
 
@@ -330,6 +410,7 @@ class LogManager:
                 logger.exception("log manager task flush_dirty_logs failed on %r", log)
 
     def checkpoint_recovery_points(self) -> None:
+        self.sync_topic_ids()  # before any recovery point that vouches for a log's batches
         for data_dir in self._data_dirs.values():
             data_dir.checkpoint()
 
@@ -355,6 +436,10 @@ class LogManager:
         if self._scheduler is not None:
             self._scheduler.join(timeout=30)
             self._scheduler = None
+        try:
+            self.sync_topic_ids()  # before the clean-shutdown marker
+        except OSError:
+            logger.exception("syncing partition.metadata files failed")
         with self._lock:
             logs = list(self._logs.values())
             self._logs.clear()

@@ -21,5 +21,8 @@ share it (`coordination/`).
     admin_service.py       AdminService: the Gateway service's admin calls (topics,
                            configs, cluster description, producer ids)
     registry_service.py    RegistryService: nodes register, heartbeat, alter their ISRs
-    acl_service.py         AclService: Kafka's Create/Describe/DeleteAcls
+    acl_admin.py           AclAdmin: Kafka's Create/Describe/DeleteAcls, typed (the core)
+    acl_service.py         AclService: the gRPC adapter over it
+    client_quotas.py       ClientQuotaAdmin: Kafka's client quotas, typed (the core)
+    quota_service.py       QuotaService: the gRPC adapter over it
 """

@@ -1,216 +1,162 @@
-"""The Gateway service's admin calls: topic administration (create, delete, configs, more
-partitions), cluster description and producer ids. The Registry service that storage nodes
-call is in registry_service.py; Produce, Fetch and ListOffsets are the data plane's
-(routing/)."""
+"""The Gateway service's admin calls on the gRPC API: topic administration (create, delete,
+configs, more partitions) and producer ids as adapters over the core (topic_admin.py,
+producer_ids.py); listing and describing topics, the cluster description and node states.
+The Registry service that storage nodes call is in registry_service.py; Produce, Fetch and
+ListOffsets are the data plane's (routing/)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
-from seglog.errors import InvalidRequestError, LeaderNotAvailableError, SeglogError
+from seglog.errors import (
+    AuthenticationError,
+    LeaderNotAvailableError,
+    PermissionDeniedError,
+    SeglogError,
+)
 from seglog.rpc import check_entries
 from seglog.rpc.status import abort, error_from_rpc, set_error
-from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
 from ..authorization import Authorization
 from ..node_connections import NodeConnections
-from .controller import partition_states
+from .auto_create import TopicAutoCreation
+from .producer_ids import ProducerIds
 from .registry import Registry
+from .topic_admin import ConfigChange, NewTopic, TopicAdmin, TopicOutcome
 
 logger = logging.getLogger(__name__)
 
-NODE_CALL_TIMEOUT_S = 30.0
-
 
 class AdminService:
+    """The Gateway service's admin calls. Topic administration and producer ids are the
+    core's (topic_admin.py, producer_ids.py), which authorize the caller themselves: these
+    methods name the caller and translate. Listing and describing topics, the cluster and
+    node states are the gRPC API's own (authorized by `Authorization.guard`)."""
+
     def __init__(
         self,
         registry: Registry,
         connections: NodeConnections,
-        settings: dict[str, str] | None = None,
+        topics: TopicAdmin,
+        producer_ids: ProducerIds,
         *,
-        offsets_topic_replication_factor: int = 3,
-        authorization: Authorization | None = None,
+        authorization: Authorization,
         cluster_view: Callable[[], tuple[str, list[str]]] | None = None,
     ) -> None:
         # The controller gateway's address and every running gateway's.
         self.cluster_view = cluster_view or (lambda: ("", []))
         self.registry = registry
-        self.authorization = authorization
-        self.offsets_topic_replication_factor = offsets_topic_replication_factor
-        self._producer_ids: Iterator[int] | None = None
-        self._producer_ids_lock = threading.Lock()
         self.connections = connections
-        # The gateway's own settings, Kafka's names where Kafka has them (DescribeConfigs).
-        self.settings = dict(settings or {})
-        # Called with a deleted topic's name (the offsets store drops its committed offsets).
-        self.topic_deleted_listeners: list[Callable[[str], object]] = []
+        self.topics = topics
+        self.producer_ids = producer_ids
+        self.authorization = authorization
+        # Set by the gateway: DescribeTopics asking for it creates missing topics.
+        self.auto_create: TopicAutoCreation | None = None
 
-    # -- topics --------------------------------------------------------------------------
+    # -- topics (the core's) -------------------------------------------------------------
 
     def CreateTopics(
         self, request: gateway_pb2.CreateTopicsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.CreateTopicsResponse:
-        response = gateway_pb2.CreateTopicsResponse()
-        for new in request.topics:
-            result = response.topics.add(name=new.name)
-            try:
-                if request.validate_only:
-                    _, replication_factor = self.registry.validate_new_topic(
-                        new.name, new.num_partitions, new.replication_factor, dict(new.configs)
-                    )
-                    result.warning = self.registry.min_isr_shortfall(
-                        replication_factor, new.configs
-                    )
-                    continue
-                topic = self.registry.create_topic(
-                    new.name, new.num_partitions, new.replication_factor, dict(new.configs)
-                )
-            except SeglogError as exc:
-                set_error(result, exc)
-                continue
-            # Said at once, not left to the first producer's 120 s of retries.
-            result.warning = self.registry.min_isr_shortfall(
-                topic.replication_factor, topic.configs
+        wanted = [
+            NewTopic(t.name, t.num_partitions, t.replication_factor, dict(t.configs))
+            for t in request.topics
+        ]
+        try:
+            caller = self.authorization.caller_of(context)
+            outcomes = self.topics.create_topics(
+                caller, wanted, validate_only=request.validate_only
             )
-            if result.warning:
-                logger.warning("topic %s created: %s", topic.name, result.warning)
-            self._create_on_nodes(topic.name)
+        except SeglogError as exc:
+            abort(context, exc)
+        response = gateway_pb2.CreateTopicsResponse()
+        for outcome in outcomes:
+            _answer(response.topics.add(name=outcome.name), outcome).warning = outcome.warning
         return response
 
     def CreatePartitions(
         self, request: gateway_pb2.CreatePartitionsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.CreatePartitionsResponse:
+        counts = [(t.topic, t.count) for t in request.topics]
+        try:
+            caller = self.authorization.caller_of(context)
+            outcomes = self.topics.create_partitions(
+                caller, counts, validate_only=request.validate_only
+            )
+        except SeglogError as exc:
+            abort(context, exc)
         response = gateway_pb2.CreatePartitionsResponse()
-        for wanted in request.topics:
-            result = response.topics.add(name=wanted.topic)
-            try:
-                self.registry.create_partitions(
-                    wanted.topic, wanted.count, validate_only=request.validate_only
-                )
-            except SeglogError as exc:
-                set_error(result, exc)
-                continue
-            if not request.validate_only:
-                self._create_on_nodes(wanted.topic)
+        for outcome in outcomes:
+            _answer(response.topics.add(name=outcome.name), outcome)
+        return response
+
+    def DeleteTopics(
+        self, request: gateway_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
+    ) -> gateway_pb2.DeleteTopicsResponse:
+        try:
+            caller = self.authorization.caller_of(context)
+            outcomes = self.topics.delete_topics(caller, list(request.names))
+        except SeglogError as exc:
+            abort(context, exc)
+        response = gateway_pb2.DeleteTopicsResponse()
+        for outcome in outcomes:
+            _answer(response.topics.add(name=outcome.name), outcome)
         return response
 
     def DescribeConfigs(
         self, request: gateway_pb2.DescribeConfigsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeConfigsResponse:
         response = gateway_pb2.DescribeConfigsResponse()
-        for name in request.topics:
-            described = response.topics.add(topic=name)
-            try:
-                topic = self.registry.topic(name)
-                leader = self.registry.nodes.get(topic.partitions[0].leader)
-                node_defaults = leader.log_config_defaults if leader is not None else {}
-                for key, value, source in described_configs(node_defaults, topic.configs):
-                    described.entries.add(name=key, value=value, source=source)
-            except SeglogError as exc:
-                set_error(described, exc)
-        if request.cluster:
-            for key, value in sorted(self.settings.items()):
+        try:
+            caller = self.authorization.caller_of(context)
+            names = list(request.topics)
+            described = self.topics.describe_configs(caller, names)
+            cluster = self.topics.describe_cluster_configs(caller) if request.cluster else None
+        except SeglogError as exc:
+            abort(context, exc)
+        for name, found in zip(names, described, strict=True):
+            topic = response.topics.add(topic=name)
+            if isinstance(found, SeglogError):
+                set_error(topic, found)
+                continue
+            for key, value, source in found:
+                topic.entries.add(name=key, value=value, source=source)
+        if cluster is not None:
+            for key, value in cluster.gateway:
                 response.gateway.add(name=key, value=value, source="gateway")
-            for node_id, node in sorted(self.registry.nodes.items()):
+            for node_id, entries in cluster.nodes.items():
                 listed = response.nodes.add(node_id=node_id)
-                for key, value in sorted(node.log_config_defaults.items()):
+                for key, value in entries:
                     listed.entries.add(name=key, value=value, source="node")
         return response
 
     def AlterConfigs(
         self, request: gateway_pb2.AlterConfigsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.AlterConfigsResponse:
+        change = ConfigChange(
+            request.topic,
+            dict(request.set),
+            list(request.delete),
+            dict(request.append),
+            dict(request.subtract),
+        )
         response = gateway_pb2.AlterConfigsResponse()
         try:
-            self.registry.alter_topic_configs(
-                request.topic,
-                dict(request.set),
-                list(request.delete),
-                append=dict(request.append),
-                subtract=dict(request.subtract),
-                validate_only=request.validate_only,
-            )
+            caller = self.authorization.caller_of(context)
+        except SeglogError as exc:
+            abort(context, exc)
+        try:
+            self.topics.alter_configs(caller, change, validate_only=request.validate_only)
+        except (AuthenticationError, PermissionDeniedError) as exc:
+            abort(context, exc)
         except SeglogError as exc:
             set_error(response, exc)
-            return response
-        if not request.validate_only:
-            self._create_on_nodes(request.topic)  # the leaders take the new configs now
-        return response
-
-    def create_internal_topic(
-        self, name: str, num_partitions: int, configs: dict[str, str]
-    ) -> None:
-        """For the gateway's own topics (`__consumer_offsets`): create, place, tell nodes.
-        Replicated `offsets.topic.replication.factor` times, or on every live node when
-        fewer are up (Kafka would wait for enough brokers; a small cluster should work)."""
-        live = len(self.registry.placeable_nodes())
-        replication_factor = max(1, min(self.offsets_topic_replication_factor, live))
-        self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
-        self._create_on_nodes(name)
-
-    def _create_on_nodes(self, topic_name: str) -> None:
-        """Tell every replica's node now, so the leaders serve as soon as this returns; a
-        node that misses this gets the partitions from its next heartbeat's answer."""
-        topic = self.registry.topic(topic_name)
-        wanted = [(topic_name, i) for i in range(len(topic.partitions))]
-        addresses = self.registry.addresses()
-        states = partition_states(self.registry, wanted)
-        calls = []
-        for node_id in sorted({r for p in topic.partitions for r in p.replicas}):
-            if node_id not in addresses:
-                continue
-            stub = self.connections.get(node_id, addresses[node_id]).stub
-            message = gateway_pb2.NodeAssignment(
-                node_addresses=states.node_addresses,
-                node_bulk_addresses=states.node_bulk_addresses,
-            )
-            message.partitions.extend(s for s in states.partitions if node_id in s.replicas)
-            calls.append(stub.UpdatePartitions.future(message, timeout=NODE_CALL_TIMEOUT_S))
-        for call in calls:
-            try:
-                call.result()
-            except grpc.RpcError as exc:
-                logger.warning("creating partitions of %s on a node failed: %s", topic_name, exc)
-
-    def DeleteTopics(
-        self, request: gateway_pb2.DeleteTopicsRequest, context: grpc.ServicerContext
-    ) -> gateway_pb2.DeleteTopicsResponse:
-        response = gateway_pb2.DeleteTopicsResponse()
-        for name in request.names:
-            result = response.topics.add(name=name)
-            try:
-                topic = self.registry.delete_topic(name)
-            except SeglogError as exc:
-                set_error(result, exc)
-                continue
-            addresses = self.registry.addresses()
-            for i, p in enumerate(topic.partitions):
-                for replica in p.replicas:
-                    if replica not in addresses:
-                        continue
-                    try:
-                        self.connections.get(replica, addresses[replica]).stub.DeletePartition(
-                            storage_pb2.DeletePartitionRequest(
-                                topic=name, partition=i, cluster_id=self.registry.cluster_id
-                            ),
-                            timeout=NODE_CALL_TIMEOUT_S,
-                        )
-                    except grpc.RpcError as exc:  # its next heartbeat sets the partition aside
-                        logger.warning(
-                            "deleting %s-%d on node %d failed: %s", name, i, replica, exc.code()
-                        )
-            for listener in self.topic_deleted_listeners:
-                try:
-                    listener(name)
-                except Exception as exc:  # the topic is gone either way
-                    logger.warning("cleaning up after topic %s failed: %s", name, exc)
         return response
 
     def ListTopics(
@@ -238,17 +184,22 @@ class AdminService:
         except SeglogError as exc:
             abort(context, exc)
         names = list(request.names) or sorted(self.registry.topics)
+        missing = self._auto_create(request, context)
         response = gateway_pb2.DescribeTopicsResponse()
         wanted: dict[int, list[tuple[str, int]]] = {}
         described: dict[tuple[str, int], gateway_pb2.PartitionDescription] = {}
         for name in names:
             description = response.topics.add(name=name)
             try:
+                refused = missing.get(name)
+                if refused is not None:
+                    raise refused
                 topic = self.registry.topic(name)
             except SeglogError as exc:
                 set_error(description, exc)
                 continue
             description.replication_factor = topic.replication_factor
+            description.topic_id = topic.topic_id
             description.configs.update(topic.configs)
             for i, p in enumerate(topic.partitions):
                 part = description.partitions.add(
@@ -277,6 +228,18 @@ class AdminService:
                 described[(name, i)] = part
         self._fill_offsets(wanted, described)
         return response
+
+    def _auto_create(
+        self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
+    ) -> dict[str, SeglogError | None]:
+        """The named topics that do not exist, made when the request allows it (the seglog
+        producer's first look at a topic, as Kafka's Metadata): auto_create.py."""
+        if not (request.allow_auto_topic_creation and request.names):
+            return {}
+        if self.auto_create is None or self.authorization is None:
+            return {}
+        caller = self.authorization.caller_of(context)
+        return self.auto_create.create_missing(caller, request.names, allowed=True)
 
     def _fill_offsets(
         self,
@@ -323,21 +286,16 @@ class AdminService:
         self, request: gateway_pb2.InitProducerIdRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.InitProducerIdResponse:
         response = gateway_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
-        if request.transactional_id:
-            set_error(
-                response,
-                InvalidRequestError("transactions are not supported: leave transactional_id empty"),
-            )
+        try:
+            caller = self.authorization.caller_of(context)
+            given = self.producer_ids.init_producer_id(caller, request.transactional_id)
+        except (AuthenticationError, PermissionDeniedError) as exc:
+            abort(context, exc)
+        except SeglogError as exc:  # a transactional id: answered, as before transactions
+            set_error(response, exc)
             return response
-        with self._producer_ids_lock:
-            if not self._producer_ids:
-                self._producer_ids = iter(self.registry.allocate_producer_ids())
-            producer_id = next(self._producer_ids, None)
-            if producer_id is None:
-                self._producer_ids = iter(self.registry.allocate_producer_ids())
-                producer_id = next(self._producer_ids)
-        response.producer_id = producer_id
-        response.producer_epoch = 0
+        response.producer_id = given.producer_id
+        response.producer_epoch = given.epoch
         return response
 
     def DescribeCluster(
@@ -391,3 +349,10 @@ class AdminService:
             len(moved),
         )
         return gateway_pb2.NodeStateResponse(leaderships_moved=len(moved))
+
+
+def _answer(result: Any, outcome: TopicOutcome) -> Any:
+    """A topic's result message with the outcome's error set, if any."""
+    if outcome.error is not None:
+        set_error(result, outcome.error)
+    return result

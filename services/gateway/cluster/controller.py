@@ -96,6 +96,7 @@ def _assignment(
             adding_replicas=p.adding,
             removing_replicas=p.removing,
             throttle_bytes_per_s=p.throttle_bytes_per_s,
+            topic_id=topic.topic_id,
         )
     assignment.node_addresses.update(registry.addresses())
     assignment.node_bulk_addresses.update(registry.bulk_addresses())

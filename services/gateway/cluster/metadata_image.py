@@ -1,7 +1,8 @@
-"""The registry's metadata image (Kafka's MetadataImage): topics with each partition's
-registration, node addresses and states, ACLs and the producer-id block, built only by applying the
-metadata log's records (metadata_records.py) in offset order: a gateway's own writes and the
-ones it watches from other gateways alike.
+"""The registry's metadata image (Kafka's MetadataImage): topics with their ids (KIP-516:
+`topic_name_of`, `topic_id_of`) and each partition's registration, node addresses and
+states, ACLs and the producer-id block, built only by applying the metadata log's records
+(metadata_records.py) in offset order: a gateway's own writes and the ones it watches from
+other gateways alike.
 
 Applying keeps indexes so the controller never walks every partition to find the few it
 must decide on: the partitions hosted on each node, those led by each node, those with no
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seglog.security.acls import AclBinding
+from seglog.storage.meta_properties import random_uuid
 
 from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
+    BROKER_CONFIG,
     CLIENT_QUOTA,
     CLUSTER,
     NODE,
@@ -30,19 +33,23 @@ from .metadata_records import (
     PARTITION,
     PRODUCER_IDS,
     REMOVE_TOPIC,
+    SCRAM_CREDENTIAL,
     TOPIC,
     MetadataRecordError,
     Record,
     acl_record,
+    broker_config_record,
     client_quota_record,
     cluster_record,
     node_record,
     node_state_record,
     partition_record,
     producer_ids_record,
+    scram_credential_record,
     topic_record,
 )
 from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .scram_credentials import ScramCredential
 from .topic_rules import is_internal_topic
 
 
@@ -52,6 +59,7 @@ class Topic:
     replication_factor: int
     configs: dict[str, str]
     partitions: list[PartitionAssignment]
+    topic_id: str = ""  # KIP-516 ("" only until a registry from before ids gives one)
 
     @property
     def internal(self) -> bool:
@@ -61,12 +69,22 @@ class Topic:
 QuotaEntityKey = tuple[tuple[str, str], ...]
 
 
+def new_topic_id(image: MetadataImage) -> str:
+    """A topic id no topic of the image has (Kafka's Uuid.randomUuid: 122 random bits, so
+    a clash is never expected, but one would merge two topics' names)."""
+    while True:
+        topic_id = random_uuid()
+        if topic_id not in image.topic_names:
+            return topic_id
+
+
 @dataclass
 class Applied:
     """What one batch changed."""
 
     partitions: set[PartitionChange] = field(default_factory=set)  # registrations changed
-    configs: set[str] = field(default_factory=set)  # topics whose configs changed
+    # Topics whose configs changed (or that were given an id): their nodes get the states.
+    configs: set[str] = field(default_factory=set)
     nodes: set[int] = field(default_factory=set)  # node records applied
     acls: bool = False
     node_states: set[int] = field(default_factory=set)  # decommissioned or recommissioned
@@ -77,6 +95,7 @@ class MetadataImage:
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset  # of the last batch applied
         self.topics: dict[str, Topic] = {}
+        self.topic_names: dict[str, str] = {}  # topic id -> name (topic_name_of)
         self.node_addresses: dict[int, str] = {}
         self.node_min_isr: dict[int, int] = {}  # each node's min.insync.replicas default
         self.min_isr_default = 1  # the largest of them (Kafka's 1 when none is set)
@@ -87,6 +106,10 @@ class MetadataImage:
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
+        # user -> SCRAM mechanism -> its credential (scram_credential records)
+        self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
+        # broker id ("" the cluster's default) -> its dynamic configs (broker_config records)
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # Nodes an operator decommissioned (node_state records): no new replicas, and
         # leaders only where no other in-sync replica can lead.
         self.decommissioned: set[int] = set()
@@ -156,6 +179,16 @@ class MetadataImage:
                     self.client_quotas[entity] = dict(record["values"])
                 else:
                     self.client_quotas.pop(entity, None)
+            elif kind == SCRAM_CREDENTIAL:
+                self._apply_scram_credential(record)
+            elif kind == BROKER_CONFIG:
+                # Swapped whole: routing and nodes' throttles read it without a lock.
+                configs = dict(self.broker_configs)
+                if record["configs"]:
+                    configs[record["broker"]] = dict(record["configs"])
+                else:
+                    configs.pop(record["broker"], None)
+                self.broker_configs = configs
             elif kind == NODE_STATE:
                 if record["decommissioned"]:
                     self.decommissioned.add(record["node_id"])
@@ -166,6 +199,8 @@ class MetadataImage:
             if any(p is None for p in topic.partitions):
                 raise MetadataRecordError(f"topic {name} created without all its partitions")
             self.topics[name] = topic  # whole, for routing
+            if topic.topic_id:
+                self.topic_names[topic.topic_id] = name
         for name, count in self._growing.items():
             grown = self.topics.get(name)
             if grown is not None and len(grown.partitions) != count:
@@ -184,11 +219,26 @@ class MetadataImage:
     def _apply_topic(self, record: Record, new_topics: dict[str, Topic], applied: Applied) -> None:
         name, count = record["name"], record["partitions"]
         topic = self._topic(name, new_topics)
+        topic_id = record.get("topic_id", "")
         if topic is None:
+            if topic_id in self.topic_names:
+                raise MetadataRecordError(f"topic {name}: id {topic_id} is another topic's")
             placeholder: list[PartitionAssignment] = [None] * count  # type: ignore[list-item]
             configs = dict(record["configs"])
-            new_topics[name] = Topic(name, record["replication_factor"], configs, placeholder)
+            new_topics[name] = Topic(
+                name, record["replication_factor"], configs, placeholder, topic_id
+            )
             return
+        if topic_id and topic_id != topic.topic_id:
+            if topic.topic_id or topic_id in self.topic_names:
+                raise MetadataRecordError(
+                    f"topic {name} has id {topic.topic_id or 'none'}: it never changes "
+                    f"(a record says {topic_id})"
+                )
+            topic.topic_id = topic_id  # a topic from before ids given its id, once
+            applied.configs.add(name)  # its nodes are told, as of a config change
+            if name in self.topics:
+                self.topic_names[topic_id] = name
         if count < len(topic.partitions):
             raise MetadataRecordError(f"topic {name} cannot shrink to {count} partitions")
         if topic.configs != record["configs"]:
@@ -238,6 +288,7 @@ class MetadataImage:
         topic = new_topics.pop(name, None) or self.topics.pop(name, None)
         if topic is None:
             raise MetadataRecordError(f"removal of unknown topic {name}")
+        self.topic_names.pop(topic.topic_id, None)
         for i, p in enumerate(topic.partitions):
             if p is not None:
                 tp = (name, i)
@@ -287,6 +338,21 @@ class MetadataImage:
         self.reassigning.discard(tp)
         self.led.get(p.leader, set()).discard(tp)
 
+    def _apply_scram_credential(self, record: Record) -> None:
+        # Swapped whole, never edited in place: SASL exchanges read it without a lock.
+        user, mechanism = record["user"], record["mechanism"]
+        by_mechanism = dict(self.scram_credentials.get(user, {}))
+        if "credential" in record:
+            by_mechanism[mechanism] = ScramCredential.from_json(record["credential"])
+        else:
+            by_mechanism.pop(mechanism, None)
+        credentials = dict(self.scram_credentials)
+        if by_mechanism:
+            credentials[user] = by_mechanism
+        else:
+            credentials.pop(user, None)
+        self.scram_credentials = credentials
+
     # -- reading -------------------------------------------------------------------------
 
     def partition(self, tp: PartitionChange) -> PartitionAssignment | None:
@@ -294,6 +360,15 @@ class MetadataImage:
         if topic is None or not 0 <= tp[1] < len(topic.partitions):
             return None
         return topic.partitions[tp[1]]
+
+    def topic_id_of(self, name: str) -> str:
+        """The topic's id ("" when no such topic)."""
+        topic = self.topics.get(name)
+        return topic.topic_id if topic is not None else ""
+
+    def topic_name_of(self, topic_id: str) -> str:
+        """The name of the topic with that id ("" when none has it: deleted, or never)."""
+        return self.topic_names.get(topic_id, "")
 
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())
@@ -313,10 +388,25 @@ class MetadataImage:
             for entity, values in sorted(self.client_quotas.items())
         ]
         records += [node_state_record(n, True) for n in sorted(self.decommissioned)]
+        records += [
+            scram_credential_record(user, mechanism, credential.to_json())
+            for user, by_mechanism in sorted(self.scram_credentials.items())
+            for mechanism, credential in sorted(by_mechanism.items())
+        ]
+        records += [
+            broker_config_record(broker, configs)
+            for broker, configs in sorted(self.broker_configs.items())
+        ]
         for name in sorted(self.topics):
             topic = self.topics[name]
             records.append(
-                topic_record(name, topic.replication_factor, topic.configs, len(topic.partitions))
+                topic_record(
+                    name,
+                    topic.replication_factor,
+                    topic.configs,
+                    len(topic.partitions),
+                    topic.topic_id,
+                )
             )
             records += [
                 partition_record(name, i, p.to_json()) for i, p in enumerate(topic.partitions)

@@ -5,9 +5,12 @@ store's frame, one etcd transaction) and applied in order.
 
 Record types (`type`), and what they set:
 
-    topic          {name, replication_factor, configs, partitions}: a topic created or
-                   altered; `partitions` is its partition count (a growth is followed by
-                   the new partitions' records in the same batch)
+    topic          {name, replication_factor, configs, partitions[, topic_id]}: a topic
+                   created or altered; `partitions` is its partition count (a growth is
+                   followed by the new partitions' records in the same batch); `topic_id`
+                   its KIP-516 id (Kafka's form, as the cluster id), made at creation and
+                   never changed. Registries from before ids give each topic one once, at
+                   start (registry_bootstrap.py): a record without it keeps the id held.
     partition      {topic, partition, replicas, leader, leader_epoch, isr,
                    partition_epoch[, adding_replicas, removing_replicas,
                    throttle_bytes_per_s, eligible_leader_replicas]}: one partition's
@@ -39,11 +42,19 @@ Record types (`type`), and what they set:
                    data dir's meta.properties. `adopted_from` {backend, offset}: this
                    registry began as a copy of another backend's image at that offset
                    (registry_bootstrap.py)
+    scram_credential {user, mechanism[, credential: {salt, stored_key, server_key,
+                   iterations}]}: a user's SCRAM credential for one mechanism (KIP-554's
+                   UserScramCredentialRecord; SCRAM-SHA-256 or SCRAM-SHA-512), the three
+                   byte strings in base64, never the password (scram_credentials.py); no
+                   credential: removed
+    broker_config  {broker, configs: {name: value}}: a broker's dynamic configs (Kafka's
+                   `kafka-configs --entity-type brokers --alter`), broker "" for the
+                   cluster-wide default; the whole set, empty removes it (broker_configs.py)
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, node states, then each topic followed by its partitions), applied
-onto an empty image.
+ACLs, client quotas, node states, SCRAM credentials, broker configs, then each topic
+followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -67,6 +78,8 @@ PRODUCER_IDS = "producer_ids"
 CLIENT_QUOTA = "client_quota"
 NODE_STATE = "node_state"
 CLUSTER = "cluster"
+SCRAM_CREDENTIAL = "scram_credential"
+BROKER_CONFIG = "broker_config"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -86,10 +99,13 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     CLIENT_QUOTA: {"entity": dict, "values": dict},
     NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
     CLUSTER: {"cluster_id": str},
+    SCRAM_CREDENTIAL: {"user": str, "mechanism": str},  # and "credential" (checked below)
+    BROKER_CONFIG: {"broker": str, "configs": dict},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
 _LEGACY_VERSION = 1
+ZERO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's Uuid.ZERO_UUID: "no id", never a topic's
 
 
 class MetadataRecordError(ValueError):
@@ -125,7 +141,25 @@ def check_records(records: list[Record]) -> list[Record]:
             raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
         if record["type"] == CLUSTER:
             _check_cluster(record)
+        if record["type"] == TOPIC and "topic_id" in record:
+            _check_topic_id(record)
+        if record["type"] == SCRAM_CREDENTIAL:
+            _check_scram_credential(record)
+        if record["type"] == BROKER_CONFIG and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in record["configs"].items()
+        ):
+            raise MetadataRecordError(f"metadata record {record!r}: configs are strings")
     return records
+
+
+def _check_topic_id(record: Record) -> None:
+    topic_id = record["topic_id"]
+    try:
+        check_uuid(topic_id if isinstance(topic_id, str) else "", "topic_id")
+    except ValueError as exc:
+        raise MetadataRecordError(f"metadata record {record!r}: {exc}") from None
+    if topic_id == ZERO_TOPIC_ID:
+        raise MetadataRecordError(f"metadata record {record!r}: the zero topic id")
 
 
 def _check_reassignment(record: Record) -> None:
@@ -154,6 +188,15 @@ def _check_cluster(record: Record) -> None:
         raise MetadataRecordError(f"metadata record {record!r}: bad 'adopted_from'")
 
 
+def _check_scram_credential(record: Record) -> None:
+    credential = record.get("credential", {})
+    fields = {"salt": str, "stored_key": str, "server_key": str, "iterations": int}
+    if not isinstance(credential, dict) or (
+        credential and any(type(credential.get(k)) is not t for k, t in fields.items())
+    ):
+        raise MetadataRecordError(f"metadata record {record!r}: bad 'credential'")
+
+
 def encode(records: list[Record]) -> bytes:
     return json.dumps(records, separators=(",", ":"), sort_keys=True).encode()
 
@@ -167,15 +210,22 @@ def decode(data: bytes | str) -> list[Record]:
 
 
 def topic_record(
-    name: str, replication_factor: int, configs: dict[str, str], partitions: int
+    name: str,
+    replication_factor: int,
+    configs: dict[str, str],
+    partitions: int,
+    topic_id: str = "",
 ) -> Record:
-    return {
+    record: Record = {
         "type": TOPIC,
         "name": name,
         "replication_factor": replication_factor,
         "configs": dict(configs),
         "partitions": partitions,
     }
+    if topic_id:
+        record["topic_id"] = topic_id
+    return record
 
 
 def partition_record(topic: str, partition: int, registration: dict[str, Any]) -> Record:
@@ -214,6 +264,17 @@ def producer_ids_record(next_id: int) -> Record:
 
 def node_state_record(node_id: int, decommissioned: bool) -> Record:
     return {"type": NODE_STATE, "node_id": node_id, "decommissioned": decommissioned}
+
+
+def scram_credential_record(user: str, mechanism: str, credential: dict[str, Any] | None) -> Record:
+    record: Record = {"type": SCRAM_CREDENTIAL, "user": user, "mechanism": mechanism}
+    if credential:
+        record["credential"] = dict(credential)
+    return record
+
+
+def broker_config_record(broker: str, configs: dict[str, str]) -> Record:
+    return {"type": BROKER_CONFIG, "broker": broker, "configs": dict(configs)}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:

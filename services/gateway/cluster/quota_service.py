@@ -1,11 +1,7 @@
-"""Kafka's AlterClientQuotas and DescribeClientQuotas on the gateway: quotas kept durably in
-the registry (client_quota records), enforced by the relay (routing/quotas.py). The whole
-request is checked before anything changes. Who may call these is the authorizer's to say
-(AlterConfigs / DescribeConfigs on the cluster, as Kafka's)."""
+"""Kafka's AlterClientQuotas and DescribeClientQuotas on the gRPC API: an adapter over the
+core's `ClientQuotaAdmin` (client_quotas.py), which checks the caller and the request."""
 
 from __future__ import annotations
-
-import math
 
 import grpc
 
@@ -13,25 +9,35 @@ from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc.status import abort
 from seglog.v1 import gateway_pb2
 
-from ..routing.quotas import DEFAULT_NAME, ENTITY_TYPES, QUOTA_KEYS, EntityKey
-from .registry import Registry
+from ..authorization import Authorization
+from .client_quotas import ClientQuotaAdmin, EntityPart, QuotaAlteration, QuotaOp
+
+
+def _parts(components: list[gateway_pb2.QuotaEntity]) -> tuple[EntityPart, ...]:
+    for c in components:
+        if c.is_default and c.name:
+            raise InvalidRequestError(f"a default {c.entity_type} has no name")
+    return tuple(EntityPart(c.entity_type, None if c.is_default else c.name) for c in components)
 
 
 class QuotaService:
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
+    def __init__(self, quotas: ClientQuotaAdmin, authorization: Authorization) -> None:
+        self.quotas = quotas
+        self.authorization = authorization
 
     def AlterClientQuotas(
         self, request: gateway_pb2.AlterClientQuotasRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.AlterClientQuotasResponse:
         try:
-            changes: dict[EntityKey, dict[str, float | None]] = {}
-            for entry in request.entries:
-                change = changes.setdefault(entity_of(entry.entity), {})
-                for op in entry.ops:
-                    change[op.key] = _checked_value(op)
-            if not request.validate_only:
-                self.registry.alter_client_quotas(changes)
+            alterations = [
+                QuotaAlteration(
+                    _parts(list(entry.entity)),
+                    tuple(QuotaOp(op.key, op.value, op.remove) for op in entry.ops),
+                )
+                for entry in request.entries
+            ]
+            caller = self.authorization.caller_of(context)
+            self.quotas.alter(caller, alterations, validate_only=request.validate_only)
         except SeglogError as exc:
             abort(context, exc)
         return gateway_pb2.AlterClientQuotasResponse()
@@ -40,53 +46,17 @@ class QuotaService:
         self, request: gateway_pb2.DescribeClientQuotasRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeClientQuotasResponse:
         try:
-            wanted = entity_of(request.components) if request.components else None
+            caller = self.authorization.caller_of(context)
+            entries = self.quotas.describe(caller, _parts(list(request.components)))
         except SeglogError as exc:
             abort(context, exc)
         response = gateway_pb2.DescribeClientQuotasResponse()
-        for entity, values in sorted(self.registry.client_quotas.items()):
-            if wanted is not None and entity != wanted:
-                continue
-            entry = response.entries.add(values=values)
-            for kind, name in entity:
-                is_default = name == DEFAULT_NAME
+        for found in entries:
+            entry = response.entries.add(values=found.values)
+            for part in found.entity:
                 entry.entity.add(
-                    entity_type=kind, name="" if is_default else name, is_default=is_default
+                    entity_type=part.entity_type,
+                    name=part.name or "",
+                    is_default=part.name is None,
                 )
         return response
-
-
-def entity_of(components) -> EntityKey:  # type: ignore[no-untyped-def]
-    """An entity's key from its QuotaEntity components; InvalidRequestError if malformed."""
-    parts: dict[str, str] = {}
-    for component in components:
-        kind = component.entity_type
-        if kind not in ENTITY_TYPES:
-            raise InvalidRequestError(
-                f"unknown quota entity type {kind!r} (expected one of {', '.join(ENTITY_TYPES)})"
-            )
-        if kind in parts:
-            raise InvalidRequestError(f"quota entity type {kind!r} given twice")
-        if component.is_default:
-            if component.name:
-                raise InvalidRequestError(f"a default {kind} has no name")
-            parts[kind] = DEFAULT_NAME
-        elif not component.name or component.name == DEFAULT_NAME:
-            raise InvalidRequestError(f"a {kind} quota entity needs a name (or is_default)")
-        else:
-            parts[kind] = component.name
-    if not parts:
-        raise InvalidRequestError("a quota entity needs a user and/or a client id")
-    return tuple(sorted(parts.items()))
-
-
-def _checked_value(op: gateway_pb2.QuotaValue) -> float | None:
-    if op.key not in QUOTA_KEYS:
-        raise InvalidRequestError(
-            f"unknown quota key {op.key!r} (expected one of {', '.join(QUOTA_KEYS)})"
-        )
-    if op.remove:
-        return None
-    if not math.isfinite(op.value) or op.value <= 0:
-        raise InvalidRequestError(f"{op.key} must be a rate above 0 bytes/s, not {op.value}")
-    return float(op.value)

@@ -52,13 +52,15 @@ from seglog.security.acls import AclBinding
 from services.settings import BROKER_SESSION_TIMEOUT_MS
 
 from ..coordination.node_sessions import EtcdNodeSessions
-from .metadata_image import Topic
+from .metadata_image import Topic, new_topic_id
 from .metadata_records import (
     acl_record,
+    broker_config_record,
     client_quota_record,
     partition_record,
     producer_ids_record,
     remove_topic_record,
+    scram_credential_record,
     topic_record,
 )
 from .node_registrations import NodeRegistrations
@@ -72,9 +74,11 @@ from .reassignments import ReassigningState
 from .registry_routes import Route
 from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, min_isr_setting, retrying
 from .registry_store import MetadataStore
+from .scram_credentials import ScramCredential
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
     TopicLimits,
     altered_configs,
@@ -101,11 +105,12 @@ class Registry(NodeRegistrations, ReassigningState):
         max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+        num_partitions: int = DEFAULT_NUM_PARTITIONS,
         store: MetadataStore | None = None,
         sessions: EtcdNodeSessions | None = None,
     ) -> None:
         self.limits = TopicLimits(
-            max_partitions_per_topic, max_partitions, default_replication_factor
+            max_partitions_per_topic, max_partitions, default_replication_factor, num_partitions
         )
         super().__init__(
             data_dir,
@@ -155,6 +160,38 @@ class Registry(NodeRegistrations, ReassigningState):
                     records.append(client_quota_record(dict(entity), values))
             if records:
                 self._commit(records)
+
+    @retrying
+    def alter_scram_credentials(
+        self, changes: list[tuple[str, str, ScramCredential | None]]
+    ) -> None:
+        """Kafka's AlterUserScramCredentials, checked by the caller: (user, mechanism, its
+        new credential or None to remove it), persisted as one batch before they apply."""
+        with self._lock:
+            records = [
+                scram_credential_record(user, mechanism, None if c is None else c.to_json())
+                for user, mechanism, c in changes
+            ]
+            if records:
+                self._commit(records)
+
+    @retrying
+    def alter_broker_configs(self, broker: str, configs: dict[str, str]) -> None:
+        """A broker's whole set of dynamic configs (broker "" the cluster's default), checked
+        by the caller (broker_configs.py); persisted before it applies."""
+        with self._lock:
+            if configs != self.image.broker_configs.get(broker, {}):
+                self._commit([broker_config_record(broker, configs)])
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """broker id ("" the default) -> its dynamic configs: replaced whole on a change."""
+        return self.image.broker_configs
+
+    @property
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential: an image's dict, replaced whole on each change."""
+        return self.image.scram_credentials
 
     @retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
@@ -243,7 +280,9 @@ class Registry(NodeRegistrations, ReassigningState):
             partitions = self._place(num_partitions, replication_factor)
             self._commit(
                 [
-                    topic_record(name, replication_factor, configs, num_partitions),
+                    topic_record(
+                        name, replication_factor, configs, num_partitions, new_topic_id(self.image)
+                    ),
                     *(partition_record(name, i, p.to_json()) for i, p in enumerate(partitions)),
                 ]
             )
@@ -265,7 +304,9 @@ class Registry(NodeRegistrations, ReassigningState):
             added = self._place(count - current, topic.replication_factor)
             self._commit(
                 [
-                    topic_record(name, topic.replication_factor, topic.configs, count),
+                    topic_record(
+                        name, topic.replication_factor, topic.configs, count, topic.topic_id
+                    ),
                     *(
                         partition_record(name, current + i, p.to_json())
                         for i, p in enumerate(added)
@@ -295,7 +336,11 @@ class Registry(NodeRegistrations, ReassigningState):
             )
             if validate_only:
                 return topic
-            records = [topic_record(name, topic.replication_factor, configs, len(topic.partitions))]
+            records = [
+                topic_record(
+                    name, topic.replication_factor, configs, len(topic.partitions), topic.topic_id
+                )
+            ]
             changed: set[PartitionChange] = set()
             if configs.get(MIN_ISR_CONFIG) != topic.configs.get(MIN_ISR_CONFIG):
                 # An ELR member held every record committed under the former min ISR; a

@@ -14,6 +14,11 @@ A registry without a cluster id when its gateway starts is bootstrapped (`plan`)
 - Otherwise a new random id: a fresh cluster, or a registry from before cluster ids (its
   nodes, which it registered before, adopt the id).
 
+Topics made before topic ids (KIP-516) get theirs the same way, once: the first gateway to
+start on such a registry stores a topic record with a new id for each (another gateway doing
+the same meanwhile finds its write stale, reloads, and sees the ids), and nodes are sent the
+ids with their partitions' states.
+
 Refused, the gateway not starting (RegistryConflictError, naming the way out):
 - on etcd, a file registry in the data dir beside an etcd registry that was not copied from
   it: two registries, and which one holds the cluster is the operator's call;
@@ -39,8 +44,8 @@ from seglog.storage.log_files import fsync_directory
 from seglog.storage.meta_properties import random_uuid
 
 from .metadata_file_store import LOG_FILE, SNAPSHOT_FILE, FileMetadataStore
-from .metadata_image import MetadataImage
-from .metadata_records import CLUSTER, Record, cluster_record
+from .metadata_image import MetadataImage, new_topic_id
+from .metadata_records import CLUSTER, Record, cluster_record, topic_record
 from .registry_store import MetadataStore
 
 METADATA_DIR = "metadata"
@@ -61,7 +66,34 @@ class Bootstrap:
 
 
 def plan(image: MetadataImage, data_dir: Path, *, file_backend: bool) -> Bootstrap:
-    """What a registry whose stored image is `image` needs before it serves."""
+    """What a registry whose stored image is `image` needs before it serves: a cluster id
+    (`_plan`), and an id for each topic made before topic ids (KIP-516), given once and
+    stored like any change, so every gateway and node sees the same one from then on."""
+    step = _plan(image, data_dir, file_backend=file_backend)
+    ids = topic_id_records(image)
+    if not ids:
+        return step
+    return Bootstrap([*step.records, *ids], step.move_file_registry_aside)
+
+
+def topic_id_records(image: MetadataImage) -> list[Record]:
+    """A topic record with a new id for each topic of the image that has none."""
+    records = []
+    taken = set(image.topic_names)
+    for name, topic in sorted(image.topics.items()):
+        if not topic.topic_id:
+            topic_id = new_topic_id(image)
+            while topic_id in taken:
+                topic_id = new_topic_id(image)
+            taken.add(topic_id)
+            count = len(topic.partitions)
+            records.append(
+                topic_record(name, topic.replication_factor, topic.configs, count, topic_id)
+            )
+    return records
+
+
+def _plan(image: MetadataImage, data_dir: Path, *, file_backend: bool) -> Bootstrap:
     if file_backend:
         if image.cluster_id:
             return Bootstrap([])
@@ -92,7 +124,11 @@ def adopted_records(source: MetadataImage, backend: str) -> list[Record]:
     """`source`'s whole image as one batch, its cluster record saying where it came from."""
     adopted: dict[str, Any] = {"backend": backend, "offset": source.offset}
     records = [r for r in source.records() if r["type"] != CLUSTER]
-    return [cluster_record(source.cluster_id or random_uuid(), adopted), *records]
+    return [
+        cluster_record(source.cluster_id or random_uuid(), adopted),
+        *records,
+        *topic_id_records(source),  # ids for the source's topics from before ids
+    ]
 
 
 def file_registry_exists(data_dir: Path) -> bool:

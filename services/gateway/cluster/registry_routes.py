@@ -8,7 +8,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from seglog.errors import LeaderNotAvailableError, StorageError, UnknownTopicOrPartitionError
+from seglog.errors import (
+    LeaderNotAvailableError,
+    StorageError,
+    UnknownTopicIdError,
+    UnknownTopicOrPartitionError,
+)
 
 from ..coordination.node_sessions import EtcdNodeSessions
 from .metadata_image import MetadataImage, Topic
@@ -38,6 +43,21 @@ class RegistryRoutes:
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return topic
+
+    def topic_by_id(self, topic_id: str) -> Topic:
+        """The topic with that id (KIP-516), read as `route` reads: without a lock."""
+        topic = self.image.topics.get(self.image.topic_name_of(topic_id))
+        if topic is None or topic.topic_id != topic_id:
+            raise UnknownTopicIdError(f"no topic has the id {topic_id!r}")
+        return topic
+
+    def topic_name_of(self, topic_id: str) -> str:
+        """The name of the topic with that id; UNKNOWN_TOPIC_ID when none has it."""
+        return self.topic_by_id(topic_id).name
+
+    def topic_id_of(self, name: str) -> str:
+        """The id of the named topic; UNKNOWN_TOPIC_OR_PARTITION when there is none."""
+        return self.topic(name).topic_id
 
     def route(self, topic_name: str, partition: int) -> Route:
         """Run for every partition of every Produce and Fetch, so it takes no lock a

@@ -1,5 +1,6 @@
-"""The GroupCoordinator gRPC service: membership calls go to the coordinator (coordinator.py),
-offset commits and fetches to the offsets store (offsets_store.py). Errors are answered in
+"""The GroupCoordinator gRPC service, an adapter over the groups core (groups_core.py: which
+gateway coordinates, listing, offset commits): membership calls go to the coordinator
+(coordinator.py), offset fetches to the offsets store (offsets_store.py). Errors are answered in
 the response's `error` field, so a consumer reads REBALANCE_IN_PROGRESS and the like as data,
 not as failed calls — except NOT_COORDINATOR (coordination/group_coordinators.py): a call
 about a group another gateway coordinates fails whole, naming that gateway, as a call sent to
@@ -7,62 +8,42 @@ the wrong place."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import grpc
 
 from seglog.errors import (
-    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
     GroupSubscribedToTopicError,
-    InvalidOffsetError,
     NotCoordinatorError,
-    OffsetMetadataTooLargeError,
     SeglogError,
-    UnknownTopicOrPartitionError,
 )
 from seglog.rpc import check_entries
 from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, PeerWaitSlots, WaitSlots
 
-from ..cluster.registry import Registry
-from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from ..coordination.group_coordinators import EtcdCoordination
 from .consumer_protocol import assignment_partitions
-from .coordinator import EMPTY, GroupCoordinator, JoinResult, check_group_id
-from .group_state import CLASSIC, Group, Member
+from .coordinator import EMPTY, JoinResult, check_group_id
+from .group_state import CLASSIC, Group, Member, OffsetToCommit
+from .groups_core import GroupsCore
 from .managed_protocol import JoinAgainLater
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE
-from .offsets_store import OffsetsStore
 
 # Joins one connection may have waiting for their rebalances at once (a consumer waits in
 # one; a client running several consumers on one channel gets the rest answered at once).
 JOINS_WAITING_PER_CONNECTION = 2
 
-# Kafka's offset.metadata.max.bytes.
-OFFSET_METADATA_MAX_BYTES = 4096
-
 
 class GroupCoordinatorService:
-    def __init__(
-        self,
-        registry: Registry,
-        coordinator: GroupCoordinator,
-        offsets: OffsetsStore,
-        *,
-        offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
-        coordination: EtcdCoordination | SoleCoordinator | None = None,
-    ) -> None:
-        self.registry = registry
-        self.coordinator = coordinator
-        self.offsets = offsets
-        self.coordination = coordination or SoleCoordinator()
-        # True on the gateway that lists the groups of unclaimed partitions (the controller).
-        self.lists_unclaimed: Callable[[], bool] = lambda: True
-        if isinstance(self.coordination, EtcdCoordination):
-            self.coordination.gained.append(offsets.forget_partition)
-            self.coordination.lost.append(self._lost)
-        self.offset_metadata_max_bytes = offset_metadata_max_bytes
+    def __init__(self, core: GroupsCore) -> None:
+        self.core = core
+        self.registry = core.registry
+        self.coordinator = core.coordinator
+        self.offsets = core.offsets
+        self.coordination = core.coordination
+        self.not_coordinated_here = core.not_coordinated_here
+        self.commit_offsets = core.commit_offsets
+        self.group_listing = core.group_listing
         # A join waits for its rebalance on a gateway thread: a quarter of the pool at most,
         # so node heartbeats, produce and fetch always find one, and at most
         # JOINS_WAITING_PER_CONNECTION from one connection, so a looping client cannot take
@@ -71,25 +52,6 @@ class GroupCoordinatorService:
         self.waiting_joins_by_peer = PeerWaitSlots(JOINS_WAITING_PER_CONNECTION)
 
     # -- which gateway coordinates ------------------------------------------------------------
-
-    def _lost(self, partition: int) -> None:
-        self.offsets.forget_partition(partition)
-        self.coordinator.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
-
-    def not_coordinated_here(self, group_id: str) -> SeglogError | None:
-        if isinstance(self.coordination, SoleCoordinator):
-            return None
-        try:
-            owner = self.coordination.coordinator_of(self.offsets.partition_for(group_id))
-        except SeglogError as exc:
-            return CoordinatorNotAvailableError(f"no coordinator for group {group_id!r}: {exc}")
-        if owner == self.coordination.address:
-            return None
-        if not owner:
-            return CoordinatorNotAvailableError(f"no gateway coordinates group {group_id!r} yet")
-        return NotCoordinatorError(
-            f"group {group_id!r} is coordinated by the gateway at {owner}", coordinator=owner
-        )
 
     def _coordinated(self, group_id: str, context: grpc.ServicerContext) -> None:
         problem = self.not_coordinated_here(group_id)
@@ -189,45 +151,18 @@ class GroupCoordinatorService:
         except SeglogError as exc:
             set_error(response, exc)
             return response
-        problems = self.commit_offsets(request.group_id, request.offsets)
+        problems = self.commit_offsets(
+            request.group_id,
+            [
+                OffsetToCommit(c.topic, c.partition, c.offset, c.leader_epoch, c.metadata)
+                for c in request.offsets
+            ],
+        )
         for commit, problem in zip(request.offsets, problems, strict=True):
             result = response.partitions.add(topic=commit.topic, partition=commit.partition)
             if problem is not None:
                 set_error(result, problem)
         return response
-
-    def commit_offsets(
-        self, group_id: str, offsets: Sequence[groups_pb2.OffsetCommit]
-    ) -> list[SeglogError | None]:
-        """Store the offsets that are valid (the caller checked the committer): for each
-        entry, in order, its error or None (Kafka's OffsetCommit and the gRPC one alike)."""
-        problems = [self._check_commit_entry(commit) for commit in offsets]
-        valid = [
-            (c.topic, c.partition, c.offset, c.leader_epoch, c.metadata)
-            for c, problem in zip(offsets, problems, strict=True)
-            if problem is None
-        ]
-        try:
-            self.offsets.commit(group_id, valid)
-        except SeglogError as exc:
-            problems = [exc if problem is None else problem for problem in problems]
-        return problems
-
-    def _check_commit_entry(self, commit: groups_pb2.OffsetCommit) -> SeglogError | None:
-        topic = self.registry.topics.get(commit.topic)
-        if topic is None or not 0 <= commit.partition < len(topic.partitions):
-            return UnknownTopicOrPartitionError(f"{commit.topic}-{commit.partition} does not exist")
-        if commit.offset < 0:
-            return InvalidOffsetError(
-                f"{commit.topic}-{commit.partition}: committed offset {commit.offset} is negative"
-            )
-        size = len(commit.metadata.encode())
-        if size > self.offset_metadata_max_bytes:
-            return OffsetMetadataTooLargeError(
-                f"{commit.topic}-{commit.partition}: metadata is {size} bytes, over "
-                f"offset.metadata.max.bytes {self.offset_metadata_max_bytes}"
-            )
-        return None
 
     def FetchOffsets(
         self, request: groups_pb2.FetchOffsetsRequest, context: grpc.ServicerContext
@@ -271,30 +206,6 @@ class GroupCoordinatorService:
                 member_count=len(group.members) if group is not None else 0,
             )
         return response
-
-    def group_listing(self) -> list[tuple[str, Group | None]]:
-        """The groups this gateway lists, by id, each with its state (None: known only by
-        its committed offsets)."""
-        group_ids = set(self.coordinator.group_ids())
-        try:
-            group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
-        except SeglogError:
-            pass  # groups known only by their offsets show up once those can be read
-        return [(group_id, self.coordinator.snapshot(group_id)) for group_id in sorted(group_ids)]
-
-    def _partitions_coordinated_here(self) -> list[int] | None:
-        """With several gateways, each lists the groups it coordinates, and the controller
-        also those of partitions no gateway holds (read, not claimed: groups with offsets
-        and no members); the admin client asks them all."""
-        coordination = self.coordination
-        if isinstance(coordination, SoleCoordinator):
-            return None
-        listed = []
-        for partition in range(self.offsets.num_partitions):
-            owner = coordination.owner(partition)
-            if owner == coordination.address or (not owner and self.lists_unclaimed()):
-                listed.append(partition)
-        return listed
 
     def DescribeGroups(
         self, request: groups_pb2.DescribeGroupsRequest, context: grpc.ServicerContext

@@ -199,3 +199,14 @@ class CoordinatorParts(Protocol):
     def _complete_rebalance(self, group: Group, now: float) -> None: ...
     def _remove(self, group: Group, member_id: str, now: float) -> None: ...
     def _state_changed(self, group: Group) -> None: ...
+
+
+@dataclass(frozen=True)
+class OffsetToCommit:
+    """One partition's offset a member commits (Kafka's OffsetCommit partition, typed)."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str

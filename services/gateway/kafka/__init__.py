@@ -6,9 +6,10 @@ Topology: the gateway is the Kafka broker. A listener runs inside each gateway p
 gateway(s) as the brokers, and every partition's leader is a gateway, which relays by the
 real leader exactly as the gRPC API does; for groups the gateway is the coordinator as on
 the gRPC path. Why: clients need one address, as with WarpStream or Tansu; the data path,
-routing, ACLs, groups and the control plane stay exactly as they are (every Kafka API runs
-the gateway's own gRPC servicer in-process, `KafkaCall.invoke`); storage nodes never speak
-Kafka. The cost is one relay hop, which the gRPC path pays too.
+routing, ACLs, groups and the control plane stay exactly as they are: each Kafka API decodes
+its request, calls the broker core (the typed admin, ACL, quota, group and producer-id calls
+of cluster/ and groups/, which authorize the call's Caller) and encodes the core's answer;
+storage nodes never speak Kafka. The cost is one relay hop, which the gRPC path pays too.
 
 The codec is kafka-python's message classes, generated from Kafka's JSON schemas (pinned:
 it is an internal API of kafka-python); no message layout is written here.
@@ -23,8 +24,10 @@ it is an internal API of kafka-python); no message layout is written here.
     connection.py    one connection's requests: one at a time, answers in order
     framing.py       size-prefixed frames, request/response headers
     api_table.py     api key -> request class, versions served, handler
-    kafka_call.py    a request as handlers see it; `invoke` runs a gateway servicer
+    kafka_call.py    a request as handlers see it: its session, core objects and Caller
     error_codes.py   seglog reasons -> Kafka error codes (one table)
     brokers.py       gateways as brokers: ids, addresses, partition leaders
-    *_apis.py        each area's APIs, `register(table, gateway)`, found by name
+    apis.py          the APIs served: each area's module named, `register(table)`
+    core.py          the core objects handlers call (`KafkaCall.core`), not the Gateway
+    *_apis.py        each area's APIs
 """

@@ -1,6 +1,6 @@
-"""Kafka's DescribeAcls, CreateAcls and DeleteAcls (versions 1-3) on the gateway's AclService,
-through `call.invoke`, so the gRPC path's authorization holds: Describe on the cluster to
-list, Alter on the cluster to create and delete.
+"""Kafka's DescribeAcls, CreateAcls and DeleteAcls (versions 1-3) over the core's AclAdmin
+(cluster/acl_admin.py), which authorizes the call's caller: Describe on the cluster to list,
+Alter on the cluster to create and delete.
 
 Kafka's numeric enums map onto seglog's ACL model (security/acls.py): resource types TOPIC,
 GROUP and CLUSTER (seglog authorizes no transactional ids or delegation tokens: a binding
@@ -33,12 +33,10 @@ from kafka.protocol.admin import (
 
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.security.acls import WILDCARD, AclBinding
-from seglog.v1 import gateway_pb2
 
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -75,7 +73,7 @@ MIN_VERSION = 1  # version 0 has no pattern type (every ACL literal); clients se
 MAX_VERSION = 3
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeAclsRequest, MIN_VERSION, MAX_VERSION, describe_acls)
     table.register(CreateAclsRequest, MIN_VERSION, MAX_VERSION, create_acls)
     table.register(DeleteAclsRequest, MIN_VERSION, MAX_VERSION, delete_acls)
@@ -164,18 +162,10 @@ class AclFilter:
         return acl.resource_name in (self.name, WILDCARD)
 
 
-def _listed(call: KafkaCall) -> list[AclBinding]:
-    """Every ACL, through the gateway's DescribeAcls (Describe on the cluster)."""
-    service = call.gateway.acl_service
-    answer = call.invoke("DescribeAcls", service.DescribeAcls, gateway_pb2.DescribeAclsRequest())
-    return [AclBinding.from_message(a) for a in answer.acls]
-
-
 def describe_acls(call: KafkaCall, request: Any) -> Any:
     response_class = DescribeAclsResponse[call.version]
     try:
-        wanted = AclFilter(request)
-        found = [acl for acl in _listed(call) if wanted.matches(acl)]
+        found = call.core.acls.describe(call.caller, AclFilter(request).matches)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -219,11 +209,8 @@ def create_acls(call: KafkaCall, request: Any) -> Any:
         except SeglogError as exc:
             results.append((kafka_error_code(exc, "cluster"), str(exc)))
     if valid:
-        acls = gateway_pb2.CreateAclsRequest(
-            acls=[gateway_pb2.AclBinding(**acl.to_json()) for acl in valid]
-        )
         try:
-            call.invoke("CreateAcls", call.gateway.acl_service.CreateAcls, acls)
+            call.core.acls.create(call.caller, valid)
         except SeglogError as exc:
             failed = (kafka_error_code(exc, "cluster"), str(exc))
             results = [failed if code == 0 else (code, m) for code, m in results]
@@ -240,27 +227,20 @@ def delete_acls(call: KafkaCall, request: Any) -> Any:
     """Every filter's matches deleted in one change; each filter answers what it matched."""
     response_class = DeleteAclsResponse[call.version]
     filter_class = DeleteAclsResponse.DeleteAclsFilterResult
-    matched: list[list[AclBinding] | SeglogError] = []
-    try:
-        existing = _listed(call)
-    except SeglogError as exc:
-        existing, matched = [], [exc] * len(request.filters)
-    if not matched:
-        for wanted in request.filters:
-            try:
-                matched.append([acl for acl in existing if AclFilter(wanted).matches(acl)])
-            except SeglogError as exc:
-                matched.append(exc)
-        doomed = sorted(
-            {acl for found in matched if isinstance(found, list) for acl in found},
-            key=dataclasses.astuple,
-        )
+    # A filter that cannot be read answers its own error; the others are deleted together.
+    filters: list[AclFilter | SeglogError] = []
+    for wanted in request.filters:
         try:
-            bindings = [gateway_pb2.AclBinding(**acl.to_json()) for acl in doomed]
-            request_delete = gateway_pb2.DeleteAclsRequest(acls=bindings)
-            call.invoke("DeleteAcls", call.gateway.acl_service.DeleteAcls, request_delete)
+            filters.append(AclFilter(wanted))
         except SeglogError as exc:
-            matched = [exc] * len(request.filters)
+            filters.append(exc)
+    readable = [f for f in filters if isinstance(f, AclFilter)]
+    matched: list[list[AclBinding] | SeglogError]
+    try:
+        deleted = iter(call.core.acls.delete(call.caller, [f.matches for f in readable]))
+        matched = [f if isinstance(f, SeglogError) else next(deleted) for f in filters]
+    except SeglogError as exc:
+        matched = [exc] * len(request.filters)
     results = []
     for found in matched:
         if isinstance(found, SeglogError):

@@ -1,13 +1,15 @@
-"""Kafka's topic and cluster administration on the gateway's own servicers, through
-`call.invoke` (so the gRPC path's validation and ACL rules hold): CreateTopics 2-7,
+"""Kafka's topic and cluster administration over the core's TopicAdmin (cluster/
+topic_admin.py, which authorizes the call's caller and validates as for every caller):
+CreateTopics 2-7,
 DeleteTopics 1-6, CreatePartitions 0-3, DeleteRecords 0-2 and DescribeCluster 0-1; the
 config APIs are config_apis.py's.
 
 Each topic is its own call, so one refused or invalid topic answers its own error and the
 others go on, as in Kafka; a topic named twice in one request gets INVALID_REQUEST. seglog
 places replicas itself: a request with explicit replica assignments gets INVALID_REQUEST
-saying so. seglog has no topic ids: CreateTopics answers the zero id, and DeleteTopics 6
-deletes by name (an entry with only an id gets UNKNOWN_TOPIC_ID).
+saying so. CreateTopics answers the created topic's id (v7+, the zero id for a validation);
+DeleteTopics 6 deletes by id when an entry has no name (UNKNOWN_TOPIC_ID for an id no topic
+has; INVALID_REQUEST for both, as Kafka) and answers each deleted topic's id.
 """
 
 from __future__ import annotations
@@ -32,19 +34,17 @@ from kafka.protocol.admin import (
     DescribeClusterResponse,
 )
 
-from seglog.errors import InvalidRequestError, PermissionDeniedError, SeglogError
-from seglog.rpc.status import error_from_code
+from seglog.errors import InvalidRequestError, SeglogError
 from seglog.security.acls import CLUSTER_NAME
 from seglog.storage.config import described_configs
-from seglog.v1 import common_pb2, gateway_pb2
 
-from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
-from . import config_apis
+from ..cluster.topic_admin import NewTopic, TopicOutcome
+from ..routing.record_deletion import RecordsBefore
+from . import config_apis, topic_ids
 from .brokers import cluster_id, controller_id, live_brokers
-from .error_codes import kafka_error_code
+from .error_codes import NONE, kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -54,7 +54,6 @@ BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 MISMATCHED_ENDPOINT_TYPE = kafka_errors.MismatchedEndpointTypeError.errno
 UNSUPPORTED_ENDPOINT_TYPE = kafka_errors.UnsupportedEndpointTypeError.errno
 MAX_SPAN_TOPICS = 16  # topics named on a request's span, as the data path's APIs do
-UNKNOWN_TOPIC_ID = kafka_errors.UnknownTopicIdError.errno
 # The operations Kafka authorizes on the cluster resource (DescribeCluster's bit set).
 CLUSTER_OPERATIONS = {
     ACLOperation.ALTER: "Alter",
@@ -67,7 +66,7 @@ CLUSTER_OPERATIONS = {
 }
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(CreateTopicsRequest, 2, 7, create_topics)
     table.register(DeleteTopicsRequest, 1, 6, delete_topics)
     table.register(CreatePartitionsRequest, 0, 3, create_partitions)
@@ -89,24 +88,22 @@ def _each_topic(
                 raise InvalidRequestError(f"topic {name!r} is named more than once")
             act(i)
             out.append((0, None))
-        except _UnknownTopicId as exc:
-            out.append((UNKNOWN_TOPIC_ID, str(exc)))
         except SeglogError as exc:
             out.append((kafka_error_code(exc), str(exc)))
     return out
 
 
-def _raise_result(result: gateway_pb2.TopicResult) -> None:
-    if result.error:
-        raise error_from_code(result.error, result.error_message)
+def _raise_outcome(outcome: TopicOutcome) -> None:
+    if outcome.error is not None:
+        raise outcome.error
 
 
 # -- CreateTopics --------------------------------------------------------------------------
 
 
 def create_topics(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
     topics = request.topics
+    admin = call.core.topics
 
     def create(i: int) -> None:
         topic = topics[i]
@@ -115,15 +112,14 @@ def create_topics(call: KafkaCall, request: Any) -> Any:
                 f"topic {topic.name!r}: seglog places replicas itself; give num_partitions "
                 "and replication_factor, not replica assignments"
             )
-        new = gateway_pb2.NewTopic(
-            name=topic.name,
-            num_partitions=topic.num_partitions,
-            replication_factor=topic.replication_factor,
-            configs={c.name: c.value for c in topic.configs if c.value is not None},
+        new = NewTopic(
+            topic.name,
+            topic.num_partitions,
+            topic.replication_factor,
+            {c.name: c.value for c in topic.configs if c.value is not None},
         )
-        ask = gateway_pb2.CreateTopicsRequest(topics=[new], validate_only=request.validate_only)
-        (result,) = call.invoke("CreateTopics", admin.CreateTopics, ask).topics
-        _raise_result(result)
+        (outcome,) = admin.create_topics(call.caller, [new], validate_only=request.validate_only)
+        _raise_outcome(outcome)
 
     outcomes = _each_topic(call, [t.name for t in topics], create)
     results = [
@@ -147,11 +143,11 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
     )
     if code or call.version < 5:
         return result
-    registry = call.gateway.registry
+    registry = call.core.registry
     overrides = {c.name: c.value for c in topic.configs if c.value is not None}
     if dry:
         result.num_partitions = (
-            topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
+            topic.num_partitions if topic.num_partitions > 0 else registry.limits.num_partitions
         )
         result.replication_factor = (
             topic.replication_factor
@@ -165,6 +161,7 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
             return result
         result.num_partitions = len(created.partitions)
         result.replication_factor = created.replication_factor
+        result.topic_id = topic_ids.to_wire(created.topic_id)
     try:
         described = _described_configs(call, topic.name, overrides, dry)
     except SeglogError as exc:  # not allowed to see them: the topic was created all the same
@@ -190,22 +187,21 @@ def _described_configs(
     """A created topic's configs as DescribeConfigs answers them (needing DescribeConfigs on
     it); for a validation, what its overrides over Kafka's defaults would give."""
     if dry:
-        if not call.allowed("DescribeConfigs", "topic", name):
-            raise PermissionDeniedError(f"may not DescribeConfigs topic {name!r}")
+        call.core.authorization.check(
+            call.caller, [("DescribeConfigs", "topic", name)], "CreateTopics"
+        )
         return described_configs({}, overrides)
-    admin = call.gateway.admin
-    ask = gateway_pb2.DescribeConfigsRequest(topics=[name])
-    (answered,) = call.invoke("DescribeConfigs", admin.DescribeConfigs, ask).topics
-    if answered.error:
-        raise error_from_code(answered.error, answered.error_message)
-    return [(e.name, e.value, e.source) for e in answered.entries]
+    (answered,) = call.core.topics.describe_configs(call.caller, [name])
+    if isinstance(answered, SeglogError):
+        raise answered
+    return answered
 
 
 # -- DeleteTopics ------------------------------------------------------------------------
 
 
 def delete_topics(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
+    admin = call.core.topics
     if call.version >= 6:
         entries = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -213,12 +209,16 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
 
     def delete(i: int) -> None:
         name, topic_id = entries[i]
-        if name is None:
-            raise _UnknownTopicId(f"topic id {topic_id}: seglog topics have no ids; use names")
-        answer = call.invoke(
-            "DeleteTopics", admin.DeleteTopics, gateway_pb2.DeleteTopicsRequest(names=[name])
-        )
-        _raise_result(answer.topics[0])
+        registry = call.core.registry
+        if name is None:  # by id: the registry's name, UNKNOWN_TOPIC_ID for none
+            name = registry.topic_name_of(topic_ids.from_wire(topic_id))
+        elif topic_ids.from_wire(topic_id):  # Kafka's answer to both
+            raise InvalidRequestError("give a topic's name or its id, not both")
+        elif name in registry.topics:
+            topic_id = topic_ids.to_wire(registry.topic_id_of(name))
+        (outcome,) = admin.delete_topics(call.caller, [name])
+        _raise_outcome(outcome)
+        entries[i] = (name, topic_id)
 
     outcomes = _each_topic(call, [name or str(topic_id) for name, topic_id in entries], delete)
     result_class = DeleteTopicsResponse.DeletableTopicResult
@@ -229,16 +229,11 @@ def delete_topics(call: KafkaCall, request: Any) -> Any:
     return DeleteTopicsResponse[call.version](throttle_time_ms=0, responses=results)
 
 
-class _UnknownTopicId(Exception):
-    """Kafka's UNKNOWN_TOPIC_ID, answered here only: not a SeglogError, whose every reason is
-    an ErrorCode of the API."""
-
-
 # -- CreatePartitions --------------------------------------------------------------------
 
 
 def create_partitions(call: KafkaCall, request: Any) -> Any:
-    admin = call.gateway.admin
+    admin = call.core.topics
     topics = request.topics
 
     def grow(i: int) -> None:
@@ -248,10 +243,10 @@ def create_partitions(call: KafkaCall, request: Any) -> Any:
                 f"topic {topic.name!r}: seglog places new partitions' replicas itself; "
                 "leave assignments null"
             )
-        ask = gateway_pb2.CreatePartitionsRequest(validate_only=request.validate_only)
-        ask.topics.add(topic=topic.name, count=topic.count)
-        (result,) = call.invoke("CreatePartitions", admin.CreatePartitions, ask).topics
-        _raise_result(result)
+        (outcome,) = admin.create_partitions(
+            call.caller, [(topic.name, topic.count)], validate_only=request.validate_only
+        )
+        _raise_outcome(outcome)
 
     outcomes = _each_topic(call, [t.name for t in topics], grow)
     result_class = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -266,27 +261,24 @@ def create_partitions(call: KafkaCall, request: Any) -> Any:
 
 
 def delete_records(call: KafkaCall, request: Any) -> Any:
-    """One call per topic (Delete on it), routed by the gateway to each partition's leader;
+    """Each topic on its own (Delete on it), routed by the core to each partition's leader;
     the low watermark answered is the leader's new log start offset."""
-    queries = call.gateway.service.queries
+    deletion = call.core.record_deletion
     topic_class = DeleteRecordsResponse.DeleteRecordsTopicResult
     partition_class = topic_class.DeleteRecordsPartitionResult
     names = [t.name for t in request.topics[:MAX_SPAN_TOPICS]]
     call.attributes["kafka.topics"] = ",".join(dict.fromkeys(names))
     results = []
     for topic in request.topics:
-        ask = common_pb2.DeleteRecordsRequest()
-        for p in topic.partitions:
-            ask.partitions.add(topic=topic.name, partition=p.partition_index, offset=p.offset)
+        wanted = [RecordsBefore(topic.name, p.partition_index, p.offset) for p in topic.partitions]
         try:
-            answered = call.invoke("DeleteRecords", queries.DeleteRecords, ask).partitions
             partitions = [
                 partition_class(
-                    partition_index=a.partition,
-                    low_watermark=a.low_watermark,
-                    error_code=kafka_error_code(common_pb2.ErrorCode.Name(a.error)),
+                    partition_index=done.partition,
+                    low_watermark=done.low_watermark,
+                    error_code=NONE if done.error is None else kafka_error_code(done.error),
                 )
-                for a in answered
+                for done in deletion.delete_records(call.caller, wanted)
             ]
         except SeglogError as exc:
             partitions = [
@@ -321,7 +313,7 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
             throttle_time_ms=0,
             error_code=code,
             error_message=f"endpoint type {endpoint_type}: this gateway answers as a broker (1)",
-            cluster_id=cluster_id(call.gateway),
+            cluster_id=cluster_id(call.core),
             controller_id=-1,
             brokers=[],
             authorized_operations=None,
@@ -335,14 +327,14 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 for code, name in CLUSTER_OPERATIONS.items()
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
-    brokers = live_brokers(call.gateway, call.advertised_address)
-    controller = controller_id(call.gateway)
+    brokers = live_brokers(call.core, call.advertised_address)
+    controller = controller_id(call.core)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
-        cluster_id=cluster_id(call.gateway),
+        cluster_id=cluster_id(call.core),
         controller_id=controller if controller in {b.node_id for b in brokers} else -1,
         brokers=[
             broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers

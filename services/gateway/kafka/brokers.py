@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 GATEWAY_BROKER_ID_BASE = 1 << 30
 
@@ -50,23 +50,24 @@ def broker_at(advertised_address: str) -> Broker:
     return Broker(broker_id(advertised_address), host, port)
 
 
-def this_broker(gateway: Gateway, advertised_address: str | None = None) -> Broker:
+def this_broker(core: KafkaCore, advertised_address: str | None = None) -> Broker:
     """The answering gateway as a broker: its id from its Kafka listener's advertised
     address, host and port from `advertised_address` when given (the address of the
     listener a client came through, `KafkaCall.advertised_address`)."""
-    host, port = split_address(advertised_address or gateway.kafka_advertised_address)
-    return Broker(broker_id(gateway.kafka_advertised_address), host, port)
+    own = core.peers.kafka_advertised_address
+    host, port = split_address(advertised_address or own)
+    return Broker(broker_id(own), host, port)
 
 
-def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> list[list[Broker]]:
+def live_gateways(core: KafkaCore, advertised_address: str | None = None) -> list[list[Broker]]:
     """Every live gateway with a Kafka listener as its lanes' brokers (lane 0 first), by
     lane 0's broker id: with several gateways on etcd, those whose session publishes a Kafka
     address (gateway_session.py), always including the answering one (its lane 0 named by
     `advertised_address`, the address of the listener a client came through); else the
     answering gateway alone."""
-    this = [this_broker(gateway, advertised_address)]
-    this.extend(broker_at(lane) for lane in gateway.kafka_advertised_lanes[1:])
-    session = gateway.gateway_session
+    this = [this_broker(core, advertised_address)]
+    this.extend(broker_at(lane) for lane in core.peers.kafka_advertised_lanes[1:])
+    session = core.peers.gateway_session
     if session is None:
         return [this]
     gateways = {this[0].node_id: this}
@@ -76,9 +77,9 @@ def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> li
     return [gateways[node_id] for node_id in sorted(gateways)]
 
 
-def live_brokers(gateway: Gateway, advertised_address: str | None = None) -> list[Broker]:
+def live_brokers(core: KafkaCore, advertised_address: str | None = None) -> list[Broker]:
     """Every broker of `live_gateways`, each gateway's lanes together."""
-    return [broker for lanes in live_gateways(gateway, advertised_address) for broker in lanes]
+    return [broker for lanes in live_gateways(core, advertised_address) for broker in lanes]
 
 
 def leader_of(
@@ -94,31 +95,33 @@ def leader_of(
     return lanes[max(storage_leader, 0) % len(lanes)]
 
 
-def controller_id(gateway: Gateway) -> int:
+def controller_id(core: KafkaCore) -> int:
     """The broker id of the controller gateway (the answering one when it is, when it alone
     runs, or when the controller publishes no Kafka address)."""
-    session = gateway.gateway_session
-    if session is not None:
-        kafka_address = session.live_kafka_addresses().get(gateway.election.controller_address)
+    peers = core.peers
+    if peers.gateway_session is not None:
+        controller = peers.election.controller_address
+        kafka_address = peers.gateway_session.live_kafka_addresses().get(controller)
         if kafka_address is not None:
             return broker_id(kafka_address)
-    return broker_id(gateway.kafka_advertised_address)
+    return broker_id(peers.kafka_advertised_address)
 
 
 def broker_of_gateway(
-    gateway: Gateway, gateway_address: str, advertised_address: str | None = None
+    core: KafkaCore, gateway_address: str, advertised_address: str | None = None
 ) -> Broker | None:
     """The Kafka broker of the gateway at `gateway_address` (its gRPC address, as
     coordination names gateways: a group's coordinator, the controller); None when that
     gateway is not live or has no Kafka listener. The answering gateway is always known."""
-    if gateway_address == gateway.advertised_address or gateway.gateway_session is None:
-        return this_broker(gateway, advertised_address)
-    kafka_address = gateway.gateway_session.live_kafka_addresses().get(gateway_address)
+    session = core.peers.gateway_session
+    if gateway_address == core.peers.advertised_address or session is None:
+        return this_broker(core, advertised_address)
+    kafka_address = session.live_kafka_addresses().get(gateway_address)
     return None if kafka_address is None else broker_at(kafka_address)
 
 
-def cluster_id(gateway: Gateway) -> str:
+def cluster_id(core: KafkaCore) -> str:
     """The cluster's id as Kafka clients see it (Metadata, DescribeCluster): the registry's,
     made once when it was bootstrapped (Kafka's form, a UUID in 22 URL-safe base64
     characters), the same in every gateway and in each node's meta.properties."""
-    return gateway.registry.cluster_id
+    return core.registry.cluster_id

@@ -1,12 +1,14 @@
 """Kafka's DescribeConfigs (1-4), AlterConfigs (0-2) and IncrementalAlterConfigs (0-1) on the
-gateway's AdminService, through `call.invoke` (DescribeConfigs / AlterConfigs on the topic,
-DescribeConfigs on the cluster for the broker resource).
+core's TopicAdmin (cluster/topic_admin.py), which authorizes the call's caller:
+DescribeConfigs / AlterConfigs on the topic, DescribeConfigs on the cluster for the broker
+resource.
 
 Resources: a TOPIC answers its configs with Kafka's sources (its override: a dynamic topic
 config; its leader node's --config default: a static broker config; else Kafka's default).
 A BROKER (the gateway: its broker id, or "" for the cluster's default) answers the gateway's
-described settings, read-only: seglog has no dynamic broker configs, so altering one, like
-any other resource type, gets INVALID_REQUEST. Each resource is answered on its own (one
+described settings, read-only, and the dynamic broker configs the registry keeps
+(cluster/broker_configs.py: the replication throttles), which are all a BROKER alteration may
+set; another resource type gets INVALID_REQUEST. Each resource is answered on its own (one
 refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
 AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
 """
@@ -26,17 +28,21 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from seglog.errors import InvalidRequestError, SeglogError
-from seglog.rpc.status import error_from_code
+from seglog.errors import InvalidConfigError, InvalidRequestError, SeglogError
 from seglog.storage import LogConfig
 from seglog.storage.config import field_name
-from seglog.v1 import common_pb2, gateway_pb2
+from seglog.storage.topic_config_values import (
+    BROKER_SYNONYMS,
+    INT_CONFIG_FIELDS,
+    LIST_CONFIG_FIELDS,
+)
 
+from ..cluster.broker_configs import DYNAMIC_CONFIGS, BrokerConfigs
+from ..cluster.topic_admin import ConfigChange, DescribedConfig
 from .brokers import this_broker
-from .error_codes import kafka_error_code
+from .error_codes import Resource, kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -44,6 +50,8 @@ TOPIC = 2
 BROKER = 4
 # Kafka's ConfigSource.
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 CONFIG_SOURCES = {
@@ -51,16 +59,16 @@ CONFIG_SOURCES = {
     "node": STATIC_BROKER_CONFIG,
     "gateway": STATIC_BROKER_CONFIG,
     "default": DEFAULT_CONFIG,
+    "dynamic_broker": DYNAMIC_BROKER_CONFIG,
+    "dynamic_default_broker": DYNAMIC_DEFAULT_BROKER_CONFIG,
 }
 # Kafka's ConfigType (DescribeConfigs 3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
-_LIST_CONFIGS = {"cleanup_policy"}
-_LONG_SUFFIXES = ("_ms", "_bytes")
 # IncrementalAlterConfigs' operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeConfigsRequest, 1, 4, describe_configs)
     table.register(AlterConfigsRequest, 0, 2, alter_configs)
     table.register(IncrementalAlterConfigsRequest, 0, 1, incremental_alter_configs)
@@ -79,14 +87,14 @@ def _config_types() -> dict[str, int]:
     """Kafka's ConfigType of each topic config, by its field's type."""
     out = {}
     for field in dataclasses.fields(LogConfig):
-        if field.name in _LIST_CONFIGS:
+        if field.name in LIST_CONFIG_FIELDS:
             out[field.name] = LIST
         elif field.type in (bool, "bool"):
             out[field.name] = BOOLEAN
         elif field.type in (float, "float"):
             out[field.name] = DOUBLE
         elif field.type in (int, "int"):
-            out[field.name] = LONG if field.name.endswith(_LONG_SUFFIXES) else INT
+            out[field.name] = INT if field.name in INT_CONFIG_FIELDS else LONG
         else:
             out[field.name] = STRING
     return out
@@ -108,7 +116,7 @@ def describe_configs(call: KafkaCall, request: Any) -> Any:
             entries = _described(call, resource)
             wanted = resource.configuration_keys
             if wanted is not None:
-                entries = [e for e in entries if e.name in set(wanted)]
+                entries = [e for e in entries if e[0] in set(wanted)]
             configs = [_config(call.version, e, request.include_synonyms) for e in entries]
             results.append(_describe_result(resource, 0, None, configs))
         except SeglogError as exc:
@@ -127,55 +135,59 @@ def _describe_result(resource: Any, code: int, message: str | None, configs: lis
     )
 
 
-def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
-    admin = call.gateway.admin
+def _described(call: KafkaCall, resource: Any) -> list[DescribedConfig]:
+    topics = call.core.topics
     if resource.resource_type == TOPIC:
-        answer = call.invoke(
-            "DescribeConfigs",
-            admin.DescribeConfigs,
-            gateway_pb2.DescribeConfigsRequest(topics=[resource.resource_name]),
-        )
-        (described,) = answer.topics
-        if described.error:
-            raise error_from_code(described.error, described.error_message)
-        return list(described.entries)
+        (described,) = topics.describe_configs(call.caller, [resource.resource_name])
+        if isinstance(described, SeglogError):
+            raise described
+        return described
     if resource.resource_type == BROKER:
         _check_broker(call, resource.resource_name)
-        answer = call.invoke(
-            "DescribeConfigs",
-            admin.DescribeConfigs,
-            gateway_pb2.DescribeConfigsRequest(cluster=True),
-        )
-        return list(answer.gateway)
+        settings = topics.describe_cluster_configs(call.caller).gateway
+        dynamic = _broker_configs(call).describe(call.caller, resource.resource_name)
+        return [(name, value, "gateway") for name, value in settings] + [
+            (c.name, c.value, c.source) for c in dynamic
+        ]
     raise InvalidRequestError(
         f"resource type {resource.resource_type}: seglog describes topics (2) and brokers (4)"
     )
 
 
+def _broker_configs(call: KafkaCall) -> BrokerConfigs:
+    return BrokerConfigs(call.core.registry, call.core.authorization)
+
+
 def _check_broker(call: KafkaCall, name: str) -> None:
     """A broker resource names this gateway's broker id, or "" (the cluster's default)."""
-    expected = str(this_broker(call.gateway).node_id)
+    expected = str(this_broker(call.core).node_id)
     if name not in ("", expected):
         raise InvalidRequestError(f'broker {name!r}: this broker is {expected} (or "")')
 
 
-def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any:
+def _config(version: int, entry: DescribedConfig, synonyms: bool) -> Any:
     config_class = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
-    source = CONFIG_SOURCES.get(entry.source, 0)
+    name, value, origin = entry
+    source = CONFIG_SOURCES.get(origin, 0)
     described = config_class(
-        name=entry.name,
-        value=entry.value,
-        read_only=entry.source == "gateway",
+        name=name,
+        value=value,
+        read_only=origin == "gateway",
         config_source=source,
         is_sensitive=False,
         synonyms=[],
-        config_type=CONFIG_TYPES.get(field_name(entry.name), STRING),
+        config_type=LONG if name in DYNAMIC_CONFIGS else CONFIG_TYPES.get(field_name(name), STRING),
         documentation=None,
     )
     if synonyms:
+        # A default or a node's value is named by its broker config, as Kafka names it
+        # (`log.cleanup.policy`); a default with no broker config has no synonym.
+        synonym = name
+        if origin in ("node", "default"):
+            synonym = BROKER_SYNONYMS.get(name, "")
         described.synonyms = [
-            config_class.DescribeConfigsSynonym(name=entry.name, value=entry.value, source=source)
-        ]
+            config_class.DescribeConfigsSynonym(name=synonym, value=value, source=source)
+        ][: 1 if synonym else 0]
     return described
 
 
@@ -185,8 +197,10 @@ def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any
 def _alter_each(
     call: KafkaCall,
     resources: list[Any],
-    alter_topic: Callable[[Any], gateway_pb2.AlterConfigsRequest],
+    alter_topic: Callable[[Any], ConfigChange],
     result_class: Any,
+    alter_broker: Callable[[Any], None],
+    validate_only: bool,
 ) -> list[Any]:
     twice = _duplicates(resources)
     results = []
@@ -195,79 +209,107 @@ def _alter_each(
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
+            if resource.resource_type == BROKER:
+                _check_broker(call, resource.resource_name)
+                alter_broker(resource)
+                results.append(result_class(error_code=0, error_message=None, **_named(resource)))
+                continue
             if resource.resource_type != TOPIC:
                 raise InvalidRequestError(
-                    f"resource type {resource.resource_type}: only topic configs (2) can be "
-                    "altered; the gateway's settings are static"
+                    f"resource type {resource.resource_type}: only topic (2) and broker (4) "
+                    "configs can be altered"
                 )
-            admin = call.gateway.admin
-            answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
-            if answer.error:
-                code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
-                message = answer.error_message
+            change = alter_topic(resource)
+            call.core.topics.alter_configs(call.caller, change, validate_only=validate_only)
         except SeglogError as exc:
-            code, message = kafka_error_code(exc), str(exc)
-        results.append(
-            result_class(
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+            refused: Resource = "cluster" if resource.resource_type == BROKER else "topic"
+            code, message = kafka_error_code(exc, refused), str(exc)
+        results.append(result_class(error_code=code, error_message=message, **_named(resource)))
     return results
 
 
+def _named(resource: Any) -> dict[str, Any]:
+    return {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
+
+
 def alter_configs(call: KafkaCall, request: Any) -> Any:
-    def whole_set(resource: Any) -> gateway_pb2.AlterConfigsRequest:
+    def whole_set(resource: Any) -> ConfigChange:
         given = {c.name: c.value for c in resource.configs if c.value is not None}
         try:
-            current = call.gateway.registry.topic(resource.resource_name).configs
+            current = call.core.registry.topic(resource.resource_name).configs
         except SeglogError:
             current = {}  # the call below answers why (refused, or no such topic)
         wanted = {field_name(k) for k in given}
-        return gateway_pb2.AlterConfigsRequest(
-            topic=resource.resource_name,
+        return ConfigChange(
+            resource.resource_name,
             set=given,
             delete=[k for k in current if field_name(k) not in wanted],
+        )
+
+    def whole_broker_set(resource: Any) -> None:
+        given = {c.name: c.value for c in resource.configs if c.value is not None}
+        _broker_configs(call).alter(
+            call.caller,
+            resource.resource_name,
+            given,
+            replace=True,
             validate_only=request.validate_only,
         )
 
     results = _alter_each(
-        call, request.resources, whole_set, AlterConfigsResponse.AlterConfigsResourceResponse
+        call,
+        request.resources,
+        whole_set,
+        AlterConfigsResponse.AlterConfigsResourceResponse,
+        whole_broker_set,
+        request.validate_only,
     )
     return AlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)
 
 
 def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
-    def operations(resource: Any) -> gateway_pb2.AlterConfigsRequest:
-        altered = gateway_pb2.AlterConfigsRequest(
-            topic=resource.resource_name, validate_only=request.validate_only
-        )
+    def operations(resource: Any) -> ConfigChange:
         named = [field_name(c.name) for c in resource.configs]
         if len(set(named)) != len(named):
             raise InvalidRequestError("a config is named twice in one resource")
+        delete: list[str] = []
+        by_operation: dict[int, dict[str, str]] = {SET: {}, APPEND: {}, SUBTRACT: {}}
         for config in resource.configs:
             operation = config.config_operation
             if operation == DELETE:
-                altered.delete.append(config.name)
+                delete.append(config.name)
                 continue
             if config.value is None:
                 raise InvalidRequestError(f"{config.name}: a null value needs DELETE")
-            if operation == SET:
-                altered.set[config.name] = config.value
-            elif operation == APPEND:
-                altered.append[config.name] = config.value
-            elif operation == SUBTRACT:
-                altered.subtract[config.name] = config.value
-            else:
+            if operation not in by_operation:
                 raise InvalidRequestError(f"{config.name}: unknown config operation {operation}")
-        return altered
+            by_operation[operation][config.name] = config.value
+        return ConfigChange(
+            resource.resource_name,
+            set=by_operation[SET],
+            delete=delete,
+            append=by_operation[APPEND],
+            subtract=by_operation[SUBTRACT],
+        )
+
+    def broker_operations(resource: Any) -> None:
+        altered = operations(resource)
+        if altered.append or altered.subtract:
+            raise InvalidConfigError("broker configs are not lists: APPEND/SUBTRACT do not apply")
+        _broker_configs(call).alter(
+            call.caller,
+            resource.resource_name,
+            dict(altered.set),
+            altered.delete,
+            validate_only=request.validate_only,
+        )
 
     results = _alter_each(
         call,
         request.resources,
         operations,
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+        broker_operations,
+        request.validate_only,
     )
     return IncrementalAlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)

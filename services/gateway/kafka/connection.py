@@ -43,10 +43,11 @@ from .framing import (
     parse_request,
 )
 from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
-from .sasl_apis import SaslFailed, authenticate_session
+from .sasl import SaslFailed
+from .sasl_apis import authenticate_session
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class KafkaConnection:
         self,
         identity: ConnectionIdentity,
         table: ApiTable,
-        gateway: Gateway,
+        core: KafkaCore,
         *,
         tracer: trace.Tracer,
         sasl_required: bool = False,
@@ -107,7 +108,7 @@ class KafkaConnection:
     ) -> None:
         self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
         self.table = table
-        self.gateway = gateway
+        self.core = core
         self.tracer = tracer
 
     @property
@@ -164,10 +165,12 @@ class KafkaConnection:
         success; a failure closes the connection (v0 has no way to say why)."""
         self.session.raw_sasl_token_next = False
         try:
-            authenticate_session(self.gateway, self.session, bytes(token))
+            answer = authenticate_session(self.core, self.session, bytes(token))
         except AuthenticationError as exc:
             raise FrameError(f"SASL authentication failed: {exc}") from None
-        return bytearray(SIZE.pack(0))
+        # SCRAM's first message: the client's next frame is again a bare token.
+        self.session.raw_sasl_token_next = self.session.authenticated_principal is None
+        return bytearray(SIZE.pack(len(answer)) + answer)
 
     def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and
@@ -220,7 +223,7 @@ class KafkaConnection:
 
     def _call(self, entry: ApiEntry, frame: RequestFrame) -> KafkaCall:
         return KafkaCall(
-            self.gateway,
+            self.core,
             entry.api_key,
             frame.api_version,
             frame.correlation_id,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from .channel import Channel, Stage
 
 if TYPE_CHECKING:
-    from .processor import ListenerContext
+    from .listener_context import ListenerContext
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 LEADER_NOT_AVAILABLE: int = kafka_errors.LeaderNotAvailableError.errno
 UNKNOWN_TOPIC_OR_PARTITION: int = kafka_errors.UnknownTopicOrPartitionError.errno
+UNKNOWN_TOPIC_ID: int = kafka_errors.UnknownTopicIdError.errno
 FETCH_SESSION_ID_NOT_FOUND: int = kafka_errors.FetchSessionIdNotFoundError.errno
 TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
@@ -108,6 +109,7 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "PREFERRED_LEADER_NOT_AVAILABLE": kafka_errors.PreferredLeaderNotAvailableError,
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": kafka_errors.EligibleLeadersNotAvailableError,
     "INCONSISTENT_CLUSTER_ID": kafka_errors.InconsistentClusterIdError,
+    "UNKNOWN_TOPIC_ID": kafka_errors.UnknownTopicIdError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

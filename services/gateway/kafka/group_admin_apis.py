@@ -14,7 +14,7 @@ Describe.
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.admin.groups import (
     DeleteGroupsRequest,
@@ -25,8 +25,7 @@ from kafka.protocol.admin.groups import (
     ListGroupsResponse,
 )
 
-from seglog.errors import PermissionDeniedError, SeglogError
-from seglog.v1 import common_pb2, groups_pb2
+from seglog.errors import SeglogError
 
 from ..groups.group_state import CLASSIC, STABLE, Group, Member
 from ..groups.offsets_formats import encode_assignment, encode_subscription
@@ -34,9 +33,6 @@ from .api_table import ApiTable
 from .error_codes import NONE, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 DEAD = "Dead"
 EMPTY = "Empty"
@@ -52,12 +48,12 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     response_class = DescribeGroupsResponse[call.version]
     group_class = response_class.DescribedGroup
     member_class = group_class.DescribedGroupMember
-    gateway = call.gateway
+    core = call.core
 
     def describe(group_id: str) -> Any:
-        group = gateway.coordinator.snapshot(group_id)
+        group = core.coordinator.snapshot(group_id)
         if group is None:
-            known = bool(gateway.group_service.offsets.committed(group_id))
+            known = bool(core.groups.offsets.committed(group_id))
             return group_class(
                 error_code=NONE,
                 group_id=group_id,
@@ -92,10 +88,9 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
     described = []
     for group_id in request.groups:
-        proto = groups_pb2.DescribeGroupsRequest(group_ids=[group_id])
         try:
             described.append(
-                on_coordinator(call, "DescribeGroups", proto, group_id, partial(describe, group_id))
+                on_coordinator(call, "DescribeGroups", group_id, partial(describe, group_id))
             )
         except SeglogError as exc:
             described.append(
@@ -113,17 +108,8 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
 def list_groups(call: KafkaCall, request: Any) -> Any:
     response_class = ListGroupsResponse[call.version]
-    service = call.gateway.group_service
     try:
-        listing = call.invoke(
-            "ListGroups", lambda _r, _c: service.group_listing(), groups_pb2.ListGroupsRequest()
-        )
-    except PermissionDeniedError:
-        listing = [
-            (group_id, group)
-            for group_id, group in service.group_listing()
-            if call.allowed("Describe", "group", group_id)
-        ]
+        listing = call.core.groups.listing(call.caller)
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=kafka_error_code(exc), groups=[])
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
@@ -144,23 +130,18 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
 
 def delete_groups(call: KafkaCall, request: Any) -> Any:
     response_class = DeleteGroupsResponse[call.version]
-    service = call.gateway.group_service
     results = []
     for group_id in request.groups_names:
-        proto = groups_pb2.DeleteGroupsRequest(group_ids=[group_id])
         try:
-            answer = call.invoke("DeleteGroups", service.DeleteGroups, proto)
-            (result,) = answer.groups
+            call.core.groups.delete_group(call.caller, group_id)
             code = NONE
-            if result.error:
-                code = kafka_error_code(common_pb2.ErrorCode.Name(result.error), "group")
         except SeglogError as exc:
             code = group_error_code(exc)
         results.append(response_class.DeletableGroupResult(group_id=group_id, error_code=code))
     return response_class(throttle_time_ms=0, results=results)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeGroupsRequest, 0, 5, describe_groups)
     table.register(ListGroupsRequest, 0, 4, list_groups)
     table.register(DeleteGroupsRequest, 0, 2, delete_groups)

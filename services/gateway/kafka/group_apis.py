@@ -33,28 +33,29 @@ from kafka.protocol.metadata.find_coordinator import (
 from seglog.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
-    InvalidGroupIdError,
     InvalidRequestError,
     MemberIdRequiredError,
     SeglogError,
-    error_classes,
 )
-from seglog.v1 import common_pb2, groups_pb2
 
 from .api_table import ApiTable
 from .brokers import Broker, broker_at, this_broker
-from .error_codes import NONE, kafka_error_code
+from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
 from .kafka_call import KafkaCall
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 T = TypeVar("T")
-GROUP_KEY_TYPE = 0  # FindCoordinator's key_type: 0 group, 1 transaction
-# Kafka's group coordinator takes an empty group id only where old clients committed offsets
-# without a group (OffsetCommit, OffsetFetch); the group APIs answer INVALID_GROUP_ID for it
-# (its isValidGroupId), before asking whether the group is coordinated here.
-EMPTY_GROUP_ID_ALLOWED = {"CommitOffsets", "FetchOffsets"}
+GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
+# seglog has no transaction coordinator yet. A transactional producer asking for one gets
+# TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): librdkafka's FindCoordinator handler
+# (rdkafka_txnmgr.c) raises a fatal error for it and for CLUSTER_AUTHORIZATION_FAILED alone,
+# and retries every other code every 500 ms until init_transactions() times out; the Java
+# TransactionManager fails fatally on it too (and on any code but COORDINATOR_NOT_AVAILABLE
+# and GROUP_AUTHORIZATION_FAILED). 53 is a code both already expect from this API, where 31
+# would say the cluster's ACLs refused the client.
+NO_TRANSACTIONS = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def group_error_code(error: BaseException) -> int:
@@ -67,23 +68,10 @@ def group_error_code(error: BaseException) -> int:
     return kafka_error_code(error, "group")
 
 
-def on_coordinator(
-    call: KafkaCall, method_name: str, request: Any, group_id: str, work: Callable[[], T]
-) -> T:
-    """`work` run as the gRPC method `method_name` runs (authorized as it authorizes
-    `request`), once this gateway is known to coordinate the group."""
-    service = call.gateway.group_service
-
-    def run(_request: Any, _context: Any) -> T:
-        if not group_id and method_name not in EMPTY_GROUP_ID_ALLOWED:
-            raise InvalidGroupIdError(f"{method_name}: the group id is empty")
-        problem = service.not_coordinated_here(group_id)
-        if problem is not None:
-            raise problem
-        return work()
-
-    result: T = call.invoke(method_name, run, request)
-    return result
+def on_coordinator(call: KafkaCall, api: str, group_id: str, work: Callable[[], T]) -> T:
+    """`work` run once the core has authorized the call's caller for `api` on the group and
+    this gateway is known to coordinate it (groups/groups_core.py)."""
+    return call.core.groups.on_coordinator(call.caller, api, group_id, work)
 
 
 def client_host(call: KafkaCall) -> str:
@@ -96,6 +84,16 @@ def client_host(call: KafkaCall) -> str:
 def find_coordinator(call: KafkaCall, request: Any) -> Any:
     response_class = FindCoordinatorResponse[call.version]
     key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
+    if key_type == TRANSACTION_KEY_TYPE:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NO_TRANSACTIONS,
+            error_message="seglog has no transaction coordinator: transactions are not "
+            "supported yet (use an idempotent producer)",
+            node_id=-1,
+            host="",
+            port=-1,
+        )
     try:
         if key_type != GROUP_KEY_TYPE:
             raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
@@ -122,11 +120,11 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
 def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
     """The Kafka listener of the gateway coordinating the group: this one's (the address the
     client came through), or the one another gateway publishes with its session."""
-    gateway = call.gateway
+    core = call.core
     address = _coordinator_address(call, group_id)
-    if not address or address == _own_grpc_address(gateway):
-        return this_broker(gateway, call.advertised_address)
-    session = gateway.gateway_session
+    if not address or address == _own_grpc_address(core):
+        return this_broker(core, call.advertised_address)
+    session = core.peers.gateway_session
     kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
     if kafka_address is None:
         raise CoordinatorNotAvailableError(
@@ -137,27 +135,13 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
 
 
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:
-    """The coordinating gateway's gRPC address ("" for this one), as the gRPC
-    FindCoordinator answers it; raises its error."""
-    service = call.gateway.group_service
-    answer = call.invoke(
-        "FindCoordinator",
-        service.FindCoordinator,
-        groups_pb2.FindCoordinatorRequest(group_id=group_id),
-    )
-    if answer.error:
-        reason = common_pb2.ErrorCode.Name(answer.error)
-        raise _error_of_reason(reason, answer.error_message)
-    return str(answer.address)
+    """The coordinating gateway's gRPC address ("" for this one); raises why not known."""
+    return call.core.groups.coordinator_address(call.caller, group_id)
 
 
-def _own_grpc_address(gateway: Gateway) -> str:
-    coordination = gateway.group_service.coordination
+def _own_grpc_address(core: KafkaCore) -> str:
+    coordination = core.groups.coordination
     return str(getattr(coordination, "address", ""))
-
-
-def _error_of_reason(reason: str, message: str) -> SeglogError:
-    return error_classes().get(reason, SeglogError)(message)
 
 
 # -- JoinGroup, SyncGroup, Heartbeat, LeaveGroup -----------------------------------------------
@@ -166,7 +150,7 @@ def _error_of_reason(reason: str, message: str) -> SeglogError:
 def join_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = JoinGroupResponse[version]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def join() -> Any:
         return coordinator.join_classic(
@@ -186,7 +170,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
         )
 
     try:
-        result = on_coordinator(call, "JoinGroup", request, request.group_id, join)
+        result = on_coordinator(call, "JoinGroup", request.group_id, join)
     except SeglogError as exc:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
         return response_class(
@@ -219,7 +203,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
 def sync_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = SyncGroupResponse[version]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def sync() -> tuple[str, str, bytes]:
         return coordinator.sync_group(
@@ -234,7 +218,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
     try:
         protocol_type, protocol, assignment = on_coordinator(
-            call, "SyncGroup", request, request.group_id, sync
+            call, "SyncGroup", request.group_id, sync
         )
     except SeglogError as exc:
         return response_class(
@@ -255,7 +239,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     version = call.version
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
 
     def beat() -> None:
         coordinator.heartbeat(
@@ -266,7 +250,7 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         )
 
     try:
-        on_coordinator(call, "Heartbeat", request, request.group_id, beat)
+        on_coordinator(call, "Heartbeat", request.group_id, beat)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -280,12 +264,11 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    coordinator = call.gateway.coordinator
+    coordinator = call.core.coordinator
     try:
         outcomes = on_coordinator(
             call,
             "LeaveGroup",
-            request,
             request.group_id,
             lambda: coordinator.leave_members(request.group_id, leaving),
         )
@@ -306,7 +289,7 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(FindCoordinatorRequest, 0, 3, find_coordinator)
     table.register(JoinGroupRequest, 0, 7, join_group)
     table.register(SyncGroupRequest, 0, 5, sync_group)

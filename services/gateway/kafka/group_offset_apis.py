@@ -13,7 +13,7 @@ applies to every offset, as for Kafka's v5+ commits.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer.group import (
     OffsetCommitRequest,
@@ -25,15 +25,12 @@ from kafka.protocol.consumer.group import (
 )
 
 from seglog.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, SeglogError
-from seglog.v1 import groups_pb2
 
+from ..groups.group_state import OffsetToCommit
 from .api_table import ApiTable
 from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, kafka_error_code
 from .group_apis import group_error_code, on_coordinator
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 NO_LEADER_EPOCH = -1
@@ -53,7 +50,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
     asked = [(t.name, p) for t in request.topics for p in t.partitions]
     allowed = _topics_allowed(call, "Read", {topic for topic, _ in asked})
     entries = [
-        groups_pb2.OffsetCommit(
+        OffsetToCommit(
             topic=topic,
             partition=p.partition_index,
             offset=p.committed_offset,
@@ -63,8 +60,8 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
         for topic, p in asked
         if topic in allowed
     ]
-    service = call.gateway.group_service
-    coordinator = call.gateway.coordinator
+    groups = call.core.groups
+    coordinator = call.core.coordinator
 
     def commit() -> list[SeglogError | None]:
         coordinator.check_commit(
@@ -73,12 +70,11 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
             request.generation_id_or_member_epoch,
             request.group_instance_id if version >= 7 else None,
         )
-        return service.commit_offsets(group_id, entries)
+        return groups.commit_offsets(group_id, entries)
 
     codes: dict[tuple[str, int], int] = {}
     try:
-        proto = groups_pb2.CommitOffsetsRequest(group_id=group_id, offsets=entries)
-        problems = on_coordinator(call, "CommitOffsets", proto, group_id, commit)
+        problems = on_coordinator(call, "CommitOffsets", group_id, commit)
         for entry, problem in zip(entries, problems, strict=True):
             codes[(entry.topic, entry.partition)] = (
                 NONE if problem is None else kafka_error_code(problem)
@@ -112,11 +108,10 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     every = request.topics is None  # v2+: null asks for every committed partition
     asked = [] if every else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    service = call.gateway.group_service
+    groups = call.core.groups
     try:
-        proto = groups_pb2.FetchOffsetsRequest(group_id=group_id)
         answer = on_coordinator(
-            call, "FetchOffsets", proto, group_id, lambda: service.offsets.committed(group_id)
+            call, "FetchOffsets", group_id, lambda: groups.offsets.committed(group_id)
         )
         group_error = NONE
     except SeglogError as exc:
@@ -159,12 +154,12 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
     group_id = request.group_id
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     allowed = _topics_allowed(call, "Read", {topic for topic, _ in asked})
-    service = call.gateway.group_service
-    coordinator = call.gateway.coordinator
+    groups = call.core.groups
+    coordinator = call.core.coordinator
     codes: dict[tuple[str, int], int] = {}
 
     def delete() -> None:
-        if not service.offsets.committed(group_id) and coordinator.snapshot(group_id) is None:
+        if not groups.offsets.committed(group_id) and coordinator.snapshot(group_id) is None:
             raise GroupIdNotFoundError(f"group {group_id!r} not found")
         read = coordinator.subscribed_topics(group_id)
         doomed = []
@@ -178,11 +173,10 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
             else:
                 codes[(topic, partition)] = NONE
                 doomed.append((topic, partition))
-        service.offsets.delete_offsets(group_id, doomed)
+        groups.offsets.delete_offsets(group_id, doomed)
 
-    proto = groups_pb2.DeleteOffsetsRequest(group_id=group_id)
     try:
-        on_coordinator(call, "DeleteOffsets", proto, group_id, delete)
+        on_coordinator(call, "DeleteOffsets", group_id, delete)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -201,7 +195,7 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(OffsetCommitRequest, 2, 8, offset_commit)
     table.register(OffsetFetchRequest, 1, 7, offset_fetch)
     table.register(OffsetDeleteRequest, 0, 0, offset_delete)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from seglog.errors import MemoryBudgetExhaustedError
 
 from .framing import FrameError
+from .sasl import SaslFailed
 
 if TYPE_CHECKING:
     from .kafka_call import KafkaCall
@@ -40,7 +41,6 @@ class HandlerFailed(FrameError):
 
 def _passes(exc: BaseException) -> bool:
     """Raised on purpose: FrameError, and the SASL failure that carries its own answer."""
-    from .sasl_apis import SaslFailed  # sasl_apis imports the table that imports this
 
     return isinstance(exc, FrameError | SaslFailed)
 

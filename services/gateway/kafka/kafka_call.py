@@ -1,11 +1,12 @@
-"""One Kafka request as its handler sees it, and the way into the gateway's own servicers.
+"""One Kafka request as its handler sees it: the connection's session, the core objects it
+calls (`core`, kafka/core.py) and who the call is from (`caller`, a broker Caller: the SASL
+principal, else the client certificate's, else User:ANONYMOUS), which the core authorizes.
 
-`KafkaCall.invoke` runs a gRPC servicer method of the gateway in this process, wrapped by
-`gateway.authorization.guard` exactly as the gRPC server wraps it, with a stand-in for
-grpc.ServicerContext that carries the Kafka connection's identity: its SASL bearer token as
-the call's `authorization` metadata, its TLS client certificate as the auth context, its
-peer address. So every Kafka API gets the gRPC path's validation, ACL rules and semantics,
-and a servicer's abort comes back as the SeglogError it aborted with.
+`KafkaCall.invoke` is what is left of the old way in, for the APIs not on the typed core yet
+(Produce, Fetch, ListOffsets, the reassignment APIs): it runs a gRPC servicer method of the
+gateway in this process, wrapped by `authorization.guard` as the gRPC server wraps it, with
+a stand-in for grpc.ServicerContext that carries the connection's identity; a servicer's
+abort comes back as the SeglogError it aborted with. It goes when they have moved.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from seglog.errors import AuthenticationError, SeglogError
 from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.status import DOMAIN
 
-from ..authorization import principal_of
+from ..authorization import certificate_principal
 from ..broker.caller import Caller
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _ERROR_CLASSES = errors.error_classes()
@@ -45,6 +46,8 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
+    # The principal a SASL SCRAM exchange proved (no token to carry it: sasl_scram.py).
+    sasl_principal: str | None = None
 
 
 @dataclass
@@ -61,6 +64,8 @@ class ConnectionSession:
     # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
     raw_sasl_token_next: bool = False
     authenticated_principal: str | None = None
+    # A multi-message SASL exchange under way (SCRAM's: sasl_scram.ScramExchange).
+    sasl_exchange: Any = None
     certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
     # Past a client quota, the connection reads no request before this (time.monotonic()):
     # KIP-219's mute, after the answer that says throttle_time_ms went out.
@@ -108,6 +113,11 @@ class _ServicerContext:
         self._callbacks: list[Callable[[], None]] = []
         self._finished = False
         self._lock = threading.Lock()  # servicer threads (fetch pumps) add callbacks
+
+    @property
+    def sasl_principal(self) -> str | None:
+        """The SCRAM-proved principal (authorization.principal_of takes it as proved)."""
+        return self._identity.sasl_principal
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         metadata: tuple[tuple[str, str], ...] = ()
@@ -191,7 +201,7 @@ class _ServicerContext:
 
 @dataclass
 class KafkaCall:
-    gateway: Gateway
+    core: KafkaCore
     api_key: int
     version: int
     correlation_id: int
@@ -218,10 +228,12 @@ class KafkaCall:
         if session.authenticated_principal is not None:
             return session.authenticated_principal
         if session.certificate_principal is None:
-            context = cast(grpc.ServicerContext, _ServicerContext(session.identity))
+            identity = session.identity
             try:
-                session.certificate_principal = principal_of(
-                    context, None, self.gateway.authorization.mapper
+                session.certificate_principal = certificate_principal(
+                    identity.certificate_common_name,
+                    identity.certificate_subject,
+                    self.core.authorization.mapper,
                 )
             except AuthenticationError:
                 return ""
@@ -243,7 +255,7 @@ class KafkaCall:
         A streaming method's messages come back as a list. Raises the SeglogError the
         servicer or the authorizer aborted with."""
         context = _ServicerContext(self.identity, self.session, self.client_id)
-        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        guarded = self.core.authorization.guard(method_name, servicer_method)
         try:
             answer = guarded(request, cast(grpc.ServicerContext, context))
             if isinstance(answer, Iterator):
@@ -261,7 +273,7 @@ class KafkaCall:
         early ends the call as a client's cancellation does (what the servicer registered
         with `add_callback` runs, so its calls to the nodes are cancelled)."""
         context = _ServicerContext(self.identity, self.session, self.client_id)
-        guarded = self.gateway.authorization.guard(method_name, servicer_method)
+        guarded = self.core.authorization.guard(method_name, servicer_method)
         answer: Any = None
         try:
             answer = guarded(request, cast(grpc.ServicerContext, context))
@@ -285,9 +297,6 @@ class KafkaCall:
                 close()
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
-        """Whether this call's principal may `operation` the resource (always, with the
+        """Whether this call's caller may `operation` the resource (always, with the
         authorizer off): for APIs that filter what they show rather than refuse (Metadata)."""
-        context = _ServicerContext(self.identity, self.session, self.client_id)
-        return self.gateway.authorization.allowed(
-            cast(grpc.ServicerContext, context), operation, resource_type, name
-        )
+        return self.core.authorization.allows(self.caller, operation, resource_type, name)

@@ -8,7 +8,7 @@ partitions (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker refuses it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
@@ -19,9 +19,6 @@ from .api_table import ApiTable
 from .error_codes import NONE
 from .error_table import DataApi, data_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 
@@ -37,7 +34,7 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
         for p in topic.partitions
     ]
     try:
-        results = call.gateway.data_plane.list_offsets(call.caller, queries)
+        results = call.core.data_plane.list_offsets(call.caller, queries)
     except SeglogError as exc:  # refused whole (too many partitions)
         results = [ListedOffset(q.topic, q.partition, exc) for q in queries]
     answers = iter(results)
@@ -64,5 +61,5 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
     return response_class(throttle_time_ms=0, topics=topics)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(ListOffsetsRequest, 1, 10, list_offsets)

@@ -34,10 +34,8 @@ and no new one starts; a request already being handled finishes first on its han
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import logging
-import pkgutil
 import resource
 import socket
 import ssl
@@ -58,10 +56,11 @@ from .connection_quotas import (
     ConnectionQuotas,
 )
 from .handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS, RequestHandlerPool
-from .processor import ListenerContext, Processor
+from .listener_context import ListenerContext
+from .processor import Processor
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    from .core import KafkaCore
 
 logger = logging.getLogger(__name__)
 
@@ -109,27 +108,15 @@ def parse_listener(text: str) -> tuple[str, str]:
     return protocol, address
 
 
-def api_table_for(gateway: Gateway) -> ApiTable:
-    """Every `*_apis` module of this package registers its APIs (in name order): an area
-    adds a module, not a line here."""
-    table = ApiTable()
-    package = importlib.import_module(__name__.rsplit(".", 1)[0])
-    names = sorted(m.name for m in pkgutil.iter_modules(package.__path__))
-    for name in names:
-        if name.endswith("_apis"):
-            importlib.import_module(f"{package.__name__}.{name}").register(table, gateway)
-    return table
-
-
-def _ssl_context(protocol: str, gateway: Gateway) -> ssl.SSLContext | None:
+def _ssl_context(protocol: str, core: KafkaCore) -> ssl.SSLContext | None:
     """TLS for SSL and SASL_SSL listeners: the gateway's certificate; client certificates
     from the cluster CA required as on the gRPC listener (`tls_client_auth`)."""
     if not protocol.endswith("SSL"):
         return None
-    tls = gateway.config.tls
+    tls = core.tls
     if tls is None:
         raise ValueError(f"a {protocol} Kafka listener needs --tls-cert and --tls-key")
-    required = tls.ca is not None and gateway.config.tls_client_auth == "required"
+    required = tls.ca is not None and core.tls_client_auth == "required"
     return server_ssl_context(tls, "required" if required else "none")
 
 
@@ -164,7 +151,7 @@ class KafkaListener:
         self,
         listen: str,
         table: ApiTable,
-        gateway: Gateway,
+        core: KafkaCore,
         *,
         max_request_bytes: int,
         max_connections: int | None = None,
@@ -186,19 +173,19 @@ class KafkaListener:
         self._advertised = (
             None if advertised_listener is None else (parse_listener(advertised_listener)[1])
         )
-        self.ssl_context = _ssl_context(self.protocol, gateway)
+        self.ssl_context = _ssl_context(self.protocol, core)
         self.sasl_required = self.protocol.startswith("SASL_")
-        if self.sasl_required and gateway.authorization.tokens is None:
+        if self.sasl_required and core.authorization.tokens is None:
             raise ValueError(
                 f"{listen!r}: SASL needs bearer tokens to verify (--token-file or "
                 f"--oauth-jwks-file)"
             )
         self.table = table
-        self.gateway = gateway
+        self.core = core
         self.max_request_bytes = max_request_bytes
         self.max_connections = limits.max_connections
         self.idle_timeout_s = limits.connections_max_idle_ms / 1000
-        self.tracer = trace.get_tracer(__name__, tracer_provider=gateway.tracer_provider)
+        self.tracer = trace.get_tracer(__name__, tracer_provider=core.tracer_provider)
         self.quotas = ConnectionQuotas(
             limits.max_connections,
             limits.max_connections_per_ip,
@@ -272,9 +259,9 @@ class KafkaListener:
             logger.info("gateway's Kafka listener lanes on %s", " ".join(self.lane_addresses))
         context = ListenerContext(
             table=self.table,
-            gateway=self.gateway,
+            core=self.core,
             tracer=self.tracer,
-            pool=self.gateway.request_memory,
+            pool=self.core.request_memory,
             handlers=self.handlers,
             waiting_handlers=self.waiting_handlers,
             ssl_context=self.ssl_context,

@@ -1,47 +1,57 @@
-"""Metadata 0–9: the live gateways (each of their lanes) as the brokers, each partition led by
+"""Metadata 0–12: the live gateways (each of their lanes) as the brokers, each partition led by
 one of them (brokers.py: spread deterministically, so every gateway answers alike, and within
 a gateway the lane of the partition's storage leader), with the real leader epoch and the
 real replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
-does; clients retry it. Topics are never created by Metadata (seglog has no
-auto.create.topics.enable): a named topic that does not exist answers
-UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says. A topic the principal may
-not Describe answers TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics
-are asked for, as Kafka's broker does.
+does; clients retry it. A named topic that does not exist goes to the core's auto-creation
+(cluster/auto_create.py: v0-3 always allow it, v4+ as allow_auto_topic_creation says): made
+now, it answers LEADER_NOT_AVAILABLE, as Kafka's broker answers a topic it has just made;
+else INVALID_TOPIC_EXCEPTION for an illegal name, TOPIC_AUTHORIZATION_FAILED without Create,
+UNKNOWN_TOPIC_OR_PARTITION. A topic the principal may not Describe answers
+TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics are asked for, as
+Kafka's broker does.
+
+Topic ids (KIP-516, v10+): every topic answers its id. v12 may name a topic by id instead of
+name (the id wins when both are given); an id no topic has answers UNKNOWN_TOPIC_ID with a
+null name, one the principal may not Describe TOPIC_AUTHORIZATION_FAILED with a null name
+(Kafka's broker: ids are not secret, names are). v10 and v11 take names only, as Kafka's
+broker: an id there, or a null name, is INVALID_REQUEST for the whole request. Topics named
+by id are never auto-created (an unknown id has no name to create).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-from seglog.errors import SeglogError
+from seglog.errors import InvalidRequestError, SeglogError, UnknownTopicIdError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
 from .brokers import Broker, cluster_id, controller_id, leader_of, live_gateways
 from .error_codes import (
+    INVALID_REQUEST,
     LEADER_NOT_AVAILABLE,
     NONE,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
     kafka_error_code,
 )
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
+from .topic_ids import ZERO, from_wire, to_wire
 
 NO_LEADER = -1
+FIRST_BY_ID_VERSION = 12  # topics named by id in requests
 
 
 def _partitions(
     call: KafkaCall, response_class: Any, topic: Topic, gateways: list[list[Broker]]
 ) -> list[Any]:
-    registry = call.gateway.registry
+    registry = call.core.registry
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
@@ -73,22 +83,60 @@ def _partitions(
 
 
 def _topic(
-    call: KafkaCall, response_class: Any, name: str, gateways: list[list[Broker]], *, named: bool
+    call: KafkaCall,
+    response_class: Any,
+    name: str,
+    gateways: list[list[Broker]],
+    *,
+    named: bool,
+    missing: dict[str, SeglogError | None],
+    by_id: bool = False,
 ) -> Any | None:
     topic_class = response_class.MetadataResponseTopic
+    topic = call.core.registry.topics.get(name)
+    topic_id = to_wire(topic.topic_id) if topic is not None else ZERO
     if not call.allowed("Describe", "topic", name):
         if not named:
             return None
-        return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[])
-    topic = call.gateway.registry.topics.get(name)
-    if topic is None:
-        return topic_class(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[])
+        return topic_class(
+            error_code=TOPIC_AUTHORIZATION_FAILED,
+            name=None if by_id else name,
+            topic_id=topic_id if by_id else ZERO,
+            partitions=[],
+        )
+    refused = missing.get(name)
+    if refused is not None:
+        return topic_class(error_code=kafka_error_code(refused), name=name, partitions=[])
+    if topic is None or name in missing:  # just made: Kafka answers its clients retry this
+        code = UNKNOWN_TOPIC_OR_PARTITION if topic is None else LEADER_NOT_AVAILABLE
+        return topic_class(error_code=code, name=name, topic_id=topic_id, partitions=[])
     return topic_class(
         error_code=NONE,
         name=name,
+        topic_id=topic_id,
         is_internal=topic.internal,
         partitions=_partitions(call, response_class, topic, gateways),
     )
+
+
+def _named(call: KafkaCall, request: Any) -> list[tuple[str, Any]]:
+    """The request's topics, each as (name, id asked for or None): by id (v12+) the name
+    is the registry's, "" when no topic has the id."""
+    named: list[tuple[str, Any]] = []
+    for t in request.topics:
+        topic_id = from_wire(getattr(t, "topic_id", None))
+        if call.version < FIRST_BY_ID_VERSION and (topic_id or t.name is None):
+            raise InvalidRequestError(
+                f"Metadata v{call.version} names topics by name only (ids from v12)"
+            )
+        if topic_id:
+            try:
+                named.append((call.core.registry.topic_name_of(topic_id), t.topic_id))
+            except UnknownTopicIdError:
+                named.append(("", t.topic_id))
+        elif t.name is not None:
+            named.append((t.name, None))
+    return list(dict.fromkeys(named))
 
 
 def metadata(call: KafkaCall, request: Any) -> Any:
@@ -96,12 +144,38 @@ def metadata(call: KafkaCall, request: Any) -> Any:
     # v0: an empty list means every topic; v1+: null does, and an empty list none.
     every_topic = request.topics is None or (call.version == 0 and not request.topics)
     if every_topic:
-        names = sorted(call.gateway.registry.topics)
+        asked: list[tuple[str, Any]] = [(n, None) for n in sorted(call.core.registry.topics)]
     else:
-        names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
+        try:
+            asked = _named(call, request)
+        except InvalidRequestError:  # Kafka's getErrorResponse: every topic answers the code
+            return _refused(call, response_class, request)
+    names = [name for name, _ in asked]
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    gateways = live_gateways(call.gateway, call.advertised_address)
-    topics = [_topic(call, response_class, name, gateways, named=not every_topic) for name in names]
+    gateways = live_gateways(call.core, call.advertised_address)
+    missing = {}
+    if not every_topic:
+        missing = call.core.auto_create.create_missing(
+            call.caller,
+            [n for n, by_id in asked if by_id is None and call.allowed("Describe", "topic", n)],
+            allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
+        )
+    topics = [
+        _topic(
+            call,
+            response_class,
+            name,
+            gateways,
+            named=not every_topic,
+            missing=missing,
+            by_id=wire_id is not None,
+        )
+        if name or wire_id is None
+        else response_class.MetadataResponseTopic(
+            error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=wire_id, partitions=[]
+        )
+        for name, wire_id in asked
+    ]
     return response_class(
         throttle_time_ms=0,
         brokers=[
@@ -111,11 +185,25 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             for lanes in gateways
             for b in lanes
         ],
-        cluster_id=cluster_id(call.gateway),
-        controller_id=controller_id(call.gateway),
+        cluster_id=cluster_id(call.core),
+        controller_id=controller_id(call.core),
         topics=[t for t in topics if t is not None],
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
-    table.register(MetadataRequest, 0, 9, metadata)
+def _refused(call: KafkaCall, response_class: Any, request: Any) -> Any:
+    topic_class = response_class.MetadataResponseTopic
+    return response_class(
+        throttle_time_ms=0,
+        brokers=[],
+        cluster_id=cluster_id(call.core),
+        controller_id=controller_id(call.core),
+        topics=[
+            topic_class(error_code=INVALID_REQUEST, name=t.name, topic_id=t.topic_id, partitions=[])
+            for t in request.topics
+        ],
+    )
+
+
+def register(table: ApiTable) -> None:
+    table.register(MetadataRequest, 0, 12, metadata)

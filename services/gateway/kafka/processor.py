@@ -21,50 +21,24 @@ import ssl
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from opentelemetry import trace
-
-from services.memory_pool import RequestMemoryPool
-
-from .api_table import ApiTable
 from .channel import Channel, PeerClosed, Step
 from .connection import KafkaConnection, Outcome
 from .connection_deadlines import ConnectionDeadlines
 from .framing import FrameError
-from .handler_pool import RequestHandlerPool
 from .kafka_call import ConnectionIdentity
+from .listener_context import ListenerContext
 from .request_dispatch import RequestDispatch
 
 if TYPE_CHECKING:
-    from ..server import Gateway
+    pass
 
 logger = logging.getLogger(__name__)
 
 # The longest the loop sleeps with no event: how late a stop or an idle expiry may be seen.
 MAX_SELECT_S = 0.5
 STOP_JOIN_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True)
-class ListenerContext:
-    """What every network thread of a listener shares."""
-
-    table: ApiTable
-    gateway: Gateway
-    tracer: trace.Tracer
-    pool: RequestMemoryPool
-    handlers: RequestHandlerPool
-    waiting_handlers: RequestHandlerPool
-    ssl_context: ssl.SSLContext | None
-    sasl_required: bool
-    advertised_address: str
-    max_request_bytes: int
-    idle_timeout_s: float
-    first_request_timeout_s: float
-    closed: Callable[[str], None]  # a connection from this address is closed
 
 
 class Processor:
@@ -209,7 +183,7 @@ class Processor:
         connection = KafkaConnection(
             ConnectionIdentity(peer[0], peer[1]),
             context.table,
-            context.gateway,
+            context.core,
             tracer=context.tracer,
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,

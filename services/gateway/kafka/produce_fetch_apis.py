@@ -19,7 +19,7 @@ stable offset is the high watermark and there are no aborted transactions.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -40,9 +40,6 @@ from .error_codes import FETCH_SESSION_ID_NOT_FOUND, NONE
 from .error_table import DataApi, data_error_code
 from .fetch_budget import FetchBudget
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 NO_OFFSET = -1
 SESSIONLESS = 0
@@ -81,7 +78,7 @@ def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Resul
         }
     scope = call_scope(call)
     try:
-        answers = call.gateway.data_plane.produce(call.caller, topics, scope)
+        answers = call.core.data_plane.produce(call.caller, topics, scope)
     finally:
         scope.finish()
     return {
@@ -233,7 +230,7 @@ def _read(
     enough = max(query.min_bytes, 1)
     scope = call_scope(call)
     try:
-        pieces = call.gateway.data_plane.fetch(call.caller, query, scope)
+        pieces = call.core.data_plane.fetch(call.caller, query, scope)
         for piece in pieces:
             key = (piece.topic, piece.partition)
             answer = answers.get(key)
@@ -304,6 +301,6 @@ def fetch(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(ProduceRequest, 3, 9, produce, batch_handler=produce_many)
     table.register(FetchRequest, 4, 12, fetch)

@@ -1,22 +1,18 @@
-"""InitProducerId 0–4 through the admin service's InitProducerId (idempotent producers: a new
-producer id at epoch 0 each time; a transactional id is refused, seglog has no
-transactions). Needs IdempotentWrite on the cluster, as Kafka's broker checks."""
+"""InitProducerId 0–4 over the core's ProducerIds (cluster/producer_ids.py: idempotent
+producers, a new producer id at epoch 0 each time; a transactional id is refused, seglog has
+no transactions). Needs IdempotentWrite on the cluster, as Kafka's broker checks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
 
 from seglog.errors import SeglogError
-from seglog.v1 import common_pb2, gateway_pb2
 
 from .api_table import ApiTable
 from .error_codes import INVALID_REQUEST, NONE, kafka_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 
 def init_producer_id(call: KafkaCall, request: Any) -> Any:
@@ -27,9 +23,8 @@ def init_producer_id(call: KafkaCall, request: Any) -> Any:
         return response_class(
             throttle_time_ms=0, error_code=INVALID_REQUEST, producer_id=-1, producer_epoch=-1
         )
-    proto = gateway_pb2.InitProducerIdRequest(transactional_id=request.transactional_id or "")
     try:
-        answer = call.invoke("InitProducerId", call.gateway.admin.InitProducerId, proto)
+        given = call.core.producer_ids.init_producer_id(call.caller, request.transactional_id)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -37,16 +32,13 @@ def init_producer_id(call: KafkaCall, request: Any) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    error = NONE
-    if answer.error != common_pb2.NONE:
-        error = kafka_error_code(common_pb2.ErrorCode.Name(answer.error), "transactional_id")
     return response_class(
         throttle_time_ms=0,
-        error_code=error,
-        producer_id=answer.producer_id,
-        producer_epoch=answer.producer_epoch,
+        error_code=NONE,
+        producer_id=given.producer_id,
+        producer_epoch=given.epoch,
     )
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(InitProducerIdRequest, 0, 4, init_producer_id)

@@ -1,6 +1,6 @@
-"""Kafka's DescribeClientQuotas and AlterClientQuotas (KIP-546) on the listener, through the
-gateway's gRPC QuotaService (`call.invoke`), so the authorizer's rules hold: DescribeConfigs
-on the cluster to describe, AlterConfigs on it to alter. Entity names are Kafka's: a null
+"""Kafka's DescribeClientQuotas and AlterClientQuotas (KIP-546) on the listener, over the
+core's ClientQuotaAdmin (cluster/client_quotas.py), which authorizes: DescribeConfigs on the
+cluster to describe, AlterConfigs on it to alter. Entity names are Kafka's: a null
 name is the entity type's default. Each alteration entry is checked and applied on its own
 and answers its own error, as Kafka's broker does."""
 
@@ -16,13 +16,11 @@ from kafka.protocol.admin import (
 )
 
 from seglog.errors import InvalidRequestError, SeglogError
-from seglog.v1 import gateway_pb2
 
-from ..routing.quotas import ENTITY_TYPES
+from ..cluster.client_quotas import ENTITY_TYPES, EntityPart, QuotaAlteration, QuotaOp
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
-    from ..server import Gateway
     from .api_table import ApiTable
     from .kafka_call import KafkaCall
 
@@ -30,20 +28,9 @@ if TYPE_CHECKING:
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(DescribeClientQuotasRequest, 0, 1, describe_client_quotas)
     table.register(AlterClientQuotasRequest, 0, 1, alter_client_quotas)
-
-
-def _entity_proto(entity: Any) -> list[gateway_pb2.QuotaEntity]:
-    return [
-        gateway_pb2.QuotaEntity(
-            entity_type=part.entity_type,
-            name=part.entity_name or "",
-            is_default=part.entity_name is None,
-        )
-        for part in entity
-    ]
 
 
 def _matches(entity: dict[str, str | None], components: Any, strict: bool) -> bool:
@@ -73,12 +60,7 @@ def describe_client_quotas(call: KafkaCall, request: Any) -> Any:
     entry_class = response_class.EntryData
     try:
         _check_components(request.components)
-        service = call.gateway.quota_service
-        answer = call.invoke(
-            "DescribeClientQuotas",
-            service.DescribeClientQuotas,
-            gateway_pb2.DescribeClientQuotasRequest(),
-        )
+        found_entries = call.core.quotas.describe(call.caller)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -87,8 +69,8 @@ def describe_client_quotas(call: KafkaCall, request: Any) -> Any:
             entries=None,
         )
     entries = []
-    for found in answer.entries:
-        entity = {c.entity_type: None if c.is_default else c.name for c in found.entity}
+    for found in found_entries:
+        entity = {part.entity_type: part.name for part in found.entity}
         if not _matches(entity, request.components, request.strict):
             continue
         entries.append(
@@ -111,18 +93,13 @@ def alter_client_quotas(call: KafkaCall, request: Any) -> Any:
     entry_class = response_class.EntryData
     results = []
     for entry in request.entries:
-        alteration = gateway_pb2.ClientQuotaAlteration(entity=_entity_proto(entry.entity))
-        for op in entry.ops:
-            alteration.ops.add(key=op.key, value=op.value, remove=op.remove)
+        alteration = QuotaAlteration(
+            tuple(EntityPart(e.entity_type, e.entity_name) for e in entry.entity),
+            tuple(QuotaOp(op.key, op.value, op.remove) for op in entry.ops),
+        )
         error_code, message = 0, None
         try:
-            call.invoke(
-                "AlterClientQuotas",
-                call.gateway.quota_service.AlterClientQuotas,
-                gateway_pb2.AlterClientQuotasRequest(
-                    entries=[alteration], validate_only=request.validate_only
-                ),
-            )
+            call.core.quotas.alter(call.caller, [alteration], validate_only=request.validate_only)
         except SeglogError as exc:
             error_code, message = kafka_error_code(exc, "cluster"), str(exc)
         results.append(

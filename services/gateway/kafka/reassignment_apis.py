@@ -14,7 +14,7 @@ partitions, kafka-leader-election, kafka-log-dirs) reach the same decisions and 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
@@ -33,9 +33,6 @@ from seglog.v1 import common_pb2, gateway_pb2
 from .api_table import ApiTable
 from .error_codes import NONE, kafka_error_code
 from .kafka_call import KafkaCall
-
-if TYPE_CHECKING:
-    from ..server import Gateway
 
 UNCLEAN = 1  # Kafka's ElectionType
 
@@ -58,7 +55,7 @@ def alter_partition_reassignments(call: KafkaCall, request: Any) -> Any:
                 cancel=p.replicas is None,
             )
     error, message = NONE, None
-    service = call.gateway.reassignment_service
+    service = call.core.reassignment_service
     try:
         call.invoke("AlterPartitionReassignments", service.AlterPartitionReassignments, proto)
     except PermissionDeniedError as exc:  # Kafka answers it at the top
@@ -94,7 +91,7 @@ def list_partition_reassignments(call: KafkaCall, request: Any) -> Any:
             proto.partitions.add(topic=topic.name, partition=i)
     if request.topics is not None and not proto.partitions:
         return response_class(throttle_time_ms=0, error_code=NONE, error_message=None, topics=[])
-    service = call.gateway.reassignment_service
+    service = call.core.reassignment_service
     try:
         answer = call.invoke(
             "ListPartitionReassignments", service.ListPartitionReassignments, proto
@@ -128,7 +125,7 @@ def elect_leaders(call: KafkaCall, request: Any) -> Any:
     for topic in request.topic_partitions or []:
         for i in topic.partitions:
             proto.partitions.add(topic=topic.topic, partition=i)
-    service = call.gateway.reassignment_service
+    service = call.core.reassignment_service
     try:
         answer = call.invoke("ElectLeaders", service.ElectLeaders, proto)
     except SeglogError as exc:
@@ -159,7 +156,7 @@ def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
         wanted = {(t.topic, i) for t in request.topics for i in t.partitions}
-    service = call.gateway.reassignment_service
+    service = call.core.reassignment_service
     try:
         answer = call.invoke(
             "DescribeLogDirs", service.DescribeLogDirs, gateway_pb2.DescribeLogDirsRequest()
@@ -195,7 +192,7 @@ def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
     return response_class(throttle_time_ms=0, error_code=NONE, results=results)
 
 
-def register(table: ApiTable, gateway: Gateway) -> None:
+def register(table: ApiTable) -> None:
     table.register(AlterPartitionReassignmentsRequest, 0, 1, alter_partition_reassignments)
     table.register(ListPartitionReassignmentsRequest, 0, 0, list_partition_reassignments)
     table.register(ElectLeadersRequest, 0, 2, elect_leaders)

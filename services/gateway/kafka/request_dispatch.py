@@ -20,7 +20,7 @@ from .connection import Outcome
 from .framing import API_KEY_AND_VERSION, FrameError
 
 if TYPE_CHECKING:
-    from .processor import ListenerContext
+    from .listener_context import ListenerContext
 
 # Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
 # and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR

@@ -15,6 +15,8 @@ gRPC path's `principal_of`), so a JWT that expires stops working mid-connection.
 
 from __future__ import annotations
 
+from typing import Any
+
 from seglog.errors import AuthenticationError
 from seglog.security.tokens import TokenVerifier
 
@@ -65,3 +67,12 @@ def authenticate(
     if mechanism == "OAUTHBEARER":
         return _oauthbearer(auth_bytes, tokens)
     raise AuthenticationError(f"SASL mechanism {mechanism!r} is not one of {MECHANISMS}")
+
+
+class SaslFailed(Exception):
+    """Authentication failed: the answer is sent, then the connection closed."""
+
+    def __init__(self, response: Any) -> None:
+        super().__init__("SASL authentication failed")
+        self.response = response
+        self.correlation_id: int | None = None  # set by the connection that sends it

@@ -30,7 +30,7 @@ import logging
 import ssl
 import threading
 from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from seglog.errors import LeaderNotAvailableError, SeglogError
 from seglog.rpc import grants, wire
@@ -42,10 +42,7 @@ from seglog.v1 import common_pb2
 from .call_scope import CallScope
 from .cancel_deadlines import CancelDeadlines
 from .leader_appends import Target
-from .produce_relay import configured_relay, relay_settings
-
-if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
-    from ..settings import GatewayConfig
+from .produce_relay import RelayConfig, configured_relay, relay_settings
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +60,7 @@ DRAIN_TIMEOUT_S = 1.0
 CANCEL_GRACE_S = 1.0
 
 
-def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay | None:
+def configured_fetch_relay(config: RelayConfig, *, traced: bool) -> FetchRelay | None:
     """The gateway's fetch relay as configured: none without a cluster secret or with
     `bulk.fetch.relay.enable` false."""
     if config.cluster_secret is None or not config.bulk_fetch_relay_enable:
@@ -71,7 +68,7 @@ def configured_fetch_relay(config: GatewayConfig, *, traced: bool) -> FetchRelay
     return FetchRelay(**relay_settings(config, traced=traced))
 
 
-def configured_relays(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
+def configured_relays(config: RelayConfig, *, traced: bool) -> dict[str, Any]:
     """GatewayService's `produce_relay` and `fetch_relay`, as configured."""
     return {
         "produce_relay": configured_relay(config, traced=traced),

@@ -65,15 +65,20 @@ class LeaderQueries:
         self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
     ) -> common_pb2.DeleteRecordsResponse:
         response = common_pb2.DeleteRecordsResponse()
-        response.partitions.extend(
-            self._per_leader(
-                request.partitions,
-                common_pb2.DeleteRecordsRequest,
-                lambda stub: stub.DeleteRecords,
-                _delete_records_error,
-            )
-        )
+        response.partitions.extend(self.delete_records(request.partitions))
         return response
+
+    def delete_records(
+        self, partitions: Sequence[common_pb2.DeleteRecordsPartition]
+    ) -> list[common_pb2.DeleteRecordsResult]:
+        """Each partition's records below its offset deleted by its leader, in order (the
+        core's RecordDeletion and the gRPC method both)."""
+        return self._per_leader(
+            partitions,
+            common_pb2.DeleteRecordsRequest,
+            lambda stub: stub.DeleteRecords,
+            _delete_records_error,
+        )
 
     def _per_leader(
         self,

@@ -8,17 +8,30 @@ client is ever given) and renews it before expiry (grants.ReusedGrants)."""
 from __future__ import annotations
 
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from seglog.rpc import grants
 from seglog.rpc.produce_connections import MAX_CONNECTIONS_PER_NODE, ProduceConnections
-from seglog.security.tls import client_ssl_context
-
-if TYPE_CHECKING:  # the settings import the cluster package, which imports this one
-    from ..settings import GatewayConfig
+from seglog.security.tls import TlsFiles, client_ssl_context
 
 
-def relay_settings(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
+class RelayConfig(Protocol):
+    """The gateway's settings the relays are made from (GatewayConfig is one): named here,
+    not imported, because the settings import this plane for its defaults."""
+
+    @property
+    def cluster_secret(self) -> bytes | None: ...
+    @property
+    def tls(self) -> TlsFiles | None: ...
+    @property
+    def fetch_grant_ttl_ms(self) -> int: ...
+    @property
+    def bulk_produce_relay_enable(self) -> bool: ...
+    @property
+    def bulk_fetch_relay_enable(self) -> bool: ...
+
+
+def relay_settings(config: RelayConfig, *, traced: bool) -> dict[str, Any]:
     """What either relay (this one, fetch_relay.py) is made with: the cluster secret, the
     gateway's TLS client context, whether it traces, its grants' time to live."""
     assert config.cluster_secret is not None
@@ -30,7 +43,7 @@ def relay_settings(config: GatewayConfig, *, traced: bool) -> dict[str, Any]:
     }
 
 
-def configured_relay(config: GatewayConfig, *, traced: bool) -> ProduceRelay | None:
+def configured_relay(config: RelayConfig, *, traced: bool) -> ProduceRelay | None:
     """The gateway's relay as configured: none without a cluster secret or with
     `bulk.produce.relay.enable` false."""
     if config.cluster_secret is None or not config.bulk_produce_relay_enable:

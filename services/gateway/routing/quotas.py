@@ -36,12 +36,12 @@ from seglog.rpc.wire import encode_uvarint
 from seglog.security.acls import ANONYMOUS
 from seglog.v1 import bulk_pb2, common_pb2
 
-PRODUCER_BYTE_RATE = "producer_byte_rate"
-CONSUMER_BYTE_RATE = "consumer_byte_rate"
-QUOTA_KEYS = (PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE)
-USER, CLIENT_ID = "user", "client-id"
-ENTITY_TYPES = (USER, CLIENT_ID)
-DEFAULT_NAME = "<default>"
+# The quota keys and entities are the cluster's (where quotas are kept); the relay's
+# callers name the keys through this module too.
+from ..cluster.client_quotas import CLIENT_ID, DEFAULT_NAME, USER, EntityKey
+from ..cluster.client_quotas import CONSUMER_BYTE_RATE as CONSUMER_BYTE_RATE
+from ..cluster.client_quotas import PRODUCER_BYTE_RATE as PRODUCER_BYTE_RATE
+
 # A bucket holds one second of its rate: a client idle for a while may send that much at once.
 BURST_S = 1.0
 # Kafka bounds a throttle by its quota window; a held answer must also stay within clients'
@@ -49,8 +49,6 @@ BURST_S = 1.0
 MAX_THROTTLE_MS = 10_000
 _PRODUCE_THROTTLE_FIELD = bytes([3 << 3])  # ProduceResponse.throttle_time_ms, varint
 _FETCH_THROTTLE_FIELD = bytes([13 << 3])  # FetchResponse.throttle_time_ms, varint
-
-EntityKey = tuple[tuple[str, str], ...]  # sorted (entity type, name) pairs
 
 
 def quota_user(principal: str) -> str:

@@ -1,0 +1,86 @@
+"""README's generated tables: each service's settings (declared on their config fields,
+services/settings.py) and the Kafka APIs the listener serves (its registry,
+services/gateway/kafka/apis.py). `python -m devtools.readme_tables` prints them under the
+comment line that marks each in README.md; tests keep README equal to them.
+
+Here, not beside what they print: the settings' module is imported by every service, and
+the gateway's settings import the gateway's planes for their defaults, so a printer there
+would tie the services' shared settings module into the gateway's imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from services.gateway.kafka.api_table import ApiEntry
+from services.gateway.kafka.apis import kafka_api_table
+from services.gateway.settings import GatewayConfig
+from services.settings import markdown_table
+from services.storage_node.settings import NodeConfig
+
+KAFKA_TABLE_MARK = "<!-- Kafka APIs: python -m devtools.readme_tables -->"
+
+# What a client should know beside an API's versions: where seglog serves less than Kafka's
+# broker or differently. Keyed by the API's name (ApiEntry.name); an API without a note
+# gets none.
+KAFKA_API_NOTES: Mapping[str, str] = {
+    "Fetch": "sessionless: every answer has session id 0",
+    "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
+    "InitProducerId": "idempotent producers; no transactional id",
+    "Metadata": "topic ids, KIP-516: by id from v12",
+    "CreateTopics": "no replica assignments: seglog places replicas; answers the topic id",
+    "DeleteTopics": "by name, or by topic id from v6",
+    "DescribeTopicPartitions": "topic ids and ELRs, paged by cursor",
+    "CreatePartitions": "no replica assignments",
+    "DeleteRecords": "the low watermark is the leader's new log start offset",
+    "DescribeConfigs": (
+        "topics; the gateway's settings as its broker, read-only, and its dynamic "
+        "replication throttles"
+    ),
+    "AlterConfigs": "topics; brokers' replication throttles",
+    "IncrementalAlterConfigs": (
+        "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles"
+    ),
+    "DescribeAcls": "topic, group and cluster resources",
+    "CreateAcls": "topic, group and cluster resources",
+    "DeleteAcls": "topic, group and cluster resources",
+    "SaslHandshake": "PLAIN, OAUTHBEARER, SCRAM-SHA-256, SCRAM-SHA-512",
+    "ApiVersions": (
+        "v3+: the features this release implements, as `kafka-features describe` prints them"
+    ),
+    "UpdateFeatures": "only to the levels this release has",
+    "DescribeProducers": "from the leader's producer state",
+    "ListConfigResources": "no client metrics subscriptions",
+    "FindCoordinator": "groups; a transaction coordinator is refused (no transactions)",
+}
+
+
+def _versions(entry: ApiEntry) -> str:
+    if entry.min_version == entry.max_version:
+        return str(entry.min_version)
+    return f"{entry.min_version}–{entry.max_version}"
+
+
+def kafka_api_markdown() -> str:
+    """The table of every API the listener serves, by api key (ApiVersions' order)."""
+    rows = ["| API | key | versions | notes |", "|---|---|---|---|"]
+    for entry in kafka_api_table().entries():
+        note = KAFKA_API_NOTES.get(entry.name, "")
+        rows.append(f"| {entry.name} | {entry.api_key} | {_versions(entry)} | {note} |")
+    return "\n".join(rows) + "\n"
+
+
+def settings_tables() -> Mapping[str, str]:
+    """Each service's settings table, under the title the README gives it."""
+    return {"gateway": markdown_table(GatewayConfig), "storage node": markdown_table(NodeConfig)}
+
+
+def main() -> None:
+    for title, table in settings_tables().items():
+        print(f"<!-- {title} settings: python -m devtools.readme_tables -->")
+        print(f"The {title}:\n\n{table}")
+    print(f"{KAFKA_TABLE_MARK}\n{kafka_api_markdown()}")
+
+
+if __name__ == "__main__":
+    main()
