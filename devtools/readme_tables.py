@@ -25,7 +25,7 @@ KAFKA_TABLE_MARK = "<!-- Kafka APIs: python -m devtools.readme_tables -->"
 # gets none.
 KAFKA_API_NOTES: Mapping[str, str] = {
     "Fetch": "sessionless: every answer has session id 0",
-    "ListOffsets": "earliest, latest, max timestamp, by time",
+    "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
     "InitProducerId": "idempotent producers; no transactional id",
     "Metadata": "topic ids, KIP-516: by id from v12",
     "CreateTopics": "no replica assignments: seglog places replicas; answers the topic id",

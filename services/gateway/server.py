@@ -62,6 +62,7 @@ from .kafka.core import KafkaCore
 from .kafka.listener import KafkaListener
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
+from .routing.data_plane import DataPlane
 from .routing.fetch_relay import configured_relays
 from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
@@ -165,6 +166,15 @@ class Gateway:
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
             grant_acls_offset=self.authorization.checked_acls_offset,
             **configured_relays(config, traced=tracer_provider is not None),
+        )
+        # The broker core's data plane, over the same routing: the Kafka listener's way in.
+        self.data_plane = DataPlane(
+            self.service.producing,
+            self.service.fetching,
+            self.service.queries,
+            lambda: self.service.quotas,
+            self.authorization,
+            lambda api, started: self.service.metrics.request(api, started),
         )
         self.topic_admin = TopicAdmin(
             self.registry,
@@ -292,6 +302,7 @@ class Gateway:
             registry=self.registry,
             authorization=self.authorization,
             service=self.service,
+            data_plane=self.data_plane,
             record_deletion=self.record_deletion,
             topics=self.topic_admin,
             auto_create=self.auto_create,

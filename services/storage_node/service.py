@@ -225,7 +225,11 @@ class StorageNodeService:
                 continue
             result.offset = -1 if found is None else found.offset
             result.timestamp = -1 if found is None else found.timestamp_ms
-            result.leader_epoch = self.replicas.leader_epoch(p.topic, p.partition)
+            # No offset (none at or after the time, or LATEST_TIERED on an untiered log): no
+            # epoch either, as Kafka answers.
+            result.leader_epoch = (
+                -1 if result.offset < 0 else self.replicas.leader_epoch(p.topic, p.partition)
+            )
         return response
 
     def SplitPoints(

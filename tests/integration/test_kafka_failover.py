@@ -1,6 +1,6 @@
 """A Kafka producer through a storage leader's crash: librdkafka, idempotent with acks=all,
 keeps producing while the leader of its partition is stopped without a controlled shutdown;
-the gateway's answers (LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER) are retried, and every
+the gateway's answers (NOT_LEADER_OR_FOLLOWER, as a Kafka broker's) are retried, and every
 record is read back once. With lanes (listener.py), the new storage leader's lane is another
 broker, and the reader afterwards is sent to it."""
 

@@ -9,6 +9,7 @@ off paths the in-process group tests (test_kafka_groups' first run) cover."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections import Counter
 
@@ -19,7 +20,10 @@ from kafka.protocol.metadata.find_coordinator import (
     FindCoordinatorResponse,
 )
 
+from devtools import apache_kafka
+from devtools.apache_kafka import CONSOLE_CONSUMER, java_command, log4j2_config
 from devtools.processes import ServerProcess, gateway_process, node_process
+from seglog.client.admin import Admin
 from seglog.security.acls import AclBinding
 from seglog.security.certs import node_identity
 from services.gateway.kafka.brokers import broker_id
@@ -55,20 +59,29 @@ def client_grants(topic: str, group: str) -> list[AclBinding]:
 
 
 class ProcessCluster:
-    def __init__(self, root) -> None:
+    def __init__(self, root, *, secured: bool = True) -> None:
+        """`secured`: mutual TLS and the authorizer (production's configuration); else
+        plaintext, for Kafka's Java client, which the tests give no keystore."""
         env = {"SEGLOG_CLUSTER_SECRET": CLUSTER_SECRET}
         (root / "logs").mkdir(parents=True)
         self.certificates = ClusterCertificates(root / "tls")
         grpc_port, kafka_port = free_ports(2)
         self.kafka_address = f"127.0.0.1:{kafka_port}"
+        security = (
+            [
+                *self.certificates.server_flags(),
+                *("--authorizer", "true", "--super-users", f"User:{OPERATOR}"),
+            ]
+            if secured
+            else []
+        )
         self.gateway = gateway_process(
             f"127.0.0.1:{grpc_port}",
             root / "gateway",
             extra_args=[
-                *self.certificates.server_flags(),
-                *("--authorizer", "true", "--super-users", f"User:{OPERATOR}"),
+                *security,
                 "--kafka-listen",
-                f"SSL://{self.kafka_address}",
+                f"{'SSL' if secured else 'PLAINTEXT'}://{self.kafka_address}",
                 "--session-timeout-ms",
                 "2000",
                 "--heartbeat-interval-ms",
@@ -85,7 +98,7 @@ class ProcessCluster:
         )
         self.nodes: dict[int, ServerProcess] = {}
         address = self.gateway.start()
-        self.admin = self.certificates.admin(address)
+        self.admin = self.certificates.admin(address) if secured else Admin(address)
         try:
             for node_id in (1, 2, 3):
                 configs = [a for k, v in NODE_CONFIGS.items() for a in ("--config", f"{k}={v}")]
@@ -96,7 +109,11 @@ class ProcessCluster:
                     self.gateway.internal_address,
                     extra_args=[
                         *("--heartbeat-interval-ms", "200", *configs),
-                        *self.certificates.server_flags(node_identity(node_id)),
+                        *(
+                            self.certificates.server_flags(node_identity(node_id))
+                            if secured
+                            else []
+                        ),
                     ],
                     stderr_path=root / "logs" / f"node-{node_id}.log",
                     env=env,
@@ -216,6 +233,73 @@ def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigk
     assert not failed, failed[:5]
     assert sorted(acknowledged) == list(range(RECORDS))
     assert set(seen) == set(range(RECORDS))
+
+
+def test_kafkas_java_consumer_in_a_group_reads_on_through_a_leader_sigkill(tmp_path):
+    """Kafka's own consumer (the console consumer, in a group) fetching while the leader of a
+    partition is SIGKILLed: until the registry elects a new leader, the gateway answers that
+    partition NOT_LEADER_OR_FOLLOWER, which the Java fetcher retries after a metadata
+    refresh. Any code its FetchCollector does not list (LEADER_NOT_AVAILABLE, 5, before)
+    ends it: `IllegalStateException: Unexpected error code 5 while fetching`."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    cluster = ProcessCluster(tmp_path, secured=False)
+    consumer = None
+    try:
+        cluster.admin.create_topic(TOPIC, PARTITIONS, 3)
+        wait_for(cluster.in_sync, TIMEOUT_S, "every replica in sync")
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": cluster.kafka_address, "acks": "all", "linger.ms": 5}
+        )
+        failed: list[object] = []
+
+        def produce(values) -> None:
+            for value in values:
+                producer.produce(
+                    TOPIC,
+                    str(value).encode(),
+                    partition=value % PARTITIONS,
+                    on_delivery=lambda error, _: error is None or failed.append(error),
+                )
+                producer.poll(0)
+            assert producer.flush(TIMEOUT_S) == 0
+
+        produce(range(RECORDS // 2))
+        consumer = subprocess.Popen(
+            java_command(
+                CONSOLE_CONSUMER,
+                *("--bootstrap-server", cluster.kafka_address, "--topic", TOPIC),
+                *("--group", "java-survivors", "--from-beginning"),
+                # Fetch often, so fetches meet the dead leader before a new one is elected.
+                *("--command-property", "fetch.max.wait.ms=100"),
+                jvm_options=("-Xmx256m", f"-Dlog4j2.configurationFile={log4j2_config()}"),
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        seen: set[int] = set()
+        lines = threading.Thread(
+            target=lambda: seen.update(
+                int(line) for line in consumer.stdout if line.strip().isdigit()
+            )
+        )
+        lines.start()
+        assert wait_until(lambda: len(seen) >= RECORDS // 4 or consumer.poll() is not None, 60)
+        victim = cluster.leader_of(0)
+        cluster.nodes[victim].kill()  # SIGKILL: no controlled shutdown
+        produce(range(RECORDS // 2, RECORDS))
+        wait_until(lambda: len(seen) == RECORDS or consumer.poll() is not None, TIMEOUT_S)
+        alive = consumer.poll() is None
+        consumer.terminate()
+        _, errors = consumer.communicate(timeout=TIMEOUT_S)
+        lines.join(TIMEOUT_S)
+        assert alive, errors.decode()[-3000:]
+        assert not failed, failed[:5]
+        assert seen == set(range(RECORDS)), (len(seen), errors.decode()[-3000:])
+    finally:
+        if consumer is not None and consumer.poll() is None:
+            consumer.kill()
+            consumer.wait(TIMEOUT_S)
+        cluster.close()
 
 
 def find_coordinator(cluster: EtcdBackedCluster, kafka_address: str, group_id: str):

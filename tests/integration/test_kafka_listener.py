@@ -7,7 +7,9 @@ from __future__ import annotations
 import struct
 import time
 
+import confluent_kafka
 import pytest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -16,6 +18,7 @@ from kafka.protocol.metadata import (
 )
 from kafka.protocol.producer import ProduceRequest
 
+from seglog.client.producer import Producer
 from services.gateway.kafka import error_codes
 from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.brokers import broker_id, broker_of_gateway, cluster_id
@@ -25,7 +28,7 @@ from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_for, wait_until
 
 # api key: (min, max) — the listener core's table (other areas add theirs).
-CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 6), 3: (0, 12), 18: (0, 4), 22: (0, 4)}
+CORE_APIS = {0: (3, 9), 1: (4, 12), 2: (1, 10), 3: (0, 12), 18: (0, 4), 22: (0, 4)}
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +253,87 @@ def test_sasl_on_a_plaintext_listener_is_an_illegal_state(cluster):
         answer = wire.request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, SaslHandshakeResponse)
         assert answer.error_code == 34  # ILLEGAL_SASL_STATE
         assert serves_metadata(cluster)
+
+
+BIG_RECORD_BYTES = 900_000
+FETCH_MAX_BYTES = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def big_batches(cluster):
+    """Two partitions led by two nodes, each holding two batches of ~900 KB (one record
+    each): any two of them are past a 1,000,000-byte fetch."""
+    cluster.admin.create_topic("big-batches", 2, 1)
+    leaders = {cluster.gateway.registry.route("big-batches", p).leader for p in (0, 1)}
+    assert len(leaders) == 2, leaders
+    with Producer(cluster.address, linger_ms=0, max_request_size=2_000_000) as producer:
+        for i in range(4):
+            value = bytes([i]) * BIG_RECORD_BYTES
+            producer.send("big-batches", value, partition=i % 2).get(timeout=30)
+    return "big-batches"
+
+
+def test_a_fetch_over_two_leaders_answers_within_max_bytes_but_the_first_batch(
+    cluster, big_batches
+):
+    """Kafka's rule: no batch past the request's max_bytes but the answer's first (each node
+    given the whole budget, this answered 1,843,824 bytes), nor past a partition's
+    partition_max_bytes but the first."""
+    partitions = [
+        FetchRequest[12].FetchTopic.FetchPartition(
+            partition=p,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=1_048_576,
+        )
+        for p in (0, 1)
+    ]
+    request = FetchRequest[12](
+        replica_id=-1,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=FETCH_MAX_BYTES,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=[FetchRequest[12].FetchTopic(topic=big_batches, partitions=partitions)],
+        forgotten_topics_data=[],
+        rack_id="",
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 12, FetchResponse)
+    answered = {p.partition_index: p for p in answer.responses[0].partitions}
+    assert [answered[p].error_code for p in (0, 1)] == [0, 0]
+    sizes = [len(answered[p].records or b"") for p in (0, 1)]
+    # One ~900 KB batch in all: a second one, from either partition, is past the limit.
+    assert sorted(sizes)[0] == 0 and BIG_RECORD_BYTES < sum(sizes) < 2 * BIG_RECORD_BYTES, sizes
+    # The partition left out still says where its log ends, as a Kafka broker answers it.
+    assert [answered[p].high_watermark for p in (0, 1)] == [2, 2]
+
+
+def test_librdkafka_reads_batches_of_two_leaders_through_a_1_mb_fetch_limit(cluster, big_batches):
+    """librdkafka sizes its receive buffer from fetch.max.bytes and drops a connection whose
+    answer is larger ("Invalid response size"): over two leaders' ~900 KB batches it made no
+    progress at all before the answer kept to the limit."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "big-batch-reader",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": FETCH_MAX_BYTES,
+            "receive.message.max.bytes": FETCH_MAX_BYTES + 512,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(big_batches, p, 0) for p in (0, 1)])
+        read: list[tuple[int, int]] = []
+        deadline = time.monotonic() + 30
+        while len(read) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read.append((message.partition(), message.offset()))
+        assert sorted(read) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    finally:
+        consumer.close()

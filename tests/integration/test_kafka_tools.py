@@ -20,6 +20,7 @@ from devtools.apache_kafka import (
     CONSOLE_CONSUMER,
     CONSOLE_PRODUCER,
     CONSUMER_GROUPS_TOOL,
+    GET_OFFSETS_TOOL,
     TOPICS_TOOL,
     run_tool,
 )
@@ -136,6 +137,32 @@ def test_kafka_topics_describes_a_topic_created_over_grpc(cluster):
     assert f"TopicId: {topic_id}" in described, described
     by_id = tool(cluster, TOPICS_TOOL, "--describe", "--topic-id", topic_id)
     assert "Topic: made-over-grpc" in by_id and "PartitionCount: 2" in by_id, by_id.errors
+
+
+def test_kafka_get_offsets_answers_each_special_time_as_kafka(cluster):
+    """kafka-get-offsets --time -1..-5 (ListOffsets v7-v9 for -3..-5): the record with the
+    largest timestamp is not the last one here, so -3 must find it, not the log end."""
+    cluster.admin.create_topic("offsets-by-time", 1, 3)
+    timestamps = [1_000, 5_000, 3_000, 2_000]  # the largest is offset 1
+    with Producer(cluster.address, linger_ms=0) as producer:
+        for i, timestamp_ms in enumerate(timestamps):
+            producer.send(
+                "offsets-by-time", b"v%d" % i, partition=0, timestamp_ms=timestamp_ms
+            ).get(timeout=TIMEOUT_S)
+
+    def offsets(time: str) -> str:
+        return tool(cluster, GET_OFFSETS_TOOL, "--topic", "offsets-by-time", "--time", time)
+
+    assert offsets("-1").split() == ["offsets-by-time:0:4"]
+    assert offsets("-2").split() == ["offsets-by-time:0:0"]
+    assert offsets("-3").split() == ["offsets-by-time:0:1"]
+    # Without tiered storage: the local log start is the log start, and nothing is tiered:
+    # Kafka's broker answers offset -1 with no error, which the tool leaves out of its
+    # output (GetOffsetShell skips UNKNOWN_OFFSET) — an error would be a "Skip" line.
+    assert offsets("-4").split() == ["offsets-by-time:0:0"]
+    tiered = offsets("-5")
+    assert tiered.split() == [] and "Skip" not in tiered.errors, tiered.errors
+    assert offsets("2500").split() == ["offsets-by-time:0:1"]
 
 
 def test_console_producer_lines_are_read_by_the_grpc_consumer(cluster):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from kafka.protocol.producer import ProduceRequest
 
+from seglog.errors import NotEnoughReplicasError
 from seglog.records.builder import RecordBatchBuilder
-from seglog.v1 import common_pb2
 from services.gateway.kafka import produce_coalescing as coalescing
+from services.gateway.routing.data_plane import ProducedPartition
 from tests.batches import make_batch
 
 
@@ -66,33 +67,25 @@ def test_merged_batches_keep_request_order_and_each_request_gets_its_offsets():
     first = request(t_0=make_batch([b"a", b"b"]), u_0=make_batch([b"u"]))
     second = request(t_0=make_batch([b"c"]), t_1=make_batch([b"d", b"e", b"f"]))
     third = request(t_0=make_batch([b"g", b"h", b"i"]))
-    merged = coalescing.merged_request([first, second, third])
-    topics = {t.name: {p.index: p.records for p in t.partition_data} for t in merged.topic_data}
-    assert topics["t"][0] == (
-        first.topic_data[0].partition_data[0].records
-        + second.topic_data[0].partition_data[0].records
-        + third.topic_data[0].partition_data[0].records
-    )
-    assert coalescing.offsets_in(topics["t"][0]) == 6 and set(topics) == {"t", "u"}
-    answers = [
-        common_pb2.ProduceResponse(
-            topic="t",
-            partitions=[
-                common_pb2.PartitionProduceResult(partition=0, base_offset=100, last_offset=105),
-                common_pb2.PartitionProduceResult(partition=1, base_offset=40, last_offset=42),
-            ],
-        ),
-        common_pb2.ProduceResponse(
-            topic="u",
-            partitions=[
-                common_pb2.PartitionProduceResult(
-                    partition=0, error=common_pb2.NOT_ENOUGH_REPLICAS, base_offset=-1
-                )
-            ],
-        ),
+    merged = coalescing.merged_topics([first, second, third])
+    topics = {t.topic: {p.partition: p.batches for p in t.partitions} for t in merged}
+    # Each request's buffer as it came, in request order: written out one after the other.
+    assert topics["t"][0] == [
+        first.topic_data[0].partition_data[0].records,
+        second.topic_data[0].partition_data[0].records,
+        third.topic_data[0].partition_data[0].records,
     ]
-    results = coalescing.split_results([first, second, third], answers)
-    assert [(r.base_offset, r.last_offset) for r in (results[0][("t", 0)],)] == [(100, 101)]
+    assert coalescing.offsets_in(b"".join(topics["t"][0])) == 6 and set(topics) == {"t", "u"}
+    refused = NotEnoughReplicasError("below min.insync.replicas")
+    results = coalescing.split_results(
+        [first, second, third],
+        {
+            ("t", 0): ProducedPartition(0, None, 100),
+            ("t", 1): ProducedPartition(1, None, 40),
+            ("u", 0): ProducedPartition(0, refused),
+        },
+    )
+    assert results[0][("t", 0)].base_offset == 100
     assert (results[1][("t", 0)].base_offset, results[1][("t", 1)].base_offset) == (102, 40)
-    assert (results[2][("t", 0)].base_offset, results[2][("t", 0)].last_offset) == (103, 105)
-    assert results[0][("u", 0)].error == common_pb2.NOT_ENOUGH_REPLICAS
+    assert results[2][("t", 0)].base_offset == 103
+    assert results[0][("u", 0)].error is refused

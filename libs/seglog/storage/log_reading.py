@@ -18,6 +18,11 @@ from .segment import LogSegment
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
+# KIP-405's: the log start kept locally, and the last offset in remote storage. seglog does
+# not tier, so the first is the log start, and the second has no answer (offset -1), as
+# Kafka's UnifiedLog.fetchOffsetByTimestamp answers on a log without remote storage.
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 
 class LogReading(LogState):
@@ -145,7 +150,8 @@ class LogReading(LogState):
         self, timestamp_ms: int, *, max_offset: int | None = None
     ) -> TimestampAndOffset | None:
         """The first record whose timestamp >= `timestamp_ms` (Kafka's ListOffsets); also
-        LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2) and MAX_TIMESTAMP (-3). None when no
+        LATEST_TIMESTAMP (-1), EARLIEST_TIMESTAMP (-2), MAX_TIMESTAMP (-3),
+        EARLIEST_LOCAL_TIMESTAMP (-4) and LATEST_TIERED_TIMESTAMP (-5). None when no
         record qualifies. `max_offset` (a consumer's: the high watermark) hides the offsets
         at or past it: LATEST answers it, and a record found past it is not an answer."""
         upper = (
@@ -153,13 +159,15 @@ class LogReading(LogState):
         )
         if timestamp_ms == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, upper)
-        if timestamp_ms == EARLIEST_TIMESTAMP:
+        if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp_ms == LATEST_TIERED_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, -1)
         snapshot, start = self._segments.snapshot(), self._log_start_offset
         if timestamp_ms == MAX_TIMESTAMP:
             found = log_reads.offset_of_max_timestamp(snapshot, start)
         elif timestamp_ms < 0:
-            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0, -1, -2 nor -3")
+            raise InvalidOffsetError(f"timestamp {timestamp_ms} is neither >= 0 nor -1 to -5")
         else:
             found = log_reads.offset_for_timestamp(snapshot, timestamp_ms, start)
         return None if found is None or found.offset >= upper else found

@@ -29,6 +29,7 @@ from ..coordination.election import ControllerElection, SoleController
 from ..coordination.gateway_session import GatewaySession
 from ..groups.coordinator import GroupCoordinator
 from ..groups.groups_core import GroupsCore
+from ..routing.data_plane import DataPlane
 from ..routing.producer_states import ProducerStates
 from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
@@ -58,7 +59,8 @@ class GatewayPeers(Protocol):
 class KafkaCore:
     registry: Registry
     authorization: Authorization
-    service: GatewayService  # the data plane (routing/)
+    service: GatewayService  # the gRPC data path's servicer (routing/)
+    data_plane: DataPlane  # Produce, Fetch and ListOffsets for a Caller (routing/data_plane.py)
     record_deletion: RecordDeletion
     topics: TopicAdmin
     auto_create: TopicAutoCreation  # Metadata's topic auto-creation (auto_create.py)

@@ -1,6 +1,10 @@
-"""ListOffsets 1–6 through the gateway's ListOffsets (asked of each partition's leader):
-EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3) and by time. A request
-refused whole (not authorized) answers its error on every partition."""
+"""ListOffsets 1–10 over the broker core's data plane (asked of each partition's leader):
+EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3, v7+: the offset of the
+record with the largest timestamp), EARLIEST_LOCAL (-4, v8+: the log start, seglog keeping
+every segment locally) and LATEST_TIERED (-5, v9+: offset -1, as Kafka answers for a log
+without remote storage), and by time. v10's timeout_ms is for reads from remote storage,
+which seglog has none of. A topic the caller may not Describe is refused on its own
+partitions (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker refuses it."""
 
 from __future__ import annotations
 
@@ -9,10 +13,11 @@ from typing import Any
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from seglog.errors import SeglogError
-from seglog.v1 import common_pb2
 
+from ..routing.data_plane import ListedOffset, OffsetQuery
 from .api_table import ApiTable
-from .error_codes import NONE, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_SERVER_ERROR, kafka_error_code
+from .error_codes import NONE
+from .error_table import DataApi, data_error_code
 from .kafka_call import KafkaCall
 
 NO_OFFSET = -1
@@ -22,58 +27,34 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
     response_class = ListOffsetsResponse[call.version]
     topic_class = response_class.ListOffsetsTopicResponse
     partition_class = topic_class.ListOffsetsPartitionResponse
-    # A topic the principal may not Describe is refused alone, as Kafka's broker refuses it
-    # (the gateway's ListOffsets refuses the whole call).
-    names = {t.name for t in request.topics}
-    described = {name for name in names if call.allowed("Describe", "topic", name)}
-    proto = common_pb2.ListOffsetsRequest()
-    for topic in request.topics:
-        if topic.name not in described:
-            continue
-        for p in topic.partitions:
-            part = proto.partitions.add(
-                topic=topic.name, partition=p.partition_index, timestamp=p.timestamp
-            )
-            if p.current_leader_epoch >= 0:
-                part.current_leader_epoch = p.current_leader_epoch
     call.attributes["kafka.topics"] = ",".join(dict.fromkeys(t.name for t in request.topics[:16]))
-    results: dict[tuple[str, int], Any] = {}
-    refusal = UNKNOWN_SERVER_ERROR  # for a partition the answer does not name
+    queries = [
+        OffsetQuery(topic.name, p.partition_index, p.timestamp, p.current_leader_epoch)
+        for topic in request.topics
+        for p in topic.partitions
+    ]
     try:
-        if proto.partitions:
-            answer = call.invoke("ListOffsets", call.core.service.queries.ListOffsets, proto)
-            results = {(r.topic, r.partition): r for r in answer.partitions}
-    except SeglogError as exc:
-        refusal = kafka_error_code(exc)
+        results = call.core.data_plane.list_offsets(call.caller, queries)
+    except SeglogError as exc:  # refused whole (too many partitions)
+        results = [ListedOffset(q.topic, q.partition, exc) for q in queries]
+    answers = iter(results)
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            result = results.get((topic.name, p.partition_index))
-            if result is not None and result.error == common_pb2.NONE:
-                partitions.append(
-                    partition_class(
-                        partition_index=p.partition_index,
-                        error_code=NONE,
-                        timestamp=result.timestamp,
-                        offset=result.offset,
-                        leader_epoch=result.leader_epoch,
-                    )
-                )
-                continue
-            if topic.name not in described:
-                error = TOPIC_AUTHORIZATION_FAILED
-            elif result is None:
-                error = refusal
-            else:
-                error = kafka_error_code(common_pb2.ErrorCode.Name(result.error))
+            result = next(answers)
+            failed = result.error is not None
             partitions.append(
                 partition_class(
                     partition_index=p.partition_index,
-                    error_code=error,
-                    timestamp=NO_OFFSET,
-                    offset=NO_OFFSET,
-                    leader_epoch=-1,
+                    error_code=(
+                        data_error_code(DataApi.LIST_OFFSETS, result.error)
+                        if result.error is not None
+                        else NONE
+                    ),
+                    timestamp=NO_OFFSET if failed else result.timestamp,
+                    offset=NO_OFFSET if failed else result.offset,
+                    leader_epoch=-1 if failed else result.leader_epoch,
                 )
             )
         topics.append(topic_class(name=topic.name, partitions=partitions))
@@ -81,4 +62,4 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
 
 
 def register(table: ApiTable) -> None:
-    table.register(ListOffsetsRequest, 1, 6, list_offsets)
+    table.register(ListOffsetsRequest, 1, 10, list_offsets)

@@ -6,7 +6,7 @@ flight (librdkafka without idempotence: a million) then queues small requests fa
 they are served, and its latency grows without bound (measured: 1,000 records/s at
 linger.ms=1 gave 8 s p50). So the requests already waiting on the socket are taken together:
 each partition's batches from all of them, in request order, go to the gateway as one
-append (one ProduceRequest per topic, the topics concurrently), and each request gets its
+append (the broker core's produce, every topic's leaders at once), and each request gets its
 own response, its base offsets worked out from the batch headers (never the records) of the
 requests before it. Order is kept: the batches are appended in the order they were sent.
 
@@ -25,11 +25,10 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from kafka.protocol.producer import ProduceRequest
-
 from seglog.records.batch import HEADER, LAST_OFFSET_DELTA_OFFSET, LENGTH_OFFSET, LOG_OVERHEAD
 from seglog.records.checks import frames_whole_entries
-from seglog.v1 import common_pb2
+
+from ..routing.data_plane import PartitionRecords, ProducedPartition, TopicProduce
 
 PRODUCER_ID_OFFSET = struct.calcsize(">qiibIhiqq")
 _INT32 = struct.Struct(">i")
@@ -90,40 +89,32 @@ def runs(requests: list[Any]) -> list[list[int]]:
     return groups
 
 
-def merged_request(requests: list[Any]) -> Any:
-    """One ProduceRequest holding every partition's batches from `requests`, in order."""
+def merged_topics(requests: list[Any]) -> list[TopicProduce]:
+    """Every partition's batches from `requests`, in order, as one produce per topic (each
+    partition's buffers written one after the other, not joined here)."""
     by_topic: dict[str, dict[int, list[bytes]]] = {}
     for request in requests:
         for topic in request.topic_data:
             partitions = by_topic.setdefault(topic.name, {})
             for data in topic.partition_data:
                 partitions.setdefault(data.index, []).append(data.records or b"")
-    version = max(r.API_VERSION for r in requests)
-    return ProduceRequest[version](
-        transactional_id=None,
-        acks=requests[0].acks,
-        timeout_ms=max(r.timeout_ms for r in requests),
-        topic_data=[
-            ProduceRequest.TopicProduceData(
-                name=name,
-                partition_data=[
-                    ProduceRequest.TopicProduceData.PartitionProduceData(
-                        index=index, records=b"".join(parts)
-                    )
-                    for index, parts in partitions.items()
-                ],
-            )
-            for name, partitions in by_topic.items()
-        ],
-    )
+    acks, timeout_ms = requests[0].acks, max(r.timeout_ms for r in requests)
+    return [
+        TopicProduce(
+            name,
+            acks,
+            timeout_ms,
+            [PartitionRecords(index, parts) for index, parts in partitions.items()],
+        )
+        for name, partitions in by_topic.items()
+    ]
 
 
 def split_results(
-    requests: list[Any], answers: list[common_pb2.ProduceResponse]
-) -> list[dict[tuple[str, int], common_pb2.PartitionProduceResult]]:
+    requests: list[Any], merged: dict[tuple[str, int], ProducedPartition]
+) -> list[dict[tuple[str, int], ProducedPartition]]:
     """Each request's own results from the merged append's: its base offset is the merged
     one plus the offsets the earlier requests' batches took in that partition."""
-    merged = {(a.topic, r.partition): r for a in answers for r in a.partitions}
     taken: dict[tuple[str, int], int] = {}
     out = []
     for request in requests:
@@ -131,12 +122,10 @@ def split_results(
         for topic in request.topic_data:
             for data in topic.partition_data:
                 key = (topic.name, data.index)
-                result = common_pb2.PartitionProduceResult()
-                result.CopyFrom(merged[key])
-                if result.error == common_pb2.NONE:
+                result = merged[key]
+                if result.error is None:
                     before, count = taken.get(key, 0), offsets_in(data.records or b"")
-                    result.base_offset += before
-                    result.last_offset = result.base_offset + count - 1
+                    result = result._replace(base_offset=result.base_offset + before)
                     taken[key] = before + count
                 results[key] = result
         out.append(results)

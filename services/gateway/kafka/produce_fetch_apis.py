@@ -1,14 +1,13 @@
-"""Produce 3–9 and Fetch 4–12, relayed through the gateway's own Produce and Fetch (the gRPC
-path's routing, checks, ACLs and semantics): the record batches go on as the producer's
-bytes and come back as the stored bytes, never decoded here.
+"""Produce 3–9 and Fetch 4–12 over the broker core's data plane (routing/data_plane.py: the
+gRPC path's routing, checks and semantics, ACLs checked on the caller): the record batches go
+on as the producer's bytes and come back as the stored bytes, never decoded here.
 
-Produce: one gateway Produce per topic (seglog's ProduceRequest names one topic), the topics
-concurrently; a topic refused as a whole (not authorized, unknown, internal) answers that
-error on each of its partitions, the other topics are written, as Kafka's broker answers per
-partition. acks=0 answers nothing. Transactions are not supported: a transactional produce
-is refused whole.
+Produce: every topic's leaders written at once by the core; a topic refused as a whole
+(not authorized, unknown, internal) answers that error on each of its partitions, the other
+topics are written, as Kafka's broker answers per partition. acks=0 answers nothing.
+Transactions are not supported: a transactional produce is refused whole.
 
-Fetch: one gateway Fetch for the whole request (it splits by leader node and long-polls with
+Fetch: one core fetch for the whole request (it splits by leader node and long-polls with
 max_wait_ms/min_bytes on the nodes). The stored batches are relayed unchanged, the batch
 holding a mid-batch fetch offset included whole (clients skip its earlier records). Fetch
 sessions (v7+) are not kept: every answer has session_id 0, which clients take as
@@ -19,93 +18,90 @@ stable offset is the high watermark and there are no aborted transactions.
 
 from __future__ import annotations
 
-import contextvars
-from concurrent.futures import ThreadPoolExecutor
+import time
 from typing import Any
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.errors import InvalidRequestError, SeglogError
-from seglog.rpc import wire
-from seglog.v1 import common_pb2
 
+from ..routing.call_scope import CallEnd
+from ..routing.data_plane import (
+    FetchPosition,
+    FetchQuery,
+    PartitionRecords,
+    ProducedPartition,
+    TopicProduce,
+)
 from . import produce_coalescing as coalescing
 from .api_table import ApiTable
-from .error_codes import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    NONE,
-    TOPIC_AUTHORIZATION_FAILED,
-    kafka_error_code,
-)
+from .error_codes import FETCH_SESSION_ID_NOT_FOUND, NONE
+from .error_table import DataApi, data_error_code
+from .fetch_budget import FetchBudget
 from .kafka_call import KafkaCall
 
 NO_OFFSET = -1
-NO_LEADER_EPOCH = -1  # a Kafka producer names none: the gateway routes by its current leader
 SESSIONLESS = 0
-# Topics of one produce request sent to the gateway at once (threads of this request).
-MAX_CONCURRENT_TOPICS = 8
 # Kafka's broker fetch.max.bytes (55 MiB): a client's max_bytes is capped to it, so what one
 # connection's fetch holds is bounded whatever the client asks.
 FETCH_MAX_BYTES = 55 * 1024 * 1024
+
+Results = dict[tuple[str, int], ProducedPartition]
+
+
+def call_scope(call: KafkaCall) -> CallEnd:
+    """The call's end as the core's data path sees it; a client over its quota is throttled
+    the Kafka way (KIP-219): the answer goes at once, saying throttle_time_ms, and the
+    connection is muted that long after it."""
+    session = call.session
+
+    def defer_throttle(throttle_ms: int) -> bool:
+        until = time.monotonic() + throttle_ms / 1000
+        session.muted_until = max(session.muted_until, until)
+        return True
+
+    return CallEnd(defer_throttle)
 
 
 # -- Produce ---------------------------------------------------------------------------------
 
 
-def _produce_topic(call: KafkaCall, request: Any, topic: Any) -> common_pb2.ProduceResponse:
-    """The gateway's answer for one topic's partitions; a whole-topic refusal as an answer
-    with the error on each partition."""
+def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Results:
+    """Each partition's result of the core's produce of `topics`."""
+    if request.transactional_id is not None:
+        refused = InvalidRequestError("transactions are not supported: no transactional.id")
+        return {
+            (t.topic, p.partition): ProducedPartition(p.partition, refused)
+            for t in topics
+            for p in t.partitions
+        }
+    scope = call_scope(call)
     try:
-        if request.transactional_id is not None:
-            raise InvalidRequestError("transactions are not supported: no transactional.id")
-        # Written as wire bytes: the records are copied once, not into a message and then
-        # out of it again (the gateway's Produce reads wire bytes anyway).
-        raw_request = wire.encode_produce_request(
+        answers = call.core.data_plane.produce(call.caller, topics, scope)
+    finally:
+        scope.finish()
+    return {
+        (topic.topic, result.partition): result
+        for topic, results in zip(topics, answers, strict=True)
+        for result in results
+    }
+
+
+def _topics_of(request: Any) -> list[TopicProduce]:
+    return [
+        TopicProduce(
             topic.name,
             request.acks,
             request.timeout_ms,
-            (
-                (data.index, NO_LEADER_EPOCH, (data.records or b"",))
-                for data in topic.partition_data
-            ),
+            [PartitionRecords(data.index, (data.records or b"",)) for data in topic.partition_data],
         )
-        raw = call.invoke("Produce", call.core.service.Produce, raw_request)
-        answer: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(raw)
-        return answer
-    except SeglogError as exc:
-        refused = common_pb2.ProduceResponse(topic=topic.name)
-        for data in topic.partition_data:
-            result = refused.partitions.add(
-                partition=data.index, base_offset=NO_OFFSET, last_offset=NO_OFFSET
-            )
-            result.error = common_pb2.ErrorCode.Value(exc.reason)
-            result.error_message = str(exc)
-        return refused
+        for topic in request.topic_data
+    ]
 
 
-def _produce_topics(call: KafkaCall, request: Any) -> list[common_pb2.ProduceResponse]:
-    """Each topic's answer, in request order. Several topics go to the gateway concurrently
-    (seglog's Produce names one topic), so an acks=all request for n topics waits about as
-    long as one, not n times as long; each in the request's trace context."""
-    topics = request.topic_data
-    if not topics:
-        return []  # Kafka's broker answers an empty topic array with an empty answer
-    if len(topics) == 1:
-        return [_produce_topic(call, request, topics[0])]
-    context = contextvars.copy_context()
-    with ThreadPoolExecutor(
-        max_workers=min(len(topics), MAX_CONCURRENT_TOPICS), thread_name_prefix="kafka-produce"
-    ) as pool:
-        futures = [
-            pool.submit(context.copy().run, _produce_topic, call, request, topic)
-            for topic in topics
-        ]
-        return [future.result() for future in futures]
-
-
-def _response(call: KafkaCall, request: Any, results: dict[tuple[str, int], Any]) -> Any:
-    """The ProduceResponse of `request` from the gateway's per-partition results."""
+def _response(call: KafkaCall, request: Any, results: Results) -> Any:
+    """The ProduceResponse of `request` from the core's per-partition results."""
     response_class = ProduceResponse[call.version]
     topic_class = response_class.TopicProduceResponse
     partition_class = topic_class.PartitionProduceResponse
@@ -114,29 +110,32 @@ def _response(call: KafkaCall, request: Any, results: dict[tuple[str, int], Any]
         partitions = []
         for data in topic.partition_data:
             result = results[(topic.name, data.index)]
-            failed = result.error != common_pb2.NONE
+            failed = result.error is not None
             partitions.append(
                 partition_class(
                     index=data.index,
-                    error_code=kafka_error_code(common_pb2.ErrorCode.Name(result.error)),
+                    error_code=(
+                        NONE
+                        if result.error is None
+                        else data_error_code(DataApi.PRODUCE, result.error)
+                    ),
                     base_offset=NO_OFFSET if failed else result.base_offset,
                     log_append_time_ms=NO_OFFSET if failed else result.log_append_time_ms,
                     log_start_offset=NO_OFFSET if failed else result.log_start_offset,
                     record_errors=[],
-                    error_message=result.error_message or None,
+                    error_message=None if result.error is None else str(result.error),
                 )
             )
         topics.append(topic_class(name=topic.name, partition_responses=partitions))
     return response_class(responses=topics, throttle_time_ms=call.throttle_time_ms)
 
 
-def _by_partition(answers: list[common_pb2.ProduceResponse]) -> dict[tuple[str, int], Any]:
-    return {(a.topic, r.partition): r for a in answers for r in a.partitions}
-
-
 def produce(call: KafkaCall, request: Any) -> Any:
     call.attributes["kafka.topics"] = ",".join(t.name for t in request.topic_data[:16])
-    results = _by_partition(_produce_topics(call, request))
+    if not request.topic_data:
+        results: Results = {}  # Kafka's broker answers an empty topic array with an empty answer
+    else:
+        results = _produce(call, request, _topics_of(request))
     if request.acks == 0:
         return None
     return _response(call, request, results)
@@ -152,11 +151,11 @@ def produce_many(calls: list[KafkaCall], requests: list[Any]) -> list[Any]:
             continue
         members = [requests[i] for i in run]
         call = calls[run[0]]
-        merged = coalescing.merged_request(members)
-        call.attributes["kafka.topics"] = ",".join(t.name for t in merged.topic_data[:16])
+        topics = coalescing.merged_topics(members)
+        call.attributes["kafka.topics"] = ",".join(t.topic for t in topics[:16])
         call.attributes["kafka.coalesced_requests"] = str(len(run))
-        answers = _produce_topics(call, merged)
-        for i, results in zip(run, coalescing.split_results(members, answers), strict=True):
+        merged = _produce(call, members[0], topics)
+        for i, results in zip(run, coalescing.split_results(members, merged), strict=True):
             responses[i] = _response(calls[i], requests[i], results)
     return responses
 
@@ -164,99 +163,102 @@ def produce_many(calls: list[KafkaCall], requests: list[Any]) -> list[Any]:
 # -- Fetch -----------------------------------------------------------------------------------
 
 
-def _fetch_request(request: Any, readable: set[str]) -> common_pb2.FetchRequest:
-    proto = common_pb2.FetchRequest(
+def _query(request: Any) -> FetchQuery:
+    return FetchQuery(
+        [
+            FetchPosition(
+                topic.topic,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                p.current_leader_epoch,
+            )
+            for topic in request.topics
+            for p in topic.partitions
+        ],
+        max_bytes=max(1, min(request.max_bytes, FETCH_MAX_BYTES)),
         min_bytes=request.min_bytes,
         max_wait_ms=request.max_wait_ms,
-        max_bytes=max(1, min(request.max_bytes, FETCH_MAX_BYTES)),
     )
-    for topic in request.topics:
-        if topic.topic not in readable:
-            continue
-        for p in topic.partitions:
-            part = proto.partitions.add(
-                topic=topic.topic,
-                partition=p.partition,
-                fetch_offset=p.fetch_offset,
-                partition_max_bytes=p.partition_max_bytes,
-            )
-            if p.current_leader_epoch >= 0:
-                part.current_leader_epoch = p.current_leader_epoch
-    return proto
 
 
 class _PartitionAnswer:
-    __slots__ = ("error", "high_watermark", "log_start_offset", "records")
+    __slots__ = ("error", "high_watermark", "log_start_offset", "max_bytes", "records", "cut")
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = 0) -> None:
         self.error = NONE
         self.high_watermark = NO_OFFSET
         self.log_start_offset = NO_OFFSET
-        self.records: list[bytes] = []
+        self.max_bytes = max_bytes  # the request's partition_max_bytes
+        self.records: list[memoryview] = []
+        self.cut = False  # a batch was left out for the budget: nothing later may follow
 
 
-def _gather(call: KafkaCall, proto: common_pb2.FetchRequest) -> dict[tuple[str, int], Any]:
-    """Each partition's answer from the gateway's fetch stream (a partition's batches may
-    come in several messages, each of whole batches, in offset order); a fetch refused whole
-    answers its error on every partition.
+def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _PartitionAnswer]:
+    """Each partition's answer from the core's fetch (a partition's batches may come in
+    several pieces, each of whole batches, in offset order).
 
-    The gateway's fetch spans leader nodes, each long-polling on its own: as soon as the
-    messages come to `min_bytes` the stream is closed (the other nodes' polls cancelled), as
-    Kafka's broker answers once the request as a whole has min_bytes, and the partitions not
-    answered yet are asked again without waiting, so every partition is in the answer."""
-    answers: dict[tuple[str, int], _PartitionAnswer] = {
-        (p.topic, p.partition): _PartitionAnswer() for p in proto.partitions
+    The fetch spans leader nodes, each long-polling on its own: as soon as the pieces come
+    to `min_bytes` the fetch is ended (the other nodes' polls cancelled), as Kafka's broker
+    answers once the request as a whole has min_bytes, and the partitions not answered yet
+    are asked again without waiting, so every partition is in the answer. What the answer
+    holds stays within max_bytes and each partition_max_bytes (fetch_budget.py)."""
+    answers = {
+        (p.topic, p.partition): _PartitionAnswer(p.partition_max_bytes) for p in query.positions
     }
     answered: set[tuple[str, int]] = set()
-    try:
-        received_bytes = _read_stream(call, proto, answers, answered)
-        unanswered = [p for p in proto.partitions if (p.topic, p.partition) not in answered]
-        if unanswered and len(unanswered) < len(proto.partitions):
-            rest = common_pb2.FetchRequest(max_bytes=max(1, proto.max_bytes - received_bytes))
-            rest.partitions.extend(unanswered)
-            _read_stream(call, rest, answers, answered)
-    except SeglogError as exc:
-        code = kafka_error_code(exc)
-        for key, answer in answers.items():
-            if key not in answered:
-                answer.error = code
+    budget = FetchBudget(query.max_bytes)
+    _read(call, query, answers, answered, budget)
+    unanswered = [p for p in query.positions if (p.topic, p.partition) not in answered]
+    if unanswered and len(unanswered) < len(query.positions):
+        rest = FetchQuery(unanswered, max_bytes=max(1, budget.remaining))
+        _read(call, rest, answers, answered, budget)
     return answers
 
 
-def _read_stream(
+def _read(
     call: KafkaCall,
-    proto: common_pb2.FetchRequest,
+    query: FetchQuery,
     answers: dict[tuple[str, int], _PartitionAnswer],
     answered: set[tuple[str, int]],
-) -> int:
-    """Reads the gateway's fetch stream into `answers` until it ends, or until it holds
-    min_bytes of records (when the fetch may wait), or max_bytes (each node is given the
-    whole budget); the record bytes read."""
+    budget: FetchBudget,
+) -> None:
+    """Reads the core's fetch into `answers` until it ends, or until it holds min_bytes of
+    records (when the fetch may wait); a fetch refused whole answers its error on every
+    partition not answered yet."""
     received_bytes = 0
-    enough = max(proto.min_bytes, 1)
-    stream = call.invoke_stream("Fetch", call.core.service.Fetch, proto.SerializeToString())
+    enough = max(query.min_bytes, 1)
+    scope = call_scope(call)
     try:
-        for message in stream:
-            fetched = common_pb2.FetchResponse.FromString(message)
-            key = (fetched.topic, fetched.partition)
+        pieces = call.core.data_plane.fetch(call.caller, query, scope)
+        for piece in pieces:
+            key = (piece.topic, piece.partition)
             answer = answers.get(key)
             if answer is None:
                 continue
             answered.add(key)
-            if fetched.error != common_pb2.NONE:
-                answer.error = kafka_error_code(common_pb2.ErrorCode.Name(fetched.error))
-            answer.high_watermark = fetched.high_watermark
-            answer.log_start_offset = fetched.log_start_offset
-            if fetched.records:
-                answer.records.append(fetched.records)
-                received_bytes += len(fetched.records)
-            if received_bytes >= proto.max_bytes or (
-                proto.max_wait_ms > 0 and received_bytes >= enough
-            ):
+            if piece.error is not None:
+                answer.error = data_error_code(DataApi.FETCH, piece.error)
+            answer.high_watermark = piece.high_watermark
+            answer.log_start_offset = piece.log_start_offset
+            if piece.records and not answer.cut:
+                kept, whole = budget.take(key, answer.max_bytes, piece.records)
+                if len(kept):
+                    answer.records.append(kept)
+                    received_bytes += len(kept)
+                answer.cut = not whole
+            if query.max_wait_ms > 0 and received_bytes >= enough:
                 break
+    except SeglogError as exc:
+        code = data_error_code(DataApi.FETCH, exc)
+        for key, answer in answers.items():
+            if key not in answered:
+                answer.error = code
     finally:
-        stream.close()
-    return received_bytes
+        # The call's end first, as gRPC runs its callbacks when a client cancels: they
+        # cancel the nodes' calls, which closing the fetch waits for.
+        scope.finish()
+        pieces.close()
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:
@@ -271,19 +273,13 @@ def fetch(call: KafkaCall, request: Any) -> Any:
             responses=[],
         )
     call.attributes["kafka.topics"] = ",".join(dict.fromkeys(t.topic for t in request.topics[:16]))
-    # Kafka's broker refuses a topic it may not Read on that topic's partitions alone; the
-    # gateway's Fetch refuses the whole call, so such topics are answered here and left out.
-    names = {t.topic for t in request.topics}
-    readable = {name for name in names if call.allowed("Read", "topic", name)}
-    proto = _fetch_request(request, readable)
-    answers = _gather(call, proto) if proto.partitions else {}
-    denied = _PartitionAnswer()
-    denied.error = TOPIC_AUTHORIZATION_FAILED
+    query = _query(request)
+    answers = _gather(call, query) if query.positions else {}
     topics = []
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            answer = answers[(topic.topic, p.partition)] if topic.topic in readable else denied
+            answer = answers[(topic.topic, p.partition)]
             partitions.append(
                 partition_class(
                     partition_index=p.partition,

@@ -32,8 +32,6 @@ import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
-import grpc
-
 from seglog.errors import LeaderNotAvailableError, SeglogError
 from seglog.rpc import grants, wire
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage, BulkRefused
@@ -41,6 +39,7 @@ from seglog.rpc.bulk_pool import BulkPool, NodePool
 from seglog.rpc.status import error_code_for
 from seglog.v1 import common_pb2
 
+from .call_scope import CallScope
 from .cancel_deadlines import CancelDeadlines
 from .leader_appends import Target
 from .produce_relay import RelayConfig, configured_relay, relay_settings
@@ -215,7 +214,7 @@ def _drain(chunks: Iterator[BulkMessage]) -> None:
         pass
 
 
-def cancel_with(context: grpc.ServicerContext, cancel: Callable[[], object]) -> None:
+def cancel_with(context: CallScope, cancel: Callable[[], object]) -> None:
     """`cancel` once the caller's call ends; now if it has ended already (a client that gave
     up while the node's call was being opened: gRPC then takes no callback)."""
     if not context.add_callback(cancel):
@@ -250,7 +249,7 @@ class FetchRelay:
         payload: bytes,
         indexes: list[int],
         timeout_s: float,
-        context: grpc.ServicerContext,
+        context: CallScope,
         keep_cancel: Callable[[Callable[[], object]], None] | None,
     ) -> Generator[bytes, None, bool]:
         """GatewayService._relay's fetch `payload` (the partitions `indexes` of `request`)

@@ -51,6 +51,11 @@ _PRODUCE_THROTTLE_FIELD = bytes([3 << 3])  # ProduceResponse.throttle_time_ms, v
 _FETCH_THROTTLE_FIELD = bytes([13 << 3])  # FetchResponse.throttle_time_ms, varint
 
 
+def quota_user(principal: str) -> str:
+    """The user a quota names for a principal (`User:alice` -> `alice`)."""
+    return principal.split(":", 1)[1] if ":" in principal else principal
+
+
 def entity_key(user: str | None, client_id: str | None) -> EntityKey:
     parts = [(USER, user)] if user is not None else []
     if client_id is not None:
@@ -173,7 +178,7 @@ class ClientQuotas:
             principal = self.principal_of(context)
         except AuthenticationError:
             principal = ANONYMOUS  # the authorizer refuses such a call before it gets here
-        user = principal.split(":", 1)[1] if ":" in principal else principal
+        user = quota_user(principal)
         client_id = ""
         for name, value in context.invocation_metadata() or ():
             if name == CLIENT_ID_METADATA:
@@ -187,13 +192,21 @@ class ClientQuotas:
         if not self.quotas():
             return answer
         user, client_id = self._caller(context)
+        return self.hold_produce_of(user, client_id, context, request_bytes, answer)
+
+    def hold_produce_of(
+        self, user: str, client_id: str, scope: object, request_bytes: int, answer: bytes
+    ) -> bytes:
+        """`hold_produce` for a caller named by user and client id (the broker core's)."""
+        if not self.quotas():
+            return answer
         throttle = self.throttle_ms(PRODUCER_BYTE_RATE, user, client_id, request_bytes)
         if throttle == 0:
             return answer
-        self._hold(context, throttle)
+        self._hold(scope, throttle)
         return answer + _PRODUCE_THROTTLE_FIELD + encode_uvarint(throttle)
 
-    def _hold(self, context: grpc.ServicerContext, throttle_ms: int) -> None:
+    def _hold(self, context: object, throttle_ms: int) -> None:
         """Hold the answer back; the Kafka listener's calls instead mute their connection
         after the answer (KIP-219), which they do themselves when asked to."""
         defer = getattr(context, "defer_throttle", None)
@@ -206,12 +219,20 @@ class ClientQuotas:
         """The Fetch stream, each message held back and marked while the caller is over its
         quota (the bytes of the message count)."""
         if not self.quotas():
+            return answers
+        user, client_id = self._caller(context)
+        return self.hold_fetch_of(user, client_id, context, answers)
+
+    def hold_fetch_of(
+        self, user: str, client_id: str, scope: object, answers: Iterator[bytes]
+    ) -> Iterator[bytes]:
+        """`hold_fetch` for a caller named by user and client id (the broker core's)."""
+        if not self.quotas():
             yield from answers
             return
-        user, client_id = self._caller(context)
         for answer in answers:
             throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(answer))
             if throttle:
-                self._hold(context, throttle)
+                self._hold(scope, throttle)
                 answer = answer + _FETCH_THROTTLE_FIELD + encode_uvarint(throttle)
             yield answer

@@ -1,17 +1,9 @@
-"""The Gateway service's data path: Produce and Fetch (ListOffsets and SplitPoints are in
-leader_queries.py; the admin calls are the control plane's, cluster/admin_service.py).
-
-Routing reads only topic and partition: Produce's raw request bytes are forwarded unchanged
-when all its partitions live on one node (the usual case for a producer grouping by leader).
-A request spanning nodes is first checked whole here for what no node's configs change
-(`check_relayed_records`: every entry framed, batch headers and CRCs, uncompressed records
-sections walked; no record is decoded), so that a malformed part fails the whole request
-before any node writes its own part; size limits, timestamps, keys on compacted topics and
-compressed contents are left to each node to judge by its own configs, as Kafka's broker
-does. It is then split and sent concurrently, and the per-partition results merged in
-request order. Fetch streams are relayed as wire bytes; each relayed fetch carries the leader
-epoch it was routed by, so a node with another view answers NOT_LEADER instead of judging
-the offset against its own log.
+"""The Gateway service's data path over gRPC: Produce, Fetch and the bulk path's grants
+(ListOffsets and SplitPoints are in leader_queries.py; the admin calls are the control
+plane's, cluster/admin_service.py). A thin adapter: the routing is the broker core's
+(produce_routing.py, fetch_routing.py, leader_routing.py), shared with the Kafka listener's
+way in (data_plane.py); here a call's wire bytes go in, its SeglogErrors become gRPC statuses
+and its client quotas hold the answers back.
 
 Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
 with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
@@ -22,7 +14,6 @@ messages, so one bad partition does not hide its neighbours' data.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -31,38 +22,28 @@ from google.protobuf.message import DecodeError
 
 from seglog.errors import (
     InvalidRequestError,
-    InvalidTopicError,
-    LeaderNotAvailableError,
-    NodeUnavailableError,
-    NotLeaderError,
-    RequestTimedOutError,
     SeglogError,
 )
 from seglog.metrics import RequestMetrics
-from seglog.records.checks import check_relayed_records
 from seglog.rpc import (
-    check_fetch_request,
-    check_produce_request,
     client_leader_epoch,
     grants,
-    wire,
 )
-from seglog.rpc.status import abort, error_code_for, error_from_rpc
-from seglog.semconv import TOPIC
-from seglog.spans import annotate_current_span
+from seglog.rpc.status import abort
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
-from ..cluster.registry import Registry, Route
-from ..cluster.topic_rules import is_internal_topic
+from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
-from .fetch_fanout import fetch_across_nodes
 from .fetch_grants import fetch_grants
-from .fetch_relay import FetchRelay, cancel_with, fetch_error
-from .leader_appends import LeaderAppends, Target
+from .fetch_relay import FetchRelay
+from .fetch_routing import FetchRouting
+from .leader_appends import LeaderAppends
 from .leader_queries import LeaderQueries
+from .leader_routing import LeaderRouting
 from .produce_grants import produce_grants
 from .produce_relay import ProduceRelay
+from .produce_routing import ProduceRouting
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
 
 logger = logging.getLogger(__name__)
@@ -91,23 +72,24 @@ class GatewayService:
     ) -> None:
         self.registry = registry
         self.grant_acls_offset = grant_acls_offset  # stamped on clients' grants (bulk.md)
+        self.leaders = LeaderRouting(registry, connections)
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
-        self.appends = LeaderAppends(produce_relay, self._node_failure)
-        # Consumers' fetches likewise (fetch_relay.py).
-        self.fetch_relay = fetch_relay
+        self.appends = LeaderAppends(produce_relay, self.leaders.node_failure)
         self.cluster_secret = cluster_secret
         self.fetch_grant_ttl_ms = fetch_grant_ttl_ms
         self.connections = connections
+        # Produce routed by leader, several topics' parts at once (produce_routing.py).
+        self.producing = ProduceRouting(self.leaders.target, self.appends, max_unacknowledged_bytes)
+        # Fetch likewise, its long polls bounded (fetch_routing.py).
+        self.fetch_relay = fetch_relay
         self.waiting_fetches = WaitSlots(max_waiting_fetches)
-        self.max_unacknowledged_bytes = max_unacknowledged_bytes
-        self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
-        self._unacknowledged_lock = threading.Lock()
+        self.fetching = FetchRouting(self.leaders, fetch_relay, self.waiting_fetches)
         self.metrics = RequestMetrics(None, "seglog.gateway")  # the gateway sets its own
         self.quotas: ClientQuotas | None = None  # client quotas (quotas.py), set by the gateway
         # ListOffsets and SplitPoints: asked of each partition's leader (leader_queries.py).
         self.queries = LeaderQueries(
-            lambda p: self._route(p.topic, p.partition, client_leader_epoch(p))[1],
-            self._node_failure,
+            lambda p: self.leaders.target(p.topic, p.partition, client_leader_epoch(p)),
+            self.leaders.node_failure,
         )
 
     def close(self) -> None:
@@ -115,31 +97,6 @@ class GatewayService:
         self.appends.close()
         if self.fetch_relay is not None:
             self.fetch_relay.close()
-
-    # -- routing -------------------------------------------------------------------------
-
-    def _route(self, topic: str, partition: int, client_epoch: int) -> tuple[Route, Target]:
-        route = self.registry.route(topic, partition)
-        if client_epoch >= 0 and client_epoch != route.leader_epoch:
-            raise NotLeaderError(
-                f"{topic}-{partition}: leader epoch {client_epoch} is stale, the current one "
-                f"is {route.leader_epoch}; refresh metadata"
-            )
-        if not route.live or route.address is None:
-            raise LeaderNotAvailableError(
-                f"{topic}-{partition}: leader node {route.leader} is not available"
-            )
-        connection = self.connections.get(route.leader, route.address)
-        return route, Target(route.leader, connection, route.bulk_address)
-
-    def _node_failure(self, target: Target, exc: grpc.RpcError) -> SeglogError:
-        error = error_from_rpc(exc)
-        # The transport's own failure (no seglog reason attached), or CANCELLED: the node's
-        # channel was closed under the call (the node re-registered at a new address) or
-        # the node stopped mid-call. A node's own answer keeps its reason.
-        if isinstance(error, NodeUnavailableError):
-            return LeaderNotAvailableError(f"node {target.node_id} unavailable: {error}")
-        return error
 
     # -- FetchGrants and ProduceGrants (the bulk path) ------------------------------------
 
@@ -150,7 +107,7 @@ class GatewayService:
             return self.quotas.refuse_grants(request)
         return fetch_grants(
             request,
-            lambda topic, partition, epoch: self._route(topic, partition, epoch)[0],
+            lambda topic, partition, epoch: self.leaders.route(topic, partition, epoch)[0],
             self.cluster_secret,
             self.fetch_grant_ttl_ms,
             self.grant_acls_offset(),
@@ -175,279 +132,30 @@ class GatewayService:
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         started = time.perf_counter()
         try:
-            answer = self._produce(raw, context)
+            (answer,) = self.producing.produce_all([raw])
+            if isinstance(answer, SeglogError):
+                abort(context, answer)
             if self.quotas is not None:
                 answer = self.quotas.hold_produce(context, len(raw), answer)
             return answer
         finally:
             self.metrics.request("Produce", started)
 
-    def _produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        """Answers the ProduceResponse's wire bytes: the node's own, relayed unparsed, when
-        one node takes the whole request."""
-        # Routing reads topic, partitions, epochs, acks and timeout; the records are skipped
-        # (not copied) and the request's own bytes go on when one node takes it all.
-        try:
-            scanned = wire.scan_produce_request(raw)
-        except ValueError as exc:
-            abort(context, InvalidRequestError(f"malformed ProduceRequest: {exc}"))
-        annotate_current_span({TOPIC: scanned.topic})
-        try:
-            by_node = self._check_produce(scanned)
-        except SeglogError as exc:
-            abort(context, exc)
-        # The node answers REQUEST_TIMED_OUT per partition itself once timeout_ms has passed
-        # (acks=all); the relay waits a little longer, so that answer reaches the producer
-        # rather than the relay's own deadline racing it.
-        timeout_s = (scanned.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000 + NODE_ANSWER_GRACE_S
-        if scanned.acks == 0:
-            try:
-                answer = self._produce_without_acks(raw, scanned, by_node, timeout_s)
-            except SeglogError as exc:
-                abort(context, exc)
-            answered: bytes = answer.SerializeToString()
-            return answered
-        if len(by_node) == 1:
-            target, _ = next(iter(by_node.values()))
-            try:
-                return self.appends.append(target, raw, timeout_s)
-            except SeglogError as exc:
-                abort(context, exc)
-        merged: bytes = self._produce_across_nodes(scanned, by_node, timeout_s).SerializeToString()
-        return merged
-
-    def _check_produce(self, request: wire.ScannedProduce) -> dict[int, tuple[Target, list[int]]]:
-        """Everything known here, before anything is sent: acks, topic, partitions, epochs,
-        leaders up; returns request indexes grouped by leader node."""
-        check_produce_request(request)
-        if is_internal_topic(request.topic):
-            raise InvalidTopicError(
-                f"topic {request.topic!r} is internal: only the cluster itself writes it"
-            )
-        by_node: dict[int, tuple[Target, list[int]]] = {}
-        for i, data in enumerate(request.partitions):
-            _, target = self._route(request.topic, data.partition, client_leader_epoch(data))
-            by_node.setdefault(target.node_id, (target, []))[1].append(i)
-        if len(by_node) > 1:
-            # Split across nodes, the request could be half written if one node refused its
-            # part for malformed bytes: check here first what no config changes (limits and
-            # timestamps are each node's own to judge, by its configs, as Kafka's broker does).
-            for data in request.partitions:
-                try:
-                    check_relayed_records(data.records)
-                except SeglogError as exc:
-                    raise type(exc)(f"{request.topic}-{data.partition}: {exc}") from None
-        return by_node
-
-    def _sub_request(self, request: wire.ScannedProduce, indexes: list[int]) -> bytes:
-        """The request's part for one node, its records written from views of the client's
-        bytes (one copy, no message parsed)."""
-        return wire.encode_produce_request(
-            request.topic,
-            request.acks,
-            request.timeout_ms,
-            (
-                (
-                    request.partitions[i].partition,
-                    client_leader_epoch(request.partitions[i]),
-                    [request.partitions[i].records],
-                )
-                for i in indexes
-            ),
-        )
-
-    def _produce_across_nodes(
-        self,
-        request: wire.ScannedProduce,
-        by_node: dict[int, tuple[Target, list[int]]],
-        timeout_s: float,
-    ) -> common_pb2.ProduceResponse:
-        parts = list(by_node.values())
-        answers = self.appends.append_all(
-            [(target, self._sub_request(request, indexes)) for target, indexes in parts],
-            timeout_s,
-        )
-        results: dict[int, common_pb2.PartitionProduceResult] = {}
-        for (_, indexes), answer in zip(parts, answers, strict=True):
-            if not isinstance(answer, SeglogError):
-                for result in common_pb2.ProduceResponse.FromString(answer).partitions:
-                    results[result.partition] = result
-                continue
-            for index in indexes:
-                partition = request.partitions[index].partition
-                results[partition] = common_pb2.PartitionProduceResult(
-                    partition=partition,
-                    error=error_code_for(answer),
-                    error_message=str(answer),
-                    base_offset=-1,
-                    last_offset=-1,
-                )
-        response = common_pb2.ProduceResponse(topic=request.topic)
-        response.partitions.extend(results[p.partition] for p in request.partitions)
-        return response
-
-    def _produce_without_acks(
-        self,
-        raw: bytes,
-        request: wire.ScannedProduce,
-        by_node: dict[int, tuple[Target, list[int]]],
-        timeout_s: float,
-    ) -> common_pb2.ProduceResponse:
-        """acks=0: hand the batches to the nodes and answer at once (offsets unknown, -1),
-        as Kafka does; a node's refusal is only logged. What the nodes have not answered yet
-        is held here, so it is bounded (`max_unacknowledged_bytes`): past it the producer is
-        told to back off (a retriable REQUEST_TIMED_OUT) instead of the gateway growing."""
-        with self._unacknowledged_lock:
-            if self._unacknowledged_bytes + len(raw) > self.max_unacknowledged_bytes:
-                raise RequestTimedOutError(
-                    f"{self._unacknowledged_bytes} bytes of acks=0 produce are still "
-                    f"unanswered by their nodes (bound {self.max_unacknowledged_bytes}); "
-                    f"retry later"
-                )
-            self._unacknowledged_bytes += len(raw)
-        pending = [len(raw)]
-        remaining_calls = [len(by_node)]
-
-        def settled(call: grpc.Future, node_id: int) -> None:
-            _log_failed_call(node_id)(call)
-            with self._unacknowledged_lock:
-                remaining_calls[0] -= 1
-                if remaining_calls[0] == 0:
-                    self._unacknowledged_bytes -= pending[0]
-
-        for node_id, (target, indexes) in by_node.items():
-            payload = raw if len(by_node) == 1 else self._sub_request(request, indexes)
-            call = target.connection.append_raw.future(payload, timeout=timeout_s)
-            call.add_done_callback(lambda call, node_id=node_id: settled(call, node_id))
-        response = common_pb2.ProduceResponse(topic=request.topic)
-        for data in request.partitions:
-            response.partitions.add(partition=data.partition, base_offset=-1, last_offset=-1)
-        return response
-
     # -- Fetch ---------------------------------------------------------------------------
 
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         started = time.perf_counter()
         try:
-            answers = self._fetch_request(raw, context)
+            try:
+                request = common_pb2.FetchRequest.FromString(raw)
+            except DecodeError as exc:
+                abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
+            try:
+                answers = self.fetching.fetch_messages(request, context, raw)
+            except SeglogError as exc:
+                abort(context, exc)
             if self.quotas is not None:
                 answers = self.quotas.hold_fetch(context, answers)
             yield from answers
         finally:
             self.metrics.request("Fetch", started)
-
-    def _fetch_request(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        try:
-            request = common_pb2.FetchRequest.FromString(raw)
-        except DecodeError as exc:
-            abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
-        try:
-            check_fetch_request(request)
-        except SeglogError as exc:
-            abort(context, exc)
-        # A relayed long poll holds a gateway thread for as long as the node waits: past the
-        # bound, the node is asked to answer at once with what it has.
-        if request.max_wait_ms > 0 and not self.waiting_fetches.try_acquire():
-            request.max_wait_ms = 0
-            raw = request.SerializeToString()
-            yield from self._fetch(request, raw, context)
-            return
-        release = _once(self.waiting_fetches.release) if request.max_wait_ms > 0 else _noop
-        context.add_callback(release)
-        try:
-            yield from self._fetch(request, raw, context)
-        finally:
-            release()
-
-    def _fetch(
-        self, request: common_pb2.FetchRequest, raw: bytes, context: grpc.ServicerContext
-    ) -> Iterator[bytes]:
-        by_node: dict[int, tuple[Target, list[int]]] = {}
-        epochs_added = False
-        for i, p in enumerate(request.partitions):
-            try:
-                route, target = self._route(p.topic, p.partition, client_leader_epoch(p))
-            except SeglogError as exc:
-                yield fetch_error(p.topic, p.partition, exc)
-                continue
-            if client_leader_epoch(p) < 0:
-                # The node answers only while it leads the epoch the fetch was routed by (as a
-                # Kafka consumer's fetch carries its leader epoch): a node whose view is older
-                # or newer answers NOT_LEADER, which is retried, instead of judging the offset
-                # against a log that is not the leader's (OFFSET_OUT_OF_RANGE resets consumers).
-                p.current_leader_epoch = route.leader_epoch
-                epochs_added = True
-            by_node.setdefault(target.node_id, (target, []))[1].append(i)
-        if not by_node:
-            return
-        if epochs_added:
-            raw = request.SerializeToString()
-        if len(by_node) == 1 and len(next(iter(by_node.values()))[1]) == len(request.partitions):
-            target, indexes = next(iter(by_node.values()))
-            yield from self._relay(target, raw, request, indexes, context)
-            return
-        yield from fetch_across_nodes(
-            request,
-            by_node,
-            lambda target, payload, indexes, keep_cancel: self._relay(
-                target, payload, request, indexes, context, keep_cancel
-            ),
-        )
-
-    def _relay(
-        self,
-        target: Target,
-        payload: bytes,
-        request: common_pb2.FetchRequest,
-        indexes: list[int],
-        context: grpc.ServicerContext,
-        keep_cancel: Callable[[Callable[[], object]], None] | None = None,
-    ) -> Iterator[bytes]:
-        timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
-        if self.fetch_relay is not None:
-            answered = yield from self.fetch_relay.fetch(
-                target, request, payload, indexes, timeout_s, context, keep_cancel
-            )
-            if answered:
-                return
-        stream = target.connection.fetch_raw(payload, timeout=timeout_s)
-        cancel = getattr(stream, "cancel", None)
-        if cancel is not None:  # the traced channel hands back a plain generator
-            cancel_with(context, cancel)
-            if keep_cancel is not None:
-                keep_cancel(cancel)
-        try:
-            yield from stream
-        except grpc.RpcError as exc:
-            error = self._node_failure(target, exc)
-            for i in indexes:
-                p = request.partitions[i]
-                yield fetch_error(p.topic, p.partition, error)
-
-
-def _log_failed_call(node_id: int):  # type: ignore[no-untyped-def]
-    def done(call: grpc.Future) -> None:
-        if call.exception() is not None:
-            logger.warning("acks=0 produce to node %d failed: %s", node_id, call.exception())
-
-    return done
-
-
-def _once(action: Callable[[], None]) -> Callable[[], None]:
-    """`action`, run at most once however many times the result is called (a call's end and
-    its cancellation callback may both release its slot)."""
-    done = threading.Event()
-    lock = threading.Lock()
-
-    def run() -> None:
-        with lock:
-            if done.is_set():
-                return
-            done.set()
-        action()
-
-    return run
-
-
-def _noop() -> None:
-    pass

@@ -1,0 +1,68 @@
+"""What a Kafka Fetch answer may hold: the request's `max_bytes` in all and each partition's
+`partition_max_bytes`, except that the answer's very first batch is kept whatever its size,
+as Kafka's broker reads with minOneMessage only until it has data (ReplicaManager.readFromLog).
+
+The gateway's fetch spans leader nodes, each given a share of the budget, and each node keeps
+its own first batch whatever its size: two nodes whose next batches are 900 KB each would
+answer a 1,000,000-byte fetch with 1.8 MB, which librdkafka refuses ("Invalid response size")
+and then never makes progress. So the answer is cut here, at batch boundaries: a batch that
+would take the answer or its partition past the limit is left out (with the rest of that
+partition's records), and the client asks for it again from the same offset.
+
+A node's records are whole batches (RecordBatch v2, or legacy message sets: the same 8-byte
+offset and 4-byte length first), so a cut reads only each batch's 12-byte prefix:
+
+    baseOffset int64 | batchLength int32 (bytes after this field) | ...
+"""
+
+from __future__ import annotations
+
+_LENGTH_AT = 8
+_PREFIX_BYTES = 12
+
+
+def whole_batches_within(records: memoryview, limit: int, *, keep_first: bool) -> memoryview:
+    """The longest run of whole batches from the start of `records` within `limit` bytes (the
+    first batch whatever its size when `keep_first`)."""
+    end = 0
+    total = len(records)
+    while end + _PREFIX_BYTES <= total:
+        size = _PREFIX_BYTES + int.from_bytes(
+            records[end + _LENGTH_AT : end + _PREFIX_BYTES], "big"
+        )
+        if end + size > limit and not (end == 0 and keep_first):
+            break
+        end += size
+    return records[: min(end, total)]
+
+
+class FetchBudget:
+    """The bytes one Fetch answer has left, in all and per partition."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining = max_bytes
+        self._taken_any = False
+        self._by_partition: dict[tuple[str, int], int] = {}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining <= 0
+
+    def take(
+        self, key: tuple[str, int], partition_max_bytes: int, records: bytes
+    ) -> tuple[memoryview, bool]:
+        """The part of a partition's next records the answer keeps, and whether all of it
+        was kept (once a batch is left out, nothing later of that partition may follow)."""
+        view = memoryview(records)
+        used = self._by_partition.get(key, 0)
+        room = min(self.remaining, partition_max_bytes - used)
+        kept = (
+            view
+            if len(view) <= room
+            else whole_batches_within(view, max(room, 0), keep_first=not self._taken_any)
+        )
+        if len(kept):
+            self._taken_any = True
+            self.remaining -= len(kept)
+            self._by_partition[key] = used + len(kept)
+        return kept, len(kept) == len(view)
