@@ -122,7 +122,7 @@ def integration_tests(directory: Path | None = None) -> list[str]:
 
 
 @dataclass
-class TestResult:
+class KgoResult:
     """One test's (or subtest's) outcome on one cluster: pass, fail or skip."""
 
     name: str
@@ -131,14 +131,15 @@ class TestResult:
     output: list[str] = field(default_factory=list)
 
     def reason(self) -> str:
-        """Why it failed or skipped, in one line: the test's own error lines (file:line: ...)
-        or the last line it printed."""
+        """Why it failed or skipped, in one line: a timeout's panic, else the test's own error
+        lines (file:line: ...), else the last line it printed that is not go test's own."""
+        lines = [line.strip() for line in self.output if line.strip()]
+        timeout = [line for line in lines if line.startswith("panic: test timed out")]
         located = [
-            line.strip()
-            for line in self.output
-            if re.match(r"\s*\w+_test\.go:\d+:", line) and "[INFO]" not in line
+            line for line in lines if re.match(r"\w+_test\.go:\d+:", line) and "[INFO]" not in line
         ]
-        picked = located[:2] or [line.strip() for line in self.output if line.strip()][-1:]
+        own = [line for line in lines if not line.startswith(("=== ", "--- "))]
+        picked = timeout[:1] or located[:2] or own[-1:]
         return " | ".join(picked)[:300] or self.action
 
 
@@ -147,7 +148,7 @@ class Run:
     """One top-level test's process: its results (the test and its subtests) and wall time."""
 
     test: str
-    results: dict[str, TestResult]
+    results: dict[str, KgoResult]
     wall_s: float
     timed_out: bool = False
 
@@ -161,7 +162,8 @@ def run_test(
     extra_env: dict[str, str] | None = None,
 ) -> Run:
     """`test` alone in its own process against `seeds` (so a hang or a crash costs only that
-    test), bounded by `timeout_s`; its stderr (kgo's client logs) into `log_path`."""
+    test), bounded by `timeout_s`; all it printed (test2json's events, kgo's logs) into
+    `log_path`."""
     env = {**go_env(), "KGO_SEEDS": seeds, **(extra_env or {})}
     command = [
         "go", "tool", "test2json", "-t", "-p", "kgo", str(binary_path()),
@@ -170,7 +172,7 @@ def run_test(
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    results: dict[str, TestResult] = {}
+    results: dict[str, KgoResult] = {}
     timed_out = False
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -190,6 +192,8 @@ def run_test(
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
     wall = time.monotonic() - started
+    with open(log_path, "ab") as log:  # the whole story, for a failure's post-mortem
+        log.write(output)
     for line in output.decode(errors="replace").splitlines():
         try:
             event = json.loads(line)
@@ -200,7 +204,7 @@ def run_test(
             if event.get("Action") == "output" and "test timed out" in event.get("Output", ""):
                 timed_out = True
             continue
-        result = results.setdefault(name, TestResult(name))
+        result = results.setdefault(name, KgoResult(name))
         action = event.get("Action")
         if action == "output":
             result.output.append(event.get("Output", "").rstrip("\n"))
@@ -209,7 +213,7 @@ def run_test(
             result.action = action
             result.elapsed_s = float(event.get("Elapsed", 0.0))
     if test not in results:
-        results[test] = TestResult(test, "fail", wall, [f"no result (exit {process.returncode})"])
+        results[test] = KgoResult(test, "fail", wall, [f"no result (exit {process.returncode})"])
     if timed_out:
         for result in results.values():
             if result.action == "fail" and not result.elapsed_s:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TextIO
 
-from .conformance_kgo import Run, TestResult
+from .conformance_kgo import KgoResult, Run
 
 NOTE_WIDTH = 110
 
@@ -32,6 +32,7 @@ class Row:
     verdict: str
     note: str
     seglog_reason: str
+    kafka_reason: str
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -69,7 +70,7 @@ def rows_of(
     expected_reason: Callable[[str], str | None],
 ) -> list[Row]:
     rows: list[Row] = []
-    empty = TestResult("", "", 0.0)
+    empty = KgoResult("", "", 0.0)
     for test in tests:
         kafka_run, seglog_run = kafka.get(test), seglog.get(test)
         subrows: list[Row] = []
@@ -87,8 +88,10 @@ def rows_of(
                 verdict=verdict(k.action, s.action, expected),
                 note="",
                 seglog_reason=s.reason() if s.action in ("fail", "skip") else "",
+                kafka_reason=k.reason() if k.action in ("fail", "skip") else "",
             )
-            row.note = expected or row.seglog_reason if row.verdict != "ok" else ""
+            if row.verdict != "ok":
+                row.note = expected or row.seglog_reason or f"Kafka: {row.kafka_reason}"
             if name == test:
                 top = row
             elif row.verdict != "ok" or k.action != s.action:
@@ -111,7 +114,7 @@ def _cell(action: str, seconds: float) -> str:
 def print_table(rows: Sequence[Row], out: TextIO) -> None:
     cells = [
         (
-            "  " * row.depth + row.name.rsplit("/", 1)[-1] if row.depth else row.name,
+            "  " + row.name.split("/", 1)[1] if row.depth else row.name,
             _cell(row.kafka, row.kafka_s),
             _cell(row.seglog, row.seglog_s),
             row.verdict,
