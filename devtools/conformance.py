@@ -57,6 +57,10 @@ DEFAULT_TIMEOUT_S = 600.0
 # cut short there: its result is known, the minutes are not needed.
 EXPECTED_TIMEOUT_S = 90.0
 LOGS = kgo.CACHE / "conformance" / "logs"
+# A test that fails is run once more on that side (Kafka's three JVMs on two busy cores failed
+# TestGroupETL once in three runs, and a flake on Kafka's side would hide seglog's result); the
+# table marks a pass that needed it, and the summary lists them: flaky, to be looked at.
+RETRIES = 1
 
 
 def expected_reason(name: str) -> str | None:
@@ -82,16 +86,21 @@ def run_side(
     env = {"KGO_TEST_RECORDS": str(records), "KGO_TEST_RF": "3"}
 
     def one(test: str) -> kgo.Run:
-        short = side == "seglog" and expected_reason(test) is not None
-        run = kgo.run_test(
-            test,
-            seeds,
-            timeout_s=min(timeout_s, EXPECTED_TIMEOUT_S) if short else timeout_s,
-            log_path=LOGS / side / f"{test}.log",
-            extra_env=env,
-        )
-        result = run.results[test]
-        print(f"  {side}: {test} {result.action} ({run.wall_s:.1f} s)", file=sys.stderr, flush=True)
+        expected = side == "seglog" and expected_reason(test) is not None
+        attempts = 1 if expected else 1 + RETRIES
+        for attempt in range(1, attempts + 1):
+            run = kgo.run_test(
+                test,
+                seeds,
+                timeout_s=min(timeout_s, EXPECTED_TIMEOUT_S) if expected else timeout_s,
+                log_path=LOGS / side / f"{test}.{attempt}.log",
+                extra_env=env,
+            )
+            run.attempts = attempt
+            action = run.results[test].action
+            print(f"  {side}: {test} {action} ({run.wall_s:.1f} s)", file=sys.stderr, flush=True)
+            if action != "fail":
+                break
         return run
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -170,6 +179,17 @@ def _print_times(times: dict[str, float]) -> None:
 
 
 def _verdict(rows: list[Row], sides: list[str]) -> int:
+    retried = [
+        f"{row.name} ({side})"
+        for row in rows
+        for side, attempts, action in (
+            ("kafka", row.kafka_attempts, row.kafka),
+            ("seglog", row.seglog_attempts, row.seglog),
+        )
+        if row.depth == 0 and attempts > 1 and action == "pass"
+    ]
+    if retried:
+        print(f"\npassed on a second attempt only (flaky): {', '.join(retried)}")
     failures = [row for row in rows if row.verdict == "FAIL"]
     if failures:
         print(f"\n{len(failures)} test(s) Kafka passes fail on seglog:")

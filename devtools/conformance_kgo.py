@@ -151,6 +151,7 @@ class Run:
     results: dict[str, KgoResult]
     wall_s: float
     timed_out: bool = False
+    attempts: int = 1
 
 
 def run_test(
@@ -174,26 +175,26 @@ def run_test(
     started = time.monotonic()
     results: dict[str, KgoResult] = {}
     timed_out = False
+    # Events straight into the log (readable while the test runs), read back at its end.
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command,
             cwd=source_dir(),  # tests that read testdata/ find it
             env=env,
-            stdout=subprocess.PIPE,
-            stderr=log,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
             # Past its own -test.timeout, test2json and the binary are ended here (a test
             # stuck in a syscall would not panic): a minute's grace for the panic's report.
-            output, _ = process.communicate(timeout=timeout_s + 60)
+            process.wait(timeout=timeout_s + 60)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(process.pid, signal.SIGKILL)
-            output, _ = process.communicate()
+            process.wait()
     wall = time.monotonic() - started
-    with open(log_path, "ab") as log:  # the whole story, for a failure's post-mortem
-        log.write(output)
+    output = log_path.read_bytes()
     for line in output.decode(errors="replace").splitlines():
         try:
             event = json.loads(line)

@@ -33,6 +33,8 @@ class Row:
     note: str
     seglog_reason: str
     kafka_reason: str
+    kafka_attempts: int = 1
+    seglog_attempts: int = 1
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -89,6 +91,8 @@ def rows_of(
                 note="",
                 seglog_reason=s.reason() if s.action in ("fail", "skip") else "",
                 kafka_reason=k.reason() if k.action in ("fail", "skip") else "",
+                kafka_attempts=kafka_run.attempts if kafka_run else 0,
+                seglog_attempts=seglog_run.attempts if seglog_run else 0,
             )
             if row.verdict != "ok":
                 row.note = expected or row.seglog_reason or f"Kafka: {row.kafka_reason}"
@@ -104,19 +108,20 @@ def rows_of(
     return rows
 
 
-def _cell(action: str, seconds: float) -> str:
+def _cell(action: str, seconds: float, attempts: int) -> str:
     if not action:
         return "-"
     label = "FAIL" if action == "fail" else action
-    return f"{label} {seconds:.1f}s" if action != "skip" else "skip"
+    again = f" (try {attempts})" if attempts > 1 else ""
+    return (f"{label} {seconds:.1f}s" if action != "skip" else "skip") + again
 
 
 def print_table(rows: Sequence[Row], out: TextIO) -> None:
     cells = [
         (
             "  " + row.name.split("/", 1)[1] if row.depth else row.name,
-            _cell(row.kafka, row.kafka_s),
-            _cell(row.seglog, row.seglog_s),
+            _cell(row.kafka, row.kafka_s, row.kafka_attempts),
+            _cell(row.seglog, row.seglog_s, row.seglog_attempts),
             row.verdict,
             row.note[:NOTE_WIDTH],
         )
