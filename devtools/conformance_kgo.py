@@ -138,8 +138,16 @@ class KgoResult:
         located = [
             line for line in lines if re.match(r"\w+_test\.go:\d+:", line) and "[INFO]" not in line
         ]
+        # t.Logf and t.Errorf print alike: the lines that read as errors first (not the
+        # helpers' "FAILED TESTING -- NOT DELETING ..." that every failure prints).
+        errors = [
+            line
+            for line in located
+            if re.search(r"err|unexpected|unable|fail|timed out|expected", line, re.I)
+            and "NOT DELETING" not in line
+        ]
         own = [line for line in lines if not line.startswith(("=== ", "--- "))]
-        picked = timeout[:1] or located[:2] or own[-1:]
+        picked = timeout[:1] or errors[:2] or located[:2] or own[-1:]
         return " | ".join(picked)[:300] or self.action
 
 

@@ -100,12 +100,29 @@ def rows_of(
                 top = row
             elif row.verdict != "ok" or k.action != s.action:
                 subrows.append(row)
+        # A parent that failed through its subtests says which, rather than its own last line.
+        top.kafka_reason = _through_subtests(kafka_run) or top.kafka_reason
+        top.seglog_reason = _through_subtests(seglog_run) or top.seglog_reason
+        if top.verdict != "ok":
+            top.note = expected_reason(test) or top.seglog_reason or f"Kafka: {top.kafka_reason}"
         # A parent failing only through subtests expected to fail is expected too.
         failed = [r for r in subrows if r.seglog == "fail"]
         if top.verdict == "FAIL" and failed and all(r.verdict == "expected" for r in failed):
             top.verdict, top.note = "expected", failed[0].note
         rows += [top, *subrows]
     return rows
+
+
+def _through_subtests(run: Run | None) -> str:
+    if run is None or run.results[run.test].action != "fail":
+        return ""
+    failed = [r for name, r in run.results.items() if name != run.test and r.action == "fail"]
+    # Only the innermost: a parent subtest fails with its child.
+    leaves = [r for r in failed if not any(o.name.startswith(r.name + "/") for o in failed)]
+    if not leaves:
+        return ""
+    names = ", ".join(r.name.split("/", 1)[1] for r in leaves)
+    return f"{names} failed: {leaves[0].reason()}"
 
 
 def _cell(action: str, seconds: float, attempts: int) -> str:
