@@ -52,14 +52,17 @@ EXPECTED: dict[str, str] = {
 # The ETL tests push this many records through a chain of groups (franz-go's default,
 # 500,000, takes many minutes per side on two cores; 10,000 still spans rebalances).
 DEFAULT_RECORDS = 10_000
-DEFAULT_TIMEOUT_S = 600.0
+# Kafka's slowest passes on two busy cores: TestTxnEtl 197-337 s, TestClient_Produce 291 s
+# (20,000 acks=all produces one at a time from 50 goroutines; it also ran out 600 s twice).
+DEFAULT_TIMEOUT_S = 450.0
 # A test expected to fail on seglog (a transactional producer spins until its timeout) is
 # cut short there: its result is known, the minutes are not needed.
 EXPECTED_TIMEOUT_S = 90.0
 LOGS = kgo.CACHE / "conformance" / "logs"
-# A test that fails is run once more on that side (Kafka's three JVMs on two busy cores failed
-# TestGroupETL once in three runs, and a flake on Kafka's side would hide seglog's result); the
-# table marks a pass that needed it, and the summary lists them: flaky, to be looked at.
+# A test that fails (not by running out of time) is run once more on that side: Kafka's three
+# JVMs on two busy cores failed TestGroupETL in two of four runs (a KIP-848 static member's
+# UNRELEASED_INSTANCE_ID), and a flake on Kafka's side hides seglog's result. The table marks
+# a pass that needed the second try, and the summary lists them as flaky.
 RETRIES = 1
 
 
@@ -99,7 +102,7 @@ def run_side(
             run.attempts = attempt
             action = run.results[test].action
             print(f"  {side}: {test} {action} ({run.wall_s:.1f} s)", file=sys.stderr, flush=True)
-            if action != "fail":
+            if action != "fail" or run.timed_out:  # a timeout would only cost its time again
                 break
         return run
 
