@@ -7,7 +7,8 @@ the verdict:
     expected   seglog fails or skips it for a feature it does not have yet (the note says which)
     drop?      expected to fail, yet passes on seglog: take it off the list
     skipped    skipped on both (e.g. SCRAM without KGO_TEST_SCRAM)
-    n/c        not counted: Kafka fails it, or there is no Kafka result
+    n/c        not counted: Kafka fails it
+(with seglog alone, a seglog failure that is not expected is a FAIL)
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ class Row:
 def verdict(kafka: str, seglog: str, expected: str | None) -> str:
     if not seglog:
         return {"pass": "ok", "skip": "skipped"}.get(kafka, "n/c")
-    if not kafka:
-        return "ok" if seglog == "pass" else ("expected" if expected else "n/c")
+    if not kafka:  # seglog alone (--only seglog): judged as if Kafka passed
+        if seglog == "pass":
+            return "ok"
+        return "expected" if expected else ("skipped" if seglog == "skip" else "FAIL")
     if kafka == "fail":
         return "n/c"
     if seglog == "pass":

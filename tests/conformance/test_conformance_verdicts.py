@@ -23,6 +23,10 @@ from devtools.conformance_report import rows_of, verdict
         ("fail", "fail", None, "n/c"),
         ("skip", "skip", None, "skipped"),
         ("skip", "pass", None, "ok"),
+        ("", "fail", None, "FAIL"),  # seglog alone
+        ("", "fail", "issue 54", "expected"),
+        ("pass", "", None, "ok"),  # Kafka alone
+        ("fail", "", None, "n/c"),
     ],
 )
 def test_verdict(kafka, seglog, expected, judged):
