@@ -208,10 +208,10 @@ def run_test(
             event = json.loads(line)
         except ValueError:
             continue
+        if event.get("Action") == "output" and "panic: test timed out" in event.get("Output", ""):
+            timed_out = True  # said in the running test's output, or the package's
         name = event.get("Test")
         if not name:
-            if event.get("Action") == "output" and "test timed out" in event.get("Output", ""):
-                timed_out = True
             continue
         result = results.setdefault(name, KgoResult(name))
         action = event.get("Action")
@@ -226,5 +226,7 @@ def run_test(
     if timed_out:
         for result in results.values():
             if result.action == "fail" and not result.elapsed_s:
-                result.output.append(f"timed out after {timeout_s:.0f} s")
+                last = result.reason()
+                last = "no output of its own" if last == result.action else last
+                result.output.append(f"timed out after {timeout_s:.0f} s; its last word: {last}")
     return Run(test, results, wall, timed_out)
