@@ -91,6 +91,7 @@ def run_side(
     def one(test: str) -> kgo.Run:
         expected = side == "seglog" and expected_reason(test) is not None
         attempts = 1 if expected else 1 + RETRIES
+        earlier = ""
         for attempt in range(1, attempts + 1):
             run = kgo.run_test(
                 test,
@@ -99,11 +100,12 @@ def run_side(
                 log_path=LOGS / side / f"{test}.{attempt}.log",
                 extra_env=env,
             )
-            run.attempts = attempt
+            run.attempts, run.earlier_failure = attempt, earlier
             action = run.results[test].action
             print(f"  {side}: {test} {action} ({run.wall_s:.1f} s)", file=sys.stderr, flush=True)
             if action != "fail" or run.timed_out:  # a timeout would only cost its time again
                 break
+            earlier = run.results[test].reason()
         return run
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:

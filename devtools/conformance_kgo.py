@@ -160,6 +160,7 @@ class Run:
     wall_s: float
     timed_out: bool = False
     attempts: int = 1
+    earlier_failure: str = ""  # the first attempt's reason, when it took a second
 
 
 def run_test(

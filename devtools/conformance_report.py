@@ -3,7 +3,8 @@ results differ between the sides, or that is expected to fail), its result on ea
 the verdict:
 
     ok         passes on both (or Kafka skips it and seglog passes)
-    FAIL       Kafka passes it, seglog does not, and it is not expected to fail
+    FAIL       Kafka passes it, seglog does not (or only on a second try Kafka did not need),
+               and it is not expected to fail
     expected   seglog fails or skips it for a feature it does not have yet (the note says which)
     drop?      expected to fail, yet passes on seglog: take it off the list
     skipped    skipped on both (e.g. SCRAM without KGO_TEST_SCRAM)
@@ -108,6 +109,17 @@ def rows_of(
         top.seglog_reason = _through_subtests(seglog_run) or top.seglog_reason
         if top.verdict != "ok":
             top.note = expected_reason(test) or top.seglog_reason or f"Kafka: {top.kafka_reason}"
+        # seglog passing only on a try Kafka did not need is no pass (order or load decided).
+        if (
+            top.verdict == "ok"
+            and seglog_run is not None
+            and seglog_run.attempts > max(1, kafka_run.attempts if kafka_run else 1)
+        ):
+            top.verdict = "FAIL"
+            top.seglog_reason = f"passed on try {seglog_run.attempts} only; try 1: " + (
+                seglog_run.earlier_failure
+            )
+            top.note = top.seglog_reason
         # A parent failing only through subtests expected to fail is expected too.
         failed = [r for r in subrows if r.seglog == "fail"]
         if top.verdict == "FAIL" and failed and all(r.verdict == "expected" for r in failed):

@@ -70,3 +70,16 @@ def test_expected_failures_name_kgo_tests_of_the_pinned_version():
     assert "TestParseBrokerAddr" not in tests  # a unit test: it never dials
     for name in conformance.EXPECTED:
         assert name.split("/")[0] in tests, name
+
+
+def test_seglog_passing_only_on_a_try_kafka_did_not_need_fails():
+    kafka = {"TestConsumeRegex": run_of("TestConsumeRegex", TestConsumeRegex="pass")}
+    seglog = {"TestConsumeRegex": run_of("TestConsumeRegex", TestConsumeRegex="pass")}
+    seglog["TestConsumeRegex"].attempts = 2
+    seglog["TestConsumeRegex"].earlier_failure = "topic __consumer_offsets is not in metadata"
+    [row] = rows_of(["TestConsumeRegex"], kafka, seglog, conformance.expected_reason)
+    assert row.verdict == "FAIL"
+    assert "try 1: topic __consumer_offsets" in row.note
+    kafka["TestConsumeRegex"].attempts = 2  # Kafka needed it too: the same footing
+    [row] = rows_of(["TestConsumeRegex"], kafka, seglog, conformance.expected_reason)
+    assert row.verdict == "ok"
