@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -71,6 +71,21 @@ kafka: $(KAFKA_STAMP)
 			env DEBIAN_FRONTEND=noninteractive apt-get install -y -q kcat > /dev/null; \
 		else echo "kcat is missing: install Debian's kcat package (its tests need it)" >&2; \
 			exit 1; fi; fi
+
+# franz-go's kgo tests, the version devtools/conformance_go/go.mod pins: the module from the Go
+# module proxy into .cache/go (Go's caches there too), its test binary built once into
+# .cache/conformance/ (a few minutes the first time on 2 cores). The suite's fast subset
+# (tests/conformance) skips, naming this target, without it; CI makes it before the suite.
+kgo: $(STAMP)
+	$(BIN)/python -c 'from devtools import conformance_kgo; conformance_kgo.build()'
+
+# franz-go's kgo integration tests against seglog (make run's cluster) and Apache Kafka (three
+# brokers), side by side: a table, and exit 1 if seglog fails a test Kafka passes that is not
+# expected to fail (devtools/conformance.py lists those, each with its issue). TESTS= a regex,
+# RECORDS= for the ETL tests (10000), JOBS= tests at once (2).
+conformance: $(STAMP) proto kafka kgo
+	$(BIN)/python -m devtools.conformance $(if $(TESTS),--tests '$(TESTS)') \
+		$(if $(RECORDS),--records $(RECORDS)) $(if $(JOBS),--jobs $(JOBS))
 
 # Two workers: the suite spends most of its time waiting on the clusters it starts (about half a
 # core busy on average), so two at once halve its time on two cores. A file's tests stay in one

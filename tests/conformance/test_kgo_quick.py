@@ -1,0 +1,45 @@
+"""CI's fast subset of `make conformance`: a few of franz-go's own kgo integration tests (the
+test binary `make kgo` builds from the pinned module) against seglog's Kafka listener only —
+produce and consume through every partition, topic metadata, and a classic consumer group
+with its offset commits. The full side-by-side run with Apache Kafka is `make conformance`."""
+
+from __future__ import annotations
+
+import pytest
+
+from devtools import conformance_kgo as kgo
+from tests.cluster import LocalCluster
+
+pytestmark = pytest.mark.skipif(not kgo.built(), reason=kgo.INSTALL_HINT)
+
+# Each a few seconds on seglog (measured beside Kafka on the same machine by make
+# conformance); together they cover Produce, Fetch, Metadata, CreateTopics/DeleteTopics,
+# FindCoordinator and the classic group's Join/Sync/Heartbeat/OffsetCommit/OffsetFetch.
+QUICK_TESTS = ["TestIssue325", "TestConsumeTopicRetrieval", "TestGroupSimple"]
+# A test that passes in seconds is given ten times its usual time on a loaded machine.
+TIMEOUT_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kgo-quick"), nodes=3)
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("test", QUICK_TESTS)
+def test_franz_go_kgo_test_passes_on_seglog(cluster, test, tmp_path):
+    log = tmp_path / f"{test}.log"
+    run = kgo.run_test(
+        test,
+        cluster.kafka_address,
+        timeout_s=TIMEOUT_S,
+        log_path=log,
+        extra_env={"KGO_TEST_RF": "3", "KGO_TEST_RECORDS": "1000"},
+    )
+    result = run.results[test]
+    assert result.action == "pass", (
+        f"{test}: {result.action}: {result.reason()}\n"
+        + "\n".join(result.output[-40:])
+        + f"\nclient log: {log.read_text(errors='replace')[-3000:]}"
+    )
