@@ -91,7 +91,7 @@ conformance: $(STAMP) proto kafka kgo
 # core busy on average), so two at once halve its time on two cores. A file's tests stay in one
 # worker (--dist loadfile), sharing its module fixtures. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) proto kafka
+test: $(STAMP) proto kafka kgo
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 # The inner loop: rules and single components on real files, no cluster started.

@@ -579,6 +579,14 @@ def test_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
                 FindCoordinatorRequest[2](key="denied", key_type=0), 2, FindCoordinatorResponse
             )
             assert denied.error_code == GROUP_AUTHORIZATION_FAILED
+            assert "__consumer_offsets" not in cluster.gateway.registry.topics  # not when refused
+            found = wire.request(
+                FindCoordinatorRequest[2](key="allowed", key_type=0), 2, FindCoordinatorResponse
+            )
+            # Kafka's broker makes the offsets topic on a group's first FindCoordinator (clients
+            # such as franz-go's regex consumer wait to see it in Metadata).
+            assert found.error_code == 0
+            assert "__consumer_offsets" in cluster.gateway.registry.topics
             joined = wire.request(
                 JoinGroupRequest[5](
                     group_id="denied",

@@ -113,6 +113,11 @@ class OffsetsStore:
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.num_partitions)
 
+    def ensure_topic(self) -> None:
+        """__consumer_offsets made if it is not yet, as Kafka's broker makes it on the first
+        FindCoordinator for a group (clients may wait to see it in Metadata)."""
+        self._ensure_topic()
+
     def _ensure_topic(self) -> None:
         if OFFSETS_TOPIC in self.registry.topics:
             return

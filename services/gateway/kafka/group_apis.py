@@ -97,7 +97,10 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
     try:
         if key_type != GROUP_KEY_TYPE:
             raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
-        broker = _coordinator_broker(call, request.key)
+        broker = _coordinator_broker(call, request.key)  # authorized (Describe on the group)
+        # Kafka's broker makes __consumer_offsets on the first FindCoordinator for a group;
+        # clients (franz-go's regex consumer among them) wait to see it in Metadata.
+        call.core.groups.offsets.ensure_topic()
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
