@@ -21,6 +21,8 @@ from services.settings import described_settings
 from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
+from .broker.reassignments import Reassignments
+from .broker.replication_throttles import ReplicationThrottles
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
@@ -173,6 +175,12 @@ class Gateway:
             ),
         )
         self.reassignment_service = ReassignmentService(self.registry, self.connections)
+        self.replication_throttles = ReplicationThrottles(
+            self.authorization, lambda name: name in self.registry.topics
+        )
+        self.reassignments = Reassignments(
+            self.registry, self.connections, self.authorization, self.replication_throttles
+        )
         self.registry_service = RegistryService(
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -186,6 +194,7 @@ class Gateway:
             num_partitions=config.offsets_topic_num_partitions,
         )
         self.admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
+        self.admin.topic_deleted_listeners.append(self.replication_throttles.forget_topic)
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(

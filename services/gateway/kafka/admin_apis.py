@@ -40,7 +40,7 @@ from seglog.v1 import common_pb2, gateway_pb2
 
 from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
 from . import config_apis
-from .brokers import cluster_id, controller_id, live_brokers
+from .brokers import broker_view, cluster_id
 from .error_codes import kafka_error_code
 
 if TYPE_CHECKING:
@@ -335,17 +335,17 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 for code, name in CLUSTER_OPERATIONS.items()
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
-    brokers = live_brokers(call.gateway, call.advertised_address)
-    controller = controller_id(call.gateway)
+    view = broker_view(call.gateway, call.advertised_address)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
         cluster_id=cluster_id(call.gateway),
-        controller_id=controller if controller in {b.node_id for b in brokers} else -1,
+        controller_id=view.controller_id,
         brokers=[
-            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers
+            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in view.brokers
         ],
         authorized_operations=operations,
     )

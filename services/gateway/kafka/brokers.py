@@ -1,13 +1,36 @@
-"""The gateways as Kafka brokers: their broker ids and addresses, and which one Metadata names
-as each partition's leader (spread over the live gateways when several share etcd, each
-publishing its Kafka address with its gateway session). A gateway with several lanes
-(listener.py: `--kafka-lanes`) is that many brokers, one per lane's address; within the
-gateway a partition is led by the lane of its storage leader.
+"""Who Kafka clients see as brokers: the storage nodes, each under its own node id, at the
+address of a gateway lane that relays to it.
 
-A gateway's broker id is derived from its advertised Kafka address, so every gateway computes
-the same id for every other without coordinating, and a restarted gateway keeps its id. The
-ids live above 2^30, out of the way of storage node ids (which Metadata's replica and ISR
-lists name): a client reading `leader 1074..., replicas [1, 2, 3]` sees both kinds.
+Why the nodes and not the gateways: Kafka's tools and admin clients take a partition's
+replicas, ISR and offline replicas (which are storage node ids) to be broker ids of the
+broker list. kafka-reassign-partitions checks every id of a plan against DescribeCluster
+("Unknown broker id 2") and builds --generate's plan from the listed brokers ("All brokers are
+currently fenced" when none of the ids asked for is listed); kafka-log-dirs asks each listed
+broker for its own log dirs; throttles are broker configs keyed by broker id. With the nodes as
+the brokers, every id a client reads names something it can address, and what a tool does to
+broker 2 is done to node 2.
+
+Why a gateway lane as its address: clients never talk to a node (the gateway routes every
+request, holds groups and ACLs), and any lane of any gateway serves any request, so the
+address only decides which connection a client uses. Node `n` is given to the live gateway
+`n mod G` (G gateways, in broker-id order, so every gateway answers alike without
+coordinating) and, of its lanes, lane `(n div G) mod L`: with as many lanes as nodes (and
+node ids 1..n) each node has a port of its own, so a client keeps one connection per storage
+leader (listener.py says why that matters) and a per-broker request arriving on a lane
+(DescribeLogDirs) names the one node it is for. With fewer lanes several nodes share a port;
+everything still works, but such a request is answered for every node on the port.
+
+A partition's leader in Metadata is then simply its storage leader's id, and the lane it is
+given is the lane of that node, as lanes have always been chosen. Kafka's MetadataCache lists
+only registered, unfenced brokers: a node whose session lapsed is left out (its replicas show
+in `offline_replicas`); a decommissioned node still serves its replicas and stays listed.
+Nodes carry no rack (rack=None, as a Kafka broker without broker.rack). The controller id is
+a node given to the controller gateway (any lane serves a controller's APIs), and a group's
+coordinator a node given to the coordinating gateway.
+
+When no node is live there is nothing to name, and the gateways' lanes are listed instead
+under ids of their own (`broker_id`: derived from the advertised address, above 2^30, out of
+the way of node ids), so a client can still reach the cluster to ask what is wrong.
 """
 
 from __future__ import annotations
@@ -20,6 +43,7 @@ if TYPE_CHECKING:
     from ..server import Gateway
 
 GATEWAY_BROKER_ID_BASE = 1 << 30
+NO_BROKER = -1
 
 
 @dataclass(frozen=True)
@@ -27,10 +51,25 @@ class Broker:
     node_id: int
     host: str
     port: int
+    rack: str | None = None
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    """The broker list one answer names, and which broker is which node's."""
+
+    brokers: tuple[Broker, ...]
+    controller_id: int
+    # The lanes of every live gateway (lane 0 first), in broker-id order: `gateways[i][j]`.
+    gateways: tuple[tuple[Broker, ...], ...]
+
+    @property
+    def ids(self) -> frozenset[int]:
+        return frozenset(b.node_id for b in self.brokers)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -39,7 +78,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def broker_id(advertised_address: str) -> int:
-    """A stable id for the gateway advertising `advertised_address` (host:port)."""
+    """A stable id for the gateway lane advertising `advertised_address` (host:port)."""
     return GATEWAY_BROKER_ID_BASE + zlib.crc32(advertised_address.encode()) % (
         GATEWAY_BROKER_ID_BASE - 1
     )
@@ -51,19 +90,18 @@ def broker_at(advertised_address: str) -> Broker:
 
 
 def this_broker(gateway: Gateway, advertised_address: str | None = None) -> Broker:
-    """The answering gateway as a broker: its id from its Kafka listener's advertised
-    address, host and port from `advertised_address` when given (the address of the
-    listener a client came through, `KafkaCall.advertised_address`)."""
+    """The answering gateway's lane 0 as a gateway broker: its id from its Kafka listener's
+    advertised address, host and port from `advertised_address` when given (the address of
+    the listener a client came through, `KafkaCall.advertised_address`)."""
     host, port = split_address(advertised_address or gateway.kafka_advertised_address)
     return Broker(broker_id(gateway.kafka_advertised_address), host, port)
 
 
 def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> list[list[Broker]]:
-    """Every live gateway with a Kafka listener as its lanes' brokers (lane 0 first), by
-    lane 0's broker id: with several gateways on etcd, those whose session publishes a Kafka
-    address (gateway_session.py), always including the answering one (its lane 0 named by
-    `advertised_address`, the address of the listener a client came through); else the
-    answering gateway alone."""
+    """Every live gateway with a Kafka listener as its lanes' gateway brokers (lane 0 first),
+    by lane 0's broker id: with several gateways on etcd, those whose session publishes a
+    Kafka address (gateway_session.py), always including the answering one (its lane 0 named
+    by `advertised_address`); else the answering gateway alone."""
     this = [this_broker(gateway, advertised_address)]
     this.extend(broker_at(lane) for lane in gateway.kafka_advertised_lanes[1:])
     session = gateway.gateway_session
@@ -76,33 +114,79 @@ def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> li
     return [gateways[node_id] for node_id in sorted(gateways)]
 
 
-def live_brokers(gateway: Gateway, advertised_address: str | None = None) -> list[Broker]:
-    """Every broker of `live_gateways`, each gateway's lanes together."""
-    return [broker for lanes in live_gateways(gateway, advertised_address) for broker in lanes]
+def lane_of(gateways: list[list[Broker]], node_id: int) -> tuple[int, int]:
+    """(gateway index, lane index) that node `node_id` is presented at (the module says why)."""
+    count = len(gateways)
+    index = node_id % count
+    return index, (node_id // count) % len(gateways[index])
 
 
-def leader_of(
-    gateways: list[list[Broker]], topic: str, partition: int, storage_leader: int
-) -> Broker:
-    """The broker Metadata names as the partition's leader: a gateway of `gateways` (as
-    `live_gateways` lists them) by a hash of the partition's name, and of its lanes the one
-    of the partition's storage leader (its node id modulo the lanes). Every gateway with the
-    same view of the live gateways names the same one, and any lane of any gateway relays
-    to the real leader, so a client that writes to another (its metadata older) is served
-    all the same."""
-    lanes = gateways[zlib.crc32(f"{topic}-{partition}".encode()) % len(gateways)]
-    return lanes[max(storage_leader, 0) % len(lanes)]
+def node_broker(gateways: list[list[Broker]], node_id: int) -> Broker:
+    index, lane = lane_of(gateways, node_id)
+    at = gateways[index][lane]
+    return Broker(node_id, at.host, at.port)
 
 
-def controller_id(gateway: Gateway) -> int:
-    """The broker id of the controller gateway (the answering one when it is, when it alone
-    runs, or when the controller publishes no Kafka address)."""
+def broker_view(gateway: Gateway, advertised_address: str | None = None) -> BrokerView:
+    """The brokers Metadata and DescribeCluster name: each live storage node at its lane
+    (every gateway lane when none is live), and the controller among them."""
+    gateways = live_gateways(gateway, advertised_address)
+    nodes = gateway.registry.live_nodes()
+    frozen = tuple(tuple(lanes) for lanes in gateways)
+    if not nodes:
+        lanes = tuple(b for g in gateways for b in g)
+        return BrokerView(lanes, _controller_gateway_id(gateway, gateways), frozen)
+    brokers = tuple(node_broker(gateways, n) for n in nodes)
+    controller = _controller_index(gateway, gateways)
+    on_controller = [n for n in nodes if lane_of(gateways, n)[0] == controller]
+    return BrokerView(brokers, (on_controller or nodes)[0], frozen)
+
+
+def _controller_index(gateway: Gateway, gateways: list[list[Broker]]) -> int:
+    wanted = _controller_gateway_id(gateway, gateways)
+    for i, lanes in enumerate(gateways):
+        if lanes[0].node_id == wanted:
+            return i
+    return 0
+
+
+def _controller_gateway_id(gateway: Gateway, gateways: list[list[Broker]]) -> int:
+    """The gateway broker id of the controller gateway (the answering one when it is, when it
+    alone runs, or when the controller publishes no Kafka address)."""
     session = gateway.gateway_session
     if session is not None:
         kafka_address = session.live_kafka_addresses().get(gateway.election.controller_address)
         if kafka_address is not None:
             return broker_id(kafka_address)
     return broker_id(gateway.kafka_advertised_address)
+
+
+def controller_id(gateway: Gateway) -> int:
+    """The broker id Metadata and DescribeCluster name as the controller."""
+    return broker_view(gateway).controller_id
+
+
+def broker_on_gateway(
+    gateway: Gateway, kafka_address: str, advertised_address: str | None = None
+) -> Broker:
+    """The broker a client is sent to for what the gateway whose lane 0 advertises
+    `kafka_address` must answer itself (a group it coordinates): the lowest live node
+    presented on one of its lanes, so the id is one Metadata lists (librdkafka drops brokers
+    Metadata no longer lists); its lane 0 as a gateway broker when no node is given to it
+    (more gateways than live nodes)."""
+    gateways = live_gateways(gateway, advertised_address)
+    wanted = broker_id(kafka_address)
+    own = broker_id(gateway.kafka_advertised_address)
+    for i, lanes in enumerate(gateways):
+        if lanes[0].node_id != wanted:
+            continue
+        for node in gateway.registry.live_nodes():
+            if lane_of(gateways, node)[0] == i:
+                return node_broker(gateways, node)
+        return lanes[0]
+    if wanted == own:
+        return this_broker(gateway, advertised_address)
+    return broker_at(kafka_address)
 
 
 def broker_of_gateway(
@@ -112,9 +196,20 @@ def broker_of_gateway(
     coordination names gateways: a group's coordinator, the controller); None when that
     gateway is not live or has no Kafka listener. The answering gateway is always known."""
     if gateway_address == gateway.advertised_address or gateway.gateway_session is None:
-        return this_broker(gateway, advertised_address)
+        return broker_on_gateway(gateway, gateway.kafka_advertised_address, advertised_address)
     kafka_address = gateway.gateway_session.live_kafka_addresses().get(gateway_address)
-    return None if kafka_address is None else broker_at(kafka_address)
+    if kafka_address is None:
+        return None
+    return broker_on_gateway(gateway, kafka_address, advertised_address)
+
+
+def nodes_on_lane(gateway: Gateway, lane: int) -> list[int]:
+    """The live nodes this gateway presents on its lane `lane` (what a per-broker request
+    arriving there is for)."""
+    gateways = live_gateways(gateway)
+    own = broker_id(gateway.kafka_advertised_address)
+    index = next(i for i, lanes in enumerate(gateways) if lanes[0].node_id == own)
+    return [n for n in gateway.registry.live_nodes() if lane_of(gateways, n) == (index, lane)]
 
 
 def cluster_id(gateway: Gateway) -> str:

@@ -32,6 +32,7 @@ from seglog.storage import LogConfig
 from seglog.storage.config import field_name
 from seglog.v1 import common_pb2, gateway_pb2
 
+from . import throttle_configs
 from .brokers import this_broker
 from .error_codes import kafka_error_code
 
@@ -153,10 +154,10 @@ def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
 
 
 def _check_broker(call: KafkaCall, name: str) -> None:
-    """A broker resource names this gateway's broker id, or "" (the cluster's default)."""
-    expected = str(this_broker(call.gateway).node_id)
-    if name not in ("", expected):
-        raise InvalidRequestError(f'broker {name!r}: this broker is {expected} (or "")')
+    """A broker resource names a broker Metadata lists (a node id; brokers.py), this
+    gateway's own broker id, or "" (the cluster's default)."""
+    if name not in ("", str(this_broker(call.gateway).node_id)):
+        throttle_configs.broker_node_id(call, name)
 
 
 def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any:
@@ -187,7 +188,11 @@ def _alter_each(
     resources: list[Any],
     alter_topic: Callable[[Any], gateway_pb2.AlterConfigsRequest],
     result_class: Any,
+    *,
+    throttles: bool = False,
+    validate_only: bool = False,
 ) -> list[Any]:
+    """`throttles`: the replication throttles are taken out (throttle_configs.py)."""
     twice = _duplicates(resources)
     results = []
     for resource in resources:
@@ -195,16 +200,20 @@ def _alter_each(
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
-            if resource.resource_type != TOPIC:
+            only_throttles = throttles and throttle_configs.check(call, resource)
+            if not only_throttles and resource.resource_type != TOPIC:
                 raise InvalidRequestError(
                     f"resource type {resource.resource_type}: only topic configs (2) can be "
                     "altered; the gateway's settings are static"
                 )
-            admin = call.gateway.admin
-            answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
-            if answer.error:
-                code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
-                message = answer.error_message
+            if not only_throttles:
+                admin = call.gateway.admin
+                answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
+                if answer.error:
+                    code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
+                    message = answer.error_message
+            if throttles and not code and not validate_only:
+                throttle_configs.apply(call, resource)
         except SeglogError as exc:
             code, message = kafka_error_code(exc), str(exc)
         results.append(
@@ -249,6 +258,8 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
             raise InvalidRequestError("a config is named twice in one resource")
         for config in resource.configs:
             operation = config.config_operation
+            if throttle_configs.is_throttle(resource, config.name):
+                continue
             if operation == DELETE:
                 altered.delete.append(config.name)
                 continue
@@ -269,5 +280,7 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
         request.resources,
         operations,
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
+        throttles=True,
+        validate_only=request.validate_only,
     )
     return IncrementalAlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)

@@ -42,7 +42,7 @@ from seglog.errors import (
 from seglog.v1 import common_pb2, groups_pb2
 
 from .api_table import ApiTable
-from .brokers import Broker, broker_at, this_broker
+from .brokers import Broker, broker_on_gateway
 from .error_codes import NONE, kafka_error_code
 from .kafka_call import KafkaCall
 
@@ -125,7 +125,7 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
     gateway = call.gateway
     address = _coordinator_address(call, group_id)
     if not address or address == _own_grpc_address(gateway):
-        return this_broker(gateway, call.advertised_address)
+        return broker_on_gateway(gateway, gateway.kafka_advertised_address, call.advertised_address)
     session = gateway.gateway_session
     kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
     if kafka_address is None:
@@ -133,7 +133,7 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
             f"group {group_id!r} is coordinated by the gateway at {address}, which publishes "
             f"no Kafka listener"
         )
-    return broker_at(kafka_address)
+    return broker_on_gateway(gateway, kafka_address, call.advertised_address)
 
 
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:

@@ -45,6 +45,9 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
+    # The listener lane the connection came in on: which broker the client thinks it is
+    # talking to (brokers.py), for the requests a Kafka broker answers for itself.
+    lane: int = 0
 
 
 @dataclass

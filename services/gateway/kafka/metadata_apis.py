@@ -1,7 +1,6 @@
-"""Metadata 0–9: the live gateways (each of their lanes) as the brokers, each partition led by
-one of them (brokers.py: spread deterministically, so every gateway answers alike, and within
-a gateway the lane of the partition's storage leader), with the real leader epoch and the
-real replica and ISR node ids.
+"""Metadata 0–9: the live storage nodes as the brokers, each at a gateway lane that relays to
+it (brokers.py says why and which lane), each partition led by its storage leader's id, with
+the real leader epoch and the real replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
@@ -22,7 +21,7 @@ from seglog.errors import SeglogError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
-from .brokers import Broker, cluster_id, controller_id, leader_of, live_gateways
+from .brokers import BrokerView, broker_view, cluster_id
 from .error_codes import (
     LEADER_NOT_AVAILABLE,
     NONE,
@@ -38,19 +37,18 @@ if TYPE_CHECKING:
 NO_LEADER = -1
 
 
-def _partitions(
-    call: KafkaCall, response_class: Any, topic: Topic, gateways: list[list[Broker]]
-) -> list[Any]:
+def _partitions(call: KafkaCall, response_class: Any, topic: Topic, view: BrokerView) -> list[Any]:
     registry = call.gateway.registry
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
+    listed = view.ids
     for index, assignment in enumerate(topic.partitions):
         error, leader = NONE, NO_LEADER
         try:
             route = registry.route(topic.name, index)
-            leader = leader_of(gateways, topic.name, index, route.leader).node_id
-            if not route.live:
+            leader = route.leader
+            if not route.live or leader not in listed:
                 error, leader = LEADER_NOT_AVAILABLE, NO_LEADER
         except SeglogError as exc:
             error, leader = kafka_error_code(exc), NO_LEADER
@@ -73,7 +71,7 @@ def _partitions(
 
 
 def _topic(
-    call: KafkaCall, response_class: Any, name: str, gateways: list[list[Broker]], *, named: bool
+    call: KafkaCall, response_class: Any, name: str, view: BrokerView, *, named: bool
 ) -> Any | None:
     topic_class = response_class.MetadataResponseTopic
     if not call.allowed("Describe", "topic", name):
@@ -87,7 +85,7 @@ def _topic(
         error_code=NONE,
         name=name,
         is_internal=topic.internal,
-        partitions=_partitions(call, response_class, topic, gateways),
+        partitions=_partitions(call, response_class, topic, view),
     )
 
 
@@ -100,19 +98,18 @@ def metadata(call: KafkaCall, request: Any) -> Any:
     else:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    gateways = live_gateways(call.gateway, call.advertised_address)
-    topics = [_topic(call, response_class, name, gateways, named=not every_topic) for name in names]
+    view = broker_view(call.gateway, call.advertised_address)
+    topics = [_topic(call, response_class, name, view, named=not every_topic) for name in names]
     return response_class(
         throttle_time_ms=0,
         brokers=[
             response_class.MetadataResponseBroker(
-                node_id=b.node_id, host=b.host, port=b.port, rack=None
+                node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
             )
-            for lanes in gateways
-            for b in lanes
+            for b in view.brokers
         ],
         cluster_id=cluster_id(call.gateway),
-        controller_id=controller_id(call.gateway),
+        controller_id=view.controller_id,
         topics=[t for t in topics if t is not None],
     )
 
