@@ -1,0 +1,235 @@
+"""Kafka's own broker-facing tools (4.3.1, from the jars `make kafka` installs) against a
+3-node cluster, on the storage node ids that Metadata lists as brokers (kafka/brokers.py):
+kafka-reassign-partitions --generate, --execute with a replication throttle (set as broker and
+topic configs, applied to the moves' catch-up) and --verify (which clears the throttles);
+kafka-log-dirs --describe; kafka-leader-election; kafka-broker-api-versions.
+
+The gateway has a lane per node, so each node is a broker at a port of its own and a
+per-broker request (DescribeLogDirs) names its node. One cluster for the module: every tool
+is a JVM start (seconds)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from devtools import apache_kafka
+from devtools.apache_kafka import run_tool
+from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from tests.cluster import LocalCluster, drain
+from tests.kafka_wire import metadata
+from tests.waiting import wait_until
+
+TIMEOUT_S = 30
+NODES = (1, 2, 3)
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
+LOG_DIRS_TOOL = "org.apache.kafka.tools.LogDirsCommand"
+LEADER_ELECTION_TOOL = "org.apache.kafka.tools.LeaderElectionCommand"
+BROKER_API_VERSIONS_TOOL = "org.apache.kafka.tools.BrokerApiVersionsCommand"
+THROTTLE_BYTES_PER_S = 10_000_000
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-broker-tools"), nodes=3, kafka_lanes=3)
+    yield c
+    c.close()
+
+
+def tool(cluster, main_class, *args) -> str:
+    done = run_tool(main_class, "--bootstrap-server", cluster.kafka_address, *args)
+    assert done.returncode == 0, (done.stdout.decode()[-2000:], done.stderr.decode()[-4000:])
+    return done.stdout.decode()
+
+
+def json_after(output: str, heading: str) -> dict:
+    lines = output.splitlines()
+    at = lines.index(heading)
+    return json.loads(next(line for line in lines[at + 1 :] if line.startswith("{")))
+
+
+def replicas_of(cluster, topic: str) -> dict[int, list[int]]:
+    return {
+        i: list(p.replicas) for i, p in enumerate(cluster.gateway.registry.topic(topic).partitions)
+    }
+
+
+def produce(cluster, topic: str, count: int, partitions: int) -> None:
+    with Producer(cluster.address, linger_ms=5) as producer:
+        futures = [
+            producer.send(topic, b"value-%d" % i, partition=i % partitions) for i in range(count)
+        ]
+        for future in futures:
+            future.get(timeout=TIMEOUT_S)
+
+
+def test_reassign_partitions_generates_executes_throttled_and_verifies(cluster, tmp_path):
+    topic, partitions, count = "reassigned", 3, 600
+    cluster.admin.create_topic(topic, partitions, 2)
+    produce(cluster, topic, count, partitions)
+    topics_file = tmp_path / "topics.json"
+    topics_file.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+
+    generated = tool(
+        cluster,
+        REASSIGN_TOOL,
+        "--generate",
+        "--topics-to-move-json-file",
+        str(topics_file),
+        "--broker-list",
+        "1,2,3",
+    )
+    current = json_after(generated, "Current partition replica assignment")
+    assert {p["partition"]: p["replicas"] for p in current["partitions"]} == replicas_of(
+        cluster, topic
+    )
+    proposed = json_after(generated, "Proposed partition reassignment configuration")
+    assert sorted(p["partition"] for p in proposed["partitions"]) == [0, 1, 2]
+    for p in proposed["partitions"]:
+        assert len(p["replicas"]) == 2 and set(p["replicas"]) <= set(NODES)
+
+    # Each partition gets the node it lacks, as its preferred leader.
+    before = replicas_of(cluster, topic)
+    wanted = {i: [*(set(NODES) - set(r)), r[0]] for i, r in before.items()}
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "partitions": [
+                    {"topic": topic, "partition": i, "replicas": r} for i, r in wanted.items()
+                ],
+            }
+        )
+    )
+    fetchers = {n: cluster.nodes[n].replicas.follower_fetchers.throttle for n in NODES}
+    charged_before = {n: fetchers[n].throttled_bytes for n in NODES}
+    executed = tool(
+        cluster,
+        REASSIGN_TOOL,
+        "--execute",
+        "--reassignment-json-file",
+        str(plan),
+        "--throttle",
+        str(THROTTLE_BYTES_PER_S),
+    )
+    assert f"The inter-broker throttle limit was set to {THROTTLE_BYTES_PER_S} B/s" in executed
+    assert (
+        "Successfully started partition reassignments for reassigned-0,reassigned-1,reassigned-2"
+        in executed
+    )
+    # The tool's throttles, as it set them: a rate on every broker of a move, and the moving
+    # replicas listed on the topic (followers: the adding ones).
+    throttles = cluster.gateway.replication_throttles
+    rate = str(THROTTLE_BYTES_PER_S)
+    for node in NODES:
+        assert throttles.broker_configs(node) == {
+            "leader.replication.throttled.rate": rate,
+            "follower.replication.throttled.rate": rate,
+        }
+    followers = throttles.topic_configs(topic)["follower.replication.throttled.replicas"]
+    assert set(followers.split(",")) == {f"{i}:{r[0]}" for i, r in wanted.items()}
+
+    assert wait_until(
+        lambda: replicas_of(cluster, topic) == wanted
+        and not cluster.admin.list_partition_reassignments(
+            [TopicPartition(topic, i) for i in range(partitions)]
+        ),
+        TIMEOUT_S,
+    )
+    # Each adding replica's catch-up went through the node's throttle.
+    for i, r in wanted.items():
+        assert fetchers[r[0]].throttled_bytes > charged_before[r[0]], (i, r)
+        assert cluster.nodes[r[0]].logs.get_log(topic, i).log_end_offset == count // partitions
+
+    verified = tool(cluster, REASSIGN_TOOL, "--verify", "--reassignment-json-file", str(plan))
+    for i in range(partitions):
+        assert f"Reassignment of partition {topic}-{i} is completed." in verified, verified
+    assert "Clearing broker-level throttles on brokers 1,2,3" in verified
+    assert f"Clearing topic-level throttles on topic {topic}" in verified
+    assert all(throttles.broker_configs(n) == {} for n in NODES)
+    assert throttles.topic_configs(topic) == {}
+
+    # Every record is still there, read through the moved partitions' new replicas.
+    with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        records = drain(consumer, count, timeout_s=TIMEOUT_S)
+    assert sorted(r.value for r in records) == sorted(b"value-%d" % i for i in range(count))
+
+
+def test_reassign_partitions_refuses_an_unknown_broker_and_changes_nothing(cluster, tmp_path):
+    cluster.admin.create_topic("stays", 1, 2)
+    before = replicas_of(cluster, "stays")
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": "stays", "partition": 0, "replicas": [1, 9]}]}
+        )
+    )
+    done = run_tool(
+        REASSIGN_TOOL,
+        "--bootstrap-server",
+        cluster.kafka_address,
+        "--execute",
+        "--reassignment-json-file",
+        str(plan),
+    )
+    assert done.returncode == 1
+    assert "Unknown broker id 9" in done.stdout.decode() + done.stderr.decode()
+    assert replicas_of(cluster, "stays") == before
+
+
+def test_log_dirs_describes_each_node_with_the_partitions_it_holds(cluster):
+    topic = "dirs-listed"
+    cluster.admin.create_topic(topic, 3, 2)
+    produce(cluster, topic, 30, 3)
+    out = tool(cluster, LOG_DIRS_TOOL, "--describe", "--topic-list", topic)
+    assert "Received log directory information from brokers 1,2,3" in out
+    described = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    placed = replicas_of(cluster, topic)
+    by_broker = {b["broker"]: b["logDirs"] for b in described["brokers"]}
+    assert sorted(by_broker) == list(NODES)
+    for node, (log_dir,) in by_broker.items():
+        assert log_dir["logDir"] == f"node-{node}" and log_dir["error"] is None
+        held = sorted(p["partition"] for p in log_dir["partitions"])
+        assert held == sorted(f"{topic}-{i}" for i, r in placed.items() if node in r)
+        assert all(p["size"] > 0 for p in log_dir["partitions"])
+
+
+def test_leader_election_moves_leadership_to_the_preferred_node(cluster):
+    topic = "elected"
+    cluster.admin.create_topic(topic, 1, 3)
+    leader = cluster.gateway.registry.topic(topic).partitions[0].leader
+    others = [n for n in replicas_of(cluster, topic)[0] if n != leader]
+    # The same replicas with another node first: the preferred leader is no longer leading.
+    reordered = [others[0], leader, others[1]]
+    cluster.admin.alter_partition_reassignments({TopicPartition(topic, 0): reordered})
+    assert wait_until(lambda: replicas_of(cluster, topic)[0] == reordered, TIMEOUT_S)
+    assert cluster.gateway.registry.topic(topic).partitions[0].leader == leader
+
+    out = tool(
+        cluster, LEADER_ELECTION_TOOL, "--election-type", "preferred", "--all-topic-partitions"
+    )
+    assert "Successfully completed leader election (PREFERRED) for partitions" in out, out
+    assert f"{topic}-0" in out
+    assert cluster.gateway.registry.topic(topic).partitions[0].leader == others[0]
+    # Metadata names the preferred node, by its id, as the leader.
+    assert wait_until(
+        lambda: metadata(cluster.kafka_address, topic).topics[0].partitions[0].leader_id
+        == others[0],
+        TIMEOUT_S,
+    )
+
+
+def test_broker_api_versions_lists_each_node_at_its_lane(cluster):
+    out = tool(cluster, BROKER_API_VERSIONS_TOOL)
+    lanes = cluster.gateway.kafka_listener.lane_addresses
+    for node in NODES:
+        assert f"{lanes[node % 3]} (id: {node} rack: null isFenced: false) -> (" in out, out
+    assert out.count(" -> (") == len(NODES)
+    assert "Metadata(3): 0 to " in out
