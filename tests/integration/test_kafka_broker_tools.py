@@ -136,9 +136,11 @@ def test_reassign_partitions_generates_executes_throttled_and_verifies(cluster, 
     assert set(followers.split(",")) == {f"{i}:{r[0]}" for i, r in wanted.items()}
 
     assert wait_until(
-        lambda: replicas_of(cluster, topic) == wanted
-        and not cluster.admin.list_partition_reassignments(
-            [TopicPartition(topic, i) for i in range(partitions)]
+        lambda: (
+            replicas_of(cluster, topic) == wanted
+            and not cluster.admin.list_partition_reassignments(
+                [TopicPartition(topic, i) for i in range(partitions)]
+            )
         ),
         TIMEOUT_S,
     )
@@ -220,8 +222,9 @@ def test_leader_election_moves_leadership_to_the_preferred_node(cluster):
     assert cluster.gateway.registry.topic(topic).partitions[0].leader == others[0]
     # Metadata names the preferred node, by its id, as the leader.
     assert wait_until(
-        lambda: metadata(cluster.kafka_address, topic).topics[0].partitions[0].leader_id
-        == others[0],
+        lambda: (
+            metadata(cluster.kafka_address, topic).topics[0].partitions[0].leader_id == others[0]
+        ),
         TIMEOUT_S,
     )
 
