@@ -21,17 +21,17 @@ from services.settings import described_settings
 from services.wait_slots import SERVER_MAX_WORKERS
 
 from .authorization import Authorization, principal_of
-from .broker.reassignments import Reassignments
-from .broker.replication_throttles import ReplicationThrottles
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.partition_moves import PartitionMoves
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
+from .cluster.replication_throttles import ReplicationThrottles
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
@@ -174,13 +174,13 @@ class Gateway:
                 context, self.authorization.tokens, self.authorization.mapper
             ),
         )
-        self.reassignment_service = ReassignmentService(self.registry, self.connections)
         self.replication_throttles = ReplicationThrottles(
             self.authorization, lambda name: name in self.registry.topics
         )
-        self.reassignments = Reassignments(
+        self.partition_moves = PartitionMoves(
             self.registry, self.connections, self.authorization, self.replication_throttles
         )
+        self.reassignment_service = ReassignmentService(self.partition_moves, self.authorization)
         self.registry_service = RegistryService(
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,

@@ -233,6 +233,6 @@ def test_broker_api_versions_lists_each_node_at_its_lane(cluster):
     out = tool(cluster, BROKER_API_VERSIONS_TOOL)
     lanes = cluster.gateway.kafka_listener.lane_addresses
     for node in NODES:
-        assert f"{lanes[node % 3]} (id: {node} rack: null isFenced: false) -> (" in out, out
+        assert f"{lanes[node - 1]} (id: {node} rack: null isFenced: false) -> (" in out, out
     assert out.count(" -> (") == len(NODES)
     assert "Metadata(3): 0 to " in out

@@ -43,8 +43,8 @@ def test_metadata_names_each_node_a_broker_at_its_lane_and_the_storage_leader_th
     assert len(set(lanes)) == LANES
     answer = metadata(cluster.kafka_address, "laned")
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}
-    # Each node under its own id, at lane (id mod lanes): a port of its own.
-    assert brokers == {node: lanes[node % LANES] for node in (1, 2, 3)}
+    # Each node under its own id, at a lane of its own (the registered nodes in id order).
+    assert brokers == {node: lanes[node - 1] for node in (1, 2, 3)}
     registry = cluster.gateway.registry
     for partition in answer.topics[0].partitions:
         storage_leader = registry.route("laned", partition.partition_index).leader
@@ -146,8 +146,8 @@ def test_lanes_are_advertised_at_the_advertised_port_and_the_ports_after_it(tmp_
         cluster.admin.create_topic("advertised", 1, 1)
         answer = metadata(cluster.kafka_address, "advertised")
         brokers = sorted((b.host, b.port, b.node_id) for b in answer.brokers)
-        # The one node, 1, at lane 1 % 2: the advertised port + 1.
-        assert brokers == [("kafka.example", advertised_port + 1, 1)]
+        # The one node, 1, at the first lane: the advertised port.
+        assert brokers == [("kafka.example", advertised_port, 1)]
         [partition] = answer.topics[0].partitions
         assert partition.leader_id == 1
     finally:

@@ -1,5 +1,5 @@
 """Who Kafka clients see as brokers: the storage nodes, each under its own node id, at the
-address of a gateway lane that relays to it.
+address of a gateway lane of its own that relays to it.
 
 Why the nodes and not the gateways: Kafka's tools and admin clients take a partition's
 replicas, ISR and offline replicas (which are storage node ids) to be broker ids of the
@@ -12,25 +12,28 @@ broker 2 is done to node 2.
 
 Why a gateway lane as its address: clients never talk to a node (the gateway routes every
 request, holds groups and ACLs), and any lane of any gateway serves any request, so the
-address only decides which connection a client uses. Node `n` is given to the live gateway
-`n mod G` (G gateways, in broker-id order, so every gateway answers alike without
-coordinating) and, of its lanes, lane `(n div G) mod L`: with as many lanes as nodes (and
-node ids 1..n) each node has a port of its own, so a client keeps one connection per storage
-leader (listener.py says why that matters) and a per-broker request arriving on a lane
-(DescribeLogDirs) names the one node it is for. With fewer lanes several nodes share a port;
-everything still works, but such a request is answered for every node on the port.
+address only decides which connection a client uses. Why a lane of its own: librdkafka (up to
+at least 2.0, Debian's kcat among them; its issue #4212) keys brokers by host:port as well as
+by id, so two ids at one address make it rename one broker back and forth and never fetch
+from the others; and a per-broker request arriving on a lane (DescribeLogDirs) then names its
+node. The registered nodes, in id order, take the lanes in turn: the i-th at the live gateway
+`i mod G` (gateways in broker-id order, so every gateway answers alike without coordinating),
+its lane `i div G`. A node keeps its place while it is down (registered nodes, not live ones,
+are counted), so a failure moves no other node's address.
 
-A partition's leader in Metadata is then simply its storage leader's id, and the lane it is
-given is the lane of that node, as lanes have always been chosen. Kafka's MetadataCache lists
-only registered, unfenced brokers: a node whose session lapsed is left out (its replicas show
-in `offline_replicas`); a decommissioned node still serves its replicas and stays listed.
-Nodes carry no rack (rack=None, as a Kafka broker without broker.rack). The controller id is
-a node given to the controller gateway (any lane serves a controller's APIs), and a group's
-coordinator a node given to the coordinating gateway.
+When the lanes are too few for that (`--kafka-lanes` below the nodes over the gateways), the
+gateways' lanes are the brokers instead, under ids of their own (`broker_id`: derived from the
+advertised address, above 2^30, out of the way of node ids), each partition led by the lane
+of its storage leader at a gateway its name hashes to: every client works as before, but
+Kafka's broker tools need the lanes. Likewise when no node is live, so a client can still
+reach the cluster to ask what is wrong.
 
-When no node is live there is nothing to name, and the gateways' lanes are listed instead
-under ids of their own (`broker_id`: derived from the advertised address, above 2^30, out of
-the way of node ids), so a client can still reach the cluster to ask what is wrong.
+A partition's leader in Metadata is its storage leader's id. Kafka's MetadataCache lists only
+registered, unfenced brokers: a node whose session lapsed is left out (its replicas show in
+`offline_replicas`); a decommissioned node still serves its replicas and stays listed. Nodes
+carry no rack (rack=None, as a Kafka broker without broker.rack). The controller id is a node
+presented at the controller gateway (any lane serves a controller's APIs), and a group's
+coordinator a node presented at the coordinating gateway, so both are ids Metadata lists.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ if TYPE_CHECKING:
     from ..server import Gateway
 
 GATEWAY_BROKER_ID_BASE = 1 << 30
-NO_BROKER = -1
 
 
 @dataclass(frozen=True)
@@ -66,10 +68,21 @@ class BrokerView:
     controller_id: int
     # The lanes of every live gateway (lane 0 first), in broker-id order: `gateways[i][j]`.
     gateways: tuple[tuple[Broker, ...], ...]
+    # Each registered node's (gateway index, lane index); {}: the gateways' lanes are the
+    # brokers (too few lanes, or no node live).
+    placed: dict[int, tuple[int, int]]
 
     @property
     def ids(self) -> frozenset[int]:
         return frozenset(b.node_id for b in self.brokers)
+
+    def leader(self, topic: str, partition: int, storage_leader: int) -> int:
+        """The broker Metadata names as a partition's leader: its storage leader, or with the
+        gateways as brokers the lane of it at the gateway the partition's name hashes to."""
+        if self.placed:
+            return storage_leader
+        lanes = self.gateways[zlib.crc32(f"{topic}-{partition}".encode()) % len(self.gateways)]
+        return lanes[max(storage_leader, 0) % len(lanes)].node_id
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -114,32 +127,38 @@ def live_gateways(gateway: Gateway, advertised_address: str | None = None) -> li
     return [gateways[node_id] for node_id in sorted(gateways)]
 
 
-def lane_of(gateways: list[list[Broker]], node_id: int) -> tuple[int, int]:
-    """(gateway index, lane index) that node `node_id` is presented at (the module says why)."""
+def placement(gateway: Gateway, gateways: list[list[Broker]]) -> dict[int, tuple[int, int]]:
+    """Each registered node's (gateway index, lane index), the module's rule; {} when the
+    lanes are too few for a lane per node."""
+    placed = {}
     count = len(gateways)
-    index = node_id % count
-    return index, (node_id // count) % len(gateways[index])
-
-
-def node_broker(gateways: list[list[Broker]], node_id: int) -> Broker:
-    index, lane = lane_of(gateways, node_id)
-    at = gateways[index][lane]
-    return Broker(node_id, at.host, at.port)
+    for rank, node in enumerate(sorted(gateway.registry.addresses())):
+        index, lane = rank % count, rank // count
+        if lane >= len(gateways[index]):
+            return {}
+        placed[node] = (index, lane)
+    return placed
 
 
 def broker_view(gateway: Gateway, advertised_address: str | None = None) -> BrokerView:
-    """The brokers Metadata and DescribeCluster name: each live storage node at its lane
-    (every gateway lane when none is live), and the controller among them."""
+    """The brokers Metadata and DescribeCluster name (the module says which), and the
+    controller among them."""
     gateways = live_gateways(gateway, advertised_address)
-    nodes = gateway.registry.live_nodes()
     frozen = tuple(tuple(lanes) for lanes in gateways)
-    if not nodes:
-        lanes = tuple(b for g in gateways for b in g)
-        return BrokerView(lanes, _controller_gateway_id(gateway, gateways), frozen)
-    brokers = tuple(node_broker(gateways, n) for n in nodes)
+    placed = placement(gateway, gateways)
+    live = [n for n in gateway.registry.live_nodes() if n in placed]
     controller = _controller_index(gateway, gateways)
-    on_controller = [n for n in nodes if lane_of(gateways, n)[0] == controller]
-    return BrokerView(brokers, (on_controller or nodes)[0], frozen)
+    if not live:
+        lanes = tuple(b for g in gateways for b in g)
+        return BrokerView(lanes, gateways[controller][0].node_id, frozen, {})
+    brokers = tuple(_at(gateways, node, placed[node]) for node in live)
+    on_controller = [n for n in live if placed[n][0] == controller]
+    return BrokerView(brokers, (on_controller or live)[0], frozen, placed)
+
+
+def _at(gateways: list[list[Broker]], node: int, place: tuple[int, int]) -> Broker:
+    at = gateways[place[0]][place[1]]
+    return Broker(node, at.host, at.port)
 
 
 def _controller_index(gateway: Gateway, gateways: list[list[Broker]]) -> int:
@@ -171,20 +190,19 @@ def broker_on_gateway(
 ) -> Broker:
     """The broker a client is sent to for what the gateway whose lane 0 advertises
     `kafka_address` must answer itself (a group it coordinates): the lowest live node
-    presented on one of its lanes, so the id is one Metadata lists (librdkafka drops brokers
-    Metadata no longer lists); its lane 0 as a gateway broker when no node is given to it
-    (more gateways than live nodes)."""
-    gateways = live_gateways(gateway, advertised_address)
+    presented at it, so the id is one Metadata lists (librdkafka drops brokers Metadata no
+    longer lists); its lane 0 as a gateway broker when the gateways are the brokers or none
+    of its nodes is live."""
+    view = broker_view(gateway, advertised_address)
     wanted = broker_id(kafka_address)
-    own = broker_id(gateway.kafka_advertised_address)
-    for i, lanes in enumerate(gateways):
+    for index, lanes in enumerate(view.gateways):
         if lanes[0].node_id != wanted:
             continue
-        for node in gateway.registry.live_nodes():
-            if lane_of(gateways, node)[0] == i:
-                return node_broker(gateways, node)
+        for broker in view.brokers:
+            if view.placed.get(broker.node_id, (-1, -1))[0] == index:
+                return broker
         return lanes[0]
-    if wanted == own:
+    if wanted == broker_id(gateway.kafka_advertised_address):
         return this_broker(gateway, advertised_address)
     return broker_at(kafka_address)
 
@@ -204,12 +222,14 @@ def broker_of_gateway(
 
 
 def nodes_on_lane(gateway: Gateway, lane: int) -> list[int]:
-    """The live nodes this gateway presents on its lane `lane` (what a per-broker request
-    arriving there is for)."""
-    gateways = live_gateways(gateway)
+    """The live nodes a per-broker request arriving at this gateway's lane `lane` is for:
+    the one presented there, or every node when the gateways' lanes are the brokers."""
+    view = broker_view(gateway)
+    if not view.placed:
+        return gateway.registry.live_nodes()
     own = broker_id(gateway.kafka_advertised_address)
-    index = next(i for i, lanes in enumerate(gateways) if lanes[0].node_id == own)
-    return [n for n in gateway.registry.live_nodes() if lane_of(gateways, n) == (index, lane)]
+    index = next(i for i, lanes in enumerate(view.gateways) if lanes[0].node_id == own)
+    return [b.node_id for b in view.brokers if view.placed[b.node_id] == (index, lane)]
 
 
 def cluster_id(gateway: Gateway) -> str:

@@ -1,6 +1,7 @@
-"""Metadata 0–9: the live storage nodes as the brokers, each at a gateway lane that relays to
-it (brokers.py says why and which lane), each partition led by its storage leader's id, with
-the real leader epoch and the real replica and ISR node ids.
+"""Metadata 0–9: the live storage nodes as the brokers, each at a gateway lane of its own that
+relays to it (brokers.py says why, which lane, and when the gateways' lanes are listed
+instead), each partition led by its storage leader, with the real leader epoch and the real
+replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
@@ -47,7 +48,7 @@ def _partitions(call: KafkaCall, response_class: Any, topic: Topic, view: Broker
         error, leader = NONE, NO_LEADER
         try:
             route = registry.route(topic.name, index)
-            leader = route.leader
+            leader = view.leader(topic.name, index, route.leader)
             if not route.live or leader not in listed:
                 error, leader = LEADER_NOT_AVAILABLE, NO_LEADER
         except SeglogError as exc:

@@ -1,5 +1,5 @@
 """Moving partitions over Kafka's protocol: a thin adapter over the broker core's
-`Reassignments` (broker/reassignments.py), so Kafka's admin clients and tools
+`PartitionMoves` (cluster/partition_moves.py), so Kafka's admin clients and tools
 (kafka-reassign-partitions, kafka-leader-election, kafka-log-dirs) reach the same decisions
 and ACLs as the gRPC API, on the node ids Metadata lists as brokers (brokers.py).
 
@@ -7,7 +7,7 @@ and ACLs as the gRPC API, on the node ids Metadata lists as brokers (brokers.py)
   one partition is refused, so such an answer carries that error on every partition (its
   message names the culprit). Replication-factor changes are allowed, as in Kafka's v0.
   The move's throttle comes from the replication throttle configs the tool set just before
-  (broker/replication_throttles.py says how).
+  (cluster/replication_throttles.py says how).
 - ListPartitionReassignments 0, ElectLeaders 0–2 (preferred, unclean; v0 is preferred).
 - DescribeLogDirs 1–4: a broker answers for itself, and a broker here is a node at a gateway
   lane (brokers.py), so the answer is the log dir of each node presented on the lane the
@@ -35,7 +35,7 @@ from kafka.protocol.admin import (
 
 from seglog.errors import PermissionDeniedError, SeglogError
 
-from ..broker.reassignments import AlterReassignments, ElectionType, ReplicaTarget
+from ..cluster.partition_moves import AlterReassignments, ElectionType, ReplicaTarget
 from .api_table import ApiTable
 from .brokers import nodes_on_lane
 from .error_codes import NONE, kafka_error_code
@@ -64,7 +64,7 @@ def alter_partition_reassignments(call: KafkaCall, request: Any) -> Any:
     )
     error, message = NONE, None
     try:
-        call.gateway.reassignments.alter(call.caller, AlterReassignments(targets))
+        call.gateway.partition_moves.alter(call.caller, AlterReassignments(targets))
     except PermissionDeniedError as exc:  # Kafka answers it at the top
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), error_message=str(exc), responses=[]
@@ -100,7 +100,7 @@ def list_partition_reassignments(call: KafkaCall, request: Any) -> Any:
                 throttle_time_ms=0, error_code=NONE, error_message=None, topics=[]
             )
     try:
-        ongoing = call.gateway.reassignments.ongoing(call.caller, wanted)
+        ongoing = call.gateway.partition_moves.ongoing(call.caller, wanted)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), error_message=str(exc), topics=[]
@@ -130,7 +130,7 @@ def elect_leaders(call: KafkaCall, request: Any) -> Any:
     if request.topic_partitions is not None:
         wanted = [(t.topic, i) for t in request.topic_partitions for i in t.partitions]
     try:
-        results = call.gateway.reassignments.elect(call.caller, kind, wanted)
+        results = call.gateway.partition_moves.elect(call.caller, kind, wanted)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), replica_election_results=[]
@@ -162,7 +162,7 @@ def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
     if not nodes:  # no live node on this lane: nothing of this broker's to describe
         return response_class(throttle_time_ms=0, error_code=NONE, results=[])
     try:
-        log_dirs = call.gateway.reassignments.describe_log_dirs(call.caller, nodes)
+        log_dirs = call.gateway.partition_moves.describe_log_dirs(call.caller, nodes)
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=_cluster_error(exc), results=[])
     results = []

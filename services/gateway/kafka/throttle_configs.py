@@ -1,6 +1,6 @@
 """IncrementalAlterConfigs' replication throttles (Kafka's names, as kafka-reassign-partitions
 sets and clears them), taken out of a request's resources for the broker core's
-ReplicationThrottles (broker/replication_throttles.py): broker resources (a node id, as
+ReplicationThrottles (cluster/replication_throttles.py): broker resources (a node id, as
 Metadata lists brokers) carry only throttle rates, and a topic's throttled-replica lists are
 kept beside its other configs, which go to the admin as before."""
 
@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from seglog.errors import InvalidRequestError
 
-from ..broker.replication_throttles import ConfigChange, ReplicationThrottles
+from ..cluster.replication_throttles import ConfigChange, ReplicationThrottles
 from .kafka_call import KafkaCall
 
 TOPIC = 2

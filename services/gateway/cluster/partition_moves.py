@@ -28,11 +28,11 @@ from seglog.security.acls import CLUSTER_NAME
 from seglog.v1 import common_pb2, storage_pb2
 
 from ..authorization import Authorization
-from ..cluster.reassignment_service import NODE_CALL_TIMEOUT_S, delete_replicas
-from ..cluster.reassignments import PREFERRED, UNCLEAN
-from ..cluster.registry import Registry
+from ..broker.caller import Caller
 from ..node_connections import NodeConnections
-from .caller import Caller
+from .reassignments import PREFERRED, UNCLEAN
+from .registry import Registry
+from .replica_deletion import NODE_CALL_TIMEOUT_S, delete_replicas
 from .replication_throttles import ReplicationThrottles
 
 logger = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class NodeLogDir:
 Partitions = Sequence[tuple[str, int]]
 
 
-class Reassignments:
+class PartitionMoves:
     def __init__(
         self,
         registry: Registry,

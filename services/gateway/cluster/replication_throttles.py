@@ -35,7 +35,7 @@ from seglog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicO
 from seglog.security.acls import CLUSTER_NAME
 
 from ..authorization import Authorization
-from .caller import Caller
+from ..broker.caller import Caller
 
 LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
