@@ -11,8 +11,13 @@ is a JVM start (seconds)."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
@@ -20,7 +25,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import LocalCluster, drain
-from tests.kafka_wire import metadata
+from tests.kafka_wire import KafkaWire, metadata
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
@@ -30,6 +35,11 @@ LOG_DIRS_TOOL = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION_TOOL = "org.apache.kafka.tools.LeaderElectionCommand"
 BROKER_API_VERSIONS_TOOL = "org.apache.kafka.tools.BrokerApiVersionsCommand"
 THROTTLE_BYTES_PER_S = 10_000_000
+KCAT = shutil.which("kcat")
+TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
+# Kafka's error codes.
+UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, INVALID_CONFIG = 3, 42, 40
 pytestmark = pytest.mark.slow
 
 
@@ -236,3 +246,111 @@ def test_broker_api_versions_lists_each_node_at_its_lane(cluster):
         assert f"{lanes[node - 1]} (id: {node} rack: null isFenced: false) -> (" in out, out
     assert out.count(" -> (") == len(NODES)
     assert "Metadata(3): 0 to " in out
+
+
+def alter_configs(cluster, resources, *, validate_only=False):
+    """IncrementalAlterConfigs v1 on the wire: [(type, name, [(config, op, value)])] ->
+    [(error code, message)] per resource."""
+    resource = IncrementalAlterConfigsRequest.AlterConfigsResource
+    request = IncrementalAlterConfigsRequest(
+        resources=[
+            resource(
+                resource_type=kind,
+                resource_name=name,
+                configs=[
+                    resource.AlterableConfig(name=c, config_operation=op, value=v)
+                    for c, op, v in configs
+                ],
+            )
+            for kind, name, configs in resources
+        ],
+        validate_only=validate_only,
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 1, IncrementalAlterConfigsResponse)
+    return [(r.error_code, r.error_message) for r in answer.responses]
+
+
+def test_throttle_configs_are_checked_and_bad_ones_change_nothing(cluster):
+    cluster.admin.create_topic("throttle-checked", 1, 2)
+    throttles = cluster.gateway.replication_throttles
+    rate = "follower.replication.throttled.rate"
+    replicas = "follower.replication.throttled.replicas"
+    answers = alter_configs(
+        cluster,
+        [
+            (BROKER, "2", [(rate, SET, "a lot")]),  # not a number
+            (BROKER, "9", [(rate, SET, "100")]),  # no such node
+            (BROKER, "3", [("log.retention.ms", SET, "100")]),  # static
+            (TOPIC, "throttle-checked", [(replicas, SET, "0:x")]),
+            (TOPIC, "no-such-topic", [(replicas, SET, "0:1")]),
+        ],
+    )
+    assert [code for code, _ in answers] == [
+        INVALID_CONFIG,
+        INVALID_REQUEST,
+        INVALID_REQUEST,
+        INVALID_CONFIG,
+        UNKNOWN_TOPIC_OR_PARTITION,
+    ], answers
+    assert "partition:broker" in answers[3][1]
+    # validate_only checks and keeps nothing; a good request is kept; DELETE clears.
+    good = [
+        (BROKER, "2", [(rate, SET, "100")]),
+        (TOPIC, "throttle-checked", [(replicas, SET, "*")]),
+    ]
+    assert alter_configs(cluster, good, validate_only=True) == [(0, None), (0, None)]
+    assert throttles.broker_configs(2) == {} and throttles.topic_configs("throttle-checked") == {}
+    assert alter_configs(cluster, good) == [(0, None), (0, None)]
+    assert throttles.broker_configs(2) == {rate: "100"}
+    assert throttles.topic_configs("throttle-checked") == {replicas: "*"}
+    assert throttles.rate_for("throttle-checked", 0, leader=1, adding=[2]) == 100
+    assert throttles.rate_for("throttle-checked", 0, leader=1, adding=[3]) == 0  # no rate on 3
+    cleared = [
+        (BROKER, "2", [(rate, DELETE, None)]),
+        (TOPIC, "throttle-checked", [(replicas, DELETE, None)]),
+    ]
+    assert alter_configs(cluster, cleared) == [(0, None), (0, None)]
+    assert throttles.broker_configs(2) == {} and throttles.topic_configs("throttle-checked") == {}
+
+
+def test_kcat_and_kafka_python_read_and_write_through_the_node_brokers(cluster):
+    """Old librdkafka (Debian's kcat, 2.0) keys brokers by address too: each node at a lane
+    of its own is what lets it fetch from every leader."""
+    topic = "through-nodes"
+    cluster.admin.create_topic(topic, 3, 3)
+    assert {cluster.gateway.registry.route(topic, p).leader for p in range(3)} == set(NODES)
+    lines = "".join(f"k{i}:v{i}\n" for i in range(30)).encode()
+    kcat(cluster, "-P", "-t", topic, "-K:", stdin=lines)
+    out = kcat(cluster, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%k=%s\n")
+    assert sorted(out.decode().splitlines()) == sorted(f"k{i}=v{i}" for i in range(30))
+
+    producer = KafkaProducer(bootstrap_servers=cluster.kafka_address, acks="all")
+    for i in range(30):
+        producer.send(topic, value=b"py-%d" % i, partition=i % 3)
+    producer.flush(TIMEOUT_S)
+    producer.close()
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.kafka_address,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+    )
+    consumer.assign([KafkaTopicPartition(topic, p) for p in range(3)])
+    values = [m.value for m in consumer]
+    consumer.close()
+    assert sorted(v for v in values if v.startswith(b"py-")) == sorted(
+        b"py-%d" % i for i in range(30)
+    )
+    assert len(values) == 60
+
+
+def kcat(cluster, *args, stdin=None):
+    done = subprocess.run(
+        [KCAT, "-b", cluster.kafka_address, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-4000:]
+    return done.stdout
