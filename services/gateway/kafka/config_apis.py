@@ -4,9 +4,11 @@ DescribeConfigs on the cluster for the broker resource).
 
 Resources: a TOPIC answers its configs with Kafka's sources (its override: a dynamic topic
 config; its leader node's --config default: a static broker config; else Kafka's default).
-A BROKER (the gateway: its broker id, or "" for the cluster's default) answers the gateway's
-described settings, read-only: seglog has no dynamic broker configs, so altering one, like
-any other resource type, gets INVALID_REQUEST. Each resource is answered on its own (one
+A BROKER (a node id as Metadata lists brokers, the gateway's own broker id, or "" for the
+cluster's default) answers the gateway's described settings, read-only: seglog's broker
+settings are static, so altering one, like any other resource type, gets INVALID_REQUEST,
+but for Kafka's replication throttles, which IncrementalAlterConfigs takes on brokers and
+topics (throttle_configs.py). Each resource is answered on its own (one
 refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
 AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
 """
