@@ -355,3 +355,28 @@ def kcat(cluster, *args, stdin=None):
     )
     assert done.returncode == 0, done.stderr.decode()[-4000:]
     return done.stdout
+
+
+def test_a_node_that_dies_leaves_the_broker_list_and_moves_no_other(tmp_path):
+    """Kafka lists only live brokers: a node killed is left out (its replicas offline), the
+    other keeps its address; with no node live the gateway's lanes are listed instead, so a
+    client can still reach the cluster."""
+    cluster = LocalCluster(tmp_path, nodes=2, kafka_lanes=2)
+    try:
+        cluster.admin.create_topic("outlived", 1, 2)
+        lanes = cluster.gateway.kafka_listener.lane_addresses
+
+        def brokers():
+            answer = metadata(cluster.kafka_address, "outlived")
+            return {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}, answer
+
+        assert brokers()[0] == {1: lanes[0], 2: lanes[1]}
+        cluster.stop_node(1, controlled=False)
+        assert wait_until(lambda: brokers()[0] == {2: lanes[1]}, TIMEOUT_S)
+        (partition,) = brokers()[1].topics[0].partitions
+        assert partition.offline_replicas == [1]
+        cluster.stop_node(2, controlled=False)
+        assert wait_until(lambda: 2 not in brokers()[0], TIMEOUT_S)
+        assert sorted(brokers()[0].values()) == sorted(lanes)  # the gateway's lanes
+    finally:
+        cluster.close()
