@@ -17,7 +17,12 @@ import subprocess
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.protocol.admin import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse
+from kafka.protocol.admin import (
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
@@ -38,6 +43,7 @@ THROTTLE_BYTES_PER_S = 10_000_000
 KCAT = shutil.which("kcat")
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
+DYNAMIC_TOPIC, DYNAMIC_BROKER_CONFIG = 1, 2  # Kafka's ConfigSource
 # Kafka's error codes.
 UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST, INVALID_CONFIG = 3, 42, 40
 pytestmark = pytest.mark.slow
@@ -271,6 +277,23 @@ def alter_configs(cluster, resources, *, validate_only=False):
     return [(r.error_code, r.error_message) for r in answer.responses]
 
 
+def described_configs(cluster, kind: int, name: str) -> dict[str, tuple[str, int]]:
+    """DescribeConfigs v4 on the wire: {config: (value, source)}."""
+    request = DescribeConfigsRequest[4](
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=kind, resource_name=name, configuration_keys=None
+            )
+        ],
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        (result,) = wire.request(request, 4, DescribeConfigsResponse).results
+    assert result.error_code == 0, result.error_message
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
 def test_throttle_configs_are_checked_and_bad_ones_change_nothing(cluster):
     cluster.admin.create_topic("throttle-checked", 1, 2)
     throttles = cluster.gateway.replication_throttles
@@ -304,6 +327,9 @@ def test_throttle_configs_are_checked_and_bad_ones_change_nothing(cluster):
     assert alter_configs(cluster, good) == [(0, None), (0, None)]
     assert throttles.broker_configs(2) == {rate: "100"}
     assert throttles.topic_configs("throttle-checked") == {replicas: "*"}
+    # Described as Kafka describes them: a dynamic broker config, a topic override.
+    assert described_configs(cluster, BROKER, "2")[rate] == ("100", DYNAMIC_BROKER_CONFIG)
+    assert described_configs(cluster, TOPIC, "throttle-checked")[replicas] == ("*", DYNAMIC_TOPIC)
     assert throttles.rate_for("throttle-checked", 0, leader=1, adding=[2]) == 100
     assert throttles.rate_for("throttle-checked", 0, leader=1, adding=[3]) == 0  # no rate on 3
     cleared = [

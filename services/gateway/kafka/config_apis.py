@@ -47,10 +47,12 @@ TOPIC = 2
 BROKER = 4
 # Kafka's ConfigSource.
 DYNAMIC_TOPIC_CONFIG = 1
+DYNAMIC_BROKER_CONFIG = 2
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 CONFIG_SOURCES = {
     "topic": DYNAMIC_TOPIC_CONFIG,
+    "dynamic_broker": DYNAMIC_BROKER_CONFIG,
     "node": STATIC_BROKER_CONFIG,
     "gateway": STATIC_BROKER_CONFIG,
     "default": DEFAULT_CONFIG,
@@ -108,7 +110,7 @@ def describe_configs(call: KafkaCall, request: Any) -> Any:
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
-            entries = _described(call, resource)
+            entries = _described(call, resource) + throttle_configs.described(call, resource)
             wanted = resource.configuration_keys
             if wanted is not None:
                 entries = [e for e in entries if e.name in set(wanted)]

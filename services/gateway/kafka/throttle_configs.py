@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from seglog.errors import InvalidRequestError
+from seglog.v1 import gateway_pb2
 
 from ..cluster.replication_throttles import ConfigChange, ReplicationThrottles
 from .kafka_call import KafkaCall
@@ -85,6 +86,20 @@ def _all_broker_changes(resource: Any) -> list[ConfigChange]:
             )
         changes.append(ConfigChange(config.name, value))
     return changes
+
+
+def described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
+    """The throttles set on a resource, for DescribeConfigs: a broker's as dynamic broker
+    configs, a topic's as its overrides (Kafka's sources for them)."""
+    throttles = call.gateway.replication_throttles
+    if resource.resource_type == BROKER and resource.resource_name.isdigit():
+        configs = throttles.broker_configs(int(resource.resource_name))
+        source = "dynamic_broker"
+    elif resource.resource_type == TOPIC:
+        configs, source = throttles.topic_configs(resource.resource_name), "topic"
+    else:
+        return []
+    return [gateway_pb2.ConfigEntry(name=k, value=v, source=source) for k, v in configs.items()]
 
 
 def is_throttle(resource: Any, name: str) -> bool:
