@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
                 # of waiting for more members (production keeps the 3 s default).
                 "--group-initial-rebalance-delay-ms",
                 "0",
+                # Kafka's default, said aloud: clients and test suites rely on it.
+                "--auto-create-topics-enable",
+                "true",
                 *registry_args,
                 *gateway_tls,
                 *(

@@ -72,7 +72,13 @@ class LocalCluster:
         self.tracer_provider = tracer_provider
         # service name ("gateway", "node-<id>") -> its MeterProvider, or None: metrics off
         self.meter_provider_for = meter_provider_for or (lambda name: None)
-        self.gateway_config = {**GROUP_SETTINGS, **gateway_config}
+        # Test clusters create no topic a client merely names (a misspelt topic in a test is
+        # an error, not a topic): the tests of auto-creation turn it on.
+        self.gateway_config = {
+            **GROUP_SETTINGS,
+            "auto_create_topics_enable": False,
+            **gateway_config,
+        }
         # Every test cluster also speaks Kafka's protocol (services/gateway/kafka), on a free
         # port kept across gateway restarts (plaintext: none beside a TLS cluster's gRPC).
         if not tls:

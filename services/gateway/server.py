@@ -24,6 +24,7 @@ from .authorization import Authorization, principal_of
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
+from .cluster.auto_create import TopicAutoCreation
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.partition_moves import PartitionMoves
@@ -100,6 +101,7 @@ class Gateway:
             max_partitions_per_topic=config.max_partitions_per_topic,
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
+            num_partitions=config.num_partitions,
             store=store,
             sessions=sessions,
         )
@@ -166,6 +168,13 @@ class Gateway:
             authorization=self.authorization,
             cluster_view=self.cluster_view,
         )
+        self.auto_create = TopicAutoCreation(
+            lambda name: name in self.registry.topics,
+            self.admin.create_default_topic,
+            self.authorization,
+            enabled=config.auto_create_topics_enable,
+        )
+        self.admin.auto_create = self.auto_create
         self.acl_service = AclService(self.registry)
         self.quota_service = QuotaService(self.registry)
         self.service.quotas = ClientQuotas(

@@ -24,10 +24,12 @@ from .cluster.auto_balance import (
     DEFAULT_AUTO_BALANCE_MAX_MOVES,
     DEFAULT_AUTO_BALANCE_THROTTLE_BYTES_PER_S,
 )
+from .cluster.auto_create import DEFAULT_AUTO_CREATE_TOPICS_ENABLE
 from .cluster.controller import DEFAULT_LEADER_IMBALANCE_CHECK_INTERVAL_S
 from .cluster.topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
 )
 from .coordination.etcd_keyspace import DEFAULT_PREFIX
@@ -297,6 +299,14 @@ class GatewayConfig:
     )
     default_replication_factor: int = setting(
         DEFAULT_REPLICATION_FACTOR, "replicas of a topic created without a replication factor"
+    )
+    num_partitions: int = setting(
+        DEFAULT_NUM_PARTITIONS,
+        "partitions of a topic created without a count, or auto-created",
+        parse=_at_least_one,
+    )
+    auto_create_topics_enable: bool = setting(
+        DEFAULT_AUTO_CREATE_TOPICS_ENABLE, "create a missing topic a client names (true/false)"
     )
     offsets_topic_replication_factor: int = setting(
         3, "replicas of __consumer_offsets (fewer when fewer nodes are live at its creation)"

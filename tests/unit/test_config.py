@@ -48,3 +48,84 @@ def test_manager_configs_are_bounded_too():
         LogManagerConfig.from_overrides(("d",), {"cleaner_dedupe_buffer_size": "1024"})
     with pytest.raises(InvalidConfigError, match="must be an integer"):
         LogManagerConfig.from_overrides(("d",), {"cleaner_backoff_ms": "1_000"})
+
+
+# Kafka 4.3's topic configs (LogConfig's ConfigDef), each accepted with a valid value.
+KAFKA_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact,delete",
+    "compression.gzip.level": "9",
+    "compression.lz4.level": "17",
+    "compression.type": "zstd",
+    "compression.zstd.level": "-7",
+    "delete.retention.ms": "1",
+    "file.delete.delay.ms": "1",
+    "flush.messages": "1",
+    "flush.ms": "1",
+    "follower.replication.throttled.replicas": "*",
+    "index.interval.bytes": "1",
+    "leader.replication.throttled.replicas": "0:1, 1:2",
+    "local.retention.bytes": "-2",
+    "local.retention.ms": "-2",
+    "max.compaction.lag.ms": "1",
+    "max.message.bytes": "1",
+    "message.timestamp.after.max.ms": "1",
+    "message.timestamp.before.max.ms": "1",
+    "message.timestamp.type": "LogAppendTime",
+    "min.cleanable.dirty.ratio": "0.1",
+    "min.compaction.lag.ms": "0",
+    "min.insync.replicas": "2",
+    "preallocate": "true",
+    "remote.log.copy.disable": "true",
+    "remote.log.delete.on.disable": "true",
+    "remote.storage.enable": "false",
+    "retention.bytes": "1",
+    "retention.ms": "1",
+    "segment.bytes": "1048576",
+    "segment.index.bytes": "4096",
+    "segment.jitter.ms": "1",
+    "segment.ms": "1",
+    "unclean.leader.election.enable": "true",
+}
+
+
+def test_every_kafka_topic_config_is_accepted_and_described():
+    from seglog.storage.config import described_configs
+
+    config = LogConfig().with_overrides(KAFKA_TOPIC_CONFIGS)
+    assert config.compression_type == "zstd" and config.preallocate is True
+    described = {name: (value, source) for name, value, source in described_configs({}, {})}
+    assert set(KAFKA_TOPIC_CONFIGS) <= set(described)
+    assert described["compression.type"] == ("producer", "default")
+    assert described["preallocate"] == ("false", "default")  # Kafka's spelling of booleans
+    assert described["local.retention.ms"] == ("-2", "default")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("compression.type", "brotli", "compression.type"),
+        ("compression.type", "ZSTD", "compression.type"),  # Kafka's names are lower case
+        ("compression.gzip.level", "0", "compression.gzip.level"),
+        ("compression.gzip.level", "10", "compression.gzip.level"),
+        ("compression.lz4.level", "18", "compression.lz4.level"),
+        ("compression.zstd.level", "23", "compression.zstd.level"),
+        ("cleanup.policy", "compact,compact", "duplicated"),
+        ("cleanup.policy", "compact,,delete", "empty"),
+        ("cleanup.policy", "forever", "cleanup.policy"),
+        ("leader.replication.throttled.replicas", "0-1", "partitionId"),
+        ("follower.replication.throttled.replicas", "*,0:1", "partitionId"),
+        ("local.retention.ms", "-3", "local.retention.ms"),
+        ("preallocate", "yes", "preallocate"),
+        ("remote.storage.enable", "true", "tiered storage"),
+    ],
+)
+def test_topic_configs_are_refused_as_kafkas_validators_refuse_them(key, value, message):
+    with pytest.raises(InvalidConfigError, match=message):
+        LogConfig().with_overrides({key: value})
+
+
+@pytest.mark.parametrize("value", ["", " ", "delete", "compact", "delete, compact"])
+def test_cleanup_policy_is_a_list_and_may_be_empty(value):
+    config = LogConfig().with_overrides({"cleanup.policy": value})
+    assert config.delete == ("delete" in value)
+    assert config.compact == ("compact" in value)

@@ -94,6 +94,8 @@ DESCRIBED_NAMES = [
     "connections.first.request.timeout.ms",
     "num.network.threads",
     "num.io.threads",
+    "num.partitions",
+    "auto.create.topics.enable",
     "queued.max.requests",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",

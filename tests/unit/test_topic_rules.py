@@ -13,6 +13,7 @@ from seglog.errors import (
     InvalidReplicationFactorError,
     InvalidTopicError,
 )
+from seglog.storage import LogConfig
 from services.gateway.cluster.topic_rules import (
     DEFAULT_NUM_PARTITIONS,
     MAX_REPLICATION_FACTOR,
@@ -131,11 +132,23 @@ def test_append_and_subtract_change_list_configs_from_the_override_or_kafkas_def
     assert subtracted == {"cleanup.policy": "compact"}
 
 
-def test_append_to_a_config_that_is_no_list_or_subtract_to_an_invalid_value_is_refused():
+def test_append_to_a_config_that_is_no_list_or_an_invalid_item_is_refused():
     with pytest.raises(InvalidConfigError, match="retention.ms is not a list config"):
         altered_configs("orders", {}, {}, [], append={"retention.ms": "5"})
-    with pytest.raises(InvalidConfigError, match="cleanup"):  # nothing left: no policy
-        altered_configs("orders", {}, {}, [], subtract={"cleanup.policy": "delete"})
+    with pytest.raises(InvalidConfigError, match="cleanup.policy"):
+        altered_configs("orders", {}, {}, [], append={"cleanup.policy": "forever"})
+
+
+def test_subtracting_every_item_leaves_an_empty_list_as_kafka_4_does():
+    # Kafka 4's ValidList takes an empty cleanup.policy: neither compacted nor deleted.
+    emptied = altered_configs("orders", {}, {}, [], subtract={"cleanup.policy": "delete"})
+    assert emptied == {"cleanup.policy": ""}
+    config = LogConfig().with_overrides(emptied)
+    assert (config.compact, config.delete) == (False, False)
+    throttled = altered_configs(
+        "orders", {}, {}, [], append={"leader.replication.throttled.replicas": "0:1,1:2"}
+    )
+    assert throttled == {"leader.replication.throttled.replicas": "0:1,1:2"}
 
 
 def test_a_config_spelled_either_way_is_replaced_or_deleted_as_one():

@@ -136,9 +136,15 @@ class GatewayClient:
         request = gateway_pb2.ListTopicsRequest(include_internal=include_internal)
         return list(self.call("ListTopics", request).topics)  # type: ignore[attr-defined]
 
-    def describe_topics(self, names: Iterable[str] = ()) -> list[gateway_pb2.TopicDescription]:
-        """Every topic when `names` is empty; an unknown name comes back with its error set."""
-        request = gateway_pb2.DescribeTopicsRequest(names=list(names))
+    def describe_topics(
+        self, names: Iterable[str] = (), *, allow_auto_topic_creation: bool = False
+    ) -> list[gateway_pb2.TopicDescription]:
+        """Every topic when `names` is empty; an unknown name comes back with its error set
+        (or is created first, with `allow_auto_topic_creation` and the gateway's
+        auto.create.topics.enable, as Kafka's Metadata)."""
+        request = gateway_pb2.DescribeTopicsRequest(
+            names=list(names), allow_auto_topic_creation=allow_auto_topic_creation
+        )
         return list(self.call("DescribeTopics", request).topics)  # type: ignore[attr-defined]
 
     # -- data ----------------------------------------------------------------------------

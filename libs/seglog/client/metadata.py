@@ -41,8 +41,16 @@ class TopicInfo:
 
 
 class Metadata:
-    def __init__(self, client: GatewayClient, *, max_age_ms: int = 300_000) -> None:
+    def __init__(
+        self,
+        client: GatewayClient,
+        *,
+        max_age_ms: int = 300_000,
+        allow_auto_topic_creation: bool = False,
+    ) -> None:
         self._client = client
+        # The producer's: a topic it names is created if the gateway auto-creates topics.
+        self._allow_auto_topic_creation = allow_auto_topic_creation
         self._max_age_s = max_age_ms / 1000
         self._lock = threading.Lock()
         self._topics: dict[str, TopicInfo] = {}
@@ -92,7 +100,10 @@ class Metadata:
         out: dict[str, TopicInfo] = {}
         first_error: SeglogError | None = None
         gone: list[str] = []
-        for description in self._client.describe_topics(list(names)):
+        described = self._client.describe_topics(
+            list(names), allow_auto_topic_creation=self._allow_auto_topic_creation
+        )
+        for description in described:
             if description.error:
                 error = error_from_code(description.error, description.error_message)
                 if isinstance(error, UnknownTopicOrPartitionError):

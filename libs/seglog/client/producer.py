@@ -68,7 +68,12 @@ class Producer:
             security=client_security(self.config),
             client_id=self.config.client_id,
         )
-        self._metadata = Metadata(self._client, max_age_ms=self.config.metadata_max_age_ms)
+        # As Kafka's producer, which always allows auto-creation in its Metadata requests.
+        self._metadata = Metadata(
+            self._client,
+            max_age_ms=self.config.metadata_max_age_ms,
+            allow_auto_topic_creation=True,
+        )
         self._pool = BufferPool(self.config.buffer_memory, self.config.batch_size)
         self._accumulator = RecordAccumulator(self.config, self._pool, self._metadata)
         self._transport = ProduceTransport(

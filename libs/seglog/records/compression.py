@@ -243,11 +243,44 @@ def check_codec(codec_id: int) -> CompressionType:
     return codec
 
 
-def compress(codec_id: int, data: bytes | memoryview) -> bytes:
+def compress(codec_id: int, data: bytes | memoryview, level: int | None = None) -> bytes:
+    """`data` compressed as one records section; `level` is Kafka's level for gzip (1-9, -1:
+    zlib's default), lz4 (1-17) and zstd (zstd's levels), None the codec's default (snappy
+    has none)."""
     codec = check_codec(codec_id)
     if codec is CompressionType.NONE:
         return bytes(data)
-    return _COMPRESSORS[codec](data)
+    if level is None or codec is CompressionType.SNAPPY:
+        return _COMPRESSORS[codec](data)
+    return _LEVELLED_COMPRESSORS[codec](data, level)
+
+
+def _gzip_compress_at(data: bytes | memoryview, level: int) -> bytes:
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)  # -1 is zlib's default (6)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _lz4_compress_at(data: bytes | memoryview, level: int) -> bytes:
+    compressed: bytes = lz4.frame.compress(
+        data,
+        block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+        block_linked=False,
+        compression_level=min(level, 16),  # lz4's highest; Kafka's 17 is its max too
+    )
+    return compressed
+
+
+def _zstd_compress_at(data: bytes | memoryview, level: int) -> bytes:
+    # A compressor per call: one is not safe across threads (a node's handlers run several
+    # appends at once), and making one costs microseconds beside compressing a batch.
+    return zstandard.ZstdCompressor(level=level).compress(data)
+
+
+_LEVELLED_COMPRESSORS: dict[int, Callable[[bytes | memoryview, int], bytes]] = {
+    CompressionType.GZIP: _gzip_compress_at,
+    CompressionType.LZ4: _lz4_compress_at,
+    CompressionType.ZSTD: _zstd_compress_at,
+}
 
 
 def decompress(codec_id: int, data: bytes | memoryview, max_bytes: int = UNBOUNDED_BYTES) -> bytes:

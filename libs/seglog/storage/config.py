@@ -3,7 +3,8 @@
 `LogConfig` is per log (topic-level overrides apply on top of the manager's defaults);
 `LogManagerConfig` is per storage node. Overrides may use Kafka's dotted names
 (`segment.bytes`) or the field names (`segment_bytes`); unknown keys and out-of-range
-values raise InvalidConfigError.
+values raise InvalidConfigError. Kafka's rules for lists, codecs and levels are in
+topic_config_values.py.
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidConfigError
+from .topic_config_values import (
+    CLEANUP_COMPACT,
+    CLEANUP_DELETE,
+    COMPRESSION_PRODUCER,
+    check_topic_config_values,
+    list_items,
+)
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
 
-CLEANUP_DELETE = "delete"
-CLEANUP_COMPACT = "compact"
-_CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
 
@@ -52,6 +57,24 @@ class LogConfig:
     # seglog's own bound (Kafka has none): a batch's records section may decompress to at most
     # this many bytes when it is validated, so a small request cannot cost gigabytes.
     max_uncompressed_batch_bytes: int = 64 * 1024 * 1024
+    compression_type: str = COMPRESSION_PRODUCER
+    # Kafka's CompressionType defaults (KIP-390): gzip's is zlib's own default (-1, level 6).
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    # Accepted, validated, stored and described as Kafka's, with no effect in seglog
+    # (topic_config_values.STORED_ONLY_CONFIGS): seglog has no tiered storage, does not
+    # preallocate segment files, and elects leaders from the ISR/ELR only.
+    preallocate: bool = False
+    unclean_leader_election_enable: bool = False
+    remote_storage_enable: bool = False
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
+    local_retention_ms: int = -2  # Kafka's: -2 means retention.ms
+    local_retention_bytes: int = -2  # Kafka's: -2 means retention.bytes
+    # Kafka's throttled-replica lists: `*`, or `partition:broker` pairs, comma separated.
+    leader_replication_throttled_replicas: str = ""
+    follower_replication_throttled_replicas: str = ""
 
     def __post_init__(self) -> None:
         for name, (minimum, maximum) in _LOG_CONFIG_RANGES.items():
@@ -61,11 +84,7 @@ class LogConfig:
             raise InvalidConfigError(
                 f"min_cleanable_dirty_ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}"
             )
-        if self.cleanup_policy not in _CLEANUP_POLICIES:
-            raise InvalidConfigError(
-                f"cleanup_policy must be delete, compact or compact,delete; got "
-                f"{self.cleanup_policy!r}"
-            )
+        check_topic_config_values(self)
         if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
             raise InvalidConfigError(
                 f"min.compaction.lag.ms ({self.min_compaction_lag_ms}) must not exceed "
@@ -79,11 +98,13 @@ class LogConfig:
 
     @property
     def compact(self) -> bool:
-        return CLEANUP_COMPACT in self.cleanup_policy
+        return CLEANUP_COMPACT in list_items(self.cleanup_policy)
 
     @property
     def delete(self) -> bool:
-        return CLEANUP_DELETE in self.cleanup_policy
+        """Retention applies. An empty cleanup.policy (Kafka 4's) has neither: the log is
+        neither compacted nor trimmed by time or size."""
+        return CLEANUP_DELETE in list_items(self.cleanup_policy)
 
     @property
     def max_segment_ms(self) -> int:
@@ -154,6 +175,10 @@ _LOG_CONFIG_RANGES: dict[str, tuple[int, int]] = {
     "max_compaction_lag_ms": (1, LONG_MAX),
     "file_delete_delay_ms": (0, LONG_MAX),
     "max_uncompressed_batch_bytes": (1024, 1024 * 1024 * 1024),
+    "compression_lz4_level": (1, 17),  # Kafka's LZ4 levels
+    "compression_zstd_level": (-(1 << 17), 22),  # zstd-jni's min and max levels
+    "local_retention_ms": (-2, LONG_MAX),
+    "local_retention_bytes": (-2, LONG_MAX),
 }
 # Only ASCII digits with an optional minus: int() would also take " 5", "5_000" and "５".
 _STRICT_INT = re.compile(r"-?[0-9]+")
@@ -236,8 +261,15 @@ def described_configs(
             value, source = node[name], "node"
         else:
             value, source = getattr(defaults, name), "default"
-        out.append((kafka_name(name), str(value), source))
+        out.append((kafka_name(name), config_text(value), source))
     return sorted(out)
+
+
+def config_text(value: Any) -> str:
+    """A config's value as Kafka shows it (booleans in lower case)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def check_config_names(names: Iterable[str]) -> None:

@@ -1,9 +1,11 @@
 """LogAppending: a log's write path, the leader's append and the follower's, and segment rolls.
 
 Append path (no per-record work): validate every batch of the input (header, lengths, CRC-32C,
-count, size, timestamps) before writing a byte; assign offsets by rewriting each batch's
-first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch: outside the CRC); write all
-batches with one vectored write; add sparse index entries.
+count, size, timestamps) before writing a byte; recompress the batches whose codec is not the
+topic's compression.type (recompression.py; none with `producer`, Kafka's default); assign
+offsets by rewriting each batch's first 16 bytes (baseOffset, batchLength,
+partitionLeaderEpoch: outside the CRC); write all batches with one vectored write; add sparse
+index entries.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
 from .log_state import tracer
 from .producer_state import producer_batches
+from .recompression import recompress
 from .segment import AppendedBatch, LogSegment
 from .validation import (
     ValidatedRecords,
@@ -46,6 +49,9 @@ class LogAppending(LogFlushing):
         caller holding several partitions' inputs can check them all before appending any."""
         with tracer.start_as_current_span("seglog.log.validate") as span:
             validated = validate_records(records, self.config, self.clock.now_ms())
+            # Only where the topic's compression.type differs from a batch's codec: else
+            # `validated` itself, with no copy.
+            validated = recompress(validated, self.config)
             span.set_attribute("seglog.bytes", len(validated.view))
             span.set_attribute("seglog.batch_count", len(validated.batches))
             return validated

@@ -20,6 +20,7 @@ from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 
 from ..authorization import Authorization
 from ..node_connections import NodeConnections
+from .auto_create import TopicAutoCreation
 from .controller import partition_states
 from .registry import Registry
 
@@ -51,6 +52,8 @@ class AdminService:
         self.settings = dict(settings or {})
         # Called with a deleted topic's name (the offsets store drops its committed offsets).
         self.topic_deleted_listeners: list[Callable[[str], object]] = []
+        # Set by the gateway: DescribeTopics asking for it creates missing topics.
+        self.auto_create: TopicAutoCreation | None = None
 
     # -- topics --------------------------------------------------------------------------
 
@@ -155,6 +158,15 @@ class AdminService:
         self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
 
+    def create_default_topic(self, name: str) -> None:
+        """A topic of num.partitions and default.replication.factor, on its nodes when this
+        returns (topic auto-creation, auto_create.py)."""
+        topic = self.registry.create_topic(name, -1, -1, {})
+        warning = self.registry.min_isr_shortfall(topic.replication_factor, topic.configs)
+        if warning:
+            logger.warning("topic %s created: %s", name, warning)
+        self._create_on_nodes(name)
+
     def _create_on_nodes(self, topic_name: str) -> None:
         """Tell every replica's node now, so the leaders serve as soon as this returns; a
         node that misses this gets the partitions from its next heartbeat's answer."""
@@ -238,12 +250,16 @@ class AdminService:
         except SeglogError as exc:
             abort(context, exc)
         names = list(request.names) or sorted(self.registry.topics)
+        missing = self._auto_create(request, context)
         response = gateway_pb2.DescribeTopicsResponse()
         wanted: dict[int, list[tuple[str, int]]] = {}
         described: dict[tuple[str, int], gateway_pb2.PartitionDescription] = {}
         for name in names:
             description = response.topics.add(name=name)
             try:
+                refused = missing.get(name)
+                if refused is not None:
+                    raise refused
                 topic = self.registry.topic(name)
             except SeglogError as exc:
                 set_error(description, exc)
@@ -277,6 +293,18 @@ class AdminService:
                 described[(name, i)] = part
         self._fill_offsets(wanted, described)
         return response
+
+    def _auto_create(
+        self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
+    ) -> dict[str, SeglogError | None]:
+        """The named topics that do not exist, made when the request allows it (the seglog
+        producer's first look at a topic, as Kafka's Metadata): auto_create.py."""
+        if not (request.allow_auto_topic_creation and request.names):
+            return {}
+        if self.auto_create is None or self.authorization is None:
+            return {}
+        caller = self.authorization.caller_of(context)
+        return self.auto_create.create_missing(caller, request.names, allowed=True)
 
     def _fill_offsets(
         self,

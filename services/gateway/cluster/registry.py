@@ -75,6 +75,7 @@ from .registry_store import MetadataStore
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
+    DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
     TopicLimits,
     altered_configs,
@@ -101,11 +102,12 @@ class Registry(NodeRegistrations, ReassigningState):
         max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC,
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
+        num_partitions: int = DEFAULT_NUM_PARTITIONS,
         store: MetadataStore | None = None,
         sessions: EtcdNodeSessions | None = None,
     ) -> None:
         self.limits = TopicLimits(
-            max_partitions_per_topic, max_partitions, default_replication_factor
+            max_partitions_per_topic, max_partitions, default_replication_factor, num_partitions
         )
         super().__init__(
             data_dir,

@@ -17,6 +17,7 @@ from seglog.errors import (
 )
 from seglog.storage import LogConfig, log_files
 from seglog.storage.config import check_config_names, field_name, kafka_name
+from seglog.storage.topic_config_values import LIST_CONFIG_FIELDS, list_items
 
 DEFAULT_NUM_PARTITIONS = 1
 # Kafka's controller refuses one operation creating more than 10,000 partitions
@@ -26,9 +27,6 @@ DEFAULT_MAX_PARTITIONS_PER_TOPIC = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 DEFAULT_REPLICATION_FACTOR = 1
 MAX_REPLICATION_FACTOR = 32767  # Kafka's: an int16
-# The topic configs whose values are lists (Kafka's ConfigDef.Type.LIST), the only ones
-# IncrementalAlterConfigs' APPEND and SUBTRACT apply to.
-LIST_CONFIG_FIELDS = frozenset({"cleanup_policy"})
 
 
 @dataclass(frozen=True)
@@ -36,6 +34,8 @@ class TopicLimits:
     max_partitions_per_topic: int = DEFAULT_MAX_PARTITIONS_PER_TOPIC
     max_partitions: int = DEFAULT_MAX_PARTITIONS
     default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
+    # Kafka's num.partitions: a topic created with -1, or auto-created.
+    num_partitions: int = DEFAULT_NUM_PARTITIONS
 
 
 def is_internal_topic(name: str) -> bool:
@@ -60,7 +60,7 @@ def check_new_topic(
             f"topic {name!r}: names starting with '__' are reserved for internal topics"
         )
     if num_partitions == -1:
-        num_partitions = DEFAULT_NUM_PARTITIONS
+        num_partitions = limits.num_partitions
     if not 1 <= num_partitions <= limits.max_partitions_per_topic:
         raise InvalidPartitionsError(
             f"num_partitions must be in [1, {limits.max_partitions_per_topic}] "
@@ -186,4 +186,4 @@ def _set_list(configs: dict[str, str], key: str, items: list[str]) -> None:
 
 
 def _items(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
+    return [item for item in list_items(value) if item]

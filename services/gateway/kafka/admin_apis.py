@@ -38,7 +38,6 @@ from seglog.security.acls import CLUSTER_NAME
 from seglog.storage.config import described_configs
 from seglog.v1 import common_pb2, gateway_pb2
 
-from ..cluster.topic_rules import DEFAULT_NUM_PARTITIONS
 from . import config_apis
 from .brokers import broker_view, cluster_id
 from .error_codes import kafka_error_code
@@ -151,7 +150,7 @@ def _created(call: KafkaCall, topic: Any, code: int, message: str | None, dry: b
     overrides = {c.name: c.value for c in topic.configs if c.value is not None}
     if dry:
         result.num_partitions = (
-            topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
+            topic.num_partitions if topic.num_partitions > 0 else registry.limits.num_partitions
         )
         result.replication_factor = (
             topic.replication_factor

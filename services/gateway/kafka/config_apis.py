@@ -32,6 +32,11 @@ from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc.status import error_from_code
 from seglog.storage import LogConfig
 from seglog.storage.config import field_name
+from seglog.storage.topic_config_values import (
+    BROKER_SYNONYMS,
+    INT_CONFIG_FIELDS,
+    LIST_CONFIG_FIELDS,
+)
 from seglog.v1 import common_pb2, gateway_pb2
 
 from . import throttle_configs
@@ -59,8 +64,6 @@ CONFIG_SOURCES = {
 }
 # Kafka's ConfigType (DescribeConfigs 3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
-_LIST_CONFIGS = {"cleanup_policy"}
-_LONG_SUFFIXES = ("_ms", "_bytes")
 # IncrementalAlterConfigs' operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -84,14 +87,14 @@ def _config_types() -> dict[str, int]:
     """Kafka's ConfigType of each topic config, by its field's type."""
     out = {}
     for field in dataclasses.fields(LogConfig):
-        if field.name in _LIST_CONFIGS:
+        if field.name in LIST_CONFIG_FIELDS:
             out[field.name] = LIST
         elif field.type in (bool, "bool"):
             out[field.name] = BOOLEAN
         elif field.type in (float, "float"):
             out[field.name] = DOUBLE
         elif field.type in (int, "int"):
-            out[field.name] = LONG if field.name.endswith(_LONG_SUFFIXES) else INT
+            out[field.name] = INT if field.name in INT_CONFIG_FIELDS else LONG
         else:
             out[field.name] = STRING
     return out
@@ -178,9 +181,14 @@ def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any
         documentation=None,
     )
     if synonyms:
+        # A default or a node's value is named by its broker config, as Kafka names it
+        # (`log.cleanup.policy`); a default with no broker config has no synonym.
+        name = entry.name
+        if entry.source in ("node", "default"):
+            name = BROKER_SYNONYMS.get(entry.name, "")
         described.synonyms = [
-            config_class.DescribeConfigsSynonym(name=entry.name, value=entry.value, source=source)
-        ]
+            config_class.DescribeConfigsSynonym(name=name, value=entry.value, source=source)
+        ][: 1 if name else 0]
     return described
 
 

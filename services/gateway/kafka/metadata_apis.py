@@ -5,11 +5,13 @@ replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
-does; clients retry it. Topics are never created by Metadata (seglog has no
-auto.create.topics.enable): a named topic that does not exist answers
-UNKNOWN_TOPIC_OR_PARTITION whatever allow_auto_topic_creation says. A topic the principal may
-not Describe answers TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics
-are asked for, as Kafka's broker does.
+does; clients retry it. A named topic that does not exist goes to the core's auto-creation
+(cluster/auto_create.py: v0-3 always allow it, v4+ as allow_auto_topic_creation says): made
+now, it answers LEADER_NOT_AVAILABLE, as Kafka's broker answers a topic it has just made;
+else INVALID_TOPIC_EXCEPTION for an illegal name, TOPIC_AUTHORIZATION_FAILED without Create,
+UNKNOWN_TOPIC_OR_PARTITION. A topic the principal may not Describe answers
+TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics are asked for, as
+Kafka's broker does.
 """
 
 from __future__ import annotations
@@ -72,7 +74,13 @@ def _partitions(call: KafkaCall, response_class: Any, topic: Topic, view: Broker
 
 
 def _topic(
-    call: KafkaCall, response_class: Any, name: str, view: BrokerView, *, named: bool
+    call: KafkaCall,
+    response_class: Any,
+    name: str,
+    view: BrokerView,
+    *,
+    named: bool,
+    missing: dict[str, SeglogError | None],
 ) -> Any | None:
     topic_class = response_class.MetadataResponseTopic
     if not call.allowed("Describe", "topic", name):
@@ -80,8 +88,12 @@ def _topic(
             return None
         return topic_class(error_code=TOPIC_AUTHORIZATION_FAILED, name=name, partitions=[])
     topic = call.gateway.registry.topics.get(name)
-    if topic is None:
-        return topic_class(error_code=UNKNOWN_TOPIC_OR_PARTITION, name=name, partitions=[])
+    refused = missing.get(name)
+    if refused is not None:
+        return topic_class(error_code=kafka_error_code(refused), name=name, partitions=[])
+    if topic is None or name in missing:  # just made: Kafka answers its clients retry this
+        code = UNKNOWN_TOPIC_OR_PARTITION if topic is None else LEADER_NOT_AVAILABLE
+        return topic_class(error_code=code, name=name, partitions=[])
     return topic_class(
         error_code=NONE,
         name=name,
@@ -100,7 +112,17 @@ def metadata(call: KafkaCall, request: Any) -> Any:
         names = list(dict.fromkeys(t.name for t in request.topics if t.name is not None))
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
     view = broker_view(call.gateway, call.advertised_address)
-    topics = [_topic(call, response_class, name, view, named=not every_topic) for name in names]
+    missing = {}
+    if not every_topic:
+        missing = call.gateway.auto_create.create_missing(
+            call.caller,
+            [n for n in names if call.allowed("Describe", "topic", n)],
+            allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
+        )
+    topics = [
+        _topic(call, response_class, name, view, named=not every_topic, missing=missing)
+        for name in names
+    ]
     return response_class(
         throttle_time_ms=0,
         brokers=[
