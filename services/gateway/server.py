@@ -184,7 +184,8 @@ class Gateway:
             ),
         )
         self.replication_throttles = ReplicationThrottles(
-            self.authorization, lambda name: name in self.registry.topics
+            self.authorization,
+            lambda name: getattr(self.registry.topics.get(name), "configs", None) or {},
         )
         self.partition_moves = PartitionMoves(
             self.registry, self.connections, self.authorization, self.replication_throttles
@@ -203,7 +204,6 @@ class Gateway:
             num_partitions=config.offsets_topic_num_partitions,
         )
         self.admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
-        self.admin.topic_deleted_listeners.append(self.replication_throttles.forget_topic)
         self.coordinator = GroupCoordinator(
             self.registry,
             CoordinatorConfig(

@@ -1,6 +1,7 @@
-"""Kafka's replication throttle configs as the gateway keeps them (replication_throttles.py):
-Kafka's replica-list syntax, which rate a move gets from them, and checks that refuse bad
-input whole (changing nothing) and refuse a principal without AlterConfigs."""
+"""Kafka's replication throttles as the gateway applies them (replication_throttles.py): Kafka's
+replica-list syntax, which rate a move gets from the brokers' rates and the topic's lists, and
+checks that refuse bad input whole (changing nothing) and refuse a principal without
+AlterConfigs on the cluster."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from seglog.errors import (
     InvalidConfigError,
     InvalidRequestError,
     PermissionDeniedError,
-    UnknownTopicOrPartitionError,
 )
 from seglog.security.acls import AclBinding
 from services.gateway.authorization import Authorization
@@ -26,13 +26,15 @@ from services.gateway.cluster.replication_throttles import (
 )
 
 ADMIN = Caller("User:admin", "127.0.0.1")
-TOPICS = {"moving", "resting"}
 
 
-def throttles(authorization: Authorization | None = None) -> ReplicationThrottles:
-    return ReplicationThrottles(
-        authorization or Authorization([], enabled=False), lambda name: name in TOPICS
-    )
+def throttles(
+    authorization: Authorization | None = None,
+) -> tuple[ReplicationThrottles, dict[str, dict[str, str]]]:
+    """The throttles and the topics' configs they read (as the registry holds them)."""
+    topics: dict[str, dict[str, str]] = {"moving": {}, "resting": {}}
+    authorization = authorization or Authorization([], enabled=False)
+    return ReplicationThrottles(authorization, lambda name: topics.get(name, {})), topics
 
 
 def test_replica_lists_are_read_as_kafkas_validator_reads_them():
@@ -45,32 +47,33 @@ def test_replica_lists_are_read_as_kafkas_validator_reads_them():
 
 
 def test_a_move_gets_the_lowest_rate_of_the_brokers_it_throttles():
-    t = throttles()
+    t, topics = throttles()
     t.alter_broker(ADMIN, 1, [ConfigChange(LEADER_RATE, "5000")])
     t.alter_broker(ADMIN, 2, [ConfigChange(FOLLOWER_RATE, "3000")])
     t.alter_broker(ADMIN, 3, [ConfigChange(FOLLOWER_RATE, "7000")])
     # Nothing listed on the topic: nothing throttled, whatever the brokers' rates.
     assert t.rate_for("moving", 0, leader=1, adding=[2]) == 0
-    t.alter_topic(ADMIN, "moving", [ConfigChange(LEADER_REPLICAS, "0:1")])
+    topics["moving"][LEADER_REPLICAS] = "0:1"
     assert t.rate_for("moving", 0, leader=1, adding=[2]) == 5000  # the leader's side only
     assert t.rate_for("moving", 1, leader=1, adding=[2]) == 0  # partition 1 not listed
-    t.alter_topic(ADMIN, "moving", [ConfigChange(FOLLOWER_REPLICAS, "0:2,0:3")])
+    topics["moving"][FOLLOWER_REPLICAS] = "0:2,0:3"
     assert t.rate_for("moving", 0, leader=1, adding=[2, 3]) == 3000  # the lowest of three
     assert t.rate_for("moving", 0, leader=2, adding=[3]) == 7000  # 2 has no leader rate
-    t.alter_topic(ADMIN, "resting", [ConfigChange(FOLLOWER_REPLICAS, "*")])
+    topics["resting"][FOLLOWER_REPLICAS] = "*"
     assert t.rate_for("resting", 9, leader=1, adding=[3]) == 7000
     # Kafka's 0 is "nothing moves"; seglog's 0 is "unthrottled": the slowest it can, 1 B/s.
     t.alter_broker(ADMIN, 3, [ConfigChange(FOLLOWER_RATE, "0")])
     assert t.rate_for("resting", 9, leader=1, adding=[3]) == 1
-    # DELETE clears; a broker or topic with nothing left is forgotten; a deleted topic too.
+    # DELETE clears; an empty list (what a topic config DELETE leaves) throttles nothing.
     t.alter_broker(ADMIN, 2, [ConfigChange(FOLLOWER_RATE, None)])
     assert t.broker_configs(2) == {}
-    t.forget_topic("moving")
-    assert t.topic_configs("moving") == {} and t.rate_for("moving", 0, 1, [3]) == 0
+    topics["resting"][FOLLOWER_REPLICAS] = ""
+    assert t.rate_for("resting", 9, leader=1, adding=[3]) == 0
+    assert t.rate_for("absent", 0, leader=1, adding=[3]) == 0
 
 
 def test_bad_changes_are_refused_whole_and_change_nothing():
-    t = throttles()
+    t, _ = throttles()
     t.alter_broker(ADMIN, 1, [ConfigChange(FOLLOWER_RATE, "100")])
     for changes, error in (
         ([ConfigChange(FOLLOWER_RATE, "200"), ConfigChange(LEADER_RATE, "-1")], InvalidConfigError),
@@ -86,25 +89,15 @@ def test_bad_changes_are_refused_whole_and_change_nothing():
         with pytest.raises(error):
             t.alter_broker(ADMIN, 1, changes)
         assert t.broker_configs(1) == {FOLLOWER_RATE: "100"}
-    with pytest.raises(UnknownTopicOrPartitionError):
-        t.alter_topic(ADMIN, "absent", [ConfigChange(FOLLOWER_REPLICAS, "*")])
-    with pytest.raises(InvalidRequestError):
-        t.alter_topic(ADMIN, "moving", [ConfigChange("retention.ms", "1")])
-    with pytest.raises(InvalidConfigError):
-        t.alter_topic(ADMIN, "moving", [ConfigChange(FOLLOWER_REPLICAS, "x" * (2 << 20))])
-    assert t.topic_configs("moving") == {}
 
 
-def test_a_principal_needs_alter_configs_on_the_cluster_or_the_topic():
+def test_a_principal_needs_alter_configs_on_the_cluster():
     grants = [
-        AclBinding("User:ops", "*", "topic", "literal", "moving", "AlterConfigs", "allow"),
+        AclBinding("User:ops", "*", "cluster", "literal", "kafka-cluster", "AlterConfigs", "allow")
     ]
-    t = throttles(Authorization(grants, enabled=True))
-    ops = Caller("User:ops", "127.0.0.1")
+    t, _ = throttles(Authorization(grants, enabled=True))
     with pytest.raises(PermissionDeniedError):
-        t.alter_broker(ops, 1, [ConfigChange(FOLLOWER_RATE, "100")])
+        t.alter_broker(Caller("User:dev", "127.0.0.1"), 1, [ConfigChange(FOLLOWER_RATE, "100")])
     assert t.broker_configs(1) == {}
-    t.alter_topic(ops, "moving", [ConfigChange(FOLLOWER_REPLICAS, "0:1")])
-    with pytest.raises(PermissionDeniedError):
-        t.alter_topic(ops, "resting", [ConfigChange(FOLLOWER_REPLICAS, "0:1")])
-    assert t.topic_configs("moving") == {FOLLOWER_REPLICAS: "0:1"}
+    t.alter_broker(Caller("User:ops", "127.0.0.1"), 1, [ConfigChange(FOLLOWER_RATE, "100")])
+    assert t.broker_configs(1) == {FOLLOWER_RATE: "100"}

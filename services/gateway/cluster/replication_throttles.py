@@ -15,23 +15,24 @@ listed in leader.replication.throttled.replicas (`*` lists every replica). k par
 onto one node at once may so receive up to k times the rate; a rate changed while a move runs
 applies to the next move, not that one.
 
-Where they live: in this gateway's memory, not the metadata log. They exist for the length of
-a move (the tool sets them just before it and clears them with --verify), a gateway restart
-forgets them (a move running then keeps the throttle it started with, which the registry
-holds), and with several gateways each knows what it was sent: the tool sends a broker's
-configs to that broker's gateway and the move to the controller's, which is the same
-gateway when it runs alone. `replica.alter.log.dirs.io.max.bytes.per.second` is accepted and
-kept (a node has one log dir: nothing moves between dirs).
+Where they live: the topic lists are topic configs like any other (the registry's, durable;
+the admin validates them). The broker rates are kept in this gateway's memory, not the
+metadata log: they exist for the length of a move (the tool sets them just before it and
+clears them with --verify), a gateway restart forgets them (a move running then keeps the
+throttle it started with, which the registry holds), and with several gateways each knows the
+rates it was sent: the tool sends a broker's configs to that broker's gateway and the move to
+the controller's, the same gateway when it runs alone.
+`replica.alter.log.dirs.io.max.bytes.per.second` is accepted and kept (a node has one log
+dir: nothing moves between dirs).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from seglog.errors import InvalidConfigError, InvalidRequestError, UnknownTopicOrPartitionError
+from seglog.errors import InvalidConfigError, InvalidRequestError
 from seglog.security.acls import CLUSTER_NAME
 
 from ..authorization import Authorization
@@ -43,7 +44,6 @@ LOG_DIRS_RATE = "replica.alter.log.dirs.io.max.bytes.per.second"
 LEADER_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_REPLICAS = "follower.replication.throttled.replicas"
 BROKER_CONFIGS = frozenset({LEADER_RATE, FOLLOWER_RATE, LOG_DIRS_RATE})
-TOPIC_CONFIGS = frozenset({LEADER_REPLICAS, FOLLOWER_REPLICAS})
 EVERY_REPLICA = "*"
 # A list longer than this is refused unread: Kafka's would be one entry per replica moved;
 # 100,000 replicas is beyond any cluster here, and bounds what a request can make us hold.
@@ -93,16 +93,14 @@ def _listed(replicas: frozenset[tuple[int, int]] | None, partition: int, node: i
 
 
 class ReplicationThrottles:
-    def __init__(self, authorization: Authorization, topic_exists: Callable[[str], bool]) -> None:
+    def __init__(
+        self, authorization: Authorization, topic_configs: Callable[[str], Mapping[str, str]]
+    ) -> None:
+        """`topic_configs`: a topic's configs by Kafka's names ({} when it does not exist)."""
         self.authorization = authorization
-        self.topic_exists = topic_exists
+        self.topic_configs = topic_configs
         self._lock = threading.Lock()
         self._brokers: dict[int, dict[str, str]] = {}
-        self._topics: dict[str, dict[str, str]] = {}
-
-    @staticmethod
-    def is_throttle(resource: Literal["broker", "topic"], name: str) -> bool:
-        return name in (BROKER_CONFIGS if resource == "broker" else TOPIC_CONFIGS)
 
     def check_broker(self, caller: Caller, changes: Sequence[ConfigChange]) -> None:
         """Kafka's check of a broker resource's changes: AlterConfigs on the cluster, each
@@ -127,53 +125,22 @@ class ReplicationThrottles:
             if not configs:
                 del self._brokers[node_id]
 
-    def check_topic(self, caller: Caller, topic: str, changes: Sequence[ConfigChange]) -> None:
-        """A topic's throttle changes checked (AlterConfigs on the topic, the topic exists,
-        values valid); changes nothing."""
-        self.authorization.check(
-            caller, [("AlterConfigs", "topic", topic)], "IncrementalAlterConfigs"
-        )
-        if not self.topic_exists(topic):
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
-        for change in changes:
-            if change.name not in TOPIC_CONFIGS:
-                raise InvalidRequestError(f"{change.name}: not a replication throttle config")
-            if change.value is not None:
-                parse_replicas(change.name, change.value)
-
-    def alter_topic(self, caller: Caller, topic: str, changes: Sequence[ConfigChange]) -> None:
-        self.check_topic(caller, topic, changes)
-        with self._lock:
-            configs = self._topics.setdefault(topic, {})
-            _apply(configs, changes)
-            if not configs:
-                del self._topics[topic]
-
     def broker_configs(self, node_id: int) -> dict[str, str]:
         with self._lock:
             return dict(self._brokers.get(node_id, {}))
 
-    def topic_configs(self, topic: str) -> dict[str, str]:
-        with self._lock:
-            return dict(self._topics.get(topic, {}))
-
-    def forget_topic(self, topic: str) -> None:
-        """A deleted topic's throttles go with it (a topic made again starts unthrottled)."""
-        with self._lock:
-            self._topics.pop(topic, None)
-
     def rate_for(self, topic: str, partition: int, leader: int, adding: Iterable[int]) -> int:
         """The bytes/s a move of `topic`-`partition` adding `adding` is held to (the module
         says how it is chosen); 0: unthrottled."""
+        configs = self.topic_configs(topic)
         with self._lock:
-            configs = self._topics.get(topic, {})
             rates = []
-            if LEADER_REPLICAS in configs:
+            if configs.get(LEADER_REPLICAS):
                 listed = parse_replicas(LEADER_REPLICAS, configs[LEADER_REPLICAS])
                 rate = self._brokers.get(leader, {}).get(LEADER_RATE)
                 if rate is not None and _listed(listed, partition, leader):
                     rates.append(int(rate))
-            if FOLLOWER_REPLICAS in configs:
+            if configs.get(FOLLOWER_REPLICAS):
                 listed = parse_replicas(FOLLOWER_REPLICAS, configs[FOLLOWER_REPLICAS])
                 for node in adding:
                     rate = self._brokers.get(node, {}).get(FOLLOWER_RATE)

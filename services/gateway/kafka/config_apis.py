@@ -7,8 +7,8 @@ config; its leader node's --config default: a static broker config; else Kafka's
 A BROKER (a node id as Metadata lists brokers, the gateway's own broker id, or "" for the
 cluster's default) answers the gateway's described settings, read-only: seglog's broker
 settings are static, so altering one, like any other resource type, gets INVALID_REQUEST,
-but for Kafka's replication throttles, which IncrementalAlterConfigs takes on brokers and
-topics (throttle_configs.py). Each resource is answered on its own (one
+but for Kafka's replication throttle rates, which IncrementalAlterConfigs takes on a broker
+(throttle_configs.py). Each resource is answered on its own (one
 refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
 AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
 """
@@ -270,8 +270,6 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
             raise InvalidRequestError("a config is named twice in one resource")
         for config in resource.configs:
             operation = config.config_operation
-            if throttle_configs.is_throttle(resource, config.name):
-                continue
             if operation == DELETE:
                 altered.delete.append(config.name)
                 continue
