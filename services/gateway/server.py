@@ -25,6 +25,7 @@ from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
 from .cluster.auto_create import TopicAutoCreation
+from .cluster.broker_configs import BrokerConfigs
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.partition_moves import PartitionMoves
@@ -183,9 +184,10 @@ class Gateway:
                 context, self.authorization.tokens, self.authorization.mapper
             ),
         )
+        broker_configs = BrokerConfigs(self.registry, self.authorization)
         self.replication_throttles = ReplicationThrottles(
-            self.authorization,
             lambda name: getattr(self.registry.topics.get(name), "configs", None) or {},
+            lambda node_id, name: broker_configs.value(str(node_id), name),
         )
         self.partition_moves = PartitionMoves(
             self.registry, self.connections, self.authorization, self.replication_throttles

@@ -168,6 +168,11 @@ class StorageNode:
                     storage_pb2.DescribePartitionsRequest,
                     storage_pb2.DescribePartitionsResponse,
                 ),
+                "DescribeProducers": serving.unary(
+                    guard(s.DescribeProducers),
+                    storage_pb2.DescribeProducersRequest,
+                    storage_pb2.DescribeProducersResponse,
+                ),
             },
         )
 

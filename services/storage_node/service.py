@@ -17,7 +17,12 @@ from collections.abc import Iterator
 
 import grpc
 
-from seglog.errors import InconsistentClusterIdError, SeglogError, ServerBusyError
+from seglog.errors import (
+    InconsistentClusterIdError,
+    NotLeaderError,
+    SeglogError,
+    ServerBusyError,
+)
 from seglog.rpc import check_fetch_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
 from seglog.rpc.status import abort, error_code_for, set_error
@@ -331,6 +336,34 @@ class StorageNodeService:
             state.segment_count = described.segment_count
             state.high_watermark = described.high_watermark
             state.role = described.role
+        return response
+
+    def DescribeProducers(
+        self, request: storage_pb2.DescribeProducersRequest, context: grpc.ServicerContext
+    ) -> storage_pb2.DescribeProducersResponse:
+        """Each partition's idempotent producers, from the leader's producer state (a
+        follower's may lag it, so only the leader answers, as Kafka's broker does)."""
+        response = storage_pb2.DescribeProducersResponse()
+        for ref in request.partitions:
+            answer = response.partitions.add(topic=ref.topic, partition=ref.partition)
+            try:
+                held = self.replicas.partition(ref.topic, ref.partition)
+                if not held.is_leader or held.fenced is not None:
+                    raise NotLeaderError(f"{ref.topic}-{ref.partition}: not led by this node")
+                producers = held.log.active_producers()
+            except SeglogError as exc:
+                answer.error = error_code_for(exc)
+                answer.error_message = str(exc)
+                continue
+            answer.producers.extend(
+                storage_pb2.ProducerState(
+                    producer_id=p.producer_id,
+                    producer_epoch=p.epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp_ms=p.last_timestamp_ms,
+                )
+                for p in producers
+            )
         return response
 
 

@@ -342,13 +342,20 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
         resource = AlterConfigsRequest.AlterConfigsResource
         altered = wire.request(
             AlterConfigsRequest(
-                resources=[resource(resource_type=4, resource_name=str(broker_id), configs=[])],
+                resources=[
+                    resource(
+                        resource_type=4,
+                        resource_name=str(broker_id),
+                        # Static here: only the replication throttles are dynamic broker configs.
+                        configs=[resource.AlterableConfig(name="num.io.threads", value="3")],
+                    )
+                ],
                 validate_only=False,
             ),
             2,
             AlterConfigsResponse,
         )
-        assert altered.responses[0].error_code == kafka_errors.InvalidRequestError.errno
+        assert altered.responses[0].error_code == kafka_errors.InvalidConfigurationError.errno
     assert "wire-assigned" not in cluster.admin.list_topics()
 
 

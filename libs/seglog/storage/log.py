@@ -29,6 +29,7 @@ from .log_deletion import LogDeletion
 from .log_loader import LoadedLogOffsets, load_log
 from .log_reading import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, LogReading
 from .log_reads import LogSlice, TimestampAndOffset
+from .producer_state import ActiveProducer
 
 
 class Log(LogDeletion, LogReading):
@@ -116,6 +117,12 @@ class Log(LogDeletion, LogReading):
         self._segments.active.release_indexes()
         self._make_active(self._segments.active)
         self._update_data_dir()
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """The idempotent producers' state (Kafka's DescribeProducers), read under the lock
+        appends update it under."""
+        with self._lock:
+            return self.producer_state.active_producers()
 
     def close(self) -> None:
         """Flush, trim the indexes and mark this log cleanly closed."""

@@ -157,6 +157,16 @@ class ProducerBatch:
     max_timestamp_ms: int
 
 
+@dataclass(frozen=True)
+class ActiveProducer:
+    """A producer's state as Kafka's DescribeProducers shows it (ProducerStateEntry)."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+
+
 def last_sequence_of(base_sequence: int, last_offset_delta: int) -> int:
     """Sequences wrap past 2^31-1 to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
     return (base_sequence + last_offset_delta) % (INT_MAX + 1)
@@ -267,6 +277,13 @@ class ProducerStateManager:
                 entry.runs.clear()
             entry.add(batch)
             entry.last_timestamp_ms = max(entry.last_timestamp_ms, batch.max_timestamp_ms)
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer the state holds (those not yet expired), by producer id."""
+        return [
+            ActiveProducer(pid, e.epoch, e.last_sequence, e.last_timestamp_ms)
+            for pid, e in sorted(self.producers.items())
+        ]
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
         """Kafka's producer.id.expiration.ms: forget producers silent for that long."""

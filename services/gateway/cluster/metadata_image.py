@@ -23,6 +23,7 @@ from seglog.security.acls import AclBinding
 from .metadata_history import MetadataHistory
 from .metadata_records import (
     ACL,
+    BROKER_CONFIG,
     CLIENT_QUOTA,
     CLUSTER,
     NODE,
@@ -30,19 +31,23 @@ from .metadata_records import (
     PARTITION,
     PRODUCER_IDS,
     REMOVE_TOPIC,
+    SCRAM_CREDENTIAL,
     TOPIC,
     MetadataRecordError,
     Record,
     acl_record,
+    broker_config_record,
     client_quota_record,
     cluster_record,
     node_record,
     node_state_record,
     partition_record,
     producer_ids_record,
+    scram_credential_record,
     topic_record,
 )
 from .partition_changes import NO_LEADER, PartitionAssignment, PartitionChange
+from .scram_credentials import ScramCredential
 from .topic_rules import is_internal_topic
 
 
@@ -87,6 +92,10 @@ class MetadataImage:
         # entity (sorted (entity type, name) pairs) -> quota key -> bytes/s
         self.client_quotas: dict[QuotaEntityKey, dict[str, float]] = {}
         self.next_producer_id_block = 0
+        # user -> SCRAM mechanism -> its credential (scram_credential records)
+        self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
+        # broker id ("" the cluster's default) -> its dynamic configs (broker_config records)
+        self.broker_configs: dict[str, dict[str, str]] = {}
         # Nodes an operator decommissioned (node_state records): no new replicas, and
         # leaders only where no other in-sync replica can lead.
         self.decommissioned: set[int] = set()
@@ -156,6 +165,16 @@ class MetadataImage:
                     self.client_quotas[entity] = dict(record["values"])
                 else:
                     self.client_quotas.pop(entity, None)
+            elif kind == SCRAM_CREDENTIAL:
+                self._apply_scram_credential(record)
+            elif kind == BROKER_CONFIG:
+                # Swapped whole: routing and nodes' throttles read it without a lock.
+                configs = dict(self.broker_configs)
+                if record["configs"]:
+                    configs[record["broker"]] = dict(record["configs"])
+                else:
+                    configs.pop(record["broker"], None)
+                self.broker_configs = configs
             elif kind == NODE_STATE:
                 if record["decommissioned"]:
                     self.decommissioned.add(record["node_id"])
@@ -287,6 +306,21 @@ class MetadataImage:
         self.reassigning.discard(tp)
         self.led.get(p.leader, set()).discard(tp)
 
+    def _apply_scram_credential(self, record: Record) -> None:
+        # Swapped whole, never edited in place: SASL exchanges read it without a lock.
+        user, mechanism = record["user"], record["mechanism"]
+        by_mechanism = dict(self.scram_credentials.get(user, {}))
+        if "credential" in record:
+            by_mechanism[mechanism] = ScramCredential.from_json(record["credential"])
+        else:
+            by_mechanism.pop(mechanism, None)
+        credentials = dict(self.scram_credentials)
+        if by_mechanism:
+            credentials[user] = by_mechanism
+        else:
+            credentials.pop(user, None)
+        self.scram_credentials = credentials
+
     # -- reading -------------------------------------------------------------------------
 
     def partition(self, tp: PartitionChange) -> PartitionAssignment | None:
@@ -313,6 +347,15 @@ class MetadataImage:
             for entity, values in sorted(self.client_quotas.items())
         ]
         records += [node_state_record(n, True) for n in sorted(self.decommissioned)]
+        records += [
+            scram_credential_record(user, mechanism, credential.to_json())
+            for user, by_mechanism in sorted(self.scram_credentials.items())
+            for mechanism, credential in sorted(by_mechanism.items())
+        ]
+        records += [
+            broker_config_record(broker, configs)
+            for broker, configs in sorted(self.broker_configs.items())
+        ]
         for name in sorted(self.topics):
             topic = self.topics[name]
             records.append(

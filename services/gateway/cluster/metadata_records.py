@@ -39,11 +39,19 @@ Record types (`type`), and what they set:
                    data dir's meta.properties. `adopted_from` {backend, offset}: this
                    registry began as a copy of another backend's image at that offset
                    (registry_bootstrap.py)
+    scram_credential {user, mechanism[, credential: {salt, stored_key, server_key,
+                   iterations}]}: a user's SCRAM credential for one mechanism (KIP-554's
+                   UserScramCredentialRecord; SCRAM-SHA-256 or SCRAM-SHA-512), the three
+                   byte strings in base64, never the password (scram_credentials.py); no
+                   credential: removed
+    broker_config  {broker, configs: {name: value}}: a broker's dynamic configs (Kafka's
+                   `kafka-configs --entity-type brokers --alter`), broker "" for the
+                   cluster-wide default; the whole set, empty removes it (broker_configs.py)
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, node states, then each topic followed by its partitions), applied
-onto an empty image.
+ACLs, client quotas, node states, SCRAM credentials, broker configs, then each topic
+followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -67,6 +75,8 @@ PRODUCER_IDS = "producer_ids"
 CLIENT_QUOTA = "client_quota"
 NODE_STATE = "node_state"
 CLUSTER = "cluster"
+SCRAM_CREDENTIAL = "scram_credential"
+BROKER_CONFIG = "broker_config"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -86,6 +96,8 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     CLIENT_QUOTA: {"entity": dict, "values": dict},
     NODE_STATE: {"node_id": int},  # and "decommissioned", a bool (checked below)
     CLUSTER: {"cluster_id": str},
+    SCRAM_CREDENTIAL: {"user": str, "mechanism": str},  # and "credential" (checked below)
+    BROKER_CONFIG: {"broker": str, "configs": dict},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
@@ -125,6 +137,12 @@ def check_records(records: list[Record]) -> list[Record]:
             raise MetadataRecordError(f"metadata record {record!r}: bad 'decommissioned'")
         if record["type"] == CLUSTER:
             _check_cluster(record)
+        if record["type"] == SCRAM_CREDENTIAL:
+            _check_scram_credential(record)
+        if record["type"] == BROKER_CONFIG and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in record["configs"].items()
+        ):
+            raise MetadataRecordError(f"metadata record {record!r}: configs are strings")
     return records
 
 
@@ -152,6 +170,15 @@ def _check_cluster(record: Record) -> None:
         and type(adopted.get("offset", 0)) is int
     ):
         raise MetadataRecordError(f"metadata record {record!r}: bad 'adopted_from'")
+
+
+def _check_scram_credential(record: Record) -> None:
+    credential = record.get("credential", {})
+    fields = {"salt": str, "stored_key": str, "server_key": str, "iterations": int}
+    if not isinstance(credential, dict) or (
+        credential and any(type(credential.get(k)) is not t for k, t in fields.items())
+    ):
+        raise MetadataRecordError(f"metadata record {record!r}: bad 'credential'")
 
 
 def encode(records: list[Record]) -> bytes:
@@ -214,6 +241,17 @@ def producer_ids_record(next_id: int) -> Record:
 
 def node_state_record(node_id: int, decommissioned: bool) -> Record:
     return {"type": NODE_STATE, "node_id": node_id, "decommissioned": decommissioned}
+
+
+def scram_credential_record(user: str, mechanism: str, credential: dict[str, Any] | None) -> Record:
+    record: Record = {"type": SCRAM_CREDENTIAL, "user": user, "mechanism": mechanism}
+    if credential:
+        record["credential"] = dict(credential)
+    return record
+
+
+def broker_config_record(broker: str, configs: dict[str, str]) -> Record:
+    return {"type": BROKER_CONFIG, "broker": broker, "configs": dict(configs)}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:

@@ -55,10 +55,12 @@ from ..coordination.node_sessions import EtcdNodeSessions
 from .metadata_image import Topic
 from .metadata_records import (
     acl_record,
+    broker_config_record,
     client_quota_record,
     partition_record,
     producer_ids_record,
     remove_topic_record,
+    scram_credential_record,
     topic_record,
 )
 from .node_registrations import NodeRegistrations
@@ -72,6 +74,7 @@ from .reassignments import ReassigningState
 from .registry_routes import Route
 from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, min_isr_setting, retrying
 from .registry_store import MetadataStore
+from .scram_credentials import ScramCredential
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
@@ -157,6 +160,38 @@ class Registry(NodeRegistrations, ReassigningState):
                     records.append(client_quota_record(dict(entity), values))
             if records:
                 self._commit(records)
+
+    @retrying
+    def alter_scram_credentials(
+        self, changes: list[tuple[str, str, ScramCredential | None]]
+    ) -> None:
+        """Kafka's AlterUserScramCredentials, checked by the caller: (user, mechanism, its
+        new credential or None to remove it), persisted as one batch before they apply."""
+        with self._lock:
+            records = [
+                scram_credential_record(user, mechanism, None if c is None else c.to_json())
+                for user, mechanism, c in changes
+            ]
+            if records:
+                self._commit(records)
+
+    @retrying
+    def alter_broker_configs(self, broker: str, configs: dict[str, str]) -> None:
+        """A broker's whole set of dynamic configs (broker "" the cluster's default), checked
+        by the caller (broker_configs.py); persisted before it applies."""
+        with self._lock:
+            if configs != self.image.broker_configs.get(broker, {}):
+                self._commit([broker_config_record(broker, configs)])
+
+    @property
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        """broker id ("" the default) -> its dynamic configs: replaced whole on a change."""
+        return self.image.broker_configs
+
+    @property
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential: an image's dict, replaced whole on each change."""
+        return self.image.scram_credentials
 
     @retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:

@@ -4,11 +4,10 @@ DescribeConfigs on the cluster for the broker resource).
 
 Resources: a TOPIC answers its configs with Kafka's sources (its override: a dynamic topic
 config; its leader node's --config default: a static broker config; else Kafka's default).
-A BROKER (a node id as Metadata lists brokers, the gateway's own broker id, or "" for the
-cluster's default) answers the gateway's described settings, read-only: seglog's broker
-settings are static, so altering one, like any other resource type, gets INVALID_REQUEST,
-but for Kafka's replication throttle rates, which IncrementalAlterConfigs takes on a broker
-(throttle_configs.py). Each resource is answered on its own (one
+A BROKER (the gateway: its broker id, or "" for the cluster's default) answers the gateway's
+described settings, read-only, and the dynamic broker configs the registry keeps
+(cluster/broker_configs.py: the replication throttles), which are all a BROKER alteration may
+set; another resource type gets INVALID_REQUEST. Each resource is answered on its own (one
 refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
 AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
 """
@@ -28,7 +27,7 @@ from kafka.protocol.admin import (
     IncrementalAlterConfigsResponse,
 )
 
-from seglog.errors import InvalidRequestError, SeglogError
+from seglog.errors import InvalidConfigError, InvalidRequestError, SeglogError
 from seglog.rpc.status import error_from_code
 from seglog.storage import LogConfig
 from seglog.storage.config import field_name
@@ -39,9 +38,9 @@ from seglog.storage.topic_config_values import (
 )
 from seglog.v1 import common_pb2, gateway_pb2
 
-from . import throttle_configs
+from ..cluster.broker_configs import DYNAMIC_CONFIGS, BrokerConfigs
 from .brokers import this_broker
-from .error_codes import kafka_error_code
+from .error_codes import Resource, kafka_error_code
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -53,14 +52,16 @@ BROKER = 4
 # Kafka's ConfigSource.
 DYNAMIC_TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
+DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 CONFIG_SOURCES = {
     "topic": DYNAMIC_TOPIC_CONFIG,
-    "dynamic_broker": DYNAMIC_BROKER_CONFIG,
     "node": STATIC_BROKER_CONFIG,
     "gateway": STATIC_BROKER_CONFIG,
     "default": DEFAULT_CONFIG,
+    "dynamic_broker": DYNAMIC_BROKER_CONFIG,
+    "dynamic_default_broker": DYNAMIC_DEFAULT_BROKER_CONFIG,
 }
 # Kafka's ConfigType (DescribeConfigs 3+).
 BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
@@ -113,7 +114,7 @@ def describe_configs(call: KafkaCall, request: Any) -> Any:
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
-            entries = _described(call, resource) + throttle_configs.described(call, resource)
+            entries = _described(call, resource)
             wanted = resource.configuration_keys
             if wanted is not None:
                 entries = [e for e in entries if e.name in set(wanted)]
@@ -154,17 +155,26 @@ def _described(call: KafkaCall, resource: Any) -> list[gateway_pb2.ConfigEntry]:
             admin.DescribeConfigs,
             gateway_pb2.DescribeConfigsRequest(cluster=True),
         )
-        return list(answer.gateway)
+        dynamic = _broker_configs(call).describe(call.caller, resource.resource_name)
+        return list(answer.gateway) + [
+            gateway_pb2.ConfigEntry(name=c.name, value=c.value, source=c.source) for c in dynamic
+        ]
     raise InvalidRequestError(
         f"resource type {resource.resource_type}: seglog describes topics (2) and brokers (4)"
     )
 
 
+def _broker_configs(call: KafkaCall) -> BrokerConfigs:
+    return BrokerConfigs(call.gateway.registry, call.gateway.authorization)
+
+
 def _check_broker(call: KafkaCall, name: str) -> None:
-    """A broker resource names a broker Metadata lists (a node id; brokers.py), this
+    """A broker resource names a broker Metadata lists (a node id: brokers.py), this
     gateway's own broker id, or "" (the cluster's default)."""
-    if name not in ("", str(this_broker(call.gateway).node_id)):
-        throttle_configs.broker_node_id(call, name)
+    if name in ("", str(this_broker(call.gateway).node_id)):
+        return
+    if not name.isdigit() or int(name) not in call.gateway.registry.addresses():
+        raise InvalidRequestError(f"broker {name!r}: not a broker of this cluster (a node id)")
 
 
 def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any:
@@ -177,7 +187,9 @@ def _config(version: int, entry: gateway_pb2.ConfigEntry, synonyms: bool) -> Any
         config_source=source,
         is_sensitive=False,
         synonyms=[],
-        config_type=CONFIG_TYPES.get(field_name(entry.name), STRING),
+        config_type=LONG
+        if entry.name in DYNAMIC_CONFIGS
+        else CONFIG_TYPES.get(field_name(entry.name), STRING),
         documentation=None,
     )
     if synonyms:
@@ -200,11 +212,8 @@ def _alter_each(
     resources: list[Any],
     alter_topic: Callable[[Any], gateway_pb2.AlterConfigsRequest],
     result_class: Any,
-    *,
-    throttles: bool = False,
-    validate_only: bool = False,
+    alter_broker: Callable[[Any], None],
 ) -> list[Any]:
-    """`throttles`: the replication throttles are taken out (throttle_configs.py)."""
     twice = _duplicates(resources)
     results = []
     for resource in resources:
@@ -212,31 +221,30 @@ def _alter_each(
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
-            only_throttles = throttles and throttle_configs.check(call, resource)
-            if not only_throttles and resource.resource_type != TOPIC:
+            if resource.resource_type == BROKER:
+                _check_broker(call, resource.resource_name)
+                alter_broker(resource)
+                results.append(result_class(error_code=0, error_message=None, **_named(resource)))
+                continue
+            if resource.resource_type != TOPIC:
                 raise InvalidRequestError(
-                    f"resource type {resource.resource_type}: only topic configs (2) can be "
-                    "altered; the gateway's settings are static"
+                    f"resource type {resource.resource_type}: only topic (2) and broker (4) "
+                    "configs can be altered"
                 )
-            if not only_throttles:
-                admin = call.gateway.admin
-                answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
-                if answer.error:
-                    code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
-                    message = answer.error_message
-            if throttles and not code and not validate_only:
-                throttle_configs.apply(call, resource)
+            admin = call.gateway.admin
+            answer = call.invoke("AlterConfigs", admin.AlterConfigs, alter_topic(resource))
+            if answer.error:
+                code = kafka_error_code(common_pb2.ErrorCode.Name(answer.error))
+                message = answer.error_message
         except SeglogError as exc:
-            code, message = kafka_error_code(exc), str(exc)
-        results.append(
-            result_class(
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-            )
-        )
+            refused: Resource = "cluster" if resource.resource_type == BROKER else "topic"
+            code, message = kafka_error_code(exc, refused), str(exc)
+        results.append(result_class(error_code=code, error_message=message, **_named(resource)))
     return results
+
+
+def _named(resource: Any) -> dict[str, Any]:
+    return {"resource_type": resource.resource_type, "resource_name": resource.resource_name}
 
 
 def alter_configs(call: KafkaCall, request: Any) -> Any:
@@ -254,8 +262,22 @@ def alter_configs(call: KafkaCall, request: Any) -> Any:
             validate_only=request.validate_only,
         )
 
+    def whole_broker_set(resource: Any) -> None:
+        given = {c.name: c.value for c in resource.configs if c.value is not None}
+        _broker_configs(call).alter(
+            call.caller,
+            resource.resource_name,
+            given,
+            replace=True,
+            validate_only=request.validate_only,
+        )
+
     results = _alter_each(
-        call, request.resources, whole_set, AlterConfigsResponse.AlterConfigsResourceResponse
+        call,
+        request.resources,
+        whole_set,
+        AlterConfigsResponse.AlterConfigsResourceResponse,
+        whole_broker_set,
     )
     return AlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)
 
@@ -285,12 +307,23 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
                 raise InvalidRequestError(f"{config.name}: unknown config operation {operation}")
         return altered
 
+    def broker_operations(resource: Any) -> None:
+        altered = operations(resource)
+        if altered.append or altered.subtract:
+            raise InvalidConfigError("broker configs are not lists: APPEND/SUBTRACT do not apply")
+        _broker_configs(call).alter(
+            call.caller,
+            resource.resource_name,
+            dict(altered.set),
+            altered.delete,
+            validate_only=request.validate_only,
+        )
+
     results = _alter_each(
         call,
         request.resources,
         operations,
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
-        throttles=True,
-        validate_only=request.validate_only,
+        broker_operations,
     )
     return IncrementalAlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)

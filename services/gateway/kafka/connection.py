@@ -164,10 +164,12 @@ class KafkaConnection:
         success; a failure closes the connection (v0 has no way to say why)."""
         self.session.raw_sasl_token_next = False
         try:
-            authenticate_session(self.gateway, self.session, bytes(token))
+            answer = authenticate_session(self.gateway, self.session, bytes(token))
         except AuthenticationError as exc:
             raise FrameError(f"SASL authentication failed: {exc}") from None
-        return bytearray(SIZE.pack(0))
+        # SCRAM's first message: the client's next frame is again a bare token.
+        self.session.raw_sasl_token_next = self.session.authenticated_principal is None
+        return bytearray(SIZE.pack(len(answer)) + answer)
 
     def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and

@@ -45,6 +45,8 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
+    # The principal a SASL SCRAM exchange proved (no token to carry it: sasl_scram.py).
+    sasl_principal: str | None = None
     # The listener lane the connection came in on: which broker the client thinks it is
     # talking to (brokers.py), for the requests a Kafka broker answers for itself.
     lane: int = 0
@@ -64,6 +66,8 @@ class ConnectionSession:
     # After SaslHandshake v0 the next frame is a bare SASL token, not a Kafka request.
     raw_sasl_token_next: bool = False
     authenticated_principal: str | None = None
+    # A multi-message SASL exchange under way (SCRAM's: sasl_scram.ScramExchange).
+    sasl_exchange: Any = None
     certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
     # Past a client quota, the connection reads no request before this (time.monotonic()):
     # KIP-219's mute, after the answer that says throttle_time_ms went out.
@@ -111,6 +115,11 @@ class _ServicerContext:
         self._callbacks: list[Callable[[], None]] = []
         self._finished = False
         self._lock = threading.Lock()  # servicer threads (fetch pumps) add callbacks
+
+    @property
+    def sasl_principal(self) -> str | None:
+        """The SCRAM-proved principal (authorization.principal_of takes it as proved)."""
+        return self._identity.sasl_principal
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         metadata: tuple[tuple[str, str], ...] = ()

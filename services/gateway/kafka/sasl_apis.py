@@ -1,4 +1,6 @@
-"""SaslHandshake 0–1 and SaslAuthenticate 0–2 (sasl.py has the mechanisms).
+"""SaslHandshake 0–1 and SaslAuthenticate 0–2 (sasl.py has PLAIN and OAUTHBEARER, one
+message each; sasl_scram.py SCRAM-SHA-256/512, two messages, each answered with the server's
+SCRAM message in auth_bytes: the connection is authenticated after the second).
 
 Handshake v1 is followed by SaslAuthenticate requests; v0 (older clients) by one bare SASL
 token frame, answered with a bare (empty) frame (connection.py reads it). A failed
@@ -9,7 +11,7 @@ Kafka's broker closes it.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -28,7 +30,11 @@ from .error_codes import (
     UNSUPPORTED_SASL_MECHANISM,
 )
 from .kafka_call import ConnectionSession, KafkaCall
-from .sasl import MECHANISMS, authenticate
+from .sasl import MECHANISMS as TOKEN_MECHANISMS
+from .sasl import authenticate
+from .sasl_scram import SCRAM_MECHANISMS, ScramExchange
+
+MECHANISMS = (*TOKEN_MECHANISMS, *SCRAM_MECHANISMS)
 
 if TYPE_CHECKING:
     from ..server import Gateway
@@ -56,21 +62,39 @@ def sasl_handshake(call: KafkaCall, request: Any) -> Any:
     return response_class(error_code=NONE, mechanisms=list(MECHANISMS))
 
 
-def authenticate_session(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> None:
-    """Authenticates the session with a client's SASL message; AuthenticationError if not."""
+def authenticate_session(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> bytes:
+    """Takes a client's SASL message: the server's answer to it (the session authenticated
+    when the mechanism's exchange is complete); AuthenticationError if it does not verify."""
     if session.sasl_mechanism is None or session.authenticated_principal is not None:
         raise AuthenticationError("SaslAuthenticate before a SaslHandshake, or twice")
+    if session.sasl_mechanism in SCRAM_MECHANISMS:
+        return _scram_step(call_gateway, session, token)
     bearer_token, principal = authenticate(
         session.sasl_mechanism, token, call_gateway.authorization.tokens
     )
     session.identity = dataclasses.replace(session.identity, bearer_token=bearer_token)
     session.authenticated_principal = principal
+    return b""
+
+
+def _scram_step(call_gateway: Gateway, session: ConnectionSession, token: bytes) -> bytes:
+    exchange = session.sasl_exchange
+    if exchange is None:
+        registry = call_gateway.registry
+        exchange = ScramExchange(session.sasl_mechanism or "", lambda: registry.scram_credentials)
+        session.sasl_exchange = exchange
+    answer, principal = cast(ScramExchange, exchange).step(token)
+    if principal is not None:
+        session.sasl_exchange = None
+        session.identity = dataclasses.replace(session.identity, sasl_principal=principal)
+        session.authenticated_principal = principal
+    return answer
 
 
 def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
     response_class = SaslAuthenticateResponse[call.version]
     try:
-        authenticate_session(call.gateway, call.session, bytes(request.auth_bytes))
+        answer = authenticate_session(call.gateway, call.session, bytes(request.auth_bytes))
     except AuthenticationError as exc:
         raise SaslFailed(
             response_class(
@@ -80,9 +104,10 @@ def sasl_authenticate(call: KafkaCall, request: Any) -> Any:
                 session_lifetime_ms=0,
             )
         ) from None
-    call.attributes["kafka.principal"] = call.principal
+    if call.session.authenticated_principal is not None:
+        call.attributes["kafka.principal"] = call.principal
     return response_class(
-        error_code=NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0
+        error_code=NONE, error_message=None, auth_bytes=answer, session_lifetime_ms=0
     )
 
 
