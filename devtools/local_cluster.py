@@ -8,7 +8,8 @@ listen on the ports after the gateway's (7071, 7072, 7073), or on free ports whe
 port is 0, and call the gateway's internal listener, never the clients' one: the gateway's
 port + 20 (7090, a gateway's own default; the second gateway of --etcd the next, 7091). A
 second cluster on a port already served is refused at once. Kafka clients use the gateway's
-Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls).
+Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls), whose lanes 9092-9094 present the
+three nodes as Kafka brokers (the second gateway of --etcd: 9094-9095).
 
 With OTEL_METRICS_EXPORTER=prometheus, each process serves its own scrape endpoint: the
 gateway on OTEL_EXPORTER_PROMETHEUS_PORT (9464 unless set), node N on that port + N, the
@@ -173,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         registry_args = ["--registry-etcd", "<etcd>"]
     # Under --tls the Kafka listener is mutual TLS too (SSL://, the cluster CA's certificates).
     kafka_scheme = "SSL://" if args.tls else ""
+    # A Kafka lane per node over the gateways, so each node is a Kafka broker of its own
+    # (kafka/brokers.py) and Kafka's broker tools work: 9092-9094 with three nodes, and
+    # under --etcd 9092-9093 and 9094-9095.
+    lanes = -(-args.nodes // len(gateway_listens))
     kafka_listens = [
-        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i}"
+        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i * lanes}"
         for i in range(len(gateway_listens))
     ]
     gateways = [
@@ -194,7 +199,11 @@ def main(argv: list[str] | None = None) -> int:
                 "true",
                 *registry_args,
                 *gateway_tls,
-                *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),
+                *(
+                    ["--kafka-listen", kafka_listens[i], "--kafka-lanes", str(lanes)]
+                    if kafka_listens
+                    else []
+                ),
             ],
             env={**env, **_metrics_env(metrics_ports, host, 0 if i == 0 else args.nodes + i)},
             stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),

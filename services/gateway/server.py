@@ -23,14 +23,17 @@ from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.auto_balance import AutoBalancer
 from .cluster.auto_create import TopicAutoCreation
+from .cluster.broker_configs import BrokerConfigs
 from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.partition_moves import PartitionMoves
 from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
+from .cluster.replication_throttles import ReplicationThrottles
 from .cluster.topic_admin import TopicAdmin
 from .cluster.user_scram import UserScram
 from .coordination.election import ControllerElection, SoleController
@@ -210,7 +213,15 @@ class Gateway:
             ),
         )
         self.record_deletion = RecordDeletion(self.service.queries, self.authorization)
-        self.reassignment_service = ReassignmentService(self.registry, self.connections)
+        broker_configs = BrokerConfigs(self.registry, self.authorization)
+        self.replication_throttles = ReplicationThrottles(
+            lambda name: getattr(self.registry.topics.get(name), "configs", None) or {},
+            lambda node_id, name: broker_configs.value(str(node_id), name),
+        )
+        self.partition_moves = PartitionMoves(
+            self.registry, self.connections, self.authorization, self.replication_throttles
+        )
+        self.reassignment_service = ReassignmentService(self.partition_moves, self.authorization)
         self.registry_service = RegistryService(
             self.registry,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
@@ -309,7 +320,7 @@ class Gateway:
             producer_ids=self.producer_ids,
             acls=self.acl_admin,
             quotas=self.quota_admin,
-            reassignment_service=self.reassignment_service,
+            partition_moves=self.partition_moves,
             groups=self.groups,
             coordinator=self.coordinator,
             user_scram=UserScram(self.registry, self.authorization),

@@ -161,11 +161,11 @@ class GatewayConfig:
     )
     kafka_lanes: int = setting(
         1,
-        "Kafka brokers this gateway presents, each on a port of its own (lane i on the "
-        "listener's port + i, advertised likewise; the kernel picks each when the port is 0). "
-        "Metadata names as each partition's leader the lane of its storage leader, so a "
-        "client keeps a connection per storage leader, served concurrently, as it would "
-        "per Kafka broker",
+        "Ports this gateway's Kafka listener serves on (lane i on the listener's port + i, "
+        "advertised likewise; the kernel picks each when the port is 0). With a lane per "
+        "storage node (over the gateways) each node is a Kafka broker under its node id at a "
+        "lane of its own, so a client keeps a connection per storage leader, served "
+        "concurrently, and Kafka's broker tools work on node ids; else each lane is a broker",
         name="kafka.lanes",
         parse=_kafka_lanes,
         described=False,

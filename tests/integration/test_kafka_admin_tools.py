@@ -26,7 +26,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
-from services.gateway.kafka.brokers import this_broker
+from services.gateway.kafka.brokers import broker_view
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 
@@ -167,7 +167,8 @@ def test_kafka_transactions_describe_producers_shows_the_leaders_producer_state(
 
 
 def test_kafka_configs_alters_and_describes_dynamic_broker_configs(cluster):
-    broker = str(this_broker(cluster.gateway.kafka_core).node_id)
+    # The broker Metadata lists (one node at the gateway's one lane: node 1, brokers.py).
+    broker = str(broker_view(cluster.gateway.kafka_core).brokers[0].node_id)
     out, _ = tool(
         cluster,
         CONFIGS_TOOL,

@@ -1,7 +1,7 @@
-"""The gateway's Kafka listener with several lanes (`--kafka-lanes`, listener.py): each lane is
-a broker of its own on a port of its own, Metadata names as each partition's leader the lane
-of its storage leader, any lane serves any partition, and Kafka's own clients write and read
-through them all, one connection per lane."""
+"""The gateway's Kafka listener with several lanes (`--kafka-lanes`, listener.py): each storage
+node is a broker under its node id at a lane of its own (brokers.py), Metadata names as each
+partition's leader its storage leader, any lane serves any partition, and Kafka's own clients
+write and read through them all, one connection per lane."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.records import iter_records
 from services.gateway.__main__ import parse_args as gateway_args
-from services.gateway.kafka.brokers import broker_id
 from services.gateway.kafka.listener import KafkaListener
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -38,18 +37,18 @@ def lane_addresses(cluster) -> list[str]:
     return listener.lane_addresses
 
 
-def test_metadata_names_each_lane_a_broker_and_the_storage_leaders_lane_the_leader(cluster):
+def test_metadata_names_each_node_a_broker_at_its_lane_and_the_storage_leader_the_leader(cluster):
     cluster.admin.create_topic("laned", PARTITIONS, 3)
     lanes = lane_addresses(cluster)
     assert len(set(lanes)) == LANES
     answer = metadata(cluster.kafka_address, "laned")
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}
-    assert sorted(brokers.values()) == sorted(lanes)
-    assert broker_id(lanes[0]) in brokers  # lane 0 keeps the gateway's own broker id
+    # Each node under its own id, at a lane of its own (the registered nodes in id order).
+    assert brokers == {node: lanes[node - 1] for node in (1, 2, 3)}
     registry = cluster.gateway.registry
     for partition in answer.topics[0].partitions:
         storage_leader = registry.route("laned", partition.partition_index).leader
-        assert brokers[partition.leader_id] == lanes[storage_leader % LANES]
+        assert partition.leader_id == storage_leader
     # Three storage leaders, three lanes: every lane leads something.
     assert {p.leader_id for p in answer.topics[0].partitions} == set(brokers)
     # Every lane answers Metadata alike.
@@ -147,11 +146,9 @@ def test_lanes_are_advertised_at_the_advertised_port_and_the_ports_after_it(tmp_
         cluster.admin.create_topic("advertised", 1, 1)
         answer = metadata(cluster.kafka_address, "advertised")
         brokers = sorted((b.host, b.port, b.node_id) for b in answer.brokers)
-        expected = [f"kafka.example:{advertised_port + lane}" for lane in range(2)]
-        assert [f"{host}:{port}" for host, port, _ in brokers] == expected
-        assert [node_id for *_, node_id in brokers] == [broker_id(a) for a in expected]
-        # Node 1 leads the partition: lane 1 % 2.
+        # The one node, 1, at the first lane: the advertised port.
+        assert brokers == [("kafka.example", advertised_port, 1)]
         [partition] = answer.topics[0].partitions
-        assert partition.leader_id == broker_id(expected[1])
+        assert partition.leader_id == 1
     finally:
         cluster.close()

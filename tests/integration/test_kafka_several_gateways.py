@@ -1,7 +1,9 @@
-"""Kafka clients against several gateways sharing etcd (real processes): every gateway's
-Metadata lists the live gateways as brokers and names the same leader for each partition,
-spread over them; librdkafka bootstrapped from one gateway writes and reads through both, and
-goes on through the survivor when the other is killed."""
+"""Kafka clients against several gateways sharing etcd (real processes). With a lane per node
+over the gateways, every gateway's Metadata lists the storage nodes as brokers, each at a lane
+of its own, the same in every answer; with fewer lanes it lists the live gateways as brokers
+and names the same leader for each partition, spread over them. librdkafka bootstrapped from
+one gateway writes and reads through both, and goes on through the survivor when the other is
+killed."""
 
 from __future__ import annotations
 
@@ -26,6 +28,11 @@ def view(address: str, topic: str):
     answer = metadata(address, topic)
     leaders = {p.partition_index: p.leader_id for p in answer.topics[0].partitions}
     return sorted(b.node_id for b in answer.brokers), leaders
+
+
+def placed(address: str, topic: str) -> dict[int, str]:
+    """{broker id: its address} as one gateway answers."""
+    return {b.node_id: f"{b.host}:{b.port}" for b in metadata(address, topic).brokers}
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[object]:
@@ -89,33 +96,26 @@ def test_gateways_share_leadership_and_the_survivor_takes_it_all(tmp_path):
         cluster.close()
 
 
-def test_gateways_with_lanes_are_each_lane_a_broker_led_by_storage_leader(tmp_path):
-    """Two gateways of two lanes each: both answer four brokers and the same leaders, each
-    partition on the lane of its storage leader at the gateway its name hashes to; a
-    producer bootstrapped from one writes through every lane it is given."""
+def test_gateways_with_a_lane_per_node_present_each_node_at_a_lane_of_its_own(tmp_path):
+    """Two gateways of two lanes each and three nodes: both answer the three nodes as brokers,
+    the i-th registered node at gateway i mod 2 (by broker id), lane i div 2, and each
+    partition led by its storage leader; a producer bootstrapped from one writes through
+    every lane it is given."""
     cluster = EtcdBackedCluster(tmp_path, kafka_lanes=2)
     try:
         with cluster.admin(0) as admin:
             admin.create_topic("laned", PARTITIONS, 3)
-        lanes = [lane for gateway in cluster.kafka_lanes_of for lane in gateway]
-        ids = sorted(broker_id(lane) for lane in lanes)
-        assert len(set(ids)) == 4
+        gateways = sorted(cluster.kafka_lanes_of, key=lambda lanes: broker_id(lanes[0]))
+        expected = {n: gateways[i % 2][i // 2] for i, n in enumerate((1, 2, 3))}
         assert wait_until(
-            lambda: all(view(a, "laned")[0] == ids for a in cluster.kafka_addresses),
+            lambda: all(placed(a, "laned") == expected for a in cluster.kafka_addresses),
             TAKEOVER_S,
         )
         both = [view(a, "laned") for a in cluster.kafka_addresses]
         assert both[0] == both[1]
         with cluster.admin(0) as admin:
             described = admin.describe_topic("laned")
-        lane_of = {
-            broker_id(address): lane
-            for gateway in cluster.kafka_lanes_of
-            for lane, address in enumerate(gateway)
-        }
-        for partition in described.partitions:
-            assert lane_of[both[0][1][partition.partition]] == partition.leader % 2
-        assert {lane_of[leader] for leader in both[0][1].values()} == {0, 1}
+        assert both[0][1] == {p.partition: p.leader for p in described.partitions}
         values = [b"laned-%d" % i for i in range(200)]
         assert produce(cluster.kafka_addresses[0], "laned", values) == [None] * 200
     finally:

@@ -45,9 +45,9 @@ from .auto_balance import DEFAULT_AUTO_BALANCE_INTERVAL_MS, AutoBalancer
 from .metadata_image import Topic
 from .node_state import NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
-from .reassignment_service import delete_replicas
 from .registry import Registry
 from .registry_store import ControllerFencedError
+from .replica_deletion import delete_replicas
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from seglog.storage.config import described_configs
 from ..cluster.topic_admin import NewTopic, TopicOutcome
 from ..routing.record_deletion import RecordsBefore
 from . import config_apis, topic_ids
-from .brokers import cluster_id, controller_id, live_brokers
+from .brokers import broker_view, cluster_id
 from .error_codes import NONE, kafka_error_code
 
 if TYPE_CHECKING:
@@ -327,17 +327,17 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 for code, name in CLUSTER_OPERATIONS.items()
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
-    brokers = live_brokers(call.core, call.advertised_address)
-    controller = controller_id(call.core)
+    view = broker_view(call.core, call.advertised_address)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
         error_code=0,
         error_message=None,
         cluster_id=cluster_id(call.core),
-        controller_id=controller if controller in {b.node_id for b in brokers} else -1,
+        controller_id=view.controller_id,
         brokers=[
-            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=None) for b in brokers
+            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in view.brokers
         ],
         authorized_operations=operations,
     )

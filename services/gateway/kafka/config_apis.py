@@ -159,10 +159,12 @@ def _broker_configs(call: KafkaCall) -> BrokerConfigs:
 
 
 def _check_broker(call: KafkaCall, name: str) -> None:
-    """A broker resource names this gateway's broker id, or "" (the cluster's default)."""
-    expected = str(this_broker(call.core).node_id)
-    if name not in ("", expected):
-        raise InvalidRequestError(f'broker {name!r}: this broker is {expected} (or "")')
+    """A broker resource names a broker Metadata lists (a node id: brokers.py), this
+    gateway's own broker id, or "" (the cluster's default)."""
+    if name in ("", str(this_broker(call.core).node_id)):
+        return
+    if not name.isdigit() or int(name) not in call.core.registry.addresses():
+        raise InvalidRequestError(f"broker {name!r}: not a broker of this cluster (a node id)")
 
 
 def _config(version: int, entry: DescribedConfig, synonyms: bool) -> Any:

@@ -20,8 +20,8 @@ from ..authorization import Authorization
 from ..cluster.acl_admin import AclAdmin
 from ..cluster.auto_create import TopicAutoCreation
 from ..cluster.client_quotas import ClientQuotaAdmin
+from ..cluster.partition_moves import PartitionMoves
 from ..cluster.producer_ids import ProducerIds
-from ..cluster.reassignment_service import ReassignmentService
 from ..cluster.registry import Registry
 from ..cluster.topic_admin import TopicAdmin
 from ..cluster.user_scram import UserScram
@@ -67,7 +67,7 @@ class KafkaCore:
     producer_ids: ProducerIds
     acls: AclAdmin
     quotas: ClientQuotaAdmin
-    reassignment_service: ReassignmentService
+    partition_moves: PartitionMoves  # reassignments, elections, log dirs (partition_moves.py)
     groups: GroupsCore
     coordinator: GroupCoordinator
     user_scram: UserScram  # SCRAM credentials (user_scram.py)

@@ -1,6 +1,6 @@
 """DescribeTopicPartitions 0 (KIP-966), what Kafka's Admin client describes topics with first
 (`kafka-topics --describe`): each topic with its id and its partitions as Metadata answers
-them (the gateways as the brokers, brokers.py), plus each partition's eligible leader
+them (the storage nodes as the brokers, brokers.py), plus each partition's eligible leader
 replicas, in pages.
 
 As Kafka's broker (DescribeTopicPartitionsRequestHandler): no topic named means every topic
@@ -25,7 +25,7 @@ from kafka.protocol.admin import (
 
 from seglog.errors import SeglogError
 
-from .brokers import Broker, leader_of, live_gateways
+from .brokers import BrokerView, broker_view
 from .error_codes import (
     INVALID_REQUEST,
     LEADER_NOT_AVAILABLE,
@@ -87,7 +87,7 @@ def describe_topic_partitions(call: KafkaCall, request: Any) -> Any:
     allowed = {n: authorization.allows(call.caller, "Describe", "topic", n) for n in names}
     first_index = cursor.partition_index if cursor is not None and allowed.get(after) else 0
     limit = max(0, min(MAX_PARTITIONS, request.response_partition_limit))
-    gateways = live_gateways(call.core, call.advertised_address)
+    view = broker_view(call.core, call.advertised_address)
     topics: list[Any] = []
     next_cursor = None
     authorized = [n for n in names if allowed[n]]
@@ -109,7 +109,7 @@ def describe_topic_partitions(call: KafkaCall, request: Any) -> Any:
             next_cursor = _Cursor(topic_name=name, partition_index=start)
             break
         end = min(len(topic.partitions), start + limit)
-        topics.append(_described(call, topic, range(start, end), gateways))
+        topics.append(_described(call, topic, range(start, end), view))
         limit -= end - start
         if end < len(topic.partitions):
             next_cursor = _Cursor(topic_name=name, partition_index=end)
@@ -126,7 +126,7 @@ def describe_topic_partitions(call: KafkaCall, request: Any) -> Any:
     return response_class(throttle_time_ms=0, topics=topics, next_cursor=next_cursor)
 
 
-def _described(call: KafkaCall, topic: Topic, indexes: range, gateways: list[list[Broker]]) -> Any:
+def _described(call: KafkaCall, topic: Topic, indexes: range, view: BrokerView) -> Any:
     registry = call.core.registry
     authorization = call.core.authorization
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
@@ -136,8 +136,8 @@ def _described(call: KafkaCall, topic: Topic, indexes: range, gateways: list[lis
         error, leader = NONE, NO_LEADER
         try:
             route = registry.route(topic.name, index)
-            leader = leader_of(gateways, topic.name, index, route.leader).node_id
-            if not route.live:
+            leader = view.leader(topic.name, index, route.leader)
+            if not route.live or leader not in view.ids:
                 error, leader = LEADER_NOT_AVAILABLE, NO_LEADER
         except SeglogError as exc:
             error = kafka_error_code(exc) or LEADER_NOT_AVAILABLE

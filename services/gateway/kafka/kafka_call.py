@@ -48,6 +48,9 @@ class ConnectionIdentity:
     bearer_token: str | None = None
     # The principal a SASL SCRAM exchange proved (no token to carry it: sasl_scram.py).
     sasl_principal: str | None = None
+    # The listener lane the connection came in on: which broker the client thinks it is
+    # talking to (brokers.py), for the requests a Kafka broker answers for itself.
+    lane: int = 0
 
 
 @dataclass

@@ -303,12 +303,12 @@ class KafkaListener:
                 continue
             self.accepted_connections[lane] += 1
             try:
-                self._open(sock, peer)
+                self._open(sock, peer, lane)
             except Exception:
                 logger.exception("Kafka listener: opening a connection from %s failed", peer)
                 sock.close()
 
-    def _open(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+    def _open(self, sock: socket.socket, peer: tuple[str, int], lane: int) -> None:
         refusal = "the listener is stopping" if self._stopped.is_set() else None
         refusal = refusal or self.quotas.try_open(peer[0])
         if refusal is not None:
@@ -323,7 +323,7 @@ class KafkaListener:
             sock.close()
             self.quotas.closed(peer[0])
             return
-        self.processors[next(self._next_processor)].accept(sock, peer)
+        self.processors[next(self._next_processor)].accept(sock, peer, lane)
 
     def stop(self) -> None:
         self._stopped.set()

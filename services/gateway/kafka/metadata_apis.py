@@ -1,7 +1,7 @@
-"""Metadata 0–12: the live gateways (each of their lanes) as the brokers, each partition led by
-one of them (brokers.py: spread deterministically, so every gateway answers alike, and within
-a gateway the lane of the partition's storage leader), with the real leader epoch and the
-real replica and ISR node ids.
+"""Metadata 0–12: the live storage nodes as the brokers, each at a gateway lane of its own that
+relays to it (brokers.py says why, which lane, and when the gateways' lanes are listed
+instead), each partition led by its storage leader, with the real leader epoch and the real
+replica and ISR node ids.
 
 A partition whose storage leader is offline (no live replica in its ISR, or its leader's node
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
@@ -31,7 +31,7 @@ from seglog.errors import InvalidRequestError, SeglogError, UnknownTopicIdError
 
 from ..cluster.registry import Topic
 from .api_table import ApiTable
-from .brokers import Broker, cluster_id, controller_id, leader_of, live_gateways
+from .brokers import BrokerView, broker_view, cluster_id
 from .error_codes import (
     INVALID_REQUEST,
     LEADER_NOT_AVAILABLE,
@@ -48,19 +48,18 @@ NO_LEADER = -1
 FIRST_BY_ID_VERSION = 12  # topics named by id in requests
 
 
-def _partitions(
-    call: KafkaCall, response_class: Any, topic: Topic, gateways: list[list[Broker]]
-) -> list[Any]:
+def _partitions(call: KafkaCall, response_class: Any, topic: Topic, view: BrokerView) -> list[Any]:
     registry = call.core.registry
     partitions = []
     topic_class = response_class.MetadataResponseTopic
     live: dict[int, bool] = {}  # is_live takes the registry's lock: once per node
+    listed = view.ids
     for index, assignment in enumerate(topic.partitions):
         error, leader = NONE, NO_LEADER
         try:
             route = registry.route(topic.name, index)
-            leader = leader_of(gateways, topic.name, index, route.leader).node_id
-            if not route.live:
+            leader = view.leader(topic.name, index, route.leader)
+            if not route.live or leader not in listed:
                 error, leader = LEADER_NOT_AVAILABLE, NO_LEADER
         except SeglogError as exc:
             error, leader = kafka_error_code(exc), NO_LEADER
@@ -86,7 +85,7 @@ def _topic(
     call: KafkaCall,
     response_class: Any,
     name: str,
-    gateways: list[list[Broker]],
+    view: BrokerView,
     *,
     named: bool,
     missing: dict[str, SeglogError | None],
@@ -115,7 +114,7 @@ def _topic(
         name=name,
         topic_id=topic_id,
         is_internal=topic.internal,
-        partitions=_partitions(call, response_class, topic, gateways),
+        partitions=_partitions(call, response_class, topic, view),
     )
 
 
@@ -152,7 +151,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             return _refused(call, response_class, request)
     names = [name for name, _ in asked]
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    gateways = live_gateways(call.core, call.advertised_address)
+    view = broker_view(call.core, call.advertised_address)
     missing = {}
     if not every_topic:
         missing = call.core.auto_create.create_missing(
@@ -165,7 +164,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             call,
             response_class,
             name,
-            gateways,
+            view,
             named=not every_topic,
             missing=missing,
             by_id=wire_id is not None,
@@ -180,13 +179,12 @@ def metadata(call: KafkaCall, request: Any) -> Any:
         throttle_time_ms=0,
         brokers=[
             response_class.MetadataResponseBroker(
-                node_id=b.node_id, host=b.host, port=b.port, rack=None
+                node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
             )
-            for lanes in gateways
-            for b in lanes
+            for b in view.brokers
         ],
         cluster_id=cluster_id(call.core),
-        controller_id=controller_id(call.core),
+        controller_id=view.controller_id,
         topics=[t for t in topics if t is not None],
     )
 
@@ -197,7 +195,7 @@ def _refused(call: KafkaCall, response_class: Any, request: Any) -> Any:
         throttle_time_ms=0,
         brokers=[],
         cluster_id=cluster_id(call.core),
-        controller_id=controller_id(call.core),
+        controller_id=broker_view(call.core).controller_id,
         topics=[
             topic_class(error_code=INVALID_REQUEST, name=t.name, topic_id=t.topic_id, partitions=[])
             for t in request.topics

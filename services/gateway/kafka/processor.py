@@ -50,7 +50,7 @@ class Processor:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._new: deque[tuple[socket.socket, tuple[str, int]]] = deque()
+        self._new: deque[tuple[socket.socket, tuple[str, int], int]] = deque()
         self._answered: deque[tuple[Channel, Outcome]] = deque()
         self._channels: OrderedDict[int, Channel] = OrderedDict()  # least recently active first
         self._registered: dict[int, int] = {}  # id(channel) -> events
@@ -91,9 +91,9 @@ class Processor:
         except (BlockingIOError, OSError):
             pass  # a wakeup is pending already, or the processor has stopped
 
-    def accept(self, sock: socket.socket, peer: tuple[str, int]) -> None:
-        """A new connection (counted in by the acceptor) for this thread to serve."""
-        self._new.append((sock, peer))
+    def accept(self, sock: socket.socket, peer: tuple[str, int], lane: int = 0) -> None:
+        """A new connection (counted in by the acceptor) on `lane`, for this thread to serve."""
+        self._new.append((sock, peer, lane))
         self._wakeup()
 
     def _answer(self, channel: Channel, outcome: Outcome) -> None:
@@ -125,7 +125,7 @@ class Processor:
             for channel in list(self._channels.values()):
                 self._close(channel)
             while self._new:
-                sock, peer = self._new.popleft()
+                sock, peer, _ = self._new.popleft()
                 sock.close()
                 self.context.closed(peer[0])
             self._selector.close()
@@ -167,7 +167,7 @@ class Processor:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _open(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+    def _open(self, sock: socket.socket, peer: tuple[str, int], lane: int) -> None:
         context = self.context
         try:
             if context.ssl_context is not None:
@@ -181,7 +181,7 @@ class Processor:
             return
         now = time.monotonic()
         connection = KafkaConnection(
-            ConnectionIdentity(peer[0], peer[1]),
+            ConnectionIdentity(peer[0], peer[1], lane=lane),
             context.table,
             context.core,
             tracer=context.tracer,

@@ -1,15 +1,21 @@
-"""Moving partitions over Kafka's protocol, each through the gateway's own servicer
-(cluster/reassignment_service.py), so Kafka's admin clients and tools (kafka-reassign-
-partitions, kafka-leader-election, kafka-log-dirs) reach the same decisions and ACLs:
+"""Moving partitions over Kafka's protocol: a thin adapter over the broker core's
+`PartitionMoves` (cluster/partition_moves.py), so Kafka's admin clients and tools
+(kafka-reassign-partitions, kafka-leader-election, kafka-log-dirs) reach the same decisions
+and ACLs as the gRPC API, on the node ids Metadata lists as brokers (brokers.py).
 
 - AlterPartitionReassignments 0–1: seglog checks a request whole and changes nothing when
   one partition is refused, so such an answer carries that error on every partition (its
   message names the culprit). Replication-factor changes are allowed, as in Kafka's v0.
-  The throttle is seglog's own (`seglog topics reassign --throttle`): Kafka's throttle
-  configs are not read.
-- ListPartitionReassignments 0, ElectLeaders 0–2 (preferred, unclean).
-- DescribeLogDirs 1–4: the gateway is the broker, so its "log dirs" are the storage nodes,
-  one per node, named `node-<id>` (a node that did not answer carries its error).
+  The move's throttle comes from the replication throttle configs the tool set just before
+  (cluster/replication_throttles.py says how).
+- ListPartitionReassignments 0, ElectLeaders 0–2 (preferred, unclean; v0 is preferred).
+- DescribeLogDirs 1–4: a broker answers for itself, and a broker here is a node at a gateway
+  lane (brokers.py), so the answer is the log dir of each node presented on the lane the
+  request came in on (one node when the gateway has as many lanes as nodes), named
+  `node-<id>`. A node that did not answer carries its error.
+
+Kafka's codes: a refused whole request (authorization) in the top-level error where the
+version has one; per partition otherwise.
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from kafka.protocol.admin import (
 )
 
 from seglog.errors import PermissionDeniedError, SeglogError
-from seglog.v1 import common_pb2, gateway_pb2
 
+from ..cluster.partition_moves import AlterReassignments, ElectionType, ReplicaTarget
 from .api_table import ApiTable
+from .brokers import nodes_on_lane
 from .error_codes import NONE, kafka_error_code
 from .kafka_call import KafkaCall
 
@@ -45,19 +52,16 @@ def alter_partition_reassignments(call: KafkaCall, request: Any) -> Any:
     response_class = AlterPartitionReassignmentsResponse[call.version]
     topic_class = response_class.ReassignableTopicResponse
     partition_class = topic_class.ReassignablePartitionResponse
-    proto = gateway_pb2.AlterPartitionReassignmentsRequest()
-    for topic in request.topics:
-        for p in topic.partitions:
-            proto.partitions.add(
-                topic=topic.name,
-                partition=p.partition_index,
-                replicas=p.replicas or [],
-                cancel=p.replicas is None,
-            )
+    targets = tuple(
+        ReplicaTarget(
+            topic.name, p.partition_index, None if p.replicas is None else tuple(p.replicas)
+        )
+        for topic in request.topics
+        for p in topic.partitions
+    )
     error, message = NONE, None
-    service = call.core.reassignment_service
     try:
-        call.invoke("AlterPartitionReassignments", service.AlterPartitionReassignments, proto)
+        call.core.partition_moves.alter(call.caller, AlterReassignments(targets))
     except PermissionDeniedError as exc:  # Kafka answers it at the top
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), error_message=str(exc), responses=[]
@@ -85,29 +89,27 @@ def list_partition_reassignments(call: KafkaCall, request: Any) -> Any:
     response_class = ListPartitionReassignmentsResponse[call.version]
     topic_class = response_class.OngoingTopicReassignment
     partition_class = topic_class.OngoingPartitionReassignment
-    proto = gateway_pb2.ListPartitionReassignmentsRequest()
-    for topic in request.topics or []:
-        for i in topic.partition_indexes:
-            proto.partitions.add(topic=topic.name, partition=i)
-    if request.topics is not None and not proto.partitions:
-        return response_class(throttle_time_ms=0, error_code=NONE, error_message=None, topics=[])
-    service = call.core.reassignment_service
+    wanted = None
+    if request.topics is not None:
+        wanted = [(t.name, i) for t in request.topics for i in t.partition_indexes]
+        if not wanted:
+            return response_class(
+                throttle_time_ms=0, error_code=NONE, error_message=None, topics=[]
+            )
     try:
-        answer = call.invoke(
-            "ListPartitionReassignments", service.ListPartitionReassignments, proto
-        )
+        ongoing = call.core.partition_moves.ongoing(call.caller, wanted)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), error_message=str(exc), topics=[]
         )
     by_topic: dict[str, list[Any]] = {}
-    for r in answer.reassignments:
+    for r in ongoing:
         by_topic.setdefault(r.topic, []).append(
             partition_class(
                 partition_index=r.partition,
                 replicas=list(r.replicas),
-                adding_replicas=list(r.adding_replicas),
-                removing_replicas=list(r.removing_replicas),
+                adding_replicas=list(r.adding),
+                removing_replicas=list(r.removing),
             )
         )
     topics = [topic_class(name=name, partitions=parts) for name, parts in sorted(by_topic.items())]
@@ -118,34 +120,31 @@ def elect_leaders(call: KafkaCall, request: Any) -> Any:
     response_class = ElectLeadersResponse[call.version]
     topic_class = response_class.ReplicaElectionResult
     partition_class = topic_class.PartitionResult
-    election_type = getattr(request, "election_type", 0)
-    proto = gateway_pb2.ElectLeadersRequest(
-        election_type=gateway_pb2.UNCLEAN if election_type == UNCLEAN else gateway_pb2.PREFERRED
+    kind: ElectionType = (
+        "unclean" if getattr(request, "election_type", 0) == UNCLEAN else "preferred"
     )
-    for topic in request.topic_partitions or []:
-        for i in topic.partitions:
-            proto.partitions.add(topic=topic.topic, partition=i)
-    service = call.core.reassignment_service
+    wanted = None
+    if request.topic_partitions is not None:
+        wanted = [(t.topic, i) for t in request.topic_partitions for i in t.partitions]
     try:
-        answer = call.invoke("ElectLeaders", service.ElectLeaders, proto)
+        results = call.core.partition_moves.elect(call.caller, kind, wanted)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0, error_code=_cluster_error(exc), replica_election_results=[]
         )
     by_topic: dict[str, list[Any]] = {}
-    for r in answer.partitions:
-        error = NONE
-        if r.error != common_pb2.NONE:
-            error = kafka_error_code(common_pb2.ErrorCode.Name(r.error))
+    for r in results:
         by_topic.setdefault(r.topic, []).append(
             partition_class(
                 partition_id=r.partition,
-                error_code=error,
-                error_message=r.error_message or None,
+                error_code=NONE if r.error is None else kafka_error_code(r.error),
+                error_message=None if r.error is None else str(r.error),
             )
         )
-    results = [topic_class(topic=name, partition_result=parts) for name, parts in by_topic.items()]
-    return response_class(throttle_time_ms=0, error_code=NONE, replica_election_results=results)
+    results_out = [
+        topic_class(topic=name, partition_result=parts) for name, parts in by_topic.items()
+    ]
+    return response_class(throttle_time_ms=0, error_code=NONE, replica_election_results=results_out)
 
 
 def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
@@ -156,15 +155,15 @@ def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
     wanted: set[tuple[str, int]] | None = None
     if request.topics is not None:
         wanted = {(t.topic, i) for t in request.topics for i in t.partitions}
-    service = call.core.reassignment_service
+    nodes = nodes_on_lane(call.core, call.identity.lane)
+    if not nodes:  # no live node on this lane: nothing of this broker's to describe
+        return response_class(throttle_time_ms=0, error_code=NONE, results=[])
     try:
-        answer = call.invoke(
-            "DescribeLogDirs", service.DescribeLogDirs, gateway_pb2.DescribeLogDirsRequest()
-        )
+        log_dirs = call.core.partition_moves.describe_log_dirs(call.caller, nodes)
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=_cluster_error(exc), results=[])
     results = []
-    for node in answer.nodes:
+    for node in log_dirs:
         by_topic: dict[str, list[Any]] = {}
         for p in node.partitions:
             if wanted is not None and (p.topic, p.partition) not in wanted:
@@ -177,12 +176,9 @@ def describe_log_dirs(call: KafkaCall, request: Any) -> Any:
                     is_future_key=False,
                 )
             )
-        error = NONE
-        if node.error != common_pb2.NONE:
-            error = kafka_error_code(common_pb2.ErrorCode.Name(node.error))
         results.append(
             result_class(
-                error_code=error,
+                error_code=NONE if node.error is None else kafka_error_code(node.error),
                 log_dir=f"node-{node.node_id}",
                 topics=[topic_class(name=n, partitions=ps) for n, ps in sorted(by_topic.items())],
                 total_bytes=-1,
