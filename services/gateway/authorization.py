@@ -75,11 +75,7 @@ def principal_of(
 ) -> str:
     """A bearer token's principal when the call carries one (AuthenticationError when it does
     not verify), else the certificate's (its CN, or its subject DN through the mapping
-    rules), else User:ANONYMOUS. A Kafka connection's stand-in context carries the principal
-    its SASL SCRAM exchange proved (kafka/kafka_call.py); no gRPC context has one."""
-    proved = getattr(context, "sasl_principal", None)
-    if isinstance(proved, str):
-        return proved
+    rules), else User:ANONYMOUS."""
     if tokens is not None:
         for key, value in context.invocation_metadata():
             if key == "authorization" and value.startswith("Bearer "):

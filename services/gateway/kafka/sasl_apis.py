@@ -75,7 +75,6 @@ def _scram_step(core: KafkaCore, session: ConnectionSession, token: bytes) -> by
     answer, principal = cast(ScramExchange, exchange).step(token)
     if principal is not None:
         session.sasl_exchange = None
-        session.identity = dataclasses.replace(session.identity, sasl_principal=principal)
         session.authenticated_principal = principal
     return answer
 
