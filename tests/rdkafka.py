@@ -1,13 +1,47 @@
 """librdkafka (confluent-kafka) as the tests drive it against a Kafka listener: reading
-partitions by assignment, and writing records round robin with each one's reported offset."""
+partitions by assignment, writing records round robin with each one's reported offset,
+whether an authentication was refused, and kcat (librdkafka's command line tool)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 
 import confluent_kafka
 
 TIMEOUT_S = 20
+KCAT = shutil.which("kcat")
+
+
+def kcat(bootstrap: str, *args: str, stdin: bytes | None = None, timeout_s: float = 30) -> bytes:
+    """kcat's output for `args` against `bootstrap`; it must exit 0."""
+    assert KCAT is not None, "kcat is not installed (make kafka installs it as root)"
+    done = subprocess.run(
+        [KCAT, "-b", bootstrap, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-4000:]
+    return done.stdout
+
+
+def authentication_refused(config: dict, topic: str) -> bool:
+    """Whether librdkafka reports its authentication refused (its error callback) while it
+    tries to write to `topic` with `config`."""
+    errors: list = []
+    producer = confluent_kafka.Producer({**config, "error_cb": errors.append})
+    producer.produce(topic, value=b"never")
+    deadline = time.monotonic() + TIMEOUT_S
+    refused = False
+    while not refused and time.monotonic() < deadline:
+        producer.poll(0.1)
+        refused = any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
+    producer.purge()
+    producer.flush(1)
+    return refused
 
 
 def rdkafka_consume(

@@ -11,8 +11,6 @@ is a JVM start (seconds)."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
@@ -31,6 +29,7 @@ from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire, metadata
+from tests.rdkafka import kcat
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
@@ -40,7 +39,6 @@ LOG_DIRS_TOOL = "org.apache.kafka.tools.LogDirsCommand"
 LEADER_ELECTION_TOOL = "org.apache.kafka.tools.LeaderElectionCommand"
 BROKER_API_VERSIONS_TOOL = "org.apache.kafka.tools.BrokerApiVersionsCommand"
 THROTTLE_BYTES_PER_S = 10_000_000
-KCAT = shutil.which("kcat")
 TOPIC, BROKER = 2, 4  # Kafka's ConfigResource types
 SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
 DYNAMIC_TOPIC, DYNAMIC_BROKER_CONFIG = 1, 2  # Kafka's ConfigSource
@@ -357,8 +355,8 @@ def test_kcat_and_kafka_python_read_and_write_through_the_node_brokers(cluster):
     # Several leaders, so several brokers at their own addresses are fetched from.
     assert len({cluster.gateway.registry.route(topic, p).leader for p in range(3)}) > 1
     lines = "".join(f"k{i}:v{i}\n" for i in range(30)).encode()
-    kcat(cluster, "-P", "-t", topic, "-K:", stdin=lines)
-    out = kcat(cluster, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%k=%s\n")
+    kcat(cluster.kafka_address, "-P", "-t", topic, "-K:", stdin=lines)
+    out = kcat(cluster.kafka_address, "-C", "-t", topic, "-o", "beginning", "-e", "-f", "%k=%s\n")
     assert sorted(out.decode().splitlines()) == sorted(f"k{i}=v{i}" for i in range(30))
 
     producer = KafkaProducer(bootstrap_servers=cluster.kafka_address, acks="all")
@@ -378,18 +376,6 @@ def test_kcat_and_kafka_python_read_and_write_through_the_node_brokers(cluster):
         b"py-%d" % i for i in range(30)
     )
     assert len(values) == 60
-
-
-def kcat(cluster, *args, stdin=None):
-    done = subprocess.run(
-        [KCAT, "-b", cluster.kafka_address, *args],
-        input=stdin,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-4000:]
-    return done.stdout
 
 
 def test_a_node_that_dies_leaves_the_broker_list_and_moves_no_other(tmp_path):

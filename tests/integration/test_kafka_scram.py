@@ -41,6 +41,7 @@ from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
+from tests.rdkafka import authentication_refused
 
 CONFIGS_TOOL = "kafka.admin.ConfigCommand"  # what kafka-configs.sh runs
 TIMEOUT_S = 20
@@ -147,10 +148,10 @@ def test_kafka_configs_alters_and_describes_a_users_scram_credentials(cluster):
     assert b"alice-secret" not in repr(stored).encode()
     # The credential authenticates librdkafka; a wrong password does not.
     assert produce(scram_config(cluster, "alice", "alice-secret")) is None
-    assert authentication_refused(scram_config(cluster, "alice", "wrong"))
-    assert authentication_refused(scram_config(cluster, "nobody", "alice-secret"))
+    assert authentication_refused(scram_config(cluster, "alice", "wrong"), "scram-topic")
+    assert authentication_refused(scram_config(cluster, "nobody", "alice-secret"), "scram-topic")
     # carol's is SHA-256 only.
-    assert authentication_refused(scram_config(cluster, "carol", "carol-secret"))
+    assert authentication_refused(scram_config(cluster, "carol", "carol-secret"), "scram-topic")
     assert (
         produce_authenticates(scram_config(cluster, "carol", "carol-secret", "SCRAM-SHA-256"))
         == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -159,29 +160,15 @@ def test_kafka_configs_alters_and_describes_a_users_scram_credentials(cluster):
     deletion = AlterUserScramCredentialsRequest.ScramCredentialDeletion(name="carol", mechanism=1)
     assert alter_request(cluster.kafka_address, [deletion], []) == [("carol", 0, None)]
     assert "carol" not in cluster.gateway.registry.scram_credentials
-    assert authentication_refused(scram_config(cluster, "carol", "carol-secret", "SCRAM-SHA-256"))
+    assert authentication_refused(
+        scram_config(cluster, "carol", "carol-secret", "SCRAM-SHA-256"), "scram-topic"
+    )
 
 
 def produce_authenticates(config):
     """The delivery error of a produce that authenticated: the principal's ACLs decide."""
     error = produce(config)
     return None if error is None else error.code()
-
-
-def authentication_refused(config) -> bool:
-    import time
-
-    errors = []
-    producer = confluent_kafka.Producer({**config, "error_cb": errors.append})
-    producer.produce("scram-topic", value=b"never")
-    deadline = time.monotonic() + TIMEOUT_S
-    refused = False
-    while not refused and time.monotonic() < deadline:
-        producer.poll(0.1)
-        refused = any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
-    producer.purge()
-    producer.flush(1)
-    return refused
 
 
 def test_kafkas_console_producer_authenticates_with_scram_sha_512(cluster, tmp_path):

@@ -22,6 +22,7 @@ from services.gateway.kafka.apis import kafka_api_table
 from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire, fetch_request
+from tests.rdkafka import authentication_refused
 
 KID = "kafka-test"
 TIMEOUT_S = 20
@@ -112,23 +113,8 @@ def test_sasl_plain_takes_the_tokens_principal_and_refuses_a_wrong_name_or_token
     assert produce({**plain, "sasl.username": "bob", "sasl.password": "s3cret-bob"}) is None
     for username, password in (("alice", "s3cret-bob"), ("bob", "wrong")):
         assert authentication_refused(
-            {**plain, "sasl.username": username, "sasl.password": password}
+            {**plain, "sasl.username": username, "sasl.password": password}, "secure"
         )
-
-
-def authentication_refused(config) -> bool:
-    """Whether librdkafka reports its authentication refused (its error callback)."""
-    errors = []
-    producer = confluent_kafka.Producer({**config, "error_cb": errors.append})
-    producer.produce("secure", value=b"never")
-    deadline = time.monotonic() + TIMEOUT_S
-    refused = False
-    while not refused and time.monotonic() < deadline:
-        producer.poll(0.1)
-        refused = any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
-    producer.purge()
-    producer.flush(1)
-    return refused
 
 
 def test_sasl_oauthbearer_over_tls_takes_the_jwts_subject(cluster, signing_key):

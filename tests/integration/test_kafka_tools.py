@@ -10,8 +10,6 @@ One cluster for the module: every Java tool costs a JVM start (seconds), not the
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 
 import pytest
 
@@ -28,10 +26,10 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from tests.cluster import LocalCluster, drain
+from tests.rdkafka import KCAT, kcat
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
-KCAT = shutil.which("kcat")
 # JVMs start in seconds: a broker per module, a JVM per tool run.
 pytestmark = pytest.mark.slow
 
@@ -81,18 +79,6 @@ def read_over_grpc(cluster, topic, partitions, count):
     with Consumer(cluster.address, auto_offset_reset="earliest") as consumer:
         consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
         return drain(consumer, count, timeout_s=TIMEOUT_S)
-
-
-def kcat(cluster, *args, stdin=None):
-    done = subprocess.run(
-        [KCAT, "-b", cluster.kafka_address, *args],
-        input=stdin,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-4000:]
-    return done.stdout
 
 
 def test_kafka_topics_creates_lists_and_describes_a_topic(cluster):
@@ -253,7 +239,7 @@ def test_console_consumer_in_a_group_then_kafka_consumer_groups_describes_it(clu
 
 def test_kcat_lists_metadata(cluster):
     cluster.admin.create_topic("kcat-listed", 3, 3)
-    metadata = json.loads(kcat(cluster, "-L", "-J", "-t", "kcat-listed"))
+    metadata = json.loads(kcat(cluster.kafka_address, "-L", "-J", "-t", "kcat-listed"))
     assert metadata["brokers"], metadata
     (topic,) = metadata["topics"]
     assert topic["topic"] == "kcat-listed"
@@ -265,8 +251,10 @@ def test_kcat_lists_metadata(cluster):
 def test_kcat_produces_and_consumes(cluster):
     cluster.admin.create_topic("kcat-data", 1, 3)
     lines = "".join(f"k{i}:v{i}\n" for i in range(25)).encode()
-    kcat(cluster, "-P", "-t", "kcat-data", "-K:", stdin=lines)
-    out = kcat(cluster, "-C", "-t", "kcat-data", "-o", "beginning", "-e", "-f", "%k=%s@%o\n")
+    kcat(cluster.kafka_address, "-P", "-t", "kcat-data", "-K:", stdin=lines)
+    out = kcat(
+        cluster.kafka_address, "-C", "-t", "kcat-data", "-o", "beginning", "-e", "-f", "%k=%s@%o\n"
+    )
     assert out.decode().splitlines() == [f"k{i}=v{i}@{i}" for i in range(25)]
     records = read_over_grpc(cluster, "kcat-data", 1, 25)
     assert [(r.key, r.value) for r in records] == [(b"k%d" % i, b"v%d" % i) for i in range(25)]
