@@ -218,12 +218,10 @@ class Authorization:
         for key, value in context.invocation_metadata():
             if key == CLIENT_ID_METADATA:
                 client_id = value
-        return Caller(
-            principal_of(context, self.tokens, self.mapper),
-            host_of(context),
-            client_id,
-            listener,
-        )
+        principal = principal_of(context, self.tokens, self.mapper)
+        # Who made the call, on its span (never the credentials that proved it).
+        trace.get_current_span().set_attribute("seglog.principal", principal)
+        return Caller(principal, host_of(context), client_id, listener)
 
     def allows(self, caller: Caller, operation: str, kind: str, name: str) -> bool:
         """Whether `caller` may `operation` the resource (always, with the authorizer off):

@@ -39,15 +39,16 @@ class GatewayProduces:
     def __init__(self, cluster, monkeypatch) -> None:
         self.count = 0
         self._lock = threading.Lock()
-        service = cluster.gateway.service
-        original = service._produce
+        # Every gateway Produce goes through its routing's produce_all, one request each.
+        producing = cluster.gateway.service.producing
+        original = producing.produce_all
 
-        def counting(*args, **kwargs):
+        def counting(raws, *args, **kwargs):
             with self._lock:
-                self.count += 1
-            return original(*args, **kwargs)
+                self.count += len(raws)
+            return original(raws, *args, **kwargs)
 
-        monkeypatch.setattr(service, "_produce", counting)
+        monkeypatch.setattr(producing, "produce_all", counting)
 
 
 def _direct(producer) -> float:

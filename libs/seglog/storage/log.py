@@ -18,6 +18,7 @@ from the ones it calls (appending flushes, deletion rolls), and all from LogStat
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from .checkpoint import DataDir
@@ -30,6 +31,8 @@ from .log_loader import LoadedLogOffsets, load_log
 from .log_reading import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, LogReading
 from .log_reads import LogSlice, TimestampAndOffset
 from .producer_state import ActiveProducer
+
+logger = logging.getLogger(__name__)
 
 
 class Log(LogDeletion, LogReading):
@@ -133,18 +136,25 @@ class Log(LogDeletion, LogReading):
             # An unchanged log keeps the snapshot its last close wrote; one missing is
             # written so the next load does not rebuild the state from every batch.
             end = self._log_end_offset
+            clean = True
             if self._snapshot_due or (
                 end > self._log_start_offset and not self.producer_state.snapshot_path(end).exists()
             ):
-                self.producer_state.take_snapshot(self._log_end_offset)
-                self._snapshot_due = False
+                try:
+                    self.producer_state.take_snapshot(self._log_end_offset)
+                    self._snapshot_due = False
+                except OSError as exc:
+                    # A full disk: the next load rebuilds the state from the batches (always
+                    # safe), so closing goes on, but not as a clean shutdown.
+                    logger.error("%s: producer snapshot not written (%s)", self.directory, exc)
+                    clean = False
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletes:
                 segment.delete_files()
             self._pending_deletes = []
             self._closed = True
-        self._data_dir.closed((self.topic, self.partition), clean=True)
+        self._data_dir.closed((self.topic, self.partition), clean=clean)
         if self._owns_data_dir:
             self._data_dir.close()
 
