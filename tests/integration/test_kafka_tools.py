@@ -264,7 +264,7 @@ def test_kcat_consumes_in_a_group(cluster):
     cluster.admin.create_topic("kcat-grouped", 2, 3)
     produce_over_grpc(cluster, "kcat-grouped", 20, partitions=2)
     out = kcat(
-        cluster,
+        cluster.kafka_address,
         "-G",
         "kcat-group",
         "kcat-grouped",
