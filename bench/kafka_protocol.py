@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import confluent_kafka.admin
@@ -43,22 +42,12 @@ from seglog.client.admin import Admin
 from tests.ports import free_ports
 
 from .cluster import CLUSTER_SECRET_ENV
+from .kafka_protocol_rounds import Side, compare
 
 # Three JVMs took over 120 s (KafkaBrokers' default) to form their quorum beside seven other
 # benchmarks and test suites on two cores (load average 55-87).
 START_TIMEOUT_S = 300.0
 NODES = tuple(int(n) for n in os.environ.get("SEGLOG_BENCH_KAFKA_NODES", "3").split(","))
-
-
-@dataclass
-class Side:
-    """One system under test: its Kafka bootstrap list, how to make a topic on it, and its
-    server processes' pids (whose CPU and memory are the system's)."""
-
-    name: str
-    bootstrap: str
-    create_topic: Callable[[str, int], None]
-    pids: list[int] = field(default_factory=list)
 
 
 def _min_insync(nodes: int) -> int:
@@ -161,7 +150,6 @@ def both_started(
 
 
 def run(report: Callable[..., None]) -> None:
-    from .kafka_protocol_rounds import compare
 
     for count in NODES:
         label = f"x{count} RF{min(3, count)}"

@@ -29,14 +29,22 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .kafka_clients import consume_seconds, latencies_at_rate, percentile, produce_seconds
 from .kafka_perf_tools import consumer_perf, producer_perf
 from .process_usage import Usage, UsageMeter
 
-if TYPE_CHECKING:
-    from .kafka_protocol import Side
+
+@dataclass
+class Side:
+    """One system under test: its Kafka bootstrap list, how to make a topic on it, and its
+    server processes' pids (whose CPU and memory are the system's)."""
+
+    name: str
+    bootstrap: str
+    create_topic: Callable[[str, int], None]
+    pids: list[int] = field(default_factory=list)
+
 
 MIB = 1024 * 1024
 RECORDS = int(os.environ.get("SEGLOG_BENCH_KAFKA_RECORDS", 50_000))

@@ -7,12 +7,33 @@ config's type and broker synonym, and which configs seglog stores without acting
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import InvalidConfigError
 
-if TYPE_CHECKING:
-    from .config import LogConfig
+
+class CheckedConfig(Protocol):
+    """What the checks below read of a topic's config (LogConfig has them all); named here
+    rather than imported, so config.py can use this module without a circle."""
+
+    @property
+    def cleanup_policy(self) -> str: ...
+
+    @property
+    def compression_type(self) -> str: ...
+
+    @property
+    def compression_gzip_level(self) -> int: ...
+
+    @property
+    def leader_replication_throttled_replicas(self) -> str: ...
+
+    @property
+    def follower_replication_throttled_replicas(self) -> str: ...
+
+    @property
+    def remote_storage_enable(self) -> bool: ...
+
 
 CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
@@ -76,7 +97,7 @@ def list_items(value: str) -> list[str]:
     return items
 
 
-def check_topic_config_values(config: LogConfig) -> None:
+def check_topic_config_values(config: CheckedConfig) -> None:
     """Kafka's validators (LogConfig's ConfigDef) for the topic configs that are not a range
     of integers: lists, enumerations, levels, and what tiered storage would need."""
     _check_list(
