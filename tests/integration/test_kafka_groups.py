@@ -862,3 +862,57 @@ def test_a_crowd_waiting_in_one_groups_rebalance_does_not_stall_another_group(cl
         finally:
             for wire in wires:
                 wire.close()
+
+
+def test_a_static_member_that_misses_a_rebalance_keeps_its_place(cluster):
+    """Kafka's coordinator ends a rebalance removing only the dynamic members that did not
+    join again: a static member (restarting, say) keeps its place, its leadership goes to a
+    member that joined, and it syncs into the new generation when it is back."""
+    group = "static-misses-rebalance"
+
+    def join(instance, member_id, topics):
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(
+            name="range",
+            metadata=ConsumerProtocolSubscription(version=0, topics=topics).encode(),
+        )
+        return JoinGroupRequest[7](
+            group_id=group,
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=1_000,  # the rebalance ends a second after it begins
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=[protocol],
+        )
+
+    def sync(wire, instance, member_id, generation, assignments):
+        request = SyncGroupRequest[5](
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ],
+        )
+        return wire.request(request, 5, SyncGroupResponse)
+
+    with KafkaWire(cluster.kafka_address) as one, KafkaWire(cluster.kafka_address) as two:
+        first = one.request(join("one", "", ["a"]), 7, JoinGroupResponse)
+        assert first.error_code == 0 and first.leader == first.member_id
+        assert sync(one, "one", first.member_id, first.generation_id, {}).error_code == 0
+        # "two" joins: a rebalance that "one" (Stable, not heartbeating) never joins.
+        second = two.request(join("two", "", ["a"]), 7, JoinGroupResponse)
+        assert second.error_code == 0
+        assert second.generation_id == first.generation_id + 1
+        one_id, two_id = first.member_id, second.member_id
+        # "one" had not joined when the rebalance ended: still a member, no longer leader.
+        assert second.leader == two_id
+        assert sorted(m.member_id for m in second.members) == sorted([one_id, two_id])
+        given = {one_id: b"for-one", two_id: b"for-two"}
+        assert sync(two, "two", two_id, second.generation_id, given).error_code == 0
+        back = sync(one, "one", one_id, second.generation_id, {})
+        assert (back.error_code, bytes(back.assignment)) == (0, b"for-one")
