@@ -787,3 +787,133 @@ def test_a_transactional_producer_fails_fast_without_a_transaction_coordinator(c
         )
     assert answer.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     assert answer.node_id == -1
+
+
+def test_a_crowd_waiting_in_one_groups_rebalance_does_not_stall_another_group(cluster):
+    """Kafka parks a JoinGroup that waits for a rebalance without holding a request thread,
+    so a group's members waiting on a slow member never delay another group's answers (nor
+    let its members' sessions run out while their requests sit in a queue). Here 40 members
+    wait in one group's rebalance for a member that does not rejoin (more than the 32
+    threads the gateway's produce/fetch pool has): a lone member of another group must still
+    be answered at once. The waiting crowd is then let through by the slow member leaving."""
+    crowd, lone, waiting = "stall-crowd", "stall-lone", 40
+
+    def join(group, instance, member_id=""):
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(
+            name="range",
+            metadata=ConsumerProtocolSubscription(version=0, topics=["stall-topic"]).encode(),
+        )
+        return JoinGroupRequest[7](
+            group_id=group,
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=30_000,
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=[protocol],
+        )
+
+    with KafkaWire(cluster.kafka_address) as anchor:
+        first = anchor.request(join(crowd, "anchor"), 7, JoinGroupResponse)
+        assert first.error_code == 0 and first.leader == first.member_id
+        synced = anchor.request(
+            SyncGroupRequest[5](
+                group_id=crowd,
+                generation_id=first.generation_id,
+                member_id=first.member_id,
+                group_instance_id="anchor",
+                protocol_type="consumer",
+                protocol_name="range",
+                assignments=[],
+            ),
+            5,
+            SyncGroupResponse,
+        )
+        assert synced.error_code == 0
+        wires = [KafkaWire(cluster.kafka_address, timeout_s=TIMEOUT_S) for _ in range(waiting)]
+        try:
+            # Each waits in the crowd's rebalance until the anchor rejoins or leaves.
+            for i, wire in enumerate(wires):
+                wire.send_raw(wire.encode(join(crowd, f"crowd-{i}"), 7))
+            # The crowd's joins are in (a DescribeGroups answered after them sees them all).
+            describe = DescribeGroupsRequest[0](groups=[crowd])
+
+            def crowd_joined() -> bool:
+                (group,) = anchor.request(describe, 0, DescribeGroupsResponse).groups
+                return len(group.members) == waiting + 1
+
+            assert wait_until(crowd_joined, TIMEOUT_S)
+            with KafkaWire(cluster.kafka_address, timeout_s=5) as other:
+                alone = other.request(join(lone, "lone"), 7, JoinGroupResponse)
+                assert alone.error_code == 0 and alone.leader == alone.member_id
+            leave = LeaveGroupRequest[4](
+                group_id=crowd,
+                members=[
+                    LeaveGroupRequest.MemberIdentity(
+                        member_id=first.member_id, group_instance_id="anchor"
+                    )
+                ],
+            )
+            assert anchor.request(leave, 4, LeaveGroupResponse).error_code == 0
+            answers = [wire.decode(wire.read_frame(), 7, JoinGroupResponse) for wire in wires]
+            # Every waiting member is let through, into one generation.
+            assert {(a.error_code, a.generation_id) for a in answers} == {
+                (0, first.generation_id + 1)
+            }
+        finally:
+            for wire in wires:
+                wire.close()
+
+
+def test_a_static_member_that_misses_a_rebalance_keeps_its_place(cluster):
+    """Kafka's coordinator ends a rebalance removing only the dynamic members that did not
+    join again: a static member (restarting, say) keeps its place, its leadership goes to a
+    member that joined, and it syncs into the new generation when it is back."""
+    group = "static-misses-rebalance"
+
+    def join(instance, member_id, topics):
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(
+            name="range",
+            metadata=ConsumerProtocolSubscription(version=0, topics=topics).encode(),
+        )
+        return JoinGroupRequest[7](
+            group_id=group,
+            session_timeout_ms=30_000,
+            rebalance_timeout_ms=1_000,  # the rebalance ends a second after it begins
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=[protocol],
+        )
+
+    def sync(wire, instance, member_id, generation, assignments):
+        request = SyncGroupRequest[5](
+            group_id=group,
+            generation_id=generation,
+            member_id=member_id,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[
+                SyncGroupRequest.SyncGroupRequestAssignment(member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ],
+        )
+        return wire.request(request, 5, SyncGroupResponse)
+
+    with KafkaWire(cluster.kafka_address) as one, KafkaWire(cluster.kafka_address) as two:
+        first = one.request(join("one", "", ["a"]), 7, JoinGroupResponse)
+        assert first.error_code == 0 and first.leader == first.member_id
+        assert sync(one, "one", first.member_id, first.generation_id, {}).error_code == 0
+        # "two" joins: a rebalance that "one" (Stable, not heartbeating) never joins.
+        second = two.request(join("two", "", ["a"]), 7, JoinGroupResponse)
+        assert second.error_code == 0
+        assert second.generation_id == first.generation_id + 1
+        one_id, two_id = first.member_id, second.member_id
+        # "one" had not joined when the rebalance ended: still a member, no longer leader.
+        assert second.leader == two_id
+        assert sorted(m.member_id for m in second.members) == sorted([one_id, two_id])
+        given = {one_id: b"for-one", two_id: b"for-two"}
+        assert sync(two, "two", two_id, second.generation_id, given).error_code == 0
+        back = sync(one, "one", one_id, second.generation_id, {})
+        assert (back.error_code, bytes(back.assignment)) == (0, b"for-one")

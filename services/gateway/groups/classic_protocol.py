@@ -293,8 +293,11 @@ def complete_classic_join(group: Group, now: float) -> None:
     join and handled an emptied group): a new generation waits for the leader's sync."""
     group.generation += 1
     group.strategy = _select_protocol(group)
-    if group.leader not in group.members:
-        group.leader = next(iter(group.members))
+    leader = group.members.get(group.leader)
+    if leader is None or not leader.joining:
+        # Kafka's maybeElectNewJoinedLeader: a static leader that did not join again hands
+        # leadership to a member that did (the caller keeps at least one).
+        group.leader = next(m.member_id for m in group.members.values() if m.joining)
     group.state = COMPLETING_REBALANCE
     group.pending_sync = set(group.members)
     group.rebalance_deadline = now + max(m.rebalance_timeout_s for m in group.members.values())

@@ -336,8 +336,15 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
             self._complete_rebalance(group, now)
 
     def _complete_rebalance(self, group: Group, now: float) -> None:
-        for member_id in [m.member_id for m in group.members.values() if not m.joining]:
+        for member_id in [m.member_id for m in group.members.values() if not _kept(group, m)]:
             del group.members[member_id]  # did not join again in time
+        if group.members and not any(m.joining for m in group.members.values()):
+            # Only static members that have not joined are left: Kafka waits another
+            # rebalance timeout for them (their sessions may end them first).
+            group.rebalance_deadline = now + max(
+                m.rebalance_timeout_s for m in group.members.values()
+            )
+            return
         if not group.members:
             self._empty(group)
             self._changed.notify_all()
@@ -408,6 +415,14 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
                         # Kafka's consumers do when their metadata shows it.
                         logger.info("topics of group %s changed: rebalancing", group.group_id)
                         self._begin_rebalance(group, now)
+
+
+def _kept(group: Group, member: Member) -> bool:
+    """Does the member stay when the rebalance completes? Those that joined do; so do a
+    classic group's static members that have not (Kafka's completeClassicGroupJoin removes
+    only dynamic ones): a static member restarting for longer than a rebalance keeps its
+    place and assignment until its session ends or it misses the SyncGroup."""
+    return member.joining or (group.kind == CLASSIC and member.group_instance_id is not None)
 
 
 def _has_stable_members(group: Group) -> bool:

@@ -56,7 +56,10 @@ class RequestHandlerPool:
             self._queue.append(work)
             if self._idle:
                 self._lock.notify()
-            elif len(self._workers) < self.threads:
+            # An idle thread counts as idle until it wakes and takes its request: a second
+            # request submitted before then must start a thread of its own, else it waits
+            # for a busy thread to finish (a group join's thread may wait a session long).
+            if len(self._queue) > self._idle and len(self._workers) < self.threads:
                 worker = threading.Thread(
                     target=self._run, name=f"{self.name}-{len(self._workers)}", daemon=True
                 )
@@ -93,6 +96,11 @@ class RequestHandlerPool:
     @property
     def started_threads(self) -> int:
         return len(self._workers)
+
+    @property
+    def idle(self) -> int:
+        """Threads waiting for a request (a woken one counts until it takes its request)."""
+        return self._idle
 
     @property
     def queued(self) -> int:

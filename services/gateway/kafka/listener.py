@@ -76,9 +76,9 @@ DEFAULT_NUM_NETWORK_THREADS = 3  # Kafka's num.network.threads
 # timeout.
 DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS = 10_000
 # The waiting requests' own pool (request_dispatch.py's WAITING_APIS): as many threads as the
-# gateway lets long polls (16) and group joins (8) wait at once, plus num.io.threads' worth
-# (8) for produce and for the polls and joins past those bounds, which are answered at once:
-# 32 threads, started as work comes.
+# gateway lets long polls wait at once (16), plus 8 for acks=all produce and num.io.threads'
+# worth (8) for the polls past that bound, which are answered at once: 32 threads, started
+# as work comes. Group joins and syncs have a pool of their own (GROUP_WAIT_APIS).
 WAITING_REQUEST_THREADS = DEFAULT_MAX_WAITING_CALLS + SERVER_MAX_WORKERS // 4
 STOP_JOIN_TIMEOUT_S = 5.0
 # File descriptors kept beside the Kafka connections (node connections, gRPC, files).
@@ -199,6 +199,12 @@ class KafkaListener:
             WAITING_REQUEST_THREADS + limits.num_io_threads,
             limits.queued_max_requests,
         )
+        # As many threads as connections may be open: every connection may have a member
+        # waiting in a JoinGroup or SyncGroup, and none may wait behind another's thread
+        # (request_dispatch.py's GROUP_WAIT_APIS). Started as members come.
+        self.group_handlers = RequestHandlerPool(
+            "kafka-group-handler", limits.max_connections, limits.queued_max_requests
+        )
         self.processors: list[Processor] = []
         self._next_processor = itertools.cycle(range(limits.num_network_threads))
         self._servers: list[socket.socket] = []
@@ -264,6 +270,7 @@ class KafkaListener:
             pool=self.core.request_memory,
             handlers=self.handlers,
             waiting_handlers=self.waiting_handlers,
+            group_handlers=self.group_handlers,
             ssl_context=self.ssl_context,
             sasl_required=self.sasl_required,
             advertised_address=self.advertised_address,
@@ -339,6 +346,7 @@ class KafkaListener:
             processor.stop()
         self.handlers.stop()
         self.waiting_handlers.stop()
+        self.group_handlers.stop()
 
 
 def _raise_open_files_limit(wanted: int) -> None:
