@@ -114,11 +114,8 @@ class OffsetsStore:
         return partition_for_group(group_id, self.num_partitions)
 
     def ensure_topic(self) -> None:
-        """__consumer_offsets made if it is not yet, as Kafka's broker makes it on the first
-        FindCoordinator for a group (clients may wait to see it in Metadata)."""
-        self._ensure_topic()
-
-    def _ensure_topic(self) -> None:
+        """__consumer_offsets made if it is not yet (also on a group's first FindCoordinator,
+        as Kafka's broker makes it: clients may wait to see it in Metadata)."""
         if OFFSETS_TOPIC in self.registry.topics:
             return
         with self._lock:
@@ -147,7 +144,7 @@ class OffsetsStore:
     # -- reading back --------------------------------------------------------------------------
 
     def _loaded(self, partition: int) -> PartitionContents:
-        self._ensure_topic()
+        self.ensure_topic()
         contents = self._cache.get(partition)
         if contents is not None:
             return contents
@@ -273,7 +270,7 @@ class OffsetsStore:
     def group_ids(self, partitions: Iterable[int] | None = None) -> set[str]:
         """Every group with committed offsets in these partitions (default all), reading back
         each one not yet loaded."""
-        self._ensure_topic()
+        self.ensure_topic()
         found: set[str] = set()
         for partition in range(self.num_partitions) if partitions is None else partitions:
             found.update(self._loaded(partition).offsets)
