@@ -15,12 +15,13 @@ from . import (
     config_apis,
     config_resources_apis,
     describe_topic_partitions_apis,
+    fetch_apis,
     group_admin_apis,
     group_apis,
     group_offset_apis,
     list_offsets_apis,
     metadata_apis,
-    produce_fetch_apis,
+    produce_apis,
     producer_id_apis,
     producer_state_apis,
     quota_apis,
@@ -40,7 +41,8 @@ def kafka_api_table() -> ApiTable:
     scram_apis.register(table)
     metadata_apis.register(table)
     describe_topic_partitions_apis.register(table)
-    produce_fetch_apis.register(table)
+    produce_apis.register(table)
+    fetch_apis.register(table)
     list_offsets_apis.register(table)
     producer_state_apis.register(table)
     admin_apis.register(table)
