@@ -32,7 +32,7 @@ from .cluster.topic_rules import (
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
 )
-from .coordination.etcd_keyspace import DEFAULT_PREFIX
+from .coordination.etcd_keys import DEFAULT_PREFIX
 from .groups.coordinator import (
     DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
