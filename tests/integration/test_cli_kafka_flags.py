@@ -251,3 +251,24 @@ def test_the_grpc_cli_at_the_kafka_port_is_told_so(cluster, capsys, monkeypatch)
     code = main(["topics", "list", "--bootstrap-server", nobody])
     err = capsys.readouterr().err
     assert code == 1 and f"is the cluster running at {nobody}?" in err
+
+
+def test_a_group_consume_with_no_gateway_says_so_and_fails(capsys):
+    from seglog.cli.main import main
+
+    nobody = f"127.0.0.1:{free_ports(1)[0]}"
+    code = main(["consume", "orders", "--group", "g", "--bootstrap-server", nobody])
+    err = capsys.readouterr().err
+    # before: nothing printed, the member waiting for its group for ever
+    assert code == 1 and "NODE_UNAVAILABLE" in err and f"running at {nobody}?" in err
+
+
+def test_a_group_members_poll_returns_within_its_timeout_when_no_gateway_answers():
+    nobody = f"127.0.0.1:{free_ports(1)[0]}"
+    with Consumer(nobody, group_id="g", retry_backoff_ms=50) as consumer:
+        consumer.subscribe(["orders"])
+        started = time.monotonic()
+        assert consumer.poll_records(timeout_ms=300) == []
+        # before: the join retried inside the poll until the coordinator answered (never)
+        assert time.monotonic() - started < 30
+        assert consumer.poll_records(timeout_ms=0) == []  # and again, without a second revoke

@@ -153,7 +153,15 @@ def _open(args: argparse.Namespace, consumer_settings: dict[str, str]) -> Consum
         if args.partition is not None or args.offset is not None or args.timestamp is not None:
             raise InvalidRequestError("--group reads the group's share: no --partition/--offset")
         consumer = Consumer(args.bootstrap, group_id=args.group, **config)
-        consumer.subscribe(topics)
+        try:
+            # A gateway that cannot be reached, or a topic it does not have, is said now:
+            # a member would otherwise wait for its group without a word.
+            for topic in topics:
+                consumer.partitions_for(topic)
+            consumer.subscribe(topics)
+        except BaseException:
+            consumer.close()
+            raise
         return consumer
     if args.partition is not None and len(topics) != 1:
         raise InvalidRequestError("--partition needs a single topic, not --include")
