@@ -13,6 +13,7 @@ import time
 import pytest
 
 from seglog.cli.groups import _duration_ms
+from seglog.cli.quotas import java_double
 from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from tests.cluster import LocalCluster
@@ -272,3 +273,15 @@ def test_a_group_members_poll_returns_within_its_timeout_when_no_gateway_answers
         # before: the join retried inside the poll until the coordinator answered (never)
         assert time.monotonic() - started < 30
         assert consumer.poll_records(timeout_ms=0) == []  # and again, without a second revoke
+
+
+def test_quota_rates_print_as_kafka_configs_prints_a_java_double():
+    # before: %g, which printed 1048576 as 1.04858e+06 and 2000000.5 as 2e+06
+    assert [java_double(v) for v in (1048576.0, 2000000.5, 2048, 1e7, 1.5e10, 5e-4)] == [
+        "1048576.0",
+        "2000000.5",
+        "2048.0",
+        "1.0E7",
+        "1.5E10",
+        "5.0E-4",
+    ]
