@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from services.memory_pool import RequestMemoryPool
 
-from .connection import BEFORE_AUTHENTICATION, KafkaConnection
+from .connection import BEFORE_AUTHENTICATION, KafkaConnection, PendingAnswer
 from .framing import (
     API_VERSIONS_KEY,
     FIXED_HEADER,
@@ -108,6 +108,11 @@ class FrameReader:
     def started(self) -> bool:
         return self.stage is not Stage.SIZE or self.filled > 0
 
+    @property
+    def complete(self) -> bool:
+        """A whole frame is read and not yet taken."""
+        return self.stage is Stage.BODY and self.body is not None and self.filled >= self.size
+
 
 class Channel:
     def __init__(
@@ -136,6 +141,8 @@ class Channel:
         self.in_flight = False
         self.in_flight_bytes = 0
         self.handling = False  # a handler holds the request (its bytes are released after)
+        # The request's answer to come (later.py): cancelled if the connection closes first.
+        self.pending: PendingAnswer | None = None
         # Read and not yet taken by the handlers' queue (it was full): frames, bare SASL token.
         self.parked: tuple[list[bytearray], bool] | None = None
         self.opened_at = now
@@ -165,11 +172,18 @@ class Channel:
         if self.handshaking:
             return not self.handshake_wants_write
         return (
-            not self.in_flight
+            (not self.in_flight or self.reading_ahead)
             and self.waiting_memory_since is None
             and not self.waiting_queue
             and self.muted_until <= now
         )
+
+    @property
+    def reading_ahead(self) -> bool:
+        """Its answer pending (later.py), the connection reads on, as far as one frame it
+        does not handle until the answer is sent: so a client that goes away meanwhile is
+        seen at once (its wait given up), not when its answer is written."""
+        return self.pending is not None and not self.reader.complete
 
     def wants_write(self) -> bool:
         if self.handshaking:
