@@ -70,6 +70,8 @@ def wait_in(coordinator: CoordinatorParts, group: Group, waiter: Waiter) -> None
                 return  # given up meanwhile: its waits have ended
             if group.members.get(member.member_id) is not member:
                 return
+            if any(other.member is member for other in group.waiters):
+                return  # it waits on another connection too (a client that reconnected)
             touched.append(group)
             if member.group_instance_id is None:
                 coordinator._remove(group, member.member_id, time.monotonic())

@@ -23,12 +23,11 @@ from .framing import API_KEY_AND_VERSION, FrameError
 if TYPE_CHECKING:
     from .listener_context import ListenerContext
 
-# Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
-# and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR
-# shrinks). Kafka's broker parks them in a purgatory without a thread; here a handler waits
-# on its thread, so they run on a pool of their own, and a stalled node or a crowd of long
-# polls never holds up metadata, SASL, offsets or the group heartbeats that keep consumers
-# in their groups.
+# Requests that may wait long in their handler: a long-poll Fetch and an acks=all Produce
+# (up to its timeout_ms while a follower lags, before the ISR shrinks). Kafka's broker parks
+# them in a purgatory without a thread; here a handler waits on its thread, so they run on a
+# pool of their own, and a stalled node or a crowd of long polls never holds up metadata,
+# SASL, offsets or the group heartbeats that keep consumers in their groups.
 PRODUCE_KEY, FETCH_KEY = 0, 1
 WAITING_APIS = frozenset({PRODUCE_KEY, FETCH_KEY})
 # A JoinGroup waits until every member of its group has joined, a follower's SyncGroup until
