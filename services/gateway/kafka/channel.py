@@ -108,11 +108,6 @@ class FrameReader:
     def started(self) -> bool:
         return self.stage is not Stage.SIZE or self.filled > 0
 
-    @property
-    def complete(self) -> bool:
-        """A whole frame is read and not yet taken."""
-        return self.stage is Stage.BODY and self.body is not None and self.filled >= self.size
-
 
 class Channel:
     def __init__(
@@ -180,10 +175,12 @@ class Channel:
 
     @property
     def reading_ahead(self) -> bool:
-        """Its answer pending (later.py), the connection reads on, as far as one frame it
-        does not handle until the answer is sent: so a client that goes away meanwhile is
-        seen at once (its wait given up), not when its answer is written."""
-        return self.pending is not None and not self.reader.complete
+        """Its answer pending (later.py), the connection reads on as far as the next frame's
+        size and header (14 bytes, no pool memory: a pending answer may wait minutes), so a
+        client that goes away meanwhile is seen at once and its wait given up, not when its
+        answer is written. A client that sends a request behind the pending one is muted
+        there, as Kafka mutes it, until the answer is sent."""
+        return self.pending is not None and self.reader.stage in (Stage.SIZE, Stage.HEADER)
 
     def wants_write(self) -> bool:
         if self.handshaking:
@@ -273,8 +270,11 @@ class Channel:
         self.spoke = True
         return api_key, api_version
 
-    def read_frame(self, now: float, coalescing: tuple[int, int] | None = None) -> Step:
-        """Reads on with the next frame as far as the socket and the pool allow.
+    def read_frame(
+        self, now: float, coalescing: tuple[int, int] | None = None, *, ahead: bool = False
+    ) -> Step:
+        """Reads on with the next frame as far as the socket and the pool allow; `ahead`
+        (an answer is pending): no further than its header, unchecked (STOPPED there).
 
         With `coalescing` ((api key, bytes held so far)), a read-ahead after a complete
         request: it stops (STOPPED) before a frame of another api, one that does not check,
@@ -293,6 +293,8 @@ class Channel:
                 if not self._fill(reader.head, FIXED_HEADER.size):
                     return Step.BLOCKED
                 reader.stage = Stage.CHECK
+            elif ahead and stage in (Stage.CHECK, Stage.RESERVE):
+                return Step.STOPPED
             elif stage is Stage.CHECK:
                 if coalescing is not None:
                     api_key, _ = FIXED_HEADER.unpack_from(reader.head)[:2]

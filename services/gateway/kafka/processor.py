@@ -292,9 +292,9 @@ class Processor:
             return
         was_waiting = channel.waiting_memory_since is not None
         try:
-            step = channel.read_frame(now)
-            if step is Step.COMPLETE and channel.pending is None:
-                self._dispatch.dispatch(channel, now)  # else once the pending answer is sent
+            step = channel.read_frame(now, ahead=channel.pending is not None)
+            if step is Step.COMPLETE:
+                self._dispatch.dispatch(channel, now)
         except PeerClosed:
             self._close(channel)
             return
