@@ -33,7 +33,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from contextlib import suppress
 
 from seglog.errors import (
     InvalidTopicError,
@@ -107,7 +108,8 @@ class TopicAutoCreation:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                answer.set_result(out)
+                with suppress(InvalidStateError):  # cancelled: its asker is gone
+                    answer.set_result(out)
 
         if not told:
             answer.set_result(out)
