@@ -209,9 +209,9 @@ class GatewayConfig:
     )
     num_io_threads: int = setting(
         DEFAULT_NUM_IO_THREADS,
-        "threads running the Kafka listener's requests (produce, fetch and group joins, "
-        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
-        "waiting calls, 24, plus this many)",
+        "threads running the Kafka listener's requests (produce and fetch, which wait on "
+        "nodes or peers, run on a pool of their own: the gateway's bounds on waiting calls, "
+        "24, plus this many; group joins and syncs wait on no thread)",
         parse=_at_least_one,
     )
     queued_max_requests: int = setting(
