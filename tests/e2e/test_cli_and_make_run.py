@@ -208,8 +208,10 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
     try:
         # README's numbered steps first: each block's output as README shows it (stderr too,
         # as a terminal shows it), the Kafka port swapped for this cluster's.
+        exports: list[str] = []  # a step's `export` holds for the steps after it, as in a shell
         for commands, shown in readme_steps():
-            script = "set -euo pipefail\n" + "\n".join(commands)
+            exports += [command for command in commands if command.startswith("export ")]
+            script = "set -euo pipefail\n" + "\n".join([*exports, *commands])
             script = script.replace("127.0.0.1:9092", cluster.kafka_address)
             step = subprocess.run(
                 ["bash", "-c", script],
