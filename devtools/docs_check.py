@@ -44,7 +44,7 @@ class Findings:
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - argparse's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

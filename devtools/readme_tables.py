@@ -77,7 +77,7 @@ def settings_tables() -> Mapping[str, str]:
 
 
 def main() -> None:
-    from devtools import reference_pages  # noqa: PLC0415 - it imports this module
+    from devtools import reference_pages
 
     reference_pages.write()
 

@@ -84,7 +84,7 @@ def _fixed_width(parser: argparse.ArgumentParser) -> str:
 
 
 def cli_page() -> str:
-    from seglog.cli.main import build_parser  # noqa: PLC0415 - imports every subcommand
+    from seglog.cli.main import build_parser
 
     # The --bootstrap default comes from SEGLOG_BOOTSTRAP: the page shows the built-in one.
     saved = os.environ.pop("SEGLOG_BOOTSTRAP", None)
