@@ -78,6 +78,9 @@ class FetchQuery:
     max_bytes: int
     min_bytes: int = 1
     max_wait_ms: int = 0
+    # Whether the answer's first batch is kept whatever its size (Kafka's minOneMessage);
+    # False for a read whose answer already holds data from an earlier one.
+    keep_first_batch: bool = True
 
 
 class FetchedPart(NamedTuple):
@@ -238,7 +241,7 @@ class DataPlane:
                 part.current_leader_epoch = p.current_leader_epoch
         if not request.partitions:
             return
-        messages = self.fetching.fetch_messages(request, scope)
+        messages = self.fetching.fetch_messages(request, scope, keep_first=query.keep_first_batch)
         quotas = self.quotas()
         if quotas is not None:
             user = quota_user(caller.principal)
