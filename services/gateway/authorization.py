@@ -141,21 +141,13 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     ),
     "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
     "ProduceGrants": lambda r: _topics("Write", set(r.topics)),
-    "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
     "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
-    "DeleteRecords": lambda r: _topics("Delete", {p.topic for p in r.partitions}),
-    "ListTopics": lambda r: [],  # filtered by the handler; authenticated here
-    "DescribeTopics": lambda r: _topics("Describe", r.names) if r.names else _cluster("Describe"),
-    "DescribeCluster": lambda r: _cluster("Describe"),
     "ListGroups": lambda r: _cluster("Describe"),
     # Kafka's AlterPartitionReassignments and ElectLeaders need Alter on the cluster; listing
     # reassignments and DescribeLogDirs, Describe on it.
     "AlterPartitionReassignments": lambda r: _cluster("Alter"),
     "ListPartitionReassignments": lambda r: _cluster("Describe"),
     "ElectLeaders": lambda r: _cluster("Alter"),
-    # Where replicas may go is the cluster's to change, as reassignments are.
-    "DecommissionNode": lambda r: _cluster("Alter"),
-    "RecommissionNode": lambda r: _cluster("Alter"),
     "DescribeLogDirs": lambda r: _cluster("Describe"),
     "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
     "Heartbeat": lambda r: [("Read", "group", r.group_id)],

@@ -22,6 +22,7 @@ class RecordsBefore:
     topic: str
     partition: int
     offset: int  # records below it are deleted; -1: below the high watermark
+    current_leader_epoch: int = -1  # -1: none named, the current leader's
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,16 @@ class RecordDeletion:
         )
         # What the leaders take (common.proto's DeleteRecords, the storage node's call).
         asked = [
-            common_pb2.DeleteRecordsPartition(topic=w.topic, partition=w.partition, offset=w.offset)
+            common_pb2.DeleteRecordsPartition(
+                topic=w.topic,
+                partition=w.partition,
+                offset=w.offset,
+                **(
+                    {"current_leader_epoch": w.current_leader_epoch}
+                    if w.current_leader_epoch >= 0
+                    else {}
+                ),
+            )
             for w in wanted
         ]
         return [

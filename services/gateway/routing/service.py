@@ -1,9 +1,10 @@
-"""The Gateway service's data path over gRPC: Produce, Fetch and the bulk path's grants
-(ListOffsets and SplitPoints are in leader_queries.py; the admin calls are the control
+"""The Gateway service's data path over gRPC: Produce, Fetch, ListOffsets, DeleteRecords and
+the bulk path's grants (SplitPoints is in leader_queries.py; the admin calls are the control
 plane's, cluster/admin_service.py). A thin adapter: the routing is the broker core's
 (produce_routing.py, fetch_routing.py, leader_routing.py), shared with the Kafka listener's
-way in (data_plane.py); here a call's wire bytes go in, its SeglogErrors become gRPC statuses
-and its client quotas hold the answers back.
+way in (data_plane.py, record_deletion.py: ListOffsets and DeleteRecords are the core's
+typed calls for the call's Caller); here a call's wire bytes or protobuf go in, its
+SeglogErrors become gRPC statuses and its client quotas hold the answers back.
 
 Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
 with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
@@ -22,6 +23,7 @@ from google.protobuf.message import DecodeError
 
 from seglog.errors import (
     InvalidRequestError,
+    PermissionDeniedError,
     SeglogError,
 )
 from seglog.metrics import RequestMetrics
@@ -29,12 +31,14 @@ from seglog.rpc import (
     client_leader_epoch,
     grants,
 )
-from seglog.rpc.status import abort
+from seglog.rpc.status import abort, error_code_for
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from ..authorization import Authorization
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
+from .data_plane import DataPlane, ListedOffset, OffsetQuery
 from .fetch_grants import fetch_grants
 from .fetch_relay import FetchRelay
 from .fetch_routing import FetchRouting
@@ -45,6 +49,7 @@ from .produce_grants import produce_grants
 from .produce_relay import ProduceRelay
 from .produce_routing import ProduceRouting
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
+from .record_deletion import RecordDeletion, RecordsBefore, RecordsDeleted
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +74,10 @@ class GatewayService:
         produce_relay: ProduceRelay | None = None,
         fetch_relay: FetchRelay | None = None,
         grant_acls_offset: Callable[[], int],
+        authorization: Authorization,
     ) -> None:
         self.registry = registry
+        self.authorization = authorization
         self.grant_acls_offset = grant_acls_offset  # stamped on clients' grants (bulk.md)
         self.leaders = LeaderRouting(registry, connections)
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
@@ -91,6 +98,17 @@ class GatewayService:
             lambda p: self.leaders.target(p.topic, p.partition, client_leader_epoch(p)),
             self.leaders.node_failure,
         )
+        # The broker core's typed data plane over this routing: ListOffsets here, and the
+        # Kafka listener's way in.
+        self.data_plane = DataPlane(
+            self.producing,
+            self.fetching,
+            self.queries,
+            lambda: self.quotas,
+            authorization,
+            lambda api, started: self.metrics.request(api, started),
+        )
+        self.record_deletion = RecordDeletion(self.queries, authorization)
 
     def close(self) -> None:
         """After the server stopped: the relays' connections and threads."""
@@ -159,3 +177,75 @@ class GatewayService:
             yield from answers
         finally:
             self.metrics.request("Fetch", started)
+
+    # -- ListOffsets and DeleteRecords (the core's) ---------------------------------------
+
+    def ListOffsets(
+        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.ListOffsetsResponse:
+        queries = [
+            OffsetQuery(p.topic, p.partition, p.timestamp, client_leader_epoch(p))
+            for p in request.partitions
+        ]
+        try:
+            caller = self.authorization.caller_of(context)
+            listed = self.data_plane.list_offsets(caller, queries)
+        except SeglogError as exc:
+            abort(context, exc)
+        _refuse_whole(context, [r.error for r in listed])
+        response = common_pb2.ListOffsetsResponse()
+        response.partitions.extend(_listed_offset(r) for r in listed)
+        return response
+
+    def DeleteRecords(
+        self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.DeleteRecordsResponse:
+        wanted = [
+            RecordsBefore(p.topic, p.partition, p.offset, client_leader_epoch(p))
+            for p in request.partitions
+        ]
+        try:
+            caller = self.authorization.caller_of(context)
+            deleted = self.record_deletion.delete_records(caller, wanted)
+        except SeglogError as exc:
+            abort(context, exc)
+        response = common_pb2.DeleteRecordsResponse()
+        response.partitions.extend(_records_deleted(d) for d in deleted)
+        return response
+
+
+def _refuse_whole(context: grpc.ServicerContext, errors: list[SeglogError | None]) -> None:
+    """The gRPC API's contract: a call naming a topic the caller may not use is refused whole
+    with PERMISSION_DENIED (the core answers such a topic's partitions alone, as Kafka)."""
+    for error in errors:
+        if isinstance(error, PermissionDeniedError):
+            abort(context, error)
+
+
+def _listed_offset(r: ListedOffset) -> common_pb2.ListOffsetsResult:
+    if r.error is not None:
+        return common_pb2.ListOffsetsResult(
+            topic=r.topic,
+            partition=r.partition,
+            error=error_code_for(r.error),
+            error_message=str(r.error),
+            offset=-1,
+            timestamp=-1,
+        )
+    return common_pb2.ListOffsetsResult(
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        timestamp=r.timestamp,
+        leader_epoch=r.leader_epoch,
+    )
+
+
+def _records_deleted(d: RecordsDeleted) -> common_pb2.DeleteRecordsResult:
+    result = common_pb2.DeleteRecordsResult(
+        topic=d.topic, partition=d.partition, low_watermark=d.low_watermark
+    )
+    if d.error is not None:
+        result.error = error_code_for(d.error)
+        result.error_message = str(d.error)
+    return result
