@@ -58,7 +58,7 @@ from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import peer_identity
 from seglog.security.tokens import TokenVerifier
-from seglog.v1 import common_pb2, groups_pb2
+from seglog.v1 import common_pb2
 
 from .broker.caller import Caller, Listener
 
@@ -117,17 +117,6 @@ def _topics(operation: str, names: Iterable[str]) -> list[Need]:
     return [(operation, "topic", name) for name in names]
 
 
-def _join_topics(request: Any) -> list[Need]:
-    """A gRPC JoinGroup needs Describe on each topic it subscribes to: the coordinator assigns
-    partitions itself, so a topic the member may not see must not reach its assignment. Kafka's
-    JoinGroup (the listener's) carries its topics inside opaque subscription bytes and its
-    leader member assigns from Metadata, which shows it only topics it may Describe — as on a
-    Kafka broker, nothing to check here."""
-    if isinstance(request, groups_pb2.JoinGroupRequest):
-        return _topics("Describe", set(request.topics))
-    return []
-
-
 # What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
 # takes unparsed). A call whose broker core checks its caller itself (`check`, with the
 # caller its adapter names) has no rule here, so it is not checked twice: topic
@@ -142,25 +131,6 @@ RULES: dict[str, Callable[[Any], list[Need]]] = {
     "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
     "ProduceGrants": lambda r: _topics("Write", set(r.topics)),
     "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
-    "ListGroups": lambda r: _cluster("Describe"),
-    # Kafka's AlterPartitionReassignments and ElectLeaders need Alter on the cluster; listing
-    # reassignments and DescribeLogDirs, Describe on it.
-    "AlterPartitionReassignments": lambda r: _cluster("Alter"),
-    "ListPartitionReassignments": lambda r: _cluster("Describe"),
-    "ElectLeaders": lambda r: _cluster("Alter"),
-    "DescribeLogDirs": lambda r: _cluster("Describe"),
-    "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
-    "Heartbeat": lambda r: [("Read", "group", r.group_id)],
-    "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
-    "SyncGroup": lambda r: [("Read", "group", r.group_id)],  # Kafka's, no gRPC method
-    "CommitOffsets": lambda r: (
-        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.offsets})
-    ),
-    "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
-    "FindCoordinator": lambda r: [("Describe", "group", r.group_id)],
-    "DescribeGroups": lambda r: [("Describe", "group", g) for g in r.group_ids],
-    "DeleteGroups": lambda r: [("Delete", "group", g) for g in r.group_ids],
-    "DeleteOffsets": lambda r: [("Delete", "group", r.group_id)],
 }
 
 

@@ -47,8 +47,10 @@ from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
+from .groups.group_calls import GroupCalls
 from .groups.group_service import GroupCoordinatorService
 from .groups.groups_core import GroupsCore
+from .groups.membership import GroupMembership
 from .groups.offsets_store import (
     OffsetsStore,
 )
@@ -255,7 +257,11 @@ class Gateway:
             coordination=self.coordination,
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
-        self.group_service = GroupCoordinatorService(self.groups)
+        self.membership = GroupMembership(self.groups)
+        self.group_calls = GroupCalls(self.groups)
+        self.group_service = GroupCoordinatorService(
+            self.groups, self.membership, self.group_calls, self.authorization
+        )
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -319,6 +325,8 @@ class Gateway:
             quotas=self.quota_admin,
             partition_moves=self.partition_moves,
             groups=self.groups,
+            membership=self.membership,
+            group_calls=self.group_calls,
             coordinator=self.coordinator,
             user_scram=UserScram(self.registry, self.authorization),
             producer_states=ProducerStates(self.registry, self.connections, self.authorization),

@@ -2,7 +2,7 @@
 0–5, Heartbeat 0–4, LeaveGroup 0–4, on the gateway's group coordinator (groups/
 classic_protocol.py).
 
-Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
+Each call is the core's (groups/membership.py: Read on the group, as its gRPC namesake), and
 answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
 gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup wait
 for the rebalance on the connection's thread, as Kafka's broker holds the response of a muted
@@ -38,6 +38,7 @@ from seglog.errors import (
     SeglogError,
 )
 
+from ..groups.membership import ClassicJoin, GroupHeartbeat, GroupLeave, GroupSync
 from .api_table import ApiTable
 from .brokers import Broker, broker_on_gateway
 from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
@@ -153,27 +154,23 @@ def _own_grpc_address(core: KafkaCore) -> str:
 def join_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = JoinGroupResponse[version]
-    coordinator = call.core.coordinator
-
-    def join() -> Any:
-        return coordinator.join_classic(
-            request.group_id,
-            request.member_id,
-            group_instance_id=request.group_instance_id if version >= 5 else None,
-            client_id=call.client_id or "",
-            client_host=client_host(call),
-            protocol_type=request.protocol_type,
-            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-            session_timeout_ms=request.session_timeout_ms,
-            # v0 has none: Kafka's broker then waits the session timeout.
-            rebalance_timeout_ms=(
-                request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
-            ),
-            require_known_member_id=version >= 4,
-        )
-
+    join = ClassicJoin(
+        request.group_id,
+        request.member_id,
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        client_id=call.client_id or "",
+        client_host=client_host(call),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        # v0 has none: Kafka's broker then waits the session timeout.
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+        ),
+        require_known_member_id=version >= 4,
+    )
     try:
-        result = on_coordinator(call, "JoinGroup", request.group_id, join)
+        result = call.core.membership.join_classic(call.caller, join)
     except SeglogError as exc:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
         return response_class(
@@ -206,23 +203,17 @@ def join_group(call: KafkaCall, request: Any) -> Any:
 def sync_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = SyncGroupResponse[version]
-    coordinator = call.core.coordinator
-
-    def sync() -> tuple[str, str, bytes]:
-        return coordinator.sync_group(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            group_instance_id=request.group_instance_id if version >= 3 else None,
-            protocol_type=request.protocol_type if version >= 5 else None,
-            protocol=request.protocol_name if version >= 5 else None,
-            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
-        )
-
+    sync = GroupSync(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        group_instance_id=request.group_instance_id if version >= 3 else None,
+        protocol_type=request.protocol_type if version >= 5 else None,
+        protocol=request.protocol_name if version >= 5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
     try:
-        protocol_type, protocol, assignment = on_coordinator(
-            call, "SyncGroup", request.group_id, sync
-        )
+        answer = call.core.membership.sync(call.caller, sync)
     except SeglogError as exc:
         return response_class(
             throttle_time_ms=0,
@@ -234,26 +225,22 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
     return response_class(
         throttle_time_ms=0,
         error_code=NONE,
-        protocol_type=protocol_type,
-        protocol_name=protocol,
-        assignment=assignment,
+        protocol_type=answer.protocol_type,
+        protocol_name=answer.protocol,
+        assignment=answer.assignment,
     )
 
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     version = call.version
-    coordinator = call.core.coordinator
-
-    def beat() -> None:
-        coordinator.heartbeat(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            request.group_instance_id if version >= 3 else None,
-        )
-
+    beat = GroupHeartbeat(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        request.group_instance_id if version >= 3 else None,
+    )
     try:
-        on_coordinator(call, "Heartbeat", request.group_id, beat)
+        call.core.membership.heartbeat(call.caller, beat)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -267,14 +254,8 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    coordinator = call.core.coordinator
     try:
-        outcomes = on_coordinator(
-            call,
-            "LeaveGroup",
-            request.group_id,
-            lambda: coordinator.leave_members(request.group_id, leaving),
-        )
+        outcomes = call.core.membership.leave(call.caller, GroupLeave(request.group_id, leaving))
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=group_error_code(exc), members=[])
     codes = [NONE if outcome is None else group_error_code(outcome) for outcome in outcomes]
