@@ -17,7 +17,7 @@ from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
 
-from .authorization import Authorization, principal_of
+from .authorization import Authorization
 from .cluster.acl_admin import AclAdmin
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
@@ -169,7 +169,6 @@ class Gateway:
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
-            grant_acls_offset=self.authorization.checked_acls_offset,
             authorization=self.authorization,
             **configured_relays(config, traced=tracer_provider is not None),
         )
@@ -205,12 +204,7 @@ class Gateway:
         self.acl_service = AclService(self.acl_admin, self.authorization)
         self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
         self.quota_service = QuotaService(self.quota_admin, self.authorization)
-        self.service.quotas = ClientQuotas(
-            lambda: self.registry.client_quotas,
-            lambda context: principal_of(
-                context, self.authorization.tokens, self.authorization.mapper
-            ),
-        )
+        self.service.quotas = ClientQuotas(lambda: self.registry.client_quotas)
         self.record_deletion = self.service.record_deletion
         broker_configs = BrokerConfigs(self.registry, self.authorization)
         self.replication_throttles = ReplicationThrottles(
@@ -365,7 +359,6 @@ class Gateway:
                 self.reassignment_service,
                 self.registry_service,
             ),
-            self.authorization,
         )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.

@@ -119,6 +119,11 @@ def error_of(reason_code: int, message: str) -> SeglogError | None:
     return _ERROR_CLASSES.get(reason, SeglogError)(message or reason)
 
 
+def leader_epoch_field(epoch: int) -> dict[str, int]:
+    """A node-facing request's optional `current_leader_epoch`, set only when known (>= 0)."""
+    return {"current_leader_epoch": epoch} if epoch >= 0 else {}
+
+
 def _refusal(
     authorization: Authorization, caller: Caller, operation: str, topic: str, action: str
 ) -> PermissionDeniedError | None:
@@ -274,11 +279,7 @@ class DataPlane:
                 topic=q.topic,
                 partition=q.partition,
                 timestamp=q.timestamp,
-                **(
-                    {"current_leader_epoch": q.current_leader_epoch}
-                    if q.current_leader_epoch >= 0
-                    else {}
-                ),
+                **leader_epoch_field(q.current_leader_epoch),
             )
             for q in queries
             if refusals[q.topic] is None

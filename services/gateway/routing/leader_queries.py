@@ -36,19 +36,12 @@ class LeaderQueries:
             parts, common_pb2.ListOffsetsRequest, lambda stub: stub.ListOffsets, _list_offsets_error
         )
 
-    def SplitPoints(
-        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.SplitPointsResponse:
-        response = common_pb2.SplitPointsResponse()
-        response.partitions.extend(
-            self._per_leader(
-                request.partitions,
-                common_pb2.SplitPointsRequest,
-                lambda stub: stub.SplitPoints,
-                _split_points_error,
-            )
+    def split_points(
+        self, parts: Sequence[common_pb2.SplitPointsPartition]
+    ) -> list[common_pb2.SplitPointsResult]:
+        return self._per_leader(
+            parts, common_pb2.SplitPointsRequest, lambda stub: stub.SplitPoints, _split_points_error
         )
-        return response
 
     def delete_records(
         self, partitions: Sequence[common_pb2.DeleteRecordsPartition]

@@ -14,6 +14,7 @@ from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
+from .data_plane import leader_epoch_field
 from .leader_queries import LeaderQueries
 
 
@@ -53,11 +54,7 @@ class RecordDeletion:
                 topic=w.topic,
                 partition=w.partition,
                 offset=w.offset,
-                **(
-                    {"current_leader_epoch": w.current_leader_epoch}
-                    if w.current_leader_epoch >= 0
-                    else {}
-                ),
+                **leader_epoch_field(w.current_leader_epoch),
             )
             for w in wanted
         ]
