@@ -1,5 +1,6 @@
 """The broker core's data plane: Produce, Fetch and ListOffsets for a `Caller`, in typed
-requests and answers, for adapters that are not the gRPC service (the Kafka listener).
+requests and answers: the Kafka listener's way in, and the gRPC service's ListOffsets (its
+Produce and Fetch keep the node-facing wire format: relayed_calls.py).
 
 It authorizes explicitly (Authorization.check/allows on the caller, never a guarded gRPC
 call): a topic the caller may not Write, Read or Describe is refused on its own partitions,
