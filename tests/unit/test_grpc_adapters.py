@@ -105,3 +105,21 @@ def test_no_servicer_context_check_is_left():
     assert not hasattr(Authorization, "allowed")
     tables = (GATEWAY / "grpc_services.py").read_text()
     assert "wrap=" not in tables and "guard" not in tables
+
+
+def test_the_kafka_group_joins_call_the_same_membership_core():
+    """Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup go through groups/membership.py,
+    as the gRPC ones do, never to the coordinator directly."""
+    path = GATEWAY / "kafka" / "group_apis.py"
+    tree = ast.parse(path.read_text(), str(path))
+    handlers = {
+        node.name: node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and node.name in ("join_group", "sync_group", "heartbeat", "leave_group")
+    }
+    assert len(handlers) == 4
+    for name, handler in handlers.items():
+        attributes = {n.attr for n in ast.walk(handler) if isinstance(n, ast.Attribute)}
+        assert "membership" in attributes, name
+        assert "coordinator" not in attributes, name
