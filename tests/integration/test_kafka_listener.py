@@ -275,12 +275,14 @@ def big_batches(cluster):
     return "big-batches"
 
 
+@pytest.mark.parametrize("max_wait_ms", [0, 500])
 def test_a_fetch_over_two_leaders_answers_within_max_bytes_but_the_first_batch(
-    cluster, big_batches
+    cluster, big_batches, max_wait_ms
 ):
     """Kafka's rule: no batch past the request's max_bytes but the answer's first (each node
     given the whole budget, this answered 1,843,824 bytes), nor past a partition's
-    partition_max_bytes but the first."""
+    partition_max_bytes but the first. A fetch that may wait ends at min_bytes and asks the
+    partitions not answered yet again: that second read gets only what the first left."""
     partitions = [
         FetchRequest[12].FetchTopic.FetchPartition(
             partition=p,
@@ -294,7 +296,7 @@ def test_a_fetch_over_two_leaders_answers_within_max_bytes_but_the_first_batch(
     ]
     request = FetchRequest[12](
         replica_id=-1,
-        max_wait_ms=0,
+        max_wait_ms=max_wait_ms,
         min_bytes=1,
         max_bytes=FETCH_MAX_BYTES,
         isolation_level=0,
