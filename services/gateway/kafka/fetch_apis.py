@@ -24,7 +24,6 @@ from .api_table import ApiTable
 from .data_call_end import call_scope
 from .error_codes import FETCH_SESSION_ID_NOT_FOUND, NONE
 from .error_table import DataApi, data_error_code
-from .fetch_budget import FetchBudget
 from .kafka_call import KafkaCall
 
 NO_OFFSET = -1
@@ -54,15 +53,13 @@ def _query(request: Any) -> FetchQuery:
 
 
 class _PartitionAnswer:
-    __slots__ = ("error", "high_watermark", "log_start_offset", "max_bytes", "records", "cut")
+    __slots__ = ("error", "high_watermark", "log_start_offset", "records")
 
-    def __init__(self, max_bytes: int = 0) -> None:
+    def __init__(self) -> None:
         self.error = NONE
         self.high_watermark = NO_OFFSET
         self.log_start_offset = NO_OFFSET
-        self.max_bytes = max_bytes  # the request's partition_max_bytes
-        self.records: list[memoryview] = []
-        self.cut = False  # a batch was left out for the budget: nothing later may follow
+        self.records: list[bytes] = []
 
 
 def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _PartitionAnswer]:
@@ -72,18 +69,19 @@ def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _Partit
     The fetch spans leader nodes, each long-polling on its own: as soon as the pieces come
     to `min_bytes` the fetch is ended (the other nodes' polls cancelled), as Kafka's broker
     answers once the request as a whole has min_bytes, and the partitions not answered yet
-    are asked again without waiting, so every partition is in the answer. What the answer
-    holds stays within max_bytes and each partition_max_bytes (fetch_budget.py)."""
-    answers = {
-        (p.topic, p.partition): _PartitionAnswer(p.partition_max_bytes) for p in query.positions
-    }
+    are asked again without waiting, so every partition is in the answer. The core keeps
+    each read within its max_bytes and partition_max_bytes (routing/fetch_budget.py); the
+    second read gets what the first left, and no first batch past it once the answer holds
+    data."""
+    answers = {(p.topic, p.partition): _PartitionAnswer() for p in query.positions}
     answered: set[tuple[str, int]] = set()
-    budget = FetchBudget(query.max_bytes)
-    _read(call, query, answers, answered, budget)
+    taken = _read(call, query, answers, answered)
     unanswered = [p for p in query.positions if (p.topic, p.partition) not in answered]
     if unanswered and len(unanswered) < len(query.positions):
-        rest = FetchQuery(unanswered, max_bytes=max(1, budget.remaining))
-        _read(call, rest, answers, answered, budget)
+        rest = FetchQuery(
+            unanswered, max_bytes=max(1, query.max_bytes - taken), keep_first_batch=taken == 0
+        )
+        _read(call, rest, answers, answered)
     return answers
 
 
@@ -92,11 +90,10 @@ def _read(
     query: FetchQuery,
     answers: dict[tuple[str, int], _PartitionAnswer],
     answered: set[tuple[str, int]],
-    budget: FetchBudget,
-) -> None:
+) -> int:
     """Reads the core's fetch into `answers` until it ends, or until it holds min_bytes of
     records (when the fetch may wait); a fetch refused whole answers its error on every
-    partition not answered yet."""
+    partition not answered yet. Returns the record bytes read."""
     received_bytes = 0
     enough = max(query.min_bytes, 1)
     scope = call_scope(call)
@@ -112,12 +109,9 @@ def _read(
                 answer.error = data_error_code(DataApi.FETCH, piece.error)
             answer.high_watermark = piece.high_watermark
             answer.log_start_offset = piece.log_start_offset
-            if piece.records and not answer.cut:
-                kept, whole = budget.take(key, answer.max_bytes, piece.records)
-                if len(kept):
-                    answer.records.append(kept)
-                    received_bytes += len(kept)
-                answer.cut = not whole
+            if piece.records:
+                answer.records.append(piece.records)
+                received_bytes += len(piece.records)
             if query.max_wait_ms > 0 and received_bytes >= enough:
                 break
     except SeglogError as exc:
@@ -130,6 +124,7 @@ def _read(
         # cancel the nodes' calls, which closing the fetch waits for.
         scope.finish()
         pieces.close()
+    return received_bytes
 
 
 def fetch(call: KafkaCall, request: Any) -> Any:
