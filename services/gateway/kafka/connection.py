@@ -32,6 +32,7 @@ from seglog.semconv import TOPIC
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
 from .error_codes import UNSUPPORTED_VERSION
+from .fetch_sessions import FetchSessionCache
 from .framing import (
     API_KEY_AND_VERSION,
     API_VERSIONS_KEY,
@@ -105,8 +106,11 @@ class KafkaConnection:
         tracer: trace.Tracer,
         sasl_required: bool = False,
         advertised_address: str,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
-        self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
+        self.session = ConnectionSession(
+            identity, advertised_address, sasl_required=sasl_required, fetch_sessions=fetch_sessions
+        )
         self.table = table
         self.core = core
         self.tracer = tracer

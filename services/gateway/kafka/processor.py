@@ -187,6 +187,7 @@ class Processor:
             tracer=context.tracer,
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,
+            fetch_sessions=context.fetch_sessions,
         )
         channel = Channel(
             sock,
