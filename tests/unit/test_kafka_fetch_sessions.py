@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.gateway.kafka import fetch_sessions
 from services.gateway.kafka.fetch_sessions import (
     FETCH_SESSION_ID_NOT_FOUND,
     FETCH_SESSION_TOPIC_ID_ERROR,
@@ -129,3 +130,29 @@ def test_answers_remember_what_was_said_and_records_move_a_partition_last():
     assert sessions.answered(again.session, [(("t", 2), 6, -1, -1, False)]) == [("t", 2)]
     assert sessions.answered(again.session, [(("t", 2), 0, 5, 0, False)]) == [("t", 2)]
     assert sessions.answered(again.session, [(("t", 2), 0, 5, 0, False)]) == []
+
+
+def test_a_session_answers_only_its_maker():
+    sessions, _ = cache(10)
+    session_id = sessions.create(False, partitions(1), "User:alice")
+    with pytest.raises(SessionError) as refused:
+        sessions.incremental(session_id, 1, False, [], [], "User:mallory")
+    assert refused.value.code == FETCH_SESSION_ID_NOT_FOUND
+    sessions.close(session_id, "User:mallory")  # not closed by another's full request
+    assert sessions.incremental(session_id, 1, False, [], [], "User:alice") is not None
+
+
+def test_cached_partitions_are_bounded_over_all_sessions(monkeypatch):
+    monkeypatch.setattr(fetch_sessions, "MAX_CACHED_PARTITIONS", 10)
+    sessions, _ = cache(10)
+    first = sessions.create(False, partitions(6))
+    assert sessions.create(False, partitions(5, "u")) == NO_SESSION  # 11: sessionless
+    second = sessions.create(False, partitions(4, "u"))
+    assert second != NO_SESSION and sessions.cached_partitions == 10
+    grow = [(("v", 0), FETCH)]
+    with pytest.raises(SessionError) as refused:
+        sessions.incremental(second, 1, False, grow, [])
+    assert refused.value.code == INVALID_FETCH_SESSION_EPOCH  # closed: start again, full
+    assert sessions.session_ids() == [first] and sessions.cached_partitions == 6
+    assert sessions.incremental(first, 1, False, [], [("t", 0)]) is not None
+    assert sessions.cached_partitions == 5

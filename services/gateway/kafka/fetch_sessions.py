@@ -27,7 +27,16 @@ All sessions here are consumers' (Kafka's privileged follower sessions replicate
 storage nodes, on their own protocol), so none is privileged.
 
 Partitions are keyed by (topic, partition), the topic being its id (Kafka's string form) in a
-session with topic ids, else its name. A session holds at most MAX_SESSION_PARTITIONS.
+session with topic ids, else its name.
+
+Bounds (anything a client sends is bounded): the sessions together hold at most
+MAX_CACHED_PARTITIONS partitions (Kafka's broker has no such bound; a request of 100 MiB could
+name millions). A full request past it gets no session (its answer is whole, sessionless), an
+incremental one that would take a session past it closes the session
+(INVALID_FETCH_SESSION_EPOCH: the client starts again with a full request), so a consumer of
+more partitions is served as without sessions. A session is its maker's: a request of another
+principal naming it is answered FETCH_SESSION_ID_NOT_FOUND (Kafka's broker does not check;
+ids are random 31-bit numbers, this takes guessing out altogether).
 """
 
 from __future__ import annotations
@@ -44,10 +53,9 @@ FINAL_EPOCH = -1
 NO_SESSION = 0
 NO_OFFSET = -1
 _MAX_EPOCH = 2**31 - 1
-# A bound on what one client's session holds across its incremental requests (each request
-# is bounded by the frame size, but a session accumulates): Kafka's own limit on partitions
-# per broker is far below this.
-MAX_SESSION_PARTITIONS = 200_000
+# About 250 bytes each cached (key, entry and request): 200,000 are ~50 MB at most, ten
+# times the gateway's default max.partitions (20,000) for a session of every partition.
+MAX_CACHED_PARTITIONS = 200_000
 
 PartitionKey = tuple[str, int]
 
@@ -110,11 +118,13 @@ class FetchSession:
     def __init__(
         self,
         session_id: int,
+        owner: str,
         uses_topic_ids: bool,
         partitions: dict[PartitionKey, CachedPartition],
         now_ms: int,
     ) -> None:
         self.id = session_id
+        self.owner = owner  # the principal that made it
         self.uses_topic_ids = uses_topic_ids
         # In fetch order: a partition that answered records moves to the end, so the answer's
         # byte budget goes round the partitions (Kafka's PartitionIterator).
@@ -194,6 +204,7 @@ class FetchSessionCache:
         self._lock = threading.Lock()
         self._sessions: dict[int, FetchSession] = {}
         self._random = random.Random()
+        self._cached = 0  # partitions held by all sessions
         # Counters (since start), for metrics and tests.
         self.created = 0
         self.created_with_topic_ids = 0
@@ -207,11 +218,17 @@ class FetchSessionCache:
         with self._lock:
             return list(self._sessions)
 
-    def close(self, session_id: int) -> None:
-        """A full or sessionless request naming a session ends it."""
+    def close(self, session_id: int, owner: str = "") -> None:
+        """A full or sessionless request naming a session (its maker's) ends it."""
         if session_id != NO_SESSION:
             with self._lock:
-                self._sessions.pop(session_id, None)
+                session = self._sessions.get(session_id)
+                if session is not None and session.owner == owner:
+                    self._drop(session)
+
+    @property
+    def cached_partitions(self) -> int:
+        return self._cached
 
     def incremental(
         self,
@@ -220,25 +237,28 @@ class FetchSessionCache:
         uses_topic_ids: bool,
         fetches: list[tuple[PartitionKey, PartitionFetch]],
         forgotten: list[PartitionKey],
+        owner: str = "",
     ) -> Continued | None:
         """The session an incremental request continues, updated and its epoch moved on;
         None when the request left it empty (it is then closed). Raises SessionError."""
         with self._lock:
             session = self._sessions.get(session_id)
-            if session is None:
+            if session is None or session.owner != owner:
                 raise SessionError(FETCH_SESSION_ID_NOT_FOUND)
             if session.epoch != epoch:
                 raise SessionError(INVALID_FETCH_SESSION_EPOCH)
             if session.uses_topic_ids != uses_topic_ids:
                 raise SessionError(FETCH_SESSION_TOPIC_ID_ERROR)
+            before = len(session.partitions)
             session.update(fetches, forgotten)
+            self._cached += len(session.partitions) - before
             if not session.partitions:
-                del self._sessions[session_id]
+                self._drop(session)
                 return None
-            if len(session.partitions) > MAX_SESSION_PARTITIONS:
+            if self._cached > MAX_CACHED_PARTITIONS:
                 # Past the bound: the session ends, the client starts again with a full
                 # request (it takes INVALID_FETCH_SESSION_EPOCH as "close and start anew").
-                del self._sessions[session_id]
+                self._drop(session)
                 raise SessionError(INVALID_FETCH_SESSION_EPOCH)
             session.touch(self._clock_ms(), self.settings.min_incremental_fetch_session_eviction_ms)
             session.epoch = _next_epoch(session.epoch)
@@ -265,18 +285,27 @@ class FetchSessionCache:
                         session.answered_records(key)
         return answered
 
-    def create(self, uses_topic_ids: bool, partitions: dict[PartitionKey, CachedPartition]) -> int:
+    def create(
+        self,
+        uses_topic_ids: bool,
+        partitions: dict[PartitionKey, CachedPartition],
+        owner: str = "",
+    ) -> int:
         """A new session for a full request's partitions (their answers already cached in
-        them); its id, or NO_SESSION when the cache is full and nothing can be evicted."""
-        if len(partitions) > MAX_SESSION_PARTITIONS:
-            return NO_SESSION
+        them) made by `owner`; its id, or NO_SESSION when the cache is full and nothing can
+        be evicted, or the partitions are past the bound."""
         with self._lock:
+            if self._cached + len(partitions) > MAX_CACHED_PARTITIONS:
+                return NO_SESSION
             now = self._clock_ms()
             full = len(self._sessions) >= self.settings.max_incremental_fetch_session_cache_slots
             if full and not self._try_evict(len(partitions), now):
                 return NO_SESSION
             session_id = self._new_id()
-            self._sessions[session_id] = FetchSession(session_id, uses_topic_ids, partitions, now)
+            self._sessions[session_id] = FetchSession(
+                session_id, owner, uses_topic_ids, partitions, now
+            )
+            self._cached += len(partitions)
             self.created += 1
             self.created_with_topic_ids += uses_topic_ids
             return session_id
@@ -299,9 +328,13 @@ class FetchSessionCache:
         return self._evict(smallest)
 
     def _evict(self, session: FetchSession) -> bool:
-        del self._sessions[session.id]
+        self._drop(session)
         self.evicted += 1
         return True
+
+    def _drop(self, session: FetchSession) -> None:
+        del self._sessions[session.id]
+        self._cached -= len(session.partitions)
 
     def _new_id(self) -> int:
         while True:
