@@ -37,7 +37,7 @@ from seglog.errors import SeglogError
 from ..routing.data_plane import FetchPosition, FetchQuery
 from .api_table import ApiTable
 from .data_call_end import call_scope
-from .error_codes import NONE, UNKNOWN_TOPIC_ID
+from .error_codes import NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from .error_table import DataApi, data_error_code
 from .fetch_budget import FetchBudget
 from .fetch_leaders import LeaderHints
@@ -158,15 +158,16 @@ def _read(
 
 def _requested(request: Any, by_id: bool) -> list[tuple[PartitionKey, PartitionFetch]]:
     """The request's partitions, in order, keyed (topic id or name, partition): an id as the
-    registry writes it ("" for the zero id, which no topic has)."""
-    return [
-        (
-            (from_wire(topic.topic_id) if by_id else topic.topic, p.partition),
-            PartitionFetch(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch),
+    registry writes it ("" for the zero id, which no topic has). A partition named twice is
+    fetched once, as the last naming asks (Kafka's broker reads them into a map)."""
+    requested = {
+        (from_wire(topic.topic_id) if by_id else topic.topic, p.partition): PartitionFetch(
+            p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch
         )
         for topic in request.topics
         for p in topic.partitions
-    ]
+    }
+    return list(requested.items())
 
 
 def _forgotten(request: Any, version: int, by_id: bool) -> list[PartitionKey]:
@@ -227,7 +228,7 @@ def _fetch(
         answer = by_name.get((name, partition)) if name else None
         if answer is None or (by_id and not _still_named(call, topic, name)):
             answer = _PartitionAnswer(f.partition_max_bytes)
-            answer.error = UNKNOWN_TOPIC_ID
+            answer.error = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
         answers[key] = answer
     return answers, names
 
