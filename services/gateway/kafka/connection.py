@@ -39,6 +39,7 @@ from .framing import (
     SIZE,
     FrameError,
     RequestFrame,
+    ScatteredFrame,
     decode_body,
     encode_response,
     parse_request,
@@ -92,7 +93,7 @@ class Outcome:
     """What a request's handling leaves to send: its answers (framed), and whether the
     connection closes once they are sent."""
 
-    answers: list[bytearray] = field(default_factory=list)
+    answers: list[bytearray | ScatteredFrame] = field(default_factory=list)
     close: bool = False
 
 
@@ -176,7 +177,7 @@ class KafkaConnection:
         self.session.raw_sasl_token_next = self.session.authenticated_principal is None
         return bytearray(SIZE.pack(len(answer)) + answer)
 
-    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
+    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray | ScatteredFrame]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and
         checked as alone, then answered together by the api's batch handler. One that does
         not parse closes the connection, as alone, before any of them is acted on."""
@@ -199,7 +200,7 @@ class KafkaConnection:
             if response is not None
         ]
 
-    def _answer(self, payload: bytearray) -> bytearray | None:
+    def _answer(self, payload: bytearray) -> bytearray | ScatteredFrame | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:
@@ -221,8 +222,8 @@ class KafkaConnection:
         except SaslFailed as failed:
             failed.correlation_id = frame.correlation_id
             raise
-        if response is None:
-            return None
+        if response is None or isinstance(response, ScatteredFrame):
+            return response  # a handler's own framing (fetch_encoding.py)
         return encode_response(response, frame.correlation_id)
 
     def _call(self, entry: ApiEntry, frame: RequestFrame) -> KafkaCall:
