@@ -8,6 +8,9 @@ leader and its endpoint (KIP-951)."""
 
 from __future__ import annotations
 
+import time
+
+import confluent_kafka
 import pytest
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
@@ -278,3 +281,40 @@ def test_a_fenced_fetch_names_the_current_leader_and_its_endpoint(cluster):
     finally:
         cluster.start_node(before.leader)
     assert wait_until(lambda: before.leader in registry.live_nodes(), 30)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, level, message, *args) -> None:
+        self.lines.append(message % args if args else message)
+
+
+def test_librdkafka_reads_every_record_once_fetching_by_topic_id(cluster):
+    """librdkafka (2.16) fetches at v16, by topic id, sessionless (it keeps no sessions)."""
+    cluster.admin.create_topic("by-id-rdkafka", 2, 1)
+    produce(cluster, "by-id-rdkafka", 0, 10)
+    produce(cluster, "by-id-rdkafka", 1, 10)
+    log = _Log()
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "by-id-rdkafka",
+            "auto.offset.reset": "earliest",
+            "debug": "protocol",
+            "logger": log,
+        }
+    )
+    read = []
+    try:
+        consumer.subscribe(["by-id-rdkafka"])
+        deadline = time.monotonic() + 30
+        while len(read) < 20 and time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read.append((message.partition(), message.offset()))
+    finally:
+        consumer.close()
+    assert sorted(read) == [(p, o) for p in (0, 1) for o in range(10)]
+    assert any("Sent FetchRequest (v16" in line for line in log.lines)
