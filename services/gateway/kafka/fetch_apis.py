@@ -325,7 +325,7 @@ def fetch(call: KafkaCall, request: Any) -> Any:
     if sessions is None:
         sessions = _NO_SESSIONS
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
-        # A full request: one a session it names is closed by (FetchManager.newContext).
+        # A full or sessionless request closes the session it names (FetchManager.newContext).
         sessions.close(session_id, call.principal)
         answers, names = _fetch(call, request, requested, by_id)
         new_session = NO_SESSION
