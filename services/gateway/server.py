@@ -197,7 +197,7 @@ class Gateway:
         )
         self.auto_create = TopicAutoCreation(
             lambda name: name in self.registry.topics,
-            self.topic_admin.create_default_topic,
+            self.topic_admin.start_default_topic,
             self.authorization,
             enabled=config.auto_create_topics_enable,
         )

@@ -32,7 +32,7 @@ from .cluster.topic_rules import (
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
 )
-from .coordination.etcd_keyspace import DEFAULT_PREFIX
+from .coordination.etcd_keys import DEFAULT_PREFIX
 from .groups.coordinator import (
     DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
@@ -178,9 +178,9 @@ class GatewayConfig:
     )
     num_io_threads: int = setting(
         DEFAULT_NUM_IO_THREADS,
-        "threads running the Kafka listener's requests (produce, fetch and group joins, "
-        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
-        "waiting calls, 24, plus this many)",
+        "threads running the Kafka listener's requests (produce and fetch, which wait on "
+        "nodes or peers, run on a pool of their own: the gateway's bounds on waiting calls, "
+        "24, plus this many; group joins and syncs wait on no thread)",
         parse=parse_at_least_one,
     )
     queued_max_requests: int = setting(

@@ -4,14 +4,14 @@ classic_protocol.py).
 
 Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
 answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
-gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup wait
-for the rebalance on the connection's thread, as Kafka's broker holds the response of a muted
-channel; the wait releases the coordinator's lock.
+gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup answer
+when the rebalance does (later.py): the coordinator completes their futures, no thread waits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka import errors as kafka_errors
@@ -38,10 +38,12 @@ from seglog.errors import (
     SeglogError,
 )
 
+from ..groups.group_state import ClassicJoinResult
 from .api_table import ApiTable
 from .brokers import Broker, broker_on_gateway
 from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
 from .kafka_call import KafkaCall
+from .later import answer_later
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -155,8 +157,8 @@ def join_group(call: KafkaCall, request: Any) -> Any:
     response_class = JoinGroupResponse[version]
     coordinator = call.core.coordinator
 
-    def join() -> Any:
-        return coordinator.join_classic(
+    def join() -> Future[ClassicJoinResult]:
+        return coordinator.start_join_classic(
             request.group_id,
             request.member_id,
             group_instance_id=request.group_instance_id if version >= 5 else None,
@@ -172,9 +174,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
             require_known_member_id=version >= 4,
         )
 
-    try:
-        result = on_coordinator(call, "JoinGroup", request.group_id, join)
-    except SeglogError as exc:
+    def refuse(exc: SeglogError) -> Any:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
         return response_class(
             throttle_time_ms=0,
@@ -186,21 +186,29 @@ def join_group(call: KafkaCall, request: Any) -> Any:
             member_id=given,
             members=[],
         )
-    return response_class(
-        throttle_time_ms=0,
-        error_code=NONE,
-        generation_id=result.generation,
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol,
-        leader=result.leader,
-        member_id=result.member_id,
-        members=[
-            response_class.JoinGroupResponseMember(
-                member_id=member_id, group_instance_id=instance_id, metadata=metadata
-            )
-            for member_id, instance_id, metadata in result.members
-        ],
-    )
+
+    def respond(result: ClassicJoinResult) -> Any:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NONE,
+            generation_id=result.generation,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol,
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                response_class.JoinGroupResponseMember(
+                    member_id=member_id, group_instance_id=instance_id, metadata=metadata
+                )
+                for member_id, instance_id, metadata in result.members
+            ],
+        )
+
+    try:
+        joined = on_coordinator(call, "JoinGroup", request.group_id, join)
+    except SeglogError as exc:
+        return refuse(exc)
+    return answer_later(joined, respond, refuse)
 
 
 def sync_group(call: KafkaCall, request: Any) -> Any:
@@ -208,8 +216,8 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
     response_class = SyncGroupResponse[version]
     coordinator = call.core.coordinator
 
-    def sync() -> tuple[str, str, bytes]:
-        return coordinator.sync_group(
+    def sync() -> Future[tuple[str, str, bytes]]:
+        return coordinator.start_sync_group(
             request.group_id,
             request.member_id,
             request.generation_id,
@@ -219,11 +227,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
             assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
         )
 
-    try:
-        protocol_type, protocol, assignment = on_coordinator(
-            call, "SyncGroup", request.group_id, sync
-        )
-    except SeglogError as exc:
+    def refuse(exc: SeglogError) -> Any:
         return response_class(
             throttle_time_ms=0,
             error_code=group_error_code(exc),
@@ -231,13 +235,22 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
             protocol_name=None,
             assignment=b"",
         )
-    return response_class(
-        throttle_time_ms=0,
-        error_code=NONE,
-        protocol_type=protocol_type,
-        protocol_name=protocol,
-        assignment=assignment,
-    )
+
+    def respond(synced: tuple[str, str, bytes]) -> Any:
+        protocol_type, protocol, assignment = synced
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NONE,
+            protocol_type=protocol_type,
+            protocol_name=protocol,
+            assignment=assignment,
+        )
+
+    try:
+        syncing = on_coordinator(call, "SyncGroup", request.group_id, sync)
+    except SeglogError as exc:
+        return refuse(exc)
+    return answer_later(syncing, respond, refuse)
 
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:

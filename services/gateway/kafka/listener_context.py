@@ -28,7 +28,6 @@ class ListenerContext:
     pool: RequestMemoryPool
     handlers: RequestHandlerPool
     waiting_handlers: RequestHandlerPool
-    group_handlers: RequestHandlerPool  # JoinGroup and SyncGroup (request_dispatch.py)
     ssl_context: ssl.SSLContext | None
     sasl_required: bool
     advertised_address: str
