@@ -35,12 +35,14 @@ from seglog.semconv import TOPIC
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
 from .error_codes import UNSUPPORTED_VERSION
+from .fetch_sessions import FetchSessionCache
 from .framing import (
     API_KEY_AND_VERSION,
     API_VERSIONS_KEY,
     SIZE,
     FrameError,
     RequestFrame,
+    ScatteredFrame,
     decode_body,
     encode_response,
     parse_request,
@@ -95,7 +97,7 @@ class Outcome:
     """What a request's handling leaves to send: its answers (framed), and whether the
     connection closes once they are sent; or its answer to come (`later`)."""
 
-    answers: list[bytearray] = field(default_factory=list)
+    answers: list[bytearray | ScatteredFrame] = field(default_factory=list)
     close: bool = False
     later: PendingAnswer | None = None
 
@@ -145,8 +147,11 @@ class KafkaConnection:
         tracer: trace.Tracer,
         sasl_required: bool = False,
         advertised_address: str,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
-        self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
+        self.session = ConnectionSession(
+            identity, advertised_address, sasl_required=sasl_required, fetch_sessions=fetch_sessions
+        )
         self.table = table
         self.core = core
         self.tracer = tracer
@@ -214,7 +219,7 @@ class KafkaConnection:
         self.session.raw_sasl_token_next = self.session.authenticated_principal is None
         return bytearray(SIZE.pack(len(answer)) + answer)
 
-    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
+    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray | ScatteredFrame]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and
         checked as alone, then answered together by the api's batch handler. One that does
         not parse closes the connection, as alone, before any of them is acted on."""
@@ -237,7 +242,7 @@ class KafkaConnection:
             if response is not None
         ]
 
-    def _answer(self, payload: bytearray) -> bytearray | PendingAnswer | None:
+    def _answer(self, payload: bytearray) -> bytearray | ScatteredFrame | PendingAnswer | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:
@@ -259,8 +264,8 @@ class KafkaConnection:
         except SaslFailed as failed:
             failed.correlation_id = frame.correlation_id
             raise
-        if response is None:
-            return None
+        if response is None or isinstance(response, ScatteredFrame):
+            return response  # a handler's own framing (fetch_encoding.py)
         if isinstance(response, Later):
             return PendingAnswer(response, frame.correlation_id, self.peer)
         return encode_response(response, frame.correlation_id)

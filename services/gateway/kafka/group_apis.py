@@ -2,7 +2,7 @@
 0–5, Heartbeat 0–4, LeaveGroup 0–4, on the gateway's group coordinator (groups/
 classic_protocol.py).
 
-Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
+Each call is the core's (groups/membership.py: Read on the group, as its gRPC namesake), and
 answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
 gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup answer
 when the rebalance does (later.py): the coordinator completes their futures, no thread waits.
@@ -11,7 +11,6 @@ when the rebalance does (later.py): the coordinator completes their futures, no 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kafka import errors as kafka_errors
@@ -39,6 +38,7 @@ from seglog.errors import (
 )
 
 from ..groups.group_state import ClassicJoinResult
+from ..groups.membership import ClassicJoin, GroupHeartbeat, GroupLeave, GroupSync, SyncAnswer
 from .api_table import ApiTable
 from .brokers import Broker, broker_on_gateway
 from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
@@ -155,24 +155,21 @@ def _own_grpc_address(core: KafkaCore) -> str:
 def join_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = JoinGroupResponse[version]
-    coordinator = call.core.coordinator
-
-    def join() -> Future[ClassicJoinResult]:
-        return coordinator.start_join_classic(
-            request.group_id,
-            request.member_id,
-            group_instance_id=request.group_instance_id if version >= 5 else None,
-            client_id=call.client_id or "",
-            client_host=client_host(call),
-            protocol_type=request.protocol_type,
-            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-            session_timeout_ms=request.session_timeout_ms,
-            # v0 has none: Kafka's broker then waits the session timeout.
-            rebalance_timeout_ms=(
-                request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
-            ),
-            require_known_member_id=version >= 4,
-        )
+    join = ClassicJoin(
+        request.group_id,
+        request.member_id,
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        client_id=call.client_id or "",
+        client_host=client_host(call),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        # v0 has none: Kafka's broker then waits the session timeout.
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+        ),
+        require_known_member_id=version >= 4,
+    )
 
     def refuse(exc: SeglogError) -> Any:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
@@ -205,7 +202,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
         )
 
     try:
-        joined = on_coordinator(call, "JoinGroup", request.group_id, join)
+        joined = call.core.membership.start_join_classic(call.caller, join)
     except SeglogError as exc:
         return refuse(exc)
     return answer_later(joined, respond, refuse)
@@ -214,18 +211,15 @@ def join_group(call: KafkaCall, request: Any) -> Any:
 def sync_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = SyncGroupResponse[version]
-    coordinator = call.core.coordinator
-
-    def sync() -> Future[tuple[str, str, bytes]]:
-        return coordinator.start_sync_group(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            group_instance_id=request.group_instance_id if version >= 3 else None,
-            protocol_type=request.protocol_type if version >= 5 else None,
-            protocol=request.protocol_name if version >= 5 else None,
-            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
-        )
+    sync = GroupSync(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        group_instance_id=request.group_instance_id if version >= 3 else None,
+        protocol_type=request.protocol_type if version >= 5 else None,
+        protocol=request.protocol_name if version >= 5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
 
     def refuse(exc: SeglogError) -> Any:
         return response_class(
@@ -236,18 +230,17 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
             assignment=b"",
         )
 
-    def respond(synced: tuple[str, str, bytes]) -> Any:
-        protocol_type, protocol, assignment = synced
+    def respond(answer: SyncAnswer) -> Any:
         return response_class(
             throttle_time_ms=0,
             error_code=NONE,
-            protocol_type=protocol_type,
-            protocol_name=protocol,
-            assignment=assignment,
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol,
+            assignment=answer.assignment,
         )
 
     try:
-        syncing = on_coordinator(call, "SyncGroup", request.group_id, sync)
+        syncing = call.core.membership.start_sync(call.caller, sync)
     except SeglogError as exc:
         return refuse(exc)
     return answer_later(syncing, respond, refuse)
@@ -255,18 +248,14 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     version = call.version
-    coordinator = call.core.coordinator
-
-    def beat() -> None:
-        coordinator.heartbeat(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            request.group_instance_id if version >= 3 else None,
-        )
-
+    beat = GroupHeartbeat(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        request.group_instance_id if version >= 3 else None,
+    )
     try:
-        on_coordinator(call, "Heartbeat", request.group_id, beat)
+        call.core.membership.heartbeat(call.caller, beat)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -280,14 +269,8 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    coordinator = call.core.coordinator
     try:
-        outcomes = on_coordinator(
-            call,
-            "LeaveGroup",
-            request.group_id,
-            lambda: coordinator.leave_members(request.group_id, leaving),
-        )
+        outcomes = call.core.membership.leave(call.caller, GroupLeave(request.group_id, leaving))
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=group_error_code(exc), members=[])
     codes = [NONE if outcome is None else group_error_code(outcome) for outcome in outcomes]

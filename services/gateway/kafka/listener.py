@@ -58,6 +58,7 @@ from .connection_quotas import (
     DEFAULT_MAX_CONNECTIONS_PER_IP,
     ConnectionQuotas,
 )
+from .fetch_sessions import FetchSessionCache, FetchSessionSettings
 from .handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS, RequestHandlerPool
 from .listener_context import ListenerContext
 from .processor import Processor
@@ -136,6 +137,8 @@ class ListenerLimits:
     num_network_threads: int = DEFAULT_NUM_NETWORK_THREADS
     num_io_threads: int = DEFAULT_NUM_IO_THREADS
     queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS
+    # Clients' fetch sessions (KIP-227), kept per listener: fetch_sessions.py.
+    fetch_sessions: FetchSessionSettings = FetchSessionSettings()
 
     def __post_init__(self) -> None:
         for name in (
@@ -202,6 +205,9 @@ class KafkaListener:
             WAITING_REQUEST_THREADS + limits.num_io_threads,
             limits.queued_max_requests,
         )
+        # A client's fetch session is with the broker it fetches from: this listener's lanes
+        # share one cache; another gateway's listener keeps its own (fetch_sessions.py).
+        self.fetch_sessions = FetchSessionCache(limits.fetch_sessions)
         self.processors: list[Processor] = []
         self._next_processor = itertools.cycle(range(limits.num_network_threads))
         self._servers: list[socket.socket] = []
@@ -274,6 +280,7 @@ class KafkaListener:
             idle_timeout_s=self.idle_timeout_s,
             first_request_timeout_s=self.limits.connections_first_request_timeout_ms / 1000,
             closed=self.quotas.closed,
+            fetch_sessions=self.fetch_sessions,
         )
         self.processors = [Processor(i, context) for i in range(self.limits.num_network_threads)]
         for processor in self.processors:

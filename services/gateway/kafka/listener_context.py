@@ -14,6 +14,7 @@ from services.memory_pool import RequestMemoryPool
 
 from .api_table import ApiTable
 from .core import KafkaCore
+from .fetch_sessions import FetchSessionCache
 from .handler_pool import RequestHandlerPool
 
 
@@ -34,3 +35,4 @@ class ListenerContext:
     idle_timeout_s: float
     first_request_timeout_s: float
     closed: Callable[[str], None]  # a connection from this address is closed
+    fetch_sessions: FetchSessionCache | None = None  # the listener's (fetch_sessions.py)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from .channel import Channel, PeerClosed, Step
 from .connection import KafkaConnection, Outcome, PendingAnswer
 from .connection_deadlines import ConnectionDeadlines
-from .framing import FrameError
+from .framing import FrameError, ScatteredFrame
 from .kafka_call import ConnectionIdentity
 from .listener_context import ListenerContext
 from .request_dispatch import RequestDispatch
@@ -188,6 +188,7 @@ class Processor:
             tracer=context.tracer,
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,
+            fetch_sessions=context.fetch_sessions,
         )
         channel = Channel(
             sock,
@@ -335,7 +336,11 @@ class Processor:
         self.context.pool.add(answer_bytes)
         channel.in_flight_bytes += answer_bytes
         channel.close_after_send = outcome.close
-        channel.out.extend(memoryview(answer) for answer in outcome.answers)
+        for answer in outcome.answers:
+            if isinstance(answer, ScatteredFrame):
+                channel.out.extend(answer.pieces)
+            else:
+                channel.out.append(memoryview(answer))
         self._write(channel)
 
     def _answer_later(self, channel: Channel, pending: PendingAnswer) -> None:
