@@ -5,16 +5,20 @@ this process against one shared cluster, its exit status as the row's status say
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from devtools import apache_kafka
 from tests.batches import make_batch
 from tests.cluster import LocalCluster, cli_in_process
 
-PAGE = Path(__file__).resolve().parents[2] / "docs" / "kafka-tools-comparison.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "kafka-tools-comparison.md"
 ROW = re.compile(r"^\| (kafka-[a-z-]+) \| (.*?) \| `([^`]+)` \| (works|not supported) \|(.*)\|$")
 
 
@@ -84,3 +88,26 @@ def test_each_rows_status_is_what_seglog_does(cluster, capsys, monkeypatch, tmp_
         if (code == 0) != (status == "works"):
             wrong.append(f"{tool}: seglog {seglog}: exit {code}, page says {status}: {err[-300:]}")
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT)
+def test_the_kafka_tools_block_of_the_clients_guide_runs_as_written(cluster):
+    # docs/kafka-clients.md's "Kafka's own tools": each of Kafka's tools run from
+    # .cache/kafka, in order, on this cluster's Kafka port; each must succeed.
+    page = (ROOT / "docs" / "kafka-clients.md").read_text()
+    block = page.split("## Kafka's own tools\n", 1)[1].split("```", 2)[1]
+    script = "set -euo pipefail\n" + block.replace("127.0.0.1:9092", cluster.kafka_address)
+    ran = subprocess.run(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    printed = ran.stdout.decode()
+    # --list names the topic; ConfigCommand describes it; the console consumer printed a record.
+    assert "orders\n" in printed and "Dynamic configs for topic orders" in printed, printed
