@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urldefrag
 
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page, Request, sync_playwright
 
 # Debian's chromium package; the flags keep it off the network this machine does not have
 # (without them it tries Google's hosts at every start and logs refused connections).
@@ -33,7 +33,15 @@ CHROMIUM_FLAGS = (
     "--disable-component-update",
     "--disable-sync",
 )
-PAGE_TIMEOUT_MS = 30_000  # two busy cores: a page is ~50 KB of local files
+PAGE_TIMEOUT_MS = 30_000
+# What a page rendered: its first heading's and body's text as laid out (innerText is what
+# is visible, not the markup), its links resolved by the browser, and its elements' ids.
+RENDERED = """() => ({
+    heading: (document.querySelector("h1") || {innerText: ""}).innerText.trim(),
+    text: document.body.innerText.length,
+    hrefs: Array.from(document.querySelectorAll("a[href]"), a => a.href),
+    ids: Array.from(document.querySelectorAll("[id]"), n => n.id),
+})"""  # two busy cores: a page is ~50 KB of local files
 
 
 @dataclass
@@ -55,26 +63,33 @@ def _serve(root: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
-def _check_page(page: Page, url: str, base: str, found: Findings) -> tuple[list[str], set[str]]:
+def _check_page(
+    page: Page, errors: list[str], url: str, base: str, found: Findings
+) -> tuple[list[str], set[str]]:
     """Load one page; its problems go to `found`; returns its same-site links and the ids of
     its elements (the anchors a link may name)."""
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(f"script error: {error}"))
-    page.on("requestfailed", lambda request: errors.append(f"request failed: {request.url}"))
+    errors.clear()
     answer = page.goto(url, wait_until="load", timeout=PAGE_TIMEOUT_MS)
     if answer is None or answer.status != 200:
         found.problems.append(f"{url}: HTTP {answer.status if answer else 'no answer'}")
         return [], set()
-    heading = page.locator("h1").first.inner_text().strip()
-    text = page.locator("body").inner_text()
-    if not heading:
+    # One round trip to the browser for what the page rendered (each query is one otherwise).
+    shown = page.evaluate(RENDERED)
+    if not shown["heading"]:
         errors.append("no rendered title heading")
-    if len(text) < 200:
-        errors.append(f"renders only {len(text)} characters")
+    if shown["text"] < 200:
+        errors.append(f"renders only {shown['text']} characters")
     found.problems.extend(f"{url}: {error}" for error in errors)
-    hrefs: list[str] = page.eval_on_selector_all("a[href]", "links => links.map(a => a.href)")
-    ids: list[str] = page.eval_on_selector_all("[id]", "nodes => nodes.map(n => n.id)")
+    hrefs: list[str] = shown["hrefs"]
+    ids: list[str] = shown["ids"]
     return [href for href in hrefs if href.startswith(base)], set(ids)
+
+
+def _failed(request: Request, errors: list[str]) -> None:
+    # Leaving a page aborts what it still loads after its load event (the search index):
+    # the next page's check, not a failure of the site.
+    if request.failure != "net::ERR_ABORTED":
+        errors.append(f"request failed: {request.url} ({request.failure})")
 
 
 def check_site(site: Path) -> Findings:
@@ -85,6 +100,18 @@ def check_site(site: Path) -> Findings:
             browser = driver.chromium.launch(
                 executable_path=CHROMIUM, args=list(CHROMIUM_FLAGS), headless=True
             )
+            # One tab for every page (a new one costs ~1 s on two busy cores); its listeners
+            # write into `errors`, which each page's check empties first.
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(f"script error: {error}"))
+            page.on("requestfailed", lambda req: _failed(req, errors))
+            page.on(
+                "response",
+                lambda answer: (
+                    answer.status >= 400 and errors.append(f"HTTP {answer.status}: {answer.url}")
+                ),
+            )
             links: dict[str, str] = {}
             anchors: dict[str, set[str]] = {}
             for html in sorted(site.rglob("*.html")):
@@ -92,9 +119,7 @@ def check_site(site: Path) -> Findings:
                     continue
                 url = base + html.relative_to(site).as_posix()
                 found.pages += 1
-                page = browser.new_page()  # a page of its own: listeners do not pile up
-                page_links, anchors[url] = _check_page(page, url, base, found)
-                page.close()
+                page_links, anchors[url] = _check_page(page, errors, url, base, found)
                 for link in page_links:
                     links.setdefault(link, url)
             browser.close()
