@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urldefrag
 
-from playwright.sync_api import Page, Request, sync_playwright
+from playwright.sync_api import Page, Request, Response, sync_playwright
 
 # Debian's chromium package; the flags keep it off the network this machine does not have
 # (without them it tries Google's hosts at every start and logs refused connections).
@@ -92,6 +92,11 @@ def _failed(request: Request, errors: list[str]) -> None:
         errors.append(f"request failed: {request.url} ({request.failure})")
 
 
+def _answered(answer: Response, errors: list[str]) -> None:
+    if answer.status >= 400:  # a missing stylesheet, script or image of the page
+        errors.append(f"HTTP {answer.status}: {answer.url}")
+
+
 def check_site(site: Path) -> Findings:
     found = Findings()
     server, base = _serve(site)
@@ -106,12 +111,7 @@ def check_site(site: Path) -> Findings:
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(f"script error: {error}"))
             page.on("requestfailed", lambda req: _failed(req, errors))
-            page.on(
-                "response",
-                lambda answer: (
-                    answer.status >= 400 and errors.append(f"HTTP {answer.status}: {answer.url}")
-                ),
-            )
+            page.on("response", lambda answer: _answered(answer, errors))
             links: dict[str, str] = {}
             anchors: dict[str, set[str]] = {}
             for html in sorted(site.rglob("*.html")):
