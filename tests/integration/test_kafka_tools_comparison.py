@@ -57,6 +57,7 @@ def test_the_page_covers_each_tools_everyday_operations():
 
 def test_each_rows_status_is_what_seglog_does(cluster, capsys, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "producer.properties").write_text("acks=all\n")
     (tmp_path / "topics.json").write_text(
         json.dumps({"topics": [{"topic": "orders"}], "version": 1})
     )
