@@ -1,6 +1,9 @@
-"""docs/kafka-tools-comparison.md's claims, row by row: each row's `seglog` command run in
-this process against one shared cluster, its exit status as the row's status says (works:
-0; not supported: refused, non-zero)."""
+"""The docs' commands, run as written: on one shared cluster, the comparison with Kafka's tools
+(docs/kafka-tools-comparison.md: each row's `seglog` command in this process, its exit status
+as the row's status says: works 0, not supported refused), the clients guide's block of
+Kafka's own tools and the security guide's ACL commands; with no cluster, the layout guide's
+engine snippet. (README's first session and the quickstart: tests/e2e/test_cli_and_make_run.py;
+the Spark guide: tests/spark/test_write.py.)"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +116,37 @@ def test_the_kafka_tools_block_of_the_clients_guide_runs_as_written(cluster):
     printed = ran.stdout.decode()
     # --list names the topic; ConfigCommand describes it; the console consumer printed a record.
     assert "orders\n" in printed and "Dynamic configs for topic orders" in printed, printed
+
+
+def test_the_security_guides_acl_commands_run_in_order(cluster):
+    # docs/security.md's ACL block, as written ($S the CLI), on the shared cluster: each
+    # command must succeed, and the listing shows bob's two grants.
+    block = "$S acls add" + (ROOT / "docs" / "security.md").read_text().split("$S acls add", 1)[1]
+    block = block.split("```", 1)[0]
+    ran = subprocess.run(
+        ["bash", "-c", "set -euo pipefail\n" + block],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "S": str(ROOT / ".venv" / "bin" / "seglog"),
+            "SEGLOG_BOOTSTRAP": cluster.address,
+        },
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode().count("User:bob") >= 2, ran.stdout
+
+
+def test_the_engine_snippet_of_the_layout_guide_runs_as_written(tmp_path):
+    # docs/layout.md's "Using the engine": a log opened in a fresh directory, one record
+    # appended and read back.
+    (snippet,) = re.findall(
+        r"```python\n(.*?)```", (ROOT / "docs" / "layout.md").read_text(), re.DOTALL
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode() == "0 b'key' b'value'\n", ran.stdout
