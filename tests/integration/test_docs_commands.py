@@ -126,7 +126,9 @@ def test_the_security_guides_acl_commands_run_in_order(cluster, capsys, monkeypa
     block = "$S acls add" + text.split("$S acls add", 1)[1].split("```", 1)[0]
     printed = ""
     for line in block.splitlines():
-        code, out, err = cli_in_process(cluster, capsys, monkeypatch, *shlex.split(line[3:], comments=True))
+        code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, *shlex.split(line[3:], comments=True)
+        )
         assert code == 0, (line, err)
         printed += out
     assert printed.count("User:bob") >= 2, printed
