@@ -171,15 +171,16 @@ image-smoke: image $(STAMP) proto
 	$(BIN)/python -m tests.container_smoke --image $(IMAGE)
 	$(BIN)/python -m tests.kube_play_smoke --image $(IMAGE)
 
-# The docs as a static site (mkdocs, into site/), the reference pages regenerated from the code
-# first, then every page loaded in Debian's headless Chromium: rendering, script errors, broken
+# The docs as a static site (mkdocs, into site/), the reference pages checked against the code
+# first (python -m devtools.readme_tables rewrites them), then every page loaded in Debian's
+# headless Chromium: rendering, script errors, broken
 # links and anchors (devtools/docs_check.py). Chromium from Debian's packages when missing and
 # we are root.
 docs: $(STAMP) proto
 	@if ! command -v chromium > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
 		env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
 		env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null; fi
-	$(BIN)/python -m devtools.readme_tables
+	$(BIN)/python -m devtools.readme_tables --check
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m devtools.docs_check site
 

@@ -11,6 +11,7 @@ would tie the services' shared settings module into the gateway's imports.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from services.gateway.kafka.api_table import ApiEntry
@@ -77,8 +78,10 @@ def settings_tables() -> Mapping[str, str]:
 
 
 def main() -> None:
-    from devtools import reference_pages
+    from devtools import reference_pages  # it imports this module
 
+    if sys.argv[1:] == ["--check"]:  # make docs: a stale page fails, it is not rewritten
+        sys.exit(reference_pages.check())
     reference_pages.write()
 
 

@@ -128,3 +128,13 @@ def write() -> None:
     for path, text in pages().items():
         path.write_text(text)
         print(f"wrote {path.relative_to(ROOT)}")
+
+
+def check() -> int:
+    """1 (and each stale page named) when a page differs from what the code generates."""
+    stale = [
+        path for path, text in pages().items() if not path.exists() or path.read_text() != text
+    ]
+    for path in stale:
+        print(f"{path.relative_to(ROOT)} differs from the code: python -m devtools.readme_tables")
+    return 1 if stale else 0
