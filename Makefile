@@ -11,7 +11,8 @@ GENERATED := libs/seglog/v1/.generated
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
-$(STAMP): pyproject.toml libs/seglog/records/_scan.c libs/seglog/records/_encode.c
+$(STAMP): pyproject.toml libs/seglog/records/_scan.c libs/seglog/records/_crc32c.h \
+	libs/seglog/records/_encode.c
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 		echo "seglog needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) --version 2>&1)." \
 			"Run: make PYTHON=python3.11 ..." >&2; exit 1; }
