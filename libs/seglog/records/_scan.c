@@ -410,7 +410,8 @@ done:
  * A follower's check of the leader's bytes (validation.validate_follower_records names the
  * problem): whole v2 batches, header lengths, codec, recordCount against lastOffsetDelta,
  * the CRC, base offsets from `next_offset` on and increasing, with no gap unless
- * `gaps_allowed`. Stops at the first batch that fails; `flags` as scan_append's. */
+ * `gaps_allowed`. Stops at the first batch that fails; `flags` as scan_append's;
+ * `max_timestamp` the batches' largest maxTimestamp (INT64_MIN when there are none). */
 static PyObject *scan_follower(PyObject *self, PyObject *args) {
     Py_buffer view;
     long long expected;
@@ -421,7 +422,7 @@ static PyObject *scan_follower(PyObject *self, PyObject *args) {
     Py_ssize_t total = view.len, pos = 0;
     table_buf table = {NULL, 0, 0};
     PyObject *result = NULL;
-    long long max_timestamp = -1;
+    long long max_timestamp = INT64_MIN; /* the largest of the batches', whatever they are */
     int flags = 0;
     int32_t first_epoch = 0;
     while (pos < total) {
