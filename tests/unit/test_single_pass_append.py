@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seglog.errors import SeglogError
+from seglog.errors import SeglogError, StorageError
 from seglog.records import RecordBatchBuilder
 from seglog.records._scan import crc32c as scan_crc32c
 from seglog.records.batch import CRC_OFFSET, NO_TIMESTAMP, compute_crc, read_header
@@ -224,4 +225,30 @@ def test_a_leader_append_keeps_the_batches_own_epochs_when_the_node_gives_none(t
     raw = b"".join(build((2, 10, False, 0, now - NOW_MS, -1, epoch)) for epoch in (1, 1, 3))
     log.append(raw)
     assert [(e.epoch, e.start_offset) for e in log.leader_epochs.entries] == [(1, 0), (3, 4)]
+    log.close()
+
+
+def test_a_failed_batch_write_leaves_nothing_behind_and_later_appends_work(tmp_path):
+    """write_batches' error path: the system call's error, as a retriable StorageError, the
+    log end where it was, and the next append at the same offset."""
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=0))
+    now = time.time_ns() // 1_000_000
+    first = build((2, 10, False, 0, now - NOW_MS, -1, 0))
+    log.append(first)
+    segment = log.active_segment
+    log_fd = segment.log._fd
+    saved = os.dup(log_fd)
+    read_only = os.open(tmp_path / "read-only", os.O_RDONLY | os.O_CREAT, 0o644)
+    os.dup2(read_only, log_fd)  # every write to the .log now fails with EBADF
+    try:
+        with pytest.raises(StorageError, match="failed") as caught:
+            log.append(first + first)
+        assert caught.value.retriable
+    finally:
+        os.dup2(saved, log_fd)
+        os.close(saved)
+        os.close(read_only)
+    assert (log.log_end_offset, segment.size) == (2, len(first))
+    assert log.append(first).first_offset == 2
+    assert segment.log.read(0, segment.size)[len(first) + 16 :] == first[16:]
     log.close()
