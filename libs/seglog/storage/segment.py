@@ -310,14 +310,22 @@ class LogSegment:
         keep their offsets."""
         self._load_state()  # then the private fields: this runs on every append
         room = min(self.offset_index.free_slots(), self.time_index.free_slots())
-        last_time_ms = self.time_index.last_entry.timestamp_ms
+        # The time index's last entry is read only when an entry can come of this append: a
+        # batch gets one when more than the interval lies behind it since the last entry
+        # (the bytes written from `position` bound that), and most small appends get none.
+        since = self._bytes_since_last_index_entry
+        last_time_ms = (
+            self.time_index.last_entry.timestamp_ms
+            if since + self.log.size - position > self.index_interval_bytes
+            else NO_TIMESTAMP
+        )
         try:
             offset_entries, time_entries, since, max_timestamp, offset_of_max = index_entries(
                 table,
                 first_offset,
                 self.base_offset,
                 position,
-                self._bytes_since_last_index_entry,
+                since,
                 self.index_interval_bytes,
                 self._max_timestamp_so_far,
                 self._offset_of_max_timestamp,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from functools import cached_property
 from typing import NoReturn
 
 from ..errors import (
@@ -48,25 +47,47 @@ from .segment import AppendedBatch
 _REWRITTEN_PREFIX = struct.Struct(">qii")
 
 
-@dataclass(frozen=True)
 class ValidatedRecords:
     """An input that passed validation: its bytes (v2 only) and the scan's table of its
     batches (records/batch_table.py), ready for offsets to be assigned. `offsets`: the
     records the batches hold; `max_timestamp`: their largest maxTimestamp; `flags`:
-    batch_table.HAS_PRODUCER, EPOCHS_VARY."""
+    batch_table.HAS_PRODUCER, EPOCHS_VARY. Immutable by convention; a class with slots, not
+    a frozen dataclass, as it is made once per append (~1 us less)."""
 
-    view: memoryview
-    table: bytes
-    offsets: int
-    max_timestamp: int
-    flags: int
-    validated_at_ms: int
+    __slots__ = (
+        "view",
+        "table",
+        "offsets",
+        "max_timestamp",
+        "flags",
+        "validated_at_ms",
+        "_batches",
+    )
 
-    @cached_property
+    def __init__(
+        self,
+        view: memoryview,
+        table: bytes,
+        offsets: int,
+        max_timestamp: int,
+        flags: int,
+        validated_at_ms: int,
+    ) -> None:
+        self.view = view
+        self.table = table
+        self.offsets = offsets
+        self.max_timestamp = max_timestamp
+        self.flags = flags
+        self.validated_at_ms = validated_at_ms
+        self._batches: list[tuple[int, BatchHeader]] | None = None
+
+    @property
     def batches(self) -> list[tuple[int, BatchHeader]]:
         """Each batch's position and header, read when a path needs them in Python
         (idempotent producers, LogAppendTime, recompression): not on the plain append."""
-        return batch_table.headers(self.view, self.table)
+        if self._batches is None:
+            self._batches = batch_table.headers(self.view, self.table)
+        return self._batches
 
     @property
     def batch_count(self) -> int:
