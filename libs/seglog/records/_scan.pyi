@@ -71,3 +71,16 @@ def write_batches(
     leader_epoch: int | None,
 ) -> int: ...
 def crc32c(data: bytes | bytearray | memoryview, force_software: bool = False) -> int: ...
+def decode_chunk(
+    chunk: bytes | memoryview,
+    record_class: type[Any],
+    topic: str,
+    partition: int,
+    position: int,
+    check_crcs: bool,
+    create_time: int,
+    log_append_time: int,
+    out: list[Any],
+    starts: list[int],
+    epochs: list[int],
+) -> tuple[int, int]: ...
