@@ -216,7 +216,8 @@ class LogSegment:
         """Write the batches' bytes (one vectored write) and add their index entries (the
         paths that rewrite batches in Python: LogAppendTime stamps)."""
         table = batch_table.table_of(batches)
-        self._append(lambda: self.log.append(buffers), table, -1, batches[-1].last_offset + 1)
+        next_offset = batches[-1].last_offset + 1 if batches else -1  # none: nothing noted
+        self._append(lambda: self.log.append(buffers), table, -1, next_offset)
 
     def append_table(
         self,
