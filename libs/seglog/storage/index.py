@@ -264,12 +264,11 @@ class AbstractIndex(abc.ABC):
         self._write_entries([fields])
 
     def _write_entries(self, entries: Sequence[Sequence[int]]) -> None:
-        """Append entries (already checked by the subclass) with one write."""
         self._write_packed(b"".join(starmap(self.ENTRY.pack, entries)))
 
     def _write_packed(self, data: bytes) -> None:
-        """Append entries already in the file's format (checked by the subclass) with one
-        write; the first one creates and preallocates the file."""
+        """Append entries in the file's format (checked by the subclass) with one write;
+        the first one creates and preallocates the file."""
         count = len(data) // self.ENTRY.size
         with self._lock:
             if count > self.max_entries - self._entries:
