@@ -14,7 +14,8 @@ broker does for old producers; that is the only path here that touches individua
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 from crc32c import crc32c
@@ -55,11 +56,25 @@ class ValidatedRecords:
     view: memoryview
     batches: list[tuple[int, BatchHeader]]
     validated_at_ms: int
+    # What `rebody` made of a batch's records section while validation held it inflated,
+    # by the batch's position (recompression.py): the batch is not inflated again.
+    bodies: dict[int, bytes] = field(default_factory=dict)
+
+
+# Given a batch's header and its records section (inflated) once it passed its checks,
+# the section to store instead (recompressed), or None to keep the batch as it is.
+Rebody = Callable[[BatchHeader, bytes | bytearray | memoryview], bytes | None]
 
 
 def validate_records(
-    records: bytes | bytearray | memoryview, config: LogConfig, now_ms: int
+    records: bytes | bytearray | memoryview,
+    config: LogConfig,
+    now_ms: int,
+    rebody: Rebody | None = None,
 ) -> ValidatedRecords:
+    """Validate the whole input. With `rebody`, each batch whose records section is
+    inflated to check it (a compressed one) is handed to it while the section is inflated
+    and counted in the process's inflation budget; what it returns is in `bodies`."""
     view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
     total = len(view)
     if total == 0:
@@ -81,19 +96,38 @@ def validate_records(
         config.compact,
     )
     slow_indexes = set(slow)
+    bodies: dict[int, bytes] = {}
     for index, (pos, header) in enumerate(batches):
         if crc32c(view[pos + ATTRIBUTES_OFFSET : pos + header.batch_length + LOG_OVERHEAD]) != (
             header.crc
         ):
             _explain(view, pos, config, now_ms)
         if index in slow_indexes:
-            _check_inside(view, pos, header, config, earliest if check_timestamps else None)
+            _check_inside(
+                view,
+                pos,
+                header,
+                config,
+                earliest if check_timestamps else None,
+                None if rebody is None else _keeper(rebody, header, pos, bodies),
+            )
     if stop < total:
         if total - stop > MAGIC_OFFSET and view[stop + MAGIC_OFFSET] in (0, 1):
             upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
-            return validate_records(upconverted, config, now_ms)
+            return validate_records(upconverted, config, now_ms, rebody)
         _explain(view, stop, config, now_ms)
-    return ValidatedRecords(view, batches, now_ms)
+    return ValidatedRecords(view, batches, now_ms, bodies)
+
+
+def _keeper(
+    rebody: Rebody, header: BatchHeader, pos: int, bodies: dict[int, bytes]
+) -> Callable[[bytes | bytearray | memoryview], None]:
+    def keep(section: bytes | bytearray | memoryview) -> None:
+        body = rebody(header, section)
+        if body is not None:
+            bodies[pos] = body
+
+    return keep
 
 
 def validate_follower_records(
@@ -135,7 +169,12 @@ def validate_follower_records(
 
 
 def _check_inside(
-    view: memoryview, pos: int, header: BatchHeader, config: LogConfig, earliest: int | None
+    view: memoryview,
+    pos: int,
+    header: BatchHeader,
+    config: LogConfig,
+    earliest: int | None,
+    on_section: Callable[[bytes | bytearray | memoryview], None] | None = None,
 ) -> None:
     """The records inside the batch (records/checks.py), and their earliest timestamp
     against the window when the topic keeps CreateTime."""
@@ -146,6 +185,7 @@ def _check_inside(
         require_keys=config.compact,
         max_uncompressed_bytes=config.max_uncompressed_batch_bytes,
         check_max_timestamp=earliest is not None,
+        on_section=on_section,
     )
     if (
         earliest is not None
