@@ -3,9 +3,9 @@ matching-codec append in the same run: `python -m bench.recompression_write`.
 
 Each case appends the same records (1 KiB text-like values, ~1 MiB batches) to a fresh log,
 in turns round by round (bench/timing.py), and reports MB of uncompressed records per
-CPU-second and the ratio to its matching-codec baseline: an uncompressed producer's batch to a `producer` topic
-(kept as sent) for the uncompressed-to-zstd case, a zstd producer's to a zstd topic for the
-gzip-to-zstd one.
+CPU-second and the ratio to its matching-codec baseline: an uncompressed producer's batch
+to a `producer` topic (kept as sent) for the uncompressed-to-zstd case, a zstd producer's to
+a zstd topic for the gzip-to-zstd one.
 """
 
 from __future__ import annotations
