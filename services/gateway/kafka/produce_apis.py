@@ -35,8 +35,7 @@ from typing import Any
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from seglog.errors import PermissionDeniedError, SeglogError
-from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER
-from seglog.records.batch import TRANSACTIONAL_MASK as TRANSACTIONAL
+from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER, TRANSACTIONAL_MASK
 
 from ..routing.data_plane import PartitionRecords, ProducedPartition, TopicProduce
 from . import produce_coalescing as coalescing
@@ -68,10 +67,11 @@ def _transactional(request: Any) -> bool:
     for topic in request.topic_data:
         for data in topic.partition_data:
             records = data.records
+            # attributes is an int16: the transactional bit is in its low byte.
             if (
                 records
                 and len(records) >= HEADER.size
-                and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL)
+                and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_MASK)
             ):
                 return True
     return False
