@@ -78,6 +78,29 @@ def test_every_version_writes_and_v13_names_the_topic_by_id(cluster):
     assert values == [b"v%d" % v for v in VERSIONS]
 
 
+def test_pipelined_v13_requests_each_get_their_own_offsets(cluster):
+    """Requests queued on one connection may be written as one append per partition
+    (produce_coalescing.py), which reads topic names: v13's ids are resolved first."""
+    cluster.admin.create_topic("pipelined-by-id", 1, 2)
+    topic_id = to_wire(cluster.gateway.registry.topic_id_of("pipelined-by-id"))
+    with KafkaWire(cluster.kafka_address) as wire:
+        frames = b"".join(
+            wire.encode(produce_request(13, topic_id, make_batch([b"%d" % i, b"%d" % i])), 13)
+            for i in range(4)
+        )
+        wire.send_raw(frames)
+        answers = [
+            ProduceResponse.decode(wire.read_frame(), version=13, header=True) for _ in range(4)
+        ]
+    results = [a.responses[0].partition_responses[0] for a in answers]
+    assert [a.responses[0].topic_id for a in answers] == [topic_id] * 4
+    assert [(r.error_code, r.base_offset) for r in results] == [(0, 0), (0, 2), (0, 4), (0, 6)]
+    values = [
+        r.value for r in iter_records(bytes(cluster.log("pipelined-by-id", 0).read(0, 1 << 20)))
+    ]
+    assert values == [b"%d" % (i // 2) for i in range(8)]
+
+
 def test_v13_with_an_id_no_topic_has_answers_unknown_topic_id(cluster):
     cluster.admin.create_topic("known-by-id", 1, 2)
     known = to_wire(cluster.gateway.registry.topic_id_of("known-by-id"))
