@@ -17,7 +17,8 @@ from services.gateway.kafka.brokers import broker_view
 from services.gateway.kafka.topic_ids import to_wire
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
-from tests.kafka_wire import KafkaWire
+from tests.kafka_wire import KafkaWire, metadata
+from tests.waiting import wait_until
 
 NOT_LEADER_OR_FOLLOWER = 6
 VERSIONS = range(3, 14)
@@ -183,5 +184,34 @@ def test_not_leader_or_follower_names_the_current_leader_and_its_endpoint(tmp_pa
                 assert [(e.node_id, e.host, e.port, e.rack) for e in answer.node_endpoints] == [
                     (victim, lane.host, lane.port, None)
                 ]
+    finally:
+        cluster.close()
+
+
+def test_a_partition_without_a_leader_is_hinted_as_leaderless(tmp_path):
+    """Once the dead node's session lapses, Metadata names no leader for its partition
+    (LEADER_NOT_AVAILABLE, leader -1: no other replica to elect): the hint is the same,
+    leader -1 at the partition's epoch with no endpoint, as Kafka's broker fills it from a
+    metadata cache without a leader."""
+    cluster = LocalCluster(tmp_path, nodes=2, kafka_lanes=2)
+    try:
+        cluster.admin.create_topic("leaderless", 1, 1)
+        victim = cluster.gateway.registry.route("leaderless", 0).leader
+        cluster.stop_node(victim, controlled=False)
+        assert wait_until(
+            lambda: (
+                metadata(cluster.kafka_address, "leaderless").topics[0].partitions[0].leader_id
+                == -1
+            )
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            request = produce_request(10, "leaderless", make_batch([b"x"]), timeout_ms=2000)
+            answer = wire.request(request, 10, ProduceResponse)
+        (result,) = answer.responses[0].partition_responses
+        assignment = cluster.gateway.registry.topic("leaderless").partitions[0]
+        assert result.error_code == NOT_LEADER_OR_FOLLOWER
+        leader = result.current_leader
+        assert (leader.leader_id, leader.leader_epoch) == (-1, assignment.leader_epoch)
+        assert answer.node_endpoints == []  # a leader Metadata does not list has no endpoint
     finally:
         cluster.close()

@@ -8,9 +8,11 @@ What Kafka's broker fills in (KafkaApis.getCurrentLeader): the leader id and epo
 metadata cache holds for the partition, (-1, -1) for one it does not know, the id -1 with the
 epoch for a partition with no leader; and an endpoint for a leader only when that broker is
 alive and has the request's listener (`getAliveBrokerNode`). The same here, with leaders as
-Metadata presents them (brokers.py): a partition's storage leader is the broker of that id
-at its gateway lane (or, with the gateways' lanes as the brokers, the lane Metadata names),
-and only a broker Metadata lists now (a live node) gets an endpoint.
+Metadata presents them (brokers.py, metadata_apis.py): a partition's storage leader is the
+broker of that id at its gateway lane (or, with the gateways' lanes as the brokers, the lane
+Metadata names), with its endpoint; a partition Metadata answers without a leader (offline,
+or its leader's node no longer live: LEADER_NOT_AVAILABLE, leader -1) is hinted as leader -1
+at its epoch, with no endpoint, which the Java client ignores as incomplete.
 
 What the Java client does with them (Sender.completeBatch, Metadata.updatePartitionLeadership,
 Kafka 3.7+): it takes a hint only when both id and epoch are set, the epoch is newer than the
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from seglog.errors import SeglogError
 
 from .brokers import Broker, BrokerView, broker_view
 
@@ -62,19 +66,23 @@ class LeaderHints:
     def current_leader(self, topic: str, partition: int) -> LeaderHint:
         """The partition's leader and epoch as Metadata would name them now; its broker's
         endpoint is kept for `endpoints` when that broker is listed (alive)."""
-        known = self._core.registry.topics.get(topic)
+        registry = self._core.registry
+        known = registry.topics.get(topic)
         if known is None or not 0 <= partition < len(known.partitions):
             return UNKNOWN
-        assignment = known.partitions[partition]
-        if assignment.leader == NO_LEADER:
-            return LeaderHint(NO_LEADER, assignment.leader_epoch)
+        epoch = known.partitions[partition].leader_epoch
+        try:
+            route = registry.route(topic, partition)
+        except SeglogError:  # no leader, or offline on its node: Metadata names none
+            return LeaderHint(NO_LEADER, epoch)
         view = self._broker_view()
-        leader_id = view.leader(topic, partition, assignment.leader)
-        for broker in view.brokers:
-            if broker.node_id == leader_id:
-                self._endpoints[leader_id] = broker
-                break
-        return LeaderHint(leader_id, assignment.leader_epoch)
+        leader_id = view.leader(topic, partition, route.leader)
+        broker = next((b for b in view.brokers if b.node_id == leader_id), None)
+        if broker is None or not route.live:
+            # Its node's session lapsed: Metadata answers LEADER_NOT_AVAILABLE, leader -1.
+            return LeaderHint(NO_LEADER, epoch)
+        self._endpoints[leader_id] = broker
+        return LeaderHint(leader_id, epoch)
 
     def endpoints(self) -> list[Broker]:
         """The listed brokers among the leaders `current_leader` named, by id."""
