@@ -21,7 +21,7 @@ from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
 from .log_state import tracer
 from .producer_state import producer_batches
-from .recompression import recompress
+from .recompression import rebody_for, recompress
 from .segment import LogSegment
 from .validation import (
     ValidatedRecords,
@@ -50,7 +50,9 @@ class LogAppending(LogFlushing):
         """Check the whole input against this log's config without writing anything, so a
         caller holding several partitions' inputs can check them all before appending any."""
         with tracer.start_as_current_span("seglog.log.validate") as span:
-            validated = validate_records(records, self.config, self.clock.now_ms())
+            validated = validate_records(
+                records, self.config, self.clock.now_ms(), rebody_for(self.config)
+            )
             # Only where the topic's compression.type differs from a batch's codec: else
             # `validated` itself, with no copy.
             validated = recompress(validated, self.config)

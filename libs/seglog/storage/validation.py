@@ -16,6 +16,7 @@ individual records.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -61,6 +62,7 @@ class ValidatedRecords:
         "max_timestamp",
         "flags",
         "validated_at_ms",
+        "bodies",
         "_batches",
     )
 
@@ -72,6 +74,7 @@ class ValidatedRecords:
         max_timestamp: int,
         flags: int,
         validated_at_ms: int,
+        bodies: dict[int, bytes] | None = None,
     ) -> None:
         self.view = view
         self.table = table
@@ -79,6 +82,9 @@ class ValidatedRecords:
         self.max_timestamp = max_timestamp
         self.flags = flags
         self.validated_at_ms = validated_at_ms
+        # What `rebody` made of a batch's records section while validation held it inflated,
+        # by the batch's position (recompression.py): the batch is not inflated again.
+        self.bodies: dict[int, bytes] = {} if bodies is None else bodies
         self._batches: list[tuple[int, BatchHeader]] | None = None
 
     @property
@@ -105,9 +111,20 @@ class ValidatedRecords:
         return cls(view, table, offsets, max_timestamp, flags, validated_at_ms)
 
 
+# Given a batch's header and its records section (inflated) once it passed its checks,
+# the section to store instead (recompressed), or None to keep the batch as it is.
+Rebody = Callable[[BatchHeader, bytes | bytearray | memoryview], bytes | None]
+
+
 def validate_records(
-    records: bytes | bytearray | memoryview, config: LogConfig, now_ms: int
+    records: bytes | bytearray | memoryview,
+    config: LogConfig,
+    now_ms: int,
+    rebody: Rebody | None = None,
 ) -> ValidatedRecords:
+    """Validate the whole input. With `rebody`, each batch whose records section is
+    inflated to check it (a compressed one) is handed to it while the section is inflated
+    and counted in the process's inflation budget; what it returns is in `bodies`."""
     view = memoryview(records).cast("B") if not isinstance(records, bytes) else memoryview(records)
     total = len(view)
     if total == 0:
@@ -129,16 +146,34 @@ def validate_records(
         latest,
         config.compact,
     )
+    bodies: dict[int, bytes] = {}
     for pos in slow:
+        header = read_header(view, pos)
         _check_inside(
-            view, pos, read_header(view, pos), config, earliest if check_timestamps else None
+            view,
+            pos,
+            header,
+            config,
+            earliest if check_timestamps else None,
+            None if rebody is None else _keeper(rebody, header, pos, bodies),
         )
     if stop < total:
         if total - stop > MAGIC_OFFSET and view[stop + MAGIC_OFFSET] in (0, 1):
             upconverted = _upconvert_all(view, config.max_uncompressed_batch_bytes)
-            return validate_records(upconverted, config, now_ms)
+            return validate_records(upconverted, config, now_ms, rebody)
         _explain(view, stop, config, now_ms)
-    return ValidatedRecords(view, table, offsets, max_timestamp, flags, now_ms)
+    return ValidatedRecords(view, table, offsets, max_timestamp, flags, now_ms, bodies)
+
+
+def _keeper(
+    rebody: Rebody, header: BatchHeader, pos: int, bodies: dict[int, bytes]
+) -> Callable[[bytes | bytearray | memoryview], None]:
+    def keep(section: bytes | bytearray | memoryview) -> None:
+        body = rebody(header, section)
+        if body is not None:
+            bodies[pos] = body
+
+    return keep
 
 
 @dataclass(frozen=True)
@@ -217,7 +252,12 @@ def validate_follower_records(
 
 
 def _check_inside(
-    view: memoryview, pos: int, header: BatchHeader, config: LogConfig, earliest: int | None
+    view: memoryview,
+    pos: int,
+    header: BatchHeader,
+    config: LogConfig,
+    earliest: int | None,
+    on_section: Callable[[bytes | bytearray | memoryview], None] | None = None,
 ) -> None:
     """The records inside the batch (records/checks.py), and their earliest timestamp
     against the window when the topic keeps CreateTime."""
@@ -228,6 +268,7 @@ def _check_inside(
         require_keys=config.compact,
         max_uncompressed_bytes=config.max_uncompressed_batch_bytes,
         check_max_timestamp=earliest is not None,
+        on_section=on_section,
     )
     if (
         earliest is not None
