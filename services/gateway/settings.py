@@ -54,7 +54,6 @@ from .kafka.listener import (
     DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
     DEFAULT_CONNECTIONS_MAX_IDLE_MS,
     DEFAULT_NUM_NETWORK_THREADS,
-    MAX_KAFKA_LANES,
     ListenerLimits,
     parse_listener,
 )
@@ -90,13 +89,6 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise ValueError(f"{value}: must be at least 1")
     return value
-
-
-def _kafka_lanes(text: str) -> int:
-    lanes = int(text)
-    if not 1 <= lanes <= MAX_KAFKA_LANES:
-        raise ValueError(f"kafka lanes {lanes}: must be 1 to {MAX_KAFKA_LANES}")
-    return lanes
 
 
 @dataclass(frozen=True)
@@ -157,17 +149,6 @@ class GatewayConfig:
         name="advertised.listeners",
         flag="--kafka-advertised-listen",
         parse=_kafka_listener,
-        described=False,
-    )
-    kafka_lanes: int = setting(
-        1,
-        "Ports this gateway's Kafka listener serves on (lane i on the listener's port + i, "
-        "advertised likewise; the kernel picks each when the port is 0). With a lane per "
-        "storage node (over the gateways) each node is a Kafka broker under its node id at a "
-        "lane of its own, so a client keeps a connection per storage leader, served "
-        "concurrently, and Kafka's broker tools work on node ids; else each lane is a broker",
-        name="kafka.lanes",
-        parse=_kafka_lanes,
         described=False,
     )
     kafka_max_connections: int = setting(

@@ -45,8 +45,7 @@ class GatewayPeers(Protocol):
     @property
     def kafka_advertised_address(self) -> str: ...
 
-    @property
-    def kafka_advertised_lanes(self) -> list[str]: ...
+    def kafka_node_address(self, node: int) -> tuple[str, int] | None: ...  # its lane's
 
     @property
     def gateway_session(self) -> GatewaySession | None: ...  # None: the only gateway

@@ -15,6 +15,7 @@ from seglog.errors import AuthenticationError
 
 from ..authorization import certificate_principal
 from ..broker.caller import Caller
+from .node_lanes import NO_NODE
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -31,9 +32,10 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
-    # The listener lane the connection came in on: which broker the client thinks it is
+    # The node whose lane the connection came in on (NO_NODE: the listener's own port, when
+    # it is no node's): which broker the client thinks it is
     # talking to (brokers.py), for the requests a Kafka broker answers for itself.
-    lane: int = 0
+    lane: int = NO_NODE
 
 
 @dataclass
