@@ -237,14 +237,17 @@ class KafkaListener:
 
     def node_address(self, node: int) -> tuple[str, int] | None:
         """What Metadata names as `node`'s broker address: its lane's advertised address; the
-        listener's own when its lane cannot be bound; None while its lane is not bound yet
-        (a node that registered a moment ago: the keeper is told to look now)."""
+        listener's own when its lane cannot be bound; None when it has none (not registered,
+        or gone). A node registered since the keeper last looked gets its lane now: a bind,
+        once in the node's life, never a call to anyone."""
         lanes, keeper = self.node_lanes, self._lane_keeper
-        address = None if lanes is None else lanes.address(node)
-        if address is None and lanes is not None and node in lanes.unplaced:
+        if lanes is None:
+            return None
+        address = lanes.address(node)
+        if address is None and keeper is not None and keeper.refresh_if_behind():
+            address = lanes.address(node)  # registered since the keeper last looked
+        if address is None and node in lanes.unplaced:
             address = split_address(self.advertised_address)
-        elif address is None and keeper is not None:
-            keeper.changed()
         return address
 
     def start(self) -> None:

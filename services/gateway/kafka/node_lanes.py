@@ -12,8 +12,8 @@ emptying a node) and binds or closes lanes; requests read the current lanes, an 
 mapping replaced whole, without a lock. A port that cannot be bound (taken by another process)
 is retried at each tick (LANE_RETRY_S) and meanwhile the node is listed at the listener's own
 address (brokers.py), with a warning once. A node that registered a moment ago and has no lane
-yet is left out of the broker list (as Kafka leaves out a broker that has not caught up), and
-the keeper is told to look at once.
+yet gets it when a request first asks for its address (one bind in the node's life, before
+the keeper's tick).
 
 Node 0's port is the listener's own (port + 0): that lane is the listener itself.
 """
@@ -205,6 +205,15 @@ class LaneKeeper:
         wanted = wanted_nodes(self.registry)
         self._seen_offset = offset
         self.lanes.sync(wanted)
+
+    def refresh_if_behind(self) -> bool:
+        """Refresh now when the registry moved since the last look (a node's lane asked for
+        before the keeper's tick: the first Metadata after it registered); else nothing, so
+        asking for a node with no lane costs one compare."""
+        if self.registry.metadata_offset == self._seen_offset:
+            return False
+        self.refresh()
+        return True
 
     def _run(self) -> None:
         while not self._stopped.is_set():
