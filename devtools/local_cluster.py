@@ -260,8 +260,6 @@ def main(argv: list[str] | None = None) -> int:
         if kafka_listens:
             free = " (free ports: see the gateway logs)" if int(kafka_port) == 0 else ""
             kafka = f" (Kafka clients: {','.join(kafka_listens)}{free})"
-            if int(kafka_port) != 0:
-                kafka += f"; Kafka brokers: {_node_brokers(kafka_listens, args.nodes)}"
         print(
             f"seglog local cluster: gateway on {address}{kafka}, storage nodes call {internal}",
             flush=True,
@@ -273,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({adopted})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
+        if kafka_listens and int(kafka_port) != 0:
+            print(f"  Kafka brokers: {_node_brokers(kafka_listens, args.nodes)}", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
             scraped = f"{metrics_ports[0]}-{metrics_ports[-1]}"
             print(f"  Prometheus endpoints on {host}:{scraped} (/metrics)", flush=True)
@@ -414,11 +414,11 @@ def _listening(host: str, port: int) -> bool:
         return False
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _node_brokers(kafka_listens: list[str], nodes: int) -> str:
     """Each node's broker address at the first gateway (its Kafka port + the node id)."""
     host, port = kafka_listens[0].removeprefix("SSL://").rsplit(":", 1)
-    return ", ".join(f"node {n} {host}:{int(port) + n}" for n in range(1, nodes + 1))
+    return ", ".join(f"node {n} at {host}:{int(port) + n}" for n in range(1, nodes + 1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -136,7 +136,7 @@ class GatewayConfig:
     kafka_listen: str | None = setting(
         None,
         "serve Kafka's protocol here (PLAINTEXT://host:port or host:port; default: no "
-        "Kafka listener)",
+        "Kafka listener); storage node N is a broker at this port + N, bound as it registers",
         name="listeners",
         flag="--kafka-listen",
         parse=_kafka_listener,
@@ -144,8 +144,8 @@ class GatewayConfig:
     )
     kafka_advertised_listener: str | None = setting(
         None,
-        "host:port Kafka clients are told to reach this gateway at (default: the Kafka "
-        "listener's address)",
+        "host:port Kafka clients are told to reach this gateway at, and storage node N's "
+        "broker at its port + N (default: the Kafka listener's address)",
         name="advertised.listeners",
         flag="--kafka-advertised-listen",
         parse=_kafka_listener,
