@@ -294,10 +294,11 @@ class Gateway:
         """What Kafka clients are told this gateway's address is (advertised.listeners)."""
         return self._kafka.advertised_address
 
-    def kafka_node_address(self, node: int) -> tuple[str, int] | None:
+    def kafka_node_address(self, node: int, *, bound: bool = True) -> tuple[str, int] | None:
         """What Kafka clients are told storage node `node`'s broker is at: its lane on this
-        gateway's Kafka listener (kafka/node_lanes.py), None while it has none."""
-        return self._kafka.node_address(node)
+        gateway's Kafka listener (kafka/node_lanes.py), None while it has none (`bound`
+        False: where the rule puts it all the same)."""
+        return self._kafka.node_address(node, bound=bound)
 
     @property
     def _kafka(self) -> KafkaListener:

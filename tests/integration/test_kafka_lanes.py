@@ -7,17 +7,22 @@ decommissioned node as Kafka shows a fenced broker."""
 
 from __future__ import annotations
 
+import socket
+
 import confluent_kafka
 import pytest
 from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from seglog.client.structs import TopicPartition
 from seglog.records import iter_records
 from services.gateway.__main__ import parse_args as gateway_args
+from services.gateway.kafka.node_lanes import NodeLanes, lane_port
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire, metadata
+from tests.ports import free_port_run
 from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
 from tests.waiting import wait_until
 
@@ -169,11 +174,24 @@ def test_a_node_keeps_its_broker_address_across_a_gateway_restart_and_a_new_node
         cluster.close()
 
 
-def test_describe_cluster_shows_a_decommissioned_node_fenced_when_asked(tmp_path):
+def accepts(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def test_describe_cluster_shows_a_decommissioned_node_fenced_and_its_lane_closes_once_empty(
+    tmp_path,
+):
     cluster = LocalCluster(tmp_path, nodes=3)
     try:
+        cluster.admin.create_topic("held", 1, 3)  # node 3 holds a replica
         port = listener_port(cluster)
         address = cluster.kafka_address
+        lane_3 = f"127.0.0.1:{port + 3}"
         everyone = {n: (f"127.0.0.1:{port + n}", False) for n in NODES}
         assert wait_until(lambda: described(address, True) == everyone, TIMEOUT_S)
         assert described(address, False) == everyone
@@ -181,10 +199,51 @@ def test_describe_cluster_shows_a_decommissioned_node_fenced_when_asked(tmp_path
         # Kafka's view of a fenced broker: left out unless include_fenced_brokers, then
         # listed with is_fenced; the tools choose brokers from the first.
         assert wait_until(lambda: 3 not in described(address, False), TIMEOUT_S)
-        assert described(address, True) == {**everyone, 3: (f"127.0.0.1:{port + 3}", True)}
+        assert described(address, True) == {**everyone, 3: (lane_3, True)}
+        # Still serving its replica: its lane stays, and Metadata lists it (it may lead).
+        assert accepts(lane_3)
+        assert 3 in brokers_of(address, "held")
+        # Emptied, its lane is closed; it is still shown fenced where Kafka would show it.
+        cluster.admin.alter_partition_reassignments({TopicPartition("held", 0): [1, 2]})
+        assert wait_until(lambda: not accepts(lane_3), TIMEOUT_S)
+        assert described(address, True)[3] == (lane_3, True)
+        # Recommissioned, it is a broker again at the same address.
+        cluster.admin.recommission_node(3)
+        assert wait_until(lambda: described(address, False) == everyone, TIMEOUT_S)
+        assert accepts(lane_3)
         # A node down is fenced too.
         cluster.stop_node(2, controlled=False)
         assert wait_until(lambda: described(address, True)[2][1], TIMEOUT_S)
-        assert set(described(address, False)) == {1}
+        assert set(described(address, False)) == {1, 3}
     finally:
         cluster.close()
+
+
+def test_a_lane_whose_port_is_taken_is_listed_at_the_listener_and_bound_once_free():
+    """Real sockets: a node whose port another process holds is not lost (listed at the
+    listener's address, with a warning) and gets its lane when the port frees; a node id
+    past 65535 - the port has none."""
+    base = free_port_run(4)
+    served: list[int] = []
+
+    def serve(server: socket.socket, node: int) -> None:
+        served.append(node)
+
+    lanes = NodeLanes("127.0.0.1", base, None, serve)
+    taken = socket.create_server(("127.0.0.1", base + 2))
+    try:
+        lanes.sync({1, 2})
+        assert lanes.address(1) == ("127.0.0.1", base + 1)
+        assert lanes.address(2) is None and 2 in lanes.unplaced and lanes.retrying
+        taken.close()
+        lanes.sync({1, 2})
+        assert lanes.address(2) == ("127.0.0.1", base + 2) and not lanes.retrying
+        assert sorted(served) == [1, 2]
+        lanes.sync({1})  # node 2 gone for good: its port is free again
+        assert lanes.address(2) is None
+        socket.create_server(("127.0.0.1", base + 2)).close()
+        assert lane_port(65530, 6) is None and lane_port(65530, 5) == 65535
+        assert lane_port(0, 70000) == 0  # kernel-picked lanes have no ceiling
+    finally:
+        taken.close()
+        lanes.close()

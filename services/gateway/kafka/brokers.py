@@ -146,10 +146,13 @@ def described_brokers(
     brokers = []
     for node in sorted(nodes):
         fenced = node not in live or node in decommissioned
-        broker = node_broker(core, node)
-        if broker is None or (fenced and not include_fenced):
-            continue  # no lane: not yet, or gone for good
-        brokers.append(Broker(node, broker.host, broker.port, fenced=fenced))
+        if fenced and not include_fenced:
+            continue
+        # A fenced node's lane may be closed (decommissioned, emptied): shown at its address
+        # by the rule, as Kafka shows a fenced broker at its registered endpoint.
+        address = core.peers.kafka_node_address(node, bound=not fenced)
+        if address is not None:
+            brokers.append(Broker(node, *address, fenced=fenced))
     controller = next((b.node_id for b in brokers if not b.fenced), view.controller_id)
     return BrokerView(tuple(brokers), controller, view.gateway)
 

@@ -235,14 +235,17 @@ class KafkaListener:
         """What Metadata names as this gateway's address to clients of this listener."""
         return self._advertised or self.address
 
-    def node_address(self, node: int) -> tuple[str, int] | None:
+    def node_address(self, node: int, *, bound: bool = True) -> tuple[str, int] | None:
         """What Metadata names as `node`'s broker address: its lane's advertised address; the
         listener's own when its lane cannot be bound; None when it has none (not registered,
-        or gone). A node registered since the keeper last looked gets its lane now: a bind,
-        once in the node's life, never a call to anyone."""
+        or gone; with `bound` False, where the rule puts it all the same). A node registered
+        since the keeper last looked gets its lane now: a bind, once in the node's life, never
+        a call to anyone."""
         lanes, keeper = self.node_lanes, self._lane_keeper
         if lanes is None:
             return None
+        if not bound:
+            return lanes.ruled_address(node)
         address = lanes.address(node)
         if address is None and keeper is not None and keeper.refresh_if_behind():
             address = lanes.address(node)  # registered since the keeper last looked

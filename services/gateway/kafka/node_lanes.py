@@ -104,6 +104,14 @@ class NodeLanes:
         lane = self.lanes.get(node)
         return None if lane is None else (lane.advertised_host, lane.advertised_port)
 
+    def ruled_address(self, node: int) -> tuple[str, int] | None:
+        """Where `node`'s lane is or would be by the rule, bound or not (a decommissioned
+        node's, shown fenced); None when the port is kernel-picked and it has no lane."""
+        bound = self.address(node)
+        if bound is not None or lane_port(self.base_port, node) in (None, 0):
+            return bound
+        return self._advertised(node, self.base_port + node)
+
     def listener_node(self) -> int:
         """The node whose lane is the listener's own port (node 0 at port + 0), else NO_NODE."""
         lane = self.lanes.get(0)
