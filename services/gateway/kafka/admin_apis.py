@@ -330,7 +330,7 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
     include_fenced = call.version >= 2 and bool(request.include_fenced_brokers)
-    view = described_brokers(call.core, call.advertised_address, include_fenced)
+    view = described_brokers(call.core, call.listener, include_fenced)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,

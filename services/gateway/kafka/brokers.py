@@ -55,7 +55,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .node_lanes import NO_NODE
+from .node_lanes import NO_NODE, ListenerSide
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -107,39 +107,51 @@ def broker_id(advertised_address: str) -> int:
     )
 
 
-def this_broker(core: KafkaCore, advertised_address: str | None = None) -> Broker:
+def this_broker(core: KafkaCore, listener: ListenerSide | None = None) -> Broker:
     """The answering gateway's listener as a gateway broker: its id from its advertised
-    address, host and port from `advertised_address` when given (the address of the listener
-    a client came through, `KafkaCall.advertised_address`)."""
-    host, port = split_address(advertised_address or core.peers.kafka_advertised_address)
+    address, host and port from the listener a client came through when given
+    (`KafkaCall.listener`)."""
+    advertised = listener.advertised_address if listener is not None else None
+    host, port = split_address(advertised or core.peers.kafka_advertised_address)
     return Broker(broker_id(core.peers.kafka_advertised_address), host, port)
 
 
-def node_broker(core: KafkaCore, node: int) -> Broker | None:
+def node_address(
+    core: KafkaCore, node: int, listener: ListenerSide | None, *, bound: bool = True
+) -> tuple[str, int] | None:
+    """`node`'s lane on the client's listener (the gateway's own listener when not given)."""
+    if listener is not None and listener.node_address is not None:
+        return listener.node_address(node, bound=bound)
+    return core.peers.kafka_node_address(node, bound=bound)
+
+
+def node_broker(core: KafkaCore, node: int, listener: ListenerSide | None = None) -> Broker | None:
     """`node` as a broker at its lane here; None while its lane is not bound yet."""
-    address = core.peers.kafka_node_address(node)
+    address = node_address(core, node, listener)
     return None if address is None else Broker(node, *address)
 
 
-def broker_view(core: KafkaCore, advertised_address: str | None = None) -> BrokerView:
+def broker_view(core: KafkaCore, listener: ListenerSide | None = None) -> BrokerView:
     """The brokers Metadata names (the live nodes with a lane) and the controller among
     them."""
     brokers = tuple(
-        b for b in (node_broker(core, n) for n in core.registry.live_nodes()) if b is not None
+        b
+        for b in (node_broker(core, n, listener) for n in core.registry.live_nodes())
+        if b is not None
     )
     if not brokers:
-        gateway = this_broker(core, advertised_address)
+        gateway = this_broker(core, listener)
         return BrokerView((gateway,), gateway.node_id, gateway)
     return BrokerView(brokers, brokers[0].node_id)
 
 
 def described_brokers(
-    core: KafkaCore, advertised_address: str | None, include_fenced: bool
+    core: KafkaCore, listener: ListenerSide | None, include_fenced: bool
 ) -> BrokerView:
     """DescribeCluster's brokers: the live nodes that are not decommissioned; with
     `include_fenced`, every node that has a lane, fenced (`Broker.fenced`) when it is down or
     decommissioned (Kafka's getBrokerNodes vs getAliveBrokerNodes)."""
-    view = broker_view(core, advertised_address)
+    view = broker_view(core, listener)
     live = set(core.registry.live_nodes())
     decommissioned = core.registry.decommissioned_nodes()
     nodes = set(core.registry.addresses()) if include_fenced else live
@@ -150,7 +162,7 @@ def described_brokers(
             continue
         # A fenced node's lane may be closed (decommissioned, emptied): shown at its address
         # by the rule, as Kafka shows a fenced broker at its registered endpoint.
-        address = core.peers.kafka_node_address(node, bound=not fenced)
+        address = node_address(core, node, listener, bound=not fenced)
         if address is not None:
             brokers.append(Broker(node, *address, fenced=fenced))
     controller = next((b.node_id for b in brokers if not b.fenced), view.controller_id)
@@ -163,7 +175,7 @@ def controller_id(core: KafkaCore) -> int:
 
 
 def broker_on_gateway(
-    core: KafkaCore, kafka_address: str, advertised_address: str | None = None
+    core: KafkaCore, kafka_address: str, listener: ListenerSide | None = None
 ) -> Broker:
     """The broker a client is sent to for what the gateway whose listener advertises
     `kafka_address` must answer itself (a group it coordinates): the lowest live node at its
@@ -171,7 +183,7 @@ def broker_on_gateway(
     Metadata lists (librdkafka drops brokers Metadata no longer lists); the gateway's own
     broker when no node is live."""
     if kafka_address == core.peers.kafka_advertised_address:
-        view = broker_view(core, advertised_address)
+        view = broker_view(core, listener)
         return view.gateway or view.brokers[0]
     live = core.registry.live_nodes()
     if not live:
@@ -181,17 +193,17 @@ def broker_on_gateway(
 
 
 def broker_of_gateway(
-    core: KafkaCore, gateway_address: str, advertised_address: str | None = None
+    core: KafkaCore, gateway_address: str, listener: ListenerSide | None = None
 ) -> Broker | None:
     """The Kafka broker of the gateway at `gateway_address` (its gRPC address, as
     coordination names gateways: a group's coordinator, the controller); None when that
     gateway is not live or has no Kafka listener. The answering gateway is always known."""
     if gateway_address == core.peers.advertised_address or core.peers.gateway_session is None:
-        return broker_on_gateway(core, core.peers.kafka_advertised_address, advertised_address)
+        return broker_on_gateway(core, core.peers.kafka_advertised_address, listener)
     kafka_address = core.peers.gateway_session.live_kafka_addresses().get(gateway_address)
     if kafka_address is None:
         return None
-    return broker_on_gateway(core, kafka_address, advertised_address)
+    return broker_on_gateway(core, kafka_address, listener)
 
 
 def nodes_on_lane(core: KafkaCore, lane: int) -> list[int]:

@@ -43,6 +43,7 @@ from .framing import (
     parse_request,
 )
 from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
+from .node_lanes import NodeAddress
 from .sasl import SaslFailed
 from .sasl_apis import authenticate_session
 
@@ -105,8 +106,11 @@ class KafkaConnection:
         tracer: trace.Tracer,
         sasl_required: bool = False,
         advertised_address: str,
+        node_address: NodeAddress | None = None,
     ) -> None:
-        self.session = ConnectionSession(identity, advertised_address, sasl_required=sasl_required)
+        self.session = ConnectionSession(
+            identity, advertised_address, sasl_required=sasl_required, node_address=node_address
+        )
         self.table = table
         self.core = core
         self.tracer = tracer

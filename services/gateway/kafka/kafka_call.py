@@ -15,7 +15,7 @@ from seglog.errors import AuthenticationError
 
 from ..authorization import certificate_principal
 from ..broker.caller import Caller
-from .node_lanes import NO_NODE
+from .node_lanes import NO_NODE, ListenerSide, NodeAddress
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -55,6 +55,8 @@ class ConnectionSession:
     # A multi-message SASL exchange under way (SCRAM's: sasl_scram.ScramExchange).
     sasl_exchange: Any = None
     certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
+    # Each node's broker address on the client's listener (None: the gateway's listener's).
+    node_address: NodeAddress | None = None
     # Past a client quota, the connection reads no request before this (time.monotonic()):
     # KIP-219's mute, after the answer that says throttle_time_ms went out.
     muted_until: float = 0.0
@@ -113,6 +115,11 @@ class KafkaCall:
     def advertised_address(self) -> str:
         """This gateway's address as the client's listener advertises it."""
         return self.session.advertised_address
+
+    @property
+    def listener(self) -> ListenerSide:
+        """The client's listener, as brokers.py names brokers to it."""
+        return ListenerSide(self.session.advertised_address, self.session.node_address)
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         """Whether this call's caller may `operation` the resource (always, with the

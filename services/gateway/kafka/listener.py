@@ -275,6 +275,7 @@ class KafkaListener:
             ssl_context=self.ssl_context,
             sasl_required=self.sasl_required,
             advertised_address=self.advertised_address,
+            node_address=self.node_address,
             max_request_bytes=self.max_request_bytes,
             idle_timeout_s=self.idle_timeout_s,
             first_request_timeout_s=self.limits.connections_first_request_timeout_ms / 1000,

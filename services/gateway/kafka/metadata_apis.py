@@ -151,7 +151,7 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             return _refused(call, response_class, request)
     names = [name for name, _ in asked]
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
-    view = broker_view(call.core, call.advertised_address)
+    view = broker_view(call.core, call.listener)
     missing = {}
     if not every_topic:
         missing = call.core.auto_create.create_missing(

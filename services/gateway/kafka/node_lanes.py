@@ -28,6 +28,18 @@ from typing import NamedTuple, Protocol
 
 logger = logging.getLogger(__name__)
 
+# A node's broker address on one listener (KafkaListener.node_address): (node, bound=True).
+NodeAddress = Callable[..., "tuple[str, int] | None"]
+
+
+class ListenerSide(NamedTuple):
+    """The listener a client came through, as brokers are named to it: its advertised
+    address and its nodes' lanes (a gateway may serve several listeners in tests)."""
+
+    advertised_address: str | None = None
+    node_address: NodeAddress | None = None
+
+
 # How often the keeper looks at the registry's offset, and retries a port it could not bind:
 # a new node is a broker at most this long after it registered (a node takes seconds to start,
 # heartbeats every 2 s in production); the look costs one integer compare.

@@ -187,6 +187,7 @@ class Processor:
             tracer=context.tracer,
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,
+            node_address=context.node_address,
         )
         channel = Channel(
             sock,
