@@ -39,8 +39,10 @@ def cluster(tmp_path_factory):
 
 
 def lane_addresses(cluster) -> dict[int, str]:
+    """Each node's lane, once bound (at the keeper's tick or a first Metadata asking)."""
     listener = cluster.gateway.kafka_listener
     assert listener is not None
+    assert wait_until(lambda: set(NODES) <= set(listener.lane_addresses), TIMEOUT_S)
     return listener.lane_addresses
 
 
@@ -71,10 +73,10 @@ def test_metadata_names_each_node_a_broker_at_port_plus_its_id_and_the_storage_l
     cluster.admin.create_topic("laned", PARTITIONS, 3)
     port = listener_port(cluster)
     expected = {n: f"127.0.0.1:{port + n}" for n in NODES}
-    assert lane_addresses(cluster) == expected
     answer = metadata(cluster.kafka_address, "laned")
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}
     assert brokers == expected
+    assert lane_addresses(cluster) == expected  # bound here, at those ports
     registry = cluster.gateway.registry
     for partition in answer.topics[0].partitions:
         storage_leader = registry.route("laned", partition.partition_index).leader
