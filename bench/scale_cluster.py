@@ -22,7 +22,7 @@ from devtools.embedded_etcd import EtcdProcess
 from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.errors import SeglogError
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
 from .cluster import CLUSTER_SECRET_ENV
 

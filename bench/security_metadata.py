@@ -27,7 +27,7 @@ from seglog.security.certs import GATEWAY_IDENTITY, CertificateAuthority, write_
 from seglog.security.tls import TlsFiles
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.coordination.etcd_auth import lock_down
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
 TOPICS_PER_ROUND = 20
 ROUNDS = 3

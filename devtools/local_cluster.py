@@ -58,7 +58,7 @@ from seglog.security.certs import GATEWAY_IDENTITY
 from seglog.security.tls import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, ClientSecurity
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.coordination.etcd_auth import lock_down
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
 from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess

@@ -26,7 +26,8 @@ from services.gateway.cluster.registry_bootstrap import (
     file_registry_exists,
     moved_into_etcd,
 )
-from services.gateway.coordination.etcd_keyspace import DEFAULT_PREFIX, EtcdKeyspace
+from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
+from services.gateway.coordination.etcd_keyspace import EtcdKeyspace
 
 from .credentials import identity_files, secret_file
 from .embedded_etcd import EtcdProcess

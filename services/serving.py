@@ -63,19 +63,15 @@ def unary(fn: Callable[..., Any], request_cls: Any, response_cls: Any) -> grpc.R
 
 
 def unary_handlers(
-    service: Any,
-    methods: dict[str, Callable[..., Any]],
-    *,
-    wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]] | None = None,
+    service: Any, methods: dict[str, Callable[..., Any]]
 ) -> dict[str, grpc.RpcMethodHandler]:
-    """Unary handlers for some methods of a proto service (its ServiceDescriptor), each
-    implementation wrapped by `wrap(name, fn)` when given (authorization); request and
-    response classes come from the descriptor, so the table names each method once."""
+    """Unary handlers for some methods of a proto service (its ServiceDescriptor); request
+    and response classes come from the descriptor, so the table names each method once."""
     handlers = {}
     for name, fn in methods.items():
         method = service.methods_by_name[name]
         handlers[name] = unary(
-            wrap(name, fn) if wrap is not None else fn,
+            fn,
             message_factory.GetMessageClass(method.input_type),
             message_factory.GetMessageClass(method.output_type),
         )

@@ -1,11 +1,14 @@
-"""Authorization at the gateway: every call's principal is checked per resource against the
-ACLs (security/acls.py) before any work, when the authorizer is on (`--authorizer`).
+"""Authorization at the gateway: the broker core checks each call's `Caller` per resource
+against the ACLs (security/acls.py) before any work, when the authorizer is on
+(`--authorizer`): `check` to refuse, `allows` to leave out what the caller may not see. The
+core's calls do it themselves (cluster/, groups/, routing/), so both adapters, gRPC and
+Kafka, meet the same ACLs the same way.
 
-The principal is the bearer token's (security/tokens.py) when the call carries one — a token
-that does not verify is refused with SASL_AUTHENTICATION_FAILED — else `User:<common name>`
-of the caller's verified certificate (Kafka's default principal builder for SSL), else
-`User:ANONYMOUS`. What each call needs is Kafka's
-(the operation Kafka's broker checks for the same request):
+The gRPC caller's principal (`caller_of`) is the bearer token's (security/tokens.py) when the
+call carries one — a token that does not verify is refused with SASL_AUTHENTICATION_FAILED —
+else `User:<common name>` of the caller's verified certificate (Kafka's default principal
+builder for SSL), else `User:ANONYMOUS`. What each call needs is Kafka's (the operation
+Kafka's broker checks for the same request):
 
     Produce, ProduceGrants     Write on each topic
     Fetch, FetchGrants         Read on each topic
@@ -20,7 +23,8 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     ListTopics                 lists only the topics the principal may Describe
     DescribeConfigs            DescribeConfigs on each topic (and on the cluster with it)
     AlterConfigs               AlterConfigs on the topic
-    DescribeCluster, ListGroups, DescribeAcls   Describe on the cluster
+    DescribeCluster, DescribeAcls               Describe on the cluster
+    ListGroups                 all groups with Describe on the cluster, else those it may Describe
     AlterClientQuotas          AlterConfigs on the cluster
     DescribeClientQuotas       DescribeConfigs on the cluster
     CreateAcls, DeleteAcls     Alter on the cluster
@@ -31,40 +35,34 @@ of the caller's verified certificate (Kafka's default principal builder for SSL)
     FetchOffsets, DescribeGroups, FindCoordinator  Describe on the group(s)
     DeleteGroups, DeleteOffsets                 Delete on the group(s)
 
-A denied call answers PERMISSION_DENIED naming the principal, operation and resource, and
-nothing is done; denials are counted (`denied`) and the principal is set on the call's span.
+A denied gRPC call answers PERMISSION_DENIED naming the principal, operation and resource,
+and nothing is done; denials are counted (`denied`) and the principal is set on the call's
+span.
 
-The ACLs come with the metadata offset they stand at (`acls_offset`). A call's handler can
-ask which offset its checks were made under (`checked_acls_offset`): a grant made for a
-client carries it, and a node refuses the grant once an ACL change after it may have
-narrowed access (bulk.md, "Grants and ACL changes").
+The ACLs come with the metadata offset they stand at (`acls_offset`). A grant made for a
+client carries the offset read before its checks (routing/relayed_calls.py), and a node
+refuses the grant once an ACL change after it may have narrowed access (bulk.md, "Grants and
+ACL changes").
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
 
 import grpc
-from google.protobuf.message import DecodeError
 from opentelemetry import trace
 
-from seglog.errors import AuthenticationError, InvalidRequestError, PermissionDeniedError
-from seglog.rpc import wire
+from seglog.errors import AuthenticationError, PermissionDeniedError
 from seglog.rpc.client_id import CLIENT_ID_METADATA
-from seglog.rpc.status import abort
 from seglog.security.acls import ANONYMOUS, CLUSTER_NAME, AclBinding, Authorizer
 from seglog.security.principals import PrincipalMapper
 from seglog.security.tls import peer_identity
 from seglog.security.tokens import TokenVerifier
-from seglog.v1 import common_pb2, groups_pb2
 
 from .broker.caller import Caller, Listener
 
 Need = tuple[str, str, str]  # (operation, resource type, resource name)
-# The calls whose answers are grants for clients: they carry the ACLs' offset checked under.
-GRANT_METHODS = frozenset({"FetchGrants", "ProduceGrants"})
 CLUSTER = ("cluster", CLUSTER_NAME)
 
 
@@ -109,69 +107,6 @@ def host_of(context: grpc.ServicerContext) -> str:
     return address.rsplit(":", 1)[0].strip("[]")
 
 
-def _cluster(operation: str) -> list[Need]:
-    return [(operation, *CLUSTER)]
-
-
-def _topics(operation: str, names: Iterable[str]) -> list[Need]:
-    return [(operation, "topic", name) for name in names]
-
-
-def _join_topics(request: Any) -> list[Need]:
-    """A gRPC JoinGroup needs Describe on each topic it subscribes to: the coordinator assigns
-    partitions itself, so a topic the member may not see must not reach its assignment. Kafka's
-    JoinGroup (the listener's) carries its topics inside opaque subscription bytes and its
-    leader member assigns from Metadata, which shows it only topics it may Describe — as on a
-    Kafka broker, nothing to check here."""
-    if isinstance(request, groups_pb2.JoinGroupRequest):
-        return _topics("Describe", set(request.topics))
-    return []
-
-
-# What each call needs, from its request (raw bytes for Produce and Fetch, which the gateway
-# takes unparsed). A call whose broker core checks its caller itself (`check`, with the
-# caller its adapter names) has no rule here, so it is not checked twice: topic
-# administration and producer ids, ACLs and client quotas (cluster/topic_admin.py,
-# producer_ids.py, acl_admin.py, client_quotas.py).
-RULES: dict[str, Callable[[Any], list[Need]]] = {
-    # The topic only: the handler scans the request itself right after.
-    "Produce": lambda raw: _topics("Write", [wire.produce_topic(raw)]),
-    "Fetch": lambda raw: _topics(
-        "Read", {p.topic for p in common_pb2.FetchRequest.FromString(raw).partitions}
-    ),
-    "FetchGrants": lambda r: _topics("Read", {p.topic for p in r.partitions}),
-    "ProduceGrants": lambda r: _topics("Write", set(r.topics)),
-    "ListOffsets": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
-    "SplitPoints": lambda r: _topics("Describe", {p.topic for p in r.partitions}),
-    "DeleteRecords": lambda r: _topics("Delete", {p.topic for p in r.partitions}),
-    "ListTopics": lambda r: [],  # filtered by the handler; authenticated here
-    "DescribeTopics": lambda r: _topics("Describe", r.names) if r.names else _cluster("Describe"),
-    "DescribeCluster": lambda r: _cluster("Describe"),
-    "ListGroups": lambda r: _cluster("Describe"),
-    # Kafka's AlterPartitionReassignments and ElectLeaders need Alter on the cluster; listing
-    # reassignments and DescribeLogDirs, Describe on it.
-    "AlterPartitionReassignments": lambda r: _cluster("Alter"),
-    "ListPartitionReassignments": lambda r: _cluster("Describe"),
-    "ElectLeaders": lambda r: _cluster("Alter"),
-    # Where replicas may go is the cluster's to change, as reassignments are.
-    "DecommissionNode": lambda r: _cluster("Alter"),
-    "RecommissionNode": lambda r: _cluster("Alter"),
-    "DescribeLogDirs": lambda r: _cluster("Describe"),
-    "JoinGroup": lambda r: [("Read", "group", r.group_id)] + _join_topics(r),
-    "Heartbeat": lambda r: [("Read", "group", r.group_id)],
-    "LeaveGroup": lambda r: [("Read", "group", r.group_id)],
-    "SyncGroup": lambda r: [("Read", "group", r.group_id)],  # Kafka's, no gRPC method
-    "CommitOffsets": lambda r: (
-        [("Read", "group", r.group_id)] + _topics("Read", {c.topic for c in r.offsets})
-    ),
-    "FetchOffsets": lambda r: [("Describe", "group", r.group_id)],
-    "FindCoordinator": lambda r: [("Describe", "group", r.group_id)],
-    "DescribeGroups": lambda r: [("Describe", "group", g) for g in r.group_ids],
-    "DeleteGroups": lambda r: [("Delete", "group", g) for g in r.group_ids],
-    "DeleteOffsets": lambda r: [("Delete", "group", r.group_id)],
-}
-
-
 class Authorization:
     def __init__(
         self,
@@ -196,8 +131,6 @@ class Authorization:
         self.on_denied: Callable[[str, str], None] | None = None  # (operation, resource type)
         self._lock = threading.Lock()
         self.acls_offset = acls_offset
-        # The acls_offset a guarded call's checks were made under, on the call's thread.
-        self._checked = threading.local()
 
     def update(self, acls: list[AclBinding], offset: int) -> None:
         """The ACLs as of metadata offset `offset` (the registry notifies one change at a
@@ -205,12 +138,6 @@ class Authorization:
         self.authorizer.replace(acls)
         # Only after the ACLs: an offset read first never stands for older ones.
         self.acls_offset = offset
-
-    def checked_acls_offset(self) -> int:
-        """The ACLs' offset this thread's guarded call was checked under (read before its
-        checks, so never newer than the ACLs they used); else the current one."""
-        checked: int | None = getattr(self._checked, "offset", None)
-        return self.acls_offset if checked is None else checked
 
     def caller_of(self, context: grpc.ServicerContext, listener: Listener = "grpc") -> Caller:
         """The gRPC call's caller (AuthenticationError for a token that does not verify)."""
@@ -245,58 +172,3 @@ class Authorization:
                 raise PermissionDeniedError(
                     f"{caller.principal} may not {operation} {kind} {name!r} ({action})"
                 )
-
-    def allowed(self, context: grpc.ServicerContext, operation: str, kind: str, name: str) -> bool:
-        if not self.enabled:
-            return True
-        try:
-            caller = self.caller_of(context)
-        except AuthenticationError:
-            return False
-        return self.allows(caller, operation, kind, name)
-
-    def guard(self, method_name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
-        """The handler, checked first against the call's needs (unchanged when off)."""
-        rule = RULES.get(method_name)
-        if rule is None or not (self.enabled or self.tokens is not None):
-            return handler
-
-        def guarded(request: Any, context: grpc.ServicerContext) -> Any:
-            try:
-                principal = principal_of(context, self.tokens, self.mapper)
-            except AuthenticationError as exc:
-                abort(context, exc)
-            trace.get_current_span().set_attribute("seglog.principal", principal)
-            if not self.enabled:
-                return handler(request, context)
-            if grants_made:
-                self._checked.offset = self.acls_offset  # before the checks: never newer
-            try:
-                self._check(rule, method_name, request, context, principal)
-                return handler(request, context)
-            finally:
-                if grants_made:
-                    self._checked.offset = None
-
-        grants_made = method_name in GRANT_METHODS
-        return guarded
-
-    def _check(
-        self,
-        rule: Callable[[Any], Iterable[Need]],
-        method_name: str,
-        request: Any,
-        context: grpc.ServicerContext,
-        principal: str,
-    ) -> None:
-        """Every need of the call allowed, or the call aborted with PERMISSION_DENIED."""
-        try:
-            needs = rule(request)
-        except (ValueError, DecodeError) as exc:
-            # Unreadable (wire bytes for Produce and Fetch): nothing can be authorized
-            # in it, so it is refused here rather than handed on unchecked.
-            abort(context, InvalidRequestError(f"malformed {method_name} request: {exc}"))
-        try:
-            self.check(Caller(principal, host_of(context)), needs, method_name)
-        except PermissionDeniedError as exc:
-            abort(context, exc)

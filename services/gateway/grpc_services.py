@@ -19,7 +19,6 @@ from seglog.v1 import gateway_pb2, groups_pb2
 from services import serving
 from services.wait_slots import SERVER_MAX_WORKERS
 
-from .authorization import Authorization
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
 from .cluster.quota_service import QuotaService
@@ -55,11 +54,12 @@ class GrpcHandlers(NamedTuple):
     nodes: list[grpc.GenericRpcHandler]  # the Registry service, on the internal listener
 
 
-def grpc_handlers(servicers: GrpcServicers, authorization: Authorization) -> GrpcHandlers:
+def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
     """The three services' handlers, the clients' and the nodes'. Every client-facing method is
-    authorized (`guard`); nodes' Registry calls are checked by their certificates."""
+    authorized by the core it calls, on the call's Caller; nodes' Registry calls are checked
+    by their certificates."""
     s, a, g = servicers.gateway, servicers.admin, servicers.groups
-    acls, guard = servicers.acls, authorization.guard
+    acls = servicers.acls
     moves = servicers.reassignments
     gateway = serving.unary_handlers(
         GATEWAY_SERVICE_DESCRIPTOR,
@@ -74,9 +74,9 @@ def grpc_handlers(servicers: GrpcServicers, authorization: Authorization) -> Grp
             "DescribeCluster": a.DescribeCluster,
             "DecommissionNode": a.DecommissionNode,
             "RecommissionNode": a.RecommissionNode,
-            "ListOffsets": s.queries.ListOffsets,
-            "SplitPoints": s.queries.SplitPoints,
-            "DeleteRecords": s.queries.DeleteRecords,
+            "ListOffsets": s.ListOffsets,
+            "SplitPoints": s.SplitPoints,
+            "DeleteRecords": s.DeleteRecords,
             "FetchGrants": s.FetchGrants,
             "ProduceGrants": s.ProduceGrants,
             "CreateAcls": acls.CreateAcls,
@@ -90,16 +90,15 @@ def grpc_handlers(servicers: GrpcServicers, authorization: Authorization) -> Grp
             "AlterClientQuotas": servicers.quotas.AlterClientQuotas,
             "DescribeClientQuotas": servicers.quotas.DescribeClientQuotas,
         },
-        wrap=guard,
     )
     # Produce and Fetch take the request's wire bytes: the gateway forwards them.
     gateway["Produce"] = grpc.unary_unary_rpc_method_handler(
-        guard("Produce", s.Produce),
+        s.Produce,
         request_deserializer=wire.identity,
         response_serializer=wire.identity,
     )
     gateway["Fetch"] = grpc.unary_stream_rpc_method_handler(
-        guard("Fetch", s.Fetch),
+        s.Fetch,
         request_deserializer=wire.identity,
         response_serializer=wire.identity,
     )
@@ -118,7 +117,6 @@ def grpc_handlers(servicers: GrpcServicers, authorization: Authorization) -> Grp
             name: getattr(g, name)
             for name in GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is g's
         },
-        wrap=guard,
     )
     return GrpcHandlers(
         [

@@ -17,7 +17,7 @@ from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
 
-from .authorization import Authorization, principal_of
+from .authorization import Authorization
 from .cluster.acl_admin import AclAdmin
 from .cluster.acl_service import AclService
 from .cluster.admin_service import AdminService
@@ -27,6 +27,7 @@ from .cluster.broker_configs import BrokerConfigs
 from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
 from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .cluster.node_admin import NodeAdmin
 from .cluster.partition_moves import PartitionMoves
 from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
@@ -35,6 +36,7 @@ from .cluster.registry import Registry
 from .cluster.registry_service import RegistryService
 from .cluster.replication_throttles import ReplicationThrottles
 from .cluster.topic_admin import TopicAdmin
+from .cluster.topic_descriptions import TopicDescriptions
 from .cluster.user_scram import UserScram
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
@@ -45,8 +47,10 @@ from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
+from .groups.group_calls import GroupCalls
 from .groups.group_service import GroupCoordinatorService
 from .groups.groups_core import GroupsCore
+from .groups.membership import GroupMembership
 from .groups.offsets_store import (
     OffsetsStore,
 )
@@ -65,11 +69,9 @@ from .kafka.core import KafkaCore
 from .kafka.listener import KafkaListener
 from .node_connections import NodeConnections
 from .request_memory import RequestMemoryInterceptor
-from .routing.data_plane import DataPlane
 from .routing.fetch_relay import configured_relays
 from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
-from .routing.record_deletion import RecordDeletion
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 
@@ -167,18 +169,11 @@ class Gateway:
             max_unacknowledged_bytes=config.max_unacknowledged_bytes,
             cluster_secret=config.cluster_secret,
             fetch_grant_ttl_ms=config.fetch_grant_ttl_ms,
-            grant_acls_offset=self.authorization.checked_acls_offset,
+            authorization=self.authorization,
             **configured_relays(config, traced=tracer_provider is not None),
         )
         # The broker core's data plane, over the same routing: the Kafka listener's way in.
-        self.data_plane = DataPlane(
-            self.service.producing,
-            self.service.fetching,
-            self.service.queries,
-            lambda: self.service.quotas,
-            self.authorization,
-            lambda api, started: self.service.metrics.request(api, started),
-        )
+        self.data_plane = self.service.data_plane
         self.topic_admin = TopicAdmin(
             self.registry,
             self.connections,
@@ -187,32 +182,30 @@ class Gateway:
             offsets_topic_replication_factor=config.offsets_topic_replication_factor,
         )
         self.producer_ids = ProducerIds(self.registry, self.authorization)
+        self.topic_descriptions = TopicDescriptions(
+            self.registry, self.connections, self.authorization
+        )
+        self.node_admin = NodeAdmin(self.registry, self.authorization, self.cluster_view)
         self.admin = AdminService(
-            self.registry,
-            self.connections,
             self.topic_admin,
             self.producer_ids,
+            self.topic_descriptions,
+            self.node_admin,
             authorization=self.authorization,
-            cluster_view=self.cluster_view,
         )
         self.auto_create = TopicAutoCreation(
             lambda name: name in self.registry.topics,
-            self.topic_admin.create_default_topic,
+            self.topic_admin.start_default_topic,
             self.authorization,
             enabled=config.auto_create_topics_enable,
         )
-        self.admin.auto_create = self.auto_create
+        self.topic_descriptions.auto_create = self.auto_create
         self.acl_admin = AclAdmin(self.registry, self.authorization)
         self.acl_service = AclService(self.acl_admin, self.authorization)
         self.quota_admin = ClientQuotaAdmin(self.registry, self.authorization)
         self.quota_service = QuotaService(self.quota_admin, self.authorization)
-        self.service.quotas = ClientQuotas(
-            lambda: self.registry.client_quotas,
-            lambda context: principal_of(
-                context, self.authorization.tokens, self.authorization.mapper
-            ),
-        )
-        self.record_deletion = RecordDeletion(self.service.queries, self.authorization)
+        self.service.quotas = ClientQuotas(lambda: self.registry.client_quotas)
+        self.record_deletion = self.service.record_deletion
         broker_configs = BrokerConfigs(self.registry, self.authorization)
         self.replication_throttles = ReplicationThrottles(
             lambda name: getattr(self.registry.topics.get(name), "configs", None) or {},
@@ -258,7 +251,11 @@ class Gateway:
             coordination=self.coordination,
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
-        self.group_service = GroupCoordinatorService(self.groups)
+        self.membership = GroupMembership(self.groups)
+        self.group_calls = GroupCalls(self.groups)
+        self.group_service = GroupCoordinatorService(
+            self.groups, self.membership, self.group_calls, self.authorization
+        )
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -322,6 +319,8 @@ class Gateway:
             quotas=self.quota_admin,
             partition_moves=self.partition_moves,
             groups=self.groups,
+            membership=self.membership,
+            group_calls=self.group_calls,
             coordinator=self.coordinator,
             user_scram=UserScram(self.registry, self.authorization),
             producer_states=ProducerStates(self.registry, self.connections, self.authorization),
@@ -360,7 +359,6 @@ class Gateway:
                 self.reassignment_service,
                 self.registry_service,
             ),
-            self.authorization,
         )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.

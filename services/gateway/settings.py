@@ -32,7 +32,7 @@ from .cluster.topic_rules import (
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
 )
-from .coordination.etcd_keyspace import DEFAULT_PREFIX
+from .coordination.etcd_keys import DEFAULT_PREFIX
 from .groups.coordinator import (
     DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
@@ -49,46 +49,22 @@ from .kafka.connection_quotas import (
     DEFAULT_MAX_CONNECTIONS_PER_IP,
     parse_overrides,
 )
+from .kafka.fetch_sessions import FetchSessionSettings
 from .kafka.handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS
 from .kafka.listener import (
     DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS,
     DEFAULT_CONNECTIONS_MAX_IDLE_MS,
     DEFAULT_NUM_NETWORK_THREADS,
     ListenerLimits,
-    parse_listener,
 )
 from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
-
-
-def _tokens(
-    jwks_file: str | None, token_file: str | None, audience: str | None
-) -> TokenVerifier | None:
-    if not jwks_file and not token_file:
-        return None
-    return TokenVerifier(
-        Path(jwks_file) if jwks_file else None, Path(token_file) if token_file else None, audience
-    )
-
-
-def _kafka_listener(text: str) -> str | None:
-    if not text:
-        return None
-    protocol, address = parse_listener(text)
-    return f"{protocol}://{address}"
-
-
-def _per_ip_overrides(text: str) -> str:
-    """Checked (ValueError naming the bad part), kept as written."""
-    parse_overrides(text)
-    return text.strip()
-
-
-def _at_least_one(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"{value}: must be at least 1")
-    return value
+from .setting_parsers import (
+    parse_at_least_one,
+    parse_kafka_listener,
+    parse_per_ip_overrides,
+    parse_tokens,
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +115,7 @@ class GatewayConfig:
         "Kafka listener); storage node N is a broker at this port + N, bound as it registers",
         name="listeners",
         flag="--kafka-listen",
-        parse=_kafka_listener,
+        parse=parse_kafka_listener,
         described=False,
     )
     kafka_advertised_listener: str | None = setting(
@@ -148,7 +124,7 @@ class GatewayConfig:
         "broker at its port + N (default: the Kafka listener's address)",
         name="advertised.listeners",
         flag="--kafka-advertised-listen",
-        parse=_kafka_listener,
+        parse=parse_kafka_listener,
         described=False,
     )
     kafka_max_connections: int = setting(
@@ -157,20 +133,20 @@ class GatewayConfig:
         "file descriptor and a few KiB, no thread; the gateway raises its open-files limit to "
         "fit, as far as the hard limit lets it)",
         name="max.connections",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
     )
     max_connections_per_ip: int = setting(
         DEFAULT_MAX_CONNECTIONS_PER_IP,
         "Kafka client connections from one address at once; past it new ones are closed "
         "(Kafka's default is unbounded; a tenth of max.connections here, so one host cannot "
         "take them all)",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
     )
     max_connections_per_ip_overrides: str = setting(
         "",
         "addresses allowed more (or fewer) Kafka connections than max.connections.per.ip: "
         "host:count,host:count (Kafka's syntax; a name is resolved at start)",
-        parse=_per_ip_overrides,
+        parse=parse_per_ip_overrides,
     )
     connections_max_idle_ms: int = setting(
         DEFAULT_CONNECTIONS_MAX_IDLE_MS, "a Kafka connection idle this long is closed"
@@ -180,26 +156,29 @@ class GatewayConfig:
         "a Kafka connection that has not sent a complete request (on a SASL listener: not "
         "authenticated) this long after it was accepted is closed (not a Kafka setting: its "
         "broker waits for the idle timeout)",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
     )
     num_network_threads: int = setting(
         DEFAULT_NUM_NETWORK_THREADS,
         "threads reading and writing the Kafka listener's connections (selectors, "
         "non-blocking sockets)",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
     )
     num_io_threads: int = setting(
         DEFAULT_NUM_IO_THREADS,
-        "threads running the Kafka listener's requests (produce, fetch and group joins, "
-        "which wait on nodes or peers, run on a pool of their own: the gateway's bounds on "
-        "waiting calls, 24, plus this many)",
-        parse=_at_least_one,
+        "threads running the Kafka listener's requests (produce and fetch, which wait on "
+        "nodes or peers, run on a pool of their own: the gateway's bounds on waiting calls, "
+        "24, plus this many; group joins and syncs wait on no thread)",
+        parse=parse_at_least_one,
     )
     queued_max_requests: int = setting(
         DEFAULT_QUEUED_MAX_REQUESTS,
         "Kafka requests read and waiting for a handler thread; past it connections wait "
         "muted, unread",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
+    )
+    max_incremental_fetch_session_cache_slots: int = setting(
+        1000, "Kafka clients' fetch sessions (KIP-227) the Kafka listener keeps (0: none)"
     )
     # This gateway's etcd session (its lease): after it dies, its controller role and its
     # groups move to another gateway within this time.
@@ -284,7 +263,7 @@ class GatewayConfig:
     num_partitions: int = setting(
         DEFAULT_NUM_PARTITIONS,
         "partitions of a topic created without a count, or auto-created",
-        parse=_at_least_one,
+        parse=parse_at_least_one,
     )
     auto_create_topics_enable: bool = setting(
         DEFAULT_AUTO_CREATE_TOPICS_ENABLE, "create a missing topic a client names (true/false)"
@@ -393,7 +372,7 @@ class GatewayConfig:
             Flag("--token-file", "static bearer tokens: '<token> <name>' lines"),
             Flag("--oauth-audience", "required JWT audience"),
         ),
-        parse=_tokens,
+        parse=parse_tokens,
         described=False,
     )
     ssl_principal_mapping_rules: str = setting(
@@ -427,4 +406,5 @@ class GatewayConfig:
             num_network_threads=self.num_network_threads,
             num_io_threads=self.num_io_threads,
             queued_max_requests=self.queued_max_requests,
+            fetch_sessions=FetchSessionSettings(self.max_incremental_fetch_session_cache_slots),
         )

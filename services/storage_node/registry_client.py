@@ -62,6 +62,9 @@ logger = logging.getLogger(__name__)
 
 # A heartbeat refused unread by a gateway at its gRPC call limit is sent again after this.
 BUSY_RETRY_S = 0.1
+# The fence every node starts under until its first answer (server.py): an ordinary start,
+# not worth a warning when it is lifted.
+STARTING_FENCE = "starting: not registered with the registry yet"
 
 
 class RegistrySession:
@@ -282,10 +285,16 @@ class RegistrySession:
         with self._fencing:
             unanswered_s = time.monotonic() - self._answered_sent_at
             if unanswered_s >= self.session_timeout_s:
-                self.replicas.fence(
+                reason = (
                     f"no heartbeat answered for {unanswered_s:.1f} s, past its session "
                     f"timeout of {self.session_timeout_s:g} s"
                 )
+                if self.replicas.fence(reason):
+                    logger.warning(
+                        "node %d is fenced (%s): it leads nothing until the registry answers again",
+                        self.node_id,
+                        reason,
+                    )
 
     def _applied(self, applied_ticket: int) -> None:
         """Unfence (and count as registered) once the last answer's states are applied,
@@ -295,7 +304,9 @@ class RegistrySession:
                 return
             if time.monotonic() - self._answered_sent_at >= self.session_timeout_s:
                 return
-            self.replicas.unfence()  # its roles are the registry's current ones again
+            lifted = self.replicas.unfence()  # its roles are the registry's current ones again
+        if lifted is not None and lifted != STARTING_FENCE:
+            logger.warning("node %d is no longer fenced: the registry answers again", self.node_id)
         if not self.registered.is_set():
             logger.info("registered with the gateway as node %d", self.node_id)
             self.registered.set()

@@ -139,29 +139,27 @@ class ReplicaManager:
     def fenced(self) -> str | None:
         return self._fenced
 
-    def fence(self, reason: str) -> None:
-        """Stop leading on this node's own authority (its standing may have ended)."""
+    def fence(self, reason: str) -> bool:
+        """Stop leading on this node's own authority (its standing may have ended); whether
+        it was not fenced before (the caller says why, at the level the reason deserves)."""
         with self._partitions_lock:
             was, self._fenced = self._fenced, reason
             for held in self._partitions.values():
                 held.fenced = reason
-        if was is None:
-            logger.warning(
-                "node %d is fenced (%s): it leads nothing until the registry answers again",
-                self.node_id,
-                reason,
-            )
         self.wake_fetchers()  # acks=all waits answer now
+        return was is None
 
-    def unfence(self) -> None:
-        if self._fenced is None:
-            return  # every answered heartbeat calls this
+    def unfence(self) -> str | None:
+        """Lead again on the registry's word; the fence lifted (None: there was none)."""
+        lifted = self._fenced
+        if lifted is None:
+            return None  # every answered heartbeat calls this
         with self._partitions_lock:
             self._fenced = None
             for held in self._partitions.values():
                 held.fenced = None
-        logger.warning("node %d is no longer fenced: the registry answers again", self.node_id)
         self.wake_fetchers()
+        return lifted
 
     # -- partitions ----------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from .cluster_identity import ClusterIdentity
 from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
-from .registry_client import RegistrySession
+from .registry_client import STARTING_FENCE, RegistrySession
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
 from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
@@ -250,7 +250,7 @@ class StorageNode:
             # Until the registry has answered, any push or leadership this process holds may
             # be its previous life's: a restarted node whose log was cut at recovery must not
             # lead on a stale push naming it leader. The first answered heartbeat unfences.
-            self.replicas.fence("starting: not registered with the registry yet")
+            self.replicas.fence(STARTING_FENCE)
         PROCESS_BUDGET.limit_bytes = self.config.inflation_budget_bytes
         return_large_buffers_to_the_system()
         self.replicas.start()

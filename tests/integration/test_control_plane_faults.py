@@ -30,7 +30,8 @@ from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
-from services.gateway.coordination.etcd_keyspace import EtcdKeyspace, KeyValue
+from services.gateway.coordination.etcd_keys import KeyValue
+from services.gateway.coordination.etcd_keyspace import EtcdKeyspace
 from tests.batches import make_batch
 from tests.cluster import CLUSTER_SECRET
 from tests.multi_gateway import GatewayQueries

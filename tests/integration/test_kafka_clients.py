@@ -22,6 +22,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.records.batch import read_header
+from services.gateway.kafka.topic_ids import to_wire
 from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire, fetch_request
@@ -365,15 +366,20 @@ def test_produce_answers_at_each_served_version(cluster, version):
             assert (result.error_code, result.base_offset) == (0, expected_base)
 
 
-@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12])
+@pytest.mark.parametrize("version", [4, 5, 7, 9, 11, 12, 13, 15, 16, 17])
 def test_fetch_answers_at_each_served_version(cluster, version):
     topic = f"fetch-v{version}"
     cluster.admin.create_topic(topic, 1, 3)
     with Producer(cluster.address, linger_ms=0) as producer:
         producer.send(topic, b"record").get(TIMEOUT_S)
     request = fetch_request(version, {topic: [0]})
+    topic_id = to_wire(cluster.gateway.registry.topic(topic).topic_id)
+    if version >= 13:  # by id (KIP-516)
+        request.topics[0].topic_id = topic_id
     with KafkaWire(cluster.kafka_address) as wire:
         answer = wire.request(request, version, FetchResponse)
+    if version >= 13:
+        assert answer.responses[0].topic_id == topic_id
     data = answer.responses[0].partitions[0]
     assert (data.error_code, data.high_watermark) == (0, 1)
     assert read_header(data.records).record_count == 1

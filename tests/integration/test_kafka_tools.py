@@ -237,6 +237,37 @@ def test_console_consumer_in_a_group_then_kafka_consumer_groups_describes_it(clu
     }
 
 
+def test_java_consumer_reads_every_record_once_through_incremental_fetch_sessions(cluster):
+    """Kafka's own consumer (4.3.1) fetches by topic id (v13+) in a fetch session, sending
+    full requests only to open it: each of 90 one-record batches over 3 partitions is read
+    once, through many small fetches (max.partition.fetch.bytes below two batches)."""
+    cluster.admin.create_topic("in-sessions", 3, 1)
+    with Producer(cluster.address, linger_ms=0) as producer:
+        for i in range(90):  # one batch each: a fetch answers a couple per partition
+            producer.send("in-sessions", b"value-%d" % i, partition=i % 3).get(timeout=TIMEOUT_S)
+    sessions = cluster.gateway.kafka_listener.fetch_sessions
+    created, incremental = sessions.created_with_topic_ids, sessions.incremental_requests
+    out = tool(
+        cluster,
+        CONSOLE_CONSUMER,
+        "--topic",
+        "in-sessions",
+        "--group",
+        "session-group",
+        "--from-beginning",
+        "--max-messages",
+        "90",
+        "--timeout-ms",
+        str(TIMEOUT_S * 1000),
+        "--command-property",
+        "max.partition.fetch.bytes=200",
+    )
+    lines = out.splitlines()
+    assert sorted(lines) == sorted(f"value-{i}" for i in range(90)), out.errors
+    assert sessions.created_with_topic_ids > created
+    assert sessions.incremental_requests - incremental >= 10, out.errors
+
+
 def test_kcat_lists_metadata(cluster):
     cluster.admin.create_topic("kcat-listed", 3, 3)
     metadata = json.loads(kcat(cluster.kafka_address, "-L", "-J", "-t", "kcat-listed"))

@@ -5,6 +5,7 @@ part (its own gRPC server, files, session and applier threads) heartbeating to i
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -273,8 +274,9 @@ def test_a_whole_assignment_older_than_what_the_node_received_sets_nothing_aside
 
 
 def test_a_lapsed_node_unfences_only_once_the_answer_ending_the_lapse_is_applied(
-    tmp_path, registry, stopping
+    tmp_path, registry, stopping, caplog
 ):
+    caplog.set_level(logging.WARNING)
     node = start_node(tmp_path, registry, session_timeout_ms=500)
     stopping.append(node)
     registry.refusing.set()
@@ -298,6 +300,11 @@ def test_a_lapsed_node_unfences_only_once_the_answer_ending_the_lapse_is_applied
     # ...and it served as leader only after every state was applied.
     assert all(fenced for fenced, hosted in seen if hosted < many)
     assert wait_until(lambda: node.replicas.partition("after", many - 1).is_leader)
+    # A lapse is what an operator must see, unlike the fence every start begins under.
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("is fenced (no heartbeat answered" in m for m in said), said
+    assert any("is no longer fenced" in m for m in said), said
+    assert not any("starting: not registered" in m for m in said), said
 
 
 @pytest.mark.slow  # hundreds of partitions created (and closed at the end)

@@ -18,10 +18,9 @@ from seglog.client.admin import Admin
 from seglog.client.producer import Producer
 from seglog.errors import PermissionDeniedError, ServerBusyError
 from seglog.rpc import grants, wire
-from seglog.rpc.status import abort
 from seglog.security.acls import CLUSTER_NAME, AclBinding
 from seglog.v1 import bulk_pb2, common_pb2, gateway_pb2_grpc
-from services.gateway.routing import service as produce_grants_module
+from services.gateway.routing import relayed_calls as produce_grants_module
 from tests.batches import make_batch
 from tests.bulk_produce import (
     RelayedProduces,
@@ -279,9 +278,9 @@ def test_a_gateway_that_cannot_renew_the_grants_stops_no_produce_they_cover(clus
         """In place of the gateway's quotas, whose check ProduceGrants makes first: the call
         is answered SERVER_BUSY (retriable, as a restarting gateway's UNAVAILABLE is)."""
 
-        def metered(self, key, context):
+        def metered_of(self, key, user, client_id):
             asked.append(key)
-            abort(context, ServerBusyError("the gateway is busy"))
+            raise ServerBusyError("the gateway is busy")
 
     service = cluster.gateway.service
     with Producer(cluster.address, linger_ms=1) as producer:

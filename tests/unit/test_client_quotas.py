@@ -25,7 +25,7 @@ class Clock:
 
 def _quotas(configured: dict) -> tuple[ClientQuotas, Clock]:
     clock = Clock()
-    quotas = ClientQuotas(lambda: configured, lambda context: "User:ANONYMOUS", clock=clock)
+    quotas = ClientQuotas(lambda: configured, clock=clock)
     return quotas, clock
 
 

@@ -98,6 +98,7 @@ DESCRIBED_NAMES = [
     "num.partitions",
     "auto.create.topics.enable",
     "queued.max.requests",
+    "max.incremental.fetch.session.cache.slots",
     "gateway.session.timeout.ms",
     "broker.session.timeout.ms",
     "broker.heartbeat.interval.ms",

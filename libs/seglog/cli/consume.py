@@ -31,7 +31,7 @@ from ..client.consumer import Consumer
 from ..client.structs import TopicPartition
 from ..errors import InvalidRequestError
 from ..records.record import Record
-from .options import parse_properties, plural
+from .options import client_settings, parse_properties, plural
 from .record_format import (
     KAFKA_FORMATTER_DEFAULTS,
     default_line,
@@ -76,6 +76,19 @@ def add_parser(
         "print.partition, print.offset, print.headers, print.value, key.separator, "
         "headers.separator, line.separator, null.literal) or any consumer setting, Kafka's "
         "name (repeatable), e.g. fetch.max.wait.ms=100",
+    )
+    consume.add_argument(
+        "--consumer-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a consumer setting, Kafka's name (repeatable), as kafka-console-consumer",
+    )
+    consume.add_argument(
+        "--consumer.config",
+        dest="consumer_config",
+        metavar="FILE",
+        help="consumer settings from a properties file (NAME=VALUE lines)",
     )
     output = consume.add_mutually_exclusive_group()
     output.add_argument("--format", help="kcat-style format string, e.g. '%%k=%%s\\n'")
@@ -140,7 +153,15 @@ def _open(args: argparse.Namespace, consumer_settings: dict[str, str]) -> Consum
         if args.partition is not None or args.offset is not None or args.timestamp is not None:
             raise InvalidRequestError("--group reads the group's share: no --partition/--offset")
         consumer = Consumer(args.bootstrap, group_id=args.group, **config)
-        consumer.subscribe(topics)
+        try:
+            # A gateway that cannot be reached, or a topic it does not have, is said now:
+            # a member would otherwise wait for its group without a word.
+            for topic in topics:
+                consumer.partitions_for(topic)
+            consumer.subscribe(topics)
+        except BaseException:
+            consumer.close()
+            raise
         return consumer
     if args.partition is not None and len(topics) != 1:
         raise InvalidRequestError("--partition needs a single topic, not --include")
@@ -245,7 +266,9 @@ def _line(record: Record, args: argparse.Namespace, formatter: dict[str, str]) -
 def consume_records(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     printed = 0
-    formatter, consumer_settings = _split_properties(args.property)
+    formatter, property_settings = _split_properties(args.property)
+    consumer_settings = client_settings(args.consumer_config, args.consumer_property)
+    consumer_settings.update(property_settings)
     if formatter and (args.format is not None or args.json):
         raise InvalidRequestError("print.* properties choose the output: not with --format/--json")
     consumer = _open(args, consumer_settings)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -59,6 +61,15 @@ def add_parser(
     target.add_argument("--to-latest", action="store_true")
     target.add_argument("--to-offset", type=int, metavar="N")
     target.add_argument("--to-datetime", metavar="ISO-8601", help="e.g. 2026-11-23T10:00:00Z")
+    target.add_argument(
+        "--by-duration",
+        type=_duration_ms,
+        metavar="PnDTnHnMnS",
+        help="to the first offset at or after now minus this ISO-8601 duration, e.g. PT30M",
+    )
+    target.add_argument(
+        "--to-current", action="store_true", help="to the committed offset (clamped to the log)"
+    )
     target.add_argument("--shift-by", type=int, metavar="N", help="from the committed offset")
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="print only (the default)")
@@ -184,6 +195,31 @@ def _describe_offsets(admin: Admin, name: str, out: TextIO) -> None:
     _print_table(rows, out)
 
 
+# java.time.Duration.parse's format, which kafka-consumer-groups' --by-duration takes.
+_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?\d+)D)?(?:T(?:([-+]?\d+)H)?(?:([-+]?\d+)M)?(?:([-+]?\d+)(?:[.,](\d{0,9}))?S)?)?",
+    re.IGNORECASE,
+)
+
+
+def _duration_ms(text: str) -> int:
+    """An ISO-8601 duration (PnDTnHnMnS, as java.time.Duration.parse) in milliseconds."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.group(i) for i in (2, 3, 4, 5)) or text.endswith("T"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an ISO-8601 duration, e.g. PT1H30M")
+    sign, days, hours, minutes, seconds, fraction = match.groups()
+    ms = (
+        int(days or 0) * 86_400_000
+        + int(hours or 0) * 3_600_000
+        + int(minutes or 0) * 60_000
+        + int(seconds or 0) * 1000
+    )
+    if fraction:
+        part = int(fraction.ljust(3, "0")[:3])
+        ms += -part if (seconds or "").startswith("-") else part
+    return -ms if sign == "-" else ms
+
+
 def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicPartition]:
     if args.all_topics:
         return sorted(admin.list_group_offsets(args.group))
@@ -217,12 +253,21 @@ def _targets(
         wanted = latest
     elif args.to_offset is not None:
         wanted = dict.fromkeys(partitions, args.to_offset)
-    elif args.to_datetime is not None:
-        moment = datetime.datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=datetime.UTC)
-        found = admin.list_offsets(dict.fromkeys(partitions, int(moment.timestamp() * 1000)))
+    elif args.to_datetime is not None or args.by_duration is not None:
+        if args.to_datetime is not None:
+            moment = datetime.datetime.fromisoformat(args.to_datetime.replace("Z", "+00:00"))
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.UTC)
+            timestamp_ms = int(moment.timestamp() * 1000)
+        else:
+            timestamp_ms = int(time.time() * 1000) - args.by_duration
+        found = admin.list_offsets(dict.fromkeys(partitions, timestamp_ms))
         wanted = {tp: hit.offset if hit.offset >= 0 else latest[tp] for tp, hit in found.items()}
+    elif args.to_current:
+        committed = admin.list_group_offsets(args.group)
+        wanted = {
+            tp: committed[tp].committed if tp in committed else latest[tp] for tp in partitions
+        }
     else:
         committed = admin.list_group_offsets(args.group)
         missing = [tp for tp in partitions if tp not in committed]

@@ -9,9 +9,20 @@ import sys
 from typing import cast
 
 from ..client.gateway import default_bootstrap, trace_client_calls
-from ..errors import SeglogError
+from ..errors import NodeUnavailableError, SeglogError
 from ..tracing import configure_tracing
-from . import acls, configs, consume, groups, perf, produce, reassign, records, topics
+from . import (
+    acls,
+    configs,
+    consume,
+    groups,
+    perf,
+    produce,
+    reassign,
+    records,
+    topics,
+    unreachable,
+)
 from .dump import main_dump
 
 BOOTSTRAP_HELP = (
@@ -105,6 +116,10 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except SeglogError as exc:
         print(f"seglog: {exc.reason}: {exc}", file=sys.stderr)
+        if isinstance(exc, NodeUnavailableError) and hasattr(args, "bootstrap"):
+            advice = unreachable.hint(args.bootstrap)
+            if advice is not None:
+                print(f"seglog: {advice}", file=sys.stderr)
         return 1
     except OSError as exc:
         print(f"seglog: {exc}", file=sys.stderr)

@@ -7,6 +7,13 @@ Headers: `--header k=v` on every record (kcat -H), and with `--parse-headers` ea
 (kafka-console-producer's parse.headers format). `--value-file` (and `--key-file`) send one
 record whose value (and key) are a file's bytes.
 
+As kafka-console-producer: `--property` takes its line reader's properties (parse.key,
+key.separator — a tab by default —, parse.headers, headers.delimiter, headers.separator,
+headers.key.separator, null.marker: a key, value or header value equal to it is sent as null,
+so a tombstone is `KEY<SEP>NULL`; ignore.error: a line without the key separator is sent as a
+value with no key); any other `--property` name is a producer setting, as are
+`--producer-property` and the lines of `--producer.config FILE`.
+
 Ctrl-C (as kafka-console-producer): what was read is sent for up to INTERRUPT_FLUSH_S, then
 the command exits 130 with one line saying how many records were acknowledged; a second
 Ctrl-C drops the rest at once. Never a traceback.
@@ -25,11 +32,23 @@ from typing import BinaryIO
 
 from ..client.producer import Producer
 from ..errors import InvalidPartitionsError, InvalidRequestError, SeglogError
-from .options import parse_properties, plural
+from .options import client_settings, parse_properties, plural
 
 INTERRUPT_FLUSH_S = 5.0
 _SIGNAL_CHECK_S = 0.1  # how soon a second Ctrl-C stops the flush
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+# kafka-console-producer's LineMessageReader properties, with its defaults.
+READER_DEFAULTS = {
+    "parse.key": "false",
+    "key.separator": "\t",
+    "parse.headers": "false",
+    "headers.delimiter": "\t",
+    "headers.separator": ",",
+    "headers.key.separator": ":",
+    "null.marker": "",
+    "ignore.error": "false",
+}
 
 
 def add_parser(
@@ -54,7 +73,23 @@ def add_parser(
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="any producer setting, Kafka's name (repeatable), e.g. max.request.size=2097152",
+        help="a line-reader property of kafka-console-producer (parse.key=true, "
+        "key.separator, parse.headers, headers.delimiter, headers.separator, "
+        "headers.key.separator, null.marker, ignore.error) or any producer setting, Kafka's "
+        "name (repeatable), e.g. max.request.size=2097152",
+    )
+    produce.add_argument(
+        "--producer-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a producer setting, Kafka's name (repeatable), as kafka-console-producer",
+    )
+    produce.add_argument(
+        "--producer.config",
+        dest="producer_config",
+        metavar="FILE",
+        help="producer settings from a properties file (NAME=VALUE lines)",
     )
     produce.add_argument(
         "--header",
@@ -105,21 +140,65 @@ def _split_headers(
     return headers, rest
 
 
+def _split_properties(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """--property into (line-reader properties, producer settings); a reader value is kept
+    as given (a separator may be a space or a tab). The reader's properties set the flags
+    they mirror, so the rest of the command reads one set of options."""
+    reader: dict[str, str] = {}
+    rest = []
+    for pair in args.property:
+        name, sep, value = pair.partition("=")
+        if sep and name.strip() in READER_DEFAULTS:
+            reader[name.strip()] = value
+        else:
+            rest.append(pair)
+    for flag in ("parse.key", "parse.headers", "ignore.error"):
+        if reader.get(flag, "false").lower() not in ("true", "false"):
+            raise InvalidRequestError(f"--property {flag}={reader[flag]!r}: expected true or false")
+    if reader.get("parse.key", "false").lower() == "true":
+        args.key_separator = reader.get("key.separator", READER_DEFAULTS["key.separator"])
+    if reader.get("parse.headers", "false").lower() == "true":
+        args.parse_headers = True
+    for name in ("headers.delimiter", "headers.separator", "headers.key.separator"):
+        if name in reader:
+            setattr(args, name.replace(".", "_"), reader[name])
+    settings = client_settings(args.producer_config, args.producer_property)
+    settings.update(parse_properties(rest))
+    return reader, settings
+
+
+class _NullMarker:
+    """kafka-console-producer's null.marker: a key, value or header value equal to it is
+    null (no marker: nothing is)."""
+
+    def __init__(self, marker: str) -> None:
+        self._marker = marker.encode() if marker else None
+
+    def __call__(self, field: bytes | None) -> bytes | None:
+        return None if self._marker is not None and field == self._marker else field
+
+
 def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> int:
     lines: Iterable[bytes] = stdin or sys.stdin.buffer
     if args.value_file is not None:
         lines = []  # one record from files instead of stdin
     elif args.key_file is not None:
         raise InvalidRequestError("--key-file goes with --value-file")
+    reader, settings = _split_properties(args)
+    nulled = _NullMarker(reader.get("null.marker", ""))
+    ignore_error = reader.get("ignore.error", "false").lower() == "true"
     separator = args.key_separator.encode() if args.key_separator is not None else None
     fixed_headers = _fixed_headers(args.header)
-    config = {
+    flags = {
         "acks": args.acks,
         "compression_type": args.compression,
         "batch_size": args.batch_size,
         "linger_ms": args.linger_ms,
-        **parse_properties(args.property),
     }
+    # A setting given by its Kafka name replaces the flag's value (each flag has a default,
+    # so the flag cannot tell it was not given).
+    named = {name.replace(".", "_") for name in settings}
+    config = {**{k: v for k, v in flags.items() if k not in named}, **settings}
     failures: list[BaseException] = []
     acknowledged = [0]  # written on the sender thread only
 
@@ -153,18 +232,19 @@ def produce_lines(args: argparse.Namespace, stdin: BinaryIO | None = None) -> in
             headers = fixed_headers
             if args.parse_headers:
                 parsed, line = _split_headers(line, args, count + 1)
-                headers = [*fixed_headers, *parsed]
+                headers = [*fixed_headers, *((name, nulled(v)) for name, v in parsed)]
             key: bytes | None = None
+            value: bytes | None = line
             if separator is not None:
                 key, sep, value = line.partition(separator)
-                if not sep:
+                if not sep and ignore_error:
+                    key, value = None, line
+                elif not sep:
                     raise SystemExit(f"seglog: line {count + 1} has no key separator {separator!r}")
-            else:
-                value = line
             producer.send(
                 args.topic,
-                value,
-                key=key,
+                nulled(value),
+                key=nulled(key),
                 partition=args.partition,
                 headers=headers or None,
                 callback=on_completion,

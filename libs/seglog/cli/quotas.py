@@ -2,11 +2,20 @@
 Kafka's client quotas (producer_byte_rate, consumer_byte_rate in bytes/s) as kafka-configs.sh
 shows and changes them. Entity types pair with names in order: `--entity-type users
 --entity-name alice --entity-type clients --entity-default` is alice's quota for every client
-id without its own."""
+id without its own.
+
+What it prints is kafka-configs' own lines (its ConfigCommand): "Completed updating config for
+user alice." / "Completed updating default config for users in the cluster." after a change,
+and "Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1048576.0"
+(a default entity as "the default user-principal"; rates as Java prints a double) per entity.
+As kafka-configs, a describe naming several entity types shows the entities that have exactly
+those types: `--entity-type users` shows user quotas, `--entity-type users --entity-type
+clients` the quotas of (user, client id) pairs."""
 
 from __future__ import annotations
 
 import argparse
+from decimal import Decimal
 from typing import TextIO
 
 from ..client.admin import Admin
@@ -61,7 +70,11 @@ def alter_quotas(
     rates = {name: _rate(name, value) for name, value in set_configs.items()}
     with Admin(args.bootstrap) as admin:
         admin.alter_client_quotas(entity, rates, delete)
-    print(f"Completed updating config for entity {_describe(entity)}.", file=out)
+    kind, name = args.entity_type[0], next(iter(entity.values()))
+    if name is None:
+        print(f"Completed updating default config for {kind} in the cluster.", file=out)
+    else:
+        print(f"Completed updating config for {kind[:-1]} {name}.", file=out)
     return 0
 
 
@@ -75,14 +88,41 @@ def describe_quotas(args: argparse.Namespace, out: TextIO) -> int:
             continue
         if any(found.get(kind, "") != name for kind, name in named.items()):
             continue
-        settings = ", ".join(f"{k}={v:g}" for k, v in sorted(values.items()))
+        settings = ", ".join(f"{k}={java_double(v)}" for k, v in sorted(values.items()))
         print(f"Quota configs for {_describe(found)} are {settings}", file=out)
     return 0
+
+
+# kafka-configs' words for the quota API's entity types
+_ENTITY_WORDS = {"user": "user-principal", "client-id": "client-id"}
 
 
 def _describe(entity: dict[str, str | None]) -> str:
     """kafka-configs.sh's way: the user first, then the client id."""
     kinds = [kind for kind in ENTITY_TYPES.values() if kind in entity]
     return ", ".join(
-        f"{kind} {'<default>' if entity[kind] is None else repr(entity[kind])}" for kind in kinds
+        f"the default {_ENTITY_WORDS[kind]}"
+        if entity[kind] is None
+        else f"{_ENTITY_WORDS[kind]} '{entity[kind]}'"
+        for kind in kinds
     )
+
+
+def java_double(value: float) -> str:
+    """`value` as Java's Double.toString writes it (what kafka-configs prints): the shortest
+    digits that read back as the same double, plain from 10^-3 up to 10^7 ("1048576.0"),
+    else as d.dddE<exponent> ("1.5E10"). Never rounded, unlike %g."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return {True: "NaN"}.get(value != value, "Infinity" if value > 0 else "-Infinity")
+    if value == 0:
+        return "-0.0" if str(value).startswith("-") else "0.0"
+    sign = "-" if value < 0 else ""
+    magnitude = abs(value)
+    if 1e-3 <= magnitude < 1e7:
+        plain = repr(magnitude)  # Python's shortest round-trip digits, never exponent here
+        return sign + (plain if "." in plain else plain + ".0")
+    _, digits, exponent = Decimal(repr(magnitude)).normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = "".join(map(str, digits))
+    power = len(mantissa) - 1 + exponent
+    return f"{sign}{mantissa[0]}.{mantissa[1:] or '0'}E{power}"

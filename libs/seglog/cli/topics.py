@@ -1,11 +1,17 @@
 """`seglog topics create|list|describe|alter|delete` (and `reassign`: reassign.py), with
 kafka-topics' everyday flags: `create --if-not-exists`, `delete --if-exists`, and describe's
 `--under-replicated-partitions`, `--unavailable-partitions`, `--under-min-isr-partitions`,
-`--at-min-isr-partitions`, which print only the partition lines that match any of them."""
+`--at-min-isr-partitions`, which print only the partition lines that match any of them.
+
+As kafka-topics, a topic may be named with `--topic` instead of the positional name; for
+`list` and `describe`, `--topic` is a regular expression matched against whole names (commas
+separate alternatives, as Kafka's IncludeList reads it) and `--exclude-internal` leaves
+internal topics out."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 
 from ..client.admin import Admin
@@ -23,7 +29,7 @@ def add_parser(
     actions = topics.add_subparsers(dest="action", required=True)
 
     create = actions.add_parser("create", parents=[common], help="create a topic")
-    create.add_argument("name")
+    _add_topic_name(create)
     create.add_argument("--partitions", type=int, default=-1, help="default: 1")
     create.add_argument(
         "--replication-factor",
@@ -41,10 +47,11 @@ def add_parser(
     create.add_argument(
         "--if-not-exists", action="store_true", help="do nothing when the topic exists already"
     )
-    create.set_defaults(handler=create_topic)
+    create.set_defaults(handler=_named(create_topic))
 
     listing = actions.add_parser("list", parents=[common], help="list topic names")
     listing.add_argument("--include-internal", action="store_true")
+    _add_topic_patterns(listing)
     listing.set_defaults(handler=list_topics)
 
     describe = actions.add_parser("describe", parents=[common], help="partitions and offsets")
@@ -52,6 +59,7 @@ def add_parser(
     describe.add_argument(
         "--include-internal", action="store_true", help="with no names: internal topics too"
     )
+    _add_topic_patterns(describe)
     # As kafka-topics: any of these prints only the partitions that match one of them.
     describe.add_argument(
         "--under-replicated-partitions",
@@ -76,16 +84,79 @@ def add_parser(
     describe.set_defaults(handler=describe_topics)
 
     alter = actions.add_parser("alter", parents=[common], help="grow a topic's partitions")
-    alter.add_argument("name")
+    _add_topic_name(alter)
     alter.add_argument("--partitions", type=int, required=True, help="the new, larger count")
-    alter.set_defaults(handler=alter_topic)
+    alter.set_defaults(handler=_named(alter_topic))
 
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
-    delete.add_argument("name")
+    _add_topic_name(delete)
     delete.add_argument("--if-exists", action="store_true", help="do nothing when it is absent")
-    delete.set_defaults(handler=delete_topic)
+    delete.set_defaults(handler=_named(delete_topic))
 
     reassign.add_topics_parser(actions, common)
+
+
+def _add_topic_name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="the topic (or --topic NAME, as kafka-topics)")
+    parser.add_argument("--topic", dest="topic_option", metavar="NAME", help="the topic")
+
+
+def _named(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The handler, given the topic whether named positionally or with --topic."""
+
+    def run(args: argparse.Namespace) -> int:
+        if (args.name is None) == (args.topic_option is None):
+            raise SystemExit("seglog: name the topic once: NAME or --topic NAME")
+        if args.name is None:
+            args.name = args.topic_option
+        return handler(args)
+
+    return run
+
+
+def _add_topic_patterns(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--topic",
+        dest="topic_patterns",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="topics whose whole name matches (repeatable; a,b means a or b), as kafka-topics",
+    )
+    parser.add_argument(
+        "--exclude-internal", action="store_true", help="leave internal topics out (the default)"
+    )
+
+
+def topic_pattern(patterns: list[str]) -> re.Pattern[str] | None:
+    """kafka-topics' --topic: a regular expression, commas read as alternatives and quotes
+    dropped (Kafka's IncludeList), matched against the whole name."""
+    if not patterns:
+        return None
+    alternatives = [p.strip().strip("'\"").replace(",", "|") for p in patterns]
+    try:
+        return re.compile("|".join(f"(?:{a})" for a in alternatives))
+    except re.error as exc:
+        raise SystemExit(f"seglog: --topic {patterns!r}: not a regular expression: {exc}") from None
+
+
+def _selected_topics(admin: Admin, args: argparse.Namespace, *, must_match: bool) -> list[str]:
+    """The topics a list or describe covers: the named ones; else, with --topic patterns,
+    every topic whose name matches (internal ones too unless --exclude-internal, as
+    kafka-topics); else every user topic (internal ones too with --include-internal)."""
+    names: list[str] = list(getattr(args, "names", []) or [])
+    if names:
+        return names
+    pattern = topic_pattern(args.topic_patterns)
+    if pattern is None:
+        return admin.list_topics(args.include_internal and not args.exclude_internal)
+    names = [n for n in admin.list_topics(not args.exclude_internal) if pattern.fullmatch(n)]
+    if must_match and not names:
+        # kafka-topics --describe: "Topic 'X' does not exist as expected", exit 1
+        raise UnknownTopicOrPartitionError(
+            f"no topic matches --topic {','.join(args.topic_patterns)}"
+        )
+    return names
 
 
 def parse_configs(items: list[str]) -> dict[str, str]:
@@ -114,7 +185,7 @@ def create_topic(args: argparse.Namespace) -> int:
 
 def list_topics(args: argparse.Namespace) -> int:
     with Admin(args.bootstrap) as admin:
-        for name in admin.list_topics(args.include_internal):
+        for name in _selected_topics(admin, args, must_match=False):
             print(name)
     return 0
 
@@ -122,7 +193,7 @@ def list_topics(args: argparse.Namespace) -> int:
 def describe_topics(args: argparse.Namespace) -> int:
     status = 0
     with Admin(args.bootstrap) as admin:
-        names = args.names or admin.list_topics(getattr(args, "include_internal", False))
+        names = _selected_topics(admin, args, must_match=True)
         if not names:
             return 0  # describe_topics([]) would mean every topic, internal ones included
         moving = reassign.ongoing_moves(admin)

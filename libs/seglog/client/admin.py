@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import grpc
 
@@ -24,45 +23,12 @@ from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, groups_pb2
 from .admin_reassignments import ReassignmentAdmin
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
+from .group_types import GroupDescription, GroupListing, GroupOffset, MemberDescription
 from .structs import OffsetAndTimestamp, TopicPartition
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CLIENT_ID = "seglog-admin"  # as the producer's and consumer's defaults (config.py)
-
-
-@dataclass(frozen=True)
-class GroupListing:
-    group_id: str
-    state: str
-    member_count: int
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    member_id: str
-    client_id: str
-    client_host: str
-    assignment: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    generation: int
-    assignment_strategy: str
-    members: tuple[MemberDescription, ...]
-
-
-@dataclass(frozen=True)
-class GroupOffset:
-    """A group's position in one partition: lag = log end offset - committed offset."""
-
-    committed: int
-    log_end_offset: int
-    lag: int
-    metadata: str = ""
 
 
 class Admin(ReassignmentAdmin):

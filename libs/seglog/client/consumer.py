@@ -35,6 +35,7 @@ from ..records import Record
 from .config import ConsumerConfig, client_security, from_kwargs, pop_bootstrap
 from .consumer_commits import CommitCallback as CommitCallback
 from .consumer_commits import OffsetCommits
+from .deserializing import deserialized
 from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
 from .membership import CommitFailedError, GroupMembership
@@ -80,6 +81,7 @@ class Consumer(OffsetCommits):
         self._listener: Any = None
         self._missing_topics = MissingTopics()
         self._assigned: set[TopicPartition] = set()
+        self._join_pending = False  # partitions revoked for a join not answered yet
         self._manual = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000
         self._commit_executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -233,14 +235,17 @@ class Consumer(OffsetCommits):
         while True:
             if self._group is not None:
                 self._group.polled()
-            self._ensure_assignment()
+            self._ensure_assignment(deadline)
             self._update_positions()
             self._raise_fetch_errors()
             records = self._fetcher.collect(limit)
             self._maybe_auto_commit()
             if records:
-                if self._deserializing:
-                    return self._deserialized(records)
+                if (
+                    self.config.key_deserializer is not None
+                    or self.config.value_deserializer is not None
+                ):
+                    return deserialized(records, self.config)
                 return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -265,35 +270,23 @@ class Consumer(OffsetCommits):
             elif idle_limit_s >= 0 and time.monotonic() - last_record >= idle_limit_s:
                 return
 
-    @property
-    def _deserializing(self) -> bool:
-        return (
-            self.config.key_deserializer is not None or self.config.value_deserializer is not None
-        )
-
-    def _deserialized(self, records: list[Record]) -> list[Record]:
-        """kafka-python's deserializers applied to every key and value, None included."""
-        keys = self.config.key_deserializer
-        values = self.config.value_deserializer
-        return [
-            r._replace(
-                key=r.key if keys is None else keys(r.key),
-                value=r.value if values is None else values(r.value),
-            )
-            for r in records
-        ]
-
-    def _ensure_assignment(self) -> None:
+    def _ensure_assignment(self, deadline_s: float | None = None) -> None:
         if self._pattern is not None and self._pattern.due():
             self._match_pattern(self._pattern)
         group = self._group
         if group is None or not self._subscription or not group.rejoin_needed:
             return
-        self._maybe_commit_before_revoke()
-        revoked = set(self._assigned)
-        self._set_assignment(set())  # nothing is read while the group decides
-        notify(self._listener, "on_partitions_revoked", revoked)
-        self._set_assignment(group.join(self._subscription))
+        if not self._join_pending:
+            self._maybe_commit_before_revoke()
+            revoked = set(self._assigned)
+            self._set_assignment(set())  # nothing is read while the group decides
+            notify(self._listener, "on_partitions_revoked", revoked)
+            self._join_pending = True
+        assigned = group.join(self._subscription, deadline_s)
+        if assigned is None:
+            return  # the coordinator was not reached within the poll: the next one tries again
+        self._join_pending = False
+        self._set_assignment(assigned)
         notify(self._listener, "on_partitions_assigned", self._assigned)
         self._missing_topics.check(self._client.describe_topics, self._subscription)
 

@@ -77,8 +77,13 @@ class GroupMembership:
         """The consumer is in `poll`: restart the max_poll_interval_ms clock."""
         self._last_poll_s = time.monotonic()
 
-    def join(self, topics: Iterable[str]) -> set[TopicPartition]:
-        """Join (again) and wait for the new generation; returns its assignment."""
+    def join(
+        self, topics: Iterable[str], deadline_s: float | None = None
+    ) -> set[TopicPartition] | None:
+        """Join (again) and wait for the new generation; returns its assignment. None when
+        the coordinator could not be reached (or was not ready) before `deadline_s`
+        (time.monotonic()): a poll's timeout bounds the retries, and the next poll tries
+        again, as Kafka's consumer carries a join across polls."""
         request = groups_pb2.JoinGroupRequest(
             group_id=self.group_id,
             client_id=self.config.client_id,
@@ -101,6 +106,8 @@ class GroupMembership:
                 error = error_from_rpc(exc)
                 if not error.retriable:
                     raise error from None
+                if _past(deadline_s, backoff_s):
+                    return None
                 time.sleep(backoff_s)
                 continue
             if response.error:
@@ -115,6 +122,8 @@ class GroupMembership:
                         # as the member it made.
                         with self._lock:
                             self.member_id = response.member_id
+                    if _past(deadline_s, backoff_s):
+                        return None
                     time.sleep(backoff_s)
                     continue
                 raise error
@@ -280,3 +289,8 @@ class GroupMembership:
                             self.member_id = ""
                 if isinstance(error, _REJOIN_ERRORS):
                     self._rejoin_needed.set()
+
+
+def _past(deadline_s: float | None, backoff_s: float) -> bool:
+    """Whether waiting `backoff_s` more would pass the deadline (None: no deadline)."""
+    return deadline_s is not None and time.monotonic() + backoff_s >= deadline_s

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 _MASK_64 = (1 << 64) - 1
 
@@ -189,6 +190,28 @@ def produce_topic(raw: bytes | memoryview) -> str:
             return bytes(value).decode()
         break  # no topic first: the full scan decides what the request is
     return scan_produce_request(raw).topic
+
+
+class ScannedFetchResponse(NamedTuple):
+    """A FetchResponse's partition and records, the records a view of the message."""
+
+    topic: str
+    partition: int
+    records: memoryview
+
+
+def scan_fetch_response(raw: bytes | memoryview) -> ScannedFetchResponse:
+    """A FetchResponse's topic, partition and records (the layout above), the records not
+    copied; ValueError when the bytes are not a well-formed FetchResponse."""
+    topic, partition, records = "", 0, memoryview(b"")
+    for number, value in _fields(memoryview(raw)):
+        if number == 1 and isinstance(value, memoryview):
+            topic = bytes(value).decode()
+        elif number == 2 and isinstance(value, int):
+            partition = _int32(value)
+        elif number == 7 and isinstance(value, memoryview):
+            records = value
+    return ScannedFetchResponse(topic, partition, records)
 
 
 def _scan_partition(view: memoryview) -> ScannedPartition:

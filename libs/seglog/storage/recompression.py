@@ -35,7 +35,6 @@ from ..records.batch import (
     HEADER_BYTES,
     LOG_OVERHEAD,
     BatchHeader,
-    read_header,
 )
 from ..records.compression import CompressionType, compress, decompress
 from .config import LogConfig
@@ -80,14 +79,10 @@ def recompress(validated: ValidatedRecords, config: LogConfig) -> ValidatedRecor
     view = validated.view
     level = _level(config, target)
     parts: list[bytes | bytearray | memoryview] = []
-    batches: list[tuple[int, BatchHeader]] = []
-    out = 0
     for pos, header in validated.batches:
         size = header.size_in_bytes
         if _keeps(header, target):
             parts.append(view[pos : pos + size])
-            batches.append((out, header))
-            out += size
             continue
         records = decompress(
             header.attributes & COMPRESSION_MASK,
@@ -115,6 +110,4 @@ def recompress(validated: ValidatedRecords, config: LogConfig) -> ValidatedRecor
                 f"{config.max_message_bytes}"
             )
         parts.append(rebuilt)
-        batches.append((out, read_header(rebuilt)))
-        out += len(rebuilt)
-    return ValidatedRecords(memoryview(b"".join(parts)), batches, validated.validated_at_ms)
+    return ValidatedRecords.of_checked(memoryview(b"".join(parts)), validated.validated_at_ms)

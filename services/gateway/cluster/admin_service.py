@@ -1,63 +1,45 @@
-"""The Gateway service's admin calls on the gRPC API: topic administration (create, delete,
-configs, more partitions) and producer ids as adapters over the core (topic_admin.py,
-producer_ids.py); listing and describing topics, the cluster description and node states.
+"""The Gateway service's admin calls on the gRPC API, adapters over the core: topic
+administration (create, delete, configs, more partitions: topic_admin.py), producer ids
+(producer_ids.py), listing and describing topics (topic_descriptions.py), the cluster
+description and node states (node_admin.py).
 The Registry service that storage nodes call is in registry_service.py; Produce, Fetch and
 ListOffsets are the data plane's (routing/)."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
 
-from seglog.errors import (
-    AuthenticationError,
-    LeaderNotAvailableError,
-    PermissionDeniedError,
-    SeglogError,
-)
-from seglog.rpc import check_entries
-from seglog.rpc.status import abort, error_from_rpc, set_error
-from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
+from seglog.errors import AuthenticationError, PermissionDeniedError, SeglogError
+from seglog.rpc.status import abort, set_error
+from seglog.v1 import gateway_pb2
 
 from ..authorization import Authorization
-from ..node_connections import NodeConnections
-from .auto_create import TopicAutoCreation
+from .node_admin import NodeAdmin
 from .producer_ids import ProducerIds
-from .registry import Registry
 from .topic_admin import ConfigChange, NewTopic, TopicAdmin, TopicOutcome
-
-logger = logging.getLogger(__name__)
+from .topic_descriptions import TopicDescription, TopicDescriptions
 
 
 class AdminService:
-    """The Gateway service's admin calls. Topic administration and producer ids are the
-    core's (topic_admin.py, producer_ids.py), which authorize the caller themselves: these
-    methods name the caller and translate. Listing and describing topics, the cluster and
-    node states are the gRPC API's own (authorized by `Authorization.guard`)."""
+    """The Gateway service's admin calls. The core's objects authorize the caller
+    themselves: these methods name the caller and translate."""
 
     def __init__(
         self,
-        registry: Registry,
-        connections: NodeConnections,
         topics: TopicAdmin,
         producer_ids: ProducerIds,
+        descriptions: TopicDescriptions,
+        nodes: NodeAdmin,
         *,
         authorization: Authorization,
-        cluster_view: Callable[[], tuple[str, list[str]]] | None = None,
     ) -> None:
-        # The controller gateway's address and every running gateway's.
-        self.cluster_view = cluster_view or (lambda: ("", []))
-        self.registry = registry
-        self.connections = connections
         self.topics = topics
         self.producer_ids = producer_ids
+        self.descriptions = descriptions
+        self.nodes = nodes
         self.authorization = authorization
-        # Set by the gateway: DescribeTopics asking for it creates missing topics.
-        self.auto_create: TopicAutoCreation | None = None
 
     # -- topics (the core's) -------------------------------------------------------------
 
@@ -159,20 +141,22 @@ class AdminService:
             set_error(response, exc)
         return response
 
+    # -- listing and describing (the core's: topic_descriptions.py) ------------------------
+
     def ListTopics(
         self, request: gateway_pb2.ListTopicsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.ListTopicsResponse:
+        try:
+            caller = self.authorization.caller_of(context)
+            listed = self.descriptions.list_topics(
+                caller, include_internal=request.include_internal
+            )
+        except SeglogError as exc:
+            abort(context, exc)
         response = gateway_pb2.ListTopicsResponse()
-        for name in sorted(self.registry.topics):
-            topic = self.registry.topics.get(name)
-            if topic is None or (topic.internal and not request.include_internal):
-                continue
-            if self.authorization is not None and not self.authorization.allowed(
-                context, "Describe", "topic", name
-            ):
-                continue  # as Kafka: only the topics the principal may describe
+        for topic in listed:
             response.topics.add(
-                name=name, num_partitions=len(topic.partitions), internal=topic.internal
+                name=topic.name, num_partitions=topic.num_partitions, internal=topic.internal
             )
         return response
 
@@ -180,107 +164,18 @@ class AdminService:
         self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeTopicsResponse:
         try:
-            check_entries(len(request.names), "DescribeTopics names")
+            caller = self.authorization.caller_of(context)
+            described = self.descriptions.describe_topics(
+                caller,
+                list(request.names),
+                allow_auto_topic_creation=request.allow_auto_topic_creation,
+            )
         except SeglogError as exc:
             abort(context, exc)
-        names = list(request.names) or sorted(self.registry.topics)
-        missing = self._auto_create(request, context)
         response = gateway_pb2.DescribeTopicsResponse()
-        wanted: dict[int, list[tuple[str, int]]] = {}
-        described: dict[tuple[str, int], gateway_pb2.PartitionDescription] = {}
-        for name in names:
-            description = response.topics.add(name=name)
-            try:
-                refused = missing.get(name)
-                if refused is not None:
-                    raise refused
-                topic = self.registry.topic(name)
-            except SeglogError as exc:
-                set_error(description, exc)
-                continue
-            description.replication_factor = topic.replication_factor
-            description.topic_id = topic.topic_id
-            description.configs.update(topic.configs)
-            for i, p in enumerate(topic.partitions):
-                part = description.partitions.add(
-                    partition=i,
-                    leader=p.leader,
-                    leader_epoch=p.leader_epoch,
-                    partition_epoch=p.partition_epoch,
-                )
-                part.replicas.extend(p.replicas)
-                part.isr.extend(p.isr)
-                part.eligible_leader_replicas.extend(p.elr)
-                part.log_start_offset = part.log_end_offset = part.high_watermark = -1
-                if p.leader < 0:
-                    set_error(
-                        part,
-                        LeaderNotAvailableError(f"offline: no replica of its ISR {p.isr} is live"),
-                    )
-                for replica in p.replicas:
-                    part.replica_states.add(
-                        node_id=replica,
-                        log_end_offset=-1,
-                        high_watermark=-1,
-                        live=self.registry.is_live(replica),
-                    )
-                    wanted.setdefault(replica, []).append((name, i))
-                described[(name, i)] = part
-        self._fill_offsets(wanted, described)
+        for topic in described:
+            _describe_topic(response.topics.add(name=topic.name), topic)
         return response
-
-    def _auto_create(
-        self, request: gateway_pb2.DescribeTopicsRequest, context: grpc.ServicerContext
-    ) -> dict[str, SeglogError | None]:
-        """The named topics that do not exist, made when the request allows it (the seglog
-        producer's first look at a topic, as Kafka's Metadata): auto_create.py."""
-        if not (request.allow_auto_topic_creation and request.names):
-            return {}
-        if self.auto_create is None or self.authorization is None:
-            return {}
-        caller = self.authorization.caller_of(context)
-        return self.auto_create.create_missing(caller, request.names, allowed=True)
-
-    def _fill_offsets(
-        self,
-        wanted: dict[int, list[tuple[str, int]]],
-        described: dict[tuple[str, int], gateway_pb2.PartitionDescription],
-    ) -> None:
-        """Ask every replica's node for its view (log start and end, high watermark); the
-        leader's view is the partition's."""
-        calls = {}
-        for node_id, partitions in wanted.items():
-            node = self.registry.nodes.get(node_id)
-            if node is None or not self.registry.is_live(node_id):
-                continue
-            ask = storage_pb2.DescribePartitionsRequest()
-            for topic, partition in partitions:
-                ask.partitions.add(topic=topic, partition=partition)
-            stub = self.connections.get(node_id, node.address).stub
-            calls[node_id] = stub.DescribePartitions.future(ask, timeout=5)
-        for node_id, call in calls.items():
-            try:
-                states = call.result().partitions
-            except grpc.RpcError as exc:
-                error = LeaderNotAvailableError(f"node {node_id}: {error_from_rpc(exc)}")
-                for tp in wanted[node_id]:
-                    if described[tp].leader == node_id:
-                        set_error(described[tp], error)
-                continue
-            for state in states:
-                part = described[(state.topic, state.partition)]
-                for replica in part.replica_states:
-                    if replica.node_id == node_id and state.error == common_pb2.NONE:
-                        replica.log_end_offset = state.log_end_offset
-                        replica.high_watermark = state.high_watermark
-                if part.leader == node_id:
-                    part.log_start_offset = state.log_start_offset
-                    part.log_end_offset = state.log_end_offset
-                    part.high_watermark = state.high_watermark
-                    part.error = state.error
-        for part in described.values():
-            if part.leader >= 0 and part.log_end_offset < 0 and not part.error:
-                set_error(part, LeaderNotAvailableError(f"node {part.leader} is not available"))
 
     def InitProducerId(
         self, request: gateway_pb2.InitProducerIdRequest, context: grpc.ServicerContext
@@ -298,30 +193,29 @@ class AdminService:
         response.producer_epoch = given.epoch
         return response
 
+    # -- the cluster's nodes (the core's: node_admin.py) -----------------------------------
+
     def DescribeCluster(
         self, request: gateway_pb2.DescribeClusterRequest, context: grpc.ServicerContext
     ) -> gateway_pb2.DescribeClusterResponse:
-        controller, gateways = self.cluster_view()
+        try:
+            described = self.nodes.describe_cluster(self.authorization.caller_of(context))
+        except SeglogError as exc:
+            abort(context, exc)
         response = gateway_pb2.DescribeClusterResponse(
-            session_timeout_ms=int(self.registry.session_timeout_s * 1000),
-            controller=controller,
-            gateways=gateways,
+            session_timeout_ms=described.session_timeout_ms,
+            controller=described.controller,
+            gateways=described.gateways,
         )
-        counts = self.registry.leader_counts()
-        held = self.registry.replica_counts()
-        decommissioned = self.registry.decommissioned_nodes()
-        for node_id, node in sorted(self.registry.nodes.items()):
-            age = -1
-            if node.last_heartbeat is not None:
-                age = int((time.monotonic() - node.last_heartbeat) * 1000)
+        for node in described.nodes:
             response.nodes.add(
-                node_id=node_id,
+                node_id=node.node_id,
                 address=node.address,
-                live=self.registry.is_live(node_id),
-                last_heartbeat_age_ms=age,
-                leader_partitions=counts.get(node_id, 0),
-                decommissioned=node_id in decommissioned,
-                replica_partitions=held.get(node_id, 0),
+                live=node.live,
+                last_heartbeat_age_ms=node.last_heartbeat_age_ms,
+                leader_partitions=node.leader_partitions,
+                decommissioned=node.decommissioned,
+                replica_partitions=node.replica_partitions,
             )
         return response
 
@@ -339,16 +233,42 @@ class AdminService:
         self, node_id: int, decommissioned: bool, context: grpc.ServicerContext
     ) -> gateway_pb2.NodeStateResponse:
         try:
-            moved = self.registry.set_decommissioned(node_id, decommissioned)
+            caller = self.authorization.caller_of(context)
+            moved = self.nodes.set_decommissioned(caller, node_id, decommissioned)
         except SeglogError as exc:
             abort(context, exc)
-        logger.info(
-            "node %d %s (%d leaderships handed over)",
-            node_id,
-            "decommissioned" if decommissioned else "recommissioned",
-            len(moved),
+        return gateway_pb2.NodeStateResponse(leaderships_moved=moved)
+
+
+def _describe_topic(out: gateway_pb2.TopicDescription, topic: TopicDescription) -> None:
+    if topic.error is not None:
+        set_error(out, topic.error)
+        return
+    out.replication_factor = topic.replication_factor
+    out.topic_id = topic.topic_id
+    out.configs.update(topic.configs or {})
+    for p in topic.partitions:
+        part = out.partitions.add(
+            partition=p.partition,
+            leader=p.leader,
+            leader_epoch=p.leader_epoch,
+            partition_epoch=p.partition_epoch,
+            log_start_offset=p.log_start_offset,
+            log_end_offset=p.log_end_offset,
+            high_watermark=p.high_watermark,
         )
-        return gateway_pb2.NodeStateResponse(leaderships_moved=len(moved))
+        part.replicas.extend(p.replicas)
+        part.isr.extend(p.isr)
+        part.eligible_leader_replicas.extend(p.eligible_leader_replicas)
+        if p.error is not None:
+            set_error(part, p.error)
+        for r in p.replica_states:
+            part.replica_states.add(
+                node_id=r.node_id,
+                log_end_offset=r.log_end_offset,
+                high_watermark=r.high_watermark,
+                live=r.live,
+            )
 
 
 def _answer(result: Any, outcome: TopicOutcome) -> Any:

@@ -16,8 +16,10 @@ AutoTopicCreationManager), the caller having passed the adapter's Describe check
 3. an illegal name, or one too long for its partitions' directories: INVALID_TOPIC;
 4. created (or created meanwhile by another caller or gateway): `None`. Kafka answers
    LEADER_NOT_AVAILABLE for a topic it has just made, which clients retry; the Kafka adapter
-   does too. Creation here is synchronous (the nodes have the partitions when it returns),
-   so the gRPC adapter describes the new topic at once.
+   does too. The answer comes once the nodes have the partitions (`start_missing`'s future:
+   no thread waits for the nodes, so a Kafka Metadata holds no request handler meanwhile;
+   the gRPC adapter waits on its own thread, `create_missing`), so the new topic is
+   described with its leaders at once.
 5. creation refused (too few live nodes for the replication factor, the cluster's partition
    limit): LEADER_NOT_AVAILABLE, the cause logged once per topic and cause, as Kafka's
    controller refuses an auto-creation without telling the client, which retries until the
@@ -31,6 +33,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, InvalidStateError
+from contextlib import suppress
 
 from seglog.errors import (
     InvalidTopicError,
@@ -52,9 +56,9 @@ logger = logging.getLogger(__name__)
 _MAX_REMEMBERED_FAILURES = 1024
 DEFAULT_AUTO_CREATE_TOPICS_ENABLE = True  # Kafka's default
 
-# A topic made with the registry's num.partitions and default.replication.factor, and on its
-# nodes when this returns.
-CreateTopic = Callable[[str], object]
+# A topic made with the registry's num.partitions and default.replication.factor (SeglogError
+# if not); the future completes once its nodes have it.
+CreateTopic = Callable[[str], "Future[None]"]
 
 
 class TopicAutoCreation:
@@ -77,16 +81,47 @@ class TopicAutoCreation:
     def create_missing(
         self, caller: Caller, names: Iterable[str], *, allowed: bool
     ) -> dict[str, SeglogError | None]:
-        """Each of `names` that does not exist: None once made now, else the error its
-        answer carries (see the module's docstring). Existing names are left out."""
+        """`start_missing`, waited for on the calling thread."""
+        return self.start_missing(caller, names, allowed=allowed).result()
+
+    def start_missing(
+        self, caller: Caller, names: Iterable[str], *, allowed: bool
+    ) -> Future[dict[str, SeglogError | None]]:
+        """Each of `names` that does not exist: None once made, else the error its answer
+        carries (see the module's docstring); existing names are left out. The future
+        completes when the nodes of every topic made have been told (at once if none was)."""
         out: dict[str, SeglogError | None] = {}
+        told: list[Future[None]] = []
         for name in names:
             if self._exists(name):
                 continue
-            out[name] = self._create_one(caller, name, allowed)
-        return out
+            made = self._create_one(caller, name, allowed)
+            if isinstance(made, Future):
+                told.append(made)
+                made = None
+            out[name] = made
+        answer: Future[dict[str, SeglogError | None]] = Future()
+        left = [len(told)]
 
-    def _create_one(self, caller: Caller, name: str, allowed: bool) -> SeglogError | None:
+        def one_told(_: Future[None]) -> None:
+            with self._lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                with suppress(InvalidStateError):  # cancelled: its asker is gone
+                    answer.set_result(out)
+
+        if not told:
+            answer.set_result(out)
+        for each in told:
+            each.add_done_callback(one_told)
+        return answer
+
+    def _create_one(
+        self, caller: Caller, name: str, allowed: bool
+    ) -> SeglogError | Future[None] | None:
+        """The error its answer carries, None if another made it first, or the future of
+        its nodes being told."""
         if not (allowed and self.enabled) or is_internal_topic(name):
             return _missing(name)
         # Create on the cluster, else on the topic (Kafka checks the cluster's first).
@@ -100,7 +135,7 @@ class TopicAutoCreation:
         except SeglogError as exc:
             return exc
         try:
-            self._create(name)
+            told = self._create(name)
         except TopicAlreadyExistsError:
             return None  # another caller or gateway made it first: made all the same
         except InvalidTopicError as exc:  # legal for Kafka, too long for partition directories
@@ -109,7 +144,7 @@ class TopicAutoCreation:
             self._log_once(name, exc)
             return LeaderNotAvailableError(f"topic {name!r} could not be created yet: {exc}")
         logger.info("auto-created topic %s for %s", name, caller.principal)
-        return None
+        return told
 
     def _log_once(self, name: str, exc: SeglogError) -> None:
         key = (name, str(exc))

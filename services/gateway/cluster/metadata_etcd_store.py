@@ -32,7 +32,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..coordination.election import Fence
-from ..coordination.etcd_keyspace import Changes, EtcdKeyspace, KeyValue
+from ..coordination.etcd_keys import Changes, KeyValue
+from ..coordination.etcd_keyspace import EtcdKeyspace
 from .metadata_records import MetadataRecordError, Record, check_records, from_document
 from .registry_store import (
     DEFAULT_SNAPSHOT_INTERVAL_RECORDS,

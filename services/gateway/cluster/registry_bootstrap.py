@@ -211,7 +211,8 @@ def load_file_image_at(metadata_dir: Path) -> MetadataImage:
 
 def main(argv: list[str] | None = None) -> int:
     """Copy an etcd registry back into a gateway's data dir (the way back from etcd)."""
-    from ..coordination.etcd_keyspace import DEFAULT_PREFIX, EtcdKeyspace
+    from ..coordination.etcd_keys import DEFAULT_PREFIX
+    from ..coordination.etcd_keyspace import EtcdKeyspace
     from .metadata_etcd_store import EtcdMetadataStore
 
     parser = argparse.ArgumentParser(prog="python -m services.gateway.cluster.registry_bootstrap")

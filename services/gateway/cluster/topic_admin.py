@@ -13,8 +13,11 @@ broker does.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -184,17 +187,22 @@ class TopicAdmin:
         self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
 
-    def create_default_topic(self, name: str) -> None:
-        """A topic of num.partitions and default.replication.factor, on its nodes when this
-        returns (topic auto-creation, auto_create.py, which authorizes its caller)."""
+    def start_default_topic(self, name: str) -> Future[None]:
+        """A topic of num.partitions and default.replication.factor, in the registry when
+        this returns; the future completes once its nodes have been told (topic
+        auto-creation, auto_create.py, which authorizes its caller)."""
         topic = self.registry.create_topic(name, -1, -1, {})
         warning = self.registry.min_isr_shortfall(topic.replication_factor, topic.configs)
         if warning:
             logger.warning("topic %s created: %s", name, warning)
-        self._create_on_nodes(name)
+        return self._start_on_nodes(name)
 
     def _create_on_nodes(self, topic_name: str) -> None:
-        """Tell every replica's node now, so the leaders serve as soon as this returns; a
+        self._start_on_nodes(topic_name).result()
+
+    def _start_on_nodes(self, topic_name: str) -> Future[None]:
+        """Tell every replica's node now, so the leaders serve as soon as the future
+        completes (when every node has answered or its call failed: no thread waits); a
         node that misses this gets the partitions from its next heartbeat's answer."""
         topic = self.registry.topic(topic_name)
         wanted = [(topic_name, i) for i in range(len(topic.partitions))]
@@ -211,11 +219,26 @@ class TopicAdmin:
             )
             message.partitions.extend(s for s in states.partitions if node_id in s.replicas)
             calls.append(stub.UpdatePartitions.future(message, timeout=NODE_CALL_TIMEOUT_S))
-        for call in calls:
+        told: Future[None] = Future()
+        left = [len(calls)]
+        lock = threading.Lock()
+
+        def answered(call: Any) -> None:
             try:
                 call.result()
             except grpc.RpcError as exc:
                 logger.warning("creating partitions of %s on a node failed: %s", topic_name, exc)
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                told.set_result(None)
+
+        if not calls:
+            told.set_result(None)
+        for call in calls:
+            call.add_done_callback(answered)
+        return told
 
     # -- configs -------------------------------------------------------------------------
 

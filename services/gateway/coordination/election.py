@@ -22,7 +22,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from .etcd_keyspace import Changes, EtcdKeyspace
+from .etcd_keys import Changes
+from .etcd_keyspace import EtcdKeyspace
 from .gateway_session import GatewaySession
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ import requests
 
 from seglog.security.tls import TlsFiles
 
-from .etcd_keyspace import DEFAULT_PREFIX, b64, range_end
+from .etcd_keys import DEFAULT_PREFIX, b64, range_end
 
 ROLE = "seglog"
 READY_TIMEOUT_S = 30.0

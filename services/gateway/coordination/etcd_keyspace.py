@@ -26,7 +26,6 @@ and what it learns of them on its return must be read in that light (node_sessio
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import logging
@@ -34,8 +33,6 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import requests
@@ -45,44 +42,15 @@ from etcd3gw.exceptions import ConnectionFailedError, ConnectionTimeoutError, Et
 from seglog.errors import RegistryUnavailableError
 from seglog.security.tls import TlsFiles
 
+from .etcd_keys import DEFAULT_PREFIX, Changes, KeyValue, Subscriber, b64, range_end, unb64
+
 logger = logging.getLogger(__name__)
 
 _API_PATH = "/v3/"  # etcd >= 3.4
-DEFAULT_PREFIX = "/seglog"  # every key of one cluster lives under it
 _WATCH_RETRY_MAX_S = 2.0
 # An answer this late means etcd did not hear this gateway for that long, as much a cut as
 # a call that failed: leases it renews may have lapsed meanwhile.
 _LATE_ANSWER_S = 1.0
-
-
-@dataclass(frozen=True)
-class KeyValue:
-    key: str  # without the prefix
-    value: str
-    mod_revision: int
-    create_revision: int
-    lease: int
-
-
-# A subscriber's view of a change: key (without the prefix) -> its new value, None when
-# deleted. `full`: the mapping is a snapshot of every key under the subscriber's prefix.
-Changes = dict[str, KeyValue | None]
-Subscriber = Callable[[Changes, bool], None]
-
-
-def b64(data: str | bytes) -> str:
-    raw = data.encode() if isinstance(data, str) else data
-    return base64.b64encode(raw).decode()
-
-
-def _unb64(data: str) -> str:
-    return base64.b64decode(data).decode()
-
-
-def range_end(prefix: str) -> str:
-    """etcd's end of the range of keys starting with `prefix`."""
-    raw = prefix.encode()
-    return b64(raw[:-1] + bytes([raw[-1] + 1]))
 
 
 class EtcdKeyspace:
@@ -422,7 +390,7 @@ class EtcdKeyspace:
         changes: Changes = {}
         for event in events:
             kv = event["kv"]
-            name = _unb64(kv["key"]).removeprefix(self.prefix)
+            name = unb64(kv["key"]).removeprefix(self.prefix)
             changes[name] = None if event.get("type") == "DELETE" else self._kv(kv)
         for name_prefix, subscriber in self._subscribers:
             mine = {k: v for k, v in changes.items() if k.startswith(name_prefix)}
@@ -431,8 +399,8 @@ class EtcdKeyspace:
 
     def _kv(self, kv: dict[str, Any]) -> KeyValue:
         return KeyValue(
-            _unb64(kv["key"]).removeprefix(self.prefix),
-            _unb64(kv["value"]) if kv.get("value") else "",
+            unb64(kv["key"]).removeprefix(self.prefix),
+            unb64(kv["value"]) if kv.get("value") else "",
             int(kv.get("mod_revision", 0)),
             int(kv.get("create_revision", 0)),
             int(kv.get("lease", 0)),

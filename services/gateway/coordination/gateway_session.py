@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from seglog.errors import RegistryUnavailableError
 
-from .etcd_keyspace import Changes, EtcdKeyspace
+from .etcd_keys import Changes
+from .etcd_keyspace import EtcdKeyspace
 
 logger = logging.getLogger(__name__)
 

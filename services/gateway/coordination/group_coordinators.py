@@ -20,7 +20,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from .etcd_keyspace import Changes, EtcdKeyspace
+from .etcd_keys import Changes
+from .etcd_keyspace import EtcdKeyspace
 from .gateway_session import GatewaySession
 
 logger = logging.getLogger(__name__)

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field, replace
 
 from seglog.errors import RegistryUnavailableError
 
-from .etcd_keyspace import Changes, EtcdKeyspace
+from .etcd_keys import Changes
+from .etcd_keyspace import EtcdKeyspace
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ a Stable group whose chosen protocol it does not change, without a rebalance. Wa
 JoinGroup or SyncGroup keeps a member's session alive; members that have not sent SyncGroup
 within the rebalance timeout of CompletingRebalance are removed (Kafka's pending sync).
 
-Joins and syncs wait on the coordinator's condition, which releases its lock.
+A join or a follower's sync that must wait returns a Future and holds no thread
+(classic_waits.py); `join_classic` and `sync_group` wait for it on the caller's thread.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 from seglog.errors import (
     FencedInstanceIdError,
@@ -35,6 +38,7 @@ from seglog.errors import (
     UnknownMemberIdError,
 )
 
+from .classic_waits import settling, wait_in
 from .consumer_protocol import subscription_topics
 from .group_state import (
     CLASSIC,
@@ -45,15 +49,22 @@ from .group_state import (
     CoordinatorParts,
     Group,
     Member,
+    Waiter,
     check_group_id,
 )
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE, GroupMetadata
+
+T = TypeVar("T")
 
 
 class ClassicProtocol:
     """The classic protocol's calls, mixed into GroupCoordinator."""
 
-    def join_classic(
+    def join_classic(self: CoordinatorParts, *args: Any, **kwargs: Any) -> ClassicJoinResult:
+        """`start_join_classic`, waited for on the calling thread (the gRPC adapter's)."""
+        return ClassicProtocol.start_join_classic(self, *args, **kwargs).result()
+
+    def start_join_classic(
         self: CoordinatorParts,
         group_id: str,
         member_id: str,
@@ -66,8 +77,9 @@ class ClassicProtocol:
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         require_known_member_id: bool,
-    ) -> ClassicJoinResult:
-        """Join (or join again) and wait for the rebalance's answer."""
+    ) -> Future[ClassicJoinResult]:
+        """Join (or join again): the rebalance's answer, completed when the rebalance
+        completes (classic_waits.py); SeglogError at once for a join refused outright."""
         check_group_id(group_id)
         self._check_session_timeout(session_timeout_ms)
         if rebalance_timeout_ms < 0:
@@ -79,8 +91,9 @@ class ClassicProtocol:
         offered = tuple((name, bytes(data)) for name, data in protocols)
         stored = self._stored(group_id)
         now = time.monotonic()
-        with self._lock:
+        with settling(self) as touched:
             group = self._group(group_id, stored)
+            touched.append(group)  # a static member's old id may have waits to end
             _check_compatible(group, protocol_type, offered)
             if not group.members:
                 group.kind, group.protocol_type = CLASSIC, protocol_type
@@ -124,31 +137,28 @@ class ClassicProtocol:
                     # Kafka answers with the leader as it was, so a restarted leader does not
                     # compute an assignment a Stable group would not hand out.
                     self._state_changed(group)
-                    return _answer(group, member, leader=leader_before, with_members=False)
+                    return _answered(
+                        _answer(group, member, leader=leader_before, with_members=False)
+                    )
             elif member_id and unchanged and group.state == COMPLETING_REBALANCE:
                 # It lost its answer: the same one again.
-                return _answer(group, member)
+                return _answered(_answer(group, member))
             elif member_id and unchanged and group.state == STABLE and group.leader != member_id:
-                return _answer(group, member)
+                return _answered(_answer(group, member))
             member.joining = True
             member.join_answer = None
             if group.state != PREPARING_REBALANCE:
                 self._begin_rebalance(group, now)
-            self._maybe_complete(group, now)
-            while member.join_answer is None:
-                if self._stop.is_set():
-                    raise RebalanceInProgressError("the coordinator is shutting down")
-                if group.members.get(member.member_id) is not member:
-                    raise _gone(group, member)
-                now = time.monotonic()
-                if now >= group.rebalance_deadline:
-                    self._complete_rebalance(group, now)
-                    continue
-                self._changed.wait(group.rebalance_deadline - now)
-                self._maybe_complete(group, time.monotonic())
-            return member.join_answer
+            future: Future[ClassicJoinResult] = Future()
+            wait_in(self, group, Waiter(member, future))
+            self._maybe_complete(group, now)  # the session reaper ends it at the deadline
+            return future
 
-    def sync_group(
+    def sync_group(self: CoordinatorParts, *args: Any, **kwargs: Any) -> tuple[str, str, bytes]:
+        """`start_sync_group`, waited for on the calling thread (the gRPC adapter's)."""
+        return ClassicProtocol.start_sync_group(self, *args, **kwargs).result()
+
+    def start_sync_group(
         self: CoordinatorParts,
         group_id: str,
         member_id: str,
@@ -158,12 +168,15 @@ class ClassicProtocol:
         protocol_type: str | None,
         protocol: str | None,
         assignments: dict[str, bytes],
-    ) -> tuple[str, str, bytes]:
+    ) -> Future[tuple[str, str, bytes]]:
         """The group's protocol type and protocol, and the member's assignment for the
-        generation; the leader's call sets everyone's, a follower's waits for it."""
+        generation; the leader's call sets everyone's, a follower's completes once the
+        leader's has (classic_waits.py). SeglogError at once for a sync refused outright."""
         stored = self._stored_if_readable(group_id)
-        with self._lock:
+        with settling(self) as touched:
             group = self._load_stored(group_id, stored)
+            if group is not None:
+                touched.append(group)
             if group is None or not group.members:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             member = named_member(group, member_id, group_instance_id)
@@ -186,7 +199,7 @@ class ClassicProtocol:
             if group.state == PREPARING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
             if group.state == STABLE:
-                return group.protocol_type, group.strategy, member.assignment_bytes
+                return _answered((group.protocol_type, group.strategy, member.assignment_bytes))
             group.pending_sync.discard(member_id)
             if member_id == group.leader:
                 for each in group.members.values():
@@ -196,28 +209,20 @@ class ClassicProtocol:
                 group.state = STABLE
                 self._state_changed(group)
                 self._changed.notify_all()
-                return group.protocol_type, group.strategy, member.assignment_bytes
+                return _answered((group.protocol_type, group.strategy, member.assignment_bytes))
             member.awaiting_sync = True
-            while member.awaiting_sync:
-                if self._stop.is_set():
-                    member.awaiting_sync = False
-                    raise RebalanceInProgressError("the coordinator is shutting down")
-                if group.members.get(member_id) is not member:
-                    member.awaiting_sync = False
-                    raise _gone(group, member)
-                if group.generation != generation or group.state != COMPLETING_REBALANCE:
-                    member.awaiting_sync = False
-                    raise RebalanceInProgressError(f"group {group_id} is rebalancing: join again")
-                self._changed.wait()
-            return group.protocol_type, group.strategy, member.assignment_bytes
+            synced: Future[tuple[str, str, bytes]] = Future()
+            wait_in(self, group, Waiter(member, synced, sync_generation=generation))
+            return synced
 
     def leave_members(
         self: CoordinatorParts, group_id: str, leaving: Sequence[tuple[str, str | None]]
     ) -> list[SeglogError | None]:
         """LeaveGroup v3+: each (member id, group instance id) leaves, or its error."""
         outcomes: list[SeglogError | None] = []
-        with self._lock:
+        with settling(self) as touched:
             group = self._groups.get(group_id)
+            touched.extend([group] if group is not None else [])
             now = time.monotonic()
             for member_id, group_instance_id in leaving:
                 try:
@@ -396,10 +401,8 @@ def _replace_static_member(group: Group, old: Member, new_id: str) -> Member:
     return member
 
 
-def _gone(group: Group, member: Member) -> SeglogError:
-    if group.static_member(member.group_instance_id) is not None:
-        return FencedInstanceIdError(
-            f"instance {member.group_instance_id} of group {group.group_id} joined again "
-            f"under another member id"
-        )
-    return UnknownMemberIdError(f"member {member.member_id} was removed from {group.group_id}")
+def _answered(answer: T) -> Future[T]:
+    """A call answered at once, as a completed future."""
+    done: Future[T] = Future()
+    done.set_result(answer)
+    return done

@@ -48,6 +48,7 @@ from .classic_protocol import (
     named_member,
     restore_static_members,
 )
+from .classic_waits import settling
 from .group_metadata_writer import GroupMetadataWriter
 from .group_state import (
     CLASSIC,
@@ -110,7 +111,8 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
         self._stop.set()
         if self._writer is not None:
             self._writer.close()
-        with self._lock:
+        with settling(self) as touched:  # waiting classic calls end
+            touched.extend(self._groups.values())
             self._changed.notify_all()
 
     # -- membership --------------------------------------------------------------------------
@@ -159,8 +161,9 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
                 )
 
     def leave(self, group_id: str, member_id: str) -> None:
-        with self._lock:
+        with settling(self) as touched:
             group, _ = self._member(group_id, member_id)
+            touched.append(group)
             self._remove(group, member_id, time.monotonic())
 
     def check_commit(
@@ -234,8 +237,9 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
     def forget_groups(self, belongs: Callable[[str], bool]) -> None:
         """Drop the groups for which `belongs(group_id)` (their coordination moved away):
         waiting joins end and the members meet the new coordinator."""
-        with self._lock:
+        with settling(self) as touched:
             for group_id in [g for g in self._groups if belongs(g)]:
+                touched.append(self._groups[group_id])
                 self._groups.pop(group_id).members.clear()
                 if self._writer is not None:
                     self._writer.discard(group_id)
@@ -390,7 +394,8 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
     def _reap_loop(self) -> None:
         while not self._stop.wait(0.05):
             now = time.monotonic()
-            with self._lock:
+            with settling(self) as touched:  # joins and syncs whose time is up end
+                touched.extend(self._groups.values())
                 for group in list(self._groups.values()):
                     for member in list(group.members.values()):
                         if member.joining or member.awaiting_sync:

@@ -1,19 +1,27 @@
-"""The GroupCoordinator gRPC service, an adapter over the groups core (groups_core.py: which
-gateway coordinates, listing, offset commits): membership calls go to the coordinator
-(coordinator.py), offset fetches to the offsets store (offsets_store.py). Errors are answered in
-the response's `error` field, so a consumer reads REBALANCE_IN_PROGRESS and the like as data,
-not as failed calls — except NOT_COORDINATOR (coordination/group_coordinators.py): a call
-about a group another gateway coordinates fails whole, naming that gateway, as a call sent to
-the wrong place."""
+"""The GroupCoordinator gRPC service, an adapter over the groups core: membership
+(membership.py: joins, heartbeats, leaves), offsets and group admin (group_calls.py), which
+coordinator (groups_core.py). Each method names the call's Caller, builds the core's typed
+request and encodes its answer; the core authorizes.
+
+Errors are answered in the response's `error` field, so a consumer reads
+REBALANCE_IN_PROGRESS and the like as data, not as failed calls — except the call's own
+refusal (PERMISSION_DENIED, a credential that does not verify) and NOT_COORDINATOR /
+COORDINATOR_NOT_AVAILABLE (coordination/group_coordinators.py): a call about a group another
+gateway coordinates fails whole, naming that gateway, as a call sent to the wrong place."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import grpc
 
 from seglog.errors import (
+    AuthenticationError,
+    CoordinatorNotAvailableError,
     GroupIdNotFoundError,
-    GroupSubscribedToTopicError,
     NotCoordinatorError,
+    PermissionDeniedError,
     SeglogError,
 )
 from seglog.rpc import check_entries
@@ -21,29 +29,44 @@ from seglog.rpc.status import abort, set_error
 from seglog.v1 import groups_pb2
 from services.wait_slots import SERVER_MAX_WORKERS, PeerWaitSlots, WaitSlots
 
+from ..authorization import Authorization
+from ..broker.caller import Caller
 from ..coordination.group_coordinators import EtcdCoordination
 from .consumer_protocol import assignment_partitions
-from .coordinator import EMPTY, JoinResult, check_group_id
+from .coordinator import EMPTY
+from .group_calls import GroupCalls, OffsetCommit
 from .group_state import CLASSIC, Group, Member, OffsetToCommit
 from .groups_core import GroupsCore
 from .managed_protocol import JoinAgainLater
+from .membership import GroupHeartbeat, GroupLeave, GroupMembership, ManagedJoin
 from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 
+T = TypeVar("T")
 # Joins one connection may have waiting for their rebalances at once (a consumer waits in
 # one; a client running several consumers on one channel gets the rest answered at once).
 JOINS_WAITING_PER_CONNECTION = 2
+# What fails a call whole rather than being answered in its response.
+_CALL_ERRORS = (
+    AuthenticationError,
+    PermissionDeniedError,
+    NotCoordinatorError,
+    CoordinatorNotAvailableError,
+)
+_NOT_HERE = (NotCoordinatorError, CoordinatorNotAvailableError)
 
 
 class GroupCoordinatorService:
-    def __init__(self, core: GroupsCore) -> None:
+    def __init__(
+        self,
+        core: GroupsCore,
+        membership: GroupMembership,
+        calls: GroupCalls,
+        authorization: Authorization,
+    ) -> None:
         self.core = core
-        self.registry = core.registry
-        self.coordinator = core.coordinator
-        self.offsets = core.offsets
-        self.coordination = core.coordination
-        self.not_coordinated_here = core.not_coordinated_here
-        self.commit_offsets = core.commit_offsets
-        self.group_listing = core.group_listing
+        self.membership = membership
+        self.calls = calls
+        self.authorization = authorization
         # A join waits for its rebalance on a gateway thread: a quarter of the pool at most,
         # so node heartbeats, produce and fetch always find one, and at most
         # JOINS_WAITING_PER_CONNECTION from one connection, so a looping client cannot take
@@ -51,24 +74,43 @@ class GroupCoordinatorService:
         self.waiting_joins = WaitSlots(SERVER_MAX_WORKERS // 4)
         self.waiting_joins_by_peer = PeerWaitSlots(JOINS_WAITING_PER_CONNECTION)
 
-    # -- which gateway coordinates ------------------------------------------------------------
+    def _caller(self, context: grpc.ServicerContext) -> Caller:
+        try:
+            return self.authorization.caller_of(context)
+        except SeglogError as exc:
+            abort(context, exc)
 
-    def _coordinated(self, group_id: str, context: grpc.ServicerContext) -> None:
-        problem = self.not_coordinated_here(group_id)
-        if problem is not None:
-            abort(context, problem)
+    def _answered(
+        self, context: grpc.ServicerContext, response: object, work: Callable[[], T]
+    ) -> T | None:
+        """`work`'s answer; None with its error set on `response`, or the call failed whole
+        for an error of the call itself (_CALL_ERRORS)."""
+        try:
+            return work()
+        except _CALL_ERRORS as exc:
+            abort(context, exc)
+        except SeglogError as exc:
+            set_error(response, exc)
+            return None
+
+    # -- which gateway coordinates ------------------------------------------------------------
 
     def FindCoordinator(
         self, request: groups_pb2.FindCoordinatorRequest, context: grpc.ServicerContext
     ) -> groups_pb2.FindCoordinatorResponse:
+        caller = self._caller(context)
         response = groups_pb2.FindCoordinatorResponse()
-        problem = self.not_coordinated_here(request.group_id)
-        if isinstance(problem, NotCoordinatorError):
-            response.address = problem.coordinator
-        elif problem is not None:
-            set_error(response, problem)
-        elif isinstance(self.coordination, EtcdCoordination):
-            response.address = self.coordination.address
+        try:
+            address = self.core.coordinator_address(caller, request.group_id)
+        except (AuthenticationError, PermissionDeniedError) as exc:
+            abort(context, exc)
+        except SeglogError as exc:
+            set_error(response, exc)
+            return response
+        coordination = self.core.coordination
+        if not address and isinstance(coordination, EtcdCoordination):
+            address = coordination.address
+        response.address = address
         return response
 
     # -- membership ---------------------------------------------------------------------------
@@ -76,15 +118,28 @@ class GroupCoordinatorService:
     def JoinGroup(
         self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext
     ) -> groups_pb2.JoinGroupResponse:
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.JoinGroupResponse()
         peer = context.peer()
         slot = self.waiting_joins_by_peer.try_acquire(peer)
         if slot and not self.waiting_joins.try_acquire():
             self.waiting_joins_by_peer.release(peer)
             slot = False
+        join = ManagedJoin(
+            request.group_id,
+            request.member_id,
+            client_id=request.client_id,
+            client_host=peer,
+            topics=tuple(request.topics),
+            strategies=tuple(request.assignment_strategies),
+            session_timeout_ms=request.session_timeout_ms,
+            rebalance_timeout_ms=request.rebalance_timeout_ms,
+            wait=slot,
+        )
         try:
-            result = self._join(request, context, wait=slot)
+            result = self.membership.join_managed(caller, join)
+        except _CALL_ERRORS as exc:
+            abort(context, exc)
         except SeglogError as exc:
             set_error(response, exc)
             if isinstance(exc, JoinAgainLater):
@@ -102,64 +157,47 @@ class GroupCoordinatorService:
             response.assignment.add(topic=topic, partitions=partitions)
         return response
 
-    def _join(
-        self, request: groups_pb2.JoinGroupRequest, context: grpc.ServicerContext, *, wait: bool
-    ) -> JoinResult:
-        return self.coordinator.join(
-            request.group_id,
-            request.member_id,
-            client_id=request.client_id,
-            client_host=context.peer(),
-            topics=tuple(request.topics),
-            strategies=tuple(request.assignment_strategies),
-            session_timeout_ms=request.session_timeout_ms,
-            rebalance_timeout_ms=request.rebalance_timeout_ms,
-            wait=wait,
-        )
-
     def Heartbeat(
         self, request: groups_pb2.GroupHeartbeatRequest, context: grpc.ServicerContext
     ) -> groups_pb2.GroupHeartbeatResponse:
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.GroupHeartbeatResponse()
-        try:
-            self.coordinator.heartbeat(request.group_id, request.member_id, request.generation_id)
-        except SeglogError as exc:
-            set_error(response, exc)
+        beat = GroupHeartbeat(request.group_id, request.member_id, request.generation_id)
+        self._answered(context, response, lambda: self.membership.heartbeat(caller, beat))
         return response
 
     def LeaveGroup(
         self, request: groups_pb2.LeaveGroupRequest, context: grpc.ServicerContext
     ) -> groups_pb2.LeaveGroupResponse:
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.LeaveGroupResponse()
-        try:
-            self.coordinator.leave(request.group_id, request.member_id)
-        except SeglogError as exc:
-            set_error(response, exc)
+        leave = GroupLeave(request.group_id, [(request.member_id, None)])
+        outcomes = self._answered(context, response, lambda: self.membership.leave(caller, leave))
+        if outcomes and outcomes[0] is not None:
+            set_error(response, outcomes[0])
         return response
+
+    # -- offsets ------------------------------------------------------------------------------
 
     def CommitOffsets(
         self, request: groups_pb2.CommitOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.CommitOffsetsResponse:
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.CommitOffsetsResponse()
-        try:
-            self.coordinator.check_commit(
-                request.group_id, request.member_id, request.generation_id
-            )
-        except SeglogError as exc:
-            set_error(response, exc)
-            return response
-        problems = self.commit_offsets(
+        commit = OffsetCommit(
             request.group_id,
+            request.member_id,
+            request.generation_id,
             [
                 OffsetToCommit(c.topic, c.partition, c.offset, c.leader_epoch, c.metadata)
                 for c in request.offsets
             ],
         )
-        for commit, problem in zip(request.offsets, problems, strict=True):
-            result = response.partitions.add(topic=commit.topic, partition=commit.partition)
+        problems = self._answered(context, response, lambda: self.calls.commit(caller, commit))
+        if problems is None:
+            return response
+        for entry, problem in zip(request.offsets, problems, strict=True):
+            result = response.partitions.add(topic=entry.topic, partition=entry.partition)
             if problem is not None:
                 set_error(result, problem)
         return response
@@ -174,12 +212,12 @@ class GroupCoordinatorService:
             )
         except SeglogError as exc:
             abort(context, exc)
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.FetchOffsetsResponse()
-        try:
-            committed = self.offsets.committed(request.group_id)
-        except SeglogError as exc:
-            set_error(response, exc)
+        committed = self._answered(
+            context, response, lambda: self.calls.committed(caller, request.group_id)
+        )
+        if committed is None:
             return response
         if request.partitions:
             wanted = [(tp.topic, p) for tp in request.partitions for p in tp.partitions]
@@ -195,11 +233,14 @@ class GroupCoordinatorService:
                 out.commit_timestamp_ms = entry.commit_timestamp_ms
         return response
 
+    # -- group admin --------------------------------------------------------------------------
+
     def ListGroups(
         self, request: groups_pb2.ListGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.ListGroupsResponse:
+        caller = self._caller(context)
         response = groups_pb2.ListGroupsResponse()
-        for group_id, group in self.group_listing():
+        for group_id, group in self.core.listing(caller):
             response.groups.add(
                 group_id=group_id,
                 state=group.state if group is not None else EMPTY,
@@ -210,26 +251,29 @@ class GroupCoordinatorService:
     def DescribeGroups(
         self, request: groups_pb2.DescribeGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DescribeGroupsResponse:
-        if len(request.group_ids) == 1:  # one group: a call sent to the wrong place
-            self._coordinated(request.group_ids[0], context)
+        caller = self._caller(context)
         response = groups_pb2.DescribeGroupsResponse()
+        one = len(request.group_ids) == 1  # one group: a call sent to the wrong place
         for group_id in request.group_ids:
             description = response.groups.add(group_id=group_id)
-            problem = self.not_coordinated_here(group_id)
-            if problem is not None:
-                set_error(description, problem)
+            try:
+                found = self.calls.look_up(caller, group_id)
+            except (AuthenticationError, PermissionDeniedError) as exc:
+                abort(context, exc)
+            except _NOT_HERE as exc:
+                if one:
+                    abort(context, exc)
+                set_error(description, exc)
                 continue
-            group = self.coordinator.snapshot(group_id)
+            except SeglogError as exc:
+                set_error(description, exc)
+                continue
+            group = found.group
             if group is None:
-                try:
-                    known = bool(self.offsets.committed(group_id))
-                except SeglogError as exc:
-                    set_error(description, exc)
-                    continue
-                if not known:
+                if not found.has_offsets:
                     set_error(description, GroupIdNotFoundError(f"group {group_id!r} not found"))
-                    continue
-                description.state = EMPTY
+                else:
+                    description.state = EMPTY
                 continue
             description.state = group.state
             description.generation_id = group.generation
@@ -247,43 +291,33 @@ class GroupCoordinatorService:
     def DeleteGroups(
         self, request: groups_pb2.DeleteGroupsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DeleteGroupsResponse:
-        if len(request.group_ids) == 1:
-            self._coordinated(request.group_ids[0], context)
+        caller = self._caller(context)
         response = groups_pb2.DeleteGroupsResponse()
-        for group_id in request.group_ids:
+        try:
+            outcomes = self.calls.delete_groups(caller, list(request.group_ids))
+        except SeglogError as exc:
+            abort(context, exc)
+        if len(outcomes) == 1 and isinstance(outcomes[0], _NOT_HERE):
+            abort(context, outcomes[0])  # one group: a call sent to the wrong place
+        for group_id, outcome in zip(request.group_ids, outcomes, strict=True):
             result = response.groups.add(group_id=group_id)
-            problem = self.not_coordinated_here(group_id)
-            if problem is not None:
-                set_error(result, problem)
-                continue
-            try:
-                check_group_id(group_id)
-                self.coordinator.delete_group(group_id)
-                self.offsets.delete_group(group_id)
-            except SeglogError as exc:
-                set_error(result, exc)
+            if outcome is not None:
+                set_error(result, outcome)
         return response
 
     def DeleteOffsets(
         self, request: groups_pb2.DeleteOffsetsRequest, context: grpc.ServicerContext
     ) -> groups_pb2.DeleteOffsetsResponse:
-        self._coordinated(request.group_id, context)
+        caller = self._caller(context)
         response = groups_pb2.DeleteOffsetsResponse()
-        try:
-            check_group_id(request.group_id)
-            read = self.coordinator.subscribed_topics(request.group_id)
-            busy = sorted({p.topic for p in request.partitions} & read)
-            if busy:
-                raise GroupSubscribedToTopicError(
-                    f"members of group {request.group_id} read {', '.join(busy)}: their "
-                    f"offsets cannot be deleted while they do"
-                )
-            response.deleted = self.offsets.delete_offsets(
-                request.group_id,
-                [(p.topic, n) for p in request.partitions for n in p.partitions],
-            )
-        except SeglogError as exc:
-            set_error(response, exc)
+        partitions = [(p.topic, n) for p in request.partitions for n in p.partitions]
+        deleted = self._answered(
+            context,
+            response,
+            lambda: self.calls.delete_offsets(caller, request.group_id, partitions),
+        )
+        if deleted is not None:
+            response.deleted = deleted
         return response
 
 

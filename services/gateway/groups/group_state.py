@@ -10,8 +10,9 @@ coordinator hands each member its opaque assignment bytes).
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from seglog.errors import InvalidGroupIdError
 
@@ -102,6 +103,8 @@ class Group:
     pending_members: dict[str, float] = field(default_factory=dict)
     # Classic members that have not sent SyncGroup in CompletingRebalance.
     pending_sync: set[str] = field(default_factory=set)
+    # Classic JoinGroups and SyncGroups waiting for their answers (classic_waits.py).
+    waiters: list[Waiter] = field(default_factory=list)
 
     def static_member(self, group_instance_id: str | None) -> Member | None:
         if group_instance_id is None:
@@ -110,6 +113,18 @@ class Group:
             if member.group_instance_id == group_instance_id:
                 return member
         return None
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A classic JoinGroup or SyncGroup waiting for its answer, with no thread (Kafka's
+    DelayedJoin, a sync's awaiting future): `future` is completed by whichever call or
+    timer changes the group so that the wait is over (classic_waits.py)."""
+
+    member: Member
+    future: Future[Any]
+    # The generation a follower's SyncGroup waits in; None for a JoinGroup.
+    sync_generation: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The core's groups: which gateway coordinates a group, the groups this one lists, offsets
 committed after their checks, and the group calls for a caller: whether the caller may,
 whether this gateway coordinates the group, then the work, in that order for every group API
-(Kafka's, through the listener's group adapters; the GroupCoordinator gRPC service,
-group_service.py, is an adapter over the same core, authorized by its guard).
+(the typed calls of membership.py and group_calls.py, and the Kafka listener's group
+adapters; the GroupCoordinator gRPC service, group_service.py, is an adapter over them).
 
 Kafka's rules: Read on the group to join, sync, heartbeat, leave and commit; Describe on it
 to find its coordinator, describe it and fetch its offsets; Delete on it to delete it or its

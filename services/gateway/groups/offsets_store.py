@@ -5,9 +5,8 @@ small; a gateway that restarts reads each partition of it back before answering 
 groups it holds. A group's records live in partition `abs(java_hash(group_id)) % partitions`,
 as in Kafka.
 
-Reading back survives damage: a batch that fails its CRC or does not decode, or a record
-that does not parse, is logged and skipped (its groups answer from their earlier records)
-instead of failing every group of the partition.
+Reading back (offsets_contents.py) survives damage: a corrupt batch or record is logged and
+skipped instead of failing every group of the partition.
 
 Committed offsets expire as Kafka's do (KIP-211) after `offsets.retention.minutes`: those of
 a group with members never; of an empty consumer group counted from when it became empty
@@ -19,11 +18,9 @@ deleted with tombstones, and an empty group left with no offsets loses its metad
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import grpc
 
@@ -33,27 +30,21 @@ from seglog.errors import (
     GroupIdNotFoundError,
     SeglogError,
 )
-from seglog.records import RecordBatch, RecordBatchBuilder
-from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
+from seglog.records import RecordBatchBuilder
 from seglog.rpc.status import error_from_code, error_from_rpc
 from seglog.v1 import common_pb2
 
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
+from .offsets_contents import OFFSETS_TOPIC, GroupOffsets, PartitionContents, apply_batches
 from .offsets_formats import (
     CONSUMER_PROTOCOL_TYPE,
-    GROUP_METADATA_KEY_VERSION,
     CommittedOffset,
     GroupMetadata,
-    decode_group_key,
-    decode_group_value,
-    decode_offset_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
     encode_offset_value,
-    key_type,
     partition_for_group,
 )
 
@@ -61,7 +52,6 @@ logger = logging.getLogger(__name__)
 
 OFFSETS_COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 
-OFFSETS_TOPIC = "__consumer_offsets"
 # Kafka's offsets.topic.segment.bytes; compaction is what keeps the topic small.
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 # Kafka's offsets.retention.minutes (7 days) and offsets.retention.check.interval.ms.
@@ -70,22 +60,9 @@ DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions
 _LOAD_FETCH_BYTES = 8 * 1024 * 1024
 _NODE_CALL_TIMEOUT_S = 30.0
-_BASE_AND_LENGTH = struct.Struct(">qi")
-_LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_AT = 23
 
 
 # -- the store -------------------------------------------------------------------------------
-
-GroupOffsets = dict[tuple[str, int], CommittedOffset]
-
-
-@dataclass
-class PartitionContents:
-    """What one `__consumer_offsets` partition holds, as compaction would leave it."""
-
-    offsets: dict[str, GroupOffsets] = field(default_factory=dict)
-    groups: dict[str, GroupMetadata] = field(default_factory=dict)
 
 
 class OffsetsStore:
@@ -190,7 +167,7 @@ class OffsetsStore:
                     if message.error:
                         raise error_from_code(message.error, message.error_message)
                     high_watermark = message.high_watermark
-                    offset = max(offset, self._apply_all(contents, partition, message.records))
+                    offset = max(offset, apply_batches(contents, partition, message.records))
                 if offset >= high_watermark:
                     break
                 if offset == started_at:
@@ -220,46 +197,6 @@ class OffsetsStore:
             partition,
         )
         return contents
-
-    def _apply_all(self, contents: PartitionContents, partition: int, records: bytes) -> int:
-        """Apply every whole batch of a fetch; return the offset after the last one. A batch
-        that is corrupt is logged and skipped, found by its length and offsets alone."""
-        pos = 0
-        next_offset = -1
-        while len(records) - pos >= HEADER_BYTES:
-            base_offset, length = _BASE_AND_LENGTH.unpack_from(records, pos)
-            if length < HEADER_BYTES - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > len(records):
-                break
-            (delta,) = _LAST_OFFSET_DELTA.unpack_from(records, pos + _LAST_OFFSET_DELTA_AT)
-            try:
-                batch = RecordBatch(records, pos)
-                batch.validate()
-                self._apply(contents, batch)
-            except (SeglogError, ValueError, struct.error) as exc:
-                logger.error(
-                    "%s-%d: skipping the corrupt batch at offset %d: %s",
-                    OFFSETS_TOPIC,
-                    partition,
-                    base_offset,
-                    exc,
-                )
-            next_offset = max(next_offset, base_offset + max(delta, 0) + 1)
-            pos += LOG_OVERHEAD + length
-        return next_offset
-
-    @staticmethod
-    def _apply(contents: PartitionContents, batch: RecordBatch) -> None:
-        if batch.header.is_control:
-            return
-        for record in batch.records():
-            if record.key is None:
-                continue
-            try:
-                _apply_record(contents, record.key, record.value)
-            except (SeglogError, ValueError, struct.error) as exc:
-                logger.error(
-                    "%s: skipping the record at offset %d: %s", OFFSETS_TOPIC, record.offset, exc
-                )
 
     def committed(self, group_id: str) -> GroupOffsets:
         return dict(self._loaded(self.partition_for(group_id)).offsets.get(group_id, {}))
@@ -447,22 +384,3 @@ class OffsetsStore:
             if error.retriable:
                 raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
             raise error
-
-
-def _apply_record(contents: PartitionContents, key: bytes, value: bytes | None) -> None:
-    if key_type(key) == GROUP_METADATA_KEY_VERSION:
-        group_id = decode_group_key(key)
-        if value is None:
-            contents.groups.pop(group_id, None)
-        else:
-            contents.groups[group_id] = decode_group_value(value)
-        return
-    group_id, topic, partition = decode_offset_key(key)
-    if value is None:
-        offsets = contents.offsets.get(group_id)
-        if offsets is not None:
-            offsets.pop((topic, partition), None)
-            if not offsets:
-                del contents.offsets[group_id]
-        return
-    contents.offsets.setdefault(group_id, {})[(topic, partition)] = decode_offset_value(value)

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from services.memory_pool import RequestMemoryPool
 
-from .connection import BEFORE_AUTHENTICATION, KafkaConnection
+from .connection import BEFORE_AUTHENTICATION, KafkaConnection, PendingAnswer
 from .framing import (
     API_VERSIONS_KEY,
     FIXED_HEADER,
@@ -136,6 +136,8 @@ class Channel:
         self.in_flight = False
         self.in_flight_bytes = 0
         self.handling = False  # a handler holds the request (its bytes are released after)
+        # The request's answer to come (later.py): cancelled if the connection closes first.
+        self.pending: PendingAnswer | None = None
         # Read and not yet taken by the handlers' queue (it was full): frames, bare SASL token.
         self.parked: tuple[list[bytearray], bool] | None = None
         self.opened_at = now
@@ -165,11 +167,20 @@ class Channel:
         if self.handshaking:
             return not self.handshake_wants_write
         return (
-            not self.in_flight
+            (not self.in_flight or self.reading_ahead)
             and self.waiting_memory_since is None
             and not self.waiting_queue
             and self.muted_until <= now
         )
+
+    @property
+    def reading_ahead(self) -> bool:
+        """Its answer pending (later.py), the connection reads on as far as the next frame's
+        size and header (14 bytes, no pool memory: a pending answer may wait minutes), so a
+        client that goes away meanwhile is seen at once and its wait given up, not when its
+        answer is written. A client that sends a request behind the pending one is muted
+        there, as Kafka mutes it, until the answer is sent."""
+        return self.pending is not None and self.reader.stage in (Stage.SIZE, Stage.HEADER)
 
     def wants_write(self) -> bool:
         if self.handshaking:
@@ -259,8 +270,11 @@ class Channel:
         self.spoke = True
         return api_key, api_version
 
-    def read_frame(self, now: float, coalescing: tuple[int, int] | None = None) -> Step:
-        """Reads on with the next frame as far as the socket and the pool allow.
+    def read_frame(
+        self, now: float, coalescing: tuple[int, int] | None = None, *, ahead: bool = False
+    ) -> Step:
+        """Reads on with the next frame as far as the socket and the pool allow; `ahead`
+        (an answer is pending): no further than its header, unchecked (STOPPED there).
 
         With `coalescing` ((api key, bytes held so far)), a read-ahead after a complete
         request: it stops (STOPPED) before a frame of another api, one that does not check,
@@ -279,6 +293,8 @@ class Channel:
                 if not self._fill(reader.head, FIXED_HEADER.size):
                     return Step.BLOCKED
                 reader.stage = Stage.CHECK
+            elif ahead and stage in (Stage.CHECK, Stage.RESERVE):
+                return Step.STOPPED
             elif stage is Stage.CHECK:
                 if coalescing is not None:
                     api_key, _ = FIXED_HEADER.unpack_from(reader.head)[:2]

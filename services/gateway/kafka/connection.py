@@ -4,7 +4,9 @@
 
 One request at a time per connection, as Kafka's broker does (it mutes a channel while a
 request is in flight), so responses go out in request order and a connection holds at most
-one request's memory: its frame (bounded by socket.request.max.bytes) and its answer.
+one request's memory: its frame (bounded by socket.request.max.bytes) and its answer. A
+handler may answer later (later.py): the request's outcome is then a PendingAnswer, and the
+connection stays muted until its answer is built and sent.
 
 What closes the connection, as Kafka's broker closes it: a frame size outside the bound, a
 header or body that does not parse, an api key the listener does not serve, a version
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,17 +35,20 @@ from seglog.semconv import TOPIC
 from .api_table import ApiEntry, ApiTable
 from .api_versions_apis import versions_response
 from .error_codes import UNSUPPORTED_VERSION
+from .fetch_sessions import FetchSessionCache
 from .framing import (
     API_KEY_AND_VERSION,
     API_VERSIONS_KEY,
     SIZE,
     FrameError,
     RequestFrame,
+    ScatteredFrame,
     decode_body,
     encode_response,
     parse_request,
 )
 from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
+from .later import Later
 from .node_lanes import NodeAddress
 from .sasl import SaslFailed
 from .sasl_apis import authenticate_session
@@ -90,10 +96,46 @@ def certificate_identity(sock: ssl.SSLSocket) -> tuple[str | None, str | None]:
 @dataclass
 class Outcome:
     """What a request's handling leaves to send: its answers (framed), and whether the
-    connection closes once they are sent."""
+    connection closes once they are sent; or its answer to come (`later`)."""
 
-    answers: list[bytearray] = field(default_factory=list)
+    answers: list[bytearray | ScatteredFrame] = field(default_factory=list)
     close: bool = False
+    later: PendingAnswer | None = None
+
+
+class PendingAnswer:
+    """A request's answer to come (later.py), with what framing it needs."""
+
+    def __init__(self, later: Later[Any], correlation_id: int, peer: str) -> None:
+        self.later = later
+        self.correlation_id = correlation_id
+        self.peer = peer
+
+    def when_done(
+        self, deliver: Callable[[Outcome], None], run: Callable[[Callable[[], None]], object]
+    ) -> None:
+        """Once the core's future is done (not cancelled): `run` (a request handler) builds
+        the answer and `deliver`s it. Called at once if it is done already."""
+
+        def finish() -> None:
+            deliver(self.outcome())
+
+        def done(future: Future[Any]) -> None:
+            if not future.cancelled():
+                run(finish)
+
+        self.later.future.add_done_callback(done)
+
+    def outcome(self) -> Outcome:
+        try:
+            return Outcome([encode_response(self.later.response(), self.correlation_id)])
+        except Exception:
+            logger.exception("closing Kafka connection from %s: request failed", self.peer)
+            return Outcome(close=True)
+
+    def cancel(self) -> None:
+        """The connection is gone: the core's wait is given up."""
+        self.later.future.cancel()
 
 
 class KafkaConnection:
@@ -107,9 +149,14 @@ class KafkaConnection:
         sasl_required: bool = False,
         advertised_address: str,
         node_address: NodeAddress | None = None,
+        fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.session = ConnectionSession(
-            identity, advertised_address, sasl_required=sasl_required, node_address=node_address
+            identity,
+            advertised_address,
+            sasl_required=sasl_required,
+            node_address=node_address,
+            fetch_sessions=fetch_sessions,
         )
         self.table = table
         self.core = core
@@ -141,6 +188,8 @@ class KafkaConnection:
             if len(frames) > 1:
                 return Outcome(self._answer_queued(frames))
             answer = self._answer(frames[0])
+            if isinstance(answer, PendingAnswer):
+                return Outcome(later=answer)
             return Outcome([] if answer is None else [answer])
         except SaslFailed as failed:
             logger.info("Kafka connection from %s failed to authenticate", self.peer)
@@ -176,7 +225,7 @@ class KafkaConnection:
         self.session.raw_sasl_token_next = self.session.authenticated_principal is None
         return bytearray(SIZE.pack(len(answer)) + answer)
 
-    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray]:
+    def _answer_queued(self, payloads: list[bytearray]) -> list[bytearray | ScatteredFrame]:
         """Several queued requests of one api (checked by `_queued_with`): each parsed and
         checked as alone, then answered together by the api's batch handler. One that does
         not parse closes the connection, as alone, before any of them is acted on."""
@@ -199,7 +248,7 @@ class KafkaConnection:
             if response is not None
         ]
 
-    def _answer(self, payload: bytearray) -> bytearray | None:
+    def _answer(self, payload: bytearray) -> bytearray | ScatteredFrame | PendingAnswer | None:
         api_key, api_version = API_KEY_AND_VERSION.unpack_from(payload)
         entry = self.table.entry(api_key)
         if entry is None:
@@ -221,8 +270,10 @@ class KafkaConnection:
         except SaslFailed as failed:
             failed.correlation_id = frame.correlation_id
             raise
-        if response is None:
-            return None
+        if response is None or isinstance(response, ScatteredFrame):
+            return response  # a handler's own framing (fetch_encoding.py)
+        if isinstance(response, Later):
+            return PendingAnswer(response, frame.correlation_id, self.peer)
         return encode_response(response, frame.correlation_id)
 
     def _call(self, entry: ApiEntry, frame: RequestFrame) -> KafkaCall:

@@ -28,7 +28,9 @@ from ..cluster.user_scram import UserScram
 from ..coordination.election import ControllerElection, SoleController
 from ..coordination.gateway_session import GatewaySession
 from ..groups.coordinator import GroupCoordinator
+from ..groups.group_calls import GroupCalls
 from ..groups.groups_core import GroupsCore
+from ..groups.membership import GroupMembership
 from ..routing.data_plane import DataPlane
 from ..routing.producer_states import ProducerStates
 from ..routing.record_deletion import RecordDeletion
@@ -69,6 +71,8 @@ class KafkaCore:
     quotas: ClientQuotaAdmin
     partition_moves: PartitionMoves  # reassignments, elections, log dirs (partition_moves.py)
     groups: GroupsCore
+    membership: GroupMembership  # joins, syncs, heartbeats, leaves (groups/membership.py)
+    group_calls: GroupCalls  # offsets and group admin (groups/group_calls.py)
     coordinator: GroupCoordinator
     user_scram: UserScram  # SCRAM credentials (user_scram.py)
     producer_states: ProducerStates  # DescribeProducers (routing/producer_states.py)

@@ -99,3 +99,18 @@ def encode_response(response: Any, correlation_id: int) -> bytearray:
     response.with_header(correlation_id=correlation_id)
     encoded: bytearray = response.encode(header=True, framed=True)
     return encoded
+
+
+class ScatteredFrame:
+    """A response already framed, as several buffers written one after the other without
+    being joined (a Fetch answer's large record sets are views of the nodes' bytes:
+    fetch_encoding.py). A handler returns one instead of a response object."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces: list[bytes | bytearray | memoryview]) -> None:
+        self.pieces = [memoryview(piece) for piece in pieces]
+        self.size = sum(len(piece) for piece in self.pieces)
+
+    def __len__(self) -> int:
+        return self.size

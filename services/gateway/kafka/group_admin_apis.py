@@ -13,7 +13,6 @@ Describe.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from kafka.protocol.admin.groups import (
@@ -31,7 +30,7 @@ from ..groups.group_state import CLASSIC, STABLE, Group, Member
 from ..groups.offsets_formats import encode_assignment, encode_subscription
 from .api_table import ApiTable
 from .error_codes import NONE, kafka_error_code
-from .group_apis import group_error_code, on_coordinator
+from .group_apis import group_error_code
 from .kafka_call import KafkaCall
 
 DEAD = "Dead"
@@ -51,9 +50,10 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     core = call.core
 
     def describe(group_id: str) -> Any:
-        group = core.coordinator.snapshot(group_id)
+        found = core.group_calls.look_up(call.caller, group_id)
+        group = found.group
         if group is None:
-            known = bool(core.groups.offsets.committed(group_id))
+            known = found.has_offsets
             return group_class(
                 error_code=NONE,
                 group_id=group_id,
@@ -89,9 +89,7 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     described = []
     for group_id in request.groups:
         try:
-            described.append(
-                on_coordinator(call, "DescribeGroups", group_id, partial(describe, group_id))
-            )
+            described.append(describe(group_id))
         except SeglogError as exc:
             described.append(
                 group_class(

@@ -2,11 +2,10 @@
 0–5, Heartbeat 0–4, LeaveGroup 0–4, on the gateway's group coordinator (groups/
 classic_protocol.py).
 
-Each call is authorized as its gRPC namesake is (Read on the group; SyncGroup likewise), and
+Each call is the core's (groups/membership.py: Read on the group, as its gRPC namesake), and
 answers NOT_COORDINATOR for a group another gateway coordinates; FindCoordinator names that
-gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup wait
-for the rebalance on the connection's thread, as Kafka's broker holds the response of a muted
-channel; the wait releases the coordinator's lock.
+gateway's Kafka listener (published with its gateway session). JoinGroup and SyncGroup answer
+when the rebalance does (later.py): the coordinator completes their futures, no thread waits.
 """
 
 from __future__ import annotations
@@ -38,10 +37,13 @@ from seglog.errors import (
     SeglogError,
 )
 
+from ..groups.group_state import ClassicJoinResult
+from ..groups.membership import ClassicJoin, GroupHeartbeat, GroupLeave, GroupSync, SyncAnswer
 from .api_table import ApiTable
 from .brokers import Broker, broker_on_gateway
 from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
 from .kafka_call import KafkaCall
+from .later import answer_later
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -153,28 +155,23 @@ def _own_grpc_address(core: KafkaCore) -> str:
 def join_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = JoinGroupResponse[version]
-    coordinator = call.core.coordinator
+    join = ClassicJoin(
+        request.group_id,
+        request.member_id,
+        group_instance_id=request.group_instance_id if version >= 5 else None,
+        client_id=call.client_id or "",
+        client_host=client_host(call),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout_ms=request.session_timeout_ms,
+        # v0 has none: Kafka's broker then waits the session timeout.
+        rebalance_timeout_ms=(
+            request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
+        ),
+        require_known_member_id=version >= 4,
+    )
 
-    def join() -> Any:
-        return coordinator.join_classic(
-            request.group_id,
-            request.member_id,
-            group_instance_id=request.group_instance_id if version >= 5 else None,
-            client_id=call.client_id or "",
-            client_host=client_host(call),
-            protocol_type=request.protocol_type,
-            protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
-            session_timeout_ms=request.session_timeout_ms,
-            # v0 has none: Kafka's broker then waits the session timeout.
-            rebalance_timeout_ms=(
-                request.rebalance_timeout_ms if version >= 1 else request.session_timeout_ms
-            ),
-            require_known_member_id=version >= 4,
-        )
-
-    try:
-        result = on_coordinator(call, "JoinGroup", request.group_id, join)
-    except SeglogError as exc:
+    def refuse(exc: SeglogError) -> Any:
         given = exc.member_id if isinstance(exc, MemberIdRequiredError) else request.member_id
         return response_class(
             throttle_time_ms=0,
@@ -186,44 +183,45 @@ def join_group(call: KafkaCall, request: Any) -> Any:
             member_id=given,
             members=[],
         )
-    return response_class(
-        throttle_time_ms=0,
-        error_code=NONE,
-        generation_id=result.generation,
-        protocol_type=result.protocol_type,
-        protocol_name=result.protocol,
-        leader=result.leader,
-        member_id=result.member_id,
-        members=[
-            response_class.JoinGroupResponseMember(
-                member_id=member_id, group_instance_id=instance_id, metadata=metadata
-            )
-            for member_id, instance_id, metadata in result.members
-        ],
-    )
+
+    def respond(result: ClassicJoinResult) -> Any:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NONE,
+            generation_id=result.generation,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol,
+            leader=result.leader,
+            member_id=result.member_id,
+            members=[
+                response_class.JoinGroupResponseMember(
+                    member_id=member_id, group_instance_id=instance_id, metadata=metadata
+                )
+                for member_id, instance_id, metadata in result.members
+            ],
+        )
+
+    try:
+        joined = call.core.membership.start_join_classic(call.caller, join)
+    except SeglogError as exc:
+        return refuse(exc)
+    return answer_later(joined, respond, refuse)
 
 
 def sync_group(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = SyncGroupResponse[version]
-    coordinator = call.core.coordinator
+    sync = GroupSync(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        group_instance_id=request.group_instance_id if version >= 3 else None,
+        protocol_type=request.protocol_type if version >= 5 else None,
+        protocol=request.protocol_name if version >= 5 else None,
+        assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
+    )
 
-    def sync() -> tuple[str, str, bytes]:
-        return coordinator.sync_group(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            group_instance_id=request.group_instance_id if version >= 3 else None,
-            protocol_type=request.protocol_type if version >= 5 else None,
-            protocol=request.protocol_name if version >= 5 else None,
-            assignments={a.member_id: bytes(a.assignment) for a in request.assignments},
-        )
-
-    try:
-        protocol_type, protocol, assignment = on_coordinator(
-            call, "SyncGroup", request.group_id, sync
-        )
-    except SeglogError as exc:
+    def refuse(exc: SeglogError) -> Any:
         return response_class(
             throttle_time_ms=0,
             error_code=group_error_code(exc),
@@ -231,29 +229,33 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
             protocol_name=None,
             assignment=b"",
         )
-    return response_class(
-        throttle_time_ms=0,
-        error_code=NONE,
-        protocol_type=protocol_type,
-        protocol_name=protocol,
-        assignment=assignment,
-    )
+
+    def respond(answer: SyncAnswer) -> Any:
+        return response_class(
+            throttle_time_ms=0,
+            error_code=NONE,
+            protocol_type=answer.protocol_type,
+            protocol_name=answer.protocol,
+            assignment=answer.assignment,
+        )
+
+    try:
+        syncing = call.core.membership.start_sync(call.caller, sync)
+    except SeglogError as exc:
+        return refuse(exc)
+    return answer_later(syncing, respond, refuse)
 
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     version = call.version
-    coordinator = call.core.coordinator
-
-    def beat() -> None:
-        coordinator.heartbeat(
-            request.group_id,
-            request.member_id,
-            request.generation_id,
-            request.group_instance_id if version >= 3 else None,
-        )
-
+    beat = GroupHeartbeat(
+        request.group_id,
+        request.member_id,
+        request.generation_id,
+        request.group_instance_id if version >= 3 else None,
+    )
     try:
-        on_coordinator(call, "Heartbeat", request.group_id, beat)
+        call.core.membership.heartbeat(call.caller, beat)
         error = NONE
     except SeglogError as exc:
         error = group_error_code(exc)
@@ -267,14 +269,8 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
         leaving = [(m.member_id, m.group_instance_id) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
-    coordinator = call.core.coordinator
     try:
-        outcomes = on_coordinator(
-            call,
-            "LeaveGroup",
-            request.group_id,
-            lambda: coordinator.leave_members(request.group_id, leaving),
-        )
+        outcomes = call.core.membership.leave(call.caller, GroupLeave(request.group_id, leaving))
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=group_error_code(exc), members=[])
     codes = [NONE if outcome is None else group_error_code(outcome) for outcome in outcomes]

@@ -50,15 +50,24 @@ class RequestHandlerPool:
 
     def try_submit(self, work: Work) -> bool:
         """Queue `work` unless the queue is full (or the pool stopped)."""
+        return self._submit(work, bounded=True)
+
+    def submit_completion(self, work: Work) -> bool:
+        """Queue the building of an answer that was pending (later.py), past the queue's
+        bound: it is no new request but one admitted already, and each connection has at
+        most one pending (so at most max.connections of them). False once stopped."""
+        return self._submit(work, bounded=False)
+
+    def _submit(self, work: Work, *, bounded: bool) -> bool:
         with self._lock:
-            if self._stopped or len(self._queue) >= self.queue_size:
+            if self._stopped or (bounded and len(self._queue) >= self.queue_size):
                 return False
             self._queue.append(work)
             if self._idle:
                 self._lock.notify()
             # An idle thread counts as idle until it wakes and takes its request: a second
             # request submitted before then must start a thread of its own, else it waits
-            # for a busy thread to finish (a group join's thread may wait a session long).
+            # for a busy thread to finish (an acks=all produce may wait its timeout).
             if len(self._queue) > self._idle and len(self._workers) < self.threads:
                 worker = threading.Thread(
                     target=self._run, name=f"{self.name}-{len(self._workers)}", daemon=True
@@ -108,8 +117,8 @@ class RequestHandlerPool:
 
     def stop(self) -> None:
         """No more work is taken; a request being run finishes on its thread, waited for
-        STOP_JOIN_TIMEOUT_S in all (a group join may wait minutes: its thread is left to
-        end on its own, a daemon)."""
+        STOP_JOIN_TIMEOUT_S in all (a long poll may wait longer: its thread is left to end
+        on its own, a daemon)."""
         with self._lock:
             self._stopped = True
             self._queue.clear()

@@ -19,6 +19,7 @@ from .node_lanes import NO_NODE, ListenerSide, NodeAddress
 
 if TYPE_CHECKING:
     from .core import KafkaCore
+    from .fetch_sessions import FetchSessionCache
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class ConnectionSession:
     # Past a client quota, the connection reads no request before this (time.monotonic()):
     # KIP-219's mute, after the answer that says throttle_time_ms went out.
     muted_until: float = 0.0
+    # The listener's clients' fetch sessions (fetch_sessions.py); None: none are kept.
+    fetch_sessions: FetchSessionCache | None = None
 
     @property
     def authenticated(self) -> bool:

@@ -2,10 +2,13 @@
 acceptor thread per port takes connections and deals them out to `num.network.threads`
 network threads (processor.py), each serving its connections on non-blocking sockets through
 a selector; complete requests go through a bounded queue (`queued.max.requests`) to
-`num.io.threads` request handlers (handler_pool.py; produce, fetches and group joins to a
-pool of their own, request_dispatch.py says why), whose answers go back to the network thread.
-So an idle connection costs a socket, a selector entry and a few small objects (measured: a
-few KiB), never a thread, and 10,000 of them cost megabytes.
+`num.io.threads` request handlers (handler_pool.py; produce and fetches to a pool of their
+own, request_dispatch.py says why), whose answers go back to the network thread. So an idle
+connection costs a socket, a selector entry and a few small objects (measured: a few KiB),
+never a thread, and 10,000 of them cost megabytes. Nor does a request whose answer waits on
+others (a JoinGroup on its group, a follower's SyncGroup on its leader's, a Metadata on the
+nodes of a topic it auto-creates): its handler returns at once and the answer is sent when
+the core completes it (later.py), as Kafka's purgatory answers without a thread.
 
 What a connection may hold before it authenticates, and how the request pool is shared:
 channel.py. How many connections are kept (`max.connections`, `max.connections.per.ip`,
@@ -56,6 +59,7 @@ from .connection_quotas import (
     DEFAULT_MAX_CONNECTIONS_PER_IP,
     ConnectionQuotas,
 )
+from .fetch_sessions import FetchSessionCache, FetchSessionSettings
 from .handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS, RequestHandlerPool
 from .listener_context import ListenerContext
 from .node_lanes import NO_NODE, LaneKeeper, NodeLanes
@@ -80,7 +84,7 @@ DEFAULT_CONNECTIONS_FIRST_REQUEST_TIMEOUT_MS = 10_000
 # The waiting requests' own pool (request_dispatch.py's WAITING_APIS): as many threads as the
 # gateway lets long polls wait at once (16), plus 8 for acks=all produce and num.io.threads'
 # worth (8) for the polls past that bound, which are answered at once: 32 threads, started
-# as work comes. Group joins and syncs have a pool of their own (GROUP_WAIT_APIS).
+# as work comes.
 WAITING_REQUEST_THREADS = DEFAULT_MAX_WAITING_CALLS + SERVER_MAX_WORKERS // 4
 STOP_JOIN_TIMEOUT_S = 5.0
 # File descriptors kept beside the Kafka connections (node connections, gRPC, files).
@@ -134,6 +138,8 @@ class ListenerLimits:
     num_network_threads: int = DEFAULT_NUM_NETWORK_THREADS
     num_io_threads: int = DEFAULT_NUM_IO_THREADS
     queued_max_requests: int = DEFAULT_QUEUED_MAX_REQUESTS
+    # Clients' fetch sessions (KIP-227), kept per listener: fetch_sessions.py.
+    fetch_sessions: FetchSessionSettings = FetchSessionSettings()
 
     def __post_init__(self) -> None:
         for name in (
@@ -198,12 +204,9 @@ class KafkaListener:
             WAITING_REQUEST_THREADS + limits.num_io_threads,
             limits.queued_max_requests,
         )
-        # As many threads as connections may be open: every connection may have a member
-        # waiting in a JoinGroup or SyncGroup, and none may wait behind another's thread
-        # (request_dispatch.py's GROUP_WAIT_APIS). Started as members come.
-        self.group_handlers = RequestHandlerPool(
-            "kafka-group-handler", limits.max_connections, limits.queued_max_requests
-        )
+        # A client's fetch session is with the broker it fetches from: this listener's lanes
+        # share one cache; another gateway's listener keeps its own (fetch_sessions.py).
+        self.fetch_sessions = FetchSessionCache(limits.fetch_sessions)
         self.processors: list[Processor] = []
         self._next_processor = itertools.cycle(range(limits.num_network_threads))
         self._servers: list[socket.socket] = []
@@ -271,7 +274,6 @@ class KafkaListener:
             pool=self.core.request_memory,
             handlers=self.handlers,
             waiting_handlers=self.waiting_handlers,
-            group_handlers=self.group_handlers,
             ssl_context=self.ssl_context,
             sasl_required=self.sasl_required,
             advertised_address=self.advertised_address,
@@ -280,6 +282,7 @@ class KafkaListener:
             idle_timeout_s=self.idle_timeout_s,
             first_request_timeout_s=self.limits.connections_first_request_timeout_ms / 1000,
             closed=self.quotas.closed,
+            fetch_sessions=self.fetch_sessions,
         )
         self.processors = [Processor(i, context) for i in range(self.limits.num_network_threads)]
         for processor in self.processors:
@@ -361,7 +364,6 @@ class KafkaListener:
             processor.stop()
         self.handlers.stop()
         self.waiting_handlers.stop()
-        self.group_handlers.stop()
 
 
 def _raise_open_files_limit(wanted: int) -> None:

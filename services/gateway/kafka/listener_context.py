@@ -14,6 +14,7 @@ from services.memory_pool import RequestMemoryPool
 
 from .api_table import ApiTable
 from .core import KafkaCore
+from .fetch_sessions import FetchSessionCache
 from .handler_pool import RequestHandlerPool
 from .node_lanes import NodeAddress
 
@@ -28,7 +29,6 @@ class ListenerContext:
     pool: RequestMemoryPool
     handlers: RequestHandlerPool
     waiting_handlers: RequestHandlerPool
-    group_handlers: RequestHandlerPool  # JoinGroup and SyncGroup (request_dispatch.py)
     ssl_context: ssl.SSLContext | None
     sasl_required: bool
     advertised_address: str
@@ -38,3 +38,4 @@ class ListenerContext:
     idle_timeout_s: float
     first_request_timeout_s: float
     closed: Callable[[str], None]  # a connection from this address is closed
+    fetch_sessions: FetchSessionCache | None = None  # the listener's (fetch_sessions.py)

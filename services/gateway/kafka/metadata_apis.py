@@ -7,9 +7,10 @@ A partition whose storage leader is offline (no live replica in its ISR, or its 
 is down or has the partition offline) answers LEADER_NOT_AVAILABLE with leader -1, as Kafka
 does; clients retry it. A named topic that does not exist goes to the core's auto-creation
 (cluster/auto_create.py: v0-3 always allow it, v4+ as allow_auto_topic_creation says): made
-now, it answers LEADER_NOT_AVAILABLE, as Kafka's broker answers a topic it has just made;
-else INVALID_TOPIC_EXCEPTION for an illegal name, TOPIC_AUTHORIZATION_FAILED without Create,
-UNKNOWN_TOPIC_OR_PARTITION. A topic the principal may not Describe answers
+now, it answers LEADER_NOT_AVAILABLE, as Kafka's broker answers a topic it has just made
+(the answer is sent once the topic's nodes have been told, later.py: no request handler waits
+for them); else INVALID_TOPIC_EXCEPTION for an illegal name, TOPIC_AUTHORIZATION_FAILED
+without Create, UNKNOWN_TOPIC_OR_PARTITION. A topic the principal may not Describe answers
 TOPIC_AUTHORIZATION_FAILED when named and is left out when all topics are asked for, as
 Kafka's broker does.
 
@@ -42,6 +43,7 @@ from .error_codes import (
     kafka_error_code,
 )
 from .kafka_call import KafkaCall
+from .later import answer_later
 from .topic_ids import ZERO, from_wire, to_wire
 
 NO_LEADER = -1
@@ -151,14 +153,27 @@ def metadata(call: KafkaCall, request: Any) -> Any:
             return _refused(call, response_class, request)
     names = [name for name, _ in asked]
     call.attributes["kafka.topics"] = ",".join(names[:16]) if not every_topic else "*"
+    if every_topic:
+        return _answer(call, response_class, asked, every_topic, {})
+    # Answered once the topics it makes are on their nodes, holding no handler meanwhile.
+    creating = call.core.auto_create.start_missing(
+        call.caller,
+        [n for n, by_id in asked if by_id is None and call.allowed("Describe", "topic", n)],
+        allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
+    )
+    return answer_later(
+        creating, lambda missing: _answer(call, response_class, asked, every_topic, missing)
+    )
+
+
+def _answer(
+    call: KafkaCall,
+    response_class: Any,
+    asked: list[tuple[str, Any]],
+    every_topic: bool,
+    missing: dict[str, SeglogError | None],
+) -> Any:
     view = broker_view(call.core, call.listener)
-    missing = {}
-    if not every_topic:
-        missing = call.core.auto_create.create_missing(
-            call.caller,
-            [n for n, by_id in asked if by_id is None and call.allowed("Describe", "topic", n)],
-            allowed=call.version < 4 or bool(request.allow_auto_topic_creation),
-        )
     topics = [
         _topic(
             call,

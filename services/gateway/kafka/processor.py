@@ -5,7 +5,8 @@ handler_pool.py) and taking their answers back. The listener runs `num.network.t
 them and deals new connections out in turn.
 
 Per connection, one request at a time: a channel reads nothing while its request is being
-handled or its answers sent (so answers go in request order), nor while it waits for room in
+handled, its answer is pending (later.py) or its answers sent (so answers go in request
+order, and a connection has at most one answer pending), nor while it waits for room in
 the request pool or the handlers' queue, nor while it is muted past a client quota (KIP-219).
 Its connections' deadlines (the TLS handshake, the first request, the request pool's wait,
 a quota's mute, idle expiry) are kept and acted on by connection_deadlines.py, checked on
@@ -24,9 +25,9 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from .channel import Channel, PeerClosed, Step
-from .connection import KafkaConnection, Outcome
+from .connection import KafkaConnection, Outcome, PendingAnswer
 from .connection_deadlines import ConnectionDeadlines
-from .framing import FrameError
+from .framing import FrameError, ScatteredFrame
 from .kafka_call import ConnectionIdentity
 from .listener_context import ListenerContext
 from .request_dispatch import RequestDispatch
@@ -188,6 +189,7 @@ class Processor:
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,
             node_address=context.node_address,
+            fetch_sessions=context.fetch_sessions,
         )
         channel = Channel(
             sock,
@@ -213,6 +215,9 @@ class Processor:
         if channel.waiting_memory_since is not None and channel in self._waiting_memory:
             self._waiting_memory.remove(channel)
         self._dispatch.forget(channel)
+        if channel.pending is not None:  # its client is gone: the core's wait is given up
+            pending, channel.pending = channel.pending, None
+            pending.cancel()
         if self._registered.pop(id(channel), None) is not None:
             try:
                 self._selector.unregister(channel.sock)
@@ -289,7 +294,7 @@ class Processor:
             return
         was_waiting = channel.waiting_memory_since is not None
         try:
-            step = channel.read_frame(now)
+            step = channel.read_frame(now, ahead=channel.pending is not None)
             if step is Step.COMPLETE:
                 self._dispatch.dispatch(channel, now)
         except PeerClosed:
@@ -321,6 +326,10 @@ class Processor:
         pool, added without waiting: the request was admitted) and written."""
         answer_bytes = sum(len(answer) for answer in outcome.answers)
         channel.handling = False
+        channel.pending = None
+        if outcome.later is not None:
+            self._answer_later(channel, outcome.later)
+            return
         if channel.closed:
             self.context.pool.release(channel.in_flight_bytes)
             channel.in_flight_bytes = 0
@@ -328,8 +337,28 @@ class Processor:
         self.context.pool.add(answer_bytes)
         channel.in_flight_bytes += answer_bytes
         channel.close_after_send = outcome.close
-        channel.out.extend(memoryview(answer) for answer in outcome.answers)
+        for answer in outcome.answers:
+            if isinstance(answer, ScatteredFrame):
+                channel.out.extend(answer.pieces)
+            else:
+                channel.out.append(memoryview(answer))
         self._write(channel)
+
+    def _answer_later(self, channel: Channel, pending: PendingAnswer) -> None:
+        """A request whose answer comes later (later.py): its frame's pool bytes go back now
+        (its handler is done with it), and the channel stays muted, in flight, until the
+        answer a request handler builds once the core completes it is sent."""
+        self.context.pool.release(channel.in_flight_bytes)
+        channel.in_flight_bytes = 0
+        if channel.closed:
+            pending.cancel()
+            return
+        channel.pending = pending
+        pending.when_done(
+            lambda outcome: self._answer(channel, outcome),
+            self.context.handlers.submit_completion,
+        )
+        self._read(channel)  # reads ahead (Channel.reading_ahead), and watches for a close
 
     def _write(self, channel: Channel) -> None:
         try:

@@ -3,8 +3,9 @@ request handlers (handler_pool.py), and what it does when their queue is full.
 
 A Produce request takes the Produce requests queued right behind it on the same connection
 along (up to `MAX_QUEUED_REQUESTS` and the connection's request size), one handler call for
-them all. Requests that may wait long go to a pool of their own (`WAITING_APIS`), group joins
-and syncs to another (`GROUP_WAIT_APIS`). When the chosen pool's queue is full the request
+them all. Requests that may wait long in their handler go to a pool of their own
+(`WAITING_APIS`); those whose answer waits on others answer later, without a thread
+(later.py). When the chosen pool's queue is full the request
 stays parked on its channel, read and holding its pool bytes, and the channel muted; parked
 channels are tried again, in the order they parked, when a pool has room.
 """
@@ -22,24 +23,18 @@ from .framing import API_KEY_AND_VERSION, FrameError
 if TYPE_CHECKING:
     from .listener_context import ListenerContext
 
-# Requests that may wait long in their handler: a long-poll Fetch, a group join and its sync,
-# and an acks=all Produce (up to its timeout_ms while a follower lags, before the ISR
-# shrinks). Kafka's broker parks them in a purgatory without a thread; here a handler waits
-# on its thread, so they run on a pool of their own, and a stalled node or a crowd of long
-# polls never holds up metadata, SASL, offsets or the group heartbeats that keep consumers
-# in their groups.
-PRODUCE_KEY, FETCH_KEY, JOIN_GROUP_KEY, SYNC_GROUP_KEY = 0, 1, 11, 14
+# Requests that may wait long in their handler: a long-poll Fetch and an acks=all Produce
+# (up to its timeout_ms while a follower lags, before the ISR shrinks). Kafka's broker parks
+# them in a purgatory without a thread; here a handler waits on its thread, so they run on a
+# pool of their own, and a stalled node or a crowd of long polls never holds up metadata,
+# SASL, offsets or the group heartbeats that keep consumers in their groups.
+PRODUCE_KEY, FETCH_KEY = 0, 1
 WAITING_APIS = frozenset({PRODUCE_KEY, FETCH_KEY})
 # A JoinGroup waits until every member of its group has joined, a follower's SyncGroup until
-# its leader's: each waits for other requests of the same kind. In a pool they share with a
-# fixed number of threads, the waiting members of some groups take every thread while the
-# requests that would end their wait sit in the queue behind them; nothing moves until
-# sessions run out (20 s in franz-go's tests), and then the members whose requests were
-# queued are removed while they still consume their partitions (cooperative rebalancing
-# keeps them), so a partition is read by two members at once. Kafka parks these requests
-# without a thread; here they get a pool with a thread per connection at most (a connection
-# has one request in flight), so the wait they are in can always end.
-GROUP_WAIT_APIS = frozenset({JOIN_GROUP_KEY, SYNC_GROUP_KEY})
+# its leader's: each waits for other requests of the same kind, so a pool of a fixed number
+# of threads they waited in would fill with waiting members while the requests that would
+# end their wait sat queued behind them. They answer later instead (later.py), holding no
+# thread, and share the request handlers with every other api.
 
 
 class RequestDispatch:
@@ -61,7 +56,6 @@ class RequestDispatch:
         self._queue_room = False
         context.handlers.notify_on_room(self._on_queue_room)
         context.waiting_handlers.notify_on_room(self._on_queue_room)
-        context.group_handlers.notify_on_room(self._on_queue_room)
 
     @property
     def room_pending(self) -> bool:
@@ -124,9 +118,7 @@ class RequestDispatch:
         frames, raw = channel.parked
         connection = channel.connection
         api_key = -1 if raw else API_KEY_AND_VERSION.unpack_from(frames[0])[0]
-        if api_key in GROUP_WAIT_APIS:
-            handlers = self.context.group_handlers
-        elif api_key in WAITING_APIS:
+        if api_key in WAITING_APIS:
             handlers = self.context.waiting_handlers
         else:
             handlers = self.context.handlers

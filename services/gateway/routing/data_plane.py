@@ -1,5 +1,6 @@
 """The broker core's data plane: Produce, Fetch and ListOffsets for a `Caller`, in typed
-requests and answers, for adapters that are not the gRPC service (the Kafka listener).
+requests and answers: the Kafka listener's way in, and the gRPC service's ListOffsets (its
+Produce and Fetch keep the node-facing wire format: relayed_calls.py).
 
 It authorizes explicitly (Authorization.check/allows on the caller, never a guarded gRPC
 call): a topic the caller may not Write, Read or Describe is refused on its own partitions,
@@ -78,6 +79,9 @@ class FetchQuery:
     max_bytes: int
     min_bytes: int = 1
     max_wait_ms: int = 0
+    # Whether the answer's first batch is kept whatever its size (Kafka's minOneMessage);
+    # False for a read whose answer already holds data from an earlier one.
+    keep_first_batch: bool = True
 
 
 class FetchedPart(NamedTuple):
@@ -114,6 +118,11 @@ def error_of(reason_code: int, message: str) -> SeglogError | None:
         return None
     reason = common_pb2.ErrorCode.Name(reason_code)
     return _ERROR_CLASSES.get(reason, SeglogError)(message or reason)
+
+
+def leader_epoch_field(epoch: int) -> dict[str, int]:
+    """A node-facing request's optional `current_leader_epoch`, set only when known (>= 0)."""
+    return {"current_leader_epoch": epoch} if epoch >= 0 else {}
 
 
 def _refusal(
@@ -238,7 +247,7 @@ class DataPlane:
                 part.current_leader_epoch = p.current_leader_epoch
         if not request.partitions:
             return
-        messages = self.fetching.fetch_messages(request, scope)
+        messages = self.fetching.fetch_messages(request, scope, keep_first=query.keep_first_batch)
         quotas = self.quotas()
         if quotas is not None:
             user = quota_user(caller.principal)
@@ -271,11 +280,7 @@ class DataPlane:
                 topic=q.topic,
                 partition=q.partition,
                 timestamp=q.timestamp,
-                **(
-                    {"current_leader_epoch": q.current_leader_epoch}
-                    if q.current_leader_epoch >= 0
-                    else {}
-                ),
+                **leader_epoch_field(q.current_leader_epoch),
             )
             for q in queries
             if refusals[q.topic] is None

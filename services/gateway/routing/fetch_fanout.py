@@ -87,7 +87,8 @@ def fetch_across_nodes(
     """Each node gets an equal share of the request's `max_bytes` (the answer as a whole is
     the budget, as a Kafka broker's answer is: given the whole budget each, two nodes answered
     a 1,000,000-byte fetch with 1,843,824 bytes). A node still answers its first batch
-    whatever its size; the Kafka listener cuts the answer to the limit (kafka/fetch_budget.py)."""
+    whatever its size; the answer is cut to the limit after (fetch_budget.py), for both
+    adapters."""
     out: queue.Queue[tuple[_Pump[Target], bytes | None]] = queue.Queue(maxsize=64)
     stop = threading.Event()
     pumps = [

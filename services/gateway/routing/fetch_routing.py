@@ -1,10 +1,10 @@
 """Fetch routed to the partitions' leaders: the request split by leader node, each node's
 part relayed as wire bytes (over the node's bulk listener when it takes them, fetch_relay.py,
-else gRPC), several nodes concurrently (fetch_fanout.py). Each relayed fetch carries the
-leader epoch it was routed by, so a node with another view answers NOT_LEADER instead of
-judging the offset against its own log. A partition that cannot be routed, or whose node
-fails, answers its error in its place, so one bad partition does not hide its neighbours'
-data.
+else gRPC), several nodes concurrently (fetch_fanout.py), the answer cut to the request's
+limits (fetch_budget.py). Each relayed fetch carries the leader epoch it was routed by, so a
+node with another view answers NOT_LEADER instead of judging the offset against its own log.
+A partition that cannot be routed, or whose node fails, answers its error in its place, so
+one bad partition does not hide its neighbours' data.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from seglog.v1 import common_pb2
 from services.wait_slots import WaitSlots
 
 from .call_scope import CallScope
+from .fetch_budget import within_budget
 from .fetch_fanout import fetch_across_nodes
 from .fetch_relay import FetchRelay, cancel_with, fetch_error
 from .leader_appends import Target
@@ -38,13 +39,25 @@ class FetchRouting:
         self.waiting_fetches = waiting_fetches
 
     def fetch_messages(
-        self, request: common_pb2.FetchRequest, scope: CallScope, raw: bytes | None = None
+        self,
+        request: common_pb2.FetchRequest,
+        scope: CallScope,
+        raw: bytes | None = None,
+        *,
+        keep_first: bool = True,
     ) -> Iterator[bytes]:
         """The fetch's messages (FetchResponse wire bytes, each of whole batches) as the
-        leaders send them; SeglogError at once for a request refused whole. `raw`: the
-        request's own bytes, when the caller has them. The calls to the nodes end when
-        `scope` ends, or when the messages are closed."""
+        leaders send them, within the request's max_bytes and partition_max_bytes but for
+        the answer's first batch (fetch_budget.py; not even that without `keep_first`);
+        SeglogError at once for a request refused whole. `raw`: the request's own bytes,
+        when the caller has them. The calls to the nodes end when `scope` ends, or when the
+        messages are closed."""
         check_fetch_request(request)
+        return within_budget(self._messages(request, scope, raw), request, keep_first=keep_first)
+
+    def _messages(
+        self, request: common_pb2.FetchRequest, scope: CallScope, raw: bytes | None
+    ) -> Iterator[bytes]:
         # A relayed long poll holds a gateway thread for as long as the node waits: past the
         # bound, the node is asked to answer at once with what it has.
         if request.max_wait_ms > 0 and not self.waiting_fetches.try_acquire():

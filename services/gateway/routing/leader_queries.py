@@ -1,7 +1,8 @@
 """The gateway's per-partition requests for leaders: ListOffsets, SplitPoints and
-DeleteRecords, each request split by the leader of each partition, one call per node, all in
-flight together, the answers put back in the request's order (a partition that cannot be
-routed, or whose node fails, answers its error in its place)."""
+DeleteRecords (for the core: data_plane.py, record_deletion.py), each request split by the
+leader of each partition, one call per node, all in flight together, the answers put back in
+the request's order (a partition that cannot be routed, or whose node fails, answers its
+error in its place)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ from typing import Any
 import grpc
 
 from seglog.errors import SeglogError
-from seglog.rpc import check_entries
-from seglog.rpc.status import abort, error_code_for
+from seglog.rpc.status import error_code_for
 from seglog.v1 import common_pb2
 
 DEFAULT_TIMEOUT_MS = 30_000
@@ -29,17 +29,6 @@ class LeaderQueries:
         self.target_of = target_of
         self.node_failure = node_failure
 
-    def ListOffsets(
-        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.ListOffsetsResponse:
-        try:
-            check_entries(len(request.partitions), "ListOffsets partitions")
-        except SeglogError as exc:
-            abort(context, exc)
-        response = common_pb2.ListOffsetsResponse()
-        response.partitions.extend(self.per_leader_list_offsets(request.partitions))
-        return response
-
     def per_leader_list_offsets(
         self, parts: Sequence[common_pb2.ListOffsetsPartition]
     ) -> list[common_pb2.ListOffsetsResult]:
@@ -47,32 +36,18 @@ class LeaderQueries:
             parts, common_pb2.ListOffsetsRequest, lambda stub: stub.ListOffsets, _list_offsets_error
         )
 
-    def SplitPoints(
-        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.SplitPointsResponse:
-        response = common_pb2.SplitPointsResponse()
-        response.partitions.extend(
-            self._per_leader(
-                request.partitions,
-                common_pb2.SplitPointsRequest,
-                lambda stub: stub.SplitPoints,
-                _split_points_error,
-            )
+    def split_points(
+        self, parts: Sequence[common_pb2.SplitPointsPartition]
+    ) -> list[common_pb2.SplitPointsResult]:
+        return self._per_leader(
+            parts, common_pb2.SplitPointsRequest, lambda stub: stub.SplitPoints, _split_points_error
         )
-        return response
-
-    def DeleteRecords(
-        self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
-    ) -> common_pb2.DeleteRecordsResponse:
-        response = common_pb2.DeleteRecordsResponse()
-        response.partitions.extend(self.delete_records(request.partitions))
-        return response
 
     def delete_records(
         self, partitions: Sequence[common_pb2.DeleteRecordsPartition]
     ) -> list[common_pb2.DeleteRecordsResult]:
-        """Each partition's records below its offset deleted by its leader, in order (the
-        core's RecordDeletion and the gRPC method both)."""
+        """Each partition's records below its offset deleted by its leader, in order (for the
+        core's RecordDeletion)."""
         return self._per_leader(
             partitions,
             common_pb2.DeleteRecordsRequest,

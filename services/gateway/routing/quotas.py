@@ -28,12 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-import grpc
-
-from seglog.errors import AuthenticationError
-from seglog.rpc.client_id import CLIENT_ID_METADATA
 from seglog.rpc.wire import encode_uvarint
-from seglog.security.acls import ANONYMOUS
 from seglog.v1 import bulk_pb2, common_pb2
 
 # The quota keys and entities are the cluster's (where quotas are kept); the relay's
@@ -90,14 +85,12 @@ class ClientQuotas:
     def __init__(
         self,
         quotas: Callable[[], dict[EntityKey, dict[str, float]]],
-        principal_of: Callable[[grpc.ServicerContext], str],
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """`quotas`: the registry's current quotas; `principal_of`: the call's principal."""
+        """`quotas`: the registry's current quotas."""
         self.quotas = quotas
-        self.principal_of = principal_of
         self.clock = clock
         self.sleep = sleep
         self._buckets: dict[tuple[str, EntityKey], _Bucket] = {}
@@ -135,15 +128,15 @@ class ClientQuotas:
             self.throttled_ms += throttle
             return throttle
 
-    def metered(self, key: str, context: grpc.ServicerContext) -> bool:
-        """Whether a `key` quota applies to the caller."""
+    def metered_of(self, key: str, user: str, client_id: str) -> bool:
+        """Whether a `key` quota applies to the caller named by user and client id."""
         quotas = self.quotas()
         if not quotas:
             return False
-        user, client_id = self._caller(context)
         return any(key in quotas.get(entity, {}) for entity in _candidates(user, client_id))
 
-    def refuse_grants(self, request: bulk_pb2.FetchGrantsRequest) -> bulk_pb2.FetchGrantsResponse:
+    @staticmethod
+    def refuse_grants(request: bulk_pb2.FetchGrantsRequest) -> bulk_pb2.FetchGrantsResponse:
         """FetchGrants' answer to a caller with a consumer_byte_rate quota: no bulk transfer
         grant (the nodes' bulk path is not metered), so its consumer reads through the
         gateway's Fetch, which is."""
@@ -157,8 +150,9 @@ class ClientQuotas:
             )
         return response
 
+    @staticmethod
     def refuse_produce_grants(
-        self, request: bulk_pb2.ProduceGrantsRequest
+        request: bulk_pb2.ProduceGrantsRequest,
     ) -> bulk_pb2.ProduceGrantsResponse:
         """ProduceGrants' answer to a caller with a producer_byte_rate quota: no grant (a
         node's bulk listener meters nothing), so its producer sends through the gateway's
@@ -173,31 +167,11 @@ class ClientQuotas:
             )
         return response
 
-    def _caller(self, context: grpc.ServicerContext) -> tuple[str, str]:
-        try:
-            principal = self.principal_of(context)
-        except AuthenticationError:
-            principal = ANONYMOUS  # the authorizer refuses such a call before it gets here
-        user = quota_user(principal)
-        client_id = ""
-        for name, value in context.invocation_metadata() or ():
-            if name == CLIENT_ID_METADATA:
-                client_id = str(value)
-        return user, client_id
-
-    def hold_produce(
-        self, context: grpc.ServicerContext, request_bytes: int, answer: bytes
-    ) -> bytes:
-        """The Produce answer, held back and marked when the caller is over its quota."""
-        if not self.quotas():
-            return answer
-        user, client_id = self._caller(context)
-        return self.hold_produce_of(user, client_id, context, request_bytes, answer)
-
     def hold_produce_of(
         self, user: str, client_id: str, scope: object, request_bytes: int, answer: bytes
     ) -> bytes:
-        """`hold_produce` for a caller named by user and client id (the broker core's)."""
+        """The Produce answer, held back and marked when the caller (named by user and client
+        id) is over its quota."""
         if not self.quotas():
             return answer
         throttle = self.throttle_ms(PRODUCER_BYTE_RATE, user, client_id, request_bytes)
@@ -213,20 +187,11 @@ class ClientQuotas:
         if defer is None or not defer(throttle_ms):
             self.sleep(throttle_ms / 1000)
 
-    def hold_fetch(
-        self, context: grpc.ServicerContext, answers: Iterator[bytes]
-    ) -> Iterator[bytes]:
-        """The Fetch stream, each message held back and marked while the caller is over its
-        quota (the bytes of the message count)."""
-        if not self.quotas():
-            return answers
-        user, client_id = self._caller(context)
-        return self.hold_fetch_of(user, client_id, context, answers)
-
     def hold_fetch_of(
         self, user: str, client_id: str, scope: object, answers: Iterator[bytes]
     ) -> Iterator[bytes]:
-        """`hold_fetch` for a caller named by user and client id (the broker core's)."""
+        """The Fetch stream, each message held back and marked while the caller (named by user
+        and client id) is over its quota (the bytes of the message count)."""
         if not self.quotas():
             yield from answers
             return

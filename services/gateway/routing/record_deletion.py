@@ -14,6 +14,7 @@ from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
+from .data_plane import leader_epoch_field
 from .leader_queries import LeaderQueries
 
 
@@ -22,6 +23,7 @@ class RecordsBefore:
     topic: str
     partition: int
     offset: int  # records below it are deleted; -1: below the high watermark
+    current_leader_epoch: int = -1  # -1: none named, the current leader's
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,12 @@ class RecordDeletion:
         )
         # What the leaders take (common.proto's DeleteRecords, the storage node's call).
         asked = [
-            common_pb2.DeleteRecordsPartition(topic=w.topic, partition=w.partition, offset=w.offset)
+            common_pb2.DeleteRecordsPartition(
+                topic=w.topic,
+                partition=w.partition,
+                offset=w.offset,
+                **leader_epoch_field(w.current_leader_epoch),
+            )
             for w in wanted
         ]
         return [

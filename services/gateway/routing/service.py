@@ -1,9 +1,11 @@
-"""The Gateway service's data path over gRPC: Produce, Fetch and the bulk path's grants
-(ListOffsets and SplitPoints are in leader_queries.py; the admin calls are the control
-plane's, cluster/admin_service.py). A thin adapter: the routing is the broker core's
-(produce_routing.py, fetch_routing.py, leader_routing.py), shared with the Kafka listener's
-way in (data_plane.py); here a call's wire bytes go in, its SeglogErrors become gRPC statuses
-and its client quotas hold the answers back.
+"""The Gateway service's data path over gRPC: Produce, Fetch, SplitPoints, ListOffsets,
+DeleteRecords and the bulk path's grants (the admin calls are the control plane's,
+cluster/admin_service.py). A thin adapter over the broker core, which authorizes the call's
+Caller: Produce, Fetch, SplitPoints and grants in their wire format (relayed_calls.py),
+ListOffsets and DeleteRecords typed, as the Kafka listener calls them (data_plane.py,
+record_deletion.py), over the same routing (produce_routing.py, fetch_routing.py,
+leader_routing.py). Here the call's Caller is named, its bytes or protobuf go in, and its
+SeglogErrors become gRPC statuses.
 
 Failures: an unknown topic or partition fails the call with NOT_FOUND; a stale leader epoch
 with FAILED_PRECONDITION (NOT_LEADER_OR_FOLLOWER); a leader on a node that is down with
@@ -14,14 +16,12 @@ messages, so one bad partition does not hide its neighbours' data.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from seglog.errors import (
-    InvalidRequestError,
+    PermissionDeniedError,
     SeglogError,
 )
 from seglog.metrics import RequestMetrics
@@ -29,22 +29,25 @@ from seglog.rpc import (
     client_leader_epoch,
     grants,
 )
-from seglog.rpc.status import abort
+from seglog.rpc.status import abort, error_code_for
 from seglog.v1 import bulk_pb2, common_pb2
 from services.wait_slots import DEFAULT_MAX_WAITING_CALLS, WaitSlots
 
+from ..authorization import Authorization
+from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
-from .fetch_grants import fetch_grants
+from .data_plane import DataPlane, ListedOffset, OffsetQuery
 from .fetch_relay import FetchRelay
 from .fetch_routing import FetchRouting
 from .leader_appends import LeaderAppends
 from .leader_queries import LeaderQueries
 from .leader_routing import LeaderRouting
-from .produce_grants import produce_grants
 from .produce_relay import ProduceRelay
 from .produce_routing import ProduceRouting
-from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas
+from .quotas import ClientQuotas
+from .record_deletion import RecordDeletion, RecordsBefore, RecordsDeleted
+from .relayed_calls import RelayedCalls
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +71,10 @@ class GatewayService:
         fetch_grant_ttl_ms: int = grants.DEFAULT_GRANT_TTL_MS,
         produce_relay: ProduceRelay | None = None,
         fetch_relay: FetchRelay | None = None,
-        grant_acls_offset: Callable[[], int],
+        authorization: Authorization,
     ) -> None:
         self.registry = registry
-        self.grant_acls_offset = grant_acls_offset  # stamped on clients' grants (bulk.md)
+        self.authorization = authorization
         self.leaders = LeaderRouting(registry, connections)
         # Produce to a leader over its bulk listener (produce_relay.py); gRPC without it.
         self.appends = LeaderAppends(produce_relay, self.leaders.node_failure)
@@ -91,6 +94,30 @@ class GatewayService:
             lambda p: self.leaders.target(p.topic, p.partition, client_leader_epoch(p)),
             self.leaders.node_failure,
         )
+        # The broker core's typed data plane over this routing: ListOffsets here, and the
+        # Kafka listener's way in.
+        self.data_plane = DataPlane(
+            self.producing,
+            self.fetching,
+            self.queries,
+            lambda: self.quotas,
+            authorization,
+            lambda api, started: self.metrics.request(api, started),
+        )
+        self.record_deletion = RecordDeletion(self.queries, authorization)
+        # Produce, Fetch, SplitPoints and grants in the wire format this API takes.
+        self.relayed = RelayedCalls(
+            registry,
+            self.leaders,
+            self.producing,
+            self.fetching,
+            self.queries,
+            lambda: self.quotas,
+            authorization,
+            lambda api, started: self.metrics.request(api, started),
+            cluster_secret=cluster_secret,
+            grant_ttl_ms=fetch_grant_ttl_ms,
+        )
 
     def close(self) -> None:
         """After the server stopped: the relays' connections and threads."""
@@ -98,64 +125,124 @@ class GatewayService:
         if self.fetch_relay is not None:
             self.fetch_relay.close()
 
+    def _caller(self, context: grpc.ServicerContext) -> Caller:
+        try:
+            return self.authorization.caller_of(context)
+        except SeglogError as exc:
+            abort(context, exc)
+
     # -- FetchGrants and ProduceGrants (the bulk path) ------------------------------------
 
     def FetchGrants(
         self, request: bulk_pb2.FetchGrantsRequest, context: grpc.ServicerContext
     ) -> bulk_pb2.FetchGrantsResponse:
-        if self.quotas is not None and self.quotas.metered(CONSUMER_BYTE_RATE, context):
-            return self.quotas.refuse_grants(request)
-        return fetch_grants(
-            request,
-            lambda topic, partition, epoch: self.leaders.route(topic, partition, epoch)[0],
-            self.cluster_secret,
-            self.fetch_grant_ttl_ms,
-            self.grant_acls_offset(),
-        )
+        try:
+            return self.relayed.fetch_grants(self._caller(context), request)
+        except SeglogError as exc:
+            abort(context, exc)
 
     def ProduceGrants(
         self, request: bulk_pb2.ProduceGrantsRequest, context: grpc.ServicerContext
     ) -> bulk_pb2.ProduceGrantsResponse:
-        if self.quotas is not None and self.quotas.metered(PRODUCER_BYTE_RATE, context):
-            return self.quotas.refuse_produce_grants(request)
-        return produce_grants(
-            request,
-            self.registry.topic,
-            self.registry.bulk_routes,
-            self.cluster_secret,
-            self.fetch_grant_ttl_ms,
-            self.grant_acls_offset(),
-        )
+        try:
+            return self.relayed.produce_grants(self._caller(context), request)
+        except SeglogError as exc:
+            abort(context, exc)
 
-    # -- Produce -------------------------------------------------------------------------
+    # -- Produce, Fetch and SplitPoints ---------------------------------------------------
 
     def Produce(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
-        started = time.perf_counter()
         try:
-            (answer,) = self.producing.produce_all([raw])
-            if isinstance(answer, SeglogError):
-                abort(context, answer)
-            if self.quotas is not None:
-                answer = self.quotas.hold_produce(context, len(raw), answer)
-            return answer
-        finally:
-            self.metrics.request("Produce", started)
-
-    # -- Fetch ---------------------------------------------------------------------------
+            return self.relayed.produce(self._caller(context), raw, context)
+        except SeglogError as exc:
+            abort(context, exc)
 
     def Fetch(self, raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-        started = time.perf_counter()
         try:
-            try:
-                request = common_pb2.FetchRequest.FromString(raw)
-            except DecodeError as exc:
-                abort(context, InvalidRequestError(f"malformed FetchRequest: {exc}"))
-            try:
-                answers = self.fetching.fetch_messages(request, context, raw)
-            except SeglogError as exc:
-                abort(context, exc)
-            if self.quotas is not None:
-                answers = self.quotas.hold_fetch(context, answers)
-            yield from answers
-        finally:
-            self.metrics.request("Fetch", started)
+            answers = self.relayed.fetch(self._caller(context), raw, context)
+        except SeglogError as exc:
+            abort(context, exc)
+        yield from answers
+
+    def SplitPoints(
+        self, request: common_pb2.SplitPointsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.SplitPointsResponse:
+        try:
+            found = self.relayed.split_points(self._caller(context), request)
+        except SeglogError as exc:
+            abort(context, exc)
+        response = common_pb2.SplitPointsResponse()
+        response.partitions.extend(found)
+        return response
+
+    # -- ListOffsets and DeleteRecords (the core's) ---------------------------------------
+
+    def ListOffsets(
+        self, request: common_pb2.ListOffsetsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.ListOffsetsResponse:
+        queries = [
+            OffsetQuery(p.topic, p.partition, p.timestamp, client_leader_epoch(p))
+            for p in request.partitions
+        ]
+        try:
+            caller = self.authorization.caller_of(context)
+            listed = self.data_plane.list_offsets(caller, queries)
+        except SeglogError as exc:
+            abort(context, exc)
+        _refuse_whole(context, [r.error for r in listed])
+        response = common_pb2.ListOffsetsResponse()
+        response.partitions.extend(_listed_offset(r) for r in listed)
+        return response
+
+    def DeleteRecords(
+        self, request: common_pb2.DeleteRecordsRequest, context: grpc.ServicerContext
+    ) -> common_pb2.DeleteRecordsResponse:
+        wanted = [
+            RecordsBefore(p.topic, p.partition, p.offset, client_leader_epoch(p))
+            for p in request.partitions
+        ]
+        try:
+            caller = self.authorization.caller_of(context)
+            deleted = self.record_deletion.delete_records(caller, wanted)
+        except SeglogError as exc:
+            abort(context, exc)
+        response = common_pb2.DeleteRecordsResponse()
+        response.partitions.extend(_records_deleted(d) for d in deleted)
+        return response
+
+
+def _refuse_whole(context: grpc.ServicerContext, errors: list[SeglogError | None]) -> None:
+    """The gRPC API's contract: a call naming a topic the caller may not use is refused whole
+    with PERMISSION_DENIED (the core answers such a topic's partitions alone, as Kafka)."""
+    for error in errors:
+        if isinstance(error, PermissionDeniedError):
+            abort(context, error)
+
+
+def _listed_offset(r: ListedOffset) -> common_pb2.ListOffsetsResult:
+    if r.error is not None:
+        return common_pb2.ListOffsetsResult(
+            topic=r.topic,
+            partition=r.partition,
+            error=error_code_for(r.error),
+            error_message=str(r.error),
+            offset=-1,
+            timestamp=-1,
+        )
+    return common_pb2.ListOffsetsResult(
+        topic=r.topic,
+        partition=r.partition,
+        offset=r.offset,
+        timestamp=r.timestamp,
+        leader_epoch=r.leader_epoch,
+    )
+
+
+def _records_deleted(d: RecordsDeleted) -> common_pb2.DeleteRecordsResult:
+    result = common_pb2.DeleteRecordsResult(
+        topic=d.topic, partition=d.partition, low_watermark=d.low_watermark
+    )
+    if d.error is not None:
+        result.error = error_code_for(d.error)
+        result.error_message = str(d.error)
+    return result
