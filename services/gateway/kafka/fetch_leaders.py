@@ -3,9 +3,9 @@ NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH partition Kafka's broker fills the
 `current_leader` (v12+) with the leader and leader epoch its metadata holds, and from v16 lists
 that leader's address in `node_endpoints`, so the client moves without a Metadata round trip.
 
-The leader is named as Metadata names it (brokers.py: the storage leader's node id, presented
-at a gateway lane, or that lane's id when the gateways' lanes are the brokers), with the
-registry's leader epoch. A leader no listed broker stands for (its node is down) is named
+The leader is named as Metadata names it (brokers.py: the storage leader's node id at its lane
+on the client's listener, or the gateway's own id when no node is live), with the registry's
+leader epoch. A leader no listed broker stands for (its node is down) is named
 without an endpoint, as Kafka's broker names a leader its metadata has but that is not alive;
 a partition without a leader answers -1.
 """
@@ -48,7 +48,7 @@ class LeaderHints:
             epoch = assignment.leader_epoch
             if assignment.leader >= 0:
                 if self._view is None:
-                    self._view = broker_view(self.call.core, self.call.advertised_address)
+                    self._view = broker_view(self.call.core, self.call.listener)
                 leader = self._view.leader(topic, partition, assignment.leader)
                 for broker in self._view.brokers:
                     if broker.node_id == leader:
