@@ -7,11 +7,12 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: docs kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: docs kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
-$(STAMP): pyproject.toml libs/seglog/records/_scan.c libs/seglog/records/_encode.c
+$(STAMP): pyproject.toml libs/seglog/records/_scan.c libs/seglog/records/_crc32c.h \
+	libs/seglog/records/_encode.c
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 		echo "seglog needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) --version 2>&1)." \
 			"Run: make PYTHON=python3.11 ..." >&2; exit 1; }
@@ -115,6 +116,17 @@ ifneq ($(filter bench,$(MAKECMDGOALS)),)
 $(filter $(BENCH_GROUPS),$(MAKECMDGOALS)):
 	@:
 endif
+
+# `make bench` writes its ratios to bench/out/ratios.json. `make bench-compare` runs the quick
+# groups (bench/guard.py: the engine group at a quarter of its sizes, about a minute) and
+# prints every ratio that fell by more than 15% from bench/baseline.json; `make bench-guard`,
+# CI's, fails only on a fall past 40% in both of two runs. After a change that moves a figure
+# on purpose: `$(BIN)/python -m bench.guard --write-baseline --runs 3`, committed with it.
+bench-compare: $(STAMP) proto
+	$(BIN)/python -m bench.guard --threshold 0.15
+
+bench-guard: $(STAMP) proto
+	$(BIN)/python -m bench.guard --threshold 0.40 --runs 2
 
 # the `latency` group of `make bench` alone (about 6 minutes; Apache Kafka as its baseline).
 bench-latency: $(STAMP) proto kafka

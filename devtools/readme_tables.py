@@ -26,6 +26,7 @@ KAFKA_TABLE_MARK = "<!-- Kafka APIs: python -m devtools.readme_tables -->"
 # broker or differently. Keyed by the API's name (ApiEntry.name); an API without a note
 # gets none.
 KAFKA_API_NOTES: Mapping[str, str] = {
+    "Produce": "leader hints (KIP-951) from v10, topic ids from v13; no transactions",
     "Fetch": "fetch sessions (KIP-227); topic ids, KIP-516: by id from v13",
     "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
     "InitProducerId": "idempotent producers; no transactional id",

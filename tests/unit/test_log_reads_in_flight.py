@@ -19,7 +19,7 @@ def _held_mid_append(log: Log):  # type: ignore[no-untyped-def]
     """Start an append of one batch in a thread and hold it once the batch is in the file,
     before the log end moves; returns (written, release, thread)."""
     segment = log._segments.active
-    write = segment.append
+    write = segment.append_table
     written, release = threading.Event(), threading.Event()
 
     def append_then_hold(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -28,7 +28,7 @@ def _held_mid_append(log: Log):  # type: ignore[no-untyped-def]
         assert release.wait(30)
         return result
 
-    segment.append = append_then_hold  # type: ignore[method-assign]
+    segment.append_table = append_then_hold  # type: ignore[method-assign]
     thread = threading.Thread(target=log.append, args=(make_batch([b"in flight"]),))
     thread.start()
     assert written.wait(30)

@@ -8,10 +8,11 @@ import random
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
-from seglog.errors import RecordTooLargeError
-from seglog.records import CompressionType, RecordBatchBuilder
+from seglog.errors import RecordTooLargeError, RequestTimedOutError
+from seglog.records import CompressionType, RecordBatchBuilder, compression
 from seglog.records.batch import read_header
-from seglog.storage import Log, LogConfig
+from seglog.records.inflation_budget import PROCESS_BUDGET
+from seglog.storage import Log, LogConfig, recompression
 from seglog.storage.recompression import recompress
 from seglog.storage.validation import validate_records
 
@@ -110,3 +111,73 @@ def test_log_append_time_and_idempotent_retries_hold_on_a_recompressed_topic(tmp
     assert header.compression is CompressionType.ZSTD and header.timestamp_type == 1
     assert header.max_timestamp == first.log_append_time_ms
     assert DefaultRecordBatch(bytearray(data[: header.size_in_bytes])).validate_crc()
+
+
+def _counting_inflations(monkeypatch, codec):
+    """Every inflation of `codec`'s sections from here on, counted (the codec's own
+    decompressor still does the work)."""
+    inflations: list[int] = []
+    real = compression._DECOMPRESSORS[codec]
+
+    def counted(data, max_bytes, grow):
+        inflations.append(len(data))
+        return real(data, max_bytes, grow)
+
+    monkeypatch.setitem(compression._DECOMPRESSORS, codec, counted)
+    return inflations
+
+
+def test_a_recompressed_batch_is_inflated_once_and_held_in_the_budget_while_recompressed(
+    tmp_path, now_ms, monkeypatch
+):
+    inflations = _counting_inflations(monkeypatch, CompressionType.GZIP)
+    held_while_compressing: list[int] = []
+    real_compress = recompression.compress
+
+    def compress(codec, data, level=None):
+        held_while_compressing.append(PROCESS_BUDGET.used_bytes)
+        return real_compress(codec, data, level)
+
+    monkeypatch.setattr(recompression, "compress", compress)
+    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="zstd"))
+    values = [b"%06d" % i * 50 for i in range(200)]  # ~60 KB inflated
+    log.append(_batch(CompressionType.GZIP, values, timestamp_ms=now_ms))
+    assert len(inflations) == 1  # validation's; recompression used its section
+    # The inflated section still counted in the process's budget when it was recompressed.
+    assert held_while_compressing and held_while_compressing[0] >= 60_000
+    assert PROCESS_BUDGET.used_bytes == 0  # and released after
+    assert _stored(log)[0][0] == CompressionType.ZSTD and _stored(log)[0][3] == values
+
+
+def test_a_batch_past_the_inflation_budget_is_refused_and_nothing_is_written(
+    tmp_path, now_ms, monkeypatch
+):
+    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="zstd"))
+    log.append(_batch(CompressionType.GZIP, [b"small"], timestamp_ms=now_ms))
+    values = [b"%06d" % i * 100 for i in range(500)]  # ~300 KB inflated
+    monkeypatch.setattr(PROCESS_BUDGET, "limit_bytes", 64 * 1024)
+    with pytest.raises(RequestTimedOutError, match="budget"):
+        log.append(_batch(CompressionType.GZIP, values, timestamp_ms=now_ms))
+    assert log.log_end_offset == 1
+    assert [s[3] for s in _stored(log)] == [[b"small"]]
+    assert PROCESS_BUDGET.used_bytes == 0
+
+
+def test_an_uncompressed_batch_is_compressed_from_the_input_without_a_copy(
+    tmp_path, now_ms, monkeypatch
+):
+    given: list[object] = []
+    real_compress = recompression.compress
+
+    def compress(codec, data, level=None):
+        given.append(data)
+        return real_compress(codec, data, level)
+
+    monkeypatch.setattr(recompression, "compress", compress)
+    batch = _batch(CompressionType.NONE, [b"a" * 100, b"b"], timestamp_ms=now_ms)
+    log = Log.open(tmp_path / "t-0", LogConfig(compression_type="zstd"))
+    log.append(batch)
+    # A view of the producer's bytes (records section), not a decompressed copy of them.
+    (section,) = given
+    assert isinstance(section, memoryview) and section.obj is batch
+    assert _stored(log)[0][0] == CompressionType.ZSTD

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from ..errors import CorruptRecordError, SeglogError
 from ..records import Record, iter_batches
+from ..records._scan import decode_chunk
 from ..records.legacy import LegacyMessage, records_of
+from ..records.record import CREATE_TIME, LOG_APPEND_TIME
 from ..v1 import common_pb2
 from .structs import TopicPartition
 
@@ -94,9 +96,24 @@ def decode(fetch: CompletedFetch, position: int, *, check_crcs: bool) -> Pending
     topic, partition = fetch.tp
     out: list[Record] = []
     pending = Pending(fetch.tp, fetch.epoch, out, 0, fetch.next_offset)
-    reached = position  # the offset after the last batch decoded
+    # One C call takes the chunk's uncompressed v2 batches (all of them, usually: no Python
+    # work per batch); the loop below goes on from the first batch it did not take (legacy,
+    # compressed, or one it found wrong, which the loop names).
+    stop, reached = decode_chunk(
+        fetch.records,
+        Record,
+        topic,
+        partition,
+        position,
+        check_crcs,
+        CREATE_TIME,
+        LOG_APPEND_TIME,
+        out,
+        pending.batch_starts,
+        pending.batch_epochs,
+    )
     try:
-        for batch in iter_batches(fetch.records, validate=check_crcs):
+        for batch in iter_batches(fetch.records, validate=check_crcs, start=stop):
             if isinstance(batch, LegacyMessage):
                 pending.batch_starts.append(len(out))
                 pending.batch_epochs.append(-1)  # legacy entries carry no leader epoch

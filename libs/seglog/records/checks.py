@@ -19,6 +19,7 @@ below baseTimestamp and equals the largest record timestamp (CreateTime batches)
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..errors import (
@@ -163,9 +164,13 @@ def check_records(
     require_keys: bool,
     max_uncompressed_bytes: int,
     check_max_timestamp: bool = True,
+    on_section: Callable[[bytes | bytearray | memoryview], None] | None = None,
 ) -> RecordTimestamps:
     """Check the records of the batch at `position`; raise InvalidRecordError or
-    CorruptRecordError naming the batch and what is wrong."""
+    CorruptRecordError naming the batch and what is wrong. `on_section` is given the records
+    section once it passed, inflated, while its inflation is still counted in the budget: a
+    caller that needs the records again (recompression) uses them there instead of
+    inflating the batch a second time."""
     if header.max_timestamp < header.base_timestamp:
         raise InvalidRecordError(
             f"batch at position {position}: maxTimestamp {header.max_timestamp} is below "
@@ -187,6 +192,8 @@ def check_records(
         except ValueError as exc:
             error = InvalidRecordError if "null key" in str(exc) else CorruptRecordError
             raise error(f"batch at position {position}: {exc}") from None
+        if on_section is not None:
+            on_section(section)
         del section
     timestamps = RecordTimestamps(header.base_timestamp + low, header.base_timestamp + high)
     log_append_time = header.attributes & TIMESTAMP_TYPE_MASK

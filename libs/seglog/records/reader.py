@@ -21,10 +21,11 @@ from .record import Record
 
 
 def iter_batches(
-    buffer: bytes | bytearray | memoryview, *, validate: bool = True
+    buffer: bytes | bytearray | memoryview, *, validate: bool = True, start: int = 0
 ) -> Iterator[RecordBatch | LegacyMessage]:
-    """Yield each complete batch (v2) or legacy entry, CRC-checked when `validate`."""
-    pos = 0
+    """Yield each complete batch (v2) or legacy entry from position `start` on, CRC-checked
+    when `validate`."""
+    pos = start
     end = len(buffer)
     while end - pos > MAGIC_OFFSET:
         (length,) = struct.unpack_from(">i", buffer, pos + 8)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..errors import CorruptRecordError, LogClosedError, StorageError
+from ..records._scan import write_batches
 from ..records.batch import (
     HEADER,
     HEADER_BYTES,
@@ -170,6 +171,27 @@ class FileRecords:
                 if n != expected:  # short write: finish it byte-exactly
                     n += self._finish_short_write(fd, chunk, n, position + written)
                 written += n
+        except OSError as exc:
+            self._cut_back(fd, position)
+            raise StorageError(
+                f"append to {self.path} at position {position} failed: {exc}"
+            ) from exc
+        finally:
+            self._unpin()
+        self._size = position + written
+        return written
+
+    def append_batches(
+        self, view: memoryview, table: bytes, first_offset: int, leader_epoch: int | None
+    ) -> int:
+        """Write the scanned batches of `view` at the end (records/batch_table.py), with
+        offsets from `first_offset` on and `leader_epoch` (None: each batch's own) in their
+        prefixes: records/_scan.c's write_batches, in pwritev calls without the GIL and
+        without a Python object per batch. As `append` on an I/O error."""
+        position = self._size
+        fd = self._pin()
+        try:
+            written = write_batches(fd, position, view, table, first_offset, leader_epoch)
         except OSError as exc:
             self._cut_back(fd, position)
             raise StorageError(

@@ -264,18 +264,21 @@ class AbstractIndex(abc.ABC):
         self._write_entries([fields])
 
     def _write_entries(self, entries: Sequence[Sequence[int]]) -> None:
-        """Append entries (already checked by the subclass) with one write; the first one
-        creates and preallocates the file."""
+        self._write_packed(b"".join(starmap(self.ENTRY.pack, entries)))
+
+    def _write_packed(self, data: bytes) -> None:
+        """Append entries in the file's format (checked by the subclass) with one write;
+        the first one creates and preallocates the file."""
+        count = len(data) // self.ENTRY.size
         with self._lock:
-            if len(entries) > self.max_entries - self._entries:
+            if count > self.max_entries - self._entries:
                 # A programmer error (callers check free_slots), not corrupt data.
                 raise AssertionError(
-                    f"attempt to append {len(entries)} entries to a full index {self.path} "
+                    f"attempt to append {count} entries to a full index {self.path} "
                     f"({self._entries} of {self.max_entries} entries used)"
                 )
             if self._closed:
                 raise LogClosedError(f"{self.path} is closed")
-            data = b"".join(starmap(self.ENTRY.pack, entries))
             position = self._entries * self.ENTRY.size
             capacity = self.max_entries * self.ENTRY.size
 
@@ -285,7 +288,7 @@ class AbstractIndex(abc.ABC):
                 self._write_at(fd, data, position)
 
             self._open_and(write, create=self._length == 0)
-            self._entries += len(entries)
+            self._entries += count
             self._unflushed = True
 
     def relative_offset(self, offset: int) -> int:

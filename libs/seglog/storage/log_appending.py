@@ -1,30 +1,32 @@
 """LogAppending: a log's write path, the leader's append and the follower's, and segment rolls.
 
-Append path (no per-record work): validate every batch of the input (header, lengths, CRC-32C,
-count, size, timestamps) before writing a byte; recompress the batches whose codec is not the
-topic's compression.type (recompression.py; none with `producer`, Kafka's default); assign
-offsets by rewriting each batch's first 16 bytes (baseOffset, batchLength,
-partitionLeaderEpoch: outside the CRC); write all batches with one vectored write; add sparse
-index entries.
+Append path (no per-record work, and no Python object per batch): validate every batch of
+the input (header, lengths, CRC-32C, count, size, timestamps: one C scan) before writing a
+byte; recompress the batches whose codec is not the topic's compression.type
+(recompression.py; none with `producer`, Kafka's default); assign offsets by rewriting each
+batch's first 16 bytes (baseOffset, batchLength, partitionLeaderEpoch: outside the CRC) as
+it is written, all batches with one vectored write (records/_scan.c: write_batches); add the
+sparse index entries computed for the whole input in one call, in one write per index.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..records import batch_table
 from ..records.batch import NO_TIMESTAMP
 from ..semconv import PARTITION, TOPIC
 from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
 from .log_state import tracer
 from .producer_state import producer_batches
-from .recompression import recompress
-from .segment import AppendedBatch, LogSegment
+from .recompression import rebody_for, recompress
+from .segment import LogSegment
 from .validation import (
     ValidatedRecords,
     assign_offsets,
-    validate_follower_records,
+    scan_follower_records,
     validate_records,
 )
 
@@ -48,12 +50,14 @@ class LogAppending(LogFlushing):
         """Check the whole input against this log's config without writing anything, so a
         caller holding several partitions' inputs can check them all before appending any."""
         with tracer.start_as_current_span("seglog.log.validate") as span:
-            validated = validate_records(records, self.config, self.clock.now_ms())
+            validated = validate_records(
+                records, self.config, self.clock.now_ms(), rebody_for(self.config)
+            )
             # Only where the topic's compression.type differs from a batch's codec: else
             # `validated` itself, with no copy.
             validated = recompress(validated, self.config)
             span.set_attribute("seglog.bytes", len(validated.view))
-            span.set_attribute("seglog.batch_count", len(validated.batches))
+            span.set_attribute("seglog.batch_count", validated.batch_count)
             return validated
 
     def append(
@@ -78,15 +82,17 @@ class LogAppending(LogFlushing):
     def _append_validated(
         self, validated: ValidatedRecords, leader_epoch: int | None
     ) -> LogAppendInfo:
-        view, batches, now_ms = validated.view, validated.batches, validated.validated_at_ms
+        view, table, now_ms = validated.view, validated.table, validated.validated_at_ms
         stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        batch_count = validated.batch_count
         with self._lock:
             self._check_open()
             first_offset = self._log_end_offset
-            idempotent = any(h.producer_id >= 0 for _, h in batches)
+            idempotent = bool(validated.flags & batch_table.HAS_PRODUCER)
             if idempotent:
+                batches = validated.batches
                 duplicate = self.producer_state.check_append(
-                    producer_batches((h, 0, 0) for _, h in batches), len(batches)
+                    producer_batches((h, 0, 0) for _, h in batches), batch_count
                 )
                 if duplicate is not None:  # a retry: answered, not written again
                     return LogAppendInfo(
@@ -98,27 +104,51 @@ class LogAppending(LogFlushing):
                         0,
                         0,
                     )
-            buffers, appended, max_timestamp = assign_offsets(
-                view, batches, first_offset, leader_epoch, stamp_ms
-            )
-            next_offset = appended[-1].last_offset + 1
+            next_offset = first_offset + validated.offsets
+            max_timestamp = validated.max_timestamp if stamp_ms == NO_TIMESTAMP else stamp_ms
             total_bytes = len(view)  # the batches tile the validated input
             # Rolled before the epochs are recorded: a roll that fails leaves none behind.
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             if leader_epoch is not None:  # the node stamps its epoch: one check per append
                 self.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
+            elif not validated.flags & batch_table.EPOCHS_VARY:  # one epoch: its first offset
+                epoch = batch_table.entry(table, 0).partition_leader_epoch
+                self.leader_epochs.assign_from_batches([(epoch, first_offset)])
             else:  # the batches keep theirs
-                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
                 self.leader_epochs.assign_from_batches(
-                    zip((h.partition_leader_epoch for _, h in batches), bases, strict=True)
+                    zip(
+                        (h.partition_leader_epoch for _, h in validated.batches),
+                        _bases(validated, first_offset),
+                        strict=True,
+                    )
                 )
-            self._write(segment, buffers, appended, first_offset, next_offset)
+            if stamp_ms == NO_TIMESTAMP:  # offsets written into the prefixes, in C
+                self._write(
+                    lambda: segment.append_table(
+                        view,
+                        table,
+                        first_offset=first_offset,
+                        next_offset=next_offset,
+                        leader_epoch=leader_epoch,
+                        keep_offsets=False,
+                    ),
+                    first_offset,
+                    next_offset,
+                    segment,
+                )
+            else:  # LogAppendTime: timestamps under the CRC change, batches are copied
+                buffers, appended, _ = assign_offsets(
+                    view, validated.batches, first_offset, leader_epoch, stamp_ms
+                )
+                self._write(
+                    lambda: segment.append(buffers, appended), first_offset, next_offset, segment
+                )
             if idempotent:
-                bases = [first_offset, *(b.last_offset + 1 for b in appended[:-1])]
+                bases = _bases(validated, first_offset)
                 self.producer_state.update(
                     producer_batches(
-                        (h, base, a.last_offset)
-                        for (_, h), base, a in zip(batches, bases, appended, strict=True)
+                        (h, base, base + h.last_offset_delta)
+                        for (_, h), base in zip(validated.batches, bases, strict=True)
                     )
                 )
             return LogAppendInfo(
@@ -127,7 +157,7 @@ class LogAppending(LogFlushing):
                 max_timestamp,
                 stamp_ms,
                 self._log_start_offset,
-                len(appended),
+                batch_count,
                 total_bytes,
             )
 
@@ -139,18 +169,14 @@ class LogAppending(LogFlushing):
         `segment_base_offset`, the base offset of the leader's segment the bytes were read
         from, rolls a new segment there when it is past the active one, so segment files
         match the leader's one for one."""
-        view = memoryview(records).cast("B")
         with self._lock:
             self._check_open()
-            batches = validate_follower_records(
-                view, self._log_end_offset, gaps_allowed=self.config.compact
+            scanned = scan_follower_records(
+                records, self._log_end_offset, gaps_allowed=self.config.compact
             )
-            first_offset = batches[0][1].base_offset
-            last = batches[-1][1]
-            appended = [
-                AppendedBatch(h.size_in_bytes, h.last_offset, h.max_timestamp) for _, h in batches
-            ]
-            max_timestamp = max(b.max_timestamp for b in appended)
+            view, table = scanned.view, scanned.table
+            first_offset, last_offset = scanned.first_offset, scanned.last_offset
+            max_timestamp = scanned.max_timestamp
             active = self._segments.active
             if (
                 segment_base_offset is not None
@@ -158,36 +184,57 @@ class LogAppending(LogFlushing):
             ):
                 self._roll_at(segment_base_offset)
             else:
-                self._maybe_roll(len(view), max_timestamp, last.last_offset, self.clock.now_ms())
-            self.leader_epochs.assign_from_batches(
-                (h.partition_leader_epoch, h.base_offset) for _, h in batches
+                self._maybe_roll(len(view), max_timestamp, last_offset, self.clock.now_ms())
+            headers = None
+            if scanned.flags & (batch_table.EPOCHS_VARY | batch_table.HAS_PRODUCER):
+                headers = [h for _, h in batch_table.headers(view, table)]
+            if headers is not None and scanned.flags & batch_table.EPOCHS_VARY:
+                self.leader_epochs.assign_from_batches(
+                    (h.partition_leader_epoch, h.base_offset) for h in headers
+                )
+            else:
+                epoch = batch_table.entry(table, 0).partition_leader_epoch
+                self.leader_epochs.assign_from_batches([(epoch, first_offset)])
+            segment = self._segments.active
+            self._write(
+                lambda: segment.append_table(
+                    view,
+                    table,
+                    first_offset=first_offset,
+                    next_offset=last_offset + 1,
+                    leader_epoch=None,
+                    keep_offsets=True,
+                ),
+                first_offset,
+                last_offset + 1,
+                segment,
             )
-            self._write(self._segments.active, [view], appended, first_offset, last.next_offset)
-            self.producer_state.update(
-                producer_batches((h, h.base_offset, h.last_offset) for _, h in batches)
-            )
+            if headers is not None and scanned.flags & batch_table.HAS_PRODUCER:
+                self.producer_state.update(
+                    producer_batches((h, h.base_offset, h.last_offset) for h in headers)
+                )
             return LogAppendInfo(
                 first_offset,
-                last.last_offset,
+                last_offset,
                 max_timestamp,
                 NO_TIMESTAMP,
                 self._log_start_offset,
-                len(batches),
+                batch_table.batch_count(table),
                 len(view),
             )
 
     def _write(
         self,
-        segment: LogSegment,
-        buffers: Sequence[bytes | bytearray | memoryview],
-        appended: Sequence[AppendedBatch],
+        append: Callable[[], None],
         first_offset: int,
         next_offset: int,
+        segment: LogSegment,
     ) -> None:
-        """The end of every append, leader's or follower's: write, move the log end offset,
-        flush when `flush_messages` says so (the lock is held)."""
+        """The end of every append, leader's or follower's: `append` writes to `segment`;
+        then move the log end offset, flush when `flush_messages` says so (the lock is
+        held)."""
         try:
-            segment.append(buffers, appended)
+            append()
         except BaseException:
             # The append's epochs were recorded before its bytes, as Kafka orders them; one
             # that failed (a full disk: retriable here) must not leave an epoch the log does
@@ -245,3 +292,12 @@ class LogAppending(LogFlushing):
         self.producer_state.remove_expired(self.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
         self.producer_state.take_snapshot(base_offset, sync=False)
         return segment
+
+
+def _bases(validated: ValidatedRecords, first_offset: int) -> Iterator[int]:
+    """Each batch's base offset once the append gives the first `first_offset` (the rare
+    paths that need them one by one)."""
+    base = first_offset
+    for _, header in validated.batches:
+        yield base
+        base += header.last_offset_delta + 1

@@ -41,9 +41,10 @@ from pathlib import Path
 from . import log_files
 from .batch_bounds import Damage
 from .leader_epoch_cache import LeaderEpochCache
-from .segment import LogSegment, SegmentRecovery
+from .segment import LogSegment
 from .segment_checks import boundary_damage, find_damage, indexes_need_rebuild
 from .segment_factory import SegmentFactory
+from .segment_repair import SegmentRecovery
 
 logger = logging.getLogger(__name__)
 

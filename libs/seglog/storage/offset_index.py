@@ -71,6 +71,28 @@ class OffsetIndex(AbstractIndex):
         self.relative_offset(entries[-1][0])  # the largest must fit the 4-byte field
         self._write_entries(relative_entries)
 
+    def append_packed(self, data: bytes) -> None:
+        """Append entries already in the file's format (records/_scan.c's index_entries
+        makes them increasing, and fitting the 4-byte fields): only the first is checked,
+        against the last entry in the file."""
+        if not data:
+            return
+        relative, position = self.ENTRY.unpack_from(data, 0)
+        if self.entries:
+            last_relative, last_position = self._raw_entry(self.entries - 1)
+            if relative <= last_relative:
+                raise InvalidOffsetError(
+                    f"attempt to append an offset ({self.base_offset + relative}) no larger "
+                    f"than the last offset appended ({self.base_offset + last_relative}) to "
+                    f"{self.path}"
+                )
+            if position <= last_position:
+                raise CorruptIndexError(
+                    f"attempt to append position {position} no larger than the last position "
+                    f"{last_position} to {self.path}"
+                )
+        self._write_packed(data)
+
     def lookup(self, target_offset: int) -> OffsetPosition:
         slot = self._largest_lower_bound_slot(target_offset - self.base_offset)
         return OffsetPosition(self.base_offset, 0) if slot < 0 else self.entry(slot)

@@ -12,13 +12,20 @@ on untouched and the append stays the zero-copy path (storage/validation.py's
 - crc: CRC-32C over attributes to the end, recomputed.
 
 The records section (everything after the 61-byte header) is one stream of records, whose
-bytes do not depend on the codec: it is decompressed (bounded by
-`max.uncompressed.batch.bytes`, as validation is) and compressed again whole, with no
-per-record work. Offsets are then assigned as for any batch (baseOffset rewritten, offset
-deltas kept), so a consumer reads the same offsets, keys, values and headers. Control
-batches (transaction markers) are left as written, as Kafka writes them uncompressed. A
-rebuilt batch larger than `max.message.bytes` refuses the whole input
-(RECORD_TOO_LARGE), as Kafka's RecordBatchTooLargeException does after recompressing.
+bytes do not depend on the codec: it is compressed again whole, with no per-record work. A
+compressed batch is inflated once: validation inflates it to check its records (through the
+process's inflation budget, records/inflation_budget.py) and hands the section to `rebody`
+while it is still held and counted there, which compresses it in the topic's codec; an
+uncompressed batch is compressed from the input's bytes as they are, with no copy. (Before,
+the batch was inflated a second time here, outside the budget: a 64 MiB batch counted once
+and held twice.) A batch validation did not hand on (`recompress` called on its own) is
+inflated here, through the same budget.
+
+Offsets are then assigned as for any batch (baseOffset rewritten, offset deltas kept), so a
+consumer reads the same offsets, keys, values and headers. Control batches (transaction
+markers) are left as written, as Kafka writes them uncompressed. A rebuilt batch larger than
+`max.message.bytes` refuses the whole input (RECORD_TOO_LARGE), as Kafka's
+RecordBatchTooLargeException does after recompressing.
 """
 
 from __future__ import annotations
@@ -35,12 +42,12 @@ from ..records.batch import (
     HEADER_BYTES,
     LOG_OVERHEAD,
     BatchHeader,
-    read_header,
 )
-from ..records.compression import CompressionType, compress, decompress
+from ..records.compression import CompressionType, compress, decompress_into_budget
+from ..records.inflation_budget import PROCESS_BUDGET
 from .config import LogConfig
 from .topic_config_values import COMPRESSION_PRODUCER
-from .validation import ValidatedRecords
+from .validation import Rebody, ValidatedRecords
 
 _CODECS = {
     "uncompressed": CompressionType.NONE,
@@ -72,29 +79,57 @@ def _keeps(header: BatchHeader, target: int) -> bool:
     return header.attributes & COMPRESSION_MASK == target or bool(header.attributes & CONTROL_MASK)
 
 
+def rebody_for(config: LogConfig) -> Rebody | None:
+    """What validation hands each inflated section to (validation.py's `rebody`): the
+    section in the topic's codec, for a batch whose codec is not the topic's."""
+    target = target_codec(config)
+    if target is None:
+        return None
+    level = _level(config, target)
+
+    def rebody(header: BatchHeader, section: bytes | bytearray | memoryview) -> bytes | None:
+        if _keeps(header, target):
+            return None
+        return compress(target, memoryview(section), level)
+
+    return rebody
+
+
+def _body(
+    validated: ValidatedRecords,
+    pos: int,
+    header: BatchHeader,
+    target: CompressionType,
+    config: LogConfig,
+) -> bytes:
+    """The batch's records section in the topic's codec: validation's when it made it, else
+    compressed from the input (uncompressed) or inflated through the budget first."""
+    body = validated.bodies.get(pos)
+    if body is not None:
+        return body
+    level = _level(config, target)
+    raw = validated.view[pos + HEADER_BYTES : pos + header.size_in_bytes]
+    codec = header.attributes & COMPRESSION_MASK
+    if codec == CompressionType.NONE:
+        return compress(target, raw, level)
+    with PROCESS_BUDGET.reservation() as grow:
+        records = decompress_into_budget(codec, raw, config.max_uncompressed_batch_bytes, grow)
+        return compress(target, memoryview(records), level)
+
+
 def recompress(validated: ValidatedRecords, config: LogConfig) -> ValidatedRecords:
     """`validated` with each batch in the topic's codec (itself when nothing changes)."""
     target = target_codec(config)
     if target is None or all(_keeps(h, target) for _, h in validated.batches):
         return validated
     view = validated.view
-    level = _level(config, target)
     parts: list[bytes | bytearray | memoryview] = []
-    batches: list[tuple[int, BatchHeader]] = []
-    out = 0
     for pos, header in validated.batches:
         size = header.size_in_bytes
         if _keeps(header, target):
             parts.append(view[pos : pos + size])
-            batches.append((out, header))
-            out += size
             continue
-        records = decompress(
-            header.attributes & COMPRESSION_MASK,
-            view[pos + HEADER_BYTES : pos + size],
-            config.max_uncompressed_batch_bytes,
-        )
-        body = compress(target, records, level)
+        body = _body(validated, pos, header, target, config)
         rebuilt = bytearray(HEADER_BYTES + len(body))
         HEADER.pack_into(
             rebuilt,
@@ -115,6 +150,4 @@ def recompress(validated: ValidatedRecords, config: LogConfig) -> ValidatedRecor
                 f"{config.max_message_bytes}"
             )
         parts.append(rebuilt)
-        batches.append((out, read_header(rebuilt)))
-        out += len(rebuilt)
-    return ValidatedRecords(memoryview(b"".join(parts)), batches, validated.validated_at_ms)
+    return ValidatedRecords.of_checked(memoryview(b"".join(parts)), validated.validated_at_ms)

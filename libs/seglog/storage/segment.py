@@ -11,35 +11,27 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from ..errors import StorageError
-from ..records.batch import (
-    NO_TIMESTAMP,
-)
+from ..errors import InvalidOffsetError, StorageError
+from ..records import batch_table
+from ..records._scan import index_entries
+from ..records.batch import NO_TIMESTAMP
 from ..spans import EngineTracer
-from . import log_files
+from . import log_files, segment_repair
 from . import open_files as open_files_module
 from .append_ends import AppendEnds
-from .batch_bounds import Damage
 from .file_records import FileRecords
 from .leader_epoch_cache import LeaderEpochCache
 from .offset_index import OffsetIndex
 from .open_files import OpenFileCache
+from .segment_repair import SegmentRecovery
 from .time_index import TimeIndex
 from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
-
-
-class SegmentRecovery(NamedTuple):
-    """What `LogSegment.recover` did: bytes cut from the end of the `.log`, and the first
-    check that failed there (None when the whole file was valid)."""
-
-    bytes_truncated: int
-    damage: Damage | None
 
 
 class AppendedBatch(NamedTuple):
@@ -221,10 +213,41 @@ class LogSegment:
     def append(
         self, buffers: Sequence[bytes | bytearray | memoryview], batches: Sequence[AppendedBatch]
     ) -> None:
-        """Write the batches' bytes (one vectored write) and add their index entries.
+        """Write the batches' bytes (one vectored write) and add their index entries (the
+        paths that rewrite batches in Python: LogAppendTime stamps)."""
+        table = batch_table.table_of(batches)
+        next_offset = batches[-1].last_offset + 1 if batches else -1  # none: nothing noted
+        self._append(lambda: self.log.append(buffers), table, -1, next_offset)
 
-        All or nothing: when the index write fails (a full disk), the log is cut back to its
-        size before the call, the indexes to their entries before it, and a retriable
+    def append_table(
+        self,
+        view: memoryview,
+        table: bytes,
+        *,
+        first_offset: int,
+        next_offset: int,
+        leader_epoch: int | None,
+        keep_offsets: bool,
+    ) -> None:
+        """Write the scanned batches of `view` (records/batch_table.py) and add their index
+        entries, without a Python object per batch: as they are (`keep_offsets`, a
+        follower's), or with offsets from `first_offset` on and `leader_epoch` (None: each
+        batch's own) written into their prefixes on the way (the leader's)."""
+        if keep_offsets:
+            self._append(lambda: self.log.append((view,)), table, -1, next_offset)
+        else:
+            self._append(
+                lambda: self.log.append_batches(view, table, first_offset, leader_epoch),
+                table,
+                first_offset,
+                next_offset,
+            )
+
+    def _append(
+        self, write: Callable[[], object], table: bytes, first_offset: int, next_offset: int
+    ) -> None:
+        """All or nothing: when the index write fails (a full disk), the log is cut back to
+        its size before the call, the indexes to their entries before it, and a retriable
         StorageError is raised, so the partition takes appends again once space returns
         and no byte of the failed append is ever served."""
         self._load_state()  # as of before these bytes: they count from the last entry
@@ -232,21 +255,21 @@ class LogSegment:
         with tracer.start_as_current_span("seglog.segment.write") as span:
             span.set_attribute("seglog.segment_base_offset", self.base_offset)
             span.set_attribute("seglog.position", position)
-            self.log.append(buffers)
+            write()
         before = self._index_state()
-        if self.rolling_based_timestamp is None and batches:
-            self.rolling_based_timestamp = batches[0].max_timestamp
+        if self.rolling_based_timestamp is None and table:
+            self.rolling_based_timestamp = batch_table.entry(table, 0).max_timestamp
         try:
             with tracer.start_as_current_span("seglog.segment.index"):
-                self._index_batches(position, batches)
+                self.index_table(position, table, first_offset)
         except OSError as exc:
             self._roll_back(position, before)
             raise StorageError(
                 f"index write for {self.log.path} failed, append rolled back to position "
                 f"{position}: {exc}"
             ) from exc
-        if batches:
-            self.append_ends.note(batches[-1].last_offset + 1, self.log.size)
+        if table:
+            self.append_ends.note(next_offset, self.log.size)
 
     def _index_state(self) -> tuple[int, int, int, int, int | None, int]:
         self._load_state()
@@ -279,36 +302,45 @@ class LogSegment:
             except OSError:
                 pass  # the entry count is what readers use; the original error is reported
 
-    def _index_batches(self, position: int, batches: Sequence[AppendedBatch]) -> None:
+    def index_table(self, position: int, table: bytes, first_offset: int) -> None:
         """Track the largest timestamp, and add an index entry (the batch's last offset and
         position, and the largest timestamp so far) for a batch that starts after more than
-        `index_interval_bytes` appended since the previous entry, as Kafka's LogSegment does.
-        Runs once per appended batch: counters live in locals, and each index gets its new
-        entries in one write at the end."""
+        `index_interval_bytes` appended since the previous entry, as Kafka's LogSegment does:
+        computed for the whole table in one C call (records/_scan.c: index_entries), each
+        index getting its new entries in one write. `first_offset` -1: the table's batches
+        keep their offsets."""
         self._load_state()  # then the private fields: this runs on every append
-        interval = self.index_interval_bytes
-        since_last_entry = self._bytes_since_last_index_entry
-        max_timestamp = self._max_timestamp_so_far
-        offset_of_max_timestamp = self._offset_of_max_timestamp
         room = min(self.offset_index.free_slots(), self.time_index.free_slots())
-        offset_entries: list[tuple[int, int]] = []
-        time_entries: list[tuple[int, int]] = []
-        for size, last_offset, timestamp in batches:
-            if timestamp > max_timestamp:
-                max_timestamp, offset_of_max_timestamp = timestamp, last_offset
-            if since_last_entry > interval and room:
-                offset_entries.append((last_offset, position))
-                time_entries.append((max_timestamp, offset_of_max_timestamp))
-                room -= 1
-                since_last_entry = 0
-            since_last_entry += size
-            position += size
+        # The time index's last entry is read only when an entry can come of this append: a
+        # batch gets one when more than the interval lies behind it since the last entry
+        # (the bytes written from `position` bound that), and most small appends get none.
+        since = self._bytes_since_last_index_entry
+        last_time_ms = (
+            self.time_index.last_entry.timestamp_ms
+            if since + self.log.size - position > self.index_interval_bytes
+            else NO_TIMESTAMP
+        )
+        try:
+            offset_entries, time_entries, since, max_timestamp, offset_of_max = index_entries(
+                table,
+                first_offset,
+                self.base_offset,
+                position,
+                since,
+                self.index_interval_bytes,
+                self._max_timestamp_so_far,
+                self._offset_of_max_timestamp,
+                last_time_ms,
+                room,
+            )
+        except ValueError as exc:
+            raise InvalidOffsetError(f"{self.offset_index.path}: {exc}") from None
         if offset_entries:
-            self.offset_index.append_entries(offset_entries)
-            self.time_index.append_entries(time_entries)
-        self._bytes_since_last_index_entry = since_last_entry
+            self.offset_index.append_packed(offset_entries)
+            self.time_index.append_packed(time_entries)
+        self._bytes_since_last_index_entry = since
         self._max_timestamp_so_far = max_timestamp
-        self._offset_of_max_timestamp = offset_of_max_timestamp
+        self._offset_of_max_timestamp = offset_of_max
 
     def should_roll(
         self,
@@ -350,66 +382,15 @@ class LogSegment:
             span.set_attribute("seglog.position", -1 if found is None else found.position)
             return found
 
-    # -- recovery and truncation -------------------------------------------------------
+    # -- recovery and truncation (segment_repair.py) ----------------------------------
 
     def recover(
         self, epochs: LeaderEpochCache | None = None, *, upper_bound: int | None = None
     ) -> SegmentRecovery:
-        """Rebuild both indexes from the log and cut everything from the first batch that
-        fails a check (`FileRecords.scan_valid_prefix`: CRC, and the offsets the CRC does not
-        cover, bounded by this segment's base and `upper_bound`, the next segment's base).
-        With `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known
-        starts that epoch at its base offset, as Kafka's LogSegment.recover does."""
-        self.append_ends.forget()
-        self.offset_index.reset()
-        self.time_index.reset()
-        self.max_timestamp_so_far = NO_TIMESTAMP
-        self.offset_of_max_timestamp = self.base_offset
-        self.bytes_since_last_index_entry = 0
-        self.rolling_based_timestamp = None
-        prefix = self.log.scan_valid_prefix(self.base_offset, upper_bound)
-        headers = [header for _, header in prefix.batches]
-        if epochs is not None:
-            epochs.assign_from_batches((h.partition_leader_epoch, h.base_offset) for h in headers)
-        batches = [
-            AppendedBatch(header.size_in_bytes, header.last_offset, header.max_timestamp)
-            for header in headers
-        ]
-        if batches:
-            self.rolling_based_timestamp = batches[0].max_timestamp
-        # The valid prefix is contiguous from position 0: index it as one append.
-        self._index_batches(0, batches)
-        return SegmentRecovery(self.log.truncate_to(prefix.size_in_bytes), prefix.damage)
+        return segment_repair.recover(self, epochs, upper_bound)
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch holding an offset >= `offset` (a straddling batch goes whole);
-        return bytes removed."""
-        found = self.translate_offset(offset)
-        if found is None:
-            return 0
-        self.append_ends.forget()
-        position = found.position
-        self.offset_index.truncate_to(found.header.base_offset)
-        self.time_index.truncate_to(found.header.base_offset)
-        cut = self.log.truncate_to(position)
-        self._recompute_max_timestamp()
-        self.bytes_since_last_index_entry = self.log.size - (
-            self.offset_index.entry(self.offset_index.entries - 1).position
-            if self.offset_index.entries
-            else 0
-        )
-        if self.log.size == 0:
-            self.rolling_based_timestamp = None
-        return cut
-
-    def _recompute_max_timestamp(self) -> None:
-        last = self.time_index.last_entry
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = last.timestamp_ms, last.offset
-        start = self.offset_index.lookup(1 << 62).position
-        for _, header in self.log.batches(start):
-            if header.max_timestamp > self.max_timestamp_so_far:
-                self.max_timestamp_so_far = header.max_timestamp
-                self.offset_of_max_timestamp = header.last_offset
+        return segment_repair.truncate(self, offset)
 
     # -- lifecycle ---------------------------------------------------------------------
 

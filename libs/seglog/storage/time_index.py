@@ -64,6 +64,25 @@ class TimeIndex(AbstractIndex):
         """`maybe_append` for each (timestamp, offset) in turn, with one write."""
         self._append_increasing(entries, reserved_slot_usable=False)
 
+    def append_packed(self, data: bytes) -> None:
+        """Append entries already in the file's format, timestamps increasing among
+        themselves and past the last entry's (records/_scan.c's index_entries is given it):
+        the first is checked against the last in the file, and the slot a roll keeps for
+        its final entry stays free."""
+        if not data:
+            return
+        timestamp_ms, relative = self.ENTRY.unpack_from(data, 0)
+        if self.entries:
+            last_timestamp_ms, last_relative = self._raw_entry(self.entries - 1)
+            if relative < last_relative or timestamp_ms <= last_timestamp_ms:
+                raise InvalidOffsetError(
+                    f"attempt to append ({timestamp_ms}, {self.base_offset + relative}) after "
+                    f"({last_timestamp_ms}, {self.base_offset + last_relative}) to {self.path}"
+                )
+        if len(data) // self.ENTRY.size > self.max_entries - self.entries - 1:
+            raise CorruptIndexError(f"attempt to append to a full time index {self.path}")
+        self._write_packed(data)
+
     def _append_increasing(
         self, entries: Sequence[tuple[int, int]], *, reserved_slot_usable: bool
     ) -> None:

@@ -1,11 +1,31 @@
-"""Produce 3–9 over the broker core's data plane (routing/data_plane.py: the gRPC path's
+"""Produce 3–13 over the broker core's data plane (routing/data_plane.py: the gRPC path's
 routing, checks and semantics, ACLs checked on the caller): the record batches go on as the
 producer's bytes, never decoded here.
 
 Every topic's leaders are written at once by the core; a topic refused as a whole (not
 authorized, unknown, internal) answers that error on each of its partitions, the other topics
-are written, as Kafka's broker answers per partition. acks=0 answers nothing. Transactions are
-not supported: a transactional produce is refused whole.
+are written, as Kafka's broker answers per partition. acks=0 answers nothing.
+
+The versions (Kafka's ProduceRequest.json), and why each is served:
+- 3–9 as before; 9 is the first flexible one.
+- 10 (KIP-951): the request is v9's; the answer carries, for a partition answered
+  NOT_LEADER_OR_FOLLOWER, its current leader and that leader's endpoint (leader_hints.py).
+- 11 (KIP-890): a client asking it handles TRANSACTION_ABORTABLE. seglog never answers it
+  (no transactions), so 11 means what 10 means here.
+- 12 (KIP-890 part 2): a transactional produce at 12 adds its partitions to the transaction
+  by itself when the cluster's `transaction.version` is 2. seglog finalizes no
+  transaction.version (broker/features.py) and refuses every transactional produce, so a
+  non-transactional 12 is 11, which is what Kafka's clients send it for.
+- 13 (KIP-516): topics named by id. An id no topic has (a deleted topic's, the zero id)
+  answers UNKNOWN_TOPIC_ID on its partitions, which the Java producer retries after a
+  metadata refresh; the answer names topics by id too.
+
+Transactions are not supported: a produce with a transactional id, or whose batches are
+transactional, is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's broker
+answers a transactional produce it does not authorize (KafkaApis.handleProduceRequest); the
+Java producer and librdkafka both take it as fatal for the transactional producer, where a
+retriable code would have them retry until their delivery timeout. The same code seglog's
+FindCoordinator gives a transaction coordinator lookup (group_apis.py).
 """
 
 from __future__ import annotations
@@ -14,30 +34,61 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from seglog.errors import InvalidRequestError
+from seglog.errors import PermissionDeniedError, SeglogError
+from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER, TRANSACTIONAL_MASK
 
 from ..routing.data_plane import PartitionRecords, ProducedPartition, TopicProduce
 from . import produce_coalescing as coalescing
 from .api_table import ApiTable
 from .data_call_end import call_scope
-from .error_codes import NONE
-from .error_table import DataApi, data_error_code
+from .error_codes import NONE, UNKNOWN_TOPIC_ID, kafka_error_code
+from .error_table import NOT_LEADER_OR_FOLLOWER, DataApi, data_error_code
 from .kafka_call import KafkaCall
+from .leader_hints import LeaderHints
+from .topic_ids import from_wire
 
 NO_OFFSET = -1
+MAX_VERSION = 13
+FIRST_LEADER_HINT_VERSION = 10  # KIP-951's tagged fields
+FIRST_BY_ID_VERSION = 13  # topics named by id (KIP-516)
 
 Results = dict[tuple[str, int], ProducedPartition]
 
 
+class NoTransactionsError(PermissionDeniedError):
+    """A transactional produce: answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
+
+
+def _transactional(request: Any) -> bool:
+    """Whether the request is transactional: a transactional id, or a partition whose first
+    batch has the transactional bit (Kafka's RequestUtils.hasTransactionalRecords)."""
+    if request.transactional_id is not None:
+        return True
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            records = data.records
+            # attributes is an int16: the transactional bit is in its low byte.
+            if (
+                records
+                and len(records) >= HEADER.size
+                and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_MASK)
+            ):
+                return True
+    return False
+
+
+def _refuse(topics: list[TopicProduce], error: SeglogError) -> Results:
+    return {
+        (t.topic, p.partition): ProducedPartition(p.partition, error)
+        for t in topics
+        for p in t.partitions
+    }
+
+
 def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Results:
     """Each partition's result of the core's produce of `topics`."""
-    if request.transactional_id is not None:
-        refused = InvalidRequestError("transactions are not supported: no transactional.id")
-        return {
-            (t.topic, p.partition): ProducedPartition(p.partition, refused)
-            for t in topics
-            for p in t.partitions
-        }
+    if _transactional(request):
+        return _refuse(topics, NoTransactionsError("transactions are not supported"))
     scope = call_scope(call)
     try:
         answers = call.core.data_plane.produce(call.caller, topics, scope)
@@ -50,16 +101,40 @@ def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Resul
     }
 
 
-def _topics_of(request: Any) -> list[TopicProduce]:
+def name_topics(call: KafkaCall, request: Any) -> None:
+    """From v13 on, each topic's name from its id, set on the decoded request so that the
+    rest (coalescing included) reads names as for earlier versions; "" for an id no topic
+    has, whose partitions `_response` answers UNKNOWN_TOPIC_ID."""
+    if call.version < FIRST_BY_ID_VERSION:
+        return
+    registry = call.core.registry
+    for topic in request.topic_data:
+        try:
+            topic.name = registry.topic_name_of(from_wire(topic.topic_id))
+        except SeglogError:
+            topic.name = ""
+
+
+def _topics_of(request: Any, by_id: bool) -> list[TopicProduce]:
     return [
         TopicProduce(
             topic.name,
             request.acks,
-            request.timeout_ms,
-            [PartitionRecords(data.index, (data.records or b"",)) for data in topic.partition_data],
+            timeout_ms=request.timeout_ms,
+            partitions=[
+                PartitionRecords(data.index, (data.records or b"",))
+                for data in topic.partition_data
+            ],
         )
         for topic in request.topic_data
+        if topic.name or not by_id
     ]
+
+
+def _error_code(error: SeglogError) -> int:
+    if isinstance(error, NoTransactionsError):
+        return kafka_error_code(error, "transactional_id")
+    return data_error_code(DataApi.PRODUCE, error)
 
 
 def _response(call: KafkaCall, request: Any, results: Results) -> Any:
@@ -67,37 +142,63 @@ def _response(call: KafkaCall, request: Any, results: Results) -> Any:
     response_class = ProduceResponse[call.version]
     topic_class = response_class.TopicProduceResponse
     partition_class = topic_class.PartitionProduceResponse
+    by_id = call.version >= FIRST_BY_ID_VERSION
+    hints = (
+        LeaderHints(call.core, call.listener) if call.version >= FIRST_LEADER_HINT_VERSION else None
+    )
     topics = []
     for topic in request.topic_data:
         partitions = []
         for data in topic.partition_data:
-            result = results[(topic.name, data.index)]
-            failed = result.error is not None
-            partitions.append(
-                partition_class(
-                    index=data.index,
-                    error_code=(
-                        NONE
-                        if result.error is None
-                        else data_error_code(DataApi.PRODUCE, result.error)
-                    ),
-                    base_offset=NO_OFFSET if failed else result.base_offset,
-                    log_append_time_ms=NO_OFFSET if failed else result.log_append_time_ms,
-                    log_start_offset=NO_OFFSET if failed else result.log_start_offset,
-                    record_errors=[],
-                    error_message=None if result.error is None else str(result.error),
-                )
+            result = results.get((topic.name, data.index)) if topic.name or not by_id else None
+            code = NONE if result is not None and result.error is None else UNKNOWN_TOPIC_ID
+            if result is not None and result.error is not None:
+                code = _error_code(result.error)
+            ok = code == NONE
+            partition = partition_class(
+                index=data.index,
+                error_code=code,
+                base_offset=result.base_offset if ok and result else NO_OFFSET,
+                log_append_time_ms=result.log_append_time_ms if ok and result else NO_OFFSET,
+                log_start_offset=result.log_start_offset if ok and result else NO_OFFSET,
+                record_errors=[],
+                error_message=_message(result, code),
             )
-        topics.append(topic_class(name=topic.name, partition_responses=partitions))
-    return response_class(responses=topics, throttle_time_ms=call.throttle_time_ms)
+            if hints is not None and code == NOT_LEADER_OR_FOLLOWER:
+                hint = hints.current_leader(topic.name, data.index)
+                partition.current_leader = partition_class.LeaderIdAndEpoch(
+                    leader_id=hint.leader_id, leader_epoch=hint.leader_epoch
+                )
+            partitions.append(partition)
+        named = {"topic_id": topic.topic_id} if by_id else {"name": topic.name}
+        topics.append(topic_class(partition_responses=partitions, **named))
+    response = response_class(responses=topics, throttle_time_ms=call.throttle_time_ms)
+    if hints is not None:
+        response.node_endpoints = [
+            response_class.NodeEndpoint(node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            for b in hints.endpoints()
+        ]
+    return response
+
+
+def _message(result: ProducedPartition | None, code: int) -> str | None:
+    if code == NONE:
+        return None
+    if result is None or result.error is None:
+        return "no topic has this topic id"
+    return str(result.error)
 
 
 def produce(call: KafkaCall, request: Any) -> Any:
+    name_topics(call, request)
+    return _produce_named(call, request)
+
+
+def _produce_named(call: KafkaCall, request: Any) -> Any:
     call.attributes["kafka.topics"] = ",".join(t.name for t in request.topic_data[:16])
-    if not request.topic_data:
-        results: Results = {}  # Kafka's broker answers an empty topic array with an empty answer
-    else:
-        results = _produce(call, request, _topics_of(request))
+    topics = _topics_of(request, call.version >= FIRST_BY_ID_VERSION)
+    # Kafka's broker answers an empty topic array with an empty answer.
+    results: Results = _produce(call, request, topics) if topics else {}
     if request.acks == 0:
         return None
     return _response(call, request, results)
@@ -106,10 +207,12 @@ def produce(call: KafkaCall, request: Any) -> Any:
 def produce_many(calls: list[KafkaCall], requests: list[Any]) -> list[Any]:
     """Queued produce requests of one connection, consecutive mergeable ones as one append
     per partition (produce_coalescing.py); each request's response, in order."""
+    for call, request in zip(calls, requests, strict=True):
+        name_topics(call, request)
     responses: list[Any] = [None] * len(requests)
     for run in coalescing.runs(requests):
         if len(run) == 1:
-            responses[run[0]] = produce(calls[run[0]], requests[run[0]])
+            responses[run[0]] = _produce_named(calls[run[0]], requests[run[0]])
             continue
         members = [requests[i] for i in run]
         call = calls[run[0]]
@@ -123,4 +226,4 @@ def produce_many(calls: list[KafkaCall], requests: list[Any]) -> list[Any]:
 
 
 def register(table: ApiTable) -> None:
-    table.register(ProduceRequest, 3, 9, produce, batch_handler=produce_many)
+    table.register(ProduceRequest, 3, MAX_VERSION, produce, batch_handler=produce_many)
