@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: docs kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
@@ -182,6 +182,19 @@ image:
 image-smoke: image $(STAMP) proto
 	$(BIN)/python -m tests.container_smoke --image $(IMAGE)
 	$(BIN)/python -m tests.kube_play_smoke --image $(IMAGE)
+
+# The docs as a static site (mkdocs, into site/), the reference pages checked against the code
+# first (python -m devtools.readme_tables rewrites them), then every page loaded in Debian's
+# headless Chromium: rendering, script errors, broken
+# links and anchors (devtools/docs_check.py). Chromium from Debian's packages when missing and
+# we are root.
+docs: $(STAMP) proto
+	@if ! command -v chromium > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
+		env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
+		env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium > /dev/null; fi
+	$(BIN)/python -m devtools.readme_tables --check
+	$(BIN)/mkdocs build --strict --quiet
+	$(BIN)/python -m devtools.docs_check site
 
 lint: $(STAMP) proto
 	$(BIN)/ruff check .

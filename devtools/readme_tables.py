@@ -1,7 +1,8 @@
-"""README's generated tables: each service's settings (declared on their config fields,
+"""The docs' generated tables: each service's settings (declared on their config fields,
 services/settings.py) and the Kafka APIs the listener serves (its registry,
-services/gateway/kafka/apis.py). `python -m devtools.readme_tables` prints them under the
-comment line that marks each in README.md; tests keep README equal to them.
+services/gateway/kafka/apis.py). `python -m devtools.readme_tables` writes them, with the
+CLI's reference, into docs/reference/ (devtools/reference_pages.py); tests keep the pages
+equal to them.
 
 Here, not beside what they print: the settings' module is imported by every service, and
 the gateway's settings import the gateway's planes for their defaults, so a printer there
@@ -10,6 +11,7 @@ would tie the services' shared settings module into the gateway's imports.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 from services.gateway.kafka.api_table import ApiEntry
@@ -77,10 +79,11 @@ def settings_tables() -> Mapping[str, str]:
 
 
 def main() -> None:
-    for title, table in settings_tables().items():
-        print(f"<!-- {title} settings: python -m devtools.readme_tables -->")
-        print(f"The {title}:\n\n{table}")
-    print(f"{KAFKA_TABLE_MARK}\n{kafka_api_markdown()}")
+    from devtools import reference_pages  # it imports this module
+
+    if sys.argv[1:] == ["--check"]:  # make docs: a stale page fails, it is not rewritten
+        sys.exit(reference_pages.check())
+    reference_pages.write()
 
 
 if __name__ == "__main__":

@@ -151,16 +151,38 @@ def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_secon
         runner.wait(timeout=60)
 
 
-def _readme_first_session() -> str:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## A first session", 1)[1]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quickstart_session() -> str:
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text()
+    section = quickstart.split("## A first session", 1)[1]
     return section.split("```", 2)[1]
 
 
-def readme_python_snippets(heading: str) -> list[str]:
-    """The ```python blocks of the README section under `## heading`."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+def readme_steps() -> list[tuple[list[str], str | None]]:
+    """README's first session: each ```console block's commands (the `$ ` lines) and the
+    output shown under them (None where the block is marked as varying). `make run` is left
+    out: the test starts the cluster."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## A first session\n", 1)[1].split("\n## ", 1)[0]
+    steps = []
+    for marker, block in re.findall(
+        r"(<!-- output varies[^>]*-->\s*)?```console\n(.*?)```", section, re.DOTALL
+    ):
+        lines = [line.removeprefix("   ") for line in block.rstrip(" \n").splitlines()]
+        commands = [line[2:] for line in lines if line.startswith("$ ")]
+        if commands == ["make run"]:
+            continue
+        output = "".join(f"{line}\n" for line in lines if not line.startswith("$ "))
+        steps.append((commands, None if marker else output))
+    return steps
+
+
+def readme_python_snippets(heading: str, page: str) -> list[str]:
+    """The ```python blocks of a docs/ page's section under `## heading`."""
+    text = (ROOT / "docs" / page).read_text()
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, re.DOTALL)
 
 
@@ -184,10 +206,30 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
     # the same cluster (after the session's `topics delete orders`), as a reader runs them.
     cluster = LocalCluster(tmp_path, nodes=3)
     try:
-        script = "set -euo pipefail\n" + _readme_first_session()
+        # README's numbered steps first: each block's output as README shows it (stderr too,
+        # as a terminal shows it), the Kafka port swapped for this cluster's.
+        exports: list[str] = []  # a step's `export` holds for the steps after it, as in a shell
+        for commands, shown in readme_steps():
+            exports += [command for command in commands if command.startswith("export ")]
+            script = "set -euo pipefail\n" + "\n".join([*exports, *commands])
+            script = script.replace("127.0.0.1:9092", cluster.kafka_address)
+            step = subprocess.run(
+                ["bash", "-c", script],
+                cwd=ROOT,
+                env={**os.environ, "SEGLOG_BOOTSTRAP": cluster.address},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=120,
+                check=False,
+            )
+            printed = step.stdout.decode()
+            assert step.returncode == 0, (commands, printed[-3000:])
+            if shown is not None:
+                assert printed == shown, (commands, printed)
+        script = "set -euo pipefail\n" + _quickstart_session()
         result = subprocess.run(
             ["bash", "-c", script],
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=ROOT,
             env={**os.environ, "SEGLOG_BOOTSTRAP": cluster.address},
             capture_output=True,
             timeout=300,
@@ -207,14 +249,14 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
             "Partition:0\t2",
             "Partition:0\t3",
         ]
-        clients, kafka_python_shapes, admin = readme_python_snippets("Clients")
+        clients, kafka_python_shapes, admin = readme_python_snippets("Clients", "python-clients.md")
         printed = run_snippet(clients, cluster)
         assert "RecordMetadata(" in printed and "b'value'" in printed, printed
         printed = run_snippet(kafka_python_shapes, cluster)
         assert "now reading" in printed, printed
         run_snippet(admin, cluster)
         assert "invoices" in cluster.admin.list_topics()
-        (kafka_clients,) = readme_python_snippets("Using Kafka clients")
+        (kafka_clients,) = readme_python_snippets("Using Kafka clients", "kafka-clients.md")
         run_snippet(kafka_clients, cluster)
     finally:
         cluster.close()

@@ -120,7 +120,7 @@ def test_a_failing_write_fails_the_job_with_the_producers_error(spark, spark_clu
 
 def test_the_readmes_spark_snippet_runs_as_written(spark, spark_cluster):
     # The README's example reads `orders` and writes `shouted`, which it creates first.
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "spark.md").read_text()
     section = readme.split("## Spark\n", 1)[1].split("\n## ", 1)[0]
     (snippet,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     if "orders" not in spark_cluster.admin.list_topics():

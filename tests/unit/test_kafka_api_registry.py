@@ -6,17 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from devtools.readme_tables import KAFKA_API_NOTES, KAFKA_TABLE_MARK, kafka_api_markdown
+from devtools.readme_tables import KAFKA_API_NOTES, kafka_api_markdown
 from services.gateway.kafka.apis import kafka_api_table
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_readme_shows_the_registrys_table():
-    readme = (ROOT / "README.md").read_text()
-    assert f"{KAFKA_TABLE_MARK}\n{kafka_api_markdown()}" in readme, (
-        "README's Kafka API table differs from the registry: python -m devtools.readme_tables"
-    )
 
 
 def test_every_served_api_has_a_row_and_every_note_an_api():

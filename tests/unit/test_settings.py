@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from devtools import readme_tables
 from services import command_line, settings
 from services.gateway.__main__ import parse_args as gateway_args
 from services.gateway.settings import GatewayConfig
@@ -263,11 +262,3 @@ def test_names_and_flags_are_each_one_settings_and_defaults_are_the_fields():
             assert item.name == item.name.lower() and "_" not in item.name, item.name
             field = {f.name: f for f in dataclasses.fields(config_class)}[item.field]
             assert item.default is field.default
-
-
-def test_the_readme_holds_each_services_table_as_declared():
-    readme = (ROOT / "README.md").read_text()
-    for title, table in readme_tables.settings_tables().items():
-        assert table in readme, (
-            f"the README's {title} table differs: python -m devtools.readme_tables"
-        )

@@ -1,0 +1,147 @@
+"""The docs' commands, run as written: on one shared cluster, the comparison with Kafka's tools
+(docs/kafka-tools-comparison.md: each row's `seglog` command in this process, its exit status
+as the row's status says: works 0, not supported refused), the clients guide's block of
+Kafka's own tools and the security guide's ACL commands; with no cluster, the layout guide's
+engine snippet. (README's first session and the quickstart: tests/e2e/test_cli_and_make_run.py;
+the Spark guide: tests/spark/test_write.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from devtools import apache_kafka
+from tests.batches import make_batch
+from tests.cluster import LocalCluster, cli_in_process
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "kafka-tools-comparison.md"
+ROW = re.compile(r"^\| (kafka-[a-z-]+) \| (.*?) \| `([^`]+)` \| (works|not supported) \|(.*)\|$")
+
+
+def comparison_rows() -> list[tuple[str, str, str, str]]:
+    rows = []
+    for line in PAGE.read_text().splitlines():
+        found = ROW.match(line)
+        if found:
+            tool, _kafka, seglog, status, note = found.groups()
+            rows.append((tool, seglog, status, note))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    shared = LocalCluster(tmp_path_factory.mktemp("comparison"), nodes=1)
+    shared.admin.create_topic("orders", 3)
+    shared.client.produce("orders", {0: make_batch([b"a", b"b", b"c"])})
+    yield shared
+    shared.close()
+
+
+def test_the_page_covers_each_tools_everyday_operations():
+    tools = {row[0] for row in comparison_rows()}
+    assert tools == {
+        "kafka-topics",
+        "kafka-configs",
+        "kafka-console-producer",
+        "kafka-console-consumer",
+        "kafka-consumer-groups",
+        "kafka-reassign-partitions",
+    }
+    for _tool, _seglog, status, note in comparison_rows():
+        assert status == "works" or note.strip(), "a row that does not work says why"
+
+
+def test_each_rows_status_is_what_seglog_does(cluster, capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "producer.properties").write_text("acks=all\n")
+    (tmp_path / "topics.json").write_text(
+        json.dumps({"topics": [{"topic": "orders"}], "version": 1})
+    )
+    plan = {"version": 1, "partitions": [{"topic": "orders", "partition": 0, "replicas": [1]}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    # The group `billing` with a committed offset, as a reader of the page has it.
+    code, _out, err = cli_in_process(
+        cluster,
+        capsys,
+        monkeypatch,
+        "consume",
+        "orders",
+        "--group",
+        "billing",
+        "--from-beginning",
+        "--max-messages",
+        "1",
+    )
+    assert code == 0, err
+    wrong = []
+    for tool, seglog, status, _note in comparison_rows():
+        stdin = b"k:v\n" if seglog.startswith("produce") else b""
+        try:
+            code, _out, err = cli_in_process(
+                cluster, capsys, monkeypatch, *shlex.split(seglog), stdin=stdin
+            )
+        except SystemExit as refused:  # argparse refuses an unknown flag so
+            code, err = refused.code, capsys.readouterr().err
+        if (code == 0) != (status == "works"):
+            wrong.append(f"{tool}: seglog {seglog}: exit {code}, page says {status}: {err[-300:]}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not apache_kafka.installed(), reason=apache_kafka.INSTALL_HINT)
+def test_the_kafka_tools_block_of_the_clients_guide_runs_as_written(cluster):
+    # docs/kafka-clients.md's "Kafka's own tools": each of Kafka's tools run from
+    # .cache/kafka, in order, on this cluster's Kafka port; each must succeed.
+    page = (ROOT / "docs" / "kafka-clients.md").read_text()
+    block = page.split("## Kafka's own tools\n", 1)[1].split("```", 2)[1]
+    script = "set -euo pipefail\n" + block.replace("127.0.0.1:9092", cluster.kafka_address)
+    ran = subprocess.run(
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "KAFKA_HEAP_OPTS": "-Xmx256m"},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    printed = ran.stdout.decode()
+    # --list names the topic; ConfigCommand describes it; the console consumer printed a record.
+    assert "orders\n" in printed and "Dynamic configs for topic orders" in printed, printed
+
+
+def test_the_security_guides_acl_commands_run_in_order(cluster, capsys, monkeypatch):
+    # docs/security.md's ACL block, each `$S ...` line in order in this process (a CLI
+    # process per line costs ~2 s on two busy cores) on the shared cluster: each must
+    # succeed, and the listing shows bob's two grants.
+    text = (ROOT / "docs" / "security.md").read_text()
+    block = "$S acls add" + text.split("$S acls add", 1)[1].split("```", 1)[0]
+    printed = ""
+    for line in block.splitlines():
+        code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, *shlex.split(line[3:], comments=True)
+        )
+        assert code == 0, (line, err)
+        printed += out
+    assert printed.count("User:bob") >= 2, printed
+
+
+def test_the_engine_snippet_of_the_layout_guide_runs_as_written(tmp_path):
+    # docs/layout.md's "Using the engine": a log opened in a fresh directory, one record
+    # appended and read back.
+    (snippet,) = re.findall(
+        r"```python\n(.*?)```", (ROOT / "docs" / "layout.md").read_text(), re.DOTALL
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, timeout=60, check=False
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    assert ran.stdout.decode() == "0 b'key' b'value'\n", ran.stdout
