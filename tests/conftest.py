@@ -6,6 +6,7 @@ from collections.abc import Iterator
 import pytest
 
 from services import long_lived
+from tests import scheduling
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -15,6 +16,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # and shrug the interrupt off. A handler does not survive exec: children get the default.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # The longest files first, so the two workers of make test end together (tests/scheduling.py).
+    scheduling.longest_first(items, scheduling.load_durations())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return scheduling.make_scheduler(config, log)
 
 
 @pytest.fixture
