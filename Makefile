@@ -9,10 +9,11 @@ GENERATED := libs/seglog/v1/.generated
 
 .PHONY: docs kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
+# The C sources by pattern (the extensions' units and headers), so a unit or header added or
+# changed reinstalls, and a copy of the tree holding only some of them still makes.
 # Python 3.11 or newer, said at once; a .venv whose last install did not finish (no stamp) or
 # whose interpreter no longer runs is removed and built again rather than reused.
-$(STAMP): pyproject.toml libs/seglog/records/_scan.c libs/seglog/records/_crc32c.h \
-	libs/seglog/records/_encode.c
+$(STAMP): pyproject.toml $(wildcard libs/seglog/records/*.c libs/seglog/records/*.h)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
 		echo "seglog needs Python 3.11 or newer; $(PYTHON) is $$($(PYTHON) --version 2>&1)." \
 			"Run: make PYTHON=python3.11 ..." >&2; exit 1; }

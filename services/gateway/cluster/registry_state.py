@@ -1,18 +1,14 @@
 """The registry's state and how it changes: the metadata image (metadata_image.py) built from
 the metadata log (registry_store.py), each storage node's session, and the reads the rest of
 the gateway makes of them (node assignments, counts; the data plane's routes are
-registry_routes.py's).
+registry_routes.py's, the nodes' liveness node_liveness.py's, held as `liveness`).
 
 Every change is one batch of records, stored first (`_commit`: fsync'd, or an etcd
 transaction) and then applied to the image, exactly as a batch another gateway wrote is
 applied when the store's watch brings it (`_watched`). A stale write (another gateway wrote
 first) takes the stored log again (`reload`) and the decision is made anew (`retrying`).
 
-Liveness is not in the log. With the file, a node is live while its last heartbeat to this
-gateway is younger than the session timeout; after a gateway start every known node gets one
-session timeout of grace, so routing works at once and a node that stays silent is declared
-down after that. With etcd, a node is live while its session lease lives
-(node_sessions.py), whichever gateway it heartbeats to.
+Liveness is not in the log: a node's heartbeats or etcd session (node_liveness.py).
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,11 +24,12 @@ from seglog.security.acls import AclBinding
 from services import long_lived
 
 from ..coordination.election import Fence
-from ..coordination.node_sessions import EtcdNodeSessions, NodeSession
+from ..coordination.node_sessions import EtcdNodeSessions
 from . import registry_bootstrap
 from .metadata_file_store import FileMetadataStore
 from .metadata_image import Applied, MetadataImage, Topic
 from .metadata_records import MetadataRecordError, Record, partition_record
+from .node_liveness import NodeLiveness
 from .node_state import Node, NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
 from .registry_routes import RegistryRoutes
@@ -107,8 +103,11 @@ class RegistryState(RegistryRoutes):
         self.last_election: tuple[frozenset[int], int] | None = None
         # Node sessions as etcd leases (several gateways), else heartbeats to this one.
         self.sessions = sessions
+        self.liveness = NodeLiveness(
+            self.nodes, self._lock, session_timeout_s=session_timeout_s, sessions=sessions
+        )
         if sessions is not None:
-            sessions.listeners.append(self.session_changed)
+            sessions.listeners.append(self.liveness.session_changed)
         data_dir.mkdir(parents=True, exist_ok=True)
         self._reset(self.store.load())
         self._bootstrap(data_dir, file_backend=isinstance(self.store, FileMetadataStore))
@@ -172,7 +171,7 @@ class RegistryState(RegistryRoutes):
         """Store one batch, then apply it (call with the lock held)."""
         offset = self.store.append(records, self.image.offset, fence)
         applied = self.image.apply(offset, records)
-        self._nodes_recorded(applied.nodes)
+        self.liveness.recorded(applied.nodes, self.image.node_addresses)
         if applied.created:
             long_lived.settle()
         if self.store.wants_snapshot():
@@ -193,7 +192,7 @@ class RegistryState(RegistryRoutes):
                 logger.exception("a watched metadata batch at offset %d did not apply", offset)
                 self.reload()
                 return
-            self._nodes_recorded(applied.nodes)
+            self.liveness.recorded(applied.nodes, self.image.node_addresses)
         if applied.created:
             long_lived.settle()
         self._notify(applied.partitions)
@@ -223,7 +222,7 @@ class RegistryState(RegistryRoutes):
                 for offset, records in batches:
                     if offset > self.image.offset:
                         applied = self.image.apply(offset, records)
-                        self._nodes_recorded(applied.nodes)
+                        self.liveness.recorded(applied.nodes, self.image.node_addresses)
                         changed |= applied.partitions
                         created = created or applied.created
             else:
@@ -251,19 +250,8 @@ class RegistryState(RegistryRoutes):
                     changed.add((name, i))
         with self._lock:
             self.image = image
-            self._nodes_recorded(set(image.node_addresses))
+            self.liveness.recorded(set(image.node_addresses), image.node_addresses)
         return changed
-
-    def _nodes_recorded(self, node_ids: Iterable[int]) -> None:
-        grace = time.monotonic() + self.session_timeout_s
-        for node_id in node_ids:
-            address = self.image.node_addresses[node_id]
-            known = self.nodes.get(node_id)
-            if known is None:
-                self.nodes[node_id] = Node(node_id, address, grace_until=grace)
-                self._session_to_node(node_id)
-            elif self.sessions is None or not self.sessions.is_live(node_id):
-                known.address = address
 
     def _notify(self, changed: set[PartitionChange]) -> list[PartitionChange]:
         ordered = sorted(changed)
@@ -303,49 +291,13 @@ class RegistryState(RegistryRoutes):
     ) -> list[Record]:
         return [partition_record(tp[0], tp[1], working[tp].to_json()) for tp in sorted(changed)]
 
-    # -- node sessions -------------------------------------------------------------------
-
-    def session_changed(self, node_id: int, session: NodeSession | None) -> None:
-        """A node's etcd session began, changed or ended (whichever gateway it talks to)."""
-        if session is None:
-            return  # down from now on (is_live); the controller fences it
-        with self._lock:
-            node = self.nodes.get(node_id)
-            if node is None:
-                node = self.nodes[node_id] = Node(node_id, session.address)
-            if node.session_lease != session.lease:
-                node.fenced = False
-                node.session_lease = session.lease
-            node.address = session.address
-            node.bulk_address = session.bulk_address
-            node.offline = dict(session.offline)
-            node.log_config_defaults = dict(session.log_config_defaults)
-            node.shutting_down = session.shutting_down
-            node.heard_from = True
-
-    def _session_to_node(self, node_id: int) -> None:
-        session = None if self.sessions is None else self.sessions.get(node_id)
-        if session is not None:
-            self.session_changed(node_id, session)
+    # -- node liveness (node_liveness.py) -------------------------------------------------
 
     def is_live(self, node_id: int) -> bool:
-        if self.sessions is not None:
-            return self.sessions.is_live(node_id)
-        with self._lock:
-            node = self.nodes.get(node_id)
-            if node is None:
-                return False
-            now = time.monotonic()
-            if (
-                node.last_heartbeat is not None
-                and now - node.last_heartbeat < self.session_timeout_s
-            ):
-                return True
-            return not node.heard_from and now < node.grace_until
+        return self.liveness.is_live(node_id)
 
     def live_nodes(self) -> list[int]:
-        with self._lock:
-            return sorted(n for n in self.nodes if self.is_live(n))
+        return self.liveness.live_nodes()
 
     def _min_isr(self, topic_name: str) -> int:
         """A topic's min.insync.replicas as its nodes count it: the topic's setting, else the
@@ -359,13 +311,7 @@ class RegistryState(RegistryRoutes):
 
     def _eligible(self, node_id: int) -> bool:
         """May lead or join an ISR: registered, live, not fenced, not shutting down."""
-        node = self.nodes.get(node_id)
-        return (
-            node is not None
-            and not node.fenced
-            and not node.shutting_down
-            and self.is_live(node_id)
-        )
+        return self.liveness.eligible(node_id)
 
     @property
     def _avoided(self) -> set[int]:
