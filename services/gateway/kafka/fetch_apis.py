@@ -83,7 +83,7 @@ class _PartitionAnswer:
         self.error = NONE
         self.high_watermark = NO_OFFSET
         self.log_start_offset = NO_OFFSET
-        self.records: list[bytes] = []
+        self.records: list[bytes | memoryview] = []
 
 
 def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _PartitionAnswer]:
