@@ -126,7 +126,7 @@ def fetch_across_nodes(
                 pump.sent_any = True
                 yield message
     finally:
-        # Closed early too (the Kafka listener's fetch stops reading at min_bytes): the
+        # Closed early too (the reader stopped reading: its caller went away): the
         # nodes still long-polling are given up, and the pumps give up their next put.
         stop.set()
         for pump in pumps:
