@@ -89,9 +89,7 @@ def seglog_cluster(
     gateway = gateway_process(
         "127.0.0.1:0",
         root / "gateway",
-        extra_args=(
-            ["--kafka-listen", "127.0.0.1:0", "--kafka-lanes", str(NODES)] if kafka_listener else []
-        ),
+        extra_args=(["--kafka-listen", "127.0.0.1:0"] if kafka_listener else []),
         stderr_path=gateway_log,
         env=env,
     )

@@ -8,8 +8,9 @@ listen on the ports after the gateway's (7071, 7072, 7073), or on free ports whe
 port is 0, and call the gateway's internal listener, never the clients' one: the gateway's
 port + 20 (7090, a gateway's own default; the second gateway of --etcd the next, 7091). A
 second cluster on a port already served is refused at once. Kafka clients use the gateway's
-Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls), whose lanes 9092-9094 present the
-three nodes as Kafka brokers (the second gateway of --etcd: 9094-9095).
+Kafka listener, 127.0.0.1:9092 (mutual TLS under --tls); each storage node is a Kafka broker
+at the listener's port + its node id, 9093-9095 (the second gateway of --etcd listens on
+9192, its nodes' lanes 9193-9195; a node added later gets its port as it registers).
 
 With OTEL_METRICS_EXPORTER=prometheus, each process serves its own scrape endpoint: the
 gateway on OTEL_EXPORTER_PROMETHEUS_PORT (9464 unless set), node N on that port + N, the
@@ -72,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kafka-listen",
         default="127.0.0.1:9092",
-        help="the gateway's Kafka listener (port 0 when --listen's is; the second gateway "
-        "with --etcd on the next port)",
+        help="the gateway's Kafka listener; node N's broker at its port + N (port 0 when "
+        "--listen's is; the second gateway with --etcd on its port + 100)",
     )
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument(
@@ -174,12 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         registry_args = ["--registry-etcd", "<etcd>"]
     # Under --tls the Kafka listener is mutual TLS too (SSL://, the cluster CA's certificates).
     kafka_scheme = "SSL://" if args.tls else ""
-    # A Kafka lane per node over the gateways, so each node is a Kafka broker of its own
-    # (kafka/brokers.py) and Kafka's broker tools work: 9092-9094 with three nodes, and
-    # under --etcd 9092-9093 and 9094-9095.
-    lanes = -(-args.nodes // len(gateway_listens))
+    # Each gateway binds a lane per storage node at its Kafka port + the node id, so each
+    # node is a Kafka broker of its own (kafka/brokers.py): 9093-9095 with three nodes. The
+    # second gateway of --etcd 100 ports on, so its nodes' lanes stay clear of the first's.
     kafka_listens = [
-        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i * lanes}"
+        f"{kafka_scheme}{kafka_host}:{0 if int(kafka_port) == 0 else int(kafka_port) + i * 100}"
         for i in range(len(gateway_listens))
     ]
     gateways = [
@@ -199,11 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                 "true",
                 *registry_args,
                 *gateway_tls,
-                *(
-                    ["--kafka-listen", kafka_listens[i], "--kafka-lanes", str(lanes)]
-                    if kafka_listens
-                    else []
-                ),
+                *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),
             ],
             env={**env, **_metrics_env(metrics_ports, host, 0 if i == 0 else args.nodes + i)},
             stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),
@@ -275,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({adopted})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
+        if kafka_listens and int(kafka_port) != 0:
+            print(f"  Kafka brokers: {_node_brokers(kafka_listens, args.nodes)}", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
             scraped = f"{metrics_ports[0]}-{metrics_ports[-1]}"
             print(f"  Prometheus endpoints on {host}:{scraped} (/metrics)", flush=True)
@@ -414,6 +412,12 @@ def _listening(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _node_brokers(kafka_listens: list[str], nodes: int) -> str:
+    """Each node's broker address at the first gateway (its Kafka port + the node id)."""
+    host, port = kafka_listens[0].removeprefix("SSL://").rsplit(":", 1)
+    return ", ".join(f"node {n} at {host}:{int(port) + n}" for n in range(1, nodes + 1))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from services.gateway.server import Gateway
 from services.gateway.settings import GatewayConfig
 from services.storage_node.server import StorageNode
 from services.storage_node.settings import NodeConfig
-from tests.ports import free_ports
+from tests.ports import free_port_run, free_ports
 
 HEARTBEAT_MS = 100
 # The bulk fetch path is on in test clusters (consumers use it by default), as under make run.
@@ -81,8 +81,11 @@ class LocalCluster:
         }
         # Every test cluster also speaks Kafka's protocol (services/gateway/kafka), on a free
         # port kept across gateway restarts (plaintext: none beside a TLS cluster's gRPC).
+        # Each storage node is a Kafka broker at that port + its id (kafka/node_lanes.py): a
+        # run of free ports, so node lanes bind where the rule puts them and a restarted
+        # gateway gives every node the address it had.
         if not tls:
-            self.gateway_config.setdefault("kafka_listen", "127.0.0.1:0")
+            self.gateway_config.setdefault("kafka_listen", f"127.0.0.1:{free_port_run(8)}")
         self.gateway: Gateway | None = None
         self.nodes: dict[int, StorageNode] = {}
         self.node_ports: dict[int, int] = {}

@@ -17,7 +17,7 @@ from seglog.client.gateway import GatewayClient
 from seglog.security.certs import node_identity
 from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from tests.cluster import CLUSTER_SECRET
-from tests.ports import free_ports
+from tests.ports import free_port_run, free_ports
 from tests.secured import OPERATOR, ClusterCertificates
 from tests.waiting import wait_until
 
@@ -75,7 +75,6 @@ class EtcdBackedCluster(GatewayQueries):
         nodes: int = 3,
         node_gateway_order=None,
         secured: bool = False,
-        kafka_lanes: int = 1,
     ) -> None:
         """`node_gateway_order`: the gateway indexes, in order, nodes are given (default all
         in order). `secured`: production's configuration — mutual TLS on every gRPC and
@@ -97,11 +96,9 @@ class EtcdBackedCluster(GatewayQueries):
         self.gateway_addresses = [f"127.0.0.1:{p}" for p in ports[:gateways]]
         # Where the nodes call each gateway (its internal listener), known before it starts.
         self.internal_addresses = [f"127.0.0.1:{p}" for p in ports[2 * gateways :]]
-        # Each gateway's Kafka listener (services/gateway/kafka).
-        self.kafka_addresses = [
-            f"127.0.0.1:{p if kafka_lanes == 1 else 0}" for p in ports[gateways : 2 * gateways]
-        ]
-        self.kafka_lanes_of: list[list[str]] = []
+        # Each gateway's Kafka listener (services/gateway/kafka), on a run of free ports: its
+        # nodes' lanes are at its port + each node id, the rule every gateway counts on.
+        self.kafka_addresses = [f"127.0.0.1:{free_port_run(8)}" for _ in range(gateways)]
         self.gateways = [
             gateway_process(
                 address,
@@ -128,7 +125,6 @@ class EtcdBackedCluster(GatewayQueries):
                     str(min(3, nodes)),
                     "--kafka-listen",
                     f"SSL://{self.kafka_addresses[i]}" if secured else self.kafka_addresses[i],
-                    *("--kafka-lanes", str(kafka_lanes)),
                     *gateway_security,
                 ],  # fmt: skip
                 env=self.env,
@@ -158,11 +154,6 @@ class EtcdBackedCluster(GatewayQueries):
             assert wait_until(lambda: self.controller(0) == self.gateway_addresses[0], 30)
             for gateway in self.gateways[1:]:
                 gateway.start()
-            if kafka_lanes > 1:
-                self.kafka_lanes_of = [
-                    _logged_lanes(root / "logs" / f"gateway-{i}.log") for i in range(gateways)
-                ]
-                self.kafka_addresses = [lanes[0] for lanes in self.kafka_lanes_of]
             for node in self.nodes.values():
                 node.start()
             assert wait_until(lambda: len(self.live_nodes(0)) == nodes, 30)
@@ -192,19 +183,3 @@ class EtcdBackedCluster(GatewayQueries):
                 self.resume(process)  # a paused process cannot act on SIGTERM
             process.stop(grace_s=10)
         self.etcd.stop()
-
-
-def _logged_lanes(log: Path, timeout_s: float = 30.0) -> list[str]:
-    """A gateway's Kafka lanes' addresses, as it logs them once bound (kafka/listener.py)."""
-    found: list[str] = []
-
-    def logged() -> bool:
-        for line in log.read_text(errors="replace").splitlines():
-            if "gateway's Kafka listener lanes on " in line:
-                found.extend(line.split("lanes on ", 1)[1].split())
-                return True
-        return False
-
-    if not wait_until(logged, timeout_s):
-        raise RuntimeError(f"the gateway logged no Kafka lanes; see {log}")
-    return found

@@ -291,11 +291,11 @@ class Gateway:
         """What Kafka clients are told this gateway's address is (advertised.listeners)."""
         return self._kafka.advertised_address
 
-    @property
-    def kafka_advertised_lanes(self) -> list[str]:
-        """What Kafka clients are told each lane of this gateway is at, lane 0 first (the
-        advertised address; listener.py)."""
-        return self._kafka.advertised_lanes
+    def kafka_node_address(self, node: int, *, bound: bool = True) -> tuple[str, int] | None:
+        """What Kafka clients are told storage node `node`'s broker is at: its lane on this
+        gateway's Kafka listener (kafka/node_lanes.py), None while it has none (`bound`
+        False: where the rule puts it all the same)."""
+        return self._kafka.node_address(node, bound=bound)
 
     @property
     def _kafka(self) -> KafkaListener:
@@ -410,7 +410,6 @@ class Gateway:
                 max_request_bytes=self.config.max_request_bytes,
                 limits=self.config.kafka_listener_limits,
                 advertised_listener=self.config.kafka_advertised_listener,
-                lanes=self.config.kafka_lanes,
             )
             self.kafka_listener.start()
         self._expiry.start()
@@ -418,7 +417,6 @@ class Gateway:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
                 self.gateway_session.kafka_address = self.kafka_listener.advertised_address
-                self.gateway_session.kafka_lanes = self.kafka_listener.advertised_lanes
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)

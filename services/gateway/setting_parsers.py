@@ -8,7 +8,7 @@ from pathlib import Path
 from seglog.security.tokens import TokenVerifier
 
 from .kafka.connection_quotas import parse_overrides
-from .kafka.listener import MAX_KAFKA_LANES, parse_listener
+from .kafka.listener import parse_listener
 
 
 def parse_tokens(
@@ -39,10 +39,3 @@ def parse_at_least_one(text: str) -> int:
     if value < 1:
         raise ValueError(f"{value}: must be at least 1")
     return value
-
-
-def parse_kafka_lanes(text: str) -> int:
-    lanes = int(text)
-    if not 1 <= lanes <= MAX_KAFKA_LANES:
-        raise ValueError(f"kafka lanes {lanes}: must be 1 to {MAX_KAFKA_LANES}")
-    return lanes

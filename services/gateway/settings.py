@@ -61,7 +61,6 @@ from .request_memory import DEFAULT_MAX_CONCURRENT_REQUESTS
 from .routing.service import DEFAULT_MAX_UNACKNOWLEDGED_BYTES
 from .setting_parsers import (
     parse_at_least_one,
-    parse_kafka_lanes,
     parse_kafka_listener,
     parse_per_ip_overrides,
     parse_tokens,
@@ -113,7 +112,7 @@ class GatewayConfig:
     kafka_listen: str | None = setting(
         None,
         "serve Kafka's protocol here (PLAINTEXT://host:port or host:port; default: no "
-        "Kafka listener)",
+        "Kafka listener); storage node N is a broker at this port + N, bound as it registers",
         name="listeners",
         flag="--kafka-listen",
         parse=parse_kafka_listener,
@@ -121,22 +120,11 @@ class GatewayConfig:
     )
     kafka_advertised_listener: str | None = setting(
         None,
-        "host:port Kafka clients are told to reach this gateway at (default: the Kafka "
-        "listener's address)",
+        "host:port Kafka clients are told to reach this gateway at, and storage node N's "
+        "broker at its port + N (default: the Kafka listener's address)",
         name="advertised.listeners",
         flag="--kafka-advertised-listen",
         parse=parse_kafka_listener,
-        described=False,
-    )
-    kafka_lanes: int = setting(
-        1,
-        "Ports this gateway's Kafka listener serves on (lane i on the listener's port + i, "
-        "advertised likewise; the kernel picks each when the port is 0). With a lane per "
-        "storage node (over the gateways) each node is a Kafka broker under its node id at a "
-        "lane of its own, so a client keeps a connection per storage leader, served "
-        "concurrently, and Kafka's broker tools work on node ids; else each lane is a broker",
-        name="kafka.lanes",
-        parse=parse_kafka_lanes,
         described=False,
     )
     kafka_max_connections: int = setting(

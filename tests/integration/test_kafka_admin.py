@@ -250,11 +250,14 @@ def test_records_are_deleted_and_the_cluster_described(cluster, admin):
     (compacted,) = admin.delete_records([KafkaTopicPartition("ck-compacted", 0, 0)]).values()
     assert _error_code(compacted) == KafkaError.POLICY_VIOLATION
 
-    # librdkafka describes the cluster from Metadata; DescribeCluster itself is below.
+    # librdkafka describes the cluster from Metadata; DescribeCluster itself is below. The
+    # brokers are the storage nodes, each at the listener's port + its id (brokers.py).
     description = _result(admin.describe_cluster())
     host, port = cluster.kafka_address.rsplit(":", 1)
-    assert [(n.host, n.port) for n in description.nodes] == [(host, int(port))]
-    assert description.controller.id == description.nodes[0].id
+    assert sorted((n.id, n.host, n.port) for n in description.nodes) == [
+        (n, host, int(port) + n) for n in sorted(cluster.nodes)
+    ]
+    assert description.controller.id == min(cluster.nodes)
 
 
 def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
@@ -270,10 +273,10 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
             )
             assert described.error_code == 0
             assert described.cluster_id == cluster_id(cluster.gateway.kafka_core)
-            ((broker_id, broker_host, broker_port),) = [
-                (b.broker_id, b.host, b.port) for b in described.brokers
+            assert [(b.broker_id, b.host, b.port) for b in described.brokers] == [
+                (n, host, int(port) + n) for n in sorted(cluster.nodes)
             ]
-            assert (broker_host, broker_port) == (host, int(port))
+            broker_id = min(cluster.nodes)
             assert described.controller_id == broker_id
             # No authorizer: every cluster operation is allowed.
             assert {ACLOperation.DESCRIBE, ACLOperation.ALTER} <= described.authorized_operations
@@ -473,8 +476,8 @@ def test_kafka_python_administers_topics_configs_partitions_and_records(cluster,
     assert deleted[PythonTopicPartition("kp-events", 1)]["low_watermark"] == 6
 
     description = python_admin.describe_cluster()
-    assert len(description["brokers"]) == 1
-    assert description["controller_id"] == description["brokers"][0]["broker_id"]
+    assert sorted(b["broker_id"] for b in description["brokers"]) == sorted(cluster.nodes)
+    assert description["controller_id"] == min(cluster.nodes)
 
     python_admin.delete_topics(["kp-events"])
     assert "kp-events" not in cluster.admin.list_topics()

@@ -4,8 +4,9 @@ kafka-reassign-partitions --generate, --execute with a replication throttle (set
 topic configs, applied to the moves' catch-up) and --verify (which clears the throttles);
 kafka-log-dirs --describe; kafka-leader-election; kafka-broker-api-versions.
 
-The gateway has a lane per node, so each node is a broker at a port of its own and a
-per-broker request (DescribeLogDirs) names its node. One cluster for the module: every tool
+Each node is a broker at a lane of its own (the Kafka listener's port + its id), so a
+per-broker request (DescribeLogDirs) names its node; a node added to the running cluster is one
+as soon as it registers. One cluster for the module: every tool
 is a JVM start (seconds)."""
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
-    c = LocalCluster(tmp_path_factory.mktemp("kafka-broker-tools"), nodes=3, kafka_lanes=3)
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-broker-tools"), nodes=3)
     yield c
     c.close()
 
@@ -254,7 +255,7 @@ def test_broker_api_versions_lists_each_node_at_its_lane(cluster):
     out = tool(cluster, BROKER_API_VERSIONS_TOOL)
     lanes = cluster.gateway.kafka_listener.lane_addresses
     for node in NODES:
-        assert f"{lanes[node - 1]} (id: {node} rack: null isFenced: false) -> (" in out, out
+        assert f"{lanes[node]} (id: {node} rack: null isFenced: false) -> (" in out, out
     assert out.count(" -> (") == len(NODES)
     assert "Metadata(3): 0 to " in out
 
@@ -380,24 +381,65 @@ def test_kcat_and_kafka_python_read_and_write_through_the_node_brokers(cluster):
 
 def test_a_node_that_dies_leaves_the_broker_list_and_moves_no_other(tmp_path):
     """Kafka lists only live brokers: a node killed is left out (its replicas offline), the
-    other keeps its address; with no node live the gateway's lanes are listed instead, so a
+    other keeps its address; with no node live the gateway's listener is listed instead, so a
     client can still reach the cluster."""
-    cluster = LocalCluster(tmp_path, nodes=2, kafka_lanes=2)
+    cluster = LocalCluster(tmp_path, nodes=2)
     try:
         cluster.admin.create_topic("outlived", 1, 2)
-        lanes = cluster.gateway.kafka_listener.lane_addresses
 
         def brokers():
             answer = metadata(cluster.kafka_address, "outlived")
             return {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}, answer
 
-        assert brokers()[0] == {1: lanes[0], 2: lanes[1]}
+        assert wait_until(lambda: len(brokers()[0]) == 2, TIMEOUT_S)
+        lanes = cluster.gateway.kafka_listener.lane_addresses
+        assert brokers()[0] == lanes == {1: lanes[1], 2: lanes[2]}
         cluster.stop_node(1, controlled=False)
-        assert wait_until(lambda: brokers()[0] == {2: lanes[1]}, TIMEOUT_S)
+        assert wait_until(lambda: brokers()[0] == {2: lanes[2]}, TIMEOUT_S)
         (partition,) = brokers()[1].topics[0].partitions
         assert partition.offline_replicas == [1]
         cluster.stop_node(2, controlled=False)
         assert wait_until(lambda: 2 not in brokers()[0], TIMEOUT_S)
-        assert sorted(brokers()[0].values()) == sorted(lanes)  # the gateway's lanes
+        assert list(brokers()[0].values()) == [cluster.kafka_address]  # the gateway itself
     finally:
         cluster.close()
+
+
+def test_a_node_added_to_a_running_cluster_is_a_broker_the_tools_reach_and_move_replicas_onto(
+    tmp_path,
+):
+    """No lane count: a fourth node started beside three is listed at its own lane as it
+    registers, kafka-broker-api-versions and kafka-log-dirs reach it there, and
+    kafka-reassign-partitions --execute moves a replica onto it."""
+    grown = LocalCluster(tmp_path, nodes=3)
+    try:
+        grown.admin.create_topic("onto-four", 1, 3)
+        produce(grown, "onto-four", 30, 1)
+        grown.start_node(4)
+        port = grown.gateway.kafka_listener.port
+        assert wait_until(lambda: 4 in {b.node_id for b in metadata(grown.kafka_address,
+                                                                       "onto-four").brokers},
+                          TIMEOUT_S)  # fmt: skip
+        out = tool(grown, BROKER_API_VERSIONS_TOOL)
+        assert f"127.0.0.1:{port + 4} (id: 4 rack: null isFenced: false) -> (" in out, out
+        plan = tmp_path / "plan.json"
+        plan.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "partitions": [{"topic": "onto-four", "partition": 0, "replicas": [4, 1, 2]}],
+                }
+            )
+        )
+        executed = tool(grown, REASSIGN_TOOL, "--execute", "--reassignment-json-file", str(plan))
+        assert "Successfully started partition reassignment for onto-four-0" in executed
+        assert wait_until(lambda: replicas_of(grown, "onto-four")[0] == [4, 1, 2], TIMEOUT_S)
+        out = tool(grown, LOG_DIRS_TOOL, "--describe", "--topic-list", "onto-four")
+        described = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+        by_broker = {b["broker"]: b["logDirs"] for b in described["brokers"]}
+        assert sorted(by_broker) == [1, 2, 3, 4]
+        (log_dir,) = by_broker[4]
+        assert log_dir["logDir"] == "node-4"
+        assert [p["partition"] for p in log_dir["partitions"]] == ["onto-four-0"]
+    finally:
+        grown.close()

@@ -265,7 +265,7 @@ def test_a_fenced_fetch_names_the_current_leader_and_its_endpoint(cluster):
         (partition,) = fenced.responses[0].partitions
         # The node refuses a fetch routed by an epoch it does not lead as NOT_LEADER.
         assert partition.error_code in (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH)
-        view = broker_view(cluster.gateway.kafka_core, cluster.kafka_address)
+        view = broker_view(cluster.gateway.kafka_core)
         leader = view.leader("moved", 0, now.leader)
         assert (partition.current_leader.leader_id, partition.current_leader.leader_epoch) == (
             leader,

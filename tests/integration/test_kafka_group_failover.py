@@ -26,7 +26,6 @@ from devtools.processes import ServerProcess, gateway_process, node_process
 from seglog.client.admin import Admin
 from seglog.security.acls import AclBinding
 from seglog.security.certs import node_identity
-from services.gateway.kafka.brokers import broker_id
 from tests.authorizer_modes import Grant
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import EtcdBackedCluster
@@ -319,7 +318,10 @@ def test_with_several_gateways_a_group_is_served_by_the_gateway_that_coordinates
         with cluster.admin(0) as admin:
             admin.create_topic("spread-groups", PARTITIONS, 3)
             admin.create_acls(client_grants("spread-groups", group_id))
-        far_broker = broker_id(cluster.kafka_addresses[1])
+        # The lowest live node at its lane on the far gateway: that gateway's port + 1.
+        far_broker = 1
+        far_host, far_port = cluster.kafka_addresses[1].rsplit(":", 1)
+        far_lane = f"{far_host}:{int(far_port) + 1}"
         # The first gateway asked about a group's offsets partition claims it: the second.
         assert wait_until(
             lambda: (
@@ -330,7 +332,7 @@ def test_with_several_gateways_a_group_is_served_by_the_gateway_that_coordinates
         )
         answer = find_coordinator(cluster, cluster.kafka_addresses[0], group_id)
         assert (answer.error_code, answer.node_id) == (0, far_broker)
-        assert f"{answer.host}:{answer.port}" == cluster.kafka_addresses[1]
+        assert f"{answer.host}:{answer.port}" == far_lane
         # A librdkafka consumer bootstrapped at the first gateway joins and commits at the
         # second, which the first names as the group's coordinator.
         producer = confluent_kafka.Producer(

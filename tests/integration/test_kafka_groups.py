@@ -51,7 +51,6 @@ from seglog.cli.main import build_parser
 from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
 from seglog.security.acls import AclBinding
-from services.gateway.kafka.brokers import broker_id
 from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, Grant, cluster_in_mode
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -431,8 +430,11 @@ def test_the_oldest_served_versions_run_a_group_end_to_end(cluster):
     ).encode()
     with KafkaWire(cluster.kafka_address) as wire:
         found = wire.request(FindCoordinatorRequest[0](key="wire-v0"), 0, FindCoordinatorResponse)
-        assert (found.error_code, found.node_id) == (0, broker_id(cluster.kafka_address))
-        assert f"{found.host}:{found.port}" == cluster.kafka_address
+        # The lowest live node, at its lane (kafka/brokers.py).
+        lowest = min(cluster.nodes)
+        assert (found.error_code, found.node_id) == (0, lowest)
+        lane = cluster.gateway.kafka_listener.lane_addresses[lowest]
+        assert f"{found.host}:{found.port}" == lane
         # v0 needs no known member id and has no rebalance timeout.
         joined = wire.request(join_request(0), 0, JoinGroupResponse)
         assert joined.error_code == 0 and joined.leader == joined.member_id

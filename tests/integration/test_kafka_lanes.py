@@ -1,7 +1,9 @@
-"""The gateway's Kafka listener with several lanes (`--kafka-lanes`, listener.py): each storage
-node is a broker under its node id at a lane of its own (brokers.py), Metadata names as each
-partition's leader its storage leader, any lane serves any partition, and Kafka's own clients
-write and read through them all, one connection per lane."""
+"""Each storage node a Kafka broker at a lane of its own on the gateway's Kafka listener, at the
+listener's port + its node id (kafka/node_lanes.py, brokers.py): bound as the node registers,
+with no count given; Metadata names as each partition's leader its storage leader, any lane
+serves any partition, Kafka's own clients write and read through them all (one connection per
+lane), a node keeps its address across a gateway restart, and DescribeCluster v2 shows a
+decommissioned node as Kafka shows a fenced broker."""
 
 from __future__ import annotations
 
@@ -9,42 +11,72 @@ import socket
 
 import confluent_kafka
 import pytest
+from kafka.protocol.admin import DescribeClusterRequest, DescribeClusterResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
+from seglog.client.structs import TopicPartition
 from seglog.records import iter_records
 from services.gateway.__main__ import parse_args as gateway_args
-from services.gateway.kafka.listener import KafkaListener
+from services.gateway.kafka.node_lanes import NodeLanes, lane_port
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire, metadata
+from tests.ports import free_port_run
 from tests.rdkafka import assert_read_back_in_order, produce_round_robin, rdkafka_consume
+from tests.waiting import wait_until
 
-LANES = 3
 PARTITIONS = 6
 TIMEOUT_S = 30
+NODES = (1, 2, 3)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(tmp_path_factory.mktemp("kafka-lanes"), nodes=3, kafka_lanes=LANES)
+    c = LocalCluster(tmp_path_factory.mktemp("kafka-lanes"), nodes=3)
     yield c
     c.close()
 
 
-def lane_addresses(cluster) -> list[str]:
+def lane_addresses(cluster) -> dict[int, str]:
+    """Each node's lane, once bound (at the keeper's tick or a first Metadata asking)."""
     listener = cluster.gateway.kafka_listener
     assert listener is not None
+    assert wait_until(lambda: set(NODES) <= set(listener.lane_addresses), TIMEOUT_S)
     return listener.lane_addresses
 
 
-def test_metadata_names_each_node_a_broker_at_its_lane_and_the_storage_leader_the_leader(cluster):
+def listener_port(cluster) -> int:
+    return cluster.gateway.kafka_listener.port
+
+
+def brokers_of(address: str, topic: str) -> dict[int, str]:
+    return {b.node_id: f"{b.host}:{b.port}" for b in metadata(address, topic).brokers}
+
+
+def described(address: str, include_fenced: bool) -> dict[int, tuple[str, bool]]:
+    """DescribeCluster v2 on the wire: {broker id: (host:port, is_fenced)}."""
+    request = DescribeClusterRequest[2](
+        include_cluster_authorized_operations=False,
+        endpoint_type=1,
+        include_fenced_brokers=include_fenced,
+    )
+    with KafkaWire(address) as wire:
+        answer = wire.request(request, 2, DescribeClusterResponse)
+    assert answer.error_code == 0, answer.error_message
+    return {b.broker_id: (f"{b.host}:{b.port}", b.is_fenced) for b in answer.brokers}
+
+
+def test_metadata_names_each_node_a_broker_at_port_plus_its_id_and_the_storage_leader_the_leader(
+    cluster,
+):
     cluster.admin.create_topic("laned", PARTITIONS, 3)
-    lanes = lane_addresses(cluster)
-    assert len(set(lanes)) == LANES
+    port = listener_port(cluster)
+    expected = {n: f"127.0.0.1:{port + n}" for n in NODES}
     answer = metadata(cluster.kafka_address, "laned")
     brokers = {b.node_id: f"{b.host}:{b.port}" for b in answer.brokers}
-    # Each node under its own id, at a lane of its own (the registered nodes in id order).
-    assert brokers == {node: lanes[node - 1] for node in (1, 2, 3)}
+    assert brokers == expected
+    assert lane_addresses(cluster) == expected  # bound here, at those ports
     registry = cluster.gateway.registry
     for partition in answer.topics[0].partitions:
         storage_leader = registry.route("laned", partition.partition_index).leader
@@ -52,7 +84,7 @@ def test_metadata_names_each_node_a_broker_at_its_lane_and_the_storage_leader_th
     # Three storage leaders, three lanes: every lane leads something.
     assert {p.leader_id for p in answer.topics[0].partitions} == set(brokers)
     # Every lane answers Metadata alike.
-    for lane in lanes[1:]:
+    for lane in expected.values():
         other = metadata(lane, "laned")
         assert {b.node_id for b in other.brokers} == set(brokers)
         assert [p.leader_id for p in other.topics[0].partitions] == [
@@ -64,7 +96,8 @@ def test_any_lane_serves_any_partition(cluster):
     """A client whose metadata is older than a leader change writes through the lane it
     has: every lane relays to the real leader."""
     cluster.admin.create_topic("any-lane", 1, 3)
-    for offset, lane in enumerate(lane_addresses(cluster)):
+    lanes = [lane_addresses(cluster)[n] for n in NODES]
+    for offset, lane in enumerate(lanes):
         request = ProduceRequest[9](
             transactional_id=None,
             acks=-1,
@@ -86,69 +119,133 @@ def test_any_lane_serves_any_partition(cluster):
         assert (result.error_code, result.base_offset) == (0, offset)
     log = cluster.log("any-lane", 0)
     values = [r.value for r in iter_records(bytes(log.read(0, 1 << 20)))]
-    assert values == [lane.encode() for lane in lane_addresses(cluster)]
+    assert values == [lane.encode() for lane in lanes]
 
 
 def test_librdkafka_writes_through_every_lane_and_reads_it_back_in_order(cluster):
     cluster.admin.create_topic("through-lanes", PARTITIONS, 3)
     listener = cluster.gateway.kafka_listener
-    accepted_before = list(listener.accepted_connections)
+    accepted_before = {n: listener.accepted_connections.get(n, 0) for n in NODES}
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": cluster.kafka_address, "acks": "all", "linger.ms": 5}
     )
     count = 600
     reported = produce_round_robin(producer, "through-lanes", PARTITIONS, count)
     # One connection per lane at least: each storage leader's partitions went on its own.
-    assert all(
-        after > before
-        for before, after in zip(accepted_before, listener.accepted_connections, strict=True)
-    )
+    assert all(listener.accepted_connections.get(n, 0) > accepted_before[n] for n in NODES)
     messages = rdkafka_consume(cluster.kafka_address, "through-lanes", range(PARTITIONS), count)
     assert_read_back_in_order(messages, reported, PARTITIONS, count)
 
 
-def test_lanes_outside_their_range_are_refused(capsys):
-    for lanes in ("0", "65"):
-        with pytest.raises(SystemExit):
-            gateway_args(["--kafka-listen", "127.0.0.1:0", "--kafka-lanes", lanes])
-        assert "must be 1 to 64" in capsys.readouterr().err
-    assert gateway_args(["--kafka-lanes", "4"]).kafka_lanes == 4
-    listener = KafkaListener.__new__(KafkaListener)
-    listener.listen, listener.lanes = "127.0.0.1:65535", 2
-    with pytest.raises(ValueError, match="pass 65535"):
-        listener.start()
+def test_the_lane_count_setting_is_gone(capsys):
+    """No count to guess: a lane per registered node, however many."""
+    with pytest.raises(SystemExit):
+        gateway_args(["--kafka-listen", "127.0.0.1:0", "--kafka-lanes", "3"])
+    assert "--kafka-lanes" in capsys.readouterr().err
 
 
-def test_a_lane_whose_port_is_taken_leaves_no_lane_bound():
-    taken = socket.create_server(("127.0.0.1", 0))
+def test_a_node_keeps_its_broker_address_across_a_gateway_restart_and_a_new_node_gets_one(
+    tmp_path,
+):
+    cluster = LocalCluster(tmp_path, nodes=2)
     try:
-        listener = KafkaListener.__new__(KafkaListener)
-        listener.listen = f"127.0.0.1:{taken.getsockname()[1] - 1}"
-        listener.lanes, listener._servers, listener.ports = 2, [], []
-        with pytest.raises(OSError):
-            listener.start()  # lane 1 is the taken port (or lane 0's is taken too)
-        assert listener._servers == [] and listener.ports == []
-    finally:
-        taken.close()
-
-
-def test_lanes_are_advertised_at_the_advertised_port_and_the_ports_after_it(tmp_path):
-    """Behind a proxy or a Kubernetes Service the lanes are reached at the advertised port
-    and the ones after it, in lane order, wherever they are bound here."""
-    advertised_port = 19092
-    cluster = LocalCluster(
-        tmp_path,
-        nodes=1,
-        kafka_lanes=2,
-        kafka_advertised_listener=f"kafka.example:{advertised_port}",
-    )
-    try:
-        cluster.admin.create_topic("advertised", 1, 1)
-        answer = metadata(cluster.kafka_address, "advertised")
-        brokers = sorted((b.host, b.port, b.node_id) for b in answer.brokers)
-        # The one node, 1, at the first lane: the advertised port.
-        assert brokers == [("kafka.example", advertised_port, 1)]
-        [partition] = answer.topics[0].partitions
-        assert partition.leader_id == 1
+        cluster.admin.create_topic("kept", 2, 2)
+        before = brokers_of(cluster.kafka_address, "kept")
+        port = listener_port(cluster)
+        assert before == {n: f"127.0.0.1:{port + n}" for n in (1, 2)}
+        cluster.restart_gateway()
+        assert wait_until(lambda: len(brokers_of(cluster.kafka_address, "kept")) == 2, TIMEOUT_S)
+        assert brokers_of(cluster.kafka_address, "kept") == before
+        # A node added to the running cluster gets its lane as it registers, and the others
+        # keep theirs.
+        cluster.start_node(3)
+        assert wait_until(
+            lambda: (
+                brokers_of(cluster.kafka_address, "kept") == {**before, 3: f"127.0.0.1:{port + 3}"}
+            ),
+            TIMEOUT_S,
+        )
+        with KafkaWire(f"127.0.0.1:{port + 3}") as wire:  # reachable: it answers Metadata
+            answer = wire.request(
+                MetadataRequest[4](topics=None, allow_auto_topic_creation=False),
+                4,
+                MetadataResponse,
+            )
+        assert {b.node_id for b in answer.brokers} == {1, 2, 3}
     finally:
         cluster.close()
+
+
+def accepts(address: str) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def test_describe_cluster_shows_a_decommissioned_node_fenced_and_its_lane_closes_once_empty(
+    tmp_path,
+):
+    cluster = LocalCluster(tmp_path, nodes=3)
+    try:
+        cluster.admin.create_topic("held", 1, 3)  # node 3 holds a replica
+        port = listener_port(cluster)
+        address = cluster.kafka_address
+        lane_3 = f"127.0.0.1:{port + 3}"
+        everyone = {n: (f"127.0.0.1:{port + n}", False) for n in NODES}
+        assert wait_until(lambda: described(address, True) == everyone, TIMEOUT_S)
+        assert described(address, False) == everyone
+        cluster.admin.decommission_node(3)
+        # Kafka's view of a fenced broker: left out unless include_fenced_brokers, then
+        # listed with is_fenced; the tools choose brokers from the first.
+        assert wait_until(lambda: 3 not in described(address, False), TIMEOUT_S)
+        assert described(address, True) == {**everyone, 3: (lane_3, True)}
+        # Still serving its replica: its lane stays, and Metadata lists it (it may lead).
+        assert accepts(lane_3)
+        assert 3 in brokers_of(address, "held")
+        # Emptied, its lane is closed; it is still shown fenced where Kafka would show it.
+        cluster.admin.alter_partition_reassignments({TopicPartition("held", 0): [1, 2]})
+        assert wait_until(lambda: not accepts(lane_3), TIMEOUT_S)
+        assert described(address, True)[3] == (lane_3, True)
+        # Recommissioned, it is a broker again at the same address.
+        cluster.admin.recommission_node(3)
+        assert wait_until(lambda: described(address, False) == everyone, TIMEOUT_S)
+        assert accepts(lane_3)
+        # A node down is fenced too.
+        cluster.stop_node(2, controlled=False)
+        assert wait_until(lambda: described(address, True)[2][1], TIMEOUT_S)
+        assert set(described(address, False)) == {1, 3}
+    finally:
+        cluster.close()
+
+
+def test_a_lane_whose_port_is_taken_is_listed_at_the_listener_and_bound_once_free():
+    """Real sockets: a node whose port another process holds is not lost (listed at the
+    listener's address, with a warning) and gets its lane when the port frees; a node id
+    past 65535 - the port has none."""
+    base = free_port_run(4)
+    served: list[int] = []
+
+    def serve(server: socket.socket, node: int) -> None:
+        served.append(node)
+
+    lanes = NodeLanes("127.0.0.1", base, None, serve)
+    taken = socket.create_server(("127.0.0.1", base + 2))
+    try:
+        lanes.sync({1, 2})
+        assert lanes.address(1) == ("127.0.0.1", base + 1)
+        assert lanes.address(2) is None and 2 in lanes.unplaced and lanes.retrying
+        taken.close()
+        lanes.sync({1, 2})
+        assert lanes.address(2) == ("127.0.0.1", base + 2) and not lanes.retrying
+        assert sorted(served) == [1, 2]
+        lanes.sync({1})  # node 2 gone for good: its port is free again
+        assert lanes.address(2) is None
+        socket.create_server(("127.0.0.1", base + 2)).close()
+        assert lane_port(65530, 6) is None and lane_port(65530, 5) == 65535
+        assert lane_port(0, 70000) == 0  # kernel-picked lanes have no ceiling
+    finally:
+        taken.close()
+        lanes.close()

@@ -23,7 +23,7 @@ from seglog.client.producer import Producer
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from services.gateway.kafka import error_codes
 from services.gateway.kafka.apis import kafka_api_table
-from services.gateway.kafka.brokers import broker_id, broker_of_gateway, cluster_id
+from services.gateway.kafka.brokers import broker_of_gateway, cluster_id
 from services.gateway.kafka.listener import KafkaListener
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
@@ -67,15 +67,16 @@ def test_api_versions_advertises_each_served_api_and_its_versions(cluster):
                 assert advertised[api_key] == versions
 
 
-def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(cluster):
-    gateway_id = broker_id(cluster.kafka_address)
+def test_metadata_names_the_storage_leader_as_leader_with_the_real_epochs_and_replicas(cluster):
+    port = cluster.gateway.kafka_listener.port
     with KafkaWire(cluster.kafka_address) as wire:
         for version in (1, 9, 12):
             answer = metadata(wire, ["described", "absent"], version)
+            # Each node a broker at the listener's port + its id (kafka/brokers.py).
             assert [(b.node_id, f"{b.host}:{b.port}") for b in answer.brokers] == [
-                (gateway_id, cluster.kafka_address)
+                (n, f"127.0.0.1:{port + n}") for n in sorted(cluster.nodes)
             ]
-            assert answer.controller_id == gateway_id
+            assert answer.controller_id == min(cluster.nodes)
             if version >= 2:
                 assert answer.cluster_id == cluster_id(cluster.gateway.kafka_core)
                 assert len(answer.cluster_id) == 22  # Kafka's form: a base64 UUID
@@ -86,7 +87,7 @@ def test_metadata_names_the_gateway_as_leader_with_the_real_epochs_and_replicas(
             assert len(described.partitions) == 3
             for p in described.partitions:
                 assignment = topic.partitions[p.partition_index]
-                assert (p.error_code, p.leader_id) == (0, gateway_id)
+                assert (p.error_code, p.leader_id) == (0, assignment.leader)
                 assert p.replica_nodes == assignment.replicas and p.isr_nodes == assignment.isr
                 if version >= 7:
                     assert p.leader_epoch == assignment.leader_epoch
@@ -183,7 +184,7 @@ def test_an_offline_partition_answers_leader_not_available(tmp_path):
         offline, online = partitions()[0], partitions()[1]
         assert offline.leader_id == -1
         assert offline.offline_replicas == [victim]
-        assert (online.error_code, online.leader_id) == (0, broker_id(cluster.kafka_address))
+        assert online.error_code == 0 and online.leader_id != victim
     finally:
         cluster.close()
 
@@ -242,10 +243,12 @@ def test_stopping_the_listener_ends_its_connections(cluster, small_listener):
 
 
 def test_a_sole_gateway_is_the_broker_of_any_gateway_address_it_is_asked_about(cluster):
+    """Its lowest live node's broker, at that node's lane (an id Metadata lists)."""
     gateway = cluster.gateway
     mine = broker_of_gateway(gateway.kafka_core, gateway.advertised_address)
     assert mine is not None
-    assert (mine.node_id, mine.address) == (broker_id(cluster.kafka_address), cluster.kafka_address)
+    lowest = min(cluster.nodes)
+    assert (mine.node_id, mine.address) == (lowest, gateway.kafka_listener.lane_addresses[lowest])
 
 
 def test_sasl_on_a_plaintext_listener_is_an_illegal_state(cluster):

@@ -160,12 +160,18 @@ def test_not_leader_or_follower_names_the_current_leader_and_its_endpoint(tmp_pa
     Kafka's metadata cache would until the controller fences it. From v10 on the answer names
     it as Metadata does (the node's broker id and the epoch) and its endpoint (its lane);
     v9 has neither field."""
-    cluster = LocalCluster(tmp_path, nodes=2, kafka_lanes=2, session_timeout_ms=60_000)
+    cluster = LocalCluster(tmp_path, nodes=2, session_timeout_ms=60_000)
     try:
         cluster.admin.create_topic("orphaned", 1, 1)
         victim = cluster.gateway.registry.route("orphaned", 0).leader
         epoch = cluster.gateway.registry.topic("orphaned").partitions[0].leader_epoch
         topic_id = to_wire(cluster.gateway.registry.topic_id_of("orphaned"))
+        # Each node's broker port is bound as it registers (node_lanes.py): wait for it.
+        assert wait_until(
+            lambda: any(
+                b.node_id == victim for b in broker_view(cluster.gateway.kafka_core).brokers
+            )
+        )
         view = broker_view(cluster.gateway.kafka_core)
         (lane,) = [b for b in view.brokers if b.node_id == victim]
         cluster.stop_node(victim, controlled=False)
@@ -193,7 +199,7 @@ def test_a_partition_without_a_leader_is_hinted_as_leaderless(tmp_path):
     (LEADER_NOT_AVAILABLE, leader -1: no other replica to elect): the hint is the same,
     leader -1 at the partition's epoch with no endpoint, as Kafka's broker fills it from a
     metadata cache without a leader."""
-    cluster = LocalCluster(tmp_path, nodes=2, kafka_lanes=2)
+    cluster = LocalCluster(tmp_path, nodes=2)
     try:
         cluster.admin.create_topic("leaderless", 1, 1)
         victim = cluster.gateway.registry.route("leaderless", 0).leader

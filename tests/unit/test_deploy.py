@@ -257,6 +257,13 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 if config.tls is not None:  # its certificate proves the id it claims
                     identity = identities[command]
                     assert node_id_of(identity, config.node_identity_prefix) == config.node_id
+            if command == "seglog-gateway":
+                # Kafka's protocol on every gateway, each at its pod's own address: storage
+                # node N is a broker at that port + N (kafka/brokers.py).
+                assert config.kafka_listen is not None
+                assert config.kafka_listen.endswith(":9092")
+                assert config.kafka_listen.startswith("SSL://" if config.tls else "PLAINTEXT://")
+                assert config.kafka_advertised_listener == "PLAINTEXT://10.0.0.7:9092"
             if command == "seglog-gateway" and config.tls is not None:
                 assert identities[command] == GATEWAY_IDENTITY
                 assert config.authorizer and not config.allow_everyone_if_no_acl_found
@@ -326,3 +333,34 @@ def test_nodes_call_the_gateways_internal_listener_never_the_clients_port(overla
         assert source["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == (
             "storage-node"
         )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_storage_node_is_a_kafka_broker_clients_can_reach(overlay):
+    """Clients bootstrap through the gateway Service's Kafka port and are then told of node
+    N's broker at the gateway pod's 9092 + N (kafka/brokers.py): no other port of the pod is
+    in that range for the StatefulSet's nodes (and a hundred more), and where a
+    NetworkPolicy fences the gateways, it opens the range to clients."""
+    objects = _render(overlay)
+    (nodes,) = [o for o in objects if o["kind"] == "StatefulSet" and o["metadata"]["name"] ==
+                "seglog-node"]  # fmt: skip
+    highest = 9092 + nodes["spec"]["replicas"] - 1 + 100
+    gateway = _container(objects, "Deployment", "seglog-gateway")
+    kafka = [p for p in gateway["ports"] if p["name"] == "kafka"]
+    assert [p["containerPort"] for p in kafka] == [9092]
+    others = [p["containerPort"] for p in gateway["ports"] if p["name"] != "kafka"]
+    assert not [p for p in others if 9092 < p <= highest], others
+    (service,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] ==
+                  "seglog-gateway"]  # fmt: skip
+    assert {"name": "kafka", "port": 9092, "targetPort": "kafka"} in service["spec"]["ports"]
+    for policy in (o for o in objects if o["kind"] == "NetworkPolicy"):
+        if policy["metadata"]["name"] != "seglog-gateway":
+            continue
+        open_ranges = [
+            (p["port"], p.get("endPort", p["port"]))
+            for rule in policy["spec"]["ingress"]
+            if "from" not in rule
+            for p in rule.get("ports", [])
+        ]
+        assert any(low <= 9092 and highest <= high for low, high in open_ranges), open_ranges
+        assert not any(low <= 7090 <= high for low, high in open_ranges)  # nodes' door shut

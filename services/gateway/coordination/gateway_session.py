@@ -35,7 +35,6 @@ class GatewaySession:
         self.keyspace = keyspace
         self.address = address
         self.kafka_address: str | None = None  # set before start when it has a listener
-        self.kafka_lanes: list[str] = []  # its lanes' addresses, when more than one
         self.ttl_s = max(2, math.ceil(ttl_ms / 1000))
         self.lease = 0
         # Called with the new lease when a session begins, and with none when it ends.
@@ -44,7 +43,6 @@ class GatewaySession:
         self._lock = threading.Lock()
         self._gateways: set[str] = set()
         self._kafka_addresses: dict[str, str] = {}  # gRPC address -> Kafka address
-        self._kafka_lanes: dict[str, list[str]] = {}  # gRPC address -> lanes' addresses
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._keep_alive, name="gateway-session", daemon=True
@@ -60,16 +58,6 @@ class GatewaySession:
         with self._lock:
             return {a: k for a, k in self._kafka_addresses.items() if a in self._gateways}
 
-    def live_kafka_lanes(self) -> dict[str, list[str]]:
-        """Each live gateway with a Kafka listener: gRPC address -> its lanes' advertised
-        addresses, lane 0 (its Kafka address) first."""
-        with self._lock:
-            return {
-                a: self._kafka_lanes.get(a) or [k]
-                for a, k in self._kafka_addresses.items()
-                if a in self._gateways
-            }
-
     def start(self) -> None:
         self._begin()
         self._thread.start()
@@ -79,15 +67,12 @@ class GatewaySession:
         published: dict[str, object] = {"address": self.address}
         if self.kafka_address is not None:
             published["kafka"] = self.kafka_address
-        if len(self.kafka_lanes) > 1:
-            published["kafka_lanes"] = self.kafka_lanes
         self.keyspace.put(PREFIX + self.address, json.dumps(published), lease)
         with self._lock:
             self.lease = lease
             self._gateways.add(self.address)
             if self.kafka_address is not None:
                 self._kafka_addresses[self.address] = self.kafka_address
-                self._kafka_lanes[self.address] = self.kafka_lanes
         logger.info("gateway session began (lease %x, %d s)", lease, self.ttl_s)
         for listener in self.began:
             listener(lease)
@@ -131,10 +116,9 @@ class GatewaySession:
                         self._gateways.add(key.removeprefix(PREFIX))
             for key, kv in changes.items():
                 if kv is not None:
-                    kafka, lanes = _kafka_addresses(kv.value)
+                    kafka = _kafka_address(kv.value)
                     if kafka is not None:
                         self._kafka_addresses[key.removeprefix(PREFIX)] = kafka
-                        self._kafka_lanes[key.removeprefix(PREFIX)] = lanes
 
     def close(self) -> None:
         """Stop and release at once (revoking the lease), so others take over now rather
@@ -147,17 +131,12 @@ class GatewaySession:
             self.keyspace.revoke(lease)
 
 
-def _kafka_addresses(value: str) -> tuple[str | None, list[str]]:
-    """The Kafka address a gateway published (older gateways publish none) and its lanes'
-    addresses (published only when it has more than one lane)."""
+def _kafka_address(value: str) -> str | None:
+    """The Kafka address a gateway published (older gateways publish none; its nodes' lanes
+    are at its port + each node's id, kafka/brokers.py)."""
     try:
         published = json.loads(value)
     except ValueError:
-        return None, []
-    if not isinstance(published, dict):
-        return None, []
-    kafka = published.get("kafka")
-    lanes = published.get("kafka_lanes")
-    if not isinstance(lanes, list) or not all(isinstance(lane, str) for lane in lanes):
-        lanes = []
-    return (kafka, lanes) if isinstance(kafka, str) else (None, [])
+        return None
+    kafka = published.get("kafka") if isinstance(published, dict) else None
+    return kafka if isinstance(kafka, str) else None

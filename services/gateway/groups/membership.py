@@ -105,23 +105,8 @@ class GroupMembership:
         self.authorization = groups.authorization
 
     def join_classic(self, caller: Caller, join: ClassicJoin) -> ClassicJoinResult:
-        return self.groups.on_coordinator(
-            caller,
-            "JoinGroup",
-            join.group_id,
-            lambda: self.coordinator.join_classic(
-                join.group_id,
-                join.member_id,
-                group_instance_id=join.group_instance_id,
-                client_id=join.client_id,
-                client_host=join.client_host,
-                protocol_type=join.protocol_type,
-                protocols=list(join.protocols),
-                session_timeout_ms=join.session_timeout_ms,
-                rebalance_timeout_ms=join.rebalance_timeout_ms,
-                require_known_member_id=join.require_known_member_id,
-            ),
-        )
+        """The join, waited for on the caller's thread (the gRPC adapter's)."""
+        return self.start_join_classic(caller, join).result()
 
     def start_join_classic(self, caller: Caller, join: ClassicJoin) -> Future[ClassicJoinResult]:
         """The join as a future the coordinator completes when the rebalance does (or
@@ -166,20 +151,8 @@ class GroupMembership:
         )
 
     def sync(self, caller: Caller, sync: GroupSync) -> SyncAnswer:
-        def work() -> SyncAnswer:
-            return SyncAnswer(
-                *self.coordinator.sync_group(
-                    sync.group_id,
-                    sync.member_id,
-                    sync.generation_id,
-                    group_instance_id=sync.group_instance_id,
-                    protocol_type=sync.protocol_type,
-                    protocol=sync.protocol,
-                    assignments=dict(sync.assignments),
-                )
-            )
-
-        return self.groups.on_coordinator(caller, "SyncGroup", sync.group_id, work)
+        """The sync, waited for on the caller's thread (the gRPC adapter's)."""
+        return self.start_sync(caller, sync).result()
 
     def start_sync(self, caller: Caller, sync: GroupSync) -> Future[SyncAnswer]:
         """The sync as a future completed when the leader's assignment comes (a follower's)

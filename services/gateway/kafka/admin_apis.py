@@ -1,7 +1,7 @@
 """Kafka's topic and cluster administration over the core's TopicAdmin (cluster/
 topic_admin.py, which authorizes the call's caller and validates as for every caller):
 CreateTopics 2-7,
-DeleteTopics 1-6, CreatePartitions 0-3, DeleteRecords 0-2 and DescribeCluster 0-1; the
+DeleteTopics 1-6, CreatePartitions 0-3, DeleteRecords 0-2 and DescribeCluster 0-2; the
 config APIs are config_apis.py's.
 
 Each topic is its own call, so one refused or invalid topic answers its own error and the
@@ -41,7 +41,7 @@ from seglog.storage.config import described_configs
 from ..cluster.topic_admin import NewTopic, TopicOutcome
 from ..routing.record_deletion import RecordsBefore
 from . import config_apis, topic_ids
-from .brokers import broker_view, cluster_id
+from .brokers import cluster_id, described_brokers
 from .error_codes import NONE, kafka_error_code
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def register(table: ApiTable) -> None:
     table.register(DeleteTopicsRequest, 1, 6, delete_topics)
     table.register(CreatePartitionsRequest, 0, 3, create_partitions)
     table.register(DeleteRecordsRequest, 0, 2, delete_records)
-    table.register(DescribeClusterRequest, 0, 1, describe_cluster)
+    table.register(DescribeClusterRequest, 0, 2, describe_cluster)
 
 
 def _each_topic(
@@ -297,9 +297,11 @@ def delete_records(call: KafkaCall, request: Any) -> Any:
 
 
 def describe_cluster(call: KafkaCall, request: Any) -> Any:
-    """The gateways as the brokers and the controller gateway as the controller (Metadata's
-    view). As Kafka's broker, anyone may ask (Metadata tells as much); the cluster's
-    authorized operations, when asked for, need Describe on the cluster (else none)."""
+    """The live storage nodes that are not decommissioned as the brokers (brokers.py), and
+    with `include_fenced_brokers` (v2) every node with a lane, those down or decommissioned
+    with `is_fenced`, as Kafka's broker answers from its registrations. As Kafka's broker,
+    anyone may ask (Metadata tells as much); the cluster's authorized operations, when asked
+    for, need Describe on the cluster (else none)."""
     response_class = DescribeClusterResponse[call.version]
     endpoint_type = request.endpoint_type if call.version >= 1 else BROKER_ENDPOINT
     if endpoint_type != BROKER_ENDPOINT:
@@ -327,7 +329,8 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
                 for code, name in CLUSTER_OPERATIONS.items()
                 if call.allowed(name, "cluster", CLUSTER_NAME)
             }
-    view = broker_view(call.core, call.advertised_address)
+    include_fenced = call.version >= 2 and bool(request.include_fenced_brokers)
+    view = described_brokers(call.core, call.listener, include_fenced)
     broker_class = DescribeClusterResponse.DescribeClusterBroker
     return response_class(
         throttle_time_ms=0,
@@ -336,7 +339,9 @@ def describe_cluster(call: KafkaCall, request: Any) -> Any:
         cluster_id=cluster_id(call.core),
         controller_id=view.controller_id,
         brokers=[
-            broker_class(broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+            broker_class(
+                broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack, is_fenced=b.fenced
+            )
             for b in view.brokers
         ],
         authorized_operations=operations,

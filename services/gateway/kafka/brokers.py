@@ -1,5 +1,6 @@
 """Who Kafka clients see as brokers: the storage nodes, each under its own node id, at the
-address of a gateway lane of its own that relays to it.
+address of a lane of its own on the gateway's Kafka listener that relays to it: the listener's
+port + the node's id (node_lanes.py binds it when the node registers).
 
 Why the nodes and not the gateways: Kafka's tools and admin clients take a partition's
 replicas, ISR and offline replicas (which are storage node ids) to be broker ids of the
@@ -10,30 +11,42 @@ broker for its own log dirs; throttles are broker configs keyed by broker id. Wi
 the brokers, every id a client reads names something it can address, and what a tool does to
 broker 2 is done to node 2.
 
-Why a gateway lane as its address: clients never talk to a node (the gateway routes every
-request, holds groups and ACLs), and any lane of any gateway serves any request, so the
-address only decides which connection a client uses. Why a lane of its own: librdkafka (up to
-at least 2.0, Debian's kcat among them; its issue #4212) keys brokers by host:port as well as
-by id, so two ids at one address make it rename one broker back and forth and never fetch
-from the others; and a per-broker request arriving on a lane (DescribeLogDirs) then names its
-node. The registered nodes, in id order, take the lanes in turn: the i-th at the live gateway
-`i mod G` (gateways in broker-id order, so every gateway answers alike without coordinating),
-its lane `i div G`. A node keeps its place while it is down (registered nodes, not live ones,
-are counted), so a failure moves no other node's address.
+Why a lane at the gateway as its address: clients never talk to a node (the gateway routes
+every request, holds groups and ACLs), and any lane answers any request, so the address only
+decides which connection a client uses. Why a lane of its own: librdkafka (up to at least 2.0,
+Debian's kcat among them; its issue #4212) keys brokers by host:port as well as by id, so two
+ids at one address make it rename one broker back and forth and never fetch from the others;
+a client keeps a connection per storage leader, so one leader's slow acks=all produce does not
+queue another's; and a per-broker request arriving on a lane (DescribeLogDirs) names its node.
 
-When the lanes are too few for that (`--kafka-lanes` below the nodes over the gateways), the
-gateways' lanes are the brokers instead, under ids of their own (`broker_id`: derived from the
-advertised address, above 2^30, out of the way of node ids), each partition led by the lane
-of its storage leader at a gateway its name hashes to: every client works as before, but
-Kafka's broker tools need the lanes. Likewise when no node is live, so a client can still
-reach the cluster to ask what is wrong.
+Why the port is the listener's port + the node id, not a count of lanes or a rank: Kafka
+clients cache a broker's address by id, so the address must not move when other nodes come or
+go or the gateway restarts, and every gateway must know it without asking anyone. The id is
+all three: a rank among the registered nodes moves when a node with a lower id joins, a count
+of lanes given at start runs out when a node is added. A node keeps its address for good
+(9092 + 1 is node 1's under `make run`; node 0, a StatefulSet's first pod, is the listener's
+own port), lanes are bound as nodes register and closed when a decommissioned node holds no
+replica any more, and nothing is worked out per request: Metadata reads the lanes the keeper
+bound (node_lanes.py) and the registry's live nodes. Node ids past 65535 - the port have no
+lane; such a node is listed at the listener's own address (a warning says so).
+
+Several gateways: each binds every node's lane at its own port + id and answers with its own
+addresses, so a client stays on the gateway it bootstrapped through (behind one Kubernetes
+Service, all gateways answer alike). A group coordinated by another gateway is found at that
+gateway's lane of the lowest live node (its Kafka address + that id): so the gateways need the
+same rule, a fixed Kafka port each.
 
 A partition's leader in Metadata is its storage leader's id. Kafka's MetadataCache lists only
 registered, unfenced brokers: a node whose session lapsed is left out (its replicas show in
-`offline_replicas`); a decommissioned node still serves its replicas and stays listed. Nodes
-carry no rack (rack=None, as a Kafka broker without broker.rack). The controller id is a node
-presented at the controller gateway (any lane serves a controller's APIs), and a group's
-coordinator a node presented at the coordinating core, so both are ids Metadata lists.
+`offline_replicas`); a decommissioned node still serving replicas stays listed in Metadata (it
+may still lead where it is the last replica that can), but DescribeCluster, which the tools
+choose brokers from, shows it as Kafka shows a fenced broker: left out, or with
+`include_fenced_brokers` (v2) listed with `is_fenced`. With no node live, the gateway's own
+listener is the one broker (under `broker_id`: derived from its advertised address, above
+2^30, out of the way of node ids), so a client can still reach the cluster to ask what is
+wrong. Nodes carry no rack (rack=None, as a Kafka broker without broker.rack). The controller
+id is the lowest live node, and a group's coordinator a node at the coordinating gateway, so
+both are ids Metadata lists.
 """
 
 from __future__ import annotations
@@ -41,6 +54,8 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from .node_lanes import NO_NODE, ListenerSide
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -54,6 +69,7 @@ class Broker:
     host: str
     port: int
     rack: str | None = None
+    fenced: bool = False
 
     @property
     def address(self) -> str:
@@ -62,27 +78,21 @@ class Broker:
 
 @dataclass(frozen=True)
 class BrokerView:
-    """The broker list one answer names, and which broker is which node's."""
+    """The broker list one answer names."""
 
     brokers: tuple[Broker, ...]
     controller_id: int
-    # The lanes of every live gateway (lane 0 first), in broker-id order: `gateways[i][j]`.
-    gateways: tuple[tuple[Broker, ...], ...]
-    # Each registered node's (core index, lane index); {}: the gateways' lanes are the
-    # brokers (too few lanes, or no node live).
-    placed: dict[int, tuple[int, int]]
+    # The answering gateway's own broker when no node is live (the one broker listed then).
+    gateway: Broker | None = None
 
     @property
     def ids(self) -> frozenset[int]:
         return frozenset(b.node_id for b in self.brokers)
 
     def leader(self, topic: str, partition: int, storage_leader: int) -> int:
-        """The broker Metadata names as a partition's leader: its storage leader, or with the
-        gateways as brokers the lane of it at the gateway the partition's name hashes to."""
-        if self.placed:
-            return storage_leader
-        lanes = self.gateways[zlib.crc32(f"{topic}-{partition}".encode()) % len(self.gateways)]
-        return lanes[max(storage_leader, 0) % len(lanes)].node_id
+        """The broker Metadata names as a partition's leader: its storage leader, or the
+        gateway's own broker when no node is listed."""
+        return storage_leader if self.gateway is None else self.gateway.node_id
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -91,93 +101,72 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 def broker_id(advertised_address: str) -> int:
-    """A stable id for the gateway lane advertising `advertised_address` (host:port)."""
+    """A stable id for the gateway listener advertising `advertised_address` (host:port)."""
     return GATEWAY_BROKER_ID_BASE + zlib.crc32(advertised_address.encode()) % (
         GATEWAY_BROKER_ID_BASE - 1
     )
 
 
-def broker_at(advertised_address: str) -> Broker:
-    host, port = split_address(advertised_address)
-    return Broker(broker_id(advertised_address), host, port)
-
-
-def this_broker(core: KafkaCore, advertised_address: str | None = None) -> Broker:
-    """The answering gateway's lane 0 as a gateway broker: its id from its Kafka listener's
-    advertised address, host and port from `advertised_address` when given (the address of
-    the listener a client came through, `KafkaCall.advertised_address`)."""
-    host, port = split_address(advertised_address or core.peers.kafka_advertised_address)
+def this_broker(core: KafkaCore, listener: ListenerSide | None = None) -> Broker:
+    """The answering gateway's listener as a gateway broker: its id from its advertised
+    address, host and port from the listener a client came through when given
+    (`KafkaCall.listener`)."""
+    advertised = listener.advertised_address if listener is not None else None
+    host, port = split_address(advertised or core.peers.kafka_advertised_address)
     return Broker(broker_id(core.peers.kafka_advertised_address), host, port)
 
 
-def live_gateways(core: KafkaCore, advertised_address: str | None = None) -> list[list[Broker]]:
-    """Every live gateway with a Kafka listener as its lanes' gateway brokers (lane 0 first),
-    by lane 0's broker id: with several gateways on etcd, those whose session publishes a
-    Kafka address (gateway_session.py), always including the answering one (its lane 0 named
-    by `advertised_address`); else the answering gateway alone."""
-    this = [this_broker(core, advertised_address)]
-    this.extend(broker_at(lane) for lane in core.peers.kafka_advertised_lanes[1:])
-    session = core.peers.gateway_session
-    if session is None:
-        return [this]
-    gateways = {this[0].node_id: this}
-    for lanes in session.live_kafka_lanes().values():
-        brokers = [broker_at(lane) for lane in lanes]
-        gateways.setdefault(brokers[0].node_id, brokers)
-    return [gateways[node_id] for node_id in sorted(gateways)]
+def node_address(
+    core: KafkaCore, node: int, listener: ListenerSide | None, *, bound: bool = True
+) -> tuple[str, int] | None:
+    """`node`'s lane on the client's listener (the gateway's own listener when not given)."""
+    if listener is not None and listener.node_address is not None:
+        return listener.node_address(node, bound=bound)
+    return core.peers.kafka_node_address(node, bound=bound)
 
 
-def placement(core: KafkaCore, gateways: list[list[Broker]]) -> dict[int, tuple[int, int]]:
-    """Each registered node's (core index, lane index), the module's rule; {} when the
-    lanes are too few for a lane per node."""
-    placed = {}
-    count = len(gateways)
-    for rank, node in enumerate(sorted(core.registry.addresses())):
-        index, lane = rank % count, rank // count
-        if lane >= len(gateways[index]):
-            return {}
-        placed[node] = (index, lane)
-    return placed
+def node_broker(core: KafkaCore, node: int, listener: ListenerSide | None = None) -> Broker | None:
+    """`node` as a broker at its lane here; None while its lane is not bound yet."""
+    address = node_address(core, node, listener)
+    return None if address is None else Broker(node, *address)
 
 
-def broker_view(core: KafkaCore, advertised_address: str | None = None) -> BrokerView:
-    """The brokers Metadata and DescribeCluster name (the module says which), and the
-    controller among them."""
-    gateways = live_gateways(core, advertised_address)
-    frozen = tuple(tuple(lanes) for lanes in gateways)
-    placed = placement(core, gateways)
-    live = [n for n in core.registry.live_nodes() if n in placed]
-    controller = _controller_index(core, gateways)
-    if not live:
-        lanes = tuple(b for g in gateways for b in g)
-        return BrokerView(lanes, gateways[controller][0].node_id, frozen, {})
-    brokers = tuple(_at(gateways, node, placed[node]) for node in live)
-    on_controller = [n for n in live if placed[n][0] == controller]
-    return BrokerView(brokers, (on_controller or live)[0], frozen, placed)
+def broker_view(core: KafkaCore, listener: ListenerSide | None = None) -> BrokerView:
+    """The brokers Metadata names (the live nodes with a lane) and the controller among
+    them."""
+    brokers = tuple(
+        b
+        for b in (node_broker(core, n, listener) for n in core.registry.live_nodes())
+        if b is not None
+    )
+    if not brokers:
+        gateway = this_broker(core, listener)
+        return BrokerView((gateway,), gateway.node_id, gateway)
+    return BrokerView(brokers, brokers[0].node_id)
 
 
-def _at(gateways: list[list[Broker]], node: int, place: tuple[int, int]) -> Broker:
-    at = gateways[place[0]][place[1]]
-    return Broker(node, at.host, at.port)
-
-
-def _controller_index(core: KafkaCore, gateways: list[list[Broker]]) -> int:
-    wanted = _controller_gateway_id(core, gateways)
-    for i, lanes in enumerate(gateways):
-        if lanes[0].node_id == wanted:
-            return i
-    return 0
-
-
-def _controller_gateway_id(core: KafkaCore, gateways: list[list[Broker]]) -> int:
-    """The gateway broker id of the controller gateway (the answering one when it is, when it
-    alone runs, or when the controller publishes no Kafka address)."""
-    session = core.peers.gateway_session
-    if session is not None:
-        kafka_address = session.live_kafka_addresses().get(core.peers.election.controller_address)
-        if kafka_address is not None:
-            return broker_id(kafka_address)
-    return broker_id(core.peers.kafka_advertised_address)
+def described_brokers(
+    core: KafkaCore, listener: ListenerSide | None, include_fenced: bool
+) -> BrokerView:
+    """DescribeCluster's brokers: the live nodes that are not decommissioned; with
+    `include_fenced`, every node that has a lane, fenced (`Broker.fenced`) when it is down or
+    decommissioned (Kafka's getBrokerNodes vs getAliveBrokerNodes)."""
+    view = broker_view(core, listener)
+    live = set(core.registry.live_nodes())
+    decommissioned = core.registry.decommissioned_nodes()
+    nodes = set(core.registry.addresses()) if include_fenced else live
+    brokers = []
+    for node in sorted(nodes):
+        fenced = node not in live or node in decommissioned
+        if fenced and not include_fenced:
+            continue
+        # A fenced node's lane may be closed (decommissioned, emptied): shown at its address
+        # by the rule, as Kafka shows a fenced broker at its registered endpoint.
+        address = node_address(core, node, listener, bound=not fenced)
+        if address is not None:
+            brokers.append(Broker(node, *address, fenced=fenced))
+    controller = next((b.node_id for b in brokers if not b.fenced), view.controller_id)
+    return BrokerView(tuple(brokers), controller, view.gateway)
 
 
 def controller_id(core: KafkaCore) -> int:
@@ -186,50 +175,45 @@ def controller_id(core: KafkaCore) -> int:
 
 
 def broker_on_gateway(
-    core: KafkaCore, kafka_address: str, advertised_address: str | None = None
+    core: KafkaCore, kafka_address: str, listener: ListenerSide | None = None
 ) -> Broker:
-    """The broker a client is sent to for what the gateway whose lane 0 advertises
-    `kafka_address` must answer itself (a group it coordinates): the lowest live node
-    presented at it, so the id is one Metadata lists (librdkafka drops brokers Metadata no
-    longer lists); its lane 0 as a gateway broker when the gateways are the brokers or none
-    of its nodes is live."""
-    view = broker_view(core, advertised_address)
-    wanted = broker_id(kafka_address)
-    for index, lanes in enumerate(view.gateways):
-        if lanes[0].node_id != wanted:
-            continue
-        for broker in view.brokers:
-            if view.placed.get(broker.node_id, (-1, -1))[0] == index:
-                return broker
-        return lanes[0]
-    if wanted == broker_id(core.peers.kafka_advertised_address):
-        return this_broker(core, advertised_address)
-    return broker_at(kafka_address)
+    """The broker a client is sent to for what the gateway whose listener advertises
+    `kafka_address` must answer itself (a group it coordinates): the lowest live node at its
+    lane there (the listener's port + id, the rule every gateway follows), so the id is one
+    Metadata lists (librdkafka drops brokers Metadata no longer lists); the gateway's own
+    broker when no node is live."""
+    if kafka_address == core.peers.kafka_advertised_address:
+        view = broker_view(core, listener)
+        return view.gateway or view.brokers[0]
+    live = core.registry.live_nodes()
+    if not live:
+        return Broker(broker_id(kafka_address), *split_address(kafka_address))
+    host, port = split_address(kafka_address)
+    return Broker(live[0], host, port + live[0])
 
 
 def broker_of_gateway(
-    core: KafkaCore, gateway_address: str, advertised_address: str | None = None
+    core: KafkaCore, gateway_address: str, listener: ListenerSide | None = None
 ) -> Broker | None:
     """The Kafka broker of the gateway at `gateway_address` (its gRPC address, as
     coordination names gateways: a group's coordinator, the controller); None when that
     gateway is not live or has no Kafka listener. The answering gateway is always known."""
     if gateway_address == core.peers.advertised_address or core.peers.gateway_session is None:
-        return broker_on_gateway(core, core.peers.kafka_advertised_address, advertised_address)
+        return broker_on_gateway(core, core.peers.kafka_advertised_address, listener)
     kafka_address = core.peers.gateway_session.live_kafka_addresses().get(gateway_address)
     if kafka_address is None:
         return None
-    return broker_on_gateway(core, kafka_address, advertised_address)
+    return broker_on_gateway(core, kafka_address, listener)
 
 
 def nodes_on_lane(core: KafkaCore, lane: int) -> list[int]:
-    """The live nodes a per-broker request arriving at this gateway's lane `lane` is for:
-    the one presented there, or every node when the gateways' lanes are the brokers."""
-    view = broker_view(core)
-    if not view.placed:
-        return core.registry.live_nodes()
-    own = broker_id(core.peers.kafka_advertised_address)
-    index = next(i for i, lanes in enumerate(view.gateways) if lanes[0].node_id == own)
-    return [b.node_id for b in view.brokers if view.placed[b.node_id] == (index, lane)]
+    """The live nodes a per-broker request arriving on lane `lane` (a node id, or NO_NODE for
+    the listener's own port when it is no node's) is for: that node, or every live node when
+    the request came in on no node's lane (the gateway itself was the broker)."""
+    live = core.registry.live_nodes()
+    if lane == NO_NODE:
+        return live
+    return [lane] if lane in live else []
 
 
 def cluster_id(core: KafkaCore) -> str:

@@ -49,6 +49,7 @@ from .framing import (
 )
 from .kafka_call import ConnectionIdentity, ConnectionSession, KafkaCall
 from .later import Later
+from .node_lanes import NodeAddress
 from .sasl import SaslFailed
 from .sasl_apis import authenticate_session
 
@@ -147,10 +148,15 @@ class KafkaConnection:
         tracer: trace.Tracer,
         sasl_required: bool = False,
         advertised_address: str,
+        node_address: NodeAddress | None = None,
         fetch_sessions: FetchSessionCache | None = None,
     ) -> None:
         self.session = ConnectionSession(
-            identity, advertised_address, sasl_required=sasl_required, fetch_sessions=fetch_sessions
+            identity,
+            advertised_address,
+            sasl_required=sasl_required,
+            node_address=node_address,
+            fetch_sessions=fetch_sessions,
         )
         self.table = table
         self.core = core

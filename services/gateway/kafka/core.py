@@ -47,8 +47,8 @@ class GatewayPeers(Protocol):
     @property
     def kafka_advertised_address(self) -> str: ...
 
-    @property
-    def kafka_advertised_lanes(self) -> list[str]: ...
+    # Its lane's address (kafka/node_lanes.py); `bound` False: the rule's, bound or not.
+    def kafka_node_address(self, node: int, *, bound: bool = True) -> tuple[str, int] | None: ...
 
     @property
     def gateway_session(self) -> GatewaySession | None: ...  # None: the only gateway

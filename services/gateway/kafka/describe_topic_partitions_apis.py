@@ -87,7 +87,7 @@ def describe_topic_partitions(call: KafkaCall, request: Any) -> Any:
     allowed = {n: authorization.allows(call.caller, "Describe", "topic", n) for n in names}
     first_index = cursor.partition_index if cursor is not None and allowed.get(after) else 0
     limit = max(0, min(MAX_PARTITIONS, request.response_partition_limit))
-    view = broker_view(call.core, call.advertised_address)
+    view = broker_view(call.core, call.listener)
     topics: list[Any] = []
     next_cursor = None
     authorized = [n for n in names if allowed[n]]

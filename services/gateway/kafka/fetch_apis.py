@@ -41,7 +41,7 @@ from .data_call_end import call_scope
 from .error_codes import NONE, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
 from .error_table import DataApi, data_error_code
 from .fetch_encoding import encode_fetch_response
-from .fetch_leaders import LeaderHints
+from .fetch_leaders import FetchLeaderHints
 from .fetch_sessions import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -251,7 +251,7 @@ def _encode(
     topic_class = response_class.FetchableTopicResponse
     partition_class = topic_class.PartitionData
     by_id = call.version >= FIRST_BY_ID_VERSION
-    leaders = LeaderHints(call)
+    leaders = FetchLeaderHints(call)
     topics: list[Any] = []
     last_topic = None
     for topic, partition in keys:

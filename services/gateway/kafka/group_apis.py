@@ -128,7 +128,7 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
     core = call.core
     address = _coordinator_address(call, group_id)
     if not address or address == _own_grpc_address(core):
-        return broker_on_gateway(core, core.peers.kafka_advertised_address, call.advertised_address)
+        return broker_on_gateway(core, core.peers.kafka_advertised_address, call.listener)
     session = core.peers.gateway_session
     kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
     if kafka_address is None:
@@ -136,7 +136,7 @@ def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
             f"group {group_id!r} is coordinated by the gateway at {address}, which publishes "
             f"no Kafka listener"
         )
-    return broker_on_gateway(core, kafka_address, call.advertised_address)
+    return broker_on_gateway(core, kafka_address, call.listener)
 
 
 def _coordinator_address(call: KafkaCall, group_id: str) -> str:

@@ -15,6 +15,7 @@ from seglog.errors import AuthenticationError
 
 from ..authorization import certificate_principal
 from ..broker.caller import Caller
+from .node_lanes import NO_NODE, ListenerSide, NodeAddress
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -32,9 +33,10 @@ class ConnectionIdentity:
     certificate_subject: str | None = None
     # A SASL PLAIN password or OAUTHBEARER token: a seglog bearer token (security/tokens.py).
     bearer_token: str | None = None
-    # The listener lane the connection came in on: which broker the client thinks it is
+    # The node whose lane the connection came in on (NO_NODE: the listener's own port, when
+    # it is no node's): which broker the client thinks it is
     # talking to (brokers.py), for the requests a Kafka broker answers for itself.
-    lane: int = 0
+    lane: int = NO_NODE
 
 
 @dataclass
@@ -54,6 +56,8 @@ class ConnectionSession:
     # A multi-message SASL exchange under way (SCRAM's: sasl_scram.ScramExchange).
     sasl_exchange: Any = None
     certificate_principal: str | None = None  # worked out once, by KafkaCall.principal
+    # Each node's broker address on the client's listener (None: the gateway's listener's).
+    node_address: NodeAddress | None = None
     # Past a client quota, the connection reads no request before this (time.monotonic()):
     # KIP-219's mute, after the answer that says throttle_time_ms went out.
     muted_until: float = 0.0
@@ -114,6 +118,11 @@ class KafkaCall:
     def advertised_address(self) -> str:
         """This gateway's address as the client's listener advertises it."""
         return self.session.advertised_address
+
+    @property
+    def listener(self) -> ListenerSide:
+        """The client's listener, as brokers.py names brokers to it."""
+        return ListenerSide(self.session.advertised_address, self.session.node_address)
 
     def allowed(self, operation: str, resource_type: str, name: str) -> bool:
         """Whether this call's caller may `operation` the resource (always, with the

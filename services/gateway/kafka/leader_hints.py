@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from seglog.errors import SeglogError
 
 from .brokers import Broker, BrokerView, broker_view
+from .node_lanes import ListenerSide
 
 if TYPE_CHECKING:
     from .core import KafkaCore
@@ -52,15 +53,15 @@ class LeaderHints:
     endpoints of the leaders named (each once). The broker view is read once per answer, and
     only when some partition needs a hint."""
 
-    def __init__(self, core: KafkaCore, advertised_address: str | None = None) -> None:
+    def __init__(self, core: KafkaCore, listener: ListenerSide | None = None) -> None:
         self._core = core
-        self._advertised_address = advertised_address
+        self._listener = listener  # brokers are named as the client's listener names them
         self._view: BrokerView | None = None
         self._endpoints: dict[int, Broker] = {}
 
     def _broker_view(self) -> BrokerView:
         if self._view is None:
-            self._view = broker_view(self._core, self._advertised_address)
+            self._view = broker_view(self._core, self._listener)
         return self._view
 
     def current_leader(self, topic: str, partition: int) -> LeaderHint:

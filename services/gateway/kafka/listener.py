@@ -22,12 +22,13 @@ the gateway's certificate; with the cluster CA and tls_client_auth=required, mut
 the certificate's principal as on gRPC), SASL_PLAINTEXT and SASL_SSL (PLAIN or OAUTHBEARER
 carrying a seglog bearer token, sasl.py).
 
-With `lanes` above 1 the listener binds that many ports, each presented to clients as a
-broker of its own (brokers.py), all served alike: any lane answers any request. Metadata
-names as each partition's leader the lane of its storage leader, so a client holds one
-connection per storage leader, and the one-request-at-a-time rule of a connection no longer
-queues one leader's produce behind another's (with one lane, an acks=all request waits for
-the slowest of the leaders it spans, and the next waits for it).
+Beside its own port the listener serves a lane per registered storage node (node_lanes.py):
+each node is a broker of its own at the listener's port + its node id (brokers.py), all lanes
+served alike: any lane answers any request. Metadata names as each partition's leader its
+storage leader, so a client holds one connection per storage leader, and the one-request-at-
+a-time rule of a connection no longer queues one leader's produce behind another's (with a
+single port, an acks=all request waits for the slowest of the leaders it spans, and the next
+waits for it).
 
 `stop` closes the listening sockets and every open connection, so a request being read ends
 and no new one starts; a request already being handled finishes first on its handler thread
@@ -61,6 +62,7 @@ from .connection_quotas import (
 from .fetch_sessions import FetchSessionCache, FetchSessionSettings
 from .handler_pool import DEFAULT_NUM_IO_THREADS, DEFAULT_QUEUED_MAX_REQUESTS, RequestHandlerPool
 from .listener_context import ListenerContext
+from .node_lanes import NO_NODE, LaneKeeper, NodeLanes
 from .processor import Processor
 
 if TYPE_CHECKING:
@@ -89,7 +91,6 @@ STOP_JOIN_TIMEOUT_S = 5.0
 SPARE_FILE_DESCRIPTORS = 1024
 ACCEPT_RETRY_S = 0.1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MAX_KAFKA_LANES = 64
 
 
 def parse_listener(text: str) -> tuple[str, str]:
@@ -164,7 +165,6 @@ class KafkaListener:
         connections_max_idle_ms: int | None = None,
         limits: ListenerLimits | None = None,
         advertised_listener: str | None = None,
-        lanes: int = 1,
     ) -> None:
         """`limits` (defaults: Kafka's); `max_connections` and `connections_max_idle_ms`,
         when given, replace those of `limits`."""
@@ -175,7 +175,6 @@ class KafkaListener:
             limits = dataclasses.replace(limits, connections_max_idle_ms=connections_max_idle_ms)
         self.limits = limits
         self.protocol, self.listen = parse_listener(listen)
-        self.lanes = lanes
         self._advertised = (
             None if advertised_listener is None else (parse_listener(advertised_listener)[1])
         )
@@ -214,8 +213,11 @@ class KafkaListener:
         self._accepting: list[threading.Thread] = []
         self._stopped = threading.Event()
         self.refused_connections = 0
-        self.ports: list[int] = []  # each lane's, once started
-        self.accepted_connections = [0] * lanes  # per lane, since start
+        self.ports: list[int] = []  # the listener's own, once started
+        # Per lane since start: node id (NO_NODE: the listener's port when no node's).
+        self.accepted_connections: dict[int, int] = {}
+        self.node_lanes: NodeLanes | None = None
+        self._lane_keeper: LaneKeeper | None = None
 
     @property
     def port(self) -> int:
@@ -223,49 +225,48 @@ class KafkaListener:
 
     @property
     def address(self) -> str:
-        return self.lane_addresses[0] if self.ports else _joined(self.listen, 0)
+        return _joined(self.listen, self.ports[0] if self.ports else 0)
 
     @property
-    def lane_addresses(self) -> list[str]:
-        """Each lane's bound address, lane 0 first."""
-        return [_joined(self.listen, port) for port in self.ports]
+    def lane_addresses(self) -> dict[int, str]:
+        """Each node's lane's bound address, by node id."""
+        lanes = self.node_lanes.lanes if self.node_lanes is not None else {}
+        return {node: _joined(self.listen, lane.port) for node, lane in lanes.items()}
 
     @property
     def advertised_address(self) -> str:
         """What Metadata names as this gateway's address to clients of this listener."""
         return self._advertised or self.address
 
-    @property
-    def advertised_lanes(self) -> list[str]:
-        """What Metadata names as each lane's address: the advertised port + i when an
-        advertised address is set, else each lane's bound address."""
-        if self._advertised is None:
-            return self.lane_addresses
-        _, port = split_address(self._advertised)
-        return [_joined(self._advertised, port + lane) for lane in range(self.lanes)]
+    def node_address(self, node: int, *, bound: bool = True) -> tuple[str, int] | None:
+        """What Metadata names as `node`'s broker address: its lane's advertised address; the
+        listener's own when its lane cannot be bound; None when it has none (not registered,
+        or gone; with `bound` False, where the rule puts it all the same). A node registered
+        since the keeper last looked gets its lane now: a bind, once in the node's life, never
+        a call to anyone."""
+        lanes, keeper = self.node_lanes, self._lane_keeper
+        if lanes is None:
+            return None
+        if not bound:
+            return lanes.ruled_address(node)
+        address = lanes.address(node)
+        if address is None and keeper is not None and keeper.refresh_if_behind():
+            address = lanes.address(node)  # registered since the keeper last looked
+        if address is None and node in lanes.unplaced:
+            address = split_address(self.advertised_address)
+        return address
 
     def start(self) -> None:
         host, port = split_address(self.listen)
-        if port and port + self.lanes > 65536:
-            raise ValueError(f"{self.listen}: {self.lanes} lanes from port {port} pass 65535")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            for lane in range(self.lanes):
-                server = socket.create_server(
-                    (host, port + lane if port else 0), family=family, backlog=1024
-                )
-                self._servers.append(server)
-                self.ports.append(server.getsockname()[1])
-        except OSError:
-            # A lane's port taken: none of them stays bound, so a retry finds them free.
-            for server in self._servers:
-                server.close()
-            self._servers.clear()
-            self.ports.clear()
-            raise
+        server = socket.create_server((host, port), family=family, backlog=1024)
+        self._servers.append(server)
+        self.ports.append(server.getsockname()[1])
         _raise_open_files_limit(self.max_connections + SPARE_FILE_DESCRIPTORS)
-        if self.lanes > 1:
-            logger.info("gateway's Kafka listener lanes on %s", " ".join(self.lane_addresses))
+        advertised = None if self._advertised is None else split_address(self._advertised)
+        # Lanes at the port as configured (0: each kernel-picked), advertised at the
+        # advertised port + id when one is set.
+        self.node_lanes = NodeLanes(host, port, advertised, self._accept)
         context = ListenerContext(
             table=self.table,
             core=self.core,
@@ -276,6 +277,7 @@ class KafkaListener:
             ssl_context=self.ssl_context,
             sasl_required=self.sasl_required,
             advertised_address=self.advertised_address,
+            node_address=self.node_address,
             max_request_bytes=self.max_request_bytes,
             idle_timeout_s=self.idle_timeout_s,
             first_request_timeout_s=self.limits.connections_first_request_timeout_ms / 1000,
@@ -285,12 +287,14 @@ class KafkaListener:
         self.processors = [Processor(i, context) for i in range(self.limits.num_network_threads)]
         for processor in self.processors:
             processor.start()
-        for lane, server in enumerate(self._servers):
-            accepting = threading.Thread(
-                target=self._accept, args=(server, lane), name="kafka-acceptor", daemon=True
-            )
-            self._accepting.append(accepting)
-            accepting.start()
+        accepting = threading.Thread(
+            target=self._accept, args=(server, None), name="kafka-acceptor", daemon=True
+        )
+        self._accepting.append(accepting)
+        accepting.start()
+        self._lane_keeper = LaneKeeper(self.node_lanes, self.core.registry)
+        self.core.registry.listeners.append(self._lane_keeper.changed)
+        self._lane_keeper.start()
 
     @property
     def open_connections(self) -> int:
@@ -300,23 +304,32 @@ class KafkaListener:
     def waiting_for_memory(self) -> int:
         return sum(processor.waiting_for_memory for processor in self.processors)
 
-    def _accept(self, server: socket.socket, lane: int) -> None:
+    def _accept(self, server: socket.socket, node: int | None) -> None:
+        """Accepts on `server` until it is closed: a node's lane (`node`), or the listener's
+        own port (None: node 0's lane when the listener's port is node 0's, else no node's)."""
         while not self._stopped.is_set():
             try:
                 sock, peer = server.accept()
             except OSError:
-                if self._stopped.is_set():
-                    return
+                if self._stopped.is_set() or server.fileno() == -1 or self._released(node):
+                    return  # stopping, or the lane closed (its node gone)
                 # Out of file descriptors, most often: retried at a bounded pace, not spun on.
                 logger.exception("Kafka listener: accept failed")
                 self._stopped.wait(ACCEPT_RETRY_S)
                 continue
-            self.accepted_connections[lane] += 1
+            lane = node
+            if lane is None:
+                lane = NO_NODE if self.node_lanes is None else self.node_lanes.listener_node()
+            self.accepted_connections[lane] = self.accepted_connections.get(lane, 0) + 1
             try:
                 self._open(sock, peer, lane)
             except Exception:
                 logger.exception("Kafka listener: opening a connection from %s failed", peer)
                 sock.close()
+
+    def _released(self, node: int | None) -> bool:
+        lanes = self.node_lanes
+        return node is not None and lanes is not None and node not in lanes.lanes
 
     def _open(self, sock: socket.socket, peer: tuple[str, int], lane: int) -> None:
         refusal = "the listener is stopping" if self._stopped.is_set() else None
@@ -337,6 +350,8 @@ class KafkaListener:
 
     def stop(self) -> None:
         self._stopped.set()
+        if self._lane_keeper is not None:
+            self._lane_keeper.stop()
         for server in self._servers:
             try:
                 server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept

@@ -16,6 +16,7 @@ from .api_table import ApiTable
 from .core import KafkaCore
 from .fetch_sessions import FetchSessionCache
 from .handler_pool import RequestHandlerPool
+from .node_lanes import NodeAddress
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ListenerContext:
     ssl_context: ssl.SSLContext | None
     sasl_required: bool
     advertised_address: str
+    # Each node's broker address on this listener (KafkaListener.node_address).
+    node_address: NodeAddress
     max_request_bytes: int
     idle_timeout_s: float
     first_request_timeout_s: float

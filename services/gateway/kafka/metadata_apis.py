@@ -1,5 +1,5 @@
 """Metadata 0–12: the live storage nodes as the brokers, each at a gateway lane of its own that
-relays to it (brokers.py says why, which lane, and when the gateways' lanes are listed
+relays to it (brokers.py says why, at which port, and when the gateway itself is listed
 instead), each partition led by its storage leader, with the real leader epoch and the real
 replica and ISR node ids.
 
@@ -173,7 +173,7 @@ def _answer(
     every_topic: bool,
     missing: dict[str, SeglogError | None],
 ) -> Any:
-    view = broker_view(call.core, call.advertised_address)
+    view = broker_view(call.core, call.listener)
     topics = [
         _topic(
             call,

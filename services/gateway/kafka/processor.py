@@ -92,7 +92,7 @@ class Processor:
         except (BlockingIOError, OSError):
             pass  # a wakeup is pending already, or the processor has stopped
 
-    def accept(self, sock: socket.socket, peer: tuple[str, int], lane: int = 0) -> None:
+    def accept(self, sock: socket.socket, peer: tuple[str, int], lane: int) -> None:
         """A new connection (counted in by the acceptor) on `lane`, for this thread to serve."""
         self._new.append((sock, peer, lane))
         self._wakeup()
@@ -188,6 +188,7 @@ class Processor:
             tracer=context.tracer,
             sasl_required=context.sasl_required,
             advertised_address=context.advertised_address,
+            node_address=context.node_address,
             fetch_sessions=context.fetch_sessions,
         )
         channel = Channel(

@@ -144,9 +144,7 @@ def _response(call: KafkaCall, request: Any, results: Results) -> Any:
     partition_class = topic_class.PartitionProduceResponse
     by_id = call.version >= FIRST_BY_ID_VERSION
     hints = (
-        LeaderHints(call.core, call.advertised_address)
-        if call.version >= FIRST_LEADER_HINT_VERSION
-        else None
+        LeaderHints(call.core, call.listener) if call.version >= FIRST_LEADER_HINT_VERSION else None
     )
     topics = []
     for topic in request.topic_data:

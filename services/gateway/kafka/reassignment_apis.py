@@ -9,9 +9,9 @@ and ACLs as the gRPC API, on the node ids Metadata lists as brokers (brokers.py)
   The move's throttle comes from the replication throttle configs the tool set just before
   (cluster/replication_throttles.py says how).
 - ListPartitionReassignments 0, ElectLeaders 0–2 (preferred, unclean; v0 is preferred).
-- DescribeLogDirs 1–4: a broker answers for itself, and a broker here is a node at a gateway
-  lane (brokers.py), so the answer is the log dir of each node presented on the lane the
-  request came in on (one node when the gateway has as many lanes as nodes), named
+- DescribeLogDirs 1–4: a broker answers for itself, and a broker here is a node at a lane of
+  its own (brokers.py), so the answer is the log dir of the node whose lane the request came
+  in on (every live node's on the listener's own port when it is no node's), named
   `node-<id>`. A node that did not answer carries its error.
 
 Kafka's codes: a refused whole request (authorization) in the top-level error where the
