@@ -2,16 +2,18 @@
 source had it, converted only where a reader needs the other form:
 
 - `bytes`: a FetchResponse message in protobuf wire form, as a node's gRPC stream sends it
-  (the relay's fallback) — the gRPC servicer forwards these unchanged;
+  (the relay's fallback) — the gRPC adapter's fetch (relayed_calls.py) forwards these
+  unchanged;
 - `FetchPiece`: the fields of a chunk the node's bulk listener sent (fetch_relay.py), its
   records a view of the buffer they were received into — the broker core's Kafka fetch
   reads these unchanged.
 
-Each reader converts the other form: a relayed chunk costs the gRPC servicer one encoding, as
-it always did; a gRPC message costs the core one decoding, as it always did. Before, every
-relayed chunk was encoded to wire form (a copy of its records) and, for the Kafka listener,
-decoded again (another copy, and a third when its records field was read): 4 MB answers
-copied three more times than they needed.
+Both forms are cut to the request's limits by the core (fetch_budget.py), a piece by slicing
+its records. Each reader converts the other form: a relayed chunk costs the gRPC adapter one
+encoding, as it always did; a gRPC message costs the core one decoding, as it always did.
+Before, every relayed chunk was encoded to wire form (a copy of its records) and, for the
+Kafka listener, decoded again (another copy, and a third when its records field was read):
+4 MB answers copied three more times than they needed.
 """
 
 from __future__ import annotations
