@@ -16,12 +16,16 @@ import confluent_kafka
 import grpc
 import pytest
 
+from seglog.errors import UnknownTopicOrPartitionError
 from seglog.records import iter_records
 from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection
 from seglog.security.certs import node_identity
 from seglog.security.tls import client_ssl_context
 from seglog.v1 import common_pb2
+from services.gateway.broker.caller import Caller
+from services.gateway.routing.call_scope import CallEnd
+from services.gateway.routing.data_plane import FetchPosition, FetchQuery
 from services.storage_node import bulk_server
 from tests.batches import make_batch
 from tests.cluster import CLUSTER_SECRET, LocalCluster
@@ -171,6 +175,35 @@ def test_librdkafka_reads_through_the_kafka_listener_over_the_relay(cluster, mon
     fetches = sum(served.bulk.values())
     assert fetches >= 50 and sum(served.grpc.values()) == 0
     assert len(opened) <= 8, f"{len(opened)} connections opened for {fetches} fetches"
+
+
+def test_the_cores_fetch_reads_the_relayed_records_in_the_buffers_they_came_in(cluster):
+    """A Kafka fetch's records are the bytes the node's chunk was received into, handed on
+    as views: not encoded to a FetchResponse and parsed back (two copies of each megabyte
+    of a consumer's answer, and a third reading the parsed records)."""
+    cluster.admin.create_topic("zero-copy", 2, 1)
+    assert cluster.leader_of("zero-copy", 0) is not cluster.leader_of("zero-copy", 1)
+    for partition in (0, 1):
+        batch = make_batch([b"z%d-%d" % (partition, i) for i in range(3)])
+        assert cluster.client.produce("zero-copy", {partition: batch})[0].error == 0
+    query = FetchQuery(
+        [FetchPosition("zero-copy", p, 0, 1 << 20) for p in (0, 1, 7)], max_bytes=1 << 20
+    )
+    scope = CallEnd()
+    caller = Caller("User:ANONYMOUS", "127.0.0.1", listener="kafka")
+    try:
+        parts = list(cluster.gateway.data_plane.fetch(caller, query, scope))
+    finally:
+        scope.finish()
+    by_partition = {part.partition: part for part in parts}
+    for partition in (0, 1):
+        part = by_partition[partition]
+        assert part.error is None and part.high_watermark == 3
+        assert isinstance(part.records, memoryview), type(part.records)
+        values = [r.value for r in iter_records(bytes(part.records))]
+        assert values == [b"z%d-%d" % (partition, i) for i in range(3)]
+    # A partition the relay never reaches answers its error in the same form.
+    assert isinstance(by_partition[7].error, UnknownTopicOrPartitionError)
 
 
 def test_a_long_poll_waits_on_the_node_and_wakes_on_an_append(cluster, monkeypatch):
@@ -382,7 +415,7 @@ def test_a_reader_leaving_a_stalled_answer_is_not_held_for_the_polls_timeout(clu
     relayed = relay.take(node_id, node.bulk.address, spans_nodes=False)
     assert relayed is not None
     answers = relayed.answers(request, timeout_s=600)
-    assert common_pb2.FetchResponse.FromString(next(answers)).partition == first
+    assert next(answers).partition == first
     try:
         left = time.monotonic()
         answers.close()  # the reader leaves while the rest of the answer is stalled

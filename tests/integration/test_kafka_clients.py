@@ -249,6 +249,29 @@ def test_a_fetch_across_nodes_answers_once_one_node_has_data(cluster):
     assert read_header(partitions[1].records).record_count == 1
 
 
+def test_a_waiting_fetch_across_nodes_answers_each_nodes_records_whole(cluster):
+    """A waiting fetch with min_bytes 1 (the clients' default) across two leaders answers
+    every record each node sent, not only the first piece read (the node's answer past its
+    first 1 MiB chunk was read and thrown away, and asked for again by the next fetch)."""
+    cluster.admin.create_topic("chunked", 2, 1)
+    assert cluster.leader_of("chunked", 0) is not cluster.leader_of("chunked", 1)
+    # Three 400 KB batches per partition: two 1 MiB chunks from each node.
+    for partition in (0, 1):
+        for i in range(3):
+            batch = make_batch([bytes([i]) * 400_000])
+            assert cluster.client.produce("chunked", {partition: batch})[0].error == 0
+    request = fetch_request(
+        12, {"chunked": [0, 1]}, max_wait_ms=5_000, min_bytes=1, max_bytes=10 << 20
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 12, FetchResponse)
+    partitions = {p.partition_index: p for p in answer.responses[0].partitions}
+    for partition in (0, 1):
+        data = partitions[partition]
+        assert (data.error_code, data.high_watermark) == (0, 3)
+        assert len(data.records) > 1_200_000, (partition, len(data.records))
+
+
 def test_one_produce_request_for_several_topics_answers_each(cluster):
     """librdkafka sends every topic led by the gateway in one request: each topic is written
     (concurrently), and one that does not exist is refused alone."""

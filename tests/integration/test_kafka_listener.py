@@ -284,8 +284,9 @@ def test_a_fetch_over_two_leaders_answers_within_max_bytes_but_the_first_batch(
 ):
     """Kafka's rule: no batch past the request's max_bytes but the answer's first (each node
     given the whole budget, this answered 1,843,824 bytes), nor past a partition's
-    partition_max_bytes but the first. A fetch that may wait ends at min_bytes and asks the
-    partitions not answered yet again: that second read gets only what the first left."""
+    partition_max_bytes but the first. A fetch that may wait ends once a node's answer is
+    complete and asks the partitions not answered yet again: that second read gets only what
+    the first left."""
     partitions = [
         FetchRequest[12].FetchTopic.FetchPartition(
             partition=p,

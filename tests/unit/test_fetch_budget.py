@@ -1,6 +1,7 @@
 """The core's fetch budget (routing/fetch_budget.py): an answer cut at batch boundaries to
 max_bytes and partition_max_bytes, its first batch kept whatever its size, as Kafka's broker
-reads; the nodes' messages relayed as they are when they fit."""
+reads; the nodes' messages relayed as they are when they fit, and a relayed chunk's records
+(fetch_answers.FetchPiece) cut by slicing the buffer they came in, never copied."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import struct
 
 from seglog.rpc import wire
 from seglog.v1 import common_pb2
+from services.gateway.routing.fetch_answers import FetchPiece, wire_of
 from services.gateway.routing.fetch_budget import FetchBudget, whole_batches_within, within_budget
 
 
@@ -118,3 +120,33 @@ def test_partition_max_bytes_bounds_each_partition():
     # Another partition's first batch past its own limit is not the answer's first: left out.
     kept, whole = budget.take(("t", 1), 500, batch(600))
     assert (len(kept), whole) == (0, False)
+
+
+def piece(partition: int, records: bytes) -> FetchPiece:
+    return FetchPiece("t", partition, 7, 3, memoryview(bytearray(records)))
+
+
+def test_relayed_pieces_are_cut_as_views_of_the_buffers_they_came_in():
+    sent = [piece(0, batch(900)), piece(1, batch(900)), piece(2, batch(60) + batch(60))]
+    kept = list(within_budget(iter(sent), request(1000)))
+    assert kept[0] is sent[0]  # whole: passed on as it came
+    assert all(isinstance(k, FetchPiece) for k in kept)
+    assert [(k.partition, len(k.records), k.high_watermark) for k in kept] == [
+        (0, 900, 7),
+        (1, 0, 7),
+        (2, 60, 7),
+    ]
+    # The cut piece's records are a slice of the buffer the chunk was received into.
+    assert kept[2].records.obj is sent[2].records.obj
+    # Its wire form is what the gRPC adapter sends, as a cut message would have been.
+    assert answered([wire_of(k) for k in kept]) == answered(
+        list(within_budget(iter([wire_of(s) for s in sent]), request(1000)))
+    )
+
+
+def test_pieces_and_messages_share_one_budget_and_errors_pass():
+    error = FetchPiece("t", 1, -1, -1, b"", common_pb2.NOT_LEADER_OR_FOLLOWER, "moved")
+    sent = [message(0, batch(700)), error, piece(2, batch(200) + batch(200))]
+    kept = list(within_budget(iter(sent), request(1000)))
+    assert kept[0] is sent[0] and kept[1] is error
+    assert len(kept[2].records) == 200

@@ -83,17 +83,18 @@ class _PartitionAnswer:
         self.error = NONE
         self.high_watermark = NO_OFFSET
         self.log_start_offset = NO_OFFSET
-        self.records: list[bytes] = []
+        self.records: list[bytes | memoryview] = []
 
 
 def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _PartitionAnswer]:
     """Each partition's answer from the core's fetch (a partition's batches may come in
     several pieces, each of whole batches, in offset order).
 
-    The fetch spans leader nodes, each long-polling on its own: as soon as the pieces come
-    to `min_bytes` the fetch is ended (the other nodes' polls cancelled), as Kafka's broker
-    answers once the request as a whole has min_bytes, and the partitions not answered yet
-    are asked again without waiting, so every partition is in the answer. The core keeps
+    The fetch spans leader nodes, each long-polling on its own for the request's min_bytes:
+    once one node's answer is complete the nodes that have sent nothing are given up
+    (routing/fetch_fanout.py), as Kafka's broker answers once the request as a whole has
+    min_bytes, and the partitions not answered yet are asked again without waiting, so every
+    partition is in the answer. The core keeps
     each read within its max_bytes and partition_max_bytes (routing/fetch_budget.py); the
     second read gets what the first left, and no first batch past it once the answer holds
     data."""
@@ -115,11 +116,15 @@ def _read(
     answers: dict[tuple[str, int], _PartitionAnswer],
     answered: set[tuple[str, int]],
 ) -> int:
-    """Reads the core's fetch into `answers` until it ends, or until it holds min_bytes of
-    records (when the fetch may wait); a fetch refused whole answers its error on every
-    partition not answered yet. Returns the record bytes read."""
+    """Reads the core's fetch into `answers` to its end; a fetch refused whole answers its
+    error on every partition not answered yet. Returns the record bytes read.
+
+    Never cut short at min_bytes: a node answers only once it has min_bytes or its wait is
+    over (as a whole, in 1 MiB chunks), and the core already stops waiting for the silent
+    nodes once one answered. Stopping at the first chunk threw away the rest of the node's
+    answer, read already, and the next fetch asked for it again: a librdkafka read of 6 MB
+    took 7 node answers, 3 of them cut and 3.03 MB discarded, instead of 4."""
     received_bytes = 0
-    enough = max(query.min_bytes, 1)
     scope = call_scope(call)
     try:
         pieces = call.core.data_plane.fetch(call.caller, query, scope)
@@ -136,8 +141,6 @@ def _read(
             if piece.records:
                 answer.records.append(piece.records)
                 received_bytes += len(piece.records)
-            if query.max_wait_ms > 0 and received_bytes >= enough:
-                break
     except SeglogError as exc:
         code = data_error_code(DataApi.FETCH, exc)
         for key, answer in answers.items():

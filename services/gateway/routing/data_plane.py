@@ -27,6 +27,7 @@ from seglog.v1 import common_pb2
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from .call_scope import CallScope
+from .fetch_answers import piece_of
 from .fetch_routing import FetchRouting
 from .leader_queries import LeaderQueries
 from .produce_routing import ProduceRouting
@@ -93,7 +94,7 @@ class FetchedPart(NamedTuple):
     error: SeglogError | None
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    records: bytes | memoryview  # a view of the buffer a node's chunk was received into
 
 
 class OffsetQuery(NamedTuple):
@@ -254,7 +255,7 @@ class DataPlane:
             messages = quotas.hold_fetch_of(user, caller.client_id or "", scope, messages)
         try:
             for message in messages:
-                fetched = common_pb2.FetchResponse.FromString(message)
+                fetched = piece_of(message)
                 yield FetchedPart(
                     fetched.topic,
                     fetched.partition,

@@ -16,9 +16,11 @@ offset and 4-byte length first), so a cut reads only each batch's 12-byte prefix
 
     baseOffset int64 | batchLength int32 (bytes after this field) | ...
 
-The answer's messages are the nodes' FetchResponse wire bytes: each is scanned for its
-partition and records (seglog.rpc.wire, nothing copied) and relayed as it is when it fits;
-only a message that is cut is encoded again.
+The answer's pieces come in the form the node sent them (fetch_answers.py). A relayed chunk's
+records are a view of the buffer it was received into: cutting it is slicing that view, and a
+piece that fits is passed on as it is. A FetchResponse message (a node's gRPC stream) is
+scanned for its partition and records (seglog.rpc.wire, nothing copied) and relayed as it is
+when it fits; only a message that is cut is encoded again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from collections.abc import Iterator
 
 from seglog.rpc import wire
 from seglog.v1 import common_pb2
+
+from .fetch_answers import FetchAnswer, FetchPiece
 
 _LENGTH_AT = 8
 _PREFIX_BYTES = 12
@@ -83,33 +87,44 @@ class FetchBudget:
 
 
 def within_budget(
-    messages: Iterator[bytes], request: common_pb2.FetchRequest, *, keep_first: bool = True
-) -> Iterator[bytes]:
-    """The fetch's messages (FetchResponse wire bytes) cut to the request's max_bytes (0: no
-    limit in all) and partition_max_bytes. A partition cut short keeps its high watermark and
-    log start in the answer; its later pieces are left out. Closing this closes `messages`
-    (which ends the nodes' calls)."""
+    messages: Iterator[FetchAnswer], request: common_pb2.FetchRequest, *, keep_first: bool = True
+) -> Iterator[FetchAnswer]:
+    """The fetch's answers (fetch_answers.py) cut to the request's max_bytes (0: no limit in
+    all) and partition_max_bytes, each in the form it came in. A partition cut short keeps its
+    high watermark and log start in the answer; its later pieces are left out. Closing this
+    closes `messages` (which ends the nodes' calls)."""
     limits = {(p.topic, p.partition): p.partition_max_bytes for p in request.partitions}
     budget = FetchBudget(request.max_bytes or _NO_LIMIT, keep_first=keep_first)
     cut: set[tuple[str, int]] = set()
     try:
         for message in messages:
-            scanned = wire.scan_fetch_response(message)
-            if not len(scanned.records):
+            if isinstance(message, FetchPiece):
+                topic, partition, records = message.topic, message.partition, message.records
+            else:
+                scanned = wire.scan_fetch_response(message)
+                topic, partition, records = scanned.topic, scanned.partition, scanned.records
+            if not len(records):
                 yield message  # an error, or a partition with nothing to read
                 continue
-            key = (scanned.topic, scanned.partition)
+            key = (topic, partition)
             if key in cut:
                 continue
-            kept, whole = budget.take(key, limits.get(key, _NO_LIMIT), scanned.records)
+            kept, whole = budget.take(key, limits.get(key, _NO_LIMIT), records)
             if whole:
                 yield message
                 continue
             cut.add(key)
-            shortened = common_pb2.FetchResponse.FromString(message)
-            shortened.records = bytes(kept)
-            yield shortened.SerializeToString()
+            yield _shortened(message, kept)
     finally:
         close = getattr(messages, "close", None)
         if close is not None:
             close()
+
+
+def _shortened(message: FetchAnswer, kept: memoryview) -> FetchAnswer:
+    """`message` holding only the records `kept` (a prefix of its own)."""
+    if isinstance(message, FetchPiece):
+        return message._replace(records=kept)  # a slice of the same buffer, nothing copied
+    shortened = common_pb2.FetchResponse.FromString(message)
+    shortened.records = bytes(kept)
+    return bytes(shortened.SerializeToString())

@@ -28,10 +28,11 @@ from seglog.reused_threads import ReusedThreads
 from seglog.v1 import common_pb2
 
 Target = TypeVar("Target")
+Message = TypeVar("Message")  # what a node's answer comes in (routing: fetch_answers.py)
 # relay(target, sub-request, indexes into the whole request, keep_cancel) yields the node's
 # messages; keep_cancel receives the function that cancels the node's call, when there is one.
 Relay = Callable[
-    [Target, bytes, list[int], Callable[[Callable[[], object]], None]], Iterator[bytes]
+    [Target, bytes, list[int], Callable[[Callable[[], object]], None]], Iterator[Message]
 ]
 logger = logging.getLogger(__name__)
 
@@ -82,14 +83,14 @@ class _Pump(Generic[Target]):
 def fetch_across_nodes(
     request: common_pb2.FetchRequest,
     by_node: dict[int, tuple[Target, list[int]]],
-    relay: Relay[Target],
-) -> Iterator[bytes]:
+    relay: Relay[Target, Message],
+) -> Iterator[Message]:
     """Each node gets an equal share of the request's `max_bytes` (the answer as a whole is
     the budget, as a Kafka broker's answer is: given the whole budget each, two nodes answered
     a 1,000,000-byte fetch with 1,843,824 bytes). A node still answers its first batch
     whatever its size; the answer is cut to the limit after (fetch_budget.py), for both
     adapters."""
-    out: queue.Queue[tuple[_Pump[Target], bytes | None]] = queue.Queue(maxsize=64)
+    out: queue.Queue[tuple[_Pump[Target], Message | None]] = queue.Queue(maxsize=64)
     stop = threading.Event()
     pumps = [
         _Pump(number, target, indexes) for number, (target, indexes) in enumerate(by_node.values())
@@ -125,7 +126,7 @@ def fetch_across_nodes(
                 pump.sent_any = True
                 yield message
     finally:
-        # Closed early too (the Kafka listener's fetch stops reading at min_bytes): the
+        # Closed early too (the reader stopped reading: its caller went away): the
         # nodes still long-polling are given up, and the pumps give up their next put.
         stop.set()
         for pump in pumps:
@@ -141,8 +142,8 @@ def _abandon_silent(pumps: list[_Pump[Target]]) -> None:
 
 
 def _put(
-    out: queue.Queue[tuple[_Pump[Target], bytes | None]],
-    item: tuple[_Pump[Target], bytes | None],
+    out: queue.Queue[tuple[_Pump[Target], Message | None]],
+    item: tuple[_Pump[Target], Message | None],
     stop: threading.Event,
 ) -> bool:
     """Put unless the fetch was given up meanwhile; False then."""

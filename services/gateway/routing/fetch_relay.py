@@ -3,8 +3,9 @@ fetch relay"): a consumer's fetch through the gateway (its gRPC Fetch, and the K
 listener's, which goes through it) crossed a second gRPC hop to the leader, a server stream
 opened per fetch. It goes over kept TCP connections to the leader's bulk listener instead,
 as the produce relay's requests do (produce_relay.py), and the leader's chunks are relayed as
-the FetchResponse messages the gRPC stream would have carried (the same records, watermarks
-and errors; the node serves both from the same reads).
+pieces holding what the FetchResponse messages the gRPC stream would have carried hold (the
+same records, watermarks and errors; the node serves both from the same reads), their records
+the buffers they were received into (fetch_answers.py).
 
 The relay signs its own grant per node (`fetch_relay`, no partition: nothing a client is ever
 given), and the node holds each partition to the leader epoch the gateway routed it by.
@@ -33,7 +34,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from seglog.errors import LeaderNotAvailableError, SeglogError
-from seglog.rpc import grants, wire
+from seglog.rpc import grants
 from seglog.rpc.bulk_client import BulkConnection, BulkFetchError, BulkMessage, BulkRefused
 from seglog.rpc.bulk_pool import BulkPool, NodePool
 from seglog.rpc.status import error_code_for
@@ -41,6 +42,7 @@ from seglog.v1 import common_pb2
 
 from .call_scope import CallScope
 from .cancel_deadlines import CancelDeadlines
+from .fetch_answers import FetchAnswer, FetchPiece
 from .leader_appends import Target
 from .produce_relay import RelayConfig, configured_relay, relay_settings
 
@@ -130,7 +132,7 @@ class RelayedFetch:
         timeout_s: float,
         on_cancel: list[Callable[[Callable[[], object]], object]],
         still_wanted: Callable[[], bool],
-    ) -> Generator[bytes, None, bool]:
+    ) -> Generator[FetchAnswer, None, bool]:
         """Relay the fetch `payload` (the partitions `indexes` of `request`) to the node,
         handing `cancel` to each of `on_cancel`; False when it should go over gRPC instead:
         it failed with nothing read and was not given up (`still_wanted`). Cut off
@@ -152,8 +154,8 @@ class RelayedFetch:
                 yield fetch_error(p.topic, p.partition, lost)
             return True
 
-    def answers(self, fetch: common_pb2.FetchRequest, timeout_s: float) -> Iterator[bytes]:
-        """The node's answer as FetchResponse messages (wire bytes). BulkRefused: the node
+    def answers(self, fetch: common_pb2.FetchRequest, timeout_s: float) -> Iterator[FetchPiece]:
+        """The node's answer, a piece per chunk. BulkRefused: the node
         refused the relay before answering anything (use gRPC); BulkFetchError: the
         connection failed or was cancelled, possibly after messages were yielded."""
         grant, signature = self._relay.grants.get(self._node.node_id)
@@ -168,7 +170,7 @@ class RelayedFetch:
             try:
                 for chunk in chunks:
                     self._answered = True
-                    yield wire.encode_fetch_response(
+                    yield FetchPiece(
                         chunk.topic,
                         chunk.partition,
                         chunk.high_watermark,
@@ -221,11 +223,9 @@ def cancel_with(context: CallScope, cancel: Callable[[], object]) -> None:
         cancel()
 
 
-def fetch_error(topic: str, partition: int, error: SeglogError) -> bytes:
-    """A partition's FetchResponse holding `error`, as wire bytes."""
-    return wire.encode_fetch_response(
-        topic, partition, -1, -1, b"", error_code_for(error), str(error)
-    )
+def fetch_error(topic: str, partition: int, error: SeglogError) -> FetchPiece:
+    """A partition's answer holding `error`."""
+    return FetchPiece(topic, partition, -1, -1, b"", error_code_for(error), str(error))
 
 
 class FetchRelay:
@@ -251,7 +251,7 @@ class FetchRelay:
         timeout_s: float,
         context: CallScope,
         keep_cancel: Callable[[Callable[[], object]], None] | None,
-    ) -> Generator[bytes, None, bool]:
+    ) -> Generator[FetchAnswer, None, bool]:
         """GatewayService._relay's fetch `payload` (the partitions `indexes` of `request`)
         to the `target` leader over its bulk listener, cancelled when the call ends and handed to
         `keep_cancel` (fetch_fanout.py, whose presence says the fetch spans nodes); False

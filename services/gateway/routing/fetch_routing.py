@@ -1,10 +1,11 @@
 """Fetch routed to the partitions' leaders: the request split by leader node, each node's
-part relayed as wire bytes (over the node's bulk listener when it takes them, fetch_relay.py,
-else gRPC), several nodes concurrently (fetch_fanout.py), the answer cut to the request's
-limits (fetch_budget.py). Each relayed fetch carries the leader epoch it was routed by, so a
-node with another view answers NOT_LEADER instead of judging the offset against its own log.
-A partition that cannot be routed, or whose node fails, answers its error in its place, so
-one bad partition does not hide its neighbours' data.
+part relayed in the form the node sent it (fetch_answers.py: over the node's bulk listener
+when it takes them, fetch_relay.py, else gRPC), several nodes concurrently (fetch_fanout.py),
+the answer cut to the request's limits (fetch_budget.py). Each relayed fetch carries the
+leader epoch it was routed by, so a node with another view answers NOT_LEADER instead of
+judging the offset against its own log. A partition that cannot be routed, or whose node
+fails, answers its error in its place, so one bad partition does not hide its neighbours'
+data.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from seglog.v1 import common_pb2
 from services.wait_slots import WaitSlots
 
 from .call_scope import CallScope
+from .fetch_answers import FetchAnswer
 from .fetch_budget import within_budget
 from .fetch_fanout import fetch_across_nodes
 from .fetch_relay import FetchRelay, cancel_with, fetch_error
@@ -45,8 +47,8 @@ class FetchRouting:
         raw: bytes | None = None,
         *,
         keep_first: bool = True,
-    ) -> Iterator[bytes]:
-        """The fetch's messages (FetchResponse wire bytes, each of whole batches) as the
+    ) -> Iterator[FetchAnswer]:
+        """The fetch's answers (fetch_answers.py, each of whole batches) as the
         leaders send them, within the request's max_bytes and partition_max_bytes but for
         the answer's first batch (fetch_budget.py; not even that without `keep_first`);
         SeglogError at once for a request refused whole. `raw`: the request's own bytes,
@@ -57,7 +59,7 @@ class FetchRouting:
 
     def _messages(
         self, request: common_pb2.FetchRequest, scope: CallScope, raw: bytes | None
-    ) -> Iterator[bytes]:
+    ) -> Iterator[FetchAnswer]:
         # A relayed long poll holds a gateway thread for as long as the node waits: past the
         # bound, the node is asked to answer at once with what it has.
         if request.max_wait_ms > 0 and not self.waiting_fetches.try_acquire():
@@ -72,7 +74,9 @@ class FetchRouting:
         return self._released(self._fetch(request, raw, scope), release)
 
     @staticmethod
-    def _released(messages: Iterator[bytes], release: Callable[[], None]) -> Iterator[bytes]:
+    def _released(
+        messages: Iterator[FetchAnswer], release: Callable[[], None]
+    ) -> Iterator[FetchAnswer]:
         try:
             yield from messages
         finally:
@@ -80,7 +84,7 @@ class FetchRouting:
 
     def _fetch(
         self, request: common_pb2.FetchRequest, raw: bytes, context: CallScope
-    ) -> Iterator[bytes]:
+    ) -> Iterator[FetchAnswer]:
         by_node: dict[int, tuple[Target, list[int]]] = {}
         epochs_added = False
         for i, p in enumerate(request.partitions):
@@ -121,7 +125,7 @@ class FetchRouting:
         indexes: list[int],
         context: CallScope,
         keep_cancel: Callable[[Callable[[], object]], None] | None = None,
-    ) -> Iterator[bytes]:
+    ) -> Iterator[FetchAnswer]:
         timeout_s = request.max_wait_ms / 1000 + DEFAULT_TIMEOUT_MS / 1000
         if self.fetch_relay is not None:
             answered = yield from self.fetch_relay.fetch(

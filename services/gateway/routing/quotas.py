@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar, cast
 
 from seglog.rpc.wire import encode_uvarint
 from seglog.v1 import bulk_pb2, common_pb2
@@ -36,6 +37,10 @@ from seglog.v1 import bulk_pb2, common_pb2
 from ..cluster.client_quotas import CLIENT_ID, DEFAULT_NAME, USER, EntityKey
 from ..cluster.client_quotas import CONSUMER_BYTE_RATE as CONSUMER_BYTE_RATE
 from ..cluster.client_quotas import PRODUCER_BYTE_RATE as PRODUCER_BYTE_RATE
+from .fetch_answers import FetchAnswer, size_of
+
+# A fetch's answers as the caller holds them: wire bytes (gRPC) or either form (the core's).
+Answer = TypeVar("Answer", bound=FetchAnswer)
 
 # A bucket holds one second of its rate: a client idle for a while may send that much at once.
 BURST_S = 1.0
@@ -188,16 +193,20 @@ class ClientQuotas:
             self.sleep(throttle_ms / 1000)
 
     def hold_fetch_of(
-        self, user: str, client_id: str, scope: object, answers: Iterator[bytes]
-    ) -> Iterator[bytes]:
-        """The Fetch stream, each message held back and marked while the caller (named by user
-        and client id) is over its quota (the bytes of the message count)."""
+        self, user: str, client_id: str, scope: object, answers: Iterator[Answer]
+    ) -> Iterator[Answer]:
+        """The Fetch stream, each answer held back while the caller (named by user and client
+        id) is over its quota (its size counts: fetch_answers.size_of). A FetchResponse
+        message is also marked with the throttle; a relayed piece is not (the Kafka listener,
+        which reads those, says the throttle itself)."""
         if not self.quotas():
             yield from answers
             return
         for answer in answers:
-            throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, len(answer))
+            throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, size_of(answer))
             if throttle:
                 self._hold(scope, throttle)
-                answer = answer + _FETCH_THROTTLE_FIELD + encode_uvarint(throttle)
+                if isinstance(answer, bytes):
+                    marked = answer + _FETCH_THROTTLE_FIELD + encode_uvarint(throttle)
+                    answer = cast(Answer, marked)
             yield answer

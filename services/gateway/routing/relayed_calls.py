@@ -30,6 +30,7 @@ from ..authorization import Authorization, Need
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from .call_scope import CallScope
+from .fetch_answers import wires
 from .fetch_grants import fetch_grants
 from .fetch_routing import FetchRouting
 from .leader_queries import LeaderQueries
@@ -107,7 +108,7 @@ class RelayedCalls:
         try:
             topics = [p.topic for p in request.partitions]
             self.authorization.check(caller, _topics("Read", topics), "Fetch")
-            messages = self.fetching.fetch_messages(request, scope, raw)
+            messages = wires(self.fetching.fetch_messages(request, scope, raw))
         except SeglogError:
             self.record("Fetch", started)
             raise
