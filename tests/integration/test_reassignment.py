@@ -400,8 +400,9 @@ def test_kafkas_admin_client_moves_lists_elects_and_describes_log_dirs(cluster):
         assert _registration(cluster, "kafka-moved").leader == preferred
 
         def log_dirs() -> dict:
-            [described] = admin.describe_log_dirs({"kafka-moved": [0]})
-            return {d["log_dir"]: d for d in described["log_dirs"]}
+            # One answer per broker: each storage node is a broker answering for itself.
+            described = admin.describe_log_dirs({"kafka-moved": [0]})
+            return {d["log_dir"]: d for answer in described for d in answer["log_dirs"]}
 
         # Node 4 sets its cancelled replica aside when it applies the cancel, which its
         # metadata applier does on its own time (under load, after this point).
