@@ -375,7 +375,7 @@ class MetadataApplier:
         queued = queue[tp]
         if queued is None:
             self._failed.pop(tp, None)
-            self._set_aside(tp, offline.get(tp))
+            self._set_aside(tp, offline.get(tp), told=True)
         else:
             try:
                 self.replicas.apply_state(tp[0], tp[1], queued.configs, registration_of(queued))
@@ -386,7 +386,12 @@ class MetadataApplier:
         del queue[tp]  # after applying: a push waiting for it sees it done
         self._progress.applied += 1
 
-    def _set_aside(self, tp: TopicPartition, previous_reason: str | None) -> None:
+    def _set_aside(
+        self, tp: TopicPartition, previous_reason: str | None, *, told: bool = False
+    ) -> None:
+        """`told`: the registry named the partition removed (a move, a deleted topic): said
+        at INFO; one a whole assignment merely leaves out is a WARNING, as it may be a
+        registry's mistake the operator should see."""
         try:
             path = self.replicas.set_aside_partition(*tp)
         except UnknownTopicOrPartitionError:
@@ -395,8 +400,11 @@ class MetadataApplier:
         except Exception as exc:
             partition_failed(self.replicas, tp, "set aside", exc, previous_reason)
             return
-        logger.warning(
-            "partition %s-%d is no longer assigned here: set aside as %s", *tp, path.name
+        logger.log(
+            logging.INFO if told else logging.WARNING,
+            "partition %s-%d is no longer assigned here: set aside as %s",
+            *tp,
+            path.name,
         )
 
     def _sweep(self, assigned: set[TopicPartition]) -> None:

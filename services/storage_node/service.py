@@ -22,6 +22,7 @@ from seglog.errors import (
     NotLeaderError,
     SeglogError,
     ServerBusyError,
+    UnknownTopicOrPartitionError,
 )
 from seglog.rpc import check_fetch_request, client_leader_epoch, wire
 from seglog.rpc.addresses import check_host_port
@@ -319,7 +320,14 @@ class StorageNodeService:
             if self.replicas.logs.holds_other_topic(*tp, request.topic_id):
                 # A late delete of a topic made again since: the new one is not its to delete.
                 return storage_pb2.DeletePartitionResponse()
-            self.replicas.delete_partition(*tp)
+            try:
+                self.replicas.delete_partition(*tp)
+            except UnknownTopicOrPartitionError:
+                if not request.topic_id:
+                    raise  # a moved replica's delete: a copy set aside stays for the operator
+                # A deleted topic's partition the registry's push set aside before this call
+                # came (or never here): its copy goes, as Kafka deletes a deleted topic's logs.
+                self.replicas.logs.delete_set_aside(*tp, request.topic_id)
         except SeglogError as exc:
             abort(context, exc)
         return storage_pb2.DeletePartitionResponse()

@@ -40,7 +40,7 @@ from ..errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from . import log_files, partition_metadata
+from . import log_files, partition_metadata, set_aside
 from .checkpoint import DataDir
 from .cleaner import Cleaner
 from .clock import SYSTEM_CLOCK, Clock
@@ -322,25 +322,11 @@ class LogManager:
         log.close()  # flushed: the flush task has nothing left to visit
         self._dirty_logs.discard(log)
         self._data_dirs[log.directory.parent].forget((topic, partition))
-        return self._rename_aside(log.directory)
+        return set_aside.rename_aside(log.directory)
 
-    def _rename_aside(self, directory: Path) -> Path:
-        target = directory.with_name(directory.name + STRAY_SUFFIX)
-        suffix = 0
-        while target.exists():
-            suffix += 1
-            if suffix >= log_files.MAX_STRAY_COPIES:
-                raise StorageError(
-                    f"{directory.name}: {log_files.MAX_STRAY_COPIES} stray copies already "
-                    f"exist; remove some before this partition can be set aside"
-                )
-            target = directory.with_name(f"{directory.name}{STRAY_SUFFIX}.{suffix}")
-        try:
-            directory.rename(target)
-        except OSError as exc:
-            raise StorageError(f"cannot set {directory.name} aside: {exc}") from exc
-        log_files.fsync_directory(target.parent)
-        return target
+    def delete_set_aside(self, topic: str, partition: int, topic_id: str) -> list[Path]:
+        """Delete this partition's set-aside copies of topic `topic_id` (set_aside.py)."""
+        return set_aside.delete_copies(self._dirs, topic, partition, topic_id)
 
     def _set_aside_other_topic(self, directory: Path, topic_id: str) -> None:
         """A directory left on disk but not opened (its partition offline) that belongs to
@@ -350,7 +336,7 @@ class LogManager:
             return
         held = partition_metadata.read(directory)
         if held and held != topic_id:
-            aside = self._rename_aside(directory)
+            aside = set_aside.rename_aside(directory)
             logger.warning("%s belongs to topic id %s: set aside as %s", directory, held, aside)
 
     # -- background work ---------------------------------------------------------------
