@@ -61,3 +61,18 @@ def test_deleted_topics_leave_no_copy_on_any_node_and_no_warning(tmp_path, caplo
         if r.levelno >= logging.WARNING and r.name.startswith(("services", "seglog"))
     ]
     assert loud == []
+
+
+def test_a_delete_cut_short_by_a_crash_is_finished_at_the_next_start(tmp_path):
+    """A set-aside copy being deleted is renamed `-delete` first: a node that stops before
+    removing it removes it when it next loads its logs, and never opens it."""
+    cluster = LocalCluster(tmp_path, nodes=1)
+    try:
+        leftover = tmp_path / "node-1" / "cut-0-stray-delete"
+        leftover.mkdir()
+        (leftover / "00000000000000000000.log").write_bytes(b"")
+        cluster.stop_node(1)
+        cluster.start_node(1)
+        assert not leftover.exists()
+    finally:
+        cluster.close()

@@ -111,7 +111,9 @@ class LogManager:
         found: list[Path] = []
         for d in self._dirs:
             for child in sorted(d.iterdir()):
-                if child.is_dir() and not child.name.endswith("-delete"):
+                if child.is_dir() and child.name.endswith(set_aside.DELETE_SUFFIX):
+                    shutil.rmtree(child, ignore_errors=True)  # a delete a crash cut short
+                elif child.is_dir():
                     try:
                         log_files.parse_topic_partition(child)
                     except ValueError:
