@@ -44,7 +44,7 @@ from tests.container_smoke import (
     _wait,
     smoke_main,
 )
-from tests.ports import free_ports
+from tests.ports import free_port_run, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = 500
@@ -89,6 +89,11 @@ def playable(objects: list[dict], image: str, gateway_port: int, internal_port: 
             (container,) = played["spec"]["template"]["spec"]["containers"]
             _set_env(container, "SEGLOG_LISTEN", f"127.0.0.1:{gateway_port}")
             _set_env(container, "SEGLOG_INTERNAL_LISTEN", f"127.0.0.1:{internal_port}")
+            # The Kafka listener on free ports too (the host's network: 9092 may be taken),
+            # its nodes' brokers at the ports after it.
+            kafka = f"127.0.0.1:{free_port_run(NODES + 2)}"
+            _set_env(container, "SEGLOG_KAFKA_LISTEN", kafka)
+            _set_env(container, "SEGLOG_KAFKA_ADVERTISED_LISTEN", kafka)
             out.append(played)
     return out
 
@@ -151,6 +156,8 @@ def _on_this_machine(obj: dict, objects: list[dict], image: str) -> dict:
     # podman's downward API knows the pod's name, not its namespace or host.
     _set_env(container, "POD_NAMESPACE", played["metadata"].get("namespace", "default"))
     _set_env(container, "NODE_NAME", "localhost")
+    # Nor its status.podIP: on the host's network the pod's address is the host's loopback.
+    _set_env(container, "POD_IP", "127.0.0.1")
     return played
 
 
