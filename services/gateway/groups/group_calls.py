@@ -70,7 +70,7 @@ class GroupCalls:
     def committed(self, caller: Caller, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         """The group's committed offsets, by (topic, partition)."""
         return self.groups.on_coordinator(
-            caller, "FetchOffsets", group_id, lambda: self.offsets.committed(group_id)
+            caller, "FetchOffsets", group_id, lambda: self.groups.fetch_offsets(group_id)[0]
         )
 
     def look_up(self, caller: Caller, group_id: str) -> GroupLookup:

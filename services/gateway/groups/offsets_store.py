@@ -150,36 +150,7 @@ class OffsetsStore:
             ).partitions[0]
             if earliest.error:
                 raise error_from_code(earliest.error, earliest.error_message)
-            offset = earliest.offset
-            while True:
-                request = common_pb2.FetchRequest(
-                    min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
-                )
-                request.partitions.add(
-                    topic=OFFSETS_TOPIC,
-                    partition=partition,
-                    fetch_offset=offset,
-                    partition_max_bytes=_LOAD_FETCH_BYTES,
-                )
-                high_watermark = offset
-                started_at = offset
-                for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
-                    if message.error:
-                        raise error_from_code(message.error, message.error_message)
-                    high_watermark = message.high_watermark
-                    offset = max(offset, apply_batches(contents, partition, message.records))
-                if offset >= high_watermark:
-                    break
-                if offset == started_at:
-                    logger.error(
-                        "%s-%d: cannot read past offset %d (high watermark %d); serving what "
-                        "was read before it",
-                        OFFSETS_TOPIC,
-                        partition,
-                        offset,
-                        high_watermark,
-                    )
-                    break
+            self._read(stub, contents, partition, earliest.offset)
         except grpc.RpcError as exc:
             raise CoordinatorLoadInProgressError(
                 f"reading {OFFSETS_TOPIC}-{partition} back failed: {error_from_rpc(exc)}"
@@ -197,6 +168,64 @@ class OffsetsStore:
             partition,
         )
         return contents
+
+    def _read(self, stub, contents: PartitionContents, partition: int, offset: int) -> None:  # type: ignore[no-untyped-def]
+        """Apply the partition's batches from `offset` to its high watermark."""
+        contents.next_offset = max(contents.next_offset, offset)
+        while True:
+            request = common_pb2.FetchRequest(
+                min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
+            )
+            request.partitions.add(
+                topic=OFFSETS_TOPIC,
+                partition=partition,
+                fetch_offset=offset,
+                partition_max_bytes=_LOAD_FETCH_BYTES,
+            )
+            high_watermark = offset
+            started_at = offset
+            for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
+                if message.error:
+                    raise error_from_code(message.error, message.error_message)
+                high_watermark = message.high_watermark
+                offset = max(offset, apply_batches(contents, partition, message.records))
+            if offset >= high_watermark:
+                break
+            if offset == started_at:
+                logger.error(
+                    "%s-%d: cannot read past offset %d (high watermark %d); serving what "
+                    "was read before it",
+                    OFFSETS_TOPIC,
+                    partition,
+                    offset,
+                    high_watermark,
+                )
+                break
+
+    def catch_up(self, partition: int) -> PartitionContents:
+        """The partition's contents with what others appended since it was read (the COMMIT
+        and ABORT markers a transaction coordinator had the node write) applied, in log
+        order, from where reading stopped; what this store wrote itself is applied again,
+        which leaves the same state (the newest record per key wins, in log order)."""
+        contents = self._loaded(partition)
+        with self._partition_lock(partition):
+            try:
+                self._read(self._leader(partition).stub, contents, partition, contents.next_offset)
+            except grpc.RpcError as exc:
+                raise CoordinatorLoadInProgressError(
+                    f"reading {OFFSETS_TOPIC}-{partition} on failed: {error_from_rpc(exc)}"
+                ) from None
+        return contents
+
+    def loaded(self, partition: int) -> PartitionContents:
+        return self._loaded(partition)
+
+    def cached(self, partition: int) -> PartitionContents | None:
+        """The partition's contents if this store has read it, else None (nothing read)."""
+        return self._cache.get(partition)
+
+    def partition_lock(self, partition: int) -> threading.Lock:
+        return self._partition_lock(partition)
 
     def committed(self, group_id: str) -> GroupOffsets:
         return dict(self._loaded(self.partition_for(group_id)).offsets.get(group_id, {}))
@@ -251,8 +280,8 @@ class OffsetsStore:
         if not entries:
             return
         with self._partition_lock(partition):
-            self._append(partition, builder.build())
-            contents.offsets.setdefault(group_id, {}).update(entries)
+            at = self._append(partition, builder.build())
+            contents.set_committed(group_id, entries, at)
 
     def store_group(self, group_id: str, group: GroupMetadata) -> None:
         """Write a group's GroupMetadata record (Kafka's key type 2): its generation, protocol
@@ -366,7 +395,11 @@ class OffsetsStore:
             " and its metadata" if drop_group else "",
         )
 
-    def _append(self, partition: int, records: bytes) -> None:
+    def append(self, partition: int, records: bytes) -> int:
+        """Append a batch (the caller holds the partition's lock); its base offset."""
+        return self._append(partition, records)
+
+    def _append(self, partition: int, records: bytes) -> int:
         # acks=all, as Kafka's coordinator writes: a commit acknowledged is on every in-sync
         # replica, and reading back (below the high watermark) finds it.
         request = common_pb2.ProduceRequest(
@@ -384,3 +417,8 @@ class OffsetsStore:
             if error.retriable:
                 raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
             raise error
+        contents = self._cache.get(partition)
+        # Reading the tail goes on past this batch only if nothing came before it unread.
+        if contents is not None and result.base_offset == contents.next_offset:
+            contents.next_offset = result.last_offset + 1
+        return int(result.base_offset)

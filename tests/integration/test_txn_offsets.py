@@ -1,0 +1,119 @@
+"""Transactional offsets in the group coordinator (Kafka's TxnOffsetCommit, KIP-98/KIP-447),
+at the wire with kafka-python's protocol classes on a real gateway and node: offsets held
+pending per producer until the transaction's marker, invisible to OffsetFetch meanwhile
+(UNSTABLE_OFFSET_COMMIT with require_stable), committed or dropped by the transaction
+coordinator's hook, and the same state read back from the log (COMMIT/ABORT control batches
+replayed) by a gateway that loads the partition, or picked up from the log's tail when
+another gateway wrote the marker."""
+
+from __future__ import annotations
+
+import itertools
+
+import kafka
+import pytest
+from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+from seglog.v1 import common_pb2
+from services.gateway.groups.offsets_contents import OFFSETS_TOPIC
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+from tests.txn_batches import ABORT, COMMIT, control_batch
+
+TOPIC = "txn-offsets-in"
+NONE = 0
+UNSTABLE_OFFSET_COMMIT = kafka.errors.UnstableOffsetCommitError.errno
+ILLEGAL_GENERATION = kafka.errors.IllegalGenerationError.errno
+UNKNOWN_MEMBER_ID = kafka.errors.UnknownMemberIdError.errno
+UNKNOWN_TOPIC_OR_PARTITION = kafka.errors.UnknownTopicOrPartitionError.errno
+_producer_ids = itertools.count(7000)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("txn-offsets"), nodes=1)
+    c.admin.create_topic(TOPIC, 2, 1)
+    yield c
+    c.close()
+
+
+def txn_commit(wire, group, producer_id, offsets, *, version=3, epoch=0, generation=-1,
+               member_id="", topic=TOPIC):
+    fields = dict(
+        transactional_id=f"txn-{producer_id}",
+        group_id=group,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        topics=[
+            TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name=topic,
+                partitions=[
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+                    .TxnOffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=o, committed_metadata="m"
+                    )
+                    for p, o in offsets.items()
+                ],
+            )
+        ],
+    )
+    if version >= 3:
+        fields.update(generation_id=generation, member_id=member_id, group_instance_id=None)
+    answer = wire.request(TxnOffsetCommitRequest[version](**fields), version,
+                          TxnOffsetCommitResponse)
+    return {p.partition_index: p.error_code for t in answer.topics for p in t.partitions}
+
+
+def offset_fetch(wire, group, *, require_stable):
+    request = OffsetFetchRequest[7](
+        group_id=group,
+        topics=[
+            OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])
+        ],
+        require_stable=require_stable,
+    )
+    answer = wire.request(request, 7, OffsetFetchResponse)
+    assert answer.error_code == NONE
+    return {
+        p.partition_index: (p.committed_offset, p.error_code)
+        for t in answer.topics
+        for p in t.partitions
+    }
+
+
+def append_as_another_gateway(cluster, partition: int, records: bytes) -> None:
+    """Append to the node directly, as another gateway's transaction coordinator has the
+    node write its marker: this gateway's store does not see it written."""
+    gateway = cluster.gateway
+    route = gateway.registry.route(OFFSETS_TOPIC, partition)
+    stub = gateway.connections.get(route.leader, route.address).stub
+    request = common_pb2.ProduceRequest(topic=OFFSETS_TOPIC, acks=-1, timeout_ms=5000)
+    request.partitions.add(partition=partition, records=records)
+    (result,) = stub.Append(request, timeout=10).partitions
+    assert result.error == 0, result.error_message
+
+
+def test_txn_offsets_are_pending_until_the_transaction_commits(cluster):
+    group, pid = "txn-commit", next(_producer_ids)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert offset_fetch(wire, group, require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
+        assert txn_commit(wire, group, pid, {0: 5, 1: 9}) == {0: NONE, 1: NONE}
+        # Not visible; with require_stable, unstable.
+        assert offset_fetch(wire, group, require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
+        assert offset_fetch(wire, group, require_stable=True) == {
+            0: (-1, UNSTABLE_OFFSET_COMMIT),
+            1: (-1, UNSTABLE_OFFSET_COMMIT),
+        }
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (5, 0), 1: (9, 0)}
+
+
+def test_txn_offsets_are_dropped_when_the_transaction_aborts(cluster):
+    group, pid = "txn-abort", next(_producer_ids)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 3}) == {0: NONE}
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        assert txn_commit(wire, group, pid, {0: 8}, epoch=1) == {0: NONE}
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 1, False)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (3, 0), 1: (-1, 0)}
