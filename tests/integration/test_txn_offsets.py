@@ -12,7 +12,12 @@ import itertools
 
 import kafka
 import pytest
-from kafka.protocol.consumer.group import OffsetFetchRequest, OffsetFetchResponse
+from kafka.protocol.consumer.group import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
 from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from seglog.v1 import common_pb2
@@ -38,8 +43,18 @@ def cluster(tmp_path_factory):
     c.close()
 
 
-def txn_commit(wire, group, producer_id, offsets, *, version=3, epoch=0, generation=-1,
-               member_id="", topic=TOPIC):
+def txn_commit(
+    wire,
+    group,
+    producer_id,
+    offsets,
+    *,
+    version=3,
+    epoch=0,
+    generation=-1,
+    member_id="",
+    topic=TOPIC,
+):
     fields = dict(
         transactional_id=f"txn-{producer_id}",
         group_id=group,
@@ -49,8 +64,7 @@ def txn_commit(wire, group, producer_id, offsets, *, version=3, epoch=0, generat
             TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
                 name=topic,
                 partitions=[
-                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
-                    .TxnOffsetCommitRequestPartition(
+                    TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic.TxnOffsetCommitRequestPartition(
                         partition_index=p, committed_offset=o, committed_metadata="m"
                     )
                     for p, o in offsets.items()
@@ -60,17 +74,16 @@ def txn_commit(wire, group, producer_id, offsets, *, version=3, epoch=0, generat
     )
     if version >= 3:
         fields.update(generation_id=generation, member_id=member_id, group_instance_id=None)
-    answer = wire.request(TxnOffsetCommitRequest[version](**fields), version,
-                          TxnOffsetCommitResponse)
+    answer = wire.request(
+        TxnOffsetCommitRequest[version](**fields), version, TxnOffsetCommitResponse
+    )
     return {p.partition_index: p.error_code for t in answer.topics for p in t.partitions}
 
 
 def offset_fetch(wire, group, *, require_stable):
     request = OffsetFetchRequest[7](
         group_id=group,
-        topics=[
-            OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])
-        ],
+        topics=[OffsetFetchRequest.OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0, 1])],
         require_stable=require_stable,
     )
     answer = wire.request(request, 7, OffsetFetchResponse)
@@ -117,3 +130,88 @@ def test_txn_offsets_are_dropped_when_the_transaction_aborts(cluster):
         assert txn_commit(wire, group, pid, {0: 8}, epoch=1) == {0: NONE}
         cluster.gateway.groups.complete_transactional_offsets(group, pid, 1, False)
         assert offset_fetch(wire, group, require_stable=True) == {0: (3, 0), 1: (-1, 0)}
+
+
+def test_a_gateway_loading_the_log_replays_markers_to_the_same_offsets(cluster):
+    """Two producers' transactions in one partition, one committed and one aborted by their
+    control batches, and a third still open: read back whole (a failover's load), the
+    partition gives what the hook gave."""
+    group = "txn-replay"
+    committer, aborter, open_one = (next(_producer_ids) for _ in range(3))
+    groups = cluster.gateway.groups
+    partition = groups.offsets.partition_for(group)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, committer, {0: 11}) == {0: NONE}
+        assert txn_commit(wire, group, aborter, {1: 22}) == {1: NONE}
+        assert txn_commit(wire, group, open_one, {1: 33}) == {1: NONE}
+        append_as_another_gateway(cluster, partition, control_batch(committer, COMMIT))
+        append_as_another_gateway(cluster, partition, control_batch(aborter, ABORT))
+        groups.complete_transactional_offsets(group, committer, 0, True)
+        groups.complete_transactional_offsets(group, aborter, 0, False)
+        live = offset_fetch(wire, group, require_stable=True)
+        assert live == {0: (11, 0), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
+        groups.offsets.forget_partition(partition)  # as when another gateway held it
+        assert offset_fetch(wire, group, require_stable=True) == live
+        append_as_another_gateway(cluster, partition, control_batch(open_one, COMMIT))
+        groups.offsets.forget_partition(partition)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (11, 0), 1: (33, 0)}
+
+
+def test_a_marker_written_by_another_gateway_settles_the_groups_offsets(cluster):
+    """The transaction's coordinator is another gateway: its hook call is not made here, the
+    marker is in the log; the group's coordinator reads it from the partition's tail."""
+    group, pid = "txn-elsewhere", next(_producer_ids)
+    partition = cluster.gateway.groups.offsets.partition_for(group)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 4, 1: 6}) == {0: NONE, 1: NONE}
+        assert offset_fetch(wire, group, require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
+        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        assert offset_fetch(wire, group, require_stable=True) == {0: (4, 0), 1: (6, 0)}
+
+
+def test_a_plain_commit_after_the_transactions_offsets_wins_at_its_commit(cluster):
+    """Kafka keeps the offset of the later record: a plain OffsetCommit written after the
+    transaction's offsets is not overwritten when the transaction commits."""
+    group, pid = "txn-then-plain", next(_producer_ids)
+    groups = cluster.gateway.groups
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 10, 1: 10}) == {0: NONE, 1: NONE}
+        commit = OffsetCommitRequest[8](
+            group_id=group,
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=[
+                        OffsetCommitRequest.OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=20, committed_metadata=""
+                        )
+                    ],
+                )
+            ],
+        )
+        wire.request(commit, 8, OffsetCommitResponse)
+        groups.complete_transactional_offsets(group, pid, 0, True)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (20, 0), 1: (10, 0)}
+
+
+def test_txn_offset_commit_answers_kafkas_errors(cluster):
+    group, pid = "txn-errors", next(_producer_ids)
+    with KafkaWire(cluster.kafka_address) as wire:
+        # A member or generation named must be the group's (KIP-447's zombie fencing): the
+        # group has none.
+        assert txn_commit(wire, group, pid, {0: 1}, generation=3) == {0: ILLEGAL_GENERATION}
+        assert txn_commit(wire, group, pid, {0: 1}, generation=3, member_id="gone") == {
+            0: ILLEGAL_GENERATION
+        }
+        # Versions 0-2 name no member; the oldest version works.
+        assert txn_commit(wire, group, pid, {0: 2}, version=0) == {0: NONE}
+        assert txn_commit(wire, group, pid, {7: 1}) == {7: UNKNOWN_TOPIC_OR_PARTITION}
+        assert txn_commit(wire, group, pid, {0: 1}, topic="no-such-topic") == {
+            0: UNKNOWN_TOPIC_OR_PARTITION
+        }
+        assert txn_commit(wire, group, pid, {1: 5}, version=5) == {1: NONE}
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (2, 0), 1: (5, 0)}
