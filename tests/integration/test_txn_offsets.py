@@ -215,3 +215,22 @@ def test_txn_offset_commit_answers_kafkas_errors(cluster):
         assert txn_commit(wire, group, pid, {1: 5}, version=5) == {1: NONE}
         cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
         assert offset_fetch(wire, group, require_stable=True) == {0: (2, 0), 1: (5, 0)}
+
+
+def test_a_producers_next_transaction_is_not_settled_by_its_previous_marker(cluster):
+    """The previous transaction's marker was written by another gateway and not yet read
+    here when the producer's next transaction commits offsets: the marker settles only the
+    offsets written before it."""
+    group, pid = "txn-next", next(_producer_ids)
+    partition = cluster.gateway.groups.offsets.partition_for(group)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 1, 1: 1}) == {0: NONE, 1: NONE}
+        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        assert txn_commit(wire, group, pid, {0: 2}, epoch=1) == {0: NONE}
+        assert offset_fetch(wire, group, require_stable=True) == {
+            0: (-1, UNSTABLE_OFFSET_COMMIT),  # Kafka answers no offset with it
+            1: (1, 0),
+        }
+        assert offset_fetch(wire, group, require_stable=False) == {0: (1, 0), 1: (1, 0)}
+        append_as_another_gateway(cluster, partition, control_batch(pid, ABORT, epoch=1))
+        assert offset_fetch(wire, group, require_stable=True) == {0: (1, 0), 1: (1, 0)}

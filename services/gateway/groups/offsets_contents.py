@@ -91,15 +91,33 @@ class PartitionContents:
         for topic, partition in entries:
             self.record_offsets[(group_id, topic, partition)] = record_offset
 
-    def complete(self, producer_id: int, committed: bool) -> int:
+    def complete(self, producer_id: int, committed: bool, marker_offset: int | None = None) -> int:
         """The producer's pending offsets committed (each only over an older record) or
-        dropped; returns how many were pending."""
+        dropped; returns how many were pending. `marker_offset`: where the marker sits in
+        the log; only offsets written before it are its transaction's (reading the tail
+        again can meet an old marker after this store already holds the producer's next
+        transaction's offsets, which stay pending)."""
         pending = self.pending.pop(producer_id, None)
         if pending is None:
             return 0
-        count = sum(len(o) for o in pending.offsets.values())
-        if not committed:
-            return count
+        count = 0
+        later = PendingOffsets()
+        for group_id, offsets in pending.offsets.items():
+            for tp, offset in offsets.items():
+                key = (group_id, *tp)
+                at = pending.record_offsets.get(key, -1)
+                if marker_offset is not None and at > marker_offset:
+                    later.offsets.setdefault(group_id, {})[tp] = offset
+                    later.record_offsets[key] = at
+                    continue
+                count += 1
+                held = self.offsets.get(group_id, {}).get(tp)
+                if committed and (held is None or at > self.record_offsets.get(key, -1)):
+                    self.offsets.setdefault(group_id, {})[tp] = offset
+                    self.record_offsets[key] = at
+        if later.offsets:
+            self.pending[producer_id] = later
+        return count
         for group_id, offsets in pending.offsets.items():
             for tp, offset in offsets.items():
                 key = (group_id, *tp)
@@ -146,7 +164,7 @@ def _apply(contents: PartitionContents, batch: RecordBatch) -> None:
             if record.key is not None and len(record.key) >= _CONTROL_KEY.size:
                 _, kind = _CONTROL_KEY.unpack_from(record.key)
                 if kind in (CONTROL_ABORT, CONTROL_COMMIT):
-                    contents.complete(header.producer_id, kind == CONTROL_COMMIT)
+                    contents.complete(header.producer_id, kind == CONTROL_COMMIT, record.offset)
         return
     transactional = header.producer_id if header.is_transactional else None
     for record in batch.records():

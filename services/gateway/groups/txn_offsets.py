@@ -147,6 +147,11 @@ class TransactionalOffsets:
         store = self.groups.offsets
         contents = store.loaded(partition)
         try:
+            if request.producer_id in contents.pending:
+                # Offsets of this producer's earlier transaction are held: its marker may be
+                # in the log, written by another gateway's coordinator; applied first, so
+                # this transaction's offsets are not taken for that one's.
+                contents = store.catch_up(partition)
             with store.partition_lock(partition):
                 at = store.append(partition, builder.build())
                 contents.add_pending(request.producer_id, request.group_id, entries, at)
