@@ -9,7 +9,9 @@ another gateway wrote the marker."""
 from __future__ import annotations
 
 import itertools
+import time
 
+import confluent_kafka
 import kafka
 import pytest
 from kafka.protocol.consumer.group import (
@@ -20,11 +22,14 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
+from seglog.client.consumer import Consumer
+from seglog.security.acls import AclBinding
 from seglog.v1 import common_pb2
 from services.gateway.groups.offsets_contents import OFFSETS_TOPIC
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.txn_batches import ABORT, COMMIT, control_batch
+from tests.waiting import wait_until
 
 TOPIC = "txn-offsets-in"
 NONE = 0
@@ -32,6 +37,7 @@ UNSTABLE_OFFSET_COMMIT = kafka.errors.UnstableOffsetCommitError.errno
 ILLEGAL_GENERATION = kafka.errors.IllegalGenerationError.errno
 UNKNOWN_MEMBER_ID = kafka.errors.UnknownMemberIdError.errno
 UNKNOWN_TOPIC_OR_PARTITION = kafka.errors.UnknownTopicOrPartitionError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = kafka.errors.TransactionalIdAuthorizationFailedError.errno
 _producer_ids = itertools.count(7000)
 
 
@@ -234,3 +240,96 @@ def test_a_producers_next_transaction_is_not_settled_by_its_previous_marker(clus
         assert offset_fetch(wire, group, require_stable=False) == {0: (1, 0), 1: (1, 0)}
         append_as_another_gateway(cluster, partition, control_batch(pid, ABORT, epoch=1))
         assert offset_fetch(wire, group, require_stable=True) == {0: (1, 0), 1: (1, 0)}
+
+
+def test_txn_offset_commit_fences_by_the_groups_member_and_generation(cluster):
+    """KIP-447: the producer sends its consumer's group metadata; a member or generation
+    that is no longer the group's is refused (a zombie's offsets never pend)."""
+    group, pid = "txn-member", next(_producer_ids)
+    with Consumer(cluster.address, group_id=group, enable_auto_commit=False) as consumer:
+        consumer.subscribe([TOPIC])
+        assert wait_until(
+            lambda: consumer.poll_records(timeout_ms=50) is not None and consumer.assignment(),
+            20,
+        )
+        snapshot = cluster.gateway.coordinator.snapshot(group)
+        (member,) = snapshot.members
+        generation = snapshot.generation
+        with KafkaWire(cluster.kafka_address) as wire:
+
+            def commit(**metadata):
+                return txn_commit(wire, group, pid, {0: 12}, version=3, **metadata)
+
+            assert commit(generation=generation - 1, member_id=member) == {0: ILLEGAL_GENERATION}
+            assert commit(generation=generation, member_id="a-zombie") == {0: UNKNOWN_MEMBER_ID}
+            assert commit(generation=-1, member_id=member) == {0: ILLEGAL_GENERATION}
+            # Pending offsets from the refused ones: none.
+            assert offset_fetch(wire, group, require_stable=True) == {0: (-1, 0), 1: (-1, 0)}
+            assert commit(generation=generation, member_id=member) == {0: NONE}
+            # A producer of versions 0-2 sends no group metadata: accepted (Kafka's rule).
+            assert txn_commit(wire, group, pid, {1: 13}, version=2) == {1: NONE}
+            cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+            assert offset_fetch(wire, group, require_stable=True) == {0: (12, 0), 1: (13, 0)}
+
+
+def test_a_read_committed_librdkafka_consumer_waits_for_pending_offsets(cluster):
+    """librdkafka with isolation.level=read_committed fetches committed offsets with
+    require_stable and retries UNSTABLE_OFFSET_COMMIT: it sees the transaction's offsets
+    once committed, never the older ones while they pend."""
+    group, pid = "txn-rdkafka", next(_producer_ids)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 3}) == {0: NONE}
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        tp = confluent_kafka.TopicPartition(TOPIC, 0)
+        with pytest.raises(confluent_kafka.KafkaException) as waited:
+            consumer.committed([tp], timeout=1.5)
+        assert waited.value.args[0].code() == confluent_kafka.KafkaError._TIMED_OUT
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        (answer,) = consumer.committed([tp], timeout=10)
+        assert answer.offset == 3
+    finally:
+        consumer.close()
+
+
+def test_txn_offset_commit_needs_write_on_the_transactional_id(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1, authorizer=True)
+    try:
+        cluster.gateway.registry.add_acls(
+            [
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "*", op, "allow")
+                for op in ("Create", "Read", "Describe")
+            ]
+            + [
+                AclBinding("User:ANONYMOUS", "*", "group", "literal", "*", op, "allow")
+                for op in ("Read", "Describe")
+            ]
+        )
+        cluster.admin.create_topic(TOPIC, 2, 1)
+        with KafkaWire(cluster.kafka_address) as wire:
+            assert txn_commit(wire, "txn-acl", 42, {0: 1, 1: 1}) == {
+                0: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                1: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            }
+            assert offset_fetch(wire, "txn-acl", require_stable=True) == {0: (-1, 0), 1: (-1, 0)}
+    finally:
+        cluster.close()
+
+
+def test_an_offset_with_transactional_offsets_pending_does_not_expire(cluster):
+    group, pid = "txn-expiry", next(_producer_ids)
+    offsets = cluster.gateway.groups.offsets
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 1, 1: 1}) == {0: NONE, 1: NONE}
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        assert txn_commit(wire, group, pid, {0: 2}, epoch=1) == {0: NONE}
+        # Retention 0: every offset of the group is past it now, but the pending one's.
+        offsets.expire_offsets(time.time_ns() // 1_000_000, 0, active_groups=set())
+        assert offset_fetch(wire, group, require_stable=False) == {0: (1, 0), 1: (-1, 0)}

@@ -312,11 +312,15 @@ class OffsetsStore:
                     and meta.current_state_timestamp_ms >= 0
                     else None
                 )
+                # Kafka keeps an offset a transaction is about to replace (it would come back
+                # at the commit with nothing before it).
+                pending = contents.pending_partitions(group_id) if contents.pending else set()
                 expired = [
                     tp
                     for tp, c in offsets.items()
                     if now_ms - (c.commit_timestamp_ms if empty_since is None else empty_since)
                     >= retention_ms
+                    and tp not in pending
                 ]
                 if expired:
                     drop_group = len(expired) == len(offsets) and meta is not None
