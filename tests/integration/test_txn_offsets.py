@@ -23,10 +23,13 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
 from seglog.client.consumer import Consumer
+from seglog.client.producer import Producer
+from seglog.client.structs import TopicPartition
+from seglog.errors import RequestTimedOutError
 from seglog.security.acls import AclBinding
 from seglog.v1 import common_pb2
 from services.gateway.groups.offsets_contents import OFFSETS_TOPIC
-from tests.cluster import LocalCluster
+from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire
 from tests.txn_batches import ABORT, COMMIT, control_batch
 from tests.waiting import wait_until
@@ -333,3 +336,37 @@ def test_an_offset_with_transactional_offsets_pending_does_not_expire(cluster):
         # Retention 0: every offset of the group is past it now, but the pending one's.
         offsets.expire_offsets(time.time_ns() // 1_000_000, 0, active_groups=set())
         assert offset_fetch(wire, group, require_stable=False) == {0: (1, 0), 1: (-1, 0)}
+
+
+def test_a_read_committed_seglog_consumer_starts_at_the_transactions_offsets(cluster):
+    """seglog's Consumer, read_committed in a group: a partition whose offsets a transaction
+    has pending gets no position (it would otherwise start from the older offset, or reset)
+    until the transaction commits; then it reads from the transaction's offset."""
+    group, pid, topic = "txn-seglog", next(_producer_ids), "txn-seglog-in"
+    cluster.admin.create_topic(topic, 1, 1)
+    with Producer(cluster.address) as producer:
+        producer.send_many(topic, [b"v%d" % i for i in range(6)], partition=0)
+        producer.flush(10)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 4}, topic=topic) == {0: NONE}
+    tp = TopicPartition(topic, 0)
+    with Consumer(
+        cluster.address,
+        group_id=group,
+        isolation_level="read_committed",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        retry_backoff_ms=20,
+        request_timeout_ms=1000,
+    ) as consumer:
+        consumer.subscribe([topic])
+        assert wait_until(
+            lambda: consumer.poll_records(timeout_ms=50) == [] and consumer.assignment(), 20
+        )
+        assert consumer.poll_records(timeout_ms=200) == []  # no position: nothing read
+        with pytest.raises(RequestTimedOutError):
+            consumer.committed(tp)  # waits out its request timeout for the transaction
+        cluster.gateway.groups.complete_transactional_offsets(group, pid, 0, True)
+        got = drain(consumer, 2, timeout_s=10)
+        assert [r.offset for r in got] == [4, 5]
+        assert consumer.committed(tp)[tp].offset == 4
