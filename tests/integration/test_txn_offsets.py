@@ -370,3 +370,19 @@ def test_a_read_committed_seglog_consumer_starts_at_the_transactions_offsets(clu
         got = drain(consumer, 2, timeout_s=10)
         assert [r.offset for r in got] == [4, 5]
         assert consumer.committed(tp)[tp].offset == 4
+
+
+def test_deleting_a_group_drops_its_pending_offsets_in_the_log_too(cluster):
+    """Kafka tombstones a deleted group's pending offsets: the transaction's later commit
+    brings nothing back, live or read back from the log."""
+    group, pid = "txn-deleted", next(_producer_ids)
+    groups = cluster.gateway.groups
+    partition = groups.offsets.partition_for(group)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert txn_commit(wire, group, pid, {0: 7}) == {0: NONE}
+        assert cluster.admin.delete_groups([group]) == {group: None}
+        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        groups.complete_transactional_offsets(group, pid, 0, True)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (-1, 0), 1: (-1, 0)}
+        groups.offsets.forget_partition(partition)
+        assert offset_fetch(wire, group, require_stable=True) == {0: (-1, 0), 1: (-1, 0)}

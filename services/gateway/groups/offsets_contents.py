@@ -86,6 +86,19 @@ class PartitionContents:
         for topic, partition in entries:
             pending.record_offsets[(group_id, topic, partition)] = record_offset
 
+    def drop_pending(self, group_id: str, tp: tuple[str, int]) -> None:
+        """A tombstone for the partition's offset removes what transactions hold pending
+        for it too (Kafka's replay of an offset tombstone)."""
+        for producer_id, pending in list(self.pending.items()):
+            offsets = pending.offsets.get(group_id)
+            if offsets is None or offsets.pop(tp, None) is None:
+                continue
+            pending.record_offsets.pop((group_id, *tp), None)
+            if not offsets:
+                del pending.offsets[group_id]
+            if not pending.offsets:
+                del self.pending[producer_id]
+
     def set_committed(self, group_id: str, entries: GroupOffsets, record_offset: int) -> None:
         self.offsets.setdefault(group_id, {}).update(entries)
         for topic, partition in entries:
@@ -194,6 +207,7 @@ def _apply_record(
         return
     group_id, topic, partition = decode_offset_key(key)
     if value is None:
+        contents.drop_pending(group_id, (topic, partition))
         offsets = contents.offsets.get(group_id)
         if offsets is not None:
             offsets.pop((topic, partition), None)

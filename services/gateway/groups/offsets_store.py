@@ -333,7 +333,9 @@ class OffsetsStore:
         how many offsets went. GROUP_ID_NOT_FOUND when it has neither."""
         partition = self.partition_for(group_id)
         contents = self._loaded(partition)
-        offsets = list(contents.offsets.get(group_id, {}))
+        # Transactions' pending offsets go too (Kafka tombstones them with the group's).
+        pending = contents.pending_partitions(group_id) if contents.pending else set()
+        offsets = sorted(set(contents.offsets.get(group_id, {})) | pending)
         if not offsets and group_id not in contents.groups:
             raise GroupIdNotFoundError(f"group {group_id!r} has no offsets or metadata")
         now_ms = time.time_ns() // 1_000_000
@@ -387,6 +389,7 @@ class OffsetsStore:
             offsets = contents.offsets.get(group_id, {})
             for tp in expired:
                 offsets.pop(tp, None)
+                contents.drop_pending(group_id, tp)
             if not offsets:
                 contents.offsets.pop(group_id, None)
             if drop_group:
