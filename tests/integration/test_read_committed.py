@@ -7,6 +7,7 @@ gateway alike."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from seglog.client.consumer import Consumer
@@ -135,3 +136,13 @@ def test_the_cli_reads_at_the_isolation_level_given(cluster, capsys, monkeypatch
         )
     assert refused.value.code == 2
     assert "read_committed" in capsys.readouterr().err
+
+
+def test_an_unknown_isolation_level_is_refused_whole(cluster):
+    request = common_pb2.FetchRequest(min_bytes=1, max_wait_ms=0, max_bytes=1 << 20)
+    request.isolation_level = 2
+    request.partitions.add(topic=TOPIC, partition=0, fetch_offset=0, partition_max_bytes=1 << 20)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(cluster.stub.Fetch(request, timeout=10))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "isolation_level 2" in refused.value.details()
