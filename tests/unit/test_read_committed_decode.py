@@ -5,6 +5,8 @@ record, at either isolation level."""
 
 from __future__ import annotations
 
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
 from seglog.client.config import ConsumerConfig
 from seglog.client.fetched import CompletedFetch, aborted_batches, decode, next_offset_after
 from seglog.client.structs import TopicPartition
@@ -119,3 +121,19 @@ def test_isolation_level_is_checked():
         assert "isolation_level" in str(exc)
     else:
         raise AssertionError("a misspelt isolation level was taken")
+
+
+def test_legacy_entries_before_transactions_do_not_stop_the_skipping():
+    """A log written by old clients, then by transactional ones: the old entries are passed
+    over, the aborted batches after them still skipped."""
+    legacy = LegacyRecordBatchBuilder(1, 0, 1 << 20)
+    for i in range(2):
+        legacy.append(i, 1000, None, b"old%d" % i)
+    records = bytes(legacy.build()) + log(
+        batch(-1, [b"p1", b"p2"]),  # v2 offsets from 0: 0-1
+        batch(ABORTED, [b"x1"]),  # 2
+        control_batch(ABORTED, ABORT),  # 3
+        batch(COMMITTED, [b"c1"]),  # 4
+    )
+    assert values(records, aborted=[(ABORTED, 2)], position=2) == [b"c1"]
+    assert values(records, aborted=[(ABORTED, 2)]) == [b"old0", b"old1", b"p1", b"p2", b"c1"]

@@ -122,8 +122,11 @@ def aborted_batches(records: bytes | memoryview, aborted: Sequence[tuple[int, in
     pos, end = 0, len(records)
     while end - pos >= 61:
         base_offset, length = _HEADER.unpack_from(records, pos)
-        if length < 49 or pos + 12 + length > end or records[pos + _MAGIC_AT] < 2:
+        if length < 0 or pos + 12 + length > end:
             break
+        if records[pos + _MAGIC_AT] < 2 or length < 49:
+            pos += 12 + length  # a legacy entry (no transactions), passed over
+            continue
         header = read_header(records, pos)
         if header.producer_id >= 0:
             while waiting and waiting[-1][1] <= header.last_offset:
