@@ -82,7 +82,9 @@ class GroupsCore:
             self.coordination.gained.append(offsets.forget_partition)
             self.coordination.lost.append(self._lost)
         # TxnOffsetCommit's pending offsets (txn_offsets.py).
-        self.transactional = TransactionalOffsets(self, coordinator)
+        self.transactional = TransactionalOffsets(
+            offsets, coordinator, authorization, self.on_coordinator, self._check_commit_entry
+        )
 
     # -- which gateway coordinates, what it lists, what it commits -----------------------------
 
@@ -135,9 +137,6 @@ class GroupsCore:
         still pending (markers others wrote applied first)."""
         unstable = self.transactional.settled(group_id)
         return self.offsets.committed(group_id), unstable
-
-    def check_commit_entry(self, commit: OffsetToCommit) -> SeglogError | None:
-        return self._check_commit_entry(commit)
 
     def _check_commit_entry(self, commit: OffsetToCommit) -> SeglogError | None:
         topic = self.registry.topics.get(commit.topic)

@@ -33,20 +33,20 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 from seglog.errors import IllegalGenerationError, PermissionDeniedError, SeglogError
 from seglog.records import RecordBatchBuilder
 
+from ..authorization import Authorization
 from ..broker.caller import Caller
 from .classic_protocol import named_member
 from .coordinator import GroupCoordinator, check_group_id
 from .group_state import OffsetToCommit
 from .offsets_formats import CommittedOffset, encode_offset_key, encode_offset_value
+from .offsets_store import OffsetsStore
 
-if TYPE_CHECKING:
-    from .groups_core import GroupsCore
-
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
@@ -75,10 +75,30 @@ class TxnOffsetCommit:
 Verifier = Callable[[TxnOffsetCommit, int], None]
 
 
+class OnCoordinator(Protocol):
+    """The groups core's gate (groups_core.py): `work`'s answer once the caller may call
+    the API on the group and this gateway coordinates it."""
+
+    def __call__(self, caller: Caller, api: str, group_id: str, work: Callable[[], T]) -> T: ...
+
+
 class TransactionalOffsets:
-    def __init__(self, groups: GroupsCore, coordinator: GroupCoordinator) -> None:
-        self.groups = groups
+    """The groups core's part for transactions (GroupsCore holds one, handing it its gate
+    and its check of an offset to commit)."""
+
+    def __init__(
+        self,
+        offsets: OffsetsStore,
+        coordinator: GroupCoordinator,
+        authorization: Authorization,
+        on_coordinator: OnCoordinator,
+        check_entry: Callable[[OffsetToCommit], SeglogError | None],
+    ) -> None:
+        self.offsets = offsets
         self.coordinator = coordinator
+        self.authorization = authorization
+        self.on_coordinator = on_coordinator
+        self.check_entry = check_entry
         self.verify: Verifier | None = None
 
     # -- TxnOffsetCommit ---------------------------------------------------------------------
@@ -87,7 +107,7 @@ class TransactionalOffsets:
         """Each offset's error or None, in order; raises for the whole request (the
         transactional id or group refused, the member fenced, not the coordinator)."""
         try:
-            self.groups.authorization.check(
+            self.authorization.check(
                 caller,
                 [("Write", "transactional_id", request.transactional_id)],
                 "TxnOffsetCommit",
@@ -98,12 +118,12 @@ class TransactionalOffsets:
         def work() -> list[SeglogError | None]:
             check_group_id(request.group_id)
             self._check_member(request)
-            partition = self.groups.offsets.partition_for(request.group_id)
+            partition = self.offsets.partition_for(request.group_id)
             if self.verify is not None:
                 self.verify(request, partition)
             return self._write(request, partition)
 
-        return self.groups.on_coordinator(caller, "CommitOffsets", request.group_id, work)
+        return self.on_coordinator(caller, "CommitOffsets", request.group_id, work)
 
     def _check_member(self, request: TxnOffsetCommit) -> None:
         group = self.coordinator.snapshot(request.group_id)
@@ -123,7 +143,7 @@ class TransactionalOffsets:
             )
 
     def _write(self, request: TxnOffsetCommit, partition: int) -> list[SeglogError | None]:
-        problems = [self.groups.check_commit_entry(o) for o in request.offsets]
+        problems = [self.check_entry(o) for o in request.offsets]
         now_ms = time.time_ns() // 1_000_000
         builder = RecordBatchBuilder(
             producer_id=request.producer_id,
@@ -144,7 +164,7 @@ class TransactionalOffsets:
             )
         if not entries:
             return problems
-        store = self.groups.offsets
+        store = self.offsets
         contents = store.loaded(partition)
         try:
             if request.producer_id in contents.pending:
@@ -168,7 +188,7 @@ class TransactionalOffsets:
         its marker is written there (as the marker's replay does: every group of that
         partition the transaction committed offsets for). A partition not loaded here
         (another gateway coordinates the group) is left: its coordinator reads the marker."""
-        store = self.groups.offsets
+        store = self.offsets
         partition = store.partition_for(group_id)
         with store.partition_lock(partition):
             contents = store.cached(partition)
@@ -191,7 +211,7 @@ class TransactionalOffsets:
         """The group's partitions that still have transactional offsets pending, after the
         partition's tail is read for markers written by others (only when some are pending:
         otherwise nothing is read)."""
-        store = self.groups.offsets
+        store = self.offsets
         partition = store.partition_for(group_id)
         contents = store.loaded(partition)
         if not contents.has_pending(group_id):
