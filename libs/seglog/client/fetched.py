@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from ..errors import CorruptRecordError, SeglogError
 from ..records import Record, iter_batches
 from ..records._scan import decode_chunk
-from ..records.batch import CONTROL_MASK, TRANSACTIONAL_MASK, RecordBatch, read_header
+from ..records.batch import (
+    CONTROL_MASK,
+    HEADER_BYTES,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    TRANSACTIONAL_MASK,
+    RecordBatch,
+    read_header,
+)
 from ..records.legacy import LegacyMessage, records_of
 from ..records.record import CREATE_TIME, LOG_APPEND_TIME
 from ..v1 import common_pb2
@@ -31,7 +39,7 @@ from .structs import TopicPartition
 _HEADER = struct.Struct(">qi")  # baseOffset, batchLength
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT = 23  # after baseOffset, length, leader epoch, magic, crc, attributes
-_MAGIC_AT = 16
+_MAGIC_AT = 16  # after baseOffset, length, leader epoch
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 ABORT, 1 COMMIT)
 _ABORT = 0
 READ_UNCOMMITTED = 0  # Kafka's isolation level (config.ISOLATION_LEVELS)
@@ -120,12 +128,12 @@ def aborted_batches(records: bytes | memoryview, aborted: Sequence[tuple[int, in
     aborted_producers: set[int] = set()
     skip: set[int] = set()
     pos, end = 0, len(records)
-    while end - pos >= 61:
+    while end - pos >= HEADER_BYTES:
         base_offset, length = _HEADER.unpack_from(records, pos)
-        if length < 0 or pos + 12 + length > end:
+        if length < 0 or pos + LOG_OVERHEAD + length > end:
             break
-        if records[pos + _MAGIC_AT] < 2 or length < 49:
-            pos += 12 + length  # a legacy entry (no transactions), passed over
+        if records[pos + _MAGIC_AT] < 2 or length < MIN_BATCH_LENGTH:
+            pos += LOG_OVERHEAD + length  # a legacy entry (no transactions), passed over
             continue
         header = read_header(records, pos)
         if header.producer_id >= 0:
@@ -138,7 +146,7 @@ def aborted_batches(records: bytes | memoryview, aborted: Sequence[tuple[int, in
                 header.producer_id in aborted_producers
             ):
                 skip.add(base_offset)
-        pos += 12 + length
+        pos += LOG_OVERHEAD + length
     return skip
 
 
