@@ -129,7 +129,9 @@ class GroupsCore:
     ) -> None:
         """The transaction coordinator's call once a COMMIT (`committed`) or ABORT marker of
         the producer is written to the group's `__consumer_offsets` partition: its pending
-        offsets there become committed, or are dropped (txn_offsets.py)."""
+        offsets there become committed, or are dropped (txn_offsets.py). No I/O, raises
+        nothing: a group this gateway does not hold is settled by its coordinator, which
+        reads the marker from the log."""
         self.transactional.complete(group_id, producer_id, producer_epoch, committed)
 
     def fetch_offsets(self, group_id: str) -> tuple[GroupOffsets, set[tuple[str, int]]]:
