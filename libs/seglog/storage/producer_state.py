@@ -65,6 +65,9 @@ SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_ID = -1
 NO_EPOCH = -1
+# A coordinator's batch (Kafka's AppendOrigin.COORDINATOR: a group coordinator's transactional
+# offsets) has no sequence: its epoch is checked, never its sequence, and it is no duplicate.
+NO_SEQUENCE = -1
 INT_MAX = 2**31 - 1
 _VERSION = 1
 _HEAD = struct.Struct(">hIi")  # version, crc, count
@@ -185,6 +188,13 @@ class ProducerStateManager:
         entry = self.producers.get(batch.producer_id)
         if entry is None or entry.epoch == NO_EPOCH:
             return None
+        if batch.first_sequence == NO_SEQUENCE:
+            if batch.epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {batch.producer_id} in {self.directory.name}: epoch "
+                    f"{batch.epoch} is older than the last seen epoch {entry.epoch}"
+                )
+            return None
         duplicate = entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
         if duplicate is not None:
             return duplicate
@@ -229,12 +239,12 @@ class ProducerStateManager:
             entry = self.producers.get(batch.producer_id)
             duplicate = (
                 entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
-                if entry is not None
+                if entry is not None and batch.first_sequence != NO_SEQUENCE
                 else None
             )
             if duplicate is not None:
                 duplicates.append(duplicate)
-            elif seen is None:
+            elif seen is None or batch.first_sequence == NO_SEQUENCE:
                 self.check(batch)
             elif batch.epoch == seen[0] and not _in_sequence(seen[1], batch.first_sequence):
                 raise OutOfOrderSequenceError(
@@ -275,7 +285,8 @@ class ProducerStateManager:
             if batch.epoch != entry.epoch:
                 entry.epoch = batch.epoch
                 entry.runs.clear()
-            entry.add(batch)
+            if batch.first_sequence != NO_SEQUENCE:
+                entry.add(batch)
             entry.last_timestamp_ms = max(entry.last_timestamp_ms, batch.max_timestamp_ms)
 
     def active_producers(self) -> list[ActiveProducer]:

@@ -28,6 +28,7 @@ from . import (
     reassignment_apis,
     sasl_apis,
     scram_apis,
+    txn_offset_commit_apis,
 )
 from .api_table import ApiTable
 
@@ -54,5 +55,6 @@ def kafka_api_table() -> ApiTable:
     reassignment_apis.register(table)
     group_apis.register(table)
     group_offset_apis.register(table)
+    txn_offset_commit_apis.register(table)
     group_admin_apis.register(table)
     return table
