@@ -291,7 +291,7 @@ class ReplicaManager:
             held = self.partition(topic, number)
             held.require_leader(client_epoch)
             try:
-                checked.append((number, held, held.log.validate(records), client_epoch))
+                checked.append((number, held, held.log.validate(records, client=True), client_epoch))
             except SeglogError as exc:
                 raise type(exc)(f"{topic}-{number}: {exc}") from None
         results = []

@@ -282,6 +282,10 @@ class Cleaner:
             if cleaned.size == 0:
                 cleaned.delete_files()
                 return None
+            # Aborted data and markers are kept (as any record), so their aborted
+            # transactions stay listed for read_committed fetches.
+            for entry in (e for segment in group for e in segment.txn_index.entries):
+                cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
             # The old files' mtime carries over: time retention of segments without

@@ -92,6 +92,8 @@ class LogState:
         self.producer_state.rebuild(
             self._segments.snapshot(), self._log_start_offset, self._log_end_offset
         )
+        # Replayed markers below the HW are replicated: their transactions are stable.
+        self.producer_state.txns.on_high_watermark(self._high_watermark)
 
     def _make_active(self, segment: LogSegment) -> None:
         segment.make_active()
@@ -109,6 +111,13 @@ class LogState:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: min(the first offset of the oldest unstable transaction, the HW)
+        (txn_state.py)."""
+        with self._lock:
+            return self.producer_state.txns.last_stable_offset(self._high_watermark)
 
     @property
     def recovery_point(self) -> int:
@@ -155,6 +164,7 @@ class LogState:
     def _set_high_watermark(self, offset: int) -> int:
         hw = min(max(offset, self._log_start_offset), self._log_end_offset)
         self._high_watermark = hw
+        self.producer_state.txns.on_high_watermark(hw)
         self._data_dir.set_high_watermark((self.topic, self.partition), hw)
         return hw
 
