@@ -160,7 +160,9 @@ def test_read_committed_stops_at_open_transactions_and_lists_the_aborted(cluster
         committed = node.fetch("txn-reads", 0, READ_COMMITTED)
         assert offsets_of(committed) == [2, 4, 5, 6]
         assert committed[-1].last_stable_offset == 7
-        aborted = [(a.producer_id, a.first_offset) for c in committed for a in c.aborted_transactions]
+        aborted = [
+            (a.producer_id, a.first_offset) for c in committed for a in c.aborted_transactions
+        ]
         assert aborted == [(1000, 0)]
         # From past the aborted transaction's marker: none listed.
         later = node.fetch("txn-reads", 6, READ_COMMITTED)
