@@ -56,6 +56,8 @@ class TransactionIndex:
         self.path = path
         self._lock = threading.Lock()
         self._entries: list[AbortedTxn] | None = None  # read on first use
+        self._unsynced = False  # appended or created since the last fsync
+        self._known_to_exist = False  # a stat per flush of every segment saved
 
     # -- reading -----------------------------------------------------------------------
 
@@ -113,11 +115,14 @@ class TransactionIndex:
             with open(self.path, "ab") as f:
                 f.write(ENTRY.pack(VERSION, *entry))
             entries.append(entry)
+            self._unsynced = True
 
     def create_if_missing(self) -> None:
         with self._lock:
-            if not self.path.exists():
+            if not self._known_to_exist and not self.path.exists():
                 self.path.touch()
+                self._unsynced = True
+            self._known_to_exist = True
 
     def reset(self) -> None:
         """Empty (a recovered segment's index is rebuilt from its log)."""
@@ -125,6 +130,7 @@ class TransactionIndex:
             with open(self.path, "wb"):
                 pass
             self._entries = []
+            self._unsynced = True
 
     def truncate_to(self, offset: int) -> None:
         """Drop entries whose marker is at or past `offset` (the log was cut there)."""
@@ -136,6 +142,7 @@ class TransactionIndex:
             if self.path.exists() or keep:
                 with open(self.path, "r+b" if self.path.exists() else "wb") as f:
                     f.truncate(len(keep) * ENTRY.size)
+                self._unsynced = True
             self._entries = keep
 
     def is_torn_unlocked(self) -> bool:
@@ -152,6 +159,9 @@ class TransactionIndex:
     def flush(self, *, create_if_missing: bool = False) -> None:
         if create_if_missing:
             self.create_if_missing()
+        if not self._unsynced:  # an fsync only for what changed: most segments take none
+            return
+        self._unsynced = False
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -166,8 +176,10 @@ class TransactionIndex:
             if self.path.exists():
                 os.replace(self.path, path)
             self.path = path
+            self._known_to_exist = False
 
     def delete(self) -> None:
         with self._lock:
             self.path.unlink(missing_ok=True)
             self._entries = None
+            self._known_to_exist = False
