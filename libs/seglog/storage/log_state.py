@@ -89,11 +89,12 @@ class LogState:
         return SegmentFactory(self.directory, self.config, self.clock)
 
     def _rebuild_producer_state(self) -> None:
-        self.producer_state.rebuild(
-            self._segments.snapshot(), self._log_start_offset, self._log_end_offset
-        )
-        # Replayed markers below the HW are replicated: their transactions are stable.
-        self.producer_state.txns.on_high_watermark(self._high_watermark)
+        with self.producer_state.txns.rebuilding():
+            self.producer_state.rebuild(
+                self._segments.snapshot(), self._log_start_offset, self._log_end_offset
+            )
+            # Replayed markers below the HW are replicated: their transactions are stable.
+            self.producer_state.txns.on_high_watermark(self._high_watermark)
 
     def _make_active(self, segment: LogSegment) -> None:
         segment.make_active()
@@ -115,9 +116,8 @@ class LogState:
     @property
     def last_stable_offset(self) -> int:
         """Kafka's LSO: min(the first offset of the oldest unstable transaction, the HW)
-        (txn_state.py)."""
-        with self._lock:
-            return self.producer_state.txns.last_stable_offset(self._high_watermark)
+        (txn_state.py); read without the lock, as the HW is."""
+        return self.producer_state.txns.last_stable_offset(self._high_watermark)
 
     @property
     def recovery_point(self) -> int:

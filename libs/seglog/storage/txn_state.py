@@ -12,6 +12,8 @@ at load and after truncation), so followers and a new leader get the same LSO.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 
@@ -23,16 +25,41 @@ class CompletedTxn(NamedTuple):
 
 
 class OpenTransactions:
+    """Changed under the log's lock; `first_unstable` is recomputed at each change, so
+    readers (every fetch) read one attribute and take no lock. While `rebuilding` (a load or
+    truncation replaying the log) readers keep the value from before: a state cleared and
+    half replayed would show no open transaction, and a read_committed fetch in between
+    would read one."""
+
     def __init__(self) -> None:
         self.ongoing: dict[int, int] = {}  # producer id -> the transaction's first offset
         self.unreplicated: list[CompletedTxn] = []
+        self.first_unstable: int | None = None
+        self._rebuilding = False
+
+    def _changed(self) -> None:
+        if self._rebuilding:
+            return
+        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
+        self.first_unstable = min(firsts) if firsts else None
+
+    @contextmanager
+    def rebuilding(self) -> Iterator[None]:
+        self._rebuilding = True
+        try:
+            yield
+        finally:
+            self._rebuilding = False
+            self._changed()
 
     def begin(self, producer_id: int, first_offset: int) -> None:
         self.ongoing[producer_id] = first_offset
+        self._changed()
 
     def complete(self, txn: CompletedTxn) -> None:
         self.ongoing.pop(txn.producer_id, None)
         self.unreplicated.append(txn)
+        self._changed()
 
     def last_stable_offset_of(self, txn: CompletedTxn) -> int:
         """The LSO a `.txnindex` entry records (Kafka's lastStableOffset(completedTxn)): the
@@ -43,15 +70,13 @@ class OpenTransactions:
     def on_high_watermark(self, high_watermark: int) -> None:
         if self.unreplicated:
             self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
-
-    def first_unstable_offset(self) -> int | None:
-        firsts = [*self.ongoing.values(), *(t.first_offset for t in self.unreplicated)]
-        return min(firsts) if firsts else None
+            self._changed()
 
     def last_stable_offset(self, high_watermark: int) -> int:
-        first = self.first_unstable_offset()
+        first = self.first_unstable
         return high_watermark if first is None else min(first, high_watermark)
 
     def clear(self) -> None:
         self.ongoing = {}
         self.unreplicated = []
+        self._changed()
