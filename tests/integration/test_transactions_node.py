@@ -313,3 +313,39 @@ def test_kafka_dump_log_reads_the_markers_and_txnindex(cluster):
     assert "offset: 3 " in out and "endTxnMarker: ABORT coordinatorEpoch: 9" in out
     assert "endTxnMarker: COMMIT coordinatorEpoch: 9" in out
     assert "version: 0 producerId: 11 firstOffset: 0 lastOffset: 3 lastStableOffset: 2" in out
+
+
+def test_a_new_leader_answers_the_same_lso_and_aborted_transactions(cluster):
+    cluster.admin.create_topic("txn-failover", 1, 2)
+    with Node(cluster.leader_of("txn-failover", 0)) as node:
+        node.append("txn-failover", txn_batch(21, [b"a"]))
+        node.append("txn-failover", txn_batch(22, [b"b"]))
+        assert errors_of(node.markers("txn-failover", (21, 0, False, 5))) == ["NONE"]
+        before = node.fetch("txn-failover", 0, READ_COMMITTED)
+    assert [a.producer_id for c in before for a in c.aborted_transactions] == [21]
+    assert before[-1].last_stable_offset == 1  # 22's transaction is open
+    assert wait_until(lambda: caught_up(cluster, "txn-failover"), timeout_s=20)
+    old_leader = cluster.leader_of("txn-failover", 0)
+    old_id = next(i for i, n in cluster.nodes.items() if n is old_leader)
+    cluster.stop_node(old_id)
+    try:
+        assert wait_until(
+            lambda: cluster.gateway.registry.route("txn-failover", 0).leader not in (old_id, -1),
+            timeout_s=20,
+        )
+        new_leader = cluster.leader_of("txn-failover", 0)
+        with Node(new_leader) as node:
+            assert wait_until(
+                lambda: node.fetch("txn-failover", 0, READ_COMMITTED)[-1].error == 0, timeout_s=20
+            )
+            after = node.fetch("txn-failover", 0, READ_COMMITTED)
+            assert after[-1].last_stable_offset == 1
+            assert offsets_of(after) == offsets_of(before)
+            assert [
+                (a.producer_id, a.first_offset) for c in after for a in c.aborted_transactions
+            ] == [(21, 0)]
+            # The new leader ends 22's transaction: the LSO moves past its marker.
+            assert errors_of(node.markers("txn-failover", (22, 0, True, 6))) == ["NONE"]
+            assert node.latest("txn-failover", READ_COMMITTED) == 4
+    finally:
+        cluster.start_node(old_id)
