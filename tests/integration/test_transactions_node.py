@@ -13,12 +13,14 @@ import time
 import confluent_kafka
 import grpc
 import pytest
+from kafka.protocol.admin import DescribeProducersRequest, DescribeProducersResponse
 
 from devtools import apache_kafka
 from seglog.records import RecordBatchBuilder
 from seglog.records.control import ControlMarker, build_marker
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
 
 FAST = {"replica.fetch.wait.max.ms": "100", "replica.fetch.backoff.ms": "100"}
@@ -205,6 +207,18 @@ def test_read_committed_stops_at_open_transactions_and_lists_the_aborted(cluster
     assert len(leader_index) == 34
     assert follower_log.segments[0].txn_index.path.read_bytes() == leader_index
     assert follower_log.aborted_transactions(0, 9) == leader_log.aborted_transactions(0, 9)
+    # Kafka's DescribeProducers through the gateway shows the same (kafka-transactions
+    # describe-producers prints these columns).
+    with KafkaWire(cluster.kafka_address) as kafka:
+        request = DescribeProducersRequest[0](
+            topics=[DescribeProducersRequest.TopicRequest(name="txn-reads", partition_indexes=[0])]
+        )
+        answer = kafka.request(request, 0, DescribeProducersResponse)
+    shown = {
+        p.producer_id: (p.coordinator_epoch, p.current_txn_start_offset)
+        for p in answer.topics[0].partitions[0].active_producers
+    }
+    assert shown == {1000: (3, 8), 2000: (3, -1), 3000: (-1, 7)}
 
 
 def test_librdkafka_read_committed_skips_aborted_and_open_transactions(cluster):
