@@ -12,7 +12,8 @@ import time
 from seglog.records import RecordBatchBuilder
 from seglog.records.batch import read_header
 from seglog.records.control import ControlMarker, build_marker, read_marker
-from seglog.storage import Log
+from seglog.storage import Log, ManualClock
+from seglog.storage.cleaner import Cleaner
 from seglog.storage.config import LogConfig
 from seglog.storage.txn_index import AbortedTxn
 
@@ -170,4 +171,31 @@ def test_a_producer_with_an_open_transaction_never_expires(tmp_path):
     state = log.producer_state
     state.remove_expired(now_ms=time.time_ns() // 1_000_000 + 10**9, expiration_ms=1)
     assert set(state.producers) == {3}
+    log.close()
+
+
+def test_a_deleted_segment_takes_its_txnindex_with_it(tmp_path):
+    config = LogConfig(segment_bytes=200, file_delete_delay_ms=0)
+    log = Log.open(tmp_path / "t-0", config)
+    fill(log)
+    log.roll()
+    log.flush()
+    doomed = log.segments[:-1]
+    indexes = [s.txn_index.path for s in doomed]
+    assert b"".join(p.read_bytes() for p in indexes) == kafka_entry(1, 0, 5, 3)
+    log.delete_segments(doomed)
+    assert not any(p.exists() for p in indexes)
+    assert not list((tmp_path / "t-0").glob("*.txnindex.deleted"))
+    assert log.aborted_transactions(0, log.log_end_offset) == []
+    log.close()
+
+
+def test_compaction_keeps_the_aborted_transactions_listed(tmp_path):
+    clock = ManualClock(time.time_ns() // 1_000_000)
+    config = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    fill(log)
+    log.roll()
+    Cleaner(clock=clock).clean(log, 0, log.active_segment.base_offset)
+    assert log.aborted_transactions(0, log.log_end_offset) == [AbortedTxn(1, 0, 5, 3)]
     log.close()
