@@ -199,3 +199,28 @@ def test_compaction_keeps_the_aborted_transactions_listed(tmp_path):
     Cleaner(clock=clock).clean(log, 0, log.active_segment.base_offset)
     assert log.aborted_transactions(0, log.log_end_offset) == [AbortedTxn(1, 0, 5, 3)]
     log.close()
+
+
+def test_compaction_drops_aborted_data_and_never_lets_it_supersede_committed(tmp_path):
+    clock = ManualClock(time.time_ns() // 1_000_000)
+    config = LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0)
+    log = Log.open(tmp_path / "c-0", config, clock=clock)
+    committed = RecordBatchBuilder()
+    committed.append(b"k0", b"committed", clock.now_ms())
+    log.append(committed.build(), leader_epoch=0)  # 0: k0 committed
+    log.append(txn_batch(1, 1), leader_epoch=0)  # 1: k0 aborted below
+    log.append_marker(*abort(1), leader_epoch=0)  # 2
+    log.append(txn_batch(2, 1), leader_epoch=0)  # 3: k0, still open
+    log.update_high_watermark(log.log_end_offset)
+    log.roll()
+    Cleaner(clock=clock).clean(log, 0, log.active_segment.base_offset)
+    kept = []
+    for segment in log.segments:
+        for found in segment.log.batches():
+            kept.append((found.header.base_offset, found.header.is_control))
+    # The aborted k0 went and did not take the committed one with it; the open
+    # transaction's batch is past the first unstable offset, not cleaned.
+    assert kept == [(0, False), (2, True), (3, False)]
+    assert log.aborted_transactions(0, 4) == [AbortedTxn(1, 1, 2, 3)]
+    assert log.cleaned_up_to_offset <= 3
+    log.close()
