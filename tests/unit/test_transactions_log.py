@@ -12,10 +12,12 @@ import time
 from seglog.records import RecordBatchBuilder
 from seglog.records.batch import read_header
 from seglog.records.control import ControlMarker, build_marker, read_marker
+from seglog.rpc import wire
 from seglog.storage import Log, ManualClock
 from seglog.storage.cleaner import Cleaner
 from seglog.storage.config import LogConfig
 from seglog.storage.txn_index import AbortedTxn
+from seglog.v1 import common_pb2
 
 
 def txn_batch(producer_id: int, count: int, *, epoch: int = 0, sequence: int = 0) -> bytes:
@@ -224,3 +226,30 @@ def test_compaction_drops_aborted_data_and_never_lets_it_supersede_committed(tmp
     assert log.aborted_transactions(0, 4) == [AbortedTxn(1, 1, 2, 3)]
     assert log.cleaned_up_to_offset <= 3
     log.close()
+
+
+def test_the_nodes_fetch_answer_bytes_are_protobufs_own():
+    """The node writes FetchResponse's wire bytes itself (rpc/wire.py): with the LSO and the
+    aborted transactions they must equal protobuf's serialization."""
+    expected = common_pb2.FetchResponse(
+        topic="t",
+        partition=3,
+        high_watermark=9,
+        log_start_offset=1,
+        records=b"xyz",
+        segment_base_offset=2,
+        last_stable_offset=7,
+        aborted_transactions=[
+            common_pb2.AbortedTransaction(producer_id=5, first_offset=0),
+            common_pb2.AbortedTransaction(producer_id=0, first_offset=4),
+        ],
+    )
+    suffix = wire.fetch_response_suffix(None, 0, 2, 7, [(5, 0), (0, 4)])
+    assert wire.encode_fetch_response("t", 3, 9, 1, b"xyz", suffix=suffix) == (
+        expected.SerializeToString()
+    )
+    unknown = common_pb2.FetchResponse(topic="t", error=6, last_stable_offset=-1)
+    suffix = wire.fetch_response_suffix(last_stable_offset=-1)
+    assert wire.encode_fetch_response("t", 0, 0, 0, b"", 6, suffix=suffix) == (
+        unknown.SerializeToString()
+    )
