@@ -235,7 +235,9 @@ def test_librdkafka_read_committed_skips_aborted_and_open_transactions(cluster):
         ]
         node.append("txn-kafka", txn_batch(6000, [b"open-0"]))
 
-    def read(isolation: str, expected: int) -> list[bytes]:
+    def read(isolation: str) -> list[bytes]:
+        """Every record the client hands over until it reports the partition's end (the LSO
+        for read_committed, the high watermark otherwise), then that end."""
         consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": cluster.kafka_address,
@@ -243,38 +245,42 @@ def test_librdkafka_read_committed_skips_aborted_and_open_transactions(cluster):
                 "auto.offset.reset": "earliest",
                 "isolation.level": isolation,
                 "enable.auto.commit": False,
+                "enable.partition.eof": True,
             }
         )
         consumer.assign([confluent_kafka.TopicPartition("txn-kafka", 0, 0)])
         values: list[bytes] = []
+        ended = []
 
-        def enough() -> bool:
+        def at_end() -> bool:
             message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
+            if message is None:
+                return False
+            error = message.error()
+            if error is None:
                 values.append(message.value())
-            return len(values) >= expected
+                return False
+            assert error.code() == confluent_kafka.KafkaError._PARTITION_EOF, error
+            ended.append(message.offset())
+            return True
 
         try:
-            wait_until(enough, timeout_s=20, interval_s=0)
-            # Nothing more arrives: read a little longer than the wait above took to settle.
-            for _ in range(5):
-                message = consumer.poll(0.2)
-                if message is not None and message.error() is None:
-                    values.append(message.value())
+            assert wait_until(at_end, timeout_s=20, interval_s=0)
             low, high = consumer.get_watermark_offsets(
                 confluent_kafka.TopicPartition("txn-kafka", 0), timeout=10, cached=False
             )
         finally:
             consumer.close()
-        return values + [b"high=%d" % high]
+        return values + [b"end=%d" % ended[0], b"high=%d" % high]
 
-    assert read("read_committed", 1) == [b"committed-0", b"high=6"]
-    assert read("read_uncommitted", 5) == [
+    assert read("read_committed") == [b"committed-0", b"end=6", b"high=6"]
+    assert read("read_uncommitted") == [
         b"aborted-0",
         b"aborted-1",
         b"committed-0",
         b"aborted-2",
         b"open-0",
+        b"end=7",
         b"high=7",
     ]
 
