@@ -59,10 +59,10 @@ class LogAppending(LogFlushing):
             validated = validate_records(
                 records, self.config, self.clock.now_ms(), rebody_for(self.config)
             )
-            # Only where the topic's compression.type differs from a batch's codec: else
-            # `validated` itself, with no copy.
             if client and validated.flags & batch_table.HAS_CONTROL:
                 raise InvalidRecordError("control batches are written by brokers, not clients")
+            # Only where the topic's compression.type differs from a batch's codec: else
+            # `validated` itself, with no copy.
             validated = recompress(validated, self.config)
             span.set_attribute("seglog.bytes", len(validated.view))
             span.set_attribute("seglog.batch_count", validated.batch_count)
