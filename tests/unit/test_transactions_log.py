@@ -253,3 +253,13 @@ def test_the_nodes_fetch_answer_bytes_are_protobufs_own():
     assert wire.encode_fetch_response("t", 0, 0, 0, b"", 6, suffix=suffix) == (
         unknown.SerializeToString()
     )
+
+
+def test_the_lso_never_falls_below_the_log_start(tmp_path):
+    log = Log.open(tmp_path / "t-0")
+    fill(log)  # producer 3's transaction is open at 7
+    log.append(txn_batch(4, 2), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    log.delete_records_before(9)
+    assert log.last_stable_offset == 9  # as Kafka clamps its first unstable offset
+    log.close()

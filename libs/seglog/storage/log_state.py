@@ -117,7 +117,8 @@ class LogState:
     def last_stable_offset(self) -> int:
         """Kafka's LSO: min(the first offset of the oldest unstable transaction, the HW)
         (txn_state.py); read without the lock, as the HW is."""
-        return self.producer_state.txns.last_stable_offset(self._high_watermark)
+        txns = self.producer_state.txns
+        return txns.last_stable_offset(self._high_watermark, self._log_start_offset)
 
     @property
     def recovery_point(self) -> int:

@@ -72,9 +72,12 @@ class OpenTransactions:
             self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
             self._changed()
 
-    def last_stable_offset(self, high_watermark: int) -> int:
+    def last_stable_offset(self, high_watermark: int, log_start: int = 0) -> int:
+        """min(first unstable, HW); a transaction whose start the log start has passed
+        (retention, DeleteRecords) counts from the log start, as Kafka's
+        maybeIncrementFirstUnstableOffset clamps it."""
         first = self.first_unstable
-        return high_watermark if first is None else min(first, high_watermark)
+        return high_watermark if first is None else min(max(first, log_start), high_watermark)
 
     def clear(self) -> None:
         self.ongoing = {}
