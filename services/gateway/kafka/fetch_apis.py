@@ -284,8 +284,10 @@ def _encode(
                 answer.last_stable if answer.last_stable >= 0 else answer.high_watermark
             ),
             log_start_offset=answer.log_start_offset,
-            aborted_transactions=(
-                [AbortedTransaction(p, f) for p, f in answer.aborted] if read_committed else None
+            aborted_transactions=(  # null on errors too, as Kafka's partitionResponse(error)
+                [AbortedTransaction(p, f) for p, f in answer.aborted]
+                if read_committed and answer.error == NONE
+                else None
             ),
             preferred_read_replica=-1,
             records=_records(answer),
