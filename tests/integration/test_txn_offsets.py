@@ -27,11 +27,10 @@ from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.errors import RequestTimedOutError
 from seglog.security.acls import AclBinding
-from seglog.v1 import common_pb2
 from services.gateway.groups.offsets_contents import OFFSETS_TOPIC
 from tests.cluster import LocalCluster, drain
 from tests.kafka_wire import KafkaWire
-from tests.txn_batches import ABORT, COMMIT, control_batch
+from tests.txn_batches import ABORT, COMMIT, write_marker
 from tests.waiting import wait_until
 
 TOPIC = "txn-offsets-in"
@@ -104,16 +103,15 @@ def offset_fetch(wire, group, *, require_stable):
     }
 
 
-def append_as_another_gateway(cluster, partition: int, records: bytes) -> None:
-    """Append to the node directly, as another gateway's transaction coordinator has the
-    node write its marker: this gateway's store does not see it written."""
+def mark_as_another_gateway(
+    cluster, partition: int, producer_id: int, kind: int, *, epoch: int = 0
+) -> None:
+    """Have the node write a marker directly, as another gateway's transaction coordinator
+    does: this gateway's store does not see it written."""
     gateway = cluster.gateway
     route = gateway.registry.route(OFFSETS_TOPIC, partition)
     stub = gateway.connections.get(route.leader, route.address).stub
-    request = common_pb2.ProduceRequest(topic=OFFSETS_TOPIC, acks=-1, timeout_ms=5000)
-    request.partitions.add(partition=partition, records=records)
-    (result,) = stub.Append(request, timeout=10).partitions
-    assert result.error == 0, result.error_message
+    write_marker(stub, OFFSETS_TOPIC, partition, producer_id, kind, epoch=epoch)
 
 
 def test_txn_offsets_are_pending_until_the_transaction_commits(cluster):
@@ -153,15 +151,15 @@ def test_a_gateway_loading_the_log_replays_markers_to_the_same_offsets(cluster):
         assert txn_commit(wire, group, committer, {0: 11}) == {0: NONE}
         assert txn_commit(wire, group, aborter, {1: 22}) == {1: NONE}
         assert txn_commit(wire, group, open_one, {1: 33}) == {1: NONE}
-        append_as_another_gateway(cluster, partition, control_batch(committer, COMMIT))
-        append_as_another_gateway(cluster, partition, control_batch(aborter, ABORT))
+        mark_as_another_gateway(cluster, partition, committer, COMMIT)
+        mark_as_another_gateway(cluster, partition, aborter, ABORT)
         groups.complete_transactional_offsets(group, committer, 0, True)
         groups.complete_transactional_offsets(group, aborter, 0, False)
         live = offset_fetch(wire, group, require_stable=True)
         assert live == {0: (11, 0), 1: (-1, UNSTABLE_OFFSET_COMMIT)}
         groups.offsets.forget_partition(partition)  # as when another gateway held it
         assert offset_fetch(wire, group, require_stable=True) == live
-        append_as_another_gateway(cluster, partition, control_batch(open_one, COMMIT))
+        mark_as_another_gateway(cluster, partition, open_one, COMMIT)
         groups.offsets.forget_partition(partition)
         assert offset_fetch(wire, group, require_stable=True) == {0: (11, 0), 1: (33, 0)}
 
@@ -174,7 +172,7 @@ def test_a_marker_written_by_another_gateway_settles_the_groups_offsets(cluster)
     with KafkaWire(cluster.kafka_address) as wire:
         assert txn_commit(wire, group, pid, {0: 4, 1: 6}) == {0: NONE, 1: NONE}
         assert offset_fetch(wire, group, require_stable=False) == {0: (-1, 0), 1: (-1, 0)}
-        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        mark_as_another_gateway(cluster, partition, pid, COMMIT)
         assert offset_fetch(wire, group, require_stable=True) == {0: (4, 0), 1: (6, 0)}
 
 
@@ -234,14 +232,14 @@ def test_a_producers_next_transaction_is_not_settled_by_its_previous_marker(clus
     partition = cluster.gateway.groups.offsets.partition_for(group)
     with KafkaWire(cluster.kafka_address) as wire:
         assert txn_commit(wire, group, pid, {0: 1, 1: 1}) == {0: NONE, 1: NONE}
-        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        mark_as_another_gateway(cluster, partition, pid, COMMIT)
         assert txn_commit(wire, group, pid, {0: 2}, epoch=1) == {0: NONE}
         assert offset_fetch(wire, group, require_stable=True) == {
             0: (-1, UNSTABLE_OFFSET_COMMIT),  # Kafka answers no offset with it
             1: (1, 0),
         }
         assert offset_fetch(wire, group, require_stable=False) == {0: (1, 0), 1: (1, 0)}
-        append_as_another_gateway(cluster, partition, control_batch(pid, ABORT, epoch=1))
+        mark_as_another_gateway(cluster, partition, pid, ABORT, epoch=1)
         assert offset_fetch(wire, group, require_stable=True) == {0: (1, 0), 1: (1, 0)}
 
 
@@ -381,7 +379,7 @@ def test_deleting_a_group_drops_its_pending_offsets_in_the_log_too(cluster):
     with KafkaWire(cluster.kafka_address) as wire:
         assert txn_commit(wire, group, pid, {0: 7}) == {0: NONE}
         assert cluster.admin.delete_groups([group]) == {group: None}
-        append_as_another_gateway(cluster, partition, control_batch(pid, COMMIT))
+        mark_as_another_gateway(cluster, partition, pid, COMMIT)
         groups.complete_transactional_offsets(group, pid, 0, True)
         assert offset_fetch(wire, group, require_stable=True) == {0: (-1, 0), 1: (-1, 0)}
         groups.offsets.forget_partition(partition)
