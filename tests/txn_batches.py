@@ -1,7 +1,8 @@
-"""Transactional batches and COMMIT/ABORT control batches in Kafka's format, built for tests
-(a node writes markers only through WriteTxnMarkers: write_marker): a control batch is a transactional batch with the
-control bit (0x20) and one record, key int16 version 0 + int16 type (0 ABORT, 1 COMMIT),
-value int16 version 0 + int32 coordinator epoch (Kafka's EndTransactionMarker)."""
+"""Transactional batches and COMMIT/ABORT control batches in Kafka's format, built for tests:
+a control batch is a transactional batch with the control bit (0x20) and one record, key
+int16 version 0 + int16 type (0 ABORT, 1 COMMIT), value int16 version 0 + int32 coordinator
+epoch (Kafka's EndTransactionMarker). A node takes markers only through its WriteTxnMarkers
+(write_marker); control_batch's bytes serve the decoder's tests."""
 
 from __future__ import annotations
 
