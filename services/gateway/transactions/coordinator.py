@@ -184,8 +184,8 @@ class TransactionCoordinator:
             return ProducerGrant(producer_id, epoch)
 
     def _fence(self, metadata: TransactionMetadata) -> None:
-        """Abort the ongoing transaction under a bumped epoch (PrepareEpochFence, logged as
-        PrepareAbort): the old producer is refused from now on (hold the partition's lock)."""
+        """Abort the ongoing transaction under a bumped epoch (Kafka's PrepareEpochFence):
+        the old producer is refused from now on (hold the partition's lock)."""
         epoch = metadata.producer_epoch + 1
         if epoch > MAX_EPOCH:
             epoch = metadata.producer_epoch  # Kafka aborts at the exhausted epoch as it is
@@ -195,7 +195,9 @@ class TransactionCoordinator:
             metadata.producer_id,
             metadata.producer_epoch,
         )
-        self._log(metadata, producer_epoch=epoch, state=TxnState.PREPARE_EPOCH_FENCE)
+        # Kafka's PrepareEpochFence is the pending state of this change: once logged, the
+        # transaction is PrepareAbort at the new epoch (also what a reload reads).
+        self._log(metadata, producer_epoch=epoch, state=TxnState.PREPARE_ABORT)
         self._complete_later(metadata, committed=False)
 
     def _complete_later(self, metadata: TransactionMetadata, *, committed: bool) -> None:

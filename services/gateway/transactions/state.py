@@ -3,8 +3,8 @@
 
     Empty ──AddPartitions──▶ Ongoing ──EndTxn──▶ PrepareCommit ──markers──▶ CompleteCommit
                                 │                PrepareAbort  ──markers──▶ CompleteAbort
-                                └─InitProducerId / timeout─▶ PrepareEpochFence (logged as
-                                  PrepareAbort with the bumped epoch, as Kafka logs it)
+                                └─InitProducerId / timeout─▶ PrepareEpochFence: the epoch
+                                  bumped and PrepareAbort logged, as Kafka does
 
 A Complete state is where the next transaction starts (as Empty). Prepare states are
 written before their markers, so a coordinator that loads one resumes them: the transaction

@@ -1,0 +1,352 @@
+"""Kafka's transactions against the gateway's transaction coordinator, with librdkafka's
+transactional producer (confluent-kafka) and the Kafka wire: init/begin/produce/commit and
+abort, zombie fencing by a second producer of the same transactional id, the transaction
+timeout's abort, INVALID_TRANSACTION_TIMEOUT, the produce path's verification, a restarted
+gateway reading `__transaction_state` back and resuming a PrepareCommit, and that log's
+records read by Kafka's own decoder (TransactionLogMessageFormatter).
+
+Until storage nodes serve WriteTxnMarkers, a transaction's markers stay pending (the writer
+retries): these tests check what does not depend on them (a Prepare state logged, answered,
+resumed), and accept the Complete state the markers lead to once nodes write them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import confluent_kafka
+import pytest
+from kafka.protocol.producer import (
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+from devtools import apache_kafka
+from devtools.apache_kafka import run_tool
+from seglog.records import RecordBatchBuilder, iter_records
+from services.gateway.broker.caller import Caller
+from services.gateway.transactions.log_formats import decode_key, decode_value
+from services.gateway.transactions.state import TxnState
+from services.gateway.transactions.txn_log import TRANSACTION_STATE_TOPIC
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+from tests.waiting import wait_until
+
+TIMEOUT_S = 20
+TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+TXN_LOG_FORMATTER = "org.apache.kafka.tools.consumer.TransactionLogMessageFormatter"
+ADMIN = Caller("User:ANONYMOUS", "127.0.0.1", None, "kafka")
+COMMITTING = {"PrepareCommit", "CompleteCommit"}
+ABORTING = {"PrepareAbort", "CompleteAbort"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(
+        tmp_path_factory.mktemp("kafka-transactions"),
+        nodes=3,
+        transaction_state_log_num_partitions=3,
+        # Timed-out transactions are looked for every 100 ms (Kafka's default is 10 s).
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
+    )
+    c.admin.create_topic("txn", 2, 3)
+    yield c
+    c.close()
+
+
+def transactional_producer(cluster, transactional_id, **config):
+    return confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "transactional.id": transactional_id,
+            "linger.ms": 5,
+            **config,
+        }
+    )
+
+
+def described(cluster, transactional_id):
+    return cluster.gateway.transactions.queries.describe(ADMIN, transactional_id)
+
+
+def produce_in_transaction(producer, count=4):
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce("txn", value=b"v%d" % i, partition=i % 2)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def test_librdkafka_commits_and_aborts_transactions(cluster):
+    committer = transactional_producer(cluster, "commits")
+    committer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(committer)
+    assert described(cluster, "commits").state == "Ongoing"
+    assert described(cluster, "commits").partitions == (("txn", 0), ("txn", 1))
+    committer.commit_transaction(TIMEOUT_S)
+    committed = described(cluster, "commits")
+    assert committed.state in COMMITTING
+    assert committed.producer_epoch == 0
+
+    aborter = transactional_producer(cluster, "aborts")
+    aborter.init_transactions(TIMEOUT_S)
+    produce_in_transaction(aborter)
+    aborter.abort_transaction(TIMEOUT_S)
+    assert described(cluster, "aborts").state in ABORTING
+    # The node appended the transactional batches (the markers settle them).
+    assert cluster.log("txn", 0).log_end_offset >= 4
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(cluster):
+    first = transactional_producer(cluster, "zombie")
+    first.init_transactions(TIMEOUT_S)
+    epoch = described(cluster, "zombie").producer_epoch
+    second = transactional_producer(cluster, "zombie")
+    second.init_transactions(TIMEOUT_S)
+    assert described(cluster, "zombie").producer_epoch == epoch + 1
+
+    first.begin_transaction()  # local only: the first call to the coordinator is refused
+    first.produce("txn", value=b"zombie", partition=0)
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        first.commit_transaction(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (
+        confluent_kafka.KafkaError._FENCED,
+        confluent_kafka.KafkaError.PRODUCER_FENCED,
+        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH,
+    ), error
+
+    produce_in_transaction(second)
+    second.commit_transaction(TIMEOUT_S)
+    assert described(cluster, "zombie").state in COMMITTING
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster):
+    producer = transactional_producer(cluster, "times-out", **{"transaction.timeout.ms": 1000})
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    assert wait_until(lambda: described(cluster, "times-out").state in ABORTING, 10)
+    assert described(cluster, "times-out").producer_epoch == 1  # fenced: the epoch bumped
+    with pytest.raises(confluent_kafka.KafkaException):
+        producer.commit_transaction(TIMEOUT_S)
+
+
+def test_a_timeout_above_the_maximum_is_invalid_transaction_timeout(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        for timeout_ms, code in ((900_001, 50), (0, 50), (900_000, 0)):
+            request = InitProducerIdRequest[4](
+                transactional_id="timeouts",
+                transaction_timeout_ms=timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            assert wire.request(request, 4, InitProducerIdResponse).error_code == code
+
+
+def test_an_old_epoch_is_fenced_as_each_version_names_it(cluster):
+    """EndTxn from a fenced epoch: PRODUCER_FENCED (90) from v2, INVALID_PRODUCER_EPOCH (47)
+    below (KIP-588), as Kafka's broker answers."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grants = [
+            wire.request(
+                InitProducerIdRequest[4](
+                    transactional_id="versions",
+                    transaction_timeout_ms=60_000,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                ),
+                4,
+                InitProducerIdResponse,
+            )
+            for _ in range(2)
+        ]
+        assert grants[1].producer_epoch == grants[0].producer_epoch + 1
+        for version, code in ((1, 47), (3, 90)):
+            request = EndTxnRequest[version](
+                transactional_id="versions",
+                producer_id=grants[0].producer_id,
+                producer_epoch=grants[0].producer_epoch,
+                committed=True,
+            )
+            assert wire.request(request, version, EndTxnResponse).error_code == code
+
+
+def test_a_transactional_batch_of_a_partition_not_in_the_transaction_is_refused(cluster):
+    """KIP-890's verification: the producer's transaction has txn-0 only; its batch for txn-1
+    is refused INVALID_TXN_STATE and not written, its batch for txn-0 is written."""
+    producer = transactional_producer(cluster, "verified")
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce("txn", value=b"in", partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    state = described(cluster, "verified")
+    ends = {p: cluster.log("txn", p).log_end_offset for p in (0, 1)}
+
+    def batch():
+        builder = RecordBatchBuilder(
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+            base_sequence=1,
+            is_transactional=True,
+        )
+        builder.append(None, b"raw", 1, None)
+        return builder.build()
+
+    request = ProduceRequest[9](
+        transactional_id="verified",
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="txn",
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=p, records=batch())
+                    for p in (0, 1)
+                ],
+            )
+        ],
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 9, ProduceResponse)
+    codes = {p.index: p.error_code for p in answer.responses[0].partition_responses}
+    assert codes == {0: 0, 1: 48}
+    assert cluster.log("txn", 1).log_end_offset == ends[1]
+    assert cluster.log("txn", 0).log_end_offset == ends[0] + 1
+    producer.abort_transaction(TIMEOUT_S)
+
+
+def transaction_state_records(cluster):
+    """(transactional id, value) of every record in __transaction_state, read from the
+    leaders' logs in offset order."""
+    records = []
+    partitions = len(cluster.gateway.registry.topic(TRANSACTION_STATE_TOPIC).partitions)
+    for partition in range(partitions):
+        log = cluster.log(TRANSACTION_STATE_TOPIC, partition)
+        for record in iter_records(bytes(log.read_records(0, 1 << 20).data)):
+            records.append((decode_key(record.key), decode_value(record.value)))
+    return records
+
+
+def test_a_restarted_gateway_reads_the_log_back_and_resumes_a_prepare_commit(cluster):
+    producer = transactional_producer(cluster, "resumed")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    before = described(cluster, "resumed")
+    producer.flush(1)
+    del producer
+
+    gateway = cluster.restart_gateway()
+    transactions = gateway.transactions
+    # Read back at start, without any client asking: its markers are being written again.
+    if before.state == "PrepareCommit":
+        assert wait_until(lambda: "resumed" in transactions.markers.pending_ids(), 10)
+    after = described(cluster, "resumed")
+    assert after.state in COMMITTING
+    assert (after.producer_id, after.producer_epoch) == (before.producer_id, before.producer_epoch)
+    if after.state == "PrepareCommit":
+        assert after.partitions == (("txn", 0), ("txn", 1))
+
+
+def test_the_log_holds_each_state_change_in_kafka_s_format(cluster):
+    producer = transactional_producer(cluster, "logged")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    states = [
+        (TxnState(value.status), sorted(value.partitions))
+        for tid, value in transaction_state_records(cluster)
+        if tid == "logged"
+    ]
+    both = [("txn", 0), ("txn", 1)]
+    assert states[:3] == [
+        (TxnState.EMPTY, []),
+        (TxnState.ONGOING, both),
+        (TxnState.PREPARE_COMMIT, both),
+    ]
+    assert states[3:] in ([], [(TxnState.COMPLETE_COMMIT, [])])
+
+
+@pytest.mark.slow
+def test_kafka_s_own_decoder_reads_the_transaction_log(cluster):
+    """Kafka 4.3.1's TransactionLogMessageFormatter (its generated TransactionLogKey/Value
+    readers) over the records a console consumer fetches from __transaction_state."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    producer = transactional_producer(cluster, "kafka-reads")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    partition = cluster.gateway.transactions.log.partition_for("kafka-reads")
+    count = cluster.log(TRANSACTION_STATE_TOPIC, partition).log_end_offset
+    done = run_tool(
+        CONSOLE_CONSUMER,
+        "--bootstrap-server",
+        cluster.kafka_address,
+        "--topic",
+        TRANSACTION_STATE_TOPIC,
+        "--partition",
+        str(partition),
+        "--offset",
+        "earliest",
+        "--max-messages",
+        str(count),
+        "--timeout-ms",
+        "15000",
+        "--formatter",
+        TXN_LOG_FORMATTER,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    decoded, position, decoder = [], 0, json.JSONDecoder()
+    while position < len(out.rstrip()):  # one JSON object per record, unseparated
+        record, position = decoder.raw_decode(out, position)
+        decoded.append(record)
+        position += len(out[position:]) - len(out[position:].lstrip())
+    mine = [
+        record["value"]["data"]
+        for record in decoded
+        if record["key"]["data"]["transactionalId"] == "kafka-reads"
+    ]
+    state = described(cluster, "kafka-reads")
+    assert [(r["transactionStatus"], r["transactionPartitions"]) for r in mine[:3]] == [
+        (0, None),
+        (1, [{"topic": "txn", "partitionIds": [0, 1]}]),
+        (2, [{"topic": "txn", "partitionIds": [0, 1]}]),
+    ]
+    assert {(r["producerId"], r["producerEpoch"]) for r in mine} == {
+        (state.producer_id, state.producer_epoch)
+    }
+    assert all(r["transactionTimeoutMs"] == state.timeout_ms for r in mine)
+
+
+@pytest.mark.slow
+def test_kafka_transactions_lists_and_describes(cluster):
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    producer = transactional_producer(cluster, "tool-listed")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    state = described(cluster, "tool-listed")
+
+    def tool(*args):
+        done = run_tool(TRANSACTIONS_TOOL, "--bootstrap-server", cluster.kafka_address, *args)
+        assert done.returncode == 0, (done.stdout.decode(), done.stderr.decode()[-3000:])
+        return done.stdout.decode()
+
+    listed = tool("list")
+    header = listed.splitlines()[0].split()
+    assert header == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    row = next(line.split() for line in listed.splitlines() if "tool-listed" in line)
+    assert row[2:] == [str(state.producer_id), "Ongoing"]
+    description = tool("describe", "--transactional-id", "tool-listed")
+    header, values = description.splitlines()[:2]
+    fields = dict(zip(header.split("\t"), values.split("\t"), strict=False))
+    assert fields["TransactionalId"].strip() == "tool-listed"
+    assert fields["TransactionState"].strip() == "Ongoing"
+    assert fields["ProducerId"].strip() == str(state.producer_id)
+    assert "txn-0" in fields["TopicPartitions"] and "txn-1" in fields["TopicPartitions"]
+    producer.abort_transaction(TIMEOUT_S)
