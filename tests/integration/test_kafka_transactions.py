@@ -17,6 +17,8 @@ import json
 import confluent_kafka
 import pytest
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -350,3 +352,52 @@ def test_kafka_transactions_lists_and_describes(cluster):
     assert fields["ProducerId"].strip() == str(state.producer_id)
     assert "txn-0" in fields["TopicPartitions"] and "txn-1" in fields["TopicPartitions"]
     producer.abort_transaction(TIMEOUT_S)
+
+
+def test_add_offsets_puts_the_group_s_offsets_partition_and_the_group_in_the_transaction(cluster):
+    """AddOffsetsToTxn (send_offsets_to_transaction's first call) adds the group's
+    __consumer_offsets partition; the commit's markers then go to it too, and the group is
+    named for the groups core's completion of its pending offsets."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grant = wire.request(
+            InitProducerIdRequest[4](
+                transactional_id="offsets",
+                transaction_timeout_ms=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+            4,
+            InitProducerIdResponse,
+        )
+        add = AddOffsetsToTxnRequest[3](
+            transactional_id="offsets",
+            producer_id=grant.producer_id,
+            producer_epoch=grant.producer_epoch,
+            group_id="consume-transform-produce",
+        )
+        assert wire.request(add, 3, AddOffsetsToTxnResponse).error_code == 0
+        offsets_partition = cluster.gateway.offsets.partition_for("consume-transform-produce")
+        assert described(cluster, "offsets").partitions == (
+            ("__consumer_offsets", offsets_partition),
+        )
+        end = EndTxnRequest[3](
+            transactional_id="offsets",
+            producer_id=grant.producer_id,
+            producer_epoch=grant.producer_epoch,
+            committed=True,
+        )
+        assert wire.request(end, 3, EndTxnResponse).error_code == 0
+    markers = cluster.gateway.transactions.markers
+    if described(cluster, "offsets").state == "PrepareCommit":  # nodes without markers yet
+        found: list = []
+
+        def pending_for_offsets():
+            # Between rounds: the completion being sent is not in the queue for that moment.
+            found[:] = [c for c in markers.pending() if c.transactional_id == "offsets"]
+            return found
+
+        assert wait_until(pending_for_offsets)
+        (completion,) = found
+        assert completion.groups == frozenset({"consume-transform-produce"})
+        assert completion.partitions == frozenset({("__consumer_offsets", offsets_partition)})
+        assert completion.committed

@@ -99,9 +99,13 @@ class MarkerWriter:
             heapq.heappush(self._due, (time.monotonic(), next(self._order), pending))
             self._cond.notify()
 
-    def pending_ids(self) -> set[str]:
+    def pending(self) -> list[Completion]:
+        """The completions waiting for their next round (not the one being sent now)."""
         with self._cond:
-            return {entry[2].completion.transactional_id for entry in self._due}
+            return [entry[2].completion for entry in self._due]
+
+    def pending_ids(self) -> set[str]:
+        return {completion.transactional_id for completion in self.pending()}
 
     def stop(self) -> None:
         with self._cond:

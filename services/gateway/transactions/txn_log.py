@@ -88,10 +88,10 @@ class TransactionLog:
 
     def coordinator_epoch(self, partition: int) -> int:
         """Kafka's coordinator epoch: the leader epoch of the log partition."""
-        topic = self.registry.topics.get(TRANSACTION_STATE_TOPIC)
-        if topic is None:
-            return 0
-        return int(getattr(topic.partitions[partition], "leader_epoch", 0))
+        try:
+            return self.registry.route(TRANSACTION_STATE_TOPIC, partition).leader_epoch
+        except SeglogError:
+            return 0  # no leader now: the markers' coordinator epoch is advisory here
 
     def _leader(self, partition: int):  # type: ignore[no-untyped-def]
         route = self.registry.route(TRANSACTION_STATE_TOPIC, partition)
