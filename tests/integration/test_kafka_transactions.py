@@ -30,11 +30,13 @@ from kafka.protocol.producer import (
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
 from seglog.records import RecordBatchBuilder, iter_records
+from seglog.security.acls import ANONYMOUS, AclBinding
 from services.gateway.broker.caller import Caller
+from services.gateway.transactions.errors import TransactionalIdNotFoundError
 from services.gateway.transactions.log_formats import decode_key, decode_value
 from services.gateway.transactions.state import TxnState
 from services.gateway.transactions.txn_log import TRANSACTION_STATE_TOPIC
-from tests.cluster import LocalCluster
+from tests.authorizer_modes import GROUP_GRANTS, Grant, cluster_in_mode
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
 
@@ -47,14 +49,24 @@ COMMITTING = {"PrepareCommit", "CompleteCommit"}
 ABORTING = {"PrepareAbort", "CompleteAbort"}
 
 
+# The authorizer is on, as in production: the tests' principal may use every transactional id
+# but Write "refused" (a deny ACL, which wins).
+GRANTS = (*GROUP_GRANTS, Grant("transactional_id", ("Write", "Describe")))
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(
+    c = cluster_in_mode(
         tmp_path_factory.mktemp("kafka-transactions"),
+        "authorizer-on",
+        GRANTS,
         nodes=3,
         transaction_state_log_num_partitions=3,
         # Timed-out transactions are looked for every 100 ms (Kafka's default is 10 s).
         transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
+    )
+    c.gateway.registry.add_acls(
+        [AclBinding(ANONYMOUS, "*", "transactional_id", "literal", "refused", "Write", "deny")]
     )
     c.admin.create_topic("txn", 2, 3)
     yield c
@@ -136,6 +148,19 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
     assert described(cluster, "times-out").producer_epoch == 1  # fenced: the epoch bumped
     with pytest.raises(confluent_kafka.KafkaException):
         producer.commit_transaction(TIMEOUT_S)
+
+
+def test_a_transactional_id_the_producer_may_not_write_is_refused_fatally(cluster):
+    """Write on the transactional id, as Kafka's broker checks InitProducerId: librdkafka
+    takes TRANSACTIONAL_ID_AUTHORIZATION_FAILED as fatal (no retrying to its timeout)."""
+    producer = transactional_producer(cluster, "refused")
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        producer.init_transactions(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert error.fatal()
+    with pytest.raises(TransactionalIdNotFoundError):
+        described(cluster, "refused")  # nothing was given to it
 
 
 def test_a_timeout_above_the_maximum_is_invalid_transaction_timeout(cluster):
