@@ -263,7 +263,7 @@ class Gateway:
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
         self.membership = GroupMembership(self.groups)
-        self.transactions = TransactionsCore(
+        self.transactions: TransactionsCore = TransactionsCore(
             self.registry,
             self.connections,
             self.authorization,
@@ -281,6 +281,7 @@ class Gateway:
             ),
         )
         self.group_calls = GroupCalls(self.groups)
+        self.transactions.adopts_orphans = lambda: self.election.is_controller
         self.group_service = GroupCoordinatorService(
             self.groups, self.membership, self.group_calls, self.authorization
         )

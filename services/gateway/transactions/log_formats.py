@@ -39,6 +39,7 @@ _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
+MAX_STATUS = 7  # PrepareEpochFence, the last of Kafka's TransactionState ids (state.py)
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ def decode_value(data: bytes) -> TxnLogValue:
     producer_epoch = reader.take(_INT16)
     timeout_ms = reader.take(_INT32)
     status = reader.take(_INT8)
+    if not 0 <= status <= MAX_STATUS:
+        raise CorruptRecordError(f"__transaction_state: transaction status {status} is unknown")
     partitions: set[TopicPartition] = set()
     for _ in range(max(0, reader.length())):
         topic = reader.string()

@@ -1,8 +1,11 @@
 """The transactions core as the composition root builds it: the log, the placement, the
 marker writer, the state machine and the queries, and one background thread that every
 `transaction.abort.timed.out.transaction.cleanup.interval.ms` aborts timed-out transactions
-and takes up the log partitions no gateway coordinates (reading them back resumes their
-Prepare states: a transaction whose coordinator died completes without any client asking).
+and takes up log partitions: each one this gateway coordinates is read back (a restarted
+sole gateway resumes its Prepare states at once), and on the controller gateway each one no
+gateway holds is read and, when a transaction in it is unfinished, claimed (so a transaction
+whose coordinator died completes or times out without any client asking; the others stay
+unclaimed until a client's FindCoordinator places them, which spreads them over gateways).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .coordinator import TransactionCoordinator, TransactionSettings
 from .markers import MarkerWriter
 from .placement import TransactionPlacement
 from .queries import TransactionQueries
+from .state import PREPARING, TxnState
 from .txn_log import TRANSACTION_STATE_TOPIC, TransactionLog
 
 logger = logging.getLogger(__name__)
@@ -67,6 +71,8 @@ class TransactionsCore:
             settings,
         )
         self.queries = TransactionQueries(self.placement, authorization)
+        # True on the gateway that adopts orphaned log partitions (the controller).
+        self.adopts_orphans: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="txn-timeouts", daemon=True)
 
@@ -93,16 +99,21 @@ class TransactionsCore:
                 return
 
     def take_up_partitions(self) -> None:
-        """Read back each log partition this gateway coordinates, claiming those no gateway
-        holds (once the topic exists: no transaction, nothing to take up)."""
+        """Read back each log partition this gateway coordinates, and (controller) claim the
+        unclaimed ones with unfinished transactions (once the topic exists)."""
         if TRANSACTION_STATE_TOPIC not in self.log.registry.topics:
             return
         coordination = self.placement.coordination
         for partition in range(self.log.num_partitions):
             if isinstance(coordination, EtcdCoordination):
+                owner = coordination.owner(partition)
+                if owner != coordination.address and not (
+                    not owner and self.adopts_orphans() and self._unfinished(partition)
+                ):
+                    continue
                 try:
                     if coordination.coordinator_of(partition) != coordination.address:
-                        continue
+                        continue  # another gateway claimed it first
                 except SeglogError:
                     continue
             with self.placement.lock(partition):
@@ -112,3 +123,14 @@ class TransactionsCore:
                     logger.info(
                         "%s-%d not read back yet: %s", TRANSACTION_STATE_TOPIC, partition, exc
                     )
+
+    def _unfinished(self, partition: int) -> bool:
+        """Whether an unclaimed log partition holds a transaction not yet complete."""
+        try:
+            loaded = self.log.load(partition)
+        except SeglogError:
+            return False
+        unfinished = (TxnState.ONGOING, *PREPARING)
+        return any(
+            value is not None and TxnState(value.status) in unfinished for value in loaded.values()
+        )
