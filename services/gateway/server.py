@@ -290,6 +290,7 @@ class Gateway:
             self.registry,
             self.offsets,
             self.service.queries.per_leader_list_offsets,
+            self.transactions,
         )
         self.service.metrics = self.metrics
         self.authorization.on_denied = self.metrics.denied

@@ -89,6 +89,7 @@ class MarkerWriter:
         self._due: list[tuple[float, int, _Pending]] = []
         self._order = itertools.count()
         self._stopped = False
+        self._sending: _Pending | None = None  # the one the thread is sending now
         self.requests_sent = 0  # WriteTxnMarkers calls made (a metric and the tests' view)
         self._thread = threading.Thread(target=self._run, name="txn-markers", daemon=True)
         self._thread.start()
@@ -100,9 +101,12 @@ class MarkerWriter:
             self._cond.notify()
 
     def pending(self) -> list[Completion]:
-        """The completions waiting for their next round (not the one being sent now)."""
+        """The completions whose markers are not all written (the one being sent too)."""
         with self._cond:
-            return [entry[2].completion for entry in self._due]
+            waiting = [entry[2].completion for entry in self._due]
+            if self._sending is not None:
+                waiting.append(self._sending.completion)
+            return waiting
 
     def pending_ids(self) -> set[str]:
         return {completion.transactional_id for completion in self.pending()}
@@ -122,6 +126,7 @@ class MarkerWriter:
                 if self._stopped:
                     return
                 _, _, pending = heapq.heappop(self._due)
+                self._sending = pending
             try:
                 self._attempt(pending)
             except Exception:  # one transaction's failure must not stop the rest
@@ -131,6 +136,10 @@ class MarkerWriter:
                     due = time.monotonic() + pending.backoff_s
                     pending.backoff_s = min(MAX_BACKOFF_S, pending.backoff_s * 2)
                     heapq.heappush(self._due, (due, next(self._order), pending))
+                    self._sending = None
+            else:
+                with self._cond:
+                    self._sending = None
 
     def _attempt(self, pending: _Pending) -> None:
         completion = pending.completion
