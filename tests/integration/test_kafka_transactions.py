@@ -16,9 +16,17 @@ import json
 
 import confluent_kafka
 import pytest
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
     AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
     EndTxnRequest,
     EndTxnResponse,
     InitProducerIdRequest,
@@ -426,3 +434,67 @@ def test_add_offsets_puts_the_group_s_offsets_partition_and_the_group_in_the_tra
         assert completion.groups == frozenset({"consume-transform-produce"})
         assert completion.partitions == frozenset({("__consumer_offsets", offsets_partition)})
         assert completion.committed
+
+
+def test_wrong_calls_are_answered_as_kafka_s_coordinator_answers_them(cluster):
+    """EndTxn with no transaction: INVALID_TXN_STATE; a partition that does not exist:
+    UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, none added; another
+    producer id: INVALID_PRODUCER_ID_MAPPING; an id never seen: TRANSACTIONAL_ID_NOT_FOUND;
+    a state filter no state has: listed back as unknown."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grant = wire.request(
+            InitProducerIdRequest[4](
+                transactional_id="wrong-calls",
+                transaction_timeout_ms=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+            4,
+            InitProducerIdResponse,
+        )
+        pid, epoch = grant.producer_id, grant.producer_epoch
+        end = EndTxnRequest[3](
+            transactional_id="wrong-calls", producer_id=pid, producer_epoch=epoch, committed=True
+        )
+        assert wire.request(end, 3, EndTxnResponse).error_code == 48
+
+        def add(producer_id, topics):
+            request = AddPartitionsToTxnRequest[3](
+                v3_and_below_transactional_id="wrong-calls",
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                    for t, ps in topics.items()
+                ],
+            )
+            answer = wire.request(request, 3, AddPartitionsToTxnResponse)
+            return {
+                (t.name, p.partition_index): p.partition_error_code
+                for t in answer.results_by_topic_v3_and_below
+                for p in t.results_by_partition
+            }
+
+        assert add(pid, {"txn": [0], "no-such-topic": [0]}) == {
+            ("txn", 0): 55,
+            ("no-such-topic", 0): 3,
+        }
+        assert described(cluster, "wrong-calls").state == "Empty"  # nothing added
+        assert add(pid + 1_000_000, {"txn": [0]}) == {("txn", 0): 49}
+        unknown = wire.request(
+            DescribeTransactionsRequest[0](transactional_ids=["never-seen"]),
+            0,
+            DescribeTransactionsResponse,
+        )
+        assert unknown.transaction_states[0].error_code == 105
+        listed = wire.request(
+            ListTransactionsRequest[1](
+                state_filters=["Empty", "Sleeping"], producer_id_filters=[pid], duration_filter=-1
+            ),
+            1,
+            ListTransactionsResponse,
+        )
+        assert listed.unknown_state_filters == ["Sleeping"]
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("wrong-calls", "Empty")
+        ]

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from seglog.errors import (
     InvalidRequestError,
+    NotCoordinatorError,
     PermissionDeniedError,
     SeglogError,
     UnknownTopicOrPartitionError,
@@ -235,7 +236,10 @@ class TransactionCoordinator:
     def complete(self, completion: Completion) -> None:
         """Every marker landed: log CompleteCommit/CompleteAbort (markers.py calls it)."""
         tid = completion.transactional_id
-        partition = self.placement.log.partition_for(tid)
+        try:
+            partition = self.placement.check_here(tid)
+        except NotCoordinatorError:
+            return  # moved: its new coordinator read the Prepare state back and resumes it
         with self.placement.lock(partition):
             metadata = self.placement.transactions(partition).get(tid)
             if (
@@ -354,8 +358,8 @@ class TransactionCoordinator:
             done = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
             if state is wanted:
                 raise ConcurrentTransactionsError(f"{transactional_id!r} is completing already")
-            if state is done or (state is TxnState.EMPTY and not committed):
-                return  # a retried EndTxn (Kafka answers it OK), or an abort of nothing
+            if state is done:
+                return  # a retried EndTxn: Kafka answers it OK
             if state is not TxnState.ONGOING:
                 raise InvalidTxnStateError(
                     f"transactional id {transactional_id!r} is {state.kafka_name}: cannot "
