@@ -33,6 +33,8 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 )
 
 from devtools import apache_kafka
@@ -498,3 +500,34 @@ def test_wrong_calls_are_answered_as_kafka_s_coordinator_answers_them(cluster):
         assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
             ("wrong-calls", "Empty")
         ]
+
+
+def test_write_txn_markers_from_a_client_needs_cluster_action(cluster):
+    """What `kafka-transactions abort` sends a partition's leader: refused on every partition
+    with CLUSTER_AUTHORIZATION_FAILED for a principal without ClusterAction (this module's),
+    as Kafka's broker answers; nothing is written."""
+    end = cluster.log("txn", 0).log_end_offset
+    request = WriteTxnMarkersRequest[1](
+        markers=[
+            WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=5,
+                producer_epoch=0,
+                transaction_result=False,
+                topics=[
+                    WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic(
+                        name="txn", partition_indexes=[0, 1]
+                    )
+                ],
+                coordinator_epoch=0,
+            )
+        ]
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 1, WriteTxnMarkersResponse)
+    (marker,) = answer.markers
+    assert marker.producer_id == 5
+    assert [(p.partition_index, p.error_code) for p in marker.topics[0].partitions] == [
+        (0, 31),
+        (1, 31),
+    ]
+    assert cluster.log("txn", 0).log_end_offset == end

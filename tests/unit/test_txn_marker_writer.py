@@ -13,9 +13,17 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
+from seglog.errors import (
+    InvalidProducerEpochError,
+    PermissionDeniedError,
+    UnknownTopicOrPartitionError,
+)
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from services.gateway.authorization import Authorization
+from services.gateway.broker.caller import Caller
 from services.gateway.cluster.registry_routes import Route
 from services.gateway.node_connections import NodeConnections
+from services.gateway.transactions.marker_calls import MarkerCalls
 from services.gateway.transactions.markers import Completion, MarkerWriter
 from tests.waiting import wait_until
 
@@ -170,3 +178,34 @@ def test_a_deleted_topic_needs_no_marker(node):
         ("out", 1)
     ]
     assert servicer.requests[0].markers[0].committed is False
+
+
+def test_a_client_s_write_txn_markers_is_sent_once_and_each_partition_answered(node):
+    """kafka-transactions abort's WriteTxnMarkers (marker_calls.py): one call, no retry, each
+    partition's outcome; a partition that does not exist is answered without a call; a
+    caller without ClusterAction is refused before any."""
+    servicer, address = node
+    servicer.scripts[("out", 1)] = [common_pb2.INVALID_PRODUCER_EPOCH]
+    connections = NodeConnections()
+    marker = Completion("", 9, 2, False, 6, frozenset({("out", 0), ("out", 1), ("gone", 0)}))
+    open_calls = MarkerCalls(Routes(address), connections, Authorization([], enabled=False))  # type: ignore[arg-type]
+    closed_calls = MarkerCalls(Routes(address), connections, Authorization([], enabled=True))  # type: ignore[arg-type]
+    caller = Caller("User:admin", "127.0.0.1", None, "kafka")
+    try:
+        (outcomes,) = open_calls.write(caller, [marker], 5000)
+        with pytest.raises(PermissionDeniedError):
+            closed_calls.write(caller, [marker], 5000)
+    finally:
+        connections.close()
+    assert outcomes[("out", 0)] is None
+    assert isinstance(outcomes[("out", 1)], InvalidProducerEpochError)
+    assert isinstance(outcomes[("gone", 0)], UnknownTopicOrPartitionError)
+    (request,) = servicer.requests  # the refused caller's call never went out
+    assert request.timeout_ms == 5000
+    (sent,) = request.markers
+    assert (sent.producer_id, sent.producer_epoch, sent.committed, sent.coordinator_epoch) == (
+        9,
+        2,
+        False,
+        6,
+    )

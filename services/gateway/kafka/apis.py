@@ -30,6 +30,7 @@ from . import (
     scram_apis,
     txn_admin_apis,
     txn_apis,
+    txn_marker_apis,
 )
 from .api_table import ApiTable
 
@@ -59,4 +60,5 @@ def kafka_api_table() -> ApiTable:
     group_admin_apis.register(table)
     txn_apis.register(table)
     txn_admin_apis.register(table)
+    txn_marker_apis.register(table)
     return table

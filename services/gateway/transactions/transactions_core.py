@@ -21,6 +21,7 @@ from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..node_connections import NodeConnections
 from .coordinator import TransactionCoordinator, TransactionSettings
+from .marker_calls import MarkerCalls
 from .markers import MarkerWriter
 from .placement import TransactionPlacement
 from .queries import TransactionQueries
@@ -71,6 +72,7 @@ class TransactionsCore:
             settings,
         )
         self.queries = TransactionQueries(self.placement, authorization)
+        self.marker_calls = MarkerCalls(registry, connections, authorization)
         # True on the gateway that adopts orphaned log partitions (the controller).
         self.adopts_orphans: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
