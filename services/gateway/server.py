@@ -78,7 +78,7 @@ from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
-from .transactions.coordinator import TransactionSettings
+from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -272,13 +272,7 @@ class Gateway:
             offsets_partition_for=self.offsets.partition_for,
             coordination=self.txn_coordination,
             groups=self.groups,
-            settings=TransactionSettings(
-                transaction_max_timeout_ms=config.transaction_max_timeout_ms,
-                transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
-                transaction_abort_timed_out_transaction_cleanup_interval_ms=(
-                    config.transaction_abort_timed_out_transaction_cleanup_interval_ms
-                ),
-            ),
+            settings=settings_from(config),
         )
         self.group_calls = GroupCalls(self.groups)
         self.transactions.adopts_orphans = lambda: self.election.is_controller

@@ -39,10 +39,10 @@ from kafka.protocol.producer import (
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
+from seglog.errors import TransactionalIdNotFoundError
 from seglog.records import RecordBatchBuilder, iter_records
 from seglog.security.acls import ANONYMOUS, AclBinding
 from services.gateway.broker.caller import Caller
-from services.gateway.transactions.errors import TransactionalIdNotFoundError
 from services.gateway.transactions.log_formats import decode_key, decode_value
 from services.gateway.transactions.state import TxnState
 from services.gateway.transactions.txn_log import TRANSACTION_STATE_TOPIC

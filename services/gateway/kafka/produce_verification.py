@@ -23,19 +23,17 @@ from typing import Any
 
 from seglog.errors import (
     InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidTxnStateError,
     NotCoordinatorError,
     NotEnoughReplicasError,
     PermissionDeniedError,
+    ProducerFencedError,
     SeglogError,
 )
 from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER, TRANSACTIONAL_MASK, read_header
 
 from ..routing.data_plane import TopicProduce
-from ..transactions.errors import (
-    InvalidProducerIdMappingError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-)
 from .kafka_call import KafkaCall
 
 logger = logging.getLogger(__name__)

@@ -28,10 +28,9 @@ from kafka.protocol.producer import (
     EndTxnResponse,
 )
 
-from seglog.errors import PermissionDeniedError, SeglogError
+from seglog.errors import PermissionDeniedError, ProducerFencedError, SeglogError
 
 from ..authorization import CLUSTER
-from ..transactions.errors import ProducerFencedError
 from .api_table import ApiTable
 from .error_codes import NONE, Resource, kafka_error_code
 from .kafka_call import KafkaCall

@@ -19,12 +19,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from seglog.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerIdMappingError,
     InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
     NotCoordinatorError,
     PermissionDeniedError,
+    ProducerFencedError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
@@ -32,13 +37,6 @@ from seglog.errors import (
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
-from .errors import (
-    ConcurrentTransactionsError,
-    InvalidProducerIdMappingError,
-    InvalidTransactionTimeoutError,
-    InvalidTxnStateError,
-    ProducerFencedError,
-)
 from .log_formats import TopicPartition
 from .markers import Completion, MarkerWriter
 from .placement import TransactionPlacement
@@ -59,6 +57,13 @@ class TransactionSettings:
     transaction_state_log_num_partitions: int = 50
     # Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+
+
+def settings_from(config: object) -> TransactionSettings:
+    """The settings of the same names in the gateway's config (settings.py)."""
+    return TransactionSettings(
+        **{f.name: getattr(config, f.name) for f in fields(TransactionSettings)}
+    )
 
 
 @dataclass(frozen=True)

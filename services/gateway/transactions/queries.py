@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seglog.errors import SeglogError
+from seglog.errors import SeglogError, TransactionalIdNotFoundError
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
-from .errors import TransactionalIdNotFoundError
 from .log_formats import TopicPartition
 from .placement import TransactionPlacement
 from .state import BY_KAFKA_NAME, TxnState
