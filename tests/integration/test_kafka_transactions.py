@@ -531,3 +531,26 @@ def test_write_txn_markers_from_a_client_needs_cluster_action(cluster):
         (1, 31),
     ]
     assert cluster.log("txn", 0).log_end_offset == end
+
+
+def test_a_producer_recovering_with_its_epoch_bumps_it_and_a_lost_answer_is_retried(cluster):
+    """KIP-360's InitProducerId with the producer's current id and epoch: bumped; the same
+    call again (its answer lost) gets the same answer; an epoch older than that is fenced."""
+
+    def init(producer_id, epoch):
+        request = InitProducerIdRequest[4](
+            transactional_id="recovers",
+            transaction_timeout_ms=60_000,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            answer = wire.request(request, 4, InitProducerIdResponse)
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    _, pid, epoch = init(-1, -1)
+    assert init(pid, epoch) == (0, pid, epoch + 1)
+    assert init(pid, epoch) == (0, pid, epoch + 1)  # a retry: not bumped again
+    assert init(pid, epoch + 1) == (0, pid, epoch + 2)
+    assert init(pid, epoch)[0] == 90  # PRODUCER_FENCED
+    assert init(pid + 1_000_000, epoch + 2)[0] == 90

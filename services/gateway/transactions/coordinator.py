@@ -154,16 +154,20 @@ class TransactionCoordinator:
                     transactional_id, self._allocate(), NO_PRODUCER_EPOCH, timeout_ms
                 )
                 transactions[transactional_id] = metadata
-            if expected_producer_id != NO_PRODUCER_ID and (
-                expected_producer_id != metadata.producer_id
-                or expected_epoch != metadata.producer_epoch
-            ):
-                # KIP-360: a producer recovering with its own id and epoch; another one means a
-                # newer producer took the id.
-                raise ProducerFencedError(
-                    f"transactional id {transactional_id!r} is at producer "
-                    f"{metadata.producer_id} epoch {metadata.producer_epoch}"
-                )
+            if expected_producer_id != NO_PRODUCER_ID and metadata.producer_epoch >= 0:
+                # KIP-360: a producer recovering with its own id and epoch may bump it; the
+                # epoch before the last bump is a retry whose answer was lost (answered the
+                # same again); anything else means a newer producer took the id.
+                retry = expected_epoch == metadata.last_producer_epoch and metadata.state.settled
+                if expected_producer_id != metadata.producer_id or (
+                    expected_epoch != metadata.producer_epoch and not retry
+                ):
+                    raise ProducerFencedError(
+                        f"transactional id {transactional_id!r} is at producer "
+                        f"{metadata.producer_id} epoch {metadata.producer_epoch}"
+                    )
+                if retry:
+                    return ProducerGrant(metadata.producer_id, metadata.producer_epoch)
             if metadata.state.completing:
                 raise ConcurrentTransactionsError(
                     f"transactional id {transactional_id!r}'s transaction is completing"
@@ -179,6 +183,7 @@ class TransactionCoordinator:
                 producer_id, epoch = self._allocate(), 0
             self._log(
                 metadata,
+                last_producer_epoch=metadata.producer_epoch,
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 timeout_ms=timeout_ms,

@@ -63,6 +63,9 @@ class TransactionMetadata:
     # Groups whose __consumer_offsets partition AddOffsetsToTxn put in the transaction (their
     # pending offsets complete with the marker); kept in memory, as the partition is logged.
     groups: set[str] = field(default_factory=set)
+    # The epoch before the last InitProducerId bump (Kafka's lastProducerEpoch, in memory):
+    # a producer retrying that call with it is answered the current epoch, not fenced.
+    last_producer_epoch: int = -1
 
     def log_value(self, state: TxnState | None = None) -> TxnLogValue:
         # PrepareEpochFence is an in-memory state: Kafka logs it as PrepareAbort.
