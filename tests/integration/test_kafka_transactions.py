@@ -441,8 +441,9 @@ def test_add_offsets_puts_the_group_s_offsets_partition_and_the_group_in_the_tra
 def test_wrong_calls_are_answered_as_kafka_s_coordinator_answers_them(cluster):
     """EndTxn with no transaction: INVALID_TXN_STATE; a partition that does not exist:
     UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, none added; another
-    producer id: INVALID_PRODUCER_ID_MAPPING; an id never seen: TRANSACTIONAL_ID_NOT_FOUND;
-    a state filter no state has: listed back as unknown."""
+    producer id: INVALID_PRODUCER_ID_MAPPING; an empty group id: INVALID_GROUP_ID; an id
+    never seen: TRANSACTIONAL_ID_NOT_FOUND; a state filter no state has: listed back as
+    unknown."""
     with KafkaWire(cluster.kafka_address) as wire:
         grant = wire.request(
             InitProducerIdRequest[4](
@@ -483,6 +484,10 @@ def test_wrong_calls_are_answered_as_kafka_s_coordinator_answers_them(cluster):
         }
         assert described(cluster, "wrong-calls").state == "Empty"  # nothing added
         assert add(pid + 1_000_000, {"txn": [0]}) == {("txn", 0): 49}
+        no_group = AddOffsetsToTxnRequest[3](
+            transactional_id="wrong-calls", producer_id=pid, producer_epoch=epoch, group_id=""
+        )
+        assert wire.request(no_group, 3, AddOffsetsToTxnResponse).error_code == 24
         unknown = wire.request(
             DescribeTransactionsRequest[0](transactional_ids=["never-seen"]),
             0,

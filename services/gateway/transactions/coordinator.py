@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 
 from seglog.errors import (
     ConcurrentTransactionsError,
+    InvalidGroupIdError,
     InvalidProducerIdMappingError,
     InvalidRequestError,
     InvalidTransactionTimeoutError,
@@ -298,6 +299,8 @@ class TransactionCoordinator:
         """The group's __consumer_offsets partition added to the transaction."""
         self._check_id(caller, "Write", transactional_id, "AddOffsetsToTxn")
         self.authorization.check(caller, [("Read", "group", group_id)], "AddOffsetsToTxn")
+        if not group_id:
+            raise InvalidGroupIdError("AddOffsetsToTxn: the group id is empty")
         offsets_partition = self._offsets_partition_for(group_id)
         self._add(
             transactional_id, producer_id, epoch, [(OFFSETS_TOPIC, offsets_partition)], {group_id}
