@@ -2,11 +2,14 @@
 listener is compared: a one-broker KRaft cluster starts, librdkafka produces to it and
 consumes back what it produced, Kafka's own topic tool describes the topic, and stopping
 ends the broker's process; seglog's `dump --verify` reads the broker's files of an empty
-partition clean; seglog's engine reads the broker's transaction markers and `.txnindex`."""
+partition clean; seglog's engine reads the broker's transaction markers and `.txnindex`, and
+seglog's transaction log decoder reads the broker's __transaction_state as Kafka's own
+formatter does."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 
@@ -17,10 +20,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devtools import apache_kafka
 from devtools.apache_kafka import KafkaBrokers
 from seglog.cli.main import main
+from seglog.records import iter_records
 from seglog.records.batch import CONTROL_MASK
 from seglog.records.control import read_marker
 from seglog.storage import Log, partition_metadata
 from seglog.storage.txn_index import TransactionIndex
+from services.gateway.transactions.log_formats import (
+    decode_key,
+    decode_value,
+    partition_for_transactional_id,
+)
 from tests.waiting import wait_until
 
 # JVMs start in seconds: a broker per module, a JVM per tool run.
@@ -207,3 +216,87 @@ def test_seglog_reads_a_kafka_brokers_markers_and_txnindex(kafka, tmp_path):
         assert log.last_stable_offset == log.high_watermark == 9
     finally:
         log.close()
+
+
+def test_kafka_s_transaction_log_reads_the_same_in_seglog_s_decoder(kafka):
+    """A real broker's __transaction_state records (Kafka 4.3.1 writes TransactionLogValue v1,
+    flexible, with tagged fields), read from its files with seglog's transaction log decoder
+    (services/gateway/transactions/log_formats.py), field for field as Kafka's own
+    TransactionLogMessageFormatter prints them."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka.bootstrap, "transactional.id": "decoded-alike"}
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("txn-harness", b"in a transaction")
+    producer.commit_transaction(60)
+    partition = partition_for_transactional_id("decoded-alike", 50)  # Kafka's default count
+    directory = kafka.root / "broker-1" / f"__transaction_state-{partition}"
+
+    def seglog_reads():
+        records = []
+        for segment in sorted(directory.glob("*.log")):
+            for record in iter_records(segment.read_bytes()):
+                if record.value is not None and decode_key(record.key) == "decoded-alike":
+                    records.append(decode_value(record.value))
+        return records
+
+    # CompleteCommit is written once the markers landed, just after EndTxn's answer.
+    assert wait_until(lambda: any(v.status == 4 for v in seglog_reads()), 30)
+    mine = seglog_reads()
+    done = apache_kafka.run_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        "--bootstrap-server",
+        kafka.bootstrap,
+        "--topic",
+        "__transaction_state",
+        "--partition",
+        str(partition),
+        "--offset",
+        "earliest",
+        "--max-messages",
+        str(len(mine)),
+        "--timeout-ms",
+        "20000",
+        "--formatter",
+        "org.apache.kafka.tools.consumer.TransactionLogMessageFormatter",
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    out, position, decoder, kafkas = done.stdout.decode(), 0, json.JSONDecoder(), []
+    while position < len(out.rstrip()):
+        record, position = decoder.raw_decode(out, position)
+        position += len(out[position:]) - len(out[position:].lstrip())
+        if record["key"]["data"]["transactionalId"] == "decoded-alike":
+            kafkas.append(record["value"])
+    assert len(kafkas) == len(mine) >= 4
+    # Kafka 4.3.1 (transaction.version 2 finalized) writes the flexible v1 with its tags.
+    assert {record["version"] for record in kafkas} == {1}
+    for theirs, ours in zip(kafkas, mine, strict=True):
+        data = theirs["data"]
+        partitions = {
+            (t["topic"], p) for t in data["transactionPartitions"] or [] for p in t["partitionIds"]
+        }
+        assert (
+            data["producerId"],
+            data["producerEpoch"],
+            data["transactionTimeoutMs"],
+            data["transactionStatus"],
+            partitions,
+            data["transactionLastUpdateTimestampMs"],
+            data["transactionStartTimestampMs"],
+            data.get("previousProducerId", -1),
+            data.get("nextProducerId", -1),
+            data.get("clientTransactionVersion", 0),
+        ) == (
+            ours.producer_id,
+            ours.producer_epoch,
+            ours.timeout_ms,
+            ours.status,
+            set(ours.partitions),
+            ours.last_update_ms,
+            ours.start_ms,
+            ours.previous_producer_id,
+            ours.next_producer_id,
+            ours.client_transaction_version,
+        )
+    assert [v.status for v in mine][-2:] == [2, 4]  # PrepareCommit, CompleteCommit
