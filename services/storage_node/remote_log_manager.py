@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from seglog.errors import SeglogError
 from seglog.storage.log import Log
 from seglog.storage.remote_metadata import RemoteLogMetadata
-from seglog.storage.remote_store import RemoteStorageConfig, RemoteStore
+from seglog.storage.remote_store import RemoteStorageConfig, RemoteStorageError, RemoteStore
 
 from .partition import Partition
 from .remote_copier import PartitionCopier
@@ -121,7 +121,9 @@ class RemoteLogManager:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One pass over every hosted tiered partition (raises the first store error)."""
+        """One pass over every hosted tiered partition. A store error ends the pass (raised:
+        the store is likely down for all); any other error is the partition's own (a
+        metadata record it cannot parse, a file gone under it) and the pass goes on."""
         for topic, number in self.replicas.hosted():
             if self._stop.is_set():
                 return
@@ -134,10 +136,15 @@ class RemoteLogManager:
             topic_id = self.replicas.logs.topic_id(topic, number)
             if not topic_id:
                 continue  # the registry has not named the topic's id yet
-            leading = held.is_leader and held.fenced is None
-            self._sync_remote_end(topic_id, log, fresh=leading)
-            if leading:
-                self._lead(held, topic, topic_id, log)
+            try:
+                leading = held.is_leader and held.fenced is None
+                self._sync_remote_end(topic_id, log, fresh=leading)
+                if leading:
+                    self._lead(held, topic, topic_id, log)
+            except RemoteStorageError:
+                raise
+            except SeglogError as exc:
+                logger.warning("tiered storage: %s-%d skipped this pass: %s", topic, number, exc)
 
     def _sync_remote_end(self, topic_id: str, log: Log, *, fresh: bool) -> None:
         if fresh:  # a leader acts on what the store holds now, not on a cached view
