@@ -128,6 +128,7 @@ class StorageNode:
                     ),
                 ),
             )
+            self.replicas.remote_deletions = self.remote_log_manager.delete_partition_data
 
     @property
     def address(self) -> str:
