@@ -277,6 +277,10 @@ def test_a_new_leader_continues_from_the_metadata_without_copying_again(cluster,
             assert record.broker_id != first_id
     assert all(r.state == COPY_SEGMENT_FINISHED for r in after)
     assert len(after) > len(before)
+    # The new leader's copies carry its epoch, from where its first batch is.
+    first_epoch = max(e for r in before.values() for e, _ in r.leader_epochs)
+    newest = max(after, key=lambda r: r.end_offset)
+    assert max(e for e, _ in newest.leader_epochs) > first_epoch
 
 
 def test_a_deleted_topics_objects_are_deleted(cluster, store):
