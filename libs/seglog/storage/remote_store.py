@@ -27,6 +27,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import SeglogError
 
+# What a call to the store may raise: botocore's own errors (a connection broken mid-body
+# too: ResponseStreamingError) and the store's answers.
+_STORE_ERRORS = (BotoCoreError, ClientError)
 # S3's DeleteObjects takes at most 1000 keys per request.
 _DELETE_BATCH = 1000
 
@@ -82,22 +85,30 @@ class RemoteStore:
         # Built on first use: a node configured for a store that is down still starts.
         with self._lock:
             if self._client is None:
-                c = self.config
-                self._client = boto3.session.Session().client(
-                    "s3",
-                    endpoint_url=c.endpoint_url,
-                    aws_access_key_id=c.access_key_id,
-                    aws_secret_access_key=c.secret_access_key,
-                    region_name=c.region,
-                    config=BotoConfig(
-                        connect_timeout=c.connect_timeout_ms / 1000,
-                        read_timeout=c.read_timeout_ms / 1000,
-                        retries={"max_attempts": 2, "mode": "standard"},
-                        max_pool_connections=c.max_pool_connections,
-                        s3={"addressing_style": "path"},
-                    ),
-                )
+                try:
+                    self._client = self._new_client()
+                except Exception as exc:  # botocore's ValueError for a bad endpoint, and others
+                    raise RemoteStorageError(
+                        f"no S3 client for {self.config.endpoint_url!r}: {exc}"
+                    ) from None
             return self._client
+
+    def _new_client(self) -> Any:
+        c = self.config
+        return boto3.session.Session().client(
+            "s3",
+            endpoint_url=c.endpoint_url,
+            aws_access_key_id=c.access_key_id,
+            aws_secret_access_key=c.secret_access_key,
+            region_name=c.region,
+            config=BotoConfig(
+                connect_timeout=c.connect_timeout_ms / 1000,
+                read_timeout=c.read_timeout_ms / 1000,
+                retries={"max_attempts": 2, "mode": "standard"},
+                max_pool_connections=c.max_pool_connections,
+                s3={"addressing_style": "path"},
+            ),
+        )
 
     def full_key(self, key: str) -> str:
         return f"{self._prefix}/{key}" if self._prefix else key
@@ -122,13 +133,15 @@ class RemoteStore:
     def put_file(self, key: str, path: str | Path) -> None:
         """Upload one local file whole (segments are at most segment.bytes: one PUT each)."""
         try:
-            with open(path, "rb") as f:
-                self._s3().put_object(Bucket=self.config.bucket, Key=self.full_key(key), Body=f)
-        except (BotoCoreError, ClientError) as exc:
-            raise self._fail("put", key, exc) from None
+            f = open(path, "rb")  # noqa: SIM115 (closed below; its errors are not the store's)
         except OSError as exc:
             # The local file's problem (retention took it), not the store's.
             raise SeglogError(f"reading {path} for upload to {key!r}: {exc}") from None
+        with f:
+            try:
+                self._s3().put_object(Bucket=self.config.bucket, Key=self.full_key(key), Body=f)
+            except _STORE_ERRORS as exc:
+                raise self._fail("put", key, exc) from None
 
     def put_bytes(self, key: str, data: bytes) -> str:
         """Store a small object; returns its ETag (as `list_etags` shows it)."""
@@ -136,7 +149,7 @@ class RemoteStore:
             answer = self._s3().put_object(
                 Bucket=self.config.bucket, Key=self.full_key(key), Body=data
             )
-        except (BotoCoreError, ClientError) as exc:
+        except _STORE_ERRORS as exc:
             raise self._fail("put", key, exc) from None
         return str(answer.get("ETag", ""))
 
@@ -144,7 +157,7 @@ class RemoteStore:
         try:
             answer = self._s3().get_object(Bucket=self.config.bucket, Key=self.full_key(key))
             return bytes(answer["Body"].read())
-        except (BotoCoreError, ClientError) as exc:
+        except _STORE_ERRORS as exc:
             raise self._fail("get", key, exc) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
@@ -164,7 +177,7 @@ class RemoteStore:
             if exc.response.get("Error", {}).get("Code") == "InvalidRange":
                 return b""
             raise self._fail("get", key, exc) from None
-        except BotoCoreError as exc:
+        except _STORE_ERRORS as exc:
             raise self._fail("get", key, exc) from None
 
     def delete(self, keys: Iterable[str]) -> None:
@@ -177,7 +190,7 @@ class RemoteStore:
                     Bucket=self.config.bucket,
                     Delete={"Objects": [{"Key": k} for k in part], "Quiet": True},
                 )
-            except (BotoCoreError, ClientError) as exc:
+            except _STORE_ERRORS as exc:
                 raise self._fail("delete", part[0], exc) from None
             errors = answer.get("Errors") or []
             if errors:
@@ -201,7 +214,7 @@ class RemoteStore:
             for page in pages.paginate(Bucket=self.config.bucket, Prefix=full):
                 for entry in page.get("Contents") or []:
                     out[self._strip(entry["Key"])] = str(entry.get("ETag", ""))
-        except (BotoCoreError, ClientError) as exc:
+        except _STORE_ERRORS as exc:
             raise self._fail("list", prefix, exc) from None
         return out
 
@@ -214,5 +227,5 @@ class RemoteStore:
             code = exc.response.get("Error", {}).get("Code")
             if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 raise self._fail("create bucket", self.config.bucket, exc) from None
-        except BotoCoreError as exc:
+        except _STORE_ERRORS as exc:
             raise self._fail("create bucket", self.config.bucket, exc) from None
