@@ -102,8 +102,7 @@ class ReplicaManager:
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
-        # Tiered storage: told of each deleted topic's partition (topic, topic id, partition),
-        # whose objects then go from the store (remote_log_manager.py); None without a store.
+        # Tiered storage: a deleted topic's (topic, id, partition) whose objects are to go.
         self.remote_deletions: Callable[[str, str, int], None] | None = None
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self.follower_fetchers = FollowerFetchers(node_id, self.replication.fetcher)
