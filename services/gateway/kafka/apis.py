@@ -28,6 +28,10 @@ from . import (
     reassignment_apis,
     sasl_apis,
     scram_apis,
+    txn_admin_apis,
+    txn_apis,
+    txn_marker_apis,
+    txn_offset_commit_apis,
 )
 from .api_table import ApiTable
 
@@ -54,5 +58,9 @@ def kafka_api_table() -> ApiTable:
     reassignment_apis.register(table)
     group_apis.register(table)
     group_offset_apis.register(table)
+    txn_offset_commit_apis.register(table)
     group_admin_apis.register(table)
+    txn_apis.register(table)
+    txn_admin_apis.register(table)
+    txn_marker_apis.register(table)
     return table

@@ -35,6 +35,7 @@ from ..routing.data_plane import DataPlane
 from ..routing.producer_states import ProducerStates
 from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
+from ..transactions.transactions_core import TransactionsCore
 
 
 class GatewayPeers(Protocol):
@@ -67,6 +68,7 @@ class KafkaCore:
     topics: TopicAdmin
     auto_create: TopicAutoCreation  # Metadata's topic auto-creation (auto_create.py)
     producer_ids: ProducerIds
+    transactions: TransactionsCore  # the transaction coordinator (transactions/)
     acls: AclAdmin
     quotas: ClientQuotaAdmin
     partition_moves: PartitionMoves  # reassignments, elections, log dirs (partition_moves.py)
