@@ -1,7 +1,8 @@
 """Copying one partition's rolled segments to the object store (Kafka's RLMCopyTask).
 
 A segment is copied when it is no longer the active one and every offset in it is below the
-high watermark (committed: no truncation can take it back), starting after the highest offset
+last stable offset (committed: no truncation can take it back, and no open transaction's
+abort can still add to its transaction index), starting after the highest offset
 the store already holds, so a new leader continues where its predecessor stopped instead of
 copying again (its metadata is shared through the store, remote_metadata.py). For each:
 
@@ -70,10 +71,6 @@ def epoch_checkpoint_text(entries: list[EpochEntry], end: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _txn_index_path(segment: LogSegment) -> Path:
-    return segment.log.path.with_suffix(".txnindex")
-
-
 class PartitionCopier:
     """Copies and cleans up one partition's segments; stateless between calls (every pass
     starts from the metadata), so leadership may move between passes."""
@@ -90,15 +87,17 @@ class PartitionCopier:
         self.still_leading = still_leading
 
     def candidates(self, log: Log) -> list[tuple[LogSegment, int]]:
-        """(segment, its last offset) for each rolled segment, wholly below the high
-        watermark, holding offsets past what the store has."""
+        """(segment, its last offset) for each rolled segment wholly below the last stable
+        offset (the high watermark, or the first offset of the oldest open transaction: as
+        Kafka's copier, so a copied segment's transaction index is final), holding offsets
+        past what the store has."""
         copied_end = log.highest_offset_in_remote_storage
         segments = log.segments
-        hw = log.high_watermark
+        stable = log.last_stable_offset
         out = []
         for segment, following in zip(segments, segments[1:], strict=False):
             end = following.base_offset - 1
-            if end >= hw:
+            if end >= stable:
                 break
             if end <= copied_end or segment.size == 0:
                 continue
@@ -123,7 +122,7 @@ class PartitionCopier:
         key = started.key
         self._upload(key, OFFSET_INDEX, segment.offset_index.path)
         self._upload(key, TIME_INDEX, segment.time_index.path)
-        self._upload(key, TXN_INDEX, _txn_index_path(segment))
+        self._upload(key, TXN_INDEX, segment.txn_index.path)
         self._upload(key, PRODUCER_SNAPSHOT, log.producer_state.snapshot_path(end + 1))
         self.store.put_bytes(
             segment_object(key, LEADER_EPOCH_CHECKPOINT), epoch_checkpoint_text(entries, end)

@@ -135,7 +135,7 @@ def test_rolled_segments_are_copied_with_kafkas_layout_byte_for_byte(cluster, st
         assert store.get(segment_object(key, SEGMENT_LOG)) == local.log.path.read_bytes()
         assert store.get(segment_object(key, OFFSET_INDEX)) == _bytes(local.offset_index.path)
         assert store.get(segment_object(key, TIME_INDEX)) == _bytes(local.time_index.path)
-        assert store.get(segment_object(key, TXN_INDEX)) == b""
+        assert store.get(segment_object(key, TXN_INDEX)) == _bytes(local.txn_index.path)
         snapshot = log.producer_state.snapshot_path(seg.end_offset + 1)
         assert store.get(segment_object(key, PRODUCER_SNAPSHOT)) == _bytes(snapshot)
         checkpoint = store.get(segment_object(key, LEADER_EPOCH_CHECKPOINT)).decode()
