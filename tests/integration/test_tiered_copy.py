@@ -344,3 +344,50 @@ def test_store_failures_are_seglog_errors_naming_what_failed(store, seaweedfs, t
     )
     with pytest.raises(RemoteStorageError, match="SignatureDoesNotMatch|AccessDenied"):
         wrong_key.put_bytes("x", b"y")
+
+
+def test_an_open_transaction_holds_copies_back_and_its_abort_is_copied(cluster, store):
+    from seglog.records import RecordBatchBuilder
+    from tests.txn_batches import ABORT, transactional_batch, write_marker
+
+    topic_id = _topic(cluster, "tiered-txn")
+    leader = cluster.leader_of("tiered-txn", 0)
+    route = cluster.gateway.registry.route("tiered-txn", 0)
+    stub = cluster.gateway.connections.get(route.leader, route.address).stub
+
+    def append(records: bytes) -> None:
+        request = common_pb2.ProduceRequest(topic="tiered-txn", acks=-1, timeout_ms=5000)
+        request.partitions.add(partition=0, records=records)
+        (result,) = stub.Append(request, timeout=10).partitions
+        assert result.error == 0, result.error_message
+
+    def plain(i: int) -> bytes:
+        builder = RecordBatchBuilder()
+        for j in range(10):
+            builder.append(None, b"plain-%04d-%02d-" % (i, j) + b"v" * 80, None)
+        return builder.build()
+
+    append(transactional_batch(7001, [b"open" * 20]))  # offset 0: the LSO stays there
+    for i in range(12):
+        append(plain(i))
+    log = leader.logs.get_log("tiered-txn", 0)
+    rolled = _rolled_ends(log)
+    assert len(rolled) >= 3 and log.last_stable_offset == 0
+    passes = leader.remote_log_manager.passes
+    wait_for(lambda: leader.remote_log_manager.passes >= passes + 3, 20, "copier passes")
+    assert _metadata(store).segments(topic_id, 0) == []  # nothing at or past the LSO
+    # The ABORT marker's entry goes to the active segment's .txnindex; more batches roll it.
+    write_marker(stub, "tiered-txn", 0, 7001, ABORT)
+    for i in range(12, 18):
+        append(plain(i))
+    end = _rolled_ends(log)[-1][1]
+    wait_for(lambda: _copied_up_to(store, topic_id, end), 20, "copies after the abort")
+    segments = _metadata(store).segments(topic_id, 0)
+    copied = {s.base_offset: s for s in segments}
+    indexes = []
+    for local in log.segments[:-1]:
+        remote = copied[local.base_offset]
+        index = store.get(segment_object(remote.key, TXN_INDEX))
+        assert index == _bytes(local.txn_index.path)
+        indexes.append(index)
+    assert any(indexes), "an aborted transaction's entry was copied"
