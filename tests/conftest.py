@@ -5,7 +5,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from devtools.seaweedfs import SeaweedProcess
 from services import long_lived
 from tests import scheduling
 
@@ -50,10 +49,13 @@ def settling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedProcess]:
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A real S3 object store (SeaweedFS) for tiered storage's tests, one per test module,
     stopped by its pid. Each test takes a key prefix of its own (`storage_config(prefix)`) so
-    that no test sees another's objects."""
+    that no test sees another's objects. Imported here, not at the top: boto3 costs every
+    other test run half a second to import."""
+    from devtools.seaweedfs import SeaweedProcess
+
     directory = tmp_path_factory.mktemp("seaweedfs")
     store = SeaweedProcess(directory, log_path=directory / "weed.log")
     store.start()
