@@ -102,6 +102,8 @@ class ReplicaManager:
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
+        # Tiered storage: a deleted topic's (topic, id, partition) whose objects are to go.
+        self.remote_deletions: Callable[[str, str, int], None] | None = None
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self.follower_fetchers = FollowerFetchers(node_id, self.replication.fetcher)
         self._fenced: str | None = None  # why the node is fenced, None while it is not

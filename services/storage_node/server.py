@@ -31,6 +31,7 @@ from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
 from .registry_client import STARTING_FENCE, RegistrySession
+from .remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
 from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
@@ -112,6 +113,22 @@ class StorageNode:
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
+        self.remote_log_manager: RemoteLogManager | None = None
+        if config.remote_storage is not None:
+            self.remote_log_manager = RemoteLogManager(
+                self.replicas,
+                config.remote_storage,
+                RemoteLogManagerConfig(
+                    remote_log_manager_task_interval_ms=config.remote_log_manager_task_interval_ms,
+                    remote_log_manager_task_retry_backoff_ms=(
+                        config.remote_log_manager_task_retry_backoff_ms
+                    ),
+                    remote_log_manager_task_retry_backoff_max_ms=(
+                        config.remote_log_manager_task_retry_backoff_max_ms
+                    ),
+                ),
+            )
+            self.replicas.remote_deletions = self.remote_log_manager.delete_partition_data
 
     @property
     def address(self) -> str:
@@ -260,6 +277,8 @@ class StorageNode:
         return_large_buffers_to_the_system()
         self.replicas.start()
         self.applier.start()
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.start()
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
             self.bulk = BulkServer(
@@ -351,6 +370,8 @@ class StorageNode:
             self.session.stop()
         if self.bulk is not None:
             self.bulk.stop()
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop()  # before the logs close under its copies
         self.applier.stop()
         if self.server is not None:
             self.replicas.stop()
