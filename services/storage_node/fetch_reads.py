@@ -18,6 +18,8 @@ from seglog.storage import Log
 from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
 
+from .remote_fetches import RemoteFetches
+
 CONSUMER = -1  # the replica id of a client fetch
 
 logger = logging.getLogger(__name__)
@@ -57,8 +59,11 @@ class FetchChunk:
     found: LogSlice | None = None
     error: SeglogError | None = None
     diverging: tuple[int, int] | None = None
+    remote: bytes | None = None  # batches read from the object store (remote_fetches.py)
 
     def read(self) -> bytes:
+        if self.remote is not None:
+            return self.remote
         return b"" if self.found is None else self.found.read()
 
     @property
@@ -90,7 +95,15 @@ def available_bytes(states: list[FetchState], enough: int) -> int:
     return total
 
 
-def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> Iterator[FetchChunk]:
+def read_chunks(
+    states: list[FetchState],
+    max_bytes: int,
+    chunk_bytes: int,
+    remote: RemoteFetches | None = None,
+) -> Iterator[FetchChunk]:
+    """The answer's chunks. With `remote`, a consumer's read below the local log start is
+    read from the object store (one remote segment per chunk), and every consumer chunk
+    carries the remote log start (the earliest offset it may fetch)."""
     budget = max_bytes
     sent_data = False
     for state in states:
@@ -111,8 +124,51 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
         offset = state.offset
         partition_budget = state.max_bytes
         chunks = 0
+        cold = remote if state.replica_id == CONSUMER and tiered(log) else None
         while True:
             limit = min(chunk_bytes, partition_budget, budget)
+            local_start = log.log_start_offset
+            if cold is not None and offset < local_start:
+                try:
+                    read = cold.read(
+                        state.topic,
+                        state.partition,
+                        offset,
+                        max(limit, 0),
+                        local_start=local_start,
+                        max_offset=state.max_offset(),
+                        min_one_message=not sent_data,
+                    )
+                except SeglogError as exc:
+                    if chunks == 0:
+                        logger.info(
+                            "%s-%d: remote fetch at %d refused: %s",
+                            state.topic,
+                            state.partition,
+                            offset,
+                            exc,
+                        )
+                        yield _error_chunk(state, exc, remote)
+                    break
+                size = 0 if read is None else len(read.data)
+                if size or chunks == 0:
+                    yield FetchChunk(
+                        state.topic,
+                        state.partition,
+                        log.high_watermark,
+                        cold.log_start_offset(state.topic, state.partition, local_start),
+                        remote=None if read is None else read.data,
+                    )
+                    chunks += 1
+                if read is None or not size:
+                    break  # timed out (answers no records, as Kafka), or nothing below the bound
+                sent_data = True
+                offset = read.next_offset
+                partition_budget -= size
+                budget -= size
+                if partition_budget <= 0 or budget <= 0 or offset >= log.high_watermark:
+                    break
+                continue
             try:
                 found = log.locate_records(
                     offset,
@@ -130,17 +186,14 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                             offset,
                             exc,
                         )
-                    yield _error_chunk(state, exc)
+                    yield _error_chunk(state, exc, cold)
                     chunks += 1
                 break
             if found.size or chunks == 0:
-                yield FetchChunk(
-                    state.topic,
-                    state.partition,
-                    log.high_watermark,
-                    found.log_start_offset,
-                    found,
-                )
+                lso = found.log_start_offset
+                if cold is not None:
+                    lso = cold.log_start_offset(state.topic, state.partition, lso)
+                yield FetchChunk(state.topic, state.partition, log.high_watermark, lso, found)
                 chunks += 1
             if not found.size:
                 break
@@ -152,11 +205,20 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                 break
 
 
-def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
+def _error_chunk(
+    state: FetchState, error: SeglogError, remote: RemoteFetches | None = None
+) -> FetchChunk:
     hw = lso = -1
     if state.log is not None:
         hw, lso = state.log.high_watermark, state.log.log_start_offset
+        if remote is not None and state.replica_id == CONSUMER and tiered(state.log):
+            lso = remote.log_start_offset(state.topic, state.partition, lso)
     return FetchChunk(state.topic, state.partition, hw, lso, None, error)
+
+
+def tiered(log: Log) -> bool:
+    """Whether the topic's data may lie in the object store (remote.storage.enable)."""
+    return bool(getattr(log.config, "remote_storage_enable", False))
 
 
 def counted(

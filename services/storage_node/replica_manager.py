@@ -41,6 +41,7 @@ from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
+from . import tiered_offsets
 from .delayed_produce import AppendResult, wait_for_replication
 from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
 from .fetch_sessions import SessionRound
@@ -49,6 +50,7 @@ from .follower_fetchers import FollowerFetchers
 from .isr_updates import IsrUpdates
 from .leader_fetches import LeaderFetches
 from .partition import Partition, Registration
+from .remote_fetches import RemoteFetches
 from .replica_fetcher import FetcherSettings
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,7 @@ class ReplicaManager:
             self.partition, self.waiters, self.isr_updates, lambda: self._stopping
         )
         self.fetch_sessions = self.fetches.sessions
+        self.remote: RemoteFetches | None = None  # reads below the local log start (tiered)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -332,13 +335,11 @@ class ReplicaManager:
         )
 
     def wake_fetchers(self) -> None:
-        """Wake every waiting fetch, session and acks=all append (the node stopping, fenced
-        or unfenced: every partition's answer may have changed)."""
+        """Wake every waiting fetch, session and acks=all append (stopping, fenced, unfenced)."""
         self.waiters.wake_all()
 
     def wake_partition(self, topic: str, partition: int) -> None:
-        """Wake what waits on this partition: it was appended to, or its high watermark,
-        log start or registration moved."""
+        """Wake what waits on this partition (an append; its HW, start or registration moved)."""
         self.waiters.wake((topic, partition))
 
     # -- fetch (leader_fetches.py) ----------------------------------------------------------
@@ -367,7 +368,7 @@ class ReplicaManager:
         return self.fetches.session_fetch(request, client_epoch, is_active)
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
-        return read_chunks(states, max_bytes, self.chunk_bytes)
+        return read_chunks(states, max_bytes, self.chunk_bytes, self.remote)
 
     # -- offsets and descriptions --------------------------------------------------------
 
@@ -375,10 +376,10 @@ class ReplicaManager:
         self, topic: str, partition: int, timestamp_ms: int, client_epoch: int
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for a client: only offsets below the high watermark (LATEST
-        is the high watermark)."""
+        is the high watermark); a tiered topic's remote segments too (tiered_offsets.py)."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
-        return held.log.offset_for_timestamp(timestamp_ms, max_offset=held.log.high_watermark)
+        return tiered_offsets.list_offset(held.log, topic, partition, timestamp_ms, self.remote)
 
     def delete_records(self, topic: str, partition: int, offset: int, client_epoch: int) -> int:
         """Kafka's DeleteRecords on the leader: move the log start offset to `offset` (-1: the

@@ -21,6 +21,8 @@ from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
 from seglog.security.tls import peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
+from seglog.storage.remote_metadata import RemoteLogMetadata
+from seglog.storage.remote_store import RemoteStore
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 from services.memory_pool import RequestMemoryPool
@@ -31,6 +33,7 @@ from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
 from .registry_client import STARTING_FENCE, RegistrySession
+from .remote_fetches import READ_SETTINGS, RemoteFetches, remote_read_settings
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
 from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
@@ -50,7 +53,7 @@ def split_engine_configs(configs: Mapping[str, str]) -> tuple[dict[str, str], di
         name = key.removeprefix("log.").replace(".", "_")
         if name in log_fields or name in ("segment_index_bytes",):
             log_overrides[key.removeprefix("log.")] = value
-        elif name not in _REPLICATION_FIELDS:
+        elif name not in _REPLICATION_FIELDS and name not in READ_SETTINGS:
             manager_overrides[key] = value
     return log_overrides, manager_overrides
 
@@ -112,6 +115,16 @@ class StorageNode:
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
+
+    def read_remote(self, store: RemoteStore, metadata: RemoteLogMetadata) -> RemoteFetches:
+        """Serve reads below the local log start from this object store (tiered storage):
+        consumers' fetches and ListOffsets, with the remote.log.reader.* / remote.fetch.*
+        settings of --config (remote_fetches.py)."""
+        remote = RemoteFetches(
+            store, metadata, self.logs.topic_id, remote_read_settings(self.config.engine_configs)
+        )
+        self.replicas.remote = remote
+        return remote
 
     @property
     def address(self) -> str:
@@ -350,6 +363,8 @@ class StorageNode:
         if self.server is not None:
             self.replicas.stop()
             self.server.stop(grace_s).wait()
+        if self.replicas.remote is not None:
+            self.replicas.remote.close()
         if self.health_server is not None:
             self.health_server.stop(0)
         self.logs.shutdown()

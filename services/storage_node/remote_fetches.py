@@ -1,0 +1,291 @@
+"""A leader's reads below its local log start, from the object store (KIP-405's remote
+fetch): consumers' fetches and ListOffsets answered from the copied segments, on a pool of
+its own so that a slow or stopped store never holds what reads local data.
+
+Kafka's shape, with Kafka's settings:
+- `remote.log.reader.threads` (10) threads read remote segments; at most
+  `remote.log.reader.max.pending.tasks` (100) reads wait for one. A read that finds the
+  queue full answers KAFKA_STORAGE_ERROR at once (retriable): the fetch's other partitions
+  and every other fetch go on.
+- A fetch waits for its remote read at most `remote.fetch.max.wait.ms` (500 ms); past it the
+  partition answers no records and no error, as Kafka's DelayedRemoteFetch on expiry, and the
+  consumer asks again. The read goes on in its thread and warms the index cache.
+- Every object store call runs on those threads, never on the fetch path: the remote log
+  start a consumer's answer carries is the last one a reader thread learnt from the
+  metadata (refreshed in the background when older than the metadata's cache period), and
+  the local log start until one is known.
+- Remote indexes: remote_indexes.py's cache, bounded by
+  `remote.log.index.file.cache.total.size.bytes` (1 GiB).
+The bulk path cannot sendfile these bytes (they are in memory, not in a file): a remote chunk
+goes out of the bulk answer as a copy (bulk_answer.py), the rest of the answer unchanged."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import TypeVar
+
+from seglog.errors import InvalidConfigError, OffsetOutOfRangeError, SeglogError
+from seglog.storage.remote_indexes import DEFAULT_INDEX_CACHE_BYTES, RemoteIndexCache
+from seglog.storage.remote_metadata import RemoteLogMetadata, RemoteSegment
+from seglog.storage.remote_reads import RemoteLogReader, RemoteRead
+from seglog.storage.remote_store import RemoteStorageError, RemoteStore
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RemoteReadSettings:
+    """Kafka's remote read settings (RemoteLogManagerConfig), with Kafka's defaults."""
+
+    remote_log_reader_threads: int = 10
+    remote_log_reader_max_pending_tasks: int = 100
+    remote_fetch_max_wait_ms: int = 500
+    remote_log_index_file_cache_total_size_bytes: int = DEFAULT_INDEX_CACHE_BYTES
+
+    def __post_init__(self) -> None:
+        for name, least in (
+            ("remote_log_reader_threads", 1),
+            ("remote_log_reader_max_pending_tasks", 0),
+            ("remote_fetch_max_wait_ms", 1),
+            ("remote_log_index_file_cache_total_size_bytes", 1),
+        ):
+            if getattr(self, name) < least:
+                raise InvalidConfigError(f"{name.replace('_', '.')} must be at least {least}")
+
+
+READ_SETTINGS = frozenset(RemoteReadSettings.__dataclass_fields__)
+
+
+def remote_read_settings(configs: Mapping[str, str]) -> RemoteReadSettings:
+    """Kafka's remote read settings from the node's --config (Kafka's dotted names)."""
+    values: dict[str, int] = {}
+    for key, value in configs.items():
+        name = key.replace(".", "_")
+        if name in READ_SETTINGS:
+            try:
+                values[name] = int(value)
+            except ValueError:
+                raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+    return RemoteReadSettings(**values)
+
+
+class RemoteFetches:
+    """Reads from the object store for one node. `topic_id(topic, partition)` names a
+    partition's topic id ("" unknown: nothing is read remotely for it)."""
+
+    def __init__(
+        self,
+        store: RemoteStore,
+        metadata: RemoteLogMetadata,
+        topic_id: Callable[[str, int], str],
+        settings: RemoteReadSettings | None = None,
+    ) -> None:
+        self.settings = settings or RemoteReadSettings()
+        self.metadata = metadata
+        self.reader = RemoteLogReader(
+            store, RemoteIndexCache(self.settings.remote_log_index_file_cache_total_size_bytes)
+        )
+        self._topic_id = topic_id
+        self._executor = ThreadPoolExecutor(
+            self.settings.remote_log_reader_threads, thread_name_prefix="remote-log-reader"
+        )
+        self._slots = threading.BoundedSemaphore(
+            self.settings.remote_log_reader_threads
+            + self.settings.remote_log_reader_max_pending_tasks
+        )
+        self._lock = threading.Lock()
+        # (topic, partition) -> (remote log start or None: no remote data, learnt at monotonic s)
+        self._starts: dict[tuple[str, int], tuple[int | None, float]] = {}
+        self._refreshing: set[tuple[str, int]] = set()
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- the pool -------------------------------------------------------------------------
+
+    def _submit(self, job: Callable[[], T]) -> Future[T]:
+        if not self._slots.acquire(blocking=False):
+            raise RemoteStorageError(
+                "remote reads are all busy ("
+                f"{self.settings.remote_log_reader_threads} threads, "
+                f"{self.settings.remote_log_reader_max_pending_tasks} waiting): try again"
+            )
+        try:
+            future = self._executor.submit(job)
+        except RuntimeError as exc:  # shut down: the node is stopping
+            self._slots.release()
+            raise RemoteStorageError(f"remote reads stopped: {exc}") from None
+        future.add_done_callback(lambda _: self._slots.release())
+        return future
+
+    def _wait(self, future: Future[T], what: str) -> T | None:
+        """The job's answer; None when it took longer than remote.fetch.max.wait.ms."""
+        try:
+            return future.result(self.settings.remote_fetch_max_wait_ms / 1000)
+        except FutureTimeout:
+            logger.info("%s: not answered in %d ms", what, self.settings.remote_fetch_max_wait_ms)
+            return None
+        except SeglogError:
+            raise
+        except Exception as exc:  # a bug or an unexpected client failure: still retriable
+            raise RemoteStorageError(f"{what} failed: {exc!r}") from None
+
+    # -- the remote log start ---------------------------------------------------------------
+
+    def log_start_offset(self, topic: str, partition: int, local_start: int) -> int:
+        """The log start a consumer sees: the remote one when remote data is known to lie
+        below the local start, else the local one. Never waits for the store: a stale or
+        unknown value is refreshed by a reader thread for the next answer."""
+        tp = (topic, partition)
+        with self._lock:
+            known = self._starts.get(tp)
+        if known is None or time.monotonic() - known[1] > self.metadata.cache_ms / 1000:
+            self._refresh_start(topic, partition)
+        if known is None or known[0] is None:
+            return local_start
+        return min(known[0], local_start)
+
+    def _refresh_start(self, topic: str, partition: int) -> None:
+        tp = (topic, partition)
+        with self._lock:
+            if tp in self._refreshing:
+                return
+            self._refreshing.add(tp)
+
+        def refresh() -> None:
+            try:
+                self._learn_start(topic, partition)
+            finally:
+                with self._lock:
+                    self._refreshing.discard(tp)
+
+        try:
+            self._submit(refresh)
+        except SeglogError:
+            with self._lock:
+                self._refreshing.discard(tp)
+
+    def _learn_start(self, topic: str, partition: int) -> int | None:
+        topic_id = self._topic_id(topic, partition)
+        start = self.metadata.log_start_offset(topic_id, partition) if topic_id else None
+        with self._lock:
+            self._starts[(topic, partition)] = (start, time.monotonic())
+        return start
+
+    def forget(self, topic: str, partition: int) -> None:
+        with self._lock:
+            self._starts.pop((topic, partition), None)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        *,
+        local_start: int,
+        max_offset: int | None,
+        min_one_message: bool,
+    ) -> RemoteRead | None:
+        """Whole batches from the remote segment holding `offset` (below `local_start`), at
+        most to the local start; None when the store did not answer in time. Raises
+        OffsetOutOfRangeError below the remote log start, RemoteStorageError when the store
+        fails or the pool is full."""
+        bound = local_start if max_offset is None else min(max_offset, local_start)
+
+        def job() -> RemoteRead:
+            segment = self._segment_for(topic, partition, offset, local_start)
+            return self.reader.read(
+                topic,
+                segment,
+                offset,
+                max_bytes,
+                max_offset=bound,
+                min_one_message=min_one_message,
+            )
+
+        return self._wait(self._submit(job), f"{topic}-{partition}: remote read at {offset}")
+
+    def offset_for_timestamp(
+        self, topic: str, partition: int, timestamp_ms: int, local_start: int
+    ) -> tuple[int, int] | None:
+        """ListOffsets for a timestamp over the remote segments below `local_start`:
+        (offset, timestamp) of the first record whose timestamp >= `timestamp_ms`, None when
+        none is remote (the local log answers). Waits for the store as long as a read may
+        (remote.fetch.max.wait.ms), then answers a retriable error."""
+
+        def job() -> tuple[int, int] | None:
+            topic_id = self._topic_id(topic, partition)
+            if not topic_id:
+                return None
+            segments = self.metadata.segments(topic_id, partition)
+            self._remember(topic, partition, segments)
+            for segment in segments:
+                if segment.base_offset >= local_start or segment.max_timestamp_ms < timestamp_ms:
+                    continue
+                found = self.reader.offset_for_timestamp(
+                    topic, segment, timestamp_ms, segment.base_offset
+                )
+                if found is not None and found[0] < local_start:
+                    return found
+            return None
+
+        what = f"{topic}-{partition}: remote timestamp lookup"
+        future = self._submit(job)
+        try:
+            return future.result(self.settings.remote_fetch_max_wait_ms / 1000)
+        except FutureTimeout:
+            raise RemoteStorageError(f"{what}: the object store did not answer in time") from None
+
+    def tiered_offsets(self, topic: str, partition: int) -> tuple[int | None, int | None]:
+        """(remote log start, highest offset copied) from the metadata, None when nothing is
+        copied; waits as offset_for_timestamp does."""
+
+        def job() -> tuple[int | None, int | None]:
+            topic_id = self._topic_id(topic, partition)
+            if not topic_id:
+                return None, None
+            segments = self.metadata.segments(topic_id, partition)
+            self._remember(topic, partition, segments)
+            if not segments:
+                return None, None
+            return segments[0].base_offset, segments[-1].end_offset
+
+        future = self._submit(job)
+        try:
+            return future.result(self.settings.remote_fetch_max_wait_ms / 1000)
+        except FutureTimeout:
+            raise RemoteStorageError(
+                f"{topic}-{partition}: the object store did not answer in time"
+            ) from None
+
+    def _remember(self, topic: str, partition: int, segments: list[RemoteSegment]) -> None:
+        start = segments[0].base_offset if segments else None
+        with self._lock:
+            self._starts[(topic, partition)] = (start, time.monotonic())
+
+    def _segment_for(
+        self, topic: str, partition: int, offset: int, local_start: int
+    ) -> RemoteSegment:
+        topic_id = self._topic_id(topic, partition)
+        segments = self.metadata.segments(topic_id, partition) if topic_id else []
+        self._remember(topic, partition, segments)
+        for segment in segments:
+            if segment.end_offset >= offset:
+                if segment.base_offset > offset and segment is segments[0]:
+                    break
+                return segment
+        start = segments[0].base_offset if segments else local_start
+        raise OffsetOutOfRangeError(
+            f"offset {offset} of {topic}-{partition} is below the log start offset {start}"
+        )
