@@ -1,0 +1,267 @@
+"""Reads below the local log start served from the object store (KIP-405's remote fetch), on a
+real cluster beside a real S3 server (SeaweedFS): a tiered topic's older segments are copied
+as the copier lays them out (tests/tiered_copies.py) and deleted from the nodes (DeleteRecords
+moves the local log start past them), then seglog's consumer (gRPC and bulk), kafka-python
+and librdkafka read every record from offset 0; ListOffsets -2/-4/-5 and by time answer as
+Kafka's; a store that stops answering makes cold reads end in bounded time while the same
+node's hot reads keep theirs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import confluent_kafka
+import pytest
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+
+from seglog.client.consumer import Consumer
+from seglog.client.gateway import FetchPosition
+from seglog.client.structs import TopicPartition
+from seglog.storage.remote_metadata import RemoteLogMetadata
+from seglog.storage.remote_store import RemoteStore
+from tests.batches import make_batch
+from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
+from tests.rdkafka import rdkafka_consume
+from tests.seaweedfs import SeaweedFS
+from tests.tiered_copies import copy_rolled_segments
+from tests.waiting import wait_for
+
+BASE_MS = 1_700_000_000_000
+RECORDS_PER_BATCH = 4
+BATCHES = 150  # 600 records over ~12 segments of 4 KiB
+REMOTE_WAIT_MS = 400  # remote.fetch.max.wait.ms on these nodes
+TIMEOUT_S = 20
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    weed = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    yield weed
+    weed.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, store):
+    c = LocalCluster(
+        tmp_path_factory.mktemp("tiered-reads"),
+        nodes=2,
+        remote_log_storage_system_enable=True,
+        node_configs={
+            "remote.fetch.max.wait.ms": str(REMOTE_WAIT_MS),
+            "remote.log.reader.threads": "2",
+            "remote.log.reader.max.pending.tasks": "2",
+        },
+    )
+    for node in c.nodes.values():
+        remote = RemoteStore(store.config)
+        node.read_remote(remote, RemoteLogMetadata(remote))
+    yield c
+    c.close()
+
+
+def _value(batch: int, record: int) -> bytes:
+    return b"batch-%04d-record-%d-" % (batch, record) + b"x" * 80
+
+
+def _tiered_topic(cluster, store, topic: str) -> int:
+    """A topic of BATCHES batches (batch i at BASE_MS + i), its rolled segments copied to the
+    store and deleted from the nodes; the local log start now."""
+    cluster.admin.create_topic(
+        topic,
+        1,
+        2,
+        configs={
+            "remote.storage.enable": "true",
+            "segment.bytes": "4096",
+            "index.interval.bytes": "512",
+        },
+    )
+    for i in range(BATCHES):
+        values = [_value(i, j) for j in range(RECORDS_PER_BATCH)]
+        answer = cluster.client.produce(topic, {0: make_batch(values, timestamp_ms=BASE_MS + i)})
+        assert answer[0].error == 0
+    total = BATCHES * RECORDS_PER_BATCH
+    leader = cluster.leader_of(topic, 0)
+    log = leader.logs.get_log(topic, 0)
+    wait_for(lambda: log.high_watermark == total, TIMEOUT_S, "every record replicated")
+    remote = RemoteStore(store.config)
+    copied = copy_rolled_segments(
+        remote,
+        RemoteLogMetadata(remote),
+        log.directory,
+        topic,
+        leader.logs.topic_id(topic, 0),
+        0,
+        below=total - 100,  # the last ~100 records stay local only
+    )
+    assert len(copied) >= 5
+    local_start = copied[-1].end_offset + 1
+    cluster.admin.delete_records({TopicPartition(topic, 0): local_start})
+    for node in cluster.nodes.values():
+        held = node.logs.get_log(topic, 0)
+        wait_for(
+            lambda held=held: held.log_start_offset == local_start,
+            TIMEOUT_S,
+            "the local log start moved on every replica",
+        )
+    return local_start
+
+
+def _expected() -> list[bytes]:
+    return [_value(i, j) for i in range(BATCHES) for j in range(RECORDS_PER_BATCH)]
+
+
+@pytest.mark.parametrize("transport", ["grpc", "bulk"])
+def test_seglog_consumer_reads_from_offset_zero_across_remote_and_local(
+    cluster, store, transport
+):
+    topic = f"cold-{transport}"
+    local_start = _tiered_topic(cluster, store, topic)
+    assert local_start > 100
+    consumer = Consumer(
+        cluster.address,
+        fetch_transport=transport,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=3000,  # many fetches, each ending inside a remote segment
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), 0)
+        got: list = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < len(_expected()) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got.extend(records)
+    finally:
+        consumer.close()
+    assert [r.offset for r in got] == list(range(len(_expected())))
+    assert [r.value for r in got] == _expected()
+    assert got[0].timestamp_ms == BASE_MS
+
+
+def test_kafka_clients_read_from_offset_zero_across_remote_and_local(cluster, store):
+    topic = "cold-kafka"
+    _tiered_topic(cluster, store, topic)
+    total = len(_expected())
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.kafka_address,
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=3000,
+        consumer_timeout_ms=TIMEOUT_S * 1000,
+    )
+    try:
+        tp = KafkaTopicPartition(topic, 0)
+        consumer.assign([tp])
+        assert consumer.beginning_offsets([tp])[tp] == 0  # EARLIEST: the remote log start
+        consumer.seek(tp, 0)
+        got = []
+        for message in consumer:
+            got.append(message)
+            if len(got) == total:
+                break
+    finally:
+        consumer.close()
+    assert [m.offset for m in got] == list(range(total))
+    assert [m.value for m in got] == _expected()
+
+    messages = rdkafka_consume(
+        cluster.kafka_address, topic, [0], total, config={"fetch.message.max.bytes": 3000}
+    )
+    assert [m.offset() for m in messages] == list(range(total))
+    assert [m.value() for m in messages] == _expected()
+    # librdkafka's own reset to the earliest offset lands on the remote log start too.
+    reset = rdkafka_consume(
+        cluster.kafka_address,
+        topic,
+        [0],
+        1,
+        offset=confluent_kafka.OFFSET_BEGINNING,
+    )
+    assert reset[0].offset() == 0
+
+
+def _list_offset(cluster, topic: str, timestamp: int, version: int = 9):
+    partition = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+        partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+    )
+    request = ListOffsetsRequest[version](
+        replica_id=-1,
+        isolation_level=0,
+        topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[partition])],
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, version, ListOffsetsResponse).topics[0].partitions[0]
+    return answer.error_code, answer.offset, answer.timestamp
+
+
+def test_list_offsets_earliest_earliest_local_and_latest_tiered_answer_as_kafka(cluster, store):
+    topic = "cold-offsets"
+    local_start = _tiered_topic(cluster, store, topic)
+    total = len(_expected())
+    assert _list_offset(cluster, topic, -2)[:2] == (0, 0)  # EARLIEST: the remote log start
+    assert _list_offset(cluster, topic, -4)[:2] == (0, local_start)  # EARLIEST_LOCAL
+    assert _list_offset(cluster, topic, -5)[:2] == (0, local_start - 1)  # LATEST_TIERED
+    assert _list_offset(cluster, topic, -1)[:2] == (0, total)
+    # By time: batch i holds offsets 4i..4i+3 at BASE_MS + i; remote and local both.
+    assert _list_offset(cluster, topic, BASE_MS + 7) == (0, 28, BASE_MS + 7)
+    last_local = BATCHES - 1
+    assert _list_offset(cluster, topic, BASE_MS + last_local) == (
+        0,
+        4 * last_local,
+        BASE_MS + last_local,
+    )
+    assert _list_offset(cluster, topic, BASE_MS + 10 * BATCHES)[:2] == (0, -1)
+    # A topic without remote storage answers -5 with -1 and -4 as -2, as Kafka's.
+    cluster.admin.create_topic("hot-offsets", 1, 1)
+    assert _list_offset(cluster, "hot-offsets", -5)[:2] == (0, -1)
+    assert _list_offset(cluster, "hot-offsets", -4)[:2] == (0, 0)
+
+
+def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_alone(
+    cluster, store
+):
+    topic = "cold-stalled"
+    local_start = _tiered_topic(cluster, store, topic)
+    total = len(_expected())
+
+    def fetch(offset: int):
+        started = time.monotonic()
+        answers = list(
+            cluster.client.fetch([FetchPosition(topic, 0, offset, 4096)], max_wait_ms=0)
+        )
+        return answers[0], time.monotonic() - started
+
+    hot_before = max(fetch(total - 10)[1] for _ in range(5))
+    store.pause()  # accepts connections, never answers: every remote GET hangs
+    try:
+        cold: list = []
+
+        def cold_reader(offset: int) -> None:
+            cold.append(fetch(offset))
+
+        readers = [
+            threading.Thread(target=cold_reader, args=(i * 16,), daemon=True) for i in range(8)
+        ]
+        for reader in readers:
+            reader.start()
+        hot = [fetch(local_start + (i % 50))[1] for i in range(20)]
+        for reader in readers:
+            reader.join(TIMEOUT_S)
+        assert len(cold) == len(readers)
+    finally:
+        store.resume()
+    for answer, took in cold:
+        # Timed out (no records, no error, as Kafka's DelayedRemoteFetch) or refused as
+        # retriable (KAFKA_STORAGE_ERROR: the readers and their queue are full), never hung.
+        assert took < REMOTE_WAIT_MS / 1000 + 2.0
+        assert not answer.records
+        assert answer.error in (0, 21)  # NONE, KAFKA_STORAGE_ERROR
+    assert any(answer.error == 21 for answer, _ in cold)  # 8 readers > 2 threads + 2 queued
+    # Hot reads of the same node never waited for the store.
+    assert max(hot) < max(0.5, 10 * hot_before)
+    # With the store back, the cold reads answer again.
+    wait_for(lambda: fetch(0)[0].records, TIMEOUT_S, "a cold read answered again")
