@@ -1,8 +1,8 @@
 """Segments copied to the object store the way the copier lays them out (remote_layout.py,
 remote_metadata.py), from a partition directory's rolled segments: what the read side's
 tests need before a node copies by itself. Each segment's files are uploaded as they are on
-disk (the indexes trimmed: rolled segments' are), the producer snapshot and leader-epoch
-checkpoint empty, and its metadata recorded COPY_SEGMENT_FINISHED."""
+disk (the indexes trimmed: rolled segments' are), with the producer snapshot taken at its
+end and the leader epochs up to its end, and its metadata recorded COPY_SEGMENT_FINISHED."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import struct
 import uuid
 from pathlib import Path
 
+from seglog.storage.leader_epoch_cache import read_epoch_entries
 from seglog.storage.remote_layout import (
     LEADER_EPOCH_CHECKPOINT,
     OFFSET_INDEX,
@@ -64,8 +65,18 @@ def copy_rolled_segments(
         store.put_file(segment_object(key, SEGMENT_LOG), log_file)
         store.put_file(segment_object(key, OFFSET_INDEX), log_file.with_suffix(".index"))
         store.put_file(segment_object(key, TIME_INDEX), log_file.with_suffix(".timeindex"))
-        for name in (TXN_INDEX, PRODUCER_SNAPSHOT, LEADER_EPOCH_CHECKPOINT):
-            store.put_bytes(segment_object(key, name), b"")
+        store.put_bytes(segment_object(key, TXN_INDEX), b"")
+        # The producer state at the segment's end (the snapshot its roll took), and the
+        # leader epochs up to its end.
+        snapshot = partition_dir / f"{last + 1:020d}.snapshot"
+        store.put_bytes(
+            segment_object(key, PRODUCER_SNAPSHOT),
+            snapshot.read_bytes() if snapshot.exists() else b"",
+        )
+        epochs = read_epoch_entries(partition_dir / "leader-epoch-checkpoint")
+        epochs = [e for e in epochs if e.start_offset <= last]
+        checkpoint = "\n".join(["0", str(len(epochs)), *(f"{e} {o}" for e, o in epochs)])
+        store.put_bytes(segment_object(key, LEADER_EPOCH_CHECKPOINT), checkpoint.encode() + b"\n")
         segment = RemoteSegment(
             topic_id=topic_id,
             partition=partition,
@@ -74,7 +85,7 @@ def copy_rolled_segments(
             end_offset=last,
             max_timestamp_ms=max_ts,
             size_bytes=log_file.stat().st_size,
-            leader_epochs=((0, base),),
+            leader_epochs=tuple((e, o) for e, o in epochs),
             state=COPY_SEGMENT_FINISHED,
             topic=topic,
         )

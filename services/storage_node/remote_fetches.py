@@ -93,7 +93,7 @@ class RemoteFetches:
         self.reader = RemoteLogReader(
             store, RemoteIndexCache(self.settings.remote_log_index_file_cache_total_size_bytes)
         )
-        self._topic_id = topic_id
+        self.topic_id = topic_id
         self._executor = ThreadPoolExecutor(
             self.settings.remote_log_reader_threads, thread_name_prefix="remote-log-reader"
         )
@@ -174,7 +174,7 @@ class RemoteFetches:
                 self._refreshing.discard(tp)
 
     def _learn_start(self, topic: str, partition: int) -> int | None:
-        topic_id = self._topic_id(topic, partition)
+        topic_id = self.topic_id(topic, partition)
         start = self.metadata.log_start_offset(topic_id, partition) if topic_id else None
         with self._lock:
             self._starts[(topic, partition)] = (start, time.monotonic())
@@ -225,7 +225,7 @@ class RemoteFetches:
         (remote.fetch.max.wait.ms), then answers a retriable error."""
 
         def job() -> tuple[int, int] | None:
-            topic_id = self._topic_id(topic, partition)
+            topic_id = self.topic_id(topic, partition)
             if not topic_id:
                 return None
             segments = self.metadata.segments(topic_id, partition)
@@ -252,7 +252,7 @@ class RemoteFetches:
         copied; waits as offset_for_timestamp does."""
 
         def job() -> tuple[int | None, int | None]:
-            topic_id = self._topic_id(topic, partition)
+            topic_id = self.topic_id(topic, partition)
             if not topic_id:
                 return None, None
             segments = self.metadata.segments(topic_id, partition)
@@ -277,14 +277,17 @@ class RemoteFetches:
     def _segment_for(
         self, topic: str, partition: int, offset: int, local_start: int
     ) -> RemoteSegment:
-        topic_id = self._topic_id(topic, partition)
-        segments = self.metadata.segments(topic_id, partition) if topic_id else []
-        self._remember(topic, partition, segments)
-        for segment in segments:
-            if segment.end_offset >= offset:
-                if segment.base_offset > offset and segment is segments[0]:
-                    break
-                return segment
+        topic_id = self.topic_id(topic, partition)
+        segments: list[RemoteSegment] = []
+        for attempt in range(2 if topic_id else 0):
+            if attempt:  # the cached view may predate the copy: read the metadata again once
+                self.metadata.invalidate(topic_id, partition)
+            segments = self.metadata.segments(topic_id, partition)
+            self._remember(topic, partition, segments)
+            if segments and segments[0].base_offset <= offset:
+                for segment in segments:
+                    if segment.end_offset >= offset:
+                        return segment
         start = segments[0].base_offset if segments else local_start
         raise OffsetOutOfRangeError(
             f"offset {offset} of {topic}-{partition} is below the log start offset {start}"

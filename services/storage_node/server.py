@@ -119,11 +119,14 @@ class StorageNode:
     def read_remote(self, store: RemoteStore, metadata: RemoteLogMetadata) -> RemoteFetches:
         """Serve reads below the local log start from this object store (tiered storage):
         consumers' fetches and ListOffsets, with the remote.log.reader.* / remote.fetch.*
-        settings of --config (remote_fetches.py)."""
+        settings of --config (remote_fetches.py); and start a tiered partition this node
+        follows from the store's state when its leader's log starts past it
+        (tiered_catch_up.py)."""
         remote = RemoteFetches(
             store, metadata, self.logs.topic_id, remote_read_settings(self.config.engine_configs)
         )
         self.replicas.remote = remote
+        self.replicas.follower_fetchers.use_remote(remote)
         return remote
 
     @property

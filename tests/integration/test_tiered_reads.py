@@ -19,6 +19,7 @@ from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition
+from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
@@ -67,23 +68,21 @@ def _value(batch: int, record: int) -> bytes:
     return b"batch-%04d-record-%d-" % (batch, record) + b"x" * 80
 
 
-def _tiered_topic(cluster, store, topic: str) -> int:
-    """A topic of BATCHES batches (batch i at BASE_MS + i), its rolled segments copied to the
-    store and deleted from the nodes; the local log start now."""
+def _tiered_topic(cluster, store, topic: str, replicas: int = 2, produce=None) -> int:
+    """A topic of BATCHES batches (batch i at BASE_MS + i; `produce(topic)` writes them when
+    given), its rolled segments copied to the store and deleted from the nodes; the local
+    log start now."""
     cluster.admin.create_topic(
         topic,
         1,
-        2,
+        replicas,
         configs={
             "remote.storage.enable": "true",
             "segment.bytes": "4096",
             "index.interval.bytes": "512",
         },
     )
-    for i in range(BATCHES):
-        values = [_value(i, j) for j in range(RECORDS_PER_BATCH)]
-        answer = cluster.client.produce(topic, {0: make_batch(values, timestamp_ms=BASE_MS + i)})
-        assert answer[0].error == 0
+    (produce or _produce)(cluster, topic)
     total = BATCHES * RECORDS_PER_BATCH
     leader = cluster.leader_of(topic, 0)
     log = leader.logs.get_log(topic, 0)
@@ -102,6 +101,8 @@ def _tiered_topic(cluster, store, topic: str) -> int:
     local_start = copied[-1].end_offset + 1
     cluster.admin.delete_records({TopicPartition(topic, 0): local_start})
     for node in cluster.nodes.values():
+        if (topic, 0) not in node.logs.logs():
+            continue
         held = node.logs.get_log(topic, 0)
         wait_for(
             lambda held=held: held.log_start_offset == local_start,
@@ -111,14 +112,19 @@ def _tiered_topic(cluster, store, topic: str) -> int:
     return local_start
 
 
+def _produce(cluster, topic: str, batches: range = range(BATCHES)) -> None:
+    for i in batches:
+        values = [_value(i, j) for j in range(RECORDS_PER_BATCH)]
+        answer = cluster.client.produce(topic, {0: make_batch(values, timestamp_ms=BASE_MS + i)})
+        assert answer[0].error == 0
+
+
 def _expected() -> list[bytes]:
     return [_value(i, j) for i in range(BATCHES) for j in range(RECORDS_PER_BATCH)]
 
 
 @pytest.mark.parametrize("transport", ["grpc", "bulk"])
-def test_seglog_consumer_reads_from_offset_zero_across_remote_and_local(
-    cluster, store, transport
-):
+def test_seglog_consumer_reads_from_offset_zero_across_remote_and_local(cluster, store, transport):
     topic = f"cold-{transport}"
     local_start = _tiered_topic(cluster, store, topic)
     assert local_start > 100
@@ -221,18 +227,14 @@ def test_list_offsets_earliest_earliest_local_and_latest_tiered_answer_as_kafka(
     assert _list_offset(cluster, "hot-offsets", -4)[:2] == (0, 0)
 
 
-def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_alone(
-    cluster, store
-):
+def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_alone(cluster, store):
     topic = "cold-stalled"
     local_start = _tiered_topic(cluster, store, topic)
     total = len(_expected())
 
     def fetch(offset: int):
         started = time.monotonic()
-        answers = list(
-            cluster.client.fetch([FetchPosition(topic, 0, offset, 4096)], max_wait_ms=0)
-        )
+        answers = list(cluster.client.fetch([FetchPosition(topic, 0, offset, 4096)], max_wait_ms=0))
         return answers[0], time.monotonic() - started
 
     hot_before = max(fetch(total - 10)[1] for _ in range(5))
@@ -265,3 +267,48 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
     assert max(hot) < max(0.5, 10 * hot_before)
     # With the store back, the cold reads answer again.
     wait_for(lambda: fetch(0)[0].records, TIMEOUT_S, "a cold read answered again")
+
+
+def test_a_new_follower_starts_from_the_store_state_without_copying_remote_history(cluster, store):
+    topic = "cold-follower"
+    idempotent_batches = 100  # the first 400 records: an idempotent producer's, then tiered
+
+    def produce(cluster, topic):
+        with Producer(cluster.address, enable_idempotence=True, linger_ms=0) as producer:
+            for i in range(idempotent_batches):
+                futures = [
+                    producer.send(topic, _value(i, j), partition=0, timestamp_ms=BASE_MS + i)
+                    for j in range(RECORDS_PER_BATCH)
+                ]
+                producer.flush(TIMEOUT_S)
+                assert all(f.get(TIMEOUT_S).offset >= 0 for f in futures)
+        _produce(cluster, topic, range(idempotent_batches, BATCHES))
+
+    local_start = _tiered_topic(cluster, store, topic, replicas=1, produce=produce)
+    assert local_start > idempotent_batches * RECORDS_PER_BATCH  # its writes are all remote
+    leader = cluster.leader_of(topic, 0)
+    leader_log = leader.logs.get_log(topic, 0)
+    [written] = leader_log.active_producers()
+    [other] = [n for n in cluster.nodes.values() if n is not leader]
+
+    cluster.admin.alter_partition_reassignments(
+        {TopicPartition(topic, 0): [leader.config.node_id, other.config.node_id]}
+    )
+    wait_for(
+        lambda: not cluster.admin.list_partition_reassignments([TopicPartition(topic, 0)]),
+        TIMEOUT_S,
+        "the new replica in sync",
+    )
+    follower_log = other.logs.get_log(topic, 0)
+    wait_for(
+        lambda: follower_log.log_end_offset == leader_log.log_end_offset,
+        TIMEOUT_S,
+        "the follower caught up",
+    )
+    # Nothing below the local start was copied from the leader...
+    assert follower_log.log_start_offset == local_start
+    assert follower_log.segments[0].base_offset == local_start
+    # ...and the producer whose writes are all tiered is known to it, as to the leader, from
+    # the copied producer snapshot; its leader epochs are the leader's.
+    assert follower_log.active_producers() == [written]
+    assert follower_log.leader_epochs.entries == leader_log.leader_epochs.entries
