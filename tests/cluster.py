@@ -24,6 +24,7 @@ from seglog.security.certs import (
     write_issued,
 )
 from seglog.security.tls import ClientSecurity, TlsFiles
+from seglog.storage.remote_store import RemoteStorageConfig
 from seglog.v1 import gateway_pb2_grpc
 from services.gateway.server import Gateway
 from services.gateway.settings import GatewayConfig
@@ -54,6 +55,8 @@ class LocalCluster:
         node_configs: dict[str, str] | None = None,
         tls: bool = False,
         node_identity_prefix: str = NODE_IDENTITY_PREFIX,
+        remote_storage: RemoteStorageConfig | None = None,
+        node_settings: dict[str, object] | None = None,
         **gateway_config,
     ) -> None:
         """`tls`: a cluster CA made for this cluster (under root/tls), the gateway and each
@@ -68,6 +71,12 @@ class LocalCluster:
             gateway_config.setdefault("node_identity_prefix", node_identity_prefix)
         self.node_identity_prefix = node_identity_prefix
         self.node_configs = dict(node_configs or {})
+        # Tiered storage: every node copies to this store, and topics may enable it.
+        self.remote_storage = remote_storage
+        # NodeConfig fields for every node (settings that are not engine configs).
+        self.node_settings = dict(node_settings or {})
+        if remote_storage is not None:
+            gateway_config.setdefault("remote_log_storage_system_enable", True)
         self.cluster_secret = gateway_config.get("cluster_secret", CLUSTER_SECRET)
         self.tracer_provider = tracer_provider
         # service name ("gateway", "node-<id>") -> its MeterProvider, or None: metrics off
@@ -194,6 +203,8 @@ class LocalCluster:
             if self.ca is None
             else self.tls_files(node_identity(node_id, self.node_identity_prefix)),
             node_identity_prefix=self.node_identity_prefix,
+            remote_storage=self.remote_storage,
+            **self.node_settings,
         )
         node = StorageNode(
             config,

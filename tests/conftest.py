@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from devtools.seaweedfs import SeaweedProcess
 from services import long_lived
 from tests import scheduling
 
@@ -46,3 +47,15 @@ def settling(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@pytest.fixture(scope="module")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedProcess]:
+    """A real S3 object store (SeaweedFS) for tiered storage's tests, one per test module,
+    stopped by its pid. Each test takes a key prefix of its own (`storage_config(prefix)`) so
+    that no test sees another's objects."""
+    directory = tmp_path_factory.mktemp("seaweedfs")
+    store = SeaweedProcess(directory, log_path=directory / "weed.log")
+    store.start()
+    yield store
+    store.kill()  # nothing to keep: a kill spares its filer's 15 s drain

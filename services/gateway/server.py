@@ -114,6 +114,7 @@ class Gateway:
             max_partitions=config.max_partitions,
             default_replication_factor=config.default_replication_factor,
             num_partitions=config.num_partitions,
+            remote_log_storage_system_enable=config.remote_log_storage_system_enable,
             store=store,
             sessions=sessions,
         )

@@ -260,6 +260,11 @@ class GatewayConfig:
     default_replication_factor: int = setting(
         DEFAULT_REPLICATION_FACTOR, "replicas of a topic created without a replication factor"
     )
+    remote_log_storage_system_enable: bool = setting(
+        False,
+        "whether the storage nodes have an object store (their --remote-log-storage-*): "
+        "topics may then set remote.storage.enable=true (true/false)",
+    )
     num_partitions: int = setting(
         DEFAULT_NUM_PARTITIONS,
         "partitions of a topic created without a count, or auto-created",

@@ -34,6 +34,7 @@ from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
 from .registry_client import STARTING_FENCE, RegistrySession
 from .remote_fetches import READ_SETTINGS, RemoteFetches, remote_read_settings
+from .remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
 from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
@@ -115,6 +116,24 @@ class StorageNode:
         self.port = 0
         self.session: RegistrySession | None = None
         self.bulk: BulkServer | None = None
+        self.remote_log_manager: RemoteLogManager | None = None
+        if config.remote_storage is not None:
+            self.remote_log_manager = RemoteLogManager(
+                self.replicas,
+                config.remote_storage,
+                RemoteLogManagerConfig(
+                    remote_log_manager_task_interval_ms=config.remote_log_manager_task_interval_ms,
+                    remote_log_manager_task_retry_backoff_ms=(
+                        config.remote_log_manager_task_retry_backoff_ms
+                    ),
+                    remote_log_manager_task_retry_backoff_max_ms=(
+                        config.remote_log_manager_task_retry_backoff_max_ms
+                    ),
+                ),
+            )
+            # Reads below the local log start go to the same store, through the copier's
+            # metadata (its writes update the cache readers use).
+            self.read_remote(self.remote_log_manager.store, self.remote_log_manager.metadata)
 
     def read_remote(self, store: RemoteStore, metadata: RemoteLogMetadata) -> RemoteFetches:
         """Serve reads below the local log start from this object store (tiered storage):
@@ -271,6 +290,8 @@ class StorageNode:
         return_large_buffers_to_the_system()
         self.replicas.start()
         self.applier.start()
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.start()
         if self.config.cluster_secret is not None:
             listen = self.config.bulk_listen or f"{self.config.listen.rsplit(':', 1)[0]}:0"
             self.bulk = BulkServer(
@@ -362,6 +383,8 @@ class StorageNode:
             self.session.stop()
         if self.bulk is not None:
             self.bulk.stop()
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.stop()  # before the logs close under its copies
         self.applier.stop()
         if self.server is not None:
             self.replicas.stop()

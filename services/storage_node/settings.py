@@ -12,6 +12,7 @@ from pathlib import Path
 from seglog.rpc import grants
 from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
+from seglog.storage.remote_store import RemoteStorageConfig
 from services.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from services.settings import (
     BROKER_HEARTBEAT_INTERVAL_MS,
@@ -42,6 +43,43 @@ def _positive_bytes(text: str) -> int:
     if value < 1024 * 1024:
         raise ValueError(f"{value} bytes is below the 1 MiB a decompression step takes")
     return value
+
+
+def _remote_storage(
+    endpoint_url: str | None,
+    bucket: str | None,
+    access_key_id: str | None,
+    secret_access_key: str | None,
+    region: str | None,
+    prefix: str | None,
+) -> RemoteStorageConfig | None:
+    """Tiered storage is on when an endpoint is given; it then needs the rest but region and
+    prefix. The key pair is best given by environment (a Kubernetes Secret), not on a command
+    line every process listing shows."""
+    if not endpoint_url:
+        if bucket or access_key_id or secret_access_key:
+            raise ValueError("the remote log storage settings need --remote-log-storage-endpoint")
+        return None
+    missing = [
+        flag
+        for flag, value in (
+            ("--remote-log-storage-bucket", bucket),
+            ("--remote-log-storage-access-key-id", access_key_id),
+            ("--remote-log-storage-secret-access-key", secret_access_key),
+        )
+        if not value
+    ]
+    if missing:
+        raise ValueError(f"remote log storage at {endpoint_url} needs {', '.join(missing)}")
+    assert bucket and access_key_id and secret_access_key
+    return RemoteStorageConfig(
+        endpoint_url=endpoint_url,
+        bucket=bucket,
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        region=region or "us-east-1",
+        prefix=prefix or "",
+    )
 
 
 def _milliseconds(text: str) -> int:
@@ -152,6 +190,45 @@ class NodeConfig:
     # A plaintext listener for the health service alone (Kubernetes' probes speak no TLS).
     health_listen: str | None = setting(
         None, "a plaintext listener for the health service only (probes that cannot speak TLS)"
+    )
+    # Tiered storage (KIP-405): the object store the leaders copy rolled segments to
+    # (remote_log_manager.py). Kafka's switch is remote.log.storage.system.enable; here the
+    # store's endpoint turns it on.
+    remote_storage: RemoteStorageConfig | None = setting(
+        None,
+        "the S3 object store for tiered storage (topics with remote.storage.enable=true)",
+        name="remote.log.storage.system.enable",
+        flags=(
+            Flag("--remote-log-storage-endpoint", "S3 endpoint URL (turns tiered storage on)"),
+            Flag("--remote-log-storage-bucket", "S3 bucket"),
+            Flag("--remote-log-storage-access-key-id", "S3 access key id"),
+            Flag("--remote-log-storage-secret-access-key", "S3 secret key (use the env)"),
+            Flag("--remote-log-storage-region", "S3 region (default us-east-1)"),
+            Flag("--remote-log-storage-prefix", "key prefix in the bucket"),
+        ),
+        parse=_remote_storage,
+        show=lambda remote: "true" if remote is not None else "false",
+    )
+    remote_log_manager_task_interval_ms: int = setting(
+        30_000,
+        "how often the leaders copy rolled segments and apply remote retention",
+        flags=(),
+        engine_config=True,
+        parse=_milliseconds,
+    )
+    remote_log_manager_task_retry_backoff_ms: int = setting(
+        500,
+        "the first wait after an object store error (doubling up to the max)",
+        flags=(),
+        engine_config=True,
+        parse=_milliseconds,
+    )
+    remote_log_manager_task_retry_backoff_max_ms: int = setting(
+        30_000,
+        "the longest wait between retries while the object store fails",
+        flags=(),
+        engine_config=True,
+        parse=_milliseconds,
     )
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work, replica.* (server.py).

@@ -97,6 +97,17 @@ class LogConfig:
             )
 
     @property
+    def effective_local_retention_ms(self) -> int:
+        """Kafka's localRetentionMs(): -2 means retention.ms."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
+
+    @property
     def compact(self) -> bool:
         return CLEANUP_COMPACT in list_items(self.cleanup_policy)
 

@@ -88,6 +88,8 @@ class LogManager:
         )
         self._dirty_logs = DirtyLogs()
         self.logs_flush_checked = 0  # logs the flush task visited, all time (tests, metrics)
+        # Retention passes finished (tests wait on it rather than on time).
+        self.retention_passes = 0
         self.cleaner = Cleaner(clock=clock, dedupe_buffer_bytes=config.cleaner_dedupe_buffer_size)
         self._overrides_path = self._dirs[0] / TOPIC_OVERRIDES_FILE
         self._topic_overrides = self._read_overrides()
@@ -409,7 +411,9 @@ class LogManager:
     def cleanup_logs(self) -> int:
         """One retention pass over every log; returns how many segments were deleted."""
         now = self.clock.now_ms()
-        return self._each_log(lambda log: delete_old_segments(log, now))
+        deleted = self._each_log(lambda log: delete_old_segments(log, now))
+        self.retention_passes += 1
+        return deleted
 
     def compact_logs(self) -> int:
         """One cleaner pass over every log whose policy includes compact (a partition the

@@ -58,6 +58,10 @@ class LogState:
         self._segments = LogSegments()
         self._log_end_offset = 0
         self._log_start_offset = 0
+        # Tiered storage (KIP-405): the last offset the object store holds, as its metadata
+        # says (-1: none). Local retention of a tiered log deletes only segments at or below
+        # it (retention.py); the node's remote log manager keeps it current.
+        self.highest_offset_in_remote_storage = -1
         self._recovery_point = 0
         self._high_watermark = 0
         # (HW offset, its segment, its file position there): where HW-bounded reads stop.

@@ -25,8 +25,8 @@ Kafka's default TopicBasedRemoteLogMetadataManager, nor the registry:
   leaves a STARTED record whose objects the next leader deletes (never a FINISHED record with
   missing objects).
 - One writer per partition: its leader's copier. A deposed leader's late write is harmless: the
-  segment id is fresh per attempt, so it can only add a duplicate copy of offsets that readers
-  resolve by taking the earliest-started finished one (`_visible`).
+  segment id is fresh per attempt, so it can only add a duplicate copy of offsets, which
+  readers skip (`_visible`).
 Cost: one LIST per partition per `cache_ms` for readers (cached; writes go through the cache),
 one PUT per state change (4 per segment over its life).
 """
@@ -240,12 +240,16 @@ class RemoteLogMetadata:
 
 
 def _visible(records: list[RemoteSegment]) -> list[RemoteSegment]:
-    """FINISHED records, by base offset, each starting past the previous one's end."""
+    """FINISHED records, by base offset, each reaching past the previous one's end. Two may
+    overlap: a new leader whose local segments were rolled at other offsets than its
+    predecessor's copies the one straddling the remote end whole (as Kafka's copier does); a
+    reader of an offset in the overlap reads the earlier one. A copy adding nothing past the
+    previous end (a deposed leader's duplicate) is skipped."""
     out: list[RemoteSegment] = []
     for seg in records:
         if seg.state != COPY_SEGMENT_FINISHED:
             continue
-        if out and seg.base_offset <= out[-1].end_offset:
+        if out and seg.end_offset <= out[-1].end_offset:
             continue
         out.append(seg)
     return out

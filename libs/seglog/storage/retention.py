@@ -10,6 +10,12 @@ Three rules, each walking from the oldest segment and stopping at the first that
 
 The active segment counts too: when it alone is expired by time (or by the start offset)
 and holds data, `Log.delete_segments` rolls a new empty active segment first.
+
+A tiered log (remote.storage.enable, KIP-405) applies `local.retention.ms/bytes` instead, to
+segments the object store already holds only (every offset at or below the log's
+`highest_offset_in_remote_storage`): a segment not yet copied stays whatever its age, so an
+object store that is down never costs data. The total retention (retention.ms/bytes) is the
+remote log manager's (services/storage_node/remote_retention.py).
 """
 
 from __future__ import annotations
@@ -18,10 +24,36 @@ from .log import Log
 from .segment import LogSegment
 
 
+def _retention(log: Log) -> tuple[int, int]:
+    """(ms, bytes) that bound what stays in this log's local segments."""
+    config = log.config
+    if config.remote_storage_enable:
+        return config.effective_local_retention_ms, config.effective_local_retention_bytes
+    return config.retention_ms, config.retention_bytes
+
+
+def _copied(log: Log, doomed: list[LogSegment]) -> list[LogSegment]:
+    """The leading segments of `doomed` that the object store holds whole."""
+    if not log.config.remote_storage_enable:
+        return doomed
+    copied_end = log.highest_offset_in_remote_storage
+    segments = log.segments
+    following = {id(s): n for s, n in zip(segments, segments[1:], strict=False)}
+    out = []
+    for segment in doomed:
+        after = following.get(id(segment))
+        # The active segment (nothing follows it) is never copied whole.
+        if after is None or after.base_offset - 1 > copied_end:
+            break
+        out.append(segment)
+    return out
+
+
 def _expired_by_time(log: Log, now_ms: int) -> list[LogSegment]:
-    if log.config.retention_ms < 0:
+    retention_ms = _retention(log)[0]
+    if retention_ms < 0:
         return []
-    limit = now_ms - log.config.retention_ms
+    limit = now_ms - retention_ms
     out = []
     for segment in log.segments:
         if segment.size == 0 or segment.largest_timestamp_ms >= limit:
@@ -31,9 +63,10 @@ def _expired_by_time(log: Log, now_ms: int) -> list[LogSegment]:
 
 
 def _over_size(log: Log) -> list[LogSegment]:
-    if log.config.retention_bytes < 0:
+    retention_bytes = _retention(log)[1]
+    if retention_bytes < 0:
         return []
-    excess = log.size_in_bytes - log.config.retention_bytes
+    excess = log.size_in_bytes - retention_bytes
     out = []
     for segment in log.segments:
         # As Kafka: the active segment counts too when it holds data, which only
@@ -59,8 +92,8 @@ def delete_old_segments(log: Log, now_ms: int) -> int:
     """Apply every rule that the log's policy enables; return how many segments went."""
     doomed: list[LogSegment] = []
     if log.config.delete:
-        doomed = _expired_by_time(log, now_ms)
-        by_size = _over_size(log)
+        doomed = _copied(log, _expired_by_time(log, now_ms))
+        by_size = _copied(log, _over_size(log))
         if len(by_size) > len(doomed):
             doomed = by_size
     by_start = _below_start_offset(log)

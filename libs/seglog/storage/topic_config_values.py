@@ -34,6 +34,21 @@ class CheckedConfig(Protocol):
     @property
     def remote_storage_enable(self) -> bool: ...
 
+    @property
+    def remote_log_copy_disable(self) -> bool: ...
+
+    @property
+    def retention_ms(self) -> int: ...
+
+    @property
+    def retention_bytes(self) -> int: ...
+
+    @property
+    def local_retention_ms(self) -> int: ...
+
+    @property
+    def local_retention_bytes(self) -> int: ...
+
 
 CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
@@ -44,17 +59,14 @@ COMPRESSION_PRODUCER = "producer"
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", COMPRESSION_PRODUCER)
 
 # Topic configs seglog accepts, validates, stores and describes as Kafka does, but does not act
-# on (README: "Topic configs"): no tiered storage, no preallocated segment files, leaders
-# only from the ISR or ELR, replication throttles set per reassignment, not per replica list.
+# on (README: "Topic configs"): no preallocated segment files, leaders only from the ISR or
+# ELR, replication throttles set per reassignment, not per replica list, no deletion of remote
+# data when tiering is turned off.
 STORED_ONLY_CONFIGS = frozenset(
     {
         "preallocate",
         "unclean.leader.election.enable",
-        "remote.storage.enable",
-        "remote.log.copy.disable",
         "remote.log.delete.on.disable",
-        "local.retention.ms",
-        "local.retention.bytes",
         "leader.replication.throttled.replicas",
         "follower.replication.throttled.replicas",
     }
@@ -125,11 +137,40 @@ def check_topic_config_values(config: CheckedConfig) -> None:
         value = getattr(config, f"{name}_replication_throttled_replicas")
         _check_throttled_replicas(f"{name}.replication.throttled.replicas", value)
     if config.remote_storage_enable:
-        # Kafka refuses it while remote.log.storage.system.enable is off; seglog has none.
+        _check_tiered(config)
+
+
+def _check_tiered(config: CheckedConfig) -> None:
+    """Kafka's LogConfig checks of a topic with remote.storage.enable=true (whether the cluster
+    has tiered storage at all is the gateway's check: its remote.log.storage.system.enable)."""
+    policy = list_items(config.cleanup_policy)
+    if policy and policy != [CLEANUP_DELETE]:
         raise InvalidConfigError(
-            "remote.storage.enable=true: tiered storage is not enabled on this cluster "
-            "(seglog has no remote log storage)"
+            "Remote log storage only supports topics with cleanup.policy=delete or "
+            "cleanup.policy being an empty list."
         )
+    for unit, total, local in (
+        ("bytes", config.retention_bytes, config.local_retention_bytes),
+        ("ms", config.retention_ms, config.local_retention_ms),
+    ):
+        # -2: the local retention is the total one; -1 locally with a bounded total is refused.
+        if total != -1 and local != -2:
+            if local == -1:
+                raise InvalidConfigError(
+                    f"Invalid value -1 for configuration local.retention.{unit}: Value must "
+                    f"not be -1 as retention.{unit} value is set as {total}."
+                )
+            if local > total:
+                raise InvalidConfigError(
+                    f"Invalid value {local} for configuration local.retention.{unit}: Value "
+                    f"must not be more than retention.{unit} property value: {total}"
+                )
+        if config.remote_log_copy_disable and local not in (-2, total):
+            raise InvalidConfigError(
+                f"When `remote.log.copy.disable` is set to true, the `local.retention.{unit}` "
+                f"and `retention.{unit}` must be set to the identical value because there will "
+                "be no more logs copied to the remote storage."
+            )
 
 
 def _check_list(name: str, value: str, valid: Any, allowed: str) -> None:

@@ -106,11 +106,16 @@ class Registry(NodeRegistrations, ReassigningState):
         max_partitions: int = DEFAULT_MAX_PARTITIONS,
         default_replication_factor: int = DEFAULT_REPLICATION_FACTOR,
         num_partitions: int = DEFAULT_NUM_PARTITIONS,
+        remote_log_storage_system_enable: bool = False,
         store: MetadataStore | None = None,
         sessions: EtcdNodeSessions | None = None,
     ) -> None:
         self.limits = TopicLimits(
-            max_partitions_per_topic, max_partitions, default_replication_factor, num_partitions
+            max_partitions_per_topic,
+            max_partitions,
+            default_replication_factor,
+            num_partitions,
+            remote_log_storage_system_enable,
         )
         super().__init__(
             data_dir,
@@ -332,7 +337,13 @@ class Registry(NodeRegistrations, ReassigningState):
         with self._lock:
             topic = self.topic(name)
             configs = altered_configs(
-                name, topic.configs, set_configs, delete, append=append, subtract=subtract
+                name,
+                topic.configs,
+                set_configs,
+                delete,
+                append=append,
+                subtract=subtract,
+                tiered=self.limits.remote_log_storage_system_enable,
             )
             if validate_only:
                 return topic

@@ -36,6 +36,8 @@ class TopicLimits:
     default_replication_factor: int = DEFAULT_REPLICATION_FACTOR
     # Kafka's num.partitions: a topic created with -1, or auto-created.
     num_partitions: int = DEFAULT_NUM_PARTITIONS
+    # Kafka's remote.log.storage.system.enable: whether topics may be tiered at all.
+    remote_log_storage_system_enable: bool = False
 
 
 def is_internal_topic(name: str) -> bool:
@@ -75,10 +77,35 @@ def check_new_topic(
             f"gateway's default.replication.factor), got {replication_factor}"
         )
     try:
-        LogConfig().with_overrides(configs)
+        config = LogConfig().with_overrides(configs)
     except (InvalidConfigError, TypeError, ValueError) as exc:
         raise InvalidConfigError(f"topic {name}: {exc}") from None
+    _check_tiering_allowed(name, config, limits.remote_log_storage_system_enable)
     return num_partitions, replication_factor
+
+
+def _check_tiering_allowed(name: str, config: LogConfig, system_enabled: bool) -> None:
+    """Kafka's validateRemoteStorageOnlyIfSystemEnabled (the gateway's setting stands for the
+    brokers' remote.log.storage.system.enable)."""
+    if config.remote_storage_enable and not system_enabled:
+        raise InvalidConfigError(
+            f"topic {name}: Tiered Storage functionality is disabled in the broker. Topic "
+            "cannot be configured with remote log storage."
+        )
+
+
+def _check_turning_off(name: str, before: LogConfig, after: LogConfig) -> None:
+    """Kafka's validateTurningOffRemoteStorageWithDelete: tiering is turned off only with the
+    remote data's deletion asked for."""
+    turned_off = before.remote_storage_enable and not after.remote_storage_enable
+    if turned_off and not after.remote_log_delete_on_disable:
+        raise InvalidConfigError(
+            f"topic {name}: It is invalid to disable remote storage without deleting "
+            "remote data. If you want to keep the remote data and turn to read only, please "
+            "set `remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+            "disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
 
 
 def refuse_internal(name: str, why: str) -> None:
@@ -140,6 +167,7 @@ def altered_configs(
     *,
     append: Mapping[str, str] | None = None,
     subtract: Mapping[str, str] | None = None,
+    tiered: bool = False,
 ) -> dict[str, str]:
     """IncrementalAlterConfigs' result, validated whole: some overrides set, others deleted
     (back to the node's or Kafka's default), list configs (`cleanup.policy`) appended to or
@@ -157,9 +185,12 @@ def altered_configs(
         for key, items in (subtract or {}).items():
             removed = set(_items(items))
             _set_list(configs, key, [i for i in _list_value(configs, key) if i not in removed])
-        LogConfig().with_overrides(configs)
+        after = LogConfig().with_overrides(configs)
+        before = LogConfig().with_overrides(current)
     except (InvalidConfigError, TypeError, ValueError) as exc:
         raise InvalidConfigError(f"topic {name}: {exc}") from None
+    _check_tiering_allowed(name, after, tiered)
+    _check_turning_off(name, before, after)
     return configs
 
 
