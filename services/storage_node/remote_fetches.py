@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -59,22 +59,6 @@ class RemoteReadSettings:
         ):
             if getattr(self, name) < least:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be at least {least}")
-
-
-READ_SETTINGS = frozenset(RemoteReadSettings.__dataclass_fields__)
-
-
-def remote_read_settings(configs: Mapping[str, str]) -> RemoteReadSettings:
-    """Kafka's remote read settings from the node's --config (Kafka's dotted names)."""
-    values: dict[str, int] = {}
-    for key, value in configs.items():
-        name = key.replace(".", "_")
-        if name in READ_SETTINGS:
-            try:
-                values[name] = int(value)
-            except ValueError:
-                raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
-    return RemoteReadSettings(**values)
 
 
 class RemoteFetches:

@@ -33,7 +33,7 @@ from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
 from .registry_client import STARTING_FENCE, RegistrySession
-from .remote_fetches import READ_SETTINGS, RemoteFetches, remote_read_settings
+from .remote_fetches import RemoteFetches, RemoteReadSettings
 from .remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
@@ -54,7 +54,7 @@ def split_engine_configs(configs: Mapping[str, str]) -> tuple[dict[str, str], di
         name = key.removeprefix("log.").replace(".", "_")
         if name in log_fields or name in ("segment_index_bytes",):
             log_overrides[key.removeprefix("log.")] = value
-        elif name not in _REPLICATION_FIELDS and name not in READ_SETTINGS:
+        elif name not in _REPLICATION_FIELDS:
             manager_overrides[key] = value
     return log_overrides, manager_overrides
 
@@ -138,12 +138,19 @@ class StorageNode:
     def read_remote(self, store: RemoteStore, metadata: RemoteLogMetadata) -> RemoteFetches:
         """Serve reads below the local log start from this object store (tiered storage):
         consumers' fetches and ListOffsets, with the remote.log.reader.* / remote.fetch.*
-        settings of --config (remote_fetches.py); and start a tiered partition this node
+        settings (remote_fetches.py); and start a tiered partition this node
         follows from the store's state when its leader's log starts past it
         (tiered_catch_up.py)."""
-        remote = RemoteFetches(
-            store, metadata, self.logs.topic_id, remote_read_settings(self.config.engine_configs)
+        c = self.config
+        settings = RemoteReadSettings(
+            remote_log_reader_threads=c.remote_log_reader_threads,
+            remote_log_reader_max_pending_tasks=c.remote_log_reader_max_pending_tasks,
+            remote_fetch_max_wait_ms=c.remote_fetch_max_wait_ms,
+            remote_log_index_file_cache_total_size_bytes=(
+                c.remote_log_index_file_cache_total_size_bytes
+            ),
         )
+        remote = RemoteFetches(store, metadata, self.logs.topic_id, settings)
         self.replicas.remote = remote
         self.replicas.follower_fetchers.use_remote(remote)
         return remote

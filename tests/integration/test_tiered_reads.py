@@ -1,13 +1,17 @@
 """Reads below the local log start served from the object store (KIP-405's remote fetch), on a
-real cluster beside a real S3 server (SeaweedFS): a tiered topic's older segments are copied
-as the copier lays them out (tests/tiered_copies.py) and deleted from the nodes (DeleteRecords
-moves the local log start past them), then seglog's consumer (gRPC and bulk), kafka-python
-and librdkafka read every record from offset 0; ListOffsets -2/-4/-5 and by time answer as
-Kafka's; a store that stops answering makes cold reads end in bounded time while the same
-node's hot reads keep theirs."""
+real cluster beside a real S3 server (SeaweedFS): the leaders' copier copies a tiered topic's
+rolled segments and local retention deletes them from the nodes, then seglog's consumer (gRPC
+and bulk), kafka-python and librdkafka read every record from offset 0; ListOffsets -2/-4/-5
+and by time answer as Kafka's; a store that stops answering makes cold reads end in bounded
+time while the same node's hot reads keep theirs; a new follower starts at its leader's local
+log start with the producer state and leader epochs the copied files hold.
+
+One store and one two-node cluster for the module; each test its own topic."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 
@@ -27,8 +31,6 @@ from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.rdkafka import rdkafka_consume
-from tests.seaweedfs import SeaweedFS
-from tests.tiered_copies import copy_rolled_segments
 from tests.waiting import wait_for
 
 BASE_MS = 1_700_000_000_000
@@ -38,30 +40,32 @@ REMOTE_WAIT_MS = 400  # remote.fetch.max.wait.ms on these nodes
 TIMEOUT_S = 20
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    weed = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
-    yield weed
-    weed.stop()
+PREFIX = "tiered-reads"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, store):
+def cluster(tmp_path_factory, seaweedfs):
     c = LocalCluster(
         tmp_path_factory.mktemp("tiered-reads"),
         nodes=2,
-        remote_log_storage_system_enable=True,
-        node_configs={
-            "remote.fetch.max.wait.ms": str(REMOTE_WAIT_MS),
-            "remote.log.reader.threads": "2",
-            "remote.log.reader.max.pending.tasks": "2",
+        node_configs={"retention.check.interval.ms": "100"},
+        remote_storage=seaweedfs.storage_config(PREFIX),
+        node_settings={
+            "remote_log_manager_task_interval_ms": 100,
+            "remote_log_manager_task_retry_backoff_ms": 100,
+            "remote_log_manager_task_retry_backoff_max_ms": 400,
+            "remote_fetch_max_wait_ms": REMOTE_WAIT_MS,
+            "remote_log_reader_threads": 2,
+            "remote_log_reader_max_pending_tasks": 2,
         },
     )
-    for node in c.nodes.values():
-        remote = RemoteStore(store.config)
-        node.read_remote(remote, RemoteLogMetadata(remote))
     yield c
     c.close()
+
+
+@pytest.fixture
+def store(seaweedfs):
+    return RemoteStore(seaweedfs.storage_config(PREFIX))
 
 
 def _value(batch: int, record: int) -> bytes:
@@ -69,47 +73,45 @@ def _value(batch: int, record: int) -> bytes:
 
 
 def _tiered_topic(cluster, store, topic: str, replicas: int = 2, produce=None) -> int:
-    """A topic of BATCHES batches (batch i at BASE_MS + i; `produce(topic)` writes them when
-    given), its rolled segments copied to the store and deleted from the nodes; the local
-    log start now."""
+    """A topic of BATCHES batches (batch i at BASE_MS + i; `produce(cluster, topic)` writes
+    them when given), its rolled segments copied by the leader and deleted from its disk
+    (local.retention.bytes=1: only the active segment stays); the local log start now."""
     cluster.admin.create_topic(
         topic,
         1,
         replicas,
         configs={
             "remote.storage.enable": "true",
+            "local.retention.bytes": "1",
+            "retention.ms": "-1",  # the records are from 2023: kept whatever their age
             "segment.bytes": "4096",
             "index.interval.bytes": "512",
+            "file.delete.delay.ms": "0",
         },
     )
     (produce or _produce)(cluster, topic)
     total = BATCHES * RECORDS_PER_BATCH
     leader = cluster.leader_of(topic, 0)
     log = leader.logs.get_log(topic, 0)
-    wait_for(lambda: log.high_watermark == total, TIMEOUT_S, "every record replicated")
-    remote = RemoteStore(store.config)
-    copied = copy_rolled_segments(
-        remote,
-        RemoteLogMetadata(remote),
-        log.directory,
-        topic,
-        leader.logs.topic_id(topic, 0),
-        0,
-        below=total - 100,  # the last ~100 records stay local only
-    )
-    assert len(copied) >= 5
-    local_start = copied[-1].end_offset + 1
-    cluster.admin.delete_records({TopicPartition(topic, 0): local_start})
-    for node in cluster.nodes.values():
-        if (topic, 0) not in node.logs.logs():
-            continue
-        held = node.logs.get_log(topic, 0)
-        wait_for(
-            lambda held=held: held.log_start_offset == local_start,
-            TIMEOUT_S,
-            "the local log start moved on every replica",
+    topic_id = leader.logs.topic_id(topic, 0)
+    metadata = RemoteLogMetadata(store, cache_ms=0)
+
+    def tiered() -> bool:
+        start = log.log_start_offset
+        return (
+            log.high_watermark == total
+            and start == log.segments[-1].base_offset
+            and metadata.log_start_offset(topic_id, 0) == 0
+            and metadata.remote_end_offset(topic_id, 0) == start - 1
         )
-    return local_start
+
+    wait_for(
+        tiered,
+        TIMEOUT_S,
+        "rolled segments copied and deleted locally",
+        lambda: f"local start {log.log_start_offset}, segments {len(log.segments)}",
+    )
+    return log.log_start_offset
 
 
 def _produce(cluster, topic: str, batches: range = range(BATCHES)) -> None:
@@ -227,7 +229,9 @@ def test_list_offsets_earliest_earliest_local_and_latest_tiered_answer_as_kafka(
     assert _list_offset(cluster, "hot-offsets", -4)[:2] == (0, 0)
 
 
-def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_alone(cluster, store):
+def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_alone(
+    cluster, store, seaweedfs
+):
     topic = "cold-stalled"
     local_start = _tiered_topic(cluster, store, topic)
     total = len(_expected())
@@ -238,7 +242,7 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
         return answers[0], time.monotonic() - started
 
     hot_before = max(fetch(total - 10)[1] for _ in range(5))
-    store.pause()  # accepts connections, never answers: every remote GET hangs
+    os.kill(seaweedfs.pid, signal.SIGSTOP)  # accepts connections, never answers: GETs hang
     try:
         cold: list = []
 
@@ -255,7 +259,7 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
             reader.join(TIMEOUT_S)
         assert len(cold) == len(readers)
     finally:
-        store.resume()
+        os.kill(seaweedfs.pid, signal.SIGCONT)
     for answer, took in cold:
         # Timed out (no records, no error, as Kafka's DelayedRemoteFetch) or refused as
         # retriable (KAFKA_STORAGE_ERROR: the readers and their queue are full), never hung.
@@ -277,7 +281,8 @@ def test_a_new_follower_starts_from_the_store_state_without_copying_remote_histo
         with Producer(cluster.address, enable_idempotence=True, linger_ms=0) as producer:
             for i in range(idempotent_batches):
                 futures = [
-                    producer.send(topic, _value(i, j), partition=0, timestamp_ms=BASE_MS + i)
+                    # Now's time: a producer idle past 7 days by its batches' time expires.
+                    producer.send(topic, _value(i, j), partition=0)
                     for j in range(RECORDS_PER_BATCH)
                 ]
                 producer.flush(TIMEOUT_S)
