@@ -28,7 +28,10 @@ KAFKA_TABLE_MARK = "<!-- Kafka APIs: python -m devtools.readme_tables -->"
 KAFKA_API_NOTES: Mapping[str, str] = {
     "Produce": "leader hints (KIP-951) from v10, topic ids from v13; no transactions",
     "Fetch": "fetch sessions (KIP-227); topic ids, KIP-516: by id from v13",
-    "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
+    "ListOffsets": (
+        "earliest (the remote log start when tiered), latest, max timestamp, earliest "
+        "local, latest tiered, by time"
+    ),
     "InitProducerId": "idempotent producers; no transactional id",
     "Metadata": "topic ids, KIP-516: by id from v12",
     "CreateTopics": "no replica assignments: seglog places replicas; answers the topic id",
