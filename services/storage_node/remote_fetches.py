@@ -34,7 +34,11 @@ from seglog.errors import InvalidConfigError, OffsetOutOfRangeError, SeglogError
 from seglog.storage.remote_indexes import DEFAULT_INDEX_CACHE_BYTES, RemoteIndexCache
 from seglog.storage.remote_metadata import RemoteLogMetadata, RemoteSegment
 from seglog.storage.remote_reads import RemoteLogReader, RemoteRead
-from seglog.storage.remote_store import RemoteStorageError, RemoteStore
+from seglog.storage.remote_store import (
+    RemoteObjectNotFoundError,
+    RemoteStorageError,
+    RemoteStore,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +93,10 @@ class RemoteFetches:
         # (topic, partition) -> (remote log start or None: no remote data, learnt at monotonic s)
         self._starts: dict[tuple[str, int], tuple[int | None, float]] = {}
         self._refreshing: set[tuple[str, int]] = set()
+        # Each partition's copied segments as last read from the metadata: a copied segment
+        # never changes, so a read inside one needs no metadata (a refresh is a LIST and a
+        # GET per segment, tens of ms); one outside them all reads the metadata.
+        self._known: dict[tuple[str, int], list[RemoteSegment]] = {}
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -157,16 +165,15 @@ class RemoteFetches:
             with self._lock:
                 self._refreshing.discard(tp)
 
-    def _learn_start(self, topic: str, partition: int) -> int | None:
+    def _learn_start(self, topic: str, partition: int) -> None:
         topic_id = self.topic_id(topic, partition)
-        start = self.metadata.log_start_offset(topic_id, partition) if topic_id else None
-        with self._lock:
-            self._starts[(topic, partition)] = (start, time.monotonic())
-        return start
+        segments = self.metadata.segments(topic_id, partition) if topic_id else []
+        self._remember(topic, partition, segments)
 
     def forget(self, topic: str, partition: int) -> None:
         with self._lock:
             self._starts.pop((topic, partition), None)
+            self._known.pop((topic, partition), None)
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -188,15 +195,28 @@ class RemoteFetches:
         bound = local_start if max_offset is None else min(max_offset, local_start)
 
         def job() -> RemoteRead:
-            segment = self._segment_for(topic, partition, offset, local_start)
-            return self.reader.read(
-                topic,
-                segment,
-                offset,
-                max_bytes,
-                max_offset=bound,
-                min_one_message=min_one_message,
-            )
+            tp = (topic, partition)
+            with self._lock:
+                known = self._known.get(tp, [])
+            segment = next((s for s in known if s.base_offset <= offset <= s.end_offset), None)
+            if segment is None:
+                segment = self._segment_for(topic, partition, offset, local_start)
+            try:
+                found = self.reader.read(
+                    topic,
+                    segment,
+                    offset,
+                    max_bytes,
+                    max_offset=bound,
+                    min_one_message=min_one_message,
+                )
+            except RemoteObjectNotFoundError:
+                # Remote retention deleted it since: the metadata says what is left.
+                with self._lock:
+                    self._known.pop(tp, None)
+                self.reader.indexes.remove(segment.segment_id)
+                raise
+            return found
 
         return self._wait(self._submit(job), f"{topic}-{partition}: remote read at {offset}")
 
@@ -257,6 +277,7 @@ class RemoteFetches:
         start = segments[0].base_offset if segments else None
         with self._lock:
             self._starts[(topic, partition)] = (start, time.monotonic())
+            self._known[(topic, partition)] = segments
 
     def _segment_for(
         self, topic: str, partition: int, offset: int, local_start: int
