@@ -16,6 +16,11 @@ Kafka's shape, with Kafka's settings:
   the local log start until one is known.
 - Remote indexes: remote_indexes.py's cache, bounded by
   `remote.log.index.file.cache.total.size.bytes` (1 GiB).
+- A consumer reading forward: after each remote read, the segment's next bytes are fetched
+  ahead on an idle reader thread (one per partition at a time, never ahead of a waiting
+  read), so its next fetch finds them in memory (remote_reads.ReadAhead, 64 MiB).
+- A read goes to the metadata only for an offset outside the partition's segments as last
+  read: copied segments never change.
 The bulk path cannot sendfile these bytes (they are in memory, not in a file): a remote chunk
 goes out of the bulk answer as a copy (bulk_answer.py), the rest of the answer unchanged."""
 
@@ -33,7 +38,7 @@ from typing import TypeVar
 from seglog.errors import InvalidConfigError, OffsetOutOfRangeError, SeglogError
 from seglog.storage.remote_indexes import DEFAULT_INDEX_CACHE_BYTES, RemoteIndexCache
 from seglog.storage.remote_metadata import RemoteLogMetadata, RemoteSegment
-from seglog.storage.remote_reads import RemoteLogReader, RemoteRead
+from seglog.storage.remote_reads import SLACK_BYTES, RemoteLogReader, RemoteRead
 from seglog.storage.remote_store import (
     RemoteObjectNotFoundError,
     RemoteStorageError,
@@ -93,6 +98,8 @@ class RemoteFetches:
         # (topic, partition) -> (remote log start or None: no remote data, learnt at monotonic s)
         self._starts: dict[tuple[str, int], tuple[int | None, float]] = {}
         self._refreshing: set[tuple[str, int]] = set()
+        self._in_flight = 0  # jobs submitted and not done
+        self._reading_ahead: set[tuple[str, int]] = set()
         # Each partition's copied segments as last read from the metadata: a copied segment
         # never changes, so a read inside one needs no metadata (a refresh is a LIST and a
         # GET per segment, tens of ms); one outside them all reads the metadata.
@@ -115,8 +122,15 @@ class RemoteFetches:
         except RuntimeError as exc:  # shut down: the node is stopping
             self._slots.release()
             raise RemoteStorageError(f"remote reads stopped: {exc}") from None
-        future.add_done_callback(lambda _: self._slots.release())
+        with self._lock:
+            self._in_flight += 1
+        future.add_done_callback(self._done)
         return future
+
+    def _done(self, _: object) -> None:
+        with self._lock:
+            self._in_flight -= 1
+        self._slots.release()
 
     def _wait(self, future: Future[T], what: str) -> T | None:
         """The job's answer; None when it took longer than remote.fetch.max.wait.ms."""
@@ -210,6 +224,7 @@ class RemoteFetches:
                     max_offset=bound,
                     min_one_message=min_one_message,
                 )
+                self._read_ahead(topic, partition, segment, found, max_bytes, local_start)
             except RemoteObjectNotFoundError:
                 # Remote retention deleted it since: the metadata says what is left.
                 with self._lock:
@@ -219,6 +234,46 @@ class RemoteFetches:
             return found
 
         return self._wait(self._submit(job), f"{topic}-{partition}: remote read at {offset}")
+
+    def _read_ahead(
+        self,
+        topic: str,
+        partition: int,
+        segment: RemoteSegment,
+        found: RemoteRead,
+        max_bytes: int,
+        local_start: int,
+    ) -> None:
+        """A consumer reading forward asks for the next bytes of this segment next: fetch
+        them now, while it handles these, when a reader thread is idle (never ahead of a
+        read that waits) and this partition has no read-ahead under way already."""
+        if not found.data or found.next_offset > segment.end_offset:
+            return
+        if found.next_offset >= local_start:
+            return
+        tp = (topic, partition)
+        with self._lock:
+            if (
+                self._in_flight >= self.settings.remote_log_reader_threads
+                or tp in self._reading_ahead
+            ):
+                return
+            self._reading_ahead.add(tp)
+
+        def job() -> None:
+            try:
+                self.reader.read_ahead(
+                    topic, segment, found.next_offset, found.next_position, max_bytes + SLACK_BYTES
+                )
+            finally:
+                with self._lock:
+                    self._reading_ahead.discard(tp)
+
+        try:
+            self._submit(job)
+        except SeglogError:
+            with self._lock:
+                self._reading_ahead.discard(tp)
 
     def offset_for_timestamp(
         self, topic: str, partition: int, timestamp_ms: int, local_start: int

@@ -381,6 +381,12 @@ def test_remote_segment_reads_answer_the_local_reads_bytes(tmp_path, seaweedfs):
     assert whole.data == bytes(log.read(big + 10, 10)) and len(whole.data) > 90_000
     assert whole.next_offset == big + 900
     assert reader.read("reader", remote, big, 10, min_one_message=False).data == b""
+    # Read-ahead: the next read of a consumer going forward starts from bytes fetched ahead.
+    first = reader.read("reader", remote, 0, 2000)
+    reader.read_ahead("reader", remote, first.next_offset, first.next_position, 2000)
+    following = reader.read("reader", remote, first.next_offset, 3000)
+    assert reader.ahead.hits == 1
+    assert following.data == bytes(log.read(first.next_offset, 3000))
     bounded = reader.read("reader", remote, 0, 1 << 20, max_offset=big)
     assert bounded.next_offset == big and bounded.data == bytes(log.read(0, len(bounded.data)))
     log.close()

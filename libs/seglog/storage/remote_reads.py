@@ -14,6 +14,8 @@ one batch the target falls in, as the local search does."""
 from __future__ import annotations
 
 import struct
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
@@ -37,10 +39,49 @@ MIN_GET_BYTES = 64 * 1024
 @dataclass(frozen=True)
 class RemoteRead:
     """Whole batches read from a remote segment (b"": none at or past the offset below the
-    bound), and where the next read continues."""
+    bound), where the next read continues, and that batch's file position (-1: unknown)."""
 
     data: bytes
     next_offset: int
+    next_position: int = -1
+
+
+# What read-ahead may hold at once: a few consumers' next fetch each (1 MiB by default).
+READ_AHEAD_BYTES = 64 * 1024 * 1024
+
+
+class ReadAhead:
+    """Bytes fetched ahead of a consumer reading forward (Kafka has no such thing; its
+    RemoteStorageManager plugins cache chunks): keyed by (segment id, the offset of the batch
+    they start with), taken by the read that asks for that offset, least recently stored out
+    first past READ_AHEAD_BYTES."""
+
+    def __init__(self, total_bytes: int = READ_AHEAD_BYTES) -> None:
+        self.total_bytes = total_bytes
+        self._held: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def put(self, segment_id: str, offset: int, position: int, data: bytes) -> None:
+        with self._lock:
+            old = self._held.pop((segment_id, offset), None)
+            self._bytes -= len(old[1]) if old else 0
+            if len(data) > self.total_bytes:
+                return
+            self._held[(segment_id, offset)] = (position, data)
+            self._bytes += len(data)
+            while self._bytes > self.total_bytes:
+                _, (_, evicted) = self._held.popitem(last=False)
+                self._bytes -= len(evicted)
+
+    def take(self, segment_id: str, offset: int) -> tuple[int, bytes] | None:
+        with self._lock:
+            found = self._held.pop((segment_id, offset), None)
+            if found is not None:
+                self._bytes -= len(found[1])
+                self.hits += 1
+            return found
 
 
 @dataclass(frozen=True)
@@ -55,9 +96,12 @@ class _Batch:
 class RemoteLogReader:
     """Reads copied segments through `store`, their indexes through `indexes`."""
 
-    def __init__(self, store: RemoteStore, indexes: RemoteIndexCache) -> None:
+    def __init__(
+        self, store: RemoteStore, indexes: RemoteIndexCache, ahead: ReadAhead | None = None
+    ) -> None:
         self.store = store
         self.indexes = indexes
+        self.ahead = ahead or ReadAhead()
 
     def _key(self, topic: str, segment: RemoteSegment) -> SegmentKey:
         return SegmentKey(
@@ -88,10 +132,14 @@ class RemoteLogReader:
     ) -> RemoteRead:
         """Whole batches of `segment` from the one holding `offset`, up to `max_bytes` (at
         least one when `min_one_message`), none starting at or past `max_offset`."""
-        start = self.segment_indexes(topic, segment).position_at_or_before(offset)
         key = segment_object(self._key(topic, segment), SEGMENT_LOG)
+        ahead = self.ahead.take(segment.segment_id, offset)
+        if ahead is not None:  # fetched while the consumer handled its previous answer
+            start, window = ahead
+        else:
+            start = self.segment_indexes(topic, segment).position_at_or_before(offset)
+            window = self._get(key, start, max(max_bytes + SLACK_BYTES, MIN_GET_BYTES), segment)
         window_at = start
-        window = self._get(key, start, max(max_bytes + SLACK_BYTES, MIN_GET_BYTES), segment)
         taken: list[_Batch] = []
         used = 0
         first_at = -1
@@ -132,7 +180,19 @@ class RemoteLogReader:
                 f"remote segment {segment.segment_id}: {len(data)} bytes at {first_at}, "
                 f"expected {end - first_at}"
             )
-        return RemoteRead(data, taken[-1].last_offset + 1)
+        return RemoteRead(data, taken[-1].last_offset + 1, end)
+
+    def read_ahead(
+        self, topic: str, segment: RemoteSegment, offset: int, position: int, length: int
+    ) -> None:
+        """Fetch `length` bytes from `position` (where the batch starting at `offset` lies)
+        for the read that will ask for `offset` next."""
+        if position < 0 or position >= segment.size_bytes:
+            return
+        key = segment_object(self._key(topic, segment), SEGMENT_LOG)
+        self.ahead.put(
+            segment.segment_id, offset, position, self._get(key, position, length, segment)
+        )
 
     def offset_for_timestamp(
         self, topic: str, segment: RemoteSegment, timestamp_ms: int, start_offset: int
