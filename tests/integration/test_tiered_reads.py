@@ -1,7 +1,8 @@
 """Reads below the local log start served from the object store (KIP-405's remote fetch), on a
 real cluster beside a real S3 server (SeaweedFS): the leaders' copier copies a tiered topic's
 rolled segments and local retention deletes them from the nodes, then seglog's consumer (gRPC
-and bulk), kafka-python and librdkafka read every record from offset 0; ListOffsets -2/-4/-5
+and bulk), kafka-python, librdkafka and Kafka's console consumer read every record from offset
+0; ListOffsets -2/-4/-5
 and by time answer as Kafka's; a store that stops answering makes cold reads end in bounded
 time while the same node's hot reads keep theirs; a new follower starts at its leader's local
 log start with the producer state and leader epochs the copied files hold.
@@ -21,6 +22,7 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
+from devtools import apache_kafka
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition
 from seglog.client.producer import Producer
@@ -390,3 +392,39 @@ def test_remote_segment_reads_answer_the_local_reads_bytes(tmp_path, seaweedfs):
     bounded = reader.read("reader", remote, 0, 1 << 20, max_offset=big)
     assert bounded.next_offset == big and bounded.data == bytes(log.read(0, len(bounded.data)))
     log.close()
+
+
+@pytest.mark.slow
+def test_kafkas_console_consumer_and_get_offsets_read_a_tiered_topic_from_the_start(cluster, store):
+    """Kafka's own tools (4.3's Java clients): kafka-console-consumer from the earliest
+    offset reads every record, remote then local; kafka-get-offsets --time -4/-5 answers the
+    local log start and the last tiered offset (ListOffsets v8/v9)."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    topic = "cold-java"
+    local_start = _tiered_topic(cluster, store, topic)
+
+    def tool(main_class: str, *args: str) -> str:
+        done = apache_kafka.run_tool(main_class, "--bootstrap-server", cluster.kafka_address, *args)
+        assert done.returncode == 0, done.stderr.decode()[-4000:]
+        return done.stdout.decode()
+
+    out = tool(
+        apache_kafka.CONSOLE_CONSUMER,
+        "--topic",
+        topic,
+        "--partition",
+        "0",
+        "--offset",
+        "earliest",
+        "--max-messages",
+        str(len(_expected())),
+        "--timeout-ms",
+        str(TIMEOUT_S * 1000),
+    )
+    assert out.splitlines() == [v.decode() for v in _expected()]
+    assert tool(apache_kafka.GET_OFFSETS_TOOL, "--topic", topic, "--time", "-4").split() == [
+        f"{topic}:0:{local_start}"
+    ]
+    assert tool(apache_kafka.GET_OFFSETS_TOOL, "--topic", topic, "--time", "-5").split() == [
+        f"{topic}:0:{local_start - 1}"
+    ]
