@@ -46,7 +46,7 @@ proto: $(GENERATED)
 PORT ?= 7070
 DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
+	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd) $(if $(filter 1,$(TIERED)),--tiered)
 
 # Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
 # client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under

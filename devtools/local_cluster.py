@@ -2,6 +2,7 @@
 
     python -m devtools.local_cluster [--data-dir data] [--listen 127.0.0.1:7070] [--nodes 3]
                                      [--kafka-listen 127.0.0.1:9092] [--tls] [--etcd]
+                                     [--tiered]
 
 Data lives under the data dir (`gateway/`, `node-1/`, ...) and is kept between runs. Nodes
 listen on the ports after the gateway's (7071, 7072, 7073), or on free ports when the gateway
@@ -37,6 +38,10 @@ whose registry is in etcd brings it back to the file (registry_switch.py). Every
 its cluster id in its meta.properties, so a registry of another cluster is refused, never
 obeyed; two registries in one data dir are refused with the commands that resolve it.
 Secrets and certificates are made once into the data dir (credentials.py).
+
+With `--tiered` (make run TIERED=1) a SeaweedFS S3 store runs beside the cluster (data in
+`seaweedfs/`, S3 on 127.0.0.1:8333, bucket `seglog`) and topics may set
+remote.storage.enable=true: their leaders copy rolled segments to it (devtools/seaweedfs.py).
 """
 
 from __future__ import annotations
@@ -64,6 +69,7 @@ from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process
 from .registry_switch import RegistrySwitch, RegistrySwitchRefused
+from .seaweedfs import SeaweedProcess, cluster_flags
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the registry in an embedded etcd, shared by two gateways",
     )
+    parser.add_argument("--tiered", action="store_true", help="a SeaweedFS S3 store beside it")
     args = parser.parse_args(argv)
 
     data = Path(args.data_dir)
@@ -173,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
         registry_args = ["--registry-etcd", "<etcd>"]
+    store = SeaweedProcess.for_run(data, any_port=int(port) == 0) if args.tiered else None
+    tiered_gateway, tiered_node, tiered_env = cluster_flags(store)
     # Under --tls the Kafka listener is mutual TLS too (SSL://, the cluster CA's certificates).
     kafka_scheme = "SSL://" if args.tls else ""
     # Each gateway binds a lane per storage node at its Kafka port + the node id, so each
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--auto-create-topics-enable",
                 "true",
                 *registry_args,
+                *tiered_gateway,
                 *gateway_tls,
                 *(["--kafka-listen", kafka_listens[i]] if kafka_listens else []),
             ],
@@ -211,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     for log in (data / "logs").glob("*.log"):  # where this run's lines begin
         _LOG_STARTS[log] = log.stat().st_size
     try:
+        if store is not None:
+            store.start()
         if etcd is not None:
             endpoint = etcd.start()
             if etcd.tls is not None:
@@ -245,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
                 extra_args=[
                     "--config",
                     f"min.insync.replicas={min_insync_replicas}",
+                    *tiered_node,
                     *node_tls.get(node_id, []),
                 ],
-                env={**env, **_metrics_env(metrics_ports, host, node_id)},
+                env={**env, **tiered_env, **_metrics_env(metrics_ports, host, node_id)},
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
             )
@@ -271,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  ({adopted})", flush=True)
         for node in nodes:
             print(f"  storage {node.name} on {node.address} (pid {node.pid})", flush=True)
+        if store is not None:
+            print(f"  tiered storage: S3 at {store.endpoint_url} (pid {store.pid})", flush=True)
         if kafka_listens and int(kafka_port) != 0:
             print(f"  Kafka brokers: {_node_brokers(kafka_listens, args.nodes)}", flush=True)
         if metrics_ports and metrics_ports[0] != 0:
@@ -333,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
             gateway.stop()
         if etcd is not None:
             etcd.stop()
+        if store is not None:
+            store.stop()
         print("seglog local cluster stopped", flush=True)
     return 0
 

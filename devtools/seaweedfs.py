@@ -31,6 +31,8 @@ BUCKET = "seglog"
 # server) preallocate more than a test machine's disk wants for a few MiB of segments.
 VOLUME_SIZE_LIMIT_MB = 64
 MAX_VOLUMES = 16
+# make run TIERED=1's S3 port: SeaweedFS's own default (its other ports are picked free).
+RUN_S3_PORT = 8333
 
 
 def weed_binary() -> Path:
@@ -56,6 +58,15 @@ class SeaweedProcess:
         self.ports = ports
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def for_run(cls, data: Path, *, any_port: bool) -> SeaweedProcess:
+        """make run TIERED=1's store: S3 on 8333 (or a free port), data in DATA/seaweedfs."""
+        return cls(
+            data / "seaweedfs",
+            s3_port=0 if any_port else RUN_S3_PORT,
+            log_path=data / "logs" / "seaweedfs.log",
+        )
 
     @property
     def s3_port(self) -> int:
@@ -177,6 +188,25 @@ class SeaweedProcess:
                 self.process.kill()
                 self.process.wait()
             self.process = None
+
+
+def cluster_flags(
+    store: SeaweedProcess | None,
+) -> tuple[list[str], list[str], dict[str, str]]:
+    """What make run TIERED=1 gives the gateways (tiering allowed), the nodes (the store's
+    endpoint, bucket and key id) and the nodes' environment (the secret, as a Kubernetes
+    Secret would: never on a command line); nothing without a store."""
+    if store is None:
+        return [], [], {}
+    return (
+        ["--remote-log-storage-system-enable", "true"],
+        [
+            "--remote-log-storage-endpoint", store.endpoint_url,
+            "--remote-log-storage-bucket", BUCKET,
+            "--remote-log-storage-access-key-id", ACCESS_KEY_ID,
+        ],
+        {"SEGLOG_REMOTE_LOG_STORAGE_SECRET_ACCESS_KEY": SECRET_ACCESS_KEY},
+    )  # fmt: skip
 
 
 def main() -> None:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from seglog.errors import SeglogError
 from seglog.storage.log import Log
+from seglog.storage.remote_layout import metadata_partition_prefix, topic_prefix
 from seglog.storage.remote_metadata import RemoteLogMetadata
-from seglog.storage.remote_store import RemoteStorageConfig, RemoteStore
+from seglog.storage.remote_store import RemoteStorageConfig, RemoteStorageError, RemoteStore
 
 from .partition import Partition
 from .remote_copier import PartitionCopier
@@ -77,6 +78,11 @@ class RemoteLogManager:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff_ms = 0
+        # Deleted topics' partitions whose objects are still to go: (topic, topic id, number).
+        # Kept in memory: a node restarted before the store answers leaves them (every replica
+        # of the partition is told, so one that stays up finishes the job).
+        self._deletions: set[tuple[str, str, int]] = set()
+        self._deletions_lock = threading.Lock()
         # Passes completed without a store error, passes that met one (tests read them).
         self.passes = 0
         self.failures = 0
@@ -91,6 +97,26 @@ class RemoteLogManager:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+
+    def delete_partition_data(self, topic: str, topic_id: str, partition: int) -> None:
+        """A deleted topic's partition: its objects and metadata go on the next pass (Kafka
+        deletes a deleted tiered topic's remote segments too)."""
+        with self._deletions_lock:
+            self._deletions.add((topic, topic_id, partition))
+        self.wake()
+
+    def _delete_deleted(self) -> None:
+        with self._deletions_lock:
+            pending = sorted(self._deletions)
+        for topic, topic_id, partition in pending:
+            keys = self.store.list(f"{topic_prefix(topic, topic_id)}{partition}/")
+            keys += self.store.list(metadata_partition_prefix(topic_id, partition))
+            self.store.delete(keys)
+            self.metadata.invalidate(topic_id, partition)
+            with self._deletions_lock:
+                self._deletions.discard((topic, topic_id, partition))
+            if keys:
+                logger.info("%s-%d: %d remote objects deleted", topic, partition, len(keys))
 
     def wake(self) -> None:
         """Pass now (a roll, a leadership change) rather than at the next interval."""
@@ -121,7 +147,10 @@ class RemoteLogManager:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One pass over every hosted tiered partition (raises the first store error)."""
+        """One pass over every hosted tiered partition. A store error ends the pass (raised:
+        the store is likely down for all); any other error is the partition's own (a
+        metadata record it cannot parse, a file gone under it) and the pass goes on."""
+        self._delete_deleted()
         for topic, number in self.replicas.hosted():
             if self._stop.is_set():
                 return
@@ -134,10 +163,15 @@ class RemoteLogManager:
             topic_id = self.replicas.logs.topic_id(topic, number)
             if not topic_id:
                 continue  # the registry has not named the topic's id yet
-            leading = held.is_leader and held.fenced is None
-            self._sync_remote_end(topic_id, log, fresh=leading)
-            if leading:
-                self._lead(held, topic, topic_id, log)
+            try:
+                leading = held.is_leader and held.fenced is None
+                self._sync_remote_end(topic_id, log, fresh=leading)
+                if leading:
+                    self._lead(held, topic, topic_id, log)
+            except RemoteStorageError:
+                raise
+            except SeglogError as exc:
+                logger.warning("tiered storage: %s-%d skipped this pass: %s", topic, number, exc)
 
     def _sync_remote_end(self, topic_id: str, log: Log, *, fresh: bool) -> None:
         if fresh:  # a leader acts on what the store holds now, not on a cached view

@@ -104,6 +104,10 @@ class ReplicaManager:
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
+        # Tiered storage: told of each deleted topic's partition (topic, topic id, partition)
+        # to delete its objects (remote_log_manager.py); reads below the local log start.
+        self.remote_deletions: Callable[[str, str, int], None] | None = None
+        self.remote: RemoteFetches | None = None
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self.follower_fetchers = FollowerFetchers(node_id, self.replication.fetcher)
         self._fenced: str | None = None  # why the node is fenced, None while it is not
@@ -117,7 +121,6 @@ class ReplicaManager:
             self.partition, self.waiters, self.isr_updates, lambda: self._stopping
         )
         self.fetch_sessions = self.fetches.sessions
-        self.remote: RemoteFetches | None = None  # reads below the local log start (tiered)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -375,8 +378,7 @@ class ReplicaManager:
     def list_offset(
         self, topic: str, partition: int, timestamp_ms: int, client_epoch: int
     ) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets for a client: only offsets below the high watermark (LATEST
-        is the high watermark); a tiered topic's remote segments too (tiered_offsets.py)."""
+        """Kafka's ListOffsets for a client, below the HW; tiered topics: tiered_offsets.py."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         return tiered_offsets.list_offset(held.log, topic, partition, timestamp_ms, self.remote)

@@ -131,6 +131,7 @@ class StorageNode:
                     ),
                 ),
             )
+            self.replicas.remote_deletions = self.remote_log_manager.delete_partition_data
             # Reads below the local log start go to the same store, through the copier's
             # metadata (its writes update the cache readers use).
             self.read_remote(self.remote_log_manager.store, self.remote_log_manager.metadata)

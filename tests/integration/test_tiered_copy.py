@@ -268,3 +268,26 @@ def test_a_new_leader_continues_from_the_metadata_without_copying_again(cluster,
             assert record.broker_id != first_id
     assert all(r.state == COPY_SEGMENT_FINISHED for r in after)
     assert len(after) > len(before)
+
+
+def test_a_deleted_topics_objects_are_deleted(cluster, store):
+    ids = {}
+    for name in ("tiered-gone", "tiered-stays"):
+        ids[name] = _topic(cluster, name, replicas=2)
+        _produce(cluster, name, 10)
+        end = _rolled_ends(cluster.log(name, 0))[-1][1]
+        wait_for(lambda: _copied_up_to(store, ids[name], end), 20, f"{name} copied")  # noqa: B023
+    kept = store.list(f"tiered-stays-{ids['tiered-stays']}/")
+    assert store.list(f"tiered-gone-{ids['tiered-gone']}/") and kept
+    cluster.admin.delete_topic("tiered-gone")
+    wait_for(
+        lambda: (
+            not store.list(f"tiered-gone-{ids['tiered-gone']}/")
+            and not store.list(f"__remote_log_metadata/{ids['tiered-gone']}/")
+        ),
+        20,
+        "the deleted topic's objects deleted",
+    )
+    # Another topic's copies are untouched.
+    assert store.list(f"tiered-stays-{ids['tiered-stays']}/") == kept
+    assert _metadata(store).segments(ids["tiered-stays"], 0)

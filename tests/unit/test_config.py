@@ -116,12 +116,51 @@ def test_every_kafka_topic_config_is_accepted_and_described():
         ("follower.replication.throttled.replicas", "*,0:1", "partitionId"),
         ("local.retention.ms", "-3", "local.retention.ms"),
         ("preallocate", "yes", "preallocate"),
-        ("remote.storage.enable", "true", "tiered storage"),
     ],
 )
 def test_topic_configs_are_refused_as_kafkas_validators_refuse_them(key, value, message):
     with pytest.raises(InvalidConfigError, match=message):
         LogConfig().with_overrides({key: value})
+
+
+@pytest.mark.parametrize(
+    ("configs", "message"),
+    [
+        ({"cleanup.policy": "compact"}, "Remote log storage only supports"),
+        ({"cleanup.policy": "compact,delete"}, "Remote log storage only supports"),
+        ({"local.retention.ms": "-1"}, "must not be -1 as retention.ms"),
+        ({"retention.ms": "1000", "local.retention.ms": "2000"}, "must not be more than"),
+        ({"retention.bytes": "1000", "local.retention.bytes": "-1"}, "must not be -1"),
+        ({"retention.bytes": "1000", "local.retention.bytes": "1001"}, "must not be more than"),
+        ({"remote.log.copy.disable": "true", "local.retention.ms": "5"}, "identical value"),
+    ],
+)
+def test_a_tiered_topics_configs_are_checked_as_kafkas(configs, message):
+    with pytest.raises(InvalidConfigError, match=message):
+        LogConfig().with_overrides({"remote.storage.enable": "true", **configs})
+    # The same values are fine on a topic that is not tiered (Kafka checks them only then).
+    LogConfig().with_overrides(configs)
+
+
+@pytest.mark.parametrize(
+    "configs",
+    [
+        {},
+        {"cleanup.policy": ""},
+        {"retention.ms": "1000", "local.retention.ms": "1000"},
+        {"retention.bytes": "-1", "local.retention.bytes": "-1"},
+        {"retention.bytes": "1000", "local.retention.bytes": "0"},
+        {"remote.log.copy.disable": "true"},
+    ],
+)
+def test_a_tiered_topic_takes_what_kafka_takes(configs):
+    config = LogConfig().with_overrides({"remote.storage.enable": "true", **configs})
+    assert config.remote_storage_enable
+    # -2: the local retention is the total one (Kafka's localRetentionMs/Bytes).
+    local_ms = config.local_retention_ms
+    assert config.effective_local_retention_ms == (
+        config.retention_ms if local_ms == -2 else local_ms
+    )
 
 
 @pytest.mark.parametrize("value", ["", " ", "delete", "compact", "delete, compact"])

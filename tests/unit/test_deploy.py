@@ -254,6 +254,11 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 assert config.advertised_address == "seglog-node-2.seglog-node.seglog.svc:7071"
                 assert config.engine_configs["min.insync.replicas"] in ("1", "2")
                 assert config.cluster_secret == SECRET_SAMPLE.encode()
+                if overlay == "production":  # tiered storage, its keys from a Secret
+                    remote = config.remote_storage
+                    assert remote is not None and remote.bucket == "seglog"
+                    assert remote.secret_access_key == SECRET_SAMPLE
+                    assert remote.endpoint_url == SECRET_SAMPLE
                 if config.tls is not None:  # its certificate proves the id it claims
                     identity = identities[command]
                     assert node_id_of(identity, config.node_identity_prefix) == config.node_id
@@ -264,6 +269,8 @@ def test_containers_fit_the_services_they_run(overlay, tmp_path, monkeypatch):
                 assert config.kafka_listen.endswith(":9092")
                 assert config.kafka_listen.startswith("SSL://" if config.tls else "PLAINTEXT://")
                 assert config.kafka_advertised_listener == "PLAINTEXT://10.0.0.7:9092"
+                tiered = config.remote_log_storage_system_enable
+                assert tiered == (overlay == "production"), overlay
             if command == "seglog-gateway" and config.tls is not None:
                 assert identities[command] == GATEWAY_IDENTITY
                 assert config.authorizer and not config.allow_everyone_if_no_acl_found

@@ -258,6 +258,50 @@ def test_retention_by_size_and_by_log_start_offset(tmp_path, now_ms):
     log.close()
 
 
+def test_a_tiered_logs_local_retention_deletes_only_what_the_store_holds(tmp_path, now_ms):
+    clock = ManualClock(now_ms)
+    config = LogConfig(
+        segment_bytes=300,
+        remote_storage_enable=True,
+        local_retention_ms=1000,
+        local_retention_bytes=1,
+        file_delete_delay_ms=0,
+    )
+    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    for _ in range(8):  # a batch of two records a segment
+        log.append(make_batch([b"x" * 100, b"y" * 100], timestamp_ms=now_ms))
+    segments = len(log.segments)
+    assert segments >= 4
+    clock.advance(2000)
+    # Past both local retentions, but nothing copied: nothing goes.
+    assert delete_old_segments(log, clock.now_ms()) == 0
+    assert len(log.segments) == segments and log.log_start_offset == 0
+    # The store holds the first two segments whole, and half of the third.
+    third = log.segments[2]
+    assert log.segments[3].base_offset - third.base_offset == 2
+    log.highest_offset_in_remote_storage = third.base_offset
+    assert delete_old_segments(log, clock.now_ms()) == 2
+    assert log.log_start_offset == third.base_offset
+    # Everything copied: all but the active segment go.
+    log.highest_offset_in_remote_storage = log.segments[-1].base_offset - 1
+    delete_old_segments(log, clock.now_ms())
+    assert len(log.segments) == 1
+    log.close()
+
+
+def test_a_tiered_logs_local_retention_defaults_to_the_total_one(tmp_path, now_ms):
+    clock = ManualClock(now_ms)
+    config = LogConfig(segment_bytes=300, remote_storage_enable=True, retention_ms=1000)
+    log = Log.open(tmp_path / "t-0", config, clock=clock)
+    for _ in range(4):
+        log.append(make_batch([b"x" * 100], timestamp_ms=now_ms))
+    log.highest_offset_in_remote_storage = log.log_end_offset
+    assert delete_old_segments(log, clock.now_ms()) == 0  # -2: retention.ms, not yet passed
+    clock.advance(2000)
+    assert delete_old_segments(log, clock.now_ms()) > 0
+    log.close()
+
+
 def test_disk_full_mid_append_cuts_the_log_back_and_raises(tmp_path):
     # A real write failure: RLIMIT_FSIZE makes the kernel refuse bytes past the limit.
     script = textwrap.dedent(f"""

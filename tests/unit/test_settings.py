@@ -95,6 +95,7 @@ DESCRIBED_NAMES = [
     "num.network.threads",
     "num.io.threads",
     "num.partitions",
+    "remote.log.storage.system.enable",
     "auto.create.topics.enable",
     "queued.max.requests",
     "max.incremental.fetch.session.cache.slots",
@@ -262,3 +263,36 @@ def test_names_and_flags_are_each_one_settings_and_defaults_are_the_fields():
             assert item.name == item.name.lower() and "_" not in item.name, item.name
             field = {f.name: f for f in dataclasses.fields(config_class)}[item.field]
             assert item.default is field.default
+
+
+def test_a_nodes_object_store_comes_from_flags_and_its_secret_from_the_environment(monkeypatch):
+    assert node_args(NODE_REQUIRED).remote_storage is None
+    monkeypatch.setenv("SEGLOG_REMOTE_LOG_STORAGE_SECRET_ACCESS_KEY", "from-a-secret")
+    config = node_args(
+        [
+            *NODE_REQUIRED,
+            "--remote-log-storage-endpoint", "http://s3.example:8333",
+            "--remote-log-storage-bucket", "history",
+            "--remote-log-storage-access-key-id", "seglog",
+            "--config", "remote.log.manager.task.interval.ms=1000",
+        ]
+    )  # fmt: skip
+    remote = config.remote_storage
+    assert remote is not None and remote.bucket == "history" and remote.region == "us-east-1"
+    assert remote.secret_access_key == "from-a-secret"
+    assert "from-a-secret" not in repr(config)  # the secret reaches no log line
+    assert config.remote_log_manager_task_interval_ms == 1000
+    assert config.engine_configs == {}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--remote-log-storage-bucket", "history"],  # no endpoint
+        ["--remote-log-storage-endpoint", "http://s3.example:8333"],  # no bucket, no keys
+    ],
+)
+def test_an_incomplete_object_store_is_a_usage_error(args):
+    with pytest.raises(SystemExit) as exited:
+        node_args([*NODE_REQUIRED, *args])
+    assert exited.value.code == 2

@@ -160,3 +160,24 @@ def test_a_config_spelled_either_way_is_replaced_or_deleted_as_one():
     assert altered_configs("orders", current, {}, ["index_size_max_bytes"]) == {
         "retention_ms": "1000"
     }
+
+
+def test_a_tiered_topic_needs_a_cluster_with_an_object_store():
+    tiered = {"remote.storage.enable": "true"}
+    with pytest.raises(InvalidConfigError, match="Tiered Storage functionality is disabled"):
+        check_new_topic("history", 1, 1, tiered, LIMITS)
+    with_store = TopicLimits(default_replication_factor=2, remote_log_storage_system_enable=True)
+    assert check_new_topic("history", 1, 1, tiered, with_store) == (1, 1)
+    with pytest.raises(InvalidConfigError, match="Tiered Storage functionality is disabled"):
+        altered_configs("history", {}, tiered, [])
+    assert altered_configs("history", {}, tiered, [], tiered=True) == tiered
+
+
+def test_tiering_is_turned_off_only_with_its_remote_data_deleted():
+    tiered = {"remote.storage.enable": "true"}
+    with pytest.raises(InvalidConfigError, match="without deleting remote data"):
+        altered_configs("history", tiered, {"remote.storage.enable": "false"}, [], tiered=True)
+    with pytest.raises(InvalidConfigError, match="without deleting remote data"):
+        altered_configs("history", tiered, {}, ["remote.storage.enable"], tiered=True)
+    off = {"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}
+    assert altered_configs("history", tiered, off, [], tiered=True) == off

@@ -63,10 +63,13 @@ class LogConfig:
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
     # Accepted, validated, stored and described as Kafka's, with no effect in seglog
-    # (topic_config_values.STORED_ONLY_CONFIGS): seglog has no tiered storage, does not
-    # preallocate segment files, and elects leaders from the ISR/ELR only.
+    # (topic_config_values.STORED_ONLY_CONFIGS): seglog does not preallocate segment files,
+    # and elects leaders from the ISR/ELR only.
     preallocate: bool = False
     unclean_leader_election_enable: bool = False
+    # Tiered storage (KIP-405; services/storage_node/remote_log_manager.py): the leader copies
+    # rolled segments to the object store; local.retention.* bounds what stays on the node,
+    # retention.* the total. remote.log.delete.on.disable is stored only.
     remote_storage_enable: bool = False
     remote_log_copy_disable: bool = False
     remote_log_delete_on_disable: bool = False

@@ -27,8 +27,9 @@ Kafka's default TopicBasedRemoteLogMetadataManager, nor the registry:
 - One writer per partition: its leader's copier. A deposed leader's late write is harmless: the
   segment id is fresh per attempt, so it can only add a duplicate copy of offsets, which
   readers skip (`_visible`).
-Cost: one LIST per partition per `cache_ms` for readers (cached; writes go through the cache),
-one PUT per state change (4 per segment over its life).
+Cost: one LIST per partition per `cache_ms` for readers (cached; writes go through the cache;
+a refresh GETs only the records whose ETag changed), one PUT per state change (4 per segment
+over its life).
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class RemoteLogMetadata:
         self._lock = threading.Lock()
         # (topic_id, partition) -> (loaded at, monotonic s; segment id -> record)
         self._cache: dict[tuple[str, int], tuple[float, dict[str, RemoteSegment]]] = {}
+        # metadata object key -> (its ETag, its record): a refresh GETs only what changed.
+        self._known: dict[str, tuple[str, RemoteSegment]] = {}
 
     # ---- reads
     def all_segments(
@@ -184,8 +187,9 @@ class RemoteLogMetadata:
         key = metadata_object(
             segment.topic_id, segment.partition, segment.base_offset, segment.segment_id
         )
-        self.store.put_bytes(key, stamped.to_json())
+        etag = self.store.put_bytes(key, stamped.to_json())
         with self._lock:
+            self._known[key] = (etag, stamped)
             entry = self._cache.get((segment.topic_id, segment.partition))
             if entry is not None:
                 entry[1][segment.segment_id] = stamped
@@ -203,6 +207,7 @@ class RemoteLogMetadata:
         )
         self.store.delete([key])
         with self._lock:
+            self._known.pop(key, None)
             entry = self._cache.get((segment.topic_id, segment.partition))
             if entry is not None:
                 entry[1].pop(segment.segment_id, None)
@@ -224,9 +229,16 @@ class RemoteLogMetadata:
         return loaded
 
     def _load(self, topic_id: str, partition: int) -> dict[str, RemoteSegment]:
+        prefix = metadata_partition_prefix(topic_id, partition)
+        listed = self.store.list_etags(prefix)
         records: dict[str, RemoteSegment] = {}
-        for key in self.store.list(metadata_partition_prefix(topic_id, partition)):
+        for key, etag in sorted(listed.items()):
             if not key.endswith(".json"):
+                continue
+            with self._lock:
+                known = self._known.get(key)
+            if known is not None and etag and known[0] == etag:
+                records[known[1].segment_id] = known[1]
                 continue
             try:
                 data = self.store.get(key)
@@ -236,6 +248,11 @@ class RemoteLogMetadata:
                 raise SeglogError(f"remote metadata object {key!r} is {len(data)} bytes")
             seg = RemoteSegment.from_json(data)
             records[seg.segment_id] = seg
+            with self._lock:
+                self._known[key] = (etag, seg)
+        with self._lock:  # records gone from the store leave the memo too
+            for key in [k for k in self._known if k.startswith(prefix) and k not in listed]:
+                del self._known[key]
         return records
 
 

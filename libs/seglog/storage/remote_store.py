@@ -127,13 +127,18 @@ class RemoteStore:
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("put", key, exc) from None
         except OSError as exc:
-            raise RemoteStorageError(f"reading {path} for upload to {key!r}: {exc}") from None
+            # The local file's problem (retention took it), not the store's.
+            raise SeglogError(f"reading {path} for upload to {key!r}: {exc}") from None
 
-    def put_bytes(self, key: str, data: bytes) -> None:
+    def put_bytes(self, key: str, data: bytes) -> str:
+        """Store a small object; returns its ETag (as `list_etags` shows it)."""
         try:
-            self._s3().put_object(Bucket=self.config.bucket, Key=self.full_key(key), Body=data)
+            answer = self._s3().put_object(
+                Bucket=self.config.bucket, Key=self.full_key(key), Body=data
+            )
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("put", key, exc) from None
+        return str(answer.get("ETag", ""))
 
     def get(self, key: str) -> bytes:
         try:
@@ -184,15 +189,21 @@ class RemoteStore:
 
     def list(self, prefix: str) -> list[str]:
         """Every key under `prefix` (relative to the config's prefix), in key order."""
+        return sorted(self.list_etags(prefix))
+
+    def list_etags(self, prefix: str) -> dict[str, str]:
+        """Every key under `prefix` with its ETag: what changed since a earlier listing, so
+        a reader fetches only those (one LIST per 1000 keys instead of a GET per key)."""
         full = self.full_key(prefix)
-        keys: list[str] = []
+        out: dict[str, str] = {}
         try:
             pages = self._s3().get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=self.config.bucket, Prefix=full):
-                keys.extend(self._strip(o["Key"]) for o in page.get("Contents") or [])
+                for entry in page.get("Contents") or []:
+                    out[self._strip(entry["Key"])] = str(entry.get("ETag", ""))
         except (BotoCoreError, ClientError) as exc:
             raise self._fail("list", prefix, exc) from None
-        return sorted(keys)
+        return out
 
     def create_bucket(self) -> None:
         """Make the bucket if it is not there (development and tests; production buckets are
