@@ -421,8 +421,7 @@ class ReplicaManager:
         target_bytes: int,
         client_epoch: int,
     ) -> tuple[int, int, list[Split]]:
-        """Byte-balanced pieces of a range a client reads (the leader's log, up to the high
-        watermark): Log.split_points."""
+        """Byte-balanced pieces of a range a client reads, up to the HW: Log.split_points."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         return held.log.split_points(start_offset, end_offset, target_bytes)
