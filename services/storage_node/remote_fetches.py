@@ -306,19 +306,28 @@ class RemoteFetches:
         except FutureTimeout:
             raise RemoteStorageError(f"{what}: the object store did not answer in time") from None
 
-    def tiered_offsets(self, topic: str, partition: int) -> tuple[int | None, int | None]:
-        """(remote log start, highest offset copied) from the metadata, None when nothing is
-        copied; waits as offset_for_timestamp does."""
+    def earliest_offset(self, topic: str, partition: int, local_start: int) -> int:
+        """ListOffsets EARLIEST: the remote log start as last learnt (refreshed in the
+        background when stale, so a store that is down does not fail it), asked of the
+        metadata, waiting as offset_for_timestamp does, only when none was learnt yet."""
+        with self._lock:
+            known = self._starts.get((topic, partition))
+        if known is None:
+            start = self._remote_start(topic, partition)
+        else:
+            start = known[0]
+            if time.monotonic() - known[1] > self.metadata.cache_ms / 1000:
+                self._refresh_start(topic, partition)
+        return local_start if start is None else min(start, local_start)
 
-        def job() -> tuple[int | None, int | None]:
+    def _remote_start(self, topic: str, partition: int) -> int | None:
+        def job() -> int | None:
             topic_id = self.topic_id(topic, partition)
             if not topic_id:
-                return None, None
+                return None
             segments = self.metadata.segments(topic_id, partition)
             self._remember(topic, partition, segments)
-            if not segments:
-                return None, None
-            return segments[0].base_offset, segments[-1].end_offset
+            return segments[0].base_offset if segments else None
 
         future = self._submit(job)
         try:

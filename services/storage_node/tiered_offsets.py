@@ -1,9 +1,10 @@
 """ListOffsets on a leader whose older data lies in the object store (KIP-405, KIP-1005), as
 Kafka's UnifiedLog.fetchOffsetByTimestamp answers with remote storage enabled:
 - EARLIEST (-2): the log start, the remote one when segments were copied below the local
-  start (the earliest offset a consumer can fetch);
+  start (the earliest offset a consumer can fetch), as last learnt from the metadata;
 - EARLIEST_LOCAL (-4): the local log start;
-- LATEST_TIERED (-5): the highest offset copied (inclusive), -1 when none is;
+- LATEST_TIERED (-5): the highest offset copied (inclusive), -1 when none is, as the node's
+  remote log manager keeps it on the log;
 - a timestamp: the remote segments below the local start first (their time indexes), then
   the local log;
 - LATEST (-1) and MAX_TIMESTAMP (-3): the local log, as Kafka's.
@@ -29,13 +30,12 @@ def list_offset(
         return log.offset_for_timestamp(timestamp_ms, max_offset=high_watermark)
     local_start = log.log_start_offset
     if timestamp_ms == EARLIEST_TIMESTAMP:
-        start, _ = remote.tiered_offsets(topic, partition)
-        return TimestampAndOffset(
-            NO_TIMESTAMP, local_start if start is None else min(start, local_start)
-        )
+        start = remote.earliest_offset(topic, partition, local_start)
+        return TimestampAndOffset(NO_TIMESTAMP, start)
     if timestamp_ms == LATEST_TIERED_TIMESTAMP:
-        _, end = remote.tiered_offsets(topic, partition)
-        return TimestampAndOffset(NO_TIMESTAMP, -1 if end is None else end)
+        # Kafka's highestOffsetInRemoteStorage: what the node's remote log manager last
+        # learnt the store holds (-1 until it knows); no store call on this path.
+        return TimestampAndOffset(NO_TIMESTAMP, log.highest_offset_in_remote_storage)
     if timestamp_ms >= 0:
         found = remote.offset_for_timestamp(topic, partition, timestamp_ms, local_start)
         if found is not None:

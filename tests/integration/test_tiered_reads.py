@@ -266,6 +266,11 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
         return answers[0], time.monotonic() - started
 
     hot_before = max(fetch(total - 10)[1] for _ in range(5))
+    wait_for(  # the node has learnt the remote log start (off the fetch path)
+        lambda: _fetch_answer(cluster, topic, total - 1).log_start_offset == 0,
+        TIMEOUT_S,
+        "fetch answers naming the remote log start",
+    )
     os.kill(seaweedfs.pid, signal.SIGSTOP)  # accepts connections, never answers: GETs hang
     try:
         cold: list = []
@@ -279,6 +284,9 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
         for reader in readers:
             reader.start()
         hot = [fetch(local_start + (i % 50))[1] for i in range(20)]
+        # ListOffsets' earliest and latest tiered answer from what the node knows already.
+        assert _list_offset(cluster, topic, -2)[:2] == (0, 0)
+        assert _list_offset(cluster, topic, -5)[:2] == (0, local_start - 1)
         for reader in readers:
             reader.join(TIMEOUT_S)
         assert len(cold) == len(readers)
