@@ -95,15 +95,17 @@ class RemoteFetches:
             + self.settings.remote_log_reader_max_pending_tasks
         )
         self._lock = threading.Lock()
-        # (topic, partition) -> (remote log start or None: no remote data, learnt at monotonic s)
-        self._starts: dict[tuple[str, int], tuple[int | None, float]] = {}
+        # What was learnt of each partition's remote data, with the topic id it was learnt for
+        # (a topic deleted and made again under its name is another topic):
+        # (topic, partition) -> (topic id, remote log start or None, learnt at monotonic s)
+        self._starts: dict[tuple[str, int], tuple[str, int | None, float]] = {}
         self._refreshing: set[tuple[str, int]] = set()
         self._in_flight = 0  # jobs submitted and not done
         self._reading_ahead: set[tuple[str, int]] = set()
         # Each partition's copied segments as last read from the metadata: a copied segment
         # never changes, so a read inside one needs no metadata (a refresh is a LIST and a
         # GET per segment, tens of ms); one outside them all reads the metadata.
-        self._known: dict[tuple[str, int], list[RemoteSegment]] = {}
+        self._known: dict[tuple[str, int], tuple[str, list[RemoteSegment]]] = {}
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -117,13 +119,13 @@ class RemoteFetches:
                 f"{self.settings.remote_log_reader_threads} threads, "
                 f"{self.settings.remote_log_reader_max_pending_tasks} waiting): try again"
             )
+        with self._lock:
+            self._in_flight += 1  # before the job can end
         try:
             future = self._executor.submit(job)
         except RuntimeError as exc:  # shut down: the node is stopping
-            self._slots.release()
+            self._done(None)
             raise RemoteStorageError(f"remote reads stopped: {exc}") from None
-        with self._lock:
-            self._in_flight += 1
         future.add_done_callback(self._done)
         return future
 
@@ -150,14 +152,27 @@ class RemoteFetches:
         """The log start a consumer sees: the remote one when remote data is known to lie
         below the local start, else the local one. Never waits for the store: a stale or
         unknown value is refreshed by a reader thread for the next answer."""
-        tp = (topic, partition)
-        with self._lock:
-            known = self._starts.get(tp)
+        known = self._start_known(topic, partition)
         if known is None or time.monotonic() - known[1] > self.metadata.cache_ms / 1000:
             self._refresh_start(topic, partition)
         if known is None or known[0] is None:
             return local_start
         return min(known[0], local_start)
+
+    def _start_known(self, topic: str, partition: int) -> tuple[int | None, float] | None:
+        """(remote log start, when learnt) for the partition's current topic id, if learnt."""
+        topic_id = self.topic_id(topic, partition)
+        with self._lock:
+            known = self._starts.get((topic, partition))
+        if known is None or known[0] != topic_id:
+            return None
+        return known[1], known[2]
+
+    def _segments_known(self, topic: str, partition: int) -> list[RemoteSegment]:
+        topic_id = self.topic_id(topic, partition)
+        with self._lock:
+            known = self._known.get((topic, partition))
+        return known[1] if known is not None and known[0] == topic_id else []
 
     def _refresh_start(self, topic: str, partition: int) -> None:
         tp = (topic, partition)
@@ -182,7 +197,7 @@ class RemoteFetches:
     def _learn_start(self, topic: str, partition: int) -> None:
         topic_id = self.topic_id(topic, partition)
         segments = self.metadata.segments(topic_id, partition) if topic_id else []
-        self._remember(topic, partition, segments)
+        self._remember(topic, partition, topic_id, segments)
 
     def forget(self, topic: str, partition: int) -> None:
         with self._lock:
@@ -210,8 +225,7 @@ class RemoteFetches:
 
         def job() -> RemoteRead:
             tp = (topic, partition)
-            with self._lock:
-                known = self._known.get(tp, [])
+            known = self._segments_known(topic, partition)
             segment = next((s for s in known if s.base_offset <= offset <= s.end_offset), None)
             if segment is None:
                 segment = self._segment_for(topic, partition, offset, local_start)
@@ -288,7 +302,7 @@ class RemoteFetches:
             if not topic_id:
                 return None
             segments = self.metadata.segments(topic_id, partition)
-            self._remember(topic, partition, segments)
+            self._remember(topic, partition, topic_id, segments)
             for segment in segments:
                 if segment.base_offset >= local_start or segment.max_timestamp_ms < timestamp_ms:
                     continue
@@ -310,8 +324,7 @@ class RemoteFetches:
         """ListOffsets EARLIEST: the remote log start as last learnt (refreshed in the
         background when stale, so a store that is down does not fail it), asked of the
         metadata, waiting as offset_for_timestamp does, only when none was learnt yet."""
-        with self._lock:
-            known = self._starts.get((topic, partition))
+        known = self._start_known(topic, partition)
         if known is None:
             start = self._remote_start(topic, partition)
         else:
@@ -326,7 +339,7 @@ class RemoteFetches:
             if not topic_id:
                 return None
             segments = self.metadata.segments(topic_id, partition)
-            self._remember(topic, partition, segments)
+            self._remember(topic, partition, topic_id, segments)
             return segments[0].base_offset if segments else None
 
         future = self._submit(job)
@@ -337,11 +350,13 @@ class RemoteFetches:
                 f"{topic}-{partition}: the object store did not answer in time"
             ) from None
 
-    def _remember(self, topic: str, partition: int, segments: list[RemoteSegment]) -> None:
+    def _remember(
+        self, topic: str, partition: int, topic_id: str, segments: list[RemoteSegment]
+    ) -> None:
         start = segments[0].base_offset if segments else None
         with self._lock:
-            self._starts[(topic, partition)] = (start, time.monotonic())
-            self._known[(topic, partition)] = segments
+            self._starts[(topic, partition)] = (topic_id, start, time.monotonic())
+            self._known[(topic, partition)] = (topic_id, segments)
 
     def _segment_for(
         self, topic: str, partition: int, offset: int, local_start: int
@@ -352,7 +367,7 @@ class RemoteFetches:
             if attempt:  # the cached view may predate the copy: read the metadata again once
                 self.metadata.invalidate(topic_id, partition)
             segments = self.metadata.segments(topic_id, partition)
-            self._remember(topic, partition, segments)
+            self._remember(topic, partition, topic_id, segments)
             if segments and segments[0].base_offset <= offset:
                 for segment in segments:
                     if segment.end_offset >= offset:

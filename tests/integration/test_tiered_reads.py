@@ -27,6 +27,7 @@ from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition
 from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
+from seglog.errors import SeglogError
 from seglog.storage import Log
 from seglog.storage.config import LogConfig
 from seglog.storage.remote_indexes import RemoteIndexCache
@@ -436,3 +437,55 @@ def test_kafkas_console_consumer_and_get_offsets_read_a_tiered_topic_from_the_st
     assert tool(apache_kafka.GET_OFFSETS_TOOL, "--topic", topic, "--time", "-5").split() == [
         f"{topic}:0:{local_start - 1}"
     ]
+
+
+def test_a_topic_made_again_under_its_name_never_reads_its_predecessors_objects(cluster, store):
+    """The remote data a node learnt of belongs to a topic id: a tiered topic deleted and
+    made again under the same name reads its own copied segments from offset 0, not the
+    old topic's (whatever the store still holds of them)."""
+    topic = "cold-again"
+    _tiered_topic(cluster, store, topic)
+    assert _fetch_answer(cluster, topic, 0).records  # the node has read the first topic's
+    cluster.admin.delete_topic(topic)
+    wait_for(
+        lambda: topic not in cluster.admin.list_topics(),
+        TIMEOUT_S,
+        "the topic deleted",
+    )
+
+    def produce_new(cluster, topic):
+        for i in range(BATCHES):
+            values = [b"again-%04d-%d-" % (i, j) + b"z" * 80 for j in range(RECORDS_PER_BATCH)]
+            answer = cluster.client.produce(topic, {0: make_batch(values)})
+            assert answer[0].error == 0
+
+    wait_for(
+        lambda: _created(cluster, topic, produce_new),
+        TIMEOUT_S,
+        "the topic made again",
+    )
+    total = BATCHES * RECORDS_PER_BATCH
+    consumer = Consumer(cluster.address, fetch_transport="grpc", max_partition_fetch_bytes=3000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), 0)
+        got: list = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < total and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got.extend(records)
+    finally:
+        consumer.close()
+    assert [r.offset for r in got] == list(range(total))
+    assert all(r.value.startswith(b"again-") for r in got)
+
+
+def _created(cluster, topic, produce) -> bool:
+    """The topic made again and tiered (False while the old one's deletion is under way)."""
+    try:
+        _tiered_topic(cluster, RemoteStore(cluster.remote_storage), topic, produce=produce)
+    except SeglogError as exc:
+        if exc.reason != "TOPIC_ALREADY_EXISTS":
+            raise
+        return False
+    return True
