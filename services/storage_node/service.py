@@ -328,6 +328,9 @@ class StorageNodeService:
                 # A deleted topic's partition the registry's push set aside before this call
                 # came (or never here): its copy goes, as Kafka deletes a deleted topic's logs.
                 self.replicas.logs.delete_set_aside(*tp, request.topic_id)
+            if request.topic_id and self.replicas.remote_deletions is not None:
+                # A deleted topic (a moved replica's delete names no id): its remote copies go.
+                self.replicas.remote_deletions(request.topic, request.topic_id, request.partition)
         except SeglogError as exc:
             abort(context, exc)
         return storage_pb2.DeletePartitionResponse()

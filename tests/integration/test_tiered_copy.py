@@ -33,7 +33,7 @@ from seglog.storage.remote_store import RemoteStore
 from seglog.v1 import common_pb2
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
-from tests.waiting import wait_for
+from tests.waiting import wait_for as _wait_for
 
 PREFIX = "tiered-copy"
 # Segments of a few batches each (a batch below is ~1.1 KiB): a test makes ten or so.
@@ -45,6 +45,15 @@ BASE_CONFIGS = {
 }
 
 
+# Conditions that ask the store poll every 0.2 s: the cluster runs in this process, and a
+# boto3 call per 50 ms (the default) takes GIL time its heartbeats (100 ms) need.
+STORE_POLL_S = 0.2
+
+
+def wait_for(predicate, timeout_s, what, state=None):
+    _wait_for(predicate, timeout_s, what, state, interval_s=STORE_POLL_S)
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, seaweedfs):
     c = LocalCluster(
@@ -53,7 +62,7 @@ def cluster(tmp_path_factory, seaweedfs):
         node_configs={"retention.check.interval.ms": "100"},
         remote_storage=seaweedfs.storage_config(PREFIX),
         node_settings={
-            "remote_log_manager_task_interval_ms": 100,
+            "remote_log_manager_task_interval_ms": 200,
             "remote_log_manager_task_retry_backoff_ms": 100,
             "remote_log_manager_task_retry_backoff_max_ms": 400,
         },
