@@ -124,6 +124,7 @@ def _tiered_topic(cluster, store, topic: str, replicas: int = 2, produce=None) -
         TIMEOUT_S,
         "rolled segments copied and deleted locally",
         lambda: f"local start {log.log_start_offset}, segments {len(log.segments)}",
+        interval_s=0.2,  # each poll LISTs the store: the nodes in this process share the GIL
     )
     return log.log_start_offset
 
