@@ -29,7 +29,10 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "Produce": "leader hints (KIP-951) from v10, topic ids from v13; transactional batches "
     "verified (KIP-890)",
     "Fetch": "fetch sessions (KIP-227); topic ids, KIP-516: by id from v13",
-    "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
+    "ListOffsets": (
+        "earliest (the remote log start when tiered), latest (the LSO for read_committed), "
+        "max timestamp, earliest local, latest tiered, by time"
+    ),
     "InitProducerId": "idempotent and transactional producers (epoch bump, fencing)",
     "AddPartitionsToTxn": "v4+ the brokers' batched form, verify-only (KIP-890)",
     "EndTxn": "no transaction.version 2: v5 answers without an epoch bump",

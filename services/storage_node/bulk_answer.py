@@ -8,7 +8,9 @@ records' sendfile took two more system calls for the descriptor it sends from (a
 close). Each system call of a Python thread gives the interpreter's lock up and takes it
 back, which wakes and switches threads on a node serving many connections. Records below
 COPY_BELOW_BYTES are therefore read into the answer (a pread) and sent with it; larger ones
-still go by sendfile, with no copy in user space, after what was gathered before them."""
+still go by sendfile, with no copy in user space, after what was gathered before them.
+Records read from the object store (remote_fetches.py) are in memory already: they are sent
+as they are, in the same framing, so a bulk client cannot tell them from local ones."""
 
 from __future__ import annotations
 
@@ -48,6 +50,14 @@ class AnswerWriter:
         self.flush()
         return found.write_to(self.conn)
 
+    def copy(self, data: bytes) -> None:
+        """Bytes already in memory (a remote read's), after what was added before."""
+        if len(data) < COPY_BELOW_BYTES:
+            self._add(data)
+            return
+        self.flush()
+        self.conn.sendall(data)
+
     def flush(self) -> None:
         """Send what was gathered."""
         if not self._parts:
@@ -85,6 +95,11 @@ def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:
         header.error_message = str(chunk.error)
         answer.message(header)
         return 0
+    if chunk.remote is not None:  # read from the object store: in memory, no file to send
+        header.records_length = len(chunk.remote)
+        answer.message(header)
+        answer.copy(chunk.remote)
+        return len(chunk.remote)
     found = chunk.found.segment_slice if chunk.found is not None else None
     if found is None or not found.size:
         answer.message(header)

@@ -19,6 +19,8 @@ from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
 from seglog.storage.txn_index import AbortedTxn
 
+from .remote_fetches import RemoteFetches
+
 CONSUMER = -1  # the replica id of a client fetch
 READ_COMMITTED = 1  # FetchRequest.isolation_level (Kafka's)
 
@@ -67,8 +69,11 @@ class FetchChunk:
     diverging: tuple[int, int] | None = None
     last_stable_offset: int = -1
     aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the transactions aborted in range
+    remote: bytes | None = None  # batches read from the object store (remote_fetches.py)
 
     def read(self) -> bytes:
+        if self.remote is not None:
+            return self.remote
         return b"" if self.found is None else self.found.read()
 
     @property
@@ -100,7 +105,15 @@ def available_bytes(states: list[FetchState], enough: int) -> int:
     return total
 
 
-def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> Iterator[FetchChunk]:
+def read_chunks(
+    states: list[FetchState],
+    max_bytes: int,
+    chunk_bytes: int,
+    remote: RemoteFetches | None = None,
+) -> Iterator[FetchChunk]:
+    """The answer's chunks. With `remote`, a consumer's read below the local log start is
+    read from the object store (one remote segment per chunk), and every consumer chunk
+    carries the remote log start (the earliest offset it may fetch)."""
     budget = max_bytes
     sent_data = False
     for state in states:
@@ -122,8 +135,60 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
         offset = state.offset
         partition_budget = state.max_bytes
         chunks = 0
+        cold = remote if state.replica_id == CONSUMER and tiered(log) else None
         while True:
             limit = min(chunk_bytes, partition_budget, budget)
+            local_start = log.log_start_offset
+            if cold is not None and offset < local_start:
+                try:
+                    read = cold.read(
+                        state.topic,
+                        state.partition,
+                        offset,
+                        max(limit, 0),
+                        local_start=local_start,
+                        max_offset=state.max_offset(),
+                        min_one_message=not sent_data,
+                        read_committed=state.read_committed,
+                    )
+                except SeglogError as exc:
+                    if chunks == 0:
+                        logger.info(
+                            "%s-%d: remote fetch at %d refused: %s",
+                            state.topic,
+                            state.partition,
+                            offset,
+                            exc,
+                        )
+                        yield _error_chunk(state, exc, remote)
+                    break
+                size = 0 if read is None else len(read.data)
+                if size or chunks == 0:
+                    remote_aborted: tuple[AbortedTxn, ...] = ()
+                    if read is not None and state.read_committed and size:
+                        remote_aborted = read.aborted
+                        if not read.aborted_complete:  # markers past the copied segments
+                            local = log.aborted_transactions(offset, read.next_offset)
+                            remote_aborted += tuple(t for t in local if t not in read.aborted)
+                    yield FetchChunk(
+                        state.topic,
+                        state.partition,
+                        log.high_watermark,
+                        cold.log_start_offset(state.topic, state.partition, local_start),
+                        remote=None if read is None else read.data,
+                        last_stable_offset=log.last_stable_offset,
+                        aborted=remote_aborted,
+                    )
+                    chunks += 1
+                if read is None or not size:
+                    break  # timed out (answers no records, as Kafka), or nothing below the bound
+                sent_data = True
+                offset = read.next_offset
+                partition_budget -= size
+                budget -= size
+                if partition_budget <= 0 or budget <= 0 or offset >= log.high_watermark:
+                    break
+                continue
             try:
                 found = log.locate_records(
                     offset,
@@ -141,18 +206,21 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                             offset,
                             exc,
                         )
-                    yield _error_chunk(state, exc)
+                    yield _error_chunk(state, exc, cold)
                     chunks += 1
                 break
             if found.size or chunks == 0:
                 aborted: tuple[AbortedTxn, ...] = ()
                 if state.read_committed and found.size:  # Kafka's addAbortedTransactions
                     aborted = tuple(log.aborted_transactions(offset, found.next_offset))
+                start = found.log_start_offset
+                if cold is not None:
+                    start = cold.log_start_offset(state.topic, state.partition, start)
                 yield FetchChunk(
                     state.topic,
                     state.partition,
                     log.high_watermark,
-                    found.log_start_offset,
+                    start,
                     found,
                     last_stable_offset=log.last_stable_offset,
                     aborted=aborted,
@@ -168,12 +236,23 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                 break
 
 
-def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
+def _error_chunk(
+    state: FetchState, error: SeglogError, remote: RemoteFetches | None = None
+) -> FetchChunk:
     hw = start = stable = -1
     if state.log is not None:
         hw, start = state.log.high_watermark, state.log.log_start_offset
         stable = state.log.last_stable_offset
-    return FetchChunk(state.topic, state.partition, hw, start, None, error, None, stable)
+        if remote is not None and state.replica_id == CONSUMER and tiered(state.log):
+            start = remote.log_start_offset(state.topic, state.partition, start)
+    return FetchChunk(
+        state.topic, state.partition, hw, start, None, error, last_stable_offset=stable
+    )
+
+
+def tiered(log: Log) -> bool:
+    """Whether the topic's data may lie in the object store (remote.storage.enable)."""
+    return bool(getattr(log.config, "remote_storage_enable", False))
 
 
 def counted(

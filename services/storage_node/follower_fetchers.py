@@ -10,6 +10,7 @@ from __future__ import annotations
 from seglog.security.tls import TlsFiles
 
 from .partition import Partition
+from .remote_fetches import RemoteFetches
 from .replica_fetcher import FetcherSettings, ReplicaFetcher
 from .replication_throttle import ReplicationThrottle
 
@@ -22,6 +23,13 @@ class FollowerFetchers:
         self.settings = settings
         self.by_leader: dict[int, ReplicaFetcher] = {}
         self.throttle = ReplicationThrottle()  # one budget for the whole node
+        # The node's object store reads, for a tiered topic's start (tiered_catch_up.py).
+        self.remote: RemoteFetches | None = None
+
+    def use_remote(self, remote: RemoteFetches) -> None:
+        self.remote = remote
+        for fetcher in self.by_leader.values():
+            fetcher.remote = remote
 
     def follow(
         self,
@@ -60,6 +68,7 @@ class FollowerFetchers:
             tls=tls,
             throttle=self.throttle,
         )
+        fetcher.remote = self.remote
         self.by_leader[leader] = fetcher
         fetcher.start()
         for other in carried:

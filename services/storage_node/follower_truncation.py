@@ -6,10 +6,18 @@ leader answers that its fetch offset is out of range."""
 
 from __future__ import annotations
 
+import logging
+
 import grpc
 
+from seglog.errors import SeglogError
 from seglog.storage import Log
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+
+from .remote_fetches import RemoteFetches
+from .tiered_catch_up import start_at_leader_start
+
+logger = logging.getLogger(__name__)
 
 DESCRIBE_TIMEOUT_S = 5.0
 
@@ -28,11 +36,16 @@ def truncation_offset(log: Log, leader_epoch: int, leader_end_offset: int) -> in
 
 
 def repair_out_of_range(
-    leader: storage_pb2_grpc.StorageNodeStub, log: Log, topic: str, partition: int
+    leader: storage_pb2_grpc.StorageNodeStub,
+    log: Log,
+    topic: str,
+    partition: int,
+    remote: RemoteFetches | None = None,
 ) -> bool:
     """After OFFSET_OUT_OF_RANGE from the leader (Kafka's handleOutOfRangeError): asked for
     its log's ends, cut a log that runs past the leader's end, or start empty at the
-    leader's log start when retention went past this log's end. True when it did either."""
+    leader's log start when retention went past this log's end (a tiered topic's with the
+    state its copied data leaves: tiered_catch_up.py). True when it did either."""
     try:
         described = leader.DescribePartitions(
             storage_pb2.DescribePartitionsRequest(
@@ -48,6 +61,10 @@ def repair_out_of_range(
         log.truncate_to(described.log_end_offset)
         return True
     if described.log_start_offset > log.log_end_offset:
-        log.truncate_fully_and_start_at(described.log_start_offset)
+        try:
+            start_at_leader_start(remote, log, topic, partition, described.log_start_offset)
+        except SeglogError as exc:  # the store failed: the fetcher backs off, asks again
+            logger.warning("%s-%d: not started from the object store: %s", topic, partition, exc)
+            return False
         return True
     return False

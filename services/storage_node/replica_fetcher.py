@@ -18,10 +18,9 @@ session: the next request is a full one. The answers are applied in order:
   (clamped to the log end) and the log start moves up to the leader's.
 - a diverging epoch (KIP-320/KIP-595): the follower holds batches the leader does not; it
   truncates to the offset Kafka's AbstractFetcherThread computes (below) and fetches again.
-- OFFSET_OUT_OF_RANGE: the leader is asked for its log end and start offsets; the follower
-  truncates to a shorter leader log, or starts empty at the leader's log start when it has
-  fallen behind retention.
-- other errors (a fenced or unknown epoch, the leader down): the partition backs off for
+- OFFSET_OUT_OF_RANGE: asked for the leader's log ends, it truncates to a shorter leader log,
+  or starts at the leader's log start when behind it (a tiered topic: tiered_catch_up.py).
+- other errors (a fenced or unknown epoch, the leader down): it backs off for
   `replica.fetch.backoff.ms`; the registry's next state moves it to its new leader.
 - records the log refuses to append (a batch starting below the follower's log end, bytes
   failing their checks, a full disk): that partition alone backs off, logged as an error;
@@ -54,6 +53,7 @@ from seglog.v1 import bulk_pb2, common_pb2, storage_pb2_grpc
 from .follower_session import FollowerSession, PartitionFetch
 from .follower_truncation import repair_out_of_range, truncation_offset
 from .partition import Partition
+from .remote_fetches import RemoteFetches
 from .replication_throttle import ReplicationThrottle, round_max_bytes
 
 logger = logging.getLogger(__name__)
@@ -116,6 +116,7 @@ class ReplicaFetcher:
         self._changed_partitions: set[TopicPartition] = set()  # under _lock
         self._backoffs: dict[TopicPartition, float] = {}  # the fetcher thread's: until when
         self.rounds = 0  # whole answers received (tests and measurements)
+        self.remote: RemoteFetches | None = None  # a tiered topic's start (tiered_catch_up.py)
         self._changed = threading.Event()
         self._stop = threading.Event()
         self.tls = tls
@@ -169,9 +170,7 @@ class ReplicaFetcher:
 
     @staticmethod
     def _prepare(partition: Partition) -> None:
-        """Kafka's initial fetch state: a log with epochs fetches from its end with its last
-        epoch (the leader then says whether it diverges); without epochs it can prove
-        nothing, so it truncates to its high watermark first."""
+        """Kafka's initial fetch state: a log without epochs proves nothing: cut it to its HW."""
         log = partition.log
         if log.leader_epochs.latest_epoch < 0 and log.log_end_offset > log.high_watermark:
             with partition._lock:
@@ -436,7 +435,7 @@ class ReplicaFetcher:
         self, entry: _Followed, response: common_pb2.FetchResponse | bulk_pb2.BulkFetchChunk
     ) -> None:
         if response.error == common_pb2.OFFSET_OUT_OF_RANGE and repair_out_of_range(
-            self._stub, entry.partition.log, response.topic, response.partition
+            self._stub, entry.partition.log, response.topic, response.partition, self.remote
         ):
             return
         logger.info(

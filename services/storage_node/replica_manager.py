@@ -41,6 +41,7 @@ from seglog.storage.log_reads import Split
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
+from . import tiered_offsets
 from .delayed_produce import AppendResult, wait_for_replication
 from .fetch_reads import CONSUMER, READ_COMMITTED, FetchChunk, FetchState, read_chunks
 from .fetch_sessions import SessionRound
@@ -49,6 +50,7 @@ from .follower_fetchers import FollowerFetchers
 from .isr_updates import IsrUpdates
 from .leader_fetches import LeaderFetches
 from .partition import Partition, Registration
+from .remote_fetches import RemoteFetches
 from .replica_fetcher import FetcherSettings
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ class ReplicaManager:
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
         # Tiered storage: a deleted topic's (topic, id, partition) whose objects are to go.
         self.remote_deletions: Callable[[str, str, int], None] | None = None
+        self.remote: RemoteFetches | None = None
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers
         self.follower_fetchers = FollowerFetchers(node_id, self.replication.fetcher)
         self._fenced: str | None = None  # why the node is fenced, None while it is not
@@ -335,13 +338,11 @@ class ReplicaManager:
         )
 
     def wake_fetchers(self) -> None:
-        """Wake every waiting fetch, session and acks=all append (the node stopping, fenced
-        or unfenced: every partition's answer may have changed)."""
+        """Wake every waiting fetch, session and acks=all append (stopping, fenced, unfenced)."""
         self.waiters.wake_all()
 
     def wake_partition(self, topic: str, partition: int) -> None:
-        """Wake what waits on this partition: it was appended to, or its high watermark,
-        log start or registration moved."""
+        """Wake what waits on this partition (an append; its HW, start or registration moved)."""
         self.waiters.wake((topic, partition))
 
     # -- fetch (leader_fetches.py) ----------------------------------------------------------
@@ -370,19 +371,19 @@ class ReplicaManager:
         return self.fetches.session_fetch(request, client_epoch, is_active)
 
     def read_chunks(self, states: list[FetchState], max_bytes: int) -> Iterator[FetchChunk]:
-        return read_chunks(states, max_bytes, self.chunk_bytes)
+        return read_chunks(states, max_bytes, self.chunk_bytes, self.remote)
 
     # -- offsets and descriptions --------------------------------------------------------
 
     def list_offset(
         self, topic: str, partition: int, timestamp_ms: int, client_epoch: int, isolation: int = 0
     ) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets: offsets below the HW (READ_COMMITTED: the LSO), the LATEST."""
+        """Kafka's ListOffsets, below the HW (READ_COMMITTED: the LSO); tiered_offsets.py."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         log = held.log
         bound = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
-        return log.offset_for_timestamp(timestamp_ms, max_offset=bound)
+        return tiered_offsets.list_offset(log, topic, partition, timestamp_ms, self.remote, bound)
 
     def delete_records(self, topic: str, partition: int, offset: int, client_epoch: int) -> int:
         """Kafka's DeleteRecords on the leader: move the log start offset to `offset` (-1: the
@@ -422,8 +423,7 @@ class ReplicaManager:
         target_bytes: int,
         client_epoch: int,
     ) -> tuple[int, int, list[Split]]:
-        """Byte-balanced pieces of a range a client reads (the leader's log, up to the high
-        watermark): Log.split_points."""
+        """Byte-balanced pieces of a range a client reads, up to the HW: Log.split_points."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
         return held.log.split_points(start_offset, end_offset, target_bytes)

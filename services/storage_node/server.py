@@ -21,6 +21,8 @@ from seglog.security.certs import GATEWAY_IDENTITY, node_id_of
 from seglog.security.tls import peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
+from seglog.storage.remote_metadata import RemoteLogMetadata
+from seglog.storage.remote_store import RemoteStore
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 from services.memory_pool import RequestMemoryPool
@@ -31,6 +33,7 @@ from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .readiness import InSyncReadiness
 from .registry_client import STARTING_FENCE, RegistrySession
+from .remote_fetches import RemoteFetches, RemoteReadSettings
 from .remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
 from .replica_fetcher import FetcherSettings
 from .replica_manager import ReplicaManager, ReplicationSettings
@@ -129,6 +132,29 @@ class StorageNode:
                 ),
             )
             self.replicas.remote_deletions = self.remote_log_manager.delete_partition_data
+            # Reads below the local log start go to the same store, through the copier's
+            # metadata (its writes update the cache readers use).
+            self.read_remote(self.remote_log_manager.store, self.remote_log_manager.metadata)
+
+    def read_remote(self, store: RemoteStore, metadata: RemoteLogMetadata) -> RemoteFetches:
+        """Serve reads below the local log start from this object store (tiered storage):
+        consumers' fetches and ListOffsets, with the remote.log.reader.* / remote.fetch.*
+        settings (remote_fetches.py); and start a tiered partition this node
+        follows from the store's state when its leader's log starts past it
+        (tiered_catch_up.py)."""
+        c = self.config
+        settings = RemoteReadSettings(
+            remote_log_reader_threads=c.remote_log_reader_threads,
+            remote_log_reader_max_pending_tasks=c.remote_log_reader_max_pending_tasks,
+            remote_fetch_max_wait_ms=c.remote_fetch_max_wait_ms,
+            remote_log_index_file_cache_total_size_bytes=(
+                c.remote_log_index_file_cache_total_size_bytes
+            ),
+        )
+        remote = RemoteFetches(store, metadata, self.logs.topic_id, settings)
+        self.replicas.remote = remote
+        self.replicas.follower_fetchers.use_remote(remote)
+        return remote
 
     @property
     def address(self) -> str:
@@ -376,6 +402,8 @@ class StorageNode:
         if self.server is not None:
             self.replicas.stop()
             self.server.stop(grace_s).wait()
+        if self.replicas.remote is not None:
+            self.replicas.remote.close()
         if self.health_server is not None:
             self.health_server.stop(0)
         self.logs.shutdown()

@@ -5,13 +5,14 @@ ReplicationSettings fields, given as `--config NAME=VALUE` and kept in `engine_c
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from seglog.rpc import grants
 from seglog.security.certs import NODE_IDENTITY_PREFIX
 from seglog.security.tls import TlsFiles
+from seglog.storage.remote_indexes import DEFAULT_INDEX_CACHE_BYTES
 from seglog.storage.remote_store import RemoteStorageConfig
 from services.memory_pool import DEFAULT_QUEUED_MAX_REQUEST_BYTES
 from services.settings import (
@@ -80,6 +81,16 @@ def _remote_storage(
         region=region or "us-east-1",
         prefix=prefix or "",
     )
+
+
+def _at_least(least: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise ValueError(f"must be at least {least}")
+        return value
+
+    return parse
 
 
 def _milliseconds(text: str) -> int:
@@ -229,6 +240,38 @@ class NodeConfig:
         flags=(),
         engine_config=True,
         parse=_milliseconds,
+    )
+    # Reads below the local log start from the object store (remote_fetches.py), Kafka's
+    # RemoteLogManagerConfig names and defaults.
+    remote_log_reader_threads: int = setting(
+        10,
+        "threads reading tiered data from the object store for consumers' fetches",
+        flags=(),
+        engine_config=True,
+        parse=_at_least(1),
+    )
+    remote_log_reader_max_pending_tasks: int = setting(
+        100,
+        "remote reads that may wait for a reader thread; past it a read answers "
+        "KAFKA_STORAGE_ERROR (retriable) at once",
+        flags=(),
+        engine_config=True,
+        parse=_at_least(0),
+    )
+    remote_fetch_max_wait_ms: int = setting(
+        500,
+        "how long a fetch waits for its remote read; past it the partition answers no "
+        "records, and the consumer asks again",
+        flags=(),
+        engine_config=True,
+        parse=_at_least(1),
+    )
+    remote_log_index_file_cache_total_size_bytes: int = setting(
+        DEFAULT_INDEX_CACHE_BYTES,
+        "memory for remote segments' offset and time indexes (an LRU)",
+        flags=(),
+        engine_config=True,
+        parse=_at_least(1),
     )
     # Engine settings with Kafka's names: log.* / LogConfig fields for topic defaults,
     # LogManagerConfig fields for the node's background work, replica.* (server.py).

@@ -55,7 +55,13 @@ class EpochEntry(NamedTuple):
 def read_epoch_entries(path: Path) -> list[EpochEntry]:
     if not path.exists():
         return []
-    lines = path.read_text().splitlines()
+    return parse_epoch_entries(path.read_text(), str(path))
+
+
+def parse_epoch_entries(text: str, where: str) -> list[EpochEntry]:
+    """A checkpoint's entries (Kafka's text format: version, count, then `epoch offset`
+    lines); CorruptRecordError naming `where` when it is not one."""
+    lines = text.splitlines()
     try:
         version, count = int(lines[0]), int(lines[1])
         if version != _VERSION or len(lines) - 2 != count:
@@ -65,10 +71,10 @@ def read_epoch_entries(path: Path) -> list[EpochEntry]:
             epoch, start = line.split(" ")
             entries.append(EpochEntry(int(epoch), int(start)))
     except (ValueError, IndexError) as exc:
-        raise CorruptRecordError(f"malformed leader epoch checkpoint {path}: {exc}") from None
+        raise CorruptRecordError(f"malformed leader epoch checkpoint {where}: {exc}") from None
     for before, after in zip(entries, entries[1:], strict=False):
         if after.epoch <= before.epoch or after.start_offset < before.start_offset:
-            raise CorruptRecordError(f"leader epoch checkpoint {path}: {after} after {before}")
+            raise CorruptRecordError(f"leader epoch checkpoint {where}: {after} after {before}")
     return entries
 
 

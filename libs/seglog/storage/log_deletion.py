@@ -5,12 +5,16 @@ the cleaner's segments swapped in for the ones they replace; files removed go af
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
-from ..errors import InvalidOffsetError, OffsetOutOfRangeError
+from ..errors import CorruptRecordError, InvalidOffsetError, OffsetOutOfRangeError
 from . import log_files
+from .leader_epoch_cache import EpochEntry
 from .log_appending import LogAppending
 from .segment import LogSegment
+
+logger = logging.getLogger(__name__)
 
 
 class LogDeletion(LogAppending):
@@ -50,8 +54,18 @@ class LogDeletion(LogAppending):
             self._rebuild_producer_state()
             self._update_data_dir()
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Drop every segment and start empty at `offset` (a follower far behind does this)."""
+    def truncate_fully_and_start_at(
+        self,
+        offset: int,
+        *,
+        epochs: Sequence[EpochEntry] = (),
+        producer_snapshot: bytes | None = None,
+    ) -> None:
+        """Drop every segment and start empty at `offset` (a follower far behind does this).
+        A follower whose leader's older data lies in the object store starts with what that
+        data's last segment copied (Kafka's buildRemoteLogAuxState): the leader `epochs` up
+        to `offset` (the one holding `offset` then starts there) and the producer state at
+        `offset` (a snapshot file's bytes, producer_state.py's format)."""
         if offset < 0:
             raise InvalidOffsetError(f"truncate_fully_and_start_at({offset}): negative offset")
         with self._lock:
@@ -68,6 +82,16 @@ class LogDeletion(LogAppending):
             self.leader_epochs.clear()
             self.producer_state.delete_snapshots_from(0)
             self.producer_state.clear()
+            for entry in epochs:
+                if entry.start_offset <= offset:
+                    self.leader_epochs.assign(entry.epoch, entry.start_offset)
+            self.leader_epochs.truncate_from_start(offset)
+            if producer_snapshot:
+                log_files.atomic_write(self.producer_state.snapshot_path(offset), producer_snapshot)
+                try:
+                    self.producer_state.load_snapshot(offset)
+                except CorruptRecordError as exc:  # the copy is bad: start with no producers
+                    logger.error("%s: %s", self.directory, exc)
             self._update_data_dir()
 
     def delete_records_before(self, offset: int) -> int:

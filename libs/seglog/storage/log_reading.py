@@ -19,9 +19,11 @@ from .txn_index import AbortedTxn
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # the record with the largest timestamp (KIP-734)
-# KIP-405's: the log start kept locally, and the last offset in remote storage. seglog does
-# not tier, so the first is the log start, and the second has no answer (offset -1), as
-# Kafka's UnifiedLog.fetchOffsetByTimestamp answers on a log without remote storage.
+# KIP-405's: the log start kept locally, and the last offset in remote storage. The log alone
+# knows only its local segments, so the first is its log start and the second has no answer
+# (offset -1), as Kafka's UnifiedLog.fetchOffsetByTimestamp answers on a log without remote
+# storage; a tiered topic's leader answers both from the object store's metadata
+# (services/storage_node/tiered_offsets.py).
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 

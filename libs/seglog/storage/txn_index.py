@@ -51,6 +51,34 @@ class TxnSearch(NamedTuple):
     complete: bool
 
 
+def parse_entries(data: bytes, name: str) -> list[AbortedTxn]:
+    """The whole entries of an index's bytes (a torn tail, a crash mid-write, is not read)."""
+    whole = len(data) - len(data) % ENTRY.size
+    entries = []
+    for version, pid, first, last, lso in ENTRY.iter_unpack(data[:whole]):
+        if version != VERSION:
+            raise CorruptRecordError(f"{name}: entry version {version}")
+        entries.append(AbortedTxn(pid, first, last, lso))
+    return entries
+
+
+def collect_from(entries: list[AbortedTxn], start: int, end: int) -> TxnSearch:
+    """Entries overlapping [start, end) (Kafka's collectAbortedTxns); complete once an
+    entry's last stable offset shows no later marker concerns the range."""
+    found = []
+    for entry in entries:
+        if entry.last_offset >= start and entry.first_offset < end:
+            found.append(entry)
+        if entry.last_stable_offset >= end:
+            return TxnSearch(found, True)
+    return TxnSearch(found, False)
+
+
+def collect_aborted(data: bytes, start: int, end: int) -> TxnSearch:
+    """`collect_from` over an index's bytes (a copied segment's, read from the store)."""
+    return collect_from(parse_entries(data, "remote txn.index"), start, end)
+
+
 class TransactionIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -69,13 +97,7 @@ class TransactionIndex:
                 data = b""
             # A torn tail (a crash mid-write) is not read: `is_torn` makes the loader
             # rebuild the file.
-            whole = len(data) - len(data) % ENTRY.size
-            entries = []
-            for version, pid, first, last, lso in ENTRY.iter_unpack(data[:whole]):
-                if version != VERSION:
-                    raise CorruptRecordError(f"{self.path.name}: entry version {version}")
-                entries.append(AbortedTxn(pid, first, last, lso))
-            self._entries = entries
+            self._entries = parse_entries(data, self.path.name)
         return self._entries
 
     @property
@@ -93,13 +115,7 @@ class TransactionIndex:
     def collect(self, start: int, end: int) -> TxnSearch:
         """Entries overlapping [start, end) (Kafka's collectAbortedTxns)."""
         with self._lock:
-            found = []
-            for entry in self._load():
-                if entry.last_offset >= start and entry.first_offset < end:
-                    found.append(entry)
-                if entry.last_stable_offset >= end:
-                    return TxnSearch(found, True)
-            return TxnSearch(found, False)
+            return collect_from(self._load(), start, end)
 
     # -- writing -----------------------------------------------------------------------
 

@@ -1,10 +1,12 @@
 """ListOffsets 1–10 over the broker core's data plane (asked of each partition's leader):
 EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3, v7+: the offset of the
-record with the largest timestamp), EARLIEST_LOCAL (-4, v8+: the log start, seglog keeping
-every segment locally) and LATEST_TIERED (-5, v9+: offset -1, as Kafka answers for a log
-without remote storage), and by time. v10's timeout_ms is for reads from remote storage,
-which seglog has none of. isolation_level READ_COMMITTED (v2+) answers below the last
-stable offset (LATEST is the LSO), as Kafka's broker does. A topic the caller may not
+record with the largest timestamp), EARLIEST_LOCAL (-4, v8+: the leader's local log start)
+and LATEST_TIERED (-5, v9+: the highest offset copied to the object store, -1 when none is or
+the topic is not tiered), and by time (a tiered topic's remote time indexes first): the
+leader answers them (services/storage_node/tiered_offsets.py); with tiering, EARLIEST is the
+remote log start. v10's timeout_ms bounds remote reads in Kafka; the leader bounds them by
+its remote.fetch.max.wait.ms instead. isolation_level READ_COMMITTED (v2+) answers below the
+last stable offset (LATEST is the LSO), as Kafka's broker does. A topic the caller may not
 Describe is refused on its own partitions (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker
 refuses it."""
 
