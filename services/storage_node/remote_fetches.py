@@ -242,7 +242,8 @@ class RemoteFetches:
                 )
                 self._read_ahead(topic, partition, segment, found, max_bytes, local_start)
                 if read_committed and found.data:
-                    found = self._with_aborted(topic, known or [segment], segment, offset, found)
+                    known = self._segments_known(topic, partition) or [segment]
+                    found = self._with_aborted(topic, known, segment, offset, found)
             except RemoteObjectNotFoundError:
                 # Remote retention deleted it since: the metadata says what is left.
                 with self._lock:

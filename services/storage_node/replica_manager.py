@@ -104,7 +104,7 @@ class ReplicaManager:
         self.node_addresses: dict[int, str] = {}
         self.node_bulk_addresses: dict[int, str] = {}
         self.cluster_secret: bytes | None = None  # set when the node has a bulk listener
-        # Tiered storage: a deleted topic's (topic, id, partition) whose objects are to go.
+        # Tiered storage: deleted topics' partitions whose objects go; reads below local start.
         self.remote_deletions: Callable[[str, str, int], None] | None = None
         self.remote: RemoteFetches | None = None
         self.tls: TlsFiles | None = None  # the node's certificate, for its peers

@@ -41,10 +41,12 @@ from seglog.storage.remote_layout import (
 from seglog.storage.remote_metadata import COPY_SEGMENT_FINISHED, RemoteLogMetadata, RemoteSegment
 from seglog.storage.remote_reads import RemoteLogReader
 from seglog.storage.remote_store import RemoteStore
+from seglog.v1 import common_pb2
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.rdkafka import rdkafka_consume
+from tests.txn_batches import ABORT, transactional_batch, write_marker
 from tests.waiting import wait_for
 
 BASE_MS = 1_700_000_000_000
@@ -490,3 +492,84 @@ def _created(cluster, topic, produce) -> bool:
             raise
         return False
     return True
+
+
+def test_read_committed_reads_of_copied_segments_skip_aborted_transactions(cluster, store):
+    """Transactions aborted in segments since copied and deleted locally: a read_committed
+    reader from offset 0 gets the aborted transactions from the copied `.txnindex` files and
+    skips them (Kafka's RemoteLogManager collects them from remote segments too); a
+    read_uncommitted reader gets every record."""
+    topic, aborter = "cold-txn", 7001
+    cluster.admin.create_topic(
+        topic,
+        1,
+        2,
+        configs={
+            "remote.storage.enable": "true",
+            "local.retention.bytes": "1",
+            "retention.ms": "-1",
+            "segment.bytes": "4096",
+            "index.interval.bytes": "512",
+            "file.delete.delay.ms": "0",
+        },
+    )
+    route = cluster.gateway.registry.route(topic, 0)
+    stub = cluster.gateway.connections.get(route.leader, route.address).stub
+    kept: list[bytes] = []
+
+    def plain(i: int) -> None:
+        values = [_value(i, j) for j in range(RECORDS_PER_BATCH)]
+        kept.extend(values)
+        assert cluster.client.produce(topic, {0: make_batch(values)})[0].error == 0
+
+    for i in range(60):
+        aborted = [b"aborted-%03d-" % i + b"y" * 80]
+        request = common_pb2.ProduceRequest(topic=topic, acks=-1, timeout_ms=5000)
+        request.partitions.add(
+            partition=0, records=transactional_batch(aborter, aborted, sequence=i)
+        )
+        assert stub.Append(request, timeout=10).partitions[0].error == 0
+        plain(i)
+        if i % 10 == 9:
+            write_marker(stub, topic, 0, aborter, ABORT)
+    leader = cluster.leader_of(topic, 0)
+    log = leader.logs.get_log(topic, 0)
+    topic_id = leader.logs.topic_id(topic, 0)
+    metadata = RemoteLogMetadata(store, cache_ms=0)
+    last_marker = log.high_watermark - 1
+    for i in range(60, 100):  # the last marker's segment rolls
+        plain(i)
+    # Every aborted transaction's marker is in a copied segment, deleted locally.
+    wait_for(
+        lambda: (
+            log.log_start_offset > last_marker
+            and (metadata.remote_end_offset(topic_id, 0) or -1) >= log.log_start_offset - 1
+        ),
+        TIMEOUT_S,
+        "the aborted transactions' segments copied and deleted locally",
+        interval_s=0.2,
+    )
+    everything = len(kept) + 60
+    for level, expected_count in (("read_committed", len(kept)), ("read_uncommitted", everything)):
+        consumer = Consumer(
+            cluster.address,
+            isolation_level=level,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=3000,
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.seek(TopicPartition(topic, 0), 0)
+            got: list = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(got) < expected_count and time.monotonic() < deadline:
+                for records in consumer.poll(timeout_ms=200).values():
+                    got.extend(records)
+        finally:
+            consumer.close()
+        values = [r.value for r in got]
+        if level == "read_committed":
+            assert values == kept
+        else:
+            assert len(values) == expected_count
+            assert sum(v.startswith(b"aborted-") for v in values) == 60
