@@ -42,11 +42,12 @@ $(GENERATED): $(STAMP) $(PROTOS)
 proto: $(GENERATED)
 
 # A local cluster: gateway on 127.0.0.1:7070 and three storage nodes, data under ./data.
-# make run PORT=7080 DATA_DIR=/tmp/seglog-data
+# make run PORT=7080 KAFKA_PORT=9192 DATA_DIR=/tmp/seglog-data (KAFKA_PORT: the Kafka
+# listener, 9092 unless given; node N's broker on KAFKA_PORT + N)
 PORT ?= 7070
 DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
+	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(KAFKA_PORT),--kafka-listen 127.0.0.1:$(KAFKA_PORT)) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd)
 
 # Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
 # client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under
