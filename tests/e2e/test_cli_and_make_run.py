@@ -161,6 +161,7 @@ def test_make_run_passes_kafka_port_through():
     assert "--listen 127.0.0.1:7080 --kafka-listen 127.0.0.1:9192" in shown.stdout, shown.stdout
 
 
+@pytest.mark.long  # a whole make run
 @pytest.mark.slow
 def test_make_run_survives_a_dead_node_restarts_it_on_sighup_and_refuses_a_second_run(
     tmp_path,
@@ -254,6 +255,7 @@ def run_snippet(code: str, cluster: LocalCluster) -> str:
     return result.stdout.decode()
 
 
+@pytest.mark.long  # the docs' whole first session, 1M records
 @pytest.mark.slow
 def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
     # Against a fresh cluster, as written (the gateway's address through SEGLOG_BOOTSTRAP):
@@ -318,6 +320,7 @@ def test_every_command_of_the_readmes_first_session_returns_in_order(tmp_path):
         cluster.close()
 
 
+@pytest.mark.long  # a whole make run
 @pytest.mark.slow
 def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
     env = {
@@ -363,6 +366,7 @@ def test_console_traces_show_under_make_run_and_for_the_cli(tmp_path):
         runner.wait(timeout=60)
 
 
+@pytest.mark.long  # a whole make run
 @pytest.mark.slow
 def test_the_local_cluster_with_tls_serves_certified_clients_only(tmp_path):
     runner = subprocess.Popen(
