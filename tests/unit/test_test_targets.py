@@ -86,13 +86,12 @@ def _names(node: ast.AST) -> set[str]:
 
 
 def _module_marked_long(tree: ast.Module) -> bool:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets
-        ):
-            if "long" in _names(node.value):
-                return True
-    return False
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+        and "long" in _names(node.value)
+        for node in tree.body
+    )
 
 
 def _unmarked_campaigns(path: Path) -> dict[str, str]:
