@@ -62,7 +62,7 @@ from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
 from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess
-from .processes import ServerProcess, gateway_process, node_process
+from .processes import ServerProcess, gateway_process, node_process, start_all
 from .registry_switch import RegistrySwitch, RegistrySwitchRefused
 
 
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 own_process_group=True,
             )
             nodes.append(node)
-            node.start()
+        start_all(nodes)
         # The banner means ready: a first `topics create` with three replicas must find three
         # registered nodes, not race their first heartbeats.
         _wait_for_nodes(address, args.nodes, data / "tls" if args.tls else None)
