@@ -100,8 +100,8 @@ test: $(STAMP) proto kafka kgo
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not long' tests
 
 # The fault campaign, the acknowledged-writes campaigns, the benchmarks' runs at a tiny size,
-# whole `make run`s (SIGHUP, TLS, traces, the docs' first session, registry switches) and
-# power cuts: what make test leaves out to stay within its 10 minutes.
+# whole `make run`s (SIGHUP, TLS, traces, monitoring, locked etcd, the docs' first session,
+# registry switches) and power cuts: what make test leaves out to stay within its 10 minutes.
 test-long: $(STAMP) proto kafka
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m long tests
 

@@ -29,14 +29,8 @@ ENTRY_POINTS = {
 KEPT = {
     "tests/e2e/test_cli_and_make_run.py::test_ctrl_c_on_make_run_stops_the_nodes_before_the_"
     "gateway_quietly": "make run's stop (issue 57): its one whole make run in make test",
-    "tests/e2e/test_monitoring.py::test_every_process_of_make_run_serves_its_own_scrape_"
-    "endpoint": "monitoring as shipped: one make run for the module's tests (~12 s)",
-    "tests/e2e/test_monitoring.py::test_every_alert_and_panel_names_a_metric_seglog_"
-    "exports": "monitoring as shipped: the same module make run",
     "tests/e2e/test_monitoring.py::test_make_run_names_a_busy_scrape_port_and_the_setting_to_"
     "change": "make run refuses at once, before any server starts",
-    "tests/e2e/test_etcd_locked.py::test_a_cluster_runs_on_a_locked_etcd_that_refuses_"
-    "everyone_else": "etcd locked down: the feature's one test, one node",
 }
 
 
