@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: docs kgo conformance test test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: docs kgo conformance test test-long test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
 
 # The C sources by pattern (the extensions' units and headers), so a unit or header added or
 # changed reinstalls, and a copy of the tree holding only some of them still makes.
@@ -42,11 +42,12 @@ $(GENERATED): $(STAMP) $(PROTOS)
 proto: $(GENERATED)
 
 # A local cluster: gateway on 127.0.0.1:7070 and three storage nodes, data under ./data.
-# make run PORT=7080 DATA_DIR=/tmp/seglog-data
+# make run PORT=7080 KAFKA_PORT=9192 DATA_DIR=/tmp/seglog-data (KAFKA_PORT: the Kafka
+# listener, 9092 unless given; node N's broker on KAFKA_PORT + N)
 PORT ?= 7070
 DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd) $(if $(filter 1,$(TIERED)),--tiered)
+	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(KAFKA_PORT),--kafka-listen 127.0.0.1:$(KAFKA_PORT)) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd) $(if $(filter 1,$(TIERED)),--tiered)
 
 # Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
 # client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under
@@ -92,9 +93,17 @@ conformance: $(STAMP) proto kafka kgo
 # Two workers: the suite spends most of its time waiting on the clusters it starts (about half a
 # core busy on average), so two at once halve its time on two cores. A file's tests stay in one
 # worker (--dist loadfile), sharing its module fixtures. TEST_WORKERS=0 runs it in one process.
+# Tests marked `long` (campaigns, benchmarks' runs, whole `make run`s) are make test-long's:
+# every test is in exactly one of the two (tests/unit/test_test_targets.py), CI runs both.
 TEST_WORKERS ?= 2
 test: $(STAMP) proto kafka kgo
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m 'not long' tests
+
+# The fault campaign, the acknowledged-writes campaigns, the benchmarks' runs at a tiny size,
+# whole `make run`s (SIGHUP, TLS, traces, monitoring, locked etcd, the docs' first session,
+# registry switches) and power cuts: what make test leaves out to stay within its 10 minutes.
+test-long: $(STAMP) proto kafka
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m long tests
 
 # The inner loop: rules and single components on real files, no cluster started.
 test-unit: $(STAMP) proto

@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.ports import free_ports
 
 from .apache_kafka import KafkaBrokers
+from .processes import children
 
 ROOT = Path(__file__).resolve().parent.parent
 # Three Python processes and a gateway registering on two busy cores (measured: 10-40 s).
@@ -99,15 +100,18 @@ def seglog_cluster(root: Path, nodes: int = 3) -> Iterator[str]:
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to local_cluster (it stops its nodes, then its gateway); past the grace, SIGKILL
-    to its process group, which is its own session's: the nodes and gateway it started."""
+    to its process group, its own session's, and to each server's: local_cluster starts its
+    nodes and gateway in process groups of their own (a terminal's Ctrl-C reaches it alone)."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
+    servers: list[int] = []
     try:
         process.wait(SEGLOG_STOP_GRACE_S)
     except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+        servers = children(process.pid)
+    for group in [process.pid, *servers]:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
     process.wait()
 
 

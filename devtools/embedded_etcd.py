@@ -43,8 +43,10 @@ class EtcdProcess:
         client_port: int = 0,
         log_path: Path | None = None,
         tls: TlsFiles | None = None,
+        own_process_group: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.own_process_group = own_process_group
         self.tls = tls
         self.client_port = client_port or _free_port()
         self.peer_port = _free_port()
@@ -101,6 +103,9 @@ class EtcdProcess:
             ],  # fmt: skip
             stdout=subprocess.DEVNULL,
             stderr=log,
+            # Out of the starter's process group (processes.py's own_process_group): a
+            # terminal's Ctrl-C stops etcd only after the gateways that use it.
+            process_group=0 if self.own_process_group else None,
         )
         if not isinstance(log, int):
             log.close()

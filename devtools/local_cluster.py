@@ -67,7 +67,7 @@ from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
 from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess
-from .processes import ServerProcess, gateway_process, node_process
+from .processes import ServerProcess, gateway_process, node_process, start_all
 from .registry_switch import RegistrySwitch, RegistrySwitchRefused
 from .seaweedfs import SeaweedProcess, cluster_flags
 
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     if int(kafka_port) != 0 and _listening(kafka_host, int(kafka_port)):
         print(
             f"seglog local cluster: {args.kafka_listen} (Kafka) is already served (a Kafka "
-            f"broker or another cluster? choose another: --kafka-listen HOST:PORT)",
+            f"broker or another cluster? choose another: make run KAFKA_PORT=..., or "
+            f"--kafka-listen HOST:PORT)",
             file=sys.stderr,
         )
         return 1
@@ -176,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             data / "etcd",
             log_path=data / "logs" / "etcd.log",
             tls=identity_files(data / "tls", "etcd") if args.tls else None,
+            own_process_group=True,
         )
         second_port = 0 if int(port) == 0 else int(port) + args.nodes + 1
         gateway_listens.append(f"{host}:{second_port}")
@@ -214,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             env={**env, **_metrics_env(metrics_ports, host, 0 if i == 0 else args.nodes + i)},
             stderr_path=data / "logs" / ("gateway.log" if i == 0 else f"gateway-{i + 1}.log"),
             echo_stdout=echo,
+            # Ctrl-C reaches this process alone, which stops the nodes before the gateways.
+            own_process_group=True,
         )
         for i, listen in enumerate(gateway_listens)
     ]
@@ -263,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
                 env={**env, **tiered_env, **_metrics_env(metrics_ports, host, node_id)},
                 stderr_path=data / "logs" / f"node-{node_id}.log",
                 echo_stdout=echo,
+                own_process_group=True,
             )
             nodes.append(node)
-            node.start()
+        start_all(nodes)
         # The banner means ready: a first `topics create` with three replicas must find three
         # registered nodes, not race their first heartbeats.
         _wait_for_nodes(address, args.nodes, data / "tls" if args.tls else None)

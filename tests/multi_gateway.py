@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 
 from devtools.embedded_etcd import EtcdProcess
-from devtools.processes import ServerProcess, gateway_process, node_process
+from devtools.processes import ServerProcess, gateway_process, node_process, start_all
 from seglog.client.admin import Admin
 from seglog.client.gateway import GatewayClient
 from seglog.security.certs import node_identity
@@ -156,10 +156,10 @@ class EtcdBackedCluster(GatewayQueries):
         try:
             self.gateways[0].start()  # first, so it is elected controller
             assert wait_until(lambda: self.controller(0) == self.gateway_addresses[0], 30)
-            for gateway in self.gateways[1:]:
-                gateway.start()
-            for node in self.nodes.values():
-                node.start()
+            # Every gateway before the nodes: a node takes the first of its gateways that
+            # answers, and node_gateway_order says which that is.
+            start_all(self.gateways[1:])
+            start_all(list(self.nodes.values()))
             assert wait_until(lambda: len(self.live_nodes(0)) == nodes, 30)
         except BaseException:
             self.close()

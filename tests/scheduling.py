@@ -4,11 +4,14 @@ xdist's loadfile hands out whole files, by default the files with the most tests
 of three minute-long tests then comes last and keeps one worker busy alone while the other has
 nothing left (12:11 of which the last ~3 minutes on one worker). Longest first instead (the
 classic longest-processing-time rule) ends both workers within about one short file of each
-other: the seconds each file took are kept in tests/durations.json, refreshed from a run's
-JUnit report with
+other: the seconds each file took are kept in tests/durations.json, refreshed from the JUnit
+reports of a `make test` and a `make test-long` run, on a quiet machine, one after the other:
 
-    python -m pytest -n 2 --dist loadfile tests --junitxml=report.xml
-    python -m tests.scheduling report.xml
+    python -m pytest -q -n 2 --dist loadfile -m 'not long' tests --junitxml=report.xml
+    python -m pytest -q -n 2 --dist loadfile -m long tests --junitxml=long.xml
+    python -m tests.scheduling report.xml long.xml
+
+(a file with tests in both targets counts both: longest first then only starts it earlier).
 
 A file not in the table (a new one) counts its tests times the table's median seconds per test.
 The Spark files are one unit: each worker that runs one starts a Spark JVM of its own (a
@@ -74,11 +77,12 @@ def make_scheduler(config: pytest.Config, log):
     return LongestFirst(config, log)
 
 
-def durations_from_junit(report: Path) -> dict[str, float]:
-    """Seconds per test file (setup, call and teardown) from a JUnit XML report."""
+def durations_from_junit(*reports: Path) -> dict[str, float]:
+    """Seconds per test file (setup, call and teardown) from JUnit XML reports, summed."""
     root = Path.cwd()
     seconds: Counter[str] = Counter()
-    for case in ElementTree.parse(report).getroot().iter("testcase"):
+    cases = [case for r in reports for case in ElementTree.parse(r).getroot().iter("testcase")]
+    for case in cases:
         parts = (case.get("classname") or "").split(".")
         for end in range(len(parts), 0, -1):
             path = "/".join(parts[:end]) + ".py"
@@ -89,10 +93,10 @@ def durations_from_junit(report: Path) -> dict[str, float]:
 
 
 def main(argv: Sequence[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.scheduling JUNIT_REPORT.xml", file=sys.stderr)
+    if not argv:
+        print("usage: python -m tests.scheduling JUNIT_REPORT.xml...", file=sys.stderr)
         return 2
-    durations = durations_from_junit(Path(argv[0]))
+    durations = durations_from_junit(*(Path(arg) for arg in argv))
     DURATIONS.write_text(json.dumps(durations, indent=0, sort_keys=True) + "\n")
     print(f"{len(durations)} files, {sum(durations.values()):.0f} s in all -> {DURATIONS}")
     return 0

@@ -129,6 +129,9 @@ class RegistrySession:
         self._answered_once = False  # heartbeats, not registrations, from then on
         self.registered = threading.Event()  # its first answer is applied
         self.want_shutdown = False
+        # A controlled shutdown heartbeats every 50 ms until answered: a gateway gone
+        # meanwhile is said once, not ~18 times a second until the shutdown's timeout.
+        self._shutdown_failure_said = False
         self._beat_now = threading.Event()
         self.may_shut_down = threading.Event()
         self.heartbeats_sent = 0
@@ -234,7 +237,7 @@ class RegistrySession:
                     self._refused(str(error))
                     return exc.code()
             if self._answered_once:
-                logger.warning("heartbeat to the gateway failed: %s", exc.code())
+                self._say_failed(exc.code())
                 self._fence_if_lapsed()
             code: grpc.StatusCode = exc.code()
             return code
@@ -254,6 +257,19 @@ class RegistrySession:
             self.applier.wait_applied(ticket, max(self.interval_s, 1.0))
             self.may_shut_down.set()
         return None
+
+    def _say_failed(self, code: grpc.StatusCode) -> None:
+        """A failed heartbeat, logged each time (the fault campaigns read when nodes last
+        failed one), but once in a controlled shutdown, which retries every 50 ms."""
+        if not self.want_shutdown:
+            logger.warning("heartbeat to the gateway failed: %s", code)
+        elif not self._shutdown_failure_said:
+            self._shutdown_failure_said = True
+            logger.warning(
+                "heartbeat to the gateway failed: %s, in the controlled shutdown (retried "
+                "until it is answered or times out, not said again)",
+                code,
+            )
 
     def _same_cluster(self, assignment: gateway_pb2.NodeAssignment) -> bool:
         """Whether the answer is from a registry of this node's cluster (a first answer's

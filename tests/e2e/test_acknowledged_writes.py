@@ -166,6 +166,7 @@ def cluster(tmp_path):
     c.close()
 
 
+@pytest.mark.long  # an acknowledged-writes campaign
 @pytest.mark.slow
 def test_a_follower_paused_past_the_request_timeout_loses_no_acknowledged_record(cluster):
     """A follower SIGSTOPped for 6 s while the producer's requests time out after 2 s: no
@@ -214,6 +215,7 @@ def kill_leader_twice_under_load(cluster: Cluster) -> tuple[int, list[str]]:
     return judge(sending, read_all(cluster.client))
 
 
+@pytest.mark.long  # an acknowledged-writes campaign
 @pytest.mark.slow
 def test_the_leader_sigkilled_and_restarted_twice_under_load_loses_no_acknowledged_record(
     cluster,

@@ -8,6 +8,7 @@ import gc
 from pathlib import Path
 
 import confluent_kafka.admin
+import pytest
 
 import bench.timing
 from bench.cluster import CLUSTER_SECRET_ENV
@@ -42,6 +43,7 @@ def _assert_timed_each_record(run: Run) -> None:
     assert min(run.publish_ms) > 0 and min(run.end_to_end_ms) > 0
 
 
+@pytest.mark.long  # a benchmark's run
 def test_seglog_run_times_every_record_to_its_ack_and_to_the_other_process_consumer(
     tmp_path: Path,
 ) -> None:
@@ -55,6 +57,7 @@ def test_seglog_run_times_every_record_to_its_ack_and_to_the_other_process_consu
     _assert_timed_each_record(run)
 
 
+@pytest.mark.long  # a benchmark's run
 def test_librdkafka_through_the_gateway_kafka_listener_times_every_record(
     tmp_path: Path,
 ) -> None:
@@ -70,6 +73,7 @@ def test_librdkafka_through_the_gateway_kafka_listener_times_every_record(
     _assert_timed_each_record(run)
 
 
+@pytest.mark.long  # a benchmark's run
 def test_kafka_run_times_every_record_to_its_ack_and_to_the_other_process_consumer(
     tmp_path: Path,
 ) -> None:

@@ -28,6 +28,7 @@ TINY = ScaleShape(
 )
 
 
+@pytest.mark.long  # a benchmark's run
 def test_tiny_scale_run_measures_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
     result = run_shape(TINY)["file"]
     printed = capsys.readouterr().out
@@ -49,6 +50,7 @@ def test_tiny_scale_run_measures_every_figure(capsys: pytest.CaptureFixture[str]
     assert "30 partitions, every ISR full" in printed and "the cost curve" in printed
 
 
+@pytest.mark.long  # a benchmark's run
 def test_kafka_reference_measures_the_probe_while_apache_kafka_creates_topics() -> None:
     measured = kafka_creating_p99(
         partitions=20, topic_partitions=10, rate_per_s=20, idle_s=1.0, deadline_s=120, brokers=1

@@ -59,6 +59,7 @@ def _log_in(endpoint: str, user: str, password: str, **tls) -> requests.Response
     )
 
 
+@pytest.mark.long  # a whole make run ETCD=1 TLS=1
 def test_a_cluster_runs_on_a_locked_etcd_that_refuses_everyone_else(tmp_path):
     runner = subprocess.Popen(
         local_cluster_command(tmp_path / "data", "--etcd", "--tls", nodes=1),

@@ -20,6 +20,7 @@ CYCLES = 6
 MUST_MEET = ("partition-leader-from-followers", "drop-answers", "disk-bitflip")
 
 
+@pytest.mark.long  # a fault campaign
 @pytest.mark.slow
 def test_a_short_fault_campaign_leaves_a_valid_history(tmp_path):
     available = available_faults()

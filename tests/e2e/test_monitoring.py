@@ -117,6 +117,7 @@ def _exported(scraped) -> set[str]:
     return set().union(*(_series_names(text) for text in scraped.values()))
 
 
+@pytest.mark.long  # a whole make run (the module's)
 def test_every_process_of_make_run_serves_its_own_scrape_endpoint(scraped):
     services = set()
     for text in scraped.values():
@@ -156,6 +157,7 @@ def _dashboard_expressions() -> list[tuple[str, str]]:
     return found
 
 
+@pytest.mark.long  # a whole make run (the module's)
 def test_every_alert_and_panel_names_a_metric_seglog_exports(scraped):
     exported = _exported(scraped) | PROMETHEUS_OWN
     recorded = {rule["record"] for g in yaml.safe_load(ALERTS.read_text())["groups"]

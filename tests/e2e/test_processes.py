@@ -186,6 +186,7 @@ def test_gateway_sigkill_and_restart_keeps_topics_placement_and_routing(processe
         assert [r.value for r in read_partition(client, "kept", p)] == [b"before", b"after"]
 
 
+@pytest.mark.long  # a whole make run
 @pytest.mark.slow
 def test_local_cluster_and_cli(tmp_path):
     runner = subprocess.Popen(

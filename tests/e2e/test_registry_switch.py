@@ -140,6 +140,7 @@ def strays(data: Path) -> list[str]:
     return sorted(p.name for p in data.glob("node-*/*-stray*"))
 
 
+@pytest.mark.long  # three whole make runs
 @pytest.mark.slow
 def test_make_run_then_etcd_then_back_serves_every_record_and_strands_nothing(tmp_path):
     data = tmp_path / "data"
@@ -183,6 +184,7 @@ def test_make_run_then_etcd_then_back_serves_every_record_and_strands_nothing(tm
     assert strays(data) == []
 
 
+@pytest.mark.long  # two whole make runs
 @pytest.mark.slow
 def test_a_cluster_begun_on_etcd_comes_to_the_file_registry_whole(tmp_path):
     data = tmp_path / "data"

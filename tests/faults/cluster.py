@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from devtools.processes import ServerProcess, gateway_process, node_process
+from devtools.processes import ServerProcess, gateway_process, node_process, start_all
 from seglog.client.admin import Admin
 from seglog.client.gateway import LATEST, GatewayClient
 from tests.ports import free_ports
@@ -152,7 +152,7 @@ class Cluster:
                 **self._prefix(f"node-{node_id}"),
             )
             self.nodes[node_id] = node
-            node.start()
+        start_all(list(self.nodes.values()))
         self._client = GatewayClient(self.address, timeout_s=5)
         self._admin = Admin(self.address, timeout_s=5)
         if use_proxy:

@@ -24,7 +24,7 @@ import grpc
 import pytest
 
 from devtools.embedded_etcd import EtcdProcess
-from devtools.processes import ServerProcess, gateway_process, node_process
+from devtools.processes import ServerProcess, gateway_process, node_process, start_all
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
@@ -208,8 +208,7 @@ class LinkedCluster(GatewayQueries):
                 ))
                 for n in range(1, nodes + 1)
             }  # fmt: skip
-            for node in self.nodes.values():
-                node.start()
+            start_all(list(self.nodes.values()))
             assert wait_until(lambda: self.live_nodes(0) == list(range(1, nodes + 1)), 30)
         except BaseException:
             self.close()

@@ -22,7 +22,7 @@ from kafka.protocol.metadata.find_coordinator import (
 
 from devtools import apache_kafka
 from devtools.apache_kafka import CONSOLE_CONSUMER, java_command, log4j2_config
-from devtools.processes import ServerProcess, gateway_process, node_process
+from devtools.processes import ServerProcess, gateway_process, node_process, start_all
 from seglog.client.admin import Admin
 from seglog.security.acls import AclBinding
 from seglog.security.certs import node_identity
@@ -117,8 +117,8 @@ class ProcessCluster:
                     stderr_path=root / "logs" / f"node-{node_id}.log",
                     env=env,
                 )
-                node.start()
                 self.nodes[node_id] = node
+            start_all(list(self.nodes.values()))
             wait_for(self._all_live, TIMEOUT_S, "every node registered")
         except BaseException:
             self.close()

@@ -512,3 +512,31 @@ def test_only_a_registry_of_the_nodes_own_cluster_sets_its_partitions_aside(
     assert sorted(node.replicas.hosted()) == [("kept", 0), ("omitted", 0)]
     assert sorted(p.name for p in data_dir.iterdir() if p.is_dir()) == ["kept-0", "omitted-0"]
     assert f"cluster.id={CLUSTER_ID}" in (data_dir / "meta.properties").read_text()
+
+
+def test_a_controlled_shutdown_whose_gateway_is_gone_says_so_once(tmp_path, registry, caplog):
+    # Ctrl-C on make run used to reach the gateway with the nodes: each node's controlled
+    # shutdown then heartbeated every 50 ms into a refused connection until its timeout,
+    # a warning each time (~18 a second). Said once now; the retries and timeout are as before.
+    caplog.set_level(logging.WARNING)
+    node = StorageNode(
+        NodeConfig(
+            node_id=NODE_ID,
+            data_dir=tmp_path / "node",
+            gateway=f"127.0.0.1:{registry.port}",
+            heartbeat_interval_ms=HEARTBEAT_MS,
+            controlled_shutdown_timeout_ms=1500,
+        )
+    )
+    node.start()
+    assert node.session is not None and node.session.registered.wait(15)
+    registry.refusing.set()  # the gateway goes as the shutdown begins
+    since = time.monotonic()
+    node.stop(grace_s=0, controlled=True)
+    retries = [r for r in registry.heartbeats_since(since) if r.heartbeat.want_shutdown]
+    assert len(retries) >= 5, retries  # it kept asking until its timeout...
+    said = [r.getMessage() for r in caplog.records]
+    failed = [m for m in said if "heartbeat to the gateway failed" in m]
+    assert len(failed) == 1, failed  # ...and said so once
+    assert "controlled shutdown" in failed[0]
+    assert any("controlled shutdown did not finish" in m for m in said)

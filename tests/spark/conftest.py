@@ -19,7 +19,13 @@ def spark():
     # Not registered by hand: installing seglog registers the format (pyspark_seglog).
     # Spark's own Kafka source too when `make kafka` installed it (test_kafka_source.py): jars
     # are loaded only as the one shared session starts.
-    conf = {}
+    conf = {
+        # Test data is kilobytes: one shuffle partition is one task per shuffle (a stateful
+        # stream's state store too) instead of two, and adaptive execution's re-planning
+        # after each shuffle stage has nothing to coalesce or split at these sizes.
+        "spark.sql.shuffle.partitions": "1",
+        "spark.sql.adaptive.enabled": "false",
+    }
     if apache_kafka.spark_kafka_installed():
         conf["spark.jars"] = ",".join(str(jar) for jar in apache_kafka.spark_kafka_jars())
     session = local_session("seglog-tests", **conf)

@@ -93,3 +93,19 @@ def test_a_junit_report_gives_each_files_seconds_setup_and_teardown_included(tmp
     )
     monkeypatch.chdir(tmp_path)
     assert scheduling.durations_from_junit(Path(report)) == {"tests/unit/test_a.py": 3.8}
+
+
+def test_make_test_and_make_test_long_reports_add_up_per_file(tmp_path, monkeypatch):
+    # A file with tests in both targets (tests marked long beside others) counts both runs.
+    (tmp_path / "tests" / "e2e").mkdir(parents=True)
+    (tmp_path / "tests" / "e2e" / "test_a.py").write_text("")
+    reports = []
+    for name, seconds in (("report.xml", "1.5"), ("long.xml", "30.25")):
+        reports.append(tmp_path / name)
+        reports[-1].write_text(
+            '<testsuites><testsuite name="pytest">'
+            f'<testcase classname="tests.e2e.test_a" name="test_{name}" time="{seconds}"/>'
+            "</testsuite></testsuites>"
+        )
+    monkeypatch.chdir(tmp_path)
+    assert scheduling.durations_from_junit(*reports) == {"tests/e2e/test_a.py": 31.8}
