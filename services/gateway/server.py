@@ -74,6 +74,7 @@ from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
+from .share.share_core import share_groups
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +253,13 @@ class Gateway:
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
         self.membership = GroupMembership(self.groups)
+        self.share = share_groups(
+            self.registry,
+            self.authorization,
+            self.data_plane,
+            self.topic_admin.create_internal_topic,
+            config.share_settings,
+        )
         self.group_calls = GroupCalls(self.groups)
         self.group_service = GroupCoordinatorService(
             self.groups, self.membership, self.group_calls, self.authorization
@@ -322,6 +330,7 @@ class Gateway:
             membership=self.membership,
             group_calls=self.group_calls,
             coordinator=self.coordinator,
+            share=self.share,
             user_scram=UserScram(self.registry, self.authorization),
             producer_states=ProducerStates(self.registry, self.connections, self.authorization),
             peers=self,

@@ -28,6 +28,8 @@ from . import (
     reassignment_apis,
     sasl_apis,
     scram_apis,
+    share_fetch_apis,
+    share_group_apis,
 )
 from .api_table import ApiTable
 
@@ -55,4 +57,6 @@ def kafka_api_table() -> ApiTable:
     group_apis.register(table)
     group_offset_apis.register(table)
     group_admin_apis.register(table)
+    share_group_apis.register(table)
+    share_fetch_apis.register(table)
     return table

@@ -1,0 +1,134 @@
+"""Share groups (KIP-932) as Kafka's own share consumer and tools use them: KafkaShareConsumer
+from Kafka 4.3.1's jars (tests/java/ShareProbe.java, run with Java's source launcher) and
+kafka-share-groups, against a real gateway and node on loopback.
+
+Each test has a topic and a group of its own on one module-scoped cluster (one node, the
+share state topic with 3 partitions, a delivery limit of 3 so archiving is seen in a few
+rounds, groups reading from the earliest offset so records produced first are read).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+
+from devtools.apache_kafka import installed, java_command, log4j2_config, run_tool
+from tests.cluster import LocalCluster
+
+pytestmark = pytest.mark.skipif(not installed(), reason="make kafka installs Kafka's jars")
+
+PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
+SHARE_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+DELIVERY_LIMIT = 3
+PROBE_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(
+        tmp_path_factory.mktemp("share-groups"),
+        nodes=1,
+        share_coordinator_state_topic_num_partitions=3,
+        group_share_delivery_count_limit=DELIVERY_LIMIT,
+        share_auto_offset_reset="earliest",
+    )
+    yield c
+    c.close()
+
+
+def produce(cluster: LocalCluster, topic: str, count: int) -> None:
+    cluster.admin.create_topic(topic, 1, 1)
+    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+    for i in range(count):
+        producer.produce(topic, value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+
+
+def probe(
+    cluster: LocalCluster, group: str, topic: str, mode: str, count: int, deadline_ms: int = 60_000
+):
+    """Runs ShareProbe; its deliveries as (consumer, offset, delivery count), and the offsets
+    it accepted (accept-first)."""
+    done = subprocess.run(
+        java_command(
+            str(PROBE),
+            cluster.kafka_address,
+            group,
+            topic,
+            mode,
+            str(count),
+            str(deadline_ms),
+            jvm_options=(f"-Dlog4j2.configurationFile={log4j2_config()}", "-Xmx256m"),
+        ),
+        capture_output=True,
+        timeout=PROBE_TIMEOUT_S,
+        check=False,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0 and "DONE" in out, (out, done.stderr.decode()[-3000:])
+    deliveries, accepted = [], []
+    for line in out.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "D":
+            deliveries.append((fields[1], int(fields[2]), int(fields[3])))
+        elif fields and fields[0] == "A":
+            accepted.append(int(fields[2]))
+        elif fields and fields[0] == "E":
+            pytest.fail(f"an acknowledgement failed: {line}")
+    return deliveries, accepted
+
+
+def test_two_share_consumers_on_one_partition_read_every_record_once(cluster):
+    produce(cluster, "queue-once", 200)
+    deliveries, _ = probe(cluster, "g-once", "queue-once", "accept-all", 200)
+    offsets = [offset for _, offset, _ in deliveries]
+    assert sorted(offsets) == list(range(200))  # every record, none delivered twice
+    assert {count for _, _, count in deliveries} == {1}
+
+
+def test_released_records_come_back_counted_and_are_archived_at_the_limit(cluster):
+    produce(cluster, "queue-release", 5)
+    deliveries, _ = probe(cluster, "g-release", "queue-release", "release-all", 0)
+    counts: dict[int, list[int]] = {}
+    for _, offset, count in deliveries:
+        counts.setdefault(offset, []).append(count)
+    # Each record delivered once per count up to the limit, then archived: never again.
+    assert counts == {offset: list(range(1, DELIVERY_LIMIT + 1)) for offset in range(5)}
+    state = cluster.gateway.share.states.get(("g-release", "queue-release", 0))
+    assert state.start_offset == 5 and not state.records
+
+
+def test_acknowledged_records_stay_acknowledged_across_a_gateway_restart(cluster):
+    produce(cluster, "queue-restart", 30)
+    deliveries, accepted = probe(cluster, "g-restart", "queue-restart", "accept-first", 10)
+    assert len(accepted) == 10
+    cluster.restart_gateway()
+    # The new gateway knows nothing but what it reads back from __share_group_state.
+    deliveries, _ = probe(cluster, "g-restart", "queue-restart", "accept-all", 20)
+    offsets = sorted(offset for _, offset, _ in deliveries)
+    assert offsets == sorted(set(range(30)) - set(accepted))
+    released_before = {o for _, o, _ in deliveries} & {o for o in range(30) if o not in accepted}
+    assert released_before  # the records of the first run not accepted came back
+
+
+def test_kafka_share_groups_lists_and_describes_the_group(cluster):
+    produce(cluster, "queue-tool", 10)
+    probe(cluster, "g-tool", "queue-tool", "accept-all", 10)
+    listed = run_tool(SHARE_GROUPS_TOOL, "--bootstrap-server", cluster.kafka_address, "--list")
+    assert listed.returncode == 0, listed.stderr.decode()[-2000:]
+    assert "g-tool" in listed.stdout.decode().split()
+    described = run_tool(
+        SHARE_GROUPS_TOOL,
+        "--bootstrap-server",
+        cluster.kafka_address,
+        "--describe",
+        "--group",
+        "g-tool",
+    )
+    out = described.stdout.decode()
+    assert described.returncode == 0, described.stderr.decode()[-2000:]
+    rows = [line.split() for line in out.splitlines() if line.startswith("g-tool")]
+    assert rows and rows[0][1] == "queue-tool" and rows[0][2] == "0" and rows[0][3] == "10", out
