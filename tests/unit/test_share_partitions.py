@@ -38,9 +38,9 @@ from services.gateway.share.share_partition import (
 )
 from services.gateway.share.share_sessions import ShareSessions
 from services.gateway.share.state_formats import (
+    UPDATE_TYPE,
     ShareState,
     StateKey,
-    UPDATE_TYPE,
     apply_update,
     decode_key,
     decode_snapshot,
