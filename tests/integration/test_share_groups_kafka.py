@@ -23,7 +23,22 @@ from devtools.apache_kafka import (
     log4j2_config,
     run_tool,
 )
+from seglog.security.acls import AclBinding
+from services.gateway.kafka.error_codes import (
+    GROUP_AUTHORIZATION_FAILED,
+    TOPIC_AUTHORIZATION_FAILED,
+)
+from services.gateway.kafka.share_messages import (
+    ShareFetchRequest,
+    ShareFetchResponse,
+    ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+from services.gateway.kafka.topic_ids import to_wire
 from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
 
 pytestmark = pytest.mark.skipif(not installed(), reason="make kafka installs Kafka's jars")
 
@@ -177,3 +192,100 @@ def test_kafka_share_groups_lists_and_describes_the_group(cluster):
     assert described.returncode == 0, described.stderr.decode()[-2000:]
     rows = [line.split() for line in out.splitlines() if line.startswith("g-tool")]
     assert rows and rows[0][1] == "queue-tool" and rows[0][2] == "0" and rows[0][3] == "10", out
+
+
+# -- authorization ------------------------------------------------------------------------------
+
+
+def share_fetch(group: str, topics: dict, epoch: int = 0):
+    request_class = ShareFetchRequest[1]
+    return request_class(
+        group_id=group,
+        member_id="m-1",
+        share_session_epoch=epoch,
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=100,
+        batch_size=100,
+        topics=[
+            request_class.FetchTopic(
+                topic_id=topic_id,
+                partitions=[
+                    request_class.FetchTopic.FetchPartition(
+                        partition_index=0, acknowledgement_batches=[]
+                    )
+                ],
+            )
+            for topic_id in topics.values()
+        ],
+        forgotten_topics_data=[],
+    )
+
+
+def heartbeat(group: str, topics: list[str]):
+    return ShareGroupHeartbeatRequest[1](
+        group_id=group, member_id="m-1", member_epoch=0, rack_id=None, subscribed_topic_names=topics
+    )
+
+
+def test_share_apis_are_authorized_on_the_group_and_each_topic_as_kafkas(tmp_path):
+    cluster = LocalCluster(tmp_path, nodes=1, authorizer=True, share_auto_offset_reset="earliest")
+    try:
+        cluster.gateway.registry.add_acls(  # the server's own setup, not a client
+            [
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "*", "Create", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "readable", "Read", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "readable", "Write", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "hidden", "Write", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "group", "literal", "allowed", "Read", "allow"),
+            ]
+        )
+        for topic in ("readable", "hidden"):
+            cluster.admin.create_topic(topic, 1, 1)
+        producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+        for topic in ("readable", "hidden"):
+            producer.produce(topic, value=b"x")
+        assert producer.flush(30) == 0
+        ids = {
+            t: to_wire(cluster.gateway.registry.image.topic_id_of(t))
+            for t in ("readable", "hidden")
+        }
+        with KafkaWire(cluster.kafka_address) as wire:
+            denied = wire.request(heartbeat("denied", ["readable"]), 1, ShareGroupHeartbeatResponse)
+            assert denied.error_code == GROUP_AUTHORIZATION_FAILED
+            # Describe on each subscribed topic (Write on "hidden" implies it; "secret" has none).
+            hidden = wire.request(heartbeat("allowed", ["secret"]), 1, ShareGroupHeartbeatResponse)
+            assert hidden.error_code == TOPIC_AUTHORIZATION_FAILED
+            joined = wire.request(
+                heartbeat("allowed", ["readable"]), 1, ShareGroupHeartbeatResponse
+            )
+            assert joined.error_code == 0 and joined.member_epoch > 0
+            assert [(t.topic_id, t.partitions) for t in joined.assignment.topic_partitions] == [
+                (ids["readable"], [0])
+            ]
+            refused = wire.request(share_fetch("denied", ids), 1, ShareFetchResponse)
+            assert (refused.error_code, refused.responses) == (GROUP_AUTHORIZATION_FAILED, [])
+            fetched = wire.request(share_fetch("allowed", ids), 1, ShareFetchResponse)
+            assert fetched.error_code == 0
+            by_topic = {t.topic_id: t.partitions[0] for t in fetched.responses}
+            assert by_topic[ids["hidden"]].error_code == TOPIC_AUTHORIZATION_FAILED
+            readable = by_topic[ids["readable"]]
+            assert readable.error_code == 0
+            assert [
+                (r.first_offset, r.last_offset, r.delivery_count) for r in readable.acquired_records
+            ] == [(0, 0, 1)]
+            described = wire.request(
+                ShareGroupDescribeRequest[1](
+                    group_ids=["denied", "allowed"], include_authorized_operations=False
+                ),
+                1,
+                ShareGroupDescribeResponse,
+            )
+            denied_group, allowed_group = described.groups
+            assert denied_group.error_code == GROUP_AUTHORIZATION_FAILED
+            # Read on the group implies Describe, as in Kafka.
+            assert (allowed_group.error_code, allowed_group.group_state) == (0, "Stable")
+            assert [m.member_id for m in allowed_group.members] == ["m-1"]
+    finally:
+        cluster.close()
