@@ -21,6 +21,8 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.registry.node.live                 gauge per registered node (the gateway)
   seglog.consumer.lag                       gauge per group and partition (the coordinator)
   seglog.authorization.denied               counter per operation and resource type
+  seglog.share.records.in_flight / .available  gauges per share group and partition
+  seglog.share.records.redelivered / .archived counters (share groups, the gateway)
 
 Topic, partition and group attributes use OpenTelemetry's messaging names, as the spans do
 (semconv.py: `messaging.destination.name`, `messaging.destination.partition.id`,

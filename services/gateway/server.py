@@ -74,6 +74,7 @@ from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
+from .share import share_metrics
 from .share.share_core import share_groups
 
 logger = logging.getLogger(__name__)
@@ -271,6 +272,7 @@ class Gateway:
             self.service.queries.per_leader_list_offsets,
         )
         self.service.metrics = self.metrics
+        share_metrics.register(self.metrics, self.share)
         self.authorization.on_denied = self.metrics.denied
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None

@@ -37,6 +37,7 @@ from services.gateway.kafka.share_messages import (
     ShareGroupHeartbeatResponse,
 )
 from services.gateway.kafka.topic_ids import to_wire
+from services.gateway.share import share_metrics
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 
@@ -136,6 +137,14 @@ def test_released_records_come_back_counted_and_are_archived_at_the_limit(cluste
     assert counts == {offset: list(range(1, DELIVERY_LIMIT + 1)) for offset in range(5)}
     state = cluster.gateway.share.states.get(("g-release", "queue-release", 0))
     assert state.start_offset == 5 and not state.records
+    # What the metrics export: each record delivered twice again, then archived.
+    assert (state.redelivered, state.archived_at_limit) == (5 * (DELIVERY_LIMIT - 1), 5)
+    gauges = {
+        o.attributes["messaging.destination.name"]: o.value
+        for o in share_metrics.in_flight(cluster.gateway.share)
+        if o.attributes["messaging.consumer.group.name"] == "g-release"
+    }
+    assert gauges == {"queue-release": 0}
 
 
 def test_acknowledged_records_stay_acknowledged_across_a_gateway_restart(cluster):

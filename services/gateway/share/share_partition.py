@@ -86,6 +86,9 @@ class SharePartition:
         self.end_offset = start_offset
         self.state_epoch = state_epoch
         self.records: dict[int, _Record] = {}
+        # Totals for metrics (share_metrics.py), only ever incremented under `lock`.
+        self.redelivered = 0  # acquisitions of a record delivered before
+        self.archived_at_limit = 0  # records archived for reaching the delivery limit
 
     # -- reading back ---------------------------------------------------------------------
 
@@ -183,6 +186,7 @@ class SharePartition:
                 elif record.state == AVAILABLE:
                     record.state, record.member, record.deadline = ACQUIRED, member, deadline
                     record.count += 1
+                    self.redelivered += 1
                 else:
                     continue
                 taken += 1
@@ -276,6 +280,7 @@ class SharePartition:
         record.member, record.deadline = "", 0.0
         if record.count >= self.limits.delivery_count_limit:
             record.state = ARCHIVED
+            self.archived_at_limit += 1
         else:
             record.state = AVAILABLE
 
