@@ -298,3 +298,53 @@ def test_share_apis_are_authorized_on_the_group_and_each_topic_as_kafkas(tmp_pat
             assert [m.member_id for m in allowed_group.members] == ["m-1"]
     finally:
         cluster.close()
+
+
+def test_share_consumers_running_across_a_gateway_restart_repeat_no_confirmed_acknowledgement(
+    cluster,
+):
+    produce(cluster, "queue-failover", 300)
+    process = subprocess.Popen(
+        java_command(
+            str(PROBE),
+            cluster.kafka_address,
+            "g-failover",
+            "queue-failover",
+            "accept-all",
+            "300",
+            "90000",
+            jvm_options=(f"-Dlog4j2.configurationFile={log4j2_config()}", "-Xmx256m"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        # The restart comes once the consumers have confirmed some acknowledgements.
+        for raw in process.stdout:
+            lines.append(raw.decode().strip())
+            if sum(1 for line in lines if line.startswith("C ")) >= 30:
+                break
+        cluster.restart_gateway()
+        restarted_at = len(lines)
+        lines += [raw.decode().strip() for raw in process.stdout]
+        assert process.wait(timeout=PROBE_TIMEOUT_S) == 0, lines[-20:]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert "DONE" in lines
+    # The consumers went on reading from the new gateway (the restart was mid-run).
+    assert any(line.startswith("C ") for line in lines[restarted_at:])
+    confirmed: set[int] = set()
+    delivered: set[int] = set()
+    for line in lines:
+        kind, *fields = line.split()
+        if kind == "D":
+            offset = int(fields[1])
+            assert offset not in confirmed, f"{offset} delivered again after its ack was confirmed"
+            delivered.add(offset)
+        elif kind == "C":
+            confirmed.add(int(fields[1]))
+    assert delivered == set(range(300))  # nothing lost

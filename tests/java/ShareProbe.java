@@ -11,8 +11,9 @@
 //   accept-first  one consumer accepts the first COUNT records it gets, releases the rest,
 //                 commits and closes
 //
-// Each delivery is one line on stdout: "D <consumer> <offset> <deliveryCount> <value>";
-// "DONE" ends the run. Acknowledgements are explicit and committed with commitSync.
+// Each delivery is one line on stdout: "D <consumer> <offset> <deliveryCount> <value>", each
+// acknowledgement the broker confirmed "C <consumer> <offset>" (accept-all); "DONE" ends the
+// run. Acknowledgements are explicit and committed with commitSync.
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
@@ -69,11 +70,22 @@ public class ShareProbe {
                         try (KafkaShareConsumer<String, String> c = consumer(bootstrap, group, name)) {
                             c.subscribe(List.of(topic));
                             while (seen.size() < count && System.currentTimeMillis() < deadline) {
-                                for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
-                                    delivered(name, r);
-                                    c.acknowledge(r, AcknowledgeType.ACCEPT);
+                                List<Long> acked = new ArrayList<>();
+                                try {
+                                    for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
+                                        delivered(name, r);
+                                        c.acknowledge(r, AcknowledgeType.ACCEPT);
+                                        acked.add(r.offset());
+                                    }
+                                    boolean failed = false;
+                                    for (Optional<org.apache.kafka.common.KafkaException> e : c.commitSync().values()) {
+                                        failed |= e.isPresent();
+                                    }
+                                    // "C": the broker said these acknowledgements are done.
+                                    if (!failed) for (long offset : acked) print("C " + name + " " + offset);
+                                } catch (org.apache.kafka.common.KafkaException e) {
+                                    print("X " + name + " " + e);  // e.g. the broker went away
                                 }
-                                c.commitSync();
                             }
                         }
                         return null;
