@@ -129,7 +129,7 @@ def test_two_share_consumers_on_one_partition_read_every_record_once(cluster):
 
 def test_released_records_come_back_counted_and_are_archived_at_the_limit(cluster):
     produce(cluster, "queue-release", 5)
-    deliveries, _ = probe(cluster, "g-release", "queue-release", "release-all", 0)
+    deliveries, _ = probe(cluster, "g-release", "queue-release", "release-all", 5 * DELIVERY_LIMIT)
     counts: dict[int, list[int]] = {}
     for _, offset, count in deliveries:
         counts.setdefault(offset, []).append(count)

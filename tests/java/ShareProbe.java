@@ -6,8 +6,8 @@
 // MODE
 //   accept-all    two consumers in two threads of the group poll and accept until COUNT
 //                 distinct records were delivered (or the deadline)
-//   release-all   one consumer releases every record it gets, until nothing was delivered
-//                 for 3 s after the first delivery (or the deadline)
+//   release-all   one consumer releases every record it gets, until COUNT deliveries and
+//                 5 polls more (or the deadline)
 //   accept-first  one consumer accepts the first COUNT records it gets, releases the rest,
 //                 commits and closes
 //
@@ -96,21 +96,20 @@ public class ShareProbe {
                 break;
             }
             case "release-all": {
+                // COUNT deliveries are expected (records x the delivery limit); a few polls
+                // more then show any delivery past the limit.
                 try (KafkaShareConsumer<String, String> c = consumer(bootstrap, group, "c1")) {
                     c.subscribe(List.of(topic));
-                    long quietSince = -1;
-                    while (System.currentTimeMillis() < deadline) {
+                    int deliveries = 0, pollsAfter = 0;
+                    while (System.currentTimeMillis() < deadline && pollsAfter < 5) {
                         ConsumerRecords<String, String> records = c.poll(Duration.ofMillis(200));
                         for (ConsumerRecord<String, String> r : records) {
                             delivered("c1", r);
                             c.acknowledge(r, AcknowledgeType.RELEASE);
+                            deliveries++;
                         }
                         c.commitSync();
-                        if (!records.isEmpty() || seen.isEmpty()) {
-                            quietSince = System.currentTimeMillis();
-                        } else if (System.currentTimeMillis() - quietSince > 3000) {
-                            break;
-                        }
+                        if (deliveries >= count) pollsAfter++;
                     }
                 }
                 break;

@@ -87,6 +87,8 @@ def test_only_the_holder_may_acknowledge_and_a_bad_batch_changes_nothing():
         p.acknowledge("a", 0, 4, (ACCEPT, ACCEPT), now=0)
     with pytest.raises(InvalidRequestError):
         p.acknowledge("a", 0, 0, (9,), now=0)
+    with pytest.raises(InvalidRecordStateError):  # refused before any per-offset loop
+        p.acknowledge("a", 0, 2**62, (ACCEPT,), now=0)
     assert p.start_offset == 0 and p.in_flight() == 5
 
 

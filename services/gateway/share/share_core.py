@@ -144,6 +144,7 @@ class ShareGroups:
         return self.membership.heartbeat(beat)
 
     def describe(self, caller: Caller, group_ids: Sequence[str]) -> list[DescribedShareGroup]:
+        self.membership.expire_all()  # members gone quiet are not shown
         out = []
         for group_id in group_ids:
             if not self.authorization.allows(caller, "Describe", "group", group_id):
@@ -172,6 +173,7 @@ class ShareGroups:
 
     def listing(self, caller: Caller) -> list[tuple[str, str]]:
         """(group, state) of every share group the caller may Describe."""
+        self.membership.expire_all()
         with self.membership.lock:
             groups = [(g.group_id, g.state) for g in self.membership.groups.values()]
         return [g for g in groups if self.authorization.allows(caller, "Describe", "group", g[0])]

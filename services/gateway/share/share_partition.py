@@ -231,11 +231,16 @@ class SharePartition:
             )
         if any(t not in ACK_TYPES for t in types):
             raise InvalidRequestError(f"acknowledge types {sorted(set(types))}: 0..4 only")
+        # Only offsets in the window can be held: checked before any loop, so a range of
+        # 2^62 offsets costs nothing.
+        if first < self.start_offset or last >= self.end_offset:
+            raise InvalidRecordStateError(
+                f"offsets {first}..{last} are not all in flight ({self.start_offset}.."
+                f"{self.end_offset - 1})"
+            )
         for offset in range(first, last + 1):
             kind = types[0] if len(types) == 1 else types[offset - first]
             record = self.records.get(offset)
-            if kind == GAP and offset < self.start_offset:
-                continue
             if record is None or record.state != ACQUIRED or record.member != member:
                 raise InvalidRecordStateError(
                     f"offset {offset} is not acquired by this member (its lock may have lapsed)"
