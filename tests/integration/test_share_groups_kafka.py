@@ -201,6 +201,20 @@ def test_kafka_share_groups_lists_and_describes_the_group(cluster):
     assert described.returncode == 0, described.stderr.decode()[-2000:]
     rows = [line.split() for line in out.splitlines() if line.startswith("g-tool")]
     assert rows and rows[0][1] == "queue-tool" and rows[0][2] == "0" and rows[0][3] == "10", out
+    state = run_tool(
+        SHARE_GROUPS_TOOL,
+        "--bootstrap-server",
+        cluster.kafka_address,
+        "--describe",
+        "--group",
+        "g-tool",
+        "--state",
+    )
+    out = state.stdout.decode()
+    assert state.returncode == 0, state.stderr.decode()[-2000:]
+    (row,) = [line.split() for line in out.splitlines() if line.startswith("g-tool")]
+    # GROUP COORDINATOR (ID) STATE #MEMBERS: the consumers have left.
+    assert row[-2:] == ["Empty", "0"], out
 
 
 # -- authorization ------------------------------------------------------------------------------
