@@ -13,6 +13,7 @@ from services.gateway.share.errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
     InvalidShareSessionEpochError,
+    ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
 )
 from services.gateway.share.share_membership import (
@@ -249,6 +250,6 @@ def test_share_session_epochs():
     session = sessions.use("g", "m", 1, [("t", 1)], [("t", 0)])
     assert session is not None and list(session.partitions) == [("t", 1)] and session.epoch == 2
     sessions.check("g", "m", 2)
-    with pytest.raises(ShareSessionNotFoundError):  # one session at most on this gateway
+    with pytest.raises(ShareSessionLimitReachedError):  # one session at most on this gateway
         sessions.use("g", "other", 0, [], [])
     assert sessions.use("g", "m", -1, [], []) is None and sessions.count() == 0

@@ -21,6 +21,7 @@ from ..share.errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
     InvalidShareSessionEpochError,
+    ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
 )
 from ..share.share_membership import ShareHeartbeat
@@ -48,6 +49,7 @@ _SHARE_CODES: dict[type[SeglogError], int] = {
     ShareSessionNotFoundError: 122,
     InvalidShareSessionEpochError: 123,
     FencedMemberEpochError: 110,
+    ShareSessionLimitReachedError: 133,
 }
 ALL_OPERATIONS_OMITTED = -(2**31)  # Kafka's "authorized operations not asked for"
 

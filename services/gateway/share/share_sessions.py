@@ -16,7 +16,11 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import InvalidShareSessionEpochError, ShareSessionNotFoundError
+from .errors import (
+    InvalidShareSessionEpochError,
+    ShareSessionLimitReachedError,
+    ShareSessionNotFoundError,
+)
 
 INITIAL_EPOCH, FINAL_EPOCH = 0, -1
 MAX_EPOCH = 2**31 - 1
@@ -58,7 +62,7 @@ class ShareSessions:
         with self._lock:
             if epoch == INITIAL_EPOCH:
                 if key not in self._sessions and len(self._sessions) >= self.max_sessions:
-                    raise ShareSessionNotFoundError(
+                    raise ShareSessionLimitReachedError(
                         f"this gateway holds {self.max_sessions} share sessions already"
                     )
                 session = ShareSession(group_id, member_id)
