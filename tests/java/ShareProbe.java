@@ -30,7 +30,7 @@ public class ShareProbe {
         p.put("group.id", group);
         p.put("client.id", id);
         p.put("share.acknowledgement.mode", "explicit");
-        p.put("max.poll.records", "20");
+        p.put("max.poll.records", System.getProperty("probe.maxPoll", "20"));
         p.put("key.deserializer", StringDeserializer.class.getName());
         p.put("value.deserializer", StringDeserializer.class.getName());
         return new KafkaShareConsumer<>(p);

@@ -89,6 +89,9 @@ class SharePartition:
         # Totals for metrics (share_metrics.py), only ever incremented under `lock`.
         self.redelivered = 0  # acquisitions of a record delivered before
         self.archived_at_limit = 0  # records archived for reaching the delivery limit
+        # Stored bytes per record as fetches found them: a fetch for N records reads about
+        # N of them, not the client's whole max_bytes (share_core.py).
+        self.bytes_per_record = 0.0
 
     # -- reading back ---------------------------------------------------------------------
 
