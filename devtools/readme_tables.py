@@ -26,10 +26,13 @@ KAFKA_TABLE_MARK = "<!-- Kafka APIs: python -m devtools.readme_tables -->"
 # broker or differently. Keyed by the API's name (ApiEntry.name); an API without a note
 # gets none.
 KAFKA_API_NOTES: Mapping[str, str] = {
-    "Produce": "leader hints (KIP-951) from v10, topic ids from v13; no transactions",
+    "Produce": "leader hints (KIP-951) from v10, topic ids from v13; transactional batches "
+    "verified (KIP-890)",
     "Fetch": "fetch sessions (KIP-227); topic ids, KIP-516: by id from v13",
     "ListOffsets": "earliest, latest, max timestamp, earliest local, latest tiered (none), by time",
-    "InitProducerId": "idempotent producers; no transactional id",
+    "InitProducerId": "idempotent and transactional producers (epoch bump, fencing)",
+    "AddPartitionsToTxn": "v4+ the brokers' batched form, verify-only (KIP-890)",
+    "EndTxn": "no transaction.version 2: v5 answers without an epoch bump",
     "Metadata": "topic ids, KIP-516: by id from v12",
     "CreateTopics": "no replica assignments: seglog places replicas; answers the topic id",
     "DeleteTopics": "by name, or by topic id from v6",
@@ -44,9 +47,9 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "IncrementalAlterConfigs": (
         "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles"
     ),
-    "DescribeAcls": "topic, group and cluster resources",
-    "CreateAcls": "topic, group and cluster resources",
-    "DeleteAcls": "topic, group and cluster resources",
+    "DescribeAcls": "topic, group, cluster and transactional id resources",
+    "CreateAcls": "topic, group, cluster and transactional id resources",
+    "DeleteAcls": "topic, group, cluster and transactional id resources",
     "SaslHandshake": "PLAIN, OAUTHBEARER, SCRAM-SHA-256, SCRAM-SHA-512",
     "ApiVersions": (
         "v3+: the features this release implements, as `kafka-features describe` prints them"

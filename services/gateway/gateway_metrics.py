@@ -3,7 +3,8 @@ Fetch as clients see them, denied calls, and gauges read at each export: each re
 node's liveness, the partitions without a live leader (Kafka's OfflinePartitionsCount,
 counted from the registry's per-leader index, nothing on a request's path), and each
 group's lag per partition (the committed offset against the partition's high watermark,
-asked of the leaders once per export)."""
+asked of the leaders once per export), and the transactions this gateway coordinates, per
+state, and those whose markers are still being written."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from seglog.v1 import common_pb2
 
 from .cluster.registry import Registry
 from .groups.offsets_store import OffsetsStore
+from .transactions.transactions_core import TransactionsCore
 
 # partitions -> their ListOffsets results (the gateway's fan-out to leaders)
 ListOffsets = Callable[[list[common_pb2.ListOffsetsPartition]], list[common_pb2.ListOffsetsResult]]
@@ -30,11 +32,13 @@ class GatewayMetrics(RequestMetrics):
         registry: Registry,
         offsets: OffsetsStore,
         list_offsets: ListOffsets,
+        transactions: TransactionsCore | None = None,
     ) -> None:
         super().__init__(provider, "seglog.gateway")
         self.registry = registry
         self.offsets = offsets
         self.list_offsets = list_offsets
+        self.transactions = transactions
         self._denied = self.counter(
             "seglog.authorization.denied", "{call}", "calls refused by the authorizer"
         )
@@ -56,6 +60,18 @@ class GatewayMetrics(RequestMetrics):
             "a group's committed offset behind the partition's high watermark",
             self._lag,
         )
+        self.gauge(
+            "seglog.transactions",
+            "{transaction}",
+            "transactional ids this gateway coordinates, per transaction state",
+            self._transactions,
+        )
+        self.gauge(
+            "seglog.transactions.markers.pending",
+            "{transaction}",
+            "transactions whose commit or abort markers are not all written yet",
+            self._markers_pending,
+        )
 
     def denied(self, operation: str, resource_type: str) -> None:
         if self._denied is not None:
@@ -67,6 +83,21 @@ class GatewayMetrics(RequestMetrics):
         for node_id in sorted(self.registry.addresses()):
             live = int(self.registry.is_live(node_id))
             yield Observation(live, {"seglog.node.id": str(node_id)})
+
+    def _transactions(self) -> Iterator[Observation]:
+        if self.transactions is None:
+            return
+        counts: dict[str, int] = {}
+        for transactions in self.transactions.placement.loaded_partitions().values():
+            for metadata in list(transactions.values()):
+                name = metadata.state.kafka_name
+                counts[name] = counts.get(name, 0) + 1
+        for name, count in sorted(counts.items()):
+            yield Observation(count, {"seglog.transaction.state": name})
+
+    def _markers_pending(self) -> Iterator[Observation]:
+        if self.transactions is not None:
+            yield Observation(len(self.transactions.markers.pending_ids()))
 
     def _offline(self) -> Iterator[Observation]:
         yield Observation(self.registry.offline_partition_count())

@@ -41,7 +41,11 @@ from .cluster.user_scram import UserScram
 from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_session import GatewaySession
-from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .coordination.group_coordinators import (
+    TRANSACTION_PREFIX,
+    EtcdCoordination,
+    SoleCoordinator,
+)
 from .coordination.node_sessions import EtcdNodeSessions
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
@@ -76,6 +80,8 @@ from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
 from .share.share_core import share_groups
+from .transactions.coordinator import settings_from
+from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
 
@@ -122,17 +128,22 @@ class Gateway:
         self.gateway_session: GatewaySession | None = None
         self.election: ControllerElection | SoleController
         self.coordination: EtcdCoordination | SoleCoordinator
+        self.txn_coordination: EtcdCoordination | SoleCoordinator
         if self.keyspace is not None:
             self.gateway_session = GatewaySession(
                 self.keyspace, "", config.gateway_session_timeout_ms
             )
             self.election = ControllerElection(self.keyspace, self.gateway_session)
             self.coordination = EtcdCoordination(self.keyspace, self.gateway_session)
+            self.txn_coordination = EtcdCoordination(
+                self.keyspace, self.gateway_session, TRANSACTION_PREFIX, "transactions partition"
+            )
             # Every subscriber has its first snapshot before anything routes or decides.
             self.keyspace.start_watch()
         else:
             self.election = SoleController()
             self.coordination = SoleCoordinator()
+            self.txn_coordination = SoleCoordinator()
         acls_offset = self.registry.metadata_offset  # read first: never newer than the ACLs
         self.authorization = Authorization(
             self.registry.acls,
@@ -261,7 +272,19 @@ class Gateway:
             self.topic_admin.create_internal_topic,
             config.share_settings,
         )
+        self.transactions: TransactionsCore = TransactionsCore(
+            self.registry,
+            self.connections,
+            self.authorization,
+            create_topic=self.topic_admin.create_internal_topic,
+            allocate_producer_id=self.producer_ids.allocate,
+            offsets_partition_for=self.offsets.partition_for,
+            coordination=self.txn_coordination,
+            groups=self.groups,
+            settings=settings_from(config),
+        )
         self.group_calls = GroupCalls(self.groups)
+        self.transactions.adopts_orphans = lambda: self.election.is_controller
         self.group_service = GroupCoordinatorService(
             self.groups, self.membership, self.group_calls, self.authorization
         )
@@ -270,6 +293,7 @@ class Gateway:
             self.registry,
             self.offsets,
             self.service.queries.per_leader_list_offsets,
+            self.transactions,
         )
         self.service.metrics = self.metrics
         share_metrics.register(self.metrics, self.share)
@@ -325,6 +349,7 @@ class Gateway:
             topics=self.topic_admin,
             auto_create=self.auto_create,
             producer_ids=self.producer_ids,
+            transactions=self.transactions,
             acls=self.acl_admin,
             quotas=self.quota_admin,
             partition_moves=self.partition_moves,
@@ -424,6 +449,7 @@ class Gateway:
             )
             self.kafka_listener.start()
         self._expiry.start()
+        self.transactions.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
@@ -461,6 +487,7 @@ class Gateway:
 
     def stop(self, grace_s: float = 10.0) -> None:
         self._stop.set()
+        self.transactions.stop()
         if self.kafka_listener is not None:
             self.kafka_listener.stop()
         self.controller.stop()

@@ -233,6 +233,17 @@ class GatewayConfig:
         DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
         "partitions of __consumer_offsets, fixed when it is first created",
     )
+    transaction_state_log_num_partitions: int = setting(
+        50, "partitions of __transaction_state, fixed when it is first created"
+    )
+    transaction_max_timeout_ms: int = setting(
+        900_000,
+        "the longest transaction.timeout.ms a transactional producer may ask for "
+        "(longer: INVALID_TRANSACTION_TIMEOUT)",
+    )
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
+        10_000, "how often timed-out transactions are aborted (and orphaned ones taken up)"
+    )
     group_initial_rebalance_delay_ms: int = setting(
         DEFAULT_INITIAL_REBALANCE_DELAY_MS,
         "how long a new group waits for more members before its first assignment",

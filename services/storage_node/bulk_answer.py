@@ -72,7 +72,12 @@ def send_chunk(answer: AnswerWriter, chunk: FetchChunk) -> int:
         high_watermark=chunk.high_watermark,
         log_start_offset=chunk.log_start_offset,
         segment_base_offset=chunk.segment_base_offset,
+        last_stable_offset=chunk.last_stable_offset,
     )
+    for aborted in chunk.aborted:
+        header.aborted_transactions.add(
+            producer_id=aborted.producer_id, first_offset=aborted.first_offset
+        )
     if chunk.diverging is not None:
         header.diverging_epoch, header.diverging_end_offset = chunk.diverging
     if chunk.error is not None:

@@ -295,6 +295,8 @@ class BulkServer:
             chunks = found.answered(self.replicas.read_chunks(list(found.states), max_bytes))
         else:
             states = self.replicas.fetch_states(wanted, replica_id)
+            for state in states:
+                state.isolation_level = fetch.isolation_level
             # Bytes already after a relayed poll's request can only be the gateway's cancel:
             # it gave the poll up, which is answered at once with what there is.
             if fetch.max_wait_ms > 0 and not (relayed and receiver.buffered()):

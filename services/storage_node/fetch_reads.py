@@ -17,8 +17,10 @@ from seglog.metrics import RequestMetrics, error_reason
 from seglog.storage import Log
 from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
+from seglog.storage.txn_index import AbortedTxn
 
 CONSUMER = -1  # the replica id of a client fetch
+READ_COMMITTED = 1  # FetchRequest.isolation_level (Kafka's)
 
 logger = logging.getLogger(__name__)
 
@@ -36,12 +38,18 @@ class FetchState:
     position: ReadPosition | None = None  # where `offset` was found, reused while waiting
     replica_id: int = CONSUMER
     diverging: tuple[int, int] | None = None  # (epoch, end offset) answered to a follower
+    isolation_level: int = 0
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED and self.replica_id < 0
 
     def max_offset(self) -> int | None:
-        """Consumers read below the high watermark; followers to the log end."""
+        """Consumers read below the high watermark (read_committed ones: below the last
+        stable offset); followers to the log end."""
         if self.replica_id >= 0 or self.log is None:
             return None
-        return self.log.high_watermark
+        return self.log.last_stable_offset if self.read_committed else self.log.high_watermark
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ class FetchChunk:
     found: LogSlice | None = None
     error: SeglogError | None = None
     diverging: tuple[int, int] | None = None
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the transactions aborted in range
 
     def read(self) -> bytes:
         return b"" if self.found is None else self.found.read()
@@ -106,6 +116,7 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                 log.high_watermark,
                 log.log_start_offset,
                 diverging=state.diverging,
+                last_stable_offset=log.last_stable_offset,
             )
             continue
         offset = state.offset
@@ -134,12 +145,17 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
                     chunks += 1
                 break
             if found.size or chunks == 0:
+                aborted: tuple[AbortedTxn, ...] = ()
+                if state.read_committed and found.size:  # Kafka's addAbortedTransactions
+                    aborted = tuple(log.aborted_transactions(offset, found.next_offset))
                 yield FetchChunk(
                     state.topic,
                     state.partition,
                     log.high_watermark,
                     found.log_start_offset,
                     found,
+                    last_stable_offset=log.last_stable_offset,
+                    aborted=aborted,
                 )
                 chunks += 1
             if not found.size:
@@ -153,10 +169,11 @@ def read_chunks(states: list[FetchState], max_bytes: int, chunk_bytes: int) -> I
 
 
 def _error_chunk(state: FetchState, error: SeglogError) -> FetchChunk:
-    hw = lso = -1
+    hw = start = stable = -1
     if state.log is not None:
-        hw, lso = state.log.high_watermark, state.log.log_start_offset
-    return FetchChunk(state.topic, state.partition, hw, lso, None, error)
+        hw, start = state.log.high_watermark, state.log.log_start_offset
+        stable = state.log.last_stable_offset
+    return FetchChunk(state.topic, state.partition, hw, start, None, error, None, stable)
 
 
 def counted(

@@ -42,7 +42,7 @@ from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
 from .delayed_produce import AppendResult, wait_for_replication
-from .fetch_reads import CONSUMER, FetchChunk, FetchState, read_chunks
+from .fetch_reads import CONSUMER, READ_COMMITTED, FetchChunk, FetchState, read_chunks
 from .fetch_sessions import SessionRound
 from .fetch_waits import PartitionWaiters, Waiter
 from .follower_fetchers import FollowerFetchers
@@ -291,7 +291,8 @@ class ReplicaManager:
             held = self.partition(topic, number)
             held.require_leader(client_epoch)
             try:
-                checked.append((number, held, held.log.validate(records), client_epoch))
+                validated = held.log.validate(records, client=True)
+                checked.append((number, held, validated, client_epoch))
             except SeglogError as exc:
                 raise type(exc)(f"{topic}-{number}: {exc}") from None
         results = []
@@ -372,13 +373,14 @@ class ReplicaManager:
     # -- offsets and descriptions --------------------------------------------------------
 
     def list_offset(
-        self, topic: str, partition: int, timestamp_ms: int, client_epoch: int
+        self, topic: str, partition: int, timestamp_ms: int, client_epoch: int, isolation: int = 0
     ) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets for a client: only offsets below the high watermark (LATEST
-        is the high watermark)."""
+        """Kafka's ListOffsets: offsets below the HW (READ_COMMITTED: the LSO), the LATEST."""
         held = self.partition(topic, partition)
         held.require_leader(client_epoch)
-        return held.log.offset_for_timestamp(timestamp_ms, max_offset=held.log.high_watermark)
+        log = held.log
+        bound = log.last_stable_offset if isolation == READ_COMMITTED else log.high_watermark
+        return log.offset_for_timestamp(timestamp_ms, max_offset=bound)
 
     def delete_records(self, topic: str, partition: int, offset: int, client_epoch: int) -> int:
         """Kafka's DeleteRecords on the leader: move the log start offset to `offset` (-1: the

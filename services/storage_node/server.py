@@ -173,6 +173,11 @@ class StorageNode:
                     storage_pb2.DescribeProducersRequest,
                     storage_pb2.DescribeProducersResponse,
                 ),
+                "WriteTxnMarkers": serving.unary(
+                    guard(s.WriteTxnMarkers),
+                    storage_pb2.WriteTxnMarkersRequest,
+                    storage_pb2.WriteTxnMarkersResponse,
+                ),
             },
         )
 

@@ -37,6 +37,7 @@ from .metadata_applier import MetadataApplier
 from .node_metrics import NodeMetrics
 from .produce_requests import answer_produce
 from .replica_manager import ReplicaManager
+from .txn_markers import write_txn_markers
 
 # A push waits this long at most for its states to be applied (the caller's deadline, less a
 # margin, when shorter): a small push answers once its leaders serve, a large one (thousands
@@ -142,6 +143,8 @@ class StorageNodeService:
             ],
             replica_id,
         )
+        for state in states:
+            state.isolation_level = request.isolation_level
         # A long poll holds a server thread: only `waiting_fetches.limit` may wait at once,
         # and the rest answer with what they have now, as if max_wait_ms had passed.
         if request.max_wait_ms > 0 and self._take_wait_slot(replica_id):
@@ -218,7 +221,7 @@ class StorageNodeService:
             result = response.partitions.add(topic=p.topic, partition=p.partition)
             try:
                 found = self.replicas.list_offset(
-                    p.topic, p.partition, p.timestamp, client_leader_epoch(p)
+                    p.topic, p.partition, p.timestamp, client_leader_epoch(p), p.isolation_level
                 )
             except SeglogError as exc:
                 set_error(result, exc)
@@ -354,6 +357,14 @@ class StorageNodeService:
             state.role = described.role
         return response
 
+    def WriteTxnMarkers(
+        self, request: storage_pb2.WriteTxnMarkersRequest, context: grpc.ServicerContext
+    ) -> storage_pb2.WriteTxnMarkersResponse:
+        try:
+            return write_txn_markers(self.replicas, request)
+        except SeglogError as exc:
+            abort(context, exc)
+
     def DescribeProducers(
         self, request: storage_pb2.DescribeProducersRequest, context: grpc.ServicerContext
     ) -> storage_pb2.DescribeProducersResponse:
@@ -377,6 +388,8 @@ class StorageNodeService:
                     producer_epoch=p.epoch,
                     last_sequence=p.last_sequence,
                     last_timestamp_ms=p.last_timestamp_ms,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
                 )
                 for p in producers
             )
@@ -384,10 +397,12 @@ class StorageNodeService:
 
 
 def _encode_chunk(chunk: FetchChunk, for_replica: bool) -> bytes:
-    suffix = b""
+    epoch, end, base = None, 0, 0
     if for_replica:
         epoch, end = chunk.diverging if chunk.diverging is not None else (None, 0)
-        suffix = wire.fetch_response_suffix(epoch, end, chunk.segment_base_offset)
+        base = chunk.segment_base_offset
+    aborted = [(a.producer_id, a.first_offset) for a in chunk.aborted]
+    suffix = wire.fetch_response_suffix(epoch, end, base, chunk.last_stable_offset, aborted)
     if chunk.error is None:
         return wire.encode_fetch_response(
             chunk.topic,
@@ -405,4 +420,5 @@ def _encode_chunk(chunk: FetchChunk, for_replica: bool) -> bytes:
         b"",
         error_code_for(chunk.error),
         str(chunk.error),
+        suffix=suffix,
     )

@@ -422,17 +422,30 @@ def test_acls_are_created_described_and_deleted(cluster, admin):
     (deleted,) = admin.delete_acls([alice]).values()
     assert _result(deleted) == [bindings[0]]
     assert _result(admin.describe_acls(alice)) == []
-    unsupported = AclBinding(
+    # Transactional ids are ACL resources too (the transaction coordinator checks them).
+    transactional = AclBinding(
         ResourceType.TRANSACTIONAL_ID,
         "tx-1",
         ResourcePatternType.LITERAL,
         "User:carol",
         "*",
-        AclOperation.ALTER,
+        AclOperation.WRITE,
         AclPermissionType.ALLOW,
     )
-    (refused,) = admin.create_acls([unsupported]).values()
-    assert _error_code(refused) == KafkaError.INVALID_REQUEST
+    (created,) = admin.create_acls([transactional]).values()
+    assert _result(created) is None
+    carol = AclBindingFilter(
+        ResourceType.TRANSACTIONAL_ID,
+        None,
+        ResourcePatternType.ANY,
+        "User:carol",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert _result(admin.describe_acls(carol)) == [transactional]
+    (deleted,) = admin.delete_acls([carol]).values()
+    assert _result(deleted) == [transactional]
 
 
 # -- kafka-python -------------------------------------------------------------------------

@@ -764,33 +764,6 @@ def test_bad_group_requests_get_kafkas_answers_on_a_connection_that_serves_on(cl
         assert wire.request(leave, 3, LeaveGroupResponse).members[0].error_code == 0
 
 
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = kafka.errors.TransactionalIdAuthorizationFailedError.errno
-
-
-def test_a_transactional_producer_fails_fast_without_a_transaction_coordinator(cluster):
-    """seglog has no transactions yet: librdkafka's init_transactions() gets a fatal error
-    naming that at once, instead of retrying FindCoordinator until its timeout (it did, on
-    INVALID_REQUEST); the wire answer is the one the Java client fails on too."""
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": cluster.kafka_address, "transactional.id": "no-transactions"}
-    )
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
-        # Well under the timeout: a retriable answer would end in _TIMED_OUT instead.
-        producer.init_transactions(TIMEOUT_S)
-    error = raised.value.args[0]
-    assert error.code() == TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
-    assert error.fatal()
-    assert "transaction" in error.str()
-    with KafkaWire(cluster.kafka_address) as wire:
-        answer = wire.request(
-            FindCoordinatorRequest[3](key="no-transactions", key_type=1),
-            3,
-            FindCoordinatorResponse,
-        )
-    assert answer.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert answer.node_id == -1
-
-
 def test_a_crowd_waiting_in_one_groups_rebalance_does_not_stall_another_group(cluster):
     """Kafka parks a JoinGroup that waits for a rebalance without holding a request thread,
     so a group's members waiting on a slow member never delay another group's answers (nor

@@ -1,7 +1,8 @@
 """Produce over the Kafka wire at every version served (3–13), with kafka-python's codec on a
-socket: v13 names topics by id (KIP-516), a transactional produce is refused with the code
-Kafka's clients expect, and a partition answered NOT_LEADER_OR_FOLLOWER carries its current
-leader and that leader's endpoint from v10 on (KIP-951), as Kafka's broker fills them."""
+socket: v13 names topics by id (KIP-516), a transactional produce outside its transaction is
+refused with the codes Kafka's broker answers, and a partition answered
+NOT_LEADER_OR_FOLLOWER carries its current leader and that leader's endpoint from v10 on
+(KIP-951), as Kafka's broker fills them."""
 
 from __future__ import annotations
 
@@ -133,9 +134,11 @@ def test_v13_with_an_id_no_topic_has_answers_unknown_topic_id(cluster):
 
 
 @pytest.mark.parametrize("version", [3, 9, 12, 13])
-def test_a_transactional_produce_is_refused_whole_with_transactional_id_authorization_failed(
-    cluster, version
-):
+def test_a_transactional_batch_outside_a_transaction_is_refused_and_not_written(cluster, version):
+    """Without a transactional id the whole request is TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    (Kafka's KafkaApis.handleProduceRequest); with one the coordinator never gave this
+    producer id, the partition is not in any transaction of it: INVALID_TXN_STATE (KIP-890's
+    verification). Nothing is written either way."""
     topic_name = f"no-transactions-{version}"
     cluster.admin.create_topic(topic_name, 1, 2)
     topic = (
@@ -145,11 +148,16 @@ def test_a_transactional_produce_is_refused_whole_with_transactional_id_authoriz
     builder.append(None, b"in a transaction", 1, None)
     transactional = builder.build()
     with KafkaWire(cluster.kafka_address) as wire:
-        for transactional_id, records in (("txn", make_batch([b"x"])), (None, transactional)):
-            request = produce_request(version, topic, records, transactional_id=transactional_id)
+        for transactional_id, code in (
+            (None, error_codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            ("never-began", 48),  # INVALID_TXN_STATE
+        ):
+            request = produce_request(
+                version, topic, transactional, transactional_id=transactional_id
+            )
             answer = wire.request(request, version, ProduceResponse)
             (result,) = answer.responses[0].partition_responses
-            assert result.error_code == error_codes.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            assert result.error_code == code
             assert result.base_offset == -1
     assert cluster.log(topic_name, 0).log_end_offset == 0  # nothing written
 

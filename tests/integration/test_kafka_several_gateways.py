@@ -2,7 +2,8 @@
 the storage nodes as brokers, each at its own lane there (the gateway's Kafka port + the node
 id, kafka/brokers.py), and names the same leader for each partition; librdkafka bootstrapped
 from one gateway writes and reads through its lanes, and goes on through the survivor when the
-other is killed."""
+other is killed. A transaction coordinated by the killed gateway, logged PrepareCommit, is
+taken up by the survivor (the controller) without any client asking, and resumed."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ import time
 
 import confluent_kafka
 import pytest
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
 
-from tests.kafka_wire import metadata
+from tests.kafka_wire import KafkaWire, metadata
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
 from tests.waiting import wait_until
 
@@ -37,6 +42,23 @@ def placed(address: str, topic: str) -> dict[int, str]:
 def lanes_at(kafka_address: str) -> dict[int, str]:
     host, port = kafka_address.rsplit(":", 1)
     return {n: f"{host}:{int(port) + n}" for n in NODES}
+
+
+def transaction_coordinator(kafka_address: str, transactional_id: str) -> str:
+    """host:port of the transactional id's coordinator, as one gateway answers."""
+    with KafkaWire(kafka_address) as wire:
+        answer = wire.request(
+            FindCoordinatorRequest[3](key=transactional_id, key_type=1),
+            3,
+            FindCoordinatorResponse,
+        )
+    assert answer.error_code == 0, answer
+    return f"{answer.host}:{answer.port}"
+
+
+def on_gateway(broker: str, kafka_address: str) -> bool:
+    """Whether a broker's host:port is one of the gateway's (its listener or a lane)."""
+    return broker in {kafka_address, *lanes_at(kafka_address).values()}
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> list[object]:
@@ -73,7 +95,32 @@ def test_each_gateway_lists_the_nodes_at_its_lanes_and_the_survivor_serves_on(tm
         first = [b"first-%d" % i for i in range(200)]
         assert produce(cluster.kafka_addresses[0], "spread", first) == [None] * 200
 
+        # A transaction through the gateway to be killed: asked first, it coordinates the id.
+        coordinated_by = transaction_coordinator(cluster.kafka_addresses[1], "spread-txn")
+        assert on_gateway(coordinated_by, cluster.kafka_addresses[1])
+        assert transaction_coordinator(cluster.kafka_addresses[0], "spread-txn") == coordinated_by
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": cluster.kafka_addresses[1], "transactional.id": "spread-txn"}
+        )
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for i in range(PARTITIONS):
+            producer.produce("spread", value=b"txn-%d" % i, partition=i)
+        producer.commit_transaction(30)
+        del producer
+
         cluster.gateways[1].kill()
+        # The survivor (the controller) adopts the dead coordinator's log partition because
+        # a transaction in it is unfinished, and writes its markers (no client asks).
+        assert wait_until(
+            lambda: (
+                "resuming PrepareCommit of transactional id spread-txn" in cluster.log("gateway-0")
+                or "CompleteCommit" in cluster.log("gateway-0")
+            ),
+            TAKEOVER_S,
+        )
+        survivor_names = transaction_coordinator(cluster.kafka_addresses[0], "spread-txn")
+        assert on_gateway(survivor_names, cluster.kafka_addresses[0])
         survivor = cluster.kafka_addresses[0]
         assert placed(survivor, "spread") == lanes_at(survivor)  # nothing moved
         second = [b"second-%d" % i for i in range(200)]
@@ -89,11 +136,12 @@ def test_each_gateway_lists_the_nodes_at_its_lanes_and_the_survivor_serves_on(tm
         consumer.assign([confluent_kafka.TopicPartition("spread", p, 0) for p in range(PARTITIONS)])
         read: list[bytes] = []
         deadline = time.monotonic() + 30
-        while len(read) < 400 and time.monotonic() < deadline:
+        while len(read) < 400 + PARTITIONS and time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None:
                 read.append(message.value())
         consumer.close()
-        assert sorted(read) == sorted(first + second)
+        # Read uncommitted (until nodes write markers, read_committed would wait on them).
+        assert sorted(v for v in read if not v.startswith(b"txn-")) == sorted(first + second)
     finally:
         cluster.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import urllib.request
 
+import confluent_kafka
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.sdk.metrics import MeterProvider
@@ -17,6 +18,7 @@ from seglog import metrics
 from seglog.client.consumer import Consumer
 from seglog.errors import PermissionDeniedError, RecordTooLargeError
 from seglog.testing.otlp import OtlpReceiver
+from services.gateway.broker.caller import Caller
 from tests.batches import make_batch
 from tests.cluster import LocalCluster, drain
 from tests.waiting import wait_until
@@ -147,6 +149,29 @@ def test_services_export_what_they_count(metered_cluster, receiver):
     # Histogram counts: one per Append request (20 from the producer, on their leaders).
     assert _total(receiver, "seglog.request.duration", **{"seglog.request": "Append"}) >= 20
     assert receiver.latest("seglog.request.duration", **{"seglog.request": "Produce"})
+    # The transaction coordinator's: a committed transaction is counted in its state, and
+    # its markers as pending until they are written.
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "transactional.id": "metered-txn"}
+    )
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    producer.produce("metered", b"in a transaction", partition=0)
+    producer.commit_transaction(20)
+    state = cluster.gateway.transactions.queries.describe(
+        Caller("User:ANONYMOUS", "127.0.0.1", None, "kafka"), "metered-txn"
+    ).state
+    assert wait_until(
+        lambda: _total(receiver, "seglog.transactions", **{"seglog.transaction.state": state}) == 1
+    )
+    # 1 while nodes do not write markers yet, 0 once they are written: as the writer says.
+    markers = cluster.gateway.transactions.markers
+    assert wait_until(
+        lambda: (
+            _total(receiver, "seglog.transactions.markers.pending") == len(markers.pending_ids())
+            and receiver.latest("seglog.transactions.markers.pending")
+        )
+    )
 
 
 def test_an_error_answered_is_counted_by_its_reason(metered_cluster, receiver):

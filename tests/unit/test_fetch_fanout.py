@@ -110,3 +110,19 @@ def test_a_reader_that_stops_early_gives_up_the_nodes_still_polling():
     assert next(stream) == b"records"
     stream.close()
     assert wait_until(quiet.cancelled.is_set, BOUND_S)
+
+
+def test_each_nodes_share_of_a_read_committed_fetch_keeps_its_isolation_level():
+    """A consumer's read_committed fetch split across two nodes: each node is asked at
+    READ_COMMITTED, or it would hand out open and aborted transactions' records."""
+    request = _request(2, 0)
+    request.isolation_level = 1
+    sent: list[common_pb2.FetchRequest] = []
+
+    def relay(target, payload, indexes, keep_cancel):
+        sent.append(common_pb2.FetchRequest.FromString(payload))
+        yield b"records"
+
+    list(fetch_across_nodes(request, {1: ("a", [0]), 2: ("b", [1])}, relay))
+    assert sorted(r.partitions[0].partition for r in sent) == [0, 1]
+    assert [r.isolation_level for r in sent] == [1, 1]

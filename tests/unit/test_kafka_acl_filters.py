@@ -69,7 +69,7 @@ def test_a_literal_name_matches_only_that_name_and_match_finds_what_applies():
 
 
 def test_kafka_values_seglog_keeps_no_acl_with_match_nothing_and_unknown_ones_are_refused():
-    assert _matching(resource_type_filter=ACLResourceType.TRANSACTIONAL_ID) == []
+    assert _matching(resource_type_filter=ACLResourceType.DELEGATION_TOKEN) == []
     assert _matching(operation=ACLOperation.CREATE_TOKENS) == []
     with pytest.raises(InvalidRequestError):
         _filter(operation=ACLOperation.UNKNOWN)
@@ -106,7 +106,7 @@ def test_creations_map_onto_seglog_bindings_and_refuse_what_seglog_cannot_hold()
         == BOB_DENIED_PAY
     )
     for refused in (
-        {"resource_type": ACLResourceType.TRANSACTIONAL_ID},
+        {"resource_type": ACLResourceType.DELEGATION_TOKEN},
         {"resource_pattern_type": ACLResourcePatternType.MATCH},
         {"operation": ACLOperation.ANY},
         {"permission_type": ACLPermissionType.ANY},

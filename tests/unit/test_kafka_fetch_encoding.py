@@ -64,3 +64,18 @@ def test_large_record_sets_stay_views_and_small_ones_are_copied_in():
     views = [p for p in pieces if isinstance(p, memoryview)]
     assert len(views) == 2 and all(v.obj is big for v in views)  # one per topic
     assert len(pieces) == 5  # fields, big, fields, big, fields
+
+
+@pytest.mark.parametrize("version", range(4, 18))
+def test_aborted_transactions_are_the_codecs_bytes(version):
+    """A read_committed answer lists its aborted transactions (each a struct with its own
+    tagged fields from v12), a read_uncommitted one answers them null."""
+    answer = response(version, [b"x" * 10, b"y" * 10], moved=False)
+    aborted_class = FetchResponse[version].FetchableTopicResponse.PartitionData.AbortedTransaction
+    first, second = answer.responses[0].partitions
+    first.aborted_transactions = [aborted_class(producer_id=5, first_offset=0)]
+    first.last_stable_offset = 7
+    second.aborted_transactions = None
+    pieces = encode_fetch_response(answer, version, 42)
+    answer.with_header(correlation_id=42)
+    assert b"".join(pieces) == bytes(answer.encode(header=True, framed=True))

@@ -203,3 +203,16 @@ def test_every_batch_of_a_long_request_is_recognised_when_retried_alone(tmp_path
         with pytest.raises(OutOfOrderSequenceError):
             log.append(idempotent_batch(7, 0, 58, count=4))
         assert log.append(idempotent_batch(7, 0, 60)).first_offset == end
+
+
+def test_a_coordinators_batches_without_sequence_are_never_duplicates(tmp_path):
+    """A group coordinator writes a transaction's offsets with the producer's id and epoch
+    and no sequence (Kafka's AppendOrigin.COORDINATOR): each is written, in any epoch order
+    up, and only an older epoch is refused."""
+    log = Log.open(tmp_path / "__consumer_offsets-0")
+    first = log.append(idempotent_batch(7, 0, -1))
+    again = log.append(idempotent_batch(7, 0, -1))
+    assert again.batch_count == 1 and again.first_offset == first.last_offset + 1
+    assert log.append(idempotent_batch(7, 2, -1)).batch_count == 1
+    with pytest.raises(InvalidProducerEpochError):
+        log.append(idempotent_batch(7, 1, -1))

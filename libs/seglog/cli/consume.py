@@ -9,6 +9,7 @@ Without `--group`: the partitions are assigned directly and reading starts at th
 `--partition` or of every partition), or `--timestamp MS` (the first record at or after it,
 through the time index). With `--group`: the consumer joins the group, starts at its
 committed offsets (or where `--from-beginning` says when it has none) and commits as it goes.
+`--isolation-level read_committed` reads only committed transactions' records.
 Stops after `--max-messages`, after `--timeout-ms` without a new record, with `-e` once every
 partition is read up to the end it had when first read (kcat's `-e`), on Ctrl-C or SIGTERM
 (a group member leaves its group first), or quietly when its reader goes away.
@@ -59,6 +60,12 @@ def add_parser(
     start.add_argument("--timestamp", type=int, help="start at the first record >= this ms")
     consume.add_argument("--partition", type=int, help="read only this partition")
     consume.add_argument("--group", help="read as a member of this consumer group")
+    consume.add_argument(
+        "--isolation-level",
+        choices=["read_committed", "read_uncommitted"],
+        help="read_committed: only committed transactions' records (aborted ones skipped); "
+        "read_uncommitted (the default): every record, as kafka-console-consumer",
+    )
     consume.add_argument("--max-messages", type=int, help="stop after this many records")
     consume.add_argument("--timeout-ms", type=int, help="stop when no record arrived for this long")
     consume.add_argument(
@@ -148,6 +155,8 @@ def _open(args: argparse.Namespace, consumer_settings: dict[str, str]) -> Consum
         "auto_offset_reset": "earliest" if args.from_beginning else "latest",
         **consumer_settings,
     }
+    if args.isolation_level is not None:
+        config["isolation_level"] = args.isolation_level
     topics = _topics(args)
     if args.group is not None:
         if args.partition is not None or args.offset is not None or args.timestamp is not None:

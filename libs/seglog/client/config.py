@@ -29,6 +29,8 @@ COMPRESSION_TYPES = {c.name.lower(): c for c in CompressionType}
 ASSIGNMENT_STRATEGIES = ("range", "roundrobin")
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 FETCH_TRANSPORTS = ("auto", "bulk", "grpc")
+# Kafka's isolation levels, as FetchRequest.isolation_level numbers them.
+ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 PRODUCE_TRANSPORTS = ("auto", "grpc")
 
 
@@ -175,6 +177,10 @@ class ConsumerConfig:
     # node) when the cluster has them and falls back to the gateway's gRPC Fetch; "bulk" and
     # "grpc" force one (bulk: a partition without a grant waits and retries).
     fetch_transport: str = "auto"
+    # Kafka's isolation.level: "read_committed" reads only committed transactions' records
+    # (up to the last stable offset, aborted ones skipped); "read_uncommitted" reads every
+    # record. Control records (transaction markers) are never returned in either.
+    isolation_level: str = "read_uncommitted"
     # TLS, kafka-python's names: "SSL" or "PLAINTEXT" ("" : SSL when SEGLOG_TLS_CA /
     # SEGLOG_TLS_CERT / SEGLOG_TLS_KEY are set); the CA and the client's own certificate.
     security_protocol: str = ""
@@ -205,6 +211,11 @@ class ConsumerConfig:
         _at_least(self, "retry_backoff_ms", 0)
         _at_least(self, "retry_backoff_max_ms", 0)
         _at_least(self, "metadata_max_age_ms", 0)
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(
+                f"isolation_level must be one of {list(ISOLATION_LEVELS)}, "
+                f"got {self.isolation_level!r}"
+            )
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise InvalidConfigError(
                 f"auto_offset_reset must be one of {list(AUTO_OFFSET_RESETS)}, "

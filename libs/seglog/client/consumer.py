@@ -320,10 +320,15 @@ class Consumer(OffsetCommits):
         if not missing:
             return
         committed: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        unstable: set[TopicPartition] = set()
         if self._group is not None:
-            committed = self._group.committed(missing)
+            # Partitions whose offsets a transaction has pending get no position yet (a
+            # later poll asks again), as Kafka's read_committed consumer.
+            committed, unstable = self._group.committed_for_positions(list(missing))
         reset: list[TopicPartition] = []
         for tp in missing:
+            if tp in unstable:
+                continue
             entry = committed.get(tp)
             if entry is not None:
                 self._fetcher.seek(tp, entry.offset)

@@ -38,7 +38,7 @@ from ..rpc.status import error_from_code, error_from_rpc
 from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2_grpc
 from .bulk import BulkReader
-from .config import ConsumerConfig
+from .config import ISOLATION_LEVELS, ConsumerConfig
 from .fetched import CompletedFetch, Pending, decode, fetch_request, next_offset_after
 from .outages import OutageLog
 from .structs import TopicPartition
@@ -319,6 +319,7 @@ class Fetcher:
             max_wait_ms=self.config.fetch_max_wait_ms if wait else 0,
             max_bytes=self.config.fetch_max_bytes,
             partition_max_bytes=self.config.max_partition_fetch_bytes,
+            isolation_level=ISOLATION_LEVELS[self.config.isolation_level],
         )
 
     def _bulk_round(
@@ -424,7 +425,8 @@ class Fetcher:
             next_offset = next_offset_after(records, state.fetch_offset)
             if next_offset <= state.fetch_offset:
                 return False
-            self._completed.append(CompletedFetch(tp, state.epoch, records, next_offset))
+            aborted = tuple((a.producer_id, a.first_offset) for a in message.aborted_transactions)
+            self._completed.append(CompletedFetch(tp, state.epoch, records, next_offset, aborted))
             state.fetch_offset = next_offset
             state.buffered_bytes += len(records)
             self._buffered_bytes += len(records)

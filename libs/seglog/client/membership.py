@@ -23,6 +23,7 @@ import grpc
 from ..errors import (
     IllegalGenerationError,
     RebalanceInProgressError,
+    RequestTimedOutError,
     SeglogError,
     UnknownMemberIdError,
 )
@@ -61,6 +62,10 @@ class GroupMembership:
         self._timeout_s = config.request_timeout_ms / 1000
         self._last_poll_s = time.monotonic()
         self._left_for_slow_poll = False
+        # The partitions last answered unstable (a transaction's offsets pending), and until
+        # when that answer stands (committed_for_positions).
+        self._unstable: set[TopicPartition] = set()
+        self._unstable_until = 0.0
         self._heartbeats = threading.Thread(
             target=self._heartbeat_loop, name=f"{config.client_id}-heartbeat", daemon=True
         )
@@ -218,8 +223,45 @@ class GroupMembership:
     def committed(
         self, partitions: Iterable[TopicPartition]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets; a read_committed consumer waits, up to its
+        request timeout, for offsets a transaction has pending (Kafka's consumer retries
+        UNSTABLE_OFFSET_COMMIT the same way)."""
         wanted = list(partitions)
-        request = groups_pb2.FetchOffsetsRequest(group_id=self.group_id)
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            found, unstable = self.fetch_committed(wanted)
+            if not unstable:
+                return found
+            if time.monotonic() >= deadline:
+                raise RequestTimedOutError(
+                    f"group {self.group_id}: a transaction's offsets are still pending for "
+                    f"{sorted(unstable)}"
+                )
+            time.sleep(self.config.retry_backoff_ms / 1000)
+
+    def committed_for_positions(
+        self, wanted: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, OffsetAndMetadata | None], set[TopicPartition]]:
+        """`fetch_committed` for a poll's partitions without a position; while they all were
+        unstable less than retry_backoff_ms ago, they are answered so again without a call
+        (a poll loop woken by other partitions' records would ask at every turn)."""
+        now = time.monotonic()
+        if set(wanted) <= self._unstable and now < self._unstable_until:
+            return {}, set(wanted)
+        found, unstable = self.fetch_committed(wanted)
+        self._unstable = unstable
+        self._unstable_until = now + self.config.retry_backoff_ms / 1000
+        return found, unstable
+
+    def fetch_committed(
+        self, wanted: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, OffsetAndMetadata | None], set[TopicPartition]]:
+        """The group's committed offsets, and (read_committed: require_stable) the
+        partitions whose offsets a transaction has pending, which have none yet."""
+        request = groups_pb2.FetchOffsetsRequest(
+            group_id=self.group_id,
+            require_stable=self.config.isolation_level == "read_committed",
+        )
         by_topic: dict[str, list[int]] = {}
         for tp in wanted:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
@@ -238,12 +280,14 @@ class GroupMembership:
                 raise error
             time.sleep(self.config.retry_backoff_ms / 1000)
         out: dict[TopicPartition, OffsetAndMetadata | None] = dict.fromkeys(wanted)
+        unstable: set[TopicPartition] = set()
         for entry in response.offsets:
-            if entry.offset >= 0:
-                out[TopicPartition(entry.topic, entry.partition)] = OffsetAndMetadata(
-                    entry.offset, entry.metadata, entry.leader_epoch
-                )
-        return out
+            tp = TopicPartition(entry.topic, entry.partition)
+            if entry.unstable:
+                unstable.add(tp)
+            elif entry.offset >= 0:
+                out[tp] = OffsetAndMetadata(entry.offset, entry.metadata, entry.leader_epoch)
+        return out, unstable
 
     # -- heartbeats -------------------------------------------------------------------------
 

@@ -83,4 +83,5 @@ def decode_chunk(
     out: list[Any],
     starts: list[int],
     epochs: list[int],
+    skip: set[int] | frozenset[int] | None = None,
 ) -> tuple[int, int]: ...

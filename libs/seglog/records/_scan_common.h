@@ -74,6 +74,7 @@ static inline int skip_bytes(cursor *c, Py_ssize_t limit, int64_t min_length,
 #define MIN_BATCH_LENGTH (HEADER_BYTES - LOG_OVERHEAD)
 #define COMPRESSION_MASK 0x07
 #define TIMESTAMP_TYPE_MASK 0x08
+#define TRANSACTIONAL_MASK 0x10
 #define CONTROL_MASK 0x20
 
 static inline int64_t be64(const unsigned char *p) {

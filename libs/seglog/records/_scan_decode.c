@@ -247,7 +247,7 @@ done:
 }
 
 /* decode_chunk(chunk, record_class, topic, partition, position, check_crcs, create_time,
- *              log_append_time, out, starts, epochs) -> (stop, reached)
+ *              log_append_time, out, starts, epochs[, skip]) -> (stop, reached)
  *
  * A consumer's decode of a fetched chunk (client/fetched.py) in one call, for the batches
  * it can take whole: uncompressed v2 batches (control batches skipped), CRC-checked when
@@ -257,22 +257,29 @@ done:
  * `stop`: where the batches it took end, the chunk's length or the position of a partial
  * batch at its end when it took them all; else the first batch it did not take (legacy,
  * compressed, anything that fails a check, a LogAppendTime batch with no stamp), which the
- * caller's per-batch loop decodes or names. */
+ * caller's per-batch loop decodes or names. `skip`: None, or a set of the base offsets of
+ * transactional batches not to hand out (an aborted transaction's, for a read_committed
+ * consumer: client/fetched.py), passed over as control batches are; only transactional
+ * batches are looked up in it. */
 SCAN_HIDDEN PyObject *decode_chunk(PyObject *self, PyObject *args) {
     Py_buffer view;
     PyObject *record_class, *topic, *partition, *create_time, *log_append_time, *out, *starts,
-        *epochs;
+        *epochs, *skip = Py_None;
     long long position;
     int check_crcs;
-    if (!PyArg_ParseTuple(args, "y*OOOLpOOO!O!O!", &view, &record_class, &topic, &partition,
+    if (!PyArg_ParseTuple(args, "y*OOOLpOOO!O!O!|O", &view, &record_class, &topic, &partition,
                           &position, &check_crcs, &create_time, &log_append_time, &PyList_Type,
-                          &out, &PyList_Type, &starts, &PyList_Type, &epochs))
+                          &out, &PyList_Type, &starts, &PyList_Type, &epochs, &skip))
         return NULL;
     PyObject *result = NULL;
     key_cache cache = {{NULL}, {NULL}, NULL};
     if (!PyType_Check(record_class) ||
         !PyType_IsSubtype((PyTypeObject *)record_class, &PyTuple_Type)) {
         PyErr_SetString(PyExc_TypeError, "record_class must be a tuple subclass");
+        goto done;
+    }
+    if (skip != Py_None && !PyAnySet_Check(skip)) {
+        PyErr_SetString(PyExc_TypeError, "skip must be a set or None");
         goto done;
     }
     const unsigned char *buf = (const unsigned char *)view.buf;
@@ -295,7 +302,15 @@ SCAN_HIDDEN PyObject *decode_chunk(PyObject *self, PyObject *args) {
             break;
         if (check_crcs && batch_crc(h, size) != (uint32_t)be32(h + 17)) break;
         int64_t last_offset = base_offset + last_delta;
-        if (last_offset >= position && !(attributes & CONTROL_MASK)) {
+        int skipped = 0;
+        if (skip != Py_None && (attributes & TRANSACTIONAL_MASK)) {
+            PyObject *key = PyLong_FromLongLong(base_offset);
+            if (key == NULL) goto done;
+            skipped = PySet_Contains(skip, key);
+            Py_DECREF(key);
+            if (skipped < 0) goto done;
+        }
+        if (last_offset >= position && !(attributes & CONTROL_MASK) && !skipped) {
             int append_time = (attributes & TIMESTAMP_TYPE_MASK) != 0;
             if (append_time && max_ts < 0) break;
             Py_ssize_t before = PyList_GET_SIZE(out);

@@ -22,6 +22,7 @@ ENTRY_PRODUCER = 1
 # A scan's summary flags: some batch has a producer id; the batches' epochs differ.
 HAS_PRODUCER = 1
 EPOCHS_VARY = 2
+HAS_CONTROL = 4  # set by validation (storage/validation.py), not by the C scan
 
 
 class TableEntry(NamedTuple):

@@ -64,5 +64,11 @@ def check_fetch_request(request: object) -> None:
         )
     if min_bytes < 0:
         raise InvalidRequestError(f"fetch min_bytes {min_bytes} is negative")
+    isolation_level = request.isolation_level  # type: ignore[attr-defined]
+    if isolation_level not in (0, 1):
+        raise InvalidRequestError(
+            f"fetch isolation_level {isolation_level} is neither 0 (READ_UNCOMMITTED) nor 1 "
+            f"(READ_COMMITTED)"
+        )
     if max_bytes < 0:
         raise InvalidRequestError(f"fetch max_bytes {max_bytes} is negative")

@@ -23,7 +23,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.message import DecodeError
@@ -74,6 +74,11 @@ class BulkMessage:
     @property
     def error_message(self) -> str:
         return self.header.error_message
+
+    @property
+    def aborted_transactions(self) -> Sequence[common_pb2.AbortedTransaction]:
+        aborted: Sequence[common_pb2.AbortedTransaction] = self.header.aborted_transactions
+        return aborted
 
     @property
     def high_watermark(self) -> int:

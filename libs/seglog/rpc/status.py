@@ -83,6 +83,12 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "INCONSISTENT_CLUSTER_ID": grpc.StatusCode.FAILED_PRECONDITION,
     "UNKNOWN_TOPIC_ID": grpc.StatusCode.NOT_FOUND,
+    "PRODUCER_FENCED": grpc.StatusCode.FAILED_PRECONDITION,
+    "CONCURRENT_TRANSACTIONS": grpc.StatusCode.ABORTED,
+    "INVALID_TXN_STATE": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_PRODUCER_ID_MAPPING": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_TRANSACTION_TIMEOUT": grpc.StatusCode.INVALID_ARGUMENT,
+    "TRANSACTIONAL_ID_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -17,8 +17,12 @@ field is written whenever it is set). `FetchResponse`:
     field 8 diverging_epoch  int32   tag 0x40  varint, optional: written when set
     field 9 diverging_end_offset int64 tag 0x48 varint
     field 10 segment_base_offset int64 tag 0x50 varint
+    field 14 last_stable_offset int64 tag 0x70 varint
+    field 15 aborted_transactions message tag 0x7A varint length, then (one per transaction):
+        field 1 producer_id   int64  tag 0x08  varint
+        field 2 first_offset  int64  tag 0x10  varint
 
-Fields 8-10 (replica fetches only) follow the records: `fetch_response_suffix`.
+Fields 8-10 (replica fetches only) and 14-15 follow the records: `fetch_response_suffix`.
 
 `ProduceRequest`, each `PartitionRecords` a length-delimited submessage:
 
@@ -85,9 +89,14 @@ def fetch_response_prefix(
 
 
 def fetch_response_suffix(
-    diverging_epoch: int | None = None, diverging_end_offset: int = 0, segment_base_offset: int = 0
+    diverging_epoch: int | None = None,
+    diverging_end_offset: int = 0,
+    segment_base_offset: int = 0,
+    last_stable_offset: int = 0,
+    aborted: Iterable[tuple[int, int]] = (),
 ) -> bytes:
-    """The replica-fetch fields after the records."""
+    """The fields after the records: the replica-fetch ones, the last stable offset and
+    the aborted transactions ((producer id, first offset) each)."""
     parts = []
     if diverging_epoch is not None:
         parts += [b"\x40", encode_uvarint(diverging_epoch)]
@@ -95,6 +104,15 @@ def fetch_response_suffix(
         parts += [b"\x48", encode_uvarint(diverging_end_offset)]
     if segment_base_offset:
         parts += [b"\x50", encode_uvarint(segment_base_offset)]
+    if last_stable_offset:
+        parts += [b"\x70", encode_uvarint(last_stable_offset)]
+    for producer_id, first_offset in aborted:
+        inner = b""
+        if producer_id:
+            inner += b"\x08" + encode_uvarint(producer_id)
+        if first_offset:
+            inner += b"\x10" + encode_uvarint(first_offset)
+        parts += [b"\x7a", encode_uvarint(len(inner)), inner]
     return b"".join(parts)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import InvalidRequestError
 
-RESOURCE_TYPES = ("topic", "group", "cluster")
+RESOURCE_TYPES = ("topic", "group", "cluster", "transactional_id")
 PATTERN_TYPES = ("literal", "prefixed")
 OPERATIONS = (
     "Read",

@@ -10,9 +10,13 @@ One pass over a log:
    The pass runs when the dirty bytes are more than `min_cleanable_dirty_ratio` of the log's
    bytes from its start to the first uncleanable segment, or at once when a dirty segment's
    first batch is older than `max_compaction_lag_ms` (rolls are capped by the same lag on
-   compacted topics, so no record waits longer than that in the active segment).
+   compacted topics, so no record waits longer than that in the active segment). It never
+   reaches the first unstable offset (an open transaction, or one whose marker is not yet
+   replicated): whether those records stay is not known yet (Kafka stops at the LSO).
 2. Offset map: key -> offset of its latest record in the dirty range, for data batches only
-   (control batches carry transaction markers, not keys). The map is bounded as Kafka's
+   (control batches carry transaction markers, not keys), and not those of aborted
+   transactions (the segments' `.txnindex`): an aborted write never supersedes a committed
+   one. The map is bounded as Kafka's
    SkimpyOffsetMap is: one buffer of `log.cleaner.dedupe.buffer.size` bytes holding 24-byte
    slots (a key's 16-byte MD5 digest, an 8-byte offset), filled to 90%. A full map ends the
    pass at the last batch it covers, and the next pass goes on from there.
@@ -25,11 +29,12 @@ One pass over a log:
    tombstone stamps its batch with a delete horizon, now + `delete_retention_ms`
    (baseTimestamp, attribute bit 0x40), and the tombstone goes at the first clean after it:
    consumers have `delete_retention_ms` to see it however long the log waited to be
-   cleaned. Control batches stay whole. A batch that keeps every record (and needs no
-   horizon) is copied byte for byte; otherwise it is re-encoded with the same base and last
-   offset, codec and producer fields, and a max timestamp recomputed from the records it
-   keeps. A batch left with no record goes, except the last batch of the pass, which stays as
-   an empty batch so the log keeps its last offset.
+   cleaned. Control batches stay whole; aborted transactions' data batches go, their
+   `.txnindex` entries are copied to the cleaned segment. A batch that keeps every record
+   (and needs no horizon) is copied byte for byte; otherwise it is re-encoded with the same
+   base and last offset, codec and producer fields, and a max timestamp recomputed from the
+   records it keeps. A batch left with no record goes, except the last batch of the pass,
+   which stays as an empty batch so the log keeps its last offset.
 4. Swap, crash-safely (`Log.replace_segments`): the finished `.cleaned` files are fsynced
    and renamed to `.swap`; the old segments are renamed to `.deleted`; the `.swap` files
    take their final names. A crash before that leaves `.cleaned` files (discarded on load);
@@ -58,6 +63,7 @@ from . import log_files
 from .clock import SYSTEM_CLOCK, Clock
 from .log import Log
 from .segment import AppendedBatch, LogSegment
+from .txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +168,9 @@ class Cleaner:
             if segments[i + 1].base_offset > first_dirty  # holds offsets at or past it
         ]
         uncleanable = segments[-1].base_offset
+        unstable = log.producer_state.txns.first_unstable  # Kafka stops at the LSO too
+        if unstable is not None:
+            uncleanable = min(uncleanable, unstable)
         lag_ms = log.config.min_compaction_lag_ms
         if lag_ms > 0:
             for segment in non_active_dirty:
@@ -211,7 +220,11 @@ class Cleaner:
     # -- cleaning ----------------------------------------------------------------------
 
     def clean(self, log: Log, first_dirty: int, first_uncleanable: int) -> int:
-        offset_map = self._build_offset_map(log, first_dirty, first_uncleanable)
+        unstable = log.producer_state.txns.first_unstable
+        if unstable is not None:
+            first_uncleanable = min(first_uncleanable, max(unstable, first_dirty))
+        aborted = _Aborted(log.aborted_transactions(log.log_start_offset, first_uncleanable))
+        offset_map = self._build_offset_map(log, first_dirty, first_uncleanable, aborted)
         end_offset = offset_map.latest_offset + 1
         if end_offset <= first_dirty:
             raise CorruptRecordError(
@@ -222,13 +235,15 @@ class Cleaner:
         now_ms = self.clock.now_ms()
         rewritten = 0
         for group in self._group(log, [s for s in log.segments if s.base_offset < end_offset]):
-            cleaned = self._clean_group(log, group, offset_map, now_ms, end_offset)
+            cleaned = self._clean_group(log, group, offset_map, now_ms, end_offset, aborted)
             log.replace_segments([cleaned] if cleaned is not None else [], group)
             rewritten += len(group)
         log.set_cleaned_up_to(end_offset)
         return rewritten
 
-    def _build_offset_map(self, log: Log, first_dirty: int, first_uncleanable: int) -> OffsetMap:
+    def _build_offset_map(
+        self, log: Log, first_dirty: int, first_uncleanable: int, aborted: _Aborted
+    ) -> OffsetMap:
         offset_map = OffsetMap(self.dedupe_buffer_bytes)
         for segment in log.segments:
             if segment.base_offset >= first_uncleanable:
@@ -240,7 +255,9 @@ class Cleaner:
                     continue
                 if h.base_offset >= first_uncleanable:
                     return offset_map
-                if not h.is_control and not offset_map.put_batch(batch.records(), first_dirty):
+                # Aborted records never supersede a key's committed value (Kafka's cleaner).
+                keyed = not h.is_control and not aborted.holds(h)
+                if keyed and not offset_map.put_batch(batch.records(), first_dirty):
                     return offset_map  # full: the next pass goes on from here
                 offset_map.latest_offset = h.last_offset
         return offset_map
@@ -266,13 +283,16 @@ class Cleaner:
         offset_map: OffsetMap,
         now_ms: int,
         end_offset: int,
+        aborted: _Aborted,
     ) -> LogSegment | None:
         cleaned = log.segment_factory.open(group[0].base_offset, log_files.CLEANED_SUFFIX)
         cleaned.make_active()
         try:
             for segment in group:
                 for batch in _checked_batches(segment, 0):
-                    kept = self._retained(batch, offset_map, now_ms, log, end_offset)
+                    kept = self._retained(
+                        batch, offset_map, now_ms, log, end_offset, aborted.holds(batch.header)
+                    )
                     if kept is not None:
                         h = RecordBatch(kept).header
                         cleaned.append(
@@ -282,6 +302,10 @@ class Cleaner:
             if cleaned.size == 0:
                 cleaned.delete_files()
                 return None
+            # Aborted data and markers are kept (as any record), so their aborted
+            # transactions stay listed for read_committed fetches.
+            for entry in (e for segment in group for e in segment.txn_index.entries):
+                cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
             # The old files' mtime carries over: time retention of segments without
@@ -297,10 +321,18 @@ class Cleaner:
 
     @staticmethod
     def _retained(
-        batch: RecordBatch, offset_map: OffsetMap, now_ms: int, log: Log, end_offset: int
+        batch: RecordBatch,
+        offset_map: OffsetMap,
+        now_ms: int,
+        log: Log,
+        end_offset: int,
+        aborted: bool,
     ) -> bytes | None:
-        """The batch as it stays after cleaning (possibly the same bytes), or None."""
+        """The batch as it stays after cleaning (possibly the same bytes), or None. Aborted
+        data goes (its marker stays), as in Kafka's cleaner."""
         h = batch.header
+        if aborted and h.last_offset < end_offset:
+            return encode_empty_batch(h) if h.next_offset == end_offset else None
         raw = bytes(batch.raw())
         if h.is_control:
             return raw
@@ -326,6 +358,24 @@ class Cleaner:
         if set_horizon:
             horizon = now_ms + log.config.delete_retention_ms
         return _encode_kept(h, kept, horizon)
+
+
+class _Aborted:
+    """The aborted transactions of the range cleaned (from the `.txnindex` files): whether a
+    transactional data batch belongs to one."""
+
+    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for txn in aborted:
+            self._by_producer.setdefault(txn.producer_id, []).append(
+                (txn.first_offset, txn.last_offset)
+            )
+
+    def holds(self, h: BatchHeader) -> bool:
+        if h.is_control or not h.is_transactional:
+            return False
+        spans = self._by_producer.get(h.producer_id, ())
+        return any(first <= h.base_offset <= last for first, last in spans)
 
 
 def _encode_kept(h: BatchHeader, kept: list[Record], horizon_ms: int | None) -> bytes:

@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from ..errors import InvalidRecordError
 from ..records import batch_table
 from ..records.batch import NO_TIMESTAMP
+from ..records.control import ControlMarker, build_marker
 from ..semconv import PARTITION, TOPIC
 from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
@@ -46,13 +48,19 @@ class LogAppendInfo:
 
 
 class LogAppending(LogFlushing):
-    def validate(self, records: bytes | bytearray | memoryview) -> ValidatedRecords:
+    def validate(
+        self, records: bytes | bytearray | memoryview, *, client: bool = False
+    ) -> ValidatedRecords:
         """Check the whole input against this log's config without writing anything, so a
-        caller holding several partitions' inputs can check them all before appending any."""
+        caller holding several partitions' inputs can check them all before appending any.
+        A `client`'s control batches are refused (Kafka's LogValidator: markers come from
+        the leader's `append_marker` alone)."""
         with tracer.start_as_current_span("seglog.log.validate") as span:
             validated = validate_records(
                 records, self.config, self.clock.now_ms(), rebody_for(self.config)
             )
+            if client and validated.flags & batch_table.HAS_CONTROL:
+                raise InvalidRecordError("control batches are written by brokers, not clients")
             # Only where the topic's compression.type differs from a batch's codec: else
             # `validated` itself, with no copy.
             validated = recompress(validated, self.config)
@@ -67,7 +75,8 @@ class LogAppending(LogFlushing):
         leader_epoch: int | None = None,
     ) -> LogAppendInfo:
         """Validate the whole input (unless it comes from `validate`), then append it with
-        offsets from the log end offset."""
+        offsets from the log end offset. A client's control batches are refused before
+        this (the node's append: ValidatedRecords.flags has HAS_CONTROL)."""
         with tracer.start_as_current_span("seglog.log.append") as span:
             span.set_attribute(TOPIC, self.topic)
             span.set_attribute(PARTITION, self._partition_id)
@@ -145,12 +154,18 @@ class LogAppending(LogFlushing):
                 )
             if idempotent:
                 bases = _bases(validated, first_offset)
-                self.producer_state.update(
+                aborted = self.producer_state.update(
                     producer_batches(
-                        (h, base, base + h.last_offset_delta)
-                        for (_, h), base in zip(validated.batches, bases, strict=True)
+                        (
+                            (h, base, base + h.last_offset_delta)
+                            for (_, h), base in zip(validated.batches, bases, strict=True)
+                        ),
+                        validated.view,
+                        (position for position, _ in validated.batches),
                     )
                 )
+                for entry in aborted:  # Kafka's segment.updateTxnIndex
+                    segment.txn_index.append(entry)
             return LogAppendInfo(
                 first_offset,
                 next_offset - 1,
@@ -160,6 +175,20 @@ class LogAppending(LogFlushing):
                 batch_count,
                 total_bytes,
             )
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, marker: ControlMarker, *, leader_epoch: int
+    ) -> LogAppendInfo:
+        """The leader's COMMIT/ABORT for one producer (WriteTxnMarkers): one control batch
+        through the normal append; InvalidProducerEpochError for an epoch older than the
+        producer's."""
+        with self._lock:
+            self._check_open()
+            self.producer_state.check_marker(producer_id, producer_epoch)
+            batch = build_marker(
+                producer_id, producer_epoch, marker, timestamp_ms=self.clock.now_ms()
+            )
+            return self.append(batch, leader_epoch=leader_epoch)
 
     def append_as_follower(
         self, records: bytes | bytearray | memoryview, *, segment_base_offset: int | None = None
@@ -185,9 +214,9 @@ class LogAppending(LogFlushing):
                 self._roll_at(segment_base_offset)
             else:
                 self._maybe_roll(len(view), max_timestamp, last_offset, self.clock.now_ms())
-            headers = None
+            headers = positions = None
             if scanned.flags & (batch_table.EPOCHS_VARY | batch_table.HAS_PRODUCER):
-                headers = [h for _, h in batch_table.headers(view, table)]
+                positions, headers = zip(*batch_table.headers(view, table), strict=True)
             if headers is not None and scanned.flags & batch_table.EPOCHS_VARY:
                 self.leader_epochs.assign_from_batches(
                     (h.partition_leader_epoch, h.base_offset) for h in headers
@@ -210,9 +239,13 @@ class LogAppending(LogFlushing):
                 segment,
             )
             if headers is not None and scanned.flags & batch_table.HAS_PRODUCER:
-                self.producer_state.update(
-                    producer_batches((h, h.base_offset, h.last_offset) for h in headers)
+                aborted = self.producer_state.update(
+                    producer_batches(
+                        ((h, h.base_offset, h.last_offset) for h in headers), view, positions
+                    )
                 )
+                for entry in aborted:  # the leader's entries, computed the same way
+                    segment.txn_index.append(entry)
             return LogAppendInfo(
                 first_offset,
                 last_offset,

@@ -1,7 +1,7 @@
 """The one place that knows file suffixes and the 20-digit names (Kafka's LogFileUtils).
 
-A segment with base offset 50 is `00000000000000000050.log` with `.index` and `.timeindex`
-beside it. Transitional suffixes are appended to a whole name: `.deleted` (waiting for
+A segment with base offset 50 is `00000000000000000050.log` with `.index`, `.timeindex` and
+`.txnindex` beside it. Transitional suffixes are appended to a whole name: `.deleted` (waiting for
 `file_delete_delay_ms`), `.cleaned` (a cleaner's output being written), `.swap` (a finished
 cleaner output about to replace the segments it covers).
 """
@@ -17,10 +17,11 @@ from ..errors import InvalidPartitionsError, InvalidTopicError
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"  # aborted transactions (txn_index.py)
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 # Kafka's rule for topic names: 1-249 of [a-zA-Z0-9._-], never "." or "..".
@@ -86,6 +87,10 @@ def index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
 
 def time_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
     return directory / f"{filename_prefix(base_offset)}{TIME_INDEX_SUFFIX}{suffix}"
+
+
+def txn_index_path(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / f"{filename_prefix(base_offset)}{TXN_INDEX_SUFFIX}{suffix}"
 
 
 def offset_from_name(name: str) -> int:

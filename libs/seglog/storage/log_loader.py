@@ -80,7 +80,7 @@ def remove_leftovers(factory: SegmentFactory) -> None:
     # An index whose segment is gone (deleted, or never fully created) is an orphan.
     logs = {name for name in names if name.endswith(log_files.LOG_SUFFIX)}
     for name in names:
-        if name.endswith((log_files.INDEX_SUFFIX, log_files.TIME_INDEX_SUFFIX)):
+        if name.endswith(log_files.SEGMENT_SUFFIXES[1:]):
             offset = log_files.offset_from_name(name)
             if log_files.log_path(directory, offset).name not in logs:
                 (directory / name).unlink(missing_ok=True)
@@ -164,6 +164,8 @@ def load_log(
                     damage.describe(),
                 )
             continue
+        # A segment holding data always leaves a `.txnindex`: missing or torn, it is rebuilt.
+        segment.txn_index_stale = segment.size > 0 and segment.txn_index.is_torn()
         loaded.segments.append(segment)
     if epochs.needs_rebuild:
         _rebuild_epochs(loaded.segments, epochs)
@@ -255,4 +257,5 @@ def segment_paths(directory: Path, base_offset: int) -> list[Path]:
         log_files.log_path(directory, base_offset),
         log_files.index_path(directory, base_offset),
         log_files.time_index_path(directory, base_offset),
+        log_files.txn_index_path(directory, base_offset),
     ]

@@ -13,6 +13,7 @@ from .log_reads import LogReadResult, LogSlice, ReadPosition, TimestampAndOffset
 from .log_segments import SegmentsSnapshot
 from .log_state import LogState, tracer
 from .segment import LogSegment
+from .txn_index import AbortedTxn
 
 # ListOffsets' special timestamps, as Kafka's.
 LATEST_TIMESTAMP = -1
@@ -111,6 +112,21 @@ class LogReading(LogState):
                 if max_position is not None:
                     break  # the bound's segment ends the read
             return LogSlice(None, offset, upper, start)
+
+    def aborted_transactions(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start, end) (a read_committed fetch's
+        answer, Kafka's collectAbortedTransactions): from the segment holding `start` on,
+        until a segment's `.txnindex` shows no later marker can concern the range."""
+        if end <= start:
+            return []
+        snapshot = self._segments.snapshot()
+        found: list[AbortedTxn] = []
+        for segment in snapshot.segments[snapshot.floor_index(start) :]:
+            search = segment.txn_index.collect(start, end)
+            found.extend(search.aborted)
+            if search.complete:
+                break
+        return found
 
     def bytes_from(
         self, offset: int, hint: ReadPosition | None = None, *, max_offset: int | None = None

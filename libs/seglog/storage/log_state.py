@@ -89,9 +89,12 @@ class LogState:
         return SegmentFactory(self.directory, self.config, self.clock)
 
     def _rebuild_producer_state(self) -> None:
-        self.producer_state.rebuild(
-            self._segments.snapshot(), self._log_start_offset, self._log_end_offset
-        )
+        with self.producer_state.txns.rebuilding():
+            self.producer_state.rebuild(
+                self._segments.snapshot(), self._log_start_offset, self._log_end_offset
+            )
+            # Replayed markers below the HW are replicated: their transactions are stable.
+            self.producer_state.txns.on_high_watermark(self._high_watermark)
 
     def _make_active(self, segment: LogSegment) -> None:
         segment.make_active()
@@ -109,6 +112,13 @@ class LogState:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: min(the first offset of the oldest unstable transaction, the HW)
+        (txn_state.py); read without the lock, as the HW is."""
+        txns = self.producer_state.txns
+        return txns.last_stable_offset(self._high_watermark, self._log_start_offset)
 
     @property
     def recovery_point(self) -> int:
@@ -155,6 +165,7 @@ class LogState:
     def _set_high_watermark(self, offset: int) -> int:
         hw = min(max(offset, self._log_start_offset), self._log_end_offset)
         self._high_watermark = hw
+        self.producer_state.txns.on_high_watermark(hw)
         self._data_dir.set_high_watermark((self.topic, self.partition), hw)
         return hw
 

@@ -22,34 +22,24 @@ The rules are Kafka's (ProducerAppendInfo, ProducerStateEntry), for appends from
   any sequence.
 Batches copied by followers update the state without checks, so a new leader dedupes too.
 
-Snapshots (`<20-digit offset>.snapshot` beside the segments, Kafka's format, big-endian):
+Transactions: a transactional batch opens its producer's transaction at its first offset
+(ProducerStateEntry.currentTxnFirstOffset) until a COMMIT or ABORT marker of the producer is
+appended, which also records the coordinator's epoch; the open ones give the partition's last
+stable offset (txn_state.py). An ABORT marker gives an entry of the segment's `.txnindex`.
 
-    int16  version = 1
-    uint32 crc       CRC-32C of everything after it
-    int32  count
-    count x { int64 producer_id, int16 epoch, int32 last_sequence, int64 last_offset,
-              int32 offset_delta (last offset - first offset of the last batch),
-              int64 timestamp, int32 coordinator_epoch (-1), int64 current_txn_first_offset (-1) }
-
-A snapshot holds the state as of its offset, and only each producer's last batch (Kafka's
-format and rule: a reloaded producer dedupes against that one batch, later batches replayed
-from the log join it). They are written when a segment
-rolls (at the new segment's base) and when the log closes (at its end); loading takes the
-newest valid one at or below the log end and replays the batch headers after it. A snapshot
-that fails its CRC is deleted and the next older one is used.
+Snapshots (producer_snapshot.py, Kafka's format) are written when a segment rolls (at the
+new segment's base) and when the log closes (at its end); loading takes the newest valid one
+at or below where replay must start and replays the batch headers after it (control batches'
+one record too). A snapshot that fails its CRC is deleted and the next older one is used.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-
-import crc32c
 
 from ..errors import (
     CorruptRecordError,
@@ -57,125 +47,45 @@ from ..errors import (
     InvalidRecordError,
     OutOfOrderSequenceError,
 )
-from ..records.batch import CONTROL_MASK, BatchHeader
-from . import log_files
+from ..records.batch import CONTROL_MASK
+from . import log_files, producer_snapshot
 from .log_segments import SegmentsSnapshot
+from .producer_entry import (
+    INT_MAX,
+    NO_EPOCH,
+    NO_PRODUCER_ID,
+    ActiveProducer,
+    BatchMetadata,
+    ProducerBatch,
+    ProducerEntry,
+    last_sequence_of,
+    marker_of,
+    producer_batch,
+    producer_batches,
+)
+from .producer_snapshot import SnapshotEntry
+from .txn_index import AbortedTxn
+from .txn_state import CompletedTxn, OpenTransactions
 
 SNAPSHOT_SUFFIX = ".snapshot"
-NUM_BATCHES_TO_RETAIN = 5
-NO_PRODUCER_ID = -1
-NO_EPOCH = -1
-INT_MAX = 2**31 - 1
-_VERSION = 1
-_HEAD = struct.Struct(">hIi")  # version, crc, count
-_ENTRY = struct.Struct(">qhiqiqiq")  # 46 bytes
-
-
-@dataclass(frozen=True)
-class BatchMetadata:
-    """Where a producer's batches were written: one batch, or a run of them (see above)."""
-
-    first_sequence: int
-    last_sequence: int
-    first_offset: int
-    last_offset: int
-    timestamp_ms: int
-    # The run's last batch starts here (snapshots keep that batch alone, as Kafka's do).
-    last_batch_first_offset: int = -1
-
-    def covering(self, first: int, last: int) -> BatchMetadata | None:
-        """The part of this run holding sequences [first, last], if it holds them all."""
-        if not (self.first_sequence <= first <= last <= self.last_sequence):
-            return None
-        start = self.first_offset + (first - self.first_sequence)
-        return BatchMetadata(first, last, start, start + (last - first), self.timestamp_ms)
-
-    def joined(self, batch: ProducerBatch) -> BatchMetadata | None:
-        """This run with `batch` after it, if the batch continues it in sequence and offset
-        (never across the sequence wrap, which would break `covering`'s arithmetic)."""
-        if batch.first_sequence != self.last_sequence + 1 or (
-            batch.first_offset != self.last_offset + 1
-        ):
-            return None
-        return BatchMetadata(
-            self.first_sequence,
-            batch.last_sequence,
-            self.first_offset,
-            batch.last_offset,
-            max(self.timestamp_ms, batch.max_timestamp_ms),
-            batch.first_offset,
-        )
-
-
-@dataclass
-class ProducerEntry:
-    producer_id: int
-    epoch: int = NO_EPOCH
-    runs: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
-    last_timestamp_ms: int = -1
-
-    @property
-    def last_sequence(self) -> int:
-        return self.runs[-1].last_sequence if self.runs else -1
-
-    def find_duplicate(self, epoch: int, first: int, last: int) -> BatchMetadata | None:
-        if epoch != self.epoch:
-            return None
-        for run in self.runs:
-            found = run.covering(first, last)
-            if found is not None:
-                return found
-        return None
-
-    def add(self, batch: ProducerBatch) -> None:
-        joined = self.runs[-1].joined(batch) if self.runs else None
-        if joined is not None:
-            self.runs[-1] = joined
-            return
-        self.runs.append(
-            BatchMetadata(
-                batch.first_sequence,
-                batch.last_sequence,
-                batch.first_offset,
-                batch.last_offset,
-                batch.max_timestamp_ms,
-                batch.first_offset,
-            )
-        )
-
-
-@dataclass(frozen=True)
-class ProducerBatch:
-    """What the state needs of one appended batch (from its header)."""
-
-    producer_id: int
-    epoch: int
-    first_sequence: int
-    last_sequence: int
-    first_offset: int
-    last_offset: int
-    max_timestamp_ms: int
-
-
-@dataclass(frozen=True)
-class ActiveProducer:
-    """A producer's state as Kafka's DescribeProducers shows it (ProducerStateEntry)."""
-
-    producer_id: int
-    epoch: int
-    last_sequence: int
-    last_timestamp_ms: int
-
-
-def last_sequence_of(base_sequence: int, last_offset_delta: int) -> int:
-    """Sequences wrap past 2^31-1 to 0 (Kafka's DefaultRecordBatch.incrementSequence)."""
-    return (base_sequence + last_offset_delta) % (INT_MAX + 1)
+# A coordinator's batch (Kafka's AppendOrigin.COORDINATOR: a group coordinator's transactional
+# offsets) has no sequence: its epoch is checked, never its sequence, and it is no duplicate.
+NO_SEQUENCE = -1
+__all__ = [
+    "NO_PRODUCER_ID",
+    "ActiveProducer",
+    "ProducerBatch",
+    "ProducerStateManager",
+    "last_sequence_of",
+    "producer_batches",
+]
 
 
 class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.producers: dict[int, ProducerEntry] = {}
+        self.txns = OpenTransactions()
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -184,6 +94,13 @@ class ProducerStateManager:
         may be appended; raises when its sequence or epoch is refused."""
         entry = self.producers.get(batch.producer_id)
         if entry is None or entry.epoch == NO_EPOCH:
+            return None
+        if batch.first_sequence == NO_SEQUENCE:
+            if batch.epoch < entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {batch.producer_id} in {self.directory.name}: epoch "
+                    f"{batch.epoch} is older than the last seen epoch {entry.epoch}"
+                )
             return None
         duplicate = entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
         if duplicate is not None:
@@ -208,6 +125,16 @@ class ProducerStateManager:
             )
         return None
 
+    def check_marker(self, producer_id: int, epoch: int) -> None:
+        """A marker from the coordinator: refused for an epoch older than the producer's
+        (Kafka's ProducerAppendInfo.checkProducerEpoch for markers)."""
+        entry = self.producers.get(producer_id)
+        if entry is not None and epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} in {self.directory.name}: marker epoch {epoch} is "
+                f"older than the last seen epoch {entry.epoch}"
+            )
+
     def check_append(
         self, batches: Sequence[ProducerBatch], batch_count: int
     ) -> BatchMetadata | None:
@@ -229,12 +156,12 @@ class ProducerStateManager:
             entry = self.producers.get(batch.producer_id)
             duplicate = (
                 entry.find_duplicate(batch.epoch, batch.first_sequence, batch.last_sequence)
-                if entry is not None
+                if entry is not None and batch.first_sequence != NO_SEQUENCE
                 else None
             )
             if duplicate is not None:
                 duplicates.append(duplicate)
-            elif seen is None:
+            elif seen is None or batch.first_sequence == NO_SEQUENCE:
                 self.check(batch)
             elif batch.epoch == seen[0] and not _in_sequence(seen[1], batch.first_sequence):
                 raise OutOfOrderSequenceError(
@@ -266,50 +193,96 @@ class ProducerStateManager:
             max(d.timestamp_ms for d in duplicates),
         )
 
-    def update(self, batches: Iterable[ProducerBatch]) -> None:
-        """Record appended batches (leader's after `check`, or a follower's copies)."""
+    def update(self, batches: Iterable[ProducerBatch]) -> list[AbortedTxn]:
+        """Record appended batches (leader's after `check`, or a follower's copies), in
+        order; the transactions their ABORT markers ended, as `.txnindex` entries (each
+        with the LSO at its marker, as the leader computed it)."""
+        aborted: list[AbortedTxn] = []
         for batch in batches:
-            entry = self.producers.get(batch.producer_id)
+            pid = batch.producer_id
+            entry = self.producers.get(pid)
             if entry is None:
-                entry = self.producers[batch.producer_id] = ProducerEntry(batch.producer_id)
+                entry = self.producers[pid] = ProducerEntry(pid)
             if batch.epoch != entry.epoch:
                 entry.epoch = batch.epoch
                 entry.runs.clear()
-            entry.add(batch)
             entry.last_timestamp_ms = max(entry.last_timestamp_ms, batch.max_timestamp_ms)
+            if batch.marker is not None:
+                first = entry.current_txn_first_offset
+                entry.current_txn_first_offset = -1
+                entry.coordinator_epoch = batch.marker.coordinator_epoch
+                if first < 0:  # a marker for no open transaction (a retry): ends nothing
+                    continue
+                txn = CompletedTxn(pid, first, batch.last_offset, not batch.marker.committed)
+                if txn.aborted:
+                    lso = self.txns.last_stable_offset_of(txn)
+                    aborted.append(AbortedTxn(pid, first, txn.last_offset, lso))
+                self.txns.complete(txn)
+                continue
+            if batch.first_sequence != NO_SEQUENCE:
+                entry.add(batch)
+            if batch.transactional and entry.current_txn_first_offset < 0:
+                entry.current_txn_first_offset = batch.first_offset
+                self.txns.begin(pid, batch.first_offset)
+        return aborted
 
     def active_producers(self) -> list[ActiveProducer]:
         """Every producer the state holds (those not yet expired), by producer id."""
         return [
-            ActiveProducer(pid, e.epoch, e.last_sequence, e.last_timestamp_ms)
+            ActiveProducer(
+                pid,
+                e.epoch,
+                e.last_sequence,
+                e.last_timestamp_ms,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
             for pid, e in sorted(self.producers.items())
         ]
 
     def remove_expired(self, now_ms: int, expiration_ms: int) -> None:
-        """Kafka's producer.id.expiration.ms: forget producers silent for that long."""
+        """Kafka's producer.id.expiration.ms: forget producers silent for that long (never
+        one with a transaction open: its first offset holds the LSO)."""
         for producer_id in [
-            p for p, e in self.producers.items() if now_ms - e.last_timestamp_ms >= expiration_ms
+            p
+            for p, e in self.producers.items()
+            if now_ms - e.last_timestamp_ms >= expiration_ms and e.current_txn_first_offset < 0
         ]:
             del self.producers[producer_id]
 
     def clear(self) -> None:
         self.producers = {}
+        self.txns.clear()
 
     def rebuild(self, snapshot: SegmentsSnapshot, log_start: int, log_end: int) -> None:
         """Kafka's rebuildProducerState: the newest valid snapshot at or below the log end,
-        then the batch headers after it (no record is decoded)."""
-        loaded = self.latest_loadable(log_end)
+        then the batch headers after it (no record is decoded but markers' one record).
+        A segment whose `.txnindex` is stale (missing, torn, or its segment recovered) is
+        rebuilt here: replay then starts at a snapshot at or below its base."""
+        stale = [s for s in snapshot.segments if s.txn_index_stale]
+        for segment in stale:
+            segment.txn_index.reset()
+        limit = stale[0].base_offset if stale else log_end
+        loaded = self.latest_loadable(log_end, limit)
         offset = log_start if loaded is None else loaded
-        if offset >= log_end:
-            return
-        replayed = []
-        for segment in snapshot.segments[snapshot.floor_index(offset) :]:
+        for segment in (
+            snapshot.segments[snapshot.floor_index(offset) :] if offset < log_end else ()
+        ):
             found = segment.translate_offset(offset) if segment.base_offset < offset else None
-            for batch in segment.log.batches(0 if found is None else found.position):
-                header = batch.header
-                if header.last_offset >= offset and header.producer_id >= 0:
-                    replayed.append((header, header.base_offset, header.last_offset))
-        self.update(producer_batches(replayed))
+            for position, header in segment.log.batches(0 if found is None else found.position):
+                if header.last_offset < offset or header.producer_id < 0:
+                    continue
+                marker = None
+                if header.attributes & CONTROL_MASK:
+                    marker = marker_of(segment.log.read(position, header.size_in_bytes), header)
+                batch = producer_batch(header, header.base_offset, header.last_offset, marker)
+                if batch is None:
+                    continue
+                for entry in self.update([batch]):
+                    if segment.txn_index_stale:
+                        segment.txn_index.append(entry)
+        for segment in stale:
+            segment.txn_index_stale = False
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -332,19 +305,18 @@ class ProducerStateManager:
         for producer_id, entry in sorted(self.producers.items()):
             last = entry.runs[-1] if entry.runs else None
             entries.append(
-                _ENTRY.pack(
+                SnapshotEntry(
                     producer_id,
                     entry.epoch,
                     last.last_sequence if last else -1,
                     last.last_offset if last else -1,
                     (last.last_offset - last.last_batch_first_offset) if last else 0,
                     entry.last_timestamp_ms,
-                    -1,
-                    -1,
+                    entry.coordinator_epoch,
+                    entry.current_txn_first_offset,
                 )
             )
-        body = struct.pack(">i", len(entries)) + b"".join(entries)
-        data = struct.pack(">hI", _VERSION, crc32c.crc32c(body)) + body
+        data = producer_snapshot.encode(entries)
         path = self.snapshot_path(offset)
         if sync:
             log_files.atomic_write(path, data)
@@ -359,22 +331,21 @@ class ProducerStateManager:
         path = self.snapshot_path(offset)
         data = path.read_bytes()
         try:
-            version, crc, count = _HEAD.unpack_from(data)
-            if version != _VERSION:
-                raise ValueError(f"unknown version {version}")
-            if crc32c.crc32c(data[6:]) != crc:
-                raise ValueError("CRC mismatch")
-            if len(data) != _HEAD.size + count * _ENTRY.size:
-                raise ValueError(f"{count} entries declared, {len(data)} bytes")
+            loaded = producer_snapshot.decode(data)
         except (struct.error, ValueError) as exc:
             path.unlink(missing_ok=True)
             raise CorruptRecordError(f"producer snapshot {path.name}: {exc}") from None
         producers = {}
-        for i in range(count):
-            pid, epoch, last_seq, last_offset, delta, timestamp, _, _ = _ENTRY.unpack_from(
-                data, _HEAD.size + i * _ENTRY.size
+        self.txns.clear()
+        for e in loaded:
+            entry = ProducerEntry(
+                e.producer_id,
+                e.epoch,
+                last_timestamp_ms=e.timestamp_ms,
+                coordinator_epoch=e.coordinator_epoch,
+                current_txn_first_offset=e.current_txn_first_offset,
             )
-            entry = ProducerEntry(pid, epoch, last_timestamp_ms=timestamp)
+            last_seq, last_offset, delta = e.last_sequence, e.last_offset, e.offset_delta
             if last_offset >= 0:
                 entry.runs.append(
                     BatchMetadata(
@@ -382,11 +353,13 @@ class ProducerStateManager:
                         last_seq,
                         last_offset - delta,
                         last_offset,
-                        timestamp,
+                        e.timestamp_ms,
                         last_offset - delta,
                     )
                 )
-            producers[pid] = entry
+            if e.current_txn_first_offset >= 0:
+                self.txns.begin(e.producer_id, e.current_txn_first_offset)
+            producers[e.producer_id] = entry
         self.producers = producers
 
     def delete_snapshots_from(self, offset: int) -> None:
@@ -401,11 +374,15 @@ class ProducerStateManager:
         for snapshot in older[:-1]:
             self.snapshot_path(snapshot).unlink(missing_ok=True)
 
-    def latest_loadable(self, log_end_offset: int) -> int | None:
-        """Load the newest valid snapshot at or below the log end; its offset, or None."""
+    def latest_loadable(self, log_end_offset: int, limit: int | None = None) -> int | None:
+        """Load the newest valid snapshot at or below `limit` (the log end by default);
+        its offset, or None. Snapshots past the log end are deleted."""
+        limit = log_end_offset if limit is None else limit
         for snapshot in reversed(self.snapshot_offsets()):
             if snapshot > log_end_offset:
                 self.snapshot_path(snapshot).unlink(missing_ok=True)
+                continue
+            if snapshot > limit:
                 continue
             try:
                 self.load_snapshot(snapshot)
@@ -414,24 +391,6 @@ class ProducerStateManager:
                 continue
         self.clear()
         return None
-
-
-def producer_batches(batches: Iterable[tuple[BatchHeader, int, int]]) -> list[ProducerBatch]:
-    """(header, first offset, last offset) of appended batches -> the idempotent producers'
-    data batches among them (control batches carry no sequence). One entry per batch."""
-    return [
-        ProducerBatch(
-            h.producer_id,
-            h.producer_epoch,
-            h.base_sequence,
-            last_sequence_of(h.base_sequence, h.last_offset_delta),
-            first,
-            last,
-            h.max_timestamp,
-        )
-        for h, first, last in batches
-        if h.producer_id >= 0 and not h.attributes & CONTROL_MASK
-    ]
 
 
 def _in_sequence(last: int, first: int) -> bool:

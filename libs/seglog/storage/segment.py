@@ -1,4 +1,4 @@
-"""LogSegment: one `.log` file with its `.index` and `.timeindex`, named by base offset.
+"""LogSegment: one `.log` file with its `.index`, `.timeindex` and `.txnindex` (txn_index.py).
 
 The segment owns the index bookkeeping: after every `index_interval_bytes` of appended data it
 adds an offset-index entry (the batch's last offset, the batch's position) and a time-index
@@ -29,6 +29,7 @@ from .offset_index import OffsetIndex
 from .open_files import OpenFileCache
 from .segment_repair import SegmentRecovery
 from .time_index import TimeIndex
+from .txn_index import TransactionIndex
 from .valid_prefix import BatchPosition
 
 tracer = EngineTracer("seglog.storage")
@@ -74,6 +75,10 @@ class LogSegment:
         # rollingBasedTimestamp), so a log rebuilt from old data rolls as the original did.
         self.rolling_based_timestamp: int | None = None
         self.append_ends = AppendEnds()
+        name = log.path.name.replace(log_files.LOG_SUFFIX, log_files.TXN_INDEX_SUFFIX, 1)
+        self.txn_index = TransactionIndex(log.path.with_name(name))
+        # Set by the loader when the `.txnindex` must be rebuilt from the log (Log's load).
+        self.txn_index_stale = False
 
     @classmethod
     def open(
@@ -408,6 +413,7 @@ class LogSegment:
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush(create_if_missing=self.log.size > 0)
 
     def close(self) -> None:
         """Final time entry, trim, close. A segment whose state was never read took no
@@ -421,16 +427,18 @@ class LogSegment:
         holds_data = self.log.size > 0
         self.offset_index.close(create_if_missing=holds_data)
         self.time_index.close(create_if_missing=holds_data)
+        self.txn_index.close(create_if_missing=holds_data)
         self.log.close()
 
     def change_suffix(self, old_suffix: str, new_suffix: str) -> None:
-        """Rename the three files (`.log` -> `.log.deleted`, and so on)."""
-        for f in (self.log, self.offset_index, self.time_index):
+        """Rename the files (`.log` -> `.log.deleted`, and so on)."""
+        for f in (self.log, self.offset_index, self.time_index, self.txn_index):
             name = f.path.name
             base = name[: len(name) - len(old_suffix)] if old_suffix else name
             f.rename_to(f.path.with_name(base + new_suffix))
 
     def delete_files(self) -> None:
+        self.txn_index.delete()
         self.offset_index.delete()
         self.time_index.delete()
         self.log.delete()

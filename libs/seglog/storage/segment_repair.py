@@ -31,6 +31,7 @@ def recover(
     `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known starts that
     epoch at its base offset, as Kafka's LogSegment.recover does."""
     segment.append_ends.forget()
+    segment.txn_index_stale = True  # rebuilt by the log's producer-state replay
     segment.offset_index.reset()
     segment.time_index.reset()
     segment.max_timestamp_so_far = NO_TIMESTAMP
@@ -60,6 +61,7 @@ def truncate(segment: LogSegment, offset: int) -> int:
     segment.offset_index.truncate_to(found.header.base_offset)
     segment.time_index.truncate_to(found.header.base_offset)
     cut = segment.log.truncate_to(position)
+    segment.txn_index.truncate_to(offset)
     _recompute_max_timestamp(segment)
     segment.bytes_since_last_index_entry = segment.log.size - (
         segment.offset_index.entry(segment.offset_index.entries - 1).position

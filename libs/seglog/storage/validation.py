@@ -149,6 +149,8 @@ def validate_records(
     bodies: dict[int, bytes] = {}
     for pos in slow:
         header = read_header(view, pos)
+        if header.attributes & CONTROL_MASK:  # control batches are always slow
+            flags |= batch_table.HAS_CONTROL
         _check_inside(
             view,
             pos,

@@ -1,7 +1,9 @@
 """Producer ids for idempotent producers (Kafka's InitProducerId), as the broker core hands
 them out: a new id at epoch 0 each time, from blocks the registry allocates durably (so no
-two gateways, and no restart, ever hand out the same id). seglog has no transactions: a
-transactional id is refused. Needs IdempotentWrite on the cluster, as Kafka's broker checks.
+two gateways, and no restart, ever hand out the same id). Needs IdempotentWrite on the
+cluster, as Kafka's broker checks. A transactional id's producer id is the transaction
+coordinator's (transactions/coordinator.py, which calls `allocate`); the gRPC API has no
+transactions yet and refuses one.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ class ProducerIds:
         self.authorization.check(caller, [("IdempotentWrite", *CLUSTER)], "InitProducerId")
         if transactional_id:
             raise InvalidRequestError(
-                "transactions are not supported: leave transactional_id empty"
+                "transactions are not supported on the gRPC API: leave transactional_id empty"
             )
+        return ProducerIdAndEpoch(self.allocate(), 0)
+
+    def allocate(self) -> int:
+        """A producer id no one has had."""
         with self._lock:
             if self._ids is None:
                 self._ids = iter(self.registry.allocate_producer_ids())
@@ -43,4 +49,4 @@ class ProducerIds:
             if producer_id is None:
                 self._ids = iter(self.registry.allocate_producer_ids())
                 producer_id = next(self._ids)
-        return ProducerIdAndEpoch(producer_id, 0)
+        return producer_id

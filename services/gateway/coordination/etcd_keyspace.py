@@ -13,6 +13,8 @@ Keys (under the prefix, `/seglog` by default):
                             alive from its heartbeats (node_sessions.py)
     coordinators/<n>        the gateway coordinating the groups of __consumer_offsets
                             partition n, on that gateway's lease (group_coordinators.py)
+    txn_coordinators/<n>    the gateway coordinating the transactional ids of
+                            __transaction_state partition n, likewise
 
 The watch gives every subscriber a snapshot of its keys first (a range read), then each
 change in revision order; when the stream ends (etcd stopped, a member lost) it reconnects

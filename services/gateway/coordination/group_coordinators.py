@@ -11,6 +11,10 @@ any stale copy). A gateway that loses its session forgets the groups it coordina
 (`lost`): their members meet the new coordinator and join it.
 
 `SoleCoordinator` is the file backend's: one gateway coordinates every group.
+
+Transaction coordinators are placed the same way (Kafka places them like group coordinators):
+a second `EtcdCoordination` with the prefix `txn_coordinators/`, whose partitions are
+`__transaction_state`'s (transactions/coordinator.py).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from .gateway_session import GatewaySession
 logger = logging.getLogger(__name__)
 
 PREFIX = "coordinators/"
+TRANSACTION_PREFIX = "txn_coordinators/"
 
 
 class SoleCoordinator:
@@ -39,9 +44,17 @@ class SoleCoordinator:
 
 
 class EtcdCoordination:
-    def __init__(self, keyspace: EtcdKeyspace, session: GatewaySession) -> None:
+    def __init__(
+        self,
+        keyspace: EtcdKeyspace,
+        session: GatewaySession,
+        prefix: str = PREFIX,
+        what: str = "the groups of offsets partition",
+    ) -> None:
         self.keyspace = keyspace
         self.session = session
+        self.prefix = prefix
+        self.what = what
         self._lock = threading.Lock()
         self._owners: dict[int, str] = {}  # offsets partition -> its coordinator's address
         self._mine: set[int] = set()
@@ -49,7 +62,7 @@ class EtcdCoordination:
         self.gained: list[Callable[[int], None]] = []
         self.lost: list[Callable[[int], None]] = []
         session.ended.append(self._lose_all)
-        keyspace.subscribe(PREFIX, self._changed)
+        keyspace.subscribe(prefix, self._changed)
 
     @property
     def address(self) -> str:
@@ -68,11 +81,11 @@ class EtcdCoordination:
             return owner
         lease = self.session.lease
         if lease and self.keyspace.create(
-            f"{PREFIX}{partition}", json.dumps({"address": self.address}), lease
+            f"{self.prefix}{partition}", json.dumps({"address": self.address}), lease
         ):
             self._own(partition, self.address)
             return self.address
-        found = self.keyspace.get(f"{PREFIX}{partition}")
+        found = self.keyspace.get(f"{self.prefix}{partition}")
         if found is None:
             return ""
         owner = json.loads(found.value)["address"]
@@ -89,7 +102,7 @@ class EtcdCoordination:
             if lost:
                 self._mine.discard(partition)
         if gained:
-            logger.info("this gateway coordinates the groups of offsets partition %d", partition)
+            logger.info("this gateway coordinates %s %d", self.what, partition)
             for listener in self.gained:
                 listener(partition)
         if lost:
@@ -104,7 +117,7 @@ class EtcdCoordination:
             self._notify_lost(partition)
 
     def _notify_lost(self, partition: int) -> None:
-        logger.info("this gateway no longer coordinates offsets partition %d", partition)
+        logger.info("this gateway no longer coordinates %s %d", self.what, partition)
         for listener in self.lost:
             listener(partition)
 
@@ -118,7 +131,7 @@ class EtcdCoordination:
         seen = set()
         for key, kv in changes.items():
             try:
-                partition = int(key.removeprefix(PREFIX))
+                partition = int(key.removeprefix(self.prefix))
             except ValueError:
                 continue
             seen.add(partition)

@@ -69,8 +69,15 @@ class GroupCalls:
 
     def committed(self, caller: Caller, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
         """The group's committed offsets, by (topic, partition)."""
+        return self.fetch_offsets(caller, group_id)[0]
+
+    def fetch_offsets(
+        self, caller: Caller, group_id: str
+    ) -> tuple[dict[tuple[str, int], CommittedOffset], set[tuple[str, int]]]:
+        """The group's committed offsets, and its partitions with transactional offsets
+        pending."""
         return self.groups.on_coordinator(
-            caller, "FetchOffsets", group_id, lambda: self.offsets.committed(group_id)
+            caller, "FetchOffsets", group_id, lambda: self.groups.fetch_offsets(group_id)
         )
 
     def look_up(self, caller: Caller, group_id: str) -> GroupLookup:

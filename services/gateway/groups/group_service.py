@@ -214,11 +214,14 @@ class GroupCoordinatorService:
             abort(context, exc)
         caller = self._caller(context)
         response = groups_pb2.FetchOffsetsResponse()
-        committed = self._answered(
-            context, response, lambda: self.calls.committed(caller, request.group_id)
+        answer = self._answered(
+            context, response, lambda: self.calls.fetch_offsets(caller, request.group_id)
         )
-        if committed is None:
+        if answer is None:
             return response
+        committed, unstable = answer
+        if not request.require_stable:
+            unstable = set()
         if request.partitions:
             wanted = [(tp.topic, p) for tp in request.partitions for p in tp.partitions]
         else:
@@ -226,7 +229,9 @@ class GroupCoordinatorService:
         for topic, partition in wanted:
             entry = committed.get((topic, partition))
             out = response.offsets.add(topic=topic, partition=partition, offset=-1, leader_epoch=-1)
-            if entry is not None:
+            if (topic, partition) in unstable:
+                out.unstable = True
+            elif entry is not None:
                 out.offset = entry.offset
                 out.leader_epoch = entry.leader_epoch
                 out.metadata = entry.metadata

@@ -32,7 +32,9 @@ from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .coordinator import GroupCoordinator, check_group_id
 from .group_state import Group, OffsetToCommit
+from .offsets_contents import GroupOffsets
 from .offsets_store import OffsetsStore
+from .txn_offsets import TransactionalOffsets
 
 T = TypeVar("T")
 
@@ -79,6 +81,10 @@ class GroupsCore:
         if isinstance(self.coordination, EtcdCoordination):
             self.coordination.gained.append(offsets.forget_partition)
             self.coordination.lost.append(self._lost)
+        # TxnOffsetCommit's pending offsets (txn_offsets.py).
+        self.transactional = TransactionalOffsets(
+            offsets, coordinator, authorization, self.on_coordinator, self._check_commit_entry
+        )
 
     # -- which gateway coordinates, what it lists, what it commits -----------------------------
 
@@ -117,6 +123,22 @@ class GroupsCore:
         except SeglogError as exc:
             problems = [exc if problem is None else problem for problem in problems]
         return problems
+
+    def complete_transactional_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, committed: bool
+    ) -> None:
+        """The transaction coordinator's call once a COMMIT (`committed`) or ABORT marker of
+        the producer is written to the group's `__consumer_offsets` partition: its pending
+        offsets there become committed, or are dropped (txn_offsets.py). No I/O, raises
+        nothing: a group this gateway does not hold is settled by its coordinator, which
+        reads the marker from the log."""
+        self.transactional.complete(group_id, producer_id, producer_epoch, committed)
+
+    def fetch_offsets(self, group_id: str) -> tuple[GroupOffsets, set[tuple[str, int]]]:
+        """The group's committed offsets, and its partitions with transactional offsets
+        still pending (markers others wrote applied first)."""
+        unstable = self.transactional.settled(group_id)
+        return self.offsets.committed(group_id), unstable
 
     def _check_commit_entry(self, commit: OffsetToCommit) -> SeglogError | None:
         topic = self.registry.topics.get(commit.topic)

@@ -150,36 +150,7 @@ class OffsetsStore:
             ).partitions[0]
             if earliest.error:
                 raise error_from_code(earliest.error, earliest.error_message)
-            offset = earliest.offset
-            while True:
-                request = common_pb2.FetchRequest(
-                    min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
-                )
-                request.partitions.add(
-                    topic=OFFSETS_TOPIC,
-                    partition=partition,
-                    fetch_offset=offset,
-                    partition_max_bytes=_LOAD_FETCH_BYTES,
-                )
-                high_watermark = offset
-                started_at = offset
-                for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
-                    if message.error:
-                        raise error_from_code(message.error, message.error_message)
-                    high_watermark = message.high_watermark
-                    offset = max(offset, apply_batches(contents, partition, message.records))
-                if offset >= high_watermark:
-                    break
-                if offset == started_at:
-                    logger.error(
-                        "%s-%d: cannot read past offset %d (high watermark %d); serving what "
-                        "was read before it",
-                        OFFSETS_TOPIC,
-                        partition,
-                        offset,
-                        high_watermark,
-                    )
-                    break
+            self._read(stub, contents, partition, earliest.offset)
         except grpc.RpcError as exc:
             raise CoordinatorLoadInProgressError(
                 f"reading {OFFSETS_TOPIC}-{partition} back failed: {error_from_rpc(exc)}"
@@ -197,6 +168,64 @@ class OffsetsStore:
             partition,
         )
         return contents
+
+    def _read(self, stub, contents: PartitionContents, partition: int, offset: int) -> None:  # type: ignore[no-untyped-def]
+        """Apply the partition's batches from `offset` to its high watermark."""
+        contents.next_offset = max(contents.next_offset, offset)
+        while True:
+            request = common_pb2.FetchRequest(
+                min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
+            )
+            request.partitions.add(
+                topic=OFFSETS_TOPIC,
+                partition=partition,
+                fetch_offset=offset,
+                partition_max_bytes=_LOAD_FETCH_BYTES,
+            )
+            high_watermark = offset
+            started_at = offset
+            for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
+                if message.error:
+                    raise error_from_code(message.error, message.error_message)
+                high_watermark = message.high_watermark
+                offset = max(offset, apply_batches(contents, partition, message.records))
+            if offset >= high_watermark:
+                break
+            if offset == started_at:
+                logger.error(
+                    "%s-%d: cannot read past offset %d (high watermark %d); serving what "
+                    "was read before it",
+                    OFFSETS_TOPIC,
+                    partition,
+                    offset,
+                    high_watermark,
+                )
+                break
+
+    def catch_up(self, partition: int) -> PartitionContents:
+        """The partition's contents with what others appended since it was read (the COMMIT
+        and ABORT markers a transaction coordinator had the node write) applied, in log
+        order, from where reading stopped; what this store wrote itself is applied again,
+        which leaves the same state (the newest record per key wins, in log order)."""
+        contents = self._loaded(partition)
+        with self._partition_lock(partition):
+            try:
+                self._read(self._leader(partition).stub, contents, partition, contents.next_offset)
+            except grpc.RpcError as exc:
+                raise CoordinatorLoadInProgressError(
+                    f"reading {OFFSETS_TOPIC}-{partition} on failed: {error_from_rpc(exc)}"
+                ) from None
+        return contents
+
+    def loaded(self, partition: int) -> PartitionContents:
+        return self._loaded(partition)
+
+    def cached(self, partition: int) -> PartitionContents | None:
+        """The partition's contents if this store has read it, else None (nothing read)."""
+        return self._cache.get(partition)
+
+    def partition_lock(self, partition: int) -> threading.Lock:
+        return self._partition_lock(partition)
 
     def committed(self, group_id: str) -> GroupOffsets:
         return dict(self._loaded(self.partition_for(group_id)).offsets.get(group_id, {}))
@@ -251,8 +280,8 @@ class OffsetsStore:
         if not entries:
             return
         with self._partition_lock(partition):
-            self._append(partition, builder.build())
-            contents.offsets.setdefault(group_id, {}).update(entries)
+            at = self._append(partition, builder.build())
+            contents.set_committed(group_id, entries, at)
 
     def store_group(self, group_id: str, group: GroupMetadata) -> None:
         """Write a group's GroupMetadata record (Kafka's key type 2): its generation, protocol
@@ -283,11 +312,15 @@ class OffsetsStore:
                     and meta.current_state_timestamp_ms >= 0
                     else None
                 )
+                # Kafka keeps an offset a transaction is about to replace (it would come back
+                # at the commit with nothing before it).
+                pending = contents.pending_partitions(group_id) if contents.pending else set()
                 expired = [
                     tp
                     for tp, c in offsets.items()
                     if now_ms - (c.commit_timestamp_ms if empty_since is None else empty_since)
                     >= retention_ms
+                    and tp not in pending
                 ]
                 if expired:
                     drop_group = len(expired) == len(offsets) and meta is not None
@@ -300,7 +333,9 @@ class OffsetsStore:
         how many offsets went. GROUP_ID_NOT_FOUND when it has neither."""
         partition = self.partition_for(group_id)
         contents = self._loaded(partition)
-        offsets = list(contents.offsets.get(group_id, {}))
+        # Transactions' pending offsets go too (Kafka tombstones them with the group's).
+        pending = contents.pending_partitions(group_id) if contents.pending else set()
+        offsets = sorted(set(contents.offsets.get(group_id, {})) | pending)
         if not offsets and group_id not in contents.groups:
             raise GroupIdNotFoundError(f"group {group_id!r} has no offsets or metadata")
         now_ms = time.time_ns() // 1_000_000
@@ -354,6 +389,7 @@ class OffsetsStore:
             offsets = contents.offsets.get(group_id, {})
             for tp in expired:
                 offsets.pop(tp, None)
+                contents.drop_pending(group_id, tp)
             if not offsets:
                 contents.offsets.pop(group_id, None)
             if drop_group:
@@ -366,7 +402,11 @@ class OffsetsStore:
             " and its metadata" if drop_group else "",
         )
 
-    def _append(self, partition: int, records: bytes) -> None:
+    def append(self, partition: int, records: bytes) -> int:
+        """Append a batch (the caller holds the partition's lock); its base offset."""
+        return self._append(partition, records)
+
+    def _append(self, partition: int, records: bytes) -> int:
         # acks=all, as Kafka's coordinator writes: a commit acknowledged is on every in-sync
         # replica, and reading back (below the high watermark) finds it.
         request = common_pb2.ProduceRequest(
@@ -384,3 +424,8 @@ class OffsetsStore:
             if error.retriable:
                 raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
             raise error
+        contents = self._cache.get(partition)
+        # Reading the tail goes on past this batch only if nothing came before it unread.
+        if contents is not None and result.base_offset == contents.next_offset:
+            contents.next_offset = result.last_offset + 1
+        return int(result.base_offset)

@@ -44,6 +44,7 @@ RESOURCE_TYPES = {
     ACLResourceType.TOPIC: "topic",
     ACLResourceType.GROUP: "group",
     ACLResourceType.CLUSTER: "cluster",
+    ACLResourceType.TRANSACTIONAL_ID: "transactional_id",
 }
 PATTERN_TYPES = {
     ACLResourcePatternType.LITERAL: "literal",

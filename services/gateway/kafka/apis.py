@@ -30,6 +30,10 @@ from . import (
     scram_apis,
     share_fetch_apis,
     share_group_apis,
+    txn_admin_apis,
+    txn_apis,
+    txn_marker_apis,
+    txn_offset_commit_apis,
 )
 from .api_table import ApiTable
 
@@ -56,7 +60,11 @@ def kafka_api_table() -> ApiTable:
     reassignment_apis.register(table)
     group_apis.register(table)
     group_offset_apis.register(table)
+    txn_offset_commit_apis.register(table)
     group_admin_apis.register(table)
     share_group_apis.register(table)
     share_fetch_apis.register(table)
+    txn_apis.register(table)
+    txn_admin_apis.register(table)
+    txn_marker_apis.register(table)
     return table

@@ -36,6 +36,7 @@ from ..routing.producer_states import ProducerStates
 from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
 from ..share.share_core import ShareGroups
+from ..transactions.transactions_core import TransactionsCore
 
 
 class GatewayPeers(Protocol):
@@ -68,6 +69,7 @@ class KafkaCore:
     topics: TopicAdmin
     auto_create: TopicAutoCreation  # Metadata's topic auto-creation (auto_create.py)
     producer_ids: ProducerIds
+    transactions: TransactionsCore  # the transaction coordinator (transactions/)
     acls: AclAdmin
     quotas: ClientQuotaAdmin
     partition_moves: PartitionMoves  # reassignments, elections, log dirs (partition_moves.py)

@@ -110,6 +110,13 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "ELIGIBLE_LEADERS_NOT_AVAILABLE": kafka_errors.EligibleLeadersNotAvailableError,
     "INCONSISTENT_CLUSTER_ID": kafka_errors.InconsistentClusterIdError,
     "UNKNOWN_TOPIC_ID": kafka_errors.UnknownTopicIdError,
+    # The transaction coordinator's (services/gateway/transactions/).
+    "PRODUCER_FENCED": kafka_errors.ProducerFencedError,
+    "CONCURRENT_TRANSACTIONS": kafka_errors.ConcurrentTransactionsError,
+    "INVALID_TXN_STATE": kafka_errors.InvalidTxnStateError,
+    "INVALID_PRODUCER_ID_MAPPING": kafka_errors.InvalidProducerIdMappingError,
+    "INVALID_TRANSACTION_TIMEOUT": kafka_errors.InvalidTransactionTimeoutError,
+    "TRANSACTIONAL_ID_NOT_FOUND": kafka_errors.TransactionalIdNotFoundError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

@@ -5,9 +5,10 @@ the stored bytes, never decoded here.
 One core fetch for the whole request (it splits by leader node and long-polls with
 max_wait_ms/min_bytes on the nodes). The stored batches are relayed unchanged and uncopied
 (the answer is framed as buffers, record sets as views: fetch_encoding.py), the batch
-holding a mid-batch fetch offset included whole (clients skip its earlier records). With no
-transactions, the last stable offset is the high watermark and there are no aborted
-transactions.
+holding a mid-batch fetch offset included whole (clients skip its earlier records). The
+client's isolation_level goes to the nodes: READ_COMMITTED reads stop at the last stable
+offset and answer the aborted transactions in the range read (a list, maybe empty);
+READ_UNCOMMITTED answers them null, as Kafka's broker does. Every answer carries the LSO.
 
 Topic ids (KIP-516): from v13 requests and answers name topics by id. Each id is resolved
 through the registry on every request, and checked again once the records are read, so a
@@ -29,7 +30,7 @@ endpoint (v16+): fetch_leaders.py.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 
@@ -73,17 +74,32 @@ def _query(request: Any, positions: list[FetchPosition]) -> FetchQuery:
         max_bytes=max(1, min(request.max_bytes, FETCH_MAX_BYTES)),
         min_bytes=request.min_bytes,
         max_wait_ms=request.max_wait_ms,
+        isolation_level=request.isolation_level,
     )
 
 
+READ_COMMITTED = 1
+
+
+class AbortedTransaction(NamedTuple):
+    producer_id: int
+    first_offset: int
+
+
+def _committed(request: Any) -> bool:
+    return bool(request.isolation_level == READ_COMMITTED)
+
+
 class _PartitionAnswer:
-    __slots__ = ("error", "high_watermark", "log_start_offset", "records")
+    __slots__ = ("aborted", "error", "high_watermark", "last_stable", "log_start_offset", "records")
 
     def __init__(self) -> None:
         self.error = NONE
         self.high_watermark = NO_OFFSET
+        self.last_stable = NO_OFFSET
         self.log_start_offset = NO_OFFSET
         self.records: list[bytes | memoryview] = []
+        self.aborted: dict[tuple[int, int], None] = {}  # (producer id, first offset), in order
 
 
 def _gather(call: KafkaCall, query: FetchQuery) -> dict[tuple[str, int], _PartitionAnswer]:
@@ -137,7 +153,9 @@ def _read(
             if piece.error is not None:
                 answer.error = data_error_code(DataApi.FETCH, piece.error)
             answer.high_watermark = piece.high_watermark
+            answer.last_stable = piece.last_stable_offset
             answer.log_start_offset = piece.log_start_offset
+            answer.aborted.update(dict.fromkeys(piece.aborted_transactions))
             if piece.records:
                 answer.records.append(piece.records)
                 received_bytes += len(piece.records)
@@ -243,6 +261,7 @@ def _encode(
     answers: dict[PartitionKey, _PartitionAnswer],
     names: dict[str, str],
     session_id: int,
+    read_committed: bool,
 ) -> ScatteredFrame:
     """The answer for `keys` in that order, consecutive partitions of a topic under one
     topic entry (as Kafka's FetchResponse.of groups them), framed as buffers whose record
@@ -252,6 +271,7 @@ def _encode(
     partition_class = topic_class.PartitionData
     by_id = call.version >= FIRST_BY_ID_VERSION
     leaders = FetchLeaderHints(call)
+
     topics: list[Any] = []
     last_topic = None
     for topic, partition in keys:
@@ -260,9 +280,15 @@ def _encode(
             partition_index=partition,
             error_code=answer.error,
             high_watermark=answer.high_watermark,
-            last_stable_offset=answer.high_watermark,
+            last_stable_offset=(
+                answer.last_stable if answer.last_stable >= 0 else answer.high_watermark
+            ),
             log_start_offset=answer.log_start_offset,
-            aborted_transactions=[],
+            aborted_transactions=(  # null on errors too, as Kafka's partitionResponse(error)
+                [AbortedTransaction(p, f) for p, f in answer.aborted]
+                if read_committed and answer.error == NONE
+                else None
+            ),
             preferred_read_replica=-1,
             records=_records(answer),
             current_leader=leaders.current_leader(
@@ -331,7 +357,8 @@ def fetch(call: KafkaCall, request: Any) -> Any:
             new_session = sessions.create(
                 by_id, {key: _cached(answers[key], f) for key, f in requested}, call.principal
             )
-        return _encode(call, [key for key, _ in requested], answers, names, new_session)
+        keys = [key for key, _ in requested]
+        return _encode(call, keys, answers, names, new_session, _committed(request))
     try:
         session = sessions.incremental(
             session_id,
@@ -345,7 +372,8 @@ def fetch(call: KafkaCall, request: Any) -> Any:
         return _session_error(call, exc.code)
     if session is None:  # the request left it empty: closed, answered sessionless
         answers, names = _fetch(call, request, requested, by_id)
-        return _encode(call, [key for key, _ in requested], answers, names, NO_SESSION)
+        keys = [key for key, _ in requested]
+        return _encode(call, keys, answers, names, NO_SESSION, _committed(request))
     answers, names = _fetch(call, request, session.fetches, by_id)
     answered = sessions.answered(
         session.session,
@@ -354,7 +382,7 @@ def fetch(call: KafkaCall, request: Any) -> Any:
             for key, a in answers.items()
         ),
     )
-    return _encode(call, answered, answers, names, session.session.id)
+    return _encode(call, answered, answers, names, session.session.id, _committed(request))
 
 
 def register(table: ApiTable) -> None:

@@ -16,7 +16,8 @@ The layout (FetchResponse.json, versions 4-17; "flexible" is v12+):
                  (flexible) tagged fields
     partition    partition_index int32 | error_code int16 | high_watermark int64 |
                  last_stable_offset int64 | (v5+) log_start_offset int64 |
-                 aborted_transactions nullable array (producer_id int64, first_offset int64) |
+                 aborted_transactions nullable array (producer_id int64, first_offset int64,
+                 (flexible) tagged fields) |
                  (v11+) preferred_read_replica int32 | records nullable bytes |
                  (flexible) tagged fields: 1 = current_leader (leader_id int32,
                  leader_epoch int32, tagged fields)
@@ -26,7 +27,8 @@ The layout (FetchResponse.json, versions 4-17; "flexible" is v12+):
 Arrays and bytes are an int32 count (-1: null) before v12, an unsigned varint of count + 1
 (0: null) from v12; strings an int16 length, or a varint of length + 1. Tagged fields are a
 varint count, then each as varint tag, varint size, data. Fields this adapter never fills
-(diverging_epoch, snapshot_id, aborted transactions) are written empty.
+(diverging_epoch, snapshot_id) are written empty; aborted_transactions is null for a
+READ_UNCOMMITTED fetch, as Kafka's broker answers it.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ def _partition(out: _Writer, version: int, p: Any) -> None:
         out.count(len(aborted))
         for a in aborted:
             out.current += _INT64.pack(a.producer_id) + _INT64.pack(a.first_offset)
+            if out.flexible:  # each entry is a struct with its own tagged fields
+                out.current += b"\x00"
     if version >= 11:
         out.current += _INT32.pack(p.preferred_read_replica)
     out.records(p.records)

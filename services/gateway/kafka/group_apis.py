@@ -1,4 +1,5 @@
-"""Kafka's classic consumer group membership: FindCoordinator 0–3, JoinGroup 0–7, SyncGroup
+"""Kafka's classic consumer group membership: FindCoordinator 0–3 (groups, and
+transactional ids' coordinators, transactions/placement.py), JoinGroup 0–7, SyncGroup
 0–5, Heartbeat 0–4, LeaveGroup 0–4, on the gateway's group coordinator (groups/
 classic_protocol.py).
 
@@ -41,7 +42,7 @@ from ..groups.group_state import ClassicJoinResult
 from ..groups.membership import ClassicJoin, GroupHeartbeat, GroupLeave, GroupSync, SyncAnswer
 from .api_table import ApiTable
 from .brokers import Broker, broker_on_gateway
-from .error_codes import NONE, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, kafka_error_code
+from .error_codes import NONE, kafka_error_code
 from .kafka_call import KafkaCall
 from .later import answer_later
 
@@ -50,14 +51,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE = 0, 1  # FindCoordinator's key_type
-# seglog has no transaction coordinator yet. A transactional producer asking for one gets
-# TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53): librdkafka's FindCoordinator handler
-# (rdkafka_txnmgr.c) raises a fatal error for it and for CLUSTER_AUTHORIZATION_FAILED alone,
-# and retries every other code every 500 ms until init_transactions() times out; the Java
-# TransactionManager fails fatally on it too (and on any code but COORDINATOR_NOT_AVAILABLE
-# and GROUP_AUTHORIZATION_FAILED). 53 is a code both already expect from this API, where 31
-# would say the cluster's ACLs refused the client.
-NO_TRANSACTIONS = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 
 
 def group_error_code(error: BaseException) -> int:
@@ -86,27 +79,38 @@ def client_host(call: KafkaCall) -> str:
 def find_coordinator(call: KafkaCall, request: Any) -> Any:
     response_class = FindCoordinatorResponse[call.version]
     key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
-    if key_type == TRANSACTION_KEY_TYPE:
-        return response_class(
-            throttle_time_ms=0,
-            error_code=NO_TRANSACTIONS,
-            error_message="seglog has no transaction coordinator: transactions are not "
-            "supported yet (use an idempotent producer)",
-            node_id=-1,
-            host="",
-            port=-1,
-        )
     try:
-        if key_type != GROUP_KEY_TYPE:
-            raise InvalidRequestError(f"key type {key_type}: seglog coordinates only groups")
-        broker = _coordinator_broker(call, request.key)  # authorized (Describe on the group)
-        # Kafka's broker makes __consumer_offsets on the first FindCoordinator for a group;
-        # clients (franz-go's regex consumer among them) wait to see it in Metadata.
-        call.core.groups.offsets.ensure_topic()
+        if key_type == TRANSACTION_KEY_TYPE:
+            # Describe on the transactional id, as Kafka checks; its coordinator is placed as
+            # a group's (transactions/placement.py), by its __transaction_state partition.
+            transactions = call.core.transactions
+            call.core.authorization.check(
+                call.caller, [("Describe", "transactional_id", request.key)], "FindCoordinator"
+            )
+            if not request.key:
+                raise InvalidRequestError("FindCoordinator: the transactional id is empty")
+            transactions.log.ensure_topic()
+            address = transactions.placement.coordinator_address(request.key)
+            broker = _broker_at(call, address, f"transactional id {request.key!r}")
+        elif key_type == GROUP_KEY_TYPE:
+            # authorized (Describe on the group)
+            broker = _broker_at(
+                call, _coordinator_address(call, request.key), f"group {request.key!r}"
+            )
+            # Kafka's broker makes __consumer_offsets on the first FindCoordinator for a
+            # group; clients (franz-go's regex consumer among them) wait to see it in Metadata.
+            call.core.groups.offsets.ensure_topic()
+        else:
+            raise InvalidRequestError(f"key type {key_type} is not a group's or a transaction's")
     except SeglogError as exc:
+        code = (
+            kafka_error_code(exc, "transactional_id")
+            if key_type == TRANSACTION_KEY_TYPE
+            else group_error_code(exc)
+        )
         return response_class(
             throttle_time_ms=0,
-            error_code=group_error_code(exc),
+            error_code=code,
             error_message=str(exc),
             node_id=-1,
             host="",
@@ -122,19 +126,18 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def _coordinator_broker(call: KafkaCall, group_id: str) -> Broker:
-    """The Kafka listener of the gateway coordinating the group: this one's (the address the
-    client came through), or the one another gateway publishes with its session."""
+def _broker_at(call: KafkaCall, address: str, what: str) -> Broker:
+    """The Kafka listener of the coordinating gateway at gRPC `address`: this one's ("" or
+    its own: the address the client came through), or the one another gateway publishes
+    with its session."""
     core = call.core
-    address = _coordinator_address(call, group_id)
     if not address or address == _own_grpc_address(core):
         return broker_on_gateway(core, core.peers.kafka_advertised_address, call.listener)
     session = core.peers.gateway_session
     kafka_address = session.live_kafka_addresses().get(address) if session is not None else None
     if kafka_address is None:
         raise CoordinatorNotAvailableError(
-            f"group {group_id!r} is coordinated by the gateway at {address}, which publishes "
-            f"no Kafka listener"
+            f"{what} is coordinated by the gateway at {address}, which publishes no Kafka listener"
         )
     return broker_on_gateway(core, kafka_address, call.listener)
 

@@ -7,7 +7,8 @@ delete), each topic on its own (Read; Describe to fetch), so a topic the princip
 use answers TOPIC_AUTHORIZATION_FAILED for its partitions while the others proceed. A commit
 with generation -1 is a simple commit, outside any group membership, allowed only while the
 group has no members. RetentionTimeMs (v2–v4) is not honoured: offsets.retention.minutes
-applies to every offset, as for Kafka's v5+ commits.
+applies to every offset, as for Kafka's v5+ commits. OffsetFetch v7's require_stable answers
+UNSTABLE_OFFSET_COMMIT for partitions with transactional offsets pending (KIP-447).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from kafka import errors as kafka_errors
 from kafka.protocol.consumer.group import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -33,6 +35,7 @@ from .group_apis import group_error_code, on_coordinator
 from .kafka_call import KafkaCall
 
 NO_OFFSET = -1
+UNSTABLE_OFFSET_COMMIT: int = kafka_errors.UnstableOffsetCommitError.errno
 NO_LEADER_EPOCH = -1
 
 
@@ -109,13 +112,19 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
     every = request.topics is None  # v2+: null asks for every committed partition
     asked = [] if every else [(t.name, p) for t in request.topics for p in t.partition_indexes]
     groups = call.core.groups
+    unstable: set[tuple[str, int]] = set()
     try:
-        answer = on_coordinator(
-            call, "FetchOffsets", group_id, lambda: groups.offsets.committed(group_id)
+        answer, unstable = on_coordinator(
+            call, "FetchOffsets", group_id, lambda: groups.fetch_offsets(group_id)
         )
         group_error = NONE
     except SeglogError as exc:
         answer, group_error = {}, group_error_code(exc)
+    # v7+ require_stable (KIP-447): a partition with transactional offsets pending answers
+    # UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends); without it,
+    # the committed offset is answered as if the transaction were not there.
+    if not (version >= 7 and request.require_stable):
+        unstable = set()
     if every:
         asked = sorted(answer)
     allowed = _topics_allowed(call, "Describe", {topic for topic, _ in asked})
@@ -127,6 +136,8 @@ def offset_fetch(call: KafkaCall, request: Any) -> Any:
         code = group_error if version < 2 else NONE  # v2+: the group's error is top-level
         if topic not in allowed:
             code = TOPIC_AUTHORIZATION_FAILED
+        elif code == NONE and (topic, partition) in unstable:
+            code = UNSTABLE_OFFSET_COMMIT
         by_topic[topic].append(
             partition_class(
                 partition_index=partition,

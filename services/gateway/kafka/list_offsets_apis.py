@@ -3,8 +3,10 @@ EARLIEST (-2), LATEST (-1: the high watermark), MAX_TIMESTAMP (-3, v7+: the offs
 record with the largest timestamp), EARLIEST_LOCAL (-4, v8+: the log start, seglog keeping
 every segment locally) and LATEST_TIERED (-5, v9+: offset -1, as Kafka answers for a log
 without remote storage), and by time. v10's timeout_ms is for reads from remote storage,
-which seglog has none of. A topic the caller may not Describe is refused on its own
-partitions (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker refuses it."""
+which seglog has none of. isolation_level READ_COMMITTED (v2+) answers below the last
+stable offset (LATEST is the LSO), as Kafka's broker does. A topic the caller may not
+Describe is refused on its own partitions (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker
+refuses it."""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ def list_offsets(call: KafkaCall, request: Any) -> Any:
     topic_class = response_class.ListOffsetsTopicResponse
     partition_class = topic_class.ListOffsetsPartitionResponse
     call.attributes["kafka.topics"] = ",".join(dict.fromkeys(t.name for t in request.topics[:16]))
+    isolation = request.isolation_level if call.version >= 2 else 0
     queries = [
-        OffsetQuery(topic.name, p.partition_index, p.timestamp, p.current_leader_epoch)
+        OffsetQuery(topic.name, p.partition_index, p.timestamp, p.current_leader_epoch, isolation)
         for topic in request.topics
         for p in topic.partitions
     ]

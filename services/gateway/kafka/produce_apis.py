@@ -10,22 +10,23 @@ The versions (Kafka's ProduceRequest.json), and why each is served:
 - 3–9 as before; 9 is the first flexible one.
 - 10 (KIP-951): the request is v9's; the answer carries, for a partition answered
   NOT_LEADER_OR_FOLLOWER, its current leader and that leader's endpoint (leader_hints.py).
-- 11 (KIP-890): a client asking it handles TRANSACTION_ABORTABLE. seglog never answers it
-  (no transactions), so 11 means what 10 means here.
+- 11 (KIP-890): a client asking it handles TRANSACTION_ABORTABLE. seglog never answers it,
+  so 11 means what 10 means here.
 - 12 (KIP-890 part 2): a transactional produce at 12 adds its partitions to the transaction
   by itself when the cluster's `transaction.version` is 2. seglog finalizes no
-  transaction.version (broker/features.py) and refuses every transactional produce, so a
-  non-transactional 12 is 11, which is what Kafka's clients send it for.
+  transaction.version (broker/features.py), so clients add partitions with
+  AddPartitionsToTxn first, and 12 is 11 here.
 - 13 (KIP-516): topics named by id. An id no topic has (a deleted topic's, the zero id)
   answers UNKNOWN_TOPIC_ID on its partitions, which the Java producer retries after a
   metadata refresh; the answer names topics by id too.
 
-Transactions are not supported: a produce with a transactional id, or whose batches are
-transactional, is refused whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's broker
-answers a transactional produce it does not authorize (KafkaApis.handleProduceRequest); the
-Java producer and librdkafka both take it as fatal for the transactional producer, where a
-retriable code would have them retry until their delivery timeout. The same code seglog's
-FindCoordinator gives a transaction coordinator lookup (group_apis.py).
+Transactional produce (produce_verification.py): a request with transactional batches needs
+a transactional id the caller may Write, else it is refused whole with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's broker answers
+(KafkaApis.handleProduceRequest). Each partition whose batch is transactional is written only
+when the transaction coordinator has it in that producer's ongoing transaction at that epoch
+(KIP-890's verification, so no transaction is left hanging on a partition it never added);
+otherwise that partition answers as Kafka's broker does.
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from seglog.errors import PermissionDeniedError, SeglogError
-from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER, TRANSACTIONAL_MASK
+from seglog.errors import SeglogError
 
 from ..routing.data_plane import PartitionRecords, ProducedPartition, TopicProduce
 from . import produce_coalescing as coalescing
@@ -45,6 +45,7 @@ from .error_codes import NONE, UNKNOWN_TOPIC_ID, kafka_error_code
 from .error_table import NOT_LEADER_OR_FOLLOWER, DataApi, data_error_code
 from .kafka_call import KafkaCall
 from .leader_hints import LeaderHints
+from .produce_verification import TransactionalIdRefusedError, verify_transactional
 from .topic_ids import from_wire
 
 NO_OFFSET = -1
@@ -53,28 +54,6 @@ FIRST_LEADER_HINT_VERSION = 10  # KIP-951's tagged fields
 FIRST_BY_ID_VERSION = 13  # topics named by id (KIP-516)
 
 Results = dict[tuple[str, int], ProducedPartition]
-
-
-class NoTransactionsError(PermissionDeniedError):
-    """A transactional produce: answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED."""
-
-
-def _transactional(request: Any) -> bool:
-    """Whether the request is transactional: a transactional id, or a partition whose first
-    batch has the transactional bit (Kafka's RequestUtils.hasTransactionalRecords)."""
-    if request.transactional_id is not None:
-        return True
-    for topic in request.topic_data:
-        for data in topic.partition_data:
-            records = data.records
-            # attributes is an int16: the transactional bit is in its low byte.
-            if (
-                records
-                and len(records) >= HEADER.size
-                and records[ATTRIBUTES_OFFSET + 1] & (TRANSACTIONAL_MASK)
-            ):
-                return True
-    return False
 
 
 def _refuse(topics: list[TopicProduce], error: SeglogError) -> Results:
@@ -87,18 +66,37 @@ def _refuse(topics: list[TopicProduce], error: SeglogError) -> Results:
 
 def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Results:
     """Each partition's result of the core's produce of `topics`."""
-    if _transactional(request):
-        return _refuse(topics, NoTransactionsError("transactions are not supported"))
+    try:
+        refused = verify_transactional(call, request, topics)
+    except TransactionalIdRefusedError as exc:
+        return _refuse(topics, exc)
+    results: Results = {tp: ProducedPartition(tp[1], error) for tp, error in refused.items()}
+    if refused:
+        topics = [
+            TopicProduce(
+                t.topic,
+                t.acks,
+                timeout_ms=t.timeout_ms,
+                partitions=[p for p in t.partitions if (t.topic, p.partition) not in refused],
+            )
+            for t in topics
+        ]
+        topics = [t for t in topics if t.partitions]
+        if not topics:
+            return results
     scope = call_scope(call)
     try:
         answers = call.core.data_plane.produce(call.caller, topics, scope)
     finally:
         scope.finish()
-    return {
-        (topic.topic, result.partition): result
-        for topic, results in zip(topics, answers, strict=True)
-        for result in results
-    }
+    results.update(
+        {
+            (topic.topic, result.partition): result
+            for topic, results_of in zip(topics, answers, strict=True)
+            for result in results_of
+        }
+    )
+    return results
 
 
 def name_topics(call: KafkaCall, request: Any) -> None:
@@ -132,7 +130,7 @@ def _topics_of(request: Any, by_id: bool) -> list[TopicProduce]:
 
 
 def _error_code(error: SeglogError) -> int:
-    if isinstance(error, NoTransactionsError):
+    if isinstance(error, TransactionalIdRefusedError):
         return kafka_error_code(error, "transactional_id")
     return data_error_code(DataApi.PRODUCE, error)
 

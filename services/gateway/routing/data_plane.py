@@ -83,6 +83,9 @@ class FetchQuery:
     # Whether the answer's first batch is kept whatever its size (Kafka's minOneMessage);
     # False for a read whose answer already holds data from an earlier one.
     keep_first_batch: bool = True
+    # Kafka's isolation_level: 1 (READ_COMMITTED) reads below the last stable offset and
+    # learns the aborted transactions in the range read.
+    isolation_level: int = 0
 
 
 class FetchedPart(NamedTuple):
@@ -95,6 +98,9 @@ class FetchedPart(NamedTuple):
     high_watermark: int
     log_start_offset: int
     records: bytes | memoryview  # a view of the buffer a node's chunk was received into
+    last_stable_offset: int = NO_OFFSET
+    # READ_COMMITTED: (producer id, first offset) of the transactions aborted in range.
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 class OffsetQuery(NamedTuple):
@@ -102,6 +108,7 @@ class OffsetQuery(NamedTuple):
     partition: int
     timestamp: int  # ms, or ListOffsets' special values -1 to -5
     current_leader_epoch: int = NO_LEADER_EPOCH
+    isolation_level: int = 0  # 1: READ_COMMITTED, offsets below the last stable offset
 
 
 class ListedOffset(NamedTuple):
@@ -224,7 +231,10 @@ class DataPlane:
             for topic in {p.topic for p in query.positions}
         }
         request = common_pb2.FetchRequest(
-            min_bytes=query.min_bytes, max_wait_ms=query.max_wait_ms, max_bytes=query.max_bytes
+            min_bytes=query.min_bytes,
+            max_wait_ms=query.max_wait_ms,
+            max_bytes=query.max_bytes,
+            isolation_level=query.isolation_level,
         )
         for p in query.positions:
             refusal = refusals[p.topic]
@@ -263,6 +273,8 @@ class DataPlane:
                     fetched.high_watermark,
                     fetched.log_start_offset,
                     fetched.records,
+                    fetched.last_stable_offset,
+                    fetched.aborted_transactions,
                 )
         finally:
             close = getattr(messages, "close", None)
@@ -281,6 +293,7 @@ class DataPlane:
                 topic=q.topic,
                 partition=q.partition,
                 timestamp=q.timestamp,
+                isolation_level=q.isolation_level,
                 **leader_epoch_field(q.current_leader_epoch),
             )
             for q in queries

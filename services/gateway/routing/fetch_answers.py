@@ -32,7 +32,9 @@ PIECE_HEADER_BYTES = 32
 
 class FetchPiece(NamedTuple):
     """A partition's answer piece as the node sent it: whole batches (or none), its
-    watermarks, and its error (a wire error code, 0 for none)."""
+    watermarks, its error (a wire error code, 0 for none), its last stable offset (-1:
+    unknown) and, for a read_committed fetch, the transactions aborted in its range
+    ((producer id, first offset) each)."""
 
     topic: str
     partition: int
@@ -41,6 +43,8 @@ class FetchPiece(NamedTuple):
     records: memoryview | bytes
     error: int = 0
     error_message: str = ""
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 FetchAnswer = bytes | FetchPiece
@@ -58,6 +62,9 @@ def wire_of(answer: FetchAnswer) -> bytes:
         answer.records,
         answer.error,
         answer.error_message,
+        suffix=wire.fetch_response_suffix(
+            last_stable_offset=answer.last_stable_offset, aborted=answer.aborted_transactions
+        ),
     )
 
 
@@ -74,6 +81,8 @@ def piece_of(answer: FetchAnswer) -> FetchPiece:
         fetched.records,
         fetched.error,
         fetched.error_message,
+        fetched.last_stable_offset,
+        tuple((a.producer_id, a.first_offset) for a in fetched.aborted_transactions),
     )
 
 

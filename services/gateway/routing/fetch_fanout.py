@@ -102,6 +102,7 @@ def fetch_across_nodes(
             max_wait_ms=request.max_wait_ms,
             # 0: no limit (the node's own).
             max_bytes=max(1, request.max_bytes // len(pumps)) if request.max_bytes else 0,
+            isolation_level=request.isolation_level,
         )
         sub.partitions.extend(request.partitions[i] for i in pump.indexes)
         try:

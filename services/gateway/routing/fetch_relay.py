@@ -178,6 +178,11 @@ class RelayedFetch:
                         chunk.records,
                         chunk.error,
                         chunk.error_message,
+                        chunk.header.last_stable_offset,
+                        tuple(
+                            (a.producer_id, a.first_offset)
+                            for a in chunk.header.aborted_transactions
+                        ),
                     )
             except GeneratorExit:
                 # The reader left mid-answer (its caller went away, or had enough): the

@@ -111,7 +111,14 @@ def _partition(part: storage_pb2.PartitionProducers) -> PartitionProducers:
         return PartitionProducers(error=error_from_code(part.error, part.error_message))
     return PartitionProducers(
         tuple(
-            ProducerState(p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp_ms)
+            ProducerState(
+                p.producer_id,
+                p.producer_epoch,
+                p.last_sequence,
+                p.last_timestamp_ms,
+                p.coordinator_epoch,
+                p.current_txn_start_offset,
+            )
             for p in part.producers
         )
     )

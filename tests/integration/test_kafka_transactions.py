@@ -1,0 +1,561 @@
+"""Kafka's transactions against the gateway's transaction coordinator, with librdkafka's
+transactional producer (confluent-kafka) and the Kafka wire: init/begin/produce/commit and
+abort, zombie fencing by a second producer of the same transactional id, the transaction
+timeout's abort, INVALID_TRANSACTION_TIMEOUT, the produce path's verification, a restarted
+gateway reading `__transaction_state` back and resuming a PrepareCommit, and that log's
+records read by Kafka's own decoder (TransactionLogMessageFormatter).
+
+Until storage nodes serve WriteTxnMarkers, a transaction's markers stay pending (the writer
+retries): these tests check what does not depend on them (a Prepare state logged, answered,
+resumed), and accept the Complete state the markers lead to once nodes write them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import confluent_kafka
+import pytest
+from kafka.protocol.admin.transactions import (
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
+)
+from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
+    ProduceRequest,
+    ProduceResponse,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+
+from devtools import apache_kafka
+from devtools.apache_kafka import run_tool
+from seglog.errors import TransactionalIdNotFoundError
+from seglog.records import RecordBatchBuilder, iter_records
+from seglog.security.acls import ANONYMOUS, AclBinding
+from services.gateway.broker.caller import Caller
+from services.gateway.transactions.log_formats import decode_key, decode_value
+from services.gateway.transactions.state import TxnState
+from services.gateway.transactions.txn_log import TRANSACTION_STATE_TOPIC
+from tests.authorizer_modes import GROUP_GRANTS, Grant, cluster_in_mode
+from tests.kafka_wire import KafkaWire
+from tests.waiting import wait_until
+
+TIMEOUT_S = 20
+TRANSACTIONS_TOOL = "org.apache.kafka.tools.TransactionsCommand"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+TXN_LOG_FORMATTER = "org.apache.kafka.tools.consumer.TransactionLogMessageFormatter"
+ADMIN = Caller("User:ANONYMOUS", "127.0.0.1", None, "kafka")
+COMMITTING = {"PrepareCommit", "CompleteCommit"}
+ABORTING = {"PrepareAbort", "CompleteAbort"}
+
+
+# The authorizer is on, as in production: the tests' principal may use every transactional id
+# but Write "refused" (a deny ACL, which wins).
+GRANTS = (*GROUP_GRANTS, Grant("transactional_id", ("Write", "Describe")))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = cluster_in_mode(
+        tmp_path_factory.mktemp("kafka-transactions"),
+        "authorizer-on",
+        GRANTS,
+        nodes=3,
+        transaction_state_log_num_partitions=3,
+        # Timed-out transactions are looked for every 100 ms (Kafka's default is 10 s).
+        transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
+    )
+    c.gateway.registry.add_acls(
+        [AclBinding(ANONYMOUS, "*", "transactional_id", "literal", "refused", "Write", "deny")]
+    )
+    c.admin.create_topic("txn", 2, 3)
+    yield c
+    c.close()
+
+
+def transactional_producer(cluster, transactional_id, **config):
+    return confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "transactional.id": transactional_id,
+            "linger.ms": 5,
+            **config,
+        }
+    )
+
+
+def described(cluster, transactional_id):
+    return cluster.gateway.transactions.queries.describe(ADMIN, transactional_id)
+
+
+def produce_in_transaction(producer, count=4):
+    producer.begin_transaction()
+    for i in range(count):
+        producer.produce("txn", value=b"v%d" % i, partition=i % 2)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def test_librdkafka_commits_and_aborts_transactions(cluster):
+    committer = transactional_producer(cluster, "commits")
+    committer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(committer)
+    assert described(cluster, "commits").state == "Ongoing"
+    assert described(cluster, "commits").partitions == (("txn", 0), ("txn", 1))
+    committer.commit_transaction(TIMEOUT_S)
+    committed = described(cluster, "commits")
+    assert committed.state in COMMITTING
+    assert committed.producer_epoch == 0
+
+    aborter = transactional_producer(cluster, "aborts")
+    aborter.init_transactions(TIMEOUT_S)
+    produce_in_transaction(aborter)
+    aborter.abort_transaction(TIMEOUT_S)
+    assert described(cluster, "aborts").state in ABORTING
+    # The node appended the transactional batches (the markers settle them).
+    assert cluster.log("txn", 0).log_end_offset >= 4
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(cluster):
+    first = transactional_producer(cluster, "zombie")
+    first.init_transactions(TIMEOUT_S)
+    epoch = described(cluster, "zombie").producer_epoch
+    second = transactional_producer(cluster, "zombie")
+    second.init_transactions(TIMEOUT_S)
+    assert described(cluster, "zombie").producer_epoch == epoch + 1
+
+    first.begin_transaction()  # local only: the first call to the coordinator is refused
+    first.produce("txn", value=b"zombie", partition=0)
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        first.commit_transaction(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.fatal(), error
+    assert error.code() in (
+        confluent_kafka.KafkaError._FENCED,
+        confluent_kafka.KafkaError.PRODUCER_FENCED,
+        confluent_kafka.KafkaError.INVALID_PRODUCER_EPOCH,
+    ), error
+
+    produce_in_transaction(second)
+    second.commit_transaction(TIMEOUT_S)
+    assert described(cluster, "zombie").state in COMMITTING
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster):
+    producer = transactional_producer(cluster, "times-out", **{"transaction.timeout.ms": 1000})
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    assert wait_until(lambda: described(cluster, "times-out").state in ABORTING, 10)
+    assert described(cluster, "times-out").producer_epoch == 1  # fenced: the epoch bumped
+    with pytest.raises(confluent_kafka.KafkaException):
+        producer.commit_transaction(TIMEOUT_S)
+
+
+def test_a_transactional_id_the_producer_may_not_write_is_refused_fatally(cluster):
+    """Write on the transactional id, as Kafka's broker checks InitProducerId: librdkafka
+    takes TRANSACTIONAL_ID_AUTHORIZATION_FAILED as fatal (no retrying to its timeout)."""
+    producer = transactional_producer(cluster, "refused")
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        producer.init_transactions(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert error.fatal()
+    with pytest.raises(TransactionalIdNotFoundError):
+        described(cluster, "refused")  # nothing was given to it
+
+
+def test_a_timeout_above_the_maximum_is_invalid_transaction_timeout(cluster):
+    with KafkaWire(cluster.kafka_address) as wire:
+        for timeout_ms, code in ((900_001, 50), (0, 50), (900_000, 0)):
+            request = InitProducerIdRequest[4](
+                transactional_id="timeouts",
+                transaction_timeout_ms=timeout_ms,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
+            assert wire.request(request, 4, InitProducerIdResponse).error_code == code
+
+
+def test_an_old_epoch_is_fenced_as_each_version_names_it(cluster):
+    """EndTxn from a fenced epoch: PRODUCER_FENCED (90) from v2, INVALID_PRODUCER_EPOCH (47)
+    below (KIP-588), as Kafka's broker answers."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grants = [
+            wire.request(
+                InitProducerIdRequest[4](
+                    transactional_id="versions",
+                    transaction_timeout_ms=60_000,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                ),
+                4,
+                InitProducerIdResponse,
+            )
+            for _ in range(2)
+        ]
+        assert grants[1].producer_epoch == grants[0].producer_epoch + 1
+        for version, code in ((1, 47), (3, 90)):
+            request = EndTxnRequest[version](
+                transactional_id="versions",
+                producer_id=grants[0].producer_id,
+                producer_epoch=grants[0].producer_epoch,
+                committed=True,
+            )
+            assert wire.request(request, version, EndTxnResponse).error_code == code
+
+
+def test_a_transactional_batch_of_a_partition_not_in_the_transaction_is_refused(cluster):
+    """KIP-890's verification: the producer's transaction has txn-0 only; its batch for txn-1
+    is refused INVALID_TXN_STATE and not written, its batch for txn-0 is written."""
+    producer = transactional_producer(cluster, "verified")
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce("txn", value=b"in", partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+    state = described(cluster, "verified")
+    ends = {p: cluster.log("txn", p).log_end_offset for p in (0, 1)}
+
+    def batch():
+        builder = RecordBatchBuilder(
+            producer_id=state.producer_id,
+            producer_epoch=state.producer_epoch,
+            base_sequence=1,
+            is_transactional=True,
+        )
+        builder.append(None, b"raw", 1, None)
+        return builder.build()
+
+    request = ProduceRequest[9](
+        transactional_id="verified",
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="txn",
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(index=p, records=batch())
+                    for p in (0, 1)
+                ],
+            )
+        ],
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 9, ProduceResponse)
+    codes = {p.index: p.error_code for p in answer.responses[0].partition_responses}
+    assert codes == {0: 0, 1: 48}
+    assert cluster.log("txn", 1).log_end_offset == ends[1]
+    assert cluster.log("txn", 0).log_end_offset == ends[0] + 1
+    producer.abort_transaction(TIMEOUT_S)
+
+
+def transaction_state_records(cluster):
+    """(transactional id, value) of every record in __transaction_state, read from the
+    leaders' logs in offset order."""
+    records = []
+    partitions = len(cluster.gateway.registry.topic(TRANSACTION_STATE_TOPIC).partitions)
+    for partition in range(partitions):
+        log = cluster.log(TRANSACTION_STATE_TOPIC, partition)
+        for record in iter_records(bytes(log.read_records(0, 1 << 20).data)):
+            records.append((decode_key(record.key), decode_value(record.value)))
+    return records
+
+
+def test_a_restarted_gateway_reads_the_log_back_and_resumes_a_prepare_commit(cluster):
+    producer = transactional_producer(cluster, "resumed")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    before = described(cluster, "resumed")
+    producer.flush(1)
+    del producer
+
+    gateway = cluster.restart_gateway()
+    transactions = gateway.transactions
+    # Read back at start, without any client asking: its markers are being written again.
+    if before.state == "PrepareCommit":
+        assert wait_until(lambda: "resumed" in transactions.markers.pending_ids(), 10)
+    after = described(cluster, "resumed")
+    assert after.state in COMMITTING
+    assert (after.producer_id, after.producer_epoch) == (before.producer_id, before.producer_epoch)
+    if after.state == "PrepareCommit":
+        assert after.partitions == (("txn", 0), ("txn", 1))
+
+
+def test_the_log_holds_each_state_change_in_kafka_s_format(cluster):
+    producer = transactional_producer(cluster, "logged")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    states = [
+        (TxnState(value.status), sorted(value.partitions))
+        for tid, value in transaction_state_records(cluster)
+        if tid == "logged"
+    ]
+    both = [("txn", 0), ("txn", 1)]
+    assert states[:3] == [
+        (TxnState.EMPTY, []),
+        (TxnState.ONGOING, both),
+        (TxnState.PREPARE_COMMIT, both),
+    ]
+    assert states[3:] in ([], [(TxnState.COMPLETE_COMMIT, [])])
+
+
+@pytest.mark.slow
+def test_kafka_s_own_decoder_reads_the_transaction_log(cluster):
+    """Kafka 4.3.1's TransactionLogMessageFormatter (its generated TransactionLogKey/Value
+    readers) over the records a console consumer fetches from __transaction_state."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    producer = transactional_producer(cluster, "kafka-reads")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    producer.commit_transaction(TIMEOUT_S)
+    partition = cluster.gateway.transactions.log.partition_for("kafka-reads")
+    count = cluster.log(TRANSACTION_STATE_TOPIC, partition).log_end_offset
+    done = run_tool(
+        CONSOLE_CONSUMER,
+        "--bootstrap-server",
+        cluster.kafka_address,
+        "--topic",
+        TRANSACTION_STATE_TOPIC,
+        "--partition",
+        str(partition),
+        "--offset",
+        "earliest",
+        "--max-messages",
+        str(count),
+        "--timeout-ms",
+        "15000",
+        "--formatter",
+        TXN_LOG_FORMATTER,
+    )
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    decoded, position, decoder = [], 0, json.JSONDecoder()
+    while position < len(out.rstrip()):  # one JSON object per record, unseparated
+        record, position = decoder.raw_decode(out, position)
+        decoded.append(record)
+        position += len(out[position:]) - len(out[position:].lstrip())
+    mine = [
+        record["value"]["data"]
+        for record in decoded
+        if record["key"]["data"]["transactionalId"] == "kafka-reads"
+    ]
+    state = described(cluster, "kafka-reads")
+    assert [(r["transactionStatus"], r["transactionPartitions"]) for r in mine[:3]] == [
+        (0, None),
+        (1, [{"topic": "txn", "partitionIds": [0, 1]}]),
+        (2, [{"topic": "txn", "partitionIds": [0, 1]}]),
+    ]
+    assert {(r["producerId"], r["producerEpoch"]) for r in mine} == {
+        (state.producer_id, state.producer_epoch)
+    }
+    assert all(r["transactionTimeoutMs"] == state.timeout_ms for r in mine)
+
+
+@pytest.mark.slow
+def test_kafka_transactions_lists_and_describes(cluster):
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    producer = transactional_producer(cluster, "tool-listed")
+    producer.init_transactions(TIMEOUT_S)
+    produce_in_transaction(producer)
+    state = described(cluster, "tool-listed")
+
+    def tool(*args):
+        done = run_tool(TRANSACTIONS_TOOL, "--bootstrap-server", cluster.kafka_address, *args)
+        assert done.returncode == 0, (done.stdout.decode(), done.stderr.decode()[-3000:])
+        return done.stdout.decode()
+
+    listed = tool("list")
+    header = listed.splitlines()[0].split()
+    assert header == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+    row = next(line.split() for line in listed.splitlines() if "tool-listed" in line)
+    assert row[2:] == [str(state.producer_id), "Ongoing"]
+    description = tool("describe", "--transactional-id", "tool-listed")
+    header, values = description.splitlines()[:2]
+    fields = dict(zip(header.split("\t"), values.split("\t"), strict=False))
+    assert fields["TransactionalId"].strip() == "tool-listed"
+    assert fields["TransactionState"].strip() == "Ongoing"
+    assert fields["ProducerId"].strip() == str(state.producer_id)
+    assert "txn-0" in fields["TopicPartitions"] and "txn-1" in fields["TopicPartitions"]
+    producer.abort_transaction(TIMEOUT_S)
+
+
+def test_add_offsets_puts_the_group_s_offsets_partition_and_the_group_in_the_transaction(cluster):
+    """AddOffsetsToTxn (send_offsets_to_transaction's first call) adds the group's
+    __consumer_offsets partition; the commit's markers then go to it too, and the group is
+    named for the groups core's completion of its pending offsets."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grant = wire.request(
+            InitProducerIdRequest[4](
+                transactional_id="offsets",
+                transaction_timeout_ms=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+            4,
+            InitProducerIdResponse,
+        )
+        add = AddOffsetsToTxnRequest[3](
+            transactional_id="offsets",
+            producer_id=grant.producer_id,
+            producer_epoch=grant.producer_epoch,
+            group_id="consume-transform-produce",
+        )
+        assert wire.request(add, 3, AddOffsetsToTxnResponse).error_code == 0
+        offsets_partition = cluster.gateway.offsets.partition_for("consume-transform-produce")
+        assert described(cluster, "offsets").partitions == (
+            ("__consumer_offsets", offsets_partition),
+        )
+        end = EndTxnRequest[3](
+            transactional_id="offsets",
+            producer_id=grant.producer_id,
+            producer_epoch=grant.producer_epoch,
+            committed=True,
+        )
+        assert wire.request(end, 3, EndTxnResponse).error_code == 0
+    markers = cluster.gateway.transactions.markers
+    if described(cluster, "offsets").state == "PrepareCommit":  # nodes without markers yet
+        found: list = []
+
+        def pending_for_offsets():
+            # Between rounds: the completion being sent is not in the queue for that moment.
+            found[:] = [c for c in markers.pending() if c.transactional_id == "offsets"]
+            return found
+
+        assert wait_until(pending_for_offsets)
+        (completion,) = found
+        assert completion.groups == frozenset({"consume-transform-produce"})
+        assert completion.partitions == frozenset({("__consumer_offsets", offsets_partition)})
+        assert completion.committed
+
+
+def test_wrong_calls_are_answered_as_kafka_s_coordinator_answers_them(cluster):
+    """EndTxn with no transaction: INVALID_TXN_STATE; a partition that does not exist:
+    UNKNOWN_TOPIC_OR_PARTITION and the others OPERATION_NOT_ATTEMPTED, none added; another
+    producer id: INVALID_PRODUCER_ID_MAPPING; an empty group id: INVALID_GROUP_ID; an id
+    never seen: TRANSACTIONAL_ID_NOT_FOUND; a state filter no state has: listed back as
+    unknown."""
+    with KafkaWire(cluster.kafka_address) as wire:
+        grant = wire.request(
+            InitProducerIdRequest[4](
+                transactional_id="wrong-calls",
+                transaction_timeout_ms=60_000,
+                producer_id=-1,
+                producer_epoch=-1,
+            ),
+            4,
+            InitProducerIdResponse,
+        )
+        pid, epoch = grant.producer_id, grant.producer_epoch
+        end = EndTxnRequest[3](
+            transactional_id="wrong-calls", producer_id=pid, producer_epoch=epoch, committed=True
+        )
+        assert wire.request(end, 3, EndTxnResponse).error_code == 48
+
+        def add(producer_id, topics):
+            request = AddPartitionsToTxnRequest[3](
+                v3_and_below_transactional_id="wrong-calls",
+                v3_and_below_producer_id=producer_id,
+                v3_and_below_producer_epoch=epoch,
+                v3_and_below_topics=[
+                    AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=t, partitions=ps)
+                    for t, ps in topics.items()
+                ],
+            )
+            answer = wire.request(request, 3, AddPartitionsToTxnResponse)
+            return {
+                (t.name, p.partition_index): p.partition_error_code
+                for t in answer.results_by_topic_v3_and_below
+                for p in t.results_by_partition
+            }
+
+        assert add(pid, {"txn": [0], "no-such-topic": [0]}) == {
+            ("txn", 0): 55,
+            ("no-such-topic", 0): 3,
+        }
+        assert described(cluster, "wrong-calls").state == "Empty"  # nothing added
+        assert add(pid + 1_000_000, {"txn": [0]}) == {("txn", 0): 49}
+        no_group = AddOffsetsToTxnRequest[3](
+            transactional_id="wrong-calls", producer_id=pid, producer_epoch=epoch, group_id=""
+        )
+        assert wire.request(no_group, 3, AddOffsetsToTxnResponse).error_code == 24
+        unknown = wire.request(
+            DescribeTransactionsRequest[0](transactional_ids=["never-seen"]),
+            0,
+            DescribeTransactionsResponse,
+        )
+        assert unknown.transaction_states[0].error_code == 105
+        listed = wire.request(
+            ListTransactionsRequest[1](
+                state_filters=["Empty", "Sleeping"], producer_id_filters=[pid], duration_filter=-1
+            ),
+            1,
+            ListTransactionsResponse,
+        )
+        assert listed.unknown_state_filters == ["Sleeping"]
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [
+            ("wrong-calls", "Empty")
+        ]
+
+
+def test_write_txn_markers_from_a_client_needs_cluster_action(cluster):
+    """What `kafka-transactions abort` sends a partition's leader: refused on every partition
+    with CLUSTER_AUTHORIZATION_FAILED for a principal without ClusterAction (this module's),
+    as Kafka's broker answers; nothing is written."""
+    end = cluster.log("txn", 0).log_end_offset
+    request = WriteTxnMarkersRequest[1](
+        markers=[
+            WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=5,
+                producer_epoch=0,
+                transaction_result=False,
+                topics=[
+                    WriteTxnMarkersRequest.WritableTxnMarker.WritableTxnMarkerTopic(
+                        name="txn", partition_indexes=[0, 1]
+                    )
+                ],
+                coordinator_epoch=0,
+            )
+        ]
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        answer = wire.request(request, 1, WriteTxnMarkersResponse)
+    (marker,) = answer.markers
+    assert marker.producer_id == 5
+    assert [(p.partition_index, p.error_code) for p in marker.topics[0].partitions] == [
+        (0, 31),
+        (1, 31),
+    ]
+    assert cluster.log("txn", 0).log_end_offset == end
+
+
+def test_a_producer_recovering_with_its_epoch_bumps_it_and_a_lost_answer_is_retried(cluster):
+    """KIP-360's InitProducerId with the producer's current id and epoch: bumped; the same
+    call again (its answer lost) gets the same answer; an epoch older than that is fenced."""
+
+    def init(producer_id, epoch):
+        request = InitProducerIdRequest[4](
+            transactional_id="recovers",
+            transaction_timeout_ms=60_000,
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+        with KafkaWire(cluster.kafka_address) as wire:
+            answer = wire.request(request, 4, InitProducerIdResponse)
+        return answer.error_code, answer.producer_id, answer.producer_epoch
+
+    _, pid, epoch = init(-1, -1)
+    assert init(pid, epoch) == (0, pid, epoch + 1)
+    assert init(pid, epoch) == (0, pid, epoch + 1)  # a retry: not bumped again
+    assert init(pid, epoch + 1) == (0, pid, epoch + 2)
+    assert init(pid, epoch)[0] == 90  # PRODUCER_FENCED
+    assert init(pid + 1_000_000, epoch + 2)[0] == 90
