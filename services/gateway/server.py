@@ -79,7 +79,7 @@ from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
-from .share.share_core import share_groups
+from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
 
@@ -271,6 +271,7 @@ class Gateway:
             self.data_plane,
             self.topic_admin.create_internal_topic,
             config.share_settings,
+            consumer_group_exists=lambda group_id: self.coordinator.snapshot(group_id) is not None,
         )
         self.transactions: TransactionsCore = TransactionsCore(
             self.registry,

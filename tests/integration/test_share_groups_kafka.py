@@ -15,6 +15,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from kafka.errors import GroupIdNotFoundError
 
 from devtools.apache_kafka import (
     CONSOLE_CONSUMER,
@@ -40,6 +41,7 @@ from services.gateway.kafka.topic_ids import to_wire
 from services.gateway.share import share_metrics
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(not installed(), reason="make kafka installs Kafka's jars")
 
@@ -48,6 +50,7 @@ SHARE_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 STATE_FORMATTER = "org.apache.kafka.tools.consumer.group.share.ShareGroupStateMessageFormatter"
 DELIVERY_LIMIT = 3
 PROBE_TIMEOUT_S = 120.0
+GROUP_ID_NOT_FOUND = GroupIdNotFoundError.errno
 
 
 @pytest.fixture(scope="module")
@@ -360,3 +363,24 @@ def test_share_consumers_running_across_a_gateway_restart_repeat_no_confirmed_ac
         elif kind == "C":
             confirmed.add(int(fields[1]))
     assert delivered == set(range(300))  # nothing lost
+
+
+def test_a_share_group_cannot_take_a_consumer_groups_id(cluster):
+    cluster.admin.create_topic("queue-classic", 1, 1)
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_address, "group.id": "g-classic"}
+    )
+    try:
+        consumer.subscribe(["queue-classic"])
+        assert wait_until(lambda: consumer.poll(0.1) is None and consumer.assignment(), 30)
+        with KafkaWire(cluster.kafka_address) as wire:
+            taken = wire.request(
+                heartbeat("g-classic", ["queue-classic"]), 1, ShareGroupHeartbeatResponse
+            )
+            free = wire.request(
+                heartbeat("g-share-only", ["queue-classic"]), 1, ShareGroupHeartbeatResponse
+            )
+        assert taken.error_code == GROUP_ID_NOT_FOUND, taken.error_message
+        assert free.error_code == 0
+    finally:
+        consumer.close()

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from seglog.errors import (
+    GroupIdNotFoundError,
     InvalidRequestError,
     PermissionDeniedError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from ..routing.call_scope import CallScope
-from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery, error_of
+from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery
 from .batch_walk import batch_headers
 from .partition_states import PartitionId, PartitionStates
 from .settings import ShareSettings
@@ -40,7 +40,6 @@ from .share_membership import (
 )
 from .share_partition import AcquiredRange, FetchedBatch, SharePartition
 from .share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSessions
-from .state_store import StateStore
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +106,11 @@ class ShareGroups:
         data_plane: DataPlane,
         states: PartitionStates,
         settings: ShareSettings,
+        consumer_group_exists: Callable[[str], bool] = lambda group_id: False,
     ) -> None:
+        """`consumer_group_exists(group_id)`: whether a consumer (classic) group has the id,
+        which a share group then cannot take (Kafka: "Group X is not a share group")."""
+        self.consumer_group_exists = consumer_group_exists
         self.registry = registry
         self.authorization = authorization
         self.data_plane = data_plane
@@ -142,6 +145,10 @@ class ShareGroups:
                     f"{caller.principal} may not Describe topic {topic!r} (ShareGroupHeartbeat)",
                     details={"resource": "topic"},
                 )
+        if self.membership.group(beat.group_id) is None and self.consumer_group_exists(
+            beat.group_id
+        ):
+            raise GroupIdNotFoundError(f"Group {beat.group_id} is not a share group.")
         return self.membership.heartbeat(beat)
 
     def describe(self, caller: Caller, group_ids: Sequence[str]) -> list[DescribedShareGroup]:
@@ -379,42 +386,6 @@ class ShareGroups:
             )
         ]
         return PartitionAnswer(*key, None, None, b"".join(parts), tuple(acquired))
-
-
-def share_groups(
-    registry: Registry,
-    authorization: Authorization,
-    data_plane: DataPlane,
-    create_topic: Callable[[str, int, dict[str, str]], None],
-    settings: ShareSettings,
-) -> ShareGroups:
-    """The share core over the data plane's routing (its state written and read through the
-    same produce and fetch, its start offsets from the leaders' ListOffsets)."""
-    store = StateStore(
-        registry,
-        data_plane.producing,
-        data_plane.fetching,
-        data_plane.queries,
-        create_topic,
-        settings.share_coordinator_state_topic_num_partitions,
-    )
-
-    def offset_of(topic: str, partition: int, timestamp: int) -> int:
-        (result,) = data_plane.queries.per_leader_list_offsets(
-            [common_pb2.ListOffsetsPartition(topic=topic, partition=partition, timestamp=timestamp)]
-        )
-        error = error_of(result.error, result.error_message)
-        if error is not None:
-            raise error
-        return int(result.offset)
-
-    return ShareGroups(
-        registry,
-        authorization,
-        data_plane,
-        PartitionStates(registry, store, settings, offset_of),
-        settings,
-    )
 
 
 def _read_bytes(partition: SharePartition, max_records: int, max_bytes: int) -> int:
