@@ -13,6 +13,7 @@ resumed), and accept the Complete state the markers lead to once nodes write the
 from __future__ import annotations
 
 import json
+import time
 
 import confluent_kafka
 import pytest
@@ -269,25 +270,47 @@ def transaction_state_records(cluster):
     return records
 
 
-def test_a_restarted_gateway_reads_the_log_back_and_resumes_a_prepare_commit(cluster):
+def test_a_restarted_gateway_reads_the_log_back_and_resumes_a_prepare_commit(cluster, monkeypatch):
+    """The coordinator's marker writer is held (its attempts write nothing), so the gateway
+    stops with the transaction in PrepareCommit; the new gateway reads it back, writes the
+    markers without any client asking, and a read_committed consumer sees every record."""
+    held: list[str] = []
+    markers = cluster.gateway.transactions.markers
+    monkeypatch.setattr(markers, "_attempt", lambda p: held.append(p.completion.transactional_id))
     producer = transactional_producer(cluster, "resumed")
     producer.init_transactions(TIMEOUT_S)
+    start = {p: cluster.log("txn", p).log_end_offset for p in (0, 1)}
     produce_in_transaction(producer)
     producer.commit_transaction(TIMEOUT_S)
+    assert wait_until(lambda: "resumed" in held, 10)
     before = described(cluster, "resumed")
+    assert before.state == "PrepareCommit"
     producer.flush(1)
     del producer
 
-    gateway = cluster.restart_gateway()
-    transactions = gateway.transactions
-    # Read back at start, without any client asking: its markers are being written again.
-    if before.state == "PrepareCommit":
-        assert wait_until(lambda: "resumed" in transactions.markers.pending_ids(), 10)
+    cluster.restart_gateway()
+    assert wait_until(lambda: described(cluster, "resumed").state == "CompleteCommit", 30)
     after = described(cluster, "resumed")
-    assert after.state in COMMITTING
     assert (after.producer_id, after.producer_epoch) == (before.producer_id, before.producer_epoch)
-    if after.state == "PrepareCommit":
-        assert after.partitions == (("txn", 0), ("txn", 1))
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "resumed-reader",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("txn", p, start[p]) for p in (0, 1)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+        assert sorted(got) == [b"v0", b"v1", b"v2", b"v3"]
+    finally:
+        consumer.close()
 
 
 def test_the_log_holds_each_state_change_in_kafka_s_format(cluster):
@@ -559,3 +582,80 @@ def test_a_producer_recovering_with_its_epoch_bumps_it_and_a_lost_answer_is_retr
     assert init(pid, epoch + 1) == (0, pid, epoch + 2)
     assert init(pid, epoch)[0] == 90  # PRODUCER_FENCED
     assert init(pid + 1_000_000, epoch + 2)[0] == 90
+
+
+def test_consume_transform_produce_commits_output_and_offsets_together(cluster):
+    """Kafka's exactly-once loop with librdkafka: read from an input topic in a group, write
+    the transformed records and the group's offsets in one transaction (the second one
+    aborted). A read_committed reader of the output sees the committed round only, and the
+    group's committed offsets are those the committed transaction sent, not the aborted one's."""
+    cluster.admin.create_topic("eos-in", 1, 3)
+    cluster.admin.create_topic("eos-out", 1, 3)
+    plain = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+    for i in range(6):
+        plain.produce("eos-in", value=b"in%d" % i, partition=0)
+    assert plain.flush(TIMEOUT_S) == 0
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "eos",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    producer = transactional_producer(cluster, "eos-loop")
+    producer.init_transactions(TIMEOUT_S)
+    try:
+        consumer.assign([confluent_kafka.TopicPartition("eos-in", 0, 0)])
+        for round_number, commit in ((0, True), (1, False)):
+            got: list[confluent_kafka.Message] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 3 and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    got.append(message)
+            assert len(got) == 3, round_number
+            producer.begin_transaction()
+            for message in got:
+                producer.produce("eos-out", value=message.value().upper(), partition=0)
+            producer.send_offsets_to_transaction(
+                consumer.position(consumer.assignment()),
+                consumer.consumer_group_metadata(),
+                TIMEOUT_S,
+            )
+            if commit:
+                producer.commit_transaction(TIMEOUT_S)
+            else:
+                producer.abort_transaction(TIMEOUT_S)
+        assert wait_until(lambda: described(cluster, "eos-loop").state == "CompleteAbort", 30)
+        (committed,) = consumer.committed(
+            [confluent_kafka.TopicPartition("eos-in", 0)], timeout=TIMEOUT_S
+        )
+        assert committed.offset == 3  # the committed round's position, not the aborted one's
+    finally:
+        consumer.close()
+    reader = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "eos-reader",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        reader.assign([confluent_kafka.TopicPartition("eos-out", 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    break
+                continue
+            values.append(message.value())
+        assert values == [b"IN0", b"IN1", b"IN2"]
+    finally:
+        reader.close()
