@@ -61,6 +61,9 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "DescribeProducers": "from the leader's producer state",
     "ListConfigResources": "no client metrics subscriptions",
     "FindCoordinator": "groups; a transaction coordinator is refused (no transactions)",
+    "ShareGroupHeartbeat": "share groups (KIP-932): the simple assignor",
+    "ShareFetch": "records acquired under locks; state in __share_group_state",
+    "DescribeShareGroupOffsets": "each partition's share-partition start offset; no lag",
 }
 
 

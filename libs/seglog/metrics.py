@@ -23,6 +23,8 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.transactions                       gauge per transaction state (the coordinator)
   seglog.transactions.markers.pending       gauge: transactions whose markers are pending
   seglog.authorization.denied               counter per operation and resource type
+  seglog.share.records.in_flight / .available  gauges per share group and partition
+  seglog.share.records.redelivered / .archived counters (share groups, the gateway)
 
 Topic, partition and group attributes use OpenTelemetry's messaging names, as the spans do
 (semconv.py: `messaging.destination.name`, `messaging.destination.partition.id`,

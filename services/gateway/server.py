@@ -78,6 +78,8 @@ from .routing.producer_states import ProducerStates
 from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
+from .share import share_metrics
+from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
 
@@ -264,6 +266,14 @@ class Gateway:
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
         self.membership = GroupMembership(self.groups)
+        self.share = share_groups(
+            self.registry,
+            self.authorization,
+            self.data_plane,
+            self.topic_admin.create_internal_topic,
+            config.share_settings,
+            consumer_group_exists=lambda group_id: self.coordinator.snapshot(group_id) is not None,
+        )
         self.transactions: TransactionsCore = TransactionsCore(
             self.registry,
             self.connections,
@@ -288,6 +298,7 @@ class Gateway:
             self.transactions,
         )
         self.service.metrics = self.metrics
+        share_metrics.register(self.metrics, self.share)
         self.authorization.on_denied = self.metrics.denied
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None
@@ -348,6 +359,7 @@ class Gateway:
             membership=self.membership,
             group_calls=self.group_calls,
             coordinator=self.coordinator,
+            share=self.share,
             user_scram=UserScram(self.registry, self.authorization),
             producer_states=ProducerStates(self.registry, self.connections, self.authorization),
             peers=self,

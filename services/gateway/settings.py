@@ -65,6 +65,15 @@ from .setting_parsers import (
     parse_per_ip_overrides,
     parse_tokens,
 )
+from .share.settings import (
+    DEFAULT_DELIVERY_COUNT_LIMIT,
+    DEFAULT_RECORD_LOCK_DURATION_MS,
+    DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
+    EARLIEST,
+    LATEST,
+    ShareSettings,
+)
+from .share.settings import DEFAULT_SESSION_TIMEOUT_MS as DEFAULT_SHARE_SESSION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
@@ -250,6 +259,31 @@ class GatewayConfig:
         "the most members one consumer group may have (Kafka's default is 2^31 - 1); a new "
         "member past it gets GROUP_MAX_SIZE_REACHED",
     )
+    group_share_record_lock_duration_ms: int = setting(
+        DEFAULT_RECORD_LOCK_DURATION_MS,
+        "how long a share group member holds the records a ShareFetch acquired for it before "
+        "they can go to another member",
+    )
+    group_share_delivery_count_limit: int = setting(
+        DEFAULT_DELIVERY_COUNT_LIMIT,
+        "deliveries of a record to a share group before it is archived (2..10)",
+    )
+    group_share_session_timeout_ms: int = setting(
+        DEFAULT_SHARE_SESSION_TIMEOUT_MS,
+        "how long a share group member may go without a heartbeat before it is dropped and "
+        "its records released",
+        flags=(),
+    )
+    share_auto_offset_reset: str = setting(
+        LATEST,
+        "where a share group starts reading a partition it has no state for (Kafka's group "
+        "config share.auto.offset.reset, here one value for every share group)",
+        choices=(LATEST, EARLIEST),
+    )
+    share_coordinator_state_topic_num_partitions: int = setting(
+        DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
+        "partitions of __share_group_state, fixed when it is first created",
+    )
     max_partitions_per_topic: int = setting(
         DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"
     )
@@ -407,6 +441,18 @@ class GatewayConfig:
     allow_everyone_if_no_acl_found: bool = setting(
         False, "a resource no ACL names is open to all (true/false)"
     )
+
+    @property
+    def share_settings(self) -> ShareSettings:
+        return ShareSettings(
+            group_share_record_lock_duration_ms=self.group_share_record_lock_duration_ms,
+            group_share_delivery_count_limit=self.group_share_delivery_count_limit,
+            group_share_session_timeout_ms=self.group_share_session_timeout_ms,
+            share_auto_offset_reset=self.share_auto_offset_reset,
+            share_coordinator_state_topic_num_partitions=(
+                self.share_coordinator_state_topic_num_partitions
+            ),
+        )
 
     @property
     def kafka_listener_limits(self) -> ListenerLimits:

@@ -77,6 +77,7 @@ def test_kafka_features_describe_prints_what_this_release_supports(cluster):
     # No transactions and no KIP-848 groups yet: a Java client takes neither path.
     assert rows["transaction.version"]["SupportedMaxVersion"] == "0"
     assert rows["group.version"]["FinalizedVersionLevel"] == "0"
+    assert rows["share.version"]["FinalizedVersionLevel"] == "1"
     assert int(metadata["Epoch"]) >= 1  # the registry's metadata offset
     # A Java client finds no telemetry API and says nothing about it.
     assert "elemetry" not in errors
@@ -90,7 +91,11 @@ def test_api_versions_v3_leaves_out_features_whose_minimum_is_0(cluster):
         ("metadata.version", 7, 30)
     ]
     finalized = {f.name: f.max_version_level for f in answer.finalized_features}
-    assert finalized == {"eligible.leader.replicas.version": 1, "metadata.version": 30}
+    assert finalized == {
+        "eligible.leader.replicas.version": 1,
+        "metadata.version": 30,
+        "share.version": 1,  # share groups (KIP-932)
+    }
 
 
 def test_kafka_features_upgrade_is_refused_past_this_releases_levels(cluster):

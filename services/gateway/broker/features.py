@@ -15,8 +15,9 @@ transaction/group/share/streams at their latest):
     transaction.version               0..0: no transactions yet (so a Java producer never
                                       takes KIP-890's TV2 path)
     group.version                     0..0: no KIP-848 consumer groups yet
-    share.version, streams.version    0..0: no share groups (KIP-932), no streams groups
-                                      (KIP-1071)
+    share.version                     0..1, finalized 1: share groups (KIP-932), whose
+                                      APIs Kafka advertises only at share.version 1
+    streams.version                   0..0: no streams groups (KIP-1071)
 
 A feature finalized at 0 is not listed among the finalized ones, as Kafka leaves it out. The
 finalized features' epoch is the registry's metadata offset, as a KRaft broker answers its
@@ -46,7 +47,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("kraft.version", 0, 0, 0),
     # 3.3-IV3 is Kafka 4.x's oldest metadata.version; 4.3-IV0 is Kafka 4.3.1's latest (30).
     Feature(METADATA_VERSION, 7, 30, 30),
-    Feature("share.version", 0, 0, 0),
+    Feature("share.version", 0, 1, 1),
     Feature("streams.version", 0, 0, 0),
     Feature("transaction.version", 0, 0, 0),
 )

@@ -28,6 +28,8 @@ from . import (
     reassignment_apis,
     sasl_apis,
     scram_apis,
+    share_fetch_apis,
+    share_group_apis,
     txn_admin_apis,
     txn_apis,
     txn_marker_apis,
@@ -60,6 +62,8 @@ def kafka_api_table() -> ApiTable:
     group_offset_apis.register(table)
     txn_offset_commit_apis.register(table)
     group_admin_apis.register(table)
+    share_group_apis.register(table)
+    share_fetch_apis.register(table)
     txn_apis.register(table)
     txn_admin_apis.register(table)
     txn_marker_apis.register(table)

@@ -35,6 +35,7 @@ from ..routing.data_plane import DataPlane
 from ..routing.producer_states import ProducerStates
 from ..routing.record_deletion import RecordDeletion
 from ..routing.service import GatewayService
+from ..share.share_core import ShareGroups
 from ..transactions.transactions_core import TransactionsCore
 
 
@@ -76,6 +77,7 @@ class KafkaCore:
     membership: GroupMembership  # joins, syncs, heartbeats, leaves (groups/membership.py)
     group_calls: GroupCalls  # offsets and group admin (groups/group_calls.py)
     coordinator: GroupCoordinator
+    share: ShareGroups  # share groups (KIP-932): membership, ShareFetch/Acknowledge (share/)
     user_scram: UserScram  # SCRAM credentials (user_scram.py)
     producer_states: ProducerStates  # DescribeProducers (routing/producer_states.py)
     peers: GatewayPeers

@@ -1,4 +1,4 @@
-"""Kafka's group administration: DescribeGroups 0–5, ListGroups 0–4, DeleteGroups 0–2, for
+"""Kafka's group administration: DescribeGroups 0–5, ListGroups 0–5, DeleteGroups 0–2, for
 Kafka clients' and tools' admin calls (kafka-consumer-groups.sh, AdminClient).
 
 Groups of both kinds are shown: a Kafka classic group with its members' own subscription and
@@ -34,6 +34,7 @@ from .group_apis import group_error_code
 from .kafka_call import KafkaCall
 
 DEAD = "Dead"
+CLASSIC_TYPE, SHARE_TYPE = "classic", "share"  # ListGroups v5's group types, lower-cased
 EMPTY = "Empty"
 
 
@@ -105,22 +106,41 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
 
 
 def list_groups(call: KafkaCall, request: Any) -> Any:
+    """v5 names each group's type and filters by it (Kafka's GroupType names, compared
+    case-insensitively as Kafka's broker does): seglog's groups are "classic", its share
+    groups (share/) "share"; `kafka-share-groups --list` asks for share groups alone."""
     response_class = ListGroupsResponse[call.version]
     try:
         listing = call.core.groups.listing(call.caller)
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=kafka_error_code(exc), groups=[])
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if call.version >= 5 else set()
     groups = []
-    for group_id, group in listing:
-        state = group.state if group is not None else EMPTY
+    rows = [
+        (
+            group_id,
+            group.state if group is not None else EMPTY,
+            group.protocol_type if group is not None else "",
+            CLASSIC_TYPE,
+        )
+        for group_id, group in listing
+    ]
+    rows += [
+        (group_id, state, SHARE_TYPE, SHARE_TYPE)
+        for group_id, state in call.core.share.listing(call.caller)
+    ]
+    for group_id, state, protocol_type, group_type in rows:
         if wanted and state.lower() not in wanted:
+            continue
+        if (types and group_type not in types) or (call.version < 5 and group_type == SHARE_TYPE):
             continue
         groups.append(
             response_class.ListedGroup(
                 group_id=group_id,
-                protocol_type=group.protocol_type if group is not None else "",
+                protocol_type=protocol_type,
                 group_state=state,
+                group_type=group_type.capitalize(),
             )
         )
     return response_class(throttle_time_ms=0, error_code=NONE, groups=groups)
@@ -141,5 +161,5 @@ def delete_groups(call: KafkaCall, request: Any) -> Any:
 
 def register(table: ApiTable) -> None:
     table.register(DescribeGroupsRequest, 0, 5, describe_groups)
-    table.register(ListGroupsRequest, 0, 4, list_groups)
+    table.register(ListGroupsRequest, 0, 5, list_groups)
     table.register(DeleteGroupsRequest, 0, 2, delete_groups)

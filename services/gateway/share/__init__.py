@@ -1,0 +1,16 @@
+"""Share groups (KIP-932, Kafka's queues): many consumers read one partition, each record
+acquired by one of them at a time under a lock, acknowledged one by one, redelivered when
+released or when its lock lapses, archived after `group.share.delivery.count.limit`
+deliveries. Typed core only: the Kafka adapter is kafka/share_group_apis.py and
+kafka/share_fetch_apis.py.
+
+    settings.py         the settings, Kafka's names
+    errors.py           the share errors (each a Kafka error code of its own)
+    share_partition.py  one (group, topic, partition)'s state: start offset, in-flight records
+    state_formats.py    the records of __share_group_state, Kafka's ShareSnapshot/ShareUpdate
+    state_store.py      writing them before an acknowledgement is answered, reading them back
+    wiring.py           the core built over the routing
+    share_membership.py members, heartbeats, the simple assignor
+    share_fetching.py   ShareFetch / ShareAcknowledge over the routing's fetch
+    share_core.py       the facade the adapters call
+"""

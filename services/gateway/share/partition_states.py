@@ -1,0 +1,108 @@
+"""Every share partition this gateway serves, made on first use: read back from
+__share_group_state when it has a state there, else started at the partition's end
+(share.auto.offset.reset=latest) or its start (earliest) and that start written at once, so
+a later "latest" never skips records that came after the first fetch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from seglog.errors import UnknownTopicOrPartitionError
+
+from ..cluster.registry import Registry
+from .settings import EARLIEST, ShareSettings
+from .share_partition import PartitionLimits, SharePartition
+from .state_formats import ShareState, StateKey, topic_uuid
+from .state_store import StateStore
+
+PartitionId = tuple[str, str, int]  # (group, topic name, partition)
+EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
+
+
+class PartitionStates:
+    def __init__(
+        self,
+        registry: Registry,
+        store: StateStore,
+        settings: ShareSettings,
+        offset_of: Callable[[str, int, int], int],
+    ) -> None:
+        """`offset_of(topic, partition, timestamp)`: the leader's offset for ListOffsets'
+        timestamp -2 (log start) or -1 (end)."""
+        self.registry = registry
+        self.store = store
+        self.settings = settings
+        self.offset_of = offset_of
+        self.limits = PartitionLimits(
+            settings.group_share_record_lock_duration_ms / 1000,
+            settings.group_share_delivery_count_limit,
+            settings.group_share_partition_max_record_locks,
+        )
+        self._lock = threading.Lock()
+        self._loading: dict[PartitionId, threading.Lock] = {}
+        self._partitions: dict[PartitionId, SharePartition] = {}
+
+    def key_of(self, pid: PartitionId) -> tuple[StateKey, str]:
+        group, topic, partition = pid
+        topic_id = self.registry.image.topic_id_of(topic)
+        if not topic_id:
+            raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
+        return StateKey(group, topic_uuid(topic_id), partition), topic_id
+
+    def get(self, pid: PartitionId) -> SharePartition:
+        found = self._partitions.get(pid)
+        if found is not None:
+            return found
+        with self._lock:
+            loading = self._loading.setdefault(pid, threading.Lock())
+        with loading:
+            found = self._partitions.get(pid)
+            if found is None:
+                found = self._load(pid)
+                self._partitions[pid] = found
+        return found
+
+    def _load(self, pid: PartitionId) -> SharePartition:
+        key, topic_id = self.key_of(pid)
+        state = self.store.read(key, topic_id)
+        if state is not None:
+            return SharePartition.from_state(
+                self.limits, state.start_offset, state.state_batches, state.state_epoch
+            )
+        reset = (
+            EARLIEST_TIMESTAMP
+            if self.settings.share_auto_offset_reset == EARLIEST
+            else LATEST_TIMESTAMP
+        )
+        start = self.offset_of(pid[1], pid[2], reset)
+        partition = SharePartition(self.limits, start)
+        self.persist(pid, partition)
+        return partition
+
+    def persist(self, pid: PartitionId, partition: SharePartition) -> None:
+        """Write the partition's state (the caller holds its lock)."""
+        key, topic_id = self.key_of(pid)
+        now_ms = time.time_ns() // 1_000_000
+        self.store.write(
+            key,
+            topic_id,
+            ShareState(
+                snapshot_epoch=0,
+                state_epoch=partition.state_epoch,
+                leader_epoch=-1,
+                start_offset=partition.start_offset,
+                create_timestamp_ms=now_ms,
+                write_timestamp_ms=now_ms,
+                state_batches=tuple(partition.state_batches()),
+            ),
+        )
+
+    def of_group(self, group_id: str) -> Iterator[tuple[PartitionId, SharePartition]]:
+        for pid, partition in list(self._partitions.items()):
+            if pid[0] == group_id:
+                yield pid, partition
+
+    def loaded(self) -> list[tuple[PartitionId, SharePartition]]:
+        return list(self._partitions.items())

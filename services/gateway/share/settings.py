@@ -1,0 +1,46 @@
+"""Share groups' settings, Kafka's broker config names in snake_case (units last).
+
+Kafka keeps share.auto.offset.reset, share.record.lock.duration.ms and
+share.delivery.count.limit per group as well (group configs); seglog has no group configs yet,
+so these are the gateway's values for every share group."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LATEST, EARLIEST = "latest", "earliest"
+
+# Kafka's defaults (GroupConfig / ShareGroupConfig, Kafka 4.3).
+DEFAULT_RECORD_LOCK_DURATION_MS = 30_000
+DEFAULT_DELIVERY_COUNT_LIMIT = 5
+DEFAULT_PARTITION_MAX_RECORD_LOCKS = 2000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 5000
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
+DEFAULT_STATE_TOPIC_NUM_PARTITIONS = 50
+DEFAULT_MAX_GROUPS = 10
+DEFAULT_MAX_SIZE = 200  # group.share.max.size: members of one share group
+
+
+@dataclass(frozen=True)
+class ShareSettings:
+    group_share_record_lock_duration_ms: int = DEFAULT_RECORD_LOCK_DURATION_MS
+    group_share_delivery_count_limit: int = DEFAULT_DELIVERY_COUNT_LIMIT
+    # In-flight records (acquired or waiting for redelivery) of one share partition: a fetch
+    # acquires nothing past it, so what one partition holds in memory is bounded.
+    group_share_partition_max_record_locks: int = DEFAULT_PARTITION_MAX_RECORD_LOCKS
+    group_share_heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    group_share_session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    group_share_max_size: int = DEFAULT_MAX_SIZE
+    share_auto_offset_reset: str = LATEST
+    share_coordinator_state_topic_num_partitions: int = DEFAULT_STATE_TOPIC_NUM_PARTITIONS
+
+    def __post_init__(self) -> None:
+        if self.share_auto_offset_reset not in (LATEST, EARLIEST):
+            raise ValueError(
+                f"share.auto.offset.reset must be latest or earliest, "
+                f"not {self.share_auto_offset_reset!r}"
+            )
+        if not 2 <= self.group_share_delivery_count_limit <= 10:
+            raise ValueError("group.share.delivery.count.limit must be within 2..10 (Kafka's)")
+        if self.group_share_record_lock_duration_ms < 1000:
+            raise ValueError("group.share.record.lock.duration.ms must be at least 1000")

@@ -1,0 +1,239 @@
+"""Share partitions' state kept the way Kafka's share coordinator keeps it: records in the
+compacted internal topic `__share_group_state` (formats in state_formats.py), one key per
+(group, topic id, partition) in partition `abs(java_hash("group:topicId:partition")) %
+share.coordinator.state.topic.num.partitions`, as Kafka's SharePartitionKey places it.
+
+A state is written (acks=all) before the change it records is answered: an acknowledgement
+a client was told succeeded is on every in-sync replica, and a gateway that starts again reads
+each partition of the topic back (the newest record per key winning, ShareUpdates applied over
+their snapshot) before it answers for any share partition in it, so nothing acknowledged is
+delivered again and no delivery count goes back.
+
+The store goes through the gateway's routing to the leaders (the same produce and fetch the
+data path uses), never to a node's gRPC stub directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from seglog.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError, SeglogError
+from seglog.records import RecordBatch, RecordBatchBuilder
+from seglog.rpc import wire
+from seglog.v1 import common_pb2
+
+from ..cluster.registry import Registry
+from ..groups.offsets_formats import partition_for_group
+from ..routing.call_scope import CallEnd
+from ..routing.data_plane import NO_LEADER_EPOCH, error_of
+from ..routing.fetch_answers import piece_of
+from ..routing.fetch_routing import FetchRouting
+from ..routing.leader_queries import LeaderQueries
+from ..routing.produce_routing import ProduceRouting
+from .batch_walk import batch_headers
+from .state_formats import (
+    SNAPSHOT_TYPE,
+    ShareState,
+    StateKey,
+    apply_update,
+    decode_key,
+    decode_snapshot,
+    decode_update,
+    encode_key,
+    encode_snapshot,
+)
+
+logger = logging.getLogger(__name__)
+
+STATE_TOPIC = "__share_group_state"
+# Kafka's share.coordinator.state.topic.* defaults: compacted, 100 MiB segments.
+STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+WRITE_TIMEOUT_MS = 5000  # share.coordinator.write.timeout.ms
+_LOAD_FETCH_BYTES = 8 * 1024 * 1024
+_MAX_LOAD_ROUNDS = 100_000  # a partition of 800 GB at 8 MiB a round: bounded all the same
+
+
+class StateStore:
+    def __init__(
+        self,
+        registry: Registry,
+        producing: ProduceRouting,
+        fetching: FetchRouting,
+        queries: LeaderQueries,
+        create_topic: Callable[[str, int, dict[str, str]], None],
+        num_partitions: int,
+    ) -> None:
+        self.registry = registry
+        self.producing = producing
+        self.fetching = fetching
+        self.queries = queries
+        self._create_topic = create_topic
+        self.default_num_partitions = num_partitions
+        self._lock = threading.Lock()
+        self._partition_locks: dict[int, threading.Lock] = {}
+        self._cache: dict[int, dict[StateKey, ShareState]] = {}
+        self.writes = 0  # records written (a figure for metrics and tests)
+
+    @property
+    def num_partitions(self) -> int:
+        topic = self.registry.topics.get(STATE_TOPIC)
+        return len(topic.partitions) if topic is not None else self.default_num_partitions
+
+    def partition_for(self, key: StateKey, topic_id: str) -> int:
+        # Kafka's SharePartitionKey.asCoordinatorKey(): "groupId:topicId:partition", its
+        # topic id in Uuid.toString's form (the registry's).
+        return partition_for_group(
+            f"{key.group_id}:{topic_id}:{key.partition}", self.num_partitions
+        )
+
+    def ensure_topic(self) -> None:
+        if STATE_TOPIC in self.registry.topics:
+            return
+        with self._lock:
+            if STATE_TOPIC not in self.registry.topics:
+                try:
+                    self._create_topic(
+                        STATE_TOPIC, self.default_num_partitions, dict(STATE_TOPIC_CONFIGS)
+                    )
+                except SeglogError as exc:
+                    raise CoordinatorNotAvailableError(
+                        f"cannot create {STATE_TOPIC}: {exc}"
+                    ) from None
+
+    def _partition_lock(self, partition: int) -> threading.Lock:
+        with self._lock:
+            return self._partition_locks.setdefault(partition, threading.Lock())
+
+    # -- reading back ---------------------------------------------------------------------
+
+    def read(self, key: StateKey, topic_id: str) -> ShareState | None:
+        return self._loaded(self.partition_for(key, topic_id)).get(key)
+
+    def _loaded(self, partition: int) -> dict[StateKey, ShareState]:
+        self.ensure_topic()
+        contents = self._cache.get(partition)
+        if contents is not None:
+            return contents
+        with self._partition_lock(partition):
+            contents = self._cache.get(partition)
+            if contents is None:
+                contents = self._load(partition)
+                self._cache[partition] = contents
+        return contents
+
+    def _load(self, partition: int) -> dict[StateKey, ShareState]:
+        """The partition from its start to its high watermark, replayed."""
+        contents: dict[StateKey, ShareState] = {}
+        try:
+            earliest = self.queries.per_leader_list_offsets(
+                [
+                    common_pb2.ListOffsetsPartition(
+                        topic=STATE_TOPIC, partition=partition, timestamp=-2
+                    )
+                ]
+            )[0]
+            error = error_of(earliest.error, earliest.error_message)
+            if error is not None:
+                raise error
+            offset = earliest.offset
+            for _ in range(_MAX_LOAD_ROUNDS):
+                request = common_pb2.FetchRequest(
+                    min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
+                )
+                request.partitions.add(
+                    topic=STATE_TOPIC,
+                    partition=partition,
+                    fetch_offset=offset,
+                    partition_max_bytes=_LOAD_FETCH_BYTES,
+                )
+                high_watermark, started_at = offset, offset
+                scope = CallEnd()
+                try:
+                    for message in self.fetching.fetch_messages(request, scope):
+                        piece = piece_of(message)
+                        error = error_of(piece.error, piece.error_message)
+                        if error is not None:
+                            raise error
+                        high_watermark = piece.high_watermark
+                        offset = max(offset, _replay(contents, bytes(piece.records)))
+                finally:
+                    scope.finish()
+                if offset >= high_watermark or offset == started_at:
+                    break
+        except SeglogError as exc:
+            if exc.retriable:
+                raise CoordinatorLoadInProgressError(
+                    f"reading {STATE_TOPIC}-{partition} back failed: {exc}"
+                ) from None
+            raise
+        logger.info(
+            "read back %d share partitions' state from %s-%d", len(contents), STATE_TOPIC, partition
+        )
+        return contents
+
+    def forget_partition(self, partition: int) -> None:
+        with self._partition_lock(partition):
+            self._cache.pop(partition, None)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def write(self, key: StateKey, topic_id: str, state: ShareState) -> None:
+        """Append the state as a ShareSnapshot, acks=all; the cache changes only once the
+        leader has it. CoordinatorNotAvailableError when it could not be written."""
+        partition = self.partition_for(key, topic_id)
+        contents = self._loaded(partition)
+        now_ms = time.time_ns() // 1_000_000
+        builder = RecordBatchBuilder()
+        builder.append(encode_key(key, SNAPSHOT_TYPE), encode_snapshot(state), now_ms)
+        raw = wire.encode_produce_request(
+            STATE_TOPIC, -1, WRITE_TIMEOUT_MS, [(partition, NO_LEADER_EPOCH, [builder.build()])]
+        )
+        with self._partition_lock(partition):
+            # Straight to the leader (the routing's client produce refuses internal topics:
+            # only the cluster writes them).
+            try:
+                target = self.producing.route(STATE_TOPIC, partition, NO_LEADER_EPOCH)
+                answer = self.producing.appends.append(target, raw, WRITE_TIMEOUT_MS / 1000 + 5)
+            except SeglogError as exc:
+                raise CoordinatorNotAvailableError(f"writing share state failed: {exc}") from None
+            result = common_pb2.ProduceResponse.FromString(answer).partitions[0]
+            error = error_of(result.error, result.error_message)
+            if error is not None:
+                raise CoordinatorNotAvailableError(f"writing share state failed: {error}")
+            contents[key] = state
+            self.writes += 1
+
+
+def _replay(contents: dict[StateKey, ShareState], records: bytes) -> int:
+    """Apply every whole batch; the offset after the last one (-1: none). A corrupt record
+    is logged and skipped, not fatal to the other share partitions of the partition."""
+    next_offset = -1
+    for pos, header in batch_headers(records):
+        next_offset = max(next_offset, header.next_offset)
+        if header.is_control:
+            continue
+        try:
+            batch = RecordBatch(records, pos)
+            batch.validate()
+            for record in batch.records():
+                if record.key is None:
+                    continue
+                record_type, key = decode_key(record.key)
+                if record.value is None:
+                    contents.pop(key, None)
+                elif record_type == SNAPSHOT_TYPE:
+                    contents[key] = decode_snapshot(record.value)
+                elif key in contents:
+                    start, batches = decode_update(record.value)
+                    contents[key] = apply_update(contents[key], start, batches)
+        except SeglogError as exc:
+            logger.error(
+                "%s: skipping a corrupt batch at offset %d: %s",
+                STATE_TOPIC,
+                header.base_offset,
+                exc,
+            )
+    return next_offset
