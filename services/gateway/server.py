@@ -46,6 +46,7 @@ from .coordination.node_sessions import EtcdNodeSessions
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
+from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_calls import GroupCalls
 from .groups.group_service import GroupCoordinatorService
@@ -251,6 +252,18 @@ class Gateway:
             coordination=self.coordination,
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
+        self.consumer_groups = ConsumerGroups(
+            self.registry,
+            ConsumerGroupsConfig(
+                group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+                group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                group_max_size=config.group_max_size,
+            ),
+            load=self.offsets.consumer_group_records,
+            persist=self.offsets.store_consumer_group,
+            classic_members=lambda g: len(getattr(self.coordinator.snapshot(g), "members", {})),
+        )
+        self.groups.consumer_groups = self.consumer_groups
         self.membership = GroupMembership(self.groups)
         self.group_calls = GroupCalls(self.groups)
         self.group_service = GroupCoordinatorService(
@@ -413,6 +426,7 @@ class Gateway:
             )
             self.kafka_listener.start()
         self._expiry.start()
+        self.consumer_groups.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
@@ -464,5 +478,6 @@ class Gateway:
         if self.health_server is not None:
             self.health_server.stop(0)
         self.coordinator.close()
+        self.consumer_groups.stop()
         self.service.close()
         self.connections.close()

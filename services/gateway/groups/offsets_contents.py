@@ -14,6 +14,7 @@ from seglog.errors import SeglogError
 from seglog.records import RecordBatch
 from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
 
+from .consumer_group_records import CONSUMER_GROUP_RECORD_TYPES, group_id_of_key
 from .offsets_formats import (
     GROUP_METADATA_KEY_VERSION,
     CommittedOffset,
@@ -42,6 +43,9 @@ class PartitionContents:
 
     offsets: dict[str, GroupOffsets] = field(default_factory=dict)
     groups: dict[str, GroupMetadata] = field(default_factory=dict)
+    # KIP-848 consumer groups' records (consumer_group_records.py), newest value per key,
+    # by group: replayed by the consumer group coordinator when it first touches a group.
+    consumer_groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
 
 def apply_batches(contents: PartitionContents, partition: int, records: bytes) -> int:
@@ -85,7 +89,23 @@ def _apply(contents: PartitionContents, batch: RecordBatch) -> None:
             )
 
 
+def apply_consumer_group_record(
+    contents: PartitionContents, key: bytes, value: bytes | None
+) -> None:
+    group_id = group_id_of_key(key)
+    held = contents.consumer_groups.setdefault(group_id, {})
+    if value is None:
+        held.pop(key, None)
+        if not held:
+            del contents.consumer_groups[group_id]
+    else:
+        held[key] = value
+
+
 def _apply_record(contents: PartitionContents, key: bytes, value: bytes | None) -> None:
+    if key_type(key) in CONSUMER_GROUP_RECORD_TYPES:
+        apply_consumer_group_record(contents, key, value)
+        return
     if key_type(key) == GROUP_METADATA_KEY_VERSION:
         group_id = decode_group_key(key)
         if value is None:
