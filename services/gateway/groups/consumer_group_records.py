@@ -133,14 +133,22 @@ def decode_value(key: bytes, value: bytes) -> Any:
 # -- the records a change writes ---------------------------------------------------------
 
 
-def topic_partitions(partitions: Partitions, with_epochs: bool = False) -> list[dict[str, Any]]:
+def topic_partitions(
+    partitions: Partitions, epochs: Mapping[tuple[str, int], int] | None = None
+) -> list[dict[str, Any]]:
+    """Kafka's TopicPartitions; with `epochs`, the current-assignment record's tagged
+    AssignmentEpochs (one per partition, in the same order)."""
     out: list[dict[str, Any]] = []
     for topic_id in sorted(partitions):
         parts = sorted(partitions[topic_id])
         if parts:
             entry: dict[str, Any] = {"topic_id": uuid_of(topic_id), "partitions": parts}
-            if with_epochs:
-                entry["assignment_epochs"] = None
+            if epochs is not None:
+                entry["assignment_epochs"] = (
+                    [epochs[(topic_id, p)] for p in parts]
+                    if all((topic_id, p) in epochs for p in parts)
+                    else None
+                )
             out.append(entry)
     return out
 
@@ -193,8 +201,8 @@ def current_assignment(group_id: str, member_id: str, member: Any | None) -> Rec
         member_epoch=member.member_epoch,
         previous_member_epoch=member.previous_member_epoch,
         state=member.state,
-        assigned_partitions=topic_partitions(member.assigned, True),
-        partitions_pending_revocation=topic_partitions(member.pending_revocation, True),
+        assigned_partitions=topic_partitions(member.assigned, member.assignment_epochs),
+        partitions_pending_revocation=topic_partitions(member.pending_revocation, {}),
     )
 
 
@@ -211,3 +219,13 @@ def topic_id_of(value: uuid.UUID) -> str:
 
 def partitions_of(entries: Any) -> dict[str, frozenset[int]]:
     return {topic_id_of(e.topic_id): frozenset(e.partitions) for e in entries or []}
+
+
+def assignment_epochs_of(entries: Any, default: int) -> dict[tuple[str, int], int]:
+    """(topic id, partition) -> the epoch it was assigned at (`default` where not stored)."""
+    out = {}
+    for e in entries or []:
+        epochs = getattr(e, "assignment_epochs", None) or [default] * len(e.partitions)
+        for partition, epoch in zip(e.partitions, epochs, strict=False):
+            out[(topic_id_of(e.topic_id), partition)] = epoch
+    return out

@@ -93,6 +93,10 @@ def replay(group_id: str, stored: Mapping[bytes, bytes], now: float) -> Consumer
             member.previous_member_epoch = current.previous_member_epoch  # type: ignore[attr-defined]
             member.state = current.state  # type: ignore[attr-defined]
             member.assigned = records.partitions_of(current.assigned_partitions)  # type: ignore[attr-defined]
+            member.assignment_epochs = records.assignment_epochs_of(
+                current.assigned_partitions,  # type: ignore[attr-defined]
+                member.member_epoch,
+            )
             member.pending_revocation = records.partitions_of(
                 current.partitions_pending_revocation  # type: ignore[attr-defined]
             )

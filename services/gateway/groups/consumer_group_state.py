@@ -59,6 +59,9 @@ class ConsumerMember:
     state: int = STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The member epoch at which it got each partition it holds (Kafka 4.3's AssignmentEpochs):
+    # a commit from an epoch before its current one is taken for partitions it held then.
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
     # time.monotonic() of its last heartbeat; and when its revocation must be done by.
     last_heartbeat: float = 0.0
     revoke_deadline: float | None = None
@@ -171,11 +174,19 @@ def _next_assignment(
         member.state = UNREVOKED_PARTITIONS
         member.previous_member_epoch = member.member_epoch
         member.assigned = nested(kept)
+        member.assignment_epochs = {
+            tp: e for tp, e in member.assignment_epochs.items() if tp in kept
+        }
         member.pending_revocation = nested(to_revoke)
         member.revoke_deadline = now + member.rebalance_timeout_ms / 1000
         return
     member.previous_member_epoch = member.member_epoch
     member.member_epoch = group.assignment_epoch
+    member.assignment_epochs = {
+        tp: member.assignment_epochs.get(tp, member.member_epoch) if tp in kept
+        else member.member_epoch
+        for tp in kept | free
+    }
     member.assigned = nested(kept | free)
     member.pending_revocation = {}
     member.revoke_deadline = None

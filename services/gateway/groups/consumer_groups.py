@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import re2
@@ -285,9 +285,18 @@ class ConsumerGroups:
     def is_consumer_group(self, group_id: str) -> bool:
         return self._get(group_id, create=False, missing_ok=True) is not None
 
-    def check_commit(self, group_id: str, member_id: str, epoch: int, api_version: int) -> None:
+    def check_commit(
+        self,
+        group_id: str,
+        member_id: str,
+        epoch: int,
+        api_version: int,
+        partitions: Sequence[tuple[str, int]] = (),
+    ) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit: -1 commits only while the group is
-        empty; a member commits with OffsetCommit v9+ at its current epoch."""
+        empty; a member commits with OffsetCommit v9+ at its current epoch or, as Kafka 4.3
+        takes it (AssignmentEpochs), at an earlier one for partitions it has held since
+        then (a commit sent before the heartbeat answer that moved its epoch arrived)."""
         with self._group_lock(group_id):
             group = self._get(group_id, create=False)
             if epoch < 0 and not group.members:
@@ -300,6 +309,11 @@ class ConsumerGroups:
                     "OffsetCommit version 9 or above must be used by members using the "
                     "consumer group protocol"
                 )
+            if epoch < member.member_epoch and partitions and epoch >= 0:
+                ids = {n: t.topic_id for n, t in self.registry.topics.items()}
+                held = member.assignment_epochs
+                if all(held.get((ids.get(n, ""), p), epoch + 1) <= epoch for n, p in partitions):
+                    return
             _check_epoch(member, epoch)
 
     def check_fetch(self, group_id: str, member_id: str | None, epoch: int) -> None:

@@ -149,6 +149,8 @@ class GroupsCore:
         """The groups this gateway lists, by id, each with its state (None: known only by
         its committed offsets)."""
         group_ids = set(self.coordinator.group_ids())
+        if self.consumer_groups is not None:
+            group_ids |= {g.group_id for g in self.consumer_groups.snapshots()}
         try:
             group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
         except SeglogError:

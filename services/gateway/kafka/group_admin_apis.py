@@ -1,4 +1,4 @@
-"""Kafka's group administration: DescribeGroups 0–5, ListGroups 0–4, DeleteGroups 0–2, for
+"""Kafka's group administration: DescribeGroups 0–5, ListGroups 0–5, DeleteGroups 0–2, for
 Kafka clients' and tools' admin calls (kafka-consumer-groups.sh, AdminClient).
 
 Groups of both kinds are shown: a Kafka classic group with its members' own subscription and
@@ -8,7 +8,9 @@ As Kafka's broker does, members' bytes and the protocol are shown only while the
 Stable, a group that does not exist is described as Dead, and each group is authorized on
 its own: a group the principal may not Describe (Delete) answers GROUP_AUTHORIZATION_FAILED,
 and ListGroups without Describe on the cluster lists only the groups the principal may
-Describe.
+Describe. KIP-848 consumer groups are listed with type "consumer" (ListGroups v5, whose
+TypesFilter picks kinds) and their own state; DescribeGroups answers Dead for them, as Kafka
+does (ConsumerGroupDescribe describes them: consumer_group_apis.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ from .kafka_call import KafkaCall
 
 DEAD = "Dead"
 EMPTY = "Empty"
+# ListGroups v5's GroupType (KIP-848): a classic group, or a consumer group.
+CLASSIC_TYPE = "classic"
+CONSUMER_TYPE = "consumer"
+
+
+def _is_consumer_group(call: KafkaCall, group_id: str) -> bool:
+    consumer_groups = call.core.groups.consumer_groups
+    return consumer_groups is not None and consumer_groups.is_consumer_group(group_id)
 
 
 def _member_bytes(group: Group, member: Member) -> tuple[bytes, bytes]:
@@ -52,6 +62,17 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     def describe(group_id: str) -> Any:
         found = core.group_calls.look_up(call.caller, group_id)
         group = found.group
+        if group is None and _is_consumer_group(call, group_id):
+            # A KIP-848 group is not a classic one: Kafka's DescribeGroups (v0-5) answers
+            # Dead for it (its classicGroup lookup fails); ConsumerGroupDescribe shows it.
+            return group_class(
+                error_code=NONE,
+                group_id=group_id,
+                group_state=DEAD,
+                protocol_type="",
+                protocol_data="",
+                members=[],
+            )
         if group is None:
             known = found.has_offsets
             return group_class(
@@ -111,16 +132,28 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
     except SeglogError as exc:
         return response_class(throttle_time_ms=0, error_code=kafka_error_code(exc), groups=[])
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if call.version >= 5 else set()
+    consumer_groups = call.core.groups.consumer_groups
+    kip848 = {
+        g.group_id: g.state for g in (consumer_groups.snapshots() if consumer_groups else [])
+    }
     groups = []
     for group_id, group in listing:
         state = group.state if group is not None else EMPTY
+        protocol_type = group.protocol_type if group is not None else ""
+        group_type = CLASSIC_TYPE
+        if group is None and group_id in kip848:
+            state, protocol_type, group_type = kip848[group_id], "consumer", CONSUMER_TYPE
         if wanted and state.lower() not in wanted:
+            continue
+        if types and group_type not in types:
             continue
         groups.append(
             response_class.ListedGroup(
                 group_id=group_id,
-                protocol_type=group.protocol_type if group is not None else "",
+                protocol_type=protocol_type,
                 group_state=state,
+                group_type=group_type,
             )
         )
     return response_class(throttle_time_ms=0, error_code=NONE, groups=groups)
@@ -141,5 +174,5 @@ def delete_groups(call: KafkaCall, request: Any) -> Any:
 
 def register(table: ApiTable) -> None:
     table.register(DescribeGroupsRequest, 0, 5, describe_groups)
-    table.register(ListGroupsRequest, 0, 4, list_groups)
+    table.register(ListGroupsRequest, 0, 5, list_groups)
     table.register(DeleteGroupsRequest, 0, 2, delete_groups)

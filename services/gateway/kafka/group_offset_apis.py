@@ -71,7 +71,11 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
         consumer_groups = groups.consumer_groups
         if consumer_groups is not None and consumer_groups.is_consumer_group(group_id):
             consumer_groups.check_commit(
-                group_id, request.member_id, request.generation_id_or_member_epoch, version
+                group_id,
+                request.member_id,
+                request.generation_id_or_member_epoch,
+                version,
+                [(e.topic, e.partition) for e in entries],
             )
         else:
             coordinator.check_commit(
@@ -91,7 +95,7 @@ def offset_commit(call: KafkaCall, request: Any) -> Any:
             )
     except SeglogError as exc:  # the group, the member, or the coordinator: every partition
         for entry in entries:
-            codes[(entry.topic, entry.partition)] = group_error_code(exc)
+            codes[(entry.topic, entry.partition)] = consumer_group_error_code(exc)
     by_topic: dict[str, list[Any]] = defaultdict(list)
     topic_class = response_class.OffsetCommitResponseTopic
     for topic, p in asked:
