@@ -79,7 +79,9 @@ def consumer(cluster, group_id, **config):
 def describe(cluster, group_id):
     with KafkaWire(cluster.kafka_address) as wire:
         answer = wire.request(
-            ConsumerGroupDescribeRequest[1](group_ids=[group_id], include_authorized_operations=False),
+            ConsumerGroupDescribeRequest[1](
+                group_ids=[group_id], include_authorized_operations=False
+            ),
             1,
             ConsumerGroupDescribeResponse,
         )
@@ -180,7 +182,7 @@ def test_librdkafka_group_of_three_under_churn_reads_every_record_once_in_order(
             members[joining] = Member(cluster, group_id, topic, joining, ledger)
         produce(cluster, topic, range(produced, produced + per_phase), partitions)
         produced += per_phase
-        wait_for(lambda: ledger.count() >= produced, TIMEOUT_S, f"phase {phase}: records read")
+        wait_for(lambda n=produced: ledger.count() >= n, TIMEOUT_S, f"phase {phase}: records read")
     for member in members.values():
         member.close()
     watch.close()
@@ -350,8 +352,9 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
                     OffsetCommitRequest[version].OffsetCommitRequestTopic(
                         name=topic,
                         partitions=[
-                            OffsetCommitRequest[version]
-                            .OffsetCommitRequestTopic.OffsetCommitRequestPartition(
+                            OffsetCommitRequest[
+                                version
+                            ].OffsetCommitRequestTopic.OffsetCommitRequestPartition(
                                 partition_index=0,
                                 committed_offset=7,
                                 committed_leader_epoch=-1,

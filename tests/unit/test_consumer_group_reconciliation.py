@@ -73,7 +73,9 @@ def test_uniform_with_different_subscriptions_assigns_each_topic_to_its_readers(
     ]
     answer = assign(UNIFORM, members, {T: 2, U: 2})
     assert all(t == T for t, _ in answer["a"])
-    assert len(answer["a"]) + len(answer["b"]) == 4 and abs(len(answer["a"]) - len(answer["b"])) <= 1
+    assert (
+        len(answer["a"]) + len(answer["b"]) == 4 and abs(len(answer["a"]) - len(answer["b"])) <= 1
+    )
 
 
 def test_range_gives_contiguous_co_partitioned_ranges():

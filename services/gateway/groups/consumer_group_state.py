@@ -144,7 +144,7 @@ def nested(pairs: set[tuple[str, int]] | frozenset[tuple[str, int]]) -> Assignme
 def reconcile(
     group: ConsumerGroup,
     member: ConsumerMember,
-    owned: Assignment | None,
+    owned: Mapping[str, frozenset[int]] | None,
     now: float,
 ) -> None:
     """Move `member` toward its target assignment, as Kafka's CurrentAssignmentBuilder:
@@ -158,7 +158,10 @@ def reconcile(
 
 
 def _next_assignment(
-    group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None, now: float
+    group: ConsumerGroup,
+    member: ConsumerMember,
+    owned: Mapping[str, frozenset[int]] | None,
+    now: float,
 ) -> None:
     target = flat(group.target.get(member.member_id, {}))
     current = flat(member.assigned)
@@ -183,7 +186,8 @@ def _next_assignment(
     member.previous_member_epoch = member.member_epoch
     member.member_epoch = group.assignment_epoch
     member.assignment_epochs = {
-        tp: member.assignment_epochs.get(tp, member.member_epoch) if tp in kept
+        tp: member.assignment_epochs.get(tp, member.member_epoch)
+        if tp in kept
         else member.member_epoch
         for tp in kept | free
     }

@@ -93,9 +93,7 @@ class GroupsCore:
         self.offsets.forget_partition(partition)
         self.coordinator.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
         if self.consumer_groups is not None:
-            self.consumer_groups.forget_groups(
-                lambda g: self.offsets.partition_for(g) == partition
-            )
+            self.consumer_groups.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
 
     def not_coordinated_here(self, group_id: str) -> SeglogError | None:
         if isinstance(self.coordination, SoleCoordinator):

@@ -12,14 +12,15 @@ consumer and librdkafka both join again with epoch 0 on either).
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from seglog.errors import PermissionDeniedError, SeglogError
+from seglog.errors import CoordinatorNotAvailableError, PermissionDeniedError, SeglogError
 
 from ..groups.consumer_group_state import ConsumerGroup
-from ..groups.consumer_groups import ConsumerHeartbeat
+from ..groups.consumer_groups import ConsumerGroups, ConsumerHeartbeat
 from ..groups.server_assignors import UnsupportedAssignorError
 from . import consumer_schemas
 from .api_table import ApiTable
@@ -46,20 +47,26 @@ _CODES = {
 CONSUMER_MEMBER_TYPE = 1  # KIP-1099's MemberType: 0 classic, 1 consumer
 
 
-class ConsumerGroupHeartbeatRequest(ApiMessage, load_json=consumer_schemas):
-    pass
+def _message(name: str) -> Any:
+    """The codec's message class for Kafka's schema `name` (consumer_schemas/<name>.json)."""
+
+    def body(namespace: dict[str, Any]) -> None:
+        namespace["__module__"] = __name__  # the table finds a response class beside it
+
+    return types.new_class(name, (ApiMessage,), {"load_json": consumer_schemas}, body)
 
 
-class ConsumerGroupHeartbeatResponse(ApiMessage, load_json=consumer_schemas):
-    pass
+ConsumerGroupHeartbeatRequest = _message("ConsumerGroupHeartbeatRequest")
+ConsumerGroupHeartbeatResponse = _message("ConsumerGroupHeartbeatResponse")
+ConsumerGroupDescribeRequest = _message("ConsumerGroupDescribeRequest")
+ConsumerGroupDescribeResponse = _message("ConsumerGroupDescribeResponse")
 
 
-class ConsumerGroupDescribeRequest(ApiMessage, load_json=consumer_schemas):
-    pass
-
-
-class ConsumerGroupDescribeResponse(ApiMessage, load_json=consumer_schemas):
-    pass
+def _consumer_groups(call: KafkaCall) -> ConsumerGroups:
+    consumer_groups = call.core.groups.consumer_groups
+    if consumer_groups is None:  # a core without them (none is built so on a gateway)
+        raise CoordinatorNotAvailableError("this gateway has no consumer group coordinator")
+    return consumer_groups
 
 
 def consumer_group_error_code(error: BaseException) -> int:
@@ -73,7 +80,7 @@ def consumer_group_error_code(error: BaseException) -> int:
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
     response_class = ConsumerGroupHeartbeatResponse[call.version]
-    consumer_groups = call.core.groups.consumer_groups
+    consumer_groups = _consumer_groups(call)
     owned = None
     if request.topic_partitions is not None:
         owned = {from_wire(t.topic_id): frozenset(t.partitions) for t in request.topic_partitions}
@@ -136,7 +143,7 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
 def describe(call: KafkaCall, request: Any) -> Any:
     response_class = ConsumerGroupDescribeResponse[call.version]
     group_class = response_class.DescribedGroup
-    consumer_groups = call.core.groups.consumer_groups
+    consumer_groups = _consumer_groups(call)
     names = {topic_id: name for name, topic_id in _topic_ids(call).items()}
 
     def one(group_id: str) -> Any:

@@ -134,9 +134,7 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if call.version >= 5 else set()
     consumer_groups = call.core.groups.consumer_groups
-    kip848 = {
-        g.group_id: g.state for g in (consumer_groups.snapshots() if consumer_groups else [])
-    }
+    kip848 = {g.group_id: g.state for g in (consumer_groups.snapshots() if consumer_groups else [])}
     groups = []
     for group_id, group in listing:
         state = group.state if group is not None else EMPTY
