@@ -26,18 +26,29 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import re2
-
 from seglog.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
-    InvalidRequestError,
+    NonEmptyGroupError,
     SeglogError,
     UnknownMemberIdError,
 )
 
 from ..cluster.registry import Registry
 from . import consumer_group_records as records
+from .consumer_group_checks import (
+    ConsumerHeartbeat,
+    FencedMemberEpochError,
+    InvalidRegularExpressionError,
+    StaleMemberEpochError,
+    UnreleasedInstanceIdError,
+    UnsupportedVersionForMemberError,
+    check_epoch,
+    check_request,
+    compile_regex,
+    fence,
+    update_subscription,
+)
 from .consumer_group_replay import diff_records, replay
 from .consumer_group_state import (
     LEAVE_EPOCH,
@@ -50,7 +61,7 @@ from .consumer_group_state import (
     nested,
     reconcile,
 )
-from .server_assignors import AssignorMember, assign, check_assignor, preferred
+from .server_assignors import AssignorMember, assign, preferred
 
 logger = logging.getLogger(__name__)
 
@@ -59,29 +70,6 @@ DEFAULT_CONSUMER_SESSION_TIMEOUT_MS = 45_000
 DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000
 # Kafka's internal topics, which a regular expression never matches (Topic.isInternal).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-# A stranger's regular expression is bounded before RE2 compiles it (RE2 is linear-time in
-# the matched text; its program size is bounded by RE2's own max_mem).
-REGEX_MAX_CHARS = 4096
-
-
-class FencedMemberEpochError(SeglogError):
-    reason = "FENCED_MEMBER_EPOCH"
-
-
-class StaleMemberEpochError(SeglogError):
-    reason = "STALE_MEMBER_EPOCH"
-
-
-class UnreleasedInstanceIdError(SeglogError):
-    reason = "UNRELEASED_INSTANCE_ID"
-
-
-class InvalidRegularExpressionError(SeglogError):
-    reason = "INVALID_REGULAR_EXPRESSION"
-
-
-class UnsupportedVersionForMemberError(SeglogError):
-    reason = "UNSUPPORTED_VERSION"
 
 
 @dataclass(frozen=True)
@@ -89,24 +77,6 @@ class ConsumerGroupsConfig:
     group_consumer_session_timeout_ms: int = DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
     group_consumer_heartbeat_interval_ms: int = DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS
     group_max_size: int = 1000
-
-
-@dataclass(frozen=True)
-class ConsumerHeartbeat:
-    """One ConsumerGroupHeartbeat, typed; None fields did not change since the last one."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    topics: tuple[str, ...] | None = None
-    regex: str | None = None
-    server_assignor: str | None = None
-    owned: Mapping[str, frozenset[int]] | None = None  # topic id -> partitions
-    client_id: str = ""
-    client_host: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,7 +120,7 @@ class ConsumerGroups:
     # -- ConsumerGroupHeartbeat ---------------------------------------------------------------
 
     def heartbeat(self, hb: ConsumerHeartbeat) -> HeartbeatAnswer:
-        _check_request(hb)
+        check_request(hb)
         with self._group_lock(hb.group_id):
             group = self._get(hb.group_id, create=hb.member_epoch == 0)
             before = copy.deepcopy(group)
@@ -178,9 +148,9 @@ class ConsumerGroups:
             member, joined = self._joining(group, hb, now)
         else:
             member, joined = self._existing(group, hb), False
-            _fence(member, hb)
+            fence(member, hb)
         previous = flat(member.assigned)
-        changed = _update_subscription(member, hb)
+        changed = update_subscription(member, hb)
         member.last_heartbeat = now
         metadata = self._subscribed_metadata(group)
         if joined or changed or metadata != group.topic_metadata:
@@ -261,7 +231,7 @@ class ConsumerGroups:
     def _member_topics(self, member: ConsumerMember) -> set[str]:
         names = set(member.topics)
         if member.regex is not None:
-            pattern = _compile(member.regex)
+            pattern = compile_regex(member.regex)
             names.update(
                 t for t in self.registry.topics if t not in INTERNAL_TOPICS and pattern.fullmatch(t)
             )
@@ -314,7 +284,7 @@ class ConsumerGroups:
                 held = member.assignment_epochs
                 if all(held.get((ids.get(n, ""), p), epoch + 1) <= epoch for n, p in partitions):
                     return
-            _check_epoch(member, epoch)
+            check_epoch(member, epoch)
 
     def check_fetch(self, group_id: str, member_id: str | None, epoch: int) -> None:
         """OffsetFetch v9+ naming a member: it must be in the group at that epoch."""
@@ -325,7 +295,7 @@ class ConsumerGroups:
             member = group.members.get(member_id)
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-            _check_epoch(member, epoch)
+            check_epoch(member, epoch)
 
     # -- description and listing ----------------------------------------------------------------
 
@@ -360,8 +330,6 @@ class ConsumerGroups:
             if group is None:
                 return False
             if group.members:
-                from seglog.errors import NonEmptyGroupError
-
                 raise NonEmptyGroupError(f"group {group_id} has {len(group.members)} members")
             if self._persist is not None:
                 self._persist(
@@ -447,89 +415,14 @@ class ConsumerGroups:
                     self._put_back(before)
 
 
-def _check_request(hb: ConsumerHeartbeat) -> None:
-    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
-    if not hb.group_id:
-        raise InvalidRequestError("GroupId can't be empty.")
-    if hb.instance_id is not None and not hb.instance_id:
-        raise InvalidRequestError("InstanceId can't be empty.")
-    if hb.rack_id is not None and not hb.rack_id:
-        raise InvalidRequestError("RackId can't be empty.")
-    check_assignor(hb.server_assignor)
-    if hb.member_epoch == 0:
-        if hb.rebalance_timeout_ms == -1:
-            raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
-        if hb.owned is None or any(hb.owned.values()):
-            raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
-        if hb.topics is None and hb.regex is None:
-            raise InvalidRequestError(
-                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-            )
-    elif hb.member_epoch == STATIC_LEAVE_EPOCH and hb.instance_id is None:
-        raise InvalidRequestError(
-            "InstanceId can't be null when a static member leaves (MemberEpoch -2)."
-        )
-    elif not hb.member_id:
-        raise InvalidRequestError("MemberId can't be empty.")
-    if hb.regex is not None:
-        _compile(hb.regex)
-
-
-def _compile(regex: str) -> re2._Regexp:
-    if len(regex) > REGEX_MAX_CHARS:
-        raise InvalidRegularExpressionError(
-            f"SubscribedTopicRegex is {len(regex)} characters, over {REGEX_MAX_CHARS}"
-        )
-    try:
-        return re2.compile(regex)
-    except re2.error as exc:
-        raise InvalidRegularExpressionError(f"SubscribedTopicRegex {regex!r}: {exc}") from None
-
-
-def _fence(member: ConsumerMember, hb: ConsumerHeartbeat) -> None:
-    """Kafka's throwIfMemberEpochIsInvalid: a member ahead of the coordinator, or behind it
-    other than by one lost answer (its previous epoch, owning nothing outside its
-    assignment), is fenced and must join again."""
-    if hb.member_epoch > member.member_epoch:
-        raise FencedMemberEpochError(
-            f"member epoch {hb.member_epoch} is ahead of the coordinator's {member.member_epoch}"
-        )
-    if hb.member_epoch < member.member_epoch:
-        owned = hb.owned
-        if (
-            hb.member_epoch != member.previous_member_epoch
-            or owned is None
-            or not flat(owned) <= flat(member.assigned)
-        ):
-            raise FencedMemberEpochError(
-                f"member epoch {hb.member_epoch} is behind the coordinator's {member.member_epoch}"
-            )
-
-
-def _check_epoch(member: ConsumerMember, epoch: int) -> None:
-    if epoch != member.member_epoch:
-        raise StaleMemberEpochError(
-            f"member epoch {epoch} is not member {member.member_id}'s current {member.member_epoch}"
-        )
-
-
-def _update_subscription(member: ConsumerMember, hb: ConsumerHeartbeat) -> bool:
-    """Take the heartbeat's non-null fields; True when the subscription changed."""
-    before = (member.topics, member.regex, member.server_assignor)
-    if hb.instance_id is not None:
-        member.instance_id = hb.instance_id
-    if hb.rack_id is not None:
-        member.rack_id = hb.rack_id
-    if hb.rebalance_timeout_ms != -1:
-        member.rebalance_timeout_ms = hb.rebalance_timeout_ms
-    if hb.topics is not None:
-        member.topics = tuple(sorted(set(hb.topics)))
-    if hb.regex is not None:
-        member.regex = hb.regex or None
-    if hb.server_assignor is not None:
-        member.server_assignor = hb.server_assignor
-    if hb.client_id:
-        member.client_id = hb.client_id
-    if hb.client_host:
-        member.client_host = hb.client_host
-    return (member.topics, member.regex, member.server_assignor) != before
+__all__ = [
+    "ConsumerGroups",
+    "ConsumerGroupsConfig",
+    "ConsumerHeartbeat",
+    "FencedMemberEpochError",
+    "HeartbeatAnswer",
+    "InvalidRegularExpressionError",
+    "StaleMemberEpochError",
+    "UnreleasedInstanceIdError",
+    "UnsupportedVersionForMemberError",
+]
