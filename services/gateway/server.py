@@ -452,7 +452,8 @@ class Gateway:
         return self.offsets.expire_offsets(
             time.time_ns() // 1_000_000,
             self.config.offsets_retention_minutes * 60_000,
-            self.coordinator.groups_with_members(),
+            self.coordinator.groups_with_members()
+            | {g.group_id for g in self.consumer_groups.snapshots() if g.members},
         )
 
     def _expire_offsets_loop(self) -> None:

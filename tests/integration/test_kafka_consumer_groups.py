@@ -14,7 +14,12 @@ import uuid
 
 import confluent_kafka
 import pytest
-from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
+from kafka.protocol.consumer.group import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+)
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
 from devtools import apache_kafka
@@ -36,6 +41,7 @@ TIMEOUT_S = 60
 UNSUPPORTED_VERSION = 35
 UNKNOWN_MEMBER_ID = 25
 GROUP_ID_NOT_FOUND = 69
+INCONSISTENT_GROUP_PROTOCOL = 23
 
 
 @pytest.fixture(scope="module")
@@ -370,6 +376,18 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
         assert commit(9, 0) == STALE_MEMBER_EPOCH
         assert commit(8, 1) == UNSUPPORTED_VERSION
         assert commit(9, 1) == 0
+        # A classic member cannot join the group while it has consumer-protocol members.
+        join = JoinGroupRequest[5](
+            group_id=group_id,
+            session_timeout_ms=10000,
+            rebalance_timeout_ms=10000,
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=[JoinGroupRequest[5].JoinGroupRequestProtocol(name="range", metadata=b"")],
+        )
+        joined_classic = wire.request(join, 5, JoinGroupResponse)
+        assert joined_classic.error_code == INCONSISTENT_GROUP_PROTOCOL
         left = _heartbeat(wire, group_id, member_id, -1)
         assert (left.error_code, left.member_epoch) == (0, -1)
 

@@ -217,6 +217,8 @@ def offset_delete(call: KafkaCall, request: Any) -> Any:
         if not groups.offsets.committed(group_id) and coordinator.snapshot(group_id) is None:
             raise GroupIdNotFoundError(f"group {group_id!r} not found")
         read = coordinator.subscribed_topics(group_id)
+        if groups.consumer_groups is not None:  # a KIP-848 group's members' topics too
+            read |= groups.consumer_groups.subscribed_topics(group_id)
         doomed = []
         for topic, partition in asked:
             if topic not in allowed:
