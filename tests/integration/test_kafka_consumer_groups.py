@@ -9,6 +9,7 @@ Kafka's kafka-consumer-groups describes the group as Kafka does."""
 from __future__ import annotations
 
 import json
+import time
 import threading
 import uuid
 
@@ -474,3 +475,33 @@ def test_kafka_consumer_groups_tool_describes_the_group(cluster):
         assert group_id in done.stdout.decode().split()
     finally:
         c.close()
+
+
+def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_move(cluster):
+    topic, group_id = new_name("fence"), new_name("fg")
+    cluster.admin.create_topic(topic, 2, 2)
+    a, b = uuid.uuid4().hex, uuid.uuid4().hex
+    groups = cluster.gateway.consumer_groups
+    with KafkaWire(cluster.kafka_address) as wire:
+        first = _heartbeat(wire, group_id, a, 0, topics=[topic], rebalance_timeout_ms=1000)
+        topic_id = first.assignment.topic_partitions[0].topic_id
+        owned = [
+            ConsumerGroupHeartbeatRequest[1].TopicPartitions(topic_id=topic_id, partitions=[0, 1])
+        ]
+        assert _heartbeat(wire, group_id, a, 1, owned=owned).error_code == 0
+        second = _heartbeat(wire, group_id, b, 0, topics=[topic])
+        assert second.assignment.topic_partitions == []  # both still a's
+        # a hears of the new target and keeps owning what it must give up.
+        revoking = _heartbeat(wire, group_id, a, 1, owned=owned)
+        assert len(revoking.assignment.topic_partitions[0].partitions) == 1
+        assert _heartbeat(wire, group_id, b, second.member_epoch).assignment is None
+        # Past a's rebalance timeout (1 s) the coordinator's reaper fences it.
+        groups.reap(time.monotonic() + 2)
+        assert _heartbeat(wire, group_id, a, 1, owned=owned).error_code == UNKNOWN_MEMBER_ID
+        taken = _heartbeat(wire, group_id, b, second.member_epoch)
+        assert taken.error_code == 0
+        assert sorted(taken.assignment.topic_partitions[0].partitions) == [0, 1]
+        # Past b's session (6 s) without a heartbeat, b goes too: the group is empty.
+        groups.reap(time.monotonic() + 7)
+    group = describe(cluster, group_id)
+    assert (group.group_state, group.members) == ("Empty", [])

@@ -390,24 +390,27 @@ class ConsumerGroups:
                 group = self._groups.get(group_id)
                 if group is None:
                     continue
-                before = copy.deepcopy(group)
-                for member in list(group.members.values()):
-                    late = now - member.last_heartbeat > session_s
-                    stuck = (
+                doomed = [
+                    (member.member_id, late)
+                    for member in group.members.values()
+                    if (late := now - member.last_heartbeat > session_s)
+                    or (
                         member.state == UNREVOKED_PARTITIONS
                         and member.revoke_deadline is not None
                         and now > member.revoke_deadline
                     )
-                    if late or stuck:
-                        logger.info(
-                            "group %s: member %s %s: removed",
-                            group_id,
-                            member.member_id,
-                            "missed its session"
-                            if late
-                            else "did not revoke in its rebalance timeout",
-                        )
-                        self._remove(group, member.member_id)
+                ]
+                if not doomed:
+                    continue  # the common case: nothing copied, nothing written
+                before = copy.deepcopy(group)
+                for member_id, late in doomed:
+                    logger.info(
+                        "group %s: member %s %s: removed",
+                        group_id,
+                        member_id,
+                        "missed its session" if late else "did not revoke in its rebalance timeout",
+                    )
+                    self._remove(group, member_id)
                 try:
                     self._write(before, group)
                 except SeglogError as exc:

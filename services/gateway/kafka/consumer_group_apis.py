@@ -69,6 +69,10 @@ def _consumer_groups(call: KafkaCall) -> ConsumerGroups:
     return consumer_groups
 
 
+class _TopicsDenied(PermissionDeniedError):
+    """Topics a member subscribes to by name that its principal may not Describe."""
+
+
 def consumer_group_error_code(error: BaseException) -> int:
     """Kafka's code for an error of a consumer group call (the group's for the rest)."""
     if isinstance(error, UnsupportedAssignorError):
@@ -100,16 +104,20 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         client_id=call.client_id or "",
         client_host=client_host(call),
     )
-    denied = sorted(t for t in hb.topics or () if not call.allowed("Describe", "topic", t))
-    try:
+
+    def work() -> Any:
+        # Read on the group first (on_coordinator), then Describe on each topic named, as
+        # Kafka's KafkaApis authorizes this API.
+        denied = sorted(t for t in hb.topics or () if not call.allowed("Describe", "topic", t))
         if denied:
-            raise PermissionDeniedError(f"topics {', '.join(denied)} may not be described")
-        answer = on_coordinator(
-            call, "ConsumerGroupHeartbeat", hb.group_id, lambda: consumer_groups.heartbeat(hb)
-        )
+            raise _TopicsDenied(f"topics {', '.join(denied)} may not be described")
+        return consumer_groups.heartbeat(hb)
+
+    try:
+        answer = on_coordinator(call, "ConsumerGroupHeartbeat", hb.group_id, work)
     except SeglogError as exc:
         code = consumer_group_error_code(exc)
-        if denied and isinstance(exc, PermissionDeniedError) and "topics" in str(exc):
+        if isinstance(exc, _TopicsDenied):
             code = TOPIC_AUTHORIZATION_FAILED
         return response_class(
             throttle_time_ms=0,
