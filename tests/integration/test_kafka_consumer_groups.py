@@ -9,8 +9,8 @@ Kafka's kafka-consumer-groups describes the group as Kafka does."""
 from __future__ import annotations
 
 import json
-import time
 import threading
+import time
 import uuid
 
 import confluent_kafka
