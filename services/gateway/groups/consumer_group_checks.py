@@ -13,7 +13,12 @@ from dataclasses import dataclass
 
 import re2
 
-from seglog.errors import InvalidRequestError, SeglogError
+from seglog.errors import (
+    FencedMemberEpochError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    StaleMemberEpochError,
+)
 
 from .consumer_group_state import STATIC_LEAVE_EPOCH, ConsumerMember, flat
 from .server_assignors import check_assignor
@@ -21,26 +26,6 @@ from .server_assignors import check_assignor
 # A stranger's regular expression is bounded before RE2 compiles it (RE2 is linear-time in
 # the matched text; its program size is bounded by RE2's own max_mem).
 REGEX_MAX_CHARS = 4096
-
-
-class FencedMemberEpochError(SeglogError):
-    reason = "FENCED_MEMBER_EPOCH"
-
-
-class StaleMemberEpochError(SeglogError):
-    reason = "STALE_MEMBER_EPOCH"
-
-
-class UnreleasedInstanceIdError(SeglogError):
-    reason = "UNRELEASED_INSTANCE_ID"
-
-
-class InvalidRegularExpressionError(SeglogError):
-    reason = "INVALID_REGULAR_EXPRESSION"
-
-
-class UnsupportedVersionForMemberError(SeglogError):
-    reason = "UNSUPPORTED_VERSION"
 
 
 @dataclass(frozen=True)

@@ -32,17 +32,14 @@ from seglog.errors import (
     NonEmptyGroupError,
     SeglogError,
     UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedVersionError,
 )
 
 from ..cluster.registry import Registry
 from . import consumer_group_records as records
 from .consumer_group_checks import (
     ConsumerHeartbeat,
-    FencedMemberEpochError,
-    InvalidRegularExpressionError,
-    StaleMemberEpochError,
-    UnreleasedInstanceIdError,
-    UnsupportedVersionForMemberError,
     check_epoch,
     check_request,
     compile_regex,
@@ -275,7 +272,7 @@ class ConsumerGroups:
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             if api_version < 9:
-                raise UnsupportedVersionForMemberError(
+                raise UnsupportedVersionError(
                     "OffsetCommit version 9 or above must be used by members using the "
                     "consumer group protocol"
                 )
@@ -422,10 +419,5 @@ __all__ = [
     "ConsumerGroups",
     "ConsumerGroupsConfig",
     "ConsumerHeartbeat",
-    "FencedMemberEpochError",
     "HeartbeatAnswer",
-    "InvalidRegularExpressionError",
-    "StaleMemberEpochError",
-    "UnreleasedInstanceIdError",
-    "UnsupportedVersionForMemberError",
 ]

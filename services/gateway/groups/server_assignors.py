@@ -23,15 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from seglog.errors import InvalidRequestError
+from seglog.errors import UnsupportedAssignorError
 
 UNIFORM = "uniform"
 RANGE = "range"
 ASSIGNORS = (UNIFORM, RANGE)
-
-
-class UnsupportedAssignorError(InvalidRequestError):
-    """ConsumerGroupHeartbeat's UNSUPPORTED_ASSIGNOR (the adapter maps it)."""
 
 
 @dataclass(frozen=True)
