@@ -106,6 +106,8 @@ DESCRIBED_NAMES = [
     "max.concurrent.requests",
     "offsets.topic.num.partitions",
     "group.initial.rebalance.delay.ms",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "group.max.size",
