@@ -9,7 +9,6 @@ Kafka's kafka-consumer-groups describes the group as Kafka does."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 
@@ -29,13 +28,20 @@ from services.gateway.kafka.consumer_group_apis import (
     INVALID_REGULAR_EXPRESSION,
     STALE_MEMBER_EPOCH,
     UNSUPPORTED_ASSIGNOR,
-    ConsumerGroupDescribeRequest,
-    ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
 )
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
+from tests.kip848_clients import (
+    Ledger,
+    Member,
+    OwnershipWatch,
+    consumer,
+    describe,
+    heartbeat,
+    new_name,
+    produce,
+)
 from tests.waiting import wait_for
 
 TIMEOUT_S = 60
@@ -57,119 +63,6 @@ def cluster(tmp_path_factory):
     )
     yield c
     c.close()
-
-
-def new_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def produce(cluster, topic, values, partitions):
-    producer = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address, "acks": "all"})
-    for value in values:
-        producer.produce(topic, value=str(value).encode(), partition=value % partitions)
-    assert producer.flush(TIMEOUT_S) == 0
-
-
-def consumer(cluster, group_id, **config):
-    return confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_address,
-            "group.id": group_id,
-            "group.protocol": "consumer",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            **config,
-        }
-    )
-
-
-def describe(cluster, group_id):
-    with KafkaWire(cluster.kafka_address) as wire:
-        answer = wire.request(
-            ConsumerGroupDescribeRequest[1](
-                group_ids=[group_id], include_authorized_operations=False
-            ),
-            1,
-            ConsumerGroupDescribeResponse,
-        )
-    return answer.groups[0]
-
-
-class Ledger:
-    """What a group's members read, in the order they read it, under one lock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.read: list[tuple[int, int, str]] = []  # partition, offset, member
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.read)
-
-
-class OwnershipWatch:
-    """Samples the coordinator's view of the group on a thread: a partition is never held
-    (assigned, or still to revoke) by two members at once."""
-
-    def __init__(self, cluster, group_id) -> None:
-        self.groups = cluster.gateway.consumer_groups
-        self.group_id = group_id
-        self.double: list[str] = []
-        self.samples = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="ownership-watch")
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.wait(0.01):
-            try:
-                group = self.groups.describe(self.group_id)
-            except Exception:  # not made yet
-                continue
-            self.samples += 1
-            holder: dict[tuple[str, int], str] = {}
-            for member in group.members.values():
-                for held in (member.assigned, member.pending_revocation):
-                    for topic_id, partitions in held.items():
-                        for p in partitions:
-                            other = holder.setdefault((topic_id, p), member.member_id)
-                            if other != member.member_id:
-                                self.double.append(f"{p}: {other} and {member.member_id}")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(TIMEOUT_S)
-
-
-class Member:
-    """A librdkafka consumer polling on its own thread, committing each record it reads."""
-
-    def __init__(self, cluster, group_id, topic, name, ledger, **config) -> None:
-        self.name = name
-        self.ledger = ledger
-        self.stop = threading.Event()
-        self.errors: list[str] = []
-        self.consumer = consumer(cluster, group_id, **config)
-        self.consumer.subscribe([topic])
-        self.thread = threading.Thread(target=self._run, name=name)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            message = self.consumer.poll(0.1)
-            if message is None:
-                continue
-            if message.error():
-                self.errors.append(str(message.error()))
-                continue
-            with self.ledger.lock:
-                self.ledger.read.append((message.partition(), message.offset(), self.name))
-            self.consumer.commit(message, asynchronous=False)
-        self.consumer.close()  # leaves the group (member epoch -1)
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(TIMEOUT_S)
 
 
 def test_librdkafka_group_of_three_under_churn_reads_every_record_once_in_order(cluster):
@@ -310,22 +203,6 @@ def test_static_member_rejoining_keeps_its_partitions(cluster):
         second.close()
 
 
-def _heartbeat(wire, group_id, member_id, epoch, **fields):
-    request = ConsumerGroupHeartbeatRequest[1](
-        group_id=group_id,
-        member_id=member_id,
-        member_epoch=epoch,
-        instance_id=None,
-        rack_id=None,
-        rebalance_timeout_ms=fields.pop("rebalance_timeout_ms", 30000 if epoch == 0 else -1),
-        subscribed_topic_names=fields.pop("topics", None),
-        subscribed_topic_regex=fields.pop("regex", None),
-        server_assignor=fields.pop("assignor", None),
-        topic_partitions=fields.pop("owned", [] if epoch == 0 else None),
-    )
-    return wire.request(request, 1, ConsumerGroupHeartbeatResponse)
-
-
 def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
     topic, group_id = new_name("epochs"), new_name("eg")
     cluster.admin.create_topic(topic, 2, 2)
@@ -338,15 +215,15 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
         finalized = {f.name: f.max_version_level for f in versions.finalized_features}
         assert finalized["group.version"] == 1
 
-        joined = _heartbeat(wire, group_id, member_id, 0, topics=[topic], assignor="range")
+        joined = heartbeat(wire, group_id, member_id, 0, topics=[topic], assignor="range")
         assert (joined.error_code, joined.member_id, joined.member_epoch) == (0, member_id, 1)
         assert sorted(joined.assignment.topic_partitions[0].partitions) == [0, 1]
-        assert _heartbeat(wire, group_id, member_id, 5).error_code == FENCED_MEMBER_EPOCH
-        assert _heartbeat(wire, group_id, "stranger", 1).error_code == UNKNOWN_MEMBER_ID
-        assert _heartbeat(wire, new_name("none"), member_id, 1).error_code == GROUP_ID_NOT_FOUND
-        bad = _heartbeat(wire, new_name("x"), member_id, 0, topics=[topic], assignor="nope")
+        assert heartbeat(wire, group_id, member_id, 5).error_code == FENCED_MEMBER_EPOCH
+        assert heartbeat(wire, group_id, "stranger", 1).error_code == UNKNOWN_MEMBER_ID
+        assert heartbeat(wire, new_name("none"), member_id, 1).error_code == GROUP_ID_NOT_FOUND
+        bad = heartbeat(wire, new_name("x"), member_id, 0, topics=[topic], assignor="nope")
         assert bad.error_code == UNSUPPORTED_ASSIGNOR
-        bad = _heartbeat(wire, new_name("x"), member_id, 0, regex="(unclosed")
+        bad = heartbeat(wire, new_name("x"), member_id, 0, regex="(unclosed")
         assert bad.error_code == INVALID_REGULAR_EXPRESSION
 
         def commit(version, epoch):
@@ -389,7 +266,7 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
         )
         joined_classic = wire.request(join, 5, JoinGroupResponse)
         assert joined_classic.error_code == INCONSISTENT_GROUP_PROTOCOL
-        left = _heartbeat(wire, group_id, member_id, -1)
+        left = heartbeat(wire, group_id, member_id, -1)
         assert (left.error_code, left.member_epoch) == (0, -1)
 
 
@@ -483,22 +360,22 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_move
     a, b = uuid.uuid4().hex, uuid.uuid4().hex
     groups = cluster.gateway.consumer_groups
     with KafkaWire(cluster.kafka_address) as wire:
-        first = _heartbeat(wire, group_id, a, 0, topics=[topic], rebalance_timeout_ms=1000)
+        first = heartbeat(wire, group_id, a, 0, topics=[topic], rebalance_timeout_ms=1000)
         topic_id = first.assignment.topic_partitions[0].topic_id
         owned = [
             ConsumerGroupHeartbeatRequest[1].TopicPartitions(topic_id=topic_id, partitions=[0, 1])
         ]
-        assert _heartbeat(wire, group_id, a, 1, owned=owned).error_code == 0
-        second = _heartbeat(wire, group_id, b, 0, topics=[topic])
+        assert heartbeat(wire, group_id, a, 1, owned=owned).error_code == 0
+        second = heartbeat(wire, group_id, b, 0, topics=[topic])
         assert second.assignment.topic_partitions == []  # both still a's
         # a hears of the new target and keeps owning what it must give up.
-        revoking = _heartbeat(wire, group_id, a, 1, owned=owned)
+        revoking = heartbeat(wire, group_id, a, 1, owned=owned)
         assert len(revoking.assignment.topic_partitions[0].partitions) == 1
-        assert _heartbeat(wire, group_id, b, second.member_epoch).assignment is None
+        assert heartbeat(wire, group_id, b, second.member_epoch).assignment is None
         # Past a's rebalance timeout (1 s) the coordinator's reaper fences it.
         groups.reap(time.monotonic() + 2)
-        assert _heartbeat(wire, group_id, a, 1, owned=owned).error_code == UNKNOWN_MEMBER_ID
-        taken = _heartbeat(wire, group_id, b, second.member_epoch)
+        assert heartbeat(wire, group_id, a, 1, owned=owned).error_code == UNKNOWN_MEMBER_ID
+        taken = heartbeat(wire, group_id, b, second.member_epoch)
         assert taken.error_code == 0
         assert sorted(taken.assignment.topic_partitions[0].partitions) == [0, 1]
         # Past b's session (6 s) without a heartbeat, b goes too: the group is empty.
