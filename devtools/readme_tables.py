@@ -55,6 +55,12 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "DescribeProducers": "from the leader's producer state",
     "ListConfigResources": "no client metrics subscriptions",
     "FindCoordinator": "groups; a transaction coordinator is refused (no transactions)",
+    "ConsumerGroupHeartbeat": (
+        "KIP-848: uniform and range assignors, regex subscriptions (RE2); no migration from "
+        "or to classic groups"
+    ),
+    "ConsumerGroupDescribe": "KIP-848 groups; authorized operations are not computed",
+    "OffsetCommit": "KIP-848 members from v9, checked against their member epoch",
 }
 
 
