@@ -64,6 +64,12 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "ShareGroupHeartbeat": "share groups (KIP-932): the simple assignor",
     "ShareFetch": "records acquired under locks; state in __share_group_state",
     "DescribeShareGroupOffsets": "each partition's share-partition start offset; no lag",
+    "ConsumerGroupHeartbeat": (
+        "KIP-848: uniform and range assignors, regex subscriptions (RE2); no migration from "
+        "or to classic groups"
+    ),
+    "ConsumerGroupDescribe": "KIP-848 groups; authorized operations are not computed",
+    "OffsetCommit": "KIP-848 members from v9, checked against their member epoch",
 }
 
 

@@ -447,6 +447,45 @@ class TransactionalIdNotFoundError(SeglogError):
     reason = "TRANSACTIONAL_ID_NOT_FOUND"
 
 
+# -- KIP-848 consumer groups --
+
+
+class FencedMemberEpochError(SeglogError):
+    """KIP-848: a member's epoch the coordinator cannot take; it joins again (epoch 0)."""
+
+    reason = "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceIdError(SeglogError):
+    """KIP-848: a static member's instance id is still held by a member that did not leave."""
+
+    reason = "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignorError(SeglogError):
+    """KIP-848: a server-side assignor the coordinator does not have."""
+
+    reason = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(SeglogError):
+    """KIP-848: an offset commit or fetch from a member epoch that is not its current one."""
+
+    reason = "STALE_MEMBER_EPOCH"
+
+
+class InvalidRegularExpressionError(SeglogError):
+    """KIP-848: a subscription's regular expression that does not compile (RE2)."""
+
+    reason = "INVALID_REGULAR_EXPRESSION"
+
+
+class UnsupportedVersionError(SeglogError):
+    """An API version a call may not use (a KIP-848 member committing below OffsetCommit v9)."""
+
+    reason = "UNSUPPORTED_VERSION"
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the

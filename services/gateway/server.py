@@ -50,6 +50,7 @@ from .coordination.node_sessions import EtcdNodeSessions
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
+from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_calls import GroupCalls
 from .groups.group_service import GroupCoordinatorService
@@ -265,6 +266,18 @@ class Gateway:
             coordination=self.coordination,
         )
         self.groups.lists_unclaimed = lambda: self.election.is_controller
+        self.consumer_groups = ConsumerGroups(
+            self.registry,
+            ConsumerGroupsConfig(
+                group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+                group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+                group_max_size=config.group_max_size,
+            ),
+            load=self.offsets.consumer_group_records,
+            persist=self.offsets.store_consumer_group,
+            classic_members=lambda g: len(getattr(self.coordinator.snapshot(g), "members", {})),
+        )
+        self.groups.consumer_groups = self.consumer_groups
         self.membership = GroupMembership(self.groups)
         self.share = share_groups(
             self.registry,
@@ -452,6 +465,7 @@ class Gateway:
             self.kafka_listener.start()
         self._expiry.start()
         self.transactions.start()
+        self.consumer_groups.start()
         if self.gateway_session is not None:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
@@ -477,7 +491,8 @@ class Gateway:
         return self.offsets.expire_offsets(
             time.time_ns() // 1_000_000,
             self.config.offsets_retention_minutes * 60_000,
-            self.coordinator.groups_with_members(),
+            self.coordinator.groups_with_members()
+            | {g.group_id for g in self.consumer_groups.snapshots() if g.members},
         )
 
     def _expire_offsets_loop(self) -> None:
@@ -504,5 +519,6 @@ class Gateway:
         if self.health_server is not None:
             self.health_server.stop(0)
         self.coordinator.close()
+        self.consumer_groups.stop()
         self.service.close()
         self.connections.close()

@@ -33,6 +33,10 @@ from .cluster.topic_rules import (
     DEFAULT_REPLICATION_FACTOR,
 )
 from .coordination.etcd_keys import DEFAULT_PREFIX
+from .groups.consumer_groups import (
+    DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_CONSUMER_SESSION_TIMEOUT_MS,
+)
 from .groups.coordinator import (
     DEFAULT_GROUP_MAX_SIZE,
     DEFAULT_INITIAL_REBALANCE_DELAY_MS,
@@ -258,6 +262,16 @@ class GatewayConfig:
         DEFAULT_GROUP_MAX_SIZE,
         "the most members one consumer group may have (Kafka's default is 2^31 - 1); a new "
         "member past it gets GROUP_MAX_SIZE_REACHED",
+    )
+    group_consumer_session_timeout_ms: int = setting(
+        DEFAULT_CONSUMER_SESSION_TIMEOUT_MS,
+        "a KIP-848 consumer group member's session (group.protocol=consumer): one that sends "
+        "no heartbeat for this long is removed and its partitions go to others",
+    )
+    group_consumer_heartbeat_interval_ms: int = setting(
+        DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS,
+        "how often KIP-848 consumer group members are told to heartbeat (their "
+        "assignments change only on a heartbeat)",
     )
     group_share_record_lock_duration_ms: int = setting(
         DEFAULT_RECORD_LOCK_DURATION_MS,

@@ -74,9 +74,9 @@ def test_kafka_features_describe_prints_what_this_release_supports(cluster):
     )
     assert metadata["FinalizedVersionLevel"] == "4.3-IV0"
     assert rows["eligible.leader.replicas.version"]["FinalizedVersionLevel"] == "1"
-    # No transactions and no KIP-848 groups yet: a Java client takes neither path.
+    # No transactions yet (a Java client does not take that path); KIP-848 groups, as 4.x.
     assert rows["transaction.version"]["SupportedMaxVersion"] == "0"
-    assert rows["group.version"]["FinalizedVersionLevel"] == "0"
+    assert rows["group.version"]["FinalizedVersionLevel"] == "1"
     assert rows["share.version"]["FinalizedVersionLevel"] == "1"
     assert int(metadata["Epoch"]) >= 1  # the registry's metadata offset
     # A Java client finds no telemetry API and says nothing about it.
@@ -93,15 +93,16 @@ def test_api_versions_v3_leaves_out_features_whose_minimum_is_0(cluster):
     finalized = {f.name: f.max_version_level for f in answer.finalized_features}
     assert finalized == {
         "eligible.leader.replicas.version": 1,
+        "group.version": 1,
         "metadata.version": 30,
         "share.version": 1,  # share groups (KIP-932)
     }
 
 
 def test_kafka_features_upgrade_is_refused_past_this_releases_levels(cluster):
-    out, _ = tool(cluster, FEATURE_TOOL, "upgrade", "--feature", "group.version=1", returncode=1)
-    assert "Could not upgrade group.version to 1" in out
-    assert "group.version is 0 in this seglog release" in out
+    out, _ = tool(cluster, FEATURE_TOOL, "upgrade", "--feature", "group.version=2", returncode=1)
+    assert "Could not upgrade group.version to 2" in out
+    assert "group.version is 1 in this seglog release" in out
 
 
 def test_kafka_client_metrics_list_has_no_subscriptions(cluster):

@@ -110,6 +110,8 @@ DESCRIBED_NAMES = [
     "transaction.max.timeout.ms",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms",
     "group.initial.rebalance.delay.ms",
+    "group.consumer.session.timeout.ms",
+    "group.consumer.heartbeat.interval.ms",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",
     "group.max.size",

@@ -14,7 +14,9 @@ transaction/group/share/streams at their latest):
     kraft.version                     0..0: no KRaft quorum (the registry is a file or etcd)
     transaction.version               0..0: no transactions yet (so a Java producer never
                                       takes KIP-890's TV2 path)
-    group.version                     0..0: no KIP-848 consumer groups yet
+    group.version                     0..1, finalized 1: KIP-848 consumer groups
+                                      (ConsumerGroupHeartbeat, ConsumerGroupDescribe), as
+                                      Kafka 4.x's GV_1
     share.version                     0..1, finalized 1: share groups (KIP-932), whose
                                       APIs Kafka advertises only at share.version 1
     streams.version                   0..0: no streams groups (KIP-1071)
@@ -43,7 +45,7 @@ class Feature:
 
 FEATURES: tuple[Feature, ...] = (
     Feature("eligible.leader.replicas.version", 0, 1, 1),
-    Feature("group.version", 0, 0, 0),
+    Feature("group.version", 0, 1, 1),
     Feature("kraft.version", 0, 0, 0),
     # 3.3-IV3 is Kafka 4.x's oldest metadata.version; 4.3-IV0 is Kafka 4.3.1's latest (30).
     Feature(METADATA_VERSION, 7, 30, 30),

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from seglog.errors import (
     CoordinatorNotAvailableError,
+    GroupIdNotFoundError,
     InvalidGroupIdError,
     InvalidOffsetError,
     NotCoordinatorError,
@@ -30,6 +31,7 @@ from ..authorization import CLUSTER, Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .consumer_groups import ConsumerGroups
 from .coordinator import GroupCoordinator, check_group_id
 from .group_state import Group, OffsetToCommit
 from .offsets_contents import GroupOffsets
@@ -50,6 +52,8 @@ GROUP_OPERATIONS = {
     "FetchOffsets": "Describe",
     "DeleteGroups": "Delete",
     "DeleteOffsets": "Delete",
+    "ConsumerGroupHeartbeat": "Read",
+    "ConsumerGroupDescribe": "Describe",
 }
 # Kafka's group coordinator takes an empty group id only where old clients committed offsets
 # without a group (OffsetCommit, OffsetFetch); the other group APIs answer INVALID_GROUP_ID
@@ -76,6 +80,9 @@ class GroupsCore:
         self.authorization = authorization
         self.offset_metadata_max_bytes = offset_metadata_max_bytes
         self.coordination = coordination or SoleCoordinator()
+        # KIP-848 groups (consumer_groups.py), beside the classic coordinator's: a group id
+        # is of one kind at a time.
+        self.consumer_groups: ConsumerGroups | None = None
         # True on the gateway that lists the groups of unclaimed partitions (the controller).
         self.lists_unclaimed: Callable[[], bool] = lambda: True
         if isinstance(self.coordination, EtcdCoordination):
@@ -91,6 +98,8 @@ class GroupsCore:
     def _lost(self, partition: int) -> None:
         self.offsets.forget_partition(partition)
         self.coordinator.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
+        if self.consumer_groups is not None:
+            self.consumer_groups.forget_groups(lambda g: self.offsets.partition_for(g) == partition)
 
     def not_coordinated_here(self, group_id: str) -> SeglogError | None:
         if isinstance(self.coordination, SoleCoordinator):
@@ -160,6 +169,8 @@ class GroupsCore:
         """The groups this gateway lists, by id, each with its state (None: known only by
         its committed offsets)."""
         group_ids = set(self.coordinator.group_ids())
+        if self.consumer_groups is not None:
+            group_ids |= {g.group_id for g in self.consumer_groups.snapshots()}
         try:
             group_ids |= self.offsets.group_ids(self._partitions_coordinated_here())
         except SeglogError:
@@ -228,6 +239,12 @@ class GroupsCore:
         def delete() -> None:
             check_group_id(group_id)
             self.coordinator.delete_group(group_id)
+            if self.consumer_groups is not None and self.consumer_groups.delete_group(group_id):
+                try:
+                    self.offsets.delete_group(group_id)
+                except GroupIdNotFoundError:
+                    pass  # a consumer group without committed offsets
+                return
             self.offsets.delete_group(group_id)
 
         self._check(caller, "DeleteGroups", group_id)

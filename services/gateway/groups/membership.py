@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 
-from seglog.errors import SeglogError
+from seglog.errors import InconsistentGroupProtocolError, NonEmptyGroupError, SeglogError
 
 from ..broker.caller import Caller
 from .group_state import ClassicJoinResult, JoinResult
@@ -104,6 +104,20 @@ class GroupMembership:
         self.coordinator = groups.coordinator
         self.authorization = groups.authorization
 
+    def _not_a_consumer_group(self, group_id: str) -> None:
+        """A classic join to a KIP-848 group: refused while it has members (Kafka's online
+        migration is not done here); an empty one is deleted first, as Kafka replaces an
+        empty group of the other kind."""
+        consumer_groups = self.groups.consumer_groups
+        if consumer_groups is None or not consumer_groups.is_consumer_group(group_id):
+            return
+        try:
+            consumer_groups.delete_group(group_id)
+        except NonEmptyGroupError:
+            raise InconsistentGroupProtocolError(
+                f"group {group_id} is a consumer group (group.protocol=consumer) with members"
+            ) from None
+
     def join_classic(self, caller: Caller, join: ClassicJoin) -> ClassicJoinResult:
         """The join, waited for on the caller's thread (the gRPC adapter's)."""
         return self.start_join_classic(caller, join).result()
@@ -112,11 +126,10 @@ class GroupMembership:
         """The join as a future the coordinator completes when the rebalance does (or
         refuses): for an adapter that answers later instead of holding a thread
         (kafka/later.py). Refusals before the wait (the caller's, NOT_COORDINATOR) raise."""
-        return self.groups.on_coordinator(
-            caller,
-            "JoinGroup",
-            join.group_id,
-            lambda: self.coordinator.start_join_classic(
+
+        def work() -> Future[ClassicJoinResult]:
+            self._not_a_consumer_group(join.group_id)
+            return self.coordinator.start_join_classic(
                 join.group_id,
                 join.member_id,
                 group_instance_id=join.group_instance_id,
@@ -127,17 +140,17 @@ class GroupMembership:
                 session_timeout_ms=join.session_timeout_ms,
                 rebalance_timeout_ms=join.rebalance_timeout_ms,
                 require_known_member_id=join.require_known_member_id,
-            ),
-        )
+            )
+
+        return self.groups.on_coordinator(caller, "JoinGroup", join.group_id, work)
 
     def join_managed(self, caller: Caller, join: ManagedJoin) -> JoinResult:
         topics = sorted(set(join.topics))
         self.authorization.check(caller, [("Describe", "topic", t) for t in topics], "JoinGroup")
-        return self.groups.on_coordinator(
-            caller,
-            "JoinGroup",
-            join.group_id,
-            lambda: self.coordinator.join(
+
+        def work() -> JoinResult:
+            self._not_a_consumer_group(join.group_id)
+            return self.coordinator.join(
                 join.group_id,
                 join.member_id,
                 client_id=join.client_id,
@@ -147,8 +160,9 @@ class GroupMembership:
                 session_timeout_ms=join.session_timeout_ms,
                 rebalance_timeout_ms=join.rebalance_timeout_ms,
                 wait=join.wait,
-            ),
-        )
+            )
+
+        return self.groups.on_coordinator(caller, "JoinGroup", join.group_id, work)
 
     def sync(self, caller: Caller, sync: GroupSync) -> SyncAnswer:
         """The sync, waited for on the caller's thread (the gRPC adapter's)."""

@@ -22,6 +22,7 @@ from seglog.errors import SeglogError
 from seglog.records import RecordBatch
 from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
 
+from .consumer_group_records import CONSUMER_GROUP_RECORD_TYPES, group_id_of_key
 from .offsets_formats import (
     GROUP_METADATA_KEY_VERSION,
     CommittedOffset,
@@ -68,6 +69,9 @@ class PartitionContents:
     pending: dict[int, PendingOffsets] = field(default_factory=dict)
     # The log offset after the last batch applied (where reading the tail goes on from).
     next_offset: int = 0
+    # KIP-848 consumer groups' records (consumer_group_records.py), newest value per key,
+    # by group: replayed by the consumer group coordinator when it first touches a group.
+    consumer_groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
     def has_pending(self, group_id: str) -> bool:
         return any(group_id in p.offsets for p in self.pending.values())
@@ -191,6 +195,19 @@ def _apply(contents: PartitionContents, batch: RecordBatch) -> None:
             )
 
 
+def apply_consumer_group_record(
+    contents: PartitionContents, key: bytes, value: bytes | None
+) -> None:
+    group_id = group_id_of_key(key)
+    held = contents.consumer_groups.setdefault(group_id, {})
+    if value is None:
+        held.pop(key, None)
+        if not held:
+            del contents.consumer_groups[group_id]
+    else:
+        held[key] = value
+
+
 def _apply_record(
     contents: PartitionContents,
     key: bytes,
@@ -198,6 +215,9 @@ def _apply_record(
     record_offset: int,
     producer_id: int | None,
 ) -> None:
+    if key_type(key) in CONSUMER_GROUP_RECORD_TYPES:
+        apply_consumer_group_record(contents, key, value)
+        return
     if key_type(key) == GROUP_METADATA_KEY_VERSION:
         group_id = decode_group_key(key)
         if value is None:

@@ -36,7 +36,13 @@ from seglog.v1 import common_pb2
 
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
-from .offsets_contents import OFFSETS_TOPIC, GroupOffsets, PartitionContents, apply_batches
+from .offsets_contents import (
+    OFFSETS_TOPIC,
+    GroupOffsets,
+    PartitionContents,
+    apply_batches,
+    apply_consumer_group_record,
+)
 from .offsets_formats import (
     CONSUMER_PROTOCOL_TYPE,
     CommittedOffset,
@@ -233,13 +239,20 @@ class OffsetsStore:
     def group_metadata(self, group_id: str) -> GroupMetadata | None:
         return self._loaded(self.partition_for(group_id)).groups.get(group_id)
 
+    def consumer_group_records(self, group_id: str) -> dict[bytes, bytes]:
+        """A KIP-848 group's records (key -> newest value), to replay it."""
+        held = self._loaded(self.partition_for(group_id)).consumer_groups.get(group_id, {})
+        return dict(held)
+
     def group_ids(self, partitions: Iterable[int] | None = None) -> set[str]:
-        """Every group with committed offsets in these partitions (default all), reading back
-        each one not yet loaded."""
+        """Every group with committed offsets or consumer group records in these partitions
+        (default all), reading back each one not yet loaded."""
         self.ensure_topic()
         found: set[str] = set()
         for partition in range(self.num_partitions) if partitions is None else partitions:
-            found.update(self._loaded(partition).offsets)
+            contents = self._loaded(partition)
+            found.update(contents.offsets)
+            found.update(contents.consumer_groups)
         return found
 
     def forget_partition(self, partition: int) -> None:
@@ -294,6 +307,21 @@ class OffsetsStore:
         with self._partition_lock(partition):
             self._append(partition, builder.build())
             contents.groups[group_id] = group
+
+    def store_consumer_group(
+        self, group_id: str, records: list[tuple[bytes, bytes | None]]
+    ) -> None:
+        """Append a KIP-848 group's records in one batch (acks=all), in order."""
+        partition = self.partition_for(group_id)
+        contents = self._loaded(partition)
+        now_ms = time.time_ns() // 1_000_000
+        builder = RecordBatchBuilder()
+        for key, value in records:
+            builder.append(key, value, now_ms)
+        with self._partition_lock(partition):
+            self._append(partition, builder.build())
+            for key, value in records:
+                apply_consumer_group_record(contents, key, value)
 
     def expire_offsets(self, now_ms: int, retention_ms: int, active_groups: set[str]) -> int:
         """Delete the committed offsets past retention in the loaded partitions; return how

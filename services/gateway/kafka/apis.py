@@ -14,6 +14,7 @@ from . import (
     api_versions_apis,
     config_apis,
     config_resources_apis,
+    consumer_group_apis,
     describe_topic_partitions_apis,
     fetch_apis,
     group_admin_apis,
@@ -67,4 +68,5 @@ def kafka_api_table() -> ApiTable:
     txn_apis.register(table)
     txn_admin_apis.register(table)
     txn_marker_apis.register(table)
+    consumer_group_apis.register(table)
     return table

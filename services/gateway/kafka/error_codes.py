@@ -42,6 +42,15 @@ _AUTHORIZATION_FAILED: dict[str, int] = {
     "transactional_id": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
 }
 
+
+class InvalidRegularExpressionError(kafka_errors.BrokerResponseError):  # type: ignore[misc]
+    """Kafka's INVALID_REGULAR_EXPRESSION (128, KIP-848), which kafka-python does not list."""
+
+    errno = 128
+    message = "INVALID_REGULAR_EXPRESSION"
+    description = "The regular expression is not valid."
+
+
 # seglog reason -> Kafka error class. Every reason of common.proto's ErrorCode is here (a unit
 # test checks it), PERMISSION_DENIED apart (by resource, above).
 _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
@@ -117,6 +126,12 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "INVALID_PRODUCER_ID_MAPPING": kafka_errors.InvalidProducerIdMappingError,
     "INVALID_TRANSACTION_TIMEOUT": kafka_errors.InvalidTransactionTimeoutError,
     "TRANSACTIONAL_ID_NOT_FOUND": kafka_errors.TransactionalIdNotFoundError,
+    "FENCED_MEMBER_EPOCH": kafka_errors.FencedMemberEpochError,
+    "UNRELEASED_INSTANCE_ID": kafka_errors.UnreleasedInstanceIdError,
+    "UNSUPPORTED_ASSIGNOR": kafka_errors.UnsupportedAssignorError,
+    "STALE_MEMBER_EPOCH": kafka_errors.StaleMemberEpochError,
+    "INVALID_REGULAR_EXPRESSION": InvalidRegularExpressionError,
+    "UNSUPPORTED_VERSION": kafka_errors.UnsupportedVersionError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

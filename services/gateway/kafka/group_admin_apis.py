@@ -8,7 +8,9 @@ As Kafka's broker does, members' bytes and the protocol are shown only while the
 Stable, a group that does not exist is described as Dead, and each group is authorized on
 its own: a group the principal may not Describe (Delete) answers GROUP_AUTHORIZATION_FAILED,
 and ListGroups without Describe on the cluster lists only the groups the principal may
-Describe.
+Describe. KIP-848 consumer groups are listed with type "consumer" (ListGroups v5, whose
+TypesFilter picks kinds) and their own state; DescribeGroups answers Dead for them, as Kafka
+does (ConsumerGroupDescribe describes them: consumer_group_apis.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from .group_apis import group_error_code
 from .kafka_call import KafkaCall
 
 DEAD = "Dead"
-CLASSIC_TYPE, SHARE_TYPE = "classic", "share"  # ListGroups v5's group types, lower-cased
+# ListGroups v5's group types, lower-cased (KIP-848 consumer groups, KIP-932 share groups).
+CLASSIC_TYPE, CONSUMER_TYPE, SHARE_TYPE = "classic", "consumer", "share"
+
+
+def _is_consumer_group(call: KafkaCall, group_id: str) -> bool:
+    consumer_groups = call.core.groups.consumer_groups
+    return consumer_groups is not None and consumer_groups.is_consumer_group(group_id)
+
+
 EMPTY = "Empty"
 
 
@@ -53,6 +63,17 @@ def describe_groups(call: KafkaCall, request: Any) -> Any:
     def describe(group_id: str) -> Any:
         found = core.group_calls.look_up(call.caller, group_id)
         group = found.group
+        if group is None and _is_consumer_group(call, group_id):
+            # A KIP-848 group is not a classic one: Kafka's DescribeGroups (v0-5) answers
+            # Dead for it (its classicGroup lookup fails); ConsumerGroupDescribe shows it.
+            return group_class(
+                error_code=NONE,
+                group_id=group_id,
+                group_state=DEAD,
+                protocol_type="",
+                protocol_data="",
+                members=[],
+            )
         if group is None:
             known = found.has_offsets
             return group_class(
@@ -117,8 +138,12 @@ def list_groups(call: KafkaCall, request: Any) -> Any:
     wanted = {s.lower() for s in request.states_filter} if call.version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if call.version >= 5 else set()
     groups = []
+    consumer_groups = call.core.groups.consumer_groups
+    kip848 = {g.group_id: g.state for g in (consumer_groups.snapshots() if consumer_groups else [])}
     rows = [
-        (
+        (group_id, kip848[group_id], "consumer", CONSUMER_TYPE)
+        if group is None and group_id in kip848
+        else (
             group_id,
             group.state if group is not None else EMPTY,
             group.protocol_type if group is not None else "",
