@@ -486,6 +486,37 @@ class UnsupportedVersionError(SeglogError):
     reason = "UNSUPPORTED_VERSION"
 
 
+# -- KIP-932 share groups (Kafka's codes: the Kafka adapter's share_group_apis.py) --
+
+
+class InvalidRecordStateError(SeglogError):
+    """An acknowledgement of a record this member does not hold (not acquired, acquired by
+    another member, or its lock lapsed)."""
+
+    reason = "INVALID_RECORD_STATE"
+
+
+class ShareSessionNotFoundError(SeglogError):
+    """An incremental ShareFetch/ShareAcknowledge with no share session open."""
+
+    reason = "SHARE_SESSION_NOT_FOUND"
+    retriable = True
+
+
+class InvalidShareSessionEpochError(SeglogError):
+    """A share session request whose epoch is not the session's next one."""
+
+    reason = "INVALID_SHARE_SESSION_EPOCH"
+    retriable = True
+
+
+class ShareSessionLimitReachedError(SeglogError):
+    """A new share session on a gateway holding as many as it may."""
+
+    reason = "SHARE_SESSION_LIMIT_REACHED"
+    retriable = True
+
+
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the

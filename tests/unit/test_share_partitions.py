@@ -8,13 +8,14 @@ import uuid
 
 import pytest
 
-from seglog.errors import InvalidRequestError, UnknownMemberIdError
-from services.gateway.share.errors import (
+from seglog.errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
+    InvalidRequestError,
     InvalidShareSessionEpochError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
+    UnknownMemberIdError,
 )
 from services.gateway.share.share_membership import (
     ShareHeartbeat,

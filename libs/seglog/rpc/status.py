@@ -95,6 +95,10 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "INVALID_PRODUCER_ID_MAPPING": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_TRANSACTION_TIMEOUT": grpc.StatusCode.INVALID_ARGUMENT,
     "TRANSACTIONAL_ID_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "INVALID_RECORD_STATE": grpc.StatusCode.FAILED_PRECONDITION,
+    "SHARE_SESSION_NOT_FOUND": grpc.StatusCode.FAILED_PRECONDITION,
+    "INVALID_SHARE_SESSION_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
+    "SHARE_SESSION_LIMIT_REACHED": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 # For statuses that arrive without details (the transport's own failures).

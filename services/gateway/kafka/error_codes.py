@@ -51,6 +51,14 @@ class InvalidRegularExpressionError(kafka_errors.BrokerResponseError):  # type: 
     description = "The regular expression is not valid."
 
 
+class ShareSessionLimitReachedError(kafka_errors.BrokerResponseError):  # type: ignore[misc]
+    """Kafka's SHARE_SESSION_LIMIT_REACHED (133, KIP-932), which kafka-python does not list."""
+
+    errno = 133
+    message = "SHARE_SESSION_LIMIT_REACHED"
+    description = "The limit of share sessions has been reached."
+
+
 # seglog reason -> Kafka error class. Every reason of common.proto's ErrorCode is here (a unit
 # test checks it), PERMISSION_DENIED apart (by resource, above).
 _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
@@ -126,12 +134,18 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "INVALID_PRODUCER_ID_MAPPING": kafka_errors.InvalidProducerIdMappingError,
     "INVALID_TRANSACTION_TIMEOUT": kafka_errors.InvalidTransactionTimeoutError,
     "TRANSACTIONAL_ID_NOT_FOUND": kafka_errors.TransactionalIdNotFoundError,
+    # KIP-848 consumer groups' (services/gateway/groups/).
     "FENCED_MEMBER_EPOCH": kafka_errors.FencedMemberEpochError,
     "UNRELEASED_INSTANCE_ID": kafka_errors.UnreleasedInstanceIdError,
     "UNSUPPORTED_ASSIGNOR": kafka_errors.UnsupportedAssignorError,
     "STALE_MEMBER_EPOCH": kafka_errors.StaleMemberEpochError,
     "INVALID_REGULAR_EXPRESSION": InvalidRegularExpressionError,
     "UNSUPPORTED_VERSION": kafka_errors.UnsupportedVersionError,
+    # Share groups' (services/gateway/share/).
+    "INVALID_RECORD_STATE": kafka_errors.InvalidRecordStateError,
+    "SHARE_SESSION_NOT_FOUND": kafka_errors.ShareSessionNotFoundError,
+    "INVALID_SHARE_SESSION_EPOCH": kafka_errors.InvalidShareSessionEpochError,
+    "SHARE_SESSION_LIMIT_REACHED": ShareSessionLimitReachedError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

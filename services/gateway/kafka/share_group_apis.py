@@ -15,15 +15,16 @@ from typing import Any
 
 from kafka import errors as kafka_errors
 
-from seglog.errors import PermissionDeniedError, SeglogError
-
-from ..share.errors import (
+from seglog.errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
     InvalidShareSessionEpochError,
+    PermissionDeniedError,
+    SeglogError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
 )
+
 from ..share.share_membership import ShareHeartbeat
 from .api_table import ApiTable
 from .error_codes import (

@@ -5,7 +5,6 @@ deliveries. Typed core only: the Kafka adapter is kafka/share_group_apis.py and
 kafka/share_fetch_apis.py.
 
     settings.py         the settings, Kafka's names
-    errors.py           the share errors (each a Kafka error code of its own)
     share_partition.py  one (group, topic, partition)'s state: start offset, in-flight records
     state_formats.py    the records of __share_group_state, Kafka's ShareSnapshot/ShareUpdate
     state_store.py      writing them before an acknowledgement is answered, reading them back

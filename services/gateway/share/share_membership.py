@@ -22,9 +22,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from seglog.errors import GroupMaxSizeReachedError, InvalidRequestError, UnknownMemberIdError
-
-from .errors import FencedMemberEpochError
+from seglog.errors import (
+    FencedMemberEpochError,
+    GroupMaxSizeReachedError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+)
 
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0

@@ -29,9 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from seglog.errors import InvalidRequestError
-
-from .errors import InvalidRecordStateError
+from seglog.errors import InvalidRecordStateError, InvalidRequestError
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 # Acknowledge types on the wire (ShareFetch/ShareAcknowledge AcknowledgeTypes).

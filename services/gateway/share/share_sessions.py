@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import (
+from seglog.errors import (
     InvalidShareSessionEpochError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
