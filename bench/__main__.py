@@ -285,8 +285,8 @@ def bench_codec() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
-    [security] [metrics] [registry] [spark] [scale] [kafka-protocol] [transactions]`: every group when none
-    is named."""
+    [security] [metrics] [registry] [spark] [scale] [kafka-protocol] [transactions]`: every
+    group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))

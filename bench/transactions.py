@@ -90,6 +90,11 @@ Plan = list[tuple[Side, str]]
 Runs = dict[tuple[str, str], list[Run]]  # (side name, workload) -> its runs
 
 
+def run_topic(phase: str, round_index: int, position: int, workload: str) -> str:
+    """The topic of one run: the plan's `position`th run of a round."""
+    return f"{phase}-r{round_index}-{position}-{workload}"
+
+
 def rounds(plan: Plan, rounds: int, records: int, phase: str) -> Runs:
     """`rounds` rounds of the plan, each run on a topic of its own, every other round in the
     reverse order."""
@@ -99,9 +104,11 @@ def rounds(plan: Plan, rounds: int, records: int, phase: str) -> Runs:
     }
     runs: Runs = {(side.name, workload): [] for side, workload in plan}
     for index in range(rounds):
-        order = plan if index % 2 == 0 else list(reversed(plan))
-        for side, workload in order:
-            topic = f"{phase}-{workload}-r{index}"
+        order = list(enumerate(plan))
+        if index % 2 == 1:
+            order.reverse()
+        for position, (side, workload) in order:
+            topic = run_topic(phase, index, position, workload)
             side.create_topic(topic, PARTITIONS)
             run = workloads[workload](side, topic, records)
             runs[(side.name, workload)].append(run)

@@ -1,0 +1,67 @@
+"""The transactions group's harness at a tiny size, so it cannot rot: seglog as the benchmark
+starts it (gateway and storage node as processes, the Kafka listener) and Apache Kafka (one
+broker), librdkafka's transactional and idempotent producers driven by the group's own code,
+every figure reported, and what the transactional runs timed is there for a read_committed
+consumer: each transaction committed, none left open or lost."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from bench.kafka_protocol import apache_kafka, seglog
+from bench.transaction_clients import committed_records
+from bench.transactions import PARTITIONS, PER_TRANSACTION, compare, run_topic, transactional_run
+
+TIMEOUT_S = 60.0
+RECORDS = 2 * PER_TRANSACTION  # two timed transactions a run
+
+
+def _compare(ours, theirs) -> dict[str, tuple[float, float, float | None]]:
+    reported: dict[str, tuple[float, float, float | None]] = {}
+
+    def report(name, figure, baseline, unit, target, *, higher_is_better=True) -> None:
+        reported[name] = (figure, baseline, target)
+
+    compare(report, ours, theirs, "tiny", rounds_counted=1, records=RECORDS)
+    return reported
+
+
+def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_committed(
+    tmp_path: Path,
+) -> None:
+    with seglog(tmp_path / "seglog", 1) as ours:
+        # The baseline side is seglog again, under another name: the harness, not Kafka.
+        theirs = dataclasses.replace(ours, name="baseline")
+        reported = _compare(ours, theirs)
+        # The plan: seglog transactional, seglog idempotent, the baseline transactional. Each
+        # transactional run committed its warm-up transaction and RECORDS more.
+        for phase in ("warm-up", "txn"):
+            for position in (0, 2):
+                topic = run_topic(phase, 0, position, "transactional")
+                committed = committed_records(ours.bootstrap, topic, PARTITIONS, TIMEOUT_S)
+                assert committed == RECORDS + PER_TRANSACTION, topic
+            # The idempotent run's records: its warm-up (one a partition) and RECORDS.
+            topic = run_topic(phase, 0, 1, "idempotent")
+            committed = committed_records(ours.bootstrap, topic, PARTITIONS, TIMEOUT_S)
+            assert committed == RECORDS + PARTITIONS
+    name = f"transactions tiny 1 KiB x{PER_TRANSACTION}/txn"
+    targets = {key: target for key, (_, _, target) in reported.items()}
+    assert targets == {
+        f"{name} vs idempotent (k rec/s)": 0.5,
+        f"{name} vs Kafka (k rec/s)": 1.0,
+        f"{name} vs Kafka CPU (s/M rec)": 1.0,
+        f"{name} vs idempotent CPU (s/M rec)": None,
+        f"{name} vs Kafka peak RSS (MiB)": None,
+    }
+    assert all(figure > 0 and baseline > 0 for figure, baseline, _ in reported.values())
+
+
+def test_kafka_transactional_run_commits_every_transaction(tmp_path: Path) -> None:
+    with apache_kafka(tmp_path / "kafka", 1) as kafka:
+        kafka.create_topic("txn", PARTITIONS)
+        run = transactional_run(kafka, "txn", RECORDS)
+        assert run.records == RECORDS and run.records_per_s > 0
+        assert run.usage.cpu_s > 0 and run.usage.peak_rss_bytes > 0  # the broker's, measured
+        committed = committed_records(kafka.bootstrap, "txn", PARTITIONS, TIMEOUT_S)
+        assert committed == RECORDS + PER_TRANSACTION  # the warm-up transaction's too
