@@ -12,6 +12,7 @@ first record's metadata and connections, and for the transactional one `init_tra
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import confluent_kafka
 
@@ -107,13 +108,16 @@ def idempotent_seconds(
     return elapsed
 
 
-def committed_records(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> int:
-    """Records a read_committed consumer reads from every partition's start to its end (the
-    last stable offset), within `timeout_s`: what the transactional runs left committed."""
+def committed_records(
+    bootstrap: str, topics: Sequence[str], partitions: int, timeout_s: float
+) -> dict[str, int]:
+    """Records a read_committed consumer reads of each topic, from every partition's start to
+    its end (the last stable offset), within `timeout_s`: what the runs left committed. One
+    consumer for every topic: each of its fetches asks for all of them at once."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": f"bench-check-{topic}-{time.monotonic_ns()}",
+            "group.id": f"bench-check-{time.monotonic_ns()}",
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -124,23 +128,24 @@ def committed_records(bootstrap: str, topic: str, partitions: int, timeout_s: fl
         consumer.assign(
             [
                 confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for topic in topics
                 for p in range(partitions)
             ]
         )
-        seen = 0
-        at_end: set[int] = set()
+        seen = dict.fromkeys(topics, 0)
+        at_end: set[tuple[str, int]] = set()
         deadline = time.monotonic() + timeout_s
-        while len(at_end) < partitions:
+        while len(at_end) < len(topics) * partitions:
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{topic}: {seen} records, {len(at_end)} partitions read")
+                raise RuntimeError(f"{seen} records, {len(at_end)} partitions read to their end")
             for message in consumer.consume(num_messages=10_000, timeout=1.0):
                 error = message.error()
                 if error is None:
-                    seen += 1
+                    seen[message.topic()] += 1
                 elif error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    at_end.add(message.partition())
+                    at_end.add((message.topic(), message.partition()))
                 else:
-                    raise RuntimeError(f"reading {topic}: {error}")
+                    raise RuntimeError(f"reading {message.topic()}: {error}")
         return seen
     finally:
         consumer.close()

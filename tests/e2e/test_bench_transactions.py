@@ -37,16 +37,18 @@ def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_commit
         # The plan: seglog transactional and idempotent, then the baseline's. Each
         # transactional run committed its warm-up transaction and RECORDS more; each
         # idempotent run sent its warm-up (a record a partition) and RECORDS.
-        for phase in ("warm-up", "txn"):
-            for position, workload, expected in (
+        expected = {
+            run_topic(phase, 0, position, workload): count
+            for phase in ("warm-up", "txn")
+            for position, workload, count in (
                 (0, "transactional", RECORDS + PER_TRANSACTION),
                 (1, "idempotent", RECORDS + PARTITIONS),
                 (2, "transactional", RECORDS + PER_TRANSACTION),
                 (3, "idempotent", RECORDS + PARTITIONS),
-            ):
-                topic = run_topic(phase, 0, position, workload)
-                committed = committed_records(ours.bootstrap, topic, PARTITIONS, TIMEOUT_S)
-                assert committed == expected, topic
+            )
+        }
+        committed = committed_records(ours.bootstrap, list(expected), PARTITIONS, TIMEOUT_S)
+        assert committed == expected
     name = f"transactions tiny 1 KiB x{PER_TRANSACTION}/txn"
     targets = {key: target for key, (_, _, target) in reported.items()}
     assert targets == {
@@ -66,5 +68,5 @@ def test_kafka_transactional_run_commits_every_transaction(tmp_path: Path) -> No
         run = transactional_run(kafka, "txn", RECORDS)
         assert run.records == RECORDS and run.records_per_s > 0
         assert run.usage.cpu_s > 0 and run.usage.peak_rss_bytes > 0  # the broker's, measured
-        committed = committed_records(kafka.bootstrap, "txn", PARTITIONS, TIMEOUT_S)
-        assert committed == RECORDS + PER_TRANSACTION  # the warm-up transaction's too
+        committed = committed_records(kafka.bootstrap, ["txn"], PARTITIONS, TIMEOUT_S)
+        assert committed == {"txn": RECORDS + PER_TRANSACTION}  # the warm-up transaction's too
