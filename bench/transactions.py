@@ -182,7 +182,7 @@ def report_runs(
     )
 
 
-def compare(
+def compare_transactions(
     report: Callable[..., None],
     ours: Side,
     theirs: Side,
@@ -212,4 +212,4 @@ def run(report: Callable[..., None]) -> None:
             [lambda: seglog(root / "seglog", NODES), lambda: apache_kafka(root / "kafka", NODES)]
         ) as (ours, theirs):
             print(f"# transactions {label}: both systems up in {time.monotonic() - started:.0f} s")
-            compare(report, ours, theirs, label)
+            compare_transactions(report, ours, theirs, label)

@@ -9,31 +9,35 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from bench.kafka_protocol import apache_kafka, seglog
 from bench.transaction_clients import committed_records
-from bench.transactions import PARTITIONS, PER_TRANSACTION, compare, run_topic, transactional_run
+from bench.transactions import (
+    PARTITIONS,
+    PER_TRANSACTION,
+    compare_transactions,
+    run_topic,
+    transactional_run,
+)
 
 TIMEOUT_S = 60.0
 RECORDS = 2 * PER_TRANSACTION  # two timed transactions a run
 
 
-def _compare(ours, theirs) -> dict[str, tuple[float, float, float | None]]:
-    reported: dict[str, tuple[float, float, float | None]] = {}
-
-    def report(name, figure, baseline, unit, target, *, higher_is_better=True) -> None:
-        reported[name] = (figure, baseline, target)
-
-    compare(report, ours, theirs, "tiny", rounds_counted=1, records=RECORDS)
-    return reported
-
-
+@pytest.mark.long  # a benchmark's run
 def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_committed(
     tmp_path: Path,
 ) -> None:
     with seglog(tmp_path / "seglog", 1) as ours:
         # The baseline side is seglog again, under another name: the harness, not Kafka.
         theirs = dataclasses.replace(ours, name="baseline")
-        reported = _compare(ours, theirs)
+        reported: dict[str, tuple[float, float, float | None]] = {}
+
+        def report(name, figure, baseline, unit, target, *, higher_is_better=True) -> None:
+            reported[name] = (figure, baseline, target)
+
+        compare_transactions(report, ours, theirs, "tiny", rounds_counted=1, records=RECORDS)
         # The plan: seglog transactional and idempotent, then the baseline's. Each
         # transactional run committed its warm-up transaction and RECORDS more; each
         # idempotent run sent its warm-up (a record a partition) and RECORDS.
@@ -62,6 +66,7 @@ def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_commit
     assert all(figure > 0 and baseline > 0 for figure, baseline, _ in reported.values())
 
 
+@pytest.mark.long  # a benchmark's run
 def test_kafka_transactional_run_commits_every_transaction(tmp_path: Path) -> None:
     with apache_kafka(tmp_path / "kafka", 1) as kafka:
         kafka.create_topic("txn", PARTITIONS)
