@@ -57,7 +57,8 @@ IDEMPOTENT = "idempotent"
 
 @dataclass(frozen=True)
 class Run:
-    """One timed run on one side: its records, their rate and the servers' usage meanwhile."""
+    """One timed run on one side: the records the servers took while metered (the warm-up's
+    too: CPU per record divides by them), the timed records' rate, and the servers' usage."""
 
     records: int
     records_per_s: float
@@ -75,7 +76,7 @@ def transactional_run(side: Side, topic: str, records: int) -> Run:
         side.bootstrap, topic, PARTITIONS, records // PER_TRANSACTION, PER_TRANSACTION, VALUE
     )
     usage = meter.stop()
-    return Run(records, records / seconds, usage)
+    return Run(records + PER_TRANSACTION, records / seconds, usage)
 
 
 def idempotent_run(side: Side, topic: str, records: int) -> Run:
@@ -83,10 +84,10 @@ def idempotent_run(side: Side, topic: str, records: int) -> Run:
     meter.start()
     seconds = idempotent_seconds(side.bootstrap, topic, PARTITIONS, records, VALUE)
     usage = meter.stop()
-    return Run(records, records / seconds, usage)
+    return Run(records + PARTITIONS, records / seconds, usage)
 
 
-# (side, what it runs): the three runs of a round, in their first round's order.
+# (side, what it runs): the runs of a round, in their first round's order.
 Plan = list[tuple[Side, str]]
 Runs = dict[tuple[str, str], list[Run]]  # (side name, workload) -> its runs
 
@@ -96,15 +97,15 @@ def run_topic(phase: str, round_index: int, position: int, workload: str) -> str
     return f"{phase}-r{round_index}-{position}-{workload}"
 
 
-def rounds(plan: Plan, rounds: int, records: int, phase: str) -> Runs:
-    """`rounds` rounds of the plan, each run on a topic of its own, every other round in the
+def rounds(plan: Plan, count: int, records: int, phase: str) -> Runs:
+    """`count` rounds of the plan, each run on a topic of its own, every other round in the
     reverse order."""
     workloads: dict[str, Callable[[Side, str, int], Run]] = {
         TRANSACTIONAL: transactional_run,
         IDEMPOTENT: idempotent_run,
     }
     runs: Runs = {(side.name, workload): [] for side, workload in plan}
-    for index in range(rounds):
+    for index in range(count):
         order = list(enumerate(plan))
         if index % 2 == 1:
             order.reverse()
