@@ -6,7 +6,8 @@ is also written, with the load average when it was measured, to SEGLOG_BENCH_RES
 (default bench/out/ratios.json), which `make bench-compare` (bench/guard.py) compares with
 bench/baseline.json.
 `python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
-registry, spark, scale, kafka-protocol, latency, long-polls, kafka-flood) runs one group.
+registry, spark, scale, kafka-protocol, latency, long-polls, kafka-flood, transactions) runs one
+group.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ SERVICE_GROUPS = (
     "latency",
     "long-polls",
     "kafka-flood",
+    "transactions",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 APPEND_BYTES = int(os.environ.get("SEGLOG_BENCH_APPEND_MIB", 512)) * MIB
@@ -283,8 +285,8 @@ def bench_codec() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
-    [security] [metrics] [registry] [spark] [scale] [kafka-protocol]`: every group when none
-    is named."""
+    [security] [metrics] [registry] [spark] [scale] [kafka-protocol] [transactions]`: every
+    group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:
         tmp = Path(tempfile.mkdtemp(prefix="seglog-bench-", dir=os.environ.get("SEGLOG_BENCH_DIR")))

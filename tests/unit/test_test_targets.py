@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # What a test calls that makes it a campaign or a whole process tree: make run's command
 # (tests/cluster.py), the fault campaign's config (tests/faults/campaign.py), the
-# benchmarks' run drivers (bench/latency_drivers.py, bench/scale.py, bench/scale_kafka.py).
+# benchmarks' run drivers (bench/latency_drivers.py, bench/scale.py, bench/scale_kafka.py,
+# bench/transactions.py).
 ENTRY_POINTS = {
     "local_cluster_command": "a whole make run",
     "CampaignConfig": "a fault campaign",
@@ -23,6 +24,8 @@ ENTRY_POINTS = {
     "kafka_run": "a benchmark's run",
     "run_shape": "a benchmark's run",
     "kafka_creating_p99": "a benchmark's run",
+    "compare_transactions": "a benchmark's run",
+    "transactional_run": "a benchmark's run",
 }
 
 # Kept in make test on purpose: each a feature's test of that kind (file::function: why).

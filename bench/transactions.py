@@ -1,0 +1,216 @@
+"""The `transactions` group (`make bench transactions`): Kafka's transactions (KIP-98) through
+seglog's Kafka listener, beside two baselines measured in the same run:
+
+- seglog's own idempotent producer without transactions (target: transactions keep >= 0.5x of
+  its records/s), and
+- Apache Kafka's transactional producer on the same machine (target >= 1.0x), with CPU-seconds
+  per million records (seglog: the gateway and the nodes; Kafka: the broker JVMs; never the
+  clients) and peak RSS beside Kafka's.
+
+Both systems are up at once, as the `kafka-protocol` group starts them (kafka_protocol.py:
+a gateway and three storage nodes as processes, RF3 with min.insync.replicas=2; Kafka 4.3.1's
+three KRaft brokers, RF3, min ISR 2). The client is librdkafka (confluent-kafka, pinned in
+pyproject.toml), 1 KiB records, 100 records per transaction on 4 partitions
+(transaction_clients.py says how each producer is driven).
+
+One warm-up round first, not counted (Kafka's brokers compile their hot paths; both sides'
+transaction coordinators create their `__transaction_state`); then ROUNDS rounds of the four
+runs (seglog transactional, seglog idempotent, Kafka transactional, and Kafka idempotent,
+printed for what Kafka itself keeps of it), each on a topic of its own, the order reversed
+every round so a slow moment of this shared machine lands on one run, not on one side.
+Throughput is each run's best, CPU per record the median of its runs.
+
+SEGLOG_BENCH_TXN_RECORDS sets each run's records (default 10,000: 100 transactions),
+SEGLOG_BENCH_TXN_ROUNDS the counted rounds (default 3): about 3 minutes with the start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .kafka_protocol import apache_kafka, both_started, seglog
+from .kafka_protocol_rounds import Side
+from .process_usage import Usage, UsageMeter
+from .transaction_clients import idempotent_seconds, transactional_seconds
+
+MIB = 1024 * 1024
+RECORD_BYTES = 1024
+PER_TRANSACTION = 100
+PARTITIONS = 4
+NODES = 3
+RECORDS = max(
+    PER_TRANSACTION,
+    int(os.environ.get("SEGLOG_BENCH_TXN_RECORDS", 10_000)) // PER_TRANSACTION * PER_TRANSACTION,
+)
+ROUNDS = max(1, int(os.environ.get("SEGLOG_BENCH_TXN_ROUNDS", 3)))
+VALUE = b"t" * RECORD_BYTES
+
+TRANSACTIONAL = "transactional"
+IDEMPOTENT = "idempotent"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One timed run on one side: the records the servers took while metered (the warm-up's
+    too: CPU per record divides by them), the timed records' rate, and the servers' usage."""
+
+    records: int
+    records_per_s: float
+    usage: Usage
+
+    @property
+    def cpu_s_per_m_records(self) -> float:
+        return self.usage.cpu_s / self.records * 1e6
+
+
+def transactional_run(side: Side, topic: str, records: int) -> Run:
+    meter = UsageMeter(side.pids)
+    meter.start()
+    seconds = transactional_seconds(
+        side.bootstrap, topic, PARTITIONS, records // PER_TRANSACTION, PER_TRANSACTION, VALUE
+    )
+    usage = meter.stop()
+    return Run(records + PER_TRANSACTION, records / seconds, usage)
+
+
+def idempotent_run(side: Side, topic: str, records: int) -> Run:
+    meter = UsageMeter(side.pids)
+    meter.start()
+    seconds = idempotent_seconds(side.bootstrap, topic, PARTITIONS, records, VALUE)
+    usage = meter.stop()
+    return Run(records + PARTITIONS, records / seconds, usage)
+
+
+# (side, what it runs): the runs of a round, in their first round's order.
+Plan = list[tuple[Side, str]]
+Runs = dict[tuple[str, str], list[Run]]  # (side name, workload) -> its runs
+
+
+def run_topic(phase: str, round_index: int, position: int, workload: str) -> str:
+    """The topic of one run: the plan's `position`th run of a round."""
+    return f"{phase}-r{round_index}-{position}-{workload}"
+
+
+def rounds(plan: Plan, count: int, records: int, phase: str) -> Runs:
+    """`count` rounds of the plan, each run on a topic of its own, every other round in the
+    reverse order."""
+    workloads: dict[str, Callable[[Side, str, int], Run]] = {
+        TRANSACTIONAL: transactional_run,
+        IDEMPOTENT: idempotent_run,
+    }
+    runs: Runs = {(side.name, workload): [] for side, workload in plan}
+    for index in range(count):
+        order = list(enumerate(plan))
+        if index % 2 == 1:
+            order.reverse()
+        for position, (side, workload) in order:
+            topic = run_topic(phase, index, position, workload)
+            side.create_topic(topic, PARTITIONS)
+            run = workloads[workload](side, topic, records)
+            runs[(side.name, workload)].append(run)
+            print(
+                f"# {phase} {index + 1:<3d} {workload:14s} {side.name:16s} "
+                f"{run.records_per_s:9.0f} rec/s CPU {run.usage.cpu_s:6.2f} s "
+                f"RSS {run.usage.peak_rss_bytes / MIB:5.0f} MiB",
+                flush=True,
+            )
+    return runs
+
+
+def _best(runs: list[Run]) -> float:
+    return max(run.records_per_s for run in runs)
+
+
+def _cpu(runs: list[Run]) -> float:
+    return statistics.median(run.cpu_s_per_m_records for run in runs)
+
+
+def report_runs(
+    report: Callable[..., None], label: str, runs: Runs, ours: Side, theirs: Side
+) -> None:
+    transactional = runs[(ours.name, TRANSACTIONAL)]
+    idempotent = runs[(ours.name, IDEMPOTENT)]
+    kafka = runs[(theirs.name, TRANSACTIONAL)]
+    name = f"transactions {label} 1 KiB x{PER_TRANSACTION}/txn"
+    report(
+        f"{name} vs idempotent (k rec/s)",
+        _best(transactional) / 1e3,
+        _best(idempotent) / 1e3,
+        "k rec/s",
+        0.5,
+    )
+    report(
+        f"{name} vs Kafka (k rec/s)", _best(transactional) / 1e3, _best(kafka) / 1e3, "k rec/s", 1.0
+    )
+    # Kafka's own transactions against its idempotent producer, judged by nothing: what the
+    # 0.5x target above asks of this shape of transaction on the reference implementation.
+    report(
+        f"{name} Kafka's own vs its idempotent (k rec/s)",
+        _best(kafka) / 1e3,
+        _best(runs[(theirs.name, IDEMPOTENT)]) / 1e3,
+        "k rec/s",
+        None,
+    )
+    report(
+        f"{name} vs Kafka CPU (s/M rec)",
+        _cpu(transactional),
+        _cpu(kafka),
+        "s/M rec",
+        1.0,
+        higher_is_better=False,
+    )
+    report(
+        f"{name} vs idempotent CPU (s/M rec)",
+        _cpu(transactional),
+        _cpu(idempotent),
+        "s/M rec",
+        None,
+        higher_is_better=False,
+    )
+    report(
+        f"{name} vs Kafka peak RSS (MiB)",
+        max(run.usage.peak_rss_bytes for run in transactional) / MIB,
+        max(run.usage.peak_rss_bytes for run in kafka) / MIB,
+        "MiB",
+        None,
+        higher_is_better=False,
+    )
+
+
+def compare_transactions(
+    report: Callable[..., None],
+    ours: Side,
+    theirs: Side,
+    label: str,
+    *,
+    rounds_counted: int = ROUNDS,
+    records: int = RECORDS,
+) -> Runs:
+    plan: Plan = [
+        (ours, TRANSACTIONAL),
+        (ours, IDEMPOTENT),
+        (theirs, TRANSACTIONAL),
+        (theirs, IDEMPOTENT),
+    ]
+    rounds(plan, 1, records, "warm-up")
+    runs = rounds(plan, rounds_counted, records, "txn")
+    report_runs(report, label, runs, ours, theirs)
+    return runs
+
+
+def run(report: Callable[..., None]) -> None:
+    label = f"x{NODES} RF{min(3, NODES)}"
+    with tempfile.TemporaryDirectory(prefix="seglog-bench-txn-") as tmp:
+        root = Path(tmp)
+        started = time.monotonic()
+        with both_started(
+            [lambda: seglog(root / "seglog", NODES), lambda: apache_kafka(root / "kafka", NODES)]
+        ) as (ours, theirs):
+            print(f"# transactions {label}: both systems up in {time.monotonic() - started:.0f} s")
+            compare_transactions(report, ours, theirs, label)
