@@ -19,6 +19,8 @@ from kafka.protocol.consumer.group import (
     JoinGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
 
@@ -382,3 +384,54 @@ def test_a_member_that_does_not_revoke_in_time_is_fenced_and_its_partitions_move
         groups.reap(time.monotonic() + 7)
     group = describe(cluster, group_id)
     assert (group.group_state, group.members) == ("Empty", [])
+
+
+def test_a_classic_groups_v9_offset_fetch_naming_its_member_is_not_checked(cluster):
+    """franz-go names its classic member and generation in OffsetFetch v9: Kafka checks no
+    member of a classic group there (ClassicGroup.validateOffsetFetch), so the offsets come
+    back; only a KIP-848 group's member is checked against its epoch."""
+    topic, group_id = new_name("classic-fetch"), new_name("cg")
+    cluster.admin.create_topic(topic, 1, 2)
+    commit_class = OffsetCommitRequest[8]
+    topic_class = commit_class.OffsetCommitRequestTopic
+    commit = commit_class(
+        group_id=group_id,
+        generation_id_or_member_epoch=-1,  # a simple commit: no member
+        member_id="",
+        group_instance_id=None,
+        topics=[
+            topic_class(
+                name=topic,
+                partitions=[
+                    topic_class.OffsetCommitRequestPartition(
+                        partition_index=0,
+                        committed_offset=42,
+                        committed_leader_epoch=-1,
+                        committed_metadata="",
+                    )
+                ],
+            )
+        ],
+    )
+    fetch_class = OffsetFetchRequest[9]
+    fetch = fetch_class(
+        groups=[
+            fetch_class.OffsetFetchRequestGroup(
+                group_id=group_id,
+                member_id="classic-member-1",
+                member_epoch=3,
+                topics=[
+                    fetch_class.OffsetFetchRequestGroup.OffsetFetchRequestTopics(
+                        name=topic, partition_indexes=[0]
+                    )
+                ],
+            )
+        ],
+        require_stable=False,
+    )
+    with KafkaWire(cluster.kafka_address) as wire:
+        committed = wire.request(commit, 8, OffsetCommitResponse)
+        assert committed.topics[0].partitions[0].error_code == 0
+        (group,) = wire.request(fetch, 9, OffsetFetchResponse).groups
+    assert group.error_code == 0
+    assert [(p.committed_offset, p.error_code) for p in group.topics[0].partitions] == [(42, 0)]

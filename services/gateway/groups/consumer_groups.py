@@ -284,11 +284,16 @@ class ConsumerGroups:
             check_epoch(member, epoch)
 
     def check_fetch(self, group_id: str, member_id: str | None, epoch: int) -> None:
-        """OffsetFetch v9+ naming a member: it must be in the group at that epoch."""
+        """OffsetFetch v9+ naming a member of a KIP-848 group: it must be in the group at
+        that epoch. A classic group's (or no group's) fetch is not checked, as Kafka's
+        ClassicGroup.validateOffsetFetch checks no member: clients such as franz-go name
+        their classic member and generation in v9 fetches too."""
         if member_id is None or not member_id:
             return
         with self._group_lock(group_id):
-            group = self._get(group_id, create=False)
+            group = self._get(group_id, create=False, missing_ok=True)
+            if group is None:
+                return
             member = group.members.get(member_id)
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
