@@ -721,9 +721,7 @@ def test_kafka_s_java_transactional_producer_and_read_committed_consumer(cluster
         *("--command-property", f"bootstrap.servers={cluster.kafka_address}"),
     )
     assert described(cluster, "java-perf").state == "CompleteCommit"
-    assert read_to_end(cluster, "java-in", "read_committed") == [
-        b"%d" % i for i in range(count)
-    ]
+    assert read_to_end(cluster, "java-in", "read_committed") == [b"%d" % i for i in range(count)]
     copied = java_tool(
         "org.apache.kafka.tools.TransactionalMessageCopier",
         *("--broker-list", cluster.kafka_address, "--transactional-id", "java-copier"),
