@@ -390,8 +390,9 @@ def test_kafka_transactions_finds_a_hanging_transaction_and_aborts_it(cluster):
     """An operator's recovery from a hanging transaction (KIP-664), with Kafka's own tool: a
     transactional batch of a producer no coordinator knows (what a broker without KIP-890's
     verification could be left with) holds the LSO back; `describe-producers` shows its
-    start, `find-hanging` names it, `abort --start-offset` writes the ABORT marker through
-    the gateway's WriteTxnMarkers, and the LSO moves past it."""
+    start, `find-hanging` names it, `abort` (by --start-offset, or by producer id and epochs)
+    writes the ABORT marker through the gateway's WriteTxnMarkers, and the LSO moves past
+    it."""
     assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
     cluster.admin.create_topic("txn-hanging", 1, 2)
     with Node(cluster.leader_of("txn-hanging", 0)) as node:
@@ -428,3 +429,8 @@ def test_kafka_transactions_finds_a_hanging_transaction_and_aborts_it(cluster):
         cluster, "find-hanging", *where, "--max-transaction-timeout", "0"
     )
     assert [row[2] for row in rows] == ["9001"]
+    # The tool's other form names the producer itself (its epoch and coordinator epoch).
+    abort_9001 = ("--producer-id", "9001", "--producer-epoch", "0", "--coordinator-epoch", "0")
+    assert transactions_tool(cluster, "abort", *where, *abort_9001) == []
+    with Node(cluster.leader_of("txn-hanging", 0)) as node:
+        assert node.latest("txn-hanging", READ_COMMITTED) == 5  # past both markers (3, 4)
