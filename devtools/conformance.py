@@ -32,16 +32,17 @@ from .conformance_report import Row, print_table, rows_of
 
 # Tests (or subtests: "Parent/sub") seglog is expected to fail or skip until the issues that
 # build what they need land; a subtest is covered by its parent's entry.
-TRANSACTIONS = "issue 54: needs transactions (transactional producer, FindCoordinator TRANSACTION)"
 KIP_848 = "issue 55: needs KIP-848 (ConsumerGroupHeartbeat, key 68; skipped where not advertised)"
 SHARE_GROUPS = "issue 55: needs share groups (ShareFetch/ShareAcknowledge v2, keys 78/79)"
 EXPECTED: dict[str, str] = {
-    "TestTxnEtl": TRANSACTIONS,
     "Test848RegexBrokerResolves": KIP_848,
     "TestGroupETL/range/848": KIP_848,
     "TestGroupETL/sticky/848": KIP_848,
     "TestGroupETL/sticky/848/static": KIP_848,
     "TestGroupSimple/848": KIP_848,
+    "TestTxnEtl/range/848": KIP_848,
+    "TestTxnEtl/sticky/848": KIP_848,
+    "TestTxnEtl/sticky/848/static": KIP_848,
     "TestShareGroup": SHARE_GROUPS,
     "TestShareGroupETL": SHARE_GROUPS,
     "TestShareGroupAckOnClose": SHARE_GROUPS,

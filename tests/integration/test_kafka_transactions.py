@@ -659,3 +659,102 @@ def test_consume_transform_produce_commits_output_and_offsets_together(cluster):
         assert values == [b"IN0", b"IN1", b"IN2"]
     finally:
         reader.close()
+
+
+def read_to_end(cluster, topic: str, isolation: str) -> list[bytes]:
+    """Every value of partition 0 a librdkafka reader hands over until it reports the
+    partition's end (the LSO for read_committed, the high watermark otherwise)."""
+    reader = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": f"{topic}-reader",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        reader.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is None:
+                continue
+            if message.error() is not None:
+                if message.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    return values
+                continue
+            values.append(message.value())
+        raise AssertionError(f"no end of {topic} in 30 s after {len(values)} records")
+    finally:
+        reader.close()
+
+
+def java_tool(main_class: str, *args: str) -> str:
+    done = run_tool(main_class, *args)
+    assert done.returncode == 0, (done.stdout.decode()[-2000:], done.stderr.decode()[-3000:])
+    return done.stdout.decode()
+
+
+@pytest.mark.slow
+def test_kafka_s_java_transactional_producer_and_read_committed_consumer(cluster):
+    """Kafka's own Java client (4.3, transaction.version 0 advertised: explicit
+    AddPartitionsToTxn): kafka-producer-perf-test commits its records in transactions of
+    100 ms; Kafka's TransactionalMessageCopier (its system tests' exactly-once copier:
+    read_committed input, output and group offsets in one transaction, some rounds aborted
+    at random and redone) copies them; the Java console consumer with read_committed reads
+    each input record exactly once, and none of a transaction librdkafka aborted."""
+    count = 300
+    cluster.admin.create_topic("java-in", 1, 3)
+    cluster.admin.create_topic("java-out", 1, 3)
+    aborter = transactional_producer(cluster, "java-aborter")
+    aborter.init_transactions(TIMEOUT_S)
+    aborter.begin_transaction()
+    aborter.produce("java-out", value=b"aborted", partition=0)
+    assert aborter.flush(TIMEOUT_S) == 0
+    aborter.abort_transaction(TIMEOUT_S)
+    java_tool(
+        "org.apache.kafka.tools.ProducerPerformance",
+        *("--topic", "java-in", "--num-records", str(count), "--payload-monotonic"),
+        *("--throughput", "-1", "--transactional-id", "java-perf"),
+        *("--transaction-duration-ms", "100"),
+        *("--command-property", f"bootstrap.servers={cluster.kafka_address}"),
+    )
+    assert described(cluster, "java-perf").state == "CompleteCommit"
+    assert read_to_end(cluster, "java-in", "read_committed") == [b"%d" % i for i in range(count)]
+    copied = java_tool(
+        "org.apache.kafka.tools.TransactionalMessageCopier",
+        *("--broker-list", cluster.kafka_address, "--transactional-id", "java-copier"),
+        *("--input-topic", "java-in", "--input-partition", "0", "--output-topic", "java-out"),
+        *("--consumer-group", "java-copier", "--transaction-size", "50"),
+        # Its own end would be the LSO less its position, so perf-test's last COMMIT marker
+        # would count as a record never to come (it hangs so on Kafka too).
+        *("--max-messages", str(count)),
+        *("--enable-random-aborts", "--use-group-metadata"),
+    )
+    last = json.loads(copied.strip().splitlines()[-1])
+    assert (last["stage"], last["totalProcessed"]) == ("ShutdownComplete", count)
+    shown = java_tool(
+        CONSOLE_CONSUMER,
+        *("--bootstrap-server", cluster.kafka_address, "--topic", "java-out"),
+        *("--from-beginning", "--isolation-level", "read_committed"),
+        *("--max-messages", str(count)),
+    )
+    assert sorted(shown.split(), key=int) == [str(i) for i in range(count)]
+    # Nothing past them either: each copied once, the aborted rounds and record left out.
+    assert sorted(read_to_end(cluster, "java-out", "read_committed"), key=int) == [
+        b"%d" % i for i in range(count)
+    ]
+    assert b"aborted" in read_to_end(cluster, "java-out", "read_uncommitted")
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_address, "group.id": "java-copier"}
+    )
+    try:
+        (committed,) = consumer.committed(
+            [confluent_kafka.TopicPartition("java-in", 0)], timeout=TIMEOUT_S
+        )
+        # Past the last record (the log ends with perf-test's last COMMIT marker after it).
+        end = cluster.log("java-in", 0).log_end_offset
+        assert committed.offset in (end - 1, end)
+    finally:
+        consumer.close()

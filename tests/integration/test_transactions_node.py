@@ -369,3 +369,68 @@ def test_a_new_leader_answers_the_same_lso_and_aborted_transactions(cluster):
             assert node.latest("txn-failover", READ_COMMITTED) == 4
     finally:
         cluster.start_node(old_id)
+
+
+def transactions_tool(cluster, *args: str) -> list[list[str]]:
+    """`kafka-transactions` run against the gateway: the rows of the table it prints (its
+    columns are tab-separated, padded with spaces)."""
+    done = apache_kafka.run_tool(
+        "org.apache.kafka.tools.TransactionsCommand",
+        "--bootstrap-server",
+        cluster.kafka_address,
+        *args,
+    )
+    assert done.returncode == 0, (done.stdout.decode(), done.stderr.decode()[-3000:])
+    lines = done.stdout.decode().splitlines()
+    return [[cell.strip() for cell in line.rstrip("\t").split("\t")] for line in lines]
+
+
+@pytest.mark.slow
+def test_kafka_transactions_finds_a_hanging_transaction_and_aborts_it(cluster):
+    """An operator's recovery from a hanging transaction (KIP-664), with Kafka's own tool: a
+    transactional batch of a producer no coordinator knows (what a broker without KIP-890's
+    verification could be left with) holds the LSO back; `describe-producers` shows its
+    start, `find-hanging` names it, `abort` (by --start-offset, or by producer id and epochs)
+    writes the ABORT marker through the gateway's WriteTxnMarkers, and the LSO moves past
+    it."""
+    assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
+    cluster.admin.create_topic("txn-hanging", 1, 2)
+    with Node(cluster.leader_of("txn-hanging", 0)) as node:
+        assert node.append("txn-hanging", txn_batch(9000, [b"a"])).error == 0
+        node.append("txn-hanging", txn_batch(9001, [b"b", b"c"]))
+        assert node.latest("txn-hanging", READ_COMMITTED) == 0
+    where = ("--topic", "txn-hanging", "--partition", "0")
+    header, *rows = transactions_tool(cluster, "describe-producers", *where)
+    shown = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
+    assert shown["9000"]["CurrentTransactionStartOffset"] == "0"
+    assert shown["9001"]["CurrentTransactionStartOffset"] == "1"
+    # Any open transaction older than 0 minutes is looked up at the coordinators.
+    header, *rows = transactions_tool(
+        cluster, "find-hanging", *where, "--max-transaction-timeout", "0"
+    )
+    assert header[:6] == [
+        "Topic",
+        "Partition",
+        "ProducerId",
+        "ProducerEpoch",
+        "CoordinatorEpoch",
+        "StartOffset",
+    ]
+    assert sorted(row[:6] for row in rows) == [
+        ["txn-hanging", "0", "9000", "0", "-1", "0"],
+        ["txn-hanging", "0", "9001", "0", "-1", "1"],
+    ]
+    assert transactions_tool(cluster, "abort", *where, "--start-offset", "0") == []
+    with Node(cluster.leader_of("txn-hanging", 0)) as node:
+        # The marker follows 9001's batch (offsets 0, 1-2, marker 3): 9001 still holds the LSO.
+        assert node.latest("txn-hanging", READ_COMMITTED) == 1
+    assert cluster.log("txn-hanging", 0).aborted_transactions(0, 4)[0].producer_id == 9000
+    header, *rows = transactions_tool(
+        cluster, "find-hanging", *where, "--max-transaction-timeout", "0"
+    )
+    assert [row[2] for row in rows] == ["9001"]
+    # The tool's other form names the producer itself (its epoch and coordinator epoch).
+    abort_9001 = ("--producer-id", "9001", "--producer-epoch", "0", "--coordinator-epoch", "0")
+    assert transactions_tool(cluster, "abort", *where, *abort_9001) == []
+    with Node(cluster.leader_of("txn-hanging", 0)) as node:
+        assert node.latest("txn-hanging", READ_COMMITTED) == 5  # past both markers (3, 4)
