@@ -758,3 +758,49 @@ def test_kafka_s_java_transactional_producer_and_read_committed_consumer(cluster
         assert committed.offset in (end - 1, end)
     finally:
         consumer.close()
+
+
+def test_a_kip848_group_members_offsets_commit_in_a_transaction(cluster):
+    """A consumer in a KIP-848 group (group.protocol=consumer) sends its offsets in the
+    producer's transaction with its member id and epoch: they are checked against the
+    consumer group's member (not the classic coordinator's, which has no such group) and
+    committed with the transaction."""
+    cluster.admin.create_topic("eos848-in", 1, 3)
+    plain = confluent_kafka.Producer({"bootstrap.servers": cluster.kafka_address})
+    for i in range(4):
+        plain.produce("eos848-in", value=b"r%d" % i, partition=0)
+    assert plain.flush(TIMEOUT_S) == 0
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_address,
+            "group.id": "eos848",
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = transactional_producer(cluster, "eos848-loop")
+    producer.init_transactions(TIMEOUT_S)
+    try:
+        consumer.subscribe(["eos848-in"])
+        got: list[confluent_kafka.Message] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 4 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message)
+        assert len(got) == 4
+        metadata = consumer.consumer_group_metadata()
+        producer.begin_transaction()
+        producer.produce("txn", value=b"derived", partition=0)
+        producer.send_offsets_to_transaction(
+            consumer.position(consumer.assignment()), metadata, TIMEOUT_S
+        )
+        producer.commit_transaction(TIMEOUT_S)
+        assert wait_until(lambda: described(cluster, "eos848-loop").state == "CompleteCommit", 30)
+        (committed,) = consumer.committed(
+            [confluent_kafka.TopicPartition("eos848-in", 0)], timeout=TIMEOUT_S
+        )
+        assert committed.offset == 4
+    finally:
+        consumer.close()

@@ -90,7 +90,12 @@ class GroupsCore:
             self.coordination.lost.append(self._lost)
         # TxnOffsetCommit's pending offsets (txn_offsets.py).
         self.transactional = TransactionalOffsets(
-            offsets, coordinator, authorization, self.on_coordinator, self._check_commit_entry
+            offsets,
+            coordinator,
+            authorization,
+            self.on_coordinator,
+            self._check_commit_entry,
+            lambda: self.consumer_groups,
         )
 
     # -- which gateway coordinates, what it lists, what it commits -----------------------------

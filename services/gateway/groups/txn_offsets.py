@@ -35,12 +35,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from seglog.errors import IllegalGenerationError, PermissionDeniedError, SeglogError
+from seglog.errors import (
+    FencedMemberEpochError,
+    IllegalGenerationError,
+    PermissionDeniedError,
+    SeglogError,
+    StaleMemberEpochError,
+)
 from seglog.records import RecordBatchBuilder
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from .classic_protocol import named_member
+from .consumer_groups import ConsumerGroups
 from .coordinator import GroupCoordinator, check_group_id
 from .group_state import OffsetToCommit
 from .offsets_formats import CommittedOffset, encode_offset_key, encode_offset_value
@@ -93,8 +100,10 @@ class TransactionalOffsets:
         authorization: Authorization,
         on_coordinator: OnCoordinator,
         check_entry: Callable[[OffsetToCommit], SeglogError | None],
+        consumer_groups: Callable[[], ConsumerGroups | None] = lambda: None,
     ) -> None:
         self.offsets = offsets
+        self.consumer_groups = consumer_groups  # KIP-848 groups, once the core has them
         self.coordinator = coordinator
         self.authorization = authorization
         self.on_coordinator = on_coordinator
@@ -130,6 +139,10 @@ class TransactionalOffsets:
         anonymous = request.generation < 0 and not request.member_id
         if anonymous and request.group_instance_id is None:
             return
+        consumer_groups = self.consumer_groups()
+        if consumer_groups is not None and consumer_groups.is_consumer_group(request.group_id):
+            self._check_consumer_group_member(consumer_groups, request)
+            return
         if group is None:
             # Kafka's validateTransactionalOffsetCommit: a group it does not hold.
             raise IllegalGenerationError(
@@ -141,6 +154,22 @@ class TransactionalOffsets:
                 f"generation {request.generation} of group {request.group_id} is stale; "
                 f"the current one is {group.generation}"
             )
+
+    @staticmethod
+    def _check_consumer_group_member(
+        consumer_groups: ConsumerGroups, request: TxnOffsetCommit
+    ) -> None:
+        """A KIP-848 group's member commits in a transaction at its member epoch (the
+        request's generation field); a stale one is ILLEGAL_GENERATION, not
+        STALE_MEMBER_EPOCH, as Kafka's ConsumerGroup.validateOffsetCommit answers a
+        transactional commit (producers do not handle the latter)."""
+        partitions = [(o.topic, o.partition) for o in request.offsets]
+        try:
+            consumer_groups.check_commit(
+                request.group_id, request.member_id, request.generation, 9, partitions
+            )
+        except (StaleMemberEpochError, FencedMemberEpochError) as exc:
+            raise IllegalGenerationError(str(exc)) from None
 
     def _write(self, request: TxnOffsetCommit, partition: int) -> list[SeglogError | None]:
         problems = [self.check_entry(o) for o in request.offsets]
