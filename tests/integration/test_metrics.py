@@ -150,7 +150,7 @@ def test_services_export_what_they_count(metered_cluster, receiver):
     assert _total(receiver, "seglog.request.duration", **{"seglog.request": "Append"}) >= 20
     assert receiver.latest("seglog.request.duration", **{"seglog.request": "Produce"})
     # The transaction coordinator's: a committed transaction is counted in its state, and
-    # its markers as pending until they are written.
+    # its markers as pending until they are written (then none).
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": cluster.kafka_address, "transactional.id": "metered-txn"}
     )
@@ -158,17 +158,16 @@ def test_services_export_what_they_count(metered_cluster, receiver):
     producer.begin_transaction()
     producer.produce("metered", b"in a transaction", partition=0)
     producer.commit_transaction(20)
-    state = cluster.gateway.transactions.queries.describe(
-        Caller("User:ANONYMOUS", "127.0.0.1", None, "kafka"), "metered-txn"
-    ).state
-    assert wait_until(
-        lambda: _total(receiver, "seglog.transactions", **{"seglog.transaction.state": state}) == 1
-    )
-    # 1 while nodes do not write markers yet, 0 once they are written: as the writer says.
-    markers = cluster.gateway.transactions.markers
+    admin = Caller("User:ANONYMOUS", "127.0.0.1", None, "kafka")
+    queries = cluster.gateway.transactions.queries
+    assert wait_until(lambda: queries.describe(admin, "metered-txn").state == "CompleteCommit")
     assert wait_until(
         lambda: (
-            _total(receiver, "seglog.transactions.markers.pending") == len(markers.pending_ids())
+            _total(
+                receiver, "seglog.transactions", **{"seglog.transaction.state": "CompleteCommit"}
+            )
+            == 1
+            and _total(receiver, "seglog.transactions.markers.pending") == 0
             and receiver.latest("seglog.transactions.markers.pending")
         )
     )
