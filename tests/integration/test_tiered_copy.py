@@ -223,18 +223,26 @@ def test_remote_retention_deletes_objects_and_moves_the_log_start(cluster, store
         start = metadata.log_start_offset(topic_id, 0)
         records = metadata.all_segments(topic_id, 0, fresh=True)
         expired = any(r.state == DELETE_SEGMENT_FINISHED for r in records)
-        return expired and start is not None and log.log_start_offset >= start > 0
+        # Every rolled segment is copied, so no copy adds to the remote bytes any more: once
+        # retention brought them within retention.bytes they stay there.
+        remote_bytes = sum(r.size_bytes for r in metadata.segments(topic_id, 0))
+        within = remote_bytes + log.segments[-1].size < 7000 + SEGMENT_BYTES
+        return expired and within and start is not None and log.log_start_offset >= start > 0
 
     # Until the copies catch up, retention.bytes counts the local bytes not yet copied too
     # (as Kafka's): the remote segments may all go for a while.
     wait_for(settled, 20, "remote segments expired and the log start moved")
+    # Retention goes on while this looks (the copier may still be catching up), so the reads
+    # are ordered to be sound at any moment: segments deleted before the listing have no
+    # objects in it; segments still kept after it had theirs in it (a segment's objects go
+    # only after its DELETE_SEGMENT_STARTED record).
     records = metadata.all_segments(topic_id, 0, fresh=True)
     deleted = [r for r in records if r.state == DELETE_SEGMENT_FINISHED]
+    keys = set(store.list(f"tiered-expiry-{topic_id}/"))
     kept = metadata.segments(topic_id, 0)
     assert deleted[0].base_offset == 0
     assert max(r.end_offset for r in deleted) < kept[0].base_offset
     # The objects are gone; the kept segments' are there.
-    keys = set(store.list(f"tiered-expiry-{topic_id}/"))
     for r in deleted:
         assert not any(k.startswith(segment_prefix(r.key)) for k in keys)
     for r in kept:
