@@ -7,6 +7,9 @@ one will fail the same way every time (the input is bad).
 
 Operating errors (bad input, corrupt bytes, I/O failures) are raised as these errors, never
 as `assert`s, which vanish under `python -O`.
+
+The gateway coordinators' families (transactions, KIP-848 consumer groups, KIP-932 share
+groups) are in coordinator_errors.py; `error_classes()` finds them too.
 """
 
 from __future__ import annotations
