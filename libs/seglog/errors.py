@@ -7,6 +7,9 @@ one will fail the same way every time (the input is bad).
 
 Operating errors (bad input, corrupt bytes, I/O failures) are raised as these errors, never
 as `assert`s, which vanish under `python -O`.
+
+The gateway coordinators' families (transactions, KIP-848 consumer groups, KIP-932 share
+groups) are in coordinator_errors.py; `error_classes()` finds them too.
 """
 
 from __future__ import annotations
@@ -407,120 +410,18 @@ class InconsistentClusterIdError(SeglogError):
     reason = "INCONSISTENT_CLUSTER_ID"
 
 
-# -- transactions (the gateway's transaction coordinator) --
-
-
-class ProducerFencedError(SeglogError):
-    """A newer producer with the same transactional id has the id (a newer epoch)."""
-
-    reason = "PRODUCER_FENCED"
-
-
-class ConcurrentTransactionsError(SeglogError):
-    """The id's previous transaction is still completing: retry shortly."""
-
-    reason = "CONCURRENT_TRANSACTIONS"
-    retriable = True
-
-
-class InvalidTxnStateError(SeglogError):
-    """The call does not fit the transaction's state (e.g. a commit while aborting)."""
-
-    reason = "INVALID_TXN_STATE"
-
-
-class InvalidProducerIdMappingError(SeglogError):
-    """The producer id is not the one the transactional id has."""
-
-    reason = "INVALID_PRODUCER_ID_MAPPING"
-
-
-class InvalidTransactionTimeoutError(SeglogError):
-    """transaction.timeout.ms is not positive or above transaction.max.timeout.ms."""
-
-    reason = "INVALID_TRANSACTION_TIMEOUT"
-
-
-class TransactionalIdNotFoundError(SeglogError):
-    """DescribeTransactions of an id the coordinator does not know."""
-
-    reason = "TRANSACTIONAL_ID_NOT_FOUND"
-
-
-# -- KIP-848 consumer groups --
-
-
-class FencedMemberEpochError(SeglogError):
-    """KIP-848: a member's epoch the coordinator cannot take; it joins again (epoch 0)."""
-
-    reason = "FENCED_MEMBER_EPOCH"
-
-
-class UnreleasedInstanceIdError(SeglogError):
-    """KIP-848: a static member's instance id is still held by a member that did not leave."""
-
-    reason = "UNRELEASED_INSTANCE_ID"
-
-
-class UnsupportedAssignorError(SeglogError):
-    """KIP-848: a server-side assignor the coordinator does not have."""
-
-    reason = "UNSUPPORTED_ASSIGNOR"
-
-
-class StaleMemberEpochError(SeglogError):
-    """KIP-848: an offset commit or fetch from a member epoch that is not its current one."""
-
-    reason = "STALE_MEMBER_EPOCH"
-
-
-class InvalidRegularExpressionError(SeglogError):
-    """KIP-848: a subscription's regular expression that does not compile (RE2)."""
-
-    reason = "INVALID_REGULAR_EXPRESSION"
-
-
 class UnsupportedVersionError(SeglogError):
     """An API version a call may not use (a KIP-848 member committing below OffsetCommit v9)."""
 
     reason = "UNSUPPORTED_VERSION"
 
 
-# -- KIP-932 share groups (Kafka's codes: the Kafka adapter's share_group_apis.py) --
-
-
-class InvalidRecordStateError(SeglogError):
-    """An acknowledgement of a record this member does not hold (not acquired, acquired by
-    another member, or its lock lapsed)."""
-
-    reason = "INVALID_RECORD_STATE"
-
-
-class ShareSessionNotFoundError(SeglogError):
-    """An incremental ShareFetch/ShareAcknowledge with no share session open."""
-
-    reason = "SHARE_SESSION_NOT_FOUND"
-    retriable = True
-
-
-class InvalidShareSessionEpochError(SeglogError):
-    """A share session request whose epoch is not the session's next one."""
-
-    reason = "INVALID_SHARE_SESSION_EPOCH"
-    retriable = True
-
-
-class ShareSessionLimitReachedError(SeglogError):
-    """A new share session on a gateway holding as many as it may."""
-
-    reason = "SHARE_SESSION_LIMIT_REACHED"
-    retriable = True
-
-
 def error_classes() -> dict[str, type[SeglogError]]:
     """Every error class by its reason. A reason shared by a class and its subclasses maps to
     the base class (met first in the walk): a subclass sharing a reason only refines the
     message locally, and an answer from the wire cannot say which refinement it was."""
+    from . import coordinator_errors  # noqa: F401  (its classes are subclasses found below)
+
     found: dict[str, type[SeglogError]] = {SeglogError.reason: SeglogError}
     pending: list[type[SeglogError]] = [SeglogError]
     while pending:

@@ -4,8 +4,6 @@ health, reflection and tracing."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import grpc
 from opentelemetry import trace
@@ -38,27 +36,13 @@ from .cluster.replication_throttles import ReplicationThrottles
 from .cluster.topic_admin import TopicAdmin
 from .cluster.topic_descriptions import TopicDescriptions
 from .cluster.user_scram import UserScram
-from .coordination.election import ControllerElection, SoleController
 from .coordination.etcd_keyspace import EtcdKeyspace
-from .coordination.gateway_session import GatewaySession
-from .coordination.group_coordinators import (
-    TRANSACTION_PREFIX,
-    EtcdCoordination,
-    SoleCoordinator,
-)
+from .coordination.gateway_roles import gateway_roles
 from .coordination.node_sessions import EtcdNodeSessions
+from .coordinators import OffsetsExpiry, build_coordinators
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
-from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
-from .groups.coordinator import CoordinatorConfig, GroupCoordinator
-from .groups.group_calls import GroupCalls
-from .groups.group_service import GroupCoordinatorService
-from .groups.groups_core import GroupsCore
-from .groups.membership import GroupMembership
-from .groups.offsets_store import (
-    OffsetsStore,
-)
 from .grpc_services import (
     GATEWAY_SERVICE,
     GROUPS_SERVICE,
@@ -80,8 +64,6 @@ from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
-from .share.wiring import share_groups
-from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -127,25 +109,11 @@ class Gateway:
             store=store,
             sessions=sessions,
         )
-        self.gateway_session: GatewaySession | None = None
-        self.election: ControllerElection | SoleController
-        self.coordination: EtcdCoordination | SoleCoordinator
-        self.txn_coordination: EtcdCoordination | SoleCoordinator
-        if self.keyspace is not None:
-            self.gateway_session = GatewaySession(
-                self.keyspace, "", config.gateway_session_timeout_ms
-            )
-            self.election = ControllerElection(self.keyspace, self.gateway_session)
-            self.coordination = EtcdCoordination(self.keyspace, self.gateway_session)
-            self.txn_coordination = EtcdCoordination(
-                self.keyspace, self.gateway_session, TRANSACTION_PREFIX, "transactions partition"
-            )
-            # Every subscriber has its first snapshot before anything routes or decides.
-            self.keyspace.start_watch()
-        else:
-            self.election = SoleController()
-            self.coordination = SoleCoordinator()
-            self.txn_coordination = SoleCoordinator()
+        roles = gateway_roles(self.keyspace, config.gateway_session_timeout_ms)
+        self.gateway_session = roles.session
+        self.election = roles.election
+        self.coordination = roles.coordination
+        self.txn_coordination = roles.txn_coordination
         acls_offset = self.registry.metadata_offset  # read first: never newer than the ACLs
         self.authorization = Authorization(
             self.registry.acls,
@@ -236,73 +204,28 @@ class Gateway:
             node_certificates=config.tls is not None and config.tls.ca is not None,
             node_identity_prefix=config.node_identity_prefix,
         )
-        self.offsets = OffsetsStore(
+        coordinators = build_coordinators(
+            config,
             self.registry,
             self.connections,
-            self.topic_admin.create_internal_topic,
-            num_partitions=config.offsets_topic_num_partitions,
-        )
-        self.topic_admin.topic_deleted_listeners.append(self.offsets.delete_topic_offsets)
-        self.coordinator = GroupCoordinator(
-            self.registry,
-            CoordinatorConfig(
-                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                min_session_timeout_ms=config.group_min_session_timeout_ms,
-                max_session_timeout_ms=config.group_max_session_timeout_ms,
-                group_max_size=config.group_max_size,
-            ),
-            persist=self.offsets.store_group,
-            load=self.offsets.group_metadata,
-        )
-        self._stop = threading.Event()
-        self._expiry = threading.Thread(
-            target=self._expire_offsets_loop, name="offsets-expiry", daemon=True
-        )
-        self.groups = GroupsCore(
-            self.registry,
-            self.coordinator,
-            self.offsets,
             self.authorization,
-            coordination=self.coordination,
-        )
-        self.groups.lists_unclaimed = lambda: self.election.is_controller
-        self.consumer_groups = ConsumerGroups(
-            self.registry,
-            ConsumerGroupsConfig(
-                group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
-                group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
-                group_max_size=config.group_max_size,
-            ),
-            load=self.offsets.consumer_group_records,
-            persist=self.offsets.store_consumer_group,
-            classic_members=lambda g: len(getattr(self.coordinator.snapshot(g), "members", {})),
-        )
-        self.groups.consumer_groups = self.consumer_groups
-        self.membership = GroupMembership(self.groups)
-        self.share = share_groups(
-            self.registry,
-            self.authorization,
+            self.topic_admin,
+            self.producer_ids,
             self.data_plane,
-            self.topic_admin.create_internal_topic,
-            config.share_settings,
-            consumer_group_exists=lambda group_id: self.coordinator.snapshot(group_id) is not None,
+            coordination=self.coordination,
+            txn_coordination=self.txn_coordination,
+            is_controller=lambda: self.election.is_controller,
         )
-        self.transactions: TransactionsCore = TransactionsCore(
-            self.registry,
-            self.connections,
-            self.authorization,
-            create_topic=self.topic_admin.create_internal_topic,
-            allocate_producer_id=self.producer_ids.allocate,
-            offsets_partition_for=self.offsets.partition_for,
-            coordination=self.txn_coordination,
-            groups=self.groups,
-            settings=settings_from(config),
-        )
-        self.group_calls = GroupCalls(self.groups)
-        self.transactions.adopts_orphans = lambda: self.election.is_controller
-        self.group_service = GroupCoordinatorService(
-            self.groups, self.membership, self.group_calls, self.authorization
-        )
+        self.offsets = coordinators.offsets
+        self.coordinator = coordinators.coordinator
+        self.groups = coordinators.groups
+        self.consumer_groups = coordinators.consumer_groups
+        self.membership = coordinators.membership
+        self.share = coordinators.share
+        self.transactions: TransactionsCore = coordinators.transactions
+        self.group_calls = coordinators.group_calls
+        self.group_service = coordinators.group_service
+        self.offsets_expiry = OffsetsExpiry(config, coordinators)
         self.metrics = GatewayMetrics(
             meter_provider,
             self.registry,
@@ -463,7 +386,7 @@ class Gateway:
                 advertised_listener=self.config.kafka_advertised_listener,
             )
             self.kafka_listener.start()
-        self._expiry.start()
+        self.offsets_expiry.start()
         self.transactions.start()
         self.consumer_groups.start()
         if self.gateway_session is not None:
@@ -488,22 +411,10 @@ class Gateway:
 
     def expire_offsets(self) -> int:
         """One pass of committed-offset expiry (offsets.retention.minutes)."""
-        return self.offsets.expire_offsets(
-            time.time_ns() // 1_000_000,
-            self.config.offsets_retention_minutes * 60_000,
-            self.coordinator.groups_with_members()
-            | {g.group_id for g in self.consumer_groups.snapshots() if g.members},
-        )
-
-    def _expire_offsets_loop(self) -> None:
-        while not self._stop.wait(self.config.offsets_retention_check_interval_ms / 1000):
-            try:
-                self.expire_offsets()
-            except Exception:
-                logger.exception("expiring committed offsets failed")
+        return self.offsets_expiry.expire()
 
     def stop(self, grace_s: float = 10.0) -> None:
-        self._stop.set()
+        self.offsets_expiry.stop()
         self.transactions.stop()
         if self.kafka_listener is not None:
             self.kafka_listener.stop()

@@ -19,6 +19,7 @@ from services.settings import (
     setting,
 )
 
+from . import coordinator_settings
 from .cluster.auto_balance import (
     DEFAULT_AUTO_BALANCE_INTERVAL_MS,
     DEFAULT_AUTO_BALANCE_MAX_MOVES,
@@ -33,21 +34,6 @@ from .cluster.topic_rules import (
     DEFAULT_REPLICATION_FACTOR,
 )
 from .coordination.etcd_keys import DEFAULT_PREFIX
-from .groups.consumer_groups import (
-    DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS,
-    DEFAULT_CONSUMER_SESSION_TIMEOUT_MS,
-)
-from .groups.coordinator import (
-    DEFAULT_GROUP_MAX_SIZE,
-    DEFAULT_INITIAL_REBALANCE_DELAY_MS,
-    DEFAULT_MAX_SESSION_TIMEOUT_MS,
-    DEFAULT_MIN_SESSION_TIMEOUT_MS,
-)
-from .groups.offsets_store import (
-    DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-    DEFAULT_OFFSETS_RETENTION_MINUTES,
-    DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
-)
 from .kafka.connection_quotas import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_IP,
@@ -70,14 +56,8 @@ from .setting_parsers import (
     parse_tokens,
 )
 from .share.settings import (
-    DEFAULT_DELIVERY_COUNT_LIMIT,
-    DEFAULT_RECORD_LOCK_DURATION_MS,
-    DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
-    EARLIEST,
-    LATEST,
     ShareSettings,
 )
-from .share.settings import DEFAULT_SESSION_TIMEOUT_MS as DEFAULT_SHARE_SESSION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
@@ -233,70 +213,30 @@ class GatewayConfig:
         "every thread busy and as many calls queued. Off (-1) by default. Nodes' calls are not "
         "counted (they have --internal-listen), nor the Kafka listener's connections",
     )
-    offsets_topic_num_partitions: int = setting(
-        DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
-        "partitions of __consumer_offsets, fixed when it is first created",
+    offsets_topic_num_partitions: int = coordinator_settings.offsets_topic_num_partitions
+    transaction_state_log_num_partitions: int = (
+        coordinator_settings.transaction_state_log_num_partitions
     )
-    transaction_state_log_num_partitions: int = setting(
-        50, "partitions of __transaction_state, fixed when it is first created"
+    transaction_max_timeout_ms: int = coordinator_settings.transaction_max_timeout_ms
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = (
+        coordinator_settings.transaction_abort_timed_out_transaction_cleanup_interval_ms
     )
-    transaction_max_timeout_ms: int = setting(
-        900_000,
-        "the longest transaction.timeout.ms a transactional producer may ask for "
-        "(longer: INVALID_TRANSACTION_TIMEOUT)",
+    group_initial_rebalance_delay_ms: int = coordinator_settings.group_initial_rebalance_delay_ms
+    group_min_session_timeout_ms: int = coordinator_settings.group_min_session_timeout_ms
+    group_max_session_timeout_ms: int = coordinator_settings.group_max_session_timeout_ms
+    group_max_size: int = coordinator_settings.group_max_size
+    group_consumer_session_timeout_ms: int = coordinator_settings.group_consumer_session_timeout_ms
+    group_consumer_heartbeat_interval_ms: int = (
+        coordinator_settings.group_consumer_heartbeat_interval_ms
     )
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = setting(
-        10_000, "how often timed-out transactions are aborted (and orphaned ones taken up)"
+    group_share_record_lock_duration_ms: int = (
+        coordinator_settings.group_share_record_lock_duration_ms
     )
-    group_initial_rebalance_delay_ms: int = setting(
-        DEFAULT_INITIAL_REBALANCE_DELAY_MS,
-        "how long a new group waits for more members before its first assignment",
-    )
-    group_min_session_timeout_ms: int = setting(
-        DEFAULT_MIN_SESSION_TIMEOUT_MS, "the shortest consumer session timeout accepted"
-    )
-    group_max_session_timeout_ms: int = setting(
-        DEFAULT_MAX_SESSION_TIMEOUT_MS, "the longest consumer session timeout accepted", flags=()
-    )
-    group_max_size: int = setting(
-        DEFAULT_GROUP_MAX_SIZE,
-        "the most members one consumer group may have (Kafka's default is 2^31 - 1); a new "
-        "member past it gets GROUP_MAX_SIZE_REACHED",
-    )
-    group_consumer_session_timeout_ms: int = setting(
-        DEFAULT_CONSUMER_SESSION_TIMEOUT_MS,
-        "a KIP-848 consumer group member's session (group.protocol=consumer): one that sends "
-        "no heartbeat for this long is removed and its partitions go to others",
-    )
-    group_consumer_heartbeat_interval_ms: int = setting(
-        DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS,
-        "how often KIP-848 consumer group members are told to heartbeat (their "
-        "assignments change only on a heartbeat)",
-    )
-    group_share_record_lock_duration_ms: int = setting(
-        DEFAULT_RECORD_LOCK_DURATION_MS,
-        "how long a share group member holds the records a ShareFetch acquired for it before "
-        "they can go to another member",
-    )
-    group_share_delivery_count_limit: int = setting(
-        DEFAULT_DELIVERY_COUNT_LIMIT,
-        "deliveries of a record to a share group before it is archived (2..10)",
-    )
-    group_share_session_timeout_ms: int = setting(
-        DEFAULT_SHARE_SESSION_TIMEOUT_MS,
-        "how long a share group member may go without a heartbeat before it is dropped and "
-        "its records released",
-        flags=(),
-    )
-    share_auto_offset_reset: str = setting(
-        LATEST,
-        "where a share group starts reading a partition it has no state for (Kafka's group "
-        "config share.auto.offset.reset, here one value for every share group)",
-        choices=(LATEST, EARLIEST),
-    )
-    share_coordinator_state_topic_num_partitions: int = setting(
-        DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
-        "partitions of __share_group_state, fixed when it is first created",
+    group_share_delivery_count_limit: int = coordinator_settings.group_share_delivery_count_limit
+    group_share_session_timeout_ms: int = coordinator_settings.group_share_session_timeout_ms
+    share_auto_offset_reset: str = coordinator_settings.share_auto_offset_reset
+    share_coordinator_state_topic_num_partitions: int = (
+        coordinator_settings.share_coordinator_state_topic_num_partitions
     )
     max_partitions_per_topic: int = setting(
         DEFAULT_MAX_PARTITIONS_PER_TOPIC, "the most partitions one topic may have"
@@ -308,13 +248,9 @@ class GatewayConfig:
         DEFAULT_MAX_UNACKNOWLEDGED_BYTES,
         "acks=0 produce bytes held while their nodes have not answered; past it, back off",
     )
-    offsets_retention_minutes: int = setting(
-        DEFAULT_OFFSETS_RETENTION_MINUTES,
-        "committed offsets of empty groups are deleted after this long (Kafka's default)",
-    )
-    offsets_retention_check_interval_ms: int = setting(
-        DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
-        "how often expired committed offsets are looked for",
+    offsets_retention_minutes: int = coordinator_settings.offsets_retention_minutes
+    offsets_retention_check_interval_ms: int = (
+        coordinator_settings.offsets_retention_check_interval_ms
     )
     default_replication_factor: int = setting(
         DEFAULT_REPLICATION_FACTOR, "replicas of a topic created without a replication factor"
@@ -332,9 +268,7 @@ class GatewayConfig:
     auto_create_topics_enable: bool = setting(
         DEFAULT_AUTO_CREATE_TOPICS_ENABLE, "create a missing topic a client names (true/false)"
     )
-    offsets_topic_replication_factor: int = setting(
-        3, "replicas of __consumer_offsets (fewer when fewer nodes are live at its creation)"
-    )
+    offsets_topic_replication_factor: int = coordinator_settings.offsets_topic_replication_factor
     auto_leader_rebalance_enable: bool = setting(
         True, "give leadership back to each partition's preferred replica (true/false)"
     )

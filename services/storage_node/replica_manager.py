@@ -27,12 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from seglog.errors import (
-    NotLeaderError,
-    OffsetOutOfRangeError,
-    PolicyViolationError,
-    SeglogError,
-)
+from seglog.errors import NotLeaderError, SeglogError
 from seglog.security.tls import TlsFiles
 from seglog.storage import Log, log_files
 from seglog.storage.log import TimestampAndOffset
@@ -50,6 +45,7 @@ from .follower_fetchers import FollowerFetchers
 from .isr_updates import IsrUpdates
 from .leader_fetches import LeaderFetches
 from .partition import Partition, Registration
+from .record_deletion import delete_records_as_leader
 from .remote_fetches import RemoteFetches
 from .replica_fetcher import FetcherSettings
 
@@ -58,7 +54,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_CHUNK_BYTES = 1024 * 1024
 NO_EPOCH = -1
 ACKS_ALL = -1
-DELETE_UP_TO_HIGH_WATERMARK = -1
 TopicPartition = tuple[str, int]
 
 
@@ -392,27 +387,9 @@ class ReplicaManager:
         fetch answer: their waiting fetches are woken for it."""
         held = self.partition(topic, partition)
         with held._lock:  # as an append: not on a node that became a follower meanwhile
-            start = self._delete_records_as_leader(held, offset, client_epoch)
+            start = delete_records_as_leader(held, offset, client_epoch)
         self.wake_partition(topic, partition)
         return start
-
-    @staticmethod
-    def _delete_records_as_leader(held: Partition, offset: int, client_epoch: int) -> int:
-        held.require_leader(client_epoch)
-        topic, partition, log = held.topic, held.partition, held.log
-        if not log.config.delete:  # as Kafka: a compacted topic's records go by key only
-            raise PolicyViolationError(
-                f"{topic}-{partition}: records cannot be deleted from a topic whose "
-                f"cleanup.policy is {log.config.cleanup_policy}"
-            )
-        high_watermark = log.high_watermark
-        wanted = high_watermark if offset == DELETE_UP_TO_HIGH_WATERMARK else offset
-        if not 0 <= wanted <= high_watermark:
-            raise OffsetOutOfRangeError(
-                f"{topic}-{partition}: cannot delete records before {offset}: the offset must "
-                f"be -1 (the high watermark) or in [0, {high_watermark}]"
-            )
-        return log.delete_records_before(wanted)
 
     def split_points(
         self,

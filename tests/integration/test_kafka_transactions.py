@@ -40,7 +40,7 @@ from kafka.protocol.producer import (
 
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
-from seglog.errors import TransactionalIdNotFoundError
+from seglog.coordinator_errors import TransactionalIdNotFoundError
 from seglog.records import RecordBatchBuilder, iter_records
 from seglog.security.acls import ANONYMOUS, AclBinding
 from services.gateway.broker.caller import Caller

@@ -8,15 +8,14 @@ import uuid
 
 import pytest
 
-from seglog.errors import (
+from seglog.coordinator_errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
-    InvalidRequestError,
     InvalidShareSessionEpochError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
-    UnknownMemberIdError,
 )
+from seglog.errors import InvalidRequestError, UnknownMemberIdError
 from services.gateway.share.share_membership import (
     ShareHeartbeat,
     ShareMember,

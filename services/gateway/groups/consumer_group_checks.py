@@ -13,12 +13,12 @@ from dataclasses import dataclass
 
 import re2
 
-from seglog.errors import (
+from seglog.coordinator_errors import (
     FencedMemberEpochError,
     InvalidRegularExpressionError,
-    InvalidRequestError,
     StaleMemberEpochError,
 )
+from seglog.errors import InvalidRequestError
 
 from .consumer_group_state import STATIC_LEAVE_EPOCH, ConsumerMember, flat
 from .server_assignors import check_assignor

@@ -26,13 +26,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from seglog.coordinator_errors import UnreleasedInstanceIdError
 from seglog.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     NonEmptyGroupError,
     SeglogError,
     UnknownMemberIdError,
-    UnreleasedInstanceIdError,
     UnsupportedVersionError,
 )
 

@@ -5,8 +5,8 @@ small; a gateway that restarts reads each partition of it back before answering 
 groups it holds. A group's records live in partition `abs(java_hash(group_id)) % partitions`,
 as in Kafka.
 
-Reading back (offsets_contents.py) survives damage: a corrupt batch or record is logged and
-skipped instead of failing every group of the partition.
+Reading back (offsets_reading.py, offsets_contents.py) survives damage: a corrupt batch or
+record is logged and skipped instead of failing every group of the partition.
 
 Committed offsets expire as Kafka's do (KIP-211) after `offsets.retention.minutes`: those of
 a group with members never; of an empty consumer group counted from when it became empty
@@ -40,7 +40,6 @@ from .offsets_contents import (
     OFFSETS_TOPIC,
     GroupOffsets,
     PartitionContents,
-    apply_batches,
     apply_consumer_group_record,
 )
 from .offsets_formats import (
@@ -53,6 +52,7 @@ from .offsets_formats import (
     encode_offset_value,
     partition_for_group,
 )
+from .offsets_reading import NODE_CALL_TIMEOUT_S, read_on, read_partition
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,6 @@ OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 *
 DEFAULT_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
 DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
 DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS = 50  # Kafka's offsets.topic.num.partitions
-_LOAD_FETCH_BYTES = 8 * 1024 * 1024
-_NODE_CALL_TIMEOUT_S = 30.0
 
 
 # -- the store -------------------------------------------------------------------------------
@@ -134,79 +132,9 @@ class OffsetsStore:
         with self._partition_lock(partition):
             contents = self._cache.get(partition)
             if contents is None:
-                contents = self._load(partition)
+                contents = read_partition(self._leader(partition).stub, partition)
                 self._cache[partition] = contents
         return contents
-
-    def _load(self, partition: int) -> PartitionContents:
-        """Read the partition from its start to its high watermark, the newest record per key
-        winning, as compaction would leave it."""
-        stub = self._leader(partition).stub
-        contents = PartitionContents()
-        try:
-            earliest = stub.ListOffsets(
-                common_pb2.ListOffsetsRequest(
-                    partitions=[
-                        common_pb2.ListOffsetsPartition(
-                            topic=OFFSETS_TOPIC, partition=partition, timestamp=-2
-                        )
-                    ]
-                ),
-                timeout=_NODE_CALL_TIMEOUT_S,
-            ).partitions[0]
-            if earliest.error:
-                raise error_from_code(earliest.error, earliest.error_message)
-            self._read(stub, contents, partition, earliest.offset)
-        except grpc.RpcError as exc:
-            raise CoordinatorLoadInProgressError(
-                f"reading {OFFSETS_TOPIC}-{partition} back failed: {error_from_rpc(exc)}"
-            ) from None
-        except SeglogError as exc:
-            if exc.retriable:
-                raise CoordinatorLoadInProgressError(
-                    f"reading {OFFSETS_TOPIC}-{partition} back failed: {exc}"
-                ) from None
-            raise
-        logger.info(
-            "loaded committed offsets of %d groups from %s-%d",
-            len(contents.offsets),
-            OFFSETS_TOPIC,
-            partition,
-        )
-        return contents
-
-    def _read(self, stub, contents: PartitionContents, partition: int, offset: int) -> None:  # type: ignore[no-untyped-def]
-        """Apply the partition's batches from `offset` to its high watermark."""
-        contents.next_offset = max(contents.next_offset, offset)
-        while True:
-            request = common_pb2.FetchRequest(
-                min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
-            )
-            request.partitions.add(
-                topic=OFFSETS_TOPIC,
-                partition=partition,
-                fetch_offset=offset,
-                partition_max_bytes=_LOAD_FETCH_BYTES,
-            )
-            high_watermark = offset
-            started_at = offset
-            for message in stub.Fetch(request, timeout=_NODE_CALL_TIMEOUT_S):
-                if message.error:
-                    raise error_from_code(message.error, message.error_message)
-                high_watermark = message.high_watermark
-                offset = max(offset, apply_batches(contents, partition, message.records))
-            if offset >= high_watermark:
-                break
-            if offset == started_at:
-                logger.error(
-                    "%s-%d: cannot read past offset %d (high watermark %d); serving what "
-                    "was read before it",
-                    OFFSETS_TOPIC,
-                    partition,
-                    offset,
-                    high_watermark,
-                )
-                break
 
     def catch_up(self, partition: int) -> PartitionContents:
         """The partition's contents with what others appended since it was read (the COMMIT
@@ -216,7 +144,7 @@ class OffsetsStore:
         contents = self._loaded(partition)
         with self._partition_lock(partition):
             try:
-                self._read(self._leader(partition).stub, contents, partition, contents.next_offset)
+                read_on(self._leader(partition).stub, contents, partition, contents.next_offset)
             except grpc.RpcError as exc:
                 raise CoordinatorLoadInProgressError(
                     f"reading {OFFSETS_TOPIC}-{partition} on failed: {error_from_rpc(exc)}"
@@ -442,7 +370,7 @@ class OffsetsStore:
         )
         request.partitions.add(partition=partition, records=records)
         try:
-            response = self._leader(partition).stub.Append(request, timeout=_NODE_CALL_TIMEOUT_S)
+            response = self._leader(partition).stub.Append(request, timeout=NODE_CALL_TIMEOUT_S)
         except grpc.RpcError as exc:
             error = error_from_rpc(exc)
             raise CoordinatorNotAvailableError(f"writing offsets failed: {error}") from None

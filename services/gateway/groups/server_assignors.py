@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from seglog.errors import UnsupportedAssignorError
+from seglog.coordinator_errors import UnsupportedAssignorError
 
 UNIFORM = "uniform"
 RANGE = "range"

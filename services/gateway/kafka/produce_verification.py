@@ -21,14 +21,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from seglog.errors import (
-    InvalidProducerEpochError,
+from seglog.coordinator_errors import (
     InvalidProducerIdMappingError,
     InvalidTxnStateError,
+    ProducerFencedError,
+)
+from seglog.errors import (
+    InvalidProducerEpochError,
     NotCoordinatorError,
     NotEnoughReplicasError,
     PermissionDeniedError,
-    ProducerFencedError,
     SeglogError,
 )
 from seglog.records.batch import ATTRIBUTES_OFFSET, HEADER, TRANSACTIONAL_MASK, read_header

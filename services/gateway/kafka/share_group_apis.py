@@ -15,15 +15,14 @@ from typing import Any
 
 from kafka import errors as kafka_errors
 
-from seglog.errors import (
+from seglog.coordinator_errors import (
     FencedMemberEpochError,
     InvalidRecordStateError,
     InvalidShareSessionEpochError,
-    PermissionDeniedError,
-    SeglogError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,
 )
+from seglog.errors import PermissionDeniedError, SeglogError
 
 from ..share.share_membership import ShareHeartbeat
 from .api_table import ApiTable

@@ -28,7 +28,8 @@ from kafka.protocol.producer import (
     EndTxnResponse,
 )
 
-from seglog.errors import PermissionDeniedError, ProducerFencedError, SeglogError
+from seglog.coordinator_errors import ProducerFencedError
+from seglog.errors import PermissionDeniedError, SeglogError
 
 from ..authorization import CLUSTER
 from .api_table import ApiTable

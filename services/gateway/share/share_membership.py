@@ -22,12 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from seglog.errors import (
-    FencedMemberEpochError,
-    GroupMaxSizeReachedError,
-    InvalidRequestError,
-    UnknownMemberIdError,
-)
+from seglog.coordinator_errors import FencedMemberEpochError
+from seglog.errors import GroupMaxSizeReachedError, InvalidRequestError, UnknownMemberIdError
 
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0

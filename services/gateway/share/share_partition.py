@@ -29,7 +29,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from seglog.errors import InvalidRecordStateError, InvalidRequestError
+from seglog.coordinator_errors import InvalidRecordStateError
+from seglog.errors import InvalidRequestError
 
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 # Acknowledge types on the wire (ShareFetch/ShareAcknowledge AcknowledgeTypes).

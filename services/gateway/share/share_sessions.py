@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from seglog.errors import (
+from seglog.coordinator_errors import (
     InvalidShareSessionEpochError,
     ShareSessionLimitReachedError,
     ShareSessionNotFoundError,

@@ -21,16 +21,18 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
-from seglog.errors import (
+from seglog.coordinator_errors import (
     ConcurrentTransactionsError,
-    InvalidGroupIdError,
     InvalidProducerIdMappingError,
-    InvalidRequestError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
+    ProducerFencedError,
+)
+from seglog.errors import (
+    InvalidGroupIdError,
+    InvalidRequestError,
     NotCoordinatorError,
     PermissionDeniedError,
-    ProducerFencedError,
     SeglogError,
     UnknownTopicOrPartitionError,
 )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seglog.errors import SeglogError, TransactionalIdNotFoundError
+from seglog.coordinator_errors import TransactionalIdNotFoundError
+from seglog.errors import SeglogError
 
 from ..authorization import Authorization
 from ..broker.caller import Caller

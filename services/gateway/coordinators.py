@@ -1,0 +1,173 @@
+"""Builds the gateway's coordinators over its planes: the group coordinator (classic groups and
+KIP-848 consumer groups, their committed offsets in __consumer_offsets), the share group
+coordinator (KIP-932) and the transaction coordinator, wired to one another as Kafka's are
+(transactions write groups' offsets; share groups and consumer groups see classic groups).
+server.py, the composition root, hands it the planes and keeps what it builds. Also the
+periodic expiry of committed offsets (offsets.retention.minutes), which needs the groups."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .authorization import Authorization
+from .cluster.producer_ids import ProducerIds
+from .cluster.registry import Registry
+from .cluster.topic_admin import TopicAdmin
+from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
+from .groups.coordinator import CoordinatorConfig, GroupCoordinator
+from .groups.group_calls import GroupCalls
+from .groups.group_service import GroupCoordinatorService
+from .groups.groups_core import GroupsCore
+from .groups.membership import GroupMembership
+from .groups.offsets_store import OffsetsStore
+from .node_connections import NodeConnections
+from .routing.data_plane import DataPlane
+from .settings import GatewayConfig
+from .share.share_core import ShareGroups
+from .share.wiring import share_groups
+from .transactions.coordinator import settings_from
+from .transactions.transactions_core import TransactionsCore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Coordinators:
+    offsets: OffsetsStore
+    coordinator: GroupCoordinator
+    groups: GroupsCore
+    consumer_groups: ConsumerGroups
+    membership: GroupMembership
+    share: ShareGroups
+    transactions: TransactionsCore
+    group_calls: GroupCalls
+    group_service: GroupCoordinatorService
+
+
+def build_coordinators(
+    config: GatewayConfig,
+    registry: Registry,
+    connections: NodeConnections,
+    authorization: Authorization,
+    topic_admin: TopicAdmin,
+    producer_ids: ProducerIds,
+    data_plane: DataPlane,
+    *,
+    coordination: EtcdCoordination | SoleCoordinator,
+    txn_coordination: EtcdCoordination | SoleCoordinator,
+    is_controller: Callable[[], bool],
+) -> Coordinators:
+    """The coordinators, from the config's group, share group and transaction settings;
+    `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
+    transactions."""
+    offsets = OffsetsStore(
+        registry,
+        connections,
+        topic_admin.create_internal_topic,
+        num_partitions=config.offsets_topic_num_partitions,
+    )
+    topic_admin.topic_deleted_listeners.append(offsets.delete_topic_offsets)
+    coordinator = GroupCoordinator(
+        registry,
+        CoordinatorConfig(
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            group_max_size=config.group_max_size,
+        ),
+        persist=offsets.store_group,
+        load=offsets.group_metadata,
+    )
+    groups = GroupsCore(
+        registry,
+        coordinator,
+        offsets,
+        authorization,
+        coordination=coordination,
+    )
+    groups.lists_unclaimed = is_controller
+    consumer_groups = ConsumerGroups(
+        registry,
+        ConsumerGroupsConfig(
+            group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
+            group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            group_max_size=config.group_max_size,
+        ),
+        load=offsets.consumer_group_records,
+        persist=offsets.store_consumer_group,
+        classic_members=lambda g: len(getattr(coordinator.snapshot(g), "members", {})),
+    )
+    groups.consumer_groups = consumer_groups
+    membership = GroupMembership(groups)
+    share = share_groups(
+        registry,
+        authorization,
+        data_plane,
+        topic_admin.create_internal_topic,
+        config.share_settings,
+        consumer_group_exists=lambda group_id: coordinator.snapshot(group_id) is not None,
+    )
+    transactions = TransactionsCore(
+        registry,
+        connections,
+        authorization,
+        create_topic=topic_admin.create_internal_topic,
+        allocate_producer_id=producer_ids.allocate,
+        offsets_partition_for=offsets.partition_for,
+        coordination=txn_coordination,
+        groups=groups,
+        settings=settings_from(config),
+    )
+    group_calls = GroupCalls(groups)
+    transactions.adopts_orphans = is_controller
+    group_service = GroupCoordinatorService(groups, membership, group_calls, authorization)
+    return Coordinators(
+        offsets=offsets,
+        coordinator=coordinator,
+        groups=groups,
+        consumer_groups=consumer_groups,
+        membership=membership,
+        share=share,
+        transactions=transactions,
+        group_calls=group_calls,
+        group_service=group_service,
+    )
+
+
+class OffsetsExpiry:
+    """Kafka's committed-offset expiry: every offsets.retention.check.interval.ms, the offsets
+    past offsets.retention.minutes of groups without members are deleted (offsets_store.py)."""
+
+    def __init__(self, config: GatewayConfig, coordinators: Coordinators) -> None:
+        self._config = config
+        self._coordinators = coordinators
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="offsets-expiry", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def expire(self) -> int:
+        """One pass of committed-offset expiry (offsets.retention.minutes)."""
+        c = self._coordinators
+        return c.offsets.expire_offsets(
+            time.time_ns() // 1_000_000,
+            self._config.offsets_retention_minutes * 60_000,
+            c.coordinator.groups_with_members()
+            | {g.group_id for g in c.consumer_groups.snapshots() if g.members},
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._config.offsets_retention_check_interval_ms / 1000):
+            try:
+                self.expire()
+            except Exception:
+                logger.exception("expiring committed offsets failed")
