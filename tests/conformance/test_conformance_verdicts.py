@@ -37,6 +37,11 @@ def run_of(test: str, **actions: str) -> Run:
     return Run(test, {name: KgoResult(name, action, 1.0) for name, action in actions.items()}, 1)
 
 
+def _range_848_expected(name: str) -> str | None:
+    """An EXPECTED of one subtest (the real list changes as features land)."""
+    return "a feature not built yet" if name.startswith("TestGroupETL/range/848") else None
+
+
 def test_a_parent_failing_only_through_expected_subtests_is_expected():
     kafka = {
         "TestGroupETL": run_of(
@@ -52,13 +57,13 @@ def test_a_parent_failing_only_through_expected_subtests_is_expected():
             **{"TestGroupETL/range": "pass", "TestGroupETL/range/848": "fail"},
         )
     }
-    rows = rows_of(["TestGroupETL"], kafka, seglog, conformance.expected_reason)
+    rows = rows_of(["TestGroupETL"], kafka, seglog, _range_848_expected)
     assert [(row.name, row.verdict) for row in rows] == [
         ("TestGroupETL", "expected"),
         ("TestGroupETL/range/848", "expected"),
     ]
     seglog["TestGroupETL"].results["TestGroupETL/range"].action = "fail"
-    rows = rows_of(["TestGroupETL"], kafka, seglog, conformance.expected_reason)
+    rows = rows_of(["TestGroupETL"], kafka, seglog, _range_848_expected)
     assert rows[0].verdict == "FAIL"
 
 

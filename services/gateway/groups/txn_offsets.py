@@ -35,13 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from seglog.errors import (
-    FencedMemberEpochError,
-    IllegalGenerationError,
-    PermissionDeniedError,
-    SeglogError,
-    StaleMemberEpochError,
-)
+from seglog.coordinator_errors import FencedMemberEpochError, StaleMemberEpochError
+from seglog.errors import IllegalGenerationError, PermissionDeniedError, SeglogError
 from seglog.records import RecordBatchBuilder
 
 from ..authorization import Authorization
