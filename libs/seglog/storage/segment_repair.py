@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 from ..records import batch_table
-from ..records.batch import NO_TIMESTAMP
+from ..records.batch import CONTROL_MASK, NO_TIMESTAMP
 from .batch_bounds import Damage
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ def recover(
     `epochs`, a batch whose partitionLeaderEpoch is larger than the latest known starts that
     epoch at its base offset, as Kafka's LogSegment.recover does."""
     segment.append_ends.forget()
-    segment.txn_index_stale = True  # rebuilt by the log's producer-state replay
     segment.offset_index.reset()
     segment.time_index.reset()
     segment.max_timestamp_so_far = NO_TIMESTAMP
@@ -40,6 +39,13 @@ def recover(
     segment.rolling_based_timestamp = None
     prefix = segment.log.scan_valid_prefix(segment.base_offset, upper_bound)
     headers = [header for _, header in prefix.batches]
+    # A `.txnindex` entry comes from an ABORT marker in its own segment: with no control
+    # batch the index is empty, known without the producer-state replay from an older
+    # snapshot that a stale index costs (a whole log's headers read again when every index
+    # is gone); with one, that replay rebuilds it.
+    segment.txn_index_stale = any(h.attributes & CONTROL_MASK for h in headers)
+    if not segment.txn_index_stale:
+        segment.txn_index.reset()
     if epochs is not None:
         epochs.assign_from_batches((h.partition_leader_epoch, h.base_offset) for h in headers)
     table = batch_table.table_of((h.size_in_bytes, h.last_offset, h.max_timestamp) for h in headers)
