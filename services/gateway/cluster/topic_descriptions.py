@@ -237,6 +237,10 @@ class TopicDescriptions:
                     state.high_watermark,
                     None
                     if state.error == common_pb2.NONE
-                    else error_from_code(state.error, state.error_message),
+                    # PartitionState carries a code alone (storage.proto): name it.
+                    else error_from_code(
+                        state.error,
+                        f"node {node_id}: {common_pb2.ErrorCode.Name(state.error)}",
+                    ),
                 )
         return views, failed
