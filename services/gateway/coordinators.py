@@ -32,6 +32,7 @@ from .share.share_core import ShareGroups
 from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
+from .transactions.txn_service import TransactionCoordinatorService
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class Coordinators:
     transactions: TransactionsCore
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
+    txn_service: TransactionCoordinatorService
 
 
 def build_coordinators(
@@ -136,6 +138,7 @@ def build_coordinators(
         transactions=transactions,
         group_calls=group_calls,
         group_service=group_service,
+        txn_service=TransactionCoordinatorService(transactions, groups, authorization),
     )
 
 
