@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from seglog.security.tls import channel_credentials
+
 from .authorization import Authorization
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
@@ -124,6 +126,8 @@ def build_coordinators(
         coordination=txn_coordination,
         groups=groups,
         settings=settings_from(config),
+        # This gateway's certificate, to ask another gateway (remote_verification.py).
+        gateway_credentials=None if config.tls is None else channel_credentials(config.tls),
     )
     group_calls = GroupCalls(groups)
     transactions.adopts_orphans = is_controller

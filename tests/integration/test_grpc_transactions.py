@@ -7,6 +7,7 @@ coordinator's Describe/List calls."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 
 from seglog.client import ConsumerGroupMetadata, TopicPartition
@@ -14,8 +15,9 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.transactions import TransactionStateError
 from seglog.coordinator_errors import ProducerFencedError
-from seglog.errors import InvalidConfigError, InvalidProducerEpochError
+from seglog.errors import InvalidConfigError, InvalidProducerEpochError, PermissionDeniedError
 from seglog.records.batch import RecordBatch
+from seglog.rpc.status import error_from_rpc
 from seglog.v1 import transactions_pb2, transactions_pb2_grpc
 from tests.cluster import drain
 from tests.kafka_transactions import (
@@ -196,3 +198,16 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
             producer.commit_transaction(TIMEOUT_S)
     assert read_all(cluster, "grpc-times-out", "read_uncommitted", 1) == [b"late"]
     assert read_to_end(cluster, "grpc-times-out", "read_committed") == []
+
+
+def test_verify_partitions_is_for_gateways_only(cluster):
+    """The gateways' own question (VerifyPartitions) needs their certificate or ClusterAction:
+    this module's principal has neither."""
+    stub = transactions_pb2_grpc.TransactionCoordinatorStub(cluster.channel)
+    request = transactions_pb2.TxnVerifyRequest(
+        producer=transactions_pb2.TxnProducer(transactional_id="grpc-commits")
+    )
+    request.topics.add(topic="grpc-txn", partitions=[0])
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.VerifyPartitions(request, timeout=10)
+    assert isinstance(error_from_rpc(refused.value), PermissionDeniedError)

@@ -17,9 +17,11 @@ import grpc
 
 from seglog.errors import InvalidRequestError, SeglogError
 from seglog.rpc.status import abort, error_code_for
+from seglog.security.certs import GATEWAY_IDENTITY
+from seglog.security.tls import peer_identity
 from seglog.v1 import transactions_pb2 as pb
 
-from ..authorization import Authorization
+from ..authorization import CLUSTER, Authorization
 from ..broker.caller import Caller
 from ..groups.group_state import OffsetToCommit
 from ..groups.groups_core import GroupsCore
@@ -183,6 +185,34 @@ class TransactionCoordinatorService:
                 response.transactions.add(
                     transactional_id=t.transactional_id, producer_id=t.producer_id, state=t.state
                 )
+            return response
+
+        return self._run(context, work)
+
+    def VerifyPartitions(
+        self, request: pb.TxnVerifyRequest, context: grpc.ServicerContext
+    ) -> pb.TxnVerifyResponse:
+        def work(caller: Caller) -> pb.TxnVerifyResponse:
+            # Another gateway (its certificate), or whoever may act as a broker, as Kafka's
+            # AddPartitionsToTxn v4+ needs ClusterAction.
+            if peer_identity(context) != GATEWAY_IDENTITY:
+                self.authorization.check(caller, [("ClusterAction", *CLUSTER)], "VerifyPartitions")
+            p = request.producer
+            response = pb.TxnVerifyResponse()
+            for t in request.topics:
+                for partition in t.partitions:
+                    answer = response.partitions.add(topic=t.topic, partition=partition)
+                    try:
+                        self.core.coordinator.verify(
+                            caller,
+                            p.transactional_id,
+                            p.producer_id,
+                            p.producer_epoch,
+                            (t.topic, partition),
+                        )
+                    except SeglogError as exc:
+                        answer.error = error_code_for(exc)
+                        answer.error_message = str(exc)
             return response
 
         return self._run(context, work)
