@@ -51,11 +51,11 @@ def read_all(cluster, topic, isolation_level, expected):
 
 
 def batches(log) -> list[RecordBatch]:
-    data, pos, out = memoryview(log.read(0, 1 << 24)), 0, []
-    while pos < len(data):
-        batch = RecordBatch(data[pos:])
-        out.append(batch)
-        pos += batch.size_in_bytes
+    """Every batch of every segment of the log, in offset order."""
+    out = []
+    for segment in log.segments:
+        for found in segment.log.batches(0):
+            out.append(RecordBatch(segment.log.read(found.position, found.header.size_in_bytes)))
     return out
 
 
@@ -211,3 +211,52 @@ def test_verify_partitions_is_for_gateways_only(cluster):
     with pytest.raises(grpc.RpcError) as refused:
         stub.VerifyPartitions(request, timeout=10)
     assert isinstance(error_from_rpc(refused.value), PermissionDeniedError)
+
+
+def test_a_compacted_topic_loses_markers_with_no_data_left(cluster):
+    """Transactions written by seglog's Producer into a compacted topic (markers by the
+    coordinator through the nodes' WriteTxnMarkers), cleaned by the leader's own cleaner:
+    the superseded and aborted records go first, their markers in the passes after (the
+    delete horizon is 0 here); read_committed readers see the same records throughout."""
+    configs = {
+        "cleanup.policy": "compact",
+        "delete.retention.ms": "0",
+        "segment.bytes": "400",
+        # The node's own cleaner thread never finds it dirty enough: only this test's passes
+        # (the same Cleaner) clean it, one at a time.
+        "min.cleanable.dirty.ratio": "1",
+    }
+    cluster.admin.create_topic("grpc-compacted", 1, 3, configs=configs)
+    with transactional(cluster, "grpc-compactor") as producer:
+        producer.init_transactions(TIMEOUT_S)
+        for key, value, commit in (
+            (b"k0", b"old", True),
+            (b"k1", b"aborted", False),
+            (b"k2", b"kept", True),  # the producer's last batch: it stays
+        ):
+            producer.begin_transaction()
+            producer.send("grpc-compacted", value, key=key, partition=0)
+            if commit:
+                producer.commit_transaction(TIMEOUT_S)
+            else:
+                producer.abort_transaction(TIMEOUT_S)
+    assert wait_until(lambda: described(cluster, "grpc-compactor").state == "CompleteCommit")
+    with Producer(cluster.address) as plain:  # supersedes k0, and fills a segment or two
+        for i in range(6):
+            plain.send("grpc-compacted", b"new" if i == 0 else b"x", key=b"k0", partition=0)
+    log = cluster.log("grpc-compacted", 0)
+    assert wait_until(lambda: log.high_watermark == log.log_end_offset)
+    log.roll()
+    expected = read_all(cluster, "grpc-compacted", "read_committed", 8)
+    markers_before = sum(h.is_control for h in (b.header for b in batches(log)))
+    assert markers_before == 3
+    cleaner = cluster.leader_of("grpc-compacted", 0).logs.cleaner
+    for _ in range(3):  # data; the markers' delete horizons; the markers
+        cleaner.clean(log, log.log_start_offset, log.active_segment.base_offset)
+    left = [b.header for b in batches(log)]
+    # Only the marker of the transaction whose record (k2) is still there stays.
+    assert [(h.is_control, h.record_count) for h in left if h.is_control] == [(True, 1)]
+    values = [r.value for b in batches(log) for r in b.records() if not b.header.is_control]
+    assert b"old" not in values and b"aborted" not in values and b"kept" in values
+    assert read_all(cluster, "grpc-compacted", "read_committed", 2) == [b"kept", b"x"]
+    assert len(expected) == 8
