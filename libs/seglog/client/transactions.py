@@ -42,6 +42,7 @@ from .config import ProducerConfig
 from .structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
 
 _FIND_TIMEOUT_S = 10.0
+_FIRST_RETRY_S = 0.005
 # Errors after which the producer can never go on (Kafka's fatal errors).
 _FATAL = (
     ProducerFencedError,
@@ -110,6 +111,10 @@ class TxnCoordinatorCalls:
 
     def call(self, key: str, key_type: int, method: str, request: Any, deadline_s: float) -> Any:
         """The call's answer from the key's coordinator; its error raised typed."""
+        # The previous transaction still completing (CONCURRENT_TRANSACTIONS) is a matter of
+        # milliseconds: its markers are being written. Retries start short and double up to
+        # the back-off, as Kafka's producer retries AddPartitionsToTxn after 20 ms.
+        backoff_s = _FIRST_RETRY_S
         while True:
             remaining_s = deadline_s - time.monotonic()
             try:
@@ -126,7 +131,8 @@ class TxnCoordinatorCalls:
                     self._coordinators.pop((key, key_type), None)
             if not error.retriable and not isinstance(error, NotCoordinatorError):
                 raise error
-            wait_s = min(self._retry_backoff_s, deadline_s - time.monotonic())
+            wait_s = min(backoff_s, deadline_s - time.monotonic())
+            backoff_s = min(backoff_s * 2, self._retry_backoff_s)
             if wait_s <= 0:
                 raise error
             time.sleep(wait_s)
