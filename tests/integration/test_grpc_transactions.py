@@ -15,7 +15,12 @@ from seglog.client.consumer import Consumer
 from seglog.client.producer import Producer
 from seglog.client.transactions import TransactionStateError
 from seglog.coordinator_errors import ProducerFencedError
-from seglog.errors import InvalidConfigError, InvalidProducerEpochError, PermissionDeniedError
+from seglog.errors import (
+    IllegalGenerationError,
+    InvalidConfigError,
+    InvalidProducerEpochError,
+    PermissionDeniedError,
+)
 from seglog.records.batch import RecordBatch
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import transactions_pb2, transactions_pb2_grpc
@@ -260,3 +265,36 @@ def test_a_compacted_topic_loses_markers_with_no_data_left(cluster):
     assert b"old" not in values and b"aborted" not in values and b"kept" in values
     assert read_all(cluster, "grpc-compacted", "read_committed", 2) == [b"kept", b"x"]
     assert len(expected) == 8
+
+
+def test_a_zombie_consumers_offsets_make_the_transaction_abortable(cluster):
+    """send_offsets_to_transaction with the member's real group metadata is accepted; with a
+    generation the group has moved past (a zombie consumer's, KIP-447) it is refused
+    ILLEGAL_GENERATION, the transaction can then only be aborted, and the producer goes on."""
+    cluster.admin.create_topic("grpc-zombie-in", 1, 3)
+    tp_in = TopicPartition("grpc-zombie-in", 0)
+    with Producer(cluster.address) as plain:
+        plain.send("grpc-zombie-in", b"r", partition=0).get(timeout=TIMEOUT_S)
+    consumer = Consumer(cluster.address, group_id="grpc-zombie-group", auto_offset_reset="earliest")
+    producer = transactional(cluster, "grpc-zombie-consumer")
+    try:
+        consumer.subscribe(["grpc-zombie-in"])
+        assert len(drain(consumer, 1, timeout_s=30)) == 1
+        metadata = consumer.group_metadata()
+        assert metadata.generation_id >= 1 and metadata.member_id
+        producer.init_transactions(TIMEOUT_S)
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp_in: 1}, metadata, TIMEOUT_S)
+        producer.commit_transaction(TIMEOUT_S)
+        stale = metadata._replace(generation_id=metadata.generation_id - 1)
+        producer.begin_transaction()
+        with pytest.raises(IllegalGenerationError):
+            producer.send_offsets_to_transaction({tp_in: 1}, stale, TIMEOUT_S)
+        with pytest.raises(TransactionStateError):
+            producer.commit_transaction(TIMEOUT_S)
+        producer.abort_transaction(TIMEOUT_S)
+        producer.begin_transaction()  # usable again
+        producer.abort_transaction(TIMEOUT_S)
+    finally:
+        consumer.close(autocommit=False)
+        producer.close()
