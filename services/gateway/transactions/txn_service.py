@@ -52,6 +52,9 @@ class TransactionCoordinatorService:
         def work(caller: Caller) -> pb.FindTxnCoordinatorResponse:
             if request.key_type == pb.TXN_KEY_GROUP:
                 address = self.groups.coordinator_address(caller, request.key)
+                # This gateway's own address when it is the one (a client bootstrapped from
+                # several gateways must come back here, not to whichever answers next).
+                address = address or str(getattr(self.groups.coordination, "address", ""))
             else:
                 # Describe on the transactional id, as Kafka's FindCoordinator checks.
                 self.authorization.check(
@@ -60,7 +63,10 @@ class TransactionCoordinatorService:
                 if not request.key:
                     raise InvalidRequestError("FindCoordinator: the transactional id is empty")
                 self.core.log.ensure_topic()
-                address = self.core.placement.coordinator_address(request.key)
+                address = (
+                    self.core.placement.coordinator_address(request.key)
+                    or self.core.placement.address
+                )
             return pb.FindTxnCoordinatorResponse(address=address)
 
         return self._run(context, work)
