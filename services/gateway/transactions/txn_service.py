@@ -10,8 +10,8 @@ reason (the client raises the typed error: ProducerFencedError and so on)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 
@@ -28,8 +28,6 @@ from ..groups.groups_core import GroupsCore
 from ..groups.txn_offsets import TxnOffsetCommit
 from .transactions_core import TransactionsCore
 
-T = TypeVar("T")
-
 
 class TransactionCoordinatorService:
     def __init__(
@@ -39,17 +37,25 @@ class TransactionCoordinatorService:
         self.groups = groups
         self.authorization = authorization
 
-    def _run(self, context: grpc.ServicerContext, work: Callable[[Caller], T]) -> T:
-        """`work`'s answer for the call's Caller; any seglog error fails the call whole."""
+    def _caller(self, context: grpc.ServicerContext) -> Caller:
         try:
-            return work(self.authorization.caller_of(context))
+            return self.authorization.caller_of(context)
+        except SeglogError as exc:
+            abort(context, exc)
+
+    @contextmanager
+    def _refused(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """Any seglog error of the work inside fails the call whole."""
+        try:
+            yield
         except SeglogError as exc:
             abort(context, exc)
 
     def FindCoordinator(
         self, request: pb.FindTxnCoordinatorRequest, context: grpc.ServicerContext
     ) -> pb.FindTxnCoordinatorResponse:
-        def work(caller: Caller) -> pb.FindTxnCoordinatorResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             if request.key_type == pb.TXN_KEY_GROUP:
                 address = self.groups.coordinator_address(caller, request.key)
                 # This gateway's own address when it is the one (a client bootstrapped from
@@ -69,12 +75,11 @@ class TransactionCoordinatorService:
                 )
             return pb.FindTxnCoordinatorResponse(address=address)
 
-        return self._run(context, work)
-
     def InitProducerId(
         self, request: pb.TxnInitProducerIdRequest, context: grpc.ServicerContext
     ) -> pb.TxnInitProducerIdResponse:
-        def work(caller: Caller) -> pb.TxnInitProducerIdResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             grant = self.core.coordinator.init_producer_id(
                 caller,
                 request.transactional_id,
@@ -86,12 +91,11 @@ class TransactionCoordinatorService:
                 producer_id=grant.producer_id, producer_epoch=grant.producer_epoch
             )
 
-        return self._run(context, work)
-
     def AddPartitionsToTxn(
         self, request: pb.TxnAddPartitionsRequest, context: grpc.ServicerContext
     ) -> pb.TxnAddPartitionsResponse:
-        def work(caller: Caller) -> pb.TxnAddPartitionsResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             p = request.producer
             wanted = [(t.topic, partition) for t in request.topics for partition in t.partitions]
             errors = self.core.coordinator.add_partitions(
@@ -103,24 +107,22 @@ class TransactionCoordinatorService:
                     raise error
             return pb.TxnAddPartitionsResponse()
 
-        return self._run(context, work)
-
     def AddOffsetsToTxn(
         self, request: pb.TxnAddOffsetsRequest, context: grpc.ServicerContext
     ) -> pb.TxnAddOffsetsResponse:
-        def work(caller: Caller) -> pb.TxnAddOffsetsResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             p = request.producer
             self.core.coordinator.add_offsets(
                 caller, p.transactional_id, p.producer_id, p.producer_epoch, request.group_id
             )
             return pb.TxnAddOffsetsResponse()
 
-        return self._run(context, work)
-
     def TxnOffsetCommit(
         self, request: pb.TxnOffsetCommitRequest, context: grpc.ServicerContext
     ) -> pb.TxnOffsetCommitResponse:
-        def work(caller: Caller) -> pb.TxnOffsetCommitResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             p = request.producer
             commit = TxnOffsetCommit(
                 transactional_id=p.transactional_id,
@@ -141,22 +143,20 @@ class TransactionCoordinatorService:
                 response.error_messages.append("" if problem is None else str(problem))
             return response
 
-        return self._run(context, work)
-
     def EndTxn(self, request: pb.TxnEndRequest, context: grpc.ServicerContext) -> pb.TxnEndResponse:
-        def work(caller: Caller) -> pb.TxnEndResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             p = request.producer
             self.core.coordinator.end_txn(
                 caller, p.transactional_id, p.producer_id, p.producer_epoch, request.committed
             )
             return pb.TxnEndResponse()
 
-        return self._run(context, work)
-
     def DescribeTransactions(
         self, request: pb.TxnDescribeRequest, context: grpc.ServicerContext
     ) -> pb.TxnDescribeResponse:
-        def work(caller: Caller) -> pb.TxnDescribeResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             found = self.core.queries.describe(caller, request.transactional_id)
             described = pb.TxnDescription(
                 transactional_id=found.transactional_id,
@@ -173,12 +173,11 @@ class TransactionCoordinatorService:
                 described.partitions.add(topic=topic, partitions=partitions)
             return pb.TxnDescribeResponse(transaction=described)
 
-        return self._run(context, work)
-
     def ListTransactions(
         self, request: pb.TxnListRequest, context: grpc.ServicerContext
     ) -> pb.TxnListResponse:
-        def work(caller: Caller) -> pb.TxnListResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             listed, unknown = self.core.queries.list(
                 caller,
                 list(request.states),
@@ -193,12 +192,11 @@ class TransactionCoordinatorService:
                 )
             return response
 
-        return self._run(context, work)
-
     def VerifyPartitions(
         self, request: pb.TxnVerifyRequest, context: grpc.ServicerContext
     ) -> pb.TxnVerifyResponse:
-        def work(caller: Caller) -> pb.TxnVerifyResponse:
+        caller = self._caller(context)
+        with self._refused(context):
             # Another gateway (its certificate), or whoever may act as a broker, as Kafka's
             # AddPartitionsToTxn v4+ needs ClusterAction.
             if peer_identity(context) != GATEWAY_IDENTITY:
@@ -220,5 +218,3 @@ class TransactionCoordinatorService:
                         answer.error = error_code_for(exc)
                         answer.error_message = str(exc)
             return response
-
-        return self._run(context, work)
