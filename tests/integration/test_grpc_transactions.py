@@ -24,7 +24,7 @@ from seglog.errors import (
 from seglog.records.batch import RecordBatch
 from seglog.rpc.status import error_from_rpc
 from seglog.v1 import transactions_pb2, transactions_pb2_grpc
-from tests.cluster import drain
+from tests.cluster import cli_in_process, drain
 from tests.kafka_transactions import (
     ABORTING,
     TIMEOUT_S,
@@ -298,3 +298,30 @@ def test_a_zombie_consumers_offsets_make_the_transaction_abortable(cluster):
     finally:
         consumer.close(autocommit=False)
         producer.close()
+
+
+def test_the_cli_lists_and_describes_transactions(cluster, capsys, monkeypatch):
+    cluster.admin.create_topic("grpc-cli-txn", 2, 3)
+    with transactional(cluster, "grpc-cli") as producer:
+        producer.init_transactions(TIMEOUT_S)
+        producer.begin_transaction()
+        producer.send("grpc-cli-txn", b"open", partition=1)
+        producer.flush(TIMEOUT_S)
+        state = described(cluster, "grpc-cli")
+        code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, "transactions", "list", "--state", "Ongoing"
+        )
+        assert code == 0, err
+        assert f"grpc-cli\t{state.producer_id}\tOngoing" in out.splitlines()
+        code, out, err = cli_in_process(
+            cluster, capsys, monkeypatch, "transactions", "describe", "grpc-cli"
+        )
+        assert code == 0, err
+        fields = out.strip().split("\t")
+        assert fields[:3] == ["grpc-cli", "Ongoing", f"producer {state.producer_id} epoch 0"]
+        assert fields[-1] == "grpc-cli-txn-1"
+        producer.abort_transaction(TIMEOUT_S)
+    code, out, err = cli_in_process(
+        cluster, capsys, monkeypatch, "transactions", "describe", "never-used"
+    )
+    assert code != 0 and "never-used" in err

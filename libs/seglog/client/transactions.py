@@ -79,6 +79,7 @@ class TxnCoordinatorCalls:
         retry_backoff_s: float = 0.1,
     ) -> None:
         self._bootstrap = transactions_pb2_grpc.TransactionCoordinatorStub(bootstrap)
+        self.bootstrap = self._bootstrap  # for calls about no key (ListTransactions)
         self._open_channel = open_channel
         self._retry_backoff_s = retry_backoff_s
         self._lock = threading.Lock()
