@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from seglog.security.tls import channel_credentials
+
 from .authorization import Authorization
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
@@ -32,6 +34,7 @@ from .share.share_core import ShareGroups
 from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
+from .transactions.txn_service import TransactionCoordinatorService
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class Coordinators:
     transactions: TransactionsCore
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
+    txn_service: TransactionCoordinatorService
 
 
 def build_coordinators(
@@ -122,6 +126,8 @@ def build_coordinators(
         coordination=txn_coordination,
         groups=groups,
         settings=settings_from(config),
+        # This gateway's certificate, to ask another gateway (remote_verification.py).
+        gateway_credentials=None if config.tls is None else channel_credentials(config.tls),
     )
     group_calls = GroupCalls(groups)
     transactions.adopts_orphans = is_controller
@@ -136,6 +142,7 @@ def build_coordinators(
         transactions=transactions,
         group_calls=group_calls,
         group_service=group_service,
+        txn_service=TransactionCoordinatorService(transactions, groups, authorization),
     )
 
 

@@ -1,9 +1,10 @@
-"""The gateway's gRPC API: its three services' method tables, each method a servicer's
+"""The gateway's gRPC API: its four services' method tables, each method a servicer's
 (the Gateway service's admin, ACL, quota and reassignment calls are adapters over the broker
 core; Produce, Fetch and the per-leader queries are the data plane's; the GroupCoordinator
-service's), registered here by name as the Kafka adapter's APIs are in kafka/apis.py.
-`server.py` serves the Gateway and GroupCoordinator services on the clients' listener and
-the Registry service on the nodes' own (internal_listener.py).
+service's; the TransactionCoordinator service's), registered here by name as the Kafka
+adapter's APIs are in kafka/apis.py. `server.py` serves the Gateway, GroupCoordinator and
+TransactionCoordinator services on the clients' listener and the Registry service on the
+nodes' own (internal_listener.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import NamedTuple
 import grpc
 
 from seglog.rpc import wire
-from seglog.v1 import gateway_pb2, groups_pb2
+from seglog.v1 import gateway_pb2, groups_pb2, transactions_pb2
 from services import serving
 from services.wait_slots import SERVER_MAX_WORKERS
 
@@ -27,6 +28,7 @@ from .cluster.registry_service import RegistryService
 from .fetch_threads import FETCH_POOL_THREADS
 from .groups.group_service import GroupCoordinatorService
 from .routing.service import GatewayService
+from .transactions.txn_service import TransactionCoordinatorService
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ GROUPS_SERVICE_DESCRIPTOR = groups_pb2.DESCRIPTOR.services_by_name["GroupCoordin
 GATEWAY_SERVICE = GATEWAY_SERVICE_DESCRIPTOR.full_name
 REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
 GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
+TXN_SERVICE_DESCRIPTOR = transactions_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"]
+TXN_SERVICE = TXN_SERVICE_DESCRIPTOR.full_name
 
 
 @dataclass(frozen=True)
@@ -47,15 +51,16 @@ class GrpcServicers:
     quotas: QuotaService
     reassignments: ReassignmentService
     registry: RegistryService
+    transactions: TransactionCoordinatorService
 
 
 class GrpcHandlers(NamedTuple):
-    clients: list[grpc.GenericRpcHandler]  # the Gateway and GroupCoordinator services
+    clients: list[grpc.GenericRpcHandler]  # Gateway, GroupCoordinator, TransactionCoordinator
     nodes: list[grpc.GenericRpcHandler]  # the Registry service, on the internal listener
 
 
 def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
-    """The three services' handlers, the clients' and the nodes'. Every client-facing method is
+    """The four services' handlers, the clients' and the nodes'. Every client-facing method is
     authorized by the core it calls, on the call's Caller; nodes' Registry calls are checked
     by their certificates."""
     s, a, g = servicers.gateway, servicers.admin, servicers.groups
@@ -118,10 +123,18 @@ def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
             for name in GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is g's
         },
     )
+    transactions = serving.unary_handlers(
+        TXN_SERVICE_DESCRIPTOR,
+        {
+            name: getattr(servicers.transactions, name)
+            for name in TXN_SERVICE_DESCRIPTOR.methods_by_name  # every one is the servicer's
+        },
+    )
     return GrpcHandlers(
         [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
             grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
+            grpc.method_handlers_generic_handler(TXN_SERVICE, transactions),
         ],
         [grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry)],
     )

@@ -47,6 +47,7 @@ from .grpc_services import (
     GATEWAY_SERVICE,
     GROUPS_SERVICE,
     REGISTRY_SERVICE,
+    TXN_SERVICE,
     GrpcServicers,
     grpc_handlers,
     log_request_bounds,
@@ -225,6 +226,7 @@ class Gateway:
         self.transactions: TransactionsCore = coordinators.transactions
         self.group_calls = coordinators.group_calls
         self.group_service = coordinators.group_service
+        self.txn_service = coordinators.txn_service
         self.offsets_expiry = OffsetsExpiry(config, coordinators)
         self.metrics = GatewayMetrics(
             meter_provider,
@@ -332,6 +334,7 @@ class Gateway:
                 self.quota_service,
                 self.reassignment_service,
                 self.registry_service,
+                self.txn_service,
             ),
         )
         tls = self.config.tls
@@ -355,7 +358,7 @@ class Gateway:
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers.clients,
-            [GATEWAY_SERVICE, GROUPS_SERVICE],
+            [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=None if tls is None else server_credentials(tls, client_auth),

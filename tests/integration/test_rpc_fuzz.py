@@ -1,11 +1,11 @@
-"""Every RPC of every service (the gateway's Gateway, GroupCoordinator and Registry, the
-storage node's StorageNode) fed requests built by hypothesis from the .proto descriptors
-(tests/proto_strategies.py), against a real gateway and real nodes, no TLS; the authorizer
-off, and on with every operation allowed (so every call still reaches its handler, after the
-authorizer has read the request too). No answer may be UNKNOWN or INTERNAL — malformed input is
-INVALID_ARGUMENT or the method's own error — no server thread dies of one, and the server
-answers a good request after each one. Derandomized with a bounded number of examples per
-method, so CI runs the same few hundred requests every time."""
+"""Every RPC of every service (the gateway's Gateway, GroupCoordinator, TransactionCoordinator
+and Registry, the storage node's StorageNode) fed requests built by hypothesis from the .proto
+descriptors (tests/proto_strategies.py), against a real gateway and real nodes, no TLS; the
+authorizer off, and on with every operation allowed (so every call still reaches its handler,
+after the authorizer has read the request too). No answer may be UNKNOWN or INTERNAL —
+malformed input is INVALID_ARGUMENT or the method's own error — no server thread dies of one,
+and the server answers a good request after each one. Derandomized with a bounded number of
+examples per method, so CI runs the same few hundred requests every time."""
 
 from __future__ import annotations
 
@@ -21,7 +21,14 @@ from hypothesis import strategies as st
 
 from seglog.rpc import wire
 from seglog.rpc.wire import encode_uvarint
-from seglog.v1 import common_pb2, gateway_pb2, groups_pb2, storage_pb2, storage_pb2_grpc
+from seglog.v1 import (
+    common_pb2,
+    gateway_pb2,
+    groups_pb2,
+    storage_pb2,
+    storage_pb2_grpc,
+    transactions_pb2,
+)
 from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -62,6 +69,7 @@ FORBIDDEN = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 SERVICES = [
     ("gateway", gateway_pb2.DESCRIPTOR.services_by_name["Gateway"]),
     ("gateway", groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"]),
+    ("gateway", transactions_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"]),
     ("registry", gateway_pb2.DESCRIPTOR.services_by_name["Registry"]),
     ("node", storage_pb2.DESCRIPTOR.services_by_name["StorageNode"]),
 ]

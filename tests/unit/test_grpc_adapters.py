@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from seglog.v1 import gateway_pb2, groups_pb2
+from seglog.v1 import gateway_pb2, groups_pb2, transactions_pb2
 from services.gateway.authorization import Authorization
 
 GATEWAY = Path(__file__).resolve().parents[2] / "services" / "gateway"
@@ -21,6 +21,7 @@ SERVICERS = {
     "cluster/quota_service.py": "QuotaService",
     "cluster/reassignment_service.py": "ReassignmentService",
     "groups/group_service.py": "GroupCoordinatorService",
+    "transactions/txn_service.py": "TransactionCoordinatorService",
 }
 # What the core works with: a servicer method touching one is doing the core's work.
 CORE_INTERNALS = frozenset(
@@ -42,7 +43,9 @@ NODE_FACING = ("seglog.v1.storage_pb2",)
 
 def _client_methods() -> set[str]:
     methods = set(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods_by_name)
-    return methods | set(groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].methods_by_name)
+    methods |= set(groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].methods_by_name)
+    txn = transactions_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"]
+    return methods | set(txn.methods_by_name)
 
 
 def _servicer_class(path: Path, name: str) -> ast.ClassDef:

@@ -219,10 +219,12 @@ def test_compaction_drops_aborted_data_and_never_lets_it_supersede_committed(tmp
     kept = []
     for segment in log.segments:
         for found in segment.log.batches():
-            kept.append((found.header.base_offset, found.header.is_control))
-    # The aborted k0 went and did not take the committed one with it; the open
+            h = found.header
+            kept.append((h.base_offset, h.is_control, h.record_count))
+    # The aborted k0 went and did not take the committed one with it (its batch stays
+    # empty: producer 1's last batch keeps its state, Kafka's RETAIN_EMPTY); the open
     # transaction's batch is past the first unstable offset, not cleaned.
-    assert kept == [(0, False), (2, True), (3, False)]
+    assert kept == [(0, False, 1), (1, False, 0), (2, True, 1), (3, False, 1)]
     assert log.aborted_transactions(0, 4) == [AbortedTxn(1, 1, 2, 3)]
     assert log.cleaned_up_to_offset <= 3
     log.close()

@@ -21,6 +21,7 @@ from . import (
     reassign,
     records,
     topics,
+    transactions,
     unreachable,
 )
 from .dump import main_dump
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls.add_parser(sub, common)
     records.add_parser(sub, common)
     reassign.add_parser(sub, common)
+    transactions.add_parser(sub, common)
     return parser
 
 

@@ -10,7 +10,7 @@ from .membership import CommitFailedError
 from .metadata import MetadataTimeoutError
 from .partitioner import murmur2, partition_for_key
 from .producer import Producer
-from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .subscriptions import ConsumerRebalanceListener
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "BatchMetadata",
     "CommitFailedError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRebalanceListener",
     "GatewayClient",
     "MetadataTimeoutError",

@@ -25,6 +25,12 @@ from .admin_reassignments import ReassignmentAdmin
 from .gateway import EARLIEST, LATEST, GatewayClient, partition_offsets
 from .group_types import GroupDescription, GroupListing, GroupOffset, MemberDescription
 from .structs import OffsetAndTimestamp, TopicPartition
+from .transaction_admin import (
+    TransactionDescription,
+    TransactionListing,
+    describe_transaction,
+    list_transactions,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -392,6 +398,19 @@ class Admin(ReassignmentAdmin):
         for result in response.partitions:  # type: ignore[attr-defined]
             if result.error:
                 raise error_from_code(result.error, result.error_message)
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """The transactional id's state, asked of its coordinator."""
+        calls = self._client.txn_coordinators
+        return describe_transaction(calls, transactional_id, self.timeout_s)
+
+    def list_transactions(
+        self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+    ) -> list[TransactionListing]:
+        calls = self._client.txn_coordinators
+        return list_transactions(calls, states, producer_ids, self.timeout_s)
 
 
 def _raise_first(

@@ -69,6 +69,11 @@ class ProducerConfig:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     bearer_token: str | None = None  # OAUTHBEARER's role; or SEGLOG_BEARER_TOKEN
+    # Kafka's transactional.id (transactions: init_transactions, begin_transaction, ...; needs
+    # idempotence) and transaction.timeout.ms (the coordinator aborts a transaction open
+    # longer; at most the gateway's transaction.max.timeout.ms).
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
         _check_callables(self, "key_serializer", "value_serializer")
@@ -126,6 +131,16 @@ class ProducerConfig:
             raise InvalidConfigError(
                 f"enable_idempotence=true conflicts with {', '.join(conflicts)}"
             )
+        if self.transactional_id is not None:
+            # Kafka's producer: a transactional id needs idempotence (its default then).
+            if idempotence is False or conflicts:
+                raise InvalidConfigError(
+                    "transactional_id needs idempotence: "
+                    + (", ".join(conflicts) if conflicts else "enable_idempotence=false")
+                )
+            if not isinstance(self.transactional_id, str) or not self.transactional_id:
+                raise InvalidConfigError("transactional_id must be a non-empty string")
+            _at_least(self, "transaction_timeout_ms", 1)
         object.__setattr__(
             self,
             "enable_idempotence",

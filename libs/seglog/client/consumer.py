@@ -42,7 +42,7 @@ from .membership import CommitFailedError, GroupMembership
 from .metadata import Metadata
 from .position_resets import NoOffsetForPartitionError as NoOffsetForPartitionError
 from .position_resets import PositionResets
-from .structs import OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from .structs import ConsumerGroupMetadata, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from .subscriptions import (
     MissingTopics,
     TopicPattern,
@@ -359,6 +359,16 @@ class Consumer(OffsetCommits):
         targets = [TopicPartition(*tp) for tp in partitions] or sorted(self._assigned)
         for tp, (offset, _) in self._list_offsets(dict.fromkeys(targets, LATEST)).items():
             self._fetcher.seek(tp, offset)
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, generation and member id, for a transactional producer's
+        send_offsets_to_transaction (Kafka's groupMetadata(), KIP-447)."""
+        if self.config.group_id is None:
+            raise SeglogError("group_metadata() needs a group_id")
+        group = self._group
+        if group is None or not group.member_id:
+            return ConsumerGroupMetadata(self.config.group_id)
+        return ConsumerGroupMetadata(group.group_id, group.generation, group.member_id)
 
     def position(self, partition: TopicPartition | tuple[str, int]) -> int:
         """The offset of the next record `poll` will return for the partition."""

@@ -21,6 +21,7 @@ from ..security.tls import ClientSecurity
 from ..v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 from .coordinators import GroupCoordinators
 from .structs import OffsetAndTimestamp, TopicPartition
+from .transactions import TxnCoordinatorCalls
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:7070"
 _PRODUCE = "/seglog.v1.Gateway/Produce"
@@ -86,6 +87,8 @@ class GatewayClient:
         self._extra_channels: list[grpc.Channel] = []
         # Group calls go to each group's coordinating gateway (coordinators.py).
         self.group_coordinators = GroupCoordinators(self._channel, self._open_extra)
+        # Transactional calls to each transactional id's (and group's) coordinator.
+        self.txn_coordinators = TxnCoordinatorCalls(self._channel, self._open_extra)
         self._stub = gateway_pb2_grpc.GatewayStub(self._channel)
         # Produce with the request already in wire bytes (rpc/wire.py): the producer's path.
         self.produce_raw = self._channel.unary_unary(

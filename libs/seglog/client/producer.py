@@ -17,10 +17,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ..errors import InvalidPartitionsError, RecordTooLargeError, SeglogError
+from ..errors import SeglogError
 from ..records.builder import Headers
 from .accumulator import RecordAccumulator
 from .buffer_pool import BufferPool
@@ -34,24 +34,12 @@ from .metadata import Metadata, MetadataTimeoutError
 from .outages import OutageLog
 from .partitioner import KeyPartitioner
 from .produce_transport import ProduceTransport
+from .record_checks import check_size, check_types, partition_out_of_range
 from .sender import Sender
-
-_BYTES_TYPES = (bytes, bytearray, memoryview)
+from .structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from .transactions import TransactionManager, transaction_manager
 
 logger = logging.getLogger(__name__)
-
-
-def _partition_out_of_range(topic: str, partition: int, num_partitions: int) -> NoReturn:
-    raise InvalidPartitionsError(
-        f"partition {partition} is not in the range [0..{num_partitions - 1}] of topic {topic!r}"
-    )
-
-
-def _check_types(key: object, value: object) -> None:
-    if value is not None and type(value) not in _BYTES_TYPES:
-        raise TypeError(f"value must be bytes or None, not {type(value).__name__}")
-    if key is not None and type(key) not in _BYTES_TYPES:
-        raise TypeError(f"key must be bytes or None, not {type(key).__name__}")
 
 
 class Producer:
@@ -79,12 +67,17 @@ class Producer:
         self._transport = ProduceTransport(
             self._client, direct=self.config.produce_transport == "auto"
         )
+        self._transactions = transaction_manager(self._client.txn_coordinators, self.config)
         self._sender = Sender(
             self.config,
             self._accumulator,
             self._metadata,
             self._transport,
-            self._client.init_producer_id if self.config.enable_idempotence else None,
+            # A transactional producer's id is its transactional id's (init_transactions).
+            None
+            if self._transactions or not self.config.enable_idempotence
+            else self._client.init_producer_id,
+            self._transactions,
         )
         self._sticky: dict[str, int] = {}
         self._key_partitioner = KeyPartitioner()
@@ -204,11 +197,11 @@ class Producer:
         if (type(value) is not bytes and value is not None) or (
             type(key) is not bytes and key is not None
         ):
-            _check_types(key, value)
+            check_types(key, value)
         if (0 if value is None else len(value)) + (
             0 if key is None else len(key)
         ) > self._max_record_bytes:
-            self._check_size(key, value)
+            check_size(key, value, self._max_record_bytes, self.config)
         accumulator = self._accumulator
         sticky = key is None and partition is None
         if sticky:
@@ -225,7 +218,7 @@ class Producer:
         elif partition is None:
             partition = self._key_partitioner.partition(bytes(key), num_partitions)  # type: ignore[arg-type]
         elif not 0 <= partition < num_partitions:
-            _partition_out_of_range(topic, partition, num_partitions)
+            partition_out_of_range(topic, partition, num_partitions)
         future = accumulator.try_append(
             topic, partition, key, value, timestamp_ms, headers, callback
         )
@@ -263,7 +256,7 @@ class Producer:
         accumulator = self._accumulator
         if partition is not None:
             if not 0 <= partition < num_partitions:
-                _partition_out_of_range(topic, partition, num_partitions)
+                partition_out_of_range(topic, partition, num_partitions)
             accumulator.append_many(topic, partition, values, keys, timestamp_ms, bulk)
         elif keys is not None and any(k is not None for k in keys):
             by_partition: dict[int, tuple[list[bytes | None], list[bytes | None]]] = {}
@@ -288,14 +281,6 @@ class Producer:
                 self._next_sticky(topic, num_partitions, p)
         self._sender.wakeup()
         return bulk
-
-    def _check_size(self, key: bytes | None, value: bytes | None) -> None:
-        size = (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-        if size > self._max_record_bytes:
-            raise RecordTooLargeError(
-                f"a record of {size} bytes is larger than max_request_size "
-                f"({self.config.max_request_size}) or buffer_memory ({self.config.buffer_memory})"
-            )
 
     def _num_partitions(self, topic: str) -> int:
         """The topic's partition count, fetched the first time; while the topic is unknown
@@ -357,6 +342,37 @@ class Producer:
                     current += current >= previous  # any partition but the previous one
                 self._sticky[topic] = current
             return current
+
+    # -- transactions (Kafka's, with `transactional_id`: client/transactions.py) -------------
+
+    def _txn(self) -> TransactionManager:
+        if self._transactions is None:
+            raise SeglogError("a transactional call needs the producer's transactional_id")
+        return self._transactions
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Take the id's producer id at a new epoch, fencing any older producer of the id."""
+        self._txn().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._txn().begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+        group: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        """The group's offsets (`group`: Consumer.group_metadata() or a group id), committed
+        only if the transaction commits."""
+        self._txn().send_offsets(offsets, group, timeout)
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Send what is queued, then commit (raises when a send in it failed: abort)."""
+        self._txn().end_transaction(True, self.flush, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._txn().end_transaction(False, self.flush, timeout)
 
     # -- completing -------------------------------------------------------------------------
 

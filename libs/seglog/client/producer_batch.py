@@ -23,6 +23,8 @@ _ATTRIBUTES_OFFSET = 21
 _PRODUCER_OFFSET = 43
 _CRC = struct.Struct(">I")
 _PRODUCER_FIELDS = struct.Struct(">qhi")
+_ATTRIBUTES = struct.Struct(">h")
+_TRANSACTIONAL_MASK = 0x10  # attributes bit 4 (records/batch.py)
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +114,28 @@ class ProducerBatch:
         self.record_count = builder.record_count
         self.builder = None
 
-    def stamp_producer(self, producer_id: int, producer_epoch: int, base_sequence: int) -> None:
+    def stamp_producer(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        *,
+        transactional: bool = False,
+    ) -> None:
         """Write the idempotent producer's id, epoch and this batch's first sequence into the
         closed batch (header bytes 43-56, inside the CRC, which is computed again): sequences
         are given in the order batches are first sent, so a batch that never goes out leaves
-        no gap. Retries send the same bytes."""
+        no gap. Retries send the same bytes. A transactional producer's batches get the
+        transactional attribute bit too."""
         data = self.data
         if data is None or isinstance(data, bytes):
             raise RuntimeError(f"batch {self.topic}-{self.partition} is not closed into a buffer")
         _PRODUCER_FIELDS.pack_into(
             data, _PRODUCER_OFFSET, producer_id, producer_epoch, base_sequence
         )
+        if transactional:
+            (attributes,) = _ATTRIBUTES.unpack_from(data, _ATTRIBUTES_OFFSET)
+            _ATTRIBUTES.pack_into(data, _ATTRIBUTES_OFFSET, attributes | _TRANSACTIONAL_MASK)
         _CRC.pack_into(data, _CRC_OFFSET, crc32c(data[_ATTRIBUTES_OFFSET:]))
         self.base_sequence = base_sequence
 

@@ -56,6 +56,7 @@ from .metadata import Metadata
 from .outages import OutageLog
 from .produce_transport import ProduceTransport
 from .producer_batch import ProducerBatch
+from .transactions import TransactionManager
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Sender(threading.Thread):
         metadata: Metadata,
         produce: ProduceTransport,
         init_producer_id: Callable[[], tuple[int, int]] | None = None,
+        transactions: TransactionManager | None = None,
     ) -> None:
         super().__init__(name=f"{config.client_id}-sender", daemon=True)
         self.config = config
@@ -108,6 +110,10 @@ class Sender(threading.Thread):
         # sequenced batch that fails leaves its partition's sequence unknown to us: a new
         # producer id is taken and sequences start again at 0 (Kafka bumps the epoch).
         self._init_producer_id = init_producer_id
+        # A transactional producer's id and epoch are its transaction manager's (taken by
+        # init_transactions, never reset here); each partition is added to the transaction
+        # before its first batch goes out.
+        self._transactions = transactions
         self._producer: tuple[int, int] | None = None
         self._sequences: dict[tuple[str, int], int] = {}
         self.producer_id_resets = 0  # read by Producer.metrics
@@ -192,6 +198,16 @@ class Sender(threading.Thread):
     # -- requests ---------------------------------------------------------------------------
 
     def _send(self, plan: ProduceRequestPlan) -> None:
+        transactions = self._transactions
+        if transactions is not None:
+            try:
+                transactions.add_partitions((plan.topic, p) for p in plan.batches)
+            except SeglogError as exc:
+                for partition, batches in plan.batches.items():
+                    self._settle_failed(plan.topic, partition, batches, exc, time.monotonic())
+                return
+            if transactions.producer != self._producer:
+                self._producer, self._sequences = transactions.producer, {}
         if self._producer is not None:
             producer_id, epoch = self._producer
             for partition, batches in plan.batches.items():
@@ -199,7 +215,9 @@ class Sender(threading.Thread):
                 for batch in batches:
                     if batch.base_sequence is None:
                         sequence = self._sequences.get(tp, 0)
-                        batch.stamp_producer(producer_id, epoch, sequence)
+                        batch.stamp_producer(
+                            producer_id, epoch, sequence, transactional=transactions is not None
+                        )
                         self._sequences[tp] = (sequence + batch.record_count) % _SEQUENCE_WRAP
         info = self.metadata.cached(plan.topic)
         request = wire.encode_produce_request(
@@ -340,7 +358,11 @@ class Sender(threading.Thread):
         self._settled.completed.append(batch)
 
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
-        if (
+        if self._transactions is not None:
+            # The transaction can only be aborted now (the abort resets what the partitions
+            # hold of it); the producer id stays the transactional id's.
+            self._transactions.batch_failed(error)
+        elif (
             batch.base_sequence is not None
             and self._init_producer_id is not None
             and self._producer is not None

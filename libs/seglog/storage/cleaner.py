@@ -60,10 +60,10 @@ from ..records.batch import COMPRESSION_MASK, DELETE_HORIZON_MASK, BatchHeader, 
 from ..records.record import LOG_APPEND_TIME, Record
 from ..records.rewrite import encode_batch, encode_empty_batch
 from . import log_files
+from .cleaner_txn import TxnCleaning
 from .clock import SYSTEM_CLOCK, Clock
 from .log import Log
 from .segment import AppendedBatch, LogSegment
-from .txn_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -223,9 +223,11 @@ class Cleaner:
         unstable = log.producer_state.txns.first_unstable
         if unstable is not None:
             first_uncleanable = min(first_uncleanable, max(unstable, first_dirty))
-        aborted = _Aborted(log.aborted_transactions(log.log_start_offset, first_uncleanable))
-        offset_map = self._build_offset_map(log, first_dirty, first_uncleanable, aborted)
-        end_offset = offset_map.latest_offset + 1
+        txns = TxnCleaning(
+            log.aborted_transactions(log.log_start_offset, first_uncleanable), log.producer_state
+        )
+        offset_map = self._build_offset_map(log, first_dirty, first_uncleanable, txns)
+        end_offset = txns.end_offset = offset_map.latest_offset + 1
         if end_offset <= first_dirty:
             raise CorruptRecordError(
                 f"{log.directory.name}: the offset map ({offset_map.capacity} keys, "
@@ -235,14 +237,14 @@ class Cleaner:
         now_ms = self.clock.now_ms()
         rewritten = 0
         for group in self._group(log, [s for s in log.segments if s.base_offset < end_offset]):
-            cleaned = self._clean_group(log, group, offset_map, now_ms, end_offset, aborted)
+            cleaned = self._clean_group(log, group, offset_map, now_ms, txns)
             log.replace_segments([cleaned] if cleaned is not None else [], group)
             rewritten += len(group)
         log.set_cleaned_up_to(end_offset)
         return rewritten
 
     def _build_offset_map(
-        self, log: Log, first_dirty: int, first_uncleanable: int, aborted: _Aborted
+        self, log: Log, first_dirty: int, first_uncleanable: int, txns: TxnCleaning
     ) -> OffsetMap:
         offset_map = OffsetMap(self.dedupe_buffer_bytes)
         for segment in log.segments:
@@ -256,7 +258,7 @@ class Cleaner:
                 if h.base_offset >= first_uncleanable:
                     return offset_map
                 # Aborted records never supersede a key's committed value (Kafka's cleaner).
-                keyed = not h.is_control and not aborted.holds(h)
+                keyed = not h.is_control and txns.aborted_txn(h) is None
                 if keyed and not offset_map.put_batch(batch.records(), first_dirty):
                     return offset_map  # full: the next pass goes on from here
                 offset_map.latest_offset = h.last_offset
@@ -282,17 +284,14 @@ class Cleaner:
         group: Sequence[LogSegment],
         offset_map: OffsetMap,
         now_ms: int,
-        end_offset: int,
-        aborted: _Aborted,
+        txns: TxnCleaning,
     ) -> LogSegment | None:
         cleaned = log.segment_factory.open(group[0].base_offset, log_files.CLEANED_SUFFIX)
         cleaned.make_active()
         try:
             for segment in group:
                 for batch in _checked_batches(segment, 0):
-                    kept = self._retained(
-                        batch, offset_map, now_ms, log, end_offset, aborted.holds(batch.header)
-                    )
+                    kept = self._retained(batch, offset_map, now_ms, log, txns)
                     if kept is not None:
                         h = RecordBatch(kept).header
                         cleaned.append(
@@ -302,9 +301,7 @@ class Cleaner:
             if cleaned.size == 0:
                 cleaned.delete_files()
                 return None
-            # Aborted data and markers are kept (as any record), so their aborted
-            # transactions stay listed for read_committed fetches.
-            for entry in (e for segment in group for e in segment.txn_index.entries):
+            for entry in txns.index_entries([e for s in group for e in s.txn_index.entries]):
                 cleaned.txn_index.append(entry)
             cleaned.on_become_inactive()
             cleaned.flush()
@@ -321,21 +318,27 @@ class Cleaner:
 
     @staticmethod
     def _retained(
-        batch: RecordBatch,
-        offset_map: OffsetMap,
-        now_ms: int,
-        log: Log,
-        end_offset: int,
-        aborted: bool,
+        batch: RecordBatch, offset_map: OffsetMap, now_ms: int, log: Log, txns: TxnCleaning
     ) -> bytes | None:
         """The batch as it stays after cleaning (possibly the same bytes), or None. Aborted
-        data goes (its marker stays), as in Kafka's cleaner."""
+        data and the markers of transactions with no data left go (cleaner_txn.py)."""
         h = batch.header
-        if aborted and h.last_offset < end_offset:
-            return encode_empty_batch(h) if h.next_offset == end_offset else None
+        end_offset = txns.end_offset
+        # The last batch of the pass, or its producer's last one, stays, emptied if need be.
+        kept_empty = h.next_offset == end_offset or txns.keeps_producer_state(h)
         raw = bytes(batch.raw())
+        before_end = h.last_offset < end_offset  # what is past the offset map stays
         if h.is_control:
-            return raw
+            if not before_end or not txns.marker_may_go(batch):
+                return raw
+            if h.delete_horizon_ms is None and h.record_count:
+                # The horizon starts with the first clean that finds the marker removable.
+                return _encode_kept(h, batch.records(), now_ms + log.config.delete_retention_ms)
+            if h.delete_horizon_ms is not None and now_ms < h.delete_horizon_ms:
+                return raw
+            return encode_empty_batch(h) if kept_empty else None
+        if before_end and txns.data_read(h):
+            return encode_empty_batch(h) if kept_empty else None
         horizon = h.delete_horizon_ms
         keep_tombstones = horizon is None or now_ms < horizon
         records = batch.records()
@@ -350,32 +353,14 @@ class Cleaner:
             )
         ]
         if not kept:
-            # The last batch of the pass keeps its offsets, empty (Kafka's RETAIN_EMPTY).
-            return encode_empty_batch(h) if h.next_offset == end_offset else None
+            # Kafka's RETAIN_EMPTY: the pass's last offset, or the producer's state, stays.
+            return encode_empty_batch(h) if kept_empty else None
         set_horizon = horizon is None and any(r.value is None for r in kept)
         if len(kept) == len(records) and not set_horizon:
             return raw
         if set_horizon:
             horizon = now_ms + log.config.delete_retention_ms
         return _encode_kept(h, kept, horizon)
-
-
-class _Aborted:
-    """The aborted transactions of the range cleaned (from the `.txnindex` files): whether a
-    transactional data batch belongs to one."""
-
-    def __init__(self, aborted: Sequence[AbortedTxn]) -> None:
-        self._by_producer: dict[int, list[tuple[int, int]]] = {}
-        for txn in aborted:
-            self._by_producer.setdefault(txn.producer_id, []).append(
-                (txn.first_offset, txn.last_offset)
-            )
-
-    def holds(self, h: BatchHeader) -> bool:
-        if h.is_control or not h.is_transactional:
-            return False
-        spans = self._by_producer.get(h.producer_id, ())
-        return any(first <= h.base_offset <= last for first, last in spans)
 
 
 def _encode_kept(h: BatchHeader, kept: list[Record], horizon_ms: int | None) -> bytes:

@@ -22,19 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-import grpc
-
-from seglog.errors import (
-    CoordinatorLoadInProgressError,
-    CoordinatorNotAvailableError,
-    GroupIdNotFoundError,
-    SeglogError,
-)
+from seglog.errors import GroupIdNotFoundError
 from seglog.records import RecordBatchBuilder
-from seglog.rpc.status import error_from_code, error_from_rpc
-from seglog.v1 import common_pb2
 
 from ..cluster.registry import Registry
+from ..internal_topics import InternalTopic, NodeAccess
 from ..node_connections import NodeConnections
 from .offsets_contents import (
     OFFSETS_TOPIC,
@@ -52,14 +44,12 @@ from .offsets_formats import (
     encode_offset_value,
     partition_for_group,
 )
-from .offsets_reading import NODE_CALL_TIMEOUT_S, read_on, read_partition
+from .offsets_reading import read_on, read_partition
 
 logger = logging.getLogger(__name__)
 
 OFFSETS_COMMIT_TIMEOUT_MS = 5000  # Kafka's offsets.commit.timeout.ms
 
-# Kafka's offsets.topic.segment.bytes; compaction is what keeps the topic small.
-OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 # Kafka's offsets.retention.minutes (7 days) and offsets.retention.check.interval.ms.
 DEFAULT_OFFSETS_RETENTION_MINUTES = 7 * 24 * 60
 DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS = 600_000
@@ -79,17 +69,20 @@ class OffsetsStore:
         num_partitions: int = DEFAULT_OFFSETS_TOPIC_NUM_PARTITIONS,
     ) -> None:
         self.registry = registry
-        self.connections = connections
-        self._create_topic = create_topic
-        self.default_num_partitions = num_partitions
+        self.topic = InternalTopic(
+            OFFSETS_TOPIC,
+            registry,
+            NodeAccess(registry, connections),
+            create_topic,
+            num_partitions=num_partitions,
+        )
         self._lock = threading.Lock()
         self._partition_locks: dict[int, threading.Lock] = {}
         self._cache: dict[int, PartitionContents] = {}
 
     @property
     def num_partitions(self) -> int:
-        topic = self.registry.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None else self.default_num_partitions
+        return self.topic.num_partitions
 
     def partition_for(self, group_id: str) -> int:
         return partition_for_group(group_id, self.num_partitions)
@@ -97,26 +90,7 @@ class OffsetsStore:
     def ensure_topic(self) -> None:
         """__consumer_offsets made if it is not yet (also on a group's first FindCoordinator,
         as Kafka's broker makes it: clients may wait to see it in Metadata)."""
-        if OFFSETS_TOPIC in self.registry.topics:
-            return
-        with self._lock:
-            if OFFSETS_TOPIC not in self.registry.topics:
-                try:
-                    self._create_topic(
-                        OFFSETS_TOPIC, self.default_num_partitions, dict(OFFSETS_TOPIC_CONFIGS)
-                    )
-                except SeglogError as exc:
-                    raise CoordinatorNotAvailableError(
-                        f"cannot create {OFFSETS_TOPIC}: {exc}"
-                    ) from None
-
-    def _leader(self, partition: int):  # type: ignore[no-untyped-def]
-        route = self.registry.route(OFFSETS_TOPIC, partition)
-        if not route.live or route.address is None:
-            raise CoordinatorNotAvailableError(
-                f"{OFFSETS_TOPIC}-{partition}: its node {route.leader} is not available"
-            )
-        return self.connections.get(route.leader, route.address)
+        self.topic.ensure()
 
     def _partition_lock(self, partition: int) -> threading.Lock:
         with self._lock:
@@ -132,7 +106,7 @@ class OffsetsStore:
         with self._partition_lock(partition):
             contents = self._cache.get(partition)
             if contents is None:
-                contents = read_partition(self._leader(partition).stub, partition)
+                contents = read_partition(self.topic, partition)
                 self._cache[partition] = contents
         return contents
 
@@ -143,12 +117,7 @@ class OffsetsStore:
         which leaves the same state (the newest record per key wins, in log order)."""
         contents = self._loaded(partition)
         with self._partition_lock(partition):
-            try:
-                read_on(self._leader(partition).stub, contents, partition, contents.next_offset)
-            except grpc.RpcError as exc:
-                raise CoordinatorLoadInProgressError(
-                    f"reading {OFFSETS_TOPIC}-{partition} on failed: {error_from_rpc(exc)}"
-                ) from None
+            read_on(self.topic, contents, partition, contents.next_offset)
         return contents
 
     def loaded(self, partition: int) -> PartitionContents:
@@ -365,23 +334,9 @@ class OffsetsStore:
     def _append(self, partition: int, records: bytes) -> int:
         # acks=all, as Kafka's coordinator writes: a commit acknowledged is on every in-sync
         # replica, and reading back (below the high watermark) finds it.
-        request = common_pb2.ProduceRequest(
-            topic=OFFSETS_TOPIC, acks=-1, timeout_ms=OFFSETS_COMMIT_TIMEOUT_MS
-        )
-        request.partitions.add(partition=partition, records=records)
-        try:
-            response = self._leader(partition).stub.Append(request, timeout=NODE_CALL_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            error = error_from_rpc(exc)
-            raise CoordinatorNotAvailableError(f"writing offsets failed: {error}") from None
-        result = response.partitions[0]
-        if result.error:
-            error = error_from_code(result.error, result.error_message)
-            if error.retriable:
-                raise CoordinatorNotAvailableError(f"writing offsets failed: {error}")
-            raise error
+        result = self.topic.append(partition, records, OFFSETS_COMMIT_TIMEOUT_MS)
         contents = self._cache.get(partition)
         # Reading the tail goes on past this batch only if nothing came before it unread.
         if contents is not None and result.base_offset == contents.next_offset:
             contents.next_offset = result.last_offset + 1
-        return int(result.base_offset)
+        return result.base_offset

@@ -11,9 +11,10 @@ broker makes them:
   Java producer and librdkafka), and NOT_ENOUGH_REPLICAS, which clients retry, while the
   coordinator cannot answer (loading, completing the previous transaction, moving).
 
-A transactional id coordinated by another gateway is not verified here: the gateways have no
-call to ask each other yet, so such a batch is forwarded as the producer sent it (the
-coordinator still checked the producer's epoch when it added the partition).
+A transactional id coordinated by another gateway is verified by asking that gateway
+(transactions/remote_verification.py: one bounded call per coordinator and producer, a
+partition verified remembered briefly); a call that fails verifies nothing, answered
+NOT_ENOUGH_REPLICAS for the client to retry, as when the local coordinator cannot answer.
 """
 
 from __future__ import annotations
@@ -87,16 +88,24 @@ def verify_transactional(
         )
     coordinator = core.transactions.coordinator
     refused: dict[tuple[str, int], SeglogError] = {}
+    # (coordinator address, producer id, epoch) -> the partitions to ask it about
+    elsewhere: dict[tuple[str, int, int], list[tuple[str, int]]] = {}
     for topic, partition, header_bytes in transactional:
         header = read_header(header_bytes, 0)
         try:
             coordinator.verify(
                 call.caller, tid, header.producer_id, header.producer_epoch, (topic, partition)
             )
-        except NotCoordinatorError:
-            logger.debug(
-                "%s-%d: transactional id %r is coordinated elsewhere", topic, partition, tid
-            )
+        except NotCoordinatorError as exc:
+            key = (str(exc.coordinator), header.producer_id, header.producer_epoch)
+            elsewhere.setdefault(key, []).append((topic, partition))
         except SeglogError as exc:
             refused[(topic, partition)] = _produce_error(exc)
+    verifier = core.transactions.remote_verifier
+    for (address, producer_id, epoch), partitions in elsewhere.items():
+        answers = verifier.verify(address, tid, producer_id, epoch, partitions)
+        for tp, error in answers.items():
+            if error is not None:
+                logger.debug("%s-%d: %s refused %r: %s", tp[0], tp[1], address, tid, error)
+                refused[tp] = _produce_error(error)
     return refused

@@ -10,7 +10,8 @@ their snapshot) before it answers for any share partition in it, so nothing ackn
 delivered again and no delivery count goes back.
 
 The store goes through the gateway's routing to the leaders (the same produce and fetch the
-data path uses), never to a node's gRPC stub directly.
+data path uses; state_access.py), never to a node's gRPC stub directly; internal_topics.py
+makes the topic and reads its partitions back.
 """
 
 from __future__ import annotations
@@ -20,20 +21,17 @@ import threading
 import time
 from collections.abc import Callable
 
-from seglog.errors import CoordinatorLoadInProgressError, CoordinatorNotAvailableError, SeglogError
+from seglog.errors import CoordinatorNotAvailableError, SeglogError
 from seglog.records import RecordBatch, RecordBatchBuilder
-from seglog.rpc import wire
-from seglog.v1 import common_pb2
 
 from ..cluster.registry import Registry
 from ..groups.offsets_formats import partition_for_group
-from ..routing.call_scope import CallEnd
-from ..routing.data_plane import NO_LEADER_EPOCH, error_of
-from ..routing.fetch_answers import piece_of
+from ..internal_topics import InternalTopic
 from ..routing.fetch_routing import FetchRouting
 from ..routing.leader_queries import LeaderQueries
 from ..routing.produce_routing import ProduceRouting
 from .batch_walk import batch_headers
+from .state_access import RoutedAccess
 from .state_formats import (
     SNAPSHOT_TYPE,
     ShareState,
@@ -49,11 +47,7 @@ from .state_formats import (
 logger = logging.getLogger(__name__)
 
 STATE_TOPIC = "__share_group_state"
-# Kafka's share.coordinator.state.topic.* defaults: compacted, 100 MiB segments.
-STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 WRITE_TIMEOUT_MS = 5000  # share.coordinator.write.timeout.ms
-_LOAD_FETCH_BYTES = 8 * 1024 * 1024
-_MAX_LOAD_ROUNDS = 100_000  # a partition of 800 GB at 8 MiB a round: bounded all the same
 
 
 class StateStore:
@@ -67,11 +61,14 @@ class StateStore:
         num_partitions: int,
     ) -> None:
         self.registry = registry
-        self.producing = producing
-        self.fetching = fetching
-        self.queries = queries
-        self._create_topic = create_topic
-        self.default_num_partitions = num_partitions
+        # Kafka's share.coordinator.state.topic.* defaults: compacted, 100 MiB segments.
+        self.topic = InternalTopic(
+            STATE_TOPIC,
+            registry,
+            RoutedAccess(producing, fetching, queries),
+            create_topic,
+            num_partitions=num_partitions,
+        )
         self._lock = threading.Lock()
         self._partition_locks: dict[int, threading.Lock] = {}
         self._cache: dict[int, dict[StateKey, ShareState]] = {}
@@ -79,8 +76,7 @@ class StateStore:
 
     @property
     def num_partitions(self) -> int:
-        topic = self.registry.topics.get(STATE_TOPIC)
-        return len(topic.partitions) if topic is not None else self.default_num_partitions
+        return self.topic.num_partitions
 
     def partition_for(self, key: StateKey, topic_id: str) -> int:
         # Kafka's SharePartitionKey.asCoordinatorKey(): "groupId:topicId:partition", its
@@ -90,18 +86,7 @@ class StateStore:
         )
 
     def ensure_topic(self) -> None:
-        if STATE_TOPIC in self.registry.topics:
-            return
-        with self._lock:
-            if STATE_TOPIC not in self.registry.topics:
-                try:
-                    self._create_topic(
-                        STATE_TOPIC, self.default_num_partitions, dict(STATE_TOPIC_CONFIGS)
-                    )
-                except SeglogError as exc:
-                    raise CoordinatorNotAvailableError(
-                        f"cannot create {STATE_TOPIC}: {exc}"
-                    ) from None
+        self.topic.ensure()
 
     def _partition_lock(self, partition: int) -> threading.Lock:
         with self._lock:
@@ -127,48 +112,7 @@ class StateStore:
     def _load(self, partition: int) -> dict[StateKey, ShareState]:
         """The partition from its start to its high watermark, replayed."""
         contents: dict[StateKey, ShareState] = {}
-        try:
-            earliest = self.queries.per_leader_list_offsets(
-                [
-                    common_pb2.ListOffsetsPartition(
-                        topic=STATE_TOPIC, partition=partition, timestamp=-2
-                    )
-                ]
-            )[0]
-            error = error_of(earliest.error, earliest.error_message)
-            if error is not None:
-                raise error
-            offset = earliest.offset
-            for _ in range(_MAX_LOAD_ROUNDS):
-                request = common_pb2.FetchRequest(
-                    min_bytes=1, max_wait_ms=0, max_bytes=_LOAD_FETCH_BYTES
-                )
-                request.partitions.add(
-                    topic=STATE_TOPIC,
-                    partition=partition,
-                    fetch_offset=offset,
-                    partition_max_bytes=_LOAD_FETCH_BYTES,
-                )
-                high_watermark, started_at = offset, offset
-                scope = CallEnd()
-                try:
-                    for message in self.fetching.fetch_messages(request, scope):
-                        piece = piece_of(message)
-                        error = error_of(piece.error, piece.error_message)
-                        if error is not None:
-                            raise error
-                        high_watermark = piece.high_watermark
-                        offset = max(offset, _replay(contents, bytes(piece.records)))
-                finally:
-                    scope.finish()
-                if offset >= high_watermark or offset == started_at:
-                    break
-        except SeglogError as exc:
-            if exc.retriable:
-                raise CoordinatorLoadInProgressError(
-                    f"reading {STATE_TOPIC}-{partition} back failed: {exc}"
-                ) from None
-            raise
+        self.topic.read_back(partition, lambda records: _replay(contents, records))
         logger.info(
             "read back %d share partitions' state from %s-%d", len(contents), STATE_TOPIC, partition
         )
@@ -188,21 +132,11 @@ class StateStore:
         now_ms = time.time_ns() // 1_000_000
         builder = RecordBatchBuilder()
         builder.append(encode_key(key, SNAPSHOT_TYPE), encode_snapshot(state), now_ms)
-        raw = wire.encode_produce_request(
-            STATE_TOPIC, -1, WRITE_TIMEOUT_MS, [(partition, NO_LEADER_EPOCH, [builder.build()])]
-        )
         with self._partition_lock(partition):
-            # Straight to the leader (the routing's client produce refuses internal topics:
-            # only the cluster writes them).
             try:
-                target = self.producing.route(STATE_TOPIC, partition, NO_LEADER_EPOCH)
-                answer = self.producing.appends.append(target, raw, WRITE_TIMEOUT_MS / 1000 + 5)
+                self.topic.append(partition, builder.build(), WRITE_TIMEOUT_MS)
             except SeglogError as exc:
                 raise CoordinatorNotAvailableError(f"writing share state failed: {exc}") from None
-            result = common_pb2.ProduceResponse.FromString(answer).partitions[0]
-            error = error_of(result.error, result.error_message)
-            if error is not None:
-                raise CoordinatorNotAvailableError(f"writing share state failed: {error}")
             contents[key] = state
             self.writes += 1
 

@@ -14,6 +14,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+import grpc
+
 from seglog.errors import SeglogError
 
 from ..authorization import Authorization
@@ -25,6 +27,7 @@ from .marker_calls import MarkerCalls
 from .markers import MarkerWriter
 from .placement import TransactionPlacement
 from .queries import TransactionQueries
+from .remote_verification import RemoteVerifier
 from .state import PREPARING, TxnState
 from .txn_log import TRANSACTION_STATE_TOPIC, TransactionLog
 
@@ -46,6 +49,7 @@ class TransactionsCore:
         coordination: EtcdCoordination | SoleCoordinator,
         groups: object | None = None,
         settings: TransactionSettings | None = None,
+        gateway_credentials: grpc.ChannelCredentials | None = None,
     ) -> None:
         settings = settings or TransactionSettings()
         self.settings = settings
@@ -73,6 +77,8 @@ class TransactionsCore:
         )
         self.queries = TransactionQueries(self.placement, authorization)
         self.marker_calls = MarkerCalls(registry, connections, authorization)
+        # Asks the coordinating gateway about a transactional id coordinated elsewhere.
+        self.remote_verifier = RemoteVerifier(gateway_credentials)
         # True on the gateway that adopts orphaned log partitions (the controller).
         self.adopts_orphans: Callable[[], bool] = lambda: True
         self._stop = threading.Event()
@@ -86,6 +92,7 @@ class TransactionsCore:
         if self._thread.is_alive():
             self._thread.join(timeout=10)
         self.markers.stop()
+        self.remote_verifier.close()
 
     def _run(self) -> None:
         interval_s = (
