@@ -118,13 +118,19 @@ class StreamsApp:
 
 class WordFeed:
     """Lines of words to the input topic (idempotent, acks=all: each line written once), and
-    the true count of every word written."""
+    the true count of every word acknowledged. Written in the background at a steady pace
+    while faults come and go (`start`, `stop`), so a fault lands in the middle of the
+    application's transactions, not between them."""
 
     def __init__(self, bootstrap: str, topic: str, seed: int) -> None:
         self.topic = topic
         self.random = random.Random(seed)
         self.counts: Counter[str] = Counter()
         self.lines = 0
+        self.failures: list[object] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
         self.producer = confluent_kafka.Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -135,13 +141,13 @@ class WordFeed:
         )
 
     def write(self, lines: int, timeout_s: float) -> None:
-        failures: list[object] = []
+        """`lines` lines, returning once each is acknowledged (then counted)."""
+        batch: Counter[str] = Counter()
 
         def delivered(error: object, _message: object) -> None:
             if error is not None:
-                failures.append(error)
+                self.failures.append(error)
 
-        batch: Counter[str] = Counter()
         for _ in range(lines):
             words = [self.random.choice(VOCABULARY) for _ in range(WORDS_PER_LINE)]
             batch.update(words)
@@ -149,8 +155,34 @@ class WordFeed:
             self.producer.produce(self.topic, " ".join(words).encode(), key, on_delivery=delivered)
             self.lines += 1
         assert self.producer.flush(timeout_s) == 0, "input lines unacknowledged"
-        assert not failures, failures[:3]
-        self.counts.update(batch)
+        assert not self.failures, self.failures[:3]
+        with self._lock:
+            self.counts.update(batch)
+
+    def snapshot(self) -> Counter[str]:
+        with self._lock:
+            return Counter(self.counts)
+
+    def start(self, lines_per_tick: int, tick_s: float, timeout_s: float) -> None:
+        """Write `lines_per_tick` lines every `tick_s` (a pace, not a wait for anything) until
+        `stop`."""
+
+        def feed() -> None:
+            try:
+                while not self._stopped.wait(tick_s):
+                    self.write(lines_per_tick, timeout_s)
+            except AssertionError as exc:  # told by stop(), in the test's thread
+                self.failures.append(exc)
+
+        self._thread = threading.Thread(target=feed, name="word-feed", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop writing; every line written is then acknowledged and counted."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join()
+        assert not self.failures, self.failures[:3]
 
 
 class CountsReader:
@@ -188,6 +220,12 @@ class CountsReader:
 
     def latest(self) -> Counter[str]:
         return Counter({word: counts[-1] for word, counts in self.sequences.items()})
+
+    def covers(self, counts: Counter[str]) -> bool:
+        """Whether every word's latest count read is at least its count in `counts`."""
+        self.read()
+        latest = self.latest()
+        return all(latest[word] >= n for word, n in counts.items())
 
     def wait_for(self, expected: Counter[str], timeout_s: float, what: str) -> None:
         """Reads until every word's last count is the expected one."""
@@ -237,3 +275,40 @@ def exact_count_violations(sequences: dict[str, list[int]], expected: Counter[st
                 f"#{first}: {seen[max(0, first - 2) : first + 3]}"
             )
     return problems
+
+
+def records_read_uncommitted(bootstrap: str, topic: str, partitions: int, timeout_s: float) -> int:
+    """Data records a read_uncommitted consumer reads of the whole topic (aborted ones too)."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-uncommitted",
+            "isolation.level": "read_uncommitted",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "log_level": 3,
+        }
+    )
+    try:
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in range(partitions)
+            ]
+        )
+        seen, at_end = 0, set()
+
+        def read() -> bool:
+            nonlocal seen
+            for message in consumer.consume(num_messages=10_000, timeout=0.5):
+                error = message.error()
+                if error is None:
+                    seen += 1
+                elif error.code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+            return len(at_end) == partitions
+
+        wait_for(read, timeout_s, f"{topic} read to its end at read_uncommitted")
+        return seen
+    finally:
+        consumer.close()
