@@ -1,9 +1,10 @@
 """A producer's next transaction while its last one's markers are still being written: the
 coordinator answered EndTxn once PrepareCommit was logged (as Kafka does), and an
-AddPartitionsToTxn now is parked until the Complete state is logged, then answered as if sent
-then (no CONCURRENT_TRANSACTIONS, no client backoff: librdkafka waited 20 ms after each,
-a third of a 100-record transaction's time); markers held up longer than the wait's bound
-answer CONCURRENT_TRANSACTIONS as before, and the client retries.
+AddPartitionsToTxn now is parked until the Complete state is logged, with the next
+transaction's Ongoing state in the same write, then answered (no CONCURRENT_TRANSACTIONS, no
+client backoff: librdkafka waited 20 ms after each, a third of a 100-record transaction's
+time); markers held up longer than the wait's bound answer CONCURRENT_TRANSACTIONS as before,
+and the client retries.
 
 The marker writer is held by replacing its attempt with one that writes nothing (it then
 retries after its backoff), and let go by putting the real one back."""
@@ -22,7 +23,15 @@ from kafka.protocol.producer import (
     InitProducerIdResponse,
 )
 
+from seglog.records import iter_batches
 from services.gateway.broker.caller import Caller
+from services.gateway.transactions.log_formats import (
+    decode_key,
+    decode_value,
+    partition_for_transactional_id,
+)
+from services.gateway.transactions.state import TxnState
+from services.gateway.transactions.txn_log import TRANSACTION_STATE_TOPIC
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_for
@@ -86,6 +95,22 @@ class Producer:
         return int(self.wire.request(request, 1, EndTxnResponse).error_code)
 
 
+def logged_states(cluster, tid: str) -> list[list[TxnState]]:
+    """The states logged for `tid` in __transaction_state, batch by batch, in log order."""
+    partition = partition_for_transactional_id(tid, 1)
+    data = bytes(cluster.log(TRANSACTION_STATE_TOPIC, partition).read_records(0, 1 << 20).data)
+    batches = []
+    for batch in iter_batches(data):
+        states = [
+            TxnState(decode_value(r.value).status)
+            for r in batch.records()
+            if decode_key(r.key) == tid
+        ]
+        if states:
+            batches.append(states)
+    return batches
+
+
 def state(cluster, tid: str) -> str:
     return cluster.gateway.transactions.queries.describe(ADMIN, tid).state
 
@@ -119,6 +144,13 @@ def test_the_next_transaction_s_add_waits_for_the_markers_and_is_answered_ok(
     assert answers == [NONE]
     assert state(cluster, "parked-ok") == "Ongoing"
     assert waits.waiting() == 0
+    # The next transaction's Ongoing state went into the Complete state's write: one batch
+    # of two records, and no write after it (the call taken up again found its partition).
+    batches = logged_states(cluster, "parked-ok")
+    assert batches[-2:] == [
+        [TxnState.PREPARE_COMMIT],
+        [TxnState.COMPLETE_COMMIT, TxnState.ONGOING],
+    ]
 
 
 def test_markers_held_past_the_wait_s_bound_answer_concurrent_transactions(

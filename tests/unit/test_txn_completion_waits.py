@@ -1,12 +1,14 @@
 """The transaction coordinator's parked calls (transactions/completion_waits.py): released
 when the id's completion ends, ended at their deadline otherwise, and a call cancelled
-meanwhile (its connection closed) costs nothing."""
+meanwhile (its connection closed) costs nothing; what the parked calls add is handed to the
+completion once, for the producer they were checked against."""
 
 from __future__ import annotations
 
 import pytest
 
-from services.gateway.transactions.completion_waits import CompletionWaits
+from services.gateway.transactions.completion_waits import NOTHING_PARKED, CompletionWaits
+from services.gateway.transactions.state import TxnState
 from tests.waiting import wait_until
 
 
@@ -48,3 +50,31 @@ def test_stop_ends_the_waits_left():
     left = waits.wait("a")
     waits.stop()
     assert left.done()
+
+
+def test_parked_adds_are_kept_for_the_completion_once_and_dropped_on_release(waits):
+    waits.park("a", (7, 1), [("t", 0)], set())
+    waits.park("a", (7, 1), [("__consumer_offsets", 3)], {"g"})
+    waits.park("a", (8, 0), [("t", 9)], set())  # another producer's: not the id's producer
+    parked = waits.take_parked("a")
+    assert parked.ongoing(7, 1, 1000) == {
+        "state": TxnState.ONGOING,
+        "partitions": {("t", 0), ("__consumer_offsets", 3)},
+        "groups": {"g"},
+        "start_ms": 1000,
+    }
+    assert parked.ongoing(7, 2, 1000) is None  # fenced since: nothing follows
+    assert waits.take_parked("a") is NOTHING_PARKED
+    waits.park("b", (7, 1), [("t", 0)], set())
+    waits.release("b")
+    assert waits.take_parked("b") is NOTHING_PARKED
+
+
+def test_a_wait_past_its_deadline_drops_what_its_call_added():
+    waits = CompletionWaits(max_wait_s=0.05)
+    try:
+        late = waits.park("slow", (7, 1), [("t", 0)], set())
+        assert wait_until(late.done, 5)
+        assert waits.take_parked("slow") is NOTHING_PARKED
+    finally:
+        waits.stop()

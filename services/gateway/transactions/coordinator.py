@@ -40,7 +40,7 @@ from seglog.errors import (
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
-from .completion_waits import CompletionPendingError, CompletionWaits
+from .completion_waits import NOTHING_PARKED, CompletionPendingError, CompletionWaits
 from .log_formats import TopicPartition
 from .markers import Completion, MarkerWriter
 from .placement import TransactionPlacement
@@ -128,12 +128,20 @@ class TransactionCoordinator:
             )
         return metadata
 
-    def _log(self, metadata: TransactionMetadata, **changes: object) -> None:
-        """Log the metadata with `changes` applied, then apply them (only once logged)."""
+    def _log(
+        self,
+        metadata: TransactionMetadata,
+        then: dict[str, object] | None = None,
+        **changes: object,
+    ) -> None:
+        """Log the metadata with `changes` applied, then apply them (only once logged);
+        `then`, changes after those, logged in the same write and applied too."""
         changed = TransactionMetadata(**{**metadata.__dict__, **changes})
         changed.last_update_ms = _now_ms()
-        self.placement.log.append(changed.transactional_id, changed.log_value())
-        metadata.__dict__.update(changed.__dict__)
+        after = TransactionMetadata(**{**changed.__dict__, **then}) if then else None
+        later = after.log_value() if after is not None else None
+        self.placement.log.append(changed.transactional_id, changed.log_value(), then=later)
+        metadata.__dict__.update((after or changed).__dict__)
 
     # -- InitProducerId ------------------------------------------------------------------------
 
@@ -264,6 +272,7 @@ class TransactionCoordinator:
         except NotCoordinatorError:
             return  # moved: its new coordinator read the Prepare state back and resumes it
         with self.placement.lock(partition):
+            parked = self.waits.take_parked(tid) if self.waits is not None else NOTHING_PARKED
             metadata = self.placement.transactions(partition).get(tid)
             if (
                 metadata is None
@@ -273,7 +282,10 @@ class TransactionCoordinator:
             ):
                 return  # completed already, or reloaded and resumed on its own
             state = TxnState.COMPLETE_COMMIT if completion.committed else TxnState.COMPLETE_ABORT
-            self._log(metadata, state=state, partitions=set(), groups=set())
+            # The next transaction's parked adds, logged with the Complete state in one write:
+            # the parked calls, taken up again, find their partitions added.
+            following = parked.ongoing(metadata.producer_id, metadata.producer_epoch, _now_ms())
+            self._log(metadata, following, state=state, partitions=set(), groups=set())
             logger.info("transactional id %s: %s", tid, state.kafka_name)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ---------------------------------------------------
@@ -352,7 +364,9 @@ class TransactionCoordinator:
                 message = f"transactional id {tid!r}'s previous transaction is completing"
                 if park and self.waits is not None:
                     # Registered under the lock complete() logs under: no release is missed.
-                    raise CompletionPendingError(message, self.waits.wait(tid))
+                    producer = (producer_id, epoch)
+                    parked = self.waits.park(tid, producer, partitions, groups)
+                    raise CompletionPendingError(message, parked)
                 raise ConcurrentTransactionsError(message)
             ongoing = metadata.state is TxnState.ONGOING
             if ongoing and set(partitions) <= metadata.partitions and groups <= metadata.groups:
