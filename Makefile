@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PROTOS := $(wildcard proto/seglog/v1/*.proto)
 GENERATED := libs/seglog/v1/.generated
 
-.PHONY: docs kgo conformance test test-long test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka
+.PHONY: docs kgo conformance test test-long test-unit test-integration fuzz-kafka bench bench-scale bench-latency bench-long-polls bench-compare bench-guard lint proto install run clean fault-campaign pipeline image image-smoke kafka kafka-streams
 
 # The C sources by pattern (the extensions' units and headers), so a unit or header added or
 # changed reinstalls, and a copy of the tree holding only some of them still makes.
@@ -56,10 +56,11 @@ run: $(STAMP) proto
 # naming this target, without them.
 KAFKA_CACHE := .cache/kafka
 KAFKA_STAMP := $(KAFKA_CACHE)/.installed
-$(KAFKA_STAMP): devtools/maven/kafka.pom.xml devtools/maven/spark-kafka.pom.xml
-	@if ! command -v mvn > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
+MAVEN_IF_MISSING = if ! command -v mvn > /dev/null && [ "$$(id -u)" -eq 0 ]; then \
 		env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \
 		env DEBIAN_FRONTEND=noninteractive apt-get install -y -q maven > /dev/null; fi
+$(KAFKA_STAMP): devtools/maven/kafka.pom.xml devtools/maven/spark-kafka.pom.xml
+	@$(MAVEN_IF_MISSING)
 	rm -rf $(KAFKA_CACHE)/kafka $(KAFKA_CACHE)/spark
 	mvn -q -B -f devtools/maven/kafka.pom.xml dependency:copy-dependencies \
 		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/kafka
@@ -67,7 +68,19 @@ $(KAFKA_STAMP): devtools/maven/kafka.pom.xml devtools/maven/spark-kafka.pom.xml
 		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/spark
 	touch $(KAFKA_STAMP)
 
-kafka: $(KAFKA_STAMP)
+# Kafka Streams for the exactly_once_v2 word count (tests/java/WordCountEos.java): its own pom
+# and directory, .cache/kafka/streams/, so the jars above stay as they are.
+STREAMS_STAMP := $(KAFKA_CACHE)/streams/.installed
+$(STREAMS_STAMP): devtools/maven/kafka-streams.pom.xml
+	@$(MAVEN_IF_MISSING)
+	rm -rf $(KAFKA_CACHE)/streams
+	mvn -q -B -f devtools/maven/kafka-streams.pom.xml dependency:copy-dependencies \
+		-DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_CACHE)/streams
+	touch $(STREAMS_STAMP)
+
+kafka-streams: $(STREAMS_STAMP)
+
+kafka: $(KAFKA_STAMP) $(STREAMS_STAMP)
 	@if ! command -v kcat > /dev/null; then \
 		if [ "$$(id -u)" -eq 0 ]; then \
 			env DEBIAN_FRONTEND=noninteractive apt-get update -q > /dev/null && \

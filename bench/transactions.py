@@ -20,6 +20,18 @@ printed for what Kafka itself keeps of it), each on a topic of its own, the orde
 every round so a slow moment of this shared machine lands on one run, not on one side.
 Throughput is each run's best, CPU per record the median of its runs.
 
+Where a transaction's time goes (librdkafka's protocol debug, seglog x3 on two cores shared
+with other work, load ~20-30): replicated writes one after the other -- the records (Produce,
+acks=all, ~7-10 ms), PrepareCommit logged before EndTxn is answered (~3-5 ms), then the
+COMMIT markers on every leader and the CompleteCommit state logged together with the next
+transaction's Ongoing state (~9-12 ms). That next AddPartitionsToTxn, sent while the markers
+are written, is held by the coordinator until they are (transactions/completion_waits.py);
+answered CONCURRENT_TRANSACTIONS as Kafka answers it, librdkafka waited 20 ms and asked again
+every transaction: 60 ms a transaction before, 29-44 ms after. Kafka's own transactions keep
+0.06-0.14x of its idempotent producer's rate at this shape (its line below, in the runs
+measured): the idempotent producer pipelines its batches, a transactional one waits for those
+writes before its next records, so the 0.5x target is out of either broker's reach here.
+
 SEGLOG_BENCH_TXN_RECORDS sets each run's records (default 10,000: 100 transactions),
 SEGLOG_BENCH_TXN_ROUNDS the counted rounds (default 3): about 3 minutes with the start-up.
 """

@@ -28,6 +28,7 @@ from tests.ports import free_ports
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "kafka"
 KAFKA_JARS = CACHE / "kafka"  # the broker, the CLI tools and the Java client (4.3.1)
 SPARK_KAFKA_JARS = CACHE / "spark"  # spark-sql-kafka-0-10 and what Spark does not ship
+STREAMS_JARS = CACHE / "streams"  # kafka-streams and what it adds to Kafka's client
 INSTALL_HINT = "make kafka installs Apache Kafka's jars from Maven Central"
 
 READY_TIMEOUT_S = 120.0  # three JVMs starting on two busy cores
@@ -79,6 +80,15 @@ def spark_kafka_jars() -> list[Path]:
     if not spark_kafka_installed():
         raise RuntimeError(f"Spark's Kafka jars are not in {SPARK_KAFKA_JARS}: {INSTALL_HINT}")
     return sorted(SPARK_KAFKA_JARS.glob("*.jar"))
+
+
+def streams_classpath() -> str:
+    """Kafka's client jars, then Kafka Streams' (`make kafka-streams`): a Streams
+    application's classpath, the client's own SLF4J binding first."""
+    streams = sorted(STREAMS_JARS.glob("*.jar"))
+    if not any(jar.name.startswith("kafka-streams-") for jar in streams):
+        raise RuntimeError(f"Kafka Streams' jars are not in {STREAMS_JARS}: make kafka-streams")
+    return os.pathsep.join([kafka_classpath(), *(str(jar) for jar in streams)])
 
 
 def java_command(main_class: str, *args: str, jvm_options: Sequence[str] = ()) -> list[str]:

@@ -32,9 +32,11 @@ from seglog.coordinator_errors import ProducerFencedError
 from seglog.errors import PermissionDeniedError, SeglogError
 
 from ..authorization import CLUSTER
+from ..transactions.completion_waits import CompletionPendingError
 from .api_table import ApiTable
 from .error_codes import NONE, Resource, kafka_error_code
 from .kafka_call import KafkaCall
+from .later import answer_later
 
 OPERATION_NOT_ATTEMPTED: int = kafka_errors.OperationNotAttemptedError.errno
 INVALID_PRODUCER_EPOCH: int = kafka_errors.InvalidProducerEpochError.errno
@@ -67,9 +69,16 @@ def _topic_results(response_class: Any, codes: dict[tuple[str, int], int]) -> li
 
 
 def _add_one(
-    call: KafkaCall, tid: str, producer_id: int, epoch: int, topics: Any, verify_only: bool
+    call: KafkaCall,
+    tid: str,
+    producer_id: int,
+    epoch: int,
+    topics: Any,
+    verify_only: bool,
+    park: bool = False,
 ) -> dict[tuple[str, int], int]:
-    """Each partition's code for one transaction's partitions."""
+    """Each partition's code for one transaction's partitions (`park`: CompletionPendingError
+    raised while the id's previous transaction completes)."""
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     transactions = call.core.transactions
     version = call.version
@@ -84,8 +93,10 @@ def _add_one(
         return codes
     try:
         errors = transactions.coordinator.add_partitions(
-            call.caller, tid, producer_id, epoch, wanted
+            call.caller, tid, producer_id, epoch, wanted, park=park
         )
+    except CompletionPendingError:
+        raise
     except SeglogError as exc:
         code = txn_error_code(exc, version, FIRST_PRODUCER_FENCED_VERSION)
         return {tp: code for tp in wanted}
@@ -104,17 +115,28 @@ def add_partitions_to_txn(call: KafkaCall, request: Any) -> Any:
     version = call.version
     response_class = AddPartitionsToTxnResponse[version]
     if version < FIRST_BATCHED_VERSION:
-        codes = _add_one(
-            call,
-            request.v3_and_below_transactional_id,
-            request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch,
-            request.v3_and_below_topics,
-            verify_only=False,
-        )
-        return response_class(
-            throttle_time_ms=0, results_by_topic_v3_and_below=_topic_results(response_class, codes)
-        )
+
+        def respond(park: bool) -> Any:
+            codes = _add_one(
+                call,
+                request.v3_and_below_transactional_id,
+                request.v3_and_below_producer_id,
+                request.v3_and_below_producer_epoch,
+                request.v3_and_below_topics,
+                verify_only=False,
+                park=park,
+            )
+            return response_class(
+                throttle_time_ms=0,
+                results_by_topic_v3_and_below=_topic_results(response_class, codes),
+            )
+
+        # A producer's next transaction while its last one's markers are being written: the
+        # call is taken up again once they are (transactions/completion_waits.py).
+        try:
+            return respond(park=True)
+        except CompletionPendingError as pending:
+            return answer_later(pending.completed, lambda _: respond(park=False))
     try:
         call.core.authorization.check(
             call.caller, [("ClusterAction", *CLUSTER)], "AddPartitionsToTxn"
@@ -148,18 +170,27 @@ def add_partitions_to_txn(call: KafkaCall, request: Any) -> Any:
 
 
 def add_offsets_to_txn(call: KafkaCall, request: Any) -> Any:
+    def respond(park: bool) -> Any:
+        try:
+            call.core.transactions.coordinator.add_offsets(
+                call.caller,
+                request.transactional_id,
+                request.producer_id,
+                request.producer_epoch,
+                request.group_id,
+                park=park,
+            )
+            code = NONE
+        except CompletionPendingError:
+            raise
+        except SeglogError as exc:
+            code = txn_error_code(exc, call.version, FIRST_PRODUCER_FENCED_VERSION)
+        return AddOffsetsToTxnResponse[call.version](throttle_time_ms=0, error_code=code)
+
     try:
-        call.core.transactions.coordinator.add_offsets(
-            call.caller,
-            request.transactional_id,
-            request.producer_id,
-            request.producer_epoch,
-            request.group_id,
-        )
-        code = NONE
-    except SeglogError as exc:
-        code = txn_error_code(exc, call.version, FIRST_PRODUCER_FENCED_VERSION)
-    return AddOffsetsToTxnResponse[call.version](throttle_time_ms=0, error_code=code)
+        return respond(park=True)
+    except CompletionPendingError as pending:  # as AddPartitionsToTxn's
+        return answer_later(pending.completed, lambda _: respond(park=False))
 
 
 def end_txn(call: KafkaCall, request: Any) -> Any:

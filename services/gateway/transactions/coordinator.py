@@ -40,6 +40,7 @@ from seglog.errors import (
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
+from .completion_waits import NOTHING_PARKED, CompletionPendingError, CompletionWaits
 from .log_formats import TopicPartition
 from .markers import Completion, MarkerWriter
 from .placement import TransactionPlacement
@@ -92,8 +93,10 @@ class TransactionCoordinator:
         allocate_producer_id: Callable[[], int],
         offsets_partition_for: Callable[[str], int],
         settings: TransactionSettings,
+        waits: CompletionWaits | None = None,
     ) -> None:
         self.registry = registry
+        self.waits = waits
         self.authorization = authorization
         self.placement = placement
         self.markers = markers
@@ -125,12 +128,20 @@ class TransactionCoordinator:
             )
         return metadata
 
-    def _log(self, metadata: TransactionMetadata, **changes: object) -> None:
-        """Log the metadata with `changes` applied, then apply them (only once logged)."""
+    def _log(
+        self,
+        metadata: TransactionMetadata,
+        then: dict[str, object] | None = None,
+        **changes: object,
+    ) -> None:
+        """Log the metadata with `changes` applied, then apply them (only once logged);
+        `then`, changes after those, logged in the same write and applied too."""
         changed = TransactionMetadata(**{**metadata.__dict__, **changes})
         changed.last_update_ms = _now_ms()
-        self.placement.log.append(changed.transactional_id, changed.log_value())
-        metadata.__dict__.update(changed.__dict__)
+        after = TransactionMetadata(**{**changed.__dict__, **then}) if then else None
+        later = after.log_value() if after is not None else None
+        self.placement.log.append(changed.transactional_id, changed.log_value(), then=later)
+        metadata.__dict__.update((after or changed).__dict__)
 
     # -- InitProducerId ------------------------------------------------------------------------
 
@@ -248,12 +259,20 @@ class TransactionCoordinator:
 
     def complete(self, completion: Completion) -> None:
         """Every marker landed: log CompleteCommit/CompleteAbort (markers.py calls it)."""
+        try:
+            self._complete(completion)
+        finally:
+            if self.waits is not None:  # done or given up here: parked calls go on
+                self.waits.release(completion.transactional_id)
+
+    def _complete(self, completion: Completion) -> None:
         tid = completion.transactional_id
         try:
             partition = self.placement.check_here(tid)
         except NotCoordinatorError:
             return  # moved: its new coordinator read the Prepare state back and resumes it
         with self.placement.lock(partition):
+            parked = self.waits.take_parked(tid) if self.waits is not None else NOTHING_PARKED
             metadata = self.placement.transactions(partition).get(tid)
             if (
                 metadata is None
@@ -263,7 +282,10 @@ class TransactionCoordinator:
             ):
                 return  # completed already, or reloaded and resumed on its own
             state = TxnState.COMPLETE_COMMIT if completion.committed else TxnState.COMPLETE_ABORT
-            self._log(metadata, state=state, partitions=set(), groups=set())
+            # The next transaction's parked adds, logged with the Complete state in one write:
+            # the parked calls, taken up again, find their partitions added.
+            following = parked.ongoing(metadata.producer_id, metadata.producer_epoch, _now_ms())
+            self._log(metadata, following, state=state, partitions=set(), groups=set())
             logger.info("transactional id %s: %s", tid, state.kafka_name)
 
     # -- AddPartitionsToTxn, AddOffsetsToTxn ---------------------------------------------------
@@ -275,15 +297,18 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
+        *,
+        park: bool = False,
     ) -> PartitionErrors:
-        """Each partition's error (None: in the transaction). A whole-call error is raised."""
+        """Each partition's error (None: in the transaction). A whole-call error is raised;
+        with `park`, CompletionPendingError while the previous transaction completes."""
         self._check_id(caller, "Write", transactional_id, "AddPartitionsToTxn")
         wanted = sorted(set(partitions))
         errors: PartitionErrors = {tp: self._partition_problem(caller, tp) for tp in wanted}
         if any(errors.values()):
             # Kafka adds none when one is refused: the others are OPERATION_NOT_ATTEMPTED.
             return errors
-        self._add(transactional_id, producer_id, producer_epoch, wanted, set())
+        self._add(transactional_id, producer_id, producer_epoch, wanted, set(), park)
         return errors
 
     def _partition_problem(self, caller: Caller, tp: TopicPartition) -> SeglogError | None:
@@ -296,16 +321,29 @@ class TransactionCoordinator:
         return None
 
     def add_offsets(
-        self, caller: Caller, transactional_id: str, producer_id: int, epoch: int, group_id: str
+        self,
+        caller: Caller,
+        transactional_id: str,
+        producer_id: int,
+        epoch: int,
+        group_id: str,
+        *,
+        park: bool = False,
     ) -> None:
-        """The group's __consumer_offsets partition added to the transaction."""
+        """The group's __consumer_offsets partition added to the transaction (`park`: as
+        add_partitions)."""
         self._check_id(caller, "Write", transactional_id, "AddOffsetsToTxn")
         self.authorization.check(caller, [("Read", "group", group_id)], "AddOffsetsToTxn")
         if not group_id:
             raise InvalidGroupIdError("AddOffsetsToTxn: the group id is empty")
         offsets_partition = self._offsets_partition_for(group_id)
         self._add(
-            transactional_id, producer_id, epoch, [(OFFSETS_TOPIC, offsets_partition)], {group_id}
+            transactional_id,
+            producer_id,
+            epoch,
+            [(OFFSETS_TOPIC, offsets_partition)],
+            {group_id},
+            park,
         )
 
     def _add(
@@ -315,6 +353,7 @@ class TransactionCoordinator:
         epoch: int,
         partitions: list[TopicPartition],
         groups: set[str],
+        park: bool,
     ) -> None:
         partition = self.placement.check_here(tid)
         with self.placement.lock(partition):
@@ -322,9 +361,13 @@ class TransactionCoordinator:
                 self.placement.transactions(partition), tid, producer_id, epoch
             )
             if metadata.state.completing:
-                raise ConcurrentTransactionsError(
-                    f"transactional id {tid!r}'s previous transaction is completing"
-                )
+                message = f"transactional id {tid!r}'s previous transaction is completing"
+                if park and self.waits is not None:
+                    # Registered under the lock complete() logs under: no release is missed.
+                    producer = (producer_id, epoch)
+                    parked = self.waits.park(tid, producer, partitions, groups)
+                    raise CompletionPendingError(message, parked)
+                raise ConcurrentTransactionsError(message)
             ongoing = metadata.state is TxnState.ONGOING
             if ongoing and set(partitions) <= metadata.partitions and groups <= metadata.groups:
                 return

@@ -22,6 +22,7 @@ from ..authorization import Authorization
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..node_connections import NodeConnections
+from .completion_waits import CompletionWaits
 from .coordinator import TransactionCoordinator, TransactionSettings
 from .marker_calls import MarkerCalls
 from .markers import MarkerWriter
@@ -66,6 +67,7 @@ class TransactionsCore:
         self.placement = TransactionPlacement(
             self.log, coordination, lambda m, e: self.coordinator.resume(m, e)
         )
+        self.waits = CompletionWaits()
         self.coordinator = TransactionCoordinator(
             registry,
             authorization,
@@ -74,6 +76,7 @@ class TransactionsCore:
             allocate_producer_id,
             offsets_partition_for,
             settings,
+            self.waits,
         )
         self.queries = TransactionQueries(self.placement, authorization)
         self.marker_calls = MarkerCalls(registry, connections, authorization)
@@ -93,6 +96,7 @@ class TransactionsCore:
             self._thread.join(timeout=10)
         self.markers.stop()
         self.remote_verifier.close()
+        self.waits.stop()
 
     def _run(self) -> None:
         interval_s = (

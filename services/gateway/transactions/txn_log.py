@@ -72,15 +72,23 @@ class TransactionLog:
         except SeglogError:
             return 0  # no leader now: the markers' coordinator epoch is advisory here
 
-    def append(self, transactional_id: str, value: TxnLogValue, empty_state: int = 0) -> None:
-        """Write the id's new state; returns once every in-sync replica has it (acks=all)."""
+    def append(
+        self,
+        transactional_id: str,
+        value: TxnLogValue,
+        empty_state: int = 0,
+        then: TxnLogValue | None = None,
+    ) -> None:
+        """Write the id's new state (and `then`, the state after it, in the same batch: one
+        replicated write for two changes); returns once every in-sync replica has it
+        (acks=all)."""
         partition = self.partition_for(transactional_id)
         builder = RecordBatchBuilder()
-        builder.append(
-            encode_key(transactional_id),
-            encode_value(value, empty_state=empty_state),
-            time.time_ns() // 1_000_000,
-        )
+        now_ms = time.time_ns() // 1_000_000
+        key = encode_key(transactional_id)
+        for state in (value, then):
+            if state is not None:
+                builder.append(key, encode_value(state, empty_state=empty_state), now_ms)
         try:
             self.topic.append(partition, builder.build(), self.write_timeout_ms)
         except SeglogError as exc:
