@@ -226,3 +226,28 @@ def test_the_exactly_once_guides_snippet_commits_on_the_kafka_port(cluster):
     assert ran.returncode == 0, ran.stderr[-3000:]
     ends = cluster.admin.list_offsets({TopicPartition("orders", p): LATEST for p in range(3)})
     assert sum(r.offset for r in ends.values()) == before + 2  # the record and its marker
+
+
+def test_the_services_guides_dump_lines_run_on_a_nodes_files(cluster, tmp_path):
+    # docs/services.md's `seglog dump` lines, in order, from a directory whose `data` is the
+    # shared cluster's (as make run's ./data): each must succeed, the records printed, the
+    # --verify line passing on the node's live files.
+    text = (ROOT / "docs" / "services.md").read_text()
+    block = ".venv/bin/seglog dump" + text.split(".venv/bin/seglog dump", 1)[1].split("```")[0]
+    (tmp_path / "data").symlink_to(cluster.root)
+    seglog = str(Path(sys.executable).with_name("seglog"))
+    printed = ""
+    for line in block.splitlines():
+        ran = subprocess.run(
+            ["bash", "-c", line.replace(".venv/bin/seglog", seglog)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert ran.returncode == 0, (line, ran.stdout[-2000:], ran.stderr[-2000:])
+        printed += ran.stdout
+    # The first line's records (the fixture's a, b, c), then each line's files.
+    assert "| offset: 2 timestamp:" in printed and "value: c headers" in printed, printed
+    assert printed.count("Dumping data/node-1/orders-0/00000000000000000000.log") == 3, printed
