@@ -150,6 +150,13 @@ def test_ctrl_c_on_make_run_stops_the_nodes_before_the_gateway_quietly(tmp_path)
         log = (tmp_path / "data" / "logs" / f"node-{node}.log").read_text()
         assert "heartbeat to the gateway failed" not in log, (node, log[-3000:])
         assert "controlled shutdown did not finish" not in log, (node, log[-3000:])
+    # A normal start, a topic and a stop warn of nothing in any process's log (every start
+    # warned that each node was fenced, and the stop flooded warnings).
+    for log in (tmp_path / "data" / "logs").glob("*.log"):
+        loud = [
+            line for line in log.read_text().splitlines() if re.search(r" (WARNING|ERROR) ", line)
+        ]
+        assert loud == [], (log.name, loud[:20])
 
 
 def test_make_run_passes_kafka_port_and_nodes_through():
