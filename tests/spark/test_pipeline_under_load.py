@@ -33,10 +33,9 @@ if "pyspark.sql.streaming.python_streaming_source_runner" in sys.orig_argv:
 
 def test_the_shared_session_carries_the_raised_python_timeouts(spark):
     assert spark.conf.get("spark.python.authenticate.socketTimeout") == "120s"
-    assert spark.conf.get("spark.network.timeout") == "600s"
 
 
-def _pipeline(cluster: LocalCluster, tmp_path: Path, slow_starts: int, run: str):
+def _pipeline(cluster: LocalCluster, tmp_path: Path, slow_starts: int, attempts: int, run: str):
     site, starts = tmp_path / "site", tmp_path / f"starts-{run}"
     site.mkdir(exist_ok=True)
     starts.mkdir()
@@ -59,7 +58,7 @@ def _pipeline(cluster: LocalCluster, tmp_path: Path, slow_starts: int, run: str)
             "--workdir",
             str(tmp_path / "work"),
             "--stream-attempts",
-            "2",
+            str(attempts),
         ],
         cwd=ROOT,
         env=env,
@@ -73,17 +72,19 @@ def _pipeline(cluster: LocalCluster, tmp_path: Path, slow_starts: int, run: str)
 
 @pytest.mark.long  # two whole pipeline runs, each its own Spark JVM
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 282 s at load 30 on two cores, past the suite's 300 s
 def test_the_pipeline_outlasts_a_slow_worker_start_and_says_what_to_do_when_it_cannot(tmp_path):
     cluster = LocalCluster(tmp_path / "cluster", nodes=1)
     try:
-        # The first start of the streaming runner is slow: the pipeline starts it again.
-        ran, slowed = _pipeline(cluster, tmp_path, slow_starts=1, run="once")
+        # The first start of the streaming runner is slow: the pipeline starts it again (a
+        # third start spare, for a second one the loaded machine itself makes slow).
+        ran, slowed = _pipeline(cluster, tmp_path, slow_starts=1, attempts=3, run="once")
         assert slowed == 1, ran.stderr[-3000:]
         assert ran.returncode == 0, ran.stderr[-3000:]
-        assert "starting the stream again from its checkpoint (attempt 2 of 2)" in ran.stderr
+        assert "starting the stream again from its checkpoint (attempt 2 of 3)" in ran.stderr
         assert "streaming job: 300 events" in ran.stdout, ran.stdout
         # Every start slow: one message, no stack, exit 1.
-        ran, slowed = _pipeline(cluster, tmp_path, slow_starts=99, run="always")
+        ran, slowed = _pipeline(cluster, tmp_path, slow_starts=99, attempts=2, run="always")
         assert slowed == 2 and ran.returncode == 1, ran.stderr[-3000:]
         said = ran.stderr.strip().splitlines()[-1]
         assert said.startswith("make pipeline: Spark's Python worker"), ran.stderr[-3000:]
