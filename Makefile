@@ -42,12 +42,13 @@ $(GENERATED): $(STAMP) $(PROTOS)
 proto: $(GENERATED)
 
 # A local cluster: gateway on 127.0.0.1:7070 and three storage nodes, data under ./data.
-# make run PORT=7080 KAFKA_PORT=9192 DATA_DIR=/tmp/seglog-data (KAFKA_PORT: the Kafka
-# listener, 9092 unless given; node N's broker on KAFKA_PORT + N)
+# make run PORT=7080 KAFKA_PORT=9192 DATA_DIR=/tmp/seglog-data NODES=4 (KAFKA_PORT: the Kafka
+# listener, 9092 unless given; node N's broker on KAFKA_PORT + N; NODES: storage nodes, 3
+# unless given, so docs/operations.md's moves onto a node 4 have one to go to)
 PORT ?= 7070
 DATA_DIR ?= data
 run: $(STAMP) proto
-	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(KAFKA_PORT),--kafka-listen 127.0.0.1:$(KAFKA_PORT)) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd) $(if $(filter 1,$(TIERED)),--tiered)
+	$(BIN)/python -m devtools.local_cluster --data-dir $(DATA_DIR) --listen 127.0.0.1:$(PORT) $(if $(KAFKA_PORT),--kafka-listen 127.0.0.1:$(KAFKA_PORT)) $(if $(NODES),--nodes $(NODES)) $(if $(filter 1,$(TLS)),--tls) $(if $(filter 1,$(ETCD)),--etcd) $(if $(filter 1,$(TIERED)),--tiered)
 
 # Apache Kafka beside seglog (devtools/apache_kafka.py): the broker, its CLI tools and Java
 # client, and Spark's Kafka connector, from Maven Central into .cache/kafka/ (the poms under

@@ -65,6 +65,7 @@ from seglog.v1 import gateway_pb2, gateway_pb2_grpc
 from services.gateway.coordination.etcd_auth import lock_down
 from services.gateway.coordination.etcd_keys import DEFAULT_PREFIX
 
+from .cluster_stop import Stopping, stop_in_order
 from .credentials import identity_files, secret_file, tls_flags
 from .embedded_etcd import EtcdProcess
 from .processes import ServerProcess, gateway_process, node_process, start_all
@@ -347,15 +348,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  here: {switch.two_registries_fix()}", file=sys.stderr)
         return 1
     finally:
-        for node in nodes:
-            node.stop()
-        for gateway in gateways:
-            gateway.stop()
-        if etcd is not None:
-            etcd.stop()
-        if store is not None:
-            store.stop()
-        print("seglog local cluster stopped", flush=True)
+        stopping = [Stopping(p.name, p, p.stop, p.process is not None) for p in nodes + gateways]
+        for name, other in (("etcd", etcd), ("S3 store", store)):
+            if other is not None:
+                stopping.append(Stopping(name, other, other.stop, other.process is not None))
+        stop_in_order(stopping, sys.stdout)
     return 0
 
 

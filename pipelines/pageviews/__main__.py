@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from seglog.client.gateway import default_bootstrap
+from seglog.spark.worker_start import WorkerStartTimedOut
 
 from .events import page_views
 
@@ -48,7 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="start a local cluster (make run's) in a temp dir for this run",
     )
+    parser.add_argument(
+        "--stream-attempts",
+        type=int,
+        default=3,
+        help="starts of the streaming job when Spark's Python worker misses Spark's fixed 10 s "
+        "on a busy machine (each resumes from the checkpoint; default: %(default)s)",
+    )
     args = parser.parse_args(argv)
+    if args.stream_attempts < 1:
+        parser.error("--stream-attempts must be at least 1")
     with contextlib.ExitStack() as stack:
         bootstrap = args.bootstrap
         if args.local_cluster:
@@ -60,11 +70,15 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-        run(bootstrap, args.workdir, args.events)
+        try:
+            run(bootstrap, args.workdir, args.events, args.stream_attempts)
+        except WorkerStartTimedOut as exc:
+            print(f"make pipeline: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
-def run(bootstrap: str, workdir: Path, events: int) -> None:
+def run(bootstrap: str, workdir: Path, events: int, stream_attempts: int = 3) -> None:
     from seglog.spark.session import local_session
 
     from .jobs import Topics, backfill, create_topics, produce_events, run_stream
@@ -84,7 +98,14 @@ def run(bootstrap: str, workdir: Path, events: int) -> None:
         )
 
         began = time.monotonic()
-        query = run_stream(spark, bootstrap, topics, workdir, max_per_trigger=max(events // 4, 1))
+        query = run_stream(
+            spark,
+            bootstrap,
+            topics,
+            workdir,
+            max_per_trigger=max(events // 4, 1),
+            attempts=stream_attempts,
+        )
         progress = [p for p in query.recentProgress if p["numInputRows"]]
         rows = sum(p["numInputRows"] for p in progress)
         print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,12 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 from seglog.client.admin import Admin
 from seglog.client.producer import Producer
 from seglog.errors import TopicAlreadyExistsError
+from seglog.spark.worker_start import (
+    WorkerStartTimedOut,
+    explain,
+    retrying,
+    worker_did_not_connect,
+)
 
 from .events import PageView
 
@@ -100,12 +107,35 @@ def as_records(aggregates: DataFrame) -> DataFrame:
 
 
 def run_stream(
-    spark: SparkSession, bootstrap: str, topics: Topics, workdir: Path, *, max_per_trigger: int
+    spark: SparkSession,
+    bootstrap: str,
+    topics: Topics,
+    workdir: Path,
+    *,
+    max_per_trigger: int,
+    attempts: int = 3,
 ) -> Any:
     """Read what the events topic holds now (availableNow, in micro-batches of at most
     `max_per_trigger` records), aggregate closed windows, write each micro-batch's windows
     to the per-minute topic and to Parquet. Returns the finished query; run it again and it
-    resumes from its checkpoint."""
+    resumes from its checkpoint. A start that meets Spark's fixed 10 s for the source's Python
+    worker (a busy machine: seglog.spark.worker_start) is retried from the checkpoint, up to
+    `attempts` starts in all; then WorkerStartTimedOut says what to do."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _stream_once(spark, bootstrap, topics, workdir, max_per_trigger)
+        except Exception as failed:
+            if not worker_did_not_connect(failed):
+                raise
+            if attempt == attempts:
+                raise WorkerStartTimedOut(explain(attempts)) from None
+            print(retrying(attempt + 1, attempts), file=sys.stderr, flush=True)
+    raise ValueError(f"attempts must be at least 1, not {attempts}")
+
+
+def _stream_once(
+    spark: SparkSession, bootstrap: str, topics: Topics, workdir: Path, max_per_trigger: int
+) -> Any:
     raw = (
         spark.readStream.format("seglog")
         .option("bootstrap", bootstrap)

@@ -292,3 +292,6 @@ def test_a_tls_client_at_a_plaintext_listener_is_told_so(cluster, tmp_path):
         os.environ.update(saved)
     assert refused.returncode == 1
     assert b"a TLS client against a plaintext listener" in refused.stderr, refused.stderr
+    # The command's error is all it prints: gRPC's own "Handshake failed" log line came first.
+    assert refused.stderr.startswith(b"seglog: "), refused.stderr
+    assert b"Handshake failed with error" not in refused.stderr, refused.stderr

@@ -1,22 +1,17 @@
 """Administration over Kafka's protocol with real Kafka clients as the second implementation:
 confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient create,
-describe, alter and delete topics and configs, grow partitions, delete records, describe
-the cluster and manage ACLs against the gateway's Kafka listener; what they do is checked
-through seglog's own gRPC API, and errors come back as Kafka's codes. ACLs created over one
-API are enforced on the other."""
+describe, alter and delete topics and configs, grow partitions, delete records and describe
+the cluster against the gateway's Kafka listener; what they do is checked through seglog's own
+gRPC API, and errors come back as Kafka's codes. (ACLs: test_kafka_acls.py.)"""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import (
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
@@ -24,25 +19,18 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
     NewTopic,
-    ResourcePatternType,
     ResourceType,
 )
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as PythonTopicPartition
 from kafka import errors as kafka_errors
 from kafka.admin import (
-    ACL,
-    ACLFilter,
     ACLOperation,
-    ACLPermissionType,
-    ACLResourcePatternType,
     AlterConfigOp,
-    ResourcePattern,
 )
 from kafka.admin import ConfigResource as PythonConfigResource
 from kafka.admin import NewPartitions as PythonNewPartitions
 from kafka.admin import NewTopic as PythonNewTopic
-from kafka.admin import ResourceType as PythonResourceType
 from kafka.protocol.admin import (
     AlterConfigsRequest,
     AlterConfigsResponse,
@@ -55,41 +43,13 @@ from kafka.protocol.admin import (
 )
 
 from seglog.client.admin import EARLIEST
-from seglog.client.gateway import GatewayClient
 from seglog.client.structs import TopicPartition
-from seglog.errors import PermissionDeniedError
-from seglog.security.acls import ANONYMOUS
-from seglog.security.acls import AclBinding as SeglogAcl
 from seglog.v1 import common_pb2
 from services.gateway.kafka.brokers import cluster_id
-from tests.authorizer_modes import AUTHORIZER_MODES, Grant, cluster_in_mode
+from tests.authorizer_modes import AUTHORIZER_MODES, cluster_in_mode
 from tests.batches import make_batch
-from tests.cluster import LocalCluster
+from tests.kafka_admin_calls import ADMIN_GRANTS, error_code_of, result_of
 from tests.kafka_wire import KafkaWire
-
-RESULT_TIMEOUT_S = 20
-
-
-# What the admin tests do, as User:ANONYMOUS (the Kafka listener's principal without SASL)
-# when the authorizer is on: manage topics, configs, partitions, records, groups, ACLs and
-# reassignments, and produce and read what they check.
-ADMIN_GRANTS = (
-    Grant(
-        "topic",
-        (
-            "Create",
-            "Delete",
-            "Alter",
-            "Describe",
-            "DescribeConfigs",
-            "AlterConfigs",
-            "Read",
-            "Write",
-        ),
-    ),
-    Grant("group", ("Read", "Describe", "Delete")),
-    Grant("cluster", ("Describe", "Alter", "DescribeConfigs", "AlterConfigs", "IdempotentWrite")),
-)
 
 
 @pytest.fixture(scope="module", params=AUTHORIZER_MODES)
@@ -114,16 +74,6 @@ def python_admin(cluster):
     client.close()
 
 
-def _result(future):
-    return future.result(timeout=RESULT_TIMEOUT_S)
-
-
-def _error_code(future) -> int:
-    with pytest.raises(KafkaException) as raised:
-        _result(future)
-    return raised.value.args[0].code()
-
-
 def _overrides(cluster, topic: str) -> dict[str, str]:
     return {
         name: value
@@ -143,36 +93,36 @@ def test_topics_are_created_grown_and_deleted_with_kafkas_error_codes(cluster, a
             NewTopic("ck-too-wide", 1, 9),
         ]
     )
-    assert _result(created["ck-orders"]) is None
-    assert _result(created["ck-default"]) is None
-    assert _error_code(created["ck-too-wide"]) == KafkaError.INVALID_REPLICATION_FACTOR
+    assert result_of(created["ck-orders"]) is None
+    assert result_of(created["ck-default"]) is None
+    assert error_code_of(created["ck-too-wide"]) == KafkaError.INVALID_REPLICATION_FACTOR
     orders = cluster.admin.describe_topic("ck-orders")
     assert len(orders.partitions) == 3 and orders.replication_factor == 2
     assert _overrides(cluster, "ck-orders") == {"retention.ms": "60000"}
     assert len(cluster.admin.describe_topic("ck-default").partitions) == 1
     again = admin.create_topics([NewTopic("ck-orders", 1, 1)])
-    assert _error_code(again["ck-orders"]) == KafkaError.TOPIC_ALREADY_EXISTS
+    assert error_code_of(again["ck-orders"]) == KafkaError.TOPIC_ALREADY_EXISTS
     dry = admin.create_topics([NewTopic("ck-dry", 2, 1)], validate_only=True)
-    assert _result(dry["ck-dry"]) is None
+    assert result_of(dry["ck-dry"]) is None
     assert "ck-dry" not in cluster.admin.list_topics()
 
     grown = admin.create_partitions([NewPartitions("ck-orders", 5)])
-    assert _result(grown["ck-orders"]) is None
+    assert result_of(grown["ck-orders"]) is None
     assert len(cluster.admin.describe_topic("ck-orders").partitions) == 5
     shrunk = admin.create_partitions([NewPartitions("ck-orders", 2)])
-    assert _error_code(shrunk["ck-orders"]) == KafkaError.INVALID_PARTITIONS
+    assert error_code_of(shrunk["ck-orders"]) == KafkaError.INVALID_PARTITIONS
 
     deleted = admin.delete_topics(["ck-orders", "ck-default"])
-    assert _result(deleted["ck-orders"]) is None and _result(deleted["ck-default"]) is None
+    assert result_of(deleted["ck-orders"]) is None and result_of(deleted["ck-default"]) is None
     assert not {"ck-orders", "ck-default"} & set(cluster.admin.list_topics())
     gone = admin.delete_topics(["ck-orders"])
-    assert _error_code(gone["ck-orders"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert error_code_of(gone["ck-orders"]) == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def test_configs_are_described_and_altered_incrementally(cluster, admin):
     cluster.admin.create_topic("ck-configs", 1, 1, configs={"retention.ms": "120000"})
     resource = ConfigResource(ResourceType.TOPIC, "ck-configs")
-    described = _result(admin.describe_configs([resource])[resource])
+    described = result_of(admin.describe_configs([resource])[resource])
     assert described["retention.ms"].value == "120000"
     assert described["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert described["cleanup.policy"].value == "delete"
@@ -183,7 +133,7 @@ def test_configs_are_described_and_altered_incrementally(cluster, admin):
         return admin.incremental_alter_configs([altered])[altered]
 
     assert (
-        _result(
+        result_of(
             alter(
                 ConfigEntry("segment.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
                 ConfigEntry(
@@ -199,7 +149,7 @@ def test_configs_are_described_and_altered_incrementally(cluster, admin):
         "cleanup.policy": "delete,compact",
     }
     assert (
-        _result(
+        result_of(
             alter(
                 ConfigEntry(
                     "cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT
@@ -214,22 +164,22 @@ def test_configs_are_described_and_altered_incrementally(cluster, admin):
         ConfigEntry("segment.ms", "60000", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("retention.ms", "5", incremental_operation=AlterConfigOpType.APPEND),
     )
-    assert _error_code(refused) == KafkaError.INVALID_CONFIG
+    assert error_code_of(refused) == KafkaError.INVALID_CONFIG
     bad_value = alter(
         ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)
     )
-    assert _error_code(bad_value) == KafkaError.INVALID_CONFIG
+    assert error_code_of(bad_value) == KafkaError.INVALID_CONFIG
     assert _overrides(cluster, "ck-configs")["segment.ms"] == "3600000"
     unknown = ConfigResource(ResourceType.TOPIC, "ck-no-such-topic")
-    assert _error_code(admin.describe_configs([unknown])[unknown]) == (
+    assert error_code_of(admin.describe_configs([unknown])[unknown]) == (
         KafkaError.UNKNOWN_TOPIC_OR_PART
     )
 
 
 def test_the_broker_resource_answers_the_gateways_settings(cluster, admin):
-    controller = _result(admin.describe_cluster()).controller
+    controller = result_of(admin.describe_cluster()).controller
     broker = ConfigResource(ResourceType.BROKER, str(controller.id))
-    described = _result(admin.describe_configs([broker])[broker])
+    described = result_of(admin.describe_configs([broker])[broker])
     setting = described["default.replication.factor"]
     assert setting.value == "1" and setting.is_read_only
     assert setting.source == ConfigSource.STATIC_BROKER_CONFIG.value
@@ -241,18 +191,18 @@ def test_records_are_deleted_and_the_cluster_described(cluster, admin):
     assert result.error == common_pb2.NONE
     deleted = admin.delete_records([KafkaTopicPartition("ck-records", 0, 4)])
     (future,) = deleted.values()
-    assert _result(future).low_watermark == 4
+    assert result_of(future).low_watermark == 4
     tp = TopicPartition("ck-records", 0)
     assert cluster.admin.list_offsets({tp: EARLIEST})[tp].offset == 4
     (beyond,) = admin.delete_records([KafkaTopicPartition("ck-records", 0, 11)]).values()
-    assert _error_code(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
+    assert error_code_of(beyond) == KafkaError.OFFSET_OUT_OF_RANGE
     cluster.admin.create_topic("ck-compacted", 1, 1, configs={"cleanup.policy": "compact"})
     (compacted,) = admin.delete_records([KafkaTopicPartition("ck-compacted", 0, 0)]).values()
-    assert _error_code(compacted) == KafkaError.POLICY_VIOLATION
+    assert error_code_of(compacted) == KafkaError.POLICY_VIOLATION
 
     # librdkafka describes the cluster from Metadata; DescribeCluster itself is below. The
     # brokers are the storage nodes, each at the listener's port + its id (brokers.py).
-    description = _result(admin.describe_cluster())
+    description = result_of(admin.describe_cluster())
     host, port = cluster.kafka_address.rsplit(":", 1)
     assert sorted((n.id, n.host, n.port) for n in description.nodes) == [
         (n, host, int(port) + n) for n in sorted(cluster.nodes)
@@ -362,92 +312,6 @@ def test_what_clients_seldom_send_gets_kafkas_answers(cluster):
     assert "wire-assigned" not in cluster.admin.list_topics()
 
 
-def test_acls_are_created_described_and_deleted(cluster, admin):
-    bindings = [
-        AclBinding(
-            ResourceType.TOPIC,
-            "ck-acl",
-            ResourcePatternType.LITERAL,
-            "User:alice",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.ALLOW,
-        ),
-        AclBinding(
-            ResourceType.GROUP,
-            "ck-",
-            ResourcePatternType.PREFIXED,
-            "User:bob",
-            "*",
-            AclOperation.ALL,
-            AclPermissionType.DENY,
-        ),
-    ]
-    for future in admin.create_acls(bindings).values():
-        assert _result(future) is None
-    stored = {(a.principal, a.resource_name, a.operation) for a in cluster.gateway.registry.acls}
-    assert stored >= {("User:alice", "ck-acl", "Read"), ("User:bob", "ck-", "All")}
-    everything = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    assert set(_result(admin.describe_acls(everything))) >= set(bindings)
-    # MATCH: every ACL that applies to the group "ck-payments", here bob's prefixed one.
-    matching = AclBindingFilter(
-        ResourceType.GROUP,
-        "ck-payments",
-        ResourcePatternType.MATCH,
-        None,
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    # (With the authorizer on, the fixture's wildcard grants to ANONYMOUS match too.)
-    found = [b for b in _result(admin.describe_acls(matching)) if b.principal != ANONYMOUS]
-    assert found == [bindings[1]]
-    alice = AclBindingFilter(
-        ResourceType.ANY,
-        None,
-        ResourcePatternType.ANY,
-        "User:alice",
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    (deleted,) = admin.delete_acls([alice]).values()
-    assert _result(deleted) == [bindings[0]]
-    assert _result(admin.describe_acls(alice)) == []
-    # Transactional ids are ACL resources too (the transaction coordinator checks them).
-    transactional = AclBinding(
-        ResourceType.TRANSACTIONAL_ID,
-        "tx-1",
-        ResourcePatternType.LITERAL,
-        "User:carol",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    (created,) = admin.create_acls([transactional]).values()
-    assert _result(created) is None
-    carol = AclBindingFilter(
-        ResourceType.TRANSACTIONAL_ID,
-        None,
-        ResourcePatternType.ANY,
-        "User:carol",
-        None,
-        AclOperation.ANY,
-        AclPermissionType.ANY,
-    )
-    assert _result(admin.describe_acls(carol)) == [transactional]
-    (deleted,) = admin.delete_acls([carol]).values()
-    assert _result(deleted) == [transactional]
-
-
 # -- kafka-python -------------------------------------------------------------------------
 
 
@@ -496,108 +360,3 @@ def test_kafka_python_administers_topics_configs_partitions_and_records(cluster,
     assert "kp-events" not in cluster.admin.list_topics()
     with pytest.raises(kafka_errors.UnknownTopicOrPartitionError):
         python_admin.delete_topics(["kp-events"])
-
-
-def test_kafka_python_manages_acls(cluster, python_admin):
-    pattern = ResourcePattern(PythonResourceType.TOPIC, "kp-acl", ACLResourcePatternType.LITERAL)
-    acl = ACL("User:dave", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, pattern)
-    created = python_admin.create_acls([acl])
-    assert created["failed"] == [] and len(created["succeeded"]) == 1
-    dave = ACLFilter("User:dave", None, ACLOperation.ANY, ACLPermissionType.ANY, pattern)
-    found, error = python_admin.describe_acls(dave)
-    assert error is kafka_errors.NoError and found == [acl]
-    deleted = python_admin.delete_acls([dave])
-    ((_, matched, error),) = deleted
-    assert error is kafka_errors.NoError and matched == [acl]
-    assert SeglogAcl("User:dave", "*", "topic", "literal", "kp-acl", "Write", "allow") not in (
-        cluster.gateway.registry.acls
-    )
-
-
-# -- ACLs across the two APIs ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory):
-    """An authorizer on: the gRPC side's principals are certificates (admin is a super
-    user); the Kafka listener's clients, without SASL, are User:ANONYMOUS."""
-    c = LocalCluster(
-        tmp_path_factory.mktemp("kafka-admin-secured"),
-        nodes=1,
-        tls=True,
-        authorizer=True,
-        super_users=("User:admin", "User:client"),
-        kafka_listen="PLAINTEXT://127.0.0.1:0",
-    )
-    yield c
-    c.close()
-
-
-def _cluster_operations(cluster) -> set[int]:
-    with KafkaWire(cluster.kafka_address) as wire:
-        described = wire.request(
-            DescribeClusterRequest(include_cluster_authorized_operations=True),
-            1,
-            DescribeClusterResponse,
-        )
-    assert described.error_code == 0 and len(described.brokers) == 1
-    return set(described.authorized_operations)
-
-
-def _grant(principal, operation, kind, name, pattern="literal"):
-    return SeglogAcl(principal, "*", kind, pattern, name, operation, "allow")
-
-
-def test_acls_made_over_either_api_are_enforced_on_the_other(secured):
-    anonymous = AdminClient({"bootstrap.servers": secured.kafka_address})
-    made_over_kafka = AclBinding(
-        ResourceType.TOPIC,
-        "kafka-made",
-        ResourcePatternType.LITERAL,
-        "User:alice",
-        "*",
-        AclOperation.WRITE,
-        AclPermissionType.ALLOW,
-    )
-    (refused,) = anonymous.create_acls([made_over_kafka]).values()
-    assert _error_code(refused) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
-    created = anonymous.create_topics([NewTopic("kafka-made", 1, 1)])
-    assert _error_code(created["kafka-made"]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
-
-    assert _cluster_operations(secured) == set()  # described to anyone, but nothing allowed
-
-    # Granted over gRPC, enforced on the Kafka listener.
-    with secured.admin_as("admin") as grpc_admin:
-        grpc_admin.create_acls(
-            [
-                _grant("User:ANONYMOUS", "Alter", "cluster", "kafka-cluster"),
-                _grant("User:ANONYMOUS", "Create", "topic", "kafka-", "prefixed"),
-            ]
-        )
-    assert _result(anonymous.create_topics([NewTopic("kafka-made", 1, 1)])["kafka-made"]) is None
-    assert _cluster_operations(secured) == {ACLOperation.ALTER, ACLOperation.DESCRIBE}
-
-    # Granted over Kafka, enforced on the gRPC path.
-    with GatewayClient(secured.address, security=secured.client_security("alice")) as alice:
-        with pytest.raises(PermissionDeniedError, match="Write topic 'kafka-made'"):
-            alice.produce("kafka-made", {0: make_batch([b"no"])})
-        (granted,) = anonymous.create_acls([made_over_kafka]).values()
-        assert _result(granted) is None
-        (written,) = alice.produce("kafka-made", {0: make_batch([b"yes"])})
-        assert written.error == common_pb2.NONE
-        (deleted,) = anonymous.delete_acls(
-            [
-                AclBindingFilter(
-                    ResourceType.TOPIC,
-                    "kafka-made",
-                    ResourcePatternType.LITERAL,
-                    "User:alice",
-                    None,
-                    AclOperation.ANY,
-                    AclPermissionType.ANY,
-                )
-            ]
-        ).values()
-        assert _result(deleted) == [made_over_kafka]
-        with pytest.raises(PermissionDeniedError):
-            alice.produce("kafka-made", {0: make_batch([b"no again"])})

@@ -19,6 +19,7 @@ from kafka.errors import GroupIdNotFoundError
 
 from devtools.apache_kafka import (
     CONSOLE_CONSUMER,
+    INSTALL_HINT,
     installed,
     java_command,
     log4j2_config,
@@ -43,7 +44,13 @@ from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.skipif(not installed(), reason="make kafka installs Kafka's jars")
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_jars() -> None:
+    # make test installs Kafka's jars first: missing, every test here fails rather than skips,
+    # since a skip could only hide a broken install.
+    assert installed(), INSTALL_HINT
+
 
 PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
 SHARE_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"

@@ -1,7 +1,7 @@
 """A local SparkSession set up as seglog's pipelines, tests and benchmarks want it (SPARK.md):
 Python workers on this interpreter (the one with seglog and pyarrow), UTC everywhere (Spark
-hands timestamps back in the process's zone), no UI, and quiet logs, so a job's own output
-stays readable."""
+hands timestamps back in the process's zone), no UI, quiet logs, so a job's own output stays
+readable, and the Python workers' timeouts that a busy machine overruns raised."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from .worker_start import SETTINGS
 
 # Spark's loggers that print at start-up whatever the root level says.
 _QUIET_LOG4J = """\
@@ -30,6 +32,10 @@ logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
 logger.gateway.level = error
 logger.context.name = org.apache.spark.SparkContext
 logger.context.level = error
+# A failed streaming query's error reaches Python (awaitTermination raises it); logged here as
+# well, it printed a hundred lines of Java stack before the pipeline's own message.
+logger.microbatch.name = org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution
+logger.microbatch.level = off
 """
 
 
@@ -53,7 +59,8 @@ def local_session(app_name: str = "seglog", *, master: str = "local[2]", **conf:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
     )
-    for key, value in conf.items():
+    # Python workers' timeouts raised for a busy machine (worker_start.py says which matter).
+    for key, value in {**SETTINGS, **conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
