@@ -222,9 +222,7 @@ def test_the_differences_pages_path_and_reset_lines_run_as_written(tmp_path):
 def test_the_exactly_once_guides_snippet_commits_on_the_kafka_port(cluster):
     # docs/exactly-once.md's transactional producer, on the shared cluster's Kafka port: it
     # must run as written, and its record and COMMIT marker land in `orders`.
-    (snippet,) = re.findall(
-        r"```python\n(.*?)```", (ROOT / "docs" / "exactly-once.md").read_text(), re.DOTALL
-    )
+    snippet = _python_block("exactly-once.md", "from confluent_kafka import Producer")
     ends = cluster.admin.list_offsets({TopicPartition("orders", p): LATEST for p in range(3)})
     before = sum(r.offset for r in ends.values())
     ran = subprocess.run(
@@ -237,6 +235,31 @@ def test_the_exactly_once_guides_snippet_commits_on_the_kafka_port(cluster):
     assert ran.returncode == 0, ran.stderr[-3000:]
     ends = cluster.admin.list_offsets({TopicPartition("orders", p): LATEST for p in range(3)})
     assert sum(r.offset for r in ends.values()) == before + 2  # the record and its marker
+
+
+def _python_block(page: str, first_line: str) -> str:
+    """The python block of docs/`page` that begins with `first_line`."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.DOTALL)
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
+def test_the_exactly_once_guides_grpc_snippet_commits_on_the_gateway(cluster):
+    # docs/exactly-once.md's seglog Producer over gRPC, on the shared cluster's gateway: it
+    # must run as written and write its record and COMMIT marker to `invoices`.
+    if "invoices" not in cluster.admin.list_topics():
+        cluster.admin.create_topic("invoices", 1)
+    snippet = _python_block("exactly-once.md", "from seglog.client import Consumer, Producer")
+    ran = subprocess.run(
+        [sys.executable, "-c", snippet.replace("127.0.0.1:7070", cluster.address)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    (end,) = cluster.admin.list_offsets({TopicPartition("invoices", 0): LATEST}).values()
+    assert end.offset == 2  # the record and its marker
 
 
 def test_the_services_guides_dump_lines_run_on_a_nodes_files(cluster, tmp_path):

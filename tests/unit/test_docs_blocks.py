@@ -56,6 +56,9 @@ RUN_BY = {
     ("docs/differences-from-kafka.md", "rm -rf data"): (
         f"{DOCS}::test_the_differences_pages_path_and_reset_lines_run_as_written"
     ),
+    ("docs/exactly-once.md", "from seglog.client import Consumer, Producer"): (
+        f"{DOCS}::test_the_exactly_once_guides_grpc_snippet_commits_on_the_gateway"
+    ),
     ("docs/exactly-once.md", "from confluent_kafka import Producer"): (
         f"{DOCS}::test_the_exactly_once_guides_snippet_commits_on_the_kafka_port"
     ),
