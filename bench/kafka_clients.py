@@ -60,14 +60,50 @@ def produce_seconds(bootstrap: str, topic: str, records: int, value: bytes) -> f
     return elapsed
 
 
-def consume_seconds(bootstrap: str, topic: str, partitions: int, records: int) -> float:
-    """Seconds for a consumer assigned every partition from the start to receive `records`."""
+# How many records one consume() call may return. The last call asks only for what is left:
+# consume() waits its whole timeout for a batch it cannot fill, and asking for 10,000 when one
+# record remained added a flat second to both systems' runs (50,001 records read in 0.55 s
+# were timed as 1.55 s, which made the figure ~32k rec/s on either side).
+CONSUME_BATCH = 10_000
+CONSUME_TIMEOUT_S = 1.0
+
+
+def _fetch_queue(records: int) -> dict[str, int]:
+    """The consumer's prefetch queue, as large as the run (the same on both systems).
+
+    librdkafka stops fetching for fetch.queue.backoff.ms (1 s) once queued.min.messages
+    (100,000, counted over the consumer's whole queue) wait for the application. Against a
+    server that answers faster than this Python loop takes records, that paused the read for a
+    second in the middle of the run (librdkafka's `debug=fetch` log: "Fetch backoff for 1000ms:
+    Local: Queue full"): the client's pause was timed, not the server. 250,000 records of 100 B
+    fit within queued.max.messages.kbytes' default 64 MiB."""
+    return {"queued.min.messages": min(10_000_000, max(100_000, records))}
+
+
+@dataclass(frozen=True)
+class ConsumeTiming:
+    """A consumer's read of a topic from its start: `records` received after its first
+    batch in `seconds` (the steady rate, as bench/consumer.py times it), and the time from
+    `assign` to that first batch (connections, offsets lookup, first fetch) apart."""
+
+    records: int
+    seconds: float
+    first_record_s: float
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+
+def consume_timing(bootstrap: str, topic: str, partitions: int, records: int) -> ConsumeTiming:
+    """A consumer assigned every partition from the start, until it received `records`."""
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-{topic}-{time.monotonic_ns()}",
             "enable.auto.commit": False,
             "log_level": 3,
+            **_fetch_queue(records),
         }
     )
     try:
@@ -78,17 +114,27 @@ def consume_seconds(bootstrap: str, topic: str, partitions: int, records: int) -
             ]
         )
         seen = 0
-        start = time.perf_counter()
-        deadline = start + 300
+        assigned = time.perf_counter()
+        deadline = assigned + 300
+        first_at: float | None = None
+        first_batch = 0
         while seen < records:
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"consumed {seen} of {records} records of {topic} in 300 s")
-            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+            wanted = min(CONSUME_BATCH, records - seen)
+            for message in consumer.consume(num_messages=wanted, timeout=CONSUME_TIMEOUT_S):
                 if message.error() is None:
                     seen += 1
                 elif message.error().code() != confluent_kafka.KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"consuming {topic}: {message.error()}")
-        return time.perf_counter() - start
+            if first_at is None and seen:
+                first_at, first_batch = time.perf_counter(), seen
+        ended = time.perf_counter()
+        assert first_at is not None
+        if seen == first_batch:
+            # Everything came in the first batch: no steady stretch to time.
+            raise RuntimeError(f"all {seen} records of {topic} came in one batch: read more")
+        return ConsumeTiming(seen - first_batch, ended - first_at, first_at - assigned)
     finally:
         consumer.close()
 

@@ -17,8 +17,8 @@ Targets (issue 53): throughput >= 1.0x Kafka's, p99 <= 1.0x at the fixed rate, C
 <= 1.0x. The machine is shared: a slow moment lands on one run of one side, and each side's
 figure is its best run (the median for CPU), so compare ratios, not absolute figures.
 
-SEGLOG_BENCH_KAFKA_RECORDS scales the run (default 50,000 records of 100 B per librdkafka
-throughput run, a fifth as many of 1 KiB per perf-test run); SEGLOG_BENCH_KAFKA_ROUNDS
+SEGLOG_BENCH_KAFKA_RECORDS scales the run (default 250,000 records of 100 B per librdkafka
+throughput run, a 25th as many of 1 KiB per perf-test run); SEGLOG_BENCH_KAFKA_ROUNDS
 (default 3); SEGLOG_BENCH_KAFKA_RATE fixes the latency runs'
 rate (default: half the lower side's best perf-test producer rate of this run);
 SEGLOG_BENCH_KAFKA_NODES="1,3" also compares one gateway and one node with one broker (RF1).

@@ -209,13 +209,17 @@ def test_the_follower_scan_refuses_exactly_what_the_per_batch_check_refuses(
 
 
 def test_the_scans_crc32c_is_the_crc32c_librarys():
-    data = os.urandom(70_000)
-    # Lengths around the three-way loop's block sizes (3 x 256, 3 x 8192), and unaligned starts.
-    for length in (0, 1, 7, 8, 9, 767, 768, 769, 24_575, 24_576, 24_577, 69_000):
+    data = os.urandom(1_100_000)
+    # Lengths around the three-way loop's block sizes (3 x 256, 3 x 8192), the folding's
+    # threshold (1024: 4 blocks of 64 bytes and more) and its 256-byte steps, a 1 MiB batch,
+    # and unaligned starts.
+    lengths = (0, 1, 7, 8, 9, 767, 768, 769, 1023, 1024, 1025, 1087, 1279, 1280, 1343)
+    for length in (*lengths, 24_575, 24_576, 24_577, 69_000, 1_048_576 - 4096, 1_048_576):
         for start in range(4):
             chunk = data[start : start + length]
             expected = crc32c(chunk)
             assert scan_crc32c(chunk) == expected
+            assert scan_crc32c(chunk, False, False) == expected  # the crc32 loop, unfolded
             assert scan_crc32c(chunk, True) == expected
 
 

@@ -8,16 +8,17 @@
 #include "_crc32c.h"
 
 SCAN_HIDDEN uint32_t batch_crc(const unsigned char *h, Py_ssize_t size) {
-    return crc32c_of(h + 21, (size_t)(size - 21), 0); /* from attributes to the end */
+    return crc32c_of(h + 21, (size_t)(size - 21), 0, 1); /* from attributes to the end */
 }
 
-/* crc32c(data, force_software=False) -> int: the CRC above, for tests against the crc32c
- * library. */
+/* crc32c(data, force_software=False, fold=True) -> int: the CRC above, for tests against
+ * the crc32c library (each path of _crc32c.h: the byte table, the crc32 loop, folding). */
 static PyObject *crc32c_py(PyObject *self, PyObject *args) {
     Py_buffer view;
-    int force_software = 0;
-    if (!PyArg_ParseTuple(args, "y*|p", &view, &force_software)) return NULL;
-    uint32_t crc = crc32c_of((const unsigned char *)view.buf, (size_t)view.len, force_software);
+    int force_software = 0, fold = 1;
+    if (!PyArg_ParseTuple(args, "y*|pp", &view, &force_software, &fold)) return NULL;
+    uint32_t crc =
+        crc32c_of((const unsigned char *)view.buf, (size_t)view.len, force_software, fold);
     PyBuffer_Release(&view);
     return PyLong_FromUnsignedLong(crc);
 }
@@ -49,7 +50,7 @@ static PyMethodDef methods[] = {
     {"decode_chunk", decode_chunk, METH_VARARGS,
      "decode_chunk(chunk, record_class, topic, partition, position, check_crcs, create_time, "
      "log_append_time, out, starts, epochs) -> (stop, reached)"},
-    {"crc32c", crc32c_py, METH_VARARGS, "crc32c(data, force_software=False) -> int"},
+    {"crc32c", crc32c_py, METH_VARARGS, "crc32c(data, force_software=False, fold=True) -> int"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -70,7 +70,9 @@ def write_batches(
     first_offset: int,
     leader_epoch: int | None,
 ) -> int: ...
-def crc32c(data: bytes | bytearray | memoryview, force_software: bool = False) -> int: ...
+def crc32c(
+    data: bytes | bytearray | memoryview, force_software: bool = False, fold: bool = True
+) -> int: ...
 def decode_chunk(
     chunk: bytes | memoryview,
     record_class: type[Any],
