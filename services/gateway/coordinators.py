@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from seglog.security.tls import channel_credentials
+
 from .authorization import Authorization
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
@@ -28,6 +30,7 @@ from .groups.offsets_store import OffsetsStore
 from .node_connections import NodeConnections
 from .routing.data_plane import DataPlane
 from .settings import GatewayConfig
+from .share.forwarding import ShareStateService
 from .share.share_core import ShareGroups
 from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
@@ -44,6 +47,7 @@ class Coordinators:
     consumer_groups: ConsumerGroups
     membership: GroupMembership
     share: ShareGroups
+    share_state: ShareStateService  # other gateways' calls on the share partitions held here
     transactions: TransactionsCore
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
@@ -61,10 +65,13 @@ def build_coordinators(
     coordination: EtcdCoordination | SoleCoordinator,
     txn_coordination: EtcdCoordination | SoleCoordinator,
     is_controller: Callable[[], bool],
+    share_coordination: EtcdCoordination | SoleCoordinator | None = None,
+    internal_address_of: Callable[[str], str | None] = lambda address: None,
 ) -> Coordinators:
     """The coordinators, from the config's group, share group and transaction settings;
     `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
-    transactions."""
+    transactions; `share_coordination` places share partitions, whose holders' internal
+    listeners `internal_address_of(grpc_address)` finds."""
     offsets = OffsetsStore(
         registry,
         connections,
@@ -104,14 +111,18 @@ def build_coordinators(
     )
     groups.consumer_groups = consumer_groups
     membership = GroupMembership(groups)
-    share = share_groups(
+    share_parts = share_groups(
         registry,
         authorization,
         data_plane,
         topic_admin.create_internal_topic,
         config.share_settings,
         consumer_group_exists=lambda group_id: coordinator.snapshot(group_id) is not None,
+        coordination=share_coordination,
+        internal_address_of=internal_address_of,
+        credentials=None if config.tls is None else channel_credentials(config.tls),
     )
+    share = share_parts.core
     transactions = TransactionsCore(
         registry,
         connections,
@@ -133,6 +144,7 @@ def build_coordinators(
         consumer_groups=consumer_groups,
         membership=membership,
         share=share,
+        share_state=share_parts.state_service,
         transactions=transactions,
         group_calls=group_calls,
         group_service=group_service,

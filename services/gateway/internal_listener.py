@@ -45,6 +45,16 @@ def default_internal_listen(listen: str) -> str:
     return f"{host}:{0 if int(port) == 0 else GATEWAY_INTERNAL_PORT}"
 
 
+def reachable_address(listen: str, port: int, advertised_address: str) -> str:
+    """The internal listener as other gateways reach it (they call it about the share
+    partitions this gateway holds): bound to any address, at the host the gateway
+    advertises."""
+    host = listen.rsplit(":", 1)[0]
+    if host in ("0.0.0.0", "[::]", "::", ""):
+        host = advertised_address.rsplit(":", 1)[0]
+    return f"{host}:{port}"
+
+
 def describe(tls: TlsFiles | None) -> str:
     """What the gateway logs of its internal listener, for operators."""
     security = "plaintext" if tls is None else "mutual TLS" if tls.ca is not None else "TLS"

@@ -51,7 +51,7 @@ from .grpc_services import (
     grpc_handlers,
     log_request_bounds,
 )
-from .internal_listener import build_internal_server, default_internal_listen
+from .internal_listener import build_internal_server, default_internal_listen, reachable_address
 from .internal_listener import describe as describe_internal_listener
 from .kafka.apis import kafka_api_table
 from .kafka.core import KafkaCore
@@ -64,6 +64,7 @@ from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
+from .share.forwarding import SERVICE_NAME as SHARE_STATE_SERVICE
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ class Gateway:
         self.election = roles.election
         self.coordination = roles.coordination
         self.txn_coordination = roles.txn_coordination
+        self.share_coordination = roles.share_coordination
         acls_offset = self.registry.metadata_offset  # read first: never newer than the ACLs
         self.authorization = Authorization(
             self.registry.acls,
@@ -215,6 +217,12 @@ class Gateway:
             coordination=self.coordination,
             txn_coordination=self.txn_coordination,
             is_controller=lambda: self.election.is_controller,
+            share_coordination=self.share_coordination,
+            internal_address_of=lambda address: (
+                None
+                if self.gateway_session is None
+                else self.gateway_session.live_internal_address(address)
+            ),
         )
         self.offsets = coordinators.offsets
         self.coordinator = coordinators.coordinator
@@ -222,6 +230,7 @@ class Gateway:
         self.consumer_groups = coordinators.consumer_groups
         self.membership = coordinators.membership
         self.share = coordinators.share
+        self.share_state = coordinators.share_state
         self.transactions: TransactionsCore = coordinators.transactions
         self.group_calls = coordinators.group_calls
         self.group_service = coordinators.group_service
@@ -336,10 +345,11 @@ class Gateway:
         )
         tls = self.config.tls
         # The Registry (nodes' calls) on a server of its own: internal_listener.py.
+        # Beside it, other gateways' calls on the share partitions held here (share/forwarding.py).
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
-            handlers.nodes,
-            [REGISTRY_SERVICE],
+            [*handlers.nodes, self.share_state.handler()],
+            [REGISTRY_SERVICE, SHARE_STATE_SERVICE],
             tls=tls,
             tracer_provider=self.tracer_provider,
         )
@@ -393,6 +403,9 @@ class Gateway:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
                 self.gateway_session.kafka_address = self.kafka_listener.advertised_address
+            self.gateway_session.internal_address = reachable_address(
+                self.internal_listen, self.internal_port, self.advertised_address
+            )
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)

@@ -16,7 +16,8 @@ from typing import Any
 
 from seglog.errors import InvalidRequestError, SeglogError
 
-from ..share.share_core import AckBatch, PartitionAnswer, PartitionAsk, ShareFetchQuery
+from ..share.partition_ops import AckBatch
+from ..share.share_core import PartitionAnswer, PartitionAsk, ShareFetchQuery
 from .api_table import ApiTable
 from .data_call_end import call_scope
 from .error_codes import NONE, UNKNOWN_TOPIC_ID
