@@ -19,6 +19,7 @@ from .authorization import Authorization
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
 from .cluster.topic_admin import TopicAdmin
+from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
@@ -66,12 +67,12 @@ def build_coordinators(
     txn_coordination: EtcdCoordination | SoleCoordinator,
     is_controller: Callable[[], bool],
     share_coordination: EtcdCoordination | SoleCoordinator | None = None,
-    internal_address_of: Callable[[str], str | None] = lambda address: None,
+    gateway_session: GatewaySession | None = None,
 ) -> Coordinators:
     """The coordinators, from the config's group, share group and transaction settings;
     `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
     transactions; `share_coordination` places share partitions, whose holders' internal
-    listeners `internal_address_of(grpc_address)` finds."""
+    listeners `gateway_session` publishes."""
     offsets = OffsetsStore(
         registry,
         connections,
@@ -119,7 +120,10 @@ def build_coordinators(
         config.share_settings,
         consumer_group_exists=lambda group_id: coordinator.snapshot(group_id) is not None,
         coordination=share_coordination,
-        internal_address_of=internal_address_of,
+        internal_address_of=(
+            gateway_session.live_internal_address if gateway_session is not None else _none
+        ),
+        peers=gateway_session.internal_peers if gateway_session is not None else list,
         credentials=None if config.tls is None else channel_credentials(config.tls),
     )
     share = share_parts.core
@@ -149,6 +153,10 @@ def build_coordinators(
         group_calls=group_calls,
         group_service=group_service,
     )
+
+
+def _none(address: str) -> str | None:
+    return None
 
 
 class OffsetsExpiry:

@@ -218,11 +218,7 @@ class Gateway:
             txn_coordination=self.txn_coordination,
             is_controller=lambda: self.election.is_controller,
             share_coordination=self.share_coordination,
-            internal_address_of=lambda address: (
-                None
-                if self.gateway_session is None
-                else self.gateway_session.live_internal_address(address)
-            ),
+            gateway_session=self.gateway_session,
         )
         self.offsets = coordinators.offsets
         self.coordinator = coordinators.coordinator

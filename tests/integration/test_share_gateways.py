@@ -9,7 +9,12 @@ from __future__ import annotations
 import confluent_kafka
 import pytest
 
-from services.gateway.kafka.share_messages import ShareFetchRequest, ShareFetchResponse
+from services.gateway.kafka.share_messages import (
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
+    ShareFetchRequest,
+    ShareFetchResponse,
+)
 from services.gateway.kafka.topic_ids import to_wire
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
@@ -73,6 +78,20 @@ def acquired(partition) -> list[tuple[int, int]]:
     ]
 
 
+def start_offsets(address: str) -> dict[int, int]:
+    """The group's share-partition start offsets as `kafka-share-groups --describe` asks them
+    of the gateway at `address` (DescribeShareGroupOffsets)."""
+    request_class = DescribeShareGroupOffsetsRequest[1]
+    request = request_class(
+        groups=[request_class.DescribeShareGroupOffsetsRequestGroup(group_id=GROUP, topics=None)]
+    )
+    with KafkaWire(address) as wire:
+        answer = wire.request(request, 1, DescribeShareGroupOffsetsResponse)
+    (group,) = answer.groups
+    assert group.error_code == 0, group
+    return {p.partition_index: p.start_offset for t in group.topics for p in t.partitions}
+
+
 def holder(cluster: EtcdBackedCluster) -> int:
     """The gateway holding the share partitions (it logs each state partition it gains)."""
     held = [
@@ -123,6 +142,9 @@ def test_members_on_two_gateways_share_a_partition_and_survive_the_holder_killed
             got = m.fetch(held[m.member_id], max_records=0)
             assert got.acknowledge_error_code == 0, got
         done = len(delivered)
+        # Either gateway describes the group's start offset (one holds it, the other asks).
+        for address in cluster.kafka_addresses:
+            assert start_offsets(address) == {0: done}
         # The holder SIGKILLed while the survivor's member holds records unacknowledged.
         dead = holder(cluster)
         survivor = members[1 - dead]

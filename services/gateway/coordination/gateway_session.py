@@ -66,6 +66,15 @@ class GatewaySession:
         with self._lock:
             return self._internal_addresses.get(address) if address in self._gateways else None
 
+    def internal_peers(self) -> list[str]:
+        """The internal listeners of the other live gateways."""
+        with self._lock:
+            return sorted(
+                internal
+                for address, internal in self._internal_addresses.items()
+                if address in self._gateways and address != self.address
+            )
+
     def start(self) -> None:
         self._begin()
         self._thread.start()

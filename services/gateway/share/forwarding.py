@@ -131,6 +131,17 @@ class RemoteOps:
             "ReleaseMember", share_pb2.ShareReleaseRequest(partition=_ref(pid), member_id=member_id)
         )
 
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        try:
+            answer = self._calls["StartOffsets"](
+                share_pb2.ShareStartOffsetsRequest(group_id=group_id), timeout=CALL_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            raise CoordinatorNotAvailableError(
+                f"the gateway at {self.address} did not answer: {exc.code()}"
+            ) from None
+        return {(o.topic, o.partition): o.start_offset for o in answer.offsets}
+
 
 def _response_class(method: str) -> Any:
     output = SERVICE_DESCRIPTOR.methods_by_name[method].output_type
@@ -231,6 +242,17 @@ class ShareStateService:
             set_error(answer, exc)
         return answer
 
+    def StartOffsets(self, request: Any, context: Any) -> Any:
+        answer = share_pb2.ShareStartOffsetsResponse()
+        for (topic, index), start in self.local.start_offsets(request.group_id).items():
+            try:
+                held = not self.holder_of((request.group_id, topic, index))
+            except SeglogError:
+                held = False
+            if held:
+                answer.offsets.add(topic=topic, partition=index, start_offset=start)
+        return answer
+
     def handler(self) -> grpc.GenericRpcHandler:
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
@@ -241,6 +263,7 @@ class ShareStateService:
                     "Acquire": self.Acquire,
                     "Acknowledge": self.Acknowledge,
                     "ReleaseMember": self.ReleaseMember,
+                    "StartOffsets": self.StartOffsets,
                 },
             ),
         )

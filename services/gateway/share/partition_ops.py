@@ -9,6 +9,7 @@ puts the snapshot back, so what a client was told is what the log holds.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
@@ -17,6 +18,8 @@ from seglog.errors import SeglogError
 
 from .partition_states import PartitionId, PartitionStates
 from .share_partition import AcquiredRange, FetchedBatch
+
+logger = logging.getLogger(__name__)
 
 
 class AckBatch(NamedTuple):
@@ -49,6 +52,8 @@ class PartitionOps(Protocol):
     def acknowledge(self, pid: PartitionId, member_id: str, acks: Sequence[AckBatch]) -> None: ...
 
     def release_member(self, pid: PartitionId, member_id: str) -> None: ...
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]: ...
 
 
 class LocalOps:
@@ -116,20 +121,30 @@ class LocalOps:
         with partition.lock:
             partition.release_member(member_id)
 
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The start offset of each of the group's share partitions loaded here."""
+        return {
+            (topic, index): p.start_offset
+            for (_, topic, index), p in self.states.of_group(group_id)
+        }
+
 
 class ShareRouter:
     """Each partition's operations where it is held: here (`local`) when `holder_of(pid)`
-    says "" (this gateway), else through `remote(address)`."""
+    says "" (this gateway), else through `remote(address)`; `peers()`: the other gateways'
+    internal listeners (each holds some of a group's partitions)."""
 
     def __init__(
         self,
         local: LocalOps,
         holder_of: Callable[[PartitionId], str] = lambda pid: "",
         remote: Callable[[str], PartitionOps] | None = None,
+        peers: Callable[[], list[str]] = list,
     ) -> None:
         self.local = local
         self.holder_of = holder_of
         self.remote = remote
+        self.peers = peers
 
     def ops_for(self, pid: PartitionId) -> PartitionOps:
         address = self.holder_of(pid)
@@ -158,3 +173,17 @@ class ShareRouter:
 
     def release_member(self, pid: PartitionId, member_id: str) -> None:
         self.ops_for(pid).release_member(pid, member_id)
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """The group's share partitions' start offsets, from this gateway and every other
+        live one (a gateway not answering is left out: its partitions are taken over and
+        answered again once their holder is gone)."""
+        found = self.local.start_offsets(group_id)
+        if self.remote is None:
+            return found
+        for address in self.peers():
+            try:
+                found.update(self.remote(address).start_offsets(group_id))
+            except SeglogError as exc:
+                logger.info("share start offsets of %s from %s: %s", group_id, address, exc)
+        return found

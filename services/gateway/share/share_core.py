@@ -189,11 +189,11 @@ class ShareGroups:
         self.authorization.check(
             caller, [("Describe", "group", group_id)], "DescribeShareGroupOffsets"
         )
-        out = {}
-        for (_, topic, partition), state in self.states.of_group(group_id):
-            if self.authorization.allows(caller, "Describe", "topic", topic):
-                out[(topic, partition)] = state.start_offset
-        return out
+        return {
+            (topic, partition): start
+            for (topic, partition), start in self.router.start_offsets(group_id).items()
+            if self.authorization.allows(caller, "Describe", "topic", topic)
+        }
 
     # -- fetching and acknowledging ------------------------------------------------------------
 

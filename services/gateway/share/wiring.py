@@ -40,6 +40,7 @@ def share_groups(
     *,
     coordination: EtcdCoordination | SoleCoordinator | None = None,
     internal_address_of: Callable[[str], str | None] = lambda address: None,
+    peers: Callable[[], list[str]] = list,
     credentials: grpc.ChannelCredentials | None = None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
@@ -67,7 +68,7 @@ def share_groups(
     placement = SharePlacement(
         states, coordination if coordination is not None else SoleCoordinator(), internal_address_of
     )
-    router = ShareRouter(local, placement.holder_of, RemoteGateways(credentials))
+    router = ShareRouter(local, placement.holder_of, RemoteGateways(credentials), peers)
     core = ShareGroups(
         registry, authorization, data_plane, states, settings, consumer_group_exists, router
     )
