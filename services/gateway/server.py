@@ -51,7 +51,7 @@ from .grpc_services import (
     grpc_handlers,
     log_request_bounds,
 )
-from .internal_listener import build_internal_server, default_internal_listen, reachable_address
+from .internal_listener import build_internal_server, build_peer_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
 from .kafka.apis import kafka_api_table
 from .kafka.core import KafkaCore
@@ -245,6 +245,7 @@ class Gateway:
         self.server: grpc.Server | None = None
         self.port = 0
         self.internal_server: grpc.Server | None = None
+        self.peer_server: grpc.Server | None = None  # other gateways' calls
         self.internal_port = 0
         self.health_server: grpc.Server | None = None
         self.health_port = 0
@@ -340,16 +341,22 @@ class Gateway:
             ),
         )
         tls = self.config.tls
-        # The Registry (nodes' calls) on a server of its own: internal_listener.py.
-        # Beside it, other gateways' calls on the share partitions held here (share/forwarding.py).
+        # The Registry (nodes' calls) on a server of its own, other gateways' on another.
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
-            [*handlers.nodes, self.share_state.handler()],
-            [REGISTRY_SERVICE, SHARE_STATE_SERVICE],
+            handlers.nodes,
+            [REGISTRY_SERVICE],
             tls=tls,
             tracer_provider=self.tracer_provider,
         )
         self.internal_server.start()
+        self.peer_server, self.peer_address = build_peer_server(
+            self.internal_listen,
+            self.share_state.handler(),
+            SHARE_STATE_SERVICE,
+            tls=tls,
+            advertised=self.config.advertised_listener or self.config.listen,
+        )
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
@@ -399,9 +406,7 @@ class Gateway:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
                 self.gateway_session.kafka_address = self.kafka_listener.advertised_address
-            self.gateway_session.internal_address = reachable_address(
-                self.internal_listen, self.internal_port, self.advertised_address
-            )
+            self.gateway_session.internal_address = self.peer_address
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
@@ -434,8 +439,9 @@ class Gateway:
             self.keyspace.close()
         if self.server is not None:
             self.server.stop(grace_s).wait()
-        if self.internal_server is not None:
-            self.internal_server.stop(grace_s).wait()
+        for internal in (self.internal_server, self.peer_server):
+            if internal is not None:
+                internal.stop(grace_s).wait()
         if self.health_server is not None:
             self.health_server.stop(0)
         self.coordinator.close()

@@ -1,6 +1,6 @@
 """This gateway's own session in etcd: one lease, kept alive by a thread, holding the key
 `gateways/<address>` (its gRPC address, its Kafka listener's advertised address when it
-has one, and its internal listener's, where other gateways ask it of the share partitions it
+has one, and its peer server's, where other gateways ask it of the share partitions it
 holds) and whatever the gateway holds on the cluster's behalf (the controller
 key, group coordinators' keys). When the process dies or is cut off, the lease expires and
 everything it held is released at once; another gateway takes it over.
@@ -45,7 +45,7 @@ class GatewaySession:
         self._lock = threading.Lock()
         self._gateways: set[str] = set()
         self._kafka_addresses: dict[str, str] = {}  # gRPC address -> Kafka address
-        self._internal_addresses: dict[str, str] = {}  # gRPC address -> internal listener
+        self._internal_addresses: dict[str, str] = {}  # gRPC address -> peer server
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._keep_alive, name="gateway-session", daemon=True
@@ -62,12 +62,12 @@ class GatewaySession:
             return {a: k for a, k in self._kafka_addresses.items() if a in self._gateways}
 
     def live_internal_address(self, address: str) -> str | None:
-        """The internal listener of the live gateway at gRPC `address` (None: not known)."""
+        """The peer server of the live gateway at gRPC `address` (None: not known)."""
         with self._lock:
             return self._internal_addresses.get(address) if address in self._gateways else None
 
     def internal_peers(self) -> list[str]:
-        """The internal listeners of the other live gateways."""
+        """The peer servers of the other live gateways."""
         with self._lock:
             return sorted(
                 internal

@@ -1,6 +1,7 @@
 """Share partitions held by another gateway: their operations (partition_ops.py) sent to the
-holder over the ShareState service (proto/seglog/v1/share.proto) on its internal listener,
-and that service served here for the partitions this gateway holds.
+holder over the ShareState service (proto/seglog/v1/share.proto) on its peer server
+(internal_listener.py build_peer_server), and that service served here for the partitions
+this gateway holds.
 
 A client's ShareFetch reaches whichever gateway it knows (Kafka clients send it to the
 partition leader's broker, which in seglog is a lane of the gateway they bootstrapped from),
@@ -8,8 +9,8 @@ so two members of a group may fetch one partition through two gateways; only one
 decide what is acquired. The gateway the client called reads the records itself (the data
 never crosses twice) and asks the holder only where to read from and what it may acquire of
 what it read, a few offsets each way. Authorization is the called gateway's: it checked the
-client before asking; the holder serves only gateways (its internal listener, mutual TLS
-when the cluster has a CA).
+client before asking; the holder serves only gateways (its peer server is secured as the
+internal listener is: mutual TLS when the cluster has a CA).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def _raise_on(answer: Any) -> None:
 
 
 class RemoteOps:
-    """The operations of partitions the gateway at `address` (its internal listener) holds."""
+    """The operations of partitions the gateway at `address` (its peer server) holds."""
 
     def __init__(self, address: str, channel: grpc.Channel) -> None:
         self.address = address

@@ -132,7 +132,7 @@ class LocalOps:
 class ShareRouter:
     """Each partition's operations where it is held: here (`local`) when `holder_of(pid)`
     says "" (this gateway), else through `remote(address)`; `peers()`: the other gateways'
-    internal listeners (each holds some of a group's partitions)."""
+    peer servers (each holds some of a group's partitions)."""
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ class SharePlacement:
         coordination: EtcdCoordination | SoleCoordinator,
         internal_address_of: Callable[[str], str | None],
     ) -> None:
-        """`internal_address_of(grpc_address)`: the internal listener of the live gateway
+        """`internal_address_of(grpc_address)`: the peer server of the live gateway
         at that address (None when not known)."""
         self.states = states
         self.coordination = coordination
@@ -57,7 +57,7 @@ class SharePlacement:
         if not internal:
             raise CoordinatorNotAvailableError(
                 f"share partition {pid} is held by the gateway at {owner or '(none yet)'}, "
-                "whose internal listener is not known"
+                "whose peer server is not known"
             )
         return internal
 

@@ -27,7 +27,7 @@ from .state_store import StateStore
 
 class ShareParts(NamedTuple):
     core: ShareGroups
-    state_service: ShareStateService  # for the internal listener
+    state_service: ShareStateService  # for the peer server (internal_listener.py build_peer_server)
 
 
 def share_groups(
