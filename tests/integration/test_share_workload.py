@@ -74,9 +74,9 @@ def test_share_members_killed_and_replaced_leave_every_record_done_once(tmp_path
         topic_id = cluster.gateway.registry.image.topic_id_of(TOPIC)
         expected = [(p, o) for p in (0, 1) for o in range(PER_PARTITION)]
         history = tmp_path / "history"
-        # share-0 works 3 s on what it gets: killed then, it holds records unacknowledged.
+        # share-0 alone first, working 3 s on what it gets: killed then, it holds records
+        # unacknowledged; the others start after.
         processes = [member(tmp_path, cluster, topic_id, "share-0", hold_ms=3000)]
-        processes += [member(tmp_path, cluster, topic_id, f"share-{i}") for i in (1, 2)]
 
         def holding() -> bool:
             mine = [e for e in read_history(history) if e.process == "share-0"]
@@ -85,7 +85,7 @@ def test_share_members_killed_and_replaced_leave_every_record_done_once(tmp_path
         assert wait_until(holding, 60), "share-0 got nothing"
         processes[0].send_signal(signal.SIGKILL)
         processes[0].wait()
-        processes.append(member(tmp_path, cluster, topic_id, "share-3"))
+        processes += [member(tmp_path, cluster, topic_id, f"share-{i}") for i in (1, 2)]
 
         def all_done() -> bool:
             return check_share(read_history(history), expected, DELIVERY_LIMIT).ok
