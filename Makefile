@@ -178,7 +178,8 @@ CYCLES ?= 40
 PRODUCER ?= idempotent
 fault-campaign: $(STAMP) proto
 	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) \
-		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER) $(if $(ETCD),--etcd)
+		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER) $(if $(ETCD),--etcd) \
+		$(if $(SHARE),--share-members $(SHARE))
 
 # The Kafka-protocol fuzz test at depth: EXAMPLES= requests per advertised API (`make test`
 # runs 10; 100 took 4 minutes on two cores, both authorizer modes), every Produce frame

@@ -75,11 +75,13 @@ class EtcdBackedCluster(GatewayQueries):
         nodes: int = 3,
         node_gateway_order=None,
         secured: bool = False,
+        gateway_args: tuple[str, ...] = (),
     ) -> None:
         """`node_gateway_order`: the gateway indexes, in order, nodes are given (default all
         in order). `secured`: production's configuration — mutual TLS on every gRPC and
         Kafka listener (tests/secured.py) and the authorizer on, OPERATOR the only super user
-        (tests grant their own principals what they need)."""
+        (tests grant their own principals what they need). `gateway_args`: more flags for
+        every gateway."""
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         gateway_security: list[str] = []
@@ -130,6 +132,7 @@ class EtcdBackedCluster(GatewayQueries):
                     "--kafka-listen",
                     f"SSL://{self.kafka_addresses[i]}" if secured else self.kafka_addresses[i],
                     *gateway_security,
+                    *gateway_args,
                 ],  # fmt: skip
                 env=self.env,
                 stderr_path=root / "logs" / f"gateway-{i}.log",

@@ -19,6 +19,7 @@ from .authorization import Authorization
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
 from .cluster.topic_admin import TopicAdmin
+from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
@@ -30,6 +31,7 @@ from .groups.offsets_store import OffsetsStore
 from .node_connections import NodeConnections
 from .routing.data_plane import DataPlane
 from .settings import GatewayConfig
+from .share.forwarding import ShareStateService
 from .share.share_core import ShareGroups
 from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
@@ -47,6 +49,7 @@ class Coordinators:
     consumer_groups: ConsumerGroups
     membership: GroupMembership
     share: ShareGroups
+    share_state: ShareStateService  # other gateways' calls on the share partitions held here
     transactions: TransactionsCore
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
@@ -65,10 +68,13 @@ def build_coordinators(
     coordination: EtcdCoordination | SoleCoordinator,
     txn_coordination: EtcdCoordination | SoleCoordinator,
     is_controller: Callable[[], bool],
+    share_coordination: EtcdCoordination | SoleCoordinator | None = None,
+    gateway_session: GatewaySession | None = None,
 ) -> Coordinators:
     """The coordinators, from the config's group, share group and transaction settings;
     `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
-    transactions."""
+    transactions; `share_coordination` places share partitions, whose holders' internal
+    listeners `gateway_session` publishes."""
     offsets = OffsetsStore(
         registry,
         connections,
@@ -108,14 +114,21 @@ def build_coordinators(
     )
     groups.consumer_groups = consumer_groups
     membership = GroupMembership(groups)
-    share = share_groups(
+    share_parts = share_groups(
         registry,
         authorization,
         data_plane,
         topic_admin.create_internal_topic,
         config.share_settings,
         consumer_group_exists=lambda group_id: coordinator.snapshot(group_id) is not None,
+        coordination=share_coordination,
+        internal_address_of=(
+            gateway_session.live_internal_address if gateway_session is not None else _none
+        ),
+        peers=gateway_session.internal_peers if gateway_session is not None else list,
+        credentials=None if config.tls is None else channel_credentials(config.tls),
     )
+    share = share_parts.core
     transactions = TransactionsCore(
         registry,
         connections,
@@ -139,11 +152,16 @@ def build_coordinators(
         consumer_groups=consumer_groups,
         membership=membership,
         share=share,
+        share_state=share_parts.state_service,
         transactions=transactions,
         group_calls=group_calls,
         group_service=group_service,
         txn_service=TransactionCoordinatorService(transactions, groups, authorization),
     )
+
+
+def _none(address: str) -> str | None:
+    return None
 
 
 class OffsetsExpiry:

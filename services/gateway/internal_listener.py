@@ -45,6 +45,29 @@ def default_internal_listen(listen: str) -> str:
     return f"{host}:{0 if int(port) == 0 else GATEWAY_INTERNAL_PORT}"
 
 
+def build_peer_server(
+    internal_listen: str,
+    handler: grpc.GenericRpcHandler,
+    service_name: str,
+    *,
+    tls: TlsFiles | None,
+    advertised: str,
+) -> tuple[grpc.Server, str]:
+    """Other gateways' calls (about the share partitions this gateway holds:
+    share/forwarding.py) on a server of their own, started, at the internal listener's host
+    on any free port (published in the gateway's session), secured as the internal
+    listener is; and its address as other gateways reach it (bound to any address: at the
+    host of `advertised`, the gateway's advertised listener). Not on the nodes' server: a
+    client's share fetch through another gateway drives these calls, and they must never
+    take the threads nodes' heartbeats need."""
+    host = internal_listen.rsplit(":", 1)[0]
+    server, port = build_internal_server(f"{host}:0", [handler], [service_name], tls=tls)
+    server.start()
+    if host in ("0.0.0.0", "[::]", "::", ""):
+        host = advertised.rsplit(":", 1)[0]
+    return server, f"{host}:{port}"
+
+
 def describe(tls: TlsFiles | None) -> str:
     """What the gateway logs of its internal listener, for operators."""
     security = "plaintext" if tls is None else "mutual TLS" if tls.ca is not None else "TLS"

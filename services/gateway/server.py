@@ -52,7 +52,7 @@ from .grpc_services import (
     grpc_handlers,
     log_request_bounds,
 )
-from .internal_listener import build_internal_server, default_internal_listen
+from .internal_listener import build_internal_server, build_peer_server, default_internal_listen
 from .internal_listener import describe as describe_internal_listener
 from .kafka.apis import kafka_api_table
 from .kafka.core import KafkaCore
@@ -65,6 +65,7 @@ from .routing.quotas import ClientQuotas
 from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
+from .share.forwarding import SERVICE_NAME as SHARE_STATE_SERVICE
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -115,6 +116,7 @@ class Gateway:
         self.election = roles.election
         self.coordination = roles.coordination
         self.txn_coordination = roles.txn_coordination
+        self.share_coordination = roles.share_coordination
         acls_offset = self.registry.metadata_offset  # read first: never newer than the ACLs
         self.authorization = Authorization(
             self.registry.acls,
@@ -216,6 +218,8 @@ class Gateway:
             coordination=self.coordination,
             txn_coordination=self.txn_coordination,
             is_controller=lambda: self.election.is_controller,
+            share_coordination=self.share_coordination,
+            gateway_session=self.gateway_session,
         )
         self.offsets = coordinators.offsets
         self.coordinator = coordinators.coordinator
@@ -223,6 +227,7 @@ class Gateway:
         self.consumer_groups = coordinators.consumer_groups
         self.membership = coordinators.membership
         self.share = coordinators.share
+        self.share_state = coordinators.share_state
         self.transactions: TransactionsCore = coordinators.transactions
         self.group_calls = coordinators.group_calls
         self.group_service = coordinators.group_service
@@ -242,6 +247,7 @@ class Gateway:
         self.server: grpc.Server | None = None
         self.port = 0
         self.internal_server: grpc.Server | None = None
+        self.peer_server: grpc.Server | None = None  # other gateways' calls
         self.internal_port = 0
         self.health_server: grpc.Server | None = None
         self.health_port = 0
@@ -338,7 +344,7 @@ class Gateway:
             ),
         )
         tls = self.config.tls
-        # The Registry (nodes' calls) on a server of its own: internal_listener.py.
+        # The Registry (nodes' calls) on a server of its own, other gateways' on another.
         self.internal_server, self.internal_port = build_internal_server(
             self.internal_listen,
             handlers.nodes,
@@ -347,6 +353,13 @@ class Gateway:
             tracer_provider=self.tracer_provider,
         )
         self.internal_server.start()
+        self.peer_server, self.peer_address = build_peer_server(
+            self.internal_listen,
+            self.share_state.handler(),
+            SHARE_STATE_SERVICE,
+            tls=tls,
+            advertised=self.config.advertised_listener or self.config.listen,
+        )
         client_auth = "none"
         if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
             client_auth = "required"
@@ -396,6 +409,7 @@ class Gateway:
             self.gateway_session.address = self.advertised_address
             if self.kafka_listener is not None:
                 self.gateway_session.kafka_address = self.kafka_listener.advertised_address
+            self.gateway_session.internal_address = self.peer_address
             self.gateway_session.start()  # campaigns for the controller role
         self.controller.start()
         logger.info("gateway serving on %s", self.address)
@@ -428,8 +442,9 @@ class Gateway:
             self.keyspace.close()
         if self.server is not None:
             self.server.stop(grace_s).wait()
-        if self.internal_server is not None:
-            self.internal_server.stop(grace_s).wait()
+        for internal in (self.internal_server, self.peer_server):
+            if internal is not None:
+                internal.stop(grace_s).wait()
         if self.health_server is not None:
             self.health_server.stop(0)
         self.coordinator.close()

@@ -7,8 +7,11 @@ caught up, the replicas' own files compared batch by batch (tests/faults/replica
 replicas that went through two histories are a failure even when no client saw it.
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
-        --producer idempotent [--etcd] [--keep]
-    make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1
+        --producer idempotent [--etcd] [--keep] [--share-members 3]
+    make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1 SHARE=3
+
+With share members, a share group also reads the topic as a queue and is judged on its own
+(tests/faults/share_campaign.py, share_checker.py).
 
 Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
@@ -48,6 +51,8 @@ from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
 from tests.faults.fault_kinds import NODE, PRODUCER_REQUEST_TIMEOUT_MS, Fault
 from tests.faults.history import read_history
 from tests.faults.replica_logs import diverged_partitions
+from tests.faults.share_campaign import ShareMembers
+from tests.faults.share_checker import ShareVerdict
 from tests.waiting import wait_for
 
 GROUP = "campaign-readers"
@@ -76,6 +81,7 @@ class CampaignConfig:
     # Faults the first cycles inject, one each, before the random schedule takes over.
     opening: Sequence[str] = ()
     subnet_octet: int = 231
+    share_members: int = 0  # share group members reading the topic as a queue (share_campaign)
 
 
 @dataclass
@@ -87,11 +93,16 @@ class CampaignReport:
     problems: list[str] = field(default_factory=list)  # the cluster not healing, stalls
     final_read_complete: bool = False
     verdict: Verdict | None = None
+    share_verdict: ShareVerdict | None = None  # with share members
 
     @property
     def ok(self) -> bool:
-        """The checker's verdict, given a final read to judge against."""
-        return self.verdict is not None and self.verdict.ok and self.final_read_complete
+        """The checker's verdict, given a final read to judge against (and the share
+        checker's, with share members)."""
+        share_ok = self.share_verdict is None or self.share_verdict.ok
+        return (
+            self.verdict is not None and self.verdict.ok and self.final_read_complete and share_ok
+        )
 
     @property
     def passed(self) -> bool:
@@ -109,6 +120,8 @@ class CampaignReport:
         ]
         if self.verdict is not None:
             lines.append(f"checker: {self.verdict.summary()}")
+        if self.share_verdict is not None:
+            lines.append(f"share checker: {self.share_verdict.summary()}")
         lines += [f"  problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -126,6 +139,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     lab = _open_lab(config) if any(n in NETWORK_FAULTS for n in names) else None
     cluster: Cluster | None = None
     clients: Clients | None = None
+    share: ShareMembers | None = None
     try:
         cluster = Cluster(
             root,
@@ -160,11 +174,22 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             clients.start("producer")
         for _ in range(config.consumers):
             clients.start("consumer")
+        if config.share_members:
+            (described,) = cluster.admin.describe_topics([TOPIC])
+            share = ShareMembers(
+                root, history_dir, cluster.kafka_addresses[0], TOPIC, described.topic_id
+            )
+            share.start(config.share_members)
         for cycle in range(config.cycles):
             opening = config.opening[cycle] if cycle < len(config.opening) else None
             _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
         _settle(cluster, report)
         clients.stop_producers()
+        if share is not None:
+            if not share.settle():
+                report.problems.append("the share members did not finish every acknowledged send")
+            share.stop()
+            report.share_verdict = share.verdict()
         if _note_timeout(report, cluster.caught_up, "every replica to catch up"):
             diverged = diverged_partitions(cluster.root, TOPIC, PARTITIONS, sorted(cluster.nodes))
             if diverged:
@@ -187,6 +212,8 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         if not report.final_read_complete:
             report.problems.append("the final read did not reach every partition's end")
     finally:
+        if share is not None:
+            share.stop()
         if clients is not None:
             clients.stop_all()
         if cluster is not None:
@@ -294,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument("--share-members", type=int, default=0, help="share group members")
     parser.add_argument(
         "--etcd", action="store_true", help="two gateways sharing a registry in etcd"
     )
@@ -312,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         producer_mode=args.producer,
         producers=args.producers,
         consumers=args.consumers,
+        share_members=args.share_members,
         etcd=args.etcd,
         network_prefix=args.network_prefix,
         subnet_octet=args.subnet_octet,

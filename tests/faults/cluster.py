@@ -13,6 +13,7 @@ from typing import Any
 from devtools.processes import ServerProcess, gateway_process, node_process, start_all
 from seglog.client.admin import Admin
 from seglog.client.gateway import LATEST, GatewayClient
+from tests.faults.share_campaign import GATEWAY_ARGS as SHARE_GATEWAY_ARGS
 from tests.ports import free_ports
 from tests.waiting import wait_for
 
@@ -119,9 +120,11 @@ class Cluster:
                     "3",
                     "--leader-imbalance-check-interval-seconds",
                     str(self.leader_imbalance_check_interval_s),
-                    # Kafka's door too, for the client flood (flood_fault.py ClientFlooding).
+                    # Kafka's door too, for the client flood (flood_fault.py ClientFlooding)
+                    # and the share members (share_campaign.py), which read from the start.
                     "--kafka-listen",
                     kafka_address,
+                    *SHARE_GATEWAY_ARGS,
                 ],
                 stderr_path=root / "logs" / f"{name}.log",
                 env=env,

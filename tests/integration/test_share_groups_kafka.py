@@ -144,7 +144,7 @@ def test_released_records_come_back_counted_and_are_archived_at_the_limit(cluste
     # Each record delivered once per count up to the limit, then archived: never again.
     assert counts == {offset: list(range(1, DELIVERY_LIMIT + 1)) for offset in range(5)}
     state = cluster.gateway.share.states.get(("g-release", "queue-release", 0))
-    assert state.start_offset == 5 and not state.records
+    assert state.start_offset == 5 and not len(state.runs)
     # What the metrics export: each record delivered twice again, then archived.
     assert (state.redelivered, state.archived_at_limit) == (5 * (DELIVERY_LIMIT - 1), 5)
     gauges = {

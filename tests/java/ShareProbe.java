@@ -4,16 +4,18 @@
 //   java -cp <kafka jars> ShareProbe.java BOOTSTRAP GROUP TOPIC MODE COUNT DEADLINE_MS
 //
 // MODE
-//   accept-all    two consumers in two threads of the group poll and accept until COUNT
-//                 distinct records were delivered (or the deadline)
+//   accept-all    two consumers (-Dprobe.consumers=N: N) in threads of the group poll and
+//                 accept until COUNT distinct records were delivered (or the deadline)
 //   release-all   one consumer releases every record it gets, until COUNT deliveries and
 //                 5 polls more (or the deadline)
 //   accept-first  one consumer accepts the first COUNT records it gets, releases the rest,
 //                 commits and closes
 //
-// Each delivery is one line on stdout: "D <consumer> <offset> <deliveryCount> <value>", each
-// acknowledgement the broker confirmed "C <consumer> <offset>" (accept-all); "DONE" ends the
-// run. Acknowledgements are explicit and committed with commitSync.
+// Each delivery is one line on stdout: "D <consumer> <offset> <deliveryCount> <value>
+// <partition>", each acknowledgement the broker confirmed "C <consumer> <offset> <partition>"
+// (accept-all); "DONE" ends the run. Acknowledgements are explicit and committed with
+// commitSync. With several bootstrap servers (gateways), a consumer whose brokers all went
+// away bootstraps again (-Dprobe.rebootstrapMs: after that long without metadata).
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.*;
@@ -22,7 +24,7 @@ import org.apache.kafka.clients.consumer.*;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 public class ShareProbe {
-    static final Set<Long> seen = ConcurrentHashMap.newKeySet();
+    static final Set<String> seen = ConcurrentHashMap.newKeySet();
 
     static KafkaShareConsumer<String, String> consumer(String bootstrap, String group, String id) {
         Properties p = new Properties();
@@ -33,6 +35,11 @@ public class ShareProbe {
         p.put("max.poll.records", System.getProperty("probe.maxPoll", "20"));
         p.put("key.deserializer", StringDeserializer.class.getName());
         p.put("value.deserializer", StringDeserializer.class.getName());
+        String rebootstrapMs = System.getProperty("probe.rebootstrapMs");
+        if (rebootstrapMs != null) {
+            p.put("metadata.recovery.strategy", "rebootstrap");
+            p.put("metadata.recovery.rebootstrap.trigger.ms", rebootstrapMs);
+        }
         return new KafkaShareConsumer<>(p);
     }
 
@@ -42,8 +49,9 @@ public class ShareProbe {
     }
 
     static void delivered(String name, ConsumerRecord<String, String> r) {
-        seen.add(r.offset());
-        print("D " + name + " " + r.offset() + " " + r.deliveryCount().orElse((short) -1) + " " + r.value());
+        seen.add(r.partition() + ":" + r.offset());
+        print("D " + name + " " + r.offset() + " " + r.deliveryCount().orElse((short) -1) + " " + r.value()
+              + " " + r.partition());
     }
 
     public static void main(String[] args) {
@@ -63,26 +71,28 @@ public class ShareProbe {
         long deadline = System.currentTimeMillis() + Long.parseLong(args[5]);
         switch (mode) {
             case "accept-all": {
-                ExecutorService pool = Executors.newFixedThreadPool(2);
+                int consumers = Integer.parseInt(System.getProperty("probe.consumers", "2"));
+                ExecutorService pool = Executors.newFixedThreadPool(consumers);
                 List<Future<?>> runs = new ArrayList<>();
-                for (String name : List.of("c1", "c2")) {
+                for (int i = 1; i <= consumers; i++) {
+                    String name = "c" + i;
                     runs.add(pool.submit(() -> {
                         try (KafkaShareConsumer<String, String> c = consumer(bootstrap, group, name)) {
                             c.subscribe(List.of(topic));
                             while (seen.size() < count && System.currentTimeMillis() < deadline) {
-                                List<Long> acked = new ArrayList<>();
+                                List<String> acked = new ArrayList<>();
                                 try {
                                     for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) {
                                         delivered(name, r);
                                         c.acknowledge(r, AcknowledgeType.ACCEPT);
-                                        acked.add(r.offset());
+                                        acked.add(r.offset() + " " + r.partition());
                                     }
                                     boolean failed = false;
                                     for (Optional<org.apache.kafka.common.KafkaException> e : c.commitSync().values()) {
                                         failed |= e.isPresent();
                                     }
                                     // "C": the broker said these acknowledgements are done.
-                                    if (!failed) for (long offset : acked) print("C " + name + " " + offset);
+                                    if (!failed) for (String at : acked) print("C " + name + " " + at);
                                 } catch (org.apache.kafka.common.KafkaException e) {
                                     print("X " + name + " " + e);  // e.g. the broker went away
                                 }

@@ -74,7 +74,7 @@ def test_acknowledging_moves_the_start_offset_over_finished_records_only():
     p.acknowledge("a", 0, 0, (REJECT,), now=0)
     assert p.start_offset == 3
     p.acknowledge("a", 3, 4, (ACCEPT, GAP), now=0)
-    assert (p.start_offset, p.records) == (5, {})
+    assert (p.start_offset, p.end_offset, len(p.runs)) == (5, 5, 0)
 
 
 def test_only_the_holder_may_acknowledge_and_a_bad_batch_changes_nothing():
@@ -121,7 +121,7 @@ def test_offsets_the_log_lacks_and_control_batches_are_never_delivered():
         AcquiredRange(7, 8, 1)
     ]
     p.acknowledge("a", 7, 8, (ACCEPT,), now=0)
-    assert (p.start_offset, p.records) == (9, {})
+    assert (p.start_offset, p.end_offset, len(p.runs)) == (9, 9, 0)
 
 
 def test_in_flight_records_are_bounded():
@@ -253,3 +253,20 @@ def test_share_session_epochs():
     with pytest.raises(ShareSessionLimitReachedError):  # one session at most on this gateway
         sessions.use("g", "other", 0, [], [])
     assert sessions.use("g", "m", -1, [], []) is None and sessions.count() == 0
+
+
+def test_costs_grow_with_batches_not_records():
+    # A billion records in one fetched batch, acknowledged as two ranges: a handful of runs,
+    # no per-record work (this would not finish if anything looped over offsets).
+    p = SharePartition(PartitionLimits(30.0, 3, 10**10), 0)
+    assert p.acquire("a", 0, [batch(0, 10**9 - 1)], 10**10, now=0) == [
+        AcquiredRange(0, 10**9 - 1, 1)
+    ]
+    p.acknowledge("a", 10, 10**9 - 1, (ACCEPT,), now=1)
+    p.acknowledge("a", 0, 9, (RELEASE, ACCEPT) * 5, now=1)
+    assert len(p.runs) == 10 and p.waiting() == 5 and p.in_flight() == 0
+    assert p.state_batches()[-1] == StateBatch(9, 10**9 - 1, ACKNOWLEDGED, 1)
+    back = SharePartition.from_state(p.limits, 0, p.state_batches(), 0)
+    assert back.acquire("b", 0, [batch(0, 10**9 + 4)], 10**10, now=2) == [
+        AcquiredRange(o, o, 2) for o in range(0, 9, 2)
+    ] + [AcquiredRange(10**9, 10**9 + 4, 1)]

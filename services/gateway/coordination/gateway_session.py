@@ -1,6 +1,7 @@
 """This gateway's own session in etcd: one lease, kept alive by a thread, holding the key
-`gateways/<address>` (its gRPC address, and its Kafka listener's advertised address when it
-has one) and whatever the gateway holds on the cluster's behalf (the controller
+`gateways/<address>` (its gRPC address, its Kafka listener's advertised address when it
+has one, and its peer server's, where other gateways ask it of the share partitions it
+holds) and whatever the gateway holds on the cluster's behalf (the controller
 key, group coordinators' keys). When the process dies or is cut off, the lease expires and
 everything it held is released at once; another gateway takes it over.
 
@@ -35,6 +36,7 @@ class GatewaySession:
         self.keyspace = keyspace
         self.address = address
         self.kafka_address: str | None = None  # set before start when it has a listener
+        self.internal_address: str | None = None  # set before start
         self.ttl_s = max(2, math.ceil(ttl_ms / 1000))
         self.lease = 0
         # Called with the new lease when a session begins, and with none when it ends.
@@ -43,6 +45,7 @@ class GatewaySession:
         self._lock = threading.Lock()
         self._gateways: set[str] = set()
         self._kafka_addresses: dict[str, str] = {}  # gRPC address -> Kafka address
+        self._internal_addresses: dict[str, str] = {}  # gRPC address -> peer server
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._keep_alive, name="gateway-session", daemon=True
@@ -58,6 +61,20 @@ class GatewaySession:
         with self._lock:
             return {a: k for a, k in self._kafka_addresses.items() if a in self._gateways}
 
+    def live_internal_address(self, address: str) -> str | None:
+        """The peer server of the live gateway at gRPC `address` (None: not known)."""
+        with self._lock:
+            return self._internal_addresses.get(address) if address in self._gateways else None
+
+    def internal_peers(self) -> list[str]:
+        """The peer servers of the other live gateways."""
+        with self._lock:
+            return sorted(
+                internal
+                for address, internal in self._internal_addresses.items()
+                if address in self._gateways and address != self.address
+            )
+
     def start(self) -> None:
         self._begin()
         self._thread.start()
@@ -67,12 +84,16 @@ class GatewaySession:
         published: dict[str, object] = {"address": self.address}
         if self.kafka_address is not None:
             published["kafka"] = self.kafka_address
+        if self.internal_address is not None:
+            published["internal"] = self.internal_address
         self.keyspace.put(PREFIX + self.address, json.dumps(published), lease)
         with self._lock:
             self.lease = lease
             self._gateways.add(self.address)
             if self.kafka_address is not None:
                 self._kafka_addresses[self.address] = self.kafka_address
+            if self.internal_address is not None:
+                self._internal_addresses[self.address] = self.internal_address
         logger.info("gateway session began (lease %x, %d s)", lease, self.ttl_s)
         for listener in self.began:
             listener(lease)
@@ -116,9 +137,12 @@ class GatewaySession:
                         self._gateways.add(key.removeprefix(PREFIX))
             for key, kv in changes.items():
                 if kv is not None:
-                    kafka = _kafka_address(kv.value)
+                    kafka = _published(kv.value, "kafka")
                     if kafka is not None:
                         self._kafka_addresses[key.removeprefix(PREFIX)] = kafka
+                    internal = _published(kv.value, "internal")
+                    if internal is not None:
+                        self._internal_addresses[key.removeprefix(PREFIX)] = internal
 
     def close(self) -> None:
         """Stop and release at once (revoking the lease), so others take over now rather
@@ -131,12 +155,12 @@ class GatewaySession:
             self.keyspace.revoke(lease)
 
 
-def _kafka_address(value: str) -> str | None:
-    """The Kafka address a gateway published (older gateways publish none; its nodes' lanes
-    are at its port + each node's id, kafka/brokers.py)."""
+def _published(value: str, field: str) -> str | None:
+    """An address a gateway published: "kafka" (older gateways publish none; its nodes'
+    lanes are at its port + each node's id, kafka/brokers.py) or "internal"."""
     try:
         published = json.loads(value)
     except ValueError:
         return None
-    kafka = published.get("kafka") if isinstance(published, dict) else None
-    return kafka if isinstance(kafka, str) else None
+    found = published.get(field) if isinstance(published, dict) else None
+    return found if isinstance(found, str) else None

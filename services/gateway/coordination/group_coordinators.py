@@ -14,7 +14,8 @@ any stale copy). A gateway that loses its session forgets the groups it coordina
 
 Transaction coordinators are placed the same way (Kafka places them like group coordinators):
 a second `EtcdCoordination` with the prefix `txn_coordinators/`, whose partitions are
-`__transaction_state`'s (transactions/coordinator.py).
+`__transaction_state`'s (transactions/coordinator.py). So are share partitions' holders
+(`share_coordinators/`, over `__share_group_state`'s partitions: share/placement.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "coordinators/"
 TRANSACTION_PREFIX = "txn_coordinators/"
+SHARE_PREFIX = "share_coordinators/"
 
 
 class SoleCoordinator:

@@ -22,6 +22,7 @@ UNKNOWN_SERVER_ERROR: int = kafka_errors.UnknownError.errno
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 LEADER_NOT_AVAILABLE: int = kafka_errors.LeaderNotAvailableError.errno
+NOT_LEADER_OR_FOLLOWER: int = kafka_errors.NotLeaderForPartitionError.errno
 UNKNOWN_TOPIC_OR_PARTITION: int = kafka_errors.UnknownTopicOrPartitionError.errno
 UNKNOWN_TOPIC_ID: int = kafka_errors.UnknownTopicIdError.errno
 FETCH_SESSION_ID_NOT_FOUND: int = kafka_errors.FetchSessionIdNotFoundError.errno

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from seglog.errors import InvalidRequestError, SeglogError
+from seglog.errors import (
+    CoordinatorLoadInProgressError,
+    CoordinatorNotAvailableError,
+    InvalidRequestError,
+    NotCoordinatorError,
+    SeglogError,
+)
 
-from ..share.share_core import AckBatch, PartitionAnswer, PartitionAsk, ShareFetchQuery
+from ..share.partition_ops import AckBatch
+from ..share.share_core import PartitionAnswer, PartitionAsk, ShareFetchQuery
 from .api_table import ApiTable
 from .data_call_end import call_scope
-from .error_codes import NONE, UNKNOWN_TOPIC_ID
+from .error_codes import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID
 from .kafka_call import KafkaCall
 from .share_group_apis import share_error_code
 from .share_messages import (
@@ -70,11 +77,24 @@ def _topic_responses(response_class: Any, topic_class_name: str, answers: list[A
     return [topic_class(topic_id=t, partitions=ps) for t, ps in by_topic.items()]
 
 
+def _fetch_error_code(error: SeglogError) -> int:
+    """A ShareFetch partition's error code. The gateway holding the share partition not
+    reachable for now (it died; another takes the partition over) is answered as a leader
+    moving: Kafka's share consumer (ShareFetchCollector) refreshes its metadata and fetches
+    again on NOT_LEADER_OR_FOLLOWER, and throws IllegalStateException on a coordinator
+    error, which it never expects on a partition."""
+    if isinstance(
+        error, (CoordinatorNotAvailableError, NotCoordinatorError, CoordinatorLoadInProgressError)
+    ):
+        return NOT_LEADER_OR_FOLLOWER
+    return share_error_code(error, "topic")
+
+
 def _fetch_partition(topic_class: Any, answer: PartitionAnswer) -> Any:
     partition_class = topic_class.PartitionData
     return partition_class(
         partition_index=answer.partition,
-        error_code=NONE if answer.error is None else share_error_code(answer.error, "topic"),
+        error_code=NONE if answer.error is None else _fetch_error_code(answer.error),
         error_message=None if answer.error is None else str(answer.error),
         acknowledge_error_code=NONE
         if answer.ack_error is None

@@ -6,10 +6,10 @@ kafka/share_fetch_apis.py.
 
     settings.py         the settings, Kafka's names
     share_partition.py  one (group, topic, partition)'s state: start offset, in-flight records
+    offset_runs.py      the in-flight window as runs of alike offsets (per batch, not record)
     state_formats.py    the records of __share_group_state, Kafka's ShareSnapshot/ShareUpdate
     state_store.py      writing them before an acknowledgement is answered, reading them back
     wiring.py           the core built over the routing
     share_membership.py members, heartbeats, the simple assignor
-    share_fetching.py   ShareFetch / ShareAcknowledge over the routing's fetch
     share_core.py       the facade the adapters call
 """

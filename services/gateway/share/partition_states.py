@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from seglog.errors import UnknownTopicOrPartitionError
+from seglog.errors import SeglogError, UnknownTopicOrPartitionError
 
 from ..cluster.registry import Registry
 from .settings import EARLIEST, ShareSettings
@@ -98,6 +98,20 @@ class PartitionStates:
                 state_batches=tuple(partition.state_batches()),
             ),
         )
+
+    def forget_state_partition(self, state_partition: int) -> None:
+        """Drop every share partition kept in __share_group_state partition
+        `state_partition`, and the store's copy of it: the next use reads them back."""
+        with self._lock:
+            for pid in list(self._partitions):
+                try:
+                    key, topic_id = self.key_of(pid)
+                except SeglogError:  # its topic is gone
+                    self._partitions.pop(pid, None)
+                    continue
+                if self.store.partition_for(key, topic_id) == state_partition:
+                    self._partitions.pop(pid, None)
+        self.store.forget_partition(state_partition)
 
     def of_group(self, group_id: str) -> Iterator[tuple[PartitionId, SharePartition]]:
         for pid, partition in list(self._partitions.items()):

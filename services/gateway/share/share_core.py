@@ -10,7 +10,6 @@ leaders through the data plane's typed fetch, the same as a Kafka Fetch's (routi
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -29,6 +28,7 @@ from ..cluster.registry import Registry
 from ..routing.call_scope import CallScope
 from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery
 from .batch_walk import batch_headers
+from .partition_ops import AckBatch, LocalOps, ShareRouter
 from .partition_states import PartitionId, PartitionStates
 from .settings import ShareSettings
 from .share_membership import (
@@ -38,19 +38,13 @@ from .share_membership import (
     ShareMember,
     ShareMembership,
 )
-from .share_partition import AcquiredRange, FetchedBatch, SharePartition
+from .share_partition import AcquiredRange, FetchedBatch
 from .share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSessions
 
 logger = logging.getLogger(__name__)
 
 MAX_FETCH_BYTES = 55 * 1024 * 1024  # Kafka's fetch.max.bytes caps a client's max_bytes
 MIN_READ_BYTES = 64 * 1024
-
-
-class AckBatch(NamedTuple):
-    first_offset: int
-    last_offset: int
-    types: tuple[int, ...]  # one for the whole range, or one per offset
 
 
 class PartitionAsk(NamedTuple):
@@ -107,9 +101,12 @@ class ShareGroups:
         states: PartitionStates,
         settings: ShareSettings,
         consumer_group_exists: Callable[[str], bool] = lambda group_id: False,
+        router: ShareRouter | None = None,
     ) -> None:
         """`consumer_group_exists(group_id)`: whether a consumer (classic) group has the id,
-        which a share group then cannot take (Kafka: "Group X is not a share group")."""
+        which a share group then cannot take (Kafka: "Group X is not a share group").
+        `router`: where each share partition's state is held (all here by default)."""
+        self.router = router if router is not None else ShareRouter(LocalOps(states))
         self.consumer_group_exists = consumer_group_exists
         self.registry = registry
         self.authorization = authorization
@@ -192,11 +189,11 @@ class ShareGroups:
         self.authorization.check(
             caller, [("Describe", "group", group_id)], "DescribeShareGroupOffsets"
         )
-        out = {}
-        for (_, topic, partition), state in self.states.of_group(group_id):
-            if self.authorization.allows(caller, "Describe", "topic", topic):
-                out[(topic, partition)] = state.start_offset
-        return out
+        return {
+            (topic, partition): start
+            for (topic, partition), start in self.router.start_offsets(group_id).items()
+            if self.authorization.allows(caller, "Describe", "topic", topic)
+        }
 
     # -- fetching and acknowledging ------------------------------------------------------------
 
@@ -219,7 +216,8 @@ class ShareGroups:
                     ask.topic, ask.partition, None, error, b"", ()
                 )
         if session is None:  # the final request: the session is closed
-            self._member_gone_from_session(query.group_id, query.member_id)
+            named = [(p.topic, p.partition) for p in query.partitions]
+            self._member_gone_from_session(query.group_id, query.member_id, named)
         elif query.max_records > 0:
             self._fetch(caller, query, list(session.partitions), answers, scope)
         return ShareFetchAnswer(
@@ -248,13 +246,24 @@ class ShareGroups:
             for p in partitions
         ]
         if session_epoch == FINAL_EPOCH:
-            self._member_gone_from_session(group_id, member_id)
+            named = [(p.topic, p.partition) for p in partitions]
+            self._member_gone_from_session(group_id, member_id, named)
         return ShareFetchAnswer(self.settings.group_share_record_lock_duration_ms, answers)
 
-    def _member_gone_from_session(self, group_id: str, member_id: str) -> None:
+    def _member_gone_from_session(
+        self, group_id: str, member_id: str, named: Sequence[tuple[str, int]]
+    ) -> None:
+        """Release what the member holds: on every partition of the group held here, and on
+        those its last request named wherever they are held (elsewhere, what it held of
+        others is released when its locks lapse)."""
         for _, partition in self.states.of_group(group_id):
             with partition.lock:
                 partition.release_member(member_id)
+        for topic, index in named:
+            try:
+                self.router.release_member((group_id, topic, index), member_id)
+            except SeglogError as exc:
+                logger.info("releasing %s's records of %s-%d: %s", member_id, topic, index, exc)
 
     def _acknowledge(
         self, caller: Caller, group_id: str, member_id: str, ask: PartitionAsk
@@ -265,27 +274,15 @@ class ShareGroups:
             return PermissionDeniedError(f"{caller.principal} may not Read topic {ask.topic!r}")
         pid: PartitionId = (group_id, ask.topic, ask.partition)
         try:
-            partition = self._partition(pid)
-            with partition.lock:
-                saved = partition.snapshot()
-                try:
-                    now = time.monotonic()
-                    for batch in ask.acks:
-                        partition.acknowledge(
-                            member_id, batch.first_offset, batch.last_offset, batch.types, now
-                        )
-                    self.states.persist(pid, partition)
-                except SeglogError:
-                    partition.restore(saved)
-                    raise
+            self._check_partition(pid)
+            self.router.acknowledge(pid, member_id, ask.acks)
         except SeglogError as exc:
             return exc
         return None
 
-    def _partition(self, pid: PartitionId) -> SharePartition:
+    def _check_partition(self, pid: PartitionId) -> None:
         if not 0 <= pid[2] < self.partitions_of(pid[1]):
             raise UnknownTopicOrPartitionError(f"no partition {pid[1]}-{pid[2]}")
-        return self.states.get(pid)
 
     def _fetch(
         self,
@@ -298,23 +295,18 @@ class ShareGroups:
         max_bytes = max(1, min(query.max_bytes, MAX_FETCH_BYTES))
         positions: list[FetchPosition] = []
         offsets: dict[tuple[str, int], int] = {}
-        now = time.monotonic()
         for topic, index in keys:
+            pid: PartitionId = (query.group_id, topic, index)
             try:
-                partition = self._partition((query.group_id, topic, index))
+                self._check_partition(pid)
+                prepared = self.router.prepare(pid)
             except SeglogError as exc:
                 _put(answers, PartitionAnswer(topic, index, exc, None, b"", ()))
                 continue
-            with partition.lock:
-                partition.expire_locks(now)
-                offset = partition.next_fetch_offset()
-            if offset is not None:
-                offsets[(topic, index)] = offset
-                positions.append(
-                    FetchPosition(
-                        topic, index, offset, _read_bytes(partition, query.max_records, max_bytes)
-                    )
-                )
+            if prepared.fetch_offset is not None:
+                offsets[(topic, index)] = prepared.fetch_offset
+                read = _read_bytes(prepared.bytes_per_record, query.max_records, max_bytes)
+                positions.append(FetchPosition(topic, index, prepared.fetch_offset, read))
         if not positions:
             return
         fetched: dict[tuple[str, int], list[bytes | memoryview]] = {}
@@ -354,28 +346,20 @@ class ShareGroups:
     ) -> PartitionAnswer | None:
         headers = list(batch_headers(records))
         batches = [FetchedBatch(h.base_offset, h.last_offset, h.is_control) for _, h in headers]
-        spanned = sum(h.last_offset - h.base_offset + 1 for _, h in headers)
         pid: PartitionId = (query.group_id, *key)
-        partition = self.states.get(pid)
-        with partition.lock:
-            if spanned:
-                seen = sum(h.size_in_bytes for _, h in headers) / spanned
-                partition.bytes_per_record = (
-                    seen
-                    if not partition.bytes_per_record
-                    else (partition.bytes_per_record + seen) / 2
-                )
-            saved = partition.snapshot()
-            acquired = partition.acquire(query.member_id, offset, batches, budget, time.monotonic())
-            if not acquired:
-                return None
-            try:
-                # Written before the records go out: a delivery is counted even if this
-                # gateway dies before the consumer acknowledges.
-                self.states.persist(pid, partition)
-            except SeglogError as exc:
-                partition.restore(saved)
-                return PartitionAnswer(*key, exc, None, b"", ())
+        try:
+            acquired = self.router.acquire(
+                pid,
+                query.member_id,
+                offset,
+                batches,
+                budget,
+                sum(h.size_in_bytes for _, h in headers),
+            )
+        except SeglogError as exc:
+            return PartitionAnswer(*key, exc, None, b"", ())
+        if not acquired:
+            return None
         # Only the batches holding acquired records go out (clients read the records of the
         # AcquiredRecords ranges alone).
         parts = [
@@ -388,14 +372,14 @@ class ShareGroups:
         return PartitionAnswer(*key, None, None, b"".join(parts), tuple(acquired))
 
 
-def _read_bytes(partition: SharePartition, max_records: int, max_bytes: int) -> int:
+def _read_bytes(bytes_per_record: float, max_records: int, max_bytes: int) -> int:
     """What to read of a partition for `max_records` records: twice what they took so far,
     at least 64 KiB (the first batch always comes whole), at most the request's max_bytes.
     Reading the client's whole max_bytes (50 MiB by default) to acquire 500 records read
     and dropped 30 times what it used."""
-    if not partition.bytes_per_record:
+    if not bytes_per_record:
         return min(max_bytes, MIN_READ_BYTES)
-    wanted = int(partition.bytes_per_record * max(max_records, 1) * 2)
+    wanted = int(bytes_per_record * max(max_records, 1) * 2)
     return max(1, min(max_bytes, max(MIN_READ_BYTES, wanted)))
 
 

@@ -18,7 +18,6 @@ from seglog.metrics import RequestMetrics
 from seglog.semconv import GROUP, PARTITION, TOPIC
 
 from .share_core import ShareGroups
-from .share_partition import AVAILABLE
 
 
 def in_flight(share: ShareGroups) -> Iterator[Observation]:
@@ -30,8 +29,7 @@ def in_flight(share: ShareGroups) -> Iterator[Observation]:
 
 def available(share: ShareGroups) -> Iterator[Observation]:
     for (group, topic, partition), state in share.states.loaded():
-        waiting = sum(1 for r in list(state.records.values()) if r.state == AVAILABLE)
-        yield Observation(waiting, {GROUP: group, TOPIC: topic, PARTITION: str(partition)})
+        yield Observation(state.waiting(), {GROUP: group, TOPIC: topic, PARTITION: str(partition)})
 
 
 def redelivered(share: ShareGroups) -> int:

@@ -12,12 +12,15 @@ A record's states (Kafka's RecordState ids, which __share_group_state also write
     ACQUIRED --release / lock lapsed--> AVAILABLE, or ARCHIVED once delivered
                                         group.share.delivery.count.limit times
 
-Offsets in [start, end) that the map does not hold are available and never delivered: state
+The window is kept as runs of offsets alike (offset_runs.py), as Kafka keeps in-flight
+batches: a fetch acquires whole ranges, an acknowledgement changes ranges, and a run is cut
+only where acknowledgements differ within it; no operation loops over single records.
+Offsets in [start, end) no run has delivered are available with delivery count 0, and state
 read back names only what was written (state_formats.py), as Kafka's persister does. Acquired
 records are written as AVAILABLE with their delivery count, so after a failover they are
 delivered again and their count is not lost. The start offset moves over every leading
-acknowledged or archived record, and the map holds at most
-group.share.partition.max.record.locks records (a fetch acquires nothing past it).
+acknowledged or archived record, and the window spans at most
+group.share.partition.max.record.locks offsets (a fetch acquires nothing past it).
 
 Not thread-safe: the share core holds `lock` around every use.
 """
@@ -27,15 +30,19 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import NamedTuple
 
 from seglog.coordinator_errors import InvalidRecordStateError
 from seglog.errors import InvalidRequestError
 
+from .offset_runs import OffsetRuns, Run
+
 AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED = 0, 1, 2, 4
 # Acknowledge types on the wire (ShareFetch/ShareAcknowledge AcknowledgeTypes).
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 ACK_TYPES = (GAP, ACCEPT, RELEASE, REJECT, RENEW)
+_ACK_TYPE_SET = frozenset(ACK_TYPES)
 
 
 class AcquiredRange(NamedTuple):
@@ -61,15 +68,6 @@ class FetchedBatch(NamedTuple):
     is_control: bool
 
 
-@dataclass
-class _Record:
-    __slots__ = ("count", "deadline", "member", "state")
-    state: int
-    count: int
-    member: str
-    deadline: float  # monotonic seconds; ACQUIRED only
-
-
 @dataclass(frozen=True)
 class PartitionLimits:
     lock_duration_s: float
@@ -84,7 +82,7 @@ class SharePartition:
         self.start_offset = start_offset
         self.end_offset = start_offset
         self.state_epoch = state_epoch
-        self.records: dict[int, _Record] = {}
+        self.runs = OffsetRuns()  # covering [start_offset, end_offset) exactly
         # Totals for metrics (share_metrics.py), only ever incremented under `lock`.
         self.redelivered = 0  # acquisitions of a record delivered before
         self.archived_at_limit = 0  # records archived for reaching the delivery limit
@@ -102,54 +100,59 @@ class SharePartition:
         batches: Iterable[StateBatch],
         state_epoch: int,
     ) -> SharePartition:
+        """The partition a state read back describes: each batch laid over the ones before
+        it (a later one wins where they overlap), offsets none names available and never
+        delivered, acquired ones available (their holder is gone)."""
         partition = cls(limits, start_offset, state_epoch)
+        runs = partition.runs
         for batch in batches:
-            for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
-                state = batch.delivery_state if batch.delivery_state != ACQUIRED else AVAILABLE
-                partition.records[offset] = _Record(state, batch.delivery_count, "", 0.0)
-                partition.end_offset = max(partition.end_offset, offset + 1)
+            first = max(batch.first_offset, start_offset)
+            if first > batch.last_offset:
+                continue
+            partition._grow_to(batch.last_offset + 1)
+            i, j = runs.span(first, batch.last_offset)
+            state = batch.delivery_state if batch.delivery_state != ACQUIRED else AVAILABLE
+            runs.runs[i:j] = [Run(first, batch.last_offset, state, batch.delivery_count)]
+            runs.coalesce(i, i + 1)
         partition._advance()
         return partition
 
     def state_batches(self) -> list[StateBatch]:
-        """The in-flight records as runs (ACQUIRED written as AVAILABLE: see above)."""
+        """The in-flight records as runs (ACQUIRED written as AVAILABLE, see above; offsets
+        never delivered left out)."""
         out: list[StateBatch] = []
-        for offset in sorted(self.records):
-            record = self.records[offset]
-            state = AVAILABLE if record.state == ACQUIRED else record.state
+        for run in self.runs:
+            state = AVAILABLE if run.state == ACQUIRED else run.state
+            if state == AVAILABLE and run.count == 0:
+                continue
             last = out[-1] if out else None
             if (
                 last is not None
-                and last.last_offset == offset - 1
+                and last.last_offset == run.first - 1
                 and last.delivery_state == state
-                and last.delivery_count == record.count
+                and last.delivery_count == run.count
             ):
-                out[-1] = last._replace(last_offset=offset)
+                out[-1] = last._replace(last_offset=run.last)
             else:
-                out.append(StateBatch(offset, offset, state, record.count))
+                out.append(StateBatch(run.first, run.last, state, run.count))
         return out
 
-    def snapshot(self) -> tuple[int, dict[int, _Record]]:
+    def snapshot(self) -> tuple[int, int, OffsetRuns]:
         """What `restore` puts back (a write of the state that failed is undone with it)."""
-        copied = {
-            o: _Record(r.state, r.count, r.member, r.deadline) for o, r in self.records.items()
-        }
-        return self.start_offset, copied
+        return self.start_offset, self.end_offset, self.runs.copy()
 
-    def restore(self, saved: tuple[int, dict[int, _Record]]) -> None:
-        self.start_offset, self.records = saved
-        self.end_offset = max([self.start_offset, *(o + 1 for o in self.records)])
+    def restore(self, saved: tuple[int, int, OffsetRuns]) -> None:
+        self.start_offset, self.end_offset, self.runs = saved
 
     # -- fetching -------------------------------------------------------------------------
 
     def next_fetch_offset(self) -> int | None:
         """Where the next fetch reads from: the first record that can be acquired; None when
-        the partition holds as many in-flight records as it may."""
-        for offset in range(self.start_offset, self.end_offset):
-            record = self.records.get(offset)
-            if record is None or record.state == AVAILABLE:
-                return offset
-        if len(self.records) >= self.limits.max_record_locks:
+        the window holds as many records as it may."""
+        for run in self.runs:
+            if run.state == AVAILABLE:
+                return run.first
+        if self.end_offset - self.start_offset >= self.limits.max_record_locks:
             return None
         return self.end_offset
 
@@ -162,8 +165,9 @@ class SharePartition:
         now: float,
     ) -> list[AcquiredRange]:
         """Acquire for `member` what the fetched batches hold from `fetch_offset` on, up to
-        `max_records` records; offsets the log no longer has (below the first batch, or
-        between batches) are archived, as are control batches' offsets."""
+        `max_records` records, in offset order; offsets the log no longer has (below the
+        first batch, or between batches) are archived, as are control batches' offsets. Past
+        the end offset nothing is acquired once the window holds max_record_locks records."""
         acquired: list[AcquiredRange] = []
         taken = 0
         deadline = now + self.limits.lock_duration_s
@@ -172,50 +176,95 @@ class SharePartition:
             if taken >= max_records:
                 break
             self._skip_missing(position, batch.base_offset)
-            for offset in range(max(batch.base_offset, position), batch.last_offset + 1):
-                if batch.is_control:
-                    self._archive_missing(offset)
-                    continue
-                if taken >= max_records or (
-                    offset >= self.end_offset and len(self.records) >= self.limits.max_record_locks
-                ):
-                    break
-                record = self.records.get(offset)
-                if record is None or offset >= self.end_offset:
-                    record = _Record(ACQUIRED, 1, member, deadline)
-                    self.records[offset] = record
-                    self.end_offset = max(self.end_offset, offset + 1)
-                elif record.state == AVAILABLE:
-                    record.state, record.member, record.deadline = ACQUIRED, member, deadline
-                    record.count += 1
-                    self.redelivered += 1
-                else:
-                    continue
-                taken += 1
-                _extend(acquired, offset, record.count)
+            low = max(batch.base_offset, position)
             position = max(position, batch.last_offset + 1)
+            if low > batch.last_offset:
+                continue
+            if batch.is_control:
+                self._archive_missing(low, batch.last_offset)
+                continue
+            taken = self._acquire_held(
+                member, low, batch.last_offset, max_records, taken, deadline, acquired
+            )
+            low = max(low, self.end_offset)
+            if taken >= max_records or low > batch.last_offset:
+                continue
+            self._grow_to(low)
+            room = self.limits.max_record_locks - (self.end_offset - self.start_offset)
+            count = min(max_records - taken, room, batch.last_offset - low + 1)
+            if count > 0:
+                self.runs.append(Run(low, low + count - 1, ACQUIRED, 1, member, deadline))
+                self.end_offset = low + count
+                taken += count
+                _extend(acquired, low, low + count - 1, 1)
         self._advance()
         return acquired
+
+    def _acquire_held(
+        self,
+        member: str,
+        low: int,
+        high: int,
+        max_records: int,
+        taken: int,
+        deadline: float,
+        acquired: list[AcquiredRange],
+    ) -> int:
+        """Acquire the available records of [low, high] inside the window, in order, while
+        `taken` is under `max_records`; the new `taken`."""
+        high = min(high, self.end_offset - 1)
+        if low > high:
+            return taken
+        i, j = self.runs.span(low, high)
+        k = i
+        while k < j and taken < max_records:
+            run = self.runs.runs[k]
+            if run.state == AVAILABLE:
+                if run.size > max_records - taken:  # only its head is taken
+                    self.runs.cut(run.first + max_records - taken)
+                    j += 1
+                if run.count:
+                    self.redelivered += run.size
+                run.state, run.member, run.deadline = ACQUIRED, member, deadline
+                run.count += 1
+                taken += run.size
+                _extend(acquired, run.first, run.last, run.count)
+            k += 1
+        self.runs.coalesce(i, j)  # the cuts at both ends too
+        return taken
+
+    def _grow_to(self, offset: int) -> None:
+        """Offsets [end, offset) join the window, available and never delivered."""
+        if offset > self.end_offset:
+            self.runs.append(Run(self.end_offset, offset - 1, AVAILABLE, 0))
+            self.end_offset = offset
 
     def _skip_missing(self, position: int, base_offset: int) -> None:
         """Offsets [position, base_offset) the log does not have (compacted or deleted):
         nothing to deliver. Past the end with nothing in flight the window just moves (a
-        gap of a million offsets costs nothing); otherwise each is archived."""
+        gap of a million offsets costs nothing); otherwise they are archived."""
         if base_offset <= position:
             return
         if position >= self.end_offset and self.start_offset == self.end_offset:
             self.start_offset = self.end_offset = base_offset
             return
-        for offset in range(position, base_offset):
-            self._archive_missing(offset)
+        self._archive_missing(position, base_offset - 1)
 
-    def _archive_missing(self, offset: int) -> None:
-        record = self.records.get(offset)
-        if offset >= self.end_offset:
-            self.records[offset] = _Record(ARCHIVED, 0, "", 0.0)
-            self.end_offset = offset + 1
-        elif record is None or record.state == AVAILABLE:
-            self.records[offset] = _Record(ARCHIVED, record.count if record else 0, "", 0.0)
+    def _archive_missing(self, first: int, last: int) -> None:
+        """Archive what of [first, last] is available (delivery counts kept) or past the
+        end (those records are not in the log: nothing to deliver)."""
+        held_last = min(last, self.end_offset - 1)
+        if first <= held_last:
+            i, j = self.runs.span(first, held_last)
+            for run in self.runs.runs[i:j]:
+                if run.state == AVAILABLE:
+                    run.state = ARCHIVED
+            self.runs.coalesce(i, j)
+        low = max(first, self.end_offset)
+        if low <= last:
+            self._grow_to(low)
+            self.runs.append(Run(low, last, ARCHIVED, 0))
+            self.end_offset = last + 1
 
     # -- acknowledging ----------------------------------------------------------------------
 
@@ -231,88 +280,120 @@ class SharePartition:
                 f"acknowledgement batch {first}..{last} has {len(types)} types: one, or one "
                 "per offset"
             )
-        if any(t not in ACK_TYPES for t in types):
+        if not set(types) <= _ACK_TYPE_SET:
             raise InvalidRequestError(f"acknowledge types {sorted(set(types))}: 0..4 only")
-        # Only offsets in the window can be held: checked before any loop, so a range of
-        # 2^62 offsets costs nothing.
+        # Only offsets in the window can be held: checked before anything else, so a range
+        # of 2^62 offsets costs nothing.
         if first < self.start_offset or last >= self.end_offset:
             raise InvalidRecordStateError(
                 f"offsets {first}..{last} are not all in flight ({self.start_offset}.."
                 f"{self.end_offset - 1})"
             )
-        for offset in range(first, last + 1):
-            kind = types[0] if len(types) == 1 else types[offset - first]
-            record = self.records.get(offset)
-            if record is None or record.state != ACQUIRED or record.member != member:
+        i, j = self.runs.span(first, last)
+        for run in self.runs.runs[i:j]:
+            if run.state != ACQUIRED or run.member != member:
+                self.runs.coalesce(i, j)  # undo the cuts
                 raise InvalidRecordStateError(
-                    f"offset {offset} is not acquired by this member (its lock may have lapsed)"
+                    f"offset {run.first} is not acquired by this member (its lock may have lapsed)"
                 )
-        for offset in range(first, last + 1):
-            kind = types[0] if len(types) == 1 else types[offset - first]
-            record = self.records.get(offset)
-            if record is None:
-                continue
-            if kind == ACCEPT:
-                record.state = ACKNOWLEDGED
-            elif kind in (REJECT, GAP):
-                record.state = ARCHIVED
-            elif kind == RELEASE:
-                self._release(record)
-            else:  # RENEW: the lock starts again
-                record.deadline = now + self.limits.lock_duration_s
+        if len(types) == 1:
+            self._apply(first, last, types[0], now)
+        else:  # per-offset types: one change per run of equal types
+            offset = first
+            for kind, same in groupby(types):
+                size = sum(1 for _ in same)
+                self._apply(offset, offset + size - 1, kind, now)
+                offset += size
         self._advance()
+
+    def _apply(self, first: int, last: int, kind: int, now: float) -> None:
+        i, j = self.runs.span(first, last)
+        for run in self.runs.runs[i:j]:
+            if kind == ACCEPT:
+                run.state, run.member, run.deadline = ACKNOWLEDGED, "", 0.0
+            elif kind in (REJECT, GAP):
+                run.state, run.member, run.deadline = ARCHIVED, "", 0.0
+            elif kind == RELEASE:
+                self._release(run)
+            else:  # RENEW: the lock starts again
+                run.deadline = now + self.limits.lock_duration_s
+        self.runs.coalesce(i, j)
 
     def release_member(self, member: str) -> int:
         """Release every record `member` holds (it left, or its session ended)."""
         released = 0
-        for record in self.records.values():
-            if record.state == ACQUIRED and record.member == member:
-                self._release(record)
-                released += 1
-        self._advance()
+        for run in self.runs:
+            if run.state == ACQUIRED and run.member == member:
+                self._release(run)
+                released += run.size
+        if released:
+            self.runs.coalesce(0, len(self.runs))
+            self._advance()
         return released
 
     def expire_locks(self, now: float) -> int:
         """Release the records whose acquisition lock lapsed; how many."""
         expired = 0
-        for record in self.records.values():
-            if record.state == ACQUIRED and record.deadline <= now:
-                self._release(record)
-                expired += 1
+        for run in self.runs:
+            if run.state == ACQUIRED and run.deadline <= now:
+                self._release(run)
+                expired += run.size
         if expired:
+            self.runs.coalesce(0, len(self.runs))
             self._advance()
         return expired
 
-    def _release(self, record: _Record) -> None:
-        record.member, record.deadline = "", 0.0
-        if record.count >= self.limits.delivery_count_limit:
-            record.state = ARCHIVED
-            self.archived_at_limit += 1
+    def _release(self, run: Run) -> None:
+        run.member, run.deadline = "", 0.0
+        if run.count >= self.limits.delivery_count_limit:
+            run.state = ARCHIVED
+            self.archived_at_limit += run.size
         else:
-            record.state = AVAILABLE
+            run.state = AVAILABLE
 
     def _advance(self) -> None:
-        while True:
-            record = self.records.get(self.start_offset)
-            if record is None or record.state not in (ACKNOWLEDGED, ARCHIVED):
+        done = 0
+        for run in self.runs:
+            if run.state not in (ACKNOWLEDGED, ARCHIVED):
                 break
-            del self.records[self.start_offset]
-            self.start_offset += 1
+            done += 1
+        if done:
+            self.start_offset = self.runs.runs[done - 1].last + 1
+            self.runs.drop_front(done)
         self.end_offset = max(self.end_offset, self.start_offset)
 
     # -- figures ----------------------------------------------------------------------------
 
     def in_flight(self) -> int:
-        return sum(1 for r in self.records.values() if r.state == ACQUIRED)
+        """Records acquired by members now."""
+        return sum(run.size for run in self.runs if run.state == ACQUIRED)
+
+    def waiting(self) -> int:
+        """Records delivered before and released, waiting to be delivered again."""
+        return sum(run.size for run in self.runs if run.state == AVAILABLE and run.count)
 
     def delivery_count_of(self, offset: int) -> int:
-        record = self.records.get(offset)
-        return record.count if record is not None else 0
+        run = self.runs.find(offset)
+        return run.count if run is not None else 0
+
+    def state_of(self, offset: int) -> tuple[int, int, str]:
+        """(state, delivery count, holder) of one offset: below the window ACKNOWLEDGED
+        (done with), past it AVAILABLE and never delivered."""
+        if offset < self.start_offset:
+            return ACKNOWLEDGED, 0, ""
+        run = self.runs.find(offset)
+        if run is None:
+            return AVAILABLE, 0, ""
+        return run.state, run.count, run.member
 
 
-def _extend(acquired: list[AcquiredRange], offset: int, count: int) -> None:
-    last = acquired[-1] if acquired else None
-    if last is not None and last.last_offset == offset - 1 and last.delivery_count == count:
-        acquired[-1] = last._replace(last_offset=offset)
+def _extend(acquired: list[AcquiredRange], first: int, last: int, count: int) -> None:
+    previous = acquired[-1] if acquired else None
+    if (
+        previous is not None
+        and previous.last_offset == first - 1
+        and previous.delivery_count == count
+    ):
+        acquired[-1] = previous._replace(last_offset=last)
     else:
-        acquired.append(AcquiredRange(offset, offset, count))
+        acquired.append(AcquiredRange(first, last, count))

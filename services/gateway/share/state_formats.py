@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import struct
 import uuid
+from bisect import bisect_right
 from dataclasses import dataclass
 
 from seglog.errors import CorruptRecordError
@@ -138,25 +139,26 @@ def decode_update(data: bytes) -> tuple[int, tuple[StateBatch, ...]]:
 def apply_update(
     state: ShareState, start_offset: int, batches: tuple[StateBatch, ...]
 ) -> ShareState:
-    """A snapshot with an update applied: its start offset, and its batches over the
-    snapshot's offsets they cover (per offset, the update winning)."""
+    """A snapshot with an update applied: its start offset, and its batches laid over the
+    snapshot's where they overlap (the update winning), alike neighbours merged. Works on
+    ranges: the cost grows with batches, not offsets."""
     start = state.start_offset if start_offset < 0 else start_offset
-    per_offset: dict[int, tuple[int, int]] = {}
+    laid: list[StateBatch] = []
     for batch in (*state.state_batches, *batches):
-        for offset in range(max(batch.first_offset, start), batch.last_offset + 1):
-            per_offset[offset] = (batch.delivery_state, batch.delivery_count)
+        if batch.last_offset >= start:
+            _overlay(laid, batch._replace(first_offset=max(batch.first_offset, start)))
     merged: list[StateBatch] = []
-    for offset in sorted(per_offset):
-        kind, count = per_offset[offset]
+    for batch in laid:
         last = merged[-1] if merged else None
         if (
             last
-            and last.last_offset == offset - 1
-            and (last.delivery_state, last.delivery_count) == (kind, count)
+            and last.last_offset == batch.first_offset - 1
+            and (last.delivery_state, last.delivery_count)
+            == (batch.delivery_state, batch.delivery_count)
         ):
-            merged[-1] = last._replace(last_offset=offset)
+            merged[-1] = last._replace(last_offset=batch.last_offset)
         else:
-            merged.append(StateBatch(offset, offset, kind, count))
+            merged.append(batch)
     return ShareState(
         state.snapshot_epoch,
         state.state_epoch,
@@ -166,6 +168,27 @@ def apply_update(
         state.write_timestamp_ms,
         tuple(merged),
     )
+
+
+def _overlay(laid: list[StateBatch], batch: StateBatch) -> None:
+    """Lay `batch` over `laid` (sorted, not overlapping; kept so): what it covers of the
+    batches there is replaced, their parts outside it kept."""
+    i = bisect_right(laid, batch.first_offset, key=_first_offset)
+    if i > 0 and laid[i - 1].last_offset >= batch.first_offset:
+        i -= 1
+    j = i
+    while j < len(laid) and laid[j].first_offset <= batch.last_offset:
+        j += 1
+    pieces = [batch]
+    if i < j and laid[i].first_offset < batch.first_offset:
+        pieces.insert(0, laid[i]._replace(last_offset=batch.first_offset - 1))
+    if i < j and laid[j - 1].last_offset > batch.last_offset:
+        pieces.append(laid[j - 1]._replace(first_offset=batch.last_offset + 1))
+    laid[i:j] = pieces
+
+
+def _first_offset(batch: StateBatch) -> int:
+    return batch.first_offset
 
 
 # -- the flexible encoding's pieces -----------------------------------------------------------

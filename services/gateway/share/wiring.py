@@ -1,19 +1,33 @@
 """The share core built over the gateway's routing: its state written and read through the
-same produce and fetch the data path uses, start offsets from the leaders' ListOffsets."""
+same produce and fetch the data path uses, start offsets from the leaders' ListOffsets, each
+share partition's operations done where it is held (placement.py), here or forwarded to the
+holder (forwarding.py), whose ShareState service is built here too."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
+
+import grpc
 
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
 from ..cluster.registry import Registry
+from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..routing.data_plane import DataPlane, error_of
+from .forwarding import RemoteGateways, ShareStateService
+from .partition_ops import LocalOps, ShareRouter
 from .partition_states import PartitionStates
+from .placement import SharePlacement
 from .settings import ShareSettings
 from .share_core import ShareGroups
 from .state_store import StateStore
+
+
+class ShareParts(NamedTuple):
+    core: ShareGroups
+    state_service: ShareStateService  # for the peer server (internal_listener.py build_peer_server)
 
 
 def share_groups(
@@ -23,7 +37,12 @@ def share_groups(
     create_topic: Callable[[str, int, dict[str, str]], None],
     settings: ShareSettings,
     consumer_group_exists: Callable[[str], bool] = lambda group_id: False,
-) -> ShareGroups:
+    *,
+    coordination: EtcdCoordination | SoleCoordinator | None = None,
+    internal_address_of: Callable[[str], str | None] = lambda address: None,
+    peers: Callable[[], list[str]] = list,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
     same produce and fetch, its start offsets from the leaders' ListOffsets)."""
     store = StateStore(
@@ -44,11 +63,13 @@ def share_groups(
             raise error
         return int(result.offset)
 
-    return ShareGroups(
-        registry,
-        authorization,
-        data_plane,
-        PartitionStates(registry, store, settings, offset_of),
-        settings,
-        consumer_group_exists,
+    states = PartitionStates(registry, store, settings, offset_of)
+    local = LocalOps(states)
+    placement = SharePlacement(
+        states, coordination if coordination is not None else SoleCoordinator(), internal_address_of
     )
+    router = ShareRouter(local, placement.holder_of, RemoteGateways(credentials), peers)
+    core = ShareGroups(
+        registry, authorization, data_plane, states, settings, consumer_group_exists, router
+    )
+    return ShareParts(core, ShareStateService(local, placement.holder_of))
