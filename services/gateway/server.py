@@ -381,11 +381,7 @@ class Gateway:
                 self.fetch_memory,
             ],
             method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
-            max_concurrent_rpcs=(
-                self.config.max_concurrent_requests
-                if self.config.max_concurrent_requests > 0
-                else None
-            ),
+            max_concurrent_rpcs=max(self.config.max_concurrent_requests, 0) or None,
         )
         self.server.start()
         if self.config.health_listen:
