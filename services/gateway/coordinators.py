@@ -18,6 +18,7 @@ from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
 from .cluster.topic_admin import TopicAdmin
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .groups.classic_handover import ClassicHandover
 from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_calls import GroupCalls
@@ -97,10 +98,11 @@ def build_coordinators(
             group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             group_max_size=config.group_max_size,
+            classic_group_max_size=config.group_max_size,
         ),
         load=offsets.consumer_group_records,
         persist=offsets.store_consumer_group,
-        classic_members=lambda g: len(getattr(coordinator.snapshot(g), "members", {})),
+        classic=ClassicHandover(coordinator),
     )
     groups.consumer_groups = consumer_groups
     membership = GroupMembership(groups)

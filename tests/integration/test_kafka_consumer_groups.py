@@ -256,7 +256,8 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
         assert commit(9, 0) == STALE_MEMBER_EPOCH
         assert commit(8, 1) == UNSUPPORTED_VERSION
         assert commit(9, 1) == 0
-        # A classic member cannot join the group while it has consumer-protocol members.
+        # A classic member joins it only with a consumer-protocol subscription (these bytes
+        # are none); with one, it is served inside the group (test_kafka_group_migration.py).
         join = JoinGroupRequest[5](
             group_id=group_id,
             session_timeout_ms=10000,

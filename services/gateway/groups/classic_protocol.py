@@ -133,7 +133,7 @@ class ClassicProtocol:
             member.rebalance_timeout_s = rebalance_timeout_ms / 1000
             member.last_heartbeat = now
             if not member_id and static is not None and group.state == STABLE:
-                if _select_protocol(group) == group.strategy:
+                if select_protocol(group) == group.strategy:
                     # Kafka answers with the leader as it was, so a restarted leader does not
                     # compute an assignment a Stable group would not hand out.
                     self._state_changed(group)
@@ -297,7 +297,7 @@ def complete_classic_join(group: Group, now: float) -> None:
     """The rebalance's end for classic members (the caller removed those that did not
     join and handled an emptied group): a new generation waits for the leader's sync."""
     group.generation += 1
-    group.strategy = _select_protocol(group)
+    group.strategy = select_protocol(group)
     leader = group.members.get(group.leader)
     if leader is None or not leader.joining:
         # Kafka's maybeElectNewJoinedLeader: a static leader that did not join again hands
@@ -362,7 +362,7 @@ def _common_protocols(members: Iterable[Member]) -> set[str]:
     return common or set()
 
 
-def _select_protocol(group: Group) -> str:
+def select_protocol(group: Group) -> str:
     """Kafka's selectProtocol: among the protocols every member supports, the one most
     members list first (ties: the earliest in the first member's preferences)."""
     members = list(group.members.values())
