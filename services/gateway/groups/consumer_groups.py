@@ -14,6 +14,7 @@ epoch is past it; the member reconciled. The records of what changed are appende
 before the answer goes out; if they cannot be, the group is put back as it was and the member
 retries. Members that miss their session (group.consumer.session.timeout.ms) or do not revoke
 within their rebalance timeout are removed by a reaper thread, as Kafka's timers do.
+Online migration to and from classic groups: group_migration.py, classic_members.py.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ class ConsumerGroups:
                 member.member_epoch = STATIC_LEAVE_EPOCH
                 member.pending_revocation = {}
             else:
-                self._remove(group, member.member_id)
+                self.remove_member(group, member.member_id)
             return HeartbeatAnswer(hb.member_id, hb.member_epoch, interval, None)
         if hb.member_epoch == 0:
             member, joined = self._joining(group, hb, now)
@@ -235,9 +236,6 @@ class ConsumerGroups:
 
     def remove_member(self, group: ConsumerGroup, member_id: str) -> None:
         """Fence a member (the caller holds the group, as `changing` gives it)."""
-        self._remove(group, member_id)
-
-    def _remove(self, group: ConsumerGroup, member_id: str) -> None:
         member = group.members.pop(member_id, None)
         group.target.pop(member_id, None)
         if member is not None and member.instance_id is not None:
@@ -250,8 +248,12 @@ class ConsumerGroups:
         return self._get(group_id, create=False, missing_ok=True) is not None
 
     def has_members(self, group_id: str) -> bool:
-        """A consumer group with members: classic calls for it are its classic members'."""
-        group = self._get(group_id, create=False, missing_ok=True)
+        """A consumer group with members: classic calls for it are its classic members'
+        (False while its records cannot be read: the classic coordinator answers then)."""
+        try:
+            group = self._get(group_id, create=False, missing_ok=True)
+        except SeglogError:
+            return False
         return group is not None and bool(group.members)
 
     def check_commit(
@@ -391,10 +393,8 @@ class ConsumerGroups:
             if group_id in self._groups or self._migrations is None:
                 return None
         group = self._migrations.upgrade(group_id)
-        if group is not None:
-            with self._lock:
-                self._groups[group_id] = group
-        return group
+        with self._lock:
+            return self._groups.setdefault(group_id, group) if group is not None else None
 
     def _put_back(self, before: ConsumerGroup) -> None:
         with self._lock:
@@ -434,7 +434,7 @@ class ConsumerGroups:
                         member_id,
                         "missed its session" if late else "did not revoke in its rebalance timeout",
                     )
-                    self._remove(group, member_id)
+                    self.remove_member(group, member_id)
                 try:
                     self._write(before, group)
                 except SeglogError as exc:
