@@ -165,6 +165,25 @@ def test_regex_subscription_picks_up_a_topic_created_later(cluster):
         c.close()
 
 
+def test_a_regex_matches_internal_topics_as_kafkas_coordinator_does(cluster):
+    """Kafka 4 resolves a member's regex against every topic, `__consumer_offsets` too
+    (franz-go's Test848RegexBrokerResolves); only ACLs narrow it."""
+    cluster.gateway.offsets.ensure_topic()
+    topic, group_id = new_name("rxi"), new_name("g")
+    cluster.admin.create_topic(topic, 1, 2)
+    with KafkaWire(cluster.kafka_address) as wire:
+        joined = heartbeat(
+            wire, group_id, str(uuid.uuid4()), 0, regex=f"__consumer_offsets|{topic}"
+        )
+        assert joined.error_code == 0
+        member = describe(cluster, group_id).members[0]
+        assert {t.topic_name for t in member.assignment.topic_partitions} == {
+            "__consumer_offsets",
+            topic,
+        }
+        assert heartbeat(wire, group_id, joined.member_id, -1).error_code == 0
+
+
 def test_static_member_rejoining_keeps_its_partitions(cluster):
     topic, group_id = new_name("static"), new_name("sg")
     cluster.admin.create_topic(topic, 4, 2)

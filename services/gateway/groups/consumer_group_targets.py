@@ -10,17 +10,16 @@ from .consumer_group_checks import compile_regex
 from .consumer_group_state import ConsumerGroup, ConsumerMember, flat, nested
 from .server_assignors import AssignorMember, assign, preferred
 
-# Kafka's internal topics, which a regular expression never matches (Topic.isInternal).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
-
 
 def member_topics(registry: Registry, member: ConsumerMember) -> set[str]:
+    """Its topics by name, and those its regular expression matches whole. Every topic, the
+    internal ones too: Kafka's coordinator (refreshRegularExpressions) matches the regex
+    against all the topics of its metadata image, and franz-go's Test848RegexBrokerResolves
+    expects `__consumer_offsets` assigned to a regex naming it."""
     names = set(member.topics)
     if member.regex is not None:
         pattern = compile_regex(member.regex)
-        names.update(
-            t for t in registry.topics if t not in INTERNAL_TOPICS and pattern.fullmatch(t)
-        )
+        names.update(t for t in registry.topics if pattern.fullmatch(t))
     return names
 
 
