@@ -99,6 +99,7 @@ def build_coordinators(
             group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             group_max_size=config.group_max_size,
             classic_group_max_size=config.group_max_size,
+            group_consumer_migration_policy=config.group_consumer_migration_policy,
         ),
         load=offsets.consumer_group_records,
         persist=offsets.store_consumer_group,
