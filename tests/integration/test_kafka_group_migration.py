@@ -21,6 +21,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
+from services.gateway.groups import group_metrics
 from services.gateway.groups.group_state import CLASSIC
 from services.gateway.groups.offsets_formats import encode_subscription
 from tests.cluster import LocalCluster
@@ -241,7 +242,8 @@ def test_a_classic_member_in_a_consumer_group_is_assigned_by_the_coordinator(clu
         synced = sync(joined.generation_id)
         assert synced.error_code == 0
         classic_held = ConsumerProtocolAssignment.decode(synced.assignment).assigned_partitions
-        described = cluster.gateway.consumer_groups.describe(group_id)
+        groups = cluster.gateway.consumer_groups
+        described = groups.describe(group_id)
         member = described.members[joined.member_id]
         assert member.classic is not None and member.classic.session_timeout_ms == 6000
         # What it holds now (a partition the other member still holds comes later).
@@ -256,6 +258,13 @@ def test_a_classic_member_in_a_consumer_group_is_assigned_by_the_coordinator(clu
             group_instance_id=None,
         )
         assert wire.request(beat, 3, HeartbeatResponse).error_code == 0
+        # The gauges show the group mid-migration: one member on each protocol.
+        members = {
+            o.attributes["seglog.group.protocol"]: o.value
+            for o in group_metrics.members(cluster.gateway.coordinator, groups)
+            if o.attributes["messaging.consumer.group.name"] == group_id
+        }
+        assert members == {"classic": 1, "consumer": 1}
         # The first member leaves: the classic member is told to join again, and is then
         # the only member; its leaving converts the group back to a classic group of one.
         left = heartbeat(wire, group_id, first.member_id, -1)
@@ -263,3 +272,8 @@ def test_a_classic_member_in_a_consumer_group_is_assigned_by_the_coordinator(clu
         assert cluster.gateway.coordinator.snapshot(group_id).kind == CLASSIC
         assert not cluster.gateway.consumer_groups.has_members(group_id)
         assert wire.request(beat, 3, HeartbeatResponse).error_code == REBALANCE_IN_PROGRESS
+        states = {
+            (o.attributes["seglog.group.protocol"], o.attributes["seglog.group.state"])
+            for o in group_metrics.groups(cluster.gateway.coordinator, groups)
+        }
+        assert ("classic", "PreparingRebalance") in states
