@@ -4,6 +4,7 @@ gateway restart with mutual TLS and the authorizer on."""
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 from kafka.protocol.admin.groups import (
@@ -26,6 +27,10 @@ from kafka.protocol.metadata.find_coordinator import (
 )
 
 from seglog.security.acls import AclBinding
+from services.gateway.kafka.consumer_group_apis import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+)
 from tests.authorizer_modes import Grant
 from tests.cluster import LocalCluster
 from tests.kafka_group_clients import (
@@ -39,6 +44,7 @@ from tests.kafka_group_clients import (
     rdkafka_consumer,
 )
 from tests.kafka_wire import KafkaWire
+from tests.kip848_clients import heartbeat
 from tests.secured import librdkafka_tls
 
 
@@ -154,6 +160,45 @@ def secured_cluster(root, topic: str, group: str) -> LocalCluster:
 def client_tls(cluster) -> dict[str, str]:
     """librdkafka's settings for the SSL listener with the `client` certificate."""
     return librdkafka_tls(cluster.tls_files("client"))
+
+
+def test_kip848_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
+    """ConsumerGroupHeartbeat needs Read on the group, then Describe on each topic it names;
+    ConsumerGroupDescribe needs Describe on the group (which Read implies), as Kafka's
+    KafkaApis authorizes them; and a classic member joining a consumer group is checked as
+    any JoinGroup."""
+    cluster = LocalCluster(tmp_path, nodes=1, authorizer=True)
+    try:
+        cluster.gateway.registry.add_acls(
+            [
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "*", "Create", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "topic", "literal", "seen", "Read", "allow"),
+                AclBinding("User:ANONYMOUS", "*", "group", "literal", "allowed", "Read", "allow"),
+            ]
+        )  # the server's own setup, not a client
+        cluster.admin.create_topic("seen", 1, 1)
+        cluster.admin.create_topic("unseen", 1, 1)
+        with KafkaWire(cluster.kafka_address) as wire:
+
+            def join(group, topics):
+                return heartbeat(wire, group, str(uuid.uuid4()), 0, topics=topics).error_code
+
+            assert join("denied", ["seen"]) == GROUP_AUTHORIZATION_FAILED
+            assert join("allowed", ["unseen"]) == TOPIC_AUTHORIZATION_FAILED
+            assert join("allowed", ["seen"]) == 0
+            described = wire.request(
+                ConsumerGroupDescribeRequest[1](
+                    group_ids=["allowed", "denied"], include_authorized_operations=False
+                ),
+                1,
+                ConsumerGroupDescribeResponse,
+            )
+            assert [g.error_code for g in described.groups] == [0, GROUP_AUTHORIZATION_FAILED]
+            assert described.groups[0].members[0].assignment.topic_partitions[0].topic_name == (
+                "seen"
+            )
+    finally:
+        cluster.close()
 
 
 def test_a_librdkafka_group_continues_across_a_gateway_restart(tmp_path):
