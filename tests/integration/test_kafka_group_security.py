@@ -165,8 +165,7 @@ def client_tls(cluster) -> dict[str, str]:
 def test_kip848_group_apis_are_authorized_per_group_and_per_topic_as_kafkas(tmp_path):
     """ConsumerGroupHeartbeat needs Read on the group, then Describe on each topic it names;
     ConsumerGroupDescribe needs Describe on the group (which Read implies), as Kafka's
-    KafkaApis authorizes them; and a classic member joining a consumer group is checked as
-    any JoinGroup."""
+    KafkaApis authorizes them."""
     cluster = LocalCluster(tmp_path, nodes=1, authorizer=True)
     try:
         cluster.gateway.registry.add_acls(
