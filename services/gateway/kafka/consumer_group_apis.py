@@ -18,6 +18,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from seglog.errors import CoordinatorNotAvailableError, PermissionDeniedError, SeglogError
+from seglog.semconv import GROUP
 
 from ..groups.consumer_group_state import ConsumerGroup
 from ..groups.consumer_groups import ConsumerGroups, ConsumerHeartbeat
@@ -91,6 +92,10 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         client_id=call.client_id or "",
         client_host=client_host(call),
     )
+
+    # The span names the group and the epoch the member came with (0: joining, -1: leaving).
+    call.attributes[GROUP] = hb.group_id
+    call.attributes["seglog.group.member_epoch"] = str(hb.member_epoch)
 
     def work() -> Any:
         # Read on the group first (on_coordinator), then Describe on each topic named, as
