@@ -32,18 +32,11 @@ from .conformance_report import Row, print_table, rows_of
 
 # Tests (or subtests: "Parent/sub") seglog is expected to fail or skip until the issues that
 # build what they need land; a subtest is covered by its parent's entry.
-KIP_848_REGEX = (
-    "issue 55: KIP-848 groups are served (TestGroupETL's and TestTxnEtl's 848 subtests pass), "
-    "but franz-go's broker-resolved regex test fails on seglog: not investigated yet"
-)
-KIP_848_SKIP = "issue 55: franz-go skips this 848 subtest on seglog: why is not investigated yet"
 SHARE_GROUPS = (
     "issue 55: share groups are served (Kafka's own share consumer and kafka-share-groups "
     "pass), but franz-go's share-group tests fail on seglog: not investigated yet"
 )
 EXPECTED: dict[str, str] = {
-    "Test848RegexBrokerResolves": KIP_848_REGEX,
-    "TestGroupSimple/848": KIP_848_SKIP,
     "TestShareGroup": SHARE_GROUPS,
     "TestShareGroupETL": SHARE_GROUPS,
     "TestShareGroupAckOnClose": SHARE_GROUPS,
