@@ -23,10 +23,16 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from seglog.errors import InconsistentGroupProtocolError, NonEmptyGroupError, SeglogError
+from seglog.errors import (
+    InconsistentGroupProtocolError,
+    NonEmptyGroupError,
+    SeglogError,
+    UnsupportedVersionError,
+)
 
 from ..broker.caller import Caller
 from .classic_members import ClassicMembers
+from .consumer_groups import ConsumerHeartbeat, HeartbeatAnswer
 from .group_state import ClassicJoinResult, JoinResult
 from .groups_core import GroupsCore
 
@@ -192,6 +198,22 @@ class GroupMembership:
             )
 
         return self.groups.on_coordinator(caller, "JoinGroup", join.group_id, work)
+
+    def consumer_heartbeat(self, caller: Caller, hb: ConsumerHeartbeat) -> HeartbeatAnswer:
+        """A KIP-848 heartbeat (the gRPC adapter's; Kafka's adapter checks the same): Read on
+        the group, then Describe on each topic it names, as Kafka's KafkaApis."""
+        consumer_groups = self.groups.consumer_groups
+        if consumer_groups is None:
+            raise UnsupportedVersionError("this gateway serves no consumer groups")
+
+        def work() -> HeartbeatAnswer:
+            topics = sorted(set(hb.topics or ()))
+            self.authorization.check(
+                caller, [("Describe", "topic", t) for t in topics], "ConsumerGroupHeartbeat"
+            )
+            return consumer_groups.heartbeat(hb)
+
+        return self.groups.on_coordinator(caller, "ConsumerGroupHeartbeat", hb.group_id, work)
 
     def sync(self, caller: Caller, sync: GroupSync) -> SyncAnswer:
         """The sync, waited for on the caller's thread (the gRPC adapter's)."""
