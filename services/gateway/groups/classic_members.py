@@ -16,14 +16,17 @@ join and sync timeouts).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
 from seglog.errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    GroupIdNotFoundError,
     GroupMaxSizeReachedError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -84,7 +87,7 @@ class ClassicMembers:
                 "join again with this member id", f"{client_id or 'consumer'}-{uuid.uuid4()}"
             )
         now = time.monotonic()
-        with self.groups.changing(group_id) as group:
+        with self._changing(group_id) as group:
             member, joined = self._member(group, member_id, group_instance_id, client_id)
             before = (member.topics, member.classic)
             member.client_id, member.client_host = client_id, client_host
@@ -115,7 +118,7 @@ class ClassicMembers:
         protocol_type: str | None,
         protocol: str | None,
     ) -> tuple[str, str, bytes]:
-        with self.groups.changing(group_id) as group:
+        with self._changing(group_id) as group:
             member = _classic_member(group, member_id, group_instance_id)
             _check_generation(member, generation)
             names = [name for name, _ in member.classic.protocols]  # type: ignore[union-attr]
@@ -134,7 +137,7 @@ class ClassicMembers:
     def heartbeat(
         self, group_id: str, member_id: str, generation: int, group_instance_id: str | None
     ) -> None:
-        with self.groups.changing(group_id) as group:
+        with self._changing(group_id) as group:
             member = _classic_member(group, member_id, group_instance_id)
             _check_generation(member, generation)
             member.last_heartbeat = time.monotonic()
@@ -150,7 +153,7 @@ class ClassicMembers:
     ) -> list[SeglogError | None]:
         """Each member's outcome, in order (None: it left)."""
         out: list[SeglogError | None] = []
-        with self.groups.changing(group_id) as group:
+        with self._changing(group_id) as group:
             for member_id, instance_id in members:
                 try:
                     member = _classic_member(group, member_id, instance_id, by_instance=True)
@@ -160,6 +163,19 @@ class ClassicMembers:
                 self.groups.remove_member(group, member.member_id)
                 out.append(None)
         return out
+
+    @contextlib.contextmanager
+    def _changing(self, group_id: str) -> Iterator[ConsumerGroup]:
+        """The group as ConsumerGroups.changing gives it; gone since the call was routed
+        here (downgraded, or emptied and deleted), the client is told to retry, and its
+        next call goes to the classic coordinator."""
+        try:
+            with self.groups.changing(group_id) as group:
+                yield group
+        except GroupIdNotFoundError:
+            raise CoordinatorNotAvailableError(
+                f"group {group_id} changed protocol meanwhile: call again"
+            ) from None
 
     def _member(
         self, group: ConsumerGroup, member_id: str, instance_id: str | None, client_id: str
