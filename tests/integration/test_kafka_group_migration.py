@@ -26,7 +26,7 @@ from services.gateway.groups.group_state import CLASSIC
 from services.gateway.groups.offsets_formats import encode_subscription
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
-from tests.kip848_clients import TIMEOUT_S, heartbeat, new_name
+from tests.kip848_clients import TIMEOUT_S, describe, heartbeat, new_name
 from tests.waiting import wait_for
 
 REBALANCE_IN_PROGRESS = 27
@@ -265,6 +265,9 @@ def test_a_classic_member_in_a_consumer_group_is_assigned_by_the_coordinator(clu
             if o.attributes["messaging.consumer.group.name"] == group_id
         }
         assert members == {"classic": 1, "consumer": 1}
+        # ConsumerGroupDescribe v1 tells them apart as Kafka does (KIP-1099's MemberType).
+        types = {m.member_id: m.member_type for m in describe(cluster, group_id).members}
+        assert types == {joined.member_id: 0, first.member_id: 1}
         # The first member leaves: the classic member is told to join again, and is then
         # the only member; its leaving converts the group back to a classic group of one.
         left = heartbeat(wire, group_id, first.member_id, -1)
