@@ -21,6 +21,7 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
+from devtools import apache_kafka
 from services.gateway.groups import group_metrics
 from services.gateway.groups.group_state import CLASSIC
 from services.gateway.groups.offsets_formats import encode_subscription
@@ -280,3 +281,35 @@ def test_a_classic_member_in_a_consumer_group_is_assigned_by_the_coordinator(clu
             for o in group_metrics.groups(cluster.gateway.coordinator, groups)
         }
         assert ("classic", "PreparingRebalance") in states
+
+
+def test_a_classic_member_of_a_consumer_group_is_kept_across_a_gateway_restart(cluster):
+    """Its ClassicMemberMetadata is in its member record (Kafka's tagged field, which Kafka's
+    own decoder reads): the restarted coordinator replays it and serves its next heartbeat
+    at its generation instead of forgetting it."""
+    topic, group_id = new_name("restart"), new_name("g")
+    cluster.admin.create_topic(topic, 2, 2)
+    with KafkaWire(cluster.kafka_address) as wire:
+        first = heartbeat(wire, group_id, "", 0, topics=[topic])
+        required = _classic_join(wire, group_id, topic)
+        joined = _classic_join(wire, group_id, topic, required.member_id)
+        assert (first.error_code, joined.error_code) == (0, 0)
+    cluster.restart_gateway()
+    with KafkaWire(cluster.kafka_address) as wire:
+        beat = HeartbeatRequest[3](
+            group_id=group_id,
+            generation_id=joined.generation_id,
+            member_id=joined.member_id,
+            group_instance_id=None,
+        )
+        assert wire.request(beat, 3, HeartbeatResponse).error_code in (0, REBALANCE_IN_PROGRESS)
+    replayed = cluster.gateway.consumer_groups.describe(group_id).members[joined.member_id]
+    assert replayed.classic is not None and replayed.classic.session_timeout_ms == 6000
+    partition = cluster.gateway.offsets.partition_for(group_id)
+    segments = sorted(cluster.root.glob(f"node-*/__consumer_offsets-{partition}/*.log"))
+    done = apache_kafka.run_tool(
+        "org.apache.kafka.tools.DumpLogSegments",
+        "--files", str(segments[0]), "--offsets-decoder", "--print-data-log",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert '"classicMemberMetadata":{"sessionTimeoutMs":6000' in done.stdout.decode()
