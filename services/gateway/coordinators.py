@@ -106,6 +106,7 @@ def build_coordinators(
         classic=ClassicHandover(coordinator),
     )
     groups.consumer_groups = consumer_groups
+    coordinator.held_elsewhere = consumer_groups.holds
     membership = GroupMembership(groups)
     share = share_groups(
         registry,

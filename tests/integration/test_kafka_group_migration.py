@@ -22,6 +22,7 @@ from kafka.protocol.consumer.group import (
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment
 
 from devtools import apache_kafka
+from seglog.errors import CoordinatorNotAvailableError
 from services.gateway.groups import group_metrics
 from services.gateway.groups.group_state import CLASSIC
 from services.gateway.groups.offsets_formats import encode_subscription
@@ -313,3 +314,27 @@ def test_a_classic_member_of_a_consumer_group_is_kept_across_a_gateway_restart(c
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert '"classicMemberMetadata":{"sessionTimeoutMs":6000' in done.stdout.decode()
+
+
+def test_a_classic_join_racing_an_upgrade_does_not_make_a_second_group(cluster):
+    """A JoinGroup routed to the classic coordinator just before an upgrade took the group
+    reaches it after: the coordinator refuses to start a classic group under an id a consumer
+    group holds (the client retries and is served inside the consumer group)."""
+    topic, group_id = new_name("race"), new_name("g")
+    cluster.admin.create_topic(topic, 1, 2)
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert heartbeat(wire, group_id, "", 0, topics=[topic]).error_code == 0
+    with pytest.raises(CoordinatorNotAvailableError, match="changed protocol"):
+        cluster.gateway.coordinator.start_join_classic(
+            group_id,
+            "",
+            group_instance_id=None,
+            client_id="late",
+            client_host="/127.0.0.1",
+            protocol_type="consumer",
+            protocols=[("range", encode_subscription([topic]))],
+            session_timeout_ms=6000,
+            rebalance_timeout_ms=6000,
+            require_known_member_id=False,
+        )
+    assert cluster.gateway.coordinator.snapshot(group_id) is None

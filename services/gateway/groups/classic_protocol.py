@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from seglog.errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -92,6 +93,10 @@ class ClassicProtocol:
         stored = self._stored(group_id)
         now = time.monotonic()
         with settling(self) as touched:
+            if group_id not in self._groups and self.held_elsewhere(group_id):
+                # Upgraded to a consumer group since this call was routed (classic_handover):
+                # a new classic group beside it would hand out its partitions twice.
+                raise CoordinatorNotAvailableError(f"group {group_id} changed protocol: retry")
             group = self._group(group_id, stored)
             touched.append(group)  # a static member's old id may have waits to end
             _check_compatible(group, protocol_type, offered)

@@ -32,7 +32,6 @@ from seglog.coordinator_errors import UnreleasedInstanceIdError
 from seglog.errors import (
     GroupIdNotFoundError,
     GroupMaxSizeReachedError,
-    IllegalGenerationError,
     NonEmptyGroupError,
     SeglogError,
     UnknownMemberIdError,
@@ -234,8 +233,7 @@ class ConsumerGroups:
             raise UnknownMemberIdError(f"member {hb.member_id} is not in group {group.group_id}")
         return member
 
-    def remove_member(self, group: ConsumerGroup, member_id: str) -> None:
-        """Fence a member (the caller holds the group, as `changing` gives it)."""
+    def remove_member(self, group: ConsumerGroup, member_id: str) -> None:  # group held
         member = group.members.pop(member_id, None)
         group.target.pop(member_id, None)
         if member is not None and member.instance_id is not None:
@@ -247,9 +245,13 @@ class ConsumerGroups:
     def is_consumer_group(self, group_id: str) -> bool:
         return self._get(group_id, create=False, missing_ok=True) is not None
 
+    def holds(self, group_id: str) -> bool:
+        """Is the group here (the classic coordinator's check, under its lock: no I/O)?"""
+        with self._lock:
+            return group_id in self._groups
+
     def has_members(self, group_id: str) -> bool:
-        """A consumer group with members: classic calls for it are its classic members'
-        (False while its records cannot be read: the classic coordinator answers then)."""
+        """A consumer group with members (False while its records cannot be read)."""
         try:
             group = self._get(group_id, create=False, missing_ok=True)
         except SeglogError:
@@ -276,21 +278,16 @@ class ConsumerGroups:
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
             if member.classic is not None:  # Kafka checks its generation, any version
-                if epoch != member.member_epoch:
-                    raise IllegalGenerationError(
-                        f"generation {epoch} is not member {member_id}'s epoch "
-                        f"{member.member_epoch}"
-                    )
-                return
+                return check_epoch(member, epoch)
             if api_version < 9:
                 raise UnsupportedVersionError(
                     "OffsetCommit version 9 or above must be used by members using the "
                     "consumer group protocol"
                 )
             if epoch < member.member_epoch and partitions and epoch >= 0:
-                ids = {n: t.topic_id for n, t in self.registry.topics.items()}
-                held = member.assignment_epochs
-                if all(held.get((ids.get(n, ""), p), epoch + 1) <= epoch for n, p in partitions):
+                topics, held = self.registry.topics, member.assignment_epochs
+                ids = {n: getattr(topics.get(n), "topic_id", "") for n, _ in partitions}
+                if all(held.get((ids[n], p), epoch + 1) <= epoch for n, p in partitions):
                     return
             check_epoch(member, epoch)
 
@@ -308,12 +305,7 @@ class ConsumerGroups:
             member = group.members.get(member_id)
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-            if member.classic is not None and epoch != member.member_epoch:
-                raise IllegalGenerationError(
-                    f"generation {epoch} is not member {member_id}'s epoch {member.member_epoch}"
-                )
-            if member.classic is None:
-                check_epoch(member, epoch)
+            check_epoch(member, epoch)
 
     # -- description and listing ----------------------------------------------------------------
 
@@ -392,9 +384,12 @@ class ConsumerGroups:
         with self._lock:
             if group_id in self._groups or self._migrations is None:
                 return None
-        group = self._migrations.upgrade(group_id)
-        with self._lock:
-            return self._groups.setdefault(group_id, group) if group is not None else None
+
+        def install(group: ConsumerGroup) -> None:  # under the classic coordinator's lock
+            with self._lock:
+                self._groups[group_id] = group
+
+        return self._migrations.upgrade(group_id, install)
 
     def _put_back(self, before: ConsumerGroup) -> None:
         with self._lock:

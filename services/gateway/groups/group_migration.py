@@ -172,23 +172,33 @@ class GroupMigrations:
         self.classic = classic
         self._persist = persist
 
-    def upgrade(self, group_id: str) -> ConsumerGroup | None:
-        """The classic group with members converted (the coordinator gives it up); None
-        when it has none; GroupIdNotFoundError when it may not be converted, as Kafka."""
+    def upgrade(
+        self, group_id: str, install: Callable[[ConsumerGroup], None]
+    ) -> ConsumerGroup | None:
+        """The classic group with members converted and `install`ed while the classic
+        coordinator gives it up, under its lock (so no classic join makes the id a classic
+        group again in between); None when it has none; GroupIdNotFoundError when it may not
+        be converted, as Kafka."""
         if not self.classic.members(group_id):
             return None
-        taken = self.classic.take(group_id, lambda g: can_upgrade(g, self.policy, self.max_size))
-        if taken is None:
+        converted: list[ConsumerGroup] = []
+
+        def accept(classic: Group) -> bool:
+            if not can_upgrade(classic, self.policy, self.max_size):
+                return False
+            topics = self.registry.topics
+            group = consumer_group_from_classic(
+                classic, lambda name: getattr(topics.get(name), "topic_id", None), time.monotonic()
+            )
+            group.topic_metadata = subscribed_metadata(self.registry, group)
+            install(group)
+            converted.append(group)
+            return True
+
+        if self.classic.take(group_id, accept) is None:
             raise GroupIdNotFoundError(f"group {group_id!r} is not a consumer group")
-        topics = self.registry.topics
-        group = consumer_group_from_classic(
-            taken, lambda name: getattr(topics.get(name), "topic_id", None), time.monotonic()
-        )
-        group.topic_metadata = subscribed_metadata(self.registry, group)
-        logger.info(
-            "group %s: upgraded to the consumer protocol at epoch %d", group_id, group.epoch
-        )
-        return group
+        logger.info("group %s: upgraded to the consumer protocol", group_id)
+        return converted[0]
 
     def downgrades(self, before: ConsumerGroup, after: ConsumerGroup) -> bool:
         """Did the change fence the group's last member on the consumer protocol, leaving
