@@ -5,10 +5,33 @@ members of a consumer group (classic_members.py)."""
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 from ..cluster.registry import Registry
 from .consumer_group_checks import compile_regex
 from .consumer_group_state import ConsumerGroup, ConsumerMember, flat, nested
 from .server_assignors import AssignorMember, assign, preferred
+
+# regex -> (the metadata image it was matched against, the names it matched): a regex is
+# matched against every topic again only once the metadata changed (Kafka likewise refreshes
+# its resolved regexes when its image has new topics), not at every member's heartbeat.
+_RESOLVED: dict[str, tuple[weakref.ref[Any], int, frozenset[str]]] = {}
+_RESOLVED_MAX = 1024  # distinct regexes remembered; past it the memory starts afresh
+
+
+def _resolved(registry: Registry, regex: str) -> frozenset[str]:
+    image = registry.image
+    known = _RESOLVED.get(regex)
+    # A weak reference: an image gone (another registry's, a reloaded one) never matches.
+    if known is not None and known[0]() is image and known[1] == image.offset:
+        return known[2]
+    pattern = compile_regex(regex)
+    names = frozenset(t for t in registry.topics if pattern.fullmatch(t))
+    if len(_RESOLVED) >= _RESOLVED_MAX:
+        _RESOLVED.clear()
+    _RESOLVED[regex] = (weakref.ref(image), image.offset, names)
+    return names
 
 
 def member_topics(registry: Registry, member: ConsumerMember) -> set[str]:
@@ -18,8 +41,7 @@ def member_topics(registry: Registry, member: ConsumerMember) -> set[str]:
     expects `__consumer_offsets` assigned to a regex naming it."""
     names = set(member.topics)
     if member.regex is not None:
-        pattern = compile_regex(member.regex)
-        names.update(t for t in registry.topics if pattern.fullmatch(t))
+        names.update(_resolved(registry, member.regex))
     return names
 
 
