@@ -166,22 +166,15 @@ def test_regex_subscription_picks_up_a_topic_created_later(cluster):
 
 
 def test_a_regex_matches_internal_topics_as_kafkas_coordinator_does(cluster):
-    """Kafka 4 resolves a member's regex against every topic, `__consumer_offsets` too
-    (franz-go's Test848RegexBrokerResolves); only ACLs narrow it."""
+    # Kafka 4 matches it against every topic (franz-go's Test848RegexBrokerResolves).
     cluster.gateway.offsets.ensure_topic()
-    topic, group_id = new_name("rxi"), new_name("g")
+    topic, group_id, member_id = new_name("rxi"), new_name("g"), str(uuid.uuid4())
     cluster.admin.create_topic(topic, 1, 2)
+    regex = f"__consumer_offsets|{topic}"
     with KafkaWire(cluster.kafka_address) as wire:
-        joined = heartbeat(
-            wire, group_id, str(uuid.uuid4()), 0, regex=f"__consumer_offsets|{topic}"
-        )
-        assert joined.error_code == 0
-        member = describe(cluster, group_id).members[0]
-        assert {t.topic_name for t in member.assignment.topic_partitions} == {
-            "__consumer_offsets",
-            topic,
-        }
-        assert heartbeat(wire, group_id, joined.member_id, -1).error_code == 0
+        assert heartbeat(wire, group_id, member_id, 0, regex=regex).error_code == 0
+    assigned = describe(cluster, group_id).members[0].assignment.topic_partitions
+    assert {t.topic_name for t in assigned} == {"__consumer_offsets", topic}
 
 
 def test_static_member_rejoining_keeps_its_partitions(cluster):
