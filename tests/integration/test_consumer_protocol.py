@@ -11,6 +11,7 @@ import pytest
 
 from seglog.client.config import ConsumerConfig
 from seglog.client.consumer import Consumer
+from seglog.client.membership import CommitFailedError
 from seglog.client.producer import Producer
 from seglog.errors import InvalidConfigError, SeglogError
 from tests.cluster import LocalCluster
@@ -125,3 +126,30 @@ def test_an_unknown_group_protocol_is_refused_before_anything_is_sent():
     with pytest.raises(InvalidConfigError, match="group_protocol must be one of"):
         ConsumerConfig(group_id="g", group_protocol="cooperative")
     assert ConsumerConfig(group_id="g").group_protocol == "classic"  # classic stays the default
+
+
+def test_a_member_that_stops_polling_leaves_and_joins_again_on_its_next_poll(cluster):
+    topic, group_id = new_name("slow"), new_name("g")
+    cluster.admin.create_topic(topic, 2, 2)
+    produce(cluster, topic, range(4), 2)
+    groups = cluster.gateway.consumer_groups
+    with Consumer(
+        cluster.address,
+        group_id=group_id,
+        group_protocol="consumer",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_interval_ms=1000,
+    ) as consumer:
+        consumer.subscribe([topic])
+        read: list[object] = []
+        wait_for(lambda: read.extend(consumer.poll_records(timeout_ms=100)) or len(read) >= 4,
+                 TIMEOUT_S, "records read")  # fmt: skip
+        wait_for(lambda: not groups.has_members(group_id), TIMEOUT_S, "the stalled member gone")
+        with pytest.raises(CommitFailedError, match="max_poll_interval_ms"):
+            consumer.commit()
+        wait_for(
+            lambda: consumer.poll_records(timeout_ms=100) == [] and groups.has_members(group_id),
+            TIMEOUT_S,
+            "joined again on its next poll",
+        )

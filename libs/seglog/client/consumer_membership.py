@@ -10,6 +10,8 @@ the heartbeat is sent at once: it tells the coordinator the partitions given up 
 which is when their new owners get them. No JoinGroup waits, no generation stops the group.
 
 Commits carry the member epoch where the classic protocol carries the generation. A member
+that does not poll within max_poll_interval_ms leaves (epoch -1), as a classic one does, so
+its partitions go to members that read; its commits then fail and its next poll joins. A member
 fenced (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: its session ended) gives up its partitions
 and joins again as a new member, as Kafka's consumer does.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 
@@ -58,8 +61,9 @@ class ConsumerProtocolMembership(GroupMembership):
         before `deadline_s`."""
         wanted = tuple(sorted(set(topics)))
         with self._lock:
-            if not self.member_id:
+            if not self.member_id:  # a new member owns nothing (Kafka refuses a join that does)
                 self.member_id, self.generation, self._target = str(uuid.uuid4()), JOIN_EPOCH, None
+                self.assignment = set()
             needs_answer = self._target is None or wanted != self._topics
             self._topics = wanted
         backoff_s = self.config.retry_backoff_ms / 1000
@@ -131,7 +135,8 @@ class ConsumerProtocolMembership(GroupMembership):
         with self._beat_lock:
             with self._lock:
                 member_id, epoch = self.member_id, self.generation
-                topics, owned = self._topics, set(self.assignment)
+                topics = self._topics
+                owned = set(self.assignment) if epoch != JOIN_EPOCH else set()
             if not member_id or epoch < 0:
                 return False
             request = self._request(member_id, epoch, topics, owned)
@@ -167,9 +172,17 @@ class ConsumerProtocolMembership(GroupMembership):
             logger.debug("heartbeat refused: %s", error)
 
     def _heartbeat_loop(self) -> None:
+        max_poll_interval_s = self.config.max_poll_interval_ms / 1000
         while True:
             self._wake.wait(self._interval_s)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            stalled_s = time.monotonic() - self._last_poll_s
+            with self._lock:
+                joined = bool(self.member_id) and self.generation >= 0
+            if joined and stalled_s > max_poll_interval_s:
+                # As a classic member (KIP-62); a target waiting for its poll does not excuse it.
+                self._leave_for_slow_poll(stalled_s)
+                continue
             self._beat()
