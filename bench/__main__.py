@@ -46,6 +46,7 @@ SERVICE_GROUPS = (
     "long-polls",
     "kafka-flood",
     "transactions",
+    "groups",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 APPEND_BYTES = int(os.environ.get("SEGLOG_BENCH_APPEND_MIB", 512)) * MIB
@@ -285,7 +286,7 @@ def bench_codec() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m bench [engine] [services] [clients] [consumer] [replication] [bulk]
-    [security] [metrics] [registry] [spark] [scale] [kafka-protocol] [transactions]`: every
+    [security] [metrics] [registry] [spark] [scale] [kafka-protocol] [transactions] [groups]`: every
     group when none is named."""
     groups = set(sys.argv[1:] if argv is None else argv) or {"engine", *SERVICE_GROUPS}
     if "engine" in groups:

@@ -32,11 +32,6 @@ from .conformance_report import Row, print_table, rows_of
 
 # Tests (or subtests: "Parent/sub") seglog is expected to fail or skip until the issues that
 # build what they need land; a subtest is covered by its parent's entry.
-KIP_848_REGEX = (
-    "issue 55: KIP-848 groups are served (TestGroupETL's and TestTxnEtl's 848 subtests pass), "
-    "but franz-go's broker-resolved regex test fails on seglog: not investigated yet"
-)
-KIP_848_SKIP = "issue 55: franz-go skips this 848 subtest on seglog: why is not investigated yet"
 SHARE_GROUP_CONFIGS = (
     "issue 55: the test first sets share.auto.offset.reset on its group with "
     "IncrementalAlterConfigs on a GROUP resource (type 32), which seglog refuses "
@@ -47,8 +42,6 @@ SHARE_OFFSETS_ADMIN = (
     "already indicated it will not know how to handle the request')"
 )
 EXPECTED: dict[str, str] = {
-    "Test848RegexBrokerResolves": KIP_848_REGEX,
-    "TestGroupSimple/848": KIP_848_SKIP,
     "TestShareGroup": SHARE_GROUP_CONFIGS,
     "TestShareGroupETL": SHARE_GROUP_CONFIGS,
     "TestShareGroupAckOnClose": SHARE_GROUP_CONFIGS,

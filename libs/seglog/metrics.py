@@ -20,6 +20,8 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.partitions.offline                 gauge: partitions without a live leader (gateway)
   seglog.registry.node.live                 gauge per registered node (the gateway)
   seglog.consumer.lag                       gauge per group and partition (the coordinator)
+  seglog.groups                             gauge per group protocol and state (the coordinator)
+  seglog.group.members                      gauge per group and protocol its members speak
   seglog.transactions                       gauge per transaction state (the coordinator)
   seglog.transactions.markers.pending       gauge: transactions whose markers are pending
   seglog.authorization.denied               counter per operation and resource type

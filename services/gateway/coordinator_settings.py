@@ -18,6 +18,7 @@ from .groups.coordinator import (
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     DEFAULT_MIN_SESSION_TIMEOUT_MS,
 )
+from .groups.group_migration import DEFAULT_MIGRATION_POLICY, MIGRATION_POLICIES
 from .groups.offsets_store import (
     DEFAULT_OFFSETS_RETENTION_CHECK_INTERVAL_MS,
     DEFAULT_OFFSETS_RETENTION_MINUTES,
@@ -80,6 +81,14 @@ group_consumer_heartbeat_interval_ms = setting(
     DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS,
     "how often KIP-848 consumer group members are told to heartbeat (their "
     "assignments change only on a heartbeat)",
+)
+
+group_consumer_migration_policy = setting(
+    DEFAULT_MIGRATION_POLICY,
+    "which online conversions between classic and KIP-848 consumer groups are done: a "
+    "consumer-protocol member joining a classic group (upgrade), the last one leaving "
+    "(downgrade), both, or neither (Kafka's group.consumer.migration.policy)",
+    choices=MIGRATION_POLICIES,
 )
 
 group_share_record_lock_duration_ms = setting(

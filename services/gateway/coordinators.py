@@ -21,6 +21,7 @@ from .cluster.registry import Registry
 from .cluster.topic_admin import TopicAdmin
 from .coordination.gateway_session import GatewaySession
 from .coordination.group_coordinators import EtcdCoordination, SoleCoordinator
+from .groups.classic_handover import ClassicHandover
 from .groups.consumer_groups import ConsumerGroups, ConsumerGroupsConfig
 from .groups.coordinator import CoordinatorConfig, GroupCoordinator
 from .groups.group_calls import GroupCalls
@@ -107,12 +108,15 @@ def build_coordinators(
             group_consumer_session_timeout_ms=config.group_consumer_session_timeout_ms,
             group_consumer_heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
             group_max_size=config.group_max_size,
+            classic_group_max_size=config.group_max_size,
+            group_consumer_migration_policy=config.group_consumer_migration_policy,
         ),
         load=offsets.consumer_group_records,
         persist=offsets.store_consumer_group,
-        classic_members=lambda g: len(getattr(coordinator.snapshot(g), "members", {})),
+        classic=ClassicHandover(coordinator),
     )
     groups.consumer_groups = consumer_groups
+    coordinator.held_elsewhere = consumer_groups.holds
     membership = GroupMembership(groups)
     share_parts = share_groups(
         registry,

@@ -43,6 +43,7 @@ from .coordinators import OffsetsExpiry, build_coordinators
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
+from .groups import group_metrics
 from .grpc_services import (
     GATEWAY_SERVICE,
     GROUPS_SERVICE,
@@ -242,6 +243,7 @@ class Gateway:
         )
         self.service.metrics = self.metrics
         share_metrics.register(self.metrics, self.share)
+        group_metrics.register(self.metrics, self.coordinator, self.consumer_groups)
         self.authorization.on_denied = self.metrics.denied
         self.tracer_provider = tracer_provider
         self.server: grpc.Server | None = None

@@ -229,6 +229,7 @@ class GatewayConfig:
     group_consumer_heartbeat_interval_ms: int = (
         coordinator_settings.group_consumer_heartbeat_interval_ms
     )
+    group_consumer_migration_policy: str = coordinator_settings.group_consumer_migration_policy
     group_share_record_lock_duration_ms: int = (
         coordinator_settings.group_share_record_lock_duration_ms
     )

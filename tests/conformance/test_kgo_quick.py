@@ -19,8 +19,14 @@ def kgo_binary():
 
 # Each a few seconds on seglog (measured beside Kafka on the same machine by make
 # conformance); together they cover Produce, Fetch, Metadata, CreateTopics/DeleteTopics,
-# FindCoordinator and the classic group's Join/Sync/Heartbeat/OffsetCommit/OffsetFetch.
-QUICK_TESTS = ["TestIssue325", "TestConsumeTopicRetrieval", "TestGroupSimple"]
+# FindCoordinator, the classic group's Join/Sync/Heartbeat/OffsetCommit/OffsetFetch and (the 848
+# subtest, the regex test) KIP-848's ConsumerGroupHeartbeat.
+QUICK_TESTS = [
+    "TestIssue325",
+    "TestConsumeTopicRetrieval",
+    "TestGroupSimple",
+    "Test848RegexBrokerResolves",  # KIP-848: a regex the broker resolves, internal topics too
+]
 # A test that passes in seconds is given ten times its usual time on a loaded machine.
 TIMEOUT_S = 90.0
 
@@ -43,6 +49,12 @@ def test_franz_go_kgo_test_passes_on_seglog(cluster, test, tmp_path):
         extra_env={"KGO_TEST_RF": "3", "KGO_TEST_RECORDS": "1000"},
     )
     result = run.results[test]
+    # Its KIP-848 subtest runs (conformance_kgo.SERIAL_SUBTESTS), not skips itself.
+    subtests = {n: r.action for n, r in run.results.items() if n.startswith(f"{test}/")}
+    assert test != "TestGroupSimple" or subtests == {
+        f"{test}/classic": "pass",
+        f"{test}/848": "pass",
+    }
     assert result.action == "pass", (
         f"{test}: {result.action}: {result.reason()}\n"
         + "\n".join(result.output[-40:])

@@ -165,6 +165,18 @@ def test_regex_subscription_picks_up_a_topic_created_later(cluster):
         c.close()
 
 
+def test_a_regex_matches_internal_topics_as_kafkas_coordinator_does(cluster):
+    # Kafka 4 matches it against every topic (franz-go's Test848RegexBrokerResolves).
+    cluster.gateway.offsets.ensure_topic()
+    topic, group_id, member_id = new_name("rxi"), new_name("g"), str(uuid.uuid4())
+    cluster.admin.create_topic(topic, 1, 2)
+    regex = f"__consumer_offsets|{topic}"
+    with KafkaWire(cluster.kafka_address) as wire:
+        assert heartbeat(wire, group_id, member_id, 0, regex=regex).error_code == 0
+    assigned = describe(cluster, group_id).members[0].assignment.topic_partitions
+    assert {t.topic_name for t in assigned} == {"__consumer_offsets", topic}
+
+
 def test_static_member_rejoining_keeps_its_partitions(cluster):
     topic, group_id = new_name("static"), new_name("sg")
     cluster.admin.create_topic(topic, 4, 2)
@@ -256,7 +268,8 @@ def test_heartbeat_and_offsets_are_checked_against_member_epochs(cluster):
         assert commit(9, 0) == STALE_MEMBER_EPOCH
         assert commit(8, 1) == UNSUPPORTED_VERSION
         assert commit(9, 1) == 0
-        # A classic member cannot join the group while it has consumer-protocol members.
+        # A classic member joins it only with a consumer-protocol subscription (these bytes
+        # are none); with one, it is served inside the group (test_kafka_group_migration.py).
         join = JoinGroupRequest[5](
             group_id=group_id,
             session_timeout_ms=10000,

@@ -6,7 +6,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from seglog.rpc.channels import open_channel
-from seglog.semconv import PARTITION, TOPIC
+from seglog.semconv import GROUP, PARTITION, TOPIC
 from seglog.v1 import common_pb2, gateway_pb2_grpc
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -272,3 +272,17 @@ def test_a_kafka_produce_is_one_span_carrying_its_api_client_and_topic(traced_cl
     # The relay to the node and the node's append are in the Kafka request's trace.
     assert one(in_trace(produce), "seglog.log.append")
     assert any(s.name == "kafka.Metadata" for s in _EXPORTER.get_finished_spans())
+
+
+def test_a_kip848_heartbeat_is_a_span_naming_its_group_and_member_epoch(traced_cluster):
+    from tests.kafka_wire import KafkaWire
+    from tests.kip848_clients import heartbeat
+
+    _EXPORTER.clear()
+    with KafkaWire(traced_cluster.kafka_address) as wire:
+        joined = heartbeat(wire, "traced-group", "traced-member", 0, topics=["t"])
+        assert joined.error_code == 0
+        assert heartbeat(wire, "traced-group", "traced-member", -1).error_code == 0
+    beats = [s for s in _EXPORTER.get_finished_spans() if s.name == "kafka.ConsumerGroupHeartbeat"]
+    assert [s.attributes[GROUP] for s in beats] == ["traced-group", "traced-group"]
+    assert [s.attributes["seglog.group.member_epoch"] for s in beats] == ["0", "-1"]

@@ -112,6 +112,7 @@ DESCRIBED_NAMES = [
     "group.initial.rebalance.delay.ms",
     "group.consumer.session.timeout.ms",
     "group.consumer.heartbeat.interval.ms",
+    "group.consumer.migration.policy",
     "group.share.delivery.count.limit",
     "group.share.record.lock.duration.ms",
     "group.share.session.timeout.ms",

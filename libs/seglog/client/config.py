@@ -29,6 +29,7 @@ COMPRESSION_TYPES = {c.name.lower(): c for c in CompressionType}
 ASSIGNMENT_STRATEGIES = ("range", "roundrobin")
 AUTO_OFFSET_RESETS = ("earliest", "latest", "none")
 FETCH_TRANSPORTS = ("auto", "bulk", "grpc")
+GROUP_PROTOCOLS = ("classic", "consumer")
 # Kafka's isolation levels, as FetchRequest.isolation_level numbers them.
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 PRODUCE_TRANSPORTS = ("auto", "grpc")
@@ -179,6 +180,11 @@ class ConsumerConfig:
     heartbeat_interval_ms: int = 3000
     max_poll_interval_ms: int = 300_000
     partition_assignment_strategy: tuple[str, ...] = ("range", "roundrobin")
+    # Kafka's group.protocol: "classic" (seglog-managed groups: JoinGroup waits for the
+    # rebalance, the coordinator assigns) or "consumer" (KIP-848: heartbeats carry the
+    # assignment, partitions move one at a time without stopping the group; the group's
+    # session is the gateway's group.consumer.session.timeout.ms).
+    group_protocol: str = "classic"
     request_timeout_ms: int = 30_000
     retry_backoff_ms: int = 100
     # Kafka's (KIP-580): retries after repeated failures wait twice as long each time, up to this.
@@ -230,6 +236,11 @@ class ConsumerConfig:
             raise InvalidConfigError(
                 f"isolation_level must be one of {list(ISOLATION_LEVELS)}, "
                 f"got {self.isolation_level!r}"
+            )
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise InvalidConfigError(
+                f"group_protocol must be one of {list(GROUP_PROTOCOLS)}, "
+                f"got {self.group_protocol!r}"
             )
         if self.auto_offset_reset not in AUTO_OFFSET_RESETS:
             raise InvalidConfigError(

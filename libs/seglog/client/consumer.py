@@ -35,6 +35,8 @@ from ..records import Record
 from .config import ConsumerConfig, client_security, from_kwargs, pop_bootstrap
 from .consumer_commits import CommitCallback as CommitCallback
 from .consumer_commits import OffsetCommits
+from .consumer_membership import ConsumerProtocolMembership
+from .coordinators import GroupCoordinators
 from .deserializing import deserialized
 from .fetcher import Fetcher
 from .gateway import EARLIEST, LATEST, GatewayClient, default_bootstrap, partition_offsets
@@ -75,7 +77,7 @@ class Consumer(OffsetCommits):
         )
         self._group: GroupMembership | None = None
         if self.config.group_id is not None:
-            self._group = GroupMembership(self.config, self._client.group_coordinators)
+            self._group = _membership(self.config, self._client.group_coordinators)
         self._subscription: tuple[str, ...] = ()
         self._pattern: TopicPattern | None = None
         self._listener: Any = None
@@ -147,7 +149,7 @@ class Consumer(OffsetCommits):
             self._maybe_commit_before_revoke()
             notify(self._listener, "on_partitions_revoked", self._assigned)
             self._group.leave()
-            self._group = GroupMembership(self.config, self._client.group_coordinators)
+            self._group = _membership(self.config, self._client.group_coordinators)
 
     def partitions_for(self, topic: str) -> list[int]:
         return list(range(self._metadata.topic(topic).num_partitions))
@@ -444,6 +446,13 @@ class Consumer(OffsetCommits):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _membership(config: ConsumerConfig, coordinators: GroupCoordinators) -> GroupMembership:
+    """The group side of the consumer for its group_protocol."""
+    if config.group_protocol == "consumer":
+        return ConsumerProtocolMembership(config, coordinators)
+    return GroupMembership(config, coordinators)
 
 
 def _record_partition(record: Record) -> tuple[str, int]:

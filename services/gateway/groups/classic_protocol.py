@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from seglog.errors import (
+    CoordinatorNotAvailableError,
     FencedInstanceIdError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
@@ -92,6 +93,10 @@ class ClassicProtocol:
         stored = self._stored(group_id)
         now = time.monotonic()
         with settling(self) as touched:
+            if group_id not in self._groups and self.held_elsewhere(group_id):
+                # Upgraded to a consumer group since this call was routed (classic_handover):
+                # a new classic group beside it would hand out its partitions twice.
+                raise CoordinatorNotAvailableError(f"group {group_id} changed protocol: retry")
             group = self._group(group_id, stored)
             touched.append(group)  # a static member's old id may have waits to end
             _check_compatible(group, protocol_type, offered)
@@ -133,7 +138,7 @@ class ClassicProtocol:
             member.rebalance_timeout_s = rebalance_timeout_ms / 1000
             member.last_heartbeat = now
             if not member_id and static is not None and group.state == STABLE:
-                if _select_protocol(group) == group.strategy:
+                if select_protocol(group) == group.strategy:
                     # Kafka answers with the leader as it was, so a restarted leader does not
                     # compute an assignment a Stable group would not hand out.
                     self._state_changed(group)
@@ -297,7 +302,7 @@ def complete_classic_join(group: Group, now: float) -> None:
     """The rebalance's end for classic members (the caller removed those that did not
     join and handled an emptied group): a new generation waits for the leader's sync."""
     group.generation += 1
-    group.strategy = _select_protocol(group)
+    group.strategy = select_protocol(group)
     leader = group.members.get(group.leader)
     if leader is None or not leader.joining:
         # Kafka's maybeElectNewJoinedLeader: a static leader that did not join again hands
@@ -362,7 +367,7 @@ def _common_protocols(members: Iterable[Member]) -> set[str]:
     return common or set()
 
 
-def _select_protocol(group: Group) -> str:
+def select_protocol(group: Group) -> str:
     """Kafka's selectProtocol: among the protocols every member supports, the one most
     members list first (ties: the earliest in the first member's preferences)."""
     members = list(group.members.values())

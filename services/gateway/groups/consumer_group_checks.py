@@ -18,7 +18,7 @@ from seglog.coordinator_errors import (
     InvalidRegularExpressionError,
     StaleMemberEpochError,
 )
-from seglog.errors import InvalidRequestError
+from seglog.errors import IllegalGenerationError, InvalidRequestError
 
 from .consumer_group_state import STATIC_LEAVE_EPOCH, ConsumerMember, flat
 from .server_assignors import check_assignor
@@ -106,6 +106,11 @@ def fence(member: ConsumerMember, hb: ConsumerHeartbeat) -> None:
 
 
 def check_epoch(member: ConsumerMember, epoch: int) -> None:
+    """Kafka's validateMemberEpoch: a classic member's generation is its member epoch."""
+    if epoch != member.member_epoch and member.classic is not None:
+        raise IllegalGenerationError(
+            f"generation {epoch} is not member {member.member_id}'s epoch {member.member_epoch}"
+        )
     if epoch != member.member_epoch:
         raise StaleMemberEpochError(
             f"member epoch {epoch} is not member {member.member_id}'s current {member.member_epoch}"

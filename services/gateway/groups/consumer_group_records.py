@@ -13,7 +13,9 @@ fields at the end of each struct). A null value (tombstone) deletes what the key
             topics' partition counts instead)
     type 5  ConsumerGroupMemberMetadataKey (group, member)    -> InstanceId?, RackId?,
             ClientId, ClientHost, SubscribedTopicNames[], SubscribedTopicRegex?,
-            RebalanceTimeoutMs, ServerAssignor?
+            RebalanceTimeoutMs, ServerAssignor?, tagged 0 ClassicMemberMetadata?
+            (SessionTimeoutMs, SupportedProtocols[Name, Metadata bytes]: a member still
+            on the classic protocol after an online migration)
     type 6  ConsumerGroupTargetAssignmentMetadataKey (group)  -> AssignmentEpoch
     type 7  ConsumerGroupTargetAssignmentMemberKey (group, member) -> [TopicId uuid,
             Partitions int32[]]
@@ -181,7 +183,19 @@ def member_metadata(group_id: str, member_id: str, member: Any | None) -> Record
         subscribed_topic_regex=member.regex,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor,
-        classic_member_metadata=None,
+        classic_member_metadata=_classic(member.classic),
+    )
+
+
+def _classic(classic: Any | None) -> Any | None:
+    if classic is None:
+        return None
+    cls = MemberMetadataValue.ClassicMemberMetadata
+    return cls(
+        session_timeout_ms=classic.session_timeout_ms,
+        supported_protocols=[
+            cls.ClassicProtocol(name=name, metadata=data) for name, data in classic.protocols
+        ],
     )
 
 

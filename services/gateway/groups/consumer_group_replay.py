@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from . import consumer_group_records as records
-from .consumer_group_state import ConsumerGroup, ConsumerMember, flat
+from .consumer_group_state import ClassicMetadata, ConsumerGroup, ConsumerMember, flat
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def replay(group_id: str, stored: Mapping[bytes, bytes], now: float) -> Consumer
                 server_assignor=decoded.server_assignor,
                 rebalance_timeout_ms=decoded.rebalance_timeout_ms,
                 last_heartbeat=now,
+                classic=_classic(decoded.classic_member_metadata),
             )
         elif kind == records.TARGET_ASSIGNMENT_MEMBER:
             targets[decoded_key.member_id] = records.partitions_of(decoded.topic_partitions)
@@ -109,3 +111,12 @@ def replay(group_id: str, stored: Mapping[bytes, bytes], now: float) -> Consumer
         "group %s: replayed epoch %d with %d members", group_id, group.epoch, len(group.members)
     )
     return group
+
+
+def _classic(stored: Any) -> ClassicMetadata | None:
+    if stored is None:
+        return None
+    return ClassicMetadata(
+        stored.session_timeout_ms,
+        tuple((p.name, bytes(p.metadata)) for p in stored.supported_protocols),
+    )

@@ -43,6 +43,16 @@ STATIC_LEAVE_EPOCH = -2  # a static member leaving for a while (its place is kep
 Assignment = dict[str, frozenset[int]]  # topic id -> partitions
 
 
+@dataclass(frozen=True)
+class ClassicMetadata:
+    """A member of a consumer group that speaks the classic protocol (JoinGroup, SyncGroup,
+    Heartbeat), as Kafka's ClassicMemberMetadata: its session timeout and its protocols as
+    (name, subscription bytes), preference order kept."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -65,6 +75,10 @@ class ConsumerMember:
     # time.monotonic() of its last heartbeat; and when its revocation must be done by.
     last_heartbeat: float = 0.0
     revoke_deadline: float | None = None
+    # A classic-protocol member (online migration, group_migration.py); None for KIP-848's.
+    classic: ClassicMetadata | None = None
+    # A classic member's JoinGroup or SyncGroup due by then (Kafka's join and sync timeouts).
+    classic_deadline: float | None = None
 
     def metadata_key(self) -> tuple[object, ...]:
         """What the member-metadata record holds: when it changes, the record is written."""
@@ -77,6 +91,7 @@ class ConsumerMember:
             self.regex,
             self.server_assignor,
             self.rebalance_timeout_ms,
+            self.classic,
         )
 
     def assignment_key(self) -> tuple[object, ...]:
@@ -124,6 +139,34 @@ class ConsumerGroup:
                     for partition in partitions:
                         held[(topic_id, partition)] = member.member_id
         return held
+
+
+def expired_members(
+    group: ConsumerGroup, now: float, consumer_session_s: float
+) -> list[tuple[str, bool]]:
+    """(member id, whether its session ended) of each member to fence: its session over
+    (a classic member's own session timeout, Kafka's classicProtocolSessionTimeout), its
+    revocation not done in its rebalance timeout, or a classic member's JoinGroup or
+    SyncGroup not come in time."""
+    out = []
+    for member in group.members.values():
+        session_s = (
+            member.classic.session_timeout_ms / 1000
+            if member.classic is not None
+            else consumer_session_s
+        )
+        late = now - member.last_heartbeat > session_s
+        if (
+            late
+            or (
+                member.state == UNREVOKED_PARTITIONS
+                and member.revoke_deadline is not None
+                and now > member.revoke_deadline
+            )
+            or (member.classic_deadline is not None and now > member.classic_deadline)
+        ):
+            out.append((member.member_id, late))
+    return out
 
 
 def _frozen(assignment: Mapping[str, frozenset[int]]) -> frozenset[tuple[str, int]]:

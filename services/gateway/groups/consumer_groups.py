@@ -14,16 +14,18 @@ epoch is past it; the member reconciled. The records of what changed are appende
 before the answer goes out; if they cannot be, the group is put back as it was and the member
 retries. Members that miss their session (group.consumer.session.timeout.ms) or do not revoke
 within their rebalance timeout are removed by a reaper thread, as Kafka's timers do.
+Online migration to and from classic groups: group_migration.py, classic_members.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from seglog.coordinator_errors import UnreleasedInstanceIdError
@@ -38,11 +40,11 @@ from seglog.errors import (
 
 from ..cluster.registry import Registry
 from . import consumer_group_records as records
+from .classic_handover import ClassicHandover
 from .consumer_group_checks import (
     ConsumerHeartbeat,
     check_epoch,
     check_request,
-    compile_regex,
     fence,
     update_subscription,
 )
@@ -50,23 +52,26 @@ from .consumer_group_replay import diff_records, replay
 from .consumer_group_state import (
     LEAVE_EPOCH,
     STATIC_LEAVE_EPOCH,
-    UNREVOKED_PARTITIONS,
     Assignment,
     ConsumerGroup,
     ConsumerMember,
+    expired_members,
     flat,
-    nested,
     reconcile,
 )
-from .server_assignors import AssignorMember, assign, preferred
+from .consumer_group_targets import (
+    assign_targets,
+    bump_epoch_if_changed,
+    member_topics,
+    subscribed_metadata,
+)
+from .group_migration import DEFAULT_MIGRATION_POLICY, GroupMigrations
 
 logger = logging.getLogger(__name__)
 
 # Kafka's defaults: group.consumer.session.timeout.ms, group.consumer.heartbeat.interval.ms.
 DEFAULT_CONSUMER_SESSION_TIMEOUT_MS = 45_000
 DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS = 5_000
-# Kafka's internal topics, which a regular expression never matches (Topic.isInternal).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,10 @@ class ConsumerGroupsConfig:
     group_consumer_session_timeout_ms: int = DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
     group_consumer_heartbeat_interval_ms: int = DEFAULT_CONSUMER_HEARTBEAT_INTERVAL_MS
     group_max_size: int = 1000
+    # Kafka's group.consumer.migration.policy (group_migration.py) and group.max.size, the
+    # classic groups' bound a downgraded group must fit.
+    group_consumer_migration_policy: str = DEFAULT_MIGRATION_POLICY
+    classic_group_max_size: int = 1000
 
 
 @dataclass(frozen=True)
@@ -91,13 +100,16 @@ class ConsumerGroups:
         config: ConsumerGroupsConfig,
         load: Callable[[str], Mapping[bytes, bytes]] | None = None,
         persist: Callable[[str, list[records.Record]], None] | None = None,
-        classic_members: Callable[[str], int] = lambda group_id: 0,
+        classic: ClassicHandover | None = None,
     ) -> None:
         self.registry = registry
         self.config = config
         self._load = load
         self._persist = persist
-        self._classic_members = classic_members
+        self._classic = classic  # the classic coordinator, for online migrations
+        self._migrations = (
+            GroupMigrations(registry, config, classic, persist) if classic is not None else None
+        )
         self._lock = threading.Lock()  # the dicts below; a group's own lock guards the group
         self._groups: dict[str, ConsumerGroup] = {}
         self._group_locks: dict[str, threading.Lock] = {}
@@ -119,15 +131,36 @@ class ConsumerGroups:
     def heartbeat(self, hb: ConsumerHeartbeat) -> HeartbeatAnswer:
         check_request(hb)
         with self._group_lock(hb.group_id):
-            group = self._get(hb.group_id, create=hb.member_epoch == 0)
-            before = copy.deepcopy(group)
+            upgraded = self._upgrade(hb.group_id) if hb.member_epoch == 0 else None
+            group = upgraded or self._get(hb.group_id, create=hb.member_epoch == 0)
+            # An upgraded group is written whole: every record of it is new.
+            before = ConsumerGroup(hb.group_id) if upgraded else copy.deepcopy(group)
             try:
                 answer = self._heartbeat(group, hb, time.monotonic())
                 self._write(before, group)
             except BaseException:
-                self._put_back(before)
+                if upgraded is None:
+                    self._put_back(before)
+                else:  # its classic members meet an unknown group and join it anew
+                    with self._lock:
+                        self._groups.pop(hb.group_id, None)
                 raise
             return answer
+
+    @contextlib.contextmanager
+    def changing(self, group_id: str) -> Iterator[ConsumerGroup]:
+        """The group (GroupIdNotFoundError for none), changed by the caller under its lock:
+        the records of the change written when the block ends, or the group put back as it
+        was if the block or the write raises (classic_members.py's calls)."""
+        with self._group_lock(group_id):
+            group = self._get(group_id, create=False)
+            before = copy.deepcopy(group)
+            try:
+                yield group
+                self._write(before, group)
+            except BaseException:
+                self._put_back(before)
+                raise
 
     def _heartbeat(
         self, group: ConsumerGroup, hb: ConsumerHeartbeat, now: float
@@ -139,7 +172,7 @@ class ConsumerGroups:
                 member.member_epoch = STATIC_LEAVE_EPOCH
                 member.pending_revocation = {}
             else:
-                self._remove(group, member.member_id)
+                self.remove_member(group, member.member_id)
             return HeartbeatAnswer(hb.member_id, hb.member_epoch, interval, None)
         if hb.member_epoch == 0:
             member, joined = self._joining(group, hb, now)
@@ -149,12 +182,8 @@ class ConsumerGroups:
         previous = flat(member.assigned)
         changed = update_subscription(member, hb)
         member.last_heartbeat = now
-        metadata = self._subscribed_metadata(group)
-        if joined or changed or metadata != group.topic_metadata:
-            group.epoch += 1
-            group.topic_metadata = metadata
-        if group.assignment_epoch < group.epoch:
-            self._assign(group)
+        bump_epoch_if_changed(self.registry, group, joined or changed)
+        assign_targets(self.registry, group)
         reconcile(group, member, hb.owned, now)
         full = (
             hb.rebalance_timeout_ms != -1
@@ -204,53 +233,30 @@ class ConsumerGroups:
             raise UnknownMemberIdError(f"member {hb.member_id} is not in group {group.group_id}")
         return member
 
-    def _remove(self, group: ConsumerGroup, member_id: str) -> None:
+    def remove_member(self, group: ConsumerGroup, member_id: str) -> None:  # group held
         member = group.members.pop(member_id, None)
         group.target.pop(member_id, None)
         if member is not None and member.instance_id is not None:
             group.static_members.pop(member.instance_id, None)
         group.epoch += 1
 
-    # -- subscriptions and the target assignment -----------------------------------------------
-
-    def _subscribed_metadata(self, group: ConsumerGroup) -> dict[str, tuple[str, int]]:
-        """name -> (topic id, partitions) of every existing topic a member subscribes to."""
-        names: set[str] = set()
-        for member in group.members.values():
-            names.update(self._member_topics(member))
-        out = {}
-        for name in sorted(names):
-            topic = self.registry.topics.get(name)
-            if topic is not None and topic.topic_id:
-                out[name] = (topic.topic_id, len(topic.partitions))
-        return out
-
-    def _member_topics(self, member: ConsumerMember) -> set[str]:
-        names = set(member.topics)
-        if member.regex is not None:
-            pattern = compile_regex(member.regex)
-            names.update(
-                t for t in self.registry.topics if t not in INTERNAL_TOPICS and pattern.fullmatch(t)
-            )
-        return names
-
-    def _assign(self, group: ConsumerGroup) -> None:
-        metadata = group.topic_metadata
-        group.assignor = preferred([m.server_assignor for m in group.members.values()])
-        specs = []
-        for member in group.members.values():
-            ids = frozenset(metadata[n][0] for n in self._member_topics(member) if n in metadata)
-            previous = flat(group.target.get(member.member_id, {}))
-            specs.append(AssignorMember(member.member_id, member.instance_id, ids, previous))
-        counts = {topic_id: count for topic_id, count in metadata.values()}
-        answer = assign(group.assignor, specs, counts)
-        group.target = {member_id: nested(pairs) for member_id, pairs in answer.items()}
-        group.assignment_epoch = group.epoch
-
     # -- offsets checked against member epochs --------------------------------------------------
 
     def is_consumer_group(self, group_id: str) -> bool:
         return self._get(group_id, create=False, missing_ok=True) is not None
+
+    def holds(self, group_id: str) -> bool:
+        """Is the group here (the classic coordinator's check, under its lock: no I/O)?"""
+        with self._lock:
+            return group_id in self._groups
+
+    def has_members(self, group_id: str) -> bool:
+        """A consumer group with members (False while its records cannot be read)."""
+        try:
+            group = self._get(group_id, create=False, missing_ok=True)
+        except SeglogError:
+            return False
+        return group is not None and bool(group.members)
 
     def check_commit(
         self,
@@ -271,15 +277,17 @@ class ConsumerGroups:
             member = group.members.get(member_id)
             if member is None:
                 raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+            if member.classic is not None:  # Kafka checks its generation, any version
+                return check_epoch(member, epoch)
             if api_version < 9:
                 raise UnsupportedVersionError(
                     "OffsetCommit version 9 or above must be used by members using the "
                     "consumer group protocol"
                 )
             if epoch < member.member_epoch and partitions and epoch >= 0:
-                ids = {n: t.topic_id for n, t in self.registry.topics.items()}
-                held = member.assignment_epochs
-                if all(held.get((ids.get(n, ""), p), epoch + 1) <= epoch for n, p in partitions):
+                topics, held = self.registry.topics, member.assignment_epochs
+                ids = {n: getattr(topics.get(n), "topic_id", "") for n, _ in partitions}
+                if all(held.get((ids[n], p), epoch + 1) <= epoch for n, p in partitions):
                     return
             check_epoch(member, epoch)
 
@@ -323,7 +331,7 @@ class ConsumerGroups:
         if group is None:
             return set()
         with self._group_lock(group_id):
-            return {n for m in group.members.values() for n in self._member_topics(m)}
+            return {n for m in group.members.values() for n in member_topics(self.registry, m)}
 
     def delete_group(self, group_id: str) -> bool:
         """Forget an empty consumer group and tombstone its records; False: none here."""
@@ -358,23 +366,41 @@ class ConsumerGroups:
             if stored:
                 group = replay(group_id, stored, time.monotonic())
                 if group is not None:
-                    group.topic_metadata = self._subscribed_metadata(group)
+                    group.topic_metadata = subscribed_metadata(self.registry, group)
         if group is None:
             if not create:
                 if missing_ok:
                     return None  # type: ignore[return-value]
                 raise GroupIdNotFoundError(f"consumer group {group_id!r} not found")
-            if self._classic_members(group_id):
+            if self._classic is not None and self._classic.members(group_id):
                 raise GroupIdNotFoundError(f"group {group_id!r} is not a consumer group")
             group = ConsumerGroup(group_id)
         with self._lock:
             return self._groups.setdefault(group_id, group)
+
+    def _upgrade(self, group_id: str) -> ConsumerGroup | None:
+        """A classic group with members turned into a consumer group held here (None: there
+        is none to convert; GroupIdNotFoundError: one that may not be)."""
+        with self._lock:
+            if group_id in self._groups or self._migrations is None:
+                return None
+
+        def install(group: ConsumerGroup) -> None:  # under the classic coordinator's lock
+            with self._lock:
+                self._groups[group_id] = group
+
+        return self._migrations.upgrade(group_id, install)
 
     def _put_back(self, before: ConsumerGroup) -> None:
         with self._lock:
             self._groups[before.group_id] = before
 
     def _write(self, before: ConsumerGroup, after: ConsumerGroup) -> None:
+        if self._migrations is not None and self._migrations.downgrades(before, after):
+            self._migrations.downgrade(before, after)
+            with self._lock:
+                self._groups.pop(after.group_id, None)
+            return
         written = diff_records(before, after)
         if written and self._persist is not None:
             self._persist(after.group_id, written)
@@ -384,7 +410,7 @@ class ConsumerGroups:
             self.reap(time.monotonic())
 
     def reap(self, now: float) -> None:
-        session_s = self.config.group_consumer_session_timeout_ms / 1000
+        consumer_session_s = self.config.group_consumer_session_timeout_ms / 1000
         with self._lock:
             ids = list(self._groups)
         for group_id in ids:
@@ -392,16 +418,7 @@ class ConsumerGroups:
                 group = self._groups.get(group_id)
                 if group is None:
                     continue
-                doomed = [
-                    (member.member_id, late)
-                    for member in group.members.values()
-                    if (late := now - member.last_heartbeat > session_s)
-                    or (
-                        member.state == UNREVOKED_PARTITIONS
-                        and member.revoke_deadline is not None
-                        and now > member.revoke_deadline
-                    )
-                ]
+                doomed = expired_members(group, now, consumer_session_s)
                 if not doomed:
                     continue  # the common case: nothing copied, nothing written
                 before = copy.deepcopy(group)
@@ -412,7 +429,7 @@ class ConsumerGroups:
                         member_id,
                         "missed its session" if late else "did not revoke in its rebalance timeout",
                     )
-                    self._remove(group, member_id)
+                    self.remove_member(group, member_id)
                 try:
                     self._write(before, group)
                 except SeglogError as exc:

@@ -102,6 +102,8 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._groups: dict[str, Group] = {}
+        # Whether a KIP-848 group holds the id (set by the composition root; classic_handover).
+        self.held_elsewhere: Callable[[str], bool] = lambda group_id: False
         self._writer = GroupMetadataWriter(persist) if persist is not None else None
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap_loop, name="group-sessions", daemon=True)
@@ -259,8 +261,7 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
         return self._writer is None or self._writer.wait_idle(timeout_s)
 
     def _state_changed(self, group: Group) -> None:
-        """Record the change's time and queue the group's GroupMetadata record (the lock is
-        held; the writer thread writes it)."""
+        """Record the change's time, queue its GroupMetadata record (lock held; a thread writes)."""
         group.state_timestamp_ms = time.time_ns() // 1_000_000
         if self._writer is not None:
             self._writer.submit(group.group_id, metadata_record(group))

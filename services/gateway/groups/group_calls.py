@@ -60,9 +60,21 @@ class GroupCalls:
         self.authorization.check(caller, [("Read", "topic", t) for t in topics], "CommitOffsets")
 
         def work() -> list[SeglogError | None]:
-            self.coordinator.check_commit(
-                commit.group_id, commit.member_id, commit.generation_id, commit.group_instance_id
-            )
+            consumer_groups = self.groups.consumer_groups
+            if consumer_groups is not None and consumer_groups.is_consumer_group(commit.group_id):
+                # A KIP-848 group's member commits at its member epoch (the gRPC API is as
+                # new as OffsetCommit v9, so its version check passes).
+                partitions = [(c.topic, c.partition) for c in commit.offsets]
+                consumer_groups.check_commit(
+                    commit.group_id, commit.member_id, commit.generation_id, 9, partitions
+                )
+            else:
+                self.coordinator.check_commit(
+                    commit.group_id,
+                    commit.member_id,
+                    commit.generation_id,
+                    commit.group_instance_id,
+                )
             return self.groups.commit_offsets(commit.group_id, list(commit.offsets))
 
         return self.groups.on_coordinator(caller, "CommitOffsets", commit.group_id, work)

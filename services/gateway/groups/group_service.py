@@ -32,6 +32,7 @@ from services.wait_slots import SERVER_MAX_WORKERS, PeerWaitSlots, WaitSlots
 from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..coordination.group_coordinators import EtcdCoordination
+from .consumer_groups import ConsumerHeartbeat
 from .consumer_protocol import assignment_partitions
 from .coordinator import EMPTY
 from .group_calls import GroupCalls, OffsetCommit
@@ -53,6 +54,7 @@ _CALL_ERRORS = (
     CoordinatorNotAvailableError,
 )
 _NOT_HERE = (NotCoordinatorError, CoordinatorNotAvailableError)
+DEFAULT_REBALANCE_TIMEOUT_MS = 300_000
 
 
 class GroupCoordinatorService:
@@ -164,6 +166,49 @@ class GroupCoordinatorService:
         response = groups_pb2.GroupHeartbeatResponse()
         beat = GroupHeartbeat(request.group_id, request.member_id, request.generation_id)
         self._answered(context, response, lambda: self.membership.heartbeat(caller, beat))
+        return response
+
+    def ConsumerGroupHeartbeat(
+        self, request: groups_pb2.ConsumerGroupHeartbeatRequest, context: grpc.ServicerContext
+    ) -> groups_pb2.ConsumerGroupHeartbeatResponse:
+        """KIP-848's heartbeat, topics by name (the core keys partitions by topic id)."""
+        caller = self._caller(context)
+        response = groups_pb2.ConsumerGroupHeartbeatResponse()
+        registry = self.core.registry
+        owned: dict[str, frozenset[int]] = {}
+        for entry in request.owned:
+            topic = registry.topics.get(entry.topic)
+            if topic is not None:  # a topic deleted since: nothing of it is owned any more
+                owned[topic.topic_id] = frozenset(entry.partitions)
+        # Every heartbeat is a full one (subscription, owned partitions, rebalance timeout):
+        # its answer always carries the whole assignment, as the response message has no
+        # "unchanged" of its own. Kafka's default max.poll.interval.ms stands in for none.
+        rebalance_timeout_ms = request.rebalance_timeout_ms or DEFAULT_REBALANCE_TIMEOUT_MS
+        hb = ConsumerHeartbeat(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            member_epoch=request.member_epoch,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            topics=tuple(request.topics),
+            server_assignor=request.server_assignor or None,
+            owned=owned,
+            client_id=request.client_id,
+            client_host=context.peer(),
+        )
+        answer = self._answered(
+            context, response, lambda: self.membership.consumer_heartbeat(caller, hb)
+        )
+        if answer is None:
+            return response
+        response.member_id = answer.member_id
+        response.member_epoch = answer.member_epoch
+        response.heartbeat_interval_ms = answer.heartbeat_interval_ms
+        for topic_id, partitions in sorted((answer.assignment or {}).items()):
+            try:
+                name = registry.topic_name_of(topic_id)
+            except SeglogError:
+                continue  # deleted since
+            response.assignment.add(topic=name, partitions=sorted(partitions))
         return response
 
     def LeaveGroup(

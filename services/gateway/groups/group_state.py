@@ -10,6 +10,7 @@ coordinator hands each member its opaque assignment bytes).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -202,6 +203,7 @@ class CoordinatorParts(Protocol):
     _changed: threading.Condition
     _groups: dict[str, Group]
     _stop: threading.Event
+    held_elsewhere: Callable[[str], bool]
 
     def _stored(self, group_id: str) -> GroupMetadata | None: ...
     def _stored_if_readable(self, group_id: str) -> GroupMetadata | None: ...

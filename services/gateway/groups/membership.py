@@ -21,12 +21,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from seglog.errors import InconsistentGroupProtocolError, NonEmptyGroupError, SeglogError
+from seglog.errors import (
+    InconsistentGroupProtocolError,
+    NonEmptyGroupError,
+    SeglogError,
+    UnsupportedVersionError,
+)
 
 from ..broker.caller import Caller
+from .classic_members import ClassicMembers
+from .consumer_groups import ConsumerHeartbeat, HeartbeatAnswer
 from .group_state import ClassicJoinResult, JoinResult
 from .groups_core import GroupsCore
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -104,10 +114,19 @@ class GroupMembership:
         self.coordinator = groups.coordinator
         self.authorization = groups.authorization
 
+    def _classic_in_consumer_group(self, group_id: str) -> ClassicMembers | None:
+        """Who answers a classic call to a KIP-848 group with members (its classic members'
+        calls during an online migration, classic_members.py); None: the classic
+        coordinator does."""
+        consumer_groups = self.groups.consumer_groups
+        if consumer_groups is None or not consumer_groups.has_members(group_id):
+            return None
+        return ClassicMembers(consumer_groups)
+
     def _not_a_consumer_group(self, group_id: str) -> None:
-        """A classic join to a KIP-848 group: refused while it has members (Kafka's online
-        migration is not done here); an empty one is deleted first, as Kafka replaces an
-        empty group of the other kind."""
+        """A managed join to a KIP-848 group: refused while it has members (seglog's
+        managed members do not migrate); an empty one is deleted first, as Kafka replaces
+        an empty group of the other kind."""
         consumer_groups = self.groups.consumer_groups
         if consumer_groups is None or not consumer_groups.is_consumer_group(group_id):
             return
@@ -128,6 +147,22 @@ class GroupMembership:
         (kafka/later.py). Refusals before the wait (the caller's, NOT_COORDINATOR) raise."""
 
         def work() -> Future[ClassicJoinResult]:
+            served = self._classic_in_consumer_group(join.group_id)
+            if served is not None:
+                return _done(
+                    served.join(
+                        join.group_id,
+                        join.member_id,
+                        group_instance_id=join.group_instance_id,
+                        client_id=join.client_id,
+                        client_host=join.client_host,
+                        protocol_type=join.protocol_type,
+                        protocols=list(join.protocols),
+                        session_timeout_ms=join.session_timeout_ms,
+                        rebalance_timeout_ms=join.rebalance_timeout_ms,
+                        require_known_member_id=join.require_known_member_id,
+                    )
+                )
             self._not_a_consumer_group(join.group_id)
             return self.coordinator.start_join_classic(
                 join.group_id,
@@ -164,6 +199,22 @@ class GroupMembership:
 
         return self.groups.on_coordinator(caller, "JoinGroup", join.group_id, work)
 
+    def consumer_heartbeat(self, caller: Caller, hb: ConsumerHeartbeat) -> HeartbeatAnswer:
+        """A KIP-848 heartbeat (the gRPC adapter's; Kafka's adapter checks the same): Read on
+        the group, then Describe on each topic it names, as Kafka's KafkaApis."""
+        consumer_groups = self.groups.consumer_groups
+        if consumer_groups is None:
+            raise UnsupportedVersionError("this gateway serves no consumer groups")
+
+        def work() -> HeartbeatAnswer:
+            topics = sorted(set(hb.topics or ()))
+            self.authorization.check(
+                caller, [("Describe", "topic", t) for t in topics], "ConsumerGroupHeartbeat"
+            )
+            return consumer_groups.heartbeat(hb)
+
+        return self.groups.on_coordinator(caller, "ConsumerGroupHeartbeat", hb.group_id, work)
+
     def sync(self, caller: Caller, sync: GroupSync) -> SyncAnswer:
         """The sync, waited for on the caller's thread (the gRPC adapter's)."""
         return self.start_sync(caller, sync).result()
@@ -173,6 +224,20 @@ class GroupMembership:
         or at once (the leader's); see start_join_classic."""
 
         def work() -> Future[SyncAnswer]:
+            served = self._classic_in_consumer_group(sync.group_id)
+            if served is not None:
+                return _done(
+                    SyncAnswer(
+                        *served.sync(
+                            sync.group_id,
+                            sync.member_id,
+                            sync.generation_id,
+                            sync.group_instance_id,
+                            sync.protocol_type,
+                            sync.protocol,
+                        )
+                    )
+                )
             synced = self.coordinator.start_sync_group(
                 sync.group_id,
                 sync.member_id,
@@ -208,20 +273,29 @@ class GroupMembership:
         return self.groups.on_coordinator(caller, "SyncGroup", sync.group_id, work)
 
     def heartbeat(self, caller: Caller, beat: GroupHeartbeat) -> None:
-        self.groups.on_coordinator(
-            caller,
-            "Heartbeat",
-            beat.group_id,
-            lambda: self.coordinator.heartbeat(
+        def work() -> None:
+            served = self._classic_in_consumer_group(beat.group_id)
+            answerer = served if served is not None else self.coordinator
+            answerer.heartbeat(
                 beat.group_id, beat.member_id, beat.generation_id, beat.group_instance_id
-            ),
-        )
+            )
+
+        self.groups.on_coordinator(caller, "Heartbeat", beat.group_id, work)
 
     def leave(self, caller: Caller, leave: GroupLeave) -> list[SeglogError | None]:
         """Each member's outcome, in order (None: it left)."""
-        return self.groups.on_coordinator(
-            caller,
-            "LeaveGroup",
-            leave.group_id,
-            lambda: self.coordinator.leave_members(leave.group_id, list(leave.members)),
-        )
+
+        def work() -> list[SeglogError | None]:
+            served = self._classic_in_consumer_group(leave.group_id)
+            if served is not None:
+                return served.leave(leave.group_id, list(leave.members))
+            return self.coordinator.leave_members(leave.group_id, list(leave.members))
+
+        return self.groups.on_coordinator(caller, "LeaveGroup", leave.group_id, work)
+
+
+def _done(answer: T) -> Future[T]:
+    """An answer already known, as the future the adapters wait on."""
+    future: Future[T] = Future()
+    future.set_result(answer)
+    return future

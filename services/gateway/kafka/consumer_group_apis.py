@@ -18,6 +18,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from seglog.errors import CoordinatorNotAvailableError, PermissionDeniedError, SeglogError
+from seglog.semconv import GROUP
 
 from ..groups.consumer_group_state import ConsumerGroup
 from ..groups.consumer_groups import ConsumerGroups, ConsumerHeartbeat
@@ -35,7 +36,7 @@ UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
-CONSUMER_MEMBER_TYPE = 1  # KIP-1099's MemberType: 0 classic, 1 consumer
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # KIP-1099's MemberType
 
 
 def _message(name: str) -> Any:
@@ -91,6 +92,10 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         client_id=call.client_id or "",
         client_host=client_host(call),
     )
+
+    # The span names the group and the epoch the member came with (0: joining, -1: leaving).
+    call.attributes[GROUP] = hb.group_id
+    call.attributes["seglog.group.member_epoch"] = str(hb.member_epoch)
 
     def work() -> Any:
         # Read on the group first (on_coordinator), then Describe on each topic named, as
@@ -197,7 +202,8 @@ def _described(response_class: Any, group: ConsumerGroup, names: dict[str, str])
             subscribed_topic_regex=m.regex,
             assignment=assignment(m.assigned),
             target_assignment=assignment(group.target.get(m.member_id, {})),
-            member_type=CONSUMER_MEMBER_TYPE,
+            # A member still on the classic protocol (an online migration) says so.
+            member_type=CLASSIC_MEMBER_TYPE if m.classic is not None else CONSUMER_MEMBER_TYPE,
         )
         for m in group.members.values()
     ]

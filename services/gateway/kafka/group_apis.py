@@ -37,6 +37,7 @@ from seglog.errors import (
     MemberIdRequiredError,
     SeglogError,
 )
+from seglog.semconv import GROUP
 
 from ..groups.group_state import ClassicJoinResult
 from ..groups.membership import ClassicJoin, GroupHeartbeat, GroupLeave, GroupSync, SyncAnswer
@@ -156,6 +157,7 @@ def _own_grpc_address(core: KafkaCore) -> str:
 
 
 def join_group(call: KafkaCall, request: Any) -> Any:
+    call.attributes[GROUP] = request.group_id  # the span names the group
     version = call.version
     response_class = JoinGroupResponse[version]
     join = ClassicJoin(
@@ -212,6 +214,7 @@ def join_group(call: KafkaCall, request: Any) -> Any:
 
 
 def sync_group(call: KafkaCall, request: Any) -> Any:
+    call.attributes[GROUP] = request.group_id  # the span names the group
     version = call.version
     response_class = SyncGroupResponse[version]
     sync = GroupSync(
@@ -250,6 +253,7 @@ def sync_group(call: KafkaCall, request: Any) -> Any:
 
 
 def heartbeat(call: KafkaCall, request: Any) -> Any:
+    call.attributes[GROUP] = request.group_id  # the span names the group
     version = call.version
     beat = GroupHeartbeat(
         request.group_id,
@@ -266,6 +270,7 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
 
 
 def leave_group(call: KafkaCall, request: Any) -> Any:
+    call.attributes[GROUP] = request.group_id  # the span names the group
     version = call.version
     response_class = LeaveGroupResponse[version]
     if version >= 3:
