@@ -14,13 +14,16 @@ from pathlib import Path
 import confluent_kafka
 import pytest
 
-from devtools.apache_kafka import installed, java_command, log4j2_config
+from devtools.apache_kafka import INSTALL_HINT, installed, java_command, log4j2_config
 from tests.multi_gateway import EtcdBackedCluster
 
-pytestmark = [
-    pytest.mark.skipif(not installed(), reason="make kafka installs Kafka's jars"),
-    pytest.mark.timeout(420),
-]
+pytestmark = pytest.mark.timeout(420)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kafka_jars() -> None:
+    # make test installs Kafka's jars first: missing, the test fails rather than skips.
+    assert installed(), INSTALL_HINT
 
 PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
 TOPIC, GROUP = "queue-failover", "g-failover"
