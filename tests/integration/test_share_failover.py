@@ -25,6 +25,7 @@ def kafka_jars() -> None:
     # make test installs Kafka's jars first: missing, the test fails rather than skips.
     assert installed(), INSTALL_HINT
 
+
 PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
 TOPIC, GROUP = "queue-failover", "g-failover"
 PER_PARTITION = 150
