@@ -18,6 +18,8 @@ Anomaly classes:
   changes), read some of a transaction's values and read past the offset of another of its
   values without reading it: part of a transaction visible where the whole should be
   (Jepsen's torn transactions; with one partition, its G1b-style intermediate read).
+- premature-read: a read_committed poll returning a value before its producer asked to
+  commit the value's transaction (a dirty read of a transaction then still open).
 - torn-transaction: the final read_committed log holding some of a transaction's values but
   not all (for a transaction of unknown outcome: it committed or aborted, not half).
 - duplicate: one value read at two positions (partition, offset).
@@ -41,6 +43,7 @@ from tests.faults.checker import EventLike
 ABORTED_READ = "aborted-read"
 LOST_COMMIT = "lost-commit"
 INTERMEDIATE_READ = "intermediate-read"
+PREMATURE_READ = "premature-read"
 TORN_TRANSACTION = "torn-transaction"
 DUPLICATE = "duplicate"
 INCONSISTENT_OFFSETS = "inconsistent-offsets"
@@ -52,6 +55,7 @@ ANOMALIES = (
     ABORTED_READ,
     LOST_COMMIT,
     INTERMEDIATE_READ,
+    PREMATURE_READ,
     TORN_TRANSACTION,
     DUPLICATE,
     INCONSISTENT_OFFSETS,
@@ -118,6 +122,7 @@ class _Txn:
     intent: str  # commit or abort
     outcome: str = "unknown"  # committed, aborted, unknown
     error: str = ""
+    commit_ns: int | None = None  # when its producer asked to commit it
 
     @property
     def never_committed(self) -> bool:
@@ -133,6 +138,7 @@ class _Read:
     offset: int
     value: str
     final: bool
+    time_ns: int = 0  # when the read was recorded (after it returned)
 
 
 @dataclass
@@ -173,6 +179,7 @@ def check_transactions(history: Iterable[EventLike]) -> TxnVerdict:
     _check_values(verdict, h)
     _check_final(verdict, h)
     _check_sessions(verdict, h)
+    _check_premature(verdict, h)
     _check_lso(verdict, h)
     for stable in h.stable:
         if int(stable["lso"]) < int(stable["hw"]):
@@ -206,10 +213,14 @@ def _collect(history: Iterable[EventLike]) -> _History:
                 txn.error = str(value.get("error", ""))
                 for p, o, v in value.get("offsets", []):
                     h.delivered[str(v)] = (int(p), int(o))
+        elif event.f == "commit" and event.type == "invoke":
+            txn_asked = h.txns.get(str(value.get("txn")))
+            if txn_asked is not None and txn_asked.commit_ns is None:
+                txn_asked.commit_ns = event.time_ns
         elif event.f == "poll" and event.type == "ok":
             isolation = str(value.get("isolation", READ_COMMITTED))
             for p, o, v in value.get("records", []):
-                read = _Read(event.process, isolation, int(p), int(o), str(v), False)
+                read = _Read(event.process, isolation, int(p), int(o), str(v), False, event.time_ns)
                 h.reads.append(read)
                 if isolation == READ_COMMITTED:
                     h.sessions[event.process].append(read)
@@ -354,6 +365,20 @@ def _check_one_session(
                 INTERMEDIATE_READ,
                 f"{process} read {', '.join(seen)} of {name} ({txn.outcome}) and read past "
                 f"{', '.join(skipped)} without it",
+            )
+
+
+def _check_premature(verdict: TxnVerdict, h: _History) -> None:
+    for read in h.reads:
+        txn = h.by_value.get(read.value)
+        if read.final or read.isolation != READ_COMMITTED or txn is None:
+            continue
+        if txn.commit_ns is not None and read.time_ns < txn.commit_ns:
+            verdict.add(
+                PREMATURE_READ,
+                f"{read.process} read {read.value} of {txn.name} at "
+                f"{_at((read.partition, read.offset))}, "
+                f"{(txn.commit_ns - read.time_ns) / 1e6:.1f} ms before its commit was asked",
             )
 
 

@@ -112,9 +112,15 @@ class TxnProducer:
         self.producer = None
 
     def run_one(
-        self, producer: Producer, writes: list[tuple[int, str]], intent: str
+        self,
+        producer: Producer,
+        history: HistoryWriter,
+        name: str,
+        writes: list[tuple[int, str]],
+        intent: str,
     ) -> tuple[str, dict[str, Any]]:
-        """Run one transaction; its outcome as the client saw it and what it knows."""
+        """Run one transaction; its outcome as the client saw it and what it knows (the
+        moment it asks to commit recorded too: no read_committed reader sees it before)."""
         delivered: list[list[Any]] = []
 
         def on_delivery(err: KafkaError | None, msg: Any) -> None:
@@ -137,6 +143,7 @@ class TxnProducer:
                 producer.abort_transaction(CALL_TIMEOUT_S)
                 return "fail", {"offsets": delivered, "outcome": "aborted"}
             commit_asked = True
+            history.record("invoke", "commit", {"txn": name})
             return self._commit(producer, delivered)
         except KafkaException as exc:
             error = describe(exc)
@@ -197,7 +204,7 @@ def run_producer(args: argparse.Namespace) -> int:
                 "txn",
                 {"txn": name, "writes": [list(w) for w in writes], "intent": intent},
             )
-            outcome, known = txn_producer.run_one(producer, writes, intent)
+            outcome, known = txn_producer.run_one(producer, history, name, writes, intent)
             history.record(outcome, "txn", {"txn": name, **known})  # type: ignore[arg-type]
             n += 1
             stop.wait(args.interval_ms / 1000)

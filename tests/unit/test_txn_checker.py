@@ -181,6 +181,38 @@ def test_reading_part_of_a_transaction_before_reaching_the_rest_is_no_anomaly():
     assert check_transactions([*clean_writes(), *reads, *clean_final()]).ok
 
 
+def test_a_value_read_committed_before_its_commit_was_asked_is_a_premature_read():
+    invoke, completion = txn("t7", [(1, "t7-a")], "ok", offsets=[(1, 5, "t7-a")])
+    history = [
+        *clean_writes(),
+        invoke,
+        poll([(1, 5, "t7-a")]),  # read while t7 was still open
+        event("producer-0", "invoke", "commit", {"txn": "t7"}),
+        completion,
+        *clean_reads(),
+        *clean_final()[:1],
+        final(1, [(0, "t1-b"), (5, "t7-a")], READ_COMMITTED),
+        *clean_final()[2:],
+    ]
+    only(check_transactions(history), txn_checker.PREMATURE_READ)
+
+
+def test_a_value_read_committed_after_its_commit_was_asked_is_no_anomaly():
+    invoke, completion = txn("t7", [(1, "t7-a")], "ok", offsets=[(1, 5, "t7-a")])
+    history = [
+        *clean_writes(),
+        invoke,
+        event("producer-0", "invoke", "commit", {"txn": "t7"}),
+        poll([(1, 5, "t7-a")], process="rc-1"),  # the commit may land before it answers
+        completion,
+        *clean_reads(),
+        *clean_final()[:1],
+        final(1, [(0, "t1-b"), (5, "t7-a")], READ_COMMITTED),
+        *clean_final()[2:],
+    ]
+    assert check_transactions(history).ok
+
+
 def test_an_unknown_transaction_half_visible_at_the_end_is_torn():
     writes = [*clean_writes(), *txn("t6", [(0, "t6-a"), (1, "t6-b")], "info")]
     history = [
