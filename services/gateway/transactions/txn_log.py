@@ -94,7 +94,17 @@ class TransactionLog:
             return 0  # no leader now: the markers' coordinator epoch is advisory here
 
     def _leader(self, partition: int):  # type: ignore[no-untyped-def]
-        route = self.registry.route(TRANSACTION_STATE_TOPIC, partition)
+        try:
+            route = self.registry.route(TRANSACTION_STATE_TOPIC, partition)
+        except SeglogError as exc:
+            # A log partition offline (no leader, its leader's disk failed) is the coordinator
+            # unavailable, as Kafka answers a failed log write: a client retries that. The
+            # partition's own error (LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR) on
+            # AddPartitionsToTxn or EndTxn made librdkafka abort the transaction, and its
+            # abort then met a coordinator that never started it: INVALID_TXN_STATE, fatal.
+            raise CoordinatorNotAvailableError(
+                f"{TRANSACTION_STATE_TOPIC}-{partition}: {exc}"
+            ) from None
         if not route.live or route.address is None:
             raise CoordinatorNotAvailableError(
                 f"{TRANSACTION_STATE_TOPIC}-{partition}: its node {route.leader} is not available"
