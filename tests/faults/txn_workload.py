@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import random
 import sys
 import time
@@ -55,6 +56,7 @@ CALL_TIMEOUT_S = 15.0
 COMMIT_ATTEMPTS = 3
 LSO_EVERY_S = 0.5
 ERROR_BACKOFF_S = 0.2
+DEBUG = os.environ.get("SEGLOG_TXN_WORKLOAD_RDKAFKA_DEBUG", "")  # e.g. "eos,protocol"
 
 
 def describe(error: BaseException) -> str:
@@ -68,6 +70,16 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
 
 
 # -- the transactional producer -------------------------------------------------------------
+
+
+def discard(producer: Producer) -> None:
+    """Drop what a producer still holds; a producer in a fatal state raises its fatal
+    error from every call, which says nothing new here."""
+    try:
+        producer.purge()
+        producer.flush(0)
+    except KafkaException as exc:
+        print(f"discarding a producer: {describe(exc)}", file=sys.stderr)
 
 
 class TxnProducer:
@@ -92,14 +104,15 @@ class TxnProducer:
                     "request.timeout.ms": REQUEST_TIMEOUT_MS,
                     "message.timeout.ms": TRANSACTION_TIMEOUT_MS,
                     "linger.ms": 5,
+                    # librdkafka's own account of the transaction protocol, when asked for
+                    **({"debug": DEBUG} if DEBUG else {}),
                 }
             )
             try:
                 producer.init_transactions(CALL_TIMEOUT_S)
             except KafkaException as exc:
                 print(f"{self.args.name}: init_transactions: {describe(exc)}", file=sys.stderr)
-                producer.purge()
-                producer.flush(0)
+                discard(producer)
                 self.stop.wait(ERROR_BACKOFF_S)
                 continue
             self.producer = producer
@@ -107,8 +120,7 @@ class TxnProducer:
 
     def replace(self) -> None:
         if self.producer is not None:
-            self.producer.purge()
-            self.producer.flush(0)
+            discard(self.producer)
         self.producer = None
 
     def run_one(
