@@ -170,16 +170,20 @@ bench-scale: $(STAMP) proto
 	$(BIN)/python -m bench scale
 
 # A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one, FAULTS= a comma list
-# of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd): client
-# processes record their histories while nodes, gateways (and etcd) are killed, paused and
-# stopped (and, as root, partitioned); prints cycles, faults by class, sends
-# acknowledged/failed/unknown and the history checker's counts, its verdict the exit code.
+# of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd,
+# WORKLOAD=transactions for librdkafka's transactional producers and read_committed readers
+# judged for Jepsen's transactional anomalies): client processes record their histories
+# while nodes, gateways (and etcd) are killed, paused and stopped (and, as root,
+# partitioned); prints cycles, faults by class, what the clients saw and the history
+# checker's counts, its verdict the exit code.
 CYCLES ?= 40
 PRODUCER ?= idempotent
+WORKLOAD ?= records
 fault-campaign: $(STAMP) proto
 	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) \
 		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER) $(if $(ETCD),--etcd) \
-		$(if $(SHARE),--share-members $(SHARE))
+		$(if $(SHARE),--share-members $(SHARE)) \
+		--workload $(WORKLOAD)
 
 # The Kafka-protocol fuzz test at depth: EXAMPLES= requests per advertised API (`make test`
 # runs 10; 100 took 4 minutes on two cores, both authorizer modes), every Produce frame

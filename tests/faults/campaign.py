@@ -7,11 +7,17 @@ caught up, the replicas' own files compared batch by batch (tests/faults/replica
 replicas that went through two histories are a failure even when no client saw it.
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
-        --producer idempotent [--etcd] [--keep] [--share-members 3]
+        --producer idempotent [--etcd] [--keep] [--share-members 3] \
+        [--workload records|transactions]
     make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1 SHARE=3
+    make fault-campaign WORKLOAD=transactions CYCLES=100
 
-With share members, a share group also reads the topic as a queue and is judged on its own
-(tests/faults/share_campaign.py, share_checker.py).
+The records workload (the default) is seglog's own clients sending unique records; the
+transactions workload (tests/faults/txn_campaign.py) is librdkafka's transactional producers
+and read_committed/read_uncommitted readers on the Kafka port, judged for Jepsen's
+transactional anomalies (tests/faults/txn_checker.py). With share members, a share group also
+reads the topic as a queue and is judged on its own (tests/faults/share_campaign.py,
+share_checker.py).
 
 Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
@@ -36,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.faults import txn_campaign
 from tests.faults.catalog import (
     ALL_FAULTS,
     DISK_FAULTS,
@@ -53,6 +60,7 @@ from tests.faults.history import read_history
 from tests.faults.replica_logs import diverged_partitions
 from tests.faults.share_campaign import ShareMembers
 from tests.faults.share_checker import ShareVerdict
+from tests.faults.txn_checker import TxnVerdict, check_transactions
 from tests.waiting import wait_for
 
 GROUP = "campaign-readers"
@@ -60,6 +68,7 @@ PROGRESS_RECORDS = 50
 PROGRESS_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 180.0
 DISK_FAULT_SEGMENT_BYTES = 256 * 1024
+WORKLOADS = ("records", "transactions")
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -82,6 +91,11 @@ class CampaignConfig:
     opening: Sequence[str] = ()
     subnet_octet: int = 231
     share_members: int = 0  # share group members reading the topic as a queue (share_campaign)
+    workload: str = "records"  # or "transactions" (tests/faults/txn_campaign.py)
+
+    @property
+    def transactional(self) -> bool:
+        return self.workload == "transactions"
 
 
 @dataclass
@@ -92,7 +106,7 @@ class CampaignReport:
     schedule: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the cluster not healing, stalls
     final_read_complete: bool = False
-    verdict: Verdict | None = None
+    verdict: Verdict | TxnVerdict | None = None
     share_verdict: ShareVerdict | None = None  # with share members
 
     @property
@@ -114,9 +128,12 @@ class CampaignReport:
     def summary(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
         gateways = "two gateways on etcd" if self.config.etcd else "one gateway"
+        clients = (
+            "transactions" if self.config.transactional else f"producer {self.config.producer_mode}"
+        )
         lines = [
-            f"fault campaign: {self.cycles} cycles, seed {self.config.seed}, producer "
-            f"{self.config.producer_mode}, {gateways}; faults: {faults}",
+            f"fault campaign: {self.cycles} cycles, seed {self.config.seed}, {clients}, "
+            f"{gateways}; faults: {faults}",
         ]
         if self.verdict is not None:
             lines.append(f"checker: {self.verdict.summary()}")
@@ -127,6 +144,8 @@ class CampaignReport:
 
 
 def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) -> CampaignReport:
+    if config.workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {WORKLOADS}, not {config.workload!r}")
     names = list(config.faults) or available_faults(config.etcd)
     unknown = [n for n in [*names, *config.opening] if n not in ALL_FAULTS]
     if unknown:
@@ -147,6 +166,8 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             use_proxy=any(n in PROXY_FAULTS for n in names),
             etcd=config.etcd,
             node_disks=any(n in MOUNTED_DISK_FAULTS for n in names),
+            kafka_proxy=config.transactional and any(n in PROXY_FAULTS for n in names),
+            gateway_args=txn_campaign.GATEWAY_ARGS if config.transactional else (),
         )
         # Disk faults damage older segments too: small segments make many of them.
         topic_configs = {"segment.bytes": str(DISK_FAULT_SEGMENT_BYTES)}
@@ -154,20 +175,24 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         cluster.admin.create_topic(TOPIC, PARTITIONS, 3, topic_configs if disk_faults else None)
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
-        clients = Clients(
-            root,
-            producer_args=[
-                *common,
-                "--bootstrap",
-                cluster.client_address,
-                "--mode",
-                config.producer_mode,
-                "--interval-ms",
-                str(config.producer_interval_ms),
-                "--request-timeout-ms",
-                str(PRODUCER_REQUEST_TIMEOUT_MS),
-            ],
-            consumer_args=[*common, "--bootstrap", cluster.client_address, "--group", GROUP],
+        clients = (
+            txn_campaign.clients(root, cluster, history_dir)
+            if config.transactional
+            else Clients(
+                root,
+                producer_args=[
+                    *common,
+                    "--bootstrap",
+                    cluster.client_address,
+                    "--mode",
+                    config.producer_mode,
+                    "--interval-ms",
+                    str(config.producer_interval_ms),
+                    "--request-timeout-ms",
+                    str(PRODUCER_REQUEST_TIMEOUT_MS),
+                ],
+                consumer_args=[*common, "--bootstrap", cluster.client_address, "--group", GROUP],
+            )
         )
         cluster.clients = clients
         for _ in range(config.producers):
@@ -196,19 +221,24 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
                 _keep_replicas(cluster, root / "diverged")
             report.problems += diverged
         clients.stop_all()
-        reader = ClientProcess(
-            root,
-            "final-read",
-            "final-reader",
-            [
-                *common,
-                "--bootstrap",
-                cluster.address,
-                "--max-seconds",
-                str(FINAL_READ_TIMEOUT_S),
-            ],
-        )
-        report.final_read_complete = reader.wait(FINAL_READ_TIMEOUT_S + 30) == 0
+        reader_timeout_s = FINAL_READ_TIMEOUT_S
+        if config.transactional:
+            reader_timeout_s += txn_campaign.STABLE_WAIT_S
+            reader = txn_campaign.final_reader(root, cluster, history_dir, FINAL_READ_TIMEOUT_S)
+        else:
+            reader = ClientProcess(
+                root,
+                "final-read",
+                "final-reader",
+                [
+                    *common,
+                    "--bootstrap",
+                    cluster.address,
+                    "--max-seconds",
+                    str(FINAL_READ_TIMEOUT_S),
+                ],
+            )
+        report.final_read_complete = reader.wait(reader_timeout_s + 30) == 0
         if not report.final_read_complete:
             report.problems.append("the final read did not reach every partition's end")
     finally:
@@ -220,8 +250,11 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             cluster.close()
         if lab is not None:
             lab.close()
-    mode = Guarantees.for_producer_mode(config.producer_mode)
-    report.verdict = check(read_history(history_dir), mode)
+    if config.transactional:
+        report.verdict = check_transactions(read_history(history_dir))
+    else:
+        mode = Guarantees.for_producer_mode(config.producer_mode)
+        report.verdict = check(read_history(history_dir), mode)
     return report
 
 
@@ -319,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--producer", choices=("idempotent", "plain", "acks1"), default="idempotent"
     )
+    parser.add_argument("--workload", choices=WORKLOADS, default="records")
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--share-members", type=int, default=0, help="share group members")
@@ -344,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         etcd=args.etcd,
         network_prefix=args.network_prefix,
         subnet_octet=args.subnet_octet,
+        workload=args.workload,
     )
     root = Path(tempfile.mkdtemp(prefix="seglog-campaign-"))
     print(f"fault campaign: seed {config.seed}, data, logs and histories in {root}", flush=True)

@@ -16,15 +16,25 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CLIENT_STOP_TIMEOUT_S = 60.0
 
 
-class ClientProcess:
-    """One workload process (tests/faults/workload.py), stopped by its own pid."""
+RECORDS_MODULE = "tests.faults.workload"
 
-    def __init__(self, root: Path, role: str, name: str, args: Sequence[str]) -> None:
+
+class ClientProcess:
+    """One workload process (tests/faults/workload.py, or `module`), stopped by its own pid."""
+
+    def __init__(
+        self,
+        root: Path,
+        role: str,
+        name: str,
+        args: Sequence[str],
+        module: str = RECORDS_MODULE,
+    ) -> None:
         self.name = name
         log = open(root / "logs" / f"{name}.log", "ab")  # noqa: SIM115
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "tests.faults.workload", role, "--name", name, *args],
+                [sys.executable, "-m", module, role, "--name", name, *args],
                 cwd=REPO_ROOT,
                 stdout=log,
                 stderr=log,
@@ -53,17 +63,31 @@ class ClientProcess:
 
 
 PRODUCE_TRANSPORTS = ("auto", "grpc")
+# Every other producer sends straight to its leaders (under produce grants), the others
+# through the gateway, behind its fault proxy when there is one: each path meets the
+# campaign's faults.
+RECORDS_PRODUCER_VARIANTS = tuple(("--produce-transport", t) for t in PRODUCE_TRANSPORTS)
 
 
 class Clients:
-    """The producers and consumers of a campaign."""
+    """The producers and consumers of a campaign: the n-th of a role started gets its role's
+    arguments and the (n mod count)-th of its variants' (a producer's transport, a
+    consumer's isolation level)."""
 
     def __init__(
-        self, root: Path, producer_args: Sequence[str], consumer_args: Sequence[str]
+        self,
+        root: Path,
+        producer_args: Sequence[str],
+        consumer_args: Sequence[str],
+        module: str = RECORDS_MODULE,
+        producer_variants: Sequence[Sequence[str]] = RECORDS_PRODUCER_VARIANTS,
+        consumer_variants: Sequence[Sequence[str]] = ((),),
     ) -> None:
         self.root = root
         self.producer_args = list(producer_args)
         self.consumer_args = list(consumer_args)
+        self.module = module
+        self.variants = {"producer": producer_variants, "consumer": consumer_variants}
         self.producers: list[ClientProcess] = []
         self.consumers: list[ClientProcess] = []
         self._started = {"producer": 0, "consumer": 0}
@@ -72,17 +96,11 @@ class Clients:
         index = self._started[role]
         name = f"{role}-{index}"
         self._started[role] += 1
-        if role == "producer":
-            # Every other producer sends straight to its leaders (under produce grants), the
-            # others through the gateway, behind its fault proxy when there is one: each
-            # path meets the campaign's faults.
-            transport = PRODUCE_TRANSPORTS[index % len(PRODUCE_TRANSPORTS)]
-            args = [*self.producer_args, "--produce-transport", transport]
-            client = ClientProcess(self.root, role, name, args)
-            self.producers.append(client)
-        else:
-            client = ClientProcess(self.root, role, name, self.consumer_args)
-            self.consumers.append(client)
+        variants = self.variants[role]
+        common = self.producer_args if role == "producer" else self.consumer_args
+        args = [*common, *variants[index % len(variants)]]
+        client = ClientProcess(self.root, role, name, args, self.module)
+        (self.producers if role == "producer" else self.consumers).append(client)
         return client
 
     def kill_and_replace(self, rng: random.Random) -> str:

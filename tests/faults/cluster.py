@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from devtools.processes import ServerProcess, gateway_process, node_process, sta
 from seglog.client.admin import Admin
 from seglog.client.gateway import LATEST, GatewayClient
 from tests.faults.share_campaign import GATEWAY_ARGS as SHARE_GATEWAY_ARGS
-from tests.ports import free_ports
+from tests.ports import free_port_run, free_ports
 from tests.waiting import wait_for
 
 TOPIC = "campaign"
@@ -48,6 +49,8 @@ class Cluster:
         etcd: bool = False,
         node_disks: bool = False,
         leader_imbalance_check_interval_s: int = 3,
+        kafka_proxy: bool = False,
+        gateway_args: Sequence[str] = (),
     ) -> None:
         if etcd and lab is not None:
             raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
@@ -60,6 +63,12 @@ class Cluster:
         self._admin: Admin | None = None
         self.clients: Any = None  # the campaign's client processes, for client faults
         self.proxies: list[Any] = []  # one fault proxy in front of each gateway
+        # With `kafka_proxy`: fault proxies (Kafka framing) in front of each gateway's Kafka
+        # listener and each of its node lanes (the listener's port + node id), advertised to
+        # Kafka clients in their place, so every Kafka answer can be lost or delayed.
+        self.kafka_proxies: list[Any] = []
+        self.kafka_client_addresses: list[str] = []
+        self.gateway_args = list(gateway_args)
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         self.kafka_addresses: list[str] = []  # each gateway's Kafka listener
         self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
@@ -67,12 +76,12 @@ class Cluster:
         # The controller's preferred-leader elections: often, so faults move leaders back.
         self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
         try:
-            self._start(use_proxy, etcd, node_disks)
+            self._start(use_proxy, etcd, node_disks, kafka_proxy)
         except BaseException:
             self.close()  # whatever did start
             raise
 
-    def _start(self, use_proxy: bool, etcd: bool, node_disks: bool) -> None:
+    def _start(self, use_proxy: bool, etcd: bool, node_disks: bool, kafka_proxy: bool) -> None:
         root, lab = self.root, self.lab
         (root / "logs").mkdir(parents=True, exist_ok=True)
         if node_disks:
@@ -99,10 +108,27 @@ class Cluster:
         # Each gateway's clients' port, its nodes' (internal) port and its Kafka listener's:
         # fixed, so a gateway restarted is found where its nodes and clients call it.
         ports = free_ports(3 * len(names))
+        if kafka_proxy:  # each listener's port and its lanes' next to it, free
+            ports[2 * len(names) :] = [free_port_run(NODES + 1) for _ in names]
         self.kafka_addresses = [
             f"{self.hosts.get(name, '127.0.0.1')}:{port}"
             for name, port in zip(names, ports[2 * len(names) :], strict=True)
         ]
+        advertised: list[list[str]] = [[] for _ in names]
+        if kafka_proxy:
+            from tests.faults.proxy import FaultProxy
+
+            for index, address in enumerate(self.kafka_addresses):
+                host, _, port = address.rpartition(":")
+                first = free_port_run(NODES + 1)
+                self.kafka_proxies += [
+                    FaultProxy(f"{host}:{int(port) + lane}", "kafka", first + lane)
+                    for lane in range(NODES + 1)
+                ]
+                advertised[index] = ["--kafka-advertised-listen", f"127.0.0.1:{first}"]
+                self.kafka_client_addresses.append(f"127.0.0.1:{first}")
+        else:
+            self.kafka_client_addresses = list(self.kafka_addresses)
         self.gateways += [
             gateway_process(
                 f"{self.hosts.get(name, '127.0.0.1')}:{port}",
@@ -125,16 +151,19 @@ class Cluster:
                     "--kafka-listen",
                     kafka_address,
                     *SHARE_GATEWAY_ARGS,
+                    *kafka_advertised,
+                    *self.gateway_args,
                 ],
                 stderr_path=root / "logs" / f"{name}.log",
                 env=env,
                 **self._prefix(name),
             )
-            for name, port, internal_port, kafka_address in zip(
+            for name, port, internal_port, kafka_address, kafka_advertised in zip(
                 names,
                 ports[: len(names)],
                 ports[len(names) : 2 * len(names)],
                 self.kafka_addresses,
+                advertised,
                 strict=True,
             )
         ]
@@ -202,8 +231,12 @@ class Cluster:
             return self.address
         return ",".join(proxy.address for proxy in self.proxies)
 
+    def answer_proxies(self) -> list[Any]:
+        """Every fault proxy clients' answers pass: the gRPC ones and the Kafka ones."""
+        return [*self.proxies, *self.kafka_proxies]
+
     def answers_dropped(self) -> int:
-        return sum(int(proxy.answers_dropped) for proxy in self.proxies)
+        return sum(int(proxy.answers_dropped) for proxy in self.answer_proxies())
 
     def topic(self) -> Any:
         [topic] = self.client.describe_topics([TOPIC])
@@ -313,7 +346,7 @@ class Cluster:
             self._client.close()
         if self._admin is not None:
             self._admin.close()
-        for proxy in self.proxies:
+        for proxy in self.answer_proxies():
             proxy.close()
         for process in self.processes():
             if process.alive():

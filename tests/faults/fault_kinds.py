@@ -323,7 +323,7 @@ class DropAnswers:
         before = cluster.answers_dropped()
         # Armed on every proxy (clients use the gateway they last reached); whatever was not
         # dropped when `count` were is disarmed by heal.
-        for proxy in cluster.proxies:
+        for proxy in cluster.answer_proxies():
             proxy.drop_answers(count)
         # Overlapping a fault that stops all answers (the gateway paused or down), fewer may
         # pass in the time: the schedule then says how many were dropped, not a failure.
@@ -333,7 +333,7 @@ class DropAnswers:
         return f"dropped {dropped} of {count} answers armed (few answers flowed)"
 
     def heal(self, cluster: Cluster) -> None:
-        for proxy in cluster.proxies:
+        for proxy in cluster.answer_proxies():
             proxy.heal()
 
 
@@ -346,13 +346,13 @@ class DelayAnswers:
 
     def start(self, cluster: Cluster, rng: random.Random) -> str:
         delay_ms = PRODUCER_REQUEST_TIMEOUT_MS + rng.choice((-2000, 500, 2000))
-        for proxy in cluster.proxies:
+        for proxy in cluster.answer_proxies():
             proxy.delay_answers(delay_ms)
         hold_network_fault(rng)
         return f"delayed answers by {delay_ms} ms"
 
     def heal(self, cluster: Cluster) -> None:
-        for proxy in cluster.proxies:
+        for proxy in cluster.answer_proxies():
             proxy.heal()
 
 

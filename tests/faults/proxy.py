@@ -1,11 +1,15 @@
-"""A TCP proxy in front of one gRPC server that loses answers on purpose: the request reaches
-the server and is handled, and the connection is cut when the server's answer starts, so the
-client sees UNAVAILABLE and cannot know whether its call landed (the "unknown" outcome).
+"""A TCP proxy in front of one gRPC server (or one Kafka listener) that loses answers on
+purpose: the request reaches the server and is handled, and the connection is cut when the
+server's answer starts, so the client sees UNAVAILABLE (or a broken connection) and cannot
+know whether its call landed (the "unknown" outcome).
 
 It reads the server-to-client byte stream as HTTP/2 frames (a 9-byte header: length, 24 bits;
 type; flags; stream id, 31 bits). The server never sends a preface of its own, so that stream
 is frames from its first byte. A stream's answer starts with its first HEADERS frame (type
 0x1): that is where an answer is dropped or delayed. Client-to-server bytes pass unchanged.
+
+With `framing="kafka"` the server's stream is Kafka's responses instead: each a 4-byte
+big-endian size, then that many bytes; every response is an answer of its own.
 
 Each connection has three threads (client to server; server frames read; server frames
 written, so that delays are measured from each frame's arrival), and at most
@@ -33,12 +37,19 @@ CONNECT_TIMEOUT_S = 5.0
 RECV_BYTES = 65536
 # Frames read ahead of the writer at most (the reader then waits: back pressure).
 QUEUED_FRAMES_MAX = 4096
+KAFKA_SIZE_BYTES = 4
+KAFKA_ANSWER = -1  # the frame type given a whole Kafka response
+FRAMINGS = ("http2", "kafka")
 
 
 class FaultProxy:
-    """Listens on 127.0.0.1:0 and forwards each connection to `target` ("host:port")."""
+    """Listens on 127.0.0.1 (at `listen_port`, or one the kernel picks) and forwards each
+    connection to `target` ("host:port")."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, framing: str = "http2", listen_port: int = 0) -> None:
+        if framing not in FRAMINGS:
+            raise ValueError(f"framing must be one of {FRAMINGS}, not {framing!r}")
+        self.framing = framing
         host, _, port = target.rpartition(":")
         self.target = (host.strip("[]"), int(port))
         self.answers_dropped = 0
@@ -49,7 +60,7 @@ class FaultProxy:
         self._delay_s = 0.0
         self._connections: set[_Connection] = set()
         self._closed = False
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", listen_port))
         self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
         self._acceptor = threading.Thread(
             target=self._accept, name=f"fault-proxy-accept-{self.address}", daemon=True
@@ -255,6 +266,9 @@ class _Connection:
                     break
                 arrived_s = time.monotonic()
                 buffer += data
+                if self.proxy.framing == "kafka":
+                    self._split_kafka(buffer, arrived_s)
+                    continue
                 while len(buffer) >= FRAME_HEADER_BYTES:
                     length = int.from_bytes(buffer[0:3], "big")
                     end = FRAME_HEADER_BYTES + length
@@ -269,6 +283,15 @@ class _Connection:
         finally:
             self._put(None)
             self._thread_done()
+
+    def _split_kafka(self, buffer: bytearray, arrived_s: float) -> None:
+        """Queue each whole Kafka response in `buffer` (removed from it) as one answer."""
+        while len(buffer) >= KAFKA_SIZE_BYTES:
+            end = KAFKA_SIZE_BYTES + int.from_bytes(buffer[:KAFKA_SIZE_BYTES], "big")
+            if len(buffer) < end:
+                return
+            self._put((arrived_s, bytes(buffer[:end]), KAFKA_ANSWER, 0, 0))
+            del buffer[:end]
 
     def _put(self, item: tuple[float, bytes, int, int, int] | None) -> None:
         while True:
@@ -292,7 +315,11 @@ class _Connection:
                 if item is None:
                     break
                 arrived_s, frame, frame_type, flags, stream_id = item
-                if frame_type == HEADERS_FRAME and stream_id > 0:
+                if frame_type == KAFKA_ANSWER:
+                    self.proxy._hold(arrived_s, self)
+                    if self.is_cut or self.proxy._answer_fate():
+                        break
+                elif frame_type == HEADERS_FRAME and stream_id > 0:
                     if stream_id not in answering:
                         self.proxy._hold(arrived_s, self)
                         if self.is_cut:
