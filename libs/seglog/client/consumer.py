@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import OffsetOutOfRangeError, SeglogError
 from ..records import Record
+from . import offset_queries
 from .config import ConsumerConfig, client_security, from_kwargs, pop_bootstrap
 from .consumer_commits import CommitCallback as CommitCallback
 from .consumer_commits import OffsetCommits
@@ -385,26 +386,13 @@ class Consumer(OffsetCommits):
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
-        """Per partition, the earliest offset whose timestamp is >= the given one (through the
-        time index), or None when no record is that late."""
-        for tp, ts in timestamps.items():
-            if ts < 0:
-                raise SeglogError(f"negative timestamp {ts} for {tp.topic}-{tp.partition}")
-        found = self._list_offsets({TopicPartition(*tp): ts for tp, ts in timestamps.items()})
-        return {
-            tp: OffsetAndTimestamp(offset, ts) if offset >= 0 else None
-            for tp, (offset, ts) in found.items()
-        }
+        return offset_queries.offsets_for_times(self._client, timestamps)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        found = self._list_offsets(
-            dict.fromkeys((TopicPartition(*p) for p in partitions), EARLIEST)
-        )
-        return {tp: offset for tp, (offset, _) in found.items()}
+        return offset_queries.offsets_at(self._client, partitions, latest=False)
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        found = self._list_offsets(dict.fromkeys((TopicPartition(*p) for p in partitions), LATEST))
-        return {tp: offset for tp, (offset, _) in found.items()}
+        return offset_queries.offsets_at(self._client, partitions, latest=True)
 
     def _list_offsets(
         self, targets: Mapping[TopicPartition, int]
