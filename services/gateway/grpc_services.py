@@ -16,6 +16,7 @@ from typing import NamedTuple
 import grpc
 
 from seglog.rpc import wire
+from seglog.security.tls import TlsFiles, server_credentials
 from seglog.v1 import gateway_pb2, groups_pb2, transactions_pb2
 from services import serving
 from services.wait_slots import SERVER_MAX_WORKERS
@@ -138,6 +139,17 @@ def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
         ],
         [grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry)],
     )
+
+
+def clients_credentials(
+    tls: TlsFiles | None, tls_client_auth: str
+) -> grpc.ServerCredentials | None:
+    """The clients' listener's credentials: plaintext without TLS; client certificates asked
+    for only when required and a CA is given to check them."""
+    if tls is None:
+        return None
+    required = tls.ca is not None and tls_client_auth == "required"
+    return server_credentials(tls, "required" if required else "none")
 
 
 def log_request_bounds(

@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.metrics import MeterProvider
 
 from seglog.security.principals import PrincipalMapper
-from seglog.security.tls import channel_credentials, server_credentials
+from seglog.security.tls import channel_credentials
 from services import serving
 from services.memory_pool import RequestMemoryPool
 from services.settings import described_settings
@@ -50,6 +50,7 @@ from .grpc_services import (
     REGISTRY_SERVICE,
     TXN_SERVICE,
     GrpcServicers,
+    clients_credentials,
     grpc_handlers,
     log_request_bounds,
 )
@@ -362,9 +363,6 @@ class Gateway:
             tls=tls,
             advertised=self.config.advertised_listener or self.config.listen,
         )
-        client_auth = "none"
-        if tls is not None and tls.ca is not None and self.config.tls_client_auth == "required":
-            client_auth = "required"
         log_request_bounds(
             self.config.max_concurrent_requests,
             self.config.max_request_bytes,
@@ -376,7 +374,7 @@ class Gateway:
             [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE],
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
-            credentials=None if tls is None else server_credentials(tls, client_auth),
+            credentials=clients_credentials(tls, self.config.tls_client_auth),
             interceptors=[
                 RequestMemoryInterceptor(self.request_memory),
                 self.fetch_threads,
