@@ -299,6 +299,9 @@ class RemoteFetches:
             ):
                 return
             self._reading_ahead.add(tp)
+        # Marked before the job is queued: the consumer's next read, which may come before the
+        # job starts, waits for these bytes instead of asking the store for them again.
+        self.reader.ahead.begin(segment.segment_id, found.next_offset)
 
         def job() -> None:
             try:
@@ -312,6 +315,7 @@ class RemoteFetches:
         try:
             self._submit(job)
         except SeglogError:
+            self.reader.ahead.abandon(segment.segment_id, found.next_offset)
             with self._lock:
                 self._reading_ahead.discard(tp)
 
