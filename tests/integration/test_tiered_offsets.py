@@ -1,6 +1,7 @@
-"""ListOffsets on a tiered topic (KIP-405, KIP-1005) answered as Kafka's, on a real cluster
-beside a real S3 server (SeaweedFS): -2 the remote log start, -4 the local one, -5 the last
-tiered offset, by time over remote and local segments; and a store that stops answering makes
+"""ListOffsets and DeleteRecords on a tiered topic (KIP-405, KIP-1005) answered as Kafka's, on
+a real cluster beside a real S3 server (SeaweedFS): -2 the remote log start, -4 the local one,
+-5 the last tiered offset, by time over remote and local segments; DeleteRecords inside the
+copied segments moving the log start below the local one; and a store that stops answering makes
 cold reads end in bounded time (no records, or a retriable error) while the same node's hot
 reads and ListOffsets keep theirs.
 
@@ -15,8 +16,12 @@ import time
 
 import pytest
 
+from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition
+from seglog.client.structs import TopicPartition
+from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
+from seglog.v1 import common_pb2
 from tests.tiered_topics import (
     BASE_MS,
     BATCHES,
@@ -125,3 +130,53 @@ def test_a_stalled_store_ends_cold_reads_in_bounded_time_and_leaves_hot_reads_al
     assert max(hot) < max(0.5, 10 * hot_before)
     # With the store back, the cold reads answer again.
     wait_for(lambda: fetch(0)[0].records, TIMEOUT_S, "a cold read answered again")
+
+
+def test_delete_records_below_the_local_start_moves_the_log_start_as_kafka(cluster, store):
+    """DeleteRecords at an offset inside the copied segments: the log start moves there
+    (ListOffsets -2, fetches below it OFFSET_OUT_OF_RANGE, a consumer from it reads on),
+    the local start stays, and remote retention deletes the segments wholly below it."""
+    topic = "cold-delete-records"
+    local_start = tiered_topic(cluster, store, topic)
+    total = len(expected())
+    leader = cluster.leader_of(topic, 0)
+    topic_id = leader.logs.topic_id(topic, 0)
+    metadata = RemoteLogMetadata(store, cache_ms=0)
+    first_segment_end = metadata.segments(topic_id, 0)[0].end_offset
+    cut = first_segment_end + 5  # inside the second copied segment
+    assert cut < local_start
+    answer = cluster.admin.delete_records({TopicPartition(topic, 0): cut})
+    assert answer[TopicPartition(topic, 0)] == cut
+    assert list_offset(cluster, topic, -2)[:2] == (0, cut)
+    assert list_offset(cluster, topic, -4)[:2] == (0, local_start)
+    below = fetch_answer(cluster, topic, cut - 1)
+    assert below.error == common_pb2.OFFSET_OUT_OF_RANGE and not below.records
+    consumer = Consumer(cluster.address, fetch_transport="grpc", max_partition_fetch_bytes=3000)
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), cut)
+        got: list = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < total - cut and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got.extend(records)
+    finally:
+        consumer.close()
+    assert [r.offset for r in got] == list(range(cut, total))
+    assert [r.value for r in got] == expected()[cut:]
+    # The first segment, wholly below the cut, is deleted from the store; the one the cut
+    # falls in stays (its later records are readable).
+    wait_for(
+        lambda: metadata.copied_segments(topic_id, 0)[0].base_offset > first_segment_end,
+        TIMEOUT_S,
+        "the segment below the new log start deleted",
+        interval_s=0.2,
+    )
+    assert not any(
+        key.startswith(f"{topic}-{topic_id}/0/{0:020d}-") for key in store.list(f"{topic}-")
+    )
+    assert metadata.log_start_offset(topic_id, 0) == cut
+    # Asking for an earlier offset does not move the start back.
+    assert cluster.admin.delete_records({TopicPartition(topic, 0): 3}) == {
+        TopicPartition(topic, 0): cut
+    }

@@ -70,14 +70,16 @@ def plan_remote(
         if not segments:
             continue  # nothing copied (not tiered, or not yet): the cluster reads it all
         stop = min(end, local_starts[tp], segments[-1].end_offset + 1)
-        if start < segments[0].base_offset:
+        # The first segment's base, or past it the log start DeleteRecords set.
+        first = metadata.log_start_offset(topic_id, tp.partition)
+        first = segments[0].base_offset if first is None else first
+        if start < first:
             report_data_loss(
-                f"{tp.topic}-{tp.partition}: offsets [{start}, {segments[0].base_offset}) were "
-                f"to be read but the object store's copies now start at "
-                f"{segments[0].base_offset}",
+                f"{tp.topic}-{tp.partition}: offsets [{start}, {first}) were to be read but the "
+                f"log now starts at {first}",
                 fail_on_data_loss,
             )
-            start = min(segments[0].base_offset, end)
+            start = min(first, end)
         if stop <= start:
             continue
         cutter = _Cutter(tp, storage, max_bytes_per_task, include_headers, fail_on_data_loss)
