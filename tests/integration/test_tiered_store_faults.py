@@ -2,18 +2,21 @@
 S3 store (SeaweedFS) through a proxy that answers 503 or answers late (tests/s3_fault_proxy.py).
 Copies retry and local segments stay until their copy is confirmed; reads below the local log
 start answer a retriable error (or, late, nothing) and read again once the store answers;
-nothing is lost or duplicated, in the store or to a consumer.
+nothing is lost or duplicated, in the store or to a consumer; the store stopped for 30 s under
+a producer's load loses no acknowledged record.
 
 One store, one proxy and one two-node cluster for the module; each test its own topic."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from seglog.client.consumer import Consumer
 from seglog.client.gateway import FetchPosition
+from seglog.client.producer import Producer
 from seglog.client.structs import TopicPartition
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStorageConfig, RemoteStore
@@ -170,3 +173,78 @@ def test_reads_answer_retriable_errors_while_the_store_fails_and_read_again_afte
     got = _consume_all(cluster, topic)
     assert [r.offset for r in got] == list(range(len(expected())))
     assert [r.value for r in got] == expected()
+
+
+@pytest.mark.slow
+def test_the_store_stopped_30s_under_load_loses_no_acknowledged_record(cluster, store, seaweedfs):
+    """A producer writing all along (acks=all) while the store is down for 30 s: every
+    acknowledged record is read back from offset 0 at its offset, and the copies catch up
+    once the store is back (local retention then deletes what they cover)."""
+    topic = "faults-outage"
+    cluster.admin.create_topic(
+        topic,
+        1,
+        2,
+        configs={
+            "remote.storage.enable": "true",
+            "local.retention.bytes": "1",
+            "retention.ms": "-1",
+            "segment.bytes": "65536",
+            "file.delete.delay.ms": "0",
+        },
+    )
+    acknowledged: dict[int, bytes] = {}
+    stop = threading.Event()
+
+    def write() -> None:
+        with Producer(cluster.address, acks=-1, linger_ms=5) as producer:
+            i = 0
+            while not stop.is_set():
+                values = [b"outage-%06d-" % (i + j) + b"o" * 200 for j in range(50)]
+                futures = [producer.send(topic, v, partition=0) for v in values]
+                producer.flush(TIMEOUT_S)
+                for value, future in zip(values, futures, strict=True):
+                    acknowledged[future.get(TIMEOUT_S).offset] = value
+                i += len(values)
+                stop.wait(0.05)  # a steady load, not a flood: copies must catch up after
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    leader = cluster.leader_of(topic, 0)
+    log = leader.logs.get_log(topic, 0)
+    wait_for(lambda: len(acknowledged) > 500, TIMEOUT_S, "writes before the outage")
+    seaweedfs.kill()
+    try:
+        down_until = time.monotonic() + 30
+        wait_for(lambda: time.monotonic() > down_until, 40, "30 s of outage under load")
+        assert leader.remote_log_manager.failures > 0
+    finally:
+        seaweedfs.start()
+    stop.set()
+    writer.join(TIMEOUT_S * 2)
+    assert not writer.is_alive()
+    topic_id = leader.logs.topic_id(topic, 0)
+    metadata = RemoteLogMetadata(store, cache_ms=0)
+    wait_for(
+        lambda: (
+            log.log_start_offset == log.segments[-1].base_offset
+            and metadata.remote_end_offset(topic_id, 0) == log.log_start_offset - 1
+        ),
+        60,
+        "copies caught up after the outage",
+        interval_s=0.5,
+    )
+    end = max(acknowledged) + 1
+    consumer = Consumer(cluster.address, fetch_transport="grpc")
+    try:
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), 0)
+        got: dict[int, bytes] = {}
+        deadline = time.monotonic() + 60
+        while len(got) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                got.update((r.offset, r.value) for r in records)
+    finally:
+        consumer.close()
+    lost = [o for o, v in acknowledged.items() if got.get(o) != v]
+    assert not lost, f"{len(lost)} acknowledged records lost, first {lost[:5]}"
