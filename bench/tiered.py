@@ -100,7 +100,9 @@ def _fill(bootstrap: str) -> dict[int, int]:
             local = client.list_offsets("cold", {p: -4 for p in range(PARTITIONS)})
             tiered = client.list_offsets("cold", {p: -5 for p in range(PARTITIONS)})
             starts = {p: r.offset for p, r in local.items()}
-            if all(s > 0 and tiered[p].offset == s - 1 for p, s in starts.items()):
+            # Every rolled segment copied and gone from the disk: the active one is what stays.
+            least = per_partition - SEGMENT_BYTES // len(VALUE) - 1000
+            if all(s >= least and tiered[p].offset == s - 1 for p, s in starts.items()):
                 # The last segment stays local: roughly one segment in each partition.
                 print(f"tiered: local log starts {starts} (of {per_partition} each)")
                 return starts
