@@ -102,7 +102,7 @@ def _fill(bootstrap: str) -> dict[int, int]:
             starts = {p: r.offset for p, r in local.items()}
             # Every rolled segment copied and gone from the disk: the active one is what stays.
             least = per_partition - SEGMENT_BYTES // len(VALUE) - 1000
-            if all(s >= least and tiered[p].offset == s - 1 for p, s in starts.items()):
+            if all(0 < s >= least and tiered[p].offset == s - 1 for p, s in starts.items()):
                 # The last segment stays local: roughly one segment in each partition.
                 print(f"tiered: local log starts {starts} (of {per_partition} each)")
                 return starts
