@@ -156,9 +156,10 @@ def _bench_cold_read(
             return go
 
         times = best_in_turns({"cold": timed("cold"), "hot": timed("hot")}, ROUNDS)
-    # The same offsets both ways; the local read's last fetch may run past them (the remote
-    # one stops at the local log start), so each side's rate counts its own bytes.
-    if sizes["cold"] > sizes["hot"] or sizes["cold"] < sizes["hot"] - PARTITIONS * FETCH_BYTES:
+    # The same offsets both ways, in batches the producer may have cut a little differently
+    # per topic; the local read's last fetch may run past them (the remote one stops at the
+    # local log start): each side's rate counts its own bytes, which must be close.
+    if abs(sizes["cold"] - sizes["hot"]) > PARTITIONS * FETCH_BYTES + sizes["hot"] // 100:
         raise RuntimeError(f"cold read {sizes['cold']} bytes, hot {sizes['hot']}")
     report(
         f"tiered cold read {sizes['cold'] // MIB} MiB from the store vs local (MiB/s)",
