@@ -134,7 +134,7 @@ test-integration: $(STAMP) proto kafka
 # `make bench GROUP...` runs the groups named (`make bench kafka-protocol`), every group when
 # none is; the group names are goals that do nothing themselves.
 BENCH_GROUPS := engine services clients consumer security bulk replication metrics registry \
-	spark scale kafka-protocol latency long-polls kafka-flood transactions groups
+	spark scale kafka-protocol latency long-polls kafka-flood transactions groups tiered
 bench: $(STAMP) proto kafka
 	$(BIN)/python -m bench $(filter $(BENCH_GROUPS),$(MAKECMDGOALS))
 

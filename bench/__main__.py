@@ -6,7 +6,8 @@ is also written, with the load average when it was measured, to SEGLOG_BENCH_RES
 (default bench/out/ratios.json), which `make bench-compare` (bench/guard.py) compares with
 bench/baseline.json.
 `python -m bench engine` (or services, clients, consumer, replication, bulk, security, metrics,
-registry, spark, scale, kafka-protocol, latency, long-polls, kafka-flood, transactions) runs one
+registry, spark, scale, kafka-protocol, latency, long-polls, kafka-flood, transactions,
+tiered) runs one
 group.
 """
 
@@ -47,6 +48,7 @@ SERVICE_GROUPS = (
     "kafka-flood",
     "transactions",
     "groups",
+    "tiered",
 )
 LOG_BYTES = int(os.environ.get("SEGLOG_BENCH_LOG_BYTES", 1024 * MIB))
 APPEND_BYTES = int(os.environ.get("SEGLOG_BENCH_APPEND_MIB", 512)) * MIB

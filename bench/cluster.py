@@ -25,22 +25,31 @@ def one_node_cluster(
     *,
     cluster_secret: str | None = None,
     env: dict[str, str] | None = None,
+    gateway_args: list[str] | None = None,
+    node_args: list[str] | None = None,
 ) -> Iterator[str]:
     """Start both, wait for the node to register, create `topics`; yield the gateway's
     address; stop both (by their own pids) on the way out. A `cluster_secret` turns on the
     bulk fetch path (the gateway signs transfer grants with it); `env` is added to both
-    processes' environment."""
+    processes' environment; `gateway_args` and `node_args` are added to their command lines."""
     env = dict(env or {})
     if cluster_secret is not None:
         env["SEGLOG_CLUSTER_SECRET"] = cluster_secret
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = Path(tmp)
-        gateway = gateway_process("127.0.0.1:0", root / "gateway", env=env)
+        gateway = gateway_process(
+            "127.0.0.1:0", root / "gateway", env=env, extra_args=gateway_args or ()
+        )
         processes: list[ServerProcess] = [gateway]
         try:
             gateway.start()
             node = node_process(
-                1, "127.0.0.1:0", root / "node-1", gateway.internal_address, env=env
+                1,
+                "127.0.0.1:0",
+                root / "node-1",
+                gateway.internal_address,
+                env=env,
+                extra_args=node_args or (),
             )
             processes.append(node)
             node.start()

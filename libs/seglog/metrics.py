@@ -17,6 +17,8 @@ What is counted is what Kafka's operators watch, one update per request, never p
   seglog.log.start_offset / .end_offset     gauges per partition
   seglog.partition.isr / .under_replicated  gauges per partition the node leads
   seglog.partition.isr.shrinks / .expands   counters per node (ISR changes it led)
+  seglog.remote.copy_lag.bytes / .segments  gauges per tiered partition the node leads: what
+                                            could be copied to the object store and is not yet
   seglog.partitions.offline                 gauge: partitions without a live leader (gateway)
   seglog.registry.node.live                 gauge per registered node (the gateway)
   seglog.consumer.lag                       gauge per group and partition (the coordinator)

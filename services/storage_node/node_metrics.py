@@ -22,6 +22,7 @@ from seglog.semconv import PARTITION, TOPIC
 
 from .delayed_produce import AppendResult
 from .metadata_applier import MetadataApplier
+from .remote_copier import copy_lag
 from .replica_manager import ReplicaManager
 
 # Gauges read within this long of a snapshot reuse it: one export reads them one after another.
@@ -37,6 +38,10 @@ class PartitionGauges:
     log_end_offset: int
     led_isr: int  # -1 unless this node leads it
     led_replicas: int
+    # A tiered partition this node leads: what is not copied yet (remote_copier.copy_lag);
+    # -1 for the others.
+    copy_lag_bytes: int = -1
+    copy_lag_segments: int = -1
 
 
 class NodeMetrics(RequestMetrics):
@@ -82,6 +87,20 @@ class NodeMetrics(RequestMetrics):
             "{partition}",
             "1 when a partition this node leads has fewer in-sync replicas than replicas",
             self._led(lambda g: int(g.led_isr < g.led_replicas)),
+        )
+        self.gauge(
+            "seglog.remote.copy_lag.bytes",
+            "By",
+            "bytes of a tiered partition this node leads that could be copied to the object "
+            "store and are not yet (Kafka's RemoteCopyLagBytes)",
+            self._tiered(lambda g: g.copy_lag_bytes),
+        )
+        self.gauge(
+            "seglog.remote.copy_lag.segments",
+            "{segment}",
+            "segments of a tiered partition this node leads that could be copied and are not "
+            "yet (Kafka's RemoteCopyLagSegments)",
+            self._tiered(lambda g: g.copy_lag_segments),
         )
         isr_updates = replicas.isr_updates
         self.observed_counter(
@@ -143,6 +162,7 @@ class NodeMetrics(RequestMetrics):
                     attributes = self._attributes[tp] = {TOPIC: tp[0], PARTITION: str(tp[1])}
                 registration = held.registration
                 led = held.is_leader and registration is not None
+                lag = copy_lag(log) if led and log.config.remote_storage_enable else (-1, -1)
                 snapshot.append(
                     PartitionGauges(
                         attributes,
@@ -152,6 +172,7 @@ class NodeMetrics(RequestMetrics):
                         log.log_end_offset,
                         len(held.isr) if led else -1,
                         len(registration.replicas) if led and registration is not None else 0,
+                        *lag,
                     )
                 )
             for gone in self._attributes.keys() - hosted.keys():
@@ -172,6 +193,16 @@ class NodeMetrics(RequestMetrics):
         def observe() -> Iterator[Observation]:
             for gauges in self.snapshot():
                 if gauges.led_isr >= 0:
+                    yield Observation(value_of(gauges), gauges.attributes)
+
+        return observe
+
+    def _tiered(
+        self, value_of: Callable[[PartitionGauges], int]
+    ) -> Callable[[], Iterator[Observation]]:
+        def observe() -> Iterator[Observation]:
+            for gauges in self.snapshot():
+                if gauges.copy_lag_bytes >= 0:
                     yield Observation(value_of(gauges), gauges.attributes)
 
         return observe

@@ -71,6 +71,33 @@ def epoch_checkpoint_text(entries: list[EpochEntry], end: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def copy_candidates(log: Log) -> list[tuple[LogSegment, int]]:
+    """(segment, its last offset) for each rolled segment wholly below the last stable
+    offset (the high watermark, or the first offset of the oldest open transaction: as
+    Kafka's copier, so a copied segment's transaction index is final), holding offsets
+    past what the store has."""
+    copied_end = log.highest_offset_in_remote_storage
+    segments = log.segments
+    stable = log.last_stable_offset
+    out = []
+    for segment, following in zip(segments, segments[1:], strict=False):
+        end = following.base_offset - 1
+        if end >= stable:
+            break
+        if end <= copied_end or segment.size == 0:
+            continue
+        out.append((segment, end))
+    return out
+
+
+def copy_lag(log: Log) -> tuple[int, int]:
+    """Kafka's RemoteCopyLagBytes and RemoteCopyLagSegments (KIP-963): the bytes and
+    segments that could be copied and are not yet (local state only: no store call, so it
+    reads the same while the store is down, when it grows)."""
+    candidates = copy_candidates(log)
+    return sum(segment.size for segment, _ in candidates), len(candidates)
+
+
 class PartitionCopier:
     """Copies and cleans up one partition's segments; stateless between calls (every pass
     starts from the metadata), so leadership may move between passes."""
@@ -87,22 +114,7 @@ class PartitionCopier:
         self.still_leading = still_leading
 
     def candidates(self, log: Log) -> list[tuple[LogSegment, int]]:
-        """(segment, its last offset) for each rolled segment wholly below the last stable
-        offset (the high watermark, or the first offset of the oldest open transaction: as
-        Kafka's copier, so a copied segment's transaction index is final), holding offsets
-        past what the store has."""
-        copied_end = log.highest_offset_in_remote_storage
-        segments = log.segments
-        stable = log.last_stable_offset
-        out = []
-        for segment, following in zip(segments, segments[1:], strict=False):
-            end = following.base_offset - 1
-            if end >= stable:
-                break
-            if end <= copied_end or segment.size == 0:
-                continue
-            out.append((segment, end))
-        return out
+        return copy_candidates(log)
 
     def copy(self, topic: str, topic_id: str, log: Log, segment: LogSegment, end: int) -> None:
         entries = list(log.leader_epochs.entries)

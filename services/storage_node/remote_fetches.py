@@ -227,6 +227,12 @@ class RemoteFetches:
 
         def job() -> RemoteRead:
             tp = (topic, partition)
+            learnt = self._start_known(topic, partition)
+            if learnt is not None and learnt[0] is not None and offset < learnt[0]:
+                raise OffsetOutOfRangeError(  # DeleteRecords or retention moved the start
+                    f"offset {offset} of {topic}-{partition} is below the log start offset "
+                    f"{learnt[0]}"
+                )
             known = self._segments_known(topic, partition)
             segment = next((s for s in known if s.base_offset <= offset <= s.end_offset), None)
             if segment is None:
@@ -299,6 +305,9 @@ class RemoteFetches:
             ):
                 return
             self._reading_ahead.add(tp)
+        # Marked before the job is queued: the consumer's next read, which may come before the
+        # job starts, waits for these bytes instead of asking the store for them again.
+        self.reader.ahead.begin(segment.segment_id, found.next_offset)
 
         def job() -> None:
             try:
@@ -312,6 +321,7 @@ class RemoteFetches:
         try:
             self._submit(job)
         except SeglogError:
+            self.reader.ahead.abandon(segment.segment_id, found.next_offset)
             with self._lock:
                 self._reading_ahead.discard(tp)
 
@@ -366,7 +376,7 @@ class RemoteFetches:
                 return None
             segments = self.metadata.segments(topic_id, partition)
             self._remember(topic, partition, topic_id, segments)
-            return segments[0].base_offset if segments else None
+            return self.metadata.log_start_offset(topic_id, partition) if segments else None
 
         future = self._submit(job)
         try:
@@ -379,7 +389,8 @@ class RemoteFetches:
     def _remember(
         self, topic: str, partition: int, topic_id: str, segments: list[RemoteSegment]
     ) -> None:
-        start = segments[0].base_offset if segments else None
+        # The first segment's base, or past it the log start DeleteRecords set.
+        start = self.metadata.log_start_offset(topic_id, partition) if segments else None
         with self._lock:
             self._starts[(topic, partition)] = (topic_id, start, time.monotonic())
             self._known[(topic, partition)] = (topic_id, segments)
@@ -394,11 +405,13 @@ class RemoteFetches:
                 self.metadata.invalidate(topic_id, partition)
             segments = self.metadata.segments(topic_id, partition)
             self._remember(topic, partition, topic_id, segments)
-            if segments and segments[0].base_offset <= offset:
+            start = self.metadata.log_start_offset(topic_id, partition)
+            if segments and start is not None and start <= offset:
                 for segment in segments:
                     if segment.end_offset >= offset:
                         return segment
-        start = segments[0].base_offset if segments else local_start
+        start = self.metadata.log_start_offset(topic_id, partition) if segments else None
+        start = local_start if start is None else start
         raise OffsetOutOfRangeError(
             f"offset {offset} of {topic}-{partition} is below the log start offset {start}"
         )

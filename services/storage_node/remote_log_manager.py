@@ -24,6 +24,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from seglog.errors import SeglogError
 from seglog.storage.log import Log
@@ -33,6 +34,8 @@ from seglog.storage.remote_store import RemoteStorageConfig, RemoteStorageError,
 
 from .partition import Partition
 from .remote_copier import PartitionCopier
+from .remote_deletions import FILE_NAME as DELETIONS_FILE
+from .remote_deletions import PendingDeletion, PendingDeletions
 from .remote_retention import expire_remote_segments
 from .replica_manager import ReplicaManager
 
@@ -65,6 +68,8 @@ class RemoteLogManager:
         replicas: ReplicaManager,
         storage: RemoteStorageConfig,
         config: RemoteLogManagerConfig | None = None,
+        *,
+        state_dir: Path | None = None,
     ) -> None:
         self.replicas = replicas
         self.config = config or RemoteLogManagerConfig()
@@ -78,11 +83,11 @@ class RemoteLogManager:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._backoff_ms = 0
-        # Deleted topics' partitions whose objects are still to go: (topic, topic id, number).
-        # Kept in memory: a node restarted before the store answers leaves them (every replica
-        # of the partition is told, so one that stays up finishes the job).
-        self._deletions: set[tuple[str, str, int]] = set()
-        self._deletions_lock = threading.Lock()
+        # Deleted topics' partitions whose objects are still to go, kept in `state_dir` (the
+        # node's data dir) so that a restart before the store answers does not forget them.
+        self.deletions = PendingDeletions(
+            state_dir / DELETIONS_FILE if state_dir is not None else None
+        )
         # Passes completed without a store error, passes that met one (tests read them).
         self.passes = 0
         self.failures = 0
@@ -101,20 +106,17 @@ class RemoteLogManager:
     def delete_partition_data(self, topic: str, topic_id: str, partition: int) -> None:
         """A deleted topic's partition: its objects and metadata go on the next pass (Kafka
         deletes a deleted tiered topic's remote segments too)."""
-        with self._deletions_lock:
-            self._deletions.add((topic, topic_id, partition))
+        self.deletions.add(PendingDeletion(topic, topic_id, partition))
         self.wake()
 
     def _delete_deleted(self) -> None:
-        with self._deletions_lock:
-            pending = sorted(self._deletions)
-        for topic, topic_id, partition in pending:
+        for deletion in self.deletions.pending():
+            topic, topic_id, partition = deletion
             keys = self.store.list(f"{topic_prefix(topic, topic_id)}{partition}/")
             keys += self.store.list(metadata_partition_prefix(topic_id, partition))
             self.store.delete(keys)
             self.metadata.invalidate(topic_id, partition)
-            with self._deletions_lock:
-                self._deletions.discard((topic, topic_id, partition))
+            self.deletions.discard(deletion)
             if keys:
                 logger.info("%s-%d: %d remote objects deleted", topic, partition, len(keys))
 

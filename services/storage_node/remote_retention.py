@@ -6,9 +6,9 @@ stay (segments go from the start of the log only, never from the middle):
 - size: while the partition's total size (its remote segments plus the local bytes not yet
   copied) passes retention.bytes by at least the segment's size.
 
-(Not here: DeleteRecords below the local log start of a tiered partition. The local log's
-start offset is the local one, which local retention moves past copied segments, so it cannot
-also say what DeleteRecords asked of the remote ones.)
+and, first, every segment wholly below the log start DeleteRecords set (kept in the store
+beside the segments' metadata, remote_metadata.py: the local log's start offset is the local
+one, which cannot say what DeleteRecords asked of the remote ones).
 
 Each goes DELETE_SEGMENT_STARTED, objects deleted, DELETE_SEGMENT_FINISHED; then the log start
 offset moves past it (the local log's too, when its segments start earlier).
@@ -29,15 +29,19 @@ def expire_remote_segments(copier: PartitionCopier, topic_id: str, log: Log, *, 
     config = log.config
     if not config.delete:
         return 0
-    segs = copier.metadata.segments(topic_id, log.partition)
-    if not segs:
+    metadata = copier.metadata
+    floor = metadata.log_start_floor(topic_id, log.partition)
+    # Segments wholly below the log start DeleteRecords set go first, whatever retention says.
+    below = [s for s in metadata.copied_segments(topic_id, log.partition) if s.end_offset < floor]
+    segs = metadata.segments(topic_id, log.partition)
+    if not segs and not below:
         return 0
-    copied_end = segs[-1].end_offset
+    copied_end = (segs or below)[-1].end_offset
     local_only = sum(
         s.size for s in log.segments if s.base_offset > copied_end
     )  # bytes the store does not hold yet
     total = sum(s.size_bytes for s in segs) + local_only
-    doomed = []
+    doomed = list(below)
     for seg in segs:
         by_time = config.retention_ms >= 0 and seg.max_timestamp_ms < now_ms - config.retention_ms
         by_size = config.retention_bytes >= 0 and total - seg.size_bytes >= config.retention_bytes

@@ -38,14 +38,14 @@ from seglog.v1 import common_pb2
 
 from . import tiered_offsets
 from .delayed_produce import AppendResult, wait_for_replication
-from .fetch_reads import CONSUMER, READ_COMMITTED, FetchChunk, FetchState, read_chunks
+from .fetch_reads import CONSUMER, READ_COMMITTED, FetchChunk, FetchState, read_chunks, tiered
 from .fetch_sessions import SessionRound
 from .fetch_waits import PartitionWaiters, Waiter
 from .follower_fetchers import FollowerFetchers
 from .isr_updates import IsrUpdates
 from .leader_fetches import LeaderFetches
 from .partition import Partition, Registration
-from .record_deletion import delete_records_as_leader
+from .record_deletion import delete_records_as_leader, move_remote_log_start
 from .remote_fetches import RemoteFetches
 from .replica_fetcher import FetcherSettings
 
@@ -387,7 +387,11 @@ class ReplicaManager:
         fetch answer: their waiting fetches are woken for it."""
         held = self.partition(topic, partition)
         with held._lock:  # as an append: not on a node that became a follower meanwhile
-            start = delete_records_as_leader(held, offset, client_epoch)
+            wanted, start = delete_records_as_leader(held, offset, client_epoch)
+        if self.remote is not None and tiered(held.log):
+            # Below (or past) the local start, the remote data's start moves too (Kafka's
+            # logStartOffset): recorded in the store, outside the partition's lock.
+            start = move_remote_log_start(self.remote, topic, partition, wanted, start)
         self.wake_partition(topic, partition)
         return start
 

@@ -130,6 +130,7 @@ class StorageNode:
                         config.remote_log_manager_task_retry_backoff_max_ms
                     ),
                 ),
+                state_dir=config.data_dir,
             )
             self.replicas.remote_deletions = self.remote_log_manager.delete_partition_data
             # Reads below the local log start go to the same store, through the copier's

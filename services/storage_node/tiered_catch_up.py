@@ -91,7 +91,7 @@ def _segment_ending_at(
     for attempt in range(2):
         if attempt:
             remote.metadata.invalidate(topic_id, partition)
-        for segment in remote.metadata.segments(topic_id, partition):
+        for segment in remote.metadata.copied_segments(topic_id, partition):
             if segment.end_offset == end:
                 return segment
     return None

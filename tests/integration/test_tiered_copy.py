@@ -191,6 +191,14 @@ def test_a_stopped_store_keeps_local_segments_until_copies_finish(cluster, store
         wait_for(lambda: leader.logs.retention_passes >= retention_passes + 3, 20, "retention")
         assert _rolled_ends(log) == rolled
         assert log.log_start_offset == 0
+        # The copy lag (Kafka's RemoteCopyLagBytes/Segments) shows what waits for the store.
+        wait_for(
+            lambda: _copy_lag(leader, "tiered-outage")[1] >= len(rolled) - 1,
+            5,
+            "the copy lag counting the segments not copied",
+            lambda: str(_copy_lag(leader, "tiered-outage")),
+        )
+        assert _copy_lag(leader, "tiered-outage")[0] > 0
         assert "object store" in manager.last_error
         # ...and serves reads of them.
         fetched = list(cluster.client.fetch([FetchPosition("tiered-outage", 0, 0)], max_wait_ms=0))
@@ -202,6 +210,15 @@ def test_a_stopped_store_keeps_local_segments_until_copies_finish(cluster, store
     wait_for(lambda: log.log_start_offset > last, 20, "local retention after the copies")
     segments = _metadata(store).segments(topic_id, 0)
     assert [(s.base_offset, s.end_offset) for s in segments][: len(rolled)] == rolled
+    wait_for(lambda: _copy_lag(leader, "tiered-outage") == (0, 0), 20, "no copy lag left")
+
+
+def _copy_lag(node, topic: str) -> tuple[int, int]:
+    """The node's copy lag gauges for the topic's partition 0 (a snapshot <= 1 s old)."""
+    [gauges] = [
+        g for g in node.metrics.snapshot() if g.attributes["messaging.destination.name"] == topic
+    ]
+    return gauges.copy_lag_bytes, gauges.copy_lag_segments
 
 
 def test_remote_retention_deletes_objects_and_moves_the_log_start(cluster, store):
@@ -312,6 +329,44 @@ def test_a_deleted_topics_objects_are_deleted(cluster, store):
     # Another topic's copies are untouched.
     assert store.list(f"tiered-stays-{ids['tiered-stays']}/") == kept
     assert _metadata(store).segments(ids["tiered-stays"], 0)
+
+
+def test_a_deleted_topics_objects_are_deleted_after_a_restart_with_the_store_down(
+    cluster, store, seaweedfs
+):
+    """The pending deletion is on the node's disk: deleted while the store is down, the
+    topic's only replica restarted before the store is back still deletes its objects."""
+    topic = "tiered-gone-later"
+    topic_id = _topic(cluster, topic)
+    _produce(cluster, topic, 10)
+    end = _rolled_ends(cluster.log(topic, 0))[-1][1]
+    wait_for(lambda: _copied_up_to(store, topic_id, end), 20, "copied")
+    node_id = cluster.leader_of(topic, 0).config.node_id
+    seaweedfs.kill()
+    try:
+        cluster.admin.delete_topic(topic)
+        manager = cluster.nodes[node_id].remote_log_manager
+        wait_for(lambda: manager.deletions.pending(), 20, "the deletion pending on the node")
+        cluster.stop_node(node_id)
+        cluster.start_node(node_id)
+        assert [
+            d.topic_id for d in cluster.nodes[node_id].remote_log_manager.deletions.pending()
+        ] == [topic_id]
+    finally:
+        seaweedfs.start()
+    wait_for(
+        lambda: (
+            not store.list(f"{topic}-{topic_id}/")
+            and not store.list(f"__remote_log_metadata/{topic_id}/")
+        ),
+        30,
+        "the deleted topic's objects deleted after the restart",
+    )
+    wait_for(
+        lambda: not cluster.nodes[node_id].remote_log_manager.deletions.pending(),
+        20,
+        "nothing pending any more",
+    )
 
 
 def test_store_failures_are_seglog_errors_naming_what_failed(store, seaweedfs, tmp_path):

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..client.gateway import default_bootstrap
+from ..storage.remote_store import RemoteStorageConfig
 
 EARLIEST = -2
 LATEST = -1
@@ -48,6 +49,9 @@ _READ_OPTIONS = {
     "maxbytespertask",
     "requesttimeoutms",
     "fetchtransport",
+    *(f"remotestorage.{name}" for name in ("endpoint", "bucket", "prefix", "region")),
+    "remotestorage.accesskeyid",
+    "remotestorage.secretaccesskey",
 }
 
 _WRITE_OPTIONS = {"bootstrap", "topic", "includeheaders", "requesttimeoutms"}
@@ -87,6 +91,9 @@ class ReadOptions:
     max_bytes_per_task: int = DEFAULT_MAX_BYTES_PER_TASK
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     fetch_transport: str = "auto"
+    # The object store a tiered topic's older segments are in (remoteStorage.* options):
+    # given, tasks read those segments straight from it; None, everything through the cluster.
+    remote_storage: RemoteStorageConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,41 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None) ->
         request_timeout_ms=_parse_int(given, "requesttimeoutms", "requestTimeoutMs", 1)
         or DEFAULT_REQUEST_TIMEOUT_MS,
         fetch_transport=transport,
+        remote_storage=_parse_remote_storage(given),
+    )
+
+
+def _parse_remote_storage(given: Mapping[str, str]) -> RemoteStorageConfig | None:
+    """remoteStorage.endpoint, .bucket, .accessKeyId, .secretAccessKey (all four, or none),
+    .prefix and .region: the store and credentials the cluster's nodes were given."""
+    names = {
+        "endpoint": "remotestorage.endpoint",
+        "bucket": "remotestorage.bucket",
+        "access_key_id": "remotestorage.accesskeyid",
+        "secret_access_key": "remotestorage.secretaccesskey",
+    }
+    present = {field: given[key] for field, key in names.items() if given.get(key)}
+    extras = [k for k in ("remotestorage.prefix", "remotestorage.region") if k in given]
+    if not present and not extras:
+        return None
+    missing = [key for field, key in names.items() if field not in present]
+    if missing:
+        raise OptionError(
+            "reading tiered segments straight from the object store needs the options "
+            "remoteStorage.endpoint, remoteStorage.bucket, remoteStorage.accessKeyId and "
+            f"remoteStorage.secretAccessKey; missing: {', '.join(missing)}"
+        )
+    if not present["endpoint"].startswith(("http://", "https://")):
+        raise OptionError(
+            f"option remoteStorage.endpoint must be an http(s) URL, not {present['endpoint']!r}"
+        )
+    return RemoteStorageConfig(
+        endpoint_url=present["endpoint"],
+        bucket=present["bucket"],
+        access_key_id=present["access_key_id"],
+        secret_access_key=present["secret_access_key"],
+        prefix=given.get("remotestorage.prefix", ""),
+        region=given.get("remotestorage.region") or "us-east-1",
     )
 
 

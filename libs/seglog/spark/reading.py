@@ -129,7 +129,7 @@ def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
                     continue
                 high_watermark = message.high_watermark
                 reached = [offset]
-                yield from _decode_into(rows, message.records, reached, task.end)
+                yield from decode_into(rows, message.records, reached, task.end)
                 offset = reached[0]
             if offset >= task.end:
                 break
@@ -193,7 +193,7 @@ def _past_lost_records(
     return task.end
 
 
-def _decode_into(
+def decode_into(
     rows: Collector, records: bytes | memoryview, reached: list[int], end: int
 ) -> Iterator[pa.RecordBatch]:
     """Add the records of [reached[0], end) in `records` to `rows`, yielding each Arrow

@@ -56,6 +56,8 @@ from .planning import (
     resolve_offsets,
 )
 from .reading import RangeRead, connections, read_range
+from .remote_planning import plan_remote
+from .remote_reading import RemoteRangeRead, read_remote_range
 from .writing import WriteResult, check_sink_columns, write_batches
 
 FORMAT_NAME = "seglog"
@@ -116,7 +118,29 @@ def _sink_options(options: Any, schema: StructType, overwrite: bool) -> WriteOpt
 
 @dataclass
 class SeglogInputPartition(InputPartition):
-    read: RangeRead | None
+    read: RangeRead | RemoteRangeRead | None
+
+
+def _plan(
+    client: Any, options: ReadOptions, ranges: dict[TopicPartition, tuple[int, int]]
+) -> list[InputPartition]:
+    """Tasks for the ranges: with remoteStorage.* options, what lies in a tiered topic's
+    copied segments is read straight from the object store (remote_planning.py), the rest
+    through the cluster."""
+    direct: list[InputPartition] = []
+    if options.remote_storage is not None:
+        plan = plan_remote(
+            client,
+            options.remote_storage,
+            ranges,
+            options.max_bytes_per_task,
+            include_headers=options.include_headers,
+            fail_on_data_loss=options.fail_on_data_loss,
+        )
+        direct = [SeglogInputPartition(task) for task in plan.tasks]
+        ranges = plan.rest
+    tasks = plan_tasks(client, ranges, options.max_bytes_per_task, options.min_partitions)
+    return direct + _input_partitions(options, tasks)
 
 
 def _input_partitions(options: ReadOptions, tasks: list[ReadTask]) -> list[InputPartition]:
@@ -142,6 +166,8 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     task = getattr(partition, "read", None)
     if task is None:  # Spark's stand-in when there is nothing to read
         return iter(())
+    if isinstance(task, RemoteRangeRead):
+        return read_remote_range(task)
     return read_range(task)
 
 
@@ -186,8 +212,7 @@ class SeglogBatchReader(DataSourceReader):
                     f"ending offset {ends[tp]}"
                 )
         ranges = {tp: (starts[tp], ends[tp]) for tp in partitions}
-        tasks = plan_tasks(client, ranges, options.max_bytes_per_task, options.min_partitions)
-        return _input_partitions(options, tasks)
+        return _plan(client, options, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -295,8 +320,7 @@ class SeglogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin[tp] = log_starts[tp]
         begin = check_available(client, {tp: begin[tp] for tp in until}, options.fail_on_data_loss)
         ranges = {tp: (begin[tp], max(until[tp], begin[tp])) for tp in until}
-        tasks = plan_tasks(client, ranges, options.max_bytes_per_task, options.min_partitions)
-        return _input_partitions(options, tasks)
+        return _plan(client, options, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

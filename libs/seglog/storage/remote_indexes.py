@@ -61,6 +61,17 @@ class RemoteIndexes:
                 hi = mid - 1
         return found
 
+    @property
+    def offset_entries(self) -> int:
+        """How many entries the offset index holds."""
+        return _entries(self.offset_index, OFFSET_ENTRY.size)
+
+    def offset_entry(self, index: int) -> tuple[int, int]:
+        """Entry `index` of the offset index: (the indexed batch's last offset, absolute; its
+        file position), as the local index writes them (segment.py, Kafka's LogSegment)."""
+        relative, position = OFFSET_ENTRY.unpack_from(self.offset_index, index * OFFSET_ENTRY.size)
+        return self.base_offset + relative, position
+
     def offset_at_or_before_timestamp(self, timestamp_ms: int) -> int:
         """The offset of the last time index entry whose timestamp < `timestamp_ms` (the
         segment's base offset when none): no record before it reaches the target."""

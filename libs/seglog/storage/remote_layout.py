@@ -21,6 +21,10 @@ Metadata, one object per segment (remote_metadata.py says why it lives here):
 
     __remote_log_metadata/<topic_id>/<partition>/<base_offset:020d>-<segment_id>.json
 
+and the log start offset DeleteRecords set, when it did (one small JSON object):
+
+    __remote_log_metadata/<topic_id>/<partition>/log-start-offset
+
 keyed by topic id only, so that a reader that knows the id (from a fetch, or Spark's plan) lists
 one partition's segments with one LIST and no topic name.
 """
@@ -79,6 +83,12 @@ def topic_prefix(topic: str, topic_id: str) -> str:
 
 def metadata_partition_prefix(topic_id: str, partition: int) -> str:
     return f"{METADATA_ROOT}/{topic_id}/{partition}/"
+
+
+def log_start_object(topic_id: str, partition: int) -> str:
+    """The partition's log start offset as DeleteRecords moved it below or past the local log
+    start (remote_metadata.py): `{"log_start_offset": N}`."""
+    return f"{metadata_partition_prefix(topic_id, partition)}log-start-offset"
 
 
 def metadata_topic_prefix(topic_id: str) -> str:

@@ -40,7 +40,12 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 from ..errors import SeglogError
-from .remote_layout import SegmentKey, metadata_object, metadata_partition_prefix
+from .remote_layout import (
+    SegmentKey,
+    log_start_object,
+    metadata_object,
+    metadata_partition_prefix,
+)
 from .remote_store import RemoteObjectNotFoundError, RemoteStore
 
 COPY_SEGMENT_STARTED = "COPY_SEGMENT_STARTED"
@@ -126,6 +131,9 @@ class RemoteLogMetadata:
         self._cache: dict[tuple[str, int], tuple[float, dict[str, RemoteSegment]]] = {}
         # metadata object key -> (its ETag, its record): a refresh GETs only what changed.
         self._known: dict[str, tuple[str, RemoteSegment]] = {}
+        # (topic_id, partition) -> (the log-start-offset object's ETag, the offset): the log
+        # start DeleteRecords set (0 when it never did).
+        self._floors: dict[tuple[str, int], tuple[str, int]] = {}
 
     # ---- reads
     def all_segments(
@@ -137,17 +145,30 @@ class RemoteLogMetadata:
             key=lambda s: (s.base_offset, s.event_time_ms, s.segment_id),
         )
 
-    def segments(self, topic_id: str, partition: int) -> list[RemoteSegment]:
-        """The readable segments (COPY_SEGMENT_FINISHED), ordered by base offset, without
-        overlaps (a duplicate copy of the same offsets by a deposed leader is skipped)."""
+    def copied_segments(self, topic_id: str, partition: int) -> list[RemoteSegment]:
+        """The finished segments, ordered by base offset, without overlaps (a duplicate copy
+        of the same offsets by a deposed leader is skipped), DeleteRecords' below included."""
         return _visible(self.all_segments(topic_id, partition))
+
+    def segments(self, topic_id: str, partition: int) -> list[RemoteSegment]:
+        """The readable segments: the copied ones holding offsets at or past the log start
+        DeleteRecords set (the first may start below it: `log_start_offset` says where)."""
+        floor = self.log_start_floor(topic_id, partition)
+        return [s for s in self.copied_segments(topic_id, partition) if s.end_offset >= floor]
+
+    def log_start_floor(self, topic_id: str, partition: int) -> int:
+        """The log start DeleteRecords set for the partition (0: never)."""
+        self._records(topic_id, partition, False)
+        with self._lock:
+            return self._floors.get((topic_id, partition), ("", 0))[1]
 
     def segment_for(self, topic_id: str, partition: int, offset: int) -> RemoteSegment | None:
         """The finished segment holding `offset`; or, when `offset` falls between two segments
         (a gap left by a compacted-away batch), the next one after it. None below the remote
         log start or past the remote end."""
         segs = self.segments(topic_id, partition)
-        if not segs or offset < segs[0].base_offset:
+        start = self.log_start_offset(topic_id, partition)
+        if not segs or start is None or offset < start:
             return None
         for seg in segs:
             if seg.end_offset >= offset:
@@ -156,12 +177,27 @@ class RemoteLogMetadata:
 
     def log_start_offset(self, topic_id: str, partition: int) -> int | None:
         segs = self.segments(topic_id, partition)
-        return segs[0].base_offset if segs else None
+        if not segs:
+            return None
+        return max(segs[0].base_offset, self.log_start_floor(topic_id, partition))
 
     def remote_end_offset(self, topic_id: str, partition: int) -> int | None:
         """The last offset held remotely (inclusive), as Kafka's highestOffsetInRemoteStorage."""
-        segs = self.segments(topic_id, partition)
+        segs = self.copied_segments(topic_id, partition)
         return segs[-1].end_offset if segs else None
+
+    def set_log_start_offset(self, topic_id: str, partition: int, offset: int) -> int:
+        """DeleteRecords on a tiered partition: the log start moves to `offset` (never back);
+        readers answer OFFSET_OUT_OF_RANGE below it, and remote retention deletes the
+        segments wholly below it. Returns the log start floor now."""
+        current = self.log_start_floor(topic_id, partition)
+        if offset <= current:
+            return current
+        key = log_start_object(topic_id, partition)
+        etag = self.store.put_bytes(key, json.dumps({"log_start_offset": offset}).encode())
+        with self._lock:
+            self._floors[(topic_id, partition)] = (etag, offset)
+        return offset
 
     def deleted_end_offset(self, topic_id: str, partition: int) -> int | None:
         """The last offset of the newest segment remote retention deleted (or is deleting)."""
@@ -232,6 +268,7 @@ class RemoteLogMetadata:
         prefix = metadata_partition_prefix(topic_id, partition)
         listed = self.store.list_etags(prefix)
         records: dict[str, RemoteSegment] = {}
+        self._load_floor(topic_id, partition, listed)
         for key, etag in sorted(listed.items()):
             if not key.endswith(".json"):
                 continue
@@ -254,6 +291,26 @@ class RemoteLogMetadata:
             for key in [k for k in self._known if k.startswith(prefix) and k not in listed]:
                 del self._known[key]
         return records
+
+    def _load_floor(self, topic_id: str, partition: int, listed: dict[str, str]) -> None:
+        key = log_start_object(topic_id, partition)
+        etag = listed.get(key)
+        with self._lock:
+            known = self._floors.get((topic_id, partition))
+        if etag is None:
+            floor = ("", 0)
+        elif known is not None and known[0] == etag:
+            return
+        else:
+            try:
+                data = self.store.get(key)
+                floor = (etag, int(json.loads(data)["log_start_offset"]))
+            except RemoteObjectNotFoundError:
+                floor = ("", 0)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise SeglogError(f"malformed remote log start object {key!r}: {exc}") from None
+        with self._lock:
+            self._floors[(topic_id, partition)] = floor
 
 
 def _visible(records: list[RemoteSegment]) -> list[RemoteSegment]:

@@ -66,30 +66,51 @@ class ReadAhead:
     """Bytes fetched ahead of a consumer reading forward (Kafka has no such thing; its
     RemoteStorageManager plugins cache chunks): keyed by (segment id, the offset of the batch
     they start with), taken by the read that asks for that offset, least recently stored out
-    first past READ_AHEAD_BYTES."""
+    first past READ_AHEAD_BYTES. A read that arrives while the bytes it wants are still on
+    their way waits for them (at most `wait_s`) instead of asking the store a second time."""
 
-    def __init__(self, total_bytes: int = READ_AHEAD_BYTES) -> None:
+    def __init__(self, total_bytes: int = READ_AHEAD_BYTES, *, wait_s: float = 5.0) -> None:
         self.total_bytes = total_bytes
+        self.wait_s = wait_s
         self._held: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()
+        self._coming: dict[tuple[str, int], threading.Event] = {}
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
+
+    def begin(self, segment_id: str, offset: int) -> None:
+        """These bytes are being fetched: a read asking for them waits for `put`/`abandon`."""
+        with self._lock:
+            self._coming.setdefault((segment_id, offset), threading.Event())
+
+    def abandon(self, segment_id: str, offset: int) -> None:
+        with self._lock:
+            coming = self._coming.pop((segment_id, offset), None)
+        if coming is not None:
+            coming.set()
 
     def put(self, segment_id: str, offset: int, position: int, data: bytes) -> None:
         with self._lock:
             old = self._held.pop((segment_id, offset), None)
             self._bytes -= len(old[1]) if old else 0
-            if len(data) > self.total_bytes:
-                return
-            self._held[(segment_id, offset)] = (position, data)
-            self._bytes += len(data)
-            while self._bytes > self.total_bytes:
-                _, (_, evicted) = self._held.popitem(last=False)
-                self._bytes -= len(evicted)
+            if len(data) <= self.total_bytes:
+                self._held[(segment_id, offset)] = (position, data)
+                self._bytes += len(data)
+                while self._bytes > self.total_bytes:
+                    _, (_, evicted) = self._held.popitem(last=False)
+                    self._bytes -= len(evicted)
+            coming = self._coming.pop((segment_id, offset), None)
+        if coming is not None:
+            coming.set()
 
     def take(self, segment_id: str, offset: int) -> tuple[int, bytes] | None:
+        key = (segment_id, offset)
         with self._lock:
-            found = self._held.pop((segment_id, offset), None)
+            coming = self._coming.get(key) if key not in self._held else None
+        if coming is not None:
+            coming.wait(self.wait_s)
+        with self._lock:
+            found = self._held.pop(key, None)
             if found is not None:
                 self._bytes -= len(found[1])
                 self.hits += 1
@@ -205,11 +226,16 @@ class RemoteLogReader:
         """Fetch `length` bytes from `position` (where the batch starting at `offset` lies)
         for the read that will ask for `offset` next."""
         if position < 0 or position >= segment.size_bytes:
+            self.ahead.abandon(segment.segment_id, offset)
             return
         key = segment_object(self._key(topic, segment), SEGMENT_LOG)
-        self.ahead.put(
-            segment.segment_id, offset, position, self._get(key, position, length, segment)
-        )
+        self.ahead.begin(segment.segment_id, offset)
+        try:
+            data = self._get(key, position, length, segment)
+        except BaseException:
+            self.ahead.abandon(segment.segment_id, offset)
+            raise
+        self.ahead.put(segment.segment_id, offset, position, data)
 
     def offset_for_timestamp(
         self, topic: str, segment: RemoteSegment, timestamp_ms: int, start_offset: int

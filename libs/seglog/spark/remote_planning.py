@@ -1,0 +1,216 @@
+"""Planning a batch read of a tiered topic straight from the object store (KIP-405's remote
+segments, read by Spark's executors without the brokers): the part of each partition's range
+below its local log start is cut into tasks over the copied segments, the rest is left to the
+cluster's planning (planning.py).
+
+What the plan reads, per partition: the local log start (ListOffsets EARLIEST_LOCAL, -4),
+asked before the remote segments are listed, so every offset below it is in a listed segment
+(a node deletes a local segment only after its copy is FINISHED); then the partition's
+metadata records (remote_metadata.py, one LIST and a GET per new record) and, for each
+segment the range touches, its offset index (one GET of 8 bytes per 4 KiB of segment).
+
+Tasks are cut by bytes as the cluster's SplitPoints cuts them: at offset index entries, about
+`max_bytes_per_task` each; a task may span several small segments. An index entry
+(last offset L of the batch at position P) gives a cut at L + 1: the task before it reads
+up to the next entry's position (where a batch past L starts), the task after it starts
+reading at P and skips that one batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..client.gateway import GatewayClient
+from ..client.structs import TopicPartition
+from ..rpc.status import error_from_code
+from ..storage.log_reading import EARLIEST_LOCAL_TIMESTAMP
+from ..storage.remote_indexes import RemoteIndexes
+from ..storage.remote_layout import OFFSET_INDEX, segment_object
+from ..storage.remote_metadata import RemoteLogMetadata, RemoteSegment
+from ..storage.remote_store import RemoteStorageConfig
+from .planning import list_offsets, report_data_loss
+from .remote_reading import RemoteRangeRead, SegmentPiece, store_for
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemotePlan:
+    """Tasks reading from the store, and what is left for the cluster: {tp: (start, end)}."""
+
+    tasks: list[RemoteRangeRead]
+    rest: dict[TopicPartition, tuple[int, int]]
+
+
+def plan_remote(
+    client: GatewayClient,
+    storage: RemoteStorageConfig,
+    ranges: Mapping[TopicPartition, tuple[int, int]],
+    max_bytes_per_task: int,
+    *,
+    include_headers: bool,
+    fail_on_data_loss: bool,
+) -> RemotePlan:
+    wanted = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
+    if not wanted:
+        return RemotePlan([], dict(ranges))
+    local_starts = list_offsets(client, {tp: EARLIEST_LOCAL_TIMESTAMP for tp in wanted})
+    below = {tp: r for tp, r in wanted.items() if r[0] < local_starts[tp]}
+    rest = dict(ranges)
+    if not below:
+        return RemotePlan([], rest)
+    topic_ids = _topic_ids(client, {tp.topic for tp in below})
+    metadata = RemoteLogMetadata(store_for(storage), cache_ms=0)
+    tasks: list[RemoteRangeRead] = []
+    for tp, (start, end) in sorted(below.items()):
+        topic_id = topic_ids.get(tp.topic, "")
+        segments = metadata.segments(topic_id, tp.partition) if topic_id else []
+        if not segments:
+            continue  # nothing copied (not tiered, or not yet): the cluster reads it all
+        stop = min(end, local_starts[tp], segments[-1].end_offset + 1)
+        # The first segment's base, or past it the log start DeleteRecords set.
+        first = metadata.log_start_offset(topic_id, tp.partition)
+        first = segments[0].base_offset if first is None else first
+        if start < first:
+            report_data_loss(
+                f"{tp.topic}-{tp.partition}: offsets [{start}, {first}) were to be read but the "
+                f"log now starts at {first}",
+                fail_on_data_loss,
+            )
+            start = min(first, end)
+        if stop <= start:
+            continue
+        cutter = _Cutter(tp, storage, max_bytes_per_task, include_headers, fail_on_data_loss)
+        for segment, low in _effective(segments):
+            first, last = max(low, start), min(segment.end_offset, stop - 1)
+            if first <= last:
+                cutter.add(segment, _indexes(metadata, segment), first, last + 1)
+        tasks += cutter.finish()
+        rest[tp] = (stop, end)
+    return RemotePlan(tasks, rest)
+
+
+def _topic_ids(client: GatewayClient, topics: set[str]) -> dict[str, str]:
+    out = {}
+    for described in client.describe_topics(sorted(topics)):
+        if described.error:
+            raise error_from_code(described.error, described.error_message)
+        out[described.name] = described.topic_id
+    return out
+
+
+def _effective(segments: list[RemoteSegment]) -> list[tuple[RemoteSegment, int]]:
+    """Each readable segment with the first offset it is read for: two may overlap (a new
+    leader's copy of a segment straddling its predecessor's last), and an offset in the
+    overlap is read from the earlier one, as the brokers read it (remote_metadata._visible)."""
+    out = []
+    reached = -1
+    for segment in segments:
+        out.append((segment, max(segment.base_offset, reached + 1)))
+        reached = segment.end_offset
+    return out
+
+
+def _indexes(metadata: RemoteLogMetadata, segment: RemoteSegment) -> RemoteIndexes:
+    data = metadata.store.get(segment_object(segment.key, OFFSET_INDEX))
+    return RemoteIndexes(segment.base_offset, data, b"")
+
+
+class _Cutter:
+    """Builds one partition's tasks, segment piece by segment piece."""
+
+    def __init__(
+        self,
+        tp: TopicPartition,
+        storage: RemoteStorageConfig,
+        max_bytes: int,
+        include_headers: bool,
+        fail_on_data_loss: bool,
+    ) -> None:
+        self.tp = tp
+        self.storage = storage
+        self.max_bytes = max(1, max_bytes)
+        self.include_headers = include_headers
+        self.fail_on_data_loss = fail_on_data_loss
+        self.tasks: list[RemoteRangeRead] = []
+        self.pieces: list[SegmentPiece] = []
+        self.bytes = 0
+
+    def add(self, segment: RemoteSegment, indexes: RemoteIndexes, first: int, end: int) -> None:
+        """Offsets [first, end) of `segment`, cut where the task's bytes reach max_bytes."""
+        entries = indexes.offset_entries
+        position = indexes.position_at_or_before(first)
+        while True:
+            room = self.max_bytes - self.bytes
+            cut = _cut_after(indexes, entries, position + room, first, end)
+            if cut is None:  # the rest of the segment's range fits this task
+                bound = _bound(indexes, entries, end, segment.size_bytes)
+                self._piece(segment, first, end, position, bound)
+                return
+            offset, cut_position, resume_position = cut
+            self._piece(segment, first, offset, position, cut_position)
+            self._close()
+            first, position = offset, resume_position
+
+    def _piece(self, segment: RemoteSegment, first: int, end: int, start: int, bound: int) -> None:
+        self.pieces.append(SegmentPiece(segment.key, first, end, start, bound))
+        self.bytes += bound - start
+
+    def _close(self) -> None:
+        if self.pieces:
+            self.tasks.append(
+                RemoteRangeRead(
+                    self.storage,
+                    self.tp.topic,
+                    self.tp.partition,
+                    self.pieces[0].start_offset,
+                    self.pieces[-1].end_offset,
+                    tuple(self.pieces),
+                    self.include_headers,
+                    self.fail_on_data_loss,
+                )
+            )
+        self.pieces, self.bytes = [], 0
+
+    def finish(self) -> list[RemoteRangeRead]:
+        self._close()
+        return self.tasks
+
+
+def _cut_after(
+    indexes: RemoteIndexes, entries: int, position: int, first: int, end: int
+) -> tuple[int, int, int] | None:
+    """The first cut at or past file `position` inside (first, end): (the cut offset L + 1,
+    where the task before it stops reading, where the task after it starts reading); None
+    when no index entry gives one."""
+    lo, hi = 0, entries
+    while lo < hi:  # the first entry at or past `position`
+        mid = (lo + hi) // 2
+        if indexes.offset_entry(mid)[1] < position:
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(lo, entries - 1):  # the last entry has no next one to stop at
+        last, at = indexes.offset_entry(k)
+        if last + 1 >= end:
+            return None
+        if last + 1 > first:
+            return last + 1, indexes.offset_entry(k + 1)[1], at
+    return None
+
+
+def _bound(indexes: RemoteIndexes, entries: int, end: int, size_bytes: int) -> int:
+    """A file position past every batch holding an offset below `end`: the one after the
+    first entry reaching `end` (that entry's batch may still hold end - 1)."""
+    lo, hi = 0, entries
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if indexes.offset_entry(mid)[0] < end:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo + 1 < entries:
+        return indexes.offset_entry(lo + 1)[1]
+    return size_bytes
