@@ -11,6 +11,7 @@ import kafka
 from kafka.protocol.consumer.group import JoinGroupRequest
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
+from tests.authorizer_modes import GROUP_GRANTS, cluster_in_mode
 from tests.waiting import wait_until
 
 TIMEOUT_S = 30
@@ -95,3 +96,14 @@ def join_request(version, member_id="", *, instance=None):
         protocol_type="consumer",
         protocols=[protocol],
     )
+
+
+def cluster_per_authorizer_mode(request, tmp_path_factory):
+    """The body of the group modules' cluster fixture (module scope, params=AUTHORIZER_MODES):
+    their tests with the authorizer off, then on (GROUP_GRANTS to ANONYMOUS, the Kafka
+    listener's principal without SASL)."""
+    c = cluster_in_mode(
+        tmp_path_factory.mktemp("kafka-groups"), request.param, GROUP_GRANTS, nodes=3
+    )
+    yield c
+    c.close()

@@ -29,11 +29,12 @@ from seglog.cli.groups import describe_group
 from seglog.cli.main import build_parser
 from seglog.client.consumer import Consumer
 from seglog.client.structs import OffsetAndMetadata, TopicPartition
-from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, cluster_in_mode
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.kafka_group_clients import (
     PARTITIONS,
     TIMEOUT_S,
     Reader,
+    cluster_per_authorizer_mode,
     create_topic,
     join_request,
     poll_until,
@@ -46,13 +47,7 @@ from tests.waiting import wait_until
 
 @pytest.fixture(scope="module", params=AUTHORIZER_MODES)
 def cluster(request, tmp_path_factory):
-    """The module's tests with the authorizer off, then on (GROUP_GRANTS to ANONYMOUS, the
-    Kafka listener's principal without SASL)."""
-    c = cluster_in_mode(
-        tmp_path_factory.mktemp("kafka-groups"), request.param, GROUP_GRANTS, nodes=3
-    )
-    yield c
-    c.close()
+    yield from cluster_per_authorizer_mode(request, tmp_path_factory)
 
 
 def test_offsets_cross_between_librdkafka_and_seglog_consumers(cluster):

@@ -28,9 +28,10 @@ from kafka.protocol.metadata.find_coordinator import (
     FindCoordinatorResponse,
 )
 
-from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, cluster_in_mode
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.kafka_group_clients import (
     UNKNOWN_MEMBER_ID,
+    cluster_per_authorizer_mode,
     create_topic,
     join_request,
 )
@@ -39,13 +40,7 @@ from tests.kafka_wire import KafkaWire
 
 @pytest.fixture(scope="module", params=AUTHORIZER_MODES)
 def cluster(request, tmp_path_factory):
-    """The module's tests with the authorizer off, then on (GROUP_GRANTS to ANONYMOUS, the
-    Kafka listener's principal without SASL)."""
-    c = cluster_in_mode(
-        tmp_path_factory.mktemp("kafka-groups"), request.param, GROUP_GRANTS, nodes=3
-    )
-    yield c
-    c.close()
+    yield from cluster_per_authorizer_mode(request, tmp_path_factory)
 
 
 def test_the_oldest_served_versions_run_a_group_end_to_end(cluster):

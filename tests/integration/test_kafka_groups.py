@@ -31,11 +31,12 @@ from kafka.structs import TopicPartition as KafkaTopicPartition
 
 from seglog.client.consumer import Consumer
 from seglog.client.structs import TopicPartition
-from tests.authorizer_modes import AUTHORIZER_MODES, GROUP_GRANTS, cluster_in_mode
+from tests.authorizer_modes import AUTHORIZER_MODES
 from tests.kafka_group_clients import (
     PARTITIONS,
     TIMEOUT_S,
     Reader,
+    cluster_per_authorizer_mode,
     create_topic,
     poll_until,
     produce,
@@ -47,13 +48,7 @@ from tests.waiting import wait_until
 
 @pytest.fixture(scope="module", params=AUTHORIZER_MODES)
 def cluster(request, tmp_path_factory):
-    """The module's tests with the authorizer off, then on (GROUP_GRANTS to ANONYMOUS, the
-    Kafka listener's principal without SASL)."""
-    c = cluster_in_mode(
-        tmp_path_factory.mktemp("kafka-groups"), request.param, GROUP_GRANTS, nodes=3
-    )
-    yield c
-    c.close()
+    yield from cluster_per_authorizer_mode(request, tmp_path_factory)
 
 
 @pytest.mark.parametrize("strategy", ["range", "cooperative-sticky"])
