@@ -20,12 +20,15 @@ def kgo_binary():
 # Each a few seconds on seglog (measured beside Kafka on the same machine by make
 # conformance); together they cover Produce, Fetch, Metadata, CreateTopics/DeleteTopics,
 # FindCoordinator, the classic group's Join/Sync/Heartbeat/OffsetCommit/OffsetFetch and (the 848
-# subtest, the regex test) KIP-848's ConsumerGroupHeartbeat.
+# subtest) KIP-848's ConsumerGroupHeartbeat. Test848RegexBrokerResolves passes on seglog but is
+# left to `make conformance`: it stops reading once it has records from as many topics as it
+# wants, counting __consumer_offsets (which holds its own group's KIP-848 records, on Kafka
+# too), so it fails whenever that topic's records come before one of its own topics' (seen
+# once in a full run here): ordering luck, not a broker's behaviour.
 QUICK_TESTS = [
     "TestIssue325",
     "TestConsumeTopicRetrieval",
     "TestGroupSimple",
-    "Test848RegexBrokerResolves",  # KIP-848: a regex the broker resolves, internal topics too
 ]
 # A test that passes in seconds is given ten times its usual time on a loaded machine.
 TIMEOUT_S = 90.0

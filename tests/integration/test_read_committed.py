@@ -114,7 +114,12 @@ def test_a_consumer_asks_the_node_at_its_isolation_level_and_gets_no_control_rec
             got = drain(consumer, len(expected[number]), timeout_s=10)
         # No control record at either level.
         assert [r.value for r in got] == expected[number]
-        assert levels and set(levels) == {number}, (level, levels)
+        if number == 0:
+            assert levels and set(levels) == {0}, (level, levels)
+        else:
+            # The read_uncommitted consumer's last long poll, relayed by the gateway, may reach
+            # the node after that consumer closed: only level 1 is this consumer's.
+            assert 1 in levels and set(levels) <= {0, 1}, (level, levels)
 
 
 def test_the_cli_reads_at_the_isolation_level_given(cluster, capsys, monkeypatch):

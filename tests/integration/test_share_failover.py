@@ -17,7 +17,9 @@ import pytest
 from devtools.apache_kafka import INSTALL_HINT, installed, java_command, log4j2_config
 from tests.multi_gateway import EtcdBackedCluster
 
-pytestmark = pytest.mark.timeout(420)
+# A minute of JVMs, etcd and kills: in make test-long; make test keeps test_share_gateways'
+# holder SIGKILL (tests/integration/test_share_gateways.py).
+pytestmark = [pytest.mark.timeout(420), pytest.mark.long]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -6,6 +6,8 @@ cluster; the rows, offsets and headers equal a read through the brokers."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -202,6 +204,34 @@ def test_a_direct_read_gives_the_rows_of_a_read_through_the_brokers(
         ),
     )
     assert ranged == [r for r in through if (r[0] == 0 and 17 <= r[1] < 901) or r[:2] == (1, 250)]
+
+
+def test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store(
+    spark, tiered_cluster, seaweedfs
+):
+    # docs/tiered-storage.md's read, as written but for this cluster's addresses, names and
+    # keys: it must plan over the copies and read every record.
+    guide = Path(__file__).resolve().parents[2] / "docs" / "tiered-storage.md"
+    (snippet,) = re.findall(r"```python\n(df = .*?)```", guide.read_text(), re.DOTALL)
+    storage = seaweedfs.storage_config(PREFIX)
+    for written, here in (
+        ("127.0.0.1:7070", tiered_cluster.address),
+        ('"events"', f'"{TOPIC}"'),
+        ("http://127.0.0.1:8333", storage.endpoint_url),
+        (
+            '"seglog")\n    .option("remoteStorage.accessKeyId", "seglog"',
+            (
+                f'"{storage.bucket}")\n    .option("remoteStorage.accessKeyId", '
+                f'"{storage.access_key_id}"'
+            ),
+        ),
+        ('.option("remoteStorage.prefix", "")', f'.option("remoteStorage.prefix", "{PREFIX}")'),
+    ):
+        assert written in snippet, written
+        snippet = snippet.replace(written, here)
+    scope = {"spark": spark, "secret": storage.secret_access_key}
+    exec(snippet, scope)
+    assert scope["df"].count() == RECORDS * PARTITIONS
 
 
 def test_remote_storage_options_are_all_or_none():

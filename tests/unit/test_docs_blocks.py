@@ -56,6 +56,10 @@ RUN_BY = {
     ("docs/differences-from-kafka.md", "rm -rf data"): (
         f"{DOCS}::test_the_differences_pages_path_and_reset_lines_run_as_written"
     ),
+    ("docs/tiered-storage.md", "df = ("): (
+        "tests/spark/test_tiered_read.py::"
+        "test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store"
+    ),
     ("docs/exactly-once.md", "from seglog.client import Consumer, Producer"): (
         f"{DOCS}::test_the_exactly_once_guides_grpc_snippet_commits_on_the_gateway"
     ),
