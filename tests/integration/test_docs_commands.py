@@ -4,7 +4,8 @@ as the row's status says: works 0, not supported refused), the clients guide's b
 Kafka's own tools and the security guide's ACL commands; on four nodes, the operations guide's
 partition moves; with no cluster, the layout guide's engine snippet and the differences page's
 PATH and reset lines. (README's first session and the quickstart:
-tests/e2e/test_cli_and_make_run.py; the Spark guide: tests/spark/test_write.py; which block
+tests/e2e/test_cli_and_make_run.py; the replication guide's failover under make run:
+tests/e2e/test_docs_failover.py; the Spark guide: tests/spark/test_write.py; which block
 of which page each test runs: tests/unit/test_docs_blocks.py.)"""
 
 from __future__ import annotations

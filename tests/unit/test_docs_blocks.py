@@ -72,6 +72,10 @@ RUN_BY = {
     ("docs/spark.md", "from seglog.client import Admin"): (
         "tests/spark/test_write.py::test_the_readmes_spark_snippet_runs_as_written"
     ),
+    ("docs/replication.md", "$S topics create payments --partitions 1"): (
+        "tests/e2e/test_docs_failover.py::"
+        "test_the_replication_guides_failover_block_runs_in_order_under_make_run"
+    ),
 }
 
 # (page, the block's first line) -> why no test runs it as written.
@@ -86,10 +90,6 @@ NOT_RUN = {
     ("docs/layout.md", "libs/seglog/records/"): "the source tree's layout, not commands",
     ("docs/replication.md", "make fault-campaign"): (
         "campaigns of minutes; make test-long runs a short one (tests/e2e/test_fault_campaign.py)"
-    ),
-    ("docs/replication.md", "$S topics create payments --partitions 1"): (
-        "needs `kill -9` of a make run node by hand (its pid placeholders); the failover it "
-        "shows is tests/e2e/test_cli_and_make_run.py's SIGHUP test and the fault campaign's"
     ),
 }
 
