@@ -81,15 +81,34 @@ def read_join(wire: KafkaWire) -> JoinGroupResponse:
     return wire.decode(frame, JOIN_VERSION, JoinGroupResponse)
 
 
+# A coordinator still loading its __consumer_offsets partition (a fresh cluster's first
+# joins) answers these; a client retries them, as this test's first joins do.
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
+
+
+def first_join(wire: KafkaWire, group: str) -> JoinGroupResponse:
+    """A group's first member's join, tried again while its coordinator loads."""
+    answers: list[JoinGroupResponse] = []
+
+    def joined() -> bool:
+        send_join(wire, group)
+        answers.append(read_join(wire))
+        return answers[-1].error_code not in (
+            COORDINATOR_LOAD_IN_PROGRESS,
+            COORDINATOR_NOT_AVAILABLE,
+        )
+
+    assert wait_until(joined, 30), answers[-1]
+    return answers[-1]
+
+
 def stable_leaders(address: str, groups: list[str]) -> list[tuple[KafkaWire, str, int]]:
     """Each group with one member, its leader, synced (Stable): (wire, member id,
     generation). A member joining such a group waits for the leader to join again."""
     wires = [KafkaWire(address) for _ in groups]
-    for wire, group in zip(wires, groups, strict=True):
-        send_join(wire, group)
     leaders = []
     for wire, group in zip(wires, groups, strict=True):
-        joined = read_join(wire)
+        joined = first_join(wire, group)
         assert joined.error_code == 0 and joined.leader == joined.member_id
         sync = SyncGroupRequest[JOIN_VERSION](
             group_id=group,
