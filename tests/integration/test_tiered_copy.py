@@ -369,46 +369,6 @@ def test_a_deleted_topics_objects_are_deleted_after_a_restart_with_the_store_dow
     )
 
 
-def test_store_failures_are_seglog_errors_naming_what_failed(store, seaweedfs, tmp_path):
-    from seglog.errors import SeglogError
-    from seglog.storage.remote_store import (
-        RemoteObjectNotFoundError,
-        RemoteStorageConfig,
-        RemoteStorageError,
-    )
-
-    with pytest.raises(RemoteObjectNotFoundError, match="no/such/key"):
-        store.get("no/such/key")
-    assert store.get_range("no-range", 0, 0) == b""
-    with pytest.raises(SeglogError, match="reading"):  # the local file's fault, not the store's
-        store.put_file("x", tmp_path / "missing")
-    bad = RemoteStore(
-        RemoteStorageConfig(
-            endpoint_url="not a url", bucket="b", access_key_id="k", secret_access_key="s"
-        )
-    )
-    with pytest.raises(RemoteStorageError, match="no S3 client"):
-        bad.list("")
-    gone = RemoteStore(
-        RemoteStorageConfig(
-            endpoint_url="http://127.0.0.1:9", bucket="b", access_key_id="k", secret_access_key="s"
-        )
-    )
-    with pytest.raises(RemoteStorageError, match="list of 'p/'") as raised:
-        gone.list("p/")
-    assert raised.value.retriable
-    wrong_key = RemoteStore(
-        RemoteStorageConfig(
-            endpoint_url=seaweedfs.endpoint_url,
-            bucket="seglog",
-            access_key_id="seglog",
-            secret_access_key="not-the-secret",
-        )
-    )
-    with pytest.raises(RemoteStorageError, match="SignatureDoesNotMatch|AccessDenied"):
-        wrong_key.put_bytes("x", b"y")
-
-
 def test_an_open_transaction_holds_copies_back_and_its_abort_is_copied(cluster, store):
     from seglog.records import RecordBatchBuilder
     from tests.txn_batches import ABORT, transactional_batch, write_marker

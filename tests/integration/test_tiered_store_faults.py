@@ -251,3 +251,43 @@ def test_the_store_stopped_30s_under_load_loses_no_acknowledged_record(cluster, 
         consumer.close()
     lost = [o for o, v in acknowledged.items() if got.get(o) != v]
     assert not lost, f"{len(lost)} acknowledged records lost, first {lost[:5]}"
+
+
+def test_store_failures_are_seglog_errors_naming_what_failed(store, seaweedfs, tmp_path):
+    from seglog.errors import SeglogError
+    from seglog.storage.remote_store import (
+        RemoteObjectNotFoundError,
+        RemoteStorageConfig,
+        RemoteStorageError,
+    )
+
+    with pytest.raises(RemoteObjectNotFoundError, match="no/such/key"):
+        store.get("no/such/key")
+    assert store.get_range("no-range", 0, 0) == b""
+    with pytest.raises(SeglogError, match="reading"):  # the local file's fault, not the store's
+        store.put_file("x", tmp_path / "missing")
+    bad = RemoteStore(
+        RemoteStorageConfig(
+            endpoint_url="not a url", bucket="b", access_key_id="k", secret_access_key="s"
+        )
+    )
+    with pytest.raises(RemoteStorageError, match="no S3 client"):
+        bad.list("")
+    gone = RemoteStore(
+        RemoteStorageConfig(
+            endpoint_url="http://127.0.0.1:9", bucket="b", access_key_id="k", secret_access_key="s"
+        )
+    )
+    with pytest.raises(RemoteStorageError, match="list of 'p/'") as raised:
+        gone.list("p/")
+    assert raised.value.retriable
+    wrong_key = RemoteStore(
+        RemoteStorageConfig(
+            endpoint_url=seaweedfs.endpoint_url,
+            bucket="seglog",
+            access_key_id="seglog",
+            secret_access_key="not-the-secret",
+        )
+    )
+    with pytest.raises(RemoteStorageError, match="SignatureDoesNotMatch|AccessDenied"):
+        wrong_key.put_bytes("x", b"y")
