@@ -27,6 +27,7 @@ from ..share.share_core import PartitionAnswer, PartitionAsk, ShareFetchQuery
 from .api_table import ApiTable
 from .data_call_end import call_scope
 from .error_codes import NONE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_ID
+from .error_table import DataApi, data_error_code
 from .kafka_call import KafkaCall
 from .share_group_apis import share_error_code
 from .share_messages import (
@@ -86,6 +87,11 @@ def _fetch_error_code(error: SeglogError) -> int:
     if isinstance(
         error, (CoordinatorNotAvailableError, NotCoordinatorError, CoordinatorLoadInProgressError)
     ):
+        return NOT_LEADER_OR_FOLLOWER
+    # A partition's leader down or moving, as a Fetch answers it: the share consumer throws
+    # IllegalStateException on LEADER_NOT_AVAILABLE ("Unexpected error code 5"), seen when a
+    # leader's node was SIGKILLed under a share group.
+    if data_error_code(DataApi.FETCH, error) == NOT_LEADER_OR_FOLLOWER:
         return NOT_LEADER_OR_FOLLOWER
     return share_error_code(error, "topic")
 
