@@ -160,11 +160,20 @@ class SeaweedProcess:
                 store.list("")  # the filer and a volume answer too, not only the gateway
                 return self.endpoint_url
             except SeglogError as exc:
-                if self.process.poll() is not None or time.monotonic() > deadline:
+                if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError(
                         f"SeaweedFS did not start on {self.endpoint_url}: {exc}"
                     ) from None
+                if self.process.poll() is not None:
+                    # Exited at once: right after a kill its ports may still be held for a
+                    # moment (seen as a restart that never answered); start it again.
+                    self.process = subprocess.Popen(
+                        self._command(),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.STDOUT,
+                        cwd=self.data_dir,
+                    )
                 time.sleep(0.2)
 
     def kill(self) -> None:
