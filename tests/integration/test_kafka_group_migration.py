@@ -325,7 +325,7 @@ def test_a_classic_join_racing_an_upgrade_does_not_make_a_second_group(cluster):
     with KafkaWire(cluster.kafka_address) as wire:
         assert heartbeat(wire, group_id, "", 0, topics=[topic]).error_code == 0
     with pytest.raises(CoordinatorNotAvailableError, match="changed protocol"):
-        cluster.gateway.coordinator.start_join_classic(
+        cluster.gateway.coordinator.classic.start_join_classic(
             group_id,
             "",
             group_instance_id=None,

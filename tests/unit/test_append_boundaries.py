@@ -65,7 +65,7 @@ def test_reads_find_what_the_indexes_alone_find(steps):
                 log.append(payload, leader_epoch=0)
             bound = log.log_end_offset // 2
             remembered = (_reads(log, None), _reads(log, bound))
-            for segment in log._segments.snapshot().segments:
+            for segment in log._state._segments.snapshot().segments:
                 segment.append_ends.forget()
             assert (_reads(log, None), _reads(log, bound)) == remembered
         finally:
@@ -77,7 +77,7 @@ def test_a_caught_up_readers_offset_is_found_where_the_last_append_ended(tmp_pat
     try:
         for i in range(5):
             log.append(make_batch([b"r%d" % i]), leader_epoch=0)
-        segment = log._segments.active
+        segment = log._state._segments.active
         end = segment.log.size
         assert segment.append_ends.offset_after(end) == 5
         position = segment.translate_offset(4).position

@@ -63,7 +63,7 @@ def join(
     rebalance_timeout_ms=LONG_REBALANCE_TIMEOUT_MS,
     require_known_member_id=False,
 ):
-    return coordinator.join_classic(
+    return coordinator.classic.join_classic(
         GROUP,
         member_id,
         group_instance_id=instance,
@@ -79,7 +79,7 @@ def join(
 
 def sync(coordinator, joined, assignments=None, *, instance=None, member_id=None):
     """The member's assignment bytes."""
-    protocol_type, protocol, given = coordinator.sync_group(
+    protocol_type, protocol, given = coordinator.classic.sync_group(
         GROUP,
         member_id or joined.member_id,
         joined.generation,
@@ -154,7 +154,7 @@ def test_followers_sync_waits_for_the_leaders_assignment(coordinator):
     # A sync of the Stable generation is answered at once with the member's bytes.
     assert sync(coordinator, second) == assignment("events", [2, 3])
     with pytest.raises(IllegalGenerationError):
-        coordinator.sync_group(
+        coordinator.classic.sync_group(
             GROUP,
             second.member_id,
             second.generation - 1,
@@ -210,7 +210,7 @@ def test_heartbeats_pass_while_the_leader_assigns_and_stop_at_a_rebalance(coordi
         assert wait_until(lambda: state_of(coordinator) == PREPARING_REBALANCE)
         with pytest.raises(RebalanceInProgressError):
             coordinator.heartbeat(GROUP, joined.member_id, joined.generation)
-        coordinator.leave_members(GROUP, [(joined.member_id, None)])
+        coordinator.classic.leave_members(GROUP, [(joined.member_id, None)])
 
 
 def test_losing_the_leader_mid_sync_sends_the_waiting_follower_back_to_join(coordinator):
@@ -224,7 +224,7 @@ def test_losing_the_leader_mid_sync_sends_the_waiting_follower_back_to_join(coor
         waiting = pool.submit(sync, coordinator, second)
         assert wait_until(lambda: second.member_id not in coordinator.snapshot(GROUP).pending_sync)
         # The leader goes away before its SyncGroup.
-        assert coordinator.leave_members(GROUP, [(leader.member_id, None)]) == [None]
+        assert coordinator.classic.leave_members(GROUP, [(leader.member_id, None)]) == [None]
         with pytest.raises(RebalanceInProgressError):
             waiting.result(CALL_TIMEOUT_S)
         rejoined = pool.submit(join, coordinator, third.member_id)
@@ -261,7 +261,7 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout(coordi
 def test_leaving_in_a_batch_names_members_by_id_or_by_instance(coordinator):
     with ThreadPoolExecutor(2) as pool:
         first, second = stable_pair(coordinator, pool, second_instance="reader-b")
-    outcomes = coordinator.leave_members(
+    outcomes = coordinator.classic.leave_members(
         GROUP,
         [("kafka-reader-never-joined", None), ("wrong-id", "reader-b"), ("", "reader-b")],
     )
@@ -312,7 +312,7 @@ def test_a_static_member_back_with_another_protocol_starts_a_rebalance(coordinat
 def test_classic_and_seglog_managed_members_do_not_share_a_group(coordinator):
     joined = join(coordinator)
     with pytest.raises(InconsistentGroupProtocolError):
-        coordinator.join(
+        coordinator.managed.join(
             GROUP,
             "",
             client_id="seglog",
@@ -324,8 +324,8 @@ def test_classic_and_seglog_managed_members_do_not_share_a_group(coordinator):
         )
     with pytest.raises(InconsistentGroupProtocolError):
         join(coordinator, protocol_type="connect")
-    coordinator.leave_members(GROUP, [(joined.member_id, None)])
-    managed = coordinator.join(
+    coordinator.classic.leave_members(GROUP, [(joined.member_id, None)])
+    managed = coordinator.managed.join(
         GROUP,
         "",
         client_id="seglog",

@@ -21,7 +21,7 @@ RANGE = (("range", b"\x00"),)
 
 
 def start_join(coordinator, member_id="", *, instance=None, rebalance_timeout_ms=LONG_MS):
-    return coordinator.start_join_classic(
+    return coordinator.classic.start_join_classic(
         GROUP,
         member_id,
         group_instance_id=instance,
@@ -36,7 +36,7 @@ def start_join(coordinator, member_id="", *, instance=None, rebalance_timeout_ms
 
 
 def start_sync(coordinator, joined, assignments=None):
-    return coordinator.start_sync_group(
+    return coordinator.classic.start_sync_group(
         GROUP,
         joined.member_id,
         joined.generation,

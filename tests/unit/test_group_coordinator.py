@@ -46,7 +46,7 @@ def join(
     topics=("events",),
     group_id=GROUP,
 ):
-    return coordinator.join(
+    return coordinator.managed.join(
         group_id,
         member_id,
         client_id="reader",

@@ -18,7 +18,7 @@ JOIN_TIMEOUT_S = 30
 
 
 def join(coordinator, member_id="", *, topics=("events",), wait=True):
-    return coordinator.join(
+    return coordinator.managed.join(
         GROUP,
         member_id,
         client_id="reader",

@@ -18,7 +18,7 @@ from tests.batches import make_batch
 def _held_mid_append(log: Log):  # type: ignore[no-untyped-def]
     """Start an append of one batch in a thread and hold it once the batch is in the file,
     before the log end moves; returns (written, release, thread)."""
-    segment = log._segments.active
+    segment = log._state._segments.active
     write = segment.append_table
     written, release = threading.Event(), threading.Event()
 

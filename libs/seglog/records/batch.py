@@ -41,9 +41,8 @@ import struct
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from crc32c import crc32c
-
 from ..errors import CorruptRecordError, InvalidRecordError
+from ._scan import crc32c
 from .compression import CompressionType, check_codec, decompress
 from .record import CREATE_TIME, LOG_APPEND_TIME, Record, decode_records
 
@@ -161,7 +160,7 @@ def read_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> Ba
 def compute_crc(buffer: bytes | bytearray | memoryview, position: int, size: int) -> int:
     """CRC-32C of the checksummed part (attributes .. end) of the batch at `position`."""
     view = memoryview(buffer)
-    return int(crc32c(view[position + ATTRIBUTES_OFFSET : position + size]))
+    return crc32c(view[position + ATTRIBUTES_OFFSET : position + size])
 
 
 def check_header(header: BatchHeader, position: int) -> None:

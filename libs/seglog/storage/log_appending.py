@@ -21,7 +21,7 @@ from ..records.control import ControlMarker, build_marker
 from ..semconv import PARTITION, TOPIC
 from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
-from .log_state import tracer
+from .log_state import LogState, tracer
 from .producer_state import producer_batches
 from .recompression import rebody_for, recompress
 from .segment import LogSegment
@@ -47,7 +47,11 @@ class LogAppendInfo:
     valid_bytes: int
 
 
-class LogAppending(LogFlushing):
+class LogAppending:
+    def __init__(self, state: LogState, flushing: LogFlushing) -> None:
+        self._state = state
+        self._flushing = flushing
+
     def validate(
         self, records: bytes | bytearray | memoryview, *, client: bool = False
     ) -> ValidatedRecords:
@@ -55,15 +59,19 @@ class LogAppending(LogFlushing):
         caller holding several partitions' inputs can check them all before appending any.
         A `client`'s control batches are refused (Kafka's LogValidator: markers come from
         the leader's `append_marker` alone)."""
+        state = self._state
         with tracer.start_as_current_span("seglog.log.validate") as span:
             validated = validate_records(
-                records, self.config, self.clock.now_ms(), rebody_for(self.config)
+                records,
+                state.config,
+                state.clock.now_ms(),
+                rebody_for(state.config),
             )
             if client and validated.flags & batch_table.HAS_CONTROL:
                 raise InvalidRecordError("control batches are written by brokers, not clients")
             # Only where the topic's compression.type differs from a batch's codec: else
             # `validated` itself, with no copy.
-            validated = recompress(validated, self.config)
+            validated = recompress(validated, state.config)
             span.set_attribute("seglog.bytes", len(validated.view))
             span.set_attribute("seglog.batch_count", validated.batch_count)
             return validated
@@ -78,8 +86,8 @@ class LogAppending(LogFlushing):
         offsets from the log end offset. A client's control batches are refused before
         this (the node's append: ValidatedRecords.flags has HAS_CONTROL)."""
         with tracer.start_as_current_span("seglog.log.append") as span:
-            span.set_attribute(TOPIC, self.topic)
-            span.set_attribute(PARTITION, self._partition_id)
+            span.set_attribute(TOPIC, self._state.topic)
+            span.set_attribute(PARTITION, self._state._partition_id)
             validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
             info = self._append_validated(validated, leader_epoch)
             span.set_attribute("seglog.bytes", info.valid_bytes)
@@ -91,16 +99,19 @@ class LogAppending(LogFlushing):
     def _append_validated(
         self, validated: ValidatedRecords, leader_epoch: int | None
     ) -> LogAppendInfo:
+        state = self._state
         view, table, now_ms = validated.view, validated.table, validated.validated_at_ms
-        stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        stamp_ms = (
+            now_ms if state.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
+        )
         batch_count = validated.batch_count
-        with self._lock:
-            self._check_open()
-            first_offset = self._log_end_offset
+        with state._lock:
+            state._check_open()
+            first_offset = state._log_end_offset
             idempotent = bool(validated.flags & batch_table.HAS_PRODUCER)
             if idempotent:
                 batches = validated.batches
-                duplicate = self.producer_state.check_append(
+                duplicate = state.producer_state.check_append(
                     producer_batches((h, 0, 0) for _, h in batches), batch_count
                 )
                 if duplicate is not None:  # a retry: answered, not written again
@@ -109,7 +120,7 @@ class LogAppending(LogFlushing):
                         duplicate.last_offset,
                         duplicate.timestamp_ms,
                         NO_TIMESTAMP,
-                        self._log_start_offset,
+                        state._log_start_offset,
                         0,
                         0,
                     )
@@ -119,12 +130,12 @@ class LogAppending(LogFlushing):
             # Rolled before the epochs are recorded: a roll that fails leaves none behind.
             segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
             if leader_epoch is not None:  # the node stamps its epoch: one check per append
-                self.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
+                state.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
             elif not validated.flags & batch_table.EPOCHS_VARY:  # one epoch: its first offset
                 epoch = batch_table.entry(table, 0).partition_leader_epoch
-                self.leader_epochs.assign_from_batches([(epoch, first_offset)])
+                state.leader_epochs.assign_from_batches([(epoch, first_offset)])
             else:  # the batches keep theirs
-                self.leader_epochs.assign_from_batches(
+                state.leader_epochs.assign_from_batches(
                     zip(
                         (h.partition_leader_epoch for _, h in validated.batches),
                         _bases(validated, first_offset),
@@ -154,7 +165,7 @@ class LogAppending(LogFlushing):
                 )
             if idempotent:
                 bases = _bases(validated, first_offset)
-                aborted = self.producer_state.update(
+                aborted = state.producer_state.update(
                     producer_batches(
                         (
                             (h, base, base + h.last_offset_delta)
@@ -171,7 +182,7 @@ class LogAppending(LogFlushing):
                 next_offset - 1,
                 max_timestamp,
                 stamp_ms,
-                self._log_start_offset,
+                state._log_start_offset,
                 batch_count,
                 total_bytes,
             )
@@ -182,11 +193,12 @@ class LogAppending(LogFlushing):
         """The leader's COMMIT/ABORT for one producer (WriteTxnMarkers): one control batch
         through the normal append; InvalidProducerEpochError for an epoch older than the
         producer's."""
-        with self._lock:
-            self._check_open()
-            self.producer_state.check_marker(producer_id, producer_epoch)
+        state = self._state
+        with state._lock:
+            state._check_open()
+            state.producer_state.check_marker(producer_id, producer_epoch)
             batch = build_marker(
-                producer_id, producer_epoch, marker, timestamp_ms=self.clock.now_ms()
+                producer_id, producer_epoch, marker, timestamp_ms=state.clock.now_ms()
             )
             return self.append(batch, leader_epoch=leader_epoch)
 
@@ -198,33 +210,34 @@ class LogAppending(LogFlushing):
         `segment_base_offset`, the base offset of the leader's segment the bytes were read
         from, rolls a new segment there when it is past the active one, so segment files
         match the leader's one for one."""
-        with self._lock:
-            self._check_open()
+        state = self._state
+        with state._lock:
+            state._check_open()
             scanned = scan_follower_records(
-                records, self._log_end_offset, gaps_allowed=self.config.compact
+                records, state._log_end_offset, gaps_allowed=state.config.compact
             )
             view, table = scanned.view, scanned.table
             first_offset, last_offset = scanned.first_offset, scanned.last_offset
             max_timestamp = scanned.max_timestamp
-            active = self._segments.active
+            active = state._segments.active
             if (
                 segment_base_offset is not None
                 and active.base_offset < segment_base_offset <= first_offset
             ):
                 self._roll_at(segment_base_offset)
             else:
-                self._maybe_roll(len(view), max_timestamp, last_offset, self.clock.now_ms())
+                self._maybe_roll(len(view), max_timestamp, last_offset, state.clock.now_ms())
             headers = positions = None
             if scanned.flags & (batch_table.EPOCHS_VARY | batch_table.HAS_PRODUCER):
                 positions, headers = zip(*batch_table.headers(view, table), strict=True)
             if headers is not None and scanned.flags & batch_table.EPOCHS_VARY:
-                self.leader_epochs.assign_from_batches(
+                state.leader_epochs.assign_from_batches(
                     (h.partition_leader_epoch, h.base_offset) for h in headers
                 )
             else:
                 epoch = batch_table.entry(table, 0).partition_leader_epoch
-                self.leader_epochs.assign_from_batches([(epoch, first_offset)])
-            segment = self._segments.active
+                state.leader_epochs.assign_from_batches([(epoch, first_offset)])
+            segment = state._segments.active
             self._write(
                 lambda: segment.append_table(
                     view,
@@ -239,7 +252,7 @@ class LogAppending(LogFlushing):
                 segment,
             )
             if headers is not None and scanned.flags & batch_table.HAS_PRODUCER:
-                aborted = self.producer_state.update(
+                aborted = state.producer_state.update(
                     producer_batches(
                         ((h, h.base_offset, h.last_offset) for h in headers), view, positions
                     )
@@ -251,7 +264,7 @@ class LogAppending(LogFlushing):
                 last_offset,
                 max_timestamp,
                 NO_TIMESTAMP,
-                self._log_start_offset,
+                state._log_start_offset,
                 batch_table.batch_count(table),
                 len(view),
             )
@@ -266,6 +279,7 @@ class LogAppending(LogFlushing):
         """The end of every append, leader's or follower's: `append` writes to `segment`;
         then move the log end offset, flush when `flush_messages` says so (the lock is
         held)."""
+        state = self._state
         try:
             append()
         except BaseException:
@@ -273,27 +287,27 @@ class LogAppending(LogFlushing):
             # that failed (a full disk: retriable here) must not leave an epoch the log does
             # not hold, or this replica would name it as its last fetched epoch and the
             # leader could not see the logs diverge.
-            self.leader_epochs.truncate_from_end(self._log_end_offset)
+            state.leader_epochs.truncate_from_end(state._log_end_offset)
             raise
-        self._changed_since_flush = self._snapshot_due = True
-        self._log_end_offset = next_offset
-        self._log_end_position = (next_offset, segment, segment.size)
-        self._unflushed_messages += next_offset - first_offset
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
-        if self._dirty_logs is not None:
-            self._dirty_logs.add(self)
+        state._changed_since_flush = state._snapshot_due = True
+        state._log_end_offset = next_offset
+        state._log_end_position = (next_offset, segment, segment.size)
+        state._unflushed_messages += next_offset - first_offset
+        if state._unflushed_messages >= state.config.flush_messages:
+            self._flushing.flush()
+        state.mark_dirty()
 
     def _maybe_roll(
         self, messages_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
     ) -> LogSegment:
-        segment = self._segments.active
+        state = self._state
+        segment = state._segments.active
         if segment.should_roll(
             messages_bytes=messages_bytes,
             max_timestamp=max_timestamp,
             max_offset=max_offset,
-            segment_bytes=self.config.segment_bytes,
-            segment_ms=self.config.max_segment_ms,
+            segment_bytes=state.config.segment_bytes,
+            segment_ms=state.config.max_segment_ms,
             now_ms=now_ms,
         ):
             return self.roll()
@@ -301,29 +315,31 @@ class LogAppending(LogFlushing):
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (a no-op on an empty one)."""
-        with self._lock:
-            self._check_open()
-            return self._roll_at(self._log_end_offset)
+        state = self._state
+        with state._lock:
+            state._check_open()
+            return self._roll_at(state._log_end_offset)
 
     def _roll_at(self, base_offset: int) -> LogSegment:
-        active = self._segments.active
+        state = self._state
+        active = state._segments.active
         if active.size == 0 and active.base_offset == base_offset:
             return active
         if active.size == 0:
             # An empty active segment is replaced rather than left between two others.
             active.delete_files()
-            self._segments.remove([active])
+            state._segments.remove([active])
         else:
             active.on_become_inactive()
-        segment = self.segment_factory.open(base_offset)
-        self._make_active(segment)
-        self._segments.add(segment)
-        self._rolled_up_to = segment.base_offset
-        self._changed_since_flush = self._snapshot_due = True
+        segment = state.segment_factory.open(base_offset)
+        state._make_active(segment)
+        state._segments.add(segment)
+        state._rolled_up_to = segment.base_offset
+        state._changed_since_flush = state._snapshot_due = True
         # Kafka's roll: the producer state as of the new segment's base, so a later load
         # replays from here; fsynced with the rolled segment by the scheduled flush.
-        self.producer_state.remove_expired(self.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
-        self.producer_state.take_snapshot(base_offset, sync=False)
+        state.producer_state.remove_expired(state.clock.now_ms(), PRODUCER_ID_EXPIRATION_MS)
+        state.producer_state.take_snapshot(base_offset, sync=False)
         return segment
 
 

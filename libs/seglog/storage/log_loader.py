@@ -41,6 +41,7 @@ from pathlib import Path
 from . import log_files
 from .batch_bounds import Damage
 from .leader_epoch_cache import LeaderEpochCache
+from .log_state import LogState
 from .segment import LogSegment
 from .segment_checks import boundary_damage, find_damage, indexes_need_rebuild
 from .segment_factory import SegmentFactory
@@ -259,3 +260,50 @@ def segment_paths(directory: Path, base_offset: int) -> list[Path]:
         log_files.time_index_path(directory, base_offset),
         log_files.txn_index_path(directory, base_offset),
     ]
+
+
+def open_state(state: LogState, *, created: bool) -> None:
+    """Fill a new `LogState` from its directory: the segments (recovered from the recovery
+    point after an unclean shutdown), the offsets from the data dir's checkpoints, the
+    leader epochs and the producer state. `created`: the directory was made just now."""
+    tp = (state.topic, state.partition)
+    checkpointed_start = state._data_dir.log_start_offsets.get(tp, 0)
+    recovery_point = (
+        None if state._data_dir.clean_shutdown else state._data_dir.recovery_points.get(tp, 0)
+    )
+    loaded = (
+        LoadedLogOffsets()  # a directory made just now holds nothing to load or clean
+        if created
+        else load_log(state.segment_factory, recovery_point, state.leader_epochs)
+    )
+    # A new log is empty: until it changes, losing its files loses nothing. One loaded
+    # after a crash, or recovered here, has changes to make durable.
+    state._changed_since_flush = state._snapshot_due = bool(loaded.segments) and (
+        recovery_point is not None or loaded.recovered
+    )
+    if not loaded.segments:
+        start = max(checkpointed_start, 0)
+        loaded.segments = [state.segment_factory.open(start)]
+        loaded.log_end_offset = start
+    state._segments.set(loaded.segments)
+    state._log_end_offset = loaded.log_end_offset
+    state._log_start_offset = min(
+        max(checkpointed_start, state._segments.first.base_offset), state._log_end_offset
+    )
+    state._recovery_point = (
+        state._log_end_offset
+        if recovery_point is None
+        else min(max(recovery_point, loaded.recovered_up_to), state._log_end_offset)
+    )
+    state.leader_epochs.truncate_from_start(state._log_start_offset)
+    state._set_high_watermark(state._data_dir.high_watermarks.get(tp, 0))
+    if not created:  # a directory made just now holds no snapshot and no batch to replay
+        state._rebuild_producer_state()
+    for segment in state._segments.as_list()[:-1]:
+        segment.on_become_inactive()
+        segment.release_indexes()  # loaded by the checks above; idle until read
+    # The active segment's indexes too wait for their first use: an idle partition keeps
+    # no mapping (a node has vm.max_map_count, 65530 by default, of them).
+    state._segments.active.release_indexes()
+    state._make_active(state._segments.active)
+    state._update_data_dir()

@@ -28,7 +28,10 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
 
 
-class LogReading(LogState):
+class LogReading:
+    def __init__(self, state: LogState) -> None:
+        self._state = state
+
     def _bound_at(self, offset: int, snapshot: SegmentsSnapshot) -> tuple[LogSegment, int]:
         """The segment and file position where a read bounded at `offset` stops: where the
         batch holding it starts, or the segment's end when no batch holds it yet. A batch an
@@ -36,12 +39,13 @@ class LogReading(LogState):
         position, and never read. The log end's position is kept by each append (followers'
         reads stop there); the HW's is cached here (consumers'), as it moves far less often
         than reads happen."""
-        for cached in (self._log_end_position, self._high_watermark_position):
+        state = self._state
+        for cached in (state._log_end_position, state._high_watermark_position):
             if cached is not None and cached[0] == offset and snapshot.contains(cached[1]):
                 return cached[1], cached[2]
         segment, position = log_reads.position_of(snapshot, offset)
-        if offset == self._high_watermark:
-            self._high_watermark_position = (offset, segment, position)
+        if offset == state._high_watermark:
+            state._high_watermark_position = (offset, segment, position)
         return segment, position
 
     def read(
@@ -78,22 +82,23 @@ class LogReading(LogState):
         can send them from the file or read them once. `max_offset` (a consumer's read: the
         high watermark) bounds the read: nothing at or past it is returned, and a fetch
         offset between it and the log end finds nothing rather than an error, as in Kafka."""
+        state = self._state
         if offset < 0 or max_bytes < 0:
             raise InvalidOffsetError(f"read at offset {offset} for {max_bytes} bytes: negative")
-        log_end = self._log_end_offset
-        start = self._log_start_offset
+        log_end = state._log_end_offset
+        start = state._log_start_offset
         if offset < start or offset > log_end:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{start}, {log_end}] of {self.directory.name}"
+                f"offset {offset} is outside [{start}, {log_end}] of {state.directory.name}"
             )
         upper = log_end if max_offset is None else min(max_offset, log_end)
         if offset >= upper:
             return LogSlice(None, offset, upper, start)
         with tracer.start_as_current_span("seglog.log.read") as span:
-            span.set_attribute(TOPIC, self.topic)
-            span.set_attribute(PARTITION, self._partition_id)
+            span.set_attribute(TOPIC, state.topic)
+            span.set_attribute(PARTITION, state._partition_id)
             span.set_attribute("seglog.fetch_offset", offset)
-            snapshot = self._segments.snapshot()
+            snapshot = state._segments.snapshot()
             # Always bounded, the log end too: reads take no lock, and an append writes its
             # batch to the file before it moves the log end (Kafka bounds every read by the
             # position of its max offset, LogOffsetMetadata, for the same reason).
@@ -121,7 +126,7 @@ class LogReading(LogState):
         until a segment's `.txnindex` shows no later marker can concern the range."""
         if end <= start:
             return []
-        snapshot = self._segments.snapshot()
+        snapshot = self._state._segments.snapshot()
         found: list[AbortedTxn] = []
         for segment in snapshot.segments[snapshot.floor_index(start) :]:
             search = segment.txn_index.collect(start, end)
@@ -138,9 +143,9 @@ class LogReading(LogState):
         and segment sizes (a waiting fetch's `min_bytes`), never by reading the data.
         `hint`, a result of an earlier call for the same offset, skips the index lookup
         while its segment is still in the log."""
-        snapshot = self._segments.snapshot()
+        snapshot = self._state._segments.snapshot()
         found = log_reads.bytes_from(snapshot, offset, hint)
-        if max_offset is None or max_offset >= self._log_end_offset:
+        if max_offset is None or max_offset >= self._state._log_end_offset:
             return found
         if max_offset <= offset:
             return ReadPosition(found.segment, found.position, 0)
@@ -158,10 +163,11 @@ class LogReading(LogState):
         """[start, end) clamped to [log start, high watermark] (an end < 0: the high
         watermark), and that range cut into pieces of about `target_bytes` at batch starts
         (log_reads.split_points): (start, end, pieces)."""
-        upper = self._high_watermark
+        state = self._state
+        upper = state._high_watermark
         end = upper if end_offset < 0 else min(end_offset, upper)
-        start = min(max(start_offset, self._log_start_offset), end)
-        pieces = log_reads.split_points(self._segments.snapshot(), start, end, target_bytes)
+        start = min(max(start_offset, state._log_start_offset), end)
+        pieces = log_reads.split_points(state._segments.snapshot(), start, end, target_bytes)
         return start, end, pieces
 
     def offset_for_timestamp(
@@ -172,16 +178,17 @@ class LogReading(LogState):
         EARLIEST_LOCAL_TIMESTAMP (-4) and LATEST_TIERED_TIMESTAMP (-5). None when no
         record qualifies. `max_offset` (a consumer's: the high watermark) hides the offsets
         at or past it: LATEST answers it, and a record found past it is not an answer."""
+        state = self._state
         upper = (
-            self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
+            state._log_end_offset if max_offset is None else min(max_offset, state._log_end_offset)
         )
         if timestamp_ms == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, upper)
         if timestamp_ms in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+            return TimestampAndOffset(NO_TIMESTAMP, state._log_start_offset)
         if timestamp_ms == LATEST_TIERED_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, -1)
-        snapshot, start = self._segments.snapshot(), self._log_start_offset
+        snapshot, start = state._segments.snapshot(), state._log_start_offset
         if timestamp_ms == MAX_TIMESTAMP:
             found = log_reads.offset_of_max_timestamp(snapshot, start)
         elif timestamp_ms < 0:

@@ -13,13 +13,15 @@ Offsets and watermarks, each named once:
   checkpoints it in `replication-offset-checkpoint`. A read bounded by it stops at the HW's
   file position, which is a batch boundary (replicas copy whole batches).
 
-The base of `Log` (log.py): the other parts (log_flushing, log_appending, log_reading,
-log_deletion) work on the fields set up here, under its lock.
+One `LogState` per `Log` (log.py), shared by the parts the log is composed of
+(log_flushing, log_appending, log_reading, log_deletion): they work on the fields set up here,
+under its one lock, so the log behaves as one object while each part keeps one job.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from pathlib import Path
 
 from ..errors import LogClosedError
@@ -28,7 +30,7 @@ from . import log_files
 from .checkpoint import DataDir
 from .clock import Clock
 from .config import LogConfig
-from .dirty_logs import DirtyLogs
+from .dirty_logs import DirtyLogs, Flushable
 from .leader_epoch_cache import LeaderEpochCache
 from .log_segments import LogSegments
 from .producer_state import ProducerStateManager
@@ -48,6 +50,7 @@ class LogState:
         *,
         owns_data_dir: bool,
         dirty_logs: DirtyLogs | None = None,
+        owner: Flushable | None = None,
     ) -> None:
         self.directory = directory
         self.topic, self.partition = log_files.parse_topic_partition(directory)
@@ -85,6 +88,9 @@ class LogState:
         self._owns_data_dir = owns_data_dir
         # The log manager's set of logs its flush task visits; None for a log opened alone.
         self._dirty_logs = dirty_logs
+        # What the flush task visits: the Log this state belongs to. Held weakly, so a
+        # removed partition's log is freed by its reference count alone, without a cycle.
+        self._owner = None if owner is None else weakref.ref(owner)
         self.leader_epochs = LeaderEpochCache(directory)
         self.producer_state = ProducerStateManager(directory)
 
@@ -99,6 +105,12 @@ class LogState:
             )
             # Replayed markers below the HW are replicated: their transactions are stable.
             self.producer_state.txns.on_high_watermark(self._high_watermark)
+
+    def mark_dirty(self) -> None:
+        """An append changed the log: the log manager's flush task must visit it."""
+        owner = None if self._owner is None else self._owner()
+        if self._dirty_logs is not None and owner is not None:
+            self._dirty_logs.add(owner)
 
     def _make_active(self, segment: LogSegment) -> None:
         segment.make_active()

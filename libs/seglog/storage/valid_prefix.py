@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..records.batch import HEADER, HEADER_BYTES, BatchHeader, compute_crc
 from .batch_bounds import BASE_OFFSET_CHECK, EPOCH_CHECK, Damage, header_damage
+from .scan_chunks import ScanChunks
 
 if TYPE_CHECKING:
     from .file_records import FileRecords
@@ -98,13 +99,20 @@ def scan_valid_prefix(
     increasing from `base_offset` (the segment's, from its file name) and below
     `upper_bound` (the next segment's), epochs not decreasing; and the damage that ended
     the walk (`batch_bounds.header_damage` has the checks the CRC does not cover)."""
+    with ScanChunks(records, SCAN_CHUNK_BYTES) as chunks:
+        return _walk(records, chunks, base_offset, upper_bound)
+
+
+def _walk(
+    records: FileRecords, chunks: ScanChunks, base_offset: int, upper_bound: int | None
+) -> ValidPrefix:
     kept: list[BatchPosition] = []
     next_offset = expected_before_last = base_offset
     latest_epoch = -1
     position = 0
     end = records.size
     while position < end:
-        chunk = records.read(position, min(SCAN_CHUNK_BYTES, end - position))
+        chunk: bytes | memoryview = chunks.at(position)
         if len(chunk) < HEADER_BYTES:
             short = Damage(position, "a whole batch header (61 bytes)", f"{len(chunk)} bytes")
             return ValidPrefix(kept, short._replace(file=str(records.path)))
@@ -122,7 +130,11 @@ def scan_valid_prefix(
             )
             if damage is None or damage.check in (BASE_OFFSET_CHECK, EPOCH_CHECK):
                 if pos + header.size_in_bytes > len(chunk):
-                    break  # read again from this batch (alone, when it is large)
+                    if pos > 0:
+                        break  # read again from this batch
+                    # One batch larger than the chunk: read alone, then checked like any
+                    # other (the checks above included).
+                    chunk = records.read(position, header.size_in_bytes)
                 crc_damage = _crc_damage(chunk, pos, position + pos, header)
                 if damage is not None and crc_damage is None:
                     # A real batch (its records pass the CRC) that contradicts an
@@ -135,15 +147,5 @@ def scan_valid_prefix(
             expected_before_last, next_offset = next_offset, header.next_offset
             latest_epoch = max(latest_epoch, header.partition_leader_epoch)
             pos += header.size_in_bytes
-        if pos == 0:  # one batch larger than the chunk: read it alone
-            header = records.header_at(position)
-            chunk = records.read(position, header.size_in_bytes)
-            damage = _crc_damage(chunk, 0, position, header)
-            if damage is not None:
-                return ValidPrefix(kept, damage._replace(file=str(records.path)))
-            kept.append(BatchPosition(position, header))
-            expected_before_last, next_offset = next_offset, header.next_offset
-            latest_epoch = max(latest_epoch, header.partition_leader_epoch)
-            pos = header.size_in_bytes
         position += pos
     return ValidPrefix(kept, None)

@@ -59,14 +59,18 @@ T = TypeVar("T")
 
 
 class ClassicProtocol:
-    """The classic protocol's calls, mixed into GroupCoordinator."""
+    """The classic protocol's calls: the coordinator holds one (`GroupCoordinator.classic`),
+    which works on the coordinator's groups under its lock."""
 
-    def join_classic(self: CoordinatorParts, *args: Any, **kwargs: Any) -> ClassicJoinResult:
+    def __init__(self, coordinator: CoordinatorParts) -> None:
+        self._coordinator = coordinator
+
+    def join_classic(self, *args: Any, **kwargs: Any) -> ClassicJoinResult:
         """`start_join_classic`, waited for on the calling thread (the gRPC adapter's)."""
-        return ClassicProtocol.start_join_classic(self, *args, **kwargs).result()
+        return self.start_join_classic(*args, **kwargs).result()
 
     def start_join_classic(
-        self: CoordinatorParts,
+        self,
         group_id: str,
         member_id: str,
         *,
@@ -81,8 +85,9 @@ class ClassicProtocol:
     ) -> Future[ClassicJoinResult]:
         """Join (or join again): the rebalance's answer, completed when the rebalance
         completes (classic_waits.py); SeglogError at once for a join refused outright."""
+        coordinator = self._coordinator
         check_group_id(group_id)
-        self._check_session_timeout(session_timeout_ms)
+        coordinator._check_session_timeout(session_timeout_ms)
         if rebalance_timeout_ms < 0:
             raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
         if group_instance_id == "":
@@ -90,14 +95,14 @@ class ClassicProtocol:
         if not protocol_type or not protocols:
             raise InconsistentGroupProtocolError("a join needs a protocol type and protocols")
         offered = tuple((name, bytes(data)) for name, data in protocols)
-        stored = self._stored(group_id)
+        stored = coordinator._stored(group_id)
         now = time.monotonic()
-        with settling(self) as touched:
-            if group_id not in self._groups and self.held_elsewhere(group_id):
+        with settling(coordinator) as touched:
+            if group_id not in coordinator._groups and coordinator.held_elsewhere(group_id):
                 # Upgraded to a consumer group since this call was routed (classic_handover):
                 # a new classic group beside it would hand out its partitions twice.
                 raise CoordinatorNotAvailableError(f"group {group_id} changed protocol: retry")
-            group = self._group(group_id, stored)
+            group = coordinator._group(group_id, stored)
             touched.append(group)  # a static member's old id may have waits to end
             _check_compatible(group, protocol_type, offered)
             if not group.members:
@@ -111,7 +116,7 @@ class ClassicProtocol:
                     f"{static.member_id}, not {member_id}"
                 )
             if not (static is not None or member_id in group.members):
-                self._check_room(group, member_id)
+                coordinator._check_room(group, member_id)
             if not member_id and static is not None:
                 member = _replace_static_member(group, static, new_id)
             elif not member_id and group_instance_id is None and require_known_member_id:
@@ -141,7 +146,7 @@ class ClassicProtocol:
                 if select_protocol(group) == group.strategy:
                     # Kafka answers with the leader as it was, so a restarted leader does not
                     # compute an assignment a Stable group would not hand out.
-                    self._state_changed(group)
+                    coordinator._state_changed(group)
                     return _answered(
                         _answer(group, member, leader=leader_before, with_members=False)
                     )
@@ -153,18 +158,18 @@ class ClassicProtocol:
             member.joining = True
             member.join_answer = None
             if group.state != PREPARING_REBALANCE:
-                self._begin_rebalance(group, now)
+                coordinator._begin_rebalance(group, now)
             future: Future[ClassicJoinResult] = Future()
-            wait_in(self, group, Waiter(member, future))
-            self._maybe_complete(group, now)  # the session reaper ends it at the deadline
+            wait_in(coordinator, group, Waiter(member, future))
+            coordinator._maybe_complete(group, now)  # the session reaper ends it at the deadline
             return future
 
-    def sync_group(self: CoordinatorParts, *args: Any, **kwargs: Any) -> tuple[str, str, bytes]:
+    def sync_group(self, *args: Any, **kwargs: Any) -> tuple[str, str, bytes]:
         """`start_sync_group`, waited for on the calling thread (the gRPC adapter's)."""
-        return ClassicProtocol.start_sync_group(self, *args, **kwargs).result()
+        return self.start_sync_group(*args, **kwargs).result()
 
     def start_sync_group(
-        self: CoordinatorParts,
+        self,
         group_id: str,
         member_id: str,
         generation: int,
@@ -177,9 +182,10 @@ class ClassicProtocol:
         """The group's protocol type and protocol, and the member's assignment for the
         generation; the leader's call sets everyone's, a follower's completes once the
         leader's has (classic_waits.py). SeglogError at once for a sync refused outright."""
-        stored = self._stored_if_readable(group_id)
-        with settling(self) as touched:
-            group = self._load_stored(group_id, stored)
+        coordinator = self._coordinator
+        stored = coordinator._stored_if_readable(group_id)
+        with settling(coordinator) as touched:
+            group = coordinator._load_stored(group_id, stored)
             if group is not None:
                 touched.append(group)
             if group is None or not group.members:
@@ -212,21 +218,22 @@ class ClassicProtocol:
                     each.awaiting_sync = False
                 group.pending_sync.clear()
                 group.state = STABLE
-                self._state_changed(group)
-                self._changed.notify_all()
+                coordinator._state_changed(group)
+                coordinator._changed.notify_all()
                 return _answered((group.protocol_type, group.strategy, member.assignment_bytes))
             member.awaiting_sync = True
             synced: Future[tuple[str, str, bytes]] = Future()
-            wait_in(self, group, Waiter(member, synced, sync_generation=generation))
+            wait_in(coordinator, group, Waiter(member, synced, sync_generation=generation))
             return synced
 
     def leave_members(
-        self: CoordinatorParts, group_id: str, leaving: Sequence[tuple[str, str | None]]
+        self, group_id: str, leaving: Sequence[tuple[str, str | None]]
     ) -> list[SeglogError | None]:
         """LeaveGroup v3+: each (member id, group instance id) leaves, or its error."""
+        coordinator = self._coordinator
         outcomes: list[SeglogError | None] = []
-        with settling(self) as touched:
-            group = self._groups.get(group_id)
+        with settling(coordinator) as touched:
+            group = coordinator._groups.get(group_id)
             touched.extend([group] if group is not None else [])
             now = time.monotonic()
             for member_id, group_instance_id in leaving:
@@ -235,14 +242,14 @@ class ClassicProtocol:
                         raise UnknownMemberIdError(f"group {group_id} has no members")
                     if member_id and member_id in group.pending_members:
                         del group.pending_members[member_id]
-                        self._maybe_complete(group, now)
-                        self._changed.notify_all()
+                        coordinator._maybe_complete(group, now)
+                        coordinator._changed.notify_all()
                     else:
                         if group_instance_id is not None and not member_id:
                             static = group.static_member(group_instance_id)
                             member_id = static.member_id if static is not None else ""
                         named_member(group, member_id, group_instance_id)
-                        self._remove(group, member_id, now)
+                        coordinator._remove(group, member_id, now)
                     outcomes.append(None)
                 except SeglogError as exc:
                     outcomes.append(exc)

@@ -61,6 +61,8 @@ from .group_state import (
     JoinResult,
     Member,
     check_group_id,
+    has_stable_members,
+    kept_at_completion,
     metadata_record,
 )
 from .managed_protocol import ManagedProtocol, complete_managed_join
@@ -86,7 +88,7 @@ class CoordinatorConfig:
     group_max_size: int = DEFAULT_GROUP_MAX_SIZE
 
 
-class GroupCoordinator(ManagedProtocol, ClassicProtocol):
+class GroupCoordinator:
     def __init__(
         self,
         registry: Registry,
@@ -106,6 +108,8 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
         self.held_elsewhere: Callable[[str], bool] = lambda group_id: False
         self._writer = GroupMetadataWriter(persist) if persist is not None else None
         self._stop = threading.Event()
+        self.classic = ClassicProtocol(self)  # the join protocols, on these groups
+        self.managed = ManagedProtocol(self)
         self._reaper = threading.Thread(target=self._reap_loop, name="group-sessions", daemon=True)
         self._reaper.start()
 
@@ -321,7 +325,7 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
         return group, named_member(group, member_id, group_instance_id)
 
     def _begin_rebalance(self, group: Group, now: float) -> None:
-        group.initial_rebalance = not _has_stable_members(group)
+        group.initial_rebalance = not has_stable_members(group)
         if group.initial_rebalance:
             wait_s = self.config.initial_rebalance_delay_ms / 1000
         else:
@@ -341,7 +345,8 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
             self._complete_rebalance(group, now)
 
     def _complete_rebalance(self, group: Group, now: float) -> None:
-        for member_id in [m.member_id for m in group.members.values() if not _kept(group, m)]:
+        gone = [m.member_id for m in group.members.values() if not kept_at_completion(group, m)]
+        for member_id in gone:
             del group.members[member_id]  # did not join again in time
         if group.members and not any(m.joining for m in group.members.values()):
             # Only static members that have not joined are left: Kafka waits another
@@ -421,18 +426,6 @@ class GroupCoordinator(ManagedProtocol, ClassicProtocol):
                         # Kafka's consumers do when their metadata shows it.
                         logger.info("topics of group %s changed: rebalancing", group.group_id)
                         self._begin_rebalance(group, now)
-
-
-def _kept(group: Group, member: Member) -> bool:
-    """Does the member stay when the rebalance completes? Those that joined do; so do a
-    classic group's static members that have not (Kafka's completeClassicGroupJoin removes
-    only dynamic ones): a static member restarting for longer than a rebalance keeps its
-    place and assignment until its session ends or it misses the SyncGroup."""
-    return member.joining or (group.kind == CLASSIC and member.group_instance_id is not None)
-
-
-def _has_stable_members(group: Group) -> bool:
-    return any(m.assignment or m.assignment_bytes or not m.joining for m in group.members.values())
 
 
 __all__ = [

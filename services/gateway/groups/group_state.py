@@ -1,5 +1,5 @@
 """What the coordinator holds about a group and its members, the checks of its inputs, its
-GroupMetadata record, and what its join protocols' mixins use of it.
+GroupMetadata record, and what its join protocols (the objects it holds) use of it.
 
 A group's members are of one kind at a time, as Kafka refuses to mix protocol types in one
 group: seglog-managed members (the gRPC path: the coordinator computes the assignment) or
@@ -195,9 +195,21 @@ def metadata_record(group: Group) -> GroupMetadata:
     )
 
 
+def kept_at_completion(group: Group, member: Member) -> bool:
+    """Does the member stay when the rebalance completes? Those that joined do; so do a
+    classic group's static members that have not (Kafka's completeClassicGroupJoin removes
+    only dynamic ones): a static member restarting for longer than a rebalance keeps its
+    place and assignment until its session ends or it misses the SyncGroup."""
+    return member.joining or (group.kind == CLASSIC and member.group_instance_id is not None)
+
+
+def has_stable_members(group: Group) -> bool:
+    return any(m.assignment or m.assignment_bytes or not m.joining for m in group.members.values())
+
+
 class CoordinatorParts(Protocol):
     """What the join protocols (managed_protocol.py, classic_protocol.py) use of the
-    coordinator (coordinator.py), whose mixins they are."""
+    coordinator (coordinator.py), which holds one of each."""
 
     _lock: threading.Lock
     _changed: threading.Condition

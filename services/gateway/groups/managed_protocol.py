@@ -31,10 +31,14 @@ from .offsets_formats import CONSUMER_PROTOCOL_TYPE
 
 
 class ManagedProtocol:
-    """The seglog-managed join, mixed into GroupCoordinator."""
+    """The seglog-managed join: the coordinator holds one (`GroupCoordinator.managed`),
+    which works on the coordinator's groups under its lock."""
+
+    def __init__(self, coordinator: CoordinatorParts) -> None:
+        self._coordinator = coordinator
 
     def join(
-        self: CoordinatorParts,
+        self,
         group_id: str,
         member_id: str,
         *,
@@ -52,19 +56,20 @@ class ManagedProtocol:
         client looping JoinGroup cannot keep its group rebalancing. Without `wait` the join
         is recorded but not waited for: unless it completes the rebalance, JoinAgainLater
         gives the member its id to call again with (the caller has no thread to spare)."""
+        coordinator = self._coordinator
         check_group_id(group_id)
         if rebalance_timeout_ms < 0:
             raise InvalidRequestError(f"rebalance_timeout_ms {rebalance_timeout_ms} is negative")
-        self._check_session_timeout(session_timeout_ms)
+        coordinator._check_session_timeout(session_timeout_ms)
         strategies = tuple(s for s in strategies if s in ASSIGNORS)
         if not strategies:
             raise InconsistentGroupProtocolError(
                 f"no supported assignment strategy offered; the coordinator has {sorted(ASSIGNORS)}"
             )
-        stored = self._stored(group_id)
+        stored = coordinator._stored(group_id)
         now = time.monotonic()
-        with self._lock:
-            group = self._group(group_id, stored)
+        with coordinator._lock:
+            group = coordinator._group(group_id, stored)
             if group.members and group.kind != MANAGED:
                 raise InconsistentGroupProtocolError(
                     f"group {group_id} has Kafka classic-protocol members: a seglog-managed "
@@ -78,7 +83,7 @@ class ManagedProtocol:
                         f"member {member_id} is not in group {group_id}: join without an id"
                     )
             else:
-                self._check_room(group, "")
+                coordinator._check_room(group, "")
                 member_id = f"{client_id or 'consumer'}-{uuid.uuid4()}"
                 member = None
             others = [m.strategies for m in group.members.values() if m.member_id != member_id]
@@ -107,23 +112,23 @@ class ManagedProtocol:
             member.last_heartbeat = now
             member.joining = True
             if group.state != PREPARING_REBALANCE:
-                self._begin_rebalance(group, now)
-            self._maybe_complete(group, now)
+                coordinator._begin_rebalance(group, now)
+            coordinator._maybe_complete(group, now)
             if not wait and member.joining:
                 raise JoinAgainLater(
                     f"group {group_id} is rebalancing and this coordinator has no room to hold "
                     f"the join: call again with member id {member_id}",
                     member_id,
                 )
-            while member.joining and not self._stop.is_set():
+            while member.joining and not coordinator._stop.is_set():
                 if group.members.get(member_id) is not member:
                     raise UnknownMemberIdError(f"member {member_id} was removed from {group_id}")
                 now = time.monotonic()
                 if now >= group.rebalance_deadline:
-                    self._complete_rebalance(group, now)
+                    coordinator._complete_rebalance(group, now)
                     break
-                self._changed.wait(group.rebalance_deadline - now)
-                self._maybe_complete(group, time.monotonic())
+                coordinator._changed.wait(group.rebalance_deadline - now)
+                coordinator._maybe_complete(group, time.monotonic())
             if member.joining:
                 raise RebalanceInProgressError("the coordinator is shutting down")
             return _result(group, member)

@@ -164,7 +164,7 @@ class GroupMembership:
                     )
                 )
             self._not_a_consumer_group(join.group_id)
-            return self.coordinator.start_join_classic(
+            return self.coordinator.classic.start_join_classic(
                 join.group_id,
                 join.member_id,
                 group_instance_id=join.group_instance_id,
@@ -185,7 +185,7 @@ class GroupMembership:
 
         def work() -> JoinResult:
             self._not_a_consumer_group(join.group_id)
-            return self.coordinator.join(
+            return self.coordinator.managed.join(
                 join.group_id,
                 join.member_id,
                 client_id=join.client_id,
@@ -238,7 +238,7 @@ class GroupMembership:
                         )
                     )
                 )
-            synced = self.coordinator.start_sync_group(
+            synced = self.coordinator.classic.start_sync_group(
                 sync.group_id,
                 sync.member_id,
                 sync.generation_id,
@@ -289,7 +289,7 @@ class GroupMembership:
             served = self._classic_in_consumer_group(leave.group_id)
             if served is not None:
                 return served.leave(leave.group_id, list(leave.members))
-            return self.coordinator.leave_members(leave.group_id, list(leave.members))
+            return self.coordinator.classic.leave_members(leave.group_id, list(leave.members))
 
         return self.groups.on_coordinator(caller, "LeaveGroup", leave.group_id, work)
 
