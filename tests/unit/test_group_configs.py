@@ -39,9 +39,7 @@ DEFAULTS = {
 
 
 def group_configs(path, **defaults) -> GroupConfigs:
-    return GroupConfigs(
-        Registry(path), Authorization([], enabled=False), {**DEFAULTS, **defaults}
-    )
+    return GroupConfigs(Registry(path), Authorization([], enabled=False), {**DEFAULTS, **defaults})
 
 
 def test_group_configs_are_kept_across_restarts_and_snapshots_and_read_per_group(tmp_path):
