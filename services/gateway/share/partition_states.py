@@ -123,6 +123,29 @@ class PartitionStates:
             ),
         )
 
+    def reset(self, pid: PartitionId, start_offset: int | None) -> None:
+        """Start the share partition afresh at `start_offset` (its in-flight records dropped,
+        its state epoch bumped, as Kafka's AlterShareGroupOffsets writes it), or delete its
+        state (None). For groups without members (the caller checks): no fetch races it."""
+        with self._lock:
+            loading = self._loading.setdefault(pid, threading.Lock())
+        with loading:
+            if start_offset is None:
+                key, topic_id = self.key_of(pid)
+                self.store.delete(key, topic_id)
+                self._partitions.pop(pid, None)
+                return
+            before = self._partitions.get(pid)
+            if before is None:
+                key, topic_id = self.key_of(pid)
+                state = self.store.read(key, topic_id)
+                epoch = state.state_epoch if state is not None else 0
+            else:
+                epoch = before.state_epoch
+            partition = SharePartition(self.limits_of(pid[0]), start_offset, epoch + 1)
+            self.persist(pid, partition)
+            self._partitions[pid] = partition
+
     def forget_state_partition(self, state_partition: int) -> None:
         """Drop every share partition kept in __share_group_state partition
         `state_partition`, and the store's copy of it: the next use reads them back."""

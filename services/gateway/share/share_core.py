@@ -30,7 +30,7 @@ from ..routing.call_scope import CallScope
 from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery
 from .batch_walk import batch_headers
 from .committed_reads import committed_batches
-from .partition_ops import AckBatch, LocalOps, ShareRouter
+from .partition_ops import AckBatch, LocalOps, ShareRouter, ShareStart
 from .partition_states import PartitionId, PartitionStates
 from .settings import ShareSettings
 from .share_membership import (
@@ -186,7 +186,7 @@ class ShareGroups:
             groups = [(g.group_id, g.state) for g in self.membership.groups.values()]
         return [g for g in groups if self.authorization.allows(caller, "Describe", "group", g[0])]
 
-    def start_offsets(self, caller: Caller, group_id: str) -> dict[tuple[str, int], int]:
+    def start_offsets(self, caller: Caller, group_id: str) -> dict[tuple[str, int], ShareStart]:
         """The share-partition start offset of each partition the group has read (its
         "committed" offset, as kafka-share-groups --describe shows it)."""
         self.authorization.check(
