@@ -48,8 +48,7 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     ),
     "AlterConfigs": "topics; brokers' replication throttles; groups' configs",
     "IncrementalAlterConfigs": (
-        "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles; groups' "
-        "configs"
+        "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles; groups' configs"
     ),
     "DescribeAcls": "topic, group, cluster and transactional id resources",
     "CreateAcls": "topic, group, cluster and transactional id resources",
