@@ -18,6 +18,8 @@ from devtools.apache_kafka import run_tool
 from services.gateway.kafka.share_messages import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsRequest,
+    DescribeShareGroupOffsetsResponse,
     ShareFetchRequest,
     ShareFetchResponse,
     ShareGroupHeartbeatRequest,
@@ -26,6 +28,7 @@ from services.gateway.kafka.share_messages import (
 from services.gateway.kafka.topic_ids import to_wire
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
+from tests.multi_gateway import EtcdBackedCluster
 
 SHARE_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 TOPIC, GROUP = "queue", "sg"
@@ -107,7 +110,7 @@ class Member:
         self.wire.close()
 
 
-def alter(cluster, topic: str, start_offset: int):
+def alter(address: str, topic: str, start_offset: int):
     request_class = AlterShareGroupOffsetsRequest[0]
     topic_class = request_class.AlterShareGroupOffsetsRequestTopic
     request = request_class(
@@ -123,8 +126,21 @@ def alter(cluster, topic: str, start_offset: int):
             )
         ],
     )
-    with KafkaWire(cluster.kafka_address) as wire:
+    with KafkaWire(address) as wire:
         return wire.request(request, 0, AlterShareGroupOffsetsResponse)
+
+
+def start_offsets(address: str) -> dict[int, int]:
+    """The group's share-partition start offsets as the gateway at `address` describes them."""
+    request_class = DescribeShareGroupOffsetsRequest[1]
+    request = request_class(
+        groups=[request_class.DescribeShareGroupOffsetsRequestGroup(group_id=GROUP, topics=None)]
+    )
+    with KafkaWire(address) as wire:
+        answer = wire.request(request, 1, DescribeShareGroupOffsetsResponse)
+    (group,) = answer.groups
+    assert group.error_code == 0, group
+    return {p.partition_index: p.start_offset for t in group.topics for p in t.partitions}
 
 
 def test_kafka_share_groups_describes_resets_and_deletes_share_offsets_as_on_kafka(cluster):
@@ -145,7 +161,7 @@ def test_kafka_share_groups_describes_resets_and_deletes_share_offsets_as_on_kaf
         assert member.fetch() == [(o, 1) for o in range(5)]
         assert member.fetch(acks=[(0, 2), (4, 4)]) == []  # 3 stays acquired
         # A member holds records: the group is not empty, and nothing changes.
-        refused = alter(cluster, TOPIC, 0)
+        refused = alter(cluster.kafka_address, TOPIC, 0)
         assert (refused.error_code, refused.responses) == (NON_EMPTY_GROUP, [])
         member.heartbeat(-1)  # leaves: its records are released
         header = "GROUP TOPIC PARTITION START-OFFSET LAG"
@@ -176,7 +192,7 @@ def test_kafka_share_groups_describes_resets_and_deletes_share_offsets_as_on_kaf
         long_ago = ("--to-datetime", "2020-01-01T00:00:00.000", "--execute")
         assert share_groups(cluster, *reset, *long_ago)[1:] == [f"{GROUP} {TOPIC} 0 0"]
         # Unknown topics: per partition, the rest of the request unharmed.
-        unknown = alter(cluster, "no-such-topic", 0)
+        unknown = alter(cluster.kafka_address, "no-such-topic", 0)
         assert unknown.error_code == 0
         assert [p.error_code for t in unknown.responses for p in t.partitions] == [
             UNKNOWN_TOPIC_OR_PARTITION
@@ -195,3 +211,24 @@ def test_kafka_share_groups_describes_resets_and_deletes_share_offsets_as_on_kaf
         last.close()
     finally:
         member.close()
+
+
+def test_offsets_reset_through_either_gateway_reach_the_partitions_holder(tmp_path):
+    """With two gateways on etcd, one holds the share partition: a reset sent to the other is
+    forwarded to it (ResetStart), and both describe the new start offset."""
+    cluster = EtcdBackedCluster(
+        tmp_path,
+        gateways=2,
+        nodes=2,  # the nodes' min.insync.replicas is 2
+        gateway_args=("--share-coordinator-state-topic-num-partitions", "1"),
+    )
+    try:
+        cluster.admin(0).create_topic(TOPIC, 1, 2)
+        for index, start in ((0, 2), (1, 4), (0, 1)):
+            answer = alter(cluster.kafka_addresses[index], TOPIC, start)
+            assert answer.error_code == 0, answer
+            assert [p.error_code for t in answer.responses for p in t.partitions] == [0]
+            for address in cluster.kafka_addresses:
+                assert start_offsets(address) == {0: start}
+    finally:
+        cluster.close()
