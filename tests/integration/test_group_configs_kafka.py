@@ -2,8 +2,9 @@
 sets and shows them: `kafka-configs --entity-type groups` alters and describes a group's
 configs with the lines a Kafka 4.3.1 broker makes it print, refuses a bad value with Kafka's
 message and keeps nothing of it, and the coordinators apply each group's own values (a
-KIP-848 member's and a share member's heartbeat interval, a share group's lock duration and
-its auto offset reset); on etcd, a second gateway sees what the first stored, and keeps it
+KIP-848 member's and a share member's heartbeat interval, a share group's lock duration, its
+auto offset reset and its isolation level: read_committed never delivers aborted records); on
+etcd, a second gateway sees what the first stored, and keeps it
 across its restart.
 
 One single-gateway cluster for the module (a JVM per tool run is the cost)."""
@@ -249,3 +250,32 @@ def test_a_second_gateway_on_etcd_sees_group_configs_and_keeps_them_across_resta
         again.close()
     finally:
         cluster.close()
+
+
+def test_a_read_committed_share_group_never_gets_aborted_records(cluster):
+    topic = "transactional"
+    cluster.admin.create_topic(topic, 1, 1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_address, "transactional.id": "share-rc"}
+    )
+    producer.init_transactions(30)
+    for commit, values in ((False, b"abc"), (True, b"de"), (False, b"f"), (True, b"g")):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=bytes([value]))
+        assert producer.flush(30) == 0  # written before an abort (else it drops them unsent)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    for group, level in (("rc", "read_committed"), ("ru", "read_uncommitted")):
+        alter_group(
+            cluster,
+            group,
+            "--add-config",
+            f"share.auto.offset.reset=earliest,share.isolation.level={level}",
+        )
+    topic_id = to_wire(cluster.gateway.registry.image.topic_id_of(topic))
+    # Offsets: a b c (aborted) 3:marker d e (committed) 6:marker f (aborted) 8:marker g 10:marker
+    assert share_fetch(cluster.kafka_address, "rc", topic_id)[1] == [4, 5, 9]
+    assert share_fetch(cluster.kafka_address, "ru", topic_id)[1] == [0, 1, 2, 4, 5, 7, 9]
