@@ -57,7 +57,6 @@ class Coordinators:
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
     txn_service: TransactionCoordinatorService
-    group_configs: GroupConfigs  # dynamic group configs, read by both group coordinators
 
 
 def build_coordinators(
@@ -104,6 +103,7 @@ def build_coordinators(
         offsets,
         authorization,
         coordination=coordination,
+        group_configs=group_configs,
     )
     groups.lists_unclaimed = is_controller
     consumer_groups = ConsumerGroups(
@@ -167,7 +167,6 @@ def build_coordinators(
         group_calls=group_calls,
         group_service=group_service,
         txn_service=TransactionCoordinatorService(transactions, groups, authorization),
-        group_configs=group_configs,
     )
 
 

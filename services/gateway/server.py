@@ -234,7 +234,6 @@ class Gateway:
         self.group_calls = coordinators.group_calls
         self.group_service = coordinators.group_service
         self.txn_service = coordinators.txn_service
-        self.group_configs = coordinators.group_configs
         self.offsets_expiry = OffsetsExpiry(config, coordinators)
         self.metrics = GatewayMetrics(
             meter_provider,
@@ -308,7 +307,6 @@ class Gateway:
             group_calls=self.group_calls,
             coordinator=self.coordinator,
             share=self.share,
-            group_configs=self.group_configs,
             user_scram=UserScram(self.registry, self.authorization),
             producer_states=ProducerStates(self.registry, self.connections, self.authorization),
             peers=self,

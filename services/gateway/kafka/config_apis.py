@@ -127,7 +127,9 @@ def describe_configs(call: KafkaCall, request: Any) -> Any:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
             wanted = resource.configuration_keys
             if resource.resource_type == GROUP:
-                groups = call.core.group_configs.describe(call.caller, resource.resource_name)
+                groups = call.core.groups.group_configs.describe(
+                    call.caller, resource.resource_name
+                )
                 configs = [
                     _group_config(g, request.include_synonyms)
                     for g in groups
@@ -308,7 +310,7 @@ def alter_configs(call: KafkaCall, request: Any) -> Any:
 
     def whole_group_set(resource: Any) -> None:
         given = {c.name: c.value for c in resource.configs if c.value is not None}
-        call.core.group_configs.alter(
+        call.core.groups.group_configs.alter(
             call.caller,
             resource.resource_name,
             given,
@@ -360,7 +362,7 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
                 raise InvalidConfigError(
                     f"Config value {verb} is not allowed for config key: {name}"
                 )
-        call.core.group_configs.alter(
+        call.core.groups.group_configs.alter(
             call.caller,
             resource.resource_name,
             dict(altered.set),

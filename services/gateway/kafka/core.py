@@ -20,7 +20,6 @@ from ..authorization import Authorization
 from ..cluster.acl_admin import AclAdmin
 from ..cluster.auto_create import TopicAutoCreation
 from ..cluster.client_quotas import ClientQuotaAdmin
-from ..cluster.group_configs import GroupConfigs
 from ..cluster.partition_moves import PartitionMoves
 from ..cluster.producer_ids import ProducerIds
 from ..cluster.registry import Registry
@@ -79,7 +78,6 @@ class KafkaCore:
     group_calls: GroupCalls  # offsets and group admin (groups/group_calls.py)
     coordinator: GroupCoordinator
     share: ShareGroups  # share groups (KIP-932): membership, ShareFetch/Acknowledge (share/)
-    group_configs: GroupConfigs  # dynamic group configs (cluster/group_configs.py)
     user_scram: UserScram  # SCRAM credentials (user_scram.py)
     producer_states: ProducerStates  # DescribeProducers (routing/producer_states.py)
     peers: GatewayPeers
