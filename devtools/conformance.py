@@ -32,21 +32,7 @@ from .conformance_report import Row, print_table, rows_of
 
 # Tests (or subtests: "Parent/sub") seglog is expected to fail or skip until the issues that
 # build what they need land; a subtest is covered by its parent's entry.
-SHARE_GROUP_CONFIGS = (
-    "issue 55: the test first sets share.auto.offset.reset on its group with "
-    "IncrementalAlterConfigs on a GROUP resource (type 32), which seglog refuses "
-    "(INVALID_REQUEST: no per-group configs yet, only the gateway-wide setting)"
-)
-SHARE_OFFSETS_ADMIN = (
-    "issue 55: AlterShareGroupOffsets is not served (kgo: 'broker is too old; the broker has "
-    "already indicated it will not know how to handle the request')"
-)
-EXPECTED: dict[str, str] = {
-    "TestShareGroup": SHARE_GROUP_CONFIGS,
-    "TestShareGroupETL": SHARE_GROUP_CONFIGS,
-    "TestShareGroupAckOnClose": SHARE_GROUP_CONFIGS,
-    "TestShareGroupOffsetsAdmin": SHARE_OFFSETS_ADMIN,
-}
+EXPECTED: dict[str, str] = {}
 
 # The ETL tests push this many records through a chain of groups (franz-go's default,
 # 500,000, takes many minutes per side on two cores; 10,000 still spans rebalances).

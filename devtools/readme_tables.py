@@ -44,11 +44,11 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "DeleteRecords": "the low watermark is the leader's new log start offset",
     "DescribeConfigs": (
         "topics; the gateway's settings as its broker, read-only, and its dynamic "
-        "replication throttles"
+        "replication throttles; groups' configs"
     ),
-    "AlterConfigs": "topics; brokers' replication throttles",
+    "AlterConfigs": "topics; brokers' replication throttles; groups' configs",
     "IncrementalAlterConfigs": (
-        "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles"
+        "topics; APPEND/SUBTRACT on list configs; brokers' replication throttles; groups' configs"
     ),
     "DescribeAcls": "topic, group, cluster and transactional id resources",
     "CreateAcls": "topic, group, cluster and transactional id resources",
@@ -59,11 +59,13 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     ),
     "UpdateFeatures": "only to the levels this release has",
     "DescribeProducers": "from the leader's producer state",
-    "ListConfigResources": "no client metrics subscriptions",
+    "ListConfigResources": "groups with configs; no client metrics subscriptions",
     "FindCoordinator": "groups; a transaction coordinator is refused (no transactions)",
     "ShareGroupHeartbeat": "share groups (KIP-932): the simple assignor",
     "ShareFetch": "records acquired under locks; state in __share_group_state",
-    "DescribeShareGroupOffsets": "each partition's share-partition start offset; no lag",
+    "DescribeShareGroupOffsets": "each partition's share-partition start offset and lag",
+    "AlterShareGroupOffsets": "groups without members, as Kafka's",
+    "DeleteShareGroupOffsets": "groups without members, as Kafka's",
     "ConsumerGroupHeartbeat": (
         "KIP-848: uniform and range assignors, regex subscriptions (RE2); no migration from "
         "or to classic groups"

@@ -111,8 +111,8 @@ group_share_session_timeout_ms = setting(
 
 share_auto_offset_reset = setting(
     LATEST,
-    "where a share group starts reading a partition it has no state for (Kafka's group "
-    "config share.auto.offset.reset, here one value for every share group)",
+    "where a share group starts reading a partition it has no state for, unless the group's "
+    "own config share.auto.offset.reset says otherwise",
     choices=(LATEST, EARLIEST),
 )
 

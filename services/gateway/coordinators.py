@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from seglog.security.tls import channel_credentials
 
 from .authorization import Authorization
+from .cluster import group_configs as gc
+from .cluster.group_configs import GroupConfigs
 from .cluster.producer_ids import ProducerIds
 from .cluster.registry import Registry
 from .cluster.topic_admin import TopicAdmin
@@ -76,6 +78,7 @@ def build_coordinators(
     `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
     transactions; `share_coordination` places share partitions, whose holders' internal
     listeners `gateway_session` publishes."""
+    group_configs = GroupConfigs(registry, authorization, group_config_defaults(config))
     offsets = OffsetsStore(
         registry,
         connections,
@@ -100,6 +103,7 @@ def build_coordinators(
         offsets,
         authorization,
         coordination=coordination,
+        group_configs=group_configs,
     )
     groups.lists_unclaimed = is_controller
     consumer_groups = ConsumerGroups(
@@ -114,6 +118,7 @@ def build_coordinators(
         load=offsets.consumer_group_records,
         persist=offsets.store_consumer_group,
         classic=ClassicHandover(coordinator),
+        group_config=group_configs.of,
     )
     groups.consumer_groups = consumer_groups
     coordinator.held_elsewhere = consumer_groups.holds
@@ -131,6 +136,7 @@ def build_coordinators(
         ),
         peers=gateway_session.internal_peers if gateway_session is not None else list,
         credentials=None if config.tls is None else channel_credentials(config.tls),
+        group_config=group_configs.of,
     )
     share = share_parts.core
     transactions = TransactionsCore(
@@ -162,6 +168,23 @@ def build_coordinators(
         group_service=group_service,
         txn_service=TransactionCoordinatorService(transactions, groups, authorization),
     )
+
+
+def group_config_defaults(config: GatewayConfig) -> dict[str, str]:
+    """The broker's defaults of the group configs (Kafka's synonyms), from the settings."""
+    share = config.share_settings
+    values = {
+        gc.CONSUMER_SESSION_TIMEOUT_MS: config.group_consumer_session_timeout_ms,
+        gc.CONSUMER_HEARTBEAT_INTERVAL_MS: config.group_consumer_heartbeat_interval_ms,
+        gc.SHARE_SESSION_TIMEOUT_MS: share.group_share_session_timeout_ms,
+        gc.SHARE_HEARTBEAT_INTERVAL_MS: share.group_share_heartbeat_interval_ms,
+        gc.SHARE_RECORD_LOCK_DURATION_MS: share.group_share_record_lock_duration_ms,
+        gc.SHARE_DELIVERY_COUNT_LIMIT: share.group_share_delivery_count_limit,
+        gc.SHARE_PARTITION_MAX_RECORD_LOCKS: share.group_share_partition_max_record_locks,
+        gc.SHARE_AUTO_OFFSET_RESET: share.share_auto_offset_reset,
+        gc.SHARE_ISOLATION_LEVEL: gc.READ_UNCOMMITTED,
+    }
+    return {name: str(value) for name, value in values.items()}
 
 
 def _none(address: str) -> str | None:

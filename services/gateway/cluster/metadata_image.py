@@ -28,6 +28,7 @@ from .metadata_records import (
     BROKER_CONFIG,
     CLIENT_QUOTA,
     CLUSTER,
+    GROUP_CONFIG,
     NODE,
     NODE_STATE,
     PARTITION,
@@ -41,6 +42,7 @@ from .metadata_records import (
     broker_config_record,
     client_quota_record,
     cluster_record,
+    group_config_record,
     node_record,
     node_state_record,
     partition_record,
@@ -110,6 +112,8 @@ class MetadataImage:
         self.scram_credentials: dict[str, dict[str, ScramCredential]] = {}
         # broker id ("" the cluster's default) -> its dynamic configs (broker_config records)
         self.broker_configs: dict[str, dict[str, str]] = {}
+        # group id -> its dynamic configs (group_config records)
+        self.group_configs: dict[str, dict[str, str]] = {}
         # Nodes an operator decommissioned (node_state records): no new replicas, and
         # leaders only where no other in-sync replica can lead.
         self.decommissioned: set[int] = set()
@@ -189,6 +193,14 @@ class MetadataImage:
                 else:
                     configs.pop(record["broker"], None)
                 self.broker_configs = configs
+            elif kind == GROUP_CONFIG:
+                # Swapped whole, as broker configs: heartbeats read it without a lock.
+                groups = dict(self.group_configs)
+                if record["configs"]:
+                    groups[record["group"]] = dict(record["configs"])
+                else:
+                    groups.pop(record["group"], None)
+                self.group_configs = groups
             elif kind == NODE_STATE:
                 if record["decommissioned"]:
                     self.decommissioned.add(record["node_id"])
@@ -396,6 +408,10 @@ class MetadataImage:
         records += [
             broker_config_record(broker, configs)
             for broker, configs in sorted(self.broker_configs.items())
+        ]
+        records += [
+            group_config_record(group, configs)
+            for group, configs in sorted(self.group_configs.items())
         ]
         for name in sorted(self.topics):
             topic = self.topics[name]

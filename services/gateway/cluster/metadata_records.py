@@ -50,11 +50,14 @@ Record types (`type`), and what they set:
     broker_config  {broker, configs: {name: value}}: a broker's dynamic configs (Kafka's
                    `kafka-configs --entity-type brokers --alter`), broker "" for the
                    cluster-wide default; the whole set, empty removes it (broker_configs.py)
+    group_config   {group, configs: {name: value}}: a group's dynamic configs (Kafka's
+                   `kafka-configs --entity-type groups --alter`); the whole set, empty
+                   removes it (group_configs.py)
 
 Order inside a batch: a topic record comes before its partitions' records. A snapshot is
 the whole image as one batch of the same records (the cluster record, nodes, producer ids,
-ACLs, client quotas, node states, SCRAM credentials, broker configs, then each topic
-followed by its partitions), applied onto an empty image.
+ACLs, client quotas, node states, SCRAM credentials, broker configs, group configs, then
+each topic followed by its partitions), applied onto an empty image.
 
 `from_document` reads the registry's former format (registry.json, version 1: one JSON
 document rewritten whole) as image records, so an existing deployment keeps its topics.
@@ -80,6 +83,7 @@ NODE_STATE = "node_state"
 CLUSTER = "cluster"
 SCRAM_CREDENTIAL = "scram_credential"
 BROKER_CONFIG = "broker_config"
+GROUP_CONFIG = "group_config"
 
 _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     TOPIC: {"name": str, "replication_factor": int, "configs": dict, "partitions": int},
@@ -101,6 +105,7 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     CLUSTER: {"cluster_id": str},
     SCRAM_CREDENTIAL: {"user": str, "mechanism": str},  # and "credential" (checked below)
     BROKER_CONFIG: {"broker": str, "configs": dict},
+    GROUP_CONFIG: {"group": str, "configs": dict},
 }
 # Optional lists of replicas in a partition record (a reassignment in progress; the ELR).
 _REASSIGNMENT_FIELDS = ("adding_replicas", "removing_replicas", "eligible_leader_replicas")
@@ -275,6 +280,10 @@ def scram_credential_record(user: str, mechanism: str, credential: dict[str, Any
 
 def broker_config_record(broker: str, configs: dict[str, str]) -> Record:
     return {"type": BROKER_CONFIG, "broker": broker, "configs": dict(configs)}
+
+
+def group_config_record(group: str, configs: dict[str, str]) -> Record:
+    return {"type": GROUP_CONFIG, "group": group, "configs": dict(configs)}
 
 
 def from_document(state: dict[str, Any]) -> list[Record]:

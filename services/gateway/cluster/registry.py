@@ -57,6 +57,7 @@ from .metadata_records import (
     acl_record,
     broker_config_record,
     client_quota_record,
+    group_config_record,
     partition_record,
     producer_ids_record,
     remove_topic_record,
@@ -187,6 +188,19 @@ class Registry(NodeRegistrations, ReassigningState):
         with self._lock:
             if configs != self.image.broker_configs.get(broker, {}):
                 self._commit([broker_config_record(broker, configs)])
+
+    @retrying
+    def alter_group_configs(self, group: str, configs: dict[str, str]) -> None:
+        """A group's whole set of dynamic configs, checked by the caller (group_configs.py);
+        persisted before it applies."""
+        with self._lock:
+            if configs != self.image.group_configs.get(group, {}):
+                self._commit([group_config_record(group, configs)])
+
+    @property
+    def group_configs(self) -> dict[str, dict[str, str]]:
+        """group id -> its dynamic configs: replaced whole on a change."""
+        return self.image.group_configs
 
     @property
     def broker_configs(self) -> dict[str, dict[str, str]]:

@@ -38,6 +38,7 @@ from seglog.errors import (
     UnsupportedVersionError,
 )
 
+from ..cluster.group_configs import GroupConfig
 from ..cluster.registry import Registry
 from . import consumer_group_records as records
 from .classic_handover import ClassicHandover
@@ -101,8 +102,10 @@ class ConsumerGroups:
         load: Callable[[str], Mapping[bytes, bytes]] | None = None,
         persist: Callable[[str, list[records.Record]], None] | None = None,
         classic: ClassicHandover | None = None,
+        group_config: Callable[[str], GroupConfig] | None = None,
     ) -> None:
         self.registry = registry
+        self.group_config = group_config  # a group's own session/heartbeat (group_configs.py)
         self.config = config
         self._load = load
         self._persist = persist
@@ -165,7 +168,7 @@ class ConsumerGroups:
     def _heartbeat(
         self, group: ConsumerGroup, hb: ConsumerHeartbeat, now: float
     ) -> HeartbeatAnswer:
-        interval = self.config.group_consumer_heartbeat_interval_ms
+        interval, _ = self._timing_ms(group.group_id)
         if hb.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             member = self._existing(group, hb)
             if hb.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
@@ -405,12 +408,19 @@ class ConsumerGroups:
         if written and self._persist is not None:
             self._persist(after.group_id, written)
 
+    def _timing_ms(self, group_id: str) -> tuple[int, int]:
+        """The group's (heartbeat interval, session timeout): a look-up by its id."""
+        if self.group_config is None:
+            c = self.config
+            return c.group_consumer_heartbeat_interval_ms, c.group_consumer_session_timeout_ms
+        own = self.group_config(group_id)
+        return own.consumer_heartbeat_interval_ms, own.consumer_session_timeout_ms
+
     def _reap_loop(self) -> None:
         while not self._stop.wait(0.1):
             self.reap(time.monotonic())
 
     def reap(self, now: float) -> None:
-        consumer_session_s = self.config.group_consumer_session_timeout_ms / 1000
         with self._lock:
             ids = list(self._groups)
         for group_id in ids:
@@ -418,7 +428,7 @@ class ConsumerGroups:
                 group = self._groups.get(group_id)
                 if group is None:
                     continue
-                doomed = expired_members(group, now, consumer_session_s)
+                doomed = expired_members(group, now, self._timing_ms(group_id)[1] / 1000)
                 if not doomed:
                     continue  # the common case: nothing copied, nothing written
                 before = copy.deepcopy(group)
@@ -437,9 +447,4 @@ class ConsumerGroups:
                     self._put_back(before)
 
 
-__all__ = [
-    "ConsumerGroups",
-    "ConsumerGroupsConfig",
-    "ConsumerHeartbeat",
-    "HeartbeatAnswer",
-]
+__all__ = ["ConsumerGroups", "ConsumerGroupsConfig", "ConsumerHeartbeat", "HeartbeatAnswer"]

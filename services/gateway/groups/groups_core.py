@@ -29,6 +29,7 @@ from seglog.errors import (
 
 from ..authorization import CLUSTER, Authorization
 from ..broker.caller import Caller
+from ..cluster.group_configs import GroupConfigs
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .consumer_groups import ConsumerGroups
@@ -73,8 +74,12 @@ class GroupsCore:
         *,
         offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_BYTES,
         coordination: EtcdCoordination | SoleCoordinator | None = None,
+        group_configs: GroupConfigs,
     ) -> None:
         self.registry = registry
+        # Each group's dynamic configs (Kafka's GroupConfigManager, which its group
+        # coordinator holds): what the config APIs on a GROUP resource read and alter.
+        self.group_configs = group_configs
         self.coordinator = coordinator
         self.offsets = offsets
         self.authorization = authorization

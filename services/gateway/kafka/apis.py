@@ -31,6 +31,7 @@ from . import (
     scram_apis,
     share_fetch_apis,
     share_group_apis,
+    share_offsets_apis,
     txn_admin_apis,
     txn_apis,
     txn_marker_apis,
@@ -65,6 +66,7 @@ def kafka_api_table() -> ApiTable:
     group_admin_apis.register(table)
     share_group_apis.register(table)
     share_fetch_apis.register(table)
+    share_offsets_apis.register(table)
     txn_apis.register(table)
     txn_admin_apis.register(table)
     txn_marker_apis.register(table)

@@ -8,8 +8,10 @@ config; its leader node's --config default: a static broker config; else Kafka's
 A BROKER (the gateway: its broker id, or "" for the cluster's default) answers the gateway's
 described settings, read-only, and the dynamic broker configs the registry keeps
 (cluster/broker_configs.py: the replication throttles), which are all a BROKER alteration may
-set; another resource type gets INVALID_REQUEST. Each resource is answered on its own (one
-refused does not fail the others); a resource named twice gets INVALID_REQUEST, as Kafka's.
+set; a GROUP answers and alters its dynamic group configs (cluster/group_configs.py: Kafka's
+DYNAMIC_GROUP_CONFIG or DEFAULT_CONFIG); another resource type gets INVALID_REQUEST. Each
+resource is answered on its own (one refused does not fail the others); a resource named
+twice gets INVALID_REQUEST, as Kafka's.
 AlterConfigs is the legacy whole-set form: the topic's overrides become exactly those given.
 """
 
@@ -38,6 +40,8 @@ from seglog.storage.topic_config_values import (
 )
 
 from ..cluster.broker_configs import DYNAMIC_CONFIGS, BrokerConfigs
+from ..cluster.group_configs import BY_NAME as GROUP_CONFIGS
+from ..cluster.group_configs import DescribedGroupConfig
 from ..cluster.topic_admin import ConfigChange, DescribedConfig
 from .brokers import this_broker
 from .error_codes import Resource, kafka_error_code
@@ -48,12 +52,14 @@ if TYPE_CHECKING:
 
 TOPIC = 2
 BROKER = 4
+GROUP = 32
 # Kafka's ConfigSource.
 DYNAMIC_TOPIC_CONFIG = 1
 DYNAMIC_BROKER_CONFIG = 2
 DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
+DYNAMIC_GROUP_CONFIG = 8
 CONFIG_SOURCES = {
     "topic": DYNAMIC_TOPIC_CONFIG,
     "node": STATIC_BROKER_CONFIG,
@@ -72,6 +78,12 @@ def register(table: ApiTable) -> None:
     table.register(DescribeConfigsRequest, 1, 4, describe_configs)
     table.register(AlterConfigsRequest, 0, 2, alter_configs)
     table.register(IncrementalAlterConfigsRequest, 0, 1, incremental_alter_configs)
+
+
+def _refused_as(resource: Any) -> Resource:
+    """Whose AUTHORIZATION_FAILED a refused resource gets."""
+    by_type: dict[int, Resource] = {BROKER: "cluster", GROUP: "group"}
+    return by_type.get(resource.resource_type, "topic")
 
 
 def _duplicates(resources: list[Any]) -> set[tuple[int, str]]:
@@ -113,14 +125,25 @@ def describe_configs(call: KafkaCall, request: Any) -> Any:
         try:
             if (resource.resource_type, resource.resource_name) in twice:
                 raise InvalidRequestError(f"resource {resource.resource_name!r} named twice")
-            entries = _described(call, resource)
             wanted = resource.configuration_keys
+            if resource.resource_type == GROUP:
+                groups = call.core.groups.group_configs.describe(
+                    call.caller, resource.resource_name
+                )
+                configs = [
+                    _group_config(g, request.include_synonyms)
+                    for g in groups
+                    if wanted is None or g.name in set(wanted)
+                ]
+                results.append(_describe_result(resource, 0, None, configs))
+                continue
+            entries = _described(call, resource)
             if wanted is not None:
                 entries = [e for e in entries if e[0] in set(wanted)]
             configs = [_config(call.version, e, request.include_synonyms) for e in entries]
             results.append(_describe_result(resource, 0, None, configs))
         except SeglogError as exc:
-            code = kafka_error_code(exc, "cluster" if resource.resource_type == BROKER else "topic")
+            code = kafka_error_code(exc, _refused_as(resource))
             results.append(_describe_result(resource, code, str(exc), []))
     return DescribeConfigsResponse[call.version](throttle_time_ms=0, results=results)
 
@@ -150,7 +173,8 @@ def _described(call: KafkaCall, resource: Any) -> list[DescribedConfig]:
             (c.name, c.value, c.source) for c in dynamic
         ]
     raise InvalidRequestError(
-        f"resource type {resource.resource_type}: seglog describes topics (2) and brokers (4)"
+        f"resource type {resource.resource_type}: seglog describes topics (2), brokers (4) "
+        "and groups (32)"
     )
 
 
@@ -193,6 +217,31 @@ def _config(version: int, entry: DescribedConfig, synonyms: bool) -> Any:
     return described
 
 
+def _group_config(entry: DescribedGroupConfig, synonyms: bool) -> Any:
+    """As Kafka's createGroupConfigEntry: the group's own value is DYNAMIC_GROUP_CONFIG, a
+    default DEFAULT_CONFIG; its synonyms the group's value then the broker config giving
+    the default."""
+    config_class = DescribeConfigsResponse.DescribeConfigsResult.DescribeConfigsResourceResult
+    source = DYNAMIC_GROUP_CONFIG if entry.source == "group" else DEFAULT_CONFIG
+    described = config_class(
+        name=entry.name,
+        value=entry.value,
+        read_only=False,
+        config_source=source,
+        is_sensitive=False,
+        synonyms=[],
+        config_type=INT if GROUP_CONFIGS[entry.name].kind == "int" else STRING,
+        documentation=None,
+    )
+    if synonyms:
+        own = [(entry.name, entry.value, DYNAMIC_GROUP_CONFIG)] if entry.source == "group" else []
+        described.synonyms = [
+            config_class.DescribeConfigsSynonym(name=name, value=value, source=kind)
+            for name, value, kind in [*own, (entry.broker_name, entry.default, DEFAULT_CONFIG)]
+        ]
+    return described
+
+
 # -- AlterConfigs and IncrementalAlterConfigs --------------------------------------------
 
 
@@ -203,6 +252,7 @@ def _alter_each(
     result_class: Any,
     alter_broker: Callable[[Any], None],
     validate_only: bool,
+    alter_group: Callable[[Any], None],
 ) -> list[Any]:
     twice = _duplicates(resources)
     results = []
@@ -214,18 +264,18 @@ def _alter_each(
             if resource.resource_type == BROKER:
                 _check_broker(call, resource.resource_name)
                 alter_broker(resource)
-                results.append(result_class(error_code=0, error_message=None, **_named(resource)))
-                continue
-            if resource.resource_type != TOPIC:
+            elif resource.resource_type == GROUP:
+                alter_group(resource)
+            elif resource.resource_type == TOPIC:
+                change = alter_topic(resource)
+                call.core.topics.alter_configs(call.caller, change, validate_only=validate_only)
+            else:
                 raise InvalidRequestError(
-                    f"resource type {resource.resource_type}: only topic (2) and broker (4) "
-                    "configs can be altered"
+                    f"resource type {resource.resource_type}: only topic (2), broker (4) and "
+                    "group (32) configs can be altered"
                 )
-            change = alter_topic(resource)
-            call.core.topics.alter_configs(call.caller, change, validate_only=validate_only)
         except SeglogError as exc:
-            refused: Resource = "cluster" if resource.resource_type == BROKER else "topic"
-            code, message = kafka_error_code(exc, refused), str(exc)
+            code, message = kafka_error_code(exc, _refused_as(resource)), str(exc)
         results.append(result_class(error_code=code, error_message=message, **_named(resource)))
     return results
 
@@ -258,6 +308,16 @@ def alter_configs(call: KafkaCall, request: Any) -> Any:
             validate_only=request.validate_only,
         )
 
+    def whole_group_set(resource: Any) -> None:
+        given = {c.name: c.value for c in resource.configs if c.value is not None}
+        call.core.groups.group_configs.alter(
+            call.caller,
+            resource.resource_name,
+            given,
+            replace=True,
+            validate_only=request.validate_only,
+        )
+
     results = _alter_each(
         call,
         request.resources,
@@ -265,6 +325,7 @@ def alter_configs(call: KafkaCall, request: Any) -> Any:
         AlterConfigsResponse.AlterConfigsResourceResponse,
         whole_broker_set,
         request.validate_only,
+        whole_group_set,
     )
     return AlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)
 
@@ -294,6 +355,21 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
             subtract=by_operation[SUBTRACT],
         )
 
+    def group_operations(resource: Any) -> None:
+        altered = operations(resource)
+        for verb, names in (("append", altered.append), ("subtract", altered.subtract)):
+            for name in names:  # Kafka's: group configs are not lists
+                raise InvalidConfigError(
+                    f"Config value {verb} is not allowed for config key: {name}"
+                )
+        call.core.groups.group_configs.alter(
+            call.caller,
+            resource.resource_name,
+            dict(altered.set),
+            altered.delete,
+            validate_only=request.validate_only,
+        )
+
     def broker_operations(resource: Any) -> None:
         altered = operations(resource)
         if altered.append or altered.subtract:
@@ -313,5 +389,6 @@ def incremental_alter_configs(call: KafkaCall, request: Any) -> Any:
         IncrementalAlterConfigsResponse.AlterConfigsResourceResponse,
         broker_operations,
         request.validate_only,
+        group_operations,
     )
     return IncrementalAlterConfigsResponse[call.version](throttle_time_ms=0, responses=results)

@@ -5,8 +5,9 @@ telemetry: GetTelemetrySubscriptions is not advertised, and Java clients then tu
 telemetry off without a word), so that list is empty.
 
 v1 names the types wanted (none: every type): topics (2) list the cluster's topics, brokers
-(4) and broker loggers (8) this gateway's broker id, client metrics (16) and groups (32)
-nothing (no subscriptions, no group configs); another type is INVALID_REQUEST. Describe
+(4) and broker loggers (8) this gateway's broker id, groups (32) the groups with dynamic
+configs (cluster/group_configs.py), client metrics (16) nothing (no subscriptions); another
+type is INVALID_REQUEST. Describe
 configs on the cluster is needed (CLUSTER_AUTHORIZATION_FAILED otherwise), as Kafka's broker
 asks.
 """
@@ -44,7 +45,9 @@ def _names(core: KafkaCore, kind: int) -> list[str]:
         return sorted(core.registry.topics)
     if kind in (BROKER, BROKER_LOGGER):
         return [str(this_broker(core).node_id)]
-    return []  # CLIENT_METRICS, GROUP: none kept
+    if kind == GROUP:
+        return sorted(core.registry.group_configs)
+    return []  # CLIENT_METRICS: none kept
 
 
 def _list(core: KafkaCore, call: KafkaCall, request: Any) -> Any:

@@ -24,6 +24,8 @@ from seglog.coordinator_errors import (
 )
 from seglog.errors import PermissionDeniedError, SeglogError
 
+from ..routing.data_plane import OffsetQuery
+from ..share.partition_ops import ShareStart
 from ..share.share_membership import ShareHeartbeat
 from .api_table import ApiTable
 from .error_codes import (
@@ -52,6 +54,7 @@ _SHARE_CODES: dict[type[SeglogError], int] = {
     ShareSessionLimitReachedError: 133,
 }
 ALL_OPERATIONS_OMITTED = -(2**31)  # Kafka's "authorized operations not asked for"
+LATEST_TIMESTAMP = -1  # ListOffsets: the high watermark
 
 
 def share_error_code(error: BaseException, resource: str = "group") -> int:
@@ -200,6 +203,7 @@ def describe_share_group_offsets(call: KafkaCall, request: Any) -> Any:
             if asked.topics is None
             else {t.topic_name: list(t.partitions) for t in asked.topics}
         )
+        lags = _lags(call, starts)
         topics = []
         for topic, partitions in wanted.items():
             indexes = (
@@ -213,9 +217,11 @@ def describe_share_group_offsets(call: KafkaCall, request: Any) -> Any:
                     partitions=[
                         partition_class(
                             partition_index=p,
-                            start_offset=starts.get((topic, p), -1),
+                            start_offset=starts[(topic, p)].start_offset
+                            if (topic, p) in starts
+                            else -1,
                             leader_epoch=-1,
-                            lag=-1,
+                            lag=lags.get((topic, p), -1),
                             error_code=NONE,
                             error_message=None,
                         )
@@ -227,6 +233,20 @@ def describe_share_group_offsets(call: KafkaCall, request: Any) -> Any:
             group_class(group_id=asked.group_id, topics=topics, error_code=NONE, error_message=None)
         )
     return response_class(throttle_time_ms=0, groups=groups)
+
+
+def _lags(call: KafkaCall, starts: dict[tuple[str, int], ShareStart]) -> dict[tuple[str, int], int]:
+    """Each share partition's lag as Kafka 4.3 counts it: its high watermark less its start
+    offset and its records past the start already done with (-1 left out: not known)."""
+    keys = sorted(starts)
+    listed = call.core.data_plane.list_offsets(
+        call.caller, [OffsetQuery(topic, p, LATEST_TIMESTAMP) for topic, p in keys]
+    )
+    return {
+        key: max(0, got.offset - starts[key].start_offset - starts[key].delivery_complete_count)
+        for key, got in zip(keys, listed, strict=True)
+        if got.error is None and got.offset >= 0
+    }
 
 
 def register(table: ApiTable) -> None:

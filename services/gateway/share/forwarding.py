@@ -30,7 +30,7 @@ from seglog.v1 import share_pb2
 from services import serving
 
 from ..routing.data_plane import error_of
-from .partition_ops import AckBatch, LocalOps, Prepared
+from .partition_ops import AckBatch, LocalOps, Prepared, ShareStart
 from .partition_states import PartitionId
 from .share_partition import AcquiredRange, FetchedBatch
 
@@ -132,7 +132,13 @@ class RemoteOps:
             "ReleaseMember", share_pb2.ShareReleaseRequest(partition=_ref(pid), member_id=member_id)
         )
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+    def reset_start(self, pid: PartitionId, start_offset: int | None) -> None:
+        request = share_pb2.ShareResetRequest(
+            partition=_ref(pid), start_offset=start_offset or 0, delete=start_offset is None
+        )
+        self._call("ResetStart", request)
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareStart]:
         try:
             answer = self._calls["StartOffsets"](
                 share_pb2.ShareStartOffsetsRequest(group_id=group_id), timeout=CALL_TIMEOUT_S
@@ -141,7 +147,10 @@ class RemoteOps:
             raise CoordinatorNotAvailableError(
                 f"the gateway at {self.address} did not answer: {exc.code()}"
             ) from None
-        return {(o.topic, o.partition): o.start_offset for o in answer.offsets}
+        return {
+            (o.topic, o.partition): ShareStart(o.start_offset, o.delivery_complete_count)
+            for o in answer.offsets
+        }
 
 
 def _response_class(method: str) -> Any:
@@ -243,6 +252,16 @@ class ShareStateService:
             set_error(answer, exc)
         return answer
 
+    def ResetStart(self, request: Any, context: Any) -> Any:
+        answer = share_pb2.ShareStateAnswer()
+        pid = _pid(request.partition)
+        try:
+            self._held(pid)
+            self.local.reset_start(pid, None if request.delete else request.start_offset)
+        except SeglogError as exc:
+            set_error(answer, exc)
+        return answer
+
     def StartOffsets(self, request: Any, context: Any) -> Any:
         answer = share_pb2.ShareStartOffsetsResponse()
         for (topic, index), start in self.local.start_offsets(request.group_id).items():
@@ -251,7 +270,12 @@ class ShareStateService:
             except SeglogError:
                 held = False
             if held:
-                answer.offsets.add(topic=topic, partition=index, start_offset=start)
+                answer.offsets.add(
+                    topic=topic,
+                    partition=index,
+                    start_offset=start.start_offset,
+                    delivery_complete_count=start.delivery_complete_count,
+                )
         return answer
 
     def handler(self) -> grpc.GenericRpcHandler:
@@ -265,6 +289,7 @@ class ShareStateService:
                     "Acknowledge": self.Acknowledge,
                     "ReleaseMember": self.ReleaseMember,
                     "StartOffsets": self.StartOffsets,
+                    "ResetStart": self.ResetStart,
                 },
             ),
         )

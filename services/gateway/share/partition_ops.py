@@ -36,6 +36,14 @@ class Prepared(NamedTuple):
     bytes_per_record: float
 
 
+class ShareStart(NamedTuple):
+    """A share partition's start offset and its in-flight records already done with (Kafka's
+    deliveryCompleteCount), what DescribeShareGroupOffsets' lag is counted from."""
+
+    start_offset: int
+    delivery_complete_count: int
+
+
 class PartitionOps(Protocol):
     def prepare(self, pid: PartitionId) -> Prepared: ...
 
@@ -53,7 +61,9 @@ class PartitionOps(Protocol):
 
     def release_member(self, pid: PartitionId, member_id: str) -> None: ...
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]: ...
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareStart]: ...
+
+    def reset_start(self, pid: PartitionId, start_offset: int | None) -> None: ...
 
 
 class LocalOps:
@@ -121,12 +131,16 @@ class LocalOps:
         with partition.lock:
             partition.release_member(member_id)
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+    def reset_start(self, pid: PartitionId, start_offset: int | None) -> None:
+        self.states.reset(pid, start_offset)
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareStart]:
         """The start offset of each of the group's share partitions loaded here."""
-        return {
-            (topic, index): p.start_offset
-            for (_, topic, index), p in self.states.of_group(group_id)
-        }
+        found = {}
+        for (_, topic, index), p in self.states.of_group(group_id):
+            with p.lock:
+                found[(topic, index)] = ShareStart(p.start_offset, p.delivery_complete_count())
+        return found
 
 
 class ShareRouter:
@@ -174,7 +188,10 @@ class ShareRouter:
     def release_member(self, pid: PartitionId, member_id: str) -> None:
         self.ops_for(pid).release_member(pid, member_id)
 
-    def start_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+    def reset_start(self, pid: PartitionId, start_offset: int | None) -> None:
+        self.ops_for(pid).reset_start(pid, start_offset)
+
+    def start_offsets(self, group_id: str) -> dict[tuple[str, int], ShareStart]:
         """The group's share partitions' start offsets, from this gateway and every other
         live one (a gateway not answering is left out: its partitions are taken over and
         answered again once their holder is gone)."""

@@ -1,18 +1,24 @@
 """Every share partition this gateway serves, made on first use: read back from
 __share_group_state when it has a state there, else started at the partition's end
-(share.auto.offset.reset=latest) or its start (earliest) and that start written at once, so
-a later "latest" never skips records that came after the first fetch."""
+(share.auto.offset.reset=latest), its start (earliest) or the first offset at or after a
+time (by_duration:<ISO 8601 duration> before now; the end when there is none) and that start
+written at once, so a later "latest" never skips records that came after the first fetch.
+The group's own configs (cluster/group_configs.py) win over the gateway's: its reset, and its
+lock duration, delivery count limit and record locks, which a partition takes up on its
+next use after they change."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 from seglog.errors import SeglogError, UnknownTopicOrPartitionError
 
+from ..cluster.group_configs import EARLIEST, GroupConfig, duration_ms
 from ..cluster.registry import Registry
-from .settings import EARLIEST, ShareSettings
+from .settings import ShareSettings
 from .share_partition import PartitionLimits, SharePartition
 from .state_formats import ShareState, StateKey, topic_uuid
 from .state_store import StateStore
@@ -28,9 +34,12 @@ class PartitionStates:
         store: StateStore,
         settings: ShareSettings,
         offset_of: Callable[[str, int, int], int],
+        group_config: Callable[[str], GroupConfig] | None = None,
     ) -> None:
         """`offset_of(topic, partition, timestamp)`: the leader's offset for ListOffsets'
-        timestamp -2 (log start) or -1 (end)."""
+        timestamp -2 (log start), -1 (end) or a time in ms (-1: none at or after it);
+        `group_config(group)`: the group's configs in force."""
+        self.group_config = group_config
         self.registry = registry
         self.store = store
         self.settings = settings
@@ -54,6 +63,8 @@ class PartitionStates:
     def get(self, pid: PartitionId) -> SharePartition:
         found = self._partitions.get(pid)
         if found is not None:
+            # A swap of the limits object (the group's configs changed): no lock needed.
+            found.limits = self.limits_of(pid[0])
             return found
         with self._lock:
             loading = self._loading.setdefault(pid, threading.Lock())
@@ -64,20 +75,33 @@ class PartitionStates:
                 self._partitions[pid] = found
         return found
 
+    def limits_of(self, group_id: str) -> PartitionLimits:
+        if self.group_config is None:
+            return self.limits
+        return _limits(self.group_config(group_id))
+
+    def _reset(self, group_id: str) -> str:
+        if self.group_config is None:
+            return self.settings.share_auto_offset_reset
+        return self.group_config(group_id).share_auto_offset_reset
+
     def _load(self, pid: PartitionId) -> SharePartition:
         key, topic_id = self.key_of(pid)
         state = self.store.read(key, topic_id)
         if state is not None:
             return SharePartition.from_state(
-                self.limits, state.start_offset, state.state_batches, state.state_epoch
+                self.limits_of(pid[0]), state.start_offset, state.state_batches, state.state_epoch
             )
-        reset = (
-            EARLIEST_TIMESTAMP
-            if self.settings.share_auto_offset_reset == EARLIEST
-            else LATEST_TIMESTAMP
-        )
-        start = self.offset_of(pid[1], pid[2], reset)
-        partition = SharePartition(self.limits, start)
+        reset = self._reset(pid[0])
+        back_ms = duration_ms(reset)
+        if back_ms is not None:
+            start = self.offset_of(pid[1], pid[2], time.time_ns() // 1_000_000 - back_ms)
+            if start < 0:  # no record that recent: the end, as Kafka's by_duration
+                start = self.offset_of(pid[1], pid[2], LATEST_TIMESTAMP)
+        else:
+            timestamp = EARLIEST_TIMESTAMP if reset == EARLIEST else LATEST_TIMESTAMP
+            start = self.offset_of(pid[1], pid[2], timestamp)
+        partition = SharePartition(self.limits_of(pid[0]), start)
         self.persist(pid, partition)
         return partition
 
@@ -98,6 +122,29 @@ class PartitionStates:
                 state_batches=tuple(partition.state_batches()),
             ),
         )
+
+    def reset(self, pid: PartitionId, start_offset: int | None) -> None:
+        """Start the share partition afresh at `start_offset` (its in-flight records dropped,
+        its state epoch bumped, as Kafka's AlterShareGroupOffsets writes it), or delete its
+        state (None). For groups without members (the caller checks): no fetch races it."""
+        with self._lock:
+            loading = self._loading.setdefault(pid, threading.Lock())
+        with loading:
+            if start_offset is None:
+                key, topic_id = self.key_of(pid)
+                self.store.delete(key, topic_id)
+                self._partitions.pop(pid, None)
+                return
+            before = self._partitions.get(pid)
+            if before is None:
+                key, topic_id = self.key_of(pid)
+                state = self.store.read(key, topic_id)
+                epoch = state.state_epoch if state is not None else 0
+            else:
+                epoch = before.state_epoch
+            partition = SharePartition(self.limits_of(pid[0]), start_offset, epoch + 1)
+            self.persist(pid, partition)
+            self._partitions[pid] = partition
 
     def forget_state_partition(self, state_partition: int) -> None:
         """Drop every share partition kept in __share_group_state partition
@@ -120,3 +167,13 @@ class PartitionStates:
 
     def loaded(self) -> list[tuple[PartitionId, SharePartition]]:
         return list(self._partitions.items())
+
+
+@functools.lru_cache(maxsize=1024)
+def _limits(config: GroupConfig) -> PartitionLimits:
+    """A group's partition limits, made once per set of its configs (configs are hashable)."""
+    return PartitionLimits(
+        config.share_record_lock_duration_ms / 1000,
+        config.share_delivery_count_limit,
+        config.share_partition_max_record_locks,
+    )

@@ -1,8 +1,8 @@
 """Share groups' settings, Kafka's broker config names in snake_case (units last).
 
-Kafka keeps share.auto.offset.reset, share.record.lock.duration.ms and
-share.delivery.count.limit per group as well (group configs); seglog has no group configs yet,
-so these are the gateway's values for every share group."""
+These are the defaults: a group's own configs (share.auto.offset.reset,
+share.record.lock.duration.ms, share.delivery.count.limit, ...: cluster/group_configs.py) win
+over them."""
 
 from __future__ import annotations
 

@@ -24,11 +24,13 @@ from seglog.errors import (
 
 from ..authorization import Authorization
 from ..broker.caller import Caller
+from ..cluster.group_configs import READ_COMMITTED
 from ..cluster.registry import Registry
 from ..routing.call_scope import CallScope
 from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery
 from .batch_walk import batch_headers
-from .partition_ops import AckBatch, LocalOps, ShareRouter
+from .committed_reads import committed_batches
+from .partition_ops import AckBatch, LocalOps, ShareRouter, ShareStart
 from .partition_states import PartitionId, PartitionStates
 from .settings import ShareSettings
 from .share_membership import (
@@ -38,7 +40,7 @@ from .share_membership import (
     ShareMember,
     ShareMembership,
 )
-from .share_partition import AcquiredRange, FetchedBatch
+from .share_partition import AcquiredRange
 from .share_sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSessions
 
 logger = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ class ShareGroups:
             heartbeat_interval_ms=settings.group_share_heartbeat_interval_ms,
             session_timeout_ms=settings.group_share_session_timeout_ms,
             max_size=settings.group_share_max_size,
+            group_config=states.group_config,
         )
 
     def partitions_of(self, topic: str) -> int:
@@ -183,7 +186,7 @@ class ShareGroups:
             groups = [(g.group_id, g.state) for g in self.membership.groups.values()]
         return [g for g in groups if self.authorization.allows(caller, "Describe", "group", g[0])]
 
-    def start_offsets(self, caller: Caller, group_id: str) -> dict[tuple[str, int], int]:
+    def start_offsets(self, caller: Caller, group_id: str) -> dict[tuple[str, int], ShareStart]:
         """The share-partition start offset of each partition the group has read (its
         "committed" offset, as kafka-share-groups --describe shows it)."""
         self.authorization.check(
@@ -220,9 +223,7 @@ class ShareGroups:
             self._member_gone_from_session(query.group_id, query.member_id, named)
         elif query.max_records > 0:
             self._fetch(caller, query, list(session.partitions), answers, scope)
-        return ShareFetchAnswer(
-            self.settings.group_share_record_lock_duration_ms, list(answers.values())
-        )
+        return ShareFetchAnswer(self._lock_ms(query.group_id), list(answers.values()))
 
     def acknowledge(
         self,
@@ -248,7 +249,11 @@ class ShareGroups:
         if session_epoch == FINAL_EPOCH:
             named = [(p.topic, p.partition) for p in partitions]
             self._member_gone_from_session(group_id, member_id, named)
-        return ShareFetchAnswer(self.settings.group_share_record_lock_duration_ms, answers)
+        return ShareFetchAnswer(self._lock_ms(group_id), answers)
+
+    def _lock_ms(self, group_id: str) -> int:
+        """The group's share.record.lock.duration.ms (its own, else the gateway's)."""
+        return round(self.states.limits_of(group_id).lock_duration_s * 1000)
 
     def _member_gone_from_session(
         self, group_id: str, member_id: str, named: Sequence[tuple[str, int]]
@@ -310,10 +315,18 @@ class ShareGroups:
         if not positions:
             return
         fetched: dict[tuple[str, int], list[bytes | memoryview]] = {}
+        aborted: dict[tuple[str, int], list[tuple[int, int]]] = {}
         errors: dict[tuple[str, int], SeglogError] = {}
+        committed = self._isolation(query.group_id) == READ_COMMITTED
         pieces = self.data_plane.fetch(
             caller,
-            FetchQuery(positions, max_bytes, max(query.min_bytes, 1), max(query.max_wait_ms, 0)),
+            FetchQuery(
+                positions,
+                max_bytes,
+                max(query.min_bytes, 1),
+                max(query.max_wait_ms, 0),
+                isolation_level=1 if committed else 0,
+            ),
             scope,
         )
         try:
@@ -323,6 +336,7 @@ class ShareGroups:
                     errors[key] = piece.error
                 elif piece.records:
                     fetched.setdefault(key, []).append(bytes(piece.records))
+                    aborted.setdefault(key, []).extend(piece.aborted_transactions)
         except SeglogError as exc:
             for key in offsets:
                 errors.setdefault(key, exc)
@@ -336,16 +350,29 @@ class ShareGroups:
             chunks = fetched.get(key)
             if not chunks or budget <= 0:
                 continue
-            answer = self._acquire(query, key, offset, b"".join(chunks), budget)
+            answer = self._acquire(
+                query, key, offset, b"".join(chunks), budget, aborted.get(key, [])
+            )
             if answer is not None:
                 budget -= sum(r.last_offset - r.first_offset + 1 for r in answer.acquired)
                 _put(answers, answer)
 
+    def _isolation(self, group_id: str) -> str:
+        config = self.states.group_config
+        return config(group_id).share_isolation_level if config is not None else ""
+
     def _acquire(
-        self, query: ShareFetchQuery, key: tuple[str, int], offset: int, records: bytes, budget: int
+        self,
+        query: ShareFetchQuery,
+        key: tuple[str, int],
+        offset: int,
+        records: bytes,
+        budget: int,
+        aborted: list[tuple[int, int]],
     ) -> PartitionAnswer | None:
         headers = list(batch_headers(records))
-        batches = [FetchedBatch(h.base_offset, h.last_offset, h.is_control) for _, h in headers]
+        # Read committed: aborted transactions' batches are archived, never delivered.
+        batches = committed_batches((h for _, h in headers), aborted)
         pid: PartitionId = (query.group_id, *key)
         try:
             acquired = self.router.acquire(

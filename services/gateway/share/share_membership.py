@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from seglog.coordinator_errors import FencedMemberEpochError
 from seglog.errors import GroupMaxSizeReachedError, InvalidRequestError, UnknownMemberIdError
 
+from ..cluster.group_configs import GroupConfig
+
 LEAVE_EPOCH = -1
 JOIN_EPOCH = 0
 EMPTY, STABLE = "Empty", "Stable"
@@ -115,9 +117,13 @@ class ShareMembership:
         session_timeout_ms: int,
         max_size: int,
         clock: Callable[[], float] = time.monotonic,
+        group_config: Callable[[str], GroupConfig] | None = None,
     ) -> None:
         """`partitions_of(topic)`: its partition count (0: no such topic);
-        `on_member_gone(group, member)`: the member left or timed out (its records go)."""
+        `on_member_gone(group, member)`: the member left or timed out (its records go);
+        `group_config(group)`: its configs in force, whose share.heartbeat.interval.ms and
+        share.session.timeout.ms override the two above (a look-up by the group's id)."""
+        self.group_config = group_config
         self.partitions_of = partitions_of
         self.on_member_gone = on_member_gone
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -177,7 +183,8 @@ class ShareMembership:
             raise FencedMemberEpochError(
                 f"member {beat.member_id!r} is at epoch {member.epoch}, not {beat.member_epoch}"
             )
-        member.deadline = now + self.session_timeout_s
+        interval_ms, session_s = self._timing(beat.group_id)
+        member.deadline = now + session_s
         if beat.rack_id is not None:
             member.rack_id = beat.rack_id
         changed = False
@@ -193,9 +200,14 @@ class ShareMembership:
         if member.told_epoch != member.epoch:
             assignment = member.assignment
             member.told_epoch = member.epoch
-        return HeartbeatAnswer(
-            member.member_id, member.epoch, self.heartbeat_interval_ms, assignment
-        )
+        return HeartbeatAnswer(member.member_id, member.epoch, interval_ms, assignment)
+
+    def _timing(self, group_id: str) -> tuple[int, float]:
+        """The group's heartbeat interval (ms) and session timeout (s)."""
+        if self.group_config is None:
+            return self.heartbeat_interval_ms, self.session_timeout_s
+        own = self.group_config(group_id)
+        return own.share_heartbeat_interval_ms, own.share_session_timeout_ms / 1000
 
     def _partitions_changed(self, group: ShareGroup) -> bool:
         topics = sorted({t for m in group.members.values() for t in m.subscribed})

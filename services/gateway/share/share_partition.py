@@ -117,6 +117,10 @@ class SharePartition:
         partition._advance()
         return partition
 
+    def delivery_complete_count(self) -> int:
+        """In-flight records already acknowledged or archived (whole runs, never records)."""
+        return sum(r.size for r in self.runs if r.state in (ACKNOWLEDGED, ARCHIVED))
+
     def state_batches(self) -> list[StateBatch]:
         """The in-flight records as runs (ACQUIRED written as AVAILABLE, see above; offsets
         never delivered left out)."""

@@ -140,6 +140,21 @@ class StateStore:
             contents[key] = state
             self.writes += 1
 
+    def delete(self, key: StateKey, topic_id: str) -> None:
+        """Append the share partition's tombstone (Kafka's DeleteShareGroupOffsets): read
+        back, it has no state, so its next use starts it by share.auto.offset.reset."""
+        partition = self.partition_for(key, topic_id)
+        contents = self._loaded(partition)
+        builder = RecordBatchBuilder()
+        builder.append(encode_key(key, SNAPSHOT_TYPE), None, time.time_ns() // 1_000_000)
+        with self._partition_lock(partition):
+            try:
+                self.topic.append(partition, builder.build(), WRITE_TIMEOUT_MS)
+            except SeglogError as exc:
+                raise CoordinatorNotAvailableError(f"deleting share state failed: {exc}") from None
+            contents.pop(key, None)
+            self.writes += 1
+
 
 def _replay(contents: dict[StateKey, ShareState], records: bytes) -> int:
     """Apply every whole batch; the offset after the last one (-1: none). A corrupt record

@@ -13,6 +13,7 @@ import grpc
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
+from ..cluster.group_configs import GroupConfig
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..routing.data_plane import DataPlane, error_of
@@ -42,6 +43,7 @@ def share_groups(
     internal_address_of: Callable[[str], str | None] = lambda address: None,
     peers: Callable[[], list[str]] = list,
     credentials: grpc.ChannelCredentials | None = None,
+    group_config: Callable[[str], GroupConfig] | None = None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
     same produce and fetch, its start offsets from the leaders' ListOffsets)."""
@@ -63,7 +65,7 @@ def share_groups(
             raise error
         return int(result.offset)
 
-    states = PartitionStates(registry, store, settings, offset_of)
+    states = PartitionStates(registry, store, settings, offset_of, group_config)
     local = LocalOps(states)
     placement = SharePlacement(
         states, coordination if coordination is not None else SoleCoordinator(), internal_address_of
