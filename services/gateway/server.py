@@ -45,10 +45,8 @@ from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterce
 from .gateway_metrics import GatewayMetrics
 from .groups import group_metrics
 from .grpc_services import (
-    GATEWAY_SERVICE,
-    GROUPS_SERVICE,
+    CLIENT_SERVICES,
     REGISTRY_SERVICE,
-    TXN_SERVICE,
     GrpcServicers,
     clients_credentials,
     grpc_handlers,
@@ -68,6 +66,7 @@ from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
 from .share.forwarding import SERVICE_NAME as SHARE_STATE_SERVICE
+from .share.share_service import ShareGroupsService
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -344,6 +343,7 @@ class Gateway:
                 self.reassignment_service,
                 self.registry_service,
                 self.txn_service,
+                ShareGroupsService(self.share, self.authorization),
             ),
         )
         tls = self.config.tls
@@ -371,7 +371,7 @@ class Gateway:
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers.clients,
-            [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE],
+            CLIENT_SERVICES,
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=clients_credentials(tls, self.config.tls_client_auth),

@@ -1,0 +1,267 @@
+"""seglog's own share consumer (libs/seglog/client/share_consumer.py) over the ShareGroups
+gRPC service, against a real gateway and node on loopback: a group of four over two
+partitions reads every record once; RELEASE hands a record out again counted, REJECT archives
+it; a consumer process SIGKILLed holding records has them handed out again once their locks
+lapse, counted; and seglog's consumers share a group with Kafka's own KafkaShareConsumer
+(Kafka 4.3.1's jars, tests/java/ShareProbe.java) without both holding a record at once.
+
+Each test has a topic and a group of its own on one module-scoped cluster (one node, a 2 s
+record lock so a lapse is seen quickly, groups reading from the earliest offset).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from devtools.apache_kafka import INSTALL_HINT, installed, java_command, log4j2_config
+from seglog.client import AcknowledgeType, Producer, ShareConsumer
+from seglog.errors import InvalidConfigError, SeglogError
+from tests.cluster import LocalCluster
+from tests.waiting import wait_for
+
+LOCK_MS = 2000
+DELIVERY_LIMIT = 3
+PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(
+        tmp_path_factory.mktemp("share-consumer"),
+        nodes=1,
+        share_coordinator_state_topic_num_partitions=1,
+        group_share_delivery_count_limit=DELIVERY_LIMIT,
+        group_share_record_lock_duration_ms=LOCK_MS,
+        share_auto_offset_reset="earliest",
+    )
+    yield c
+    c.close()
+
+
+def produce(cluster: LocalCluster, topic: str, count: int, partitions: int = 1) -> None:
+    cluster.admin.create_topic(topic, partitions, 1)
+    with Producer(cluster.address, linger_ms=0) as producer:
+        futures = [producer.send(topic, b"v%d" % i, partition=i % partitions) for i in range(count)]
+        for f in futures:
+            f.get(timeout=10)
+
+
+def test_four_share_consumers_over_two_partitions_read_every_record_once(cluster):
+    produce(cluster, "sq-four", 400, partitions=2)
+    deliveries: list[tuple[int, int, int]] = []
+    failed: list[object] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def run() -> None:
+        with ShareConsumer(
+            cluster.address, group_id="g-four", share_acknowledgement_mode="explicit"
+        ) as consumer:
+            consumer.subscribe(["sq-four"])
+            while not done.is_set():
+                records = consumer.poll(timeout_ms=200)
+                for r in records:
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT)
+                outcome = consumer.commit_sync()
+                failed.extend(e for e in outcome.values() if e is not None)
+                with lock:
+                    deliveries.extend((r.partition, r.offset, r.delivery_count) for r in records)
+                    if len(deliveries) >= 400:
+                        done.set()
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        assert done.wait(60), f"{len(deliveries)} of 400 records delivered"
+    finally:
+        done.set()
+        for t in threads:
+            t.join(30)
+    assert not failed
+    counts = Counter((p, o) for p, o, _ in deliveries)
+    assert sorted(counts) == [(p, o) for p in (0, 1) for o in range(200)]
+    assert set(counts.values()) == {1}  # none delivered twice
+    assert {c for _, _, c in deliveries} == {1}
+    # Every one was acknowledged: a new member of the group finds nothing left.
+    with ShareConsumer(cluster.address, group_id="g-four") as late:
+        late.subscribe(["sq-four"])
+        assert late.poll(timeout_ms=1500) == []
+
+
+def poll_until(consumer: ShareConsumer, count: int, timeout_s: float = 30.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(got) < count and time.monotonic() < deadline:
+        got += consumer.poll(timeout_ms=300)
+    return got
+
+
+def test_release_redelivers_counted_and_reject_archives(cluster):
+    produce(cluster, "sq-release", 3)
+    with ShareConsumer(
+        cluster.address, group_id="g-release", share_acknowledgement_mode="explicit"
+    ) as consumer:
+        consumer.subscribe(["sq-release"])
+        first = poll_until(consumer, 3)
+        assert [(r.offset, r.delivery_count) for r in first] == [(0, 1), (1, 1), (2, 1)]
+        consumer.acknowledge(first[0], AcknowledgeType.RELEASE)
+        consumer.acknowledge(first[1], AcknowledgeType.REJECT)
+        consumer.acknowledge(first[2], AcknowledgeType.ACCEPT)
+        assert all(e is None for e in consumer.commit_sync().values())
+        again = poll_until(consumer, 1)
+        assert [(r.offset, r.delivery_count, r.value) for r in again] == [(0, 2, b"v0")]
+        consumer.acknowledge(again[0], AcknowledgeType.ACCEPT)
+        assert consumer.poll(timeout_ms=1000) == []  # the rejected one never comes back
+
+
+def test_explicit_mode_wants_every_record_acknowledged_and_implicit_refuses_acknowledge(cluster):
+    produce(cluster, "sq-modes", 2)
+    with ShareConsumer(
+        cluster.address, group_id="g-modes", share_acknowledgement_mode="explicit"
+    ) as consumer:
+        consumer.subscribe(["sq-modes"])
+        records = poll_until(consumer, 2)
+        consumer.acknowledge(records[0])
+        with pytest.raises(SeglogError, match="not acknowledged"):
+            consumer.poll(timeout_ms=0)
+        consumer.acknowledge(records[1], AcknowledgeType.RELEASE)
+        assert all(e is None for e in consumer.commit_sync().values())
+        with pytest.raises(SeglogError, match="not handed out"):
+            consumer.acknowledge(records[1])  # its acknowledgement went already
+    with ShareConsumer(cluster.address, group_id="g-modes") as implicit:
+        implicit.subscribe(["sq-modes"])
+        (record,) = poll_until(implicit, 1)
+        assert (record.offset, record.delivery_count) == (1, 2)
+        with pytest.raises(SeglogError, match="explicit"):
+            implicit.acknowledge(record)
+    with pytest.raises(InvalidConfigError, match="share_acknowledgement_mode"):
+        ShareConsumer(cluster.address, group_id="g", share_acknowledgement_mode="auto")
+
+
+CHILD = """
+import sys
+from seglog.client import ShareConsumer
+c = ShareConsumer(sys.argv[1], group_id=sys.argv[2], share_acknowledgement_mode="explicit",
+                  max_poll_records=5)
+c.subscribe([sys.argv[3]])
+while True:
+    records = c.poll(timeout_ms=500)
+    if records:
+        print(" ".join(str(r.offset) for r in records), flush=True)
+        sys.stdin.read()  # holds them, unacknowledged, until killed
+"""
+
+
+def test_records_of_a_consumer_killed_come_back_after_their_lock_counted(cluster):
+    produce(cluster, "sq-killed", 5)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'libs'}:{REPO}"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, cluster.address, "g-killed", "sq-killed"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        line = child.stdout.readline()  # type: ignore[union-attr]
+        acquired_at = time.monotonic()
+        held = [int(o) for o in line.split()]
+        assert held == [0, 1, 2, 3, 4], line
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+    with ShareConsumer(cluster.address, group_id="g-killed") as survivor:
+        survivor.subscribe(["sq-killed"])
+        again = poll_until(survivor, 5)
+        came_back_s = time.monotonic() - acquired_at
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(o, 2) for o in range(5)]
+    # Not before the lock lapsed (the member's session, 45 s, had not ended either).
+    assert came_back_s >= LOCK_MS / 1000 * 0.9, came_back_s
+
+
+def test_seglog_and_kafka_share_consumers_share_a_group_without_sharing_a_record(cluster):
+    assert installed(), INSTALL_HINT
+    total = 200
+    cluster.admin.create_topic("sq-mixed", 2, 1)
+    seen: list[tuple[str, int, int, int]] = []  # (who, partition, offset, delivery count)
+    lock = threading.Lock()
+    done = threading.Event()
+    probe = subprocess.Popen(
+        java_command(
+            str(PROBE),
+            cluster.kafka_address,
+            "g-mixed",
+            "sq-mixed",
+            "accept-all",
+            str(total),
+            "90000",
+            jvm_options=(f"-Dlog4j2.configurationFile={log4j2_config()}", "-Xmx256m"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def read_probe() -> None:
+        for raw in probe.stdout:  # type: ignore[union-attr]
+            fields = raw.decode().split()
+            if fields and fields[0] == "D":  # D name offset count value partition
+                with lock:
+                    seen.append(("java", int(fields[5]), int(fields[2]), int(fields[3])))
+
+    def run_seglog() -> None:
+        with ShareConsumer(cluster.address, group_id="g-mixed") as consumer:
+            consumer.subscribe(["sq-mixed"])
+            while not done.is_set():
+                records = consumer.poll(timeout_ms=200)
+                with lock:
+                    seen.extend(
+                        ("seglog", r.partition, r.offset, r.delivery_count) for r in records
+                    )
+
+    threads = [threading.Thread(target=read_probe)] + [
+        threading.Thread(target=run_seglog) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        # Records come a few at a time, each wave read before the next, once both kinds are
+        # members (two of each) fetching the same two partitions: both get some of them.
+        membership = cluster.gateway.share.membership
+        wait_for(
+            lambda: len(getattr(membership.group("g-mixed"), "members", {})) == 4,
+            60,
+            "two Java and two seglog members",
+        )
+        with Producer(cluster.address, linger_ms=0) as producer:
+            for wave in range(0, total, 10):
+                for i in range(wave, wave + 10):
+                    producer.send("sq-mixed", b"m%d" % i, partition=i % 2)
+                producer.flush()
+                wait_for(lambda: len(seen) >= wave + 10, 60, "the wave read")  # noqa: B023
+        wait_for(lambda: len({(p, o) for _, p, o, _ in seen}) >= total, 90, "every record")
+    finally:
+        done.set()
+        probe.kill()  # by its own pid
+        probe.wait(30)
+        for t in threads:
+            t.join(30)
+    counts = Counter((p, o) for _, p, o, _ in seen)
+    assert sorted(counts) == [(p, o) for p in (0, 1) for o in range(total // 2)]
+    # Each accepted on its first delivery: delivered to both kinds, or twice, would mean two
+    # members held it at once.
+    assert set(counts.values()) == {1}
+    assert {c for *_, c in seen} == {1}
+    assert {who for who, *_ in seen} == {"java", "seglog"}
