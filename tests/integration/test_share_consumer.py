@@ -265,3 +265,24 @@ def test_seglog_and_kafka_share_consumers_share_a_group_without_sharing_a_record
     assert set(counts.values()) == {1}
     assert {c for *_, c in seen} == {1}
     assert {who for who, *_ in seen} == {"java", "seglog"}
+
+
+def test_the_clients_guides_share_consumer_snippet_runs_as_written(cluster):
+    # docs/python-clients.md's "Share consumers" block, against this cluster (its share
+    # groups start at the earliest offset, so the records produced first are read).
+    text = (REPO / "docs" / "python-clients.md").read_text()
+    block = text.split("## Share consumers", 1)[1].split("```python\n", 1)[1].split("```")[0]
+    cluster.admin.create_topic("jobs", 2, 1)
+    env = {**os.environ, "PYTHONPATH": f"{REPO / 'libs'}:{REPO}"}
+    ran = subprocess.run(
+        [sys.executable, "-c", block.replace("127.0.0.1:7070", cluster.address)],
+        env=env,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr.decode()[-3000:]
+    lines = ran.stdout.decode().splitlines()
+    delivered = sorted(line for line in lines if " b'job-" in line)
+    assert len(delivered) == 10 and all(line.split()[1] == "1" for line in delivered), lines
+    assert "TopicPartition" in lines[-1] and "None" in lines[-1], lines
