@@ -11,6 +11,7 @@ record lock so a lapse is seen quickly, groups reading from the earliest offset)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from devtools.apache_kafka import INSTALL_HINT, installed, java_command, log4j2_config
+from seglog.cli.main import main as cli_main
 from seglog.client import AcknowledgeType, Producer, ShareConsumer
 from seglog.errors import InvalidConfigError, SeglogError
 from tests.cluster import LocalCluster
@@ -286,3 +288,26 @@ def test_the_clients_guides_share_consumer_snippet_runs_as_written(cluster):
     delivered = sorted(line for line in lines if " b'job-" in line)
     assert len(delivered) == 10 and all(line.split()[1] == "1" for line in delivered), lines
     assert "TopicPartition" in lines[-1] and "None" in lines[-1], lines
+
+
+def test_the_share_consume_command_prints_and_acknowledges_what_it_reads(cluster, capsys):
+    produce(cluster, "sq-cli", 5)
+    common = ["--bootstrap", cluster.address, "--group", "g-cli"]
+    assert cli_main(["share", "consume", "sq-cli", *common, "--max-messages", "3", "--reject"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # partition, offset, timestamp, key, value, delivery count
+    assert [(f[1], f[3], f[4], f[5]) for f in (line.split("\t") for line in lines)] == [
+        ("0", "null", "v0", "1"),
+        ("1", "null", "v1", "1"),
+        ("2", "null", "v2", "1"),
+    ]
+    assert cli_main(["share", "consume", "sq-cli", *common, "--max-messages", "5", "--json",
+                     "--timeout-ms", "1500"]) == 0  # fmt: skip
+    read = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # The rejected ones are never read again; the rest once, accepted.
+    assert [(r["offset"], r["value"], r["delivery_count"]) for r in read] == [
+        (3, "v3", 1),
+        (4, "v4", 1),
+    ]
+    assert cli_main(["share", "consume", "sq-cli", *common, "--timeout-ms", "1000"]) == 0
+    assert capsys.readouterr().out == ""

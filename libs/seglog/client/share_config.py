@@ -84,6 +84,11 @@ class ShareConsumerConfig:
             raise InvalidConfigError(str(exc)) from None
 
 
+_INT_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(ShareConsumerConfig) if f.type in ("int", int)
+)
+
+
 def share_config(config: Mapping[str, Any]) -> ShareConsumerConfig:
     """The config from user keyword arguments, unknown names refused with a suggestion."""
     fields = {f.name for f in dataclasses.fields(ShareConsumerConfig)}
@@ -96,6 +101,8 @@ def share_config(config: Mapping[str, Any]) -> ShareConsumerConfig:
             raise InvalidConfigError(f"unknown share consumer setting {raw_name!r}{hint}")
         if name in values:
             raise InvalidConfigError(f"setting {raw_name!r} given twice")
+        if isinstance(value, str) and name in _INT_FIELDS and value.lstrip("-").isdigit():
+            value = int(value)  # from a properties file or the command line
         values[name] = value
     if "group_id" not in values:
         raise InvalidConfigError("a share consumer needs a group_id")
