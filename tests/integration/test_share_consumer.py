@@ -5,8 +5,12 @@ it; a consumer process SIGKILLed holding records has them handed out again once 
 lapse, counted; and seglog's consumers share a group with Kafka's own KafkaShareConsumer
 (Kafka 4.3.1's jars, tests/java/ShareProbe.java) without both holding a record at once.
 
+Records rejected or archived at the delivery count limit are copied to the dead-letter topic
+(KIP-1191) with Kafka's headers.
+
 Each test has a topic and a group of its own on one module-scoped cluster (one node, a 2 s
-record lock so a lapse is seen quickly, groups reading from the earliest offset).
+record lock so a lapse is seen quickly, groups reading from the earliest offset, a
+dead-letter topic made when first needed).
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import pytest
 
 from devtools.apache_kafka import INSTALL_HINT, installed, java_command, log4j2_config
 from seglog.cli.main import main as cli_main
-from seglog.client import AcknowledgeType, Producer, ShareConsumer
+from seglog.client import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 from seglog.errors import InvalidConfigError, SeglogError
 from tests.cluster import LocalCluster
 from tests.waiting import wait_for
 
 LOCK_MS = 2000
+DLQ_TOPIC = "dlq.share-groups"
 DELIVERY_LIMIT = 3
 PROBE = Path(__file__).resolve().parent.parent / "java" / "ShareProbe.java"
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +50,8 @@ def cluster(tmp_path_factory):
         group_share_delivery_count_limit=DELIVERY_LIMIT,
         group_share_record_lock_duration_ms=LOCK_MS,
         share_auto_offset_reset="earliest",
+        errors_deadletterqueue_topic_name=DLQ_TOPIC,
+        errors_deadletterqueue_auto_create_topics_enable=True,
     )
     yield c
     c.close()
@@ -196,7 +203,7 @@ def test_records_of_a_consumer_killed_come_back_after_their_lock_counted(cluster
 
 def test_seglog_and_kafka_share_consumers_share_a_group_without_sharing_a_record(cluster):
     assert installed(), INSTALL_HINT
-    total = 200
+    total = 100
     cluster.admin.create_topic("sq-mixed", 2, 1)
     seen: list[tuple[str, int, int, int]] = []  # (who, partition, offset, delivery count)
     lock = threading.Lock()
@@ -311,3 +318,53 @@ def test_the_share_consume_command_prints_and_acknowledges_what_it_reads(cluster
     ]
     assert cli_main(["share", "consume", "sq-cli", *common, "--timeout-ms", "1000"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def dead_letters_of(cluster: LocalCluster, group_id: str) -> list[tuple[int, dict[str, str]]]:
+    """(DLQ partition, headers) of every dead letter of the group so far."""
+    found = []
+    with Consumer(cluster.address, auto_offset_reset="earliest", consumer_timeout_ms=1000) as c:
+        partitions = cluster.admin.describe_topics([DLQ_TOPIC])[0].partitions
+        c.assign([TopicPartition(DLQ_TOPIC, p.partition) for p in partitions])
+        for record in c:
+            headers = {k: (v or b"").decode() for k, v in record.headers}
+            assert record.key is None and record.value is None  # no copy of the record
+            if headers.get("__dlq.errors.group") == group_id:
+                found.append((record.partition, headers))
+    return found
+
+
+def test_rejected_records_and_those_at_the_delivery_limit_go_to_the_dead_letter_topic(cluster):
+    produce(cluster, "sq-dlq", 6, partitions=2)  # offsets 0..2 in each partition
+    with ShareConsumer(
+        cluster.address, group_id="g-dlq", share_acknowledgement_mode="explicit"
+    ) as consumer:
+        consumer.subscribe(["sq-dlq"])
+        released = 0
+        deadline = time.monotonic() + 60
+        while released < DELIVERY_LIMIT and time.monotonic() < deadline:
+            for r in consumer.poll(timeout_ms=300):
+                if (r.partition, r.offset) == (1, 2):
+                    consumer.acknowledge(r, AcknowledgeType.REJECT)
+                elif (r.partition, r.offset) == (0, 1):
+                    consumer.acknowledge(r, AcknowledgeType.RELEASE)  # until the limit
+                    released += 1
+                else:
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT)
+            assert all(e is None for e in consumer.commit_sync().values())
+        assert released == DELIVERY_LIMIT
+    letters = dead_letters_of(cluster, "g-dlq")
+    by_offset = {(h["__dlq.errors.partition"], h["__dlq.errors.offset"]): h for _, h in letters}
+    assert sorted(by_offset) == [("0", "1"), ("1", "2")], letters
+    assert len(letters) == 2  # each written once
+    rejected, exhausted = by_offset[("1", "2")], by_offset[("0", "1")]
+    assert rejected["__dlq.errors.topic"] == "sq-dlq"
+    assert rejected["__dlq.errors.delivery.count"] == "1"
+    assert rejected["__dlq.errors.message"] == "Offset rejected by client."
+    assert exhausted["__dlq.errors.delivery.count"] == str(DELIVERY_LIMIT)
+    assert exhausted["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
+    partitions = len(cluster.admin.describe_topics([DLQ_TOPIC])[0].partitions)
+    assert {(p, h["__dlq.errors.partition"]) for p, h in letters} == {
+        (int(h["__dlq.errors.partition"]) % partitions, h["__dlq.errors.partition"])
+        for _, h in letters
+    }

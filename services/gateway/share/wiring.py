@@ -10,18 +10,21 @@ from typing import NamedTuple
 
 import grpc
 
+from seglog.errors import InvalidConfigError
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..routing.data_plane import DataPlane, error_of
+from .dead_letters import DeadLetterQueue
 from .forwarding import RemoteGateways, ShareStateService
 from .partition_ops import LocalOps, ShareRouter
 from .partition_states import PartitionStates
 from .placement import SharePlacement
 from .settings import ShareSettings
 from .share_core import ShareGroups
+from .state_access import RoutedAccess
 from .state_store import StateStore
 
 
@@ -42,9 +45,11 @@ def share_groups(
     internal_address_of: Callable[[str], str | None] = lambda address: None,
     peers: Callable[[], list[str]] = list,
     credentials: grpc.ChannelCredentials | None = None,
+    create_dead_letter_topic: Callable[[str], None] | None = None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
-    same produce and fetch, its start offsets from the leaders' ListOffsets)."""
+    same produce and fetch, its start offsets from the leaders' ListOffsets).
+    `create_dead_letter_topic(name)`: a dead-letter topic of the cluster's defaults."""
     store = StateStore(
         registry,
         data_plane.producing,
@@ -64,7 +69,17 @@ def share_groups(
         return int(result.offset)
 
     states = PartitionStates(registry, store, settings, offset_of)
-    local = LocalOps(states)
+
+    def no_creation(name: str) -> None:
+        raise InvalidConfigError(f"dead-letter topic {name!r} is not created here")
+
+    dead_letters = DeadLetterQueue(
+        registry,
+        RoutedAccess(data_plane.producing, data_plane.fetching, data_plane.queries),
+        settings,
+        create_dead_letter_topic or no_creation,
+    )
+    local = LocalOps(states, dead_letters)
     placement = SharePlacement(
         states, coordination if coordination is not None else SoleCoordinator(), internal_address_of
     )
