@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import time
-from typing import TextIO, cast
+from typing import TextIO
 
 from ..client.share_acks import AcknowledgeType, ShareRecord
 from ..client.share_consumer import ShareConsumer
@@ -32,10 +32,7 @@ def add_parser(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
     share = sub.add_parser("share", help="share groups (queues): read as a share group member")
-    commands = cast(
-        "argparse._SubParsersAction[argparse.ArgumentParser]",
-        share.add_subparsers(dest="share_command", required=True),
-    )
+    commands = share.add_subparsers(dest="share_command", required=True)
     consume = commands.add_parser(
         "consume", parents=[common], help="print records of a topic as a share group member"
     )
