@@ -368,3 +368,23 @@ def test_rejected_records_and_those_at_the_delivery_limit_go_to_the_dead_letter_
         (int(h["__dlq.errors.partition"]) % partitions, h["__dlq.errors.partition"])
         for _, h in letters
     }
+
+
+def test_a_record_released_at_the_limit_by_a_member_leaving_goes_to_the_dead_letter_topic(cluster):
+    produce(cluster, "sq-dlq-close", 1)
+    with ShareConsumer(
+        cluster.address, group_id="g-dlq-close", share_acknowledgement_mode="explicit"
+    ) as consumer:
+        consumer.subscribe(["sq-dlq-close"])
+        for count in range(1, DELIVERY_LIMIT):
+            (record,) = poll_until(consumer, 1)
+            assert record.delivery_count == count
+            consumer.acknowledge(record, AcknowledgeType.RELEASE)
+        (last,) = poll_until(consumer, 1)
+        assert last.delivery_count == DELIVERY_LIMIT
+    # Closed holding it: released at the limit, so archived, and copied first.
+    letters = dead_letters_of(cluster, "g-dlq-close")
+    assert [(h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"]) for _, h in letters] == [
+        ("0", str(DELIVERY_LIMIT))
+    ]
+    assert letters[0][1]["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
