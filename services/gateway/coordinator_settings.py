@@ -139,6 +139,12 @@ errors_deadletterqueue_auto_create_topics_enable = setting(
     False, "create a share group's dead-letter topic when it is first needed"
 )
 
+errors_deadletterqueue_copy_record_enable = setting(
+    False,
+    "dead letters carry the source record's key and value (Kafka's group config, here one "
+    "value for every share group); otherwise only the headers saying where it came from",
+)
+
 offsets_retention_minutes = setting(
     DEFAULT_OFFSETS_RETENTION_MINUTES,
     "committed offsets of empty groups are deleted after this long (Kafka's default)",

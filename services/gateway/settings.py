@@ -243,6 +243,9 @@ class GatewayConfig:
     errors_deadletterqueue_auto_create_topics_enable: bool = (
         coordinator_settings.errors_deadletterqueue_auto_create_topics_enable
     )
+    errors_deadletterqueue_copy_record_enable: bool = (
+        coordinator_settings.errors_deadletterqueue_copy_record_enable
+    )
     share_coordinator_state_topic_num_partitions: int = (
         coordinator_settings.share_coordinator_state_topic_num_partitions
     )
@@ -409,6 +412,9 @@ class GatewayConfig:
             errors_deadletterqueue_topic_name_prefix=self.errors_deadletterqueue_topic_name_prefix,
             errors_deadletterqueue_auto_create_topics_enable=(
                 self.errors_deadletterqueue_auto_create_topics_enable
+            ),
+            errors_deadletterqueue_copy_record_enable=(
+                self.errors_deadletterqueue_copy_record_enable
             ),
             share_coordinator_state_topic_num_partitions=(
                 self.share_coordinator_state_topic_num_partitions

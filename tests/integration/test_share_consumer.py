@@ -10,7 +10,7 @@ Records rejected or archived at the delivery count limit are copied to the dead-
 
 Each test has a topic and a group of its own on one module-scoped cluster (one node, a 2 s
 record lock so a lapse is seen quickly, groups reading from the earliest offset, a
-dead-letter topic made when first needed).
+dead-letter topic made when first needed, its records copying the source records).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ def cluster(tmp_path_factory):
         share_auto_offset_reset="earliest",
         errors_deadletterqueue_topic_name=DLQ_TOPIC,
         errors_deadletterqueue_auto_create_topics_enable=True,
+        errors_deadletterqueue_copy_record_enable=True,
     )
     yield c
     c.close()
@@ -321,14 +322,16 @@ def test_the_share_consume_command_prints_and_acknowledges_what_it_reads(cluster
 
 
 def dead_letters_of(cluster: LocalCluster, group_id: str) -> list[tuple[int, dict[str, str]]]:
-    """(DLQ partition, headers) of every dead letter of the group so far."""
+    """(DLQ partition, headers and the copied value under "value") of every dead letter of
+    the group so far."""
     found = []
     with Consumer(cluster.address, auto_offset_reset="earliest", consumer_timeout_ms=1000) as c:
         partitions = cluster.admin.describe_topics([DLQ_TOPIC])[0].partitions
         c.assign([TopicPartition(DLQ_TOPIC, p.partition) for p in partitions])
         for record in c:
             headers = {k: (v or b"").decode() for k, v in record.headers}
-            assert record.key is None and record.value is None  # no copy of the record
+            headers["value"] = (record.value or b"").decode()
+            assert record.key is None  # as the source's: produced without keys
             if headers.get("__dlq.errors.group") == group_id:
                 found.append((record.partition, headers))
     return found
@@ -361,6 +364,9 @@ def test_rejected_records_and_those_at_the_delivery_limit_go_to_the_dead_letter_
     assert rejected["__dlq.errors.topic"] == "sq-dlq"
     assert rejected["__dlq.errors.delivery.count"] == "1"
     assert rejected["__dlq.errors.message"] == "Offset rejected by client."
+    # errors.deadletterqueue.copy.record.enable: the source records' values come along
+    # (produce() sends v0..v5 round-robin: partition 1 offset 2 is v5, partition 0 offset 1 v2).
+    assert (rejected["value"], exhausted["value"]) == ("v5", "v2")
     assert exhausted["__dlq.errors.delivery.count"] == str(DELIVERY_LIMIT)
     assert exhausted["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
     partitions = len(cluster.admin.describe_topics([DLQ_TOPIC])[0].partitions)

@@ -120,6 +120,7 @@ DESCRIBED_NAMES = [
     "errors.deadletterqueue.topic.name",
     "errors.deadletterqueue.topic.name.prefix",
     "errors.deadletterqueue.auto.create.topics.enable",
+    "errors.deadletterqueue.copy.record.enable",
     "share.coordinator.state.topic.num.partitions",
     "group.min.session.timeout.ms",
     "group.max.session.timeout.ms",

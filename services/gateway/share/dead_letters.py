@@ -3,9 +3,9 @@
 group.share.delivery.count.limit) is written to the group's dead-letter topic as it is
 archived, as Kafka's broker writes it (ShareGroupDLQRecordHelper):
 
-    one record per source offset, timestamped now, no key or value (Kafka copies them only
-    with the group config errors.deadletterqueue.copy.record.enable, not built here), the
-    source's own headers not copied, and these headers, UTF-8 text:
+    one record per source offset, timestamped now, without the source's key and value unless
+    errors.deadletterqueue.copy.record.enable (then with them, read back from the source
+    partition's leader), the source's own headers never copied, and these headers, UTF-8:
       __dlq.errors.topic           the source topic
       __dlq.errors.partition       the source partition
       __dlq.errors.offset          the source offset
@@ -15,9 +15,10 @@ archived, as Kafka's broker writes it (ShareGroupDLQRecordHelper):
                                    "Offset delivery count exceeded the threshold."
     into partition (source partition) mod (the dead-letter topic's partitions).
 
-Kafka names the topic per group (group config errors.deadletterqueue.topic.name); seglog has
-no group configs yet, so `topic_for` answers the gateway's errors.deadletterqueue.topic.name
-for every share group: the one place a per-group lookup plugs in. The name must start with
+Kafka names the topic per group (group configs errors.deadletterqueue.topic.name and
+errors.deadletterqueue.copy.record.enable); seglog has no group configs yet, so `topic_for`
+and `copies_records` answer the gateway's settings for every share group: the one place a
+per-group lookup plugs in. The name must start with
 errors.deadletterqueue.topic.name.prefix ("dlq." by default), so a share group cannot be
 pointed at a business topic; with errors.deadletterqueue.auto.create.topics.enable the topic
 is created (num.partitions, default.replication.factor) when first needed, otherwise a
@@ -32,13 +33,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
-from seglog.records import RecordBatchBuilder
+from seglog.records import LegacyMessage, RecordBatchBuilder, iter_batches
 
 from ..cluster.registry import Registry
-from ..internal_topics import Appended
+from ..internal_topics import Appended, FetchedPiece
 from .partition_states import PartitionId
 from .settings import ShareSettings
 from .share_partition import DeadLetter
@@ -51,15 +52,22 @@ REJECTED = b"Offset rejected by client."
 DELIVERY_COUNT_EXCEEDED = b"Offset delivery count exceeded the threshold."
 
 
-class Appender(Protocol):
+class Access(Protocol):
     def append(self, topic: str, partition: int, records: bytes, timeout_ms: int) -> Appended: ...
+
+    def fetch(self, topic: str, partition: int, offset: int) -> Iterator[FetchedPiece]: ...
+
+
+# The source record's key and value by offset (copy mode); absent: not found (compacted or
+# deleted since), written without them as Kafka does.
+Copies = dict[int, tuple[bytes | None, bytes | None]]
 
 
 class DeadLetterQueue:
     def __init__(
         self,
         registry: Registry,
-        access: Appender,
+        access: Access,
         settings: ShareSettings,
         create_topic: Callable[[str], None],
     ) -> None:
@@ -73,6 +81,10 @@ class DeadLetterQueue:
     def topic_for(self, group_id: str) -> str | None:
         """The group's dead-letter topic (None: the group has none)."""
         return self.settings.errors_deadletterqueue_topic_name or None
+
+    def copies_records(self, group_id: str) -> bool:
+        """Whether the group's dead letters carry the source record's key and value."""
+        return self.settings.errors_deadletterqueue_copy_record_enable
 
     def write(self, pid: PartitionId, letters: Sequence[DeadLetter]) -> None:
         """Write the letters of share partition `pid`; SeglogError when they were not."""
@@ -94,13 +106,40 @@ class DeadLetterQueue:
             )
             return
         destination = partition % len(found.partitions)
-        for batch in _batches(group_id, topic, partition, letters):
+        copies = self._copies(topic, partition, letters) if self.copies_records(group_id) else {}
+        for batch in _batches(group_id, topic, partition, letters, copies):
             self.access.append(target, destination, batch, WRITE_TIMEOUT_MS)
         self.written += sum(letter.last_offset - letter.first_offset + 1 for letter in letters)
 
+    def _copies(self, topic: str, partition: int, letters: Sequence[DeadLetter]) -> Copies:
+        """The letters' source records, read from the leader (a read per range, stopping
+        at its last offset or where the log ends)."""
+        copies: Copies = {}
+        for letter in letters:
+            offset = letter.first_offset
+            while offset <= letter.last_offset:
+                progressed = False
+                for piece in self.access.fetch(topic, partition, offset):
+                    for batch in iter_batches(piece.records):
+                        if isinstance(batch, LegacyMessage) or batch.header.is_control:
+                            offset = max(offset, batch.header.next_offset)
+                            continue
+                        for record in batch.records():
+                            if letter.first_offset <= record.offset <= letter.last_offset:
+                                copies[record.offset] = (record.key, record.value)
+                        offset = max(offset, batch.header.next_offset)
+                        progressed = True
+                if not progressed:
+                    break  # nothing more to read there
+        return copies
+
 
 def _batches(
-    group_id: str, topic: str, partition: int, letters: Sequence[DeadLetter]
+    group_id: str,
+    topic: str,
+    partition: int,
+    letters: Sequence[DeadLetter],
+    copies: Copies | None = None,
 ) -> list[bytes]:
     """The letters' records in batches of at most MAX_BATCH_BYTES. A record per offset, as
     Kafka writes them: only failed deliveries pay this loop, never an accepted record."""
@@ -121,9 +160,10 @@ def _batches(
         )
         for offset in range(letter.first_offset, letter.last_offset + 1):
             headers = (*common, ("__dlq.errors.offset", str(offset).encode()), *tail)
-            if not builder.append(None, None, now_ms, headers):
+            key, value = (copies or {}).get(offset, (None, None))
+            if not builder.append(key, value, now_ms, headers):
                 out.append(builder.build())
                 builder = RecordBatchBuilder(max_bytes=MAX_BATCH_BYTES)
-                builder.append(None, None, now_ms, headers)
+                builder.append(key, value, now_ms, headers)
     out.append(builder.build())
     return out

@@ -39,6 +39,7 @@ class ShareSettings:
     errors_deadletterqueue_topic_name: str = ""
     errors_deadletterqueue_topic_name_prefix: str = DEFAULT_DLQ_TOPIC_PREFIX
     errors_deadletterqueue_auto_create_topics_enable: bool = False
+    errors_deadletterqueue_copy_record_enable: bool = False
 
     def __post_init__(self) -> None:
         if self.share_auto_offset_reset not in (LATEST, EARLIEST):
