@@ -394,3 +394,16 @@ def test_a_record_released_at_the_limit_by_a_member_leaving_goes_to_the_dead_let
         ("0", str(DELIVERY_LIMIT))
     ]
     assert letters[0][1]["__dlq.errors.message"] == "Offset delivery count exceeded the threshold."
+
+
+def test_poll_raises_when_the_group_id_is_a_consumer_groups(cluster):
+    cluster.admin.create_topic("sq-taken", 1, 1)
+    with Consumer(cluster.address, group_id="g-taken", auto_offset_reset="earliest") as classic:
+        classic.subscribe(["sq-taken"])
+        classic.poll(timeout_ms=500)
+        with ShareConsumer(cluster.address, group_id="g-taken") as consumer:
+            consumer.subscribe(["sq-taken"])
+            with pytest.raises(SeglogError, match="not a share group"):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    consumer.poll(timeout_ms=200)

@@ -126,6 +126,8 @@ class ShareConsumer:
         deadline_s = time.monotonic() + max(timeout_ms, 0) / 1000
         backoff_s = self.config.retry_backoff_ms / 1000
         while True:
+            if self._heartbeats.refused is not None:
+                raise self._heartbeats.refused
             remaining_s = deadline_s - time.monotonic()
             assigned = {(tp.topic, tp.partition) for tp in self._heartbeats.assignment()}
             records: list[ShareRecord] = []
@@ -267,7 +269,10 @@ class ShareConsumer:
                 # Whether the gateway saw it is not known: a new session, the acks resent.
                 self._acks.put_back(taken)
                 self._session_epoch = INITIAL_EPOCH
-                logger.info("share fetch of %s failed: %s", self.group_id, error_from_rpc(exc))
+                failure = error_from_rpc(exc)
+                if not failure.retriable:
+                    raise failure from None  # not allowed, say: trying again will not help
+                logger.info("share fetch of %s failed: %s", self.group_id, failure)
                 time.sleep(self.config.retry_backoff_ms / 1000)
                 return []
             if response.error:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import grpc
 
+from ..errors import SeglogError
 from ..rpc.status import error_from_code, error_from_rpc
 from ..v1 import share_groups_pb2
 from .structs import TopicPartition
@@ -48,6 +49,8 @@ class ShareHeartbeats:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The last heartbeat's refusal that trying again will not cure (None: none).
+        self.refused: SeglogError | None = None
 
     def subscribe(self, topics: tuple[str, ...]) -> None:
         with self._lock:
@@ -106,7 +109,10 @@ class ShareHeartbeats:
         try:
             response = self._call("ShareGroupHeartbeat", request, self._timeout_s)
         except grpc.RpcError as exc:
-            logger.debug("share heartbeat failed: %s", error_from_rpc(exc))
+            failure = error_from_rpc(exc)
+            if not failure.retriable:
+                self.refused = failure  # not allowed, say: poll raises it
+            logger.debug("share heartbeat failed: %s", failure)
             return False
         assert isinstance(response, share_groups_pb2.ShareHeartbeatResponse)
         if response.error:
@@ -116,9 +122,12 @@ class ShareHeartbeats:
                     logger.info("share group %s: joining again: %s", self.group_id, error)
                     self._epoch, self._sent_topics = JOIN_EPOCH, None
                     self._wake.set()
+                elif not error.retriable:
+                    self.refused = error  # poll raises it (a consumer group has the id...)
             logger.debug("share heartbeat refused: %s", error)
             return False
         with self._lock:
+            self.refused = None
             self._epoch = response.member_epoch
             self._sent_topics = topics
             self._interval_s = max(response.heartbeat_interval_ms, 1) / 1000
