@@ -121,7 +121,9 @@ class DeadLetterQueue:
                 progressed = False
                 for piece in self.access.fetch(topic, partition, offset):
                     for batch in iter_batches(piece.records):
-                        if isinstance(batch, LegacyMessage) or batch.header.is_control:
+                        if isinstance(batch, LegacyMessage):
+                            continue  # stored batches are v2; nothing to copy from these
+                        if batch.header.is_control:
                             offset = max(offset, batch.header.next_offset)
                             continue
                         for record in batch.records():
