@@ -26,7 +26,7 @@ from .cluster.admin_service import AdminService
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry_service import RegistryService
-from .fetch_threads import FETCH_POOL_THREADS
+from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS
 from .groups.group_service import GroupCoordinatorService
 from .routing.service import GatewayService
 from .share.share_service import ShareGroupsService
@@ -46,6 +46,15 @@ SHARE_GROUPS_SERVICE_DESCRIPTOR = share_groups_pb2.DESCRIPTOR.services_by_name["
 SHARE_GROUPS_SERVICE = SHARE_GROUPS_SERVICE_DESCRIPTOR.full_name
 # The services on the clients' listener (their health is reported by name).
 CLIENT_SERVICES = [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE, SHARE_GROUPS_SERVICE]
+# A share consumer's ShareFetch waits up to its fetch.max.wait.ms for records, as a Fetch
+# does: on a pool of its own, so that many share consumers waiting never take the threads
+# heartbeats, commits and admin calls need.
+SHARE_FETCH_METHOD = f"/{SHARE_GROUPS_SERVICE}/ShareFetch"
+SHARE_FETCH_POOL_THREADS = 16
+CLIENT_METHOD_THREADS = {
+    FETCH_METHOD: FETCH_POOL_THREADS,
+    SHARE_FETCH_METHOD: SHARE_FETCH_POOL_THREADS,
+}
 
 
 @dataclass(frozen=True)
@@ -177,7 +186,7 @@ def log_request_bounds(
         "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
         "admits them",
         max_concurrent_requests,
-        SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
+        SERVER_MAX_WORKERS + sum(CLIENT_METHOD_THREADS.values()),
         max_request_bytes,
         queued_max_request_bytes,
     )

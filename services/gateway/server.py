@@ -41,10 +41,11 @@ from .coordination.gateway_roles import gateway_roles
 from .coordination.node_sessions import EtcdNodeSessions
 from .coordinators import OffsetsExpiry, build_coordinators
 from .fetch_memory import FetchAnswerMemoryInterceptor
-from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
+from .fetch_threads import FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups import group_metrics
 from .grpc_services import (
+    CLIENT_METHOD_THREADS,
     CLIENT_SERVICES,
     REGISTRY_SERVICE,
     GrpcServicers,
@@ -380,7 +381,7 @@ class Gateway:
                 self.fetch_threads,
                 self.fetch_memory,
             ],
-            method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
+            method_threads=CLIENT_METHOD_THREADS,
             max_concurrent_rpcs=max(self.config.max_concurrent_requests, 0) or None,
         )
         self.server.start()

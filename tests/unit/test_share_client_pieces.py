@@ -19,6 +19,7 @@ from seglog.client.share_config import share_config
 from seglog.errors import InvalidConfigError, SeglogError
 from seglog.records import RecordBatchBuilder, iter_records
 from seglog.v1 import share_groups_pb2
+from services.gateway.grpc_services import CLIENT_METHOD_THREADS, SHARE_GROUPS_SERVICE_DESCRIPTOR
 from services.gateway.share.dead_letters import _batches
 from services.gateway.share.settings import ShareSettings
 from services.gateway.share.share_partition import DeadLetter
@@ -119,3 +120,9 @@ def test_many_dead_letters_split_into_batches_that_fit():
     batches = _batches("g", "t" * 100, 0, [DeadLetter(0, 19_999, 1, True)])
     assert len(batches) > 1 and all(len(b) <= (1 << 20) for b in batches)
     assert sum(1 for b in batches for _ in iter_records(b)) == 20_000
+
+
+def test_share_fetch_long_polls_run_on_a_pool_of_their_own():
+    descriptor = SHARE_GROUPS_SERVICE_DESCRIPTOR
+    assert "ShareFetch" in descriptor.methods_by_name
+    assert CLIENT_METHOD_THREADS[f"/{descriptor.full_name}/ShareFetch"] > 0
