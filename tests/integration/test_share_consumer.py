@@ -407,3 +407,16 @@ def test_poll_raises_when_the_group_id_is_a_consumer_groups(cluster):
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline:
                     consumer.poll(timeout_ms=200)
+
+
+def test_commit_async_sends_the_implicit_acceptances_and_tells_the_callback(cluster):
+    produce(cluster, "sq-async", 4)
+    heard: list[dict] = []
+    with ShareConsumer(cluster.address, group_id="g-async") as consumer:
+        consumer.subscribe(["sq-async"])
+        assert len(poll_until(consumer, 4)) == 4
+        outcome = consumer.commit_async(heard.append).result(timeout=30)
+        assert outcome == {TopicPartition("sq-async", 0): None}
+        wait_for(lambda: heard == [outcome], 10, "the callback")
+        # Accepted: nothing comes back, even once their locks would have lapsed.
+        assert consumer.poll(timeout_ms=LOCK_MS + 1000) == []
