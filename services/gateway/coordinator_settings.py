@@ -26,6 +26,7 @@ from .groups.offsets_store import (
 )
 from .share.settings import (
     DEFAULT_DELIVERY_COUNT_LIMIT,
+    DEFAULT_DLQ_TOPIC_PREFIX,
     DEFAULT_RECORD_LOCK_DURATION_MS,
     DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
     EARLIEST,
@@ -119,6 +120,29 @@ share_auto_offset_reset = setting(
 share_coordinator_state_topic_num_partitions = setting(
     DEFAULT_STATE_TOPIC_NUM_PARTITIONS,
     "partitions of __share_group_state, fixed when it is first created",
+)
+
+errors_deadletterqueue_topic_name = setting(
+    "",
+    "the share groups' dead-letter topic (KIP-1191): records rejected or archived at the "
+    "delivery count limit are copied there (Kafka's group config, here one value for every "
+    "share group; empty: none)",
+)
+
+errors_deadletterqueue_topic_name_prefix = setting(
+    DEFAULT_DLQ_TOPIC_PREFIX,
+    "what a dead-letter topic's name must start with, so that no share group writes to a "
+    "business topic",
+)
+
+errors_deadletterqueue_auto_create_topics_enable = setting(
+    False, "create a share group's dead-letter topic when it is first needed"
+)
+
+errors_deadletterqueue_copy_record_enable = setting(
+    False,
+    "dead letters carry the source record's key and value (Kafka's group config, here one "
+    "value for every share group); otherwise only the headers saying where it came from",
 )
 
 offsets_retention_minutes = setting(

@@ -137,6 +137,7 @@ def build_coordinators(
         peers=gateway_session.internal_peers if gateway_session is not None else list,
         credentials=None if config.tls is None else channel_credentials(config.tls),
         group_config=group_configs.of,
+        create_dead_letter_topic=lambda name: topic_admin.start_default_topic(name).result(),
     )
     share = share_parts.core
     transactions = TransactionsCore(

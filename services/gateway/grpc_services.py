@@ -1,10 +1,10 @@
-"""The gateway's gRPC API: its four services' method tables, each method a servicer's
+"""The gateway's gRPC API: its five services' method tables, each method a servicer's
 (the Gateway service's admin, ACL, quota and reassignment calls are adapters over the broker
 core; Produce, Fetch and the per-leader queries are the data plane's; the GroupCoordinator
-service's; the TransactionCoordinator service's), registered here by name as the Kafka
-adapter's APIs are in kafka/apis.py. `server.py` serves the Gateway, GroupCoordinator and
-TransactionCoordinator services on the clients' listener and the Registry service on the
-nodes' own (internal_listener.py).
+service's; the TransactionCoordinator service's; the ShareGroups service's, over the share
+core), registered here by name as the Kafka adapter's APIs are in kafka/apis.py. `server.py`
+serves the Gateway, GroupCoordinator, TransactionCoordinator and ShareGroups services on the
+clients' listener and the Registry service on the nodes' own (internal_listener.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import grpc
 
 from seglog.rpc import wire
 from seglog.security.tls import TlsFiles, server_credentials
-from seglog.v1 import gateway_pb2, groups_pb2, transactions_pb2
+from seglog.v1 import gateway_pb2, groups_pb2, share_groups_pb2, transactions_pb2
 from services import serving
 from services.wait_slots import SERVER_MAX_WORKERS
 
@@ -26,9 +26,10 @@ from .cluster.admin_service import AdminService
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry_service import RegistryService
-from .fetch_threads import FETCH_POOL_THREADS
+from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS
 from .groups.group_service import GroupCoordinatorService
 from .routing.service import GatewayService
+from .share.share_service import ShareGroupsService
 from .transactions.txn_service import TransactionCoordinatorService
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,19 @@ REGISTRY_SERVICE = REGISTRY_SERVICE_DESCRIPTOR.full_name
 GROUPS_SERVICE = GROUPS_SERVICE_DESCRIPTOR.full_name
 TXN_SERVICE_DESCRIPTOR = transactions_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"]
 TXN_SERVICE = TXN_SERVICE_DESCRIPTOR.full_name
+SHARE_GROUPS_SERVICE_DESCRIPTOR = share_groups_pb2.DESCRIPTOR.services_by_name["ShareGroups"]
+SHARE_GROUPS_SERVICE = SHARE_GROUPS_SERVICE_DESCRIPTOR.full_name
+# The services on the clients' listener (their health is reported by name).
+CLIENT_SERVICES = [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE, SHARE_GROUPS_SERVICE]
+# A share consumer's ShareFetch waits up to its fetch.max.wait.ms for records, as a Fetch
+# does: on a pool of its own, so that many share consumers waiting never take the threads
+# heartbeats, commits and admin calls need.
+SHARE_FETCH_METHOD = f"/{SHARE_GROUPS_SERVICE}/ShareFetch"
+SHARE_FETCH_POOL_THREADS = 16
+CLIENT_METHOD_THREADS = {
+    FETCH_METHOD: FETCH_POOL_THREADS,
+    SHARE_FETCH_METHOD: SHARE_FETCH_POOL_THREADS,
+}
 
 
 @dataclass(frozen=True)
@@ -53,15 +67,17 @@ class GrpcServicers:
     reassignments: ReassignmentService
     registry: RegistryService
     transactions: TransactionCoordinatorService
+    share: ShareGroupsService  # seglog's share consumer's calls (share_groups.proto)
 
 
 class GrpcHandlers(NamedTuple):
-    clients: list[grpc.GenericRpcHandler]  # Gateway, GroupCoordinator, TransactionCoordinator
+    # Gateway, GroupCoordinator, TransactionCoordinator, ShareGroups
+    clients: list[grpc.GenericRpcHandler]
     nodes: list[grpc.GenericRpcHandler]  # the Registry service, on the internal listener
 
 
 def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
-    """The four services' handlers, the clients' and the nodes'. Every client-facing method is
+    """The five services' handlers, the clients' and the nodes'. Every client-facing method is
     authorized by the core it calls, on the call's Caller; nodes' Registry calls are checked
     by their certificates."""
     s, a, g = servicers.gateway, servicers.admin, servicers.groups
@@ -131,11 +147,19 @@ def grpc_handlers(servicers: GrpcServicers) -> GrpcHandlers:
             for name in TXN_SERVICE_DESCRIPTOR.methods_by_name  # every one is the servicer's
         },
     )
+    share = serving.unary_handlers(
+        SHARE_GROUPS_SERVICE_DESCRIPTOR,
+        {
+            name: getattr(servicers.share, name)
+            for name in SHARE_GROUPS_SERVICE_DESCRIPTOR.methods_by_name  # every one is share's
+        },
+    )
     return GrpcHandlers(
         [
             grpc.method_handlers_generic_handler(GATEWAY_SERVICE, gateway),
             grpc.method_handlers_generic_handler(GROUPS_SERVICE, groups),
             grpc.method_handlers_generic_handler(TXN_SERVICE, transactions),
+            grpc.method_handlers_generic_handler(SHARE_GROUPS_SERVICE, share),
         ],
         [grpc.method_handlers_generic_handler(REGISTRY_SERVICE, registry)],
     )
@@ -162,7 +186,7 @@ def log_request_bounds(
         "socket.request.max.bytes %d decoding at once, before queued.max.request.bytes %d "
         "admits them",
         max_concurrent_requests,
-        SERVER_MAX_WORKERS + FETCH_POOL_THREADS,
+        SERVER_MAX_WORKERS + sum(CLIENT_METHOD_THREADS.values()),
         max_request_bytes,
         queued_max_request_bytes,
     )

@@ -41,14 +41,13 @@ from .coordination.gateway_roles import gateway_roles
 from .coordination.node_sessions import EtcdNodeSessions
 from .coordinators import OffsetsExpiry, build_coordinators
 from .fetch_memory import FetchAnswerMemoryInterceptor
-from .fetch_threads import FETCH_METHOD, FETCH_POOL_THREADS, FetchThreadsInterceptor
+from .fetch_threads import FetchThreadsInterceptor
 from .gateway_metrics import GatewayMetrics
 from .groups import group_metrics
 from .grpc_services import (
-    GATEWAY_SERVICE,
-    GROUPS_SERVICE,
+    CLIENT_METHOD_THREADS,
+    CLIENT_SERVICES,
     REGISTRY_SERVICE,
-    TXN_SERVICE,
     GrpcServicers,
     clients_credentials,
     grpc_handlers,
@@ -68,6 +67,7 @@ from .routing.service import GatewayService
 from .settings import GatewayConfig
 from .share import share_metrics
 from .share.forwarding import SERVICE_NAME as SHARE_STATE_SERVICE
+from .share.share_service import ShareGroupsService
 from .transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
@@ -344,6 +344,7 @@ class Gateway:
                 self.reassignment_service,
                 self.registry_service,
                 self.txn_service,
+                ShareGroupsService(self.share, self.authorization),
             ),
         )
         tls = self.config.tls
@@ -371,7 +372,7 @@ class Gateway:
         self.server, health, self.port = serving.build_server(
             self.config.listen,
             handlers.clients,
-            [GATEWAY_SERVICE, GROUPS_SERVICE, TXN_SERVICE],
+            CLIENT_SERVICES,
             max_request_bytes=self.config.max_request_bytes,
             tracer_provider=self.tracer_provider,
             credentials=clients_credentials(tls, self.config.tls_client_auth),
@@ -380,7 +381,7 @@ class Gateway:
                 self.fetch_threads,
                 self.fetch_memory,
             ],
-            method_threads={FETCH_METHOD: FETCH_POOL_THREADS},
+            method_threads=CLIENT_METHOD_THREADS,
             max_concurrent_rpcs=max(self.config.max_concurrent_requests, 0) or None,
         )
         self.server.start()

@@ -236,6 +236,16 @@ class GatewayConfig:
     group_share_delivery_count_limit: int = coordinator_settings.group_share_delivery_count_limit
     group_share_session_timeout_ms: int = coordinator_settings.group_share_session_timeout_ms
     share_auto_offset_reset: str = coordinator_settings.share_auto_offset_reset
+    errors_deadletterqueue_topic_name: str = coordinator_settings.errors_deadletterqueue_topic_name
+    errors_deadletterqueue_topic_name_prefix: str = (
+        coordinator_settings.errors_deadletterqueue_topic_name_prefix
+    )
+    errors_deadletterqueue_auto_create_topics_enable: bool = (
+        coordinator_settings.errors_deadletterqueue_auto_create_topics_enable
+    )
+    errors_deadletterqueue_copy_record_enable: bool = (
+        coordinator_settings.errors_deadletterqueue_copy_record_enable
+    )
     share_coordinator_state_topic_num_partitions: int = (
         coordinator_settings.share_coordinator_state_topic_num_partitions
     )
@@ -398,6 +408,14 @@ class GatewayConfig:
             group_share_delivery_count_limit=self.group_share_delivery_count_limit,
             group_share_session_timeout_ms=self.group_share_session_timeout_ms,
             share_auto_offset_reset=self.share_auto_offset_reset,
+            errors_deadletterqueue_topic_name=self.errors_deadletterqueue_topic_name,
+            errors_deadletterqueue_topic_name_prefix=self.errors_deadletterqueue_topic_name_prefix,
+            errors_deadletterqueue_auto_create_topics_enable=(
+                self.errors_deadletterqueue_auto_create_topics_enable
+            ),
+            errors_deadletterqueue_copy_record_enable=(
+                self.errors_deadletterqueue_copy_record_enable
+            ),
             share_coordinator_state_topic_num_partitions=(
                 self.share_coordinator_state_topic_num_partitions
             ),

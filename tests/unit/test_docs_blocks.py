@@ -37,6 +37,10 @@ RUN_BY = {
         FIRST_SESSION
     ),
     ("docs/python-clients.md", "from seglog.client import Admin"): FIRST_SESSION,
+    ("docs/python-clients.md", "from seglog.client import AcknowledgeType, Producer"): (
+        "tests/integration/test_share_consumer.py::"
+        "test_the_clients_guides_share_consumer_snippet_runs_as_written"
+    ),
     ("docs/kafka-clients.md", "from confluent_kafka import Consumer, Producer"): FIRST_SESSION,
     ("docs/kafka-clients.md", 'kafka() { java -cp ".cache/kafka/kafka/*" "$@"; }'): (
         f"{DOCS}::test_the_kafka_tools_block_of_the_clients_guide_runs_as_written"

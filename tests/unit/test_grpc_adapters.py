@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from seglog.v1 import gateway_pb2, groups_pb2, transactions_pb2
+from seglog.v1 import gateway_pb2, groups_pb2, share_groups_pb2, transactions_pb2
 from services.gateway.authorization import Authorization
 
 GATEWAY = Path(__file__).resolve().parents[2] / "services" / "gateway"
@@ -22,6 +22,7 @@ SERVICERS = {
     "cluster/reassignment_service.py": "ReassignmentService",
     "groups/group_service.py": "GroupCoordinatorService",
     "transactions/txn_service.py": "TransactionCoordinatorService",
+    "share/share_service.py": "ShareGroupsService",
 }
 # What the core works with: a servicer method touching one is doing the core's work.
 CORE_INTERNALS = frozenset(
@@ -45,7 +46,8 @@ def _client_methods() -> set[str]:
     methods = set(gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].methods_by_name)
     methods |= set(groups_pb2.DESCRIPTOR.services_by_name["GroupCoordinator"].methods_by_name)
     txn = transactions_pb2.DESCRIPTOR.services_by_name["TransactionCoordinator"]
-    return methods | set(txn.methods_by_name)
+    share = share_groups_pb2.DESCRIPTOR.services_by_name["ShareGroups"]
+    return methods | set(txn.methods_by_name) | set(share.methods_by_name)
 
 
 def _servicer_class(path: Path, name: str) -> ast.ClassDef:

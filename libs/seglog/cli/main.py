@@ -20,6 +20,7 @@ from . import (
     produce,
     reassign,
     records,
+    share,
     topics,
     transactions,
     unreachable,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     records.add_parser(sub, common)
     reassign.add_parser(sub, common)
     transactions.add_parser(sub, common)
+    share.add_parser(sub, common)
     return parser
 
 

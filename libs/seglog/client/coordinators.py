@@ -50,6 +50,11 @@ class GroupCoordinators:
             self._coordinator[group_id] = found.address
         return str(found.address)
 
+    def forget(self, group_id: str) -> None:
+        """The group's coordinator is to be asked again (it could not be reached)."""
+        with self._lock:
+            self._coordinator.pop(group_id, None)
+
     def stub_at(self, address: str) -> groups_pb2_grpc.GroupCoordinatorStub:
         if not address:
             return self._bootstrap

@@ -114,6 +114,11 @@ class GatewayClient:
         self._extra_channels.append(channel)
         return channel
 
+    def channel_to(self, address: str) -> grpc.Channel:
+        """A channel to a gateway the cluster named ("" : the bootstrap gateways'); the
+        caller keeps it (each call opens another)."""
+        return self._channel if not address else self._open_extra(address)
+
     def close(self) -> None:
         self._channel.close()
         for channel in self._extra_channels:

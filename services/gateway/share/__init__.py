@@ -1,8 +1,8 @@
 """Share groups (KIP-932, Kafka's queues): many consumers read one partition, each record
 acquired by one of them at a time under a lock, acknowledged one by one, redelivered when
 released or when its lock lapses, archived after `group.share.delivery.count.limit`
-deliveries. Typed core only: the Kafka adapter is kafka/share_group_apis.py and
-kafka/share_fetch_apis.py.
+deliveries. The Kafka adapter is kafka/share_group_apis.py and kafka/share_fetch_apis.py; the
+gRPC one, seglog's ShareConsumer's, is share_service.py here.
 
     settings.py         the settings, Kafka's names
     share_partition.py  one (group, topic, partition)'s state: start offset, in-flight records
@@ -12,4 +12,6 @@ kafka/share_fetch_apis.py.
     wiring.py           the core built over the routing
     share_membership.py members, heartbeats, the simple assignor
     share_core.py       the facade the adapters call
+    share_service.py    the ShareGroups gRPC service (share_groups.proto) over the facade
+    dead_letters.py     failed deliveries copied to the group's dead-letter topic (KIP-1191)
 """

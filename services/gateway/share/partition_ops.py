@@ -4,7 +4,10 @@ in this gateway's memory, written to __share_group_state before any answer), `Sh
 choosing it or the holder's forwarding client (forwarding.py) per partition.
 
 Every change is all or nothing: the state is snapshotted, changed, written; a failed write
-puts the snapshot back, so what a client was told is what the log holds.
+puts the snapshot back, so what a client was told is what the log holds. Records a change
+archives as failed deliveries go to the group's dead-letter topic first (dead_letters.py):
+an acknowledgement whose dead letters could not be written fails like a failed state write;
+those archived by a lapsed lock or a member gone wait on the partition for its next fetch.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from typing import NamedTuple, Protocol
 
 from seglog.errors import SeglogError
 
+from .dead_letters import DeadLetterQueue
 from .partition_states import PartitionId, PartitionStates
-from .share_partition import AcquiredRange, FetchedBatch
+from .share_partition import AcquiredRange, FetchedBatch, SharePartition
 
 logger = logging.getLogger(__name__)
 
@@ -69,13 +73,37 @@ class PartitionOps(Protocol):
 class LocalOps:
     """The operations on partitions this gateway holds."""
 
-    def __init__(self, states: PartitionStates) -> None:
+    def __init__(
+        self, states: PartitionStates, dead_letters: DeadLetterQueue | None = None
+    ) -> None:
         self.states = states
+        self.dead_letters = dead_letters
+
+    def _write_dead_letters(self, pid: PartitionId, partition: SharePartition) -> None:
+        """Write the partition's pending dead letters (the caller holds its lock); on a
+        failure they stay pending and the error is raised."""
+        letters = partition.dead_letters
+        if not letters or self.dead_letters is None:
+            partition.dead_letters = []
+            return
+        partition.dead_letters = []
+        try:
+            self.dead_letters.write(pid, letters)
+        except SeglogError:
+            partition.dead_letters = letters + partition.dead_letters
+            raise
+
+    def _try_dead_letters(self, pid: PartitionId, partition: SharePartition) -> None:
+        try:
+            self._write_dead_letters(pid, partition)
+        except SeglogError as exc:
+            logger.warning("dead letters of %s kept for the next try: %s", pid, exc)
 
     def prepare(self, pid: PartitionId) -> Prepared:
         partition = self.states.get(pid)
         with partition.lock:
             partition.expire_locks(time.monotonic())
+            self._try_dead_letters(pid, partition)
             return Prepared(partition.next_fetch_offset(), partition.bytes_per_record)
 
     def acquire(
@@ -114,22 +142,25 @@ class LocalOps:
     def acknowledge(self, pid: PartitionId, member_id: str, acks: Sequence[AckBatch]) -> None:
         partition = self.states.get(pid)
         with partition.lock:
-            saved = partition.snapshot()
+            saved, pending = partition.snapshot(), list(partition.dead_letters)
             try:
                 now = time.monotonic()
                 for batch in acks:
                     partition.acknowledge(
                         member_id, batch.first_offset, batch.last_offset, batch.types, now
                     )
+                self._write_dead_letters(pid, partition)
                 self.states.persist(pid, partition)
             except SeglogError:
                 partition.restore(saved)
+                partition.dead_letters = pending
                 raise
 
     def release_member(self, pid: PartitionId, member_id: str) -> None:
         partition = self.states.get(pid)
         with partition.lock:
             partition.release_member(member_id)
+            self._try_dead_letters(pid, partition)
 
     def reset_start(self, pid: PartitionId, start_offset: int | None) -> None:
         self.states.reset(pid, start_offset)

@@ -18,6 +18,7 @@ DEFAULT_HEARTBEAT_INTERVAL_MS = 5000
 DEFAULT_SESSION_TIMEOUT_MS = 45_000
 DEFAULT_STATE_TOPIC_NUM_PARTITIONS = 50
 DEFAULT_MAX_GROUPS = 10
+DEFAULT_DLQ_TOPIC_PREFIX = "dlq."  # errors.deadletterqueue.topic.name.prefix (KIP-1191)
 DEFAULT_MAX_SIZE = 200  # group.share.max.size: members of one share group
 
 
@@ -33,6 +34,12 @@ class ShareSettings:
     group_share_max_size: int = DEFAULT_MAX_SIZE
     share_auto_offset_reset: str = LATEST
     share_coordinator_state_topic_num_partitions: int = DEFAULT_STATE_TOPIC_NUM_PARTITIONS
+    # KIP-1191's dead-letter topic (dead_letters.py): Kafka's group config, here one value
+    # for every share group ("" : none), and its two cluster configs.
+    errors_deadletterqueue_topic_name: str = ""
+    errors_deadletterqueue_topic_name_prefix: str = DEFAULT_DLQ_TOPIC_PREFIX
+    errors_deadletterqueue_auto_create_topics_enable: bool = False
+    errors_deadletterqueue_copy_record_enable: bool = False
 
     def __post_init__(self) -> None:
         if self.share_auto_offset_reset not in (LATEST, EARLIEST):
@@ -42,5 +49,14 @@ class ShareSettings:
             )
         if not 2 <= self.group_share_delivery_count_limit <= 10:
             raise ValueError("group.share.delivery.count.limit must be within 2..10 (Kafka's)")
+        name, prefix = (
+            self.errors_deadletterqueue_topic_name,
+            self.errors_deadletterqueue_topic_name_prefix,
+        )
+        if name and not name.startswith(prefix):
+            raise ValueError(
+                f"errors.deadletterqueue.topic.name {name!r} must start with "
+                f"errors.deadletterqueue.topic.name.prefix {prefix!r}"
+            )
         if self.group_share_record_lock_duration_ms < 1000:
             raise ValueError("group.share.record.lock.duration.ms must be at least 1000")

@@ -131,9 +131,9 @@ class ShareGroups:
 
     def _member_gone(self, group_id: str, member_id: str) -> None:
         self.sessions.drop_member(group_id, member_id)
-        for _, partition in self.states.of_group(group_id):
-            with partition.lock:
-                partition.release_member(member_id)
+        for pid, _ in self.states.of_group(group_id):
+            # Through the local operations: what reaches the delivery limit is dead-lettered.
+            self.router.local.release_member(pid, member_id)
 
     # -- membership -----------------------------------------------------------------------
 
@@ -261,9 +261,8 @@ class ShareGroups:
         """Release what the member holds: on every partition of the group held here, and on
         those its last request named wherever they are held (elsewhere, what it held of
         others is released when its locks lapse)."""
-        for _, partition in self.states.of_group(group_id):
-            with partition.lock:
-                partition.release_member(member_id)
+        for pid, _ in self.states.of_group(group_id):
+            self.router.local.release_member(pid, member_id)
         for topic, index in named:
             try:
                 self.router.release_member((group_id, topic, index), member_id)

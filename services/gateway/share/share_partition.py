@@ -51,6 +51,16 @@ class AcquiredRange(NamedTuple):
     delivery_count: int
 
 
+class DeadLetter(NamedTuple):
+    """Records archived because delivering them failed (KIP-1191): rejected by a member, or
+    released (or their lock lapsed) at the delivery count limit; for the dead-letter topic."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+    rejected: bool  # False: the delivery count limit was reached
+
+
 class StateBatch(NamedTuple):
     """A run of offsets with one state and delivery count, as __share_group_state writes it."""
 
@@ -89,6 +99,9 @@ class SharePartition:
         # Stored bytes per record as fetches found them: a fetch for N records reads about
         # N of them, not the client's whole max_bytes (share_core.py).
         self.bytes_per_record = 0.0
+        # Failed deliveries archived and not yet written to the group's dead-letter topic
+        # (taken by partition_ops.py, which writes them; a range per run, never per record).
+        self.dead_letters: list[DeadLetter] = []
 
     # -- reading back ---------------------------------------------------------------------
 
@@ -317,6 +330,8 @@ class SharePartition:
                 run.state, run.member, run.deadline = ACKNOWLEDGED, "", 0.0
             elif kind in (REJECT, GAP):
                 run.state, run.member, run.deadline = ARCHIVED, "", 0.0
+                if kind == REJECT:
+                    self.dead_letters.append(DeadLetter(run.first, run.last, run.count, True))
             elif kind == RELEASE:
                 self._release(run)
             else:  # RENEW: the lock starts again
@@ -352,6 +367,7 @@ class SharePartition:
         if run.count >= self.limits.delivery_count_limit:
             run.state = ARCHIVED
             self.archived_at_limit += run.size
+            self.dead_letters.append(DeadLetter(run.first, run.last, run.count, False))
         else:
             run.state = AVAILABLE
 

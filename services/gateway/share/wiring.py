@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import grpc
 
+from seglog.errors import InvalidConfigError
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
@@ -17,12 +18,14 @@ from ..cluster.group_configs import GroupConfig
 from ..cluster.registry import Registry
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from ..routing.data_plane import DataPlane, error_of
+from .dead_letters import DeadLetterQueue
 from .forwarding import RemoteGateways, ShareStateService
 from .partition_ops import LocalOps, ShareRouter
 from .partition_states import PartitionStates
 from .placement import SharePlacement
 from .settings import ShareSettings
 from .share_core import ShareGroups
+from .state_access import RoutedAccess
 from .state_store import StateStore
 
 
@@ -44,9 +47,11 @@ def share_groups(
     peers: Callable[[], list[str]] = list,
     credentials: grpc.ChannelCredentials | None = None,
     group_config: Callable[[str], GroupConfig] | None = None,
+    create_dead_letter_topic: Callable[[str], None] | None = None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
-    same produce and fetch, its start offsets from the leaders' ListOffsets)."""
+    same produce and fetch, its start offsets from the leaders' ListOffsets).
+    `create_dead_letter_topic(name)`: a dead-letter topic of the cluster's defaults."""
     store = StateStore(
         registry,
         data_plane.producing,
@@ -66,7 +71,17 @@ def share_groups(
         return int(result.offset)
 
     states = PartitionStates(registry, store, settings, offset_of, group_config)
-    local = LocalOps(states)
+
+    def no_creation(name: str) -> None:
+        raise InvalidConfigError(f"dead-letter topic {name!r} is not created here")
+
+    dead_letters = DeadLetterQueue(
+        registry,
+        RoutedAccess(data_plane.producing, data_plane.fetching, data_plane.queries),
+        settings,
+        create_dead_letter_topic or no_creation,
+    )
+    local = LocalOps(states, dead_letters)
     placement = SharePlacement(
         states, coordination if coordination is not None else SoleCoordinator(), internal_address_of
     )

@@ -1,0 +1,171 @@
+"""Dead-letter topics for share groups (KIP-1191, Kafka 4.4): a record whose delivery failed
+(a member rejected it, or it was released or its lock lapsed at
+group.share.delivery.count.limit) is written to the group's dead-letter topic as it is
+archived, as Kafka's broker writes it (ShareGroupDLQRecordHelper):
+
+    one record per source offset, timestamped now, without the source's key and value unless
+    errors.deadletterqueue.copy.record.enable (then with them, read back from the source
+    partition's leader), the source's own headers never copied, and these headers, UTF-8:
+      __dlq.errors.topic           the source topic
+      __dlq.errors.partition       the source partition
+      __dlq.errors.offset          the source offset
+      __dlq.errors.group           the share group
+      __dlq.errors.delivery.count  the deliveries it had
+      __dlq.errors.message         why: "Offset rejected by client." or
+                                   "Offset delivery count exceeded the threshold."
+    into partition (source partition) mod (the dead-letter topic's partitions).
+
+Kafka names the topic per group (group configs errors.deadletterqueue.topic.name and
+errors.deadletterqueue.copy.record.enable); seglog has no group configs yet, so `topic_for`
+and `copies_records` answer the gateway's settings for every share group: the one place a
+per-group lookup plugs in. The name must start with
+errors.deadletterqueue.topic.name.prefix ("dlq." by default), so a share group cannot be
+pointed at a business topic; with errors.deadletterqueue.auto.create.topics.enable the topic
+is created (num.partitions, default.replication.factor) when first needed, otherwise a
+missing topic is logged and the records are archived without a copy.
+
+Written before the change that archived them is acknowledged (partition_ops.py): a failed
+write fails the acknowledgement, whose records stay acquired, so a dead letter is written at
+least once (twice if the state write after it fails and the client acknowledges again).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
+
+from seglog.records import LegacyMessage, RecordBatchBuilder, iter_batches
+
+from ..cluster.registry import Registry
+from ..internal_topics import Appended, FetchedPiece
+from .partition_states import PartitionId
+from .settings import ShareSettings
+from .share_partition import DeadLetter
+
+logger = logging.getLogger(__name__)
+
+WRITE_TIMEOUT_MS = 5000
+MAX_BATCH_BYTES = 1 << 20  # below every topic's default max.message.bytes
+REJECTED = b"Offset rejected by client."
+DELIVERY_COUNT_EXCEEDED = b"Offset delivery count exceeded the threshold."
+
+
+class Access(Protocol):
+    def append(self, topic: str, partition: int, records: bytes, timeout_ms: int) -> Appended: ...
+
+    def fetch(self, topic: str, partition: int, offset: int) -> Iterator[FetchedPiece]: ...
+
+
+# The source record's key and value by offset (copy mode); absent: not found (compacted or
+# deleted since), written without them as Kafka does.
+Copies = dict[int, tuple[bytes | None, bytes | None]]
+
+
+class DeadLetterQueue:
+    def __init__(
+        self,
+        registry: Registry,
+        access: Access,
+        settings: ShareSettings,
+        create_topic: Callable[[str], None],
+    ) -> None:
+        """`create_topic(name)`: a topic of the cluster's defaults, serving when it returns."""
+        self.registry = registry
+        self.access = access
+        self.settings = settings
+        self.create_topic = create_topic
+        self.written = 0  # dead letters written (a figure for tests and metrics)
+
+    def topic_for(self, group_id: str) -> str | None:
+        """The group's dead-letter topic (None: the group has none)."""
+        return self.settings.errors_deadletterqueue_topic_name or None
+
+    def copies_records(self, group_id: str) -> bool:
+        """Whether the group's dead letters carry the source record's key and value."""
+        return self.settings.errors_deadletterqueue_copy_record_enable
+
+    def write(self, pid: PartitionId, letters: Sequence[DeadLetter]) -> None:
+        """Write the letters of share partition `pid`; SeglogError when they were not."""
+        group_id, topic, partition = pid
+        target = self.topic_for(group_id)
+        if not letters or target is None:
+            return
+        found = self.registry.topics.get(target)
+        if found is None and self.settings.errors_deadletterqueue_auto_create_topics_enable:
+            self.create_topic(target)
+            found = self.registry.topics.get(target)
+        if found is None:
+            logger.warning(
+                "share group %s: dead-letter topic %s does not exist; %d ranges archived "
+                "without a copy",
+                group_id,
+                target,
+                len(letters),
+            )
+            return
+        destination = partition % len(found.partitions)
+        copies = self._copies(topic, partition, letters) if self.copies_records(group_id) else {}
+        for batch in _batches(group_id, topic, partition, letters, copies):
+            self.access.append(target, destination, batch, WRITE_TIMEOUT_MS)
+        self.written += sum(letter.last_offset - letter.first_offset + 1 for letter in letters)
+
+    def _copies(self, topic: str, partition: int, letters: Sequence[DeadLetter]) -> Copies:
+        """The letters' source records, read from the leader (a read per range, stopping
+        at its last offset or where the log ends)."""
+        copies: Copies = {}
+        for letter in letters:
+            offset = letter.first_offset
+            while offset <= letter.last_offset:
+                progressed = False
+                for piece in self.access.fetch(topic, partition, offset):
+                    for batch in iter_batches(piece.records):
+                        if isinstance(batch, LegacyMessage):
+                            continue  # stored batches are v2; nothing to copy from these
+                        if batch.header.is_control:
+                            offset = max(offset, batch.header.next_offset)
+                            continue
+                        for record in batch.records():
+                            if letter.first_offset <= record.offset <= letter.last_offset:
+                                copies[record.offset] = (record.key, record.value)
+                        offset = max(offset, batch.header.next_offset)
+                        progressed = True
+                if not progressed:
+                    break  # nothing more to read there
+        return copies
+
+
+def _batches(
+    group_id: str,
+    topic: str,
+    partition: int,
+    letters: Sequence[DeadLetter],
+    copies: Copies | None = None,
+) -> list[bytes]:
+    """The letters' records in batches of at most MAX_BATCH_BYTES. A record per offset, as
+    Kafka writes them: only failed deliveries pay this loop, never an accepted record."""
+    now_ms = time.time_ns() // 1_000_000
+    common = (
+        ("__dlq.errors.topic", topic.encode()),
+        ("__dlq.errors.partition", str(partition).encode()),
+    )
+    group = ("__dlq.errors.group", group_id.encode())
+    out: list[bytes] = []
+    builder = RecordBatchBuilder(max_bytes=MAX_BATCH_BYTES)
+    for letter in letters:
+        why = REJECTED if letter.rejected else DELIVERY_COUNT_EXCEEDED
+        tail = (
+            group,
+            ("__dlq.errors.delivery.count", str(letter.delivery_count).encode()),
+            ("__dlq.errors.message", why),
+        )
+        for offset in range(letter.first_offset, letter.last_offset + 1):
+            headers = (*common, ("__dlq.errors.offset", str(offset).encode()), *tail)
+            key, value = (copies or {}).get(offset, (None, None))
+            if not builder.append(key, value, now_ms, headers):
+                out.append(builder.build())
+                builder = RecordBatchBuilder(max_bytes=MAX_BATCH_BYTES)
+                builder.append(key, value, now_ms, headers)
+    out.append(builder.build())
+    return out
