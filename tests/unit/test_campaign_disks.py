@@ -15,6 +15,7 @@ from seglog.storage import Log, LogConfig
 from tests.batches import make_batch
 from tests.faults.disks import UNCOVERED_HEADER_FIELDS, NodeDisks, flip_a_bit
 from tests.small_filesystem import sync_filesystem
+from tests.waiting import wait_for
 
 CONFIG = LogConfig(segment_bytes=1024, index_interval_bytes=128)
 BATCHES = 60
@@ -109,7 +110,14 @@ def test_a_node_disk_keeps_what_was_synced_through_repeated_power_cuts(tmp_path)
             holder.kill()
             holder.wait()
         disks.close()
-    assert attached_loops(tmp_path) == []
+    # The killed holders' mount namespaces are torn down by the kernel after they exit, and
+    # only then does the last reference to each loop device go (autoclear detaches it).
+    wait_for(
+        lambda: attached_loops(tmp_path) == [],
+        30,
+        "the loop devices to detach once their holders' namespaces are gone",
+        state=lambda: str(attached_loops(tmp_path)),
+    )
 
 
 def test_a_disk_unmounted_by_someone_else_is_neither_filled_nor_cut(tmp_path):
