@@ -104,8 +104,20 @@ class MarkerWriter:
             MarkerRound(completion, set(completion.partitions)), self.first_backoff_s
         )
         with self._cond:
-            heapq.heappush(self._due, (time.monotonic(), next(self._order), pending))
-            self._cond.notify()
+            # Started here when it may start now: the hop through the scheduling thread is a
+            # thread switch more on every transaction's way to its markers.
+            start = (
+                not self._stopped
+                and completion.transactional_id not in self._sending
+                and len(self._sending) < self.max_in_flight
+            )
+            if start:
+                self._sending[completion.transactional_id] = pending
+            else:
+                heapq.heappush(self._due, (time.monotonic(), next(self._order), pending))
+                self._cond.notify()
+        if start:
+            self._rounds.run(functools.partial(self._round, pending))
 
     def pending(self) -> list[Completion]:
         """The completions whose markers are not all written (those being sent too)."""
