@@ -1,7 +1,8 @@
 """The marker writer's rounds against two gRPC storage nodes on loopback that serve
 WriteTxnMarkers: markers of transactions on different leaders go out at once (neither waits
 for the other's answer), and a marker refused by a leader that lost its partition is sent to
-the new leader as soon as the registry reports the change, not after the retry backoff."""
+the new leader as soon as the registry reports the change (the gateway's registry, to which
+the transactions core subscribes the writer), not after the retry backoff."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ import grpc
 import pytest
 
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
+from services.gateway.authorization import Authorization
+from services.gateway.cluster.registry import Registry
 from services.gateway.cluster.registry_routes import Route
+from services.gateway.coordination.group_coordinators import SoleCoordinator
 from services.gateway.node_connections import NodeConnections
 from services.gateway.transactions.markers import Completion, MarkerWriter
+from services.gateway.transactions.transactions_core import TransactionsCore
 from tests.waiting import wait_until
 
 HOLD_S = 10.0  # how long a node keeps a call waiting for the other node's call
@@ -191,3 +196,47 @@ def test_a_change_of_other_partitions_leaves_a_retry_to_its_backoff(nodes):
     finally:
         writer.stop()
         connections.close()
+
+
+def test_the_registry_s_report_of_a_leader_change_reaches_the_marker_writer(nodes, tmp_path):
+    """The transactions core listens to the gateway's registry: a controlled shutdown of the
+    leader that refused a marker (its leadership moved to the other replica) sends it to
+    the new leader at once, the backoff set far beyond the bound."""
+    servicers, addresses = nodes
+    for servicer in servicers.values():
+        servicer.release.set()
+    registry = Registry(tmp_path / "gateway", session_timeout_ms=60_000)
+    for node_id, address in addresses.items():
+        registry.register_node(node_id, address)
+    registry.create_topic("a", 1, 2, {})
+    first_leader = registry.route("a", 0).leader
+    servicers[first_leader].refuse = {("a", 0)}
+    servicers[3 - first_leader].refuse = set()
+    connections = NodeConnections()
+    core = TransactionsCore(
+        registry,
+        connections,
+        Authorization([], enabled=False),
+        create_topic=lambda name, partitions, configs: None,
+        allocate_producer_id=lambda: 1,
+        offsets_partition_for=lambda group: 0,
+        coordination=SoleCoordinator(),
+    )
+    completed: list[Completion] = []
+    writer = core.markers
+    writer.on_complete = completed.append
+    writer.first_backoff_s = writer.max_backoff_s = 60.0
+    marker = Completion("t", 5, 0, True, 1, frozenset({("a", 0)}))
+    try:
+        writer.submit(marker)
+        assert wait_until(lambda: servicers[first_leader].arrived and not writer._sending, 10)
+        changed_at = time.monotonic()
+        registry.controlled_shutdown(first_leader)
+        assert registry.route("a", 0).leader == 3 - first_leader
+        assert wait_until(lambda: completed == [marker], 2.0)
+        took_s = time.monotonic() - changed_at
+    finally:
+        core.stop()
+        connections.close()
+    assert took_s < 2.0
+    assert [p for _, p in servicers[3 - first_leader].arrived] == [[("a", 0)]]
