@@ -11,8 +11,11 @@ first record's metadata and connections, and for the transactional one `init_tra
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import confluent_kafka
 
@@ -20,6 +23,7 @@ import confluent_kafka
 # short linger, as kafka_clients.THROUGHPUT_PRODUCER runs librdkafka for throughput.
 PRODUCER = {"linger.ms": 5, "acks": "all", "log_level": 3}
 TIMEOUT_S = 120.0
+_IDS = itertools.count()  # transactional ids of producers started at once stay distinct
 
 
 class _Deliveries:
@@ -61,14 +65,16 @@ def transactional_seconds(
     transactions: int,
     per_transaction: int,
     value: bytes,
+    warmed: Callable[[], object] = lambda: None,
 ) -> float:
     """Seconds to run `transactions` transactions of `per_transaction` copies of `value`, each
     begun, produced and committed (commit_transaction flushes and waits for the markers'
-    EndTxn answer), one after another as a transactional application does."""
+    EndTxn answer), one after another as a transactional application does. `warmed` is
+    called between the warm-up and the timed part."""
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
-            "transactional.id": f"bench-{topic}-{time.monotonic_ns()}",
+            "transactional.id": f"bench-{topic}-{time.monotonic_ns()}-{next(_IDS)}",
             **PRODUCER,
         }
     )
@@ -77,6 +83,7 @@ def transactional_seconds(
     producer.begin_transaction()  # one transaction off the clock: connections to every leader
     _produce(producer, topic, value, per_transaction, partitions, delivered)
     producer.commit_transaction(TIMEOUT_S)
+    warmed()
     start = time.perf_counter()
     for _ in range(transactions):
         producer.begin_transaction()
@@ -88,10 +95,15 @@ def transactional_seconds(
 
 
 def idempotent_seconds(
-    bootstrap: str, topic: str, partitions: int, records: int, value: bytes
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    records: int,
+    value: bytes,
+    warmed: Callable[[], object] = lambda: None,
 ) -> float:
     """Seconds for an idempotent producer (enable.idempotence, no transactional id) to send
-    `records` copies of `value` and have every one acknowledged."""
+    `records` copies of `value` and have every one acknowledged (`warmed`: as above)."""
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, **PRODUCER}
     )
@@ -99,6 +111,7 @@ def idempotent_seconds(
     _produce(producer, topic, value, partitions, partitions, delivered)  # warm: every leader
     if producer.flush(TIMEOUT_S) != 0:
         raise RuntimeError(f"the first records to {topic} on {bootstrap} were not acknowledged")
+    warmed()
     start = time.perf_counter()
     _produce(producer, topic, value, records, partitions, delivered)
     if producer.flush(TIMEOUT_S) != 0:
@@ -106,6 +119,32 @@ def idempotent_seconds(
     elapsed = time.perf_counter() - start
     delivered.check(f"idempotent records to {topic} on {bootstrap}")
     return elapsed
+
+
+def together_seconds(count: int, run: Callable[[Callable[[], object]], float]) -> float:
+    """Seconds from the moment `count` producers, each `run(warmed)` on a thread of its own,
+    have all warmed up until the last one is done (librdkafka sends from its own threads)."""
+    barrier = threading.Barrier(count + 1, timeout=TIMEOUT_S)
+
+    def one() -> float:
+        try:
+            return run(barrier.wait)
+        except BaseException:
+            barrier.abort()  # the others and the timer stop waiting for this one
+            raise
+
+    with ThreadPoolExecutor(count) as pool:
+        futures = [pool.submit(one) for _ in range(count)]
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            for future in futures:
+                future.result()  # what broke it, raised here
+            raise
+        start = time.perf_counter()
+        for future in futures:
+            future.result()
+        return time.perf_counter() - start
 
 
 def committed_records(

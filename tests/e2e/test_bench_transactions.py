@@ -16,6 +16,7 @@ from bench.transaction_clients import committed_records
 from bench.transactions import (
     PARTITIONS,
     PER_TRANSACTION,
+    PRODUCERS,
     compare_transactions,
     run_topic,
     transactional_run,
@@ -38,9 +39,14 @@ def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_commit
             reported[name] = (figure, baseline, target)
 
         compare_transactions(report, ours, theirs, "tiny", rounds_counted=1, records=RECORDS)
-        # The plan: seglog transactional and idempotent, then the baseline's. Each
-        # transactional run committed its warm-up transaction and RECORDS more; each
-        # idempotent run sent its warm-up (a record a partition) and RECORDS.
+        # The plan: seglog transactional and idempotent, then the baseline's, then PRODUCERS
+        # producers at once (seglog transactional and idempotent, the baseline's
+        # transactional). Each transactional producer committed its warm-up transaction and
+        # its share of RECORDS (a transaction at least); each idempotent one sent its warm-up
+        # (a record a partition) and its share.
+        share = max(1, RECORDS // PRODUCERS // PER_TRANSACTION) * PER_TRANSACTION
+        many_transactional = (share + PER_TRANSACTION) * PRODUCERS
+        many_idempotent = (RECORDS // PRODUCERS + PARTITIONS) * PRODUCERS
         expected = {
             run_topic(phase, 0, position, workload): count
             for phase in ("warm-up", "txn")
@@ -49,6 +55,9 @@ def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_commit
                 (1, "idempotent", RECORDS + PARTITIONS),
                 (2, "transactional", RECORDS + PER_TRANSACTION),
                 (3, "idempotent", RECORDS + PARTITIONS),
+                (4, f"transactional-x{PRODUCERS}", many_transactional),
+                (5, f"idempotent-x{PRODUCERS}", many_idempotent),
+                (6, f"transactional-x{PRODUCERS}", many_transactional),
             )
         }
         committed = committed_records(ours.bootstrap, list(expected), PARTITIONS, TIMEOUT_S)
@@ -62,6 +71,10 @@ def test_seglog_transactions_are_timed_beside_its_idempotent_producer_and_commit
         f"{name} vs Kafka CPU (s/M rec)": 1.0,
         f"{name} vs idempotent CPU (s/M rec)": None,
         f"{name} vs Kafka peak RSS (MiB)": None,
+        # Beside the single producer's, judged by nothing.
+        f"{name} {PRODUCERS} producers vs {PRODUCERS} idempotent (k rec/s)": None,
+        f"{name} {PRODUCERS} producers vs Kafka's {PRODUCERS} (k rec/s)": None,
+        f"{name} {PRODUCERS} producers vs Kafka's {PRODUCERS} CPU (s/M rec)": None,
     }
     assert all(figure > 0 and baseline > 0 for figure, baseline, _ in reported.values())
 

@@ -21,7 +21,7 @@ from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
 from .log_formats import TopicPartition
-from .markers import Completion, marker_request
+from .marker_sends import Completion, marker_request
 
 Outcomes = dict[TopicPartition, SeglogError | None]
 _RPC_SLACK_S = 5.0

@@ -64,6 +64,8 @@ class TransactionsCore:
         self.markers = MarkerWriter(
             registry, connections, lambda c: self.coordinator.complete(c), groups=groups
         )
+        # A leader change sends the markers waiting on its partitions again at once.
+        registry.listeners.append(self.markers.leaders_changed)
         self.placement = TransactionPlacement(
             self.log, coordination, lambda m, e: self.coordinator.resume(m, e)
         )
