@@ -17,6 +17,7 @@ from seglog.metrics import RequestMetrics, error_reason
 from seglog.storage import Log
 from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
+from seglog.storage.remote_reads import RemoteRead
 from seglog.storage.txn_index import AbortedTxn
 
 from .remote_fetches import RemoteFetches
@@ -165,7 +166,8 @@ def read_chunks(
                         yield _error_chunk(state, exc, remote)
                     break
                 size = 0
-                for read in reads or [None]:
+                pieces: list[RemoteRead | None] = list(reads) if reads else [None]
+                for read in pieces:
                     piece = 0 if read is None else len(read.data)
                     if piece or chunks == 0:
                         remote_aborted: tuple[AbortedTxn, ...] = ()

@@ -30,6 +30,7 @@ goes out of the bulk answer as a copy (bulk_answer.py), the rest of the answer u
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -334,7 +335,7 @@ class RemoteFetches:
             wanted += [(following, i) for i in claimed]
         for each, index in wanted:
             try:
-                self._submit(lambda s=each, i=index: self._fill(topic, s, i))
+                self._submit(functools.partial(self._fill, topic, each, index))
             except SeglogError:
                 self.reader.abandon(topic, each, index)
 

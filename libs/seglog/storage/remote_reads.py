@@ -222,7 +222,7 @@ class RemoteLogReader:
         return self.store.get_range(key, position, min(length, segment.size_bytes - position))
 
 
-def _header(window: bytes, at: int, position: int) -> _Batch | None:
+def _header(window: bytes | memoryview, at: int, position: int) -> _Batch | None:
     """The batch header at `at` in `window` (file position `position`), None when the window
     ends before the header does."""
     if at < 0 or at + HEADER_BYTES > len(window):
