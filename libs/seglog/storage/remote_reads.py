@@ -1,12 +1,12 @@
 """Reads of one copied segment in the object store (Kafka's RemoteLogReader's work for one
 partition): whole batches from the batch holding an offset, as the local read answers them,
 found from where the previous read of a consumer reading forward ended, the segment's start,
-or its remote offset index (remote_indexes.py), and answered from the segment's 4 MiB chunks
+or its remote offset index (remote_indexes.py), and answered from the segment's 8 MiB chunks
 (remote_chunks.py: ranged GETs, fetched ahead of a reader going forward); and ListOffsets'
 timestamp search through its remote time index.
 
 A read costs, with its chunks held, no GET: its answer is a view of one chunk (or, crossing
-a chunk's end, the pieces joined); otherwise one GET per chunk it touches, 4 MiB each (at
+a chunk's end, the pieces joined); otherwise one GET per chunk it touches, 8 MiB each (at
 least one whole batch is answered, as locally). Only the fixed header of
 each batch is parsed (RecordBatch v2, DESIGN.md: baseOffset int64 at 0, batchLength int32 at
 8, lastOffsetDelta int32 at 23, maxTimestamp int64 at 35); the timestamp search decodes the
