@@ -48,8 +48,16 @@ def weed_binary() -> Path:
 
 
 class SeaweedProcess:
-    def __init__(self, data_dir: Path, *, s3_port: int = 0, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        s3_port: int = 0,
+        log_path: Path | None = None,
+        max_volumes: int = MAX_VOLUMES,
+    ) -> None:
         self.data_dir = data_dir
+        self.max_volumes = max_volumes  # of VOLUME_SIZE_LIMIT_MB each: what the store holds
         # master, volume, filer and S3, each an HTTP port and a gRPC one (SeaweedFS's default
         # gRPC port is the HTTP one + 10000, which may be taken: all eight are picked).
         ports = free_ports(8)
@@ -123,7 +131,7 @@ class SeaweedProcess:
             "-master.telemetry=false",
             f"-volume.port={volume}",
             f"-volume.port.grpc={volume_grpc}",
-            f"-volume.max={MAX_VOLUMES}",
+            f"-volume.max={self.max_volumes}",
             "-volume.preStopSeconds=0",
             "-filer",
             f"-filer.port={filer}",

@@ -35,7 +35,7 @@ FLUSH_AT_BYTES = 64 * 1024
 class AnswerWriter:
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | memoryview] = []
         self._size = 0
 
     def message(self, message: Message) -> None:
@@ -50,7 +50,7 @@ class AnswerWriter:
         self.flush()
         return found.write_to(self.conn)
 
-    def copy(self, data: bytes) -> None:
+    def copy(self, data: bytes | memoryview) -> None:
         """Bytes already in memory (a remote read's), after what was added before."""
         if len(data) < COPY_BELOW_BYTES:
             self._add(data)
@@ -67,7 +67,7 @@ class AnswerWriter:
         self._size = 0
         self.conn.sendall(data)
 
-    def _add(self, data: bytes) -> None:
+    def _add(self, data: bytes | memoryview) -> None:
         self._parts.append(data)
         self._size += len(data)
         if self._size >= FLUSH_AT_BYTES:

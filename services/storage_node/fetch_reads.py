@@ -17,6 +17,7 @@ from seglog.metrics import RequestMetrics, error_reason
 from seglog.storage import Log
 from seglog.storage.log import LogSlice
 from seglog.storage.log_reads import ReadPosition
+from seglog.storage.remote_reads import RemoteRead
 from seglog.storage.txn_index import AbortedTxn
 
 from .remote_fetches import RemoteFetches
@@ -69,11 +70,12 @@ class FetchChunk:
     diverging: tuple[int, int] | None = None
     last_stable_offset: int = -1
     aborted: tuple[AbortedTxn, ...] = ()  # read_committed: the transactions aborted in range
-    remote: bytes | None = None  # batches read from the object store (remote_fetches.py)
+    # Batches read from the object store (remote_fetches.py): a view of a cached chunk.
+    remote: bytes | memoryview | None = None
 
     def read(self) -> bytes:
         if self.remote is not None:
-            return self.remote
+            return bytes(self.remote)
         return b"" if self.found is None else self.found.read()
 
     @property
@@ -141,15 +143,16 @@ def read_chunks(
             local_start = log.log_start_offset
             if cold is not None and offset < local_start:
                 try:
-                    read = cold.read(
+                    reads = cold.read(
                         state.topic,
                         state.partition,
                         offset,
-                        max(limit, 0),
+                        max(min(partition_budget, budget), 0),
                         local_start=local_start,
                         max_offset=state.max_offset(),
                         min_one_message=not sent_data,
                         read_committed=state.read_committed,
+                        piece_bytes=chunk_bytes,
                     )
                 except SeglogError as exc:
                     if chunks == 0:
@@ -162,28 +165,33 @@ def read_chunks(
                         )
                         yield _error_chunk(state, exc, remote)
                     break
-                size = 0 if read is None else len(read.data)
-                if size or chunks == 0:
-                    remote_aborted: tuple[AbortedTxn, ...] = ()
-                    if read is not None and state.read_committed and size:
-                        remote_aborted = read.aborted
-                        if not read.aborted_complete:  # markers past the copied segments
-                            local = log.aborted_transactions(offset, read.next_offset)
-                            remote_aborted += tuple(t for t in local if t not in read.aborted)
-                    yield FetchChunk(
-                        state.topic,
-                        state.partition,
-                        log.high_watermark,
-                        cold.log_start_offset(state.topic, state.partition, local_start),
-                        remote=None if read is None else read.data,
-                        last_stable_offset=log.last_stable_offset,
-                        aborted=remote_aborted,
-                    )
-                    chunks += 1
-                if read is None or not size:
+                size = 0
+                pieces: list[RemoteRead | None] = list(reads) if reads else [None]
+                for read in pieces:
+                    piece = 0 if read is None else len(read.data)
+                    if piece or chunks == 0:
+                        remote_aborted: tuple[AbortedTxn, ...] = ()
+                        if read is not None and state.read_committed and piece:
+                            remote_aborted = read.aborted
+                            if not read.aborted_complete:  # markers past the copied segments
+                                local = log.aborted_transactions(offset, read.next_offset)
+                                remote_aborted += tuple(t for t in local if t not in read.aborted)
+                        yield FetchChunk(
+                            state.topic,
+                            state.partition,
+                            log.high_watermark,
+                            cold.log_start_offset(state.topic, state.partition, local_start),
+                            remote=None if read is None else read.data,
+                            last_stable_offset=log.last_stable_offset,
+                            aborted=remote_aborted,
+                        )
+                        chunks += 1
+                    if read is not None and piece:
+                        offset = read.next_offset
+                        size += piece
+                if reads is None or not size:
                     break  # timed out (answers no records, as Kafka), or nothing below the bound
                 sent_data = True
-                offset = read.next_offset
                 partition_budget -= size
                 budget -= size
                 if partition_budget <= 0 or budget <= 0 or offset >= log.high_watermark:

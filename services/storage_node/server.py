@@ -3,6 +3,7 @@ servicer, health, reflection, tracing, and the registry session with the gateway
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from seglog.security.tls import peer_identity, server_credentials
 from seglog.storage import LogConfig, LogManagerConfig
 from seglog.storage.log_manager import LogManager
 from seglog.storage.remote_metadata import RemoteLogMetadata
-from seglog.storage.remote_store import RemoteStore
+from seglog.storage.remote_store import RemoteStorageConfig, RemoteStore
 from seglog.v1 import common_pb2, gateway_pb2, storage_pb2
 from services import serving
 from services.memory_pool import RequestMemoryPool
@@ -41,6 +42,9 @@ from .service import FETCH_METHOD, FETCH_POOL_THREADS, StorageNodeService
 from .settings import NodeConfig
 
 logger = logging.getLogger(__name__)
+# Connections to the object store beside the reader threads' own: the remote log manager's
+# copies and metadata, a follower's catch-up from the store.
+STORE_CONNECTIONS_BESIDE_READERS = 4
 SERVICE_NAME = storage_pb2.DESCRIPTOR.services_by_name["StorageNode"].full_name
 
 
@@ -120,7 +124,7 @@ class StorageNode:
         if config.remote_storage is not None:
             self.remote_log_manager = RemoteLogManager(
                 self.replicas,
-                config.remote_storage,
+                _pool_for_readers(config.remote_storage, config.remote_log_reader_threads),
                 RemoteLogManagerConfig(
                     remote_log_manager_task_interval_ms=config.remote_log_manager_task_interval_ms,
                     remote_log_manager_task_retry_backoff_ms=(
@@ -412,3 +416,13 @@ class StorageNode:
 
 def _unguarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return method
+
+
+def _pool_for_readers(storage: RemoteStorageConfig, reader_threads: int) -> RemoteStorageConfig:
+    """The store's connection pool sized so that every reader thread has its connection
+    beside the remote log manager's and a follower's catch-up: a GET waiting for a free
+    connection would wait behind another GET."""
+    wanted = reader_threads + STORE_CONNECTIONS_BESIDE_READERS
+    if storage.max_pool_connections >= wanted:
+        return storage
+    return dataclasses.replace(storage, max_pool_connections=wanted)

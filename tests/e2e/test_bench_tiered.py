@@ -13,6 +13,7 @@ pytestmark = pytest.mark.long
 
 def test_the_tiered_group_runs_and_reports_every_figure(monkeypatch):
     monkeypatch.setattr(tiered, "TOTAL_BYTES", 8 * tiered.MIB)
+    monkeypatch.setattr(tiered, "SPARK_BYTES", 8 * tiered.MIB)
     monkeypatch.setattr(tiered, "SEGMENT_BYTES", 512 * 1024)
     monkeypatch.setattr(tiered, "EXECUTORS", (1,))
     monkeypatch.setattr(tiered, "ROUNDS", 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from seglog.storage import Log
 from seglog.storage.config import LogConfig
+from seglog.storage.remote_chunks import RemoteChunks
 from seglog.storage.remote_indexes import RemoteIndexCache
 from seglog.storage.remote_layout import (
     OFFSET_INDEX,
@@ -61,12 +62,19 @@ def test_remote_segment_reads_answer_the_local_reads_bytes(tmp_path, seaweedfs):
     assert whole.data == bytes(log.read(big + 10, 10)) and len(whole.data) > 90_000
     assert whole.next_offset == big + 900
     assert reader.read("reader", remote, big, 10, min_one_message=False).data == b""
-    # Read-ahead: the next read of a consumer going forward starts from bytes fetched ahead.
+    # A consumer reading forward: its next read starts where this one ended (no index), from
+    # chunks fetched ahead, each GET once.
+    reader = RemoteLogReader(store, RemoteIndexCache(), RemoteChunks(store, chunk_bytes=4096))
     first = reader.read("reader", remote, 0, 2000)
-    reader.read_ahead("reader", remote, first.next_offset, first.next_position, 2000)
-    following = reader.read("reader", remote, first.next_offset, 3000)
-    assert reader.ahead.hits == 1
-    assert following.data == bytes(log.read(first.next_offset, 3000))
+    claimed = reader.fetch_ahead("reader", remote, first.next_position, 3, 3)
+    assert first.next_position < 4096 and claimed == [1, 2]  # chunk 0 is held: read from
+    for index in claimed:
+        reader.fill("reader", remote, index)
+    gets = reader.chunks.gets
+    following = reader.read("reader", remote, first.next_offset, 9000)  # across 3 chunks
+    assert reader.chunks.gets == gets  # all of it from chunks fetched ahead
+    assert following.data == bytes(log.read(first.next_offset, 9000))
+    assert reader.fetch_ahead("reader", remote, first.next_position, 3, 3) == []  # held already
     bounded = reader.read("reader", remote, 0, 1 << 20, max_offset=big)
     assert bounded.next_offset == big and bounded.data == bytes(log.read(0, len(bounded.data)))
     log.close()

@@ -1,12 +1,13 @@
 """Reads of one copied segment in the object store (Kafka's RemoteLogReader's work for one
 partition): whole batches from the batch holding an offset, as the local read answers them,
-found with the segment's remote offset index (remote_indexes.py) and fetched by ranged GETs;
-and ListOffsets' timestamp search through its remote time index.
+found from where the previous read of a consumer reading forward ended, the segment's start,
+or its remote offset index (remote_indexes.py), and answered from the segment's 8 MiB chunks
+(remote_chunks.py: ranged GETs, fetched ahead of a reader going forward); and ListOffsets'
+timestamp search through its remote time index.
 
-A read costs, with the indexes cached, one GET of at most `max_bytes` plus the distance from
-the indexed position to the wanted batch (one index interval, 4 KiB by default; more when
-batches are larger); a batch larger than what the first GET brought takes a second GET for
-the rest of it (at least one whole batch is answered, as locally). Only the fixed header of
+A read costs, with its chunks held, no GET: its answer is a view of one chunk (or, crossing
+a chunk's end, the pieces joined); otherwise one GET per chunk it touches, 8 MiB each (at
+least one whole batch is answered, as locally). Only the fixed header of
 each batch is parsed (RecordBatch v2, DESIGN.md: baseOffset int64 at 0, batchLength int32 at
 8, lastOffsetDelta int32 at 23, maxTimestamp int64 at 35); the timestamp search decodes the
 one batch the target falls in, as the local search does."""
@@ -14,12 +15,11 @@ one batch the target falls in, as the local search does."""
 from __future__ import annotations
 
 import struct
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import CorruptRecordError
 from ..records.batch import HEADER_BYTES, LOG_OVERHEAD, RecordBatch
+from .remote_chunks import ChunkedObject, RemoteChunks
 from .remote_indexes import RemoteIndexCache, RemoteIndexes
 from .remote_layout import (
     OFFSET_INDEX,
@@ -49,72 +49,13 @@ class RemoteRead:
     """Whole batches read from a remote segment (b"": none at or past the offset below the
     bound), where the next read continues, and that batch's file position (-1: unknown)."""
 
-    data: bytes
+    data: bytes | memoryview
     next_offset: int
     next_position: int = -1
     # read_committed reads: the transactions aborted in the range read, from the copied
     # `.txnindex` files; `aborted_complete` False: the local log's indexes may hold more.
     aborted: tuple[AbortedTxn, ...] = ()
     aborted_complete: bool = True
-
-
-# What read-ahead may hold at once: a few consumers' next fetch each (1 MiB by default).
-READ_AHEAD_BYTES = 64 * 1024 * 1024
-
-
-class ReadAhead:
-    """Bytes fetched ahead of a consumer reading forward (Kafka has no such thing; its
-    RemoteStorageManager plugins cache chunks): keyed by (segment id, the offset of the batch
-    they start with), taken by the read that asks for that offset, least recently stored out
-    first past READ_AHEAD_BYTES. A read that arrives while the bytes it wants are still on
-    their way waits for them (at most `wait_s`) instead of asking the store a second time."""
-
-    def __init__(self, total_bytes: int = READ_AHEAD_BYTES, *, wait_s: float = 5.0) -> None:
-        self.total_bytes = total_bytes
-        self.wait_s = wait_s
-        self._held: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()
-        self._coming: dict[tuple[str, int], threading.Event] = {}
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-
-    def begin(self, segment_id: str, offset: int) -> None:
-        """These bytes are being fetched: a read asking for them waits for `put`/`abandon`."""
-        with self._lock:
-            self._coming.setdefault((segment_id, offset), threading.Event())
-
-    def abandon(self, segment_id: str, offset: int) -> None:
-        with self._lock:
-            coming = self._coming.pop((segment_id, offset), None)
-        if coming is not None:
-            coming.set()
-
-    def put(self, segment_id: str, offset: int, position: int, data: bytes) -> None:
-        with self._lock:
-            old = self._held.pop((segment_id, offset), None)
-            self._bytes -= len(old[1]) if old else 0
-            if len(data) <= self.total_bytes:
-                self._held[(segment_id, offset)] = (position, data)
-                self._bytes += len(data)
-                while self._bytes > self.total_bytes:
-                    _, (_, evicted) = self._held.popitem(last=False)
-                    self._bytes -= len(evicted)
-            coming = self._coming.pop((segment_id, offset), None)
-        if coming is not None:
-            coming.set()
-
-    def take(self, segment_id: str, offset: int) -> tuple[int, bytes] | None:
-        key = (segment_id, offset)
-        with self._lock:
-            coming = self._coming.get(key) if key not in self._held else None
-        if coming is not None:
-            coming.wait(self.wait_s)
-        with self._lock:
-            found = self._held.pop(key, None)
-            if found is not None:
-                self._bytes -= len(found[1])
-                self.hits += 1
-            return found
 
 
 @dataclass(frozen=True)
@@ -130,11 +71,11 @@ class RemoteLogReader:
     """Reads copied segments through `store`, their indexes through `indexes`."""
 
     def __init__(
-        self, store: RemoteStore, indexes: RemoteIndexCache, ahead: ReadAhead | None = None
+        self, store: RemoteStore, indexes: RemoteIndexCache, chunks: RemoteChunks | None = None
     ) -> None:
         self.store = store
         self.indexes = indexes
-        self.ahead = ahead or ReadAhead()
+        self.chunks = chunks or RemoteChunks(store)
 
     def _key(self, topic: str, segment: RemoteSegment) -> SegmentKey:
         return SegmentKey(
@@ -158,6 +99,10 @@ class RemoteLogReader:
 
         return self.indexes.get(segment.segment_id, load)
 
+    def object_of(self, topic: str, segment: RemoteSegment) -> ChunkedObject:
+        key = segment_object(self._key(topic, segment), SEGMENT_LOG)
+        return ChunkedObject(key, segment.segment_id, segment.size_bytes)
+
     def read(
         self,
         topic: str,
@@ -170,28 +115,30 @@ class RemoteLogReader:
     ) -> RemoteRead:
         """Whole batches of `segment` from the one holding `offset`, up to `max_bytes` (at
         least one when `min_one_message`), none starting at or past `max_offset`."""
-        key = segment_object(self._key(topic, segment), SEGMENT_LOG)
-        ahead = self.ahead.take(segment.segment_id, offset)
-        if ahead is not None:  # fetched while the consumer handled its previous answer
-            start, window = ahead
-        else:
-            start = self.segment_indexes(topic, segment).position_at_or_before(offset)
-            window = self._get(key, start, max(max_bytes + SLACK_BYTES, MIN_GET_BYTES), segment)
-        window_at = start
-        taken: list[_Batch] = []
+        obj = self.object_of(topic, segment)
+        position = self.chunks.position_of(segment.segment_id, offset)
+        if position is None:  # not where an earlier read ended: the index says
+            position = (
+                0
+                if offset <= segment.base_offset
+                else self.segment_indexes(topic, segment).position_at_or_before(offset)
+            )
+        taken = 0
+        last_offset = offset - 1
         used = 0
         first_at = -1
-        position = start
+        # The chunk the headers are parsed from, kept across batches: one cache look-up per
+        # chunk, not per batch.
+        chunk_at, chunk = -1, b""
         while position < segment.size_bytes:
-            batch = _header(window, position - window_at, position)
-            if batch is None:  # the header runs past the window: read on from it
-                if taken and used >= max_bytes:
-                    break
-                window_at = position
-                window = self._get(
-                    key, position, max(max_bytes + SLACK_BYTES, MIN_GET_BYTES), segment
-                )
-                batch = _header(window, 0, position)
+            at = position - chunk_at
+            if chunk_at < 0 or at + HEADER_BYTES > len(chunk):
+                index = position // self.chunks.chunk_bytes
+                chunk_at, chunk = index * self.chunks.chunk_bytes, self.chunks.chunk(obj, index)
+                at = position - chunk_at
+            batch = _header(chunk, at, position)
+            if batch is None:  # the header crosses into the next chunk
+                batch = _header(self.chunks.read(obj, position, HEADER_BYTES), 0, position)
                 if batch is None:
                     break  # the object ends inside a header: only what came before counts
             if batch.last_offset < offset:
@@ -203,39 +150,44 @@ class RemoteLogReader:
                 break
             if not taken:
                 first_at = position
-            taken.append(batch)
+            taken += 1
+            last_offset = batch.last_offset
             used += batch.size
             position += batch.size
         if not taken:
             return RemoteRead(b"", offset)
         end = position
-        if first_at >= window_at and end <= window_at + len(window):
-            data = window[first_at - window_at : end - window_at]
-        else:
-            data = self.store.get_range(key, first_at, end - first_at)
+        data = self.chunks.read(obj, first_at, end - first_at)
         if len(data) != end - first_at:
             raise CorruptRecordError(
                 f"remote segment {segment.segment_id}: {len(data)} bytes at {first_at}, "
                 f"expected {end - first_at}"
             )
-        return RemoteRead(data, taken[-1].last_offset + 1, end)
+        self.chunks.remember_position(segment.segment_id, last_offset + 1, end)
+        self.chunks.done_with(obj, first_at)
+        return RemoteRead(data, last_offset + 1, end)
 
-    def read_ahead(
-        self, topic: str, segment: RemoteSegment, offset: int, position: int, length: int
-    ) -> None:
-        """Fetch `length` bytes from `position` (where the batch starting at `offset` lies)
-        for the read that will ask for `offset` next."""
-        if position < 0 or position >= segment.size_bytes:
-            self.ahead.abandon(segment.segment_id, offset)
-            return
-        key = segment_object(self._key(topic, segment), SEGMENT_LOG)
-        self.ahead.begin(segment.segment_id, offset)
-        try:
-            data = self._get(key, position, length, segment)
-        except BaseException:
-            self.ahead.abandon(segment.segment_id, offset)
-            raise
-        self.ahead.put(segment.segment_id, offset, position, data)
+    def fetch_ahead(
+        self, topic: str, segment: RemoteSegment, position: int, chunks: int, most: int
+    ) -> list[int]:
+        """Of the `chunks` chunks of `segment` from the one holding `position`, at most
+        `most` that the caller is to fetch ahead (`fill`) for a consumer reading forward:
+        those neither held nor on their way, while there is room for them."""
+        obj = self.object_of(topic, segment)
+        first = position // self.chunks.chunk_bytes
+        claimed: list[int] = []
+        for index in range(first, first + chunks):
+            if len(claimed) >= most:
+                break
+            if self.chunks.claim(obj, index):
+                claimed.append(index)
+        return claimed
+
+    def fill(self, topic: str, segment: RemoteSegment, index: int) -> None:
+        self.chunks.fill(self.object_of(topic, segment), index)
+
+    def abandon(self, topic: str, segment: RemoteSegment, index: int) -> None:
+        self.chunks.abandon(self.object_of(topic, segment), index)
 
     def offset_for_timestamp(
         self, topic: str, segment: RemoteSegment, timestamp_ms: int, start_offset: int
@@ -270,7 +222,7 @@ class RemoteLogReader:
         return self.store.get_range(key, position, min(length, segment.size_bytes - position))
 
 
-def _header(window: bytes, at: int, position: int) -> _Batch | None:
+def _header(window: bytes | memoryview, at: int, position: int) -> _Batch | None:
     """The batch header at `at` in `window` (file position `position`), None when the window
     ends before the header does."""
     if at < 0 or at + HEADER_BYTES > len(window):
