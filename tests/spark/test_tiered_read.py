@@ -5,18 +5,21 @@ cluster; the rows, offsets and headers equal a read through the brokers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
+from seglog.spark import remote_reading
 from seglog.spark.options import OptionError, parse_read_options
-from seglog.spark.reading import RangeRead
-from seglog.spark.remote_reading import RemoteRangeRead
+from seglog.spark.reading import RangeRead, read_range
+from seglog.spark.remote_reading import RemoteRangeRead, read_remote_range
 from seglog.spark.source import SeglogBatchReader
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
@@ -204,6 +207,34 @@ def test_a_direct_read_gives_the_rows_of_a_read_through_the_brokers(
         ),
     )
     assert ranged == [r for r in through if (r[0] == 0 and 17 <= r[1] < 901) or r[:2] == (1, 250)]
+
+
+def test_a_task_cut_into_small_gets_builds_the_columns_the_brokers_read_gives(
+    tiered_cluster, seaweedfs, monkeypatch
+):
+    # The default columns (no headers: the C decoder's path Spark is fastest on), read in
+    # the worker's code in this process, with GETs of 1000 bytes: nearly every batch is cut
+    # by a GET's end and must wait for the next, several GETs in flight. Each task's batches
+    # equal the same offsets read through the brokers, column by column.
+    monkeypatch.setattr(remote_reading, "CHUNK_BYTES", 1000)
+    options = parse_read_options(
+        _options(tiered_cluster, seaweedfs, includeHeaders="false", maxBytesPerTask="50000"),
+        streaming=False,
+    )
+    planned = [p.read for p in SeglogBatchReader(options).partitions()]
+    direct = [t for t in planned if isinstance(t, RemoteRangeRead)]
+    (template, *_) = [t for t in planned if isinstance(t, RangeRead)]
+    assert len(direct) >= 2 * PARTITIONS, direct
+    for task in direct:
+        assert task.pieces[0].end_position - task.pieces[0].start_position > 3 * 1000
+        through = dataclasses.replace(
+            template, partition=task.partition, start=task.start, end=task.end
+        )
+        got = pa.Table.from_batches(list(read_remote_range(task))).combine_chunks()
+        want = pa.Table.from_batches(list(read_range(through))).combine_chunks()
+        assert got.num_rows == task.end - task.start
+        assert got.column("offset").to_pylist() == list(range(task.start, task.end))
+        assert got.equals(want)
 
 
 def test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store(

@@ -40,9 +40,11 @@ from .planning import report_data_loss
 from .reading import decode_into
 
 # One GET's bytes, and how many are in flight per task: a GET's latency (tens of ms on a
-# loaded machine) is hidden behind the decoding of the chunks before it.
-CHUNK_BYTES = 8 * 1024 * 1024
-GETS_IN_FLIGHT = 3
+# loaded machine) is hidden behind the decoding of the chunks before it. Chunks well below
+# a task's bytes (16 MiB by default) let decoding start after the first 2 MiB instead of
+# after a third of the task, with the same 8 MiB read ahead.
+CHUNK_BYTES = 2 * 1024 * 1024
+GETS_IN_FLIGHT = 4
 GET_ATTEMPTS = 4
 GET_BACKOFF_S = 0.2
 _LENGTH = struct.Struct(">i")  # batchLength, at 8 in a batch
