@@ -175,8 +175,14 @@ def test_the_plan_reads_copied_segments_from_the_store_and_the_tail_through_the_
             for t in planned
             if isinstance(t, RangeRead) and t.partition == partition
         )
-        # Several byte-balanced tasks over the copies, contiguous from 0 ...
+        # Several byte-balanced tasks over the copies, contiguous from 0, the last not a
+        # sliver (one would join the task before it) ...
         assert len(direct) >= 3, direct
+        last = max(
+            (t for t in planned if isinstance(t, RemoteRangeRead) and t.partition == partition),
+            key=lambda t: t.start,
+        )
+        assert sum(p.end_position - p.start_position for p in last.pieces) >= 64 * 1024 // 4
         assert direct[0][0] == 0
         assert all(a[1] == b[0] for a, b in zip(direct, direct[1:], strict=False))
         # ... up to where the cluster's part starts, at or below the local log start (local

@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 # Store requests the planner has in flight at once (partitions, and index GETs).
 PLANNING_GETS_IN_FLIGHT = 8
+# A partition's last task is kept apart only from this fraction of max_bytes_per_task on.
+SMALLEST_TASK_PARTS = 4
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,11 @@ class _Cutter:
         self.pieces, self.bytes = [], 0
 
     def finish(self) -> list[RemoteRangeRead]:
+        # A last task of a few batches (a segment's bytes just past a multiple of the task
+        # size) costs Spark a task's start for nothing: it joins the task before it.
+        if self.tasks and self.pieces and self.bytes < self.max_bytes // SMALLEST_TASK_PARTS:
+            before = self.tasks.pop()
+            self.pieces = [*before.pieces, *self.pieces]
         self._close()
         return self.tasks
 
