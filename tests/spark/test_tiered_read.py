@@ -5,18 +5,21 @@ cluster; the rows, offsets and headers equal a read through the brokers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
+from seglog.spark import remote_reading
 from seglog.spark.options import OptionError, parse_read_options
-from seglog.spark.reading import RangeRead
-from seglog.spark.remote_reading import RemoteRangeRead
+from seglog.spark.reading import RangeRead, read_range
+from seglog.spark.remote_reading import RemoteRangeRead, read_remote_range
 from seglog.spark.source import SeglogBatchReader
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
@@ -172,8 +175,14 @@ def test_the_plan_reads_copied_segments_from_the_store_and_the_tail_through_the_
             for t in planned
             if isinstance(t, RangeRead) and t.partition == partition
         )
-        # Several byte-balanced tasks over the copies, contiguous from 0 ...
+        # Several byte-balanced tasks over the copies, contiguous from 0, the last not a
+        # sliver (one would join the task before it) ...
         assert len(direct) >= 3, direct
+        last = max(
+            (t for t in planned if isinstance(t, RemoteRangeRead) and t.partition == partition),
+            key=lambda t: t.start,
+        )
+        assert sum(p.end_position - p.start_position for p in last.pieces) >= 64 * 1024 // 4
         assert direct[0][0] == 0
         assert all(a[1] == b[0] for a, b in zip(direct, direct[1:], strict=False))
         # ... up to where the cluster's part starts, at or below the local log start (local
@@ -204,6 +213,34 @@ def test_a_direct_read_gives_the_rows_of_a_read_through_the_brokers(
         ),
     )
     assert ranged == [r for r in through if (r[0] == 0 and 17 <= r[1] < 901) or r[:2] == (1, 250)]
+
+
+def test_a_task_cut_into_small_gets_builds_the_columns_the_brokers_read_gives(
+    tiered_cluster, seaweedfs, monkeypatch
+):
+    # The default columns (no headers: the C decoder's path Spark is fastest on), read in
+    # the worker's code in this process, with GETs of 1000 bytes: nearly every batch is cut
+    # by a GET's end and must wait for the next, several GETs in flight. Each task's batches
+    # equal the same offsets read through the brokers, column by column.
+    monkeypatch.setattr(remote_reading, "CHUNK_BYTES", 1000)
+    options = parse_read_options(
+        _options(tiered_cluster, seaweedfs, includeHeaders="false", maxBytesPerTask="50000"),
+        streaming=False,
+    )
+    planned = [p.read for p in SeglogBatchReader(options).partitions()]
+    direct = [t for t in planned if isinstance(t, RemoteRangeRead)]
+    (template, *_) = [t for t in planned if isinstance(t, RangeRead)]
+    assert len(direct) >= 2 * PARTITIONS, direct
+    for task in direct:
+        assert task.pieces[0].end_position - task.pieces[0].start_position > 3 * 1000
+        through = dataclasses.replace(
+            template, partition=task.partition, start=task.start, end=task.end
+        )
+        got = pa.Table.from_batches(list(read_remote_range(task))).combine_chunks()
+        want = pa.Table.from_batches(list(read_range(through))).combine_chunks()
+        assert got.num_rows == task.end - task.start
+        assert got.column("offset").to_pylist() == list(range(task.start, task.end))
+        assert got.equals(want)
 
 
 def test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store(

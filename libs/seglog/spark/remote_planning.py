@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..client.gateway import GatewayClient
@@ -34,6 +35,11 @@ from .planning import list_offsets, report_data_loss
 from .remote_reading import RemoteRangeRead, SegmentPiece, store_for
 
 logger = logging.getLogger(__name__)
+
+# Store requests the planner has in flight at once (partitions, and index GETs).
+PLANNING_GETS_IN_FLIGHT = 8
+# A partition's last task is kept apart only from this fraction of max_bytes_per_task on.
+SMALLEST_TASK_PARTS = 4
 
 
 @dataclass(frozen=True)
@@ -63,13 +69,59 @@ def plan_remote(
         return RemotePlan([], rest)
     topic_ids = _topic_ids(client, {tp.topic for tp in below})
     metadata = RemoteLogMetadata(store_for(storage), cache_ms=0)
-    tasks: list[RemoteRangeRead] = []
-    for tp, (start, end) in sorted(below.items()):
-        topic_id = topic_ids.get(tp.topic, "")
+    cut = _PartitionPlanner(
+        metadata, storage, max_bytes_per_task, include_headers, fail_on_data_loss
+    )
+    # Partitions planned side by side, each with its index GETs in flight together: the
+    # plan's requests are round trips to the store (a LIST, a GET per metadata record and
+    # per segment's index), which one after another made planning grow with the segments.
+    with (
+        ThreadPoolExecutor(PLANNING_GETS_IN_FLIGHT, thread_name_prefix="seglog-plan") as parts,
+        ThreadPoolExecutor(PLANNING_GETS_IN_FLIGHT, thread_name_prefix="seglog-index") as gets,
+    ):
+        planned = [
+            parts.submit(cut.partition, tp, r, local_starts[tp], topic_ids.get(tp.topic, ""), gets)
+            for tp, r in sorted(below.items())
+        ]
+        tasks: list[RemoteRangeRead] = []
+        for (tp, _), future in zip(sorted(below.items()), planned, strict=True):
+            found = future.result()
+            if found is not None:
+                tasks += found.tasks
+                rest[tp] = found.rest
+    return RemotePlan(tasks, rest)
+
+
+@dataclass(frozen=True)
+class _PartitionTasks:
+    tasks: list[RemoteRangeRead]
+    rest: tuple[int, int]  # what the cluster reads
+
+
+@dataclass(frozen=True)
+class _PartitionPlanner:
+    metadata: RemoteLogMetadata
+    storage: RemoteStorageConfig
+    max_bytes_per_task: int
+    include_headers: bool
+    fail_on_data_loss: bool
+
+    def partition(
+        self,
+        tp: TopicPartition,
+        wanted: tuple[int, int],
+        local_start: int,
+        topic_id: str,
+        gets: ThreadPoolExecutor,
+    ) -> _PartitionTasks | None:
+        """One partition's tasks over its copied segments; None when the cluster reads it
+        all (not tiered, or nothing copied yet, or nothing below the local log start)."""
+        start, end = wanted
+        metadata = self.metadata
         segments = metadata.segments(topic_id, tp.partition) if topic_id else []
         if not segments:
-            continue  # nothing copied (not tiered, or not yet): the cluster reads it all
-        stop = min(end, local_starts[tp], segments[-1].end_offset + 1)
+            return None
+        stop = min(end, local_start, segments[-1].end_offset + 1)
         # The first segment's base, or past it the log start DeleteRecords set.
         first = metadata.log_start_offset(topic_id, tp.partition)
         first = segments[0].base_offset if first is None else first
@@ -77,19 +129,22 @@ def plan_remote(
             report_data_loss(
                 f"{tp.topic}-{tp.partition}: offsets [{start}, {first}) were to be read but the "
                 f"log now starts at {first}",
-                fail_on_data_loss,
+                self.fail_on_data_loss,
             )
             start = min(first, end)
         if stop <= start:
-            continue
-        cutter = _Cutter(tp, storage, max_bytes_per_task, include_headers, fail_on_data_loss)
+            return None
+        read = []
         for segment, low in _effective(segments):
             first, last = max(low, start), min(segment.end_offset, stop - 1)
             if first <= last:
-                cutter.add(segment, _indexes(metadata, segment), first, last + 1)
-        tasks += cutter.finish()
-        rest[tp] = (stop, end)
-    return RemotePlan(tasks, rest)
+                read.append((segment, gets.submit(_indexes, metadata, segment), first, last + 1))
+        cutter = _Cutter(
+            tp, self.storage, self.max_bytes_per_task, self.include_headers, self.fail_on_data_loss
+        )
+        for segment, indexes, first, end_offset in read:
+            cutter.add(segment, indexes.result(), first, end_offset)
+        return _PartitionTasks(cutter.finish(), (stop, end))
 
 
 def _topic_ids(client: GatewayClient, topics: set[str]) -> dict[str, str]:
@@ -175,6 +230,11 @@ class _Cutter:
         self.pieces, self.bytes = [], 0
 
     def finish(self) -> list[RemoteRangeRead]:
+        # A last task of a few batches (a segment's bytes just past a multiple of the task
+        # size) costs Spark a task's start for nothing: it joins the task before it.
+        if self.tasks and self.pieces and self.bytes < self.max_bytes // SMALLEST_TASK_PARTS:
+            before = self.tasks.pop()
+            self.pieces = [*before.pieces, *self.pieces]
         self._close()
         return self.tasks
 

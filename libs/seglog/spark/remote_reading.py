@@ -40,7 +40,10 @@ from .planning import report_data_loss
 from .reading import decode_into
 
 # One GET's bytes, and how many are in flight per task: a GET's latency (tens of ms on a
-# loaded machine) is hidden behind the decoding of the chunks before it.
+# loaded machine) is hidden behind the decoding of the chunks before it. Not smaller: a GET
+# costs about 2 ms of the worker's CPU and 4 ms of SeaweedFS's whatever its size (measured:
+# client + store 1.4 ms per MiB at 8 MiB, 2.9 at 2 MiB, 5.3 at 1 MiB), and on a machine
+# whose cores Spark keeps busy that CPU is the read's cost.
 CHUNK_BYTES = 8 * 1024 * 1024
 GETS_IN_FLIGHT = 3
 GET_ATTEMPTS = 4
