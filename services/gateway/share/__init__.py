@@ -11,5 +11,7 @@ kafka/share_fetch_apis.py.
     state_store.py      writing them before an acknowledgement is answered, reading them back
     wiring.py           the core built over the routing
     share_membership.py members, heartbeats, the simple assignor
+    share_group_records.py  the membership's records in __consumer_offsets, Kafka's formats
+    share_group_log.py  a group to those records on change and back on a coordinator's load
     share_core.py       the facade the adapters call
 """

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import grpc
 
+from seglog.errors import SeglogError
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
@@ -22,6 +23,7 @@ from .partition_states import PartitionStates
 from .placement import SharePlacement
 from .settings import ShareSettings
 from .share_core import ShareGroups
+from .share_group_log import ShareGroupLog
 from .state_store import StateStore
 
 
@@ -42,6 +44,8 @@ def share_groups(
     internal_address_of: Callable[[str], str | None] = lambda address: None,
     peers: Callable[[], list[str]] = list,
     credentials: grpc.ChannelCredentials | None = None,
+    group_log: ShareGroupLog | None = None,
+    not_coordinated_here: Callable[[str], SeglogError | None] = lambda group_id: None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
     same produce and fetch, its start offsets from the leaders' ListOffsets)."""
@@ -70,6 +74,14 @@ def share_groups(
     )
     router = ShareRouter(local, placement.holder_of, RemoteGateways(credentials), peers)
     core = ShareGroups(
-        registry, authorization, data_plane, states, settings, consumer_group_exists, router
+        registry,
+        authorization,
+        data_plane,
+        states,
+        settings,
+        consumer_group_exists,
+        router,
+        log=group_log,
+        not_coordinated_here=not_coordinated_here,
     )
     return ShareParts(core, ShareStateService(local, placement.holder_of))
