@@ -10,11 +10,17 @@ from __future__ import annotations
 import confluent_kafka
 import pytest
 
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+
 from services.gateway.kafka.share_messages import ShareFetchRequest, ShareFetchResponse
 from services.gateway.kafka.topic_ids import to_wire
 from services.gateway.share.partition_states import PartitionStates
 from services.gateway.share.state_store import StateStore
 from tests.cluster import LocalCluster
+from tests.kafka_wire import KafkaWire
 from tests.integration.test_share_gateways import ACCEPT, GROUP, TOPIC, acquired, holder
 from tests.integration.test_share_gateways import Member as SharingMember
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
@@ -24,6 +30,8 @@ pytestmark = pytest.mark.timeout(300)
 
 FENCED_STATE_EPOCH = 124  # Kafka's Errors.FENCED_STATE_EPOCH
 INVALID_RECORD_STATE = 121
+INVALID_REQUEST = 42
+GROUP_KEY, SHARE_KEY = 0, 2
 TAKEOVER_S = 3 * SESSION_TIMEOUT_MS / 1000 + 30
 
 
@@ -61,6 +69,24 @@ class Member(SharingMember):
         return found[0] if found else None
 
 
+def find_coordinators(address: str, key_type: int, keys: list[str], version: int = 6) -> list:
+    """FindCoordinator v4+ (batched keys) as raw bytes: the answer's Coordinator entries."""
+    with KafkaWire(address) as wire:
+        request = FindCoordinatorRequest[version](key_type=key_type, coordinator_keys=keys)
+        return list(wire.request(request, version, FindCoordinatorResponse).coordinators)
+
+
+def gateway_of(cluster: EtcdBackedCluster, coordinator) -> int:
+    """Which gateway a Coordinator entry names (its listener or one of its nodes' lanes, a
+    run of ports from its own)."""
+    (index,) = [
+        i
+        for i, address in enumerate(cluster.kafka_addresses)
+        if 0 <= coordinator.port - int(address.rsplit(":", 1)[1]) < 8
+    ]
+    return index
+
+
 def produce(bootstrap: str, count: int) -> None:
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap})
     for i in range(count):
@@ -74,6 +100,21 @@ def test_the_old_holders_write_after_a_takeover_is_fenced(tmp_path):
         cluster.admin.create_topic(TOPIC, 1, 1)
         (described,) = cluster.admin.describe_topics([TOPIC])
         produce(cluster.kafka_address, 10)
+        share_key = f"{GROUP}:{described.topic_id}:0"
+        # FindCoordinator v6 SHARE keys: this gateway holds them all; below v6, or a key
+        # that is not group:topicId:partition, INVALID_REQUEST; group keys batch alike.
+        (found,) = find_coordinators(cluster.kafka_address, SHARE_KEY, [share_key])
+        assert (found.key, found.error_code) == (share_key, 0), found
+        base_port = int(cluster.kafka_address.rsplit(":", 1)[1])
+        assert 0 <= found.port - base_port < 8, found  # its listener or a lane of it
+        (old_version,) = find_coordinators(cluster.kafka_address, SHARE_KEY, [share_key], 5)
+        assert old_version.error_code == INVALID_REQUEST, old_version
+        bad = find_coordinators(
+            cluster.kafka_address, SHARE_KEY, [f"{GROUP}:{described.topic_id}", "g:nope:0"]
+        )
+        assert [c.error_code for c in bad] == [INVALID_REQUEST, INVALID_REQUEST], bad
+        groups = find_coordinators(cluster.kafka_address, GROUP_KEY, ["g1", "g2"], 4)
+        assert [(c.key, c.error_code) for c in groups] == [("g1", 0), ("g2", 0)], groups
         member = Member(cluster.kafka_address, "old-holders-member", to_wire(described.topic_id))
         got = member.fetch(max_records=5)
         assert [o for o, _ in acquired(got)] == [0, 1, 2, 3, 4]
@@ -134,6 +175,12 @@ def test_a_paused_holder_resumed_after_a_takeover_does_not_overwrite_the_new_sta
         old = holder(cluster)
         assert old == 0
         stale, fresh = members
+        # Both gateways name the holder as the share partition's coordinator.
+        share_key = f"{GROUP}:{described.topic_id}:0"
+        for address in cluster.kafka_addresses:
+            (found,) = find_coordinators(address, SHARE_KEY, [share_key])
+            assert found.error_code == 0, found
+            assert gateway_of(cluster, found) == 0
         cluster.pause(cluster.gateways[old])
         try:
             # The other gateway takes the partition over once the paused one's lease lapses,
@@ -151,6 +198,8 @@ def test_a_paused_holder_resumed_after_a_takeover_does_not_overwrite_the_new_sta
                 assert got is not None and got.acknowledge_error_code == 0, got
                 taken.extend(acquired(got))
             assert sorted(o for o, _ in taken) == list(range(20))
+            (found,) = find_coordinators(cluster.kafka_addresses[1], SHARE_KEY, [share_key])
+            assert found.error_code == 0 and gateway_of(cluster, found) == 1, found
             done = fresh.fetch(acks=[(taken[0][0], taken[-1][0])], max_records=20)
             assert done is not None and done.acknowledge_error_code == 0, done
         finally:

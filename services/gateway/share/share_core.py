@@ -105,6 +105,7 @@ class ShareGroups:
         router: ShareRouter | None = None,
         log: ShareGroupLog | None = None,
         not_coordinated_here: Callable[[str], SeglogError | None] = lambda group_id: None,
+        share_coordinator: Callable[[str, str, int], str] = lambda g, t, p: "",
     ) -> None:
         """`consumer_group_exists(group_id)`: whether a consumer (classic) group has the id,
         which a share group then cannot take (Kafka: "Group X is not a share group").
@@ -113,6 +114,9 @@ class ShareGroups:
         `not_coordinated_here(group_id)`: why this gateway may not serve the group's
         membership (NotCoordinatorError naming the coordinator), None when it may."""
         self.not_coordinated_here = not_coordinated_here
+        # (group, topic id, partition) -> the holding gateway's gRPC address, "" for this
+        # one (placement.py): FindCoordinator's SHARE keys.
+        self.share_coordinator = share_coordinator
         self.router = router if router is not None else ShareRouter(LocalOps(states))
         self.consumer_group_exists = consumer_group_exists
         self.registry = registry

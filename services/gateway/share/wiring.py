@@ -83,5 +83,6 @@ def share_groups(
         router,
         log=group_log,
         not_coordinated_here=not_coordinated_here,
+        share_coordinator=placement.coordinator_address,
     )
     return ShareParts(core, ShareStateService(local, placement.holder_of))
