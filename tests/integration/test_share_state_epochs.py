@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import confluent_kafka
 import pytest
-
 from kafka.protocol.metadata.find_coordinator import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -20,9 +19,9 @@ from services.gateway.kafka.topic_ids import to_wire
 from services.gateway.share.partition_states import PartitionStates
 from services.gateway.share.state_store import StateStore
 from tests.cluster import LocalCluster
-from tests.kafka_wire import KafkaWire
 from tests.integration.test_share_gateways import ACCEPT, GROUP, TOPIC, acquired, holder
 from tests.integration.test_share_gateways import Member as SharingMember
+from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
 from tests.waiting import wait_until
 
