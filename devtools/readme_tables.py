@@ -60,7 +60,9 @@ KAFKA_API_NOTES: Mapping[str, str] = {
     "UpdateFeatures": "only to the levels this release has",
     "DescribeProducers": "from the leader's producer state",
     "ListConfigResources": "groups with configs; no client metrics subscriptions",
-    "FindCoordinator": "groups; a transaction coordinator is refused (no transactions)",
+    "FindCoordinator": (
+        "groups, transactional ids; batched keys from v4; share partitions (KIP-932) from v6"
+    ),
     "ShareGroupHeartbeat": "share groups (KIP-932): the simple assignor",
     "ShareFetch": "records acquired under locks; state in __share_group_state",
     "DescribeShareGroupOffsets": "each partition's share-partition start offset and lag",

@@ -104,6 +104,14 @@ class InvalidShareSessionEpochError(SeglogError):
     retriable = True
 
 
+class FencedStateEpochError(SeglogError):
+    """A write of a share partition's state at a state epoch older than the one stored: a
+    newer holder took the share partition over (Kafka's FENCED_STATE_EPOCH); this one
+    forgets its copy and reads the state back before using it again."""
+
+    reason = "FENCED_STATE_EPOCH"
+
+
 class ShareSessionLimitReachedError(SeglogError):
     """A new share session on a gateway holding as many as it may."""
 

@@ -36,6 +36,7 @@ from .routing.data_plane import DataPlane
 from .settings import GatewayConfig
 from .share.forwarding import ShareStateService
 from .share.share_core import ShareGroups
+from .share.share_group_log import ShareGroupLog
 from .share.wiring import share_groups
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
@@ -138,8 +139,19 @@ def build_coordinators(
         credentials=None if config.tls is None else channel_credentials(config.tls),
         group_config=group_configs.of,
         create_dead_letter_topic=lambda name: topic_admin.start_default_topic(name).result(),
+        # Share groups' membership is the group coordinator's, its records in
+        # __consumer_offsets beside the consumer groups' (share/share_group_log.py).
+        group_log=ShareGroupLog(
+            registry, offsets.share_group_records, offsets.store_consumer_group
+        ),
+        not_coordinated_here=groups.not_coordinated_here,
     )
     share = share_parts.core
+    if isinstance(coordination, EtcdCoordination):  # read back whenever it comes back here
+        for moved in (coordination.gained, coordination.lost):
+            moved.append(
+                lambda p: share.membership.forget_groups(lambda g: offsets.partition_for(g) == p)
+            )
     transactions = TransactionsCore(
         registry,
         connections,

@@ -24,6 +24,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from kafka.protocol.metadata.find_coordinator import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+)
+
 from services.gateway.kafka.share_messages import (
     ShareFetchRequest,
     ShareFetchResponse,
@@ -40,6 +45,8 @@ FINAL_EPOCH = -1
 HEARTBEAT_INTERVAL_S = 1.0
 RECONNECT_BACKOFF_S = 0.2
 IDLE_WAIT_MS = 200
+# COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: ask again.
+COORDINATOR_MOVED = (14, 15, 16)
 
 
 class ShareMember:
@@ -53,6 +60,9 @@ class ShareMember:
         self.assigned: list[int] = []
         self.to_ack: dict[int, list[tuple[int, int]]] = {}  # partition -> ranges
         self.wire: KafkaWire | None = None
+        # Heartbeats go to the group's coordinator, found as a client finds it (other
+        # gateways answer NOT_COORDINATOR); fetches go to the bootstrap gateway.
+        self.coordinator: KafkaWire | None = None
         self.beat_at = 0.0
 
     def connect(self) -> KafkaWire:
@@ -65,6 +75,23 @@ class ShareMember:
         if self.wire is not None:
             self.wire.close()
         self.wire = None
+        self.drop_coordinator()
+
+    def drop_coordinator(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.close()
+        self.coordinator = None
+
+    def coordinated(self) -> KafkaWire | None:
+        """A connection to the group's coordinator (None: none is known yet)."""
+        if self.coordinator is None:
+            request = FindCoordinatorRequest[3](key=self.args.group, key_type=0)
+            found = self.connect().request(request, 3, FindCoordinatorResponse)
+            if found.error_code != 0:
+                logging.info("%s: no coordinator yet: error %d", self.args.name, found.error_code)
+                return None
+            self.coordinator = KafkaWire(f"{found.host}:{found.port}", client_id=self.args.name)
+        return self.coordinator
 
     def heartbeat(self, leaving: bool = False) -> None:
         request = ShareGroupHeartbeatRequest[1](
@@ -74,8 +101,16 @@ class ShareMember:
             rack_id=None,
             subscribed_topic_names=[self.args.topic] if self.member_epoch == 0 else None,
         )
-        answer = self.connect().request(request, 1, ShareGroupHeartbeatResponse)
+        coordinator = self.coordinated()
+        if coordinator is None:
+            return
+        answer = coordinator.request(request, 1, ShareGroupHeartbeatResponse)
         self.beat_at = time.monotonic()
+        if answer.error_code != 0:
+            logging.info("%s: heartbeat: error %d", self.args.name, answer.error_code)
+        if answer.error_code in COORDINATOR_MOVED:
+            self.drop_coordinator()  # the same epoch, at the coordinator found next
+            return
         if answer.error_code != 0:
             self.member_epoch = 0  # fenced or unknown (a new coordinator): join again
             return
@@ -131,6 +166,7 @@ class ShareMember:
                 self.history.record("info", "share-ack", {"records": acked, "error": describe(exc)})
             raise
         if answer.error_code != 0:
+            logging.info("%s: share fetch: error %d", self.args.name, answer.error_code)
             if acked:
                 self.history.record(
                     "fail", "share-ack", {"records": acked, "error": answer.error_code}
@@ -144,6 +180,11 @@ class ShareMember:
         delivered = []
         for topic in answer.responses:
             for p in topic.partitions:
+                if p.error_code != 0:
+                    logging.info(
+                        "%s: partition %d: error %d: %s",
+                        self.args.name, p.partition_index, p.error_code, p.error_message,
+                    )  # fmt: skip
                 sent = [
                     [p.partition_index, o]
                     for f, last in acks.get(p.partition_index, ())

@@ -99,6 +99,7 @@ _STATUS_BY_REASON: dict[str, grpc.StatusCode] = {
     "SHARE_SESSION_NOT_FOUND": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_SHARE_SESSION_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
     "SHARE_SESSION_LIMIT_REACHED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "FENCED_STATE_EPOCH": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 # For statuses that arrive without details (the transport's own failures).

@@ -8,7 +8,7 @@ Kafka documents; Java-only escapes RE2/J rejects are rejected here too."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import re2
@@ -44,6 +44,9 @@ class ConsumerHeartbeat:
     owned: Mapping[str, frozenset[int]] | None = None  # topic id -> partitions
     client_id: str = ""
     client_host: str = ""
+    # Whether the member's principal may Describe a topic: its regex resolves only to those
+    # (Kafka 4's coordinator filters regex matches through the authorizer). None: no filter.
+    topic_describable: Callable[[str], bool] | None = None
 
 
 def check_request(hb: ConsumerHeartbeat) -> None:

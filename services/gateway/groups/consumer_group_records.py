@@ -50,6 +50,9 @@ TARGET_ASSIGNMENT_MEMBER = 7
 CURRENT_MEMBER_ASSIGNMENT = 8
 # Every record type of a consumer group (4 and 16 are read past, never written).
 CONSUMER_GROUP_RECORD_TYPES = frozenset({3, 4, 5, 6, 7, 8, 16})
+# Every record type of a share group (share/share_group_records.py; 9 is read past): kept
+# apart from a consumer group's so neither coordinator replays the other's.
+SHARE_GROUP_RECORD_TYPES = frozenset({9, 10, 11, 12, 13, 14, 15})
 _INT16 = struct.Struct(">h")
 
 # Topic id (the registry's string form) -> partitions.

@@ -79,6 +79,12 @@ class ConsumerMember:
     classic: ClassicMetadata | None = None
     # A classic member's JoinGroup or SyncGroup due by then (Kafka's join and sync timeouts).
     classic_deadline: float | None = None
+    # Of the topics its regex matched (`regex_checked`), those its principal may Describe:
+    # its regex resolves to these only (consumer_group_targets.py). None: not filtered (no
+    # authorizer, or not checked since a coordinator failover: its next heartbeat checks).
+    regex_allowed: frozenset[str] | None = None
+    regex_checked: frozenset[str] | None = None
+    regex_checked_at: float = 0.0  # time.monotonic()
 
     def metadata_key(self) -> tuple[object, ...]:
         """What the member-metadata record holds: when it changes, the record is written."""

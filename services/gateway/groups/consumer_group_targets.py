@@ -6,6 +6,7 @@ members of a consumer group (classic_members.py)."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..cluster.registry import Registry
@@ -18,6 +19,9 @@ from .server_assignors import AssignorMember, assign, preferred
 # its resolved regexes when its image has new topics), not at every member's heartbeat.
 _RESOLVED: dict[str, tuple[weakref.ref[Any], int, frozenset[str]]] = {}
 _RESOLVED_MAX = 1024  # distinct regexes remembered; past it the memory starts afresh
+# How often a member's regex matches are authorized again (Kafka's coordinator refreshes a
+# group's regexes at most every 10 s likewise).
+REGEX_RECHECK_S = 10.0
 
 
 def _resolved(registry: Registry, regex: str) -> frozenset[str]:
@@ -41,8 +45,34 @@ def member_topics(registry: Registry, member: ConsumerMember) -> set[str]:
     expects `__consumer_offsets` assigned to a regex naming it."""
     names = set(member.topics)
     if member.regex is not None:
-        names.update(_resolved(registry, member.regex))
+        matched = _resolved(registry, member.regex)
+        if member.regex_allowed is not None:
+            # A topic matched since the member's last check waits for its next heartbeat.
+            matched = matched & member.regex_allowed
+        names.update(matched)
     return names
+
+
+def check_regex_access(
+    registry: Registry, member: ConsumerMember, describable: Callable[[str], bool], now: float
+) -> None:
+    """At the member's heartbeat: which of the topics its regex matches its principal may
+    Describe (Kafka 4 resolves a regex through the authorizer likewise; an undescribable
+    topic is never assigned through a regex). Checked again when the matches changed, and
+    every REGEX_RECHECK_S (ACLs granted or removed since), not at every heartbeat."""
+    if member.regex is None:
+        member.regex_allowed = member.regex_checked = None
+        return
+    matched = _resolved(registry, member.regex)
+    if (
+        matched is member.regex_checked
+        and member.regex_allowed is not None
+        and now - member.regex_checked_at < REGEX_RECHECK_S
+    ):
+        return
+    member.regex_allowed = frozenset(t for t in matched if describable(t))
+    member.regex_checked = matched
+    member.regex_checked_at = now
 
 
 def subscribed_metadata(registry: Registry, group: ConsumerGroup) -> dict[str, tuple[str, int]]:

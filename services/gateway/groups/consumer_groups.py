@@ -63,6 +63,7 @@ from .consumer_group_state import (
 from .consumer_group_targets import (
     assign_targets,
     bump_epoch_if_changed,
+    check_regex_access,
     member_topics,
     subscribed_metadata,
 )
@@ -184,6 +185,8 @@ class ConsumerGroups:
             fence(member, hb)
         previous = flat(member.assigned)
         changed = update_subscription(member, hb)
+        if hb.topic_describable is not None:
+            check_regex_access(self.registry, member, hb.topic_describable, now)
         member.last_heartbeat = now
         bump_epoch_if_changed(self.registry, group, joined or changed)
         assign_targets(self.registry, group)

@@ -22,7 +22,11 @@ from seglog.errors import SeglogError
 from seglog.records import RecordBatch
 from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD
 
-from .consumer_group_records import CONSUMER_GROUP_RECORD_TYPES, group_id_of_key
+from .consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    SHARE_GROUP_RECORD_TYPES,
+    group_id_of_key,
+)
 from .offsets_formats import (
     GROUP_METADATA_KEY_VERSION,
     CommittedOffset,
@@ -72,6 +76,8 @@ class PartitionContents:
     # KIP-848 consumer groups' records (consumer_group_records.py), newest value per key,
     # by group: replayed by the consumer group coordinator when it first touches a group.
     consumer_groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
+    # Share groups' records (share/share_group_records.py), the same way.
+    share_groups: dict[str, dict[bytes, bytes]] = field(default_factory=dict)
 
     def has_pending(self, group_id: str) -> bool:
         return any(group_id in p.offsets for p in self.pending.values())
@@ -199,11 +205,15 @@ def apply_consumer_group_record(
     contents: PartitionContents, key: bytes, value: bytes | None
 ) -> None:
     group_id = group_id_of_key(key)
-    held = contents.consumer_groups.setdefault(group_id, {})
+    kind = key_type(key)
+    by_group = (
+        contents.share_groups if kind in SHARE_GROUP_RECORD_TYPES else contents.consumer_groups
+    )
+    held = by_group.setdefault(group_id, {})
     if value is None:
         held.pop(key, None)
         if not held:
-            del contents.consumer_groups[group_id]
+            del by_group[group_id]
     else:
         held[key] = value
 
@@ -215,7 +225,7 @@ def _apply_record(
     record_offset: int,
     producer_id: int | None,
 ) -> None:
-    if key_type(key) in CONSUMER_GROUP_RECORD_TYPES:
+    if key_type(key) in CONSUMER_GROUP_RECORD_TYPES or key_type(key) in SHARE_GROUP_RECORD_TYPES:
         apply_consumer_group_record(contents, key, value)
         return
     if key_type(key) == GROUP_METADATA_KEY_VERSION:

@@ -141,6 +141,11 @@ class OffsetsStore:
         held = self._loaded(self.partition_for(group_id)).consumer_groups.get(group_id, {})
         return dict(held)
 
+    def share_group_records(self, group_id: str) -> dict[bytes, bytes]:
+        """A share group's records (key -> newest value), to replay it (share/)."""
+        held = self._loaded(self.partition_for(group_id)).share_groups.get(group_id, {})
+        return dict(held)
+
     def group_ids(self, partitions: Iterable[int] | None = None) -> set[str]:
         """Every group with committed offsets or consumer group records in these partitions
         (default all), reading back each one not yet loaded."""

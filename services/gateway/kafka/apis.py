@@ -17,6 +17,7 @@ from . import (
     consumer_group_apis,
     describe_topic_partitions_apis,
     fetch_apis,
+    find_coordinator_apis,
     group_admin_apis,
     group_apis,
     group_offset_apis,
@@ -61,6 +62,7 @@ def kafka_api_table() -> ApiTable:
     quota_apis.register(table)
     reassignment_apis.register(table)
     group_apis.register(table)
+    find_coordinator_apis.register(table)
     group_offset_apis.register(table)
     txn_offset_commit_apis.register(table)
     group_admin_apis.register(table)

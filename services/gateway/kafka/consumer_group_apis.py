@@ -91,6 +91,7 @@ def heartbeat(call: KafkaCall, request: Any) -> Any:
         owned=owned,
         client_id=call.client_id or "",
         client_host=client_host(call),
+        topic_describable=lambda topic: call.allowed("Describe", "topic", topic),
     )
 
     # The span names the group and the epoch the member came with (0: joining, -1: leaving).

@@ -147,6 +147,7 @@ _KAFKA_ERROR_BY_REASON: dict[str, type[kafka_errors.BrokerResponseError]] = {
     "SHARE_SESSION_NOT_FOUND": kafka_errors.ShareSessionNotFoundError,
     "INVALID_SHARE_SESSION_EPOCH": kafka_errors.InvalidShareSessionEpochError,
     "SHARE_SESSION_LIMIT_REACHED": ShareSessionLimitReachedError,
+    "FENCED_STATE_EPOCH": kafka_errors.FencedStateEpochError,
 }
 
 PERMISSION_DENIED = "PERMISSION_DENIED"

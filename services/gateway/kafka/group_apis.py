@@ -26,7 +26,6 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata.find_coordinator import (
-    FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
 
@@ -78,40 +77,15 @@ def client_host(call: KafkaCall) -> str:
 
 
 def find_coordinator(call: KafkaCall, request: Any) -> Any:
+    """Versions 0–3 (one key); 4+ (batched keys, share keys) are find_coordinator_apis.py's."""
     response_class = FindCoordinatorResponse[call.version]
     key_type = request.key_type if call.version >= 1 else GROUP_KEY_TYPE
     try:
-        if key_type == TRANSACTION_KEY_TYPE:
-            # Describe on the transactional id, as Kafka checks; its coordinator is placed as
-            # a group's (transactions/placement.py), by its __transaction_state partition.
-            transactions = call.core.transactions
-            call.core.authorization.check(
-                call.caller, [("Describe", "transactional_id", request.key)], "FindCoordinator"
-            )
-            if not request.key:
-                raise InvalidRequestError("FindCoordinator: the transactional id is empty")
-            transactions.log.ensure_topic()
-            address = transactions.placement.coordinator_address(request.key)
-            broker = _broker_at(call, address, f"transactional id {request.key!r}")
-        elif key_type == GROUP_KEY_TYPE:
-            # authorized (Describe on the group)
-            broker = _broker_at(
-                call, _coordinator_address(call, request.key), f"group {request.key!r}"
-            )
-            # Kafka's broker makes __consumer_offsets on the first FindCoordinator for a
-            # group; clients (franz-go's regex consumer among them) wait to see it in Metadata.
-            call.core.groups.offsets.ensure_topic()
-        else:
-            raise InvalidRequestError(f"key type {key_type} is not a group's or a transaction's")
+        broker = coordinator_of_key(call, key_type, request.key)
     except SeglogError as exc:
-        code = (
-            kafka_error_code(exc, "transactional_id")
-            if key_type == TRANSACTION_KEY_TYPE
-            else group_error_code(exc)
-        )
         return response_class(
             throttle_time_ms=0,
-            error_code=code,
+            error_code=key_error_code(key_type, exc),
             error_message=str(exc),
             node_id=-1,
             host="",
@@ -127,7 +101,37 @@ def find_coordinator(call: KafkaCall, request: Any) -> Any:
     )
 
 
-def _broker_at(call: KafkaCall, address: str, what: str) -> Broker:
+def key_error_code(key_type: int, error: SeglogError) -> int:
+    if key_type == TRANSACTION_KEY_TYPE:
+        return kafka_error_code(error, "transactional_id")
+    return group_error_code(error)
+
+
+def coordinator_of_key(call: KafkaCall, key_type: int, key: str) -> Broker:
+    """The broker coordinating a group's or a transactional id's key; raises why not."""
+    if key_type == TRANSACTION_KEY_TYPE:
+        # Describe on the transactional id, as Kafka checks; its coordinator is placed as
+        # a group's (transactions/placement.py), by its __transaction_state partition.
+        transactions = call.core.transactions
+        call.core.authorization.check(
+            call.caller, [("Describe", "transactional_id", key)], "FindCoordinator"
+        )
+        if not key:
+            raise InvalidRequestError("FindCoordinator: the transactional id is empty")
+        transactions.log.ensure_topic()
+        address = transactions.placement.coordinator_address(key)
+        return broker_at(call, address, f"transactional id {key!r}")
+    if key_type == GROUP_KEY_TYPE:
+        # authorized (Describe on the group)
+        broker = broker_at(call, _coordinator_address(call, key), f"group {key!r}")
+        # Kafka's broker makes __consumer_offsets on the first FindCoordinator for a
+        # group; clients (franz-go's regex consumer among them) wait to see it in Metadata.
+        call.core.groups.offsets.ensure_topic()
+        return broker
+    raise InvalidRequestError(f"key type {key_type} is not a group's or a transaction's")
+
+
+def broker_at(call: KafkaCall, address: str, what: str) -> Broker:
     """The Kafka listener of the coordinating gateway at gRPC `address`: this one's ("" or
     its own: the address the client came through), or the one another gateway publishes
     with its session."""
@@ -297,7 +301,6 @@ def leave_group(call: KafkaCall, request: Any) -> Any:
 
 
 def register(table: ApiTable) -> None:
-    table.register(FindCoordinatorRequest, 0, 3, find_coordinator)
     table.register(JoinGroupRequest, 0, 7, join_group)
     table.register(SyncGroupRequest, 0, 5, sync_group)
     table.register(HeartbeatRequest, 0, 4, heartbeat)

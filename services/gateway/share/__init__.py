@@ -11,6 +11,8 @@ gRPC one, seglog's ShareConsumer's, is share_service.py here.
     state_store.py      writing them before an acknowledgement is answered, reading them back
     wiring.py           the core built over the routing
     share_membership.py members, heartbeats, the simple assignor
+    share_group_records.py  the membership's records in __consumer_offsets, Kafka's formats
+    share_group_log.py  a group to those records on change and back on a coordinator's load
     share_core.py       the facade the adapters call
     share_service.py    the ShareGroups gRPC service (share_groups.proto) over the facade
     dead_letters.py     failed deliveries copied to the group's dead-letter topic (KIP-1191)

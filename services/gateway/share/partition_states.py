@@ -10,10 +10,12 @@ next use after they change."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 
+from seglog.coordinator_errors import FencedStateEpochError
 from seglog.errors import SeglogError, UnknownTopicOrPartitionError
 
 from ..cluster.group_configs import EARLIEST, GroupConfig, duration_ms
@@ -23,6 +25,7 @@ from .share_partition import PartitionLimits, SharePartition
 from .state_formats import ShareState, StateKey, topic_uuid
 from .state_store import StateStore
 
+logger = logging.getLogger(__name__)
 PartitionId = tuple[str, str, int]  # (group, topic name, partition)
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 
@@ -89,9 +92,17 @@ class PartitionStates:
         key, topic_id = self.key_of(pid)
         state = self.store.read(key, topic_id)
         if state is not None:
-            return SharePartition.from_state(
-                self.limits_of(pid[0]), state.start_offset, state.state_batches, state.state_epoch
+            # Taken over (or read back again): claimed at the next state epoch, written at
+            # once, so a previous holder still writing at the old epoch is fenced
+            # (state_store.py).
+            claimed = SharePartition.from_state(
+                self.limits_of(pid[0]),
+                state.start_offset,
+                state.state_batches,
+                state.state_epoch + 1,
             )
+            self.persist(pid, claimed)
+            return claimed
         reset = self._reset(pid[0])
         back_ms = duration_ms(reset)
         if back_ms is not None:
@@ -106,9 +117,20 @@ class PartitionStates:
         return partition
 
     def persist(self, pid: PartitionId, partition: SharePartition) -> None:
-        """Write the partition's state (the caller holds its lock)."""
+        """Write the partition's state (the caller holds its lock). FencedStateEpochError:
+        another gateway holds it now; this one's copy is dropped (read back on next use)."""
         key, topic_id = self.key_of(pid)
         now_ms = time.time_ns() // 1_000_000
+        try:
+            self._write(key, topic_id, partition, now_ms)
+        except FencedStateEpochError as exc:
+            logger.warning("share partition %s: %s; dropping this gateway's copy", pid, exc)
+            with self._lock:
+                if self._partitions.get(pid) is partition:
+                    del self._partitions[pid]
+            raise
+
+    def _write(self, key: StateKey, topic_id: str, partition: SharePartition, now_ms: int) -> None:
         self.store.write(
             key,
             topic_id,

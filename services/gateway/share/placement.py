@@ -19,6 +19,7 @@ from seglog.errors import CoordinatorNotAvailableError, SeglogError
 
 from ..coordination.group_coordinators import EtcdCoordination, SoleCoordinator
 from .partition_states import PartitionId, PartitionStates
+from .state_formats import StateKey, topic_uuid
 
 
 class SharePlacement:
@@ -60,6 +61,29 @@ class SharePlacement:
                 "whose peer server is not known"
             )
         return internal
+
+    def coordinator_address(self, group_id: str, topic_id: str, partition: int) -> str:
+        """The gRPC address of the gateway holding the share partition whose Kafka key is
+        "group_id:topic_id:partition" (FindCoordinator's SHARE key), "" for this one,
+        claiming its state partition when none holds it; CoordinatorNotAvailableError
+        while none can be found. The topic is not looked up: Kafka places the key by its
+        hash alone (SharePartitionKey)."""
+        if isinstance(self.coordination, SoleCoordinator):
+            return ""
+        self.states.store.ensure_topic()
+        key = StateKey(group_id, topic_uuid(topic_id), partition)
+        state_partition = self.states.store.partition_for(key, topic_id)
+        try:
+            owner = self.coordination.coordinator_of(state_partition)
+        except SeglogError as exc:
+            raise CoordinatorNotAvailableError(
+                f"no gateway holds share state partition {state_partition}: {exc}"
+            ) from None
+        if not owner:
+            raise CoordinatorNotAvailableError(
+                f"no gateway holds share state partition {state_partition} yet"
+            )
+        return "" if owner == self.coordination.address else owner
 
     def forget(self, state_partition: int) -> None:
         self.states.forget_state_partition(state_partition)

@@ -33,6 +33,7 @@ from .committed_reads import committed_batches
 from .partition_ops import AckBatch, LocalOps, ShareRouter, ShareStart
 from .partition_states import PartitionId, PartitionStates
 from .settings import ShareSettings
+from .share_group_log import ShareGroupLog
 from .share_membership import (
     ASSIGNOR,
     HeartbeatAnswer,
@@ -104,10 +105,20 @@ class ShareGroups:
         settings: ShareSettings,
         consumer_group_exists: Callable[[str], bool] = lambda group_id: False,
         router: ShareRouter | None = None,
+        log: ShareGroupLog | None = None,
+        not_coordinated_here: Callable[[str], SeglogError | None] = lambda group_id: None,
+        share_coordinator: Callable[[str, str, int], str] = lambda g, t, p: "",
     ) -> None:
         """`consumer_group_exists(group_id)`: whether a consumer (classic) group has the id,
         which a share group then cannot take (Kafka: "Group X is not a share group").
-        `router`: where each share partition's state is held (all here by default)."""
+        `router`: where each share partition's state is held (all here by default).
+        `log`: the groups' records in __consumer_offsets (None: memory only);
+        `not_coordinated_here(group_id)`: why this gateway may not serve the group's
+        membership (NotCoordinatorError naming the coordinator), None when it may."""
+        self.not_coordinated_here = not_coordinated_here
+        # (group, topic id, partition) -> the holding gateway's gRPC address, "" for this
+        # one (placement.py): FindCoordinator's SHARE keys.
+        self.share_coordinator = share_coordinator
         self.router = router if router is not None else ShareRouter(LocalOps(states))
         self.consumer_group_exists = consumer_group_exists
         self.registry = registry
@@ -123,6 +134,7 @@ class ShareGroups:
             session_timeout_ms=settings.group_share_session_timeout_ms,
             max_size=settings.group_share_max_size,
             group_config=states.group_config,
+            log=log,
         )
 
     def partitions_of(self, topic: str) -> int:
@@ -145,6 +157,9 @@ class ShareGroups:
                     f"{caller.principal} may not Describe topic {topic!r} (ShareGroupHeartbeat)",
                     details={"resource": "topic"},
                 )
+        problem = self.not_coordinated_here(beat.group_id)
+        if problem is not None:
+            raise problem
         if self.membership.group(beat.group_id) is None and self.consumer_group_exists(
             beat.group_id
         ):
@@ -161,8 +176,12 @@ class ShareGroups:
                 )
                 out.append(DescribedShareGroup(group_id, error))
                 continue
+            problem = self.not_coordinated_here(group_id)
+            if problem is not None:
+                out.append(DescribedShareGroup(group_id, problem))
+                continue
             with self.membership.lock:
-                group = self.membership.groups.get(group_id)
+                group = self.membership.loaded(group_id)
                 if group is None:
                     out.append(DescribedShareGroup(group_id, None))
                     continue

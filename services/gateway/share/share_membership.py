@@ -17,13 +17,24 @@ fetched by old and new owners at once, records are locked one by one.
 
 from __future__ import annotations
 
+import copy
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from seglog.coordinator_errors import FencedMemberEpochError
-from seglog.errors import GroupMaxSizeReachedError, InvalidRequestError, UnknownMemberIdError
+from seglog.errors import (
+    GroupMaxSizeReachedError,
+    InvalidRequestError,
+    SeglogError,
+    UnknownMemberIdError,
+)
+
+if TYPE_CHECKING:
+    from .share_group_log import ShareGroupLog
 
 from ..cluster.group_configs import GroupConfig
 
@@ -33,6 +44,7 @@ EMPTY, STABLE = "Empty", "Stable"
 ASSIGNOR = "simple"
 MAX_MEMBER_ID_BYTES = 255  # a member id a client generated (a UUID's 22 characters in Kafka)
 MAX_SUBSCRIBED_TOPICS = 10_000
+logger = logging.getLogger(__name__)
 
 Assignment = dict[str, tuple[int, ...]]  # topic name -> partitions
 
@@ -77,6 +89,9 @@ class ShareGroup:
     epoch: int = 0
     assignment_epoch: int = 0
     partitions_seen: tuple[tuple[str, int], ...] = ()
+    # (topic, partition) ever assigned: their share state exists (Kafka's
+    # ShareGroupStatePartitionMetadata InitializedTopics)
+    state_partitions: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def state(self) -> str:
@@ -118,12 +133,16 @@ class ShareMembership:
         max_size: int,
         clock: Callable[[], float] = time.monotonic,
         group_config: Callable[[str], GroupConfig] | None = None,
+        log: ShareGroupLog | None = None,
     ) -> None:
         """`partitions_of(topic)`: its partition count (0: no such topic);
         `on_member_gone(group, member)`: the member left or timed out (its records go);
         `group_config(group)`: its configs in force, whose share.heartbeat.interval.ms and
-        share.session.timeout.ms override the two above (a look-up by the group's id)."""
+        share.session.timeout.ms override the two above (a look-up by the group's id);
+        `log`: where groups' records are written on change and read back on first use
+        (share_group_log.py; None: kept in memory only)."""
         self.group_config = group_config
+        self.log = log
         self.partitions_of = partitions_of
         self.on_member_gone = on_member_gone
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -150,8 +169,43 @@ class ShareMembership:
                 self.on_member_gone(beat.group_id, member_id)
 
     def _heartbeat(self, beat: ShareHeartbeat, gone: list[str]) -> HeartbeatAnswer:
+        group = self._loaded(beat.group_id)
+        if self.log is None:
+            return self._beat(group, beat, gone)
+        # The records are written under the lock, before the member is answered, as Kafka's
+        # coordinator answers once its records are committed; a failed write puts the group
+        # back as it was, so memory never runs ahead of the log.
+        saved = copy.deepcopy(group)
+        before = self.log.image(group)
+        try:
+            answer = self._beat(group, beat, gone)
+            after = self.groups.get(beat.group_id)
+            if after is not None:
+                self.log.write(before, after)
+        except BaseException:
+            gone.clear()
+            if saved is None:
+                self.groups.pop(beat.group_id, None)
+            else:
+                self.groups[beat.group_id] = saved
+            raise
+        return answer
+
+    def _loaded(self, group_id: str) -> ShareGroup | None:
+        """The group held here, or read back from its records (a coordinator taking over)."""
+        group = self.groups.get(group_id)
+        if group is None and self.log is not None:
+            group = self.log.load(group_id, self.session_timeout_s, self.clock())
+            if group is not None:
+                topics = sorted({t for m in group.members.values() for t in m.subscribed})
+                group.partitions_seen = tuple((t, self.partitions_of(t)) for t in topics)
+                self.groups[group_id] = group
+        return group
+
+    def _beat(
+        self, group: ShareGroup | None, beat: ShareHeartbeat, gone: list[str]
+    ) -> HeartbeatAnswer:
         now = self.clock()
-        group = self.groups.get(beat.group_id)
         if group is not None:
             gone.extend(self._expire(group, now))
         if beat.member_epoch == LEAVE_EPOCH:
@@ -225,6 +279,12 @@ class ShareMembership:
                 member.assignment = new
                 member.previous_epoch, member.epoch = member.epoch, group.epoch
         group.assignment_epoch = group.epoch
+        group.state_partitions = group.state_partitions | {
+            (topic, p)
+            for member in group.members.values()
+            for topic, partitions in member.assignment.items()
+            for p in partitions
+        }
 
     def _expire(self, group: ShareGroup, now: float) -> list[str]:
         lapsed = [m.member_id for m in group.members.values() if m.deadline <= now]
@@ -239,10 +299,30 @@ class ShareMembership:
         gone: list[tuple[str, str]] = []
         with self.lock:
             now = self.clock()
-            for group in self.groups.values():
-                gone.extend((group.group_id, m) for m in self._expire(group, now))
+            for group_id, group in list(self.groups.items()):
+                if not any(m.deadline <= now for m in group.members.values()):
+                    continue  # the common case: nothing copied, nothing written
+                saved = copy.deepcopy(group) if self.log is not None else None
+                before = self.log.image(group) if self.log is not None else None
+                lapsed = self._expire(group, now)
+                if self.log is not None and before is not None:
+                    try:
+                        self.log.write(before, group)
+                    except SeglogError as exc:  # put back: the next sweep tries again
+                        logger.warning(
+                            "share group %s: writing its records failed: %s", group_id, exc
+                        )
+                        self.groups[group_id] = saved  # type: ignore[assignment]
+                        continue
+                gone.extend((group_id, m) for m in lapsed)
         for group_id, member_id in gone:
             self.on_member_gone(group_id, member_id)
+
+    def forget_groups(self, belongs: Callable[[str], bool]) -> None:
+        """Drop the groups whose coordination moved away (read back if it comes back)."""
+        with self.lock:
+            for group_id in [g for g in self.groups if belongs(g)]:
+                del self.groups[group_id]
 
     def is_member(self, group_id: str, member_id: str) -> bool:
         with self.lock:
@@ -251,4 +331,7 @@ class ShareMembership:
 
     def group(self, group_id: str) -> ShareGroup | None:
         with self.lock:
-            return self.groups.get(group_id)
+            return self._loaded(group_id)
+
+    def loaded(self, group_id: str) -> ShareGroup | None:  # under self.lock
+        return self._loaded(group_id)

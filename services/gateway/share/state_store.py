@@ -9,6 +9,18 @@ each partition of the topic back (the newest record per key winning, ShareUpdate
 their snapshot) before it answers for any share partition in it, so nothing acknowledged is
 delivered again and no delivery count goes back.
 
+State epochs fence an old holder (Kafka's FENCED_STATE_EPOCH): a gateway that takes a share
+partition over writes its state at once with the state epoch one past the stored one (a
+claim, partition_states.py), and every record of a share partition is written as producer
+`state_producer_id(key)` at producer epoch = its state epoch (capped at int16's 32767), with
+no sequence. The partition's leader refuses a batch of that producer at an epoch older than
+the last it appended (producer_state.py: INVALID_PRODUCER_EPOCH), so an old holder that
+wakes up (paused, partitioned) cannot append over the new holder's state: its write fails
+with FencedStateEpochError and it drops its copy. The check is the leader's, where the
+writes meet, not the writer's own (stale) view. What the old holder wrote before the new
+holder's claim was read back before the claim or lands in the window between that read and
+the claim (milliseconds, while the old holder's coordination lease has lapsed already).
+
 The store goes through the gateway's routing to the leaders (the same produce and fetch the
 data path uses; state_access.py), never to a node's gRPC stub directly; internal_topics.py
 makes the topic and reads its partitions back.
@@ -16,12 +28,14 @@ makes the topic and reads its partitions back.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 
-from seglog.errors import CoordinatorNotAvailableError, SeglogError
+from seglog.coordinator_errors import FencedStateEpochError
+from seglog.errors import CoordinatorNotAvailableError, InvalidProducerEpochError, SeglogError
 from seglog.records import RecordBatch, RecordBatchBuilder
 
 from ..cluster.registry import Registry
@@ -48,6 +62,15 @@ logger = logging.getLogger(__name__)
 
 STATE_TOPIC = "__share_group_state"
 WRITE_TIMEOUT_MS = 5000  # share.coordinator.write.timeout.ms
+MAX_PRODUCER_EPOCH = 32767  # a batch's producer epoch is an int16
+# The share state writers' producer ids: bit 62 set, far above any the cluster allocates
+# (producer_ids.py counts up from 0), the low bits a digest of the share partition's key.
+_STATE_PRODUCER_BASE = 1 << 62
+
+
+def state_producer_id(key: StateKey) -> int:
+    digest = hashlib.blake2b(encode_key(key), digest_size=8).digest()
+    return _STATE_PRODUCER_BASE | (int.from_bytes(digest, "big") & (_STATE_PRODUCER_BASE - 1))
 
 
 class StateStore:
@@ -130,11 +153,21 @@ class StateStore:
         partition = self.partition_for(key, topic_id)
         contents = self._loaded(partition)
         now_ms = time.time_ns() // 1_000_000
-        builder = RecordBatchBuilder()
+        builder = RecordBatchBuilder(
+            producer_id=state_producer_id(key),
+            producer_epoch=min(state.state_epoch, MAX_PRODUCER_EPOCH),
+        )
         builder.append(encode_key(key, SNAPSHOT_TYPE), encode_snapshot(state), now_ms)
         with self._partition_lock(partition):
             try:
                 self.topic.append(partition, builder.build(), WRITE_TIMEOUT_MS)
+            except InvalidProducerEpochError as exc:
+                contents.pop(key, None)  # stale: the next read of it goes to the log
+                self._cache.pop(partition, None)
+                raise FencedStateEpochError(
+                    f"share partition {key.group_id}:{key.partition} of topic {topic_id}: "
+                    f"state epoch {state.state_epoch} is fenced by a newer holder ({exc})"
+                ) from None
             except SeglogError as exc:
                 raise CoordinatorNotAvailableError(f"writing share state failed: {exc}") from None
             contents[key] = state

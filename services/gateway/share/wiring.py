@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import grpc
 
-from seglog.errors import InvalidConfigError
+from seglog.errors import InvalidConfigError, SeglogError
 from seglog.v1 import common_pb2
 
 from ..authorization import Authorization
@@ -25,6 +25,7 @@ from .partition_states import PartitionStates
 from .placement import SharePlacement
 from .settings import ShareSettings
 from .share_core import ShareGroups
+from .share_group_log import ShareGroupLog
 from .state_access import RoutedAccess
 from .state_store import StateStore
 
@@ -48,6 +49,8 @@ def share_groups(
     credentials: grpc.ChannelCredentials | None = None,
     group_config: Callable[[str], GroupConfig] | None = None,
     create_dead_letter_topic: Callable[[str], None] | None = None,
+    group_log: ShareGroupLog | None = None,
+    not_coordinated_here: Callable[[str], SeglogError | None] = lambda group_id: None,
 ) -> ShareParts:
     """The share core over the data plane's routing (its state written and read through the
     same produce and fetch, its start offsets from the leaders' ListOffsets).
@@ -87,6 +90,15 @@ def share_groups(
     )
     router = ShareRouter(local, placement.holder_of, RemoteGateways(credentials), peers)
     core = ShareGroups(
-        registry, authorization, data_plane, states, settings, consumer_group_exists, router
+        registry,
+        authorization,
+        data_plane,
+        states,
+        settings,
+        consumer_group_exists,
+        router,
+        log=group_log,
+        not_coordinated_here=not_coordinated_here,
+        share_coordinator=placement.coordinator_address,
     )
     return ShareParts(core, ShareStateService(local, placement.holder_of))
