@@ -112,9 +112,17 @@ class PartitionStates:
         else:
             timestamp = EARLIEST_TIMESTAMP if reset == EARLIEST else LATEST_TIMESTAMP
             start = self.offset_of(pid[1], pid[2], timestamp)
-        partition = SharePartition(self.limits_of(pid[0]), start)
+        # Started afresh after a deletion: past the tombstone's state epoch, which the
+        # partition's leader holds its writer to.
+        partition = SharePartition(self.limits_of(pid[0]), start, self._epoch_deleted(pid) + 1)
         self.persist(pid, partition)
         return partition
+
+    def _epoch_deleted(self, pid: PartitionId) -> int:
+        """The state epoch the share partition's state was deleted at (-1: never deleted)."""
+        key, topic_id = self.key_of(pid)
+        deleted = self.store.deleted_epoch(key, topic_id)
+        return -1 if deleted is None else deleted
 
     def persist(self, pid: PartitionId, partition: SharePartition) -> None:
         """Write the partition's state (the caller holds its lock). FencedStateEpochError:
@@ -152,18 +160,18 @@ class PartitionStates:
         with self._lock:
             loading = self._loading.setdefault(pid, threading.Lock())
         with loading:
-            if start_offset is None:
-                key, topic_id = self.key_of(pid)
-                self.store.delete(key, topic_id)
-                self._partitions.pop(pid, None)
-                return
             before = self._partitions.get(pid)
             if before is None:
                 key, topic_id = self.key_of(pid)
                 state = self.store.read(key, topic_id)
-                epoch = state.state_epoch if state is not None else 0
+                epoch = state.state_epoch if state is not None else self._epoch_deleted(pid)
             else:
                 epoch = before.state_epoch
+            if start_offset is None:
+                key, topic_id = self.key_of(pid)
+                self.store.delete(key, topic_id, epoch + 1)
+                self._partitions.pop(pid, None)
+                return
             partition = SharePartition(self.limits_of(pid[0]), start_offset, epoch + 1)
             self.persist(pid, partition)
             self._partitions[pid] = partition

@@ -95,6 +95,9 @@ class StateStore:
         self._lock = threading.Lock()
         self._partition_locks: dict[int, threading.Lock] = {}
         self._cache: dict[int, dict[StateKey, ShareState]] = {}
+        # Per partition, each deleted share partition's state epoch at its deletion: the next
+        # start of it goes on past that epoch (the leader refuses an older one from its writer).
+        self._deleted: dict[int, dict[StateKey, int]] = {}
         self.writes = 0  # records written (a figure for metrics and tests)
 
     @property
@@ -120,6 +123,13 @@ class StateStore:
     def read(self, key: StateKey, topic_id: str) -> ShareState | None:
         return self._loaded(self.partition_for(key, topic_id)).get(key)
 
+    def deleted_epoch(self, key: StateKey, topic_id: str) -> int | None:
+        """The state epoch a deleted share partition's tombstone was written at (None: not
+        deleted, or never written)."""
+        partition = self.partition_for(key, topic_id)
+        self._loaded(partition)
+        return self._deleted.get(partition, {}).get(key)
+
     def _loaded(self, partition: int) -> dict[StateKey, ShareState]:
         self.ensure_topic()
         contents = self._cache.get(partition)
@@ -135,7 +145,9 @@ class StateStore:
     def _load(self, partition: int) -> dict[StateKey, ShareState]:
         """The partition from its start to its high watermark, replayed."""
         contents: dict[StateKey, ShareState] = {}
-        self.topic.read_back(partition, lambda records: _replay(contents, records))
+        deleted = self._deleted.setdefault(partition, {})
+        deleted.clear()
+        self.topic.read_back(partition, lambda records: _replay(contents, deleted, records))
         logger.info(
             "read back %d share partitions' state from %s-%d", len(contents), STATE_TOPIC, partition
         )
@@ -171,25 +183,40 @@ class StateStore:
             except SeglogError as exc:
                 raise CoordinatorNotAvailableError(f"writing share state failed: {exc}") from None
             contents[key] = state
+            self._deleted.get(partition, {}).pop(key, None)
             self.writes += 1
 
-    def delete(self, key: StateKey, topic_id: str) -> None:
-        """Append the share partition's tombstone (Kafka's DeleteShareGroupOffsets): read
-        back, it has no state, so its next use starts it by share.auto.offset.reset."""
+    def delete(self, key: StateKey, topic_id: str, state_epoch: int) -> None:
+        """Append the share partition's tombstone (Kafka's DeleteShareGroupOffsets) at
+        `state_epoch`, by the same writer as its snapshots: read back, it has no state, so its
+        next use starts it by share.auto.offset.reset, at a state epoch past this one."""
         partition = self.partition_for(key, topic_id)
         contents = self._loaded(partition)
-        builder = RecordBatchBuilder()
+        builder = RecordBatchBuilder(
+            producer_id=state_producer_id(key),
+            producer_epoch=min(state_epoch, MAX_PRODUCER_EPOCH),
+        )
         builder.append(encode_key(key, SNAPSHOT_TYPE), None, time.time_ns() // 1_000_000)
         with self._partition_lock(partition):
             try:
                 self.topic.append(partition, builder.build(), WRITE_TIMEOUT_MS)
+            except InvalidProducerEpochError as exc:
+                contents.pop(key, None)
+                self._cache.pop(partition, None)
+                raise FencedStateEpochError(
+                    f"share partition {key.group_id}:{key.partition} of topic {topic_id}: "
+                    f"state epoch {state_epoch} is fenced by a newer holder ({exc})"
+                ) from None
             except SeglogError as exc:
                 raise CoordinatorNotAvailableError(f"deleting share state failed: {exc}") from None
             contents.pop(key, None)
+            self._deleted.setdefault(partition, {})[key] = state_epoch
             self.writes += 1
 
 
-def _replay(contents: dict[StateKey, ShareState], records: bytes) -> int:
+def _replay(
+    contents: dict[StateKey, ShareState], deleted: dict[StateKey, int], records: bytes
+) -> int:
     """Apply every whole batch; the offset after the last one (-1: none). A corrupt record
     is logged and skipped, not fatal to the other share partitions of the partition."""
     next_offset = -1
@@ -206,6 +233,7 @@ def _replay(contents: dict[StateKey, ShareState], records: bytes) -> int:
                 record_type, key = decode_key(record.key)
                 if record.value is None:
                     contents.pop(key, None)
+                    deleted[key] = header.producer_epoch
                 elif record_type == SNAPSHOT_TYPE:
                     contents[key] = decode_snapshot(record.value)
                 elif key in contents:
