@@ -16,6 +16,7 @@ gives its bridge address, where nodes in namespaces reach it); stopped by `close
 from __future__ import annotations
 
 import http.client
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -76,7 +77,7 @@ class S3FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server = _QuietServer((host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -120,6 +121,15 @@ class S3FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client killed mid-request (a node SIGKILLed by a fault campaign) resets its
+        # connection: expected, not worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def _read_body(request: BaseHTTPRequestHandler) -> bytes:

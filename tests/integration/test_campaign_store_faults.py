@@ -128,4 +128,13 @@ def test_a_killed_store_is_unreachable_while_held_and_back_with_its_objects(
         fault.heal(StoreOnly(tiered_store))
     assert said and "SIGKILL" in said[0]
     assert tiered_store.weed.alive()
-    assert through_proxy.get("faults/kept") == b"kept across the kill"
+    # The restarted store answers S3 once its filer does; its volume server (which holds the
+    # object) may register with its master a moment later.
+    assert wait_until(lambda: _reads(through_proxy, "faults/kept") == b"kept across the kill", 30)
+
+
+def _reads(store: RemoteStore, key: str) -> bytes | None:
+    try:
+        return store.get(key)
+    except SeglogError:
+        return None
