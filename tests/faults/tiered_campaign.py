@@ -238,7 +238,9 @@ class TieredWorkload:
         """Every client stopped, the topic's partitions read from offset 0 (through the
         store's segments) to their ends; the problems found."""
         self.clients.stop_all()
-        self.final_states = describe_states(self.states())
+        proxy = self.store.proxy
+        faulted = f"; store requests failed or delayed {proxy.injected}" if proxy else ""
+        self.final_states = describe_states(self.states()) + faulted
         reader = ClientProcess(
             self.root,
             "final-read",
