@@ -99,7 +99,8 @@ class ShareMembers:
         # hundreds of MB)
         progress = _Progress(self, self.expected())
         while time.monotonic() < deadline:
-            if not wait_until(progress.moved, stall_timeout_s, interval_s=5.0):
+            interval_s = min(5.0, stall_timeout_s / 4)  # each look reads the histories
+            if not wait_until(progress.moved, stall_timeout_s, interval_s=interval_s):
                 return False  # no record finished for stall_timeout_s
             if progress.finished:
                 return True
