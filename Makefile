@@ -172,7 +172,9 @@ bench-scale: $(STAMP) proto
 # A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one, FAULTS= a comma list
 # of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd,
 # WORKLOAD=transactions for librdkafka's transactional producers and read_committed readers
-# judged for Jepsen's transactional anomalies): client processes record their histories
+# judged for Jepsen's transactional anomalies, SHARE=N share group members, TIERED=1 for a
+# SeaweedFS store beside the cluster, a topic tiered to it, read from offset 0, and the store's
+# own faults: killed, slow, answering 503): client processes record their histories
 # while nodes, gateways (and etcd) are killed, paused and stopped (and, as root,
 # partitioned); prints cycles, faults by class, what the clients saw and the history
 # checker's counts, its verdict the exit code.
@@ -182,7 +184,7 @@ WORKLOAD ?= records
 fault-campaign: $(STAMP) proto
 	$(BIN)/python -m tests.fault_campaign --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) \
 		$(if $(FAULTS),--faults $(FAULTS)) --producer $(PRODUCER) $(if $(ETCD),--etcd) \
-		$(if $(SHARE),--share-members $(SHARE)) \
+		$(if $(SHARE),--share-members $(SHARE)) $(if $(filter 1,$(TIERED)),--tiered) \
 		--workload $(WORKLOAD)
 
 # The Kafka-protocol fuzz test at depth: EXAMPLES= requests per advertised API (`make test`

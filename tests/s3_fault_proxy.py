@@ -9,12 +9,14 @@ proxy's mode says otherwise:
 - `slow`: forwarded after `delay_s` (a store answering late: timeouts, a full reader pool).
 
 Only the methods of the requests are matched (`methods`, all by default), so a test can
-fail writes while reads go on. Loopback only; stopped by `close()`.
+fail writes while reads go on. Loopback by default (`host`: the fault campaign's network lab
+gives its bridge address, where nodes in namespaces reach it); stopped by `close()`.
 """
 
 from __future__ import annotations
 
 import http.client
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +30,7 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connectio
 
 
 class S3FaultProxy:
-    def __init__(self, upstream_url: str) -> None:
+    def __init__(self, upstream_url: str, host: str = "127.0.0.1") -> None:
         parts = urlsplit(upstream_url)
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.mode = "pass"
@@ -57,7 +59,13 @@ class S3FaultProxy:
                     return
                 if mode == "slow":
                     time.sleep(proxy.delay_s)
-                status, headers, answer = proxy._forward(self, body)
+                try:
+                    status, headers, answer = proxy._forward(self, body)
+                except OSError:
+                    # The store itself down (killed by a fault): the client's connection is
+                    # closed unanswered, as if it had reached the dead store.
+                    self.close_connection = True
+                    return
                 self.send_response(status)
                 for name, value in headers:
                     if name.lower() not in _HOP_BY_HOP and name.lower() != "content-length":
@@ -69,14 +77,15 @@ class S3FaultProxy:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer((host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def set(self, mode: str, *, methods: set[str] | None = None, delay_s: float = 0.0) -> None:
         if mode not in ("pass", "fail", "slow"):
@@ -112,6 +121,15 @@ class S3FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        # A client killed mid-request (a node SIGKILLed by a fault campaign) resets its
+        # connection: expected, not worth a traceback.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def _read_body(request: BaseHTTPRequestHandler) -> bytes:

@@ -8,16 +8,20 @@ replicas that went through two histories are a failure even when no client saw i
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
         --producer idempotent [--etcd] [--keep] [--share-members 3] \
-        [--workload records|transactions]
+        [--workload records|transactions] [--tiered]
     make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1 SHARE=3
     make fault-campaign WORKLOAD=transactions CYCLES=100
+    make fault-campaign TIERED=1 CYCLES=30
 
 The records workload (the default) is seglog's own clients sending unique records; the
 transactions workload (tests/faults/txn_campaign.py) is librdkafka's transactional producers
 and read_committed/read_uncommitted readers on the Kafka port, judged for Jepsen's
 transactional anomalies (tests/faults/txn_checker.py). With share members, a share group also
 reads the topic as a queue and is judged on its own (tests/faults/share_campaign.py,
-share_checker.py).
+share_checker.py). With `--tiered`, a real object store (SeaweedFS) runs beside the cluster,
+a second topic is tiered to it under the same faults plus the store's own (killed, slow,
+answering 503: tests/faults/store_faults.py), and its histories are judged apart, the final
+read going from offset 0 through the store's segments (tests/faults/tiered_campaign.py).
 
 Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
@@ -42,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults import txn_campaign
+from tests.faults import tiered_campaign, txn_campaign
 from tests.faults.catalog import (
     ALL_FAULTS,
     DISK_FAULTS,
@@ -50,6 +54,7 @@ from tests.faults.catalog import (
     MOUNTED_DISK_FAULTS,
     NETWORK_FAULTS,
     PROXY_FAULTS,
+    STORE_FAULTS,
     available_faults,
 )
 from tests.faults.checker import Guarantees, Verdict, check
@@ -60,6 +65,7 @@ from tests.faults.history import read_history
 from tests.faults.replica_logs import diverged_partitions
 from tests.faults.share_campaign import ShareMembers
 from tests.faults.share_checker import ShareVerdict
+from tests.faults.tiered_campaign import TieredStore, TieredWorkload
 from tests.faults.txn_checker import TxnVerdict, check_transactions
 from tests.waiting import wait_for
 
@@ -92,6 +98,7 @@ class CampaignConfig:
     subnet_octet: int = 231
     share_members: int = 0  # share group members reading the topic as a queue (share_campaign)
     workload: str = "records"  # or "transactions" (tests/faults/txn_campaign.py)
+    tiered: bool = False  # an object store and a tiered topic beside (tiered_campaign.py)
 
     @property
     def transactional(self) -> bool:
@@ -108,14 +115,22 @@ class CampaignReport:
     final_read_complete: bool = False
     verdict: Verdict | TxnVerdict | None = None
     share_verdict: ShareVerdict | None = None  # with share members
+    tiered_verdict: Verdict | None = None  # the tiered topic's histories, with --tiered
+    tiered_states: str = ""  # its partitions' local starts and remote ends at the end
 
     @property
     def ok(self) -> bool:
         """The checker's verdict, given a final read to judge against (and the share
-        checker's, with share members)."""
+        checker's, with share members; the tiered topic's, with a tiered topic)."""
         share_ok = self.share_verdict is None or self.share_verdict.ok
+        tiered = self.tiered_verdict
+        tiered_ok = tiered.ok if tiered is not None else not self.config.tiered
         return (
-            self.verdict is not None and self.verdict.ok and self.final_read_complete and share_ok
+            self.verdict is not None
+            and self.verdict.ok
+            and self.final_read_complete
+            and share_ok
+            and tiered_ok
         )
 
     @property
@@ -139,6 +154,9 @@ class CampaignReport:
             lines.append(f"checker: {self.verdict.summary()}")
         if self.share_verdict is not None:
             lines.append(f"share checker: {self.share_verdict.summary()}")
+        if self.tiered_verdict is not None:
+            lines.append(f"tiered topic checker: {self.tiered_verdict.summary()}")
+            lines.append(f"tiered topic at the end: {self.tiered_states}")
         lines += [f"  problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -146,12 +164,14 @@ class CampaignReport:
 def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) -> CampaignReport:
     if config.workload not in WORKLOADS:
         raise ValueError(f"workload must be one of {WORKLOADS}, not {config.workload!r}")
-    names = list(config.faults) or available_faults(config.etcd)
+    names = list(config.faults) or available_faults(config.etcd, config.tiered)
     unknown = [n for n in [*names, *config.opening] if n not in ALL_FAULTS]
     if unknown:
         raise ValueError(f"unknown faults {unknown}; known: {sorted(ALL_FAULTS)}")
     if not config.etcd and any(n in ETCD_FAULTS for n in names):
         raise ValueError("etcd faults need a cluster with etcd (--etcd)")
+    if not config.tiered and any(n in STORE_FAULTS for n in names):
+        raise ValueError("object-store faults need a tiered topic (--tiered)")
     rng = random.Random(config.seed)
     report = CampaignReport(config)
     history_dir = root / "history"
@@ -159,7 +179,12 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     cluster: Cluster | None = None
     clients: Clients | None = None
     share: ShareMembers | None = None
+    store: TieredStore | None = None
+    tiered: TieredWorkload | None = None
     try:
+        if config.tiered:
+            (root / "logs").mkdir(parents=True, exist_ok=True)
+            store = TieredStore(root, lab.bridge_ip if lab is not None else "127.0.0.1")
         cluster = Cluster(
             root,
             lab,
@@ -167,12 +192,21 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             etcd=config.etcd,
             node_disks=any(n in MOUNTED_DISK_FAULTS for n in names),
             kafka_proxy=config.transactional and any(n in PROXY_FAULTS for n in names),
-            gateway_args=txn_campaign.GATEWAY_ARGS if config.transactional else (),
+            gateway_args=[
+                *(txn_campaign.GATEWAY_ARGS if config.transactional else ()),
+                *(tiered_campaign.GATEWAY_ARGS if store is not None else ()),
+            ],
+            node_args=store.node_args() if store is not None else (),
+            node_env=store.node_env() if store is not None else None,
         )
+        cluster.store = store
         # Disk faults damage older segments too: small segments make many of them.
         topic_configs = {"segment.bytes": str(DISK_FAULT_SEGMENT_BYTES)}
         disk_faults = any(n in DISK_FAULTS for n in names)
         cluster.admin.create_topic(TOPIC, PARTITIONS, 3, topic_configs if disk_faults else None)
+        if store is not None:
+            tiered = TieredWorkload(root, cluster, store, history_dir, config.producer_mode)
+            tiered.create_topic()
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
         clients = (
@@ -205,10 +239,16 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
                 root, history_dir, cluster.kafka_addresses[0], TOPIC, described.topic_id
             )
             share.start(config.share_members)
+        if tiered is not None:
+            tiered.start()
         for cycle in range(config.cycles):
             opening = config.opening[cycle] if cycle < len(config.opening) else None
             _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
+            if tiered is not None:
+                tiered.after_cycle(cycle + 1, report.schedule, log)
         _settle(cluster, report)
+        if tiered is not None:  # copies going on after the faults, then no more writes
+            report.problems += tiered.stop_writing()
         clients.stop_producers()
         if share is not None:
             if not share.settle():
@@ -241,15 +281,25 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         report.final_read_complete = reader.wait(reader_timeout_s + 30) == 0
         if not report.final_read_complete:
             report.problems.append("the final read did not reach every partition's end")
+        if tiered is not None:
+            report.problems += tiered.final_read(FINAL_READ_TIMEOUT_S)
+            report.tiered_states = tiered.final_states
     finally:
         if share is not None:
             share.stop()
         if clients is not None:
             clients.stop_all()
+        if tiered is not None:
+            tiered.stop_all()
         if cluster is not None:
             cluster.close()
+        if store is not None:
+            store.close()
         if lab is not None:
             lab.close()
+    if tiered is not None:
+        mode = Guarantees.for_producer_mode(config.producer_mode)
+        report.tiered_verdict = check(read_history(tiered.history_dir), mode)
     if config.transactional:
         report.verdict = check_transactions(read_history(history_dir))
     else:
@@ -360,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--etcd", action="store_true", help="two gateways sharing a registry in etcd"
     )
     parser.add_argument(
+        "--tiered", action="store_true", help="an object store and a tiered topic beside"
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep data, logs and histories of a valid run too"
     )
     parser.add_argument(
@@ -379,13 +432,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         network_prefix=args.network_prefix,
         subnet_octet=args.subnet_octet,
         workload=args.workload,
+        tiered=args.tiered,
     )
     root = Path(tempfile.mkdtemp(prefix="seglog-campaign-"))
     print(f"fault campaign: seed {config.seed}, data, logs and histories in {root}", flush=True)
     report = run(root, config, log=lambda line: print(line, flush=True))
     print(report.summary())
-    if report.verdict is not None:
-        for line in report.verdict.details():
+    for verdict in (report.verdict, report.tiered_verdict):
+        for line in verdict.details() if verdict is not None else ():
             print(line)
     if report.passed and not args.keep:
         shutil.rmtree(root, ignore_errors=True)

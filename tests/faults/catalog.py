@@ -28,6 +28,7 @@ from tests.faults.fault_kinds import (
 )
 from tests.faults.flood_fault import ClientFlooding
 from tests.faults.foreign_registry import NodeForeignRegistry
+from tests.faults.store_faults import StoreErrors, StoreKill, StoreSlow
 
 PROCESS_FAULTS: dict[str, Callable[[], Fault]] = {
     "node-kill": NodeKill,
@@ -61,14 +62,30 @@ MOUNTED_DISK_FAULTS: dict[str, Callable[[], Fault]] = {
     "last-replica-standing": LastReplicaStanding,
 }
 DISK_FAULTS: dict[str, Callable[[], Fault]] = {"disk-bitflip": DiskBitflip, **MOUNTED_DISK_FAULTS}
-ALL_FAULTS = {**PROCESS_FAULTS, **ETCD_FAULTS, **NETWORK_FAULTS, **PROXY_FAULTS, **DISK_FAULTS}
+# Faults of the object store, for campaigns with a tiered topic (--tiered).
+STORE_FAULTS: dict[str, Callable[[], Fault]] = {
+    "store-kill": StoreKill,
+    "store-slow": StoreSlow,
+    "store-errors": StoreErrors,
+}
+ALL_FAULTS = {
+    **PROCESS_FAULTS,
+    **ETCD_FAULTS,
+    **NETWORK_FAULTS,
+    **PROXY_FAULTS,
+    **DISK_FAULTS,
+    **STORE_FAULTS,
+}
 
 
-def available_faults(etcd: bool = False) -> list[str]:
-    """The faults this machine and work tree can inject into a cluster with or without etcd:
-    network faults need root and the network lab (not yet with etcd), answer faults the
-    proxy, power cuts and full disks root and loop mounts."""
+def available_faults(etcd: bool = False, tiered: bool = False) -> list[str]:
+    """The faults this machine and work tree can inject into a cluster with or without etcd
+    (and a tiered topic's object store): network faults need root and the network lab (not
+    yet with etcd), answer faults the proxy, power cuts and full disks root and loop mounts,
+    store faults a tiered campaign."""
     names = list(PROCESS_FAULTS)
+    if tiered:
+        names += list(STORE_FAULTS)
     if etcd:
         names += list(ETCD_FAULTS)
     elif os.geteuid() == 0 and _importable("tests.faults.netns"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ class Cluster:
         leader_imbalance_check_interval_s: int = 3,
         kafka_proxy: bool = False,
         gateway_args: Sequence[str] = (),
+        node_args: Sequence[str] = (),
+        node_env: Mapping[str, str] | None = None,
     ) -> None:
         if etcd and lab is not None:
             raise ValueError("etcd runs on loopback: no network lab with etcd (yet)")
@@ -69,6 +71,10 @@ class Cluster:
         self.kafka_proxies: list[Any] = []
         self.kafka_client_addresses: list[str] = []
         self.gateway_args = list(gateway_args)
+        # A tiered campaign's store flags and secret (tiered_campaign.py TieredStore).
+        self.node_args = list(node_args)
+        self.node_env = dict(node_env or {})
+        self.store: Any = None  # the object store, for store faults (store_faults.py)
         self.hosts: dict[str, str] = {}  # process name -> the IP it listens on
         self.kafka_addresses: list[str] = []  # each gateway's Kafka listener
         self.disks: Any = None  # each node's own loop-mounted filesystem, for disk faults
@@ -178,9 +184,9 @@ class Cluster:
                 f"{self.hosts.get(f'node-{node_id}', '127.0.0.1')}:0",
                 root / f"node-{node_id}",
                 self.internal_address,
-                extra_args=["--heartbeat-interval-ms", "200", *configs],
+                extra_args=["--heartbeat-interval-ms", "200", *configs, *self.node_args],
                 stderr_path=root / "logs" / f"node-{node_id}.log",
-                env=env,
+                env={**env, **self.node_env},
                 **self._prefix(f"node-{node_id}"),
             )
             self.nodes[node_id] = node

@@ -93,7 +93,8 @@ NOT_RUN = {
     ),
     ("docs/layout.md", "libs/seglog/records/"): "the source tree's layout, not commands",
     ("docs/replication.md", "make fault-campaign"): (
-        "campaigns of minutes; make test-long runs a short one (tests/e2e/test_fault_campaign.py)"
+        "campaigns of minutes; make test-long runs short ones (tests/e2e/test_fault_campaign.py, "
+        "test_tiered_fault_campaign.py)"
     ),
 }
 
