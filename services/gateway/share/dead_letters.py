@@ -15,14 +15,16 @@ archived, as Kafka's broker writes it (ShareGroupDLQRecordHelper):
                                    "Offset delivery count exceeded the threshold."
     into partition (source partition) mod (the dead-letter topic's partitions).
 
-Kafka names the topic per group (group configs errors.deadletterqueue.topic.name and
-errors.deadletterqueue.copy.record.enable); seglog has no group configs yet, so `topic_for`
-and `copies_records` answer the gateway's settings for every share group: the one place a
-per-group lookup plugs in. The name must start with
-errors.deadletterqueue.topic.name.prefix ("dlq." by default), so a share group cannot be
-pointed at a business topic; with errors.deadletterqueue.auto.create.topics.enable the topic
-is created (num.partitions, default.replication.factor) when first needed, otherwise a
-missing topic is logged and the records are archived without a copy.
+The topic and the copy mode are the group's configs (errors.deadletterqueue.topic.name and
+errors.deadletterqueue.copy.record.enable, cluster/group_configs.py; the gateway's settings
+of those names are their defaults). The name must start with the cluster's
+errors.deadletterqueue.topic.name.prefix ("dlq." by default) and the topic must have the topic
+config errors.deadletterqueue.group.enable=true, so a share group cannot be pointed at a
+business topic: the topic's administrator opts in. With
+errors.deadletterqueue.auto.create.topics.enable the topic is created (num.partitions,
+default.replication.factor, errors.deadletterqueue.group.enable=true) when first needed;
+otherwise a missing topic, or one that has not opted in, is logged and the records are
+archived without a copy.
 
 Written before the change that archived them is acknowledged (partition_ops.py): a failed
 write fails the acknowledgement, whose records stay acquired, so a dead letter is written at
@@ -38,6 +40,7 @@ from typing import Protocol
 
 from seglog.records import LegacyMessage, RecordBatchBuilder, iter_batches
 
+from ..cluster.group_configs import GroupConfig
 from ..cluster.registry import Registry
 from ..internal_topics import Appended, FetchedPiece
 from .partition_states import PartitionId
@@ -46,6 +49,7 @@ from .share_partition import DeadLetter
 
 logger = logging.getLogger(__name__)
 
+DLQ_GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # the topic's opt-in (a topic config)
 WRITE_TIMEOUT_MS = 5000
 MAX_BATCH_BYTES = 1 << 20  # below every topic's default max.message.bytes
 REJECTED = b"Offset rejected by client."
@@ -70,8 +74,12 @@ class DeadLetterQueue:
         access: Access,
         settings: ShareSettings,
         create_topic: Callable[[str], None],
+        group_config: Callable[[str], GroupConfig] | None = None,
     ) -> None:
-        """`create_topic(name)`: a topic of the cluster's defaults, serving when it returns."""
+        """`create_topic(name)`: a dead-letter topic of the cluster's defaults, serving when it
+        returns; `group_config(group)`: the group's configs in force (None: the settings' for
+        every group)."""
+        self.group_config = group_config
         self.registry = registry
         self.access = access
         self.settings = settings
@@ -80,11 +88,21 @@ class DeadLetterQueue:
 
     def topic_for(self, group_id: str) -> str | None:
         """The group's dead-letter topic (None: the group has none)."""
-        return self.settings.errors_deadletterqueue_topic_name or None
+        name = (
+            self.settings.errors_deadletterqueue_topic_name
+            if self.group_config is None
+            else self.group_config(group_id).errors_deadletterqueue_topic_name
+        )
+        # Checked again here: the prefix is the cluster's, and may have changed since.
+        if not name or not name.startswith(self.settings.errors_deadletterqueue_topic_name_prefix):
+            return None
+        return name
 
     def copies_records(self, group_id: str) -> bool:
         """Whether the group's dead letters carry the source record's key and value."""
-        return self.settings.errors_deadletterqueue_copy_record_enable
+        if self.group_config is None:
+            return self.settings.errors_deadletterqueue_copy_record_enable
+        return self.group_config(group_id).errors_deadletterqueue_copy_record_enable
 
     def write(self, pid: PartitionId, letters: Sequence[DeadLetter]) -> None:
         """Write the letters of share partition `pid`; SeglogError when they were not."""
@@ -102,6 +120,15 @@ class DeadLetterQueue:
                 "without a copy",
                 group_id,
                 target,
+                len(letters),
+            )
+            return
+        if not _opted_in(found.configs):
+            logger.warning(
+                "share group %s: topic %s does not have %s=true; %d ranges archived without a copy",
+                group_id,
+                target,
+                DLQ_GROUP_ENABLE,
                 len(letters),
             )
             return
@@ -134,6 +161,11 @@ class DeadLetterQueue:
                 if not progressed:
                     break  # nothing more to read there
         return copies
+
+
+def _opted_in(configs: dict[str, str]) -> bool:
+    value = configs.get(DLQ_GROUP_ENABLE, configs.get(DLQ_GROUP_ENABLE.replace(".", "_"), ""))
+    return str(value).strip().lower() == "true"
 
 
 def _batches(
