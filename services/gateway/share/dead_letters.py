@@ -29,6 +29,7 @@ archived without a copy.
 Written before the change that archived them is acknowledged (partition_ops.py): a failed
 write fails the acknowledgement, whose records stay acquired, so a dead letter is written at
 least once (twice if the state write after it fails and the client acknowledges again).
+Until written, they are persisted as archiving (archiving.py): the holder's death loses none.
 """
 
 from __future__ import annotations
