@@ -17,6 +17,7 @@ import pytest
 from devtools import apache_kafka
 from devtools.apache_kafka import run_tool
 from seglog.client import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
+from services.gateway.share import share_metrics
 from tests.cluster import LocalCluster
 
 CONFIGS_TOOL = "kafka.admin.ConfigCommand"
@@ -106,6 +107,13 @@ def test_a_groups_own_dead_letter_topic_and_copy_mode_set_with_kafka_configs(clu
         ("g-own", "0", "v0"),
         ("g-own", "1", "v1"),
     ]
+    assert per_group(cluster, "written").get("g-own") == 2
+
+
+def per_group(cluster, kind: str) -> dict[str, int]:
+    """The seglog.share.dead_letters.<kind> counters as exported, by group."""
+    observed = share_metrics.dead_letters(cluster.gateway.share, kind)
+    return {o.attributes["messaging.consumer.group.name"]: o.value for o in observed}
 
 
 def test_a_topic_that_has_not_opted_in_gets_no_dead_letters(cluster):
@@ -113,6 +121,8 @@ def test_a_topic_that_has_not_opted_in_gets_no_dead_letters(cluster):
     alter_group(cluster, "g-closed", "errors.deadletterqueue.topic.name=dlq.closed")
     reject_all(cluster, "g-closed", "closed-src", 2)
     assert letters_in(cluster, "dlq.closed") == []
+    assert per_group(cluster, "dropped").get("g-closed") == 2
+    assert "g-closed" not in per_group(cluster, "written")
     # The records were archived all the same: nothing is handed out again.
     with ShareConsumer(cluster.address, group_id="g-closed") as consumer:
         consumer.subscribe(["closed-src"])

@@ -35,10 +35,12 @@ Until written, they are persisted as archiving (archiving.py): the holder's deat
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
+from seglog.errors import SeglogError
 from seglog.records import LegacyMessage, RecordBatchBuilder, iter_batches
 
 from ..cluster.group_configs import GroupConfig
@@ -68,6 +70,14 @@ class Access(Protocol):
 Copies = dict[int, tuple[bytes | None, bytes | None]]
 
 
+class DeadLetterCounts(NamedTuple):
+    """Records per group: written, whose write failed, archived without a copy."""
+
+    written: dict[str, int]
+    failed: dict[str, int]
+    dropped: dict[str, int]
+
+
 class DeadLetterQueue:
     def __init__(
         self,
@@ -86,6 +96,27 @@ class DeadLetterQueue:
         self.settings = settings
         self.create_topic = create_topic
         self.written = 0  # dead letters written (a figure for tests and metrics)
+        # Per group, for the metrics (share_metrics.py): records written, records whose write
+        # failed (kept, tried again), records archived without a copy (no usable topic).
+        # Failed deliveries only pay this lock, never an accepted record.
+        self._counts_lock = threading.Lock()
+        self.written_by_group: dict[str, int] = {}
+        self.failed_by_group: dict[str, int] = {}
+        self.dropped_by_group: dict[str, int] = {}
+
+    def records_by_group(self) -> DeadLetterCounts:
+        """A copy of the per-group figures (for the metrics)."""
+        with self._counts_lock:
+            return DeadLetterCounts(
+                dict(self.written_by_group),
+                dict(self.failed_by_group),
+                dict(self.dropped_by_group),
+            )
+
+    def _count(self, counts: dict[str, int], group_id: str, letters: Sequence[DeadLetter]) -> None:
+        records = sum(d.last_offset - d.first_offset + 1 for d in letters)
+        with self._counts_lock:
+            counts[group_id] = counts.get(group_id, 0) + records
 
     def topic_for(self, group_id: str) -> str | None:
         """The group's dead-letter topic (None: the group has none)."""
@@ -123,6 +154,7 @@ class DeadLetterQueue:
                 target,
                 len(letters),
             )
+            self._count(self.dropped_by_group, group_id, letters)
             return
         if not _opted_in(found.configs):
             logger.warning(
@@ -132,12 +164,18 @@ class DeadLetterQueue:
                 DLQ_GROUP_ENABLE,
                 len(letters),
             )
+            self._count(self.dropped_by_group, group_id, letters)
             return
         destination = partition % len(found.partitions)
         copies = self._copies(topic, partition, letters) if self.copies_records(group_id) else {}
-        for batch in _batches(group_id, topic, partition, letters, copies):
-            self.access.append(target, destination, batch, WRITE_TIMEOUT_MS)
+        try:
+            for batch in _batches(group_id, topic, partition, letters, copies):
+                self.access.append(target, destination, batch, WRITE_TIMEOUT_MS)
+        except SeglogError:
+            self._count(self.failed_by_group, group_id, letters)
+            raise
         self.written += sum(letter.last_offset - letter.first_offset + 1 for letter in letters)
+        self._count(self.written_by_group, group_id, letters)
 
     def _copies(self, topic: str, partition: int, letters: Sequence[DeadLetter]) -> Copies:
         """The letters' source records, read from the leader (a read per range, stopping
