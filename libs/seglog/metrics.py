@@ -192,6 +192,19 @@ class RequestMetrics:
 
         self.meter.create_observable_counter(name, [callback], unit=unit, description=description)
 
+    def observed_counters(
+        self, name: str, unit: str, description: str, observe: Callable[[], Iterable[Observation]]
+    ) -> None:
+        """Monotonic totals kept elsewhere, one per set of attributes (a group ...), read at
+        each export."""
+        if not self.on:
+            return
+
+        def callback(options: CallbackOptions) -> Iterator[Observation]:
+            yield from observe()
+
+        self.meter.create_observable_counter(name, [callback], unit=unit, description=description)
+
     def counter(self, name: str, unit: str, description: str) -> Any:
         return (
             self.meter.create_counter(name, unit=unit, description=description) if self.on else None

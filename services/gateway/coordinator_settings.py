@@ -124,9 +124,9 @@ share_coordinator_state_topic_num_partitions = setting(
 
 errors_deadletterqueue_topic_name = setting(
     "",
-    "the share groups' dead-letter topic (KIP-1191): records rejected or archived at the "
-    "delivery count limit are copied there (Kafka's group config, here one value for every "
-    "share group; empty: none)",
+    "the share groups' default dead-letter topic (KIP-1191): records rejected or archived at "
+    "the delivery count limit are copied there; a group's own config of this name wins "
+    "(kafka-configs --entity-type groups); empty: none",
 )
 
 errors_deadletterqueue_topic_name_prefix = setting(
@@ -141,8 +141,8 @@ errors_deadletterqueue_auto_create_topics_enable = setting(
 
 errors_deadletterqueue_copy_record_enable = setting(
     False,
-    "dead letters carry the source record's key and value (Kafka's group config, here one "
-    "value for every share group); otherwise only the headers saying where it came from",
+    "dead letters carry the source record's key and value (the default of the group config "
+    "of this name); otherwise only the headers saying where it came from",
 )
 
 offsets_retention_minutes = setting(

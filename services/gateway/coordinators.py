@@ -34,6 +34,7 @@ from .groups.offsets_store import OffsetsStore
 from .node_connections import NodeConnections
 from .routing.data_plane import DataPlane
 from .settings import GatewayConfig
+from .share.dead_letters import DLQ_GROUP_ENABLE
 from .share.forwarding import ShareStateService
 from .share.share_core import ShareGroups
 from .share.share_group_log import ShareGroupLog
@@ -79,7 +80,12 @@ def build_coordinators(
     `is_controller` tells whether this gateway lists unclaimed groups and adopts orphaned
     transactions; `share_coordination` places share partitions, whose holders' internal
     listeners `gateway_session` publishes."""
-    group_configs = GroupConfigs(registry, authorization, group_config_defaults(config))
+    group_configs = GroupConfigs(
+        registry,
+        authorization,
+        group_config_defaults(config),
+        config.share_settings.errors_deadletterqueue_topic_name_prefix,
+    )
     offsets = OffsetsStore(
         registry,
         connections,
@@ -138,7 +144,9 @@ def build_coordinators(
         peers=gateway_session.internal_peers if gateway_session is not None else list,
         credentials=None if config.tls is None else channel_credentials(config.tls),
         group_config=group_configs.of,
-        create_dead_letter_topic=lambda name: topic_admin.start_default_topic(name).result(),
+        create_dead_letter_topic=lambda name: topic_admin.start_default_topic(
+            name, {DLQ_GROUP_ENABLE: "true"}
+        ).result(),
         # Share groups' membership is the group coordinator's, its records in
         # __consumer_offsets beside the consumer groups' (share/share_group_log.py).
         group_log=ShareGroupLog(
@@ -196,6 +204,8 @@ def group_config_defaults(config: GatewayConfig) -> dict[str, str]:
         gc.SHARE_PARTITION_MAX_RECORD_LOCKS: share.group_share_partition_max_record_locks,
         gc.SHARE_AUTO_OFFSET_RESET: share.share_auto_offset_reset,
         gc.SHARE_ISOLATION_LEVEL: gc.READ_UNCOMMITTED,
+        gc.DLQ_TOPIC_NAME: share.errors_deadletterqueue_topic_name,
+        gc.DLQ_COPY_RECORD_ENABLE: str(share.errors_deadletterqueue_copy_record_enable).lower(),
     }
     return {name: str(value) for name, value in values.items()}
 

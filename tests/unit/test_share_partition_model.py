@@ -62,6 +62,11 @@ class Model:
                 state = AVAILABLE if b.delivery_state == ACQUIRED else b.delivery_state
                 model.recs[o] = Rec(state, b.delivery_count)
                 model.end = max(model.end, o + 1)
+        for rec in model.recs.values():
+            # Available at the limit: archiving when written (archiving.py), archived now.
+            if rec.state == AVAILABLE and rec.count >= limits.delivery_count_limit:
+                rec.state = ARCHIVED
+                model.archived_at_limit += 1
         model.advance()
         return model
 

@@ -79,6 +79,10 @@ class LogConfig:
     # Kafka's throttled-replica lists: `*`, or `partition:broker` pairs, comma separated.
     leader_replication_throttled_replicas: str = ""
     follower_replication_throttled_replicas: str = ""
+    # KIP-1191: whether share groups may write dead letters here (the topic's administrator
+    # opts in, so no group can point its dead letters at a business topic); read by the
+    # gateway's dead-letter writer (services/gateway/share/dead_letters.py), not the log.
+    errors_deadletterqueue_group_enable: bool = False
 
     def __post_init__(self) -> None:
         for name, (minimum, maximum) in _LOG_CONFIG_RANGES.items():

@@ -5,7 +5,10 @@ kept in the registry (group_config records: file and etcd stores alike, so every
 sees them and they survive restarts), and read by the coordinators per group: the KIP-848
 coordinator's session and heartbeat, the share coordinator's session, heartbeat, record lock
 duration, delivery count limit, record locks per partition, auto offset reset and isolation
-level.
+level, and the dead-letter writer's topic and copy mode (KIP-1191, Kafka 4.4:
+errors.deadletterqueue.topic.name, which must start with the cluster's
+errors.deadletterqueue.topic.name.prefix and be a legal topic name, and
+errors.deadletterqueue.copy.record.enable).
 
 Kept: the group configs seglog applies (CONFIGS below); Kafka's others (the assignment
 intervals, assignor offload, share.renew.acknowledge.enable, streams.*) are INVALID_CONFIG,
@@ -48,6 +51,8 @@ SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 SHARE_PARTITION_MAX_RECORD_LOCKS = "share.partition.max.record.locks"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION_LEVEL = "share.isolation.level"
+DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
 # Kafka's other group configs (4.3): known, not kept.
 NOT_KEPT = (
     "consumer.assignment.interval.ms",
@@ -66,6 +71,8 @@ READ_COMMITTED, READ_UNCOMMITTED = "read_committed", "read_uncommitted"
 EARLIEST, LATEST, BY_DURATION = "earliest", "latest", "by_duration:"
 _INT_MAX = 2**31 - 1
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")  # Kafka's Topic.validate
+_TOPIC_NAME_MAX = 249
 # Java's Duration.parse form, as Kafka's by_duration takes it (PnDTnHnMn.nS, not negative).
 _DURATION = re.compile(
     r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d{1,9})?)S)?)?$", re.IGNORECASE
@@ -82,7 +89,7 @@ class ConfigDef:
 
     name: str
     broker_name: str
-    kind: Literal["int", "string"]
+    kind: Literal["int", "string", "boolean"]
     at_least: int = 0
     bounds: tuple[int, int] | None = None  # Kafka's default broker min/max
     bound_prefix: str = ""  # group.consumer.min. / group.consumer.max. + what it bounds
@@ -145,6 +152,10 @@ CONFIGS = (
     ),
     ConfigDef(SHARE_AUTO_OFFSET_RESET, "share.auto.offset.reset", "string"),
     ConfigDef(SHARE_ISOLATION_LEVEL, "share.isolation.level", "string"),
+    # KIP-1191's: no broker config names their default; seglog's gateway settings of the same
+    # names give it (empty: no dead-letter topic).
+    ConfigDef(DLQ_TOPIC_NAME, DLQ_TOPIC_NAME, "string"),
+    ConfigDef(DLQ_COPY_RECORD_ENABLE, DLQ_COPY_RECORD_ENABLE, "boolean"),
 )
 BY_NAME = {c.name: c for c in CONFIGS}
 # A session must be longer than its heartbeat (Kafka's checkSessionExceedsHeartbeat).
@@ -167,14 +178,23 @@ class GroupConfig:
     share_partition_max_record_locks: int
     share_auto_offset_reset: str  # earliest, latest or by_duration:<ISO 8601 duration>
     share_isolation_level: str
+    errors_deadletterqueue_topic_name: str  # "": the group has no dead-letter topic
+    errors_deadletterqueue_copy_record_enable: bool
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> GroupConfig:
-        fields: dict[str, int | str] = {
-            c.name.replace(".", "_"): int(values[c.name]) if c.kind == "int" else values[c.name]
-            for c in CONFIGS
+        fields: dict[str, int | str | bool] = {
+            c.name.replace(".", "_"): _typed(c, values[c.name]) for c in CONFIGS
         }
         return cls(**fields)  # type: ignore[arg-type]
+
+
+def _typed(c: ConfigDef, value: str) -> int | str | bool:
+    if c.kind == "int":
+        return int(value)
+    if c.kind == "boolean":
+        return value.strip().lower() == "true"
+    return value
 
 
 @dataclass(frozen=True)
@@ -197,9 +217,17 @@ def duration_ms(reset: str) -> int | None:
     return int((((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000)
 
 
-def _check_value(c: ConfigDef, value: str) -> None:
+def _check_value(c: ConfigDef, value: str, dlq_prefix: str) -> None:
     """Kafka's ConfigDef.parse: the type and the config's own validator."""
-    if c.kind == "int":
+    if c.kind == "boolean":
+        if value.strip().lower() not in ("true", "false"):
+            raise InvalidConfigError(
+                f"Invalid value {value} for configuration {c.name}: Expected value to be either "
+                "true or false"
+            )
+    elif c.name == DLQ_TOPIC_NAME:
+        _check_dlq_topic(value, dlq_prefix)
+    elif c.kind == "int":
         text = value.strip()
         if not _INTEGER.match(text) or not -(2**31) <= int(text) <= _INT_MAX:
             raise InvalidConfigError(
@@ -224,20 +252,50 @@ def _check_value(c: ConfigDef, value: str) -> None:
         )
 
 
+def _check_dlq_topic(name: str, prefix: str) -> None:
+    """KIP-1191's rule: a dead-letter topic's name starts with the cluster's prefix, so a
+    group cannot be pointed at a business topic; and it is a topic name Kafka accepts."""
+    if not name:
+        return
+    if not name.startswith(prefix):
+        raise InvalidConfigError(
+            f"Invalid value {name} for configuration {DLQ_TOPIC_NAME}: the topic name must "
+            f"start with the prefix {prefix!r} (errors.deadletterqueue.topic.name.prefix)"
+        )
+    if name in (".", "..") or len(name) > _TOPIC_NAME_MAX or not _LEGAL_TOPIC.match(name):
+        raise InvalidConfigError(
+            f"Invalid value {name} for configuration {DLQ_TOPIC_NAME}: not a legal topic name "
+            f"(at most {_TOPIC_NAME_MAX} of ASCII alphanumerics, '.', '_' and '-')"
+        )
+    if name.startswith("__"):
+        raise InvalidConfigError(
+            f"Invalid value {name} for configuration {DLQ_TOPIC_NAME}: an internal topic"
+        )
+
+
 class GroupConfigs:
     def __init__(
-        self, registry: Registry, authorization: Authorization, defaults: Mapping[str, str]
+        self,
+        registry: Registry,
+        authorization: Authorization,
+        defaults: Mapping[str, str],
+        dlq_topic_prefix: str = "dlq.",
     ) -> None:
         """`defaults`: each kept config's broker default (the gateway's settings), by the
-        group config's name."""
+        group config's name; `dlq_topic_prefix`: the cluster's
+        errors.deadletterqueue.topic.name.prefix, which a group's dead-letter topic starts
+        with."""
+        # KIP-1191's have no broker default in Kafka: none and false unless given.
+        defaults = {DLQ_TOPIC_NAME: "", DLQ_COPY_RECORD_ENABLE: "false", **defaults}
         missing = [c.name for c in CONFIGS if c.name not in defaults]
         if missing:
             raise ValueError(f"group config defaults missing: {missing}")
         self.registry = registry
         self.authorization = authorization
         self.defaults = {c.name: str(defaults[c.name]) for c in CONFIGS}
+        self.dlq_topic_prefix = dlq_topic_prefix
         for c in CONFIGS:
-            _check_value(c, self.defaults[c.name])
+            _check_value(c, self.defaults[c.name], dlq_topic_prefix)
         # The broker's bounds: Kafka's defaults, widened to hold the gateway's default.
         self.bounds = {
             c.name: (
@@ -322,7 +380,7 @@ class GroupConfigs:
                 raise InvalidConfigError(f"Unknown group config name: {name}")
         merged = {**self.defaults, **configs}
         for c in CONFIGS:
-            _check_value(c, merged[c.name])
+            _check_value(c, merged[c.name], self.dlq_topic_prefix)
         for c in CONFIGS:
             if c.name not in self.bounds:
                 continue
@@ -343,6 +401,8 @@ class GroupConfigs:
         for name, value in configs.items():
             if BY_NAME[name].kind == "int":
                 value = str(int(value.strip()))
+            elif BY_NAME[name].kind == "boolean":
+                value = value.strip().lower()
             elif name == SHARE_AUTO_OFFSET_RESET:
                 value = value.strip()
                 value = value.lower() if value.lower() in (EARLIEST, LATEST) else value

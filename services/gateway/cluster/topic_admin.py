@@ -187,11 +187,11 @@ class TopicAdmin:
         self.registry.create_topic(name, num_partitions, replication_factor, configs, internal=True)
         self._create_on_nodes(name)
 
-    def start_default_topic(self, name: str) -> Future[None]:
-        """A topic of num.partitions and default.replication.factor, in the registry when
-        this returns; the future completes once its nodes have been told (topic
+    def start_default_topic(self, name: str, configs: dict[str, str] | None = None) -> Future[None]:
+        """A topic of num.partitions and default.replication.factor (and `configs`), in the
+        registry when this returns; the future completes once its nodes have been told (topic
         auto-creation, auto_create.py, which authorizes its caller)."""
-        topic = self.registry.create_topic(name, -1, -1, {})
+        topic = self.registry.create_topic(name, -1, -1, dict(configs or {}))
         warning = self.registry.min_isr_shortfall(topic.replication_factor, topic.configs)
         if warning:
             logger.warning("topic %s created: %s", name, warning)

@@ -217,6 +217,9 @@ def _config(version: int, entry: DescribedConfig, synonyms: bool) -> Any:
     return described
 
 
+_GROUP_CONFIG_TYPES = {"int": INT, "string": STRING, "boolean": BOOLEAN}
+
+
 def _group_config(entry: DescribedGroupConfig, synonyms: bool) -> Any:
     """As Kafka's createGroupConfigEntry: the group's own value is DYNAMIC_GROUP_CONFIG, a
     default DEFAULT_CONFIG; its synonyms the group's value then the broker config giving
@@ -230,7 +233,7 @@ def _group_config(entry: DescribedGroupConfig, synonyms: bool) -> Any:
         config_source=source,
         is_sensitive=False,
         synonyms=[],
-        config_type=INT if GROUP_CONFIGS[entry.name].kind == "int" else STRING,
+        config_type=_GROUP_CONFIG_TYPES[GROUP_CONFIGS[entry.name].kind],
         documentation=None,
     )
     if synonyms:

@@ -16,4 +16,5 @@ gRPC one, seglog's ShareConsumer's, is share_service.py here.
     share_core.py       the facade the adapters call
     share_service.py    the ShareGroups gRPC service (share_groups.proto) over the facade
     dead_letters.py     failed deliveries copied to the group's dead-letter topic (KIP-1191)
+    archiving.py        their records persisted as archiving until copied (holder death)
 """

@@ -7,7 +7,8 @@ Every change is all or nothing: the state is snapshotted, changed, written; a fa
 puts the snapshot back, so what a client was told is what the log holds. Records a change
 archives as failed deliveries go to the group's dead-letter topic first (dead_letters.py):
 an acknowledgement whose dead letters could not be written fails like a failed state write;
-those archived by a lapsed lock or a member gone wait on the partition for its next fetch.
+those archived by a lapsed lock or a member gone wait on the partition for its next fetch,
+persisted meanwhile as archiving (archiving.py), so a gateway taking over writes them.
 """
 
 from __future__ import annotations

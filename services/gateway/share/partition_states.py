@@ -20,6 +20,7 @@ from seglog.errors import SeglogError, UnknownTopicOrPartitionError
 
 from ..cluster.group_configs import EARLIEST, GroupConfig, duration_ms
 from ..cluster.registry import Registry
+from .archiving import persisted_batches, persisted_start_offset
 from .settings import ShareSettings
 from .share_partition import PartitionLimits, SharePartition
 from .state_formats import ShareState, StateKey, topic_uuid
@@ -146,10 +147,10 @@ class PartitionStates:
                 snapshot_epoch=0,
                 state_epoch=partition.state_epoch,
                 leader_epoch=-1,
-                start_offset=partition.start_offset,
+                start_offset=persisted_start_offset(partition),
                 create_timestamp_ms=now_ms,
                 write_timestamp_ms=now_ms,
-                state_batches=tuple(partition.state_batches()),
+                state_batches=tuple(persisted_batches(partition)),
             ),
         )
 

@@ -34,8 +34,8 @@ class ShareSettings:
     group_share_max_size: int = DEFAULT_MAX_SIZE
     share_auto_offset_reset: str = LATEST
     share_coordinator_state_topic_num_partitions: int = DEFAULT_STATE_TOPIC_NUM_PARTITIONS
-    # KIP-1191's dead-letter topic (dead_letters.py): Kafka's group config, here one value
-    # for every share group ("" : none), and its two cluster configs.
+    # KIP-1191's dead-letter topic (dead_letters.py): the defaults of its two group configs
+    # (topic name, "": none; copy record), and its two cluster configs.
     errors_deadletterqueue_topic_name: str = ""
     errors_deadletterqueue_topic_name_prefix: str = DEFAULT_DLQ_TOPIC_PREFIX
     errors_deadletterqueue_auto_create_topics_enable: bool = False

@@ -6,6 +6,12 @@
                                      waiting to be delivered again
   seglog.share.records.redelivered   counter: deliveries of a record delivered before
   seglog.share.records.archived      counter: records archived at the delivery limit
+  seglog.share.dead_letters.written  counter per group: records written to its dead-letter
+                                     topic (KIP-1191)
+  seglog.share.dead_letters.failed   counter per group: records whose dead-letter write
+                                     failed (kept and tried again)
+  seglog.share.dead_letters.dropped  counter per group: records archived without a copy (its
+                                     topic missing, or not errors.deadletterqueue.group.enable)
 """
 
 from __future__ import annotations
@@ -40,6 +46,16 @@ def archived(share: ShareGroups) -> int:
     return sum(state.archived_at_limit for _, state in share.states.loaded())
 
 
+def dead_letters(share: ShareGroups, kind: str) -> Iterator[Observation]:
+    """`kind`: written, failed or dropped."""
+    queue = share.router.local.dead_letters
+    if queue is None:
+        return
+    counts: dict[str, int] = getattr(queue.records_by_group(), kind)
+    for group, records in counts.items():
+        yield Observation(records, {GROUP: group})
+
+
 def register(metrics: RequestMetrics, share: ShareGroups) -> None:
     metrics.gauge(
         "seglog.share.records.in_flight",
@@ -65,3 +81,14 @@ def register(metrics: RequestMetrics, share: ShareGroups) -> None:
         "records archived after group.share.delivery.count.limit deliveries",
         lambda: archived(share),
     )
+    for kind, description in (
+        ("written", "records written to the share group's dead-letter topic"),
+        ("failed", "records whose dead-letter write failed (kept and tried again)"),
+        ("dropped", "records archived without a dead-letter copy (no usable topic)"),
+    ):
+        metrics.observed_counters(
+            f"seglog.share.dead_letters.{kind}",
+            "{message}",
+            description,
+            lambda kind=kind: dead_letters(share, kind),  # type: ignore[misc]
+        )

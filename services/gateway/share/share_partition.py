@@ -115,7 +115,9 @@ class SharePartition:
     ) -> SharePartition:
         """The partition a state read back describes: each batch laid over the ones before
         it (a later one wins where they overlap), offsets none names available and never
-        delivered, acquired ones available (their holder is gone)."""
+        delivered, acquired ones available (their holder is gone). Those available at the
+        delivery count limit were archiving (archiving.py: their holder released them at the
+        limit, or died holding them at it) and are archived, their dead letters pending."""
         partition = cls(limits, start_offset, state_epoch)
         runs = partition.runs
         for batch in batches:
@@ -127,6 +129,9 @@ class SharePartition:
             state = batch.delivery_state if batch.delivery_state != ACQUIRED else AVAILABLE
             runs.runs[i:j] = [Run(first, batch.last_offset, state, batch.delivery_count)]
             runs.coalesce(i, i + 1)
+        for run in runs:
+            if run.state == AVAILABLE and run.count >= limits.delivery_count_limit:
+                partition._release(run)  # archived, its dead letter pending
         partition._advance()
         return partition
 

@@ -170,6 +170,15 @@ def apply_update(
     )
 
 
+def laid_over(base: list[StateBatch], over: list[StateBatch]) -> list[StateBatch]:
+    """`over` laid over `base` (both sorted, not overlapping within themselves): where they
+    overlap `over` wins; sorted and not overlapping."""
+    laid: list[StateBatch] = []
+    for batch in (*base, *over):
+        _overlay(laid, batch)
+    return laid
+
+
 def _overlay(laid: list[StateBatch], batch: StateBatch) -> None:
     """Lay `batch` over `laid` (sorted, not overlapping; kept so): what it covers of the
     batches there is replaced, their parts outside it kept."""

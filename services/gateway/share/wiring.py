@@ -83,6 +83,7 @@ def share_groups(
         RoutedAccess(data_plane.producing, data_plane.fetching, data_plane.queries),
         settings,
         create_dead_letter_topic or no_creation,
+        group_config,
     )
     local = LocalOps(states, dead_letters)
     placement = SharePlacement(
