@@ -129,9 +129,13 @@ class SharePartition:
             state = batch.delivery_state if batch.delivery_state != ACQUIRED else AVAILABLE
             runs.runs[i:j] = [Run(first, batch.last_offset, state, batch.delivery_count)]
             runs.coalesce(i, i + 1)
+        archived = False
         for run in runs:
             if run.state == AVAILABLE and run.count >= limits.delivery_count_limit:
                 partition._release(run)  # archived, its dead letter pending
+                archived = True
+        if archived:  # now alike neighbours of runs archived before
+            runs.coalesce(0, len(runs.runs))
         partition._advance()
         return partition
 
