@@ -172,7 +172,8 @@ bench-scale: $(STAMP) proto
 # A longer fault campaign than the suite's (CYCLES=, SEED= to repeat one, FAULTS= a comma list
 # of fault names, PRODUCER=idempotent|plain|acks1, ETCD=1 for two gateways on etcd,
 # WORKLOAD=transactions for librdkafka's transactional producers and read_committed readers
-# judged for Jepsen's transactional anomalies): client processes record their histories
+# judged for Jepsen's transactional anomalies, WORKLOAD=streams for Kafka Streams' exactly-once
+# word count, two instances of two threads, judged for exact counts): client processes record their histories
 # while nodes, gateways (and etcd) are killed, paused and stopped (and, as root,
 # partitioned); prints cycles, faults by class, what the clients saw and the history
 # checker's counts, its verdict the exit code.

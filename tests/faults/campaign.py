@@ -8,16 +8,19 @@ replicas that went through two histories are a failure even when no client saw i
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
         --producer idempotent [--etcd] [--keep] [--share-members 3] \
-        [--workload records|transactions]
+        [--workload records|transactions|streams]
     make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1 SHARE=3
     make fault-campaign WORKLOAD=transactions CYCLES=100
+    make fault-campaign WORKLOAD=streams CYCLES=30
 
 The records workload (the default) is seglog's own clients sending unique records; the
 transactions workload (tests/faults/txn_campaign.py) is librdkafka's transactional producers
 and read_committed/read_uncommitted readers on the Kafka port, judged for Jepsen's
-transactional anomalies (tests/faults/txn_checker.py). With share members, a share group also
-reads the topic as a queue and is judged on its own (tests/faults/share_campaign.py,
-share_checker.py).
+transactional anomalies (tests/faults/txn_checker.py). The streams workload
+(tests/faults/streams_campaign.py) is Kafka Streams' exactly_once_v2 word count, two instances
+of two threads, judged for exact counts (tests/faults/streams_checker.py). With share
+members, a share group also reads the topic as a queue and is judged on its own
+(tests/faults/share_campaign.py, share_checker.py).
 
 Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
@@ -42,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults import txn_campaign
+from tests.faults import streams_campaign, txn_campaign
 from tests.faults.catalog import (
     ALL_FAULTS,
     DISK_FAULTS,
@@ -60,6 +63,7 @@ from tests.faults.history import read_history
 from tests.faults.replica_logs import diverged_partitions
 from tests.faults.share_campaign import ShareMembers
 from tests.faults.share_checker import ShareVerdict
+from tests.faults.streams_checker import StreamsVerdict, check_streams
 from tests.faults.txn_checker import TxnVerdict, check_transactions
 from tests.waiting import wait_for
 
@@ -68,7 +72,7 @@ PROGRESS_RECORDS = 50
 PROGRESS_TIMEOUT_S = 60.0
 FINAL_READ_TIMEOUT_S = 180.0
 DISK_FAULT_SEGMENT_BYTES = 256 * 1024
-WORKLOADS = ("records", "transactions")
+WORKLOADS = ("records", "transactions", "streams")
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -91,11 +95,13 @@ class CampaignConfig:
     opening: Sequence[str] = ()
     subnet_octet: int = 231
     share_members: int = 0  # share group members reading the topic as a queue (share_campaign)
-    workload: str = "records"  # or "transactions" (tests/faults/txn_campaign.py)
+    # or "transactions" (tests/faults/txn_campaign.py), "streams" (streams_campaign.py)
+    workload: str = "records"
 
     @property
     def transactional(self) -> bool:
-        return self.workload == "transactions"
+        """Transactional clients on the Kafka port: the gateways set for transactions."""
+        return self.workload in ("transactions", "streams")
 
 
 @dataclass
@@ -106,7 +112,7 @@ class CampaignReport:
     schedule: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the cluster not healing, stalls
     final_read_complete: bool = False
-    verdict: Verdict | TxnVerdict | None = None
+    verdict: Verdict | TxnVerdict | StreamsVerdict | None = None
     share_verdict: ShareVerdict | None = None  # with share members
 
     @property
@@ -129,7 +135,9 @@ class CampaignReport:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
         gateways = "two gateways on etcd" if self.config.etcd else "one gateway"
         clients = (
-            "transactions" if self.config.transactional else f"producer {self.config.producer_mode}"
+            self.config.workload
+            if self.config.transactional
+            else f"producer {self.config.producer_mode}"
         )
         lines = [
             f"fault campaign: {self.cycles} cycles, seed {self.config.seed}, {clients}, "
@@ -157,7 +165,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     history_dir = root / "history"
     lab = _open_lab(config) if any(n in NETWORK_FAULTS for n in names) else None
     cluster: Cluster | None = None
-    clients: Clients | None = None
+    clients: Clients | streams_campaign.StreamsClients | None = None
     share: ShareMembers | None = None
     try:
         cluster = Cluster(
@@ -176,7 +184,9 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
         clients = (
-            txn_campaign.clients(root, cluster, history_dir)
+            streams_campaign.clients(root, cluster, history_dir)
+            if config.workload == "streams"
+            else txn_campaign.clients(root, cluster, history_dir)
             if config.transactional
             else Clients(
                 root,
@@ -220,27 +230,17 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             if diverged:
                 _keep_replicas(cluster, root / "diverged")
             report.problems += diverged
-        clients.stop_all()
-        reader_timeout_s = FINAL_READ_TIMEOUT_S
-        if config.transactional:
-            reader_timeout_s += txn_campaign.STABLE_WAIT_S
-            reader = txn_campaign.final_reader(root, cluster, history_dir, FINAL_READ_TIMEOUT_S)
+        if isinstance(clients, streams_campaign.StreamsClients):
+            # Read while the instances run: the output catches up with the input first.
+            clients.stop_readers()
+            reader = streams_campaign.final_reader(cluster, root, history_dir)
+            report.final_read_complete = reader.wait(2 * streams_campaign.CATCH_UP_S + 30) == 0
+            if not report.final_read_complete:
+                report.problems.append("the streams output did not catch up with the input")
+            clients.stop_all()
         else:
-            reader = ClientProcess(
-                root,
-                "final-read",
-                "final-reader",
-                [
-                    *common,
-                    "--bootstrap",
-                    cluster.address,
-                    "--max-seconds",
-                    str(FINAL_READ_TIMEOUT_S),
-                ],
-            )
-        report.final_read_complete = reader.wait(reader_timeout_s + 30) == 0
-        if not report.final_read_complete:
-            report.problems.append("the final read did not reach every partition's end")
+            clients.stop_all()
+            _final_read(root, cluster, config, report, history_dir)
     finally:
         if share is not None:
             share.stop()
@@ -250,12 +250,43 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             cluster.close()
         if lab is not None:
             lab.close()
-    if config.transactional:
+    if config.workload == "streams":
+        report.verdict = check_streams(read_history(history_dir))
+    elif config.transactional:
         report.verdict = check_transactions(read_history(history_dir))
     else:
         mode = Guarantees.for_producer_mode(config.producer_mode)
         report.verdict = check(read_history(history_dir), mode)
     return report
+
+
+def _final_read(
+    root: Path, cluster: Cluster, config: CampaignConfig, report: CampaignReport, history_dir: Path
+) -> None:
+    """The records or transactions workload's final reader, once every client stopped."""
+    reader_timeout_s = FINAL_READ_TIMEOUT_S
+    if config.transactional:
+        reader_timeout_s += txn_campaign.STABLE_WAIT_S
+        reader = txn_campaign.final_reader(root, cluster, history_dir, FINAL_READ_TIMEOUT_S)
+    else:
+        reader = ClientProcess(
+            root,
+            "final-read",
+            "final-reader",
+            [
+                "--topic",
+                TOPIC,
+                "--history-dir",
+                str(history_dir),
+                "--bootstrap",
+                cluster.address,
+                "--max-seconds",
+                str(FINAL_READ_TIMEOUT_S),
+            ],
+        )
+    report.final_read_complete = reader.wait(reader_timeout_s + 30) == 0
+    if not report.final_read_complete:
+        report.problems.append("the final read did not reach every partition's end")
 
 
 def _keep_replicas(cluster: Cluster, into: Path) -> None:
