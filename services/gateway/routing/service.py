@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import grpc
 
@@ -38,7 +37,6 @@ from ..authorization import Authorization
 from ..broker.caller import Caller
 from ..cluster.registry import Registry
 from ..node_connections import NodeConnections
-from ..transactions.batch_verification import GrpcProduceVerification
 from .data_plane import DataPlane, ListedOffset, OffsetQuery
 from .fetch_relay import FetchRelay
 from .fetch_routing import FetchRouting
@@ -50,9 +48,6 @@ from .produce_routing import ProduceRouting
 from .quotas import ClientQuotas
 from .record_deletion import RecordDeletion, RecordsBefore, RecordsDeleted
 from .relayed_calls import RelayedCalls
-
-if TYPE_CHECKING:
-    from ..transactions.transactions_core import TransactionsCore
 
 logger = logging.getLogger(__name__)
 
@@ -123,10 +118,6 @@ class GatewayService:
             cluster_secret=cluster_secret,
             grant_ttl_ms=fetch_grant_ttl_ms,
         )
-
-    def verify_transactions(self, transactions: TransactionsCore) -> None:
-        """KIP-890 on the gRPC Produce, once the gateway's transaction coordinator is built."""
-        self.relayed.transactions = GrpcProduceVerification(transactions, self.authorization)
 
     def close(self) -> None:
         """After the server stopped: the relays' connections and threads."""
