@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tests.faults.clients import ClientProcess, Clients
 from tests.faults.cluster import PARTITIONS, TOPIC, Cluster
+from tests.waiting import wait_until
 
 MODULE = "tests.faults.streams_workload"
 APP_ID = "campaign-wordcount"
@@ -28,6 +29,7 @@ INTERVAL_MS = 100
 # The final read waits this long for the instances to catch up with the input (a rebalance,
 # restores, a transaction timed out after an instance's last kill).
 CATCH_UP_S = 240.0
+STARTUP_S = 300.0
 
 
 class StreamsClients:
@@ -78,6 +80,11 @@ class StreamsClients:
         self.apps[slot] = app
         return app
 
+    def running(self, slot: int) -> bool:
+        """Whether the slot's instance said it is RUNNING (its log: WordCountEos's stdout)."""
+        log = self.root / "logs" / f"{self.apps[slot].name}.log"
+        return log.exists() and "STATE RUNNING" in log.read_text(errors="replace")
+
     def kill_and_replace(self, rng: random.Random) -> str:
         """SIGKILL a producer, a reader or an instance, and start another in its place (an
         instance again on its slot's state dir: the same Streams process id, whose
@@ -113,6 +120,9 @@ def clients(root: Path, cluster: Cluster, history_dir: Path) -> StreamsClients:
     out = StreamsClients(root, cluster, history_dir, compile_app(root / "streams-classes"))
     for slot in range(INSTANCES):
         out.start_app(slot)
+    # The faults begin once both instances run (two JVMs, RocksDB, the internal topics made):
+    # the readers then see counts through every cycle. Not a failure when they take longer.
+    wait_until(lambda: all(out.running(slot) for slot in range(INSTANCES)), STARTUP_S)
     return out
 
 

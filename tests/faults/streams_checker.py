@@ -14,7 +14,7 @@ count in the input. What it looks for:
 - wrong final count: the final read of the output does not end at the input's exact counts
   (input lost or counted twice), or the output never caught up;
 - lost line: a line the input's producer saw acknowledged is not in the input; duplicate
-  line: a line id twice in the input (the idempotent producer wrote it twice).
+  line: a line id at two offsets of the input (the idempotent producer wrote it twice).
 
 Every reader (the running ones, replaced when killed, and the final one) reads the output from
 its start, so each one's counts per word must be a prefix of 1, 2, ...: each is checked alone.
@@ -77,7 +77,7 @@ class StreamsVerdict:
 def check_streams(history: Iterable[EventLike]) -> StreamsVerdict:
     verdict = StreamsVerdict()
     acknowledged: set[str] = set()
-    input_lines: list[list[str]] | None = None
+    input_lines: list[list[Any]] | None = None
     final_output: list[list[Any]] | None = None
     complete = False
     polls: dict[str, list[list[Any]]] = {}
@@ -117,25 +117,33 @@ def check_streams(history: Iterable[EventLike]) -> StreamsVerdict:
 
 
 def _input_counts(
-    lines: list[list[str]], acknowledged: set[str], verdict: StreamsVerdict
+    lines: list[list[Any]], acknowledged: set[str], verdict: StreamsVerdict
 ) -> Counter[str]:
+    """[partition, offset, id, text] lines, one per offset: the input's counts."""
     verdict.lines = len(lines)
-    ids = Counter(line for line, _ in lines)
-    for line, times in sorted(ids.items()):
-        if times > 1:
-            verdict.note("duplicate line", f"{line} is {times} times in the input")
-    for line in sorted(acknowledged - set(ids)):
+    at: dict[str, list[str]] = {}
+    for partition, offset, line, _ in lines:
+        at.setdefault(line, []).append(f"{partition}@{offset}")
+    for line, offsets in sorted(at.items()):
+        if len(offsets) > 1:
+            verdict.note("duplicate line", f"{line} is in the input at {', '.join(offsets)}")
+    for line in sorted(acknowledged - set(at)):
         verdict.note("lost line", f"{line} was acknowledged and is not in the input")
-    expected = Counter(word for _, text in lines for word in text.split())
+    expected = Counter(word for *_, text in lines for word in text.split())
     verdict.words = len(expected)
     verdict.counted = sum(expected.values())
     return expected
 
 
 def _check_sequences(process: str, records: list[list[Any]], verdict: StreamsVerdict) -> None:
-    """One reader's counts per word, in the order it read them: 1, 2, 3, ..."""
+    """One reader's counts per word, in the order it read them: 1, 2, 3, ... (a record the
+    consumer hands over again, at an offset it had read, is no new count)."""
     last: dict[str, tuple[int, int, int]] = {}  # word -> (count, partition, offset)
+    read: set[tuple[int, int]] = set()
     for partition, offset, word, count in records:
+        if (partition, offset) in read:
+            continue
+        read.add((partition, offset))
         previous, at_partition, at_offset = last.get(word, (0, -1, -1))
         if count != previous + 1:
             kind = "lost update" if count > previous + 1 else "double count"

@@ -18,9 +18,10 @@ records each poll: `poll` ok {"records": [[partition, offset, word, count], ...]
 the Kafka Streams word count (tests/java/WordCountEos.java) itself: this process becomes the
 JVM (exec), so a fault's SIGKILL is the application's. The final reader, once the producers
 are stopped and while the apps still run, reads the whole input (`final-input` ok {"lines":
-[[id, text], ...]}), then the output at read_committed until every word's last count is its
-count in the input and every partition is read to its end (`final-output` ok {"records":
-[...], "complete": bool}); it exits 1 when the output never caught up within --max-seconds.
+[[partition, offset, id, text], ...]}), then the output at read_committed until every word's
+last count is its count in the input and every partition is read to its end (`final-output`
+ok {"records": [...], "complete": bool}); it exits 1 when the output never caught up within
+--max-seconds.
 """
 
 from __future__ import annotations
@@ -141,11 +142,12 @@ def run_consumer(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_input(args: argparse.Namespace) -> list[list[str]] | None:
-    """Every line of the input ([id, text]), each partition read to the end it had when
-    asked; None when that could not be done by the deadline."""
+def read_input(args: argparse.Namespace) -> list[list[Any]] | None:
+    """Every line of the input ([partition, offset, id, text]; a record the consumer hands
+    over twice kept once), each partition read to the end it had when asked; None when that
+    could not be done by the deadline."""
     consumer = reader(args, args.topic, "read_uncommitted")
-    lines: list[list[str]] = []
+    lines: dict[tuple[int, int], list[Any]] = {}
     deadline = time.monotonic() + args.max_seconds
     try:
         ends = {}
@@ -163,12 +165,13 @@ def read_input(args: argparse.Namespace) -> list[list[str]] | None:
                 error = m.error()
                 if error is None:
                     if m.offset() < ends[m.partition()]:
-                        lines.append([m.key().decode(), m.value().decode()])
+                        at = (m.partition(), m.offset())
+                        lines[at] = [*at, m.key().decode(), m.value().decode()]
                     if m.offset() + 1 >= ends[m.partition()]:
                         done.add(m.partition())
                 elif error.code() != KafkaError._PARTITION_EOF:
                     print(f"final read: {args.topic}: {error}", file=sys.stderr)
-        return lines if len(done) == args.partitions else None
+        return [lines[at] for at in sorted(lines)] if len(done) == args.partitions else None
     finally:
         consumer.close()
 
@@ -181,7 +184,7 @@ def run_final_read(args: argparse.Namespace) -> int:
             history.record("info", "final-input", {"lines": []})
             return 1
         history.record("ok", "final-input", {"lines": lines})
-        expected = Counter(word for _, text in lines for word in text.split())
+        expected = Counter(word for *_, text in lines for word in text.split())
         complete, records = read_output(args, expected)
         history.record("ok", "final-output", {"records": records, "complete": complete})
         return 0 if complete else 1
@@ -194,7 +197,7 @@ def read_output(args: argparse.Namespace, expected: Counter[str]) -> tuple[bool,
     `expected`'s and every partition is read to its end (its last stable offset: the apps'
     transactions over it ended); whether that happened by the deadline, and what was read."""
     consumer = reader(args, args.output, "read_committed")
-    records: list[list[Any]] = []
+    records: dict[tuple[int, int], list[Any]] = {}  # a record handed over twice kept once
     latest: dict[str, int] = {}
     at_end: set[int] = set()
     deadline = time.monotonic() + args.max_seconds
@@ -205,14 +208,16 @@ def read_output(args: argparse.Namespace, expected: Counter[str]) -> tuple[bool,
                 error = m.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     at_end.add(m.partition())
-            read = counts_of(messages)
-            for partition, _, word, count in read:
+            for partition, offset, word, count in counts_of(messages):
                 at_end.discard(partition)
-                latest[word] = count
-            records += read
+                if (partition, offset) not in records:
+                    latest[word] = count
+                    records[(partition, offset)] = [partition, offset, word, count]
             if len(at_end) == args.partitions and latest == dict(expected):
-                return True, records
-        return False, records
+                break
+        return len(at_end) == args.partitions and latest == dict(expected), [
+            records[at] for at in sorted(records)
+        ]
     finally:
         consumer.close()
 
