@@ -28,7 +28,7 @@ LINES_PER_TICK = 2
 INTERVAL_MS = 100
 # The final read waits this long for the instances to catch up with the input (a rebalance,
 # restores, a transaction timed out after an instance's last kill).
-CATCH_UP_S = 240.0
+CATCH_UP_S = 480.0
 STARTUP_S = 300.0
 
 

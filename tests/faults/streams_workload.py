@@ -203,16 +203,17 @@ def read_output(args: argparse.Namespace, expected: Counter[str]) -> tuple[bool,
     deadline = time.monotonic() + args.max_seconds
     try:
         while time.monotonic() < deadline:
-            messages = consumer.consume(num_messages=2000, timeout=POLL_S)
-            for m in messages:
+            for m in consumer.consume(num_messages=2000, timeout=POLL_S):  # in their order
                 error = m.error()
-                if error is not None and error.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(m.partition())
-            for partition, offset, word, count in counts_of(messages):
-                at_end.discard(partition)
-                if (partition, offset) not in records:
-                    latest[word] = count
-                    records[(partition, offset)] = [partition, offset, word, count]
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                    continue
+                at_end.discard(m.partition())
+                [record] = counts_of([m])
+                if (m.partition(), m.offset()) not in records:
+                    latest[record[2]] = record[3]
+                    records[(m.partition(), m.offset())] = record
             if len(at_end) == args.partitions and latest == dict(expected):
                 break
         return len(at_end) == args.partitions and latest == dict(expected), [
