@@ -319,11 +319,9 @@ class ReplicaManager:
                         held.check_enough_replicas()  # Kafka's per-partition refusal
                     epoch = held.leader_epoch
                     self.fetches.note_idle_followers(held)
-                    info = held.log.append(
-                        validated,
-                        leader_epoch=epoch,
-                        open_transactions_only=open_transactions_only,
-                    )
+                    if open_transactions_only:  # again: a marker may have ended it since
+                        check_open_transaction(held.log.producer_state, validated, "the partition")
+                    info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:
                 results.append(AppendResult(number, None, exc))

@@ -25,7 +25,6 @@ from .log_state import tracer
 from .producer_state import producer_batches
 from .recompression import rebody_for, recompress
 from .segment import LogSegment
-from .txn_verification import check_open_transaction
 from .validation import (
     ValidatedRecords,
     assign_offsets,
@@ -74,19 +73,15 @@ class LogAppending(LogFlushing):
         records: bytes | bytearray | memoryview | ValidatedRecords,
         *,
         leader_epoch: int | None = None,
-        open_transactions_only: bool = False,
     ) -> LogAppendInfo:
         """Validate the whole input (unless it comes from `validate`), then append it with
         offsets from the log end offset. A client's control batches are refused before
-        this (the node's append: ValidatedRecords.flags has HAS_CONTROL).
-        `open_transactions_only`: a transactional input is refused unless its producer's
-        transaction is open here (txn_verification.py), checked under the log's lock so
-        that no marker ends it between the check and the write."""
+        this (the node's append: ValidatedRecords.flags has HAS_CONTROL)."""
         with tracer.start_as_current_span("seglog.log.append") as span:
             span.set_attribute(TOPIC, self.topic)
             span.set_attribute(PARTITION, self._partition_id)
             validated = records if isinstance(records, ValidatedRecords) else self.validate(records)
-            info = self._append_validated(validated, leader_epoch, open_transactions_only)
+            info = self._append_validated(validated, leader_epoch)
             span.set_attribute("seglog.bytes", info.valid_bytes)
             span.set_attribute("seglog.batch_count", info.batch_count)
             span.set_attribute("seglog.first_offset", info.first_offset)
@@ -94,10 +89,7 @@ class LogAppending(LogFlushing):
             return info
 
     def _append_validated(
-        self,
-        validated: ValidatedRecords,
-        leader_epoch: int | None,
-        open_transactions_only: bool = False,
+        self, validated: ValidatedRecords, leader_epoch: int | None
     ) -> LogAppendInfo:
         view, table, now_ms = validated.view, validated.table, validated.validated_at_ms
         stamp_ms = now_ms if self.config.message_timestamp_type == LOG_APPEND_TIME else NO_TIMESTAMP
@@ -121,8 +113,6 @@ class LogAppending(LogFlushing):
                         0,
                         0,
                     )
-                if open_transactions_only:
-                    check_open_transaction(self.producer_state, validated, self.directory.name)
             next_offset = first_offset + validated.offsets
             max_timestamp = validated.max_timestamp if stamp_ms == NO_TIMESTAMP else stamp_ms
             total_bytes = len(view)  # the batches tile the validated input

@@ -5,9 +5,11 @@ before forwarding it (the Kafka port's produce_verification.py, the gRPC Produce
 services/gateway/transactions/batch_verification.py); a node cannot ask it without a round trip
 of its own, so it accepts here only what Kafka's leader accepts without asking: a transactional
 batch of a producer whose transaction is already open in the partition at the batch's epoch
-(Kafka's VerificationGuard.SENTINEL, UnifiedLog.hasOngoingTransaction). The first batch of a
-transaction in a partition is refused INVALID_TXN_STATE, nothing written, and the producer
-sends that request through the gateway, which asks the coordinator (client/
+(Kafka's VerificationGuard.SENTINEL, UnifiedLog.hasOngoingTransaction), checked again under
+the partition's lock, which a COMMIT/ABORT marker's write takes too (services/storage_node/
+txn_markers.py), so no marker ends the transaction between the check and the write. The
+first batch of a transaction in a partition is refused INVALID_TXN_STATE, nothing written, and
+the producer sends that request through the gateway, which asks the coordinator (client/
 produce_transport.py): a partition never added to the transaction can then never begin one.
 
 Only a partition's first batch is looked at, as Kafka's verification does (a produce's batches
