@@ -174,7 +174,9 @@ bench-scale: $(STAMP) proto
 # WORKLOAD=transactions for librdkafka's transactional producers and read_committed readers
 # judged for Jepsen's transactional anomalies, SHARE=N share group members, TIERED=1 for a
 # SeaweedFS store beside the cluster, a topic tiered to it, read from offset 0, and the store's
-# own faults: killed, slow, answering 503): client processes record their histories
+# own faults: killed, slow, answering 503, WORKLOAD=streams for Kafka Streams' exactly-once
+# word count, two instances of two threads, judged for exact counts): client processes record
+# their histories
 # while nodes, gateways (and etcd) are killed, paused and stopped (and, as root,
 # partitioned); prints cycles, faults by class, what the clients saw and the history
 # checker's counts, its verdict the exit code.

@@ -1,7 +1,7 @@
 """What the Kafka transactions tests share: their cluster (authorizer on, a deny ACL on the
 transactional id "refused", timed-out transactions looked for every 100 ms), librdkafka's
 transactional producer, the coordinator's view of an id, a read_committed/read_uncommitted
-reader of a partition to its end."""
+reader of a partition to its end; seglog's Producer made to skip AddPartitionsToTxn."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import time
 
 import confluent_kafka
 
+from seglog.client.producer import Producer
 from seglog.security.acls import ANONYMOUS, AclBinding
 from services.gateway.broker.caller import Caller
 from tests.authorizer_modes import GROUP_GRANTS, Grant, cluster_in_mode
@@ -91,3 +92,19 @@ def read_to_end(cluster, topic: str, isolation: str) -> list[bytes]:
         raise AssertionError(f"no end of {topic} in 30 s after {len(values)} records")
     finally:
         reader.close()
+
+
+def skip_adding(producer: Producer, topic: str) -> None:
+    """The producer adds none of `topic`'s partitions to its transactions but sends to them
+    as if it had (a client that skips AddPartitionsToTxn)."""
+    manager = producer._transactions
+    assert manager is not None
+    original = manager.add_partitions
+
+    def add_partitions(partitions):
+        partitions = list(partitions)
+        original([tp for tp in partitions if tp[0] != topic])
+        with manager._lock:
+            manager._partitions.update(tp for tp in partitions if tp[0] == topic)
+
+    manager.add_partitions = add_partitions  # type: ignore[method-assign]

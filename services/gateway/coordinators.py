@@ -39,6 +39,7 @@ from .share.forwarding import ShareStateService
 from .share.share_core import ShareGroups
 from .share.share_group_log import ShareGroupLog
 from .share.wiring import share_groups
+from .transactions.batch_verification import GrpcProduceVerification
 from .transactions.coordinator import settings_from
 from .transactions.transactions_core import TransactionsCore
 from .transactions.txn_service import TransactionCoordinatorService
@@ -59,6 +60,9 @@ class Coordinators:
     group_calls: GroupCalls
     group_service: GroupCoordinatorService
     txn_service: TransactionCoordinatorService
+    # KIP-890's check of the gRPC Produce's transactional batches (the gateway hands it to
+    # its routing, which may not reach up to the coordinators itself).
+    produce_verification: GrpcProduceVerification
 
 
 def build_coordinators(
@@ -188,6 +192,7 @@ def build_coordinators(
         group_calls=group_calls,
         group_service=group_service,
         txn_service=TransactionCoordinatorService(transactions, groups, authorization),
+        produce_verification=GrpcProduceVerification(transactions, authorization),
     )
 
 

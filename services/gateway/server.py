@@ -231,6 +231,7 @@ class Gateway:
         self.share = coordinators.share
         self.share_state = coordinators.share_state
         self.transactions: TransactionsCore = coordinators.transactions
+        self.service.relayed.transactions = coordinators.produce_verification
         self.group_calls = coordinators.group_calls
         self.group_service = coordinators.group_service
         self.txn_service = coordinators.txn_service

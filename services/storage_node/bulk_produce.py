@@ -5,9 +5,12 @@ client under a produce grant (Gateway.ProduceGrants), appended as the gRPC Appen
 
 Everything that can refuse a request whole is judged before one of its bytes is read: the
 grant, its framing, and room for its bytes in the node's request memory
-(`queued.max.request.bytes`). A refused request leaves its bytes unread and the connection
-is closed, so the sender takes the request through the gateway. A client's grant names its
-topics, checked against the request's topic once it is read and before anything is written.
+(`queued.max.request.bytes`). A client's transactional batches (KIP-890) are taken only for
+a transaction already open in their partition (storage/txn_verification.py); the gateway's
+relay has had them verified by the coordinator. A refused request leaves its bytes unread and
+the connection is closed, so the sender takes the request through the gateway. A client's
+grant names its topics, checked against the request's topic once it is read and before
+anything is written.
 """
 
 from __future__ import annotations
@@ -88,7 +91,11 @@ class BulkProduce:
                 try:
                     if topics is not None:
                         check_granted_topic(raw, topics)
-                    response = answer_produce(self.replicas, self.metrics, raw)
+                    # A client's transactional batches were verified by no coordinator:
+                    # the node accepts only those of transactions open here.
+                    response = answer_produce(
+                        self.replicas, self.metrics, raw, open_transactions_only=topics is not None
+                    )
                     answer = bulk_pb2.BulkProduceAnswer(response=response.SerializeToString())
                 except SeglogError as exc:
                     span.set_status(trace.Status(trace.StatusCode.ERROR, str(exc)))

@@ -22,10 +22,16 @@ DEFAULT_PRODUCE_TIMEOUT_MS = 30_000
 
 
 def answer_produce(
-    replicas: ReplicaManager, metrics: NodeMetrics, raw: bytes | memoryview
+    replicas: ReplicaManager,
+    metrics: NodeMetrics,
+    raw: bytes | memoryview,
+    *,
+    open_transactions_only: bool = False,
 ) -> common_pb2.ProduceResponse:
     """Append the request's batches (and, for acks=all, wait for the in-sync replicas);
-    the per-partition outcomes. SeglogError when the request is refused as a whole."""
+    the per-partition outcomes. SeglogError when the request is refused as a whole.
+    `open_transactions_only`: a producer's own request, whose transactional batches no
+    coordinator verified (storage/txn_verification.py)."""
     started = time.perf_counter()
     try:
         request = _scan_produce(raw)
@@ -34,6 +40,7 @@ def answer_produce(
             request.topic,
             [(p.partition, p.records, client_leader_epoch(p)) for p in request.partitions],
             request.acks,
+            open_transactions_only=open_transactions_only,
         )
     except SeglogError as exc:
         metrics.request("Append", started, {error_reason(exc): 1})

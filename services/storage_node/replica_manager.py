@@ -33,6 +33,7 @@ from seglog.storage import Log, log_files
 from seglog.storage.log import TimestampAndOffset
 from seglog.storage.log_manager import LogManager
 from seglog.storage.log_reads import Split
+from seglog.storage.txn_verification import check_open_transaction
 from seglog.storage.validation import ValidatedRecords
 from seglog.v1 import common_pb2
 
@@ -281,17 +282,26 @@ class ReplicaManager:
     # -- append --------------------------------------------------------------------------
 
     def append(
-        self, topic: str, entries: Sequence[tuple[int, bytes | memoryview, int]], acks: int = 1
+        self,
+        topic: str,
+        entries: Sequence[tuple[int, bytes | memoryview, int]],
+        acks: int = 1,
+        *,
+        open_transactions_only: bool = False,
     ) -> list[AppendResult]:
         """Append (partition, records, client leader epoch) entries, all checked first: an
         error raised here wrote nothing; a partition's own failure (too few in-sync replicas
-        for acks=all: nothing written there; an append error) is its result's."""
+        for acks=all: nothing written there; an append error) is its result's.
+        `open_transactions_only`: no coordinator verified the request's transactional
+        batches (storage/txn_verification.py)."""
         checked: list[tuple[int, Partition, ValidatedRecords, int]] = []
         for number, records, client_epoch in entries:
             held = self.partition(topic, number)
             held.require_leader(client_epoch)
             try:
                 validated = held.log.validate(records, client=True)
+                if open_transactions_only:
+                    check_open_transaction(held.log.producer_state, validated, "the partition")
                 checked.append((number, held, validated, client_epoch))
             except SeglogError as exc:
                 raise type(exc)(f"{topic}-{number}: {exc}") from None
@@ -309,6 +319,8 @@ class ReplicaManager:
                         held.check_enough_replicas()  # Kafka's per-partition refusal
                     epoch = held.leader_epoch
                     self.fetches.note_idle_followers(held)
+                    if open_transactions_only:  # again: a marker may have ended it since
+                        check_open_transaction(held.log.producer_state, validated, "the partition")
                     info = held.log.append(validated, leader_epoch=epoch)
                 results.append(AppendResult(number, info, leader_epoch=epoch))
             except SeglogError as exc:

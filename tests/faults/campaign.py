@@ -8,20 +8,24 @@ replicas that went through two histories are a failure even when no client saw i
 
     python -m tests.fault_campaign --cycles 40 --seed 7 --faults node-kill,drop-answers \
         --producer idempotent [--etcd] [--keep] [--share-members 3] \
-        [--workload records|transactions] [--tiered]
+        [--workload records|transactions|streams] [--tiered]
     make fault-campaign CYCLES=40 SEED=7 FAULTS=node-kill,drop-answers PRODUCER=acks1 ETCD=1 SHARE=3
     make fault-campaign WORKLOAD=transactions CYCLES=100
+    make fault-campaign WORKLOAD=streams CYCLES=30
     make fault-campaign TIERED=1 CYCLES=30
 
 The records workload (the default) is seglog's own clients sending unique records; the
 transactions workload (tests/faults/txn_campaign.py) is librdkafka's transactional producers
 and read_committed/read_uncommitted readers on the Kafka port, judged for Jepsen's
-transactional anomalies (tests/faults/txn_checker.py). With share members, a share group also
-reads the topic as a queue and is judged on its own (tests/faults/share_campaign.py,
-share_checker.py). With `--tiered`, a real object store (SeaweedFS) runs beside the cluster,
-a second topic is tiered to it under the same faults plus the store's own (killed, slow,
-answering 503: tests/faults/store_faults.py), and its histories are judged apart, the final
-read going from offset 0 through the store's segments (tests/faults/tiered_campaign.py).
+transactional anomalies (tests/faults/txn_checker.py). The streams workload
+(tests/faults/streams_campaign.py) is Kafka Streams' exactly_once_v2 word count, two instances
+of two threads, judged for exact counts (tests/faults/streams_checker.py). With share
+members, a share group also reads the topic as a queue and is judged on its own
+(tests/faults/share_campaign.py, share_checker.py). With `--tiered`, a real object store
+(SeaweedFS) runs beside the cluster, a second topic is tiered to it under the same faults
+plus the store's own (killed, slow, answering 503: tests/faults/store_faults.py), and its
+histories are judged apart, the final read going from offset 0 through the store's segments
+(tests/faults/tiered_campaign.py).
 
 Each cycle waits for the cluster to heal (every ISR whole, writes going on), then injects
 one fault, sometimes two that harm different things (a node, the gateways and etcd, the
@@ -46,7 +50,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.faults import tiered_campaign, txn_campaign
+from tests.faults import streams_campaign, tiered_campaign, txn_campaign
+from tests.faults.campaign_ends import (
+    FINAL_READ_TIMEOUT_S,
+    final_read,
+    keep_replicas,
+    note_timeout,
+    settle,
+)
 from tests.faults.catalog import (
     ALL_FAULTS,
     DISK_FAULTS,
@@ -58,23 +69,21 @@ from tests.faults.catalog import (
     available_faults,
 )
 from tests.faults.checker import Guarantees, Verdict, check
-from tests.faults.clients import ClientProcess, Clients
+from tests.faults.clients import Clients
 from tests.faults.cluster import HEAL_TIMEOUT_S, PARTITIONS, TOPIC, Cluster
 from tests.faults.fault_kinds import NODE, PRODUCER_REQUEST_TIMEOUT_MS, Fault
 from tests.faults.history import read_history
 from tests.faults.replica_logs import diverged_partitions
 from tests.faults.share_campaign import ShareMembers
 from tests.faults.share_checker import ShareVerdict
+from tests.faults.streams_checker import StreamsVerdict, check_streams
 from tests.faults.tiered_campaign import TieredStore, TieredWorkload
 from tests.faults.txn_checker import TxnVerdict, check_transactions
 from tests.waiting import wait_for
 
 GROUP = "campaign-readers"
-PROGRESS_RECORDS = 50
-PROGRESS_TIMEOUT_S = 60.0
-FINAL_READ_TIMEOUT_S = 180.0
 DISK_FAULT_SEGMENT_BYTES = 256 * 1024
-WORKLOADS = ("records", "transactions")
+WORKLOADS = ("records", "transactions", "streams")
 
 
 # -- the campaign ---------------------------------------------------------------------------
@@ -97,12 +106,14 @@ class CampaignConfig:
     opening: Sequence[str] = ()
     subnet_octet: int = 231
     share_members: int = 0  # share group members reading the topic as a queue (share_campaign)
-    workload: str = "records"  # or "transactions" (tests/faults/txn_campaign.py)
+    # or "transactions" (tests/faults/txn_campaign.py), "streams" (streams_campaign.py)
+    workload: str = "records"
     tiered: bool = False  # an object store and a tiered topic beside (tiered_campaign.py)
 
     @property
     def transactional(self) -> bool:
-        return self.workload == "transactions"
+        """Transactional clients on the Kafka port: the gateways set for transactions."""
+        return self.workload in ("transactions", "streams")
 
 
 @dataclass
@@ -113,7 +124,7 @@ class CampaignReport:
     schedule: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # the cluster not healing, stalls
     final_read_complete: bool = False
-    verdict: Verdict | TxnVerdict | None = None
+    verdict: Verdict | TxnVerdict | StreamsVerdict | None = None
     share_verdict: ShareVerdict | None = None  # with share members
     tiered_verdict: Verdict | None = None  # the tiered topic's histories, with --tiered
     tiered_states: str = ""  # its partitions' local starts and remote ends at the end
@@ -144,7 +155,9 @@ class CampaignReport:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
         gateways = "two gateways on etcd" if self.config.etcd else "one gateway"
         clients = (
-            "transactions" if self.config.transactional else f"producer {self.config.producer_mode}"
+            self.config.workload
+            if self.config.transactional
+            else f"producer {self.config.producer_mode}"
         )
         lines = [
             f"fault campaign: {self.cycles} cycles, seed {self.config.seed}, {clients}, "
@@ -177,7 +190,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     history_dir = root / "history"
     lab = _open_lab(config) if any(n in NETWORK_FAULTS for n in names) else None
     cluster: Cluster | None = None
-    clients: Clients | None = None
+    clients: Clients | streams_campaign.StreamsClients | None = None
     share: ShareMembers | None = None
     store: TieredStore | None = None
     tiered: TieredWorkload | None = None
@@ -210,7 +223,9 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
         wait_for(cluster.healed, HEAL_TIMEOUT_S, "the topic's replicas")
         common = ["--topic", TOPIC, "--history-dir", str(history_dir)]
         clients = (
-            txn_campaign.clients(root, cluster, history_dir)
+            streams_campaign.clients(root, cluster, history_dir)
+            if config.workload == "streams"
+            else txn_campaign.clients(root, cluster, history_dir)
             if config.transactional
             else Clients(
                 root,
@@ -246,7 +261,7 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
             _one_cycle(cluster, names, rng, report, log, config.overlap_probability, opening)
             if tiered is not None:
                 tiered.after_cycle(cycle + 1, report.schedule, log)
-        _settle(cluster, report)
+        settle(cluster, report)
         if tiered is not None:  # copies going on after the faults, then no more writes
             report.problems += tiered.stop_writing()
         clients.stop_producers()
@@ -255,32 +270,22 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
                 report.problems.append("the share members did not finish every acknowledged send")
             share.stop()
             report.share_verdict = share.verdict()
-        if _note_timeout(report, cluster.caught_up, "every replica to catch up"):
+        if note_timeout(report, cluster.caught_up, "every replica to catch up"):
             diverged = diverged_partitions(cluster.root, TOPIC, PARTITIONS, sorted(cluster.nodes))
             if diverged:
-                _keep_replicas(cluster, root / "diverged")
+                keep_replicas(cluster, root / "diverged")
             report.problems += diverged
-        clients.stop_all()
-        reader_timeout_s = FINAL_READ_TIMEOUT_S
-        if config.transactional:
-            reader_timeout_s += txn_campaign.STABLE_WAIT_S
-            reader = txn_campaign.final_reader(root, cluster, history_dir, FINAL_READ_TIMEOUT_S)
+        if isinstance(clients, streams_campaign.StreamsClients):
+            # Read while the instances run: the output catches up with the input first.
+            clients.stop_readers()
+            reader = streams_campaign.final_reader(cluster, root, history_dir)
+            report.final_read_complete = reader.wait(2 * streams_campaign.CATCH_UP_S + 30) == 0
+            if not report.final_read_complete:
+                report.problems.append("the streams output did not catch up with the input")
+            clients.stop_all()
         else:
-            reader = ClientProcess(
-                root,
-                "final-read",
-                "final-reader",
-                [
-                    *common,
-                    "--bootstrap",
-                    cluster.address,
-                    "--max-seconds",
-                    str(FINAL_READ_TIMEOUT_S),
-                ],
-            )
-        report.final_read_complete = reader.wait(reader_timeout_s + 30) == 0
-        if not report.final_read_complete:
-            report.problems.append("the final read did not reach every partition's end")
+            clients.stop_all()
+            final_read(root, cluster, config.transactional, report, history_dir)
         if tiered is not None:
             report.problems += tiered.final_read(FINAL_READ_TIMEOUT_S)
             report.tiered_states = tiered.final_states
@@ -300,23 +305,14 @@ def run(root: Path, config: CampaignConfig, log: Callable[[str], None] = print) 
     if tiered is not None:
         mode = Guarantees.for_producer_mode(config.producer_mode)
         report.tiered_verdict = check(read_history(tiered.history_dir), mode)
-    if config.transactional:
+    if config.workload == "streams":
+        report.verdict = check_streams(read_history(history_dir))
+    elif config.transactional:
         report.verdict = check_transactions(read_history(history_dir))
     else:
         mode = Guarantees.for_producer_mode(config.producer_mode)
         report.verdict = check(read_history(history_dir), mode)
     return report
-
-
-def _keep_replicas(cluster: Cluster, into: Path) -> None:
-    """Copy every node's partitions of the campaign topic aside, for the diverged replicas'
-    post-mortem: a node's own disk goes with the cluster (its power cuts' copies are
-    removed)."""
-    for node_id in sorted(cluster.nodes):
-        for partition in range(PARTITIONS):
-            source = cluster.root / f"node-{node_id}" / f"{TOPIC}-{partition}"
-            if source.is_dir():
-                shutil.copytree(source, into / f"node-{node_id}" / source.name)
 
 
 def _open_lab(config: CampaignConfig) -> Any:
@@ -334,7 +330,7 @@ def _one_cycle(
     overlap_probability: float,
     opening: str | None = None,
 ) -> None:
-    _settle(cluster, report)
+    settle(cluster, report)
     chosen = [ALL_FAULTS[opening or rng.choice(names)]()]
     others = [n for n in names if ALL_FAULTS[n]().target != chosen[0].target]
     if others and rng.random() < overlap_probability:
@@ -360,36 +356,6 @@ def _one_cycle(
                     f"cycle {report.cycles + 1}: healing {fault.name}: {type(exc).__name__}: {exc}"
                 )
     report.cycles += 1
-
-
-def _settle(cluster: Cluster, report: CampaignReport) -> None:
-    """Wait for every ISR to be whole again and for writes to go on; a cluster that does
-    not is a finding, written down, and the campaign goes on."""
-    if not _note_timeout(report, cluster.healed, "every ISR to be whole again", cluster.state):
-        return
-    before = cluster.records_written()
-    _note_timeout(
-        report,
-        lambda: cluster.records_written() >= before + PROGRESS_RECORDS,
-        "writes to go on",
-        cluster.state,
-        PROGRESS_TIMEOUT_S,
-    )
-
-
-def _note_timeout(
-    report: CampaignReport,
-    predicate: Callable[[], bool],
-    what: str,
-    state: Callable[[], str] | None = None,
-    timeout_s: float = HEAL_TIMEOUT_S,
-) -> bool:
-    try:
-        wait_for(predicate, timeout_s, what, state)
-    except TimeoutError as exc:
-        report.problems.append(f"after cycle {report.cycles}: {exc}")
-        return False
-    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from seglog.records import RecordBatchBuilder
 from seglog.v1 import transactions_pb2, transactions_pb2_grpc
 from services.gateway.transactions.remote_verification import VERIFIED_FOR_MS, RemoteVerifier
 from tests.cluster import drain
+from tests.kafka_transactions import skip_adding
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import EtcdBackedCluster
 from tests.waiting import wait_until
@@ -195,3 +196,31 @@ def test_seglogs_producer_follows_its_ids_coordinator_to_another_gateway(cluster
         consumer.seek_to_beginning(TopicPartition(TOPIC, 1))
         got = drain(consumer, 1, timeout_s=30)
     assert [r.value for r in got] == [b"followed"]
+
+
+@pytest.mark.parametrize("transport", ["grpc", "auto"])
+def test_seglogs_producer_skipping_add_partitions_is_refused_by_a_gateway_not_its_coordinator(
+    cluster, transport
+):
+    """Through gateway 0, whose produce asks gateway 1 (the id's coordinator) over
+    VerifyPartitions: a partition never added is refused INVALID_TXN_STATE, not written, on
+    the gRPC Produce and on the bulk path (its node sends the request through the gateway)."""
+    tid = f"unadded-elsewhere-{transport}"
+    assert find_coordinator(cluster, 1, tid) == cluster.gateway_addresses[1]  # placed there
+    with Producer(
+        cluster.gateway_addresses[0], transactional_id=tid, produce_transport=transport
+    ) as producer:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.send(TOPIC, b"added", partition=0).get(timeout=30)
+        skip_adding(producer, TOPIC)
+        client = cluster.client(0)
+        try:
+            before = client.list_offsets(TOPIC, {1: LATEST})[1].offset
+            future = producer.send(TOPIC, b"unadded", partition=1)
+            producer.flush(30)
+            with pytest.raises(InvalidTxnStateError):
+                future.get(timeout=30)
+            assert client.list_offsets(TOPIC, {1: LATEST})[1].offset == before
+        finally:
+            client.close()

@@ -2,8 +2,11 @@
 // the jars `make kafka-streams` brings), for the tests that run it against seglog through
 // faults. Compiled by the test fixture with javac and run as
 //
-//   java -cp <classes>:<kafka jars>:<streams jars> WordCountEos BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR
+//   java -cp <classes>:<kafka jars>:<streams jars> WordCountEos BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR [THREADS]
 //
+// THREADS: stream threads in this instance (1 unless given). Several instances of one APP_ID,
+// each on a state dir of its own, share the work as one application (the fault campaign's
+// streams workload runs two of two threads each).
 // INPUT's values are lines of words separated by spaces; each word is re-keyed through a
 // repartition topic ("APP_ID-words-repartition") and counted in a state store ("counts", its
 // changelog "APP_ID-counts-changelog"); every new count is written to OUTPUT as key = the
@@ -38,10 +41,12 @@ public class WordCountEos {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 5) {
-            System.err.println("usage: WordCountEos BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR");
+        if (args.length != 5 && args.length != 6) {
+            System.err.println(
+                    "usage: WordCountEos BOOTSTRAP APP_ID INPUT OUTPUT STATE_DIR [THREADS]");
             System.exit(2);
         }
+        int threads = args.length == 6 ? Integer.parseInt(args[5]) : 1;
         String bootstrap = args[0], appId = args[1], input = args[2], output = args[3];
         Properties p = new Properties();
         p.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
@@ -49,7 +54,7 @@ public class WordCountEos {
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
-        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+        p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, threads);
         p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 200);
         // A killed instance's member leaves the group after this, not Kafka's 45 s default.

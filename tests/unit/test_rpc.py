@@ -79,22 +79,28 @@ _BATCHES = st.lists(st.binary(max_size=40), max_size=3)
         ),
         max_size=4,
     ),
+    st.one_of(st.none(), st.text(max_size=300)),
 )
 def test_produce_request_wire_bytes_equal_protobuf_serialization(
-    topic, acks, timeout_ms, partitions
+    topic, acks, timeout_ms, partitions, transactional_id
 ):
     expected = common_pb2.ProduceRequest(topic=topic, acks=acks, timeout_ms=timeout_ms)
     for partition, epoch, batches in partitions:
         expected.partitions.add(
             partition=partition, records=b"".join(batches), current_leader_epoch=epoch
         )
+    if transactional_id is not None:
+        expected.transactional_id = transactional_id
     batches_as_views = [(p, e, [memoryview(b) for b in bs]) for p, e, bs in partitions]
-    encoded = wire.encode_produce_request(topic, acks, timeout_ms, batches_as_views)
+    encoded = wire.encode_produce_request(
+        topic, acks, timeout_ms, batches_as_views, transactional_id=transactional_id
+    )
     assert encoded == expected.SerializeToString()
     assert common_pb2.ProduceRequest.FromString(encoded) == expected
     # The gateway's routing scan reads the same fields without copying the records.
     scanned = wire.scan_produce_request(encoded)
     assert (scanned.topic, scanned.acks, scanned.timeout_ms) == (topic, acks, timeout_ms)
+    assert scanned.transactional_id == transactional_id
     assert wire.produce_topic(encoded) == topic
     assert [
         (p.partition, bytes(p.records), p.current_leader_epoch) for p in scanned.partitions

@@ -6,8 +6,10 @@ stays the way in for everything a grant does not cover: acks=0 (nobody waits for
 the gateway's Produce answers at once), a topic the gateway gave no grant for (no cluster
 secret, no Write on it, a producer_byte_rate quota on this client: the gateway's Produce then
 answers what it answers), a node without a grant or a bulk listener, a node that refused its
-grant or cannot be reached before the request was sent. "grpc" sends everything through the
-gateway.
+grant or cannot be reached before the request was sent, and a transactional request that
+begins the transaction in one of its partitions (the node refuses it, nothing written: KIP-890's
+verification is the gateway's, with the coordinator; storage/txn_verification.py). "grpc"
+sends everything through the gateway.
 
 Grants are asked for per topic, kept until a third of their life is left, and asked for
 again; a topic refused is asked about again after NO_GRANT_RETRY_S. A grant a node refuses
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 
 from ..errors import SeglogError
 from ..reused_threads import ReusedThreads
-from ..rpc.produce_connections import GrantRefused, ProduceConnections
+from ..rpc.produce_connections import GrantRefused, ProduceConnections, VerificationNeeded
 from ..rpc.produce_selector import ProduceSelector
 from ..v1 import bulk_pb2, common_pb2
 from .gateway import GatewayClient
@@ -135,6 +137,9 @@ class ProduceTransport:
                 self._grant_refused(topic, exc)
                 self._through_gateway(request, deadline_s - time.monotonic(), future)
                 return
+            except VerificationNeeded:
+                self._through_gateway(request, deadline_s - time.monotonic(), future)
+                return
             except SeglogError as exc:
                 future.set_exception(exc)
                 return
@@ -183,6 +188,8 @@ class ProduceTransport:
             except GrantRefused as exc:
                 self._grant_refused(topic, exc)
                 answer = None
+            except VerificationNeeded:
+                answer = None  # the gateway verifies the transaction's new partitions
             if answer is not None:
                 self._count_direct()
                 parsed: common_pb2.ProduceResponse = common_pb2.ProduceResponse.FromString(answer)

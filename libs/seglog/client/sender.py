@@ -232,6 +232,7 @@ class Sender(threading.Thread):
                 )
                 for partition, batches in plan.batches.items()
             ],
+            transactional_id=self.config.transactional_id if transactions is not None else None,
         )
         self._in_flight[plan.node_id] = self._in_flight.get(plan.node_id, 0) + 1
         call = self.produce.send(

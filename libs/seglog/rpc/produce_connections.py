@@ -53,6 +53,15 @@ class GrantRefused(SeglogError):
     reason = "PERMISSION_DENIED"
 
 
+class VerificationNeeded(SeglogError):
+    """The node took none of a client's request: a transactional batch begins a transaction
+    in its partition, which the gateway verifies with the coordinator (KIP-890,
+    storage/txn_verification.py). The grant stays good; this request goes through the
+    gateway."""
+
+    reason = "INVALID_TXN_STATE"
+
+
 class ProduceConnections:
     def __init__(
         self,
@@ -100,6 +109,7 @@ class ProduceConnections:
         """What the node's answer stands for: the ProduceResponse's bytes; None when it
         refused the bulk path (nothing written: the caller uses gRPC, and the node is left
         to it for RETRY_REFUSED_AFTER_S); GrantRefused when it refused a client's grant;
+        VerificationNeeded when a client's transactional request must go through the gateway;
         SeglogError when it refused the request whole."""
         node_id = node.node_id
         if answer.end and self.client_grants and answer.error == common_pb2.PERMISSION_DENIED:
@@ -113,6 +123,8 @@ class ProduceConnections:
             )
             self.pool.refuse(node, RETRY_REFUSED_AFTER_S)
             return None
+        if self.client_grants and answer.error == common_pb2.INVALID_TXN_STATE:
+            raise VerificationNeeded(f"node {node_id}: {answer.error_message}")
         if answer.error != common_pb2.NONE:
             error: SeglogError = error_from_code(answer.error, answer.error_message)
             raise error

@@ -33,6 +33,8 @@ Fields 8-10 (replica fetches only) and 14-15 follow the records: `fetch_response
         field 3 current_leader_epoch  int32  tag 0x18  varint, optional: always written
     field 3 acks             int32   tag 0x18  varint
     field 4 timeout_ms       int32   tag 0x20  varint
+    field 130 transactional_id string tag 0x92 0x08  varint length, UTF-8; optional: written
+        by a transactional producer (the gateway verifies its batches, KIP-890)
 
 Fields go out in field-number order, as protobuf's serializers write them, so the output
 equals `SerializeToString()` of the same message byte for byte (tests hold it for both).
@@ -133,11 +135,17 @@ def encode_fetch_response(
     return b"".join((prefix, records, suffix)) if records or suffix else prefix
 
 
+# ProduceRequest.transactional_id (field 130, length-delimited: its tag a two-byte varint).
+TRANSACTIONAL_ID_FIELD = 130
+_TRANSACTIONAL_ID_TAG = encode_uvarint((TRANSACTIONAL_ID_FIELD << 3) | 2)  # 0x92 0x08
+
+
 def encode_produce_request(
     topic: str,
     acks: int,
     timeout_ms: int,
     partitions: Iterable[tuple[int, int, Sequence[bytes | memoryview]]],
+    transactional_id: str | None = None,
 ) -> bytes:
     """A ProduceRequest of (partition, current_leader_epoch, batches) entries, each
     partition's batches concatenated into its `records`; the batches are copied once."""
@@ -158,6 +166,9 @@ def encode_produce_request(
         parts += [b"\x18", encode_uvarint(acks)]
     if timeout_ms:
         parts += [b"\x20", encode_uvarint(timeout_ms)]
+    if transactional_id is not None:
+        encoded_id = transactional_id.encode()
+        parts += [_TRANSACTIONAL_ID_TAG, encode_uvarint(len(encoded_id)), encoded_id]
     return b"".join(parts)
 
 
@@ -182,6 +193,7 @@ class ScannedProduce:
     acks: int = 0
     timeout_ms: int = 0
     partitions: list[ScannedPartition] = field(default_factory=list)
+    transactional_id: str | None = None
 
 
 def scan_produce_request(raw: bytes | memoryview) -> ScannedProduce:
@@ -197,6 +209,8 @@ def scan_produce_request(raw: bytes | memoryview) -> ScannedProduce:
             out.acks = _int32(value)
         elif number == 4 and isinstance(value, int):
             out.timeout_ms = _int32(value)
+        elif number == TRANSACTIONAL_ID_FIELD and isinstance(value, memoryview):
+            out.transactional_id = bytes(value).decode()
     return out
 
 

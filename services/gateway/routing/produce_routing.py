@@ -40,6 +40,7 @@ DEFAULT_TIMEOUT_MS = 30_000
 
 # route(topic, partition, client leader epoch) -> the leader's Target, or SeglogError.
 RouteTarget = Callable[[str, int, int], Target]
+RequestCheck = Callable[[wire.ScannedProduce], None]
 
 
 @dataclass
@@ -63,16 +64,20 @@ class ProduceRouting:
         self._unacknowledged_bytes = 0  # acks=0 payloads handed to nodes, not yet answered
         self._unacknowledged_lock = threading.Lock()
 
-    def produce_all(self, raws: Sequence[bytes]) -> list[bytes | SeglogError]:
+    def produce_all(
+        self, raws: Sequence[bytes], check: RequestCheck | None = None
+    ) -> list[bytes | SeglogError]:
         """Each topic request's answer (ProduceResponse wire bytes: the node's own, relayed
-        unparsed, when one node took it all), or the SeglogError refusing it whole."""
+        unparsed, when one node took it all), or the SeglogError refusing it whole.
+        `check`: the caller's own judgement of each request as scanned, before routing (the
+        gRPC Produce's transactional verification); raising refuses it whole."""
         answers: list[bytes | SeglogError | None] = [None] * len(raws)
         plans: dict[int, _Plan] = {}
         parts: list[tuple[Target, bytes]] = []
         timeout_s = 0.0
         for i, raw in enumerate(raws):
             try:
-                plan = self._plan(raw)
+                plan = self._plan(raw, check)
             except SeglogError as exc:
                 answers[i] = exc
                 continue
@@ -102,7 +107,7 @@ class ProduceRouting:
         assert len(done) == len(raws)  # each topic answered, or refused, above
         return done
 
-    def _plan(self, raw: bytes) -> _Plan:
+    def _plan(self, raw: bytes, check: RequestCheck | None = None) -> _Plan:
         """Everything known here, before anything is sent: acks, topic, partitions, epochs,
         leaders up; the request indexes grouped by leader node."""
         # The records are skipped (not copied): the request's own bytes go on when one node
@@ -117,6 +122,8 @@ class ProduceRouting:
             raise InvalidTopicError(
                 f"topic {request.topic!r} is internal: only the cluster itself writes it"
             )
+        if check is not None:
+            check(request)
         by_node: dict[int, tuple[Target, list[int]]] = {}
         for i, data in enumerate(request.partitions):
             target = self.route(request.topic, data.partition, client_leader_epoch(data))

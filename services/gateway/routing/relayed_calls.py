@@ -10,6 +10,11 @@ topic to fetch or get a fetch grant, Describe on each topic for split points. A 
 the offset of the ACLs its checks were made under, read before them, so it is never newer
 than the ACLs they used (bulk.md, "Grants and ACL changes").
 
+A Produce's transactional batches are verified with the transaction coordinator (KIP-890,
+transactions/batch_verification.py) before a byte is forwarded: a partition not in the
+producer's transaction, or a fenced epoch, refuses the request whole; a request without
+transactional batches asks nothing of any coordinator.
+
 A request whose bytes cannot be read is refused with INVALID_REQUEST: nothing in it can be
 authorized. Client quotas hold a caller's answers back (quotas.py); a caller with a byte-rate
 quota gets no grant, so it goes through the gateway, which meters it.
@@ -19,6 +24,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
+from typing import Protocol
 
 from google.protobuf.message import DecodeError
 
@@ -38,6 +45,10 @@ from .leader_routing import LeaderRouting
 from .produce_grants import produce_grants
 from .produce_routing import ProduceRouting
 from .quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, ClientQuotas, quota_user
+
+
+class ProduceCheck(Protocol):
+    def check(self, caller: Caller, request: wire.ScannedProduce) -> None: ...
 
 
 def _topics(operation: str, names: Iterable[str]) -> list[Need]:
@@ -70,6 +81,9 @@ class RelayedCalls:
         self.record = record
         self.cluster_secret = cluster_secret
         self.grant_ttl_ms = grant_ttl_ms
+        # KIP-890's verification of transactional batches, set by the gateway once its
+        # transaction coordinator is built (transactions/batch_verification.py).
+        self.transactions: ProduceCheck | None = None
 
     # -- Produce and Fetch, as wire bytes ----------------------------------------------------
 
@@ -83,7 +97,9 @@ class RelayedCalls:
             except ValueError as exc:
                 raise InvalidRequestError(f"malformed Produce request: {exc}") from None
             self.authorization.check(caller, _topics("Write", [topic]), "Produce")
-            (answer,) = self.producing.produce_all([raw])
+            verification = self.transactions
+            check = None if verification is None else partial(verification.check, caller)
+            (answer,) = self.producing.produce_all([raw], check)
             if isinstance(answer, SeglogError):
                 raise answer
             quotas = self.quotas()

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from seglog.coordinator_errors import FencedMemberEpochError
 from seglog.errors import (
@@ -32,9 +32,6 @@ from seglog.errors import (
     SeglogError,
     UnknownMemberIdError,
 )
-
-if TYPE_CHECKING:
-    from .share_group_log import ShareGroupLog
 
 from ..cluster.group_configs import GroupConfig
 
@@ -45,6 +42,16 @@ ASSIGNOR = "simple"
 MAX_MEMBER_ID_BYTES = 255  # a member id a client generated (a UUID's 22 characters in Kafka)
 MAX_SUBSCRIBED_TOPICS = 10_000
 logger = logging.getLogger(__name__)
+
+
+class GroupLog(Protocol):
+    """Where a share group's records are written on change and read back
+    (share_group_log.ShareGroupLog, which imports this module's types)."""
+
+    def image(self, group: ShareGroup | None) -> Any: ...
+    def write(self, before: Any, group: ShareGroup) -> None: ...
+    def load(self, group_id: str, session_timeout_s: float, now: float) -> ShareGroup | None: ...
+
 
 Assignment = dict[str, tuple[int, ...]]  # topic name -> partitions
 
@@ -133,7 +140,7 @@ class ShareMembership:
         max_size: int,
         clock: Callable[[], float] = time.monotonic,
         group_config: Callable[[str], GroupConfig] | None = None,
-        log: ShareGroupLog | None = None,
+        log: GroupLog | None = None,
     ) -> None:
         """`partitions_of(topic)`: its partition count (0: no such topic);
         `on_member_gone(group, member)`: the member left or timed out (its records go);
