@@ -7,7 +7,6 @@ gateways elsewhere)."""
 from __future__ import annotations
 
 import queue
-import time
 
 import pytest
 
@@ -15,6 +14,7 @@ from seglog.errors import InvalidUpdateVersionError
 from seglog.storage import Log, LogConfig
 from services.storage_node.isr_updates import IsrUpdates
 from services.storage_node.partition import IsrProposal, Partition, Registration
+from tests.waiting import wait_until
 
 LOCAL = 3
 LAG_TIME_MAX_MS = 60_000  # no shrink check during a test
@@ -28,14 +28,6 @@ def partition(tmp_path):
     held.apply(Registration(LOCAL, 5, 9, (3, 1, 2), (3,)))
     yield held
     log.close()
-
-
-def _wait_for(condition, what: str, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s} s: {what}")
-        time.sleep(0.01)
 
 
 class Registry:
@@ -94,10 +86,12 @@ def test_a_proposal_that_fails_after_the_registry_answered_leaves_the_sender_run
     updates = _updates(partition, registry, on_change)
     try:
         _propose_follower(partition, updates, 1)
-        _wait_for(lambda: partition.isr == (3, 1), "follower 1 joins the ISR")
-        _wait_for(lambda: partition.pending_isr is None, "the failed handling ends the proposal")
+        assert wait_until(lambda: partition.isr == (3, 1), 5), "follower 1 joins the ISR"
+        assert wait_until(lambda: partition.pending_isr is None, 5), (
+            "the failed handling ends the proposal"
+        )
         _propose_follower(partition, updates, 2)
-        _wait_for(lambda: partition.isr == (3, 1, 2), "follower 2 joins the ISR")
+        assert wait_until(lambda: partition.isr == (3, 1, 2), 5), "follower 2 joins the ISR"
     finally:
         updates.stop()
 
@@ -117,7 +111,9 @@ def test_a_refused_or_unsent_proposal_is_made_again_on_the_next_fetch(partition)
         for attempt in range(3):
             _propose_follower(partition, updates, 1)
             assert registry.calls.get(timeout=5).new_isr == (3, 1)
-            _wait_for(lambda: partition.pending_isr is None, f"attempt {attempt} is over")
+            assert wait_until(lambda: partition.pending_isr is None, 5), (
+                f"attempt {attempt} is over"
+            )
         assert partition.isr == (3, 1)
     finally:
         updates.stop()
