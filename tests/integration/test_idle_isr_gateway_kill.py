@@ -20,26 +20,27 @@ TAKEOVER_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10  # a lease TTL, with room for a 
 REJOIN_S = 45
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
     running = EtcdBackedCluster(
-        tmp_path, node_args=("--config", f"replica.lag.time.max.ms={LAG_TIME_MAX_MS}")
+        tmp_path_factory.mktemp("idle-isr"),
+        node_args=("--config", f"replica.lag.time.max.ms={LAG_TIME_MAX_MS}"),
     )
     yield running
     running.close()
 
 
-def isrs(cluster: EtcdBackedCluster, index: int) -> list[list[int]] | None:
+def isrs(cluster: EtcdBackedCluster, index: int, topic: str = TOPIC) -> list[list[int]] | None:
     """Each partition's ISR as gateway `index` holds it (None: it does not answer)."""
     try:
         with cluster.admin(index) as admin:
-            return [sorted(p.isr) for p in admin.describe_topic(TOPIC).partitions]
+            return [sorted(p.isr) for p in admin.describe_topic(topic).partitions]
     except Exception:  # a gateway just killed or starting: ask again
         return None
 
 
-def left_every_isr(cluster: EtcdBackedCluster, node_id: int) -> bool:
-    found = isrs(cluster, 0)
+def left_every_isr(cluster: EtcdBackedCluster, node_id: int, topic: str = TOPIC) -> bool:
+    found = isrs(cluster, 0, topic)
     return found is not None and all(node_id not in isr for isr in found)
 
 
@@ -71,3 +72,28 @@ def test_an_idle_partitions_isr_grows_back_across_a_controller_kill(cluster):
         assert wait_until(
             lambda: isrs(cluster, 0) == full and isrs(cluster, 1) == full, REJOIN_S
         ), (isrs(cluster, 0), isrs(cluster, 1))
+
+
+@pytest.mark.slow
+def test_a_paused_followers_idle_partitions_rejoin_across_a_controller_kill(cluster):
+    # The follower's process lives on (its fetch sessions too, nothing of its state is
+    # new): the leaders add it back only from its fetches at their idle log ends.
+    topic = "idle-paused"
+    with cluster.admin(0) as admin:
+        admin.create_topic(topic, PARTITIONS, 3)
+    full = [[1, 2, 3]] * PARTITIONS
+    assert wait_until(lambda: isrs(cluster, 0, topic) == full, 30), isrs(cluster, 0, topic)
+    victim = cluster.nodes[1]
+    cluster.pause(victim)
+    try:
+        assert wait_until(lambda: left_every_isr(cluster, 1, topic), TAKEOVER_S), isrs(
+            cluster, 0, topic
+        )
+        controller = controller_index(cluster)
+    finally:
+        cluster.resume(victim)
+    cluster.gateways[controller].kill()
+    cluster.gateways[controller].start()
+    assert wait_until(
+        lambda: isrs(cluster, 0, topic) == full and isrs(cluster, 1, topic) == full, REJOIN_S
+    ), (isrs(cluster, 0, topic), isrs(cluster, 1, topic))
