@@ -76,12 +76,13 @@ class EtcdBackedCluster(GatewayQueries):
         node_gateway_order=None,
         secured: bool = False,
         gateway_args: tuple[str, ...] = (),
+        node_args: tuple[str, ...] = (),
     ) -> None:
         """`node_gateway_order`: the gateway indexes, in order, nodes are given (default all
         in order). `secured`: production's configuration — mutual TLS on every gRPC and
         Kafka listener (tests/secured.py) and the authorizer on, OPERATOR the only super user
         (tests grant their own principals what they need). `gateway_args`: more flags for
-        every gateway."""
+        every gateway; `node_args`: for every node."""
         self.root = root
         (root / "logs").mkdir(parents=True, exist_ok=True)
         gateway_security: list[str] = []
@@ -150,6 +151,7 @@ class EtcdBackedCluster(GatewayQueries):
                 extra_args=[
                     *("--heartbeat-interval-ms", "200", "--config", "min.insync.replicas=2"),
                     *(self.certificates.server_flags(node_identity(n)) if secured else ()),
+                    *node_args,
                 ],
                 env=self.env,
                 stderr_path=root / "logs" / f"node-{n}.log",

@@ -65,13 +65,29 @@ class IsrUpdates:
                 for held in self.partitions():
                     shrink = held.shrink_proposal(self.lag_time_max_ms)
                     if shrink is not None:
-                        self._send(held, shrink)
+                        self._send_safely(held, shrink)
                 continue
             if proposal is None:
                 return
             proposer = self.partition_of(proposal.topic, proposal.partition)
             if proposer is not None:
-                self._send(proposer, proposal)
+                self._send_safely(proposer, proposal)
+
+    def _send_safely(self, held: Partition, proposal: IsrProposal) -> None:
+        """One proposal whatever happens to it: this thread is the only one that sends
+        ISR changes, and a partition with a proposal in flight proposes nothing more, so an
+        error here must neither end the thread nor leave the flag set (an idle partition's
+        follower would never be proposed again: nothing else clears it)."""
+        try:
+            self._send(held, proposal)
+        except Exception:
+            logger.exception(
+                "%s-%d: ISR change to %s not completed",
+                proposal.topic,
+                proposal.partition,
+                list(proposal.new_isr),
+            )
+            held.proposal_failed()
 
     def _send(self, held: Partition, proposal: IsrProposal) -> None:
         if self.alter_partition is None:
