@@ -3,14 +3,8 @@ CreateTopics' checks and placement, CreatePartitions, IncrementalAlterConfigs of
 DeleteTopics. The rules are topic_rules.py's and partition_changes.py's (`place`); this
 module finds the nodes and registrations a decision touches and stores the records.
 
-- Placement: each partition's replicas on distinct live nodes that are not decommissioned,
-  the leader (first replica, the preferred one) on the node leading fewest partitions, the
-  followers on the nodes holding fewest replicas.
-- A topic whose replication factor is below its min.insync.replicas is created (as Kafka
-  creates it) with a warning (`min_isr_shortfall`): seglog's nodes refuse every acks=all
-  write to it.
-- A change of a topic's min.insync.replicas clears its ELR (a lower one lets the high
-  watermark pass the ELR's members), as Kafka does.
+Its rules (placement, the min.insync.replicas warning, the ELR cleared when a topic's
+min.insync.replicas changes) are listed with the controller's others in registry.py.
 """
 
 from __future__ import annotations
