@@ -42,7 +42,7 @@ def test_a_route_is_answered_while_a_registry_write_holds_the_lock(registry):
     write_may_end = threading.Event()
 
     def slow_write():  # as a write blocked in its fsync or etcd call
-        with registry._lock:
+        with registry._state._lock:  # the one lock every part of the registry takes
             write_started.set()
             write_may_end.wait(30)
 

@@ -1,8 +1,8 @@
-"""The registry's decisions about storage nodes (mixed into Registry, registry.py): sessions
-(registration, heartbeats, expiry), fencing and the elections it causes, controlled shutdown,
-preferred leaders, and the ISR changes leaders ask for (AlterPartition). The rules are
-partition_changes.py's; this module finds the few registrations a decision touches, stores
-the records, and tells the listeners.
+"""The registry's decisions about storage nodes (the registry's `registrations`, registry.py):
+sessions (registration, heartbeats, expiry), fencing and the elections it causes, controlled
+shutdown, preferred leaders, and the ISR changes leaders ask for (AlterPartition). The rules
+are partition_changes.py's; this module finds the few registrations a decision touches,
+stores the records, and tells the listeners.
 
 - A node is fenced when its session expires and when a new process of it registers (a live
   process a restarted gateway meets is only admitted: it lost nothing).
@@ -37,12 +37,17 @@ from .partition_changes import (
     hand_over,
     restore_preferred,
 )
+from .registry_routes import RegistryRoutes
 from .registry_state import MIN_ISR_CONFIG, RegistryState, min_isr_setting, retrying
 
 logger = logging.getLogger(__name__)
 
 
-class NodeRegistrations(RegistryState):
+class NodeRegistrations:
+    def __init__(self, state: RegistryState, routes: RegistryRoutes) -> None:
+        self._state = state
+        self._routes = routes
+
     def register_node(
         self,
         node_id: int,
@@ -60,8 +65,8 @@ class NodeRegistrations(RegistryState):
         replica, a follower elsewhere until it catches up and its leader adds it back. A
         process that already registered (`new_process` False: a restarted gateway met its
         heartbeat) lost nothing and is only admitted."""
-        if self.sessions is not None:
-            self.sessions.open(
+        if self._state.sessions is not None:
+            self._state.sessions.open(
                 node_id,
                 address,
                 bulk_address=bulk_address,
@@ -89,19 +94,25 @@ class NodeRegistrations(RegistryState):
         new_process: bool,
         unclean_shutdown: bool,
     ) -> None:
-        with self._lock:
-            node = self.nodes.get(node_id)
+        with self._state._lock:
+            node = self._state.nodes.get(node_id)
             if node is None:
-                node = self.nodes[node_id] = Node(node_id, address)
-            working = self._working(self.image.hosted.get(node_id, set()) | self.image.leaderless)
+                node = self._state.nodes[node_id] = Node(node_id, address)
+            working = self._state._working(
+                self._state.image.hosted.get(node_id, set()) | self._state.image.leaderless
+            )
             changed: set[PartitionChange] = set()
             if new_process:
                 changed = fence(
-                    working.items(), node_id, self._eligible, self._min_isr, self._avoided
+                    working.items(),
+                    node_id,
+                    self._state._eligible,
+                    self._state._min_isr,
+                    self._state._avoided,
                 )
                 if unclean_shutdown:
                     changed |= forget_unclean(
-                        working.items(), node_id, self._eligible, self._avoided
+                        working.items(), node_id, self._state._eligible, self._state._avoided
                     )
             node.address = address
             node.bulk_address = bulk_address
@@ -111,12 +122,17 @@ class NodeRegistrations(RegistryState):
             node.heard_from = True
             node.fenced = node.shutting_down = False
             node.metadata_offset = 0  # answered with its whole assignment
-            changed |= elect_leaderless(working.items(), self._eligible, self._avoided)
-            min_isr = min_isr_setting(node.log_config_defaults.get(MIN_ISR_CONFIG))
-            self._commit(
-                [node_record(node_id, address, min_isr), *self._partition_records(working, changed)]
+            changed |= elect_leaderless(
+                working.items(), self._state._eligible, self._state._avoided
             )
-        self._notify(changed)
+            min_isr = min_isr_setting(node.log_config_defaults.get(MIN_ISR_CONFIG))
+            self._state._commit(
+                [
+                    node_record(node_id, address, min_isr),
+                    *self._state._partition_records(working, changed),
+                ]
+            )
+        self._state._notify(changed)
 
     def heartbeat(
         self,
@@ -128,15 +144,15 @@ class NodeRegistrations(RegistryState):
     ) -> bool:
         """Record a heartbeat; False when the node must register first (unknown to this
         registry, its address changed, or its session expired and it was fenced)."""
-        if self.sessions is not None and not self.sessions.keep_alive(
+        if self._state.sessions is not None and not self._state.sessions.keep_alive(
             node_id, address, offline=dict(offline or {}), bulk_address=bulk_address
         ):
             return False
-        with self._lock:
-            node = self.nodes.get(node_id)
+        with self._state._lock:
+            node = self._state.nodes.get(node_id)
             if node is None or node.address != address:
                 return False
-            if node.fenced and self.sessions is None:
+            if node.fenced and self._state.sessions is None:
                 return False
             node.offline = dict(offline or {})
             node.bulk_address = bulk_address
@@ -155,23 +171,36 @@ class NodeRegistrations(RegistryState):
         only once its fencing is stored, so a retry on newer state fences it again (a newly
         elected controller, whose marks are all clear, fences each down node once; fencing
         twice changes nothing)."""
-        with self._lock:
+        with self._state._lock:
             changed: set[PartitionChange] = set()
-            down = [n for n in self.nodes.values() if not n.fenced and not self.is_live(n.node_id)]
-            election = (frozenset(n for n in self.nodes if self._eligible(n)), self.image.offset)
+            down = [
+                n
+                for n in self._state.nodes.values()
+                if not n.fenced and not self._state.is_live(n.node_id)
+            ]
+            election = (
+                frozenset(n for n in self._state.nodes if self._state._eligible(n)),
+                self._state.image.offset,
+            )
             wanted = set()
-            if self.image.leaderless and election != self.last_election:
-                wanted |= self.image.leaderless
+            if self._state.image.leaderless and election != self._state.last_election:
+                wanted |= self._state.image.leaderless
             for node in down:
-                wanted |= self.image.hosted.get(node.node_id, set())
-            working = self._working(wanted)
+                wanted |= self._state.image.hosted.get(node.node_id, set())
+            working = self._state._working(wanted)
             for node in down:
                 changed |= fence(
-                    working.items(), node.node_id, self._eligible, self._min_isr, self._avoided
+                    working.items(),
+                    node.node_id,
+                    self._state._eligible,
+                    self._state._min_isr,
+                    self._state._avoided,
                 )
-            changed |= elect_leaderless(working.items(), self._eligible, self._avoided)
+            changed |= elect_leaderless(
+                working.items(), self._state._eligible, self._state._avoided
+            )
             if changed:
-                self._commit(self._partition_records(working, changed), controller)
+                self._state._commit(self._state._partition_records(working, changed), controller)
             for node in down:
                 node.fenced = True
                 # Said once per lapse: an operator (and the fault campaign) can tell a node's
@@ -181,53 +210,61 @@ class NodeRegistrations(RegistryState):
                     "session timeout)",
                     node.node_id,
                 )
-            self.last_election = election if not down and not changed else None
-        return self._notify(changed)
+            self._state.last_election = election if not down and not changed else None
+        return self._state._notify(changed)
 
     def controlled_shutdown(self, node_id: int) -> bool:
         """A node asks to stop (Kafka's WantShutDown): its leaderships move to other in-sync
         replicas and it leaves the ISRs it shares. True once it leads nothing."""
-        if self.sessions is not None:
-            self.sessions.shut_down(node_id)
+        if self._state.sessions is not None:
+            self._state.sessions.shut_down(node_id)
         return self._shut_down(node_id)
 
     @retrying
     def _shut_down(self, node_id: int) -> bool:
-        with self._lock:
-            node = self.nodes.get(node_id)
+        with self._state._lock:
+            node = self._state.nodes.get(node_id)
             if node is None:
                 return True
             node.shutting_down = True
-            working = self._working(self.image.hosted.get(node_id, set()))
-            changed = fence(working.items(), node_id, self._eligible, self._min_isr, self._avoided)
+            working = self._state._working(self._state.image.hosted.get(node_id, set()))
+            changed = fence(
+                working.items(),
+                node_id,
+                self._state._eligible,
+                self._state._min_isr,
+                self._state._avoided,
+            )
             if changed:
-                self._commit(self._partition_records(working, changed))
-            leads = bool(self.image.led.get(node_id))
-        self._notify(changed)
+                self._state._commit(self._state._partition_records(working, changed))
+            leads = bool(self._state.image.led.get(node_id))
+        self._state._notify(changed)
         return not leads
 
     @retrying
     def set_decommissioned(self, node_id: int, decommissioned: bool) -> list[PartitionChange]:
         """Mark a registered node decommissioned (or not, again); the leaderships it hands
         over. Marking it again changes nothing."""
-        with self._lock:
-            if node_id not in self.image.node_addresses:
+        with self._state._lock:
+            if node_id not in self._state.image.node_addresses:
                 raise InvalidRequestError(
                     f"node {node_id} is not registered "
-                    f"(registered: {sorted(self.image.node_addresses)})"
+                    f"(registered: {sorted(self._state.image.node_addresses)})"
                 )
-            if (node_id in self.image.decommissioned) == decommissioned:
+            if (node_id in self._state.image.decommissioned) == decommissioned:
                 return []
-            working = self._working(self.image.led.get(node_id, set()) if decommissioned else ())
-            avoid = self.image.decommissioned | {node_id}
-            changed = hand_over(working.items(), node_id, self._eligible, avoid)
-            self._commit(
+            working = self._state._working(
+                self._state.image.led.get(node_id, set()) if decommissioned else ()
+            )
+            avoid = self._state.image.decommissioned | {node_id}
+            changed = hand_over(working.items(), node_id, self._state._eligible, avoid)
+            self._state._commit(
                 [
                     node_state_record(node_id, decommissioned),
-                    *self._partition_records(working, changed),
+                    *self._state._partition_records(working, changed),
                 ]
             )
-        return self._notify(changed)
+        return self._state._notify(changed)
 
     @retrying
     def rebalance_leaders(self, controller: Fence | None = None) -> list[PartitionChange]:
@@ -235,17 +272,21 @@ class NodeRegistrations(RegistryState):
         ISR and eligible but does not lead gets it back as leader. And a partition a
         decommissioned node still leads (it was the only in-sync replica when it was
         decommissioned) goes to another in-sync replica once there is one."""
-        with self._lock:
-            wanted = set(self.image.misled)
-            for node_id in self._avoided:
-                wanted |= self.image.led.get(node_id, set())
-            working = self._working(wanted)
-            changed = restore_preferred(working.items(), self._eligible, self._avoided)
-            for node_id in self._avoided:
-                changed |= hand_over(working.items(), node_id, self._eligible, self._avoided)
+        with self._state._lock:
+            wanted = set(self._state.image.misled)
+            for node_id in self._state._avoided:
+                wanted |= self._state.image.led.get(node_id, set())
+            working = self._state._working(wanted)
+            changed = restore_preferred(
+                working.items(), self._state._eligible, self._state._avoided
+            )
+            for node_id in self._state._avoided:
+                changed |= hand_over(
+                    working.items(), node_id, self._state._eligible, self._state._avoided
+                )
             if changed:
-                self._commit(self._partition_records(working, changed), controller)
-        return self._notify(changed)
+                self._state._commit(self._state._partition_records(working, changed), controller)
+        return self._state._notify(changed)
 
     @retrying
     def alter_partition(
@@ -259,7 +300,7 @@ class NodeRegistrations(RegistryState):
     ) -> PartitionAssignment:
         """Kafka's AlterPartition, as the controller validates it; returns the partition's
         new registration. Errors change nothing."""
-        with self._lock:
+        with self._state._lock:
             p = self._partition(topic_name, partition).copy()
             alter_isr(
                 p,
@@ -268,14 +309,14 @@ class NodeRegistrations(RegistryState):
                 leader_epoch,
                 partition_epoch,
                 new_isr,
-                self._eligible,
-                self._min_isr(topic_name),
+                self._state._eligible,
+                self._state._min_isr(topic_name),
             )
-            self._commit([partition_record(topic_name, partition, p.to_json())])
+            self._state._commit([partition_record(topic_name, partition, p.to_json())])
             return p.copy()
 
     def _partition(self, topic_name: str, partition: int) -> PartitionAssignment:
-        topic = self.topic(topic_name)
+        topic = self._routes.topic(topic_name)
         if not 0 <= partition < len(topic.partitions):
             raise UnknownTopicOrPartitionError(
                 f"{topic_name} has partitions 0..{len(topic.partitions) - 1}, not {partition}"

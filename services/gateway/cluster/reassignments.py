@@ -215,8 +215,11 @@ def elect(
     change_leader(p, leader)
 
 
-class ReassigningState(RegistryState):
-    """The registry's reassignment and election decisions (mixed into Registry)."""
+class Reassignments:
+    """The registry's reassignment and election decisions (the registry's `reassigning`)."""
+
+    def __init__(self, state: RegistryState) -> None:
+        self._state = state
 
     @retrying
     def alter_reassignments(
@@ -231,46 +234,52 @@ class ReassigningState(RegistryState):
         replicas each changed partition no longer has (a cancel's adding ones)."""
         if throttle_bytes_per_s < 0:
             raise InvalidReplicaAssignmentError(f"throttle {throttle_bytes_per_s} bytes/s < 0")
-        with self._lock:
-            known = set(self.nodes)
+        with self._state._lock:
+            known = set(self._state.nodes)
             working = {}
             for tp, target in targets.items():
                 name = f"{tp[0]}-{tp[1]}"
-                current = self.image.partition(tp)
+                current = self._state.image.partition(tp)
                 if current is None:
                     raise UnknownTopicOrPartitionError(f"{name} does not exist")
                 p = working[tp] = current.copy()
                 if target is None:
-                    cancel(name, p, self._eligible, self._avoided)
+                    cancel(name, p, self._state._eligible, self._state._avoided)
                     continue
                 check_target(name, target, known)
                 holding = [r for r in current.replicas if r not in current.adding]
-                check_not_decommissioned(name, target, holding, self._avoided)
-                start(p, list(target), throttle_bytes_per_s, self._eligible, self._avoided)
+                check_not_decommissioned(name, target, holding, self._state._avoided)
+                start(
+                    p,
+                    list(target),
+                    throttle_bytes_per_s,
+                    self._state._eligible,
+                    self._state._avoided,
+                )
             removed = {}
             for tp, p in working.items():
-                before = self.image.partition(tp)
+                before = self._state.image.partition(tp)
                 if before is not None and p != before:
                     removed[tp] = [r for r in before.replicas if r not in p.replicas]
             if removed and not validate_only:
-                self._commit(self._partition_records(working, removed))
+                self._state._commit(self._state._partition_records(working, removed))
         if validate_only:
             return {}
-        self._notify(set(removed))
+        self._state._notify(set(removed))
         return removed
 
     def placement(self) -> Placement:
-        with self._lock:
-            placement = Placement(misled=len(self.image.misled))
-            live = {n for n in self.nodes if self._eligible(n)}
+        with self._state._lock:
+            placement = Placement(misled=len(self._state.image.misled))
+            live = {n for n in self._state.nodes if self._state._eligible(n)}
             # A decommissioned node is no balancer's target, and its replicas are the
             # decommission's to move; but it is up, so it does not stop balancing the rest.
-            placement.eligible_nodes = sorted(live - self._avoided)
+            placement.eligible_nodes = sorted(live - self._state._avoided)
             eligible = set(placement.eligible_nodes)
             placement.absent_holders = sorted(
-                n for n, hosted in self.image.hosted.items() if hosted and n not in live
+                n for n, hosted in self._state.image.hosted.items() if hosted and n not in live
             )
-            for topic in self.image.topics.values():
+            for topic in self._state.image.topics.values():
                 for i, p in enumerate(topic.partitions):
                     tp = (topic.name, i)
                     placement.replicas[tp] = list(p.replicas)
@@ -290,9 +299,11 @@ class ReassigningState(RegistryState):
         self, wanted: Sequence[PartitionChange] | None = None
     ) -> list[tuple[Topic, int, PartitionAssignment]]:
         """The partitions being moved (of `wanted`, or all), each with its registration."""
-        with self._lock:
-            chosen = self.image.reassigning if wanted is None else set(wanted)
-            return [entry for entry in self.partitions_of(sorted(chosen)) if entry[2].reassigning]
+        with self._state._lock:
+            chosen = self._state.image.reassigning if wanted is None else set(wanted)
+            return [
+                entry for entry in self._state.partitions_of(sorted(chosen)) if entry[2].reassigning
+            ]
 
     @retrying
     def complete_reassignments(
@@ -300,18 +311,18 @@ class ReassigningState(RegistryState):
     ) -> dict[PartitionChange, list[int]]:
         """The controller's tick: every move whose target replicas are all in sync finishes,
         in one batch; returns each finished partition's removed replicas."""
-        with self._lock:
-            if not self.image.reassigning:
+        with self._state._lock:
+            if not self._state.image.reassigning:
                 return {}
-            working = self._working(self.image.reassigning)
+            working = self._state._working(self._state.image.reassigning)
             removed = {}
             for tp, p in working.items():
-                gone = complete_if_ready(p, self._eligible, self._avoided)
+                gone = complete_if_ready(p, self._state._eligible, self._state._avoided)
                 if not p.reassigning:
                     removed[tp] = gone
             if removed:
-                self._commit(self._partition_records(working, removed), controller)
-        self._notify(set(removed))
+                self._state._commit(self._state._partition_records(working, removed), controller)
+        self._state._notify(set(removed))
         return removed
 
     @retrying
@@ -320,25 +331,27 @@ class ReassigningState(RegistryState):
     ) -> dict[PartitionChange, SeglogError | None]:
         """Kafka's ElectLeaders over `wanted` (None: every partition that could use one: not
         led by its preferred replica, or leaderless for unclean); one batch for all."""
-        with self._lock:
+        with self._state._lock:
             if wanted is None:
-                wanted = sorted(self.image.misled if kind == PREFERRED else self.image.leaderless)
+                wanted = sorted(
+                    self._state.image.misled if kind == PREFERRED else self._state.image.leaderless
+                )
             results: dict[PartitionChange, SeglogError | None] = {}
             working = {}
             for tp in wanted:
-                current = self.image.partition(tp)
+                current = self._state.image.partition(tp)
                 if current is None:
                     results[tp] = UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist")
                     continue
                 p = current.copy()
                 try:
-                    elect(f"{tp[0]}-{tp[1]}", p, kind, self._eligible, self._avoided)
+                    elect(f"{tp[0]}-{tp[1]}", p, kind, self._state._eligible, self._state._avoided)
                 except SeglogError as exc:
                     results[tp] = exc
                     continue
                 working[tp] = p
                 results[tp] = None
             if working:
-                self._commit(self._partition_records(working, working))
-        self._notify(set(working))
+                self._state._commit(self._state._partition_records(working, working))
+        self._state._notify(set(working))
         return results

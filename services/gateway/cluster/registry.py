@@ -8,10 +8,19 @@ decision below is made on copies of the few registrations it may touch (found th
 image's indexes, never by walking every partition), written as one batch of records, and
 applied only once stored.
 
+`Registry` holds one `RegistryState` (registry_state.py: the fields, the image, the log and
+the one lock) and the parts that decide on it, each given only what it calls:
+- `routes` (registry_routes.py): the data plane's reads, without the lock;
+- `registrations` (node_registrations.py): sessions, fencing, controlled shutdown,
+  decommissioning, preferred leaders, AlterPartition;
+- `reassigning` (reassignments.py): reassignments and elections on demand;
+- `topic_decisions` (topic_decisions.py): creating, growing, altering, deleting topics;
+- here: ACLs, quotas, SCRAM credentials, broker and group configs, producer ids.
+Callers use the registry alone: it hands each call to its part (the part's bound method,
+so a route costs no extra call).
+
 The controller's decisions, made under the registry's lock by the rules in
-partition_changes.py (Kafka's PartitionChangeBuilder); those about nodes (sessions, fencing,
-controlled shutdown, preferred leaders, AlterPartition) in node_registrations.py, topics,
-ACLs, quotas and producer ids here:
+partition_changes.py (Kafka's PartitionChangeBuilder):
 - Placement: each partition's replicas on distinct live nodes that are not decommissioned
   (node_registrations.py), the leader (first replica, the preferred one) on the node leading
   fewest partitions, the followers on the nodes holding fewest replicas.
@@ -44,50 +53,35 @@ Every registration change is handed to `listeners` (the gateway pushes it to the
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from pathlib import Path
 
-from seglog.errors import TopicAlreadyExistsError
 from seglog.security.acls import AclBinding
 from services.settings import BROKER_SESSION_TIMEOUT_MS
 
 from ..coordination.node_sessions import EtcdNodeSessions
-from .metadata_image import Topic, new_topic_id
+from .metadata_image import MetadataImage, Topic
 from .metadata_records import (
     acl_record,
     broker_config_record,
     client_quota_record,
     group_config_record,
-    partition_record,
     producer_ids_record,
-    remove_topic_record,
     scram_credential_record,
-    topic_record,
 )
 from .node_registrations import NodeRegistrations
 from .node_state import Node
-from .partition_changes import (
-    PartitionAssignment,
-    PartitionChange,
-    place,
-)
-from .reassignments import ReassigningState
-from .registry_routes import Route
-from .registry_state import MIN_ISR_CONFIG, REGISTRY_FILE, min_isr_setting, retrying
+from .reassignments import Reassignments
+from .registry_routes import RegistryRoutes, Route
+from .registry_state import REGISTRY_FILE, RegistryState, retrying
 from .registry_store import MetadataStore
 from .scram_credentials import ScramCredential
+from .topic_decisions import TopicDecisions
 from .topic_rules import (
     DEFAULT_MAX_PARTITIONS,
     DEFAULT_MAX_PARTITIONS_PER_TOPIC,
     DEFAULT_NUM_PARTITIONS,
     DEFAULT_REPLICATION_FACTOR,
     TopicLimits,
-    altered_configs,
-    check_cluster_room,
-    check_enough_nodes,
-    check_growth,
-    check_new_topic,
-    refuse_internal,
 )
 
 __all__ = ["REGISTRY_FILE", "Node", "Registry", "Route", "Topic"]
@@ -97,7 +91,11 @@ logger = logging.getLogger(__name__)
 PRODUCER_ID_BLOCK_SIZE = 1000  # Kafka's ProducerIdsBlock.PRODUCER_ID_BLOCK_SIZE
 
 
-class Registry(NodeRegistrations, ReassigningState):
+class Registry:
+    """The registry, composed of the parts named in this module's docstring. They share one
+    `RegistryState`; the methods the rest of the gateway calls are the parts' own, bound
+    here, so each keeps its signature and its `retrying` in one place."""
+
     def __init__(
         self,
         data_dir: Path,
@@ -118,12 +116,98 @@ class Registry(NodeRegistrations, ReassigningState):
             num_partitions,
             remote_log_storage_system_enable,
         )
-        super().__init__(
+        state = self._state = RegistryState(
             data_dir,
             session_timeout_s=session_timeout_ms / 1000,
             store=store,
             sessions=sessions,
         )
+        self.routes = RegistryRoutes(state)
+        self.registrations = NodeRegistrations(state, self.routes)
+        self.reassigning = Reassignments(state)
+        self.topic_decisions = TopicDecisions(state, self.routes, self.limits)
+        # Fixed for the registry's life (only the image is replaced).
+        self.nodes = state.nodes
+        self.store = state.store
+        self.listeners = state.listeners
+        self.acl_listeners = state.acl_listeners
+        self.session_timeout_s = state.session_timeout_s
+        # -- the state's reads (registry_state.py)
+        self.is_live = state.is_live
+        self.live_nodes = state.live_nodes
+        self.leader_counts = state.leader_counts
+        self.replica_counts = state.replica_counts
+        self.decommissioned_nodes = state.decommissioned_nodes
+        self.offline_partition_count = state.offline_partition_count
+        self.partitions_of = state.partitions_of
+        self.addresses = state.addresses
+        self.bulk_addresses = state.bulk_addresses
+        self.assignment_for = state.assignment_for
+        self.node_view = state.node_view
+        self.pushed = state.pushed
+        # -- routes (registry_routes.py), read for every partition of every Produce and Fetch
+        self.topic = self.routes.topic
+        self.topic_name_of = self.routes.topic_name_of
+        self.topic_id_of = self.routes.topic_id_of
+        self.route = self.routes.route
+        self.bulk_routes = self.routes.bulk_routes
+        # -- nodes (node_registrations.py)
+        self.register_node = self.registrations.register_node
+        self.heartbeat = self.registrations.heartbeat
+        self.check_sessions = self.registrations.check_sessions
+        self.controlled_shutdown = self.registrations.controlled_shutdown
+        self.set_decommissioned = self.registrations.set_decommissioned
+        self.rebalance_leaders = self.registrations.rebalance_leaders
+        self.alter_partition = self.registrations.alter_partition
+        # -- reassignments and elections (reassignments.py)
+        self.alter_reassignments = self.reassigning.alter_reassignments
+        self.placement = self.reassigning.placement
+        self.reassignments = self.reassigning.reassignments
+        self.complete_reassignments = self.reassigning.complete_reassignments
+        self.elect_leaders = self.reassigning.elect_leaders
+        # -- topics (topic_decisions.py)
+        self.placeable_nodes = self.topic_decisions.placeable_nodes
+        self.min_isr_shortfall = self.topic_decisions.min_isr_shortfall
+        self.validate_new_topic = self.topic_decisions.validate_new_topic
+        self.create_topic = self.topic_decisions.create_topic
+        self.create_partitions = self.topic_decisions.create_partitions
+        self.alter_topic_configs = self.topic_decisions.alter_topic_configs
+        self.delete_topic = self.topic_decisions.delete_topic
+
+    # -- the state's fields that change (registry_state.py) -------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._state.image
+
+    @property
+    def partitions_examined(self) -> int:
+        """Partition registrations copied for the controller's decisions: what a tick costs."""
+        return self._state.partitions_examined
+
+    @property
+    def cluster_id(self) -> str:
+        return self._state.cluster_id
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self._state.topics
+
+    @property
+    def acls(self) -> list[AclBinding]:
+        return self._state.acls
+
+    @property
+    def client_quotas(self) -> dict[tuple[tuple[str, str], ...], dict[str, float]]:
+        return self._state.client_quotas
+
+    @property
+    def metadata_offset(self) -> int:
+        return self._state.metadata_offset
+
+    @property
+    def acls_narrowed_offset(self) -> int:
+        return self._state.acls_narrowed_offset
 
     # -- ACLs and producer ids -----------------------------------------------------------
 
@@ -132,19 +216,21 @@ class Registry(NodeRegistrations, ReassigningState):
         """Kafka's CreateAcls: all checked first; persisted before they apply."""
         for acl in acls:
             acl.check()
-        with self._lock:
-            records = [acl_record("add", a.to_json()) for a in set(acls) if a not in self.acls]
+        with self._state._lock:
+            records = [
+                acl_record("add", a.to_json()) for a in set(acls) if a not in self._state.acls
+            ]
             if records:
-                self._commit(records)
-        self._notify_acls()
+                self._state._commit(records)
+        self._state._notify_acls()
 
     @retrying
     def delete_acls(self, acls: list[AclBinding]) -> int:
-        with self._lock:
-            doomed = set(acls) & set(self.acls)
+        with self._state._lock:
+            doomed = set(acls) & set(self._state.acls)
             if doomed:
-                self._commit([acl_record("remove", a.to_json()) for a in doomed])
-        self._notify_acls()
+                self._state._commit([acl_record("remove", a.to_json()) for a in doomed])
+        self._state._notify_acls()
         return len(doomed)
 
     @retrying
@@ -153,19 +239,19 @@ class Registry(NodeRegistrations, ReassigningState):
     ) -> None:
         """Kafka's AlterClientQuotas, checked by the caller: per entity, keys set (a rate) or
         removed (None); persisted before they apply."""
-        with self._lock:
+        with self._state._lock:
             records = []
             for entity, change in changes.items():
-                values = dict(self.client_quotas.get(entity, {}))
+                values = dict(self._state.client_quotas.get(entity, {}))
                 for key, value in change.items():
                     if value is None:
                         values.pop(key, None)
                     else:
                         values[key] = value
-                if values != self.client_quotas.get(entity, {}):
+                if values != self._state.client_quotas.get(entity, {}):
                     records.append(client_quota_record(dict(entity), values))
             if records:
-                self._commit(records)
+                self._state._commit(records)
 
     @retrying
     def alter_scram_credentials(
@@ -173,218 +259,52 @@ class Registry(NodeRegistrations, ReassigningState):
     ) -> None:
         """Kafka's AlterUserScramCredentials, checked by the caller: (user, mechanism, its
         new credential or None to remove it), persisted as one batch before they apply."""
-        with self._lock:
+        with self._state._lock:
             records = [
                 scram_credential_record(user, mechanism, None if c is None else c.to_json())
                 for user, mechanism, c in changes
             ]
             if records:
-                self._commit(records)
+                self._state._commit(records)
 
     @retrying
     def alter_broker_configs(self, broker: str, configs: dict[str, str]) -> None:
         """A broker's whole set of dynamic configs (broker "" the cluster's default), checked
         by the caller (broker_configs.py); persisted before it applies."""
-        with self._lock:
-            if configs != self.image.broker_configs.get(broker, {}):
-                self._commit([broker_config_record(broker, configs)])
+        with self._state._lock:
+            if configs != self._state.image.broker_configs.get(broker, {}):
+                self._state._commit([broker_config_record(broker, configs)])
 
     @retrying
     def alter_group_configs(self, group: str, configs: dict[str, str]) -> None:
         """A group's whole set of dynamic configs, checked by the caller (group_configs.py);
         persisted before it applies."""
-        with self._lock:
-            if configs != self.image.group_configs.get(group, {}):
-                self._commit([group_config_record(group, configs)])
+        with self._state._lock:
+            if configs != self._state.image.group_configs.get(group, {}):
+                self._state._commit([group_config_record(group, configs)])
 
     @property
     def group_configs(self) -> dict[str, dict[str, str]]:
         """group id -> its dynamic configs: replaced whole on a change."""
-        return self.image.group_configs
+        return self._state.image.group_configs
 
     @property
     def broker_configs(self) -> dict[str, dict[str, str]]:
         """broker id ("" the default) -> its dynamic configs: replaced whole on a change."""
-        return self.image.broker_configs
+        return self._state.image.broker_configs
 
     @property
     def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
         """user -> mechanism -> credential: an image's dict, replaced whole on each change."""
-        return self.image.scram_credentials
+        return self._state.image.scram_credentials
 
     @retrying
     def allocate_producer_ids(self, count: int = PRODUCER_ID_BLOCK_SIZE) -> range:
         """A block of producer ids no one has had (Kafka's ProducerIdsBlock), persisted
         before it is handed out."""
-        with self._lock:
-            start = self.next_producer_id_block
-            self._commit([producer_ids_record(start + count)])
+        with self._state._lock:
+            start = self._state.next_producer_id_block
+            self._state._commit([producer_ids_record(start + count)])
             return range(start, start + count)
 
     # -- topics --------------------------------------------------------------------------
-
-    def _place(self, count: int, replication_factor: int) -> list[PartitionAssignment]:
-        nodes = self._eligible_nodes()
-        return place(count, replication_factor, nodes, self.leader_counts(), self.replica_counts())
-
-    def _eligible_nodes(self) -> list[int]:
-        """Where new replicas may go: eligible nodes not decommissioned."""
-        return [
-            n for n in self.live_nodes() if self._eligible(n) and n not in self.image.decommissioned
-        ]
-
-    def placeable_nodes(self) -> list[int]:
-        with self._lock:
-            return self._eligible_nodes()
-
-    def _check_enough_nodes(self, replication_factor: int, topic: str | None = None) -> None:
-        check_enough_nodes(
-            replication_factor, self._eligible_nodes(), topic, self.image.decommissioned
-        )
-
-    def min_isr_shortfall(self, replication_factor: int, configs: Mapping[str, str]) -> str:
-        """A warning when a topic of this replication factor and these configs can never
-        take an acks=all write (its nodes refuse one while fewer than min.insync.replicas
-        replicas are in sync); "" when it can."""
-        configured = min_isr_setting(configs.get(MIN_ISR_CONFIG))
-        with self._lock:
-            min_isr = configured or self.image.min_isr_default
-        if replication_factor >= min_isr:
-            return ""
-        source = "the topic's" if configured else "the nodes' default"
-        return (
-            f"replication factor {replication_factor} is below min.insync.replicas "
-            f"{min_isr} ({source}): every acks=all write to it will be refused with "
-            f"NOT_ENOUGH_REPLICAS; use a replication factor of at least {min_isr}, or set "
-            f"min.insync.replicas={replication_factor} on the topic"
-        )
-
-    def validate_new_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: dict[str, str],
-        *,
-        internal: bool = False,
-    ) -> tuple[int, int]:
-        """Every check CreateTopics makes (topic_rules.py); returns (partitions, replication
-        factor) with the defaults applied for -1."""
-        num_partitions, replication_factor = check_new_topic(
-            name, num_partitions, replication_factor, configs, self.limits, internal=internal
-        )
-        with self._lock:
-            if name in self.topics:
-                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            check_cluster_room(num_partitions, self.image.partition_count(), self.limits)
-            self._check_enough_nodes(replication_factor)
-        return num_partitions, replication_factor
-
-    @retrying
-    def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: dict[str, str],
-        *,
-        internal: bool = False,
-    ) -> Topic:
-        """Place the partitions (`_place`) and persist: one topic record and one record per
-        partition."""
-        with self._lock:
-            num_partitions, replication_factor = self.validate_new_topic(
-                name, num_partitions, replication_factor, configs, internal=internal
-            )
-            partitions = self._place(num_partitions, replication_factor)
-            self._commit(
-                [
-                    topic_record(
-                        name, replication_factor, configs, num_partitions, new_topic_id(self.image)
-                    ),
-                    *(partition_record(name, i, p.to_json()) for i, p in enumerate(partitions)),
-                ]
-            )
-            return self.topic(name)
-
-    @retrying
-    def create_partitions(self, name: str, count: int, *, validate_only: bool = False) -> Topic:
-        """Grow a topic to `count` partitions, the new ones placed as create_topic places
-        them; INVALID_PARTITIONS for a count that does not grow it or passes a limit."""
-        refuse_internal(name, "clients cannot change it")
-        with self._lock:
-            topic = self.topic(name)
-            current = len(topic.partitions)
-            check_growth(name, current, count, self.limits)
-            check_cluster_room(count - current, self.image.partition_count(), self.limits)
-            self._check_enough_nodes(topic.replication_factor, name)
-            if validate_only:
-                return topic
-            added = self._place(count - current, topic.replication_factor)
-            self._commit(
-                [
-                    topic_record(
-                        name, topic.replication_factor, topic.configs, count, topic.topic_id
-                    ),
-                    *(
-                        partition_record(name, current + i, p.to_json())
-                        for i, p in enumerate(added)
-                    ),
-                ]
-            )
-            return self.topic(name)
-
-    @retrying
-    def alter_topic_configs(
-        self,
-        name: str,
-        set_configs: dict[str, str],
-        delete: list[str],
-        *,
-        append: Mapping[str, str] | None = None,
-        subtract: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-    ) -> Topic:
-        """Kafka's IncrementalAlterConfigs, the whole result validated before anything
-        changes (topic_rules.altered_configs)."""
-        refuse_internal(name, "its configs are the cluster's")
-        with self._lock:
-            topic = self.topic(name)
-            configs = altered_configs(
-                name,
-                topic.configs,
-                set_configs,
-                delete,
-                append=append,
-                subtract=subtract,
-                tiered=self.limits.remote_log_storage_system_enable,
-            )
-            if validate_only:
-                return topic
-            records = [
-                topic_record(
-                    name, topic.replication_factor, configs, len(topic.partitions), topic.topic_id
-                )
-            ]
-            changed: set[PartitionChange] = set()
-            if configs.get(MIN_ISR_CONFIG) != topic.configs.get(MIN_ISR_CONFIG):
-                # An ELR member held every record committed under the former min ISR; a
-                # lower one lets the high watermark pass it. Kafka clears the ELR too.
-                with_elr = [(name, i) for i, p in enumerate(topic.partitions) if p.elr]
-                working = self._working(with_elr)
-                for p in working.values():
-                    p.elr = []
-                    p.partition_epoch += 1
-                changed = set(working)
-                records += self._partition_records(working, changed)
-            self._commit(records)
-        self._notify(changed)
-        return self.topic(name)
-
-    @retrying
-    def delete_topic(self, name: str) -> Topic:
-        refuse_internal(name, "clients cannot delete it")
-        with self._lock:
-            topic = self.topic(name)
-            self._commit([remove_topic_record(name)])
-            return topic

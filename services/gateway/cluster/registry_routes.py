@@ -1,7 +1,8 @@
 """Routes for the data plane: the leader of a partition and how to reach it, read for every
 partition of every Produce and Fetch. Nothing here takes the registry's lock, which
 control-plane writes hold while they fsync or call etcd: routing reads the current image and
-node objects as they are (RegistryState keeps them; this is its mixin)."""
+node objects as they are (RegistryState keeps them; the registry holds this part as
+`routes`)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from seglog.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from ..coordination.node_sessions import EtcdNodeSessions
-from .metadata_image import MetadataImage, Topic
+from .metadata_image import Topic
 from .node_state import Node
 from .partition_changes import NO_LEADER
+from .registry_state import RegistryState
 
 
 @dataclass(frozen=True)
@@ -33,20 +34,22 @@ class Route:
 
 
 class RegistryRoutes:
-    image: MetadataImage
-    nodes: dict[int, Node]
-    sessions: EtcdNodeSessions | None
-    session_timeout_s: float
+    def __init__(self, state: RegistryState) -> None:
+        self._state = state
+        # Never replaced (only the image is): kept here so a route reads one attribute less.
+        self._nodes = state.nodes
+        self._sessions = state.sessions
+        self._session_timeout_s = state.session_timeout_s
 
     def topic(self, name: str) -> Topic:
-        topic = self.image.topics.get(name)
+        topic = self._state.image.topics.get(name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return topic
 
     def topic_by_id(self, topic_id: str) -> Topic:
         """The topic with that id (KIP-516), read as `route` reads: without a lock."""
-        topic = self.image.topics.get(self.image.topic_name_of(topic_id))
+        topic = self._state.image.topics.get(self._state.image.topic_name_of(topic_id))
         if topic is None or topic.topic_id != topic_id:
             raise UnknownTopicIdError(f"no topic has the id {topic_id!r}")
         return topic
@@ -66,7 +69,7 @@ class RegistryRoutes:
         registration objects; a route read in the middle of a batch may pair the new
         leader with the old address, and the node it names then answers NOT_LEADER, which
         clients retry as they do for any leader change."""
-        topic = self.image.topics.get(topic_name)
+        topic = self._state.image.topics.get(topic_name)
         if topic is None:
             raise UnknownTopicOrPartitionError(f"topic {topic_name!r} does not exist")
         partitions = topic.partitions
@@ -81,7 +84,7 @@ class RegistryRoutes:
                 f"{topic_name}-{partition} is offline: no replica of its ISR {p.isr} is "
                 f"live (unclean leader election is off)"
             )
-        node = self.nodes.get(leader)
+        node = self._nodes.get(leader)
         reason = None if node is None else node.offline.get((topic_name, partition))
         if reason is not None:
             raise StorageError(f"{topic_name}-{partition} is offline on node {leader}: {reason}")
@@ -100,19 +103,19 @@ class RegistryRoutes:
         where Gateway.ProduceGrants sends producers."""
         return {
             node_id: node.bulk_address
-            for node_id, node in list(self.nodes.items())
+            for node_id, node in list(self._nodes.items())
             if node.bulk_address and self._routable(node_id, node)
         }
 
     def _routable(self, node_id: int, node: Node | None) -> bool:
         """`is_live` as routing reads it: without the registry's lock, and never acting on
         what it reads (ending a lapsed etcd session is the control plane's to do)."""
-        if self.sessions is not None:
-            return self.sessions.has_session(node_id)
+        if self._sessions is not None:
+            return self._sessions.has_session(node_id)
         if node is None:
             return False
         now = time.monotonic()
         last = node.last_heartbeat
-        if last is not None and now - last < self.session_timeout_s:
+        if last is not None and now - last < self._session_timeout_s:
             return True
         return not node.heard_from and now < node.grace_until

@@ -3,6 +3,10 @@ the metadata log (registry_store.py), each storage node's session, and the reads
 the gateway makes of them (node assignments, counts; the data plane's routes are
 registry_routes.py's, the nodes' liveness node_liveness.py's, held as `liveness`).
 
+The registry (registry.py) holds one RegistryState and part objects that each make one kind
+of decision on it (node_registrations.py, reassignments.py, topic_decisions.py): every part
+works on the same fields, image and log under the same lock, as one class did before.
+
 Every change is one batch of records, stored first (`_commit`: fsync'd, or an etcd
 transaction) and then applied to the image, exactly as a batch another gateway wrote is
 applied when the store's watch brings it (`_watched`). A stale write (another gateway wrote
@@ -18,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from seglog.security.acls import AclBinding
 from services import long_lived
@@ -32,7 +36,6 @@ from .metadata_records import MetadataRecordError, Record, partition_record
 from .node_liveness import NodeLiveness
 from .node_state import Node, NodeView
 from .partition_changes import PartitionAssignment, PartitionChange
-from .registry_routes import RegistryRoutes
 from .registry_store import Batch, ControllerFencedError, MetadataStore, StaleRegistryError
 
 logger = logging.getLogger(__name__)
@@ -46,29 +49,42 @@ _STALE_RETRIES = 20
 _T = TypeVar("_T")
 
 
-def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
+class RegistryPart(Protocol):
+    """A part of the registry: it decides on the one RegistryState it is given."""
+
+    _state: RegistryState
+
+
+def retry_stale(state: RegistryState, attempt: Callable[[], _T]) -> _T:
     """Run a change again on the stored state when another gateway wrote first: the failed
     attempt changed nothing in memory (decisions are made on copies). A controller's fenced
     decision is not retried: that controller has been deposed."""
+    for tries in range(_STALE_RETRIES):
+        try:
+            return attempt()
+        except ControllerFencedError:
+            state.reload()
+            raise
+        except StaleRegistryError:
+            state.reload()
+            if tries == _STALE_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def retrying(method: Callable[..., _T]) -> Callable[..., _T]:
+    """A part's change, run by `retry_stale` on the state the part decides on."""
 
     @functools.wraps(method)
-    def run(self: RegistryState, *args: Any, **kwargs: Any) -> _T:
-        for attempt in range(_STALE_RETRIES):
-            try:
-                return method(self, *args, **kwargs)
-            except ControllerFencedError:
-                self.reload()
-                raise
-            except StaleRegistryError:
-                self.reload()
-                if attempt == _STALE_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
+    def run(self: RegistryPart, *args: Any, **kwargs: Any) -> _T:
+        return retry_stale(self._state, lambda: method(self, *args, **kwargs))
 
     return run
 
 
-class RegistryState(RegistryRoutes):
+class RegistryState:
+    """The fields, image, lock and log every part of the registry shares."""
+
     def __init__(
         self,
         data_dir: Path,
@@ -113,11 +129,13 @@ class RegistryState(RegistryRoutes):
         self._bootstrap(data_dir, file_backend=isinstance(self.store, FileMetadataStore))
         self.store.watch(self._watched, self._watched_reset)
 
-    @retrying
     def _bootstrap(self, data_dir: Path, *, file_backend: bool) -> None:
         """The cluster id made once, or another backend's registry adopted
         (registry_bootstrap.py); another gateway bootstrapping first makes this one take
         its batch and look again."""
+        retry_stale(self, lambda: self._bootstrap_once(data_dir, file_backend=file_backend))
+
+    def _bootstrap_once(self, data_dir: Path, *, file_backend: bool) -> None:
         with self._lock:
             step = registry_bootstrap.plan(self.image, data_dir, file_backend=file_backend)
             if step.records:
