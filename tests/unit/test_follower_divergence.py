@@ -5,6 +5,9 @@ the follower cut there and fetch again rather than refuse forever."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD, read_header
 from seglog.storage import Log, LogConfig
 from services.storage_node.follower_truncation import cut_at_leader_batch
 from tests.batches import make_batch
@@ -15,22 +18,39 @@ def _fill(log: Log, count: int, now_ms: int, *, epoch: int = 0) -> None:
         log.append(make_batch([b"v%03d" % i] * 2, timestamp_ms=now_ms + i), leader_epoch=epoch)
 
 
+def _follow_past_the_leaders_roll(tmp_path: Path, now_ms: int) -> tuple[Log, Log, int]:
+    """A leader rolled at X; its follower holds offsets past X in its active segment (taken
+    from an earlier leader that had not rolled there), then fetches from the leader's
+    segment X."""
+    leader = Log.open(tmp_path / "leader" / "t-0", LogConfig(segment_bytes=1200))
+    follower = Log.open(tmp_path / "follower" / "t-0", LogConfig())
+    _fill(leader, 40, now_ms)
+    rolled_at = leader.segments[1].base_offset
+    while follower.log_end_offset < rolled_at + 4:
+        follower.append_as_follower(leader.read(follower.log_end_offset, 80))
+    found = leader.locate_records(follower.log_end_offset, 1 << 20)
+    assert found.segment_slice is not None
+    assert found.segment_slice.segment.base_offset == rolled_at < follower.log_end_offset
+    follower.append_as_follower(found.read(), segment_base_offset=rolled_at)
+    return leader, follower, rolled_at
+
+
+def _batch_spans(records: bytes) -> list[tuple[int, int]]:
+    spans, position = [], 0
+    while position + HEADER_BYTES <= len(records):
+        header = read_header(records, position)
+        spans.append((header.base_offset, header.last_offset))
+        position += LOG_OVERHEAD + header.batch_length
+    return spans
+
+
 def test_a_leader_segment_starting_below_the_followers_end_is_not_mirrored(tmp_path, now_ms):
     # The leader rolled at some offset X; this follower holds offsets past X in its active
     # segment (taken from an earlier leader that had not rolled there). The next fetch comes
     # from the leader's segment X: rolling at X named a segment below offsets the one before
     # it holds, which the load after a crash cut away ("expected last offset < X, the next
     # segment's base offset"), with the valid batches after it.
-    leader = Log.open(tmp_path / "leader" / "t-0", LogConfig(segment_bytes=1200))
-    follower = Log.open(tmp_path / "follower" / "t-0", LogConfig())
-    _fill(leader, 40, now_ms)
-    rolled_at = leader.segments[1].base_offset
-    while follower.log_end_offset < rolled_at + 4:  # past X, without the leader's rolls
-        follower.append_as_follower(leader.read(follower.log_end_offset, 80))
-    found = leader.locate_records(follower.log_end_offset, 1 << 20)
-    assert found.segment_slice is not None
-    assert found.segment_slice.segment.base_offset == rolled_at < follower.log_end_offset
-    follower.append_as_follower(found.read(), segment_base_offset=rolled_at)
+    leader, follower, rolled_at = _follow_past_the_leaders_roll(tmp_path, now_ms)
     end = follower.log_end_offset
     for segment in follower.segments[1:]:
         assert segment.base_offset >= rolled_at + 4  # never named below what it follows
@@ -42,6 +62,29 @@ def test_a_leader_segment_starting_below_the_followers_end_is_not_mirrored(tmp_p
         assert reopened.read(offset, 80)[:12] == leader.read(offset, 80)[:12]
     reopened.close()
     leader.close()
+
+
+def test_a_follower_truncated_then_leading_holds_each_offset_once(tmp_path, now_ms):
+    # The campaign's chain: the follower's segment named below what it followed, a
+    # truncation by leader epoch cut only that last segment and put the log end below the
+    # truncation point, so the new leader's batches went in beside the old ones the segment
+    # before still held. Leading, it answered a read through the old batches, then the next
+    # read with a new batch starting below the reader's end: refused for good.
+    leader, follower, rolled_at = _follow_past_the_leaders_roll(tmp_path, now_ms)
+    cut_at = rolled_at + 2
+    follower.truncate_to(cut_at)
+    assert follower.log_end_offset == cut_at
+    for i in range(3):
+        follower.append(make_batch([b"n%d" % i] * 3, timestamp_ms=now_ms), leader_epoch=1)
+    offset, spans = 0, []
+    while offset < follower.log_end_offset:  # a replica fetching from it, batch by batch
+        answer = _batch_spans(follower.read(offset, 1 << 20))
+        assert answer[0][0] == offset, (offset, answer[:2])
+        spans += answer
+        offset = answer[-1][1] + 1
+    assert spans[-3:] == [(cut_at, cut_at + 2), (cut_at + 3, cut_at + 5), (cut_at + 6, cut_at + 8)]
+    leader.close()
+    follower.close()
 
 
 def test_a_follower_ending_inside_the_leaders_batch_cuts_and_fetches_again(tmp_path, now_ms):
