@@ -9,7 +9,13 @@ from pathlib import Path
 
 from seglog.records.batch import HEADER_BYTES, LOG_OVERHEAD, read_header
 from seglog.storage import Log, LogConfig
+from seglog.storage.config import LogManagerConfig
+from seglog.storage.log_manager import LogManager
+from seglog.v1 import common_pb2
 from services.storage_node.follower_truncation import cut_at_leader_batch
+from services.storage_node.partition import Registration
+from services.storage_node.replica_fetcher import FetcherSettings, ReplicaFetcher
+from services.storage_node.replica_manager import ReplicaManager
 from tests.batches import make_batch
 
 
@@ -119,3 +125,39 @@ def test_a_follower_ending_inside_the_leaders_batch_cuts_and_fetches_again(tmp_p
     assert follower.log_end_offset == 6
     for log in (leader, follower, other):
         log.close()
+
+
+def test_the_replica_fetcher_cuts_and_fetches_again_instead_of_refusing(tmp_path, now_ms):
+    # The fetcher's path for a leader's answer (its own thread never started): the
+    # campaign's followers logged "below the next offset" on every round until the end.
+    logs = LogManager(LogManagerConfig(log_dirs=(str(tmp_path / "node-1"),)), LogConfig())
+    logs.startup()
+    replicas = ReplicaManager(logs, node_id=1)
+    replicas.apply_state("t", 0, {}, Registration(3, 1, 1, (1, 3), (1, 3)))  # 3 leads
+    held = replicas.partition("t", 0)
+    leader = Log.open(tmp_path / "leader" / "t-0", LogConfig())
+    other = Log.open(tmp_path / "other" / "t-0", LogConfig())
+    for values in ([b"a", b"b"], [b"c", b"d"], [b"e", b"f"]):
+        leader.append(make_batch(values, timestamp_ms=now_ms), leader_epoch=1)
+    for values in ([b"a", b"b"], [b"c"], [b"d", b"e"]):
+        other.append(make_batch(values, timestamp_ms=now_ms), leader_epoch=1)
+    held.log.append_as_follower(other.read(0, 1 << 20))
+    fetcher = ReplicaFetcher(1, 3, "127.0.0.1:9", FetcherSettings())
+    try:
+        fetcher.add_partition(held)
+        _, followed = fetcher._build_request()
+        for _ in range(5):
+            end = held.log.log_end_offset
+            if end == leader.log_end_offset:
+                break
+            answer = common_pb2.FetchResponse(
+                topic="t", partition=0, high_watermark=leader.log_end_offset
+            )
+            fetcher._apply(answer, leader.read(end, 1 << 20), followed)
+        assert held.log.read(0, 1 << 20) == leader.read(0, 1 << 20)
+    finally:
+        fetcher.shutdown()
+        replicas.stop()
+        logs.shutdown()
+        leader.close()
+        other.close()
