@@ -2,7 +2,8 @@
 and KIP-279 truncation by leader epoch, as its AbstractFetcherThread computes it): the end
 of the last epoch both logs share, never past either log's end; without an end offset from
 the leader, the follower's own high watermark. And where it cuts or restarts its log when the
-leader answers that its fetch offset is out of range."""
+leader answers that its fetch offset is out of range, or answers with a batch that starts
+below the follower's log end."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import logging
 import grpc
 
 from seglog.errors import SeglogError
+from seglog.records.batch import HEADER_BYTES, read_header
 from seglog.storage import Log
 from seglog.v1 import common_pb2, storage_pb2, storage_pb2_grpc
 
@@ -68,3 +70,31 @@ def repair_out_of_range(
             return False
         return True
     return False
+
+
+def cut_at_leader_batch(log: Log, records: bytes | memoryview) -> int | None:
+    """A fetch answer whose first batch starts below this log's end and holds it: the
+    leader's batch boundary is not this log's, so the two logs hold different batches over
+    the same offsets (diverged without a truncation; a leader's read returns the batch that
+    holds the fetch offset, which starts at it on a log that matches). Kafka's rule is that
+    a follower never keeps what its leader does not hold: the log is cut at that batch's
+    base offset (whole batches, so possibly lower) and fetched again, each cut moving the
+    log end down until the boundaries meet, instead of refusing the same answer forever.
+    Returns where it cut, or None when the answer starts at the log end as it should."""
+    if len(records) < HEADER_BYTES:
+        return None
+    header = read_header(records)
+    leo = log.log_end_offset
+    if not header.base_offset < leo <= header.last_offset:
+        return None
+    logger.warning(
+        "%s: the leader's batch %d..%d holds this log's end %d: the logs diverged inside it; "
+        "truncating to %d and fetching again",
+        log.directory.name,
+        header.base_offset,
+        header.last_offset,
+        leo,
+        header.base_offset,
+    )
+    log.truncate_to(header.base_offset)
+    return header.base_offset

@@ -22,10 +22,10 @@ session: the next request is a full one. The answers are applied in order:
   or starts at the leader's log start when behind it (a tiered topic: tiered_catch_up.py).
 - other errors (a fenced or unknown epoch, the leader down): it backs off for
   `replica.fetch.backoff.ms`; the registry's next state moves it to its new leader.
-- records the log refuses to append (a batch starting below the follower's log end, bytes
-  failing their checks, a full disk): that partition alone backs off, logged as an error;
-  the round goes on for the others (Kafka's AbstractFetcherThread isolates a partition's
-  failure the same way).
+- a first batch starting below the follower's log end and holding it (the logs diverged
+  inside a batch): it truncates to that batch's base and fetches again (follower_truncation).
+- records the log refuses otherwise (failing checks, a full disk): that partition alone
+  backs off, logged as an error; the round goes on (as Kafka's AbstractFetcherThread does).
 
 Truncation point for a diverging epoch (leader answered epoch E ending at offset X):
     X undefined (-1)                        -> the high watermark
@@ -51,7 +51,7 @@ from seglog.security.tls import TlsFiles, channel_credentials, client_ssl_contex
 from seglog.v1 import bulk_pb2, common_pb2, storage_pb2_grpc
 
 from .follower_session import FollowerSession, PartitionFetch
-from .follower_truncation import repair_out_of_range, truncation_offset
+from .follower_truncation import cut_at_leader_batch, repair_out_of_range, truncation_offset
 from .partition import Partition
 from .remote_fetches import RemoteFetches
 from .replication_throttle import ReplicationThrottle, round_max_bytes
@@ -408,7 +408,8 @@ class ReplicaFetcher:
                         records, segment_base_offset=response.segment_base_offset
                     )
                 except SeglogError as exc:
-                    self._refused(tp, entry, exc)
+                    if cut_at_leader_batch(log, records) is None:  # else diverged: fetch again
+                        self._refused(tp, entry, exc)
                     return
                 rate = registration.throttles(self.node_id)
                 if rate:

@@ -208,8 +208,13 @@ class LogAppending:
         """Append the leader's batches as they are, offsets, timestamps and epochs kept (Kafka's
         appendAsFollower): nothing is re-encoded, so the bytes on disk are the leader's.
         `segment_base_offset`, the base offset of the leader's segment the bytes were read
-        from, rolls a new segment there when it is past the active one, so segment files
-        match the leader's one for one."""
+        from, rolls a new segment there when it is past the active one and not below the
+        log end, so segment files match the leader's one for one where they can. A leader
+        segment that starts below this log's end (this replica holds those offsets in its
+        active segment: it took them from another leader, or rolled elsewhere) is not
+        mirrored: a segment named below offsets the one before it holds makes offset lookups
+        pick it for offsets it lacks, truncation cut only it, and recovery cut the segment
+        before it at that name and delete the rest."""
         state = self._state
         with state._lock:
             state._check_open()
@@ -222,7 +227,9 @@ class LogAppending:
             active = state._segments.active
             if (
                 segment_base_offset is not None
-                and active.base_offset < segment_base_offset <= first_offset
+                and max(active.base_offset + 1, state._log_end_offset)
+                <= segment_base_offset
+                <= first_offset
             ):
                 self._roll_at(segment_base_offset)
             else:
