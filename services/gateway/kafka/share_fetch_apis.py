@@ -187,7 +187,8 @@ def share_fetch(call: KafkaCall, request: Any) -> Any:
             )
         )
     return response_class(
-        throttle_time_ms=0,
+        # Past the caller's consumer_byte_rate the core muted the connection (KIP-219).
+        throttle_time_ms=call.throttle_time_ms,
         error_code=NONE,
         error_message=None,
         acquisition_lock_timeout_ms=answer.acquisition_lock_timeout_ms,

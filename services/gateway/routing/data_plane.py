@@ -86,6 +86,10 @@ class FetchQuery:
     # Kafka's isolation_level: 1 (READ_COMMITTED) reads below the last stable offset and
     # learns the aborted transactions in the range read.
     isolation_level: int = 0
+    # Whether what is read counts against the caller's consumer_byte_rate; False for a read
+    # whose caller charges what it answers instead (ShareFetch reads ahead of what it hands
+    # out, and Kafka meters a share fetch's answer).
+    metered: bool = True
 
 
 class FetchedPart(NamedTuple):
@@ -260,7 +264,7 @@ class DataPlane:
             return
         messages = self.fetching.fetch_messages(request, scope, keep_first=query.keep_first_batch)
         quotas = self.quotas()
-        if quotas is not None:
+        if quotas is not None and query.metered:
             user = quota_user(caller.principal)
             messages = quotas.hold_fetch_of(user, caller.client_id or "", scope, messages)
         try:

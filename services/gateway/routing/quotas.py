@@ -1,6 +1,6 @@
 """Kafka's client quotas at the gateway: byte rates per user principal and/or client id
-(`producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch), kept in the registry
-(AlterClientQuotas) and enforced here, on the gRPC relay's answers.
+(`producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch and on ShareFetch's answers),
+kept in the registry (AlterClientQuotas) and enforced here, on the gRPC relay's answers.
 
 Which quota applies to a call is Kafka's rule: the most specific entity that sets the key,
 in this order (user = the principal's name without "User:", client id = the call's
@@ -191,6 +191,17 @@ class ClientQuotas:
         defer = getattr(context, "defer_throttle", None)
         if defer is None or not defer(throttle_ms):
             self.sleep(throttle_ms / 1000)
+
+    def hold_share_fetch_of(self, user: str, client_id: str, scope: object, size_bytes: int) -> int:
+        """Count a ShareFetch answer's records against the caller's consumer_byte_rate quota,
+        as Kafka does (its fetch quota meters ShareFetch too), holding it back (gRPC) or
+        muting the connection after it (the Kafka listener) while over; the throttle in ms."""
+        if size_bytes == 0 or not self.quotas():
+            return 0
+        throttle = self.throttle_ms(CONSUMER_BYTE_RATE, user, client_id, size_bytes)
+        if throttle:
+            self._hold(scope, throttle)
+        return throttle
 
     def hold_fetch_of(
         self, user: str, client_id: str, scope: object, answers: Iterator[Answer]

@@ -10,7 +10,7 @@ leaders through the data plane's typed fetch, the same as a Kafka Fetch's (routi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -28,6 +28,7 @@ from ..cluster.group_configs import READ_COMMITTED
 from ..cluster.registry import Registry
 from ..routing.call_scope import CallScope
 from ..routing.data_plane import DataPlane, FetchPosition, FetchQuery
+from ..routing.quotas import quota_user
 from .batch_walk import batch_headers
 from .committed_reads import committed_batches
 from .partition_ops import AckBatch, LocalOps, ShareRouter, ShareStart
@@ -242,7 +243,16 @@ class ShareGroups:
             self._member_gone_from_session(query.group_id, query.member_id, named)
         elif query.max_records > 0:
             self._fetch(caller, query, list(session.partitions), answers, scope)
+            self._meter(caller, answers.values(), scope)
         return ShareFetchAnswer(self._lock_ms(query.group_id), list(answers.values()))
+
+    def _meter(self, caller: Caller, answers: Iterable[PartitionAnswer], scope: CallScope) -> None:
+        """The records' bytes count against the caller's consumer_byte_rate, as a Fetch's do."""
+        quotas = self.data_plane.quotas()
+        if quotas is not None:
+            size_bytes = sum(len(a.records) for a in answers)
+            user = quota_user(caller.principal)
+            quotas.hold_share_fetch_of(user, caller.client_id or "", scope, size_bytes)
 
     def acknowledge(
         self,
@@ -344,6 +354,7 @@ class ShareGroups:
                 max(query.min_bytes, 1),
                 max(query.max_wait_ms, 0),
                 isolation_level=1 if committed else 0,
+                metered=False,  # the answer's records are charged instead (_meter)
             ),
             scope,
         )
