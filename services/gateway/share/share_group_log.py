@@ -33,6 +33,7 @@ class MemberImage(NamedTuple):
     metadata: tuple[object, ...]  # what the member-metadata record holds
     epochs: tuple[int, int]  # member epoch, previous member epoch
     assignment: tuple[tuple[str, tuple[int, ...]], ...]  # sorted (topic, partitions)
+    target: tuple[tuple[str, tuple[int, ...]], ...]  # the group's assignment for it, sorted
 
 
 class GroupImage(NamedTuple):
@@ -55,6 +56,7 @@ def image_of(group: ShareGroup | None) -> GroupImage:
                 (m.rack_id, m.client_id, m.client_host, m.subscribed),
                 (m.epoch, m.previous_epoch),
                 tuple(sorted(m.assignment.items())),
+                tuple(sorted(m.target.items())),
             )
             for m in group.members.values()
         },
@@ -102,8 +104,8 @@ class ShareGroupLog:
         targets_changed = False
         for member_id, now in after.members.items():
             old = before.members.get(member_id)
-            if old is None or old.assignment != now.assignment:
-                assigned = self._by_id(group.members[member_id].assignment)
+            if old is None or old.target != now.target:
+                assigned = self._by_id(group.members[member_id].target)
                 out.append(records.target_member(gid, member_id, assigned))
                 targets_changed = True
         if targets_changed or after.assignment_epoch != before.assignment_epoch:
@@ -170,6 +172,7 @@ class ShareGroupLog:
             else:
                 by_id = targets.get(member_id, {})
             member.assignment = self._by_name(by_id)
+            member.target = self._by_name(targets.get(member_id, by_id))
             member.told_epoch = member.epoch  # it was answered this assignment already
         logger.info(
             "share group %s: replayed epoch %d with %d members",

@@ -84,7 +84,8 @@ class ShareMember:
     subscribed: tuple[str, ...]
     epoch: int = 0
     previous_epoch: int = -1
-    assignment: Assignment = field(default_factory=dict)
+    assignment: Assignment = field(default_factory=dict)  # its current one, at `epoch`
+    target: Assignment = field(default_factory=dict)  # the group's last assignment for it
     told_epoch: int = -1  # the epoch whose assignment the member was last answered
     deadline: float = 0.0
 
@@ -257,6 +258,12 @@ class ShareMembership:
             changed = True
         if changed or self._partitions_changed(group) or member.epoch == 0:
             self._reassign(group)
+        if member.epoch != group.assignment_epoch:
+            # Reconciled in its own heartbeat only, as Kafka's share groups: a member's epoch
+            # never moves while it is not looking, so one that missed several reassignments
+            # (members joining one after another) is not fenced for it.
+            member.assignment = member.target
+            member.previous_epoch, member.epoch = member.epoch, group.assignment_epoch
         assignment: Assignment | None = None
         if member.told_epoch != member.epoch:
             assignment = member.assignment
@@ -281,15 +288,12 @@ class ShareMembership:
         group.partitions_seen = tuple((t, self.partitions_of(t)) for t in topics)
         target = simple_assign(list(group.members.values()), self.partitions_of)
         for member in group.members.values():
-            new = target.get(member.member_id, {})
-            if new != member.assignment or member.epoch == 0:
-                member.assignment = new
-                member.previous_epoch, member.epoch = member.epoch, group.epoch
+            member.target = target.get(member.member_id, {})
         group.assignment_epoch = group.epoch
         group.state_partitions = group.state_partitions | {
             (topic, p)
             for member in group.members.values()
-            for topic, partitions in member.assignment.items()
+            for topic, partitions in member.target.items()
             for p in partitions
         }
 
