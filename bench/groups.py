@@ -48,6 +48,7 @@ from services.gateway.kafka.consumer_group_apis import (
 )
 from tests.kafka_wire import KafkaWire
 
+from . import share_throughput
 from .kafka_protocol import apache_kafka, both_started, seglog
 from .kafka_protocol_rounds import Side
 
@@ -274,6 +275,16 @@ def run(report: Callable[..., None]) -> None:
                 "s",
                 None,
                 higher_is_better=False,
+            )
+            share_rate, classic_rate = share_throughput.records_per_s(sides[0])
+            report(
+                f"groups: share group of {share_throughput.SHARE_MEMBERS} on "
+                f"{share_throughput.PARTITIONS} partitions vs a classic group of "
+                f"{share_throughput.CLASSIC_MEMBERS}, seglog (rec/s)",
+                share_rate,
+                classic_rate,
+                "rec/s",
+                None,
             )
             report(
                 f"groups: seglog consumer protocol vs its classic, {what}",
