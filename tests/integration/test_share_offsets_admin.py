@@ -20,7 +20,6 @@ from services.gateway.kafka.share_messages import (
     AlterShareGroupOffsetsResponse,
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsResponse,
-    ShareFetchRequest,
     ShareFetchResponse,
     ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse,
@@ -29,6 +28,7 @@ from services.gateway.kafka.topic_ids import to_wire
 from tests.cluster import LocalCluster
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import EtcdBackedCluster
+from tests.share_wire import share_fetch_request
 
 SHARE_GROUPS_TOOL = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 TOPIC, GROUP = "queue", "sg"
@@ -73,27 +73,8 @@ class Member:
 
     def fetch(self, acks=()) -> list[tuple[int, int]]:
         """(offset, delivery count) of what it acquired, after acknowledging `acks`."""
-        request_class = ShareFetchRequest[1]
-        partition = request_class.FetchTopic.FetchPartition(
-            partition_index=0,
-            acknowledgement_batches=[
-                request_class.FetchTopic.FetchPartition.AcknowledgementBatch(
-                    first_offset=first, last_offset=last, acknowledge_types=[ACCEPT]
-                )
-                for first, last in acks
-            ],
-        )
-        request = request_class(
-            group_id=GROUP,
-            member_id=self.member_id,
-            share_session_epoch=self.session_epoch,
-            max_wait_ms=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            max_records=100,
-            batch_size=100,
-            topics=[request_class.FetchTopic(topic_id=self.topic_id, partitions=[partition])],
-            forgotten_topics_data=[],
+        request = share_fetch_request(
+            GROUP, self.member_id, self.session_epoch, self.topic_id, acks, 100
         )
         answer = self.wire.request(request, 1, ShareFetchResponse)
         assert answer.error_code == 0, answer

@@ -14,15 +14,16 @@ from kafka.protocol.metadata.find_coordinator import (
     FindCoordinatorResponse,
 )
 
-from services.gateway.kafka.share_messages import ShareFetchRequest, ShareFetchResponse
+from services.gateway.kafka.share_messages import ShareFetchResponse
 from services.gateway.kafka.topic_ids import to_wire
 from services.gateway.share.partition_states import PartitionStates
 from services.gateway.share.state_store import StateStore
 from tests.cluster import LocalCluster
-from tests.integration.test_share_gateways import ACCEPT, GROUP, TOPIC, acquired, holder
+from tests.integration.test_share_gateways import GROUP, TOPIC, acquired, holder
 from tests.integration.test_share_gateways import Member as SharingMember
 from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
+from tests.share_wire import share_fetch_request
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -39,27 +40,8 @@ class Member(SharingMember):
     (an incremental answer with nothing to say about it)."""
 
     def fetch(self, acks: list[tuple[int, int]] = (), max_records: int = 10):
-        request_class = ShareFetchRequest[1]
-        partition = request_class.FetchTopic.FetchPartition(
-            partition_index=0,
-            acknowledgement_batches=[
-                request_class.FetchTopic.FetchPartition.AcknowledgementBatch(
-                    first_offset=first, last_offset=last, acknowledge_types=[ACCEPT]
-                )
-                for first, last in acks
-            ],
-        )
-        request = request_class(
-            group_id=GROUP,
-            member_id=self.member_id,
-            share_session_epoch=self.epoch,
-            max_wait_ms=0,
-            min_bytes=1,
-            max_bytes=1 << 20,
-            max_records=max_records,
-            batch_size=max(max_records, 1),
-            topics=[request_class.FetchTopic(topic_id=self.topic_id, partitions=[partition])],
-            forgotten_topics_data=[],
+        request = share_fetch_request(
+            GROUP, self.member_id, self.epoch, self.topic_id, acks, max_records
         )
         answer = self.wire.request(request, 1, ShareFetchResponse)
         assert answer.error_code == 0, answer
