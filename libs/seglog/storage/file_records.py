@@ -220,27 +220,6 @@ class FileRecords:
         except OSError:
             pass  # the original error is the one to report
 
-    def read_into(self, position: int, buffer: bytearray | memoryview) -> memoryview:
-        """`read` into `buffer` (up to its length, or the file's end): a scan of a whole
-        segment reuses one buffer instead of faulting in fresh memory for every chunk."""
-        size = min(len(buffer), self._size - position)
-        if position < 0 or size < 0:
-            raise CorruptRecordError(
-                f"read at position {position} outside {self.path} (size {self._size})"
-            )
-        view = memoryview(buffer)[:size]
-        fd = self._pin()
-        try:
-            got = os.preadv(fd, [view], self._start + position)
-        finally:
-            self._unpin()
-        if got != size:
-            raise CorruptRecordError(
-                f"{self.path} was truncated underneath a reader: asked {size} bytes at "
-                f"{self._start + position}, got {got}"
-            )
-        return view
-
     def read(self, position: int, size: int) -> bytes:
         """Exactly `size` bytes at `position`."""
         if position < 0 or size < 0 or position + size > self._size:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from ..records.batch import HEADER, HEADER_BYTES, BatchHeader, compute_crc
 from .batch_bounds import BASE_OFFSET_CHECK, EPOCH_CHECK, Damage, header_damage
-from .scan_chunks import ScanChunks
 
 if TYPE_CHECKING:
     from .file_records import FileRecords
@@ -99,20 +98,13 @@ def scan_valid_prefix(
     increasing from `base_offset` (the segment's, from its file name) and below
     `upper_bound` (the next segment's), epochs not decreasing; and the damage that ended
     the walk (`batch_bounds.header_damage` has the checks the CRC does not cover)."""
-    with ScanChunks(records, SCAN_CHUNK_BYTES) as chunks:
-        return _walk(records, chunks, base_offset, upper_bound)
-
-
-def _walk(
-    records: FileRecords, chunks: ScanChunks, base_offset: int, upper_bound: int | None
-) -> ValidPrefix:
     kept: list[BatchPosition] = []
     next_offset = expected_before_last = base_offset
     latest_epoch = -1
     position = 0
     end = records.size
     while position < end:
-        chunk: bytes | memoryview = chunks.at(position)
+        chunk = records.read(position, min(SCAN_CHUNK_BYTES, end - position))
         if len(chunk) < HEADER_BYTES:
             short = Damage(position, "a whole batch header (61 bytes)", f"{len(chunk)} bytes")
             return ValidPrefix(kept, short._replace(file=str(records.path)))

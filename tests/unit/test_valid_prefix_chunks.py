@@ -1,7 +1,7 @@
-"""Recovery's walk reads a segment in chunks, the next read ahead by a second thread, with the
-partial batch at a chunk's end stitched in front of the next one (scan_chunks.py). Whatever
-the chunk size, the walk must keep the same batches and report the same damage as a walk
-that sees the whole file in one chunk."""
+"""Recovery's walk reads a segment in chunks, reading again from a batch cut by a chunk's end
+and reading a batch larger than a chunk alone (valid_prefix.py). Whatever the chunk size, the
+walk must keep the same batches and report the same damage as a walk that sees the whole file
+in one chunk."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from seglog.storage import valid_prefix
 from seglog.storage.file_records import FileRecords
-from seglog.storage.scan_chunks import ScanChunks
 from tests.batches import make_batch
 
 
@@ -65,22 +64,6 @@ def test_any_chunk_size_keeps_what_one_chunk_keeps(monkeypatch, sizes, chunk_byt
     assert chunked.damage == whole.damage
     if damage is None:
         assert chunked.damage is None and len(chunked.batches) == len(sizes)
-
-
-def test_a_chunk_read_ahead_is_the_files_bytes_from_where_the_walk_asks(tmp_path):
-    data = bytes(range(256)) * 40  # 10,240 bytes, every position distinguishable
-    path = tmp_path / "00000000000000000000.log"
-    path.write_bytes(data)
-    records = FileRecords.open(path, create=False)
-    try:
-        with ScanChunks(records, 1000) as chunks:
-            asked = [0, 700, 1699, 1700, 2500, 9000, 10_000, 10_239]
-            for position in asked:
-                view = chunks.at(position)
-                assert bytes(view) == data[position : position + len(view)]
-                assert len(view) > 0
-    finally:
-        records.close()
 
 
 def test_a_batch_larger_than_a_chunk_gets_the_header_checks_too(tmp_path, monkeypatch):
