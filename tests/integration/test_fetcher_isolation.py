@@ -1,12 +1,15 @@
-"""One partition a follower cannot append does not stall the other partitions it copies
-from the same leader (Kafka's fetcher isolates a partition's failure the same way).
+"""A partition whose follower copy diverged from its leader inside a batch neither stalls the
+other partitions the follower copies from that leader nor stays diverged.
 
 Three storage nodes and a gateway, each a process (RF 3, min ISR 2). A follower is
 SIGKILLed and its copy of one partition is given another last batch in the same leader
-epoch, ending inside the leader's last batch: epochs cannot show the difference, and every
-answer for that partition starts below the follower's log end, which its log refuses. The
-follower must still catch up every other partition of that leader and rejoin their ISRs,
-and say which partition it could not append.
+epoch, ending inside the leader's last batch: epochs cannot show the difference, and the
+leader's answer for that partition starts below the follower's log end. The follower must
+catch up every other partition of that leader, and cut its diverged copy back to the
+leader's batch and fetch it again (follower_truncation.cut_at_leader_batch), so it holds
+the leader's records, not its own, and rejoins that partition's ISR too. Before that cut,
+such a follower refused the same answer forever, and its ISR never grew back (found by the
+Streams fault campaign).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def end_of(partition: object, node_id: int) -> int:
 
 
 @pytest.mark.slow
-def test_a_partition_the_follower_cannot_append_does_not_stall_the_others(cluster):
+def test_a_diverged_partition_stalls_no_other_and_is_cut_back_to_its_leaders_batches(cluster):
     leaders = Counter(p.leader for p in cluster.topic().partitions)
     leader = next(node for node, count in leaders.items() if count >= 2)
     same_leader = sorted(p.partition for p in cluster.topic().partitions if p.leader == leader)
@@ -85,8 +88,18 @@ def test_a_partition_the_follower_cannot_append_does_not_stall_the_others(cluste
         )
 
     wait_for(healthy_caught_up, REPAIR_TIMEOUT_S, "the healthy partitions caught up", cluster.state)
-    assert follower not in partitions_by_number(cluster)[broken].isr
+
+    def repaired() -> bool:
+        state = partitions_by_number(cluster)[broken]
+        return follower in state.isr and end_of(state, follower) == end
+
+    wait_for(repaired, REPAIR_TIMEOUT_S, "the diverged copy cut back and caught up", cluster.state)
     stderr = (cluster.root / "logs" / f"node-{follower}.log").read_text()
-    assert f"{TOPIC}-{broken}: records from leader {leader} not appended at offset {end - 1}" in (
-        stderr
-    )
+    assert f"{TOPIC}-{broken}: the leader's batch" in stderr and "diverged inside it" in stderr
+    cluster.nodes[follower].kill()
+    log = Log.open(cluster.root / f"node-{follower}" / f"{TOPIC}-{broken}")
+    try:
+        held = log.read(end - 2 * RECORDS_PER_BATCH, 1 << 20)
+    finally:
+        log.close()
+    assert b"other-0" not in bytes(held) and b"p%d-%d-0" % (broken, BATCHES - 1) in bytes(held)

@@ -74,7 +74,7 @@ def test_an_idle_partitions_isr_grows_back_across_a_controller_kill(cluster):
         ), (isrs(cluster, 0), isrs(cluster, 1))
 
 
-@pytest.mark.slow
+@pytest.mark.long  # the killed follower's case stays in make test; this pause variant is long
 def test_a_paused_followers_idle_partitions_rejoin_across_a_controller_kill(cluster):
     # The follower's process lives on (its fetch sessions too, nothing of its state is
     # new): the leaders add it back only from its fetches at their idle log ends.
