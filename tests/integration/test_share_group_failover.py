@@ -22,7 +22,9 @@ from tests.kafka_wire import KafkaWire
 from tests.multi_gateway import SESSION_TIMEOUT_MS, EtcdBackedCluster
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(300)
+# About 75 s (two gateways on etcd, three nodes): in make test-long, to keep make test within
+# its 10 minutes; make test keeps the share state takeover tests of test_share_state_epochs.
+pytestmark = [pytest.mark.long, pytest.mark.timeout(300)]
 
 TOPIC, GROUP = "queue", "sg-failover"
 TAKEOVER_S = 3 * SESSION_TIMEOUT_MS / 1000 + 30

@@ -135,6 +135,7 @@ def stored_records(segment_dir: Path, group: str) -> dict[bytes, bytes]:
     return held
 
 
+@pytest.mark.long  # a whole Kafka broker (about 70 s); make test keeps the dump-log check below
 def test_kafkas_share_group_records_replay_with_our_reader(tmp_path):
     brokers = apache_kafka.KafkaBrokers(tmp_path / "kafka")
     brokers.start()

@@ -78,7 +78,9 @@ def test_a_log_with_one_segment_holds_one_descriptor(tmp_path):
         assert segment.offset_index.entries == 24
     finally:
         log.close()
-    assert open_descriptors() == before
+    # Its own files all closed; other descriptors of this worker may close meanwhile (a
+    # previous test's objects collected), never open.
+    assert descriptors_on(tmp_path) == 0 and open_descriptors() <= before
 
 
 def test_idle_old_segments_hold_no_descriptor(tmp_path, small_cache):
@@ -104,7 +106,9 @@ def test_idle_old_segments_hold_no_descriptor(tmp_path, small_cache):
         assert values(reopened) == list(range(60))
     finally:
         reopened.close()
-    assert open_descriptors() == before
+    # Its own files all closed; other descriptors of this worker may close meanwhile (a
+    # previous test's objects collected), never open.
+    assert descriptors_on(tmp_path) == 0 and open_descriptors() <= before
 
 
 def test_a_new_log_creates_only_its_log_file_and_a_clean_close_leaves_kafkas_three(tmp_path):
