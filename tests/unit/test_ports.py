@@ -3,7 +3,14 @@ range, where a bind to port 0 or an outgoing connection could take them in the m
 
 import socket
 
-from tests.ports import LOWEST_PICKED_PORT, _ephemeral_low, free_port_run, free_ports
+from tests.ports import (
+    LOWEST_PICKED_PORT,
+    PortSlice,
+    _ephemeral_low,
+    free_port_run,
+    free_ports,
+    worker_slice,
+)
 
 
 def test_picked_ports_are_distinct_free_and_below_the_ephemeral_range():
@@ -26,3 +33,22 @@ def test_a_picked_run_of_ports_is_consecutive_free_and_below_the_ephemeral_range
     finally:
         for server in servers:
             server.close()
+
+
+def test_ports_are_not_handed_out_twice_before_the_slice_wraps():
+    """A cluster picks its Kafka run, then its gateway's and nodes' ports, before binding any:
+    none of those may be one of the run's."""
+    run = free_port_run(8)
+    singles = free_ports(50)
+    assert not set(range(run, run + 8)) & set(singles)
+    assert len(set(singles)) == 50
+
+
+def test_each_xdist_worker_picks_from_its_own_slice():
+    low = 32768
+    slices = [worker_slice(low, f"gw{i}", "4") for i in range(4)]
+    assert slices[0].first == LOWEST_PICKED_PORT and slices[-1].end <= low
+    for before, after in zip(slices, slices[1:]):
+        assert before.end <= after.first  # disjoint
+    assert worker_slice(low, None, None) == PortSlice(LOWEST_PICKED_PORT, low)
+    assert worker_slice(low, "gw9", "4") == PortSlice(LOWEST_PICKED_PORT, low)
