@@ -400,6 +400,9 @@ class MetadataApplier:
         except Exception as exc:
             partition_failed(self.replicas, tp, "set aside", exc, previous_reason)
             return
+        if path is None:
+            logger.info("partition %s-%d of a deleted topic: deleted", *tp)
+            return
         logger.log(
             logging.INFO if told else logging.WARNING,
             "partition %s-%d is no longer assigned here: set aside as %s",

@@ -264,7 +264,7 @@ class ReplicaManager:
         self.logs.delete_log(topic, partition)
         self.wake_partition(topic, partition)
 
-    def set_aside_partition(self, topic: str, partition: int) -> Path:
+    def set_aside_partition(self, topic: str, partition: int) -> Path | None:
         self._forget(topic, partition)
         return self.logs.set_aside_log(topic, partition)
 

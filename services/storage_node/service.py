@@ -320,6 +320,9 @@ class StorageNodeService:
             log_files.check_topic_name(request.topic)
             self._check_cluster(request.cluster_id)
             tp = (request.topic, request.partition)
+            # Remembered before anything: a set-aside under way now, or a creation the
+            # registry's earlier push still has queued, deletes its log rather than keep it.
+            self.replicas.logs.deleted_topics.add(request.topic_id)
             if self.replicas.logs.holds_other_topic(*tp, request.topic_id):
                 # A late delete of a topic made again since: the new one is not its to delete.
                 return storage_pb2.DeletePartitionResponse()

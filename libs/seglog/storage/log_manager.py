@@ -73,6 +73,10 @@ class LogManager:
         self._unsynced_ids: set[Path] = set()
         self._offline: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
+        # A set-aside (close, then rename) and a deletion of set-aside copies never overlap:
+        # a deletion between the two found no copy yet, and the copy stayed (set_aside.py).
+        self._aside_lock = threading.RLock()
+        self.deleted_topics = set_aside.DeletedTopicIds()
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._dirs = [Path(d) for d in config.log_dirs]
@@ -201,12 +205,12 @@ class LogManager:
                 aside = self.set_aside_log(topic, partition)
                 logger.warning(
                     "%s-%d holds records of an earlier topic of that name (topic id %s, not "
-                    "%s): set aside as %s, the partition starts empty",
+                    "%s): %s, the partition starts empty",
                     topic,
                     partition,
                     held,
                     topic_id,
-                    aside.name,
+                    f"set aside as {aside.name}" if aside else "deleted with its topic",
                 )
             # Each DataDir counts the logs open in it: counting them here walked every log
             # per creation, quadratic in a node's partitions (7 ms a log at 2,000).
@@ -314,23 +318,31 @@ class LogManager:
                 del self._topic_overrides[topic]
                 self._write_overrides()
 
-    def set_aside_log(self, topic: str, partition: int) -> Path:
+    def set_aside_log(self, topic: str, partition: int) -> Path | None:
         """Close a log and rename its directory `<topic>-<partition>-stray`, out of the
         manager's sight but on disk: for a log this node holds and the registry no longer
-        assigns to it, which an operator may still want back."""
-        with self._lock:
-            log = self._logs.pop((topic, partition), None)
-            self._topic_ids.pop((topic, partition), None)
-        if log is None:
-            raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
-        log.close()  # flushed: the flush task has nothing left to visit
-        self._dirty_logs.discard(log)
-        self._data_dirs[log.directory.parent].forget((topic, partition))
-        return set_aside.rename_aside(log.directory)
+        assigns to it, which an operator may still want back. A log of a topic deleted
+        lately is deleted instead (None): its deletion came first (set_aside.py)."""
+        with self._aside_lock:
+            with self._lock:
+                log = self._logs.pop((topic, partition), None)
+                held = self._topic_ids.pop((topic, partition), "")
+            if log is None:
+                raise UnknownTopicOrPartitionError(f"no log for {topic}-{partition} on this node")
+            self._dirty_logs.discard(log)
+            if held in self.deleted_topics:
+                log.delete()
+                return None
+            log.close()  # flushed: the flush task has nothing left to visit
+            self._data_dirs[log.directory.parent].forget((topic, partition))
+            return set_aside.rename_aside(log.directory)
 
     def delete_set_aside(self, topic: str, partition: int, topic_id: str) -> list[Path]:
-        """Delete this partition's set-aside copies of topic `topic_id` (set_aside.py)."""
-        return set_aside.delete_copies(self._dirs, topic, partition, topic_id)
+        """Delete this partition's set-aside copies of topic `topic_id` (set_aside.py), and
+        any log of that topic set aside later."""
+        self.deleted_topics.add(topic_id)
+        with self._aside_lock:
+            return set_aside.delete_copies(self._dirs, topic, partition, topic_id)
 
     def _set_aside_other_topic(self, directory: Path, topic_id: str) -> None:
         """A directory left on disk but not opened (its partition offline) that belongs to

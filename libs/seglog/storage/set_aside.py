@@ -1,12 +1,21 @@
 """Partition directories set aside: a log this node holds and the registry no longer assigns
 to it is renamed `<topic>-<partition>-stray` (then `-stray.1`, ... up to MAX_STRAY_COPIES),
 out of the log manager's sight but on disk, which an operator may still want back; and a
-deleted topic's set-aside copies are deleted by its topic id (partition.metadata)."""
+deleted topic's set-aside copies are deleted by its topic id (partition.metadata).
+
+A topic's deletion and the registry's push that sets its partitions aside reach a node in
+either order, and the push's set-aside may still be under way (or the partition still being
+created) when the deletion comes: the deletion then finds no copy to delete, and the copy set
+aside a moment later stayed on disk for good. So the node remembers the ids of topics deleted
+lately (DeletedTopicIds), and a log of one of them that is set aside afterwards is deleted
+instead."""
 
 from __future__ import annotations
 
 import glob
 import shutil
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,6 +24,31 @@ from . import log_files, partition_metadata
 
 STRAY_SUFFIX = log_files.STRAY_SUFFIX
 DELETE_SUFFIX = "-delete"  # what load_logs never opens
+# Deleted topic ids remembered: a late set-aside comes seconds after its topic's deletion, and
+# a node is not told of more than a few thousand deletions in that time.
+REMEMBERED_DELETED_TOPICS = 10_000
+
+
+class DeletedTopicIds:
+    """The ids of the topics deleted lately, the oldest forgotten past `capacity`."""
+
+    def __init__(self, capacity: int = REMEMBERED_DELETED_TOPICS) -> None:
+        self._capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, topic_id: str) -> None:
+        if not topic_id:
+            return
+        with self._lock:
+            self._ids[topic_id] = None
+            self._ids.move_to_end(topic_id)
+            while len(self._ids) > self._capacity:
+                self._ids.popitem(last=False)
+
+    def __contains__(self, topic_id: object) -> bool:
+        with self._lock:
+            return bool(topic_id) and topic_id in self._ids
 
 
 def rename_aside(directory: Path) -> Path:
