@@ -1,6 +1,7 @@
 """tests/ports.py: ports picked for servers started later lie outside the kernel's ephemeral
 range, where a bind to port 0 or an outgoing connection could take them in the meantime."""
 
+import itertools
 import socket
 
 from tests.ports import (
@@ -48,7 +49,7 @@ def test_each_xdist_worker_picks_from_its_own_slice():
     low = 32768
     slices = [worker_slice(low, f"gw{i}", "4") for i in range(4)]
     assert slices[0].first == LOWEST_PICKED_PORT and slices[-1].end <= low
-    for before, after in zip(slices, slices[1:]):
+    for before, after in itertools.pairwise(slices):
         assert before.end <= after.first  # disjoint
     assert worker_slice(low, None, None) == PortSlice(LOWEST_PICKED_PORT, low)
     assert worker_slice(low, "gw9", "4") == PortSlice(LOWEST_PICKED_PORT, low)
