@@ -114,6 +114,7 @@ def test_a_slow_store_answers_late_while_held(tiered_store, through_proxy):
     assert tiered_store.proxy is not None and tiered_store.proxy.mode == "pass"
 
 
+@pytest.mark.long  # the store's errors and slowness stay in make test
 def test_a_killed_store_is_unreachable_while_held_and_back_with_its_objects(
     tiered_store, through_proxy
 ):

@@ -285,6 +285,7 @@ def cut_gateways_from_etcd_until_leases_lapse(cluster: LinkedCluster) -> None:
     assert wait_until(lambda: etcd_key(cluster, "nodes/1") is None, 30)
 
 
+@pytest.mark.long  # a leader cut from the gateways (below) stays in make test
 @pytest.mark.slow
 def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     with cluster.admin(0) as admin:
@@ -313,6 +314,7 @@ def test_the_controller_elects_after_its_etcd_link_heals(cluster):
     )
 
 
+@pytest.mark.long  # a leader cut from the gateways (below) stays in make test
 @pytest.mark.slow
 def test_a_lease_lapsed_while_the_gateways_were_cut_from_etcd_is_not_a_death(cluster):
     with cluster.admin(0) as admin:

@@ -52,6 +52,7 @@ def controller_index(cluster: EtcdBackedCluster) -> int:
     raise AssertionError("no gateway names a controller")
 
 
+@pytest.mark.long  # the ISR sender's survival stays in make test (tests/unit/test_isr_updates.py)
 @pytest.mark.slow
 def test_an_idle_partitions_isr_grows_back_across_a_controller_kill(cluster):
     with cluster.admin(0) as admin:

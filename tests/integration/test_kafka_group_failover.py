@@ -155,6 +155,7 @@ def cluster(tmp_path):
     c.close()
 
 
+@pytest.mark.long  # Kafka's Java consumer through a leader SIGKILL stays in make test
 def test_a_librdkafka_group_reads_every_acknowledged_record_across_a_leader_sigkill(cluster):
     cluster.admin.create_topic(TOPIC, PARTITIONS, 3)
     cluster.admin.create_acls(client_grants(TOPIC, "survivors"))

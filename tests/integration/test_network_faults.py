@@ -188,6 +188,7 @@ def check_acknowledged(sent: list[tuple[bytes, RecordFuture]], stored: dict[int,
     return acknowledged
 
 
+@pytest.mark.long  # a slowed follower keeps network namespaces in make test
 @pytest.mark.slow
 def test_leader_cut_from_its_followers_loses_them_from_its_isr_then_heals(cluster):
     partition = 0

@@ -210,6 +210,7 @@ def test_cancel_in_the_middle_restores_the_original_replicas(
     assert len(_read_values(cluster, "cancelled", 600)) == 600
 
 
+@pytest.mark.long  # moves under load and cancelled stay in make test
 @pytest.mark.slow
 def test_a_gateway_restart_in_the_middle_of_a_move_completes_it(cluster):
     _topic_on(cluster, "restarted", [1, 2, 3])

@@ -85,6 +85,7 @@ def leader_of(cluster, index: int, topic: str, partition: int) -> int:
         return admin.describe_topic(topic).partitions[partition].leader
 
 
+@pytest.mark.long  # a paused controller stays in make test
 @pytest.mark.slow
 def test_the_controller_killed_under_acks_all_load(cluster):
     a, b = cluster.gateway_addresses
@@ -112,6 +113,7 @@ def test_the_controller_killed_under_acks_all_load(cluster):
     assert "is the controller" in cluster.log("gateway-1")
 
 
+@pytest.mark.long  # test_kafka_group_failover.py's coordinating gateway stays in make test
 @pytest.mark.slow
 def test_a_groups_coordinating_gateway_killed_while_it_consumes(cluster):
     with cluster.admin(0) as admin:
@@ -211,6 +213,7 @@ def test_a_paused_controller_comes_back_fenced_and_steps_down(tmp_path):
         cluster.close()
 
 
+@pytest.mark.long  # a paused controller stays in make test
 @pytest.mark.slow
 def test_etcd_restarted_while_the_cluster_runs(cluster):
     with cluster.admin(0) as admin:

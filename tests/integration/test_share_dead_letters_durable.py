@@ -44,6 +44,7 @@ def dead_letters(bootstrap: str) -> list[dict[str, str]]:
         consumer.close()
 
 
+@pytest.mark.long  # dead letters stay in make test (test_share_dead_letter_configs.py)
 def test_a_record_held_at_the_delivery_limit_is_dead_lettered_after_its_holder_is_killed(
     tmp_path,
 ):

@@ -155,6 +155,7 @@ def test_released_records_come_back_counted_and_are_archived_at_the_limit(cluste
     assert gauges == {"queue-release": 0}
 
 
+@pytest.mark.long  # share consumers across a gateway restart (below) stay in make test
 def test_acknowledged_records_stay_acknowledged_across_a_gateway_restart(cluster):
     produce(cluster, "queue-restart", 30)
     deliveries, accepted = probe(cluster, "g-restart", "queue-restart", "accept-first", 10)

@@ -133,6 +133,7 @@ def test_the_old_holders_write_after_a_takeover_is_fenced(tmp_path):
         cluster.close()
 
 
+@pytest.mark.long  # the old holder fenced after a takeover stays in make test
 def test_a_paused_holder_resumed_after_a_takeover_does_not_overwrite_the_new_state(tmp_path):
     # The nodes report to gateway 1, which stays up: pausing gateway 0 (the holder) leaves
     # the storage live, as a holder cut off from etcd and its peers would.
