@@ -7,9 +7,8 @@ background work.
   config its files cannot honour) goes offline with the reason instead of failing the node:
   `get_log` answers KAFKA_STORAGE_ERROR naming it, and every other partition keeps serving
   (Kafka takes a whole log dir offline; a single partition is the finer unit here).
-- Per-topic overrides sit on top of the default LogConfig. They are kept in
-  `topic-config-overrides.json` in the first data dir (atomic write) so that a restarted node
-  opens its logs with the same settings before anyone tells it again.
+- Per-topic overrides sit on top of the default LogConfig, kept across restarts
+  (topic_overrides.py).
 - Each log knows the id of the topic it belongs to (KIP-516), from its directory's
   `partition.metadata` (partition_metadata.py). Asked for a log under another topic id than
   the one it holds (its topic was deleted and one of the same name created while this node
@@ -25,7 +24,6 @@ background work.
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -48,10 +46,10 @@ from .config import LogConfig, LogManagerConfig
 from .dirty_logs import DirtyLogs
 from .log import Log
 from .retention import delete_old_segments
+from .topic_overrides import TopicOverrides
 
 logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
-TOPIC_OVERRIDES_FILE = "topic-config-overrides.json"
 STRAY_SUFFIX = log_files.STRAY_SUFFIX
 
 
@@ -95,20 +93,7 @@ class LogManager:
         # Retention passes finished (tests wait on it rather than on time).
         self.retention_passes = 0
         self.cleaner = Cleaner(clock=clock, dedupe_buffer_bytes=config.cleaner_dedupe_buffer_size)
-        self._overrides_path = self._dirs[0] / TOPIC_OVERRIDES_FILE
-        self._topic_overrides = self._read_overrides()
-
-    def _read_overrides(self) -> dict[str, dict[str, Any]]:
-        if not self._overrides_path.exists():
-            return {}
-        stored: dict[str, dict[str, Any]] = json.loads(self._overrides_path.read_text())
-        for topic, overrides in stored.items():
-            try:
-                self.default_log_config.with_overrides(overrides)
-            except SeglogError as exc:
-                # Its partitions go offline with this reason when they open; the rest serve.
-                logger.error("stored configs of topic %s are invalid: %s", topic, exc)
-        return stored
+        self._topic_overrides = TopicOverrides(self._dirs[0], self.default_log_config)
 
     # -- start-up ----------------------------------------------------------------------
 
@@ -158,28 +143,17 @@ class LogManager:
     # -- logs --------------------------------------------------------------------------
 
     def config_for(self, topic: str) -> LogConfig:
-        overrides = self._topic_overrides.get(topic)
-        return (
-            self.default_log_config.with_overrides(overrides)
-            if overrides
-            else self.default_log_config
-        )
+        return self._topic_overrides.config_for(topic)
 
     def topic_overrides(self, topic: str) -> dict[str, Any]:
-        return dict(self._topic_overrides.get(topic) or {})
+        return self._topic_overrides.of(topic)
 
     def set_topic_overrides(self, topic: str, overrides: Mapping[str, Any]) -> None:
-        self.default_log_config.with_overrides(overrides)  # validate before storing
         with self._lock:
-            self._topic_overrides[topic] = dict(overrides)
-            self._write_overrides()
+            self._topic_overrides.store(topic, overrides)
             for (t, _), log in self._logs.items():
                 if t == topic:
                     log.config = self.config_for(topic)
-
-    def _write_overrides(self) -> None:
-        payload = json.dumps(self._topic_overrides, sort_keys=True, indent=1).encode()
-        log_files.atomic_write(self._overrides_path, payload)
 
     def create_log(
         self,
@@ -314,9 +288,8 @@ class LogManager:
         self._dirty_logs.discard(log)  # gone: nothing left to flush, nothing to keep it alive
         log.delete()
         with self._lock:
-            if topic in self._topic_overrides and not any(t == topic for t, _ in self._logs):
-                del self._topic_overrides[topic]
-                self._write_overrides()
+            if not any(t == topic for t, _ in self._logs):
+                self._topic_overrides.drop(topic)
 
     def set_aside_log(self, topic: str, partition: int) -> Path | None:
         """Close a log and rename its directory `<topic>-<partition>-stray`, out of the
