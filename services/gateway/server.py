@@ -24,21 +24,19 @@ from .cluster.auto_create import TopicAutoCreation
 from .cluster.broker_configs import BrokerConfigs
 from .cluster.client_quotas import ClientQuotaAdmin
 from .cluster.controller import Controller
-from .cluster.metadata_etcd_store import EtcdMetadataStore
 from .cluster.node_admin import NodeAdmin
 from .cluster.partition_moves import PartitionMoves
 from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
+from .cluster.registry_backing import registry_backing
 from .cluster.registry_service import RegistryService
 from .cluster.replication_throttles import ReplicationThrottles
 from .cluster.topic_admin import TopicAdmin
 from .cluster.topic_descriptions import TopicDescriptions
 from .cluster.user_scram import UserScram
-from .coordination.etcd_keyspace import EtcdKeyspace
 from .coordination.gateway_roles import gateway_roles
-from .coordination.node_sessions import EtcdNodeSessions
 from .coordinators import OffsetsExpiry, build_coordinators
 from .fetch_memory import FetchAnswerMemoryInterceptor
 from .fetch_threads import FetchThreadsInterceptor
@@ -90,18 +88,8 @@ class Gateway:
         self.fetch_memory = FetchAnswerMemoryInterceptor(
             self.request_memory, self.fetch_threads.slots.limit
         )
-        self.keyspace: EtcdKeyspace | None = None
-        store, sessions = None, None
-        if config.registry_etcd is not None:
-            self.keyspace = EtcdKeyspace(
-                config.registry_etcd,
-                config.registry_etcd_prefix,
-                tls=config.registry_etcd_tls,
-                user=config.registry_etcd_user,
-                password=config.registry_etcd_password,
-            )
-            store = EtcdMetadataStore(self.keyspace)
-            sessions = EtcdNodeSessions(self.keyspace, config.session_timeout_ms)
+        backing = registry_backing(config)
+        self.keyspace = backing.keyspace
         self.registry = Registry(
             config.data_dir,
             session_timeout_ms=config.session_timeout_ms,
@@ -110,8 +98,8 @@ class Gateway:
             default_replication_factor=config.default_replication_factor,
             num_partitions=config.num_partitions,
             remote_log_storage_system_enable=config.remote_log_storage_system_enable,
-            store=store,
-            sessions=sessions,
+            store=backing.store,
+            sessions=backing.sessions,
         )
         roles = gateway_roles(self.keyspace, config.gateway_session_timeout_ms)
         self.gateway_session = roles.session

@@ -8,7 +8,7 @@ Kafka documents; Java-only escapes RE2/J rejects are rejected here too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import re2
@@ -18,9 +18,14 @@ from seglog.coordinator_errors import (
     InvalidRegularExpressionError,
     StaleMemberEpochError,
 )
-from seglog.errors import IllegalGenerationError, InvalidRequestError
+from seglog.errors import (
+    IllegalGenerationError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+    UnsupportedVersionError,
+)
 
-from .consumer_group_state import STATIC_LEAVE_EPOCH, ConsumerMember, flat
+from .consumer_group_state import STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerMember, flat
 from .server_assignors import check_assignor
 
 # A stranger's regular expression is bounded before RE2 compiles it (RE2 is linear-time in
@@ -140,3 +145,46 @@ def update_subscription(member: ConsumerMember, hb: ConsumerHeartbeat) -> bool:
     if hb.client_host:
         member.client_host = hb.client_host
     return (member.topics, member.regex, member.server_assignor) != before
+
+
+def check_commit_epoch(
+    group: ConsumerGroup,
+    member_id: str,
+    epoch: int,
+    api_version: int,
+    partitions: Sequence[tuple[str, int]],
+    topic_ids: Mapping[str, str],
+) -> None:
+    """Kafka's ConsumerGroup.validateOffsetCommit: -1 commits only while the group is
+    empty; a member commits with OffsetCommit v9+ at its current epoch or, as Kafka 4.3
+    takes it (AssignmentEpochs), at an earlier one for partitions it has held since then (a
+    commit sent before the heartbeat answer that moved its epoch arrived). `topic_ids`: the
+    id of each topic named in `partitions`."""
+    if epoch < 0 and not group.members:
+        return
+    member = _member(group, member_id)
+    if member.classic is not None:  # Kafka checks its generation, any version
+        return check_epoch(member, epoch)
+    if api_version < 9:
+        raise UnsupportedVersionError(
+            "OffsetCommit version 9 or above must be used by members using the "
+            "consumer group protocol"
+        )
+    if epoch < member.member_epoch and partitions and epoch >= 0:
+        held = member.assignment_epochs
+        if all(held.get((topic_ids[n], p), epoch + 1) <= epoch for n, p in partitions):
+            return
+    check_epoch(member, epoch)
+
+
+def check_fetch_epoch(group: ConsumerGroup, member_id: str, epoch: int) -> None:
+    """OffsetFetch v9+ naming a member of a KIP-848 group: it must be in the group at that
+    epoch."""
+    check_epoch(_member(group, member_id), epoch)
+
+
+def _member(group: ConsumerGroup, member_id: str) -> ConsumerMember:
+    member = group.members.get(member_id)
+    if member is None:
+        raise UnknownMemberIdError(f"member {member_id} is not in group {group.group_id}")
+    return member

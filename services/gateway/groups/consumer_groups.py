@@ -35,7 +35,6 @@ from seglog.errors import (
     NonEmptyGroupError,
     SeglogError,
     UnknownMemberIdError,
-    UnsupportedVersionError,
 )
 
 from ..cluster.group_configs import GroupConfig
@@ -44,7 +43,8 @@ from . import consumer_group_records as records
 from .classic_handover import ClassicHandover
 from .consumer_group_checks import (
     ConsumerHeartbeat,
-    check_epoch,
+    check_commit_epoch,
+    check_fetch_epoch,
     check_request,
     fence,
     update_subscription,
@@ -272,30 +272,12 @@ class ConsumerGroups:
         api_version: int,
         partitions: Sequence[tuple[str, int]] = (),
     ) -> None:
-        """Kafka's ConsumerGroup.validateOffsetCommit: -1 commits only while the group is
-        empty; a member commits with OffsetCommit v9+ at its current epoch or, as Kafka 4.3
-        takes it (AssignmentEpochs), at an earlier one for partitions it has held since
-        then (a commit sent before the heartbeat answer that moved its epoch arrived)."""
+        """Kafka's ConsumerGroup.validateOffsetCommit (consumer_group_checks.py)."""
         with self._group_lock(group_id):
             group = self._get(group_id, create=False)
-            if epoch < 0 and not group.members:
-                return
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-            if member.classic is not None:  # Kafka checks its generation, any version
-                return check_epoch(member, epoch)
-            if api_version < 9:
-                raise UnsupportedVersionError(
-                    "OffsetCommit version 9 or above must be used by members using the "
-                    "consumer group protocol"
-                )
-            if epoch < member.member_epoch and partitions and epoch >= 0:
-                topics, held = self.registry.topics, member.assignment_epochs
-                ids = {n: getattr(topics.get(n), "topic_id", "") for n, _ in partitions}
-                if all(held.get((ids[n], p), epoch + 1) <= epoch for n, p in partitions):
-                    return
-            check_epoch(member, epoch)
+            topics = self.registry.topics
+            ids = {n: getattr(topics.get(n), "topic_id", "") for n, _ in partitions}
+            check_commit_epoch(group, member_id, epoch, api_version, partitions, ids)
 
     def check_fetch(self, group_id: str, member_id: str | None, epoch: int) -> None:
         """OffsetFetch v9+ naming a member of a KIP-848 group: it must be in the group at
@@ -306,12 +288,8 @@ class ConsumerGroups:
             return
         with self._group_lock(group_id):
             group = self._get(group_id, create=False, missing_ok=True)
-            if group is None:
-                return
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
-            check_epoch(member, epoch)
+            if group is not None:
+                check_fetch_epoch(group, member_id, epoch)
 
     # -- description and listing ----------------------------------------------------------------
 
