@@ -130,7 +130,7 @@ def _kernel_picked_run(count: int) -> int:
     for _ in range(1000):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
-            first = probe.getsockname()[1]
+            first = int(probe.getsockname()[1])
         if first + count <= 65536 and _all_free(first, count):
             return first
     raise RuntimeError(f"no {count} consecutive free ports on loopback")
