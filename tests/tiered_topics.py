@@ -7,6 +7,7 @@ from __future__ import annotations
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 
 from seglog.client.gateway import FetchPosition
+from seglog.errors import LeaderNotAvailableError, NotLeaderError
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from tests.batches import make_batch
 from tests.cluster import LocalCluster
@@ -87,10 +88,23 @@ def tiered_topic(cluster, store, topic: str, replicas: int = 2, write=None) -> i
 
 
 def produce(cluster, topic: str, batches: range = range(BATCHES)) -> None:
+    """Each batch written once. A leader not yet (or no longer) known is waited out, as a
+    client retries it: on a loaded machine a new topic's leader, or a node's session, can
+    lag the create (nothing was written then, so trying again cannot duplicate)."""
     for i in batches:
         values = [value(i, j) for j in range(RECORDS_PER_BATCH)]
-        answer = cluster.client.produce(topic, {0: make_batch(values, timestamp_ms=BASE_MS + i)})
-        assert answer[0].error == 0
+        batch = make_batch(values, timestamp_ms=BASE_MS + i)
+        answers = []
+
+        def written(batch: bytes = batch, answers: list = answers) -> bool:
+            try:
+                answers.append(cluster.client.produce(topic, {0: batch}))
+            except (LeaderNotAvailableError, NotLeaderError):
+                return False
+            return True
+
+        wait_for(written, TIMEOUT_S, f"batch {i} of {topic} written")
+        assert answers[-1][0].error == 0
 
 
 def expected() -> list[bytes]:

@@ -30,7 +30,6 @@ from .cluster.producer_ids import ProducerIds
 from .cluster.quota_service import QuotaService
 from .cluster.reassignment_service import ReassignmentService
 from .cluster.registry import Registry
-from .cluster.registry_backing import registry_backing
 from .cluster.registry_service import RegistryService
 from .cluster.replication_throttles import ReplicationThrottles
 from .cluster.topic_admin import TopicAdmin
@@ -57,6 +56,7 @@ from .kafka.apis import kafka_api_table
 from .kafka.core import KafkaCore
 from .kafka.listener import KafkaListener
 from .node_connections import NodeConnections
+from .registry_backing import registry_backing
 from .request_memory import RequestMemoryInterceptor
 from .routing.fetch_relay import configured_relays
 from .routing.producer_states import ProducerStates

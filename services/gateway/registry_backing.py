@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..coordination.etcd_keyspace import EtcdKeyspace
-from ..coordination.node_sessions import EtcdNodeSessions
-from ..settings import GatewayConfig
-from .metadata_etcd_store import EtcdMetadataStore
+from .cluster.metadata_etcd_store import EtcdMetadataStore
+from .coordination.etcd_keyspace import EtcdKeyspace
+from .coordination.node_sessions import EtcdNodeSessions
+from .settings import GatewayConfig
 
 
 class RegistryBacking(NamedTuple):
