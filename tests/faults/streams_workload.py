@@ -13,20 +13,26 @@ history (tests/faults/history.py) for tests/faults/streams_checker.py:
 The producer (librdkafka, idempotent, acks=all) writes lines of words to the input topic, each
 keyed by a unique line id `<name>-<n>`: `invoke` {"line", "text"} before the send, `ok` with
 its partition and offset, `info` when its delivery failed (it may still have been written).
+It also records, as `info` "epoch-bump" {"phase": "drain" | "bumped", "message"}, each time
+librdkafka's idempotent producer drains its partitions to bump its producer epoch and each
+time it has bumped it (its EOS debug log): a batch possibly written under the old epoch is
+sent again under the new one, and the checker needs to know when that can have happened.
 The consumer reads the output topic from its start at read_committed (assigned, no group) and
 records each poll: `poll` ok {"records": [[partition, offset, word, count], ...]}. The app is
 the Kafka Streams word count (tests/java/WordCountEos.java) itself: this process becomes the
 JVM (exec), so a fault's SIGKILL is the application's. The final reader, once the producers
-are stopped and while the apps still run, reads the whole input (`final-input` ok {"lines":
-[[partition, offset, id, text], ...]}), then the output at read_committed until every word's
-last count is its count in the input and every partition is read to its end (`final-output`
-ok {"records": [...], "complete": bool}); it exits 1 when the output never caught up within
+are stopped and while the apps still run, reads the whole input at read_committed
+(`final-input` ok {"lines": [[partition, offset, id, text], ...]}), then the output at
+read_committed until every word's last count is its count in the input and every partition is
+read to its end (`final-output` ok {"records": [...], "complete": bool}); it exits 1 when the
+output never caught up within
 --max-seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import struct
@@ -56,10 +62,36 @@ def describe(error: object) -> str:
 # -- the input's producer -----------------------------------------------------------------------
 
 
+class EpochBumps(logging.Handler):
+    """librdkafka's log (its EOS debug lines and its warnings) to stderr, and its producer
+    epoch bumps into the history. librdkafka bumps the epoch of its idempotent producer for all
+    partitions at once (rd_kafka_idemp_drain_epoch_bump: a message timed out in flight, an
+    UNKNOWN_PRODUCER_ID, or OUT_OF_ORDER_SEQUENCE_NUMBER on a request behind a failed one) and
+    then sends every message not acknowledged yet again from sequence 0, including one whose
+    earlier send it took for not written (NOT_LEADER_OR_FOLLOWER after the append) though it
+    was: no broker can recognise it, its producer epoch is new (librdkafka issue 4953)."""
+
+    def __init__(self, history: HistoryWriter) -> None:
+        super().__init__(logging.DEBUG)
+        self.history = history
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        print(message, file=sys.stderr, flush=True)
+        if "Beginning partition drain" in message and "epoch bump" in message:
+            self.history.record("info", "epoch-bump", {"phase": "drain", "message": message})
+        elif "bumped epoch to" in message:
+            self.history.record("info", "epoch-bump", {"phase": "bumped", "message": message})
+
+
 def run_producer(args: argparse.Namespace) -> int:
     stop = StopFlag()
     history = HistoryWriter(Path(args.history_dir), args.name)
     rng = random.Random(args.name)
+    log = logging.getLogger(f"rdkafka.{args.name}")
+    log.propagate = False
+    log.setLevel(logging.DEBUG)
+    log.addHandler(EpochBumps(history))
     producer = Producer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -67,8 +99,12 @@ def run_producer(args: argparse.Namespace) -> int:
             "client.id": args.name,
             "linger.ms": 5,
             "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-            "log_level": 3,
-        }
+            # The EOS and MSG debug lines are few (state changes, drains, bumps, a batch's
+            # error and its retry), served by poll(); the producer's log keeps them.
+            "debug": "eos,msg",
+            "log_level": 7,
+        },
+        logger=log,
     )
 
     def delivered(error: KafkaError | None, message: Any) -> None:
@@ -143,10 +179,11 @@ def run_consumer(args: argparse.Namespace) -> int:
 
 
 def read_input(args: argparse.Namespace) -> list[list[Any]] | None:
-    """Every line of the input ([partition, offset, id, text]; a record the consumer hands
-    over twice kept once), each partition read to the end it had when asked; None when that
-    could not be done by the deadline."""
-    consumer = reader(args, args.topic, "read_uncommitted")
+    """Every line of the input as written ([partition, offset, id, text]; a record the
+    consumer hands over twice kept once), each partition read at read_committed, as the word
+    count reads it, to the end it had when asked; None when that could not be done by the
+    deadline."""
+    consumer = reader(args, args.topic, "read_committed")
     lines: dict[tuple[int, int], list[Any]] = {}
     deadline = time.monotonic() + args.max_seconds
     try:
