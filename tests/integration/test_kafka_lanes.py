@@ -92,34 +92,51 @@ def test_metadata_names_each_node_a_broker_at_port_plus_its_id_and_the_storage_l
         ]
 
 
-def test_any_lane_serves_any_partition(cluster):
-    """A client whose metadata is older than a leader change writes through the lane it
-    has: every lane relays to the real leader."""
-    cluster.admin.create_topic("any-lane", 1, 3)
-    lanes = [lane_addresses(cluster)[n] for n in NODES]
-    for offset, lane in enumerate(lanes):
-        request = ProduceRequest[9](
-            transactional_id=None,
-            acks=-1,
-            timeout_ms=5000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name="any-lane",
-                    partition_data=[
-                        ProduceRequest.TopicProduceData.PartitionProduceData(
-                            index=0, records=make_batch([lane.encode()])
-                        )
-                    ],
-                )
-            ],
-        )
-        with KafkaWire(lane) as wire:
-            answer = wire.request(request, 9, ProduceResponse)
+def _produce_on(lane: str, topic: str, value: bytes, version: int = 10):
+    request = ProduceRequest[version](
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.TopicProduceData.PartitionProduceData(
+                        index=0, records=make_batch([value])
+                    )
+                ],
+            )
+        ],
+    )
+    with KafkaWire(lane) as wire:
+        return wire.request(request, version, ProduceResponse)
+
+
+def test_a_produce_on_a_lane_whose_node_does_not_lead_is_answered_not_leader(cluster):
+    """As the broker it stands for: NOT_LEADER_OR_FOLLOWER with the leader's hint (KIP-951),
+    nothing written, not relayed to the leader (kafka/lane_leaders.py: relayed, two
+    pipelined produces across a leader change were answered NOT_LEADER and then
+    OUT_OF_ORDER_SEQUENCE, and librdkafka bumped its epoch and wrote a batch twice). The
+    leader's own lane, and the listener's port that is no node's, write it."""
+    cluster.admin.create_topic("one-lane", 1, 3)
+    leader = cluster.gateway.registry.route("one-lane", 0).leader
+    lanes = lane_addresses(cluster)
+    for node in NODES:
+        if node == leader:
+            continue
+        answer = _produce_on(lanes[node], "one-lane", b"misdirected")
         result = answer.responses[0].partition_responses[0]
-        assert (result.error_code, result.base_offset) == (0, offset)
-    log = cluster.log("any-lane", 0)
-    values = [r.value for r in iter_records(bytes(log.read(0, 1 << 20)))]
-    assert values == [lane.encode() for lane in lanes]
+        assert result.error_code == 6  # NOT_LEADER_OR_FOLLOWER
+        assert result.current_leader.leader_id == leader
+        assert leader in {e.node_id for e in answer.node_endpoints}
+    written = []
+    for address in (lanes[leader], cluster.kafka_address):
+        answer = _produce_on(address, "one-lane", address.encode())
+        result = answer.responses[0].partition_responses[0]
+        assert (result.error_code, result.base_offset) == (0, len(written))
+        written.append(address.encode())
+    log = cluster.log("one-lane", 0)
+    assert [r.value for r in iter_records(bytes(log.read(0, 1 << 20)))] == written
 
 
 def test_librdkafka_writes_through_every_lane_and_reads_it_back_in_order(cluster):

@@ -31,6 +31,7 @@ otherwise that partition answers as Kafka's broker does.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -44,6 +45,7 @@ from .data_call_end import call_scope
 from .error_codes import NONE, UNKNOWN_TOPIC_ID, kafka_error_code
 from .error_table import NOT_LEADER_OR_FOLLOWER, DataApi, data_error_code
 from .kafka_call import KafkaCall
+from .lane_leaders import misdirected
 from .leader_hints import LeaderHints
 from .produce_verification import TransactionalIdRefusedError, verify_transactional
 from .topic_ids import from_wire
@@ -64,26 +66,39 @@ def _refuse(topics: list[TopicProduce], error: SeglogError) -> Results:
     }
 
 
+def _without(topics: list[TopicProduce], refused: Mapping[tuple[str, int], object]):
+    """`topics` less the partitions `refused` names (and the topics left with none)."""
+    if not refused:
+        return topics
+    kept = [
+        TopicProduce(
+            t.topic,
+            t.acks,
+            timeout_ms=t.timeout_ms,
+            partitions=[p for p in t.partitions if (t.topic, p.partition) not in refused],
+        )
+        for t in topics
+    ]
+    return [t for t in kept if t.partitions]
+
+
 def _produce(call: KafkaCall, request: Any, topics: list[TopicProduce]) -> Results:
     """Each partition's result of the core's produce of `topics`."""
+    # A Kafka broker answers for the partitions it leads only (lane_leaders.py).
+    core, asked = call.core, topics
+    lane = call.identity.lane
+    refused = misdirected(core.registry, core.authorization, call.caller, lane, topics)
+    topics = _without(topics, refused)
+    if not topics:
+        return {tp: ProducedPartition(tp[1], error) for tp, error in refused.items()}
     try:
-        refused = verify_transactional(call, request, topics)
+        refused.update(verify_transactional(call, request, topics))
     except TransactionalIdRefusedError as exc:
-        return _refuse(topics, exc)
+        return _refuse(asked, exc)  # the whole request, as Kafka refuses it first
     results: Results = {tp: ProducedPartition(tp[1], error) for tp, error in refused.items()}
-    if refused:
-        topics = [
-            TopicProduce(
-                t.topic,
-                t.acks,
-                timeout_ms=t.timeout_ms,
-                partitions=[p for p in t.partitions if (t.topic, p.partition) not in refused],
-            )
-            for t in topics
-        ]
-        topics = [t for t in topics if t.partitions]
-        if not topics:
-            return results
+    topics = _without(topics, refused)
+    if not topics:
+        return results
     scope = call_scope(call)
     try:
         answers = call.core.data_plane.produce(call.caller, topics, scope)
