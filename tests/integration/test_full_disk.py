@@ -14,8 +14,8 @@ import time
 import pytest
 
 from seglog.client.gateway import FetchPosition
-from seglog.errors import SeglogError, StorageError
-from seglog.records import iter_records
+from seglog.errors import OutOfOrderSequenceError, SeglogError, StorageError
+from seglog.records import RecordBatchBuilder, iter_records
 from seglog.rpc.status import error_from_code
 from seglog.storage import Log, LogConfig
 from seglog.storage.checkpoint import CLEAN_SHUTDOWN_MARKER
@@ -115,6 +115,47 @@ def test_a_full_disk_refuses_cleanly_and_appends_resume_once_space_is_freed(
         assert read_all(reopened) == acknowledged
     finally:
         reopened.close()
+
+
+def idempotent_batch(sequence: int, values: list[bytes]) -> bytes:
+    builder = RecordBatchBuilder(producer_id=42, producer_epoch=0, base_sequence=sequence)
+    for value in values:
+        builder.append(None, value, 0, None)
+    return builder.build()
+
+
+def test_a_producers_batch_after_one_the_full_disk_refused_is_refused_retriably_too(small_disk):
+    """A producer pipelines batches: the one after a batch the full disk refused misses that
+    batch's sequence. Answered OUT_OF_ORDER_SEQUENCE_NUMBER (not retriable), librdkafka
+    bumped its epoch and sent again what it had in flight, which can write a batch twice;
+    answered KAFKA_STORAGE_ERROR as Kafka does once a write failed, both are sent again, in
+    order, and written once. A gap with no failed write before it is still out of order."""
+    ballast = fill_with_ballast(small_disk, BALLAST_BYTES)
+    log = Log.open(small_disk / "t-0", CONFIG)
+    try:
+        sequence = 0
+        for _ in range(MAX_BATCHES):  # one producer's batches until the disk refuses one
+            values = values_for(sequence)
+            try:
+                log.append(idempotent_batch(sequence * RECORDS_PER_BATCH, values))
+            except StorageError:
+                break
+            sequence += 1
+        else:
+            raise AssertionError("the disk never filled")
+        refused, behind = sequence, sequence + 1
+        with pytest.raises(StorageError, match="failed on this log's disk"):
+            log.append(idempotent_batch(behind * RECORDS_PER_BATCH, values_for(behind)))
+        ballast.unlink()
+        end = log.log_end_offset
+        for batch in (refused, behind):  # the client's retries, in order
+            log.append(idempotent_batch(batch * RECORDS_PER_BATCH, values_for(batch)))
+        assert log.log_end_offset == end + 2 * RECORDS_PER_BATCH
+        gap = behind + 2  # a batch lost for another reason than the disk
+        with pytest.raises(OutOfOrderSequenceError):
+            log.append(idempotent_batch(gap * RECORDS_PER_BATCH, values_for(gap)))
+    finally:
+        log.close()
 
 
 # -- a cluster whose nodes' disks fill up ---------------------------------------------------

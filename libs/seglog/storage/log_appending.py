@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..errors import InvalidRecordError
+from ..errors import InvalidRecordError, OutOfOrderSequenceError, StorageError
 from ..records import batch_table
 from ..records.batch import NO_TIMESTAMP
 from ..records.control import ControlMarker, build_marker
@@ -22,6 +22,7 @@ from ..semconv import PARTITION, TOPIC
 from .config import LOG_APPEND_TIME
 from .log_flushing import LogFlushing
 from .log_state import LogState, tracer
+from .producer_entry import BatchMetadata
 from .producer_state import producer_batches
 from .recompression import rebody_for, recompress
 from .segment import LogSegment
@@ -110,10 +111,7 @@ class LogAppending:
             first_offset = state._log_end_offset
             idempotent = bool(validated.flags & batch_table.HAS_PRODUCER)
             if idempotent:
-                batches = validated.batches
-                duplicate = state.producer_state.check_append(
-                    producer_batches((h, 0, 0) for _, h in batches), batch_count
-                )
+                duplicate = self._check_sequences(validated)
                 if duplicate is not None:  # a retry: answered, not written again
                     return LogAppendInfo(
                         duplicate.first_offset,
@@ -128,7 +126,11 @@ class LogAppending:
             max_timestamp = validated.max_timestamp if stamp_ms == NO_TIMESTAMP else stamp_ms
             total_bytes = len(view)  # the batches tile the validated input
             # Rolled before the epochs are recorded: a roll that fails leaves none behind.
-            segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
+            try:
+                segment = self._maybe_roll(total_bytes, max_timestamp, next_offset - 1, now_ms)
+            except BaseException:
+                state._write_failed = True
+                raise
             if leader_epoch is not None:  # the node stamps its epoch: one check per append
                 state.leader_epochs.assign_from_batches([(leader_epoch, first_offset)])
             elif not validated.flags & batch_table.EPOCHS_VARY:  # one epoch: its first offset
@@ -276,6 +278,28 @@ class LogAppending:
                 len(view),
             )
 
+    def _check_sequences(self, validated: ValidatedRecords) -> BatchMetadata | None:
+        """The duplicate this idempotent input repeats (None: new), or why it may not be
+        written. A sequence gap right after an append that failed on the disk is that
+        failure's, not a lost batch: answered KAFKA_STORAGE_ERROR (retriable), as Kafka's
+        broker answers every append once a write has failed and taken its log dir offline.
+        Answered OUT_OF_ORDER_SEQUENCE_NUMBER, it made librdkafka bump its producer epoch
+        and send again from sequence 0 what it had not had acknowledged, which can write a
+        batch twice (librdkafka issue 4953; seen in the Streams fault campaign)."""
+        state = self._state
+        try:
+            return state.producer_state.check_append(
+                producer_batches((h, 0, 0) for _, h in validated.batches),
+                validated.batch_count,
+            )
+        except OutOfOrderSequenceError as exc:
+            if not state._write_failed:
+                raise
+            raise StorageError(
+                f"{exc}: the append before it failed on this log's disk and none has "
+                "succeeded since"
+            ) from exc
+
     def _write(
         self,
         append: Callable[[], None],
@@ -290,12 +314,14 @@ class LogAppending:
         try:
             append()
         except BaseException:
+            state._write_failed = True
             # The append's epochs were recorded before its bytes, as Kafka orders them; one
             # that failed (a full disk: retriable here) must not leave an epoch the log does
             # not hold, or this replica would name it as its last fetched epoch and the
             # leader could not see the logs diverge.
             state.leader_epochs.truncate_from_end(state._log_end_offset)
             raise
+        state._write_failed = False
         state._changed_since_flush = state._snapshot_due = True
         state._log_end_offset = next_offset
         state._log_end_position = (next_offset, segment, segment.size)

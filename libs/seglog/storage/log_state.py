@@ -83,6 +83,9 @@ class LogState:
         self._changed_since_flush = False
         # The producer-state snapshot at the log end is out of date (or missing).
         self._snapshot_due = False
+        # The last append failed on the disk (full, read-only) and none has succeeded since:
+        # a producer's next batch then misses the failed one's sequence (log_appending.py).
+        self._write_failed = False
         self._closed = False
         self._data_dir = data_dir
         self._owns_data_dir = owns_data_dir
