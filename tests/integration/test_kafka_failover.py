@@ -83,9 +83,7 @@ def test_an_idempotent_producer_loses_and_repeats_nothing_when_the_leader_dies(t
         consumer.close()
         assert read == list(range(3000))  # all of them, once each, in order
         # The new leader's lane is another broker, and the reader's metadata sent it there.
-        # (The producer may have finished on the old lane: any lane serves any partition,
-        # and a retry that finds the new leader through it gives librdkafka no reason to
-        # look again.)
+        # (The producer's lane is the one its NOT_LEADER answers' hints sent it to.)
         assert listener.accepted_connections.get(successor, 0) > 0
     finally:
         cluster.close()

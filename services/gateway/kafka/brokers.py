@@ -12,8 +12,9 @@ the brokers, every id a client reads names something it can address, and what a 
 broker 2 is done to node 2.
 
 Why a lane at the gateway as its address: clients never talk to a node (the gateway routes
-every request, holds groups and ACLs), and any lane answers any request, so the address only
-decides which connection a client uses. Why a lane of its own: librdkafka (up to at least 2.0,
+every request, holds groups and ACLs), and any lane answers any request (a produce only for
+the partitions its node leads, as a broker: lane_leaders.py), so the address only decides
+which connection a client uses. Why a lane of its own: librdkafka (up to at least 2.0,
 Debian's kcat among them; its issue #4212) keys brokers by host:port as well as by id, so two
 ids at one address make it rename one broker back and forth and never fetch from the others;
 a client keeps a connection per storage leader, so one leader's slow acks=all produce does not

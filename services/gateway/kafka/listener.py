@@ -24,11 +24,12 @@ carrying a seglog bearer token, sasl.py).
 
 Beside its own port the listener serves a lane per registered storage node (node_lanes.py):
 each node is a broker of its own at the listener's port + its node id (brokers.py), all lanes
-served alike: any lane answers any request. Metadata names as each partition's leader its
-storage leader, so a client holds one connection per storage leader, and the one-request-at-
-a-time rule of a connection no longer queues one leader's produce behind another's (with a
-single port, an acks=all request waits for the slowest of the leaders it spans, and the next
-waits for it).
+served alike: any lane answers any request, but a produce for a partition its node does not
+lead, answered NOT_LEADER_OR_FOLLOWER as that broker would (lane_leaders.py). Metadata
+names as each partition's leader its storage leader, so a client holds one connection per
+storage leader, and the one-request-at-a-time rule of a connection no longer queues one
+leader's produce behind another's (with a single port, an acks=all request waits for the
+slowest of the leaders it spans, and the next waits for it).
 
 `stop` closes the listening sockets and every open connection, so a request being read ends
 and no new one starts; a request already being handled finishes first on its handler thread

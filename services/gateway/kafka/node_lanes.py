@@ -4,7 +4,8 @@ bound when the node registers and closed when it is gone for good (decommissione
 no replica), so every node is a broker Kafka clients reach, however many there are
 (brokers.py says why a port per node and why this rule). Every lane is served alike by the
 listener's network threads: any lane answers any request; a lane only names the broker a
-client thinks it is talking to (DescribeLogDirs).
+client thinks it is talking to (DescribeLogDirs), and the leader a produce on it must find
+there (lane_leaders.py).
 
 The lanes follow the registry, never a request: a keeper thread re-reads the registered nodes
 when the registry's metadata offset moves (a node record, a decommission, a reassignment
