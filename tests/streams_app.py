@@ -244,7 +244,12 @@ class CountsReader:
             [confluent_kafka.TopicPartition(self.topic, p) for p in range(self.partitions)]
         )
         for position in positions:
-            _low, high = self.consumer.get_watermark_offsets(position, timeout=5, cached=False)
+            try:
+                _low, high = self.consumer.get_watermark_offsets(position, timeout=5, cached=False)
+            except confluent_kafka.KafkaException as exc:
+                if exc.args[0].code() in LEADER_MOVED:  # since the reader's metadata
+                    return False
+                raise
             if position.offset < high:
                 return False
         return True
@@ -256,6 +261,19 @@ class CountsReader:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+# What asking a partition's watermarks answers in the moment a leader moves (a node killed):
+# asked again on the next poll.
+LEADER_MOVED = frozenset(
+    {
+        confluent_kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
+        confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE,
+        confluent_kafka.KafkaError.FENCED_LEADER_EPOCH,
+        confluent_kafka.KafkaError._TIMED_OUT,
+        confluent_kafka.KafkaError._TRANSPORT,
+    }
+)
 
 
 def exact_count_violations(sequences: dict[str, list[int]], expected: Counter[str]) -> list[str]:
