@@ -84,26 +84,28 @@ def drop_connections(bootstrap: str, request_timeout_ms: int) -> None:
         found[0].close()
 
 
-def read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
+def read_range(task: RangeRead, rows: Collector | None = None) -> Iterator[pa.RecordBatch]:
     """Every record of [start, end) in offset order, as Arrow batches of about
-    ROWS_PER_ARROW_BATCH rows. Offsets below the log start are data loss (failOnDataLoss);
-    offsets not yet readable (past the high watermark) are waited for up to the request
-    timeout, then fail with a message naming them."""
+    ROWS_PER_ARROW_BATCH rows, added to `rows` when given (the rows read before it, by the
+    same task, that did not fill a batch). Offsets below the log start are data loss
+    (failOnDataLoss); offsets not yet readable (past the high watermark) are waited for up
+    to the request timeout, then fail with a message naming them."""
     try:
-        yield from _read_range(task)
+        yield from _read_range(task, rows)
     except (SeglogError, OSError):
         drop_connections(task.bootstrap, task.request_timeout_ms)
         raise
 
 
-def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
+def _read_range(task: RangeRead, rows: Collector | None) -> Iterator[pa.RecordBatch]:
     client, bulk = connections(task.bootstrap, task.request_timeout_ms)
     tp = TopicPartition(task.topic, task.partition)
-    rows: Collector = (
-        ArrowRows(task.topic, task.partition)
-        if task.include_headers
-        else ArrowColumns(task.topic, task.partition)
-    )
+    if rows is None:
+        rows = (
+            ArrowRows(task.topic, task.partition)
+            if task.include_headers
+            else ArrowColumns(task.topic, task.partition)
+        )
     offset = task.start
     patience_s = task.request_timeout_ms / 1000
     stalled_since: float | None = None

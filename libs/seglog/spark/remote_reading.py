@@ -9,6 +9,11 @@ fetch's are. The bytes come in chunks of CHUNK_BYTES; a batch cut by a chunk's e
 for the next chunk (only the fixed batch header is read to find where batches end: baseOffset
 int64, batchLength int32, then the batch; DESIGN.md).
 
+A partition's local tail (what is still only on the nodes, past its copied segments) is read
+by its last store task, through the cluster, after the store's pieces (`tail`): a task of its
+own cost Spark a task's start (a worker's round trip, the reader's unpickling, a first
+fetch) for a few MiB, on every partition.
+
 Failures: a segment deleted by remote retention since the plan is data loss (failOnDataLoss,
 as a log start moving past a planned range); any other store error is retried
 GET_ATTEMPTS times with a backoff, then fails the task (Spark may run it again).
@@ -37,7 +42,7 @@ from ..storage.remote_store import (
 )
 from .columns import ArrowColumns, ArrowRows, Collector
 from .planning import report_data_loss
-from .reading import decode_into
+from .reading import RangeRead, decode_into, read_range
 
 # One GET's bytes, and how many are in flight per task: a GET's latency (tens of ms on a
 # loaded machine) is hidden behind the decoding of the chunks before it. Not smaller: a GET
@@ -75,6 +80,8 @@ class RemoteRangeRead:
     pieces: tuple[SegmentPiece, ...]
     include_headers: bool
     fail_on_data_loss: bool
+    # The partition's local tail, [pieces' end, end), read through the cluster afterwards.
+    tail: RangeRead | None = None
 
 
 # One store client per configuration in each worker process (Spark reuses its workers).
@@ -108,7 +115,9 @@ def read_remote_range(task: RemoteRangeRead) -> Iterator[pa.RecordBatch]:
                     "segment was deleted (remote retention) since the read was planned",
                     task.fail_on_data_loss,
                 )
-    if rows.rows:
+    if task.tail is not None:  # into the same collector: no short batch between the two
+        yield from read_range(task.tail, rows)
+    elif rows.rows:
         yield rows.take()
 
 
