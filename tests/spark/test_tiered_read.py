@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,11 +17,12 @@ from pyspark.sql import functions as F
 
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
-from seglog.spark import remote_reading
+from seglog.spark import remote_planning, remote_reading
 from seglog.spark.options import OptionError, parse_read_options
 from seglog.spark.reading import RangeRead, read_range
 from seglog.spark.remote_reading import RemoteRangeRead, read_remote_range
 from seglog.spark.source import SeglogBatchReader
+from seglog.storage.remote_layout import OFFSET_INDEX
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
 from tests.cluster import LocalCluster
@@ -304,6 +306,34 @@ def test_a_small_local_tail_is_read_by_its_partitions_last_store_task(
     planned = [p.read for p in SeglogBatchReader(options).partitions()]
     assert all(t.tail is None for t in planned if isinstance(t, RemoteRangeRead))
     assert {t.partition for t in planned if isinstance(t, RangeRead)} == set(range(PARTITIONS))
+
+
+def test_a_plan_made_again_reads_only_the_metadata_listing_from_the_store(
+    tiered_cluster, seaweedfs, monkeypatch
+):
+    # The planner's process keeps what it read (metadata records by ETag, offset indexes by
+    # segment): the same plan again, with no GET of an index or a metadata record.
+    options = parse_read_options(
+        _options(tiered_cluster, seaweedfs, maxBytesPerTask=str(64 * 1024)), streaming=False
+    )
+    first = [p.read for p in SeglogBatchReader(options).partitions()]
+    gets: list[str] = []
+    real_get = RemoteStore.get
+
+    def counted(self, key):
+        gets.append(key)
+        return real_get(self, key)
+
+    monkeypatch.setattr(RemoteStore, "get", counted)
+    assert [p.read for p in SeglogBatchReader(options).partitions()] == first
+    assert gets == []
+    # Bounded: with room for one index, one is kept, and the plan is the same.
+    monkeypatch.setattr(remote_planning, "INDEX_CACHE_BYTES", 1)
+    monkeypatch.setattr(remote_planning, "_index_cache", OrderedDict())
+    monkeypatch.setattr(remote_planning, "_index_bytes", [0])
+    assert [p.read for p in SeglogBatchReader(options).partitions()] == first
+    assert len(remote_planning._index_cache) == 1
+    assert [k for k in gets if k.endswith(OFFSET_INDEX)]
 
 
 def test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store(
