@@ -199,7 +199,8 @@ def decode_into(
     rows: Collector, records: bytes | memoryview, reached: list[int], end: int
 ) -> Iterator[pa.RecordBatch]:
     """Add the records of [reached[0], end) in `records` to `rows`, yielding each Arrow
-    batch as it fills (about ROWS_PER_ARROW_BATCH rows: Spark's best size); `reached[0]`
+    batch as it fills (up to ROWS_PER_ARROW_BATCH rows, Spark's best size; columns.py says
+    why a task's first and last are smaller); `reached[0]`
     follows the offset reached."""
     offset = reached[0]
     for batch in iter_batches(records):
@@ -214,7 +215,7 @@ def decode_into(
                 continue
             rows.add_batch(batch, offset, end)
         offset = reached[0] = max(offset, next_offset)
-        if rows.full():
+        if rows.full(end - offset):
             yield rows.take()
         if offset >= end:
             return
