@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections import OrderedDict
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,11 +17,13 @@ from pyspark.sql import functions as F
 
 from seglog.client.producer import Producer
 from seglog.errors import SeglogError
-from seglog.spark import remote_reading
+from seglog.spark import remote_planning, remote_reading
+from seglog.spark.columns import FIRST_ARROW_BATCH_ROWS
 from seglog.spark.options import OptionError, parse_read_options
 from seglog.spark.reading import RangeRead, read_range
 from seglog.spark.remote_reading import RemoteRangeRead, read_remote_range
 from seglog.spark.source import SeglogBatchReader
+from seglog.storage.remote_layout import OFFSET_INDEX
 from seglog.storage.remote_metadata import RemoteLogMetadata
 from seglog.storage.remote_store import RemoteStore
 from tests.cluster import LocalCluster
@@ -170,9 +173,10 @@ def test_the_plan_reads_copied_segments_from_the_store_and_the_tail_through_the_
             for t in planned
             if isinstance(t, RemoteRangeRead) and t.partition == partition
         )
+        # The cluster's part: tasks of their own, or the last store task's tail.
         through = sorted(
             (t.start, t.end)
-            for t in planned
+            for t in [*planned, *(getattr(t, "tail", None) for t in planned)]
             if isinstance(t, RangeRead) and t.partition == partition
         )
         # Several byte-balanced tasks over the copies, contiguous from 0, the last not a
@@ -184,6 +188,9 @@ def test_the_plan_reads_copied_segments_from_the_store_and_the_tail_through_the_
         )
         assert sum(p.end_position - p.start_position for p in last.pieces) >= 64 * 1024 // 4
         assert direct[0][0] == 0
+        if last.tail is not None:  # the store task reads on to the tail's end
+            assert (last.end, last.tail.start) == (last.tail.end, last.pieces[-1].end_offset)
+            direct[-1] = (direct[-1][0], last.tail.start)
         assert all(a[1] == b[0] for a, b in zip(direct, direct[1:], strict=False))
         # ... up to where the cluster's part starts, at or below the local log start (local
         # retention may have moved it on since the plan) and ending at the high watermark.
@@ -229,7 +236,7 @@ def test_a_task_cut_into_small_gets_builds_the_columns_the_brokers_read_gives(
     )
     planned = [p.read for p in SeglogBatchReader(options).partitions()]
     direct = [t for t in planned if isinstance(t, RemoteRangeRead)]
-    (template, *_) = [t for t in planned if isinstance(t, RangeRead)]
+    template = _through(tiered_cluster, includeHeaders="false")
     assert len(direct) >= 2 * PARTITIONS, direct
     for task in direct:
         assert task.pieces[0].end_position - task.pieces[0].start_position > 3 * 1000
@@ -241,6 +248,100 @@ def test_a_task_cut_into_small_gets_builds_the_columns_the_brokers_read_gives(
         assert got.num_rows == task.end - task.start
         assert got.column("offset").to_pylist() == list(range(task.start, task.end))
         assert got.equals(want)
+
+
+def _through(cluster, **options) -> RangeRead:
+    """A read through the brokers with these options, offsets to be filled in."""
+    parsed = parse_read_options(
+        {"bootstrap": cluster.address, "subscribe": TOPIC, **options}, streaming=False
+    )
+    return RangeRead(
+        cluster.address,
+        TOPIC,
+        0,
+        0,
+        0,
+        parsed.include_headers,
+        parsed.fail_on_data_loss,
+        parsed.request_timeout_ms,
+        parsed.fetch_transport,
+    )
+
+
+@pytest.mark.parametrize("include_headers", ["false", "true"])
+def test_a_small_local_tail_is_read_by_its_partitions_last_store_task(
+    tiered_cluster, seaweedfs, include_headers
+):
+    # Tasks far bigger than the tail (under a quarter of maxBytesPerTask): one task per
+    # partition, reading the copies from the store and then the tail through the cluster,
+    # into the same batches (no short batch between the two). Its rows equal the brokers'.
+    options = parse_read_options(
+        _options(
+            tiered_cluster,
+            seaweedfs,
+            includeHeaders=include_headers,
+            maxBytesPerTask=str(64 * 1024 * 1024),
+        ),
+        streaming=False,
+    )
+    planned = [p.read for p in SeglogBatchReader(options).partitions()]
+    assert sorted(type(t).__name__ + str(t.partition) for t in planned) == [
+        f"RemoteRangeRead{p}" for p in range(PARTITIONS)
+    ]
+    template = _through(tiered_cluster, includeHeaders=include_headers)
+    for task in planned:
+        assert task.tail is not None
+        assert (task.start, task.tail.start, task.tail.end) == (
+            0,
+            task.pieces[-1].end_offset,
+            RECORDS,
+        )
+        assert task.end == RECORDS
+        batches = list(read_remote_range(task))
+        # Small first and last batches (columns.py): 3000 rows are batches of 1000 (a
+        # produce request's 100 records may run past it; the last holds what is left),
+        # the store's rows and the tail's in the same batches.
+        sizes = [b.num_rows for b in batches]
+        assert all(
+            FIRST_ARROW_BATCH_ROWS <= n < FIRST_ARROW_BATCH_ROWS + 100 for n in sizes[:-1]
+        ), sizes
+        assert len(sizes) <= 3, sizes
+        got = pa.Table.from_batches(batches)
+        through = dataclasses.replace(template, partition=task.partition, end=RECORDS)
+        assert got.equals(pa.Table.from_batches(list(read_range(through))))
+    # Tasks a tail is not small beside keep it apart: it is the cluster's own task.
+    options = dataclasses.replace(options, max_bytes_per_task=1024)
+    planned = [p.read for p in SeglogBatchReader(options).partitions()]
+    assert all(t.tail is None for t in planned if isinstance(t, RemoteRangeRead))
+    assert {t.partition for t in planned if isinstance(t, RangeRead)} == set(range(PARTITIONS))
+
+
+def test_a_plan_made_again_reads_only_the_metadata_listing_from_the_store(
+    tiered_cluster, seaweedfs, monkeypatch
+):
+    # The planner's process keeps what it read (metadata records by ETag, offset indexes by
+    # segment): the same plan again, with no GET of an index or a metadata record.
+    options = parse_read_options(
+        _options(tiered_cluster, seaweedfs, maxBytesPerTask=str(64 * 1024)), streaming=False
+    )
+    first = [p.read for p in SeglogBatchReader(options).partitions()]
+    gets: list[str] = []
+    real_get = RemoteStore.get
+
+    def counted(self, key):
+        gets.append(key)
+        return real_get(self, key)
+
+    monkeypatch.setattr(RemoteStore, "get", counted)
+    assert [p.read for p in SeglogBatchReader(options).partitions()] == first
+    assert gets == []
+    # Bounded: with room for one index, one is kept, and the plan is the same.
+    monkeypatch.setattr(remote_planning, "INDEX_CACHE_BYTES", 1)
+    monkeypatch.setattr(remote_planning, "_index_cache", OrderedDict())
+    monkeypatch.setattr(remote_planning, "_index_bytes", [0])
+    assert [p.read for p in SeglogBatchReader(options).partitions()] == first
+    assert len(remote_planning._index_cache) == 1
+    assert [k for k in gets if k.endswith(OFFSET_INDEX)]
 
 
 def test_the_tiered_guides_spark_snippet_reads_the_topic_from_the_store(

@@ -12,7 +12,14 @@ from hypothesis import strategies as st
 from seglog.errors import CorruptRecordError
 from seglog.records import RecordBatch, RecordBatchBuilder
 from seglog.records.batch import stamp_log_append_time
-from seglog.spark.columns import ArrowColumns, ArrowRows, arrow_schema
+from seglog.spark.columns import (
+    FIRST_ARROW_BATCH_ROWS,
+    ROWS_PER_ARROW_BATCH,
+    ArrowColumns,
+    ArrowRows,
+    arrow_schema,
+    batch_rows,
+)
 
 fields = st.one_of(st.none(), st.binary(max_size=300))
 records = st.lists(st.tuples(fields, fields), min_size=1, max_size=60)
@@ -115,3 +122,27 @@ def test_a_corrupt_records_section_is_named_and_adds_nothing():
         columns.add_batch(corrupt, 0, 100)
     assert columns.rows == 3
     assert _got(columns.take()) == _expected([good], 0, 100)
+
+
+def test_a_tasks_batches_double_from_the_first_and_halve_towards_its_end():
+    # columns.py: the JVM waits on a task's first batch and the worker on its last, so both
+    # are small; 10k rows in the middle.
+    assert [batch_rows(n, 10**9) for n in (1000, 2000, 4000, 8000, 10_000)] == [
+        1000,
+        2000,
+        4000,
+        8000,
+        10_000,
+    ]
+    assert [batch_rows(10_000, left) for left in (9000, 5000, 1200, 10, 0)] == [
+        9000,
+        5000,
+        1200,
+        1000,
+        1000,
+    ]
+    columns = ArrowColumns("t", 0)
+    assert columns.next_rows == FIRST_ARROW_BATCH_ROWS
+    for _ in range(6):
+        columns.take()
+    assert columns.next_rows == ROWS_PER_ARROW_BATCH

@@ -84,26 +84,28 @@ def drop_connections(bootstrap: str, request_timeout_ms: int) -> None:
         found[0].close()
 
 
-def read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
+def read_range(task: RangeRead, rows: Collector | None = None) -> Iterator[pa.RecordBatch]:
     """Every record of [start, end) in offset order, as Arrow batches of about
-    ROWS_PER_ARROW_BATCH rows. Offsets below the log start are data loss (failOnDataLoss);
-    offsets not yet readable (past the high watermark) are waited for up to the request
-    timeout, then fail with a message naming them."""
+    ROWS_PER_ARROW_BATCH rows, added to `rows` when given (the rows read before it, by the
+    same task, that did not fill a batch). Offsets below the log start are data loss
+    (failOnDataLoss); offsets not yet readable (past the high watermark) are waited for up
+    to the request timeout, then fail with a message naming them."""
     try:
-        yield from _read_range(task)
+        yield from _read_range(task, rows)
     except (SeglogError, OSError):
         drop_connections(task.bootstrap, task.request_timeout_ms)
         raise
 
 
-def _read_range(task: RangeRead) -> Iterator[pa.RecordBatch]:
+def _read_range(task: RangeRead, rows: Collector | None) -> Iterator[pa.RecordBatch]:
     client, bulk = connections(task.bootstrap, task.request_timeout_ms)
     tp = TopicPartition(task.topic, task.partition)
-    rows: Collector = (
-        ArrowRows(task.topic, task.partition)
-        if task.include_headers
-        else ArrowColumns(task.topic, task.partition)
-    )
+    if rows is None:
+        rows = (
+            ArrowRows(task.topic, task.partition)
+            if task.include_headers
+            else ArrowColumns(task.topic, task.partition)
+        )
     offset = task.start
     patience_s = task.request_timeout_ms / 1000
     stalled_since: float | None = None
@@ -197,7 +199,8 @@ def decode_into(
     rows: Collector, records: bytes | memoryview, reached: list[int], end: int
 ) -> Iterator[pa.RecordBatch]:
     """Add the records of [reached[0], end) in `records` to `rows`, yielding each Arrow
-    batch as it fills (about ROWS_PER_ARROW_BATCH rows: Spark's best size); `reached[0]`
+    batch as it fills (up to ROWS_PER_ARROW_BATCH rows, Spark's best size; columns.py says
+    why a task's first and last are smaller); `reached[0]`
     follows the offset reached."""
     offset = reached[0]
     for batch in iter_batches(records):
@@ -212,7 +215,7 @@ def decode_into(
                 continue
             rows.add_batch(batch, offset, end)
         offset = reached[0] = max(offset, next_offset)
-        if rows.full():
+        if rows.full(end - offset):
             yield rows.take()
         if offset >= end:
             return

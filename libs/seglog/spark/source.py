@@ -56,7 +56,7 @@ from .planning import (
     resolve_offsets,
 )
 from .reading import RangeRead, connections, read_range
-from .remote_planning import plan_remote
+from .remote_planning import fold_tails, plan_remote
 from .remote_reading import RemoteRangeRead, read_remote_range
 from .writing import WriteResult, check_sink_columns, write_batches
 
@@ -127,7 +127,7 @@ def _plan(
     """Tasks for the ranges: with remoteStorage.* options, what lies in a tiered topic's
     copied segments is read straight from the object store (remote_planning.py), the rest
     through the cluster."""
-    direct: list[InputPartition] = []
+    direct: list[RemoteRangeRead] = []
     if options.remote_storage is not None:
         plan = plan_remote(
             client,
@@ -137,29 +137,36 @@ def _plan(
             include_headers=options.include_headers,
             fail_on_data_loss=options.fail_on_data_loss,
         )
-        direct = [SeglogInputPartition(task) for task in plan.tasks]
+        direct = plan.tasks
         ranges = plan.rest
     tasks = plan_tasks(client, ranges, options.max_bytes_per_task, options.min_partitions)
-    return direct + _input_partitions(options, tasks)
+    if direct:
+        direct, tasks = fold_tails(
+            direct,
+            tasks,
+            options.max_bytes_per_task,
+            options.min_partitions,
+            lambda t: _range_read(options, t),
+        )
+    return [SeglogInputPartition(task) for task in direct] + _input_partitions(options, tasks)
 
 
 def _input_partitions(options: ReadOptions, tasks: list[ReadTask]) -> list[InputPartition]:
-    return [
-        SeglogInputPartition(
-            RangeRead(
-                options.bootstrap,
-                t.topic,
-                t.partition,
-                t.start,
-                t.end,
-                options.include_headers,
-                options.fail_on_data_loss,
-                options.request_timeout_ms,
-                options.fetch_transport,
-            )
-        )
-        for t in tasks
-    ]
+    return [SeglogInputPartition(_range_read(options, t)) for t in tasks]
+
+
+def _range_read(options: ReadOptions, t: ReadTask) -> RangeRead:
+    return RangeRead(
+        options.bootstrap,
+        t.topic,
+        t.partition,
+        t.start,
+        t.end,
+        options.include_headers,
+        options.fail_on_data_loss,
+        options.request_timeout_ms,
+        options.fetch_transport,
+    )
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
