@@ -66,7 +66,9 @@ def _refuse(topics: list[TopicProduce], error: SeglogError) -> Results:
     }
 
 
-def _without(topics: list[TopicProduce], refused: Mapping[tuple[str, int], object]):
+def _without(
+    topics: list[TopicProduce], refused: Mapping[tuple[str, int], object]
+) -> list[TopicProduce]:
     """`topics` less the partitions `refused` names (and the topics left with none)."""
     if not refused:
         return topics
