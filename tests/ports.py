@@ -12,7 +12,9 @@ kinds of takers, each kept out its own way:
 - the same process's picker: a cursor walks the slice, so a port handed out is not handed out
   again until the whole slice has been walked (a cluster picks its Kafka run, then its
   gateway's and nodes' ports, before binding any: a random pick could hand one of the run out
-  twice, which a clean CI run hit).
+  twice, which a clean CI run hit). It leaves DERIVED_PORTS free after each pick: a Kafka
+  listener picked as one port binds its nodes' lanes at port + node id, and the next pick
+  (Apache Kafka's brokers beside seglog in a benchmark) must not be one of those.
 Each port is still checked free by binding it (a port a long-lived server holds is skipped)."""
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import NamedTuple
 # Below this, ports are often some system service's; above it and below the ephemeral range,
 # only pickers like this one.
 LOWEST_PICKED_PORT = 10_000
+# Ports left unpicked after each pick, for ports derived from it (a Kafka listener's lanes).
+DERIVED_PORTS = 8
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
 
@@ -69,7 +73,7 @@ class _Cursor:
             if not ports.first <= self._next <= ports.end - count:
                 self._next = ports.first
             first = self._next
-            self._next += count
+            self._next += count + DERIVED_PORTS
             return first
 
 

@@ -5,6 +5,7 @@ import itertools
 import socket
 
 from tests.ports import (
+    DERIVED_PORTS,
     LOWEST_PICKED_PORT,
     PortSlice,
     _ephemeral_low,
@@ -53,3 +54,10 @@ def test_each_xdist_worker_picks_from_its_own_slice():
         assert before.end <= after.first  # disjoint
     assert worker_slice(low, None, None) == PortSlice(LOWEST_PICKED_PORT, low)
     assert worker_slice(low, "gw9", "4") == PortSlice(LOWEST_PICKED_PORT, low)
+
+
+def test_the_ports_after_a_pick_are_left_for_what_derives_from_it():
+    """A Kafka listener picked as one port binds its lanes at port + node id: the next pick
+    (another system's brokers, started beside it) is none of them."""
+    listener, other = free_ports(2)
+    assert not listener < other <= listener + DERIVED_PORTS
