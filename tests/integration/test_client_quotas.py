@@ -101,6 +101,7 @@ def test_a_producer_over_its_quota_is_held_to_it_and_another_principal_is_not(cl
     assert bob_rate > UNHELD_RATIO * RATE_BYTES_PER_S, bob_rate
 
 
+@pytest.mark.long  # the producer's quota stays in make test
 def test_a_consumer_over_its_quota_is_held_to_it_and_another_principal_is_not(cluster):
     producer_channel, producer = _stub(cluster, "client")
     for _ in range(20):  # ~400 KB to read

@@ -101,6 +101,7 @@ def test_each_rows_status_is_what_seglog_does(cluster, capsys, monkeypatch, tmp_
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.long  # the other guides' blocks stay in make test
 @pytest.mark.slow
 def test_the_kafka_tools_block_of_the_clients_guide_runs_as_written(cluster):
     # make test installs Kafka's jars first: missing, this fails rather than skips.

@@ -88,6 +88,7 @@ def read_back(bootstrap: str, wanted: set[int]) -> list[int]:
     return values
 
 
+@pytest.mark.long  # librdkafka's through a leader's death stays (test_kafka_failover.py)
 def test_kafkas_java_producer_writes_on_through_a_leader_sigkill(tmp_path):
     assert apache_kafka.installed(), apache_kafka.INSTALL_HINT
     cluster = ProcessCluster(tmp_path, secured=False)

@@ -151,6 +151,7 @@ def test_copies_retry_through_5xx_and_keep_local_segments_until_confirmed(cluste
     assert [r.value for r in got] == expected()
 
 
+@pytest.mark.long  # copies through 5xx stay in make test
 def test_reads_answer_retriable_errors_while_the_store_fails_and_read_again_after(
     cluster, store, proxy
 ):

@@ -129,6 +129,7 @@ def test_records_removed_while_a_stream_is_stopped(spark, spark_cluster, topic_n
     assert [o for _, rows in skipped for _, o in rows] == list(range(70, 100))
 
 
+@pytest.mark.long  # the other streaming reads stay in make test
 def test_a_stream_from_one_topic_into_another(spark, spark_cluster, topic_name, tmp_path):
     source, sink = topic_name, f"{topic_name}-out"
     spark_cluster.admin.create_topic(source, 2)
